@@ -1,0 +1,208 @@
+"""Typed, frozen sample containers.
+
+A :class:`Batch` holds flat fields (``obs``, ``action``, ``obs/desired_goal``, extras)
+shaped ``[B, *field_shape]`` plus sampling metadata (``indices``, and where the
+sampler or view provides them ``weights``, ``probabilities``, ``discount``).
+A :class:`SequenceBatch` holds fields shaped ``[B, L, *field_shape]`` plus masks.
+
+Both are immutable, offer attribute access for the standard names, mapping access for
+every name (``batch["log_prob"]``; a nested prefix such as ``batch["obs"]`` returns a
+dict of its sub-fields), ``to_dict()`` and ``to_torch(device)``.
+
+Example:
+    >>> import numpy as np
+    >>> b = Batch({"obs": np.zeros((2, 3)), "reward": np.ones(2, np.float32),
+    ...            "terminated": np.array([True, False]), "truncated": np.array([False, True])})
+    >>> b.done.tolist()
+    [True, True]
+    >>> b["reward"].shape
+    (2,)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import numpy as np
+
+from replaybank.errors import require_extra
+from replaybank.spec import SEP, unflatten
+
+__all__ = ["Batch", "SequenceBatch"]
+
+
+def _tensor(value: Any, torch: Any, device: Any, non_blocking: bool, pin: bool) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.to(device, non_blocking=non_blocking) if device is not None else value
+    arr = np.asarray(value)
+    if not arr.flags.writeable or not arr.flags.c_contiguous or arr.dtype.byteorder == ">":
+        arr = np.ascontiguousarray(arr).copy()
+    t = torch.from_numpy(arr)  # zero-copy on CPU
+    if pin and torch.cuda.is_available():
+        t = t.pin_memory()
+    if device is not None:
+        t = t.to(device, non_blocking=non_blocking)
+    return t
+
+
+class _FrozenArrays(Mapping[str, Any]):
+    """Shared machinery: an immutable mapping of flat field names to arrays."""
+
+    __slots__ = ("_data",)
+    _data: dict[str, Any]
+
+    def __init__(self, data: Mapping[str, Any]) -> None:
+        object.__setattr__(self, "_data", dict(data))
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"{type(self).__name__} is frozen; build a new one instead")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"{type(self).__name__} is frozen")
+
+    def __getitem__(self, key: str) -> Any:
+        if key in self._data:
+            return self._data[key]
+        prefix = key + SEP
+        sub = {k[len(prefix):]: v for k, v in self._data.items() if k.startswith(prefix)}
+        if sub:
+            return unflatten(sub)
+        raise KeyError(f"{key!r}: not in this batch; available: {sorted(self._data)}")
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __contains__(self, key: object) -> bool:
+        if not isinstance(key, str):
+            return False
+        return key in self._data or any(k.startswith(key + SEP) for k in self._data)
+
+    def __getattr__(self, name: str) -> Any:
+        # only called when normal lookup fails: expose fields as attributes
+        if name.startswith("_"):
+            raise AttributeError(name)
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(
+                f"{type(self).__name__} has no field {name!r}; available: {sorted(self._data)}"
+            ) from None
+
+    def __repr__(self) -> str:
+        parts = []
+        for k, v in self._data.items():
+            shape = tuple(getattr(v, "shape", ()))
+            parts.append(f"{k}: {getattr(v, 'dtype', type(v).__name__)}{list(shape)}")
+        return f"{type(self).__name__}({', '.join(parts)})"
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        assert isinstance(other, _FrozenArrays)
+        if set(self._data) != set(other._data):
+            return False
+        return all(np.array_equal(np.asarray(self._data[k]), np.asarray(other._data[k]))
+                   for k in self._data)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self._data,))
+
+    def to_dict(self, nested: bool = True) -> dict[str, Any]:
+        """Return the fields as a dict (nested by ``/`` unless ``nested=False``)."""
+        return unflatten(self._data) if nested else dict(self._data)
+
+    @property
+    def batch_size(self) -> int:
+        """Leading dimension B."""
+        first = next(iter(self._data.values()))
+        return int(first.shape[0])
+
+    def to_torch(self, device: Any = None, non_blocking: bool = True,
+                 pin_memory: bool = False) -> Any:
+        """Return the same container with every array as a torch tensor.
+
+        Args:
+            device: Target device (``None`` keeps CPU, zero-copy for numpy storage).
+            non_blocking: Pass ``non_blocking`` to ``Tensor.to``.
+            pin_memory: Gather into pinned host memory first (fast host-to-GPU copies;
+                only when CUDA is available).
+
+        Returns:
+            A new container of the same type holding tensors.
+
+        Raises:
+            MissingDependencyError: torch is not installed.
+        """
+        torch = require_extra("torch", "torch")
+        return type(self)({k: _tensor(v, torch, device, non_blocking, pin_memory)
+                           for k, v in self._data.items()})
+
+    def numpy(self) -> Any:
+        """Return the same container with every value as a numpy array."""
+        out = {}
+        for k, v in self._data.items():
+            out[k] = v.detach().cpu().numpy() if hasattr(v, "detach") else np.asarray(v)
+        return type(self)(out)
+
+
+class Batch(_FrozenArrays):
+    """A batch of transitions, every field shaped ``[B, *field_shape]``.
+
+    Standard attributes: ``obs``, ``next_obs``, ``action``, ``reward``, ``terminated``,
+    ``truncated``, ``done`` (``terminated | truncated``), ``indices`` (flat storage slots
+    ``t * num_envs + lane``). Samplers and views add ``weights`` and ``probabilities``
+    (prioritized), ``discount`` (n-step: ``gamma ** L``). Extras are reachable by name.
+
+    Example:
+        >>> b = Batch({"reward": np.zeros(4, np.float32)})
+        >>> b.batch_size
+        4
+        >>> b.reward = 1
+        Traceback (most recent call last):
+        ...
+        AttributeError: Batch is frozen; build a new one instead
+    """
+
+    __slots__ = ()
+
+    @property
+    def done(self) -> Any:
+        """``terminated | truncated``, shaped ``[B]``."""
+        if "done" in self._data:
+            return self._data["done"]
+        return self._data["terminated"] | self._data["truncated"]
+
+
+class SequenceBatch(_FrozenArrays):
+    """A batch of sequences, every field shaped ``[B, L, *field_shape]``.
+
+    Besides the stored fields it carries ``mask`` (valid, loss-counted steps),
+    ``is_first`` (an episode starts here), ``is_last`` (last valid step of its episode
+    within the window), ``is_terminal`` (the episode terminated at this step), ``burn_in``
+    (the step is a burn-in step), all ``[B, L]`` bool, and ``starts`` (flat slot of each
+    window's first step, ``[B]``).
+
+    Example:
+        >>> sb = SequenceBatch({"obs": np.zeros((2, 5, 3)), "mask": np.ones((2, 5), bool)})
+        >>> sb.sequence_length
+        5
+    """
+
+    __slots__ = ()
+
+    @property
+    def sequence_length(self) -> int:
+        """Second dimension L (including burn-in steps)."""
+        first = next(iter(self._data.values()))
+        return int(first.shape[1])
+
+    @property
+    def done(self) -> Any:
+        """``terminated | truncated``, shaped ``[B, L]``."""
+        return self._data["terminated"] | self._data["truncated"]

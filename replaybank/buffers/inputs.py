@@ -1,0 +1,166 @@
+"""Validation of what users pass to ``add`` / ``extend``.
+
+Everything is checked before anything is written, so a rejected call leaves the buffer
+exactly as it was.
+
+Example:
+    >>> import numpy as np
+    >>> spec = standard_spec(Spec.infer({"obs": np.zeros(2, np.float32), "action": 0}))
+    >>> vals, nxt = prepare(spec, {"obs": np.zeros(2, np.float32), "action": 1, "reward": 1.0,
+    ...     "next_obs": np.ones(2, np.float32), "terminated": False, "truncated": False},
+    ...     leading=(), out_leading=(1, 1))
+    >>> vals["action"].shape, nxt["obs"].shape
+    ((1, 1), (1, 1, 2))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from replaybank.errors import SpecError, describe
+from replaybank.spec import SEP, FieldSpec, Spec, as_array, cast_field, flatten
+
+__all__ = [
+    "RESERVED",
+    "STANDARD",
+    "obs_fields",
+    "prepare",
+    "split_next",
+    "standard_spec",
+]
+
+STANDARD = ("obs", "action", "reward", "next_obs", "terminated", "truncated")
+RESERVED = frozenset({"done", "indices", "weights", "probabilities", "discount", "mask",
+                      "is_first", "is_last", "is_terminal", "burn_in", "starts", "slots",
+                      "env_ids", "priority"})
+_DEFAULTS = {
+    "reward": FieldSpec("reward", (), np.dtype(np.float32)),
+    "terminated": FieldSpec("terminated", (), np.dtype(np.bool_)),
+    "truncated": FieldSpec("truncated", (), np.dtype(np.bool_)),
+}
+
+
+def obs_fields(spec: Spec) -> list[str]:
+    """Flat names of the observation fields (``obs`` or ``obs/...``)."""
+    return [n for n in spec if n == "obs" or n.startswith("obs" + SEP)]
+
+
+def standard_spec(spec: Spec) -> Spec:
+    """Add the default reward/terminated/truncated fields and check the field set.
+
+    Raises:
+        SpecError: Missing ``obs``/``action``, a ``next_obs`` field in the spec, or a
+            reserved name.
+    """
+    names = list(spec)
+    if not obs_fields(spec):
+        raise SpecError(f"spec has fields {names} but no 'obs'; every buffer stores obs")
+    if not any(n == "action" or n.startswith("action" + SEP) for n in names):
+        raise SpecError(f"spec has fields {names} but no 'action'")
+    for n in names:
+        top = n.split(SEP)[0]
+        if top == "next_obs":
+            raise SpecError(
+                f"spec field {n!r}: next_obs is not stored separately (it is the next "
+                "step's obs); describe obs only"
+            )
+        if top in RESERVED:
+            raise SpecError(f"field name {n!r} is reserved by replaybank; rename the field")
+    extra = [f for k, f in _DEFAULTS.items() if k not in spec]
+    return spec.with_fields(extra)
+
+
+def split_next(fields: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Flatten user fields and split off ``next_obs`` (renamed to obs field names)."""
+    flat = flatten(fields)
+    values: dict[str, Any] = {}
+    nxt: dict[str, Any] = {}
+    for name, value in flat.items():
+        if name == "next_obs" or name.startswith("next_obs" + SEP):
+            nxt[name[len("next_"):]] = value
+        else:
+            values[name] = value
+    return values, nxt
+
+
+def _check_names(spec: Spec, values: Mapping[str, Any], nxt: Mapping[str, Any],
+                 call: str) -> None:
+    expected = set(spec)
+    got = set(values)
+    missing = sorted(expected - got)
+    unknown = sorted(got - expected)
+    obs_names = set(obs_fields(spec))
+    nxt_missing = sorted(obs_names - set(nxt))
+    nxt_unknown = sorted(set(nxt) - obs_names)
+    if missing or unknown or nxt_missing or nxt_unknown:
+        parts = []
+        if missing:
+            parts.append(f"missing {missing}")
+        if unknown:
+            parts.append(f"unknown {unknown}")
+        if nxt_missing:
+            parts.append(f"missing next_obs for {nxt_missing}")
+        if nxt_unknown:
+            parts.append(f"next_obs has {nxt_unknown} which obs does not")
+        raise SpecError(
+            f"{call}: wrong field set ({'; '.join(parts)}); the buffer stores "
+            f"{sorted(expected)} plus next_obs; pass exactly those (extras must be present "
+            "in every add once the buffer has seen them)"
+        )
+
+
+def prepare(
+    spec: Spec,
+    fields: Mapping[str, Any],
+    leading: tuple[int, ...],
+    out_leading: tuple[int, int],
+    call: str = "add",
+) -> tuple[dict[str, npt.NDArray[Any]], dict[str, npt.NDArray[Any]]]:
+    """Validate, cast and reshape one add/extend call.
+
+    Args:
+        spec: The buffer's full spec (with reward/terminated/truncated).
+        fields: The user's keyword fields, next_obs included (may be nested).
+        leading: The leading dims every value must have, e.g. ``()``, ``(num_envs,)``.
+        out_leading: The ``(n_steps, n_lanes)`` shape to reshape the leading dims to.
+        call: Name of the call for messages.
+
+    Returns:
+        ``(values, next_obs)``: flat dicts of arrays shaped ``out_leading + field_shape``.
+
+    Raises:
+        SpecError, ShapeError, DtypeError: On any bad input (nothing is written).
+    """
+    values, nxt = split_next(fields)
+    _check_names(spec, values, nxt, call)
+    out_v: dict[str, npt.NDArray[Any]] = {}
+    out_n: dict[str, npt.NDArray[Any]] = {}
+    for name, f in spec.items():
+        arr = cast_field(name, values[name], f, leading)
+        out_v[name] = arr.reshape(out_leading + f.shape)
+    for name in obs_fields(spec):
+        f = spec[name]
+        arr = cast_field("next_" + name, nxt[name], f, leading)
+        out_n[name] = arr.reshape(out_leading + f.shape)
+    return out_v, out_n
+
+
+def leading_dims(spec: Spec, fields: Mapping[str, Any], candidates: list[tuple[int, ...]],
+                 call: str) -> tuple[int, ...]:
+    """Pick which of the allowed leading shapes the user's obs has (by ndim)."""
+    values, _ = split_next(fields)
+    name = obs_fields(spec)[0]
+    if name not in values:
+        raise SpecError(f"{call}: missing field {name!r}")
+    arr = as_array(values[name])
+    for lead in candidates:
+        if arr.ndim == len(lead) + len(spec[name].shape):
+            return lead
+    shapes = [lead + spec[name].shape for lead in candidates]
+    raise SpecError(
+        f"{call}: {name}={describe(values[name])}: expected one of the shapes {shapes}"
+    ) from None

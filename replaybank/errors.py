@@ -1,0 +1,122 @@
+"""One error tree for replaybank.
+
+Every error a user can trigger is a subclass of :class:`ReplayBankError` and of the
+matching builtin (``ValueError``, ``TypeError``, ...), so ``except ValueError`` keeps
+working. Messages name the argument, the bad value, the rule and the fix.
+
+Example:
+    >>> from replaybank.errors import ShapeError
+    >>> issubclass(ShapeError, ValueError)
+    True
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "CapacityError",
+    "CheckpointError",
+    "ConfigError",
+    "DtypeError",
+    "EmptyBufferError",
+    "MissingDependencyError",
+    "ReplayBankError",
+    "ShapeError",
+    "SpecError",
+    "describe",
+    "require_extra",
+]
+
+
+class ReplayBankError(Exception):
+    """Base class of every error raised by replaybank."""
+
+
+class SpecError(ReplayBankError, ValueError):
+    """A field set or field spec does not match what the buffer stores."""
+
+
+class ShapeError(ReplayBankError, ValueError):
+    """An array has the wrong shape or leading dimensions."""
+
+
+class DtypeError(ReplayBankError, TypeError):
+    """A value cannot be cast safely to a field's dtype."""
+
+
+class EmptyBufferError(ReplayBankError, ValueError):
+    """Sampling was requested from a buffer that holds too few items."""
+
+
+class CapacityError(ReplayBankError, ValueError):
+    """A capacity is invalid, does not divide across lanes, or does not fit in memory."""
+
+
+class CheckpointError(ReplayBankError, ValueError):
+    """A checkpoint on disk is missing, corrupt, or does not match."""
+
+
+class ConfigError(ReplayBankError, ValueError):
+    """A configuration value is invalid."""
+
+
+class MissingDependencyError(ReplayBankError, ImportError):
+    """An optional dependency is not installed."""
+
+
+def describe(value: Any) -> str:
+    """Return a short, readable description of a value for an error message.
+
+    Arrays are described by shape and dtype rather than printed in full.
+
+    Args:
+        value: Anything a user passed in.
+
+    Returns:
+        A one-line description.
+
+    Example:
+        >>> describe(np.zeros((2, 3), dtype=np.float32))
+        'array(shape=(2, 3), dtype=float32)'
+        >>> describe(3)
+        '3'
+    """
+    if isinstance(value, np.ndarray):
+        return f"array(shape={tuple(value.shape)}, dtype={value.dtype})"
+    shape = getattr(value, "shape", None)
+    dtype = getattr(value, "dtype", None)
+    if shape is not None and dtype is not None:
+        return f"{type(value).__name__}(shape={tuple(shape)}, dtype={dtype})"
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def require_extra(module: str, extra: str) -> Any:
+    """Import an optional dependency or raise an error naming the extra to install.
+
+    Args:
+        module: Module to import, e.g. ``"torch"``.
+        extra: The replaybank extra that provides it, e.g. ``"torch"``.
+
+    Returns:
+        The imported module.
+
+    Raises:
+        MissingDependencyError: If the module is not installed.
+
+    Example:
+        >>> require_extra("json", "core").__name__
+        'json'
+    """
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise MissingDependencyError(
+            f"{module} is required for this feature but is not installed; "
+            f'run: pip install "replaybank[{extra}]"'
+        ) from exc

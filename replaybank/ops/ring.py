@@ -1,0 +1,139 @@
+"""Pure ring arithmetic for lane-major replay storage.
+
+Storage is ``[T, lanes, ...]``. Every step written to lane ``l`` gets a lane-local
+sequence number ``s = 0, 1, 2, ...`` that never repeats (not even after ``clear``); it
+lives at row ``s % T``. A lane has written ``written[l]`` steps in total and holds the
+last ``counts[l]`` of them, so its live sequence numbers are
+``[written[l] - counts[l], written[l])``.
+
+Two integer names for a stored step:
+
+* **slot** ``= row * lanes + lane``: where it lives in storage (``[0, T * lanes)``).
+* **index** (item key) ``= s * lanes + lane``: unique for the lifetime of the buffer.
+  ``batch.indices`` are keys, so a key whose step was overwritten is detectably stale.
+  Before the ring wraps, keys equal slots.
+
+Every function here is pure and vectorised over numpy arrays.
+
+Example:
+    >>> import numpy as np
+    >>> written, counts = np.array([5, 3]), np.array([4, 3])
+    >>> slots = np.array([0, 1, 2])
+    >>> keys = slot_to_key(slots, written, counts, T=4)
+    >>> keys.tolist()
+    [8, 1, 2]
+    >>> key_to_slot(keys, T=4, lanes=2).tolist()
+    [0, 1, 2]
+    >>> is_live(keys, written, counts).tolist()
+    [True, True, True]
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = [
+    "is_live",
+    "key_to_seq",
+    "key_to_slot",
+    "lane_offsets",
+    "seq_to_slot",
+    "slot_to_key",
+    "uniform_keys",
+]
+
+IntArray = npt.NDArray[np.int64]
+
+
+def key_to_seq(keys: IntArray, lanes: int) -> tuple[IntArray, IntArray]:
+    """Split item keys into (sequence number, lane)."""
+    keys = np.asarray(keys, dtype=np.int64)
+    return keys // lanes, keys % lanes
+
+
+def seq_to_slot(seq: IntArray, lane: IntArray, T: int, lanes: int) -> IntArray:  # noqa: N803
+    """Storage slot of lane-local sequence numbers ``seq`` in ``lane``."""
+    return (np.asarray(seq, np.int64) % T) * lanes + np.asarray(lane, np.int64)
+
+
+def key_to_slot(keys: IntArray, T: int, lanes: int) -> IntArray:  # noqa: N803
+    """Storage slot of item keys."""
+    seq, lane = key_to_seq(keys, lanes)
+    return seq_to_slot(seq, lane, T, lanes)
+
+
+def slot_to_key(slots: IntArray, written: IntArray, counts: IntArray, T: int) -> IntArray:  # noqa: N803
+    """Item key of the live step in each slot (slots must be live).
+
+    The live sequence numbers of lane ``l`` are ``[oldest, written)`` with
+    ``oldest = written - counts``; row ``r`` holds the unique one congruent to ``r`` mod T.
+    """
+    lanes = len(written)
+    slots = np.asarray(slots, dtype=np.int64)
+    row, lane = slots // lanes, slots % lanes
+    oldest = written[lane] - counts[lane]
+    seq = oldest + (row - oldest) % T
+    return seq * lanes + lane
+
+
+def is_live(keys: IntArray, written: IntArray, counts: IntArray) -> npt.NDArray[np.bool_]:
+    """Whether each key still names a stored (not overwritten, not cleared) step."""
+    lanes = len(written)
+    seq, lane = key_to_seq(keys, lanes)
+    ok = (lane >= 0) & (seq >= 0)
+    lane_c = np.clip(lane, 0, lanes - 1)
+    return ok & (seq < written[lane_c]) & (seq >= written[lane_c] - counts[lane_c])
+
+
+def lane_offsets(counts: IntArray) -> IntArray:
+    """Exclusive prefix sum of per-lane counts: where each lane starts in a flat order."""
+    out = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=out[1:])
+    return out
+
+
+def uniform_keys(
+    flat: IntArray, written: IntArray, counts: IntArray
+) -> IntArray:
+    """Map flat positions ``[0, counts.sum())`` to item keys, lane by lane.
+
+    Position ``p`` names the ``p``-th live step when lanes are concatenated in lane order
+    and each lane is ordered oldest to newest. Drawing ``p`` uniformly therefore draws
+    uniformly over every live step of every lane.
+
+    Args:
+        flat: Positions, ``[B]`` ints in ``[0, counts.sum())``.
+        written: Steps ever written per lane, ``[lanes]``.
+        counts: Live steps per lane, ``[lanes]``.
+
+    Returns:
+        Item keys ``[B]``.
+    """
+    lanes = len(counts)
+    flat = np.asarray(flat, dtype=np.int64)
+    if lanes == 1:
+        seq = written[0] - counts[0] + flat
+        return seq
+    if np.all(counts == counts[0]):
+        # all lanes equally full (synchronous vector envs): no search needed
+        c = int(counts[0])
+        lane = flat // c
+        seq = written[lane] - c + flat % c
+        return seq * lanes + lane
+    starts = lane_offsets(counts)
+    lane = np.searchsorted(starts, flat, side="right") - 1
+    seq = written[lane] - counts[lane] + (flat - starts[lane])
+    return seq * lanes + lane
+
+
+def as_int_array(values: Any, name: str) -> IntArray:
+    """Convert user-given indices to an int64 array (no validation of range)."""
+    arr = np.asarray(values)
+    if arr.dtype.kind not in "iu":
+        from replaybank.errors import DtypeError, describe
+
+        raise DtypeError(f"{name}={describe(values)}: expected integer indices")
+    return arr.astype(np.int64, copy=False).reshape(-1)

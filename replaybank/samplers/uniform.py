@@ -1,0 +1,87 @@
+"""Uniform sampling over every live step of every lane.
+
+Example:
+    >>> import numpy as np
+    >>> from replaybank.samplers.base import LaneView
+    >>> lv = LaneView(T=4, lanes=2, written=np.array([4, 2]), counts=np.array([4, 2]))
+    >>> keys = UniformSampler().sample(6, lv, np.random.default_rng(0)).keys
+    >>> bool(np.all((keys >= 0) & (keys < 8)))
+    True
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from replaybank.errors import ConfigError, EmptyBufferError
+from replaybank.ops import ring
+from replaybank.samplers.base import IntArray, FloatArray, LaneView, SampleResult
+
+__all__ = ["UniformSampler", "check_batch_size"]
+
+
+def check_batch_size(batch_size: Any, available: int, replace: bool) -> int:
+    """Validate ``batch_size`` against the number of sampleable items.
+
+    Raises:
+        ConfigError: Not a positive int.
+        EmptyBufferError: Nothing to sample, or too few items without replacement.
+    """
+    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) \
+            or batch_size <= 0:
+        raise ConfigError(
+            f"sample(batch_size={batch_size!r}): batch_size must be a positive int"
+        )
+    if available <= 0:
+        raise EmptyBufferError(
+            f"sample(batch_size={batch_size}): the buffer is empty; add transitions first"
+        )
+    if not replace and batch_size > available:
+        raise EmptyBufferError(
+            f"sample(batch_size={batch_size}, replace=False): buffer holds {available} "
+            "sampleable transitions; add more, lower batch_size or use replace=True"
+        )
+    return int(batch_size)
+
+
+class UniformSampler:
+    """Draws live steps uniformly, with replacement by default.
+
+    ``replace=False`` draws distinct steps (the batch must not exceed the size).
+    """
+
+    def bind(self, T: int, lanes: int) -> None:  # noqa: N803
+        return None
+
+    def on_write(self, slots: IntArray, priorities: FloatArray | None = None) -> None:
+        return None
+
+    def on_clear(self) -> None:
+        return None
+
+    def sample(
+        self,
+        batch_size: int,
+        lanes: LaneView,
+        rng: np.random.Generator,
+        replace: bool = True,
+        **kwargs: Any,
+    ) -> SampleResult:
+        size = lanes.size
+        check_batch_size(batch_size, size, replace)
+        if replace:
+            flat = rng.integers(0, size, size=batch_size, dtype=np.int64)
+        else:
+            flat = rng.choice(size, size=batch_size, replace=False).astype(np.int64)
+        return SampleResult(ring.uniform_keys(flat, lanes.written, lanes.counts))
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        return None
+
+    def config(self) -> dict[str, Any]:
+        return {"type": "uniform"}

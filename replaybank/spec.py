@@ -1,0 +1,360 @@
+"""Field specs and the array-shape conventions of replaybank.
+
+Shape conventions (written once, checked everywhere):
+
+* storage arrays are ``[T, lanes, *field_shape]`` (``T = capacity // num_envs``),
+* sampled batches are ``[B, *field_shape]``,
+* sampled sequences are ``[B, L, *field_shape]``.
+
+Nested dict values (e.g. goal-conditioned observations) are flattened to ``/``-joined
+names: ``{"obs": {"observation": x, "desired_goal": g}}`` becomes the fields
+``obs/observation`` and ``obs/desired_goal``.
+
+Dtype inference keeps numpy arrays' dtypes as they are (uint8 stays uint8). Python
+scalars and lists get the usual RL dtypes: ``float -> float32``, ``int -> int64``,
+``bool -> bool``; nothing is silently widened to float64.
+
+Example:
+    >>> import numpy as np
+    >>> spec = Spec.infer({"obs": np.zeros(3, np.float32), "reward": 1.0})
+    >>> spec["obs"]
+    FieldSpec(name='obs', shape=(3,), dtype=dtype('float32'))
+    >>> spec["reward"].dtype
+    dtype('float32')
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from replaybank.errors import DtypeError, ShapeError, SpecError, describe
+
+__all__ = ["SEP", "FieldSpec", "Spec", "as_array", "flatten", "unflatten"]
+
+SEP = "/"
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    """Per-item shape and dtype of one stored field.
+
+    Args:
+        name: Flat field name (nested names joined with ``/``).
+        shape: Shape of one item, without the time or lane dimensions.
+        dtype: Numpy dtype the field is stored with.
+
+    Example:
+        >>> FieldSpec("action", (6,), np.dtype("float32")).nbytes
+        24
+    """
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: np.dtype[Any]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shape", tuple(int(s) for s in self.shape))
+        object.__setattr__(self, "dtype", np.dtype(self.dtype))
+        if any(s < 0 for s in self.shape):
+            raise SpecError(f"FieldSpec(name={self.name!r}, shape={self.shape}): negative dim")
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of one item."""
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+    def to_json(self) -> dict[str, Any]:
+        """Return a JSON-able description ``{"shape": [...], "dtype": "float32"}``."""
+        return {"shape": list(self.shape), "dtype": self.dtype.str if self.dtype.kind == "V"
+                else self.dtype.name}
+
+    @classmethod
+    def from_json(cls, name: str, data: Mapping[str, Any]) -> FieldSpec:
+        """Inverse of :meth:`to_json`."""
+        return cls(name, tuple(data["shape"]), np.dtype(data["dtype"]))
+
+
+def flatten(values: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Flatten nested dicts to ``/``-joined keys.
+
+    Args:
+        values: A mapping whose values may be mappings themselves.
+        prefix: Prefix for every key (used in recursion).
+
+    Returns:
+        A flat dict.
+
+    Example:
+        >>> flatten({"obs": {"a": 1, "b": {"c": 2}}, "r": 3})
+        {'obs/a': 1, 'obs/b/c': 2, 'r': 3}
+    """
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        if not isinstance(key, str) or not key or SEP in key:
+            raise SpecError(
+                f"field name {key!r}: names must be non-empty strings without {SEP!r}; "
+                "rename the field"
+            )
+        name = f"{prefix}{SEP}{key}" if prefix else key
+        if isinstance(value, Mapping):
+            if not value:
+                raise SpecError(f"field {name!r}: empty dict; give at least one sub-field")
+            out.update(flatten(value, name))
+        else:
+            out[name] = value
+    return out
+
+
+def unflatten(values: Mapping[str, Any]) -> dict[str, Any]:
+    """Inverse of :func:`flatten`.
+
+    Example:
+        >>> unflatten({"obs/a": 1, "obs/b/c": 2, "r": 3})
+        {'obs': {'a': 1, 'b': {'c': 2}}, 'r': 3}
+    """
+    out: dict[str, Any] = {}
+    for name, value in values.items():
+        parts = name.split(SEP)
+        node = out
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = value
+    return out
+
+
+def _default_dtype(value: Any) -> np.dtype[Any]:
+    """Dtype for a value: arrays keep theirs, Python numbers get RL defaults."""
+    dtype = getattr(value, "dtype", None)
+    if dtype is not None and not isinstance(value, (list, tuple)):
+        try:
+            return np.dtype(dtype)
+        except TypeError:  # e.g. a torch dtype
+            return np.dtype(str(dtype).replace("torch.", ""))
+    arr = np.asarray(value)
+    if arr.dtype == np.float64:
+        return np.dtype(np.float32)
+    if arr.dtype.kind in "iu":
+        return np.dtype(np.int64)
+    return arr.dtype
+
+
+def as_array(value: Any) -> npt.NDArray[Any]:
+    """Turn an input value (array, scalar, list, torch tensor) into a numpy array.
+
+    Example:
+        >>> as_array([1.0, 2.0]).shape
+        (2,)
+    """
+    if isinstance(value, np.ndarray):
+        return value
+    if hasattr(value, "detach") and hasattr(value, "cpu"):  # torch tensor, no torch import
+        return np.asarray(value.detach().cpu().numpy())
+    return np.asarray(value)
+
+
+class Spec(Mapping[str, FieldSpec]):
+    """An ordered set of :class:`FieldSpec` keyed by flat field name.
+
+    Args:
+        fields: The field specs, in storage order.
+
+    Example:
+        >>> spec = Spec([FieldSpec("obs", (4,), np.float32)])
+        >>> list(spec), spec.nbytes_per_item
+        (['obs'], 16)
+    """
+
+    def __init__(self, fields: Any = ()) -> None:
+        self._fields: dict[str, FieldSpec] = {}
+        for f in fields:
+            if f.name in self._fields:
+                raise SpecError(f"field {f.name!r} given twice; give each field once")
+            self._fields[f.name] = f
+
+    def __getitem__(self, name: str) -> FieldSpec:
+        return self._fields[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._fields)
+
+    def __len__(self) -> int:
+        return len(self._fields)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Spec):
+            return NotImplemented
+        return list(self._fields.values()) == list(other._fields.values())
+
+    def __hash__(self) -> int:
+        return hash(tuple(self._fields.values()))
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{n}: {f.dtype.name}{list(f.shape)}" for n, f in self._fields.items())
+        return f"Spec({inner})"
+
+    @property
+    def nbytes_per_item(self) -> int:
+        """Bytes of one item of every field together."""
+        return sum(f.nbytes for f in self._fields.values())
+
+    def with_fields(self, extra: Any) -> Spec:
+        """Return a new spec with ``extra`` field specs appended."""
+        return Spec([*self._fields.values(), *extra])
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-able form: ``{name: {"shape": [...], "dtype": ...}}`` in order."""
+        return {n: f.to_json() for n, f in self._fields.items()}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Spec:
+        """Inverse of :meth:`to_json`."""
+        return cls(FieldSpec.from_json(n, d) for n, d in data.items())
+
+    @classmethod
+    def coerce(cls, spec: Any) -> Spec:
+        """Build a spec from a Spec, ``{name: (shape, dtype)}`` or ``{name: {"shape", "dtype"}}``.
+
+        Nested dicts of such entries are flattened.
+
+        Example:
+            >>> Spec.coerce({"obs": ((3,), "uint8")})["obs"].dtype
+            dtype('uint8')
+        """
+        if isinstance(spec, Spec):
+            return spec
+        if not isinstance(spec, Mapping):
+            raise SpecError(
+                f"spec={describe(spec)}: expected a Spec or a dict "
+                "{name: (shape, dtype)}; build one with replaybank.Spec"
+            )
+        fields = []
+        for name, entry in _flatten_spec(spec).items():
+            if isinstance(entry, FieldSpec):
+                fields.append(FieldSpec(name, entry.shape, entry.dtype))
+            elif isinstance(entry, Mapping):
+                fields.append(FieldSpec(name, tuple(entry["shape"]), np.dtype(entry["dtype"])))
+            elif isinstance(entry, (tuple, list)) and len(entry) == 2:
+                fields.append(FieldSpec(name, tuple(entry[0]), np.dtype(entry[1])))
+            else:
+                raise SpecError(
+                    f"spec[{name!r}]={describe(entry)}: expected (shape, dtype) or "
+                    '{"shape": ..., "dtype": ...}'
+                )
+        return cls(fields)
+
+    @classmethod
+    def infer(cls, values: Mapping[str, Any], leading: tuple[int, ...] = ()) -> Spec:
+        """Infer a spec from (flat or nested) example values.
+
+        Args:
+            values: Example values of one add.
+            leading: Leading dims to strip from every value (e.g. ``(num_envs,)``).
+
+        Returns:
+            The inferred spec.
+
+        Raises:
+            ShapeError: If a value lacks the leading dims.
+        """
+        fields = []
+        for name, value in flatten(values).items():
+            arr = as_array(value)
+            if arr.shape[: len(leading)] != leading:
+                raise ShapeError(
+                    f"{name}: shape {arr.shape} does not start with the leading dims {leading}; "
+                    f"pass values shaped {leading} + item shape"
+                )
+            fields.append(FieldSpec(name, arr.shape[len(leading):], _default_dtype(value)))
+        return cls(fields)
+
+
+def _flatten_spec(spec: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, entry in spec.items():
+        name = f"{prefix}{SEP}{key}" if prefix else str(key)
+        is_leaf = isinstance(entry, (FieldSpec, tuple, list)) or (
+            isinstance(entry, Mapping) and "shape" in entry and "dtype" in entry
+        )
+        if is_leaf:
+            out[name] = entry
+        elif isinstance(entry, Mapping):
+            out.update(_flatten_spec(entry, name))
+        else:
+            raise SpecError(f"spec[{name!r}]={describe(entry)}: expected (shape, dtype)")
+    return out
+
+
+def cast_field(
+    arg: str, value: Any, field: FieldSpec, leading: tuple[int, ...]
+) -> npt.NDArray[Any]:
+    """Validate one input value against its field and cast it to the field dtype.
+
+    Args:
+        arg: Name of the argument, for the error message (e.g. ``"obs/observation"``).
+        value: The user's value.
+        field: The field spec.
+        leading: The expected leading dims, e.g. ``()``, ``(num_envs,)`` or ``(T, num_envs)``.
+
+    Returns:
+        An array of shape ``leading + field.shape`` and dtype ``field.dtype``
+        (no copy when the input already matches).
+
+    Raises:
+        ShapeError: Wrong shape.
+        DtypeError: The value cannot be cast safely (same kind) to the dtype, or an
+            integer field got a non-integral, NaN or out-of-range value.
+
+    Example:
+        >>> f = FieldSpec("action", (), np.int64)
+        >>> cast_field("action", 2.0, f, ()).dtype
+        dtype('int64')
+        >>> cast_field("action", 2.5, f, ())
+        Traceback (most recent call last):
+        ...
+        replaybank.errors.DtypeError: action=2.5: field 'action' is int64 ...
+    """
+    arr = as_array(value)
+    expected = leading + field.shape
+    if arr.shape != expected:
+        raise ShapeError(
+            f"{arg}={describe(value)}: expected shape {expected} "
+            f"(leading dims {leading} + field shape {field.shape}); "
+            "reshape the value or check num_envs / the number of steps"
+        )
+    if arr.dtype == field.dtype:
+        return arr
+    src, dst = arr.dtype, field.dtype
+    if dst.kind in "iub" and src.kind in "fc" or dst.kind in "iu" and src.kind == "b":
+        # integral floats are accepted for integer/bool fields; check exactly
+        if src.kind == "c" or not np.all(np.isfinite(arr)) or not np.all(arr == np.round(arr)):
+            raise DtypeError(
+                f"{arg}={describe(value) if arr.size > 4 else arr.tolist()}: field {field.name!r} "
+                f"is {dst.name} and needs finite integral values (found NaN, inf or a "
+                "fraction); round or fix the value, or declare the field as float"
+            )
+    elif dst.kind == "b" and src.kind in "iu":
+        pass
+    elif not np.can_cast(src, dst, casting="same_kind"):
+        raise DtypeError(
+            f"{arg}={describe(value)}: cannot cast {src.name} to field {field.name!r} of dtype "
+            f"{dst.name} safely (same kind); convert the value or declare the field's dtype"
+        )
+    if dst.kind == "b":
+        if not np.all((arr == 0) | (arr == 1)):
+            raise DtypeError(
+                f"{arg}={describe(value)}: field {field.name!r} is bool and only accepts "
+                "0/1 or True/False values"
+            )
+    elif dst.kind in "iu" and src.kind in "iuf":
+        info = np.iinfo(dst)
+        if arr.size and (arr.min() < info.min or arr.max() > info.max):
+            raise DtypeError(
+                f"{arg}={describe(value)}: values outside the range [{info.min}, {info.max}] "
+                f"of field {field.name!r} ({dst.name}); clip the value or widen the dtype"
+            )
+    return arr.astype(dst, copy=False)

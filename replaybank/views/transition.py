@@ -1,0 +1,65 @@
+"""What an item key becomes: the one-step transition view.
+
+A view turns sampled item keys into batch fields. The transition view returns every
+stored field of the step plus ``next_obs`` (exactly what the caller passed, from the
+next step's observation or the kept final observation).
+
+Example:
+    >>> TransitionView().config()
+    {'type': 'transition'}
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+
+from replaybank.storage.table import StepTable
+
+__all__ = ["TransitionView", "View", "next_name"]
+
+IntArray = npt.NDArray[np.int64]
+
+
+def next_name(obs_field: str) -> str:
+    """``obs`` -> ``next_obs``; ``obs/goal`` -> ``next_obs/goal``."""
+    return "next_" + obs_field
+
+
+@runtime_checkable
+class View(Protocol):
+    """Turns item keys into batch fields."""
+
+    def gather(self, table: StepTable, keys: IntArray) -> dict[str, Any]:
+        """Fields of the items ``keys`` (flat names, ``[B, *shape]``)."""
+        ...
+
+    def valid(self, table: StepTable, keys: IntArray) -> npt.NDArray[np.bool_] | None:
+        """Which keys this view can serve (None: all of them)."""
+        ...
+
+    def config(self) -> dict[str, Any]:
+        """JSON-able constructor arguments with ``"type"``."""
+        ...
+
+
+class TransitionView:
+    """One-step transitions: stored fields plus exact ``next_obs``."""
+
+    def gather(self, table: StepTable, keys: IntArray) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        rows_lanes = table.rows_lanes(keys)
+        be = table.backend
+        for name, arr in table.arrays.items():
+            out[name] = be.gather(arr, rows_lanes)
+        for name in table.obs_fields:
+            out[next_name(name)] = table.gather_next(name, keys)
+        return out
+
+    def valid(self, table: StepTable, keys: IntArray) -> npt.NDArray[np.bool_] | None:
+        return None
+
+    def config(self) -> dict[str, Any]:
+        return {"type": "transition"}
