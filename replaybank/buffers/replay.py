@@ -33,7 +33,7 @@ from replaybank.storage import make_backend
 from replaybank.storage.backend import ArrayBackend
 from replaybank.storage.table import StepTable
 from replaybank.views import make_view
-from replaybank.views.transition import View
+from replaybank.views.transition import InputTransform, View
 
 __all__ = ["ReplayBuffer", "make_rng", "positive_int"]
 
@@ -221,6 +221,8 @@ class ReplayBuffer:
         call = "extend" if steps else "add"
         lane_ids = self._lane_ids(env_ids)
         m = len(lane_ids)
+        if isinstance(self.view, InputTransform):
+            fields = self.view.prepare_inputs(fields, steps, m)
         if self._table is None:
             lead0 = self._first_leading(fields, steps, m, call)
             from replaybank.buffers.inputs import split_next

@@ -10,7 +10,7 @@ Example:
     >>> be = NumpyBackend()
     >>> a = be.allocate("obs", (4, 1, 3), np.dtype("float32"))
     >>> be.write(a, (np.array([0]), np.array([0])), np.ones((1, 3), np.float32))
-    >>> be.gather(a, (np.array([0, 1]), np.array([0, 0]))).sum()
+    >>> float(be.gather(a, (np.array([0, 1]), np.array([0, 0]))).sum())
     3.0
 """
 

@@ -18,7 +18,7 @@ import numpy.typing as npt
 
 from replaybank.storage.table import StepTable
 
-__all__ = ["TransitionView", "View", "next_name"]
+__all__ = ["InputTransform", "TransitionView", "View", "next_name"]
 
 IntArray = npt.NDArray[np.int64]
 
@@ -42,6 +42,15 @@ class View(Protocol):
 
     def config(self) -> dict[str, Any]:
         """JSON-able constructor arguments with ``"type"``."""
+        ...
+
+
+@runtime_checkable
+class InputTransform(Protocol):
+    """A view that also reshapes what users add (e.g. keeps the newest frame of a stack)."""
+
+    def prepare_inputs(self, fields: dict[str, Any], steps: bool, lanes: int) -> dict[str, Any]:
+        """Return the fields to store for one ``add`` (``steps=False``) or ``extend``."""
         ...
 
 
