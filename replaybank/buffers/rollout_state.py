@@ -1,0 +1,115 @@
+"""Checkpoint packing of the rollout buffer: its arrays to a flat dict and back, checked.
+
+Example:
+    >>> import numpy as np
+    >>> from replaybank.buffers.rollout import RolloutBuffer
+    >>> buf = RolloutBuffer(2, num_envs=1)
+    >>> buf.add(np.zeros(2), 0, 1.0, False, False, 0.0, 0.0)
+    >>> parsed = unpack_state(buf.state_dict(), 2, 1, None, np.random.PCG64)
+    >>> parsed.pos, sorted(parsed.fields)[:2]
+    (1, ['action', 'log_prob'])
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from replaybank.buffers.rollout_inputs import FinalObsStore
+from replaybank.errors import CheckpointError
+from replaybank.spec import Spec
+
+__all__ = ["ParsedState", "pack_arrays", "unpack_state"]
+
+AnyArray = npt.NDArray[Any]
+_FOBS = "final_obs/"
+
+
+def pack_arrays(data: dict[str, AnyArray], final_value: AnyArray, first_done: AnyArray,
+                fobs: FinalObsStore | None, adv: AnyArray | None,
+                ret: AnyArray | None) -> dict[str, AnyArray]:
+    """Flat ``{name: array}`` of a rollout's contents (views, not copies).
+
+    Keys: ``fields/<name>`` ``[T, E, *shape]``, ``final_value`` ``[T, E]`` (NaN where
+    none), ``first_done`` ``[E]``, ``final_obs/index`` ``[k]`` and ``final_obs/<obs field>``
+    ``[k, *shape]``, and ``advantages``/``returns`` ``[pos, E]`` once computed.
+    """
+    arrays: dict[str, AnyArray] = {f"fields/{n}": a for n, a in data.items()}
+    arrays["final_value"] = final_value
+    arrays["first_done"] = first_done
+    store = fobs.state() if fobs is not None else {"index": np.zeros(0, np.int64)}
+    arrays.update({f"{_FOBS}{k}": v for k, v in store.items()})
+    if adv is not None and ret is not None:
+        arrays["advantages"], arrays["returns"] = adv, ret
+    return arrays
+
+
+@dataclass
+class ParsedState:
+    """A validated rollout checkpoint (fresh copies, ready to install)."""
+
+    spec: Spec | None
+    fields: dict[str, AnyArray]
+    pos: int
+    final_value: AnyArray
+    first_done: AnyArray
+    fobs: FinalObsStore | None
+    adv: AnyArray | None
+    ret: AnyArray | None
+
+
+def unpack_state(state: dict[str, Any], num_steps: int, num_envs: int,
+                 current_spec: Spec | None, bit_generator: type[Any]) -> ParsedState:
+    """Validate a rollout ``state_dict`` against the buffer's sizes and spec.
+
+    Args:
+        state: The state dict.
+        num_steps: The buffer's ``num_steps``.
+        num_envs: The buffer's ``num_envs``.
+        current_spec: The buffer's spec (None if not yet known).
+        bit_generator: The bit generator class of the buffer's rng (its state is probed).
+
+    Returns:
+        The parsed contents.
+
+    Raises:
+        CheckpointError: Sizes or spec differ, or arrays are missing or misshaped.
+    """
+    meta, arrays = state["metadata"], state["arrays"]
+    for key, mine in (("num_steps", num_steps), ("num_envs", num_envs)):
+        if meta.get(key) != mine:
+            raise CheckpointError(
+                f"load_state_dict: state has {key}={meta.get(key)!r} but this buffer has "
+                f"{key}={mine}; build the buffer with the saved {key}"
+            )
+    spec = None if meta.get("spec") is None else Spec.from_json(meta["spec"])
+    if current_spec is not None and spec is not None and spec != current_spec:
+        raise CheckpointError(
+            f"load_state_dict: state spec {spec} differs from the buffer's {current_spec}"
+        )
+    pos = int(meta["pos"])
+    if not 0 <= pos <= num_steps:
+        raise CheckpointError(f"load_state_dict: pos={pos} outside [0, {num_steps}]")
+    try:
+        fields = {n: np.array(arrays[f"fields/{n}"], dtype=f.dtype)
+                  for n, f in (spec or Spec()).items()}
+        for n, f in (spec or Spec()).items():
+            if fields[n].shape != (num_steps, num_envs, *f.shape):
+                raise ValueError(f"fields/{n} has shape {fields[n].shape}")
+        fv = np.array(arrays["final_value"], dtype=np.float64).reshape(num_steps, num_envs)
+        first = np.array(arrays["first_done"], dtype=bool).reshape(num_envs)
+        bit_generator().state = state["rng"]  # probe: a bad rng state fails here
+        fobs = None if spec is None else FinalObsStore(spec)
+        if fobs is not None:
+            fobs.load({k[len(_FOBS):]: v for k, v in arrays.items() if k.startswith(_FOBS)})
+        adv = None if arrays.get("advantages") is None else np.array(arrays["advantages"])
+        ret = None if arrays.get("returns") is None else np.array(arrays["returns"])
+        for name, arr in (("advantages", adv), ("returns", ret)):
+            if arr is not None and arr.shape != (pos, num_envs):
+                raise ValueError(f"{name} has shape {arr.shape}, expected {(pos, num_envs)}")
+    except (KeyError, ValueError, TypeError) as exc:
+        raise CheckpointError(f"load_state_dict: missing or misshaped array ({exc})") from exc
+    return ParsedState(spec, fields, pos, fv, first, fobs, adv, ret)
