@@ -1,0 +1,256 @@
+"""Configs: parity with every constructor, files, registries and error messages."""
+
+from __future__ import annotations
+
+import inspect
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import replaybank as rb
+from replaybank import config as cfgmod
+from replaybank.errors import ConfigError
+from tests.roundtrip import add_random, assert_same
+
+
+def _own_params(cls: type) -> tuple[set[str], bool]:
+    sig = inspect.signature(cls.__init__)
+    names = {n for n, p in sig.parameters.items()
+             if n != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+    return names, any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values())
+
+
+def test_every_constructor_argument_has_a_config_field() -> None:
+    assert {"ReplayBuffer", "PrioritizedReplayBuffer", "SequenceReplayBuffer",
+            "RolloutBuffer", "PathBuffer"} <= set(cfgmod.buffer_types())
+    for name in cfgmod.buffer_types():
+        entry = cfgmod._BUFFERS[name]
+        cls = entry.resolve()
+        want, more = _own_params(cls)
+        if more:  # **kwargs reach the wrapped/base ReplayBuffer: those are reachable too
+            target = cfgmod._Entry(entry.kwargs_to).resolve() if entry.kwargs_to else \
+                cls.__mro__[1]
+            base, _ = _own_params(target)
+            want |= base - set(entry.exclude)
+        fields = set(cfgmod.config_model(name).model_fields)
+        assert want <= fields, f"{name}: no config field for {sorted(want - fields)}"
+        assert fields - want == {"type"}, f"{name}: config fields {fields - want} unused"
+
+
+def _subset(want: Any, got: Any) -> bool:
+    if isinstance(want, dict):
+        return isinstance(got, dict) and all(k in got and _subset(v, got[k])
+                                             for k, v in want.items())
+    return bool(want == got)
+
+
+def test_every_public_buffer_type_is_registered() -> None:
+    public = {n for n in rb.__all__ if n.endswith("Buffer") and isinstance(getattr(rb, n), type)}
+    assert public and public <= set(cfgmod.buffer_types()), public - set(cfgmod.buffer_types())
+
+
+# non-default values of every argument (per type) -> config -> rebuild -> same config
+NON_DEFAULT: dict[str, dict[str, Any]] = {
+    "ReplayBuffer": dict(capacity=12, num_envs=3, spec={"obs": ((2,), "float16"),
+                                                        "action": ((), "int32")},
+                         n_step=3, gamma=0.5, frame_stack=2,
+                         sampler={"type": "recent", "eta": 0.9, "c_min": 3,
+                                  "prioritized": {"type": "prioritized", "alpha": 0.3}}),
+    "PrioritizedReplayBuffer": dict(capacity=8, alpha=0.3, beta=0.2, eps=0.01,
+                                    weight_norm="batch", num_envs=2, beta_schedule="linear",
+                                    beta_steps=50, n_step=2, gamma=0.8),
+    "SequenceReplayBuffer": dict(capacity=20, num_envs=2, sequence_length=5,
+                                 episode_boundary="cross", strict=False, burn_in=2,
+                                 state_fields=["h"], lane_split="random"),
+    "RolloutBuffer": dict(num_steps=6, num_envs=3, gamma=0.9, gae_lambda=0.7,
+                          normalize_advantage="minibatch", advantage_eps=0.5, seed=4,
+                          backend="numpy"),
+    "PathBuffer": dict(size=9, gamma=0.5, lam=0.4, eps=0.1, backend="numpy"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(NON_DEFAULT))
+def test_config_round_trip_keeps_every_argument(name: str) -> None:
+    cfg = cfgmod.validate_config({"type": name, **NON_DEFAULT[name]})
+    buf = rb.from_config(cfg)
+    assert type(buf).__name__ == name
+    got = cfgmod.buffer_config(buf)
+    expected = cfg.model_dump()
+    if name in ("ReplayBuffer", "SequenceReplayBuffer"):
+        # a lane_split/sampler given by name is reported as the sampler it built
+        expected["lane_split"], got_dump = None, got.model_dump()
+        if name == "SequenceReplayBuffer":
+            expected["sampler"] = {"type": "lane_split"}
+    else:
+        got_dump = got.model_dump()
+    for key, value in NON_DEFAULT[name].items():
+        if key in ("spec", "lane_split", "sampler"):
+            continue
+        assert got_dump[key] == (list(value) if isinstance(value, tuple) else value), key
+    for key in expected:
+        if key == "sampler" and expected[key] is not None:
+            assert _subset(expected[key], got_dump[key]), (expected[key], got_dump[key])
+        elif key != "spec":
+            assert got_dump[key] == expected[key], key
+    again = rb.from_config(got)
+    assert cfgmod.buffer_config(again).model_dump() == got_dump
+
+
+def test_from_config_of_config_is_equivalent_empty_buffer() -> None:
+    buf = rb.ReplayBuffer(20, num_envs=2, n_step=2, gamma=0.9, seed=3)
+    add_random(buf, np.random.default_rng(0), 15)
+    twin = rb.from_config(buf.config())
+    assert len(twin) == 0 and twin.spec == buf.spec and twin.capacity == 20
+    assert twin.view.config() == buf.view.config()
+    ref = rb.ReplayBuffer(20, num_envs=2, n_step=2, gamma=0.9, spec=buf.spec)  # by hand
+    for b in (ref, twin):
+        b.rng.bit_generator.state = np.random.default_rng(9).bit_generator.state
+        add_random(b, np.random.default_rng(1), 12)
+    assert_same(ref.sample(8), twin.sample(8))
+
+
+def test_buffer_config_is_a_validated_model() -> None:
+    cfg = rb.ReplayBuffer(8).config()
+    assert isinstance(cfg, rb.BufferConfig) and isinstance(cfg, rb.ReplayBufferConfig)
+    assert cfg.type == "ReplayBuffer" and cfg.spec is None and cfg.view is None
+    json.dumps(cfg.model_dump(mode="json"))
+    with pytest.raises(ConfigError, match="Wrong"):
+        rb.from_config(cfg.model_copy(update={"type": "Wrong"}))
+
+
+def test_files_yaml_and_json(tmp_path: Path) -> None:
+    yml = tmp_path / "buf.yaml"
+    yml.write_text("buffer:\n  type: PrioritizedReplayBuffer\n  capacity: 64\n  alpha: 0.5\n"
+                   "  num_envs: 2\n  spec:\n    obs: {shape: [4], dtype: uint8}\n"
+                   "    action: {shape: [], dtype: int64}\n")
+    buf = rb.from_config(yml)
+    assert isinstance(buf, rb.PrioritizedReplayBuffer) and buf.sampler.alpha == 0.5
+    assert buf.spec["obs"].dtype == np.uint8
+    js = tmp_path / "buf.json"
+    js.write_text(json.dumps(buf.config().model_dump(mode="json")))
+    again = rb.from_config(str(js), capacity=32)
+    assert again.capacity == 32 and again.config().alpha == 0.5
+    assert rb.from_config(js).config() == buf.config()
+
+
+@pytest.mark.parametrize("bad,match", [
+    ({"capacity": 0}, "capacity=0: must be a positive int"),
+    ({"capacity": -5}, "capacity=-5: must be a positive int"),
+    ({"capacity": 2.5}, "capacity=2.5: must be a positive int"),
+    ({"capacity": True}, "capacity=True: must be a positive int"),
+    ({"capacity": "100"}, "capacity='100': must be a positive int"),
+    ({}, "missing required key 'capacity'"),
+    ({"capacity": 8, "num_envs": 0}, "num_envs=0: must be a positive int"),
+    ({"capacity": 8, "gamma": 1.5}, r"gamma=1.5: must be a float in \[0, 1\]"),
+    ({"capacity": 8, "capcity": 3}, r"unknown key 'capcity' \(value 3\); allowed keys: \["),
+    ({"type": "Replay", "capacity": 8},
+     r"type='Replay': unknown buffer type; known types: \[.*'ReplayBuffer'"),
+    ({"capacity": 8, "sampler": {"type": "fifo"}},
+     r"sampler.type='fifo': unknown sampler type; known types: \[.*'uniform'"),
+    ({"capacity": 8, "sampler": {"type": "prioritized", "alfa": 1}},
+     r"unknown sampler argument\(s\) \['alfa'\] for 'prioritized'; allowed: \['alpha'"),
+    ({"capacity": 8, "sampler": {"type": "recent", "prioritized": {"type": "nope"}}},
+     "sampler.prioritized.type='nope': unknown sampler type"),
+    ({"capacity": 8, "view": {"type": "hindsight"}}, "view.type='hindsight': unknown view"),
+    ({"capacity": 8, "storage": "disk"}, r"storage='disk': unknown storage; choose one of"),
+    ({"capacity": 8, "storage": "memmap"}, 'storage="memmap" needs path'),
+    ({"capacity": 8, "spec": {"obs": [[3], "flot32"]}}, "spec=.*not a valid spec"),
+    ({"capacity": 8, "seed": -1}, "seed=-1: must be a non-negative int"),
+    ({"type": "PrioritizedReplayBuffer", "capacity": 8, "sampler": {"type": "uniform"}},
+     "unknown key 'sampler'"),
+    (["capacity", 8], "expected a mapping"),
+    ("no_such_file.yaml", "config file no_such_file.yaml does not exist"),
+])
+def test_error_messages(bad: Any, match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        rb.from_config(bad)
+
+
+def test_constructor_errors_pass_through() -> None:
+    with pytest.raises(rb.CapacityError, match="does not divide by num_envs=4"):
+        rb.from_config({"capacity": 10, "num_envs": 4})
+
+
+def test_file_errors(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="does not exist"):
+        rb.from_config(tmp_path / "missing.yaml")
+    (tmp_path / "c.toml").write_text("x")
+    with pytest.raises(ConfigError, match=r"unknown suffix '\.toml'"):
+        rb.from_config(tmp_path / "c.toml")
+    (tmp_path / "c.yaml").write_text("capacity: [unclosed")
+    with pytest.raises(ConfigError, match="cannot parse"):
+        rb.from_config(tmp_path / "c.yaml")
+    (tmp_path / "l.json").write_text("[1, 2]")
+    with pytest.raises(ConfigError, match="expected a mapping"):
+        rb.from_config(tmp_path / "l.json")
+
+
+class TaggedBuffer(rb.ReplayBuffer):
+    """A user's buffer type with one extra argument."""
+
+    def __init__(self, capacity: int, tag: str = "x", **kwargs: Any) -> None:
+        self.tag = tag
+        super().__init__(capacity, **kwargs)
+
+
+class EveryOther:
+    """A user's sampler: the newest steps of lane 0 only (for the registry test)."""
+
+    def __init__(self, stride: int = 2) -> None:
+        self.stride = stride
+
+    def bind(self, T: int, lanes: int) -> None:  # noqa: N803
+        return None
+
+    def on_write(self, slots: Any, priorities: Any = None) -> None:
+        return None
+
+    def on_clear(self) -> None:
+        return None
+
+    def sample(self, batch_size: int, lanes: Any, rng: Any, **kw: Any) -> Any:
+        return rb.UniformSampler().sample(batch_size, lanes, rng, **kw)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        return None
+
+    def config(self) -> dict[str, Any]:
+        return {"type": "every_other", "stride": self.stride}
+
+
+def test_registering_new_types(tmp_path: Path) -> None:
+    buf = TaggedBuffer(8, tag="hello", sampler=EveryOther(3))
+    with pytest.raises(ConfigError, match="not a registered buffer type"):
+        buf.config()
+    rb.register_buffer("TaggedBuffer", TaggedBuffer)
+    with pytest.raises(ConfigError, match="unknown sampler type"):
+        buf.config()
+    rb.register_sampler("every_other", EveryOther)
+    try:
+        cfg = buf.config()
+        assert cfg.tag == "hello" and cfg.sampler.model_dump() == {"type": "every_other",
+                                                                   "stride": 3}
+        again = rb.from_config(cfg.model_dump())
+        assert isinstance(again, TaggedBuffer) and again.sampler.stride == 3
+        add_random(buf, np.random.default_rng(0), 5)
+        buf.save(tmp_path)
+        assert rb.load(tmp_path).tag == "hello"
+    finally:
+        cfgmod._BUFFERS.pop("TaggedBuffer")
+        cfgmod._SAMPLERS.pop("every_other")
+        cfgmod.config_model.cache_clear()
+
+
+def test_view_configs_rebuild() -> None:
+    view = rb.FrameStackView(3, inner=rb.NStepView(2, 0.5))
+    buf = rb.ReplayBuffer(16, view=view)
+    cfg = buf.config()
+    assert cfg.view is not None and cfg.view.type == "framestack"
+    again = rb.from_config(cfg)
+    assert again.view.config() == view.config()

@@ -1,0 +1,201 @@
+"""Disk-backed (memmap) storage: same behaviour as numpy, reopen, SIGKILL safety."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import replaybank as rb
+from replaybank.errors import CheckpointError, ConfigError
+from replaybank.storage.backend import available_memory
+from replaybank.storage.memmap import MANIFEST, MemmapBackend
+from tests.roundtrip import add_random, assert_roundtrip, assert_same, assert_same_state
+
+STORAGE_KEYS = ("init.storage", "init.path", "metadata.storage")
+
+
+def test_memmap_matches_numpy(tmp_path: Path) -> None:
+    a = rb.ReplayBuffer(40, num_envs=2, seed=0)
+    b = rb.ReplayBuffer(40, num_envs=2, seed=0, storage="memmap", path=tmp_path / "m")
+    assert isinstance(b.backend, MemmapBackend)
+    for buf in (a, b):
+        add_random(buf, np.random.default_rng(1), 70)
+    assert_same_state(a, b, STORAGE_KEYS)
+    for _ in range(3):
+        assert_same(a.sample(16), b.sample(16))
+    assert isinstance(b.table.arrays["obs"].base, np.memmap)
+    files = {p.name for p in (tmp_path / "m").iterdir()}
+    assert {MANIFEST, "obs.bin", "side%2Fobs.bin", "meta%2Flink.bin"} <= files
+
+
+def test_reopen_continues_where_it_stopped(tmp_path: Path) -> None:
+    ref = rb.ReplayBuffer(30, num_envs=3, seed=0)
+    buf = rb.ReplayBuffer(30, num_envs=3, seed=0, storage="memmap", path=tmp_path)
+    for b in (ref, buf):
+        add_random(b, np.random.default_rng(2), 25)
+    buf.backend.flush()
+    del buf
+    again = rb.ReplayBuffer.open(tmp_path)
+    assert len(again) == len(ref) and again.spec == ref.spec
+    assert_same_state(ref, again, (*STORAGE_KEYS, "rng", "table.free_slots"))
+    for b in (ref, again):  # later adds (continuing episodes, evictions) agree exactly
+        add_random(b, np.random.default_rng(3), 20)
+    assert_same_state(ref, again, (*STORAGE_KEYS, "rng", "table.free_slots",
+                                   "table.meta/link", "table.side/obs"))
+    keys = np.concatenate([np.arange(ref.table.written[i] - ref.table.counts[i],
+                                     ref.table.written[i]) * 3 + i for i in range(3)])
+    for name in ("obs", "action", "reward"):
+        assert_same(ref.table.gather(name, keys), again.table.gather(name, keys))
+    assert_same(ref.table.gather_next("obs", keys), again.table.gather_next("obs", keys))
+
+
+def test_reopen_with_prioritized_sampler_and_nested_obs(tmp_path: Path) -> None:
+    buf = rb.PrioritizedReplayBuffer(16, num_envs=2, seed=0, storage="memmap", path=tmp_path)
+    rng = np.random.default_rng(0)
+    for t in range(10):
+        buf.add(obs={"a": rng.standard_normal((2, 2)), "b": np.full((2, 1), t, np.uint8)},
+                action=np.array([t, -t]), reward=np.ones(2),
+                next_obs={"a": rng.standard_normal((2, 2)), "b": np.full((2, 1), t + 1,
+                                                                          np.uint8)},
+                terminated=np.array([t % 4 == 3, False]), truncated=np.zeros(2, bool))
+    del buf
+    again = rb.ReplayBuffer.open(tmp_path)
+    assert type(again) is rb.PrioritizedReplayBuffer and len(again) == 16
+    batch = again.sample(32)
+    assert np.allclose(batch.weights, 1.0)  # every live step got the same (max) priority
+    assert batch["obs"]["b"].shape == (32, 1)
+    again.update_priorities(batch.indices, np.arange(32) / 7.0)
+
+
+def test_path_rules(tmp_path: Path) -> None:
+    rb.ReplayBuffer(8, storage="memmap", path=tmp_path, spec={"obs": ((2,), "float32"),
+                                                              "action": ((), "int64")})
+    with pytest.raises(ConfigError, match="already holds a replaybank memmap buffer"):
+        rb.ReplayBuffer(8, storage="memmap", path=tmp_path)
+    with pytest.raises(ConfigError, match="needs path"):
+        rb.ReplayBuffer(8, storage="memmap")
+    fresh = rb.ReplayBuffer(8, storage=MemmapBackend(tmp_path, overwrite=True))
+    assert len(fresh) == 0
+    with pytest.raises(CheckpointError, match="no memmap buffer"):
+        rb.ReplayBuffer.open(tmp_path / "nothing")
+    empty = tmp_path / "e"
+    rb.ReplayBuffer(8, storage="memmap", path=empty)  # nothing added: nothing to rebuild
+    with pytest.raises(CheckpointError, match="no recorded config"):
+        rb.ReplayBuffer.open(empty)
+
+
+def test_checkpoint_of_memmap_buffer(tmp_path: Path) -> None:
+    buf = rb.ReplayBuffer(24, num_envs=2, seed=0, storage="memmap", path=tmp_path / "live")
+    add_random(buf, np.random.default_rng(0), 30)
+    loaded = assert_roundtrip(buf, tmp_path / "ckpt", storage="numpy", ignore=STORAGE_KEYS)
+    assert loaded.backend.name == "numpy"
+    moved = rb.load(tmp_path / "ckpt", path=str(tmp_path / "copy"))
+    assert moved.backend.name == "memmap"
+    assert_same_state(moved, rb.load(tmp_path / "ckpt", storage="numpy"), STORAGE_KEYS)
+    with pytest.raises(CheckpointError, match="already holds"):
+        rb.load(tmp_path / "ckpt")  # the live buffer's directory is not overwritten
+
+
+def test_capacity_larger_than_ram(tmp_path: Path) -> None:
+    avail = available_memory()
+    if avail is None:
+        pytest.skip("available memory unknown")
+    obs = 16384  # float32 values per step: 64 KiB
+    cap = int(avail * 1.5) // (obs * 4) + 1
+    buf = rb.ReplayBuffer(cap, storage="memmap", path=tmp_path, seed=0)
+    for t in range(3):
+        buf.add(obs=np.full(obs, t, np.float32), action=t, reward=1.0,
+                next_obs=np.full(obs, t + 1, np.float32), terminated=False, truncated=False)
+    assert buf.nbytes() > avail
+    assert float(buf.sample(4).next_obs.mean()) >= 1.0
+    del buf
+    assert len(rb.ReplayBuffer.open(tmp_path)) == 3
+
+
+# ---------------------------------------------------------------------- SIGKILL
+CHILD = textwrap.dedent("""
+    import sys
+    import numpy as np
+    import replaybank as rb
+
+    path, lanes = sys.argv[1], int(sys.argv[2])
+    try:
+        buf = rb.ReplayBuffer.open(path)
+    except rb.CheckpointError:
+        buf = rb.ReplayBuffer(capacity=30 * lanes, num_envs=lanes, storage="memmap",
+                              path=path, seed=0)
+    t = 0 if len(buf) == 0 else int(buf.table.written[0])
+    print("start", t, flush=True)
+    ids = np.arange(lanes)
+    while True:
+        term = (ids == 0) & (t % 7 == 6)
+        trunc = (ids == 1) & (t % 5 == 4)
+        obs = np.stack([ids, np.full(lanes, t)], axis=1).astype(np.float32)
+        nxt = obs.copy()
+        nxt[:, 1] = t + 1
+        nxt[term | trunc, 1] = -(t + 1)  # true final observation, unlike the reset obs
+        one = (lambda a: a[0]) if lanes == 1 else (lambda a: a)
+        buf.add(obs=one(obs), action=one(np.full(lanes, t)), reward=one(obs[:, 1]),
+                next_obs=one(nxt), terminated=one(term), truncated=one(trunc),
+                pad=one(np.full((lanes, 4096), t, np.float32)))
+        print(t, flush=True)
+        t += 1
+""")
+
+
+def check_consistent(buf: Any) -> int:
+    """Every live step holds exactly what the child added for it."""
+    t = buf.table
+    assert np.all(t.written == t.written[0])
+    n = int(t.written[0])
+    for lane in range(t.lanes):
+        # killed after an eviction left counts and before the add finished: one step less
+        assert min(n, t.T) - 1 <= t.counts[lane] <= min(n, t.T)
+        seq = np.arange(n - t.counts[lane], n)
+        keys = seq * t.lanes + lane
+        obs = t.gather("obs", keys)
+        assert np.array_equal(obs[:, 0], np.full(len(seq), lane))
+        assert np.array_equal(obs[:, 1], seq)
+        assert np.array_equal(t.gather("pad", keys)[:, ::1000], np.repeat(
+            seq[:, None], 5, axis=1).astype(np.float32))
+        end = (seq % 7 == 6) if lane == 0 else (seq % 5 == 4)
+        nxt = t.gather_next("obs", keys)
+        assert np.array_equal(nxt[:, 1], np.where(end, -(seq + 1), seq + 1)), lane
+    return n
+
+
+@pytest.mark.parametrize("lanes", [1, 2])
+def test_sigkill_between_and_during_adds(tmp_path: Path, lanes: int) -> None:
+    script = tmp_path / "child.py"
+    script.write_text(CHILD)
+    path = tmp_path / "replay"
+    rng = np.random.default_rng(0)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    total = 0
+    for round_ in range(3):
+        proc = subprocess.Popen([sys.executable, str(script), str(path), str(lanes)],
+                                stdout=subprocess.PIPE, text=True, env=env)
+        assert proc.stdout is not None
+        start = int(proc.stdout.readline().split()[1])
+        assert start == total
+        target = start + int(rng.integers(20, 150))
+        last = -1
+        while last < target:
+            last = int(proc.stdout.readline())
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        assert proc.returncode == -signal.SIGKILL
+        buf = rb.ReplayBuffer.open(path)
+        total = check_consistent(buf)
+        assert total >= last + 1, (round_, total, last)  # every completed add is there
+        assert buf.sample(8).obs.shape == (8, 2)
+        assert buf.num_envs == lanes
+        del buf
