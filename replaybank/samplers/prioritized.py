@@ -1,0 +1,389 @@
+"""Proportional prioritized experience replay (Schaul et al. 2016) on a wide sum tree.
+
+Leaves are storage slots ``[0, T * lanes)`` (see :mod:`replaybank.ops.ring`). A slot's
+stored priority is ``(p + eps) ** alpha``; a new step gets the running maximum of the
+stored priorities (1.0 before any update) unless ``priority=`` is given on add/extend.
+Slots never written (or cleared) hold 0 and are never drawn.
+
+Sampling is stratified: the total mass is cut into ``B`` equal segments and one target
+is drawn uniformly in each; :func:`replaybank.ops.sumtree.find` maps targets to slots
+(float64 sums, clamped so a zero-priority slot is never returned). The importance
+weights are ``w_i = (N * P(i)) ** -beta`` with ``N`` the number of live steps, then
+
+* ``weight_norm="buffer"`` (default): divided by the largest weight any live step could
+  get, ``(N * p_min / total) ** -beta``, i.e. ``w_i = (p_i / p_min) ** -beta``;
+* ``"batch"``: divided by the batch maximum;
+* ``None``: returned as is.
+
+``beta`` is the ``beta=`` argument of ``sample`` when given, else the schedule:
+``"constant"`` keeps ``beta``; ``"linear"`` goes from ``beta`` to 1 over ``beta_steps``
+calls to ``sample`` (counted by the sampler and saved with it).
+
+Example:
+    >>> import numpy as np
+    >>> import replaybank as rb
+    >>> buf = rb.ReplayBuffer(capacity=100, seed=0, sampler=PrioritizedSampler(kernel="numpy"))
+    >>> buf.extend(obs=np.zeros((4, 2), np.float32), action=np.zeros(4), reward=np.zeros(4),
+    ...            next_obs=np.zeros((4, 2), np.float32), terminated=np.zeros(4, bool),
+    ...            truncated=np.zeros(4, bool), priority=[1.0, 2.0, 3.0, 4.0])
+    >>> batch = buf.sample(8, beta=0.4)
+    >>> batch.weights.shape, bool(np.all(batch.weights <= 1.0))
+    ((8,), True)
+    >>> buf.update_priorities(batch.indices, np.full(8, 0.5))
+    8
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from replaybank.errors import CheckpointError, ConfigError, EmptyBufferError
+from replaybank.ops import ring, sumtree
+from replaybank.samplers.base import FloatArray, IntArray, LaneView, SampleResult
+from replaybank.samplers.uniform import check_batch_size
+
+__all__ = ["PrioritizedSampler", "is_weights"]
+
+_NORMS = ("buffer", "batch", None)
+_SCHEDULES = ("constant", "linear")
+
+
+def _number(name: str, value: Any, lo: float, hi: float = np.inf) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
+            or not lo <= float(value) <= hi:
+        raise ConfigError(
+            f"PrioritizedSampler({name}={value!r}): must be a number in [{lo}, {hi}]"
+        )
+    return float(value)
+
+
+def is_weights(priorities: FloatArray, p_min: float, beta: float,
+               weight_norm: str | None, n_items: int, total: float) -> FloatArray:
+    """Importance-sampling weights ``(N * P(i)) ** -beta`` normalised per ``weight_norm``.
+
+    Args:
+        priorities: Stored priorities of the drawn items ``[B]`` (all > 0).
+        p_min: Smallest positive stored priority among the items that could be drawn.
+        beta: Correction exponent in ``[0, 1]``.
+        weight_norm: ``"buffer"``, ``"batch"`` or None (see the module docs).
+        n_items: ``N``, the number of items that could be drawn.
+        total: Sum of their priorities.
+
+    Returns:
+        Weights ``[B]`` float64.
+
+    Example:
+        >>> p = np.array([1.0, 2.0]) ** 0.6
+        >>> is_weights(p, float(p[0]), 0.4, None, 2, float(p.sum())).round(4).tolist()
+        [1.0961, 0.9281]
+    """
+    if weight_norm == "buffer":
+        return np.asarray((priorities / p_min) ** -beta, dtype=np.float64)
+    w = np.asarray((n_items * (priorities / total)) ** -beta, dtype=np.float64)
+    if weight_norm == "batch":
+        w = w / w.max()
+    return w
+
+
+class PrioritizedSampler:
+    """Draws slots with probability ``P(i) = p_i / sum_k p_k`` (see the module docs).
+
+    Args:
+        alpha: Priority exponent (0 = uniform).
+        beta: Importance-sampling exponent (initial value of the schedule).
+        eps: Added to every priority before ``** alpha`` (keeps zero-error steps drawable).
+        weight_norm: ``"buffer"`` (default), ``"batch"`` or None.
+        beta_schedule: ``"constant"`` or ``"linear"`` (``beta`` to 1 over ``beta_steps``
+            sample calls).
+        beta_steps: Length of the linear schedule in sample calls.
+        fanout: Children per sum-tree node (16: a 1M-slot tree is 5 levels deep).
+        kernel: ``"auto"`` (numba when it imports, else numpy), ``"numba"`` or ``"numpy"``.
+
+    ``replace=False`` draws distinct steps with probability proportional to priority by
+    successive sampling (Gumbel top-k over every slot, O(N)); weights use the same
+    formula with the single-draw ``P(i)``.
+
+    Raises:
+        ConfigError: An argument is out of range.
+
+    Example:
+        >>> s = PrioritizedSampler(beta=0.4, beta_schedule="linear", beta_steps=10)
+        >>> s.current_beta
+        0.4
+        >>> s.config()["type"]
+        'prioritized'
+    """
+
+    def __init__(
+        self,
+        alpha: float = 0.6,
+        beta: float = 0.4,
+        eps: float = 1e-6,
+        weight_norm: str | None = "buffer",
+        beta_schedule: str = "constant",
+        beta_steps: int = 100_000,
+        fanout: int = 16,
+        kernel: str = "auto",
+    ) -> None:
+        self.alpha = _number("alpha", alpha, 0.0)
+        self.beta = _number("beta", beta, 0.0, 1.0)
+        self.eps = _number("eps", eps, 0.0)
+        if weight_norm not in _NORMS:
+            raise ConfigError(
+                f"PrioritizedSampler(weight_norm={weight_norm!r}): use 'buffer', 'batch' or None"
+            )
+        if beta_schedule not in _SCHEDULES:
+            raise ConfigError(
+                f"PrioritizedSampler(beta_schedule={beta_schedule!r}): use 'constant' or "
+                "'linear' (beta to 1 over beta_steps sample calls)"
+            )
+        if isinstance(beta_steps, bool) or not isinstance(beta_steps, (int, np.integer)) \
+                or beta_steps < 1:
+            raise ConfigError(f"PrioritizedSampler(beta_steps={beta_steps!r}): must be an int >= 1")
+        if isinstance(fanout, bool) or not isinstance(fanout, (int, np.integer)) \
+                or not 2 <= fanout <= 64:
+            raise ConfigError(f"PrioritizedSampler(fanout={fanout!r}): must be an int in [2, 64]")
+        if kernel not in ("auto", "numba", "numpy"):
+            raise ConfigError(
+                f"PrioritizedSampler(kernel={kernel!r}): use 'auto', 'numba' or 'numpy'"
+            )
+        self.weight_norm = weight_norm
+        self.beta_schedule = beta_schedule
+        self.beta_steps = int(beta_steps)
+        self.fanout = int(fanout)
+        self.kernel = kernel
+        self.calls = 0
+        self.max_priority = 1.0
+        self._n = 0
+        self._off = np.zeros(2, dtype=np.int64)
+        self._sum = np.zeros(1)
+        self._min = np.full(1, np.inf)
+        self._kernels: sumtree.Kernels | None = None
+        self._fused: Any = None  # the numba module when its kernels are in use
+        self.kernel_name = "unbound"
+
+    # ------------------------------------------------------------------ protocol
+    def bind(self, T: int, lanes: int) -> None:  # noqa: N803
+        """Allocate the sum and min trees over ``T * lanes`` slots."""
+        self._n = int(T) * int(lanes)
+        self._off = sumtree.layout(self._n, self.fanout)
+        self._sum = sumtree.new_tree(self._off, 0.0)
+        self._min = sumtree.new_tree(self._off, np.inf, internal_only=True)
+        self._kernels, self.kernel_name = sumtree.kernels(self.kernel)
+        self._fused = None
+        if self.kernel_name == "numba":
+            from replaybank.ops import sumtree_numba
+
+            self._fused = sumtree_numba
+
+    def _bound(self) -> sumtree.Kernels:
+        if self._kernels is None:
+            raise ConfigError(
+                "PrioritizedSampler: not bound to a buffer; pass it as "
+                "ReplayBuffer(sampler=...) (or call bind(T, lanes))"
+            )
+        return self._kernels
+
+    def _store(self, slots: IntArray, stored: FloatArray, top: float | None = None) -> None:
+        if len(stored):
+            top = float(stored.max()) if top is None else top
+            self.max_priority = max(self.max_priority, top)
+        self._bound()[1](self._sum, self._min, self._off, self.fanout, slots, stored)
+
+    def transform(self, priorities: FloatArray) -> FloatArray:
+        """Stored priority ``(p + eps) ** alpha`` of raw priorities."""
+        return np.asarray((np.asarray(priorities, np.float64) + self.eps) ** self.alpha,
+                          dtype=np.float64)
+
+    def _transform_max(self, priorities: FloatArray) -> tuple[FloatArray, float | None]:
+        if self._fused is not None:
+            out, top = self._fused.transform(np.asarray(priorities, np.float64).reshape(-1),
+                                             self.eps, self.alpha)
+            return out, top
+        return self.transform(priorities), None
+
+    def on_write(self, slots: IntArray, priorities: FloatArray | None = None) -> None:
+        """New steps in ``slots`` get ``priorities`` (transformed) or the running max."""
+        slots = np.asarray(slots, dtype=np.int64)
+        if priorities is None:
+            stored = np.full(len(slots), self.max_priority)
+            self._store(slots, stored)
+        else:
+            self._store(slots, *self._transform_max(priorities))
+
+    def on_clear(self) -> None:
+        """Every slot back to zero priority; the running max back to 1."""
+        self._sum[:] = 0.0
+        self._min[:] = np.inf
+        self.max_priority = 1.0
+
+    def update(self, slots: IntArray, priorities: FloatArray) -> None:
+        """Set the priorities of live ``slots`` (validated by the buffer)."""
+        self._store(np.asarray(slots, dtype=np.int64), *self._transform_max(priorities))
+
+    def update_keys(self, keys: IntArray, priorities: FloatArray, lanes: LaneView) -> int:
+        """Set priorities by item key, ignoring keys whose step was overwritten (stale).
+
+        The buffer validates ``priorities`` first; this is the fused fast path of
+        ``ReplayBuffer.update_priorities``.
+
+        Returns:
+            Number of priorities applied.
+        """
+        self._bound()
+        keys = np.asarray(keys, dtype=np.int64).reshape(-1)
+        p = np.asarray(priorities, dtype=np.float64).reshape(-1)
+        if self._fused is not None:
+            m, top = self._fused.update_keys(self._sum, self._min, self._off, self.fanout, keys,
+                                             p, lanes.written, lanes.counts, lanes.T,
+                                             self.eps, self.alpha)
+            if m:
+                self.max_priority = max(self.max_priority, top)
+            return int(m)
+        live = ring.is_live(keys, lanes.written, lanes.counts)
+        self.update(ring.key_to_slot(keys[live], lanes.T, lanes.lanes), p[live])
+        return int(live.sum())
+
+    # ------------------------------------------------------------------ queries
+    @property
+    def current_beta(self) -> float:
+        """The schedule's beta for the next sample call."""
+        if self.beta_schedule == "constant":
+            return self.beta
+        frac = min(1.0, self.calls / self.beta_steps)
+        return self.beta + (1.0 - self.beta) * frac
+
+    def next_beta(self, beta: float | None) -> float:
+        """Beta for this sample call (``beta`` if given), advancing the schedule."""
+        b = self.current_beta if beta is None else _number("beta", beta, 0.0, 1.0)
+        self.calls += 1
+        return b
+
+    @property
+    def total(self) -> float:
+        """Sum of all stored priorities."""
+        return sumtree.total(self._sum, self._off)
+
+    def priorities(self, slots: IntArray) -> FloatArray:
+        """Stored priorities of ``slots``, ``[m]``."""
+        return np.asarray(sumtree.leaves(self._sum, self._off)[np.asarray(slots, np.int64)])
+
+    def range_sum(self, a: int, b: int) -> float:
+        """Sum of the stored priorities of slots ``[a, b)``."""
+        return sumtree.range_reduce(self._sum, self._off, self.fanout, a, b, "sum")
+
+    def range_min(self, a: int, b: int) -> float:
+        """Smallest positive stored priority of slots ``[a, b)`` (inf if none)."""
+        return sumtree.range_min(self._sum, self._min, self._off, self.fanout, a, b)
+
+    def find(self, targets: FloatArray) -> IntArray:
+        """Slots at the prefix masses ``targets`` (see :func:`replaybank.ops.sumtree.find`)."""
+        return self._bound()[0](self._sum, self._off, self.fanout, targets)
+
+    # ------------------------------------------------------------------ sampling
+    def sample(
+        self,
+        batch_size: int,
+        lanes: LaneView,
+        rng: np.random.Generator,
+        beta: float | None = None,
+        replace: bool = True,
+        **kwargs: Any,
+    ) -> SampleResult:
+        """Draw ``batch_size`` keys proportionally to priority, with IS weights.
+
+        Args:
+            batch_size: B.
+            lanes: Lane bookkeeping of the table.
+            rng: Generator.
+            beta: IS exponent for this call (None: the schedule's).
+            replace: False draws distinct steps (Gumbel top-k, O(N)).
+            **kwargs: Ignored (other samplers' options).
+
+        Returns:
+            Keys, probabilities ``P(i)`` and weights, each ``[B]``.
+
+        Raises:
+            EmptyBufferError: Empty buffer, zero total priority, or too few drawable steps
+                for ``replace=False``.
+        """
+        check_batch_size(batch_size, lanes.size, replace)
+        kernels = self._bound()
+        b = self.next_beta(beta)
+        tot = self.total
+        if not tot > 0.0:
+            raise EmptyBufferError(
+                f"sample(batch_size={batch_size}): every stored priority is 0; "
+                "update priorities with positive values or use eps > 0"
+            )
+        if replace and self._fused is not None:
+            u = rng.random(batch_size)
+            norm = 0 if self.weight_norm == "buffer" else 1 if self.weight_norm == "batch" else 2
+            keys, probs, w = self._fused.sample_stratified(
+                self._sum, self._min, self._off, self.fanout, u, lanes.written, lanes.counts,
+                lanes.T, b, norm, lanes.size)
+            return SampleResult(keys, probs, w)
+        if replace:
+            u = rng.random(batch_size)
+            targets = (np.arange(batch_size) + u) * (tot / batch_size)
+            slots = kernels[0](self._sum, self._off, self.fanout, targets)
+        else:
+            slots = self._without_replacement(batch_size, rng)
+        p = self.priorities(slots)
+        p_min = sumtree.total(self._min, self._off)
+        w = is_weights(p, p_min, b, self.weight_norm, lanes.size, tot)
+        keys = ring.slot_to_key(slots, lanes.written, lanes.counts, lanes.T)
+        return SampleResult(keys, p / tot, w)
+
+    def _without_replacement(self, batch_size: int, rng: np.random.Generator) -> IntArray:
+        leaf = sumtree.leaves(self._sum, self._off)[:self._n]
+        nz = np.flatnonzero(leaf > 0)
+        if len(nz) < batch_size:
+            raise EmptyBufferError(
+                f"sample(batch_size={batch_size}, replace=False): only {len(nz)} steps have a "
+                "positive priority; lower batch_size or use replace=True"
+            )
+        keys = np.log(leaf[nz]) + rng.gumbel(size=len(nz))
+        top = np.argpartition(-keys, batch_size - 1)[:batch_size]
+        top = top[np.argsort(-keys[top])]
+        return np.asarray(nz[top], dtype=np.int64)
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict[str, Any]:
+        """``priorities`` (stored, one per slot), ``max_priority``, ``calls``."""
+        return {
+            "priorities": sumtree.leaves(self._sum, self._off)[:self._n].copy(),
+            "max_priority": self.max_priority,
+            "calls": self.calls,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore from :meth:`state_dict` (rebuilds both trees).
+
+        Raises:
+            CheckpointError: The number of slots differs from the bound buffer's.
+        """
+        self._bound()
+        p = np.asarray(state["priorities"], dtype=np.float64).reshape(-1)
+        if len(p) != self._n:
+            raise CheckpointError(
+                f"PrioritizedSampler.load_state_dict: state has {len(p)} slots but the "
+                f"buffer has {self._n}; load into a buffer of the same capacity"
+            )
+        sumtree.build_pair(self._sum, self._min, self._off, self.fanout, p)
+        self.max_priority = float(state["max_priority"])
+        self.calls = int(state["calls"])
+
+    def config(self) -> dict[str, Any]:
+        """Constructor arguments (JSON-able) with ``"type": "prioritized"``."""
+        return {
+            "type": "prioritized", "alpha": self.alpha, "beta": self.beta, "eps": self.eps,
+            "weight_norm": self.weight_norm, "beta_schedule": self.beta_schedule,
+            "beta_steps": self.beta_steps, "fanout": self.fanout,
+        }
+
+    def __repr__(self) -> str:
+        return (f"PrioritizedSampler(alpha={self.alpha}, beta={self.beta}, eps={self.eps}, "
+                f"weight_norm={self.weight_norm!r}, kernel={self.kernel_name!r})")

@@ -1,0 +1,355 @@
+"""Emphasizing recent experience (ERE, Wang & Ross 2019), optionally prioritized.
+
+For update ``k`` of ``K`` updates after an episode (``k`` counted from 0), draw from the
+``c_k = max(floor(N * eta ** (k * 1000 / K)), c_min)`` most recent steps (capped at the
+``N`` live steps). Callers say which update this is through the buffer's sample
+kwargs: ``buf.sample(B, update=k, num_updates=K)``; without them ``k = 0`` and the
+window is the whole buffer.
+
+With several lanes each lane contributes its newest ``ceil(counts[l] * c_k / N)``
+steps (the same fraction of every lane; for synchronous vector envs that is exactly the
+most recent rows of all lanes).
+
+Combined with PER (``RecentSampler(prioritized=PrioritizedSampler(...))``) the draw is
+proportional to priority *within* the window, ``P(i) = p_i / sum_window p``, and the IS
+weights use the window's size ``N_w`` and (``weight_norm="buffer"``) the window's
+smallest priority. The sampler then also takes priority updates.
+
+Adaptive eta (:meth:`RecentSampler.update_eta`): the rule is documented there.
+
+Example:
+    >>> import numpy as np
+    >>> from replaybank.samplers.base import LaneView
+    >>> s = RecentSampler(eta=0.9, c_min=10)
+    >>> s.window_size(n_items=1000, update=5, num_updates=10)  # 1000 * 0.9 ** 500 < c_min
+    10
+    >>> lv = LaneView(T=1000, lanes=1, written=np.array([1000]), counts=np.array([1000]))
+    >>> keys = s.sample(64, lv, np.random.default_rng(0), update=5, num_updates=10).keys
+    >>> int(keys.min()) >= 990
+    True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from replaybank.errors import ConfigError
+from replaybank.ops import ring
+from replaybank.samplers.base import FloatArray, IntArray, LaneView, SampleResult
+from replaybank.samplers.prioritized import PrioritizedSampler, is_weights
+from replaybank.samplers.uniform import check_batch_size
+
+__all__ = ["RecentSampler", "window_counts"]
+
+
+def window_counts(counts: IntArray, c: int) -> IntArray:
+    """Per-lane window sizes: ``ceil(counts[l] * c / N)`` (``N = counts.sum()``), ``[lanes]``.
+
+    Example:
+        >>> window_counts(np.array([100, 100]), 50).tolist()
+        [25, 25]
+    """
+    counts = np.array(counts, dtype=np.int64)
+    n = int(counts.sum())
+    if n == 0 or c >= n:
+        return counts
+    return np.asarray(np.minimum(counts, -(-(counts * c) // n)), dtype=np.int64)
+
+
+def _returns_of(info: Any) -> list[float]:
+    """Episode returns in ``info``: a number, a list, or a dict with ``episode_returns``,
+    ``episode_return`` or ``episode: {"r": ...}`` (gymnasium's RecordEpisodeStatistics)."""
+    if isinstance(info, dict):
+        for key in ("episode_returns", "episode_return", "return"):
+            if key in info:
+                return _returns_of(info[key])
+        if "episode" in info and isinstance(info["episode"], dict) and "r" in info["episode"]:
+            r = np.asarray(info["episode"]["r"], dtype=np.float64).reshape(-1)
+            mask = np.asarray(info.get("_episode", np.ones(len(r), bool))).reshape(-1)
+            return [float(x) for x in r[mask.astype(bool)]] if len(mask) == len(r) \
+                else [float(x) for x in r]
+        return []
+    arr = np.asarray(info, dtype=np.float64).reshape(-1)
+    return [float(x) for x in arr if np.isfinite(x)]
+
+
+class RecentSampler:
+    """ERE: uniform (or prioritized) draws among the most recent ``c_k`` steps.
+
+    Args:
+        eta: Emphasis in ``(0, 1]`` (1 = uniform over the buffer); the starting value
+            when ``adaptive``.
+        c_min: Smallest window.
+        prioritized: A :class:`PrioritizedSampler` to draw within the window by priority.
+        adaptive: Let :meth:`update_eta` move eta with learning progress.
+        eta_min: Strongest emphasis adaptive eta may reach (default: ``eta``).
+        history: Episode returns kept for the adaptive rule.
+
+    Raises:
+        ConfigError: An argument is out of range.
+
+    Example:
+        >>> s = RecentSampler(prioritized=PrioritizedSampler())
+        >>> from replaybank.samplers.base import PrioritySampler
+        >>> isinstance(s, PrioritySampler), isinstance(RecentSampler(), PrioritySampler)
+        (True, False)
+    """
+
+    update: Callable[[IntArray, FloatArray], None]
+    update_keys: Callable[[IntArray, FloatArray, LaneView], int]
+
+    def __init__(
+        self,
+        eta: float = 0.996,
+        c_min: int = 5000,
+        prioritized: PrioritizedSampler | None = None,
+        adaptive: bool = False,
+        eta_min: float | None = None,
+        history: int = 20,
+    ) -> None:
+        def eta_ok(name: str, v: Any) -> float:
+            if isinstance(v, bool) or not isinstance(v, (int, float, np.floating)) \
+                    or not 0.0 < float(v) <= 1.0:
+                raise ConfigError(f"RecentSampler({name}={v!r}): must be a float in (0, 1]")
+            return float(v)
+
+        self.eta0 = eta_ok("eta", eta)
+        self.eta = self.eta0
+        self.eta_min = self.eta0 if eta_min is None else eta_ok("eta_min", eta_min)
+        if isinstance(c_min, bool) or not isinstance(c_min, (int, np.integer)) or c_min < 1:
+            raise ConfigError(f"RecentSampler(c_min={c_min!r}): must be an int >= 1")
+        if isinstance(history, bool) or not isinstance(history, (int, np.integer)) \
+                or history < 4:
+            raise ConfigError(f"RecentSampler(history={history!r}): must be an int >= 4")
+        if prioritized is not None and not isinstance(prioritized, PrioritizedSampler):
+            raise ConfigError(
+                f"RecentSampler(prioritized={type(prioritized).__name__}): expected a "
+                "PrioritizedSampler or None"
+            )
+        self.c_min = int(c_min)
+        self.prioritized = prioritized
+        self.adaptive = bool(adaptive)
+        self.history = int(history)
+        self.returns: list[float] = []
+        self._T = 0
+        self._lanes = 1
+        if prioritized is not None:
+            # an instance attribute, so only a prioritized ERE is a PrioritySampler
+            self.update = prioritized.update
+            self.update_keys = prioritized.update_keys
+
+    # ------------------------------------------------------------------ protocol
+    def bind(self, T: int, lanes: int) -> None:  # noqa: N803
+        """Remember the table shape; bind the prioritized sampler."""
+        self._T, self._lanes = int(T), int(lanes)
+        if self.prioritized is not None:
+            self.prioritized.bind(T, lanes)
+
+    def on_write(self, slots: IntArray, priorities: FloatArray | None = None) -> None:
+        """Forward writes to the prioritized sampler."""
+        if self.prioritized is not None:
+            self.prioritized.on_write(slots, priorities)
+
+    def on_clear(self) -> None:
+        """Forward to the prioritized sampler."""
+        if self.prioritized is not None:
+            self.prioritized.on_clear()
+
+    def window_size(self, n_items: int, update: int = 0, num_updates: int = 1) -> int:
+        """``c_k = min(N, max(floor(N * eta ** (k * 1000 / K)), c_min))``.
+
+        Raises:
+            ConfigError: ``update``/``num_updates`` out of range.
+        """
+        for name, v, lo in (("update", update, 0), ("num_updates", num_updates, 1)):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
+                raise ConfigError(f"sample({name}={v!r}): must be an int >= {lo}")
+        if update >= num_updates:
+            raise ConfigError(
+                f"sample(update={update}, num_updates={num_updates}): update counts from 0 "
+                "and must be < num_updates"
+            )
+        c = int(np.floor(n_items * self.eta ** (update * 1000.0 / num_updates)))
+        return int(min(n_items, max(c, self.c_min)))
+
+    def sample(
+        self,
+        batch_size: int,
+        lanes: LaneView,
+        rng: np.random.Generator,
+        update: int = 0,
+        num_updates: int = 1,
+        replace: bool = True,
+        beta: float | None = None,
+        **kwargs: Any,
+    ) -> SampleResult:
+        """Draw among the newest ``c_k`` steps (``update=k`` of ``num_updates=K``).
+
+        Raises:
+            ConfigError: Bad ``update``/``num_updates``.
+            EmptyBufferError: Empty buffer, or ``replace=False`` with a batch larger than
+                the window.
+        """
+        check_batch_size(batch_size, lanes.size, True)
+        c = self.window_size(lanes.size, update, num_updates)
+        wc = window_counts(lanes.counts, c)  # [lanes]
+        n_w = int(wc.sum())
+        check_batch_size(batch_size, n_w, replace)
+        if self.prioritized is None:
+            if replace:
+                flat = rng.integers(0, n_w, size=batch_size, dtype=np.int64)
+            else:
+                flat = rng.choice(n_w, size=batch_size, replace=False).astype(np.int64)
+            return SampleResult(ring.uniform_keys(flat, lanes.written, wc))
+        if not replace:
+            raise ConfigError(
+                "sample(replace=False): prioritized ERE draws with replacement only; "
+                "use replace=True"
+            )
+        return self._prioritized(batch_size, lanes, rng, wc, n_w, beta)
+
+    def _per(self) -> PrioritizedSampler:
+        if self.prioritized is None:
+            raise ConfigError("RecentSampler: no prioritized sampler configured")
+        return self.prioritized
+
+    def _ranges(self, lanes: LaneView, wc: IntArray) -> list[tuple[int, int]] | None:
+        """The window as at most two contiguous slot ranges, when the lanes are in step."""
+        w = lanes.written
+        if not (np.all(w == w[0]) and np.all(wc == wc[0])):
+            return None
+        rows, nl = lanes.T, lanes.lanes
+        r0 = int((w[0] - wc[0]) % rows)
+        r1 = r0 + int(wc[0])
+        if r1 <= rows:
+            return [(r0 * nl, r1 * nl)]
+        return [(r0 * nl, rows * nl), (0, (r1 - rows) * nl)]
+
+    def _prioritized(self, batch_size: int, lanes: LaneView, rng: np.random.Generator,
+                     wc: IntArray, n_w: int, beta: float | None) -> SampleResult:
+        per = self._per()
+        b = per.next_beta(beta)
+        ranges = self._ranges(lanes, wc)
+        u = (np.arange(batch_size) + rng.random(batch_size)) / batch_size  # [B] in [0, 1)
+        if ranges is not None:
+            masses = [per.range_sum(a, e) for a, e in ranges]
+            starts = [per.range_sum(0, a) for a, _ in ranges]
+            mass = float(sum(masses))
+            p_min = min(per.range_min(a, e) for a, e in ranges)
+            slots = self._draw_ranges(u * mass, ranges, masses, starts)
+            p = per.priorities(slots)
+        else:
+            seq = [np.arange(int(wr - k), int(wr), dtype=np.int64)
+                   for wr, k in zip(lanes.written, wc, strict=True)]
+            lane_of = np.concatenate([np.full(len(s), i) for i, s in enumerate(seq)])
+            cand = ring.seq_to_slot(np.concatenate(seq), lane_of, lanes.T, lanes.lanes)
+            pc = per.priorities(cand)
+            cum = np.cumsum(pc)
+            mass = float(cum[-1])
+            p_min = float(pc[pc > 0].min()) if np.any(pc > 0) else np.inf
+            pos = np.searchsorted(cum, u * mass, side="right")
+            pos = np.minimum(pos, len(cum) - 1)
+            # never return a zero-priority step: step back to the last positive one
+            nzpos = np.flatnonzero(pc > 0)
+            bad = pc[pos] <= 0
+            if np.any(bad):
+                pos[bad] = nzpos[np.maximum(np.searchsorted(nzpos, pos[bad]) - 1, 0)]
+            slots = cand[pos]
+            p = pc[pos]
+        if not mass > 0.0:
+            from replaybank.errors import EmptyBufferError
+
+            raise EmptyBufferError(
+                "sample: every priority in the recent window is 0; update priorities with "
+                "positive values or use eps > 0"
+            )
+        w = is_weights(p, p_min, b, per.weight_norm, n_w, mass)
+        keys = ring.slot_to_key(slots, lanes.written, lanes.counts, lanes.T)
+        return SampleResult(keys, p / mass, w)
+
+    def _draw_ranges(self, targets: FloatArray, ranges: list[tuple[int, int]],
+                     masses: list[float], starts: list[float]) -> IntArray:
+        """Slots at window-relative prefix masses, clamped into the ranges."""
+        per = self._per()
+        out = np.zeros(len(targets), dtype=np.int64)
+        keep = [i for i, m in enumerate(masses) if m > 0.0]
+        lo = 0.0
+        for i in keep:
+            (a, e), m, s0 = ranges[i], masses[i], starts[i]
+            last = i == keep[-1]
+            sel = (targets >= lo) & ((targets < lo + m) | last)
+            if np.any(sel):
+                t = np.minimum(targets[sel] - lo, np.nextafter(m, 0.0))
+                slots = per.find(s0 + t)
+                # round-off at the range edges: clamp to the range's positive slots
+                off = (slots < a) | (slots >= e)
+                if np.any(off):
+                    slots[off] = self._edge_slot(slots[off], a, e)
+                out[sel] = slots
+            lo += m
+        return out
+
+    def _edge_slot(self, slots: IntArray, a: int, e: int) -> IntArray:
+        per = self._per()
+        pr = per.priorities(np.arange(a, e))
+        nz = np.flatnonzero(pr > 0) + a
+        return np.asarray(np.where(slots < a, nz[0], nz[-1]), dtype=np.int64)
+
+    # ------------------------------------------------------------------ adaptive eta
+    def update_eta(self, info: Any) -> float:
+        """Move eta with learning progress; returns the new eta.
+
+        Rule: keep the last ``history`` episode returns found in ``info`` (a number, a
+        list, or a dict with ``episode_returns`` / ``episode: {"r": ...}``). With at
+        least 4 of them, fit a least-squares line ``R ~ a + s * i`` over their index and
+        measure progress as the rise over the window in standard deviations,
+        ``z = s * (h - 1) / (std(R) + 1e-8)``. Map ``z`` clipped to ``[0, 1]`` to
+        ``eta = 1 - (1 - eta_min) * z``: fast improvement emphasises recent data
+        (``eta -> eta_min``); a plateau or decline samples uniformly (``eta -> 1``), as the
+        paper anneals eta towards 1 when learning slows. Without ``adaptive`` it only
+        records the returns.
+
+        Example:
+            >>> s = RecentSampler(eta=0.99, adaptive=True)
+            >>> s.update_eta([1.0, 2.0, 3.0, 4.0, 5.0])
+            0.99
+            >>> s.update_eta({"episode_returns": [5.0, 5.0, 5.0, 5.0, 5.0] * 4})
+            1.0
+        """
+        self.returns = (self.returns + _returns_of(info))[-self.history:]
+        if not self.adaptive or len(self.returns) < 4:
+            return self.eta
+        r = np.asarray(self.returns, dtype=np.float64)
+        i = np.arange(len(r), dtype=np.float64)
+        slope = float(np.polyfit(i, r, 1)[0])
+        z = float(np.clip(slope * (len(r) - 1) / (r.std() + 1e-8), 0.0, 1.0))
+        self.eta = float(1.0 - (1.0 - self.eta_min) * z)
+        return self.eta
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict[str, Any]:
+        """``eta``, recent ``returns`` and the prioritized sampler's state."""
+        state: dict[str, Any] = {
+            "eta": self.eta, "returns": np.asarray(self.returns, dtype=np.float64),
+        }
+        if self.prioritized is not None:
+            state["prioritized"] = self.prioritized.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Inverse of :meth:`state_dict`."""
+        self.eta = float(state["eta"])
+        self.returns = [float(x) for x in np.asarray(state["returns"]).reshape(-1)]
+        if self.prioritized is not None and state.get("prioritized") is not None:
+            self.prioritized.load_state_dict(state["prioritized"])
+
+    def config(self) -> dict[str, Any]:
+        """Constructor arguments (JSON-able) with ``"type": "recent"``."""
+        return {
+            "type": "recent", "eta": self.eta0, "c_min": self.c_min, "adaptive": self.adaptive,
+            "eta_min": self.eta_min, "history": self.history,
+            "prioritized": None if self.prioritized is None else self.prioritized.config(),
+        }

@@ -1,0 +1,120 @@
+"""The n-step view: transitions whose reward is the n-step return.
+
+Computed at sample time from stored one-step data, so ``n`` can change without
+refilling. See :mod:`replaybank.ops.nstep` for the window rule.
+
+Example:
+    >>> import numpy as np
+    >>> import replaybank as rb
+    >>> buf = rb.ReplayBuffer(capacity=16, n_step=3, gamma=0.5, seed=0)
+    >>> buf.extend(obs=np.arange(4, dtype=np.float32)[:, None], action=np.zeros(4),
+    ...            reward=np.ones(4, np.float32),
+    ...            next_obs=np.arange(1, 5, dtype=np.float32)[:, None],
+    ...            terminated=np.array([False, False, False, True]), truncated=np.zeros(4, bool))
+    >>> out = buf.view.gather(buf.table, np.array([0, 2]))
+    >>> out["reward"].tolist(), out["discount"].tolist(), out["next_obs"][:, 0].tolist()
+    ([1.75, 1.5], [0.125, 0.25], [3.0, 4.0])
+    >>> out["terminated"].tolist()
+    [False, True]
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from replaybank.errors import ConfigError
+from replaybank.ops import nstep
+from replaybank.storage.table import StepTable
+from replaybank.views.transition import next_name
+
+__all__ = ["NStepView"]
+
+IntArray = npt.NDArray[np.int64]
+
+
+class NStepView:
+    """n-step transitions: every stored field of step ``t``, with
+
+    * ``reward`` = ``sum_{k<L} gamma**k r[t+k]`` (the stored reward dtype),
+    * ``discount`` = ``gamma ** L`` (float32 ``[B]``),
+    * ``next_obs`` (every obs field), ``terminated`` and ``truncated`` of step ``t+L-1``,
+
+    where ``L = min(n, steps up to and including the first step whose next observation
+    is not the next step's observation)``. That first step is an episode end
+    (terminated or truncated), a discontinuity in the data, or the lane's newest step,
+    so a window never crosses an episode end or the write head, and never reads
+    overwritten data. Bootstrap with ``reward + discount * (1 - terminated) * V(next_obs)``.
+
+    Args:
+        n: Steps per window (>= 1; 1 gives one-step transitions plus ``discount``).
+        gamma: Discount factor in ``[0, 1]``.
+
+    Raises:
+        ConfigError: Bad ``n`` or ``gamma``.
+
+    Example:
+        >>> NStepView(3, 0.99).config()
+        {'type': 'nstep', 'n': 3, 'gamma': 0.99}
+    """
+
+    def __init__(self, n: int, gamma: float = 0.99) -> None:
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+            raise ConfigError(f"NStepView(n={n!r}): n must be an int >= 1")
+        if isinstance(gamma, bool) or not isinstance(gamma, (int, float, np.floating)) \
+                or not 0.0 <= float(gamma) <= 1.0:
+            raise ConfigError(f"NStepView(gamma={gamma!r}): gamma must be a float in [0, 1]")
+        self.n = int(n)
+        self.gamma = float(gamma)
+
+    def _window(self, table: StepTable, keys: IntArray) -> tuple[IntArray, IntArray]:
+        """Storage slots of the window steps ``[B, n]`` and the window lengths ``[B]``."""
+        wslots = table.slots_of(nstep.window_keys(keys, self.n, table.lanes))  # [B, n]
+        link = table.flat(table.link)
+        return wslots, nstep.window_lengths(link[wslots] > 0)
+
+    def lengths(self, table: StepTable, keys: IntArray) -> IntArray:
+        """Window length ``L`` of each key, ``[B]`` in ``[1, n]``."""
+        keys = np.asarray(keys, dtype=np.int64)
+        if self.n == 1:
+            return np.ones(len(keys), dtype=np.int64)
+        return self._window(table, keys)[1]
+
+    def last_keys(self, table: StepTable, keys: IntArray) -> IntArray:
+        """Keys of the last window step ``t+L-1``, ``[B]`` (used by frame stacking)."""
+        keys = np.asarray(keys, dtype=np.int64)
+        return keys + (self.lengths(table, keys) - 1) * table.lanes
+
+    def gather(self, table: StepTable, keys: IntArray) -> dict[str, Any]:
+        """Fields of the n-step transitions starting at ``keys`` (``[B, *shape]``)."""
+        keys = np.asarray(keys, dtype=np.int64)
+        be = table.backend
+        wslots, length = self._window(table, keys)  # [B, n], [B]
+        rows = np.arange(len(keys))
+        first = wslots[:, 0]
+        last = wslots[rows, length - 1]  # slots of step t+L-1
+        out: dict[str, Any] = {}
+        for name in table.arrays:
+            if name in ("terminated", "truncated"):
+                out[name] = table.take(name, last)
+            elif name == "reward":
+                r = be.to_numpy(table.take(name, wslots))  # [B, n]
+                g = nstep.discounted_returns(r, length, self.gamma)
+                out[name] = g.astype(table.spec["reward"].dtype)
+            else:
+                out[name] = table.take(name, first)
+        where = table.next_index(last)
+        for name in table.obs_fields:
+            out[next_name(name)] = table.take_next(name, *where)
+        out["discount"] = (self.gamma ** length.astype(np.float64)).astype(np.float32)
+        return out
+
+    def valid(self, table: StepTable, keys: IntArray) -> npt.NDArray[np.bool_] | None:
+        """Every live step starts a (possibly shortened) window: always None."""
+        return None
+
+    def config(self) -> dict[str, Any]:
+        """JSON-able constructor arguments."""
+        return {"type": "nstep", "n": self.n, "gamma": self.gamma}
