@@ -1,0 +1,123 @@
+"""Sequence sampling for recurrent / world-model agents against a raw numpy window gather.
+
+Setup (the issue's): capacity 1,000,000 steps over 16 lanes, obs float32[64],
+``sample_sequences(16, 64)``; each lane has its own episode lengths.
+
+Compared, side by side in one run (interleaved rounds, best round of each):
+
+* **replaybank**: ``buf.sample_sequences(16, 64)`` in both boundary modes: valid-start
+  rejection, obs/next_obs/action/reward/terminated/truncated windows ``[16, 64, ...]``,
+  masks and is_first/is_last/is_terminal flags.
+* **numpy floor**: preallocated ``[T * 16, ...]`` arrays; one sample draws 16 (lane,
+  start) pairs that fit below the end and gathers a 65-step obs window (obs and
+  next_obs as views) plus the action/reward/terminated/truncated windows. No episode
+  logic, no masks. With fancy indexing (``obs[slots]``), and as **numpy take floor**
+  with ``ndarray.take`` (faster).
+
+Target: replaybank >= 0.8x the floor.
+
+Run: ``python benchmarks/bench_sequences.py [--capacity N] [--rounds R]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+import numpy as np
+
+LANES = 16
+D = 64
+B = 16
+L = 64
+
+
+def best_rate(fn: Any, calls: int) -> float:
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    return calls / (time.perf_counter() - t0)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--capacity", type=int, default=1_000_000)
+    ap.add_argument("--calls", type=int, default=200)
+    ap.add_argument("--rounds", type=int, default=15)
+    args = ap.parse_args()
+
+    import replaybank as rb
+
+    n = args.capacity
+    T = n // LANES  # noqa: N806
+    rng = np.random.default_rng(0)
+    buf = rb.ReplayBuffer(n, num_envs=LANES, seed=0,
+                          spec={"obs": ((D,), "float32"), "action": ((), "int64")})
+    chunk = 4_096
+    pool = rng.standard_normal((chunk + 1, LANES, D)).astype(np.float32)
+    period = 900 + 37 * np.arange(LANES)  # per-lane episode lengths
+    t0 = time.perf_counter()
+    done = 0
+    while done < T:
+        m = min(chunk, T - done)
+        steps = np.arange(done, done + m)[:, None]
+        term = (steps + 1) % period[None, :] == 0
+        trunc = (steps + 1) % (5 * period[None, :] + 3) == 0
+        buf.extend(obs=pool[:m], action=np.zeros((m, LANES), np.int64),
+                   reward=np.ones((m, LANES), np.float32), next_obs=pool[1:m + 1],
+                   terminated=term, truncated=trunc & ~term)
+        done += m
+    fill_s = time.perf_counter() - t0
+
+    # --- numpy floor: the same data laid out flat
+    t = buf.table
+    obs = t.flat(t.arrays["obs"]).copy()
+    act = t.flat(t.arrays["action"]).copy()
+    rew = t.flat(t.arrays["reward"]).copy()
+    ter = t.flat(t.arrays["terminated"]).copy()
+    tru = t.flat(t.arrays["truncated"]).copy()
+    frng = np.random.default_rng(1)
+    steps65 = np.arange(L + 1) * LANES
+
+    def floor() -> tuple[Any, ...]:
+        lane = frng.integers(0, LANES, size=B)
+        start = frng.integers(0, T - L - 1, size=B)
+        slots = (start * LANES + lane)[:, None] + steps65  # [B, L + 1]
+        o = obs[slots]
+        s = slots[:, :L]
+        return o[:, :L], o[:, 1:], act[s], rew[s], ter[s], tru[s]
+
+    def floor_take() -> tuple[Any, ...]:  # the same with ndarray.take (numpy's fastest)
+        lane = frng.integers(0, LANES, size=B)
+        start = frng.integers(0, T - L - 1, size=B)
+        slots = (start * LANES + lane)[:, None] + steps65  # [B, L + 1]
+        o = obs.take(slots, axis=0)
+        s = slots[:, :L]
+        return o[:, :L], o[:, 1:], act.take(s), rew.take(s), ter.take(s), tru.take(s)
+
+    sb = buf.sample_sequences(B, L)
+    assert sb.obs.shape == (B, L, D) and sb.next_obs.shape == (B, L, D) and sb.mask.all()
+    fns = {
+        "numpy floor": floor,
+        "numpy take floor": floor_take,
+        "replaybank stop": lambda: buf.sample_sequences(B, L),
+        "replaybank cross": lambda: buf.sample_sequences(B, L, episode_boundary="cross"),
+    }
+    rates = dict.fromkeys(fns, 0.0)
+    for _ in range(args.rounds):
+        for name, fn in fns.items():
+            rates[name] = max(rates[name], best_rate(fn, args.calls))
+
+    print(f"sequences: capacity {n:,}, {LANES} lanes, obs float32[{D}], "
+          f"sample_sequences({B}, {L})")
+    print(f"  fill: {fill_s:.1f} s ({n / fill_s:,.0f} steps/s)")
+    for name, r in rates.items():
+        print(f"  {name:>16}: {r:,.0f} batches/s")
+    for name in ("replaybank stop", "replaybank cross"):
+        for fl in ("numpy floor", "numpy take floor"):
+            print(f"  {name} / {fl} = {rates[name] / rates[fl]:.2f}x (target >= 0.8x)")
+
+
+if __name__ == "__main__":
+    main()

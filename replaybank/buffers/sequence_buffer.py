@@ -1,0 +1,237 @@
+"""``SequenceReplayBuffer``: a thin front end whose ``sample`` returns sequences.
+
+It owns a :class:`~replaybank.buffers.replay.ReplayBuffer` (composition, not
+inheritance) and remembers the sequence options, so that
+``buf.sample(batch_size, sequence_length)`` works like fishyrl's
+``SequentialBuffer.sample`` and returns a :class:`~replaybank.batch.SequenceBatch`
+(see :func:`~replaybank.buffers.sequences.sample_sequences`).
+
+Example:
+    >>> import numpy as np
+    >>> buf = SequenceReplayBuffer(capacity=100, sequence_length=4, seed=0)
+    >>> for t in range(12):
+    ...     buf.add(obs=np.full(3, t, np.float32), action=0, reward=0.0,
+    ...             next_obs=np.full(3, t + 1, np.float32), terminated=False, truncated=False)
+    >>> buf.sample(2).obs.shape
+    (2, 4, 3)
+    >>> buf.sample(2, 6).mask.shape
+    (2, 6)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from replaybank.batch import Batch, SequenceBatch
+from replaybank.buffers.replay import ReplayBuffer
+from replaybank.buffers.sequences import sample_sequences, update_sequence_priorities
+from replaybank.errors import ConfigError
+from replaybank.samplers.base import Sampler
+from replaybank.spec import Spec
+from replaybank.storage.table import StepTable
+
+__all__ = ["SequenceReplayBuffer"]
+
+
+class SequenceReplayBuffer:
+    """Replay buffer for recurrent and world-model agents.
+
+    Args:
+        capacity: Total steps over all lanes (divisible by ``num_envs``).
+        num_envs: Lanes (parallel environments).
+        sequence_length: Default ``L`` of :meth:`sample` (None: must be passed).
+        episode_boundary: ``"stop"`` (R2D2) or ``"cross"`` (DreamerV3).
+        strict: Only full windows (True) or zero-padded ones (False).
+        burn_in: Burn-in steps prepended to each window.
+        state_fields: Recurrent-state fields returned as ``initial/<name>``.
+        seed: Seed or Generator.
+        spec: Field specs (inferred from the first add when None).
+        sampler: Window-start sampler (uniform by default, or prioritized).
+        **buffer_kwargs: Further :class:`ReplayBuffer` arguments (``storage``, ...).
+
+    Raises:
+        ConfigError: Bad sequence options.
+
+    Example:
+        >>> buf = SequenceReplayBuffer(capacity=64, num_envs=2, sequence_length=8,
+        ...                            episode_boundary="cross")
+        >>> buf.capacity, buf.num_envs, len(buf)
+        (64, 2, 0)
+    """
+
+    def __init__(
+        self,
+        capacity: int,
+        num_envs: int = 1,
+        sequence_length: int | None = None,
+        episode_boundary: str = "stop",
+        strict: bool = True,
+        burn_in: int = 0,
+        state_fields: str | Sequence[str] | None = None,
+        seed: int | np.random.Generator | None = None,
+        spec: Any = None,
+        sampler: Sampler | None = None,
+        **buffer_kwargs: Any,
+    ) -> None:
+        if episode_boundary not in ("stop", "cross"):
+            raise ConfigError(
+                f"SequenceReplayBuffer(episode_boundary={episode_boundary!r}): use 'stop' "
+                "or 'cross'"
+            )
+        if sequence_length is not None and (isinstance(sequence_length, bool) or not
+                                            isinstance(sequence_length, (int, np.integer))
+                                            or sequence_length < 1):
+            raise ConfigError(
+                f"SequenceReplayBuffer(sequence_length={sequence_length!r}): must be an "
+                "int >= 1 or None"
+            )
+        if isinstance(burn_in, bool) or not isinstance(burn_in, (int, np.integer)) \
+                or burn_in < 0:
+            raise ConfigError(f"SequenceReplayBuffer(burn_in={burn_in!r}): must be an int >= 0")
+        self.buffer = ReplayBuffer(capacity, num_envs=num_envs, seed=seed, spec=spec,
+                                   sampler=sampler, **buffer_kwargs)
+        self.sequence_length = sequence_length
+        self.episode_boundary = episode_boundary
+        self.strict = bool(strict)
+        self.burn_in = int(burn_in)
+        self.state_fields = state_fields
+
+    @classmethod
+    def from_buffer(cls, buffer: ReplayBuffer, **options: Any) -> SequenceReplayBuffer:
+        """Wrap an existing buffer (e.g. one restored with ``ReplayBuffer.load``).
+
+        Example:
+            >>> seq = SequenceReplayBuffer.from_buffer(ReplayBuffer(8), sequence_length=2)
+            >>> seq.sequence_length
+            2
+        """
+        out = cls.__new__(cls)
+        out.buffer = buffer
+        out.sequence_length = options.pop("sequence_length", None)
+        out.episode_boundary = options.pop("episode_boundary", "stop")
+        out.strict = bool(options.pop("strict", True))
+        out.burn_in = int(options.pop("burn_in", 0))
+        out.state_fields = options.pop("state_fields", None)
+        if options:
+            raise ConfigError(f"SequenceReplayBuffer.from_buffer: unknown options {options}")
+        return out
+
+    # ------------------------------------------------------------------ delegation
+    @property
+    def capacity(self) -> int:
+        """Total steps over all lanes."""
+        return self.buffer.capacity
+
+    @property
+    def num_envs(self) -> int:
+        """Lanes."""
+        return self.buffer.num_envs
+
+    @property
+    def spec(self) -> Spec | None:
+        """Stored fields."""
+        return self.buffer.spec
+
+    @property
+    def table(self) -> StepTable:
+        """The step table."""
+        return self.buffer.table
+
+    @property
+    def sampler(self) -> Sampler:
+        """The window-start sampler."""
+        return self.buffer.sampler
+
+    def __len__(self) -> int:
+        return len(self.buffer)
+
+    def add(self, **fields: Any) -> None:
+        """Add one step per lane; see :meth:`ReplayBuffer.add`."""
+        self.buffer.add(**fields)
+
+    def extend(self, **fields: Any) -> None:
+        """Add many steps; see :meth:`ReplayBuffer.extend`."""
+        self.buffer.extend(**fields)
+
+    def clear(self) -> None:
+        """Drop every stored step."""
+        self.buffer.clear()
+
+    # ------------------------------------------------------------------ sampling
+    def sample(self, batch_size: int, sequence_length: int | None = None,
+               **kwargs: Any) -> SequenceBatch:
+        """Sample ``[B, burn_in + L]`` windows with this buffer's options.
+
+        Args:
+            batch_size: Windows ``B``.
+            sequence_length: ``L`` (default: the constructor's).
+            **kwargs: Overrides of the options and sampler arguments (see
+                :func:`~replaybank.buffers.sequences.sample_sequences`).
+
+        Raises:
+            ConfigError: No sequence length given here or at construction.
+        """
+        length = sequence_length if sequence_length is not None else self.sequence_length
+        if length is None:
+            raise ConfigError(
+                f"sample(batch_size={batch_size}): no sequence_length; pass one here or to "
+                "SequenceReplayBuffer(sequence_length=...)"
+            )
+        opts: dict[str, Any] = {"episode_boundary": self.episode_boundary,
+                                "strict": self.strict, "burn_in": self.burn_in,
+                                "state_fields": self.state_fields}
+        opts.update(kwargs)
+        return sample_sequences(self.buffer, batch_size, length, **opts)
+
+    sample_sequences = sample
+
+    def sample_transitions(self, batch_size: int, **kwargs: Any) -> Batch:
+        """One-step transitions, as :meth:`ReplayBuffer.sample`."""
+        return self.buffer.sample(batch_size, **kwargs)
+
+    def update_priorities(self, indices: Any, priorities: Any) -> int:
+        """Set priorities of window starts directly; see :meth:`ReplayBuffer.update_priorities`."""
+        return self.buffer.update_priorities(indices, priorities)
+
+    def update_sequence_priorities(self, starts: Any, td_errors: Any, eta: float = 0.9,
+                                   mask: Any = None) -> int:
+        """R2D2 priorities; see :func:`~replaybank.buffers.sequences.update_sequence_priorities`."""
+        return update_sequence_priorities(self.buffer, starts, td_errors, eta=eta, mask=mask)
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict[str, Any]:
+        """The buffer's state plus the sequence options (JSON-able)."""
+        state = self.buffer.state_dict()
+        state["sequence"] = {
+            "sequence_length": self.sequence_length,
+            "episode_boundary": self.episode_boundary, "strict": self.strict,
+            "burn_in": self.burn_in,
+            "state_fields": (self.state_fields if self.state_fields is None
+                             or isinstance(self.state_fields, str)
+                             else list(self.state_fields)),
+        }
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Inverse of :meth:`state_dict`."""
+        self.buffer.load_state_dict(state)
+        seq = state.get("sequence")
+        if seq is not None:
+            self.sequence_length = seq["sequence_length"]
+            self.episode_boundary = seq["episode_boundary"]
+            self.strict = bool(seq["strict"])
+            self.burn_in = int(seq["burn_in"])
+            self.state_fields = seq["state_fields"]
+
+    def save(self, dirpath: Any, prefix: str = "buffer_") -> None:
+        """Save the underlying buffer (restore with
+        ``SequenceReplayBuffer.from_buffer(ReplayBuffer.load(dirpath), ...)``)."""
+        self.buffer.save(dirpath, prefix=prefix)
+
+    def __repr__(self) -> str:
+        return (f"SequenceReplayBuffer(capacity={self.capacity}, num_envs={self.num_envs}, "
+                f"size={len(self)}, sequence_length={self.sequence_length}, "
+                f"episode_boundary={self.episode_boundary!r}, burn_in={self.burn_in})")

@@ -1,0 +1,413 @@
+"""Sequence (slice) sampling for recurrent and world-model agents, and R2D2 priorities.
+
+A sequence batch holds windows of ``W = burn_in + sequence_length`` consecutive steps of
+one lane each. Two boundary modes:
+
+* ``episode_boundary="stop"`` (R2D2): a window never runs past an episode end (nor a
+  discontinuity in the data). With ``strict=True`` only full windows are sampled; with
+  ``strict=False`` a window may be shorter than ``W`` (at least ``burn_in + 1`` steps)
+  and is zero-padded at the end, ``mask=False`` there.
+* ``episode_boundary="cross"`` (DreamerV3): windows run over episode ends; ``is_first``
+  marks where an episode starts so a model can reset its state. ``strict=False`` lets a
+  window run into the write head (padded as above).
+
+In both modes a window never crosses the write head, never mixes lanes and never reads
+an overwritten step (see :mod:`replaybank.ops.windows`).
+
+Memory: ``obs`` and ``next_obs`` come from one ``[B, W + 1]`` gather. When no step inside
+a window keeps its next observation aside (no episode end inside, no padding), they
+are two read-only views of that array, offset by one step (``to_torch`` copies them);
+otherwise ``next_obs`` is its own array.
+
+Which windows: window starts are drawn by the buffer's sampler and every start whose
+window is too short is redrawn, so the starts follow the sampler's distribution
+*conditioned on valid starts*: uniform over the valid starts of all lanes for
+:class:`~replaybank.samplers.uniform.UniformSampler`, proportional to priority among
+valid starts for a prioritized sampler (its importance weights are computed from the
+unconditional probabilities; the conditioning multiplies every probability by the same
+constant, which max-normalised weights cancel). When valid starts are rare, after
+``max_redraws`` rounds a uniform sampler draws the rest directly from the exact set of
+valid starts (same distribution); other samplers keep redrawing and raise if they fail.
+I.i.d. samplers (uniform, lane split) draw ``B // 2 + 4`` spare starts in the first round
+and keep the first ``B`` valid ones in draw order, which leaves the law unchanged and
+usually saves the redraw rounds.
+
+Example:
+    >>> import numpy as np
+    >>> import replaybank as rb
+    >>> buf = rb.ReplayBuffer(capacity=64, seed=0)
+    >>> for t in range(20):
+    ...     buf.add(obs=np.full(2, t, np.float32), action=0, reward=1.0,
+    ...             next_obs=np.full(2, t + 1, np.float32), terminated=t == 9, truncated=False)
+    >>> sb = sample_sequences(buf, 4, 5)
+    >>> sb.obs.shape, sb.mask.shape, bool(sb.mask.all())
+    ((4, 5, 2), (4, 5), True)
+    >>> bool(np.all(sb.next_obs[..., 0] == sb.obs[..., 0] + 1))
+    True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from replaybank.batch import SequenceBatch
+from replaybank.errors import ConfigError, DtypeError, EmptyBufferError, ShapeError, describe
+from replaybank.ops import ring, windows
+from replaybank.samplers.base import PrioritySampler, SampleResult
+from replaybank.samplers.lane_split import LaneSplitSampler
+from replaybank.samplers.uniform import UniformSampler, check_batch_size
+from replaybank.spec import SEP
+from replaybank.storage.backend import NumpyBackend
+from replaybank.views.transition import next_name
+
+__all__ = ["STATE_PREFIX", "sample_sequences", "update_sequence_priorities"]
+
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+
+#: Batch name prefix of the stored recurrent state at each window's first step.
+STATE_PREFIX = "initial"
+
+
+def _check_int(name: str, value: Any, lo: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lo:
+        raise ConfigError(f"sample_sequences({name}={value!r}): must be an int >= {lo}")
+    return int(value)
+
+
+def _state_names(spec_names: Sequence[str], state_fields: Any) -> list[str]:
+    if state_fields is None:
+        wanted = ["hidden"]
+        strict = False
+    else:
+        wanted = [state_fields] if isinstance(state_fields, str) else list(state_fields)
+        strict = True
+    out: list[str] = []
+    for w in wanted:
+        hits = [n for n in spec_names if n == w or n.startswith(w + SEP)]
+        if strict and not hits:
+            raise ConfigError(
+                f"sample_sequences(state_fields={state_fields!r}): no stored field {w!r}; "
+                f"stored fields are {sorted(spec_names)}"
+            )
+        out.extend(hits)
+    return out
+
+
+def _redraw(res: SampleResult, rows: IntArray, more: SampleResult) -> SampleResult:
+    keys = res.keys.copy()
+    keys[rows] = more.keys
+    probs, weights = res.probabilities, res.weights
+    if probs is not None and more.probabilities is not None:
+        probs = probs.copy()
+        probs[rows] = more.probabilities
+    if weights is not None and more.weights is not None:
+        weights = weights.copy()
+        weights[rows] = more.weights
+    return SampleResult(keys, probs, weights)
+
+
+_EXTENT: list[Any] = []
+
+
+def _load_extent() -> Any:
+    """The window-extent kernel (numba when it imports, else numpy), loaded once."""
+    _EXTENT.append(windows.extent_kernel("auto")[0])
+    return _EXTENT[0]
+
+
+_PLAN: list[Any] = []
+
+
+def _load_plan() -> Any:
+    """The window-plan kernel (numba when it imports, else numpy), loaded once."""
+    _PLAN.append(windows.plan_kernel("auto")[0])
+    return _PLAN[0]
+
+
+def _draw_starts(buf: Any, batch_size: int, width: int, cross: bool, min_len: int,
+                 max_redraws: int, kwargs: dict[str, Any]) -> tuple[SampleResult, IntArray]:
+    t = buf.table
+    lv = buf.lane_view()
+    rng = buf.rng
+    extent = _EXTENT[0] if _EXTENT else _load_extent()
+    # i.i.d. samplers draw a few spare starts up front and keep the first valid ones (in
+    # draw order, so the accepted starts are still i.i.d. from the conditional law)
+    iid = isinstance(buf.sampler, (UniformSampler, LaneSplitSampler)) \
+        and kwargs.get("replace", True) and max_redraws > 0
+    m = batch_size + batch_size // 2 + 4 if iid else batch_size
+    res: SampleResult = buf.sampler.sample(m, lv, rng, **kwargs)
+    ext = extent(t.link, t.written, t.counts, res.keys, width, cross)  # [m]
+    if m > batch_size:
+        good = np.flatnonzero(ext >= min_len)
+        sel = good[:batch_size] if len(good) >= batch_size else \
+            np.argsort(ext < min_len, kind="stable")[:batch_size]  # valid ones first
+        res, ext = SampleResult(res.keys[sel]), ext[sel]
+    exact = type(buf.sampler) is UniformSampler
+    limit = max_redraws if exact else max(max_redraws, 1024)
+    for _ in range(limit):
+        bad = np.flatnonzero(ext < min_len)
+        if len(bad) == 0:
+            return res, ext
+        more = buf.sampler.sample(len(bad), lv, rng, **kwargs)
+        res = _redraw(res, bad, more)
+        ext[bad] = extent(t.link, t.written, t.counts, more.keys, width, cross)
+    bad = np.flatnonzero(ext < min_len)
+    if len(bad) == 0:
+        return res, ext
+    valid = windows.valid_starts(t.link, t.written, t.counts, width, cross, min_len)
+    if len(valid) == 0 or not exact:
+        mode = "cross" if cross else "stop"
+        raise EmptyBufferError(
+            f"sample_sequences(batch_size={batch_size}, width={width}, "
+            f"episode_boundary={mode!r}): the buffer holds {len(valid)} windows of at least "
+            f"{min_len} steps; add more data, shorten sequence_length/burn_in, or use "
+            "strict=False (padded windows) or episode_boundary='cross'"
+        )
+    keys = res.keys.copy()
+    keys[bad] = valid[rng.integers(0, len(valid), size=len(bad))]
+    ext[bad] = extent(t.link, t.written, t.counts, keys[bad], width, cross)
+    return SampleResult(keys, res.probabilities, res.weights), ext
+
+
+def sample_sequences(
+    buf: Any,
+    batch_size: int,
+    sequence_length: int,
+    episode_boundary: str = "stop",
+    strict: bool = True,
+    burn_in: int = 0,
+    state_fields: str | Sequence[str] | None = None,
+    max_redraws: int = 16,
+    **sampler_kwargs: Any,
+) -> SequenceBatch:
+    """Sample ``batch_size`` windows of ``burn_in + sequence_length`` steps.
+
+    Args:
+        buf: A :class:`~replaybank.buffers.replay.ReplayBuffer` (any sampler).
+        batch_size: Windows ``B``.
+        sequence_length: Loss steps ``L`` per window.
+        episode_boundary: ``"stop"`` or ``"cross"`` (see the module docs).
+        strict: Only full windows (True) or zero-padded shorter ones (False).
+        burn_in: Steps ``k`` prepended to each window, flagged ``burn_in`` and excluded
+            from ``mask``; a window is ``W = k + L`` steps long.
+        state_fields: Stored recurrent-state fields to return at each window's first
+            step as ``initial/<name>`` ``[B, *shape]``; default: the field ``hidden``
+            (and ``hidden/...``) when stored.
+        max_redraws: Rounds of redrawing invalid starts before the exact fallback.
+        **sampler_kwargs: Passed to the sampler (e.g. ``beta``).
+
+    Returns:
+        A :class:`~replaybank.batch.SequenceBatch`: every stored field and ``next_obs``
+        ``[B, W, *shape]`` (zero where padded); ``mask`` (valid loss steps),
+        ``is_first`` (an episode starts here, or the table no longer holds the previous
+        step), ``is_last`` (the episode ended here: terminated, truncated or a
+        discontinuity), ``is_terminal`` (terminated), ``burn_in`` ``[B, W]`` bool;
+        ``starts`` (item keys of the window starts, ``[B]``, for
+        :func:`update_sequence_priorities`), ``initial/<field>`` and, from prioritized
+        samplers, ``weights`` and ``probabilities`` ``[B]``.
+
+    Raises:
+        ConfigError: Bad arguments (nothing is drawn).
+        EmptyBufferError: The buffer holds no window of the required length.
+
+    Example:
+        >>> import numpy as np
+        >>> import replaybank as rb
+        >>> buf = rb.ReplayBuffer(capacity=32, num_envs=2, seed=0)
+        >>> for t in range(8):
+        ...     buf.add(obs=np.full((2, 1), t, np.float32), action=[0, 0], reward=[0.0, 0.0],
+        ...             next_obs=np.full((2, 1), t + 1, np.float32), terminated=[t == 3, False],
+        ...             truncated=[False, False], hidden=np.full((2, 4), t, np.float32))
+        >>> sb = sample_sequences(buf, 3, 4, episode_boundary="cross", burn_in=1)
+        >>> sb.obs.shape, sb["initial/hidden"].shape, sb.burn_in[0].tolist()
+        ((3, 5, 1), (3, 4), [True, False, False, False, False])
+    """
+    batch_size = _check_int("batch_size", batch_size, 1)
+    sequence_length = _check_int("sequence_length", sequence_length, 1)
+    burn_in = _check_int("burn_in", burn_in, 0)
+    max_redraws = _check_int("max_redraws", max_redraws, 0)
+    if episode_boundary not in ("stop", "cross"):
+        raise ConfigError(
+            f"sample_sequences(episode_boundary={episode_boundary!r}): use 'stop' (windows "
+            "end at episode ends, R2D2) or 'cross' (windows run over them, DreamerV3)"
+        )
+    if not isinstance(strict, (bool, np.bool_)):
+        raise ConfigError(f"sample_sequences(strict={strict!r}): must be a bool")
+    cross = episode_boundary == "cross"
+    width = burn_in + sequence_length
+    check_batch_size(batch_size, len(buf), True)
+    t = buf.table
+    if strict and width > t.T:
+        raise ConfigError(
+            f"sample_sequences(sequence_length={sequence_length}, burn_in={burn_in}): a "
+            f"window of {width} steps never fits in a lane of {t.T} rows; lower them, use "
+            "strict=False or a larger capacity"
+        )
+    state_names = _state_names(list(t.spec), state_fields)
+    min_len = width if strict else burn_in + 1
+    res, ext = _draw_starts(buf, batch_size, width, cross, min_len, max_redraws,
+                            sampler_kwargs)
+    return _gather(buf, res, ext, width, burn_in, state_names)
+
+
+def _zeros(field: Any, n: int) -> npt.NDArray[Any]:
+    return np.zeros((n, *field.shape), dtype=field.dtype)
+
+
+def _gather(buf: Any, res: SampleResult, ext: IntArray, width: int, burn_in: int,
+            state_names: list[str]) -> SequenceBatch:
+    t = buf.table
+    be = t.backend
+    starts = res.keys  # [B]
+    B = len(starts)  # noqa: N806
+    plan = _PLAN[0] if _PLAN else _load_plan()
+    # slots of the W window steps plus the step after the last one [B, W + 1], their
+    # links [B, W], real episode ends / discontinuities [B, W], is_first of the starts [B]
+    slots, lk, ends, first0 = plan(t.link, t.written, t.counts, starts, width)
+    steps = slots[:, :width]
+    full = bool(ext.min() >= width)
+    valid = None if full else np.arange(width) < ext[:, None]  # [B, W]
+    pad = None if valid is None else np.nonzero(~valid)
+    cut = lk > 0
+    out: dict[str, Any] = {}
+    for name, arr in t.arrays.items():
+        if name in t.obs_fields:
+            continue
+        g = be.gather(t.flat(arr), steps)  # [B, W, *shape]
+        if pad is not None:
+            be.write(g, pad, _zeros(t.spec[name], len(pad[0])))
+        out[name] = g
+    # observations: one [B, W + 1] gather serves obs (columns :W) and next_obs (1:);
+    # where a step's next observation is kept aside it is patched into next_obs
+    side_pos = np.nonzero(cut if valid is None else cut & valid)
+    shared = pad is None and isinstance(be, NumpyBackend) and (
+        len(side_pos[1]) == 0 or int(side_pos[1].min()) == width - 1)
+    for name in t.obs_fields:
+        g = be.gather(t.flat(t.arrays[name]), slots)  # [B, W + 1, *shape]
+        nxt = g[:, 1:]
+        if not shared:
+            nxt = nxt.clone() if hasattr(nxt, "clone") else nxt.copy()  # torch or numpy
+        if len(side_pos[0]):
+            be.write(nxt, side_pos, be.gather(t.side[name], lk[side_pos] - 1))
+        obs = g[:, :width]
+        if pad is not None:
+            zeros = _zeros(t.spec[name], len(pad[0]))
+            be.write(g, pad, zeros)
+            be.write(nxt, pad, zeros)
+        if shared:  # obs and next_obs share memory: hand them out read-only
+            obs.flags.writeable = False
+            nxt.flags.writeable = False
+        out[name] = obs
+        out[next_name(name)] = nxt
+    term = np.asarray(be.to_numpy(out["terminated"]), dtype=bool)
+    trunc = np.asarray(be.to_numpy(out["truncated"]), dtype=bool)
+    first = np.empty((B, width), dtype=bool)
+    first[:, 0] = first0
+    first[:, 1:] = cut[:, :-1]
+    last = term | trunc
+    last |= ends
+    burn = np.zeros((B, width), dtype=bool)
+    burn[:, :burn_in] = True
+    if valid is None:
+        out["mask"] = ~burn
+        out["is_terminal"] = term.copy()
+    else:
+        first &= valid
+        last &= valid
+        out["mask"] = valid & ~burn
+        out["is_terminal"] = valid & term
+    out["is_first"] = first
+    out["is_last"] = last
+    out["burn_in"] = burn
+    out["starts"] = starts
+    for name in state_names:
+        key = f"{STATE_PREFIX}{SEP}{name}"
+        if key in out:
+            raise ConfigError(f"sample_sequences: stored field {key!r} clashes with the "
+                              f"initial state of {name!r}; rename the field")
+        out[key] = out[name][:, 0]
+    if res.weights is not None:
+        out["weights"] = res.weights.astype(np.float32)
+    if res.probabilities is not None:
+        out["probabilities"] = res.probabilities
+    return SequenceBatch(out)
+
+
+def update_sequence_priorities(
+    buf: Any,
+    starts: Any,
+    td_errors: Any,
+    eta: float = 0.9,
+    mask: Any = None,
+) -> int:
+    """Set R2D2 priorities ``eta * max|td| + (1 - eta) * mean|td|`` of sampled windows.
+
+    Args:
+        buf: The buffer the windows were sampled from (prioritized sampler).
+        starts: ``batch.starts``, ``[B]`` item keys.
+        td_errors: ``[B, L]`` TD errors of the window steps.
+        eta: Weight of the max in ``[0, 1]`` (0.9 in R2D2).
+        mask: ``[B, L]`` steps that count (e.g. ``batch.mask``: padding and burn-in
+            excluded); default all. Rows without a counted step are left unchanged.
+
+    Returns:
+        Number of priorities applied (stale and empty rows excluded).
+
+    Raises:
+        ConfigError: ``eta`` outside ``[0, 1]``, or the sampler has no priorities.
+        ShapeError: Shapes differ.
+        DtypeError: A counted TD error is NaN or infinite.
+
+    Example:
+        >>> import numpy as np
+        >>> import replaybank as rb
+        >>> from replaybank.samplers.prioritized import PrioritizedSampler
+        >>> buf = rb.ReplayBuffer(capacity=16, sampler=PrioritizedSampler(), seed=0)
+        >>> for t in range(10):
+        ...     buf.add(obs=np.zeros(2, np.float32), action=0, reward=0.0,
+        ...             next_obs=np.zeros(2, np.float32), terminated=False, truncated=False)
+        >>> sb = buf.sample_sequences(2, 3)
+        >>> update_sequence_priorities(buf, sb.starts, np.ones((2, 3)), mask=sb.mask)
+        2
+    """
+    if isinstance(eta, bool) or not isinstance(eta, (int, float, np.floating)) \
+            or not 0.0 <= float(eta) <= 1.0:
+        raise ConfigError(f"update_sequence_priorities(eta={eta!r}): must be a float in [0, 1]")
+    if not isinstance(buf.sampler, PrioritySampler):
+        raise ConfigError(
+            f"update_sequence_priorities: this buffer's sampler ({type(buf.sampler).__name__}) "
+            "has no priorities; build it with sampler=PrioritizedSampler(...)"
+        )
+    keys = ring.as_int_array(starts, "starts")
+    td = np.asarray(td_errors.detach().cpu().numpy() if hasattr(td_errors, "detach")
+                    else td_errors, dtype=np.float64)
+    if td.ndim != 2 or td.shape[0] != len(keys):
+        raise ShapeError(
+            f"update_sequence_priorities(td_errors={describe(td_errors)}): expected "
+            f"[B={len(keys)}, L] (one row per start)"
+        )
+    if mask is None:
+        m = np.ones(td.shape, dtype=bool)
+    else:
+        m = np.asarray(mask.detach().cpu().numpy() if hasattr(mask, "detach") else mask)
+        if m.shape != td.shape:
+            raise ShapeError(
+                f"update_sequence_priorities(mask={describe(mask)}): expected the shape of "
+                f"td_errors {td.shape}"
+            )
+        m = m.astype(bool)
+    if not np.all(np.isfinite(td[m])):
+        raise DtypeError(
+            "update_sequence_priorities(td_errors=...): counted TD errors contain NaN or "
+            "inf; check the loss or mask those steps"
+        )
+    prio = windows.r2d2_priority(td, m, float(eta))
+    keep = m.any(axis=1)
+    if not keep.any():
+        return 0
+    return int(buf.update_priorities(keys[keep], prio[keep]))

@@ -1,0 +1,416 @@
+"""Pure window arithmetic for sequence sampling and frame stacks.
+
+Every function works on the lane bookkeeping of a step table (see
+:mod:`replaybank.ops.ring`): ``link`` ``[T, lanes]`` (``> 0`` where the next observation
+of a step is not the next step's observation: an episode end, a discontinuity, or the
+newest step of a lane), ``written`` and ``counts`` ``[lanes]``. Steps are named by item
+keys ``seq * lanes + lane``; lane ``l`` holds the live sequence numbers
+``[written[l] - counts[l], written[l])``.
+
+A *window* of width ``W`` starting at key ``k`` is the steps ``seq, seq + 1, ...,
+seq + W - 1`` of the same lane. Its *extent* is how many of its leading steps may be read:
+
+* every step must be live (a window never crosses the write head, never reads an
+  overwritten step and never leaves its lane),
+* in ``"stop"`` mode it also ends after the first step with ``link > 0`` (the episode
+  ended there, or the data is not continuous).
+
+Example:
+    >>> import numpy as np
+    >>> link = np.zeros((6, 1), np.int32); link[[2, 5], 0] = 1   # episode ends at 2; 5 newest
+    >>> written, counts = np.array([6]), np.array([6])
+    >>> window_extent(link, written, counts, np.arange(6), 3, cross=False).tolist()
+    [3, 2, 1, 3, 2, 1]
+    >>> valid_starts(link, written, counts, 3, cross=False, min_len=3).tolist()
+    [0, 3]
+    >>> history(link, written, counts, np.array([4]), 4)[0].tolist()   # reset padding
+    [[3, 3, 3, 4]]
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = [
+    "history",
+    "extent_kernel",
+    "is_first",
+    "plan_kernel",
+    "r2d2_priority",
+    "stack_kernel",
+    "stack_slots",
+    "valid_starts",
+    "window_extent",
+    "window_keys",
+    "window_plan",
+]
+
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+FloatArray = npt.NDArray[np.float64]
+
+
+def _split(keys: IntArray, lanes: int) -> tuple[IntArray, IntArray]:
+    keys = np.asarray(keys, dtype=np.int64)
+    return keys // lanes, keys % lanes
+
+
+def window_keys(keys: IntArray, width: int, lanes: int) -> IntArray:
+    """Item keys of the ``width`` consecutive steps of each window (same lane).
+
+    Args:
+        keys: Window starts, ``[B]``.
+        width: Steps per window ``W``.
+        lanes: Lanes of the table.
+
+    Returns:
+        Keys ``[B, W]`` (not checked for liveness).
+
+    Example:
+        >>> window_keys(np.array([1, 4]), 3, lanes=2).tolist()
+        [[1, 3, 5], [4, 6, 8]]
+    """
+    keys = np.asarray(keys, dtype=np.int64)
+    return keys[:, None] + np.arange(width, dtype=np.int64)[None, :] * lanes  # [B, W]
+
+
+def window_extent(
+    link: npt.NDArray[np.int32],
+    written: IntArray,
+    counts: IntArray,
+    keys: IntArray,
+    width: int,
+    cross: bool,
+) -> IntArray:
+    """How many leading steps of each window may be read.
+
+    Args:
+        link: Next-observation links ``[T, lanes]``.
+        written: Steps ever written per lane ``[lanes]``.
+        counts: Live steps per lane ``[lanes]``.
+        keys: Window starts ``[B]``.
+        width: Window width ``W``.
+        cross: ``True``: windows may run over episode ends (``"cross"`` mode);
+            ``False``: they stop after the first step with ``link > 0``.
+
+    Returns:
+        Extent ``[B]`` in ``[0, W]``; 0 where the start itself is not live.
+
+    Example:
+        >>> link = np.zeros((4, 1), np.int32); link[3, 0] = 1
+        >>> window_extent(link, np.array([6]), np.array([4]), np.array([1, 2, 4]), 3,
+        ...               cross=True).tolist()
+        [0, 3, 2]
+    """
+    T, lanes = link.shape  # noqa: N806
+    seq, lane = _split(keys, lanes)
+    hi = written[lane]  # [B]
+    lo = hi - counts[lane]
+    start_live = (seq >= lo) & (seq < hi)
+    s = seq[:, None] + np.arange(width, dtype=np.int64)[None, :]  # [B, W]
+    ok = s < hi[:, None]
+    if not cross and width > 1:
+        cut = link[s[:, :-1] % T, lane[:, None]] > 0  # [B, W-1]
+        after_cut = np.cumsum(cut, axis=1) > 0
+        ok[:, 1:] &= ~after_cut
+    n: IntArray = ok.sum(axis=1).astype(np.int64)
+    n[~start_live] = 0
+    return n
+
+
+def valid_starts(
+    link: npt.NDArray[np.int32],
+    written: IntArray,
+    counts: IntArray,
+    width: int,
+    cross: bool,
+    min_len: int,
+) -> IntArray:
+    """Every key whose window has extent ``>= min_len`` (exhaustive, ``O(size)``).
+
+    Args:
+        link: Next-observation links ``[T, lanes]``.
+        written: Steps ever written per lane ``[lanes]``.
+        counts: Live steps per lane ``[lanes]``.
+        width: Window width ``W``.
+        cross: Boundary mode (see :func:`window_extent`).
+        min_len: Smallest acceptable extent (``W`` for strict windows).
+
+    Returns:
+        Keys ``[n]``, lane by lane, each lane oldest to newest.
+
+    Example:
+        >>> link = np.zeros((5, 2), np.int32); link[4, :] = 1; link[1, 1] = 1
+        >>> valid_starts(link, np.array([5, 5]), np.array([5, 5]), 3, False, 3).tolist()
+        [0, 2, 4, 5]
+    """
+    T, lanes = link.shape  # noqa: N806
+    out: list[IntArray] = []
+    for lane in range(lanes):
+        c, hi = int(counts[lane]), int(written[lane])
+        if c == 0:
+            continue
+        seqs = np.arange(hi - c, hi, dtype=np.int64)  # [c]
+        if cross:
+            end = np.full(c, hi, dtype=np.int64)
+        else:
+            cut = link[seqs % T, lane] > 0
+            pos = np.where(cut, np.arange(c), c)
+            nxt = np.minimum.accumulate(pos[::-1])[::-1]  # first cut at or after i
+            end = np.minimum(seqs[0] + nxt + 1, hi)
+        n = np.minimum(width, end - seqs)
+        out.append(seqs[n >= min_len] * lanes + lane)
+    if not out:
+        return np.zeros(0, dtype=np.int64)
+    return np.concatenate(out)
+
+
+def is_first(
+    link: npt.NDArray[np.int32], written: IntArray, counts: IntArray, keys: IntArray
+) -> BoolArray:
+    """Whether each (live) step starts an episode as far as the table knows.
+
+    True when the previous step of the lane ended an episode or broke continuity
+    (``link > 0``), and when the previous step is not live (never written, cleared or
+    overwritten: the table no longer knows what came before).
+
+    Example:
+        >>> link = np.zeros((4, 1), np.int32); link[1, 0] = 1
+        >>> is_first(link, np.array([4]), np.array([4]), np.arange(4)).tolist()
+        [True, False, True, False]
+    """
+    T, lanes = link.shape  # noqa: N806
+    seq, lane = _split(keys, lanes)
+    prev = seq - 1
+    prev_live = prev >= written[lane] - counts[lane]
+    return np.asarray(~prev_live | (link[prev % T, lane] > 0))
+
+
+def history(
+    link: npt.NDArray[np.int32],
+    written: IntArray,
+    counts: IntArray,
+    keys: IntArray,
+    k: int,
+) -> tuple[IntArray, BoolArray]:
+    """Keys of the ``k``-frame history of each step, padded like ``padding_type="reset"``.
+
+    Frame ``j`` of the stack of step ``seq`` is step ``max(start, seq - (k - 1 - j))``,
+    where ``start`` is the first step of its episode: the history never reaches into the
+    previous episode (or across a discontinuity), and at an episode start the first
+    observation is repeated, as gymnasium's ``FrameStackObservation(padding_type="reset")``
+    does.
+
+    Args:
+        link: Next-observation links ``[T, lanes]``.
+        written: Steps ever written per lane ``[lanes]``.
+        counts: Live steps per lane ``[lanes]``.
+        keys: Live steps ``[B]``.
+        k: Stack size.
+
+    Returns:
+        ``(hist, ok)``: keys ``[B, k]`` (oldest first, the step itself last), and ``ok``
+        ``[B]``, False where the needed history was overwritten or cleared (the stack
+        cannot be rebuilt exactly).
+
+    Example:
+        >>> link = np.zeros((4, 1), np.int32)
+        >>> h, ok = history(link, np.array([6]), np.array([4]), np.array([3, 5]), 3)
+        >>> h.tolist(), ok.tolist()
+        ([[2, 2, 3], [3, 4, 5]], [False, True])
+    """
+    T, lanes = link.shape  # noqa: N806
+    seq, lane = _split(keys, lanes)
+    if k == 1:
+        return seq[:, None] * lanes + lane[:, None], np.ones(len(seq), dtype=bool)
+    lo = written[lane] - counts[lane]  # [B]
+    cand = seq[:, None] - np.arange(1, k, dtype=np.int64)[None, :]  # [B, k-1] steps back
+    live = cand >= lo[:, None]
+    cont = live & (link[cand % T, lane[:, None]] == 0)  # may step back past cand
+    going = np.logical_and.accumulate(cont, axis=1)  # [B, k-1] prefix of cont
+    tried = np.ones_like(going)
+    tried[:, 1:] = going[:, :-1]  # whether the walk reached cand at all
+    ok = ~np.any(tried & ~live & (cand >= 0), axis=1)
+    depth = going.sum(axis=1)  # steps back inside the episode, [B]
+    back = np.minimum(np.arange(k - 1, -1, -1, dtype=np.int64)[None, :], depth[:, None])
+    return (seq[:, None] - back) * lanes + lane[:, None], ok
+
+
+def stack_slots(
+    link: npt.NDArray[np.int32],
+    written: IntArray,
+    counts: IntArray,
+    keys: IntArray,
+    k: int,
+) -> tuple[IntArray, IntArray, BoolArray]:
+    """Storage slots of each step's frame stack and next frame, in one pass.
+
+    Args:
+        link: Next-observation links ``[T, lanes]``.
+        written: Steps ever written per lane ``[lanes]``.
+        counts: Live steps per lane ``[lanes]``.
+        keys: Live steps ``[B]``.
+        k: Stack size.
+
+    Returns:
+        ``(slots, side, ok)``: ``slots`` ``[B, k + 1]`` storage slots
+        (``row * lanes + lane``) of the ``k`` history frames (as :func:`history`) and of
+        the next step; ``side`` ``[B]`` the side slot holding the next observation
+        instead (``link - 1``; ``-1`` where the next step's observation is it); ``ok`` as
+        :func:`history`.
+
+    Example:
+        >>> link = np.zeros((4, 1), np.int32); link[3, 0] = 1
+        >>> slots, side, ok = stack_slots(link, np.array([4]), np.array([4]),
+        ...                               np.array([1, 3]), 2)
+        >>> slots.tolist(), side.tolist(), ok.tolist()
+        ([[0, 1, 2], [2, 3, 0]], [-1, 0], [True, True])
+    """
+    T, lanes = link.shape  # noqa: N806
+    keys = np.asarray(keys, dtype=np.int64)
+    hist, ok = history(link, written, counts, keys, k)  # [B, k] keys
+    seq, lane = _split(keys, lanes)
+    slots = np.empty((len(keys), k + 1), dtype=np.int64)
+    slots[:, :k] = (hist // lanes) % T * lanes + lane[:, None]
+    row = seq % T
+    slots[:, k] = (row + 1) % T * lanes + lane
+    side = link[row, lane].astype(np.int64) - 1
+    return slots, side, ok
+
+
+def window_plan(
+    link: npt.NDArray[np.int32],
+    written: IntArray,
+    counts: IntArray,
+    keys: IntArray,
+    width: int,
+) -> tuple[IntArray, npt.NDArray[np.int32], BoolArray, BoolArray]:
+    """Everything a window gather needs besides the data, in one pass.
+
+    Args:
+        link: Next-observation links ``[T, lanes]``.
+        written: Steps ever written per lane ``[lanes]``.
+        counts: Live steps per lane ``[lanes]``.
+        keys: Live window starts ``[B]``.
+        width: Window width ``W``.
+
+    Returns:
+        ``(slots, links, ends, first)``: storage slots of the ``W`` steps and of the step
+        after them ``[B, W + 1]`` (positions past the extent name whatever the ring holds
+        there: mask them); their links ``[B, W]``; ``ends`` ``[B, W]``, the step has
+        ``link > 0`` and is not its lane's newest step (an episode end or a
+        discontinuity); ``first`` ``[B]``, :func:`is_first` of the starts.
+
+    Example:
+        >>> link = np.zeros((4, 1), np.int32); link[[1, 3], 0] = 1
+        >>> slots, lk, ends, first = window_plan(link, np.array([4]), np.array([4]),
+        ...                                      np.array([0, 2]), 2)
+        >>> slots.tolist(), ends.tolist(), first.tolist()
+        ([[0, 1, 2], [2, 3, 0]], [[False, True], [False, False]], [True, True])
+    """
+    T, lanes = link.shape  # noqa: N806
+    keys = np.asarray(keys, dtype=np.int64)
+    seq, lane = _split(keys, lanes)
+    rows = (seq[:, None] + np.arange(width + 1, dtype=np.int64)[None, :]) % T  # [B, W + 1]
+    slots = rows * lanes + lane[:, None]
+    lk = link[rows[:, :width], lane[:, None]]  # [B, W]
+    newest = (seq[:, None] + np.arange(width)[None, :]) == (written[lane] - 1)[:, None]
+    ends = (lk > 0) & ~newest
+    return slots, lk, ends, is_first(link, written, counts, keys)
+
+
+def extent_kernel(prefer: str = "auto") -> tuple[Any, str]:
+    """:func:`window_extent` compiled with numba when it imports, else the numpy function.
+
+    Example:
+        >>> extent_kernel("numpy")[1]
+        'numpy'
+    """
+    if prefer not in ("auto", "numba", "numpy"):
+        raise ValueError(f"extent_kernel(prefer={prefer!r}): use 'auto', 'numba' or 'numpy'")
+    if prefer != "numpy":
+        try:
+            from replaybank.ops import windows_numba
+        except ImportError:
+            if prefer == "numba":
+                raise
+        else:
+            return windows_numba.window_extent, "numba"
+    return window_extent, "numpy"
+
+
+def plan_kernel(prefer: str = "auto") -> tuple[Any, str]:
+    """:func:`window_plan` compiled with numba when it imports, else the numpy function.
+
+    Example:
+        >>> plan_kernel("numpy")[1]
+        'numpy'
+    """
+    if prefer not in ("auto", "numba", "numpy"):
+        raise ValueError(f"plan_kernel(prefer={prefer!r}): use 'auto', 'numba' or 'numpy'")
+    if prefer != "numpy":
+        try:
+            from replaybank.ops import windows_numba
+        except ImportError:
+            if prefer == "numba":
+                raise
+        else:
+            return windows_numba.window_plan, "numba"
+    return window_plan, "numpy"
+
+
+def stack_kernel(prefer: str = "auto") -> tuple[Any, str]:
+    """:func:`stack_slots` compiled with numba when it imports, else the numpy function.
+
+    Args:
+        prefer: ``"auto"``, ``"numba"`` (raise if numba is missing) or ``"numpy"``.
+
+    Returns:
+        ``(function, name)``; the numba function has the same signature and results.
+
+    Example:
+        >>> stack_kernel("numpy")[1]
+        'numpy'
+    """
+    if prefer not in ("auto", "numba", "numpy"):
+        raise ValueError(f"stack_kernel(prefer={prefer!r}): use 'auto', 'numba' or 'numpy'")
+    if prefer != "numpy":
+        try:
+            from replaybank.ops import windows_numba
+        except ImportError:
+            if prefer == "numba":
+                raise
+        else:
+            return windows_numba.stack_slots, "numba"
+    return stack_slots, "numpy"
+
+
+def r2d2_priority(td_errors: FloatArray, mask: BoolArray, eta: float) -> FloatArray:
+    """R2D2 sequence priority ``eta * max|td| + (1 - eta) * mean|td|`` over masked steps.
+
+    Args:
+        td_errors: ``[B, L]`` TD errors.
+        mask: ``[B, L]`` which steps count.
+        eta: Mixing weight in ``[0, 1]``.
+
+    Returns:
+        Priorities ``[B]`` (NaN for rows without any counted step).
+
+    Example:
+        >>> r2d2_priority(np.array([[1.0, -3.0, 9.0]]), np.array([[True, True, False]]),
+        ...               0.5).tolist()
+        [2.5]
+    """
+    a = np.abs(np.asarray(td_errors, dtype=np.float64))
+    m = np.asarray(mask, dtype=bool)
+    n = m.sum(axis=1)
+    mx = np.where(m, a, -np.inf).max(axis=1, initial=-np.inf)
+    total = np.where(m, a, 0.0).sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = total / n
+    out = eta * mx + (1.0 - eta) * mean
+    out[n == 0] = np.nan
+    return np.asarray(out, dtype=np.float64)

@@ -1,0 +1,96 @@
+"""Lane-split sampling: the batch is divided randomly among the lanes.
+
+This reproduces fishyrl's ``IndependentVectorizedBuffer`` (one buffer per env, the batch
+divided randomly among them) on the single lane-major table: each draw first picks a
+lane uniformly among the non-empty lanes, then a live step of that lane uniformly. A
+lane's share of the batch is therefore multinomial with equal probabilities, whatever
+its fill; each step ``i`` of lane ``l`` has probability ``1 / (n_nonempty * counts[l])``.
+(The default :class:`~replaybank.samplers.uniform.UniformSampler` is uniform over every
+step of every lane instead; the two agree when all lanes are equally full.)
+
+Example:
+    >>> import numpy as np
+    >>> from replaybank.samplers.base import LaneView
+    >>> lv = LaneView(T=4, lanes=2, written=np.array([4, 1]), counts=np.array([4, 1]))
+    >>> keys = LaneSplitSampler().sample(1000, lv, np.random.default_rng(0)).keys
+    >>> round(float(np.mean(keys % 2 == 1)), 1)   # half the batch from the 1-step lane
+    0.5
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from replaybank.errors import ConfigError
+from replaybank.samplers.base import FloatArray, IntArray, LaneView, SampleResult
+from replaybank.samplers.uniform import check_batch_size
+
+__all__ = ["LaneSplitSampler"]
+
+
+class LaneSplitSampler:
+    """Divides each batch randomly (multinomially, equal odds) among non-empty lanes.
+
+    Stateless apart from the buffer's generator, so its state dict is empty and a
+    checkpoint of the buffer (one ``state_dict`` for all lanes) restores it exactly.
+
+    Example:
+        >>> import numpy as np
+        >>> import replaybank as rb
+        >>> buf = rb.ReplayBuffer(capacity=8, num_envs=2, sampler=LaneSplitSampler(), seed=0)
+        >>> buf.add(obs=np.zeros((2, 3), np.float32), action=np.array([0, 1]), reward=[0.0, 1.0],
+        ...         next_obs=np.ones((2, 3), np.float32), terminated=[False, False],
+        ...         truncated=[False, False])
+        >>> buf.sample(4).obs.shape
+        (4, 3)
+    """
+
+    def bind(self, T: int, lanes: int) -> None:  # noqa: N803
+        return None
+
+    def on_write(self, slots: IntArray, priorities: FloatArray | None = None) -> None:
+        return None
+
+    def on_clear(self) -> None:
+        return None
+
+    def sample(
+        self,
+        batch_size: int,
+        lanes: LaneView,
+        rng: np.random.Generator,
+        replace: bool = True,
+        **kwargs: Any,
+    ) -> SampleResult:
+        """Draw ``batch_size`` keys: a uniform non-empty lane, then a uniform step of it.
+
+        Raises:
+            ConfigError: ``replace=False`` (not offered: lane quotas are random).
+            EmptyBufferError: The buffer is empty.
+        """
+        check_batch_size(batch_size, lanes.size, True)
+        if not replace:
+            raise ConfigError(
+                "sample(replace=False): LaneSplitSampler draws with replacement only; "
+                "use UniformSampler for distinct transitions"
+            )
+        nonempty = np.flatnonzero(lanes.counts > 0)  # [n]
+        lane = nonempty[rng.integers(0, len(nonempty), size=batch_size)]  # [B]
+        c = lanes.counts[lane]
+        seq = lanes.written[lane] - c + (rng.random(batch_size) * c).astype(np.int64)
+        seq = np.minimum(seq, lanes.written[lane] - 1)
+        return SampleResult(seq * lanes.lanes + lane)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        return None
+
+    def config(self) -> dict[str, Any]:
+        return {"type": "lane_split"}
+
+    def __repr__(self) -> str:
+        return "LaneSplitSampler()"

@@ -1,0 +1,218 @@
+"""Frame stacks rebuilt at sample time from single stored frames.
+
+The table stores one frame per step (e.g. ``uint8[84, 84]``); a sampled ``obs`` is the
+stack ``[B, k, *frame]`` of the step's last ``k`` frames and ``next_obs`` the stack one
+step later, exactly as gymnasium's ``FrameStackObservation(env, k,
+padding_type="reset")`` gave them to the agent:
+
+* at an episode start the first frame is repeated (``[o0, o0, o0, o0]``, then
+  ``[o0, o0, o0, o1]``, ...),
+* a stack never reaches into the previous episode (nor across a discontinuity), into
+  another lane, or into overwritten data: steps whose history was overwritten are not
+  served (:meth:`FrameStackView.valid`), and the sampler redraws them,
+* the ``next_obs`` stack of a final step ends with the true final frame.
+
+A step whose stack needs frames that were overwritten is not served. When a padded
+stack's episode begins at the oldest stored step of its lane, the table can no longer
+tell an episode start from lost history (the previous step is gone), so that step is
+not served either (at most ``k - 1`` steps per lane, at the old end of the ring).
+Every obs field is stacked; views that rewrite observations (e.g. hindsight goal
+relabelling) are not supported as ``inner``.
+
+Inputs (:meth:`FrameStackView.prepare_inputs`): single frames ``(84, 84)`` or stacks
+from ``FrameStackObservation`` ``(k, 84, 84)``; of a stack only the newest frame is
+stored. With ``stacked_inputs=None`` the first add decides: an observation whose
+per-step shape has at least 3 dims and starts with ``k`` is a stack (2-D stacks of
+vectors need ``stacked_inputs=True``).
+
+Example:
+    >>> import numpy as np
+    >>> import replaybank as rb
+    >>> buf = rb.ReplayBuffer(capacity=16, frame_stack=3, seed=0)
+    >>> for t in range(4):
+    ...     buf.add(obs=np.full((2, 2), t, np.uint8), action=0, reward=0.0,
+    ...             next_obs=np.full((2, 2), t + 1, np.uint8), terminated=t == 3,
+    ...             truncated=False)
+    >>> buf.table.spec["obs"].shape          # one frame per step
+    (2, 2)
+    >>> b = buf.view.gather(buf.table, np.array([0, 3]))
+    >>> b["obs"][:, :, 0, 0].tolist(), b["next_obs"][:, :, 0, 0].tolist()
+    ([[0, 0, 0], [1, 2, 3]], [[0, 0, 1], [2, 3, 4]])
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from replaybank.errors import ConfigError
+from replaybank.ops import windows
+from replaybank.spec import flatten, unflatten
+from replaybank.storage.table import StepTable
+from replaybank.views.transition import TransitionView, View, next_name
+
+__all__ = ["FrameStackView"]
+
+IntArray = npt.NDArray[np.int64]
+
+
+class FrameStackView:
+    """Stacks ``k`` single stored frames of every obs field at sample time.
+
+    Args:
+        k: Frames per stack (>= 1).
+        inner: The view whose transitions are stacked (default
+            :class:`~replaybank.views.transition.TransitionView`); an inner view with
+            ``last_keys(table, keys)`` (n-step) gets the next-obs stack of its last step.
+        stacked_inputs: Whether added observations are stacks (keep the newest frame);
+            None decides at the first add (see the module docs).
+        kernel: ``"auto"`` (numba when it imports, else numpy), ``"numba"`` or
+            ``"numpy"``: who computes the stack slots (same results).
+
+    Raises:
+        ConfigError: ``k`` is not an int >= 1.
+
+    Example:
+        >>> FrameStackView(4).config()
+        {'type': 'framestack', 'k': 4, 'inner': {'type': 'transition'}}
+    """
+
+    def __init__(self, k: int, inner: View | None = None,
+                 stacked_inputs: bool | None = None, kernel: str = "auto") -> None:
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+            raise ConfigError(f"FrameStackView(k={k!r}): k must be an int >= 1")
+        if kernel not in ("auto", "numba", "numpy"):
+            raise ConfigError(f"FrameStackView(kernel={kernel!r}): use 'auto', 'numba' or 'numpy'")
+        if stacked_inputs is not None and not isinstance(stacked_inputs, bool):
+            raise ConfigError(
+                f"FrameStackView(stacked_inputs={stacked_inputs!r}): use True, False or None"
+            )
+        self.k = int(k)
+        self.inner: View = inner if inner is not None else TransitionView()
+        self.stacked_inputs = stacked_inputs
+        # per obs leaf ("" for a plain obs): (is a stack, frame ndim), set at the first add
+        self._layout: dict[str, tuple[bool, int]] = {}
+        self.kernel = kernel
+        self._kernel: Any = None
+        self._last: tuple[StepTable, IntArray, bytes, IntArray, IntArray] | None = None
+
+    # ------------------------------------------------------------------ inputs
+    def _decide(self, leaf: str, arr: npt.NDArray[Any], n_lead: int, lanes: int) -> tuple[
+            bool, int]:
+        if leaf in self._layout:
+            return self._layout[leaf]
+        shape = arr.shape[n_lead:]
+        if lanes == 1 and len(shape) >= 2 and shape[0] == 1 and shape[1] == self.k \
+                and (self.stacked_inputs or len(shape) >= 4):
+            shape = shape[1:]  # an explicit lane dim of 1
+        if self.stacked_inputs is None:
+            stacked = len(shape) >= 3 and shape[0] == self.k
+        else:
+            stacked = self.stacked_inputs
+        if stacked and (len(shape) < 1 or shape[0] != self.k):
+            raise ConfigError(
+                f"FrameStackView(k={self.k}, stacked_inputs=True): observation shape "
+                f"{arr.shape} has no stack dim of size {self.k}; pass single frames with "
+                "stacked_inputs=False or None"
+            )
+        layout = (stacked, len(shape) - 1 if stacked else len(shape))
+        self._layout[leaf] = layout
+        return layout
+
+    def prepare_inputs(self, fields: dict[str, Any], steps: bool, lanes: int) -> dict[str, Any]:
+        """Keep only the newest frame of stacked ``obs`` / ``next_obs`` values.
+
+        Args:
+            fields: The user's keyword fields (nested dicts allowed).
+            steps: True for ``extend`` (leading step dim).
+            lanes: Lanes written by this call.
+
+        Returns:
+            The fields with each stacked observation replaced by its newest frame.
+        """
+        n_lead = int(steps) + int(lanes > 1)
+        flat = flatten(fields)
+        out: dict[str, Any] = {}
+        for name, value in flat.items():
+            top, _, leaf = name.partition("/")
+            if top not in ("obs", "next_obs"):
+                out[name] = value
+                continue
+            arr = np.asarray(value)
+            stacked, frame_ndim = self._decide(leaf, arr, n_lead, lanes)
+            if stacked and arr.ndim >= frame_ndim + 1:
+                arr = np.take(arr, -1, axis=arr.ndim - frame_ndim - 1)
+            out[name] = arr
+        return unflatten(out)
+
+    # ------------------------------------------------------------------ sampling
+    def _stack_slots(self, table: StepTable, keys: IntArray) -> tuple[IntArray, IntArray,
+                                                                      npt.NDArray[np.bool_]]:
+        if self._kernel is None:
+            self._kernel = windows.stack_kernel(self.kernel)[0]
+        out: tuple[IntArray, IntArray, npt.NDArray[np.bool_]] = self._kernel(
+            table.link, table.written, table.counts, keys, self.k)
+        return out
+
+    def valid(self, table: StepTable, keys: IntArray) -> npt.NDArray[np.bool_] | None:
+        """Steps whose history (and the inner view's needs) is still stored."""
+        keys = np.asarray(keys, dtype=np.int64)
+        slots, side, ok = self._stack_slots(table, keys)
+        # one-shot cache: ReplayBuffer.sample gathers the same key array right after
+        self._last = (table, keys, table.written.tobytes(), slots, side)
+        inner_ok = self.inner.valid(table, keys)
+        return ok if inner_ok is None else ok & inner_ok
+
+    def _cached(self, table: StepTable, keys: IntArray) -> tuple[IntArray, IntArray]:
+        last, self._last = self._last, None
+        if last is not None and last[0] is table and last[1] is keys \
+                and last[2] == table.written.tobytes():
+            return last[3], last[4]
+        slots, side, _ = self._stack_slots(table, keys)
+        return slots, side
+
+    def gather(self, table: StepTable, keys: IntArray) -> dict[str, Any]:
+        """Fields of ``keys`` with ``obs``/``next_obs`` as stacks ``[B, k, *frame]``."""
+        keys = np.asarray(keys, dtype=np.int64)
+        be = table.backend
+        k = self.k
+        plain = type(self.inner) is TransitionView
+        last_keys = None if plain else getattr(self.inner, "last_keys", None)
+        last = keys if last_keys is None else np.asarray(last_keys(table, keys), np.int64)
+        same = last is keys or np.array_equal(last, keys)
+        win, side = self._cached(table, keys)  # [B, k + 1] slots, [B] side slots
+        out: dict[str, Any] = {}
+        if plain:
+            slots = win[:, k - 1]  # the step itself
+            obs_fields = table.obs_fields
+            for name, arr in table.arrays.items():
+                if name not in obs_fields:
+                    out[name] = be.gather(table.flat(arr), slots)
+        else:
+            out = dict(self.inner.gather(table, keys))
+        if not same:  # n-step: obs stack of t, next stack of the window's last step
+            win_last, side = self._stack_slots(table, last)[:2]
+            win = np.concatenate([win[:, :k], win_last[:, 1:]], axis=1)  # [B, 2k]
+        pos = np.flatnonzero(side >= 0) if len(side) and side.max() >= 0 else None
+        for name in table.obs_fields:
+            w = be.gather(table.flat(table.arrays[name]), win)  # [B, n, *frame]
+            if pos is not None:
+                be.write(w, (pos, np.full(len(pos), win.shape[1] - 1)),
+                         be.gather(table.side[name], side[pos]))
+            out[name] = w[:, :k]
+            out[next_name(name)] = w[:, 1:] if same else w[:, k:]
+        return out
+
+    def config(self) -> dict[str, Any]:
+        """JSON-able constructor arguments (with the inner view's config)."""
+        cfg: dict[str, Any] = {"type": "framestack", "k": self.k, "inner": self.inner.config()}
+        if self.stacked_inputs is not None:
+            cfg["stacked_inputs"] = self.stacked_inputs
+        if self.kernel != "auto":
+            cfg["kernel"] = self.kernel
+        return cfg
+
+    def __repr__(self) -> str:
+        return f"FrameStackView(k={self.k}, inner={type(self.inner).__name__})"

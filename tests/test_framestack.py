@@ -1,0 +1,275 @@
+"""Frame stacks rebuilt from single frames, checked against gymnasium's real wrapper.
+
+Every test runs ``gymnasium.wrappers.FrameStackObservation(env, 4, padding_type="reset")``
+over a real environment (Atari Pong through ale-py when it is installed, and a small
+frame-rendering env with frequent terminations and truncations), stores what the
+wrapper returned into a replay buffer, and asserts that each sampled ``obs`` /
+``next_obs`` stack equals the wrapper's observation at that step, across episode
+boundaries, lanes and ring wrap-around.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import replaybank as rb
+from replaybank.errors import ConfigError
+from replaybank.ops import ring, windows
+from replaybank.views.framestack import FrameStackView
+
+K = 4
+
+
+class FrameEnv(gym.Env[np.ndarray, int]):
+    """Renders a small uint8 frame per step; every frame differs from every other."""
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
+
+    def __init__(self, p_term: float = 0.08, seed: int = 0) -> None:
+        self.observation_space = gym.spaces.Box(0, 255, (12, 10), np.uint8)
+        self.action_space = gym.spaces.Discrete(3)
+        self.p_term = p_term
+        self.count = 0
+        self.uid = seed * 7919
+
+    def _frame(self) -> np.ndarray:
+        self.count += 1
+        f = np.zeros((12, 10), np.uint8)
+        v = self.uid + self.count
+        f[0, 0], f[0, 1], f[0, 2] = v % 256, (v // 256) % 256, v // 65536
+        f[1:, :] = (np.arange(110).reshape(11, 10) * v) % 251
+        return f
+
+    def reset(self, *, seed: int | None = None,
+              options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        return self._frame(), {}
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        term = bool(self.np_random.random() < self.p_term)
+        return self._frame(), float(action), term, False, {}
+
+
+def frame_env(seed: int, max_steps: int = 9) -> gym.Env[Any, Any]:
+    env = gym.wrappers.TimeLimit(FrameEnv(seed=seed), max_episode_steps=max_steps)
+    return gym.wrappers.FrameStackObservation(env, K, padding_type="reset")
+
+
+def atari_env(seed: int) -> gym.Env[Any, Any]:
+    ale_py = pytest.importorskip("ale_py")
+    gym.register_envs(ale_py)
+    env = gym.make("ALE/Pong-v5", obs_type="grayscale", frameskip=2,
+                   repeat_action_probability=0.0, max_episode_steps=12 + 5 * seed)
+    return gym.wrappers.FrameStackObservation(env, K, padding_type="reset")
+
+
+class Recorder:
+    """Steps vector lanes (async order), adds to buffers, records the wrapper's stacks."""
+
+    def __init__(self, envs: list[gym.Env[Any, Any]], seed: int) -> None:
+        self.envs = envs
+        self.rng = np.random.default_rng(seed)
+        self.cur = [env.reset(seed=seed + i)[0] for i, env in enumerate(envs)]
+        self.written = [0] * len(envs)
+        # per lane: episode step index t, stacks of obs and next_obs, done, by seq
+        self.log: list[list[dict[str, Any]]] = [[] for _ in envs]
+        self.t = [0] * len(envs)
+
+    def step(self, bufs: list[tuple[rb.ReplayBuffer, bool]]) -> None:
+        lanes = len(self.envs)
+        ids = np.sort(self.rng.choice(lanes, size=int(self.rng.integers(1, lanes + 1)),
+                                      replace=False))
+        rows = []
+        for lane in ids:
+            env = self.envs[lane]
+            a = int(env.action_space.sample())
+            nxt, r, term, trunc, _ = env.step(a)
+            rows.append((lane, self.cur[lane], a, r, nxt, term, trunc))
+            self.log[lane].append({"t": self.t[lane], "obs": np.array(self.cur[lane]),
+                                   "next_obs": np.array(nxt), "done": term or trunc})
+            self.written[lane] += 1
+            if term or trunc:
+                self.cur[lane], self.t[lane] = env.reset()[0], 0
+            else:
+                self.cur[lane], self.t[lane] = nxt, self.t[lane] + 1
+        for buf, single in bufs:
+            pick = (lambda x: np.asarray(x)[-1]) if single else np.asarray
+            buf.add(env_ids=ids,
+                    obs=np.stack([pick(r[1]) for r in rows]),
+                    action=np.array([r[2] for r in rows]),
+                    reward=np.array([r[3] for r in rows], np.float32),
+                    next_obs=np.stack([pick(r[4]) for r in rows]),
+                    terminated=np.array([r[5] for r in rows]),
+                    truncated=np.array([r[6] for r in rows]))
+
+    def entry(self, key: int) -> dict[str, Any]:
+        lanes = len(self.envs)
+        return self.log[key % lanes][key // lanes]
+
+    def history_live(self, key: int, nrows: int) -> bool:
+        """Whether the table can rebuild this step's stack exactly.
+
+        Every frame the wrapper stacked must still be stored and, when the stack is
+        padded (episode step ``t < K - 1``), so must the previous episode's last step,
+        which tells the table where the episode began (the very first step of a lane
+        needs nothing before it).
+        """
+        lanes = len(self.envs)
+        lane, seq = key % lanes, key // lanes
+        oldest = self.written[lane] - min(self.written[lane], nrows)
+        t = self.log[lane][seq]["t"]
+        if t >= K - 1:
+            return seq - (K - 1) >= oldest
+        return seq - t >= oldest and (seq - t == 0 or seq - t - 1 >= oldest)
+
+
+def live_keys(buf: rb.ReplayBuffer) -> np.ndarray:
+    t = buf.table
+    return np.array([s * t.lanes + lane for lane in range(t.lanes)
+                     for s in range(t.written[lane] - t.counts[lane], t.written[lane])])
+
+
+def check_buffer(buf: rb.ReplayBuffer, rec: Recorder) -> int:
+    t = buf.table
+    keys = live_keys(buf)
+    ok = buf.view.valid(t, keys)
+    assert ok is not None
+    want_ok = np.array([rec.history_live(int(k), t.T) for k in keys])
+    np.testing.assert_array_equal(ok, want_ok)
+    good = keys[ok]
+    b = buf.view.gather(t, good)
+    for i, key in enumerate(good.tolist()):
+        e = rec.entry(key)
+        np.testing.assert_array_equal(b["obs"][i], e["obs"])
+        np.testing.assert_array_equal(b["next_obs"][i], e["next_obs"])
+    batch = buf.sample(32)
+    assert ring.is_live(batch.indices, t.written, t.counts).all()
+    for i, key in enumerate(batch.indices.tolist()):
+        e = rec.entry(key)
+        np.testing.assert_array_equal(batch.obs[i], e["obs"])
+        np.testing.assert_array_equal(batch.next_obs[i], e["next_obs"])
+    return len(good)
+
+
+@pytest.mark.parametrize("make", [frame_env, atari_env], ids=["frame_env", "atari_pong"])
+def test_stacks_equal_frame_stack_observation(make: Any) -> None:
+    lanes, nrows = 2, 24
+    rec = Recorder([make(s) for s in range(lanes)], seed=0)
+    stacked = rb.ReplayBuffer(capacity=lanes * nrows, num_envs=lanes, frame_stack=K, seed=1)
+    single = rb.ReplayBuffer(capacity=lanes * nrows, num_envs=lanes, frame_stack=K, seed=1)
+    checked = 0
+    n_steps = 70 if make is frame_env else 45
+    for step in range(n_steps):
+        rec.step([(stacked, False), (single, True)])
+        if step % 7 == 6:
+            checked += check_buffer(stacked, rec)
+            checked += check_buffer(single, rec)
+    frame = np.asarray(rec.log[0][0]["obs"][-1])
+    assert stacked.table.spec["obs"].shape == frame.shape  # one frame per step is stored
+    assert single.table.spec == stacked.table.spec
+    assert min(stacked.table.written) > nrows  # the ring wrapped
+    assert checked > 100
+    # stacks at episode starts (reset padding) and after episode ends were covered
+    assert sum(e["done"] for lane in rec.log for e in lane) >= 4
+
+
+def test_nstep_next_stack_is_the_wrappers_at_the_last_step() -> None:
+    lanes, nrows, n = 2, 30, 3
+    rec = Recorder([frame_env(s + 5, max_steps=6) for s in range(lanes)], seed=3)
+    buf = rb.ReplayBuffer(capacity=lanes * nrows, num_envs=lanes, frame_stack=K, n_step=n,
+                          gamma=0.5, seed=0)
+    for _ in range(80):
+        rec.step([(buf, False)])
+    t = buf.table
+    keys = live_keys(buf)
+    keys = keys[buf.view.valid(t, keys)]
+    b = buf.view.gather(t, keys)
+    for i, key in enumerate(keys.tolist()):
+        lane, seq = key % lanes, key // lanes
+        last = seq
+        for _ in range(n - 1):  # the n-step window ends at an episode end or the head
+            if rec.log[lane][last]["done"] or last + 1 >= t.written[lane]:
+                break
+            last += 1
+        np.testing.assert_array_equal(b["obs"][i], rec.log[lane][seq]["obs"])
+        np.testing.assert_array_equal(b["next_obs"][i], rec.log[lane][last]["next_obs"])
+        assert b["discount"][i] == pytest.approx(0.5 ** (last - seq + 1))
+
+
+def test_input_forms_and_errors() -> None:
+    v = FrameStackView(3)
+    out = v.prepare_inputs({"obs": np.zeros((3, 5, 5)), "next_obs": np.ones((3, 5, 5))},
+                           False, 1)
+    assert out["obs"].shape == (5, 5) and out["next_obs"].shape == (5, 5)
+    v = FrameStackView(3)  # a vector env: leading lane dim
+    out = v.prepare_inputs({"obs": np.arange(2 * 3 * 4 * 4).reshape(2, 3, 4, 4)}, False, 2)
+    np.testing.assert_array_equal(out["obs"], np.arange(96).reshape(2, 3, 4, 4)[:, -1])
+    v = FrameStackView(3)  # single frames pass through
+    assert v.prepare_inputs({"obs": np.zeros((5, 5))}, False, 1)["obs"].shape == (5, 5)
+    v = FrameStackView(2, stacked_inputs=True)  # 2-D stacks of vectors need the flag
+    assert v.prepare_inputs({"obs": np.zeros((2, 6))}, False, 1)["obs"].shape == (6,)
+    v = FrameStackView(2)  # dict observations: every obs field is stacked
+    out = v.prepare_inputs({"obs": {"px": np.zeros((2, 4, 4)), "v": np.zeros(3)},
+                            "action": 1}, False, 1)
+    assert out["obs"]["px"].shape == (4, 4) and out["obs"]["v"].shape == (3,)
+    with pytest.raises(ConfigError):
+        FrameStackView(0)
+    with pytest.raises(ConfigError):
+        FrameStackView(4, stacked_inputs=True).prepare_inputs({"obs": np.zeros((3, 5))},
+                                                               False, 1)
+    assert FrameStackView(4).config() == {"type": "framestack", "k": 4,
+                                          "inner": {"type": "transition"}}
+
+
+def test_history_overwritten_is_never_served() -> None:
+    buf = rb.ReplayBuffer(capacity=6, frame_stack=4, seed=0)
+    for t in range(20):  # one long episode: the oldest live steps lost their history
+        buf.add(obs=np.full((2, 2), t, np.uint8), action=0, reward=0.0,
+                next_obs=np.full((2, 2), t + 1, np.uint8), terminated=False, truncated=False)
+    b = buf.sample(200)
+    seqs = b.indices
+    assert seqs.min() >= 17  # live 14..19; 14, 15, 16 need frames before 14
+    np.testing.assert_array_equal(b.obs[:, :, 0, 0], seqs[:, None] + np.arange(-3, 1))
+    np.testing.assert_array_equal(b.next_obs[:, :, 0, 0], seqs[:, None] + np.arange(-2, 2))
+
+
+@pytest.mark.parametrize("kernel", ["numpy", "numba"])
+def test_stack_slots_kernels_match_history(kernel: str) -> None:
+    pytest.importorskip("numba") if kernel == "numba" else None
+    fn = windows.stack_kernel(kernel)[0]
+    rng = np.random.default_rng(7)
+    for _ in range(200):
+        nrows, lanes = int(rng.integers(1, 9)), int(rng.integers(1, 4))
+        link = (rng.random((nrows, lanes)) < 0.3).astype(np.int32) * rng.integers(
+            1, 9, (nrows, lanes), dtype=np.int32)
+        written = rng.integers(0, 3 * nrows, size=lanes)
+        counts = np.minimum(written, rng.integers(0, nrows + 1, size=lanes))
+        keys = np.array([s * lanes + lane for lane in range(lanes)
+                         for s in range(written[lane] - counts[lane], written[lane])],
+                        dtype=np.int64)
+        k = int(rng.integers(1, 6))
+        slots, side, ok = fn(link, written, counts, keys, k)
+        hist, ok_h = windows.history(link, written, counts, keys, k)
+        np.testing.assert_array_equal(ok, ok_h)
+        np.testing.assert_array_equal(slots[:, :k], (hist // lanes) % nrows * lanes + hist % lanes)
+        for i, key in enumerate(keys.tolist()):
+            seq, lane = key // lanes, key % lanes
+            assert slots[i, k] == ((seq + 1) % nrows) * lanes + lane
+            assert side[i] == link[seq % nrows, lane] - 1
+
+
+def test_numpy_kernel_view_gives_the_same_batches() -> None:
+    lanes, nrows = 2, 20
+    rec = Recorder([frame_env(s + 11) for s in range(lanes)], seed=5)
+    a = rb.ReplayBuffer(capacity=lanes * nrows, num_envs=lanes, seed=2,
+                        view=FrameStackView(K, kernel="numpy"))
+    b = rb.ReplayBuffer(capacity=lanes * nrows, num_envs=lanes, seed=2, frame_stack=K)
+    for _ in range(50):
+        rec.step([(a, False), (b, False)])
+    assert check_buffer(a, rec) > 10
+    assert check_buffer(b, rec) > 10
+    assert a.sample(64) == b.sample(64)

@@ -1,0 +1,520 @@
+"""Sequence sampling: window math against plain loops, buffers against a naive reference.
+
+The reference keeps, per lane, the plain list of transitions the caller passed (live
+ones only). Episode boundaries are derived from those transitions alone (terminated,
+truncated, next_obs different from the next step's obs, or the newest step), never from
+the table's links, so the tests check the table, the window math and the gather together.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import replaybank as rb
+from replaybank.buffers.sequences import sample_sequences, update_sequence_priorities
+from replaybank.errors import ConfigError, EmptyBufferError, ShapeError
+from replaybank.ops import windows
+
+# ---------------------------------------------------------------------- plain-loop oracles
+
+
+def loop_extent(link: Any, written: Any, counts: Any, key: int, width: int,
+                cross: bool) -> int:
+    nrows, lanes = link.shape
+    seq, lane = key // lanes, key % lanes
+    lo, hi = written[lane] - counts[lane], written[lane]
+    if not lo <= seq < hi:
+        return 0
+    n = 0
+    for j in range(width):
+        s = seq + j
+        if s >= hi:
+            break
+        if j > 0 and not cross and link[(s - 1) % nrows, lane] > 0:
+            break
+        n += 1
+    return n
+
+
+def loop_history(link: Any, written: Any, counts: Any, key: int, k: int) -> tuple[list[int],
+                                                                                   bool]:
+    nrows, lanes = link.shape
+    seq, lane = key // lanes, key % lanes
+    lo = written[lane] - counts[lane]
+    frames = [seq]
+    ok = True
+    cur = seq
+    for _ in range(k - 1):
+        prev = cur - 1
+        if prev < lo:
+            if prev >= 0:
+                ok = False
+            break
+        if link[prev % nrows, lane] > 0:
+            break
+        cur = prev
+        frames.insert(0, cur)
+    while len(frames) < k:
+        frames.insert(0, frames[0])
+    return [f * lanes + lane for f in frames], ok
+
+
+def random_table(rng: np.random.Generator) -> tuple[Any, Any, Any]:
+    nrows, lanes = int(rng.integers(1, 9)), int(rng.integers(1, 4))
+    link = (rng.random((nrows, lanes)) < 0.3).astype(np.int32)
+    written = rng.integers(0, 3 * nrows, size=lanes)
+    counts = np.minimum(written, rng.integers(0, nrows + 1, size=lanes))
+    return link, written.astype(np.int64), counts.astype(np.int64)
+
+
+def test_window_extent_and_valid_starts_match_loops() -> None:
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        link, written, counts = random_table(rng)
+        nrows, lanes = link.shape
+        keys = np.arange(-lanes, (written.max() + 2) * lanes)
+        width = int(rng.integers(1, nrows + 3))
+        for cross in (False, True):
+            got = windows.window_extent(link, written, counts, keys, width, cross)
+            want = [loop_extent(link, written, counts, int(k), width, cross) for k in keys]
+            assert got.tolist() == want
+            for min_len in (1, width):
+                vs = windows.valid_starts(link, written, counts, width, cross, min_len)
+                ref = sorted(int(k) for k, n in zip(keys, want, strict=True) if n >= min_len)
+                assert sorted(vs.tolist()) == ref
+                assert len(set(vs.tolist())) == len(vs)
+
+
+@pytest.mark.parametrize("kernel", ["numpy", "numba"])
+def test_extent_and_plan_kernels_match_loops(kernel: str) -> None:
+    if kernel == "numba":
+        pytest.importorskip("numba")
+    extent = windows.extent_kernel(kernel)[0]
+    plan = windows.plan_kernel(kernel)[0]
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        link, written, counts = random_table(rng)
+        nrows, lanes = link.shape
+        keys = np.arange(-lanes, (written.max() + 2) * lanes)
+        width = int(rng.integers(1, nrows + 3))
+        for cross in (False, True):
+            want = [loop_extent(link, written, counts, int(k), width, cross) for k in keys]
+            assert extent(link, written, counts, keys, width, cross).tolist() == want
+        live = np.array([s * lanes + lane for lane in range(lanes)
+                         for s in range(written[lane] - counts[lane], written[lane])],
+                        dtype=np.int64)
+        if len(live) == 0:
+            continue
+        slots, lk, ends, first = plan(link, written, counts, live, width)
+        for i, key in enumerate(live.tolist()):
+            seq, lane = key // lanes, key % lanes
+            for j in range(width + 1):
+                assert slots[i, j] == ((seq + j) % nrows) * lanes + lane
+            for j in range(width):
+                v = link[(seq + j) % nrows, lane]
+                assert lk[i, j] == v
+                assert ends[i, j] == (v > 0 and seq + j != written[lane] - 1)
+            prev_live = seq - 1 >= written[lane] - counts[lane]
+            assert first[i] == (not prev_live or link[(seq - 1) % nrows, lane] > 0)
+
+
+def test_history_and_is_first_match_loops() -> None:
+    rng = np.random.default_rng(1)
+    for _ in range(300):
+        link, written, counts = random_table(rng)
+        nrows, lanes = link.shape
+        live = [s * lanes + lane for lane in range(lanes)
+                for s in range(written[lane] - counts[lane], written[lane])]
+        if not live:
+            continue
+        keys = np.array(live)
+        k = int(rng.integers(1, 6))
+        hist, ok = windows.history(link, written, counts, keys, k)
+        first = windows.is_first(link, written, counts, keys)
+        for i, key in enumerate(live):
+            h, o = loop_history(link, written, counts, key, k)
+            assert hist[i].tolist() == h
+            assert bool(ok[i]) == o
+            seq, lane = key // lanes, key % lanes
+            prev_live = seq - 1 >= written[lane] - counts[lane]
+            assert bool(first[i]) == (not prev_live or link[(seq - 1) % nrows, lane] > 0)
+
+
+def test_r2d2_priority_matches_loop() -> None:
+    rng = np.random.default_rng(2)
+    td = rng.normal(size=(50, 7))
+    mask = rng.random((50, 7)) < 0.6
+    got = windows.r2d2_priority(td, mask, 0.9)
+    for b in range(50):
+        vals = [abs(td[b, j]) for j in range(7) if mask[b, j]]
+        if not vals:
+            assert np.isnan(got[b])
+        else:
+            assert got[b] == pytest.approx(0.9 * max(vals) + 0.1 * sum(vals) / len(vals))
+
+
+# ---------------------------------------------------------------------- naive reference
+
+
+class Sim:
+    """Vector env stand-in: unique observations, episode ends and data discontinuities."""
+
+    def __init__(self, lanes: int, rng: np.random.Generator, p_term: float = 0.1,
+                 p_trunc: float = 0.05, p_jump: float = 0.03) -> None:
+        self.rng = rng
+        self.counter = 0
+        self.p = (p_term, p_trunc, p_jump)
+        self.cur = [self._new() for _ in range(lanes)]
+
+    def _new(self) -> int:
+        self.counter += 1
+        return self.counter
+
+    def step(self, lane: int) -> dict[str, Any]:
+        o, nxt = self.cur[lane], self._new()
+        u = self.rng.random()
+        term = u < self.p[0]
+        trunc = not term and u < self.p[0] + self.p[1]
+        jump = not (term or trunc) and self.rng.random() < self.p[2]
+        self.cur[lane] = self._new() if (term or trunc or jump) else nxt
+        return {"obs": np.array([o, -o], np.float32), "action": np.int64(o % 5),
+                "reward": np.float32(o / 7), "next_obs": np.array([nxt, -nxt], np.float32),
+                "terminated": bool(term), "truncated": bool(trunc),
+                "hidden": np.full(3, o * 0.5, np.float32)}
+
+
+class RefBuffer:
+    """Per lane, the live transitions in order with their lane-local sequence numbers."""
+
+    def __init__(self, nrows: int, lanes: int) -> None:
+        self.T, self.lanes = nrows, lanes
+        self.written = [0] * lanes
+        self.items: list[list[tuple[int, dict[str, Any]]]] = [[] for _ in range(lanes)]
+
+    def add(self, lane: int, tr: dict[str, Any]) -> None:
+        self.items[lane].append((self.written[lane], tr))
+        self.written[lane] += 1
+        if len(self.items[lane]) > self.T:
+            del self.items[lane][0]
+
+    def boundary(self, lane: int, i: int) -> bool:
+        items = self.items[lane]
+        tr = items[i][1]
+        if tr["terminated"] or tr["truncated"] or i == len(items) - 1:
+            return True
+        return not np.array_equal(items[i + 1][1]["obs"], tr["next_obs"])
+
+    def extent(self, lane: int, i: int, width: int, cross: bool) -> int:
+        n = 0
+        for j in range(width):
+            if i + j >= len(self.items[lane]):
+                break
+            if j > 0 and not cross and self.boundary(lane, i + j - 1):
+                break
+            n += 1
+        return n
+
+    def starts(self, width: int, cross: bool, min_len: int) -> list[int]:
+        out = []
+        for lane in range(self.lanes):
+            for i, (seq, _) in enumerate(self.items[lane]):
+                if self.extent(lane, i, width, cross) >= min_len:
+                    out.append(seq * self.lanes + lane)
+        return sorted(out)
+
+    def index(self, key: int) -> tuple[int, int]:
+        lane, seq = key % self.lanes, key // self.lanes
+        for i, (s, _) in enumerate(self.items[lane]):
+            if s == seq:
+                return lane, i
+        raise AssertionError(f"key {key} is not live in the reference")
+
+
+def fill(buf: rb.ReplayBuffer, ref: RefBuffer, sim: Sim, n_calls: int,
+         rng: np.random.Generator, async_p: float = 0.5) -> None:
+    lanes = ref.lanes
+    for _ in range(n_calls):
+        if lanes > 1 and rng.random() < async_p:
+            ids = np.sort(rng.choice(lanes, size=int(rng.integers(1, lanes + 1)),
+                                     replace=False))
+        else:
+            ids = np.arange(lanes)
+        trs = [sim.step(int(lane)) for lane in ids]
+        stacked = {k: np.stack([np.asarray(tr[k]) for tr in trs]) for k in trs[0]}
+        if lanes == 1:
+            buf.add(**{k: v[0] for k, v in stacked.items()})
+        else:
+            buf.add(env_ids=ids if len(ids) < lanes else None, **stacked)
+        for lane, tr in zip(ids, trs, strict=True):
+            ref.add(int(lane), tr)
+
+
+def check_batch(sb: rb.SequenceBatch, ref: RefBuffer, width: int, burn_in: int, cross: bool,
+                min_len: int) -> None:
+    nb = len(sb.starts)
+    assert sb.obs.shape == (nb, width, 2) and sb.next_obs.shape == (nb, width, 2)
+    for name in ("mask", "is_first", "is_last", "is_terminal", "burn_in"):
+        assert sb[name].shape == (nb, width) and sb[name].dtype == bool
+    for b in range(nb):
+        lane, i = ref.index(int(sb.starts[b]))
+        items = ref.items[lane]
+        n = ref.extent(lane, i, width, cross)
+        assert n >= min_len
+        np.testing.assert_array_equal(sb["initial/hidden"][b], items[i][1]["hidden"])
+        for j in range(width):
+            assert sb.burn_in[b, j] == (j < burn_in)
+            if j >= n:
+                assert not sb.mask[b, j] and not sb.is_first[b, j] and not sb.is_last[b, j]
+                assert not sb.is_terminal[b, j]
+                assert np.all(sb.obs[b, j] == 0) and np.all(sb.next_obs[b, j] == 0)
+                assert sb.reward[b, j] == 0 and not sb.terminated[b, j]
+                continue
+            tr = items[i + j][1]
+            for k in ("obs", "next_obs", "hidden"):
+                np.testing.assert_array_equal(sb[k][b, j], tr[k])
+            for k in ("action", "reward", "terminated", "truncated"):
+                assert sb[k][b, j] == tr[k]
+            assert sb.mask[b, j] == (j >= burn_in)
+            first = (i + j == 0) or ref.boundary(lane, i + j - 1)
+            assert sb.is_first[b, j] == first
+            last = tr["terminated"] or tr["truncated"] or (
+                i + j < len(items) - 1 and ref.boundary(lane, i + j))
+            assert sb.is_last[b, j] == last
+            assert sb.is_terminal[b, j] == tr["terminated"]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(lanes=st.integers(1, 3), nrows=st.integers(3, 12), n_calls=st.integers(1, 40),
+       length=st.integers(1, 5), burn_in=st.integers(0, 2), cross=st.booleans(),
+       strict=st.booleans(), seed=st.integers(0, 2**16))
+def test_sequences_match_reference(lanes: int, nrows: int, n_calls: int, length: int,
+                                   burn_in: int, cross: bool, strict: bool, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    buf = rb.ReplayBuffer(capacity=nrows * lanes, num_envs=lanes, seed=seed)
+    ref = RefBuffer(nrows, lanes)
+    fill(buf, ref, Sim(lanes, rng), n_calls, rng)
+    width = burn_in + length
+    min_len = width if strict else burn_in + 1
+    t = buf.table
+    exact = windows.valid_starts(t.link, t.written, t.counts, width, cross, min_len)
+    assert sorted(exact.tolist()) == ref.starts(width, cross, min_len)
+    mode = "cross" if cross else "stop"
+    if strict and width > nrows:
+        with pytest.raises(ConfigError):
+            buf.sample_sequences(4, length, episode_boundary=mode, burn_in=burn_in)
+        return
+    if len(exact) == 0:
+        with pytest.raises(EmptyBufferError):
+            buf.sample_sequences(4, length, episode_boundary=mode, strict=strict,
+                                 burn_in=burn_in)
+        return
+    for redraws in (16, 0):  # rejection, and the exact fallback
+        sb = buf.sample_sequences(6, length, episode_boundary=mode, strict=strict,
+                                  burn_in=burn_in, max_redraws=redraws)
+        check_batch(sb, ref, width, burn_in, cross, min_len)
+
+
+def test_padding_and_burn_in_concrete() -> None:
+    buf = rb.ReplayBuffer(capacity=32, seed=0)
+    for t in range(8):  # an episode of 3 steps, then one of 5 (still running)
+        buf.add(obs=np.full(1, t, np.float32), action=0, reward=float(t),
+                next_obs=np.full(1, t + 1, np.float32), terminated=t == 2, truncated=False)
+    sb = buf.sample_sequences(64, 4, strict=False, burn_in=1)
+    for b in range(64):
+        s = int(sb.starts[b])
+        end = 3 if s < 3 else 8
+        n = min(5, end - s)
+        assert sb.mask[b].tolist() == [False] + [j < n for j in range(1, 5)]
+        assert sb.obs[b, :, 0].tolist() == [s + j if j < n else 0 for j in range(5)]
+        assert sb.is_first[b, 0] == (s in (0, 3))
+        assert sb.is_terminal[b].tolist() == [s + j == 2 and j < n for j in range(5)]
+    assert set(sb.starts.tolist()) <= {0, 1, 3, 4, 5, 6}  # >= burn_in + 1 steps
+    sb = buf.sample_sequences(64, 3, episode_boundary="cross")
+    assert set(sb.starts.tolist()) <= set(range(6)) and sb.mask.all()
+    crossing = np.flatnonzero((sb.starts >= 1) & (sb.starts < 3))
+    assert len(crossing) and np.all(sb.is_first[crossing, 3 - sb.starts[crossing]])
+    assert sb.is_first.sum() == len(crossing) + np.sum(sb.starts == 0) + np.sum(sb.starts == 3)
+
+
+def test_cross_windows_never_cross_write_head_after_wrap() -> None:
+    buf = rb.ReplayBuffer(capacity=10, seed=3)
+    for t in range(27):
+        buf.add(obs=np.full(1, t, np.float32), action=0, reward=0.0,
+                next_obs=np.full(1, t + 1, np.float32), terminated=t % 4 == 3,
+                truncated=False)
+    sb = buf.sample_sequences(200, 4, episode_boundary="cross")
+    assert sb.mask.all()
+    starts = sb.obs[:, 0, 0]
+    assert starts.min() >= 17 and starts.max() <= 23  # live 17..26, no wrap into old rows
+    np.testing.assert_array_equal(sb.obs[:, :, 0], starts[:, None] + np.arange(4))
+    assert set(starts.tolist()) == set(range(17, 24))
+
+
+def test_statistical_uniform_over_valid_starts() -> None:
+    rng = np.random.default_rng(5)
+    buf = rb.ReplayBuffer(capacity=60, num_envs=2, seed=6)
+    ref = RefBuffer(30, 2)
+    fill(buf, ref, Sim(2, rng, p_term=0.15), 45, rng)
+    valid = ref.starts(4, False, 4)
+    assert len(valid) >= 8
+    for redraws in (16, 0):
+        n = 20 * len(valid) * 10
+        sb = buf.sample_sequences(n, 4, max_redraws=redraws)
+        counts = np.array([np.sum(sb.starts == v) for v in valid])
+        assert counts.sum() == n
+        exp = n / len(valid)
+        chi2 = float(((counts - exp) ** 2 / exp).sum())
+        dof = len(valid) - 1
+        assert chi2 < dof + 5 * np.sqrt(2 * dof)  # ~ p < 1e-4 critical value
+
+
+def test_hidden_state_and_state_fields() -> None:
+    buf = rb.ReplayBuffer(capacity=20, seed=0)
+    for t in range(10):
+        buf.add(obs=np.zeros(1, np.float32), action=0, reward=0.0,
+                next_obs=np.zeros(1, np.float32), terminated=False, truncated=False,
+                memory={"h": np.full(2, t, np.float32), "c": np.full(2, -t, np.float32)})
+    sb = buf.sample_sequences(5, 3, state_fields="memory", burn_in=2)
+    np.testing.assert_array_equal(sb["initial/memory/h"], sb["memory/h"][:, 0])
+    np.testing.assert_array_equal(sb["initial"]["memory"]["c"][:, 0], -sb.starts)
+    assert "initial/hidden" not in sb
+    with pytest.raises(ConfigError, match="state_fields"):
+        buf.sample_sequences(5, 3, state_fields="nope")
+
+
+@pytest.mark.parametrize("kwargs, err", [
+    ({"batch_size": 0}, ConfigError), ({"sequence_length": 0}, ConfigError),
+    ({"burn_in": -1}, ConfigError), ({"episode_boundary": "end"}, ConfigError),
+    ({"strict": "yes"}, ConfigError), ({"sequence_length": 11}, ConfigError),
+])
+def test_bad_arguments(kwargs: dict[str, Any], err: type[Exception]) -> None:
+    buf = rb.ReplayBuffer(capacity=10, seed=0)
+    for _ in range(5):
+        buf.add(obs=np.zeros(1, np.float32), action=0, reward=0.0,
+                next_obs=np.zeros(1, np.float32), terminated=False, truncated=False)
+    state = buf.rng.bit_generator.state
+    args = {"batch_size": 2, "sequence_length": 3, **kwargs}
+    with pytest.raises(err):
+        sample_sequences(buf, **args)
+    assert buf.rng.bit_generator.state == state  # nothing drawn
+
+
+def test_empty_and_too_short() -> None:
+    buf = rb.ReplayBuffer(capacity=10, seed=0)
+    with pytest.raises(EmptyBufferError):
+        buf.sample_sequences(2, 2)
+    for t in range(6):
+        buf.add(obs=np.zeros(1, np.float32), action=0, reward=0.0,
+                next_obs=np.zeros(1, np.float32), terminated=t % 2 == 1, truncated=False)
+    with pytest.raises(EmptyBufferError, match="strict=False"):
+        buf.sample_sequences(2, 3)
+    assert buf.sample_sequences(2, 3, strict=False).mask.sum(axis=1).max() == 2
+    assert buf.sample_sequences(2, 3, episode_boundary="cross").mask.all()
+
+
+# ---------------------------------------------------------------------- priorities
+
+
+def per_buffer(seed: int = 0) -> rb.ReplayBuffer:
+    from replaybank.samplers.prioritized import PrioritizedSampler
+
+    buf = rb.ReplayBuffer(capacity=40, num_envs=2, seed=seed,
+                          sampler=PrioritizedSampler(alpha=1.0, eps=0.0))
+    for t in range(20):
+        buf.add(obs=np.full((2, 1), t, np.float32), action=[0, 0], reward=[0.0, 0.0],
+                next_obs=np.full((2, 1), t + 1, np.float32),
+                terminated=[t % 10 == 9, t == 12], truncated=[False, False])
+    return buf
+
+
+def test_update_sequence_priorities_r2d2_formula() -> None:
+    buf = per_buffer()
+    sb = buf.sample_sequences(8, 4, strict=False, burn_in=1)
+    td = np.random.default_rng(0).normal(size=sb.mask.shape)
+    uniq = {}
+    for b in range(8):
+        uniq[int(sb.starts[b])] = b  # the last duplicate wins
+    n = buf.update_sequence_priorities(sb.starts, td, eta=0.9, mask=sb.mask)
+    assert n == 8
+    t = buf.table
+    for key, b in uniq.items():
+        vals = [abs(td[b, j]) for j in range(td.shape[1]) if sb.mask[b, j]]
+        want = 0.9 * max(vals) + 0.1 * sum(vals) / len(vals)
+        slot = int((key // 2) % t.T * 2 + key % 2)
+        assert buf.sampler.priorities(np.array([slot]))[0] == pytest.approx(want)
+    with pytest.raises(ConfigError):
+        buf.update_sequence_priorities(sb.starts, td, eta=1.5)
+    with pytest.raises(ShapeError):
+        buf.update_sequence_priorities(sb.starts, td[:, :2], mask=sb.mask)
+    no_mask = np.zeros_like(sb.mask)
+    assert buf.update_sequence_priorities(sb.starts, td, mask=no_mask) == 0
+    uni = rb.ReplayBuffer(capacity=8)
+    with pytest.raises(ConfigError, match="PrioritizedSampler"):
+        update_sequence_priorities(uni, [0], np.zeros((1, 2)))
+
+
+@pytest.mark.statistical
+def test_prioritized_windows_proportional_among_valid_starts() -> None:
+    buf = per_buffer(seed=1)
+    t = buf.table
+    valid = windows.valid_starts(t.link, t.written, t.counts, 5, False, 5)
+    rng = np.random.default_rng(2)
+    prio = rng.uniform(0.5, 4.0, size=len(valid))
+    buf.update_sequence_priorities(valid, prio[:, None] * np.ones((1, 5)))
+    # invalid starts keep large priorities: they must be redrawn, never returned
+    n = 20000
+    sb = buf.sample_sequences(n, 5)
+    assert set(sb.starts.tolist()) <= set(valid.tolist())
+    counts = np.array([np.sum(sb.starts == v) for v in valid])
+    exp = n * prio / prio.sum()
+    chi2 = float(((counts - exp) ** 2 / exp).sum())
+    dof = len(valid) - 1
+    assert chi2 < dof + 5 * np.sqrt(2 * dof)
+    assert sb.weights.shape == (n,) and np.all(sb.weights > 0)
+
+
+def test_sequence_replay_buffer_front_end() -> None:
+    seq = rb.SequenceReplayBuffer(capacity=40, num_envs=2, sequence_length=4, burn_in=1,
+                                  episode_boundary="cross", seed=0)
+    for t in range(12):
+        seq.add(obs=np.array([[t], [100 + t]], np.float32), action=[0, 1], reward=[0.0, 1.0],
+                next_obs=np.array([[t + 1], [101 + t]], np.float32), terminated=[t == 5, False],
+                truncated=[False, False], hidden=np.full((2, 2), t, np.float32))
+    sb = seq.sample(8)
+    assert sb.obs.shape == (8, 5, 1) and sb.burn_in[:, 0].all() and not sb.mask[:, 0].any()
+    assert sb.is_first[sb.obs[:, :, 0] == 6].all()  # the reset after t == 5 in lane 0 ...
+    assert seq.sample(3, 2).obs.shape == (3, 3, 1)
+    assert seq.sample_transitions(4).obs.shape == (4, 1)
+    state = seq.state_dict()
+    other = rb.SequenceReplayBuffer(capacity=40, num_envs=2, seed=9)
+    other.load_state_dict(state)
+    assert other.sample(8) == seq.sample(8)
+    with pytest.raises(ConfigError):
+        rb.SequenceReplayBuffer(capacity=8).sample(2)
+    with pytest.raises(ConfigError):
+        rb.SequenceReplayBuffer(capacity=8, episode_boundary="x")
+
+
+def test_torch_storage_gives_the_same_sequences_and_stacks() -> None:
+    pytest.importorskip("torch")
+    out = []
+    for storage in ("numpy", "torch"):
+        buf = rb.ReplayBuffer(40, num_envs=2, seed=0, storage=storage)
+        fb = rb.ReplayBuffer(40, num_envs=2, seed=0, storage=storage, frame_stack=3)
+        for t in range(25):
+            kw = {"action": [0, 1], "reward": [1.0, 2.0], "terminated": [t % 7 == 6, False],
+                  "truncated": [False, t % 9 == 8]}
+            buf.add(obs=np.full((2, 3), t, np.float32), next_obs=np.full((2, 3), t + 1,
+                    np.float32), hidden=np.full((2, 4), t, np.float32), **kw)
+            fb.add(obs=np.full((2, 3, 3), t, np.uint8),
+                   next_obs=np.full((2, 3, 3), t + 1, np.uint8), **kw)
+        out.append([buf.sample_sequences(4, 5, strict=False, burn_in=1).numpy(),
+                    buf.sample_sequences(4, 5, episode_boundary="cross").numpy(),
+                    fb.sample(8).numpy()])
+    for a, b in zip(out[0], out[1], strict=True):
+        assert a == b
