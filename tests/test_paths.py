@@ -136,7 +136,7 @@ def test_state_dict_round_trip_mid_path() -> None:
     buf.store(np.array([100.0, 0.0]), 0, np.float64(2.0), np.float64(0.1), -0.5)
     state = buf.state_dict()
     json.dumps(state["init"])
-    other = rb.PathBuffer(**buf.config())
+    other = rb.PathBuffer(**buf.init_config())
     other.load_state_dict(state)
     for b in (buf, other):
         b.finish_path(0.3)

@@ -463,7 +463,7 @@ def test_state_dict_round_trip_gives_identical_batches() -> None:
     state = buf.state_dict()
     json.dumps({k: state[k] for k in ("metadata", "init", "rng")})  # JSON-able
     assert all(isinstance(v, np.ndarray) for v in state["arrays"].values())
-    other = rb.RolloutBuffer(**buf.config())
+    other = rb.RolloutBuffer(**buf.init_config())
     other.load_state_dict(state)
     assert_same(snapshot(buf), snapshot(other))
     for x, y in zip(buf.generate_batches(mini_batch_size=5, num_epochs=2),
@@ -501,8 +501,12 @@ def test_config_is_json_and_rebuilds() -> None:
     buf = rb.RolloutBuffer(5, num_envs=3, gamma=0.9, gae_lambda=0.8, seed=4,
                            normalize_advantage="minibatch")
     fill(buf)
-    cfg = buf.config()
+    cfg = buf.init_config()
     json.dumps(cfg)
     clone = rb.RolloutBuffer(**cfg)
-    assert clone.spec == buf.spec and clone.config() == cfg
+    assert clone.spec == buf.spec and clone.init_config() == cfg
+    model = buf.config()  # the validated pydantic model
+    assert model.type == "RolloutBuffer" and model.num_envs == 3
+    rebuilt = rb.from_config(model.model_dump())
+    assert isinstance(rebuilt, rb.RolloutBuffer) and rebuilt.init_config() == cfg
     assert "RolloutBuffer(num_steps=5" in repr(buf)

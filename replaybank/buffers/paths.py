@@ -198,20 +198,40 @@ class PathBuffer:
 
     sample_batch = get
 
-    def config(self) -> dict[str, Any]:
+    def init_config(self) -> dict[str, Any]:
         """Constructor arguments (JSON-able).
 
         Example:
-            >>> PathBuffer(16, gamma=0.9).config()["gamma"]
+            >>> PathBuffer(16, gamma=0.9).init_config()["gamma"]
             0.9
         """
-        cfg = self.rollout.config()
+        cfg = self.rollout.init_config()
         return {"size": self._size, "gamma": self.gamma, "lam": self.lam, "eps": self.eps,
                 "spec": cfg["spec"], "backend": cfg["backend"]}
 
+    def config(self) -> Any:
+        """A validated config model (pydantic) that rebuilds an equivalent empty buffer.
+
+        Example:
+            >>> PathBuffer(16, gamma=0.9).config().type
+            'PathBuffer'
+        """
+        from replaybank.config import buffer_config
+
+        return buffer_config(self)
+
+    def save(self, dirpath: Any, prefix: str = "buffer_") -> None:
+        """Write ``<prefix>metadata.json`` and ``<prefix>state.safetensors`` atomically.
+
+        Restore with :func:`replaybank.load`.
+        """
+        from replaybank.io.checkpoint import save_buffer
+
+        save_buffer(self, dirpath, prefix=prefix)
+
     def state_dict(self) -> dict[str, Any]:
         """``{"init", "rollout", "path_start", "arrays"}``; leaves are arrays or JSON-able."""
-        return {"init": self.config(), "rollout": self.rollout.state_dict(),
+        return {"init": self.init_config(), "rollout": self.rollout.state_dict(),
                 "path_start": self._path_start,
                 "arrays": {"advantages": self._adv, "returns": self._ret}}
 

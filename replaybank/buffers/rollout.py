@@ -398,11 +398,11 @@ class RolloutBuffer:
                                  self._emit)
 
     # ------------------------------------------------------------------ state
-    def config(self) -> dict[str, Any]:
+    def init_config(self) -> dict[str, Any]:
         """Constructor arguments (JSON-able) that rebuild an equivalent empty buffer.
 
         Example:
-            >>> RolloutBuffer(8, num_envs=2, seed=3).config()["seed"]
+            >>> RolloutBuffer(8, num_envs=2, seed=3).init_config()["seed"]
             3
         """
         return {
@@ -414,6 +414,26 @@ class RolloutBuffer:
             "device": None if self.device is None else str(self.device),
             "backend": self.backend,
         }
+
+    def config(self) -> Any:
+        """A validated config model (pydantic) that rebuilds an equivalent empty buffer.
+
+        Example:
+            >>> RolloutBuffer(8, num_envs=2, seed=3).config().type
+            'RolloutBuffer'
+        """
+        from replaybank.config import buffer_config
+
+        return buffer_config(self)
+
+    def save(self, dirpath: Any, prefix: str = "buffer_") -> None:
+        """Write ``<prefix>metadata.json`` and ``<prefix>state.safetensors`` atomically.
+
+        Restore with :func:`replaybank.load`.
+        """
+        from replaybank.io.checkpoint import save_buffer
+
+        save_buffer(self, dirpath, prefix=prefix)
 
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to restore this buffer exactly.
@@ -430,7 +450,7 @@ class RolloutBuffer:
             "metadata": {"type": type(self).__name__, "num_steps": self._T,
                          "num_envs": self._E, "pos": self._pos,
                          "spec": None if self._spec is None else self._spec.to_json()},
-            "init": self.config(),
+            "init": self.init_config(),
             "rng": dict(self._rng.bit_generator.state),
             "arrays": arrays,
         }
