@@ -1,0 +1,48 @@
+"""The ``replaybank`` command line.
+
+Subcommands: ``demo`` (train DQN on CartPole-v1 from prioritized n-step replay).
+
+Example:
+    >>> main(["--help"])  # doctest: +ELLIPSIS
+    usage: replaybank ...
+    0
+"""
+
+from __future__ import annotations
+
+import sys
+
+__all__ = ["main"]
+
+USAGE = """usage: replaybank <command> [options]
+
+commands:
+  demo     train a DQN agent on CartPole-v1 from prioritized 3-step replay
+           (replaybank demo --help for its options)
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the ``replaybank`` command line.
+
+    Args:
+        argv: Arguments without the program name (default: ``sys.argv[1:]``).
+
+    Returns:
+        The exit status.
+    """
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help", "help"):
+        print(USAGE, end="")
+        return 0
+    command, rest = args[0], args[1:]
+    if command == "demo":
+        from replaybank.cli.demo import main as demo_main
+
+        return demo_main(rest)
+    print(f"replaybank: unknown command {command!r}\n\n{USAGE}", end="", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

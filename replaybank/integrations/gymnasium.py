@@ -1,0 +1,415 @@
+"""Fill buffers from gymnasium environments: ``collect`` and ``warm``.
+
+:class:`Collector` steps a single env or a vector env (``SyncVectorEnv``,
+``AsyncVectorEnv``, wrapped or not) with a policy and adds every real transition to a
+buffer, in all three autoreset modes of gymnasium 1.x:
+
+* ``NEXT_STEP`` (default): the step after an episode end only resets that sub-env; it
+  returns the reset observation with reward 0 and is *not* a transition. Only the lanes
+  that produced real transitions are added (``add(env_ids=...)``).
+* ``SAME_STEP``: an ending sub-env is reset within the same step; its true final
+  observation arrives in ``info["final_obs"]`` and is stored as ``next_obs``.
+* ``DISABLED``: the collector resets ending sub-envs itself (``reset_mask``).
+
+No stored transition ever pairs observations of two episodes. Each buffer lane holds
+one sub-env (``buffer.num_envs == env.num_envs``); a single-lane buffer also works: the
+steps of each sub-env are staged and appended as contiguous chunks.
+
+Example:
+    >>> import gymnasium as gym
+    >>> import replaybank as rb
+    >>> envs = gym.make_vec("CartPole-v1", num_envs=2, vectorization_mode="sync")
+    >>> buf = rb.ReplayBuffer(1000, num_envs=2, seed=0)
+    >>> out = collect(envs, None, buf, 100, progress=False, seed=0)
+    >>> len(buf) >= 100, out.steps == len(buf)
+    (True, True)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from replaybank.errors import ConfigError, describe, require_extra
+from replaybank.integrations.progress import ProgressBar
+from replaybank.integrations.spaces import spec_from_env, spec_from_spaces, to_fields, tree_map
+
+__all__ = ["CollectResult", "Collector", "collect", "spec_from_env", "spec_from_spaces", "warm"]
+
+Policy = Callable[[Any], Any]
+
+
+@dataclass
+class CollectResult:
+    """What one collection run did.
+
+    Attributes:
+        steps: Transitions added to the buffer.
+        env_steps: Sub-env steps taken (autoreset steps included).
+        episode_returns: Undiscounted return of every episode that ended, in order.
+        episode_lengths: Length of those episodes.
+    """
+
+    steps: int = 0
+    env_steps: int = 0
+    episode_returns: list[float] = field(default_factory=list)
+    episode_lengths: list[int] = field(default_factory=list)
+
+
+def _numpy(x: Any) -> Any:
+    if hasattr(x, "detach") and hasattr(x, "cpu"):
+        return x.detach().cpu().numpy()
+    return x
+
+
+def _autoreset_mode(env: Any) -> Any:
+    gym = require_extra("gymnasium", "gym")
+    mode = env.metadata.get("autoreset_mode", gym.vector.AutoresetMode.NEXT_STEP)
+    return mode if isinstance(mode, gym.vector.AutoresetMode) else gym.vector.AutoresetMode(mode)
+
+
+class Collector:
+    """Steps an env with a policy and adds real transitions to a buffer.
+
+    Keeps the env's current observations and running episode statistics between
+    :meth:`collect` calls, so training loops can alternate collection and updates.
+
+    Args:
+        env: A ``gymnasium.Env`` (buffer with one lane) or a ``gymnasium.vector.VectorEnv``.
+        policy: ``policy(obs) -> action`` on what the env returns (batched for vector
+            envs); numpy arrays or torch tensors. None: uniformly random actions.
+        buffer: Any replaybank buffer with ``add``/``extend`` and ``num_envs``.
+        seed: Seed of the first ``env.reset`` and of random actions.
+
+    Raises:
+        ConfigError: ``buffer.num_envs`` is neither the env's number of sub-envs nor 1.
+
+    Example:
+        >>> import gymnasium as gym
+        >>> import replaybank as rb
+        >>> env = gym.make("CartPole-v1")
+        >>> col = Collector(env, None, rb.ReplayBuffer(500, seed=0), seed=0)
+        >>> res = col.collect(50)
+        >>> res.steps, len(col.buffer)
+        (50, 50)
+    """
+
+    def __init__(self, env: Any, policy: Policy | None, buffer: Any,
+                 seed: int | None = None) -> None:
+        gym = require_extra("gymnasium", "gym")
+        self.env = env
+        self.buffer = buffer
+        self.vector = isinstance(env, gym.vector.VectorEnv)
+        self.n = int(env.num_envs) if self.vector else 1
+        self.mode = _autoreset_mode(env) if self.vector else None
+        lanes = int(buffer.num_envs)
+        if lanes not in (self.n, 1):
+            raise ConfigError(
+                f"buffer.num_envs={lanes} but the env has {self.n} sub-envs; build the "
+                f"buffer with num_envs={self.n} (one lane per sub-env) or num_envs=1"
+            )
+        self.staged = lanes == 1 and self.n > 1
+        self.obs_space = env.single_observation_space if self.vector else env.observation_space
+        self.act_space = env.single_action_space if self.vector else env.action_space
+        self.seed = seed
+        if policy is None:
+            env.action_space.seed(seed)
+            policy = self._random
+        self.policy: Policy = policy
+        self._obs: Any = None
+        self._pending = np.zeros(self.n, dtype=bool)  # NEXT_STEP: lane resets next step
+        self._ret = np.zeros(self.n, dtype=np.float64)
+        self._len = np.zeros(self.n, dtype=np.int64)
+        self.episodes = 0
+        self._stage: list[list[dict[str, Any]]] = [[] for _ in range(self.n)]
+
+    def _random(self, obs: Any) -> Any:
+        return self.env.action_space.sample()
+
+    def reset(self, seed: int | None = None) -> Any:
+        """Reset the env (episode statistics restart) and return its observation."""
+        self._obs, _ = self.env.reset(seed=seed)
+        self._pending[:] = False
+        self._ret[:] = 0.0
+        self._len[:] = 0
+        return self._obs
+
+    @property
+    def obs(self) -> Any:
+        """The env's current observation (what the policy sees next)."""
+        return self._obs
+
+    # ------------------------------------------------------------------ one step
+    def _action(self, obs: Any) -> Any:
+        return _numpy(self.policy(obs))
+
+    def _store(self, fields: dict[str, Any], real: np.ndarray) -> None:
+        if self.buffer.spec is None:
+            fields["reward"] = np.asarray(fields["reward"], dtype=np.float32)
+        if not self.vector:
+            self.buffer.add(**fields)
+            return
+        if self.staged:
+            for i in np.flatnonzero(real).tolist():
+                self._stage[i].append(_lane(fields, i))
+            return
+        if real.all():
+            self.buffer.add(**fields)
+        elif real.any():
+            ids = np.flatnonzero(real)
+            self.buffer.add(env_ids=ids, **tree_map(lambda x: x[ids], fields))
+
+    def flush(self) -> None:
+        """Append staged steps (single-lane buffers fed by a vector env)."""
+        for i, steps in enumerate(self._stage):
+            if steps:
+                self.buffer.extend(**_stack(steps))
+                self._stage[i] = []
+
+    def step(self, result: CollectResult) -> int:
+        """One env step for every sub-env; returns the number of transitions stored."""
+        if self._obs is None:
+            self.reset(self.seed)
+        obs = self._obs
+        action = self._action(obs)
+        nxt, reward, term, trunc, info = self.env.step(action)
+        reward = np.asarray(reward, dtype=np.float64).reshape(self.n)
+        term = np.asarray(term, dtype=bool).reshape(self.n)
+        trunc = np.asarray(trunc, dtype=bool).reshape(self.n)
+        done = term | trunc
+        real = ~self._pending
+        next_fields = to_fields(self.obs_space, nxt)
+        carry = nxt
+        gym = require_extra("gymnasium", "gym")
+        modes = gym.vector.AutoresetMode
+        if self.vector and self.mode == modes.SAME_STEP and done.any():
+            final = info["final_obs"]
+            next_fields = tree_map(np.array, next_fields)  # copy: lanes get replaced
+            for i in np.flatnonzero(done):
+                fin = to_fields(self.obs_space, final[i])
+                _set_lane(next_fields, fin, int(i))
+        elif self.vector and self.mode == modes.DISABLED and done.any():
+            next_fields = tree_map(np.array, next_fields)
+            carry, _ = self.env.reset(options={"reset_mask": done})
+        act_fields = to_fields(self.act_space, action)
+        fields: dict[str, Any] = {
+            "obs": to_fields(self.obs_space, obs),
+            "action": act_fields,
+            "reward": reward if self.vector else reward[0],
+            "next_obs": next_fields,
+            "terminated": term if self.vector else term[0],
+            "truncated": trunc if self.vector else trunc[0],
+        }
+        self._store(fields, real)
+        stored = int(real.sum())
+        result.steps += stored
+        result.env_steps += self.n
+        self._ret[real] += reward[real]
+        self._len[real] += 1
+        ended = np.flatnonzero(done & real)
+        for i in ended:
+            result.episode_returns.append(float(self._ret[i]))
+            result.episode_lengths.append(int(self._len[i]))
+        self._ret[ended] = 0.0
+        self._len[ended] = 0
+        self.episodes += len(ended)
+        if not self.vector:
+            carry = self.env.reset()[0] if done[0] else nxt
+        elif self.mode == modes.NEXT_STEP:
+            self._pending = done & real
+        self._obs = carry
+        return stored
+
+    # ------------------------------------------------------------------ many steps
+    def collect(self, n_steps: int, progress: bool = False,
+                description: str = "collect") -> CollectResult:
+        """Step until at least ``n_steps`` transitions were added (whole vector steps).
+
+        Args:
+            n_steps: Transitions to add (may overshoot by less than ``num_envs``).
+            progress: Show a progress bar (rich).
+            description: Text of the progress bar.
+
+        Returns:
+            A :class:`CollectResult` for this call.
+
+        Raises:
+            ConfigError: ``n_steps`` is not a positive int.
+        """
+        if isinstance(n_steps, bool) or not isinstance(n_steps, (int, np.integer)) \
+                or n_steps <= 0:
+            raise ConfigError(f"collect(n_steps={n_steps!r}): must be a positive int")
+        result = CollectResult()
+        with ProgressBar(int(n_steps), description, enabled=progress) as bar:
+            while result.steps < n_steps:
+                k = self.step(result)
+                last = result.episode_returns[-1] if result.episode_returns else None
+                bar.update(min(k, n_steps - bar.completed), episodes=len(result.episode_returns),
+                           ret=last)
+                if self.staged and sum(len(s) for s in self._stage) >= 1024:
+                    self.flush()
+        self.flush()
+        return result
+
+
+def _set_lane(tree: Any, value: Any, i: int) -> None:
+    if isinstance(tree, dict):
+        for k in tree:
+            _set_lane(tree[k], value[k], i)
+    else:
+        tree[i] = value
+
+
+def _stack(steps: list[dict[str, Any]]) -> dict[str, Any]:
+    first = steps[0]
+    if isinstance(first, dict):
+        return {k: _stack([s[k] for s in steps]) for k in first}
+    return np.stack(steps)
+
+
+def _lane(tree: Any, i: int) -> Any:
+    """Lane ``i`` of every leaf (a copy)."""
+    if isinstance(tree, dict):
+        return {k: _lane(v, i) for k, v in tree.items()}
+    return np.array(tree[i])
+
+
+def collect(env: Any, policy: Policy | None, buffer: Any, n_steps: int, progress: bool = True,
+            seed: int | None = None) -> CollectResult:
+    """Reset ``env``, step it with ``policy`` and add ``n_steps`` transitions to ``buffer``.
+
+    For repeated collection that continues episodes across calls, keep a
+    :class:`Collector`.
+
+    Args:
+        env: A gymnasium env (buffer of one lane) or vector env (any autoreset mode).
+        policy: ``policy(obs) -> action`` (None: random actions).
+        buffer: The buffer to fill (``num_envs`` equal to the env's, or 1).
+        n_steps: Transitions to add (whole vector steps; may overshoot by < num_envs).
+        progress: Show a rich progress bar.
+        seed: Seed of ``env.reset`` and of random actions.
+
+    Returns:
+        :class:`CollectResult` with steps and the returns/lengths of finished episodes.
+
+    Example:
+        >>> import gymnasium as gym
+        >>> import replaybank as rb
+        >>> buf = rb.ReplayBuffer(300, seed=0)
+        >>> res = collect(gym.make("CartPole-v1"), None, buf, 200, progress=False, seed=1)
+        >>> res.steps, sum(res.episode_lengths) <= 200
+        (200, True)
+    """
+    return Collector(env, policy, buffer, seed=seed).collect(n_steps, progress=progress)
+
+
+def _agent_policy(agent: Any) -> Policy | None:
+    if agent is None:
+        return None
+    predict = getattr(agent, "predict", None)
+    if predict is None:
+        if not callable(agent):
+            raise ConfigError(
+                f"agent_or_policy={describe(agent)}: expected a callable policy(obs) -> action "
+                "or an agent with predict(obs, hidden, train_mode=True)"
+            )
+        return agent  # type: ignore[no-any-return]
+    device = getattr(agent, "device", None)
+    hidden: list[Any] = [None]
+
+    def policy(obs: Any) -> Any:
+        x = obs
+        if device is not None:
+            torch = require_extra("torch", "torch")
+            x = torch.as_tensor(np.asarray(obs), device=device)
+        try:
+            out = predict(x, hidden[0], train_mode=True)
+        except TypeError:
+            out = predict(x)
+        if isinstance(out, tuple) and len(out) == 2:
+            out, hidden[0] = out
+        return _numpy(out)
+
+    return policy
+
+
+def _make_vec_env(agent: Any, env: Any, num_envs: int) -> tuple[Any, bool]:
+    """The vector env to warm from, and whether warm() owns (must close) it."""
+    gym = require_extra("gymnasium", "gym")
+    if isinstance(env, gym.vector.VectorEnv):
+        return env, False
+    if env is None:
+        agent_env = getattr(agent, "env", None)
+        env_id = getattr(getattr(agent_env, "spec", None), "id", None)
+        if env_id is None:
+            raise ConfigError(
+                f"warm(env=None): cannot find agent.env.spec.id on {describe(agent)}; pass "
+                "env=<gymnasium env id>, an env factory, or a vector env"
+            )
+        env = env_id
+    if isinstance(env, gym.Env):
+        if env.spec is None:
+            raise ConfigError(f"env={env!r} has no spec id; pass an env id or a factory")
+        env = env.spec.id
+    if isinstance(env, str):
+        return gym.make_vec(env, num_envs=num_envs, vectorization_mode="sync"), True
+    if callable(env):
+        return gym.vector.SyncVectorEnv([env for _ in range(num_envs)]), True
+    raise ConfigError(
+        f"env={describe(env)}: expected an env id, an env factory, an env or a vector env"
+    )
+
+
+def warm(buffer: Any, agent_or_policy: Any, n_samples: int, num_envs: int = 8,
+         env: Any = None, progress: bool = True, seed: int | None = None) -> CollectResult:
+    """Fill ``buffer`` to at least ``n_samples`` transitions from a vectorized env.
+
+    The env is ``agent.env.spec.id`` (velora's convention) unless ``env`` names one: an
+    env id, an env factory, an env (its spec id) or a ready vector env.
+
+    Args:
+        buffer: The buffer (``num_envs`` lanes, or 1).
+        agent_or_policy: ``policy(obs) -> action``, an agent with
+            ``predict(obs, hidden, train_mode=True)`` (and optional ``device``), or None
+            for random actions.
+        n_samples: Target ``len(buffer)``; nothing happens if it already holds that many.
+        num_envs: Sub-envs of the vector env built here.
+        env: Which env to run (see above).
+        progress: Show a rich progress bar.
+        seed: Seed of the env reset and random actions.
+
+    Returns:
+        :class:`CollectResult` of the collection.
+
+    Raises:
+        ConfigError: Bad ``n_samples``/``num_envs``, more samples than capacity, or no env.
+
+    Example:
+        >>> import replaybank as rb
+        >>> buf = rb.ReplayBuffer(400, num_envs=4, seed=0)
+        >>> _ = buf.warm(None, 200, num_envs=4, env="CartPole-v1", progress=False, seed=0)
+        >>> len(buf) >= 200
+        True
+    """
+    for name, value in (("n_samples", n_samples), ("num_envs", num_envs)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
+            raise ConfigError(f"warm({name}={value!r}): must be a positive int")
+    if n_samples > buffer.capacity:
+        raise ConfigError(
+            f"warm(n_samples={n_samples}): the buffer holds at most capacity="
+            f"{buffer.capacity} transitions; lower n_samples"
+        )
+    missing = int(n_samples) - len(buffer)
+    if missing <= 0:
+        return CollectResult()
+    policy = _agent_policy(agent_or_policy)
+    vec, owned = _make_vec_env(agent_or_policy, env, int(num_envs))
+    try:
+        col = Collector(vec, policy, buffer, seed=seed)
+        return col.collect(missing, progress=progress, description="warm")
+    finally:
+        if owned:
+            vec.close()

@@ -1,0 +1,132 @@
+"""Gymnasium spaces -> replaybank field specs, and env values -> buffer fields.
+
+Box (dtype kept), Discrete, MultiDiscrete, MultiBinary map to one field each; Dict and
+Tuple spaces map to nested fields (``obs/<key>``; ``obs/0``, ``obs/1`` for a Tuple).
+:func:`to_fields` turns what an env returns (possibly batched by a vector env) into the
+nested dicts the buffer flattens to those names.
+
+Example:
+    >>> import gymnasium as gym
+    >>> spec = spec_from_spaces(gym.spaces.Dict({"pos": gym.spaces.Box(0, 1, (2,)),
+    ...     "id": gym.spaces.Discrete(3)}), gym.spaces.Discrete(2))
+    >>> [(n, f.dtype.name, f.shape) for n, f in spec.items()][:3]
+    [('obs/id', 'int64', ()), ('obs/pos', 'float32', (2,)), ('action', 'int64', ())]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from replaybank.buffers.inputs import standard_spec
+from replaybank.errors import SpecError, require_extra
+from replaybank.spec import FieldSpec, Spec
+
+__all__ = ["space_fields", "spec_from_env", "spec_from_spaces", "to_fields", "tree_map"]
+
+
+def _gym() -> Any:
+    return require_extra("gymnasium", "gym")
+
+
+def space_fields(space: Any, name: str) -> list[FieldSpec]:
+    """Field specs for one (possibly nested) gymnasium space under ``name``.
+
+    Raises:
+        SpecError: A space kind that has no fixed shape (Text, Graph, Sequence, OneOf).
+    """
+    spaces = _gym().spaces
+    if isinstance(space, spaces.Dict):
+        return [f for key, sub in space.spaces.items() for f in space_fields(sub, f"{name}/{key}")]
+    if isinstance(space, spaces.Tuple):
+        return [f for i, sub in enumerate(space.spaces) for f in space_fields(sub, f"{name}/{i}")]
+    if isinstance(space, (spaces.Box, spaces.MultiBinary, spaces.MultiDiscrete)):
+        return [FieldSpec(name, tuple(space.shape), np.dtype(space.dtype))]
+    if isinstance(space, spaces.Discrete):
+        return [FieldSpec(name, (), np.dtype(space.dtype))]
+    raise SpecError(
+        f"{name}: space {space!r} ({type(space).__name__}) has no fixed shape; replaybank "
+        "maps Box, Discrete, MultiDiscrete, MultiBinary, Dict and Tuple spaces. Wrap the env "
+        "(e.g. gymnasium.wrappers.FlattenObservation) or pass spec= yourself"
+    )
+
+
+def spec_from_spaces(observation_space: Any, action_space: Any) -> Spec:
+    """Build the buffer spec of an env from its (single, unbatched) spaces.
+
+    Args:
+        observation_space: The env's observation space.
+        action_space: The env's action space.
+
+    Returns:
+        A :class:`~replaybank.spec.Spec` with ``obs...``, ``action...``, ``reward``
+        (float32), ``terminated`` and ``truncated`` (bool).
+
+    Raises:
+        SpecError: A space kind without a fixed shape.
+        MissingDependencyError: gymnasium is not installed.
+
+    Example:
+        >>> import gymnasium as gym
+        >>> spec = spec_from_spaces(gym.spaces.Box(0, 255, (4, 4), np.uint8),
+        ...                         gym.spaces.MultiDiscrete([3, 2]))
+        >>> spec["obs"].dtype, spec["action"].shape
+        (dtype('uint8'), (2,))
+    """
+    return standard_spec(Spec([*space_fields(observation_space, "obs"),
+                               *space_fields(action_space, "action")]))
+
+
+def spec_from_env(env: Any) -> Spec:
+    """:func:`spec_from_spaces` of an env or vector env (its single-env spaces).
+
+    Example:
+        >>> import gymnasium as gym
+        >>> env = gym.make("CartPole-v1")
+        >>> spec_from_env(env)["obs"].shape
+        (4,)
+    """
+    _gym()
+    obs_space = getattr(env, "single_observation_space", None)
+    act_space = getattr(env, "single_action_space", None)
+    if obs_space is None or act_space is None:
+        obs_space, act_space = env.observation_space, env.action_space
+    return spec_from_spaces(obs_space, act_space)
+
+
+def tree_map(fn: Callable[[Any], Any], tree: Any) -> Any:
+    """Apply ``fn`` to every leaf of nested dicts.
+
+    Example:
+        >>> tree_map(lambda x: x * 2, {"a": 1, "b": {"c": 2}})
+        {'a': 2, 'b': {'c': 4}}
+    """
+    if isinstance(tree, Mapping):
+        return {k: tree_map(fn, v) for k, v in tree.items()}
+    return fn(tree)
+
+
+def to_fields(space: Any, value: Any) -> Any:
+    """Convert an env value of ``space`` into nested dicts of numpy arrays.
+
+    Tuples become dicts keyed ``"0"``, ``"1"``, ...; leaves are numpy arrays of the
+    space's dtype. Works for single and vector-batched values alike.
+
+    Example:
+        >>> import gymnasium as gym
+        >>> sp = gym.spaces.Tuple((gym.spaces.Discrete(2), gym.spaces.Box(0, 1, (2,))))
+        >>> out = to_fields(sp, (1, np.zeros(2, np.float32)))
+        >>> sorted(out), out["0"].dtype
+        (['0', '1'], dtype('int64'))
+    """
+    spaces = _gym().spaces
+    if isinstance(space, spaces.Dict):
+        return {k: to_fields(sub, value[k]) for k, sub in space.spaces.items()}
+    if isinstance(space, spaces.Tuple):
+        return {str(i): to_fields(sub, value[i]) for i, sub in enumerate(space.spaces)}
+    if hasattr(value, "detach") and hasattr(value, "cpu"):
+        value = value.detach().cpu().numpy()
+    dtype = getattr(space, "dtype", None)
+    return np.asarray(value, dtype=dtype) if dtype is not None else np.asarray(value)

@@ -1,0 +1,203 @@
+"""Torch storage: the step table's field arrays as preallocated tensors on a device.
+
+Bookkeeping (lane counters, next-observation links) stays in numpy on the host, and so
+does all index arithmetic; only the index arrays of a gather or write travel to the
+device. Sampling from a buffer with ``storage="torch"`` therefore gathers on the device
+and returns tensors, with no host round trip of field data.
+
+Example:
+    >>> import numpy as np
+    >>> be = TorchBackend("cpu")
+    >>> a = be.allocate("obs", (4, 1, 3), np.dtype("float32"))
+    >>> be.write(a, (np.array([0]), np.array([0])), np.ones((1, 3), np.float32))
+    >>> out = be.gather(a, (np.array([0, 1]), np.array([0, 0])))
+    >>> type(out).__name__, tuple(out.shape), float(out.sum())
+    ('Tensor', (2, 3), 3.0)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from replaybank.errors import CapacityError, ConfigError, DtypeError, require_extra
+
+__all__ = ["TorchBackend", "torch_dtype"]
+
+
+def _torch() -> Any:
+    return require_extra("torch", "torch")
+
+
+def torch_dtype(dtype: Any) -> Any:
+    """The torch dtype that stores numpy ``dtype`` bit for bit.
+
+    Args:
+        dtype: A numpy dtype (or anything ``np.dtype`` accepts).
+
+    Returns:
+        The matching ``torch.dtype``.
+
+    Raises:
+        DtypeError: The dtype has no torch equivalent (strings, records, objects).
+
+    Example:
+        >>> torch_dtype("uint8")
+        torch.uint8
+    """
+    torch = _torch()
+    dt = np.dtype(dtype)
+    if dt.kind not in "biufc":
+        raise DtypeError(
+            f"dtype={dt}: torch storage holds bool, integer, float and complex fields only; "
+            'store this field with storage="numpy" or encode it as numbers'
+        )
+    try:
+        return torch.from_numpy(np.zeros(0, dtype=dt.newbyteorder("="))).dtype
+    except TypeError as exc:
+        raise DtypeError(f"dtype={dt}: torch {torch.__version__} has no such dtype") from exc
+
+
+class TorchBackend:
+    """Field arrays as preallocated torch tensors on ``device``.
+
+    Args:
+        device: ``"cpu"``, ``"cuda"``, ``"cuda:1"``, a ``torch.device`` or None (CPU).
+
+    Raises:
+        ConfigError: The device is malformed or not available (e.g. CUDA without a GPU).
+        MissingDependencyError: torch is not installed.
+
+    Example:
+        >>> import numpy as np
+        >>> import replaybank as rb
+        >>> buf = rb.ReplayBuffer(8, storage="torch", device="cpu", seed=0)
+        >>> buf.add(obs=np.zeros(2, np.float32), action=1, reward=1.0,
+        ...         next_obs=np.ones(2, np.float32), terminated=False, truncated=False)
+        >>> batch = buf.sample(2)
+        >>> type(batch.next_obs).__name__, batch.next_obs.device.type
+        ('Tensor', 'cpu')
+    """
+
+    name = "torch"
+
+    def __init__(self, device: Any = None) -> None:
+        torch = _torch()
+        try:
+            dev = torch.device("cpu" if device is None else device)
+        except (RuntimeError, TypeError) as exc:
+            raise ConfigError(
+                f"device={device!r}: not a torch device; use 'cpu', 'cuda', 'cuda:0' "
+                "or a torch.device"
+            ) from exc
+        if dev.type == "cuda":
+            if not torch.cuda.is_available():
+                raise ConfigError(
+                    f"device={device!r}: CUDA is not available on this machine; use "
+                    "device='cpu' or install a CUDA build of torch"
+                )
+            if dev.index is None:
+                dev = torch.device("cuda", torch.cuda.current_device())
+            elif dev.index >= torch.cuda.device_count():
+                raise ConfigError(
+                    f"device={device!r}: only {torch.cuda.device_count()} CUDA device(s); "
+                    "pick an index below that"
+                )
+        self.torch = torch
+        self.device = dev
+
+    # ------------------------------------------------------------------ helpers
+    def _index(self, index: Any) -> Any:
+        """numpy index (array, slice, tuple of those) -> the same on the device."""
+        if isinstance(index, tuple):
+            return tuple(self._index(i) for i in index)
+        if isinstance(index, np.ndarray):
+            return self.torch.from_numpy(np.ascontiguousarray(index, dtype=np.int64)).to(
+                self.device, non_blocking=True)
+        return index
+
+    def _flat_index(self, rows: np.ndarray[Any, Any], lanes: np.ndarray[Any, Any],
+                    width: int) -> Any:
+        """Device tensor of ``rows * width + lanes`` (flattened)."""
+        flat = (np.asarray(rows, dtype=np.int64) * width
+                + np.asarray(lanes, dtype=np.int64)).reshape(-1)
+        return self._index(np.ascontiguousarray(flat))
+
+    def _values(self, values: Any) -> Any:
+        if isinstance(values, self.torch.Tensor):
+            return values.to(self.device, non_blocking=True)
+        arr = np.asarray(values)
+        if not arr.flags.writeable or not arr.flags.c_contiguous or arr.dtype.byteorder == ">":
+            arr = np.array(arr, dtype=arr.dtype.newbyteorder("="), order="C")
+        return self.torch.from_numpy(arr).to(self.device, non_blocking=True)
+
+    def _check_cuda_memory(self, nbytes: int, what: str) -> None:
+        if self.device.type != "cuda":
+            return
+        free, _total = self.torch.cuda.mem_get_info(self.device)
+        if nbytes > free:
+            raise CapacityError(
+                f"{what} needs {nbytes:,} bytes ({nbytes / 2**30:.2f} GiB) on {self.device} but "
+                f"only {free:,} bytes ({free / 2**30:.2f} GiB) are free; lower capacity or "
+                "use storage='numpy'"
+            )
+
+    # ------------------------------------------------------------------ protocol
+    def allocate(self, name: str, shape: tuple[int, ...], dtype: np.dtype[Any]) -> Any:
+        """Return a zero-filled tensor ``shape`` on the device."""
+        tdt = torch_dtype(dtype)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        self._check_cuda_memory(nbytes, f"field {name!r} {shape}")
+        return self.torch.zeros(shape, dtype=tdt, device=self.device)
+
+    def allocate_meta(self, name: str, shape: tuple[int, ...], dtype: np.dtype[Any]) -> Any:
+        """Bookkeeping stays in host numpy (index math never leaves the CPU)."""
+        return np.zeros(shape, dtype=dtype)
+
+    def resize(self, name: str, array: Any, length: int) -> Any:
+        """Return ``array`` grown along axis 0 to ``length`` (content kept)."""
+        out = self.torch.zeros((length, *array.shape[1:]), dtype=array.dtype,
+                               device=self.device)
+        out[: array.shape[0]] = array
+        return out
+
+    def write(self, array: Any, index: Any, values: npt.NDArray[Any] | Any) -> None:
+        """``array[index] = values`` (numpy or tensor values; numpy index arrays)."""
+        array[self._index(index)] = self._values(values)
+
+    def gather(self, array: Any, index: Any) -> Any:
+        """Return ``array[index]`` as a new tensor on the device.
+
+        A ``(rows, lanes)`` pair is turned into flat slots ``rows * lanes_dim + lane`` on
+        the host and gathered with one ``index_select`` on the device.
+        """
+        if isinstance(index, tuple) and len(index) == 2 and array.dim() >= 2 \
+                and isinstance(index[0], np.ndarray) and isinstance(index[1], np.ndarray):
+            rows, lanes = index
+            lead = np.broadcast_shapes(rows.shape, lanes.shape)
+            base = array.reshape(array.shape[0] * array.shape[1], *array.shape[2:])
+            return base.index_select(0, self._flat_index(rows, lanes, int(array.shape[1]))) \
+                .reshape(*lead, *array.shape[2:])
+        if isinstance(index, np.ndarray) and index.ndim == 1:
+            return array.index_select(0, self._index(index))
+        return array[self._index(index)]
+
+    def to_numpy(self, array: Any) -> npt.NDArray[Any]:
+        """Host numpy copy of a tensor (a zero-copy view for CPU tensors)."""
+        if isinstance(array, self.torch.Tensor):
+            return np.asarray(array.detach().cpu().numpy())
+        return np.asarray(array)
+
+    def flush(self) -> None:
+        """Wait for queued device work (writes are asynchronous on CUDA)."""
+        if self.device.type == "cuda":
+            self.torch.cuda.synchronize(self.device)
+
+    def requires_memory(self) -> bool:
+        """CPU tensors take host RAM; CUDA tensors are checked against GPU memory."""
+        return bool(self.device.type == "cpu")
+
+    def __repr__(self) -> str:
+        return f"TorchBackend(device={str(self.device)!r})"

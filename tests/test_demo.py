@@ -1,0 +1,73 @@
+"""Smoke tests of the ``replaybank`` CLI and the DQN demo (a few hundred steps)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("gymnasium")
+pytest.importorskip("matplotlib")
+
+from replaybank.cli import demo as demo_mod
+from replaybank.cli.dqn import DQNAgent, DQNConfig
+from replaybank.cli.main import main
+
+
+@pytest.mark.parametrize("buffer", ["per", "uniform", "nstep"])
+def test_demo_smoke(buffer: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    code = main(["demo", "--buffer", buffer, "--steps", "400", "--seed", "1", "--out",
+                 str(out), "--no-progress", "--eval-every", "200", "--eval-episodes", "2"])
+    assert code == 0
+    text = capsys.readouterr().out
+    for key in ("episodes seen", "buffer memory", "best eval", "final eval",
+                "checkpoint reloads identically", "True"):
+        assert key in text
+    png = out / "learning_curve.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert any((out / "buffer").iterdir())
+
+
+def test_run_demo_result(tmp_path: Path) -> None:
+    args = demo_mod.build_parser().parse_args(
+        ["--steps", "300", "--out", str(tmp_path), "--no-progress", "--eval-every", "150",
+         "--eval-episodes", "2", "--seed", "2"])
+    res = demo_mod.run_demo(args)
+    assert res.env_steps >= 300 and res.updates > 0
+    assert len(res.evals) == 2 and res.checkpoint_identical is True
+    assert 0 < res.fill <= res.env_steps and res.episodes_seen == len(res.episode_returns)
+    assert res.best_eval == max(r for _, r in res.evals) and res.final_eval == res.evals[-1][1]
+    assert all(r >= 8 for r in res.episode_returns)  # a CartPole episode lasts >= 8 steps
+
+
+def test_dqn_update_moves_q_towards_target() -> None:
+    import replaybank as rb
+
+    agent = DQNAgent(2, 2, DQNConfig(lr=1e-2, n_step=1), seed=0)
+    buf = rb.ReplayBuffer(64, seed=0)
+    for t in range(32):
+        buf.add(obs=np.array([t % 2, 1], np.float32), action=t % 2, reward=1.0,
+                next_obs=np.array([0, 0], np.float32), terminated=True, truncated=False)
+    batch = buf.sample(32)
+    losses = [agent.update(batch)[0] for _ in range(200)]
+    assert losses[-1] < 0.1 * losses[0]
+    _, td = agent.update(batch)
+    assert td.shape == (32,) and np.all(td < 0.2)  # Q(s, a) -> 1 for terminal steps
+
+
+def test_cli_help_and_unknown_command(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([]) == 0 and "demo" in capsys.readouterr().out
+    assert main(["nope"]) == 2 and "unknown command" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["demo", "--buffer", "bogus"])
+
+
+def test_console_entry_point_runs() -> None:
+    out = subprocess.run([sys.executable, "-m", "replaybank.cli.main", "demo", "--help"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "--buffer" in out.stdout and "--no-progress" in out.stdout

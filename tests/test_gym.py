@@ -1,0 +1,321 @@
+"""Gymnasium integration: spaces -> spec, collect in every autoreset mode, warm."""
+
+from __future__ import annotations
+
+import copy
+import sys
+from typing import Any
+
+import numpy as np
+import pytest
+
+gym = pytest.importorskip("gymnasium")
+
+import replaybank as rb  # noqa: E402
+from replaybank.errors import ConfigError, MissingDependencyError, SpecError  # noqa: E402
+from replaybank.integrations.gymnasium import Collector, collect, warm  # noqa: E402
+from replaybank.integrations.spaces import spec_from_env, spec_from_spaces  # noqa: E402
+from replaybank.views.transition import TransitionView  # noqa: E402
+
+MODES = [gym.vector.AutoresetMode.NEXT_STEP, gym.vector.AutoresetMode.SAME_STEP]
+
+
+class DictEnv(gym.Env):  # type: ignore[misc]
+    """Dict observations, random-length episodes that terminate (and a TimeLimit truncates)."""
+
+    def __init__(self) -> None:
+        self.observation_space = gym.spaces.Dict({
+            "pos": gym.spaces.Box(-10, 10, (2,), np.float32),
+            "t": gym.spaces.Discrete(1000),
+            "pair": gym.spaces.Tuple((gym.spaces.Discrete(3), gym.spaces.MultiBinary(2))),
+        })
+        self.action_space = gym.spaces.Discrete(2)
+        self._t = 0
+        self._pos = np.zeros(2, np.float32)
+
+    def _obs(self) -> dict[str, Any]:
+        return {"pos": self._pos.copy(), "t": self._t,
+                "pair": (self._t % 3, np.array([self._t % 2, 1], np.int8))}
+
+    def reset(self, *, seed: int | None = None, options: Any = None) -> Any:
+        super().reset(seed=seed)
+        self._t = 0
+        self._pos = self.np_random.normal(size=2).astype(np.float32)
+        return self._obs(), {}
+
+    def step(self, action: Any) -> Any:
+        self._t += 1
+        self._pos = self._pos + np.float32(int(action) - 0.5)
+        reward = float(self.np_random.normal())
+        terminated = bool(self.np_random.random() < 0.08)
+        return self._obs(), reward, terminated, False, {}
+
+
+class Recorder(gym.Wrapper):  # type: ignore[misc]
+    """Logs every real transition (obs, action, reward, next_obs, term, trunc) of one env."""
+
+    def __init__(self, env: Any, log: list[Any]) -> None:
+        super().__init__(env)
+        self.log = log
+        self.prev: Any = None
+
+    def reset(self, **kwargs: Any) -> Any:
+        obs, info = self.env.reset(**kwargs)
+        self.prev = copy.deepcopy(obs)
+        return obs, info
+
+    def step(self, action: Any) -> Any:
+        obs, r, te, tr, info = self.env.step(action)
+        self.log.append((self.prev, copy.deepcopy(action), r, copy.deepcopy(obs), te, tr))
+        self.prev = copy.deepcopy(obs)
+        return obs, r, te, tr, info
+
+
+def make_env(name: str) -> Any:
+    if name == "dict":
+        return gym.wrappers.TimeLimit(DictEnv(), max_episode_steps=15)
+    return gym.make(name)
+
+
+def flat_obs(space: Any, obs: Any) -> dict[str, Any]:
+    """Single observation -> {flat field name: array} like the buffer stores it."""
+    from replaybank.integrations.spaces import to_fields
+    from replaybank.spec import flatten
+
+    return flatten({"obs": to_fields(space, obs)})
+
+
+def lane_items(buf: Any, lane: int) -> dict[str, Any]:
+    t = buf.table
+    w, c = int(t.written[lane]), int(t.counts[lane])
+    keys = np.arange(w - c, w, dtype=np.int64) * t.lanes + lane
+    return TransitionView().gather(t, keys)
+
+
+def episode_returns_from_buffer(buf: Any) -> list[list[float]]:
+    out = []
+    for lane in range(buf.num_envs):
+        items = lane_items(buf, lane)
+        done = items["terminated"] | items["truncated"]
+        rets, acc = [], 0.0
+        for r, d in zip(items["reward"], done, strict=True):
+            acc += float(r)
+            if d:
+                rets.append(acc)
+                acc = 0.0
+        out.append(rets)
+    return out
+
+
+def run_vector(name: str, mode: Any, n_envs: int = 3, steps: int = 240) -> Any:
+    logs: list[list[Any]] = [[] for _ in range(n_envs)]
+    fns = [lambda i=i: Recorder(make_env(name), logs[i]) for i in range(n_envs)]
+    envs = gym.vector.SyncVectorEnv(fns, autoreset_mode=mode)
+    envs = gym.wrappers.vector.RecordEpisodeStatistics(envs, buffer_length=10_000)
+    buf = rb.ReplayBuffer(4 * steps * n_envs, num_envs=n_envs, seed=0)
+    res = collect(envs, None, buf, steps * n_envs, progress=False, seed=3)
+    return envs, buf, res, logs
+
+
+@pytest.mark.parametrize("mode", [*MODES, gym.vector.AutoresetMode.DISABLED],
+                         ids=lambda m: m.value)
+@pytest.mark.parametrize("name", ["CartPole-v1", "Pendulum-v1", "dict"])
+def test_vector_collect_matches_env_exactly(name: str, mode: Any) -> None:
+    steps = 450 if name == "Pendulum-v1" else 120
+    envs, buf, res, logs = run_vector(name, mode, steps=steps)
+    space = envs.single_observation_space
+    assert res.steps == len(buf) == sum(len(lg) for lg in logs)
+    for lane, log in enumerate(logs):
+        items = lane_items(buf, lane)
+        assert len(items["reward"]) == len(log)
+        for k, (o, a, r, o2, te, tr) in enumerate(log):
+            for fname, val in flat_obs(space, o).items():
+                assert np.array_equal(items[fname][k], val), (lane, k, fname)
+            for fname, val in flat_obs(space, o2).items():
+                assert np.array_equal(items["next_" + fname][k], val), (lane, k, fname)
+            assert items["action"][k] == a
+            assert items["reward"][k] == np.float32(r)
+            assert bool(items["terminated"][k]) == te and bool(items["truncated"][k]) == tr
+    # returns: collect's report == RecordEpisodeStatistics == sums of stored rewards
+    assert len(res.episode_returns) > 0
+    from_buf = sorted(x for lane in episode_returns_from_buffer(buf) for x in lane)
+    np.testing.assert_allclose(from_buf, sorted(res.episode_returns), rtol=1e-5, atol=1e-4)
+    if mode == gym.vector.AutoresetMode.DISABLED:
+        # gymnasium's RecordEpisodeStatistics treats DISABLED like NEXT_STEP (drops the
+        # first reward after a masked reset), so only the transition log is the oracle here
+        ref, acc = [], 0.0
+        for lg in logs:
+            for x in lg:
+                acc += x[2]
+                if x[4] or x[5]:
+                    ref.append(acc)
+                    acc = 0.0
+            acc = 0.0
+        assert sorted(res.episode_returns) == sorted(ref)
+        return
+    assert sorted(res.episode_returns) == sorted(envs.return_queue)
+    assert sorted(res.episode_lengths) == sorted(envs.length_queue)
+    envs.close()
+
+
+@pytest.mark.parametrize("name", ["CartPole-v1", "dict"])
+def test_single_env_collect(name: str) -> None:
+    log: list[Any] = []
+    env = gym.wrappers.RecordEpisodeStatistics(Recorder(make_env(name), log), buffer_length=999)
+    buf = rb.ReplayBuffer(1000, seed=0)
+    res = collect(env, None, buf, 150, progress=False, seed=0)
+    assert res.steps == len(buf) == len(log) == 150
+    items = lane_items(buf, 0)
+    for k, (o, _a, r, o2, te, tr) in enumerate(log):
+        for fname, val in flat_obs(env.observation_space, o2).items():
+            assert np.array_equal(items["next_" + fname][k], val)
+        for fname, val in flat_obs(env.observation_space, o).items():
+            assert np.array_equal(items[fname][k], val)
+        assert items["reward"][k] == np.float32(r)
+        assert bool(items["terminated"][k]) == te and bool(items["truncated"][k]) == tr
+    assert res.episode_returns == list(env.return_queue)
+
+
+@pytest.mark.parametrize("mode", MODES, ids=lambda m: m.value)
+def test_staged_single_lane_buffer_from_vector_env(mode: Any) -> None:
+    logs: list[list[Any]] = [[] for _ in range(2)]
+    envs = gym.vector.SyncVectorEnv([lambda i=i: Recorder(gym.make("CartPole-v1"), logs[i])
+                                     for i in range(2)], autoreset_mode=mode)
+    buf = rb.ReplayBuffer(2000, num_envs=1, seed=0)
+    res = collect(envs, None, buf, 200, progress=False, seed=0)
+    assert res.steps == len(buf) == sum(map(len, logs))
+    items = lane_items(buf, 0)
+    expected = [tr for lg in logs for tr in lg]  # staged: env 0's chunk, then env 1's
+    got_next = items["next_obs"]
+    np.testing.assert_array_equal(got_next, np.stack([e[3] for e in expected]))
+    np.testing.assert_array_equal(items["obs"], np.stack([e[0] for e in expected]))
+
+
+def test_collector_continues_across_calls() -> None:
+    logs: list[list[Any]] = [[] for _ in range(2)]
+    envs = gym.vector.SyncVectorEnv([lambda i=i: Recorder(gym.make("CartPole-v1"), logs[i])
+                                     for i in range(2)])
+    buf = rb.ReplayBuffer(1000, num_envs=2, seed=0)
+    col = Collector(envs, lambda obs: np.zeros(len(obs), np.int64), buf, seed=0)
+    total = sum(col.collect(10).steps for _ in range(10))
+    assert total == len(buf) == sum(map(len, logs))
+    for lane in range(2):
+        items = lane_items(buf, lane)
+        np.testing.assert_array_equal(items["next_obs"], np.stack([e[3] for e in logs[lane]]))
+        assert np.all(items["action"] == 0)
+
+
+def test_async_vector_env_returns() -> None:
+    envs = gym.vector.AsyncVectorEnv([lambda: gym.make("CartPole-v1")] * 2,
+                                     autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    envs = gym.wrappers.vector.RecordEpisodeStatistics(envs, buffer_length=999)
+    buf = rb.ReplayBuffer(1000, num_envs=2, seed=0)
+    res = collect(envs, None, buf, 300, progress=False, seed=0)
+    envs.close()
+    assert sorted(res.episode_returns) == sorted(envs.return_queue)
+    from_buf = [x for lane in episode_returns_from_buffer(buf) for x in lane]
+    assert sorted(from_buf) == sorted(envs.return_queue)
+    # an episode end never links to the next episode's reset observation
+    for lane in range(2):
+        items = lane_items(buf, lane)
+        done = np.flatnonzero(items["terminated"] | items["truncated"])
+        done = done[done + 1 < len(items["obs"])]
+        assert not np.any(np.all(items["next_obs"][done] == items["obs"][done + 1], axis=1))
+
+
+def test_spec_from_spaces_all_kinds() -> None:
+    sp = gym.spaces
+    obs = sp.Dict({"img": sp.Box(0, 255, (3, 4), np.uint8),
+                   "tup": sp.Tuple((sp.Discrete(3), sp.MultiDiscrete([2, 5]))),
+                   "bits": sp.MultiBinary(4),
+                   "f64": sp.Box(-1, 1, (2,), np.float64)})
+    spec = spec_from_spaces(obs, sp.Box(-1, 1, (6,), np.float32))
+    got = {n: (f.shape, f.dtype.name) for n, f in spec.items()}
+    assert got == {
+        "obs/img": ((3, 4), "uint8"), "obs/tup/0": ((), "int64"),
+        "obs/tup/1": ((2,), "int64"), "obs/bits": ((4,), "int8"),
+        "obs/f64": ((2,), "float64"), "action": ((6,), "float32"),
+        "reward": ((), "float32"), "terminated": ((), "bool"), "truncated": ((), "bool"),
+    }
+    with pytest.raises(SpecError, match="Text"):
+        spec_from_spaces(sp.Text(5), sp.Discrete(2))
+
+
+def test_spec_from_env_vector_and_buffer_accepts_it() -> None:
+    envs = gym.make_vec("CartPole-v1", num_envs=2, vectorization_mode="sync")
+    spec = spec_from_env(envs)
+    assert spec["obs"].shape == (4,) and spec["action"].dtype == np.int64
+    buf = rb.ReplayBuffer(100, num_envs=2, spec=spec, seed=0)
+    collect(envs, None, buf, 20, progress=False, seed=0)
+    assert buf.spec == spec
+
+
+class Agent:
+    """velora-style agent: .env with a spec id, .predict(obs, hidden, train_mode)."""
+
+    def __init__(self) -> None:
+        self.env = gym.make("CartPole-v1")
+        self.calls = 0
+
+    def predict(self, obs: Any, hidden: Any, train_mode: bool = False) -> Any:
+        self.calls += 1
+        return np.ones(len(obs), np.int64), hidden
+
+
+def test_warm_from_agent_env_id() -> None:
+    agent = Agent()
+    buf = rb.ReplayBuffer(512, num_envs=4, seed=0)
+    res = buf.warm(agent, 100, num_envs=4, progress=False, seed=0)
+    assert len(buf) >= 100 and res.steps == len(buf) and agent.calls > 0
+    assert np.all(lane_items(buf, 0)["action"] == 1)
+    assert buf.warm(agent, 50, num_envs=4, progress=False).steps == 0  # already full enough
+
+
+def test_warm_factory_single_lane_and_progress() -> None:
+    buf = rb.ReplayBuffer(300, seed=0)
+    warm(buf, None, 120, num_envs=3, env=lambda: gym.make("Pendulum-v1"), progress=True)
+    assert len(buf) >= 120
+    assert buf.spec is not None and buf.spec["action"].shape == (1,)
+
+
+def test_warm_errors_leave_buffer_unchanged() -> None:
+    buf = rb.ReplayBuffer(100, num_envs=2, seed=0)
+    with pytest.raises(ConfigError, match="capacity=100"):
+        buf.warm(None, 101, num_envs=2, env="CartPole-v1")
+    with pytest.raises(ConfigError, match="env="):
+        buf.warm(lambda obs: obs, 10, num_envs=2)  # a policy has no agent.env
+    with pytest.raises(ConfigError, match="agent_or_policy="):
+        buf.warm(object(), 10, num_envs=2, env="CartPole-v1")
+    with pytest.raises(ConfigError, match="num_envs=2"):
+        buf.warm(None, 10, num_envs=3, env="CartPole-v1")
+    with pytest.raises(ConfigError, match="n_samples"):
+        buf.warm(None, 0, num_envs=2, env="CartPole-v1")
+    assert len(buf) == 0
+
+
+def test_missing_gymnasium_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "gymnasium", None)
+    with pytest.raises(MissingDependencyError, match=r'pip install "replaybank\[gym\]"'):
+        spec_from_spaces(None, None)
+    with pytest.raises(ImportError):
+        Collector(None, None, rb.ReplayBuffer(10))
+
+
+def test_warm_torch_agent_gets_tensors_and_returns_tensors() -> None:
+    torch = pytest.importorskip("torch")
+
+    class TorchAgent:
+        def __init__(self) -> None:
+            self.device = torch.device("cpu")
+            self.env = gym.make("CartPole-v1")
+            self.seen: list[Any] = []
+
+        def predict(self, obs: Any, hidden: Any, train_mode: bool = False) -> Any:
+            self.seen.append(type(obs))
+            return torch.zeros(obs.shape[0], dtype=torch.int64), hidden
+
+    agent = TorchAgent()
+    buf = rb.ReplayBuffer(64, num_envs=2, seed=0)
+    buf.warm(agent, 20, num_envs=2, progress=False, seed=0)
+    assert len(buf) >= 20 and set(agent.seen) == {torch.Tensor}
+    assert np.all(lane_items(buf, 1)["action"] == 0)
