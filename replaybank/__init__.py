@@ -15,7 +15,11 @@ Example:
 """
 
 from replaybank.batch import Batch, SequenceBatch
+from replaybank.buffers.paths import PathBuffer
+from replaybank.buffers.prioritized import PrioritizedReplayBuffer
 from replaybank.buffers.replay import ReplayBuffer
+from replaybank.buffers.rollout import RolloutBuffer
+from replaybank.buffers.sequence_buffer import SequenceReplayBuffer
 from replaybank.errors import (
     CapacityError,
     CheckpointError,
@@ -27,11 +31,19 @@ from replaybank.errors import (
     ShapeError,
     SpecError,
 )
+from replaybank.io.checkpoint import load_buffer as load
+from replaybank.ops.gae import discount_cumsum, gae
 from replaybank.samplers.base import LaneView, PrioritySampler, SampleResult, Sampler
+from replaybank.samplers.lane_split import LaneSplitSampler
+from replaybank.samplers.prioritized import PrioritizedSampler
+from replaybank.samplers.recent import RecentSampler
 from replaybank.samplers.uniform import UniformSampler
 from replaybank.spec import FieldSpec, Spec
 from replaybank.storage.backend import ArrayBackend, NumpyBackend
-from replaybank.views.transition import TransitionView, View
+from replaybank.storage.memmap import MemmapBackend, open_buffer
+from replaybank.views.framestack import FrameStackView
+from replaybank.views.nstep import NStepView
+from replaybank.views.transition import InputTransform, TransitionView, View
 
 __version__ = "0.1.0"
 
@@ -45,6 +57,7 @@ _CORE = [
     "DtypeError",
     "EmptyBufferError",
     "FieldSpec",
+    "InputTransform",
     "LaneView",
     "MissingDependencyError",
     "NumpyBackend",
@@ -62,14 +75,77 @@ _CORE = [
     "View",
 ]
 # --- section: prioritized / n-step / recent (issue 4) ---
-_PER: list[str] = []
+_PER: list[str] = [
+    "NStepView",
+    "PrioritizedReplayBuffer",
+    "PrioritizedSampler",
+    "RecentSampler",
+]
 # --- section: sequences / lanes / frame stack (issue 5) ---
-_SEQ: list[str] = []
+_SEQ: list[str] = ["FrameStackView", "LaneSplitSampler", "SequenceReplayBuffer"]
 # --- section: rollout / GAE (issue 6) ---
-_ROLLOUT: list[str] = []
+_ROLLOUT: list[str] = [
+    "PathBuffer",
+    "RolloutBuffer",
+    "discount_cumsum",
+    "gae",
+]
 # --- section: io / memmap / config (issue 3) ---
-_IO: list[str] = []
+_IO: list[str] = [
+    "BufferConfig",
+    "ComponentConfig",
+    "MemmapBackend",
+    "ReplayBufferConfig",
+    "config_model",
+    "from_config",
+    "load",
+    "open_buffer",
+    "register_buffer",
+    "register_sampler",
+    "register_view",
+]
 # --- section: torch / gymnasium (issue 7) ---
-_INTEGRATIONS: list[str] = []
+_INTEGRATIONS: list[str] = [
+    "CollectResult",
+    "Collector",
+    "PinnedStager",
+    "TorchBackend",
+    "collect",
+    "spec_from_env",
+    "spec_from_spaces",
+    "warm",
+]
+# torch / gymnasium stay optional: these names import their module on first access
+_LAZY = {
+    "CollectResult": "replaybank.integrations.gymnasium",
+    "Collector": "replaybank.integrations.gymnasium",
+    "collect": "replaybank.integrations.gymnasium",
+    "warm": "replaybank.integrations.gymnasium",
+    "spec_from_env": "replaybank.integrations.spaces",
+    "spec_from_spaces": "replaybank.integrations.spaces",
+    "TorchBackend": "replaybank.storage.torch_backend",
+    "PinnedStager": "replaybank.integrations.torch",
+    # pydantic is imported only when configs are used
+    "BufferConfig": "replaybank.config",
+    "ComponentConfig": "replaybank.config",
+    "ReplayBufferConfig": "replaybank.config",
+    "config_model": "replaybank.config",
+    "from_config": "replaybank.config",
+    "register_buffer": "replaybank.config",
+    "register_sampler": "replaybank.config",
+    "register_view": "replaybank.config",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'replaybank' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = sorted([*_CORE, *_PER, *_SEQ, *_ROLLOUT, *_IO, *_INTEGRATIONS])

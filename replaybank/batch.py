@@ -155,9 +155,11 @@ class Batch(_FrozenArrays):
     """A batch of transitions, every field shaped ``[B, *field_shape]``.
 
     Standard attributes: ``obs``, ``next_obs``, ``action``, ``reward``, ``terminated``,
-    ``truncated``, ``done`` (``terminated | truncated``), ``indices`` (flat storage slots
-    ``t * num_envs + lane``). Samplers and views add ``weights`` and ``probabilities``
-    (prioritized), ``discount`` (n-step: ``gamma ** L``). Extras are reachable by name.
+    ``truncated``, ``done`` (``terminated | truncated``), ``indices`` (item keys
+    ``seq * num_envs + lane``, see :mod:`replaybank.ops.ring`; equal to the storage slot
+    until the ring wraps, and detectably stale once the step is overwritten). Samplers
+    and views add ``weights`` and ``probabilities`` (prioritized), ``discount``
+    (n-step: ``gamma ** L``). Extras are reachable by name.
 
     Example:
         >>> b = Batch({"reward": np.zeros(4, np.float32)})
@@ -185,8 +187,9 @@ class SequenceBatch(_FrozenArrays):
     Besides the stored fields it carries ``mask`` (valid, loss-counted steps),
     ``is_first`` (an episode starts here), ``is_last`` (last valid step of its episode
     within the window), ``is_terminal`` (the episode terminated at this step), ``burn_in``
-    (the step is a burn-in step), all ``[B, L]`` bool, and ``starts`` (flat slot of each
-    window's first step, ``[B]``).
+    (the step is a burn-in step), all ``[B, L]`` bool, and ``starts`` (item key
+    ``seq * lanes + lane`` of each window's first step, ``[B]``, as
+    ``update_sequence_priorities`` expects).
 
     Example:
         >>> sb = SequenceBatch({"obs": np.zeros((2, 5, 3)), "mask": np.ones((2, 5), bool)})

@@ -92,13 +92,16 @@ def flatten(values: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     Example:
         >>> flatten({"obs": {"a": 1, "b": {"c": 2}}, "r": 3})
         {'obs/a': 1, 'obs/b/c': 2, 'r': 3}
+        >>> flatten(flatten({"obs": {"a": 1}}))
+        {'obs/a': 1}
     """
     out: dict[str, Any] = {}
     for key, value in values.items():
-        if not isinstance(key, str) or not key or SEP in key:
+        # already-flat names ("obs/goal") pass through, so flatten is idempotent
+        if not isinstance(key, str) or not key or "" in key.split(SEP):
             raise SpecError(
-                f"field name {key!r}: names must be non-empty strings without {SEP!r}; "
-                "rename the field"
+                f"field name {key!r}: names must be non-empty strings (nested levels "
+                f"joined by {SEP!r} must be non-empty too); rename the field"
             )
         name = f"{prefix}{SEP}{key}" if prefix else key
         if isinstance(value, Mapping):
@@ -132,7 +135,7 @@ def _default_dtype(value: Any) -> np.dtype[Any]:
     dtype = getattr(value, "dtype", None)
     if dtype is not None and not isinstance(value, (list, tuple)):
         try:
-            return np.dtype(dtype)
+            return np.dtype(dtype)  # type: ignore[no-any-return]
         except TypeError:  # e.g. a torch dtype
             return np.dtype(str(dtype).replace("torch.", ""))
     arr = np.asarray(value)
@@ -329,7 +332,7 @@ def cast_field(
     if arr.dtype == field.dtype:
         return arr
     src, dst = arr.dtype, field.dtype
-    if dst.kind in "iub" and src.kind in "fc" or dst.kind in "iu" and src.kind == "b":
+    if (dst.kind in "iub" and src.kind in "fc") or (dst.kind in "iu" and src.kind == "b"):
         # integral floats are accepted for integer/bool fields; check exactly
         if src.kind == "c" or not np.all(np.isfinite(arr)) or not np.all(arr == np.round(arr)):
             raise DtypeError(
@@ -337,8 +340,8 @@ def cast_field(
                 f"is {dst.name} and needs finite integral values (found NaN, inf or a "
                 "fraction); round or fix the value, or declare the field as float"
             )
-    elif dst.kind == "b" and src.kind in "iu":
-        pass
+    elif (dst.kind == "b" and src.kind in "iu") or (dst.kind in "iu" and src.kind in "iu"):
+        pass  # checked value by value below
     elif not np.can_cast(src, dst, casting="same_kind"):
         raise DtypeError(
             f"{arg}={describe(value)}: cannot cast {src.name} to field {field.name!r} of dtype "
@@ -347,14 +350,16 @@ def cast_field(
     if dst.kind == "b":
         if not np.all((arr == 0) | (arr == 1)):
             raise DtypeError(
-                f"{arg}={describe(value)}: field {field.name!r} is bool and only accepts "
-                "0/1 or True/False values"
+                f"{arg}={describe(value) if arr.size > 4 else arr.tolist()}: field "
+                f"{field.name!r} is bool and only accepts 0/1 or True/False values; "
+                "pass a bool (e.g. terminated=bool(x))"
             )
     elif dst.kind in "iu" and src.kind in "iuf":
         info = np.iinfo(dst)
         if arr.size and (arr.min() < info.min or arr.max() > info.max):
             raise DtypeError(
-                f"{arg}={describe(value)}: values outside the range [{info.min}, {info.max}] "
-                f"of field {field.name!r} ({dst.name}); clip the value or widen the dtype"
+                f"{arg}={describe(value) if arr.size > 4 else arr.tolist()}: values from "
+                f"{arr.min()} to {arr.max()} do not fit field {field.name!r} ({dst.name}, range "
+                f"[{info.min}, {info.max}]); clip the value or declare a wider dtype"
             )
     return arr.astype(dst, copy=False)

@@ -21,12 +21,14 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from replaybank.errors import SpecError, describe
+from replaybank.errors import ShapeError, SpecError, describe
 from replaybank.spec import SEP, FieldSpec, Spec, as_array, cast_field, flatten
 
 __all__ = [
     "RESERVED",
     "STANDARD",
+    "flags_as_bool",
+    "leading_dims",
     "obs_fields",
     "prepare",
     "split_next",
@@ -72,6 +74,21 @@ def standard_spec(spec: Spec) -> Spec:
             raise SpecError(f"field name {n!r} is reserved by replaybank; rename the field")
     extra = [f for k, f in _DEFAULTS.items() if k not in spec]
     return spec.with_fields(extra)
+
+
+def flags_as_bool(spec: Spec) -> Spec:
+    """Store inferred numeric ``terminated``/``truncated`` fields as bool (flags, not counts).
+
+    Example:
+        >>> flags_as_bool(Spec.infer({"terminated": 0}))["terminated"].dtype
+        dtype('bool')
+    """
+    fields = []
+    for name, f in spec.items():
+        if name in ("terminated", "truncated") and f.dtype.kind in "iuf":
+            f = FieldSpec(name, f.shape, np.dtype(np.bool_))
+        fields.append(f)
+    return Spec(fields)
 
 
 def split_next(fields: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -160,7 +177,13 @@ def leading_dims(spec: Spec, fields: Mapping[str, Any], candidates: list[tuple[i
     for lead in candidates:
         if arr.ndim == len(lead) + len(spec[name].shape):
             return lead
-    shapes = [lead + spec[name].shape for lead in candidates]
-    raise SpecError(
-        f"{call}: {name}={describe(values[name])}: expected one of the shapes {shapes}"
+    if call == "extend":  # the step dim is free: show it as T
+        shapes = ["(" + ", ".join(["T", *map(str, lead[1:] + spec[name].shape)]) + ")"
+                  for lead in candidates]
+    else:
+        shapes = [str(lead + spec[name].shape) for lead in candidates]
+    raise ShapeError(
+        f"{call}: {name}={describe(values[name])}: expected one of the shapes "
+        f"{', '.join(shapes)} "
+        "(leading dims + field shape); reshape the value or check num_envs / env_ids"
     ) from None

@@ -23,7 +23,15 @@ import numpy as np
 import numpy.typing as npt
 
 from replaybank.batch import Batch
-from replaybank.buffers.inputs import leading_dims, obs_fields, prepare, standard_spec
+from replaybank.buffers.fastpath import FastPlan
+from replaybank.buffers.inputs import (
+    flags_as_bool,
+    leading_dims,
+    obs_fields,
+    prepare,
+    split_next,
+    standard_spec,
+)
 from replaybank.errors import CapacityError, ConfigError, DtypeError, ShapeError, describe
 from replaybank.ops import ring
 from replaybank.samplers.base import LaneView, PrioritySampler, Sampler
@@ -46,14 +54,17 @@ def make_rng(seed: int | np.random.Generator | None) -> np.random.Generator:
         return seed
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))
                              or seed < 0):
-        raise ConfigError(f"seed={seed!r}: expected a non-negative int, a Generator or None")
+        raise ConfigError(
+            f"seed={seed!r}: expected a non-negative int, a numpy Generator or None; "
+            "pass e.g. seed=0"
+        )
     return np.random.default_rng(seed)
 
 
 def positive_int(name: str, value: Any) -> int:
     """Validate a positive integer argument."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
-        raise ConfigError(f"{name}={value!r}: must be a positive int")
+        raise ConfigError(f"{name}={value!r}: must be a positive int; pass e.g. {name}=1")
     return int(value)
 
 
@@ -82,6 +93,9 @@ class ReplayBuffer:
             or an :class:`~replaybank.storage.backend.ArrayBackend`.
         path: Directory of the memmap files.
         device: Torch device of torch storage.
+        lane_split: ``"random"`` divides each batch randomly among the lanes (fishyrl's
+            IndependentVectorizedBuffer; :class:`~replaybank.samplers.lane_split.
+            LaneSplitSampler`) instead of uniform over all steps of all lanes.
 
     Raises:
         CapacityError: capacity not a positive int, not divisible by num_envs, or too
@@ -113,10 +127,14 @@ class ReplayBuffer:
         storage: str | ArrayBackend = "numpy",
         path: Any = None,
         device: Any = None,
+        lane_split: str | None = None,
     ) -> None:
         if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)) \
                 or capacity <= 0:
-            raise CapacityError(f"capacity={capacity!r}: must be a positive int")
+            raise CapacityError(
+                f"capacity={capacity!r}: must be a positive int (total transitions over all "
+                "envs); pass e.g. capacity=100_000"
+            )
         num_envs = positive_int("num_envs", num_envs)
         if capacity % num_envs:
             raise CapacityError(
@@ -127,6 +145,16 @@ class ReplayBuffer:
         self._capacity = int(capacity)
         self._num_envs = num_envs
         self._rng = make_rng(seed)
+        if lane_split is not None:
+            if lane_split != "random" or sampler is not None:
+                raise ConfigError(
+                    f"lane_split={lane_split!r}: use lane_split='random' (fishyrl's "
+                    "IndependentVectorizedBuffer) without a sampler=, or pass "
+                    "sampler=LaneSplitSampler() yourself"
+                )
+            from replaybank.samplers.lane_split import LaneSplitSampler
+
+            sampler = LaneSplitSampler()
         self.sampler: Sampler = sampler if sampler is not None else UniformSampler()
         if view is not None and (n_step != 1 or frame_stack != 1):
             raise ConfigError(
@@ -142,6 +170,8 @@ class ReplayBuffer:
         }
         self.backend: ArrayBackend = make_backend(storage, path, device)
         self._table: StepTable | None = None
+        self._fast: FastPlan | None = None
+        self._lane_view: LaneView | None = None
         self.sampler.bind(self.rows, num_envs)
         if spec is not None:
             self._allocate(standard_spec(Spec.coerce(spec)))
@@ -180,12 +210,18 @@ class ReplayBuffer:
         return self._rng
 
     def __len__(self) -> int:
-        return 0 if self._table is None else self._table.size
+        t = self._table
+        if t is None:
+            return 0
+        return int(t.counts[0]) if t.lanes == 1 else int(t.counts.sum())
 
     def lane_view(self) -> LaneView:
         """Current lane bookkeeping for samplers."""
         t = self.table
-        return LaneView(t.T, t.lanes, t.written, t.counts)
+        lv = self._lane_view
+        if lv is None or lv.written is not t.written or lv.counts is not t.counts:
+            lv = self._lane_view = LaneView(t.T, t.lanes, t.written, t.counts)
+        return lv
 
     @property
     def episodes_seen(self) -> int:
@@ -204,16 +240,24 @@ class ReplayBuffer:
     def _allocate(self, spec: Spec) -> None:
         self._table = StepTable(spec, self.rows, self._num_envs, obs_fields(spec),
                                 backend=self.backend)
+        attach = getattr(self.backend, "attach", None)
+        if attach is not None:  # persistent storage records how to rebuild its owner
+            attach(self)
 
     def _lane_ids(self, env_ids: Any) -> IntArray:
         if env_ids is None:
             return np.arange(self._num_envs, dtype=np.int64)
         ids = np.asarray(env_ids)
         if ids.ndim != 1 or ids.dtype.kind not in "iu" or len(ids) == 0:
-            raise ShapeError(f"env_ids={describe(env_ids)}: expected a non-empty 1-D int list")
+            raise ShapeError(
+                f"env_ids={describe(env_ids)}: expected a non-empty 1-D list of int env "
+                f"indices in [0, {self._num_envs}); pass e.g. env_ids=[0]"
+            )
         if np.any(ids < 0) or np.any(ids >= self._num_envs) or len(set(ids.tolist())) != len(ids):
             raise ShapeError(
-                f"env_ids={ids.tolist()}: must be distinct lanes in [0, {self._num_envs})"
+                f"env_ids={ids.tolist()}: expected distinct env indices in "
+                f"[0, {self._num_envs}) (num_envs={self._num_envs}); drop duplicates and "
+                "out-of-range ids"
             )
         return ids.astype(np.int64)
 
@@ -221,20 +265,23 @@ class ReplayBuffer:
         call = "extend" if steps else "add"
         lane_ids = self._lane_ids(env_ids)
         m = len(lane_ids)
+        explicit = m > 1 or env_ids is not None
         if isinstance(self.view, InputTransform):
             fields = self.view.prepare_inputs(fields, steps, m)
         if self._table is None:
-            lead0 = self._first_leading(fields, steps, m, call)
-            from replaybank.buffers.inputs import split_next
-
-            values, _ = split_next(fields)
-            self._allocate(standard_spec(Spec.infer(values, lead0)))
-        spec = self.table.spec
-        if steps:
-            cands = [(-1, m)] if (m > 1 or env_ids is not None) else [(-1,), (-1, 1)]
+            # infer the spec, but allocate only once the whole call is known to be valid
+            raw, _ = split_next(fields)
+            n0 = self._steps_of(fields, 1) if steps else 0
+            lead0: tuple[int, ...] = ((n0,) if steps else ()) + ((m,) if explicit else ())
+            spec = standard_spec(flags_as_bool(Spec.infer(raw, lead0)))
         else:
-            cands = [(m,)] if (m > 1 or env_ids is not None) else [(), (1,)]
-        lead = leading_dims(spec, fields, [tuple(abs(c) for c in c_) for c_ in cands], call)
+            spec = self._table.spec
+        cands: list[tuple[int, ...]]
+        if steps:
+            cands = [(1, m)] if explicit else [(1,), (1, 1)]
+        else:
+            cands = [(m,)] if explicit else [(), (1,)]
+        lead = leading_dims(spec, fields, cands, call)
         if steps:
             n = self._steps_of(fields, len(lead))
             lead = (n, *lead[1:])
@@ -243,29 +290,45 @@ class ReplayBuffer:
             out = (1, m)
         values, nxt = prepare(spec, fields, lead, out, call)
         prio = self._check_priority(priority, out)
+        if self._table is None:
+            self._allocate(spec)
         keys = self.table.write(lane_ids, values, nxt)
-        slots = ring.key_to_slot(keys.reshape(-1), self.rows, self._num_envs)
-        self.sampler.on_write(slots, prio)
+        if type(self.sampler) is not UniformSampler or prio is not None:
+            slots = ring.key_to_slot(keys.reshape(-1), self.rows, self._num_envs)
+            self.sampler.on_write(slots, prio)
         return keys
 
-    def _first_leading(self, fields: Mapping[str, Any], steps: bool, m: int,
-                       call: str) -> tuple[int, ...]:
-        if steps:
-            n = self._steps_of(fields, 1)
-            return (n, m) if m > 1 else (n,)
-        return (m,) if m > 1 else ()
+    def _plan(self) -> FastPlan | None:
+        """The cached fast-path plan for the current table (None: always validate fully)."""
+        t = self._table
+        plan = self._fast
+        if plan is not None and plan.table is t and plan.owner is self.sampler \
+                and plan.view is self.view:
+            return plan
+        if t is None or isinstance(self.view, InputTransform) or t.obs_fields != ["obs"] \
+                or not all(isinstance(a, np.ndarray) for a in t.arrays.values()) \
+                or not all(isinstance(a, np.ndarray) for a in t.side.values()):
+            return None
+        plan = FastPlan(t, None if type(self.sampler) is UniformSampler else self.sampler)
+        plan.owner, plan.view = self.sampler, self.view  # rebuilt if either is swapped
+        self._fast = plan
+        return plan
 
     @staticmethod
     def _steps_of(fields: Mapping[str, Any], ndim_lead: int) -> int:
-        from replaybank.buffers.inputs import split_next
+        from replaybank.errors import SpecError
         from replaybank.spec import as_array
 
         values, _ = split_next(fields)
-        first = next(iter(values))
+        if not values:
+            raise SpecError("extend: no fields given; pass obs, action, reward, next_obs, "
+                            "terminated, truncated")
+        first = next((k for k in values if k == "obs" or k.startswith("obs/")), next(iter(values)))
         arr = as_array(values[first])
         if arr.ndim < 1 or ndim_lead < 1:
             raise ShapeError(
-                f"extend: {first}={describe(values[first])}: expected a leading step dim T"
+                f"extend: {first}={describe(values[first])}: expected a leading step dim T; "
+                "use add() for a single step"
             )
         return int(arr.shape[0])
 
@@ -302,14 +365,35 @@ class ReplayBuffer:
         Raises:
             SpecError, ShapeError, DtypeError: Bad input; the buffer is left unchanged.
         """
+        if env_ids is None and priority is None:
+            plan = self._fast
+            if plan is None or plan.table is not self._table or plan.owner is not self.sampler \
+                    or plan.view is not self.view:
+                plan = self._plan()
+            if plan is not None:
+                m = self._num_envs
+                if plan.add_one(fields) if m == 1 else plan.write(fields, (m,), (1, m)):
+                    return
         self._write(fields, False, env_ids, priority)
 
     def extend(self, *, env_ids: Any = None, priority: Any = None, **fields: Any) -> None:
         """Add many steps: values shaped ``[T, *shape]`` (one env) or ``[T, num_envs, *shape]``.
 
+        Args:
+            env_ids: Lanes these steps belong to; values are then ``[T, len(env_ids), ...]``.
+            priority: Initial priorities (prioritized samplers only).
+            **fields: As in :meth:`add`, with a leading step dimension.
+
         Raises:
             SpecError, ShapeError, DtypeError: Bad input; the buffer is left unchanged.
         """
+        if env_ids is None and priority is None:
+            plan = self._plan()
+            obs = fields.get("obs")
+            if plan is not None and type(obs) is np.ndarray and obs.ndim >= 1:
+                m, n = self._num_envs, obs.shape[0]
+                if plan.write(fields, (n,) if m == 1 else (n, m), (n, m)):
+                    return
         self._write(fields, True, env_ids, priority)
 
     add_multi = extend
@@ -381,7 +465,9 @@ class ReplayBuffer:
             ShapeError: Lengths differ.
             DtypeError: A priority is negative, NaN or infinite.
         """
-        if not isinstance(self.sampler, PrioritySampler):
+        # a plain attribute check: isinstance() on a runtime Protocol costs ~40 us a call
+        update = getattr(self.sampler, "update", None)
+        if not callable(update):
             raise ConfigError(
                 f"update_priorities: this buffer's sampler ({type(self.sampler).__name__}) "
                 "has no priorities; build it with sampler=PrioritizedSampler(...)"
@@ -399,10 +485,13 @@ class ReplayBuffer:
                 f"update_priorities(priorities=...): values {bad} are negative, NaN or "
                 "infinite; pass finite priorities >= 0 (e.g. abs(td_error))"
             )
+        fused = getattr(self.sampler, "update_keys", None)
+        if fused is not None:  # PrioritizedSampler: stale filter + slots + update in one pass
+            return int(fused(keys, p, self.lane_view()))
         t = self.table
         live = ring.is_live(keys, t.written, t.counts)
         slots = ring.key_to_slot(keys[live], t.T, t.lanes)
-        self.sampler.update(slots, p[live])
+        update(slots, p[live])
         return int(live.sum())
 
     # ------------------------------------------------------------------ sequences
@@ -441,6 +530,8 @@ class ReplayBuffer:
             arrays = {f"fields/{k}": be.to_numpy(v) for k, v in t.arrays.items()}
             arrays.update({f"side/{k}": be.to_numpy(v) for k, v in t.side.items()})
             arrays.update({f"meta/{k}": np.asarray(v) for k, v in t.state_arrays().items()})
+            # the order in which free side slots are reused, so later adds match exactly
+            arrays["free_slots"] = np.asarray(t._free, dtype=np.int64)
             state["table"] = arrays
         return state
 
@@ -474,16 +565,20 @@ class ReplayBuffer:
             t = self.table
             arrays = state["table"]
             side_len = arrays[f"side/{t.obs_fields[0]}"].shape[0]
+            _check_table_state(t, arrays, side_len)  # before anything is written
             if side_len != t.side_capacity:
                 for name in t.obs_fields:
                     t.side[name] = t.backend.resize(f"side/{name}", t.side[name], side_len)
             for name in t.arrays:
-                t.backend.write(t.arrays[name], slice(None), arrays[f"fields/{name}"])
+                _copy_rows(t.backend, t.arrays[name], arrays[f"fields/{name}"])
             for name in t.side:
-                t.backend.write(t.side[name], slice(None), arrays[f"side/{name}"])
+                _copy_rows(t.backend, t.side[name], arrays[f"side/{name}"])
             for name, arr in t.state_arrays().items():
                 arr[...] = arrays[f"meta/{name}"]
             t.rebuild_free_list()
+            saved = arrays.get("free_slots")
+            if saved is not None and sorted(np.asarray(saved).tolist()) == sorted(t._free):
+                t._free = [int(i) for i in np.asarray(saved)]
         self.sampler.load_state_dict(state["sampler"])
         self._rng.bit_generator.state = state["rng"]
 
@@ -538,6 +633,35 @@ class ReplayBuffer:
         return (f"{type(self).__name__}(capacity={self._capacity}, num_envs={self._num_envs}, "
                 f"size={len(self)}, sampler={type(self.sampler).__name__}, "
                 f"view={type(self.view).__name__})")
+
+
+def _check_table_state(t: StepTable, arrays: Mapping[str, Any], side_len: int) -> None:
+    """Raise CheckpointError unless every table array of a state has the right shape."""
+    from replaybank.errors import CheckpointError
+
+    want = {f"fields/{n}": tuple(a.shape) for n, a in t.arrays.items()}
+    want.update({f"side/{n}": (side_len, *t.spec[n].shape) for n in t.obs_fields})
+    want.update({f"meta/{n}": tuple(a.shape) for n, a in t.state_arrays().items()})
+    for key, shape in want.items():
+        got = tuple(arrays[key].shape) if key in arrays else None
+        if got != shape:
+            raise CheckpointError(
+                f"load_state_dict: table array {key} has shape {got}, expected {shape}; "
+                "the state does not belong to a buffer of this capacity/spec"
+            )
+    if not 0 < side_len <= t.T * t.lanes:
+        raise CheckpointError(f"load_state_dict: side store of {side_len} slots; expected "
+                              f"1..{t.T * t.lanes}")
+
+
+def _copy_rows(backend: ArrayBackend, dst: Any, src: Any, chunk_bytes: int = 16 << 20) -> None:
+    """``dst[:] = src`` in chunks of rows, so a lazily read source (a checkpoint file)
+    never needs a second full copy in memory."""
+    n = len(src)
+    row = max(1, int(np.prod(src.shape[1:], dtype=np.int64)) * np.dtype(src.dtype).itemsize)
+    step = max(1, chunk_bytes // row)
+    for i in range(0, n, step):
+        backend.write(dst, slice(i, min(n, i + step)), np.asarray(src[i:i + step]))
 
 
 def _rng_state(rng: np.random.Generator) -> dict[str, Any]:

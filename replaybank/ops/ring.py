@@ -76,7 +76,7 @@ def slot_to_key(slots: IntArray, written: IntArray, counts: IntArray, T: int) ->
     row, lane = slots // lanes, slots % lanes
     oldest = written[lane] - counts[lane]
     seq = oldest + (row - oldest) % T
-    return seq * lanes + lane
+    return np.asarray(seq * lanes + lane, dtype=np.int64)
 
 
 def is_live(keys: IntArray, written: IntArray, counts: IntArray) -> npt.NDArray[np.bool_]:
@@ -115,8 +115,7 @@ def uniform_keys(
     lanes = len(counts)
     flat = np.asarray(flat, dtype=np.int64)
     if lanes == 1:
-        seq = written[0] - counts[0] + flat
-        return seq
+        return np.asarray(written[0] - counts[0] + flat, dtype=np.int64)
     if np.all(counts == counts[0]):
         # all lanes equally full (synchronous vector envs): no search needed
         c = int(counts[0])

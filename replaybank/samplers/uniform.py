@@ -17,7 +17,7 @@ import numpy as np
 
 from replaybank.errors import ConfigError, EmptyBufferError
 from replaybank.ops import ring
-from replaybank.samplers.base import IntArray, FloatArray, LaneView, SampleResult
+from replaybank.samplers.base import FloatArray, IntArray, LaneView, SampleResult
 
 __all__ = ["UniformSampler", "check_batch_size"]
 
@@ -32,7 +32,8 @@ def check_batch_size(batch_size: Any, available: int, replace: bool) -> int:
     if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) \
             or batch_size <= 0:
         raise ConfigError(
-            f"sample(batch_size={batch_size!r}): batch_size must be a positive int"
+            f"sample(batch_size={batch_size!r}): batch_size must be a positive int; "
+            "pass e.g. sample(256)"
         )
     if available <= 0:
         raise EmptyBufferError(
@@ -69,7 +70,8 @@ class UniformSampler:
         replace: bool = True,
         **kwargs: Any,
     ) -> SampleResult:
-        size = lanes.size
+        counts = lanes.counts
+        size = int(counts[0]) if lanes.lanes == 1 else int(counts.sum())
         check_batch_size(batch_size, size, replace)
         if replace:
             flat = rng.integers(0, size, size=batch_size, dtype=np.int64)

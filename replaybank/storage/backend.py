@@ -113,13 +113,24 @@ class NumpyBackend:
 
     def resize(self, name: str, array: Any, length: int) -> Any:
         out = np.zeros((length, *array.shape[1:]), dtype=array.dtype)
-        out[: len(array)] = array
+        keep = min(len(array), length)  # shrinking happens when a smaller state is loaded
+        out[:keep] = array[:keep]
         return out
 
     def write(self, array: Any, index: Any, values: npt.NDArray[Any]) -> None:
         array[index] = values
 
     def gather(self, array: Any, index: Any) -> Any:
+        if type(index) is np.ndarray and index.dtype.kind == "i" and type(array) is np.ndarray:
+            return array.take(index, axis=0)  # ~2x faster than array[index] on axis 0
+        if type(index) is tuple and len(index) == 2 and type(array) is np.ndarray \
+                and array.ndim >= 2 and array.flags.c_contiguous:
+            rows, lanes = index
+            if type(rows) is np.ndarray and type(lanes) is np.ndarray \
+                    and rows.dtype.kind == "i" and lanes.dtype.kind == "i":
+                # (row, lane) pairs as one flat take: ~2x faster than 2-array indexing
+                flat = array.reshape(array.shape[0] * array.shape[1], *array.shape[2:])
+                return flat.take(rows * array.shape[1] + lanes, axis=0)
         return array[index]
 
     def to_numpy(self, array: Any) -> npt.NDArray[Any]:

@@ -48,6 +48,7 @@ import numpy as np
 import numpy.typing as npt
 
 from replaybank.ops import ring
+from replaybank.ops.continuity import bitwise_equal_rows, chunk_breaks, same_bytes
 from replaybank.spec import Spec
 from replaybank.storage.backend import ArrayBackend, NumpyBackend, check_fits
 
@@ -55,21 +56,7 @@ __all__ = ["StepTable", "bitwise_equal_rows"]
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
-
-
-def bitwise_equal_rows(a: npt.NDArray[Any], b: npt.NDArray[Any]) -> BoolArray:
-    """Row-wise bitwise equality of two numpy arrays ``[n, ...]`` (NaN-safe, -0.0 != 0.0).
-
-    Example:
-        >>> bitwise_equal_rows(np.array([[np.nan], [1.0]]), np.array([[np.nan], [2.0]])).tolist()
-        [True, False]
-    """
-    n = a.shape[0]
-    if n == 0:
-        return np.zeros(0, dtype=bool)
-    av = np.ascontiguousarray(a).reshape(n, -1).view(np.uint8)
-    bv = np.ascontiguousarray(b).reshape(n, -1).view(np.uint8)
-    return np.asarray(np.all(av == bv, axis=1))
+_NO_KEYS: IntArray = np.zeros((0, 0), dtype=np.int64)
 
 
 class StepTable:
@@ -122,6 +109,15 @@ class StepTable:
             for name in self.obs_fields
         }
         self._free: list[int] = list(range(side0 - 1, -1, -1))
+        self._names = list(spec)
+        # numpy storage dies with the process: no need to order writes for crash safety
+        self._durable = type(be) is not NumpyBackend
+        self._flat_cache: dict[int, tuple[Any, Any]] = {}
+        self._obs_pos = self._names.index("obs") if "obs" in spec else -1
+        self._term_pos = self._names.index("terminated") if "terminated" in spec else -1
+        self._trunc_pos = self._names.index("truncated") if "truncated" in spec else -1
+        # flat [T * lanes] views of the fields (spec order) and of link, for add_one
+        self._flat1: list[Any] | None = None
 
     # ------------------------------------------------------------------ sizes
     @property
@@ -157,14 +153,16 @@ class StepTable:
             new = min(self._side_cap_max, max(cap * 2, cap + k))
             for name in self.obs_fields:
                 self.side[name] = self.backend.resize(f"side/{name}", self.side[name], new)
-            self._free[:0] = list(range(new - 1, cap - 1, -1))
-        out = np.array([self._free.pop() for _ in range(k)], dtype=np.int64)
+            self._free[:0] = range(new - 1, cap - 1, -1)
+        if k == 0:
+            return np.zeros(0, dtype=np.int64)
+        out = np.array(self._free[-k:][::-1], dtype=np.int64)
+        del self._free[-k:]
         return out
 
     def _release(self, links: npt.NDArray[Any]) -> None:
-        for v in np.asarray(links).reshape(-1):
-            if v > 0:
-                self._free.append(int(v) - 1)
+        lk = np.asarray(links).reshape(-1)
+        self._free.extend((lk[lk > 0] - 1).tolist())
 
     # ------------------------------------------------------------------ write
     def write(
@@ -173,6 +171,7 @@ class StepTable:
         values: Mapping[str, npt.NDArray[Any]],
         next_obs: Mapping[str, npt.NDArray[Any]],
         done: BoolArray | None = None,
+        want_keys: bool = True,
     ) -> IntArray:
         """Append ``n`` steps to each lane in ``lane_ids``.
 
@@ -181,102 +180,289 @@ class StepTable:
             values: Every stored field, ``[n, m, *shape]``, already validated and cast.
             next_obs: Next observation of every obs field, ``[n, m, *shape]``.
             done: ``terminated | truncated``, ``[n, m]``; read from ``values`` when None.
+            want_keys: Return the keys (False: an empty array, slightly faster).
 
         Returns:
             Item keys of the written steps, ``[n, m]``.
         """
-        be, T, L = self.backend, self.T, self.lanes
+        be, T, L = self.backend, self.T, self.lanes  # noqa: N806
         lane_ids = np.asarray(lane_ids, dtype=np.int64)
         first = next(iter(values.values()))
         n, m = int(first.shape[0]), int(first.shape[1])
+        all_lanes = m == L and (L == 1 or bool(np.all(lane_ids == np.arange(L))))
         if done is None:
-            done = np.asarray(values["terminated"]) | np.asarray(values["truncated"])
-        s0 = self.written[lane_ids].copy()  # [m]
-        seq = s0[None, :] + np.arange(n)[:, None]  # [n, m]
-        keys = seq * L + lane_ids[None, :]
-        # drop steps that this same write overwrites again (n > T)
+            done = np.asarray(values["terminated"], dtype=bool) | \
+                np.asarray(values["truncated"], dtype=bool)
+        if n and all_lanes and (L == 1 or (self.written.min() == self.written.max()
+                                           and self.counts.min() == self.counts.max())):
+            return self.write_sync(values, next_obs, done, n, want_keys)
+        s0 = self.written.copy() if all_lanes else self.written[lane_ids]  # [m]
+        keys = (s0[None, :] + np.arange(n)[:, None]) * L + lane_ids[None, :]  # [n, m]
+        if n == 0:
+            return keys
+        c0 = self.counts.copy() if all_lanes else self.counts[lane_ids]  # [m]
+        # steps that this same write overwrites again (n > T) are dropped
         k0 = max(0, n - T)
-        vals = {k: v[k0:] for k, v in values.items()}
-        nxts = {k: v[k0:] for k, v in next_obs.items()}
-        done_k = np.asarray(done)[k0:]
-        seq_k = seq[k0:]
         nk = n - k0
-        rows = seq_k % T  # [nk, m]
-        lanes_b = np.broadcast_to(lane_ids[None, :], rows.shape)
+        if k0:
+            values = {k: v[k0:] for k, v in values.items()}
+            next_obs = {k: v[k0:] for k, v in next_obs.items()}
+        done_k = done[k0:]
+        new_counts = np.minimum(c0 + n, T)
+        # rows of the kept steps: [nk, m]; equal across lanes when the lanes are in step
+        sync = bool(np.all(s0 == s0[0]))
+        start = int(s0[0] + k0) % T
+        if sync:
+            rows1 = (start + np.arange(nk)) % T  # [nk]
+            rows = np.broadcast_to(rows1[:, None], (nk, m))
+        else:
+            rows = (s0[None, :] + k0 + np.arange(nk)[:, None]) % T
+        lanes_b = np.broadcast_to(lane_ids[None, :], (nk, m))
+        if sync and all_lanes:
+            index: Any = slice(start, start + nk) if start + nk <= T else rows1
+        else:
+            index = (rows, lanes_b)
 
-        # 1. evict: steps leaving the ring, and drop them from counts first
-        new_written = s0 + n
-        new_counts = np.minimum(self.counts[lane_ids] + n, T)
-        oldest_after = new_written - new_counts  # [m]
-        old_oldest = s0 - self.counts[lane_ids]
-        for j, lane in enumerate(lane_ids):
-            lo, hi = int(old_oldest[j]), min(int(s0[j]), int(oldest_after[j]))
-            if hi > lo:
-                ev_rows = np.arange(lo, hi) % T
-                self._release(self.link[ev_rows, lane])
-                self.link[ev_rows, lane] = 0
-        self.counts[lane_ids] = np.minimum(self.counts[lane_ids], s0 - oldest_after)
-        self.counts[lane_ids] = np.maximum(self.counts[lane_ids], 0)
+        # 1. evict: old live steps whose rows are written now leave the ring; drop them
+        #    from counts first, then free their side slots
+        prev_live = (c0 > 0) & (new_counts > n)  # the previous newest step survives
+        if np.any(c0 > 0):
+            old_links = self.link[index].reshape(nk, m)  # [nk, m] links of rows overwritten
+            evicted = ((rows - (s0 - c0)[None, :]) % T < c0[None, :]) & (old_links > 0)
+            kept_old = np.maximum(c0 - np.maximum(0, c0 + n - T), 0)
+            if all_lanes:
+                self.counts[:] = kept_old
+            else:
+                self.counts[lane_ids] = kept_old
+            if np.any(evicted):
+                self._release(old_links[evicted])
 
         # 2. continuity of each lane's previous newest step with the first new obs
-        prev_live = (s0 >= 1) & (s0 - 1 >= oldest_after) & (self.counts[lane_ids] > 0)
+        cont_prev: tuple[IntArray, IntArray, Any] | None = None
         if k0 == 0 and np.any(prev_live):
             js = np.flatnonzero(prev_live)
             prow = (s0[js] - 1) % T
             plane = lane_ids[js]
             plink = self.link[prow, plane]
             pend = plink > 0
-            if np.any(pend):
-                js, prow, plane, plink = js[pend], prow[pend], plane[pend], plink[pend]
-                same = np.ones(len(js), dtype=bool)
+            js, prow, plane, plink = js[pend], prow[pend], plane[pend], plink[pend]
+            if len(js):
+                same = ~(np.asarray(be.to_numpy(be.gather(self.arrays["terminated"],
+                                                          (prow, plane))), dtype=bool)
+                         | np.asarray(be.to_numpy(be.gather(self.arrays["truncated"],
+                                                            (prow, plane))), dtype=bool))
                 for name in self.obs_fields:
                     kept = be.to_numpy(be.gather(self.side[name], plink - 1))
-                    same &= bitwise_equal_rows(kept, vals[name][0, js])
-                prev_done = np.asarray(be.to_numpy(be.gather(self.arrays["terminated"],
-                                                             (prow, plane))), dtype=bool)
-                prev_done |= np.asarray(be.to_numpy(be.gather(self.arrays["truncated"],
-                                                              (prow, plane))), dtype=bool)
-                same &= ~prev_done
-                if np.any(same):
-                    self._release(plink[same])
-                    self.link[prow[same], plane[same]] = 0
+                    same &= bitwise_equal_rows(kept, values[name][0, js])
+                # relinked after the row they will point to is written
+                cont_prev = (prow[same], plane[same], plink[same])
 
         # 3. links inside the chunk: continue unless done or next_obs differs
-        links = np.zeros((nk, m), dtype=np.int32)
-        cont = np.zeros((nk, m), dtype=bool)
+        need = np.ones((nk, m), dtype=bool)  # the last step of each lane is always pending
         if nk > 1:
-            cont[:-1] = ~done_k[:-1]
+            cont = ~done_k[:-1]
             for name in self.obs_fields:
-                a = nxts[name][:-1].reshape((nk - 1) * m, -1)
-                b = vals[name][1:].reshape((nk - 1) * m, -1)
-                cont[:-1] &= bitwise_equal_rows(a, b).reshape(nk - 1, m)
-        need = ~cont  # [nk, m]; the last step of each lane is always pending
-        n_need = int(need.sum())
-        slots = self._alloc(n_need)
-        links[need] = (slots + 1).astype(np.int32)
-        for name in self.obs_fields:
-            be.write(self.side[name], slots, nxts[name][need])
-
-        # 4. data, links, then counters
-        if rows.shape[1] == L and np.all(rows == rows[:, :1]) and nk > 0 and \
-                np.array_equal(lane_ids, np.arange(L)):
-            r = rows[:, 0]
-            start = int(r[0])
-            if start + nk <= T:
-                index: Any = slice(start, start + nk)
-            else:
-                index = r
-            for name, v in vals.items():
-                be.write(self.arrays[name], index, v)
-            self.link[index] = links
+                a = next_obs[name][:-1].reshape((nk - 1) * m, -1)
+                b = values[name][1:].reshape((nk - 1) * m, -1)
+                cont &= bitwise_equal_rows(a, b).reshape(nk - 1, m)
+            need[:-1] = ~cont
+        links = np.zeros((nk, m), dtype=np.int32)
+        if nk == 1:
+            slots = self._alloc(m)
+            links[0] = slots + 1
+            for name in self.obs_fields:
+                be.write(self.side[name], slots, next_obs[name][0])
         else:
-            for name, v in vals.items():
-                be.write(self.arrays[name], (rows, lanes_b), v)
-            self.link[rows, lanes_b] = links
-        self.episodes[lane_ids] += np.asarray(done, dtype=bool).sum(axis=0)
-        self.written[lane_ids] = new_written
-        self.counts[lane_ids] = new_counts
+            slots = self._alloc(int(np.count_nonzero(need)))
+            links[need] = slots + 1
+            for name in self.obs_fields:
+                be.write(self.side[name], slots, next_obs[name][need])
+
+        # 4. data and links, then relink the previous newest steps, then counters
+        for name, v in values.items():
+            be.write(self.arrays[name], index, v)
+        self.link[index] = links
+        if cont_prev is not None and len(cont_prev[0]):
+            self.link[cont_prev[0], cont_prev[1]] = 0
+            self._release(cont_prev[2])
+        if all_lanes:
+            self.written += n
+            self.counts[:] = new_counts
+            self.episodes += done.sum(axis=0)
+        else:
+            self.written[lane_ids] = s0 + n
+            self.counts[lane_ids] = new_counts
+            self.episodes[lane_ids] += done.sum(axis=0)
         return keys
+
+    def write_sync(self, values: Mapping[str, Any], next_obs: Mapping[str, Any],
+                    done: BoolArray, n: int, want_keys: bool = True) -> IntArray:
+        """:meth:`write` for every lane at once when all lanes are in step (the common case).
+
+        Same steps as the general path with Python-int bookkeeping and slice writes.
+        Precondition: every lane has the same ``written`` and ``counts`` (always true with
+        one lane) and ``n >= 1``.
+
+        Args:
+            values: Every stored field, ``[n, lanes, *shape]``.
+            next_obs: Next observation of every obs field, ``[n, lanes, *shape]``.
+            done: ``terminated | truncated``, ``[n, lanes]`` bool.
+            n: Number of steps.
+            want_keys: Return the keys (False: an empty array).
+
+        Returns:
+            Item keys ``[n, lanes]``.
+        """
+        be, T, L = self.backend, self.T, self.lanes  # noqa: N806
+        w, c = int(self.written[0]), int(self.counts[0])
+        keys = np.arange(w * L, (w + n) * L, dtype=np.int64).reshape(n, L) if want_keys \
+            else _NO_KEYS
+        k0 = max(0, n - T)
+        if k0:
+            values = {k: v[k0:] for k, v in values.items()}
+            next_obs = {k: v[k0:] for k, v in next_obs.items()}
+        nk = n - k0
+        done_k = done[k0:] if k0 else done
+        start = (w + k0) % T
+        wraps = start + nk > T
+        index: Any = (start + np.arange(nk)) % T if wraps else slice(start, start + nk)
+        link = self.link
+        new_c = min(c + n, T)
+        kept_old = max(c - max(0, c + n - T), 0)
+        free = self._free
+
+        # 1. evict: drop leaving steps from counts first, then free their side slots
+        if kept_old < c:
+            if self._durable or L > 1:
+                self.counts[:] = kept_old
+            if k0 == 0:
+                j0 = T - c  # new steps j >= j0 overwrite live old steps
+                old = link[(start + j0 + np.arange(n - j0)) % T] if wraps else \
+                    link[start + j0:start + n]
+            else:
+                rows = (start + np.arange(nk)) % T
+                old = link[rows][((rows - (w - c)) % T) < c]
+            if np.count_nonzero(old):
+                old = old[old > 0]
+                free.extend((old - 1).tolist())
+
+        # 2. continuity of the previous newest steps with the first new obs
+        relink: Any = None
+        if kept_old:
+            prow = (w - 1) % T
+            if L == 1:
+                p = int(link[prow, 0])
+                if p and not (self.arrays["terminated"][prow, 0]
+                              or self.arrays["truncated"][prow, 0]) and all(
+                        same_bytes(be.to_numpy(self.side[nm][p - 1]), values[nm][0, 0])
+                        for nm in self.obs_fields):
+                    relink = p
+            else:
+                plink = link[prow]  # [L]
+                same = (plink > 0) & ~(np.asarray(self.arrays["terminated"][prow], dtype=bool)
+                                       | np.asarray(self.arrays["truncated"][prow], dtype=bool))
+                if same.any():
+                    for nm in self.obs_fields:
+                        same &= bitwise_equal_rows(be.to_numpy(be.gather(
+                            self.side[nm], np.maximum(plink - 1, 0))), values[nm][0])
+                    if same.any():
+                        relink = np.where(same, plink, 0)
+
+        # 3. links inside the chunk: continue unless done or next_obs differs
+        need = chunk_breaks(self.obs_fields, values, next_obs, done_k) if nk > 1 else None
+        if need is None:  # only the newest step of each lane is kept aside
+            if L == 1:
+                slot = free.pop() if free else int(self._alloc(1)[0])
+                for nm in self.obs_fields:
+                    be.write(self.side[nm], slot, next_obs[nm][-1, 0])
+                link[index] = 0
+                last = (start + nk - 1) % T
+                link[last, 0] = slot + 1
+            else:
+                slots = self._alloc(L)
+                for nm in self.obs_fields:
+                    be.write(self.side[nm], slots, next_obs[nm][-1])
+                link[index] = 0
+                link[(start + nk - 1) % T] = slots + 1
+        else:
+            links = np.zeros((nk, L), dtype=np.int32)
+            slots = self._alloc(int(np.count_nonzero(need)))
+            links[need] = slots + 1
+            for nm in self.obs_fields:
+                be.write(self.side[nm], slots, next_obs[nm][need])
+            link[index] = links
+
+        # 4. data (links are in place), then relink the previous newest steps, then counters
+        for nm, v in values.items():
+            be.write(self.arrays[nm], index, v)
+        if relink is not None:
+            prow = (w - 1) % T
+            if L == 1:
+                link[prow, 0] = 0
+                free.append(relink - 1)
+            else:
+                link[prow][relink > 0] = 0
+                free.extend((relink[relink > 0] - 1).tolist())
+        self.written[:] = w + n
+        self.counts[:] = new_c
+        if L == 1:
+            ends = int(np.count_nonzero(done))
+            if ends:
+                self.episodes[0] += ends
+        else:
+            self.episodes += done.sum(axis=0)
+        return keys
+
+    def add_one(self, vals: Sequence[Any], next_obs: Any, done: bool) -> int:
+        """Append one step to a single-lane table whose only obs field is ``obs``.
+
+        The lean path behind ``ReplayBuffer.add`` for one env: same semantics as
+        :meth:`write` with ``n = m = 1``, without array bookkeeping.
+
+        Args:
+            vals: One value per spec field, in spec order (already of the field's dtype
+                and shape, or a Python scalar of a matching kind).
+            next_obs: The step's next observation (``obs`` field dtype and shape).
+            done: ``terminated or truncated``.
+
+        Returns:
+            The item key of the step.
+        """
+        flats = self._flat1
+        if flats is None:
+            flats = self._flat1 = [*(self.flat(self.arrays[nm]) for nm in self._names),
+                                   self.flat(self.link)]
+        T, free = self.T, self._free  # noqa: N806
+        link = flats[-1]
+        w, c = int(self.written[0]), int(self.counts[0])
+        row = w % T
+        if c == T:  # the oldest step leaves the ring: drop it from counts, free its slot
+            if self._durable:
+                self.counts[0] = c - 1
+            old = int(link[row])
+            if old:
+                free.append(old - 1)
+        relink = 0
+        prow = row - 1 if row else T - 1
+        if c and T > 1:
+            pl = int(link[prow])
+            if pl and not (flats[self._term_pos][prow] or flats[self._trunc_pos][prow]) \
+                    and self.side["obs"][pl - 1].tobytes() == vals[self._obs_pos].tobytes():
+                relink = pl
+        slot = free.pop() if free else int(self._alloc(1)[0])
+        self.side["obs"][slot] = next_obs
+        for arr, v in zip(flats, vals):  # noqa: B905 - flats has one more entry (link)
+            arr[row] = v
+        link[row] = slot + 1
+        if relink:
+            link[prow] = 0
+            free.append(relink - 1)
+        self.written[0] = w + 1
+        if c < T or self._durable:
+            self.counts[0] = c + 1 if c < T else T
+        if done:
+            self.episodes[0] += 1
+        return w
 
     def clear(self) -> None:
         """Drop every step (sequence numbers keep counting, so old keys turn stale)."""
@@ -299,14 +485,49 @@ class StepTable:
 
         Exactly the ``next_obs`` the caller passed for each step.
         """
+        return self.take_next(name, *self.next_index(self.slots_of(keys)))
+
+    # flat-slot reads: one fancy index on axis 0 of a [T * lanes, *shape] view
+    def slots_of(self, keys: IntArray) -> IntArray:
+        """Storage slots (``row * lanes + lane``) of item keys, ``[B]``."""
+        keys = np.asarray(keys, dtype=np.int64)
+        L = self.lanes  # noqa: N806
+        if L == 1:
+            return keys % self.T
+        return keys // L % self.T * L + keys % L
+
+    def flat(self, array: Any) -> Any:
+        """``array`` ``[T, lanes, *shape]`` viewed as ``[T * lanes, *shape]`` (cached)."""
+        cached = self._flat_cache.get(id(array))
+        if cached is not None and cached[0] is array:
+            return cached[1]
+        view = array.reshape((self.T * self.lanes, *array.shape[2:]))
+        self._flat_cache[id(array)] = (array, view)
+        return view
+
+    def take(self, name: str, slots: IntArray) -> Any:
+        """Field ``name`` at storage ``slots``: ``[B, *shape]``."""
+        return self.backend.gather(self.flat(self.arrays[name]), slots)
+
+    def next_index(self, slots: IntArray) -> tuple[IntArray, IntArray, IntArray]:
+        """Where the next observations of ``slots`` live.
+
+        Returns:
+            ``(next_slots [B], pos [k], side_slots [k])``: the next step's slot for every
+            item, and for the ``k`` items whose next observation is kept aside, their
+            positions in the batch and their side slots.
+        """
+        nxt = (slots + self.lanes) % (self.T * self.lanes)
+        lk = self.flat(self.link)[slots]
+        pos = lk.nonzero()[0]
+        return nxt, pos, lk[pos].astype(np.int64) - 1
+
+    def take_next(self, name: str, nxt: IntArray, pos: IntArray, side: IntArray) -> Any:
+        """Next observations from :meth:`next_index`'s result: ``[B, *shape]``."""
         be = self.backend
-        rows, lanes = self.rows_lanes(keys)
-        lk = self.link[rows, lanes]
-        out = be.gather(self.arrays[name], ((rows + 1) % self.T, lanes))
-        side = lk > 0
-        if np.any(side):
-            pos = np.flatnonzero(side)
-            be.write(out, pos, be.gather(self.side[name], lk[pos] - 1))
+        out = be.gather(self.flat(self.arrays[name]), nxt)
+        if len(pos):
+            be.write(out, pos, be.gather(self.side[name], side))
         return out
 
     def is_boundary(self, keys: IntArray) -> BoolArray:

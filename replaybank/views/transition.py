@@ -58,13 +58,11 @@ class TransitionView:
     """One-step transitions: stored fields plus exact ``next_obs``."""
 
     def gather(self, table: StepTable, keys: IntArray) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        rows_lanes = table.rows_lanes(keys)
-        be = table.backend
-        for name, arr in table.arrays.items():
-            out[name] = be.gather(arr, rows_lanes)
+        slots = table.slots_of(keys)  # [B]
+        out: dict[str, Any] = {name: table.take(name, slots) for name in table.arrays}
+        where = table.next_index(slots)
         for name in table.obs_fields:
-            out[next_name(name)] = table.gather_next(name, keys)
+            out[next_name(name)] = table.take_next(name, *where)
         return out
 
     def valid(self, table: StepTable, keys: IntArray) -> npt.NDArray[np.bool_] | None:

@@ -1,0 +1,226 @@
+"""Core benchmark: ReplayBuffer against raw preallocated numpy arrays (the floor).
+
+Measures, at capacity 1,000,000 with obs float32[17] and action float32[6]:
+
+* ``add``: one transition at a time (obs/next_obs as fresh float32 arrays, reward a
+  Python float, flags Python bools, as a gymnasium loop produces them),
+* ``extend``: chunks of 256 transitions,
+* ``sample(256)``,
+
+and, in the same run, the floor doing the same work on six preallocated numpy arrays
+(obs, action, reward, next_obs, terminated, truncated) with slice assignment and
+fancy-index gathers. Speed ratio = floor_time / our_time (1.0 = as fast as the floor).
+Memory: resident-set growth of a filled buffer against the bytes of obs once + action +
+reward + flags.
+
+The machine may be noisy: times are CPU time of this process (``time.process_time``),
+ours and the floor are measured interleaved, each repeated, and the best (lowest) kept.
+
+Run: ``python benchmarks/bench_core.py [--capacity N] [--repeats R]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+import replaybank as rb
+
+OBS, ACT, CHUNK, BATCH = 17, 6, 256, 256
+# CPU time of this process: other processes on a busy machine do not count against us
+_clock = time.process_time
+TARGETS = {"add": 0.5, "extend": 0.9, "sample": 0.9, "sample*": 0.9}
+
+
+def make_stream(n: int, episode_len: int, seed: int = 0) -> dict[str, Any]:
+    """A sequential stream of ``n`` steps with episode ends every ``episode_len`` steps."""
+    rng = np.random.default_rng(seed)
+    obs = rng.standard_normal((n + 1, OBS)).astype(np.float32)
+    nxt = obs[1:].copy()
+    term = np.zeros(n, bool)
+    trunc = np.zeros(n, bool)
+    ends = np.arange(episode_len - 1, n, episode_len)
+    term[ends[::2]] = True
+    trunc[ends[1::2]] = True
+    nxt[ends] = rng.standard_normal((len(ends), OBS)).astype(np.float32)  # true final obs
+    return {"obs": obs[:n].copy(), "action": rng.standard_normal((n, ACT)).astype(np.float32),
+            "reward": rng.standard_normal(n).astype(np.float32), "next_obs": nxt,
+            "terminated": term, "truncated": trunc}
+
+
+class Floor:
+    """Six preallocated numpy arrays: the least work any buffer can do."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.obs = np.zeros((n, OBS), np.float32)
+        self.next_obs = np.zeros((n, OBS), np.float32)
+        self.action = np.zeros((n, ACT), np.float32)
+        self.reward = np.zeros(n, np.float32)
+        self.terminated = np.zeros(n, bool)
+        self.truncated = np.zeros(n, bool)
+        self.pos = 0
+        self.size = 0
+        self.rng = np.random.default_rng(0)
+
+    def add(self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any,
+            truncated: Any) -> None:
+        i = self.pos
+        self.obs[i] = obs
+        self.action[i] = action
+        self.reward[i] = reward
+        self.next_obs[i] = next_obs
+        self.terminated[i] = terminated
+        self.truncated[i] = truncated
+        self.pos = (i + 1) % self.n
+        self.size = min(self.size + 1, self.n)
+
+    def extend(self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any,
+               truncated: Any) -> None:
+        i = self.pos
+        j = i + len(obs)
+        if j > self.n:  # chunks divide the capacity; restart after single adds
+            i, j = 0, len(obs)
+        self.obs[i:j] = obs
+        self.action[i:j] = action
+        self.reward[i:j] = reward
+        self.next_obs[i:j] = next_obs
+        self.terminated[i:j] = terminated
+        self.truncated[i:j] = truncated
+        self.pos = j % self.n
+        self.size = min(self.size + len(obs), self.n)
+
+    def sample(self, b: int) -> dict[str, Any]:
+        idx = self.rng.integers(0, self.size, size=b)
+        return {"obs": self.obs[idx], "action": self.action[idx], "reward": self.reward[idx],
+                "next_obs": self.next_obs[idx], "terminated": self.terminated[idx],
+                "truncated": self.truncated[idx], "indices": idx}
+
+
+class TakeFloor(Floor):
+    """The floor gathering with ``ndarray.take`` (numpy's fastest row gather)."""
+
+    def sample(self, b: int) -> dict[str, Any]:
+        idx = self.rng.integers(0, self.size, size=b)
+        return {"obs": self.obs.take(idx, axis=0), "action": self.action.take(idx, axis=0),
+                "reward": self.reward.take(idx), "next_obs": self.next_obs.take(idx, axis=0),
+                "terminated": self.terminated.take(idx), "truncated": self.truncated.take(idx),
+                "indices": idx}
+
+
+def best_of(fn: Callable[[], float], repeats: int) -> float:
+    """Lowest per-op time over ``repeats`` runs of ``fn`` (which returns a per-op time)."""
+    times = []
+    for _ in range(repeats):
+        gc.collect()
+        times.append(fn())
+    return min(times)
+
+
+def time_adds(target: Any, items: list[dict[str, Any]]) -> float:
+    add = target.add
+    t0 = _clock()
+    for kw in items:
+        add(**kw)
+    return (_clock() - t0) / len(items)
+
+
+def time_extends(target: Any, stream: dict[str, Any], n_chunks: int) -> float:
+    chunks = [{k: v[i * CHUNK:(i + 1) * CHUNK] for k, v in stream.items()}
+              for i in range(n_chunks)]
+    ext = target.extend
+    t0 = _clock()
+    for kw in chunks:
+        ext(**kw)
+    return (_clock() - t0) / n_chunks
+
+
+def time_samples(target: Any, n: int) -> float:
+    sample = target.sample
+    t0 = _clock()
+    for _ in range(n):
+        sample(BATCH)
+    return (_clock() - t0) / n
+
+
+def measure_memory(capacity: int, stream: dict[str, Any]) -> tuple[int, int]:
+    """RSS growth of a buffer filled from ``stream`` and the ideal byte count."""
+    import psutil
+
+    proc = psutil.Process()
+    gc.collect()
+    before = proc.memory_info().rss
+    buf = rb.ReplayBuffer(capacity=capacity, seed=0)
+    for i in range(0, capacity, CHUNK):
+        buf.extend(**{k: v[i:i + CHUNK] for k, v in stream.items()})
+    gc.collect()
+    grown = proc.memory_info().rss - before
+    ideal = capacity * (OBS * 4 + ACT * 4 + 4 + 2)
+    assert len(buf) == capacity
+    return grown, ideal
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--capacity", type=int, default=1_000_000)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--adds", type=int, default=100_000)
+    parser.add_argument("--samples", type=int, default=2_000)
+    args = parser.parse_args()
+    cap = args.capacity - args.capacity % CHUNK
+    stream = make_stream(cap, episode_len=1000)
+
+    # memory first, on a fresh heap
+    grown, ideal = measure_memory(cap, stream)
+
+    n_add = min(args.adds, cap)
+    items = [{"obs": stream["obs"][i].copy(), "action": stream["action"][i].copy(),
+              "reward": float(stream["reward"][i]), "next_obs": stream["next_obs"][i].copy(),
+              "terminated": bool(stream["terminated"][i]),
+              "truncated": bool(stream["truncated"][i])} for i in range(n_add)]
+    n_chunks = min(cap // CHUNK, 1000)
+
+    ours = rb.ReplayBuffer(capacity=cap, seed=0)
+    floor = Floor(cap)
+    take_floor = TakeFloor(cap)
+    # fill both completely first: every page is touched, and timings are steady-state
+    # (the ring wraps and overwrites, as it does for most of a training run)
+    for target in (ours, floor, take_floor):
+        for i in range(0, cap, CHUNK):
+            target.extend(**{k: v[i:i + CHUNK] for k, v in stream.items()})
+    assert len(ours) == cap and floor.size == cap == take_floor.size
+    results: dict[str, tuple[float, float]] = {}
+    for _ in range(args.repeats):  # interleave ours and the floor against noise
+        for op, fo, ff in (
+            ("add", lambda: time_adds(ours, items), lambda: time_adds(floor, items)),
+            ("extend", lambda: time_extends(ours, stream, n_chunks),
+             lambda: time_extends(floor, stream, n_chunks)),
+            ("sample", lambda: time_samples(ours, args.samples),
+             lambda: time_samples(floor, args.samples)),
+            ("sample*", lambda: time_samples(ours, args.samples),
+             lambda: time_samples(take_floor, args.samples)),
+        ):
+            o, f = best_of(fo, 1), best_of(ff, 1)
+            prev = results.get(op, (float("inf"), float("inf")))
+            results[op] = (min(prev[0], o), min(prev[1], f))
+
+    print(f"capacity={cap:,}  obs float32[{OBS}]  action float32[{ACT}]  "
+          f"chunk={CHUNK}  batch={BATCH}  (best of {args.repeats})")
+    print(f"{'op':<10}{'ours (us)':>12}{'floor (us)':>12}{'ratio':>8}{'target':>9}  ok")
+    for op, (o, f) in results.items():
+        ratio = f / o
+        ok = "yes" if ratio >= TARGETS[op] else "NO"
+        print(f"{op:<10}{o * 1e6:>12.2f}{f * 1e6:>12.2f}{ratio:>8.2f}{TARGETS[op]:>9.2f}  {ok}")
+    print("sample*: the same sample(256) against a floor that gathers with ndarray.take")
+    mem_ratio = grown / ideal
+    print(f"{'memory':<10}{grown / 2**20:>10.1f}MB{ideal / 2**20:>10.1f}MB{mem_ratio:>8.3f}"
+          f"{'<=1.10':>9}  {'yes' if mem_ratio <= 1.1 else 'NO'}")
+
+
+if __name__ == "__main__":
+    main()

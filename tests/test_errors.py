@@ -1,0 +1,256 @@
+"""Every bad input of the core raises a clear error and leaves the buffer as it was.
+
+A message must name the argument, show the bad value, say what was expected and how to
+fix it. After a rejected call the buffer's full state (every array of ``state_dict``,
+the RNG state, the side-store free list) is exactly what it was before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+import replaybank as rb
+
+
+def good(**over: Any) -> dict[str, Any]:
+    kw: dict[str, Any] = {"obs": np.zeros(3, np.float32), "action": np.int64(1), "reward": 1.0,
+                          "next_obs": np.ones(3, np.float32), "terminated": False,
+                          "truncated": False}
+    kw.update(over)
+    return kw
+
+
+def steps(n: int = 5, **over: Any) -> dict[str, Any]:
+    kw: dict[str, Any] = {"obs": np.zeros((n, 3), np.float32), "action": np.zeros(n, np.int64),
+                          "reward": np.zeros(n, np.float32),
+                          "next_obs": np.ones((n, 3), np.float32),
+                          "terminated": np.zeros(n, bool), "truncated": np.zeros(n, bool)}
+    kw.update(over)
+    return kw
+
+
+def filled(capacity: int = 4, **kw: Any) -> rb.ReplayBuffer:
+    """A wrapped buffer with episode ends and an out-of-order step (side slots in use)."""
+    buf = rb.ReplayBuffer(capacity=capacity, seed=0, **kw)
+    for i in range(6):
+        buf.add(**good(obs=np.full(3, i, np.float32), next_obs=np.full(3, i + 1, np.float32),
+                       terminated=i == 3, action=np.int64(i % 2)))
+    return buf
+
+
+def snapshot(buf: rb.ReplayBuffer) -> dict[str, Any]:
+    state = buf.state_dict()
+    out: dict[str, Any] = {"rng": repr(state["rng"]), "meta": repr(state["metadata"]),
+                           "len": len(buf)}
+    for k, v in state.get("table", {}).items():
+        out[k] = np.array(v, copy=True)
+    if buf.spec is not None:
+        out["free"] = list(buf.table._free)
+        out["side_in_use"] = buf.table.side_in_use()
+    return out
+
+
+def assert_same(a: dict[str, Any], b: dict[str, Any]) -> None:
+    assert a.keys() == b.keys()
+    for k in a:
+        if isinstance(a[k], np.ndarray):
+            assert a[k].dtype == b[k].dtype and a[k].tobytes() == b[k].tobytes(), k
+        else:
+            assert a[k] == b[k], k
+
+
+def rejects(buf: rb.ReplayBuffer, call: Callable[[], Any], exc: type[Exception],
+            *fragments: str) -> str:
+    """Run ``call``, expect ``exc`` whose message holds every fragment, state unchanged."""
+    before = snapshot(buf)
+    with pytest.raises(exc) as info:
+        call()
+    msg = str(info.value)
+    for frag in fragments:
+        assert frag in msg, (frag, msg)
+    assert_same(before, snapshot(buf))
+    return msg
+
+
+# --------------------------------------------------------------------------- add / extend
+BAD_ADDS: list[tuple[str, dict[str, Any], type[Exception], tuple[str, ...]]] = [
+    ("missing field", {k: v for k, v in good().items() if k != "reward"}, rb.SpecError,
+     ("add", "missing ['reward']", "pass exactly those")),
+    ("unknown field", good(foo=1.0), rb.SpecError, ("unknown ['foo']", "pass exactly those")),
+    ("missing next_obs", {k: v for k, v in good().items() if k != "next_obs"}, rb.SpecError,
+     ("missing next_obs",)),
+    ("wrong obs shape", good(obs=np.zeros(4, np.float32)), rb.ShapeError,
+     ("obs=array(shape=(4,)", "expected shape (3,)", "reshape")),
+    ("wrong next_obs shape", good(next_obs=np.zeros((2, 3), np.float32)), rb.ShapeError,
+     ("next_obs=array(shape=(2, 3)", "expected shape (3,)", "reshape")),
+    ("fraction into int", good(action=2.5), rb.DtypeError,
+     ("action=2.5", "int64", "integral", "declare the field as float")),
+    ("NaN into int", good(action=float("nan")), rb.DtypeError,
+     ("action=nan", "int64", "NaN", "round or fix")),
+    ("float64 array with fraction into int", good(action=np.array(1.5)), rb.DtypeError,
+     ("action=1.5", "int64", "integral")),
+    ("int array into bool", good(terminated=np.int64(2)), rb.DtypeError,
+     ("terminated=2", "bool", "pass a bool")),
+    ("string into float", good(reward="a"), rb.DtypeError,
+     ("reward='a'", "float32", "convert the value")),
+    ("complex into float", good(reward=1 + 2j), rb.DtypeError,
+     ("reward=", "complex128", "float32")),
+    ("float into int via list", good(action=[0.5]), rb.ShapeError, ("action=[0.5]",)),
+]
+
+
+@pytest.mark.parametrize("case", BAD_ADDS, ids=[c[0] for c in BAD_ADDS])
+def test_bad_add_is_rejected_and_changes_nothing(case: Any) -> None:
+    _, kw, exc, fragments = case
+    buf = filled()
+    rejects(buf, lambda: buf.add(**kw), exc, *fragments)
+    buf.add(**good())  # the buffer still works
+
+
+# with an explicit spec, the very first add is checked against it as well
+SPEC_CASES = [c for c in BAD_ADDS if c[0] not in ("missing field", "missing next_obs")]
+
+
+@pytest.mark.parametrize("case", SPEC_CASES, ids=[c[0] for c in SPEC_CASES])
+def test_bad_first_add_against_given_spec(case: Any) -> None:
+    _, kw, exc, fragments = case
+    spec = {"obs": ((3,), "float32"), "action": ((), "int64")}
+    fresh = rb.ReplayBuffer(capacity=4, seed=0, spec=spec)
+    rejects(fresh, lambda: fresh.add(**kw), exc, *fragments)
+    fresh.add(**good())
+    assert len(fresh) == 1
+
+
+def test_first_add_that_fails_leaves_no_storage() -> None:
+    buf = rb.ReplayBuffer(capacity=4, seed=0)
+    with pytest.raises(rb.ShapeError):
+        buf.add(**good(next_obs=np.zeros(4, np.float32)))  # obs (3,) but next_obs (4,)
+    assert buf.spec is None and len(buf) == 0
+    with pytest.raises(rb.DtypeError):
+        buf.add(**good(terminated=np.int64(5)))
+    assert buf.spec is None
+    buf.add(**good())
+    assert len(buf) == 1 and buf.spec["terminated"].dtype == np.bool_
+
+
+def test_uint8_range() -> None:
+    buf = rb.ReplayBuffer(capacity=4, seed=0)
+    buf.add(**good(obs=np.zeros(2, np.uint8), next_obs=np.zeros(2, np.uint8)))
+    assert buf.spec["obs"].dtype == np.uint8
+    rejects(buf, lambda: buf.add(**good(obs=np.array([300, 1]), next_obs=np.zeros(2, np.uint8))),
+            rb.DtypeError, "obs=[300, 1]", "uint8", "[0, 255]", "clip the value")
+    rejects(buf, lambda: buf.add(**good(obs=np.zeros(2, np.uint8), next_obs=np.array([-1, 0]))),
+            rb.DtypeError, "next_obs=[-1, 0]", "uint8")
+    buf.add(**good(obs=np.array([255, 1]), next_obs=np.array([0, 7])))  # in range: fine
+    assert buf.table.arrays["obs"].dtype == np.uint8 and len(buf) == 2
+
+
+def test_bad_extend_leading_dims() -> None:
+    buf = filled()
+    rejects(buf, lambda: buf.extend(**steps(5, action=np.zeros(4, np.int64))), rb.ShapeError,
+            "action=array(shape=(4,)", "expected shape (5,)", "number of steps")
+    rejects(buf, lambda: buf.extend(**steps(5, next_obs=np.zeros((6, 3), np.float32))),
+            rb.ShapeError, "next_obs", "expected shape (5, 3)")
+    rejects(buf, lambda: buf.extend(**good()), rb.ShapeError, "expected", "leading")
+    # a bad value in the middle of a chunk: nothing of the chunk is written
+    rejects(buf, lambda: buf.extend(**steps(5, action=np.array([0, 1, 2.5, 3, 4]))),
+            rb.DtypeError, "action", "integral")
+
+
+def test_bad_vector_add() -> None:
+    buf = rb.ReplayBuffer(capacity=8, num_envs=2, seed=0)
+    two = {k: np.stack([np.asarray(v)] * 2) for k, v in good().items()}
+    buf.add(**two)
+    rejects(buf, lambda: buf.add(**good()), rb.ShapeError, "obs", "expected", "(2, 3)")
+    rejects(buf, lambda: buf.add(**{**two, "reward": np.zeros(3, np.float32)}), rb.ShapeError,
+            "reward=array(shape=(3,)", "expected shape (2,)")
+
+
+@pytest.mark.parametrize("env_ids, fragments", [
+    ([2], ("env_ids=[2]", "[0, 2)", "out-of-range")),
+    ([0, 0], ("env_ids=[0, 0]", "distinct", "drop duplicates")),
+    ([[0]], ("env_ids=[[0]]", "1-D", "env_ids=[0]")),
+    ([0.5], ("env_ids=[0.5]", "int")),
+    ([], ("env_ids=[]", "non-empty")),
+    ([-1], ("env_ids=[-1]", "[0, 2)")),
+])
+def test_bad_env_ids(env_ids: Any, fragments: tuple[str, ...]) -> None:
+    buf = rb.ReplayBuffer(capacity=8, num_envs=2, seed=0)
+    buf.add(**{k: np.stack([np.asarray(v)] * 2) for k, v in good().items()})
+    rejects(buf, lambda: buf.add(env_ids=env_ids, **good()), rb.ShapeError, *fragments)
+
+
+def test_env_ids_length_must_match_values() -> None:
+    buf = rb.ReplayBuffer(capacity=8, num_envs=2, seed=0)
+    buf.add(env_ids=[1], **{k: np.asarray(v)[None] for k, v in good().items()})
+    rejects(buf, lambda: buf.add(env_ids=[0, 1], **{k: np.asarray(v)[None]
+                                                    for k, v in good().items()}),
+            rb.ShapeError, "obs", "expected", "(2, 3)")
+
+
+# --------------------------------------------------------------------------- sampling
+def test_sample_empty() -> None:
+    buf = rb.ReplayBuffer(capacity=4, seed=0)
+    rejects(buf, lambda: buf.sample(2), rb.EmptyBufferError,
+            "sample(batch_size=2)", "empty", "add transitions first")
+    buf = filled()
+    buf.clear()
+    rejects(buf, lambda: buf.sample(1), rb.EmptyBufferError, "empty")
+
+
+def test_sample_without_replacement_too_many() -> None:
+    buf = filled()
+    rejects(buf, lambda: buf.sample(5, replace=False), rb.EmptyBufferError,
+            "sample(batch_size=5, replace=False)", "holds 4", "lower batch_size",
+            "replace=True")
+    assert len(buf.sample(4, replace=False).indices) == 4
+
+
+@pytest.mark.parametrize("bs", [0, -3, 2.5, True, "8", None])
+def test_bad_batch_size(bs: Any) -> None:
+    buf = filled()
+    rejects(buf, lambda: buf.sample(bs), rb.ConfigError, f"batch_size={bs!r}",
+            "positive int", "sample(256)")
+
+
+# --------------------------------------------------------------------------- construction
+@pytest.mark.parametrize("cap", [0, -5, 2.5, True, "100", None])
+def test_bad_capacity(cap: Any) -> None:
+    with pytest.raises(rb.CapacityError) as info:
+        rb.ReplayBuffer(capacity=cap)
+    msg = str(info.value)
+    assert f"capacity={cap!r}" in msg and "positive int" in msg and "capacity=100_000" in msg
+
+
+def test_capacity_not_divisible() -> None:
+    with pytest.raises(rb.CapacityError) as info:
+        rb.ReplayBuffer(capacity=10, num_envs=3)
+    msg = str(info.value)
+    for frag in ("capacity=10", "num_envs=3", "does not divide", "9 or 12"):
+        assert frag in msg
+
+
+@pytest.mark.parametrize("n", [0, -1, 1.5, "2"])
+def test_bad_num_envs(n: Any) -> None:
+    with pytest.raises(rb.ConfigError, match=r"num_envs=.*positive int.*num_envs=1"):
+        rb.ReplayBuffer(capacity=12, num_envs=n)
+
+
+@pytest.mark.parametrize("seed", [-1, 1.5, "x", True, [1]])
+def test_bad_seed(seed: Any) -> None:
+    with pytest.raises(rb.ConfigError) as info:
+        rb.ReplayBuffer(capacity=4, seed=seed)
+    msg = str(info.value)
+    assert f"seed={seed!r}" in msg and "non-negative int" in msg and "seed=0" in msg
+
+
+def test_errors_are_builtin_subclasses() -> None:
+    assert issubclass(rb.ShapeError, ValueError) and issubclass(rb.DtypeError, TypeError)
+    assert issubclass(rb.EmptyBufferError, ValueError)
+    assert all(issubclass(e, rb.ReplayBankError) for e in (
+        rb.ShapeError, rb.DtypeError, rb.SpecError, rb.CapacityError, rb.ConfigError,
+        rb.EmptyBufferError, rb.CheckpointError, rb.MissingDependencyError))
