@@ -33,7 +33,7 @@ from replaybank.errors import (
 )
 from replaybank.io.checkpoint import load_buffer as load
 from replaybank.ops.gae import discount_cumsum, gae
-from replaybank.samplers.base import LaneView, PrioritySampler, SampleResult, Sampler
+from replaybank.samplers.base import LaneView, PrioritySampler, Sampler, SampleResult
 from replaybank.samplers.lane_split import LaneSplitSampler
 from replaybank.samplers.prioritized import PrioritizedSampler
 from replaybank.samplers.recent import RecentSampler
@@ -47,74 +47,63 @@ from replaybank.views.transition import InputTransform, TransitionView, View
 
 __version__ = "0.1.0"
 
-# Each section lists the public names of one part; helpers add to their own section.
-_CORE = [
+__all__ = [
     "ArrayBackend",
     "Batch",
+    "BufferConfig",
     "CapacityError",
     "CheckpointError",
+    "CollectResult",
+    "Collector",
+    "ComponentConfig",
     "ConfigError",
     "DtypeError",
     "EmptyBufferError",
     "FieldSpec",
+    "FrameStackView",
     "InputTransform",
+    "LaneSplitSampler",
     "LaneView",
+    "MemmapBackend",
     "MissingDependencyError",
+    "NStepView",
     "NumpyBackend",
+    "PathBuffer",
+    "PinnedStager",
+    "PrioritizedReplayBuffer",
+    "PrioritizedSampler",
     "PrioritySampler",
+    "RecentSampler",
     "ReplayBankError",
     "ReplayBuffer",
+    "ReplayBufferConfig",
+    "RolloutBuffer",
     "SampleResult",
     "Sampler",
     "SequenceBatch",
+    "SequenceReplayBuffer",
     "ShapeError",
     "Spec",
     "SpecError",
+    "TorchBackend",
     "TransitionView",
     "UniformSampler",
     "View",
-]
-# --- section: prioritized / n-step / recent (issue 4) ---
-_PER: list[str] = [
-    "NStepView",
-    "PrioritizedReplayBuffer",
-    "PrioritizedSampler",
-    "RecentSampler",
-]
-# --- section: sequences / lanes / frame stack (issue 5) ---
-_SEQ: list[str] = ["FrameStackView", "LaneSplitSampler", "SequenceReplayBuffer"]
-# --- section: rollout / GAE (issue 6) ---
-_ROLLOUT: list[str] = [
-    "PathBuffer",
-    "RolloutBuffer",
-    "discount_cumsum",
-    "gae",
-]
-# --- section: io / memmap / config (issue 3) ---
-_IO: list[str] = [
-    "BufferConfig",
-    "ComponentConfig",
-    "MemmapBackend",
-    "ReplayBufferConfig",
+    "collect",
     "config_model",
+    "discount_cumsum",
     "from_config",
+    "gae",
     "load",
     "open_buffer",
     "register_buffer",
     "register_sampler",
     "register_view",
-]
-# --- section: torch / gymnasium (issue 7) ---
-_INTEGRATIONS: list[str] = [
-    "CollectResult",
-    "Collector",
-    "PinnedStager",
-    "TorchBackend",
-    "collect",
     "spec_from_env",
     "spec_from_spaces",
     "warm",
 ]
+
 # torch / gymnasium stay optional: these names import their module on first access
 _LAZY = {
     "CollectResult": "replaybank.integrations.gymnasium",
@@ -147,5 +136,3 @@ def __getattr__(name: str) -> object:
     globals()[name] = value
     return value
 
-
-__all__ = sorted([*_CORE, *_PER, *_SEQ, *_ROLLOUT, *_IO, *_INTEGRATIONS])
