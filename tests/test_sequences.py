@@ -518,3 +518,174 @@ def test_torch_storage_gives_the_same_sequences_and_stacks() -> None:
                     fb.sample(8).numpy()])
     for a, b in zip(out[0], out[1], strict=True):
         assert a == b
+
+
+@pytest.mark.parametrize("per", [False, True])
+def test_sequence_replay_buffer_checkpoint_roundtrip(per: bool, tmp_path: Any) -> None:
+    from replaybank.samplers.prioritized import PrioritizedSampler
+    from tests.roundtrip import add_random, assert_roundtrip
+
+    sampler = PrioritizedSampler(beta_schedule="linear", beta_steps=50) if per else None
+    seq = rb.SequenceReplayBuffer(capacity=60, num_envs=2, sequence_length=3, burn_in=1,
+                                  episode_boundary="cross", strict=False, seed=3,
+                                  sampler=sampler)
+    add_random(seq, np.random.default_rng(0), 25)
+    assert seq.config().sequence_length == 3
+    loaded = assert_roundtrip(seq, tmp_path, sample=lambda b: b.sample(5))
+    assert isinstance(loaded, rb.SequenceReplayBuffer)
+    assert (loaded.sequence_length, loaded.burn_in, loaded.episode_boundary, loaded.strict) \
+        == (3, 1, "cross", False)
+    assert isinstance(rb.SequenceReplayBuffer.load(tmp_path), rb.SequenceReplayBuffer)
+
+
+# ---------------------------------------------------------------------- fused numba path
+
+
+def test_draw_windows_kernel_matches_numpy_composition() -> None:
+    from replaybank.ops import ring
+
+    wn = pytest.importorskip("replaybank.ops.windows_numba")
+    rng = np.random.default_rng(11)
+    for _ in range(300):
+        link, written, counts = random_table(rng)
+        size = int(counts.sum())
+        if size == 0:
+            continue
+        width = int(rng.integers(1, link.shape[0] + 2))
+        cross = bool(rng.random() < 0.5)
+        min_len = int(rng.integers(1, width + 1))
+        nb = int(rng.integers(1, 6))
+        flat = rng.integers(0, size, size=nb + int(rng.integers(0, 5)))
+        keys, ext, n = wn.draw_windows(link, written, counts, flat, width, cross, min_len, nb)
+        # oracle: numpy key mapping and extents, then a plain loop for the selection
+        all_keys = ring.uniform_keys(flat, written, counts)
+        all_ext = windows.window_extent(link, written, counts, all_keys, width, cross)
+        good = [i for i in range(len(flat)) if all_ext[i] >= min_len]
+        bad = [i for i in range(len(flat)) if all_ext[i] < min_len]
+        order = (good + bad)[:nb]
+        assert n == min(len(good), nb)
+        assert keys.tolist() == all_keys[order].tolist()
+        assert ext.tolist() == all_ext[order].tolist()
+
+
+def test_sequence_plan_kernel_matches_loops() -> None:
+    wn = pytest.importorskip("replaybank.ops.windows_numba")
+    rng = np.random.default_rng(12)
+    for _ in range(200):
+        link, written, counts = random_table(rng)
+        nrows, lanes = link.shape
+        live = [s * lanes + lane for lane in range(lanes)
+                for s in range(written[lane] - counts[lane], written[lane])]
+        if not live:
+            continue
+        keys = np.array(live, dtype=np.int64)
+        width = int(rng.integers(1, nrows + 2))
+        burn_in = int(rng.integers(0, width))
+        cross = bool(rng.random() < 0.5)
+        ext = windows.window_extent(link, written, counts, keys, width, cross)
+        term = rng.random(nrows * lanes) < 0.3
+        trunc = rng.random(nrows * lanes) < 0.2
+        slots, fl, side, tail = wn.sequence_plan(link, written, counts, term, trunc, keys, ext,
+                                                 width, burn_in)
+        sides = []
+        for i, key in enumerate(keys.tolist()):
+            seq, lane = key // lanes, key % lanes
+            for j in range(width + 1):
+                assert slots[i, j] == ((seq + j) % nrows) * lanes + lane
+            for j in range(width):
+                ok = j < ext[i]
+                slot = ((seq + j) % nrows) * lanes + lane
+                v = link[(seq + j) % nrows, lane]
+                if j == 0:
+                    prev_live = seq - 1 >= written[lane] - counts[lane]
+                    first = not prev_live or link[(seq - 1) % nrows, lane] > 0
+                else:
+                    first = link[(seq + j - 1) % nrows, lane] > 0
+                tm, tr = bool(term[slot]) and ok, bool(trunc[slot]) and ok
+                end = v > 0 and seq + j != written[lane] - 1
+                assert fl["is_first"][i, j] == (first and ok)
+                assert fl["is_last"][i, j] == (ok and (tm or tr or end))
+                assert fl["is_terminal"][i, j] == fl["terminated"][i, j] == tm
+                assert fl["truncated"][i, j] == tr
+                assert fl["burn_in"][i, j] == (j < burn_in)
+                assert fl["mask"][i, j] == (ok and j >= burn_in)
+                if ok and v > 0:
+                    sides.append((i, j, int(v) - 1))
+        assert [tuple(r) for r in side.tolist()] == sides
+        assert tail == all(j == width - 1 for _, j, _ in sides)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(lanes=st.integers(1, 3), nrows=st.integers(3, 12), n_calls=st.integers(1, 40),
+       length=st.integers(1, 5), burn_in=st.integers(0, 2), cross=st.booleans(),
+       strict=st.booleans(), seed=st.integers(0, 2**16))
+def test_fused_path_equals_numpy_path(lanes: int, nrows: int, n_calls: int, length: int,
+                                      burn_in: int, cross: bool, strict: bool,
+                                      seed: int) -> None:
+    pytest.importorskip("numba")
+    from replaybank.buffers import sequences as seqmod
+
+    rng = np.random.default_rng(seed)
+    bufs = [rb.ReplayBuffer(capacity=nrows * lanes, num_envs=lanes, seed=seed)
+            for _ in range(2)]
+    ref = RefBuffer(nrows, lanes)
+    sim_state = rng.bit_generator.state
+    for buf in bufs:
+        rng.bit_generator.state = sim_state
+        fill(buf, RefBuffer(nrows, lanes), Sim(lanes, rng), n_calls, rng)
+    rng.bit_generator.state = sim_state
+    fill(rb.ReplayBuffer(capacity=nrows * lanes, num_envs=lanes), ref, Sim(lanes, rng),
+         n_calls, rng)
+    width = burn_in + length
+    if strict and width > nrows:
+        return
+    kw = {"episode_boundary": "cross" if cross else "stop", "strict": strict,
+          "burn_in": burn_in}
+    t = bufs[0].table
+    if len(windows.valid_starts(t.link, t.written, t.counts, width, cross,
+                                width if strict else burn_in + 1)) == 0:
+        return
+    out = []
+    for buf, kernel in zip(bufs, ("auto", "numpy"), strict=True):
+        old = seqmod.KERNEL
+        seqmod.KERNEL = kernel
+        try:
+            out.append([buf.sample_sequences(6, length, max_redraws=r, **kw)
+                        for r in (16, 0, 16)])
+        finally:
+            seqmod.KERNEL = old
+    for fast, slow in zip(*out, strict=True):
+        assert fast == slow
+        check_batch(fast, ref, width, burn_in, cross, width if strict else burn_in + 1)
+
+
+def test_per_schedule_advances_once_per_sample_call() -> None:
+    from replaybank.samplers.prioritized import PrioritizedSampler
+
+    sampler = PrioritizedSampler(beta=0.2, beta_schedule="linear", beta_steps=10)
+    buf = rb.ReplayBuffer(capacity=40, num_envs=2, seed=0, sampler=sampler)
+    for t in range(20):  # episodes of 4 steps: most starts of a 4-step window are invalid
+        buf.add(obs=np.full((2, 1), t, np.float32), action=[0, 0], reward=[0.0, 0.0],
+                next_obs=np.full((2, 1), t + 1, np.float32),
+                terminated=[t % 4 == 3, t % 4 == 3], truncated=[False, False])
+    seen = []
+    orig = sampler.sample
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        seen.append(kwargs.get("beta"))
+        return orig(*args, **kwargs)
+
+    sampler.sample = spy  # type: ignore[method-assign]
+    for call in range(3):
+        before = sampler.current_beta
+        seen.clear()
+        sb = buf.sample_sequences(16, 4)
+        assert len(seen) > 1  # invalid starts were redrawn ...
+        assert seen == [before] * len(seen)  # ... all with this call's beta
+        assert sampler.calls == call + 1
+        assert np.all(sb.mask)
+    buf.sample_sequences(4, 4, beta=0.7)
+    assert sampler.calls == 4
+    with pytest.raises(EmptyBufferError):
+        buf.sample_sequences(4, 5)  # no 5-step window: rejected, schedule unchanged
+    assert sampler.calls == 4

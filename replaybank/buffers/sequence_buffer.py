@@ -227,9 +227,36 @@ class SequenceReplayBuffer:
             self.state_fields = seq["state_fields"]
 
     def save(self, dirpath: Any, prefix: str = "buffer_") -> None:
-        """Save the underlying buffer (restore with
-        ``SequenceReplayBuffer.from_buffer(ReplayBuffer.load(dirpath), ...)``)."""
-        self.buffer.save(dirpath, prefix=prefix)
+        """Write this buffer (data, sequence options) atomically; restore with :meth:`load`.
+
+        Example:
+            >>> import tempfile
+            >>> d = tempfile.mkdtemp()
+            >>> SequenceReplayBuffer(8, sequence_length=2).save(d)
+            >>> type(SequenceReplayBuffer.load(d)).__name__
+            'SequenceReplayBuffer'
+        """
+        from replaybank.io.checkpoint import save_buffer
+
+        save_buffer(self, dirpath, prefix=prefix)
+
+    @classmethod
+    def load(cls, dirpath: Any, prefix: str = "buffer_") -> Any:
+        """Restore a buffer saved with :meth:`save` (identical next sample)."""
+        from replaybank.io.checkpoint import load_buffer
+
+        return load_buffer(dirpath, prefix=prefix)
+
+    def config(self) -> Any:
+        """A validated config object (pydantic) that rebuilds an equivalent empty buffer.
+
+        Example:
+            >>> SequenceReplayBuffer(8, sequence_length=2).config().sequence_length
+            2
+        """
+        from replaybank.config import buffer_config
+
+        return buffer_config(self)
 
     def __repr__(self) -> str:
         return (f"SequenceReplayBuffer(capacity={self.capacity}, num_envs={self.num_envs}, "

@@ -30,7 +30,14 @@ constant, which max-normalised weights cancel). When valid starts are rare, afte
 valid starts (same distribution); other samplers keep redrawing and raise if they fail.
 I.i.d. samplers (uniform, lane split) draw ``B // 2 + 4`` spare starts in the first round
 and keep the first ``B`` valid ones in draw order, which leaves the law unchanged and
-usually saves the redraw rounds.
+usually saves the redraw rounds. A prioritized sampler's beta schedule advances once per
+call: beta is resolved once and passed to every redraw round.
+
+Speed: with numba and numpy storage (``KERNEL = "auto"``), the uniform sampler's draw is
+mapped to starts, checked and selected in one compiled pass
+(:func:`~replaybank.ops.windows_numba.draw_windows`), and slots, flags and side patches
+come from another (:func:`~replaybank.ops.windows_numba.sequence_plan`); the batches are
+identical to the numpy path's (``KERNEL = "numpy"``, used for other storages too).
 
 Example:
     >>> import numpy as np
@@ -55,6 +62,7 @@ import numpy as np
 import numpy.typing as npt
 
 from replaybank.batch import SequenceBatch
+from replaybank.buffers.sequence_gather import gather_fused, gather_numpy
 from replaybank.errors import ConfigError, DtypeError, EmptyBufferError, ShapeError, describe
 from replaybank.ops import ring, windows
 from replaybank.samplers.base import PrioritySampler, SampleResult
@@ -62,7 +70,6 @@ from replaybank.samplers.lane_split import LaneSplitSampler
 from replaybank.samplers.uniform import UniformSampler, check_batch_size
 from replaybank.spec import SEP
 from replaybank.storage.backend import NumpyBackend
-from replaybank.views.transition import next_name
 
 __all__ = ["STATE_PREFIX", "sample_sequences", "update_sequence_priorities"]
 
@@ -98,6 +105,24 @@ def _state_names(spec_names: Sequence[str], state_fields: Any) -> list[str]:
     return out
 
 
+_NAMES: dict[Any, tuple[Any, list[str]]] = {}
+
+
+def _cached_state_names(spec: Any, state_fields: Any) -> list[str]:
+    """:func:`_state_names` of a spec, memoised per (spec object, state_fields)."""
+    sf = state_fields if state_fields is None or isinstance(state_fields, str) \
+        else tuple(state_fields)
+    key = (id(spec), sf)
+    hit = _NAMES.get(key)
+    if hit is not None and hit[0] is spec:
+        return hit[1]
+    names = _state_names(list(spec), state_fields)
+    if len(_NAMES) > 64:
+        _NAMES.clear()
+    _NAMES[key] = (spec, names)
+    return names
+
+
 def _redraw(res: SampleResult, rows: IntArray, more: SampleResult) -> SampleResult:
     keys = res.keys.copy()
     keys[rows] = more.keys
@@ -120,17 +145,47 @@ def _load_extent() -> Any:
     return _EXTENT[0]
 
 
-_PLAN: list[Any] = []
+#: Who computes starts, slots and flags: ``"auto"`` (fused numba kernels when numba
+#: imports and the storage is numpy) or ``"numpy"`` (the vectorised numpy path).
+KERNEL = "auto"
+_FAST: list[Any] = []
 
 
-def _load_plan() -> Any:
-    """The window-plan kernel (numba when it imports, else numpy), loaded once."""
-    _PLAN.append(windows.plan_kernel("auto")[0])
-    return _PLAN[0]
+def _fast_kernels() -> Any:
+    """The numba module of the fused path, or None (numba missing, or ``KERNEL="numpy"``)."""
+    if not _FAST:
+        try:
+            from replaybank.ops import windows_numba
+        except ImportError:  # pragma: no cover - numba is optional
+            _FAST.append(None)
+        else:
+            _FAST.append(windows_numba)
+    return _FAST[0] if KERNEL == "auto" else None
 
 
 def _draw_starts(buf: Any, batch_size: int, width: int, cross: bool, min_len: int,
-                 max_redraws: int, kwargs: dict[str, Any]) -> tuple[SampleResult, IntArray]:
+                 max_redraws: int, kwargs: dict[str, Any],
+                 size: int) -> tuple[SampleResult, IntArray]:
+    sampler = buf.sampler
+    calls = getattr(sampler, "calls", None)
+    if calls is None or not hasattr(sampler, "current_beta"):
+        return _draw_rounds(buf, batch_size, width, cross, min_len, max_redraws, kwargs, size)
+    # a scheduled sampler (PER): resolve beta once, so that redraw rounds neither advance
+    # the schedule nor change beta inside one batch; the call counts once
+    if kwargs.get("beta") is None:
+        kwargs = {**kwargs, "beta": sampler.current_beta}
+    try:
+        out = _draw_rounds(buf, batch_size, width, cross, min_len, max_redraws, kwargs, size)
+    except BaseException:
+        sampler.calls = calls
+        raise
+    sampler.calls = calls + 1
+    return out
+
+
+def _draw_rounds(buf: Any, batch_size: int, width: int, cross: bool, min_len: int,
+                 max_redraws: int, kwargs: dict[str, Any],
+                 size: int) -> tuple[SampleResult, IntArray]:
     t = buf.table
     lv = buf.lane_view()
     rng = buf.rng
@@ -140,13 +195,24 @@ def _draw_starts(buf: Any, batch_size: int, width: int, cross: bool, min_len: in
     iid = isinstance(buf.sampler, (UniformSampler, LaneSplitSampler)) \
         and kwargs.get("replace", True) and max_redraws > 0
     m = batch_size + batch_size // 2 + 4 if iid else batch_size
-    res: SampleResult = buf.sampler.sample(m, lv, rng, **kwargs)
-    ext = extent(t.link, t.written, t.counts, res.keys, width, cross)  # [m]
-    if m > batch_size:
-        good = np.flatnonzero(ext >= min_len)
-        sel = good[:batch_size] if len(good) >= batch_size else \
-            np.argsort(ext < min_len, kind="stable")[:batch_size]  # valid ones first
-        res, ext = SampleResult(res.keys[sel]), ext[sel]
+    fast = _fast_kernels() if iid and type(buf.sampler) is UniformSampler else None
+    if fast is not None:
+        # the uniform sampler's own draw (same generator calls), then key mapping,
+        # extents and selection in one compiled pass
+        flat = rng.integers(0, size, size=m, dtype=np.int64)  # size == len(buf)
+        keys, ext, n_valid = fast.draw_windows(t.link, t.written, t.counts, flat, width,
+                                               cross, min_len, batch_size)
+        res = SampleResult(keys)
+        if n_valid >= batch_size:
+            return res, ext
+    else:
+        res = buf.sampler.sample(m, lv, rng, **kwargs)
+        ext = extent(t.link, t.written, t.counts, res.keys, width, cross)  # [m]
+        if m > batch_size:
+            good = np.flatnonzero(ext >= min_len)
+            sel = good[:batch_size] if len(good) >= batch_size else \
+                np.argsort(ext < min_len, kind="stable")[:batch_size]  # valid ones first
+            res, ext = SampleResult(res.keys[sel]), ext[sel]
     exact = type(buf.sampler) is UniformSampler
     limit = max_redraws if exact else max(max_redraws, 1024)
     for _ in range(limit):
@@ -240,7 +306,8 @@ def sample_sequences(
         raise ConfigError(f"sample_sequences(strict={strict!r}): must be a bool")
     cross = episode_boundary == "cross"
     width = burn_in + sequence_length
-    check_batch_size(batch_size, len(buf), True)
+    size = len(buf)
+    check_batch_size(batch_size, size, True)
     t = buf.table
     if strict and width > t.T:
         raise ConfigError(
@@ -248,83 +315,22 @@ def sample_sequences(
             f"window of {width} steps never fits in a lane of {t.T} rows; lower them, use "
             "strict=False or a larger capacity"
         )
-    state_names = _state_names(list(t.spec), state_fields)
+    state_names = _cached_state_names(t.spec, state_fields)
     min_len = width if strict else burn_in + 1
     res, ext = _draw_starts(buf, batch_size, width, cross, min_len, max_redraws,
-                            sampler_kwargs)
-    return _gather(buf, res, ext, width, burn_in, state_names)
-
-
-def _zeros(field: Any, n: int) -> npt.NDArray[Any]:
-    return np.zeros((n, *field.shape), dtype=field.dtype)
-
-
-def _gather(buf: Any, res: SampleResult, ext: IntArray, width: int, burn_in: int,
-            state_names: list[str]) -> SequenceBatch:
+                            sampler_kwargs, size)
+    fast = _fast_kernels()
     t = buf.table
-    be = t.backend
-    starts = res.keys  # [B]
-    B = len(starts)  # noqa: N806
-    plan = _PLAN[0] if _PLAN else _load_plan()
-    # slots of the W window steps plus the step after the last one [B, W + 1], their
-    # links [B, W], real episode ends / discontinuities [B, W], is_first of the starts [B]
-    slots, lk, ends, first0 = plan(t.link, t.written, t.counts, starts, width)
-    steps = slots[:, :width]
-    full = bool(ext.min() >= width)
-    valid = None if full else np.arange(width) < ext[:, None]  # [B, W]
-    pad = None if valid is None else np.nonzero(~valid)
-    cut = lk > 0
-    out: dict[str, Any] = {}
-    for name, arr in t.arrays.items():
-        if name in t.obs_fields:
-            continue
-        g = be.gather(t.flat(arr), steps)  # [B, W, *shape]
-        if pad is not None:
-            be.write(g, pad, _zeros(t.spec[name], len(pad[0])))
-        out[name] = g
-    # observations: one [B, W + 1] gather serves obs (columns :W) and next_obs (1:);
-    # where a step's next observation is kept aside it is patched into next_obs
-    side_pos = np.nonzero(cut if valid is None else cut & valid)
-    shared = pad is None and isinstance(be, NumpyBackend) and (
-        len(side_pos[1]) == 0 or int(side_pos[1].min()) == width - 1)
-    for name in t.obs_fields:
-        g = be.gather(t.flat(t.arrays[name]), slots)  # [B, W + 1, *shape]
-        nxt = g[:, 1:]
-        if not shared:
-            nxt = nxt.clone() if hasattr(nxt, "clone") else nxt.copy()  # torch or numpy
-        if len(side_pos[0]):
-            be.write(nxt, side_pos, be.gather(t.side[name], lk[side_pos] - 1))
-        obs = g[:, :width]
-        if pad is not None:
-            zeros = _zeros(t.spec[name], len(pad[0]))
-            be.write(g, pad, zeros)
-            be.write(nxt, pad, zeros)
-        if shared:  # obs and next_obs share memory: hand them out read-only
-            obs.flags.writeable = False
-            nxt.flags.writeable = False
-        out[name] = obs
-        out[next_name(name)] = nxt
-    term = np.asarray(be.to_numpy(out["terminated"]), dtype=bool)
-    trunc = np.asarray(be.to_numpy(out["truncated"]), dtype=bool)
-    first = np.empty((B, width), dtype=bool)
-    first[:, 0] = first0
-    first[:, 1:] = cut[:, :-1]
-    last = term | trunc
-    last |= ends
-    burn = np.zeros((B, width), dtype=bool)
-    burn[:, :burn_in] = True
-    if valid is None:
-        out["mask"] = ~burn
-        out["is_terminal"] = term.copy()
+    if fast is not None and isinstance(t.backend, NumpyBackend) \
+            and t.arrays["terminated"].dtype == np.bool_ \
+            and t.arrays["truncated"].dtype == np.bool_:
+        out = gather_fused(fast, t, res.keys, ext, width, burn_in, full=min_len >= width)
     else:
-        first &= valid
-        last &= valid
-        out["mask"] = valid & ~burn
-        out["is_terminal"] = valid & term
-    out["is_first"] = first
-    out["is_last"] = last
-    out["burn_in"] = burn
-    out["starts"] = starts
+        out = gather_numpy(t, res.keys, ext, width, burn_in)
+    return _finish(out, res, state_names)
+
+
+def _finish(out: dict[str, Any], res: SampleResult, state_names: list[str]) -> SequenceBatch:
     for name in state_names:
         key = f"{STATE_PREFIX}{SEP}{name}"
         if key in out:

@@ -1,6 +1,10 @@
 """numba twins of :func:`replaybank.ops.windows.stack_slots`,
 :func:`~replaybank.ops.windows.window_extent` and
-:func:`~replaybank.ops.windows.window_plan` (the numpy functions are their oracles).
+:func:`~replaybank.ops.windows.window_plan` (the numpy functions are their oracles), and
+the fused kernels of the sequence and frame-stack fast paths: :func:`draw_windows`
+(uniform draws -> checked window starts), :func:`sequence_plan` (slots, flags and side
+patches of sampled windows) and :func:`stack_slots_counted`; their oracles are numpy
+compositions (see each docstring and ``tests/test_sequences.py``).
 
 Importing this module raises ImportError when numba is missing;
 :func:`replaybank.ops.windows.stack_kernel` then falls back to numpy. Compiled once per
@@ -20,7 +24,8 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["stack_slots", "window_extent", "window_plan"]
+__all__ = ["draw_windows", "sequence_plan", "stack_slots", "stack_slots_counted",
+           "window_extent", "window_plan"]
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
@@ -30,6 +35,8 @@ BoolArray = npt.NDArray[np.bool_]
 def _stack(link, written, counts, keys, k, out):  # type: ignore[no-untyped-def]  # pragma: no cover
     # out[b] = (k + 1 slots, side slot, ok)
     T, lanes = link.shape  # noqa: N806
+    n_bad = 0
+    n_side = 0
     for b in range(keys.shape[0]):
         seq = keys[b] // lanes
         lane = keys[b] % lanes
@@ -54,15 +61,35 @@ def _stack(link, written, counts, keys, k, out):  # type: ignore[no-untyped-def]
         out[b, k] = ((row + 1) % T) * lanes + lane
         out[b, k + 1] = link[row, lane] - 1
         out[b, k + 2] = good
+        n_bad += 1 - good
+        n_side += link[row, lane] > 0
+    return n_bad, n_side
 
 
 def stack_slots(link: npt.NDArray[np.int32], written: IntArray, counts: IntArray,
                 keys: IntArray, k: int) -> tuple[IntArray, IntArray, BoolArray]:
     """Same contract as :func:`replaybank.ops.windows.stack_slots`."""
+    slots, side, ok, _, _ = stack_slots_counted(link, written, counts, keys, k)
+    return slots, side, np.ones(len(slots), np.bool_) if ok is None else ok
+
+
+def stack_slots_counted(link: npt.NDArray[np.int32], written: IntArray, counts: IntArray,
+                        keys: IntArray, k: int) -> tuple[IntArray, IntArray,
+                                                         BoolArray | None, int, int]:
+    """:func:`stack_slots` plus how many ``ok`` are False and how many ``side >= 0``.
+
+    ``ok`` is None when it would be all True (the common case; saves an array op).
+
+    Example:
+        >>> link = np.zeros((4, 1), np.int32); link[3, 0] = 1
+        >>> stack_slots_counted(link, np.array([4]), np.array([4]), np.array([1, 3]), 2)[2:]
+        (None, 0, 1)
+    """
     keys = np.asarray(keys, dtype=np.int64)
     out = np.empty((keys.shape[0], k + 3), dtype=np.int64)
-    _stack(link, written, counts, keys, int(k), out)
-    return out[:, :k + 1], out[:, k + 1], out[:, k + 2] != 0
+    n_bad, n_side = _stack(link, written, counts, keys, int(k), out)
+    ok = out[:, k + 2] != 0 if n_bad else None
+    return out[:, :k + 1], out[:, k + 1], ok, int(n_bad), int(n_side)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -128,3 +155,187 @@ def window_plan(link: npt.NDArray[np.int32], written: IntArray, counts: IntArray
     first = np.empty(n, dtype=np.bool_)
     _plan(link, written, counts, keys, int(width), slots, lk, ends, first)
     return slots, lk, ends, first
+
+
+# ---------------------------------------------------------------------- fused sequence path
+@numba.njit(cache=True, nogil=True)
+def _draw(link, written, counts, flat, width, cross, min_len, keys, ext):  # type: ignore[no-untyped-def]  # pragma: no cover
+    T, lanes = link.shape  # noqa: N806
+    m = flat.shape[0]
+    nb = keys.shape[0]
+    all_keys = np.empty(m, np.int64)
+    all_ext = np.empty(m, np.int64)
+    n_ok = 0
+    for i in range(m):
+        # flat position -> key, lane by lane, each lane oldest to newest (ring.uniform_keys)
+        p = flat[i]
+        lane = 0
+        while p >= counts[lane]:
+            p -= counts[lane]
+            lane += 1
+        hi = written[lane]
+        seq = hi - counts[lane] + p
+        all_keys[i] = seq * lanes + lane
+        n = min(width, hi - seq)
+        if not cross:
+            # first cut, scanned without data-dependent branches so that the (cache
+            # missing) loads of one window overlap
+            row = seq % T
+            cut = n
+            for j in range(n - 1):
+                if link[row, lane] != 0 and cut == n:
+                    cut = j + 1
+                row += 1
+                if row == T:
+                    row = 0
+            n = cut
+        all_ext[i] = n
+        if n >= min_len:
+            keys[n_ok] = seq * lanes + lane
+            ext[n_ok] = n
+            n_ok += 1
+            if n_ok == nb:  # enough: later draws are not needed (nor counted)
+                return n_ok
+    if n_ok < nb:  # too few valid draws: valid ones first, then invalid ones, in draw order
+        j = n_ok
+        for i in range(m):
+            if j == nb:
+                break
+            if all_ext[i] < min_len:
+                keys[j] = all_keys[i]
+                ext[j] = all_ext[i]
+                j += 1
+    return n_ok
+
+
+def draw_windows(link: npt.NDArray[np.int32], written: IntArray, counts: IntArray,
+                 flat: IntArray, width: int, cross: bool, min_len: int,
+                 batch_size: int) -> tuple[IntArray, IntArray, int]:
+    """Map uniform draws to window starts and keep the first valid ones, in one pass.
+
+    The numpy composition it replaces (its oracle): ``keys = ring.uniform_keys(flat,
+    written, counts)``, ``ext = window_extent(link, written, counts, keys, width,
+    cross)``, then the first ``batch_size`` draws with ``ext >= min_len`` in draw order
+    (when fewer are valid: all valid draws, then the first invalid ones).
+
+    Args:
+        link: Next-observation links ``[T, lanes]``.
+        written: Steps ever written per lane ``[lanes]``.
+        counts: Live steps per lane ``[lanes]`` (sum > every ``flat``).
+        flat: Uniform positions ``[m]`` in ``[0, counts.sum())``, ``m >= batch_size``.
+        width: Window width ``W``.
+        cross: Boundary mode (see :func:`~replaybank.ops.windows.window_extent`).
+        min_len: Smallest acceptable extent.
+        batch_size: Starts to keep ``B``.
+
+    Returns:
+        ``(keys, ext, n_valid)``: keys and extents ``[B]``, and how many of the ``m``
+        draws were valid, counted up to ``B`` (the scan stops there).
+
+    Example:
+        >>> link = np.zeros((4, 2), np.int32); link[1, 0] = 1
+        >>> keys, ext, n = draw_windows(link, np.array([4, 4]), np.array([4, 4]),
+        ...                             np.array([0, 1, 4, 6]), 2, False, 2, 2)
+        >>> keys.tolist(), ext.tolist(), n
+        ([0, 1], [2, 2], 2)
+    """
+    keys = np.empty(batch_size, np.int64)
+    ext = np.empty(batch_size, np.int64)
+    n = _draw(link, written, counts, np.asarray(flat, np.int64), int(width), bool(cross),
+              int(min_len), keys, ext)
+    return keys, ext, int(n)
+
+
+@numba.njit(cache=True, nogil=True)
+def _seq_plan(link, written, counts, term, trunc, keys, ext, width, burn_in, slots, flags,  # type: ignore[no-untyped-def]  # pragma: no cover
+              side):
+    # flags [7, B, W]: is_first, is_last, is_terminal, mask, burn_in, terminated, truncated
+    T, lanes = link.shape  # noqa: N806
+    n_side = 0
+    tail_only = True
+    for b in range(keys.shape[0]):
+        seq = keys[b] // lanes
+        lane = keys[b] % lanes
+        newest = written[lane] - 1
+        n = ext[b]
+        prev = seq - 1
+        f = True if prev < written[lane] - counts[lane] else link[prev % T, lane] > 0
+        row = seq % T
+        for j in range(width):
+            slot = row * lanes + lane
+            slots[b, j] = slot
+            v = link[row, lane]
+            cut = v > 0
+            ok = j < n
+            tm = term[slot] & ok  # branch-free: the loads of all steps overlap
+            tr = trunc[slot] & ok
+            bi = j < burn_in
+            flags[5, b, j] = tm
+            flags[6, b, j] = tr
+            flags[2, b, j] = tm
+            flags[0, b, j] = f & ok
+            flags[1, b, j] = tm | tr | (cut & ok & (seq + j != newest))
+            flags[4, b, j] = bi
+            flags[3, b, j] = ok & (not bi)
+            if cut and ok:
+                side[n_side, 0] = b
+                side[n_side, 1] = j
+                side[n_side, 2] = v - 1
+                n_side += 1
+                if j != width - 1:
+                    tail_only = False
+            f = cut
+            row += 1
+            if row == T:
+                row = 0
+        slots[b, width] = row * lanes + lane
+    return n_side, tail_only
+
+
+def sequence_plan(link: npt.NDArray[np.int32], written: IntArray, counts: IntArray,
+                  term: BoolArray, trunc: BoolArray, keys: IntArray, ext: IntArray,
+                  width: int, burn_in: int) -> tuple[IntArray, dict[str, BoolArray],
+                                                     IntArray, bool]:
+    """Slots, flags and side patches of sampled windows, in one pass.
+
+    Its numpy oracle is :func:`~replaybank.ops.windows.window_plan` plus the flag
+    arithmetic of :mod:`replaybank.buffers.sequences`.
+
+    Args:
+        link: Next-observation links ``[T, lanes]``.
+        written: Steps ever written per lane ``[lanes]``.
+        counts: Live steps per lane ``[lanes]``.
+        term: ``terminated`` by slot ``[T * lanes]`` bool.
+        trunc: ``truncated`` by slot ``[T * lanes]`` bool.
+        keys: Live window starts ``[B]``.
+        ext: Extents ``[B]`` (steps past them are padding).
+        width: Window width ``W``.
+        burn_in: Leading burn-in steps.
+
+    Returns:
+        ``(slots, flags, side, tail_only)``: storage slots ``[B, W + 1]`` (the window
+        and the step after it); ``flags`` with ``is_first``, ``is_last``,
+        ``is_terminal``, ``mask``, ``burn_in``, ``terminated``, ``truncated`` ``[B, W]``
+        bool (False where padded); ``side`` ``[n, 3]`` rows ``(b, j, side slot)`` of the
+        valid steps whose next observation is kept aside; ``tail_only``: every such
+        step is the last of its window.
+
+    Example:
+        >>> link = np.zeros((4, 1), np.int32); link[[1, 3], 0] = 1
+        >>> z = np.zeros(4, bool)
+        >>> slots, fl, side, tail = sequence_plan(link, np.array([4]), np.array([4]), z, z,
+        ...                                       np.array([0]), np.array([2]), 2, 0)
+        >>> slots.tolist(), fl["is_last"].tolist(), side.tolist(), tail
+        ([[0, 1, 2]], [[False, True]], [[0, 1, 0]], True)
+    """
+    keys = np.asarray(keys, np.int64)
+    nb = keys.shape[0]
+    slots = np.empty((nb, width + 1), np.int64)
+    flags = np.empty((7, nb, width), np.bool_)
+    side = np.empty((nb * width, 3), np.int64)
+    n, tail = _seq_plan(link, written, counts, term, trunc, keys, np.asarray(ext, np.int64),
+                        int(width), int(burn_in), slots, flags, side)
+    names = ("is_first", "is_last", "is_terminal", "mask", "burn_in", "terminated",
+             "truncated")
+    return slots, dict(zip(names, flags, strict=True)), side[:n], bool(tail)
+

@@ -58,6 +58,16 @@ __all__ = ["FrameStackView"]
 IntArray = npt.NDArray[np.int64]
 
 
+def _counted(fn: Any) -> Any:
+    """Wrap a ``stack_slots`` function to also return ``(n_not_ok, n_side)``."""
+    def counted(link: Any, written: Any, counts: Any, keys: IntArray, k: int) -> tuple[
+            IntArray, IntArray, npt.NDArray[np.bool_], int, int]:
+        slots, side, ok = fn(link, written, counts, keys, k)
+        return slots, side, ok, int(len(ok) - np.count_nonzero(ok)), \
+            int(np.count_nonzero(side >= 0))
+    return counted
+
+
 class FrameStackView:
     """Stacks ``k`` single stored frames of every obs field at sample time.
 
@@ -96,7 +106,7 @@ class FrameStackView:
         self._layout: dict[str, tuple[bool, int]] = {}
         self.kernel = kernel
         self._kernel: Any = None
-        self._last: tuple[StepTable, IntArray, bytes, IntArray, IntArray] | None = None
+        self._last: tuple[StepTable, IntArray, bytes, IntArray, IntArray, int] | None = None
 
     # ------------------------------------------------------------------ inputs
     def _decide(self, leaf: str, arr: npt.NDArray[Any], n_lead: int, lanes: int) -> tuple[
@@ -148,30 +158,40 @@ class FrameStackView:
         return unflatten(out)
 
     # ------------------------------------------------------------------ sampling
-    def _stack_slots(self, table: StepTable, keys: IntArray) -> tuple[IntArray, IntArray,
-                                                                      npt.NDArray[np.bool_]]:
+    def _stack_slots(self, table: StepTable, keys: IntArray) -> tuple[
+            IntArray, IntArray, npt.NDArray[np.bool_] | None, int, int]:
+        """``(slots, side, ok, n_not_ok, n_side)`` of ``keys`` (see ``stack_slots``;
+        ``ok`` may be None when ``n_not_ok == 0``)."""
         if self._kernel is None:
-            self._kernel = windows.stack_kernel(self.kernel)[0]
-        out: tuple[IntArray, IntArray, npt.NDArray[np.bool_]] = self._kernel(
+            fn, name = windows.stack_kernel(self.kernel)
+            if name == "numba":
+                from replaybank.ops.windows_numba import stack_slots_counted
+
+                self._kernel = stack_slots_counted
+            else:
+                self._kernel = _counted(fn)
+        out: tuple[IntArray, IntArray, npt.NDArray[np.bool_] | None, int, int] = self._kernel(
             table.link, table.written, table.counts, keys, self.k)
         return out
 
     def valid(self, table: StepTable, keys: IntArray) -> npt.NDArray[np.bool_] | None:
-        """Steps whose history (and the inner view's needs) is still stored."""
+        """Steps whose history (and the inner view's needs) is still stored (None: all)."""
         keys = np.asarray(keys, dtype=np.int64)
-        slots, side, ok = self._stack_slots(table, keys)
+        slots, side, ok, n_bad, n_side = self._stack_slots(table, keys)
         # one-shot cache: ReplayBuffer.sample gathers the same key array right after
-        self._last = (table, keys, table.written.tobytes(), slots, side)
+        self._last = (table, keys, table.written.tobytes(), slots, side, n_side)
         inner_ok = self.inner.valid(table, keys)
+        if n_bad == 0 or ok is None:
+            return inner_ok
         return ok if inner_ok is None else ok & inner_ok
 
-    def _cached(self, table: StepTable, keys: IntArray) -> tuple[IntArray, IntArray]:
+    def _cached(self, table: StepTable, keys: IntArray) -> tuple[IntArray, IntArray, int]:
         last, self._last = self._last, None
         if last is not None and last[0] is table and last[1] is keys \
                 and last[2] == table.written.tobytes():
-            return last[3], last[4]
-        slots, side, _ = self._stack_slots(table, keys)
-        return slots, side
+            return last[3], last[4], last[5]
+        slots, side, _, _, n_side = self._stack_slots(table, keys)
+        return slots, side, n_side
 
     def gather(self, table: StepTable, keys: IntArray) -> dict[str, Any]:
         """Fields of ``keys`` with ``obs``/``next_obs`` as stacks ``[B, k, *frame]``."""
@@ -182,10 +202,10 @@ class FrameStackView:
         last_keys = None if plain else getattr(self.inner, "last_keys", None)
         last = keys if last_keys is None else np.asarray(last_keys(table, keys), np.int64)
         same = last is keys or np.array_equal(last, keys)
-        win, side = self._cached(table, keys)  # [B, k + 1] slots, [B] side slots
+        win, side, n_side = self._cached(table, keys)  # [B, k + 1] slots, [B] side slots
         out: dict[str, Any] = {}
         if plain:
-            slots = win[:, k - 1]  # the step itself
+            slots = np.ascontiguousarray(win[:, k - 1])  # the step itself
             obs_fields = table.obs_fields
             for name, arr in table.arrays.items():
                 if name not in obs_fields:
@@ -193,9 +213,9 @@ class FrameStackView:
         else:
             out = dict(self.inner.gather(table, keys))
         if not same:  # n-step: obs stack of t, next stack of the window's last step
-            win_last, side = self._stack_slots(table, last)[:2]
+            win_last, side, _, _, n_side = self._stack_slots(table, last)
             win = np.concatenate([win[:, :k], win_last[:, 1:]], axis=1)  # [B, 2k]
-        pos = np.flatnonzero(side >= 0) if len(side) and side.max() >= 0 else None
+        pos = np.flatnonzero(side >= 0) if n_side else None
         for name in table.obs_fields:
             w = be.gather(table.flat(table.arrays[name]), win)  # [B, n, *frame]
             if pos is not None:

@@ -1,0 +1,192 @@
+"""Window gathers of :mod:`replaybank.buffers.sequences`: the numpy path (any backend)
+and the fused path (numba slots and flags, numpy storage).
+
+Observations: one ``[B, W + 1]`` gather serves ``obs`` (columns ``:W``) and
+``next_obs`` (``1:``); where a step's next observation is kept aside (episode ends,
+discontinuities, the newest step) it is patched into ``next_obs``, which is then its own
+array; otherwise both are read-only views of one array.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from replaybank.ops import windows
+from replaybank.storage.backend import NumpyBackend
+from replaybank.views.transition import next_name
+
+__all__ = ["gather_fused", "gather_numpy"]
+
+IntArray = npt.NDArray[np.int64]
+
+_PLAN: list[Any] = []
+
+
+def _load_plan() -> Any:
+    """The window-plan kernel (numba when it imports, else numpy), loaded once."""
+    _PLAN.append(windows.plan_kernel("auto")[0])
+    return _PLAN[0]
+
+
+def _zeros(field: Any, n: int) -> npt.NDArray[Any]:
+    return np.zeros((n, *field.shape), dtype=field.dtype)
+
+
+def gather_fused(fast: Any, t: Any, starts: IntArray, ext: IntArray, width: int,
+                 burn_in: int, full: bool = False) -> dict[str, Any]:
+    """:func:`gather_numpy` with slots, flags and side patches from one compiled pass.
+
+    Args:
+        fast: The :mod:`replaybank.ops.windows_numba` module.
+        t: A step table with numpy storage and bool ``terminated``/``truncated``.
+        starts: Window starts ``[B]`` (item keys).
+        ext: Their extents ``[B]``.
+        width: Window width ``W``.
+        burn_in: Leading burn-in steps.
+        full: Every extent is known to be ``W`` (skips the check).
+
+    Returns:
+        The batch fields (as :func:`gather_numpy`).
+
+    Example:
+        >>> import numpy as np, replaybank as rb
+        >>> from replaybank.ops import windows_numba
+        >>> buf = rb.ReplayBuffer(8, seed=0)
+        >>> for i in range(5):
+        ...     buf.add(obs=np.full(1, i, np.float32), action=0, reward=0.0,
+        ...             next_obs=np.full(1, i + 1, np.float32), terminated=False,
+        ...             truncated=False)
+        >>> out = gather_fused(windows_numba, buf.table, np.array([1]), np.array([3]), 3, 0)
+        >>> out["obs"][0, :, 0].tolist(), out["next_obs"][0, :, 0].tolist()
+        ([1.0, 2.0, 3.0], [2.0, 3.0, 4.0])
+    """
+    arrays = t.arrays
+    slots, flags, side, tail_only = fast.sequence_plan(
+        t.link, t.written, t.counts, t.flat(arrays["terminated"]), t.flat(arrays["truncated"]),
+        starts, ext, width, burn_in)
+    steps = slots[:, :width]
+    pad = None if full or int(ext.min()) >= width else \
+        np.nonzero(np.arange(width) >= ext[:, None])
+    out: dict[str, Any] = {}
+    obs_fields = t.obs_fields
+    for name, arr in arrays.items():
+        if name in obs_fields or name == "terminated" or name == "truncated":
+            continue
+        g = t.flat(arr).take(steps, axis=0)  # [B, W, *shape]
+        if pad is not None:
+            g[pad] = 0
+        out[name] = g
+    shared = pad is None and (len(side) == 0 or tail_only)
+    for name in obs_fields:
+        g = t.flat(arrays[name]).take(slots, axis=0)  # [B, W + 1, *shape]
+        nxt = g[:, 1:] if shared else g[:, 1:].copy()
+        if len(side):
+            nxt[side[:, 0], side[:, 1]] = t.side[name].take(side[:, 2], axis=0)
+        obs = g[:, :width]
+        if pad is not None:
+            g[pad] = 0
+            nxt[pad] = 0
+        if shared:  # obs and next_obs share memory: hand them out read-only
+            obs.flags.writeable = False
+            nxt.flags.writeable = False
+        out[name] = obs
+        out[next_name(name)] = nxt
+    out["terminated"] = flags.pop("terminated")
+    out["truncated"] = flags.pop("truncated")
+    out.update(flags)
+    out["starts"] = starts
+    return out
+
+
+def gather_numpy(t: Any, starts: IntArray, ext: IntArray, width: int,
+                 burn_in: int) -> dict[str, Any]:
+    """Every field of the windows ``[B, W, ...]``, flags, masks and ``starts`` (any backend).
+
+    Args:
+        t: A step table.
+        starts: Window starts ``[B]`` (item keys, live).
+        ext: Their extents ``[B]``: steps past them are zero-padded and masked.
+        width: Window width ``W``.
+        burn_in: Leading burn-in steps.
+
+    Returns:
+        A dict of batch fields: stored fields and ``next_<obs>``, ``mask``, ``is_first``,
+        ``is_last``, ``is_terminal``, ``burn_in`` and ``starts``.
+
+    Example:
+        >>> import numpy as np, replaybank as rb
+        >>> buf = rb.ReplayBuffer(8, seed=0)
+        >>> for i in range(5):
+        ...     buf.add(obs=np.full(1, i, np.float32), action=0, reward=0.0,
+        ...             next_obs=np.full(1, i + 1, np.float32), terminated=i == 2,
+        ...             truncated=False)
+        >>> out = gather_numpy(buf.table, np.array([1]), np.array([2]), 3, 0)
+        >>> out["obs"][0, :, 0].tolist(), out["mask"][0].tolist()
+        ([1.0, 2.0, 0.0], [True, True, False])
+    """
+    be = t.backend
+    B = len(starts)  # noqa: N806
+    plan = _PLAN[0] if _PLAN else _load_plan()
+    # slots of the W window steps plus the step after the last one [B, W + 1], their
+    # links [B, W], real episode ends / discontinuities [B, W], is_first of the starts [B]
+    slots, lk, ends, first0 = plan(t.link, t.written, t.counts, starts, width)
+    steps = slots[:, :width]
+    full = bool(ext.min() >= width)
+    valid = None if full else np.arange(width) < ext[:, None]  # [B, W]
+    pad = None if valid is None else np.nonzero(~valid)
+    cut = lk > 0
+    out: dict[str, Any] = {}
+    for name, arr in t.arrays.items():
+        if name in t.obs_fields:
+            continue
+        g = be.gather(t.flat(arr), steps)  # [B, W, *shape]
+        if pad is not None:
+            be.write(g, pad, _zeros(t.spec[name], len(pad[0])))
+        out[name] = g
+    # observations: one [B, W + 1] gather serves obs (columns :W) and next_obs (1:);
+    # where a step's next observation is kept aside it is patched into next_obs
+    side_pos = np.nonzero(cut if valid is None else cut & valid)
+    shared = pad is None and isinstance(be, NumpyBackend) and (
+        len(side_pos[1]) == 0 or int(side_pos[1].min()) == width - 1)
+    for name in t.obs_fields:
+        g = be.gather(t.flat(t.arrays[name]), slots)  # [B, W + 1, *shape]
+        nxt = g[:, 1:]
+        if not shared:
+            nxt = nxt.clone() if hasattr(nxt, "clone") else nxt.copy()  # torch or numpy
+        if len(side_pos[0]):
+            be.write(nxt, side_pos, be.gather(t.side[name], lk[side_pos] - 1))
+        obs = g[:, :width]
+        if pad is not None:
+            zeros = _zeros(t.spec[name], len(pad[0]))
+            be.write(g, pad, zeros)
+            be.write(nxt, pad, zeros)
+        if shared:  # obs and next_obs share memory: hand them out read-only
+            obs.flags.writeable = False
+            nxt.flags.writeable = False
+        out[name] = obs
+        out[next_name(name)] = nxt
+    term = np.asarray(be.to_numpy(out["terminated"]), dtype=bool)
+    trunc = np.asarray(be.to_numpy(out["truncated"]), dtype=bool)
+    first = np.empty((B, width), dtype=bool)
+    first[:, 0] = first0
+    first[:, 1:] = cut[:, :-1]
+    last = term | trunc
+    last |= ends
+    burn = np.zeros((B, width), dtype=bool)
+    burn[:, :burn_in] = True
+    if valid is None:
+        out["mask"] = ~burn
+        out["is_terminal"] = term.copy()
+    else:
+        first &= valid
+        last &= valid
+        out["mask"] = valid & ~burn
+        out["is_terminal"] = valid & term
+    out["is_first"] = first
+    out["is_last"] = last
+    out["burn_in"] = burn
+    out["starts"] = starts
+    return out
