@@ -37,6 +37,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from replaybank.ops.jit import pick_kernel
+
 __all__ = [
     "Kernels",
     "build",
@@ -331,14 +333,6 @@ def kernels(prefer: str = "auto") -> tuple[Kernels, str]:
         >>> (f, u), name = kernels("numpy"); name
         'numpy'
     """
-    if prefer not in ("auto", "numba", "numpy"):
-        raise ValueError(f"kernels(prefer={prefer!r}): use 'auto', 'numba' or 'numpy'")
-    if prefer != "numpy":
-        try:
-            from replaybank.ops import sumtree_numba
-        except ImportError:
-            if prefer == "numba":
-                raise
-        else:
-            return (sumtree_numba.find, sumtree_numba.update_pair), "numba"
-    return _numpy_kernels(), "numpy"
+    kernel, name = pick_kernel(prefer, "replaybank.ops.sumtree_numba", "KERNELS",
+                               None, "kernels")
+    return (kernel if kernel is not None else _numpy_kernels()), name

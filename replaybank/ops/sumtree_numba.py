@@ -21,7 +21,7 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["find", "sample_stratified", "transform", "update_keys", "update_pair"]
+__all__ = ["KERNELS", "find", "sample_stratified", "transform", "update_keys", "update_pair"]
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -241,3 +241,6 @@ def update_keys(sum_tree: FloatArray, min_tree: FloatArray, offsets: IntArray, f
                           np.ascontiguousarray(counts, dtype=np.int64), rows, float(eps),
                           float(alpha))
     return int(m), float(top)
+
+# the (find, update_pair) pair that replaybank.ops.sumtree.kernels() hands out
+KERNELS = (find, update_pair)

@@ -34,6 +34,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from replaybank.ops.jit import pick_kernel
+
 __all__ = [
     "history",
     "extent_kernel",
@@ -329,17 +331,8 @@ def extent_kernel(prefer: str = "auto") -> tuple[Any, str]:
         >>> extent_kernel("numpy")[1]
         'numpy'
     """
-    if prefer not in ("auto", "numba", "numpy"):
-        raise ValueError(f"extent_kernel(prefer={prefer!r}): use 'auto', 'numba' or 'numpy'")
-    if prefer != "numpy":
-        try:
-            from replaybank.ops import windows_numba
-        except ImportError:
-            if prefer == "numba":
-                raise
-        else:
-            return windows_numba.window_extent, "numba"
-    return window_extent, "numpy"
+    return pick_kernel(prefer, "replaybank.ops.windows_numba", "window_extent", window_extent,
+                       "extent_kernel")
 
 
 def plan_kernel(prefer: str = "auto") -> tuple[Any, str]:
@@ -349,17 +342,8 @@ def plan_kernel(prefer: str = "auto") -> tuple[Any, str]:
         >>> plan_kernel("numpy")[1]
         'numpy'
     """
-    if prefer not in ("auto", "numba", "numpy"):
-        raise ValueError(f"plan_kernel(prefer={prefer!r}): use 'auto', 'numba' or 'numpy'")
-    if prefer != "numpy":
-        try:
-            from replaybank.ops import windows_numba
-        except ImportError:
-            if prefer == "numba":
-                raise
-        else:
-            return windows_numba.window_plan, "numba"
-    return window_plan, "numpy"
+    return pick_kernel(prefer, "replaybank.ops.windows_numba", "window_plan", window_plan,
+                       "plan_kernel")
 
 
 def stack_kernel(prefer: str = "auto") -> tuple[Any, str]:
@@ -375,17 +359,8 @@ def stack_kernel(prefer: str = "auto") -> tuple[Any, str]:
         >>> stack_kernel("numpy")[1]
         'numpy'
     """
-    if prefer not in ("auto", "numba", "numpy"):
-        raise ValueError(f"stack_kernel(prefer={prefer!r}): use 'auto', 'numba' or 'numpy'")
-    if prefer != "numpy":
-        try:
-            from replaybank.ops import windows_numba
-        except ImportError:
-            if prefer == "numba":
-                raise
-        else:
-            return windows_numba.stack_slots, "numba"
-    return stack_slots, "numpy"
+    return pick_kernel(prefer, "replaybank.ops.windows_numba", "stack_slots", stack_slots,
+                       "stack_kernel")
 
 
 def r2d2_priority(td_errors: FloatArray, mask: BoolArray, eta: float) -> FloatArray:
