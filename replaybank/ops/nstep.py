@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["discounted_returns", "window_keys", "window_lengths"]
+__all__ = ["discounted_returns", "return_weights", "window_keys", "window_lengths"]
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -67,7 +67,19 @@ def discounted_returns(rewards: npt.NDArray[np.floating], lengths: IntArray,
         gamma: Discount factor.
     """
     r = np.asarray(rewards, dtype=np.float64)
-    n = r.shape[1]
-    k = np.arange(n)
-    w = np.where(k[None, :] < np.asarray(lengths)[:, None], float(gamma) ** k[None, :], 0.0)
+    w = return_weights(lengths, r.shape[1], gamma)
     return np.asarray(np.sum(r * w, axis=1), dtype=np.float64)
+
+
+def return_weights(lengths: IntArray, n: int, gamma: float) -> FloatArray:
+    """Weights ``w[b, k] = gamma**k if k < L[b] else 0``, ``[B, n]`` float64.
+
+    ``sum_k w[b, k] * r[b, k]`` is the n-step return; device storage applies the same
+    weights to rewards that never leave the device.
+
+    Example:
+        >>> return_weights(np.array([1, 3]), 3, 0.5).tolist()
+        [[1.0, 0.0, 0.0], [1.0, 0.5, 0.25]]
+    """
+    k = np.arange(n)
+    return np.where(k[None, :] < np.asarray(lengths)[:, None], float(gamma) ** k[None, :], 0.0)

@@ -100,16 +100,27 @@ class NStepView:
             if name in ("terminated", "truncated"):
                 out[name] = table.take(name, last)
             elif name == "reward":
-                r = be.to_numpy(table.take(name, wslots))  # [B, n]
-                g = nstep.discounted_returns(r, length, self.gamma)
-                out[name] = g.astype(table.spec["reward"].dtype)
+                out[name] = self._returns(table.take(name, wslots), length,
+                                          table.spec["reward"].dtype)
             else:
                 out[name] = table.take(name, first)
         where = table.next_index(last)
         for name in table.obs_fields:
             out[next_name(name)] = table.take_next(name, *where)
-        out["discount"] = (self.gamma ** length.astype(np.float64)).astype(np.float32)
+        discount = (self.gamma ** length.astype(np.float64)).astype(np.float32)
+        out["discount"] = discount if be.name != "torch" else _like(out["reward"], discount)
         return out
+
+    def _returns(self, r: Any, length: IntArray, dtype: np.dtype[Any]) -> Any:
+        """n-step returns ``[B]`` from window rewards ``r`` ``[B, n]`` where ``r`` lives.
+
+        Numpy rewards are summed on the host; device tensors are summed on their device
+        (only the ``[B, n]`` weights travel), so torch storage has no host round trip.
+        """
+        if isinstance(r, np.ndarray):
+            return nstep.discounted_returns(r, length, self.gamma).astype(dtype)
+        w = _like(r, nstep.return_weights(length, self.n, self.gamma)).double()
+        return (r.double() * w).sum(dim=1).to(r.dtype)
 
     def valid(self, table: StepTable, keys: IntArray) -> npt.NDArray[np.bool_] | None:
         """Every live step starts a (possibly shortened) window: always None."""
@@ -118,3 +129,10 @@ class NStepView:
     def config(self) -> dict[str, Any]:
         """JSON-able constructor arguments."""
         return {"type": "nstep", "n": self.n, "gamma": self.gamma}
+
+
+def _like(tensor: Any, values: npt.NDArray[Any]) -> Any:
+    """``values`` as a tensor on ``tensor``'s device (torch is already imported then)."""
+    import torch
+
+    return torch.as_tensor(values, device=tensor.device)
