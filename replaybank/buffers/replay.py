@@ -372,7 +372,10 @@ class ReplayBuffer:
                 plan = self._plan()
             if plan is not None:
                 m = self._num_envs
-                if plan.add_one(fields) if m == 1 else plan.write(fields, (m,), (1, m)):
+                if plan.lean:
+                    if plan.add_lane(fields):
+                        return
+                elif plan.add_one(fields) if m == 1 else plan.write(fields, (m,), (1, m)):
                     return
         self._write(fields, False, env_ids, priority)
 
@@ -388,12 +391,20 @@ class ReplayBuffer:
             SpecError, ShapeError, DtypeError: Bad input; the buffer is left unchanged.
         """
         if env_ids is None and priority is None:
-            plan = self._plan()
-            obs = fields.get("obs")
-            if plan is not None and type(obs) is np.ndarray and obs.ndim >= 1:
-                m, n = self._num_envs, obs.shape[0]
-                if plan.write(fields, (n,) if m == 1 else (n, m), (n, m)):
-                    return
+            plan = self._fast
+            if plan is None or plan.table is not self._table or plan.owner is not self.sampler \
+                    or plan.view is not self.view:
+                plan = self._plan()
+            if plan is not None:
+                if plan.lean:  # one in-memory lane: the lean path
+                    if plan.extend_lane(fields):
+                        return
+                else:
+                    obs = fields.get("obs")
+                    if type(obs) is np.ndarray and obs.ndim >= 1:
+                        m, n = self._num_envs, obs.shape[0]
+                        if plan.write(fields, (n,) if m == 1 else (n, m), (n, m)):
+                            return
         self._write(fields, True, env_ids, priority)
 
     add_multi = extend
