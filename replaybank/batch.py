@@ -22,7 +22,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -30,6 +30,8 @@ from replaybank.errors import require_extra
 from replaybank.spec import SEP, unflatten
 
 __all__ = ["Batch", "SequenceBatch"]
+
+_F = TypeVar("_F", bound="_FrozenArrays")
 
 
 def _tensor(value: Any, torch: Any, device: Any, non_blocking: bool, pin: bool) -> Any:
@@ -54,6 +56,19 @@ class _FrozenArrays(Mapping[str, Any]):
 
     def __init__(self, data: Mapping[str, Any]) -> None:
         object.__setattr__(self, "_data", dict(data))
+
+    @classmethod
+    def own(cls: type[_F], data: dict[str, Any]) -> _F:
+        """Wrap ``data`` without copying the dict (the caller hands it over and never
+        changes it again); ``cls(data)`` copies.
+
+        Example:
+            >>> Batch.own({"reward": np.zeros(2, np.float32)}).batch_size
+            2
+        """
+        obj = object.__new__(cls)
+        object.__setattr__(obj, "_data", data)
+        return obj
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"{type(self).__name__} is frozen; build a new one instead")

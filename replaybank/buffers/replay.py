@@ -34,14 +34,14 @@ from replaybank.buffers.inputs import (
 )
 from replaybank.errors import CapacityError, ConfigError, DtypeError, ShapeError, describe
 from replaybank.ops import ring
-from replaybank.samplers.base import LaneView, PrioritySampler, Sampler
-from replaybank.samplers.uniform import UniformSampler, check_batch_size
+from replaybank.samplers.base import LaneView, PrioritySampler, Sampler, SampleResult
+from replaybank.samplers.uniform import UniformSampler, check_batch_size, one_lane_keys
 from replaybank.spec import Spec
 from replaybank.storage import make_backend
 from replaybank.storage.backend import ArrayBackend
 from replaybank.storage.table import StepTable
 from replaybank.views import make_view
-from replaybank.views.transition import InputTransform, View
+from replaybank.views.transition import InputTransform, TransitionView, View
 
 __all__ = ["ReplayBuffer", "make_rng", "positive_int"]
 
@@ -416,10 +416,14 @@ class ReplayBuffer:
         self.sampler.on_clear()
 
     # ------------------------------------------------------------------ sampling
-    def _draw(self, batch_size: int, **kwargs: Any) -> Any:
-        """Draw keys with the sampler, redrawing the ones the view cannot serve."""
+    def _draw(self, batch_size: int, first: Any = None, **kwargs: Any) -> Any:
+        """Draw keys with the sampler (``first``: the sampler's result, already drawn),
+        redrawing the ones the view cannot serve."""
         lv = self.lane_view()
-        res = self.sampler.sample(batch_size, lv, self._rng, **kwargs)
+        res = self.sampler.sample(batch_size, lv, self._rng, **kwargs) if first is None \
+            else first
+        if type(self.view) is TransitionView:  # serves every step: nothing to check
+            return res
         ok = self.view.valid(self.table, res.keys)
         tries = 0
         while ok is not None and not np.all(ok):
@@ -452,15 +456,31 @@ class ReplayBuffer:
             EmptyBufferError: The buffer is empty, or ``replace=False`` and
                 ``batch_size > len(buf)``.
         """
-        check_batch_size(batch_size, len(self), replace)
+        t = self._table
+        if type(self.sampler) is UniformSampler and t is not None:
+            # the uniform sampler validates the same way itself, before it draws
+            if replace is True and not kwargs and t.lanes == 1:
+                # the common case without the sampler protocol round trip: the same keys
+                # as UniformSampler.sample
+                keys = one_lane_keys(batch_size, t.written, t.counts, self._rng)
+                if type(self.view) is TransitionView:  # and the same fields as the view
+                    data = t.gather_transitions(keys, live=True)
+                    data["indices"] = keys
+                    return Batch.own(data)
+                res = self._draw(batch_size, SampleResult(keys), replace=True)
+                data = self.view.gather(t, res.keys)
+                data["indices"] = res.keys
+                return Batch.own(data)
+        else:
+            check_batch_size(batch_size, len(self), replace)
         res = self._draw(batch_size, replace=replace, **kwargs)
-        data = self.view.gather(self.table, res.keys)
+        data = self.view.gather(self._table, res.keys)  # type: ignore[arg-type]
         data["indices"] = res.keys
         if res.weights is not None:
             data["weights"] = res.weights.astype(np.float32)
         if res.probabilities is not None:
             data["probabilities"] = res.probabilities
-        return Batch(data)
+        return Batch.own(data)
 
     def update_priorities(self, indices: Any, priorities: Any) -> int:
         """Set new priorities (e.g. ``|td_error|``) for sampled ``batch.indices``.
@@ -681,8 +701,6 @@ def _rng_state(rng: np.random.Generator) -> dict[str, Any]:
 
 
 def _replace_rows(res: Any, rows: IntArray, more: Any) -> Any:
-    from replaybank.samplers.base import SampleResult
-
     keys = res.keys.copy()
     keys[rows] = more.keys
     probs = weights = None

@@ -19,7 +19,7 @@ from replaybank.errors import ConfigError, EmptyBufferError
 from replaybank.ops import ring
 from replaybank.samplers.base import FloatArray, IntArray, LaneView, SampleResult
 
-__all__ = ["UniformSampler", "check_batch_size"]
+__all__ = ["UniformSampler", "check_batch_size", "one_lane_keys"]
 
 
 def check_batch_size(batch_size: Any, available: int, replace: bool) -> int:
@@ -47,6 +47,39 @@ def check_batch_size(batch_size: Any, available: int, replace: bool) -> int:
     return int(batch_size)
 
 
+def one_lane_keys(batch_size: Any, written: IntArray, counts: IntArray,
+                  rng: np.random.Generator) -> IntArray:
+    """Uniform item keys of a one-lane table, with replacement (validates ``batch_size``).
+
+    The live keys of the lane are ``[written - counts, written)``: they are drawn
+    directly, the same stream as ``oldest + rng.integers(0, counts)``.
+
+    Args:
+        batch_size: Number of keys B.
+        written: Steps ever written, ``[1]``.
+        counts: Live steps, ``[1]``.
+        rng: The generator to draw from.
+
+    Returns:
+        Item keys ``[B]`` (int64).
+
+    Raises:
+        ConfigError: ``batch_size`` is not a positive int.
+        EmptyBufferError: The lane is empty.
+
+    Example:
+        >>> keys = one_lane_keys(5, np.array([12]), np.array([4]), np.random.default_rng(0))
+        >>> bool(np.all((keys >= 8) & (keys < 12)))
+        True
+    """
+    size = int(counts[0])
+    if type(batch_size) is not int or batch_size <= 0 or size <= 0:
+        batch_size = check_batch_size(batch_size, size, True)
+    low = int(written[0]) - size
+    keys: IntArray = rng.integers(low, low + size, size=batch_size, dtype=np.int64)
+    return keys
+
+
 class UniformSampler:
     """Draws live steps uniformly, with replacement by default.
 
@@ -71,8 +104,14 @@ class UniformSampler:
         **kwargs: Any,
     ) -> SampleResult:
         counts = lanes.counts
-        size = int(counts[0]) if lanes.lanes == 1 else int(counts.sum())
-        check_batch_size(batch_size, size, replace)
+        if lanes.lanes == 1:
+            if replace:
+                return SampleResult(one_lane_keys(batch_size, lanes.written, counts, rng))
+            size = int(counts[0])
+            check_batch_size(batch_size, size, replace)
+        else:
+            size = int(counts.sum())
+            check_batch_size(batch_size, size, replace)
         if replace:
             flat = rng.integers(0, size, size=batch_size, dtype=np.int64)
         else:

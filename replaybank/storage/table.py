@@ -41,6 +41,7 @@ Example:
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -57,6 +58,7 @@ __all__ = ["StepTable", "bitwise_equal_rows"]
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
 _NO_KEYS: IntArray = np.zeros((0, 0), dtype=np.int64)
+_INT64 = np.dtype(np.int64)
 
 
 class StepTable:
@@ -113,6 +115,7 @@ class StepTable:
         # numpy storage dies with the process: no need to order writes for crash safety
         self._durable = type(be) is not NumpyBackend
         self._flat_cache: dict[int, tuple[Any, Any]] = {}
+        self._plan: tuple[tuple[Any, ...], Any] | None = None  # see _read_plan
         self._obs_pos = self._names.index("obs") if "obs" in spec else -1
         self._term_pos = self._names.index("terminated") if "terminated" in spec else -1
         self._trunc_pos = self._names.index("truncated") if "truncated" in spec else -1
@@ -529,6 +532,116 @@ class StepTable:
         if len(pos):
             be.write(out, pos, be.gather(self.side[name], side))
         return out
+
+    def gather_transitions(self, keys: IntArray, live: bool = False) -> dict[str, Any]:
+        """Every field of the steps ``keys`` plus ``next_<obs field>``, each ``[B, *shape]``.
+
+        The same as :meth:`take` for every field and :meth:`take_next` for every obs field
+        (exactly the ``next_obs`` the caller passed), in one pass: numpy storage does one
+        flat ``take`` per field, the next observations wrapping around the ring in the
+        ``take`` itself.
+
+        Args:
+            keys: Item keys ``[B]``.
+            live: The keys are known to be live (just drawn by a sampler): a one-lane
+                table then finds their slots without a modulo.
+
+        Returns:
+            ``{name: [B, *shape]}`` for the stored fields, then ``next_<obs field>``.
+
+        Example:
+            >>> import numpy as np
+            >>> from replaybank.spec import Spec
+            >>> t = StepTable(Spec.coerce({"obs": ((), "int64"), "terminated": ((), "bool"),
+            ...                            "truncated": ((), "bool")}), T=2, lanes=1,
+            ...               obs_fields=["obs"])
+            >>> no = np.zeros((3, 1), bool)
+            >>> _ = t.write(np.array([0]), {"obs": np.array([[5], [6], [7]]),
+            ...             "terminated": no, "truncated": no}, {"obs": np.array([[6], [7], [8]])})
+            >>> out = t.gather_transitions(np.array([1, 2]))
+            >>> out["obs"].tolist(), out["next_obs"].tolist()
+            ([6, 7], [7, 8])
+        """
+        T = self.T  # noqa: N806
+        if type(self.backend) is not NumpyBackend:
+            slots = self.slots_of(keys)  # [B]
+            out: dict[str, Any] = {name: self.take(name, slots) for name in self.arrays}
+            where = self.next_index(slots)
+            for name in self.obs_fields:
+                out["next_" + name] = self.take_next(name, *where)
+            return out
+        fresh = False
+        if live and self.lanes == 1 and type(keys) is np.ndarray and keys.dtype is _INT64:
+            # the live keys lie in [oldest, written) inside [base, base + 2T) with base the
+            # multiple of T at or below oldest: keys - base are slots up to one wrap, which
+            # take's mode="wrap" removes (cheaper than keys % T)
+            written = self.written.item(0)
+            oldest = written - self.counts.item(0)
+            base = oldest - oldest % T
+            slots = keys if base == 0 else keys - base
+            fresh = written < T  # then every slot + 1 < T too
+        else:
+            slots = self.slots_of(keys)  # [B]
+        fields, link, nexts = self._read_plan()
+        out = {name: arr.take(slots, axis=0, mode="wrap") for name, arr in fields}
+        if not nexts:
+            return out
+        lk = link.take(slots, mode="wrap")
+        pos = lk.nonzero()[0]
+        side_slots = lk.take(pos) - 1 if len(pos) else None
+        # the next step's slot is slots + lanes, wrapped by take itself; None: slots + 1 < T,
+        # take from the obs fields shifted by one row
+        nxt = None if fresh else slots + self.lanes
+        for name, arr, shifted, key in nexts:
+            o = shifted.take(slots, axis=0) if nxt is None else \
+                arr.take(nxt, axis=0, mode="wrap")
+            if side_slots is not None:
+                o[pos] = self.side[name].take(side_slots, axis=0)
+            out[key] = o
+        return out
+
+    def take_fields(self, slots: IntArray, obs: bool = True) -> dict[str, Any]:
+        """Every stored field at storage ``slots`` (the obs fields only when ``obs``).
+
+        Args:
+            slots: Storage slots ``[B]`` (see :meth:`slots_of`).
+            obs: Include the observation fields.
+
+        Returns:
+            ``{name: [B, *shape]}`` in spec order.
+
+        Example:
+            >>> import numpy as np
+            >>> from replaybank.spec import Spec
+            >>> t = StepTable(Spec.coerce({"obs": ((), "int64"), "reward": ((), "float32")}),
+            ...               T=4, lanes=1, obs_fields=["obs"])
+            >>> sorted(t.take_fields(np.array([0, 1]), obs=False))
+            ['reward']
+        """
+        if type(self.backend) is not NumpyBackend:
+            return {name: self.take(name, slots) for name in self.arrays
+                    if obs or name not in self.obs_fields}
+        fields = self._read_plan()[0]
+        if obs:
+            return {name: arr.take(slots, axis=0) for name, arr in fields}
+        skip = self.obs_fields
+        return {name: arr.take(slots, axis=0) for name, arr in fields if name not in skip}
+
+    def _read_plan(self) -> tuple[list[tuple[str, Any]], Any, list[tuple[str, Any, Any, str]]]:
+        """Flat views of the fields and of ``link`` for :meth:`gather_transitions` (each obs
+        field also shifted by one row), rebuilt when an array is replaced."""
+        plan = self._plan
+        if plan is not None and plan[0][-1] is self.link and len(plan[0]) == len(self.arrays) + 1 \
+                and all(map(operator.is_, self.arrays.values(), plan[0])):
+            cached: tuple[list[tuple[str, Any]], Any, list[tuple[str, Any, Any, str]]] = plan[1]
+            return cached
+        flat = self.flat
+        fields = [(name, flat(arr)) for name, arr in self.arrays.items()]
+        nexts = [(name, flat(self.arrays[name]), flat(self.arrays[name])[1:], "next_" + name)
+                 for name in self.obs_fields]
+        body = (fields, flat(self.link), nexts)
+        self._plan = ((*self.arrays.values(), self.link), body)
+        return body
 
     def is_boundary(self, keys: IntArray) -> BoolArray:
         """Whether the next observation of each step is kept aside (episode end,

@@ -180,7 +180,7 @@ class FrameStackView:
         slots, side, ok, n_bad, n_side = self._stack_slots(table, keys)
         # one-shot cache: ReplayBuffer.sample gathers the same key array right after
         self._last = (table, keys, table.written.tobytes(), slots, side, n_side)
-        inner_ok = self.inner.valid(table, keys)
+        inner_ok = None if type(self.inner) is TransitionView else self.inner.valid(table, keys)
         if n_bad == 0 or ok is None:
             return inner_ok
         return ok if inner_ok is None else ok & inner_ok
@@ -205,11 +205,7 @@ class FrameStackView:
         win, side, n_side = self._cached(table, keys)  # [B, k + 1] slots, [B] side slots
         out: dict[str, Any] = {}
         if plain:
-            slots = np.ascontiguousarray(win[:, k - 1])  # the step itself
-            obs_fields = table.obs_fields
-            for name, arr in table.arrays.items():
-                if name not in obs_fields:
-                    out[name] = be.gather(table.flat(arr), slots)
+            out = table.take_fields(np.ascontiguousarray(win[:, k - 1]), obs=False)  # the step
         else:
             out = dict(self.inner.gather(table, keys))
         if not same:  # n-step: obs stack of t, next stack of the window's last step

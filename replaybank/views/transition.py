@@ -58,12 +58,7 @@ class TransitionView:
     """One-step transitions: stored fields plus exact ``next_obs``."""
 
     def gather(self, table: StepTable, keys: IntArray) -> dict[str, Any]:
-        slots = table.slots_of(keys)  # [B]
-        out: dict[str, Any] = {name: table.take(name, slots) for name in table.arrays}
-        where = table.next_index(slots)
-        for name in table.obs_fields:
-            out[next_name(name)] = table.take_next(name, *where)
-        return out
+        return table.gather_transitions(keys)
 
     def valid(self, table: StepTable, keys: IntArray) -> npt.NDArray[np.bool_] | None:
         return None
