@@ -33,7 +33,13 @@ from replaybank.errors import (
 )
 from replaybank.io.checkpoint import load_buffer as load
 from replaybank.ops.gae import discount_cumsum, gae
-from replaybank.samplers.base import LaneView, PrioritySampler, Sampler, SampleResult
+from replaybank.samplers.base import (
+    LaneView,
+    PrioritySampler,
+    Sampler,
+    SampleResult,
+    StatelessSampler,
+)
 from replaybank.samplers.lane_split import LaneSplitSampler
 from replaybank.samplers.prioritized import PrioritizedSampler
 from replaybank.samplers.recent import RecentSampler
@@ -85,6 +91,7 @@ __all__ = [
     "ShapeError",
     "Spec",
     "SpecError",
+    "StatelessSampler",
     "TorchBackend",
     "TransitionView",
     "UniformSampler",

@@ -366,10 +366,7 @@ class ReplayBuffer:
             SpecError, ShapeError, DtypeError: Bad input; the buffer is left unchanged.
         """
         if env_ids is None and priority is None:
-            plan = self._fast
-            if plan is None or plan.table is not self._table or plan.owner is not self.sampler \
-                    or plan.view is not self.view:
-                plan = self._plan()
+            plan = self._current_plan()
             if plan is not None:
                 m = self._num_envs
                 if plan.lean:
@@ -378,6 +375,14 @@ class ReplayBuffer:
                 elif plan.add_one(fields) if m == 1 else plan.write(fields, (m,), (1, m)):
                     return
         self._write(fields, False, env_ids, priority)
+
+    def _current_plan(self) -> Any:
+        """The cached fast-path plan, rebuilt when the table, sampler or view changed."""
+        plan = self._fast
+        if plan is None or plan.table is not self._table or plan.owner is not self.sampler \
+                or plan.view is not self.view:
+            plan = self._plan()
+        return plan
 
     def extend(self, *, env_ids: Any = None, priority: Any = None, **fields: Any) -> None:
         """Add many steps: values shaped ``[T, *shape]`` (one env) or ``[T, num_envs, *shape]``.
@@ -391,10 +396,7 @@ class ReplayBuffer:
             SpecError, ShapeError, DtypeError: Bad input; the buffer is left unchanged.
         """
         if env_ids is None and priority is None:
-            plan = self._fast
-            if plan is None or plan.table is not self._table or plan.owner is not self.sampler \
-                    or plan.view is not self.view:
-                plan = self._plan()
+            plan = self._current_plan()
             if plan is not None:
                 if plan.lean:  # one in-memory lane: the lean path
                     if plan.extend_lane(fields):

@@ -24,7 +24,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["LaneView", "PrioritySampler", "SampleResult", "Sampler"]
+__all__ = ["LaneView", "PrioritySampler", "SampleResult", "Sampler", "StatelessSampler"]
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -109,3 +109,32 @@ class PrioritySampler(Sampler, Protocol):
     def update(self, slots: IntArray, priorities: FloatArray) -> None:
         """Set the priorities of live ``slots`` (already validated, stale ones removed)."""
         ...
+
+
+class StatelessSampler:
+    """Shared no-op bookkeeping for samplers that keep no per-slot state.
+
+    Such samplers derive everything from the :class:`LaneView` at sampling time, so
+    writes, clears and checkpoints have nothing to record. Subclasses implement
+    ``sample`` and ``config``.
+    """
+
+    def bind(self, T: int, lanes: int) -> None:  # noqa: N803
+        """Nothing to allocate."""
+        return None
+
+    def on_write(self, slots: IntArray, priorities: FloatArray | None = None) -> None:
+        """Nothing to record."""
+        return None
+
+    def on_clear(self) -> None:
+        """Nothing to drop."""
+        return None
+
+    def state_dict(self) -> dict[str, Any]:
+        """No state: ``{}``."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Nothing to restore."""
+        return None

@@ -24,13 +24,13 @@ from typing import Any
 import numpy as np
 
 from replaybank.errors import ConfigError
-from replaybank.samplers.base import FloatArray, IntArray, LaneView, SampleResult
+from replaybank.samplers.base import LaneView, SampleResult, StatelessSampler
 from replaybank.samplers.uniform import check_batch_size
 
 __all__ = ["LaneSplitSampler"]
 
 
-class LaneSplitSampler:
+class LaneSplitSampler(StatelessSampler):
     """Divides each batch randomly (multinomially, equal odds) among non-empty lanes.
 
     Stateless apart from the buffer's generator, so its state dict is empty and a
@@ -46,15 +46,6 @@ class LaneSplitSampler:
         >>> buf.sample(4).obs.shape
         (4, 3)
     """
-
-    def bind(self, T: int, lanes: int) -> None:  # noqa: N803
-        return None
-
-    def on_write(self, slots: IntArray, priorities: FloatArray | None = None) -> None:
-        return None
-
-    def on_clear(self) -> None:
-        return None
 
     def sample(
         self,
@@ -82,12 +73,6 @@ class LaneSplitSampler:
         seq = lanes.written[lane] - c + (rng.random(batch_size) * c).astype(np.int64)
         seq = np.minimum(seq, lanes.written[lane] - 1)
         return SampleResult(seq * lanes.lanes + lane)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        return None
 
     def config(self) -> dict[str, Any]:
         return {"type": "lane_split"}

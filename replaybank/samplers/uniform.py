@@ -17,7 +17,7 @@ import numpy as np
 
 from replaybank.errors import ConfigError, EmptyBufferError
 from replaybank.ops import ring
-from replaybank.samplers.base import FloatArray, IntArray, LaneView, SampleResult
+from replaybank.samplers.base import IntArray, LaneView, SampleResult, StatelessSampler
 
 __all__ = ["UniformSampler", "check_batch_size", "one_lane_keys"]
 
@@ -80,20 +80,11 @@ def one_lane_keys(batch_size: Any, written: IntArray, counts: IntArray,
     return keys
 
 
-class UniformSampler:
+class UniformSampler(StatelessSampler):
     """Draws live steps uniformly, with replacement by default.
 
     ``replace=False`` draws distinct steps (the batch must not exceed the size).
     """
-
-    def bind(self, T: int, lanes: int) -> None:  # noqa: N803
-        return None
-
-    def on_write(self, slots: IntArray, priorities: FloatArray | None = None) -> None:
-        return None
-
-    def on_clear(self) -> None:
-        return None
 
     def sample(
         self,
@@ -117,12 +108,6 @@ class UniformSampler:
         else:
             flat = rng.choice(size, size=batch_size, replace=False).astype(np.int64)
         return SampleResult(ring.uniform_keys(flat, lanes.written, lanes.counts))
-
-    def state_dict(self) -> dict[str, Any]:
-        return {}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        return None
 
     def config(self) -> dict[str, Any]:
         return {"type": "uniform"}
