@@ -3,8 +3,8 @@
 :func:`~replaybank.ops.windows.window_plan` (the numpy functions are their oracles), and
 the fused kernels of the sequence and frame-stack fast paths: :func:`draw_windows`
 (uniform draws -> checked window starts), :func:`sequence_plan` (slots, flags and side
-patches of sampled windows) and :func:`stack_slots_counted`; their oracles are numpy
-compositions (see each docstring and ``tests/test_sequences.py``).
+patches of sampled windows), :func:`stack_slots_counted` and :func:`stack_plan`; their
+oracles are numpy compositions (see each docstring and ``tests/test_sequences.py``).
 
 Importing this module raises ImportError when numba is missing;
 :func:`replaybank.ops.windows.stack_kernel` then falls back to numpy. Compiled once per
@@ -24,8 +24,8 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["draw_windows", "sequence_plan", "stack_slots", "stack_slots_counted",
-           "window_extent", "window_plan"]
+__all__ = ["draw_windows", "sequence_plan", "stack_buffers", "stack_plan", "stack_slots",
+           "stack_slots_counted", "window_extent", "window_plan"]
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
@@ -33,11 +33,16 @@ BoolArray = npt.NDArray[np.bool_]
 
 @numba.njit(cache=True, nogil=True)
 def _stack(link, written, counts, keys, k, out):  # type: ignore[no-untyped-def]  # pragma: no cover
-    # out[b] = (k + 1 slots, side slot, ok)
+    # out (flat, B * (k + 4)): slots [B, k + 1], then side [B], ok [B], step slot [B]
     T, lanes = link.shape  # noqa: N806
+    nb = keys.shape[0]
+    w = k + 1
+    o_side = nb * w
+    o_ok = o_side + nb
+    o_step = o_ok + nb
     n_bad = 0
     n_side = 0
-    for b in range(keys.shape[0]):
+    for b in range(nb):
         seq = keys[b] // lanes
         lane = keys[b] % lanes
         lo = written[lane] - counts[lane]
@@ -52,17 +57,20 @@ def _stack(link, written, counts, keys, k, out):  # type: ignore[no-untyped-def]
             if link[cand % T, lane] != 0:
                 break
             depth += 1
+        base = b * w
         for c in range(k):
             back = k - 1 - c
             if back > depth:
                 back = depth
-            out[b, c] = ((seq - back) % T) * lanes + lane
+            out[base + c] = ((seq - back) % T) * lanes + lane
         row = seq % T
-        out[b, k] = ((row + 1) % T) * lanes + lane
-        out[b, k + 1] = link[row, lane] - 1
-        out[b, k + 2] = good
+        out[base + k] = ((row + 1) % T) * lanes + lane
+        out[o_step + b] = row * lanes + lane
+        v = link[row, lane]
+        out[o_side + b] = v - 1
+        out[o_ok + b] = good
         n_bad += 1 - good
-        n_side += link[row, lane] > 0
+        n_side += v > 0
     return n_bad, n_side
 
 
@@ -71,6 +79,61 @@ def stack_slots(link: npt.NDArray[np.int32], written: IntArray, counts: IntArray
     """Same contract as :func:`replaybank.ops.windows.stack_slots`."""
     slots, side, ok, _, _ = stack_slots_counted(link, written, counts, keys, k)
     return slots, side, np.ones(len(slots), np.bool_) if ok is None else ok
+
+
+StackBuffers = tuple[IntArray, IntArray, IntArray, IntArray, IntArray]
+
+
+def stack_buffers(n: int, k: int) -> StackBuffers:
+    """Output buffers of :func:`stack_plan` for ``n`` keys, to reuse across calls.
+
+    Returns:
+        ``(flat, slots, side, ok, step)``: one flat int64 buffer ``[n * (k + 4)]`` and
+        its views ``[n, k + 1]``, ``[n]``, ``[n]``, ``[n]``.
+
+    Example:
+        >>> [b.shape for b in stack_buffers(3, 2)]
+        [(18,), (3, 3), (3,), (3,), (3,)]
+    """
+    w = k + 1
+    flat = np.empty(n * (w + 3), dtype=np.int64)
+    end = n * w
+    return (flat, flat[:end].reshape(n, w), flat[end:end + n], flat[end + n:end + 2 * n],
+            flat[end + 2 * n:])
+
+
+def stack_plan(link: npt.NDArray[np.int32], written: IntArray, counts: IntArray,
+               keys: IntArray, k: int, buffers: StackBuffers | None = None) -> tuple[
+                   IntArray, IntArray, IntArray, BoolArray | None, int, int]:
+    """:func:`stack_slots_counted` plus the steps' own slots, all in one buffer.
+
+    Args:
+        link: Next-observation links ``[T, lanes]`` (int32).
+        written: Steps ever written per lane ``[lanes]`` (int64).
+        counts: Live steps per lane ``[lanes]`` (int64).
+        keys: Item keys ``[B]`` (int64).
+        k: Frames per stack.
+        buffers: Output buffers from :func:`stack_buffers` to fill (the results are
+            their views, valid until the next call with them); None (or buffers of
+            another size) allocates new ones.
+
+    Returns:
+        ``(slots, side, step, ok, n_not_ok, n_side)``: ``slots``, ``side`` and ``ok`` as
+        :func:`stack_slots_counted` gives them, and ``step`` ``[B]``, the contiguous
+        slots of the steps themselves (``slots[:, k - 1]``).
+
+    Example:
+        >>> link = np.zeros((4, 1), np.int32); link[3, 0] = 1
+        >>> stack_plan(link, np.array([4]), np.array([4]), np.array([1, 3]), 2)[2].tolist()
+        [1, 3]
+    """
+    if type(keys) is not np.ndarray or keys.dtype != np.int64:
+        keys = np.asarray(keys, dtype=np.int64)
+    if buffers is None or buffers[1].shape != (keys.shape[0], k + 1):
+        buffers = stack_buffers(keys.shape[0], k)
+    flat, slots, side, ok, step = buffers
+    n_bad, n_side = _stack(link, written, counts, keys, k, flat)
+    return slots, side, step, ok != 0 if n_bad else None, n_bad, n_side
 
 
 def stack_slots_counted(link: npt.NDArray[np.int32], written: IntArray, counts: IntArray,
@@ -85,11 +148,8 @@ def stack_slots_counted(link: npt.NDArray[np.int32], written: IntArray, counts: 
         >>> stack_slots_counted(link, np.array([4]), np.array([4]), np.array([1, 3]), 2)[2:]
         (None, 0, 1)
     """
-    keys = np.asarray(keys, dtype=np.int64)
-    out = np.empty((keys.shape[0], k + 3), dtype=np.int64)
-    n_bad, n_side = _stack(link, written, counts, keys, int(k), out)
-    ok = out[:, k + 2] != 0 if n_bad else None
-    return out[:, :k + 1], out[:, k + 1], ok, int(n_bad), int(n_side)
+    slots, side, _, ok, n_bad, n_side = stack_plan(link, written, counts, keys, int(k))
+    return slots, side, ok, n_bad, n_side
 
 
 @numba.njit(cache=True, nogil=True)

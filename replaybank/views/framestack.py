@@ -50,21 +50,26 @@ import numpy.typing as npt
 from replaybank.errors import ConfigError
 from replaybank.ops import windows
 from replaybank.spec import flatten, unflatten
+from replaybank.storage.backend import NumpyBackend
 from replaybank.storage.table import StepTable
 from replaybank.views.transition import TransitionView, View, next_name
 
 __all__ = ["FrameStackView"]
 
 IntArray = npt.NDArray[np.int64]
+# (slots [B, k + 1], side [B], step [B], ok [B] or None, n_not_ok, n_side)
+_Plan = tuple[IntArray, IntArray, IntArray, "npt.NDArray[np.bool_] | None", int, int]
 
 
 def _counted(fn: Any) -> Any:
-    """Wrap a ``stack_slots`` function to also return ``(n_not_ok, n_side)``."""
-    def counted(link: Any, written: Any, counts: Any, keys: IntArray, k: int) -> tuple[
-            IntArray, IntArray, npt.NDArray[np.bool_], int, int]:
+    """Wrap a ``stack_slots`` function into a ``stack_plan`` one: ``(slots, side, step,
+    ok, n_not_ok, n_side)``."""
+    def counted(link: Any, written: Any, counts: Any, keys: IntArray, k: int,
+                buffers: Any = None) -> tuple[
+            IntArray, IntArray, IntArray, npt.NDArray[np.bool_], int, int]:
         slots, side, ok = fn(link, written, counts, keys, k)
-        return slots, side, ok, int(len(ok) - np.count_nonzero(ok)), \
-            int(np.count_nonzero(side >= 0))
+        return slots, side, np.ascontiguousarray(slots[:, k - 1]), ok, \
+            int(len(ok) - np.count_nonzero(ok)), int(np.count_nonzero(side >= 0))
     return counted
 
 
@@ -106,7 +111,9 @@ class FrameStackView:
         self._layout: dict[str, tuple[bool, int]] = {}
         self.kernel = kernel
         self._kernel: Any = None
-        self._last: tuple[StepTable, IntArray, bytes, IntArray, IntArray, int] | None = None
+        self._last: tuple[StepTable, IntArray, bytes, _Plan] | None = None
+        # reused kernel output buffers (numba kernel; see windows_numba.stack_buffers)
+        self._buffers: Any = None
 
     # ------------------------------------------------------------------ inputs
     def _decide(self, leaf: str, arr: npt.NDArray[Any], n_lead: int, lanes: int) -> tuple[
@@ -158,62 +165,83 @@ class FrameStackView:
         return unflatten(out)
 
     # ------------------------------------------------------------------ sampling
-    def _stack_slots(self, table: StepTable, keys: IntArray) -> tuple[
-            IntArray, IntArray, npt.NDArray[np.bool_] | None, int, int]:
-        """``(slots, side, ok, n_not_ok, n_side)`` of ``keys`` (see ``stack_slots``;
-        ``ok`` may be None when ``n_not_ok == 0``)."""
-        if self._kernel is None:
+    def _stack_slots(self, table: StepTable, keys: IntArray, reuse: bool = True) -> _Plan:
+        """``(slots, side, step, ok, n_not_ok, n_side)`` of ``keys`` (see
+        ``windows_numba.stack_plan``; ``ok`` may be None when ``n_not_ok == 0``).
+
+        With ``reuse`` the arrays are views of this view's buffers, overwritten by the
+        next reusing call: they never leave the view (gather copies out of them)."""
+        kernel = self._kernel
+        if kernel is None:
             fn, name = windows.stack_kernel(self.kernel)
             if name == "numba":
-                from replaybank.ops.windows_numba import stack_slots_counted
+                from replaybank.ops.windows_numba import stack_buffers, stack_plan
 
-                self._kernel = stack_slots_counted
+                kernel = self._kernel = stack_plan
+                self._buffers = stack_buffers(0, self.k)
             else:
-                self._kernel = _counted(fn)
-        out: tuple[IntArray, IntArray, npt.NDArray[np.bool_] | None, int, int] = self._kernel(
-            table.link, table.written, table.counts, keys, self.k)
+                kernel = self._kernel = _counted(fn)
+        if not reuse or self._buffers is None:
+            out: _Plan = kernel(table.link, table.written, table.counts, keys, self.k)
+            return out
+        bufs = self._buffers
+        if bufs[1].shape[0] != keys.shape[0]:
+            from replaybank.ops.windows_numba import stack_buffers
+
+            bufs = self._buffers = stack_buffers(keys.shape[0], self.k)
+        out = kernel(table.link, table.written, table.counts, keys, self.k, bufs)
         return out
 
     def valid(self, table: StepTable, keys: IntArray) -> npt.NDArray[np.bool_] | None:
         """Steps whose history (and the inner view's needs) is still stored (None: all)."""
-        keys = np.asarray(keys, dtype=np.int64)
-        slots, side, ok, n_bad, n_side = self._stack_slots(table, keys)
+        if type(keys) is not np.ndarray or keys.dtype != np.int64:
+            keys = np.asarray(keys, dtype=np.int64)
+        plan = self._stack_slots(table, keys)
         # one-shot cache: ReplayBuffer.sample gathers the same key array right after
-        self._last = (table, keys, table.written.tobytes(), slots, side, n_side)
+        self._last = (table, keys, table.written.tobytes(), plan)
         inner_ok = None if type(self.inner) is TransitionView else self.inner.valid(table, keys)
-        if n_bad == 0 or ok is None:
+        ok = plan[3]
+        if ok is None or plan[4] == 0:
             return inner_ok
         return ok if inner_ok is None else ok & inner_ok
 
-    def _cached(self, table: StepTable, keys: IntArray) -> tuple[IntArray, IntArray, int]:
+    def _cached(self, table: StepTable, keys: IntArray) -> _Plan:
         last, self._last = self._last, None
         if last is not None and last[0] is table and last[1] is keys \
                 and last[2] == table.written.tobytes():
-            return last[3], last[4], last[5]
-        slots, side, _, _, n_side = self._stack_slots(table, keys)
-        return slots, side, n_side
+            return last[3]
+        return self._stack_slots(table, keys)
 
     def gather(self, table: StepTable, keys: IntArray) -> dict[str, Any]:
         """Fields of ``keys`` with ``obs``/``next_obs`` as stacks ``[B, k, *frame]``."""
-        keys = np.asarray(keys, dtype=np.int64)
-        be = table.backend
+        if type(keys) is not np.ndarray or keys.dtype != np.int64:
+            keys = np.asarray(keys, dtype=np.int64)
         k = self.k
-        plain = type(self.inner) is TransitionView
-        last_keys = None if plain else getattr(self.inner, "last_keys", None)
-        last = keys if last_keys is None else np.asarray(last_keys(table, keys), np.int64)
-        same = last is keys or np.array_equal(last, keys)
-        win, side, n_side = self._cached(table, keys)  # [B, k + 1] slots, [B] side slots
-        out: dict[str, Any] = {}
-        if plain:
-            out = table.take_fields(np.ascontiguousarray(win[:, k - 1]), obs=False)  # the step
+        # [B, k + 1] slots, [B] side slots, [B] the steps' slots
+        win, side, step, _, _, n_side = self._cached(table, keys)
+        if type(self.inner) is TransitionView:
+            out = table.take_fields(step, obs=False)
+            same = True
         else:
             out = dict(self.inner.gather(table, keys))
-        if not same:  # n-step: obs stack of t, next stack of the window's last step
-            win_last, side, _, _, n_side = self._stack_slots(table, last)
-            win = np.concatenate([win[:, :k], win_last[:, 1:]], axis=1)  # [B, 2k]
+            last_keys = getattr(self.inner, "last_keys", None)
+            if last_keys is not None:
+                last = np.asarray(last_keys(table, keys), np.int64)
+                same = last is keys or np.array_equal(last, keys)
+                if not same:  # n-step: obs stack of t, next stack of the window's last step
+                    win_last, side, _, _, _, n_side = self._stack_slots(table, last,
+                                                                        reuse=False)
+                    win = np.concatenate([win[:, :k], win_last[:, 1:]], axis=1)  # [B, 2k]
+            else:
+                same = True
+        be = table.backend
+        numpy_be = type(be) is NumpyBackend
         pos = np.flatnonzero(side >= 0) if n_side else None
         for name in table.obs_fields:
-            w = be.gather(table.flat(table.arrays[name]), win)  # [B, n, *frame]
+            frames = table.flat(table.arrays[name])
+            # [B, n, *frame]; ndarray.take directly: the same as NumpyBackend.gather
+            w = frames.take(win, axis=0) if numpy_be and type(frames) is np.ndarray \
+                else be.gather(frames, win)
             if pos is not None:
                 be.write(w, (pos, np.full(len(pos), win.shape[1] - 1)),
                          be.gather(table.side[name], side[pos]))
