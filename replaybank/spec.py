@@ -69,9 +69,19 @@ class FieldSpec:
         return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
 
     def to_json(self) -> dict[str, Any]:
-        """Return a JSON-able description ``{"shape": [...], "dtype": "float32"}``."""
-        return {"shape": list(self.shape), "dtype": self.dtype.str if self.dtype.kind == "V"
-                else self.dtype.name}
+        """Return a JSON-able description ``{"shape": [...], "dtype": "float32"}``.
+
+        Non-native byte orders and void dtypes keep their full ``dtype.str`` (``">i4"``),
+        so ``from_json(to_json())`` gives back the identical dtype.
+
+        Example:
+            >>> FieldSpec("x", (2,), np.dtype(">i4")).to_json()
+            {'shape': [2], 'dtype': '>i4'}
+            >>> FieldSpec.from_json("x", {"shape": [2], "dtype": ">i4"}).dtype.str
+            '>i4'
+        """
+        exact = self.dtype.kind == "V" or not self.dtype.isnative
+        return {"shape": list(self.shape), "dtype": self.dtype.str if exact else self.dtype.name}
 
     @classmethod
     def from_json(cls, name: str, data: Mapping[str, Any]) -> FieldSpec:
