@@ -16,6 +16,13 @@ from hypothesis import strategies as st
 
 import replaybank as rb
 from replaybank.errors import ShapeError
+from replaybank.storage import lane_writer
+from replaybank.storage.lane_writer import LaneWriter
+
+ACCEL = lane_writer._ACCEL is not None
+# the compiled accelerator when it was built, and the pure-Python writer always
+KERNELS = [pytest.param(True, marks=pytest.mark.skipif(not ACCEL, reason="_lane not built"),
+                        id="compiled"), pytest.param(False, id="python")]
 
 
 def _general(buf: rb.ReplayBuffer) -> rb.ReplayBuffer:
@@ -29,7 +36,8 @@ def _same_state(a: rb.ReplayBuffer, b: rb.ReplayBuffer) -> None:
     ta, tb = sa["table"], sb["table"]
     assert ta.keys() == tb.keys()
     for k in ta:
-        assert np.array_equal(np.asarray(ta[k]), np.asarray(tb[k])), k
+        a, b = np.asarray(ta[k]), np.asarray(tb[k])
+        assert a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes(), k
 
 
 def _chunk(rng: np.random.Generator, obs0: np.ndarray, n: int, p_end: float,
@@ -51,10 +59,11 @@ def _chunk(rng: np.random.Generator, obs0: np.ndarray, n: int, p_end: float,
     return kw, cur
 
 
+@pytest.mark.parametrize("kernel", KERNELS)
 @settings(max_examples=40, deadline=None)
 @given(seed=st.integers(0, 2**31 - 1), cap=st.sampled_from([7, 16, 50]),
        p_end=st.sampled_from([0.0, 0.05, 0.3]), p_break=st.sampled_from([0.0, 0.02]))
-def test_extend_and_add_match_general_path(seed: int, cap: int, p_end: float,
+def test_extend_and_add_match_general_path(kernel: bool, seed: int, cap: int, p_end: float,
                                            p_break: float) -> None:
     rng = np.random.default_rng(seed)
     fast = rb.ReplayBuffer(capacity=cap, seed=0)
@@ -62,7 +71,15 @@ def test_extend_and_add_match_general_path(seed: int, cap: int, p_end: float,
     slow = _general(rb.ReplayBuffer(capacity=cap, seed=0))
     slow.load_state_dict(fast.state_dict())
     plan = fast._plan()
-    assert plan is not None and plan.lean
+    assert plan is not None and plan.lane is not None
+    plan.lane = LaneWriter(fast.table, compiled=kernel)
+    assert plan.lane.accelerated is kernel
+    _run_against_general(rng, fast, slow, cap, p_end, p_break)
+    assert fast._fast is plan  # the lean plan served every call
+
+
+def _run_against_general(rng: np.random.Generator, fast: rb.ReplayBuffer,
+                         slow: rb.ReplayBuffer, cap: int, p_end: float, p_break: float) -> None:
     cur = rng.standard_normal(3).astype(np.float32)
     for _ in range(12):
         n = int(rng.integers(1, cap + 3))
@@ -79,7 +96,6 @@ def test_extend_and_add_match_general_path(seed: int, cap: int, p_end: float,
         if rng.random() < 0.1:
             fast.clear()
             slow.clear()
-    assert fast._fast is plan  # the lean plan served every call
 
 
 def _one(kw: dict[str, Any], i: int) -> dict[str, Any]:
@@ -120,3 +136,148 @@ def test_rejected_extend_leaves_buffer_unchanged() -> None:
     after = buf.state_dict()["table"]
     for k, v in before.items():
         assert np.array_equal(v, np.asarray(after[k])), k
+
+
+class _Counting(LaneWriter):
+    """Counts the chunks and steps the lean writer (compiled or Python) wrote itself."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.chunks = self.adds = 0
+        c_add, c_extend = self.c_add, self.c_extend
+
+        def count_add(*a: Any) -> bool:
+            ok = c_add(*a)
+            self.adds += ok
+            return ok
+
+        def count_extend(*a: Any) -> bool:
+            ok = c_extend(*a)
+            self.chunks += ok
+            return ok
+
+        self.c_add, self.c_extend = count_add, count_extend
+
+    def _append(self, *args: Any) -> bool:
+        ok = super()._append(*args)
+        self.chunks += ok
+        return ok
+
+    def add(self, *args: Any) -> bool:
+        ok = super().add(*args)
+        self.adds += ok
+        return ok
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_lean_writer_serves_sequential_data(kernel: bool) -> None:
+    rng = np.random.default_rng(3)
+    fast = rb.ReplayBuffer(capacity=512, seed=0)
+    slow = _general(rb.ReplayBuffer(capacity=512, seed=0))
+    cur = rng.standard_normal(3).astype(np.float32)
+    kw, cur = _chunk(rng, cur, 64, 0.05, 0.0)
+    for b in (fast, slow):
+        b.extend(**kw)
+    plan = fast._plan()
+    assert plan is not None
+    writer = plan.lane = _Counting(fast.table, compiled=kernel)
+    for _ in range(20):  # 64-step chunks: 8 per ring, none wraps
+        kw, cur = _chunk(rng, cur, 64, 0.05, 0.0)
+        fast.extend(**kw)
+        slow.extend(**kw)
+        _same_state(fast, slow)
+    for i in range(40):
+        kw, cur = _chunk(rng, cur, 1, 0.05, 0.0)
+        fast.add(**_one(kw, 0))
+        slow.add(**_one(kw, 0))
+        if i % 7 == 0:
+            _same_state(fast, slow)
+    _same_state(fast, slow)
+    assert (writer.chunks, writer.adds) == (20, 40)
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_signed_zeros_and_nans_match_general_path(kernel: bool) -> None:
+    """0.0 vs -0.0 is a discontinuity; NaN observations (bitwise equal or not) are
+    decided exactly as the general path's byte comparison decides them."""
+    rng = np.random.default_rng(5)
+    base = rng.standard_normal((65, 3)).astype(np.float32)
+    base[5] = 0.0
+    base[9, 1] = np.nan
+    variants = []
+    neg = base[1:].copy()
+    neg[4] = -0.0  # next_obs of step 4 is -0.0, obs of step 5 is +0.0: a break
+    variants.append(neg)
+    same_nan = base[1:].copy()  # NaN with identical bits: continuous
+    variants.append(same_nan)
+    other_nan = base[1:].copy()
+    other_nan[8, 1] = np.float32(np.frombuffer(np.uint32(0x7FC00001).tobytes(), np.float32)[0])
+    variants.append(other_nan)
+    for nxt in variants:
+        fast = rb.ReplayBuffer(capacity=128, seed=0)
+        slow = _general(rb.ReplayBuffer(capacity=128, seed=0))
+        kw = {"obs": base[:64].copy(), "action": np.zeros(64, np.int64),
+              "reward": np.zeros(64, np.float32), "next_obs": nxt,
+              "terminated": np.zeros(64, bool), "truncated": np.zeros(64, bool)}
+        first = {k: v[:2] for k, v in kw.items()}
+        for b in (fast, slow):
+            b.extend(**first)
+        plan = fast._plan()
+        assert plan is not None
+        plan.lane = LaneWriter(fast.table, compiled=kernel)
+        rest = {k: v[2:] for k, v in kw.items()}
+        fast.extend(**rest)
+        slow.extend(**rest)
+        _same_state(fast, slow)
+        got = fast.table.gather_next("obs", np.arange(64))
+        assert got.tobytes() == nxt.tobytes()
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_value_kinds_match_general_path(kernel: bool) -> None:
+    """Python and numpy scalars, 0-d arrays, other dtypes, non-contiguous arrays, extras:
+    each call lands exactly as on the general path (served or passed on)."""
+    rng = np.random.default_rng(7)
+    frames = rng.integers(0, 255, (200, 2, 4), dtype=np.uint8)
+
+    def step(i: int) -> dict[str, Any]:
+        k = i % 6
+        obs, nxt = frames[i], frames[i + 1]
+        return {
+            "obs": obs if k != 4 else np.asfortranarray(np.ascontiguousarray(obs)),
+            "action": [3, np.int64(2), np.array(1), 2**40, np.int32(1), 0][k],
+            "reward": [0.5, np.float64(1.5), np.float32(2.0), np.array(1.0, np.float32), 1, 2.0][k],
+            "next_obs": nxt,
+            "terminated": [False, np.bool_(False), np.array(False), False, i % 37 == 0, False][k],
+            "truncated": bool(i % 23 == 0),
+        }
+
+    for extra in (False, True):
+        fast = rb.ReplayBuffer(capacity=64, seed=0)
+        slow = _general(rb.ReplayBuffer(capacity=64, seed=0))
+        first = step(0)
+        if extra:
+            first["log_prob"] = np.float32(0.0)
+        for b in (fast, slow):
+            b.add(**first)
+        plan = fast._plan()
+        assert plan is not None and plan.lane is not None
+        plan.lane = LaneWriter(fast.table, compiled=kernel)
+        for i in range(1, 150):
+            kw = step(i)
+            if extra:
+                kw["log_prob"] = np.float32(i)
+            fast.add(**kw)
+            slow.add(**kw)
+        _same_state(fast, slow)
+        chunk = {k: np.stack([step(i)[k] for i in range(150, 180)]) for k in
+                 ("obs", "action", "reward", "next_obs", "terminated", "truncated")}
+        chunk["action"] = chunk["action"].astype(np.int64)
+        chunk["reward"] = chunk["reward"].astype(np.float32)
+        chunk["terminated"] = chunk["terminated"].astype(bool)
+        if extra:
+            chunk["log_prob"] = np.arange(30, dtype=np.float32)
+        strided = {k: v[::-1][::-1] for k, v in chunk.items()}
+        for b in (fast, slow):
+            b.extend(**strided)
+        _same_state(fast, slow)

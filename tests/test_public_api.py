@@ -19,6 +19,7 @@ USER_FACING = ("replaybank.buffers", "replaybank.samplers", "replaybank.views",
 INTERNAL = {
     "replaybank.buffers.fastpath.FastPlan",
     "replaybank.storage.table.StepTable",
+    "replaybank.storage.lane_writer.LaneWriter",
     "replaybank.buffers.rollout_inputs.FinalObsStore",
     "replaybank.buffers.rollout_state.ParsedState",
 }

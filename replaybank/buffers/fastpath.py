@@ -9,12 +9,9 @@ priorities) returns ``None``/``False`` here and takes the general path, which va
 every value before anything is written. The fast path never writes partially: it
 decides first, then writes.
 
-One in-memory lane (the common single-env case) has lean paths: :meth:`FastPlan.add_lane`
-and :meth:`FastPlan.extend_lane` write straight into flat ``[T, *shape]`` views with
-Python-int bookkeeping, and decide the continuity of a chunk with one byte comparison
-per run between episode ends. They produce exactly the links, side slots and counters
-of :meth:`StepTable.add_one` / :meth:`StepTable.write_sync` (``tests/test_fastpath.py``
-checks the whole state against the general path).
+One in-memory lane (the common single-env case) has a leaner writer still,
+:class:`~replaybank.storage.lane_writer.LaneWriter` (``plan.lane``), which
+:class:`ReplayBuffer` calls with the standard fields as arguments.
 
 Example:
     >>> import numpy as np
@@ -28,58 +25,28 @@ Example:
     (True, 2)
     >>> plan.add_one({**kw, "reward": [1.0]})  # a list: leave it to the general path
     False
-    >>> plan.add_lane(kw), len(buf)
-    (True, 3)
     >>> chunk = dict(obs=np.array([[1, 1, 1], [2, 2, 2]], np.float32),
     ...              next_obs=np.array([[2, 2, 2], [3, 3, 3]], np.float32),
     ...              action=np.zeros((2, 2), np.float32), reward=np.ones(2, np.float32),
     ...              terminated=np.zeros(2, bool), truncated=np.zeros(2, bool))
-    >>> plan.extend_lane(chunk), len(buf)
-    (True, 5)
-    >>> plan.extend_lane({**chunk, "reward": chunk["reward"].astype(np.float64)})
+    >>> plan.write(chunk, (2,), (2, 1)), len(buf)
+    (True, 4)
+    >>> plan.write({**chunk, "reward": chunk["reward"].astype(np.float64)}, (2,), (2, 1))
     False
+    >>> plan.lane is not None  # one in-memory lane: the lean writer serves add/extend
+    True
 """
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from replaybank.storage.backend import NumpyBackend
+from replaybank.storage.lane_writer import LaneWriter, lean_table, scalar_types
 from replaybank.storage.table import StepTable
 
 __all__ = ["FastPlan"]
-
-
-def _raw_count_nonzero() -> Callable[[Any], int]:
-    """numpy's C ``count_nonzero`` without the Python dispatch wrapper (~5x cheaper)."""
-    for mod in ("numpy._core.multiarray", "numpy.core.multiarray"):
-        try:
-            fn = getattr(importlib.import_module(mod), "count_nonzero", None)
-        except ImportError:  # pragma: no cover - depends on the numpy version
-            continue
-        if callable(fn):
-            return fn  # type: ignore[no-any-return]
-    return np.count_nonzero  # pragma: no cover
-
-
-_count_nonzero = _raw_count_nonzero()
-_MAX_ENDS = 16  # chunks with more episode ends than this take the general path
-
-
-_FLOAT_SCALARS = (float, np.float64, np.float32, np.float16)
-
-
-def _scalar_types(dtype: np.dtype[Any]) -> tuple[type, ...]:
-    """Python/numpy scalar types that cast to ``dtype`` exactly as the general path does."""
-    if dtype.kind == "f":
-        return (*_FLOAT_SCALARS, dtype.type)
-    if dtype.kind == "b":
-        return (bool, np.bool_)
-    return (dtype.type,)  # ints: only the exact numpy type (no range check needed)
 
 
 class FastPlan:
@@ -96,7 +63,7 @@ class FastPlan:
         spec = table.spec
         self.names = list(spec)
         self.fields = [(n, f.dtype, f.shape) for n, f in spec.items()]
-        self.singles = [(n, f.dtype, f.shape, _scalar_types(f.dtype) if f.shape == () else ())
+        self.singles = [(n, f.dtype, f.shape, scalar_types(f.dtype) if f.shape == () else ())
                         for n, f in spec.items()]
         self.obs = (spec["obs"].dtype, spec["obs"].shape)
         self.keys = frozenset([*spec, "next_obs"])
@@ -105,22 +72,8 @@ class FastPlan:
         self.owner: Any = sampler
         self.view: Any = None
         self._expected: dict[tuple[Any, Any], list[tuple[str, Any, Any, Any]]] = {}
-        # lean single-lane add/extend: in-memory numpy only (a persistent backend records
-        # its owner on the first write and orders writes for crash safety: general path)
-        flags = [spec[k].shape if k in spec else None for k in ("terminated", "truncated")]
-        self.lean = table.lanes == 1 and type(table.backend) is NumpyBackend \
-            and table.obs_fields == ["obs"] and flags == [(), ()]
-        self._steps: dict[int, list[tuple[tuple[int, ...], Any]]] = {}
-        self.order = [*self.names, "next_obs"]
-        self.n_keys = len(self.order)
-        self.T = table.T
-        self.obs_at = self.names.index("obs")
-        self.term_at = self.names.index("terminated") if self.lean else -1
-        self.trunc_at = self.names.index("truncated") if self.lean else -1
-        self._lane: tuple[Any, Any, Any, Any, Any, list[Any]] | None = None
-        # single adds: the value types of the last accepted call, and its array checks
-        self._sig: list[type] = []
-        self._nd: list[tuple[int, tuple[int, ...], Any]] = []
+        # one in-memory lane with the standard fields: the lean writer
+        self.lane = LaneWriter(table, sampler) if lean_table(table) else None
 
     def arrays(self, fields: dict[str, Any], lead: tuple[int, ...],
                out: tuple[int, int]) -> tuple[dict[str, Any], dict[str, Any]] | None:
@@ -188,219 +141,3 @@ class FastPlan:
         if self.sampler is not None:
             self.sampler.on_write(np.array([key % self.table.T], dtype=np.int64), None)
         return True
-
-    def extend_lane(self, fields: dict[str, Any]) -> bool:
-        """Append ``n`` steps to a single-lane in-memory table; False: not handled.
-
-        The lean path behind ``ReplayBuffer.extend`` with one env: exact-dtype numpy
-        values ``[n, *shape]`` whose chunk does not wrap around the ring. Continuity is
-        decided with one byte comparison per run between episode ends; a chunk with an
-        out-of-order step (or many episode ends) goes to the general path, which finds
-        exactly which steps to keep aside. Same semantics, links and side-slot order as
-        :meth:`StepTable.write_sync`.
-
-        Args:
-            fields: The user's keyword fields.
-
-        Returns:
-            True when the chunk was written; False when the call must be validated and
-            written by the general path (nothing was changed).
-        """
-        if len(fields) != self.n_keys:
-            return False
-        try:  # same count and every name present: exactly the stored fields
-            vals = list(map(fields.__getitem__, self.order))  # spec order, then next_obs
-        except KeyError:
-            return False
-        obs = vals[self.obs_at]
-        if type(obs) is not np.ndarray:
-            return False
-        lead = obs.shape
-        n = lead[0] if lead else 0
-        want = self._steps.get(n)
-        if want is None:  # (shape, dtype) of every value for chunks of n steps
-            want = [((n, *shape), dt) for _, dt, shape in self.fields]
-            want.append(((n, *self.obs[1]), self.obs[0]))
-            if len(self._steps) > 16:
-                self._steps.clear()
-            self._steps[n] = want
-        for v, (shape, dt) in zip(vals, want):  # noqa: B905 - same length
-            if type(v) is not np.ndarray or v.shape != shape or (v.dtype is not dt
-                                                                 and v.dtype != dt):
-                return False
-        t = self.table
-        lane = self._lane
-        if lane is None:
-            lane = self._lane = self._lane_arrays()
-        link, written, counts, term_s, trunc_s, flats = lane
-        T = t.T  # noqa: N806
-        w, c = written.item(0), counts.item(0)
-        start = w % T
-        end = start + n
-        if n < 2 or end > T:  # tiny or wrapping chunks: the general slice/index logic
-            return self.write(fields, (n,), (n, 1))
-        nobs = vals[-1]
-        term, trunc = vals[self.term_at], vals[self.trunc_at]
-        ends = _count_nonzero(term) + _count_nonzero(trunc)
-        stops: list[int] | None = None
-        if ends:
-            done = term | trunc
-            stops = done[:-1].nonzero()[0].tolist()
-            if len(stops) > _MAX_ENDS:
-                return self.write(fields, (n,), (n, 1))
-            lo = 0
-            for hi in (*stops, n - 1):  # runs between episode ends continue step to step
-                if hi > lo and nobs[lo:hi].tobytes() != obs[lo + 1:hi + 1].tobytes():
-                    return self.write(fields, (n,), (n, 1))
-                lo = hi + 1
-            ends = _count_nonzero(done)
-        elif nobs[:-1].tobytes() != obs[1:].tobytes():
-            return self.write(fields, (n,), (n, 1))
-        # decided: write (same order as StepTable.write_sync)
-        free = t._free
-        side = t.side["obs"]
-        # 1. evict: live steps whose rows are overwritten free their side slots
-        old = link[start:end]
-        dirty = _count_nonzero(old)
-        if dirty and c + n > T:
-            old = old[T - c:]  # rows before T - c held no live step
-            if _count_nonzero(old):
-                free.extend((old[old > 0] - 1).tolist())
-        # 2. does the previous newest step (if it survives) continue into this chunk?
-        relink = 0
-        prow = start - 1 if start else T - 1
-        if c and n < T:  # (n == T overwrites every old step, the previous newest too)
-            relink = link.item(prow)
-            if relink and (term_s.item(prow) or trunc_s.item(prow)
-                           or side[relink - 1].tobytes() != obs[0].tobytes()):
-                relink = 0
-        # 3. side slots and links of the chunk: only episode ends and the newest step
-        if dirty:
-            link[start:end] = 0
-        if stops is None:
-            if free:
-                slot = free.pop()
-                side[slot] = nobs[-1]
-            else:
-                slot = int(t._alloc(1)[0])
-                t.side["obs"][slot] = nobs[-1]
-            link[end - 1] = slot + 1
-        elif len(free) > len(stops):  # same slots, same order as t._alloc(len(stops) + 1)
-            for row in (*stops, n - 1):
-                slot = free.pop()
-                side[slot] = nobs[row]
-                link[start + row] = slot + 1
-        else:
-            slots = t._alloc(len(stops) + 1)
-            at = np.array([*stops, n - 1], dtype=np.int64)
-            t.side["obs"][slots] = nobs[at]
-            link[start + at] = slots + 1
-        # 4. data, then relink the previous newest step, then the counters
-        for arr, v in zip(flats, vals):  # noqa: B905 - vals ends with next_obs
-            arr[start:end] = v
-        if relink:
-            link[prow] = 0
-            free.append(relink - 1)
-        written[0] = w + n
-        if c != T:
-            counts[0] = c + n if c + n < T else T
-        if ends:
-            t.episodes[0] += ends
-        if self.sampler is not None:
-            self.sampler.on_write(np.arange(start, end, dtype=np.int64), None)
-        return True
-
-    def add_lane(self, fields: dict[str, Any]) -> bool:
-        """Add one step to a single-lane in-memory table; False: not handled.
-
-        The lean path behind ``ReplayBuffer.add`` with one env: same semantics, links
-        and side-slot order as :meth:`StepTable.add_one`. Values must be numpy arrays of
-        the stored dtype and shape, or Python/numpy scalars of a matching kind for scalar
-        fields; when the value types are those of the previous accepted call, only the
-        arrays' shapes and dtypes are checked again.
-
-        Args:
-            fields: The user's keyword fields.
-
-        Returns:
-            True when the step was written; False when the general path must validate
-            and write it (nothing was changed).
-        """
-        if len(fields) != self.n_keys:
-            return False
-        try:  # same count and every name present: exactly the stored fields
-            vals = list(map(fields.__getitem__, self.order))  # spec order, then next_obs
-        except KeyError:
-            return False
-        if list(map(type, vals)) == self._sig:
-            for i, shape, dt in self._nd:
-                v = vals[i]
-                if v.shape != shape or (v.dtype is not dt and v.dtype != dt):
-                    return False
-        elif not self._accept_one(vals):
-            return False
-        t = self.table
-        lane = self._lane
-        if lane is None:
-            lane = self._lane = self._lane_arrays()
-        link, written, counts, term_s, trunc_s, flats = lane
-        T, free, side = self.T, t._free, t.side["obs"]  # noqa: N806
-        w, c = written.item(0), counts.item(0)
-        row = w % T
-        if c == T:  # the oldest step leaves the ring: free its side slot
-            old = link.item(row)
-            if old:
-                free.append(old - 1)
-        relink = 0
-        prow = row - 1 if row else T - 1
-        if c and T > 1:  # does the previous newest step continue into this one?
-            relink = link.item(prow)
-            if relink and (term_s.item(prow) or trunc_s.item(prow)
-                           or side[relink - 1].tobytes() != vals[self.obs_at].tobytes()):
-                relink = 0
-        if free:
-            slot = free.pop()
-            side[slot] = vals[-1]
-        else:
-            slot = int(t._alloc(1)[0])
-            t.side["obs"][slot] = vals[-1]
-        for arr, v in zip(flats, vals):  # noqa: B905 - vals ends with next_obs
-            arr[row] = v
-        link[row] = slot + 1
-        if relink:
-            link[prow] = 0
-            free.append(relink - 1)
-        written[0] = w + 1
-        if c < T:
-            counts[0] = c + 1
-        if vals[self.term_at] or vals[self.trunc_at]:
-            t.episodes[0] += 1
-        if self.sampler is not None:
-            self.sampler.on_write(np.array([row], dtype=np.int64), None)
-        return True
-
-    def _accept_one(self, vals: list[Any]) -> bool:
-        """Full check of one add's values (spec order, then next_obs); remembers the
-        value types and array checks of an accepted call for the next one."""
-        at: list[int] = []
-        for i, (v, (_, dt, shape, scalars)) in enumerate(zip(vals, self.singles, strict=False)):
-            if type(v) is np.ndarray:
-                if v.shape != shape or v.dtype != dt:
-                    return False
-                at.append(i)
-            elif type(v) not in scalars:
-                return False
-        nv = vals[-1]
-        if type(nv) is not np.ndarray or nv.shape != self.obs[1] or nv.dtype != self.obs[0]:
-            return False
-        at.append(len(vals) - 1)
-        self._sig = list(map(type, vals))
-        self._nd = [(i, vals[i].shape, vals[i].dtype) for i in at]
-        return True
-
-    def _lane_arrays(self) -> tuple[Any, Any, Any, Any, Any, list[Any]]:
-        """Flat ``[T]`` views of a single-lane table: link, written, counts, terminated,
-        truncated, and every field in spec order (numpy tables never replace them)."""
-        t = self.table
-        return (t.flat(t.link), t.written, t.counts, t.flat(t.arrays["terminated"]),
-                t.flat(t.arrays["truncated"]), [t.flat(t.arrays[nm]) for nm in self.names])

@@ -27,6 +27,8 @@ from replaybank.spec import SEP, FieldSpec, Spec, as_array, cast_field, flatten
 __all__ = [
     "RESERVED",
     "STANDARD",
+    "UNSET",
+    "collect_fields",
     "flags_as_bool",
     "leading_dims",
     "obs_fields",
@@ -39,6 +41,35 @@ STANDARD = ("obs", "action", "reward", "next_obs", "terminated", "truncated")
 RESERVED = frozenset({"done", "indices", "weights", "probabilities", "discount", "mask",
                       "is_first", "is_last", "is_terminal", "burn_in", "starts", "slots",
                       "env_ids", "priority"})
+
+
+class _Unset:
+    """Marks a standard field the caller did not pass."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<unset>"
+
+
+UNSET: Any = _Unset()
+
+
+def collect_fields(obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any,
+                   truncated: Any, extras: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields of one ``add``/``extend`` call as a dict: the standard fields the
+    caller passed (not :data:`UNSET`), then the extras.
+
+    Example:
+        >>> sorted(collect_fields(1, UNSET, 0.5, 2, False, UNSET, {"h": 0}))
+        ['h', 'next_obs', 'obs', 'reward', 'terminated']
+    """
+    out = {k: v for k, v in zip(STANDARD, (obs, action, reward, next_obs, terminated,
+                                           truncated), strict=True) if v is not UNSET}
+    out.update(extras)
+    return out
+
+
 _DEFAULTS = {
     "reward": FieldSpec("reward", (), np.dtype(np.float32)),
     "terminated": FieldSpec("terminated", (), np.dtype(np.bool_)),

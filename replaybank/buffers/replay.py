@@ -25,6 +25,8 @@ import numpy.typing as npt
 from replaybank.batch import Batch
 from replaybank.buffers.fastpath import FastPlan
 from replaybank.buffers.inputs import (
+    UNSET,
+    collect_fields,
     flags_as_bool,
     leading_dims,
     obs_fields,
@@ -352,61 +354,84 @@ class ReplayBuffer:
             raise DtypeError(f"priority={describe(priority)}: must be finite and >= 0")
         return p.reshape(-1)
 
-    def add(self, *, env_ids: Any = None, priority: Any = None, **fields: Any) -> None:
+    def add(self, *, obs: Any = UNSET, action: Any = UNSET, reward: Any = UNSET,
+            next_obs: Any = UNSET, terminated: Any = UNSET, truncated: Any = UNSET,
+            env_ids: Any = None, priority: Any = None, **extras: Any) -> None:
         """Add one step of one env (``num_envs=1``) or of every env (leading dim num_envs).
 
         Args:
+            obs: Observation ``[*obs_shape]`` (``[num_envs, *obs_shape]`` with several
+                envs); a nested dict of arrays for dict observation spaces.
+            action: Action taken.
+            reward: Reward received (stored as float32 unless the spec says otherwise).
+            next_obs: Observation after the step; for an episode's last step, the true
+                final observation (never the reset one).
+            terminated: The episode ended in a terminal state.
+            truncated: The episode was cut off (time limit); bootstrapping uses next_obs.
             env_ids: Lanes this step belongs to (async vector envs); values then have
                 leading dim ``len(env_ids)``.
             priority: Initial priority (prioritized samplers only).
-            **fields: ``obs, action, reward, next_obs, terminated, truncated`` and extras.
-                Nested dict observations are accepted for ``obs`` and ``next_obs``.
+            **extras: Any other stored field (log_prob, hidden state, info arrays).
 
         Raises:
             SpecError, ShapeError, DtypeError: Bad input; the buffer is left unchanged.
         """
         if env_ids is None and priority is None:
-            plan = self._current_plan()
+            plan = self._fast
+            if plan is None or plan.table is not self._table or plan.owner is not self.sampler \
+                    or plan.view is not self.view:
+                plan = self._plan()
             if plan is not None:
-                m = self._num_envs
-                if plan.lean:
-                    if plan.add_lane(fields):
+                lane = plan.lane
+                if lane is not None:  # one in-memory lane: the lean writer (compiled first)
+                    if lane.c_add(obs, action, reward, next_obs, terminated, truncated, extras) \
+                            or lane.add(obs, action, reward, next_obs, terminated, truncated,
+                                        extras):
                         return
-                elif plan.add_one(fields) if m == 1 else plan.write(fields, (m,), (1, m)):
-                    return
+                else:
+                    fields = collect_fields(obs, action, reward, next_obs, terminated,
+                                            truncated, extras)
+                    m = self._num_envs
+                    if plan.add_one(fields) if m == 1 else plan.write(fields, (m,), (1, m)):
+                        return
+        fields = collect_fields(obs, action, reward, next_obs, terminated, truncated, extras)
         self._write(fields, False, env_ids, priority)
 
-    def _current_plan(self) -> Any:
-        """The cached fast-path plan, rebuilt when the table, sampler or view changed."""
-        plan = self._fast
-        if plan is None or plan.table is not self._table or plan.owner is not self.sampler \
-                or plan.view is not self.view:
-            plan = self._plan()
-        return plan
-
-    def extend(self, *, env_ids: Any = None, priority: Any = None, **fields: Any) -> None:
+    def extend(self, *, obs: Any = UNSET, action: Any = UNSET, reward: Any = UNSET,
+               next_obs: Any = UNSET, terminated: Any = UNSET, truncated: Any = UNSET,
+               env_ids: Any = None, priority: Any = None, **extras: Any) -> None:
         """Add many steps: values shaped ``[T, *shape]`` (one env) or ``[T, num_envs, *shape]``.
 
         Args:
+            obs, action, reward, next_obs, terminated, truncated: As in :meth:`add`, with
+                a leading step dimension.
             env_ids: Lanes these steps belong to; values are then ``[T, len(env_ids), ...]``.
             priority: Initial priorities (prioritized samplers only).
-            **fields: As in :meth:`add`, with a leading step dimension.
+            **extras: As in :meth:`add`, with a leading step dimension.
 
         Raises:
             SpecError, ShapeError, DtypeError: Bad input; the buffer is left unchanged.
         """
         if env_ids is None and priority is None:
-            plan = self._current_plan()
+            plan = self._fast
+            if plan is None or plan.table is not self._table or plan.owner is not self.sampler \
+                    or plan.view is not self.view:
+                plan = self._plan()
             if plan is not None:
-                if plan.lean:  # one in-memory lane: the lean path
-                    if plan.extend_lane(fields):
+                lane = plan.lane
+                if lane is not None and (
+                        lane.c_extend(obs, action, reward, next_obs, terminated, truncated,
+                                      extras)
+                        or lane.extend(obs, action, reward, next_obs, terminated, truncated,
+                                       extras)):
+                    return
+                if type(obs) is np.ndarray and obs.ndim >= 1:
+                    m, n = self._num_envs, obs.shape[0]
+                    fields = collect_fields(obs, action, reward, next_obs, terminated,
+                                            truncated, extras)
+                    if plan.write(fields, (n,) if m == 1 else (n, m), (n, m)):
                         return
-                else:
-                    obs = fields.get("obs")
-                    if type(obs) is np.ndarray and obs.ndim >= 1:
-                        m, n = self._num_envs, obs.shape[0]
-                        if plan.write(fields, (n,) if m == 1 else (n, m), (n, m)):
-                            return
+        fields = collect_fields(obs, action, reward, next_obs, terminated, truncated, extras)
         self._write(fields, True, env_ids, priority)
 
     add_multi = extend
