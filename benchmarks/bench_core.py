@@ -16,7 +16,9 @@ reward + flags.
 The machine may be noisy: times are CPU time of this process (``time.process_time``),
 ours and the floor are measured interleaved, each repeated, and the best (lowest) kept.
 
-Run: ``python benchmarks/bench_core.py [--capacity N] [--repeats R]``
+Run: ``python benchmarks/bench_core.py [--capacity N] [--repeats R]``; with
+``REPLAYBANK_PURE_PYTHON=1`` in the environment the compiled one-lane add/extend
+(``replaybank._lane``) is off and the pure-Python fallback is measured.
 """
 
 from __future__ import annotations
@@ -209,6 +211,10 @@ def main() -> None:
             prev = results.get(op, (float("inf"), float("inf")))
             results[op] = (min(prev[0], o), min(prev[1], f))
 
+    from replaybank.storage.lane_writer import accelerated
+
+    print("one-lane add/extend: " + ("compiled (replaybank._lane)" if accelerated() else
+                                     "pure Python (REPLAYBANK_PURE_PYTHON=1 or not built)"))
     print(f"capacity={cap:,}  obs float32[{OBS}]  action float32[{ACT}]  "
           f"chunk={CHUNK}  batch={BATCH}  (best of {args.repeats})")
     print(f"{'op':<10}{'ours (us)':>12}{'floor (us)':>12}{'ratio':>8}{'target':>9}  ok")

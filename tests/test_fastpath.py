@@ -281,3 +281,38 @@ def test_value_kinds_match_general_path(kernel: bool) -> None:
         for b in (fast, slow):
             b.extend(**strided)
         _same_state(fast, slow)
+
+
+def test_accelerator_is_built_where_it_can_be() -> None:
+    """A C compiler and the Python headers are here: the optional build must have worked
+    (``optional=True`` would otherwise hide a broken _lane.c behind the Python path)."""
+    import os
+    import shutil
+    import sysconfig
+    from pathlib import Path
+
+    if os.environ.get("REPLAYBANK_PURE_PYTHON", "") not in ("", "0"):
+        pytest.skip("accelerator switched off by REPLAYBANK_PURE_PYTHON")
+    header = Path(sysconfig.get_paths()["include"]) / "Python.h"
+    if not (shutil.which("cc") or shutil.which("gcc")) or not header.exists():
+        pytest.skip("no C compiler or Python headers: the package runs pure Python")
+    assert lane_writer.accelerated(), "replaybank._lane was not built; reinstall with pip"
+
+
+def test_pure_python_switch() -> None:
+    import os
+    import subprocess
+    import sys
+
+    code = ("from replaybank.storage.lane_writer import accelerated\n"
+            "import replaybank as rb, numpy as np\n"
+            "b = rb.ReplayBuffer(capacity=8)\n"
+            "o = np.zeros(2, np.float32)\n"
+            "for _ in range(3):\n"
+            "    b.add(obs=o, action=0, reward=0.0, next_obs=o, terminated=False,"
+            " truncated=False)\n"
+            "print(accelerated(), len(b))\n")
+    env = {**os.environ, "REPLAYBANK_PURE_PYTHON": "1"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, check=True)
+    assert out.stdout.split() == ["False", "3"]

@@ -43,6 +43,7 @@ Example:
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -52,7 +53,7 @@ import numpy.typing as npt
 from replaybank.storage.backend import NumpyBackend
 from replaybank.storage.table import StepTable
 
-__all__ = ["LaneWriter", "lean_table", "scalar_types"]
+__all__ = ["LaneWriter", "accelerated", "lean_table", "scalar_types"]
 
 _ND = np.ndarray
 _FLOAT_SCALARS = (float, np.float64, np.float32, np.float16)
@@ -124,7 +125,10 @@ class _Field:
 
 
 def _load_accelerator() -> Any:
-    """The compiled ``replaybank._lane`` module, or None when it was not built."""
+    """The compiled ``replaybank._lane`` module, or None when it was not built or the
+    environment variable ``REPLAYBANK_PURE_PYTHON=1`` turns it off."""
+    if os.environ.get("REPLAYBANK_PURE_PYTHON", "") not in ("", "0"):
+        return None
     try:
         return importlib.import_module("replaybank._lane")
     except ImportError:
@@ -132,6 +136,11 @@ def _load_accelerator() -> Any:
 
 
 _ACCEL = _load_accelerator()
+
+
+def accelerated() -> bool:
+    """Whether the compiled one-lane add/extend (``replaybank._lane``) is in use."""
+    return _ACCEL is not None
 
 
 def _not_handled(*args: Any) -> bool:
