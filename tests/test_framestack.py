@@ -283,3 +283,161 @@ def test_numpy_kernel_view_gives_the_same_batches() -> None:
     assert check_buffer(a, rec) > 10
     assert check_buffer(b, rec) > 10
     assert a.sample(64) == b.sample(64)
+
+
+def _oracle_windows(link: np.ndarray, written: np.ndarray, counts: np.ndarray,
+                    keys: np.ndarray, k: int, frames: np.ndarray,
+                    side_frames: np.ndarray) -> np.ndarray | None:
+    """Plain-loop oracle of ``windows_numba.stack_gather`` (through windows.history)."""
+    nrows, lanes = link.shape
+    hist, ok = windows.history(link, written, counts, keys, k)
+    if not ok.all():
+        return None
+    out = np.empty((len(keys), k + 1, *frames.shape[1:]), frames.dtype)
+    for i, key in enumerate(keys.tolist()):
+        seq, lane = key // lanes, key % lanes
+        for c in range(k):
+            h = int(hist[i, c])
+            out[i, c] = frames[(h // lanes) % nrows * lanes + lane]
+        v = int(link[seq % nrows, lane])
+        out[i, k] = side_frames[v - 1] if v > 0 else frames[(seq + 1) % nrows * lanes + lane]
+    return out
+
+
+@pytest.mark.parametrize("dtype,shape", [(np.uint8, (3, 2)), (np.float32, (3,)),
+                                         (np.int16, ()), (np.bool_, (2,))])
+def test_stack_gather_matches_loop_oracle(dtype: Any, shape: tuple[int, ...]) -> None:
+    pytest.importorskip("numba")
+    from replaybank.ops.windows_numba import stack_buffers, stack_gather
+
+    rng = np.random.default_rng(11)
+    bufs = stack_buffers(0, 1)
+    n_none = 0
+    for _ in range(300):
+        nrows, lanes = int(rng.integers(1, 9)), int(rng.integers(1, 4))
+        n_side = int(rng.integers(1, 6))
+        link = (rng.random((nrows, lanes)) < 0.3).astype(np.int32) * rng.integers(
+            1, n_side + 1, (nrows, lanes), dtype=np.int32)
+        written = rng.integers(1, 3 * nrows + 1, size=lanes)
+        counts = np.minimum(written, rng.integers(1, nrows + 1, size=lanes))
+        live = np.array([s * lanes + lane for lane in range(lanes)
+                         for s in range(written[lane] - counts[lane], written[lane])])
+        keys = rng.choice(live, size=int(rng.integers(1, 8)))
+        k = int(rng.integers(1, 6))
+        frames = (rng.random((nrows * lanes, *shape)) * 100).astype(dtype)
+        side = (rng.random((n_side, *shape)) * 100).astype(dtype)
+        if bufs[1].shape != (len(keys), k + 1):
+            bufs = stack_buffers(len(keys), k)
+        got = stack_gather(link, written, counts, keys, k, frames, side, bufs)
+        want = _oracle_windows(link, written, counts, keys, k, frames, side)
+        if want is None:
+            n_none += 1
+            assert got is None
+        else:
+            assert got is not None and got.dtype == frames.dtype
+            np.testing.assert_array_equal(got, want)
+    assert 10 < n_none < 290  # both outcomes covered
+
+
+class _PlainView:
+    """A frame-stack view without ``gather_valid``: the buffer takes the old path
+    (``valid``, redraws, then ``gather``)."""
+
+    def __init__(self, view: FrameStackView) -> None:
+        self.v = view
+
+    def gather(self, table: Any, keys: np.ndarray) -> dict[str, Any]:
+        return self.v.gather(table, keys)
+
+    def valid(self, table: Any, keys: np.ndarray) -> Any:
+        return self.v.valid(table, keys)
+
+    def config(self) -> dict[str, Any]:
+        return self.v.config()
+
+    def prepare_inputs(self, fields: dict[str, Any], steps: bool, lanes: int) -> dict[str, Any]:
+        return self.v.prepare_inputs(fields, steps, lanes)
+
+
+@pytest.mark.parametrize("lanes,sampler,kernel", [
+    (1, None, "auto"), (1, None, "numpy"), (3, None, "auto"),
+    (2, "prioritized", "auto"), (1, "lane_split", "auto")])
+def test_fused_sampling_equals_valid_then_gather(lanes: int, sampler: str | None,
+                                                 kernel: str) -> None:
+    """The one-pass path draws the same keys (redraws included) and gathers the same
+    stacks as valid-then-gather, while the ring wraps and the side store grows."""
+    def make(view: Any) -> rb.ReplayBuffer:
+        kw: dict[str, Any] = {}
+        if sampler == "prioritized":
+            kw["sampler"] = rb.PrioritizedSampler()
+        elif sampler == "lane_split":
+            kw["lane_split"] = "random"
+        return rb.ReplayBuffer(capacity=lanes * 150, num_envs=lanes, seed=3, view=view, **kw)
+
+    fast = make(FrameStackView(K, kernel=kernel))
+    slow = make(_PlainView(FrameStackView(K, kernel=kernel)))
+    rng = np.random.default_rng(4)
+    t = 0
+    for step in range(60):
+        n = int(rng.integers(1, 9))
+        obs = (np.arange(t, t + n + 1)[:, None, None, None] * np.ones((1, lanes, 3, 2))
+               + np.arange(lanes)[None, :, None, None] * 1000).astype(np.float32)
+        term = rng.random((n, lanes)) < 0.6  # short episodes: the side store grows
+        nxt = obs[1:] + 0.5 * term[..., None, None]  # episode ends keep their own next obs
+        fields = {"obs": obs[:-1], "action": np.zeros((n, lanes), np.int64),
+                  "reward": np.ones((n, lanes), np.float32), "next_obs": nxt,
+                  "terminated": term, "truncated": np.zeros((n, lanes), bool)}
+        if lanes == 1:  # one env: no lane dim
+            fields = {name: a[:, 0] for name, a in fields.items()}
+        for buf in (fast, slow):
+            buf.extend(**fields)
+        t += n
+        if step % 3 == 2:
+            for b in (1, 7, 32):
+                got, want = fast.sample(b), slow.sample(b)
+                assert got == want
+                keys = got.indices
+                assert fast.view.valid(fast.table, keys) is None
+                ref = fast.view.gather(fast.table, keys)
+                np.testing.assert_array_equal(got.obs, ref["obs"])
+                np.testing.assert_array_equal(got.next_obs, ref["next_obs"])
+            assert fast.rng.bit_generator.state == slow.rng.bit_generator.state
+    assert fast.table.side_capacity > 64  # the side store was replaced while cached
+
+
+def test_gather_valid_is_none_exactly_when_valid_rejects() -> None:
+    rec = Recorder([frame_env(s + 21) for s in range(2)], seed=9)
+    buf = rb.ReplayBuffer(capacity=2 * 16, num_envs=2, frame_stack=K, seed=0)
+    for _ in range(40):
+        rec.step([(buf, False)])
+    t, v = buf.table, buf.view
+    keys = live_keys(buf)
+    ok = v.valid(t, keys)
+    assert ok is not None and not ok.all() and ok.any()
+    for key, good in zip(keys.tolist(), ok.tolist(), strict=True):
+        got = v.gather_valid(t, np.array([key]))
+        assert (got is not None) == good
+        if got is not None:
+            e = rec.entry(key)
+            np.testing.assert_array_equal(got["obs"][0], e["obs"])
+            np.testing.assert_array_equal(got["next_obs"][0], e["next_obs"])
+            assert sorted(got) == sorted(v.gather(t, np.array([key])))
+
+
+def test_stack_gather_never_reads_past_the_side_store() -> None:
+    pytest.importorskip("numba")
+    from replaybank.ops.windows_numba import stack_gather
+
+    link = np.zeros((4, 1), np.int32)
+    link[3, 0] = 7  # names side slot 6 of 2: a corrupt table
+    frames, side = np.arange(4, dtype=np.uint8), np.zeros(2, np.uint8)
+    with pytest.raises(IndexError, match="side slot"):
+        stack_gather(link, np.array([4]), np.array([4]), np.array([3]), 2, frames, side)
+    buf = rb.ReplayBuffer(capacity=8, frame_stack=2, seed=0)
+    for t in range(5):
+        buf.add(obs=np.full(2, t, np.uint8), action=0, reward=0.0,
+                next_obs=np.full(2, t + 1, np.uint8), terminated=False, truncated=False)
+    buf.table.link[4, 0] = 10_000  # the newest step's link, corrupted
+    assert buf.view.gather_valid(buf.table, np.array([4])) is None
+    with pytest.raises(IndexError):
+        buf.view.gather(buf.table, np.array([4]))

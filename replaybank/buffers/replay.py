@@ -494,14 +494,28 @@ class ReplayBuffer:
                     data = t.gather_transitions(keys, live=True)
                     data["indices"] = keys
                     return Batch.own(data)
-                res = self._draw(batch_size, SampleResult(keys), replace=True)
-                data = self.view.gather(t, res.keys)
-                data["indices"] = res.keys
-                return Batch.own(data)
+                # views that check and gather in one pass (frame stacks): None when a key
+                # must be redrawn, which _draw then does exactly as without the shortcut
+                fused = getattr(self.view, "gather_valid", None)
+                got: dict[str, Any] | None = None if fused is None else fused(t, keys)
+                if got is None:
+                    keys = self._draw(batch_size, SampleResult(keys), replace=True).keys
+                    got = self.view.gather(t, keys)
+                got["indices"] = keys
+                return Batch.own(got)
         else:
             check_batch_size(batch_size, len(self), replace)
-        res = self._draw(batch_size, replace=replace, **kwargs)
-        data = self.view.gather(self._table, res.keys)  # type: ignore[arg-type]
+        fused = getattr(self.view, "gather_valid", None)
+        got = None
+        if fused is not None and t is not None:  # check and gather in one pass
+            res = self.sampler.sample(batch_size, self.lane_view(), self._rng,
+                                      replace=replace, **kwargs)
+            got = fused(t, res.keys)
+            if got is None:  # a key must be redrawn: exactly as _draw alone would
+                res = self._draw(batch_size, res, replace=replace, **kwargs)
+        else:
+            res = self._draw(batch_size, replace=replace, **kwargs)
+        data = self.view.gather(self.table, res.keys) if got is None else got
         data["indices"] = res.keys
         if res.weights is not None:
             data["weights"] = res.weights.astype(np.float32)

@@ -3,7 +3,8 @@
 :func:`~replaybank.ops.windows.window_plan` (the numpy functions are their oracles), and
 the fused kernels of the sequence and frame-stack fast paths: :func:`draw_windows`
 (uniform draws -> checked window starts), :func:`sequence_plan` (slots, flags and side
-patches of sampled windows), :func:`stack_slots_counted` and :func:`stack_plan`; their
+patches of sampled windows), :func:`stack_slots_counted`, :func:`stack_plan` and
+:func:`stack_gather` (check, plan and copy the frames of sampled stacks); their
 oracles are numpy compositions (see each docstring and ``tests/test_sequences.py``).
 
 Importing this module raises ImportError when numba is missing;
@@ -20,12 +21,15 @@ Example:
 
 from __future__ import annotations
 
+import math
+from typing import Any
+
 import numba
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["draw_windows", "sequence_plan", "stack_buffers", "stack_plan", "stack_slots",
-           "stack_slots_counted", "window_extent", "window_plan"]
+__all__ = ["as_bytes", "draw_windows", "sequence_plan", "stack_buffers", "stack_gather",
+           "stack_plan", "stack_slots", "stack_slots_counted", "window_extent", "window_plan"]
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
@@ -134,6 +138,104 @@ def stack_plan(link: npt.NDArray[np.int32], written: IntArray, counts: IntArray,
     flat, slots, side, ok, step = buffers
     n_bad, n_side = _stack(link, written, counts, keys, k, flat)
     return slots, side, step, ok != 0 if n_bad else None, n_bad, n_side
+
+
+@numba.njit(cache=True, nogil=True)
+def _stack_gather(link, written, counts, keys, k, plan, frames, side_frames, out):  # type: ignore[no-untyped-def]  # pragma: no cover
+    # plan as _stack; frames [T * lanes, F] and side_frames [S, F] raw bytes; out [B, k + 1, F]
+    n_bad = _stack(link, written, counts, keys, k, plan)[0]
+    if n_bad:  # nothing is copied: the caller redraws
+        return n_bad
+    nb = keys.shape[0]
+    w = k + 1
+    o_side = nb * w
+    f = frames.shape[1]
+    n_kept = side_frames.shape[0]
+    for b in range(nb):  # a link naming no side slot (a corrupt table): copy nothing
+        if plan[o_side + b] >= n_kept:
+            return -1
+    for b in range(nb):
+        base = b * w
+        for c in range(k):
+            s = plan[base + c]
+            for j in range(f):
+                out[b, c, j] = frames[s, j]
+        v = plan[o_side + b]
+        if v >= 0:  # the next observation was kept aside
+            for j in range(f):
+                out[b, k, j] = side_frames[v, j]
+        else:
+            s = plan[base + k]
+            for j in range(f):
+                out[b, k, j] = frames[s, j]
+    return 0
+
+
+def as_bytes(array: npt.NDArray[Any]) -> npt.NDArray[np.uint8]:
+    """A C-contiguous array ``[n, *shape]`` as its raw bytes ``[n, nbytes(shape)]`` (a view).
+
+    Example:
+        >>> as_bytes(np.zeros((3, 2), np.float32)).shape
+        (3, 8)
+    """
+    if not array.flags.c_contiguous:
+        raise ValueError(f"as_bytes: array of shape {array.shape} is not C-contiguous; "
+                         "pass np.ascontiguousarray(array)")
+    flat = array.reshape(array.shape[0], math.prod(array.shape[1:]))
+    return flat if flat.dtype == np.uint8 else flat.view(np.uint8)
+
+
+def stack_gather(link: npt.NDArray[np.int32], written: IntArray, counts: IntArray,
+                 keys: IntArray, k: int, frames: npt.NDArray[Any],
+                 side_frames: npt.NDArray[Any],
+                 buffers: StackBuffers | None = None) -> npt.NDArray[Any] | None:
+    """Check, plan and gather the frame windows of ``keys`` in one pass.
+
+    Its numpy oracle: ``slots, side, ok = windows.stack_slots(...)``; None unless ``ok``
+    is all True, else ``frames[slots]`` with ``[b, k]`` replaced by
+    ``side_frames[side[b]]`` where ``side[b] >= 0``.
+
+    Args:
+        link: Next-observation links ``[T, lanes]`` (int32).
+        written: Steps ever written per lane ``[lanes]`` (int64).
+        counts: Live steps per lane ``[lanes]`` (int64).
+        keys: Item keys ``[B]`` (int64).
+        k: Frames per stack.
+        frames: The obs field by slot ``[T * lanes, *frame]`` (C-contiguous numpy).
+        side_frames: The kept-aside next observations ``[S, *frame]`` (C-contiguous).
+        buffers: Plan buffers from :func:`stack_buffers` (as :func:`stack_plan`); after
+            the call they hold the plan of ``keys``.
+
+    Returns:
+        Windows ``[B, k + 1, *frame]`` (frames ``0..k-1`` the obs stack, ``1..k`` the
+        next-obs stack), or None when some key's history is gone (nothing gathered).
+
+    Raises:
+        IndexError: ``link`` names a side slot past ``side_frames`` (nothing is read
+            out of bounds).
+
+    Example:
+        >>> link = np.zeros((4, 1), np.int32); link[3, 0] = 1
+        >>> frames = np.arange(4, dtype=np.int16); side = np.array([9, 0], np.int16)
+        >>> stack_gather(link, np.array([4]), np.array([4]), np.array([1, 3]), 2, frames,
+        ...              side).tolist()
+        [[0, 1, 2], [2, 3, 9]]
+    """
+    if type(keys) is not np.ndarray or keys.dtype != np.int64:
+        keys = np.asarray(keys, dtype=np.int64)
+    nb = keys.shape[0]
+    if buffers is None or buffers[1].shape != (nb, k + 1):
+        buffers = stack_buffers(nb, k)
+    out = np.empty((nb, k + 1, *frames.shape[1:]), dtype=frames.dtype)
+    raw = out.reshape(nb, k + 1, math.prod(frames.shape[1:]))
+    if raw.dtype != np.uint8:
+        raw = raw.view(np.uint8)
+    rc = _stack_gather(link, written, counts, keys, int(k), buffers[0], as_bytes(frames),
+                       as_bytes(side_frames), raw)
+    if rc < 0:
+        raise IndexError(f"stack_gather: link names a side slot past the {len(side_frames)} "
+                         "kept next observations; the table is corrupt")
+    return None if rc else out
 
 
 def stack_slots_counted(link: npt.NDArray[np.int32], written: IntArray, counts: IntArray,

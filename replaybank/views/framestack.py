@@ -42,6 +42,8 @@ Example:
 
 from __future__ import annotations
 
+import math
+import operator
 from typing import Any
 
 import numpy as np
@@ -59,6 +61,43 @@ __all__ = ["FrameStackView"]
 IntArray = npt.NDArray[np.int64]
 # (slots [B, k + 1], side [B], step [B], ok [B] or None, n_not_ok, n_side)
 _Plan = tuple[IntArray, IntArray, IntArray, "npt.NDArray[np.bool_] | None", int, int]
+_UINT8 = np.dtype(np.uint8)
+
+
+class _Reads:
+    """The arrays :meth:`FrameStackView.gather_valid` reads from one table: flat views
+    of the non-obs fields, the obs frames and kept-aside next frames as raw bytes."""
+
+    __slots__ = ("arrays", "dtype", "fields", "frames", "link", "next", "obs", "shape", "side",
+                 "side_bytes", "size", "table")
+
+    def __init__(self, table: StepTable, frames: npt.NDArray[Any], obs: str) -> None:
+        from replaybank.ops.windows_numba import as_bytes
+
+        self.table = table
+        self.link = table.link
+        self.arrays = tuple(table.arrays.values())
+        self.fields = [(name, table.flat(a)) for name, a in table.arrays.items()
+                       if name != obs]
+        self.obs = obs
+        self.next = next_name(obs)
+        self.shape: tuple[int, ...] = tuple(frames.shape[1:])
+        self.size = math.prod(self.shape)
+        self.dtype = frames.dtype
+        self.frames = as_bytes(frames)  # [T * lanes, nbytes(frame)]
+        self.side: Any = None
+        self.side_bytes: Any = None
+
+    def set_side(self, side: Any) -> bool:
+        """Read the side store ``side`` (it is replaced when it grows); False when it is
+        not a C-contiguous numpy array (its bytes cannot be viewed)."""
+        from replaybank.ops.windows_numba import as_bytes
+
+        if type(side) is not np.ndarray or not side.flags.c_contiguous:
+            return False
+        self.side = side
+        self.side_bytes = as_bytes(side)
+        return True
 
 
 def _counted(fn: Any) -> Any:
@@ -114,6 +153,9 @@ class FrameStackView:
         self._last: tuple[StepTable, IntArray, bytes, _Plan] | None = None
         # reused kernel output buffers (numba kernel; see windows_numba.stack_buffers)
         self._buffers: Any = None
+        # the fused check-and-copy kernel (numba) and what it reads (see _fast_reads)
+        self._gather_kernel: Any = None
+        self._reads: _Reads | None = None
 
     # ------------------------------------------------------------------ inputs
     def _decide(self, leaf: str, arr: npt.NDArray[Any], n_lead: int, lanes: int) -> tuple[
@@ -165,6 +207,19 @@ class FrameStackView:
         return unflatten(out)
 
     # ------------------------------------------------------------------ sampling
+    def _pick_kernel(self) -> Any:
+        """Choose the stack kernel once (numba: also the buffers and the gather kernel)."""
+        fn, name = windows.stack_kernel(self.kernel)
+        if name == "numba":
+            from replaybank.ops.windows_numba import _stack_gather, stack_buffers, stack_plan
+
+            self._kernel = stack_plan
+            self._gather_kernel = _stack_gather
+            self._buffers = stack_buffers(0, self.k)
+        else:
+            self._kernel = _counted(fn)
+        return self._kernel
+
     def _stack_slots(self, table: StepTable, keys: IntArray, reuse: bool = True) -> _Plan:
         """``(slots, side, step, ok, n_not_ok, n_side)`` of ``keys`` (see
         ``windows_numba.stack_plan``; ``ok`` may be None when ``n_not_ok == 0``).
@@ -173,14 +228,7 @@ class FrameStackView:
         next reusing call: they never leave the view (gather copies out of them)."""
         kernel = self._kernel
         if kernel is None:
-            fn, name = windows.stack_kernel(self.kernel)
-            if name == "numba":
-                from replaybank.ops.windows_numba import stack_buffers, stack_plan
-
-                kernel = self._kernel = stack_plan
-                self._buffers = stack_buffers(0, self.k)
-            else:
-                kernel = self._kernel = _counted(fn)
+            kernel = self._pick_kernel()
         if not reuse or self._buffers is None:
             out: _Plan = kernel(table.link, table.written, table.counts, keys, self.k)
             return out
@@ -204,6 +252,95 @@ class FrameStackView:
         if ok is None or plan[4] == 0:
             return inner_ok
         return ok if inner_ok is None else ok & inner_ok
+
+    def _fast_reads(self, table: StepTable) -> _Reads | None:
+        """What :meth:`gather_valid` reads, cached per table and rebuilt when one of its
+        arrays is replaced; None unless the numba kernel and one in-memory numpy obs
+        field (the general path serves the rest)."""
+        reads = self._reads
+        arrays = table.arrays
+        if reads is not None and reads.table is table and reads.link is table.link \
+                and len(reads.arrays) == len(arrays) \
+                and all(map(operator.is_, arrays.values(), reads.arrays)):
+            return reads
+        self._reads = None
+        if self._gather_kernel is None or type(table.backend) is not NumpyBackend \
+                or len(table.obs_fields) != 1 \
+                or not all(type(a) is np.ndarray for a in arrays.values()):
+            return None
+        obs = table.obs_fields[0]
+        frames = table.flat(arrays[obs])
+        if not frames.flags.c_contiguous:
+            return None
+        reads = _Reads(table, frames, obs)
+        if not reads.set_side(table.side[obs]):
+            return None
+        self._reads = reads
+        return reads
+
+    def gather_valid(self, table: StepTable, keys: IntArray) -> dict[str, Any] | None:
+        """:meth:`gather` of ``keys`` when the view can serve every one of them, else None.
+
+        One pass instead of :meth:`valid` then :meth:`gather` (the sampling fast path):
+        one kernel call decides whether every stack can be rebuilt and, when it can,
+        copies the frames; when a key cannot be served nothing is gathered and the
+        caller redraws it through :meth:`valid` (which gives the same answer).
+
+        Args:
+            table: The step table.
+            keys: Item keys ``[B]``.
+
+        Returns:
+            The same fields as :meth:`gather`, or None when :meth:`valid` would reject a
+            key.
+
+        Example:
+            >>> import replaybank as rb
+            >>> buf = rb.ReplayBuffer(capacity=4, frame_stack=2, seed=0)
+            >>> for t in range(6):
+            ...     buf.add(obs=np.full(1, t), action=0, reward=0.0,
+            ...             next_obs=np.full(1, t + 1), terminated=False, truncated=False)
+            >>> buf.view.gather_valid(buf.table, np.array([2])) is None  # frame 1 is gone
+            True
+            >>> buf.view.gather_valid(buf.table, np.array([5]))["obs"][:, :, 0].tolist()
+            [[4, 5]]
+        """
+        if type(self.inner) is not TransitionView:
+            return None
+        if type(keys) is not np.ndarray or keys.dtype != np.int64:
+            keys = np.asarray(keys, dtype=np.int64)
+        if self._kernel is None:
+            self._pick_kernel()
+        reads = self._fast_reads(table)
+        if reads is not None:
+            side = table.side[reads.obs]
+            if side is not reads.side and not reads.set_side(side):
+                reads = self._reads = None
+        if reads is None:  # another backend, several obs fields or the numpy kernel
+            plan = self._stack_slots(table, keys)
+            if plan[4]:
+                return None
+            self._last = (table, keys, table.written.tobytes(), plan)
+            return self.gather(table, keys)
+        nb = keys.shape[0]
+        bufs = self._buffers
+        if bufs[1].shape[0] != nb:
+            from replaybank.ops.windows_numba import stack_buffers
+
+            bufs = self._buffers = stack_buffers(nb, self.k)
+        k1 = self.k + 1
+        w = np.empty((nb, k1, *reads.shape), reads.dtype)  # [B, k + 1, *frame]
+        raw = w.reshape(nb, k1, reads.size)
+        if reads.dtype is not _UINT8:
+            raw = raw.view(np.uint8)
+        if self._gather_kernel(table.link, table.written, table.counts, keys, self.k, bufs[0],
+                               reads.frames, reads.side_bytes, raw):
+            return None  # a key to redraw (or a corrupt link, which gather then reports)
+        step = bufs[4]
+        out = {name: a.take(step, axis=0) for name, a in reads.fields}
+        out[reads.obs] = w[:, :-1]
+        out[reads.next] = w[:, 1:]
+        return out
 
     def _cached(self, table: StepTable, keys: IntArray) -> _Plan:
         last, self._last = self._last, None
