@@ -1,15 +1,18 @@
-/* Compiled add/extend for one in-memory lane: replaybank._lane.Appender.
+/* Compiled add/extend for in-memory step tables: replaybank._lane.Appender.
  *
- * An optional accelerator of replaybank.storage.lane_writer.LaneWriter (the Python code
- * there is the reference and the fallback). Appender.add / Appender.extend accept only
- * the plainest calls: C-contiguous numpy arrays of exactly the stored format and shape
- * (or Python scalars for scalar fields), no extras. Anything else returns False before a
- * byte is written and the Python paths take over. What is written is exactly what
- * LaneWriter.add / LaneWriter.extend write: data rows, links, side slots (same free-slot
- * order) and counters; tests/test_fastpath.py compares the whole table state with the
- * general path.
+ * An optional accelerator (see replaybank/storage/lane_writer.py; StepTable.write_sync
+ * and LaneWriter are the reference and the fallback). Appender.add / Appender.extend
+ * accept only the plainest calls: every lane at once with the lanes in step, C-contiguous
+ * numpy arrays of exactly the stored format and shape (or Python scalars for the scalar
+ * fields of a one-lane table), no extras, no wrap-around inside a chunk. Anything else
+ * returns False before a byte is written and the Python paths take over. What is written
+ * is exactly what StepTable.write_sync writes: data rows, links, side slots (same
+ * free-slot order) and counters; tests/test_fastpath.py compares the whole table state
+ * with the general path.
  *
- * Storage is reached through the buffer protocol (no numpy headers needed to build).
+ * Layout: every field is a flat [T * L, *shape] C-contiguous array (row-major [T, L]);
+ * the step of lane l in row r is item r * L + l. Storage is reached through the buffer
+ * protocol (no numpy headers needed to build).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -18,17 +21,17 @@
 
 #define NFIELDS 5 /* obs, action, reward, terminated, truncated */
 #define MAXDIM 8
+#define STACK_ITEMS 64 /* steps x lanes written without a heap allocation */
 
 typedef struct {
-    Py_buffer store;           /* flat [T, *shape] storage, C-contiguous */
+    Py_buffer store;           /* flat [T * L, *shape] storage, C-contiguous */
     char fmt[16];              /* buffer format of the dtype (e.g. "f", "?", "l") */
     Py_ssize_t itemsize;
     int ndim;                  /* item ndim */
     Py_ssize_t shape[MAXDIM];  /* item shape */
-    Py_ssize_t nbytes;         /* bytes of one step */
-    char kind;                 /* scalar fields: 'f', 'i', 'u', 'b'; 0 otherwise */
-    long long lo, hi;          /* int range of an int scalar field */
-    unsigned long long uhi;    /* range of an unsigned scalar field */
+    Py_ssize_t nbytes;         /* bytes of one step of one lane */
+    char kind;                 /* scalar fields: 'f', 'i', 'u', 'b'; '-' otherwise */
+    long long lo, hi;          /* range of an int scalar field */
 } Field;
 
 typedef struct {
@@ -40,7 +43,7 @@ typedef struct {
     PyObject *table;
     PyObject *ndarray_type;
     PyObject *bool_type;
-    Py_ssize_t T;
+    Py_ssize_t T, L;
 } Appender;
 
 static PyObject *s_free, *s_side, *s_obs, *s_alloc;
@@ -59,10 +62,11 @@ get_store(PyObject *arr, Py_buffer *view)
     return 0;
 }
 
-/* An input array of this field with `lead` leading steps (-1: one step, no lead).
- * 1: accepted (view filled, release it); 0: not for this path. */
+/* An input array of this field with leading dims lead[0..nlead). 1: accepted (view
+ * filled: release it); 0: not for this path. */
 static int
-get_input(Appender *self, Field *f, PyObject *v, Py_ssize_t lead, Py_buffer *view)
+get_input(Appender *self, Field *f, PyObject *v, const Py_ssize_t *lead, int nlead,
+          Py_buffer *view)
 {
     if ((PyObject *)Py_TYPE(v) != self->ndarray_type)
         return 0;
@@ -70,14 +74,13 @@ get_input(Appender *self, Field *f, PyObject *v, Py_ssize_t lead, Py_buffer *vie
         PyErr_Clear();
         return 0;
     }
-    int off = lead >= 0 ? 1 : 0;
-    int ok = view->ndim == f->ndim + off && view->itemsize == f->itemsize
+    int ok = view->ndim == f->ndim + nlead && view->itemsize == f->itemsize
              && strcmp(view->format ? view->format : "B", f->fmt) == 0
              && PyBuffer_IsContiguous(view, 'C');
-    if (ok && off)
-        ok = view->shape[0] == lead;
+    for (int i = 0; ok && i < nlead; i++)
+        ok = view->shape[i] == lead[i];
     for (int i = 0; ok && i < f->ndim; i++)
-        ok = view->shape[i + off] == f->shape[i];
+        ok = view->shape[i + nlead] == f->shape[i];
     if (!ok) {
         PyBuffer_Release(view);
         return 0;
@@ -85,18 +88,11 @@ get_input(Appender *self, Field *f, PyObject *v, Py_ssize_t lead, Py_buffer *vie
     return 1;
 }
 
-/* One step's value of a field into `dst` (f->nbytes bytes). 1: done; 0: not here; -1: error. */
+/* A Python scalar for a scalar field, into dst (f->nbytes bytes). 1: done; 0: not here;
+ * -1: error. */
 static int
-one_value(Appender *self, Field *f, PyObject *v, char *dst)
+scalar_value(Appender *self, Field *f, PyObject *v, char *dst)
 {
-    if ((PyObject *)Py_TYPE(v) == self->ndarray_type) {
-        Py_buffer view;
-        if (!get_input(self, f, v, -1, &view))
-            return 0;
-        memcpy(dst, view.buf, (size_t)f->nbytes);
-        PyBuffer_Release(&view);
-        return 1;
-    }
     switch (f->kind) {
     case 'b':
         if (v == Py_True || v == Py_False) {
@@ -135,10 +131,7 @@ one_value(Appender *self, Field *f, PyObject *v, char *dst)
             long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
             if (x == -1 && PyErr_Occurred())
                 return -1;
-            if (overflow)
-                return 0;
-            if (f->kind == 'i' ? (x < f->lo || x > f->hi)
-                               : (x < 0 || (unsigned long long)x > f->uhi))
+            if (overflow || x < f->lo || x > f->hi)
                 return 0;
             switch (f->itemsize) {
             case 1: { int8_t y = (int8_t)x; memcpy(dst, &y, 1); break; }
@@ -158,6 +151,17 @@ static inline int64_t *
 meta(Py_buffer *b)
 {
     return (int64_t *)b->buf;
+}
+
+/* Every lane has the same written and counts (the lanes are in step). */
+static int
+in_step(Appender *self)
+{
+    const int64_t *w = meta(&self->written), *c = meta(&self->counts);
+    for (Py_ssize_t l = 1; l < self->L; l++)
+        if (w[l] != w[0] || c[l] != c[0])
+            return 0;
+    return 1;
 }
 
 /* The side store of obs as a buffer (it may have been reallocated). */
@@ -187,31 +191,19 @@ free_append(PyObject *free, long long slot)
     return r;
 }
 
-/* Pop the last free slot; -1 on error. */
-static long long
-free_pop(PyObject *free)
-{
-    Py_ssize_t n = PyList_GET_SIZE(free);
-    long long slot = PyLong_AsLongLong(PyList_GET_ITEM(free, n - 1));
-    if (slot == -1 && PyErr_Occurred())
-        return -1;
-    if (PyList_SetSlice(free, n - 1, n, NULL) < 0)
-        return -1;
-    return slot;
-}
-
-/* k slots in table._alloc(k) order (popped from the free list, or the side store grows
- * first); 0 ok, -1 error. */
+/* k slots in table._alloc(k) order (popped from the end of the free list, or the side
+ * store grows first); 0 ok, -1 error. */
 static int
 take_slots(Appender *self, PyObject *free, Py_ssize_t k, long long *out)
 {
-    if (PyList_GET_SIZE(free) >= k) { /* same slots, same order as table._alloc(k) */
+    Py_ssize_t have = PyList_GET_SIZE(free);
+    if (have >= k) {
         for (Py_ssize_t j = 0; j < k; j++) {
-            out[j] = free_pop(free);
-            if (out[j] < 0)
+            out[j] = PyLong_AsLongLong(PyList_GET_ITEM(free, have - 1 - j));
+            if (out[j] == -1 && PyErr_Occurred())
                 return -1;
         }
-        return 0;
+        return PyList_SetSlice(free, have - k, have, NULL);
     }
     PyObject *kk = PyLong_FromSsize_t(k);
     if (kk == NULL)
@@ -224,15 +216,163 @@ take_slots(Appender *self, PyObject *free, Py_ssize_t k, long long *out)
     Py_DECREF(res);
     if (lst == NULL)
         return -1;
-    for (Py_ssize_t j = 0; j < k; j++) {
+    int err = PyList_GET_SIZE(lst) != k;
+    if (err)
+        PyErr_SetString(PyExc_RuntimeError, "table._alloc returned the wrong number of slots");
+    for (Py_ssize_t j = 0; !err && j < k; j++) {
         out[j] = PyLong_AsLongLong(PyList_GET_ITEM(lst, j));
-        if (out[j] == -1 && PyErr_Occurred()) {
-            Py_DECREF(lst);
-            return -1;
-        }
+        err = out[j] == -1 && PyErr_Occurred();
     }
     Py_DECREF(lst);
-    return 0;
+    return err ? -1 : 0;
+}
+
+static PyObject *
+get_free(Appender *self)
+{
+    PyObject *free = PyObject_GetAttr(self->table, s_free);
+    if (free != NULL && !PyList_CheckExact(free)) {
+        Py_DECREF(free);
+        PyErr_SetString(PyExc_TypeError, "table._free must be a list");
+        return NULL;
+    }
+    return free;
+}
+
+/* ------------------------------------------------------------------ the write
+ * n steps of all L lanes, rows [start, start + n) (no wrap), inputs validated:
+ * src[i] points at field i's [n, L, *shape] bytes, nobs at next_obs [n, L, *shape].
+ * Same steps and order as StepTable.write_sync. Returns 0, or -1 with an exception set
+ * (only on memory errors; the table may then be partly written). */
+static int
+write_steps(Appender *self, char *const *src, const char *nobs, Py_ssize_t n)
+{
+    const Py_ssize_t T = self->T, L = self->L;
+    const Py_ssize_t ib = self->f[0].nbytes;
+    const char *obs = src[0], *term = src[3], *trunc = src[4];
+    int32_t *link = (int32_t *)self->link.buf;
+    const char *term_s = (const char *)self->f[3].store.buf;
+    const char *trunc_s = (const char *)self->f[4].store.buf;
+    int64_t w = meta(&self->written)[0], c = meta(&self->counts)[0];
+    Py_ssize_t start = (Py_ssize_t)(w % T), end = start + n, nl = n * L;
+    int err = 0;
+    Py_buffer sv;
+    /* small calls (an add of a few lanes) use the stack, larger ones the heap */
+    char need_s[STACK_ITEMS];
+    long long relink_s[STACK_ITEMS], slots_s[STACK_ITEMS];
+    int heap = nl > STACK_ITEMS;
+    char *need = heap ? PyMem_Malloc((size_t)nl) : need_s;
+    long long *relink = heap ? PyMem_Malloc((size_t)L * sizeof(long long)) : relink_s;
+    long long *slots = heap ? PyMem_Malloc((size_t)nl * sizeof(long long)) : slots_s;
+    PyObject *free = get_free(self);
+    if (need == NULL || relink == NULL || slots == NULL || free == NULL) {
+        if (free != NULL)
+            PyErr_NoMemory();
+        err = 1;
+        goto out;
+    }
+    /* which next observations are kept aside: done steps, steps whose next_obs is not
+     * the next step's obs (bitwise), and the last step of each lane */
+    Py_ssize_t k = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int same_block = i < n - 1
+            && memcmp(nobs + i * L * ib, obs + (i + 1) * L * ib, (size_t)(L * ib)) == 0;
+        for (Py_ssize_t l = 0; l < L; l++) {
+            Py_ssize_t j = i * L + l;
+            int kept = i == n - 1 || term[j] || trunc[j]
+                || (!same_block && memcmp(nobs + j * ib, obs + (j + L) * ib, (size_t)ib) != 0);
+            need[j] = (char)kept;
+            k += kept;
+        }
+    }
+    /* 1. evict: old steps in the rows written now leave the ring and free their slots
+     *    (rows before start + T - c held no live step) */
+    if (c + n > T) {
+        for (Py_ssize_t j = (start + (Py_ssize_t)(T - c)) * L; !err && j < end * L; j++)
+            if (link[j])
+                err = free_append(free, link[j] - 1) < 0;
+    }
+    /* 2. does each lane's previous newest step continue into this chunk? */
+    int any_relink = 0;
+    for (Py_ssize_t l = 0; l < L; l++)
+        relink[l] = 0;
+    if (!err && c && n < T) {
+        Py_ssize_t prow = start ? start - 1 : T - 1;
+        int have_side = 0;
+        for (Py_ssize_t l = 0; !err && l < L; l++) {
+            Py_ssize_t j = prow * L + l;
+            long long p = link[j];
+            if (!p || term_s[j] || trunc_s[j])
+                continue;
+            if (!have_side) {
+                err = side_view(self, &sv) < 0;
+                have_side = !err;
+                if (err)
+                    break;
+            }
+            if (memcmp((char *)sv.buf + (p - 1) * ib, obs + l * ib, (size_t)ib) == 0) {
+                relink[l] = p;
+                any_relink = 1;
+            }
+        }
+        if (have_side)
+            PyBuffer_Release(&sv);
+    }
+    /* 3. side slots of the kept next observations, in row-major order */
+    if (!err)
+        err = take_slots(self, free, k, slots) < 0;
+    if (!err)
+        err = side_view(self, &sv) < 0;
+    if (!err) {
+        memset(link + start * L, 0, (size_t)nl * sizeof(int32_t));
+        Py_ssize_t s = 0;
+        for (Py_ssize_t j = 0; j < nl; j++) {
+            if (need[j]) {
+                memcpy((char *)sv.buf + slots[s] * ib, nobs + j * ib, (size_t)ib);
+                link[start * L + j] = (int32_t)(slots[s] + 1);
+                s++;
+            }
+        }
+        PyBuffer_Release(&sv);
+        /* 4. data, then release the continued steps' slots, then the counters */
+        for (int i = 0; i < NFIELDS; i++) {
+            Field *f = &self->f[i];
+            memcpy((char *)f->store.buf + start * L * f->nbytes, src[i],
+                   (size_t)(nl * f->nbytes));
+        }
+        if (any_relink) {
+            Py_ssize_t prow = start ? start - 1 : T - 1;
+            for (Py_ssize_t l = 0; !err && l < L; l++) {
+                if (relink[l]) {
+                    link[prow * L + l] = 0;
+                    err = free_append(free, relink[l] - 1) < 0;
+                }
+            }
+        }
+        int64_t nc = c + n < T ? c + n : T;
+        for (Py_ssize_t l = 0; l < L; l++) {
+            int64_t ends = 0;
+            for (Py_ssize_t i = 0; i < n; i++)
+                ends += term[i * L + l] || trunc[i * L + l];
+            meta(&self->written)[l] = w + n;
+            meta(&self->counts)[l] = nc;
+            meta(&self->episodes)[l] += ends;
+        }
+    }
+out:
+    Py_XDECREF(free);
+    if (heap) {
+        PyMem_Free(need);
+        PyMem_Free(relink);
+        PyMem_Free(slots);
+    }
+    return err ? -1 : 0;
+}
+
+static int
+no_extras(PyObject *extras)
+{
+    return PyDict_CheckExact(extras) && PyDict_GET_SIZE(extras) == 0;
 }
 
 /* ------------------------------------------------------------------ add */
@@ -244,127 +384,44 @@ Appender_add(Appender *self, PyObject *const *args, Py_ssize_t nargs)
                         "add(obs, action, reward, next_obs, terminated, truncated, extras)");
         return NULL;
     }
-    PyObject *extras = args[6];
-    if (!PyDict_CheckExact(extras) || PyDict_GET_SIZE(extras) != 0)
+    if (!no_extras(args[6]) || !in_step(self))
         Py_RETURN_FALSE;
     PyObject *vals[NFIELDS] = {args[0], args[1], args[2], args[4], args[5]};
-    PyObject *nobs_obj = args[3];
-    Field *fo = &self->f[0];
-    Py_buffer ob, nb;
-    if (!get_input(self, fo, vals[0], -1, &ob))
-        Py_RETURN_FALSE;
-    if (!get_input(self, fo, nobs_obj, -1, &nb)) {
-        PyBuffer_Release(&ob);
-        Py_RETURN_FALSE;
-    }
-    char small[NFIELDS][64];
+    const Py_ssize_t L = self->L;
+    int nlead = L == 1 ? 0 : 1; /* one env: no leading dim, or a lane dim of 1 */
+    char small[NFIELDS][16];
     char *src[NFIELDS];
-    Py_buffer held[NFIELDS];
+    Py_buffer held[NFIELDS + 1];
     int nheld = 0;
-    PyObject *result = NULL;
-    src[0] = (char *)ob.buf;
+    PyObject *result = Py_False;
+    if (!get_input(self, &self->f[0], vals[0], &L, nlead, &held[0])) {
+        if (L != 1 || !get_input(self, &self->f[0], vals[0], &L, 1, &held[0]))
+            goto done;
+        nlead = 1;
+    }
+    src[0] = (char *)held[nheld++].buf;
     for (int i = 1; i < NFIELDS; i++) {
         Field *f = &self->f[i];
-        if (f->nbytes <= 64 && (PyObject *)Py_TYPE(vals[i]) != self->ndarray_type) {
-            int r = one_value(self, f, vals[i], small[i]);
-            if (r < 0)
-                goto done;
-            if (r == 0) {
-                result = Py_False;
+        if (!nlead && f->kind != '-' && (PyObject *)Py_TYPE(vals[i]) != self->ndarray_type) {
+            int r = scalar_value(self, f, vals[i], small[i]);
+            if (r <= 0) {
+                result = r < 0 ? NULL : Py_False;
                 goto done;
             }
             src[i] = small[i];
-        } else {
-            if (!get_input(self, f, vals[i], -1, &held[nheld])) {
-                result = Py_False;
-                goto done;
-            }
-            src[i] = (char *)held[nheld].buf;
-            nheld++;
+            continue;
         }
-    }
-    {
-        /* decided: write (same order and side-slot use as LaneWriter.add) */
-        PyObject *free = PyObject_GetAttr(self->table, s_free);
-        if (free == NULL)
+        if (!get_input(self, f, vals[i], &L, nlead, &held[nheld]))
             goto done;
-        if (!PyList_CheckExact(free)) {
-            Py_DECREF(free);
-            PyErr_SetString(PyExc_TypeError, "table._free must be a list");
-            goto done;
-        }
-        Py_ssize_t T = self->T;
-        int32_t *link = (int32_t *)self->link.buf;
-        char *term_s = (char *)self->f[3].store.buf, *trunc_s = (char *)self->f[4].store.buf;
-        int64_t w = meta(&self->written)[0], c = meta(&self->counts)[0];
-        Py_ssize_t row = (Py_ssize_t)(w % T);
-        int err = 0;
-        if (c == T && link[row])
-            err = free_append(free, link[row] - 1);
-        long long relink = 0;
-        Py_ssize_t prow = row ? row - 1 : T - 1;
-        Py_buffer sv;
-        int have_side = 0;
-        if (!err && c && T > 1) {
-            relink = link[prow];
-            if (relink && (term_s[prow] || trunc_s[prow]))
-                relink = 0;
-            if (relink) {
-                if (side_view(self, &sv) < 0) {
-                    err = 1;
-                } else {
-                    have_side = 1;
-                    if (memcmp((char *)sv.buf + (relink - 1) * fo->nbytes, src[0],
-                               (size_t)fo->nbytes) != 0)
-                        relink = 0;
-                }
-            }
-        }
-        long long slot = 0;
-        if (!err) {
-            if (PyList_GET_SIZE(free)) {
-                slot = free_pop(free);
-                err = slot < 0;
-            } else {
-                if (have_side) {
-                    PyBuffer_Release(&sv);
-                    have_side = 0;
-                }
-                err = take_slots(self, free, 1, &slot) < 0;
-            }
-        }
-        if (!err && !have_side) {
-            err = side_view(self, &sv) < 0;
-            have_side = !err;
-        }
-        if (!err) {
-            memcpy((char *)sv.buf + slot * fo->nbytes, nb.buf, (size_t)fo->nbytes);
-            for (int i = 0; i < NFIELDS; i++) {
-                Field *f = &self->f[i];
-                memcpy((char *)f->store.buf + row * f->nbytes, src[i], (size_t)f->nbytes);
-            }
-            link[row] = (int32_t)(slot + 1);
-            if (relink) {
-                link[prow] = 0;
-                err = free_append(free, relink - 1) < 0;
-            }
-            meta(&self->written)[0] = w + 1;
-            if (c < T)
-                meta(&self->counts)[0] = c + 1;
-            if (src[3][0] || src[4][0])
-                meta(&self->episodes)[0] += 1;
-        }
-        if (have_side)
-            PyBuffer_Release(&sv);
-        Py_DECREF(free);
-        if (!err)
-            result = Py_True;
+        src[i] = (char *)held[nheld++].buf;
     }
+    if (!get_input(self, &self->f[0], args[3], &L, nlead, &held[nheld]))
+        goto done;
+    nheld++;
+    result = write_steps(self, src, (const char *)held[nheld - 1].buf, 1) < 0 ? NULL : Py_True;
 done:
     for (int i = 0; i < nheld; i++)
         PyBuffer_Release(&held[i]);
-    PyBuffer_Release(&ob);
-    PyBuffer_Release(&nb);
     Py_XINCREF(result);
     return result;
 }
@@ -378,138 +435,41 @@ Appender_extend(Appender *self, PyObject *const *args, Py_ssize_t nargs)
                         "extend(obs, action, reward, next_obs, terminated, truncated, extras)");
         return NULL;
     }
-    PyObject *extras = args[6];
-    if (!PyDict_CheckExact(extras) || PyDict_GET_SIZE(extras) != 0)
+    if (!no_extras(args[6]) || (PyObject *)Py_TYPE(args[0]) != self->ndarray_type
+        || !in_step(self))
         Py_RETURN_FALSE;
-    PyObject *vals[NFIELDS] = {args[0], args[1], args[2], args[4], args[5]};
-    if ((PyObject *)Py_TYPE(args[0]) != self->ndarray_type)
-        Py_RETURN_FALSE;
-    Py_buffer in[NFIELDS + 1];
-    int nin = 0;
-    PyObject *result = Py_False;
-    long long *slots = NULL;
+    const Py_ssize_t T = self->T, L = self->L;
     Py_ssize_t n;
+    int nlead = L == 1 ? 1 : 2; /* one env: [n, *shape], or with a lane dim of 1 */
     {
         Py_buffer probe;
         if (PyObject_GetBuffer(args[0], &probe, PyBUF_RECORDS_RO) < 0) {
             PyErr_Clear();
             Py_RETURN_FALSE;
         }
-        n = probe.ndim ? probe.shape[0] : -1;
+        n = probe.ndim ? probe.shape[0] : 0;
+        if (L == 1 && probe.ndim == self->f[0].ndim + 2)
+            nlead = 2;
         PyBuffer_Release(&probe);
     }
-    Py_ssize_t T = self->T;
-    int64_t w = meta(&self->written)[0], c = meta(&self->counts)[0];
-    Py_ssize_t start = (Py_ssize_t)(w % T), end = start + n;
-    if (n < 2 || end > T)
+    Py_ssize_t start = (Py_ssize_t)(meta(&self->written)[0] % T);
+    if (n < 1 || start + n > T) /* empty or wrapping chunks: the Python paths */
         Py_RETURN_FALSE;
-    for (int i = 0; i < NFIELDS; i++) {
-        if (!get_input(self, &self->f[i], vals[i], n, &in[nin]))
+    const Py_ssize_t lead[2] = {n, L};
+    PyObject *vals[NFIELDS + 1] = {args[0], args[1], args[2], args[4], args[5], args[3]};
+    Py_buffer in[NFIELDS + 1];
+    char *src[NFIELDS];
+    int nin = 0;
+    PyObject *result = Py_False;
+    for (int i = 0; i <= NFIELDS; i++) {
+        if (!get_input(self, &self->f[i < NFIELDS ? i : 0], vals[i], lead, nlead, &in[nin]))
             goto done;
         nin++;
     }
-    if (!get_input(self, &self->f[0], args[3], n, &in[nin]))
-        goto done;
-    nin++;
-    {
-        Field *fo = &self->f[0];
-        Py_ssize_t ib = fo->nbytes;
-        const char *obs = in[0].buf, *nobs = in[5].buf;
-        const char *term = in[3].buf, *trunc = in[4].buf;
-        int32_t *link = (int32_t *)self->link.buf;
-        /* continuity: within each run between episode ends, next_obs[i] == obs[i + 1] */
-        Py_ssize_t lo = 0, nstops = 0, ends = 0;
-        for (Py_ssize_t hi = 0; hi < n; hi++) {
-            int done_ = term[hi] || trunc[hi];
-            ends += done_;
-            if (done_ && hi < n - 1)
-                nstops++;
-            if (done_ || hi == n - 1) {
-                if (hi > lo && memcmp(nobs + lo * ib, obs + (lo + 1) * ib,
-                                      (size_t)((hi - lo) * ib)) != 0)
-                    goto done; /* out-of-order data: the general path keeps it aside */
-                lo = hi + 1;
-            }
-        }
-        Py_ssize_t prow = (c && n < T) ? (start ? start - 1 : T - 1) : -1;
-        char *term_s = (char *)self->f[3].store.buf, *trunc_s = (char *)self->f[4].store.buf;
-        long long relink = 0;
-        Py_buffer sv;
-        if (side_view(self, &sv) < 0) {
-            result = NULL;
-            goto done;
-        }
-        if (prow >= 0) {
-            relink = link[prow];
-            if (relink && (term_s[prow] || trunc_s[prow]
-                           || memcmp((char *)sv.buf + (relink - 1) * ib, obs, (size_t)ib) != 0))
-                relink = 0;
-        }
-        PyBuffer_Release(&sv);
-        /* decided: write (same order and side-slot use as LaneWriter.extend) */
-        PyObject *free = PyObject_GetAttr(self->table, s_free);
-        if (free == NULL) {
-            result = NULL;
-            goto done;
-        }
-        int err = !PyList_CheckExact(free);
-        if (err)
-            PyErr_SetString(PyExc_TypeError, "table._free must be a list");
-        /* 1. evicted steps free their side slots (rows before T - c held no live step) */
-        if (!err && c + n > T) {
-            for (Py_ssize_t r = start + (Py_ssize_t)(T - c); r < end; r++) {
-                if (link[r] && free_append(free, link[r] - 1) < 0) {
-                    err = 1;
-                    break;
-                }
-            }
-        }
-        if (!err) {
-            /* 2. data, links of the chunk zeroed */
-            for (int i = 0; i < NFIELDS; i++) {
-                Field *f = &self->f[i];
-                memcpy((char *)f->store.buf + start * f->nbytes, in[i].buf,
-                       (size_t)(n * f->nbytes));
-            }
-            memset(link + start, 0, (size_t)n * sizeof(int32_t));
-            /* 3. side slots: the episode ends inside the chunk and its newest step */
-            Py_ssize_t k = nstops + 1;
-            slots = PyMem_Malloc((size_t)k * sizeof(long long));
-            if (slots == NULL) {
-                PyErr_NoMemory();
-                err = 1;
-            } else if (take_slots(self, free, k, slots) < 0) {
-                err = 1;
-            } else if (side_view(self, &sv) < 0) {
-                err = 1;
-            } else {
-                Py_ssize_t j = 0;
-                for (Py_ssize_t r = 0; r < n; r++) {
-                    if (r == n - 1 || term[r] || trunc[r]) {
-                        memcpy((char *)sv.buf + slots[j] * ib, nobs + r * ib, (size_t)ib);
-                        link[start + r] = (int32_t)(slots[j] + 1);
-                        j++;
-                    }
-                }
-                PyBuffer_Release(&sv);
-            }
-        }
-        /* 4. the previous newest step continues here: release its slot; counters */
-        if (!err && relink) {
-            link[prow] = 0;
-            err = free_append(free, relink - 1) < 0;
-        }
-        if (!err) {
-            meta(&self->written)[0] = w + n;
-            if (c != T)
-                meta(&self->counts)[0] = c + n < T ? c + n : T;
-            meta(&self->episodes)[0] += ends;
-        }
-        Py_DECREF(free);
-        result = err ? NULL : Py_True;
-    }
+    for (int i = 0; i < NFIELDS; i++)
+        src[i] = (char *)in[i].buf;
+    result = write_steps(self, src, (const char *)in[NFIELDS].buf, n) < 0 ? NULL : Py_True;
 done:
-    PyMem_Free(slots);
     for (int i = 0; i < nin; i++)
         PyBuffer_Release(&in[i]);
     Py_XINCREF(result);
@@ -531,23 +491,25 @@ Appender_dealloc(Appender *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* Appender(table, ndarray, bool_, fields, link, written, counts, episodes)
+/* Appender(table, ndarray, bool_, fields, link, written, counts, episodes, lanes)
  * fields: 5 tuples (flat_store, format, item_shape, kind, lo, hi) in the order obs,
- * action, reward, terminated, truncated. */
+ * action, reward, terminated, truncated; link: flat int32 [T * lanes]; written, counts,
+ * episodes: int64 [lanes]. */
 static int
 Appender_init(Appender *self, PyObject *args, PyObject *kwds)
 {
     PyObject *table, *nd, *bt, *fields, *link, *written, *counts, *episodes;
-    if (!PyArg_ParseTuple(args, "OOOOOOOO", &table, &nd, &bt, &fields, &link, &written,
-                          &counts, &episodes))
-        return -1;
+    Py_ssize_t lanes;
     (void)kwds;
+    if (!PyArg_ParseTuple(args, "OOOOOOOOn", &table, &nd, &bt, &fields, &link, &written,
+                          &counts, &episodes, &lanes))
+        return -1;
     if (self->table != NULL) {
         PyErr_SetString(PyExc_RuntimeError, "Appender is initialised once");
         return -1;
     }
-    if (!PyTuple_Check(fields) || PyTuple_GET_SIZE(fields) != NFIELDS) {
-        PyErr_SetString(PyExc_ValueError, "fields: a tuple of 5 field tuples");
+    if (!PyTuple_Check(fields) || PyTuple_GET_SIZE(fields) != NFIELDS || lanes < 1) {
+        PyErr_SetString(PyExc_ValueError, "fields: a tuple of 5 field tuples; lanes >= 1");
         return -1;
     }
     Py_INCREF(table);
@@ -556,6 +518,7 @@ Appender_init(Appender *self, PyObject *args, PyObject *kwds)
     self->ndarray_type = nd;
     Py_INCREF(bt);
     self->bool_type = bt;
+    self->L = lanes;
     for (int i = 0; i < NFIELDS; i++) {
         Field *f = &self->f[i];
         PyObject *store, *shape;
@@ -564,7 +527,7 @@ Appender_init(Appender *self, PyObject *args, PyObject *kwds)
         if (!PyArg_ParseTuple(PyTuple_GET_ITEM(fields, i), "OsOsLL", &store, &fmt, &shape,
                               &kind, &lo, &hi))
             return -1;
-        if (strlen(fmt) >= sizeof(f->fmt) || !PyTuple_Check(shape)
+        if (strlen(fmt) >= sizeof(f->fmt) || strlen(kind) != 1 || !PyTuple_Check(shape)
             || PyTuple_GET_SIZE(shape) > MAXDIM) {
             PyErr_SetString(PyExc_ValueError, "Appender: unsupported field format or shape");
             return -1;
@@ -585,7 +548,10 @@ Appender_init(Appender *self, PyObject *args, PyObject *kwds)
         f->kind = kind[0];
         f->lo = lo;
         f->hi = hi;
-        f->uhi = (unsigned long long)hi;
+        if (f->kind != '-' && f->nbytes > 8) {
+            PyErr_SetString(PyExc_ValueError, "Appender: scalar fields of at most 8 bytes");
+            return -1;
+        }
     }
     PyObject *ms[4] = {link, written, counts, episodes};
     Py_buffer *mv[4] = {&self->link, &self->written, &self->counts, &self->episodes};
@@ -593,12 +559,26 @@ Appender_init(Appender *self, PyObject *args, PyObject *kwds)
         if (get_store(ms[i], mv[i]) < 0)
             return -1;
         self->nmeta = i + 1;
-        if (mv[i]->itemsize != (i == 0 ? 4 : 8)) {
-            PyErr_SetString(PyExc_ValueError, "Appender: link int32, counters int64");
+        Py_ssize_t want = i == 0 ? 4 : 8;
+        if (mv[i]->itemsize != want || (i > 0 && mv[i]->len != 8 * lanes)
+            || (i == 0 && mv[i]->len % (4 * lanes))) {
+            PyErr_SetString(PyExc_ValueError,
+                            "Appender: link int32 [T * lanes], counters int64 [lanes]");
             return -1;
         }
     }
-    self->T = self->link.len / 4;
+    self->T = self->link.len / 4 / lanes;
+    for (int i = 0; i < NFIELDS; i++) {
+        if (self->f[i].store.len != self->T * lanes * self->f[i].nbytes) {
+            PyErr_SetString(PyExc_ValueError, "Appender: field storage is not [T * lanes, *shape]");
+            return -1;
+        }
+    }
+    if (self->f[3].nbytes != 1 || self->f[4].nbytes != 1 || self->f[3].kind != 'b'
+        || self->f[4].kind != 'b') {
+        PyErr_SetString(PyExc_ValueError, "Appender: terminated/truncated must be bool scalars");
+        return -1;
+    }
     return 0;
 }
 

@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 import replaybank as rb
 from replaybank.errors import ShapeError
 from replaybank.storage import lane_writer
-from replaybank.storage.lane_writer import LaneWriter
+from replaybank.storage.lane_writer import LaneWriter, not_handled
 
-ACCEL = lane_writer._ACCEL is not None
+ACCEL = lane_writer.accelerated()
 # the compiled accelerator when it was built, and the pure-Python writer always
 KERNELS = [pytest.param(True, marks=pytest.mark.skipif(not ACCEL, reason="_lane not built"),
                         id="compiled"), pytest.param(False, id="python")]
@@ -72,8 +72,7 @@ def test_extend_and_add_match_general_path(kernel: bool, seed: int, cap: int, p_
     slow.load_state_dict(fast.state_dict())
     plan = fast._plan()
     assert plan is not None and plan.lane is not None
-    plan.lane = LaneWriter(fast.table, compiled=kernel)
-    assert plan.lane.accelerated is kernel
+    _choose(plan, kernel)
     _run_against_general(rng, fast, slow, cap, p_end, p_break)
     assert fast._fast is plan  # the lean plan served every call
 
@@ -138,13 +137,21 @@ def test_rejected_extend_leaves_buffer_unchanged() -> None:
         assert np.array_equal(v, np.asarray(after[k])), k
 
 
-class _Counting(LaneWriter):
-    """Counts the chunks and steps the lean writer (compiled or Python) wrote itself."""
+def _choose(plan: Any, compiled: bool) -> None:
+    """Keep the compiled writer (it must exist) or switch it off for this plan."""
+    if compiled:
+        assert plan.c_add is not not_handled and plan.c_extend is not not_handled
+    else:
+        plan.c_add = plan.c_extend = not_handled
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+
+class _Counting(LaneWriter):
+    """Counts the chunks and steps the lean writers (compiled or Python) wrote."""
+
+    def __init__(self, plan: Any) -> None:
+        super().__init__(plan.table)
         self.chunks = self.adds = 0
-        c_add, c_extend = self.c_add, self.c_extend
+        c_add, c_extend = plan.c_add, plan.c_extend
 
         def count_add(*a: Any) -> bool:
             ok = c_add(*a)
@@ -156,7 +163,7 @@ class _Counting(LaneWriter):
             self.chunks += ok
             return ok
 
-        self.c_add, self.c_extend = count_add, count_extend
+        plan.c_add, plan.c_extend, plan.lane = count_add, count_extend, self
 
     def _append(self, *args: Any) -> bool:
         ok = super()._append(*args)
@@ -180,7 +187,8 @@ def test_lean_writer_serves_sequential_data(kernel: bool) -> None:
         b.extend(**kw)
     plan = fast._plan()
     assert plan is not None
-    writer = plan.lane = _Counting(fast.table, compiled=kernel)
+    _choose(plan, kernel)
+    writer = _Counting(plan)
     for _ in range(20):  # 64-step chunks: 8 per ring, none wraps
         kw, cur = _chunk(rng, cur, 64, 0.05, 0.0)
         fast.extend(**kw)
@@ -224,7 +232,7 @@ def test_signed_zeros_and_nans_match_general_path(kernel: bool) -> None:
             b.extend(**first)
         plan = fast._plan()
         assert plan is not None
-        plan.lane = LaneWriter(fast.table, compiled=kernel)
+        _choose(plan, kernel)
         rest = {k: v[2:] for k, v in kw.items()}
         fast.extend(**rest)
         slow.extend(**rest)
@@ -262,7 +270,8 @@ def test_value_kinds_match_general_path(kernel: bool) -> None:
             b.add(**first)
         plan = fast._plan()
         assert plan is not None and plan.lane is not None
-        plan.lane = LaneWriter(fast.table, compiled=kernel)
+        if not extra:
+            _choose(plan, kernel)
         for i in range(1, 150):
             kw = step(i)
             if extra:
@@ -316,3 +325,76 @@ def test_pure_python_switch() -> None:
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                          text=True, check=True)
     assert out.stdout.split() == ["False", "3"]
+
+
+def _lanes_chunk(rng: np.random.Generator, cur: np.ndarray, n: int, p_end: float,
+                 p_break: float) -> tuple[dict[str, Any], np.ndarray]:
+    """``n`` steps of ``L = len(cur)`` lanes, ``[n, L, ...]``, with per-lane episode ends
+    and out-of-order steps."""
+    L = len(cur)  # noqa: N806
+    obs = np.empty((n, L, 3), np.float32)
+    nxt = np.empty((n, L, 3), np.float32)
+    term = rng.random((n, L)) < p_end / 2
+    trunc = rng.random((n, L)) < p_end / 2
+    cur = cur.copy()
+    for i in range(n):
+        obs[i] = cur
+        nxt[i] = rng.standard_normal((L, 3)).astype(np.float32)
+        for lane in range(L):
+            ended = term[i, lane] or trunc[i, lane] or rng.random() < p_break
+            cur[lane] = rng.standard_normal(3).astype(np.float32) if ended else nxt[i, lane]
+    kw = {"obs": obs, "action": rng.integers(0, 4, (n, L)).astype(np.int64),
+          "reward": rng.standard_normal((n, L)).astype(np.float32), "next_obs": nxt,
+          "terminated": term, "truncated": trunc}
+    return kw, cur
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("prioritized", [False, True])
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), lanes=st.sampled_from([1, 2, 3]),
+       rows=st.sampled_from([4, 9, 20]), p_end=st.sampled_from([0.0, 0.1, 0.4]),
+       p_break=st.sampled_from([0.0, 0.05]))
+def test_lanes_match_general_path(kernel: bool, prioritized: bool, seed: int, lanes: int,
+                                  rows: int, p_end: float, p_break: float) -> None:
+    rng = np.random.default_rng(seed)
+
+    def make() -> rb.ReplayBuffer:
+        sampler = rb.PrioritizedSampler(alpha=0.6) if prioritized else None
+        return rb.ReplayBuffer(capacity=rows * lanes, num_envs=lanes, seed=0, sampler=sampler)
+
+    fast, slow = make(), _general(make())
+    cur = rng.standard_normal((lanes, 3)).astype(np.float32)
+    kw, cur = _lanes_chunk(rng, cur, 1, 0.0, 0.0)
+    for b in (fast, slow):
+        b.add(**{k: v[0] for k, v in kw.items()})
+    plan = fast._plan()
+    assert plan is not None
+    _choose(plan, kernel)
+    for _ in range(10):
+        n = int(rng.integers(1, rows + 3))
+        kw, cur = _lanes_chunk(rng, cur, n, p_end, p_break)
+        u = rng.random()
+        if u < 0.3:  # every lane, one step at a time
+            for i in range(n):
+                one = {k: v[i] for k, v in kw.items()}
+                fast.add(**one)
+                slow.add(**one)
+        elif u < 0.4:  # one lane alone: the lanes fall out of step (general path)
+            lane = int(rng.integers(0, lanes))
+            one = {k: v[0, lane:lane + 1] for k, v in kw.items()}
+            fast.add(env_ids=[lane], **one)
+            slow.add(env_ids=[lane], **one)
+            cur[lane] = rng.standard_normal(3).astype(np.float32)
+        else:
+            fast.extend(**kw)
+            slow.extend(**kw)
+        _same_state(fast, slow)
+        sa, sb = fast.sampler.state_dict(), slow.sampler.state_dict()
+        assert sa.keys() == sb.keys()
+        for k in sa:
+            assert np.array_equal(np.asarray(sa[k]), np.asarray(sb[k])), k
+        if rng.random() < 0.1:
+            fast.clear()
+            slow.clear()
+    assert fast._fast is plan

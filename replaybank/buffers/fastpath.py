@@ -9,9 +9,11 @@ priorities) returns ``None``/``False`` here and takes the general path, which va
 every value before anything is written. The fast path never writes partially: it
 decides first, then writes.
 
-One in-memory lane (the common single-env case) has a leaner writer still,
-:class:`~replaybank.storage.lane_writer.LaneWriter` (``plan.lane``), which
-:class:`ReplayBuffer` calls with the standard fields as arguments.
+Leaner writers still, which :class:`ReplayBuffer` calls with the standard fields as
+arguments: the compiled ``plan.c_add`` / ``plan.c_extend`` of in-memory tables
+(:func:`~replaybank.storage.lane_writer.compiled_writer`, when the optional C
+accelerator was built) and, for one in-memory lane, the pure-Python
+:class:`~replaybank.storage.lane_writer.LaneWriter` (``plan.lane``).
 
 Example:
     >>> import numpy as np
@@ -43,7 +45,13 @@ from typing import Any
 
 import numpy as np
 
-from replaybank.storage.lane_writer import LaneWriter, lean_table, scalar_types
+from replaybank.storage.lane_writer import (
+    LaneWriter,
+    compiled_writer,
+    lean_table,
+    not_handled,
+    scalar_types,
+)
 from replaybank.storage.table import StepTable
 
 __all__ = ["FastPlan"]
@@ -74,6 +82,9 @@ class FastPlan:
         self._expected: dict[tuple[Any, Any], list[tuple[str, Any, Any, Any]]] = {}
         # one in-memory lane with the standard fields: the lean writer
         self.lane = LaneWriter(table, sampler) if lean_table(table) else None
+        # the compiled writer of the plainest calls (any number of lanes), when built
+        pair = compiled_writer(table, sampler)
+        self.c_add, self.c_extend = pair if pair is not None else (not_handled, not_handled)
 
     def arrays(self, fields: dict[str, Any], lead: tuple[int, ...],
                out: tuple[int, int]) -> tuple[dict[str, Any], dict[str, Any]] | None:

@@ -29,8 +29,10 @@ __all__ = [
     "STANDARD",
     "UNSET",
     "collect_fields",
+    "check_flags",
     "flags_as_bool",
     "leading_dims",
+    "one_env_lead",
     "obs_fields",
     "prepare",
     "split_next",
@@ -88,6 +90,7 @@ def standard_spec(spec: Spec) -> Spec:
     Raises:
         SpecError: Missing ``obs``/``action``, a ``next_obs`` field in the spec, or a
             reserved name.
+        ShapeError: ``terminated``/``truncated`` with a per-step shape.
     """
     names = list(spec)
     if not obs_fields(spec):
@@ -103,8 +106,47 @@ def standard_spec(spec: Spec) -> Spec:
             )
         if top in RESERVED:
             raise SpecError(f"field name {n!r} is reserved by replaybank; rename the field")
+    check_flags(spec)
     extra = [f for k, f in _DEFAULTS.items() if k not in spec]
     return spec.with_fields(extra)
+
+
+def one_env_lead(fields: Mapping[str, Any], lead: tuple[int, ...]) -> tuple[int, ...]:
+    """The leading dims of a one-env call whose first values also carry the lane dim.
+
+    ``terminated``/``truncated`` hold one flag per step: a flag value with one more,
+    trailing dim of size 1 than ``lead`` (``[n, 1]`` for ``extend``, ``[1]`` for
+    ``add``) says every value has the lane dim, so it is not inferred into the fields'
+    shapes.
+
+    Example:
+        >>> one_env_lead({"terminated": np.zeros((5, 1), bool)}, (5,))
+        (5, 1)
+        >>> one_env_lead({"terminated": np.zeros(5, bool)}, (5,))
+        (5,)
+    """
+    flag = fields.get("terminated", fields.get("truncated"))
+    if flag is None:
+        return lead
+    shape = np.shape(flag)
+    if len(shape) == len(lead) + 1 and shape[-1] == 1:
+        return (*lead, 1)
+    return lead
+
+
+def check_flags(spec: Spec) -> None:
+    """``terminated``/``truncated`` must be one flag per step.
+
+    Raises:
+        ShapeError: A flag field with a per-step shape.
+    """
+    for name in ("terminated", "truncated"):
+        if name in spec and spec[name].shape != ():
+            raise ShapeError(
+                f"{name}: inferred per-step shape {spec[name].shape}; expected one flag "
+                f"per step (shape ()); pass {name} shaped like reward, e.g. [T] for extend "
+                "or a bool for add"
+            )
 
 
 def flags_as_bool(spec: Spec) -> Spec:

@@ -30,6 +30,7 @@ from replaybank.buffers.inputs import (
     flags_as_bool,
     leading_dims,
     obs_fields,
+    one_env_lead,
     prepare,
     split_next,
     standard_spec,
@@ -275,6 +276,8 @@ class ReplayBuffer:
             raw, _ = split_next(fields)
             n0 = self._steps_of(fields, 1) if steps else 0
             lead0: tuple[int, ...] = ((n0,) if steps else ()) + ((m,) if explicit else ())
+            if not explicit:  # one env may still come with its lane dim of 1
+                lead0 = one_env_lead(fields, lead0)
             spec = standard_spec(flags_as_bool(Spec.infer(raw, lead0)))
         else:
             spec = self._table.spec
@@ -382,11 +385,11 @@ class ReplayBuffer:
                     or plan.view is not self.view:
                 plan = self._plan()
             if plan is not None:
+                if plan.c_add(obs, action, reward, next_obs, terminated, truncated, extras):
+                    return  # the compiled writer took it
                 lane = plan.lane
-                if lane is not None:  # one in-memory lane: the lean writer (compiled first)
-                    if lane.c_add(obs, action, reward, next_obs, terminated, truncated, extras) \
-                            or lane.add(obs, action, reward, next_obs, terminated, truncated,
-                                        extras):
+                if lane is not None:  # one in-memory lane: the lean writer
+                    if lane.add(obs, action, reward, next_obs, terminated, truncated, extras):
                         return
                 else:
                     fields = collect_fields(obs, action, reward, next_obs, terminated,
@@ -418,12 +421,11 @@ class ReplayBuffer:
                     or plan.view is not self.view:
                 plan = self._plan()
             if plan is not None:
+                if plan.c_extend(obs, action, reward, next_obs, terminated, truncated, extras):
+                    return  # the compiled writer took it
                 lane = plan.lane
-                if lane is not None and (
-                        lane.c_extend(obs, action, reward, next_obs, terminated, truncated,
-                                      extras)
-                        or lane.extend(obs, action, reward, next_obs, terminated, truncated,
-                                       extras)):
+                if lane is not None and lane.extend(obs, action, reward, next_obs, terminated,
+                                                    truncated, extras):
                     return
                 if type(obs) is np.ndarray and obs.ndim >= 1:
                     m, n = self._num_envs, obs.shape[0]

@@ -11,10 +11,11 @@ single byte is written, and the caller takes the general, fully validating path.
 ``obs[i + 1]`` within each run between episode ends?) with one byte comparison per run.
 
 When the optional C accelerator ``replaybank._lane`` was built (``setup.py``; it needs
-only a C compiler and the Python headers), the plainest calls (C-contiguous arrays of
-exactly the stored format, Python scalars for scalar fields, no extras, uniform
-sampling) are decided and written in one C call, :attr:`LaneWriter.c_add` /
-:attr:`LaneWriter.c_extend`; the Python methods here are its reference and fallback.
+only a C compiler and the Python headers), the plainest calls of any in-memory table
+(every lane at once, C-contiguous arrays of exactly the stored format, Python scalars for
+the scalar fields of one lane, no extra fields) are decided and written in one C call,
+:func:`compiled_writer`; :class:`LaneWriter` and ``StepTable.write_sync`` are its
+reference and fallback.
 Either way the table ends up exactly as :meth:`StepTable.add_one` /
 :meth:`StepTable.write_sync` leave it: same data, links, side slots, free-slot order and
 counters (``tests/test_fastpath.py`` checks the whole state against the general path,
@@ -53,7 +54,8 @@ import numpy.typing as npt
 from replaybank.storage.backend import NumpyBackend
 from replaybank.storage.table import StepTable
 
-__all__ = ["LaneWriter", "accelerated", "lean_table", "scalar_types"]
+__all__ = ["LaneWriter", "accelerated", "compiled_writer", "lean_table", "not_handled",
+           "scalar_types"]
 
 _ND = np.ndarray
 _FLOAT_SCALARS = (float, np.float64, np.float32, np.float16)
@@ -139,11 +141,11 @@ _ACCEL = _load_accelerator()
 
 
 def accelerated() -> bool:
-    """Whether the compiled one-lane add/extend (``replaybank._lane``) is in use."""
+    """Whether the compiled add/extend (``replaybank._lane``) is built and switched on."""
     return _ACCEL is not None
 
 
-def _not_handled(*args: Any) -> bool:
+def not_handled(*args: Any) -> bool:
     """Stands in for the compiled add/extend when the accelerator is off."""
     return False
 
@@ -157,21 +159,84 @@ def _c_field(store: Any, field: _Field) -> tuple[Any, str, tuple[int, ...], str,
     return store, fmt, field.shape, kind, lo, hi
 
 
+def compiled_writer(table: StepTable, sampler: Any = None
+                    ) -> tuple[Callable[..., bool], Callable[..., bool]] | None:
+    """The compiled ``(add, extend)`` of an in-memory table, or None.
+
+    Both take ``(obs, action, reward, next_obs, terminated, truncated, extras)`` and
+    return True when they wrote the call (every lane at once, lanes in step, values of
+    exactly the stored format; see ``replaybank/_lane.c``), False when the Python paths
+    must take it (nothing was written). None when the accelerator is not built or off,
+    or the table has fields beyond the standard ones (the compiled writer never writes
+    extras), a nested observation or persistent storage.
+
+    Args:
+        table: The step table.
+        sampler: Told about writes (``on_write(slots, None)``) when not None.
+
+    Example:
+        >>> import numpy as np
+        >>> from replaybank.spec import Spec
+        >>> spec = Spec.coerce({"obs": ((2,), "float32"), "action": ((), "int64"),
+        ...     "reward": ((), "float32"), "terminated": ((), "bool"),
+        ...     "truncated": ((), "bool")})
+        >>> t = StepTable(spec, T=4, lanes=2, obs_fields=["obs"])
+        >>> pair = compiled_writer(t)
+        >>> if pair is not None:  # built: one step of both lanes in one call
+        ...     z = np.zeros((2, 2), np.float32)
+        ...     assert pair[0](z, np.array([0, 1]), np.zeros(2, np.float32), z + 1,
+        ...                    np.zeros(2, bool), np.zeros(2, bool), {})
+        ...     assert t.size == 2
+    """
+    spec = table.spec
+    std = ("obs", "action", "reward", "terminated", "truncated")
+    if _ACCEL is None or type(table.backend) is not NumpyBackend \
+            or table.obs_fields != ["obs"] or set(spec) != set(std) \
+            or any(spec[k].shape != () for k in std[2:]) \
+            or any(spec[k].dtype != np.bool_ for k in std[3:]):
+        return None
+    flat = table.flat
+    try:
+        fields = tuple(_c_field(flat(table.arrays[n]), _Field(spec[n].shape, spec[n].dtype))
+                       for n in std)
+        app = _ACCEL.Appender(table, np.ndarray, np.bool_, fields, flat(table.link),
+                              table.written, table.counts, table.episodes, table.lanes)
+    except (ValueError, TypeError):  # e.g. a dtype without a buffer format
+        return None
+    if sampler is None:
+        return app.add, app.extend
+    T, L = table.T, table.lanes  # noqa: N806
+    lanes = np.arange(L, dtype=np.int64)
+    written = table.written
+
+    def tell(n: int) -> None:  # slots of the last n steps of every lane, row-major
+        rows = (written.item(0) - n + np.arange(n, dtype=np.int64)) % T
+        sampler.on_write((rows[:, None] * L + lanes[None, :]).reshape(-1), None)
+
+    def add(*args: Any) -> bool:
+        if app.add(*args):
+            tell(1)
+            return True
+        return False
+
+    def extend(*args: Any) -> bool:
+        if app.extend(*args):
+            tell(len(args[0]))
+            return True
+        return False
+
+    return add, extend
+
+
 class LaneWriter:
     """Appends steps to a one-lane in-memory table (see :func:`lean_table`).
 
     Args:
         table: The step table.
         sampler: Told about writes when not None (``on_write(slots, None)``).
-        compiled: Use the C accelerator when it was built (default True).
-
-    Attributes:
-        c_add: The compiled :meth:`add` for the plainest calls (returns False for any
-            other call, and always when the accelerator is off or not built).
-        c_extend: The same for :meth:`extend`.
     """
 
-    def __init__(self, table: StepTable, sampler: Any = None, compiled: bool = True) -> None:
+    def __init__(self, table: StepTable, sampler: Any = None) -> None:
         if not lean_table(table):
             raise ValueError("LaneWriter needs a one-lane numpy table with obs, action and "
                              "scalar reward/terminated/truncated fields; use StepTable.write")
@@ -191,20 +256,6 @@ class LaneWriter:
         self.extra_data = {n: flat(table.arrays[n]) for n in self.extras}
         self.link: npt.NDArray[np.int32] = flat(table.link)
         self.written, self.counts, self.episodes = table.written, table.counts, table.episodes
-        self.c_add: Callable[..., bool] = _not_handled
-        self.c_extend: Callable[..., bool] = _not_handled
-        self.accelerated = False
-        if compiled and _ACCEL is not None and sampler is None:
-            try:
-                fields = tuple(_c_field(st, fd) for st, fd in zip(
-                    self.data, (self.f_obs, self.f_act, self.f_rew, self.f_term, self.f_trunc),
-                    strict=True))
-                app = _ACCEL.Appender(table, np.ndarray, np.bool_, fields, self.link,
-                                      self.written, self.counts, self.episodes)
-            except (ValueError, TypeError):  # e.g. a dtype without a buffer format
-                app = None
-            if app is not None:
-                self.c_add, self.c_extend, self.accelerated = app.add, app.extend, True
 
     # ------------------------------------------------------------------ add
     def add(self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any,
