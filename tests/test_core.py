@@ -421,3 +421,40 @@ def test_load_state_into_buffer_with_larger_side_store() -> None:
     assert len(big) == 10 and big.table.side_in_use() == 1
     b = big.sample(64)
     assert np.all(b.next_obs[:, 0] == b.obs[:, 0] + 1)
+
+
+@pytest.mark.parametrize("call", ["add", "extend"])
+def test_one_env_with_a_lane_dim_of_one(call: str) -> None:
+    """One env may pass values with the lane dim (``[T, 1, ...]`` / ``[1, ...]``): the
+    spec keeps scalar flags, and every next_obs comes back exactly."""
+    rng = np.random.default_rng(4)
+    n = 12
+    o = rng.standard_normal((n + 1, 1, 3)).astype(np.float32)
+    nxt = o[1:].copy()
+    term = np.zeros((n, 1), bool)
+    term[4, 0] = True
+    nxt[4] = rng.standard_normal((1, 3)).astype(np.float32)  # the true final obs
+    kw = {"obs": o[:-1], "action": np.arange(n, dtype=np.int64)[:, None],
+          "reward": np.ones((n, 1), np.float32), "next_obs": nxt, "terminated": term,
+          "truncated": np.zeros((n, 1), bool)}
+    buf = rb.ReplayBuffer(capacity=32, seed=0)
+    if call == "extend":
+        buf.extend(**kw)
+        buf.extend(**{k: v[:3] for k, v in kw.items()})  # and again, through the fast path
+    else:
+        for i in range(n):
+            buf.add(**{k: v[i] for k, v in kw.items()})
+    assert buf.spec is not None and buf.spec["terminated"].shape == ()
+    assert buf.spec["obs"].shape == (3,)
+    got = buf.table.gather_next("obs", np.arange(n))
+    assert got.tobytes() == nxt[:, 0].tobytes()
+    assert buf.episodes_seen == 1
+
+
+def test_flags_with_a_per_step_shape_are_rejected() -> None:
+    buf = rb.ReplayBuffer(capacity=8, seed=0)
+    o = np.zeros((4, 3), np.float32)
+    with pytest.raises(rb.ShapeError, match=r"terminated: inferred per-step shape \(2,\)"):
+        buf.extend(obs=o, action=np.zeros(4), reward=np.zeros(4), next_obs=o,
+                   terminated=np.zeros((4, 2), bool), truncated=np.zeros(4, bool))
+    assert buf.spec is None and len(buf) == 0
