@@ -603,7 +603,7 @@ static PyTypeObject AppenderType = {
 };
 
 static struct PyModuleDef lanemodule = {
-    PyModuleDef_HEAD_INIT, "_lane", "Compiled add/extend of one in-memory lane.", -1, NULL,
+    PyModuleDef_HEAD_INIT, "_lane", "Compiled add/extend of in-memory step tables.", -1, NULL,
     NULL, NULL, NULL, NULL,
 };
 

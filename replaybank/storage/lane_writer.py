@@ -44,13 +44,14 @@ Example:
 from __future__ import annotations
 
 import importlib
-import os
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from replaybank.storage.accel import ACCEL as _ACCEL
+from replaybank.storage.accel import accelerated
 from replaybank.storage.backend import NumpyBackend
 from replaybank.storage.table import StepTable
 
@@ -124,25 +125,6 @@ class _Field:
     def many(self, v: Any, n: int) -> bool:
         """Whether ``v`` is an array of ``n`` steps of exactly this field."""
         return type(v) is _ND and v.shape == (n, *self.shape) and v.dtype == self.dtype
-
-
-def _load_accelerator() -> Any:
-    """The compiled ``replaybank._lane`` module, or None when it was not built or the
-    environment variable ``REPLAYBANK_PURE_PYTHON=1`` turns it off."""
-    if os.environ.get("REPLAYBANK_PURE_PYTHON", "") not in ("", "0"):
-        return None
-    try:
-        return importlib.import_module("replaybank._lane")
-    except ImportError:
-        return None
-
-
-_ACCEL = _load_accelerator()
-
-
-def accelerated() -> bool:
-    """Whether the compiled add/extend (``replaybank._lane``) is built and switched on."""
-    return _ACCEL is not None
 
 
 def not_handled(*args: Any) -> bool:
