@@ -43,6 +43,7 @@ from replaybank.spec import Spec
 from replaybank.storage import make_backend
 from replaybank.storage.backend import ArrayBackend
 from replaybank.storage.table import StepTable
+from replaybank.storage.table_state import load_table_state, table_state
 from replaybank.views import make_view
 from replaybank.views.transition import InputTransform, TransitionView, View
 
@@ -599,14 +600,7 @@ class ReplayBuffer:
             "sampler": self.sampler.state_dict(),
         }
         if self._table is not None:
-            t = self._table
-            be = t.backend
-            arrays = {f"fields/{k}": be.to_numpy(v) for k, v in t.arrays.items()}
-            arrays.update({f"side/{k}": be.to_numpy(v) for k, v in t.side.items()})
-            arrays.update({f"meta/{k}": np.asarray(v) for k, v in t.state_arrays().items()})
-            # the order in which free side slots are reused, so later adds match exactly
-            arrays["free_slots"] = np.asarray(t._free, dtype=np.int64)
-            state["table"] = arrays
+            state["table"] = table_state(self._table)
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -636,23 +630,7 @@ class ReplayBuffer:
                     f"load_state_dict: state spec {spec} differs from the buffer's "
                     f"{self._table.spec}"
                 )
-            t = self.table
-            arrays = state["table"]
-            side_len = arrays[f"side/{t.obs_fields[0]}"].shape[0]
-            _check_table_state(t, arrays, side_len)  # before anything is written
-            if side_len != t.side_capacity:
-                for name in t.obs_fields:
-                    t.side[name] = t.backend.resize(f"side/{name}", t.side[name], side_len)
-            for name in t.arrays:
-                _copy_rows(t.backend, t.arrays[name], arrays[f"fields/{name}"])
-            for name in t.side:
-                _copy_rows(t.backend, t.side[name], arrays[f"side/{name}"])
-            for name, arr in t.state_arrays().items():
-                arr[...] = arrays[f"meta/{name}"]
-            t.rebuild_free_list()
-            saved = arrays.get("free_slots")
-            if saved is not None and sorted(np.asarray(saved).tolist()) == sorted(t._free):
-                t._free = [int(i) for i in np.asarray(saved)]
+            load_table_state(self.table, state["table"])
         self.sampler.load_state_dict(state["sampler"])
         self._rng.bit_generator.state = state["rng"]
 
@@ -707,35 +685,6 @@ class ReplayBuffer:
         return (f"{type(self).__name__}(capacity={self._capacity}, num_envs={self._num_envs}, "
                 f"size={len(self)}, sampler={type(self.sampler).__name__}, "
                 f"view={type(self.view).__name__})")
-
-
-def _check_table_state(t: StepTable, arrays: Mapping[str, Any], side_len: int) -> None:
-    """Raise CheckpointError unless every table array of a state has the right shape."""
-    from replaybank.errors import CheckpointError
-
-    want = {f"fields/{n}": tuple(a.shape) for n, a in t.arrays.items()}
-    want.update({f"side/{n}": (side_len, *t.spec[n].shape) for n in t.obs_fields})
-    want.update({f"meta/{n}": tuple(a.shape) for n, a in t.state_arrays().items()})
-    for key, shape in want.items():
-        got = tuple(arrays[key].shape) if key in arrays else None
-        if got != shape:
-            raise CheckpointError(
-                f"load_state_dict: table array {key} has shape {got}, expected {shape}; "
-                "the state does not belong to a buffer of this capacity/spec"
-            )
-    if not 0 < side_len <= t.T * t.lanes:
-        raise CheckpointError(f"load_state_dict: side store of {side_len} slots; expected "
-                              f"1..{t.T * t.lanes}")
-
-
-def _copy_rows(backend: ArrayBackend, dst: Any, src: Any, chunk_bytes: int = 16 << 20) -> None:
-    """``dst[:] = src`` in chunks of rows, so a lazily read source (a checkpoint file)
-    never needs a second full copy in memory."""
-    n = len(src)
-    row = max(1, int(np.prod(src.shape[1:], dtype=np.int64)) * np.dtype(src.dtype).itemsize)
-    step = max(1, chunk_bytes // row)
-    for i in range(0, n, step):
-        backend.write(dst, slice(i, min(n, i + step)), np.asarray(src[i:i + step]))
 
 
 def _rng_state(rng: np.random.Generator) -> dict[str, Any]:
