@@ -383,6 +383,10 @@ def test_load_state_dict_with_wrong_shapes_changes_nothing() -> None:
     with pytest.raises(CheckpointError, match="fields/reward has shape"):
         buf.load_state_dict(state)
     assert_same(split_state(buf.state_dict()), before)
+    del state["table"]["side/obs"]
+    with pytest.raises(CheckpointError, match="side/obs is missing"):
+        buf.load_state_dict(state)
+    assert_same(split_state(buf.state_dict()), before)
 
 
 def test_frame_stack_with_stacked_image_inputs(tmp_path: Path) -> None:
