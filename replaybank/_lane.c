@@ -180,6 +180,17 @@ side_view(Appender *self, Py_buffer *view)
     return r;
 }
 
+/* A link or free slot outside the side store: raise instead of touching memory. */
+static int
+corrupt(long long link)
+{
+    PyErr_Format(PyExc_RuntimeError,
+                 "side slot %lld is outside the side store: the table is corrupt "
+                 "(its links or free list were edited); restore it from a checkpoint",
+                 link - 1);
+    return 1;
+}
+
 static int
 free_append(PyObject *free, long long slot)
 {
@@ -310,6 +321,10 @@ write_steps(Appender *self, char *const *src, const char *nobs, Py_ssize_t n)
                 if (err)
                     break;
             }
+            if (p > sv.len / ib) {
+                err = corrupt(p);
+                break;
+            }
             if (memcmp((char *)sv.buf + (p - 1) * ib, obs + l * ib, (size_t)ib) == 0) {
                 relink[l] = p;
                 any_relink = 1;
@@ -324,6 +339,14 @@ write_steps(Appender *self, char *const *src, const char *nobs, Py_ssize_t n)
     if (!err)
         err = side_view(self, &sv) < 0;
     if (!err) {
+        for (Py_ssize_t j = 0; j < k; j++)
+            if (slots[j] < 0 || slots[j] >= sv.len / ib) {
+                err = corrupt(slots[j] + 1);
+                PyBuffer_Release(&sv);
+                goto out;
+            }
+    }
+    if (!err) {
         memset(link + start * L, 0, (size_t)nl * sizeof(int32_t));
         Py_ssize_t s = 0;
         for (Py_ssize_t j = 0; j < nl; j++) {
@@ -337,8 +360,9 @@ write_steps(Appender *self, char *const *src, const char *nobs, Py_ssize_t n)
         /* 4. data, then release the continued steps' slots, then the counters */
         for (int i = 0; i < NFIELDS; i++) {
             Field *f = &self->f[i];
-            memcpy((char *)f->store.buf + start * L * f->nbytes, src[i],
-                   (size_t)(nl * f->nbytes));
+            /* memmove: an input may even be a view of the storage itself */
+            memmove((char *)f->store.buf + start * L * f->nbytes, src[i],
+                    (size_t)(nl * f->nbytes));
         }
         if (any_relink) {
             Py_ssize_t prow = start ? start - 1 : T - 1;

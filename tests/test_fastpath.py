@@ -398,3 +398,17 @@ def test_lanes_match_general_path(kernel: bool, prioritized: bool, seed: int, la
             fast.clear()
             slow.clear()
     assert fast._fast is plan
+
+
+@pytest.mark.skipif(not ACCEL, reason="_lane not built")
+def test_compiled_writer_refuses_a_corrupt_free_list() -> None:
+    """An out-of-range side slot raises instead of writing outside the side store."""
+    buf = rb.ReplayBuffer(capacity=16, seed=0)
+    o = np.zeros(3, np.float32)
+    buf.add(obs=o, action=0, reward=0.0, next_obs=o + 1, terminated=False, truncated=False)
+    plan = buf._plan()
+    assert plan is not None and plan.c_add is not not_handled
+    buf.table._free.append(10**6)
+    with pytest.raises(RuntimeError, match="outside the side store"):
+        buf.add(obs=o + 1, action=0, reward=0.0, next_obs=o + 2, terminated=False,
+                truncated=False)
