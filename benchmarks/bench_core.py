@@ -6,6 +6,7 @@ Measures, at capacity 1,000,000 with obs float32[17] and action float32[6]:
   Python float, flags Python bools, as a gymnasium loop produces them),
 * ``extend``: chunks of 256 transitions,
 * ``sample(256)``,
+* ``add`` of one step of 16 envs at once (``num_envs=16``: a vector-env loop),
 
 and, in the same run, the floor doing the same work on six preallocated numpy arrays
 (obs, action, reward, next_obs, terminated, truncated) with slice assignment and
@@ -36,7 +37,8 @@ import replaybank as rb
 OBS, ACT, CHUNK, BATCH = 17, 6, 256, 256
 # CPU time of this process: other processes on a busy machine do not count against us
 _clock = time.process_time
-TARGETS = {"add": 0.5, "extend": 0.9, "sample": 0.9, "sample*": 0.9}
+LANES = 16
+TARGETS = {"add": 0.5, "extend": 0.9, "sample": 0.9, "sample*": 0.9, f"add x{LANES}": 0.5}
 
 
 def make_stream(n: int, episode_len: int, seed: int = 0) -> dict[str, Any]:
@@ -102,6 +104,27 @@ class Floor:
         return {"obs": self.obs[idx], "action": self.action[idx], "reward": self.reward[idx],
                 "next_obs": self.next_obs[idx], "terminated": self.terminated[idx],
                 "truncated": self.truncated[idx], "indices": idx}
+
+
+class LanesFloor(Floor):
+    """The floor for ``lanes`` envs stepping together: rows of ``[T, lanes, ...]``."""
+
+    def __init__(self, n: int, lanes: int) -> None:
+        super().__init__(n // lanes)
+        for name in ("obs", "next_obs", "action", "reward", "terminated", "truncated"):
+            old = getattr(self, name)
+            setattr(self, name, np.zeros((len(old), lanes, *old.shape[1:]), old.dtype))
+
+
+def lane_items(n: int, lanes: int, seed: int = 1) -> list[dict[str, Any]]:
+    """``n`` steps of ``lanes`` envs as a vector-env loop passes them to ``add``."""
+    rng = np.random.default_rng(seed)
+    obs = rng.standard_normal((n + 1, lanes, OBS)).astype(np.float32)
+    ends = rng.random((n, lanes)) < 1e-3
+    return [{"obs": obs[i], "action": rng.standard_normal((lanes, ACT)).astype(np.float32),
+             "reward": rng.standard_normal(lanes).astype(np.float32),
+             "next_obs": obs[i + 1].copy(), "terminated": ends[i],
+             "truncated": np.zeros(lanes, bool)} for i in range(n)]
 
 
 class TakeFloor(Floor):
@@ -188,6 +211,9 @@ def main() -> None:
     n_chunks = min(cap // CHUNK, 1000)
 
     ours = rb.ReplayBuffer(capacity=cap, seed=0)
+    ours_lanes = rb.ReplayBuffer(capacity=cap - cap % LANES, num_envs=LANES, seed=0)
+    floor_lanes = LanesFloor(cap - cap % LANES, LANES)
+    items_lanes = lane_items(min(n_add // LANES, len(floor_lanes.obs)), LANES)
     floor = Floor(cap)
     take_floor = TakeFloor(cap)
     # fill both completely first: every page is touched, and timings are steady-state
@@ -206,6 +232,8 @@ def main() -> None:
              lambda: time_samples(floor, args.samples)),
             ("sample*", lambda: time_samples(ours, args.samples),
              lambda: time_samples(take_floor, args.samples)),
+            (f"add x{LANES}", lambda: time_adds(ours_lanes, items_lanes),
+             lambda: time_adds(floor_lanes, items_lanes)),
         ):
             o, f = best_of(fo, 1), best_of(ff, 1)
             prev = results.get(op, (float("inf"), float("inf")))
@@ -223,6 +251,8 @@ def main() -> None:
         ok = "yes" if ratio >= TARGETS[op] else "NO"
         print(f"{op:<10}{o * 1e6:>12.2f}{f * 1e6:>12.2f}{ratio:>8.2f}{TARGETS[op]:>9.2f}  {ok}")
     print("sample*: the same sample(256) against a floor that gathers with ndarray.take")
+    print(f"add x{LANES}: one step of {LANES} envs at once (num_envs={LANES}) against "
+          f"[T, {LANES}, ...] arrays (not an issue target; the vector-env loop)")
     mem_ratio = grown / ideal
     print(f"{'memory':<10}{grown / 2**20:>10.1f}MB{ideal / 2**20:>10.1f}MB{mem_ratio:>8.3f}"
           f"{'<=1.10':>9}  {'yes' if mem_ratio <= 1.1 else 'NO'}")

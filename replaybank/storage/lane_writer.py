@@ -1,4 +1,4 @@
-"""The lean writer of a one-lane, in-memory step table: ``add`` and ``extend`` in few steps.
+"""Lean writers of in-memory step tables: ``add`` and ``extend`` in few steps.
 
 Most single-env training loops add steps whose values already are numpy arrays of the
 stored dtype and shape (or Python scalars for scalar fields). :class:`LaneWriter`
