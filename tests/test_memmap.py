@@ -199,3 +199,26 @@ def test_sigkill_between_and_during_adds(tmp_path: Path, lanes: int) -> None:
         assert buf.sample(8).obs.shape == (8, 2)
         assert buf.num_envs == lanes
         del buf
+
+
+@pytest.mark.parametrize("with_spec", [False, True])
+def test_reopen_sequence_buffer_as_itself(tmp_path: Path, with_spec: bool) -> None:
+    """A memmap SequenceReplayBuffer reopens as a SequenceReplayBuffer with its options."""
+    spec = {"obs": ((3,), "float32"), "action": ((), "int64")} if with_spec else None
+    buf = rb.SequenceReplayBuffer(40, num_envs=2, sequence_length=4, episode_boundary="cross",
+                                  burn_in=1, seed=0, spec=spec, storage="memmap",
+                                  path=tmp_path)
+    rng = np.random.default_rng(5)
+    o = rng.standard_normal((2, 3)).astype(np.float32)
+    for t in range(15):
+        nxt = rng.standard_normal((2, 3)).astype(np.float32)
+        buf.add(obs=o, action=np.array([t, t]), reward=np.ones(2, np.float32), next_obs=nxt,
+                terminated=np.array([t % 6 == 5, False]), truncated=np.zeros(2, bool))
+        o = nxt
+    buf.buffer.backend.flush()
+    again = rb.ReplayBuffer.open(tmp_path)
+    assert isinstance(again, rb.SequenceReplayBuffer)
+    assert (again.sequence_length, again.episode_boundary, again.burn_in) == (4, "cross", 1)
+    assert len(again) == len(buf) == 30
+    got = again.sample(3)
+    assert got.obs.shape == (3, 5, 3)  # burn-in 1 + 4 steps

@@ -174,6 +174,8 @@ class ReplayBuffer:
         }
         self.backend: ArrayBackend = make_backend(storage, path, device)
         self._table: StepTable | None = None
+        # the buffer persistent storage records as its owner (a wrapper, or None: self)
+        self.storage_owner: Any = None
         self._fast: FastPlan | None = None
         self._lane_view: LaneView | None = None
         self.sampler.bind(self.rows, num_envs)
@@ -246,7 +248,7 @@ class ReplayBuffer:
                                 backend=self.backend)
         attach = getattr(self.backend, "attach", None)
         if attach is not None:  # persistent storage records how to rebuild its owner
-            attach(self)
+            attach(self if self.storage_owner is None else self.storage_owner)
 
     def _lane_ids(self, env_ids: Any) -> IntArray:
         if env_ids is None:

@@ -98,6 +98,16 @@ class SequenceReplayBuffer:
         self.strict = bool(strict)
         self.burn_in = int(burn_in)
         self.state_fields = state_fields
+        self._own_storage()
+
+    def _own_storage(self) -> None:
+        """Persistent storage records this wrapper, not the inner buffer, as its owner:
+        ``ReplayBuffer.open(path)`` then rebuilds a SequenceReplayBuffer."""
+        inner = self.buffer
+        inner.storage_owner = self
+        attach = getattr(inner.backend, "attach", None)
+        if attach is not None and inner._table is not None:
+            attach(self, replace=True)
 
     @classmethod
     def from_buffer(cls, buffer: ReplayBuffer, **options: Any) -> SequenceReplayBuffer:
@@ -117,6 +127,7 @@ class SequenceReplayBuffer:
         out.state_fields = options.pop("state_fields", None)
         if options:
             raise ConfigError(f"SequenceReplayBuffer.from_buffer: unknown options {options}")
+        out._own_storage()
         return out
 
     # ------------------------------------------------------------------ delegation

@@ -236,11 +236,17 @@ class MemmapBackend:
         return False
 
     # ------------------------------------------------------------------ owner
-    def attach(self, owner: Any) -> None:
+    def attach(self, owner: Any, replace: bool = False) -> None:
         """Remember the buffer that owns this storage; its config goes into the manifest
-        (now, or at the first write if the owner cannot describe itself yet)."""
+        (now, or at the first write if the owner cannot describe itself yet).
+
+        Args:
+            owner: The buffer :func:`open_buffer` is to rebuild.
+            replace: Record ``owner``'s config even if one is recorded already (a
+                wrapper such as ``SequenceReplayBuffer`` taking over its inner buffer).
+        """
         self._owner = weakref.ref(owner)
-        if self.manifest.get("config") is None:
+        if replace or self.manifest.get("config") is None:
             self._config_pending = True
             with contextlib.suppress(Exception):
                 self._record_config()
