@@ -383,10 +383,7 @@ class ReplayBuffer:
             SpecError, ShapeError, DtypeError: Bad input; the buffer is left unchanged.
         """
         if env_ids is None and priority is None:
-            plan = self._fast
-            if plan is None or plan.table is not self._table or plan.owner is not self.sampler \
-                    or plan.view is not self.view:
-                plan = self._plan()
+            plan = self._plan()
             if plan is not None:
                 if plan.c_add(obs, action, reward, next_obs, terminated, truncated, extras):
                     return  # the compiled writer took it
@@ -419,10 +416,7 @@ class ReplayBuffer:
             SpecError, ShapeError, DtypeError: Bad input; the buffer is left unchanged.
         """
         if env_ids is None and priority is None:
-            plan = self._fast
-            if plan is None or plan.table is not self._table or plan.owner is not self.sampler \
-                    or plan.view is not self.view:
-                plan = self._plan()
+            plan = self._plan()
             if plan is not None:
                 if plan.c_extend(obs, action, reward, next_obs, terminated, truncated, extras):
                     return  # the compiled writer took it
