@@ -343,3 +343,17 @@ def test_against_naive_reference(lanes: int, kernel: str) -> None:
             pmin = min(ref.values())
             want_w = np.array([(ref[k] / pmin) ** -0.4 for k in b.indices.tolist()])
             assert np.allclose(b.weights, want_w, rtol=1e-5)
+
+
+def test_on_write_range_equals_on_write() -> None:
+    a, b = rb.PrioritizedSampler(alpha=0.7), rb.PrioritizedSampler(alpha=0.7)
+    for s in (a, b):
+        s.bind(50, 2)
+        s.update(np.array([3, 7]), np.array([5.0, 0.5]))  # running max above 1
+    for lo, hi in ((0, 1), (10, 11), (20, 36), (99, 100)):
+        a.on_write(np.arange(lo, hi, dtype=np.int64), None)
+        b.on_write_range(lo, hi)
+    sa, sb = a.state_dict(), b.state_dict()
+    assert sa.keys() == sb.keys()
+    for k in sa:
+        assert np.array_equal(np.asarray(sa[k]), np.asarray(sb[k])), k

@@ -37,7 +37,13 @@ from replaybank.buffers.inputs import (
 )
 from replaybank.errors import CapacityError, ConfigError, DtypeError, ShapeError, describe
 from replaybank.ops import ring
-from replaybank.samplers.base import LaneView, PrioritySampler, Sampler, SampleResult
+from replaybank.samplers.base import (
+    LaneView,
+    PrioritySampler,
+    Sampler,
+    SampleResult,
+    StatelessSampler,
+)
 from replaybank.samplers.uniform import UniformSampler, check_batch_size, one_lane_keys
 from replaybank.spec import Spec
 from replaybank.storage import make_backend
@@ -317,7 +323,9 @@ class ReplayBuffer:
                 or not all(isinstance(a, np.ndarray) for a in t.arrays.values()) \
                 or not all(isinstance(a, np.ndarray) for a in t.side.values()):
             return None
-        plan = FastPlan(t, None if type(self.sampler) is UniformSampler else self.sampler)
+        # samplers whose on_write does nothing need not hear about writes
+        quiet = getattr(type(self.sampler), "on_write", None) is StatelessSampler.on_write
+        plan = FastPlan(t, None if quiet else self.sampler)
         plan.owner, plan.view = self.sampler, self.view  # rebuilt if either is swapped
         self._fast = plan
         return plan

@@ -161,6 +161,7 @@ class PrioritizedSampler:
         self._sum = np.zeros(1)
         self._min = np.full(1, np.inf)
         self._kernels: sumtree.Kernels | None = None
+        self._one = (np.zeros(1, np.int64), np.zeros(1, np.float64))  # see on_write_range
         self._fused: Any = None  # the numba module when its kernels are in use
         self.kernel_name = "unbound"
 
@@ -212,6 +213,20 @@ class PrioritizedSampler:
             self._store(slots, stored)
         else:
             self._store(slots, *self._transform_max(priorities))
+
+    def on_write_range(self, lo: int, hi: int) -> None:
+        """``on_write(np.arange(lo, hi))`` without priorities: the running max for each
+        new step (the writers' fast path: one call per add, no per-call arrays for one
+        slot)."""
+        n = hi - lo
+        if n == 1:
+            slots, stored = self._one
+            slots[0] = lo
+            stored[0] = self.max_priority
+        else:
+            slots = np.arange(lo, hi, dtype=np.int64)
+            stored = np.full(n, self.max_priority)
+        self._bound()[1](self._sum, self._min, self._off, self.fanout, slots, stored)
 
     def on_clear(self) -> None:
         """Every slot back to zero priority; the running max back to 1."""

@@ -153,6 +153,11 @@ class RecentSampler:
         if self.prioritized is not None:
             self.prioritized.on_write(slots, priorities)
 
+    def on_write_range(self, lo: int, hi: int) -> None:
+        """``on_write(np.arange(lo, hi))``: forwarded to the prioritized sampler."""
+        if self.prioritized is not None:
+            self.prioritized.on_write_range(lo, hi)
+
     def on_clear(self) -> None:
         """Forward to the prioritized sampler."""
         if self.prioritized is not None:

@@ -56,7 +56,7 @@ from replaybank.storage.backend import NumpyBackend
 from replaybank.storage.table import StepTable
 
 __all__ = ["LaneWriter", "accelerated", "compiled_writer", "lean_table", "not_handled",
-           "scalar_types"]
+           "scalar_types", "write_teller"]
 
 _ND = np.ndarray
 _FLOAT_SCALARS = (float, np.float64, np.float32, np.float16)
@@ -187,13 +187,7 @@ def compiled_writer(table: StepTable, sampler: Any = None
         return None
     if sampler is None:
         return app.add, app.extend
-    T, L = table.T, table.lanes  # noqa: N806
-    lanes = np.arange(L, dtype=np.int64)
-    written = table.written
-
-    def tell(n: int) -> None:  # slots of the last n steps of every lane, row-major
-        rows = (written.item(0) - n + np.arange(n, dtype=np.int64)) % T
-        sampler.on_write((rows[:, None] * L + lanes[None, :]).reshape(-1), None)
+    tell = write_teller(table, sampler)
 
     def add(*args: Any) -> bool:
         if app.add(*args):
@@ -210,6 +204,24 @@ def compiled_writer(table: StepTable, sampler: Any = None
     return add, extend
 
 
+def write_teller(table: StepTable, sampler: Any) -> Callable[[int], None]:
+    """``tell(n)``: tell ``sampler`` that the last ``n`` steps of every lane were just
+    written without wrapping around the ring: slots ``[start * L, (start + n) * L)``,
+    one contiguous range (``sampler.on_write_range`` when it has one, else
+    ``on_write`` with the slots in row-major order)."""
+    T, L, written = table.T, table.lanes, table.written  # noqa: N806
+    by_range = getattr(sampler, "on_write_range", None)
+
+    def tell(n: int) -> None:
+        lo = (written.item(0) - n) % T * L
+        if by_range is not None:
+            by_range(lo, lo + n * L)
+        else:
+            sampler.on_write(np.arange(lo, lo + n * L, dtype=np.int64), None)
+
+    return tell
+
+
 class LaneWriter:
     """Appends steps to a one-lane in-memory table (see :func:`lean_table`).
 
@@ -224,6 +236,7 @@ class LaneWriter:
                              "scalar reward/terminated/truncated fields; use StepTable.write")
         self.table = table
         self.sampler = sampler
+        self._tell = write_teller(table, sampler) if sampler is not None else None
         self.owner: Any = sampler  # what the writer was built for (see ReplayBuffer)
         self.view: Any = None
         spec = table.spec
@@ -318,8 +331,8 @@ class LaneWriter:
             self.counts[0] = c + 1
         if terminated or truncated:
             self.episodes[0] += 1
-        if self.sampler is not None:
-            self.sampler.on_write(np.array([row], dtype=np.int64), None)
+        if self._tell is not None:
+            self._tell(1)
         return True
 
     # ------------------------------------------------------------------ extend
@@ -434,6 +447,6 @@ class LaneWriter:
             self.counts[0] = c + n if c + n < T else T
         if ends:
             self.episodes[0] += ends
-        if self.sampler is not None:
-            self.sampler.on_write(np.arange(start, end, dtype=np.int64), None)
+        if self._tell is not None:
+            self._tell(n)
         return True
