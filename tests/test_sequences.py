@@ -689,3 +689,72 @@ def test_per_schedule_advances_once_per_sample_call() -> None:
     with pytest.raises(EmptyBufferError):
         buf.sample_sequences(4, 5)  # no 5-step window: rejected, schedule unchanged
     assert sampler.calls == 4
+
+
+def test_draw_plan_kernel_matches_draw_then_plan_loops() -> None:
+    """Plain-loop oracle of ``windows_numba.draw_plan``: the draw selection (as
+    ``draw_windows``'s oracle) then, when enough draws are valid, the plan loops."""
+    wn = pytest.importorskip("replaybank.ops.windows_numba")
+    rng = np.random.default_rng(13)
+    seen_plan = seen_short = 0
+    for _ in range(300):
+        link, written, counts = random_table(rng)
+        nrows, lanes = link.shape
+        size = int(counts.sum())
+        if size == 0:
+            continue
+        width = int(rng.integers(1, nrows + 2))
+        burn_in = int(rng.integers(0, width))
+        cross = bool(rng.random() < 0.5)
+        min_len = int(rng.integers(1, width + 1))
+        nb = int(rng.integers(1, 6))
+        flat = rng.integers(0, size, size=nb + int(rng.integers(0, 5)))
+        term = rng.random(nrows * lanes) < 0.3
+        trunc = rng.random(nrows * lanes) < 0.2
+        keys, ext, n, plan = wn.draw_plan(link, written, counts, flat, width, cross, min_len,
+                                          nb, term, trunc, burn_in)
+        all_keys = []
+        for p in flat.tolist():  # flat position -> key: lane by lane, oldest to newest
+            lane = 0
+            while p >= counts[lane]:
+                p -= int(counts[lane])
+                lane += 1
+            all_keys.append((int(written[lane] - counts[lane]) + p) * lanes + lane)
+        all_ext = [loop_extent(link, written, counts, k, width, cross) for k in all_keys]
+        good = [i for i in range(len(flat)) if all_ext[i] >= min_len]
+        bad = [i for i in range(len(flat)) if all_ext[i] < min_len]
+        order = (good + bad)[:nb]
+        assert n == min(len(good), nb)
+        assert keys.tolist() == [all_keys[i] for i in order]
+        assert ext.tolist() == [all_ext[i] for i in order]
+        if len(good) < nb:
+            assert plan is None
+            seen_short += 1
+            continue
+        seen_plan += 1
+        slots, fl, side, tail = plan
+        assert fl.shape == (7, nb, width)
+        sides = []
+        for i, key in enumerate(keys.tolist()):
+            seq, lane = key // lanes, key % lanes
+            for j in range(width + 1):
+                assert slots[i, j] == ((seq + j) % nrows) * lanes + lane
+            for j in range(width):
+                ok = j < ext[i]
+                slot = ((seq + j) % nrows) * lanes + lane
+                v = link[(seq + j) % nrows, lane]
+                if j == 0:
+                    prev_live = seq - 1 >= written[lane] - counts[lane]
+                    first = not prev_live or link[(seq - 1) % nrows, lane] > 0
+                else:
+                    first = link[(seq + j - 1) % nrows, lane] > 0
+                tm, tr = bool(term[slot]) and ok, bool(trunc[slot]) and ok
+                end = v > 0 and seq + j != written[lane] - 1
+                expect = [first and ok, ok and (tm or tr or end), tm, ok and j >= burn_in,
+                          j < burn_in, tm, tr]
+                assert fl[:, i, j].tolist() == expect
+                if ok and v > 0:
+                    sides.append((i, j, int(v) - 1))
+        assert [tuple(r) for r in side.tolist()] == sides
+        assert tail == all(j == width - 1 for _, j, _ in sides)
+    assert seen_plan > 50 and seen_short > 5

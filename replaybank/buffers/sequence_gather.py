@@ -9,6 +9,8 @@ array; otherwise both are read-only views of one array.
 
 from __future__ import annotations
 
+import operator
+import weakref
 from typing import Any
 
 import numpy as np
@@ -18,7 +20,7 @@ from replaybank.ops import windows
 from replaybank.storage.backend import NumpyBackend
 from replaybank.views.transition import next_name
 
-__all__ = ["gather_fused", "gather_numpy"]
+__all__ = ["fused_reads", "gather_fused", "gather_numpy"]
 
 IntArray = npt.NDArray[np.int64]
 
@@ -31,12 +33,63 @@ def _load_plan() -> Any:
     return _PLAN[0]
 
 
+class _FusedReads:
+    """The flat ``[T * lanes, ...]`` views :func:`gather_fused` reads from one table with
+    numpy storage and bool ``terminated``/``truncated``, built once (:func:`fused_reads`)."""
+
+    __slots__ = ("arrays", "fields", "obs", "term", "trunc")
+
+    def __init__(self, table: Any) -> None:
+        arrays = table.arrays
+        self.arrays = tuple(arrays.values())
+        obs_fields = table.obs_fields
+        self.fields = [(name, table.flat(arr)) for name, arr in arrays.items()
+                       if name not in obs_fields and name != "terminated"
+                       and name != "truncated"]
+        self.obs = [(name, next_name(name), table.flat(arrays[name])) for name in obs_fields]
+        self.term = table.flat(arrays["terminated"])
+        self.trunc = table.flat(arrays["truncated"])
+
+
+#: Per live table (weakly keyed: the views never keep a dropped table's arrays alive).
+_READS: weakref.WeakKeyDictionary[Any, _FusedReads] = weakref.WeakKeyDictionary()
+
+
+def fused_reads(table: Any) -> _FusedReads | None:
+    """The :class:`_FusedReads` of ``table`` (cached per table and rebuilt when one of its
+    arrays is replaced), or None when :func:`gather_fused` cannot serve it (another
+    backend, non-bool flags).
+
+    Example:
+        >>> import numpy as np, replaybank as rb
+        >>> buf = rb.ReplayBuffer(8, seed=0)
+        >>> buf.add(obs=np.zeros(2, np.float32), action=0, reward=0.0,
+        ...         next_obs=np.ones(2, np.float32), terminated=False, truncated=False)
+        >>> r = fused_reads(buf.table)
+        >>> [n for n, _ in r.fields], r is fused_reads(buf.table)
+        (['action', 'reward'], True)
+    """
+    arrays = table.arrays
+    r = _READS.get(table)
+    if r is not None and len(arrays) == len(r.arrays) \
+            and all(map(operator.is_, arrays.values(), r.arrays)):
+        return r
+    if not isinstance(table.backend, NumpyBackend) or "terminated" not in arrays \
+            or "truncated" not in arrays or arrays["terminated"].dtype != np.bool_ \
+            or arrays["truncated"].dtype != np.bool_:
+        _READS.pop(table, None)
+        return None
+    r = _READS[table] = _FusedReads(table)
+    return r
+
+
 def _zeros(field: Any, n: int) -> npt.NDArray[Any]:
     return np.zeros((n, *field.shape), dtype=field.dtype)
 
 
 def gather_fused(fast: Any, t: Any, starts: IntArray, ext: IntArray, width: int,
-                 burn_in: int, full: bool = False) -> dict[str, Any]:
+                 burn_in: int, full: bool = False, plan: Any = None,
+                 reads: _FusedReads | None = None) -> dict[str, Any]:
     """:func:`gather_numpy` with slots, flags and side patches from one compiled pass.
 
     Args:
@@ -47,6 +100,9 @@ def gather_fused(fast: Any, t: Any, starts: IntArray, ext: IntArray, width: int,
         width: Window width ``W``.
         burn_in: Leading burn-in steps.
         full: Every extent is known to be ``W`` (skips the check).
+        plan: The plan of ``starts`` from
+            :func:`~replaybank.ops.windows_numba.draw_plan`, or None (computed here).
+        reads: ``fused_reads(t)`` when the caller has it.
 
     Returns:
         The batch fields (as :func:`gather_numpy`).
@@ -63,28 +119,37 @@ def gather_fused(fast: Any, t: Any, starts: IntArray, ext: IntArray, width: int,
         >>> out["obs"][0, :, 0].tolist(), out["next_obs"][0, :, 0].tolist()
         ([1.0, 2.0, 3.0], [2.0, 3.0, 4.0])
     """
-    arrays = t.arrays
-    slots, flags, side, tail_only = fast.sequence_plan(
-        t.link, t.written, t.counts, t.flat(arrays["terminated"]), t.flat(arrays["truncated"]),
-        starts, ext, width, burn_in)
+    if reads is None:
+        reads = fused_reads(t)
+        if reads is None:
+            raise TypeError("gather_fused: needs numpy storage and bool terminated/truncated; "
+                            "use gather_numpy")
+    if plan is None:
+        slots, flags, side, tail_only = fast.sequence_plan(
+            t.link, t.written, t.counts, reads.term, reads.trunc, starts, ext, width, burn_in)
+    else:
+        slots, fl, side, tail_only = plan
+        flags = {"is_first": fl[0], "is_last": fl[1], "is_terminal": fl[2], "mask": fl[3],
+                 "burn_in": fl[4], "terminated": fl[5], "truncated": fl[6]}
     steps = slots[:, :width]
     pad = None if full or int(ext.min()) >= width else \
         np.nonzero(np.arange(width) >= ext[:, None])
     out: dict[str, Any] = {}
-    obs_fields = t.obs_fields
-    for name, arr in arrays.items():
-        if name in obs_fields or name == "terminated" or name == "truncated":
-            continue
-        g = t.flat(arr).take(steps, axis=0)  # [B, W, *shape]
+    for name, arr in reads.fields:
+        g = arr.take(steps, axis=0)  # [B, W, *shape]
         if pad is not None:
             g[pad] = 0
         out[name] = g
     shared = pad is None and (len(side) == 0 or tail_only)
-    for name in obs_fields:
-        g = t.flat(arrays[name]).take(slots, axis=0)  # [B, W + 1, *shape]
+    for name, nname, arr in reads.obs:
+        g = arr.take(slots, axis=0)  # [B, W + 1, *shape]
         nxt = g[:, 1:] if shared else g[:, 1:].copy()
-        if len(side):
+        if len(side) > 8:
             nxt[side[:, 0], side[:, 1]] = t.side[name].take(side[:, 2], axis=0)
+        elif len(side):  # a few patches (usually at most one per window end)
+            kept = t.side[name]
+            for b, j, v in side.tolist():
+                nxt[b, j] = kept[v]
         obs = g[:, :width]
         if pad is not None:
             g[pad] = 0
@@ -93,7 +158,7 @@ def gather_fused(fast: Any, t: Any, starts: IntArray, ext: IntArray, width: int,
             obs.flags.writeable = False
             nxt.flags.writeable = False
         out[name] = obs
-        out[next_name(name)] = nxt
+        out[nname] = nxt
     out["terminated"] = flags.pop("terminated")
     out["truncated"] = flags.pop("truncated")
     out.update(flags)

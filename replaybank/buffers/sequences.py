@@ -34,10 +34,12 @@ usually saves the redraw rounds. A prioritized sampler's beta schedule advances 
 call: beta is resolved once and passed to every redraw round.
 
 Speed: with numba and numpy storage (``KERNEL = "auto"``), the uniform sampler's draw is
-mapped to starts, checked and selected in one compiled pass
-(:func:`~replaybank.ops.windows_numba.draw_windows`), and slots, flags and side patches
-come from another (:func:`~replaybank.ops.windows_numba.sequence_plan`); the batches are
-identical to the numpy path's (``KERNEL = "numpy"``, used for other storages too).
+mapped to starts, checked and selected, and the slots, flags and side patches of the kept
+starts computed, in one compiled call (:func:`~replaybank.ops.windows_numba.draw_plan`;
+other samplers and redraw rounds use :func:`~replaybank.ops.windows_numba.draw_windows`
+and :func:`~replaybank.ops.windows_numba.sequence_plan`); the data is then gathered with
+``ndarray.take``. The batches are identical to the numpy path's (``KERNEL = "numpy"``,
+used for other storages too).
 
 Example:
     >>> import numpy as np
@@ -62,14 +64,13 @@ import numpy as np
 import numpy.typing as npt
 
 from replaybank.batch import SequenceBatch
-from replaybank.buffers.sequence_gather import gather_fused, gather_numpy
+from replaybank.buffers.sequence_gather import fused_reads, gather_fused, gather_numpy
 from replaybank.errors import ConfigError, DtypeError, EmptyBufferError, ShapeError, describe
 from replaybank.ops import ring, windows
 from replaybank.samplers.base import PrioritySampler, SampleResult
 from replaybank.samplers.lane_split import LaneSplitSampler
 from replaybank.samplers.uniform import UniformSampler, check_batch_size
 from replaybank.spec import SEP
-from replaybank.storage.backend import NumpyBackend
 
 __all__ = ["STATE_PREFIX", "sample_sequences", "update_sequence_priorities"]
 
@@ -213,6 +214,19 @@ def _draw_rounds(buf: Any, batch_size: int, width: int, cross: bool, min_len: in
             sel = good[:batch_size] if len(good) >= batch_size else \
                 np.argsort(ext < min_len, kind="stable")[:batch_size]  # valid ones first
             res, ext = SampleResult(res.keys[sel]), ext[sel]
+    return _redraw_rounds(buf, res, ext, batch_size, width, cross, min_len, max_redraws,
+                          kwargs)
+
+
+def _redraw_rounds(buf: Any, res: SampleResult, ext: IntArray, batch_size: int, width: int,
+                   cross: bool, min_len: int, max_redraws: int,
+                   kwargs: dict[str, Any]) -> tuple[SampleResult, IntArray]:
+    """Redraw the starts of ``res`` whose extent is below ``min_len`` (``ext`` is updated
+    in place), then fall back to the exact set of valid starts (uniform sampler)."""
+    t = buf.table
+    lv = buf.lane_view()
+    rng = buf.rng
+    extent = _EXTENT[0] if _EXTENT else _load_extent()
     exact = type(buf.sampler) is UniformSampler
     limit = max_redraws if exact else max(max_redraws, 1024)
     for _ in range(limit):
@@ -293,18 +307,25 @@ def sample_sequences(
         >>> sb.obs.shape, sb["initial/hidden"].shape, sb.burn_in[0].tolist()
         ((3, 5, 1), (3, 4), [True, False, False, False, False])
     """
-    batch_size = _check_int("batch_size", batch_size, 1)
-    sequence_length = _check_int("sequence_length", sequence_length, 1)
-    burn_in = _check_int("burn_in", burn_in, 0)
-    max_redraws = _check_int("max_redraws", max_redraws, 0)
-    if episode_boundary not in ("stop", "cross"):
+    if not (type(batch_size) is int and type(sequence_length) is int
+            and type(burn_in) is int and type(max_redraws) is int
+            and batch_size >= 1 and sequence_length >= 1 and burn_in >= 0
+            and max_redraws >= 0):
+        batch_size = _check_int("batch_size", batch_size, 1)
+        sequence_length = _check_int("sequence_length", sequence_length, 1)
+        burn_in = _check_int("burn_in", burn_in, 0)
+        max_redraws = _check_int("max_redraws", max_redraws, 0)
+    if episode_boundary == "stop":
+        cross = False
+    elif episode_boundary == "cross":
+        cross = True
+    else:
         raise ConfigError(
             f"sample_sequences(episode_boundary={episode_boundary!r}): use 'stop' (windows "
             "end at episode ends, R2D2) or 'cross' (windows run over them, DreamerV3)"
         )
-    if not isinstance(strict, (bool, np.bool_)):
+    if strict is not True and strict is not False and not isinstance(strict, np.bool_):
         raise ConfigError(f"sample_sequences(strict={strict!r}): must be a bool")
-    cross = episode_boundary == "cross"
     width = burn_in + sequence_length
     size = len(buf)
     check_batch_size(batch_size, size, True)
@@ -317,26 +338,45 @@ def sample_sequences(
         )
     state_names = _cached_state_names(t.spec, state_fields)
     min_len = width if strict else burn_in + 1
-    res, ext = _draw_starts(buf, batch_size, width, cross, min_len, max_redraws,
-                            sampler_kwargs, size)
     fast = _fast_kernels()
+    reads = fused_reads(t) if fast is not None else None
+    if reads is not None and not sampler_kwargs and max_redraws > 0 \
+            and type(buf.sampler) is UniformSampler:
+        # the uniform sampler's draw (as _draw_rounds), checked and planned in one call
+        flat = buf.rng.integers(0, size, size=batch_size + batch_size // 2 + 4,
+                                dtype=np.int64)
+        keys, ext, _, plan = fast.draw_plan(t.link, t.written, t.counts, flat, width, cross,
+                                            min_len, batch_size, reads.term, reads.trunc,
+                                            burn_in)
+        if plan is not None:
+            out = gather_fused(fast, t, keys, ext, width, burn_in, min_len >= width, plan,
+                               reads)
+            return _finish(out, None, state_names)
+        res, ext = _redraw_rounds(buf, SampleResult(keys), ext, batch_size, width, cross,
+                                  min_len, max_redraws, {})
+    else:
+        res, ext = _draw_starts(buf, batch_size, width, cross, min_len, max_redraws,
+                                sampler_kwargs, size)
     t = buf.table
-    if fast is not None and isinstance(t.backend, NumpyBackend) \
-            and t.arrays["terminated"].dtype == np.bool_ \
-            and t.arrays["truncated"].dtype == np.bool_:
-        out = gather_fused(fast, t, res.keys, ext, width, burn_in, full=min_len >= width)
+    reads = fused_reads(t) if fast is not None else None
+    if reads is not None:
+        out = gather_fused(fast, t, res.keys, ext, width, burn_in, min_len >= width, None,
+                           reads)
     else:
         out = gather_numpy(t, res.keys, ext, width, burn_in)
     return _finish(out, res, state_names)
 
 
-def _finish(out: dict[str, Any], res: SampleResult, state_names: list[str]) -> SequenceBatch:
+def _finish(out: dict[str, Any], res: SampleResult | None,
+            state_names: list[str]) -> SequenceBatch:
     for name in state_names:
         key = f"{STATE_PREFIX}{SEP}{name}"
         if key in out:
             raise ConfigError(f"sample_sequences: stored field {key!r} clashes with the "
                               f"initial state of {name!r}; rename the field")
         out[key] = out[name][:, 0]
+    if res is None:
+        return SequenceBatch(out)
     if res.weights is not None:
         out["weights"] = res.weights.astype(np.float32)
     if res.probabilities is not None:

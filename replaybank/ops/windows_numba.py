@@ -501,3 +501,55 @@ def sequence_plan(link: npt.NDArray[np.int32], written: IntArray, counts: IntArr
              "truncated")
     return slots, dict(zip(names, flags, strict=True)), side[:n], bool(tail)
 
+
+
+@numba.njit(cache=True, nogil=True)
+def _draw_plan(link, written, counts, flat, width, cross, min_len, term, trunc, burn_in,  # type: ignore[no-untyped-def]  # pragma: no cover
+               keys, ext, slots, flags, side):
+    # _draw, then (when B draws were valid) _seq_plan of the kept starts
+    n_ok = _draw(link, written, counts, flat, width, cross, min_len, keys, ext)
+    if n_ok < keys.shape[0]:
+        return n_ok, -1, False
+    n_side, tail = _seq_plan(link, written, counts, term, trunc, keys, ext, width, burn_in,
+                             slots, flags, side)
+    return n_ok, n_side, tail
+
+
+def draw_plan(link: npt.NDArray[np.int32], written: IntArray, counts: IntArray,
+              flat: IntArray, width: int, cross: bool, min_len: int, batch_size: int,
+              term: BoolArray, trunc: BoolArray, burn_in: int) -> tuple[
+                  IntArray, IntArray, int, tuple[IntArray, BoolArray, IntArray, bool] | None]:
+    """:func:`draw_windows`, then :func:`sequence_plan` of its starts, in one call.
+
+    Args:
+        link, written, counts, flat, width, cross, min_len, batch_size: As
+            :func:`draw_windows`.
+        term, trunc, burn_in: As :func:`sequence_plan`.
+
+    Returns:
+        ``(keys, ext, n_valid, plan)``: as :func:`draw_windows`, and when ``n_valid ==
+        batch_size`` the plan ``(slots, flags, side, tail_only)`` of
+        :func:`sequence_plan` with ``flags`` one ``[7, B, W]`` array (rows in the order
+        of its dict), else None.
+
+    Example:
+        >>> link = np.zeros((4, 1), np.int32); link[3, 0] = 1
+        >>> z = np.zeros(4, bool)
+        >>> keys, ext, n, plan = draw_plan(link, np.array([4]), np.array([4]),
+        ...                                np.array([3, 1]), 2, False, 2, 1, z, z, 0)
+        >>> keys.tolist(), plan[0].tolist(), plan[2].tolist(), plan[3]
+        ([1], [[1, 2, 3]], [], True)
+    """
+    keys = np.empty(batch_size, np.int64)
+    ext = np.empty(batch_size, np.int64)
+    slots = np.empty((batch_size, width + 1), np.int64)
+    flags = np.empty((7, batch_size, width), np.bool_)
+    side = np.empty((batch_size * width, 3), np.int64)
+    if type(flat) is not np.ndarray or flat.dtype != np.int64:
+        flat = np.asarray(flat, np.int64)
+    n, n_side, tail = _draw_plan(link, written, counts, flat, int(width), bool(cross),
+                                 int(min_len), term, trunc, int(burn_in), keys, ext, slots,
+                                 flags, side)
+    if n_side < 0:
+        return keys, ext, int(n), None
+    return keys, ext, int(n), (slots, flags, side[:n_side], bool(tail))
