@@ -108,10 +108,21 @@ scalar_value(Appender *self, Field *f, PyObject *v, char *dst)
         }
         return 0;
     case 'f':
-        if (!PyFloat_Check(v)) /* float and numpy float64 (a float subclass) */
-            return 0;
         {
-            double d = PyFloat_AS_DOUBLE(v);
+            double d;
+            if (PyFloat_Check(v)) { /* float and numpy float64 (a float subclass) */
+                d = PyFloat_AS_DOUBLE(v);
+            } else if (PyLong_CheckExact(v)) { /* an int reward: exact below 2**53 */
+                int overflow = 0;
+                long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+                if (x == -1 && PyErr_Occurred())
+                    return -1;
+                if (overflow || x > (1LL << 53) || x < -(1LL << 53))
+                    return 0;
+                d = (double)x;
+            } else {
+                return 0;
+            }
             if (f->itemsize == 4) {
                 float x = (float)d;
                 memcpy(dst, &x, 4);

@@ -254,7 +254,8 @@ def test_value_kinds_match_general_path(kernel: bool) -> None:
         return {
             "obs": obs if k != 4 else np.asfortranarray(np.ascontiguousarray(obs)),
             "action": [3, np.int64(2), np.array(1), 2**40, np.int32(1), 0][k],
-            "reward": [0.5, np.float64(1.5), np.float32(2.0), np.array(1.0, np.float32), 1, 2.0][k],
+            "reward": [0.5, np.float64(1.5), np.float32(2.0), np.array(1.0, np.float32), 1,
+                       2**40 + 1][k],
             "next_obs": nxt,
             "terminated": [False, np.bool_(False), np.array(False), False, i % 37 == 0, False][k],
             "truncated": bool(i % 23 == 0),
