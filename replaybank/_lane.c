@@ -21,7 +21,7 @@
 
 #define NFIELDS 5 /* obs, action, reward, terminated, truncated */
 #define MAXDIM 8
-#define STACK_ITEMS 64 /* steps x lanes written without a heap allocation */
+#define STACK_ITEMS 512 /* steps x lanes written without a heap allocation */
 
 typedef struct {
     Py_buffer store;           /* flat [T * L, *shape] storage, C-contiguous */
@@ -280,14 +280,16 @@ write_steps(Appender *self, char *const *src, const char *nobs, Py_ssize_t n)
     int err = 0;
     Py_buffer sv;
     /* small calls (an add of a few lanes) use the stack, larger ones the heap */
-    char need_s[STACK_ITEMS];
-    long long relink_s[STACK_ITEMS], slots_s[STACK_ITEMS];
+    Py_ssize_t pos_s[STACK_ITEMS];
+    long long relink_s[STACK_ITEMS], slots_s[STACK_ITEMS], ends_s[STACK_ITEMS];
     int heap = nl > STACK_ITEMS;
-    char *need = heap ? PyMem_Malloc((size_t)nl) : need_s;
+    /* pos: the steps (j = i * L + l) whose next observation is kept aside, in order */
+    Py_ssize_t *pos = heap ? PyMem_Malloc((size_t)nl * sizeof(Py_ssize_t)) : pos_s;
     long long *relink = heap ? PyMem_Malloc((size_t)L * sizeof(long long)) : relink_s;
     long long *slots = heap ? PyMem_Malloc((size_t)nl * sizeof(long long)) : slots_s;
+    long long *lane_ends = heap ? PyMem_Malloc((size_t)L * sizeof(long long)) : ends_s;
     PyObject *free = get_free(self);
-    if (need == NULL || relink == NULL || slots == NULL || free == NULL) {
+    if (pos == NULL || relink == NULL || slots == NULL || lane_ends == NULL || free == NULL) {
         if (free != NULL)
             PyErr_NoMemory();
         err = 1;
@@ -296,15 +298,41 @@ write_steps(Appender *self, char *const *src, const char *nobs, Py_ssize_t n)
     /* which next observations are kept aside: done steps, steps whose next_obs is not
      * the next step's obs (bitwise), and the last step of each lane */
     Py_ssize_t k = 0;
+    const Py_ssize_t rb = L * ib; /* bytes of one row (every lane) */
+    Py_ssize_t run_end = 0;       /* rows [i, run_end) are known to continue row to row */
+    Py_ssize_t scanned = 0;       /* rows before this were already part of a run check */
+    for (Py_ssize_t l = 0; l < L; l++)
+        lane_ends[l] = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
+        if (i >= scanned) {
+            /* the run of rows before the next row where some lane's episode ends: one
+             * comparison for all of it (the common case: it continues) */
+            Py_ssize_t hi = i;
+            while (hi < n - 1) {
+                int ends = 0;
+                for (Py_ssize_t l = 0; l < L && !ends; l++)
+                    ends = term[hi * L + l] || trunc[hi * L + l];
+                if (ends)
+                    break;
+                hi++;
+            }
+            scanned = hi > i ? hi : i + 1;
+            if (hi > i && memcmp(nobs + i * rb, obs + (i + 1) * rb, (size_t)((hi - i) * rb)) == 0)
+                run_end = hi;
+        }
+        if (i < run_end) { /* a continuing run: no ends, nothing kept aside */
+            i = run_end - 1;
+            continue;
+        }
         int same_block = i < n - 1
-            && memcmp(nobs + i * L * ib, obs + (i + 1) * L * ib, (size_t)(L * ib)) == 0;
+            && memcmp(nobs + i * rb, obs + (i + 1) * rb, (size_t)rb) == 0;
         for (Py_ssize_t l = 0; l < L; l++) {
             Py_ssize_t j = i * L + l;
-            int kept = i == n - 1 || term[j] || trunc[j]
-                || (!same_block && memcmp(nobs + j * ib, obs + (j + L) * ib, (size_t)ib) != 0);
-            need[j] = (char)kept;
-            k += kept;
+            int done = term[j] || trunc[j];
+            lane_ends[l] += done;
+            if (i == n - 1 || done
+                || (!same_block && memcmp(nobs + j * ib, obs + (j + L) * ib, (size_t)ib) != 0))
+                pos[k++] = j;
         }
     }
     /* 1. evict: old steps in the rows written now leave the ring and free their slots
@@ -315,12 +343,11 @@ write_steps(Appender *self, char *const *src, const char *nobs, Py_ssize_t n)
                 err = free_append(free, link[j] - 1) < 0;
     }
     /* 2. does each lane's previous newest step continue into this chunk? */
-    int any_relink = 0;
+    int any_relink = 0, have_side = 0;
     for (Py_ssize_t l = 0; l < L; l++)
         relink[l] = 0;
     if (!err && c && n < T) {
         Py_ssize_t prow = start ? start - 1 : T - 1;
-        int have_side = 0;
         for (Py_ssize_t l = 0; !err && l < L; l++) {
             Py_ssize_t j = prow * L + l;
             long long p = link[j];
@@ -341,14 +368,25 @@ write_steps(Appender *self, char *const *src, const char *nobs, Py_ssize_t n)
                 any_relink = 1;
             }
         }
-        if (have_side)
-            PyBuffer_Release(&sv);
     }
-    /* 3. side slots of the kept next observations, in row-major order */
-    if (!err)
+    /* 3. side slots of the kept next observations, in row-major order (taking more slots
+     *    than are free grows the side store: a new array) */
+    if (!err) {
+        int grows = PyList_GET_SIZE(free) < k;
+        if (grows && have_side) {
+            PyBuffer_Release(&sv);
+            have_side = 0;
+        }
         err = take_slots(self, free, k, slots) < 0;
-    if (!err)
+    }
+    if (!err && !have_side) {
         err = side_view(self, &sv) < 0;
+        have_side = !err;
+    }
+    if (err && have_side) {
+        PyBuffer_Release(&sv);
+        have_side = 0;
+    }
     if (!err) {
         for (Py_ssize_t j = 0; j < k; j++)
             if (slots[j] < 0 || slots[j] >= sv.len / ib) {
@@ -359,13 +397,10 @@ write_steps(Appender *self, char *const *src, const char *nobs, Py_ssize_t n)
     }
     if (!err) {
         memset(link + start * L, 0, (size_t)nl * sizeof(int32_t));
-        Py_ssize_t s = 0;
-        for (Py_ssize_t j = 0; j < nl; j++) {
-            if (need[j]) {
-                memcpy((char *)sv.buf + slots[s] * ib, nobs + j * ib, (size_t)ib);
-                link[start * L + j] = (int32_t)(slots[s] + 1);
-                s++;
-            }
+        for (Py_ssize_t s = 0; s < k; s++) {
+            Py_ssize_t j = pos[s];
+            memcpy((char *)sv.buf + slots[s] * ib, nobs + j * ib, (size_t)ib);
+            link[start * L + j] = (int32_t)(slots[s] + 1);
         }
         PyBuffer_Release(&sv);
         /* 4. data, then release the continued steps' slots, then the counters */
@@ -386,20 +421,18 @@ write_steps(Appender *self, char *const *src, const char *nobs, Py_ssize_t n)
         }
         int64_t nc = c + n < T ? c + n : T;
         for (Py_ssize_t l = 0; l < L; l++) {
-            int64_t ends = 0;
-            for (Py_ssize_t i = 0; i < n; i++)
-                ends += term[i * L + l] || trunc[i * L + l];
             meta(&self->written)[l] = w + n;
             meta(&self->counts)[l] = nc;
-            meta(&self->episodes)[l] += ends;
+            meta(&self->episodes)[l] += lane_ends[l];
         }
     }
 out:
     Py_XDECREF(free);
     if (heap) {
-        PyMem_Free(need);
+        PyMem_Free(pos);
         PyMem_Free(relink);
         PyMem_Free(slots);
+        PyMem_Free(lane_ends);
     }
     return err ? -1 : 0;
 }
