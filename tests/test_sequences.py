@@ -568,6 +568,43 @@ def test_draw_windows_kernel_matches_numpy_composition() -> None:
         assert ext.tolist() == all_ext[order].tolist()
 
 
+PLAN_FLAGS = ("is_first", "is_last", "is_terminal", "mask", "burn_in", "terminated",
+              "truncated")
+
+
+def assert_plan_matches_loops(link: np.ndarray, written: np.ndarray, counts: np.ndarray,
+                              term: np.ndarray, trunc: np.ndarray, keys: np.ndarray,
+                              ext: np.ndarray, width: int, burn_in: int,
+                              plan: tuple[Any, ...]) -> None:
+    """Plain-loop oracle of a window plan ``(slots, flags [7, B, W] in PLAN_FLAGS order,
+    side, tail_only)`` of ``keys`` with extents ``ext``."""
+    slots, flags, side, tail = plan
+    nrows, lanes = link.shape
+    sides = []
+    for i, key in enumerate(np.asarray(keys).tolist()):
+        seq, lane = key // lanes, key % lanes
+        for j in range(width + 1):
+            assert slots[i, j] == ((seq + j) % nrows) * lanes + lane
+        for j in range(width):
+            ok = j < ext[i]
+            slot = ((seq + j) % nrows) * lanes + lane
+            v = link[(seq + j) % nrows, lane]
+            if j == 0:
+                prev_live = seq - 1 >= written[lane] - counts[lane]
+                first = not prev_live or link[(seq - 1) % nrows, lane] > 0
+            else:
+                first = link[(seq + j - 1) % nrows, lane] > 0
+            tm, tr = bool(term[slot]) and ok, bool(trunc[slot]) and ok
+            end = v > 0 and seq + j != written[lane] - 1
+            expect = [first and ok, ok and (tm or tr or end), tm, ok and j >= burn_in,
+                      j < burn_in, tm, tr]
+            assert flags[:, i, j].tolist() == expect
+            if ok and v > 0:
+                sides.append((i, j, int(v) - 1))
+    assert [tuple(r) for r in side.tolist()] == sides
+    assert tail == all(j == width - 1 for _, j, _ in sides)
+
+
 def test_sequence_plan_kernel_matches_loops() -> None:
     wn = pytest.importorskip("replaybank.ops.windows_numba")
     rng = np.random.default_rng(12)
@@ -587,32 +624,9 @@ def test_sequence_plan_kernel_matches_loops() -> None:
         trunc = rng.random(nrows * lanes) < 0.2
         slots, fl, side, tail = wn.sequence_plan(link, written, counts, term, trunc, keys, ext,
                                                  width, burn_in)
-        sides = []
-        for i, key in enumerate(keys.tolist()):
-            seq, lane = key // lanes, key % lanes
-            for j in range(width + 1):
-                assert slots[i, j] == ((seq + j) % nrows) * lanes + lane
-            for j in range(width):
-                ok = j < ext[i]
-                slot = ((seq + j) % nrows) * lanes + lane
-                v = link[(seq + j) % nrows, lane]
-                if j == 0:
-                    prev_live = seq - 1 >= written[lane] - counts[lane]
-                    first = not prev_live or link[(seq - 1) % nrows, lane] > 0
-                else:
-                    first = link[(seq + j - 1) % nrows, lane] > 0
-                tm, tr = bool(term[slot]) and ok, bool(trunc[slot]) and ok
-                end = v > 0 and seq + j != written[lane] - 1
-                assert fl["is_first"][i, j] == (first and ok)
-                assert fl["is_last"][i, j] == (ok and (tm or tr or end))
-                assert fl["is_terminal"][i, j] == fl["terminated"][i, j] == tm
-                assert fl["truncated"][i, j] == tr
-                assert fl["burn_in"][i, j] == (j < burn_in)
-                assert fl["mask"][i, j] == (ok and j >= burn_in)
-                if ok and v > 0:
-                    sides.append((i, j, int(v) - 1))
-        assert [tuple(r) for r in side.tolist()] == sides
-        assert tail == all(j == width - 1 for _, j, _ in sides)
+        flags = np.stack([fl[n] for n in PLAN_FLAGS])
+        assert_plan_matches_loops(link, written, counts, term, trunc, keys, ext, width,
+                                  burn_in, (slots, flags, side, tail))
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -732,29 +746,7 @@ def test_draw_plan_kernel_matches_draw_then_plan_loops() -> None:
             seen_short += 1
             continue
         seen_plan += 1
-        slots, fl, side, tail = plan
-        assert fl.shape == (7, nb, width)
-        sides = []
-        for i, key in enumerate(keys.tolist()):
-            seq, lane = key // lanes, key % lanes
-            for j in range(width + 1):
-                assert slots[i, j] == ((seq + j) % nrows) * lanes + lane
-            for j in range(width):
-                ok = j < ext[i]
-                slot = ((seq + j) % nrows) * lanes + lane
-                v = link[(seq + j) % nrows, lane]
-                if j == 0:
-                    prev_live = seq - 1 >= written[lane] - counts[lane]
-                    first = not prev_live or link[(seq - 1) % nrows, lane] > 0
-                else:
-                    first = link[(seq + j - 1) % nrows, lane] > 0
-                tm, tr = bool(term[slot]) and ok, bool(trunc[slot]) and ok
-                end = v > 0 and seq + j != written[lane] - 1
-                expect = [first and ok, ok and (tm or tr or end), tm, ok and j >= burn_in,
-                          j < burn_in, tm, tr]
-                assert fl[:, i, j].tolist() == expect
-                if ok and v > 0:
-                    sides.append((i, j, int(v) - 1))
-        assert [tuple(r) for r in side.tolist()] == sides
-        assert tail == all(j == width - 1 for _, j, _ in sides)
+        assert plan[1].shape == (7, nb, width)
+        assert_plan_matches_loops(link, written, counts, term, trunc, keys, ext, width,
+                                  burn_in, plan)
     assert seen_plan > 50 and seen_short > 5
