@@ -750,3 +750,51 @@ def test_draw_plan_kernel_matches_draw_then_plan_loops() -> None:
         assert_plan_matches_loops(link, written, counts, term, trunc, keys, ext, width,
                                   burn_in, plan)
     assert seen_plan > 50 and seen_short > 5
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(lanes=st.integers(1, 3), rows=st.integers(2, 9), seed=st.integers(0, 2**16))
+def test_boundaries_follow_every_write(lanes: int, rows: int, seed: int) -> None:
+    """The lane-major ``link != 0`` bytes kept current from ``written`` deltas equal a
+    fresh computation after any mix of adds, extends, lane subsets, clears and loads."""
+    wn = pytest.importorskip("replaybank.ops.windows_numba")
+    from replaybank.buffers.sequence_gather import fused_reads
+
+    rng = np.random.default_rng(seed)
+    buf = rb.ReplayBuffer(rows * lanes, num_envs=lanes, seed=0)
+    other = rb.ReplayBuffer(rows * lanes, num_envs=lanes, seed=1)
+
+    def steps(n: int, m: int) -> dict[str, Any]:
+        o = rng.integers(0, 3, (n, m, 2)).astype(np.float32)
+        nxt = np.where(rng.random((n, m, 1)) < 0.7, np.roll(o, -1, axis=0),
+                       rng.integers(0, 3, (n, m, 2)).astype(np.float32))
+        return {"obs": o, "action": np.zeros((n, m), np.int64),
+                "reward": np.zeros((n, m), np.float32), "next_obs": nxt,
+                "terminated": rng.random((n, m)) < 0.2, "truncated": rng.random((n, m)) < 0.1}
+
+    for b in (buf, other):
+        b.extend(**steps(3, lanes))
+    reads = fused_reads(buf.table)
+    assert reads is not None
+    for _ in range(25):
+        u = rng.random()
+        if u < 0.3:
+            one = steps(1, lanes)
+            buf.add(**{k: v[0] for k, v in one.items()})
+        elif u < 0.6:
+            buf.extend(**steps(int(rng.integers(1, 2 * rows + 2)), lanes))
+        elif u < 0.8:
+            lane = int(rng.integers(0, lanes))
+            buf.add(env_ids=[lane], **{k: v[0] for k, v in steps(1, 1).items()})
+        elif u < 0.9:
+            buf.clear()
+        else:
+            other.extend(**steps(int(rng.integers(1, rows + 2)), lanes))
+            buf.load_state_dict(other.state_dict())
+        if rng.random() < 0.5:  # also several writes between two syncs
+            continue
+        t = buf.table
+        got = reads.boundaries(wn, t)
+        assert got.tolist() == (t.link != 0).T.astype(np.uint8).tolist()
+    got = reads.boundaries(wn, buf.table)
+    assert got.tolist() == (buf.table.link != 0).T.astype(np.uint8).tolist()

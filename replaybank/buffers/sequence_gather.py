@@ -37,7 +37,7 @@ class _FusedReads:
     """The flat ``[T * lanes, ...]`` views :func:`gather_fused` reads from one table with
     numpy storage and bool ``terminated``/``truncated``, built once (:func:`fused_reads`)."""
 
-    __slots__ = ("arrays", "fields", "obs", "term", "trunc")
+    __slots__ = ("arrays", "bounds", "epoch", "fields", "obs", "seen", "term", "trunc")
 
     def __init__(self, table: Any) -> None:
         arrays = table.arrays
@@ -49,7 +49,25 @@ class _FusedReads:
         self.obs = [(name, next_name(name), table.flat(arrays[name])) for name in obs_fields]
         self.term = table.flat(arrays["terminated"])
         self.trunc = table.flat(arrays["truncated"])
+        # link != 0, lane-major [lanes, T] (see boundaries); allocated at first use
+        self.bounds: npt.NDArray[np.uint8] | None = None
+        self.seen = np.full(table.lanes, _UNSEEN, np.int64)
+        self.epoch = table.epoch
 
+    def boundaries(self, fast: Any, table: Any) -> npt.NDArray[np.uint8]:
+        """``link != 0`` of ``table`` lane-major ``[lanes, T]``, brought up to date with
+        the rows written since the last call (all of it after a clear or a state load,
+        which bump ``table.epoch``)."""
+        if self.bounds is None:
+            self.bounds = np.zeros((table.lanes, table.T), np.uint8)
+        if table.epoch != self.epoch:
+            self.seen[:] = _UNSEEN
+            self.epoch = table.epoch
+        fast.sync_boundaries(table.link, table.written, self.seen, self.bounds)
+        return self.bounds
+
+
+_UNSEEN = 2**62  # a "written" no lane reaches: the next sync recomputes the lane whole
 
 #: Per live table (weakly keyed: the views never keep a dropped table's arrays alive).
 _READS: weakref.WeakKeyDictionary[Any, _FusedReads] = weakref.WeakKeyDictionary()

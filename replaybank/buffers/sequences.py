@@ -347,7 +347,7 @@ def sample_sequences(
                                 dtype=np.int64)
         keys, ext, _, plan = fast.draw_plan(t.link, t.written, t.counts, flat, width, cross,
                                             min_len, batch_size, reads.term, reads.trunc,
-                                            burn_in)
+                                            burn_in, reads.boundaries(fast, t))
         if plan is not None:
             out = gather_fused(fast, t, keys, ext, width, burn_in, min_len >= width, plan,
                                reads)

@@ -321,8 +321,10 @@ def window_plan(link: npt.NDArray[np.int32], written: IntArray, counts: IntArray
 
 # ---------------------------------------------------------------------- fused sequence path
 @numba.njit(cache=True, nogil=True)
-def _draw(link, written, counts, flat, width, cross, min_len, keys, ext):  # type: ignore[no-untyped-def]  # pragma: no cover
-    T, lanes = link.shape  # noqa: N806
+def _draw(lk, written, counts, flat, width, cross, min_len, keys, ext):  # type: ignore[no-untyped-def]  # pragma: no cover
+    # lk [lanes, T]: nonzero where a step's next observation is kept aside (link.T, or
+    # the lane-major boundary bytes of sync_boundaries)
+    lanes, T = lk.shape  # noqa: N806
     m = flat.shape[0]
     nb = keys.shape[0]
     all_keys = np.empty(m, np.int64)
@@ -345,7 +347,7 @@ def _draw(link, written, counts, flat, width, cross, min_len, keys, ext):  # typ
             row = seq % T
             cut = n
             for j in range(n - 1):
-                if link[row, lane] != 0 and cut == n:
+                if lk[lane, row] != 0 and cut == n:
                     cut = j + 1
                 row += 1
                 if row == T:
@@ -403,14 +405,14 @@ def draw_windows(link: npt.NDArray[np.int32], written: IntArray, counts: IntArra
     """
     keys = np.empty(batch_size, np.int64)
     ext = np.empty(batch_size, np.int64)
-    n = _draw(link, written, counts, np.asarray(flat, np.int64), int(width), bool(cross),
+    n = _draw(link.T, written, counts, np.asarray(flat, np.int64), int(width), bool(cross),
               int(min_len), keys, ext)
     return keys, ext, int(n)
 
 
 @numba.njit(cache=True, nogil=True)
-def _seq_plan(link, written, counts, term, trunc, keys, ext, width, burn_in, slots, flags,  # type: ignore[no-untyped-def]  # pragma: no cover
-              side):
+def _seq_plan(link, lk, written, counts, term, trunc, keys, ext, width, burn_in, slots,  # type: ignore[no-untyped-def]  # pragma: no cover
+              flags, side):
     # flags [7, B, W]: is_first, is_last, is_terminal, mask, burn_in, terminated, truncated
     T, lanes = link.shape  # noqa: N806
     n_side = 0
@@ -421,13 +423,12 @@ def _seq_plan(link, written, counts, term, trunc, keys, ext, width, burn_in, slo
         newest = written[lane] - 1
         n = ext[b]
         prev = seq - 1
-        f = True if prev < written[lane] - counts[lane] else link[prev % T, lane] > 0
+        f = True if prev < written[lane] - counts[lane] else lk[lane, prev % T] != 0
         row = seq % T
         for j in range(width):
             slot = row * lanes + lane
             slots[b, j] = slot
-            v = link[row, lane]
-            cut = v > 0
+            cut = lk[lane, row] != 0  # link read only where it is set
             ok = j < n
             tm = term[slot] & ok  # branch-free: the loads of all steps overlap
             tr = trunc[slot] & ok
@@ -442,7 +443,7 @@ def _seq_plan(link, written, counts, term, trunc, keys, ext, width, burn_in, slo
             if cut and ok:
                 side[n_side, 0] = b
                 side[n_side, 1] = j
-                side[n_side, 2] = v - 1
+                side[n_side, 2] = link[row, lane] - 1
                 n_side += 1
                 if j != width - 1:
                     tail_only = False
@@ -495,8 +496,9 @@ def sequence_plan(link: npt.NDArray[np.int32], written: IntArray, counts: IntArr
     slots = np.empty((nb, width + 1), np.int64)
     flags = np.empty((7, nb, width), np.bool_)
     side = np.empty((nb * width, 3), np.int64)
-    n, tail = _seq_plan(link, written, counts, term, trunc, keys, np.asarray(ext, np.int64),
-                        int(width), int(burn_in), slots, flags, side)
+    n, tail = _seq_plan(link, link.T, written, counts, term, trunc, keys,
+                        np.asarray(ext, np.int64), int(width), int(burn_in), slots, flags,
+                        side)
     names = ("is_first", "is_last", "is_terminal", "mask", "burn_in", "terminated",
              "truncated")
     return slots, dict(zip(names, flags, strict=True)), side[:n], bool(tail)
@@ -504,20 +506,21 @@ def sequence_plan(link: npt.NDArray[np.int32], written: IntArray, counts: IntArr
 
 
 @numba.njit(cache=True, nogil=True)
-def _draw_plan(link, written, counts, flat, width, cross, min_len, term, trunc, burn_in,  # type: ignore[no-untyped-def]  # pragma: no cover
-               keys, ext, slots, flags, side):
+def _draw_plan(link, lk, written, counts, flat, width, cross, min_len, term, trunc,  # type: ignore[no-untyped-def]  # pragma: no cover
+               burn_in, keys, ext, slots, flags, side):
     # _draw, then (when B draws were valid) _seq_plan of the kept starts
-    n_ok = _draw(link, written, counts, flat, width, cross, min_len, keys, ext)
+    n_ok = _draw(lk, written, counts, flat, width, cross, min_len, keys, ext)
     if n_ok < keys.shape[0]:
         return n_ok, -1, False
-    n_side, tail = _seq_plan(link, written, counts, term, trunc, keys, ext, width, burn_in,
-                             slots, flags, side)
+    n_side, tail = _seq_plan(link, lk, written, counts, term, trunc, keys, ext, width,
+                             burn_in, slots, flags, side)
     return n_ok, n_side, tail
 
 
 def draw_plan(link: npt.NDArray[np.int32], written: IntArray, counts: IntArray,
               flat: IntArray, width: int, cross: bool, min_len: int, batch_size: int,
-              term: BoolArray, trunc: BoolArray, burn_in: int) -> tuple[
+              term: BoolArray, trunc: BoolArray, burn_in: int,
+              bounds: npt.NDArray[np.uint8] | None = None) -> tuple[
                   IntArray, IntArray, int, tuple[IntArray, BoolArray, IntArray, bool] | None]:
     """:func:`draw_windows`, then :func:`sequence_plan` of its starts, in one call.
 
@@ -525,6 +528,9 @@ def draw_plan(link: npt.NDArray[np.int32], written: IntArray, counts: IntArray,
         link, written, counts, flat, width, cross, min_len, batch_size: As
             :func:`draw_windows`.
         term, trunc, burn_in: As :func:`sequence_plan`.
+        bounds: ``link != 0`` lane-major ``[lanes, T]`` (uint8), kept current by
+            :func:`sync_boundaries`: a window's scan then reads a few cache lines instead
+            of one ``link`` row per step. None reads ``link`` itself.
 
     Returns:
         ``(keys, ext, n_valid, plan)``: as :func:`draw_windows`, and when ``n_valid ==
@@ -547,9 +553,52 @@ def draw_plan(link: npt.NDArray[np.int32], written: IntArray, counts: IntArray,
     side = np.empty((batch_size * width, 3), np.int64)
     if type(flat) is not np.ndarray or flat.dtype != np.int64:
         flat = np.asarray(flat, np.int64)
-    n, n_side, tail = _draw_plan(link, written, counts, flat, int(width), bool(cross),
+    lk = link.T if bounds is None else bounds
+    n, n_side, tail = _draw_plan(link, lk, written, counts, flat, int(width), bool(cross),
                                  int(min_len), term, trunc, int(burn_in), keys, ext, slots,
                                  flags, side)
     if n_side < 0:
         return keys, ext, int(n), None
     return keys, ext, int(n), (slots, flags, side[:n_side], bool(tail))
+
+
+@numba.njit(cache=True, nogil=True)
+def _sync(link, written, seen, bounds):  # type: ignore[no-untyped-def]  # pragma: no cover
+    T, lanes = link.shape  # noqa: N806
+    for lane in range(lanes):
+        w = written[lane]
+        s = seen[lane]
+        if w == s:
+            continue
+        if w < s or w - s >= T - 1:  # unknown history, or most of the lane rewritten
+            for r in range(T):
+                bounds[lane, r] = link[r, lane] != 0
+        else:  # writes change links only in rows [s - 1, w): the previous newest step on
+            for q in range(max(s - 1, 0), w):
+                r = q % T
+                bounds[lane, r] = link[r, lane] != 0
+        seen[lane] = w
+
+
+def sync_boundaries(link: npt.NDArray[np.int32], written: IntArray, seen: IntArray,
+                    bounds: npt.NDArray[np.uint8]) -> None:
+    """Bring ``bounds`` (``link != 0``, lane-major ``[lanes, T]``) up to date.
+
+    Every write of a lane changes links only in the rows of its new steps and of its
+    previous newest step, so the rows since ``seen`` (the ``written`` counts of the last
+    sync, updated here) are recomputed. A lane whose ``written`` went back, or moved by
+    ``T - 1`` or more, is recomputed whole; set ``seen`` to a large value to force that
+    (after ``clear`` or a state load, which change links without writing).
+
+    Example:
+        >>> link = np.zeros((4, 2), np.int32); link[2, 0] = 3  # lane 0's newest step
+        >>> bounds = np.zeros((2, 4), np.uint8); seen = np.full(2, 2**62)
+        >>> sync_boundaries(link, np.array([3, 3]), seen, bounds)
+        >>> bounds.tolist(), seen.tolist()
+        ([[0, 0, 1, 0], [0, 0, 0, 0]], [3, 3])
+        >>> link[2, 0] = 0; link[3, 1] = 2  # the next write continues lane 0 ...
+        >>> sync_boundaries(link, np.array([4, 4]), seen, bounds)
+        >>> bounds.tolist()  # ... and keeps lane 1's next obs aside
+        [[0, 0, 0, 0], [0, 0, 0, 1]]
+    """
+    _sync(link, written, seen, bounds)

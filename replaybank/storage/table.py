@@ -116,6 +116,9 @@ class StepTable:
         self._durable = type(be) is not NumpyBackend
         self._flat_cache: dict[int, tuple[Any, Any]] = {}
         self._plan: tuple[tuple[Any, ...], Any] | None = None  # see _read_plan
+        # bumped when links change other than by writes (clear, state load): structures
+        # derived from link and kept current from the `written` counts start over
+        self.epoch = 0
         self._obs_pos = self._names.index("obs") if "obs" in spec else -1
         self._term_pos = self._names.index("terminated") if "terminated" in spec else -1
         self._trunc_pos = self._names.index("truncated") if "truncated" in spec else -1
@@ -471,6 +474,7 @@ class StepTable:
         """Drop every step (sequence numbers keep counting, so old keys turn stale)."""
         self.counts[:] = 0
         self.link[:] = 0
+        self.epoch += 1
         self._free = list(range(self.side_capacity - 1, -1, -1))
 
     # ------------------------------------------------------------------ read

@@ -65,6 +65,7 @@ def load_table_state(t: StepTable, arrays: Mapping[str, Any]) -> None:
     for name, arr in t.state_arrays().items():
         arr[...] = arrays[f"meta/{name}"]
     t.rebuild_free_list()
+    t.epoch += 1  # links changed without a write
     saved = arrays.get("free_slots")
     if saved is not None and sorted(np.asarray(saved).tolist()) == sorted(t._free):
         t._free = [int(i) for i in np.asarray(saved)]
