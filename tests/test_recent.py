@@ -12,12 +12,7 @@ import replaybank as rb
 from replaybank.errors import ConfigError
 from replaybank.samplers.base import LaneView
 from replaybank.samplers.recent import window_counts
-
-
-def chi2_critical(df: int, z: float = 3.09) -> float:
-    """Upper 0.1% point of chi-square(df), Wilson-Hilferty approximation."""
-    h = 2.0 / (9.0 * df)
-    return float(df * (1.0 - h + z * math.sqrt(h)) ** 3)
+from tests.stats import chi2_critical
 
 
 def steps(n: int, lanes: int = 1) -> dict[str, Any]:

@@ -67,6 +67,7 @@ from replaybank.batch import SequenceBatch
 from replaybank.buffers.sequence_gather import fused_reads, gather_fused, gather_numpy
 from replaybank.errors import ConfigError, DtypeError, EmptyBufferError, ShapeError, describe
 from replaybank.ops import ring, windows
+from replaybank.ops.draws import uniform_ints
 from replaybank.samplers.base import PrioritySampler, SampleResult
 from replaybank.samplers.lane_split import LaneSplitSampler
 from replaybank.samplers.uniform import UniformSampler, check_batch_size
@@ -200,7 +201,7 @@ def _draw_rounds(buf: Any, batch_size: int, width: int, cross: bool, min_len: in
     if fast is not None:
         # the uniform sampler's own draw (same generator calls), then key mapping,
         # extents and selection in one compiled pass
-        flat = rng.integers(0, size, size=m, dtype=np.int64)  # size == len(buf)
+        flat = uniform_ints(rng, size, m)  # size == len(buf)
         keys, ext, n_valid = fast.draw_windows(t.link, t.written, t.counts, flat, width,
                                                cross, min_len, batch_size)
         res = SampleResult(keys)
@@ -249,7 +250,7 @@ def _redraw_rounds(buf: Any, res: SampleResult, ext: IntArray, batch_size: int, 
             "strict=False (padded windows) or episode_boundary='cross'"
         )
     keys = res.keys.copy()
-    keys[bad] = valid[rng.integers(0, len(valid), size=len(bad))]
+    keys[bad] = valid[uniform_ints(rng, len(valid), len(bad))]
     ext[bad] = extent(t.link, t.written, t.counts, keys[bad], width, cross)
     return SampleResult(keys, res.probabilities, res.weights), ext
 
@@ -343,8 +344,7 @@ def sample_sequences(
     if reads is not None and not sampler_kwargs and max_redraws > 0 \
             and type(buf.sampler) is UniformSampler:
         # the uniform sampler's draw (as _draw_rounds), checked and planned in one call
-        flat = buf.rng.integers(0, size, size=batch_size + batch_size // 2 + 4,
-                                dtype=np.int64)
+        flat = uniform_ints(buf.rng, size, batch_size + batch_size // 2 + 4)
         keys, ext, _, plan = fast.draw_plan(t.link, t.written, t.counts, flat, width, cross,
                                             min_len, batch_size, reads.term, reads.trunc,
                                             burn_in, reads.boundaries(fast, t))
@@ -375,13 +375,12 @@ def _finish(out: dict[str, Any], res: SampleResult | None,
             raise ConfigError(f"sample_sequences: stored field {key!r} clashes with the "
                               f"initial state of {name!r}; rename the field")
         out[key] = out[name][:, 0]
-    if res is None:
-        return SequenceBatch(out)
-    if res.weights is not None:
-        out["weights"] = res.weights.astype(np.float32)
-    if res.probabilities is not None:
-        out["probabilities"] = res.probabilities
-    return SequenceBatch(out)
+    if res is not None:
+        if res.weights is not None:
+            out["weights"] = res.weights.astype(np.float32)
+        if res.probabilities is not None:
+            out["probabilities"] = res.probabilities
+    return SequenceBatch.own(out)
 
 
 def update_sequence_priorities(

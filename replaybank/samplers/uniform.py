@@ -17,6 +17,7 @@ import numpy as np
 
 from replaybank.errors import ConfigError, EmptyBufferError
 from replaybank.ops import ring
+from replaybank.ops.draws import uniform_ints
 from replaybank.samplers.base import IntArray, LaneView, SampleResult, StatelessSampler
 
 __all__ = ["UniformSampler", "check_batch_size", "one_lane_keys"]
@@ -51,8 +52,9 @@ def one_lane_keys(batch_size: Any, written: IntArray, counts: IntArray,
                   rng: np.random.Generator) -> IntArray:
     """Uniform item keys of a one-lane table, with replacement (validates ``batch_size``).
 
-    The live keys of the lane are ``[written - counts, written)``: they are drawn
-    directly, the same stream as ``oldest + rng.integers(0, counts)``.
+    The live keys of the lane are ``[written - counts, written)``: ``oldest +
+    uniform_ints(rng, counts, B)`` (:func:`~replaybank.ops.draws.uniform_ints`, the
+    stream every uniform draw of replaybank uses).
 
     Args:
         batch_size: Number of keys B.
@@ -76,7 +78,8 @@ def one_lane_keys(batch_size: Any, written: IntArray, counts: IntArray,
     if type(batch_size) is not int or batch_size <= 0 or size <= 0:
         batch_size = check_batch_size(batch_size, size, True)
     low = int(written[0]) - size
-    keys: IntArray = rng.integers(low, low + size, size=batch_size, dtype=np.int64)
+    keys = uniform_ints(rng, size, batch_size)
+    keys += low
     return keys
 
 
@@ -104,7 +107,7 @@ class UniformSampler(StatelessSampler):
             size = int(counts.sum())
             check_batch_size(batch_size, size, replace)
         if replace:
-            flat = rng.integers(0, size, size=batch_size, dtype=np.int64)
+            flat = uniform_ints(rng, size, batch_size)
         else:
             flat = rng.choice(size, size=batch_size, replace=False).astype(np.int64)
         return SampleResult(ring.uniform_keys(flat, lanes.written, lanes.counts))

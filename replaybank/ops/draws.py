@@ -1,0 +1,139 @@
+"""Exact uniform integer draws from a generator's raw 64-bit output.
+
+``np.random.Generator.integers`` spends several microseconds of argument handling per
+call, which is most of a small batch's draw. :func:`uniform_ints` reads the bit
+generator's raw words (``BitGenerator.random_raw``) and maps them to ``[0, high)`` in
+one pass. Each value is exactly uniform: candidates that would bias the result are
+rejected, as in Lemire's multiply-shift method.
+
+The stream, fixed so that every implementation gives the same values:
+
+* ``high <= 2**32``: every raw word gives two 32-bit candidates, the low half first.
+  A candidate ``x`` gives ``p = x * high``; it is accepted when ``p mod 2**32 >=
+  2**32 mod high``, and the value is ``p >> 32`` (Lemire, "Fast random integer
+  generation in an interval", 2019).
+* ``high > 2**32``: every raw word is one candidate ``x``; ``v = x & (2**k - 1)`` with
+  ``2**k`` the smallest power of two ``>= high``, accepted when ``v < high``.
+* Rounds: with ``r`` values still to draw, a round reads ``r // 2 + 2`` words (first
+  case) or ``2 * r + 8`` words (second case), keeps its accepted candidates in order up
+  to ``r`` and drops the rest. Rounds repeat until ``size`` values are drawn.
+
+The numba kernel (:mod:`replaybank.ops.draws_numba`) and the numpy function
+:func:`map_raw` map a round identically (the tests compare them).
+
+Example:
+    >>> import numpy as np
+    >>> v = uniform_ints(np.random.default_rng(0), 10, 1000)
+    >>> v.dtype, int(v.min()), int(v.max()), len(np.unique(v))
+    (dtype('int64'), 0, 9, 10)
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from replaybank.ops.jit import pick_kernel
+
+__all__ = ["map_raw", "round_words", "uniform_ints"]
+
+IntArray = npt.NDArray[np.int64]
+U64Array = npt.NDArray[np.uint64]
+
+_LOW32 = np.uint64(0xFFFFFFFF)
+_TWO32 = 1 << 32
+
+
+def round_words(high: int, remaining: int) -> int:
+    """Raw 64-bit words one round reads when ``remaining`` values are still to draw.
+
+    Example:
+        >>> round_words(10, 7), round_words(2**40, 7)
+        (5, 22)
+    """
+    return remaining // 2 + 2 if high <= _TWO32 else 2 * remaining + 8
+
+
+def map_raw(raw: U64Array, high: int, out: IntArray, start: int) -> int:
+    """Map one round's raw words to values in ``[0, high)`` (numpy; the kernel's oracle).
+
+    Args:
+        raw: Raw words of the bit generator ``[q]`` (uint64).
+        high: Exclusive upper bound, ``1 <= high <= 2**63``.
+        out: Output ``[size]`` (int64); values go to ``out[start:]``.
+        start: Values already drawn.
+
+    Returns:
+        Values drawn after this round (``start`` plus those accepted, at most
+        ``len(out)``).
+
+    Example:
+        >>> out = np.zeros(3, np.int64)
+        >>> map_raw(np.array([2**32 + 2**31], np.uint64), 4, out, 0), out.tolist()
+        (2, [2, 0, 0])
+    """
+    if high <= _TWO32:
+        if sys.byteorder == "little":
+            x = raw.view(np.uint32).astype(np.uint64)  # low half of each word first
+        else:  # pragma: no cover - big-endian machines
+            x = np.empty(2 * len(raw), np.uint64)
+            x[0::2] = raw & _LOW32
+            x[1::2] = raw >> np.uint64(32)
+        p = x * np.uint64(high)
+        keep = (p & _LOW32) >= np.uint64(_TWO32 % high)
+        vals = (p >> np.uint64(32))[keep]
+    else:
+        mask = np.uint64((1 << (high - 1).bit_length()) - 1)
+        v = raw & mask
+        vals = v[v < np.uint64(high)]
+    n = min(len(vals), len(out) - start)
+    out[start:start + n] = vals[:n]
+    return start + n
+
+
+_KERNEL: list[Any] = []
+
+
+def _kernel() -> Any:
+    if not _KERNEL:
+        _KERNEL.append(pick_kernel("auto", "replaybank.ops.draws_numba", "map_raw", map_raw,
+                                   "uniform_ints")[0])
+    return _KERNEL[0]
+
+
+def uniform_ints(rng: np.random.Generator, high: int, size: int,
+                 kernel: Any = None) -> IntArray:
+    """``size`` independent, exactly uniform int64 values in ``[0, high)``.
+
+    Args:
+        rng: The generator; only its bit generator's raw output is read.
+        high: Exclusive upper bound, ``1 <= high <= 2**63``.
+        size: Number of values (``>= 0``).
+        kernel: A :func:`map_raw`-compatible mapper; default the numba kernel when numba
+            imports, else :func:`map_raw`.
+
+    Returns:
+        ``[size]`` int64.
+
+    Raises:
+        ValueError: ``high`` or ``size`` out of range.
+
+    Example:
+        >>> a = uniform_ints(np.random.default_rng(3), 6, 4)
+        >>> b = uniform_ints(np.random.default_rng(3), 6, 4, kernel=map_raw)
+        >>> a.tolist() == b.tolist(), bool(np.all((a >= 0) & (a < 6)))
+        (True, True)
+    """
+    if not 1 <= high <= 1 << 63 or size < 0:
+        raise ValueError(f"uniform_ints(high={high}, size={size}): need 1 <= high <= 2**63 "
+                         "and size >= 0")
+    out = np.empty(size, np.int64)
+    mapper = _kernel() if kernel is None else kernel
+    random_raw = rng.bit_generator.random_raw
+    done = 0
+    while done < size:
+        done = mapper(random_raw(round_words(high, size - done)), high, out, done)
+    return out
