@@ -35,6 +35,7 @@ from replaybank.buffers.inputs import (
     split_next,
     standard_spec,
 )
+from replaybank.buffers.sequences import sample_sequences, update_sequence_priorities
 from replaybank.errors import CapacityError, ConfigError, DtypeError, ShapeError, describe
 from replaybank.ops import ring
 from replaybank.samplers.base import (
@@ -225,7 +226,10 @@ class ReplayBuffer:
         t = self._table
         if t is None:
             return 0
-        return int(t.counts[0]) if t.lanes == 1 else int(t.counts.sum())
+        if t.lanes == 1:
+            return int(t.counts[0])
+        # a Python sum of a few lanes costs less than numpy's reduction call
+        return sum(t.counts.tolist()) if t.lanes <= 64 else int(t.counts.sum())
 
     def lane_view(self) -> LaneView:
         """Current lane bookkeeping for samplers."""
@@ -576,15 +580,11 @@ class ReplayBuffer:
     # ------------------------------------------------------------------ sequences
     def sample_sequences(self, batch_size: int, sequence_length: int, **kwargs: Any) -> Any:
         """Sample ``[B, L]`` windows; see :func:`replaybank.buffers.sequences.sample_sequences`."""
-        from replaybank.buffers.sequences import sample_sequences
-
         return sample_sequences(self, batch_size, sequence_length, **kwargs)
 
     def update_sequence_priorities(self, starts: Any, td_errors: Any, eta: float = 0.9,
                                    mask: Any = None) -> int:
         """R2D2 sequence priorities; see :mod:`replaybank.buffers.sequences`."""
-        from replaybank.buffers.sequences import update_sequence_priorities
-
         return update_sequence_priorities(self, starts, td_errors, eta=eta, mask=mask)
 
     # ------------------------------------------------------------------ state

@@ -147,8 +147,9 @@ def gather_fused(fast: Any, t: Any, starts: IntArray, ext: IntArray, width: int,
             t.link, t.written, t.counts, reads.term, reads.trunc, starts, ext, width, burn_in)
     else:
         slots, fl, side, tail_only = plan
-        flags = {"is_first": fl[0], "is_last": fl[1], "is_terminal": fl[2], "mask": fl[3],
-                 "burn_in": fl[4], "terminated": fl[5], "truncated": fl[6]}
+        first, last, terminal, mask, burn, term, trunc = fl
+        flags = {"terminated": term, "truncated": trunc, "is_first": first, "is_last": last,
+                 "is_terminal": terminal, "mask": mask, "burn_in": burn}
     steps = slots[:, :width]
     pad = None if full or int(ext.min()) >= width else \
         np.nonzero(np.arange(width) >= ext[:, None])

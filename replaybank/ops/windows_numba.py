@@ -413,45 +413,66 @@ def draw_windows(link: npt.NDArray[np.int32], written: IntArray, counts: IntArra
 @numba.njit(cache=True, nogil=True)
 def _seq_plan(link, lk, written, counts, term, trunc, keys, ext, width, burn_in, slots,  # type: ignore[no-untyped-def]  # pragma: no cover
               flags, side):
-    # flags [7, B, W]: is_first, is_last, is_terminal, mask, burn_in, terminated, truncated
+    # flags [7, B, W]: is_first, is_last, is_terminal, mask, burn_in, terminated, truncated.
+    # Per window: slots, then the terminated/truncated loads of its valid steps (all
+    # independent, so their cache misses overlap), then flag rows in simple loops, then
+    # the few steps whose next observation is kept aside (a scan of lk's bytes).
     T, lanes = link.shape  # noqa: N806
     n_side = 0
     tail_only = True
     for b in range(keys.shape[0]):
         seq = keys[b] // lanes
-        lane = keys[b] % lanes
+        lane = keys[b] - seq * lanes
         newest = written[lane] - 1
-        n = ext[b]
+        m = min(ext[b], width)
+        lkl = lk[lane]
         prev = seq - 1
-        f = True if prev < written[lane] - counts[lane] else lk[lane, prev % T] != 0
-        row = seq % T
+        f = True if prev < written[lane] - counts[lane] else lkl[prev % T] != 0
+        row0 = seq % T
+        sl = slots[b]
+        first, last, terminal, mask = flags[0, b], flags[1, b], flags[2, b], flags[3, b]
+        burn, tm, tr = flags[4, b], flags[5, b], flags[6, b]
+        if row0 + width < T:  # no wrap: slots step by lanes
+            base = row0 * lanes + lane
+            for j in range(width + 1):
+                sl[j] = base + j * lanes
+        else:
+            row = row0
+            for j in range(width + 1):
+                sl[j] = row * lanes + lane
+                row += 1
+                if row == T:
+                    row = 0
+        for j in range(m):
+            tm[j] = term[sl[j]]
+            tr[j] = trunc[sl[j]]
+        for j in range(m, width):
+            tm[j] = False
+            tr[j] = False
         for j in range(width):
-            slot = row * lanes + lane
-            slots[b, j] = slot
-            cut = lk[lane, row] != 0  # link read only where it is set
-            ok = j < n
-            tm = term[slot] & ok  # branch-free: the loads of all steps overlap
-            tr = trunc[slot] & ok
-            bi = j < burn_in
-            flags[5, b, j] = tm
-            flags[6, b, j] = tr
-            flags[2, b, j] = tm
-            flags[0, b, j] = f & ok
-            flags[1, b, j] = tm | tr | (cut & ok & (seq + j != newest))
-            flags[4, b, j] = bi
-            flags[3, b, j] = ok & (not bi)
-            if cut and ok:
+            terminal[j] = tm[j]
+            last[j] = tm[j] | tr[j]
+            burn[j] = j < burn_in
+            mask[j] = (j < m) & (j >= burn_in)
+            first[j] = False
+        if m > 0:
+            first[0] = f
+        row = row0
+        for j in range(m):
+            if lkl[row] != 0:  # the next observation of step j is kept aside
+                if j + 1 < m:
+                    first[j + 1] = True
+                if seq + j != newest:
+                    last[j] = True
                 side[n_side, 0] = b
                 side[n_side, 1] = j
                 side[n_side, 2] = link[row, lane] - 1
                 n_side += 1
                 if j != width - 1:
                     tail_only = False
-            f = cut
             row += 1
             if row == T:
                 row = 0
-        slots[b, width] = row * lanes + lane
     return n_side, tail_only
 
 
