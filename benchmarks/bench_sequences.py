@@ -43,8 +43,8 @@ def best_rate(fn: Any, calls: int) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--capacity", type=int, default=1_000_000)
-    ap.add_argument("--calls", type=int, default=200)
-    ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--calls", type=int, default=50)
+    ap.add_argument("--rounds", type=int, default=60)
     args = ap.parse_args()
 
     import replaybank as rb

@@ -576,9 +576,10 @@ def assert_plan_matches_loops(link: np.ndarray, written: np.ndarray, counts: np.
                               term: np.ndarray, trunc: np.ndarray, keys: np.ndarray,
                               ext: np.ndarray, width: int, burn_in: int,
                               plan: tuple[Any, ...]) -> None:
-    """Plain-loop oracle of a window plan ``(slots, flags [7, B, W] in PLAN_FLAGS order,
-    side, tail_only)`` of ``keys`` with extents ``ext``."""
-    slots, flags, side, tail = plan
+    """Plain-loop oracle of a window plan ``(slots, steps, flags [7, B, W] in PLAN_FLAGS
+    order, side, tail_only)`` of ``keys`` with extents ``ext``."""
+    slots, steps, flags, side, tail = plan
+    assert steps.flags.c_contiguous and steps.tolist() == slots[:, :width].tolist()
     nrows, lanes = link.shape
     sides = []
     for i, key in enumerate(np.asarray(keys).tolist()):
@@ -622,11 +623,11 @@ def test_sequence_plan_kernel_matches_loops() -> None:
         ext = windows.window_extent(link, written, counts, keys, width, cross)
         term = rng.random(nrows * lanes) < 0.3
         trunc = rng.random(nrows * lanes) < 0.2
-        slots, fl, side, tail = wn.sequence_plan(link, written, counts, term, trunc, keys, ext,
-                                                 width, burn_in)
+        slots, steps, fl, side, tail = wn.sequence_plan(link, written, counts, term, trunc,
+                                                        keys, ext, width, burn_in)
         flags = np.stack([fl[n] for n in PLAN_FLAGS])
         assert_plan_matches_loops(link, written, counts, term, trunc, keys, ext, width,
-                                  burn_in, (slots, flags, side, tail))
+                                  burn_in, (slots, steps, flags, side, tail))
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -746,7 +747,7 @@ def test_draw_plan_kernel_matches_draw_then_plan_loops() -> None:
             seen_short += 1
             continue
         seen_plan += 1
-        assert plan[1].shape == (7, nb, width)
+        assert plan[2].shape == (7, nb, width)
         assert_plan_matches_loops(link, written, counts, term, trunc, keys, ext, width,
                                   burn_in, plan)
     assert seen_plan > 50 and seen_short > 5

@@ -143,14 +143,13 @@ def gather_fused(fast: Any, t: Any, starts: IntArray, ext: IntArray, width: int,
             raise TypeError("gather_fused: needs numpy storage and bool terminated/truncated; "
                             "use gather_numpy")
     if plan is None:
-        slots, flags, side, tail_only = fast.sequence_plan(
+        slots, steps, flags, side, tail_only = fast.sequence_plan(
             t.link, t.written, t.counts, reads.term, reads.trunc, starts, ext, width, burn_in)
     else:
-        slots, fl, side, tail_only = plan
+        slots, steps, fl, side, tail_only = plan
         first, last, terminal, mask, burn, term, trunc = fl
         flags = {"terminated": term, "truncated": trunc, "is_first": first, "is_last": last,
                  "is_terminal": terminal, "mask": mask, "burn_in": burn}
-    steps = slots[:, :width]
     pad = None if full or int(ext.min()) >= width else \
         np.nonzero(np.arange(width) >= ext[:, None])
     out: dict[str, Any] = {}

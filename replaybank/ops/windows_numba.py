@@ -412,7 +412,7 @@ def draw_windows(link: npt.NDArray[np.int32], written: IntArray, counts: IntArra
 
 @numba.njit(cache=True, nogil=True)
 def _seq_plan(link, lk, written, counts, term, trunc, keys, ext, width, burn_in, slots,  # type: ignore[no-untyped-def]  # pragma: no cover
-              flags, side):
+              steps, flags, side):
     # flags [7, B, W]: is_first, is_last, is_terminal, mask, burn_in, terminated, truncated.
     # Per window: slots, then the terminated/truncated loads of its valid steps (all
     # independent, so their cache misses overlap), then flag rows in simple loops, then
@@ -430,6 +430,7 @@ def _seq_plan(link, lk, written, counts, term, trunc, keys, ext, width, burn_in,
         f = True if prev < written[lane] - counts[lane] else lkl[prev % T] != 0
         row0 = seq % T
         sl = slots[b]
+        st = steps[b]
         first, last, terminal, mask = flags[0, b], flags[1, b], flags[2, b], flags[3, b]
         burn, tm, tr = flags[4, b], flags[5, b], flags[6, b]
         if row0 + width < T:  # no wrap: slots step by lanes
@@ -443,6 +444,8 @@ def _seq_plan(link, lk, written, counts, term, trunc, keys, ext, width, burn_in,
                 row += 1
                 if row == T:
                     row = 0
+        for j in range(width):  # the window alone, contiguous (take copies strided indices)
+            st[j] = sl[j]
         for j in range(m):
             tm[j] = term[sl[j]]
             tr[j] = trunc[sl[j]]
@@ -478,8 +481,8 @@ def _seq_plan(link, lk, written, counts, term, trunc, keys, ext, width, burn_in,
 
 def sequence_plan(link: npt.NDArray[np.int32], written: IntArray, counts: IntArray,
                   term: BoolArray, trunc: BoolArray, keys: IntArray, ext: IntArray,
-                  width: int, burn_in: int) -> tuple[IntArray, dict[str, BoolArray],
-                                                     IntArray, bool]:
+                  width: int, burn_in: int) -> tuple[IntArray, IntArray,
+                                                     dict[str, BoolArray], IntArray, bool]:
     """Slots, flags and side patches of sampled windows, in one pass.
 
     Its numpy oracle is :func:`~replaybank.ops.windows.window_plan` plus the flag
@@ -497,8 +500,9 @@ def sequence_plan(link: npt.NDArray[np.int32], written: IntArray, counts: IntArr
         burn_in: Leading burn-in steps.
 
     Returns:
-        ``(slots, flags, side, tail_only)``: storage slots ``[B, W + 1]`` (the window
-        and the step after it); ``flags`` with ``is_first``, ``is_last``,
+        ``(slots, steps, flags, side, tail_only)``: storage slots ``[B, W + 1]`` (the
+        window and the step after it); ``steps``, the window's slots alone ``[B, W]``
+        (C-contiguous); ``flags`` with ``is_first``, ``is_last``,
         ``is_terminal``, ``mask``, ``burn_in``, ``terminated``, ``truncated`` ``[B, W]``
         bool (False where padded); ``side`` ``[n, 3]`` rows ``(b, j, side slot)`` of the
         valid steps whose next observation is kept aside; ``tail_only``: every such
@@ -507,34 +511,35 @@ def sequence_plan(link: npt.NDArray[np.int32], written: IntArray, counts: IntArr
     Example:
         >>> link = np.zeros((4, 1), np.int32); link[[1, 3], 0] = 1
         >>> z = np.zeros(4, bool)
-        >>> slots, fl, side, tail = sequence_plan(link, np.array([4]), np.array([4]), z, z,
-        ...                                       np.array([0]), np.array([2]), 2, 0)
+        >>> slots, _, fl, side, tail = sequence_plan(link, np.array([4]), np.array([4]), z,
+        ...                                          z, np.array([0]), np.array([2]), 2, 0)
         >>> slots.tolist(), fl["is_last"].tolist(), side.tolist(), tail
         ([[0, 1, 2]], [[False, True]], [[0, 1, 0]], True)
     """
     keys = np.asarray(keys, np.int64)
     nb = keys.shape[0]
     slots = np.empty((nb, width + 1), np.int64)
+    steps = np.empty((nb, width), np.int64)
     flags = np.empty((7, nb, width), np.bool_)
     side = np.empty((nb * width, 3), np.int64)
     n, tail = _seq_plan(link, link.T, written, counts, term, trunc, keys,
-                        np.asarray(ext, np.int64), int(width), int(burn_in), slots, flags,
-                        side)
+                        np.asarray(ext, np.int64), int(width), int(burn_in), slots, steps,
+                        flags, side)
     names = ("is_first", "is_last", "is_terminal", "mask", "burn_in", "terminated",
              "truncated")
-    return slots, dict(zip(names, flags, strict=True)), side[:n], bool(tail)
+    return slots, steps, dict(zip(names, flags, strict=True)), side[:n], bool(tail)
 
 
 
 @numba.njit(cache=True, nogil=True)
 def _draw_plan(link, lk, written, counts, flat, width, cross, min_len, term, trunc,  # type: ignore[no-untyped-def]  # pragma: no cover
-               burn_in, keys, ext, slots, flags, side):
+               burn_in, keys, ext, slots, steps, flags, side):
     # _draw, then (when B draws were valid) _seq_plan of the kept starts
     n_ok = _draw(lk, written, counts, flat, width, cross, min_len, keys, ext)
     if n_ok < keys.shape[0]:
         return n_ok, -1, False
     n_side, tail = _seq_plan(link, lk, written, counts, term, trunc, keys, ext, width,
-                             burn_in, slots, flags, side)
+                             burn_in, slots, steps, flags, side)
     return n_ok, n_side, tail
 
 
@@ -542,7 +547,8 @@ def draw_plan(link: npt.NDArray[np.int32], written: IntArray, counts: IntArray,
               flat: IntArray, width: int, cross: bool, min_len: int, batch_size: int,
               term: BoolArray, trunc: BoolArray, burn_in: int,
               bounds: npt.NDArray[np.uint8] | None = None) -> tuple[
-                  IntArray, IntArray, int, tuple[IntArray, BoolArray, IntArray, bool] | None]:
+                  IntArray, IntArray, int,
+                  tuple[IntArray, IntArray, BoolArray, IntArray, bool] | None]:
     """:func:`draw_windows`, then :func:`sequence_plan` of its starts, in one call.
 
     Args:
@@ -555,7 +561,7 @@ def draw_plan(link: npt.NDArray[np.int32], written: IntArray, counts: IntArray,
 
     Returns:
         ``(keys, ext, n_valid, plan)``: as :func:`draw_windows`, and when ``n_valid ==
-        batch_size`` the plan ``(slots, flags, side, tail_only)`` of
+        batch_size`` the plan ``(slots, steps, flags, side, tail_only)`` of
         :func:`sequence_plan` with ``flags`` one ``[7, B, W]`` array (rows in the order
         of its dict), else None.
 
@@ -564,12 +570,13 @@ def draw_plan(link: npt.NDArray[np.int32], written: IntArray, counts: IntArray,
         >>> z = np.zeros(4, bool)
         >>> keys, ext, n, plan = draw_plan(link, np.array([4]), np.array([4]),
         ...                                np.array([3, 1]), 2, False, 2, 1, z, z, 0)
-        >>> keys.tolist(), plan[0].tolist(), plan[2].tolist(), plan[3]
-        ([1], [[1, 2, 3]], [], True)
+        >>> keys.tolist(), plan[0].tolist(), plan[1].tolist(), plan[3].tolist(), plan[4]
+        ([1], [[1, 2, 3]], [[1, 2]], [], True)
     """
     keys = np.empty(batch_size, np.int64)
     ext = np.empty(batch_size, np.int64)
     slots = np.empty((batch_size, width + 1), np.int64)
+    steps = np.empty((batch_size, width), np.int64)
     flags = np.empty((7, batch_size, width), np.bool_)
     side = np.empty((batch_size * width, 3), np.int64)
     if type(flat) is not np.ndarray or flat.dtype != np.int64:
@@ -577,10 +584,10 @@ def draw_plan(link: npt.NDArray[np.int32], written: IntArray, counts: IntArray,
     lk = link.T if bounds is None else bounds
     n, n_side, tail = _draw_plan(link, lk, written, counts, flat, int(width), bool(cross),
                                  int(min_len), term, trunc, int(burn_in), keys, ext, slots,
-                                 flags, side)
+                                 steps, flags, side)
     if n_side < 0:
         return keys, ext, int(n), None
-    return keys, ext, int(n), (slots, flags, side[:n_side], bool(tail))
+    return keys, ext, int(n), (slots, steps, flags, side[:n_side], bool(tail))
 
 
 @numba.njit(cache=True, nogil=True)
