@@ -102,8 +102,8 @@ def run_tianshou(python: str, capacity: int, calls: int, rounds: int) -> dict[st
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--capacity", type=int, default=200_000)
-    ap.add_argument("--calls", type=int, default=300)
-    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--calls", type=int, default=100)
+    ap.add_argument("--rounds", type=int, default=21)
     ap.add_argument("--tianshou-python", default="/tmp/tsvenv/bin/python")
     ap.add_argument("--tianshou-worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--no-tianshou", action="store_true")
