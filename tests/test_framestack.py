@@ -263,7 +263,7 @@ def test_stack_slots_kernels_match_history(kernel: str) -> None:
             assert slots[i, k] == ((seq + 1) % nrows) * lanes + lane
             assert side[i] == link[seq % nrows, lane] - 1
         if kernel == "numba":
-            from replaybank.ops.windows_numba import stack_slots_counted
+            from replaybank.ops.stack_numba import stack_slots_counted
 
             *_, ok_c, n_bad, n_side = stack_slots_counted(link, written, counts, keys, k)
             assert n_bad == int((~ok_h).sum()) and n_side == int((side >= 0).sum())
@@ -288,7 +288,7 @@ def test_numpy_kernel_view_gives_the_same_batches() -> None:
 def _oracle_windows(link: np.ndarray, written: np.ndarray, counts: np.ndarray,
                     keys: np.ndarray, k: int, frames: np.ndarray,
                     side_frames: np.ndarray) -> np.ndarray | None:
-    """Plain-loop oracle of ``windows_numba.stack_gather`` (through windows.history)."""
+    """Plain-loop oracle of ``stack_numba.stack_gather`` (through windows.history)."""
     nrows, lanes = link.shape
     hist, ok = windows.history(link, written, counts, keys, k)
     if not ok.all():
@@ -308,7 +308,7 @@ def _oracle_windows(link: np.ndarray, written: np.ndarray, counts: np.ndarray,
                                          (np.int16, ()), (np.bool_, (2,))])
 def test_stack_gather_matches_loop_oracle(dtype: Any, shape: tuple[int, ...]) -> None:
     pytest.importorskip("numba")
-    from replaybank.ops.windows_numba import stack_buffers, stack_gather
+    from replaybank.ops.stack_numba import stack_buffers, stack_gather
 
     rng = np.random.default_rng(11)
     bufs = stack_buffers(0, 1)
@@ -426,7 +426,7 @@ def test_gather_valid_is_none_exactly_when_valid_rejects() -> None:
 
 def test_stack_gather_never_reads_past_the_side_store() -> None:
     pytest.importorskip("numba")
-    from replaybank.ops.windows_numba import stack_gather
+    from replaybank.ops.stack_numba import stack_gather
 
     link = np.zeros((4, 1), np.int32)
     link[3, 0] = 7  # names side slot 6 of 2: a corrupt table

@@ -6,7 +6,7 @@ imports, unless the caller asks for numpy.
 
 Example:
     >>> import numpy as np
-    >>> pick_kernel("numpy", "replaybank.ops.windows_numba", "stack_slots", np.sum, "k")[1]
+    >>> pick_kernel("numpy", "replaybank.ops.stack_numba", "stack_slots", np.sum, "k")[1]
     'numpy'
 """
 

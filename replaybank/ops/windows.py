@@ -359,7 +359,7 @@ def stack_kernel(prefer: str = "auto") -> tuple[Any, str]:
         >>> stack_kernel("numpy")[1]
         'numpy'
     """
-    return pick_kernel(prefer, "replaybank.ops.windows_numba", "stack_slots", stack_slots,
+    return pick_kernel(prefer, "replaybank.ops.stack_numba", "stack_slots", stack_slots,
                        "stack_kernel")
 
 

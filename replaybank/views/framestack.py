@@ -72,7 +72,7 @@ class _Reads:
                  "side_bytes", "size", "table")
 
     def __init__(self, table: StepTable, frames: npt.NDArray[Any], obs: str) -> None:
-        from replaybank.ops.windows_numba import as_bytes
+        from replaybank.ops.stack_numba import as_bytes
 
         self.table = table
         self.link = table.link
@@ -91,7 +91,7 @@ class _Reads:
     def set_side(self, side: Any) -> bool:
         """Read the side store ``side`` (it is replaced when it grows); False when it is
         not a C-contiguous numpy array (its bytes cannot be viewed)."""
-        from replaybank.ops.windows_numba import as_bytes
+        from replaybank.ops.stack_numba import as_bytes
 
         if type(side) is not np.ndarray or not side.flags.c_contiguous:
             return False
@@ -151,7 +151,7 @@ class FrameStackView:
         self.kernel = kernel
         self._kernel: Any = None
         self._last: tuple[StepTable, IntArray, bytes, _Plan] | None = None
-        # reused kernel output buffers (numba kernel; see windows_numba.stack_buffers)
+        # reused kernel output buffers (numba kernel; see stack_numba.stack_buffers)
         self._buffers: Any = None
         # the fused check-and-copy kernel (numba) and what it reads (see _fast_reads)
         self._gather_kernel: Any = None
@@ -211,7 +211,7 @@ class FrameStackView:
         """Choose the stack kernel once (numba: also the buffers and the gather kernel)."""
         fn, name = windows.stack_kernel(self.kernel)
         if name == "numba":
-            from replaybank.ops.windows_numba import _stack_gather, stack_buffers, stack_plan
+            from replaybank.ops.stack_numba import _stack_gather, stack_buffers, stack_plan
 
             self._kernel = stack_plan
             self._gather_kernel = _stack_gather
@@ -222,7 +222,7 @@ class FrameStackView:
 
     def _stack_slots(self, table: StepTable, keys: IntArray, reuse: bool = True) -> _Plan:
         """``(slots, side, step, ok, n_not_ok, n_side)`` of ``keys`` (see
-        ``windows_numba.stack_plan``; ``ok`` may be None when ``n_not_ok == 0``).
+        ``stack_numba.stack_plan``; ``ok`` may be None when ``n_not_ok == 0``).
 
         With ``reuse`` the arrays are views of this view's buffers, overwritten by the
         next reusing call: they never leave the view (gather copies out of them)."""
@@ -234,7 +234,7 @@ class FrameStackView:
             return out
         bufs = self._buffers
         if bufs[1].shape[0] != keys.shape[0]:
-            from replaybank.ops.windows_numba import stack_buffers
+            from replaybank.ops.stack_numba import stack_buffers
 
             bufs = self._buffers = stack_buffers(keys.shape[0], self.k)
         out = kernel(table.link, table.written, table.counts, keys, self.k, bufs)
@@ -325,7 +325,7 @@ class FrameStackView:
         nb = keys.shape[0]
         bufs = self._buffers
         if bufs[1].shape[0] != nb:
-            from replaybank.ops.windows_numba import stack_buffers
+            from replaybank.ops.stack_numba import stack_buffers
 
             bufs = self._buffers = stack_buffers(nb, self.k)
         k1 = self.k + 1
