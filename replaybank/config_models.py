@@ -1,0 +1,268 @@
+"""Pydantic config models of buffers and their components, and the checks on their fields.
+
+Every registered buffer type (:mod:`replaybank.config_registry`) gets a config model,
+made by :func:`config_model` from its constructor signature: the common arguments
+(``capacity``, ``num_envs``, ``seed``, ``spec``, ``sampler``, ``view``, ``n_step``,
+``gamma``, ``frame_stack``, ``storage``, ...) are typed and validated, other simple
+types are kept, everything else is ``Any``. Samplers and views are
+:class:`ComponentConfig` (``type`` plus their arguments, checked against the registered
+class). :func:`format_error` turns pydantic's errors into one
+:class:`~replaybank.errors.ConfigError` that names each bad key, its value and the rule.
+
+Example:
+    >>> model = config_model("ReplayBuffer")
+    >>> model.model_validate({"type": "ReplayBuffer", "capacity": 8}).gamma
+    0.99
+    >>> sorted(ComponentConfig(type="nstep", n=3, gamma=0.9).params())
+    ['gamma', 'n']
+"""
+
+from __future__ import annotations
+
+import inspect
+import types
+import typing
+from collections.abc import Callable
+from functools import cache
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    ValidationError,
+    create_model,
+    model_validator,
+)
+
+from replaybank.config_registry import (
+    BUFFER_LISTENERS,
+    BUFFERS,
+    SAMPLERS,
+    VIEWS,
+    Entry,
+    buffer_types,
+    constructor_params,
+)
+from replaybank.errors import ConfigError, ReplayBankError, describe
+
+__all__ = ["SIMPLE", "BufferConfig", "ComponentConfig", "config_model", "format_error"]
+
+
+# ---------------------------------------------------------------------- field types
+def _positive(name: str, minimum: int = 1) -> Callable[[Any], int]:
+    def check(v: Any) -> int:
+        if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+            raise ValueError("must be a positive int" if minimum == 1 else
+                             f"must be an int >= {minimum}")
+        return v
+    return check
+
+
+def _pos_int(name: str) -> Any:
+    return Annotated[int, BeforeValidator(_positive(name))]
+
+
+def _gamma(v: float) -> float:
+    if not 0.0 <= v <= 1.0:
+        raise ValueError("must be a float in [0, 1]")
+    return v
+
+
+def _spec(v: Any) -> Any:
+    if v is None:
+        return None
+    from replaybank.spec import Spec
+
+    try:
+        return Spec.coerce(v).to_json()
+    except (ReplayBankError, TypeError, ValueError, KeyError) as exc:
+        raise ValueError(f"not a valid spec ({exc}); use {{name: {{shape: [...], dtype: "
+                         "...}}}") from exc
+
+
+def _seed(v: Any) -> Any:
+    if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+        raise ValueError("must be a non-negative int or null")
+    return v
+
+
+def _storage(v: Any) -> Any:
+    from replaybank.storage import STORAGES
+
+    if v not in STORAGES:
+        raise ValueError(f"unknown storage; choose one of {list(STORAGES)}")
+    return v
+
+
+class ComponentConfig(BaseModel):
+    """A sampler or view: ``type`` plus its constructor arguments (checked on build)."""
+
+    model_config = ConfigDict(extra="allow")
+    type: str
+
+    def params(self) -> dict[str, Any]:
+        """Constructor arguments (everything but ``type``)."""
+        return {k: v for k, v in self.model_dump().items() if k != "type"}
+
+
+_COMMON: dict[str, Any] = {
+    "capacity": _pos_int("capacity"),
+    "num_envs": _pos_int("num_envs"),
+    "seed": Annotated[Any, AfterValidator(_seed)],
+    "spec": Annotated[Any, BeforeValidator(_spec)],
+    "sampler": ComponentConfig | None,
+    "view": ComponentConfig | None,
+    "n_step": _pos_int("n_step"),
+    "gamma": Annotated[float, AfterValidator(_gamma)],
+    "frame_stack": _pos_int("frame_stack"),
+    "storage": Annotated[str, AfterValidator(_storage)],
+    "path": str | None,
+    "device": str | None,
+}
+SIMPLE = (int, float, bool, str)
+
+
+def _derived_type(annotation: Any) -> Any:
+    """A pydantic type for a constructor annotation: simple types kept, others Any."""
+    if annotation in SIMPLE:
+        return annotation
+    args = typing.get_args(annotation)
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType) and args and \
+            all(a in (*SIMPLE, type(None)) for a in args):
+        return annotation
+    return Any
+
+
+def _check_component(kind: str, value: Any, registry: dict[str, Entry], loc: str) -> None:
+    if value is None:
+        return
+    data = value.model_dump() if isinstance(value, BaseModel) else value
+    if data["type"] not in registry:
+        raise ValueError(f"{loc}.type={data['type']!r}: unknown {kind} type; known types: "
+                         f"{sorted(registry)}")
+    try:
+        cls = registry[data["type"]].resolve()
+    except ImportError as exc:
+        raise ValueError(f"{loc}.type={data['type']!r}: cannot import it ({exc})") from exc
+    params = inspect.signature(cls).parameters
+    if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        unknown = sorted(set(data) - {"type"} - set(params))
+        if unknown:
+            raise ValueError(f"{loc}: unknown {kind} argument(s) {unknown} for "
+                             f"{data['type']!r}; allowed: {sorted(params)}")
+    for key, sub in data.items():
+        if isinstance(sub, dict) and "type" in sub:
+            _check_component(kind, sub, registry, f"{loc}.{key}")
+
+
+class BufferConfig(BaseModel):
+    """Base of every buffer config model (one per registered type, see
+    :func:`config_model`). Unknown keys are rejected."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: str
+
+    @model_validator(mode="after")
+    def _components(self) -> BufferConfig:
+        _check_component("sampler", getattr(self, "sampler", None), SAMPLERS, "sampler")
+        _check_component("view", getattr(self, "view", None), VIEWS, "view")
+        if getattr(self, "storage", None) == "memmap" and getattr(self, "path", None) is None:
+            raise ValueError('storage="memmap" needs path: a directory for the array files')
+        return self
+
+    def build(self, **overrides: Any) -> Any:
+        """Construct the buffer this config describes.
+
+        Args:
+            **overrides: Constructor arguments to pass instead (e.g. a ready backend
+                object as ``storage``).
+        """
+        cls = BUFFERS[self.type].resolve()
+        kwargs: dict[str, Any] = {}
+        for name in type(self).model_fields:
+            if name == "type":
+                continue
+            value = getattr(self, name)
+            if name in ("sampler", "view") and isinstance(value, ComponentConfig):
+                reg = SAMPLERS if name == "sampler" else VIEWS
+                value = _build_component(value.model_dump(), reg, name)
+            elif name in ("sampler", "view") and value is None:
+                continue
+            kwargs[name] = value
+        kwargs.update(overrides)
+        return cls(**kwargs)
+
+
+def _build_component(data: dict[str, Any], registry: dict[str, Entry], loc: str) -> Any:
+    cls = registry[data["type"]].resolve()
+    kwargs = {k: _build_component(v, registry, f"{loc}.{k}")
+              if isinstance(v, dict) and "type" in v else v
+              for k, v in data.items() if k != "type"}
+    return cls(**kwargs)
+
+
+@cache
+def config_model(type_name: str) -> type[BufferConfig]:
+    """The pydantic config model of a registered buffer type.
+
+    Fields are the constructor's arguments (through ``**kwargs`` to the base class),
+    typed and validated for the common ones, plus ``type``.
+
+    Raises:
+        ConfigError: Unknown type (the message lists the known ones).
+
+    Example:
+        >>> sorted(config_model("ReplayBuffer").model_fields)[:3]
+        ['capacity', 'device', 'frame_stack']
+    """
+    if type_name not in BUFFERS:
+        raise ConfigError(f"type={type_name!r}: unknown buffer type; known types: "
+                          f"{buffer_types()}")
+    cls = BUFFERS[type_name].resolve()
+    fields: dict[str, Any] = {"type": (Literal[type_name], type_name)}
+    for name, p in constructor_params(type_name).items():
+        ann = _COMMON.get(name, _derived_type(p.annotation))
+        default = ... if p.default is p.empty else p.default
+        if name in ("sampler", "view"):
+            default = None
+        fields[name] = (ann, default)
+    # models belong to replaybank.config, where ReplayBufferConfig can be pickled from
+    model: type[BufferConfig] = create_model(
+        f"{type_name}Config", __base__=BufferConfig, __module__="replaybank.config",
+        **fields)
+    model.__doc__ = f"Config of :class:`{cls.__module__}.{cls.__name__}`."
+    return model
+
+
+BUFFER_LISTENERS.append(config_model.cache_clear)  # a re-registered type gets a new model
+
+
+def format_error(type_name: str, err: ValidationError) -> ConfigError:
+    """One :class:`~replaybank.errors.ConfigError` naming every bad key of ``err``.
+
+    Example:
+        >>> from pydantic import ValidationError
+        >>> try:
+        ...     config_model("ReplayBuffer").model_validate({"capacity": 0})
+        ... except ValidationError as exc:
+        ...     print(format_error("ReplayBuffer", exc))
+        ReplayBuffer config: capacity=0: must be a positive int
+    """
+    parts = []
+    for e in err.errors():
+        loc = ".".join(str(x) for x in e["loc"])
+        msg = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "extra_forbidden":
+            allowed = sorted(config_model(type_name).model_fields)
+            parts.append(f"unknown key {loc!r} (value {describe(e['input'])}); allowed keys: "
+                         f"{allowed}")
+        elif e["type"] == "missing":
+            parts.append(f"missing required key {loc!r}")
+        elif loc:
+            parts.append(f"{loc}={describe(e['input'])}: {msg}")
+        else:
+            parts.append(msg)
+    return ConfigError(f"{type_name} config: " + "; ".join(parts))
