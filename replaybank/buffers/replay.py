@@ -16,67 +16,41 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from replaybank.batch import Batch
+from replaybank.buffers import arguments, replay_priorities, replay_state
+from replaybank.buffers.arguments import make_rng, positive_int
 from replaybank.buffers.fastpath import FastPlan
 from replaybank.buffers.inputs import (
     UNSET,
     collect_fields,
-    flags_as_bool,
     leading_dims,
     obs_fields,
-    one_env_lead,
     prepare,
-    split_next,
     standard_spec,
 )
+from replaybank.buffers.replay_draws import draw
+from replaybank.buffers.replay_inputs import call_spec, lane_ids, steps_of
+from replaybank.buffers.replay_priorities import check_priority
 from replaybank.buffers.sequences import sample_sequences, update_sequence_priorities
-from replaybank.errors import CapacityError, ConfigError, DtypeError, ShapeError, describe
+from replaybank.errors import ShapeError
 from replaybank.ops import ring
-from replaybank.samplers.base import (
-    LaneView,
-    PrioritySampler,
-    Sampler,
-    SampleResult,
-    StatelessSampler,
-)
+from replaybank.samplers.base import LaneView, Sampler, SampleResult, StatelessSampler
 from replaybank.samplers.uniform import UniformSampler, check_batch_size, one_lane_keys
 from replaybank.spec import Spec
 from replaybank.storage import make_backend
 from replaybank.storage.backend import ArrayBackend
 from replaybank.storage.table import StepTable
-from replaybank.storage.table_state import load_table_state, table_state
-from replaybank.views import make_view
+from replaybank.storage.table_state import load_table_state
 from replaybank.views.transition import InputTransform, TransitionView, View
 
 __all__ = ["ReplayBuffer", "make_rng", "positive_int"]
 
 IntArray = npt.NDArray[np.int64]
-
-
-def make_rng(seed: int | np.random.Generator | None) -> np.random.Generator:
-    """numpy's ``default_rng`` convention: an int seed, a Generator (used as is) or None."""
-    if isinstance(seed, np.random.Generator):
-        return seed
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))
-                             or seed < 0):
-        raise ConfigError(
-            f"seed={seed!r}: expected a non-negative int, a numpy Generator or None; "
-            "pass e.g. seed=0"
-        )
-    return np.random.default_rng(seed)
-
-
-def positive_int(name: str, value: Any) -> int:
-    """Validate a positive integer argument."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
-        raise ConfigError(f"{name}={value!r}: must be a positive int; pass e.g. {name}=1")
-    return int(value)
 
 
 class ReplayBuffer:
@@ -140,52 +114,19 @@ class ReplayBuffer:
         device: Any = None,
         lane_split: str | None = None,
     ) -> None:
-        if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)) \
-                or capacity <= 0:
-            raise CapacityError(
-                f"capacity={capacity!r}: must be a positive int (total transitions over all "
-                "envs); pass e.g. capacity=100_000"
-            )
-        num_envs = positive_int("num_envs", num_envs)
-        if capacity % num_envs:
-            raise CapacityError(
-                f"capacity={capacity} does not divide by num_envs={num_envs}: each env gets "
-                f"capacity // num_envs rows; use a multiple of num_envs, e.g. "
-                f"{(capacity // num_envs) * num_envs} or {(capacity // num_envs + 1) * num_envs}"
-            )
-        self._capacity = int(capacity)
-        self._num_envs = num_envs
+        self._capacity, self._num_envs = arguments.check_capacity(capacity, num_envs)
         self._rng = make_rng(seed)
-        if lane_split is not None:
-            if lane_split != "random" or sampler is not None:
-                raise ConfigError(
-                    f"lane_split={lane_split!r}: use lane_split='random' (fishyrl's "
-                    "IndependentVectorizedBuffer) without a sampler=, or pass "
-                    "sampler=LaneSplitSampler() yourself"
-                )
-            from replaybank.samplers.lane_split import LaneSplitSampler
-
-            sampler = LaneSplitSampler()
-        self.sampler: Sampler = sampler if sampler is not None else UniformSampler()
-        if view is not None and (n_step != 1 or frame_stack != 1):
-            raise ConfigError(
-                f"view={type(view).__name__} and n_step={n_step}/frame_stack={frame_stack} "
-                "both given; pass either a view or n_step/frame_stack"
-            )
-        self.view: View = view if view is not None else make_view(n_step, gamma, frame_stack)
-        self._init_args: dict[str, Any] = {
-            "n_step": n_step, "gamma": gamma, "frame_stack": frame_stack,
-            "storage": storage if isinstance(storage, str) else storage.name,
-            "path": None if path is None else str(path),
-            "device": None if device is None else str(device),
-        }
+        self.sampler: Sampler = arguments.replay_sampler(sampler, lane_split)
+        self.view: View = arguments.replay_view(view, n_step, gamma, frame_stack)
+        self._init_args: dict[str, Any] = replay_state.init_args(
+            n_step, gamma, frame_stack, storage, path, device)
         self.backend: ArrayBackend = make_backend(storage, path, device)
         self._table: StepTable | None = None
         # the buffer persistent storage records as its owner (a wrapper, or None: self)
         self.storage_owner: Any = None
         self._fast: FastPlan | None = None
         self._lane_view: LaneView | None = None
-        self.sampler.bind(self.rows, num_envs)
+        self.sampler.bind(self.rows, self._num_envs)
         if spec is not None:
             self._allocate(standard_spec(Spec.coerce(spec)))
 
@@ -260,40 +201,16 @@ class ReplayBuffer:
         if attach is not None:  # persistent storage records how to rebuild its owner
             attach(self if self.storage_owner is None else self.storage_owner)
 
-    def _lane_ids(self, env_ids: Any) -> IntArray:
-        if env_ids is None:
-            return np.arange(self._num_envs, dtype=np.int64)
-        ids = np.asarray(env_ids)
-        if ids.ndim != 1 or ids.dtype.kind not in "iu" or len(ids) == 0:
-            raise ShapeError(
-                f"env_ids={describe(env_ids)}: expected a non-empty 1-D list of int env "
-                f"indices in [0, {self._num_envs}); pass e.g. env_ids=[0]"
-            )
-        if np.any(ids < 0) or np.any(ids >= self._num_envs) or len(set(ids.tolist())) != len(ids):
-            raise ShapeError(
-                f"env_ids={ids.tolist()}: expected distinct env indices in "
-                f"[0, {self._num_envs}) (num_envs={self._num_envs}); drop duplicates and "
-                "out-of-range ids"
-            )
-        return ids.astype(np.int64)
-
     def _write(self, fields: dict[str, Any], steps: bool, env_ids: Any, priority: Any) -> IntArray:
         call = "extend" if steps else "add"
-        lane_ids = self._lane_ids(env_ids)
-        m = len(lane_ids)
+        lanes = lane_ids(env_ids, self._num_envs)
+        m = len(lanes)
         explicit = m > 1 or env_ids is not None
         if isinstance(self.view, InputTransform):
             fields = self.view.prepare_inputs(fields, steps, m)
-        if self._table is None:
-            # infer the spec, but allocate only once the whole call is known to be valid
-            raw, _ = split_next(fields)
-            n0 = self._steps_of(fields, 1) if steps else 0
-            lead0: tuple[int, ...] = ((n0,) if steps else ()) + ((m,) if explicit else ())
-            if not explicit:  # one env may still come with its lane dim of 1
-                lead0 = one_env_lead(fields, lead0)
-            spec = standard_spec(flags_as_bool(Spec.infer(raw, lead0)))
-        else:
-            spec = self._table.spec
+        # infer the spec, but allocate only once the whole call is known to be valid
+        spec = call_spec(fields, steps, m, explicit) if self._table is None \
+            else self._table.spec
         cands: list[tuple[int, ...]]
         if steps:
             cands = [(1, m)] if explicit else [(1,), (1, 1)]
@@ -301,16 +218,16 @@ class ReplayBuffer:
             cands = [(m,)] if explicit else [(), (1,)]
         lead = leading_dims(spec, fields, cands, call)
         if steps:
-            n = self._steps_of(fields, len(lead))
+            n = steps_of(fields, len(lead))
             lead = (n, *lead[1:])
             out = (n, m)
         else:
             out = (1, m)
         values, nxt = prepare(spec, fields, lead, out, call)
-        prio = self._check_priority(priority, out)
+        prio = check_priority(self.sampler, priority, out)
         if self._table is None:
             self._allocate(spec)
-        keys = self.table.write(lane_ids, values, nxt)
+        keys = self.table.write(lanes, values, nxt)
         if type(self.sampler) is not UniformSampler or prio is not None:
             slots = ring.key_to_slot(keys.reshape(-1), self.rows, self._num_envs)
             self.sampler.on_write(slots, prio)
@@ -333,44 +250,6 @@ class ReplayBuffer:
         plan.owner, plan.view = self.sampler, self.view  # rebuilt if either is swapped
         self._fast = plan
         return plan
-
-    @staticmethod
-    def _steps_of(fields: Mapping[str, Any], ndim_lead: int) -> int:
-        from replaybank.errors import SpecError
-        from replaybank.spec import as_array
-
-        values, _ = split_next(fields)
-        if not values:
-            raise SpecError("extend: no fields given; pass obs, action, reward, next_obs, "
-                            "terminated, truncated")
-        first = next((k for k in values if k == "obs" or k.startswith("obs/")), next(iter(values)))
-        arr = as_array(values[first])
-        if arr.ndim < 1 or ndim_lead < 1:
-            raise ShapeError(
-                f"extend: {first}={describe(values[first])}: expected a leading step dim T; "
-                "use add() for a single step"
-            )
-        return int(arr.shape[0])
-
-    def _check_priority(self, priority: Any, out: tuple[int, int]) -> Any:
-        if priority is None:
-            return None
-        if not isinstance(self.sampler, PrioritySampler):
-            raise ConfigError(
-                f"priority={describe(priority)}: this buffer's sampler "
-                f"({type(self.sampler).__name__}) has no priorities; use a PrioritizedSampler"
-            )
-        p = np.asarray(priority, dtype=np.float64)
-        if p.size == 1:
-            p = np.full(out, float(p.reshape(-1)[0]))
-        if p.size != out[0] * out[1]:
-            raise ShapeError(
-                f"priority={describe(priority)}: expected one priority per step "
-                f"({out[0] * out[1]} values)"
-            )
-        if not np.all(np.isfinite(p)) or np.any(p < 0):
-            raise DtypeError(f"priority={describe(priority)}: must be finite and >= 0")
-        return p.reshape(-1)
 
     def add(self, *, obs: Any = UNSET, action: Any = UNSET, reward: Any = UNSET,
             next_obs: Any = UNSET, terminated: Any = UNSET, truncated: Any = UNSET,
@@ -454,29 +333,6 @@ class ReplayBuffer:
         self.sampler.on_clear()
 
     # ------------------------------------------------------------------ sampling
-    def _draw(self, batch_size: int, first: Any = None, **kwargs: Any) -> Any:
-        """Draw keys with the sampler (``first``: the sampler's result, already drawn),
-        redrawing the ones the view cannot serve."""
-        lv = self.lane_view()
-        res = self.sampler.sample(batch_size, lv, self._rng, **kwargs) if first is None \
-            else first
-        if type(self.view) is TransitionView:  # serves every step: nothing to check
-            return res
-        ok = self.view.valid(self.table, res.keys)
-        tries = 0
-        while ok is not None and not np.all(ok):
-            tries += 1
-            if tries > 64:
-                raise ShapeError(
-                    f"sample(batch_size={batch_size}): could not find steps the view "
-                    f"{type(self.view).__name__} can serve; add more data"
-                )
-            bad = np.flatnonzero(~ok)
-            more = self.sampler.sample(len(bad), lv, self._rng, **kwargs)
-            res = _replace_rows(res, bad, more)
-            ok = self.view.valid(self.table, res.keys)
-        return res
-
     def sample(self, batch_size: int, replace: bool = True, **kwargs: Any) -> Batch:
         """Sample a batch of transitions.
 
@@ -506,11 +362,11 @@ class ReplayBuffer:
                     data["indices"] = keys
                     return Batch.own(data)
                 # views that check and gather in one pass (frame stacks): None when a key
-                # must be redrawn, which _draw then does exactly as without the shortcut
+                # must be redrawn, which draw then does exactly as without the shortcut
                 fused = getattr(self.view, "gather_valid", None)
                 got: dict[str, Any] | None = None if fused is None else fused(t, keys)
                 if got is None:
-                    keys = self._draw(batch_size, SampleResult(keys), replace=True).keys
+                    keys = draw(self, batch_size, SampleResult(keys), replace=True).keys
                     got = self.view.gather(t, keys)
                 got["indices"] = keys
                 return Batch.own(got)
@@ -522,10 +378,10 @@ class ReplayBuffer:
             res = self.sampler.sample(batch_size, self.lane_view(), self._rng,
                                       replace=replace, **kwargs)
             got = fused(t, res.keys)
-            if got is None:  # a key must be redrawn: exactly as _draw alone would
-                res = self._draw(batch_size, res, replace=replace, **kwargs)
+            if got is None:  # a key must be redrawn: exactly as draw alone would
+                res = draw(self, batch_size, res, replace=replace, **kwargs)
         else:
-            res = self._draw(batch_size, replace=replace, **kwargs)
+            res = draw(self, batch_size, replace=replace, **kwargs)
         data = self.view.gather(self.table, res.keys) if got is None else got
         data["indices"] = res.keys
         if res.weights is not None:
@@ -548,34 +404,7 @@ class ReplayBuffer:
             ShapeError: Lengths differ.
             DtypeError: A priority is negative, NaN or infinite.
         """
-        # a plain attribute check: isinstance() on a runtime Protocol costs ~40 us a call
-        update = getattr(self.sampler, "update", None)
-        if not callable(update):
-            raise ConfigError(
-                f"update_priorities: this buffer's sampler ({type(self.sampler).__name__}) "
-                "has no priorities; build it with sampler=PrioritizedSampler(...)"
-            )
-        keys = ring.as_int_array(indices, "indices")
-        p = np.asarray(priorities, dtype=np.float64).reshape(-1)
-        if len(p) != len(keys):
-            raise ShapeError(
-                f"update_priorities: {len(keys)} indices but {len(p)} priorities; "
-                "pass one priority per index"
-            )
-        if not np.all(np.isfinite(p)) or np.any(p < 0):
-            bad = p[~np.isfinite(p) | (p < 0)][:4].tolist()
-            raise DtypeError(
-                f"update_priorities(priorities=...): values {bad} are negative, NaN or "
-                "infinite; pass finite priorities >= 0 (e.g. abs(td_error))"
-            )
-        fused = getattr(self.sampler, "update_keys", None)
-        if fused is not None:  # PrioritizedSampler: stale filter + slots + update in one pass
-            return int(fused(keys, p, self.lane_view()))
-        t = self.table
-        live = ring.is_live(keys, t.written, t.counts)
-        slots = ring.key_to_slot(keys[live], t.T, t.lanes)
-        update(slots, p[live])
-        return int(live.sum())
+        return replay_priorities.update_priorities(self, indices, priorities)
 
     # ------------------------------------------------------------------ sequences
     def sample_sequences(self, batch_size: int, sequence_length: int, **kwargs: Any) -> Any:
@@ -597,15 +426,8 @@ class ReplayBuffer:
             state), ``sampler`` (its state dict), ``table`` (``fields/<name>``,
             ``side/<name>`` and ``meta/<name>`` arrays), ``side_capacity``.
         """
-        state: dict[str, Any] = {
-            "metadata": self.metadata(),
-            "init": dict(self._init_args),
-            "rng": _rng_state(self._rng),
-            "sampler": self.sampler.state_dict(),
-        }
-        if self._table is not None:
-            state["table"] = table_state(self._table)
-        return state
+        return replay_state.buffer_state(self.metadata(), self._init_args, self._rng,
+                                         self.sampler, self._table)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore from :meth:`state_dict` (spec, capacity and lanes must match).
@@ -613,27 +435,13 @@ class ReplayBuffer:
         Raises:
             CheckpointError: The state does not match this buffer.
         """
-        from replaybank.errors import CheckpointError
-
-        meta = state["metadata"]
-        for key, mine in (("capacity", self._capacity), ("num_envs", self._num_envs)):
-            if meta.get(key) != mine:
-                raise CheckpointError(
-                    f"load_state_dict: state has {key}={meta.get(key)!r} but this buffer has "
-                    f"{key}={mine}; build the buffer with the saved {key}"
-                )
-        spec_json = meta.get("spec")
-        if spec_json is None:
+        spec = replay_state.checked_spec(state["metadata"], self._capacity, self._num_envs,
+                                         self.spec)
+        if spec is None:
             self.clear()
         else:
-            spec = Spec.from_json(spec_json)
             if self._table is None:
                 self._allocate(spec)
-            elif self._table.spec != spec:
-                raise CheckpointError(
-                    f"load_state_dict: state spec {spec} differs from the buffer's "
-                    f"{self._table.spec}"
-                )
             load_table_state(self.table, state["table"])
         self.sampler.load_state_dict(state["sampler"])
         self._rng.bit_generator.state = state["rng"]
@@ -673,37 +481,9 @@ class ReplayBuffer:
 
     def metadata(self) -> dict[str, Any]:
         """JSON-able description: type, capacity, num_envs, size, spec, sampler, view."""
-        return {
-            "type": type(self).__name__,
-            "capacity": self._capacity,
-            "num_envs": self._num_envs,
-            "size": len(self),
-            "episodes_seen": self.episodes_seen,
-            "spec": None if self._table is None else self._table.spec.to_json(),
-            "sampler": self.sampler.config(),
-            "view": self.view.config(),
-            "storage": self.backend.name,
-        }
+        return replay_state.buffer_metadata(self)
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(capacity={self._capacity}, num_envs={self._num_envs}, "
                 f"size={len(self)}, sampler={type(self.sampler).__name__}, "
                 f"view={type(self.view).__name__})")
-
-
-def _rng_state(rng: np.random.Generator) -> dict[str, Any]:
-    state = rng.bit_generator.state
-    return dict(state)
-
-
-def _replace_rows(res: Any, rows: IntArray, more: Any) -> Any:
-    keys = res.keys.copy()
-    keys[rows] = more.keys
-    probs = weights = None
-    if res.probabilities is not None and more.probabilities is not None:
-        probs = res.probabilities.copy()
-        probs[rows] = more.probabilities
-    if res.weights is not None and more.weights is not None:
-        weights = res.weights.copy()
-        weights[rows] = more.weights
-    return SampleResult(keys, probs, weights)

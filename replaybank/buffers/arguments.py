@@ -1,0 +1,130 @@
+"""Checks of the buffers' constructor arguments: seeds, positive ints, capacities and the
+replay buffer's choice of sampler and view.
+
+Each check either returns the value to use or raises an error that names the argument,
+the bad value and a fix; none of them changes a valid argument.
+
+Example:
+    >>> positive_int("num_envs", 4)
+    4
+    >>> check_capacity(100, 4)
+    (100, 4)
+    >>> int(make_rng(0).integers(10)) == int(make_rng(0).integers(10))
+    True
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from replaybank.errors import CapacityError, ConfigError
+from replaybank.samplers.base import Sampler
+from replaybank.samplers.uniform import UniformSampler
+from replaybank.views import make_view
+from replaybank.views.transition import View
+
+__all__ = ["check_capacity", "make_rng", "positive_int", "replay_sampler", "replay_view"]
+
+
+def make_rng(seed: int | np.random.Generator | None) -> np.random.Generator:
+    """numpy's ``default_rng`` convention: an int seed, a Generator (used as is) or None."""
+    if isinstance(seed, np.random.Generator):
+        return seed
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))
+                             or seed < 0):
+        raise ConfigError(
+            f"seed={seed!r}: expected a non-negative int, a numpy Generator or None; "
+            "pass e.g. seed=0"
+        )
+    return np.random.default_rng(seed)
+
+
+def positive_int(name: str, value: Any) -> int:
+    """Validate a positive integer argument."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
+        raise ConfigError(f"{name}={value!r}: must be a positive int; pass e.g. {name}=1")
+    return int(value)
+
+
+def check_capacity(capacity: Any, num_envs: Any) -> tuple[int, int]:
+    """A replay buffer's ``capacity`` and ``num_envs``: positive ints, the first a
+    multiple of the second.
+
+    Args:
+        capacity: Total transitions over all lanes.
+        num_envs: Number of lanes.
+
+    Returns:
+        ``(capacity, num_envs)`` as ints.
+
+    Raises:
+        CapacityError: capacity is not a positive int or does not divide by num_envs.
+        ConfigError: num_envs is not a positive int.
+
+    Example:
+        >>> check_capacity(8, 2)
+        (8, 2)
+        >>> check_capacity(6, 4)
+        Traceback (most recent call last):
+        ...
+        replaybank.errors.CapacityError: capacity=6 does not divide by num_envs=4: each env gets capacity // num_envs rows; use a multiple of num_envs, e.g. 4 or 8
+    """  # noqa: E501
+    if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)) \
+            or capacity <= 0:
+        raise CapacityError(
+            f"capacity={capacity!r}: must be a positive int (total transitions over all "
+            "envs); pass e.g. capacity=100_000"
+        )
+    num_envs = positive_int("num_envs", num_envs)
+    if capacity % num_envs:
+        raise CapacityError(
+            f"capacity={capacity} does not divide by num_envs={num_envs}: each env gets "
+            f"capacity // num_envs rows; use a multiple of num_envs, e.g. "
+            f"{(capacity // num_envs) * num_envs} or {(capacity // num_envs + 1) * num_envs}"
+        )
+    return int(capacity), num_envs
+
+
+def replay_sampler(sampler: Sampler | None, lane_split: str | None) -> Sampler:
+    """The sampler a replay buffer uses: ``sampler``, a ``LaneSplitSampler`` for
+    ``lane_split="random"``, or a :class:`UniformSampler` when neither is given.
+
+    Raises:
+        ConfigError: lane_split is not ``"random"``, or both it and a sampler are given.
+
+    Example:
+        >>> type(replay_sampler(None, "random")).__name__
+        'LaneSplitSampler'
+    """
+    if lane_split is not None:
+        if lane_split != "random" or sampler is not None:
+            raise ConfigError(
+                f"lane_split={lane_split!r}: use lane_split='random' (fishyrl's "
+                "IndependentVectorizedBuffer) without a sampler=, or pass "
+                "sampler=LaneSplitSampler() yourself"
+            )
+        from replaybank.samplers.lane_split import LaneSplitSampler
+
+        sampler = LaneSplitSampler()
+    return sampler if sampler is not None else UniformSampler()
+
+
+def replay_view(view: View | None, n_step: int, gamma: float, frame_stack: int) -> View:
+    """The view a replay buffer uses: ``view``, or one built from ``n_step``, ``gamma``
+    and ``frame_stack`` (:func:`replaybank.views.make_view`).
+
+    Raises:
+        ConfigError: Both a view and n_step/frame_stack other than 1 are given.
+
+    Example:
+        >>> type(replay_view(None, 3, 0.9, 1)).__name__
+        'NStepView'
+    """
+    if view is not None and (n_step != 1 or frame_stack != 1):
+        raise ConfigError(
+            f"view={type(view).__name__} and n_step={n_step}/frame_stack={frame_stack} "
+            "both given; pass either a view or n_step/frame_stack"
+        )
+    return view if view is not None else make_view(n_step, gamma, frame_stack)

@@ -1,0 +1,126 @@
+"""The layout of one validated ``ReplayBuffer.add`` / ``extend`` call: which lanes it
+writes, how many steps it carries and, on the first write, which spec it implies.
+
+These are the cold parts of the buffer's checked write path (the fast paths skip them);
+like :mod:`replaybank.buffers.inputs` they only read the call's values, so a rejected
+call leaves the buffer exactly as it was.
+
+Example:
+    >>> import numpy as np
+    >>> lane_ids([2, 0], num_envs=4).tolist()
+    [2, 0]
+    >>> steps_of({"obs": np.zeros((5, 3)), "action": np.zeros(5)}, ndim_lead=1)
+    5
+    >>> spec = call_spec({"obs": np.zeros((5, 3), np.float32), "action": np.zeros(5)},
+    ...                  steps=True, m=1, explicit=False)
+    >>> spec["obs"].shape, sorted(spec)[-2:]
+    ((3,), ['terminated', 'truncated'])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from replaybank.buffers.inputs import flags_as_bool, one_env_lead, split_next, standard_spec
+from replaybank.errors import ShapeError, SpecError, describe
+from replaybank.spec import Spec, as_array
+
+__all__ = ["call_spec", "lane_ids", "steps_of"]
+
+IntArray = npt.NDArray[np.int64]
+
+
+def lane_ids(env_ids: Any, num_envs: int) -> IntArray:
+    """The lanes a write goes to: ``env_ids`` checked, or every lane when None.
+
+    Args:
+        env_ids: None or a non-empty 1-D sequence of distinct ints in ``[0, num_envs)``.
+        num_envs: The buffer's number of lanes.
+
+    Returns:
+        ``[m]`` int64 lane indices.
+
+    Raises:
+        ShapeError: env_ids is not 1-D ints, is empty, repeats a lane or is out of range.
+
+    Example:
+        >>> lane_ids(None, 3).tolist()
+        [0, 1, 2]
+    """
+    if env_ids is None:
+        return np.arange(num_envs, dtype=np.int64)
+    ids = np.asarray(env_ids)
+    if ids.ndim != 1 or ids.dtype.kind not in "iu" or len(ids) == 0:
+        raise ShapeError(
+            f"env_ids={describe(env_ids)}: expected a non-empty 1-D list of int env "
+            f"indices in [0, {num_envs}); pass e.g. env_ids=[0]"
+        )
+    if np.any(ids < 0) or np.any(ids >= num_envs) or len(set(ids.tolist())) != len(ids):
+        raise ShapeError(
+            f"env_ids={ids.tolist()}: expected distinct env indices in "
+            f"[0, {num_envs}) (num_envs={num_envs}); drop duplicates and "
+            "out-of-range ids"
+        )
+    return ids.astype(np.int64)
+
+
+def steps_of(fields: Mapping[str, Any], ndim_lead: int) -> int:
+    """Steps T of an ``extend`` call: the leading dim of ``obs`` (or of the first field).
+
+    Args:
+        fields: The call's fields.
+        ndim_lead: Number of leading (step and lane) dims the call's values have.
+
+    Returns:
+        T.
+
+    Raises:
+        SpecError: No fields were given.
+        ShapeError: The values have no leading step dim.
+
+    Example:
+        >>> steps_of({"obs": [[1.0], [2.0]]}, ndim_lead=2)
+        2
+    """
+    values, _ = split_next(fields)
+    if not values:
+        raise SpecError("extend: no fields given; pass obs, action, reward, next_obs, "
+                        "terminated, truncated")
+    first = next((k for k in values if k == "obs" or k.startswith("obs/")), next(iter(values)))
+    arr = as_array(values[first])
+    if arr.ndim < 1 or ndim_lead < 1:
+        raise ShapeError(
+            f"extend: {first}={describe(values[first])}: expected a leading step dim T; "
+            "use add() for a single step"
+        )
+    return int(arr.shape[0])
+
+
+def call_spec(fields: Mapping[str, Any], steps: bool, m: int, explicit: bool) -> Spec:
+    """The spec a buffer's first write implies (reward/terminated/truncated added).
+
+    Args:
+        fields: The call's fields.
+        steps: The call is an ``extend`` (values have a leading step dim).
+        m: Number of lanes written.
+        explicit: The values carry a lane dim (several lanes or ``env_ids`` given); a
+            single env's values may still come with a lane dim of 1.
+
+    Returns:
+        The inferred :class:`~replaybank.spec.Spec`; nothing is allocated.
+
+    Example:
+        >>> call_spec({"obs": [[1.0, 2.0]], "action": [0]}, steps=False, m=1,
+        ...           explicit=True)["obs"].shape
+        (2,)
+    """
+    raw, _ = split_next(fields)
+    n0 = steps_of(fields, 1) if steps else 0
+    lead0: tuple[int, ...] = ((n0,) if steps else ()) + ((m,) if explicit else ())
+    if not explicit:  # one env may still come with its lane dim of 1
+        lead0 = one_env_lead(fields, lead0)
+    return standard_spec(flags_as_bool(Spec.infer(raw, lead0)))

@@ -1,0 +1,152 @@
+"""A replay buffer's state dict: its metadata, packing its parts into one nested dict, and
+checking a saved one against the buffer before anything is restored.
+
+Example:
+    >>> import numpy as np
+    >>> import replaybank as rb
+    >>> buf = rb.ReplayBuffer(4, seed=0)
+    >>> buf.add(obs=np.zeros(2, np.float32), action=0, reward=1.0,
+    ...         next_obs=np.ones(2, np.float32), terminated=False, truncated=False)
+    >>> meta = buffer_metadata(buf)
+    >>> meta["size"], meta["capacity"]
+    (1, 4)
+    >>> checked_spec(meta, capacity=4, num_envs=1, current=buf.spec) == buf.spec
+    True
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from replaybank.errors import CheckpointError
+from replaybank.samplers.base import Sampler
+from replaybank.spec import Spec
+from replaybank.storage.backend import ArrayBackend
+from replaybank.storage.table import StepTable
+from replaybank.storage.table_state import table_state
+
+if TYPE_CHECKING:
+    from replaybank.buffers.replay import ReplayBuffer
+
+__all__ = ["buffer_metadata", "buffer_state", "checked_spec", "init_args", "rng_state"]
+
+
+def init_args(n_step: int, gamma: float, frame_stack: int, storage: str | ArrayBackend,
+              path: Any, device: Any) -> dict[str, Any]:
+    """The constructor arguments a replay buffer records (JSON-able) beside its sizes,
+    sampler and view: its state dict's ``init`` and :func:`replaybank.config.buffer_config`
+    rebuild it from them.
+
+    Example:
+        >>> init_args(3, 0.9, 1, "memmap", "/tmp/buf", None)["path"]
+        '/tmp/buf'
+    """
+    return {
+        "n_step": n_step, "gamma": gamma, "frame_stack": frame_stack,
+        "storage": storage if isinstance(storage, str) else storage.name,
+        "path": None if path is None else str(path),
+        "device": None if device is None else str(device),
+    }
+
+
+def buffer_metadata(buf: ReplayBuffer) -> dict[str, Any]:
+    """JSON-able description of ``buf``: type, capacity, num_envs, size, spec, sampler, view.
+
+    The body of :meth:`ReplayBuffer.metadata
+    <replaybank.buffers.replay.ReplayBuffer.metadata>`.
+    """
+    spec = buf.spec
+    return {
+        "type": type(buf).__name__,
+        "capacity": buf.capacity,
+        "num_envs": buf.num_envs,
+        "size": len(buf),
+        "episodes_seen": buf.episodes_seen,
+        "spec": None if spec is None else spec.to_json(),
+        "sampler": buf.sampler.config(),
+        "view": buf.view.config(),
+        "storage": buf.backend.name,
+    }
+
+
+def rng_state(rng: np.random.Generator) -> dict[str, Any]:
+    """A copy of the generator's bit-generator state (JSON-able).
+
+    Example:
+        >>> rng_state(np.random.default_rng(0))["bit_generator"]
+        'PCG64'
+    """
+    state = rng.bit_generator.state
+    return dict(state)
+
+
+def buffer_state(metadata: dict[str, Any], init_args: dict[str, Any], rng: np.random.Generator,
+                 sampler: Sampler, table: StepTable | None) -> dict[str, Any]:
+    """The nested state dict of a replay buffer made of these parts.
+
+    Args:
+        metadata: The buffer's :meth:`~replaybank.buffers.replay.ReplayBuffer.metadata`.
+        init_args: Its recorded constructor arguments (copied).
+        rng: Its sampling generator.
+        sampler: Its sampler.
+        table: Its step table, None before the first add.
+
+    Returns:
+        ``{"metadata", "init", "rng", "sampler"}`` plus ``"table"`` (arrays are views,
+        not copies) when there is a table.
+
+    Example:
+        >>> from replaybank.samplers.uniform import UniformSampler
+        >>> sorted(buffer_state({}, {}, np.random.default_rng(0), UniformSampler(), None))
+        ['init', 'metadata', 'rng', 'sampler']
+    """
+    state: dict[str, Any] = {
+        "metadata": metadata,
+        "init": dict(init_args),
+        "rng": rng_state(rng),
+        "sampler": sampler.state_dict(),
+    }
+    if table is not None:
+        state["table"] = table_state(table)
+    return state
+
+
+def checked_spec(meta: dict[str, Any], capacity: int, num_envs: int,
+                 current: Spec | None) -> Spec | None:
+    """The spec a saved state holds, checked against the buffer it is loaded into.
+
+    Args:
+        meta: The state's ``metadata``.
+        capacity: The buffer's capacity.
+        num_envs: The buffer's number of lanes.
+        current: The buffer's spec (None before its first add).
+
+    Returns:
+        The saved spec, or None when the saved buffer held nothing yet.
+
+    Raises:
+        CheckpointError: Capacity, lanes or spec differ.
+
+    Example:
+        >>> checked_spec({"capacity": 8, "num_envs": 2}, 8, 1, None)
+        Traceback (most recent call last):
+        ...
+        replaybank.errors.CheckpointError: load_state_dict: state has num_envs=2 but this buffer has num_envs=1; build the buffer with the saved num_envs
+    """  # noqa: E501
+    for key, mine in (("capacity", capacity), ("num_envs", num_envs)):
+        if meta.get(key) != mine:
+            raise CheckpointError(
+                f"load_state_dict: state has {key}={meta.get(key)!r} but this buffer has "
+                f"{key}={mine}; build the buffer with the saved {key}"
+            )
+    spec_json = meta.get("spec")
+    if spec_json is None:
+        return None
+    spec = Spec.from_json(spec_json)
+    if current is not None and current != spec:
+        raise CheckpointError(
+            f"load_state_dict: state spec {spec} differs from the buffer's {current}"
+        )
+    return spec
