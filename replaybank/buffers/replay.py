@@ -46,7 +46,7 @@ from replaybank.storage import make_backend
 from replaybank.storage.backend import ArrayBackend
 from replaybank.storage.table import StepTable
 from replaybank.storage.table_state import load_table_state
-from replaybank.views.transition import InputTransform, TransitionView, View
+from replaybank.views.transition import TransitionView, View, input_transform
 
 __all__ = ["ReplayBuffer", "make_rng", "positive_int"]
 
@@ -206,8 +206,9 @@ class ReplayBuffer:
         lanes = lane_ids(env_ids, self._num_envs)
         m = len(lanes)
         explicit = m > 1 or env_ids is not None
-        if isinstance(self.view, InputTransform):
-            fields = self.view.prepare_inputs(fields, steps, m)
+        transform = input_transform(self.view)
+        if transform is not None:
+            fields = transform.prepare_inputs(fields, steps, m)
         # infer the spec, but allocate only once the whole call is known to be valid
         spec = call_spec(fields, steps, m, explicit) if self._table is None \
             else self._table.spec
@@ -240,7 +241,7 @@ class ReplayBuffer:
         if plan is not None and plan.table is t and plan.owner is self.sampler \
                 and plan.view is self.view:
             return plan
-        if t is None or isinstance(self.view, InputTransform) or t.obs_fields != ["obs"] \
+        if t is None or input_transform(self.view) is not None or t.obs_fields != ["obs"] \
                 or not all(isinstance(a, np.ndarray) for a in t.arrays.values()) \
                 or not all(isinstance(a, np.ndarray) for a in t.side.values()):
             return None

@@ -26,7 +26,7 @@ import numpy.typing as npt
 
 from replaybank.errors import ConfigError, DtypeError, ShapeError, describe
 from replaybank.ops import ring
-from replaybank.samplers.base import PrioritySampler, Sampler
+from replaybank.samplers.base import Sampler
 
 if TYPE_CHECKING:
     from replaybank.buffers.replay import ReplayBuffer
@@ -54,7 +54,7 @@ def check_priority(sampler: Sampler, priority: Any, out: tuple[int, int]) -> Flo
     """
     if priority is None:
         return None
-    if not isinstance(sampler, PrioritySampler):
+    if not callable(getattr(sampler, "update", None)):  # isinstance(PrioritySampler), cheaper
         raise ConfigError(
             f"priority={describe(priority)}: this buffer's sampler "
             f"({type(sampler).__name__}) has no priorities; use a PrioritizedSampler"

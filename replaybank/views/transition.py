@@ -18,7 +18,7 @@ import numpy.typing as npt
 
 from replaybank.storage.table import StepTable
 
-__all__ = ["InputTransform", "TransitionView", "View", "next_name"]
+__all__ = ["InputTransform", "TransitionView", "View", "input_transform", "next_name"]
 
 IntArray = npt.NDArray[np.int64]
 
@@ -52,6 +52,20 @@ class InputTransform(Protocol):
     def prepare_inputs(self, fields: dict[str, Any], steps: bool, lanes: int) -> dict[str, Any]:
         """Return the fields to store for one ``add`` (``steps=False``) or ``extend``."""
         ...
+
+
+def input_transform(view: Any) -> InputTransform | None:
+    """``view`` when it is an :class:`InputTransform`, else None.
+
+    The same test as ``isinstance(view, InputTransform)`` (a callable
+    ``prepare_inputs``) without the runtime-protocol machinery, which costs about
+    10 us per call on the write path.
+
+    Example:
+        >>> input_transform(TransitionView()) is None
+        True
+    """
+    return view if callable(getattr(view, "prepare_inputs", None)) else None
 
 
 class TransitionView:
