@@ -41,16 +41,15 @@ Example:
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from replaybank.ops import ring
 from replaybank.ops.continuity import bitwise_equal_rows, chunk_breaks, same_bytes
 from replaybank.spec import Spec
+from replaybank.storage import table_reads, table_write
 from replaybank.storage.backend import ArrayBackend, NumpyBackend, check_fits
 
 __all__ = ["StepTable", "bitwise_equal_rows"]
@@ -58,7 +57,6 @@ __all__ = ["StepTable", "bitwise_equal_rows"]
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
 _NO_KEYS: IntArray = np.zeros((0, 0), dtype=np.int64)
-_INT64 = np.dtype(np.int64)
 
 
 class StepTable:
@@ -115,7 +113,7 @@ class StepTable:
         # numpy storage dies with the process: no need to order writes for crash safety
         self._durable = type(be) is not NumpyBackend
         self._flat_cache: dict[int, tuple[Any, Any]] = {}
-        self._plan: tuple[tuple[Any, ...], Any] | None = None  # see _read_plan
+        self._plan: tuple[tuple[Any, ...], Any] | None = None  # see table_reads._read_plan
         # bumped when links change other than by writes (clear, state load): structures
         # derived from link and kept current from the `written` counts start over
         self.epoch = 0
@@ -171,135 +169,9 @@ class StepTable:
         self._free.extend((lk[lk > 0] - 1).tolist())
 
     # ------------------------------------------------------------------ write
-    def write(
-        self,
-        lane_ids: IntArray,
-        values: Mapping[str, npt.NDArray[Any]],
-        next_obs: Mapping[str, npt.NDArray[Any]],
-        done: BoolArray | None = None,
-        want_keys: bool = True,
-    ) -> IntArray:
-        """Append ``n`` steps to each lane in ``lane_ids``.
-
-        Args:
-            lane_ids: Distinct lanes, ``[m]``.
-            values: Every stored field, ``[n, m, *shape]``, already validated and cast.
-            next_obs: Next observation of every obs field, ``[n, m, *shape]``.
-            done: ``terminated | truncated``, ``[n, m]``; read from ``values`` when None.
-            want_keys: Return the keys (False: an empty array, slightly faster).
-
-        Returns:
-            Item keys of the written steps, ``[n, m]``.
-        """
-        be, T, L = self.backend, self.T, self.lanes  # noqa: N806
-        lane_ids = np.asarray(lane_ids, dtype=np.int64)
-        first = next(iter(values.values()))
-        n, m = int(first.shape[0]), int(first.shape[1])
-        all_lanes = m == L and (L == 1 or bool(np.all(lane_ids == np.arange(L))))
-        if done is None:
-            done = np.asarray(values["terminated"], dtype=bool) | \
-                np.asarray(values["truncated"], dtype=bool)
-        if n and all_lanes and (L == 1 or (self.written.min() == self.written.max()
-                                           and self.counts.min() == self.counts.max())):
-            return self.write_sync(values, next_obs, done, n, want_keys)
-        s0 = self.written.copy() if all_lanes else self.written[lane_ids]  # [m]
-        keys = (s0[None, :] + np.arange(n)[:, None]) * L + lane_ids[None, :]  # [n, m]
-        if n == 0:
-            return keys
-        c0 = self.counts.copy() if all_lanes else self.counts[lane_ids]  # [m]
-        # steps that this same write overwrites again (n > T) are dropped
-        k0 = max(0, n - T)
-        nk = n - k0
-        if k0:
-            values = {k: v[k0:] for k, v in values.items()}
-            next_obs = {k: v[k0:] for k, v in next_obs.items()}
-        done_k = done[k0:]
-        new_counts = np.minimum(c0 + n, T)
-        # rows of the kept steps: [nk, m]; equal across lanes when the lanes are in step
-        sync = bool(np.all(s0 == s0[0]))
-        start = int(s0[0] + k0) % T
-        if sync:
-            rows1 = (start + np.arange(nk)) % T  # [nk]
-            rows = np.broadcast_to(rows1[:, None], (nk, m))
-        else:
-            rows = (s0[None, :] + k0 + np.arange(nk)[:, None]) % T
-        lanes_b = np.broadcast_to(lane_ids[None, :], (nk, m))
-        if sync and all_lanes:
-            index: Any = slice(start, start + nk) if start + nk <= T else rows1
-        else:
-            index = (rows, lanes_b)
-
-        # 1. evict: old live steps whose rows are written now leave the ring; drop them
-        #    from counts first, then free their side slots
-        prev_live = (c0 > 0) & (new_counts > n)  # the previous newest step survives
-        if np.any(c0 > 0):
-            old_links = self.link[index].reshape(nk, m)  # [nk, m] links of rows overwritten
-            evicted = ((rows - (s0 - c0)[None, :]) % T < c0[None, :]) & (old_links > 0)
-            kept_old = np.maximum(c0 - np.maximum(0, c0 + n - T), 0)
-            if all_lanes:
-                self.counts[:] = kept_old
-            else:
-                self.counts[lane_ids] = kept_old
-            if np.any(evicted):
-                self._release(old_links[evicted])
-
-        # 2. continuity of each lane's previous newest step with the first new obs
-        cont_prev: tuple[IntArray, IntArray, Any] | None = None
-        if k0 == 0 and np.any(prev_live):
-            js = np.flatnonzero(prev_live)
-            prow = (s0[js] - 1) % T
-            plane = lane_ids[js]
-            plink = self.link[prow, plane]
-            pend = plink > 0
-            js, prow, plane, plink = js[pend], prow[pend], plane[pend], plink[pend]
-            if len(js):
-                same = ~(np.asarray(be.to_numpy(be.gather(self.arrays["terminated"],
-                                                          (prow, plane))), dtype=bool)
-                         | np.asarray(be.to_numpy(be.gather(self.arrays["truncated"],
-                                                            (prow, plane))), dtype=bool))
-                for name in self.obs_fields:
-                    kept = be.to_numpy(be.gather(self.side[name], plink - 1))
-                    same &= bitwise_equal_rows(kept, values[name][0, js])
-                # relinked after the row they will point to is written
-                cont_prev = (prow[same], plane[same], plink[same])
-
-        # 3. links inside the chunk: continue unless done or next_obs differs
-        need = np.ones((nk, m), dtype=bool)  # the last step of each lane is always pending
-        if nk > 1:
-            cont = ~done_k[:-1]
-            for name in self.obs_fields:
-                a = next_obs[name][:-1].reshape((nk - 1) * m, -1)
-                b = values[name][1:].reshape((nk - 1) * m, -1)
-                cont &= bitwise_equal_rows(a, b).reshape(nk - 1, m)
-            need[:-1] = ~cont
-        links = np.zeros((nk, m), dtype=np.int32)
-        if nk == 1:
-            slots = self._alloc(m)
-            links[0] = slots + 1
-            for name in self.obs_fields:
-                be.write(self.side[name], slots, next_obs[name][0])
-        else:
-            slots = self._alloc(int(np.count_nonzero(need)))
-            links[need] = slots + 1
-            for name in self.obs_fields:
-                be.write(self.side[name], slots, next_obs[name][need])
-
-        # 4. data and links, then relink the previous newest steps, then counters
-        for name, v in values.items():
-            be.write(self.arrays[name], index, v)
-        self.link[index] = links
-        if cont_prev is not None and len(cont_prev[0]):
-            self.link[cont_prev[0], cont_prev[1]] = 0
-            self._release(cont_prev[2])
-        if all_lanes:
-            self.written += n
-            self.counts[:] = new_counts
-            self.episodes += done.sum(axis=0)
-        else:
-            self.written[lane_ids] = s0 + n
-            self.counts[lane_ids] = new_counts
-            self.episodes[lane_ids] += done.sum(axis=0)
-        return keys
+    # any lanes, in step or not (hands over to write_sync when all lanes are in step);
+    # bound from replaybank.storage.table_write, no wrapper in between
+    write = table_write.write
 
     def write_sync(self, values: Mapping[str, Any], next_obs: Mapping[str, Any],
                     done: BoolArray, n: int, want_keys: bool = True) -> IntArray:
@@ -478,30 +350,17 @@ class StepTable:
         self._free = list(range(self.side_capacity - 1, -1, -1))
 
     # ------------------------------------------------------------------ read
-    def rows_lanes(self, keys: IntArray) -> tuple[IntArray, IntArray]:
-        """Storage coordinates (row, lane) of item keys."""
-        seq, lane = ring.key_to_seq(keys, self.lanes)
-        return seq % self.T, lane
-
-    def gather(self, name: str, keys: IntArray) -> Any:
-        """Field ``name`` of the steps ``keys``: ``[B, *shape]``."""
-        return self.backend.gather(self.arrays[name], self.rows_lanes(keys))
-
-    def gather_next(self, name: str, keys: IntArray) -> Any:
-        """Next observation (obs field ``name``) of the steps ``keys``: ``[B, *shape]``.
-
-        Exactly the ``next_obs`` the caller passed for each step.
-        """
-        return self.take_next(name, *self.next_index(self.slots_of(keys)))
-
-    # flat-slot reads: one fancy index on axis 0 of a [T * lanes, *shape] view
-    def slots_of(self, keys: IntArray) -> IntArray:
-        """Storage slots (``row * lanes + lane``) of item keys, ``[B]``."""
-        keys = np.asarray(keys, dtype=np.int64)
-        L = self.lanes  # noqa: N806
-        if L == 1:
-            return keys % self.T
-        return keys // L % self.T * L + keys % L
+    # bound from replaybank.storage.table_reads (they run on every sample: no wrapper)
+    rows_lanes = table_reads.rows_lanes
+    gather = table_reads.gather
+    gather_next = table_reads.gather_next
+    slots_of = table_reads.slots_of
+    take = table_reads.take
+    next_index = table_reads.next_index
+    take_next = table_reads.take_next
+    gather_transitions = table_reads.gather_transitions
+    take_fields = table_reads.take_fields
+    is_boundary = table_reads.is_boundary
 
     def flat(self, array: Any) -> Any:
         """``array`` ``[T, lanes, *shape]`` viewed as ``[T * lanes, *shape]`` (cached)."""
@@ -511,147 +370,6 @@ class StepTable:
         view = array.reshape((self.T * self.lanes, *array.shape[2:]))
         self._flat_cache[id(array)] = (array, view)
         return view
-
-    def take(self, name: str, slots: IntArray) -> Any:
-        """Field ``name`` at storage ``slots``: ``[B, *shape]``."""
-        return self.backend.gather(self.flat(self.arrays[name]), slots)
-
-    def next_index(self, slots: IntArray) -> tuple[IntArray, IntArray, IntArray]:
-        """Where the next observations of ``slots`` live.
-
-        Returns:
-            ``(next_slots [B], pos [k], side_slots [k])``: the next step's slot for every
-            item, and for the ``k`` items whose next observation is kept aside, their
-            positions in the batch and their side slots.
-        """
-        nxt = (slots + self.lanes) % (self.T * self.lanes)
-        lk = self.flat(self.link)[slots]
-        pos = lk.nonzero()[0]
-        return nxt, pos, lk[pos].astype(np.int64) - 1
-
-    def take_next(self, name: str, nxt: IntArray, pos: IntArray, side: IntArray) -> Any:
-        """Next observations from :meth:`next_index`'s result: ``[B, *shape]``."""
-        be = self.backend
-        out = be.gather(self.flat(self.arrays[name]), nxt)
-        if len(pos):
-            be.write(out, pos, be.gather(self.side[name], side))
-        return out
-
-    def gather_transitions(self, keys: IntArray, live: bool = False) -> dict[str, Any]:
-        """Every field of the steps ``keys`` plus ``next_<obs field>``, each ``[B, *shape]``.
-
-        The same as :meth:`take` for every field and :meth:`take_next` for every obs field
-        (exactly the ``next_obs`` the caller passed), in one pass: numpy storage does one
-        flat ``take`` per field, the next observations wrapping around the ring in the
-        ``take`` itself.
-
-        Args:
-            keys: Item keys ``[B]``.
-            live: The keys are known to be live (just drawn by a sampler): a one-lane
-                table then finds their slots without a modulo.
-
-        Returns:
-            ``{name: [B, *shape]}`` for the stored fields, then ``next_<obs field>``.
-
-        Example:
-            >>> import numpy as np
-            >>> from replaybank.spec import Spec
-            >>> t = StepTable(Spec.coerce({"obs": ((), "int64"), "terminated": ((), "bool"),
-            ...                            "truncated": ((), "bool")}), T=2, lanes=1,
-            ...               obs_fields=["obs"])
-            >>> no = np.zeros((3, 1), bool)
-            >>> _ = t.write(np.array([0]), {"obs": np.array([[5], [6], [7]]),
-            ...             "terminated": no, "truncated": no}, {"obs": np.array([[6], [7], [8]])})
-            >>> out = t.gather_transitions(np.array([1, 2]))
-            >>> out["obs"].tolist(), out["next_obs"].tolist()
-            ([6, 7], [7, 8])
-        """
-        T = self.T  # noqa: N806
-        if type(self.backend) is not NumpyBackend:
-            slots = self.slots_of(keys)  # [B]
-            out: dict[str, Any] = {name: self.take(name, slots) for name in self.arrays}
-            where = self.next_index(slots)
-            for name in self.obs_fields:
-                out["next_" + name] = self.take_next(name, *where)
-            return out
-        fresh = False
-        if live and self.lanes == 1 and type(keys) is np.ndarray and keys.dtype is _INT64:
-            # the live keys lie in [oldest, written) inside [base, base + 2T) with base the
-            # multiple of T at or below oldest: keys - base are slots up to one wrap, which
-            # take's mode="wrap" removes (cheaper than keys % T)
-            written = self.written.item(0)
-            oldest = written - self.counts.item(0)
-            base = oldest - oldest % T
-            slots = keys if base == 0 else keys - base
-            fresh = written < T  # then every slot + 1 < T too
-        else:
-            slots = self.slots_of(keys)  # [B]
-        fields, link, nexts = self._read_plan()
-        out = {name: arr.take(slots, axis=0, mode="wrap") for name, arr in fields}
-        if not nexts:
-            return out
-        lk = link.take(slots, mode="wrap")
-        pos = lk.nonzero()[0]
-        side_slots = lk.take(pos) - 1 if len(pos) else None
-        # the next step's slot is slots + lanes, wrapped by take itself; None: slots + 1 < T,
-        # take from the obs fields shifted by one row
-        nxt = None if fresh else slots + self.lanes
-        for name, arr, shifted, key in nexts:
-            o = shifted.take(slots, axis=0) if nxt is None else \
-                arr.take(nxt, axis=0, mode="wrap")
-            if side_slots is not None:
-                o[pos] = self.side[name].take(side_slots, axis=0)
-            out[key] = o
-        return out
-
-    def take_fields(self, slots: IntArray, obs: bool = True) -> dict[str, Any]:
-        """Every stored field at storage ``slots`` (the obs fields only when ``obs``).
-
-        Args:
-            slots: Storage slots ``[B]`` (see :meth:`slots_of`).
-            obs: Include the observation fields.
-
-        Returns:
-            ``{name: [B, *shape]}`` in spec order.
-
-        Example:
-            >>> import numpy as np
-            >>> from replaybank.spec import Spec
-            >>> t = StepTable(Spec.coerce({"obs": ((), "int64"), "reward": ((), "float32")}),
-            ...               T=4, lanes=1, obs_fields=["obs"])
-            >>> sorted(t.take_fields(np.array([0, 1]), obs=False))
-            ['reward']
-        """
-        if type(self.backend) is not NumpyBackend:
-            return {name: self.take(name, slots) for name in self.arrays
-                    if obs or name not in self.obs_fields}
-        fields = self._read_plan()[0]
-        if obs:
-            return {name: arr.take(slots, axis=0) for name, arr in fields}
-        skip = self.obs_fields
-        return {name: arr.take(slots, axis=0) for name, arr in fields if name not in skip}
-
-    def _read_plan(self) -> tuple[list[tuple[str, Any]], Any, list[tuple[str, Any, Any, str]]]:
-        """Flat views of the fields and of ``link`` for :meth:`gather_transitions` (each obs
-        field also shifted by one row), rebuilt when an array is replaced."""
-        plan = self._plan
-        if plan is not None and plan[0][-1] is self.link and len(plan[0]) == len(self.arrays) + 1 \
-                and all(map(operator.is_, self.arrays.values(), plan[0])):
-            cached: tuple[list[tuple[str, Any]], Any, list[tuple[str, Any, Any, str]]] = plan[1]
-            return cached
-        flat = self.flat
-        fields = [(name, flat(arr)) for name, arr in self.arrays.items()]
-        nexts = [(name, flat(self.arrays[name]), flat(self.arrays[name])[1:], "next_" + name)
-                 for name in self.obs_fields]
-        body = (fields, flat(self.link), nexts)
-        self._plan = ((*self.arrays.values(), self.link), body)
-        return body
-
-    def is_boundary(self, keys: IntArray) -> BoolArray:
-        """Whether the next observation of each step is kept aside (episode end,
-        discontinuity, or newest step of its lane)."""
-        rows, lanes = self.rows_lanes(keys)
-        return np.asarray(self.link[rows, lanes] > 0)
 
     def state_arrays(self) -> dict[str, npt.NDArray[Any]]:
         """Bookkeeping arrays by name (for checkpoints)."""
