@@ -437,6 +437,124 @@ out:
     return err ? -1 : 0;
 }
 
+/* ------------------------------------------------------------------ one step, any lanes
+ * One step of m distinct lanes lanes[0..m) in any order, whose lanes need not be in
+ * step: src[i] points at field i's [m, *shape] bytes, nobs at next_obs [m, *shape].
+ * Same steps and order as the general StepTable.write with n = 1 (table_write.write):
+ * evictions free their side slots (lane order), each lane's previous newest step is
+ * checked for continuity, m side slots are taken (table._alloc order), then data, links,
+ * relinks and counters. Returns 0, or -1 with an exception set. */
+static int
+write_each(Appender *self, char *const *src, const char *nobs, const int64_t *lanes,
+           Py_ssize_t m)
+{
+    const Py_ssize_t T = self->T, L = self->L;
+    const Py_ssize_t ib = self->f[0].nbytes;
+    const char *obs = src[0], *term = src[3], *trunc = src[4];
+    int32_t *link = (int32_t *)self->link.buf;
+    const char *term_s = (const char *)self->f[3].store.buf;
+    const char *trunc_s = (const char *)self->f[4].store.buf;
+    int64_t *wr = meta(&self->written), *cn = meta(&self->counts), *ep = meta(&self->episodes);
+    int err = 0, have_side = 0, any_relink = 0;
+    Py_buffer sv;
+    long long relink_s[STACK_ITEMS], slots_s[STACK_ITEMS];
+    int heap = m > STACK_ITEMS;
+    long long *relink = heap ? PyMem_Malloc((size_t)m * sizeof(long long)) : relink_s;
+    long long *slots = heap ? PyMem_Malloc((size_t)m * sizeof(long long)) : slots_s;
+    PyObject *free = get_free(self);
+    if (relink == NULL || slots == NULL || free == NULL) {
+        if (free != NULL)
+            PyErr_NoMemory();
+        err = 1;
+        goto out;
+    }
+    /* 1. evict: a full lane's oldest step (in the row written now) frees its slot */
+    for (Py_ssize_t j = 0; !err && j < m; j++) {
+        int64_t lane = lanes[j];
+        Py_ssize_t at = (Py_ssize_t)(wr[lane] % T) * L + (Py_ssize_t)lane;
+        if (cn[lane] == T && link[at])
+            err = free_append(free, link[at] - 1) < 0;
+    }
+    /* 2. does each lane's previous newest step continue into this one? */
+    for (Py_ssize_t j = 0; !err && j < m; j++) {
+        int64_t lane = lanes[j];
+        relink[j] = 0;
+        if (cn[lane] == 0 || T < 2)
+            continue;
+        Py_ssize_t at = (Py_ssize_t)((wr[lane] - 1) % T) * L + (Py_ssize_t)lane;
+        long long p = link[at];
+        if (!p || term_s[at] || trunc_s[at])
+            continue;
+        if (!have_side) {
+            err = side_view(self, &sv) < 0;
+            have_side = !err;
+            if (err)
+                break;
+        }
+        if (p > sv.len / ib) {
+            err = corrupt(p);
+            break;
+        }
+        if (memcmp((char *)sv.buf + (p - 1) * ib, obs + j * ib, (size_t)ib) == 0) {
+            relink[j] = p;
+            any_relink = 1;
+        }
+    }
+    /* 3. one side slot per lane (taking more than are free grows the side store) */
+    if (!err) {
+        if (have_side && PyList_GET_SIZE(free) < m) {
+            PyBuffer_Release(&sv);
+            have_side = 0;
+        }
+        err = take_slots(self, free, m, slots) < 0;
+    }
+    if (!err && !have_side) {
+        err = side_view(self, &sv) < 0;
+        have_side = !err;
+    }
+    for (Py_ssize_t j = 0; !err && j < m; j++)
+        if (slots[j] < 0 || slots[j] >= sv.len / ib)
+            err = corrupt(slots[j] + 1);
+    if (err) {
+        if (have_side)
+            PyBuffer_Release(&sv);
+        goto out;
+    }
+    /* 4. next observations, data and links, then relinks, then counters */
+    for (Py_ssize_t j = 0; j < m; j++) {
+        int64_t lane = lanes[j];
+        Py_ssize_t at = (Py_ssize_t)(wr[lane] % T) * L + (Py_ssize_t)lane;
+        memcpy((char *)sv.buf + slots[j] * ib, nobs + j * ib, (size_t)ib);
+        for (int i = 0; i < NFIELDS; i++) {
+            Field *f = &self->f[i];
+            memmove((char *)f->store.buf + at * f->nbytes, src[i] + j * f->nbytes,
+                    (size_t)f->nbytes);
+        }
+        link[at] = (int32_t)(slots[j] + 1);
+    }
+    PyBuffer_Release(&sv);
+    for (Py_ssize_t j = 0; any_relink && !err && j < m; j++) {
+        if (relink[j]) {
+            int64_t lane = lanes[j];
+            link[(Py_ssize_t)((wr[lane] - 1) % T) * L + (Py_ssize_t)lane] = 0;
+            err = free_append(free, relink[j] - 1) < 0;
+        }
+    }
+    for (Py_ssize_t j = 0; j < m; j++) {
+        int64_t lane = lanes[j];
+        wr[lane] += 1;
+        cn[lane] = cn[lane] < T ? cn[lane] + 1 : T;
+        ep[lane] += term[j] || trunc[j];
+    }
+out:
+    Py_XDECREF(free);
+    if (heap) {
+        PyMem_Free(relink);
+        PyMem_Free(slots);
+    }
+    return err ? -1 : 0;
+}
+
 static int
 no_extras(PyObject *extras)
 {
@@ -490,6 +608,122 @@ Appender_add(Appender *self, PyObject *const *args, Py_ssize_t nargs)
 done:
     for (int i = 0; i < nheld; i++)
         PyBuffer_Release(&held[i]);
+    Py_XINCREF(result);
+    return result;
+}
+
+/* ------------------------------------------------------------------ add_lanes
+ * add_lanes(lanes, obs, action, reward, next_obs, terminated, truncated, extras): one step
+ * of the lanes `lanes` (a list, tuple or 1-D array of distinct ints in [0, L); None: every
+ * lane), values [m, *shape] of exactly the stored format, the lanes in step or not. */
+static int
+parse_lanes(Appender *self, PyObject *arg, int64_t *out, Py_ssize_t *m)
+{
+    const Py_ssize_t L = self->L;
+    if (arg == Py_None) {
+        for (Py_ssize_t l = 0; l < L; l++)
+            out[l] = l;
+        *m = L;
+        return 1;
+    }
+    if (!PyList_CheckExact(arg) && !PyTuple_CheckExact(arg)
+        && (PyObject *)Py_TYPE(arg) != self->ndarray_type)
+        return 0;
+    PyObject *seq = PySequence_Fast(arg, "lanes");
+    if (seq == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    int ok = n >= 1 && n <= L;
+    char seen_s[STACK_ITEMS];
+    char *seen = L > STACK_ITEMS ? PyMem_Calloc((size_t)L, 1) : seen_s;
+    if (seen == NULL) {
+        Py_DECREF(seq);
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (L <= STACK_ITEMS)
+        memset(seen, 0, (size_t)L);
+    for (Py_ssize_t j = 0; ok && j < n; j++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(seq, j);
+        if (PyBool_Check(item) || (PyObject *)Py_TYPE(item) == self->bool_type) {
+            ok = 0;
+            break;
+        }
+        PyObject *idx = PyNumber_Index(item);
+        if (idx == NULL) {
+            PyErr_Clear();
+            ok = 0;
+            break;
+        }
+        long long v = PyLong_AsLongLong(idx);
+        Py_DECREF(idx);
+        if (v == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            ok = 0;
+            break;
+        }
+        ok = v >= 0 && v < L && !seen[v];
+        if (ok) {
+            seen[v] = 1;
+            out[j] = v;
+        }
+    }
+    if (L > STACK_ITEMS)
+        PyMem_Free(seen);
+    Py_DECREF(seq);
+    *m = n;
+    return ok;
+}
+
+static PyObject *
+Appender_add_lanes(Appender *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError, "add_lanes(lanes, obs, action, reward, next_obs, "
+                                         "terminated, truncated, extras)");
+        return NULL;
+    }
+    if (!no_extras(args[7]))
+        Py_RETURN_FALSE;
+    const Py_ssize_t L = self->L;
+    int64_t lanes_s[STACK_ITEMS];
+    int64_t *lanes = L > STACK_ITEMS ? PyMem_Malloc((size_t)L * sizeof(int64_t)) : lanes_s;
+    if (lanes == NULL)
+        return PyErr_NoMemory();
+    Py_ssize_t m = 0;
+    PyObject *result = Py_False;
+    Py_buffer held[NFIELDS + 1];
+    int nheld = 0;
+    char *src[NFIELDS];
+    int r = parse_lanes(self, args[0], lanes, &m);
+    if (r <= 0) {
+        result = r < 0 ? NULL : Py_False;
+        goto done;
+    }
+    PyObject *vals[NFIELDS] = {args[1], args[2], args[3], args[5], args[6]};
+    for (int i = 0; i < NFIELDS; i++) {
+        if (!get_input(self, &self->f[i], vals[i], &m, 1, &held[nheld]))
+            goto done;
+        src[i] = (char *)held[nheld++].buf;
+    }
+    if (!get_input(self, &self->f[0], args[4], &m, 1, &held[nheld]))
+        goto done;
+    nheld++;
+    int ordered = m == L;
+    for (Py_ssize_t j = 0; ordered && j < m; j++)
+        ordered = lanes[j] == j;
+    const char *nobs = (const char *)held[nheld - 1].buf;
+    /* every lane, in order and in step: the general write hands this to write_sync */
+    r = ordered && in_step(self) ? write_steps(self, src, nobs, 1)
+                                 : write_each(self, src, nobs, lanes, m);
+    result = r < 0 ? NULL : Py_True;
+done:
+    for (int i = 0; i < nheld; i++)
+        PyBuffer_Release(&held[i]);
+    if (L > STACK_ITEMS)
+        PyMem_Free(lanes);
     Py_XINCREF(result);
     return result;
 }
@@ -653,6 +887,8 @@ Appender_init(Appender *self, PyObject *args, PyObject *kwds)
 static PyMethodDef Appender_methods[] = {
     {"add", (PyCFunction)(void (*)(void))Appender_add, METH_FASTCALL,
      "add(obs, action, reward, next_obs, terminated, truncated, extras) -> bool"},
+    {"add_lanes", (PyCFunction)(void (*)(void))Appender_add_lanes, METH_FASTCALL,
+     "add_lanes(lanes, obs, action, reward, next_obs, terminated, truncated, extras) -> bool"},
     {"extend", (PyCFunction)(void (*)(void))Appender_extend, METH_FASTCALL,
      "extend(obs, action, reward, next_obs, terminated, truncated, extras) -> bool"},
     {NULL, NULL, 0, NULL},

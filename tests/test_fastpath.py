@@ -140,9 +140,10 @@ def test_rejected_extend_leaves_buffer_unchanged() -> None:
 def _choose(plan: Any, compiled: bool) -> None:
     """Keep the compiled writer (it must exist) or switch it off for this plan."""
     if compiled:
-        assert plan.c_add is not not_handled and plan.c_extend is not not_handled
+        assert plan.c_add is not not_handled and plan.c_extend is not not_handled \
+            and plan.c_add_lanes is not not_handled
     else:
-        plan.c_add = plan.c_extend = not_handled
+        plan.c_add = plan.c_extend = plan.c_add_lanes = not_handled
 
 
 class _Counting(LaneWriter):
@@ -381,12 +382,14 @@ def test_lanes_match_general_path(kernel: bool, prioritized: bool, seed: int, la
                 one = {k: v[i] for k, v in kw.items()}
                 fast.add(**one)
                 slow.add(**one)
-        elif u < 0.4:  # one lane alone: the lanes fall out of step (general path)
-            lane = int(rng.integers(0, lanes))
-            one = {k: v[0, lane:lane + 1] for k, v in kw.items()}
-            fast.add(env_ids=[lane], **one)
-            slow.add(env_ids=[lane], **one)
-            cur[lane] = rng.standard_normal(3).astype(np.float32)
+        elif u < 0.5:  # some lanes, in any order (async envs): the lanes fall out of step
+            ids = rng.permutation(lanes)[:int(rng.integers(1, lanes + 1))]
+            env_ids = ids.tolist() if rng.random() < 0.5 else ids
+            for i in range(n):
+                one = {k: v[i, ids] for k, v in kw.items()}
+                fast.add(env_ids=env_ids, **one)
+                slow.add(env_ids=env_ids, **one)
+            cur[ids] = rng.standard_normal((len(ids), 3)).astype(np.float32)
         else:
             fast.extend(**kw)
             slow.extend(**kw)
@@ -413,3 +416,43 @@ def test_compiled_writer_refuses_a_corrupt_free_list() -> None:
     with pytest.raises(RuntimeError, match="outside the side store"):
         buf.add(obs=o + 1, action=0, reward=0.0, next_obs=o + 2, terminated=False,
                 truncated=False)
+
+
+@pytest.mark.skipif(not ACCEL, reason="_lane not built")
+def test_async_adds_take_the_compiled_path() -> None:
+    """env_ids adds, and every add once the lanes are out of step, are one compiled call
+    (the general StepTable.write is never reached); a bad env_ids still gets the general
+    path's error and leaves the buffer unchanged."""
+    rng = np.random.default_rng(3)
+    buf = rb.ReplayBuffer(capacity=5 * 4, num_envs=4, seed=0)
+    ref = _general(rb.ReplayBuffer(capacity=5 * 4, num_envs=4, seed=0))
+    cur = rng.standard_normal((4, 3)).astype(np.float32)
+    kw, cur = _lanes_chunk(rng, cur, 1, 0.0, 0.0)
+    for b in (buf, ref):
+        b.add(**{k: v[0] for k, v in kw.items()})
+
+    def no_general(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the general write was called")
+
+    buf.table.write = no_general  # type: ignore[method-assign]
+    for step in range(40):
+        kw, cur = _lanes_chunk(rng, cur, 1, 0.2, 0.05)
+        one = {k: v[0] for k, v in kw.items()}
+        if step % 3:
+            ids = np.array([3, 0]) if step % 2 else np.array([1])
+            part = {k: v[ids] for k, v in one.items()}
+            buf.add(env_ids=ids.tolist(), **part)
+            ref.add(env_ids=ids.tolist(), **part)
+        else:  # every lane, the lanes out of step
+            buf.add(**one)
+            ref.add(**one)
+        _same_state(buf, ref)
+    assert len(set(buf.table.written.tolist())) > 1
+    before = buf.state_dict()["table"]
+    part = {k: v[[0, 0]] for k, v in one.items()}
+    with pytest.raises(ShapeError, match="env_ids"):
+        buf.add(env_ids=[0, 0], **part)
+    with pytest.raises(ShapeError, match="env_ids"):
+        buf.add(env_ids=[0, 4], **part)
+    after = buf.state_dict()["table"]
+    assert all(np.array_equal(np.asarray(before[k]), np.asarray(after[k])) for k in before)

@@ -10,7 +10,8 @@ every value before anything is written. The fast path never writes partially: it
 decides first, then writes.
 
 Leaner writers still, which :class:`ReplayBuffer` calls with the standard fields as
-arguments: the compiled ``plan.c_add`` / ``plan.c_extend`` of in-memory tables
+arguments: the compiled ``plan.c_add`` / ``plan.c_extend`` / ``plan.c_add_lanes`` (one
+step of any lanes, in step or not: ``env_ids``) of in-memory tables
 (:func:`~replaybank.storage.lane_writer.compiled_writer`, when the optional C
 accelerator was built) and, for one in-memory lane, the pure-Python
 :class:`~replaybank.storage.lane_writer.LaneWriter` (``plan.lane``).
@@ -83,8 +84,9 @@ class FastPlan:
         # one in-memory lane with the standard fields: the lean writer
         self.lane = LaneWriter(table, sampler) if lean_table(table) else None
         # the compiled writer of the plainest calls (any number of lanes), when built
-        pair = compiled_writer(table, sampler)
-        self.c_add, self.c_extend = pair if pair is not None else (not_handled, not_handled)
+        trio = compiled_writer(table, sampler)
+        self.c_add, self.c_extend, self.c_add_lanes = trio if trio is not None \
+            else (not_handled, not_handled, not_handled)
 
     def arrays(self, fields: dict[str, Any], lead: tuple[int, ...],
                out: tuple[int, int]) -> tuple[dict[str, Any], dict[str, Any]] | None:

@@ -274,11 +274,17 @@ class ReplayBuffer:
         Raises:
             SpecError, ShapeError, DtypeError: Bad input; the buffer is left unchanged.
         """
-        if env_ids is None and priority is None:
+        if priority is None:
             plan = self._plan()
-            if plan is not None:
-                if plan.c_add(obs, action, reward, next_obs, terminated, truncated, extras):
-                    return  # the compiled writer took it
+            if plan is not None and env_ids is not None:  # async envs: some lanes
+                if plan.c_add_lanes(env_ids, obs, action, reward, next_obs, terminated,
+                                    truncated, extras):
+                    return
+            elif plan is not None:
+                if plan.c_add(obs, action, reward, next_obs, terminated, truncated, extras) \
+                        or plan.c_add_lanes(None, obs, action, reward, next_obs, terminated,
+                                            truncated, extras):
+                    return  # the compiled writer took it (lanes in step, or not)
                 lane = plan.lane
                 if lane is not None:  # one in-memory lane: the lean writer
                     if lane.add(obs, action, reward, next_obs, terminated, truncated, extras):

@@ -128,7 +128,7 @@ class _Field:
 
 
 def not_handled(*args: Any) -> bool:
-    """Stands in for the compiled add/extend when the accelerator is off."""
+    """Stands in for the compiled add/extend/add_lanes when the accelerator is off."""
     return False
 
 
@@ -142,15 +142,19 @@ def _c_field(store: Any, field: _Field) -> tuple[Any, str, tuple[int, ...], str,
 
 
 def compiled_writer(table: StepTable, sampler: Any = None
-                    ) -> tuple[Callable[..., bool], Callable[..., bool]] | None:
-    """The compiled ``(add, extend)`` of an in-memory table, or None.
+                    ) -> tuple[Callable[..., bool], Callable[..., bool],
+                               Callable[..., bool]] | None:
+    """The compiled ``(add, extend, add_lanes)`` of an in-memory table, or None.
 
-    Both take ``(obs, action, reward, next_obs, terminated, truncated, extras)`` and
-    return True when they wrote the call (every lane at once, lanes in step, values of
-    exactly the stored format; see ``replaybank/_lane.c``), False when the Python paths
-    must take it (nothing was written). None when the accelerator is not built or off,
-    or the table has fields beyond the standard ones (the compiled writer never writes
-    extras), a nested observation or persistent storage.
+    ``add`` and ``extend`` take ``(obs, action, reward, next_obs, terminated, truncated,
+    extras)`` and return True when they wrote the call (every lane at once, lanes in
+    step, values of exactly the stored format; see ``replaybank/_lane.c``), False when
+    the Python paths must take it (nothing was written). ``add_lanes(lanes, obs, ...,
+    extras)`` writes one step of the lanes ``lanes`` (distinct ints; None: every lane),
+    in step or not: async vector envs (``env_ids``), and every add once lanes fell out
+    of step. None when the accelerator is not built or off, or the table has fields
+    beyond the standard ones (the compiled writer never writes extras), a nested
+    observation or persistent storage.
 
     Args:
         table: The step table.
@@ -168,7 +172,9 @@ def compiled_writer(table: StepTable, sampler: Any = None
         ...     z = np.zeros((2, 2), np.float32)
         ...     assert pair[0](z, np.array([0, 1]), np.zeros(2, np.float32), z + 1,
         ...                    np.zeros(2, bool), np.zeros(2, bool), {})
-        ...     assert t.size == 2
+        ...     assert pair[2]([1], z[:1], np.array([0]), np.zeros(1, np.float32), z[:1],
+        ...                    np.zeros(1, bool), np.zeros(1, bool), {})  # lane 1 alone
+        ...     assert t.size == 3 and t.written.tolist() == [1, 2]
     """
     spec = table.spec
     std = ("obs", "action", "reward", "terminated", "truncated")
@@ -186,8 +192,10 @@ def compiled_writer(table: StepTable, sampler: Any = None
     except (ValueError, TypeError):  # e.g. a dtype without a buffer format
         return None
     if sampler is None:
-        return app.add, app.extend
+        return app.add, app.extend, app.add_lanes
     tell = write_teller(table, sampler)
+    T, L, written = table.T, table.lanes, table.written  # noqa: N806
+    every = np.arange(L, dtype=np.int64)
 
     def add(*args: Any) -> bool:
         if app.add(*args):
@@ -201,7 +209,14 @@ def compiled_writer(table: StepTable, sampler: Any = None
             return True
         return False
 
-    return add, extend
+    def add_lanes(lanes: Any, *args: Any) -> bool:
+        if app.add_lanes(lanes, *args):  # the lanes were checked: distinct, in range
+            ids = every if lanes is None else np.asarray(lanes, dtype=np.int64)
+            sampler.on_write((written[ids] - 1) % T * L + ids, None)
+            return True
+        return False
+
+    return add, extend, add_lanes
 
 
 def write_teller(table: StepTable, sampler: Any) -> Callable[[int], None]:
