@@ -38,7 +38,8 @@ OBS, ACT, CHUNK, BATCH = 17, 6, 256, 256
 # CPU time of this process: other processes on a busy machine do not count against us
 _clock = time.process_time
 LANES = 16
-TARGETS = {"add": 0.5, "extend": 0.9, "sample": 0.9, "sample*": 0.9, f"add x{LANES}": 0.5}
+TARGETS = {"add": 0.5, "extend": 0.9, "sample": 0.9, "sample*": 0.9, f"add x{LANES}": 0.5,
+           "add async": 0.5}
 
 
 def make_stream(n: int, episode_len: int, seed: int = 0) -> dict[str, Any]:
@@ -114,6 +115,30 @@ class LanesFloor(Floor):
         for name in ("obs", "next_obs", "action", "reward", "terminated", "truncated"):
             old = getattr(self, name)
             setattr(self, name, np.zeros((len(old), lanes, *old.shape[1:]), old.dtype))
+
+
+class AsyncLanesFloor(LanesFloor):
+    """The floor for async envs: each lane has its own write row."""
+
+    def __init__(self, n: int, lanes: int) -> None:
+        super().__init__(n, lanes)
+        self.rows = np.zeros(lanes, np.int64)
+
+    def add(self, env_ids: Any = None, **kw: Any) -> None:  # type: ignore[override]
+        rows = self.rows[env_ids]
+        for name, v in kw.items():
+            getattr(self, name)[rows, env_ids] = v
+        self.rows[env_ids] = (rows + 1) % len(self.obs)
+
+
+def async_items(n: int, lanes: int, seed: int = 2) -> list[dict[str, Any]]:
+    """``n`` steps of a random half of ``lanes`` envs (random order): ``add(env_ids=...)``."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for kw in lane_items(n, lanes, seed):
+        ids = rng.permutation(lanes)[:lanes // 2]
+        out.append({"env_ids": ids, **{k: v[ids] for k, v in kw.items()}})
+    return out
 
 
 def lane_items(n: int, lanes: int, seed: int = 1) -> list[dict[str, Any]]:
@@ -214,6 +239,9 @@ def main() -> None:
     ours_lanes = rb.ReplayBuffer(capacity=cap - cap % LANES, num_envs=LANES, seed=0)
     floor_lanes = LanesFloor(cap - cap % LANES, LANES)
     items_lanes = lane_items(min(n_add // LANES, len(floor_lanes.obs)), LANES)
+    ours_async = rb.ReplayBuffer(capacity=cap - cap % LANES, num_envs=LANES, seed=0)
+    floor_async = AsyncLanesFloor(cap - cap % LANES, LANES)
+    items_async = async_items(len(items_lanes), LANES)
     floor = Floor(cap)
     take_floor = TakeFloor(cap)
     # fill both completely first: every page is touched, and timings are steady-state
@@ -234,6 +262,8 @@ def main() -> None:
              lambda: time_samples(take_floor, args.samples)),
             (f"add x{LANES}", lambda: time_adds(ours_lanes, items_lanes),
              lambda: time_adds(floor_lanes, items_lanes)),
+            ("add async", lambda: time_adds(ours_async, items_async),
+             lambda: time_adds(floor_async, items_async)),
         ):
             o, f = best_of(fo, 1), best_of(ff, 1)
             prev = results.get(op, (float("inf"), float("inf")))
@@ -253,6 +283,8 @@ def main() -> None:
     print("sample*: the same sample(256) against a floor that gathers with ndarray.take")
     print(f"add x{LANES}: one step of {LANES} envs at once (num_envs={LANES}) against "
           f"[T, {LANES}, ...] arrays (not an issue target; the vector-env loop)")
+    print(f"add async: add(env_ids=...) of a random half of {LANES} envs per step (async "
+          "vector envs; the lanes fall out of step) against per-lane rows of the same arrays")
     mem_ratio = grown / ideal
     print(f"{'memory':<10}{grown / 2**20:>10.1f}MB{ideal / 2**20:>10.1f}MB{mem_ratio:>8.3f}"
           f"{'<=1.10':>9}  {'yes' if mem_ratio <= 1.1 else 'NO'}")
