@@ -261,6 +261,30 @@ get_free(Appender *self)
     return free;
 }
 
+/* Does the step at flat index `at` (a lane's previous newest step) continue into a new
+ * step whose obs is `row`: not an episode end, and its kept next observation equals
+ * `row` bitwise? Returns its link (to release) when it does, 0 when not, -1 on error.
+ * Opens the side view `sv` at first use (*have_side). */
+static long long
+continues_into(Appender *self, Py_ssize_t at, const char *row, Py_buffer *sv, int *have_side)
+{
+    const Py_ssize_t ib = self->f[0].nbytes;
+    long long p = ((const int32_t *)self->link.buf)[at];
+    if (!p || ((const char *)self->f[3].store.buf)[at]
+        || ((const char *)self->f[4].store.buf)[at])
+        return 0;
+    if (!*have_side) {
+        if (side_view(self, sv) < 0)
+            return -1;
+        *have_side = 1;
+    }
+    if (p > sv->len / ib) {
+        corrupt(p);
+        return -1;
+    }
+    return memcmp((char *)sv->buf + (p - 1) * ib, row, (size_t)ib) == 0 ? p : 0;
+}
+
 /* ------------------------------------------------------------------ the write
  * n steps of all L lanes, rows [start, start + n) (no wrap), inputs validated:
  * src[i] points at field i's [n, L, *shape] bytes, nobs at next_obs [n, L, *shape].
@@ -273,8 +297,6 @@ write_steps(Appender *self, char *const *src, const char *nobs, Py_ssize_t n)
     const Py_ssize_t ib = self->f[0].nbytes;
     const char *obs = src[0], *term = src[3], *trunc = src[4];
     int32_t *link = (int32_t *)self->link.buf;
-    const char *term_s = (const char *)self->f[3].store.buf;
-    const char *trunc_s = (const char *)self->f[4].store.buf;
     int64_t w = meta(&self->written)[0], c = meta(&self->counts)[0];
     Py_ssize_t start = (Py_ssize_t)(w % T), end = start + n, nl = n * L;
     int err = 0;
@@ -348,25 +370,14 @@ write_steps(Appender *self, char *const *src, const char *nobs, Py_ssize_t n)
         relink[l] = 0;
     if (!err && c && n < T) {
         Py_ssize_t prow = start ? start - 1 : T - 1;
-        for (Py_ssize_t l = 0; !err && l < L; l++) {
-            Py_ssize_t j = prow * L + l;
-            long long p = link[j];
-            if (!p || term_s[j] || trunc_s[j])
-                continue;
-            if (!have_side) {
-                err = side_view(self, &sv) < 0;
-                have_side = !err;
-                if (err)
-                    break;
-            }
-            if (p > sv.len / ib) {
-                err = corrupt(p);
+        for (Py_ssize_t l = 0; l < L; l++) {
+            long long p = continues_into(self, prow * L + l, obs + l * ib, &sv, &have_side);
+            if (p < 0) {
+                err = 1;
                 break;
             }
-            if (memcmp((char *)sv.buf + (p - 1) * ib, obs + l * ib, (size_t)ib) == 0) {
-                relink[l] = p;
-                any_relink = 1;
-            }
+            relink[l] = p;
+            any_relink |= p > 0;
         }
     }
     /* 3. side slots of the kept next observations, in row-major order (taking more slots
@@ -452,8 +463,6 @@ write_each(Appender *self, char *const *src, const char *nobs, const int64_t *la
     const Py_ssize_t ib = self->f[0].nbytes;
     const char *obs = src[0], *term = src[3], *trunc = src[4];
     int32_t *link = (int32_t *)self->link.buf;
-    const char *term_s = (const char *)self->f[3].store.buf;
-    const char *trunc_s = (const char *)self->f[4].store.buf;
     int64_t *wr = meta(&self->written), *cn = meta(&self->counts), *ep = meta(&self->episodes);
     int err = 0, have_side = 0, any_relink = 0;
     Py_buffer sv;
@@ -482,23 +491,13 @@ write_each(Appender *self, char *const *src, const char *nobs, const int64_t *la
         if (cn[lane] == 0 || T < 2)
             continue;
         Py_ssize_t at = (Py_ssize_t)((wr[lane] - 1) % T) * L + (Py_ssize_t)lane;
-        long long p = link[at];
-        if (!p || term_s[at] || trunc_s[at])
-            continue;
-        if (!have_side) {
-            err = side_view(self, &sv) < 0;
-            have_side = !err;
-            if (err)
-                break;
-        }
-        if (p > sv.len / ib) {
-            err = corrupt(p);
+        long long p = continues_into(self, at, obs + j * ib, &sv, &have_side);
+        if (p < 0) {
+            err = 1;
             break;
         }
-        if (memcmp((char *)sv.buf + (p - 1) * ib, obs + j * ib, (size_t)ib) == 0) {
-            relink[j] = p;
-            any_relink = 1;
-        }
+        relink[j] = p;
+        any_relink |= p > 0;
     }
     /* 3. one side slot per lane (taking more than are free grows the side store) */
     if (!err) {

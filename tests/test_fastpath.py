@@ -419,6 +419,24 @@ def test_compiled_writer_refuses_a_corrupt_free_list() -> None:
 
 
 @pytest.mark.skipif(not ACCEL, reason="_lane not built")
+@pytest.mark.parametrize("corrupt", ["free", "link"])
+def test_compiled_add_lanes_refuses_corrupt_side_slots(corrupt: str) -> None:
+    """add_lanes raises on an out-of-range free slot or link instead of touching memory
+    outside the side store."""
+    buf = rb.ReplayBuffer(capacity=16, num_envs=2, seed=0)
+    o = np.zeros((1, 3), np.float32)
+    one = {"obs": o, "action": np.zeros(1, np.int64), "reward": np.zeros(1, np.float32),
+           "next_obs": o, "terminated": np.zeros(1, bool), "truncated": np.zeros(1, bool)}
+    buf.add(env_ids=[1], **one)
+    if corrupt == "free":
+        buf.table._free.append(10**6)
+    else:  # lane 1's newest step continues into the next add: its link is read
+        buf.table.link[0, 1] = 10**6
+    with pytest.raises(RuntimeError, match="outside the side store"):
+        buf.add(env_ids=[1], **one)
+
+
+@pytest.mark.skipif(not ACCEL, reason="_lane not built")
 def test_async_adds_take_the_compiled_path() -> None:
     """env_ids adds, and every add once the lanes are out of step, are one compiled call
     (the general StepTable.write is never reached); a bad env_ids still gets the general
