@@ -32,6 +32,7 @@ from replaybank.errors import (
     SpecError,
 )
 from replaybank.io.checkpoint import load_buffer as load
+from replaybank.io.resume import ResumeWarning
 from replaybank.ops.gae import discount_cumsum, gae
 from replaybank.samplers.base import (
     LaneView,
@@ -83,6 +84,7 @@ __all__ = [
     "ReplayBankError",
     "ReplayBuffer",
     "ReplayBufferConfig",
+    "ResumeWarning",
     "RolloutBuffer",
     "SampleResult",
     "Sampler",

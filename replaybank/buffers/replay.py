@@ -466,9 +466,26 @@ class ReplayBuffer:
 
         return load_buffer(dirpath, prefix=prefix)
 
+    def flush(self) -> None:
+        """Make a ``storage="memmap"`` buffer durable and exactly resumable.
+
+        Syncs the files to disk and saves the generator and sampler state (e.g. PER
+        priorities) next to them, so that :meth:`open` restores the identical next
+        sample as long as nothing is added after this call (see
+        :mod:`replaybank.io.resume`).
+
+        Raises:
+            ConfigError: The storage is not memmap (use :meth:`save` instead).
+        """
+        from replaybank.io.resume import save_resume
+
+        save_resume(self)
+
     @classmethod
     def open(cls, path: Any) -> Any:
-        """Reopen a memmap buffer at ``path`` and continue where it stopped."""
+        """Reopen a memmap buffer at ``path`` and continue where it stopped (with the
+        generator and sampler state of its last :meth:`flush` when no step was added
+        after it)."""
         from replaybank.storage.memmap import open_buffer
 
         return open_buffer(path)

@@ -171,6 +171,10 @@ class SequenceReplayBuffer:
         """Drop every stored step."""
         self.buffer.clear()
 
+    def flush(self) -> None:
+        """Sync a memmap buffer and save its resume state; see :meth:`ReplayBuffer.flush`."""
+        self.buffer.flush()
+
     # ------------------------------------------------------------------ sampling
     def sample(self, batch_size: int, sequence_length: int | None = None,
                **kwargs: Any) -> SequenceBatch:

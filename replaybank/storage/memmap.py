@@ -11,10 +11,13 @@ SIGKILL) between or during adds loses nothing that an earlier add completed. Cal
 :meth:`MemmapBackend.flush` to survive an OS crash too.
 
 :func:`open_buffer` (``ReplayBuffer.open(path)``) reopens the files in a new process and
-continues where the old one stopped. Generator and sampler state live in memory and
-are not part of the files: a reopened buffer starts a fresh generator (from the config
-seed) and gives every live step the sampler's default state (e.g. the running max
-priority). For an exact resume including those, use ``save``/``load``.
+continues where the old one stopped. Generator and sampler state (e.g. PER priorities)
+live in memory: ``buf.flush()`` saves them next to the files
+(:mod:`replaybank.io.resume`), and a reopened buffer restores them when the files still
+hold exactly the steps they held at that flush, so it draws the identical next sample.
+Without such a flush (or with steps added after it) a reopened buffer starts a fresh
+generator (from the config seed) and gives every live step the sampler's default state
+(e.g. the running max priority).
 
 Example:
     >>> import tempfile, numpy as np
@@ -34,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import uuid
 import weakref
 from pathlib import Path
 from typing import Any
@@ -44,9 +48,12 @@ import numpy.typing as npt
 
 from replaybank.errors import CheckpointError, ConfigError
 
-__all__ = ["MANIFEST", "MemmapBackend", "open_buffer"]
+__all__ = ["MANIFEST", "RESUME_PREFIX", "MemmapBackend", "open_buffer"]
 
 MANIFEST = "replaybank_memmap.json"
+#: File name prefix of the generator/sampler state that ``flush()`` saves
+#: (:mod:`replaybank.io.resume`); removed with the buffer's files.
+RESUME_PREFIX = "replaybank_resume_"
 _FORMAT = "replaybank.memmap"
 _VERSION = 1
 
@@ -121,7 +128,8 @@ class MemmapBackend:
         except OSError as exc:
             raise ConfigError(f"path={str(self.path)!r}: cannot create the directory ({exc})") \
                 from exc
-        self.manifest = {"format": _FORMAT, "version": _VERSION, "arrays": {}, "config": None}
+        self.manifest = {"format": _FORMAT, "version": _VERSION, "arrays": {}, "config": None,
+                         "buffer_id": uuid.uuid4().hex}
         self._save_manifest()
 
     # ------------------------------------------------------------------ files
@@ -135,6 +143,19 @@ class MemmapBackend:
                 (self.path / entry["file"]).unlink()
         with contextlib.suppress(OSError):
             (self.path / MANIFEST).unlink()
+        for stale in self.path.glob(RESUME_PREFIX + "*"):  # the old buffer's resume state
+            with contextlib.suppress(OSError):
+                stale.unlink()
+
+    @property
+    def buffer_id(self) -> str:
+        """A random id of the buffer in these files, made at creation (and recorded on
+        first use for files written before ids existed): resume state names it."""
+        bid = self.manifest.get("buffer_id")
+        if not isinstance(bid, str):
+            bid = self.manifest["buffer_id"] = uuid.uuid4().hex
+            self._save_manifest()
+        return bid
 
     def _save_manifest(self) -> None:
         _write_json_atomic(self.path / MANIFEST, self.manifest)
@@ -310,4 +331,7 @@ def open_buffer(path: Any, **overrides: Any) -> Any:
         order = np.argsort(seq, kind="stable")
         keys = (seq * lanes + lane)[order].astype(np.int64)
         buf.sampler.on_write(ring.key_to_slot(keys, table.T, lanes), None)
+    from replaybank.io.resume import load_resume
+
+    load_resume(buf)  # the generator and sampler state of the last flush, when it fits
     return buf
