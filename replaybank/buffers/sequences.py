@@ -68,7 +68,7 @@ from replaybank.buffers.sequence_gather import fused_reads, gather_fused, gather
 from replaybank.errors import ConfigError, DtypeError, EmptyBufferError, ShapeError, describe
 from replaybank.ops import ring, windows
 from replaybank.ops.draws import uniform_ints
-from replaybank.samplers.base import PrioritySampler, SampleResult
+from replaybank.samplers.base import SampleResult
 from replaybank.samplers.lane_split import LaneSplitSampler
 from replaybank.samplers.uniform import UniformSampler, check_batch_size
 from replaybank.spec import SEP
@@ -423,7 +423,7 @@ def update_sequence_priorities(
     if isinstance(eta, bool) or not isinstance(eta, (int, float, np.floating)) \
             or not 0.0 <= float(eta) <= 1.0:
         raise ConfigError(f"update_sequence_priorities(eta={eta!r}): must be a float in [0, 1]")
-    if not isinstance(buf.sampler, PrioritySampler):
+    if not callable(getattr(buf.sampler, "update", None)):  # PrioritySampler, cheaper
         raise ConfigError(
             f"update_sequence_priorities: this buffer's sampler ({type(buf.sampler).__name__}) "
             "has no priorities; build it with sampler=PrioritizedSampler(...)"
