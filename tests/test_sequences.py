@@ -102,9 +102,15 @@ def test_extent_and_plan_kernels_match_loops(kernel: str) -> None:
         nrows, lanes = link.shape
         keys = np.arange(-lanes, (written.max() + 2) * lanes)
         width = int(rng.integers(1, nrows + 3))
+        bounds = np.ascontiguousarray((link != 0).T.astype(np.uint8))  # [lanes, T]
         for cross in (False, True):
             want = [loop_extent(link, written, counts, int(k), width, cross) for k in keys]
             assert extent(link, written, counts, keys, width, cross).tolist() == want
+            if kernel == "numba":  # reading the lane-major boundary bytes instead of link
+                from replaybank.ops import windows_numba as wn
+
+                got = wn.window_extent(link, written, counts, keys, width, cross, bounds)
+                assert got.tolist() == want
         live = np.array([s * lanes + lane for lane in range(lanes)
                          for s in range(written[lane] - counts[lane], written[lane])],
                         dtype=np.int64)
@@ -623,11 +629,14 @@ def test_sequence_plan_kernel_matches_loops() -> None:
         ext = windows.window_extent(link, written, counts, keys, width, cross)
         term = rng.random(nrows * lanes) < 0.3
         trunc = rng.random(nrows * lanes) < 0.2
-        slots, steps, fl, side, tail = wn.sequence_plan(link, written, counts, term, trunc,
-                                                        keys, ext, width, burn_in)
-        flags = np.stack([fl[n] for n in PLAN_FLAGS])
-        assert_plan_matches_loops(link, written, counts, term, trunc, keys, ext, width,
-                                  burn_in, (slots, steps, flags, side, tail))
+        bounds = np.ascontiguousarray((link != 0).T.astype(np.uint8))
+        for b in (None, bounds):  # link itself, or the lane-major boundary bytes
+            slots, steps, fl, side, tail = wn.sequence_plan(link, written, counts, term,
+                                                            trunc, keys, ext, width, burn_in,
+                                                            b)
+            flags = np.stack([fl[n] for n in PLAN_FLAGS])
+            assert_plan_matches_loops(link, written, counts, term, trunc, keys, ext, width,
+                                      burn_in, (slots, steps, flags, side, tail))
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])

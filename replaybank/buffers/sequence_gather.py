@@ -144,7 +144,8 @@ def gather_fused(fast: Any, t: Any, starts: IntArray, ext: IntArray, width: int,
                             "use gather_numpy")
     if plan is None:
         slots, steps, flags, side, tail_only = fast.sequence_plan(
-            t.link, t.written, t.counts, reads.term, reads.trunc, starts, ext, width, burn_in)
+            t.link, t.written, t.counts, reads.term, reads.trunc, starts, ext, width, burn_in,
+            reads.boundaries(fast, t))
     else:
         slots, steps, fl, side, tail_only = plan
         first, last, terminal, mask, burn, term, trunc = fl

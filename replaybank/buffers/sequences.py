@@ -58,6 +58,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -166,18 +167,20 @@ def _fast_kernels() -> Any:
 
 
 def _draw_starts(buf: Any, batch_size: int, width: int, cross: bool, min_len: int,
-                 max_redraws: int, kwargs: dict[str, Any],
-                 size: int) -> tuple[SampleResult, IntArray]:
+                 max_redraws: int, kwargs: dict[str, Any], size: int,
+                 extent: Any = None) -> tuple[SampleResult, IntArray]:
     sampler = buf.sampler
     calls = getattr(sampler, "calls", None)
     if calls is None or not hasattr(sampler, "current_beta"):
-        return _draw_rounds(buf, batch_size, width, cross, min_len, max_redraws, kwargs, size)
+        return _draw_rounds(buf, batch_size, width, cross, min_len, max_redraws, kwargs, size,
+                            extent)
     # a scheduled sampler (PER): resolve beta once, so that redraw rounds neither advance
     # the schedule nor change beta inside one batch; the call counts once
     if kwargs.get("beta") is None:
         kwargs = {**kwargs, "beta": sampler.current_beta}
     try:
-        out = _draw_rounds(buf, batch_size, width, cross, min_len, max_redraws, kwargs, size)
+        out = _draw_rounds(buf, batch_size, width, cross, min_len, max_redraws, kwargs, size,
+                           extent)
     except BaseException:
         sampler.calls = calls
         raise
@@ -186,12 +189,13 @@ def _draw_starts(buf: Any, batch_size: int, width: int, cross: bool, min_len: in
 
 
 def _draw_rounds(buf: Any, batch_size: int, width: int, cross: bool, min_len: int,
-                 max_redraws: int, kwargs: dict[str, Any],
-                 size: int) -> tuple[SampleResult, IntArray]:
+                 max_redraws: int, kwargs: dict[str, Any], size: int,
+                 extent: Any = None) -> tuple[SampleResult, IntArray]:
     t = buf.table
     lv = buf.lane_view()
     rng = buf.rng
-    extent = _EXTENT[0] if _EXTENT else _load_extent()
+    if extent is None:
+        extent = _EXTENT[0] if _EXTENT else _load_extent()
     # i.i.d. samplers draw a few spare starts up front and keep the first valid ones (in
     # draw order, so the accepted starts are still i.i.d. from the conditional law)
     iid = isinstance(buf.sampler, (UniformSampler, LaneSplitSampler)) \
@@ -216,18 +220,20 @@ def _draw_rounds(buf: Any, batch_size: int, width: int, cross: bool, min_len: in
                 np.argsort(ext < min_len, kind="stable")[:batch_size]  # valid ones first
             res, ext = SampleResult(res.keys[sel]), ext[sel]
     return _redraw_rounds(buf, res, ext, batch_size, width, cross, min_len, max_redraws,
-                          kwargs)
+                          kwargs, extent)
 
 
 def _redraw_rounds(buf: Any, res: SampleResult, ext: IntArray, batch_size: int, width: int,
-                   cross: bool, min_len: int, max_redraws: int,
-                   kwargs: dict[str, Any]) -> tuple[SampleResult, IntArray]:
+                   cross: bool, min_len: int, max_redraws: int, kwargs: dict[str, Any],
+                   extent: Any = None) -> tuple[SampleResult, IntArray]:
     """Redraw the starts of ``res`` whose extent is below ``min_len`` (``ext`` is updated
-    in place), then fall back to the exact set of valid starts (uniform sampler)."""
+    in place), then fall back to the exact set of valid starts (uniform sampler).
+    ``extent``: the window-extent function (default: the kernel of ``KERNEL``)."""
     t = buf.table
     lv = buf.lane_view()
     rng = buf.rng
-    extent = _EXTENT[0] if _EXTENT else _load_extent()
+    if extent is None:
+        extent = _EXTENT[0] if _EXTENT else _load_extent()
     exact = type(buf.sampler) is UniformSampler
     limit = max_redraws if exact else max(max_redraws, 1024)
     for _ in range(limit):
@@ -341,19 +347,26 @@ def sample_sequences(
     min_len = width if strict else burn_in + 1
     fast = _fast_kernels()
     reads = fused_reads(t) if fast is not None else None
-    if reads is not None and not sampler_kwargs and max_redraws > 0 \
-            and type(buf.sampler) is UniformSampler:
-        # the uniform sampler's draw (as _draw_rounds), checked and planned in one call
-        flat = uniform_ints(buf.rng, size, batch_size + batch_size // 2 + 4)
-        keys, ext, _, plan = fast.draw_plan(t.link, t.written, t.counts, flat, width, cross,
-                                            min_len, batch_size, reads.term, reads.trunc,
-                                            burn_in, reads.boundaries(fast, t))
-        if plan is not None:
-            out = gather_fused(fast, t, keys, ext, width, burn_in, min_len >= width, plan,
-                               reads)
-            return _finish(out, None, state_names)
-        res, ext = _redraw_rounds(buf, SampleResult(keys), ext, batch_size, width, cross,
-                                  min_len, max_redraws, {})
+    extent = None
+    if reads is not None:
+        bounds = reads.boundaries(fast, t)
+        # extents read the lane-major boundary bytes (a cache line or two per window)
+        extent = partial(fast.window_extent, bounds=bounds)
+        if not sampler_kwargs and max_redraws > 0 and type(buf.sampler) is UniformSampler:
+            # the uniform sampler's draw (as _draw_rounds), checked and planned in one call
+            flat = uniform_ints(buf.rng, size, batch_size + batch_size // 2 + 4)
+            keys, ext, _, plan = fast.draw_plan(t.link, t.written, t.counts, flat, width,
+                                                cross, min_len, batch_size, reads.term,
+                                                reads.trunc, burn_in, bounds)
+            if plan is not None:
+                out = gather_fused(fast, t, keys, ext, width, burn_in, min_len >= width, plan,
+                                   reads)
+                return _finish(out, None, state_names)
+            res, ext = _redraw_rounds(buf, SampleResult(keys), ext, batch_size, width,
+                                      cross, min_len, max_redraws, {}, extent)
+        else:
+            res, ext = _draw_starts(buf, batch_size, width, cross, min_len, max_redraws,
+                                    sampler_kwargs, size, extent)
     else:
         res, ext = _draw_starts(buf, batch_size, width, cross, min_len, max_redraws,
                                 sampler_kwargs, size)

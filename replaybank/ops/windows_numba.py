@@ -32,8 +32,9 @@ BoolArray = npt.NDArray[np.bool_]
 
 
 @numba.njit(cache=True, nogil=True)
-def _extent(link, written, counts, keys, width, cross, out):  # type: ignore[no-untyped-def]  # pragma: no cover
-    T, lanes = link.shape  # noqa: N806
+def _extent(lk, written, counts, keys, width, cross, out):  # type: ignore[no-untyped-def]  # pragma: no cover
+    # lk [lanes, T]: nonzero where a step's next observation is kept aside (as _draw)
+    lanes, T = lk.shape  # noqa: N806
     for b in range(keys.shape[0]):
         seq = keys[b] // lanes
         lane = keys[b] % lanes
@@ -43,18 +44,29 @@ def _extent(link, written, counts, keys, width, cross, out):  # type: ignore[no-
             continue
         n = 1
         while n < width and seq + n < hi:
-            if not cross and link[(seq + n - 1) % T, lane] != 0:
+            if not cross and lk[lane, (seq + n - 1) % T] != 0:
                 break
             n += 1
         out[b] = n
 
 
 def window_extent(link: npt.NDArray[np.int32], written: IntArray, counts: IntArray,
-                  keys: IntArray, width: int, cross: bool) -> IntArray:
-    """Same contract as :func:`replaybank.ops.windows.window_extent`."""
+                  keys: IntArray, width: int, cross: bool,
+                  bounds: npt.NDArray[np.uint8] | None = None) -> IntArray:
+    """Same contract as :func:`replaybank.ops.windows.window_extent`; ``bounds`` as in
+    :func:`draw_plan` (the lane-major ``link != 0`` bytes, read instead of ``link``).
+
+    Example:
+        >>> link = np.zeros((4, 1), np.int32); link[1, 0] = 1
+        >>> bounds = np.ascontiguousarray((link != 0).T.astype(np.uint8))
+        >>> window_extent(link, np.array([4]), np.array([4]), np.array([0]), 3, False,
+        ...               bounds).tolist()
+        [2]
+    """
     keys = np.asarray(keys, dtype=np.int64)
     out = np.empty(keys.shape[0], dtype=np.int64)
-    _extent(link, written, counts, keys, int(width), bool(cross), out)
+    _extent(link.T if bounds is None else bounds, written, counts, keys, int(width),
+            bool(cross), out)
     return out
 
 
@@ -258,8 +270,8 @@ def _seq_plan(link, lk, written, counts, term, trunc, keys, ext, width, burn_in,
 
 def sequence_plan(link: npt.NDArray[np.int32], written: IntArray, counts: IntArray,
                   term: BoolArray, trunc: BoolArray, keys: IntArray, ext: IntArray,
-                  width: int, burn_in: int) -> tuple[IntArray, IntArray,
-                                                     dict[str, BoolArray], IntArray, bool]:
+                  width: int, burn_in: int, bounds: npt.NDArray[np.uint8] | None = None
+                  ) -> tuple[IntArray, IntArray, dict[str, BoolArray], IntArray, bool]:
     """Slots, flags and side patches of sampled windows, in one pass.
 
     Its numpy oracle is :func:`~replaybank.ops.windows.window_plan` plus the flag
@@ -275,6 +287,8 @@ def sequence_plan(link: npt.NDArray[np.int32], written: IntArray, counts: IntArr
         ext: Extents ``[B]`` (steps past them are padding).
         width: Window width ``W``.
         burn_in: Leading burn-in steps.
+        bounds: The lane-major ``link != 0`` bytes (see :func:`draw_plan`), read
+            instead of ``link`` where they only tell whether a link is set.
 
     Returns:
         ``(slots, steps, flags, side, tail_only)``: storage slots ``[B, W + 1]`` (the
@@ -299,7 +313,8 @@ def sequence_plan(link: npt.NDArray[np.int32], written: IntArray, counts: IntArr
     steps = np.empty((nb, width), np.int64)
     flags = np.empty((7, nb, width), np.bool_)
     side = np.empty((nb * width, 3), np.int64)
-    n, tail = _seq_plan(link, link.T, written, counts, term, trunc, keys,
+    n, tail = _seq_plan(link, link.T if bounds is None else bounds, written, counts, term,
+                        trunc, keys,
                         np.asarray(ext, np.int64), int(width), int(burn_in), slots, steps,
                         flags, side)
     names = ("is_first", "is_last", "is_terminal", "mask", "burn_in", "terminated",
