@@ -151,11 +151,15 @@ def test_history_and_is_first_match_loops() -> None:
             assert bool(first[i]) == (not prev_live or link[(seq - 1) % nrows, lane] > 0)
 
 
-def test_r2d2_priority_matches_loop() -> None:
+@pytest.mark.parametrize("kernel", ["numpy", "numba"])
+def test_r2d2_priority_matches_loop(kernel: str) -> None:
+    if kernel == "numba":
+        pytest.importorskip("numba")
     rng = np.random.default_rng(2)
     td = rng.normal(size=(50, 7))
     mask = rng.random((50, 7)) < 0.6
-    got = windows.r2d2_priority(td, mask, 0.9)
+    mask[3] = False  # a row without a counted step
+    got = windows.r2d2_kernel(kernel)[0](td, mask, 0.9)
     for b in range(50):
         vals = [abs(td[b, j]) for j in range(7) if mask[b, j]]
         if not vals:

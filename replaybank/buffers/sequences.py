@@ -148,6 +148,15 @@ def _load_extent() -> Any:
     return _EXTENT[0]
 
 
+_R2D2: list[Any] = []
+
+
+def _load_r2d2() -> Any:
+    """The R2D2 priority kernel (numba when it imports, else numpy), loaded once."""
+    _R2D2.append(windows.r2d2_kernel("auto")[0])
+    return _R2D2[0]
+
+
 #: Who computes starts, slots and flags: ``"auto"`` (fused numba kernels when numba
 #: imports and the storage is numpy) or ``"numpy"`` (the vectorised numpy path).
 KERNEL = "auto"
@@ -464,7 +473,7 @@ def update_sequence_priorities(
             "update_sequence_priorities(td_errors=...): counted TD errors contain NaN or "
             "inf; check the loss or mask those steps"
         )
-    prio = windows.r2d2_priority(td, m, float(eta))
+    prio = (_R2D2[0] if _R2D2 else _load_r2d2())(td, m, float(eta))
     keep = m.any(axis=1)
     if not keep.any():
         return 0

@@ -41,6 +41,7 @@ __all__ = [
     "extent_kernel",
     "is_first",
     "plan_kernel",
+    "r2d2_kernel",
     "r2d2_priority",
     "stack_kernel",
     "stack_slots",
@@ -333,6 +334,17 @@ def extent_kernel(prefer: str = "auto") -> tuple[Any, str]:
     """
     return pick_kernel(prefer, "replaybank.ops.windows_numba", "window_extent", window_extent,
                        "extent_kernel")
+
+
+def r2d2_kernel(prefer: str = "auto") -> tuple[Any, str]:
+    """:func:`r2d2_priority` compiled with numba when it imports, else the numpy function.
+
+    Example:
+        >>> r2d2_kernel("numpy")[1]
+        'numpy'
+    """
+    return pick_kernel(prefer, "replaybank.ops.windows_numba", "r2d2_priority", r2d2_priority,
+                       "r2d2_kernel")
 
 
 def plan_kernel(prefer: str = "auto") -> tuple[Any, str]:

@@ -24,8 +24,8 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["draw_plan", "draw_windows", "sequence_plan", "sync_boundaries", "window_extent",
-           "window_plan"]
+__all__ = ["draw_plan", "draw_windows", "r2d2_priority", "sequence_plan", "sync_boundaries",
+           "window_extent", "window_plan"]
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
@@ -422,3 +422,34 @@ def sync_boundaries(link: npt.NDArray[np.int32], written: IntArray, seen: IntArr
         [[0, 0, 0, 0], [0, 0, 0, 1]]
     """
     _sync(link, written, seen, bounds)
+
+
+@numba.njit(cache=True, nogil=True)
+def _r2d2(td, mask, eta, out):  # type: ignore[no-untyped-def]  # pragma: no cover
+    for b in range(td.shape[0]):
+        n = 0
+        mx = 0.0
+        total = 0.0
+        for j in range(td.shape[1]):
+            if mask[b, j]:
+                a = abs(td[b, j])
+                mx = a if n == 0 or a > mx else mx
+                total += a
+                n += 1
+        out[b] = eta * mx + (1.0 - eta) * (total / n) if n else np.nan
+
+
+def r2d2_priority(td_errors: npt.NDArray[np.float64], mask: BoolArray,
+                  eta: float) -> npt.NDArray[np.float64]:
+    """Same contract as :func:`replaybank.ops.windows.r2d2_priority` (one pass per row).
+
+    Example:
+        >>> r2d2_priority(np.array([[1.0, -3.0, 9.0]]), np.array([[True, True, False]]),
+        ...               0.5).tolist()
+        [2.5]
+    """
+    td = np.ascontiguousarray(td_errors, dtype=np.float64)
+    m = np.ascontiguousarray(mask, dtype=np.bool_)
+    out = np.empty(td.shape[0], np.float64)
+    _r2d2(td, m, float(eta), out)
+    return out
