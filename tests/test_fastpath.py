@@ -141,9 +141,10 @@ def _choose(plan: Any, compiled: bool) -> None:
     """Keep the compiled writer (it must exist) or switch it off for this plan."""
     if compiled:
         assert plan.c_add is not not_handled and plan.c_extend is not not_handled \
-            and plan.c_add_lanes is not not_handled
+            and plan.c_add_lanes is not not_handled and plan.quiet is not None
     else:
         plan.c_add = plan.c_extend = plan.c_add_lanes = not_handled
+        plan.quiet = None
 
 
 class _Counting(LaneWriter):
@@ -377,22 +378,29 @@ def test_lanes_match_general_path(kernel: bool, prioritized: bool, seed: int, la
         n = int(rng.integers(1, rows + 3))
         kw, cur = _lanes_chunk(rng, cur, n, p_end, p_break)
         u = rng.random()
+        # initial priorities (Ape-X style actors) on some calls of the prioritized buffer
+        given = prioritized and rng.random() < 0.5
+
+        def prio(*shape: int, given: bool = given) -> dict[str, Any]:
+            return {"priority": rng.random(shape) * 3 + 0.1} if given else {}
+
         if u < 0.3:  # every lane, one step at a time
             for i in range(n):
-                one = {k: v[i] for k, v in kw.items()}
+                one = {**{k: v[i] for k, v in kw.items()}, **prio(lanes)}
                 fast.add(**one)
                 slow.add(**one)
         elif u < 0.5:  # some lanes, in any order (async envs): the lanes fall out of step
             ids = rng.permutation(lanes)[:int(rng.integers(1, lanes + 1))]
             env_ids = ids.tolist() if rng.random() < 0.5 else ids
             for i in range(n):
-                one = {k: v[i, ids] for k, v in kw.items()}
+                one = {**{k: v[i, ids] for k, v in kw.items()}, **prio(len(ids))}
                 fast.add(env_ids=env_ids, **one)
                 slow.add(env_ids=env_ids, **one)
             cur[ids] = rng.standard_normal((len(ids), 3)).astype(np.float32)
         else:
-            fast.extend(**kw)
-            slow.extend(**kw)
+            p = prio(n, lanes)
+            fast.extend(**kw, **p)
+            slow.extend(**kw, **p)
         _same_state(fast, slow)
         sa, sb = fast.sampler.state_dict(), slow.sampler.state_dict()
         assert sa.keys() == sb.keys()
@@ -474,3 +482,64 @@ def test_async_adds_take_the_compiled_path() -> None:
         buf.add(env_ids=[0, 4], **part)
     after = buf.state_dict()["table"]
     assert all(np.array_equal(np.asarray(before[k]), np.asarray(after[k])) for k in before)
+
+
+@pytest.mark.skipif(not ACCEL, reason="_lane not built")
+def test_adds_with_priorities_take_the_compiled_path() -> None:
+    """add/extend with initial priorities (every lane, some lanes, chunks) are one compiled
+    write plus one sampler call: same table and sampler state as the general path, which
+    is never reached; bad priorities still get its error and change nothing."""
+    rng = np.random.default_rng(5)
+
+    def make() -> rb.ReplayBuffer:
+        return rb.ReplayBuffer(capacity=6 * 3, num_envs=3, seed=0,
+                               sampler=rb.PrioritizedSampler(alpha=0.6))
+
+    buf, ref = make(), _general(make())
+    cur = rng.standard_normal((3, 3)).astype(np.float32)
+    kw, cur = _lanes_chunk(rng, cur, 1, 0.0, 0.0)
+    for b in (buf, ref):
+        b.add(**{k: v[0] for k, v in kw.items()})
+
+    def no_general(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the general write was called")
+
+    table = buf.table
+    for step in range(30):
+        kw, cur = _lanes_chunk(rng, cur, 4, 0.2, 0.05)
+        in_step = len(set(table.written.tolist())) == 1
+        # the compiled extend needs the lanes in step (and no wrap inside the chunk)
+        fits = in_step and table.written[0] % table.T + 4 <= table.T
+        if fits or step % 3:
+            table.write = no_general  # type: ignore[method-assign]
+        else:
+            vars(table).pop("write", None)  # the general write is allowed for this call
+        if step % 3 == 0:
+            p = rng.random((4, 3)) + 0.1
+            buf.extend(**kw, priority=p)
+            ref.extend(**kw, priority=p)
+        elif step % 3 == 1:
+            for i in range(4):
+                p = rng.random(3) + 0.1
+                buf.add(**{k: v[i] for k, v in kw.items()}, priority=p)
+                ref.add(**{k: v[i] for k, v in kw.items()}, priority=p)
+        else:
+            ids = [2, 0]
+            for i in range(4):
+                part = {k: v[i, ids] for k, v in kw.items()}
+                buf.add(env_ids=ids, **part, priority=[1.5, 0.5])
+                ref.add(env_ids=ids, **part, priority=[1.5, 0.5])
+        _same_state(buf, ref)
+        sa, sb = buf.sampler.state_dict(), ref.sampler.state_dict()
+        assert all(np.array_equal(np.asarray(sa[k]), np.asarray(sb[k])) for k in sa)
+    before = buf.state_dict()
+    one = {k: v[0] for k, v in kw.items()}
+    with pytest.raises(ShapeError, match="priority"):
+        buf.add(**one, priority=[1.0, 2.0])
+    with pytest.raises(rb.DtypeError, match="priority"):
+        buf.add(**one, priority=[1.0, -2.0, 1.0])
+    after = buf.state_dict()
+    for k in before["table"]:
+        assert np.array_equal(np.asarray(before["table"][k]), np.asarray(after["table"][k]))
+    assert all(np.array_equal(np.asarray(before["sampler"][k]),
+                              np.asarray(after["sampler"][k])) for k in before["sampler"])

@@ -87,6 +87,9 @@ class FastPlan:
         trio = compiled_writer(table, sampler)
         self.c_add, self.c_extend, self.c_add_lanes = trio if trio is not None \
             else (not_handled, not_handled, not_handled)
+        # the same compiled writer without telling the sampler: writes with given
+        # priorities, which the caller passes to the sampler itself
+        self.quiet = trio if sampler is None else compiled_writer(table, None)
 
     def arrays(self, fields: dict[str, Any], lead: tuple[int, ...],
                out: tuple[int, int]) -> tuple[dict[str, Any], dict[str, Any]] | None:

@@ -295,6 +295,12 @@ class ReplayBuffer:
                     m = self._num_envs
                     if plan.add_one(fields) if m == 1 else plan.write(fields, (m,), (1, m)):
                         return
+        else:  # initial priorities (e.g. computed by actors): compiled write, then priorities
+            plan = self._plan()
+            if plan is not None and replay_priorities.write_prioritized(
+                    self, plan, env_ids, priority, None,
+                    (obs, action, reward, next_obs, terminated, truncated, extras)):
+                return
         fields = collect_fields(obs, action, reward, next_obs, terminated, truncated, extras)
         self._write(fields, False, env_ids, priority)
 
@@ -328,6 +334,12 @@ class ReplayBuffer:
                                             truncated, extras)
                     if plan.write(fields, (n,) if m == 1 else (n, m), (n, m)):
                         return
+        elif env_ids is None and type(obs) is np.ndarray and obs.ndim >= 1:
+            plan = self._plan()
+            if plan is not None and replay_priorities.write_prioritized(
+                    self, plan, None, priority, obs.shape[0],
+                    (obs, action, reward, next_obs, terminated, truncated, extras)):
+                return
         fields = collect_fields(obs, action, reward, next_obs, terminated, truncated, extras)
         self._write(fields, True, env_ids, priority)
 
