@@ -444,23 +444,31 @@ def test_compiled_add_lanes_refuses_corrupt_side_slots(corrupt: str) -> None:
         buf.add(env_ids=[1], **one)
 
 
+def _no_general(*args: Any, **kwargs: Any) -> Any:
+    raise AssertionError("the general write was called")
+
+
+def _started_twins(rng: np.random.Generator, make: Any
+                   ) -> tuple[rb.ReplayBuffer, rb.ReplayBuffer, np.ndarray]:
+    """A buffer and its general-path twin after the same first add of every lane (which
+    allocates the storage), and the lanes' current observations."""
+    buf, ref = make(), _general(make())
+    cur = rng.standard_normal((buf.num_envs, 3)).astype(np.float32)
+    kw, cur = _lanes_chunk(rng, cur, 1, 0.0, 0.0)
+    for b in (buf, ref):
+        b.add(**{k: v[0] for k, v in kw.items()})
+    return buf, ref, cur
+
+
 @pytest.mark.skipif(not ACCEL, reason="_lane not built")
 def test_async_adds_take_the_compiled_path() -> None:
     """env_ids adds, and every add once the lanes are out of step, are one compiled call
     (the general StepTable.write is never reached); a bad env_ids still gets the general
     path's error and leaves the buffer unchanged."""
     rng = np.random.default_rng(3)
-    buf = rb.ReplayBuffer(capacity=5 * 4, num_envs=4, seed=0)
-    ref = _general(rb.ReplayBuffer(capacity=5 * 4, num_envs=4, seed=0))
-    cur = rng.standard_normal((4, 3)).astype(np.float32)
-    kw, cur = _lanes_chunk(rng, cur, 1, 0.0, 0.0)
-    for b in (buf, ref):
-        b.add(**{k: v[0] for k, v in kw.items()})
-
-    def no_general(*args: Any, **kwargs: Any) -> Any:
-        raise AssertionError("the general write was called")
-
-    buf.table.write = no_general  # type: ignore[method-assign]
+    buf, ref, cur = _started_twins(rng, lambda: rb.ReplayBuffer(capacity=5 * 4, num_envs=4,
+                                                                seed=0))
+    buf.table.write = _no_general  # type: ignore[method-assign]
     for step in range(40):
         kw, cur = _lanes_chunk(rng, cur, 1, 0.2, 0.05)
         one = {k: v[0] for k, v in kw.items()}
@@ -495,15 +503,7 @@ def test_adds_with_priorities_take_the_compiled_path() -> None:
         return rb.ReplayBuffer(capacity=6 * 3, num_envs=3, seed=0,
                                sampler=rb.PrioritizedSampler(alpha=0.6))
 
-    buf, ref = make(), _general(make())
-    cur = rng.standard_normal((3, 3)).astype(np.float32)
-    kw, cur = _lanes_chunk(rng, cur, 1, 0.0, 0.0)
-    for b in (buf, ref):
-        b.add(**{k: v[0] for k, v in kw.items()})
-
-    def no_general(*args: Any, **kwargs: Any) -> Any:
-        raise AssertionError("the general write was called")
-
+    buf, ref, cur = _started_twins(rng, make)
     table = buf.table
     for step in range(30):
         kw, cur = _lanes_chunk(rng, cur, 4, 0.2, 0.05)
@@ -511,7 +511,7 @@ def test_adds_with_priorities_take_the_compiled_path() -> None:
         # the compiled extend needs the lanes in step (and no wrap inside the chunk)
         fits = in_step and table.written[0] % table.T + 4 <= table.T
         if fits or step % 3:
-            table.write = no_general  # type: ignore[method-assign]
+            table.write = _no_general  # type: ignore[method-assign]
         else:
             vars(table).pop("write", None)  # the general write is allowed for this call
         if step % 3 == 0:
