@@ -126,6 +126,9 @@ class ReplayBuffer:
         self.storage_owner: Any = None
         self._fast: FastPlan | None = None
         self._lane_view: LaneView | None = None
+        # the view's input transform (frame stacks keep the newest frame), per view object
+        self._tview: Any = None
+        self._transform: Any = None
         self.sampler.bind(self.rows, self._num_envs)
         if spec is not None:
             self._allocate(standard_spec(Spec.coerce(spec)))
@@ -201,14 +204,27 @@ class ReplayBuffer:
         if attach is not None:  # persistent storage records how to rebuild its owner
             attach(self if self.storage_owner is None else self.storage_owner)
 
+    def _prepare(self, steps: bool, env_ids: Any, obs: Any, action: Any, reward: Any,
+                 next_obs: Any, terminated: Any, truncated: Any, extras: dict[str, Any]
+                 ) -> tuple[Any, ...]:
+        """The call's values as the view's input transform rewrites them (e.g. the newest
+        frame of stacked observations), split again into the standard fields and extras,
+        so that every write path after it sees what is stored."""
+        # bad env_ids: the general path's error
+        m = self._num_envs if env_ids is None else len(lane_ids(env_ids, self._num_envs))
+        fields = self._transform.prepare_inputs(
+            collect_fields(obs, action, reward, next_obs, terminated, truncated, extras),
+            steps, m)
+        std = tuple(fields.pop(k, UNSET) for k in
+                    ("obs", "action", "reward", "next_obs", "terminated", "truncated"))
+        return (*std, fields)
+
     def _write(self, fields: dict[str, Any], steps: bool, env_ids: Any, priority: Any) -> IntArray:
+        """The general (fully validated) write; an input transform was already applied."""
         call = "extend" if steps else "add"
         lanes = lane_ids(env_ids, self._num_envs)
         m = len(lanes)
         explicit = m > 1 or env_ids is not None
-        transform = input_transform(self.view)
-        if transform is not None:
-            fields = transform.prepare_inputs(fields, steps, m)
         # infer the spec, but allocate only once the whole call is known to be valid
         spec = call_spec(fields, steps, m, explicit) if self._table is None \
             else self._table.spec
@@ -241,7 +257,7 @@ class ReplayBuffer:
         if plan is not None and plan.table is t and plan.owner is self.sampler \
                 and plan.view is self.view:
             return plan
-        if t is None or input_transform(self.view) is not None or t.obs_fields != ["obs"] \
+        if t is None or t.obs_fields != ["obs"] \
                 or not all(isinstance(a, np.ndarray) for a in t.arrays.values()) \
                 or not all(isinstance(a, np.ndarray) for a in t.side.values()):
             return None
@@ -274,6 +290,11 @@ class ReplayBuffer:
         Raises:
             SpecError, ShapeError, DtypeError: Bad input; the buffer is left unchanged.
         """
+        if self.view is not self._tview:
+            self._tview, self._transform = self.view, input_transform(self.view)
+        if self._transform is not None:  # e.g. frame stacks: store the newest frame
+            obs, action, reward, next_obs, terminated, truncated, extras = self._prepare(
+                False, env_ids, obs, action, reward, next_obs, terminated, truncated, extras)
         if priority is None:
             plan = self._plan()
             if plan is not None and env_ids is not None:  # async envs: some lanes
@@ -319,6 +340,11 @@ class ReplayBuffer:
         Raises:
             SpecError, ShapeError, DtypeError: Bad input; the buffer is left unchanged.
         """
+        if self.view is not self._tview:
+            self._tview, self._transform = self.view, input_transform(self.view)
+        if self._transform is not None:  # e.g. frame stacks: store the newest frame
+            obs, action, reward, next_obs, terminated, truncated, extras = self._prepare(
+                True, env_ids, obs, action, reward, next_obs, terminated, truncated, extras)
         if env_ids is None and priority is None:
             plan = self._plan()
             if plan is not None:

@@ -192,19 +192,31 @@ class FrameStackView:
             The fields with each stacked observation replaced by its newest frame.
         """
         n_lead = int(steps) + int(lanes > 1)
+        if not any(type(v) is dict or "/" in k for k, v in fields.items()):
+            # flat fields (the usual call): only obs and next_obs change
+            out = dict(fields)
+            for name in ("obs", "next_obs"):
+                if name in out:
+                    out[name] = self._newest(out[name], "", n_lead, lanes)
+            return out
         flat = flatten(fields)
-        out: dict[str, Any] = {}
+        out = {}
         for name, value in flat.items():
             top, _, leaf = name.partition("/")
             if top not in ("obs", "next_obs"):
                 out[name] = value
                 continue
-            arr = np.asarray(value)
-            stacked, frame_ndim = self._decide(leaf, arr, n_lead, lanes)
-            if stacked and arr.ndim >= frame_ndim + 1:
-                arr = np.take(arr, -1, axis=arr.ndim - frame_ndim - 1)
-            out[name] = arr
+            out[name] = self._newest(value, leaf, n_lead, lanes)
         return unflatten(out)
+
+    def _newest(self, value: Any, leaf: str, n_lead: int, lanes: int) -> npt.NDArray[Any]:
+        """The newest frame of a stacked observation leaf (a C-contiguous copy), or the
+        value as an array when it holds single frames."""
+        arr = value if type(value) is np.ndarray else np.asarray(value)
+        stacked, frame_ndim = self._decide(leaf, arr, n_lead, lanes)
+        if stacked and arr.ndim >= frame_ndim + 1:
+            arr = arr.take(-1, axis=arr.ndim - frame_ndim - 1)
+        return arr
 
     # ------------------------------------------------------------------ sampling
     def _pick_kernel(self) -> Any:
