@@ -543,3 +543,37 @@ def test_adds_with_priorities_take_the_compiled_path() -> None:
         assert np.array_equal(np.asarray(before["table"][k]), np.asarray(after["table"][k]))
     assert all(np.array_equal(np.asarray(before["sampler"][k]),
                               np.asarray(after["sampler"][k])) for k in before["sampler"])
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("lanes", [1, 3])
+def test_frame_stack_inputs_match_general_path(kernel: bool, lanes: int) -> None:
+    """A frame-stack buffer's view keeps the newest frame of stacked inputs before the
+    fast writers run: the same table state as the general path, adds and extends."""
+    rng = np.random.default_rng(11)
+
+    def make() -> rb.ReplayBuffer:
+        return rb.ReplayBuffer(capacity=7 * lanes, num_envs=lanes, frame_stack=3, seed=0)
+
+    fast, slow = make(), _general(make())
+    lead = () if lanes == 1 else (lanes,)
+
+    def step(n: int | None) -> dict[str, Any]:
+        shape = lead if n is None else (n, *lead)
+        stack = rng.integers(0, 255, (*shape, 3, 4, 4)).astype(np.uint8)
+        nxt = rng.integers(0, 255, (*shape, 3, 4, 4)).astype(np.uint8)
+        return {"obs": stack, "action": rng.integers(0, 4, shape).astype(np.int64),
+                "reward": rng.random(shape).astype(np.float32), "next_obs": nxt,
+                "terminated": rng.random(shape) < 0.2, "truncated": np.zeros(shape, bool)}
+
+    first = step(None)  # the first add allocates the storage (general path)
+    for b in (fast, slow):
+        b.add(**first)
+    plan = fast._plan()
+    assert plan is not None
+    _choose(plan, kernel)
+    for i in range(12):
+        kw = step(None) if i % 3 else step(int(rng.integers(1, 5)))
+        for b in (fast, slow):
+            (b.add if i % 3 else b.extend)(**kw)
+        _same_state(fast, slow)
