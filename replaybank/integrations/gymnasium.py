@@ -147,8 +147,11 @@ class Collector:
         return _numpy(self.policy(obs))
 
     def _store(self, fields: dict[str, Any], real: np.ndarray) -> None:
-        if self.buffer.spec is None:
-            fields["reward"] = np.asarray(fields["reward"], dtype=np.float32)
+        # rewards in the stored dtype (float32 by default): the buffer's compiled writer
+        # takes values of exactly the stored format (the general path would cast them)
+        spec = self.buffer.spec
+        fields["reward"] = np.asarray(fields["reward"], dtype=np.float32 if spec is None
+                                      or "reward" not in spec else spec["reward"].dtype)
         if not self.vector:
             self.buffer.add(**fields)
             return
