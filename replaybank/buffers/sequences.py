@@ -356,7 +356,6 @@ def sample_sequences(
     min_len = width if strict else burn_in + 1
     fast = _fast_kernels()
     reads = fused_reads(t) if fast is not None else None
-    extent = None
     if reads is not None:
         bounds = reads.boundaries(fast, t)
         # extents read the lane-major boundary bytes (a cache line or two per window)
