@@ -44,6 +44,7 @@ typedef struct {
     PyObject *ndarray_type;
     PyObject *bool_type;
     Py_ssize_t T, L;
+    int durable;               /* files (memmap): counts drop before rows are rewritten */
 } Appender;
 
 static PyObject *s_free, *s_side, *s_obs, *s_alloc;
@@ -358,8 +359,14 @@ write_steps(Appender *self, char *const *src, const char *nobs, Py_ssize_t n)
         }
     }
     /* 1. evict: old steps in the rows written now leave the ring and free their slots
-     *    (rows before start + T - c held no live step) */
+     *    (rows before start + T - c held no live step); on files, counts drop first, so
+     *    that a process killed in the middle never shows a half-written row as live */
     if (c + n > T) {
+        if (self->durable) {
+            int64_t kept = c - (c + n - T) > 0 ? c - (c + n - T) : 0;
+            for (Py_ssize_t l = 0; l < L; l++)
+                meta(&self->counts)[l] = kept;
+        }
         for (Py_ssize_t j = (start + (Py_ssize_t)(T - c)) * L; !err && j < end * L; j++)
             if (link[j])
                 err = free_append(free, link[j] - 1) < 0;
@@ -477,12 +484,15 @@ write_each(Appender *self, char *const *src, const char *nobs, const int64_t *la
         err = 1;
         goto out;
     }
-    /* 1. evict: a full lane's oldest step (in the row written now) frees its slot */
+    /* 1. evict: a full lane's oldest step (in the row written now) frees its slot (on
+     *    files its count drops first, as in write_steps) */
     for (Py_ssize_t j = 0; !err && j < m; j++) {
         int64_t lane = lanes[j];
         Py_ssize_t at = (Py_ssize_t)(wr[lane] % T) * L + (Py_ssize_t)lane;
         if (cn[lane] == T && link[at])
             err = free_append(free, link[at] - 1) < 0;
+        if (cn[lane] == T && self->durable)
+            cn[lane] = T - 1;
     }
     /* 2. does each lane's previous newest step continue into this one? */
     for (Py_ssize_t j = 0; !err && j < m; j++) {
@@ -801,9 +811,10 @@ Appender_init(Appender *self, PyObject *args, PyObject *kwds)
 {
     PyObject *table, *nd, *bt, *fields, *link, *written, *counts, *episodes;
     Py_ssize_t lanes;
+    int durable = 0;
     (void)kwds;
-    if (!PyArg_ParseTuple(args, "OOOOOOOOn", &table, &nd, &bt, &fields, &link, &written,
-                          &counts, &episodes, &lanes))
+    if (!PyArg_ParseTuple(args, "OOOOOOOOn|p", &table, &nd, &bt, &fields, &link, &written,
+                          &counts, &episodes, &lanes, &durable))
         return -1;
     if (self->table != NULL) {
         PyErr_SetString(PyExc_RuntimeError, "Appender is initialised once");
@@ -820,6 +831,7 @@ Appender_init(Appender *self, PyObject *args, PyObject *kwds)
     Py_INCREF(bt);
     self->bool_type = bt;
     self->L = lanes;
+    self->durable = durable;
     for (int i = 0; i < NFIELDS; i++) {
         Field *f = &self->f[i];
         PyObject *store, *shape;

@@ -577,3 +577,41 @@ def test_frame_stack_inputs_match_general_path(kernel: bool, lanes: int) -> None
         for b in (fast, slow):
             (b.add if i % 3 else b.extend)(**kw)
         _same_state(fast, slow)
+
+
+@pytest.mark.skipif(not ACCEL, reason="_lane not built")
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_memmap_tables_match_general_path(tmp_path: Any, prioritized: bool) -> None:
+    """Memmap files are written by the compiled writer too (adds of every lane, lanes out
+    of step, env_ids subsets, chunks, evictions, priorities): same files as the general
+    path's."""
+    rng = np.random.default_rng(21)
+
+    names = iter(["fast", "general"])
+
+    def make() -> rb.ReplayBuffer:
+        sampler = rb.PrioritizedSampler() if prioritized else None
+        return rb.ReplayBuffer(capacity=5 * 3, num_envs=3, seed=0, sampler=sampler,
+                               storage="memmap", path=tmp_path / next(names))
+
+    buf, ref, cur = _started_twins(rng, make)
+    assert buf.backend.name == "memmap" and buf._plan().quiet is not None
+    for step in range(40):
+        kw, cur = _lanes_chunk(rng, cur, 3, 0.2, 0.05)
+        u = step % 4
+        p = {"priority": rng.random((3, 3)) + 0.1} if prioritized and step % 2 else {}
+        if u == 0:
+            buf.extend(**kw, **p)
+            ref.extend(**kw, **p)
+        elif u == 1:
+            for i in range(3):
+                one = {k: v[i] for k, v in kw.items()}
+                buf.add(**one)
+                ref.add(**one)
+        else:
+            ids = rng.permutation(3)[:int(rng.integers(1, 4))]
+            for i in range(3):
+                part = {k: v[i, ids] for k, v in kw.items()}
+                buf.add(env_ids=ids, **part)
+                ref.add(env_ids=ids, **part)
+        _same_state(buf, ref)

@@ -53,6 +53,7 @@ import numpy.typing as npt
 from replaybank.storage.accel import ACCEL as _ACCEL
 from replaybank.storage.accel import accelerated
 from replaybank.storage.backend import NumpyBackend
+from replaybank.storage.memmap import MemmapBackend
 from replaybank.storage.table import StepTable
 
 __all__ = ["LaneWriter", "accelerated", "compiled_writer", "lean_table", "not_handled",
@@ -144,7 +145,7 @@ def _c_field(store: Any, field: _Field) -> tuple[Any, str, tuple[int, ...], str,
 def compiled_writer(table: StepTable, sampler: Any = None
                     ) -> tuple[Callable[..., bool], Callable[..., bool],
                                Callable[..., bool]] | None:
-    """The compiled ``(add, extend, add_lanes)`` of an in-memory table, or None.
+    """The compiled ``(add, extend, add_lanes)`` of a numpy or memmap table, or None.
 
     ``add`` and ``extend`` take ``(obs, action, reward, next_obs, terminated, truncated,
     extras)`` and return True when they wrote the call (every lane at once, lanes in
@@ -152,9 +153,11 @@ def compiled_writer(table: StepTable, sampler: Any = None
     the Python paths must take it (nothing was written). ``add_lanes(lanes, obs, ...,
     extras)`` writes one step of the lanes ``lanes`` (distinct ints; None: every lane),
     in step or not: async vector envs (``env_ids``), and every add once lanes fell out
-    of step. None when the accelerator is not built or off, or the table has fields
-    beyond the standard ones (the compiled writer never writes extras), a nested
-    observation or persistent storage.
+    of step. On memmap files the writes keep the crash-safe order of
+    :meth:`StepTable.write_sync` (counts drop before rows are rewritten). None when the
+    accelerator is not built or off, or the table has fields beyond the standard ones
+    (the compiled writer never writes extras), a nested observation or another storage
+    (torch).
 
     Args:
         table: The step table.
@@ -178,7 +181,7 @@ def compiled_writer(table: StepTable, sampler: Any = None
     """
     spec = table.spec
     std = ("obs", "action", "reward", "terminated", "truncated")
-    if _ACCEL is None or type(table.backend) is not NumpyBackend \
+    if _ACCEL is None or type(table.backend) not in (NumpyBackend, MemmapBackend) \
             or table.obs_fields != ["obs"] or set(spec) != set(std) \
             or any(spec[k].shape != () for k in std[2:]) \
             or any(spec[k].dtype != np.bool_ for k in std[3:]):
@@ -187,8 +190,11 @@ def compiled_writer(table: StepTable, sampler: Any = None
     try:
         fields = tuple(_c_field(flat(table.arrays[n]), _Field(spec[n].shape, spec[n].dtype))
                        for n in std)
+        # files (memmap): counts drop before evicted rows are rewritten (crash safety,
+        # as StepTable.write_sync orders it)
         app = _ACCEL.Appender(table, np.ndarray, np.bool_, fields, flat(table.link),
-                              table.written, table.counts, table.episodes, table.lanes)
+                              table.written, table.counts, table.episodes, table.lanes,
+                              type(table.backend) is MemmapBackend)
     except (ValueError, TypeError):  # e.g. a dtype without a buffer format
         return None
     if sampler is None:
