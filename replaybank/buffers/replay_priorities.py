@@ -81,16 +81,8 @@ def check_priority(sampler: Sampler, priority: Any, out: tuple[int, int]) -> Flo
 
 def update_priorities(buf: ReplayBuffer, indices: Any, priorities: Any) -> int:
     """:meth:`ReplayBuffer.update_priorities <replaybank.buffers.replay.ReplayBuffer.
-    update_priorities>`: set the priorities of the still-live ``indices``.
-
-    Returns:
-        Number of priorities applied (stale ones excluded).
-
-    Raises:
-        ConfigError: The sampler has no priorities.
-        ShapeError: Lengths differ.
-        DtypeError: A priority is negative, NaN or infinite.
-    """
+    update_priorities>` (returns, raises and all): set the priorities of the still-live
+    ``indices``; stale ones (overwritten since they were sampled) are skipped."""
     # a plain attribute check: isinstance() on a runtime Protocol costs ~40 us a call
     update = getattr(buf.sampler, "update", None)
     if not callable(update):
