@@ -15,11 +15,11 @@ Example:
 """
 
 from replaybank.batch import Batch, SequenceBatch
-from replaybank.buffers.paths import PathBuffer
-from replaybank.buffers.prioritized import PrioritizedReplayBuffer
 from replaybank.buffers.replay import ReplayBuffer
-from replaybank.buffers.rollout import RolloutBuffer
-from replaybank.buffers.sequence_buffer import SequenceReplayBuffer
+from replaybank.buffers.rollout.buffer import RolloutBuffer
+from replaybank.compat.prioritized import PrioritizedReplayBuffer
+from replaybank.compat.sequence import SequenceReplayBuffer
+from replaybank.compat.trajectory import PathBuffer
 from replaybank.errors import (
     CapacityError,
     CheckpointError,
@@ -31,26 +31,37 @@ from replaybank.errors import (
     ShapeError,
     SpecError,
 )
-from replaybank.io.checkpoint import load_buffer as load
-from replaybank.io.resume import ResumeWarning
 from replaybank.ops.gae import discount_cumsum, gae
+from replaybank.persist import ResumeWarning, load, open, save
 from replaybank.samplers.base import (
+    KeyUpdates,
     LaneView,
     PrioritySampler,
     Sampler,
     SampleResult,
+    ScheduledSampler,
     StatelessSampler,
+    UniformDraws,
 )
 from replaybank.samplers.lane_split import LaneSplitSampler
 from replaybank.samplers.prioritized import PrioritizedSampler
 from replaybank.samplers.recent import RecentSampler
 from replaybank.samplers.uniform import UniformSampler
 from replaybank.spec import FieldSpec, Spec
-from replaybank.storage.backend import ArrayBackend, NumpyBackend
-from replaybank.storage.memmap import MemmapBackend, open_buffer
+from replaybank.storage.backends.base import ArrayBackend, DurableBackend
+from replaybank.storage.backends.memmap import MemmapBackend
+from replaybank.storage.backends.numpy import NumpyBackend
+from replaybank.views.base import (
+    FusedView,
+    InputTransform,
+    ShiftedView,
+    StatelessView,
+    StepView,
+    View,
+)
 from replaybank.views.framestack import FrameStackView
 from replaybank.views.nstep import NStepView
-from replaybank.views.transition import InputTransform, TransitionView, View
+from replaybank.views.transition import TransitionView
 
 __version__ = "0.1.0"
 
@@ -65,10 +76,13 @@ __all__ = [
     "ComponentConfig",
     "ConfigError",
     "DtypeError",
+    "DurableBackend",
     "EmptyBufferError",
     "FieldSpec",
     "FrameStackView",
+    "FusedView",
     "InputTransform",
+    "KeyUpdates",
     "LaneSplitSampler",
     "LaneView",
     "MemmapBackend",
@@ -88,14 +102,19 @@ __all__ = [
     "RolloutBuffer",
     "SampleResult",
     "Sampler",
+    "ScheduledSampler",
     "SequenceBatch",
     "SequenceReplayBuffer",
     "ShapeError",
+    "ShiftedView",
     "Spec",
     "SpecError",
     "StatelessSampler",
+    "StatelessView",
+    "StepView",
     "TorchBackend",
     "TransitionView",
+    "UniformDraws",
     "UniformSampler",
     "View",
     "collect",
@@ -104,10 +123,12 @@ __all__ = [
     "from_config",
     "gae",
     "load",
+    "open",
     "open_buffer",
     "register_buffer",
     "register_sampler",
     "register_view",
+    "save",
     "spec_from_env",
     "spec_from_spaces",
     "warm",
@@ -121,7 +142,7 @@ _LAZY = {
     "warm": "replaybank.integrations.gymnasium",
     "spec_from_env": "replaybank.integrations.spaces",
     "spec_from_spaces": "replaybank.integrations.spaces",
-    "TorchBackend": "replaybank.storage.torch_backend",
+    "TorchBackend": "replaybank.storage.backends.torch",
     "PinnedStager": "replaybank.integrations.torch",
     # pydantic is imported only when configs are used
     "BufferConfig": "replaybank.config",
@@ -145,3 +166,6 @@ def __getattr__(name: str) -> object:
     globals()[name] = value
     return value
 
+
+#: The name ``rb.open`` had before :mod:`replaybank.persist` (kept for old code).
+open_buffer = open

@@ -40,7 +40,7 @@ typedef struct {
     int nf;                    /* fields initialised (for dealloc) */
     Py_buffer link, written, counts, episodes;
     int nmeta;
-    PyObject *table;
+    PyObject *table;  /* the SideStore: .arrays["obs"], .free, .alloc(k) */
     PyObject *ndarray_type;
     PyObject *bool_type;
     Py_ssize_t T, L;
@@ -214,7 +214,7 @@ free_append(PyObject *free, long long slot)
     return r;
 }
 
-/* k slots in table._alloc(k) order (popped from the end of the free list, or the side
+/* k slots in SideStore.alloc(k) order (popped from the end of the free list, or the side
  * store grows first); 0 ok, -1 error. */
 static int
 take_slots(Appender *self, PyObject *free, Py_ssize_t k, long long *out)
@@ -241,7 +241,7 @@ take_slots(Appender *self, PyObject *free, Py_ssize_t k, long long *out)
         return -1;
     int err = PyList_GET_SIZE(lst) != k;
     if (err)
-        PyErr_SetString(PyExc_RuntimeError, "table._alloc returned the wrong number of slots");
+        PyErr_SetString(PyExc_RuntimeError, "SideStore.alloc returned the wrong number of slots");
     for (Py_ssize_t j = 0; !err && j < k; j++) {
         out[j] = PyLong_AsLongLong(PyList_GET_ITEM(lst, j));
         err = out[j] == -1 && PyErr_Occurred();
@@ -256,7 +256,7 @@ get_free(Appender *self)
     PyObject *free = PyObject_GetAttr(self->table, s_free);
     if (free != NULL && !PyList_CheckExact(free)) {
         Py_DECREF(free);
-        PyErr_SetString(PyExc_TypeError, "table._free must be a list");
+        PyErr_SetString(PyExc_TypeError, "side store free list must be a list");
         return NULL;
     }
     return free;
@@ -460,7 +460,7 @@ out:
  * step: src[i] points at field i's [m, *shape] bytes, nobs at next_obs [m, *shape].
  * Same steps and order as the general StepTable.write with n = 1 (table_write.write):
  * evictions free their side slots (lane order), each lane's previous newest step is
- * checked for continuity, m side slots are taken (table._alloc order), then data, links,
+ * checked for continuity, m side slots are taken (SideStore.alloc order), then data, links,
  * relinks and counters. Returns 0, or -1 with an exception set. */
 static int
 write_each(Appender *self, char *const *src, const char *nobs, const int64_t *lanes,
@@ -802,7 +802,7 @@ Appender_dealloc(Appender *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* Appender(table, ndarray, bool_, fields, link, written, counts, episodes, lanes)
+/* Appender(side_store, ndarray, bool_, fields, link, written, counts, episodes, lanes)
  * fields: 5 tuples (flat_store, format, item_shape, kind, lo, hi) in the order obs,
  * action, reward, terminated, truncated; link: flat int32 [T * lanes]; written, counts,
  * episodes: int64 [lanes]. */
@@ -925,10 +925,10 @@ static struct PyModuleDef lanemodule = {
 PyMODINIT_FUNC
 PyInit__lane(void)
 {
-    s_free = PyUnicode_InternFromString("_free");
-    s_side = PyUnicode_InternFromString("side");
+    s_free = PyUnicode_InternFromString("free");
+    s_side = PyUnicode_InternFromString("arrays");
     s_obs = PyUnicode_InternFromString("obs");
-    s_alloc = PyUnicode_InternFromString("_alloc");
+    s_alloc = PyUnicode_InternFromString("alloc");
     if (!s_free || !s_side || !s_obs || !s_alloc)
         return NULL;
     if (PyType_Ready(&AppenderType) < 0)

@@ -34,9 +34,41 @@ import numpy.typing as npt
 
 from replaybank.errors import DtypeError, ShapeError, SpecError, describe
 
-__all__ = ["SEP", "FieldSpec", "Spec", "as_array", "flatten", "unflatten"]
+__all__ = ["SEP", "STANDARD", "UNSET", "FieldSpec", "Spec", "as_array", "collect_fields",
+           "flatten", "unflatten"]
 
 SEP = "/"
+
+#: The standard fields of a step, in the order ``add`` takes them.
+STANDARD = ("obs", "action", "reward", "next_obs", "terminated", "truncated")
+
+
+class _Unset:
+    """Marks a standard field the caller did not pass."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<unset>"
+
+
+UNSET: Any = _Unset()
+
+
+def collect_fields(obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any,
+                   truncated: Any, extras: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields of one ``add``/``extend`` call as a dict: the standard fields the
+    caller passed (not :data:`UNSET`), then the extras.
+
+    Example:
+        >>> sorted(collect_fields(1, UNSET, 0.5, 2, False, UNSET, {"h": 0}))
+        ['h', 'next_obs', 'obs', 'reward', 'terminated']
+    """
+    out = {k: v for k, v in zip(STANDARD, (obs, action, reward, next_obs, terminated,
+                                           truncated), strict=True) if v is not UNSET}
+    out.update(extras)
+    return out
+
 
 
 @dataclass(frozen=True)

@@ -27,8 +27,9 @@ from typing import Any
 import numpy as np
 
 from replaybank.config import buffer_config, from_config
-from replaybank.io.checkpoint import load_buffer, save_buffer
 from replaybank.io.state import split_state
+from replaybank.persist import load as load_buffer
+from replaybank.persist import save as save_buffer
 from replaybank.spec import unflatten
 
 __all__ = ["add_random", "assert_roundtrip", "assert_same", "assert_same_state",
@@ -176,7 +177,7 @@ def assert_roundtrip(
         in_memory: Also check ``from_config(buf.config())`` + ``load_state_dict``.
         ignore: State key paths that may differ (e.g. ``"init.storage"`` when loading
             with another storage).
-        **load_overrides: Passed to :func:`~replaybank.io.checkpoint.load_buffer`.
+        **load_overrides: Passed to :func:`~replaybank.persist.load`.
 
     Returns:
         The loaded buffer.

@@ -14,6 +14,7 @@ import pytest
 from safetensors import safe_open
 
 import replaybank as rb
+from replaybank import persist
 from replaybank.errors import CheckpointError
 from replaybank.io import checkpoint as ck
 from replaybank.io import safetensors_stream as sts
@@ -362,14 +363,14 @@ def test_corrupt_load_into_leaves_buffer_unchanged(saved: tuple[Path, Any]) -> N
     data[-10] ^= 1
     p.write_bytes(bytes(data))
     with pytest.raises(CheckpointError, match="checksum"):
-        ck.load_into(target, d)
+        persist.load_into(target, d)
     assert_same(split_state(target.state_dict()), before)
 
 
 def test_load_into_wrong_capacity(saved: tuple[Path, Any]) -> None:
     d, _ = saved
     with pytest.raises(CheckpointError, match="capacity"):
-        ck.load_into(rb.ReplayBuffer(10, num_envs=2), d)
+        persist.load_into(rb.ReplayBuffer(10, num_envs=2), d)
 
 
 def test_load_state_dict_with_wrong_shapes_changes_nothing() -> None:

@@ -49,7 +49,7 @@ def snapshot(buf: rb.ReplayBuffer) -> dict[str, Any]:
     for k, v in state.get("table", {}).items():
         out[k] = np.array(v, copy=True)
     if buf.spec is not None:
-        out["free"] = list(buf.table._free)
+        out["free"] = list(buf.table.side.free)
         out["side_in_use"] = buf.table.side_in_use()
     return out
 

@@ -1,12 +1,19 @@
-"""The lean add/extend paths must leave a buffer exactly as the general path does.
+"""The lean and compiled add/extend writers must leave a buffer exactly as the reference
+writer does.
 
-Oracle: the same calls on a twin buffer whose fast paths are switched off (every call
-validated and written by ``StepTable.write``); the full ``state_dict`` (data, links,
-side store, free-slot order, counters) must match after every call.
+Oracle: the same calls on a twin buffer built and filled under
+``REPLAYBANK_WRITER=reference`` (every call validated by the general path and written by
+the reference write); the full ``state_dict`` (data, links, side store, free-slot order,
+counters) and the sampler's state must match after every call. The buffer under test is
+filled under ``REPLAYBANK_WRITER=compiled`` (the C accelerator, skipped where it is not
+built) or ``lean`` (the pure-Python writers only).
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -15,22 +22,63 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import replaybank as rb
-from replaybank.errors import ShapeError
-from replaybank.storage import lane_writer
-from replaybank.storage.lane_writer import LaneWriter, not_handled
+from replaybank.errors import ConfigError, ShapeError
+from replaybank.storage.writers.compiled import accelerated
 
-ACCEL = lane_writer.accelerated()
-# the compiled accelerator when it was built, and the pure-Python writer always
-KERNELS = [pytest.param(True, marks=pytest.mark.skipif(not ACCEL, reason="_lane not built"),
-                        id="compiled"), pytest.param(False, id="python")]
-
-
-def _general(buf: rb.ReplayBuffer) -> rb.ReplayBuffer:
-    buf._plan = lambda: None  # type: ignore[method-assign]
-    return buf
+ACCEL = accelerated()
+_NOT_BUILT = pytest.mark.skipif(not ACCEL, reason="_lane not built")
+# the compiled writer when the accelerator was built, and the pure-Python writers always
+KERNELS = [pytest.param("compiled", marks=_NOT_BUILT, id="compiled"),
+           pytest.param("lean", id="lean")]
+# every value of the switch (``auto`` is the default)
+ALL_WRITERS = ["auto", pytest.param("compiled", marks=_NOT_BUILT), "lean", "reference"]
 
 
-def _same_state(a: rb.ReplayBuffer, b: rb.ReplayBuffer) -> None:
+@contextmanager
+def _writer(name: str) -> Iterator[None]:
+    """Run the block with ``REPLAYBANK_WRITER=name`` (restored afterwards)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("REPLAYBANK_WRITER", name)
+        yield
+
+
+class _Under:
+    """A buffer whose construction and every ``add`` / ``extend`` / ``clear`` /
+    ``load_state_dict`` run under ``REPLAYBANK_WRITER=writer``; everything else is the
+    buffer's own. (A buffer reads the switch when it builds its write plan; under
+    ``reference`` no plan is kept, so the switch is read again at each call.)"""
+
+    def __init__(self, writer: str, make: Callable[[], rb.ReplayBuffer]) -> None:
+        self.writer = writer
+        with _writer(writer):
+            self.buf = make()
+
+    def add(self, **kw: Any) -> None:
+        with _writer(self.writer):
+            self.buf.add(**kw)
+
+    def extend(self, **kw: Any) -> None:
+        with _writer(self.writer):
+            self.buf.extend(**kw)
+
+    def clear(self) -> None:
+        with _writer(self.writer):
+            self.buf.clear()
+
+    def load_state_dict(self, state: Any) -> None:
+        with _writer(self.writer):
+            self.buf.load_state_dict(state)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.buf, name)
+
+
+def _twins(kernel: str, make: Callable[[], rb.ReplayBuffer]) -> tuple[_Under, _Under]:
+    """The buffer under test (writer ``kernel``) and its reference twin."""
+    return _Under(kernel, make), _Under("reference", make)
+
+
+def _same_state(a: Any, b: Any) -> None:
     sa, sb = a.state_dict(), b.state_dict()
     assert sa["metadata"] == sb["metadata"]
     ta, tb = sa["table"], sb["table"]
@@ -38,6 +86,13 @@ def _same_state(a: rb.ReplayBuffer, b: rb.ReplayBuffer) -> None:
     for k in ta:
         a, b = np.asarray(ta[k]), np.asarray(tb[k])
         assert a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes(), k
+
+
+def _same_sampler(a: Any, b: Any) -> None:
+    sa, sb = a.sampler.state_dict(), b.sampler.state_dict()
+    assert sa.keys() == sb.keys()
+    for k in sa:
+        assert np.array_equal(np.asarray(sa[k]), np.asarray(sb[k])), k
 
 
 def _chunk(rng: np.random.Generator, obs0: np.ndarray, n: int, p_end: float,
@@ -63,22 +118,18 @@ def _chunk(rng: np.random.Generator, obs0: np.ndarray, n: int, p_end: float,
 @settings(max_examples=40, deadline=None)
 @given(seed=st.integers(0, 2**31 - 1), cap=st.sampled_from([7, 16, 50]),
        p_end=st.sampled_from([0.0, 0.05, 0.3]), p_break=st.sampled_from([0.0, 0.02]))
-def test_extend_and_add_match_general_path(kernel: bool, seed: int, cap: int, p_end: float,
+def test_extend_and_add_match_general_path(kernel: str, seed: int, cap: int, p_end: float,
                                            p_break: float) -> None:
     rng = np.random.default_rng(seed)
-    fast = rb.ReplayBuffer(capacity=cap, seed=0)
+    fast, slow = _twins(kernel, lambda: rb.ReplayBuffer(capacity=cap, seed=0))
     fast.add(**_one(_chunk(rng, rng.standard_normal(3).astype(np.float32), 1, 0, 0)[0], 0))
-    slow = _general(rb.ReplayBuffer(capacity=cap, seed=0))
     slow.load_state_dict(fast.state_dict())
-    plan = fast._plan()
-    assert plan is not None and plan.lane is not None
-    _choose(plan, kernel)
+    _same_state(fast, slow)
     _run_against_general(rng, fast, slow, cap, p_end, p_break)
-    assert fast._fast is plan  # the lean plan served every call
 
 
-def _run_against_general(rng: np.random.Generator, fast: rb.ReplayBuffer,
-                         slow: rb.ReplayBuffer, cap: int, p_end: float, p_break: float) -> None:
+def _run_against_general(rng: np.random.Generator, fast: _Under, slow: _Under, cap: int,
+                         p_end: float, p_break: float) -> None:
     cur = rng.standard_normal(3).astype(np.float32)
     for _ in range(12):
         n = int(rng.integers(1, cap + 3))
@@ -104,7 +155,9 @@ def _one(kw: dict[str, Any], i: int) -> dict[str, Any]:
     return one
 
 
-def test_extend_next_obs_roundtrip() -> None:
+@pytest.mark.parametrize("writer", ALL_WRITERS)
+def test_extend_next_obs_roundtrip(writer: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("REPLAYBANK_WRITER", writer)
     rng = np.random.default_rng(0)
     buf = rb.ReplayBuffer(capacity=64, seed=0)
     cur = rng.standard_normal(3).astype(np.float32)
@@ -121,7 +174,10 @@ def test_extend_next_obs_roundtrip() -> None:
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
 
 
-def test_rejected_extend_leaves_buffer_unchanged() -> None:
+@pytest.mark.parametrize("writer", ALL_WRITERS)
+def test_rejected_extend_leaves_buffer_unchanged(writer: str,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("REPLAYBANK_WRITER", writer)
     rng = np.random.default_rng(1)
     buf = rb.ReplayBuffer(capacity=32, seed=0)
     kw, cur = _chunk(rng, rng.standard_normal(3).astype(np.float32), 8, 0.1, 0.0)
@@ -137,60 +193,16 @@ def test_rejected_extend_leaves_buffer_unchanged() -> None:
         assert np.array_equal(v, np.asarray(after[k])), k
 
 
-def _choose(plan: Any, compiled: bool) -> None:
-    """Keep the compiled writer (it must exist) or switch it off for this plan."""
-    if compiled:
-        assert plan.c_add is not not_handled and plan.c_extend is not not_handled \
-            and plan.c_add_lanes is not not_handled and plan.quiet is not None
-    else:
-        plan.c_add = plan.c_extend = plan.c_add_lanes = not_handled
-        plan.quiet = None
-
-
-class _Counting(LaneWriter):
-    """Counts the chunks and steps the lean writers (compiled or Python) wrote."""
-
-    def __init__(self, plan: Any) -> None:
-        super().__init__(plan.table)
-        self.chunks = self.adds = 0
-        c_add, c_extend = plan.c_add, plan.c_extend
-
-        def count_add(*a: Any) -> bool:
-            ok = c_add(*a)
-            self.adds += ok
-            return ok
-
-        def count_extend(*a: Any) -> bool:
-            ok = c_extend(*a)
-            self.chunks += ok
-            return ok
-
-        plan.c_add, plan.c_extend, plan.lane = count_add, count_extend, self
-
-    def _append(self, *args: Any) -> bool:
-        ok = super()._append(*args)
-        self.chunks += ok
-        return ok
-
-    def add(self, *args: Any) -> bool:
-        ok = super().add(*args)
-        self.adds += ok
-        return ok
-
-
 @pytest.mark.parametrize("kernel", KERNELS)
-def test_lean_writer_serves_sequential_data(kernel: bool) -> None:
+def test_lean_writer_serves_sequential_data(kernel: str) -> None:
+    """Long runs of in-step chunks (none wraps) and single adds of one lane: what the
+    lean and compiled writers serve leaves the reference writer's state."""
     rng = np.random.default_rng(3)
-    fast = rb.ReplayBuffer(capacity=512, seed=0)
-    slow = _general(rb.ReplayBuffer(capacity=512, seed=0))
+    fast, slow = _twins(kernel, lambda: rb.ReplayBuffer(capacity=512, seed=0))
     cur = rng.standard_normal(3).astype(np.float32)
     kw, cur = _chunk(rng, cur, 64, 0.05, 0.0)
     for b in (fast, slow):
         b.extend(**kw)
-    plan = fast._plan()
-    assert plan is not None
-    _choose(plan, kernel)
-    writer = _Counting(plan)
     for _ in range(20):  # 64-step chunks: 8 per ring, none wraps
         kw, cur = _chunk(rng, cur, 64, 0.05, 0.0)
         fast.extend(**kw)
@@ -203,11 +215,11 @@ def test_lean_writer_serves_sequential_data(kernel: bool) -> None:
         if i % 7 == 0:
             _same_state(fast, slow)
     _same_state(fast, slow)
-    assert (writer.chunks, writer.adds) == (20, 40)
+    assert len(fast.buf) == len(slow.buf) == 512
 
 
 @pytest.mark.parametrize("kernel", KERNELS)
-def test_signed_zeros_and_nans_match_general_path(kernel: bool) -> None:
+def test_signed_zeros_and_nans_match_general_path(kernel: str) -> None:
     """0.0 vs -0.0 is a discontinuity; NaN observations (bitwise equal or not) are
     decided exactly as the general path's byte comparison decides them."""
     rng = np.random.default_rng(5)
@@ -224,17 +236,13 @@ def test_signed_zeros_and_nans_match_general_path(kernel: bool) -> None:
     other_nan[8, 1] = np.float32(np.frombuffer(np.uint32(0x7FC00001).tobytes(), np.float32)[0])
     variants.append(other_nan)
     for nxt in variants:
-        fast = rb.ReplayBuffer(capacity=128, seed=0)
-        slow = _general(rb.ReplayBuffer(capacity=128, seed=0))
+        fast, slow = _twins(kernel, lambda: rb.ReplayBuffer(capacity=128, seed=0))
         kw = {"obs": base[:64].copy(), "action": np.zeros(64, np.int64),
               "reward": np.zeros(64, np.float32), "next_obs": nxt,
               "terminated": np.zeros(64, bool), "truncated": np.zeros(64, bool)}
         first = {k: v[:2] for k, v in kw.items()}
         for b in (fast, slow):
             b.extend(**first)
-        plan = fast._plan()
-        assert plan is not None
-        _choose(plan, kernel)
         rest = {k: v[2:] for k, v in kw.items()}
         fast.extend(**rest)
         slow.extend(**rest)
@@ -244,7 +252,7 @@ def test_signed_zeros_and_nans_match_general_path(kernel: bool) -> None:
 
 
 @pytest.mark.parametrize("kernel", KERNELS)
-def test_value_kinds_match_general_path(kernel: bool) -> None:
+def test_value_kinds_match_general_path(kernel: str) -> None:
     """Python and numpy scalars, 0-d arrays, other dtypes, non-contiguous arrays, extras:
     each call lands exactly as on the general path (served or passed on)."""
     rng = np.random.default_rng(7)
@@ -264,17 +272,12 @@ def test_value_kinds_match_general_path(kernel: bool) -> None:
         }
 
     for extra in (False, True):
-        fast = rb.ReplayBuffer(capacity=64, seed=0)
-        slow = _general(rb.ReplayBuffer(capacity=64, seed=0))
+        fast, slow = _twins(kernel, lambda: rb.ReplayBuffer(capacity=64, seed=0))
         first = step(0)
         if extra:
             first["log_prob"] = np.float32(0.0)
         for b in (fast, slow):
             b.add(**first)
-        plan = fast._plan()
-        assert plan is not None and plan.lane is not None
-        if not extra:
-            _choose(plan, kernel)
         for i in range(1, 150):
             kw = step(i)
             if extra:
@@ -298,7 +301,6 @@ def test_value_kinds_match_general_path(kernel: bool) -> None:
 def test_accelerator_is_built_where_it_can_be() -> None:
     """A C compiler and the Python headers are here: the optional build must have worked
     (``optional=True`` would otherwise hide a broken _lane.c behind the Python path)."""
-    import os
     import shutil
     import sysconfig
     from pathlib import Path
@@ -308,26 +310,71 @@ def test_accelerator_is_built_where_it_can_be() -> None:
     header = Path(sysconfig.get_paths()["include"]) / "Python.h"
     if not (shutil.which("cc") or shutil.which("gcc")) or not header.exists():
         pytest.skip("no C compiler or Python headers: the package runs pure Python")
-    assert lane_writer.accelerated(), "replaybank._lane was not built; reinstall with pip"
+    assert accelerated(), "replaybank._lane was not built; reinstall with pip"
 
 
 def test_pure_python_switch() -> None:
-    import os
+    """``REPLAYBANK_PURE_PYTHON=1`` turns the accelerator off: the buffer still works
+    (``auto`` and ``lean``), and ``REPLAYBANK_WRITER=compiled`` is refused."""
     import subprocess
     import sys
 
-    code = ("from replaybank.storage.lane_writer import accelerated\n"
+    code = ("import os\n"
+            "from replaybank.storage.writers.compiled import accelerated\n"
+            "from replaybank.errors import ConfigError\n"
             "import replaybank as rb, numpy as np\n"
-            "b = rb.ReplayBuffer(capacity=8)\n"
             "o = np.zeros(2, np.float32)\n"
-            "for _ in range(3):\n"
-            "    b.add(obs=o, action=0, reward=0.0, next_obs=o, terminated=False,"
+            "def fill(b):\n"
+            "    for _ in range(3):\n"
+            "        b.add(obs=o, action=0, reward=0.0, next_obs=o, terminated=False,"
             " truncated=False)\n"
-            "print(accelerated(), len(b))\n")
+            "    return len(b)\n"
+            "out = [accelerated()]\n"
+            "for w in ('auto', 'lean', 'reference', 'compiled'):\n"
+            "    os.environ['REPLAYBANK_WRITER'] = w\n"
+            "    try:\n"
+            "        out.append(fill(rb.ReplayBuffer(capacity=8)))\n"
+            "    except ConfigError:\n"
+            "        out.append('ConfigError')\n"
+            "print(*out)\n")
     env = {**os.environ, "REPLAYBANK_PURE_PYTHON": "1"}
+    env.pop("REPLAYBANK_WRITER", None)
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                          text=True, check=True)
-    assert out.stdout.split() == ["False", "3"]
+    assert out.stdout.split() == ["False", "3", "3", "3", "ConfigError"]
+
+
+def test_unknown_writer_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An unknown ``REPLAYBANK_WRITER`` raises when the buffer builds its write plan (the
+    first add after its storage exists); the buffer is left unchanged."""
+    buf = rb.ReplayBuffer(capacity=8, seed=0)
+    o = np.zeros(2, np.float32)
+    one = {"obs": o, "action": 0, "reward": 0.0, "next_obs": o, "terminated": False,
+           "truncated": False}
+    buf.add(**one)
+    monkeypatch.setenv("REPLAYBANK_WRITER", "fastest")
+    before = buf.state_dict()["table"]
+    with pytest.raises(ConfigError, match="REPLAYBANK_WRITER"):
+        buf.add(**one)
+    after = buf.state_dict()["table"]
+    assert all(np.array_equal(np.asarray(before[k]), np.asarray(after[k])) for k in before)
+    monkeypatch.setenv("REPLAYBANK_WRITER", " Lean ")  # case and spaces are ignored
+    buf.add(**one)
+    assert len(buf) == 2
+
+
+@pytest.mark.skipif(ACCEL, reason="_lane is built")
+def test_compiled_writer_needs_the_accelerator(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``REPLAYBANK_WRITER=compiled`` without the accelerator is an error, not a silent
+    fallback to the Python writers."""
+    monkeypatch.setenv("REPLAYBANK_WRITER", "compiled")
+    buf = rb.ReplayBuffer(capacity=8, seed=0)
+    o = np.zeros(2, np.float32)
+    one = {"obs": o, "action": 0, "reward": 0.0, "next_obs": o, "terminated": False,
+           "truncated": False}
+    with pytest.raises(ConfigError, match="compiled"):
+        for _ in range(2):  # the plan is built at the latest by the add after the first
+            buf.add(**one)
 
 
 def _lanes_chunk(rng: np.random.Generator, cur: np.ndarray, n: int, p_end: float,
@@ -358,7 +405,7 @@ def _lanes_chunk(rng: np.random.Generator, cur: np.ndarray, n: int, p_end: float
 @given(seed=st.integers(0, 2**31 - 1), lanes=st.sampled_from([1, 2, 3]),
        rows=st.sampled_from([4, 9, 20]), p_end=st.sampled_from([0.0, 0.1, 0.4]),
        p_break=st.sampled_from([0.0, 0.05]))
-def test_lanes_match_general_path(kernel: bool, prioritized: bool, seed: int, lanes: int,
+def test_lanes_match_general_path(kernel: str, prioritized: bool, seed: int, lanes: int,
                                   rows: int, p_end: float, p_break: float) -> None:
     rng = np.random.default_rng(seed)
 
@@ -366,14 +413,11 @@ def test_lanes_match_general_path(kernel: bool, prioritized: bool, seed: int, la
         sampler = rb.PrioritizedSampler(alpha=0.6) if prioritized else None
         return rb.ReplayBuffer(capacity=rows * lanes, num_envs=lanes, seed=0, sampler=sampler)
 
-    fast, slow = make(), _general(make())
+    fast, slow = _twins(kernel, make)
     cur = rng.standard_normal((lanes, 3)).astype(np.float32)
     kw, cur = _lanes_chunk(rng, cur, 1, 0.0, 0.0)
     for b in (fast, slow):
         b.add(**{k: v[0] for k, v in kw.items()})
-    plan = fast._plan()
-    assert plan is not None
-    _choose(plan, kernel)
     for _ in range(10):
         n = int(rng.integers(1, rows + 3))
         kw, cur = _lanes_chunk(rng, cur, n, p_end, p_break)
@@ -402,57 +446,50 @@ def test_lanes_match_general_path(kernel: bool, prioritized: bool, seed: int, la
             fast.extend(**kw, **p)
             slow.extend(**kw, **p)
         _same_state(fast, slow)
-        sa, sb = fast.sampler.state_dict(), slow.sampler.state_dict()
-        assert sa.keys() == sb.keys()
-        for k in sa:
-            assert np.array_equal(np.asarray(sa[k]), np.asarray(sb[k])), k
+        _same_sampler(fast, slow)
         if rng.random() < 0.1:
             fast.clear()
             slow.clear()
-    assert fast._fast is plan
 
 
-@pytest.mark.skipif(not ACCEL, reason="_lane not built")
-def test_compiled_writer_refuses_a_corrupt_free_list() -> None:
+@_NOT_BUILT
+def test_compiled_writer_refuses_a_corrupt_free_list(monkeypatch: pytest.MonkeyPatch) -> None:
     """An out-of-range side slot raises instead of writing outside the side store."""
+    monkeypatch.setenv("REPLAYBANK_WRITER", "compiled")
     buf = rb.ReplayBuffer(capacity=16, seed=0)
     o = np.zeros(3, np.float32)
     buf.add(obs=o, action=0, reward=0.0, next_obs=o + 1, terminated=False, truncated=False)
-    plan = buf._plan()
-    assert plan is not None and plan.c_add is not not_handled
-    buf.table._free.append(10**6)
+    buf.table.side.free.append(10**6)
     with pytest.raises(RuntimeError, match="outside the side store"):
         buf.add(obs=o + 1, action=0, reward=0.0, next_obs=o + 2, terminated=False,
                 truncated=False)
 
 
-@pytest.mark.skipif(not ACCEL, reason="_lane not built")
+@_NOT_BUILT
 @pytest.mark.parametrize("corrupt", ["free", "link"])
-def test_compiled_add_lanes_refuses_corrupt_side_slots(corrupt: str) -> None:
+def test_compiled_add_lanes_refuses_corrupt_side_slots(corrupt: str,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """add_lanes raises on an out-of-range free slot or link instead of touching memory
     outside the side store."""
+    monkeypatch.setenv("REPLAYBANK_WRITER", "compiled")
     buf = rb.ReplayBuffer(capacity=16, num_envs=2, seed=0)
     o = np.zeros((1, 3), np.float32)
     one = {"obs": o, "action": np.zeros(1, np.int64), "reward": np.zeros(1, np.float32),
            "next_obs": o, "terminated": np.zeros(1, bool), "truncated": np.zeros(1, bool)}
     buf.add(env_ids=[1], **one)
     if corrupt == "free":
-        buf.table._free.append(10**6)
+        buf.table.side.free.append(10**6)
     else:  # lane 1's newest step continues into the next add: its link is read
         buf.table.link[0, 1] = 10**6
     with pytest.raises(RuntimeError, match="outside the side store"):
         buf.add(env_ids=[1], **one)
 
 
-def _no_general(*args: Any, **kwargs: Any) -> Any:
-    raise AssertionError("the general write was called")
-
-
-def _started_twins(rng: np.random.Generator, make: Any
-                   ) -> tuple[rb.ReplayBuffer, rb.ReplayBuffer, np.ndarray]:
-    """A buffer and its general-path twin after the same first add of every lane (which
-    allocates the storage), and the lanes' current observations."""
-    buf, ref = make(), _general(make())
+def _started_twins(rng: np.random.Generator, kernel: str, make: Callable[[], rb.ReplayBuffer]
+                   ) -> tuple[_Under, _Under, np.ndarray]:
+    """A buffer under ``kernel`` and its reference twin after the same first add of every
+    lane (which allocates the storage), and the lanes' current observations."""
+    buf, ref = _twins(kernel, make)
     cur = rng.standard_normal((buf.num_envs, 3)).astype(np.float32)
     kw, cur = _lanes_chunk(rng, cur, 1, 0.0, 0.0)
     for b in (buf, ref):
@@ -460,15 +497,14 @@ def _started_twins(rng: np.random.Generator, make: Any
     return buf, ref, cur
 
 
-@pytest.mark.skipif(not ACCEL, reason="_lane not built")
-def test_async_adds_take_the_compiled_path() -> None:
-    """env_ids adds, and every add once the lanes are out of step, are one compiled call
-    (the general StepTable.write is never reached); a bad env_ids still gets the general
-    path's error and leaves the buffer unchanged."""
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_async_adds_match_general_path(kernel: str) -> None:
+    """env_ids adds, and every add once the lanes are out of step (one compiled call
+    each under ``compiled``), leave the reference writer's state; a bad env_ids still
+    gets the general path's error and leaves the buffer unchanged."""
     rng = np.random.default_rng(3)
-    buf, ref, cur = _started_twins(rng, lambda: rb.ReplayBuffer(capacity=5 * 4, num_envs=4,
-                                                                seed=0))
-    buf.table.write = _no_general  # type: ignore[method-assign]
+    buf, ref, cur = _started_twins(rng, kernel, lambda: rb.ReplayBuffer(capacity=5 * 4,
+                                                                        num_envs=4, seed=0))
     for step in range(40):
         kw, cur = _lanes_chunk(rng, cur, 1, 0.2, 0.05)
         one = {k: v[0] for k, v in kw.items()}
@@ -492,28 +528,20 @@ def test_async_adds_take_the_compiled_path() -> None:
     assert all(np.array_equal(np.asarray(before[k]), np.asarray(after[k])) for k in before)
 
 
-@pytest.mark.skipif(not ACCEL, reason="_lane not built")
-def test_adds_with_priorities_take_the_compiled_path() -> None:
-    """add/extend with initial priorities (every lane, some lanes, chunks) are one compiled
-    write plus one sampler call: same table and sampler state as the general path, which
-    is never reached; bad priorities still get its error and change nothing."""
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_adds_with_priorities_match_general_path(kernel: str) -> None:
+    """add/extend with initial priorities (every lane, some lanes, chunks; one compiled
+    write plus one sampler call under ``compiled``): same table and sampler state as the
+    reference writer; bad priorities still get its error and change nothing."""
     rng = np.random.default_rng(5)
 
     def make() -> rb.ReplayBuffer:
         return rb.ReplayBuffer(capacity=6 * 3, num_envs=3, seed=0,
                                sampler=rb.PrioritizedSampler(alpha=0.6))
 
-    buf, ref, cur = _started_twins(rng, make)
-    table = buf.table
+    buf, ref, cur = _started_twins(rng, kernel, make)
     for step in range(30):
         kw, cur = _lanes_chunk(rng, cur, 4, 0.2, 0.05)
-        in_step = len(set(table.written.tolist())) == 1
-        # the compiled extend needs the lanes in step (and no wrap inside the chunk)
-        fits = in_step and table.written[0] % table.T + 4 <= table.T
-        if fits or step % 3:
-            table.write = _no_general  # type: ignore[method-assign]
-        else:
-            vars(table).pop("write", None)  # the general write is allowed for this call
         if step % 3 == 0:
             p = rng.random((4, 3)) + 0.1
             buf.extend(**kw, priority=p)
@@ -530,8 +558,7 @@ def test_adds_with_priorities_take_the_compiled_path() -> None:
                 buf.add(env_ids=ids, **part, priority=[1.5, 0.5])
                 ref.add(env_ids=ids, **part, priority=[1.5, 0.5])
         _same_state(buf, ref)
-        sa, sb = buf.sampler.state_dict(), ref.sampler.state_dict()
-        assert all(np.array_equal(np.asarray(sa[k]), np.asarray(sb[k])) for k in sa)
+        _same_sampler(buf, ref)
     before = buf.state_dict()
     one = {k: v[0] for k, v in kw.items()}
     with pytest.raises(ShapeError, match="priority"):
@@ -547,7 +574,7 @@ def test_adds_with_priorities_take_the_compiled_path() -> None:
 
 @pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("lanes", [1, 3])
-def test_frame_stack_inputs_match_general_path(kernel: bool, lanes: int) -> None:
+def test_frame_stack_inputs_match_general_path(kernel: str, lanes: int) -> None:
     """A frame-stack buffer's view keeps the newest frame of stacked inputs before the
     fast writers run: the same table state as the general path, adds and extends."""
     rng = np.random.default_rng(11)
@@ -555,7 +582,7 @@ def test_frame_stack_inputs_match_general_path(kernel: bool, lanes: int) -> None
     def make() -> rb.ReplayBuffer:
         return rb.ReplayBuffer(capacity=7 * lanes, num_envs=lanes, frame_stack=3, seed=0)
 
-    fast, slow = make(), _general(make())
+    fast, slow = _twins(kernel, make)
     lead = () if lanes == 1 else (lanes,)
 
     def step(n: int | None) -> dict[str, Any]:
@@ -569,9 +596,6 @@ def test_frame_stack_inputs_match_general_path(kernel: bool, lanes: int) -> None
     first = step(None)  # the first add allocates the storage (general path)
     for b in (fast, slow):
         b.add(**first)
-    plan = fast._plan()
-    assert plan is not None
-    _choose(plan, kernel)
     for i in range(12):
         kw = step(None) if i % 3 else step(int(rng.integers(1, 5)))
         for b in (fast, slow):
@@ -579,9 +603,10 @@ def test_frame_stack_inputs_match_general_path(kernel: bool, lanes: int) -> None
         _same_state(fast, slow)
 
 
-@pytest.mark.skipif(not ACCEL, reason="_lane not built")
+@pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("prioritized", [False, True])
-def test_memmap_tables_match_general_path(tmp_path: Any, prioritized: bool) -> None:
+def test_memmap_tables_match_general_path(tmp_path: Any, kernel: str,
+                                          prioritized: bool) -> None:
     """Memmap files are written by the compiled writer too (adds of every lane, lanes out
     of step, env_ids subsets, chunks, evictions, priorities): same files as the general
     path's."""
@@ -594,8 +619,8 @@ def test_memmap_tables_match_general_path(tmp_path: Any, prioritized: bool) -> N
         return rb.ReplayBuffer(capacity=5 * 3, num_envs=3, seed=0, sampler=sampler,
                                storage="memmap", path=tmp_path / next(names))
 
-    buf, ref, cur = _started_twins(rng, make)
-    assert buf.backend.name == "memmap" and buf._plan().quiet is not None
+    buf, ref, cur = _started_twins(rng, kernel, make)
+    assert buf.backend.name == "memmap" and ref.backend.name == "memmap"
     for step in range(40):
         kw, cur = _lanes_chunk(rng, cur, 3, 0.2, 0.05)
         u = step % 4
@@ -615,3 +640,4 @@ def test_memmap_tables_match_general_path(tmp_path: Any, prioritized: bool) -> N
                 buf.add(env_ids=ids, **part)
                 ref.add(env_ids=ids, **part)
         _same_state(buf, ref)
+        _same_sampler(buf, ref)

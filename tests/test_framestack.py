@@ -343,11 +343,19 @@ class _PlainView:
     """A frame-stack view without ``gather_valid``: the buffer takes the old path
     (``valid``, redraws, then ``gather``)."""
 
+    every_step = False
+
     def __init__(self, view: FrameStackView) -> None:
         self.v = view
 
-    def gather(self, table: Any, keys: np.ndarray) -> dict[str, Any]:
-        return self.v.gather(table, keys)
+    def gather(self, table: Any, keys: np.ndarray, rng: Any = None) -> dict[str, Any]:
+        return self.v.gather(table, keys, rng)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.v.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.v.load_state_dict(state)
 
     def valid(self, table: Any, keys: np.ndarray) -> Any:
         return self.v.valid(table, keys)

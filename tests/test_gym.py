@@ -265,10 +265,10 @@ class Agent:
 def test_warm_from_agent_env_id() -> None:
     agent = Agent()
     buf = rb.ReplayBuffer(512, num_envs=4, seed=0)
-    res = buf.warm(agent, 100, num_envs=4, progress=False, seed=0)
+    res = rb.warm(buf, agent, 100, num_envs=4, progress=False, seed=0)
     assert len(buf) >= 100 and res.steps == len(buf) and agent.calls > 0
     assert np.all(lane_items(buf, 0)["action"] == 1)
-    assert buf.warm(agent, 50, num_envs=4, progress=False).steps == 0  # already full enough
+    assert rb.warm(buf, agent, 50, num_envs=4, progress=False).steps == 0  # already full enough
 
 
 def test_warm_factory_single_lane_and_progress() -> None:
@@ -281,15 +281,15 @@ def test_warm_factory_single_lane_and_progress() -> None:
 def test_warm_errors_leave_buffer_unchanged() -> None:
     buf = rb.ReplayBuffer(100, num_envs=2, seed=0)
     with pytest.raises(ConfigError, match="capacity=100"):
-        buf.warm(None, 101, num_envs=2, env="CartPole-v1")
+        rb.warm(buf, None, 101, num_envs=2, env="CartPole-v1")
     with pytest.raises(ConfigError, match="env="):
-        buf.warm(lambda obs: obs, 10, num_envs=2)  # a policy has no agent.env
+        rb.warm(buf, lambda obs: obs, 10, num_envs=2)  # a policy has no agent.env
     with pytest.raises(ConfigError, match="agent_or_policy="):
-        buf.warm(object(), 10, num_envs=2, env="CartPole-v1")
+        rb.warm(buf, object(), 10, num_envs=2, env="CartPole-v1")
     with pytest.raises(ConfigError, match="num_envs=2"):
-        buf.warm(None, 10, num_envs=3, env="CartPole-v1")
+        rb.warm(buf, None, 10, num_envs=3, env="CartPole-v1")
     with pytest.raises(ConfigError, match="n_samples"):
-        buf.warm(None, 0, num_envs=2, env="CartPole-v1")
+        rb.warm(buf, None, 0, num_envs=2, env="CartPole-v1")
     assert len(buf) == 0
 
 
@@ -316,6 +316,6 @@ def test_warm_torch_agent_gets_tensors_and_returns_tensors() -> None:
 
     agent = TorchAgent()
     buf = rb.ReplayBuffer(64, num_envs=2, seed=0)
-    buf.warm(agent, 20, num_envs=2, progress=False, seed=0)
+    rb.warm(buf, agent, 20, num_envs=2, progress=False, seed=0)
     assert len(buf) >= 20 and set(agent.seen) == {torch.Tensor}
     assert np.all(lane_items(buf, 1)["action"] == 0)

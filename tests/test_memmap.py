@@ -15,8 +15,8 @@ import pytest
 
 import replaybank as rb
 from replaybank.errors import CheckpointError, ConfigError
-from replaybank.storage.backend import available_memory
-from replaybank.storage.memmap import MANIFEST, MemmapBackend
+from replaybank.storage.backends.base import available_memory
+from replaybank.storage.backends.memmap import MANIFEST, MemmapBackend
 from tests.roundtrip import add_random, assert_roundtrip, assert_same, assert_same_state
 
 STORAGE_KEYS = ("init.storage", "init.path", "metadata.storage")

@@ -17,11 +17,18 @@ USER_FACING = ("replaybank.buffers", "replaybank.samplers", "replaybank.views",
                "replaybank.spec")
 # classes of those layers that are internal machinery, not something users import
 INTERNAL = {
-    "replaybank.buffers.fastpath.FastPlan",
+    "replaybank.storage.writers.plan.FastPlan",
     "replaybank.storage.table.StepTable",
-    "replaybank.storage.lane_writer.LaneWriter",
-    "replaybank.buffers.rollout_inputs.FinalObsStore",
-    "replaybank.buffers.rollout_state.ParsedState",
+    "replaybank.storage.writers.lean.LaneWriter",
+    "replaybank.buffers.rollout.inputs.FinalObsStore",
+    "replaybank.buffers.rollout.state.ParsedState",
+    "replaybank.storage.side_store.SideStore",
+    "replaybank.storage.writers.formats.FieldFormat",
+    "replaybank.storage.writers.lean.OneStepWriter",
+    "replaybank.storage.writers.plan.StepValues",
+    "replaybank.storage.writers.tell.RangeListener",
+    "replaybank.storage.writers.tell.WriteListener",
+    "replaybank.samplers.base.SamplerTraits",
 }
 HEAVY = ("torch", "gymnasium", "ray", "matplotlib", "rich")
 

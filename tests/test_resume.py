@@ -14,8 +14,8 @@ import pytest
 
 import replaybank as rb
 from replaybank.errors import ConfigError
-from replaybank.io.resume import ResumeWarning
-from replaybank.storage.memmap import RESUME_PREFIX, MemmapBackend
+from replaybank.persist import ResumeWarning
+from replaybank.storage.backends.memmap import RESUME_PREFIX, MemmapBackend
 
 
 def fill(buf: Any, n: int, lanes: int = 2, seed: int = 0) -> None:

@@ -772,7 +772,7 @@ def test_boundaries_follow_every_write(lanes: int, rows: int, seed: int) -> None
     """The lane-major ``link != 0`` bytes kept current from ``written`` deltas equal a
     fresh computation after any mix of adds, extends, lane subsets, clears and loads."""
     wn = pytest.importorskip("replaybank.ops.windows_numba")
-    from replaybank.buffers.sequence_gather import fused_reads
+    from replaybank.views.sequence import fused_reads
 
     rng = np.random.default_rng(seed)
     buf = rb.ReplayBuffer(rows * lanes, num_envs=lanes, seed=0)

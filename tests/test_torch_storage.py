@@ -13,8 +13,8 @@ torch = pytest.importorskip("torch")
 
 import replaybank as rb  # noqa: E402
 from replaybank.errors import ConfigError, DtypeError, MissingDependencyError  # noqa: E402
-from replaybank.storage import make_backend  # noqa: E402
-from replaybank.storage.torch_backend import TorchBackend, torch_dtype  # noqa: E402
+from replaybank.storage.backends import make_backend  # noqa: E402
+from replaybank.storage.backends.torch import TorchBackend, torch_dtype  # noqa: E402
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

@@ -23,7 +23,7 @@ from replaybank.errors import CapacityError, ConfigError
 from replaybank.samplers.base import Sampler
 from replaybank.samplers.uniform import UniformSampler
 from replaybank.views import make_view
-from replaybank.views.transition import View
+from replaybank.views.base import View
 
 __all__ = ["check_capacity", "make_rng", "positive_int", "replay_sampler", "replay_view"]
 

@@ -22,7 +22,17 @@ import numpy as np
 import numpy.typing as npt
 
 from replaybank.errors import ShapeError, SpecError, describe
-from replaybank.spec import SEP, FieldSpec, Spec, as_array, cast_field, flatten
+from replaybank.spec import (
+    SEP,
+    STANDARD,
+    UNSET,
+    FieldSpec,
+    Spec,
+    as_array,
+    cast_field,
+    collect_fields,
+    flatten,
+)
 
 __all__ = [
     "RESERVED",
@@ -39,37 +49,9 @@ __all__ = [
     "standard_spec",
 ]
 
-STANDARD = ("obs", "action", "reward", "next_obs", "terminated", "truncated")
 RESERVED = frozenset({"done", "indices", "weights", "probabilities", "discount", "mask",
                       "is_first", "is_last", "is_terminal", "burn_in", "starts", "slots",
                       "env_ids", "priority"})
-
-
-class _Unset:
-    """Marks a standard field the caller did not pass."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "<unset>"
-
-
-UNSET: Any = _Unset()
-
-
-def collect_fields(obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any,
-                   truncated: Any, extras: Mapping[str, Any]) -> dict[str, Any]:
-    """The fields of one ``add``/``extend`` call as a dict: the standard fields the
-    caller passed (not :data:`UNSET`), then the extras.
-
-    Example:
-        >>> sorted(collect_fields(1, UNSET, 0.5, 2, False, UNSET, {"h": 0}))
-        ['h', 'next_obs', 'obs', 'reward', 'terminated']
-    """
-    out = {k: v for k, v in zip(STANDARD, (obs, action, reward, next_obs, terminated,
-                                           truncated), strict=True) if v is not UNSET}
-    out.update(extras)
-    return out
 
 
 _DEFAULTS = {

@@ -21,10 +21,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from replaybank.batch import Batch
-from replaybank.buffers import arguments, replay_priorities, replay_state
+from replaybank import persist
+from replaybank.batch import Batch, SequenceBatch
+from replaybank.buffers import arguments, state
 from replaybank.buffers.arguments import make_rng, positive_int
-from replaybank.buffers.fastpath import FastPlan
 from replaybank.buffers.inputs import (
     UNSET,
     collect_fields,
@@ -33,20 +33,24 @@ from replaybank.buffers.inputs import (
     prepare,
     standard_spec,
 )
-from replaybank.buffers.replay_draws import draw
+from replaybank.buffers.priorities import check_priority, update_priorities
 from replaybank.buffers.replay_inputs import call_spec, lane_ids, steps_of
-from replaybank.buffers.replay_priorities import check_priority
 from replaybank.buffers.sequences import sample_sequences, update_sequence_priorities
+from replaybank.config import BufferConfig, buffer_config
 from replaybank.errors import ShapeError
 from replaybank.ops import ring
-from replaybank.samplers.base import LaneView, Sampler, SampleResult, StatelessSampler
-from replaybank.samplers.uniform import UniformSampler, check_batch_size, one_lane_keys
+from replaybank.samplers.base import LaneView, Sampler, SampleResult, SamplerTraits
+from replaybank.samplers.draw import draw
+from replaybank.samplers.uniform import check_batch_size
 from replaybank.spec import Spec
-from replaybank.storage import make_backend
-from replaybank.storage.backend import ArrayBackend
+from replaybank.storage.backends import make_backend
+from replaybank.storage.backends.base import ArrayBackend, DurableBackend
 from replaybank.storage.table import StepTable
 from replaybank.storage.table_state import load_table_state
-from replaybank.views.transition import TransitionView, View, input_transform
+from replaybank.storage.writers.plan import FastPlan, StepValues, writer_choice
+from replaybank.storage.writers.reference import write as write_reference
+from replaybank.views import make_view
+from replaybank.views.base import FusedView, InputTransform, StepView, View
 
 __all__ = ["ReplayBuffer", "make_rng", "positive_int"]
 
@@ -75,7 +79,7 @@ class ReplayBuffer:
         frame_stack: Rebuild k-frame stacks of obs/next_obs at sample time from single
             stored frames (1 = off).
         storage: ``"numpy"``, ``"memmap"`` (needs ``path``) or ``"torch"`` (``device``),
-            or an :class:`~replaybank.storage.backend.ArrayBackend`.
+            or an :class:`~replaybank.storage.backends.base.ArrayBackend`.
         path: Directory of the memmap files.
         device: Torch device of torch storage.
         lane_split: ``"random"`` divides each batch randomly among the lanes (fishyrl's
@@ -118,17 +122,15 @@ class ReplayBuffer:
         self._rng = make_rng(seed)
         self.sampler: Sampler = arguments.replay_sampler(sampler, lane_split)
         self.view: View = arguments.replay_view(view, n_step, gamma, frame_stack)
-        self._init_args: dict[str, Any] = replay_state.init_args(
+        self._init_args: dict[str, Any] = state.init_args(
             n_step, gamma, frame_stack, storage, path, device)
-        self.backend: ArrayBackend = make_backend(storage, path, device)
+        self._backend: ArrayBackend = make_backend(storage, path, device)
         self._table: StepTable | None = None
-        # the buffer persistent storage records as its owner (a wrapper, or None: self)
+        # the buffer whose config durable storage records (a wrapper, or None: self)
         self.storage_owner: Any = None
-        self._fast: FastPlan | None = None
+        self._writer: FastPlan | None = None  # the write plan of the current parts
         self._lane_view: LaneView | None = None
-        # the view's input transform (frame stacks keep the newest frame), per view object
-        self._tview: Any = None
-        self._transform: Any = None
+        self._parts = _Parts(self.sampler, self.view)  # their capabilities, checked once
         self.sampler.bind(self.rows, self._num_envs)
         if spec is not None:
             self._allocate(standard_spec(Spec.coerce(spec)))
@@ -148,6 +150,11 @@ class ReplayBuffer:
     def rows(self) -> int:
         """Rows per lane, ``capacity // num_envs``."""
         return self._capacity // self._num_envs
+
+    @property
+    def backend(self) -> ArrayBackend:
+        """Where the arrays live (numpy, memmap files, torch tensors)."""
+        return self._backend
 
     @property
     def spec(self) -> Spec | None:
@@ -194,33 +201,51 @@ class ReplayBuffer:
             return 0
         t = self._table
         arrays = [*t.arrays.values(), *t.side.values(), *t.state_arrays().values()]
-        return int(sum(getattr(a, "nbytes", 0) for a in arrays))
+        return int(sum(a.nbytes for a in arrays))
+
+    @property
+    def sampler_traits(self) -> SamplerTraits:
+        """What the current sampler declares it can do (checked once per sampler)."""
+        return self._current_parts().traits
+
+    def _current_parts(self) -> _Parts:
+        """The capabilities of the current sampler and view (rebuilt when one is swapped)."""
+        parts = self._parts
+        if parts.sampler is not self.sampler or parts.view is not self.view:
+            parts = self._parts = _Parts(self.sampler, self.view)
+        return parts
 
     # ------------------------------------------------------------------ writing
     def _allocate(self, spec: Spec) -> None:
         self._table = StepTable(spec, self.rows, self._num_envs, obs_fields(spec),
-                                backend=self.backend)
-        attach = getattr(self.backend, "attach", None)
-        if attach is not None:  # persistent storage records how to rebuild its owner
-            attach(self if self.storage_owner is None else self.storage_owner)
+                                backend=self._backend)
+        self.record_owner()
 
-    def _prepare(self, steps: bool, env_ids: Any, obs: Any, action: Any, reward: Any,
-                 next_obs: Any, terminated: Any, truncated: Any, extras: dict[str, Any]
-                 ) -> tuple[Any, ...]:
+    def record_owner(self) -> None:
+        """Write the owner's config (this buffer's, or its wrapper's: ``storage_owner``)
+        into durable storage, so that ``rb.open(path)`` can rebuild it (no-op in memory)."""
+        if self._table is not None:
+            persist.record_owner(self._backend,
+                                 self if self.storage_owner is None else self.storage_owner)
+
+    def _transformed(self, steps: bool, env_ids: Any, values: StepValues) -> StepValues:
         """The call's values as the view's input transform rewrites them (e.g. the newest
-        frame of stacked observations), split again into the standard fields and extras,
-        so that every write path after it sees what is stored."""
+        frame of stacked observations), so that every write path after it sees what is
+        stored."""
+        transform = self._current_parts().transform
+        if transform is None:
+            return values
         # bad env_ids: the general path's error
         m = self._num_envs if env_ids is None else len(lane_ids(env_ids, self._num_envs))
-        fields = self._transform.prepare_inputs(
-            collect_fields(obs, action, reward, next_obs, terminated, truncated, extras),
-            steps, m)
-        std = tuple(fields.pop(k, UNSET) for k in
-                    ("obs", "action", "reward", "next_obs", "terminated", "truncated"))
-        return (*std, fields)
+        fields = transform.prepare_inputs(collect_fields(*values), steps, m)
+        pop = fields.pop
+        return StepValues(pop("obs", UNSET), pop("action", UNSET), pop("reward", UNSET),
+                          pop("next_obs", UNSET), pop("terminated", UNSET),
+                          pop("truncated", UNSET), fields)
 
-    def _write(self, fields: dict[str, Any], steps: bool, env_ids: Any, priority: Any) -> IntArray:
+    def _write(self, values: StepValues, steps: bool, env_ids: Any, priority: Any) -> IntArray:
         """The general (fully validated) write; an input transform was already applied."""
+        fields = collect_fields(*values)
         call = "extend" if steps else "add"
         lanes = lane_ids(env_ids, self._num_envs)
         m = len(lanes)
@@ -228,44 +253,47 @@ class ReplayBuffer:
         # infer the spec, but allocate only once the whole call is known to be valid
         spec = call_spec(fields, steps, m, explicit) if self._table is None \
             else self._table.spec
-        cands: list[tuple[int, ...]]
+        shapes: list[tuple[int, ...]]  # the leading dims a call may have
         if steps:
-            cands = [(1, m)] if explicit else [(1,), (1, 1)]
+            shapes = [(1, m)] if explicit else [(1,), (1, 1)]
         else:
-            cands = [(m,)] if explicit else [(), (1,)]
-        lead = leading_dims(spec, fields, cands, call)
+            shapes = [(m,)] if explicit else [(), (1,)]
+        lead = leading_dims(spec, fields, shapes, call)
         if steps:
             n = steps_of(fields, len(lead))
             lead = (n, *lead[1:])
             out = (n, m)
         else:
             out = (1, m)
-        values, nxt = prepare(spec, fields, lead, out, call)
-        prio = check_priority(self.sampler, priority, out)
+        values_, nxt = prepare(spec, fields, lead, out, call)
+        parts = self._current_parts()
+        prio = check_priority(parts.traits, priority, out)
         if self._table is None:
             self._allocate(spec)
-        keys = self.table.write(lanes, values, nxt)
-        if type(self.sampler) is not UniformSampler or prio is not None:
+        keys = write_reference(self.table, lanes, values_, nxt)
+        if not parts.traits.stateless or prio is not None:
             slots = ring.key_to_slot(keys.reshape(-1), self.rows, self._num_envs)
             self.sampler.on_write(slots, prio)
         return keys
 
     def _plan(self) -> FastPlan | None:
-        """The cached fast-path plan for the current table (None: always validate fully)."""
+        """The cached write plan of the current table and parts (None: every call takes
+        the general path: the reference writer, or a table the plan cannot serve)."""
         t = self._table
-        plan = self._fast
-        if plan is not None and plan.table is t and plan.owner is self.sampler \
-                and plan.view is self.view:
+        plan = self._writer
+        parts = self._current_parts()
+        if plan is not None and plan.table is t and plan.owner is parts:
             return plan
-        if t is None or t.obs_fields != ["obs"] \
-                or not all(isinstance(a, np.ndarray) for a in t.arrays.values()) \
-                or not all(isinstance(a, np.ndarray) for a in t.side.values()):
+        if t is None or t.obs_fields != ["obs"] or not t.backend.host_numpy:
             return None
-        # samplers whose on_write does nothing need not hear about writes
-        quiet = getattr(type(self.sampler), "on_write", None) is StatelessSampler.on_write
-        plan = FastPlan(t, None if quiet else self.sampler)
-        plan.owner, plan.view = self.sampler, self.view  # rebuilt if either is swapped
-        self._fast = plan
+        choice = writer_choice()
+        if choice == "reference":
+            return None
+        # samplers that keep no per-slot state need not hear about writes
+        plan = FastPlan(t, None if parts.traits.stateless else self.sampler,
+                        compiled=choice != "lean")
+        plan.owner = parts  # rebuilt when the sampler or view is swapped
+        self._writer = plan
         return plan
 
     def add(self, *, obs: Any = UNSET, action: Any = UNSET, reward: Any = UNSET,
@@ -290,40 +318,21 @@ class ReplayBuffer:
         Raises:
             SpecError, ShapeError, DtypeError: Bad input; the buffer is left unchanged.
         """
-        if self.view is not self._tview:
-            self._tview, self._transform = self.view, input_transform(self.view)
-        if self._transform is not None:  # e.g. frame stacks: store the newest frame
-            obs, action, reward, next_obs, terminated, truncated, extras = self._prepare(
-                False, env_ids, obs, action, reward, next_obs, terminated, truncated, extras)
-        if priority is None:
+        step = StepValues(obs, action, reward, next_obs, terminated, truncated, extras)
+        parts = self._parts
+        if parts.sampler is not self.sampler or parts.view is not self.view:
+            parts = self._current_parts()
+        if parts.transform is not None:  # e.g. frame stacks: store the newest frame
+            step = self._transformed(False, env_ids, step)
+        plan = self._writer
+        if plan is None or plan.table is not self._table or plan.owner is not parts:
             plan = self._plan()
-            if plan is not None and env_ids is not None:  # async envs: some lanes
-                if plan.c_add_lanes(env_ids, obs, action, reward, next_obs, terminated,
-                                    truncated, extras):
-                    return
-            elif plan is not None:
-                if plan.c_add(obs, action, reward, next_obs, terminated, truncated, extras) \
-                        or plan.c_add_lanes(None, obs, action, reward, next_obs, terminated,
-                                            truncated, extras):
-                    return  # the compiled writer took it (lanes in step, or not)
-                lane = plan.lane
-                if lane is not None:  # one in-memory lane: the lean writer
-                    if lane.add(obs, action, reward, next_obs, terminated, truncated, extras):
-                        return
-                else:
-                    fields = collect_fields(obs, action, reward, next_obs, terminated,
-                                            truncated, extras)
-                    m = self._num_envs
-                    if plan.add_one(fields) if m == 1 else plan.write(fields, (m,), (1, m)):
-                        return
-        else:  # initial priorities (e.g. computed by actors): compiled write, then priorities
-            plan = self._plan()
-            if plan is not None and replay_priorities.write_prioritized(
-                    self, plan, env_ids, priority, None,
-                    (obs, action, reward, next_obs, terminated, truncated, extras)):
-                return
-        fields = collect_fields(obs, action, reward, next_obs, terminated, truncated, extras)
-        self._write(fields, False, env_ids, priority)
+        # the writers choose among themselves; False: the general path must take it
+        if plan is not None and (
+                plan.add(step, env_ids) if priority is None else plan.write_prioritized(
+                    self.sampler, self._priorities(priority), env_ids, None, step)):
+            return
+        self._write(step, False, env_ids, priority)
 
     def extend(self, *, obs: Any = UNSET, action: Any = UNSET, reward: Any = UNSET,
                next_obs: Any = UNSET, terminated: Any = UNSET, truncated: Any = UNSET,
@@ -340,36 +349,24 @@ class ReplayBuffer:
         Raises:
             SpecError, ShapeError, DtypeError: Bad input; the buffer is left unchanged.
         """
-        if self.view is not self._tview:
-            self._tview, self._transform = self.view, input_transform(self.view)
-        if self._transform is not None:  # e.g. frame stacks: store the newest frame
-            obs, action, reward, next_obs, terminated, truncated, extras = self._prepare(
-                True, env_ids, obs, action, reward, next_obs, terminated, truncated, extras)
-        if env_ids is None and priority is None:
+        step = StepValues(obs, action, reward, next_obs, terminated, truncated, extras)
+        if self._current_parts().transform is not None:  # e.g. keep the newest frame
+            step = self._transformed(True, env_ids, step)
+        if env_ids is None:
             plan = self._plan()
             if plan is not None:
-                if plan.c_extend(obs, action, reward, next_obs, terminated, truncated, extras):
-                    return  # the compiled writer took it
-                lane = plan.lane
-                if lane is not None and lane.extend(obs, action, reward, next_obs, terminated,
-                                                    truncated, extras):
-                    return
-                if type(obs) is np.ndarray and obs.ndim >= 1:
-                    m, n = self._num_envs, obs.shape[0]
-                    fields = collect_fields(obs, action, reward, next_obs, terminated,
-                                            truncated, extras)
-                    if plan.write(fields, (n,) if m == 1 else (n, m), (n, m)):
+                if priority is None:
+                    if plan.extend(step):
                         return
-        elif env_ids is None and type(obs) is np.ndarray and obs.ndim >= 1:
-            plan = self._plan()
-            if plan is not None and replay_priorities.write_prioritized(
-                    self, plan, None, priority, obs.shape[0],
-                    (obs, action, reward, next_obs, terminated, truncated, extras)):
-                return
-        fields = collect_fields(obs, action, reward, next_obs, terminated, truncated, extras)
-        self._write(fields, True, env_ids, priority)
+                elif type(obs) is np.ndarray and obs.ndim >= 1 and plan.write_prioritized(
+                        self.sampler, self._priorities(priority), None, obs.shape[0], step):
+                    return
+        self._write(step, True, env_ids, priority)
 
-    add_multi = extend
+    def _priorities(self, priority: Any) -> Any:
+        """``check(out)``: the checked initial priorities of a write of ``out`` steps."""
+        traits = self._parts.traits
+        return lambda out: check_priority(traits, priority, out)
 
     def clear(self) -> None:
         """Drop every stored step (storage stays allocated)."""
@@ -378,6 +375,15 @@ class ReplayBuffer:
         self.sampler.on_clear()
 
     # ------------------------------------------------------------------ sampling
+    def _draw(self, batch_size: int, first: SampleResult | None = None,
+              **kwargs: Any) -> SampleResult:
+        """The sampler's keys, the ones the view cannot serve redrawn."""
+        view, t = self.view, self.table
+        valid = _all_valid if self._current_parts().every_step \
+            else (lambda keys: view.valid(t, keys))
+        return draw(self.sampler, self.lane_view(), self._rng, batch_size, valid, first,
+                    **kwargs)
+
     def sample(self, batch_size: int, replace: bool = True, **kwargs: Any) -> Batch:
         """Sample a batch of transitions.
 
@@ -396,38 +402,40 @@ class ReplayBuffer:
                 ``batch_size > len(buf)``.
         """
         t = self._table
-        if type(self.sampler) is UniformSampler and t is not None:
+        parts = self._parts if self._parts.sampler is self.sampler \
+            and self._parts.view is self.view else self._current_parts()
+        rng = self._rng
+        uniform = parts.traits.uniform
+        if uniform is not None and t is not None:
             # the uniform sampler validates the same way itself, before it draws
             if replace is True and not kwargs and t.lanes == 1:
                 # the common case without the sampler protocol round trip: the same keys
                 # as UniformSampler.sample
-                keys = one_lane_keys(batch_size, t.written, t.counts, self._rng)
-                if type(self.view) is TransitionView:  # and the same fields as the view
-                    data = t.gather_transitions(keys, live=True)
+                keys = uniform.one_lane_keys(batch_size, t.written, t.counts, rng)
+                if parts.step is not None:  # keys just drawn: live
+                    data = parts.step.gather_live(t, keys, rng)
                     data["indices"] = keys
                     return Batch.own(data)
                 # views that check and gather in one pass (frame stacks): None when a key
-                # must be redrawn, which draw then does exactly as without the shortcut
-                fused = getattr(self.view, "gather_valid", None)
-                got: dict[str, Any] | None = None if fused is None else fused(t, keys)
+                # must be redrawn, which _draw then does exactly as without the shortcut
+                got = None if parts.fused is None else parts.fused.gather_valid(t, keys, rng)
                 if got is None:
-                    keys = draw(self, batch_size, SampleResult(keys), replace=True).keys
-                    got = self.view.gather(t, keys)
+                    keys = self._draw(batch_size, SampleResult(keys), replace=True).keys
+                    got = self.view.gather(t, keys, rng)
                 got["indices"] = keys
                 return Batch.own(got)
         else:
             check_batch_size(batch_size, len(self), replace)
-        fused = getattr(self.view, "gather_valid", None)
         got = None
-        if fused is not None and t is not None:  # check and gather in one pass
-            res = self.sampler.sample(batch_size, self.lane_view(), self._rng,
+        if parts.fused is not None and t is not None:  # check and gather in one pass
+            res = self.sampler.sample(batch_size, self.lane_view(), rng,
                                       replace=replace, **kwargs)
-            got = fused(t, res.keys)
-            if got is None:  # a key must be redrawn: exactly as draw alone would
-                res = draw(self, batch_size, res, replace=replace, **kwargs)
+            got = parts.fused.gather_valid(t, res.keys, rng)
+            if got is None:  # a key must be redrawn: exactly as _draw alone would
+                res = self._draw(batch_size, res, replace=replace, **kwargs)
         else:
-            res = draw(self, batch_size, replace=replace, **kwargs)
-        data = self.view.gather(self.table, res.keys) if got is None else got
+            res = self._draw(batch_size, replace=replace, **kwargs)
+        data = self.view.gather(self.table, res.keys, rng) if got is None else got
         data["indices"] = res.keys
         if res.weights is not None:
             data["weights"] = res.weights.astype(np.float32)
@@ -449,10 +457,12 @@ class ReplayBuffer:
             ShapeError: Lengths differ.
             DtypeError: A priority is negative, NaN or infinite.
         """
-        return replay_priorities.update_priorities(self, indices, priorities)
+        return update_priorities(self._current_parts().traits, self.lane_view(), indices,
+                                 priorities)
 
     # ------------------------------------------------------------------ sequences
-    def sample_sequences(self, batch_size: int, sequence_length: int, **kwargs: Any) -> Any:
+    def sample_sequences(self, batch_size: int, sequence_length: int,
+                         **kwargs: Any) -> SequenceBatch:
         """Sample ``[B, L]`` windows; see :func:`replaybank.buffers.sequences.sample_sequences`."""
         return sample_sequences(self, batch_size, sequence_length, **kwargs)
 
@@ -468,84 +478,164 @@ class ReplayBuffer:
         Returns:
             A nested dict whose leaves are numpy arrays (views, not copies) or JSON-able
             values: ``metadata``, ``init`` (constructor arguments), ``rng`` (generator
-            state), ``sampler`` (its state dict), ``table`` (``fields/<name>``,
-            ``side/<name>`` and ``meta/<name>`` arrays), ``side_capacity``.
+            state), ``sampler`` and ``view`` (their state dicts), ``table``
+            (``fields/<name>``, ``side/<name>`` and ``meta/<name>`` arrays).
         """
-        return replay_state.buffer_state(self.metadata(), self._init_args, self._rng,
-                                         self.sampler, self._table)
+        return state.buffer_state(self.metadata(), self._init_args, self._rng,
+                                  self.sampler, self.view, self._table)
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore from :meth:`state_dict` (spec, capacity and lanes must match).
 
         Raises:
             CheckpointError: The state does not match this buffer.
         """
-        spec = replay_state.checked_spec(state["metadata"], self._capacity, self._num_envs,
-                                         self.spec)
+        spec = state.checked_spec(state_dict["metadata"], self._capacity, self._num_envs,
+                                  self.spec)
         if spec is None:
             self.clear()
         else:
             if self._table is None:
                 self._allocate(spec)
-            load_table_state(self.table, state["table"])
-        self.sampler.load_state_dict(state["sampler"])
-        self._rng.bit_generator.state = state["rng"]
+            load_table_state(self.table, state_dict["table"])
+        self.sampler.load_state_dict(state_dict["sampler"])
+        # checkpoints written before views had state hold none: the view keeps its own
+        self.view.load_state_dict(state_dict.get("view", {}))
+        self._rng.bit_generator.state = state_dict["rng"]
+
+    def resume_state(self) -> dict[str, Any] | None:
+        """What :func:`replaybank.persist.flush` saves beside memmap files: generator,
+        sampler and view state and the lane counters they belong to (None before the
+        storage exists)."""
+        t = self._table
+        if t is None:
+            return None
+        return {
+            "rng": state.rng_state(self._rng),
+            "sampler": self.sampler.state_dict(),
+            "view": self.view.state_dict(),
+            **{name: np.array(getattr(t, name), dtype=np.int64) for name in persist.COUNTERS},
+        }
+
+    def load_resume_state(self, saved: dict[str, Any]) -> None:
+        """Restore a :meth:`resume_state` whose counters match the files."""
+        self.sampler.load_state_dict(saved["sampler"])
+        self.view.load_state_dict(saved.get("view", {}))
+        self._rng.bit_generator.state = saved["rng"]
+
+    def reopened(self) -> None:
+        """The storage was reopened from its files: rebuild the free side slots, and tell
+        the sampler about every live step, oldest first (its default state for them)."""
+        table = self.table
+        table.rebuild_free_list()
+        w, c, lanes = table.written, table.counts, table.lanes
+        if int(c.sum()):
+            seq = np.concatenate([np.arange(w[i] - c[i], w[i]) for i in range(lanes)])
+            lane = np.concatenate([np.full(int(c[i]), i) for i in range(lanes)])
+            order = np.argsort(seq, kind="stable")
+            keys = (seq * lanes + lane)[order].astype(np.int64)
+            self.sampler.on_write(ring.key_to_slot(keys, table.T, lanes), None)
 
     def save(self, dirpath: Any, prefix: str = "buffer_") -> None:
-        """Write ``<prefix>metadata.json`` and ``<prefix>state.safetensors`` atomically."""
-        from replaybank.io.checkpoint import save_buffer
-
-        save_buffer(self, dirpath, prefix=prefix)
+        """Write ``<prefix>metadata.json`` and ``<prefix>state.safetensors`` atomically
+        (:func:`replaybank.persist.save`)."""
+        persist.save(self, dirpath, prefix=prefix)
 
     @classmethod
     def load(cls, dirpath: Any, prefix: str = "buffer_") -> Any:
-        """Restore a buffer saved with :meth:`save` (identical next sample)."""
-        from replaybank.io.checkpoint import load_buffer
-
-        return load_buffer(dirpath, prefix=prefix)
+        """Restore a buffer saved with :meth:`save` (identical next sample; the saved type,
+        :func:`replaybank.persist.load`)."""
+        return persist.load(dirpath, prefix=prefix)
 
     def flush(self) -> None:
         """Make a ``storage="memmap"`` buffer durable and exactly resumable.
 
-        Syncs the files to disk and saves the generator and sampler state (e.g. PER
-        priorities) next to them, so that :meth:`open` restores the identical next
+        Syncs the files to disk and saves the generator, sampler and view state (e.g.
+        PER priorities) next to them, so that :meth:`open` restores the identical next
         sample as long as nothing is added after this call (see
-        :mod:`replaybank.io.resume`).
+        :mod:`replaybank.persist`).
 
         Raises:
             ConfigError: The storage is not memmap (use :meth:`save` instead).
         """
-        from replaybank.io.resume import save_resume
-
-        save_resume(self)
+        persist.flush(self)
 
     @classmethod
     def open(cls, path: Any) -> Any:
         """Reopen a memmap buffer at ``path`` and continue where it stopped (with the
         generator and sampler state of its last :meth:`flush` when no step was added
-        after it)."""
-        from replaybank.storage.memmap import open_buffer
+        after it; :func:`replaybank.persist.open`)."""
+        return persist.open(path)
 
-        return open_buffer(path)
+    def init_config(self) -> dict[str, Any]:
+        """Constructor values that rebuild this buffer empty (for :meth:`config`)."""
+        init = dict(self._init_args)
+        cand: dict[str, Any] = {"capacity": self.capacity, "num_envs": self.num_envs,
+                                "spec": None if self.spec is None else self.spec.to_json(),
+                                **init}
+        sampler_cfg = self.sampler.config()
+        cand["sampler"] = sampler_cfg
+        cand.update({k: v for k, v in sampler_cfg.items() if k != "type" and k not in cand})
+        view_cfg = self.view.config()
+        default_view = make_view(init.get("n_step", 1), init.get("gamma", 0.99),
+                                 init.get("frame_stack", 1)).config()
+        cand["view"] = None
+        if view_cfg != default_view:  # a view passed in (or one that settled options itself)
+            cand.update(view=view_cfg, n_step=1, frame_stack=1)
+        be = self._backend
+        if cand.get("path") is None and isinstance(be, DurableBackend):
+            cand["path"] = str(be.path)
+        return cand
 
-    def config(self) -> Any:
+    def config(self) -> BufferConfig:
         """A validated config object (pydantic) that rebuilds an equivalent empty buffer."""
-        from replaybank.config import buffer_config
-
         return buffer_config(self)
-
-    def warm(self, agent: Any, n_samples: int, num_envs: int = 8, **kwargs: Any) -> Any:
-        """Pre-fill from a vectorized copy of the agent's env; see
-        :func:`replaybank.integrations.gymnasium.warm`."""
-        from replaybank.integrations.gymnasium import warm
-
-        return warm(self, agent, n_samples, num_envs=num_envs, **kwargs)
 
     def metadata(self) -> dict[str, Any]:
         """JSON-able description: type, capacity, num_envs, size, spec, sampler, view."""
-        return replay_state.buffer_metadata(self)
+        spec = self.spec
+        return {
+            "type": type(self).__name__,
+            "capacity": self.capacity,
+            "num_envs": self.num_envs,
+            "size": len(self),
+            "episodes_seen": self.episodes_seen,
+            "spec": None if spec is None else spec.to_json(),
+            "sampler": self.sampler.config(),
+            "view": self.view.config(),
+            "storage": self._backend.name,
+        }
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(capacity={self._capacity}, num_envs={self._num_envs}, "
                 f"size={len(self)}, sampler={type(self.sampler).__name__}, "
                 f"view={type(self.view).__name__})")
+
+
+def _all_valid(keys: IntArray) -> None:
+    """The check of a view that serves every live step."""
+    return None
+
+
+class _Parts:
+    """The declared capabilities of a buffer's sampler and view, checked once per pair.
+
+    Attributes:
+        sampler, view: The parts.
+        traits: The sampler's capabilities.
+        transform: The view as an input transform (frame stacks), or None.
+        fused: The view as a check-and-gather-in-one-pass view, or None.
+        step: The view as a one-step transition view, or None.
+        every_step: The view serves every live step (no redraws).
+    """
+
+    __slots__ = ("every_step", "fused", "sampler", "step", "traits", "transform", "view")
+
+    def __init__(self, sampler: Sampler, view: View) -> None:
+        self.sampler = sampler
+        self.view = view
+        self.traits = SamplerTraits.of(sampler)
+        self.transform = view if isinstance(view, InputTransform) else None
+        self.fused = view if isinstance(view, FusedView) else None
+        self.step = view if isinstance(view, StepView) else None
+        self.every_step = bool(view.every_step)

@@ -65,14 +65,14 @@ import numpy as np
 import numpy.typing as npt
 
 from replaybank.batch import SequenceBatch
-from replaybank.buffers.sequence_gather import fused_reads, gather_fused, gather_numpy
 from replaybank.errors import ConfigError, DtypeError, EmptyBufferError, ShapeError, describe
 from replaybank.ops import ring, windows
 from replaybank.ops.draws import uniform_ints
 from replaybank.samplers.base import SampleResult
-from replaybank.samplers.lane_split import LaneSplitSampler
-from replaybank.samplers.uniform import UniformSampler, check_batch_size
+from replaybank.samplers.draw import replace_rows
+from replaybank.samplers.uniform import check_batch_size
 from replaybank.spec import SEP
+from replaybank.views.sequence import fused_reads, gather_fused, gather_numpy
 
 __all__ = ["STATE_PREFIX", "sample_sequences", "update_sequence_priorities"]
 
@@ -126,19 +126,6 @@ def _cached_state_names(spec: Any, state_fields: Any) -> list[str]:
     return names
 
 
-def _redraw(res: SampleResult, rows: IntArray, more: SampleResult) -> SampleResult:
-    keys = res.keys.copy()
-    keys[rows] = more.keys
-    probs, weights = res.probabilities, res.weights
-    if probs is not None and more.probabilities is not None:
-        probs = probs.copy()
-        probs[rows] = more.probabilities
-    if weights is not None and more.weights is not None:
-        weights = weights.copy()
-        weights[rows] = more.weights
-    return SampleResult(keys, probs, weights)
-
-
 _EXTENT: list[Any] = []
 
 
@@ -178,13 +165,13 @@ def _fast_kernels() -> Any:
 def _draw_starts(buf: Any, batch_size: int, width: int, cross: bool, min_len: int,
                  max_redraws: int, kwargs: dict[str, Any], size: int,
                  extent: Any = None) -> tuple[SampleResult, IntArray]:
-    sampler = buf.sampler
-    calls = getattr(sampler, "calls", None)
-    if calls is None or not hasattr(sampler, "current_beta"):
+    sampler = buf.sampler_traits.scheduled
+    if sampler is None:
         return _draw_rounds(buf, batch_size, width, cross, min_len, max_redraws, kwargs, size,
                             extent)
     # a scheduled sampler (PER): resolve beta once, so that redraw rounds neither advance
     # the schedule nor change beta inside one batch; the call counts once
+    calls = sampler.calls
     if kwargs.get("beta") is None:
         kwargs = {**kwargs, "beta": sampler.current_beta}
     try:
@@ -207,10 +194,10 @@ def _draw_rounds(buf: Any, batch_size: int, width: int, cross: bool, min_len: in
         extent = _EXTENT[0] if _EXTENT else _load_extent()
     # i.i.d. samplers draw a few spare starts up front and keep the first valid ones (in
     # draw order, so the accepted starts are still i.i.d. from the conditional law)
-    iid = isinstance(buf.sampler, (UniformSampler, LaneSplitSampler)) \
-        and kwargs.get("replace", True) and max_redraws > 0
+    traits = buf.sampler_traits
+    iid = traits.iid and kwargs.get("replace", True) and max_redraws > 0
     m = batch_size + batch_size // 2 + 4 if iid else batch_size
-    fast = _fast_kernels() if iid and type(buf.sampler) is UniformSampler else None
+    fast = _fast_kernels() if iid and traits.uniform is not None else None
     if fast is not None:
         # the uniform sampler's own draw (same generator calls), then key mapping,
         # extents and selection in one compiled pass
@@ -243,14 +230,14 @@ def _redraw_rounds(buf: Any, res: SampleResult, ext: IntArray, batch_size: int, 
     rng = buf.rng
     if extent is None:
         extent = _EXTENT[0] if _EXTENT else _load_extent()
-    exact = type(buf.sampler) is UniformSampler
+    exact = buf.sampler_traits.uniform is not None
     limit = max_redraws if exact else max(max_redraws, 1024)
     for _ in range(limit):
         bad = np.flatnonzero(ext < min_len)
         if len(bad) == 0:
             return res, ext
         more = buf.sampler.sample(len(bad), lv, rng, **kwargs)
-        res = _redraw(res, bad, more)
+        res = replace_rows(res, bad, more)
         ext[bad] = extent(t.link, t.written, t.counts, more.keys, width, cross)
     bad = np.flatnonzero(ext < min_len)
     if len(bad) == 0:
@@ -360,7 +347,7 @@ def sample_sequences(
         bounds = reads.boundaries(fast, t)
         # extents read the lane-major boundary bytes (a cache line or two per window)
         extent = partial(fast.window_extent, bounds=bounds)
-        if not sampler_kwargs and max_redraws > 0 and type(buf.sampler) is UniformSampler:
+        if not sampler_kwargs and max_redraws > 0 and buf.sampler_traits.uniform is not None:
             # the uniform sampler's draw (as _draw_rounds), checked and planned in one call
             flat = uniform_ints(buf.rng, size, batch_size + batch_size // 2 + 4)
             keys, ext, _, plan = fast.draw_plan(t.link, t.written, t.counts, flat, width,
@@ -444,7 +431,7 @@ def update_sequence_priorities(
     if isinstance(eta, bool) or not isinstance(eta, (int, float, np.floating)) \
             or not 0.0 <= float(eta) <= 1.0:
         raise ConfigError(f"update_sequence_priorities(eta={eta!r}): must be a float in [0, 1]")
-    if not callable(getattr(buf.sampler, "update", None)):  # PrioritySampler, cheaper
+    if buf.sampler_traits.priority is None:
         raise ConfigError(
             f"update_sequence_priorities: this buffer's sampler ({type(buf.sampler).__name__}) "
             "has no priorities; build it with sampler=PrioritizedSampler(...)"

@@ -393,7 +393,7 @@ def warm(buffer: Any, agent_or_policy: Any, n_samples: int, num_envs: int = 8,
     Example:
         >>> import replaybank as rb
         >>> buf = rb.ReplayBuffer(400, num_envs=4, seed=0)
-        >>> _ = buf.warm(None, 200, num_envs=4, env="CartPole-v1", progress=False, seed=0)
+        >>> _ = rb.warm(buf, None, 200, num_envs=4, env="CartPole-v1", progress=False, seed=0)
         >>> len(buf) >= 200
         True
     """

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from replaybank.errors import require_extra
-from replaybank.storage.torch_backend import torch_dtype
+from replaybank.storage.backends.torch import torch_dtype
 
 __all__ = ["PinnedStager"]
 

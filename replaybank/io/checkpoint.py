@@ -1,6 +1,9 @@
 """Checkpoints: ``<prefix>metadata.json`` + ``<prefix>state.safetensors``, atomic and exact.
 
-``save_buffer(buf, dirpath)`` writes two files (the layout of velora's ``save``):
+This module knows no buffer class: it writes and reads any component's state dict
+(:func:`save_state`, :func:`load_state`); :mod:`replaybank.persist` saves and rebuilds
+buffers with it. ``save_state(buf.state_dict(), dirpath)`` writes two files (the layout of
+velora's ``save``):
 
 * ``<prefix>state.safetensors``: every array of ``buf.state_dict()`` (table fields, the
   side store of final observations, links, sampler arrays), streamed chunk by chunk so
@@ -15,9 +18,9 @@ Writes are atomic: both files are written under temporary names in ``dirpath``,
 fsynced, then renamed (state file first, then manifest) and the directory is fsynced.
 A crash or a full disk before the first rename leaves the previous checkpoint as it
 was; a crash between the two renames leaves a new state file whose embedded manifest
-:func:`load_buffer` uses (the pair is never mixed).
+the loader uses (the pair is never mixed).
 
-``load_buffer`` checks everything before it builds anything: the files exist, the
+Loading checks everything before it builds anything: the files exist, the
 manifest is a replaybank manifest of a supported version, it agrees with the state
 file, the spec matches the stored arrays, and every array's checksum is right. Only
 then is a buffer built and filled (in chunks, read straight from the file). Any
@@ -52,7 +55,7 @@ from typing import Any
 
 import numpy as np
 
-from replaybank.errors import CheckpointError, ConfigError
+from replaybank.errors import CheckpointError
 from replaybank.io.lazy_tensor import LazyTensor, lazy_tensors
 from replaybank.io.manifest import (
     FORMAT,
@@ -65,7 +68,6 @@ from replaybank.io.manifest import (
 )
 from replaybank.io.safetensors_stream import (
     CHUNK_BYTES,
-    StateFile,
     st_code,
     write_bytes,
     write_safetensors,
@@ -77,12 +79,11 @@ __all__ = [
     "FORMAT_VERSION",
     "LazyTensor",
     "checkpoint_paths",
-    "load_buffer",
-    "load_into",
     "load_state",
+    "open_checked",
     "read_manifest",
-    "save_buffer",
     "save_state",
+    "verify_crcs",
 ]
 
 
@@ -190,38 +191,6 @@ def save_state(
     return meta_path
 
 
-def save_buffer(buf: Any, dirpath: Any, prefix: str = "buffer_") -> Path:
-    """Save a buffer (any type with ``state_dict``, ``metadata`` and ``config``).
-
-    Args:
-        buf: The buffer.
-        dirpath: Directory for ``<prefix>metadata.json`` and ``<prefix>state.safetensors``.
-        prefix: File name prefix.
-
-    Returns:
-        The manifest path.
-
-    Raises:
-        CheckpointError: The write failed (the previous checkpoint is left intact).
-        ConfigError: The buffer's config cannot be described (unregistered component).
-
-    Example:
-        >>> import tempfile
-        >>> import replaybank as rb
-        >>> d = tempfile.mkdtemp()
-        >>> save_buffer(rb.ReplayBuffer(8), d).name
-        'buffer_metadata.json'
-    """
-    from replaybank.config import buffer_config
-
-    dump = buffer_config(buf).model_dump(mode="json")
-    state = buf.state_dict()
-    meta = buf.metadata() if callable(getattr(buf, "metadata", None)) else \
-        state.get("metadata")
-    info = {"buffer_type": type(buf).__name__, "config": dump, "metadata": meta}
-    return save_state(state, dirpath, prefix, info)
-
-
 # ---------------------------------------------------------------------- reading
 def load_state(dirpath: Any, prefix: str = "buffer_") -> tuple[dict[str, Any], dict[str, Any]]:
     """Read a checkpoint fully into memory: ``(manifest, state_dict)`` (checksums verified).
@@ -235,7 +204,7 @@ def load_state(dirpath: Any, prefix: str = "buffer_") -> tuple[dict[str, Any], d
         >>> d = tempfile.mkdtemp()
         >>> rb.ReplayBuffer(8).save(d)
         >>> sorted(load_state(d)[1])
-        ['init', 'metadata', 'rng', 'sampler']
+        ['init', 'metadata', 'rng', 'sampler', 'view']
     """
     manifest, sf = open_checked(dirpath, prefix)
     with sf:
@@ -245,87 +214,3 @@ def load_state(dirpath: Any, prefix: str = "buffer_") -> tuple[dict[str, Any], d
     manifest["tensors"] = {n: {k: v for k, v in t.items() if not k.startswith("_")}
                            for n, t in manifest["tensors"].items()}
     return manifest, state
-
-
-def _restore(buf: Any, manifest: dict[str, Any], sf: StateFile) -> None:
-    state = join_state(manifest["state"], lazy_tensors(manifest, sf))
-    try:
-        buf.load_state_dict(state)
-    except CheckpointError:
-        raise
-    except (KeyError, ValueError, TypeError, IndexError) as exc:
-        raise CheckpointError(
-            f"the checkpoint does not fit a {type(buf).__name__}: {type(exc).__name__}: {exc}"
-        ) from exc
-
-
-def load_into(buf: Any, dirpath: Any, prefix: str = "buffer_") -> Any:
-    """Load a checkpoint into an existing buffer of the same type, capacity and spec.
-
-    Every file check runs before the buffer is touched.
-
-    Returns:
-        ``buf``.
-
-    Raises:
-        CheckpointError: Any problem with the files, or they do not fit ``buf``.
-
-    Example:
-        >>> import tempfile, numpy as np
-        >>> import replaybank as rb
-        >>> d = tempfile.mkdtemp()
-        >>> src = rb.ReplayBuffer(8, seed=0)
-        >>> src.add(obs=np.zeros(2), action=0, reward=1.0, next_obs=np.ones(2),
-        ...         terminated=False, truncated=False)
-        >>> src.save(d)
-        >>> len(load_into(rb.ReplayBuffer(8), d))
-        1
-    """
-    manifest, sf = open_checked(dirpath, prefix)
-    with sf:
-        verify_crcs(manifest, sf)
-        _restore(buf, manifest, sf)
-    return buf
-
-
-def load_buffer(dirpath: Any, prefix: str = "buffer_", **overrides: Any) -> Any:
-    """Rebuild a saved buffer exactly (its type comes from the manifest).
-
-    Args:
-        dirpath: Directory of the checkpoint.
-        prefix: File name prefix.
-        **overrides: Config entries to change, e.g. ``storage="numpy"`` to load a memmap
-            buffer into memory, or ``path=`` for a new memmap directory.
-
-    Returns:
-        The buffer; its next ``sample()`` equals the saved buffer's.
-
-    Raises:
-        CheckpointError: Missing, truncated or corrupted files, an edited manifest, a
-            newer format version or a spec that does not match the state.
-
-    Example:
-        >>> import tempfile
-        >>> import replaybank as rb
-        >>> d = tempfile.mkdtemp()
-        >>> rb.PrioritizedReplayBuffer(16, alpha=0.5).save(d)
-        >>> type(load_buffer(d)).__name__, load_buffer(d).sampler.alpha
-        ('PrioritizedReplayBuffer', 0.5)
-    """
-    from replaybank.config import from_config
-
-    manifest, sf = open_checked(dirpath, prefix)
-    with sf:
-        verify_crcs(manifest, sf)
-        cfg = manifest.get("config")
-        if not isinstance(cfg, dict):
-            raise CheckpointError(f"{sf.path}: the manifest has no buffer config; load the "
-                                  "state into a buffer you build with load_into(buf, ...)")
-        if "path" in overrides and "storage" not in overrides:
-            overrides["storage"] = "memmap"
-        try:
-            buf = from_config(cfg, **overrides)
-        except ConfigError as exc:
-            raise CheckpointError(f"cannot rebuild the saved buffer: {exc}") from exc
-        _restore(buf, manifest, sf)
-    return buf

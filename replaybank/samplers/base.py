@@ -4,11 +4,18 @@ A sampler never touches field data. It sees the lane bookkeeping of the step tab
 (:class:`LaneView`) and returns item keys (see :mod:`replaybank.ops.ring`). Samplers
 that keep per-slot state (priorities) learn about writes through ``on_write``.
 
-Two protocols, because not every sampler has priorities:
+:class:`Sampler` is what every sampler does: ``bind``, ``on_write``, ``on_clear``,
+``sample``, ``state_dict``, ``load_state_dict``, ``config``. Further capabilities are
+declared protocols that a buffer checks once, when it builds its plans:
 
-* :class:`Sampler`: ``bind``, ``on_write``, ``on_clear``, ``sample``, ``state_dict``,
-  ``load_state_dict``, ``config``.
-* :class:`PrioritySampler`: a Sampler that also takes ``update(slots, priorities)``.
+* :class:`PrioritySampler`: also takes ``update(slots, priorities)``;
+* :class:`KeyUpdates`: a priority sampler that filters stale keys and updates in one pass;
+* :class:`ScheduledSampler`: a sampler whose options follow a schedule of sample calls
+  (PER's beta annealing): ``current_beta``, ``calls``;
+* :class:`UniformDraws`: draws exactly uniform keys over the live steps, with the
+  documented stream of :func:`replaybank.ops.draws.uniform_ints`;
+* :class:`StatelessSampler` (a base class): keeps no per-slot state, so writes need not
+  be told to it; ``iid`` says its draws are independent of each other.
 
 Example:
     >>> from replaybank.samplers.uniform import UniformSampler
@@ -24,7 +31,8 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["LaneView", "PrioritySampler", "SampleResult", "Sampler", "StatelessSampler"]
+__all__ = ["KeyUpdates", "LaneView", "PrioritySampler", "SampleResult", "Sampler", "SamplerTraits",
+           "ScheduledSampler", "StatelessSampler", "UniformDraws"]
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -111,13 +119,54 @@ class PrioritySampler(Sampler, Protocol):
         ...
 
 
+@runtime_checkable
+class KeyUpdates(PrioritySampler, Protocol):
+    """A priority sampler that maps item keys to slots, drops stale ones and updates in
+    one pass."""
+
+    def update_keys(self, keys: IntArray, priorities: FloatArray, lanes: LaneView) -> int:
+        """Set the priorities of the live ``keys`` ``[B]``; returns how many were live."""
+        ...
+
+
+@runtime_checkable
+class ScheduledSampler(Sampler, Protocol):
+    """A sampler whose importance-sampling exponent follows a schedule of sample calls."""
+
+    #: Sample calls so far (each ``sample`` call advances the schedule by one).
+    calls: int
+
+    @property
+    def current_beta(self) -> float:
+        """The exponent the next ``sample`` call uses when none is passed."""
+        ...
+
+
+@runtime_checkable
+class UniformDraws(Sampler, Protocol):
+    """A sampler whose keys are exactly uniform over the live steps, drawn with
+    :func:`~replaybank.ops.draws.uniform_ints` (so fused kernels may draw the same keys
+    themselves)."""
+
+    def one_lane_keys(self, batch_size: Any, written: IntArray, counts: IntArray,
+                      rng: np.random.Generator) -> IntArray:
+        """The keys ``sample(batch_size, ..., replace=True)`` returns for one lane."""
+        ...
+
+
 class StatelessSampler:
     """Shared no-op bookkeeping for samplers that keep no per-slot state.
 
     Such samplers derive everything from the :class:`LaneView` at sampling time, so
     writes, clears and checkpoints have nothing to record. Subclasses implement
     ``sample`` and ``config``.
+
+    Attributes:
+        iid: The keys of one ``sample`` call are drawn independently of each other (a
+            caller may draw spare keys and keep the first it can use).
     """
+
+    iid: bool = False
 
     def bind(self, T: int, lanes: int) -> None:  # noqa: N803
         """Nothing to allocate."""
@@ -138,3 +187,51 @@ class StatelessSampler:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Nothing to restore."""
         return None
+
+
+@dataclass(frozen=True)
+class SamplerTraits:
+    """What a sampler declares it can do, checked once (``isinstance`` on a runtime
+    protocol costs tens of microseconds: never per call).
+
+    Attributes:
+        sampler: The sampler.
+        priority: The sampler as a :class:`PrioritySampler`, or None.
+        keyed: The sampler as a :class:`KeyUpdates`, or None.
+        scheduled: The sampler as a :class:`ScheduledSampler`, or None.
+        uniform: The sampler as a :class:`UniformDraws`, or None.
+        stateless: Keeps no per-slot state (a :class:`StatelessSampler`): writes need not
+            be told to it.
+        iid: Its keys are drawn independently within one call.
+
+    Example:
+        >>> from replaybank.samplers.uniform import UniformSampler
+        >>> t = SamplerTraits.of(UniformSampler())
+        >>> t.uniform is t.sampler, t.priority, t.stateless, t.iid
+        (True, None, True, True)
+    """
+
+    sampler: Sampler
+    priority: PrioritySampler | None
+    keyed: KeyUpdates | None
+    scheduled: ScheduledSampler | None
+    uniform: UniformDraws | None
+    stateless: bool
+    iid: bool
+
+    @classmethod
+    def of(cls, sampler: Sampler) -> SamplerTraits:
+        """The traits of ``sampler``."""
+        # a StatelessSampler subclass that records writes after all is not stateless
+        on_write: Any = type(sampler).on_write
+        stateless = isinstance(sampler, StatelessSampler) \
+            and on_write is StatelessSampler.on_write
+        return cls(
+            sampler=sampler,
+            priority=sampler if isinstance(sampler, PrioritySampler) else None,
+            keyed=sampler if isinstance(sampler, KeyUpdates) else None,
+            scheduled=sampler if isinstance(sampler, ScheduledSampler) else None,
+            uniform=sampler if isinstance(sampler, UniformDraws) else None,
+            stateless=stateless,
+            iid=stateless and bool(sampler.iid),  # type: ignore[attr-defined]
+        )

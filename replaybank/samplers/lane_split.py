@@ -47,6 +47,8 @@ class LaneSplitSampler(StatelessSampler):
         (4, 3)
     """
 
+    iid = True
+
     def sample(
         self,
         batch_size: int,

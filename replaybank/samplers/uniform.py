@@ -89,6 +89,13 @@ class UniformSampler(StatelessSampler):
     ``replace=False`` draws distinct steps (the batch must not exceed the size).
     """
 
+    iid = True
+
+    def one_lane_keys(self, batch_size: Any, written: IntArray, counts: IntArray,
+                      rng: np.random.Generator) -> IntArray:
+        """The keys :meth:`sample` returns for a one-lane table (:func:`one_lane_keys`)."""
+        return one_lane_keys(batch_size, written, counts, rng)
+
     def sample(
         self,
         batch_size: int,

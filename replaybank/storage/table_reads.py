@@ -11,13 +11,14 @@ lane unless its link points into the side store (see :mod:`replaybank.storage.ta
 
 Example:
     >>> import numpy as np
+    >>> from replaybank.storage.writers.reference import write
     >>> from replaybank.spec import Spec
     >>> from replaybank.storage.table import StepTable
     >>> t = StepTable(Spec.coerce({"obs": ((), "int64"), "terminated": ((), "bool"),
     ...                            "truncated": ((), "bool")}), T=4, lanes=1,
     ...               obs_fields=["obs"])
     >>> no, end = np.zeros((2, 1), bool), np.array([[True], [False]])
-    >>> _ = t.write(np.array([0]), {"obs": np.array([[1], [5]]), "terminated": end,
+    >>> _ = write(t, np.array([0]), {"obs": np.array([[1], [5]]), "terminated": end,
     ...             "truncated": no}, {"obs": np.array([[2], [6]])})
     >>> keys = np.array([0, 1])
     >>> gather(t, "obs", keys).tolist(), gather_next(t, "obs", keys).tolist()
@@ -35,7 +36,6 @@ import numpy as np
 import numpy.typing as npt
 
 from replaybank.ops import ring
-from replaybank.storage.backend import NumpyBackend
 
 if TYPE_CHECKING:
     from replaybank.storage.table import StepTable
@@ -133,14 +133,15 @@ def gather_transitions(table: StepTable, keys: IntArray, live: bool = False) -> 
         ...                            "truncated": ((), "bool")}), T=2, lanes=1,
         ...               obs_fields=["obs"])
         >>> no = np.zeros((3, 1), bool)
-        >>> _ = t.write(np.array([0]), {"obs": np.array([[5], [6], [7]]),
+        >>> from replaybank.storage.writers.reference import write
+        >>> _ = write(t, np.array([0]), {"obs": np.array([[5], [6], [7]]),
         ...             "terminated": no, "truncated": no}, {"obs": np.array([[6], [7], [8]])})
         >>> out = t.gather_transitions(np.array([1, 2]))
         >>> out["obs"].tolist(), out["next_obs"].tolist()
         ([6, 7], [7, 8])
     """
     T = table.T  # noqa: N806
-    if type(table.backend) is not NumpyBackend:
+    if not table.plain_numpy:
         slots = table.slots_of(keys)  # [B]
         out: dict[str, Any] = {name: table.take(name, slots) for name in table.arrays}
         where = table.next_index(slots)
@@ -197,7 +198,7 @@ def take_fields(table: StepTable, slots: IntArray, obs: bool = True) -> dict[str
         >>> sorted(t.take_fields(np.array([0, 1]), obs=False))
         ['reward']
     """
-    if type(table.backend) is not NumpyBackend:
+    if not table.plain_numpy:
         return {name: table.take(name, slots) for name in table.arrays
                 if obs or name not in table.obs_fields}
     fields = _read_plan(table)[0]

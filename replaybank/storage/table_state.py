@@ -6,12 +6,13 @@ in which free side slots are reused, so later adds match the original exactly).
 
 Example:
     >>> import numpy as np
+    >>> from replaybank.storage.writers.reference import write
     >>> from replaybank.spec import Spec
     >>> spec = Spec.coerce({"obs": ((2,), "float32"), "terminated": ((), "bool"),
     ...                     "truncated": ((), "bool")})
     >>> a = StepTable(spec, T=4, lanes=1, obs_fields=["obs"])
     >>> no = np.zeros((3, 1), bool)
-    >>> _ = a.write(np.array([0]), {"obs": np.ones((3, 1, 2), np.float32),
+    >>> _ = write(a, np.array([0]), {"obs": np.ones((3, 1, 2), np.float32),
     ...             "terminated": no, "truncated": no}, {"obs": np.ones((3, 1, 2), np.float32)})
     >>> b = StepTable(spec, T=4, lanes=1, obs_fields=["obs"])
     >>> load_table_state(b, table_state(a))
@@ -28,7 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from replaybank.errors import CheckpointError
-from replaybank.storage.backend import ArrayBackend
+from replaybank.storage.backends.base import ArrayBackend
 from replaybank.storage.table import StepTable
 
 __all__ = ["load_table_state", "table_state"]
@@ -40,7 +41,7 @@ def table_state(t: StepTable) -> dict[str, npt.NDArray[Any]]:
     arrays = {f"fields/{k}": be.to_numpy(v) for k, v in t.arrays.items()}
     arrays.update({f"side/{k}": be.to_numpy(v) for k, v in t.side.items()})
     arrays.update({f"meta/{k}": np.asarray(v) for k, v in t.state_arrays().items()})
-    arrays["free_slots"] = np.asarray(t._free, dtype=np.int64)
+    arrays["free_slots"] = np.asarray(t.side.free, dtype=np.int64)
     return arrays
 
 
@@ -56,8 +57,7 @@ def load_table_state(t: StepTable, arrays: Mapping[str, Any]) -> None:
     side_len = _side_len(t, arrays)
     _check(t, arrays, side_len)  # before anything is written
     if side_len != t.side_capacity:
-        for name in t.obs_fields:
-            t.side[name] = t.backend.resize(f"side/{name}", t.side[name], side_len)
+        t.side.resize(side_len)
     for name in t.arrays:
         _copy_rows(t.backend, t.arrays[name], arrays[f"fields/{name}"])
     for name in t.side:
@@ -67,8 +67,8 @@ def load_table_state(t: StepTable, arrays: Mapping[str, Any]) -> None:
     t.rebuild_free_list()
     t.epoch += 1  # links changed without a write
     saved = arrays.get("free_slots")
-    if saved is not None and sorted(np.asarray(saved).tolist()) == sorted(t._free):
-        t._free = [int(i) for i in np.asarray(saved)]
+    if saved is not None and sorted(np.asarray(saved).tolist()) == sorted(t.side.free):
+        t.side.free = [int(i) for i in np.asarray(saved)]
 
 
 def _side_len(t: StepTable, arrays: Mapping[str, Any]) -> int:

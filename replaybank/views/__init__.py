@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from replaybank.errors import ConfigError
-from replaybank.views.transition import TransitionView, View
+from replaybank.views.base import View
+from replaybank.views.transition import TransitionView
 
 __all__ = ["make_view"]
 

@@ -49,12 +49,12 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from replaybank.errors import ConfigError
+from replaybank.errors import CheckpointError, ConfigError
 from replaybank.ops import windows
 from replaybank.spec import flatten, unflatten
-from replaybank.storage.backend import NumpyBackend
 from replaybank.storage.table import StepTable
-from replaybank.views.transition import TransitionView, View, next_name
+from replaybank.views.base import ShiftedView, StepView, View, next_name
+from replaybank.views.transition import TransitionView
 
 __all__ = ["FrameStackView"]
 
@@ -133,6 +133,8 @@ class FrameStackView:
         {'type': 'framestack', 'k': 4, 'inner': {'type': 'transition'}}
     """
 
+    every_step = False
+
     def __init__(self, k: int, inner: View | None = None,
                  stacked_inputs: bool | None = None, kernel: str = "auto") -> None:
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
@@ -145,6 +147,10 @@ class FrameStackView:
             )
         self.k = int(k)
         self.inner: View = inner if inner is not None else TransitionView()
+        # what the inner view is, decided once: the plain one-step view (its fields are
+        # taken directly) or one whose transitions end at another step (n-step)
+        self._plain_inner = isinstance(self.inner, StepView)
+        self._shifted = self.inner if isinstance(self.inner, ShiftedView) else None
         self.stacked_inputs = stacked_inputs
         # per obs leaf ("" for a plain obs): (is a stack, frame ndim), set at the first add
         self._layout: dict[str, tuple[bool, int]] = {}
@@ -259,7 +265,7 @@ class FrameStackView:
         plan = self._stack_slots(table, keys)
         # one-shot cache: ReplayBuffer.sample gathers the same key array right after
         self._last = (table, keys, table.written.tobytes(), plan)
-        inner_ok = None if type(self.inner) is TransitionView else self.inner.valid(table, keys)
+        inner_ok = None if self.inner.every_step else self.inner.valid(table, keys)
         ok = plan[3]
         if ok is None or plan[4] == 0:
             return inner_ok
@@ -276,7 +282,7 @@ class FrameStackView:
                 and all(map(operator.is_, arrays.values(), reads.arrays)):
             return reads
         self._reads = None
-        if self._gather_kernel is None or type(table.backend) is not NumpyBackend \
+        if self._gather_kernel is None or not table.plain_numpy \
                 or len(table.obs_fields) != 1 \
                 or not all(type(a) is np.ndarray for a in arrays.values()):
             return None
@@ -290,7 +296,8 @@ class FrameStackView:
         self._reads = reads
         return reads
 
-    def gather_valid(self, table: StepTable, keys: IntArray) -> dict[str, Any] | None:
+    def gather_valid(self, table: StepTable, keys: IntArray,
+                     rng: np.random.Generator | None = None) -> dict[str, Any] | None:
         """:meth:`gather` of ``keys`` when the view can serve every one of them, else None.
 
         One pass instead of :meth:`valid` then :meth:`gather` (the sampling fast path):
@@ -317,7 +324,7 @@ class FrameStackView:
             >>> buf.view.gather_valid(buf.table, np.array([5]))["obs"][:, :, 0].tolist()
             [[4, 5]]
         """
-        if type(self.inner) is not TransitionView:
+        if not self._plain_inner:
             return None
         if type(keys) is not np.ndarray or keys.dtype != np.int64:
             keys = np.asarray(keys, dtype=np.int64)
@@ -361,21 +368,21 @@ class FrameStackView:
             return last[3]
         return self._stack_slots(table, keys)
 
-    def gather(self, table: StepTable, keys: IntArray) -> dict[str, Any]:
+    def gather(self, table: StepTable, keys: IntArray,
+               rng: np.random.Generator | None = None) -> dict[str, Any]:
         """Fields of ``keys`` with ``obs``/``next_obs`` as stacks ``[B, k, *frame]``."""
         if type(keys) is not np.ndarray or keys.dtype != np.int64:
             keys = np.asarray(keys, dtype=np.int64)
         k = self.k
         # [B, k + 1] slots, [B] side slots, [B] the steps' slots
         win, side, step, _, _, n_side = self._cached(table, keys)
-        if type(self.inner) is TransitionView:
+        if self._plain_inner:
             out = table.take_fields(step, obs=False)
             same = True
         else:
-            out = dict(self.inner.gather(table, keys))
-            last_keys = getattr(self.inner, "last_keys", None)
-            if last_keys is not None:
-                last = np.asarray(last_keys(table, keys), np.int64)
+            out = dict(self.inner.gather(table, keys, rng))
+            if self._shifted is not None:
+                last = np.asarray(self._shifted.last_keys(table, keys), np.int64)
                 same = last is keys or np.array_equal(last, keys)
                 if not same:  # n-step: obs stack of t, next stack of the window's last step
                     win_last, side, _, _, _, n_side = self._stack_slots(table, last,
@@ -384,7 +391,7 @@ class FrameStackView:
             else:
                 same = True
         be = table.backend
-        numpy_be = type(be) is NumpyBackend
+        numpy_be = table.plain_numpy
         pos = np.flatnonzero(side >= 0) if n_side else None
         for name in table.obs_fields:
             frames = table.flat(table.arrays[name])
@@ -397,6 +404,27 @@ class FrameStackView:
             out[name] = w[:, :k]
             out[next_name(name)] = w[:, 1:] if same else w[:, k:]
         return out
+
+    def state_dict(self) -> dict[str, Any]:
+        """The input layout decided at the first add (``layout``: per observation leaf,
+        ``[is a stack, frame ndim]``) and the inner view's state."""
+        return {"layout": {leaf: [stacked, ndim] for leaf, (stacked, ndim)
+                           in self._layout.items()},
+                "inner": self.inner.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Inverse of :meth:`state_dict`.
+
+        Raises:
+            CheckpointError: The state is not a frame-stack view's.
+        """
+        layout = state.get("layout", {})
+        if not isinstance(layout, dict) or not all(
+                isinstance(v, (list, tuple)) and len(v) == 2 for v in layout.values()):
+            raise CheckpointError(f"FrameStackView state: layout={layout!r} is not "
+                                  "{leaf: [stacked, ndim]}; the state is not a frame stack's")
+        self._layout = {str(leaf): (bool(v[0]), int(v[1])) for leaf, v in layout.items()}
+        self.inner.load_state_dict(state.get("inner", {}))
 
     def config(self) -> dict[str, Any]:
         """JSON-able constructor arguments (with the inner view's config)."""

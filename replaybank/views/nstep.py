@@ -20,6 +20,7 @@ Example:
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import numpy as np
@@ -28,14 +29,14 @@ import numpy.typing as npt
 from replaybank.errors import ConfigError
 from replaybank.ops import nstep
 from replaybank.storage.table import StepTable
-from replaybank.views.transition import next_name
+from replaybank.views.base import StatelessView, next_name
 
 __all__ = ["NStepView"]
 
 IntArray = npt.NDArray[np.int64]
 
 
-class NStepView:
+class NStepView(StatelessView):
     """n-step transitions: every stored field of step ``t``, with
 
     * ``reward`` = ``sum_{k<L} gamma**k r[t+k]`` (the stored reward dtype),
@@ -59,6 +60,8 @@ class NStepView:
         >>> NStepView(3, 0.99).config()
         {'type': 'nstep', 'n': 3, 'gamma': 0.99}
     """
+
+    every_step = True
 
     def __init__(self, n: int, gamma: float = 0.99) -> None:
         if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
@@ -87,7 +90,8 @@ class NStepView:
         keys = np.asarray(keys, dtype=np.int64)
         return keys + (self.lengths(table, keys) - 1) * table.lanes
 
-    def gather(self, table: StepTable, keys: IntArray) -> dict[str, Any]:
+    def gather(self, table: StepTable, keys: IntArray,
+               rng: np.random.Generator | None = None) -> dict[str, Any]:
         """Fields of the n-step transitions starting at ``keys`` (``[B, *shape]``)."""
         keys = np.asarray(keys, dtype=np.int64)
         be = table.backend
@@ -132,7 +136,6 @@ class NStepView:
 
 
 def _like(tensor: Any, values: npt.NDArray[Any]) -> Any:
-    """``values`` as a tensor on ``tensor``'s device (torch is already imported then)."""
-    import torch
-
-    return torch.as_tensor(values, device=tensor.device)
+    """``values`` as a tensor on ``tensor``'s device (torch storage imported torch already:
+    it is taken from ``sys.modules``, so this module imports no torch)."""
+    return sys.modules["torch"].as_tensor(values, device=tensor.device)

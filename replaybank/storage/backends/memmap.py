@@ -10,10 +10,11 @@ files describe a consistent buffer at every instant, so a process killed (even w
 SIGKILL) between or during adds loses nothing that an earlier add completed. Call
 :meth:`MemmapBackend.flush` to survive an OS crash too.
 
-:func:`open_buffer` (``ReplayBuffer.open(path)``) reopens the files in a new process and
-continues where the old one stopped. Generator and sampler state (e.g. PER priorities)
-live in memory: ``buf.flush()`` saves them next to the files
-(:mod:`replaybank.io.resume`), and a reopened buffer restores them when the files still
+``rb.open(path)`` (:func:`replaybank.persist.open`) reopens the files in a new process and
+continues where the old one stopped, rebuilding the buffer from the owner record the buffer
+keeps in the manifest (the backend never reads it). Generator and sampler state (e.g. PER
+priorities) live in memory: ``buf.flush()`` saves them next to the files
+(:mod:`replaybank.persist`), and a reopened buffer restores them when the files still
 hold exactly the steps they held at that flush, so it draws the identical next sample.
 Without such a flush (or with steps added after it) a reopened buffer starts a fresh
 generator (from the config seed) and gives every live step the sampler's default state
@@ -27,7 +28,7 @@ Example:
     >>> for t in range(5):
     ...     buf.add(obs=np.full(2, t, np.float32), action=t, reward=1.0,
     ...             next_obs=np.full(2, t + 1, np.float32), terminated=False, truncated=False)
-    >>> again = rb.ReplayBuffer.open(d)
+    >>> again = rb.open(d)
     >>> len(again), again.sample(2).obs.shape
     (5, (2, 2))
 """
@@ -38,7 +39,6 @@ import contextlib
 import json
 import os
 import uuid
-import weakref
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -48,7 +48,7 @@ import numpy.typing as npt
 
 from replaybank.errors import CheckpointError, ConfigError
 
-__all__ = ["MANIFEST", "RESUME_PREFIX", "MemmapBackend", "open_buffer"]
+__all__ = ["MANIFEST", "RESUME_PREFIX", "MemmapBackend"]
 
 MANIFEST = "replaybank_memmap.json"
 #: File name prefix of the generator/sampler state that ``flush()`` saves
@@ -73,7 +73,7 @@ class MemmapBackend:
     Args:
         path: Directory for the files (created when missing).
         reopen: Map the existing files of a buffer at ``path`` instead of creating new
-            ones (what :func:`open_buffer` does).
+            ones (what :func:`replaybank.persist.open` does).
         overwrite: Replace a buffer that already exists at ``path``.
 
     Raises:
@@ -92,13 +92,13 @@ class MemmapBackend:
     """
 
     name = "memmap"
+    host_numpy = True
+    durable = True
 
     def __init__(self, path: Any, reopen: bool = False, overwrite: bool = False) -> None:
         self.path = Path(os.fspath(path))
         self.reopen = bool(reopen)
         self._maps: dict[str, np.memmap[Any, Any]] = {}
-        self._owner: Any = None
-        self._config_pending = False
         manifest = self.path / MANIFEST
         if reopen:
             try:
@@ -234,9 +234,7 @@ class MemmapBackend:
         return self._open(name, length, tuple(array.shape[1:]), array.dtype, create=False)
 
     def write(self, array: Any, index: Any, values: npt.NDArray[Any]) -> None:
-        """``array[index] = values`` (the first write records the owner's config)."""
-        if self._config_pending:
-            self._record_config()
+        """``array[index] = values``."""
         array[index] = values
 
     def gather(self, array: Any, index: Any) -> Any:
@@ -257,81 +255,22 @@ class MemmapBackend:
         return False
 
     # ------------------------------------------------------------------ owner
-    def attach(self, owner: Any, replace: bool = False) -> None:
-        """Remember the buffer that owns this storage; its config goes into the manifest
-        (now, or at the first write if the owner cannot describe itself yet).
+    def record_owner(self, record: dict[str, Any] | None, error: str | None = None) -> None:
+        """Keep the owning buffer's record (its config) in the manifest.
+
+        The backend never reads it: the buffer writes it, and
+        :func:`replaybank.persist.open` rebuilds the buffer from it.
 
         Args:
-            owner: The buffer :func:`open_buffer` is to rebuild.
-            replace: Record ``owner``'s config even if one is recorded already (a
-                wrapper such as ``SequenceReplayBuffer`` taking over its inner buffer).
+            record: A JSON-able description of the owner, or None when it could not
+                describe itself.
+            error: Why there is no record (shown when the buffer is reopened).
         """
-        self._owner = weakref.ref(owner)
-        if replace or self.manifest.get("config") is None:
-            self._config_pending = True
-            with contextlib.suppress(Exception):
-                self._record_config()
-
-    def _record_config(self) -> None:
-        owner = self._owner() if self._owner is not None else None
-        self._config_pending = False
-        if owner is None:
-            return
-        try:
-            cfg = owner.config()
-            data = cfg.model_dump(mode="json") if hasattr(cfg, "model_dump") else dict(cfg)
-            self.manifest["config_error"] = None
-        except Exception as exc:  # an unregistered sampler/view: reopen needs overrides
-            data = None
-            self.manifest["config_error"] = f"{type(exc).__name__}: {exc}"
-        self.manifest["config"] = data
+        self.manifest["config"] = record
+        self.manifest["config_error"] = error
         self._save_manifest()
 
-
-def open_buffer(path: Any, **overrides: Any) -> Any:
-    """Reopen the memmap buffer at ``path`` (in this or a new process).
-
-    Args:
-        path: Directory of a buffer built with ``storage="memmap"``.
-        **overrides: Config entries to change (e.g. ``seed=``, ``sampler=`` when the
-            original used an unregistered sampler).
-
-    Returns:
-        The buffer, holding every step added before the old process stopped.
-
-    Raises:
-        CheckpointError: No buffer at ``path``, or no config recorded for it.
-
-    Example:
-        >>> import tempfile
-        >>> import replaybank as rb
-        >>> d = tempfile.mkdtemp()
-        >>> _ = rb.ReplayBuffer(8, storage="memmap", path=d,
-        ...                     spec={"obs": ((2,), "float32"), "action": ((), "int64")})
-        >>> open_buffer(d).spec["obs"].shape
-        (2,)
-    """
-    from replaybank.config import from_config
-    from replaybank.ops import ring
-
-    backend = MemmapBackend(path, reopen=True)
-    cfg = backend.manifest.get("config")
-    if not isinstance(cfg, dict):
-        why = backend.manifest.get("config_error") or "nothing was ever added to it"
-        raise CheckpointError(f"the memmap buffer at {path} has no recorded config ({why}); "
-                              "it cannot be rebuilt")
-    cfg = {**cfg, "storage": "memmap", "path": str(backend.path), **overrides}
-    buf = from_config(cfg, storage=backend)
-    table = buf.table
-    table.rebuild_free_list()
-    w, c, lanes = table.written, table.counts, table.lanes
-    if int(c.sum()):
-        seq = np.concatenate([np.arange(w[i] - c[i], w[i]) for i in range(lanes)])
-        lane = np.concatenate([np.full(int(c[i]), i) for i in range(lanes)])
-        order = np.argsort(seq, kind="stable")
-        keys = (seq * lanes + lane)[order].astype(np.int64)
-        buf.sampler.on_write(ring.key_to_slot(keys, table.T, lanes), None)
-    from replaybank.io.resume import load_resume
-
-    load_resume(buf)  # the generator and sampler state of the last flush, when it fits
-    return buf
+    def owner_record(self) -> dict[str, Any] | None:
+        """The record :meth:`record_owner` kept, or None."""
+        cfg = self.manifest.get("config")
+        return cfg if isinstance(cfg, dict) else None

@@ -82,6 +82,8 @@ class TorchBackend:
     """
 
     name = "torch"
+    host_numpy = False
+    durable = False
 
     def __init__(self, device: Any = None) -> None:
         torch = _torch()

@@ -1,5 +1,5 @@
-"""A replay buffer's state dict: its metadata, packing its parts into one nested dict, and
-checking a saved one against the buffer before anything is restored.
+"""A replay buffer's state dict: packing its parts into one nested dict, and checking a
+saved one against the buffer before anything is restored.
 
 Example:
     >>> import numpy as np
@@ -7,7 +7,7 @@ Example:
     >>> buf = rb.ReplayBuffer(4, seed=0)
     >>> buf.add(obs=np.zeros(2, np.float32), action=0, reward=1.0,
     ...         next_obs=np.ones(2, np.float32), terminated=False, truncated=False)
-    >>> meta = buffer_metadata(buf)
+    >>> meta = buf.metadata()
     >>> meta["size"], meta["capacity"]
     (1, 4)
     >>> checked_spec(meta, capacity=4, num_envs=1, current=buf.spec) == buf.spec
@@ -16,21 +16,19 @@ Example:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from replaybank.errors import CheckpointError
 from replaybank.samplers.base import Sampler
 from replaybank.spec import Spec
-from replaybank.storage.backend import ArrayBackend
+from replaybank.storage.backends.base import ArrayBackend
 from replaybank.storage.table import StepTable
 from replaybank.storage.table_state import table_state
+from replaybank.views.base import View
 
-if TYPE_CHECKING:
-    from replaybank.buffers.replay import ReplayBuffer
-
-__all__ = ["buffer_metadata", "buffer_state", "checked_spec", "init_args", "rng_state"]
+__all__ = ["buffer_state", "checked_spec", "init_args", "rng_state"]
 
 
 def init_args(n_step: int, gamma: float, frame_stack: int, storage: str | ArrayBackend,
@@ -51,26 +49,6 @@ def init_args(n_step: int, gamma: float, frame_stack: int, storage: str | ArrayB
     }
 
 
-def buffer_metadata(buf: ReplayBuffer) -> dict[str, Any]:
-    """JSON-able description of ``buf``: type, capacity, num_envs, size, spec, sampler, view.
-
-    The body of :meth:`ReplayBuffer.metadata
-    <replaybank.buffers.replay.ReplayBuffer.metadata>`.
-    """
-    spec = buf.spec
-    return {
-        "type": type(buf).__name__,
-        "capacity": buf.capacity,
-        "num_envs": buf.num_envs,
-        "size": len(buf),
-        "episodes_seen": buf.episodes_seen,
-        "spec": None if spec is None else spec.to_json(),
-        "sampler": buf.sampler.config(),
-        "view": buf.view.config(),
-        "storage": buf.backend.name,
-    }
-
-
 def rng_state(rng: np.random.Generator) -> dict[str, Any]:
     """A copy of the generator's bit-generator state (JSON-able).
 
@@ -83,7 +61,7 @@ def rng_state(rng: np.random.Generator) -> dict[str, Any]:
 
 
 def buffer_state(metadata: dict[str, Any], init_args: dict[str, Any], rng: np.random.Generator,
-                 sampler: Sampler, table: StepTable | None) -> dict[str, Any]:
+                 sampler: Sampler, view: View, table: StepTable | None) -> dict[str, Any]:
     """The nested state dict of a replay buffer made of these parts.
 
     Args:
@@ -91,22 +69,26 @@ def buffer_state(metadata: dict[str, Any], init_args: dict[str, Any], rng: np.ra
         init_args: Its recorded constructor arguments (copied).
         rng: Its sampling generator.
         sampler: Its sampler.
+        view: Its view.
         table: Its step table, None before the first add.
 
     Returns:
-        ``{"metadata", "init", "rng", "sampler"}`` plus ``"table"`` (arrays are views,
+        ``{"metadata", "init", "rng", "sampler", "view"}`` plus ``"table"`` (arrays are views,
         not copies) when there is a table.
 
     Example:
         >>> from replaybank.samplers.uniform import UniformSampler
-        >>> sorted(buffer_state({}, {}, np.random.default_rng(0), UniformSampler(), None))
-        ['init', 'metadata', 'rng', 'sampler']
+        >>> from replaybank.views.transition import TransitionView
+        >>> sorted(buffer_state({}, {}, np.random.default_rng(0), UniformSampler(),
+        ...                     TransitionView(), None))
+        ['init', 'metadata', 'rng', 'sampler', 'view']
     """
     state: dict[str, Any] = {
         "metadata": metadata,
         "init": dict(init_args),
         "rng": rng_state(rng),
         "sampler": sampler.state_dict(),
+        "view": view.state_dict(),
     }
     if table is not None:
         state["table"] = table_state(table)

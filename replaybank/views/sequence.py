@@ -17,8 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from replaybank.ops import windows
-from replaybank.storage.backend import NumpyBackend
-from replaybank.views.transition import next_name
+from replaybank.views.base import next_name
 
 __all__ = ["fused_reads", "gather_fused", "gather_numpy"]
 
@@ -92,7 +91,7 @@ def fused_reads(table: Any) -> _FusedReads | None:
     if r is not None and len(arrays) == len(r.arrays) \
             and all(map(operator.is_, arrays.values(), r.arrays)):
         return r
-    if not isinstance(table.backend, NumpyBackend) or "terminated" not in arrays \
+    if not table.plain_numpy or "terminated" not in arrays \
             or "truncated" not in arrays or arrays["terminated"].dtype != np.bool_ \
             or arrays["truncated"].dtype != np.bool_:
         _READS.pop(table, None)
@@ -233,7 +232,7 @@ def gather_numpy(t: Any, starts: IntArray, ext: IntArray, width: int,
     # observations: one [B, W + 1] gather serves obs (columns :W) and next_obs (1:);
     # where a step's next observation is kept aside it is patched into next_obs
     side_pos = np.nonzero(cut if valid is None else cut & valid)
-    shared = pad is None and isinstance(be, NumpyBackend) and (
+    shared = pad is None and t.plain_numpy and (
         len(side_pos[1]) == 0 or int(side_pos[1].min()) == width - 1)
     for name in t.obs_fields:
         g = be.gather(t.flat(t.arrays[name]), slots)  # [B, W + 1, *shape]

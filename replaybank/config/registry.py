@@ -131,13 +131,13 @@ def view_types() -> list[str]:
 
 _REPLAY = "replaybank.buffers.replay:ReplayBuffer"
 for _n, _t in (("ReplayBuffer", _REPLAY),
-               ("RolloutBuffer", "replaybank.buffers.rollout:RolloutBuffer"),
-               ("PathBuffer", "replaybank.buffers.paths:PathBuffer")):
+               ("RolloutBuffer", "replaybank.buffers.rollout.buffer:RolloutBuffer"),
+               ("PathBuffer", "replaybank.compat.trajectory:PathBuffer")):
     register_buffer(_n, _t)
 register_buffer("SequenceReplayBuffer",
-                "replaybank.buffers.sequence_buffer:SequenceReplayBuffer", kwargs_to=_REPLAY)
+                "replaybank.compat.sequence:SequenceReplayBuffer", kwargs_to=_REPLAY)
 register_buffer("PrioritizedReplayBuffer",
-                "replaybank.buffers.prioritized:PrioritizedReplayBuffer", exclude=("sampler",))
+                "replaybank.compat.prioritized:PrioritizedReplayBuffer", exclude=("sampler",))
 for _n, _t in (("uniform", "replaybank.samplers.uniform:UniformSampler"),
                ("prioritized", "replaybank.samplers.prioritized:PrioritizedSampler"),
                ("recent", "replaybank.samplers.recent:RecentSampler"),

@@ -25,12 +25,15 @@ from typing import Any
 
 import numpy as np
 
+from replaybank import persist
 from replaybank.batch import Batch, SequenceBatch
 from replaybank.buffers.replay import ReplayBuffer
 from replaybank.buffers.sequences import sample_sequences, update_sequence_priorities
+from replaybank.config import BufferConfig, buffer_config
 from replaybank.errors import ConfigError
 from replaybank.samplers.base import Sampler
 from replaybank.spec import Spec
+from replaybank.storage.backends.base import ArrayBackend
 from replaybank.storage.table import StepTable
 
 __all__ = ["SequenceReplayBuffer"]
@@ -103,11 +106,8 @@ class SequenceReplayBuffer:
     def _own_storage(self) -> None:
         """Persistent storage records this wrapper, not the inner buffer, as its owner:
         ``ReplayBuffer.open(path)`` then rebuilds a SequenceReplayBuffer."""
-        inner = self.buffer
-        inner.storage_owner = self
-        attach = getattr(inner.backend, "attach", None)
-        if attach is not None and inner._table is not None:
-            attach(self, replace=True)
+        self.buffer.storage_owner = self
+        self.buffer.record_owner()
 
     @classmethod
     def from_buffer(cls, buffer: ReplayBuffer, **options: Any) -> SequenceReplayBuffer:
@@ -220,7 +220,12 @@ class SequenceReplayBuffer:
     def state_dict(self) -> dict[str, Any]:
         """The buffer's state plus the sequence options (JSON-able)."""
         state = self.buffer.state_dict()
-        state["sequence"] = {
+        state["sequence"] = self._options()
+        return state
+
+    def _options(self) -> dict[str, Any]:
+        """The sequence options, JSON-able."""
+        return {
             "sequence_length": self.sequence_length,
             "episode_boundary": self.episode_boundary, "strict": self.strict,
             "burn_in": self.burn_in,
@@ -228,7 +233,6 @@ class SequenceReplayBuffer:
                              or isinstance(self.state_fields, str)
                              else list(self.state_fields)),
         }
-        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Inverse of :meth:`state_dict`."""
@@ -251,27 +255,48 @@ class SequenceReplayBuffer:
             >>> type(SequenceReplayBuffer.load(d)).__name__
             'SequenceReplayBuffer'
         """
-        from replaybank.io.checkpoint import save_buffer
-
-        save_buffer(self, dirpath, prefix=prefix)
+        persist.save(self, dirpath, prefix=prefix)
 
     @classmethod
     def load(cls, dirpath: Any, prefix: str = "buffer_") -> Any:
         """Restore a buffer saved with :meth:`save` (identical next sample)."""
-        from replaybank.io.checkpoint import load_buffer
+        return persist.load(dirpath, prefix=prefix)
 
-        return load_buffer(dirpath, prefix=prefix)
+    def init_config(self) -> dict[str, Any]:
+        """Constructor values that rebuild this buffer empty: the inner buffer's and the
+        sequence options."""
+        return {**self.buffer.init_config(), **self._options()}
 
-    def config(self) -> Any:
+    def config(self) -> BufferConfig:
         """A validated config object (pydantic) that rebuilds an equivalent empty buffer.
 
         Example:
             >>> SequenceReplayBuffer(8, sequence_length=2).config().sequence_length
             2
         """
-        from replaybank.config import buffer_config
-
         return buffer_config(self)
+
+    def metadata(self) -> dict[str, Any]:
+        """The inner buffer's description, with this type's name."""
+        return {**self.buffer.metadata(), "type": type(self).__name__}
+
+    # ------------------------------------------------------------------ memmap resume
+    @property
+    def backend(self) -> ArrayBackend:
+        """Where the inner buffer's arrays live."""
+        return self.buffer.backend
+
+    def resume_state(self) -> dict[str, Any] | None:
+        """The inner buffer's resume state (:func:`replaybank.persist.flush`)."""
+        return self.buffer.resume_state()
+
+    def load_resume_state(self, state: dict[str, Any]) -> None:
+        """Restore the inner buffer's resume state."""
+        self.buffer.load_resume_state(state)
+
+    def reopened(self) -> None:
+        """The inner buffer's storage was reopened from its files."""
+        self.buffer.reopened()
 
     def __repr__(self) -> str:
         return (f"SequenceReplayBuffer(capacity={self.capacity}, num_envs={self.num_envs}, "

@@ -38,11 +38,12 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from replaybank import persist
 from replaybank.batch import Batch, SequenceBatch
+from replaybank.buffers.arguments import make_rng, positive_int
 from replaybank.buffers.inputs import leading_dims
-from replaybank.buffers.replay import make_rng, positive_int
-from replaybank.buffers.rollout_batches import flat_batches, recurrent_batches
-from replaybank.buffers.rollout_inputs import (
+from replaybank.buffers.rollout.batches import flat_batches, recurrent_batches
+from replaybank.buffers.rollout.inputs import (
     ROLLOUT_RESERVED,
     FinalObsStore,
     check_names,
@@ -50,7 +51,8 @@ from replaybank.buffers.rollout_inputs import (
     per_env_float,
     rollout_spec,
 )
-from replaybank.buffers.rollout_state import pack_arrays, unpack_state
+from replaybank.buffers.rollout.state import pack_arrays, unpack_state
+from replaybank.config import BufferConfig, buffer_config
 from replaybank.errors import (
     CapacityError,
     ConfigError,
@@ -415,15 +417,13 @@ class RolloutBuffer:
             "backend": self.backend,
         }
 
-    def config(self) -> Any:
+    def config(self) -> BufferConfig:
         """A validated config model (pydantic) that rebuilds an equivalent empty buffer.
 
         Example:
             >>> RolloutBuffer(8, num_envs=2, seed=3).config().type
             'RolloutBuffer'
         """
-        from replaybank.config import buffer_config
-
         return buffer_config(self)
 
     def save(self, dirpath: Any, prefix: str = "buffer_") -> None:
@@ -431,9 +431,7 @@ class RolloutBuffer:
 
         Restore with :func:`replaybank.load`.
         """
-        from replaybank.io.checkpoint import save_buffer
-
-        save_buffer(self, dirpath, prefix=prefix)
+        persist.save(self, dirpath, prefix=prefix)
 
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to restore this buffer exactly.
@@ -447,9 +445,7 @@ class RolloutBuffer:
         arrays = pack_arrays(self._data, self._final_value, self._first_done, self._fobs,
                              self._adv, self._ret)
         return {
-            "metadata": {"type": type(self).__name__, "num_steps": self._T,
-                         "num_envs": self._E, "pos": self._pos,
-                         "spec": None if self._spec is None else self._spec.to_json()},
+            "metadata": self.metadata(),
             "init": self.init_config(),
             "rng": dict(self._rng.bit_generator.state),
             "arrays": arrays,
@@ -469,6 +465,11 @@ class RolloutBuffer:
         self._final_value, self._first_done = parsed.final_value, parsed.first_done
         self._adv, self._ret = parsed.adv, parsed.ret
         self._rng.bit_generator.state = state["rng"]
+
+    def metadata(self) -> dict[str, Any]:
+        """JSON-able description: type, sizes, ``pos``, spec."""
+        return {"type": type(self).__name__, "num_steps": self._T, "num_envs": self._E,
+                "pos": self._pos, "spec": None if self._spec is None else self._spec.to_json()}
 
     def __repr__(self) -> str:
         return (f"RolloutBuffer(num_steps={self._T}, num_envs={self._E}, pos={self._pos}, "

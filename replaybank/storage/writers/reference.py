@@ -1,8 +1,10 @@
-"""The general write of a step table: ``n`` steps to any set of lanes, in step or not.
+"""The reference write of a step table: ``n`` steps to any set of lanes, in step or not.
 
-:func:`write` is bound as ``StepTable.write`` (no wrapper in between). When every lane
-is written and all lanes are in step (always with one lane) it hands over to
-``StepTable.write_sync``, the common case; otherwise it does the same four steps with
+Every other writer (:mod:`~replaybank.storage.writers.lean`, the compiled writer of
+:mod:`~replaybank.storage.writers.compiled`) leaves the table exactly as this module does:
+same data, links, side slots, free-slot order and counters. When every lane is written
+and all lanes are in step (always with one lane) :func:`write` hands over to
+:func:`write_sync`, the common case; otherwise it does the same four steps with
 per-lane bookkeeping: evict the live steps whose rows are overwritten (``counts`` first,
 then their side slots), check whether each lane's previous newest step continues into
 the first new observation, link the steps inside the chunk (a side slot where an episode
@@ -32,15 +34,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from replaybank.ops.continuity import bitwise_equal_rows
+from replaybank.ops.continuity import bitwise_equal_rows, chunk_breaks, same_bytes
 
 if TYPE_CHECKING:
     from replaybank.storage.table import StepTable
 
-__all__ = ["write"]
+__all__ = ["write", "write_sync"]
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
+_NO_KEYS: IntArray = np.zeros((0, 0), dtype=np.int64)
 
 
 def write(
@@ -73,7 +76,7 @@ def write(
             np.asarray(values["truncated"], dtype=bool)
     if n and all_lanes and (L == 1 or (table.written.min() == table.written.max()
                                        and table.counts.min() == table.counts.max())):
-        return table.write_sync(values, next_obs, done, n, want_keys)
+        return write_sync(table, values, next_obs, done, n, want_keys)
     s0 = table.written.copy() if all_lanes else table.written[lane_ids]  # [m]
     keys = (s0[None, :] + np.arange(n)[:, None]) * L + lane_ids[None, :]  # [n, m]
     if n == 0:
@@ -113,7 +116,7 @@ def write(
         else:
             table.counts[lane_ids] = kept_old
         if np.any(evicted):
-            table._release(old_links[evicted])
+            table.side.release(old_links[evicted])
 
     # 2. continuity of each lane's previous newest step with the first new obs
     cont_prev: tuple[IntArray, IntArray, Any] | None = None
@@ -146,12 +149,12 @@ def write(
         need[:-1] = ~cont
     links = np.zeros((nk, m), dtype=np.int32)
     if nk == 1:
-        slots = table._alloc(m)
+        slots = table.side.alloc(m)
         links[0] = slots + 1
         for name in table.obs_fields:
             be.write(table.side[name], slots, next_obs[name][0])
     else:
-        slots = table._alloc(int(np.count_nonzero(need)))
+        slots = table.side.alloc(int(np.count_nonzero(need)))
         links[need] = slots + 1
         for name in table.obs_fields:
             be.write(table.side[name], slots, next_obs[name][need])
@@ -162,7 +165,7 @@ def write(
     table.link[index] = links
     if cont_prev is not None and len(cont_prev[0]):
         table.link[cont_prev[0], cont_prev[1]] = 0
-        table._release(cont_prev[2])
+        table.side.release(cont_prev[2])
     if all_lanes:
         table.written += n
         table.counts[:] = new_counts
@@ -171,4 +174,124 @@ def write(
         table.written[lane_ids] = s0 + n
         table.counts[lane_ids] = new_counts
         table.episodes[lane_ids] += done.sum(axis=0)
+    return keys
+
+
+def write_sync(table: StepTable, values: Mapping[str, Any], next_obs: Mapping[str, Any],
+               done: BoolArray, n: int, want_keys: bool = True) -> IntArray:
+    """:func:`write` for every lane at once when all lanes are in step (the common case).
+
+    Same steps as the general path with Python-int bookkeeping and slice writes.
+    Precondition: every lane has the same ``written`` and ``counts`` (always true with
+    one lane) and ``n >= 1``.
+
+    Args:
+        values: Every stored field, ``[n, lanes, *shape]``.
+        next_obs: Next observation of every obs field, ``[n, lanes, *shape]``.
+        done: ``terminated | truncated``, ``[n, lanes]`` bool.
+        n: Number of steps.
+        want_keys: Return the keys (False: an empty array).
+
+    Returns:
+        Item keys ``[n, lanes]``.
+    """
+    be, T, L = table.backend, table.T, table.lanes  # noqa: N806
+    w, c = int(table.written[0]), int(table.counts[0])
+    keys = np.arange(w * L, (w + n) * L, dtype=np.int64).reshape(n, L) if want_keys \
+        else _NO_KEYS
+    k0 = max(0, n - T)
+    if k0:
+        values = {k: v[k0:] for k, v in values.items()}
+        next_obs = {k: v[k0:] for k, v in next_obs.items()}
+    nk = n - k0
+    done_k = done[k0:] if k0 else done
+    start = (w + k0) % T
+    wraps = start + nk > T
+    index: Any = (start + np.arange(nk)) % T if wraps else slice(start, start + nk)
+    link = table.link
+    new_c = min(c + n, T)
+    kept_old = max(c - max(0, c + n - T), 0)
+    side = table.side
+    free = side.free
+
+    # 1. evict: drop leaving steps from counts first, then free their side slots
+    if kept_old < c:
+        if table.durable or L > 1:
+            table.counts[:] = kept_old
+        if k0 == 0:
+            j0 = T - c  # new steps j >= j0 overwrite live old steps
+            old = link[(start + j0 + np.arange(n - j0)) % T] if wraps else \
+                link[start + j0:start + n]
+        else:
+            rows = (start + np.arange(nk)) % T
+            old = link[rows][((rows - (w - c)) % T) < c]
+        if np.count_nonzero(old):
+            old = old[old > 0]
+            free.extend((old - 1).tolist())
+
+    # 2. continuity of the previous newest steps with the first new obs
+    relink: Any = None
+    if kept_old:
+        prow = (w - 1) % T
+        if L == 1:
+            p = int(link[prow, 0])
+            if p and not (table.arrays["terminated"][prow, 0]
+                          or table.arrays["truncated"][prow, 0]) and all(
+                    same_bytes(be.to_numpy(side[nm][p - 1]), values[nm][0, 0])
+                    for nm in table.obs_fields):
+                relink = p
+        else:
+            plink = link[prow]  # [L]
+            same = (plink > 0) & ~(np.asarray(table.arrays["terminated"][prow], dtype=bool)
+                                   | np.asarray(table.arrays["truncated"][prow], dtype=bool))
+            if same.any():
+                for nm in table.obs_fields:
+                    same &= bitwise_equal_rows(be.to_numpy(be.gather(
+                        side[nm], np.maximum(plink - 1, 0))), values[nm][0])
+                if same.any():
+                    relink = np.where(same, plink, 0)
+
+    # 3. links inside the chunk: continue unless done or next_obs differs
+    need = chunk_breaks(table.obs_fields, values, next_obs, done_k) if nk > 1 else None
+    if need is None:  # only the newest step of each lane is kept aside
+        if L == 1:
+            slot = side.take()
+            for nm in table.obs_fields:
+                be.write(side[nm], slot, next_obs[nm][-1, 0])
+            link[index] = 0
+            last = (start + nk - 1) % T
+            link[last, 0] = slot + 1
+        else:
+            slots = side.alloc(L)
+            for nm in table.obs_fields:
+                be.write(side[nm], slots, next_obs[nm][-1])
+            link[index] = 0
+            link[(start + nk - 1) % T] = slots + 1
+    else:
+        links = np.zeros((nk, L), dtype=np.int32)
+        slots = side.alloc(int(np.count_nonzero(need)))
+        links[need] = slots + 1
+        for nm in table.obs_fields:
+            be.write(side[nm], slots, next_obs[nm][need])
+        link[index] = links
+
+    # 4. data (links are in place), then relink the previous newest steps, then counters
+    for nm, v in values.items():
+        be.write(table.arrays[nm], index, v)
+    if relink is not None:
+        prow = (w - 1) % T
+        if L == 1:
+            link[prow, 0] = 0
+            free.append(relink - 1)
+        else:
+            link[prow][relink > 0] = 0
+            free.extend((relink[relink > 0] - 1).tolist())
+    table.written[:] = w + n
+    table.counts[:] = new_c
+    if L == 1:
+        ends = int(np.count_nonzero(done))
+        if ends:
+            table.episodes[0] += ends
+    else:
+        table.episodes += done.sum(axis=0)
     return keys

@@ -9,8 +9,8 @@ Buffer, sampler and view types live in registries that other modules add to with
 :func:`register_buffer`, :func:`register_sampler` and :func:`register_view`. The config
 model of a buffer type is derived from its constructor signature (typed, validated
 fields for the common arguments), so every constructor argument is reachable from a file.
-The registries live in :mod:`replaybank.config_registry` and the models in
-:mod:`replaybank.config_models`; this module re-exports them, validates configs, reads
+The registries live in :mod:`replaybank.config.registry` and the models in
+:mod:`replaybank.config.models`; this module re-exports them, validates configs, reads
 config files and derives a live buffer's config.
 
 Example:
@@ -30,18 +30,18 @@ import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from pydantic import ValidationError
 
-from replaybank.config_models import (
+from replaybank.config.models import (
     SIMPLE,
     BufferConfig,
     ComponentConfig,
     config_model,
     format_error,
 )
-from replaybank.config_registry import (
+from replaybank.config.registry import (
     BUFFERS,
     SAMPLERS,
     VIEWS,
@@ -59,6 +59,7 @@ from replaybank.errors import ConfigError, describe, require_extra
 __all__ = [
     "BufferConfig",
     "ComponentConfig",
+    "Configurable",
     "ReplayBufferConfig",
     "buffer_config",
     "buffer_types",
@@ -156,15 +157,24 @@ def from_config(source: Any, **overrides: Any) -> Any:
         raise ConfigError(f"type={cfg.type!r}: cannot import it ({exc})") from exc
 
 
+@runtime_checkable
+class Configurable(Protocol):
+    """A buffer that can say how to rebuild itself: its constructor values."""
+
+    def init_config(self) -> dict[str, Any]:
+        """JSON-able constructor arguments that rebuild the buffer empty."""
+        ...
+
+
 def buffer_config(buf: Any) -> BufferConfig:
     """The config that rebuilds ``buf`` empty (``buf.config()``).
 
-    Values come from ``buf.init_config()`` when the buffer defines it; otherwise from
-    its capacity, lanes, spec, sampler and view configs, the constructor arguments it
-    recorded (``_init_args``), its sampler's parameters and its attributes.
+    Values come from ``buf.init_config()`` (:class:`Configurable`), validated by the config
+    model of the buffer's registered type.
 
     Raises:
-        ConfigError: The buffer type, its sampler or its view is not registered.
+        ConfigError: The buffer type, its sampler or its view is not registered, or it
+            cannot describe itself.
 
     Example:
         >>> from replaybank.buffers.replay import ReplayBuffer
@@ -175,17 +185,13 @@ def buffer_config(buf: Any) -> BufferConfig:
     if name not in BUFFERS or BUFFERS[name].resolve() is not type(buf):
         raise ConfigError(f"{name} is not a registered buffer type; call "
                           f"replaybank.config.register_buffer({name!r}, {name})")
+    if not isinstance(buf, Configurable):
+        raise ConfigError(f"{name} has no init_config(); a registered buffer type says how "
+                          "to rebuild itself with init_config() -> dict of constructor values")
     model = config_model(name)
-    cand: dict[str, Any] = {}
-    inner = buf if hasattr(buf, "_init_args") else getattr(buf, "buffer", None)
-    if hasattr(buf, "init_config"):
-        cand.update(buf.init_config())
-    elif inner is not None and hasattr(inner, "_init_args"):
-        cand.update(_replay_candidates(inner))
-    elif callable(getattr(buf, "config", None)):
-        own = buf.config()
-        if isinstance(own, Mapping):
-            cand.update(own)
+    cand = buf.init_config()
+    # arguments a subclass adds (e.g. ``tag``) and its init_config() does not list are
+    # read from the attribute of the same name (the convention of sklearn's get_params)
     for field in model.model_fields:
         if field not in cand:
             for attr in (field, f"_{field}"):
@@ -200,25 +206,10 @@ def buffer_config(buf: Any) -> BufferConfig:
         raise format_error(name, exc) from None
 
 
-def _replay_candidates(buf: Any) -> dict[str, Any]:
-    """Constructor values of a ReplayBuffer (or subclass) from its state."""
-    from replaybank.views import make_view
 
-    init = dict(buf._init_args)
-    cand: dict[str, Any] = {"capacity": buf.capacity, "num_envs": buf.num_envs,
-                            "spec": None if buf.spec is None else buf.spec.to_json(), **init}
-    sampler_cfg = buf.sampler.config()
-    cand["sampler"] = sampler_cfg
-    cand.update({k: v for k, v in sampler_cfg.items() if k != "type" and k not in cand})
-    view_cfg = buf.view.config()
-    default_view = make_view(init.get("n_step", 1), init.get("gamma", 0.99),
-                             init.get("frame_stack", 1)).config()
-    cand["view"] = None
-    if view_cfg != default_view:  # a view passed in (or one that settled options itself)
-        cand.update(view=view_cfg, n_step=1, frame_stack=1)
-    if cand.get("path") is None and getattr(buf.backend, "path", None) is not None:
-        cand["path"] = str(buf.backend.path)
-    return cand
-
-
-ReplayBufferConfig = config_model("ReplayBuffer")
+def __getattr__(name: str) -> Any:
+    # the model is derived from ReplayBuffer's signature: built on first use, so that
+    # importing the config package imports no buffer
+    if name == "ReplayBufferConfig":
+        return config_model("ReplayBuffer")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

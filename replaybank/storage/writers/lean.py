@@ -14,12 +14,11 @@ When the optional C accelerator ``replaybank._lane`` was built (``setup.py``; it
 only a C compiler and the Python headers), the plainest calls of any in-memory table
 (every lane at once, C-contiguous arrays of exactly the stored format, Python scalars for
 the scalar fields of one lane, no extra fields) are decided and written in one C call,
-:func:`compiled_writer`; :class:`LaneWriter` and ``StepTable.write_sync`` are its
-reference and fallback.
-Either way the table ends up exactly as :meth:`StepTable.add_one` /
-:meth:`StepTable.write_sync` leave it: same data, links, side slots, free-slot order and
-counters (``tests/test_fastpath.py`` checks the whole state against the general path,
-with and without the accelerator).
+:func:`~replaybank.storage.writers.compiled.compiled_writer`; :class:`LaneWriter` is its
+pure-Python twin. Either way the table ends up exactly as
+:func:`~replaybank.storage.writers.reference.write` leaves it: same data, links, side
+slots, free-slot order and counters (``tests/test_fastpath.py`` checks the whole state
+against the reference writer under every ``REPLAYBANK_WRITER``).
 
 Example:
     >>> import numpy as np
@@ -43,52 +42,20 @@ Example:
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from replaybank.storage.accel import ACCEL as _ACCEL
-from replaybank.storage.accel import accelerated
-from replaybank.storage.backend import NumpyBackend
-from replaybank.storage.memmap import MemmapBackend
 from replaybank.storage.table import StepTable
+from replaybank.storage.writers.formats import ND as _ND
+from replaybank.storage.writers.formats import FieldFormat, count_nonzero
+from replaybank.storage.writers.tell import WriteListener, write_teller
 
-__all__ = ["LaneWriter", "accelerated", "compiled_writer", "lean_table", "not_handled",
-           "scalar_types", "write_teller"]
+__all__ = ["LaneWriter", "OneStepWriter", "lean_table"]
 
-_ND = np.ndarray
-_FLOAT_SCALARS = (float, np.float64, np.float32, np.float16)
 MAX_ENDS = 16  # chunks with more episode ends than this take the general path
-
-
-def _raw_count_nonzero() -> Callable[[Any], int]:
-    """numpy's C ``count_nonzero`` without the Python dispatch wrapper (~5x cheaper)."""
-    for mod in ("numpy._core.multiarray", "numpy.core.multiarray"):
-        try:
-            fn = getattr(importlib.import_module(mod), "count_nonzero", None)
-        except ImportError:  # pragma: no cover - depends on the numpy version
-            continue
-        if callable(fn):
-            return fn  # type: ignore[no-any-return]
-    return np.count_nonzero  # pragma: no cover
-
-
-count_nonzero = _raw_count_nonzero()
-
-
-def scalar_types(dtype: np.dtype[Any]) -> tuple[type, ...]:
-    """Python/numpy scalar types that cast to ``dtype`` exactly as the general path does.
-
-    Python ints are not listed: they need a range check (see :class:`LaneWriter`).
-    """
-    if dtype.kind == "f":
-        return (*_FLOAT_SCALARS, dtype.type)
-    if dtype.kind == "b":
-        return (bool, np.bool_)
-    return (dtype.type,)  # ints: only the exact numpy type (no range check needed)
 
 
 def lean_table(table: StepTable) -> bool:
@@ -97,150 +64,10 @@ def lean_table(table: StepTable) -> bool:
     ``terminated``/``truncated`` flags (a persistent backend orders its writes for
     crash safety: it keeps the general path)."""
     spec = table.spec
-    return (table.lanes == 1 and type(table.backend) is NumpyBackend
+    return (table.lanes == 1 and table.plain_numpy
             and table.obs_fields == ["obs"] and "action" in spec
             and all(k in spec and spec[k].shape == () for k in ("reward", "terminated",
                                                                  "truncated")))
-
-
-class _Field:
-    """What one stored field accepts: ``shape``, ``dtype``, scalar types, int range."""
-
-    __slots__ = ("dtype", "hi", "lo", "scalars", "shape")
-
-    def __init__(self, shape: tuple[int, ...], dtype: np.dtype[Any]) -> None:
-        self.shape = shape
-        self.dtype = dtype
-        self.scalars = scalar_types(dtype) if shape == () else ()
-        ints = shape == () and dtype.kind in "iu"
-        self.lo = int(np.iinfo(dtype).min) if ints else 1
-        self.hi = int(np.iinfo(dtype).max) if ints else 0
-
-    def one(self, v: Any) -> bool:
-        """Whether ``v`` is one step's value, stored without any conversion check."""
-        tv = type(v)
-        if tv is _ND:
-            return bool(v.shape == self.shape and v.dtype == self.dtype)
-        return tv in self.scalars or (tv is int and self.lo <= v <= self.hi)
-
-    def many(self, v: Any, n: int) -> bool:
-        """Whether ``v`` is an array of ``n`` steps of exactly this field."""
-        return type(v) is _ND and v.shape == (n, *self.shape) and v.dtype == self.dtype
-
-
-def not_handled(*args: Any) -> bool:
-    """Stands in for the compiled add/extend/add_lanes when the accelerator is off."""
-    return False
-
-
-def _c_field(store: Any, field: _Field) -> tuple[Any, str, tuple[int, ...], str, int, int]:
-    """What the compiled Appender needs to know of one field."""
-    kind = field.dtype.kind if field.shape == () and field.dtype.kind in "fiub" else "-"
-    lo = max(field.lo, -(2**63)) if kind in "iu" else 0
-    hi = min(field.hi, 2**63 - 1) if kind in "iu" else 0
-    fmt = memoryview(np.empty(0, field.dtype)).format  # type: ignore[arg-type]
-    return store, fmt, field.shape, kind, lo, hi
-
-
-def compiled_writer(table: StepTable, sampler: Any = None
-                    ) -> tuple[Callable[..., bool], Callable[..., bool],
-                               Callable[..., bool]] | None:
-    """The compiled ``(add, extend, add_lanes)`` of a numpy or memmap table, or None.
-
-    ``add`` and ``extend`` take ``(obs, action, reward, next_obs, terminated, truncated,
-    extras)`` and return True when they wrote the call (every lane at once, lanes in
-    step, values of exactly the stored format; see ``replaybank/_lane.c``), False when
-    the Python paths must take it (nothing was written). ``add_lanes(lanes, obs, ...,
-    extras)`` writes one step of the lanes ``lanes`` (distinct ints; None: every lane),
-    in step or not: async vector envs (``env_ids``), and every add once lanes fell out
-    of step. On memmap files the writes keep the crash-safe order of
-    :meth:`StepTable.write_sync` (counts drop before rows are rewritten). None when the
-    accelerator is not built or off, or the table has fields beyond the standard ones
-    (the compiled writer never writes extras), a nested observation or another storage
-    (torch).
-
-    Args:
-        table: The step table.
-        sampler: Told about writes (``on_write(slots, None)``) when not None.
-
-    Example:
-        >>> import numpy as np
-        >>> from replaybank.spec import Spec
-        >>> spec = Spec.coerce({"obs": ((2,), "float32"), "action": ((), "int64"),
-        ...     "reward": ((), "float32"), "terminated": ((), "bool"),
-        ...     "truncated": ((), "bool")})
-        >>> t = StepTable(spec, T=4, lanes=2, obs_fields=["obs"])
-        >>> pair = compiled_writer(t)
-        >>> if pair is not None:  # built: one step of both lanes in one call
-        ...     z = np.zeros((2, 2), np.float32)
-        ...     assert pair[0](z, np.array([0, 1]), np.zeros(2, np.float32), z + 1,
-        ...                    np.zeros(2, bool), np.zeros(2, bool), {})
-        ...     assert pair[2]([1], z[:1], np.array([0]), np.zeros(1, np.float32), z[:1],
-        ...                    np.zeros(1, bool), np.zeros(1, bool), {})  # lane 1 alone
-        ...     assert t.size == 3 and t.written.tolist() == [1, 2]
-    """
-    spec = table.spec
-    std = ("obs", "action", "reward", "terminated", "truncated")
-    if _ACCEL is None or type(table.backend) not in (NumpyBackend, MemmapBackend) \
-            or table.obs_fields != ["obs"] or set(spec) != set(std) \
-            or any(spec[k].shape != () for k in std[2:]) \
-            or any(spec[k].dtype != np.bool_ for k in std[3:]):
-        return None
-    flat = table.flat
-    try:
-        fields = tuple(_c_field(flat(table.arrays[n]), _Field(spec[n].shape, spec[n].dtype))
-                       for n in std)
-        # files (memmap): counts drop before evicted rows are rewritten (crash safety,
-        # as StepTable.write_sync orders it)
-        app = _ACCEL.Appender(table, np.ndarray, np.bool_, fields, flat(table.link),
-                              table.written, table.counts, table.episodes, table.lanes,
-                              type(table.backend) is MemmapBackend)
-    except (ValueError, TypeError):  # e.g. a dtype without a buffer format
-        return None
-    if sampler is None:
-        return app.add, app.extend, app.add_lanes
-    tell = write_teller(table, sampler)
-    T, L, written = table.T, table.lanes, table.written  # noqa: N806
-    every = np.arange(L, dtype=np.int64)
-
-    def add(*args: Any) -> bool:
-        if app.add(*args):
-            tell(1)
-            return True
-        return False
-
-    def extend(*args: Any) -> bool:
-        if app.extend(*args):
-            tell(len(args[0]))
-            return True
-        return False
-
-    def add_lanes(lanes: Any, *args: Any) -> bool:
-        if app.add_lanes(lanes, *args):  # the lanes were checked: distinct, in range
-            ids = every if lanes is None else np.asarray(lanes, dtype=np.int64)
-            sampler.on_write((written[ids] - 1) % T * L + ids, None)
-            return True
-        return False
-
-    return add, extend, add_lanes
-
-
-def write_teller(table: StepTable, sampler: Any) -> Callable[[int], None]:
-    """``tell(n)``: tell ``sampler`` that the last ``n`` steps of every lane were just
-    written without wrapping around the ring: slots ``[start * L, (start + n) * L)``,
-    one contiguous range (``sampler.on_write_range`` when it has one, else
-    ``on_write`` with the slots in row-major order)."""
-    T, L, written = table.T, table.lanes, table.written  # noqa: N806
-    by_range = getattr(sampler, "on_write_range", None)
-
-    def tell(n: int) -> None:
-        lo = (written.item(0) - n) % T * L
-        if by_range is not None:
-            by_range(lo, lo + n * L)
-        else:
-            sampler.on_write(np.arange(lo, lo + n * L, dtype=np.int64), None)
-
-    return tell
 
 
 class LaneWriter:
@@ -251,7 +78,7 @@ class LaneWriter:
         sampler: Told about writes when not None (``on_write(slots, None)``).
     """
 
-    def __init__(self, table: StepTable, sampler: Any = None) -> None:
+    def __init__(self, table: StepTable, sampler: WriteListener | None = None) -> None:
         if not lean_table(table):
             raise ValueError("LaneWriter needs a one-lane numpy table with obs, action and "
                              "scalar reward/terminated/truncated fields; use StepTable.write")
@@ -261,7 +88,7 @@ class LaneWriter:
         self.owner: Any = sampler  # what the writer was built for (see ReplayBuffer)
         self.view: Any = None
         spec = table.spec
-        f = {n: _Field(s.shape, s.dtype) for n, s in spec.items()}
+        f = {n: FieldFormat(s.shape, s.dtype) for n, s in spec.items()}
         self.f_obs, self.f_act, self.f_rew = f["obs"], f["action"], f["reward"]
         self.f_term, self.f_trunc = f["terminated"], f["truncated"]
         std = ("obs", "action", "reward", "terminated", "truncated")
@@ -311,9 +138,9 @@ class LaneWriter:
             for name, field in self.extras.items():
                 if not field.one(extras[name]):
                     return False
-        # decided: write (same order and side-slot use as StepTable.add_one)
+        # decided: write (same order and side-slot use as OneStepWriter.add)
         t = self.table
-        link, T, free, side = self.link, self.T, t._free, t.side["obs"]  # noqa: N806
+        link, T, free, side = self.link, self.T, t.side.free, t.side["obs"]  # noqa: N806
         w, c = self.written.item(0), self.counts.item(0)
         row = w % T
         if c == T:  # the oldest step leaves the ring: free its side slot
@@ -331,7 +158,7 @@ class LaneWriter:
         if free:
             slot = free.pop()
         else:
-            slot = int(t._alloc(1)[0])
+            slot = int(t.side.alloc(1)[0])
             side = t.side["obs"]
         side[slot] = next_obs
         d_obs, d_act, d_rew, d_term, d_trunc = self.data
@@ -402,9 +229,9 @@ class LaneWriter:
 
     def _append(self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any,
                 truncated: Any, extras: dict[str, Any], n: int, start: int, ends: int) -> bool:
-        """Write a validated chunk (same order and side-slot use as StepTable.write_sync)."""
+        """Write a validated chunk (same order and side-slot use as reference.write_sync)."""
         t = self.table
-        T, link, free = self.T, self.link, t._free  # noqa: N806
+        T, link, free = self.T, self.link, t.side.free  # noqa: N806
         c = self.counts.item(0)
         end = start + n
         # 1. evicted steps (rows overwritten) will free their side slots
@@ -442,19 +269,19 @@ class LaneWriter:
             if free:
                 slot = free.pop()
             else:
-                slot = int(t._alloc(1)[0])
+                slot = int(t.side.alloc(1)[0])
                 side = t.side["obs"]
             side[slot] = next_obs[-1]
             link[end - 1] = slot + 1
         else:
             k = len(stops) + 1
-            if len(free) >= k:  # same slots, same order as t._alloc(k)
+            if len(free) >= k:  # same slots, same order as t.side.alloc(k)
                 for row in (*stops, n - 1):
                     slot = free.pop()
                     side[slot] = next_obs[row]
                     link[start + row] = slot + 1
             else:
-                slots = t._alloc(k)
+                slots = t.side.alloc(k)
                 at = np.array([*stops, n - 1], dtype=np.int64)
                 t.side["obs"][slots] = next_obs[at]
                 link[start + at] = slots + 1
@@ -471,3 +298,74 @@ class LaneWriter:
         if self._tell is not None:
             self._tell(n)
         return True
+
+
+class OneStepWriter:
+    """Appends one step to a single-lane table whose only obs field is ``obs``, any
+    backend, extra fields included: the lean path of ``add`` where :class:`LaneWriter`
+    does not apply (a memmap table, extra fields of any shape).
+
+    Same result as :func:`~replaybank.storage.writers.reference.write` with
+    ``n = m = 1``, without array bookkeeping.
+
+    Args:
+        table: A one-lane step table with the observation field ``obs``.
+    """
+
+    def __init__(self, table: StepTable) -> None:
+        if table.lanes != 1 or table.obs_fields != ["obs"]:
+            raise ValueError("OneStepWriter needs a one-lane table whose only observation "
+                             "field is 'obs'; use reference.write")
+        self.table = table
+        names = list(table.spec)
+        # flat [T] views of the fields (spec order), then of link
+        self.flats = [*(table.flat(table.arrays[nm]) for nm in names), table.flat(table.link)]
+        self.obs_pos = names.index("obs")
+        self.term_pos = names.index("terminated")
+        self.trunc_pos = names.index("truncated")
+
+    def add(self, vals: Sequence[Any], next_obs: Any, done: bool) -> int:
+        """Append one step.
+
+        Args:
+            vals: One value per spec field, in spec order (already of the field's dtype
+                and shape, or a Python scalar of a matching kind).
+            next_obs: The step's next observation (``obs`` field dtype and shape).
+            done: ``terminated or truncated``.
+
+        Returns:
+            The item key of the step.
+        """
+        t, flats = self.table, self.flats
+        T, side = t.T, t.side  # noqa: N806
+        free = side.free
+        link = flats[-1]
+        w, c = int(t.written[0]), int(t.counts[0])
+        row = w % T
+        if c == T:  # the oldest step leaves the ring: drop it from counts, free its slot
+            if t.durable:
+                t.counts[0] = c - 1
+            old = int(link[row])
+            if old:
+                free.append(old - 1)
+        relink = 0
+        prow = row - 1 if row else T - 1
+        if c and T > 1:
+            pl = int(link[prow])
+            if pl and not (flats[self.term_pos][prow] or flats[self.trunc_pos][prow]) \
+                    and side["obs"][pl - 1].tobytes() == vals[self.obs_pos].tobytes():
+                relink = pl
+        slot = side.take()
+        side["obs"][slot] = next_obs
+        for arr, v in zip(flats, vals):  # noqa: B905 - flats has one more entry (link)
+            arr[row] = v
+        link[row] = slot + 1
+        if relink:
+            link[prow] = 0
+            free.append(relink - 1)
+        t.written[0] = w + 1
+        if c < T or t.durable:
+            t.counts[0] = c + 1 if c < T else T
+        if done:
+            t.episodes[0] += 1
+        return w

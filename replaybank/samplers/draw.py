@@ -4,30 +4,26 @@ the rows it rejects are redrawn (the others keep their keys, probabilities and w
 Example:
     >>> import numpy as np
     >>> import replaybank as rb
-    >>> class OddSteps(rb.TransitionView):  # a view that serves odd keys only
-    ...     def valid(self, table, keys):
-    ...         return keys % 2 == 1
-    >>> buf = rb.ReplayBuffer(16, seed=0, view=OddSteps())
+    >>> buf = rb.ReplayBuffer(16, seed=0)
     >>> buf.extend(obs=np.zeros((6, 2)), action=np.zeros(6), reward=np.ones(6),
     ...            next_obs=np.ones((6, 2)), terminated=np.zeros(6, bool),
     ...            truncated=np.zeros(6, bool))
-    >>> sorted(set(draw(buf, 32).keys.tolist()))
+    >>> odd = lambda keys: keys % 2 == 1  # a view that serves odd keys only
+    >>> res = draw(buf.sampler, buf.lane_view(), buf.rng, 32, odd)
+    >>> sorted(set(res.keys.tolist()))
     [1, 3, 5]
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from replaybank.errors import ShapeError
-from replaybank.samplers.base import SampleResult
-from replaybank.views.transition import TransitionView
-
-if TYPE_CHECKING:
-    from replaybank.buffers.replay import ReplayBuffer
+from replaybank.errors import EmptyBufferError
+from replaybank.samplers.base import LaneView, Sampler, SampleResult
 
 __all__ = ["draw", "replace_rows"]
 
@@ -36,13 +32,18 @@ IntArray = npt.NDArray[np.int64]
 _MAX_TRIES = 64
 
 
-def draw(buf: ReplayBuffer, /, batch_size: int, first: Any = None, **kwargs: Any) -> Any:
-    """Draw keys with the sampler (``first``: the sampler's result, already drawn),
-    redrawing the ones the view cannot serve.
+def draw(sampler: Sampler, lanes: LaneView, rng: np.random.Generator, batch_size: int,
+         valid: Callable[[IntArray], npt.NDArray[np.bool_] | None], first: Any = None,
+         **kwargs: Any) -> SampleResult:
+    """Draw keys with ``sampler``, redrawing the ones ``valid`` rejects.
 
     Args:
-        buf: The replay buffer.
+        sampler: Draws the keys.
+        lanes: The table's lane bookkeeping.
+        rng: The sampling generator.
         batch_size: Number of keys B.
+        valid: The view's check: a ``[B]`` mask of the keys it can serve, or None for
+            all of them.
         first: A :class:`~replaybank.samplers.base.SampleResult` the sampler already
             drew for this batch, or None to draw it here.
         **kwargs: Sampler options (``replace``, ``beta``, ...).
@@ -51,26 +52,23 @@ def draw(buf: ReplayBuffer, /, batch_size: int, first: Any = None, **kwargs: Any
         A ``SampleResult`` whose ``[B]`` keys the view can all serve.
 
     Raises:
-        ShapeError: 64 redraws found no servable steps.
+        EmptyBufferError: 64 redraws found no servable steps.
     """
-    lv = buf.lane_view()
-    res = buf.sampler.sample(batch_size, lv, buf.rng, **kwargs) if first is None \
-        else first
-    if type(buf.view) is TransitionView:  # serves every step: nothing to check
-        return res
-    ok = buf.view.valid(buf.table, res.keys)
+    res = sampler.sample(batch_size, lanes, rng, **kwargs) if first is None else first
+    ok = valid(res.keys)
     tries = 0
     while ok is not None and not np.all(ok):
         tries += 1
         if tries > _MAX_TRIES:
-            raise ShapeError(
-                f"sample(batch_size={batch_size}): could not find steps the view "
-                f"{type(buf.view).__name__} can serve; add more data"
+            raise EmptyBufferError(
+                f"sample(batch_size={batch_size}): after {_MAX_TRIES} redraws the buffer "
+                "still holds no steps the view can serve (e.g. too short a history for a "
+                "frame stack); add more data"
             )
         bad = np.flatnonzero(~ok)
-        more = buf.sampler.sample(len(bad), lv, buf.rng, **kwargs)
+        more = sampler.sample(len(bad), lanes, rng, **kwargs)
         res = replace_rows(res, bad, more)
-        ok = buf.view.valid(buf.table, res.keys)
+        ok = valid(res.keys)
     return res
 
 

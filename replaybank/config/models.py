@@ -1,6 +1,6 @@
 """Pydantic config models of buffers and their components, and the checks on their fields.
 
-Every registered buffer type (:mod:`replaybank.config_registry`) gets a config model,
+Every registered buffer type (:mod:`replaybank.config.registry`) gets a config model,
 made by :func:`config_model` from its constructor signature: the common arguments
 (``capacity``, ``num_envs``, ``seed``, ``spec``, ``sampler``, ``view``, ``n_step``,
 ``gamma``, ``frame_stack``, ``storage``, ...) are typed and validated, other simple
@@ -36,7 +36,7 @@ from pydantic import (
     model_validator,
 )
 
-from replaybank.config_registry import (
+from replaybank.config.registry import (
     BUFFER_LISTENERS,
     BUFFERS,
     SAMPLERS,
@@ -89,7 +89,7 @@ def _seed(v: Any) -> Any:
 
 
 def _storage(v: Any) -> Any:
-    from replaybank.storage import STORAGES
+    from replaybank.storage.backends import STORAGES
 
     if v not in STORAGES:
         raise ValueError(f"unknown storage; choose one of {list(STORAGES)}")

@@ -37,9 +37,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from replaybank import persist
 from replaybank.batch import Batch
-from replaybank.buffers.replay import positive_int
-from replaybank.buffers.rollout import RolloutBuffer
+from replaybank.buffers.arguments import positive_int
+from replaybank.buffers.rollout.buffer import RolloutBuffer
+from replaybank.config import BufferConfig, buffer_config
 from replaybank.errors import CapacityError, CheckpointError, ConfigError, EmptyBufferError
 from replaybank.ops.gae import Backend, discount_cumsum, gae
 
@@ -209,15 +211,13 @@ class PathBuffer:
         return {"size": self._size, "gamma": self.gamma, "lam": self.lam, "eps": self.eps,
                 "spec": cfg["spec"], "backend": cfg["backend"]}
 
-    def config(self) -> Any:
+    def config(self) -> BufferConfig:
         """A validated config model (pydantic) that rebuilds an equivalent empty buffer.
 
         Example:
             >>> PathBuffer(16, gamma=0.9).config().type
             'PathBuffer'
         """
-        from replaybank.config import buffer_config
-
         return buffer_config(self)
 
     def save(self, dirpath: Any, prefix: str = "buffer_") -> None:
@@ -225,9 +225,7 @@ class PathBuffer:
 
         Restore with :func:`replaybank.load`.
         """
-        from replaybank.io.checkpoint import save_buffer
-
-        save_buffer(self, dirpath, prefix=prefix)
+        persist.save(self, dirpath, prefix=prefix)
 
     def state_dict(self) -> dict[str, Any]:
         """``{"init", "rollout", "path_start", "arrays"}``; leaves are arrays or JSON-able."""
@@ -253,6 +251,11 @@ class PathBuffer:
             raise CheckpointError(f"load_state_dict: path_start={start} outside the data")
         self.rollout.load_state_dict(state["rollout"])
         self._adv, self._ret, self._path_start = adv.copy(), ret.copy(), start
+
+    def metadata(self) -> dict[str, Any]:
+        """JSON-able description: type, size, pointer, path start."""
+        return {"type": type(self).__name__, "size": self._size, "ptr": self.ptr,
+                "path_start": self._path_start}
 
     def __repr__(self) -> str:
         return f"PathBuffer(size={self._size}, ptr={self.ptr}, path_start={self._path_start})"

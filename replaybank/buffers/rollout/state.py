@@ -2,7 +2,7 @@
 
 Example:
     >>> import numpy as np
-    >>> from replaybank.buffers.rollout import RolloutBuffer
+    >>> from replaybank.buffers.rollout.buffer import RolloutBuffer
     >>> buf = RolloutBuffer(2, num_envs=1)
     >>> buf.add(np.zeros(2), 0, 1.0, False, False, 0.0, 0.0)
     >>> parsed = unpack_state(buf.state_dict(), 2, 1, None, np.random.PCG64)
@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from replaybank.buffers.rollout_inputs import FinalObsStore
+from replaybank.buffers.rollout.inputs import FinalObsStore
 from replaybank.errors import CheckpointError
 from replaybank.spec import Spec
 

@@ -6,7 +6,14 @@ only through this small interface, so numpy, memmap and torch storage share one 
 path. Bookkeeping arrays (lane counters, next-obs links) always use :meth:`allocate_meta`,
 which a persistent backend keeps on disk beside the data.
 
+Capabilities are declared as attributes, read once when a writer plan is built:
+``host_numpy`` (the arrays are numpy arrays in this process's memory, so the lean and
+compiled writers and the numpy gathers may use them directly) and ``durable`` (the data
+outlives the process: writes keep a crash-safe order, and the backend is a
+:class:`DurableBackend`).
+
 Example:
+    >>> from replaybank.storage.backends.numpy import NumpyBackend
     >>> be = NumpyBackend()
     >>> a = be.allocate("obs", (4, 1, 3), np.dtype("float32"))
     >>> be.write(a, (np.array([0]), np.array([0])), np.ones((1, 3), np.float32))
@@ -24,7 +31,7 @@ import numpy.typing as npt
 
 from replaybank.errors import CapacityError
 
-__all__ = ["ArrayBackend", "NumpyBackend", "available_memory", "check_fits"]
+__all__ = ["ArrayBackend", "DurableBackend", "available_memory", "check_fits"]
 
 
 @runtime_checkable
@@ -32,6 +39,10 @@ class ArrayBackend(Protocol):
     """What the step table needs from the place its arrays live."""
 
     name: str
+    #: The arrays are numpy arrays in host memory (direct writes and ``take`` are fine).
+    host_numpy: bool
+    #: The data outlives the process (files): ordered writes, flush, an owner record.
+    durable: bool
 
     def allocate(self, name: str, shape: tuple[int, ...], dtype: np.dtype[Any]) -> Any:
         """Return a zero-filled array ``shape`` of ``dtype`` for field ``name``."""
@@ -100,44 +111,26 @@ def check_fits(nbytes: int, what: str) -> None:
         )
 
 
-class NumpyBackend:
-    """In-memory numpy arrays (the default)."""
+@runtime_checkable
+class DurableBackend(ArrayBackend, Protocol):
+    """A backend whose data outlives the process (``durable = True``).
 
-    name = "numpy"
+    It keeps an opaque *owner record* beside the data: a JSON-able description the owning
+    buffer writes (its config), so that the buffer can be rebuilt from the files alone.
+    The backend never interprets it.
+    """
 
-    def allocate(self, name: str, shape: tuple[int, ...], dtype: np.dtype[Any]) -> Any:
-        return np.zeros(shape, dtype=dtype)
+    path: Any
 
-    def allocate_meta(self, name: str, shape: tuple[int, ...], dtype: np.dtype[Any]) -> Any:
-        return np.zeros(shape, dtype=dtype)
+    @property
+    def buffer_id(self) -> str:
+        """A random id of the buffer held in these files."""
+        ...
 
-    def resize(self, name: str, array: Any, length: int) -> Any:
-        out = np.zeros((length, *array.shape[1:]), dtype=array.dtype)
-        keep = min(len(array), length)  # shrinking happens when a smaller state is loaded
-        out[:keep] = array[:keep]
-        return out
+    def record_owner(self, record: dict[str, Any] | None, error: str | None = None) -> None:
+        """Store the owner's record (None with ``error``: it could not describe itself)."""
+        ...
 
-    def write(self, array: Any, index: Any, values: npt.NDArray[Any]) -> None:
-        array[index] = values
-
-    def gather(self, array: Any, index: Any) -> Any:
-        if type(index) is np.ndarray and index.dtype.kind == "i" and type(array) is np.ndarray:
-            return array.take(index, axis=0)  # ~2x faster than array[index] on axis 0
-        if type(index) is tuple and len(index) == 2 and type(array) is np.ndarray \
-                and array.ndim >= 2 and array.flags.c_contiguous:
-            rows, lanes = index
-            if type(rows) is np.ndarray and type(lanes) is np.ndarray \
-                    and rows.dtype.kind == "i" and lanes.dtype.kind == "i":
-                # (row, lane) pairs as one flat take: ~2x faster than 2-array indexing
-                flat = array.reshape(array.shape[0] * array.shape[1], *array.shape[2:])
-                return flat.take(rows * array.shape[1] + lanes, axis=0)
-        return array[index]
-
-    def to_numpy(self, array: Any) -> npt.NDArray[Any]:
-        return np.asarray(array)
-
-    def flush(self) -> None:
-        return None
-
-    def requires_memory(self) -> bool:
-        return True
+    def owner_record(self) -> dict[str, Any] | None:
+        """The stored owner record, or None."""
+        ...

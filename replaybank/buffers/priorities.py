@@ -1,0 +1,117 @@
+"""Priorities of a replay buffer's steps: checking the initial ones an ``add``/``extend``
+passes and applying the new ones a learner sends back for sampled ``batch.indices``.
+
+Both only talk to the buffer's sampler (a :class:`~replaybank.samplers.base.
+PrioritySampler`); values are checked before any of them is applied.
+
+Example:
+    >>> import numpy as np
+    >>> import replaybank as rb
+    >>> buf = rb.ReplayBuffer(8, seed=0, sampler=rb.PrioritizedSampler())
+    >>> buf.extend(obs=np.zeros((4, 2)), action=np.zeros(4), reward=np.ones(4),
+    ...            next_obs=np.ones((4, 2)), terminated=np.zeros(4, bool),
+    ...            truncated=np.zeros(4, bool))
+    >>> traits = SamplerTraits.of(buf.sampler)
+    >>> update_priorities(traits, buf.lane_view(), buf.sample(2).indices, [0.5, 2.0])
+    2
+    >>> check_priority(traits, 1.0, (2, 1)).tolist()
+    [1.0, 1.0]
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from replaybank.errors import ConfigError, DtypeError, ShapeError, describe
+from replaybank.ops import ring
+from replaybank.samplers.base import LaneView, SamplerTraits
+
+__all__ = ["check_priority", "update_priorities"]
+
+FloatArray = npt.NDArray[np.float64]
+
+
+def check_priority(traits: SamplerTraits, priority: Any, out: tuple[int, int]
+                   ) -> FloatArray | None:
+    """The initial priorities of a write of ``out = (steps, lanes)`` steps, flat.
+
+    Args:
+        traits: The buffer's sampler's traits.
+        priority: None, one value for every step, or one value per step.
+        out: ``(steps, lanes)`` of the write.
+
+    Returns:
+        ``[steps * lanes]`` float64 priorities, or None when ``priority`` is None.
+
+    Raises:
+        ConfigError: The sampler has no priorities.
+        ShapeError: The number of values is neither 1 nor one per step.
+        DtypeError: A priority is negative, NaN or infinite.
+    """
+    if priority is None:
+        return None
+    if traits.priority is None:
+        raise ConfigError(
+            f"priority={describe(priority)}: this buffer's sampler "
+            f"({type(traits.sampler).__name__}) has no priorities; use a PrioritizedSampler"
+        )
+    size = out[0] * out[1]
+    if type(priority) is float or type(priority) is int:  # one Python number: no array ops
+        if not 0.0 <= priority < math.inf:
+            raise DtypeError(f"priority={describe(priority)}: must be finite and >= 0")
+        return np.full(size, float(priority))
+    p = np.asarray(priority, dtype=np.float64)
+    if p.size == 1:
+        p = np.full(out, float(p.reshape(-1)[0]))
+    if p.size != size:
+        raise ShapeError(
+            f"priority={describe(priority)}: expected one priority per step "
+            f"({size} values)"
+        )
+    # NaN fails the first test, -inf and negatives too, +inf the second
+    if size and not (p.min() >= 0.0 and p.max() < math.inf):
+        raise DtypeError(f"priority={describe(priority)}: must be finite and >= 0")
+    return p.reshape(-1)
+
+
+def update_priorities(traits: SamplerTraits, lanes: LaneView, indices: Any,
+                      priorities: Any) -> int:
+    """Set the priorities of the still-live ``indices``; stale ones (overwritten since they
+    were sampled) are skipped. The body of :meth:`ReplayBuffer.update_priorities
+    <replaybank.buffers.replay.ReplayBuffer.update_priorities>` (returns, raises and all).
+
+    Args:
+        traits: The buffer's sampler's traits (its priorities are needed).
+        lanes: The table's lane bookkeeping.
+        indices: Item keys ``[B]`` (``batch.indices``).
+        priorities: New priorities ``[B]``.
+    """
+    sampler = traits.priority
+    if sampler is None:
+        raise ConfigError(
+            f"update_priorities: this buffer's sampler ({type(traits.sampler).__name__}) "
+            "has no priorities; build it with sampler=PrioritizedSampler(...)"
+        )
+    keys = ring.as_int_array(indices, "indices")
+    p = np.asarray(priorities, dtype=np.float64).reshape(-1)
+    if len(p) != len(keys):
+        raise ShapeError(
+            f"update_priorities: {len(keys)} indices but {len(p)} priorities; "
+            "pass one priority per index"
+        )
+    if not np.all(np.isfinite(p)) or np.any(p < 0):
+        bad = p[~np.isfinite(p) | (p < 0)][:4].tolist()
+        raise DtypeError(
+            f"update_priorities(priorities=...): values {bad} are negative, NaN or "
+            "infinite; pass finite priorities >= 0 (e.g. abs(td_error))"
+        )
+    if traits.keyed is not None:  # stale filter + slots + update in one pass
+        return int(traits.keyed.update_keys(keys, p, lanes))
+    live = ring.is_live(keys, lanes.written, lanes.counts)
+    slots = ring.key_to_slot(keys[live], lanes.T, lanes.lanes)
+    sampler.update(slots, p[live])
+    return int(live.sum())

@@ -1,0 +1,1 @@
+"""The on-policy rollout buffer (PPO/A2C) with GAE."""

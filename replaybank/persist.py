@@ -1,0 +1,332 @@
+"""Saving, loading and reopening buffers: ``rb.save``, ``rb.load``, ``rb.open``, ``flush``.
+
+Every registered buffer type (:mod:`replaybank.config.registry`) is saved the same way:
+its ``state_dict()`` goes into an atomic two-file checkpoint (:mod:`replaybank.io.checkpoint`)
+whose manifest also carries the buffer's config, and :func:`load` rebuilds the right type
+from that config (by its registered name) before it fills it. This module knows buffers
+only through the small protocols below and the registry, so it imports no buffer class
+and sits below them: a buffer's ``save``/``load``/``flush``/``open`` methods are thin
+calls into it.
+
+Disk-backed (memmap) buffers keep their data in files that are always consistent
+(:mod:`replaybank.storage.backends.memmap`); the buffer writes its config into the
+storage's *owner record* (:func:`record_owner`) so that :func:`open` can rebuild it from
+the files alone. Generator, sampler and view state live in memory: :func:`flush`
+(``buf.flush()``) syncs the files and saves that state, with the lane counters it
+belongs to and the buffer's id, as an atomic checkpoint (``replaybank_resume_*``) in the
+buffer's directory. :func:`open` restores it when it belongs to this buffer and the files
+hold exactly the steps they held at that flush (the same ``written``, ``counts`` and
+``episodes`` per lane): the reopened buffer then draws the identical next sample. When
+steps were added or the buffer was cleared after the last flush, the reopened buffer
+keeps a fresh generator and the sampler's default state and warns
+(:class:`ResumeWarning`). A typical use is a preemptible job that calls ``flush()`` on
+its shutdown signal.
+
+Example:
+    >>> import tempfile, numpy as np
+    >>> import replaybank as rb
+    >>> buf = rb.ReplayBuffer(capacity=16, seed=0)
+    >>> for t in range(5):
+    ...     buf.add(obs=np.full(2, t, np.float32), action=t, reward=1.0,
+    ...             next_obs=np.full(2, t + 1, np.float32), terminated=False, truncated=False)
+    >>> d = tempfile.mkdtemp()
+    >>> _ = save(buf, d)
+    >>> back = load(d)
+    >>> bool(np.array_equal(back.sample(3).obs, buf.sample(3).obs))
+    True
+    >>> d = tempfile.mkdtemp()
+    >>> disk = rb.PrioritizedReplayBuffer(32, storage="memmap", path=d, seed=0)
+    >>> disk.extend(obs=np.zeros((6, 2)), action=np.zeros(6), reward=np.ones(6),
+    ...             next_obs=np.ones((6, 2)), terminated=np.zeros(6, bool),
+    ...             truncated=np.zeros(6, bool))
+    >>> _ = disk.update_priorities(np.arange(6), np.arange(6.0))
+    >>> disk.flush()
+    >>> again = open(d)
+    >>> disk.sample(4).indices.tolist() == again.sample(4).indices.tolist()
+    True
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from replaybank.config import buffer_config, from_config
+from replaybank.errors import CheckpointError, ConfigError
+from replaybank.io.checkpoint import load_state, open_checked, save_state, verify_crcs
+from replaybank.io.lazy_tensor import lazy_tensors
+from replaybank.io.manifest import checkpoint_paths
+from replaybank.io.safetensors_stream import StateFile
+from replaybank.io.state import join_state
+from replaybank.storage.backends.base import ArrayBackend, DurableBackend
+from replaybank.storage.backends.memmap import RESUME_PREFIX, MemmapBackend
+
+__all__ = ["COUNTERS", "Persistable", "Resumable", "ResumeWarning", "flush", "load",
+           "load_into", "open", "record_owner", "save"]
+
+_KIND = "replaybank.memmap_resume"
+#: The lane counters a resume state belongs to.
+COUNTERS = ("written", "counts", "episodes")
+
+
+class ResumeWarning(UserWarning):
+    """A reopened memmap buffer could not restore the state of its last ``flush()``."""
+
+
+@runtime_checkable
+class Persistable(Protocol):
+    """What :func:`save` and :func:`load` need of a buffer (and ``config()`` through
+    :func:`replaybank.config.buffer_config`)."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to restore the buffer exactly."""
+        ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Inverse of :meth:`state_dict`."""
+        ...
+
+    def metadata(self) -> dict[str, Any]:
+        """A JSON-able description (type, capacity, spec, ...)."""
+        ...
+
+
+@runtime_checkable
+class Resumable(Persistable, Protocol):
+    """A buffer whose storage may be durable (memmap), as :func:`flush` and :func:`open`
+    need it."""
+
+    @property
+    def backend(self) -> ArrayBackend:
+        """Where the arrays live."""
+        ...
+
+    def resume_state(self) -> dict[str, Any] | None:
+        """Generator, sampler and view state plus the lane counters (:data:`COUNTERS`),
+        or None before the storage exists."""
+        ...
+
+    def load_resume_state(self, state: dict[str, Any]) -> None:
+        """Restore a :meth:`resume_state` (its counters were checked to match)."""
+        ...
+
+    def reopened(self) -> None:
+        """The storage was reopened from its files: rebuild what lives in memory."""
+        ...
+
+
+# ---------------------------------------------------------------------- checkpoints
+def save(buf: Persistable, dirpath: Any, prefix: str = "buffer_") -> Path:
+    """Save a buffer as ``<prefix>metadata.json`` + ``<prefix>state.safetensors`` (atomic).
+
+    Args:
+        buf: Any registered buffer type.
+        dirpath: Directory of the two files.
+        prefix: File name prefix.
+
+    Returns:
+        The manifest path.
+
+    Raises:
+        CheckpointError: The write failed (the previous checkpoint is left intact).
+        ConfigError: The buffer's config cannot be described (unregistered component).
+    """
+    dump = buffer_config(buf).model_dump(mode="json")
+    info = {"buffer_type": type(buf).__name__, "config": dump, "metadata": buf.metadata()}
+    return save_state(buf.state_dict(), dirpath, prefix, info)
+
+
+def _restore(buf: Persistable, manifest: dict[str, Any], sf: StateFile) -> None:
+    state = join_state(manifest["state"], lazy_tensors(manifest, sf))
+    try:
+        buf.load_state_dict(state)
+    except CheckpointError:
+        raise
+    except (KeyError, ValueError, TypeError, IndexError) as exc:
+        raise CheckpointError(
+            f"the checkpoint does not fit a {type(buf).__name__}: {type(exc).__name__}: {exc}"
+        ) from exc
+
+
+def load_into(buf: Persistable, dirpath: Any, prefix: str = "buffer_") -> Persistable:
+    """Load a checkpoint into an existing buffer of the same type, capacity and spec.
+
+    Every file check runs before the buffer is touched.
+
+    Returns:
+        ``buf``.
+
+    Raises:
+        CheckpointError: Any problem with the files, or they do not fit ``buf``.
+
+    Example:
+        >>> import tempfile, numpy as np
+        >>> import replaybank as rb
+        >>> d = tempfile.mkdtemp()
+        >>> src = rb.ReplayBuffer(8, seed=0)
+        >>> src.add(obs=np.zeros(2), action=0, reward=1.0, next_obs=np.ones(2),
+        ...         terminated=False, truncated=False)
+        >>> _ = save(src, d)
+        >>> len(load_into(rb.ReplayBuffer(8), d))
+        1
+    """
+    manifest, sf = open_checked(dirpath, prefix)
+    with sf:
+        verify_crcs(manifest, sf)
+        _restore(buf, manifest, sf)
+    return buf
+
+
+def load(dirpath: Any, prefix: str = "buffer_", **overrides: Any) -> Any:
+    """Rebuild a saved buffer exactly (its type comes from the manifest).
+
+    Args:
+        dirpath: Directory of the checkpoint.
+        prefix: File name prefix.
+        **overrides: Config entries to change, e.g. ``storage="numpy"`` to load a memmap
+            buffer into memory, or ``path=`` for a new memmap directory.
+
+    Returns:
+        The buffer (of the saved registered type); its next ``sample()`` equals the saved
+        buffer's.
+
+    Raises:
+        CheckpointError: Missing, truncated or corrupted files, an edited manifest, a
+            newer format version or a spec that does not match the state.
+    """
+    manifest, sf = open_checked(dirpath, prefix)
+    with sf:
+        verify_crcs(manifest, sf)
+        cfg = manifest.get("config")
+        if not isinstance(cfg, dict):
+            raise CheckpointError(f"{sf.path}: the manifest has no buffer config; load the "
+                                  "state into a buffer you build with load_into(buf, ...)")
+        if "path" in overrides and "storage" not in overrides:
+            overrides["storage"] = "memmap"
+        try:
+            buf = from_config(cfg, **overrides)
+        except ConfigError as exc:
+            raise CheckpointError(f"cannot rebuild the saved buffer: {exc}") from exc
+        _restore(buf, manifest, sf)
+    return buf
+
+
+# ---------------------------------------------------------------------- memmap buffers
+def record_owner(backend: ArrayBackend, owner: Any) -> None:
+    """Write ``owner``'s config into a durable backend's owner record (no-op otherwise).
+
+    An owner that cannot describe itself (an unregistered sampler or view) records None
+    and why; :func:`open` then needs the missing parts as overrides.
+    """
+    if not (backend.durable and isinstance(backend, DurableBackend)):
+        return
+    try:
+        record: dict[str, Any] | None = buffer_config(owner).model_dump(mode="json")
+        error = None
+    except (ConfigError, TypeError, ValueError) as exc:
+        record, error = None, f"{type(exc).__name__}: {exc}"
+    backend.record_owner(record, error)
+
+
+def _durable(buf: Resumable) -> DurableBackend | None:
+    be = buf.backend
+    return be if be.durable and isinstance(be, DurableBackend) else None
+
+
+def flush(buf: Resumable) -> Path | None:
+    """Sync a memmap buffer's files and save its generator, sampler and view state by them.
+
+    Returns:
+        The resume manifest's path, or None when nothing was ever added (no files to
+        resume yet).
+
+    Raises:
+        ConfigError: The buffer's storage is not durable (use ``save(dirpath)``).
+        CheckpointError: The state could not be written (the previous one is kept).
+    """
+    backend = _durable(buf)
+    if backend is None:
+        raise ConfigError(
+            f"flush(): {type(buf).__name__} with {buf.backend!r} storage has no files to "
+            "resume from; flush() is for storage='memmap' buffers, use save(dirpath) to "
+            "checkpoint an in-memory buffer"
+        )
+    state = buf.resume_state()
+    if state is None:
+        return None
+    backend.flush()
+    return save_state(state, backend.path, prefix=RESUME_PREFIX,
+                      info={"kind": _KIND, "buffer_id": backend.buffer_id})
+
+
+def open(path: Any, **overrides: Any) -> Any:
+    """Reopen the memmap buffer at ``path`` (in this or a new process).
+
+    Args:
+        path: Directory of a buffer built with ``storage="memmap"``.
+        **overrides: Config entries to change (e.g. ``seed=``, ``sampler=`` when the
+            original used an unregistered sampler).
+
+    Returns:
+        The buffer (of its registered type), holding every step added before the old
+        process stopped, with the state of its last :func:`flush` when that still fits.
+
+    Raises:
+        CheckpointError: No buffer at ``path``, or no config recorded for it.
+
+    Example:
+        >>> import tempfile
+        >>> import replaybank as rb
+        >>> d = tempfile.mkdtemp()
+        >>> _ = rb.ReplayBuffer(8, storage="memmap", path=d,
+        ...                     spec={"obs": ((2,), "float32"), "action": ((), "int64")})
+        >>> open(d).spec["obs"].shape
+        (2,)
+    """
+    backend = MemmapBackend(path, reopen=True)
+    cfg = backend.owner_record()
+    if cfg is None:
+        why = backend.manifest.get("config_error") or "nothing was ever added to it"
+        raise CheckpointError(f"the memmap buffer at {path} has no recorded config ({why}); "
+                              "it cannot be rebuilt")
+    cfg = {**cfg, "storage": "memmap", "path": str(backend.path), **overrides}
+    buf = from_config(cfg, storage=backend)
+    if not isinstance(buf, Resumable):
+        raise CheckpointError(f"{type(buf).__name__} cannot be reopened from memmap files")
+    buf.reopened()
+    _load_resume(buf, backend)
+    return buf
+
+
+def _load_resume(buf: Resumable, backend: DurableBackend) -> bool:
+    """Restore the state of the last :func:`flush` when it fits (else warn)."""
+    meta, _ = checkpoint_paths(backend.path, RESUME_PREFIX)
+    current = buf.resume_state()
+    if not meta.exists() or current is None:
+        return False
+    try:
+        manifest, state = load_state(backend.path, RESUME_PREFIX)
+    except CheckpointError as exc:
+        return _skip(backend.path, f"its resume state cannot be read ({exc})")
+    if manifest.get("kind") != _KIND or manifest.get("buffer_id") != backend.buffer_id:
+        return _skip(backend.path, "its resume state belongs to another buffer")
+    for name in COUNTERS:
+        saved, now = np.asarray(state.get(name)), np.asarray(current[name])
+        if saved.shape != now.shape or not np.array_equal(saved, now):
+            return _skip(backend.path, "steps were added (or the buffer cleared) after its "
+                                       "last flush()")
+    buf.load_resume_state(state)
+    return True
+
+
+def _skip(path: Path, why: str) -> bool:
+    warnings.warn(
+        f"memmap buffer at {path}: {why}; it continues with every stored step but a fresh "
+        "generator and default sampler state (e.g. priorities). Call flush() after the "
+        "last add (e.g. on a shutdown signal) to resume exactly",
+        ResumeWarning, stacklevel=3,
+    )
+    return False

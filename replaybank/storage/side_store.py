@@ -1,0 +1,138 @@
+"""The side store: next observations kept aside, in slots handed out from a free list.
+
+A step's next observation is usually the next step's observation in the same lane and is
+not stored twice. Where it is not (an episode ended, the data jumped, or the step is its
+lane's newest), the step table keeps it here: one slot per kept observation, for every
+observation field, and ``link[row, lane] = slot + 1`` points at it.
+
+The store grows on demand (doubling, capped at ``max_slots``, one slot per step). Slots
+are taken from the end of :attr:`SideStore.free` and freed slots are appended to it, so
+the slot order is deterministic: the Python writers and the compiled writer
+(``replaybank/_lane.c``, which reads :attr:`arrays` and :attr:`free` and calls
+:meth:`alloc`) produce the same slots for the same writes.
+
+Example:
+    >>> import numpy as np
+    >>> from replaybank.spec import Spec
+    >>> from replaybank.storage.backends.numpy import NumpyBackend
+    >>> spec = Spec.coerce({"obs": ((2,), "float32")})
+    >>> side = SideStore(spec, ["obs"], NumpyBackend(), slots=2, max_slots=8)
+    >>> side.alloc(3).tolist(), side.capacity, side.in_use()
+    ([0, 1, 2], 5, 3)
+    >>> side.release(np.array([0, 2, 3]))  # links: 0 is "no slot", k is slot k - 1
+    >>> side.free
+    [4, 3, 1, 2]
+    >>> side.take(), side.free
+    (2, [4, 3, 1])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from replaybank.spec import Spec
+from replaybank.storage.backends.base import ArrayBackend
+
+__all__ = ["SideStore"]
+
+IntArray = npt.NDArray[np.int64]
+
+
+class SideStore:
+    """Slots of kept-aside next observations, one array ``[slots, *shape]`` per obs field.
+
+    Args:
+        spec: The stored fields (the observation fields' shapes and dtypes are used).
+        obs_fields: Names of the observation fields.
+        backend: Where the arrays live (``side/<name>`` arrays).
+        slots: Slots allocated at first.
+        max_slots: The most slots the store grows to.
+
+    Attributes:
+        arrays: ``{obs field: [capacity, *shape]}``; replaced (not resized in place) when
+            the store grows, so readers look the array up again after a write.
+        free: Free slots; :meth:`take` and :meth:`alloc` hand out from its end.
+    """
+
+    def __init__(self, spec: Spec, obs_fields: Sequence[str], backend: ArrayBackend,
+                 slots: int, max_slots: int) -> None:
+        self.backend = backend
+        self.max_slots = int(max_slots)
+        self.arrays: dict[str, Any] = {
+            name: backend.allocate(f"side/{name}", (slots, *spec[name].shape), spec[name].dtype)
+            for name in obs_fields
+        }
+        self.free: list[int] = list(range(slots - 1, -1, -1))
+
+    # ------------------------------------------------------------------ mapping access
+    def __getitem__(self, name: str) -> Any:
+        return self.arrays[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.arrays)
+
+    def __len__(self) -> int:
+        return len(self.arrays)
+
+    def items(self) -> Any:
+        """``(obs field, array)`` pairs."""
+        return self.arrays.items()
+
+    def values(self) -> Any:
+        """The arrays."""
+        return self.arrays.values()
+
+    # ------------------------------------------------------------------ sizes
+    @property
+    def capacity(self) -> int:
+        """Allocated slots."""
+        return int(next(iter(self.arrays.values())).shape[0]) if self.arrays else 0
+
+    def in_use(self) -> int:
+        """Slots holding a next observation."""
+        return self.capacity - len(self.free)
+
+    # ------------------------------------------------------------------ slots
+    def resize(self, slots: int) -> None:
+        """Grow (or shrink, when a smaller state is loaded) every array to ``slots``."""
+        for name, arr in self.arrays.items():
+            self.arrays[name] = self.backend.resize(f"side/{name}", arr, slots)
+
+    def alloc(self, k: int) -> IntArray:
+        """Take ``k`` free slots (the store grows first when too few are free).
+
+        Returns:
+            The slots ``[k]``, in the order they were taken from the end of :attr:`free`.
+        """
+        free = self.free
+        if k > len(free):
+            cap = self.capacity
+            new = min(self.max_slots, max(cap * 2, cap + k))
+            self.resize(new)
+            free[:0] = range(new - 1, cap - 1, -1)
+        if k == 0:
+            return np.zeros(0, dtype=np.int64)
+        out = np.array(free[-k:][::-1], dtype=np.int64)
+        del free[-k:]
+        return out
+
+    def take(self) -> int:
+        """Take one free slot (``alloc(1)`` as a Python int)."""
+        return self.free.pop() if self.free else int(self.alloc(1)[0])
+
+    def release(self, links: npt.NDArray[Any]) -> None:
+        """Free the slots that ``links`` point at (``k > 0`` is slot ``k - 1``)."""
+        lk = np.asarray(links).reshape(-1)
+        self.free.extend((lk[lk > 0] - 1).tolist())
+
+    def reset(self) -> None:
+        """Every slot free, in the order of a new store."""
+        self.free = list(range(self.capacity - 1, -1, -1))
+
+    def rebuild(self, used: npt.NDArray[np.bool_]) -> None:
+        """Free list of every slot not marked in ``used`` ``[capacity]`` (after a load)."""
+        self.free = [int(i) for i in np.flatnonzero(~used)[::-1]]

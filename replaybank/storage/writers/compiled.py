@@ -1,0 +1,145 @@
+"""The optional C accelerator ``replaybank._lane``: loaded once, or None.
+
+``replaybank/_lane.c`` is built at install time where a C compiler and the Python headers
+exist (``setup.py``, ``optional=True``). It holds the compiled writer of
+:func:`compiled_writer`, whose Python twin gives the same
+results when the module is missing or when the environment variable
+``REPLAYBANK_PURE_PYTHON=1`` switches it off (read at import).
+
+(A compiled row gather for sampling was tried and dropped: with random keys over a
+large ring, sampling is bound by memory latency, and numpy's ``take`` already reaches it.)
+
+Example:
+    >>> isinstance(accelerated(), bool)
+    True
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from replaybank.storage.table import StepTable
+from replaybank.storage.writers.formats import FieldFormat
+from replaybank.storage.writers.tell import WriteListener, write_teller
+
+__all__ = ["ACCEL", "accelerated", "compiled_writer", "not_handled"]
+
+
+def _load() -> Any:
+    if os.environ.get("REPLAYBANK_PURE_PYTHON", "") not in ("", "0"):
+        return None
+    try:
+        return importlib.import_module("replaybank._lane")
+    except ImportError:
+        return None
+
+
+ACCEL: Any = _load()
+
+
+def accelerated() -> bool:
+    """Whether the compiled paths (``replaybank._lane``) are built and switched on."""
+    return ACCEL is not None
+
+
+def not_handled(*args: Any) -> bool:
+    """Stands in for the compiled add/extend/add_lanes when the accelerator is off."""
+    return False
+
+
+def _c_field(store: Any, field: FieldFormat) -> tuple[Any, str, tuple[int, ...], str, int, int]:
+    """What the compiled Appender needs to know of one field."""
+    kind = field.dtype.kind if field.shape == () and field.dtype.kind in "fiub" else "-"
+    lo = max(field.lo, -(2**63)) if kind in "iu" else 0
+    hi = min(field.hi, 2**63 - 1) if kind in "iu" else 0
+    fmt = memoryview(np.empty(0, field.dtype)).format  # type: ignore[arg-type]
+    return store, fmt, field.shape, kind, lo, hi
+
+
+def compiled_writer(table: StepTable, sampler: WriteListener | None = None
+                    ) -> tuple[Callable[..., bool], Callable[..., bool],
+                               Callable[..., bool]] | None:
+    """The compiled ``(add, extend, add_lanes)`` of a numpy or memmap table, or None.
+
+    ``add`` and ``extend`` take ``(obs, action, reward, next_obs, terminated, truncated,
+    extras)`` and return True when they wrote the call (every lane at once, lanes in
+    step, values of exactly the stored format; see ``replaybank/_lane.c``), False when
+    the Python paths must take it (nothing was written). ``add_lanes(lanes, obs, ...,
+    extras)`` writes one step of the lanes ``lanes`` (distinct ints; None: every lane),
+    in step or not: async vector envs (``env_ids``), and every add once lanes fell out
+    of step. On memmap files the writes keep the crash-safe order of
+    :func:`~replaybank.storage.writers.reference.write_sync` (counts drop before rows are
+    rewritten). None when the
+    accelerator is not built or off, or the table has fields beyond the standard ones
+    (the compiled writer never writes extras), a nested observation or another storage
+    (torch).
+
+    Args:
+        table: The step table.
+        sampler: Told about writes (``on_write(slots, None)``) when not None.
+
+    Example:
+        >>> import numpy as np
+        >>> from replaybank.spec import Spec
+        >>> spec = Spec.coerce({"obs": ((2,), "float32"), "action": ((), "int64"),
+        ...     "reward": ((), "float32"), "terminated": ((), "bool"),
+        ...     "truncated": ((), "bool")})
+        >>> t = StepTable(spec, T=4, lanes=2, obs_fields=["obs"])
+        >>> pair = compiled_writer(t)
+        >>> if pair is not None:  # built: one step of both lanes in one call
+        ...     z = np.zeros((2, 2), np.float32)
+        ...     assert pair[0](z, np.array([0, 1]), np.zeros(2, np.float32), z + 1,
+        ...                    np.zeros(2, bool), np.zeros(2, bool), {})
+        ...     assert pair[2]([1], z[:1], np.array([0]), np.zeros(1, np.float32), z[:1],
+        ...                    np.zeros(1, bool), np.zeros(1, bool), {})  # lane 1 alone
+        ...     assert t.size == 3 and t.written.tolist() == [1, 2]
+    """
+    spec = table.spec
+    std = ("obs", "action", "reward", "terminated", "truncated")
+    if ACCEL is None or not table.backend.host_numpy \
+            or table.obs_fields != ["obs"] or set(spec) != set(std) \
+            or any(spec[k].shape != () for k in std[2:]) \
+            or any(spec[k].dtype != np.bool_ for k in std[3:]):
+        return None
+    flat = table.flat
+    try:
+        fields = tuple(_c_field(flat(table.arrays[n]), FieldFormat(spec[n].shape, spec[n].dtype))
+                       for n in std)
+        # files (memmap): counts drop before evicted rows are rewritten (crash safety,
+        # as reference.write_sync orders it)
+        app = ACCEL.Appender(table.side, np.ndarray, np.bool_, fields, flat(table.link),
+                             table.written, table.counts, table.episodes, table.lanes,
+                             table.durable)
+    except (ValueError, TypeError):  # e.g. a dtype without a buffer format
+        return None
+    if sampler is None:
+        return app.add, app.extend, app.add_lanes
+    tell = write_teller(table, sampler)
+    T, L, written = table.T, table.lanes, table.written  # noqa: N806
+    every = np.arange(L, dtype=np.int64)
+
+    def add(*args: Any) -> bool:
+        if app.add(*args):
+            tell(1)
+            return True
+        return False
+
+    def extend(*args: Any) -> bool:
+        if app.extend(*args):
+            tell(len(args[0]))
+            return True
+        return False
+
+    def add_lanes(lanes: Any, *args: Any) -> bool:
+        if app.add_lanes(lanes, *args):  # the lanes were checked: distinct, in range
+            ids = every if lanes is None else np.asarray(lanes, dtype=np.int64)
+            sampler.on_write((written[ids] - 1) % T * L + ids, None)
+            return True
+        return False
+
+    return add, extend, add_lanes

@@ -1,0 +1,128 @@
+"""View protocols: what an item key becomes, and the capabilities a view may declare.
+
+A view turns sampled item keys into batch fields. It receives the sampling generator
+(views that draw, such as hindsight relabelling, draw from it, so a seeded buffer and a
+restored checkpoint give the identical next sample) and saves whatever it learned
+(``state_dict``), e.g. the frame-stack layout decided at the first add.
+
+Capabilities beyond :class:`View` are small protocols, checked once when a buffer builds
+its sampling plan, never probed per call:
+
+* :class:`FusedView`: checks and gathers in one pass (``gather_valid``);
+* :class:`StepView`: serves each key as its own one-step transition (the step's stored
+  fields and exact next observation), with a faster gather for keys just drawn;
+* :class:`ShiftedView`: the transition of a key ends at another key (n-step windows);
+* :class:`InputTransform`: rewrites what users add (frame stacks keep the newest frame).
+
+Views that serve every live step return ``None`` from ``valid`` and say so with
+``every_step = True``, so a buffer need not check their keys.
+
+Example:
+    >>> from replaybank.views.transition import TransitionView
+    >>> v = TransitionView()
+    >>> isinstance(v, View), isinstance(v, FusedView), v.every_step
+    (True, False, True)
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+
+from replaybank.storage.table import StepTable
+
+__all__ = ["FusedView", "InputTransform", "StepView", "ShiftedView", "StatelessView",
+           "View", "next_name"]
+
+IntArray = npt.NDArray[np.int64]
+
+
+def next_name(obs_field: str) -> str:
+    """``obs`` -> ``next_obs``; ``obs/goal`` -> ``next_obs/goal``."""
+    return "next_" + obs_field
+
+
+@runtime_checkable
+class View(Protocol):
+    """Turns item keys into batch fields."""
+
+    #: ``valid`` is always None: every live step can be served.
+    every_step: bool
+
+    def gather(self, table: StepTable, keys: IntArray,
+               rng: np.random.Generator | None = None) -> dict[str, Any]:
+        """Fields of the items ``keys`` ``[B]`` (flat names, ``[B, *shape]``).
+
+        ``rng`` is the buffer's sampling generator, for views that draw.
+        """
+        ...
+
+    def valid(self, table: StepTable, keys: IntArray) -> npt.NDArray[np.bool_] | None:
+        """Which keys ``[B]`` this view can serve (None: all of them)."""
+        ...
+
+    def config(self) -> dict[str, Any]:
+        """JSON-able constructor arguments with ``"type"``."""
+        ...
+
+    def state_dict(self) -> dict[str, Any]:
+        """JSON-able state learned after construction (``{}`` when none)."""
+        ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Inverse of :meth:`state_dict`."""
+        ...
+
+
+@runtime_checkable
+class FusedView(View, Protocol):
+    """A view that checks and gathers keys in one pass."""
+
+    def gather_valid(self, table: StepTable, keys: IntArray,
+                     rng: np.random.Generator | None = None) -> dict[str, Any] | None:
+        """:meth:`View.gather` when every key can be served, else None (nothing read)."""
+        ...
+
+
+@runtime_checkable
+class StepView(View, Protocol):
+    """A view that serves each key as its one-step transition: the step's stored fields
+    and its exact next observation, nothing added (wrapping views take the fields
+    directly from the table)."""
+
+    def gather_live(self, table: StepTable, keys: IntArray,
+                    rng: np.random.Generator | None = None) -> dict[str, Any]:
+        """:meth:`View.gather` of keys a sampler just drew from the live steps."""
+        ...
+
+
+@runtime_checkable
+class ShiftedView(View, Protocol):
+    """A view whose transition of key ``t`` ends at another step (n-step windows)."""
+
+    def last_keys(self, table: StepTable, keys: IntArray) -> IntArray:
+        """Keys ``[B]`` of the last step of each key's transition."""
+        ...
+
+
+@runtime_checkable
+class InputTransform(Protocol):
+    """A view that also reshapes what users add (e.g. keeps the newest frame of a stack)."""
+
+    def prepare_inputs(self, fields: dict[str, Any], steps: bool, lanes: int) -> dict[str, Any]:
+        """Return the fields to store for one ``add`` (``steps=False``) or ``extend``."""
+        ...
+
+
+class StatelessView:
+    """Shared state methods of views that learn nothing after construction."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """No state: ``{}``."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Nothing to restore."""
+        return None
