@@ -269,7 +269,7 @@ def main() -> None:
             prev = results.get(op, (float("inf"), float("inf")))
             results[op] = (min(prev[0], o), min(prev[1], f))
 
-    from replaybank.storage.writers.lean import accelerated
+    from replaybank.storage.writers.compiled import accelerated
 
     print("one-lane add/extend: " + ("compiled (replaybank._lane)" if accelerated() else
                                      "pure Python (REPLAYBANK_PURE_PYTHON=1 or not built)"))

@@ -1,12 +1,13 @@
 /* Compiled add/extend for in-memory step tables: replaybank._lane.Appender.
  *
- * An optional accelerator (see replaybank/storage/lane_writer.py; StepTable.write_sync
- * and LaneWriter are the reference and the fallback). Appender.add / Appender.extend
+ * An optional accelerator (see replaybank/storage/writers/compiled.py): it takes the
+ * decisions of the write plan (replaybank/storage/writers/plan.py) in C; the reference
+ * writer (writers/reference.py) and LaneWriter (writers/lean.py) are its twins. Appender.add / Appender.extend
  * accept only the plainest calls: every lane at once with the lanes in step, C-contiguous
  * numpy arrays of exactly the stored format and shape (or Python scalars for the scalar
  * fields of a one-lane table), no extras, no wrap-around inside a chunk. Anything else
  * returns False before a byte is written and the Python paths take over. What is written
- * is exactly what StepTable.write_sync writes: data rows, links, side slots (same
+ * is exactly what the reference writer writes: data rows, links, side slots (same
  * free-slot order) and counters; tests/test_fastpath.py compares the whole table state
  * with the general path.
  *
@@ -289,7 +290,7 @@ continues_into(Appender *self, Py_ssize_t at, const char *row, Py_buffer *sv, in
 /* ------------------------------------------------------------------ the write
  * n steps of all L lanes, rows [start, start + n) (no wrap), inputs validated:
  * src[i] points at field i's [n, L, *shape] bytes, nobs at next_obs [n, L, *shape].
- * Same steps and order as StepTable.write_sync. Returns 0, or -1 with an exception set
+ * Same steps and order as the write plan (writers/plan.py). Returns 0, or -1 with an exception set
  * (only on memory errors; the table may then be partly written). */
 static int
 write_steps(Appender *self, char *const *src, const char *nobs, Py_ssize_t n)
@@ -724,7 +725,7 @@ Appender_add_lanes(Appender *self, PyObject *const *args, Py_ssize_t nargs)
     for (Py_ssize_t j = 0; ordered && j < m; j++)
         ordered = lanes[j] == j;
     const char *nobs = (const char *)held[nheld - 1].buf;
-    /* every lane, in order and in step: the general write hands this to write_sync */
+    /* every lane, in order and in step: the plan's all-lanes, in-step case */
     r = ordered && in_step(self) ? write_steps(self, src, nobs, 1)
                                  : write_each(self, src, nobs, lanes, m);
     result = r < 0 ? NULL : Py_True;

@@ -17,15 +17,15 @@ USER_FACING = ("replaybank.buffers", "replaybank.samplers", "replaybank.views",
                "replaybank.spec")
 # classes of those layers that are internal machinery, not something users import
 INTERNAL = {
-    "replaybank.storage.writers.plan.FastPlan",
+    "replaybank.storage.writers.writer.Writer",
     "replaybank.storage.table.StepTable",
     "replaybank.storage.writers.lean.LaneWriter",
     "replaybank.buffers.rollout.inputs.FinalObsStore",
     "replaybank.buffers.rollout.state.ParsedState",
     "replaybank.storage.side_store.SideStore",
     "replaybank.storage.writers.formats.FieldFormat",
-    "replaybank.storage.writers.lean.OneStepWriter",
-    "replaybank.storage.writers.plan.StepValues",
+    "replaybank.storage.writers.writer.StepValues",
+    "replaybank.storage.writers.plan.WritePlan",
     "replaybank.storage.writers.tell.RangeListener",
     "replaybank.storage.writers.tell.WriteListener",
     "replaybank.samplers.base.SamplerTraits",

@@ -47,8 +47,8 @@ from replaybank.storage.backends import make_backend
 from replaybank.storage.backends.base import ArrayBackend, DurableBackend
 from replaybank.storage.table import StepTable
 from replaybank.storage.table_state import load_table_state
-from replaybank.storage.writers.plan import FastPlan, StepValues, writer_choice
 from replaybank.storage.writers.reference import write as write_reference
+from replaybank.storage.writers.writer import StepValues, Writer, writer_choice
 from replaybank.views import make_view
 from replaybank.views.base import FusedView, InputTransform, StepView, View
 
@@ -128,7 +128,7 @@ class ReplayBuffer:
         self._table: StepTable | None = None
         # the buffer whose config durable storage records (a wrapper, or None: self)
         self.storage_owner: Any = None
-        self._writer: FastPlan | None = None  # the write plan of the current parts
+        self._writer: Writer | None = None  # the write plan of the current parts
         self._lane_view: LaneView | None = None
         self._parts = _Parts(self.sampler, self.view)  # their capabilities, checked once
         self.sampler.bind(self.rows, self._num_envs)
@@ -276,7 +276,7 @@ class ReplayBuffer:
             self.sampler.on_write(slots, prio)
         return keys
 
-    def _plan(self) -> FastPlan | None:
+    def _plan(self) -> Writer | None:
         """The cached write plan of the current table and parts (None: every call takes
         the general path: the reference writer, or a table the plan cannot serve)."""
         t = self._table
@@ -290,7 +290,7 @@ class ReplayBuffer:
         if choice == "reference":
             return None
         # samplers that keep no per-slot state need not hear about writes
-        plan = FastPlan(t, None if parts.traits.stateless else self.sampler,
+        plan = Writer(t, None if parts.traits.stateless else self.sampler,
                         compiled=choice != "lean")
         plan.owner = parts  # rebuilt when the sampler or view is swapped
         self._writer = plan

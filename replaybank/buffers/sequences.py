@@ -58,7 +58,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import partial
+from functools import cache, partial
 from typing import Any
 
 import numpy as np
@@ -126,40 +126,34 @@ def _cached_state_names(spec: Any, state_fields: Any) -> list[str]:
     return names
 
 
-_EXTENT: list[Any] = []
-
-
-def _load_extent() -> Any:
+@cache
+def _extent_kernel() -> Any:
     """The window-extent kernel (numba when it imports, else numpy), loaded once."""
-    _EXTENT.append(windows.extent_kernel("auto")[0])
-    return _EXTENT[0]
+    return windows.extent_kernel("auto")[0]
 
 
-_R2D2: list[Any] = []
-
-
-def _load_r2d2() -> Any:
+@cache
+def _r2d2_kernel() -> Any:
     """The R2D2 priority kernel (numba when it imports, else numpy), loaded once."""
-    _R2D2.append(windows.r2d2_kernel("auto")[0])
-    return _R2D2[0]
+    return windows.r2d2_kernel("auto")[0]
 
 
 #: Who computes starts, slots and flags: ``"auto"`` (fused numba kernels when numba
 #: imports and the storage is numpy) or ``"numpy"`` (the vectorised numpy path).
 KERNEL = "auto"
-_FAST: list[Any] = []
+@cache
+def _numba_windows() -> Any:
+    """The numba module of the fused path, or None when numba is missing (loaded once)."""
+    try:
+        from replaybank.ops import windows_numba
+    except ImportError:  # pragma: no cover - numba is optional
+        return None
+    return windows_numba
 
 
 def _fast_kernels() -> Any:
     """The numba module of the fused path, or None (numba missing, or ``KERNEL="numpy"``)."""
-    if not _FAST:
-        try:
-            from replaybank.ops import windows_numba
-        except ImportError:  # pragma: no cover - numba is optional
-            _FAST.append(None)
-        else:
-            _FAST.append(windows_numba)
-    return _FAST[0] if KERNEL == "auto" else None
+    return _numba_windows() if KERNEL == "auto" else None
 
 
 def _draw_starts(buf: Any, batch_size: int, width: int, cross: bool, min_len: int,
@@ -191,7 +185,7 @@ def _draw_rounds(buf: Any, batch_size: int, width: int, cross: bool, min_len: in
     lv = buf.lane_view()
     rng = buf.rng
     if extent is None:
-        extent = _EXTENT[0] if _EXTENT else _load_extent()
+        extent = _extent_kernel()
     # i.i.d. samplers draw a few spare starts up front and keep the first valid ones (in
     # draw order, so the accepted starts are still i.i.d. from the conditional law)
     traits = buf.sampler_traits
@@ -229,7 +223,7 @@ def _redraw_rounds(buf: Any, res: SampleResult, ext: IntArray, batch_size: int, 
     lv = buf.lane_view()
     rng = buf.rng
     if extent is None:
-        extent = _EXTENT[0] if _EXTENT else _load_extent()
+        extent = _extent_kernel()
     exact = buf.sampler_traits.uniform is not None
     limit = max_redraws if exact else max(max_redraws, 1024)
     for _ in range(limit):
@@ -459,7 +453,7 @@ def update_sequence_priorities(
             "update_sequence_priorities(td_errors=...): counted TD errors contain NaN or "
             "inf; check the loss or mask those steps"
         )
-    prio = (_R2D2[0] if _R2D2 else _load_r2d2())(td, m, float(eta))
+    prio = _r2d2_kernel()(td, m, float(eta))
     keep = m.any(axis=1)
     if not keep.any():
         return 0

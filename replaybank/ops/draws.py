@@ -31,6 +31,7 @@ Example:
 from __future__ import annotations
 
 import sys
+from functools import cache
 from typing import Any
 
 import numpy as np
@@ -94,14 +95,11 @@ def map_raw(raw: U64Array, high: int, out: IntArray, start: int) -> int:
     return start + n
 
 
-_KERNEL: list[Any] = []
-
-
+@cache
 def _kernel() -> Any:
-    if not _KERNEL:
-        _KERNEL.append(pick_kernel("auto", "replaybank.ops.draws_numba", "map_raw", map_raw,
-                                   "uniform_ints")[0])
-    return _KERNEL[0]
+    """The raw-word mapper (numba when it imports, else :func:`map_raw`), loaded once."""
+    return pick_kernel("auto", "replaybank.ops.draws_numba", "map_raw", map_raw,
+                       "uniform_ints")[0]
 
 
 def uniform_ints(rng: np.random.Generator, high: int, size: int,

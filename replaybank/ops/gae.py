@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Callable
+from functools import cache
 from typing import Any, Literal
 
 import numpy as np
@@ -48,8 +49,6 @@ __all__ = ["Backend", "discount_cumsum", "gae", "numba_available", "reverse_scan
 Backend = Literal["auto", "numpy", "numba"]
 FloatArray = npt.NDArray[np.float64]
 
-_KERNEL: list[Callable[..., None]] = []  # compiled numba kernel, filled on first use
-
 
 def numba_available() -> bool:
     """Whether numba is installed (``backend="auto"`` then uses the compiled kernel).
@@ -61,23 +60,22 @@ def numba_available() -> bool:
     return importlib.util.find_spec("numba") is not None
 
 
+@cache
 def _numba_kernel() -> Callable[..., None]:
     """Compile (once per process, cached on disk) and return the reverse-scan kernel."""
-    if not _KERNEL:
-        import numba
+    import numba
 
-        @numba.njit(cache=True, nogil=True)
-        def _scan(x, coef, out):  # type: ignore[no-untyped-def]  # pragma: no cover
-            # x, coef, out: [T, M] float64, C-contiguous; loop time backwards, envs inner
-            steps, width = x.shape
-            acc = np.zeros(width)
-            for t in range(steps - 1, -1, -1):
-                for j in range(width):
-                    acc[j] = x[t, j] + coef[t, j] * acc[j]
-                    out[t, j] = acc[j]
+    @numba.njit(cache=True, nogil=True)
+    def _scan(x, coef, out):  # type: ignore[no-untyped-def]  # pragma: no cover
+        # x, coef, out: [T, M] float64, C-contiguous; loop time backwards, envs inner
+        steps, width = x.shape
+        acc = np.zeros(width)
+        for t in range(steps - 1, -1, -1):
+            for j in range(width):
+                acc[j] = x[t, j] + coef[t, j] * acc[j]
+                out[t, j] = acc[j]
 
-        _KERNEL.append(_scan)
-    return _KERNEL[0]
+    return _scan
 
 
 def _resolve(backend: str) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import operator
 import weakref
+from functools import cache
 from typing import Any
 
 import numpy as np
@@ -23,13 +24,10 @@ __all__ = ["fused_reads", "gather_fused", "gather_numpy"]
 
 IntArray = npt.NDArray[np.int64]
 
-_PLAN: list[Any] = []
-
-
-def _load_plan() -> Any:
+@cache
+def _plan_kernel() -> Any:
     """The window-plan kernel (numba when it imports, else numpy), loaded once."""
-    _PLAN.append(windows.plan_kernel("auto")[0])
-    return _PLAN[0]
+    return windows.plan_kernel("auto")[0]
 
 
 class _FusedReads:
@@ -212,7 +210,7 @@ def gather_numpy(t: Any, starts: IntArray, ext: IntArray, width: int,
     """
     be = t.backend
     B = len(starts)  # noqa: N806
-    plan = _PLAN[0] if _PLAN else _load_plan()
+    plan = _plan_kernel()
     # slots of the W window steps plus the step after the last one [B, W + 1], their
     # links [B, W], real episode ends / discontinuities [B, W], is_first of the starts [B]
     slots, lk, ends, first0 = plan(t.link, t.written, t.counts, starts, width)

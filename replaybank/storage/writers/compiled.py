@@ -25,7 +25,7 @@ import numpy as np
 
 from replaybank.storage.table import StepTable
 from replaybank.storage.writers.formats import FieldFormat
-from replaybank.storage.writers.tell import WriteListener, write_teller
+from replaybank.storage.writers.tell import WriteListener, announce_last_steps
 
 __all__ = ["ACCEL", "accelerated", "compiled_writer", "not_handled"]
 
@@ -73,7 +73,7 @@ def compiled_writer(table: StepTable, sampler: WriteListener | None = None
     extras)`` writes one step of the lanes ``lanes`` (distinct ints; None: every lane),
     in step or not: async vector envs (``env_ids``), and every add once lanes fell out
     of step. On memmap files the writes keep the crash-safe order of
-    :func:`~replaybank.storage.writers.reference.write_sync` (counts drop before rows are
+    :mod:`~replaybank.storage.writers.plan` (counts drop before rows are
     rewritten). None when the
     accelerator is not built or off, or the table has fields beyond the standard ones
     (the compiled writer never writes extras), a nested observation or another storage
@@ -111,7 +111,7 @@ def compiled_writer(table: StepTable, sampler: WriteListener | None = None
         fields = tuple(_c_field(flat(table.arrays[n]), FieldFormat(spec[n].shape, spec[n].dtype))
                        for n in std)
         # files (memmap): counts drop before evicted rows are rewritten (crash safety,
-        # as reference.write_sync orders it)
+        # as the write plan orders it)
         app = ACCEL.Appender(table.side, np.ndarray, np.bool_, fields, flat(table.link),
                              table.written, table.counts, table.episodes, table.lanes,
                              table.durable)
@@ -119,7 +119,7 @@ def compiled_writer(table: StepTable, sampler: WriteListener | None = None
         return None
     if sampler is None:
         return app.add, app.extend, app.add_lanes
-    tell = write_teller(table, sampler)
+    tell = announce_last_steps(table, sampler)
     T, L, written = table.T, table.lanes, table.written  # noqa: N806
     every = np.arange(L, dtype=np.int64)
 

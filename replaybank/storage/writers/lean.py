@@ -42,7 +42,6 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -51,14 +50,14 @@ import numpy.typing as npt
 from replaybank.storage.table import StepTable
 from replaybank.storage.writers.formats import ND as _ND
 from replaybank.storage.writers.formats import FieldFormat, count_nonzero
-from replaybank.storage.writers.tell import WriteListener, write_teller
+from replaybank.storage.writers.tell import WriteListener, announce_last_steps
 
-__all__ = ["LaneWriter", "OneStepWriter", "lean_table"]
+__all__ = ["LaneWriter", "fits_lane_writer"]
 
 MAX_ENDS = 16  # chunks with more episode ends than this take the general path
 
 
-def lean_table(table: StepTable) -> bool:
+def fits_lane_writer(table: StepTable) -> bool:
     """Whether :class:`LaneWriter` can serve ``table``: one in-memory numpy lane whose
     observation is the plain field ``obs``, with a plain ``action`` field and scalar
     ``terminated``/``truncated`` flags (a persistent backend orders its writes for
@@ -71,7 +70,7 @@ def lean_table(table: StepTable) -> bool:
 
 
 class LaneWriter:
-    """Appends steps to a one-lane in-memory table (see :func:`lean_table`).
+    """Appends steps to a one-lane in-memory table (see :func:`fits_lane_writer`).
 
     Args:
         table: The step table.
@@ -79,14 +78,12 @@ class LaneWriter:
     """
 
     def __init__(self, table: StepTable, sampler: WriteListener | None = None) -> None:
-        if not lean_table(table):
+        if not fits_lane_writer(table):
             raise ValueError("LaneWriter needs a one-lane numpy table with obs, action and "
                              "scalar reward/terminated/truncated fields; use StepTable.write")
         self.table = table
         self.sampler = sampler
-        self._tell = write_teller(table, sampler) if sampler is not None else None
-        self.owner: Any = sampler  # what the writer was built for (see ReplayBuffer)
-        self.view: Any = None
+        self._tell = announce_last_steps(table, sampler) if sampler is not None else None
         spec = table.spec
         f = {n: FieldFormat(s.shape, s.dtype) for n, s in spec.items()}
         self.f_obs, self.f_act, self.f_rew = f["obs"], f["action"], f["reward"]
@@ -138,7 +135,7 @@ class LaneWriter:
             for name, field in self.extras.items():
                 if not field.one(extras[name]):
                     return False
-        # decided: write (same order and side-slot use as OneStepWriter.add)
+        # decided: write (the write plan's order and side-slot use)
         t = self.table
         link, T, free, side = self.link, self.T, t.side.free, t.side["obs"]  # noqa: N806
         w, c = self.written.item(0), self.counts.item(0)
@@ -229,7 +226,7 @@ class LaneWriter:
 
     def _append(self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any,
                 truncated: Any, extras: dict[str, Any], n: int, start: int, ends: int) -> bool:
-        """Write a validated chunk (same order and side-slot use as reference.write_sync)."""
+        """Write a validated chunk (the write plan's order and side-slot use)."""
         t = self.table
         T, link, free = self.T, self.link, t.side.free  # noqa: N806
         c = self.counts.item(0)
@@ -298,74 +295,3 @@ class LaneWriter:
         if self._tell is not None:
             self._tell(n)
         return True
-
-
-class OneStepWriter:
-    """Appends one step to a single-lane table whose only obs field is ``obs``, any
-    backend, extra fields included: the lean path of ``add`` where :class:`LaneWriter`
-    does not apply (a memmap table, extra fields of any shape).
-
-    Same result as :func:`~replaybank.storage.writers.reference.write` with
-    ``n = m = 1``, without array bookkeeping.
-
-    Args:
-        table: A one-lane step table with the observation field ``obs``.
-    """
-
-    def __init__(self, table: StepTable) -> None:
-        if table.lanes != 1 or table.obs_fields != ["obs"]:
-            raise ValueError("OneStepWriter needs a one-lane table whose only observation "
-                             "field is 'obs'; use reference.write")
-        self.table = table
-        names = list(table.spec)
-        # flat [T] views of the fields (spec order), then of link
-        self.flats = [*(table.flat(table.arrays[nm]) for nm in names), table.flat(table.link)]
-        self.obs_pos = names.index("obs")
-        self.term_pos = names.index("terminated")
-        self.trunc_pos = names.index("truncated")
-
-    def add(self, vals: Sequence[Any], next_obs: Any, done: bool) -> int:
-        """Append one step.
-
-        Args:
-            vals: One value per spec field, in spec order (already of the field's dtype
-                and shape, or a Python scalar of a matching kind).
-            next_obs: The step's next observation (``obs`` field dtype and shape).
-            done: ``terminated or truncated``.
-
-        Returns:
-            The item key of the step.
-        """
-        t, flats = self.table, self.flats
-        T, side = t.T, t.side  # noqa: N806
-        free = side.free
-        link = flats[-1]
-        w, c = int(t.written[0]), int(t.counts[0])
-        row = w % T
-        if c == T:  # the oldest step leaves the ring: drop it from counts, free its slot
-            if t.durable:
-                t.counts[0] = c - 1
-            old = int(link[row])
-            if old:
-                free.append(old - 1)
-        relink = 0
-        prow = row - 1 if row else T - 1
-        if c and T > 1:
-            pl = int(link[prow])
-            if pl and not (flats[self.term_pos][prow] or flats[self.trunc_pos][prow]) \
-                    and side["obs"][pl - 1].tobytes() == vals[self.obs_pos].tobytes():
-                relink = pl
-        slot = side.take()
-        side["obs"][slot] = next_obs
-        for arr, v in zip(flats, vals):  # noqa: B905 - flats has one more entry (link)
-            arr[row] = v
-        link[row] = slot + 1
-        if relink:
-            link[prow] = 0
-            free.append(relink - 1)
-        t.written[0] = w + 1
-        if c < T or t.durable:
-            t.counts[0] = c + 1 if c < T else T
-        if done:
-            t.episodes[0] += 1
-        return w

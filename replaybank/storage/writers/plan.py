@@ -1,294 +1,159 @@
-"""Fast paths for the common ``add`` / ``extend`` calls of :class:`ReplayBuffer`.
+"""The write plan: where ``n`` steps of ``m`` lanes go, decided from the lane counters alone.
 
-Once a buffer's storage exists, most calls pass exactly the fields it stores, as numpy
-arrays of the stored dtype and shape (or Python scalars for scalar fields). A
-:class:`FastPlan` recognises such calls with a few type and shape comparisons and
-writes them without the general validation machinery. Anything else (a missing or
-extra field, another dtype, a list, a torch tensor, nested observations, ``env_ids``,
-priorities) returns ``None``/``False`` here and takes the general path, which validates
-every value before anything is written. The fast path never writes partially: it
-decides first, then writes.
+Every writer of the step table follows the same four steps (see
+:mod:`~replaybank.storage.writers.reference`, which applies this plan, and
+``replaybank/_lane.c``, whose ``write_steps`` / ``write_each`` take the same decisions in
+C and are tested to leave the identical table):
 
-Leaner writers still, which :class:`ReplayBuffer` calls with the standard fields as
-arguments: the compiled ``plan.c_add`` / ``plan.c_extend`` / ``plan.c_add_lanes`` (one
-step of any lanes, in step or not: ``env_ids``) of in-memory tables
-(:func:`~replaybank.storage.writers.compiled.compiled_writer`, when the optional C
-accelerator was built) and, for one in-memory lane, the pure-Python
-:class:`~replaybank.storage.writers.lean.LaneWriter` (``plan.lane``).
+1. **evict**: the live old steps whose rows the write overwrites leave the ring; their
+   lanes' ``counts`` drop to :attr:`WritePlan.kept_old` *first* (a durable table is then
+   consistent at every instant), then their kept-aside slots are freed;
+2. **continue**: each lane whose previous newest step survives (:attr:`WritePlan.prev_rows`)
+   may continue into the first new observation: then its kept next observation is freed
+   and its link becomes 0 (it is the next step's observation);
+3. **link**: inside the chunk a step keeps its next observation aside where its episode
+   ended or the data jumps, and the newest step of each lane always does;
+4. **commit**: data and links are written, the previous newest steps relinked, then the
+   counters advance to :attr:`WritePlan.new_written` / :attr:`WritePlan.new_counts`.
+
+This module decides everything of step 1 and the rows of steps 2-4 from ``written`` and
+``counts``: a pure function of integers, no data read. What depends on the data (whether a
+step continues: flags and bitwise equal observations) is decided while applying.
+
+Shapes: ``m`` lanes written, ``n`` steps each, of which the last ``nk = min(n, T)`` are
+kept (a write longer than the ring overwrites its own first ``skip`` steps).
 
 Example:
     >>> import numpy as np
-    >>> import replaybank as rb
-    >>> buf = rb.ReplayBuffer(capacity=10, seed=0)
-    >>> kw = dict(obs=np.zeros(3, np.float32), action=np.zeros(2, np.float32), reward=1.0,
-    ...           next_obs=np.ones(3, np.float32), terminated=False, truncated=False)
-    >>> buf.add(**kw)  # first add: general path, allocates storage
-    >>> plan = FastPlan(buf.table, sampler=None)
-    >>> plan.add_one(kw), len(buf)
-    (True, 2)
-    >>> plan.add_one({**kw, "reward": [1.0]})  # a list: leave it to the general path
-    False
-    >>> chunk = dict(obs=np.array([[1, 1, 1], [2, 2, 2]], np.float32),
-    ...              next_obs=np.array([[2, 2, 2], [3, 3, 3]], np.float32),
-    ...              action=np.zeros((2, 2), np.float32), reward=np.ones(2, np.float32),
-    ...              terminated=np.zeros(2, bool), truncated=np.zeros(2, bool))
-    >>> plan.write(chunk, (2,), (2, 1)), len(buf)
-    (True, 4)
-    >>> plan.write({**chunk, "reward": chunk["reward"].astype(np.float64)}, (2,), (2, 1))
-    False
-    >>> plan.lane is not None  # one in-memory lane: the lean writer serves add/extend
-    True
+    >>> p = plan_write(T=4, lanes=2, lane_ids=np.array([1]), written=np.array([0, 3]),
+    ...                counts=np.array([0, 3]), n=2)
+    >>> p.rows.tolist(), p.kept_old.tolist(), p.new_counts.tolist()
+    ([[3], [0]], [2], [4])
+    >>> p.evicted.tolist()  # row 0 of lane 1 held its oldest live step
+    [[False], [True]]
+    >>> p.keys().tolist(), p.prev_rows.tolist()
+    ([[7], [9]], [2])
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable
-from typing import Any, NamedTuple
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
-from replaybank.errors import ConfigError, ReplayBankError
-from replaybank.spec import collect_fields
-from replaybank.storage.table import StepTable
-from replaybank.storage.writers.compiled import accelerated, compiled_writer, not_handled
-from replaybank.storage.writers.formats import scalar_types
-from replaybank.storage.writers.lean import LaneWriter, OneStepWriter, lean_table
-from replaybank.storage.writers.reference import write, write_sync
-from replaybank.storage.writers.tell import WriteListener
+__all__ = ["WritePlan", "plan_write"]
 
-__all__ = ["WRITERS", "FastPlan", "StepValues", "writer_choice"]
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
 
 
-class StepValues(NamedTuple):
-    """The values of one ``add`` or ``extend`` call, as the user passed them (the order
-    the lean and compiled writers take them in)."""
+@dataclass(frozen=True)
+class WritePlan:
+    """Where one write goes (see the module docs for the four steps).
 
-    obs: Any
-    action: Any
-    reward: Any
-    next_obs: Any
-    terminated: Any
-    truncated: Any
-    extras: dict[str, Any]
-
-#: The values of ``REPLAYBANK_WRITER``.
-WRITERS = ("auto", "compiled", "lean", "reference")
-
-
-def writer_choice() -> str:
-    """Which writers a new plan may use, from the environment (read at each plan build).
-
-    ``REPLAYBANK_WRITER``: ``auto`` (default: the compiled writer where it applies and is
-    built, else the lean Python writers, else the reference write), ``compiled`` (as
-    auto, but an error when the accelerator is not built), ``lean`` (the Python writers
-    only) or ``reference`` (every call takes the fully validating path and the reference
-    write). ``REPLAYBANK_PURE_PYTHON=1`` (read at import) turns the accelerator off, as
-    ``lean`` does. Every choice leaves the buffer in the same state.
-
-    Raises:
-        ConfigError: An unknown value, or ``compiled`` without the accelerator.
-
-    Example:
-        >>> writer_choice() in WRITERS
-        True
+    Attributes:
+        T: Rows per lane.
+        L: Lanes of the table.
+        n: Steps per written lane.
+        lane_ids: The written lanes ``[m]`` (distinct).
+        all_lanes: ``lane_ids`` is every lane in order (the counters are written whole).
+        in_step: Every written lane has the same ``written`` and ``counts``.
+        start_written: ``written`` of the lanes before the write, ``[m]``.
+        skip: Leading steps that this write overwrites itself (``max(0, n - T)``).
+        rows: Rows of the kept steps, ``[nk, m]``.
+        index: The same rows as an index into ``[T, L, ...]`` arrays: a slice of rows
+            (all lanes in step, no wrap), a ``[nk]`` row array (all lanes in step), or a
+            ``(rows, lanes)`` pair of ``[nk, m]`` arrays.
+        evicted: Rows that held a live old step, ``[nk, m]``, or None when none did.
+        kept_old: Live old steps per lane after the eviction, ``[m]``.
+        new_counts: ``counts`` after the write, ``[m]``.
+        new_written: ``written`` after the write, ``[m]``.
+        prev_pos: Positions (in ``lane_ids``) of the lanes whose previous newest step
+            survives and may continue into this write, ``[p]``.
+        prev_rows: Rows of those previous newest steps, ``[p]``.
     """
-    choice = os.environ.get("REPLAYBANK_WRITER", "auto").strip().lower() or "auto"
-    if choice not in WRITERS:
-        raise ConfigError(f"REPLAYBANK_WRITER={choice!r}: unknown writer; choose one of "
-                          f"{list(WRITERS)}")
-    if choice == "compiled" and not accelerated():
-        raise ConfigError("REPLAYBANK_WRITER='compiled': the C accelerator replaybank._lane is "
-                          "not built (or REPLAYBANK_PURE_PYTHON=1 is set); reinstall with a C "
-                          "compiler (pip install -e .) or choose 'lean'")
-    return choice
+
+    T: int
+    L: int
+    n: int
+    lane_ids: IntArray
+    all_lanes: bool
+    in_step: bool
+    start_written: IntArray
+    skip: int
+    rows: IntArray
+    index: Any
+    evicted: BoolArray | None
+    kept_old: IntArray
+    new_counts: IntArray
+    new_written: IntArray
+    prev_pos: IntArray
+    prev_rows: IntArray
+
+    @property
+    def kept(self) -> int:
+        """Steps kept per lane, ``nk = n - skip``."""
+        return self.n - self.skip
+
+    @property
+    def lanes_index(self) -> Any:
+        """The written lanes as an index of the counters (a slice when all lanes)."""
+        return slice(None) if self.all_lanes else self.lane_ids
+
+    def keys(self) -> IntArray:
+        """Item keys of the written steps, ``[n, m]``."""
+        seq = self.start_written[None, :] + np.arange(self.n)[:, None]  # [n, m]
+        return seq * self.L + self.lane_ids[None, :]
 
 
-class FastPlan:
-    """Precomputed checks for one table: which calls may skip full validation.
+def plan_write(T: int, lanes: int, lane_ids: IntArray, written: IntArray,  # noqa: N803
+               counts: IntArray, n: int) -> WritePlan:
+    """Plan a write of ``n`` steps to each lane in ``lane_ids``.
 
     Args:
-        table: The step table (one obs field named ``obs``, numpy arrays).
-        sampler: Told about writes when not None (``on_write(slots, None)``).
+        T: Rows per lane.
+        lanes: Lanes of the table, ``L``.
+        lane_ids: Distinct lanes ``[m]``.
+        written: ``written`` of every lane of the table, ``[L]``.
+        counts: ``counts`` of every lane of the table, ``[L]``.
+        n: Steps per lane (``>= 0``).
+
+    Returns:
+        The :class:`WritePlan`.
     """
-
-    def __init__(self, table: StepTable, sampler: WriteListener | None = None,
-                 compiled: bool = True) -> None:
-        self.table = table
-        self.sampler = sampler
-        spec = table.spec
-        self.names = list(spec)
-        self.fields = [(n, f.dtype, f.shape) for n, f in spec.items()]
-        self.singles = [(n, f.dtype, f.shape, scalar_types(f.dtype) if f.shape == () else ())
-                        for n, f in spec.items()]
-        self.obs = (spec["obs"].dtype, spec["obs"].shape)
-        self.keys = frozenset([*spec, "next_obs"])
-        self.all_lanes = np.arange(table.lanes, dtype=np.int64)
-        # what the plan was built for (the buffer rebuilds it when these change)
-        self.owner: Any = sampler
-        self.view: Any = None
-        self._expected: dict[tuple[Any, Any], list[tuple[str, Any, Any, Any]]] = {}
-        # one in-memory lane with the standard fields: the lean writer
-        self.lane = LaneWriter(table, sampler) if lean_table(table) else None
-        # the compiled writer of the plainest calls (any number of lanes), when built
-        writers = compiled_writer(table, sampler) if compiled else None
-        self.c_add, self.c_extend, self.c_add_lanes = writers if writers is not None \
-            else (not_handled, not_handled, not_handled)
-        # the same compiled writer without telling the sampler: writes with given
-        # priorities, which the caller passes to the sampler itself
-        self.quiet = writers if sampler is None or not compiled \
-            else compiled_writer(table, None)
-        self.one_step = OneStepWriter(table) if table.lanes == 1 else None
-
-    def add(self, step: StepValues, env_ids: Any) -> bool:
-        """Write one step of every lane (or of the lanes ``env_ids``) when a lean or the
-        compiled writer can take it as it is; False (nothing written): the general path.
-
-        The compiled writer first (lanes in step, or not), then, for one in-memory lane,
-        the lean writer, else the Python writes of exactly-formatted arrays.
-        """
-        if env_ids is not None:  # async envs: some lanes
-            return bool(self.c_add_lanes(env_ids, *step))
-        if self.c_add(*step) or self.c_add_lanes(None, *step):
-            return True  # the compiled writer took it (lanes in step, or not)
-        lane = self.lane
-        if lane is not None:  # one in-memory lane: the lean writer
-            return lane.add(*step)
-        fields = collect_fields(*step)
-        m = self.table.lanes
-        return self.add_one(fields) if m == 1 else self.write(fields, (m,), (1, m))
-
-    def extend(self, step: StepValues) -> bool:
-        """Write ``n`` steps of every lane (``obs`` ``[n, ...]`` or ``[n, lanes, ...]``) when
-        a lean or the compiled writer can take them as they are; False: the general path."""
-        if self.c_extend(*step):
-            return True  # the compiled writer took it
-        lane = self.lane
-        if lane is not None and lane.extend(*step):
-            return True
-        obs = step.obs
-        if type(obs) is np.ndarray and obs.ndim >= 1:
-            m, n = self.table.lanes, obs.shape[0]
-            return self.write(collect_fields(*step), (n,) if m == 1 else (n, m), (n, m))
-        return False
-
-    def arrays(self, fields: dict[str, Any], lead: tuple[int, ...],
-               out: tuple[int, int]) -> tuple[dict[str, Any], dict[str, Any]] | None:
-        """Zero-copy ``[n, m, *shape]`` views when every value already matches, else None.
-
-        Args:
-            fields: The user's keyword fields.
-            lead: Leading dims every value must have (``(n,)``, ``(m,)``, ``(n, m)``).
-            out: The ``(n_steps, n_lanes)`` leading dims to reshape to.
-        """
-        if fields.keys() != self.keys:
-            return None
-        exp = self._expected.get((lead, out))
-        if exp is None:
-            exp = [(n, dt, lead + shape, out + shape) for n, dt, shape in self.fields]
-            exp.append(("next_obs", self.obs[0], lead + self.obs[1], out + self.obs[1]))
-            if len(self._expected) > 16:
-                self._expected.clear()
-            self._expected[(lead, out)] = exp
-        values: dict[str, Any] = {}
-        for name, dt, full, shaped in exp:
-            v = fields[name]
-            if type(v) is not np.ndarray or v.shape != full or v.dtype != dt:
-                return None
-            values[name] = v.reshape(shaped)
-        return values, {"obs": values.pop("next_obs")}
-
-    def write(self, fields: dict[str, Any], lead: tuple[int, ...], out: tuple[int, int]) -> bool:
-        """Write all lanes' ``[n, m]`` steps when the call qualifies; False otherwise."""
-        ready = self.arrays(fields, lead, out)
-        if ready is None:
-            return False
-        t, (values, nxt) = self.table, ready
-        if t.lanes == 1:  # one lane is always in step: skip the general dispatch
-            done = np.logical_or(values["terminated"], values["truncated"])
-            keys = write_sync(t, values, nxt, done, out[0], self.sampler is not None) \
-                if out[0] else write(t, self.all_lanes, values, nxt)
-        else:
-            keys = write(t, self.all_lanes, values, nxt, want_keys=self.sampler is not None)
-        if self.sampler is not None:
-            self.sampler.on_write((keys.reshape(-1) // t.lanes % t.T) * t.lanes
-                                  + keys.reshape(-1) % t.lanes, None)
-        return True
-
-    def add_one(self, fields: dict[str, Any]) -> bool:
-        """Add one step to a single-lane table when the call qualifies; False otherwise."""
-        if fields.keys() != self.keys:
-            return False
-        vals = []
-        for name, dt, shape, scalars in self.singles:
-            v = fields[name]
-            tv = type(v)
-            if tv is np.ndarray:
-                if v.shape != shape or (v.dtype is not dt and v.dtype != dt):
-                    return False
-            elif tv not in scalars:
-                return False
-            vals.append(v)
-        nv = fields["next_obs"]
-        if type(nv) is not np.ndarray or nv.shape != self.obs[1] or (
-                nv.dtype is not self.obs[0] and nv.dtype != self.obs[0]):
-            return False
-        if self.one_step is None:
-            return False
-        key = self.one_step.add(vals, nv, bool(fields["terminated"])
-                                or bool(fields["truncated"]))
-        if self.sampler is not None:
-            self.sampler.on_write(np.array([key % self.table.T], dtype=np.int64), None)
-        return True
-
-    def write_prioritized(self, listener: WriteListener,
-                          priorities: Callable[[tuple[int, int]], Any], env_ids: Any,
-                          steps: int | None, step: StepValues) -> bool:
-        """An ``add`` (``steps=None``) or ``extend`` of ``steps`` steps with initial
-        priorities, in one compiled call; False when the general path must take it.
-
-        The priorities are checked first (nothing is written when they are bad: the
-        general path then raises), then ``quiet`` (the compiled writer that does not tell
-        the sampler) writes, then ``listener`` gets the written slots with the
-        priorities, in the order the general path gives them (row-major ``[steps, lanes]``).
-
-        Args:
-            listener: The sampler that takes the initial priorities.
-            priorities: The checked priorities of a write of ``(steps, lanes)`` steps
-                (flat ``[steps * lanes]``); raises a ``ReplayBankError`` when they are bad.
-            env_ids: The call's ``env_ids`` (adds only).
-            steps: Steps of an ``extend`` (the leading dim of ``obs``), None for an ``add``.
-            step: The call's values.
-        """
-        quiet = self.quiet
-        if quiet is None:
-            return False
-        t = self.table
-        lanes = t.lanes
-        if env_ids is None:
-            ids = self.all_lanes
-        elif steps is None and isinstance(env_ids, (list, tuple, np.ndarray)):
-            ids = np.asarray(env_ids)
-            if ids.ndim != 1 or ids.dtype.kind not in "iu":
-                return False
-            ids = ids.astype(np.int64)
-        else:
-            return False
-        n = 1 if steps is None else steps
-        try:
-            prio = priorities((n, len(ids)))
-        except ReplayBankError:
-            return False  # the general path reports it (after checking the values first)
-        add, extend, add_lanes = quiet
-        if steps is not None:
-            if not extend(*step):
-                return False
-        elif env_ids is None:
-            if not (add(*step) or add_lanes(None, *step)):
-                return False
-        elif not add_lanes(env_ids, *step):
-            return False
-        # the written steps' slots, [n, m] row-major as the general path tells them
-        rows = (t.written[ids][None, :] - n + np.arange(n)[:, None]) % t.T
-        listener.on_write((rows * lanes + ids[None, :]).reshape(-1), prio)
-        return True
+    m = len(lane_ids)
+    all_lanes = m == lanes and (lanes == 1 or bool(np.all(lane_ids == np.arange(lanes))))
+    s0 = written.copy() if all_lanes else written[lane_ids]  # [m]
+    c0 = counts.copy() if all_lanes else counts[lane_ids]  # [m]
+    s0 = s0.astype(np.int64, copy=False)
+    c0 = c0.astype(np.int64, copy=False)
+    in_step = m <= 1 or bool(np.all(s0 == s0[0]) and np.all(c0 == c0[0]))
+    skip = max(0, n - T)
+    nk = n - skip
+    new_counts = np.minimum(c0 + n, T)
+    kept_old = np.maximum(c0 - np.maximum(0, c0 + n - T), 0)
+    start = int(s0[0] + skip) % T if m else 0
+    if in_step and m:
+        rows1 = (start + np.arange(nk)) % T  # [nk]
+        rows = np.broadcast_to(rows1[:, None], (nk, m))
+    else:
+        rows = (s0[None, :] + skip + np.arange(nk)[:, None]) % T  # [nk, m]
+    index: Any
+    if in_step and all_lanes:
+        index = slice(start, start + nk) if start + nk <= T else rows1
+    else:
+        index = (rows, np.broadcast_to(lane_ids[None, :], (nk, m)))
+    # rows holding a live old step: within the c0 newest rows before the write
+    evicted = None
+    if bool(np.any(kept_old < c0)):
+        evicted = ((rows - (s0 - c0)[None, :]) % T) < c0[None, :]  # [nk, m]
+    # the previous newest step survives the write (and is not overwritten by it)
+    prev_pos = np.flatnonzero((c0 > 0) & (kept_old > 0)) if skip == 0 \
+        else np.zeros(0, dtype=np.int64)
+    prev_rows = (s0[prev_pos] - 1) % T
+    return WritePlan(T=T, L=lanes, n=n, lane_ids=lane_ids, all_lanes=all_lanes,
+                     in_step=in_step, start_written=s0, skip=skip, rows=rows, index=index,
+                     evicted=evicted, kept_old=kept_old, new_counts=new_counts,
+                     new_written=s0 + n, prev_pos=prev_pos, prev_rows=prev_rows)

@@ -11,7 +11,7 @@ Example:
     ...     def on_write(self, slots, priorities=None):
     ...         print(slots.tolist())
     >>> t.written[:] = 3  # three steps of both lanes were just written
-    >>> write_teller(t, Log())(2)
+    >>> announce_last_steps(t, Log())(2)
     [2, 3, 4, 5]
 """
 
@@ -25,7 +25,7 @@ import numpy.typing as npt
 
 from replaybank.storage.table import StepTable
 
-__all__ = ["RangeListener", "WriteListener", "write_teller"]
+__all__ = ["RangeListener", "WriteListener", "announce_last_steps"]
 
 
 @runtime_checkable
@@ -47,7 +47,7 @@ class RangeListener(WriteListener, Protocol):
         ...
 
 
-def write_teller(table: StepTable, sampler: WriteListener) -> Callable[[int], None]:
+def announce_last_steps(table: StepTable, sampler: WriteListener) -> Callable[[int], None]:
     """``tell(n)``: tell ``sampler`` that the last ``n`` steps of every lane were just
     written without wrapping around the ring: slots ``[start * L, (start + n) * L)``,
     one contiguous range (``on_write_range`` of a :class:`RangeListener`, else
