@@ -29,6 +29,8 @@ INTERNAL = {
     "replaybank.storage.writers.tell.RangeListener",
     "replaybank.storage.writers.tell.WriteListener",
     "replaybank.samplers.base.SamplerTraits",
+    "replaybank.buffers.parts.Parts",
+    "replaybank.buffers.calls.CheckedCall",
 }
 HEAVY = ("torch", "gymnasium", "ray", "matplotlib", "rich")
 

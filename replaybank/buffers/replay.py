@@ -25,23 +25,20 @@ from replaybank import persist
 from replaybank.batch import Batch, SequenceBatch
 from replaybank.buffers import arguments, state
 from replaybank.buffers.arguments import make_rng, positive_int
+from replaybank.buffers.calls import check_call, lane_ids
 from replaybank.buffers.inputs import (
     UNSET,
     collect_fields,
-    leading_dims,
     obs_fields,
-    prepare,
     standard_spec,
 )
+from replaybank.buffers.parts import Parts
 from replaybank.buffers.priorities import check_priority, update_priorities
-from replaybank.buffers.replay_inputs import call_spec, lane_ids, steps_of
 from replaybank.buffers.sequences import sample_sequences, update_sequence_priorities
 from replaybank.config import BufferConfig, buffer_config
 from replaybank.errors import ShapeError
 from replaybank.ops import ring
-from replaybank.samplers.base import LaneView, Sampler, SampleResult, SamplerTraits
-from replaybank.samplers.draw import draw
-from replaybank.samplers.uniform import check_batch_size
+from replaybank.samplers.base import LaneView, Sampler, SamplerTraits
 from replaybank.spec import Spec
 from replaybank.storage.backends import make_backend
 from replaybank.storage.backends.base import ArrayBackend, DurableBackend
@@ -50,7 +47,7 @@ from replaybank.storage.table_state import load_table_state
 from replaybank.storage.writers.reference import write as write_reference
 from replaybank.storage.writers.writer import StepValues, Writer, writer_choice
 from replaybank.views import make_view
-from replaybank.views.base import FusedView, InputTransform, StepView, View
+from replaybank.views.base import View
 
 __all__ = ["ReplayBuffer", "make_rng", "positive_int"]
 
@@ -130,7 +127,7 @@ class ReplayBuffer:
         self.storage_owner: Any = None
         self._writer: Writer | None = None  # the write plan of the current parts
         self._lane_view: LaneView | None = None
-        self._parts = _Parts(self.sampler, self.view)  # their capabilities, checked once
+        self._parts = Parts(self.sampler, self.view)  # their capabilities, checked once
         self.sampler.bind(self.rows, self._num_envs)
         if spec is not None:
             self._allocate(standard_spec(Spec.coerce(spec)))
@@ -208,11 +205,11 @@ class ReplayBuffer:
         """What the current sampler declares it can do (checked once per sampler)."""
         return self._current_parts().traits
 
-    def _current_parts(self) -> _Parts:
+    def _current_parts(self) -> Parts:
         """The capabilities of the current sampler and view (rebuilt when one is swapped)."""
         parts = self._parts
         if parts.sampler is not self.sampler or parts.view is not self.view:
-            parts = self._parts = _Parts(self.sampler, self.view)
+            parts = self._parts = Parts(self.sampler, self.view)
         return parts
 
     # ------------------------------------------------------------------ writing
@@ -244,36 +241,18 @@ class ReplayBuffer:
                           pop("truncated", UNSET), fields)
 
     def _write(self, values: StepValues, steps: bool, env_ids: Any, priority: Any) -> IntArray:
-        """The general (fully validated) write; an input transform was already applied."""
-        fields = collect_fields(*values)
-        call = "extend" if steps else "add"
-        lanes = lane_ids(env_ids, self._num_envs)
-        m = len(lanes)
-        explicit = m > 1 or env_ids is not None
-        # infer the spec, but allocate only once the whole call is known to be valid
-        spec = call_spec(fields, steps, m, explicit) if self._table is None \
-            else self._table.spec
-        shapes: list[tuple[int, ...]]  # the leading dims a call may have
-        if steps:
-            shapes = [(1, m)] if explicit else [(1,), (1, 1)]
-        else:
-            shapes = [(m,)] if explicit else [(), (1,)]
-        lead = leading_dims(spec, fields, shapes, call)
-        if steps:
-            n = steps_of(fields, len(lead))
-            lead = (n, *lead[1:])
-            out = (n, m)
-        else:
-            out = (1, m)
-        values_, nxt = prepare(spec, fields, lead, out, call)
+        """The general path: check every value, then the reference writer writes and the
+        sampler hears which slots were written (an input transform was already applied)."""
+        call = check_call(None if self._table is None else self._table.spec,
+                          collect_fields(*values), steps, env_ids, self._num_envs)
         parts = self._current_parts()
-        prio = check_priority(parts.traits, priority, out)
+        prio = check_priority(parts.traits, priority, call.out)
         if self._table is None:
-            self._allocate(spec)
-        keys = write_reference(self.table, lanes, values_, nxt)
+            self._allocate(call.spec)
+        keys = write_reference(self.table, call.lanes, call.values, call.next_obs)
         if not parts.traits.stateless or prio is not None:
-            slots = ring.key_to_slot(keys.reshape(-1), self.rows, self._num_envs)
-            self.sampler.on_write(slots, prio)
+            self.sampler.on_write(ring.key_to_slot(keys.reshape(-1), self.rows,
+                                                   self._num_envs), prio)
         return keys
 
     def _plan(self) -> Writer | None:
@@ -375,17 +354,8 @@ class ReplayBuffer:
         self.sampler.on_clear()
 
     # ------------------------------------------------------------------ sampling
-    def _draw(self, batch_size: int, first: SampleResult | None = None,
-              **kwargs: Any) -> SampleResult:
-        """The sampler's keys, the ones the view cannot serve redrawn."""
-        view, t = self.view, self.table
-        valid = _all_valid if self._current_parts().every_step \
-            else (lambda keys: view.valid(t, keys))
-        return draw(self.sampler, self.lane_view(), self._rng, batch_size, valid, first,
-                    **kwargs)
-
     def sample(self, batch_size: int, replace: bool = True, **kwargs: Any) -> Batch:
-        """Sample a batch of transitions.
+        """Sample a batch of transitions: the sampler draws, the view serves.
 
         Args:
             batch_size: Number of transitions B.
@@ -401,47 +371,11 @@ class ReplayBuffer:
             EmptyBufferError: The buffer is empty, or ``replace=False`` and
                 ``batch_size > len(buf)``.
         """
-        t = self._table
         parts = self._parts if self._parts.sampler is self.sampler \
             and self._parts.view is self.view else self._current_parts()
-        rng = self._rng
-        uniform = parts.traits.uniform
-        if uniform is not None and t is not None:
-            # the uniform sampler validates the same way itself, before it draws
-            if replace is True and not kwargs and t.lanes == 1:
-                # the common case without the sampler protocol round trip: the same keys
-                # as UniformSampler.sample
-                keys = uniform.one_lane_keys(batch_size, t.written, t.counts, rng)
-                if parts.step is not None:  # keys just drawn: live
-                    data = parts.step.gather_live(t, keys, rng)
-                    data["indices"] = keys
-                    return Batch.own(data)
-                # views that check and gather in one pass (frame stacks): None when a key
-                # must be redrawn, which _draw then does exactly as without the shortcut
-                got = None if parts.fused is None else parts.fused.gather_valid(t, keys, rng)
-                if got is None:
-                    keys = self._draw(batch_size, SampleResult(keys), replace=True).keys
-                    got = self.view.gather(t, keys, rng)
-                got["indices"] = keys
-                return Batch.own(got)
-        else:
-            check_batch_size(batch_size, len(self), replace)
-        got = None
-        if parts.fused is not None and t is not None:  # check and gather in one pass
-            res = self.sampler.sample(batch_size, self.lane_view(), rng,
-                                      replace=replace, **kwargs)
-            got = parts.fused.gather_valid(t, res.keys, rng)
-            if got is None:  # a key must be redrawn: exactly as _draw alone would
-                res = self._draw(batch_size, res, replace=replace, **kwargs)
-        else:
-            res = self._draw(batch_size, replace=replace, **kwargs)
-        data = self.view.gather(self.table, res.keys, rng) if got is None else got
-        data["indices"] = res.keys
-        if res.weights is not None:
-            data["weights"] = res.weights.astype(np.float32)
-        if res.probabilities is not None:
-            data["probabilities"] = res.probabilities
-        return Batch.own(data)
+        t = self._table
+        return Batch.own(parts.sample(t, None if t is None else self.lane_view(), self._rng,
+                                      batch_size, replace, kwargs))
 
     def update_priorities(self, indices: Any, priorities: Any) -> int:
         """Set new priorities (e.g. ``|td_error|``) for sampled ``batch.indices``.
@@ -610,32 +544,3 @@ class ReplayBuffer:
         return (f"{type(self).__name__}(capacity={self._capacity}, num_envs={self._num_envs}, "
                 f"size={len(self)}, sampler={type(self.sampler).__name__}, "
                 f"view={type(self.view).__name__})")
-
-
-def _all_valid(keys: IntArray) -> None:
-    """The check of a view that serves every live step."""
-    return None
-
-
-class _Parts:
-    """The declared capabilities of a buffer's sampler and view, checked once per pair.
-
-    Attributes:
-        sampler, view: The parts.
-        traits: The sampler's capabilities.
-        transform: The view as an input transform (frame stacks), or None.
-        fused: The view as a check-and-gather-in-one-pass view, or None.
-        step: The view as a one-step transition view, or None.
-        every_step: The view serves every live step (no redraws).
-    """
-
-    __slots__ = ("every_step", "fused", "sampler", "step", "traits", "transform", "view")
-
-    def __init__(self, sampler: Sampler, view: View) -> None:
-        self.sampler = sampler
-        self.view = view
-        self.traits = SamplerTraits.of(sampler)
-        self.transform = view if isinstance(view, InputTransform) else None
-        self.fused = view if isinstance(view, FusedView) else None
-        self.step = view if isinstance(view, StepView) else None
-        self.every_step = bool(view.every_step)

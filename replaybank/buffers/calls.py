@@ -1,5 +1,6 @@
-"""The layout of one validated ``ReplayBuffer.add`` / ``extend`` call: which lanes it
-writes, how many steps it carries and, on the first write, which spec it implies.
+"""One validated ``ReplayBuffer.add`` / ``extend`` call: which lanes it writes, how many
+steps it carries, on the first write which spec it implies, and its values shaped
+``[n, m, *shape]`` and cast to the spec (:func:`check_call`).
 
 These are the cold parts of the buffer's checked write path (the fast paths skip them);
 like :mod:`replaybank.buffers.inputs` they only read the call's values, so a rejected
@@ -20,16 +21,23 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 
-from replaybank.buffers.inputs import flags_as_bool, one_env_lead, split_next, standard_spec
+from replaybank.buffers.inputs import (
+    flags_as_bool,
+    leading_dims,
+    one_env_lead,
+    prepare,
+    split_next,
+    standard_spec,
+)
 from replaybank.errors import ShapeError, SpecError, describe
 from replaybank.spec import Spec, as_array
 
-__all__ = ["call_spec", "lane_ids", "steps_of"]
+__all__ = ["CheckedCall", "call_spec", "check_call", "lane_ids", "steps_of"]
 
 IntArray = npt.NDArray[np.int64]
 
@@ -124,3 +132,68 @@ def call_spec(fields: Mapping[str, Any], steps: bool, m: int, explicit: bool) ->
     if not explicit:  # one env may still come with its lane dim of 1
         lead0 = one_env_lead(fields, lead0)
     return standard_spec(flags_as_bool(Spec.infer(raw, lead0)))
+
+
+class CheckedCall(NamedTuple):
+    """A call whose every value was checked: what the reference writer needs.
+
+    Attributes:
+        spec: The stored fields (the table's, or the one the first call implies).
+        lanes: The written lanes ``[m]``.
+        values: Every stored field ``[n, m, *shape]``, cast to the spec.
+        next_obs: Next observation of every obs field ``[n, m, *shape]``.
+        out: ``(n, m)``.
+    """
+
+    spec: Spec
+    lanes: IntArray
+    values: dict[str, Any]
+    next_obs: dict[str, Any]
+    out: tuple[int, int]
+
+
+def check_call(spec: Spec | None, fields: Mapping[str, Any], steps: bool, env_ids: Any,
+               num_envs: int) -> CheckedCall:
+    """Check every value of one ``add`` (``steps=False``) or ``extend`` call.
+
+    Args:
+        spec: The table's spec, or None before the first write (it is inferred).
+        fields: The call's fields (standard fields the caller passed, then extras).
+        steps: True for ``extend`` (a leading step dim).
+        env_ids: The call's ``env_ids``.
+        num_envs: Lanes of the buffer.
+
+    Returns:
+        The :class:`CheckedCall`; nothing of the buffer was touched.
+
+    Raises:
+        SpecError, ShapeError, DtypeError: A bad value, naming it and the fix.
+
+    Example:
+        >>> import numpy as np
+        >>> c = check_call(None, {"obs": np.zeros(3), "action": 1, "reward": 0.5,
+        ...                       "next_obs": np.ones(3), "terminated": False,
+        ...                       "truncated": False}, steps=False, env_ids=None, num_envs=1)
+        >>> c.values["obs"].shape, c.next_obs["obs"].shape, c.out
+        ((1, 1, 3), (1, 1, 3), (1, 1))
+    """
+    call = "extend" if steps else "add"
+    lanes = lane_ids(env_ids, num_envs)
+    m = len(lanes)
+    explicit = m > 1 or env_ids is not None
+    if spec is None:  # inferred, but the buffer allocates only once the call is valid
+        spec = call_spec(fields, steps, m, explicit)
+    shapes: list[tuple[int, ...]]  # the leading dims a call may have
+    if steps:
+        shapes = [(1, m)] if explicit else [(1,), (1, 1)]
+    else:
+        shapes = [(m,)] if explicit else [(), (1,)]
+    lead = leading_dims(spec, fields, shapes, call)
+    if steps:
+        n = steps_of(fields, len(lead))
+        lead = (n, *lead[1:])
+        out = (n, m)
+    else:
+        out = (1, m)
+    values, nxt = prepare(spec, fields, lead, out, call)
+    return CheckedCall(spec, lanes, values, nxt, out)

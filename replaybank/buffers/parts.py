@@ -1,0 +1,120 @@
+"""A buffer's sampler and view, their declared capabilities checked once, and sampling:
+the sampler draws keys, the view serves them.
+
+``isinstance`` against a runtime protocol costs tens of microseconds, so a buffer checks
+its parts' protocols once, when a part is swapped, and :meth:`Parts.sample` reads the
+answers: a uniform sampler's keys of one lane are drawn without the protocol round trip,
+a one-step view gathers keys it knows are live, a fused view checks and gathers in one
+pass, and keys a view cannot serve are redrawn (:func:`~replaybank.samplers.draw.draw`).
+
+Example:
+    >>> import replaybank as rb
+    >>> p = Parts(rb.UniformSampler(), rb.FrameStackView(4))
+    >>> p.traits.uniform is p.sampler, p.fused is p.view, p.step, p.every_step
+    (True, True, None, False)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from replaybank.samplers.base import LaneView, Sampler, SampleResult, SamplerTraits
+from replaybank.samplers.draw import draw
+from replaybank.samplers.uniform import check_batch_size
+from replaybank.storage.table import StepTable
+from replaybank.views.base import FusedView, InputTransform, StepView, View
+
+__all__ = ["Parts"]
+
+IntArray = npt.NDArray[np.int64]
+
+
+class Parts:
+    """The declared capabilities of a buffer's sampler and view, checked once per pair.
+
+    Attributes:
+        sampler, view: The parts.
+        traits: The sampler's capabilities.
+        transform: The view as an input transform (frame stacks), or None.
+        fused: The view as a check-and-gather-in-one-pass view, or None.
+        step: The view as a one-step transition view, or None.
+        every_step: The view serves every live step (no redraws).
+    """
+
+    __slots__ = ("every_step", "fused", "sampler", "step", "traits", "transform", "view")
+
+    def __init__(self, sampler: Sampler, view: View) -> None:
+        self.sampler = sampler
+        self.view = view
+        self.traits = SamplerTraits.of(sampler)
+        self.transform = view if isinstance(view, InputTransform) else None
+        self.fused = view if isinstance(view, FusedView) else None
+        self.step = view if isinstance(view, StepView) else None
+        self.every_step = bool(view.every_step)
+
+    def sample(self, table: StepTable | None, lanes: LaneView | None,
+               rng: np.random.Generator, batch_size: int, replace: bool,
+               kwargs: dict[str, Any]) -> dict[str, Any]:
+        """The fields of a batch of ``batch_size`` keys (``[B, *shape]``, ``indices``, and
+        ``weights`` / ``probabilities`` from prioritized samplers).
+
+        Raises:
+            EmptyBufferError: Nothing to sample (or too little without replacement).
+        """
+        uniform = self.traits.uniform
+        if uniform is not None and table is not None:
+            # the uniform sampler validates the same way itself, before it draws
+            if replace is True and not kwargs and table.lanes == 1:
+                # the common case without the sampler protocol round trip: the same keys
+                # as UniformSampler.sample
+                keys = uniform.one_lane_keys(batch_size, table.written, table.counts, rng)
+                if self.step is not None:  # keys just drawn: live
+                    data = self.step.gather_live(table, keys, rng)
+                    data["indices"] = keys
+                    return data
+                # views that check and gather in one pass (frame stacks): None when a key
+                # must be redrawn, which draw then does exactly as without the shortcut
+                got = None if self.fused is None else self.fused.gather_valid(table, keys, rng)
+                if got is None:
+                    assert lanes is not None  # a table has lanes
+                    keys = self._draw(table, lanes, rng, batch_size, SampleResult(keys),
+                                      replace=True).keys
+                    got = self.view.gather(table, keys, rng)
+                got["indices"] = keys
+                return got
+        else:
+            check_batch_size(batch_size, 0 if lanes is None else lanes.size, replace)
+        if table is None or lanes is None:  # pragma: no cover - check_batch_size raised
+            raise AssertionError("sampling without storage")
+        got = None
+        if self.fused is not None:  # check and gather in one pass
+            res = self.sampler.sample(batch_size, lanes, rng, replace=replace, **kwargs)
+            got = self.fused.gather_valid(table, res.keys, rng)
+            if got is None:  # a key must be redrawn: exactly as draw alone would
+                res = self._draw(table, lanes, rng, batch_size, res, replace=replace,
+                                 **kwargs)
+        else:
+            res = self._draw(table, lanes, rng, batch_size, replace=replace, **kwargs)
+        data = self.view.gather(table, res.keys, rng) if got is None else got
+        data["indices"] = res.keys
+        if res.weights is not None:
+            data["weights"] = res.weights.astype(np.float32)
+        if res.probabilities is not None:
+            data["probabilities"] = res.probabilities
+        return data
+
+    def _draw(self, table: StepTable, lanes: LaneView, rng: np.random.Generator,
+              batch_size: int, first: SampleResult | None = None,
+              **kwargs: Any) -> SampleResult:
+        """The sampler's keys, the ones the view cannot serve redrawn."""
+        view = self.view
+        valid = _all_valid if self.every_step else (lambda keys: view.valid(table, keys))
+        return draw(self.sampler, lanes, rng, batch_size, valid, first, **kwargs)
+
+
+def _all_valid(keys: IntArray) -> None:
+    """The check of a view that serves every live step."""
+    return None
