@@ -5,9 +5,15 @@ shaped ``[B, *field_shape]`` plus sampling metadata (``indices``, and where the
 sampler or view provides them ``weights``, ``probabilities``, ``discount``).
 A :class:`SequenceBatch` holds fields shaped ``[B, L, *field_shape]`` plus masks.
 
-Both are immutable, offer attribute access for the standard names, mapping access for
-every name (``batch["log_prob"]``; a nested prefix such as ``batch["obs"]`` returns a
-dict of its sub-fields), ``to_dict()`` and ``to_torch(device)``.
+Both are immutable, offer typed attribute access for the standard names (read-only
+properties that mypy and IDEs see, typed ``NDArray[Any]``), mapping access for every
+name (``batch["log_prob"]``; a nested prefix such as ``batch["obs"]`` returns a dict of
+its sub-fields), ``to_dict()`` and ``to_torch(device)``. A standard field the batch does
+not hold (``weights`` from a uniform sampler) raises :class:`AttributeError`, as any
+other missing attribute does; extras are also reachable as attributes (untyped).
+
+Value types: numpy arrays, except in batches from torch storage or returned by
+``to_torch`` (typed ``Any``), which hold ``torch.Tensor`` values of the same shapes.
 
 Example:
     >>> import numpy as np
@@ -25,6 +31,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any, TypeVar
 
 import numpy as np
+from numpy.typing import NDArray
 
 from replaybank.errors import require_extra
 from replaybank.spec import SEP, unflatten
@@ -174,7 +181,9 @@ class Batch(_FrozenArrays):
     ``seq * num_envs + lane``, see :mod:`replaybank.ops.ring`; equal to the storage slot
     until the ring wraps, and detectably stale once the step is overwritten). Samplers
     and views add ``weights`` and ``probabilities`` (prioritized), ``discount``
-    (n-step: ``gamma ** L``). Extras are reachable by name.
+    (n-step: ``gamma ** L``). Each is a typed read-only property (shape and meaning in
+    its docstring) that raises :class:`AttributeError` when the batch lacks it. Extras
+    are reachable by name (``batch["log_prob"]``, or untyped ``batch.log_prob``).
 
     Example:
         >>> b = Batch({"reward": np.zeros(4, np.float32)})
@@ -188,12 +197,115 @@ class Batch(_FrozenArrays):
 
     __slots__ = ()
 
+    # Standard fields: one dict lookup on a hit (faster than the __getattr__ path). On a
+    # miss the bare AttributeError makes Python call __getattr__, which serves a nested
+    # prefix (``obs/...``) or raises the usual "has no field" AttributeError.
     @property
-    def done(self) -> Any:
-        """``terminated | truncated``, shaped ``[B]``."""
+    def obs(self) -> NDArray[Any]:
+        """Observations ``[B, *obs_shape]``; for dict observations (stored as
+        ``obs/<key>``) a nested dict of such arrays."""
+        try:
+            v: NDArray[Any] = self._data["obs"]
+        except KeyError:
+            raise AttributeError("obs") from None  # __getattr__ takes over
+        return v
+
+    @property
+    def action(self) -> NDArray[Any]:
+        """Actions ``[B, *action_shape]``."""
+        try:
+            v: NDArray[Any] = self._data["action"]
+        except KeyError:
+            raise AttributeError("action") from None  # __getattr__ takes over
+        return v
+
+    @property
+    def reward(self) -> NDArray[Any]:
+        """Rewards ``[B]`` (the n-step return ``G`` with an n-step view)."""
+        try:
+            v: NDArray[Any] = self._data["reward"]
+        except KeyError:
+            raise AttributeError("reward") from None  # __getattr__ takes over
+        return v
+
+    @property
+    def next_obs(self) -> NDArray[Any]:
+        """Next observations ``[B, *obs_shape]`` (the true final observation where an
+        episode ended; ``n`` steps ahead with an n-step view); nested dict as ``obs``."""
+        try:
+            v: NDArray[Any] = self._data["next_obs"]
+        except KeyError:
+            raise AttributeError("next_obs") from None  # __getattr__ takes over
+        return v
+
+    @property
+    def terminated(self) -> NDArray[Any]:
+        """``[B]`` bool: the episode terminated at this step (no bootstrapping)."""
+        try:
+            v: NDArray[Any] = self._data["terminated"]
+        except KeyError:
+            raise AttributeError("terminated") from None  # __getattr__ takes over
+        return v
+
+    @property
+    def truncated(self) -> NDArray[Any]:
+        """``[B]`` bool: the episode was cut off at this step (still bootstraps)."""
+        try:
+            v: NDArray[Any] = self._data["truncated"]
+        except KeyError:
+            raise AttributeError("truncated") from None  # __getattr__ takes over
+        return v
+
+    @property
+    def indices(self) -> NDArray[Any]:
+        """Item keys ``[B]`` int64 (``seq * num_envs + lane``) for
+        ``update_priorities``."""
+        try:
+            v: NDArray[Any] = self._data["indices"]
+        except KeyError:
+            raise AttributeError("indices") from None  # __getattr__ takes over
+        return v
+
+    @property
+    def weights(self) -> NDArray[Any]:
+        """Importance-sampling weights ``[B]`` float32 (prioritized samplers only)."""
+        try:
+            v: NDArray[Any] = self._data["weights"]
+        except KeyError:
+            raise AttributeError("weights") from None  # __getattr__ takes over
+        return v
+
+    @property
+    def probabilities(self) -> NDArray[Any]:
+        """Sampling probability of each item ``[B]`` float64 (prioritized samplers
+        only)."""
+        try:
+            v: NDArray[Any] = self._data["probabilities"]
+        except KeyError:
+            raise AttributeError("probabilities") from None  # __getattr__ takes over
+        return v
+
+    @property
+    def discount(self) -> NDArray[Any]:
+        """Bootstrap discount ``gamma ** L`` ``[B]`` (n-step views only)."""
+        try:
+            v: NDArray[Any] = self._data["discount"]
+        except KeyError:
+            raise AttributeError("discount") from None  # __getattr__ takes over
+        return v
+
+    @property
+    def done(self) -> NDArray[Any]:
+        """``terminated | truncated``, shaped ``[B]`` bool (a stored ``done`` if present).
+
+        Raises:
+            KeyError: The batch holds neither ``done`` nor ``terminated`` and ``truncated``.
+        """
         if "done" in self._data:
-            return self._data["done"]
-        return self._data["terminated"] | self._data["truncated"]
+            v: NDArray[Any] = self._data["done"]
+            return v
+        d: NDArray[Any] = self._data["terminated"] | self._data["truncated"]
+        return d
 
 
 class SequenceBatch(_FrozenArrays):
@@ -204,7 +316,10 @@ class SequenceBatch(_FrozenArrays):
     within the window), ``is_terminal`` (the episode terminated at this step), ``burn_in``
     (the step is a burn-in step), all ``[B, L]`` bool, and ``starts`` (item key
     ``seq * lanes + lane`` of each window's first step, ``[B]``, as
-    ``update_sequence_priorities`` expects).
+    ``update_sequence_priorities`` expects), and from prioritized samplers ``weights``
+    and ``probabilities`` ``[B]``. Each standard field is a typed read-only property
+    that raises :class:`AttributeError` when the batch lacks it; extras and
+    ``initial/<field>`` are reachable by name.
 
     Example:
         >>> sb = SequenceBatch({"obs": np.zeros((2, 5, 3)), "mask": np.ones((2, 5), bool)})
@@ -220,7 +335,154 @@ class SequenceBatch(_FrozenArrays):
         first = next(iter(self._data.values()))
         return int(first.shape[1])
 
+
     @property
-    def done(self) -> Any:
-        """``terminated | truncated``, shaped ``[B, L]``."""
-        return self._data["terminated"] | self._data["truncated"]
+    def obs(self) -> NDArray[Any]:
+        """Observations ``[B, L, *obs_shape]`` (zero where padded); nested dict for dict
+        observations."""
+        try:
+            v: NDArray[Any] = self._data["obs"]
+        except KeyError:
+            raise AttributeError("obs") from None  # __getattr__ takes over
+        return v
+
+    @property
+    def action(self) -> NDArray[Any]:
+        """Actions ``[B, L, *action_shape]`` (zero where padded)."""
+        try:
+            v: NDArray[Any] = self._data["action"]
+        except KeyError:
+            raise AttributeError("action") from None  # __getattr__ takes over
+        return v
+
+    @property
+    def reward(self) -> NDArray[Any]:
+        """Rewards ``[B, L]`` (zero where padded)."""
+        try:
+            v: NDArray[Any] = self._data["reward"]
+        except KeyError:
+            raise AttributeError("reward") from None  # __getattr__ takes over
+        return v
+
+    @property
+    def next_obs(self) -> NDArray[Any]:
+        """Next observations ``[B, L, *obs_shape]`` (the true final observation where an
+        episode ended; zero where padded); nested dict for dict observations."""
+        try:
+            v: NDArray[Any] = self._data["next_obs"]
+        except KeyError:
+            raise AttributeError("next_obs") from None  # __getattr__ takes over
+        return v
+
+    @property
+    def terminated(self) -> NDArray[Any]:
+        """``[B, L]`` bool: the episode terminated at this step."""
+        try:
+            v: NDArray[Any] = self._data["terminated"]
+        except KeyError:
+            raise AttributeError("terminated") from None  # __getattr__ takes over
+        return v
+
+    @property
+    def truncated(self) -> NDArray[Any]:
+        """``[B, L]`` bool: the episode was cut off at this step."""
+        try:
+            v: NDArray[Any] = self._data["truncated"]
+        except KeyError:
+            raise AttributeError("truncated") from None  # __getattr__ takes over
+        return v
+
+    @property
+    def mask(self) -> NDArray[Any]:
+        """``[B, L]`` bool: valid steps that count in the loss (not padding, not burn-in)."""
+        try:
+            v: NDArray[Any] = self._data["mask"]
+        except KeyError:
+            raise AttributeError("mask") from None  # __getattr__ takes over
+        return v
+
+    @property
+    def is_first(self) -> NDArray[Any]:
+        """``[B, L]`` bool: an episode starts here (or the previous step is gone)."""
+        try:
+            v: NDArray[Any] = self._data["is_first"]
+        except KeyError:
+            raise AttributeError("is_first") from None  # __getattr__ takes over
+        return v
+
+    @property
+    def is_last(self) -> NDArray[Any]:
+        """``[B, L]`` bool: the episode ended here (terminated, truncated or a
+        discontinuity in the data)."""
+        try:
+            v: NDArray[Any] = self._data["is_last"]
+        except KeyError:
+            raise AttributeError("is_last") from None  # __getattr__ takes over
+        return v
+
+    @property
+    def is_terminal(self) -> NDArray[Any]:
+        """``[B, L]`` bool: the episode terminated here."""
+        try:
+            v: NDArray[Any] = self._data["is_terminal"]
+        except KeyError:
+            raise AttributeError("is_terminal") from None  # __getattr__ takes over
+        return v
+
+    @property
+    def burn_in(self) -> NDArray[Any]:
+        """``[B, L]`` bool: a burn-in step (excluded from ``mask``)."""
+        try:
+            v: NDArray[Any] = self._data["burn_in"]
+        except KeyError:
+            raise AttributeError("burn_in") from None  # __getattr__ takes over
+        return v
+
+    @property
+    def starts(self) -> NDArray[Any]:
+        """Item keys ``[B]`` int64 of each window's first step (``seq * lanes + lane``),
+        for ``update_sequence_priorities``."""
+        try:
+            v: NDArray[Any] = self._data["starts"]
+        except KeyError:
+            raise AttributeError("starts") from None  # __getattr__ takes over
+        return v
+
+    @property
+    def indices(self) -> NDArray[Any]:
+        """Item keys ``[B, L]`` int64 of every step, ``-1`` where padded (rollout
+        ``recurrent_generator`` batches only)."""
+        try:
+            v: NDArray[Any] = self._data["indices"]
+        except KeyError:
+            raise AttributeError("indices") from None  # __getattr__ takes over
+        return v
+
+    @property
+    def weights(self) -> NDArray[Any]:
+        """Importance-sampling weights ``[B]`` float32 (prioritized samplers only)."""
+        try:
+            v: NDArray[Any] = self._data["weights"]
+        except KeyError:
+            raise AttributeError("weights") from None  # __getattr__ takes over
+        return v
+
+    @property
+    def probabilities(self) -> NDArray[Any]:
+        """Sampling probability of each window start ``[B]`` float64 (prioritized
+        samplers only)."""
+        try:
+            v: NDArray[Any] = self._data["probabilities"]
+        except KeyError:
+            raise AttributeError("probabilities") from None  # __getattr__ takes over
+        return v
+
+    @property
+    def done(self) -> NDArray[Any]:
+        """``terminated | truncated``, shaped ``[B, L]`` bool.
+
+        Raises:
+            KeyError: The batch lacks ``terminated`` or ``truncated``.
+        """
+        d: NDArray[Any] = self._data["terminated"] | self._data["truncated"]
+        return d
