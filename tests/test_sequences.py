@@ -16,7 +16,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import replaybank as rb
-from replaybank.buffers.sequences import sample_sequences, update_sequence_priorities
 from replaybank.errors import ConfigError, EmptyBufferError, ShapeError
 from replaybank.ops import windows
 
@@ -410,7 +409,7 @@ def test_bad_arguments(kwargs: dict[str, Any], err: type[Exception]) -> None:
     state = buf.rng.bit_generator.state
     args = {"batch_size": 2, "sequence_length": 3, **kwargs}
     with pytest.raises(err):
-        sample_sequences(buf, **args)
+        buf.sample_sequences(**args)
     assert buf.rng.bit_generator.state == state  # nothing drawn
 
 
@@ -465,7 +464,7 @@ def test_update_sequence_priorities_r2d2_formula() -> None:
     assert buf.update_sequence_priorities(sb.starts, td, mask=no_mask) == 0
     uni = rb.ReplayBuffer(capacity=8)
     with pytest.raises(ConfigError, match="PrioritizedSampler"):
-        update_sequence_priorities(uni, [0], np.zeros((1, 2)))
+        uni.update_sequence_priorities([0], np.zeros((1, 2)))
 
 
 @pytest.mark.statistical

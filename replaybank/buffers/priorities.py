@@ -78,7 +78,7 @@ def check_priority(traits: SamplerTraits, priority: Any, out: tuple[int, int]
     return p.reshape(-1)
 
 
-def update_priorities(traits: SamplerTraits, lanes: LaneView, indices: Any,
+def update_priorities(traits: SamplerTraits, lanes: LaneView | None, indices: Any,
                       priorities: Any) -> int:
     """Set the priorities of the still-live ``indices``; stale ones (overwritten since they
     were sampled) are skipped. The body of :meth:`ReplayBuffer.update_priorities
@@ -86,7 +86,7 @@ def update_priorities(traits: SamplerTraits, lanes: LaneView, indices: Any,
 
     Args:
         traits: The buffer's sampler's traits (its priorities are needed).
-        lanes: The table's lane bookkeeping.
+        lanes: The table's lane bookkeeping (None: the buffer has no storage yet).
         indices: Item keys ``[B]`` (``batch.indices``).
         priorities: New priorities ``[B]``.
     """
@@ -96,6 +96,8 @@ def update_priorities(traits: SamplerTraits, lanes: LaneView, indices: Any,
             f"update_priorities: this buffer's sampler ({type(traits.sampler).__name__}) "
             "has no priorities; build it with sampler=PrioritizedSampler(...)"
         )
+    if lanes is None:
+        raise ShapeError("the buffer has no storage yet; add a transition or pass spec=")
     keys = ring.as_int_array(indices, "indices")
     p = np.asarray(priorities, dtype=np.float64).reshape(-1)
     if len(p) != len(keys):

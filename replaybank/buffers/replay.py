@@ -187,6 +187,10 @@ class ReplayBuffer:
             lv = self._lane_view = LaneView(t.T, t.lanes, t.written, t.counts)
         return lv
 
+    def _lanes(self) -> LaneView | None:
+        """:meth:`lane_view`, or None before the storage exists."""
+        return None if self._table is None else self.lane_view()
+
     @property
     def episodes_seen(self) -> int:
         """Episodes that ended (terminated or truncated) since construction."""
@@ -373,9 +377,8 @@ class ReplayBuffer:
         """
         parts = self._parts if self._parts.sampler is self.sampler \
             and self._parts.view is self.view else self._current_parts()
-        t = self._table
-        return Batch.own(parts.sample(t, None if t is None else self.lane_view(), self._rng,
-                                      batch_size, replace, kwargs))
+        return Batch.own(parts.sample(self._table, self._lanes(), self._rng, batch_size,
+                                      replace, kwargs))
 
     def update_priorities(self, indices: Any, priorities: Any) -> int:
         """Set new priorities (e.g. ``|td_error|``) for sampled ``batch.indices``.
@@ -391,19 +394,22 @@ class ReplayBuffer:
             ShapeError: Lengths differ.
             DtypeError: A priority is negative, NaN or infinite.
         """
-        return update_priorities(self._current_parts().traits, self.lane_view(), indices,
+        return update_priorities(self._current_parts().traits, self._lanes(), indices,
                                  priorities)
 
     # ------------------------------------------------------------------ sequences
     def sample_sequences(self, batch_size: int, sequence_length: int,
                          **kwargs: Any) -> SequenceBatch:
         """Sample ``[B, L]`` windows; see :func:`replaybank.buffers.sequences.sample_sequences`."""
-        return sample_sequences(self, batch_size, sequence_length, **kwargs)
+        return sample_sequences(self._table, self._lanes(), self._rng,
+                                self._current_parts().traits, batch_size, sequence_length,
+                                **kwargs)
 
     def update_sequence_priorities(self, starts: Any, td_errors: Any, eta: float = 0.9,
                                    mask: Any = None) -> int:
         """R2D2 sequence priorities; see :mod:`replaybank.buffers.sequences`."""
-        return update_sequence_priorities(self, starts, td_errors, eta=eta, mask=mask)
+        return update_sequence_priorities(self._current_parts().traits, self._lanes(),
+                                          starts, td_errors, eta=eta, mask=mask)
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:

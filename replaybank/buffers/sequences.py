@@ -48,7 +48,7 @@ Example:
     >>> for t in range(20):
     ...     buf.add(obs=np.full(2, t, np.float32), action=0, reward=1.0,
     ...             next_obs=np.full(2, t + 1, np.float32), terminated=t == 9, truncated=False)
-    >>> sb = sample_sequences(buf, 4, 5)
+    >>> sb = buf.sample_sequences(4, 5)  # sample_sequences with the buffer's parts
     >>> sb.obs.shape, sb.mask.shape, bool(sb.mask.all())
     ((4, 5, 2), (4, 5), True)
     >>> bool(np.all(sb.next_obs[..., 0] == sb.obs[..., 0] + 1))
@@ -65,13 +65,15 @@ import numpy as np
 import numpy.typing as npt
 
 from replaybank.batch import SequenceBatch
-from replaybank.errors import ConfigError, DtypeError, EmptyBufferError, ShapeError, describe
+from replaybank.buffers.priorities import update_priorities
+from replaybank.errors import ConfigError, DtypeError, ShapeError, describe
 from replaybank.ops import ring, windows
 from replaybank.ops.draws import uniform_ints
-from replaybank.samplers.base import SampleResult
-from replaybank.samplers.draw import replace_rows
+from replaybank.samplers.base import LaneView, SampleResult, SamplerTraits
 from replaybank.samplers.uniform import check_batch_size
+from replaybank.samplers.windows import draw_starts, redraw_short
 from replaybank.spec import SEP
+from replaybank.storage.table import StepTable
 from replaybank.views.sequence import fused_reads, gather_fused, gather_numpy
 
 __all__ = ["STATE_PREFIX", "sample_sequences", "update_sequence_priorities"]
@@ -127,12 +129,6 @@ def _cached_state_names(spec: Any, state_fields: Any) -> list[str]:
 
 
 @cache
-def _extent_kernel() -> Any:
-    """The window-extent kernel (numba when it imports, else numpy), loaded once."""
-    return windows.extent_kernel("auto")[0]
-
-
-@cache
 def _r2d2_kernel() -> Any:
     """The R2D2 priority kernel (numba when it imports, else numpy), loaded once."""
     return windows.r2d2_kernel("auto")[0]
@@ -156,103 +152,11 @@ def _fast_kernels() -> Any:
     return _numba_windows() if KERNEL == "auto" else None
 
 
-def _draw_starts(buf: Any, batch_size: int, width: int, cross: bool, min_len: int,
-                 max_redraws: int, kwargs: dict[str, Any], size: int,
-                 extent: Any = None) -> tuple[SampleResult, IntArray]:
-    sampler = buf.sampler_traits.scheduled
-    if sampler is None:
-        return _draw_rounds(buf, batch_size, width, cross, min_len, max_redraws, kwargs, size,
-                            extent)
-    # a scheduled sampler (PER): resolve beta once, so that redraw rounds neither advance
-    # the schedule nor change beta inside one batch; the call counts once
-    calls = sampler.calls
-    if kwargs.get("beta") is None:
-        kwargs = {**kwargs, "beta": sampler.current_beta}
-    try:
-        out = _draw_rounds(buf, batch_size, width, cross, min_len, max_redraws, kwargs, size,
-                           extent)
-    except BaseException:
-        sampler.calls = calls
-        raise
-    sampler.calls = calls + 1
-    return out
-
-
-def _draw_rounds(buf: Any, batch_size: int, width: int, cross: bool, min_len: int,
-                 max_redraws: int, kwargs: dict[str, Any], size: int,
-                 extent: Any = None) -> tuple[SampleResult, IntArray]:
-    t = buf.table
-    lv = buf.lane_view()
-    rng = buf.rng
-    if extent is None:
-        extent = _extent_kernel()
-    # i.i.d. samplers draw a few spare starts up front and keep the first valid ones (in
-    # draw order, so the accepted starts are still i.i.d. from the conditional law)
-    traits = buf.sampler_traits
-    iid = traits.iid and kwargs.get("replace", True) and max_redraws > 0
-    m = batch_size + batch_size // 2 + 4 if iid else batch_size
-    fast = _fast_kernels() if iid and traits.uniform is not None else None
-    if fast is not None:
-        # the uniform sampler's own draw (same generator calls), then key mapping,
-        # extents and selection in one compiled pass
-        flat = uniform_ints(rng, size, m)  # size == len(buf)
-        keys, ext, n_valid = fast.draw_windows(t.link, t.written, t.counts, flat, width,
-                                               cross, min_len, batch_size)
-        res = SampleResult(keys)
-        if n_valid >= batch_size:
-            return res, ext
-    else:
-        res = buf.sampler.sample(m, lv, rng, **kwargs)
-        ext = extent(t.link, t.written, t.counts, res.keys, width, cross)  # [m]
-        if m > batch_size:
-            good = np.flatnonzero(ext >= min_len)
-            sel = good[:batch_size] if len(good) >= batch_size else \
-                np.argsort(ext < min_len, kind="stable")[:batch_size]  # valid ones first
-            res, ext = SampleResult(res.keys[sel]), ext[sel]
-    return _redraw_rounds(buf, res, ext, batch_size, width, cross, min_len, max_redraws,
-                          kwargs, extent)
-
-
-def _redraw_rounds(buf: Any, res: SampleResult, ext: IntArray, batch_size: int, width: int,
-                   cross: bool, min_len: int, max_redraws: int, kwargs: dict[str, Any],
-                   extent: Any = None) -> tuple[SampleResult, IntArray]:
-    """Redraw the starts of ``res`` whose extent is below ``min_len`` (``ext`` is updated
-    in place), then fall back to the exact set of valid starts (uniform sampler).
-    ``extent``: the window-extent function (default: the kernel of ``KERNEL``)."""
-    t = buf.table
-    lv = buf.lane_view()
-    rng = buf.rng
-    if extent is None:
-        extent = _extent_kernel()
-    exact = buf.sampler_traits.uniform is not None
-    limit = max_redraws if exact else max(max_redraws, 1024)
-    for _ in range(limit):
-        bad = np.flatnonzero(ext < min_len)
-        if len(bad) == 0:
-            return res, ext
-        more = buf.sampler.sample(len(bad), lv, rng, **kwargs)
-        res = replace_rows(res, bad, more)
-        ext[bad] = extent(t.link, t.written, t.counts, more.keys, width, cross)
-    bad = np.flatnonzero(ext < min_len)
-    if len(bad) == 0:
-        return res, ext
-    valid = windows.valid_starts(t.link, t.written, t.counts, width, cross, min_len)
-    if len(valid) == 0 or not exact:
-        mode = "cross" if cross else "stop"
-        raise EmptyBufferError(
-            f"sample_sequences(batch_size={batch_size}, width={width}, "
-            f"episode_boundary={mode!r}): the buffer holds {len(valid)} windows of at least "
-            f"{min_len} steps; add more data, shorten sequence_length/burn_in, or use "
-            "strict=False (padded windows) or episode_boundary='cross'"
-        )
-    keys = res.keys.copy()
-    keys[bad] = valid[uniform_ints(rng, len(valid), len(bad))]
-    ext[bad] = extent(t.link, t.written, t.counts, keys[bad], width, cross)
-    return SampleResult(keys, res.probabilities, res.weights), ext
-
-
 def sample_sequences(
-    buf: Any,
+    table: StepTable | None,
+    lanes: LaneView | None,
+    rng: np.random.Generator,
+    traits: SamplerTraits,
     batch_size: int,
     sequence_length: int,
     episode_boundary: str = "stop",
@@ -265,7 +169,10 @@ def sample_sequences(
     """Sample ``batch_size`` windows of ``burn_in + sequence_length`` steps.
 
     Args:
-        buf: A :class:`~replaybank.buffers.replay.ReplayBuffer` (any sampler).
+        table: The buffer's step table (None before its first add).
+        lanes: Its lane bookkeeping (None before its first add).
+        rng: The sampling generator.
+        traits: The buffer's sampler's traits (any sampler).
         batch_size: Windows ``B``.
         sequence_length: Loss steps ``L`` per window.
         episode_boundary: ``"stop"`` or ``"cross"`` (see the module docs).
@@ -300,7 +207,8 @@ def sample_sequences(
         ...     buf.add(obs=np.full((2, 1), t, np.float32), action=[0, 0], reward=[0.0, 0.0],
         ...             next_obs=np.full((2, 1), t + 1, np.float32), terminated=[t == 3, False],
         ...             truncated=[False, False], hidden=np.full((2, 4), t, np.float32))
-        >>> sb = sample_sequences(buf, 3, 4, episode_boundary="cross", burn_in=1)
+        >>> sb = sample_sequences(buf.table, buf.lane_view(), buf.rng, buf.sampler_traits,
+        ...                       3, 4, episode_boundary="cross", burn_in=1)
         >>> sb.obs.shape, sb["initial/hidden"].shape, sb.burn_in[0].tolist()
         ((3, 5, 1), (3, 4), [True, False, False, False, False])
     """
@@ -324,9 +232,11 @@ def sample_sequences(
     if strict is not True and strict is not False and not isinstance(strict, np.bool_):
         raise ConfigError(f"sample_sequences(strict={strict!r}): must be a bool")
     width = burn_in + sequence_length
-    size = len(buf)
+    size = 0 if lanes is None else lanes.size
     check_batch_size(batch_size, size, True)
-    t = buf.table
+    if table is None or lanes is None:  # pragma: no cover - check_batch_size raised
+        raise AssertionError("no storage to sample from")
+    t = table
     if strict and width > t.T:
         raise ConfigError(
             f"sample_sequences(sequence_length={sequence_length}, burn_in={burn_in}): a "
@@ -341,9 +251,9 @@ def sample_sequences(
         bounds = reads.boundaries(fast, t)
         # extents read the lane-major boundary bytes (a cache line or two per window)
         extent = partial(fast.window_extent, bounds=bounds)
-        if not sampler_kwargs and max_redraws > 0 and buf.sampler_traits.uniform is not None:
+        if not sampler_kwargs and max_redraws > 0 and traits.uniform is not None:
             # the uniform sampler's draw (as _draw_rounds), checked and planned in one call
-            flat = uniform_ints(buf.rng, size, batch_size + batch_size // 2 + 4)
+            flat = uniform_ints(rng, size, batch_size + batch_size // 2 + 4)
             keys, ext, _, plan = fast.draw_plan(t.link, t.written, t.counts, flat, width,
                                                 cross, min_len, batch_size, reads.term,
                                                 reads.trunc, burn_in, bounds)
@@ -351,15 +261,15 @@ def sample_sequences(
                 out = gather_fused(fast, t, keys, ext, width, burn_in, min_len >= width, plan,
                                    reads)
                 return _finish(out, None, state_names)
-            res, ext = _redraw_rounds(buf, SampleResult(keys), ext, batch_size, width,
-                                      cross, min_len, max_redraws, {}, extent)
+            res, ext = redraw_short(traits, lanes, t.link, rng, SampleResult(keys), ext,
+                                    batch_size, width, cross, min_len, max_redraws, {},
+                                    extent)
         else:
-            res, ext = _draw_starts(buf, batch_size, width, cross, min_len, max_redraws,
-                                    sampler_kwargs, size, extent)
+            res, ext = draw_starts(traits, lanes, t.link, rng, batch_size, width, cross,
+                                   min_len, max_redraws, sampler_kwargs, size, extent, fast)
     else:
-        res, ext = _draw_starts(buf, batch_size, width, cross, min_len, max_redraws,
-                                sampler_kwargs, size)
-    t = buf.table
+        res, ext = draw_starts(traits, lanes, t.link, rng, batch_size, width, cross, min_len,
+                               max_redraws, sampler_kwargs, size, None, fast)
     reads = fused_reads(t) if fast is not None else None
     if reads is not None:
         out = gather_fused(fast, t, res.keys, ext, width, burn_in, min_len >= width, None,
@@ -386,7 +296,8 @@ def _finish(out: dict[str, Any], res: SampleResult | None,
 
 
 def update_sequence_priorities(
-    buf: Any,
+    traits: SamplerTraits,
+    lanes: LaneView | None,
     starts: Any,
     td_errors: Any,
     eta: float = 0.9,
@@ -395,7 +306,8 @@ def update_sequence_priorities(
     """Set R2D2 priorities ``eta * max|td| + (1 - eta) * mean|td|`` of sampled windows.
 
     Args:
-        buf: The buffer the windows were sampled from (prioritized sampler).
+        traits: The traits of the sampler the windows were drawn by (a prioritized one).
+        lanes: The buffer's lane bookkeeping.
         starts: ``batch.starts``, ``[B]`` item keys.
         td_errors: ``[B, L]`` TD errors of the window steps.
         eta: Weight of the max in ``[0, 1]`` (0.9 in R2D2).
@@ -419,15 +331,16 @@ def update_sequence_priorities(
         ...     buf.add(obs=np.zeros(2, np.float32), action=0, reward=0.0,
         ...             next_obs=np.zeros(2, np.float32), terminated=False, truncated=False)
         >>> sb = buf.sample_sequences(2, 3)
-        >>> update_sequence_priorities(buf, sb.starts, np.ones((2, 3)), mask=sb.mask)
+        >>> update_sequence_priorities(buf.sampler_traits, buf.lane_view(), sb.starts,
+        ...                            np.ones((2, 3)), mask=sb.mask)
         2
     """
     if isinstance(eta, bool) or not isinstance(eta, (int, float, np.floating)) \
             or not 0.0 <= float(eta) <= 1.0:
         raise ConfigError(f"update_sequence_priorities(eta={eta!r}): must be a float in [0, 1]")
-    if buf.sampler_traits.priority is None:
+    if traits.priority is None:
         raise ConfigError(
-            f"update_sequence_priorities: this buffer's sampler ({type(buf.sampler).__name__}) "
+            f"update_sequence_priorities: this buffer's sampler ({type(traits.sampler).__name__}) "
             "has no priorities; build it with sampler=PrioritizedSampler(...)"
         )
     keys = ring.as_int_array(starts, "starts")
@@ -457,4 +370,4 @@ def update_sequence_priorities(
     keep = m.any(axis=1)
     if not keep.any():
         return 0
-    return int(buf.update_priorities(keys[keep], prio[keep]))
+    return update_priorities(traits, lanes, keys[keep], prio[keep])

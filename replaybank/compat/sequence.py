@@ -28,7 +28,6 @@ import numpy as np
 from replaybank import persist
 from replaybank.batch import Batch, SequenceBatch
 from replaybank.buffers.replay import ReplayBuffer
-from replaybank.buffers.sequences import sample_sequences, update_sequence_priorities
 from replaybank.config import BufferConfig, buffer_config
 from replaybank.errors import ConfigError
 from replaybank.samplers.base import Sampler
@@ -199,7 +198,7 @@ class SequenceReplayBuffer:
                                 "strict": self.strict, "burn_in": self.burn_in,
                                 "state_fields": self.state_fields}
         opts.update(kwargs)
-        return sample_sequences(self.buffer, batch_size, length, **opts)
+        return self.buffer.sample_sequences(batch_size, length, **opts)
 
     sample_sequences = sample
 
@@ -214,7 +213,7 @@ class SequenceReplayBuffer:
     def update_sequence_priorities(self, starts: Any, td_errors: Any, eta: float = 0.9,
                                    mask: Any = None) -> int:
         """R2D2 priorities; see :func:`~replaybank.buffers.sequences.update_sequence_priorities`."""
-        return update_sequence_priorities(self.buffer, starts, td_errors, eta=eta, mask=mask)
+        return self.buffer.update_sequence_priorities(starts, td_errors, eta=eta, mask=mask)
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
