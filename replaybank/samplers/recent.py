@@ -134,7 +134,7 @@ class RecentSampler:
         self.adaptive = bool(adaptive)
         self.history = int(history)
         self.returns: list[float] = []
-        self._T = 0
+        self._rows = 0
         self._lanes = 1
         if prioritized is not None:
             # an instance attribute, so only a prioritized ERE is a PrioritySampler
@@ -144,7 +144,7 @@ class RecentSampler:
     # ------------------------------------------------------------------ protocol
     def bind(self, T: int, lanes: int) -> None:  # noqa: N803
         """Remember the table shape; bind the prioritized sampler."""
-        self._T, self._lanes = int(T), int(lanes)
+        self._rows, self._lanes = int(T), int(lanes)
         if self.prioritized is not None:
             self.prioritized.bind(T, lanes)
 

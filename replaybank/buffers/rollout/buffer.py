@@ -114,8 +114,8 @@ class RolloutBuffer:
         device: Any = None,
         backend: Backend = "auto",
     ) -> None:
-        self._T = positive_int("num_steps", num_steps)
-        self._E = positive_int("num_envs", num_envs)
+        self._num_steps = positive_int("num_steps", num_steps)
+        self._num_envs = positive_int("num_envs", num_envs)
         for name, val in (("gamma", gamma), ("gae_lambda", gae_lambda)):
             if isinstance(val, bool) or not isinstance(val, (int, float)) or not 0 <= val <= 1:
                 raise ConfigError(f"{name}={val!r}: must be a number in [0, 1]")
@@ -137,9 +137,9 @@ class RolloutBuffer:
         self._spec: Spec | None = None
         self._data: dict[str, AnyArray] = {}
         self._pos = 0
-        self._final_value = np.full((self._T, self._E), np.nan)  # [T, E]
-        self._fobs: FinalObsStore | None = None  # final obs of truncated steps, no value yet
-        self._first_done = np.ones(self._E, dtype=bool)  # an episode starts at step 0
+        self._final_value = np.full((self._num_steps, self._num_envs), np.nan)  # [T, E]
+        self._final_obs: FinalObsStore | None = None  # final obs of truncated steps, no value yet
+        self._first_done = np.ones(self._num_envs, dtype=bool)  # an episode starts at step 0
         self._adv: AnyArray | None = None
         self._ret: AnyArray | None = None
         if spec is not None:
@@ -149,12 +149,12 @@ class RolloutBuffer:
     @property
     def num_steps(self) -> int:
         """Steps per env per rollout."""
-        return self._T
+        return self._num_steps
 
     @property
     def num_envs(self) -> int:
         """Number of envs."""
-        return self._E
+        return self._num_envs
 
     @property
     def pos(self) -> int:
@@ -164,7 +164,7 @@ class RolloutBuffer:
     @property
     def full(self) -> bool:
         """Whether ``num_steps`` steps are stored."""
-        return self._pos == self._T
+        return self._pos == self._num_steps
 
     @property
     def spec(self) -> Spec | None:
@@ -177,7 +177,7 @@ class RolloutBuffer:
         return self._rng
 
     def __len__(self) -> int:
-        return self._pos * self._E
+        return self._pos * self._num_envs
 
     @property
     def data(self) -> dict[str, AnyArray]:
@@ -205,8 +205,9 @@ class RolloutBuffer:
     # ------------------------------------------------------------------ writing
     def _allocate(self, spec: Spec) -> None:
         self._spec = spec
-        self._data = {n: np.zeros((self._T, self._E, *f.shape), f.dtype) for n, f in spec.items()}
-        self._fobs = FinalObsStore(spec)
+        shape = (self._num_steps, self._num_envs)
+        self._data = {n: np.zeros((*shape, *f.shape), f.dtype) for n, f in spec.items()}
+        self._final_obs = FinalObsStore(spec)
 
     def add(self, obs: Any, action: Any, reward: Any, terminated: Any, truncated: Any,
             value: Any, log_prob: Any, final_value: Any = None, final_obs: Any = None,
@@ -236,9 +237,9 @@ class RolloutBuffer:
             SpecError, ShapeError, DtypeError: Bad input, or a truncated env has neither a
                 final value nor a final observation. The buffer is left unchanged.
         """
-        if self._pos >= self._T:
+        if self._pos >= self._num_steps:
             raise CapacityError(
-                f"add: the rollout is full ({self._T} steps x {self._E} envs); call "
+                f"add: the rollout is full ({self._num_steps} steps x {self._num_envs} envs); call "
                 "compute_returns_and_advantage(...), use the batches, then reset()"
             )
         for n in extras:
@@ -249,17 +250,18 @@ class RolloutBuffer:
         spec = self._spec
         if spec is None:
             # with one env, reward (a scalar per env) tells whether values carry the env dim
-            lead0 = (self._E,) if self._E > 1 or np.ndim(reward) == 1 else ()
+            lead0 = (self._num_envs,) if self._num_envs > 1 or np.ndim(reward) == 1 else ()
             spec = rollout_spec(Spec.infer(fields, lead0))
-        lead = (self._E,) if self._E > 1 else leading_dims(spec, fields, [(), (1,)], "add")
+        lead = (self._num_envs,) if self._num_envs > 1 \
+            else leading_dims(spec, fields, [(), (1,)], "add")
         flat = flatten(fields)
         check_names(spec, flat)
-        row = {n: cast_field(n, flat[n], f, lead).reshape((self._E, *f.shape))
+        row = {n: cast_field(n, flat[n], f, lead).reshape((self._num_envs, *f.shape))
                for n, f in spec.items()}
         cut = row["truncated"] & ~row["terminated"]  # [E]
-        fv = np.full(self._E, np.nan)
+        fv = np.full(self._num_envs, np.nan)
         if final_value is not None:
-            fv = per_env_float("final_value", final_value, self._E)
+            fv = per_env_float("final_value", final_value, self._num_envs)
         need = cut & ~np.isfinite(fv)
         fobs: dict[str, AnyArray] = {}
         if need.any():
@@ -279,8 +281,8 @@ class RolloutBuffer:
         for n, arr in row.items():
             self._data[n][t] = arr
         self._final_value[t] = np.where(cut, fv, np.nan)
-        if fobs and self._fobs is not None:
-            self._fobs.append((t * self._E + np.flatnonzero(need)).tolist(), fobs)
+        if fobs and self._final_obs is not None:
+            self._final_obs.append((t * self._num_envs + np.flatnonzero(need)).tolist(), fobs)
         self._pos += 1
         self._adv = self._ret = None
 
@@ -291,8 +293,8 @@ class RolloutBuffer:
                 self._data["truncated"][self._pos - 1]
         self._pos = 0
         self._final_value[:] = np.nan
-        if self._fobs is not None:
-            self._fobs.clear()
+        if self._final_obs is not None:
+            self._final_obs.clear()
         self._adv = self._ret = None
 
     # ------------------------------------------------------------------ GAE
@@ -316,13 +318,14 @@ class RolloutBuffer:
         """
         if self._pos == 0:
             raise EmptyBufferError("compute_returns_and_advantage: the buffer is empty; add steps")
-        last = per_env_float("last_values", last_values, self._E)
+        last = per_env_float("last_values", last_values, self._num_envs)
         if not np.all(np.isfinite(last)):
             raise ShapeError(f"last_values={last.tolist()}: must be finite")
         p = self._pos
         fv = self._final_value[:p].copy()  # [pos, E]
-        if self._fobs is not None and len(self._fobs):
-            fv.reshape(-1)[np.asarray(self._fobs.index)] = self._fobs.values(value_fn, self._E)
+        if self._final_obs is not None and len(self._final_obs):
+            fv.reshape(-1)[np.asarray(self._final_obs.index)] = \
+                self._final_obs.values(value_fn, self._num_envs)
         d = self._data
         adv = gae(d["reward"][:p], d["value"][:p], d["terminated"][:p], d["truncated"][:p],
                   last, fv, gamma=self.gamma, gae_lambda=self.gae_lambda, backend=self.backend)
@@ -408,7 +411,7 @@ class RolloutBuffer:
             3
         """
         return {
-            "num_steps": self._T, "num_envs": self._E, "gamma": self.gamma,
+            "num_steps": self._num_steps, "num_envs": self._num_envs, "gamma": self.gamma,
             "gae_lambda": self.gae_lambda,
             "spec": None if self._spec is None else self._spec.to_json(),
             "seed": self._seed, "normalize_advantage": self.normalize_advantage,
@@ -442,7 +445,7 @@ class RolloutBuffer:
             (``fields/<name>``, ``final_value``, ``first_done``, ``final_obs/index``,
             ``final_obs/<obs field>``, and ``advantages``/``returns`` once computed).
         """
-        arrays = pack_arrays(self._data, self._final_value, self._first_done, self._fobs,
+        arrays = pack_arrays(self._data, self._final_value, self._first_done, self._final_obs,
                              self._adv, self._ret)
         return {
             "metadata": self.metadata(),
@@ -458,9 +461,9 @@ class RolloutBuffer:
             CheckpointError: Sizes or spec differ, or arrays are missing or misshaped
                 (the buffer is then left unchanged).
         """
-        parsed = unpack_state(state, self._T, self._E, self._spec,
+        parsed = unpack_state(state, self._num_steps, self._num_envs, self._spec,
                               type(self._rng.bit_generator))
-        self._spec, self._data, self._fobs = parsed.spec, parsed.fields, parsed.fobs
+        self._spec, self._data, self._final_obs = parsed.spec, parsed.fields, parsed.fobs
         self._pos = parsed.pos
         self._final_value, self._first_done = parsed.final_value, parsed.first_done
         self._adv, self._ret = parsed.adv, parsed.ret
@@ -468,10 +471,12 @@ class RolloutBuffer:
 
     def metadata(self) -> dict[str, Any]:
         """JSON-able description: type, sizes, ``pos``, spec."""
-        return {"type": type(self).__name__, "num_steps": self._T, "num_envs": self._E,
+        return {"type": type(self).__name__, "num_steps": self._num_steps,
+                "num_envs": self._num_envs,
                 "pos": self._pos, "spec": None if self._spec is None else self._spec.to_json()}
 
     def __repr__(self) -> str:
-        return (f"RolloutBuffer(num_steps={self._T}, num_envs={self._E}, pos={self._pos}, "
+        return (f"RolloutBuffer(num_steps={self._num_steps}, num_envs={self._num_envs}, "
+                f"pos={self._pos}, "
                 f"gamma={self.gamma}, gae_lambda={self.gae_lambda})")
 

@@ -25,7 +25,7 @@ from replaybank.spec import Spec
 __all__ = ["ParsedState", "pack_arrays", "unpack_state"]
 
 AnyArray = npt.NDArray[Any]
-_FOBS = "final_obs/"
+_FINAL_OBS = "final_obs/"
 
 
 def pack_arrays(data: dict[str, AnyArray], final_value: AnyArray, first_done: AnyArray,
@@ -41,7 +41,7 @@ def pack_arrays(data: dict[str, AnyArray], final_value: AnyArray, first_done: An
     arrays["final_value"] = final_value
     arrays["first_done"] = first_done
     store = fobs.state() if fobs is not None else {"index": np.zeros(0, np.int64)}
-    arrays.update({f"{_FOBS}{k}": v for k, v in store.items()})
+    arrays.update({f"{_FINAL_OBS}{k}": v for k, v in store.items()})
     if adv is not None and ret is not None:
         arrays["advantages"], arrays["returns"] = adv, ret
     return arrays
@@ -104,7 +104,8 @@ def unpack_state(state: dict[str, Any], num_steps: int, num_envs: int,
         bit_generator().state = state["rng"]  # probe: a bad rng state fails here
         fobs = None if spec is None else FinalObsStore(spec)
         if fobs is not None:
-            fobs.load({k[len(_FOBS):]: v for k, v in arrays.items() if k.startswith(_FOBS)})
+            fobs.load({k[len(_FINAL_OBS):]: v for k, v in arrays.items()
+                       if k.startswith(_FINAL_OBS)})
         adv = None if arrays.get("advantages") is None else np.array(arrays["advantages"])
         ret = None if arrays.get("returns") is None else np.array(arrays["returns"])
         for name, arr in (("advantages", adv), ("returns", ret)):
