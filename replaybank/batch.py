@@ -28,7 +28,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -53,6 +53,36 @@ def _tensor(value: Any, torch: Any, device: Any, non_blocking: bool, pin: bool) 
     if device is not None:
         t = t.to(device, non_blocking=non_blocking)
     return t
+
+
+class StandardField:
+    """A typed, read-only standard field of a batch (``batch.obs``): one dict lookup.
+
+    A field the batch does not hold raises a bare ``AttributeError``, so Python falls back
+    to the batch's ``__getattr__`` (nested ``obs/...`` prefixes, extras, the usual "has no
+    field" error). Typed ``NDArray`` for a type checker; after ``to_torch()`` (or from
+    torch storage) the values are tensors.
+    """
+
+    def __init__(self, doc: str) -> None:
+        self.__doc__ = doc
+        self.name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: Any, owner: type | None = None) -> NDArray[Any]:
+        if obj is None:
+            return self  # type: ignore[return-value]  # class access: the descriptor
+        try:
+            v: NDArray[Any] = obj._data[self.name]
+        except KeyError:
+            raise AttributeError(self.name) from None  # __getattr__ takes over
+        return v
+
+    def __set__(self, obj: Any, value: NoReturn) -> None:
+        # batches are frozen; ``NoReturn`` makes a type checker flag every assignment
+        raise AttributeError(f"{type(obj).__name__} is frozen; build a new one instead")
 
 
 class _FrozenArrays(Mapping[str, Any]):
@@ -200,99 +230,30 @@ class Batch(_FrozenArrays):
     # Standard fields: one dict lookup on a hit (faster than the __getattr__ path). On a
     # miss the bare AttributeError makes Python call __getattr__, which serves a nested
     # prefix (``obs/...``) or raises the usual "has no field" AttributeError.
-    @property
-    def obs(self) -> NDArray[Any]:
+    obs = StandardField(
         """Observations ``[B, *obs_shape]``; for dict observations (stored as
-        ``obs/<key>``) a nested dict of such arrays."""
-        try:
-            v: NDArray[Any] = self._data["obs"]
-        except KeyError:
-            raise AttributeError("obs") from None  # __getattr__ takes over
-        return v
-
-    @property
-    def action(self) -> NDArray[Any]:
-        """Actions ``[B, *action_shape]``."""
-        try:
-            v: NDArray[Any] = self._data["action"]
-        except KeyError:
-            raise AttributeError("action") from None  # __getattr__ takes over
-        return v
-
-    @property
-    def reward(self) -> NDArray[Any]:
-        """Rewards ``[B]`` (the n-step return ``G`` with an n-step view)."""
-        try:
-            v: NDArray[Any] = self._data["reward"]
-        except KeyError:
-            raise AttributeError("reward") from None  # __getattr__ takes over
-        return v
-
-    @property
-    def next_obs(self) -> NDArray[Any]:
+        ``obs/<key>``) a nested dict of such arrays.""")
+    action = StandardField(
+        """Actions ``[B, *action_shape]``.""")
+    reward = StandardField(
+        """Rewards ``[B]`` (the n-step return ``G`` with an n-step view).""")
+    next_obs = StandardField(
         """Next observations ``[B, *obs_shape]`` (the true final observation where an
-        episode ended; ``n`` steps ahead with an n-step view); nested dict as ``obs``."""
-        try:
-            v: NDArray[Any] = self._data["next_obs"]
-        except KeyError:
-            raise AttributeError("next_obs") from None  # __getattr__ takes over
-        return v
-
-    @property
-    def terminated(self) -> NDArray[Any]:
-        """``[B]`` bool: the episode terminated at this step (no bootstrapping)."""
-        try:
-            v: NDArray[Any] = self._data["terminated"]
-        except KeyError:
-            raise AttributeError("terminated") from None  # __getattr__ takes over
-        return v
-
-    @property
-    def truncated(self) -> NDArray[Any]:
-        """``[B]`` bool: the episode was cut off at this step (still bootstraps)."""
-        try:
-            v: NDArray[Any] = self._data["truncated"]
-        except KeyError:
-            raise AttributeError("truncated") from None  # __getattr__ takes over
-        return v
-
-    @property
-    def indices(self) -> NDArray[Any]:
+        episode ended; ``n`` steps ahead with an n-step view); nested dict as ``obs``.""")
+    terminated = StandardField(
+        """``[B]`` bool: the episode terminated at this step (no bootstrapping).""")
+    truncated = StandardField(
+        """``[B]`` bool: the episode was cut off at this step (still bootstraps).""")
+    indices = StandardField(
         """Item keys ``[B]`` int64 (``seq * num_envs + lane``) for
-        ``update_priorities``."""
-        try:
-            v: NDArray[Any] = self._data["indices"]
-        except KeyError:
-            raise AttributeError("indices") from None  # __getattr__ takes over
-        return v
-
-    @property
-    def weights(self) -> NDArray[Any]:
-        """Importance-sampling weights ``[B]`` float32 (prioritized samplers only)."""
-        try:
-            v: NDArray[Any] = self._data["weights"]
-        except KeyError:
-            raise AttributeError("weights") from None  # __getattr__ takes over
-        return v
-
-    @property
-    def probabilities(self) -> NDArray[Any]:
+        ``update_priorities``.""")
+    weights = StandardField(
+        """Importance-sampling weights ``[B]`` float32 (prioritized samplers only).""")
+    probabilities = StandardField(
         """Sampling probability of each item ``[B]`` float64 (prioritized samplers
-        only)."""
-        try:
-            v: NDArray[Any] = self._data["probabilities"]
-        except KeyError:
-            raise AttributeError("probabilities") from None  # __getattr__ takes over
-        return v
-
-    @property
-    def discount(self) -> NDArray[Any]:
-        """Bootstrap discount ``gamma ** L`` ``[B]`` (n-step views only)."""
-        try:
-            v: NDArray[Any] = self._data["discount"]
-        except KeyError:
-            raise AttributeError("discount") from None  # __getattr__ takes over
-        return v
+        only).""")
+    discount = StandardField(
+        """Bootstrap discount ``gamma ** L`` ``[B]`` (n-step views only).""")
 
     @property
     def done(self) -> NDArray[Any]:
@@ -336,146 +297,42 @@ class SequenceBatch(_FrozenArrays):
         return int(first.shape[1])
 
 
-    @property
-    def obs(self) -> NDArray[Any]:
+    obs = StandardField(
         """Observations ``[B, L, *obs_shape]`` (zero where padded); nested dict for dict
-        observations."""
-        try:
-            v: NDArray[Any] = self._data["obs"]
-        except KeyError:
-            raise AttributeError("obs") from None  # __getattr__ takes over
-        return v
-
-    @property
-    def action(self) -> NDArray[Any]:
-        """Actions ``[B, L, *action_shape]`` (zero where padded)."""
-        try:
-            v: NDArray[Any] = self._data["action"]
-        except KeyError:
-            raise AttributeError("action") from None  # __getattr__ takes over
-        return v
-
-    @property
-    def reward(self) -> NDArray[Any]:
-        """Rewards ``[B, L]`` (zero where padded)."""
-        try:
-            v: NDArray[Any] = self._data["reward"]
-        except KeyError:
-            raise AttributeError("reward") from None  # __getattr__ takes over
-        return v
-
-    @property
-    def next_obs(self) -> NDArray[Any]:
+        observations.""")
+    action = StandardField(
+        """Actions ``[B, L, *action_shape]`` (zero where padded).""")
+    reward = StandardField(
+        """Rewards ``[B, L]`` (zero where padded).""")
+    next_obs = StandardField(
         """Next observations ``[B, L, *obs_shape]`` (the true final observation where an
-        episode ended; zero where padded); nested dict for dict observations."""
-        try:
-            v: NDArray[Any] = self._data["next_obs"]
-        except KeyError:
-            raise AttributeError("next_obs") from None  # __getattr__ takes over
-        return v
-
-    @property
-    def terminated(self) -> NDArray[Any]:
-        """``[B, L]`` bool: the episode terminated at this step."""
-        try:
-            v: NDArray[Any] = self._data["terminated"]
-        except KeyError:
-            raise AttributeError("terminated") from None  # __getattr__ takes over
-        return v
-
-    @property
-    def truncated(self) -> NDArray[Any]:
-        """``[B, L]`` bool: the episode was cut off at this step."""
-        try:
-            v: NDArray[Any] = self._data["truncated"]
-        except KeyError:
-            raise AttributeError("truncated") from None  # __getattr__ takes over
-        return v
-
-    @property
-    def mask(self) -> NDArray[Any]:
-        """``[B, L]`` bool: valid steps that count in the loss (not padding, not burn-in)."""
-        try:
-            v: NDArray[Any] = self._data["mask"]
-        except KeyError:
-            raise AttributeError("mask") from None  # __getattr__ takes over
-        return v
-
-    @property
-    def is_first(self) -> NDArray[Any]:
-        """``[B, L]`` bool: an episode starts here (or the previous step is gone)."""
-        try:
-            v: NDArray[Any] = self._data["is_first"]
-        except KeyError:
-            raise AttributeError("is_first") from None  # __getattr__ takes over
-        return v
-
-    @property
-    def is_last(self) -> NDArray[Any]:
+        episode ended; zero where padded); nested dict for dict observations.""")
+    terminated = StandardField(
+        """``[B, L]`` bool: the episode terminated at this step.""")
+    truncated = StandardField(
+        """``[B, L]`` bool: the episode was cut off at this step.""")
+    mask = StandardField(
+        """``[B, L]`` bool: valid steps that count in the loss (not padding, not burn-in).""")
+    is_first = StandardField(
+        """``[B, L]`` bool: an episode starts here (or the previous step is gone).""")
+    is_last = StandardField(
         """``[B, L]`` bool: the episode ended here (terminated, truncated or a
-        discontinuity in the data)."""
-        try:
-            v: NDArray[Any] = self._data["is_last"]
-        except KeyError:
-            raise AttributeError("is_last") from None  # __getattr__ takes over
-        return v
-
-    @property
-    def is_terminal(self) -> NDArray[Any]:
-        """``[B, L]`` bool: the episode terminated here."""
-        try:
-            v: NDArray[Any] = self._data["is_terminal"]
-        except KeyError:
-            raise AttributeError("is_terminal") from None  # __getattr__ takes over
-        return v
-
-    @property
-    def burn_in(self) -> NDArray[Any]:
-        """``[B, L]`` bool: a burn-in step (excluded from ``mask``)."""
-        try:
-            v: NDArray[Any] = self._data["burn_in"]
-        except KeyError:
-            raise AttributeError("burn_in") from None  # __getattr__ takes over
-        return v
-
-    @property
-    def starts(self) -> NDArray[Any]:
+        discontinuity in the data).""")
+    is_terminal = StandardField(
+        """``[B, L]`` bool: the episode terminated here.""")
+    burn_in = StandardField(
+        """``[B, L]`` bool: a burn-in step (excluded from ``mask``).""")
+    starts = StandardField(
         """Item keys ``[B]`` int64 of each window's first step (``seq * lanes + lane``),
-        for ``update_sequence_priorities``."""
-        try:
-            v: NDArray[Any] = self._data["starts"]
-        except KeyError:
-            raise AttributeError("starts") from None  # __getattr__ takes over
-        return v
-
-    @property
-    def indices(self) -> NDArray[Any]:
+        for ``update_sequence_priorities``.""")
+    indices = StandardField(
         """Item keys ``[B, L]`` int64 of every step, ``-1`` where padded (rollout
-        ``recurrent_generator`` batches only)."""
-        try:
-            v: NDArray[Any] = self._data["indices"]
-        except KeyError:
-            raise AttributeError("indices") from None  # __getattr__ takes over
-        return v
-
-    @property
-    def weights(self) -> NDArray[Any]:
-        """Importance-sampling weights ``[B]`` float32 (prioritized samplers only)."""
-        try:
-            v: NDArray[Any] = self._data["weights"]
-        except KeyError:
-            raise AttributeError("weights") from None  # __getattr__ takes over
-        return v
-
-    @property
-    def probabilities(self) -> NDArray[Any]:
+        ``recurrent_generator`` batches only).""")
+    weights = StandardField(
+        """Importance-sampling weights ``[B]`` float32 (prioritized samplers only).""")
+    probabilities = StandardField(
         """Sampling probability of each window start ``[B]`` float64 (prioritized
-        samplers only)."""
-        try:
-            v: NDArray[Any] = self._data["probabilities"]
-        except KeyError:
-            raise AttributeError("probabilities") from None  # __getattr__ takes over
-        return v
+        samplers only).""")
 
     @property
     def done(self) -> NDArray[Any]:
