@@ -41,12 +41,11 @@ from replaybank.ops import ring
 from replaybank.samplers.base import LaneView, Sampler, SamplerTraits
 from replaybank.spec import Spec
 from replaybank.storage.backends import make_backend
-from replaybank.storage.backends.base import ArrayBackend, DurableBackend
+from replaybank.storage.backends.base import ArrayBackend
 from replaybank.storage.table import StepTable
 from replaybank.storage.table_state import load_table_state
 from replaybank.storage.writers.reference import write as write_reference
 from replaybank.storage.writers.writer import StepValues, Writer, writer_choice
-from replaybank.views import make_view
 from replaybank.views.base import View
 
 __all__ = ["ReplayBuffer", "make_rng", "positive_int"]
@@ -447,15 +446,9 @@ class ReplayBuffer:
         """What :func:`replaybank.persist.flush` saves beside memmap files: generator,
         sampler and view state and the lane counters they belong to (None before the
         storage exists)."""
-        t = self._table
-        if t is None:
+        if self._table is None:
             return None
-        return {
-            "rng": state.rng_state(self._rng),
-            "sampler": self.sampler.state_dict(),
-            "view": self.view.state_dict(),
-            **{name: np.array(getattr(t, name), dtype=np.int64) for name in persist.COUNTERS},
-        }
+        return state.resume_state(self._rng, self.sampler, self.view, self._table)
 
     def load_resume_state(self, saved: dict[str, Any]) -> None:
         """Restore a :meth:`resume_state` whose counters match the files."""
@@ -466,15 +459,8 @@ class ReplayBuffer:
     def reopened(self) -> None:
         """The storage was reopened from its files: rebuild the free side slots, and tell
         the sampler about every live step, oldest first (its default state for them)."""
-        table = self.table
-        table.rebuild_free_list()
-        w, c, lanes = table.written, table.counts, table.lanes
-        if int(c.sum()):
-            seq = np.concatenate([np.arange(w[i] - c[i], w[i]) for i in range(lanes)])
-            lane = np.concatenate([np.full(int(c[i]), i) for i in range(lanes)])
-            order = np.argsort(seq, kind="stable")
-            keys = (seq * lanes + lane)[order].astype(np.int64)
-            self.sampler.on_write(ring.key_to_slot(keys, table.T, lanes), None)
+        self.table.rebuild_free_list()
+        self.sampler.on_write(state.live_slots(self.table), None)
 
     def save(self, dirpath: Any, prefix: str = "buffer_") -> None:
         """Write ``<prefix>metadata.json`` and ``<prefix>state.safetensors`` atomically
@@ -509,23 +495,8 @@ class ReplayBuffer:
 
     def init_config(self) -> dict[str, Any]:
         """Constructor values that rebuild this buffer empty (for :meth:`config`)."""
-        init = dict(self._init_args)
-        cand: dict[str, Any] = {"capacity": self.capacity, "num_envs": self.num_envs,
-                                "spec": None if self.spec is None else self.spec.to_json(),
-                                **init}
-        sampler_cfg = self.sampler.config()
-        cand["sampler"] = sampler_cfg
-        cand.update({k: v for k, v in sampler_cfg.items() if k != "type" and k not in cand})
-        view_cfg = self.view.config()
-        default_view = make_view(init.get("n_step", 1), init.get("gamma", 0.99),
-                                 init.get("frame_stack", 1)).config()
-        cand["view"] = None
-        if view_cfg != default_view:  # a view passed in (or one that settled options itself)
-            cand.update(view=view_cfg, n_step=1, frame_stack=1)
-        be = self._backend
-        if cand.get("path") is None and isinstance(be, DurableBackend):
-            cand["path"] = str(be.path)
-        return cand
+        return state.init_config(self.capacity, self.num_envs, self.spec, self._init_args,
+                                 self.sampler, self.view, self._backend)
 
     def config(self) -> BufferConfig:
         """A validated config object (pydantic) that rebuilds an equivalent empty buffer."""

@@ -19,16 +19,22 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from replaybank.errors import CheckpointError
+from replaybank.ops import ring
 from replaybank.samplers.base import Sampler
 from replaybank.spec import Spec
-from replaybank.storage.backends.base import ArrayBackend
+from replaybank.storage.backends.base import ArrayBackend, DurableBackend
 from replaybank.storage.table import StepTable
 from replaybank.storage.table_state import table_state
+from replaybank.views import make_view
 from replaybank.views.base import View
 
-__all__ = ["buffer_state", "checked_spec", "init_args", "rng_state"]
+IntArray = npt.NDArray[np.int64]
+
+__all__ = ["buffer_state", "checked_spec", "init_args", "init_config", "live_slots",
+           "resume_state", "rng_state"]
 
 
 def init_args(n_step: int, gamma: float, frame_stack: int, storage: str | ArrayBackend,
@@ -132,3 +138,54 @@ def checked_spec(meta: dict[str, Any], capacity: int, num_envs: int,
             f"load_state_dict: state spec {spec} differs from the buffer's {current}"
         )
     return spec
+
+
+def resume_state(rng: np.random.Generator, sampler: Sampler, view: View,
+                 table: StepTable) -> dict[str, Any]:
+    """What :func:`replaybank.persist.flush` saves beside memmap files: generator, sampler
+    and view state, and the lane counters (``written``, ``counts``, ``episodes``) they
+    belong to."""
+    return {
+        "rng": rng_state(rng),
+        "sampler": sampler.state_dict(),
+        "view": view.state_dict(),
+        **{name: np.array(arr, dtype=np.int64) for name, arr in
+           (("written", table.written), ("counts", table.counts),
+            ("episodes", table.episodes))},
+    }
+
+
+def live_slots(table: StepTable) -> IntArray:
+    """Slots of every live step, oldest first (ties: lane order), ``[size]``: how a
+    sampler hears about the steps of a table reopened from its files."""
+    w, c, lanes = table.written, table.counts, table.lanes
+    if not int(c.sum()):
+        return np.zeros(0, dtype=np.int64)
+    seq = np.concatenate([np.arange(w[i] - c[i], w[i]) for i in range(lanes)])
+    lane = np.concatenate([np.full(int(c[i]), i) for i in range(lanes)])
+    order = np.argsort(seq, kind="stable")
+    keys = (seq * lanes + lane)[order].astype(np.int64)
+    return ring.key_to_slot(keys, table.T, lanes)
+
+
+def init_config(capacity: int, num_envs: int, spec: Spec | None, init: dict[str, Any],
+                sampler: Sampler, view: View, backend: ArrayBackend) -> dict[str, Any]:
+    """The constructor values that rebuild a replay buffer of these parts empty.
+
+    A view that the constructor arguments ``n_step``/``gamma``/``frame_stack`` would not
+    build is recorded as a view config; a durable backend's directory as ``path``.
+    """
+    cand: dict[str, Any] = {"capacity": capacity, "num_envs": num_envs,
+                            "spec": None if spec is None else spec.to_json(), **init}
+    sampler_cfg = sampler.config()
+    cand["sampler"] = sampler_cfg
+    cand.update({k: v for k, v in sampler_cfg.items() if k != "type" and k not in cand})
+    view_cfg = view.config()
+    default_view = make_view(init.get("n_step", 1), init.get("gamma", 0.99),
+                             init.get("frame_stack", 1)).config()
+    cand["view"] = None
+    if view_cfg != default_view:  # a view passed in (or one that settled options itself)
+        cand.update(view=view_cfg, n_step=1, frame_stack=1)
+    if cand.get("path") is None and isinstance(backend, DurableBackend):
+        cand["path"] = str(backend.path)
+    return cand
