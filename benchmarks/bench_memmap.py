@@ -54,7 +54,7 @@ def main() -> None:
                                path=d)
         for buf in (mem, disk):
             fill(buf, args.steps, args.obs, args.num_envs)
-        for arr in [*disk.table.arrays.values(), *disk.table.side.values()]:
+        for arr in [*disk.table.arrays.values(), *disk.table.side.arrays.values()]:
             float(np.asarray(arr, dtype=np.float64).sum()) if arr.dtype.kind == "f" else None
         size = mem.nbytes() / 2**20
         print(f"{len(mem):,} steps, obs float32[{args.obs}], {args.num_envs} envs, "

@@ -40,7 +40,7 @@ def _oracle(t: Any, keys: np.ndarray) -> dict[str, np.ndarray]:
             out[name].append(arr[row, lane])
         for name in t.obs_fields:
             lk = int(t.link[row, lane])
-            nxt = t.side[name][lk - 1] if lk > 0 else t.arrays[name][(row + 1) % t.T, lane]
+            nxt = t.side.arrays[name][lk - 1] if lk > 0 else t.arrays[name][(row + 1) % t.T, lane]
             out["next_" + name].append(nxt)
     return {k: np.asarray(v) for k, v in out.items()}
 

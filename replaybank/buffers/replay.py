@@ -200,7 +200,7 @@ class ReplayBuffer:
         if self._table is None:
             return 0
         t = self._table
-        arrays = [*t.arrays.values(), *t.side.values(), *t.state_arrays().values()]
+        arrays = [*t.arrays.values(), *t.side.arrays.values(), *t.state_arrays().values()]
         return int(sum(a.nbytes for a in arrays))
 
     @property
@@ -300,21 +300,29 @@ class ReplayBuffer:
         Raises:
             SpecError, ShapeError, DtypeError: Bad input; the buffer is left unchanged.
         """
-        step = StepValues(obs, action, reward, next_obs, terminated, truncated, extras)
         parts = self._parts
         if parts.sampler is not self.sampler or parts.view is not self.view:
             parts = self._current_parts()
         if parts.transform is not None:  # e.g. frame stacks: store the newest frame
-            step = self._transformed(False, env_ids, step)
+            obs, action, reward, next_obs, terminated, truncated, extras = self._transformed(
+                False, env_ids, StepValues(obs, action, reward, next_obs, terminated,
+                                           truncated, extras))
         plan = self._writer
         if plan is None or plan.table is not self._table or plan.owner is not parts:
             plan = self._plan()
-        # the writers choose among themselves; False: the general path must take it
-        if plan is not None and (
-                plan.add(step, env_ids) if priority is None else plan.write_prioritized(
-                    self.sampler, self._priorities(priority), env_ids, None, step)):
-            return
-        self._write(step, False, env_ids, priority)
+        # the writers choose among themselves; False: the general path must take it (the
+        # values go by name, not as a record: this is the hot path of every training loop)
+        if plan is not None:
+            if priority is None:
+                if plan.add(obs, action, reward, next_obs, terminated, truncated, extras,
+                            env_ids):
+                    return
+            elif plan.write_prioritized(self.sampler, self._priorities(priority), env_ids,
+                                        None, StepValues(obs, action, reward, next_obs,
+                                                         terminated, truncated, extras)):
+                return
+        self._write(StepValues(obs, action, reward, next_obs, terminated, truncated, extras),
+                    False, env_ids, priority)
 
     def extend(self, *, obs: Any = UNSET, action: Any = UNSET, reward: Any = UNSET,
                next_obs: Any = UNSET, terminated: Any = UNSET, truncated: Any = UNSET,
@@ -331,19 +339,29 @@ class ReplayBuffer:
         Raises:
             SpecError, ShapeError, DtypeError: Bad input; the buffer is left unchanged.
         """
-        step = StepValues(obs, action, reward, next_obs, terminated, truncated, extras)
-        if self._current_parts().transform is not None:  # e.g. keep the newest frame
-            step = self._transformed(True, env_ids, step)
+        parts = self._parts
+        if parts.sampler is not self.sampler or parts.view is not self.view:
+            parts = self._current_parts()
+        if parts.transform is not None:  # e.g. frame stacks: store the newest frame
+            obs, action, reward, next_obs, terminated, truncated, extras = self._transformed(
+                True, env_ids, StepValues(obs, action, reward, next_obs, terminated,
+                                          truncated, extras))
         if env_ids is None:
-            plan = self._plan()
+            plan = self._writer
+            if plan is None or plan.table is not self._table or plan.owner is not parts:
+                plan = self._plan()
             if plan is not None:
                 if priority is None:
-                    if plan.extend(step):
+                    if plan.extend(obs, action, reward, next_obs, terminated, truncated,
+                                   extras):
                         return
                 elif type(obs) is np.ndarray and obs.ndim >= 1 and plan.write_prioritized(
-                        self.sampler, self._priorities(priority), None, obs.shape[0], step):
+                        self.sampler, self._priorities(priority), None, obs.shape[0],
+                        StepValues(obs, action, reward, next_obs, terminated, truncated,
+                                   extras)):
                     return
-        self._write(step, True, env_ids, priority)
+        self._write(StepValues(obs, action, reward, next_obs, terminated, truncated, extras),
+                    True, env_ids, priority)
 
     def _priorities(self, priority: Any) -> Any:
         """``check(out)``: the checked initial priorities of a write of ``out`` steps."""

@@ -28,7 +28,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -67,24 +67,6 @@ class SideStore:
             for name in obs_fields
         }
         self.free: list[int] = list(range(slots - 1, -1, -1))
-
-    # ------------------------------------------------------------------ mapping access
-    def __getitem__(self, name: str) -> Any:
-        return self.arrays[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.arrays)
-
-    def __len__(self) -> int:
-        return len(self.arrays)
-
-    def items(self) -> Any:
-        """``(obs field, array)`` pairs."""
-        return self.arrays.items()
-
-    def values(self) -> Any:
-        """The arrays."""
-        return self.arrays.values()
 
     # ------------------------------------------------------------------ sizes
     @property

@@ -105,7 +105,7 @@ def take_next(table: StepTable, name: str, nxt: IntArray, pos: IntArray,
     be = table.backend
     out = be.gather(table.flat(table.arrays[name]), nxt)
     if len(pos):
-        be.write(out, pos, be.gather(table.side[name], side))
+        be.write(out, pos, be.gather(table.side.arrays[name], side))
     return out
 
 
@@ -174,7 +174,7 @@ def gather_transitions(table: StepTable, keys: IntArray, live: bool = False) -> 
         o = shifted.take(slots, axis=0) if nxt is None else \
             arr.take(nxt, axis=0, mode="wrap")
         if side_slots is not None:
-            o[pos] = table.side[name].take(side_slots, axis=0)
+            o[pos] = table.side.arrays[name].take(side_slots, axis=0)
         out[key] = o
     return out
 

@@ -39,7 +39,7 @@ def table_state(t: StepTable) -> dict[str, npt.NDArray[Any]]:
     """The table's arrays as numpy (views where the storage allows), by state key."""
     be = t.backend
     arrays = {f"fields/{k}": be.to_numpy(v) for k, v in t.arrays.items()}
-    arrays.update({f"side/{k}": be.to_numpy(v) for k, v in t.side.items()})
+    arrays.update({f"side/{k}": be.to_numpy(v) for k, v in t.side.arrays.items()})
     arrays.update({f"meta/{k}": np.asarray(v) for k, v in t.state_arrays().items()})
     arrays["free_slots"] = np.asarray(t.side.free, dtype=np.int64)
     return arrays
@@ -60,8 +60,8 @@ def load_table_state(t: StepTable, arrays: Mapping[str, Any]) -> None:
         t.side.resize(side_len)
     for name in t.arrays:
         _copy_rows(t.backend, t.arrays[name], arrays[f"fields/{name}"])
-    for name in t.side:
-        _copy_rows(t.backend, t.side[name], arrays[f"side/{name}"])
+    for name in t.side.arrays:
+        _copy_rows(t.backend, t.side.arrays[name], arrays[f"side/{name}"])
     for name, arr in t.state_arrays().items():
         arr[...] = arrays[f"meta/{name}"]
     t.rebuild_free_list()

@@ -291,7 +291,7 @@ class FrameStackView:
         if not frames.flags.c_contiguous:
             return None
         reads = _Reads(table, frames, obs)
-        if not reads.set_side(table.side[obs]):
+        if not reads.set_side(table.side.arrays[obs]):
             return None
         self._reads = reads
         return reads
@@ -332,7 +332,7 @@ class FrameStackView:
             self._pick_kernel()
         reads = self._fast_reads(table)
         if reads is not None:
-            side = table.side[reads.obs]
+            side = table.side.arrays[reads.obs]
             if side is not reads.side and not reads.set_side(side):
                 reads = self._reads = None
         if reads is None:  # another backend, several obs fields or the numpy kernel
@@ -400,7 +400,7 @@ class FrameStackView:
                 else be.gather(frames, win)
             if pos is not None:
                 be.write(w, (pos, np.full(len(pos), win.shape[1] - 1)),
-                         be.gather(table.side[name], side[pos]))
+                         be.gather(table.side.arrays[name], side[pos]))
             out[name] = w[:, :k]
             out[next_name(name)] = w[:, 1:] if same else w[:, k:]
         return out

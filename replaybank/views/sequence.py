@@ -161,9 +161,9 @@ def gather_fused(fast: Any, t: Any, starts: IntArray, ext: IntArray, width: int,
         g = arr.take(slots, axis=0)  # [B, W + 1, *shape]
         nxt = g[:, 1:] if shared else g[:, 1:].copy()
         if len(side) > 8:
-            nxt[side[:, 0], side[:, 1]] = t.side[name].take(side[:, 2], axis=0)
+            nxt[side[:, 0], side[:, 1]] = t.side.arrays[name].take(side[:, 2], axis=0)
         elif len(side):  # a few patches (usually at most one per window end)
-            kept = t.side[name]
+            kept = t.side.arrays[name]
             for b, j, v in side.tolist():
                 nxt[b, j] = kept[v]
         obs = g[:, :width]
@@ -238,7 +238,7 @@ def gather_numpy(t: Any, starts: IntArray, ext: IntArray, width: int,
         if not shared:
             nxt = nxt.clone() if hasattr(nxt, "clone") else nxt.copy()  # torch or numpy
         if len(side_pos[0]):
-            be.write(nxt, side_pos, be.gather(t.side[name], lk[side_pos] - 1))
+            be.write(nxt, side_pos, be.gather(t.side.arrays[name], lk[side_pos] - 1))
         obs = g[:, :width]
         if pad is not None:
             zeros = _zeros(t.spec[name], len(pad[0]))

@@ -137,7 +137,7 @@ class LaneWriter:
                     return False
         # decided: write (the write plan's order and side-slot use)
         t = self.table
-        link, T, free, side = self.link, self.T, t.side.free, t.side["obs"]  # noqa: N806
+        link, T, free, side = self.link, self.T, t.side.free, t.side.arrays["obs"]  # noqa: N806
         w, c = self.written.item(0), self.counts.item(0)
         row = w % T
         if c == T:  # the oldest step leaves the ring: free its side slot
@@ -156,7 +156,7 @@ class LaneWriter:
             slot = free.pop()
         else:
             slot = int(t.side.alloc(1)[0])
-            side = t.side["obs"]
+            side = t.side.arrays["obs"]
         side[slot] = next_obs
         d_obs, d_act, d_rew, d_term, d_trunc = self.data
         d_obs[row] = obs
@@ -248,7 +248,7 @@ class LaneWriter:
             if hi > lo and next_obs[lo:hi].tobytes() != obs[lo + 1:hi + 1].tobytes():
                 return False
             lo = hi + 1
-        side = t.side["obs"]
+        side = t.side.arrays["obs"]
         prow = (start - 1 if start else T - 1) if c and n < T else -1
         relink = link.item(prow) if prow >= 0 else 0
         d = self.data
@@ -267,7 +267,7 @@ class LaneWriter:
                 slot = free.pop()
             else:
                 slot = int(t.side.alloc(1)[0])
-                side = t.side["obs"]
+                side = t.side.arrays["obs"]
             side[slot] = next_obs[-1]
             link[end - 1] = slot + 1
         else:
@@ -280,7 +280,7 @@ class LaneWriter:
             else:
                 slots = t.side.alloc(k)
                 at = np.array([*stops, n - 1], dtype=np.int64)
-                t.side["obs"][slots] = next_obs[at]
+                t.side.arrays["obs"][slots] = next_obs[at]
                 link[start + at] = slots + 1
             ends = count_nonzero(term | trunc)
         # 4. release the previous newest step's slot, then the counters

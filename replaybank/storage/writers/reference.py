@@ -121,7 +121,7 @@ def apply(table: StepTable, plan: WritePlan, values: Mapping[str, npt.NDArray[An
                      | np.asarray(be.to_numpy(be.gather(table.arrays["truncated"],
                                                         (prow, plane))), dtype=bool))
             for name in table.obs_fields:
-                kept = be.to_numpy(be.gather(side[name], plink - 1))
+                kept = be.to_numpy(be.gather(side.arrays[name], plink - 1))
                 same &= bitwise_equal_rows(kept, values[name][0, pos])
             relink = (prow[same], plane[same], plink[same])  # applied after the data
 
@@ -133,12 +133,12 @@ def apply(table: StepTable, plan: WritePlan, values: Mapping[str, npt.NDArray[An
         slots = side.alloc(m)
         links[-1] = slots + 1
         for name in table.obs_fields:
-            be.write(side[name], slots, next_obs[name][-1])
+            be.write(side.arrays[name], slots, next_obs[name][-1])
     else:
         slots = side.alloc(int(np.count_nonzero(need)))
         links[need] = slots + 1
         for name in table.obs_fields:
-            be.write(side[name], slots, next_obs[name][need])
+            be.write(side.arrays[name], slots, next_obs[name][need])
 
     # 4. data and links, then relink the previous newest steps, then the counters
     for name, v in values.items():

@@ -27,15 +27,15 @@ Example:
     ...           next_obs=np.ones(3, np.float32), terminated=False, truncated=False)
     >>> buf.add(**kw)  # first add: general path, allocates storage
     >>> w = Writer(buf.table, sampler=None)
-    >>> w.add(StepValues(**kw, extras={}), None), len(buf)
+    >>> w.add(**kw, extras={}, env_ids=None), len(buf)
     (True, 2)
-    >>> w.add(StepValues(**{**kw, "reward": [1.0]}, extras={}), None)  # a list: general path
+    >>> w.add(**{**kw, "reward": [1.0]}, extras={}, env_ids=None)  # a list: general path
     False
     >>> chunk = dict(obs=np.array([[1, 1, 1], [2, 2, 2]], np.float32),
     ...              next_obs=np.array([[2, 2, 2], [3, 3, 3]], np.float32),
     ...              action=np.zeros((2, 2), np.float32), reward=np.ones(2, np.float32),
     ...              terminated=np.zeros(2, bool), truncated=np.zeros(2, bool))
-    >>> w.extend(StepValues(**chunk, extras={})), len(buf)
+    >>> w.extend(**chunk, extras={}), len(buf)
     (True, 4)
 """
 
@@ -139,36 +139,45 @@ class Writer:
         self.compiled_untold = writers if sampler is None or not compiled \
             else compiled_writer(table, None)
 
-    def add(self, step: StepValues, env_ids: Any) -> bool:
+    def add(self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any,
+            truncated: Any, extras: dict[str, Any], env_ids: Any) -> bool:
         """Write one step of every lane (or of the lanes ``env_ids``) when a lean or the
         compiled writer can take it as it is; False (nothing written): the general path.
 
         The compiled writer first (lanes in step, or not), then, for one in-memory lane,
-        the lean writer, else the Python writes of exactly-formatted arrays.
+        the lean writer, else the Python writes of exactly-formatted arrays. The values
+        are those of :class:`StepValues`, passed by name (no record on the hot path).
         """
         if env_ids is not None:  # async envs: some lanes
-            return bool(self.c_add_lanes(env_ids, *step))
-        if self.c_add(*step) or self.c_add_lanes(None, *step):
+            return bool(self.c_add_lanes(env_ids, obs, action, reward, next_obs, terminated,
+                                         truncated, extras))
+        if self.c_add(obs, action, reward, next_obs, terminated, truncated, extras) \
+                or self.c_add_lanes(None, obs, action, reward, next_obs, terminated,
+                                    truncated, extras):
             return True  # the compiled writer took it (lanes in step, or not)
         lane = self.lane
         if lane is not None:  # one in-memory lane: the lean writer
-            return lane.add(*step)
-        fields = collect_fields(*step)
+            return lane.add(obs, action, reward, next_obs, terminated, truncated, extras)
+        fields = collect_fields(obs, action, reward, next_obs, terminated, truncated, extras)
         m = self.table.lanes
         return self.write(fields, (m,) if m > 1 else (), (1, m))
 
-    def extend(self, step: StepValues) -> bool:
+    def extend(self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any,
+               truncated: Any, extras: dict[str, Any]) -> bool:
         """Write ``n`` steps of every lane (``obs`` ``[n, ...]`` or ``[n, lanes, ...]``) when
-        a lean or the compiled writer can take them as they are; False: the general path."""
-        if self.c_extend(*step):
+        a lean or the compiled writer can take them as they are; False: the general path.
+        The values are those of :class:`StepValues`, passed by name."""
+        if self.c_extend(obs, action, reward, next_obs, terminated, truncated, extras):
             return True  # the compiled writer took it
         lane = self.lane
-        if lane is not None and lane.extend(*step):
+        if lane is not None and lane.extend(obs, action, reward, next_obs, terminated,
+                                            truncated, extras):
             return True
-        obs = step.obs
         if type(obs) is np.ndarray and obs.ndim >= 1:
             m, n = self.table.lanes, obs.shape[0]
-            return self.write(collect_fields(*step), (n,) if m == 1 else (n, m), (n, m))
+            fields = collect_fields(obs, action, reward, next_obs, terminated, truncated,
+                                    extras)
+            return self.write(fields, (n,) if m == 1 else (n, m), (n, m))
         return False
 
     def arrays(self, fields: dict[str, Any], lead: tuple[int, ...],
