@@ -226,7 +226,7 @@ def record_owner(backend: ArrayBackend, owner: Any) -> None:
     try:
         record: dict[str, Any] | None = buffer_config(owner).model_dump(mode="json")
         error = None
-    except (ConfigError, TypeError, ValueError) as exc:
+    except (ConfigError, ImportError, TypeError, ValueError) as exc:
         record, error = None, f"{type(exc).__name__}: {exc}"
     backend.record_owner(record, error)
 
