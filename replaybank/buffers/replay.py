@@ -535,6 +535,18 @@ class ReplayBuffer:
             "storage": self._backend.name,
         }
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle support (``pickle``, ``copy.deepcopy``, ``torch.save``, multiprocessing):
+        the parts and their state; the write plan is rebuilt on the next add.
+
+        Raises:
+            ConfigError: The storage cannot be pickled (memmap: reopen it by path).
+        """
+        state = self.__dict__.copy()
+        state["_writer"] = None  # holds the compiled appender; rebuilt on use
+        state["_lane_view"] = None
+        return state
+
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(capacity={self._capacity}, num_envs={self._num_envs}, "
                 f"size={len(self)}, sampler={type(self.sampler).__name__}, "

@@ -179,6 +179,22 @@ class PrioritizedSampler:
 
             self._fused = sumtree_numba
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle support: the trees and schedule; kernels are looked up again."""
+        state = self.__dict__.copy()
+        state["_kernels"] = None
+        state["_fused"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        if self.kernel_name != "unbound":
+            self._kernels, self.kernel_name = sumtree.kernels(self.kernel)
+            if self.kernel_name == "numba":
+                from replaybank.ops import sumtree_numba
+
+                self._fused = sumtree_numba
+
     def _bound(self) -> sumtree.Kernels:
         if self._kernels is None:
             raise ConfigError(

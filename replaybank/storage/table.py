@@ -170,6 +170,14 @@ class StepTable:
         self._flat_cache[id(array)] = (array, view)
         return view
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle support: the arrays and counters; views derived from them (flat views,
+        the read plan) are rebuilt on use, since a pickled view is a copy."""
+        state = self.__dict__.copy()
+        state["_flat_cache"] = {}
+        state["_plan"] = None
+        return state
+
     def state_arrays(self) -> dict[str, npt.NDArray[Any]]:
         """Bookkeeping arrays by name (for checkpoints)."""
         return {"written": self.written, "counts": self.counts, "episodes": self.episodes,

@@ -258,6 +258,14 @@ class FrameStackView:
         out = kernel(table.link, table.written, table.counts, keys, self.k, bufs)
         return out
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle support: what reads a table's arrays (a pickled view is a copy of them)
+        is dropped and rebuilt on use."""
+        state = self.__dict__.copy()
+        state["_last"] = None
+        state["_reads"] = None
+        return state
+
     def valid(self, table: StepTable, keys: IntArray) -> npt.NDArray[np.bool_] | None:
         """Steps whose history (and the inner view's needs) is still stored (None: all)."""
         if type(keys) is not np.ndarray or keys.dtype != np.int64:

@@ -254,6 +254,19 @@ class MemmapBackend:
         """Data lives on disk: no RAM check at allocation."""
         return False
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Refused: a pickled copy of mapped files would be a second writer (or a silent
+        in-memory copy). Pass the directory instead and reopen it there.
+
+        Raises:
+            ConfigError: Always, naming the path and the fix.
+        """
+        raise ConfigError(
+            f"a memmap buffer (path={str(self.path)!r}) cannot be pickled or copied: pass "
+            "the path and call rb.open(path) in the other process (after buf.flush(), and "
+            "after this process closed it), or rb.save(buf, dir) / rb.load(dir) for a copy"
+        )
+
     # ------------------------------------------------------------------ owner
     def record_owner(self, record: dict[str, Any] | None, error: str | None = None) -> None:
         """Keep the owning buffer's record (its config) in the manifest.

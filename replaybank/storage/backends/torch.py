@@ -110,6 +110,16 @@ class TorchBackend:
         self.torch = torch
         self.device = dev
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle support: the device, not the torch module (imported again)."""
+        state = self.__dict__.copy()
+        del state["torch"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.torch = _torch()
+
     # ------------------------------------------------------------------ helpers
     def _index(self, index: Any) -> Any:
         """numpy index (array, slice, tuple of those) -> the same on the device."""
