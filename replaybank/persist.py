@@ -186,8 +186,12 @@ def load(dirpath: Any, prefix: str = "buffer_", **overrides: Any) -> Any:
     Args:
         dirpath: Directory of the checkpoint.
         prefix: File name prefix.
-        **overrides: Config entries to change, e.g. ``storage="numpy"`` to load a memmap
-            buffer into memory, or ``path=`` for a new memmap directory.
+        **overrides: Config entries to change, e.g. ``path=`` (with ``storage="memmap"``,
+            the default when ``path`` is given) to load into a new memmap directory.
+
+    A checkpoint never chooses where files are written: the buffer is loaded into memory
+    (``storage="numpy"``, even when the saved buffer was a memmap buffer, whose ``path``
+    in the saved config is ignored) unless the caller passes ``path=`` here.
 
     Returns:
         The buffer (of the saved registered type); its next ``sample()`` equals the saved
@@ -204,6 +208,7 @@ def load(dirpath: Any, prefix: str = "buffer_", **overrides: Any) -> Any:
         if not isinstance(cfg, dict):
             raise CheckpointError(f"{sf.path}: the manifest has no buffer config; load the "
                                   "state into a buffer you build with load_into(buf, ...)")
+        cfg = _in_memory(cfg)
         if "path" in overrides and "storage" not in overrides:
             overrides["storage"] = "memmap"
         try:
@@ -212,6 +217,17 @@ def load(dirpath: Any, prefix: str = "buffer_", **overrides: Any) -> Any:
             raise CheckpointError(f"cannot rebuild the saved buffer: {exc}") from exc
         _restore(buf, manifest, sf)
     return buf
+
+
+def _in_memory(cfg: dict[str, Any]) -> dict[str, Any]:
+    """A saved config with its file locations dropped: ``path`` (from a file, never
+    trusted as a place to write) is None, and ``storage="memmap"`` becomes ``"numpy"``."""
+    cfg = dict(cfg)
+    if "path" in cfg:
+        cfg["path"] = None
+    if cfg.get("storage") == "memmap":
+        cfg["storage"] = "numpy"
+    return cfg
 
 
 # ---------------------------------------------------------------------- memmap buffers
@@ -262,20 +278,27 @@ def flush(buf: Resumable) -> Path | None:
                       info={"kind": _KIND, "buffer_id": backend.buffer_id})
 
 
-def open(path: Any, **overrides: Any) -> Any:
+def open(path: Any, mode: str = "r+", **overrides: Any) -> Any:
     """Reopen the memmap buffer at ``path`` (in this or a new process).
 
     Args:
         path: Directory of a buffer built with ``storage="memmap"``.
+        mode: ``"r+"`` (read and write: the one writer of ``path``, which stays locked
+            until the buffer is garbage collected or ``buf.backend.close()``) or ``"r"``
+            (read only, beside a writer: files mapped read-only, writes raise ConfigError).
         **overrides: Config entries to change (e.g. ``seed=``, ``sampler=`` when the
-            original used an unregistered sampler).
+            original used an unregistered sampler). The files stay where they are: the
+            buffer always uses ``path`` (not a path recorded in its files), and
+            ``storage``/``path`` cannot be overridden.
 
     Returns:
         The buffer (of its registered type), holding every step added before the old
         process stopped, with the state of its last :func:`flush` when that still fits.
 
     Raises:
-        CheckpointError: No buffer at ``path``, or no config recorded for it.
+        CheckpointError: No buffer at ``path``, no config recorded for it, or its lane
+            counters or links are damaged.
+        ConfigError: ``storage`` or ``path`` given as an override.
 
     Example:
         >>> import tempfile
@@ -286,7 +309,12 @@ def open(path: Any, **overrides: Any) -> Any:
         >>> open(d).spec["obs"].shape
         (2,)
     """
-    backend = MemmapBackend(path, reopen=True)
+    moved = sorted(k for k in ("storage", "path") if k in overrides)
+    if moved:
+        raise ConfigError(f"open({path}, {moved[0]}=...): a reopened buffer keeps its files "
+                          f"at {path}; drop the {moved[0]} override (to copy the buffer "
+                          "elsewhere, save() it and load(..., path=new_dir))")
+    backend = MemmapBackend(path, reopen=True, mode=mode)
     cfg = backend.owner_record()
     if cfg is None:
         why = backend.manifest.get("config_error") or "nothing was ever added to it"
@@ -318,7 +346,10 @@ def _load_resume(buf: Resumable, backend: DurableBackend) -> bool:
         if saved.shape != now.shape or not np.array_equal(saved, now):
             return _skip(backend.path, "steps were added (or the buffer cleared) after its "
                                        "last flush()")
-    buf.load_resume_state(state)
+    try:
+        buf.load_resume_state(state)  # checked first: a state that does not fit changes nothing
+    except CheckpointError as exc:
+        return _skip(backend.path, f"its resume state does not fit the buffer ({exc})")
     return True
 
 

@@ -16,25 +16,32 @@ Example:
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from replaybank.errors import CheckpointError
+from replaybank.buffers.inputs import obs_fields, standard_spec
+from replaybank.errors import CheckpointError, ReplayBankError
 from replaybank.ops import ring
 from replaybank.samplers.base import Sampler
 from replaybank.spec import Spec
 from replaybank.storage.backends.base import ArrayBackend, DurableBackend
 from replaybank.storage.table import StepTable
-from replaybank.storage.table_state import table_state
+from replaybank.storage.table_state import check_table_arrays, table_state
 from replaybank.views import make_view
 from replaybank.views.base import View
 
 IntArray = npt.NDArray[np.int64]
 
-__all__ = ["buffer_state", "checked_spec", "init_args", "init_config", "live_slots",
-           "resume_state", "rng_state"]
+__all__ = ["buffer_state", "check_parts", "checked_spec", "checked_state", "init_args",
+           "init_config", "live_slots", "probe_load", "probe_rng", "resume_state",
+           "rng_state"]
+
+#: What a component's ``load_state_dict`` raises on a state of the wrong structure.
+_MISFIT = (KeyError, ValueError, TypeError, IndexError, AttributeError, OverflowError)
 
 
 def init_args(n_step: int, gamma: float, frame_stack: int, storage: str | ArrayBackend,
@@ -101,7 +108,7 @@ def buffer_state(metadata: dict[str, Any], init_args: dict[str, Any], rng: np.ra
     return state
 
 
-def checked_spec(meta: dict[str, Any], capacity: int, num_envs: int,
+def checked_spec(meta: Any, capacity: int, num_envs: int,
                  current: Spec | None) -> Spec | None:
     """The spec a saved state holds, checked against the buffer it is loaded into.
 
@@ -123,6 +130,9 @@ def checked_spec(meta: dict[str, Any], capacity: int, num_envs: int,
         ...
         replaybank.errors.CheckpointError: load_state_dict: state has num_envs=2 but this buffer has num_envs=1; build the buffer with the saved num_envs
     """  # noqa: E501
+    if not isinstance(meta, Mapping):
+        raise CheckpointError(f"load_state_dict: state metadata is {type(meta).__name__}, "
+                              "expected a dict; pass a ReplayBuffer.state_dict()")
     for key, mine in (("capacity", capacity), ("num_envs", num_envs)):
         if meta.get(key) != mine:
             raise CheckpointError(
@@ -132,11 +142,119 @@ def checked_spec(meta: dict[str, Any], capacity: int, num_envs: int,
     spec_json = meta.get("spec")
     if spec_json is None:
         return None
-    spec = Spec.from_json(spec_json)
+    try:
+        spec = standard_spec(Spec.from_json(spec_json))
+    except (ReplayBankError, *_MISFIT) as exc:
+        raise CheckpointError(f"load_state_dict: the state's spec {spec_json!r} is not a "
+                              f"valid spec ({exc}); the state is damaged") from exc
     if current is not None and current != spec:
         raise CheckpointError(
             f"load_state_dict: state spec {spec} differs from the buffer's {current}"
         )
+    return spec
+
+
+def probe_load(component: Any, saved: Any, what: str) -> None:
+    """Check that ``saved`` fits ``component`` (a sampler or view) by loading it into a deep
+    copy; ``component`` itself is left as it is.
+
+    A component that cannot be copied is not probed (its own ``load_state_dict`` checks
+    the state when it loads).
+
+    Raises:
+        CheckpointError: The copy rejected the state (any structural error becomes one).
+
+    Example:
+        >>> from replaybank.samplers.prioritized import PrioritizedSampler
+        >>> s = PrioritizedSampler()
+        >>> s.bind(2, 1)
+        >>> probe_load(s, {"priorities": [1.0, float("nan")], "max_priority": 1.0,
+        ...                "calls": 0}, "sampler")
+        Traceback (most recent call last):
+        ...
+        replaybank.errors.CheckpointError: PrioritizedSampler.load_state_dict: priorities[1] = nan; stored priorities must be finite and >= 0: the sampler state is damaged, restore it from a checkpoint
+    """  # noqa: E501
+    try:
+        trial = copy.deepcopy(component)
+    except (TypeError, ValueError, AttributeError, RecursionError, copy.Error):
+        return
+    try:
+        trial.load_state_dict(saved)
+    except CheckpointError:
+        raise
+    except (ReplayBankError, *_MISFIT) as exc:
+        raise CheckpointError(
+            f"load_state_dict: the {what} state does not fit {type(component).__name__} "
+            f"({type(exc).__name__}: {exc}); it is damaged or belongs to another {what}"
+        ) from exc
+
+
+def probe_rng(rng: np.random.Generator, saved: Any) -> None:
+    """Check that ``saved`` is a state of ``rng``'s bit generator (assigned to a fresh one).
+
+    Raises:
+        CheckpointError: It is not.
+
+    Example:
+        >>> try:
+        ...     probe_rng(np.random.default_rng(0), {"bit_generator": "MT19937"})
+        ... except CheckpointError as exc:
+        ...     print(str(exc).split(" (")[0])
+        load_state_dict: rng state does not fit a PCG64 generator
+    """
+    kind = type(rng.bit_generator)
+    try:
+        kind().state = saved
+    except _MISFIT as exc:
+        raise CheckpointError(
+            f"load_state_dict: rng state does not fit a {kind.__name__} generator "
+            f"({type(exc).__name__}: {exc}); the state is damaged or was saved with another "
+            "generator type"
+        ) from exc
+
+
+def check_parts(saved: Mapping[str, Any], sampler: Sampler, view: View,
+                rng: np.random.Generator) -> None:
+    """Check the sampler, view and generator state of a state dict (or a resume state)
+    without changing the parts.
+
+    Raises:
+        CheckpointError: A part's state is missing or does not fit it.
+    """
+    if "sampler" not in saved or "rng" not in saved:
+        missing = [k for k in ("sampler", "rng") if k not in saved]
+        raise CheckpointError(f"load_state_dict: the state has no {' or '.join(missing)} "
+                              "entry; pass a state_dict() of this buffer type")
+    probe_load(sampler, saved["sampler"], "sampler")
+    # checkpoints written before views had state hold none: the view keeps its own
+    probe_load(view, saved.get("view", {}), "view")
+    probe_rng(rng, saved["rng"])
+
+
+def checked_state(saved: Any, capacity: int, num_envs: int, current: Spec | None,
+                  sampler: Sampler, view: View, rng: np.random.Generator) -> Spec | None:
+    """Check a whole replay-buffer state dict before anything is restored: sizes and spec,
+    every table array and the invariants of its counters and links
+    (:func:`~replaybank.storage.table_state.check_table_arrays`), and the sampler, view
+    and generator state (:func:`check_parts`).
+
+    Returns:
+        The saved spec, or None when the saved buffer held nothing yet.
+
+    Raises:
+        CheckpointError: Naming what does not fit.
+    """
+    if not isinstance(saved, Mapping):
+        raise CheckpointError(f"load_state_dict: state is {type(saved).__name__}, expected "
+                              "the dict of a ReplayBuffer.state_dict()")
+    spec = checked_spec(saved.get("metadata"), capacity, num_envs, current)
+    if spec is not None:
+        table = saved.get("table")
+        if not isinstance(table, Mapping):
+            raise CheckpointError("load_state_dict: the state's metadata has a spec but "
+                                  "there is no table; the state is damaged")
+        check_table_arrays(spec, capacity // num_envs, num_envs, obs_fields(spec), table)
+    check_parts(saved, sampler, view, rng)
     return spec
 
 

@@ -29,7 +29,7 @@ from replaybank import persist
 from replaybank.batch import Batch, SequenceBatch
 from replaybank.buffers.replay import ReplayBuffer
 from replaybank.config import BufferConfig, buffer_config
-from replaybank.errors import ConfigError
+from replaybank.errors import CheckpointError, ConfigError, describe
 from replaybank.samplers.base import Sampler
 from replaybank.spec import Spec
 from replaybank.storage.backends.base import ArrayBackend
@@ -234,15 +234,18 @@ class SequenceReplayBuffer:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Inverse of :meth:`state_dict`."""
+        """Inverse of :meth:`state_dict` (the sequence options are checked first, the inner
+        buffer checks its own state: a state that fails changes nothing).
+
+        Raises:
+            CheckpointError: The state does not fit this buffer or is damaged.
+        """
+        seq = state.get("sequence") if isinstance(state, dict) else None
+        options = None if seq is None else _saved_options(seq)
         self.buffer.load_state_dict(state)
-        seq = state.get("sequence")
-        if seq is not None:
-            self.sequence_length = seq["sequence_length"]
-            self.episode_boundary = seq["episode_boundary"]
-            self.strict = bool(seq["strict"])
-            self.burn_in = int(seq["burn_in"])
-            self.state_fields = seq["state_fields"]
+        if options is not None:
+            (self.sequence_length, self.episode_boundary, self.strict, self.burn_in,
+             self.state_fields) = options
 
     def save(self, dirpath: Any, prefix: str = "buffer_") -> None:
         """Write this buffer (data, sequence options) atomically; restore with :meth:`load`.
@@ -301,3 +304,33 @@ class SequenceReplayBuffer:
         return (f"SequenceReplayBuffer(capacity={self.capacity}, num_envs={self.num_envs}, "
                 f"size={len(self)}, sequence_length={self.sequence_length}, "
                 f"episode_boundary={self.episode_boundary!r}, burn_in={self.burn_in})")
+
+
+def _saved_options(seq: Any) -> tuple[int | None, str, bool, int, Any]:
+    """The sequence options of a state dict, checked like the constructor's arguments.
+
+    Raises:
+        CheckpointError: An option is missing or out of range.
+    """
+    bad = "the state's sequence options are damaged; restore them from a checkpoint"
+    keys = ("sequence_length", "episode_boundary", "strict", "burn_in", "state_fields")
+    if not isinstance(seq, dict) or not set(keys) <= set(seq):
+        raise CheckpointError(f"load_state_dict: sequence={describe(seq)} lacks some of "
+                              f"{list(keys)}; {bad}")
+    length, boundary, strict, burn_in, fields = (seq[k] for k in keys)
+    if length is not None and (isinstance(length, bool) or not isinstance(length, int)
+                               or length < 1):
+        raise CheckpointError(f"load_state_dict: sequence_length={length!r} is not an int "
+                              f">= 1 or None; {bad}")
+    if boundary not in ("stop", "cross"):
+        raise CheckpointError(f"load_state_dict: episode_boundary={boundary!r} is not 'stop' "
+                              f"or 'cross'; {bad}")
+    if isinstance(burn_in, bool) or not isinstance(burn_in, int) or burn_in < 0:
+        raise CheckpointError(f"load_state_dict: burn_in={burn_in!r} is not an int >= 0; {bad}")
+    if not isinstance(strict, bool):
+        raise CheckpointError(f"load_state_dict: strict={strict!r} is not a bool; {bad}")
+    if fields is not None and not isinstance(fields, str) and not (
+            isinstance(fields, list) and all(isinstance(f, str) for f in fields)):
+        raise CheckpointError(f"load_state_dict: state_fields={fields!r} is not a field name "
+                              f"or a list of them; {bad}")
+    return length, boundary, strict, burn_in, fields

@@ -239,15 +239,26 @@ class PathBuffer:
         Raises:
             CheckpointError: The state does not match this buffer.
         """
-        adv = np.asarray(state["arrays"]["advantages"], dtype=np.float64)
-        ret = np.asarray(state["arrays"]["returns"], dtype=np.float64)
-        start = int(state["path_start"])
+        try:
+            adv = np.asarray(state["arrays"]["advantages"], dtype=np.float64)
+            ret = np.asarray(state["arrays"]["returns"], dtype=np.float64)
+            start = state["path_start"]
+            pos = state["rollout"]["metadata"]["pos"]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CheckpointError(f"load_state_dict: the state lacks or garbles "
+                                  f"{type(exc).__name__}: {exc}; pass a PathBuffer.state_dict()"
+                                  ) from exc
+        if any(isinstance(v, bool) or not isinstance(v, (int, np.integer))
+               for v in (start, pos)):
+            raise CheckpointError(f"load_state_dict: path_start={start!r} and pos={pos!r} must "
+                                  "be ints; the state is damaged")
+        start = int(start)
         if adv.shape != (self._size,) or ret.shape != (self._size,):
             raise CheckpointError(
                 f"load_state_dict: arrays of shape {adv.shape}, but size={self._size}; "
                 "build the buffer with the saved size"
             )
-        if not 0 <= start <= int(state["rollout"]["metadata"]["pos"]):
+        if not 0 <= start <= int(pos):
             raise CheckpointError(f"load_state_dict: path_start={start} outside the data")
         self.rollout.load_state_dict(state["rollout"])
         self._adv, self._ret, self._path_start = adv.copy(), ret.copy(), start

@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from replaybank.errors import CheckpointError, ConfigError, EmptyBufferError
+from replaybank.errors import CheckpointError, ConfigError, EmptyBufferError, describe
 from replaybank.ops import ring, sumtree
 from replaybank.samplers.base import FloatArray, IntArray, LaneView, SampleResult
 from replaybank.samplers.uniform import check_batch_size
@@ -393,19 +393,45 @@ class PrioritizedSampler:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore from :meth:`state_dict` (rebuilds both trees).
 
+        Everything is checked before anything changes.
+
         Raises:
-            CheckpointError: The number of slots differs from the bound buffer's.
+            CheckpointError: An entry is missing, the number of slots differs from the
+                bound buffer's, a priority is negative, NaN or infinite, ``max_priority``
+                is not positive and finite, or ``calls`` is not an int >= 0.
         """
         self._bound()
-        p = np.asarray(state["priorities"], dtype=np.float64).reshape(-1)
-        if len(p) != self._n:
+        where = "PrioritizedSampler.load_state_dict"
+        damaged = "the sampler state is damaged, restore it from a checkpoint"
+        if not isinstance(state, dict) or not {"priorities", "max_priority", "calls"} <= set(
+                state):
+            raise CheckpointError(f"{where}: state {describe(state)} lacks priorities, "
+                                  "max_priority or calls; pass a PrioritizedSampler.state_dict()")
+        try:
+            p = np.asarray(state["priorities"], dtype=np.float64)
+            top = float(state["max_priority"])
+        except (TypeError, ValueError) as exc:
+            raise CheckpointError(f"{where}: priorities or max_priority are not numbers "
+                                  f"({exc}); {damaged}") from exc
+        if p.shape != (self._n,):
             raise CheckpointError(
-                f"PrioritizedSampler.load_state_dict: state has {len(p)} slots but the "
-                f"buffer has {self._n}; load into a buffer of the same capacity"
+                f"{where}: priorities have shape {p.shape} but the buffer has {self._n} "
+                "slots; load into a buffer of the same capacity"
             )
+        bad = np.flatnonzero(~np.isfinite(p) | (p < 0))
+        if len(bad):
+            raise CheckpointError(f"{where}: priorities[{bad[0]}] = {p[bad[0]]}; stored "
+                                  f"priorities must be finite and >= 0: {damaged}")
+        if not (np.isfinite(top) and top > 0):
+            raise CheckpointError(f"{where}: max_priority = {top}; must be finite and > 0: "
+                                  f"{damaged}")
+        calls = state["calls"]
+        if isinstance(calls, (bool, np.bool_)) or not isinstance(calls, (int, np.integer)) \
+                or calls < 0:
+            raise CheckpointError(f"{where}: calls = {calls!r}; must be an int >= 0: {damaged}")
         sumtree.build_pair(self._sum, self._min, self._off, self.fanout, p)
-        self.max_priority = float(state["max_priority"])
-        self.calls = int(state["calls"])
+        self.max_priority = top
+        self.calls = int(calls)
 
     def config(self) -> dict[str, Any]:
         """Constructor arguments (JSON-able) with ``"type": "prioritized"``."""

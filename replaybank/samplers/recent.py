@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from replaybank.errors import ConfigError
+from replaybank.errors import CheckpointError, ConfigError, describe
 from replaybank.ops import ring
 from replaybank.samplers.base import FloatArray, IntArray, LaneView, SampleResult
 from replaybank.samplers.prioritized import PrioritizedSampler, is_weights
@@ -345,11 +345,36 @@ class RecentSampler:
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Inverse of :meth:`state_dict`."""
-        self.eta = float(state["eta"])
-        self.returns = [float(x) for x in np.asarray(state["returns"]).reshape(-1)]
+        """Inverse of :meth:`state_dict` (everything is checked before anything changes).
+
+        Raises:
+            CheckpointError: ``eta`` outside ``(0, 1]``, ``returns`` not finite numbers
+                ``[k]``, or the prioritized sampler's state does not fit it.
+        """
+        where = "RecentSampler.load_state_dict"
+        damaged = "the sampler state is damaged, restore it from a checkpoint"
+        if not isinstance(state, dict) or "eta" not in state or "returns" not in state:
+            raise CheckpointError(f"{where}: state {describe(state)} lacks eta or returns; "
+                                  "pass a RecentSampler.state_dict()")
+        try:
+            eta = float(state["eta"])
+            returns = np.asarray(state["returns"], dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise CheckpointError(f"{where}: eta or returns are not numbers ({exc}); "
+                                  f"{damaged}") from exc
+        if not 0.0 < eta <= 1.0:
+            raise CheckpointError(f"{where}: eta = {eta}; must be in (0, 1]: {damaged}")
+        if returns.ndim != 1:
+            raise CheckpointError(f"{where}: returns have shape {returns.shape}, expected "
+                                  f"[k]: {damaged}")
+        bad = np.flatnonzero(~np.isfinite(returns))
+        if len(bad):
+            raise CheckpointError(f"{where}: returns[{bad[0]}] = {returns[bad[0]]}; episode "
+                                  f"returns must be finite: {damaged}")
         if self.prioritized is not None and state.get("prioritized") is not None:
-            self.prioritized.load_state_dict(state["prioritized"])
+            self.prioritized.load_state_dict(state["prioritized"])  # checked before it changes
+        self.eta = eta
+        self.returns = [float(x) for x in returns]
 
     def config(self) -> dict[str, Any]:
         """Constructor arguments (JSON-able) with ``"type": "recent"``."""

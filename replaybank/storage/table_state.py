@@ -22,17 +22,23 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from replaybank.errors import CheckpointError
+from replaybank.spec import Spec
 from replaybank.storage.backends.base import ArrayBackend
 from replaybank.storage.table import StepTable
 
-__all__ = ["load_table_state", "table_state"]
+__all__ = ["check_counters", "check_table", "check_table_arrays", "load_table_state",
+           "table_state"]
+
+IntArray = npt.NDArray[np.int64]
+#: Item keys (``seq * lanes + lane``) stay below this, far from int64 overflow.
+_MAX_KEY = 1 << 62
 
 
 def table_state(t: StepTable) -> dict[str, npt.NDArray[Any]]:
@@ -48,14 +54,17 @@ def table_state(t: StepTable) -> dict[str, npt.NDArray[Any]]:
 def load_table_state(t: StepTable, arrays: Mapping[str, Any]) -> None:
     """Copy a :func:`table_state` into ``t`` (same spec, rows and lanes).
 
-    Every shape is checked before anything is written; arrays are copied in chunks of
-    rows, so a lazily read source (a checkpoint file) never needs a second full copy.
+    Every shape and every invariant of the lane counters and links
+    (:func:`check_table_arrays`) is checked before anything is written; arrays are copied
+    in chunks of rows, so a lazily read source (a checkpoint file) never needs a second
+    full copy.
 
     Raises:
-        CheckpointError: An array is missing or has the wrong shape.
+        CheckpointError: An array is missing or has the wrong shape, or the counters,
+            links or free slots break an invariant (the table is then unchanged).
     """
-    side_len = _side_len(t, arrays)
-    _check(t, arrays, side_len)  # before anything is written
+    side_len, meta, free = _checked(t.spec, t.T, t.lanes, t.obs_fields, arrays,
+                                    "load_state_dict")
     if side_len != t.side_capacity:
         t.side.resize(side_len)
     for name in t.arrays:
@@ -63,37 +72,202 @@ def load_table_state(t: StepTable, arrays: Mapping[str, Any]) -> None:
     for name in t.side.arrays:
         _copy_rows(t.backend, t.side.arrays[name], arrays[f"side/{name}"])
     for name, arr in t.state_arrays().items():
-        arr[...] = arrays[f"meta/{name}"]
+        arr[...] = meta[name]
     t.rebuild_free_list()
     t.epoch += 1  # links changed without a write
-    saved = arrays.get("free_slots")
-    if saved is not None and sorted(np.asarray(saved).tolist()) == sorted(t.side.free):
-        t.side.free = [int(i) for i in np.asarray(saved)]
+    if free is not None:
+        t.side.free = free
 
 
-def _side_len(t: StepTable, arrays: Mapping[str, Any]) -> int:
-    key = f"side/{t.obs_fields[0]}"
-    if key not in arrays:
-        raise CheckpointError(f"load_state_dict: table array {key} is missing; the state "
-                              "does not belong to a buffer of this spec")
-    return int(arrays[key].shape[0])
+def check_table_arrays(spec: Spec, T: int, lanes: int,  # noqa: N803
+                       obs_fields: Sequence[str], arrays: Mapping[str, Any],
+                       where: str = "load_state_dict") -> int:
+    """Check a :func:`table_state` for a table of ``spec``, ``T`` rows and ``lanes`` lanes
+    without writing anything: every array present with the right shape, and the lane
+    counters, links and free slots consistent (:func:`check_counters`).
+
+    Args:
+        spec: The table's fields.
+        T: Rows per lane.
+        lanes: Lanes.
+        obs_fields: The observation fields (their next values are linked).
+        arrays: The state, keyed like :func:`table_state`.
+        where: What is loading (named in errors).
+
+    Returns:
+        The number of side slots the state holds.
+
+    Raises:
+        CheckpointError: Naming the array, the bad value and the rule.
+    """
+    return _checked(spec, T, lanes, obs_fields, arrays, where)[0]
 
 
-def _check(t: StepTable, arrays: Mapping[str, Any], side_len: int) -> None:
-    """Raise CheckpointError unless every table array of a state has the right shape."""
-    want = {f"fields/{n}": tuple(a.shape) for n, a in t.arrays.items()}
-    want.update({f"side/{n}": (side_len, *t.spec[n].shape) for n in t.obs_fields})
-    want.update({f"meta/{n}": tuple(a.shape) for n, a in t.state_arrays().items()})
+def _checked(spec: Spec, T: int, lanes: int, obs_fields: Sequence[str],  # noqa: N803
+             arrays: Mapping[str, Any], where: str
+             ) -> tuple[int, dict[str, IntArray], list[int] | None]:
+    """:func:`check_table_arrays`: ``(side slots, meta arrays as int64, saved free order
+    or None)``."""
+    side_len = _side_len(obs_fields, arrays, where)
+    want = {f"fields/{n}": (T, lanes, *f.shape) for n, f in spec.items()}
+    want.update({f"side/{n}": (side_len, *spec[n].shape) for n in obs_fields})
+    want.update({"meta/written": (lanes,), "meta/counts": (lanes,), "meta/episodes": (lanes,),
+                 "meta/link": (T, lanes)})
     for key, shape in want.items():
         got = tuple(arrays[key].shape) if key in arrays else None
         if got != shape:
             raise CheckpointError(
-                f"load_state_dict: table array {key} has shape {got}, expected {shape}; "
+                f"{where}: table array {key} has shape {got}, expected {shape}; "
                 "the state does not belong to a buffer of this capacity/spec"
             )
-    if not 0 < side_len <= t.T * t.lanes:
-        raise CheckpointError(f"load_state_dict: side store of {side_len} slots; expected "
-                              f"1..{t.T * t.lanes}")
+    if not 0 < side_len <= T * lanes:
+        raise CheckpointError(f"{where}: side store of {side_len} slots; expected "
+                              f"1..{T * lanes}")
+    meta = {name: _ints(arrays[f"meta/{name}"], f"meta/{name}", where)
+            for name in ("written", "counts", "episodes", "link")}
+    used = check_counters(T, meta["written"], meta["counts"], meta["episodes"], meta["link"],
+                          side_len, where)
+    return side_len, meta, _free_order(arrays, side_len, used, where)
+
+
+def check_table(t: StepTable, where: str) -> None:
+    """Check the counters and links a table holds now (a memmap table reopened from its
+    files, whose counters another process or a damaged disk may have written).
+
+    Raises:
+        CheckpointError: An invariant of :func:`check_counters` is broken.
+
+    Example:
+        >>> from replaybank.spec import Spec
+        >>> spec = Spec.coerce({"obs": ((2,), "float32"), "terminated": ((), "bool"),
+        ...                     "truncated": ((), "bool")})
+        >>> t = StepTable(spec, T=4, lanes=1, obs_fields=["obs"])
+        >>> t.counts[0] = 9
+        >>> check_table(t, "open(d)")
+        Traceback (most recent call last):
+        ...
+        replaybank.errors.CheckpointError: open(d): meta/counts[0] = 9 is outside [0, 4] (each lane holds at most capacity // num_envs = 4 steps); the lane counters are damaged: restore the buffer from a checkpoint
+    """  # noqa: E501
+    check_counters(t.T, np.asarray(t.written), np.asarray(t.counts), np.asarray(t.episodes),
+                   np.asarray(t.link), t.side_capacity, where)
+
+
+def check_counters(T: int, written: IntArray, counts: IntArray,  # noqa: N803
+                   episodes: IntArray, link: npt.NDArray[Any], side_len: int,
+                   where: str) -> npt.NDArray[np.bool_]:
+    """Check the invariants of a step table's bookkeeping (see
+    :class:`~replaybank.storage.table.StepTable`), which the writers (the compiled one
+    included) rely on as memory offsets.
+
+    Per lane ``l``: ``0 <= counts[l] <= T``, ``counts[l] <= written[l]`` (small enough that
+    item keys do not overflow), ``episodes[l] >= 0``. Every live step's link is in
+    ``[0, side_len]``; a link of 0 (next observation = the next step's) only where the
+    next step of the lane is live, so the newest live step of a lane links to the side
+    store; no side slot is linked from two live steps.
+
+    Args:
+        T: Rows per lane.
+        written: Steps ever written per lane ``[lanes]``.
+        counts: Live steps per lane ``[lanes]``.
+        episodes: Episodes ended per lane ``[lanes]``.
+        link: Next-observation links ``[T, lanes]``.
+        side_len: Side slots allocated.
+        where: What is loading (named in errors).
+
+    Returns:
+        Which side slots live steps use ``[side_len]``.
+
+    Raises:
+        CheckpointError: Naming the array, the lane and the bad value.
+    """
+    lanes = len(counts)
+    fix = "restore the buffer from a checkpoint"
+    top = _MAX_KEY // max(1, lanes)
+    for lane in range(lanes):
+        c, w, e = int(counts[lane]), int(written[lane]), int(episodes[lane])
+        if not 0 <= c <= T:
+            raise CheckpointError(
+                f"{where}: meta/counts[{lane}] = {c} is outside [0, {T}] (each lane holds at "
+                f"most capacity // num_envs = {T} steps); the lane counters are damaged: {fix}")
+        if not c <= w <= top:
+            raise CheckpointError(
+                f"{where}: meta/written[{lane}] = {w} is outside [counts = {c}, {top}] (a lane "
+                f"has written at least the steps it holds); the lane counters are damaged: "
+                f"{fix}")
+        if e < 0:
+            raise CheckpointError(f"{where}: meta/episodes[{lane}] = {e} is negative; the "
+                                  f"lane counters are damaged: {fix}")
+    used = np.zeros(side_len, dtype=bool)
+    for lane in range(lanes):
+        c, w = int(counts[lane]), int(written[lane])
+        if c == 0:
+            continue
+        rows = np.arange(w - c, w, dtype=np.int64) % T  # [c], oldest to newest
+        lk = np.asarray(link[rows, lane], dtype=np.int64)
+        bad = np.flatnonzero((lk < 0) | (lk > side_len))
+        if len(bad):
+            r = int(rows[bad[0]])
+            raise CheckpointError(
+                f"{where}: meta/link[{r}, {lane}] = {int(lk[bad[0]])} is outside [0, "
+                f"{side_len}] (0 or a side slot + 1); the links are damaged: {fix}")
+        if lk[-1] == 0:
+            raise CheckpointError(
+                f"{where}: meta/link[{int(rows[-1])}, {lane}] = 0 but that step is the "
+                f"newest of lane {lane}, so its next observation must be kept in the side "
+                f"store (link > 0); the links are damaged: {fix}")
+        slots = lk[lk > 0] - 1
+        if len(slots) and (used[slots].any() or len(np.unique(slots)) < len(slots)):
+            dup = next(int(s) for s in _repeats(slots, used))
+            raise CheckpointError(
+                f"{where}: side slot {dup} is linked from two live steps (meta/link, lane "
+                f"{lane}); each kept next observation belongs to one step; the links are "
+                f"damaged: {fix}")
+        used[slots] = True
+    return used
+
+
+def _repeats(slots: IntArray, used: npt.NDArray[np.bool_]) -> list[int]:
+    """Slots already marked in ``used`` or repeated within ``slots``."""
+    seen = set(np.flatnonzero(used).tolist())
+    out = []
+    for s in slots.tolist():
+        if s in seen:
+            out.append(s)
+        seen.add(s)
+    return out
+
+
+def _ints(src: Any, key: str, where: str) -> npt.NDArray[np.int64]:
+    arr = np.asarray(src)
+    if not (np.issubdtype(arr.dtype, np.integer) or arr.dtype == np.bool_):
+        raise CheckpointError(f"{where}: table array {key} has dtype {arr.dtype}, expected "
+                              "integers; the state is damaged: restore it from a checkpoint")
+    return np.asarray(arr, dtype=np.int64)
+
+
+def _free_order(arrays: Mapping[str, Any], side_len: int, used: npt.NDArray[np.bool_],
+                where: str) -> list[int] | None:
+    """The saved order of free side slots (None when the state has none), checked: the
+    free slots are exactly those no live step links to (``used`` ``[side_len]``)."""
+    saved = arrays.get("free_slots")
+    if saved is None:
+        return None
+    free = _ints(saved, "free_slots", where).reshape(-1)
+    want = np.flatnonzero(~used)
+    if len(free) != len(want) or not np.array_equal(np.sort(free), want):
+        raise CheckpointError(
+            f"{where}: free_slots lists {len(free)} side slots but {len(want)} of the "
+            f"{side_len} are free (not linked from a live step); free_slots or meta/link "
+            "is damaged: restore the buffer from a checkpoint")
+    return [int(i) for i in free]
+
+
+def _side_len(obs_fields: Sequence[str], arrays: Mapping[str, Any], where: str) -> int:
+    key = f"side/{obs_fields[0]}"
+    if key not in arrays or len(getattr(arrays[key], "shape", ())) < 1:
+        raise CheckpointError(f"{where}: table array {key} is missing; the state "
+                              "does not belong to a buffer of this spec")
+    return int(arrays[key].shape[0])
 
 
 def _copy_rows(backend: ArrayBackend, dst: Any, src: Any, chunk_bytes: int = 16 << 20) -> None:

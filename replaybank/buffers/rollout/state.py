@@ -19,7 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from replaybank.buffers.rollout.inputs import FinalObsStore
-from replaybank.errors import CheckpointError
+from replaybank.errors import CheckpointError, ReplayBankError
 from replaybank.spec import Spec
 
 __all__ = ["ParsedState", "pack_arrays", "unpack_state"]
@@ -78,20 +78,28 @@ def unpack_state(state: dict[str, Any], num_steps: int, num_envs: int,
     Raises:
         CheckpointError: Sizes or spec differ, or arrays are missing or misshaped.
     """
-    meta, arrays = state["metadata"], state["arrays"]
+    meta, arrays = state.get("metadata"), state.get("arrays")
+    if not isinstance(meta, dict) or not isinstance(arrays, dict) or "rng" not in state:
+        raise CheckpointError("load_state_dict: the state lacks metadata, arrays or rng; pass "
+                              "a RolloutBuffer.state_dict()")
     for key, mine in (("num_steps", num_steps), ("num_envs", num_envs)):
         if meta.get(key) != mine:
             raise CheckpointError(
                 f"load_state_dict: state has {key}={meta.get(key)!r} but this buffer has "
                 f"{key}={mine}; build the buffer with the saved {key}"
             )
-    spec = None if meta.get("spec") is None else Spec.from_json(meta["spec"])
+    try:
+        spec = None if meta.get("spec") is None else Spec.from_json(meta["spec"])
+    except (ReplayBankError, KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise CheckpointError(f"load_state_dict: the state's spec is not a valid spec ({exc}); "
+                              "the state is damaged") from exc
     if current_spec is not None and spec is not None and spec != current_spec:
         raise CheckpointError(
             f"load_state_dict: state spec {spec} differs from the buffer's {current_spec}"
         )
-    pos = int(meta["pos"])
-    if not 0 <= pos <= num_steps:
+    pos = meta.get("pos")
+    if isinstance(pos, bool) or not isinstance(pos, (int, np.integer)) \
+            or not 0 <= pos <= num_steps:
         raise CheckpointError(f"load_state_dict: pos={pos} outside [0, {num_steps}]")
     try:
         fields = {n: np.array(arrays[f"fields/{n}"], dtype=f.dtype)
@@ -106,11 +114,15 @@ def unpack_state(state: dict[str, Any], num_steps: int, num_envs: int,
         if fobs is not None:
             fobs.load({k[len(_FINAL_OBS):]: v for k, v in arrays.items()
                        if k.startswith(_FINAL_OBS)})
+            idx = np.asarray(fobs.index, dtype=np.int64)
+            if np.any((idx < 0) | (idx >= pos * num_envs)) or len(np.unique(idx)) < len(idx):
+                raise ValueError(f"final_obs/index {idx.tolist()} must be distinct steps in "
+                                 f"[0, pos * num_envs = {pos * num_envs})")
         adv = None if arrays.get("advantages") is None else np.array(arrays["advantages"])
         ret = None if arrays.get("returns") is None else np.array(arrays["returns"])
         for name, arr in (("advantages", adv), ("returns", ret)):
             if arr is not None and arr.shape != (pos, num_envs):
                 raise ValueError(f"{name} has shape {arr.shape}, expected {(pos, num_envs)}")
-    except (KeyError, ValueError, TypeError) as exc:
+    except (KeyError, ValueError, TypeError, IndexError, OverflowError) as exc:
         raise CheckpointError(f"load_state_dict: missing or misshaped array ({exc})") from exc
-    return ParsedState(spec, fields, pos, fv, first, fobs, adv, ret)
+    return ParsedState(spec, fields, int(pos), fv, first, fobs, adv, ret)
