@@ -41,9 +41,9 @@ from replaybank.ops import ring
 from replaybank.samplers.base import LaneView, Sampler, SamplerTraits
 from replaybank.spec import Spec
 from replaybank.storage.backends import make_backend
-from replaybank.storage.backends.base import ArrayBackend
+from replaybank.storage.backends.base import ArrayBackend, DurableBackend
 from replaybank.storage.table import StepTable
-from replaybank.storage.table_state import load_table_state
+from replaybank.storage.table_state import check_table, load_table_state
 from replaybank.storage.writers.reference import write as write_reference
 from replaybank.storage.writers.writer import StepValues, Writer, writer_choice
 from replaybank.views.base import View
@@ -444,11 +444,16 @@ class ReplayBuffer:
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore from :meth:`state_dict` (spec, capacity and lanes must match).
 
+        Everything is checked before anything changes: sizes and spec, every table array
+        and the invariants of the lane counters and links, and the sampler, view and
+        generator state (each loaded into a copy first). A state that fails any check
+        leaves the buffer exactly as it was.
+
         Raises:
-            CheckpointError: The state does not match this buffer.
+            CheckpointError: The state does not match this buffer, or is damaged.
         """
-        spec = state.checked_spec(state_dict["metadata"], self._capacity, self._num_envs,
-                                  self.spec)
+        spec = state.checked_state(state_dict, self._capacity, self._num_envs, self.spec,
+                                   self.sampler, self.view, self._rng)
         if spec is None:
             self.clear()
         else:
@@ -469,14 +474,22 @@ class ReplayBuffer:
         return state.resume_state(self._rng, self.sampler, self.view, self._table)
 
     def load_resume_state(self, saved: dict[str, Any]) -> None:
-        """Restore a :meth:`resume_state` whose counters match the files."""
+        """Restore a :meth:`resume_state` whose counters match the files (checked first:
+        a state that does not fit raises CheckpointError and changes nothing)."""
+        state.check_parts(saved, self.sampler, self.view, self._rng)
         self.sampler.load_state_dict(saved["sampler"])
         self.view.load_state_dict(saved.get("view", {}))
         self._rng.bit_generator.state = saved["rng"]
 
     def reopened(self) -> None:
         """The storage was reopened from its files: rebuild the free side slots, and tell
-        the sampler about every live step, oldest first (its default state for them)."""
+        the sampler about every live step, oldest first (its default state for them).
+
+        Raises:
+            CheckpointError: The files' lane counters or links are damaged.
+        """
+        check_table(self.table, f"open({self._backend.path})"
+                    if isinstance(self._backend, DurableBackend) else "open()")
         self.table.rebuild_free_list()
         self.sampler.on_write(state.live_slots(self.table), None)
 
