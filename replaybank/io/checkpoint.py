@@ -14,8 +14,10 @@ velora's ``save``):
   the JSON part of its state (lane counters, generator and sampler state; arrays appear
   as ``{"__tensor__": name}``) and, per array, dtype, shape and CRC-32.
 
-Writes are atomic: both files are written under temporary names in ``dirpath``,
-fsynced, then renamed (state file first, then manifest) and the directory is fsynced.
+Writes are atomic: both files are written under temporary names in ``dirpath``
+(``<name>.tmp-<pid>-<tag>``), fsynced, then renamed (state file first, then manifest) and
+the directory is fsynced. The temporaries a killed save left behind are removed by the
+next save to the directory (those of processes that no longer run; :mod:`replaybank.io.atomic`).
 A crash or a full disk before the first rename leaves the previous checkpoint as it
 was; a crash between the two renames leaves a new state file whose embedded manifest
 the loader uses (the pair is never mixed).
@@ -44,7 +46,6 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
 import datetime as _dt
 import json
 import os
@@ -56,6 +57,7 @@ from typing import Any
 import numpy as np
 
 from replaybank.errors import CheckpointError
+from replaybank.io.atomic import remove_stale_temps, temp_path
 from replaybank.io.lazy_tensor import LazyTensor, lazy_tensors
 from replaybank.io.manifest import (
     FORMAT,
@@ -163,31 +165,26 @@ def save_state(
     except OSError as exc:
         raise CheckpointError(f"save: cannot create directory {meta_path.parent}: {exc}") \
             from exc
-    tag = f".tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    tmp_state = state_path.with_name(state_path.name + tag)
-    tmp_meta = meta_path.with_name(meta_path.name + tag)
+    # the full-size temporaries of saves that were killed before their rename
+    remove_stale_temps(meta_path.parent, (meta_path.name, state_path.name))
     try:
-        with open(tmp_state, "wb") as fh:
-            crcs = write_safetensors(fh, tensors, header_meta, chunk_bytes)
-            os.fsync(fh.fileno())
-        text = json.dumps(with_crcs(crcs), indent=2).encode()
-        with open(tmp_meta, "wb") as fh:
-            write_bytes(fh, text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp_state, state_path)
-        os.replace(tmp_meta, meta_path)
-        _fsync_dir(meta_path.parent)
-    except BaseException as exc:
-        for p in (tmp_state, tmp_meta):
-            with contextlib.suppress(OSError):
-                p.unlink()
-        if isinstance(exc, OSError):
-            raise CheckpointError(
-                f"save to {meta_path.parent}: writing failed ({exc}); the previous "
-                "checkpoint there (if any) is unchanged; free disk space and save again"
-            ) from exc
-        raise
+        with temp_path(state_path) as tmp_state, temp_path(meta_path) as tmp_meta:
+            with open(tmp_state, "wb") as fh:
+                crcs = write_safetensors(fh, tensors, header_meta, chunk_bytes)
+                os.fsync(fh.fileno())
+            text = json.dumps(with_crcs(crcs), indent=2).encode()
+            with open(tmp_meta, "wb") as fh:
+                write_bytes(fh, text)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp_state, state_path)
+            os.replace(tmp_meta, meta_path)
+            _fsync_dir(meta_path.parent)
+    except OSError as exc:  # the temporaries are gone (temp_path removes them)
+        raise CheckpointError(
+            f"save to {meta_path.parent}: writing failed ({exc}); the previous "
+            "checkpoint there (if any) is unchanged; free disk space and save again"
+        ) from exc
     return meta_path
 
 
