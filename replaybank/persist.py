@@ -41,7 +41,7 @@ Example:
     ...             truncated=np.zeros(6, bool))
     >>> _ = disk.update_priorities(np.arange(6), np.arange(6.0))
     >>> disk.flush()
-    >>> again = open(d)
+    >>> again = open(d, mode="r")  # read-only, beside the writer
     >>> disk.sample(4).indices.tolist() == again.sample(4).indices.tolist()
     True
 """
@@ -306,7 +306,7 @@ def open(path: Any, mode: str = "r+", **overrides: Any) -> Any:
         >>> d = tempfile.mkdtemp()
         >>> _ = rb.ReplayBuffer(8, storage="memmap", path=d,
         ...                     spec={"obs": ((2,), "float32"), "action": ((), "int64")})
-        >>> open(d).spec["obs"].shape
+        >>> open(d, mode="r").spec["obs"].shape
         (2,)
     """
     moved = sorted(k for k in ("storage", "path") if k in overrides)

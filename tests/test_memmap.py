@@ -41,8 +41,7 @@ def test_reopen_continues_where_it_stopped(tmp_path: Path) -> None:
     buf = rb.ReplayBuffer(30, num_envs=3, seed=0, storage="memmap", path=tmp_path)
     for b in (ref, buf):
         add_random(b, np.random.default_rng(2), 25)
-    buf.backend.flush()
-    del buf
+    buf.backend.close()  # flushes and releases the writer's lock (as the process ending)
     again = rb.ReplayBuffer.open(tmp_path)
     assert len(again) == len(ref) and again.spec == ref.spec
     assert_same_state(ref, again, (*STORAGE_KEYS, "rng", "table.free_slots"))
@@ -113,7 +112,8 @@ def test_capacity_larger_than_ram(tmp_path: Path) -> None:
         pytest.skip("available memory unknown")
     obs = 16384  # float32 values per step: 64 KiB
     cap = int(avail * 1.5) // (obs * 4) + 1
-    buf = rb.ReplayBuffer(cap, storage="memmap", path=tmp_path, seed=0)
+    # sparse files (reserve=False): the test needs no free disk of 1.5x the RAM
+    buf = rb.ReplayBuffer(cap, storage=MemmapBackend(tmp_path, reserve=False), seed=0)
     for t in range(3):
         buf.add(obs=np.full(obs, t, np.float32), action=t, reward=1.0,
                 next_obs=np.full(obs, t + 1, np.float32), terminated=False, truncated=False)
@@ -223,7 +223,7 @@ def test_reopen_sequence_buffer_as_itself(tmp_path: Path, with_spec: bool) -> No
         buf.add(obs=o, action=np.array([t, t]), reward=np.ones(2, np.float32), next_obs=nxt,
                 terminated=np.array([t % 6 == 5, False]), truncated=np.zeros(2, bool))
         o = nxt
-    buf.buffer.backend.flush()
+    buf.buffer.backend.close()  # flushes and releases the writer's lock
     again = rb.ReplayBuffer.open(tmp_path)
     assert isinstance(again, rb.SequenceReplayBuffer)
     assert (again.sequence_length, again.episode_boundary, again.burn_in) == (4, "cross", 1)

@@ -239,6 +239,7 @@ def test_memmap_reopens_with_the_identical_next_sample(after: list[dict[str, Any
         big.add(obs=np.full(3, t, np.float32), action=t % 2, reward=1.0,
                 next_obs=np.full(3, t + 1, np.float32), terminated=t % 10 == 9, truncated=False)
     big.flush()
+    big.backend.close()  # releases the writer's lock, as the README's process ending does
     reopened = rb.ReplayBuffer.open(big.backend.path)
     assert len(reopened) == 50
     for _ in range(3):

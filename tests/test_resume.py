@@ -41,6 +41,7 @@ def test_flush_then_open_draws_the_identical_next_samples(tmp_path: Path) -> Non
         b = buf.sample(8)
         buf.update_priorities(b.indices, np.abs(b.reward) + 0.1)
     buf.flush()
+    buf.backend.close()  # releases the writer's lock, as when the process stops
     again = rb.ReplayBuffer.open(tmp_path)
     assert type(again) is type(buf) and same_sampler_state(again, buf)
     for _ in range(3):
@@ -58,7 +59,7 @@ def test_steps_added_after_the_flush_give_fresh_state_and_a_warning(tmp_path: Pa
     buf.flush()
     fill(buf, 2, seed=1)
     with pytest.warns(ResumeWarning, match="added .* after its last flush"):
-        again = rb.ReplayBuffer.open(tmp_path)
+        again = rb.ReplayBuffer.open(tmp_path, mode="r")  # read-only, beside the writer
     assert len(again) == len(buf) == 24
     # as without a flush: every live step holds the default (running max) priority
     fresh = rb.PrioritizedReplayBuffer(40, num_envs=2, seed=3)
@@ -73,14 +74,14 @@ def test_clear_after_the_flush_is_not_resumed(tmp_path: Path) -> None:
     buf.flush()
     buf.clear()
     with pytest.warns(ResumeWarning):
-        again = rb.ReplayBuffer.open(tmp_path)
+        again = rb.ReplayBuffer.open(tmp_path, mode="r")
     assert len(again) == 0
 
 
 def test_no_flush_opens_silently(tmp_path: Path, recwarn: pytest.WarningsRecorder) -> None:
     buf = rb.ReplayBuffer(20, num_envs=2, seed=0, storage="memmap", path=tmp_path)
     fill(buf, 5)
-    again = rb.ReplayBuffer.open(tmp_path)
+    again = rb.ReplayBuffer.open(tmp_path, mode="r")
     assert len(again) == 10 and not [w for w in recwarn if w.category is ResumeWarning]
 
 
@@ -89,11 +90,12 @@ def test_an_overwritten_buffer_drops_the_old_resume_state(tmp_path: Path) -> Non
     fill(old, 5)
     old.flush()
     assert list(tmp_path.glob(RESUME_PREFIX + "*"))
+    old.backend.close()  # a buffer open for writing cannot be overwritten
     new = rb.ReplayBuffer(20, num_envs=2, seed=1,
                           storage=MemmapBackend(tmp_path, overwrite=True))
     assert not list(tmp_path.glob(RESUME_PREFIX + "*"))
     fill(new, 5)
-    again = rb.ReplayBuffer.open(tmp_path)
+    again = rb.ReplayBuffer.open(tmp_path, mode="r")
     assert len(again) == 10
 
 
@@ -106,7 +108,7 @@ def test_resume_state_of_another_buffer_is_refused(tmp_path: Path) -> None:
     for f in (tmp_path / "a").glob(RESUME_PREFIX + "*"):  # same counters, other buffer
         (tmp_path / "b" / f.name).write_bytes(f.read_bytes())
     with pytest.warns(ResumeWarning, match="another buffer"):
-        rb.ReplayBuffer.open(tmp_path / "b")
+        rb.ReplayBuffer.open(tmp_path / "b", mode="r")
 
 
 def test_a_damaged_resume_state_is_reported_not_fatal(tmp_path: Path) -> None:
@@ -118,7 +120,7 @@ def test_a_damaged_resume_state_is_reported_not_fatal(tmp_path: Path) -> None:
     raw[-1] ^= 0xFF
     state.write_bytes(bytes(raw))
     with pytest.warns(ResumeWarning, match="cannot be read"):
-        again = rb.ReplayBuffer.open(tmp_path)
+        again = rb.ReplayBuffer.open(tmp_path, mode="r")
     assert len(again) == 10
 
 
@@ -133,7 +135,7 @@ def test_sequence_buffer_resumes_exactly(tmp_path: Path) -> None:
                                   episode_boundary="cross", storage="memmap", path=tmp_path)
     fill(buf, 25)
     buf.flush()
-    again = rb.ReplayBuffer.open(tmp_path)
+    again = rb.ReplayBuffer.open(tmp_path, mode="r")
     assert isinstance(again, rb.SequenceReplayBuffer)
     x, y = buf.sample(4), again.sample(4)
     assert x.starts.tolist() == y.starts.tolist() and np.array_equal(x.obs, y.obs)

@@ -101,6 +101,6 @@ def test_memmap_resume_restores_the_view_state(tmp_path: Path) -> None:
     buf = rb.ReplayBuffer(64, seed=0, frame_stack=4, storage="memmap", path=tmp_path / "m")
     fill(buf, stacked=4)
     buf.flush()
-    again = rb.open(tmp_path / "m")
+    again = rb.open(tmp_path / "m", mode="r")
     assert again.view.state_dict() == buf.view.state_dict()
     assert np.array_equal(again.sample(5).obs, buf.sample(5).obs)

@@ -518,11 +518,12 @@ class ReplayBuffer:
         persist.flush(self)
 
     @classmethod
-    def open(cls, path: Any) -> Any:
+    def open(cls, path: Any, mode: str = "r+") -> Any:
         """Reopen a memmap buffer at ``path`` and continue where it stopped (with the
         generator and sampler state of its last :meth:`flush` when no step was added
-        after it; :func:`replaybank.persist.open`)."""
-        return persist.open(path)
+        after it; :func:`replaybank.persist.open`). ``mode="r"`` opens it read-only,
+        beside the process that writes it."""
+        return persist.open(path, mode=mode)
 
     def init_config(self) -> dict[str, Any]:
         """Constructor values that rebuild this buffer empty (for :meth:`config`)."""

@@ -28,6 +28,7 @@ Example:
     >>> for t in range(5):
     ...     buf.add(obs=np.full(2, t, np.float32), action=t, reward=1.0,
     ...             next_obs=np.full(2, t + 1, np.float32), terminated=False, truncated=False)
+    >>> buf.backend.close()  # or let the process end: the next writer may open it
     >>> again = rb.open(d)
     >>> len(again), again.sample(2).obs.shape
     (5, (2, 2))
@@ -36,9 +37,13 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import errno
+import gc
 import json
 import os
+import shutil
 import uuid
+import weakref
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -46,41 +51,176 @@ from urllib.parse import quote
 import numpy as np
 import numpy.typing as npt
 
-from replaybank.errors import CheckpointError, ConfigError
+from replaybank.errors import CapacityError, CheckpointError, ConfigError, describe
+from replaybank.io.atomic import remove_stale_temps, temp_path
 
-__all__ = ["MANIFEST", "RESUME_PREFIX", "MemmapBackend"]
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: no advisory locks
+    fcntl = None  # type: ignore[assignment]
+
+__all__ = ["LOCK", "MANIFEST", "MODES", "RESUME_PREFIX", "MemmapBackend"]
 
 MANIFEST = "replaybank_memmap.json"
+#: The writer's lock file (``flock``; it holds the writing process's pid).
+LOCK = "replaybank_memmap.lock"
+#: ``"r+"``: read and write (one writer at a time, locked); ``"r"``: read only, no lock.
+MODES = ("r+", "r")
 #: File name prefix of the generator/sampler state that ``flush()`` saves
 #: (:mod:`replaybank.io.resume`); removed with the buffer's files.
 RESUME_PREFIX = "replaybank_resume_"
 _FORMAT = "replaybank.memmap"
 _VERSION = 1
+_MAX_NDIM = 32
+_MAX_BYTES = 1 << 60  # no file of a sane manifest is larger (1 EiB)
+_FULL = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT}  # the disk (or a limit) is full
+_NO_FALLOCATE = {errno.EOPNOTSUPP, errno.ENOTSUP, errno.EINVAL, errno.ENOSYS}
 
 
 def _write_json_atomic(path: Path, data: Any) -> None:
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w") as fh:
-        json.dump(data, fh, indent=2)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    with temp_path(path) as tmp:
+        with open(tmp, "w") as fh:
+            json.dump(data, fh, indent=2)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+
+
+def _holder(fd: int) -> int | None:
+    """The pid a lock file names (None while it is being written)."""
+    try:
+        return int(os.pread(fd, 32, 0).decode("ascii").strip())
+    except (OSError, ValueError):
+        return None
+
+
+class _NoSpaceError(Exception):
+    """The disk (or a file size limit) has no room for ``need`` bytes (``free``: the
+    free bytes when known)."""
+
+    def __init__(self, need: int, free: int | None, cause: OSError | None = None) -> None:
+        super().__init__(need, free)
+        self.need, self.free, self.cause = need, free, cause
+
+
+def _gib(n: int) -> str:
+    return f"{n:,} bytes ({n / 2**30:.2f} GiB)"
+
+
+def _nbytes(shape: tuple[int, ...], dtype: np.dtype[Any]) -> int:
+    """Bytes of an array (Python ints: no int64 overflow)."""
+    n = dtype.itemsize
+    for d in shape:
+        n *= int(d)
+    return n
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _parse_dtype(descr: Any) -> np.dtype[Any]:
+    """The dtype of a manifest's ``dtype`` entry (``dtype_to_descr`` output)."""
+    if isinstance(descr, list):  # structured: JSON turned the descr's tuples into lists
+        descr = [tuple(f) if isinstance(f, list) else f for f in descr]
+    dtype = np.lib.format.descr_to_dtype(descr)
+    if dtype.hasobject:
+        raise ValueError("object dtypes cannot be mapped from a file")
+    return dtype
+
+
+def _check_manifest(data: Any, where: str) -> dict[str, Any]:
+    """Check every entry of a decoded memmap manifest (types, dtypes, shapes, sizes).
+
+    Raises:
+        CheckpointError: Naming the file, the entry, its value and the rule.
+    """
+    if not isinstance(data, dict) or data.get("format") != _FORMAT:
+        raise CheckpointError(f"{where} is not a replaybank memmap manifest (expected a JSON "
+                              f'object with "format": "{_FORMAT}"); check the path')
+    version = data.get("version", 0)
+    if not _is_int(version) or version < 0:
+        raise CheckpointError(f"{where}: version={describe(version)} is not an int >= 0; "
+                              "the manifest is damaged")
+    if version > _VERSION:
+        raise CheckpointError(f"{where}: version {version} was written by a newer replaybank; "
+                              "upgrade replaybank")
+    arrays = data.get("arrays")
+    if not isinstance(arrays, dict):
+        raise CheckpointError(f"{where}: entry 'arrays'={describe(arrays)} is not an object; "
+                              "the manifest is damaged")
+    for name, entry in arrays.items():
+        _check_entry(name, entry, where)
+    for key in ("config", "config_error", "buffer_id"):
+        value, typ = data.get(key), (dict if key == "config" else str)
+        if value is not None and not isinstance(value, typ):
+            raise CheckpointError(f"{where}: entry {key!r}={describe(value)} is not a "
+                                  f"{typ.__name__} or null; the manifest is damaged")
+    return data
+
+
+def _check_entry(name: str, entry: Any, where: str) -> None:
+    what = f"{where}: array {name!r}"
+    if not isinstance(entry, dict):
+        raise CheckpointError(f"{what} is {describe(entry)}, not an object; the manifest is "
+                              "damaged")
+    file = MemmapBackend.file_name(name)  # never a name from the file: see _remove_files
+    for key, ok, rule in (
+        ("file", lambda v: v == file, f"{file!r} (the array's own file)"),
+        ("dtype", lambda v: isinstance(v, (str, list)), "a dtype description"),
+        ("row_shape", lambda v: isinstance(v, list) and len(v) <= _MAX_NDIM
+         and all(_is_int(d) and d >= 0 for d in v), f"a list of <= {_MAX_NDIM} ints >= 0"),
+        ("rows", lambda v: _is_int(v) and v >= 0, "an int >= 0"),
+        ("growable", lambda v: isinstance(v, bool), "true or false"),
+    ):
+        if key not in entry or not ok(entry[key]):
+            raise CheckpointError(f"{what}: {key}={describe(entry.get(key, '<missing>'))} "
+                                  f"must be {rule}; the manifest is damaged")
+    try:
+        dtype = _parse_dtype(entry["dtype"])
+    except Exception as exc:  # numpy raises many kinds on bad descrs
+        raise CheckpointError(f"{what}: dtype={describe(entry['dtype'])} is not a dtype "
+                              f"that can be mapped ({type(exc).__name__}: {exc}); the "
+                              "manifest is damaged") from exc
+    nbytes = _nbytes((entry["rows"], *entry["row_shape"]), dtype)
+    row = _nbytes(tuple(entry["row_shape"]), dtype)
+    if nbytes > _MAX_BYTES or row > _MAX_BYTES:
+        raise CheckpointError(f"{what}: rows={entry['rows']} x row_shape={entry['row_shape']} "
+                              f"of {dtype} is {nbytes:,} bytes, more than any file here; the "
+                              "manifest is damaged")
 
 
 class MemmapBackend:
     """Arrays in ``numpy.memmap`` files under a directory.
+
+    The disk blocks of every file are reserved when it is created or grown
+    (``posix_fallocate``; a sparse file where the filesystem cannot reserve), so a full
+    disk raises :class:`~replaybank.errors.CapacityError` then, never SIGBUS on a later
+    write. One process writes a directory at a time: a writable backend holds an
+    exclusive lock (``flock`` on :data:`LOCK`, which names its pid) from its creation
+    until :meth:`close` or until it is garbage collected (or the process ends); a
+    read-only one (``mode="r"``) takes no lock and maps the files read-only.
 
     Args:
         path: Directory for the files (created when missing).
         reopen: Map the existing files of a buffer at ``path`` instead of creating new
             ones (what :func:`replaybank.persist.open` does).
         overwrite: Replace a buffer that already exists at ``path``.
+        mode: ``"r+"`` (read and write, the default) or ``"r"`` (read only; needs
+            ``reopen=True``): the data files are mapped read-only (writes raise
+            :class:`~replaybank.errors.ConfigError`), the bookkeeping files (counters,
+            links) copy-on-write, so that changes stay in this process's memory.
+        reserve: Reserve the disk blocks of new and grown files and check the free space
+            first. ``False`` makes sparse files (a capacity beyond the free disk space is
+            then accepted, and a write that finds the disk full kills the process with
+            SIGBUS).
 
     Raises:
         ConfigError: ``path`` already holds a buffer (and neither ``reopen`` nor
-            ``overwrite`` was given).
-        CheckpointError: ``reopen`` and there is no buffer at ``path``, or its files do
-            not match the manifest.
+            ``overwrite`` was given), another writer holds it, or a bad ``mode``.
+        CheckpointError: ``reopen`` and there is no buffer at ``path``, its manifest is
+            damaged, or its files do not match the manifest.
+        CapacityError: A file does not fit in the free disk space.
 
     Example:
         >>> import tempfile
@@ -89,32 +229,55 @@ class MemmapBackend:
         >>> be.write(a, (np.array([1]), np.array([0])), np.ones((1, 3), np.float32))
         >>> float(be.gather(a, (np.array([0, 1]), np.array([0, 0]))).sum())
         3.0
+        >>> be.close()
     """
 
     name = "memmap"
     host_numpy = True
     durable = True
 
-    def __init__(self, path: Any, reopen: bool = False, overwrite: bool = False) -> None:
+    def __init__(self, path: Any, reopen: bool = False, overwrite: bool = False,
+                 mode: str = "r+", reserve: bool = True) -> None:
+        if mode not in MODES:
+            raise ConfigError(f"mode={mode!r}: choose 'r+' (read and write; one writer at a "
+                              "time) or 'r' (read only, beside a writer)")
+        if mode == "r" and not reopen:
+            raise ConfigError("MemmapBackend(mode='r') maps the files of an existing buffer "
+                              "read-only: pass reopen=True (rb.open(path, mode='r'))")
         self.path = Path(os.fspath(path))
         self.reopen = bool(reopen)
+        self.mode = mode
+        self.reserve = bool(reserve)
+        self._writable = mode == "r+"
         self._maps: dict[str, np.memmap[Any, Any]] = {}
+        #: bytes of the arrays created since the owner last recorded itself
+        self._batch: dict[str, int] = {}
+        self._unlock: weakref.finalize[Any, Any] | None = None
+        try:
+            self._start(overwrite)
+        except BaseException:
+            self.close()
+            raise
+
+    def _start(self, overwrite: bool) -> None:
         manifest = self.path / MANIFEST
-        if reopen:
-            try:
-                data = json.loads(manifest.read_text())
-            except FileNotFoundError as exc:
+        if self.reopen:
+            if not manifest.is_file():
                 raise CheckpointError(f"no memmap buffer at {self.path}: {MANIFEST} is "
-                                      "missing; check the path") from exc
-            except (OSError, json.JSONDecodeError) as exc:
-                raise CheckpointError(f"{manifest} cannot be read ({exc})") from exc
-            if not isinstance(data, dict) or data.get("format") != _FORMAT:
-                raise CheckpointError(f"{manifest} is not a replaybank memmap manifest")
-            if data.get("version", 0) > _VERSION:
-                raise CheckpointError(f"{manifest}: version {data.get('version')} was written "
-                                      "by a newer replaybank; upgrade replaybank")
-            self.manifest: dict[str, Any] = data
+                                      "missing; check the path")
+            if self._writable:
+                self._lock()
+            self.manifest: dict[str, Any] = self._read_manifest()
+            if self._writable:
+                remove_stale_temps(self.path, (MANIFEST,))
             return
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"path={str(self.path)!r}: cannot create the directory ({exc})") \
+                from exc
+        self._lock()
+        remove_stale_temps(self.path, (MANIFEST,))
         if manifest.exists():
             if not overwrite:
                 raise ConfigError(
@@ -123,24 +286,100 @@ class MemmapBackend:
                     "MemmapBackend(path, overwrite=True) to replace it"
                 )
             self._remove_files()
-        try:
-            self.path.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise ConfigError(f"path={str(self.path)!r}: cannot create the directory ({exc})") \
-                from exc
         self.manifest = {"format": _FORMAT, "version": _VERSION, "arrays": {}, "config": None,
                          "buffer_id": uuid.uuid4().hex}
         self._save_manifest()
 
-    # ------------------------------------------------------------------ files
-    def _remove_files(self) -> None:
+    # ------------------------------------------------------------------ lock
+    def _lock(self) -> None:
+        """Take the writer's lock of :attr:`path` (or raise naming its holder)."""
+        if fcntl is None:  # pragma: no cover - Windows
+            return
+        file = self.path / LOCK
         try:
-            old = json.loads((self.path / MANIFEST).read_text())
-        except (OSError, json.JSONDecodeError):
+            fd = os.open(file, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+        except OSError as exc:
+            raise ConfigError(f"path={str(self.path)!r}: cannot open the lock file {file} "
+                              f"({exc}); use a writable directory, or rb.open(path, mode='r') "
+                              "to read") from exc
+        for attempt in range(2):
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                holder = _holder(fd)
+                if attempt == 0 and holder == os.getpid():
+                    gc.collect()  # an unreachable buffer of ours may still hold it
+                    continue
+                os.close(fd)
+                who = (f"this process (pid {holder}): another buffer here has it open; close "
+                       "it (buf.backend.close()) or delete it first"
+                       if holder == os.getpid() else
+                       f"process {holder if holder is not None else '(pid unknown)'}: let it "
+                       "finish or stop it first")
+                raise ConfigError(
+                    f"path={str(self.path)!r}: the memmap buffer there is open for writing by "
+                    f"{who}; one process writes a buffer at a time (lock {file}). To read "
+                    "beside the writer, open it with rb.open(path, mode='r')"
+                ) from None
+            except OSError as exc:
+                os.close(fd)
+                raise ConfigError(f"path={str(self.path)!r}: cannot lock {file} ({exc}); use "
+                                  "a local filesystem, or rb.open(path, mode='r') to read") \
+                    from exc
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._unlock = weakref.finalize(self, os.close, fd)
+
+    def close(self) -> None:
+        """Flush the files and release the writer's lock (idempotent).
+
+        The buffer must not be written after this; another process (or buffer) may then
+        open the directory for writing. A read-only backend has nothing to release.
+        """
+        if self._writable and self._maps:
+            with contextlib.suppress(OSError, ValueError):
+                self.flush()
+        self._writable = False
+        if self._unlock is not None:
+            self._unlock()  # closes the lock file: the lock is released
+            self._unlock = None
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` ran (a read-only backend reports False)."""
+        return self.mode == "r+" and not self._writable
+
+    def _refuse(self, what: str) -> ConfigError:
+        why = ("it was opened read-only (mode='r'); reopen it with rb.open(path) to write"
+               if self.mode == "r" else "it was closed (backend.close()); reopen it with "
+               "rb.open(path)")
+        return ConfigError(f"memmap buffer at {self.path}: cannot {what}: {why}")
+
+    # ------------------------------------------------------------------ files
+    def _read_manifest(self) -> dict[str, Any]:
+        manifest = self.path / MANIFEST
+        try:
+            data = json.loads(manifest.read_bytes().decode("utf-8"))
+        except FileNotFoundError as exc:
+            raise CheckpointError(f"no memmap buffer at {self.path}: {MANIFEST} is "
+                                  "missing; check the path") from exc
+        except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+            raise CheckpointError(f"{manifest} cannot be read ({type(exc).__name__}: "
+                                  f"{exc}); the manifest is damaged") from exc
+        return _check_manifest(data, str(manifest))
+
+    def _remove_files(self) -> None:
+        """Delete the old buffer's files: only names derived from its array names, inside
+        :attr:`path` (never a file its manifest names elsewhere)."""
+        try:
+            old = json.loads((self.path / MANIFEST).read_bytes().decode("utf-8"))
+        except (OSError, ValueError, RecursionError):
             old = {}
-        for entry in (old.get("arrays") or {}).values():
-            with contextlib.suppress(OSError, TypeError):
-                (self.path / entry["file"]).unlink()
+        arrays = old.get("arrays") if isinstance(old, dict) else None
+        for name in arrays if isinstance(arrays, dict) else ():
+            with contextlib.suppress(OSError):
+                (self.path / self.file_name(name)).unlink()  # never follows a link
         with contextlib.suppress(OSError):
             (self.path / MANIFEST).unlink()
         for stale in self.path.glob(RESUME_PREFIX + "*"):  # the old buffer's resume state
@@ -154,60 +393,175 @@ class MemmapBackend:
         bid = self.manifest.get("buffer_id")
         if not isinstance(bid, str):
             bid = self.manifest["buffer_id"] = uuid.uuid4().hex
-            self._save_manifest()
+            if self._writable:
+                self._save_manifest()
         return bid
 
     def _save_manifest(self) -> None:
         _write_json_atomic(self.path / MANIFEST, self.manifest)
 
     @staticmethod
-    def _file(name: str) -> str:
+    def file_name(name: str) -> str:
+        """The file of array ``name`` (one name in the directory, no separators).
+
+        Example:
+            >>> MemmapBackend.file_name("side/obs")
+            'side%2Fobs.bin'
+        """
         return quote(name, safe="") + ".bin"
 
-    def _open(self, name: str, rows: int, row_shape: tuple[int, ...],
-              dtype: np.dtype[Any], create: bool) -> npt.NDArray[Any]:
-        file = self.path / self._file(name)
-        shape = (rows, *row_shape)
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        if create:
-            with open(file, "wb") as fh:
-                fh.truncate(nbytes)  # sparse: disk blocks are used as data arrives
-        if nbytes == 0:
-            return np.zeros(shape, dtype=dtype)
-        mm: np.memmap[Any, Any] = np.memmap(file, dtype=dtype, mode="r+", shape=shape)
+    def _file(self, name: str) -> Path:
+        file = self.path / self.file_name(name)
+        real = os.path.realpath(file)
+        if os.path.dirname(real) != os.path.realpath(self.path):
+            raise CheckpointError(f"{file} resolves to {real}, outside {self.path}; the "
+                                  "directory was tampered with: remove that link")
+        return file
+
+    def _reserve(self, fd: int, start: int, end: int, what: str) -> None:
+        """Give the file bytes ``[start, end)`` (and the size ``end``) real disk blocks.
+
+        Raises:
+            _NoSpaceError: Not that much free space, or the disk (or RLIMIT_FSIZE) refused it
+                (the file keeps its old size).
+        """
+        if end <= start:
+            os.ftruncate(fd, end)
+            return
+        need = end - start
+        if self.reserve:
+            free = shutil.disk_usage(self.path).free
+            if need > free:
+                raise _NoSpaceError(need, free)
+        try:
+            fallocate = getattr(os, "posix_fallocate", None)
+            if self.reserve and fallocate is not None:
+                try:
+                    fallocate(fd, start, need)
+                    return
+                except OSError as exc:
+                    if exc.errno not in _NO_FALLOCATE:
+                        raise
+            os.ftruncate(fd, end)  # sparse: this filesystem cannot reserve blocks
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, start)
+            if exc.errno in _FULL:
+                raise _NoSpaceError(need, None, exc) from exc
+            raise CheckpointError(f"memmap storage at {self.path}: cannot size the file for "
+                                  f"{what} ({exc})") from exc
+
+    def _create(self, name: str, shape: tuple[int, ...], dtype: np.dtype[Any]) -> None:
+        file = self._file(name)
+        with contextlib.suppress(FileNotFoundError):
+            file.unlink()  # a planted link is removed, never written through
+        what = f"array {name!r} {list(shape)}"
+        if not name.startswith("side/") and len(shape) >= 2:  # [T, lanes, ...]
+            what += f" (capacity {shape[0] * shape[1]:,} steps)"
+        try:
+            fd = os.open(file, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        except OSError as exc:
+            raise ConfigError(f"path={str(self.path)!r}: cannot create {file} ({exc})") \
+                from exc
+        try:
+            self._reserve(fd, 0, _nbytes(shape, dtype), what)
+        except BaseException as exc:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                file.unlink()
+            if not isinstance(exc, _NoSpaceError):
+                raise
+            held = sum(self._batch.values())
+            self._rollback()  # a buffer that does not fit leaves no files behind
+            raise self._no_space(what, exc, held) from exc.cause
+        os.close(fd)
+
+    def _rollback(self) -> None:
+        """Remove the arrays created since the owner last recorded itself (the owner's
+        first allocation failed part way)."""
+        for name in self._batch:
+            self._maps.pop(name, None)
+            self.manifest["arrays"].pop(name, None)
+            with contextlib.suppress(OSError):
+                (self.path / self.file_name(name)).unlink()
+        self._batch.clear()
+        self._save_manifest()
+
+    def _no_space(self, what: str, exc: _NoSpaceError, held: int = 0) -> CapacityError:
+        total = (f" ({_gib(exc.need + held)} with the {_gib(held)} of the buffer's other new "
+                 "files, now removed)" if held else "")
+        why = (f"only {_gib(exc.free + held)} are free on that disk" if exc.free is not None
+               else f"the disk (or a file size limit) refused them ({exc.cause})")
+        return CapacityError(
+            f"memmap storage at {self.path}: {what} needs {_gib(exc.need)}{total} but {why}; "
+            "lower capacity (or the observation size), free disk space, or choose a path on "
+            "a disk with more room"
+        )
+
+    def _map(self, name: str, shape: tuple[int, ...], dtype: np.dtype[Any]) -> npt.NDArray[Any]:
+        # read-only: data files are mapped read-only (a write raises), bookkeeping
+        # copy-on-write (the table may repair its counters in memory; files never change)
+        private = name.startswith("meta/")
+        if _nbytes(shape, dtype) == 0:
+            out = np.zeros(shape, dtype=dtype)
+            out.flags.writeable = self._writable or private
+            return out
+        file = self._file(name)
+        mm: np.memmap[Any, Any] = (
+            np.memmap(file, dtype=dtype, mode="r+", shape=shape) if self._writable
+            else np.memmap(file, dtype=dtype, mode="c", shape=shape) if private
+            else np.memmap(file, dtype=dtype, mode="r", shape=shape))
         self._maps[name] = mm
         return mm.view(np.ndarray)
 
     def _array(self, name: str, shape: tuple[int, ...], dtype: np.dtype[Any],
                growable: bool) -> npt.NDArray[Any]:
         dtype = np.dtype(dtype)
-        entry: dict[str, Any] = {
-            "file": self._file(name), "dtype": np.lib.format.dtype_to_descr(dtype),
-            "row_shape": list(shape[1:]), "rows": int(shape[0]) if shape else 0,
-            "growable": growable}
         if not shape:
             raise ConfigError(f"memmap array {name!r}: 0-d arrays are not supported")
+        if dtype.hasobject:
+            raise ConfigError(f"memmap array {name!r}: dtype={dtype} holds Python objects, "
+                              "which cannot live in a file; use numpy storage")
         if self.reopen:
-            old = self.manifest["arrays"].get(name)
-            if old is None or old["dtype"] != entry["dtype"] or \
-                    old["row_shape"] != entry["row_shape"]:
-                raise CheckpointError(
-                    f"{self.path}: array {name!r} on disk is {old} but the buffer needs "
-                    f"{entry}; the files belong to a different buffer"
-                )
-            rows = int(shape[0])
-            if growable:  # the side store grows; its file size is the truth
-                size = (self.path / old["file"]).stat().st_size
-                row = max(1, int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize)
-                rows = max(size // row, rows)
-            elif (self.path / old["file"]).stat().st_size < \
-                    int(np.prod(shape, dtype=np.int64)) * dtype.itemsize:
-                raise CheckpointError(f"{self.path / old['file']} is shorter than the manifest "
-                                      "says; the files are damaged")
-            return self._open(name, rows, shape[1:], dtype, create=False)
-        self.manifest["arrays"][name] = entry
+            return self._reopen_array(name, shape, dtype, growable)
+        if not self._writable:
+            raise self._refuse(f"allocate array {name!r}")
+        self._create(name, shape, dtype)
+        self.manifest["arrays"][name] = {
+            "file": self.file_name(name), "dtype": np.lib.format.dtype_to_descr(dtype),
+            "row_shape": list(shape[1:]), "rows": int(shape[0]), "growable": growable}
         self._save_manifest()
-        return self._open(name, shape[0], shape[1:], dtype, create=True)
+        self._batch[name] = _nbytes(shape, dtype)
+        return self._map(name, shape, dtype)
+
+    def _reopen_array(self, name: str, shape: tuple[int, ...], dtype: np.dtype[Any],
+                      growable: bool) -> npt.NDArray[Any]:
+        old = self.manifest["arrays"].get(name)
+        if old is None or _parse_dtype(old["dtype"]) != dtype or \
+                old["row_shape"] != list(shape[1:]):
+            raise CheckpointError(
+                f"{self.path}: array {name!r} on disk is {old} but the buffer needs "
+                f"{list(shape)} of {dtype}; the files belong to a different buffer"
+            )
+        file = self._file(name)
+        try:
+            size = file.stat().st_size
+        except OSError as exc:
+            raise CheckpointError(f"{file} (array {name!r}) cannot be read ({exc}); the "
+                                  "files are damaged") from exc
+        row = _nbytes(shape[1:], dtype)
+        rows = int(shape[0])
+        if growable:  # the side store grows; its file size is the truth
+            rows = max(rows, int(old["rows"]))
+            need = rows * row
+            rows = max(rows, size // row) if row else rows
+        else:
+            need = rows * row
+        if size < need:  # a mapping beyond the file's end would SIGBUS on first read
+            raise CheckpointError(f"{file} holds {size:,} bytes but array {name!r} needs "
+                                  f"{need:,} ({rows} rows of {row} bytes); the file is "
+                                  "truncated, the files are damaged")
+        return self._map(name, (rows, *shape[1:]), dtype)
 
     # ------------------------------------------------------------------ protocol
     def allocate(self, name: str, shape: tuple[int, ...], dtype: np.dtype[Any]) -> Any:
@@ -219,23 +573,50 @@ class MemmapBackend:
         return self._array(f"meta/{name}", shape, dtype, growable=False)
 
     def resize(self, name: str, array: Any, length: int) -> Any:
-        """Grow the file of ``name`` along axis 0 (content kept, new rows zero)."""
+        """Grow (or shrink) the file of ``name`` along axis 0 (content kept, new rows zero).
+
+        Raises:
+            CapacityError: The disk has no room for the new rows (the array is unchanged).
+            ConfigError: The backend is read-only or closed.
+        """
+        if not self._writable:
+            raise self._refuse(f"grow array {name!r}")
         mm = self._maps.get(name)
         if mm is None:  # zero-byte arrays are plain numpy
             out = np.zeros((length, *array.shape[1:]), dtype=array.dtype)
             out[: len(array)] = array
             return out
         mm.flush()
-        file = self.path / self._file(name)
-        row = int(np.prod(array.shape[1:], dtype=np.int64)) * array.dtype.itemsize
-        with open(file, "r+b") as fh:
-            fh.truncate(length * row)
+        row_shape = tuple(array.shape[1:])
+        row = _nbytes(row_shape, array.dtype)
+        fd = os.open(self._file(name), os.O_RDWR)
+        what = f"the side store {name!r} growing to {length:,} slots"
+        try:
+            end = length * row
+            self._reserve(fd, min(os.fstat(fd).st_size, end), end, what)
+        except _NoSpaceError as exc:
+            raise self._no_space(what, exc) from exc.cause
+        finally:
+            os.close(fd)
         del self._maps[name]
-        return self._open(name, length, tuple(array.shape[1:]), array.dtype, create=False)
+        entry = self.manifest["arrays"].get(name)
+        if isinstance(entry, dict):  # after the file: a file longer than rows is fine
+            entry["rows"] = int(length)
+            self._save_manifest()
+        return self._map(name, (length, *row_shape), array.dtype)
 
     def write(self, array: Any, index: Any, values: npt.NDArray[Any]) -> None:
-        """``array[index] = values``."""
-        array[index] = values
+        """``array[index] = values``.
+
+        Raises:
+            ConfigError: ``array`` is a file of a read-only backend.
+        """
+        try:
+            array[index] = values
+        except ValueError as exc:  # "assignment destination is read-only"
+            if isinstance(array, np.ndarray) and not array.flags.writeable:
+                raise self._refuse("write") from exc
+            raise
 
     def gather(self, array: Any, index: Any) -> Any:
         """``array[index]`` as a new in-memory numpy array."""
@@ -246,7 +627,14 @@ class MemmapBackend:
         return np.asarray(array)
 
     def flush(self) -> None:
-        """msync every mapping (durable against an OS crash, not only a process kill)."""
+        """msync every mapping (durable against an OS crash, not only a process kill).
+
+        Raises:
+            ConfigError: The backend is read-only (it has nothing to flush, and
+                ``buf.flush()`` must not write resume state beside another writer).
+        """
+        if self.mode == "r":
+            raise self._refuse("flush")
         for mm in self._maps.values():
             mm.flush()
 
@@ -279,9 +667,11 @@ class MemmapBackend:
                 describe itself.
             error: Why there is no record (shown when the buffer is reopened).
         """
+        self._batch.clear()  # its arrays are complete
         self.manifest["config"] = record
         self.manifest["config_error"] = error
-        self._save_manifest()
+        if self._writable:  # a read-only reopen rebuilds the owner, which records itself
+            self._save_manifest()
 
     def owner_record(self) -> dict[str, Any] | None:
         """The record :meth:`record_owner` kept, or None."""
