@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "ArgumentError",
     "CapacityError",
     "CheckpointError",
     "ConfigError",
@@ -61,6 +62,11 @@ class CheckpointError(ReplayBankError, ValueError):
 
 class ConfigError(ReplayBankError, ValueError):
     """A configuration value is invalid."""
+
+
+class ArgumentError(ConfigError, TypeError):
+    """A call got a keyword argument it does not take, or an argument of the wrong kind
+    (also a ``TypeError``, as Python's own unexpected-keyword error)."""
 
 
 class MissingDependencyError(ReplayBankError, ImportError):

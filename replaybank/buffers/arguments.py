@@ -111,12 +111,20 @@ def replay_sampler(sampler: Sampler | None, lane_split: str | None) -> Sampler:
     return sampler if sampler is not None else UniformSampler()
 
 
-def replay_view(view: View | None, n_step: int, gamma: float, frame_stack: int) -> View:
+def replay_view(view: View | None, n_step: int, gamma: float, frame_stack: int,
+                rows: int | None = None) -> View:
     """The view a replay buffer uses: ``view``, or one built from ``n_step``, ``gamma``
     and ``frame_stack`` (:func:`replaybank.views.make_view`).
 
+    Args:
+        view: A view, or None to build one.
+        n_step, gamma, frame_stack: The constructor's view arguments.
+        rows: Rows per lane (``capacity // num_envs``); ``n_step`` and ``frame_stack``
+            may not exceed it (a window longer than a lane never fits).
+
     Raises:
         ConfigError: Both a view and n_step/frame_stack other than 1 are given.
+        CapacityError: n_step or frame_stack exceeds the rows per lane.
 
     Example:
         >>> type(replay_view(None, 3, 0.9, 1)).__name__
@@ -127,4 +135,12 @@ def replay_view(view: View | None, n_step: int, gamma: float, frame_stack: int) 
             f"view={type(view).__name__} and n_step={n_step}/frame_stack={frame_stack} "
             "both given; pass either a view or n_step/frame_stack"
         )
+    if rows is not None:
+        for name, value in (("n_step", n_step), ("frame_stack", frame_stack)):
+            if type(value) is int and value > rows:
+                raise CapacityError(
+                    f"{name}={value}: exceeds the {rows} rows per lane (capacity // num_envs); "
+                    f"a window of {name} steps never fits in a lane: lower {name} or raise "
+                    "capacity"
+                )
     return view if view is not None else make_view(n_step, gamma, frame_stack)

@@ -7,6 +7,15 @@ answers: a uniform sampler's keys of one lane are drawn without the protocol rou
 a one-step view gathers keys it knows are live, a fused view checks and gathers in one
 pass, and keys a view cannot serve are redrawn (:func:`~replaybank.samplers.draw.draw`).
 
+A failed sample call changes no state. Every argument is checked before the first draw
+(``batch_size``, ``replace``, keyword options the sampler does not name; O(1), and only
+when the call is not the plain one); a prioritized sampler checks itself before it draws
+or advances its beta schedule. Only a view that may reject keys (frame stacks) can fail
+after drawing (64 redraw rounds found nothing it can serve): for those views the
+generator state is saved before the draw and restored on failure, and a scheduled
+sampler's beta is resolved once per call, so redraw rounds neither advance the schedule
+nor change beta within a batch.
+
 Example:
     >>> import replaybank as rb
     >>> p = Parts(rb.UniformSampler(), rb.FrameStackView(4))
@@ -22,8 +31,8 @@ import numpy as np
 import numpy.typing as npt
 
 from replaybank.samplers.base import LaneView, Sampler, SampleResult, SamplerTraits
+from replaybank.samplers.checks import LARGE_BATCH, check_batch_size, check_options
 from replaybank.samplers.draw import draw
-from replaybank.samplers.uniform import check_batch_size
 from replaybank.storage.table import StepTable
 from replaybank.views.base import FusedView, InputTransform, StepView, View
 
@@ -62,8 +71,14 @@ class Parts:
         ``weights`` / ``probabilities`` from prioritized samplers).
 
         Raises:
+            ConfigError: ``batch_size`` not a positive int.
+            ArgumentError: ``replace`` not a bool, or an option the sampler does not take.
+            CapacityError: ``batch_size`` too large to draw.
             EmptyBufferError: Nothing to sample (or too little without replacement).
         """
+        if type(batch_size) is not int or not 0 < batch_size <= LARGE_BATCH \
+                or (replace is not True and replace is not False) or kwargs:
+            batch_size, replace = self.check(table, lanes, batch_size, replace, kwargs)
         uniform = self.traits.uniform
         if uniform is not None and table is not None:
             # the uniform sampler validates the same way itself, before it draws
@@ -89,15 +104,11 @@ class Parts:
             check_batch_size(batch_size, 0 if lanes is None else lanes.size, replace)
         if table is None or lanes is None:  # pragma: no cover - check_batch_size raised
             raise AssertionError("sampling without storage")
-        got = None
-        if self.fused is not None:  # check and gather in one pass
+        if self.every_step:  # every key is served: nothing can fail after the draw
             res = self.sampler.sample(batch_size, lanes, rng, replace=replace, **kwargs)
-            got = self.fused.gather_valid(table, res.keys, rng)
-            if got is None:  # a key must be redrawn: exactly as draw alone would
-                res = self._draw(table, lanes, rng, batch_size, res, replace=replace,
-                                 **kwargs)
+            got = None
         else:
-            res = self._draw(table, lanes, rng, batch_size, replace=replace, **kwargs)
+            res, got = self._draw_servable(table, lanes, rng, batch_size, replace, kwargs)
         data = self.view.gather(table, res.keys, rng) if got is None else got
         data["indices"] = res.keys
         if res.weights is not None:
@@ -105,6 +116,55 @@ class Parts:
         if res.probabilities is not None:
             data["probabilities"] = res.probabilities
         return data
+
+    def check(self, table: StepTable | None, lanes: LaneView | None, batch_size: Any,
+              replace: Any, kwargs: dict[str, Any]) -> tuple[int, bool]:
+        """Check a sample call's arguments before anything is drawn (the slow path of
+        :meth:`sample`'s O(1) test): ``batch_size`` (its memory too, when large),
+        ``replace`` and the keyword options.
+
+        Returns:
+            ``(batch_size, replace)`` as int and bool.
+        """
+        if kwargs:
+            check_options("sample", kwargs, self.traits.options)
+        item = 0
+        if table is not None and type(batch_size) is int and batch_size > LARGE_BATCH:
+            item = table.spec.nbytes_per_item
+        size = 0 if lanes is None else lanes.size
+        b = check_batch_size(batch_size, size, replace, item_bytes=item)
+        return b, bool(replace)
+
+    def _draw_servable(self, table: StepTable, lanes: LaneView, rng: np.random.Generator,
+                       batch_size: int, replace: bool, kwargs: dict[str, Any]
+                       ) -> tuple[SampleResult, dict[str, Any] | None]:
+        """Keys the view can serve (redrawn where it cannot) and, from a fused view, their
+        data; a failure restores the generator and the beta schedule."""
+        saved = rng.bit_generator.state  # redraws may fail late: then nothing changed
+        sched = self.traits.scheduled
+        calls = 0
+        if sched is not None:  # beta once per call, whatever the redraw rounds
+            calls = sched.calls
+            if kwargs.get("beta") is None:
+                kwargs = {**kwargs, "beta": sched.current_beta}
+        try:
+            got = None
+            if self.fused is not None:  # check and gather in one pass
+                res = self.sampler.sample(batch_size, lanes, rng, replace=replace, **kwargs)
+                got = self.fused.gather_valid(table, res.keys, rng)
+                if got is None:  # a key must be redrawn: exactly as draw alone would
+                    res = self._draw(table, lanes, rng, batch_size, res, replace=replace,
+                                     **kwargs)
+            else:
+                res = self._draw(table, lanes, rng, batch_size, replace=replace, **kwargs)
+        except BaseException:
+            rng.bit_generator.state = saved
+            if sched is not None:
+                sched.calls = calls
+            raise
+        if sched is not None:
+            sched.calls = calls + 1
+        return res, got
 
     def _draw(self, table: StepTable, lanes: LaneView, rng: np.random.Generator,
               batch_size: int, first: SampleResult | None = None,

@@ -35,6 +35,35 @@ __all__ = ["check_priority", "update_priorities"]
 FloatArray = npt.NDArray[np.float64]
 
 
+def _floats(value: Any, label: str) -> FloatArray:
+    """``value`` as float64 (a list, array, tensor or number), or a DtypeError."""
+    if hasattr(value, "detach"):  # a torch tensor
+        value = value.detach().cpu().numpy()
+    try:
+        arr = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise DtypeError(
+            f"{label}: priorities must be numbers ({exc}); pass e.g. np.abs(td_errors)"
+        ) from None
+    return arr
+
+
+def _bad_values(p: FloatArray, limit: float, call: str) -> DtypeError:
+    """The error for priorities outside ``[0, limit]`` (NaN and inf included)."""
+    bad = p[~((p >= 0.0) & (p <= limit))][:4].tolist()
+    if limit < math.inf and all(math.isfinite(v) and v > limit for v in bad):
+        return DtypeError(
+            f"{call}: values {bad} exceed {limit:.6g}, the largest priority this "
+            "sampler stores without its sum tree overflowing ((p + eps) ** alpha must stay "
+            "<= 1e300 / capacity); rescale the priorities (e.g. divide by their max) or "
+            "lower alpha"
+        )
+    return DtypeError(
+        f"{call}: values {bad} are negative, NaN or infinite; pass finite priorities >= 0 "
+        "(e.g. abs(td_error))"
+    )
+
+
 def check_priority(traits: SamplerTraits, priority: Any, out: tuple[int, int]
                    ) -> FloatArray | None:
     """The initial priorities of a write of ``out = (steps, lanes)`` steps, flat.
@@ -50,7 +79,8 @@ def check_priority(traits: SamplerTraits, priority: Any, out: tuple[int, int]
     Raises:
         ConfigError: The sampler has no priorities.
         ShapeError: The number of values is neither 1 nor one per step.
-        DtypeError: A priority is negative, NaN or infinite.
+        DtypeError: A priority is not a number, negative, NaN, infinite or above the
+            sampler's ``priority_limit``.
     """
     if priority is None:
         return None
@@ -60,11 +90,13 @@ def check_priority(traits: SamplerTraits, priority: Any, out: tuple[int, int]
             f"({type(traits.sampler).__name__}) has no priorities; use a PrioritizedSampler"
         )
     size = out[0] * out[1]
+    limit = math.inf if traits.bounded is None else traits.bounded.priority_limit
     if type(priority) is float or type(priority) is int:  # one Python number: no array ops
-        if not 0.0 <= priority < math.inf:
-            raise DtypeError(f"priority={describe(priority)}: must be finite and >= 0")
+        if not 0.0 <= priority <= limit or priority == math.inf:
+            raise _bad_values(np.array([float(priority)]), limit,
+                              f"priority={describe(priority)}")
         return np.full(size, float(priority))
-    p = np.asarray(priority, dtype=np.float64)
+    p = _floats(priority, f"priority={describe(priority)}")
     if p.size == 1:
         p = np.full(out, float(p.reshape(-1)[0]))
     if p.size != size:
@@ -73,8 +105,8 @@ def check_priority(traits: SamplerTraits, priority: Any, out: tuple[int, int]
             f"({size} values)"
         )
     # NaN fails the first test, -inf and negatives too, +inf the second
-    if size and not (p.min() >= 0.0 and p.max() < math.inf):
-        raise DtypeError(f"priority={describe(priority)}: must be finite and >= 0")
+    if size and not (p.min() >= 0.0 and (hi := p.max()) < math.inf and hi <= limit):
+        raise _bad_values(p.reshape(-1), limit, f"priority={describe(priority)}")
     return p.reshape(-1)
 
 
@@ -87,8 +119,14 @@ def update_priorities(traits: SamplerTraits, lanes: LaneView | None, indices: An
     Args:
         traits: The buffer's sampler's traits (its priorities are needed).
         lanes: The table's lane bookkeeping (None: the buffer has no storage yet).
-        indices: Item keys ``[B]`` (``batch.indices``).
+        indices: Item keys ``[B]`` (``batch.indices``, all >= 0).
         priorities: New priorities ``[B]``.
+
+    Raises:
+        ConfigError: The sampler has no priorities, or an index is negative (not a key).
+        ShapeError: No storage yet, or lengths differ.
+        DtypeError: Indices are not integers; a priority is not a number, negative, NaN,
+            infinite or above the sampler's ``priority_limit``.
     """
     sampler = traits.priority
     if sampler is None:
@@ -99,18 +137,23 @@ def update_priorities(traits: SamplerTraits, lanes: LaneView | None, indices: An
     if lanes is None:
         raise ShapeError("the buffer has no storage yet; add a transition or pass spec=")
     keys = ring.as_int_array(indices, "indices")
-    p = np.asarray(priorities, dtype=np.float64).reshape(-1)
+    p = _floats(priorities, f"update_priorities(priorities={describe(priorities)})").reshape(-1)
     if len(p) != len(keys):
         raise ShapeError(
             f"update_priorities: {len(keys)} indices but {len(p)} priorities; "
             "pass one priority per index"
         )
-    if not np.all(np.isfinite(p)) or np.any(p < 0):
-        bad = p[~np.isfinite(p) | (p < 0)][:4].tolist()
-        raise DtypeError(
-            f"update_priorities(priorities=...): values {bad} are negative, NaN or "
-            "infinite; pass finite priorities >= 0 (e.g. abs(td_error))"
-        )
+    if len(keys):
+        if keys.min() < 0:
+            raise ConfigError(
+                f"update_priorities(indices=...): {keys[keys < 0][:4].tolist()} are negative; "
+                "item keys are >= 0: pass batch.indices as sampled"
+            )
+        limit = math.inf if traits.bounded is None else traits.bounded.priority_limit
+        # NaN fails both tests, negatives the first, +inf and too large values the second
+        hi = p.max()
+        if not (p.min() >= 0.0 and hi <= limit) or hi == math.inf:
+            raise _bad_values(p, limit, "update_priorities(priorities=...)")
     if traits.keyed is not None:  # stale filter + slots + update in one pass
         return int(traits.keyed.update_keys(keys, p, lanes))
     live = ring.is_live(keys, lanes.written, lanes.counts)

@@ -117,7 +117,8 @@ class ReplayBuffer:
         self._capacity, self._num_envs = arguments.check_capacity(capacity, num_envs)
         self._rng = make_rng(seed)
         self.sampler: Sampler = arguments.replay_sampler(sampler, lane_split)
-        self.view: View = arguments.replay_view(view, n_step, gamma, frame_stack)
+        self.view: View = arguments.replay_view(view, n_step, gamma, frame_stack,
+                                                self._capacity // self._num_envs)
         self._init_args: dict[str, Any] = state.init_args(
             n_step, gamma, frame_stack, storage, path, device)
         self._backend: ArrayBackend = make_backend(storage, path, device)

@@ -70,7 +70,13 @@ from replaybank.errors import ConfigError, DtypeError, ShapeError, describe
 from replaybank.ops import ring, windows
 from replaybank.ops.draws import uniform_ints
 from replaybank.samplers.base import LaneView, SampleResult, SamplerTraits
-from replaybank.samplers.uniform import check_batch_size
+from replaybank.samplers.checks import (
+    check_batch_size,
+    check_draw_size,
+    check_options,
+    check_replace,
+    check_size_arg,
+)
 from replaybank.samplers.windows import draw_starts, redraw_short
 from replaybank.spec import SEP
 from replaybank.storage.table import StepTable
@@ -85,10 +91,9 @@ BoolArray = npt.NDArray[np.bool_]
 STATE_PREFIX = "initial"
 
 
-def _check_int(name: str, value: Any, lo: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lo:
-        raise ConfigError(f"sample_sequences({name}={value!r}): must be an int >= {lo}")
-    return int(value)
+#: The arguments of sample_sequences itself (the rest go to the sampler).
+_SEQ_ARGS = ("batch_size", "sequence_length", "episode_boundary", "strict", "burn_in",
+             "state_fields", "max_redraws")
 
 
 def _state_names(spec_names: Sequence[str], state_fields: Any) -> list[str]:
@@ -197,7 +202,15 @@ def sample_sequences(
 
     Raises:
         ConfigError: Bad arguments (nothing is drawn).
+        ArgumentError: A keyword neither this function nor the sampler takes, or a
+            ``replace`` that is not a bool.
+        CapacityError: ``batch_size`` windows of ``burn_in + sequence_length`` steps do
+            not fit in memory.
         EmptyBufferError: The buffer holds no window of the required length.
+
+    A call that raises changes no state: arguments are checked before anything is drawn,
+    and when redraws fail late the generator state (saved before the draw) and the beta
+    schedule are restored.
 
     Example:
         >>> import numpy as np
@@ -216,10 +229,15 @@ def sample_sequences(
             and type(burn_in) is int and type(max_redraws) is int
             and batch_size >= 1 and sequence_length >= 1 and burn_in >= 0
             and max_redraws >= 0):
-        batch_size = _check_int("batch_size", batch_size, 1)
-        sequence_length = _check_int("sequence_length", sequence_length, 1)
-        burn_in = _check_int("burn_in", burn_in, 0)
-        max_redraws = _check_int("max_redraws", max_redraws, 0)
+        batch_size = check_size_arg("batch_size", batch_size, "sample_sequences")
+        sequence_length = check_size_arg("sequence_length", sequence_length,
+                                         "sample_sequences")
+        burn_in = check_size_arg("burn_in", burn_in, "sample_sequences", lo=0)
+        max_redraws = check_size_arg("max_redraws", max_redraws, "sample_sequences", lo=0)
+    if sampler_kwargs:
+        check_options("sample_sequences", sampler_kwargs, traits.options, _SEQ_ARGS)
+        if "replace" in sampler_kwargs:
+            check_replace(sampler_kwargs["replace"], "sample_sequences")
     if episode_boundary == "stop":
         cross = False
     elif episode_boundary == "cross":
@@ -233,9 +251,29 @@ def sample_sequences(
         raise ConfigError(f"sample_sequences(strict={strict!r}): must be a bool")
     width = burn_in + sequence_length
     size = 0 if lanes is None else lanes.size
-    check_batch_size(batch_size, size, True)
+    if batch_size * (width + 1) > (1 << 20):  # [B, W + 1] of every field: memory first
+        check_draw_size(
+            f"sample_sequences(batch_size={batch_size}, sequence_length={sequence_length}, "
+            f"burn_in={burn_in})", batch_size * (width + 1),
+            0 if table is None else table.spec.nbytes_per_item,
+            "lower batch_size, sequence_length or burn_in")
+    check_batch_size(batch_size, size, True, "sample_sequences")
     if table is None or lanes is None:  # pragma: no cover - check_batch_size raised
         raise AssertionError("no storage to sample from")
+    saved = rng.bit_generator.state  # a late failure (no window found) restores it
+    try:
+        return _sample(table, lanes, rng, traits, batch_size, sequence_length, cross, strict,
+                       burn_in, state_fields, max_redraws, sampler_kwargs, width, size)
+    except BaseException:
+        rng.bit_generator.state = saved
+        raise
+
+
+def _sample(table: StepTable, lanes: LaneView, rng: np.random.Generator,
+            traits: SamplerTraits, batch_size: int, sequence_length: int, cross: bool,
+            strict: Any, burn_in: int, state_fields: Any, max_redraws: int,
+            sampler_kwargs: dict[str, Any], width: int, size: int) -> SequenceBatch:
+    """The body of :func:`sample_sequences` once its arguments are checked."""
     t = table
     if strict and width > t.T:
         raise ConfigError(

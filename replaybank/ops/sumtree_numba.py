@@ -26,6 +26,10 @@ __all__ = ["KERNELS", "find", "sample_stratified", "transform", "update_keys", "
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 
+# importance weights are clamped to the float32 range of normal numbers
+_W_LO = float(np.finfo(np.float32).tiny)
+_W_HI = float(np.finfo(np.float32).max)
+
 
 @numba.njit(cache=True, nogil=True)
 def _find(tree, offsets, fanout, targets, out):  # type: ignore[no-untyped-def]  # pragma: no cover
@@ -147,22 +151,29 @@ def _sample(tree, mtree, offsets, fanout, u, written, counts, rows, beta, norm, 
     _find(tree, offsets, fanout, targets, slots)
     leaf0 = offsets[offsets.shape[0] - 2]
     p_min = mtree[offsets[0]]
-    wmax = 0.0
+    p_bmin = np.inf
     for b in range(n):
         s = slots[b]
         p = tree[leaf0 + s]
         probs[b] = p / total
-        w = (p / p_min) ** -beta if norm == 0 else (n_items * (p / total)) ** -beta
-        weights[b] = w
-        wmax = max(wmax, w)
+        weights[b] = p
+        p_bmin = min(p_bmin, p)
         row = s // lanes
         lane = s - row * lanes
         oldest = written[lane] - counts[lane]
         seq = oldest + (row - oldest) % rows
         keys[b] = seq * lanes + lane
-    if norm == 1:
-        for b in range(n):
-            weights[b] = weights[b] / wmax
+    # ratios, as replaybank.samplers.prioritized.is_weights: "batch" divides by the batch
+    # maximum as (p / min_batch p) ** -beta (no overflow); clamped to the float32 range
+    for b in range(n):
+        p = weights[b]
+        if norm == 0:
+            w = (p / p_min) ** -beta
+        elif norm == 1:
+            w = (p / p_bmin) ** -beta
+        else:
+            w = (n_items * (p / total)) ** -beta
+        weights[b] = min(max(w, _W_LO), _W_HI)
 
 
 @numba.njit(cache=True, nogil=True)

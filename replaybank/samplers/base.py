@@ -10,6 +10,8 @@ declared protocols that a buffer checks once, when it builds its plans:
 
 * :class:`PrioritySampler`: also takes ``update(slots, priorities)``;
 * :class:`KeyUpdates`: a priority sampler that filters stale keys and updates in one pass;
+* :class:`BoundedPriorities`: a priority sampler with a largest raw priority it stores
+  without overflow (``priority_limit``), checked by the buffer before anything is written;
 * :class:`ScheduledSampler`: a sampler whose options follow a schedule of sample calls
   (PER's beta annealing): ``current_beta``, ``calls``;
 * :class:`UniformDraws`: draws exactly uniform keys over the live steps, with the
@@ -25,13 +27,15 @@ Example:
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["KeyUpdates", "LaneView", "PrioritySampler", "SampleResult", "Sampler", "SamplerTraits",
+__all__ = ["BoundedPriorities", "KeyUpdates", "LaneView", "PrioritySampler", "SampleResult",
+           "Sampler", "SamplerTraits",
            "ScheduledSampler", "StatelessSampler", "UniformDraws"]
 
 IntArray = npt.NDArray[np.int64]
@@ -131,6 +135,17 @@ class KeyUpdates(PrioritySampler, Protocol):
 
 
 @runtime_checkable
+class BoundedPriorities(PrioritySampler, Protocol):
+    """A priority sampler whose stored priorities must stay below a bound (a sum tree
+    whose total must stay finite)."""
+
+    @property
+    def priority_limit(self) -> float:
+        """The largest raw priority (before ``eps`` and ``alpha``) it accepts."""
+        ...
+
+
+@runtime_checkable
 class ScheduledSampler(Sampler, Protocol):
     """A sampler whose importance-sampling exponent follows a schedule of sample calls."""
 
@@ -204,6 +219,9 @@ class SamplerTraits:
         stateless: Keeps no per-slot state (a :class:`StatelessSampler`): writes need not
             be told to it.
         iid: Its keys are drawn independently within one call.
+        bounded: The sampler as a :class:`BoundedPriorities`, or None.
+        options: The keyword options its ``sample`` names (``replace``, ``beta``, ...):
+            a sample call with any other keyword is rejected.
 
     Example:
         >>> from replaybank.samplers.uniform import UniformSampler
@@ -219,6 +237,8 @@ class SamplerTraits:
     uniform: UniformDraws | None
     stateless: bool
     iid: bool
+    bounded: BoundedPriorities | None = None
+    options: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, sampler: Sampler) -> SamplerTraits:
@@ -235,4 +255,24 @@ class SamplerTraits:
             uniform=sampler if isinstance(sampler, UniformDraws) else None,
             stateless=stateless,
             iid=stateless and bool(sampler.iid),  # type: ignore[attr-defined]
+            bounded=sampler if isinstance(sampler, BoundedPriorities) else None,
+            options=sample_options(sampler),
         )
+
+
+def sample_options(sampler: Any) -> tuple[str, ...]:
+    """The keyword options a sampler's ``sample`` names (besides ``batch_size``, ``lanes``
+    and ``rng``), read once from its signature.
+
+    Example:
+        >>> from replaybank.samplers.prioritized import PrioritizedSampler
+        >>> sample_options(PrioritizedSampler())
+        ('beta', 'replace')
+    """
+    try:
+        params = inspect.signature(sampler.sample).parameters
+    except (TypeError, ValueError):  # pragma: no cover - builtins without a signature
+        return ()
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return tuple(n for n, p in params.items()
+                 if p.kind in kinds and n not in ("batch_size", "lanes", "rng"))

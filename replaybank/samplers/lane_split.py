@@ -55,9 +55,11 @@ class LaneSplitSampler(StatelessSampler):
         lanes: LaneView,
         rng: np.random.Generator,
         replace: bool = True,
+        beta: float | None = None,
         **kwargs: Any,
     ) -> SampleResult:
-        """Draw ``batch_size`` keys: a uniform non-empty lane, then a uniform step of it.
+        """Draw ``batch_size`` keys: a uniform non-empty lane, then a uniform step of it
+        (``beta`` is accepted and ignored, as by the uniform sampler).
 
         Raises:
             ConfigError: ``replace=False`` (not offered: lane quotas are random).

@@ -17,7 +17,20 @@ weights are ``w_i = (N * P(i)) ** -beta`` with ``N`` the number of live steps, t
 
 ``beta`` is the ``beta=`` argument of ``sample`` when given, else the schedule:
 ``"constant"`` keeps ``beta``; ``"linear"`` goes from ``beta`` to 1 over ``beta_steps``
-calls to ``sample`` (counted by the sampler and saved with it).
+calls to ``sample`` (counted by the sampler and saved with it). A call that fails (bad
+arguments, nothing drawable) neither advances the schedule nor draws from the generator.
+
+Extreme priorities. The sum tree must keep a finite total, so a stored priority may not
+exceed ``MAX_TOTAL / n_slots`` (``MAX_TOTAL = 1e300``): a raw priority ``p`` is accepted
+when ``(p + eps) ** alpha <= 1e300 / n_slots`` (:attr:`PrioritizedSampler.priority_limit`,
+the largest such ``p``); the buffer rejects larger ones with a ``DtypeError`` before
+anything is written. Every accepted priority is drawn with probability ``p_i / total``
+computed in float64 (a stored priority below ``total * 2**-53`` of a huge total is
+then practically never drawn, as its probability says). Importance weights are
+computed in float64 as ratios (``(p_i / p_min) ** -beta`` for ``"buffer"``,
+``(p_i / p_batch_min) ** -beta`` for ``"batch"``) and then clamped to
+``[2**-126, float32 max]`` (the smallest normal and the largest float32), so a drawn
+item never gets a weight of exactly 0 (or inf) when cast to float32.
 
 Example:
     >>> import numpy as np
@@ -35,28 +48,63 @@ Example:
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 
-from replaybank.errors import CheckpointError, ConfigError, EmptyBufferError, describe
+from replaybank.errors import (
+    CapacityError,
+    CheckpointError,
+    ConfigError,
+    EmptyBufferError,
+    describe,
+)
 from replaybank.ops import ring, sumtree
 from replaybank.samplers.base import FloatArray, IntArray, LaneView, SampleResult
-from replaybank.samplers.uniform import check_batch_size
+from replaybank.samplers.checks import LARGE_BATCH, check_batch_size
+from replaybank.storage.backends.base import available_memory
 
-__all__ = ["PrioritizedSampler", "is_weights"]
+__all__ = ["MAX_TOTAL", "PrioritizedSampler", "is_weights", "raw_limit"]
 
 _NORMS = ("buffer", "batch", None)
 _SCHEDULES = ("constant", "linear")
 
 
-def _number(name: str, value: Any, lo: float, hi: float = np.inf) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
-            or not lo <= float(value) <= hi:
-        raise ConfigError(
-            f"PrioritizedSampler({name}={value!r}): must be a number in [{lo}, {hi}]"
-        )
+#: The largest total of stored priorities (the sum tree's root stays finite below it).
+MAX_TOTAL = 1e300
+#: Weights are clamped to the float32 range of normal numbers before the cast.
+_W_LO = float(np.finfo(np.float32).tiny)
+_W_HI = float(np.finfo(np.float32).max)
+
+
+def _number(name: str, value: Any, lo: float, hi: float = np.inf,
+            call: str = "PrioritizedSampler") -> float:
+    if isinstance(value, (bool, np.bool_)) \
+            or not isinstance(value, (int, float, np.integer, np.floating)) \
+            or not lo <= float(value) <= hi or not math.isfinite(float(value)):
+        rng = f"[{lo}, {hi}]" if math.isfinite(hi) else f"a finite number >= {lo}"
+        raise ConfigError(f"{call}({name}={value!r}): must be a number in {rng}"
+                          if math.isfinite(hi) else f"{call}({name}={value!r}): must be {rng}")
     return float(value)
+
+
+def raw_limit(n_slots: int, eps: float, alpha: float) -> float:
+    """The largest raw priority ``p`` with ``(p + eps) ** alpha <= MAX_TOTAL / n_slots``
+    (inf when every finite ``p`` fits, as for ``alpha < 1``).
+
+    Example:
+        >>> f"{raw_limit(10, 0.0, 1.0):.6g}"
+        '1e+299'
+        >>> raw_limit(10, 0.0, 0.6)
+        inf
+    """
+    if alpha == 0.0:
+        return math.inf
+    log_max = math.log(MAX_TOTAL / n_slots) / alpha  # log of the largest p + eps
+    if log_max >= math.log(np.finfo(np.float64).max):
+        return math.inf
+    return math.exp(log_max) - eps
 
 
 def is_weights(priorities: FloatArray, p_min: float, beta: float,
@@ -72,19 +120,25 @@ def is_weights(priorities: FloatArray, p_min: float, beta: float,
         total: Sum of their priorities.
 
     Returns:
-        Weights ``[B]`` float64.
+        Weights ``[B]`` float64, clamped to ``[2**-126, float32 max]`` (never 0 or inf
+        as float32). ``"batch"`` divides by the batch maximum as the ratio
+        ``(p_i / min_batch p) ** -beta``, which cannot overflow.
 
     Example:
         >>> p = np.array([1.0, 2.0]) ** 0.6
         >>> is_weights(p, float(p[0]), 0.4, None, 2, float(p.sum())).round(4).tolist()
         [1.0961, 0.9281]
+        >>> float(is_weights(np.array([1e300]), 1e-300, 1.0, "buffer", 1, 1e300)[0]) > 0
+        True
     """
-    if weight_norm == "buffer":
-        return np.asarray((priorities / p_min) ** -beta, dtype=np.float64)
-    w = np.asarray((n_items * (priorities / total)) ** -beta, dtype=np.float64)
-    if weight_norm == "batch":
-        w = w / w.max()
-    return w
+    with np.errstate(over="ignore", under="ignore", divide="ignore"):  # clamped below
+        if weight_norm == "buffer":
+            w = np.asarray((priorities / p_min) ** -beta, dtype=np.float64)
+        elif weight_norm == "batch":
+            w = np.asarray((priorities / priorities.min()) ** -beta, dtype=np.float64)
+        else:
+            w = np.asarray((n_items * (priorities / total)) ** -beta, dtype=np.float64)
+    return np.clip(w, _W_LO, _W_HI, out=w)
 
 
 class PrioritizedSampler:
@@ -106,7 +160,7 @@ class PrioritizedSampler:
     formula with the single-draw ``P(i)``.
 
     Raises:
-        ConfigError: An argument is out of range.
+        ConfigError: An argument is out of range or not finite.
 
     Example:
         >>> s = PrioritizedSampler(beta=0.4, beta_schedule="linear", beta_steps=10)
@@ -164,12 +218,36 @@ class PrioritizedSampler:
         self._one = (np.zeros(1, np.int64), np.zeros(1, np.float64))  # see on_write_range
         self._fused: Any = None  # the numba module when its kernels are in use
         self.kernel_name = "unbound"
+        self._limit = math.inf
 
     # ------------------------------------------------------------------ protocol
     def bind(self, T: int, lanes: int) -> None:  # noqa: N803
-        """Allocate the sum and min trees over ``T * lanes`` slots."""
-        self._n = int(T) * int(lanes)
-        self._off = sumtree.layout(self._n, self.fanout)
+        """Allocate the sum and min trees over ``T * lanes`` slots.
+
+        Raises:
+            CapacityError: The trees do not fit in the available memory.
+            ConfigError: ``eps ** alpha`` (the stored priority of a zero priority)
+                already exceeds the per-slot bound (see the module docs).
+        """
+        n = int(T) * int(lanes)
+        off = sumtree.layout(n, self.fanout)
+        need = int(off[-1] + off[-2]) * 8  # float64 sum tree + min tree (internal levels)
+        avail = available_memory()
+        if avail is not None and need > avail:
+            raise CapacityError(
+                f"PrioritizedSampler over capacity={n:,} slots: its sum and min trees need "
+                f"{need:,} bytes ({need / 2**30:.2f} GiB) but only {avail:,} bytes "
+                f"({avail / 2**30:.2f} GiB) of memory are available; lower capacity"
+            )
+        limit = raw_limit(n, self.eps, self.alpha)
+        if limit < 0.0:
+            raise ConfigError(
+                f"PrioritizedSampler(eps={self.eps}, alpha={self.alpha}): the stored priority "
+                f"eps ** alpha exceeds {MAX_TOTAL:g} / {n} slots; lower eps or alpha"
+            )
+        self._limit = limit
+        self._n = n
+        self._off = off
         self._sum = sumtree.new_tree(self._off, 0.0)
         self._min = sumtree.new_tree(self._off, np.inf, internal_only=True)
         self._kernels, self.kernel_name = sumtree.kernels(self.kernel)
@@ -279,6 +357,12 @@ class PrioritizedSampler:
 
     # ------------------------------------------------------------------ queries
     @property
+    def priority_limit(self) -> float:
+        """The largest raw priority accepted: ``(p + eps) ** alpha`` stays at most
+        ``MAX_TOTAL / n_slots``, so the tree's total stays finite (inf: no bound)."""
+        return self._limit
+
+    @property
     def current_beta(self) -> float:
         """The schedule's beta for the next sample call."""
         if self.beta_schedule == "constant":
@@ -286,9 +370,20 @@ class PrioritizedSampler:
         frac = min(1.0, self.calls / self.beta_steps)
         return self.beta + (1.0 - self.beta) * frac
 
+    def resolve_beta(self, beta: float | None) -> float:
+        """Beta for this sample call (``beta`` if given, else the schedule's), checked;
+        the schedule is not advanced.
+
+        Raises:
+            ConfigError: ``beta`` is not a finite number in ``[0, 1]``.
+        """
+        if beta is None:
+            return self.current_beta
+        return _number("beta", beta, 0.0, 1.0, call="sample")
+
     def next_beta(self, beta: float | None) -> float:
         """Beta for this sample call (``beta`` if given), advancing the schedule."""
-        b = self.current_beta if beta is None else _number("beta", beta, 0.0, 1.0)
+        b = self.resolve_beta(beta)
         self.calls += 1
         return b
 
@@ -337,31 +432,39 @@ class PrioritizedSampler:
             Keys, probabilities ``P(i)`` and weights, each ``[B]``.
 
         Raises:
+            ConfigError: Bad ``batch_size`` or ``beta``.
             EmptyBufferError: Empty buffer, zero total priority, or too few drawable steps
                 for ``replace=False``.
+
+        Every check comes before the schedule advances and before the generator is read.
         """
-        check_batch_size(batch_size, lanes.size, replace)
+        size = lanes.size
+        if type(batch_size) is not int or not 0 < batch_size <= LARGE_BATCH \
+                or replace is not True or size <= 0:
+            batch_size = check_batch_size(batch_size, size, replace)
+            replace = bool(replace)
         kernels = self._bound()
-        b = self.next_beta(beta)
+        b = self.resolve_beta(beta)
         tot = self.total
         if not tot > 0.0:
             raise EmptyBufferError(
                 f"sample(batch_size={batch_size}): every stored priority is 0; "
                 "update priorities with positive values or use eps > 0"
             )
+        if not replace:
+            slots = self._without_replacement(batch_size, rng)  # checks, then draws
+        self.calls += 1  # every check passed: the call counts
         if replace and self._fused is not None:
             u = rng.random(batch_size)
             norm = 0 if self.weight_norm == "buffer" else 1 if self.weight_norm == "batch" else 2
             keys, probs, w = self._fused.sample_stratified(
                 self._sum, self._min, self._off, self.fanout, u, lanes.written, lanes.counts,
-                lanes.T, b, norm, lanes.size)
+                lanes.T, b, norm, size)
             return SampleResult(keys, probs, w)
         if replace:
             u = rng.random(batch_size)
             targets = (np.arange(batch_size) + u) * (tot / batch_size)
             slots = kernels[0](self._sum, self._off, self.fanout, targets)
-        else:
-            slots = self._without_replacement(batch_size, rng)
         p = self.priorities(slots)
         p_min = sumtree.total(self._min, self._off)
         w = is_weights(p, p_min, b, self.weight_norm, lanes.size, tot)

@@ -31,16 +31,17 @@ Example:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from replaybank.errors import CheckpointError, ConfigError, describe
+from replaybank.errors import CheckpointError, ConfigError, EmptyBufferError, describe
 from replaybank.ops import ring
 from replaybank.samplers.base import FloatArray, IntArray, LaneView, SampleResult
+from replaybank.samplers.checks import check_batch_size
 from replaybank.samplers.prioritized import PrioritizedSampler, is_weights
-from replaybank.samplers.uniform import check_batch_size
 
 __all__ = ["RecentSampler", "window_counts"]
 
@@ -141,6 +142,11 @@ class RecentSampler:
             self.update = prioritized.update
             self.update_keys = prioritized.update_keys
 
+    @property
+    def priority_limit(self) -> float:
+        """The prioritized sampler's largest raw priority (inf without one)."""
+        return math.inf if self.prioritized is None else self.prioritized.priority_limit
+
     # ------------------------------------------------------------------ protocol
     def bind(self, T: int, lanes: int) -> None:  # noqa: N803
         """Remember the table shape; bind the prioritized sampler."""
@@ -194,11 +200,15 @@ class RecentSampler:
         """Draw among the newest ``c_k`` steps (``update=k`` of ``num_updates=K``).
 
         Raises:
-            ConfigError: Bad ``update``/``num_updates``.
-            EmptyBufferError: Empty buffer, or ``replace=False`` with a batch larger than
-                the window.
+            ConfigError: Bad ``batch_size``, ``update``/``num_updates`` or ``beta``
+                (``beta`` is ignored without a prioritized sampler).
+            EmptyBufferError: Empty buffer, ``replace=False`` with a batch larger than the
+                window, or a zero-priority window.
+
+        Every check comes before the generator is read and the beta schedule advances.
         """
-        check_batch_size(batch_size, lanes.size, True)
+        batch_size = check_batch_size(batch_size, lanes.size, replace)
+        replace = bool(replace)
         c = self.window_size(lanes.size, update, num_updates)
         wc = window_counts(lanes.counts, c)  # [lanes]
         n_w = int(wc.sum())
@@ -236,16 +246,11 @@ class RecentSampler:
     def _prioritized(self, batch_size: int, lanes: LaneView, rng: np.random.Generator,
                      wc: IntArray, n_w: int, beta: float | None) -> SampleResult:
         per = self._per()
-        b = per.next_beta(beta)
+        b = per.resolve_beta(beta)  # checked; the schedule advances once all checks passed
         ranges = self._ranges(lanes, wc)
-        u = (np.arange(batch_size) + rng.random(batch_size)) / batch_size  # [B] in [0, 1)
         if ranges is not None:
             masses = [per.range_sum(a, e) for a, e in ranges]
-            starts = [per.range_sum(0, a) for a, _ in ranges]
             mass = float(sum(masses))
-            p_min = min(per.range_min(a, e) for a, e in ranges)
-            slots = self._draw_ranges(u * mass, ranges, masses, starts)
-            p = per.priorities(slots)
         else:
             seq = [np.arange(int(wr - k), int(wr), dtype=np.int64)
                    for wr, k in zip(lanes.written, wc, strict=True)]
@@ -254,7 +259,20 @@ class RecentSampler:
             pc = per.priorities(cand)
             cum = np.cumsum(pc)
             mass = float(cum[-1])
-            p_min = float(pc[pc > 0].min()) if np.any(pc > 0) else np.inf
+        if not mass > 0.0:
+            raise EmptyBufferError(
+                "sample: every priority in the recent window is 0; update priorities with "
+                "positive values or use eps > 0"
+            )
+        per.calls += 1
+        u = (np.arange(batch_size) + rng.random(batch_size)) / batch_size  # [B] in [0, 1)
+        if ranges is not None:
+            starts = [per.range_sum(0, a) for a, _ in ranges]
+            p_min = min(per.range_min(a, e) for a, e in ranges)
+            slots = self._draw_ranges(u * mass, ranges, masses, starts)
+            p = per.priorities(slots)
+        else:
+            p_min = float(pc[pc > 0].min())
             pos = np.searchsorted(cum, u * mass, side="right")
             pos = np.minimum(pos, len(cum) - 1)
             # never return a zero-priority step: step back to the last positive one
@@ -264,13 +282,6 @@ class RecentSampler:
                 pos[bad] = nzpos[np.maximum(np.searchsorted(nzpos, pos[bad]) - 1, 0)]
             slots = cand[pos]
             p = pc[pos]
-        if not mass > 0.0:
-            from replaybank.errors import EmptyBufferError
-
-            raise EmptyBufferError(
-                "sample: every priority in the recent window is 0; update priorities with "
-                "positive values or use eps > 0"
-            )
         w = is_weights(p, p_min, b, per.weight_norm, n_w, mass)
         keys = ring.slot_to_key(slots, lanes.written, lanes.counts, lanes.T)
         return SampleResult(keys, p / mass, w)

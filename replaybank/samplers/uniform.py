@@ -15,37 +15,12 @@ from typing import Any
 
 import numpy as np
 
-from replaybank.errors import ConfigError, EmptyBufferError
 from replaybank.ops import ring
 from replaybank.ops.draws import uniform_ints
 from replaybank.samplers.base import IntArray, LaneView, SampleResult, StatelessSampler
+from replaybank.samplers.checks import LARGE_BATCH, check_batch_size, check_replace
 
 __all__ = ["UniformSampler", "check_batch_size", "one_lane_keys"]
-
-
-def check_batch_size(batch_size: Any, available: int, replace: bool) -> int:
-    """Validate ``batch_size`` against the number of sampleable items.
-
-    Raises:
-        ConfigError: Not a positive int.
-        EmptyBufferError: Nothing to sample, or too few items without replacement.
-    """
-    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) \
-            or batch_size <= 0:
-        raise ConfigError(
-            f"sample(batch_size={batch_size!r}): batch_size must be a positive int; "
-            "pass e.g. sample(256)"
-        )
-    if available <= 0:
-        raise EmptyBufferError(
-            f"sample(batch_size={batch_size}): the buffer is empty; add transitions first"
-        )
-    if not replace and batch_size > available:
-        raise EmptyBufferError(
-            f"sample(batch_size={batch_size}, replace=False): buffer holds {available} "
-            "sampleable transitions; add more, lower batch_size or use replace=True"
-        )
-    return int(batch_size)
 
 
 def one_lane_keys(batch_size: Any, written: IntArray, counts: IntArray,
@@ -67,6 +42,7 @@ def one_lane_keys(batch_size: Any, written: IntArray, counts: IntArray,
 
     Raises:
         ConfigError: ``batch_size`` is not a positive int.
+        CapacityError: ``batch_size`` is too large to draw.
         EmptyBufferError: The lane is empty.
 
     Example:
@@ -75,7 +51,7 @@ def one_lane_keys(batch_size: Any, written: IntArray, counts: IntArray,
         True
     """
     size = int(counts[0])
-    if type(batch_size) is not int or batch_size <= 0 or size <= 0:
+    if type(batch_size) is not int or not 0 < batch_size <= LARGE_BATCH or size <= 0:
         batch_size = check_batch_size(batch_size, size, True)
     low = int(written[0]) - size
     keys = uniform_ints(rng, size, batch_size)
@@ -102,9 +78,14 @@ class UniformSampler(StatelessSampler):
         lanes: LaneView,
         rng: np.random.Generator,
         replace: bool = True,
+        beta: float | None = None,
         **kwargs: Any,
     ) -> SampleResult:
+        """Draw ``batch_size`` live steps uniformly (``beta`` is accepted and ignored, so
+        a training loop can swap in a prioritized sampler)."""
         counts = lanes.counts
+        if replace is not True:
+            replace = check_replace(replace)
         if lanes.lanes == 1:
             if replace:
                 return SampleResult(one_lane_keys(batch_size, lanes.written, counts, rng))

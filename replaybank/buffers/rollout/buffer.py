@@ -62,6 +62,7 @@ from replaybank.errors import (
 )
 from replaybank.ops.gae import Backend, gae
 from replaybank.spec import Spec, cast_field, flatten
+from replaybank.storage.backends.base import available_memory, check_fits
 
 __all__ = ["RolloutBuffer"]
 
@@ -124,8 +125,22 @@ class RolloutBuffer:
                 f"normalize_advantage={normalize_advantage!r}: expected 'batch', "
                 "'minibatch' or None"
             )
-        if not np.isfinite(advantage_eps) or advantage_eps < 0:
-            raise ConfigError(f"advantage_eps={advantage_eps!r}: must be a finite number >= 0")
+        if isinstance(advantage_eps, (bool, np.bool_)) \
+                or not isinstance(advantage_eps, (int, float, np.integer, np.floating)) \
+                or not np.isfinite(advantage_eps) or advantage_eps < 0:
+            raise ConfigError(
+                f"advantage_eps={advantage_eps!r}: must be a finite number >= 0; pass e.g. "
+                "advantage_eps=1e-8"
+            )
+        # [T, E] bookkeeping (final values, flags) is allocated now: check it fits first
+        cells = self._num_steps * self._num_envs
+        avail = available_memory()
+        if avail is not None and cells * 16 > avail:
+            raise CapacityError(
+                f"RolloutBuffer(num_steps={self._num_steps}, num_envs={self._num_envs}): "
+                f"{cells:,} steps need at least {cells * 16:,} bytes of bookkeeping but only "
+                f"{avail:,} bytes of memory are available; lower num_steps or num_envs"
+            )
         if backend not in ("auto", "numpy", "numba"):
             raise ConfigError(f"backend={backend!r}: expected 'auto', 'numpy' or 'numba'")
         self.gamma, self.gae_lambda = float(gamma), float(gae_lambda)
@@ -204,8 +219,10 @@ class RolloutBuffer:
 
     # ------------------------------------------------------------------ writing
     def _allocate(self, spec: Spec) -> None:
-        self._spec = spec
         shape = (self._num_steps, self._num_envs)
+        check_fits(self._num_steps * self._num_envs * spec.nbytes_per_item,
+                   f"RolloutBuffer(num_steps={self._num_steps}, num_envs={self._num_envs})")
+        self._spec = spec
         self._data = {n: np.zeros((*shape, *f.shape), f.dtype) for n, f in spec.items()}
         self._final_obs = FinalObsStore(spec)
 

@@ -1,0 +1,171 @@
+"""Checks of the arguments of a sample call, made before anything is drawn.
+
+A sample call that fails changes no state (generator, beta schedule, priorities), so every
+argument is checked before the first draw: ``batch_size`` (an int, not a bool, positive,
+and small enough that the draw fits in memory), ``replace`` (a real bool; numpy bools
+too) and the keyword options (only those the sampler names in its ``sample`` signature).
+
+The checks are O(1) and cost nothing on the common path: callers test ``type(b) is int
+and 0 < b <= LARGE_BATCH`` themselves and call :func:`check_batch_size` only otherwise.
+
+Example:
+    >>> check_batch_size(32, available=100, replace=True)
+    32
+    >>> check_options("sample", {"betta": 0.5}, ("beta",))
+    Traceback (most recent call last):
+    ...
+    replaybank.errors.ArgumentError: sample(betta=0.5): unknown keyword argument 'betta'; this sampler/view accepts batch_size, replace, beta
+"""  # noqa: E501
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+from replaybank.errors import ArgumentError, CapacityError, ConfigError, EmptyBufferError, describe
+from replaybank.storage.backends.base import available_memory
+
+__all__ = ["BYTES_PER_DRAW", "LARGE_BATCH", "MAX_BATCH", "check_batch_size", "check_draw_size",
+           "check_options", "check_replace", "check_size_arg"]
+
+#: Batches up to this size skip the memory check (a few MB of keys at most).
+LARGE_BATCH = 1 << 20
+#: The largest batch any sample call accepts (int32 indices of a batch stay valid).
+MAX_BATCH = (1 << 31) - 1
+#: Bytes a sampler needs per drawn item besides the item's fields (keys, targets,
+#: uniforms, probabilities, weights, masks: a generous bound).
+BYTES_PER_DRAW = 64
+
+
+def check_size_arg(name: str, value: Any, call: str = "sample", lo: int = 1) -> int:
+    """An int argument ``>= lo`` (not a bool; numpy ints accepted).
+
+    Raises:
+        ConfigError: Not an int, a bool, or below ``lo``.
+
+    Example:
+        >>> check_size_arg("sequence_length", np.int64(8), "sample_sequences")
+        8
+    """
+    if type(value) is int and value >= lo:
+        return value
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) \
+            or value < lo:
+        rule = "a positive int" if lo == 1 else f"an int >= {lo}"
+        fix = f"{call}(256)" if name == "batch_size" else f"{name}={max(lo, 1)}"
+        raise ConfigError(
+            f"{call}({name}={describe(value)}): {name} must be {rule} (not a bool or "
+            f"float); pass e.g. {fix}"
+        )
+    return int(value)
+
+
+def check_draw_size(what: str, items: int, item_bytes: int = 0, fix: str = "") -> None:
+    """Raise when ``items`` drawn items (each ``item_bytes`` of fields plus
+    :data:`BYTES_PER_DRAW`) exceed :data:`MAX_BATCH` or the available memory.
+
+    Args:
+        what: The call and argument(s), e.g. ``"sample(batch_size=10**12)"``.
+        items: Items the call would draw and gather.
+        item_bytes: Bytes of one item's fields.
+        fix: What to lower, for the message.
+
+    Raises:
+        CapacityError: Too many items.
+
+    Example:
+        >>> check_draw_size("sample(batch_size=8)", 8)
+    """
+    fix = fix or "lower the batch size"
+    if items > MAX_BATCH:
+        raise CapacityError(f"{what}: at most {MAX_BATCH:,} items per call; {fix}")
+    if items > LARGE_BATCH:
+        need = items * (BYTES_PER_DRAW + max(0, int(item_bytes)))
+        avail = available_memory()
+        if avail is not None and need > avail:
+            raise CapacityError(
+                f"{what}: the batch needs about {need:,} bytes ({need / 2**30:.2f} GiB) but "
+                f"only {avail:,} bytes ({avail / 2**30:.2f} GiB) of memory are available; {fix}"
+            )
+
+
+def check_replace(replace: Any, call: str = "sample") -> bool:
+    """``replace`` as a bool: only True/False (or a numpy bool) are accepted.
+
+    Raises:
+        ArgumentError: Anything else (``"no"``, 0, None), which would otherwise count as
+            its truth value.
+    """
+    if replace is True or replace is False:
+        return replace
+    if isinstance(replace, np.bool_):
+        return bool(replace)
+    raise ArgumentError(
+        f"{call}(replace={describe(replace)}): replace must be a bool; pass replace=True "
+        "(with replacement) or replace=False (distinct items)"
+    )
+
+
+def check_batch_size(batch_size: Any, available: int, replace: Any, call: str = "sample",
+                     item_bytes: int = 0, name: str = "batch_size") -> int:
+    """Validate ``batch_size`` and ``replace`` against the number of sampleable items.
+
+    Args:
+        batch_size: The call's batch size.
+        available: Items that can be drawn.
+        replace: The call's ``replace``.
+        call: The public call, for the message.
+        item_bytes: Bytes of one item's fields (for the memory check of large batches).
+        name: The argument's name, for the message.
+
+    Returns:
+        ``batch_size`` as an int.
+
+    Raises:
+        ConfigError: Not a positive int (or a bool).
+        ArgumentError: ``replace`` is not a bool.
+        CapacityError: The batch cannot fit in memory (or exceeds :data:`MAX_BATCH`).
+        EmptyBufferError: Nothing to sample, or too few items without replacement.
+    """
+    b = check_size_arg(name, batch_size, call)
+    if b > LARGE_BATCH:
+        check_draw_size(f"{call}({name}={b})", b, item_bytes, f"lower {name}")
+    replace = check_replace(replace, call)
+    if available <= 0:
+        raise EmptyBufferError(
+            f"{call}({name}={b}): the buffer is empty; add transitions first"
+        )
+    if not replace and b > available:
+        raise EmptyBufferError(
+            f"{call}({name}={b}, replace=False): buffer holds {available} "
+            "sampleable transitions; add more, lower batch_size or use replace=True"
+        )
+    return b
+
+
+def check_options(call: str, kwargs: Mapping[str, Any], accepted: Iterable[str],
+                  fixed: tuple[str, ...] = ("batch_size", "replace")) -> None:
+    """Raise when ``kwargs`` holds a keyword the call does not take.
+
+    Args:
+        call: The public call (``"sample"``, ``"sample_sequences"``).
+        kwargs: The call's extra keyword arguments.
+        accepted: The options the sampler (and view) take.
+        fixed: The call's own arguments, listed in the message.
+
+    Raises:
+        ArgumentError: An unknown keyword, named with the accepted ones.
+    """
+    ok = set(accepted) | set(fixed)
+    unknown = [k for k in kwargs if k not in ok]
+    if unknown:
+        names = list(dict.fromkeys((*fixed, *accepted)))
+        given = ", ".join(f"{k}={describe(kwargs[k])}" for k in unknown)
+        plural = "s" if len(unknown) > 1 else ""
+        raise ArgumentError(
+            f"{call}({given}): unknown keyword argument{plural} "
+            f"{', '.join(repr(k) for k in unknown)}; this sampler/view accepts "
+            f"{', '.join(names)}"
+        )
