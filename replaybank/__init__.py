@@ -15,12 +15,14 @@ Example:
 """
 
 from replaybank.batch import Batch, SequenceBatch
+from replaybank.buffers.autoreset import AutoresetWarning
 from replaybank.buffers.replay import ReplayBuffer
 from replaybank.buffers.rollout.buffer import RolloutBuffer
 from replaybank.compat.prioritized import PrioritizedReplayBuffer
 from replaybank.compat.sequence import SequenceReplayBuffer
 from replaybank.compat.trajectory import PathBuffer
 from replaybank.errors import (
+    ArgumentError,
     CapacityError,
     CheckpointError,
     ConfigError,
@@ -34,6 +36,7 @@ from replaybank.errors import (
 from replaybank.ops.gae import discount_cumsum, gae
 from replaybank.persist import ResumeWarning, load, open, save
 from replaybank.samplers.base import (
+    BoundedPriorities,
     KeyUpdates,
     LaneView,
     PrioritySampler,
@@ -66,8 +69,11 @@ from replaybank.views.transition import TransitionView
 __version__ = "0.1.0"
 
 __all__ = [
+    "ArgumentError",
     "ArrayBackend",
+    "AutoresetWarning",
     "Batch",
+    "BoundedPriorities",
     "BufferConfig",
     "CapacityError",
     "CheckpointError",

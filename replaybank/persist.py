@@ -48,7 +48,10 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
+import os
 import warnings
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -64,7 +67,7 @@ from replaybank.io.state import join_state
 from replaybank.storage.backends.base import ArrayBackend, DurableBackend
 from replaybank.storage.backends.memmap import RESUME_PREFIX, MemmapBackend
 
-__all__ = ["COUNTERS", "Persistable", "Resumable", "ResumeWarning", "flush", "load",
+__all__ = ["COUNTERS", "Exclusive", "Persistable", "Resumable", "ResumeWarning", "flush", "load",
            "load_into", "open", "record_owner", "save"]
 
 _KIND = "replaybank.memmap_resume"
@@ -134,9 +137,23 @@ def save(buf: Persistable, dirpath: Any, prefix: str = "buffer_") -> Path:
         CheckpointError: The write failed (the previous checkpoint is left intact).
         ConfigError: The buffer's config cannot be described (unregistered component).
     """
-    dump = buffer_config(buf).model_dump(mode="json")
-    info = {"buffer_type": type(buf).__name__, "config": dump, "metadata": buf.metadata()}
-    return save_state(buf.state_dict(), dirpath, prefix, info)
+    with _exclusive(buf):  # another thread's adds wait until the files are written
+        dump = buffer_config(buf).model_dump(mode="json")
+        info = {"buffer_type": type(buf).__name__, "config": dump, "metadata": buf.metadata()}
+        return save_state(buf.state_dict(), dirpath, prefix, info)
+
+
+@runtime_checkable
+class Exclusive(Protocol):
+    """A buffer whose calls can be held off by other threads while it is saved."""
+
+    def exclusive(self) -> AbstractContextManager[None]:
+        """A context in which no other thread's call on the buffer runs."""
+        ...
+
+
+def _exclusive(buf: Any) -> AbstractContextManager[None]:
+    return buf.exclusive() if isinstance(buf, Exclusive) else contextlib.nullcontext()
 
 
 def _restore(buf: Persistable, manifest: dict[str, Any], sf: StateFile) -> None:
@@ -209,8 +226,9 @@ def load(dirpath: Any, prefix: str = "buffer_", **overrides: Any) -> Any:
             raise CheckpointError(f"{sf.path}: the manifest has no buffer config; load the "
                                   "state into a buffer you build with load_into(buf, ...)")
         cfg = _in_memory(cfg)
-        if "path" in overrides and "storage" not in overrides:
-            overrides["storage"] = "memmap"
+        if overrides.get("path") is not None:
+            overrides["path"] = os.fspath(overrides["path"])
+            overrides.setdefault("storage", "memmap")
         try:
             buf = from_config(cfg, **overrides)
         except ConfigError as exc:
@@ -270,12 +288,13 @@ def flush(buf: Resumable) -> Path | None:
             "resume from; flush() is for storage='memmap' buffers, use save(dirpath) to "
             "checkpoint an in-memory buffer"
         )
-    state = buf.resume_state()
-    if state is None:
-        return None
-    backend.flush()
-    return save_state(state, backend.path, prefix=RESUME_PREFIX,
-                      info={"kind": _KIND, "buffer_id": backend.buffer_id})
+    with _exclusive(buf):
+        state = buf.resume_state()
+        if state is None:
+            return None
+        backend.flush()
+        return save_state(state, backend.path, prefix=RESUME_PREFIX,
+                          info={"kind": _KIND, "buffer_id": backend.buffer_id})
 
 
 def open(path: Any, mode: str = "r+", **overrides: Any) -> Any:
@@ -289,7 +308,7 @@ def open(path: Any, mode: str = "r+", **overrides: Any) -> Any:
         **overrides: Config entries to change (e.g. ``seed=``, ``sampler=`` when the
             original used an unregistered sampler). The files stay where they are: the
             buffer always uses ``path`` (not a path recorded in its files), and
-            ``storage``/``path`` cannot be overridden.
+            ``storage`` cannot be overridden.
 
     Returns:
         The buffer (of its registered type), holding every step added before the old
@@ -298,7 +317,7 @@ def open(path: Any, mode: str = "r+", **overrides: Any) -> Any:
     Raises:
         CheckpointError: No buffer at ``path``, no config recorded for it, or its lane
             counters or links are damaged.
-        ConfigError: ``storage`` or ``path`` given as an override.
+        ConfigError: ``storage`` given as an override.
 
     Example:
         >>> import tempfile
@@ -309,11 +328,11 @@ def open(path: Any, mode: str = "r+", **overrides: Any) -> Any:
         >>> open(d, mode="r").spec["obs"].shape
         (2,)
     """
-    moved = sorted(k for k in ("storage", "path") if k in overrides)
-    if moved:
-        raise ConfigError(f"open({path}, {moved[0]}=...): a reopened buffer keeps its files "
-                          f"at {path}; drop the {moved[0]} override (to copy the buffer "
-                          "elsewhere, save() it and load(..., path=new_dir))")
+    if "storage" in overrides:
+        raise ConfigError(f"open({path}, storage=...): a reopened buffer keeps its files at "
+                          f"{path}; drop the storage override (to copy the buffer elsewhere "
+                          "or into memory, save() it and load() it, with path=new_dir for "
+                          "new files)")
     backend = MemmapBackend(path, reopen=True, mode=mode)
     cfg = backend.owner_record()
     if cfg is None:

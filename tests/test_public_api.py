@@ -17,6 +17,7 @@ USER_FACING = ("replaybank.buffers", "replaybank.samplers", "replaybank.views",
                "replaybank.spec")
 # classes of those layers that are internal machinery, not something users import
 INTERNAL = {
+    "replaybank.buffers.guard.CallGuard",
     "replaybank.storage.writers.writer.Writer",
     "replaybank.storage.table.StepTable",
     "replaybank.storage.writers.lean.LaneWriter",

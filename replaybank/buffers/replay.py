@@ -16,6 +16,8 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -25,7 +27,14 @@ from replaybank import persist
 from replaybank.batch import Batch, SequenceBatch
 from replaybank.buffers import arguments, state
 from replaybank.buffers.arguments import make_rng, positive_int
-from replaybank.buffers.calls import check_call, lane_ids
+from replaybank.buffers.autoreset import (
+    check_autoreset_mode,
+    reset_lanes,
+    reset_steps,
+    warn_resets,
+)
+from replaybank.buffers.calls import CheckedCall, check_call, lane_ids
+from replaybank.buffers.guard import CallGuard, get_ident
 from replaybank.buffers.inputs import (
     UNSET,
     collect_fields,
@@ -81,6 +90,13 @@ class ReplayBuffer:
         lane_split: ``"random"`` divides each batch randomly among the lanes (fishyrl's
             IndependentVectorizedBuffer; :class:`~replaybank.samplers.lane_split.
             LaneSplitSampler`) instead of uniform over all steps of all lanes.
+        autoreset_mode: How the data's vector envs reset finished episodes
+            (:mod:`replaybank.buffers.autoreset`). ``None`` (default): look for the false
+            "final observation -> reset observation" steps that adding every step of a
+            gymnasium vector env in its default NEXT_STEP mode stores, and warn once
+            (checked at the 1st, 2nd, 4th, ... sample). ``"next_step"``: drop those steps
+            as they arrive (each add then takes the fully checked write path).
+            ``"same_step"`` or ``"disabled"``: the data has none; no check.
 
     Raises:
         CapacityError: capacity not a positive int, not divisible by num_envs, or too
@@ -113,14 +129,18 @@ class ReplayBuffer:
         path: Any = None,
         device: Any = None,
         lane_split: str | None = None,
+        autoreset_mode: str | None = None,
     ) -> None:
         self._capacity, self._num_envs = arguments.check_capacity(capacity, num_envs)
         self._rng = make_rng(seed)
         self.sampler: Sampler = arguments.replay_sampler(sampler, lane_split)
         self.view: View = arguments.replay_view(view, n_step, gamma, frame_stack,
                                                 self._capacity // self._num_envs)
+        self.autoreset_mode = check_autoreset_mode(autoreset_mode)
         self._init_args: dict[str, Any] = state.init_args(
-            n_step, gamma, frame_stack, storage, path, device)
+            n_step, gamma, frame_stack, storage, path, device, self.autoreset_mode)
+        self._samples = 0  # calls of sample(); the autoreset check runs at powers of two
+        self._check_autoreset = self.autoreset_mode is None
         self._backend: ArrayBackend = make_backend(storage, path, device)
         self._table: StepTable | None = None
         # the buffer whose config durable storage records (a wrapper, or None: self)
@@ -128,6 +148,8 @@ class ReplayBuffer:
         self._writer: Writer | None = None  # the write plan of the current parts
         self._lane_view: LaneView | None = None
         self._parts = Parts(self.sampler, self.view)  # their capabilities, checked once
+        # one call at a time: a sample never sees a half-written step
+        self._guard = CallGuard()
         self.sampler.bind(self.rows, self._num_envs)
         if spec is not None:
             self._allocate(standard_spec(Spec.coerce(spec)))
@@ -253,11 +275,37 @@ class ReplayBuffer:
         prio = check_priority(parts.traits, priority, call.out)
         if self._table is None:
             self._allocate(call.spec)
+        if self.autoreset_mode == "next_step":
+            return self._write_dropping_resets(call, prio, parts.traits.stateless)
         keys = write_reference(self.table, call.lanes, call.values, call.next_obs)
         if not parts.traits.stateless or prio is not None:
             self.sampler.on_write(ring.key_to_slot(keys.reshape(-1), self.rows,
                                                    self._num_envs), prio)
         return keys
+
+    def _write_dropping_resets(self, call: CheckedCall, prio: Any,
+                               stateless: bool) -> IntArray:
+        """``autoreset_mode="next_step"``: write a checked call step by step, leaving out
+        each lane's NEXT_STEP reset step (:func:`~replaybank.buffers.autoreset.
+        reset_lanes`: decided against what is stored, so a step after a dropped one is
+        kept). Returns the keys written ``[k]``."""
+        n, m = call.out
+        written: list[IntArray] = []
+        for i in range(n):  # [1, m] at a time: a step's check sees the step before it
+            drop = reset_lanes(self.table, call.lanes,
+                               {name: call.values[name][i] for name in self.table.obs_fields})
+            keep = np.flatnonzero(~drop)
+            if len(keep) == 0:
+                continue
+            values = {k: v[i:i + 1, keep] for k, v in call.values.items()}
+            next_obs = {k: v[i:i + 1, keep] for k, v in call.next_obs.items()}
+            keys = write_reference(self.table, call.lanes[keep], values, next_obs)
+            p = None if prio is None else prio[i * m + keep]
+            if not stateless or p is not None:
+                self.sampler.on_write(ring.key_to_slot(keys.reshape(-1), self.rows,
+                                                       self._num_envs), p)
+            written.append(keys.reshape(-1))
+        return np.concatenate(written) if written else np.zeros(0, dtype=np.int64)
 
     def _plan(self) -> Writer | None:
         """The cached write plan of the current table and parts (None: every call takes
@@ -267,7 +315,8 @@ class ReplayBuffer:
         parts = self._current_parts()
         if plan is not None and plan.table is t and plan.owner is parts:
             return plan
-        if t is None or t.obs_fields != ["obs"] or not t.backend.host_numpy:
+        if t is None or t.obs_fields != ["obs"] or not t.backend.host_numpy \
+                or self.autoreset_mode == "next_step":  # reset steps are checked first
             return None
         choice = writer_choice()
         if choice == "reference":
@@ -301,29 +350,41 @@ class ReplayBuffer:
         Raises:
             SpecError, ShapeError, DtypeError: Bad input; the buffer is left unchanged.
         """
-        parts = self._parts
-        if parts.sampler is not self.sampler or parts.view is not self.view:
-            parts = self._current_parts()
-        if parts.transform is not None:  # e.g. frame stacks: store the newest frame
-            obs, action, reward, next_obs, terminated, truncated, extras = self._transformed(
-                False, env_ids, StepValues(obs, action, reward, next_obs, terminated,
-                                           truncated, extras))
-        plan = self._writer
-        if plan is None or plan.table is not self._table or plan.owner is not parts:
-            plan = self._plan()
-        # the writers choose among themselves; False: the general path must take it (the
-        # values go by name, not as a record: this is the hot path of every training loop)
-        if plan is not None:
-            if priority is None:
-                if plan.add(obs, action, reward, next_obs, terminated, truncated, extras,
-                            env_ids):
+        g = self._guard  # one call at a time; no lock while one thread calls (guard.py)
+        g.busy = True
+        locked = g.shared or get_ident() != g.owner
+        if locked:
+            g.busy = False
+            g.lock_shared()
+        try:
+            parts = self._parts
+            if parts.sampler is not self.sampler or parts.view is not self.view:
+                parts = self._current_parts()
+            if parts.transform is not None:  # e.g. frame stacks: store the newest frame
+                obs, action, reward, next_obs, terminated, truncated, extras = self._transformed(
+                    False, env_ids, StepValues(obs, action, reward, next_obs, terminated,
+                                               truncated, extras))
+            plan = self._writer
+            if plan is None or plan.table is not self._table or plan.owner is not parts:
+                plan = self._plan()
+            # the writers choose among themselves; False: the general path must take it (the
+            # values go by name, not as a record: this is the hot path of every training loop)
+            if plan is not None:
+                if priority is None:
+                    if plan.add(obs, action, reward, next_obs, terminated, truncated, extras,
+                                env_ids):
+                        return
+                elif plan.write_prioritized(self.sampler, self._priorities(priority), env_ids,
+                                            None, StepValues(obs, action, reward, next_obs,
+                                                             terminated, truncated, extras)):
                     return
-            elif plan.write_prioritized(self.sampler, self._priorities(priority), env_ids,
-                                        None, StepValues(obs, action, reward, next_obs,
-                                                         terminated, truncated, extras)):
-                return
-        self._write(StepValues(obs, action, reward, next_obs, terminated, truncated, extras),
-                    False, env_ids, priority)
+            self._write(StepValues(obs, action, reward, next_obs, terminated, truncated, extras),
+                        False, env_ids, priority)
+        finally:
+            if locked:
+                g.lock.release()
+            else:
+                g.busy = False
 
     def extend(self, *, obs: Any = UNSET, action: Any = UNSET, reward: Any = UNSET,
                next_obs: Any = UNSET, terminated: Any = UNSET, truncated: Any = UNSET,
@@ -340,29 +401,41 @@ class ReplayBuffer:
         Raises:
             SpecError, ShapeError, DtypeError: Bad input; the buffer is left unchanged.
         """
-        parts = self._parts
-        if parts.sampler is not self.sampler or parts.view is not self.view:
-            parts = self._current_parts()
-        if parts.transform is not None:  # e.g. frame stacks: store the newest frame
-            obs, action, reward, next_obs, terminated, truncated, extras = self._transformed(
-                True, env_ids, StepValues(obs, action, reward, next_obs, terminated,
-                                          truncated, extras))
-        if env_ids is None:
-            plan = self._writer
-            if plan is None or plan.table is not self._table or plan.owner is not parts:
-                plan = self._plan()
-            if plan is not None:
-                if priority is None:
-                    if plan.extend(obs, action, reward, next_obs, terminated, truncated,
-                                   extras):
+        g = self._guard  # one call at a time; no lock while one thread calls (guard.py)
+        g.busy = True
+        locked = g.shared or get_ident() != g.owner
+        if locked:
+            g.busy = False
+            g.lock_shared()
+        try:
+            parts = self._parts
+            if parts.sampler is not self.sampler or parts.view is not self.view:
+                parts = self._current_parts()
+            if parts.transform is not None:  # e.g. frame stacks: store the newest frame
+                obs, action, reward, next_obs, terminated, truncated, extras = self._transformed(
+                    True, env_ids, StepValues(obs, action, reward, next_obs, terminated,
+                                              truncated, extras))
+            if env_ids is None:
+                plan = self._writer
+                if plan is None or plan.table is not self._table or plan.owner is not parts:
+                    plan = self._plan()
+                if plan is not None:
+                    if priority is None:
+                        if plan.extend(obs, action, reward, next_obs, terminated, truncated,
+                                       extras):
+                            return
+                    elif type(obs) is np.ndarray and obs.ndim >= 1 and plan.write_prioritized(
+                            self.sampler, self._priorities(priority), None, obs.shape[0],
+                            StepValues(obs, action, reward, next_obs, terminated, truncated,
+                                       extras)):
                         return
-                elif type(obs) is np.ndarray and obs.ndim >= 1 and plan.write_prioritized(
-                        self.sampler, self._priorities(priority), None, obs.shape[0],
-                        StepValues(obs, action, reward, next_obs, terminated, truncated,
-                                   extras)):
-                    return
-        self._write(StepValues(obs, action, reward, next_obs, terminated, truncated, extras),
-                    True, env_ids, priority)
+            self._write(StepValues(obs, action, reward, next_obs, terminated, truncated, extras),
+                        True, env_ids, priority)
+        finally:
+            if locked:
+                g.lock.release()
+            else:
+                g.busy = False
 
     def _priorities(self, priority: Any) -> Any:
         """``check(out)``: the checked initial priorities of a write of ``out`` steps."""
@@ -371,6 +444,13 @@ class ReplayBuffer:
 
     def clear(self) -> None:
         """Drop every stored step (storage stays allocated)."""
+        locked = self._guard.enter()
+        try:
+            self._clear()
+        finally:
+            self._guard.leave(locked)
+
+    def _clear(self) -> None:
         if self._table is not None:
             self._table.clear()
         self.sampler.on_clear()
@@ -393,10 +473,26 @@ class ReplayBuffer:
             EmptyBufferError: The buffer is empty, or ``replace=False`` and
                 ``batch_size > len(buf)``.
         """
-        parts = self._parts if self._parts.sampler is self.sampler \
-            and self._parts.view is self.view else self._current_parts()
-        return Batch.own(parts.sample(self._table, self._lanes(), self._rng, batch_size,
-                                      replace, kwargs))
+        locked = self._guard.enter()
+        try:
+            parts = self._parts if self._parts.sampler is self.sampler \
+                and self._parts.view is self.view else self._current_parts()
+            batch = Batch.own(parts.sample(self._table, self._lanes(), self._rng, batch_size,
+                                           replace, kwargs))
+            self._samples += 1
+            if self._samples & (self._samples - 1) == 0 and self._check_autoreset:
+                self._check_resets()
+            return batch
+        finally:
+            self._guard.leave(locked)
+
+    def _check_resets(self) -> None:
+        """Warn once when stored steps look like NEXT_STEP reset steps (run at the 1st,
+        2nd, 4th, ... sample: :mod:`~replaybank.buffers.autoreset`)."""
+        found = reset_steps(self.table)
+        if found:
+            self._check_autoreset = False  # warn once
+            warn_resets(found, stacklevel=4)
 
     def update_priorities(self, indices: Any, priorities: Any) -> int:
         """Set new priorities (e.g. ``|td_error|``) for sampled ``batch.indices``.
@@ -412,22 +508,51 @@ class ReplayBuffer:
             ShapeError: Lengths differ.
             DtypeError: A priority is negative, NaN or infinite.
         """
-        return update_priorities(self._current_parts().traits, self._lanes(), indices,
-                                 priorities)
+        locked = self._guard.enter()
+        try:
+            return update_priorities(self._current_parts().traits, self._lanes(), indices,
+                                     priorities)
+        finally:
+            self._guard.leave(locked)
 
     # ------------------------------------------------------------------ sequences
     def sample_sequences(self, batch_size: int, sequence_length: int,
                          **kwargs: Any) -> SequenceBatch:
         """Sample ``[B, L]`` windows; see :func:`replaybank.buffers.sequences.sample_sequences`."""
-        return sample_sequences(self._table, self._lanes(), self._rng,
-                                self._current_parts().traits, batch_size, sequence_length,
-                                **kwargs)
+        locked = self._guard.enter()
+        try:
+            return sample_sequences(self._table, self._lanes(), self._rng,
+                                    self._current_parts().traits, batch_size, sequence_length,
+                                    **kwargs)
+        finally:
+            self._guard.leave(locked)
 
     def update_sequence_priorities(self, starts: Any, td_errors: Any, eta: float = 0.9,
                                    mask: Any = None) -> int:
         """R2D2 sequence priorities; see :mod:`replaybank.buffers.sequences`."""
-        return update_sequence_priorities(self._current_parts().traits, self._lanes(),
-                                          starts, td_errors, eta=eta, mask=mask)
+        locked = self._guard.enter()
+        try:
+            return update_sequence_priorities(self._current_parts().traits, self._lanes(),
+                                              starts, td_errors, eta=eta, mask=mask)
+        finally:
+            self._guard.leave(locked)
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """Hold every other thread's calls on this buffer off (``rb.save`` and
+        ``buf.flush()`` do: what they read is consistent while a collector thread adds).
+
+        Example:
+            >>> buf = ReplayBuffer(8)
+            >>> with buf.exclusive():
+            ...     len(buf)
+            0
+        """
+        locked = self._guard.enter()
+        try:
+            yield
+        finally:
+            self._guard.leave(locked)
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
@@ -453,18 +578,19 @@ class ReplayBuffer:
         Raises:
             CheckpointError: The state does not match this buffer, or is damaged.
         """
-        spec = state.checked_state(state_dict, self._capacity, self._num_envs, self.spec,
-                                   self.sampler, self.view, self._rng)
-        if spec is None:
-            self.clear()
-        else:
-            if self._table is None:
-                self._allocate(spec)
-            load_table_state(self.table, state_dict["table"])
-        self.sampler.load_state_dict(state_dict["sampler"])
-        # checkpoints written before views had state hold none: the view keeps its own
-        self.view.load_state_dict(state_dict.get("view", {}))
-        self._rng.bit_generator.state = state_dict["rng"]
+        with self.exclusive():
+            spec = state.checked_state(state_dict, self._capacity, self._num_envs,
+                                       self.spec, self.sampler, self.view, self._rng)
+            if spec is None:
+                self._clear()
+            else:
+                if self._table is None:
+                    self._allocate(spec)
+                load_table_state(self.table, state_dict["table"])
+            self.sampler.load_state_dict(state_dict["sampler"])
+            # checkpoints written before views had state hold none: the view keeps its own
+            self.view.load_state_dict(state_dict.get("view", {}))
+            self._rng.bit_generator.state = state_dict["rng"]
 
     def resume_state(self) -> dict[str, Any] | None:
         """What :func:`replaybank.persist.flush` saves beside memmap files: generator,

@@ -45,7 +45,7 @@ _MISFIT = (KeyError, ValueError, TypeError, IndexError, AttributeError, Overflow
 
 
 def init_args(n_step: int, gamma: float, frame_stack: int, storage: str | ArrayBackend,
-              path: Any, device: Any) -> dict[str, Any]:
+              path: Any, device: Any, autoreset_mode: str | None = None) -> dict[str, Any]:
     """The constructor arguments a replay buffer records (JSON-able) beside its sizes,
     sampler and view: its state dict's ``init`` and :func:`replaybank.config.buffer_config`
     rebuild it from them.
@@ -59,6 +59,7 @@ def init_args(n_step: int, gamma: float, frame_stack: int, storage: str | ArrayB
         "storage": storage if isinstance(storage, str) else storage.name,
         "path": None if path is None else str(path),
         "device": None if device is None else str(device),
+        "autoreset_mode": autoreset_mode,
     }
 
 

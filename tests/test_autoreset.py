@@ -1,0 +1,124 @@
+"""Adding every step of a NEXT_STEP-autoreset gymnasium vector env: the false
+"final obs -> reset obs" steps are detected (a warning with the fix) or dropped
+(``autoreset_mode="next_step"``); real transitions are never touched."""
+
+from __future__ import annotations
+
+import pickle
+import warnings
+from typing import Any
+
+import numpy as np
+import pytest
+
+import replaybank as rb
+from replaybank.buffers.autoreset import AutoresetWarning, reset_steps
+from replaybank.errors import ConfigError
+
+gym = pytest.importorskip("gymnasium")
+
+
+def _hand_loop(buf: Any, mode: Any, steps: int = 300, n: int = 4,
+               seed: int = 0) -> tuple[int, list[tuple[np.ndarray, np.ndarray]]]:
+    """The loop a user writes: add every env's step, ``obs = next_obs``. Returns how many
+    steps the env's NEXT_STEP resets produced, and the real transitions (obs, next_obs)."""
+    envs = gym.make_vec("CartPole-v1", num_envs=n, vectorization_mode="sync",
+                        vector_kwargs={"autoreset_mode": mode})
+    obs, _ = envs.reset(seed=seed)
+    rng = np.random.default_rng(seed)
+    ended = np.zeros(n, bool)
+    resets = 0
+    real: list[tuple[np.ndarray, np.ndarray]] = []
+    for _ in range(steps):
+        action = rng.integers(0, 2, n)
+        nxt, reward, term, trunc, info = envs.step(action)
+        final = nxt.copy()
+        if mode == gym.vector.AutoresetMode.SAME_STEP and "final_obs" in info:
+            for i in np.flatnonzero(info["_final_obs"]):  # the true last observation
+                final[i] = info["final_obs"][i]
+        buf.add(obs=obs, action=action, reward=reward, next_obs=final, terminated=term,
+                truncated=trunc)
+        if mode == gym.vector.AutoresetMode.NEXT_STEP:
+            resets += int(ended.sum())
+            real += [(obs[i].copy(), nxt[i].copy()) for i in range(n) if not ended[i]]
+            ended = term | trunc
+        else:
+            real += [(obs[i].copy(), final[i].copy()) for i in range(n)]
+        obs = nxt
+    envs.close()
+    return resets, real
+
+
+def test_next_step_loop_warns_once_with_the_fix() -> None:
+    buf = rb.ReplayBuffer(4000, num_envs=4, seed=0)
+    resets, _ = _hand_loop(buf, gym.vector.AutoresetMode.NEXT_STEP)
+    assert resets > 10
+    with pytest.warns(AutoresetWarning, match=r"autoreset_mode='next_step'.*env_ids=.*rb\.collect"):
+        buf.sample(8)
+    assert reset_steps(buf.table) == resets  # every false step found, nothing else
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for _ in range(8):  # once per buffer
+            buf.sample(8)
+
+
+def test_next_step_mode_drops_exactly_the_reset_steps() -> None:
+    buf = rb.ReplayBuffer(4000, num_envs=4, seed=0, autoreset_mode="next_step")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        resets, real = _hand_loop(buf, gym.vector.AutoresetMode.NEXT_STEP)
+        buf.sample(8)
+    assert resets > 10
+    assert len(buf) == 300 * 4 - resets
+    assert reset_steps(buf.table) == 0
+    # what is stored is exactly the real transitions, next_obs included
+    stored = [(o, n) for o, n in real]
+    batch_obs = {o.tobytes(): n.tobytes() for o, n in stored}
+    got = buf.sample(len(buf), replace=False)
+    for o, n in zip(got.obs, got.next_obs, strict=True):
+        assert batch_obs[o.tobytes()] == n.tobytes()
+
+
+def test_same_step_data_is_never_flagged_or_dropped() -> None:
+    for mode in (None, "next_step"):
+        buf = rb.ReplayBuffer(4000, num_envs=4, seed=0, autoreset_mode=mode)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            _hand_loop(buf, gym.vector.AutoresetMode.SAME_STEP)
+            buf.sample(8)
+        assert len(buf) == 1200
+
+
+def test_add_extend_and_env_ids_in_next_step_mode() -> None:
+    """Synthetic lanes: an episode end, then the reset step (obs = the final obs): dropped
+    from add, extend and env_ids calls alike; the steps after it are kept."""
+    buf = rb.ReplayBuffer(64, num_envs=2, seed=0, autoreset_mode="next_step")
+
+    def o(*v: float) -> np.ndarray:
+        return np.array(v, np.float32)[:, None].repeat(3, 1)  # [lanes, 3]
+
+    f = np.zeros(2, bool)
+    buf.add(obs=o(0, 0), action=np.zeros(2), reward=np.ones(2), next_obs=o(1, 1),
+            terminated=np.array([True, False]), truncated=f)
+    # lane 0 resets now (its obs is its final obs 1); lane 1 continues from 1
+    buf.add(obs=o(1, 1), action=np.zeros(2), reward=np.zeros(2), next_obs=o(7, 2),
+            terminated=f, truncated=f)
+    assert buf.table.counts.tolist() == [1, 2]
+    # lane 1 alone: an end at 2 -> 3, the reset step 3 -> 5, then 5 -> 6 (extend)
+    steps = np.array([2, 3, 5], np.float32)[:, None, None].repeat(3, 2)  # [3, 1, 3]
+    nxt = np.array([3, 5, 6], np.float32)[:, None, None].repeat(3, 2)
+    buf.extend(env_ids=[1], obs=steps, next_obs=nxt, action=np.zeros((3, 1)),
+               reward=np.ones((3, 1)), terminated=np.array([[True], [False], [False]]),
+               truncated=np.zeros((3, 1), bool))
+    assert buf.table.counts.tolist() == [1, 4]
+    got = buf.sample(5, replace=False)
+    pairs = sorted(zip(got.obs[:, 0].tolist(), got.next_obs[:, 0].tolist(), strict=True))
+    assert pairs == [(0.0, 1.0), (0.0, 1.0), (1.0, 2.0), (2.0, 3.0), (5.0, 6.0)]
+
+
+def test_mode_is_checked_configured_and_kept() -> None:
+    with pytest.raises(ConfigError, match="autoreset_mode='nextstep'"):
+        rb.ReplayBuffer(8, autoreset_mode="nextstep")
+    buf = rb.ReplayBuffer(8, autoreset_mode="next_step")
+    assert rb.from_config(buf.config()).autoreset_mode == "next_step"
+    assert pickle.loads(pickle.dumps(buf)).autoreset_mode == "next_step"
