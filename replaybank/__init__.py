@@ -34,7 +34,7 @@ from replaybank.errors import (
     SpecError,
 )
 from replaybank.ops.gae import discount_cumsum, gae
-from replaybank.persist import ResumeWarning, load, open, save
+from replaybank.persist import ResumeWarning, load, load_into, open, save
 from replaybank.samplers.base import (
     BoundedPriorities,
     KeyUpdates,
@@ -129,6 +129,7 @@ __all__ = [
     "from_config",
     "gae",
     "load",
+    "load_into",
     "open",
     "open_buffer",
     "register_buffer",
