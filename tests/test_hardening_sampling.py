@@ -5,6 +5,7 @@ that never saw the failing call draws."""
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from typing import Any
 
@@ -19,6 +20,7 @@ from replaybank.errors import (
     EmptyBufferError,
     ReplayBankError,
 )
+from tests.roundtrip import assert_same_state
 
 
 def steps(n: int, done_every: int = 0) -> dict[str, Any]:
@@ -258,3 +260,19 @@ def test_frame_stack_per_schedule_advances_once_per_call() -> None:
     for i in range(5):
         buf.sample(32)
         assert buf.sampler.calls == i + 1
+
+
+def test_sequence_td_errors_one_step_short_are_refused() -> None:
+    """``[B, L-1]`` TD errors (one per transition of an ``L``-step window, a common slip)
+    are refused without a mask, naming the widths the buffer sampled; priorities and the
+    next sample are unchanged."""
+    buf = rb.PrioritizedReplayBuffer(64, seed=0)
+    for t in range(30):
+        buf.add(obs=np.full(2, t, np.float32), action=0, reward=0.0,
+                next_obs=np.full(2, t + 1, np.float32), terminated=False, truncated=False)
+    batch = buf.sample_sequences(4, 5, burn_in=1)
+    twin = copy.deepcopy(buf)
+    with pytest.raises(rb.ShapeError, match=r"\[6\] steps"):
+        buf.update_sequence_priorities(batch.starts, np.ones((4, 5)))
+    assert_same_state(buf, twin)
+    assert buf.update_sequence_priorities(batch.starts, np.ones((4, 6))) == 4

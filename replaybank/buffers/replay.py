@@ -141,6 +141,7 @@ class ReplayBuffer:
             n_step, gamma, frame_stack, storage, path, device, self.autoreset_mode)
         self._samples = 0  # calls of sample(); the autoreset check runs at powers of two
         self._check_autoreset = self.autoreset_mode is None
+        self._seq_widths: set[int] = set()  # window widths sample_sequences returned
         self._backend: ArrayBackend = make_backend(storage, path, device)
         self._table: StepTable | None = None
         # the buffer whose config durable storage records (a wrapper, or None: self)
@@ -521,15 +522,26 @@ class ReplayBuffer:
         """Sample ``[B, L]`` windows; see :func:`replaybank.buffers.sequences.sample_sequences`."""
         locked = self._guard.enter()
         try:
-            return sample_sequences(self._table, self._lanes(), self._rng,
-                                    self._current_parts().traits, batch_size, sequence_length,
-                                    **kwargs)
+            batch = sample_sequences(self._table, self._lanes(), self._rng,
+                                     self._current_parts().traits, batch_size,
+                                     sequence_length, **kwargs)
+            if len(self._seq_widths) < 16:  # what update_sequence_priorities checks against
+                self._seq_widths.add(int(batch.mask.shape[1]))
+            return batch
         finally:
             self._guard.leave(locked)
 
     def update_sequence_priorities(self, starts: Any, td_errors: Any, eta: float = 0.9,
                                    mask: Any = None) -> int:
         """R2D2 sequence priorities; see :mod:`replaybank.buffers.sequences`."""
+        widths = self._seq_widths
+        if mask is None and widths and np.ndim(td_errors) == 2 \
+                and np.shape(td_errors)[1] not in widths:
+            raise ShapeError(
+                f"update_sequence_priorities: td_errors has shape {np.shape(td_errors)} but "
+                f"the windows sampled have {sorted(widths)} steps (burn-in included); pass "
+                "one TD error per window step ([B, burn_in + sequence_length]), or mask="
+            )
         locked = self._guard.enter()
         try:
             return update_sequence_priorities(self._current_parts().traits, self._lanes(),
