@@ -10,6 +10,15 @@ files describe a consistent buffer at every instant, so a process killed (even w
 SIGKILL) between or during adds loses nothing that an earlier add completed. Call
 :meth:`MemmapBackend.flush` to survive an OS crash too.
 
+Files are safe to share and to damage: their disk blocks are reserved when they are
+created or grown (a full disk raises :class:`~replaybank.errors.CapacityError` then, not
+SIGBUS in a later add), one process at a time writes a directory (an ``flock`` on
+:data:`LOCK` naming its pid, held until :meth:`MemmapBackend.close` or garbage
+collection; ``rb.open(path, mode="r")`` reads beside the writer), file names come from
+array names (never from the manifest, so no file outside the directory is opened or
+removed), and a damaged manifest or a truncated file gives
+:class:`~replaybank.errors.CheckpointError` on reopen.
+
 ``rb.open(path)`` (:func:`replaybank.persist.open`) reopens the files in a new process and
 continues where the old one stopped, rebuilding the buffer from the owner record the buffer
 keeps in the manifest (the backend never reads it). Generator and sampler state (e.g. PER
