@@ -19,6 +19,8 @@
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+#include <stdlib.h>
+#include <signal.h>
 
 #define NFIELDS 5 /* obs, action, reward, terminated, truncated */
 #define MAXDIM 8
@@ -32,6 +34,7 @@ typedef struct {
     Py_ssize_t shape[MAXDIM];  /* item shape */
     Py_ssize_t nbytes;         /* bytes of one step of one lane */
     char kind;                 /* scalar fields: 'f', 'i', 'u', 'b'; '-' otherwise */
+    int isbool;                /* bool dtype: inputs must hold canonical 0/1 bytes */
     long long lo, hi;          /* range of an int scalar field */
 } Field;
 
@@ -45,8 +48,40 @@ typedef struct {
     PyObject *ndarray_type;
     PyObject *bool_type;
     Py_ssize_t T, L;
-    int durable;               /* files (memmap): counts drop before rows are rewritten */
+    int durable;               /* files (memmap): the crash-safe write order, see below */
+    Py_buffer start;           /* durable: int64 [L] seq of each lane's oldest live step */
+    int has_start;
+    Py_ssize_t max_evict;      /* durable: extends evicting more steps take the Python path */
 } Appender;
+
+/* Durable tables (memmap files) keep a reader's view consistent at every instant: a
+ * reader that opens the files after a kill derives counts = written - start, so each
+ * single 8-byte store moves one end of a lane's live window [start, written): evicted
+ * steps leave first (start advances), then side slots, data and links are written
+ * outside the window, then the previous newest step is relinked, then written advances
+ * (the commit); counts and episodes follow as mirrors. Files without a start array
+ * (written by older versions) keep the older order: counts drop first. */
+
+/* Test hook (REPLAYBANK_KILL_AT=<n>, read once at import): the process kills itself with
+ * SIGKILL just before the n-th durable store (this counter is shared with the Python
+ * writers through store_point()). Zero cost when unset: one predictable branch per
+ * durable store. */
+static long long kill_at = 0, stores_done = 0;
+
+static void
+store_point(void)
+{
+    if (kill_at && ++stores_done == kill_at) {
+        fflush(NULL);
+        raise(SIGKILL);
+    }
+}
+
+#define DURABLE_STORE(self)          \
+    do {                             \
+        if ((self)->durable)         \
+            store_point();           \
+    } while (0)
 
 static PyObject *s_free, *s_side, *s_obs, *s_alloc;
 
@@ -83,6 +118,13 @@ get_input(Appender *self, Field *f, PyObject *v, const Py_ssize_t *lead, int nle
         ok = view->shape[i] == lead[i];
     for (int i = 0; ok && i < f->ndim; i++)
         ok = view->shape[i + nlead] == f->shape[i];
+    if (ok && f->isbool) { /* a bool byte other than 0/1: the Python paths store 0/1 */
+        const unsigned char *b = (const unsigned char *)view->buf;
+        unsigned char any = 0;
+        for (Py_ssize_t i = 0; i < view->len; i++)
+            any |= b[i] & 0xFE;
+        ok = !any;
+    }
     if (!ok) {
         PyBuffer_Release(view);
         return 0;
@@ -365,6 +407,12 @@ write_steps(Appender *self, char *const *src, const char *nobs, Py_ssize_t n)
     if (c + n > T) {
         if (self->durable) {
             int64_t kept = c - (c + n - T) > 0 ? c - (c + n - T) : 0;
+            if (self->has_start) {
+                DURABLE_STORE(self);
+                for (Py_ssize_t l = 0; l < L; l++)
+                    meta(&self->start)[l] = w - kept;
+            }
+            DURABLE_STORE(self);
             for (Py_ssize_t l = 0; l < L; l++)
                 meta(&self->counts)[l] = kept;
         }
@@ -415,22 +463,32 @@ write_steps(Appender *self, char *const *src, const char *nobs, Py_ssize_t n)
             }
     }
     if (!err) {
+        DURABLE_STORE(self);
         memset(link + start * L, 0, (size_t)nl * sizeof(int32_t));
+        DURABLE_STORE(self);
         for (Py_ssize_t s = 0; s < k; s++) {
             Py_ssize_t j = pos[s];
             memcpy((char *)sv.buf + slots[s] * ib, nobs + j * ib, (size_t)ib);
             link[start * L + j] = (int32_t)(slots[s] + 1);
         }
         PyBuffer_Release(&sv);
-        /* 4. data, then release the continued steps' slots, then the counters */
+        /* 4. data, then the commit (written advances: a reader's counts = written -
+         * start), then release the continued steps' slots (no longer the newest), then
+         * the mirrors */
         for (int i = 0; i < NFIELDS; i++) {
             Field *f = &self->f[i];
+            DURABLE_STORE(self);
             /* memmove: an input may even be a view of the storage itself */
             memmove((char *)f->store.buf + start * L * f->nbytes, src[i],
                     (size_t)(nl * f->nbytes));
         }
+        int64_t nc = c + n < T ? c + n : T;
+        DURABLE_STORE(self);
+        for (Py_ssize_t l = 0; l < L; l++)
+            meta(&self->written)[l] = w + n;
         if (any_relink) {
             Py_ssize_t prow = start ? start - 1 : T - 1;
+            DURABLE_STORE(self);
             for (Py_ssize_t l = 0; !err && l < L; l++) {
                 if (relink[l]) {
                     link[prow * L + l] = 0;
@@ -438,12 +496,12 @@ write_steps(Appender *self, char *const *src, const char *nobs, Py_ssize_t n)
                 }
             }
         }
-        int64_t nc = c + n < T ? c + n : T;
-        for (Py_ssize_t l = 0; l < L; l++) {
-            meta(&self->written)[l] = w + n;
+        DURABLE_STORE(self);
+        for (Py_ssize_t l = 0; l < L; l++)
             meta(&self->counts)[l] = nc;
+        DURABLE_STORE(self);
+        for (Py_ssize_t l = 0; l < L; l++)
             meta(&self->episodes)[l] += lane_ends[l];
-        }
     }
 out:
     Py_XDECREF(free);
@@ -472,7 +530,7 @@ write_each(Appender *self, char *const *src, const char *nobs, const int64_t *la
     const char *obs = src[0], *term = src[3], *trunc = src[4];
     int32_t *link = (int32_t *)self->link.buf;
     int64_t *wr = meta(&self->written), *cn = meta(&self->counts), *ep = meta(&self->episodes);
-    int err = 0, have_side = 0, any_relink = 0;
+    int err = 0, have_side = 0;
     Py_buffer sv;
     long long relink_s[STACK_ITEMS], slots_s[STACK_ITEMS];
     int heap = m > STACK_ITEMS;
@@ -492,8 +550,14 @@ write_each(Appender *self, char *const *src, const char *nobs, const int64_t *la
         Py_ssize_t at = (Py_ssize_t)(wr[lane] % T) * L + (Py_ssize_t)lane;
         if (cn[lane] == T && link[at])
             err = free_append(free, link[at] - 1) < 0;
-        if (cn[lane] == T && self->durable)
+        if (cn[lane] == T && self->durable) {
+            if (self->has_start) {
+                DURABLE_STORE(self);
+                meta(&self->start)[lane] = wr[lane] - (T - 1);
+            }
+            DURABLE_STORE(self);
             cn[lane] = T - 1;
+        }
     }
     /* 2. does each lane's previous newest step continue into this one? */
     for (Py_ssize_t j = 0; !err && j < m; j++) {
@@ -508,7 +572,6 @@ write_each(Appender *self, char *const *src, const char *nobs, const int64_t *la
             break;
         }
         relink[j] = p;
-        any_relink |= p > 0;
     }
     /* 3. one side slot per lane (taking more than are free grows the side store) */
     if (!err) {
@@ -530,30 +593,35 @@ write_each(Appender *self, char *const *src, const char *nobs, const int64_t *la
             PyBuffer_Release(&sv);
         goto out;
     }
-    /* 4. next observations, data and links, then relinks, then counters */
+    /* 4. next observations, data and links, then per lane the commit (written), the
+     * relink of its previous newest step, and the mirrors */
     for (Py_ssize_t j = 0; j < m; j++) {
         int64_t lane = lanes[j];
         Py_ssize_t at = (Py_ssize_t)(wr[lane] % T) * L + (Py_ssize_t)lane;
+        DURABLE_STORE(self);
         memcpy((char *)sv.buf + slots[j] * ib, nobs + j * ib, (size_t)ib);
         for (int i = 0; i < NFIELDS; i++) {
             Field *f = &self->f[i];
+            DURABLE_STORE(self);
             memmove((char *)f->store.buf + at * f->nbytes, src[i] + j * f->nbytes,
                     (size_t)f->nbytes);
         }
+        DURABLE_STORE(self);
         link[at] = (int32_t)(slots[j] + 1);
     }
     PyBuffer_Release(&sv);
-    for (Py_ssize_t j = 0; any_relink && !err && j < m; j++) {
-        if (relink[j]) {
-            int64_t lane = lanes[j];
-            link[(Py_ssize_t)((wr[lane] - 1) % T) * L + (Py_ssize_t)lane] = 0;
-            err = free_append(free, relink[j] - 1) < 0;
-        }
-    }
     for (Py_ssize_t j = 0; j < m; j++) {
         int64_t lane = lanes[j];
+        DURABLE_STORE(self);
         wr[lane] += 1;
+        if (relink[j] && !err) { /* the previous newest step: wr - 2 now */
+            DURABLE_STORE(self);
+            link[(Py_ssize_t)((wr[lane] - 2) % T) * L + (Py_ssize_t)lane] = 0;
+            err = free_append(free, relink[j] - 1) < 0;
+        }
+        DURABLE_STORE(self);
         cn[lane] = cn[lane] < T ? cn[lane] + 1 : T;
+        DURABLE_STORE(self);
         ep[lane] += term[j] || trunc[j];
     }
 out:
@@ -767,6 +835,8 @@ Appender_extend(Appender *self, PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t start = (Py_ssize_t)(meta(&self->written)[0] % T);
     if (n < 1 || start + n > T) /* empty or wrapping chunks: the Python paths */
         Py_RETURN_FALSE;
+    if (self->durable && meta(&self->counts)[0] + n > T && n > self->max_evict)
+        Py_RETURN_FALSE; /* files: long evicting writes go in chunks (the Python paths) */
     const Py_ssize_t lead[2] = {n, L};
     PyObject *vals[NFIELDS + 1] = {args[0], args[1], args[2], args[4], args[5], args[3]};
     Py_buffer in[NFIELDS + 1];
@@ -797,25 +867,31 @@ Appender_dealloc(Appender *self)
     Py_buffer *m[4] = {&self->link, &self->written, &self->counts, &self->episodes};
     for (int i = 0; i < self->nmeta; i++)
         PyBuffer_Release(m[i]);
+    if (self->has_start)
+        PyBuffer_Release(&self->start);
     Py_XDECREF(self->table);
     Py_XDECREF(self->ndarray_type);
     Py_XDECREF(self->bool_type);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* Appender(side_store, ndarray, bool_, fields, link, written, counts, episodes, lanes)
+/* Appender(side_store, ndarray, bool_, fields, link, written, counts, episodes, lanes,
+ *          durable=False, start=None, max_evict=0)
  * fields: 5 tuples (flat_store, format, item_shape, kind, lo, hi) in the order obs,
  * action, reward, terminated, truncated; link: flat int32 [T * lanes]; written, counts,
- * episodes: int64 [lanes]. */
+ * episodes, start: int64 [lanes]; durable: the crash-safe order; max_evict: the most
+ * steps a durable extend may evict in one call. Zero-size fields are refused (the
+ * Python paths serve them). */
 static int
 Appender_init(Appender *self, PyObject *args, PyObject *kwds)
 {
     PyObject *table, *nd, *bt, *fields, *link, *written, *counts, *episodes;
-    Py_ssize_t lanes;
+    PyObject *start = Py_None;
+    Py_ssize_t lanes, max_evict = 0;
     int durable = 0;
     (void)kwds;
-    if (!PyArg_ParseTuple(args, "OOOOOOOOn|p", &table, &nd, &bt, &fields, &link, &written,
-                          &counts, &episodes, &lanes, &durable))
+    if (!PyArg_ParseTuple(args, "OOOOOOOOn|pOn", &table, &nd, &bt, &fields, &link, &written,
+                          &counts, &episodes, &lanes, &durable, &start, &max_evict))
         return -1;
     if (self->table != NULL) {
         PyErr_SetString(PyExc_RuntimeError, "Appender is initialised once");
@@ -833,6 +909,7 @@ Appender_init(Appender *self, PyObject *args, PyObject *kwds)
     self->bool_type = bt;
     self->L = lanes;
     self->durable = durable;
+    self->max_evict = max_evict;
     for (int i = 0; i < NFIELDS; i++) {
         Field *f = &self->f[i];
         PyObject *store, *shape;
@@ -860,8 +937,13 @@ Appender_init(Appender *self, PyObject *args, PyObject *kwds)
             f->nbytes *= f->shape[d];
         }
         f->kind = kind[0];
+        f->isbool = strcmp(fmt, "?") == 0;
         f->lo = lo;
         f->hi = hi;
+        if (f->nbytes == 0) { /* nothing to copy, and no slot size to bound a link by */
+            PyErr_SetString(PyExc_ValueError, "Appender: zero-size fields take the Python paths");
+            return -1;
+        }
         if (f->kind != '-' && f->nbytes > 8) {
             PyErr_SetString(PyExc_ValueError, "Appender: scalar fields of at most 8 bytes");
             return -1;
@@ -881,6 +963,15 @@ Appender_init(Appender *self, PyObject *args, PyObject *kwds)
             return -1;
         }
     }
+    if (start != Py_None) {
+        if (get_store(start, &self->start) < 0)
+            return -1;
+        self->has_start = 1;
+        if (self->start.itemsize != 8 || self->start.len != 8 * lanes) {
+            PyErr_SetString(PyExc_ValueError, "Appender: start int64 [lanes]");
+            return -1;
+        }
+    }
     self->T = self->link.len / 4 / lanes;
     for (int i = 0; i < NFIELDS; i++) {
         if (self->f[i].store.len != self->T * lanes * self->f[i].nbytes) {
@@ -895,6 +986,43 @@ Appender_init(Appender *self, PyObject *args, PyObject *kwds)
     }
     return 0;
 }
+
+static PyObject *
+lane_store_point(PyObject *mod, PyObject *noargs)
+{
+    (void)mod;
+    (void)noargs;
+    store_point();
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+lane_kill_at(PyObject *mod, PyObject *noargs)
+{
+    (void)mod;
+    (void)noargs;
+    return PyLong_FromLongLong(kill_at);
+}
+
+static PyObject *
+lane_arm(PyObject *mod, PyObject *arg)
+{
+    (void)mod;
+    long long n = PyLong_AsLongLong(arg);
+    if (n == -1 && PyErr_Occurred())
+        return NULL;
+    kill_at = n > 0 ? n : 0;
+    stores_done = 0;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef lane_functions[] = {
+    {"arm", lane_arm, METH_O, "Test hook: kill before the n-th durable store from now (0: off)."},
+    {"store_point", lane_store_point, METH_NOARGS,
+     "Test hook: count one durable store (REPLAYBANK_KILL_AT kills before the n-th)."},
+    {"kill_at", lane_kill_at, METH_NOARGS, "REPLAYBANK_KILL_AT as read at import (0: unset)."},
+    {NULL, NULL, 0, NULL},
+};
 
 static PyMethodDef Appender_methods[] = {
     {"add", (PyCFunction)(void (*)(void))Appender_add, METH_FASTCALL,
@@ -919,13 +1047,17 @@ static PyTypeObject AppenderType = {
 };
 
 static struct PyModuleDef lanemodule = {
-    PyModuleDef_HEAD_INIT, "_lane", "Compiled add/extend of in-memory step tables.", -1, NULL,
-    NULL, NULL, NULL, NULL,
+    PyModuleDef_HEAD_INIT, "_lane", "Compiled add/extend of in-memory step tables.", -1,
+    lane_functions, NULL, NULL, NULL, NULL,
 };
 
 PyMODINIT_FUNC
 PyInit__lane(void)
 {
+    const char *kill = getenv("REPLAYBANK_KILL_AT");
+    kill_at = kill != NULL ? strtoll(kill, NULL, 10) : 0;
+    if (kill_at < 0)
+        kill_at = 0;
     s_free = PyUnicode_InternFromString("free");
     s_side = PyUnicode_InternFromString("arrays");
     s_obs = PyUnicode_InternFromString("obs");

@@ -10,9 +10,11 @@ Nested dict values (e.g. goal-conditioned observations) are flattened to ``/``-j
 names: ``{"obs": {"observation": x, "desired_goal": g}}`` becomes the fields
 ``obs/observation`` and ``obs/desired_goal``.
 
-Dtype inference keeps numpy arrays' dtypes as they are (uint8 stays uint8). Python
-scalars and lists get the usual RL dtypes: ``float -> float32``, ``int -> int64``,
-``bool -> bool``; nothing is silently widened to float64.
+Dtype inference keeps numpy arrays' dtypes as they are (uint8 stays uint8), in native
+byte order (a big-endian ``>f4`` array gives a ``float32`` field). Python scalars and
+lists get the usual RL dtypes: ``float -> float32``, ``int -> int64``, ``bool -> bool``;
+nothing is silently widened to float64. Fields hold numbers: object, string and datetime
+dtypes are refused (:data:`UNSTORABLE_KINDS`), since no checkpoint could hold them.
 
 Example:
     >>> import numpy as np
@@ -34,10 +36,14 @@ import numpy.typing as npt
 
 from replaybank.errors import DtypeError, ShapeError, SpecError, describe
 
-__all__ = ["SEP", "STANDARD", "UNSET", "FieldSpec", "Spec", "as_array", "collect_fields",
-           "flatten", "unflatten"]
+__all__ = ["SEP", "STANDARD", "UNSET", "UNSTORABLE_KINDS", "FieldSpec", "Spec", "as_array",
+           "collect_fields", "flatten", "native", "unflatten"]
 
 SEP = "/"
+
+#: dtype kinds no field may have (they train but can never be saved): kind -> what it is
+UNSTORABLE_KINDS = {"O": "object-dtype", "U": "string (unicode)", "S": "bytes-string",
+                    "M": "datetime", "m": "timedelta"}
 
 #: The standard fields of a step, in the order ``add`` takes them.
 STANDARD = ("obs", "action", "reward", "next_obs", "terminated", "truncated")
@@ -94,6 +100,13 @@ class FieldSpec:
         object.__setattr__(self, "dtype", np.dtype(self.dtype))
         if any(s < 0 for s in self.shape):
             raise SpecError(f"FieldSpec(name={self.name!r}, shape={self.shape}): negative dim")
+        if self.dtype.kind in UNSTORABLE_KINDS:
+            raise SpecError(
+                f"FieldSpec(name={self.name!r}, dtype={self.dtype.str!r}): "
+                f"{UNSTORABLE_KINDS[self.dtype.kind]} fields cannot be stored (checkpoints "
+                "and memmap files hold numeric arrays only); encode the values as a numeric "
+                "array (e.g. token ids or one-hot codes) and declare that dtype"
+            )
 
     @property
     def nbytes(self) -> int:
@@ -186,6 +199,17 @@ def _default_dtype(value: Any) -> np.dtype[Any]:
     if arr.dtype.kind in "iu":
         return np.dtype(np.int64)
     return arr.dtype
+
+
+def native(dtype: np.dtype[Any]) -> np.dtype[Any]:
+    """``dtype`` in native byte order (an inferred field stores values, not byte orders:
+    a big-endian ``>f4`` array is stored as ``float32`` and every writer takes it).
+
+    Example:
+        >>> native(np.dtype(">f4")).str == np.dtype(np.float32).str
+        True
+    """
+    return dtype if dtype.isnative else dtype.newbyteorder("=")
 
 
 def as_array(value: Any) -> npt.NDArray[Any]:
@@ -314,7 +338,15 @@ class Spec(Mapping[str, FieldSpec]):
                     f"{name}: shape {arr.shape} does not start with the leading dims {leading}; "
                     f"pass values shaped {leading} + item shape"
                 )
-            fields.append(FieldSpec(name, arr.shape[len(leading):], _default_dtype(value)))
+            dtype = _default_dtype(value)
+            if dtype.kind in UNSTORABLE_KINDS:
+                raise DtypeError(
+                    f"{name}={describe(value)}: {UNSTORABLE_KINDS[dtype.kind]} values "
+                    f"({dtype.str}) cannot be stored (checkpoints and memmap files hold "
+                    "numeric arrays only); pass a number or a numeric array (encode text or "
+                    "objects as numbers, e.g. token ids or one-hot codes)"
+                )
+            fields.append(FieldSpec(name, arr.shape[len(leading):], native(dtype)))
         return cls(fields)
 
 
@@ -351,8 +383,10 @@ def cast_field(
 
     Raises:
         ShapeError: Wrong shape.
-        DtypeError: The value cannot be cast safely (same kind) to the dtype, or an
-            integer field got a non-integral, NaN or out-of-range value.
+        DtypeError: The value cannot be cast safely (same kind) to the dtype (strings
+            and objects never can), or an integer field got a non-integral, NaN or
+            out-of-range value (the range is checked exactly, so ``2.0**63`` does not
+            fit int64). Bool values are stored as canonical 0/1 bytes.
 
     Example:
         >>> f = FieldSpec("action", (), np.int64)
@@ -371,9 +405,18 @@ def cast_field(
             f"(leading dims {leading} + field shape {field.shape}); "
             "reshape the value or check num_envs / the number of steps"
         )
-    if arr.dtype == field.dtype:
-        return arr
     src, dst = arr.dtype, field.dtype
+    if src.kind in UNSTORABLE_KINDS:
+        what = ("not a number numpy can convert exactly (e.g. an int beyond 64 bits, None "
+                "or mixed types)") if src.kind == "O" else f"{UNSTORABLE_KINDS[src.kind]} data"
+        raise DtypeError(
+            f"{arg}={describe(value)}: field {field.name!r} is {dst.name} but the value is "
+            f"{what}; convert the value to a number or a numeric array of dtype {dst.name}"
+        )
+    if src.kind == "b" and arr.size and int(arr.view(np.uint8).max()) > 1:
+        arr = arr.view(np.uint8) != 0  # a bool byte other than 0/1: store canonical 0/1
+    if arr.dtype == dst:
+        return arr
     if (dst.kind in "iub" and src.kind in "fc") or (dst.kind in "iu" and src.kind == "b"):
         # integral floats are accepted for integer/bool fields; check exactly
         if src.kind == "c" or not np.all(np.isfinite(arr)) or not np.all(arr == np.round(arr)):
@@ -398,7 +441,10 @@ def cast_field(
             )
     elif dst.kind in "iu" and src.kind in "iuf":
         info = np.iinfo(dst)
-        if arr.size and (arr.min() < info.min or arr.max() > info.max):
+        # exact bounds: Python compares int with int and float with int exactly (numpy
+        # would round int64's max to 2.0**63 and let 2.0**63 through)
+        to_py = float if src.kind == "f" else int
+        if arr.size and (to_py(arr.min()) < info.min or to_py(arr.max()) > info.max):
             raise DtypeError(
                 f"{arg}={describe(value) if arr.size > 4 else arr.tolist()}: values from "
                 f"{arr.min()} to {arr.max()} do not fit field {field.name!r} ({dst.name}, range "

@@ -18,9 +18,20 @@ of a step is:
 The side store grows on demand (doubling, capped at one slot per step), so sequential
 data costs one observation per step plus a few slots per episode.
 
-Write order keeps a persistent table consistent if the process dies mid-write: evicted
-steps are dropped from ``counts`` first, then data and links are written, then the
-counters advance.
+Write order keeps a persistent (``durable``) table consistent if the process dies
+mid-write. Such a table also keeps ``start`` (per lane, the sequence number of its oldest
+live step; ``counts == written - start``) in its files, and a table reopened from them
+takes ``counts = written - start``: every single store then moves one end of a lane's
+live window ``[start, written)``. Evicted steps leave first (``start`` advances, and
+``counts`` drops), then side slots, data and links are written outside the window, then
+``written`` advances (the commit), then the previous newest step is relinked (a lane's
+newest step always keeps its next observation aside), then ``counts`` and ``episodes``
+follow. A write that evicts more than :attr:`StepTable.chunk`
+steps goes in chunks of at most that many (a long ``extend`` never empties the window
+first). So a process killed (even with SIGKILL) at any instant leaves every step that
+a completed write stored (unless the interrupted write was evicting it) and at most a
+complete prefix of the interrupted write. ``REPLAYBANK_KILL_AT``
+(:mod:`replaybank.storage.writers.killpoint`) is the test hook that checks it.
 
 Example:
     >>> import numpy as np
@@ -48,6 +59,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from replaybank.errors import CheckpointError
 from replaybank.spec import Spec
 from replaybank.storage import table_reads
 from replaybank.storage.backends.base import ArrayBackend, check_fits
@@ -106,6 +118,11 @@ class StepTable:
         self.side = SideStore(spec, self.obs_fields, be, side0, n_steps)
         # storage that outlives the process orders its writes for crash safety
         self.durable = bool(be.durable)
+        #: Durable tables: the sequence number of each lane's oldest live step, ``[lanes]``
+        #: (None in memory, and for files written before it existed).
+        self.start: IntArray | None = self._start_array() if self.durable else None
+        #: Durable tables: the most steps of a lane one write chunk evicts.
+        self.chunk = max(1, self.T // 4)
         # plain in-memory numpy arrays: the numpy fast reads and lean writers apply
         self.plain_numpy = bool(be.host_numpy) and not self.durable
         self._flat_cache: dict[int, tuple[Any, Any]] = {}
@@ -129,8 +146,25 @@ class StepTable:
         """Side slots holding a next observation."""
         return self.side.in_use()
 
+    def _start_array(self) -> IntArray | None:
+        """The durable ``start`` counters; reopened files give the truth of ``counts``
+        (``written - start``: a process killed between the two stores of a commit left
+        the stored ``counts`` stale). None for files written before ``start`` existed."""
+        try:
+            start: IntArray = self.backend.allocate_meta("start", (self.lanes,),
+                                                         np.dtype(np.int64))
+        except CheckpointError:  # reopened files of an older version: no start array
+            return None
+        live = np.clip(self.written - start, 0, np.minimum(self.written, self.T))
+        if not np.array_equal(live, self.counts):
+            self.counts[:] = live
+        return start
+
     def rebuild_free_list(self) -> None:
-        """Recompute free side slots from the links of live steps (after a load/reopen)."""
+        """Recompute free side slots from the links of live steps (after a load/reopen);
+        a durable table's ``start`` is set from the counters first."""
+        if self.start is not None:
+            self.start[:] = self.written - self.counts
         used = np.zeros(self.side.capacity, dtype=bool)
         for lane in range(self.lanes):
             c, w = int(self.counts[lane]), int(self.written[lane])
@@ -143,6 +177,8 @@ class StepTable:
 
     def clear(self) -> None:
         """Drop every step (sequence numbers keep counting, so old keys turn stale)."""
+        if self.start is not None:  # durable: the window empties first
+            self.start[:] = self.written
         self.counts[:] = 0
         self.link[:] = 0
         self.epoch += 1

@@ -53,8 +53,15 @@ def not_handled(*args: Any) -> bool:
 
 
 def _c_field(store: Any, field: FieldFormat) -> tuple[Any, str, tuple[int, ...], str, int, int]:
-    """What the compiled Appender needs to know of one field."""
-    kind = field.dtype.kind if field.shape == () and field.dtype.kind in "fiub" else "-"
+    """What the compiled Appender needs to know of one field.
+
+    The C writer converts Python scalars in native byte order only: a scalar field of
+    another byte order (an explicit ``>f4`` spec) takes arrays only (kind ``-``), and
+    its Python scalars go to the Python paths, which convert them exactly.
+    """
+    native = field.dtype.isnative
+    kind = field.dtype.kind if field.shape == () and field.dtype.kind in "fiub" and native \
+        else "-"
     lo = max(field.lo, -(2**63)) if kind in "iu" else 0
     hi = min(field.hi, 2**63 - 1) if kind in "iu" else 0
     fmt = memoryview(np.empty(0, field.dtype)).format  # type: ignore[arg-type]
@@ -76,8 +83,9 @@ def compiled_writer(table: StepTable, sampler: WriteListener | None = None
     :mod:`~replaybank.storage.writers.plan` (counts drop before rows are
     rewritten). None when the
     accelerator is not built or off, or the table has fields beyond the standard ones
-    (the compiled writer never writes extras), a nested observation or another storage
-    (torch).
+    (the compiled writer never writes extras), a nested observation, a zero-size field
+    or another storage (torch). Bool arrays holding bytes other than 0/1 are left to the
+    Python paths (which store canonical bools).
 
     Args:
         table: The step table.
@@ -110,12 +118,13 @@ def compiled_writer(table: StepTable, sampler: WriteListener | None = None
     try:
         fields = tuple(_c_field(flat(table.arrays[n]), FieldFormat(spec[n].shape, spec[n].dtype))
                        for n in std)
-        # files (memmap): counts drop before evicted rows are rewritten (crash safety,
-        # as the write plan orders it)
+        # files (memmap): the crash-safe order of the step table (start advances before
+        # evicted rows are rewritten, written commits after the data; long evicting
+        # extends go to the Python paths, which write them in chunks)
         app = ACCEL.Appender(table.side, np.ndarray, np.bool_, fields, flat(table.link),
                              table.written, table.counts, table.episodes, table.lanes,
-                             table.durable)
-    except (ValueError, TypeError):  # e.g. a dtype without a buffer format
+                             table.durable, table.start, table.chunk)
+    except (ValueError, TypeError):  # e.g. a dtype without a buffer format, zero-size
         return None
     if sampler is None:
         return app.add, app.extend, app.add_lanes

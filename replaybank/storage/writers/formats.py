@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["FieldFormat", "count_nonzero", "scalar_types"]
+__all__ = ["FieldFormat", "canonical_bools", "count_nonzero", "scalar_types"]
 
 ND = np.ndarray
 _FLOAT_SCALARS = (float, np.float64, np.float32, np.float16)
@@ -42,6 +42,18 @@ def _raw_count_nonzero() -> Callable[[Any], int]:
 count_nonzero = _raw_count_nonzero()
 
 
+def canonical_bools(v: Any) -> bool:
+    """Whether every byte of the bool array ``v`` is 0 or 1 (numpy lets other bytes
+    through a view, e.g. ``np.array([2], np.uint8).view(bool)``; only the general path,
+    which stores 0/1, takes such arrays).
+
+    Example:
+        >>> canonical_bools(np.ones(3, bool)), canonical_bools(np.array([2], np.uint8).view(bool))
+        (True, False)
+    """
+    return not v.size or int(v.view(np.uint8).max()) <= 1
+
+
 def scalar_types(dtype: np.dtype[Any]) -> tuple[type, ...]:
     """Python/numpy scalar types that cast to ``dtype`` exactly as the general path does.
 
@@ -57,7 +69,7 @@ def scalar_types(dtype: np.dtype[Any]) -> tuple[type, ...]:
 class FieldFormat:
     """What one stored field accepts: ``shape``, ``dtype``, scalar types, int range."""
 
-    __slots__ = ("dtype", "hi", "lo", "scalars", "shape")
+    __slots__ = ("bools", "dtype", "hi", "lo", "scalars", "shape")
 
     def __init__(self, shape: tuple[int, ...], dtype: np.dtype[Any]) -> None:
         self.shape = shape
@@ -66,14 +78,17 @@ class FieldFormat:
         ints = shape == () and dtype.kind in "iu"
         self.lo = int(np.iinfo(dtype).min) if ints else 1
         self.hi = int(np.iinfo(dtype).max) if ints else 0
+        self.bools = dtype.kind == "b"  # arrays must hold canonical 0/1 bytes
 
     def one(self, v: Any) -> bool:
         """Whether ``v`` is one step's value, stored without any conversion check."""
         tv = type(v)
         if tv is ND:
-            return bool(v.shape == self.shape and v.dtype == self.dtype)
+            return bool(v.shape == self.shape and v.dtype == self.dtype) and (
+                not self.bools or canonical_bools(v))
         return tv in self.scalars or (tv is int and self.lo <= v <= self.hi)
 
     def many(self, v: Any, n: int) -> bool:
         """Whether ``v`` is an array of ``n`` steps of exactly this field."""
-        return type(v) is ND and v.shape == (n, *self.shape) and v.dtype == self.dtype
+        return type(v) is ND and v.shape == (n, *self.shape) and v.dtype == self.dtype \
+            and (not self.bools or canonical_bools(v))

@@ -49,7 +49,7 @@ import numpy.typing as npt
 
 from replaybank.storage.table import StepTable
 from replaybank.storage.writers.formats import ND as _ND
-from replaybank.storage.writers.formats import FieldFormat, count_nonzero
+from replaybank.storage.writers.formats import FieldFormat, canonical_bools, count_nonzero
 from replaybank.storage.writers.tell import WriteListener, announce_last_steps
 
 __all__ = ["LaneWriter", "fits_lane_writer"]
@@ -88,6 +88,8 @@ class LaneWriter:
         f = {n: FieldFormat(s.shape, s.dtype) for n, s in spec.items()}
         self.f_obs, self.f_act, self.f_rew = f["obs"], f["action"], f["reward"]
         self.f_term, self.f_trunc = f["terminated"], f["truncated"]
+        # bool obs/action arrays are checked for canonical 0/1 bytes (decided once)
+        self.bool_arrays = self.f_obs.bools or self.f_act.bools
         std = ("obs", "action", "reward", "terminated", "truncated")
         self.extras = {n: f[n] for n in spec if n not in std}
         self.T = table.T
@@ -135,6 +137,8 @@ class LaneWriter:
             for name, field in self.extras.items():
                 if not field.one(extras[name]):
                     return False
+        if self.bool_arrays and not self._canonical(obs, next_obs, action):
+            return False
         # decided: write (the write plan's order and side-slot use)
         t = self.table
         link, T, free, side = self.link, self.T, t.side.free, t.side.arrays["obs"]  # noqa: N806
@@ -180,6 +184,12 @@ class LaneWriter:
             self._tell(1)
         return True
 
+    def _canonical(self, obs: Any, next_obs: Any, action: Any) -> bool:
+        """Bool observations and actions hold only 0/1 bytes (else: the general path)."""
+        if self.f_obs.bools and not (canonical_bools(obs) and canonical_bools(next_obs)):
+            return False
+        return not (self.f_act.bools and type(action) is _ND and not canonical_bools(action))
+
     # ------------------------------------------------------------------ extend
     def extend(self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any,
                truncated: Any, extras: dict[str, Any]) -> bool:
@@ -218,6 +228,8 @@ class LaneWriter:
             for name, field in self.extras.items():
                 if not field.many(extras[name], n):
                     return False
+        if fo.bools and not (canonical_bools(obs) and canonical_bools(next_obs)):
+            return False
         ends = count_nonzero(terminated) + count_nonzero(truncated)
         if ends > MAX_ENDS:
             return False

@@ -13,8 +13,9 @@ C and are tested to leave the identical table):
    and its link becomes 0 (it is the next step's observation);
 3. **link**: inside the chunk a step keeps its next observation aside where its episode
    ended or the data jumps, and the newest step of each lane always does;
-4. **commit**: data and links are written, the previous newest steps relinked, then the
-   counters advance to :attr:`WritePlan.new_written` / :attr:`WritePlan.new_counts`.
+4. **commit**: data and links are written, then ``written`` advances to
+   :attr:`WritePlan.new_written` (the commit of a durable table), then the previous newest
+   steps are relinked, then ``counts`` becomes :attr:`WritePlan.new_counts`.
 
 This module decides everything of step 1 and the rows of steps 2-4 from ``written`` and
 ``counts``: a pure function of integers, no data read. What depends on the data (whether a

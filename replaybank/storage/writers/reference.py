@@ -12,6 +12,14 @@ advance the counters. The lean one-lane writer
 (``replaybank/_lane.c``) take the same decisions in the same order, so the side slots are
 taken and freed in the same order too (``tests/test_fastpath.py`` compares whole tables).
 
+On a durable table (memmap files) every store keeps the files consistent for a reader
+after a kill (see :mod:`~replaybank.storage.table`): ``start`` advances before evicted rows
+are rewritten, ``written`` (the commit) advances after the data and links (the previous
+newest steps are relinked after it: a newest step always keeps its next obs aside), and a
+write that evicts live steps with more than ``table.chunk`` steps goes in chunks of at
+most that many steps (so a long ``extend`` never empties the buffer first; its steps that
+a later chunk overwrites are written too, so a kill shows a prefix of the write).
+
 Example:
     >>> import numpy as np
     >>> from replaybank.spec import Spec
@@ -37,6 +45,7 @@ import numpy.typing as npt
 
 from replaybank.ops.continuity import bitwise_equal_rows, chunk_breaks
 from replaybank.storage.table import StepTable
+from replaybank.storage.writers import killpoint
 from replaybank.storage.writers.plan import WritePlan, plan_write
 
 __all__ = ["apply", "write"]
@@ -73,8 +82,24 @@ def write(
         done = np.asarray(values["terminated"], dtype=bool) | \
             np.asarray(values["truncated"], dtype=bool)
     plan = plan_write(table.T, table.lanes, lane_ids, table.written, table.counts, n)
-    apply(table, plan, values, next_obs, done)
+    if table.durable and plan.evicted is not None and n > table.chunk:
+        _apply_chunks(table, lane_ids, values, next_obs, done)
+    else:
+        apply(table, plan, values, next_obs, done)
     return plan.keys() if want_keys else _NO_KEYS
+
+
+def _apply_chunks(table: StepTable, lane_ids: IntArray, values: Mapping[str, npt.NDArray[Any]],
+                  next_obs: Mapping[str, npt.NDArray[Any]], done: BoolArray) -> None:
+    """A durable write of ``n`` steps that evicts live ones, ``table.chunk`` steps at a time
+    (each chunk planned and applied whole: evict, write, commit)."""
+    n, k = len(done), table.chunk
+    for lo in range(0, n, k):
+        part = slice(lo, min(lo + k, n))
+        plan = plan_write(table.T, table.lanes, lane_ids, table.written, table.counts,
+                          part.stop - lo)
+        apply(table, plan, {name: v[part] for name, v in values.items()},
+              {name: v[part] for name, v in next_obs.items()}, done[part])
 
 
 def apply(table: StepTable, plan: WritePlan, values: Mapping[str, npt.NDArray[Any]],
@@ -97,9 +122,18 @@ def apply(table: StepTable, plan: WritePlan, values: Mapping[str, npt.NDArray[An
         next_obs = {k: v[skip:] for k, v in next_obs.items()}
     done_k = done[skip:] if skip else done
     lanes = plan.lanes_index
+    # durable tables: a kill test hook before each store to the files (off: KILL_AT == 0)
+    point = killpoint.store_point if killpoint.KILL_AT and table.durable else None
 
-    # 1. evict: leaving steps drop out of counts first, then their side slots are freed
+    # 1. evict: leaving steps drop out of the window first (durable: start advances, the
+    #    truth after a kill), then out of counts, then their side slots are freed
     if plan.evicted is not None:
+        if table.start is not None:
+            if point:
+                point()
+            table.start[lanes] = plan.start_written - plan.kept_old
+        if point:
+            point()
         table.counts[lanes] = plan.kept_old
         old = link[plan.index].reshape(nk, m)  # [nk, m] links of the rows overwritten
         gone = old[plan.evicted & (old > 0)]
@@ -133,20 +167,37 @@ def apply(table: StepTable, plan: WritePlan, values: Mapping[str, npt.NDArray[An
         slots = side.alloc(m)
         links[-1] = slots + 1
         for name in table.obs_fields:
+            if point:
+                point()
             be.write(side.arrays[name], slots, next_obs[name][-1])
     else:
         slots = side.alloc(int(np.count_nonzero(need)))
         links[need] = slots + 1
         for name in table.obs_fields:
+            if point:
+                point()
             be.write(side.arrays[name], slots, next_obs[name][need])
 
-    # 4. data and links, then relink the previous newest steps, then the counters
+    # 4. data and links (outside the live window), then the commit (written), then relink
+    #    the previous newest steps (no longer the newest), then the counts and episodes
     for name, v in values.items():
+        if point:
+            point()
         be.write(table.arrays[name], plan.index, v)
+    if point:
+        point()
     link[plan.index] = links
+    if point:
+        point()
+    table.written[lanes] = plan.new_written
     if relink is not None and len(relink[0]):
+        if point:
+            point()
         link[relink[0], relink[1]] = 0
         side.release(relink[2])
-    table.written[lanes] = plan.new_written
+    if point:
+        point()
     table.counts[lanes] = plan.new_counts
+    if point:
+        point()
     table.episodes[lanes] += done.sum(axis=0)

@@ -51,6 +51,7 @@ from replaybank.errors import ConfigError, ReplayBankError
 from replaybank.spec import collect_fields
 from replaybank.storage.table import StepTable
 from replaybank.storage.writers.compiled import accelerated, compiled_writer, not_handled
+from replaybank.storage.writers.formats import canonical_bools
 from replaybank.storage.writers.lean import LaneWriter, fits_lane_writer
 from replaybank.storage.writers.reference import write
 from replaybank.storage.writers.tell import WriteListener
@@ -201,8 +202,9 @@ class Writer:
         values: dict[str, Any] = {}
         for name, dt, full, shaped in exp:
             v = fields[name]
-            if type(v) is not np.ndarray or v.shape != full or v.dtype != dt:
-                return None
+            if type(v) is not np.ndarray or v.shape != full or v.dtype != dt \
+                    or (dt.kind == "b" and not canonical_bools(v)):
+                return None  # the general path (it stores bools as canonical 0/1)
             values[name] = v.reshape(shaped)
         return values, {"obs": values.pop("next_obs")}
 
