@@ -452,3 +452,25 @@ def test_stale_memmap_manifest_temporaries_are_removed(tmp_path: Path) -> None:
     buf = rb.open(tmp_path)
     assert not old_style.exists() and not tagged.exists() and live.exists()
     assert len(buf) == 20
+
+
+def test_buffer_close_releases_the_writer_lock(tmp_path: Path) -> None:
+    """``buf.close()`` (and a sequence buffer's) syncs and frees the directory for the next
+    writer, which continues with the same steps."""
+    d = tmp_path / "mm"
+    buf = rb.ReplayBuffer(16, storage="memmap", path=d, seed=0)
+    for t in range(5):
+        buf.add(obs=np.full(2, t, np.float32), action=t, reward=1.0,
+                next_obs=np.full(2, t + 1, np.float32), terminated=False, truncated=False)
+    with pytest.raises(ConfigError, match="open for writing"):
+        rb.open(d)
+    buf.close()
+    buf.close()  # idempotent
+    again = rb.open(d)
+    assert len(again) == 5
+    seq = rb.SequenceReplayBuffer(16, sequence_length=2, storage="memmap", path=tmp_path / "s")
+    seq.add(obs=np.zeros(2, np.float32), action=0, reward=1.0,
+            next_obs=np.ones(2, np.float32), terminated=False, truncated=False)
+    seq.close()
+    rb.open(tmp_path / "s").close()
+    rb.ReplayBuffer(8).close()  # in memory: nothing to release

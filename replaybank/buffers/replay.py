@@ -656,6 +656,14 @@ class ReplayBuffer:
         """
         persist.flush(self)
 
+    def close(self) -> None:
+        """Release durable storage: a memmap buffer syncs its files and drops the writer's
+        lock, so another process may open the directory (no-op in memory). The buffer
+        must not be written afterwards; call :meth:`flush` first to resume exactly."""
+        if isinstance(self._backend, DurableBackend):
+            with self.exclusive():
+                self._backend.close()
+
     @classmethod
     def open(cls, path: Any, mode: str = "r+") -> Any:
         """Reopen a memmap buffer at ``path`` and continue where it stopped (with the

@@ -174,6 +174,10 @@ class SequenceReplayBuffer:
         """Sync a memmap buffer and save its resume state; see :meth:`ReplayBuffer.flush`."""
         self.buffer.flush()
 
+    def close(self) -> None:
+        """Release durable storage; see :meth:`ReplayBuffer.close`."""
+        self.buffer.close()
+
     # ------------------------------------------------------------------ sampling
     def sample(self, batch_size: int, sequence_length: int | None = None,
                **kwargs: Any) -> SequenceBatch:

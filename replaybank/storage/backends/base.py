@@ -134,3 +134,7 @@ class DurableBackend(ArrayBackend, Protocol):
     def owner_record(self) -> dict[str, Any] | None:
         """The stored owner record, or None."""
         ...
+
+    def close(self) -> None:
+        """Sync and release the storage (e.g. a writer's lock); idempotent."""
+        ...
