@@ -17,6 +17,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <stdint.h>
 #include <string.h>
 #include <stdlib.h>
@@ -38,6 +39,56 @@ typedef struct {
     long long lo, hi;          /* range of an int scalar field */
 } Field;
 
+/* The state of a buffer's call guard (replaybank/buffers/guard.py subclasses this type),
+ * read here so that the compiled add/extend check it without a Python call. While only the
+ * owner thread calls the buffer, a compiled write raises `busy` around itself (a second
+ * thread switching the guard to shared mode waits for it to drop); in shared mode only the
+ * thread holding the guard's lock (`holder`) may write. Any other caller is refused
+ * (False), and the buffer's guarded Python path takes the call. */
+typedef struct {
+    PyObject_HEAD
+    unsigned long owner;  /* thread id that may call without the lock */
+    unsigned long holder; /* thread id holding the lock in shared mode (0: none) */
+    char shared;          /* a second thread was seen: every call takes the lock */
+    char busy;            /* the owner is inside an unlocked call */
+} GuardState;
+
+static PyMemberDef GuardState_members[] = {
+    {"owner", T_ULONG, offsetof(GuardState, owner), 0, "Thread id of the lock-free caller."},
+    {"holder", T_ULONG, offsetof(GuardState, holder), 0, "Thread id holding the lock."},
+    {"shared", T_BOOL, offsetof(GuardState, shared), 0, "Every call takes the lock."},
+    {"busy", T_BOOL, offsetof(GuardState, busy), 0, "The owner is inside an unlocked call."},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject GuardStateType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "replaybank._lane.GuardState",
+    .tp_doc = "Flags of a buffer's call guard, shared with the compiled writer.",
+    .tp_basicsize = sizeof(GuardState),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_new = PyType_GenericNew,
+    .tp_members = GuardState_members,
+};
+
+/* -1: another thread's call (refused), 0: may write, 1: may write, lower busy after. No
+ * GIL release happens between the checks and raising busy, so they are one step. */
+static inline int
+guard_enter(GuardState *g)
+{
+    if (g == NULL)
+        return 0;
+    unsigned long me = PyThread_get_thread_ident();
+    if (g->shared)
+        return g->holder == me ? 0 : -1;
+    if (g->owner != me)
+        return -1;
+    if (g->busy) /* inside the owner's own guarded call */
+        return 0;
+    g->busy = 1;
+    return 1;
+}
+
 typedef struct {
     PyObject_HEAD
     Field f[NFIELDS];
@@ -52,6 +103,7 @@ typedef struct {
     Py_buffer start;           /* durable: int64 [L] seq of each lane's oldest live step */
     int has_start;
     Py_ssize_t max_evict;      /* durable: extends evicting more steps take the Python path */
+    GuardState *guard;         /* the owning buffer's call guard, or NULL */
 } Appender;
 
 /* Durable tables (memmap files) keep a reader's view consistent at every instant: a
@@ -641,7 +693,7 @@ no_extras(PyObject *extras)
 
 /* ------------------------------------------------------------------ add */
 static PyObject *
-Appender_add(Appender *self, PyObject *const *args, Py_ssize_t nargs)
+Appender_add_body(Appender *self, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 7) {
         PyErr_SetString(PyExc_TypeError,
@@ -756,7 +808,7 @@ parse_lanes(Appender *self, PyObject *arg, int64_t *out, Py_ssize_t *m)
 }
 
 static PyObject *
-Appender_add_lanes(Appender *self, PyObject *const *args, Py_ssize_t nargs)
+Appender_add_lanes_body(Appender *self, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 8) {
         PyErr_SetString(PyExc_TypeError, "add_lanes(lanes, obs, action, reward, next_obs, "
@@ -808,7 +860,7 @@ done:
 
 /* ------------------------------------------------------------------ extend */
 static PyObject *
-Appender_extend(Appender *self, PyObject *const *args, Py_ssize_t nargs)
+Appender_extend_body(Appender *self, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 7) {
         PyErr_SetString(PyExc_TypeError,
@@ -872,27 +924,33 @@ Appender_dealloc(Appender *self)
     Py_XDECREF(self->table);
     Py_XDECREF(self->ndarray_type);
     Py_XDECREF(self->bool_type);
+    Py_XDECREF(self->guard);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
 /* Appender(side_store, ndarray, bool_, fields, link, written, counts, episodes, lanes,
- *          durable=False, start=None, max_evict=0)
+ *          durable=False, start=None, max_evict=0, guard=None)
  * fields: 5 tuples (flat_store, format, item_shape, kind, lo, hi) in the order obs,
  * action, reward, terminated, truncated; link: flat int32 [T * lanes]; written, counts,
  * episodes, start: int64 [lanes]; durable: the crash-safe order; max_evict: the most
- * steps a durable extend may evict in one call. Zero-size fields are refused (the
+ * steps a durable extend may evict in one call; guard: the owning buffer's GuardState
+ * (add/extend/add_lanes refuse other threads' calls). Zero-size fields are refused (the
  * Python paths serve them). */
 static int
 Appender_init(Appender *self, PyObject *args, PyObject *kwds)
 {
     PyObject *table, *nd, *bt, *fields, *link, *written, *counts, *episodes;
-    PyObject *start = Py_None;
+    PyObject *start = Py_None, *guard = Py_None;
     Py_ssize_t lanes, max_evict = 0;
     int durable = 0;
     (void)kwds;
-    if (!PyArg_ParseTuple(args, "OOOOOOOOn|pOn", &table, &nd, &bt, &fields, &link, &written,
-                          &counts, &episodes, &lanes, &durable, &start, &max_evict))
+    if (!PyArg_ParseTuple(args, "OOOOOOOOn|pOnO", &table, &nd, &bt, &fields, &link, &written,
+                          &counts, &episodes, &lanes, &durable, &start, &max_evict, &guard))
         return -1;
+    if (guard != Py_None && !PyObject_TypeCheck(guard, &GuardStateType)) {
+        PyErr_SetString(PyExc_TypeError, "Appender: guard must be a GuardState or None");
+        return -1;
+    }
     if (self->table != NULL) {
         PyErr_SetString(PyExc_RuntimeError, "Appender is initialised once");
         return -1;
@@ -903,6 +961,10 @@ Appender_init(Appender *self, PyObject *args, PyObject *kwds)
     }
     Py_INCREF(table);
     self->table = table;
+    if (guard != Py_None) {
+        Py_INCREF(guard);
+        self->guard = (GuardState *)guard;
+    }
     Py_INCREF(nd);
     self->ndarray_type = nd;
     Py_INCREF(bt);
@@ -1024,6 +1086,22 @@ static PyMethodDef lane_functions[] = {
     {NULL, NULL, 0, NULL},
 };
 
+/* the methods as Python calls them: the guard first (see GuardState) */
+#define GUARDED(name)                                                              \
+    static PyObject *name(Appender *self, PyObject *const *args, Py_ssize_t nargs) \
+    {                                                                              \
+        int g = guard_enter(self->guard);                                          \
+        if (g < 0)                                                                 \
+            Py_RETURN_FALSE;                                                       \
+        PyObject *r = name##_body(self, args, nargs);                              \
+        if (g > 0)                                                                 \
+            self->guard->busy = 0;                                                 \
+        return r;                                                                  \
+    }
+GUARDED(Appender_add)
+GUARDED(Appender_add_lanes)
+GUARDED(Appender_extend)
+
 static PyMethodDef Appender_methods[] = {
     {"add", (PyCFunction)(void (*)(void))Appender_add, METH_FASTCALL,
      "add(obs, action, reward, next_obs, terminated, truncated, extras) -> bool"},
@@ -1064,7 +1142,7 @@ PyInit__lane(void)
     s_alloc = PyUnicode_InternFromString("alloc");
     if (!s_free || !s_side || !s_obs || !s_alloc)
         return NULL;
-    if (PyType_Ready(&AppenderType) < 0)
+    if (PyType_Ready(&AppenderType) < 0 || PyType_Ready(&GuardStateType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&lanemodule);
     if (m == NULL)
@@ -1072,6 +1150,12 @@ PyInit__lane(void)
     Py_INCREF(&AppenderType);
     if (PyModule_AddObject(m, "Appender", (PyObject *)&AppenderType) < 0) {
         Py_DECREF(&AppenderType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&GuardStateType);
+    if (PyModule_AddObject(m, "GuardState", (PyObject *)&GuardStateType) < 0) {
+        Py_DECREF(&GuardStateType);
         Py_DECREF(m);
         return NULL;
     }

@@ -6,7 +6,9 @@ transition whose ``next_obs``, action or reward belong to another step. Every ca
 therefore runs under the buffer's :class:`CallGuard`:
 
 * while only the thread that built the buffer calls it (the common training loop), a
-  call costs two flag stores and a thread-id check (tens of nanoseconds, no lock);
+  call raises and lowers a ``busy`` flag and checks the thread id: no lock. The compiled
+  writer (``replaybank/_lane.c``) does this itself in C, so the hot ``add``/``extend``
+  pay nothing in Python;
 * the first call from any other thread switches the guard to *shared* mode for good:
   from then on every call of every thread takes one lock (a few hundred nanoseconds).
   The switch waits for a call of the owner thread that is in flight, so no call ever
@@ -16,7 +18,9 @@ The switch is a two-flag handshake (Dekker): the owner raises ``busy`` before it
 ``shared``, a second thread raises ``shared`` (holding the lock) before it checks
 ``busy``. Under the GIL each of those loads and stores is atomic and ordered, so either
 the owner sees ``shared`` and takes the lock, or the second thread sees ``busy`` and
-waits for it to drop.
+waits for it to drop. (The compiled writer checks and raises ``busy`` in one step: it
+holds the GIL throughout.) In shared mode ``holder`` names the thread holding the lock,
+which the compiled writer lets through.
 
 Calls of a guarded buffer must not call each other's guarded entry points (the lock
 is not re-entrant); buffers call their internal, unguarded methods instead.
@@ -34,11 +38,32 @@ from __future__ import annotations
 import threading
 import time
 from _thread import get_ident
+from typing import TYPE_CHECKING
+
+from replaybank.storage.writers.compiled import ACCEL
 
 __all__ = ["CallGuard", "get_ident"]
 
 
-class CallGuard:
+class _GuardFlags:
+    """The guard's flags in Python (the compiled writer's ``GuardState`` when built)."""
+
+    __slots__ = ("busy", "holder", "owner", "shared")
+
+    def __init__(self) -> None:
+        self.owner = 0
+        self.holder = 0
+        self.shared = False
+        self.busy = False
+
+
+if TYPE_CHECKING:
+    _Flags = _GuardFlags
+else:  # the compiled writer reads these flags without a Python call
+    _Flags = getattr(ACCEL, "GuardState", _GuardFlags)
+
+
+class CallGuard(_Flags):
     """The handshake state of one buffer (see the module docstring).
 
     The hot paths inline :meth:`enter` / :meth:`leave` (a method call would cost as much
@@ -54,7 +79,7 @@ class CallGuard:
             ...
         finally:
             if locked:
-                g.lock.release()
+                g.unlock()
             else:
                 g.busy = False
 
@@ -62,13 +87,15 @@ class CallGuard:
         owner: Thread id of the thread that may call without the lock (the builder).
         shared: Set for good once another thread called: every call takes ``lock``.
         busy: The owner thread is inside an unlocked call.
+        holder: Thread id holding ``lock`` in shared mode (0: none).
         lock: Held by every call in shared mode.
     """
 
-    __slots__ = ("busy", "lock", "owner", "shared")
+    __slots__ = ("lock",)
 
     def __init__(self) -> None:
         self.owner = get_ident()
+        self.holder = 0
         self.shared = False
         self.busy = False
         self.lock = threading.Lock()
@@ -85,7 +112,7 @@ class CallGuard:
     def leave(self, locked: bool) -> None:
         """End a call started by :meth:`enter`."""
         if locked:
-            self.lock.release()
+            self.unlock()
         else:
             self.busy = False
 
@@ -97,6 +124,12 @@ class CallGuard:
             self.shared = True
             while self.busy:  # the owner is mid-call: it releases the GIL regularly
                 time.sleep(0)
+        self.holder = get_ident()
+
+    def unlock(self) -> None:
+        """Release the lock taken by :meth:`lock_shared`."""
+        self.holder = 0
+        self.lock.release()
 
     def __reduce__(self) -> tuple[type[CallGuard], tuple[()]]:
         """A copy is a fresh guard owned by the thread that unpickles it."""

@@ -324,8 +324,9 @@ class ReplayBuffer:
             return None
         # samplers that keep no per-slot state need not hear about writes
         plan = Writer(t, None if parts.traits.stateless else self.sampler,
-                        compiled=choice != "lean")
+                      compiled=choice != "lean", guard=self._guard)
         plan.owner = parts  # rebuilt when the sampler or view is swapped
+        plan.direct = plan.direct and parts.transform is None
         self._writer = plan
         return plan
 
@@ -351,6 +352,13 @@ class ReplayBuffer:
         Raises:
             SpecError, ShapeError, DtypeError: Bad input; the buffer is left unchanged.
         """
+        plan = self._writer
+        # the hot path: the compiled writer checks the call guard itself (guard.py)
+        if plan is not None and plan.direct and priority is None and env_ids is None \
+                and plan.table is self._table and plan.owner is self._parts \
+                and self._parts.sampler is self.sampler and self._parts.view is self.view \
+                and plan.c_add(obs, action, reward, next_obs, terminated, truncated, extras):
+            return
         g = self._guard  # one call at a time; no lock while one thread calls (guard.py)
         g.busy = True
         locked = g.shared or get_ident() != g.owner
@@ -383,7 +391,7 @@ class ReplayBuffer:
                         False, env_ids, priority)
         finally:
             if locked:
-                g.lock.release()
+                g.unlock()
             else:
                 g.busy = False
 
@@ -402,6 +410,13 @@ class ReplayBuffer:
         Raises:
             SpecError, ShapeError, DtypeError: Bad input; the buffer is left unchanged.
         """
+        plan = self._writer
+        # the hot path: the compiled writer checks the call guard itself (guard.py)
+        if plan is not None and plan.direct and priority is None and env_ids is None \
+                and plan.table is self._table and plan.owner is self._parts \
+                and self._parts.sampler is self.sampler and self._parts.view is self.view \
+                and plan.c_extend(obs, action, reward, next_obs, terminated, truncated, extras):
+            return
         g = self._guard  # one call at a time; no lock while one thread calls (guard.py)
         g.busy = True
         locked = g.shared or get_ident() != g.owner
@@ -434,7 +449,7 @@ class ReplayBuffer:
                         True, env_ids, priority)
         finally:
             if locked:
-                g.lock.release()
+                g.unlock()
             else:
                 g.busy = False
 

@@ -68,8 +68,8 @@ def _c_field(store: Any, field: FieldFormat) -> tuple[Any, str, tuple[int, ...],
     return store, fmt, field.shape, kind, lo, hi
 
 
-def compiled_writer(table: StepTable, sampler: WriteListener | None = None
-                    ) -> tuple[Callable[..., bool], Callable[..., bool],
+def compiled_writer(table: StepTable, sampler: WriteListener | None = None,
+                    guard: Any = None) -> tuple[Callable[..., bool], Callable[..., bool],
                                Callable[..., bool]] | None:
     """The compiled ``(add, extend, add_lanes)`` of a numpy or memmap table, or None.
 
@@ -90,6 +90,9 @@ def compiled_writer(table: StepTable, sampler: WriteListener | None = None
     Args:
         table: The step table.
         sampler: Told about writes (``on_write(slots, None)``) when not None.
+        guard: The owning buffer's call guard (a ``_lane.GuardState``, see
+            :mod:`replaybank.buffers.guard`), or None: the compiled calls then return
+            False for a thread the guard does not let through.
 
     Example:
         >>> import numpy as np
@@ -123,7 +126,7 @@ def compiled_writer(table: StepTable, sampler: WriteListener | None = None
         # extends go to the Python paths, which write them in chunks)
         app = ACCEL.Appender(table.side, np.ndarray, np.bool_, fields, flat(table.link),
                              table.written, table.counts, table.episodes, table.lanes,
-                             table.durable, table.start, table.chunk)
+                             table.durable, table.start, table.chunk, guard)
     except (ValueError, TypeError):  # e.g. a dtype without a buffer format, zero-size
         return None
     if sampler is None:

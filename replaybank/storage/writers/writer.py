@@ -110,16 +110,20 @@ class Writer:
         table: The step table (one obs field named ``obs``, host numpy arrays).
         sampler: Told about writes when not None (``on_write(slots, None)``).
         compiled: Use the compiled writer where it applies (``REPLAYBANK_WRITER``).
+        guard: The owning buffer's call guard, checked by the compiled writer itself
+            (:mod:`replaybank.buffers.guard`); None: no check.
 
     Attributes:
         owner: What the writer was built for (the buffer rebuilds it when that changes).
         lane: The lean one-lane writer, or None.
         compiled_untold: The compiled ``(add, extend, add_lanes)`` that does not tell the
             sampler (writes with initial priorities, which the caller passes on), or None.
+        direct: ``c_add`` / ``c_extend`` are the compiled calls themselves (no sampler to
+            tell, the guard checked in C): a buffer may call them before taking its guard.
     """
 
     def __init__(self, table: StepTable, sampler: WriteListener | None = None,
-                 compiled: bool = True) -> None:
+                 compiled: bool = True, guard: Any = None) -> None:
         self.table = table
         self.sampler = sampler
         spec = table.spec
@@ -132,13 +136,14 @@ class Writer:
         # one in-memory lane with the standard fields: the lean writer
         self.lane = LaneWriter(table, sampler) if fits_lane_writer(table) else None
         # the compiled writer of the plainest calls (any number of lanes), when built
-        writers = compiled_writer(table, sampler) if compiled else None
+        writers = compiled_writer(table, sampler, guard) if compiled else None
+        self.direct = writers is not None and sampler is None and guard is not None
         self.c_add, self.c_extend, self.c_add_lanes = writers if writers is not None \
             else (not_handled, not_handled, not_handled)
         # the same compiled writer without telling the sampler: writes with given
         # priorities, which the caller passes to the sampler itself
         self.compiled_untold = writers if sampler is None or not compiled \
-            else compiled_writer(table, None)
+            else compiled_writer(table, None, guard)
 
     def add(self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any,
             truncated: Any, extras: dict[str, Any], env_ids: Any) -> bool:
