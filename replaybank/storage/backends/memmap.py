@@ -4,10 +4,12 @@
 the side store of final observations and the bookkeeping (lane counters, links) in
 files under ``path``, plus a small JSON manifest (``replaybank_memmap.json``: array
 names, dtypes and row shapes, and the config of the owning buffer). Writes go straight
-to the page cache through the mappings; the step table's write order (evictions leave
-``counts`` first, then data and links are written, then counters advance) means the
-files describe a consistent buffer at every instant, so a process killed (even with
-SIGKILL) between or during adds loses nothing that an earlier add completed. Call
+to the page cache through the mappings; the step table's write order (a ``start``
+counter per lane advances first for evicted steps, then data and links are written, then
+``written`` advances; a reopened table takes ``counts = written - start``: see
+:class:`~replaybank.storage.table.StepTable`) means the files describe a consistent
+buffer at every instant, so a process killed (even with SIGKILL) between or during adds
+loses nothing that an earlier add completed. Call
 :meth:`MemmapBackend.flush` to survive an OS crash too.
 
 Files are safe to share and to damage: their disk blocks are reserved when they are
