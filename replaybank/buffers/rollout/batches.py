@@ -69,8 +69,12 @@ def _epochs(num_epochs: Any) -> int:
 def flat_batches(data: Mapping[str, AnyArray], adv: AnyArray, ret: AnyArray,
                  rng: np.random.Generator, num_mini_batch: Any = None,
                  mini_batch_size: Any = None, num_epochs: Any = 1, mode: str | None = None,
-                 eps: float = 1e-8, emit: Callable[[Batch], Any] = lambda b: b) -> Iterator[Any]:
+                 eps: float = 1e-8, emit: Callable[[Batch], Any] = lambda b: b,
+                 valid: AnyArray | None = None) -> Iterator[Any]:
     """Shuffled single-step minibatches; see :meth:`RolloutBuffer.generate_batches`.
+
+    With ``valid`` given, only the valid steps are shuffled and split (``n`` below is
+    their count) and ``"batch"`` normalisation uses their statistics only.
 
     Args:
         data: Stored fields ``[pos, num_envs, *shape]``.
@@ -83,6 +87,7 @@ def flat_batches(data: Mapping[str, AnyArray], adv: AnyArray, ret: AnyArray,
         mode: Advantage normalisation: ``"batch"``, ``"minibatch"`` or None.
         eps: Added to the std when normalising.
         emit: Applied to each batch before yielding (e.g. conversion to torch).
+        valid: Optional ``[pos, num_envs]`` bool; False steps are never yielded.
 
     Returns:
         An iterator of batches.
@@ -90,16 +95,19 @@ def flat_batches(data: Mapping[str, AnyArray], adv: AnyArray, ret: AnyArray,
     Raises:
         ConfigError, EmptyBufferError: Bad sizes (raised at the call).
     """
-    n = adv.size
+    size = adv.size
+    keep = None if valid is None else np.flatnonzero(valid.reshape(size))  # [n] flat ids
+    n = size if keep is None else len(keep)
     epochs = _epochs(num_epochs)
     split_minibatches(n, np.random.default_rng(0), num_mini_batch, mini_batch_size)  # checks
-    flat = {k: a.reshape((n, *a.shape[2:])) for k, a in data.items()}
-    flat["advantages"] = (normalise(adv, eps) if mode == "batch" else adv).reshape(n)
-    flat["returns"] = ret.reshape(n)
+    flat = {k: a.reshape((size, *a.shape[2:])) for k, a in data.items()}
+    flat["advantages"] = (normalise(adv, eps, valid) if mode == "batch" else adv).reshape(size)
+    flat["returns"] = ret.reshape(size)
 
     def gen() -> Iterator[Any]:
         for _ in range(epochs):
-            for idx in split_minibatches(n, rng, num_mini_batch, mini_batch_size):
+            for part in split_minibatches(n, rng, num_mini_batch, mini_batch_size):
+                idx = part if keep is None else keep[part]  # [B] flat t * num_envs + env
                 out = {k: a[idx] for k, a in flat.items()}
                 if mode == "minibatch":
                     out["advantages"] = normalise(out["advantages"], eps)
@@ -139,9 +147,15 @@ def recurrent_batches(data: Mapping[str, AnyArray], adv: AnyArray, ret: AnyArray
                       num_mini_batch: Any = None, mini_batch_size: Any = None,
                       chunk_length: Any = None, num_epochs: Any = 1,
                       hidden_fields: Any = None, mode: str | None = None, eps: float = 1e-8,
-                      emit: Callable[[SequenceBatch], Any] = lambda b: b) -> Iterator[Any]:
+                      emit: Callable[[SequenceBatch], Any] = lambda b: b,
+                      valid: AnyArray | None = None) -> Iterator[Any]:
     """Shuffled minibatches of per-env time chunks; see
     :meth:`RolloutBuffer.recurrent_generator` for the output fields.
+
+    With ``valid`` given, invalid steps are treated like padding (``mask`` False,
+    ``indices`` -1, fields zeroed) but keep their place in time; the step after an invalid
+    one is ``is_first`` (the recurrent state restarts there), and chunks without a valid
+    step are dropped before the split.
 
     Args:
         data: Stored fields ``[pos, num_envs, *shape]``.
@@ -157,6 +171,7 @@ def recurrent_batches(data: Mapping[str, AnyArray], adv: AnyArray, ret: AnyArray
         mode: Advantage normalisation mode.
         eps: Added to the std when normalising.
         emit: Applied to each batch before yielding.
+        valid: Optional ``[pos, num_envs]`` bool; False steps are never yielded.
 
     Returns:
         An iterator of sequence batches.
@@ -174,21 +189,26 @@ def recurrent_batches(data: Mapping[str, AnyArray], adv: AnyArray, ret: AnyArray
         length = int(chunk_length)
     epochs = _epochs(num_epochs)
     hidden = hidden_names(list(data), hidden_fields)
-    t, env, valid = time_chunks(p, n_env, length)  # [C, L], [C], [C, L]
+    t, env, inside = time_chunks(p, n_env, length)  # [C, L], [C], [C, L] (not padding)
+    ok = np.ones((p, n_env), dtype=bool) if valid is None else valid  # [p, E]
+    use = inside & ok[t, env[:, None]]  # [C, L]: yielded steps
+    if valid is not None:  # drop chunks that hold no valid step
+        has = use.any(axis=1)
+        t, env, inside, use = t[has], env[has], inside[has], use[has]
     n_chunks = len(env)
     split_minibatches(n_chunks, np.random.default_rng(0), num_mini_batch, mini_batch_size,
                       "chunks", "recurrent_generator")
-    done = data["terminated"] | data["truncated"]  # [p, E]
-    first = np.concatenate([first_done[None], done[:-1]])  # [p, E]
+    done = (data["terminated"] | data["truncated"]) & ok  # [p, E]
+    first = np.concatenate([first_done[None], (done | ~ok)[:-1]])  # [p, E]
     series = {k: a for k, a in data.items() if k not in hidden}
-    series["advantages"] = normalise(adv, eps) if mode == "batch" else adv
+    series["advantages"] = normalise(adv, eps, valid) if mode == "batch" else adv
     series["returns"] = ret
 
     def gen() -> Iterator[Any]:
         for _ in range(epochs):
             for cid in split_minibatches(n_chunks, rng, num_mini_batch, mini_batch_size,
                                          "chunks", "recurrent_generator"):
-                tt, ee, vv = t[cid], env[cid][:, None], valid[cid]  # [B, L], [B, 1], [B, L]
+                tt, ee, vv = t[cid], env[cid][:, None], use[cid]  # [B, L], [B, 1], [B, L]
                 out: dict[str, Any] = {}
                 for k, a in series.items():
                     g = a[tt, ee]  # [B, L, *shape]; padding zeroed
@@ -198,7 +218,7 @@ def recurrent_batches(data: Mapping[str, AnyArray], adv: AnyArray, ret: AnyArray
                     out["advantages"] = normalise(out["advantages"], eps, vv)
                 for k in hidden:
                     out[k] = data[k][tt[:, 0], ee[:, 0]]  # [B, *shape] at chunk start
-                last_pos = np.arange(length)[None] == (vv.sum(1) - 1)[:, None]  # [B, L]
+                last_pos = np.arange(length)[None] == (inside[cid].sum(1) - 1)[:, None]  # [B, L]
                 out.update(
                     indices=np.where(vv, tt * n_env + ee, -1), mask=vv,
                     is_first=first[tt, ee] & vv, is_last=(done[tt, ee] | last_pos) & vv,

@@ -16,6 +16,26 @@ Advantage normalisation (``normalize_advantage``): ``"batch"`` (whole rollout),
 the population std (``ddof=0``). Only yielded batches are normalised; :attr:`advantages`
 stays raw.
 
+NEXT_STEP autoreset (``autoreset_mode="next_step"``, for gymnasium vector envs in their
+default ``AutoresetMode.NEXT_STEP``, filled by the usual loop that adds every step and sets
+``obs = next_obs``): after an env's episode ends at step ``t``, its step ``t + 1`` is a
+*reset step*: ``obs`` is the final observation of the ended episode, the action was
+ignored, reward 0, no episode end. The buffer
+
+* stores reset steps but marks them invalid (:attr:`valid`): no minibatch yields them,
+  their advantage is 0 and their return their stored value, and they enter no other step's
+  GAE (the episode end at ``t`` cuts the recursion, and the reset step's own reward and
+  value are not read by any valid step);
+* lets a truncated step go without ``final_value``: it bootstraps from the ``value``
+  added at its reset step (``V(final obs)``), or, when the truncated step is the last one
+  of the rollout, from ``last_values`` (in this loop ``last_values = V(obs)`` evaluates
+  the final observation). An explicit finite ``final_value`` (or ``final_obs`` +
+  ``value_fn``) still wins;
+* remembers per env whether its last add ended an episode, across :meth:`reset`, in
+  :meth:`state_dict` and through pickling, so a rollout can start with a reset step.
+
+The first add of a new buffer is never a reset step (it follows ``envs.reset()``).
+
 Example:
     >>> import numpy as np
     >>> buf = RolloutBuffer(num_steps=4, num_envs=2, seed=0)
@@ -42,6 +62,11 @@ from replaybank import persist
 from replaybank.batch import Batch, SequenceBatch
 from replaybank.buffers.arguments import make_rng, positive_int
 from replaybank.buffers.inputs import leading_dims
+from replaybank.buffers.rollout.autoreset import (
+    check_autoreset_mode,
+    next_step_bootstrap,
+    reset_mask,
+)
 from replaybank.buffers.rollout.batches import flat_batches, recurrent_batches
 from replaybank.buffers.rollout.inputs import (
     ROLLOUT_RESERVED,
@@ -87,6 +112,10 @@ class RolloutBuffer:
         device: Torch device; when given, minibatches are yielded as torch tensors there
             (``Batch.to_torch(device)``). Storage stays numpy.
         backend: GAE backend, ``"auto"``, ``"numpy"`` or ``"numba"``.
+        autoreset_mode: How the envs reset finished episodes: ``None`` or ``"same_step"``
+            (every added step is a transition: SAME_STEP vector envs, or envs reset by
+            hand) or ``"next_step"`` (gymnasium's default vector-env autoreset: the step
+            after each episode end is a reset step; see the module doc).
 
     Raises:
         ConfigError: A bad argument.
@@ -114,6 +143,7 @@ class RolloutBuffer:
         advantage_eps: float = 1e-8,
         device: Any = None,
         backend: Backend = "auto",
+        autoreset_mode: str | None = None,
     ) -> None:
         self._num_steps = positive_int("num_steps", num_steps)
         self._num_envs = positive_int("num_envs", num_envs)
@@ -143,6 +173,8 @@ class RolloutBuffer:
             )
         if backend not in ("auto", "numpy", "numba"):
             raise ConfigError(f"backend={backend!r}: expected 'auto', 'numpy' or 'numba'")
+        self.autoreset_mode = check_autoreset_mode(autoreset_mode)
+        self._next_step = self.autoreset_mode == "next_step"
         self.gamma, self.gae_lambda = float(gamma), float(gae_lambda)
         self.normalize_advantage = normalize_advantage
         self.advantage_eps = float(advantage_eps)
@@ -155,6 +187,9 @@ class RolloutBuffer:
         self._final_value = np.full((self._num_steps, self._num_envs), np.nan)  # [T, E]
         self._final_obs: FinalObsStore | None = None  # final obs of truncated steps, no value yet
         self._first_done = np.ones(self._num_envs, dtype=bool)  # an episode starts at step 0
+        # next_step mode: the env's last add before this rollout ended an episode, so its
+        # step 0 here is a reset step (the first add ever follows envs.reset(): False)
+        self._start_reset = np.zeros(self._num_envs, dtype=bool)  # [E]
         self._adv: AnyArray | None = None
         self._ret: AnyArray | None = None
         if spec is not None:
@@ -209,6 +244,40 @@ class RolloutBuffer:
         """Value targets ``advantages + values``, ``[pos, num_envs]``."""
         return self._computed("returns")[1]
 
+    @property
+    def valid(self) -> AnyArray:
+        """``[pos, num_envs]`` bool: False at NEXT_STEP reset steps (never yielded by the
+        generators), True everywhere else (always, unless ``autoreset_mode="next_step"``).
+
+        Example:
+            >>> buf = RolloutBuffer(3, autoreset_mode="next_step")
+            >>> for t in range(3):
+            ...     buf.add(obs=np.zeros(2), action=0, reward=1.0, terminated=t == 0,
+            ...             truncated=False, value=0.0, log_prob=0.0)
+            >>> buf.valid[:, 0].tolist()  # step 1: the reset step after the end at step 0
+            [True, False, True]
+        """
+        if not self._next_step:
+            return np.ones((self._pos, self._num_envs), dtype=bool)
+        return ~self._resets()
+
+    def _resets(self) -> AnyArray:
+        """``[pos, num_envs]`` bool, the NEXT_STEP reset steps (next_step mode only)."""
+        if self._spec is None:
+            return np.zeros((self._pos, self._num_envs), dtype=bool)
+        d, p = self._data, self._pos
+        return reset_mask(d["terminated"][:p] | d["truncated"][:p], self._start_reset)
+
+    def _ended(self) -> AnyArray:
+        """``[num_envs]`` bool: the env's newest add ended an episode (so its next add is
+        a NEXT_STEP reset step). A reset step never ends one."""
+        if self._pos == 0 or self._spec is None:
+            start: AnyArray = self._start_reset.copy()
+            return start
+        t = self._pos - 1
+        ended: AnyArray = self._data["terminated"][t] | self._data["truncated"][t]
+        return ended
+
     def _computed(self, call: str) -> tuple[AnyArray, AnyArray]:
         if self._adv is None or self._ret is None:
             raise EmptyBufferError(
@@ -242,17 +311,21 @@ class RolloutBuffer:
             log_prob: Log-probability of the action under the behaviour policy.
             final_value: ``V`` of the true final observation, per env (read only where
                 ``truncated & ~terminated``; other entries are ignored and may be NaN).
+                Optional with ``autoreset_mode="next_step"`` (see the module doc).
             final_obs: The true final observation (batched like ``obs``, or one entry per
                 env with ``None`` for the others) for truncated envs without a finite
                 ``final_value``; valued later by ``compute_returns_and_advantage``'s
-                ``value_fn``.
+                ``value_fn``. Optional with ``autoreset_mode="next_step"``; when given,
+                it must cover every such env.
             **extras: Further fields, e.g. recurrent ``hidden`` states (the state fed to
                 the policy at this step).
 
         Raises:
             CapacityError: The rollout is full.
             SpecError, ShapeError, DtypeError: Bad input, or a truncated env has neither a
-                final value nor a final observation. The buffer is left unchanged.
+                final value nor a final observation (unless ``autoreset_mode=
+                "next_step"``), or (``"next_step"``) a reset step is marked terminated or
+                truncated. The buffer is left unchanged.
         """
         if self._pos >= self._num_steps:
             raise CapacityError(
@@ -280,6 +353,10 @@ class RolloutBuffer:
         if final_value is not None:
             fv = per_env_float("final_value", final_value, self._num_envs)
         need = cut & ~np.isfinite(fv)
+        if self._next_step:
+            self._check_reset_step(row)
+            if final_obs is None:  # bootstraps from the next step's value (module doc)
+                need[:] = False
         fobs: dict[str, AnyArray] = {}
         if need.any():
             if final_obs is None:
@@ -303,11 +380,29 @@ class RolloutBuffer:
         self._pos += 1
         self._adv = self._ret = None
 
+    def _check_reset_step(self, row: dict[str, AnyArray]) -> None:
+        """next_step mode: refuse an add that ends an episode at a reset step."""
+        bad = self._ended() & (row["terminated"] | row["truncated"])  # [E]
+        if bad.any():
+            envs = np.flatnonzero(bad).tolist()
+            raise ShapeError(
+                f"add: envs {envs} ended an episode at their previous step, so this is their "
+                "NEXT_STEP reset step, but terminated/truncated is True; with gymnasium's "
+                "NEXT_STEP autoreset a reset step never ends an episode. If the envs reset "
+                "in the same step (AutoresetMode.SAME_STEP, or by hand), build the buffer "
+                "with autoreset_mode='same_step'"
+            )
+
     def reset(self) -> None:
-        """Start a new rollout (storage stays allocated; episode-start flags carry over)."""
+        """Start a new rollout (storage stays allocated; episode-start flags and, with
+        ``autoreset_mode="next_step"``, the pending reset steps carry over)."""
         if self._pos and self._spec is not None:
-            self._first_done = self._data["terminated"][self._pos - 1] | \
-                self._data["truncated"][self._pos - 1]
+            last = self._pos - 1
+            ended = self._data["terminated"][last] | self._data["truncated"][last]
+            self._first_done = ended
+            if self._next_step:  # the step after a reset step starts an episode too
+                self._first_done = ended | self._resets()[last]
+                self._start_reset = ended.copy()
         self._pos = 0
         self._final_value[:] = np.nan
         if self._final_obs is not None:
@@ -323,7 +418,10 @@ class RolloutBuffer:
         Args:
             last_values: ``V(s_T)`` of the observation after the last stored step, per env
                 ``[num_envs]`` (a scalar when ``num_envs == 1``). Ignored for envs whose
-                last step ended an episode.
+                last step ended an episode, except with ``autoreset_mode="next_step"``
+                where an env whose last step was truncated (without ``final_value``)
+                bootstraps from it: there the observation after that step is the final
+                observation.
             value_fn: Called once with the final observations of the truncated steps that
                 were stored with ``final_obs`` (``[k, *obs_shape]``, a dict for dict obs);
                 must return ``k`` values.
@@ -331,7 +429,8 @@ class RolloutBuffer:
         Raises:
             EmptyBufferError: Nothing stored.
             ShapeError: ``last_values`` or ``value_fn``'s output has the wrong shape or is
-                not finite; final observations are stored but ``value_fn`` is None.
+                not finite; final observations are stored but ``value_fn`` is None;
+                (``"next_step"``) the value a truncated step bootstraps from is not finite.
         """
         if self._pos == 0:
             raise EmptyBufferError("compute_returns_and_advantage: the buffer is empty; add steps")
@@ -344,8 +443,28 @@ class RolloutBuffer:
             fv.reshape(-1)[np.asarray(self._final_obs.index)] = \
                 self._final_obs.values(value_fn, self._num_envs)
         d = self._data
-        adv = gae(d["reward"][:p], d["value"][:p], d["terminated"][:p], d["truncated"][:p],
-                  last, fv, gamma=self.gamma, gae_lambda=self.gae_lambda, backend=self.backend)
+        rew, val = d["reward"][:p], d["value"][:p]  # [pos, E]
+        term, trunc = d["terminated"][:p], d["truncated"][:p]  # [pos, E]
+        if self._next_step:
+            resets = self._resets()  # [pos, E]
+            missing = trunc & ~term & ~np.isfinite(fv)
+            boot = next_step_bootstrap(val, last, missing)  # [pos, E], NaN where not missing
+            bad = missing & ~np.isfinite(boot)
+            if bad.any():
+                t, e = (int(i) for i in np.argwhere(bad)[0])
+                raise ShapeError(
+                    f"compute_returns_and_advantage: truncated step {t} of env {e} bootstraps "
+                    f"from V(final obs) = value added at step {t + 1} (its NEXT_STEP reset "
+                    "step), which is not finite; pass a finite value there, or final_value= "
+                    "when adding the truncated step"
+                )
+            fv = np.where(missing, boot, fv)
+            # a reset step is made a zero-reward terminal step of value 0: its advantage is
+            # exactly 0 and nothing of it (not even a NaN value) reaches a valid step
+            rew, val = np.where(resets, 0.0, rew), np.where(resets, 0.0, val)
+            term, trunc = term | resets, trunc & ~resets
+        adv = gae(rew, val, term, trunc, last, fv, gamma=self.gamma,
+                  gae_lambda=self.gae_lambda, backend=self.backend)
         dtype = d["value"].dtype
         self._ret = (adv + d["value"][:p].astype(np.float64)).astype(dtype)
         self._adv = adv.astype(dtype)
@@ -360,11 +479,15 @@ class RolloutBuffer:
         """Yield shuffled minibatches of single steps over the flat ``[pos * num_envs]`` data.
 
         Each epoch is a fresh permutation (from the buffer's generator) split so that every
-        (step, env) appears exactly once per epoch.
+        (step, env) appears exactly once per epoch. With ``autoreset_mode="next_step"`` only
+        the valid steps (:attr:`valid`, ``n = valid.sum()``, which varies from rollout to
+        rollout) are permuted and split; reset steps are never yielded.
 
         Args:
-            num_mini_batch: Minibatches per epoch (sizes differ by at most one).
-            mini_batch_size: Steps per minibatch (the last one may be smaller).
+            num_mini_batch: Minibatches per epoch: ``n`` split into parts whose sizes differ
+                by at most one, larger ones first (``n % k`` parts of ``n // k + 1``).
+            mini_batch_size: Steps per minibatch (the last one gets the remainder
+                ``n % mini_batch_size`` when that is not 0).
             num_epochs: Passes over the data.
 
         Returns:
@@ -379,7 +502,10 @@ class RolloutBuffer:
         adv, ret = self._computed("generate_batches")
         return flat_batches(self.data, adv, ret, self._rng, num_mini_batch, mini_batch_size,
                             num_epochs, self.normalize_advantage, self.advantage_eps,
-                            self._emit)
+                            self._emit, self._valid_or_none())
+
+    def _valid_or_none(self) -> AnyArray | None:
+        return ~self._resets() if self._next_step else None
 
     def recurrent_generator(self, num_mini_batch: int | None = None,
                             mini_batch_size: int | None = None,
@@ -390,7 +516,9 @@ class RolloutBuffer:
         Every env's timeline is cut into chunks of ``chunk_length`` consecutive steps
         (default: the whole rollout); minibatches are sets of whole chunks, and every
         (step, env) appears exactly once per epoch. A short last chunk is zero-padded
-        with ``mask`` False.
+        with ``mask`` False. With ``autoreset_mode="next_step"``, reset steps keep their
+        place in time but read like padding (``mask`` False, ``indices`` -1, zeroed), the
+        step after one is ``is_first``, and chunks holding only reset steps are dropped.
 
         Args:
             num_mini_batch: Minibatches per epoch (counted in chunks).
@@ -417,7 +545,7 @@ class RolloutBuffer:
         return recurrent_batches(self.data, adv, ret, self._first_done, self._rng,
                                  num_mini_batch, mini_batch_size, chunk_length, num_epochs,
                                  hidden_fields, self.normalize_advantage, self.advantage_eps,
-                                 self._emit)
+                                 self._emit, self._valid_or_none())
 
     # ------------------------------------------------------------------ state
     def init_config(self) -> dict[str, Any]:
@@ -434,7 +562,7 @@ class RolloutBuffer:
             "seed": self._seed, "normalize_advantage": self.normalize_advantage,
             "advantage_eps": self.advantage_eps,
             "device": None if self.device is None else str(self.device),
-            "backend": self.backend,
+            "backend": self.backend, "autoreset_mode": self.autoreset_mode,
         }
 
     def config(self) -> BufferConfig:
@@ -460,10 +588,12 @@ class RolloutBuffer:
             ``{"metadata", "init", "rng", "arrays"}``: JSON-able metadata (type, sizes,
             ``pos``, spec), constructor args, generator state, and numpy arrays
             (``fields/<name>``, ``final_value``, ``first_done``, ``final_obs/index``,
-            ``final_obs/<obs field>``, and ``advantages``/``returns`` once computed).
+            ``final_obs/<obs field>``, ``advantages``/``returns`` once computed, and
+            ``start_reset`` with ``autoreset_mode="next_step"``).
         """
         arrays = pack_arrays(self._data, self._final_value, self._first_done, self._final_obs,
-                             self._adv, self._ret)
+                             self._adv, self._ret,
+                             self._start_reset if self._next_step else None)
         return {
             "metadata": self.metadata(),
             "init": self.init_config(),
@@ -475,21 +605,22 @@ class RolloutBuffer:
         """Restore from :meth:`state_dict` (copies the arrays).
 
         Raises:
-            CheckpointError: Sizes or spec differ, or arrays are missing or misshaped
-                (the buffer is then left unchanged).
+            CheckpointError: Sizes, spec or ``autoreset_mode`` differ, or arrays are
+                missing or misshaped (the buffer is then left unchanged).
         """
         parsed = unpack_state(state, self._num_steps, self._num_envs, self._spec,
-                              type(self._rng.bit_generator))
+                              type(self._rng.bit_generator), self.autoreset_mode)
         self._spec, self._data, self._final_obs = parsed.spec, parsed.fields, parsed.fobs
         self._pos = parsed.pos
         self._final_value, self._first_done = parsed.final_value, parsed.first_done
         self._adv, self._ret = parsed.adv, parsed.ret
+        self._start_reset = parsed.start_reset
         self._rng.bit_generator.state = state["rng"]
 
     def metadata(self) -> dict[str, Any]:
-        """JSON-able description: type, sizes, ``pos``, spec."""
+        """JSON-able description: type, sizes, ``pos``, spec, ``autoreset_mode``."""
         return {"type": type(self).__name__, "num_steps": self._num_steps,
-                "num_envs": self._num_envs,
+                "num_envs": self._num_envs, "autoreset_mode": self.autoreset_mode,
                 "pos": self._pos, "spec": None if self._spec is None else self._spec.to_json()}
 
     def __repr__(self) -> str:

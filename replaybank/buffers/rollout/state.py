@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from replaybank.buffers.rollout.autoreset import reset_mask
 from replaybank.buffers.rollout.inputs import FinalObsStore
 from replaybank.errors import CheckpointError, ReplayBankError
 from replaybank.spec import Spec
@@ -30,16 +31,21 @@ _FINAL_OBS = "final_obs/"
 
 def pack_arrays(data: dict[str, AnyArray], final_value: AnyArray, first_done: AnyArray,
                 fobs: FinalObsStore | None, adv: AnyArray | None,
-                ret: AnyArray | None) -> dict[str, AnyArray]:
+                ret: AnyArray | None, start_reset: AnyArray | None = None
+                ) -> dict[str, AnyArray]:
     """Flat ``{name: array}`` of a rollout's contents (views, not copies).
 
     Keys: ``fields/<name>`` ``[T, E, *shape]``, ``final_value`` ``[T, E]`` (NaN where
     none), ``first_done`` ``[E]``, ``final_obs/index`` ``[k]`` and ``final_obs/<obs field>``
-    ``[k, *shape]``, and ``advantages``/``returns`` ``[pos, E]`` once computed.
+    ``[k, *shape]``, ``advantages``/``returns`` ``[pos, E]`` once computed, and with
+    ``autoreset_mode="next_step"`` ``start_reset`` ``[E]`` (the env's last step before
+    this rollout ended an episode, so its step 0 is a reset step).
     """
     arrays: dict[str, AnyArray] = {f"fields/{n}": a for n, a in data.items()}
     arrays["final_value"] = final_value
     arrays["first_done"] = first_done
+    if start_reset is not None:
+        arrays["start_reset"] = start_reset
     store = fobs.state() if fobs is not None else {"index": np.zeros(0, np.int64)}
     arrays.update({f"{_FINAL_OBS}{k}": v for k, v in store.items()})
     if adv is not None and ret is not None:
@@ -59,10 +65,12 @@ class ParsedState:
     fobs: FinalObsStore | None
     adv: AnyArray | None
     ret: AnyArray | None
+    start_reset: AnyArray
 
 
 def unpack_state(state: dict[str, Any], num_steps: int, num_envs: int,
-                 current_spec: Spec | None, bit_generator: type[Any]) -> ParsedState:
+                 current_spec: Spec | None, bit_generator: type[Any],
+                 autoreset_mode: str | None = None) -> ParsedState:
     """Validate a rollout ``state_dict`` against the buffer's sizes and spec.
 
     Args:
@@ -71,12 +79,15 @@ def unpack_state(state: dict[str, Any], num_steps: int, num_envs: int,
         num_envs: The buffer's ``num_envs``.
         current_spec: The buffer's spec (None if not yet known).
         bit_generator: The bit generator class of the buffer's rng (its state is probed).
+        autoreset_mode: The buffer's ``autoreset_mode`` (None and ``"same_step"`` are
+            the same; a state without the key was saved in that mode).
 
     Returns:
-        The parsed contents.
+        The parsed contents (``start_reset`` all False unless ``"next_step"``).
 
     Raises:
-        CheckpointError: Sizes or spec differ, or arrays are missing or misshaped.
+        CheckpointError: Sizes, spec or autoreset mode differ, or arrays are missing or
+            misshaped, or a NEXT_STEP reset step ends an episode.
     """
     meta, arrays = state.get("metadata"), state.get("arrays")
     if not isinstance(meta, dict) or not isinstance(arrays, dict) or "rng" not in state:
@@ -88,6 +99,14 @@ def unpack_state(state: dict[str, Any], num_steps: int, num_envs: int,
                 f"load_state_dict: state has {key}={meta.get(key)!r} but this buffer has "
                 f"{key}={mine}; build the buffer with the saved {key}"
             )
+    next_step = autoreset_mode == "next_step"
+    saved_mode = meta.get("autoreset_mode")
+    if (saved_mode == "next_step") != next_step:
+        raise CheckpointError(
+            f"load_state_dict: state has autoreset_mode={saved_mode!r} but this buffer has "
+            f"autoreset_mode={autoreset_mode!r}; build the buffer with the saved "
+            "autoreset_mode (it decides which stored steps are transitions)"
+        )
     try:
         spec = None if meta.get("spec") is None else Spec.from_json(meta["spec"])
     except (ReplayBankError, KeyError, TypeError, ValueError, AttributeError) as exc:
@@ -109,6 +128,10 @@ def unpack_state(state: dict[str, Any], num_steps: int, num_envs: int,
                 raise ValueError(f"fields/{n} has shape {fields[n].shape}")
         fv = np.array(arrays["final_value"], dtype=np.float64).reshape(num_steps, num_envs)
         first = np.array(arrays["first_done"], dtype=bool).reshape(num_envs)
+        start = np.zeros(num_envs, dtype=bool)
+        if next_step:
+            start = np.array(arrays["start_reset"], dtype=bool).reshape(num_envs)
+            _check_resets(fields, start, int(pos))
         bit_generator().state = state["rng"]  # probe: a bad rng state fails here
         fobs = None if spec is None else FinalObsStore(spec)
         if fobs is not None:
@@ -125,4 +148,20 @@ def unpack_state(state: dict[str, Any], num_steps: int, num_envs: int,
                 raise ValueError(f"{name} has shape {arr.shape}, expected {(pos, num_envs)}")
     except (KeyError, ValueError, TypeError, IndexError, OverflowError) as exc:
         raise CheckpointError(f"load_state_dict: missing or misshaped array ({exc})") from exc
-    return ParsedState(spec, fields, int(pos), fv, first, fobs, adv, ret)
+    return ParsedState(spec, fields, int(pos), fv, first, fobs, adv, ret, start)
+
+
+def _check_resets(fields: dict[str, AnyArray], start: AnyArray, pos: int) -> None:
+    """Raise a ValueError when a NEXT_STEP reset step of the state ends an episode (an
+    add never stores one)."""
+    if "terminated" not in fields or not pos:
+        return
+    done = fields["terminated"][:pos] | fields["truncated"][:pos]  # [pos, E]
+    bad = reset_mask(done, start) & done
+    if bad.any():
+        t, e = (int(i) for i in np.argwhere(bad)[0])
+        raise ValueError(
+            f"fields/terminated|truncated is True at step {t}, env {e}, a NEXT_STEP reset "
+            "step (start_reset or the step before ended an episode); reset steps never end "
+            "one, the state is damaged"
+        )
