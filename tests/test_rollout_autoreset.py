@@ -440,7 +440,7 @@ def test_final_obs_and_value_fn_still_win() -> None:
 
 
 # ------------------------------------------------------------------ config and state
-@pytest.mark.parametrize("bad", ["NEXT_STEP", "disabled", "", 1, True])
+@pytest.mark.parametrize("bad", ["NEXT_STEP", "nextstep", "", 1, True])
 def test_bad_autoreset_mode_is_rejected(bad: Any) -> None:
     with pytest.raises(ConfigError, match=r"autoreset_mode=.*'same_step'.*'next_step'") as err:
         rb.RolloutBuffer(4, autoreset_mode=bad)

@@ -69,9 +69,11 @@ def check_autoreset_mode(mode: Any) -> str | None:
     """
     if mode is not None and not (isinstance(mode, str) and mode in AUTORESET_MODES):
         raise ConfigError(
-            f"autoreset_mode={mode!r}: use None (detect NEXT_STEP reset steps and warn), "
-            "'next_step' (drop them: gymnasium's default vector-env autoreset) or "
-            "'same_step' / 'disabled' (the data has none)"
+            f"autoreset_mode={mode!r}: expected None (the default), 'same_step' or "
+            "'disabled' (every added step is a transition: SAME_STEP vector envs or manual "
+            "resets) or 'next_step' (gymnasium's default vector-env autoreset: the step "
+            "after each episode end is a reset step, which ReplayBuffer drops and "
+            "RolloutBuffer masks)"
         )
     return mode
 
@@ -106,7 +108,8 @@ def _is_final(table: StepTable, rows: IntArray, lanes: IntArray,
 
 def reset_steps(table: StepTable, window: int = WINDOW) -> int:
     """How many of the newest ``window`` stored steps of each lane are NEXT_STEP reset
-    steps (see the module docstring); 0 for storage not in host memory."""
+    steps (see the module docstring; counted only where the step also has reward 0 and
+    no episode end, as gymnasium's reset steps do); 0 for storage not in host memory."""
     if not table.backend.host_numpy:
         return 0
     found = 0
@@ -120,6 +123,13 @@ def reset_steps(table: StepTable, window: int = WINDOW) -> int:
         nxt = (prev + 1) % T
         lanes = np.full(len(prev), lane, dtype=np.int64)
         be = table.backend
+        # gymnasium's reset step has reward 0 and no episode end: constant-observation
+        # data (dummy envs, bandits) with rewards is not mistaken for one
+        quiet = ~_done(table, nxt, lanes)
+        quiet &= np.asarray(be.to_numpy(be.gather(table.arrays["reward"], (nxt, lanes)))) == 0
+        if not quiet.any():
+            continue
+        prev, nxt, lanes = prev[quiet], nxt[quiet], lanes[quiet]
         obs = {name: be.to_numpy(be.gather(table.arrays[name], (nxt, lanes)))
                for name in table.obs_fields}
         found += int(np.count_nonzero(_is_final(table, prev, lanes, obs)))

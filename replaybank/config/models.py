@@ -216,7 +216,7 @@ def config_model(type_name: str) -> type[BufferConfig]:
 
     Example:
         >>> sorted(config_model("ReplayBuffer").model_fields)[:3]
-        ['capacity', 'device', 'frame_stack']
+        ['autoreset_mode', 'capacity', 'device']
     """
     if type_name not in BUFFERS:
         raise ConfigError(f"type={type_name!r}: unknown buffer type; known types: "

@@ -30,35 +30,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from replaybank.errors import ConfigError
-
-__all__ = ["AUTORESET_MODES", "check_autoreset_mode", "next_step_bootstrap", "reset_mask"]
-
-#: ``None`` / ``"same_step"``: every stored step is a transition (SAME_STEP or manual
-#: resets); ``"next_step"``: the step after each episode end is a reset step.
-AUTORESET_MODES = (None, "same_step", "next_step")
+__all__ = ["next_step_bootstrap", "reset_mask"]
 
 BoolArray = npt.NDArray[np.bool_]
 FloatArray = npt.NDArray[np.float64]
-
-
-def check_autoreset_mode(mode: Any) -> str | None:
-    """``mode`` when it is one of :data:`AUTORESET_MODES`.
-
-    Raises:
-        ConfigError: Any other value (names it and the choices).
-
-    Example:
-        >>> check_autoreset_mode("next_step")
-        'next_step'
-    """
-    if mode is not None and not (isinstance(mode, str) and mode in AUTORESET_MODES):
-        raise ConfigError(
-            f"autoreset_mode={mode!r}: expected None or 'same_step' (every added step is a "
-            "transition: SAME_STEP vector envs or manual resets) or 'next_step' (gymnasium's "
-            "default vector-env autoreset: the step after each episode end is a reset step)"
-        )
-    return mode
 
 
 def reset_mask(done: BoolArray, start: BoolArray) -> BoolArray:

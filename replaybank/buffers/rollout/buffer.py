@@ -61,12 +61,9 @@ import numpy.typing as npt
 from replaybank import persist
 from replaybank.batch import Batch, SequenceBatch
 from replaybank.buffers.arguments import make_rng, positive_int
+from replaybank.buffers.autoreset import check_autoreset_mode
 from replaybank.buffers.inputs import leading_dims
-from replaybank.buffers.rollout.autoreset import (
-    check_autoreset_mode,
-    next_step_bootstrap,
-    reset_mask,
-)
+from replaybank.buffers.rollout.autoreset import next_step_bootstrap, reset_mask
 from replaybank.buffers.rollout.batches import flat_batches, recurrent_batches
 from replaybank.buffers.rollout.inputs import (
     ROLLOUT_RESERVED,
@@ -112,7 +109,8 @@ class RolloutBuffer:
         device: Torch device; when given, minibatches are yielded as torch tensors there
             (``Batch.to_torch(device)``). Storage stays numpy.
         backend: GAE backend, ``"auto"``, ``"numpy"`` or ``"numba"``.
-        autoreset_mode: How the envs reset finished episodes: ``None`` or ``"same_step"``
+        autoreset_mode: How the envs reset finished episodes: ``None``, ``"same_step"`` or
+            ``"disabled"``
             (every added step is a transition: SAME_STEP vector envs, or envs reset by
             hand) or ``"next_step"`` (gymnasium's default vector-env autoreset: the step
             after each episode end is a reset step; see the module doc).
