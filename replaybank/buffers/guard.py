@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING
 
 from replaybank.storage.writers.compiled import ACCEL
 
-__all__ = ["CallGuard", "get_ident"]
+__all__ = ["CallGuard"]
 
 
 class _GuardFlags:
@@ -66,22 +66,13 @@ else:  # the compiled writer reads these flags without a Python call
 class CallGuard(_Flags):
     """The handshake state of one buffer (see the module docstring).
 
-    The hot paths inline :meth:`enter` / :meth:`leave` (a method call would cost as much
-    as the guard itself)::
+    A call runs between :meth:`enter` and :meth:`leave`::
 
-        g = self._guard
-        g.busy = True
-        locked = g.shared or get_ident() != g.owner
-        if locked:
-            g.busy = False
-            g.lock_shared()
+        locked = guard.enter()
         try:
             ...
         finally:
-            if locked:
-                g.unlock()
-            else:
-                g.busy = False
+            guard.leave(locked)
 
     Attributes:
         owner: Thread id of the thread that may call without the lock (the builder).

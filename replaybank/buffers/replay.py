@@ -34,7 +34,7 @@ from replaybank.buffers.autoreset import (
     warn_resets,
 )
 from replaybank.buffers.calls import CheckedCall, check_call, lane_ids
-from replaybank.buffers.guard import CallGuard, get_ident
+from replaybank.buffers.guard import CallGuard
 from replaybank.buffers.inputs import (
     UNSET,
     collect_fields,
@@ -359,12 +359,7 @@ class ReplayBuffer:
                 and self._parts.sampler is self.sampler and self._parts.view is self.view \
                 and plan.c_add(obs, action, reward, next_obs, terminated, truncated, extras):
             return
-        g = self._guard  # one call at a time; no lock while one thread calls (guard.py)
-        g.busy = True
-        locked = g.shared or get_ident() != g.owner
-        if locked:
-            g.busy = False
-            g.lock_shared()
+        locked = self._guard.enter()  # one call at a time (guard.py)
         try:
             parts = self._parts
             if parts.sampler is not self.sampler or parts.view is not self.view:
@@ -390,10 +385,7 @@ class ReplayBuffer:
             self._write(StepValues(obs, action, reward, next_obs, terminated, truncated, extras),
                         False, env_ids, priority)
         finally:
-            if locked:
-                g.unlock()
-            else:
-                g.busy = False
+            self._guard.leave(locked)
 
     def extend(self, *, obs: Any = UNSET, action: Any = UNSET, reward: Any = UNSET,
                next_obs: Any = UNSET, terminated: Any = UNSET, truncated: Any = UNSET,
@@ -417,12 +409,7 @@ class ReplayBuffer:
                 and self._parts.sampler is self.sampler and self._parts.view is self.view \
                 and plan.c_extend(obs, action, reward, next_obs, terminated, truncated, extras):
             return
-        g = self._guard  # one call at a time; no lock while one thread calls (guard.py)
-        g.busy = True
-        locked = g.shared or get_ident() != g.owner
-        if locked:
-            g.busy = False
-            g.lock_shared()
+        locked = self._guard.enter()  # one call at a time (guard.py)
         try:
             parts = self._parts
             if parts.sampler is not self.sampler or parts.view is not self.view:
@@ -448,10 +435,7 @@ class ReplayBuffer:
             self._write(StepValues(obs, action, reward, next_obs, terminated, truncated, extras),
                         True, env_ids, priority)
         finally:
-            if locked:
-                g.unlock()
-            else:
-                g.busy = False
+            self._guard.leave(locked)
 
     def _priorities(self, priority: Any) -> Any:
         """``check(out)``: the checked initial priorities of a write of ``out`` steps."""
