@@ -16,6 +16,7 @@ Example:
 
 from replaybank.batch import Batch, SequenceBatch
 from replaybank.buffers.autoreset import AutoresetWarning
+from replaybank.buffers.hindsight import HerReplayBuffer
 from replaybank.buffers.replay import ReplayBuffer
 from replaybank.buffers.rollout.buffer import RolloutBuffer
 from replaybank.compat.prioritized import PrioritizedReplayBuffer
@@ -55,6 +56,7 @@ from replaybank.storage.backends.base import ArrayBackend, DurableBackend
 from replaybank.storage.backends.memmap import MemmapBackend
 from replaybank.storage.backends.numpy import NumpyBackend
 from replaybank.views.base import (
+    CallbackView,
     FusedView,
     InputTransform,
     ShiftedView,
@@ -63,6 +65,8 @@ from replaybank.views.base import (
     View,
 )
 from replaybank.views.framestack import FrameStackView
+from replaybank.views.functions import register_function
+from replaybank.views.hindsight import HerView
 from replaybank.views.nstep import NStepView
 from replaybank.views.transition import TransitionView
 
@@ -75,6 +79,7 @@ __all__ = [
     "Batch",
     "BoundedPriorities",
     "BufferConfig",
+    "CallbackView",
     "CapacityError",
     "CheckpointError",
     "CollectResult",
@@ -87,6 +92,8 @@ __all__ = [
     "FieldSpec",
     "FrameStackView",
     "FusedView",
+    "HerReplayBuffer",
+    "HerView",
     "InputTransform",
     "KeyUpdates",
     "LaneSplitSampler",
@@ -133,6 +140,7 @@ __all__ = [
     "open",
     "open_buffer",
     "register_buffer",
+    "register_function",
     "register_sampler",
     "register_view",
     "save",

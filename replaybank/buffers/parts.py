@@ -34,7 +34,7 @@ from replaybank.samplers.base import LaneView, Sampler, SampleResult, SamplerTra
 from replaybank.samplers.checks import LARGE_BATCH, check_batch_size, check_options
 from replaybank.samplers.draw import draw
 from replaybank.storage.table import StepTable
-from replaybank.views.base import FusedView, InputTransform, StepView, View
+from replaybank.views.base import CallbackView, FusedView, InputTransform, StepView, View
 
 __all__ = ["Parts"]
 
@@ -51,9 +51,12 @@ class Parts:
         fused: The view as a check-and-gather-in-one-pass view, or None.
         step: The view as a one-step transition view, or None.
         every_step: The view serves every live step (no redraws).
+        restores: The view calls user functions (:class:`~replaybank.views.base.
+            CallbackView`): a failed sample puts the generator and beta schedule back.
     """
 
-    __slots__ = ("every_step", "fused", "sampler", "step", "traits", "transform", "view")
+    __slots__ = ("every_step", "fused", "restores", "sampler", "step", "traits", "transform",
+                 "view")
 
     def __init__(self, sampler: Sampler, view: View) -> None:
         self.sampler = sampler
@@ -63,6 +66,7 @@ class Parts:
         self.fused = view if isinstance(view, FusedView) else None
         self.step = view if isinstance(view, StepView) else None
         self.every_step = bool(view.every_step)
+        self.restores = isinstance(view, CallbackView)
 
     def sample(self, table: StepTable | None, lanes: LaneView | None,
                rng: np.random.Generator, batch_size: int, replace: bool,
@@ -76,6 +80,22 @@ class Parts:
             CapacityError: ``batch_size`` too large to draw.
             EmptyBufferError: Nothing to sample (or too little without replacement).
         """
+        if self.restores:  # user code runs in the gather: a failure changes nothing
+            saved = rng.bit_generator.state
+            sched = self.traits.scheduled
+            calls = 0 if sched is None else sched.calls
+            try:
+                return self._sample(table, lanes, rng, batch_size, replace, kwargs)
+            except BaseException:
+                rng.bit_generator.state = saved
+                if sched is not None:
+                    sched.calls = calls
+                raise
+        return self._sample(table, lanes, rng, batch_size, replace, kwargs)
+
+    def _sample(self, table: StepTable | None, lanes: LaneView | None,
+                rng: np.random.Generator, batch_size: int, replace: bool,
+                kwargs: dict[str, Any]) -> dict[str, Any]:
         if type(batch_size) is not int or not 0 < batch_size <= LARGE_BATCH \
                 or (replace is not True and replace is not False) or kwargs:
             batch_size, replace = self.check(table, lanes, batch_size, replace, kwargs)

@@ -55,6 +55,7 @@ from replaybank.config.registry import (
     view_types,
 )
 from replaybank.errors import ConfigError, describe, require_extra
+from replaybank.views.functions import register_function
 
 __all__ = [
     "BufferConfig",
@@ -68,6 +69,7 @@ __all__ = [
     "from_config",
     "register_buffer",
     "register_sampler",
+    "register_function",
     "register_view",
     "sampler_types",
     "view_types",

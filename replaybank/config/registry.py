@@ -136,6 +136,7 @@ for _n, _t in (("ReplayBuffer", _REPLAY),
     register_buffer(_n, _t)
 register_buffer("SequenceReplayBuffer",
                 "replaybank.compat.sequence:SequenceReplayBuffer", kwargs_to=_REPLAY)
+register_buffer("HerReplayBuffer", "replaybank.buffers.hindsight:HerReplayBuffer")
 register_buffer("PrioritizedReplayBuffer",
                 "replaybank.compat.prioritized:PrioritizedReplayBuffer", exclude=("sampler",))
 for _n, _t in (("uniform", "replaybank.samplers.uniform:UniformSampler"),
@@ -145,7 +146,8 @@ for _n, _t in (("uniform", "replaybank.samplers.uniform:UniformSampler"),
     register_sampler(_n, _t)
 for _n, _t in (("transition", "replaybank.views.transition:TransitionView"),
                ("nstep", "replaybank.views.nstep:NStepView"),
-               ("framestack", "replaybank.views.framestack:FrameStackView")):
+               ("framestack", "replaybank.views.framestack:FrameStackView"),
+               ("her", "replaybank.views.hindsight:HerView")):
     register_view(_n, _t)
 
 

@@ -12,7 +12,9 @@ its sampling plan, never probed per call:
 * :class:`StepView`: serves each key as its own one-step transition (the step's stored
   fields and exact next observation), with a faster gather for keys just drawn;
 * :class:`ShiftedView`: the transition of a key ends at another key (n-step windows);
-* :class:`InputTransform`: rewrites what users add (frame stacks keep the newest frame).
+* :class:`InputTransform`: rewrites what users add (frame stacks keep the newest frame);
+* :class:`CallbackView`: calls user functions while it gathers (hindsight rewards), so a
+  gather may fail after the sampler drew: the buffer then restores its generator.
 
 Views that serve every live step return ``None`` from ``valid`` and say so with
 ``every_step = True``, so a buffer need not check their keys.
@@ -33,8 +35,8 @@ import numpy.typing as npt
 
 from replaybank.storage.table import StepTable
 
-__all__ = ["FusedView", "InputTransform", "StepView", "ShiftedView", "StatelessView",
-           "View", "next_name"]
+__all__ = ["CallbackView", "FusedView", "InputTransform", "ShiftedView", "StatelessView",
+           "StepView", "View", "next_name"]
 
 IntArray = npt.NDArray[np.int64]
 
@@ -113,6 +115,19 @@ class InputTransform(Protocol):
 
     def prepare_inputs(self, fields: dict[str, Any], steps: bool, lanes: int) -> dict[str, Any]:
         """Return the fields to store for one ``add`` (``steps=False``) or ``extend``."""
+        ...
+
+
+@runtime_checkable
+class CallbackView(View, Protocol):
+    """A view that calls user functions (a hindsight reward function) while it gathers.
+
+    Such a gather may raise after the sampler drew its keys; a buffer then puts its
+    generator and beta schedule back, so a failed ``sample`` changes nothing.
+    """
+
+    def user_functions(self) -> tuple[Any, ...]:
+        """The user callables the view calls."""
         ...
 
 

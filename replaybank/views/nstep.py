@@ -72,7 +72,7 @@ class NStepView(StatelessView):
         self.n = int(n)
         self.gamma = float(gamma)
 
-    def _window(self, table: StepTable, keys: IntArray) -> tuple[IntArray, IntArray]:
+    def window(self, table: StepTable, keys: IntArray) -> tuple[IntArray, IntArray]:
         """Storage slots of the window steps ``[B, n]`` and the window lengths ``[B]``."""
         wslots = table.slots_of(nstep.window_keys(keys, self.n, table.lanes))  # [B, n]
         link = table.flat(table.link)
@@ -83,7 +83,7 @@ class NStepView(StatelessView):
         keys = np.asarray(keys, dtype=np.int64)
         if self.n == 1:
             return np.ones(len(keys), dtype=np.int64)
-        return self._window(table, keys)[1]
+        return self.window(table, keys)[1]
 
     def last_keys(self, table: StepTable, keys: IntArray) -> IntArray:
         """Keys of the last window step ``t+L-1``, ``[B]`` (used by frame stacking)."""
@@ -95,7 +95,7 @@ class NStepView(StatelessView):
         """Fields of the n-step transitions starting at ``keys`` (``[B, *shape]``)."""
         keys = np.asarray(keys, dtype=np.int64)
         be = table.backend
-        wslots, length = self._window(table, keys)  # [B, n], [B]
+        wslots, length = self.window(table, keys)  # [B, n], [B]
         rows = np.arange(len(keys))
         first = wslots[:, 0]
         last = wslots[rows, length - 1]  # slots of step t+L-1

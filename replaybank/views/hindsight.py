@@ -1,0 +1,332 @@
+"""Hindsight experience replay (HER) as a view: goals relabelled at sample time.
+
+Nothing is stored twice: a step is stored once with the goal it was collected for, and a
+sampled step is served with a new goal drawn from the achieved goals of its episode
+(Andrychowicz et al., 2017). Observations are dicts in the gymnasium-robotics GoalEnv
+convention, stored as the fields ``obs/observation``, ``obs/achieved_goal`` and
+``obs/desired_goal``.
+
+Which rows get a new goal: each sampled row independently with probability
+``k / (k + 1)`` (``k`` = the paper's and SB3's ``n_sampled_goal``), among the rows whose
+episode has ended (terminated, truncated, or a discontinuity in the lane's data); with
+``relabel_unfinished=True`` the rows of running episodes too, which then use the steps
+they have so far. The batch field ``relabeled`` ``[B]`` marks the rows with a new goal.
+
+Where the new goal comes from, for a sampled step ``t`` of an episode whose surviving
+steps are ``b..e`` in its lane (``b`` is later than the episode's first step when the ring
+overwrote its start; ``e`` is the episode's last step, or the lane's newest step of a
+running episode): the goal is the achieved goal of the *next observation* of step ``j``
+(``next_obs/achieved_goal[j]``), with ``j``
+
+* ``"future"``: uniform on ``t..e`` (the next observation of ``t`` itself included),
+* ``"final"``: ``e`` (the episode's final next observation),
+* ``"episode"``: uniform on ``b..e``,
+* ``"random"``: uniform over every live step of every lane.
+
+For a relabelled row the new goal ``g`` goes into both ``obs/desired_goal`` and
+``next_obs/desired_goal``; ``reward`` becomes ``reward_fn(next_obs/achieved_goal, g,
+info)`` (one vectorised call per batch over the relabelled rows; with ``n_step > 1`` one
+call over every step of their windows, whose rewards then enter the n-step sum);
+``terminated`` is kept as stored unless ``terminated_fn`` is given, which then decides it
+(and with ``n_step > 1`` cuts a window at the first relabelled termination). Stored
+``info`` dicts are not kept: ``info`` is an empty dict, which is all
+``env.unwrapped.compute_reward`` of the gymnasium-robotics tasks reads.
+
+The episode extents come from an :class:`~replaybank.ops.episodes.EpisodeIndex` kept
+current from the lane counters (each written step indexed once), never searched per
+sample. Draws use the buffer's generator, so a seeded buffer and a restored checkpoint
+give the identical next sample.
+
+Example:
+    >>> import numpy as np
+    >>> import replaybank as rb
+    >>> def reward(achieved, desired, info):
+    ...     return -(np.abs(achieved - desired).sum(-1) > 0).astype(np.float32)
+    >>> buf = rb.ReplayBuffer(64, seed=0, view=HerView(reward, "final", k=4))
+    >>> goal = np.array([9.0], np.float32)
+    >>> for t in range(5):
+    ...     buf.add(obs={"observation": np.array([t], np.float32),
+    ...                  "achieved_goal": np.array([t], np.float32), "desired_goal": goal},
+    ...             action=0, reward=-1.0,
+    ...             next_obs={"observation": np.array([t + 1], np.float32),
+    ...                       "achieved_goal": np.array([t + 1], np.float32),
+    ...                       "desired_goal": goal},
+    ...             terminated=False, truncated=t == 4)
+    >>> b = buf.sample(256)
+    >>> new = b["relabeled"]
+    >>> set(b.obs["desired_goal"][new, 0].tolist())   # "final": the last achieved goal
+    {5.0}
+    >>> bool(np.all(b.reward[new] == (b.next_obs["achieved_goal"][new, 0] == 5) - 1.0))
+    True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from replaybank.errors import ConfigError, ShapeError
+from replaybank.ops import nstep
+from replaybank.ops.episodes import EpisodeIndex
+from replaybank.storage.table import StepTable
+from replaybank.views.base import StatelessView, next_name
+from replaybank.views.functions import function_name, resolve_function
+from replaybank.views.nstep import NStepView
+from replaybank.views.transition import TransitionView
+
+__all__ = ["STRATEGIES", "HerView"]
+
+IntArray = npt.NDArray[np.int64]
+STRATEGIES = ("future", "final", "episode", "random")
+
+
+class HerView(StatelessView):
+    """Hindsight relabelling over one-step or n-step transitions.
+
+    Args:
+        reward_fn: ``reward_fn(achieved_goal [N, *g], desired_goal [N, *g], info) -> [N]``
+            (a callable, a name given to :func:`~replaybank.views.functions.
+            register_function`, or ``"module:attr"``); ``env.unwrapped.compute_reward``
+            works unchanged.
+        strategy: ``"future"``, ``"final"``, ``"episode"`` or ``"random"`` (see the
+            module docstring for the exact support of each).
+        k: Relabelled goals per real goal: a row gets a new goal with probability
+            ``k / (k + 1)`` (0: never).
+        terminated_fn: Same signature, ``-> [N]`` bool: the relabelled ``terminated``
+            (None: keep the stored flag).
+        relabel_unfinished: Relabel the rows of running episodes too (goals from their
+            steps so far); by default only finished episodes are relabelled.
+        n_step: Steps per transition (n-step returns of the relabelled rewards).
+        gamma: Discount of the n-step returns.
+        achieved_key, desired_key: The goal keys of the dict observations.
+
+    Raises:
+        ConfigError: A bad strategy, ``k``, ``n_step``, ``gamma`` or function.
+
+    Example:
+        >>> HerView("builtins:max", "future", k=4).config()["strategy"]
+        'future'
+    """
+
+    every_step = True
+
+    def __init__(self, reward_fn: Callable[..., Any] | str, strategy: str = "future",
+                 k: int = 4, *, terminated_fn: Callable[..., Any] | str | None = None,
+                 relabel_unfinished: bool = False, n_step: int = 1, gamma: float = 0.99,
+                 achieved_key: str = "achieved_goal",
+                 desired_key: str = "desired_goal") -> None:
+        if strategy not in STRATEGIES:
+            raise ConfigError(f"HerView(strategy={strategy!r}): choose one of {list(STRATEGIES)}")
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0:
+            raise ConfigError(f"HerView(k={k!r}): k (relabelled goals per real one) must be "
+                              "an int >= 0")
+        if not isinstance(relabel_unfinished, (bool, np.bool_)):
+            raise ConfigError(f"HerView(relabel_unfinished={relabel_unfinished!r}): must be "
+                              "a bool")
+        for name, key in (("achieved_key", achieved_key), ("desired_key", desired_key)):
+            if not isinstance(key, str) or not key or "/" in key:
+                raise ConfigError(f"HerView({name}={key!r}): must be a dict observation key "
+                                  "(a non-empty str without '/')")
+        if reward_fn is None:
+            raise ConfigError("HerView(reward_fn=None): pass the reward function, "
+                              "e.g. env.unwrapped.compute_reward, a registered name or "
+                              "'module:attr'")
+        self.reward_fn = resolve_function(reward_fn, "reward_fn")
+        self.terminated_fn = None if terminated_fn is None \
+            else resolve_function(terminated_fn, "terminated_fn")
+        self._names = (reward_fn if isinstance(reward_fn, str) else None,
+                       terminated_fn if isinstance(terminated_fn, str) else None)
+        self.strategy = strategy
+        self.k = int(k)
+        self.relabel_unfinished = bool(relabel_unfinished)
+        self.inner: NStepView | TransitionView = NStepView(n_step, gamma) if n_step != 1 \
+            else TransitionView()
+        if n_step == 1:  # checked by NStepView otherwise
+            NStepView(1, gamma)
+        self.n_step = int(n_step)
+        self.gamma = float(gamma)
+        self.achieved = "obs/" + achieved_key
+        self.desired = "obs/" + desired_key
+        self._keys = (achieved_key, desired_key)
+        self._index: EpisodeIndex | None = None
+        self._indexed: StepTable | None = None
+
+    @property
+    def probability(self) -> float:
+        """Chance that a row of a finished episode gets a new goal, ``k / (k + 1)``."""
+        return self.k / (self.k + 1)
+
+    # ------------------------------------------------------------------ episode index
+    def episode_index(self, table: StepTable) -> EpisodeIndex:
+        """The episode index of ``table``, brought up to date with what was written."""
+        idx = self._index
+        if idx is None or self._indexed is not table:
+            idx = self._index = EpisodeIndex(table.T, table.lanes)
+            self._indexed = table
+        idx.sync(table.link, table.arrays["terminated"], table.arrays["truncated"],
+                 table.written, table.counts, table.epoch)
+        return idx
+
+    def _check_table(self, table: StepTable) -> None:
+        if not table.backend.host_numpy:
+            raise ConfigError(f"HerView: storage={table.backend.name!r} is not supported "
+                              "yet; use numpy or memmap storage (batch.to_torch(device) "
+                              "moves a batch)")
+        for field in (self.achieved, self.desired):
+            if field not in table.obs_fields:
+                raise ShapeError(
+                    f"HerView: the observations have no {field.split('/', 1)[1]!r} key "
+                    f"(stored observation fields: {table.obs_fields}); add dict "
+                    "observations {'observation', 'achieved_goal', 'desired_goal'} or pass "
+                    "achieved_key=/desired_key=")
+
+    # ------------------------------------------------------------------ gather
+    def gather(self, table: StepTable, keys: IntArray,
+               rng: np.random.Generator | None = None) -> dict[str, Any]:
+        """Fields of the transitions at ``keys`` ``[B]``, with new goals for a fraction.
+
+        Returns:
+            The inner view's fields (``[B, *shape]``; ``discount`` with ``n_step > 1``)
+            and ``relabeled`` ``[B]`` bool.
+
+        Raises:
+            ConfigError: No generator (``rng``), or storage other than numpy/memmap.
+            ShapeError: The observations have no goal keys, or ``reward_fn`` /
+                ``terminated_fn`` returned the wrong number of values.
+        """
+        if rng is None:
+            raise ConfigError("HerView.gather draws goals: pass the buffer's generator "
+                              "(rng=buf.rng)")
+        self._check_table(table)
+        keys = np.asarray(keys, dtype=np.int64)
+        out = self.inner.gather(table, keys, rng)
+        b = len(keys)
+        if self.k == 0 or b == 0:
+            out["relabeled"] = np.zeros(b, dtype=bool)
+            return out
+        coin = rng.random(b) < self.probability
+        idx = self.episode_index(table)
+        lanes = table.lanes
+        lane = keys % lanes
+        slots = table.slots_of(keys)
+        begin, end = idx.extents(slots, lane, table.written, table.counts,
+                                 self.relabel_unfinished)
+        sel = coin & (end >= 0)
+        out["relabeled"] = sel
+        rows = np.flatnonzero(sel)
+        if len(rows) == 0:
+            return out
+        goal_keys = self._goal_keys(table, keys[rows], lane[rows], begin[rows], end[rows],
+                                    rng)
+        goals = table.take_next(self.achieved,
+                                *table.next_index(table.slots_of(goal_keys)))  # [S, *g]
+        for name in (self.desired, next_name(self.desired)):
+            arr = out[name]
+            if not arr.flags.writeable:
+                arr = out[name] = arr.copy()
+            arr[rows] = goals
+        self._relabel_rewards(table, out, keys[rows], rows, goals)
+        return out
+
+    def _goal_keys(self, table: StepTable, keys: IntArray, lane: IntArray,
+                   begin: IntArray, end: IntArray, rng: np.random.Generator) -> IntArray:
+        """Keys ``[S]`` of the steps whose next achieved goal becomes the new goal."""
+        lanes = table.lanes
+        seq = keys // lanes
+        s = self.strategy
+        if s == "final":
+            return end * lanes + lane
+        if s == "random":
+            counts = table.counts
+            total = int(counts.sum())
+            u = (rng.random(len(keys)) * total).astype(np.int64)
+            cum = np.cumsum(counts)
+            gl = np.searchsorted(cum, u, side="right")
+            gseq = table.written[gl] - counts[gl] + (u - (cum[gl] - counts[gl]))
+            return gseq * lanes + gl
+        lo = seq if s == "future" else begin
+        j = lo + (rng.random(len(keys)) * (end - lo + 1)).astype(np.int64)
+        return np.minimum(j, end) * lanes + lane
+
+    def _relabel_rewards(self, table: StepTable, out: dict[str, Any], keys: IntArray,
+                         rows: IntArray, goals: npt.NDArray[Any]) -> None:
+        """New rewards (and, with ``terminated_fn``, terminations) of the relabelled rows."""
+        s = len(rows)
+        n = self.n_step
+        if n == 1:
+            achieved = out[next_name(self.achieved)][rows]  # [S, *g]
+            rewards = self._call(self.reward_fn, "reward_fn", achieved, goals, s)
+            out["reward"][rows] = rewards
+            if self.terminated_fn is not None:
+                out["terminated"][rows] = self._call(self.terminated_fn, "terminated_fn",
+                                                     achieved, goals, s) != 0
+            return
+        assert isinstance(self.inner, NStepView)
+        wslots, length = self.inner.window(table, keys)  # [S, n], [S]
+        achieved = table.take_next(self.achieved, *table.next_index(wslots.reshape(-1)))
+        repeated = np.repeat(goals, n, axis=0)  # [S * n, *g]
+        rewards = self._call(self.reward_fn, "reward_fn", achieved, repeated,
+                             s * n).reshape(s, n)
+        if self.terminated_fn is not None:
+            term = self._call(self.terminated_fn, "terminated_fn", achieved, repeated,
+                              s * n).reshape(s, n) != 0
+            term &= np.arange(n)[None, :] < length[:, None]
+            hit = term.any(axis=1)
+            cut = np.where(hit, term.argmax(axis=1) + 1, length)
+            moved = np.flatnonzero(cut != length)
+            if len(moved):  # windows cut short by a relabelled termination
+                last = wslots[moved, cut[moved] - 1]
+                where = table.next_index(last)
+                for name in table.obs_fields:
+                    out[next_name(name)][rows[moved]] = table.take_next(name, *where)
+                out[next_name(self.desired)][rows[moved]] = goals[moved]
+                out["truncated"][rows[moved]] = table.take("truncated", last)
+            out["terminated"][rows] = hit
+            length = cut
+            out["discount"][rows] = (self.gamma ** length.astype(np.float64)
+                                     ).astype(np.float32)
+        out["reward"][rows] = nstep.discounted_returns(rewards, length, self.gamma)
+
+    def _call(self, fn: Callable[..., Any], what: str, achieved: npt.NDArray[Any],
+              desired: npt.NDArray[Any], n: int) -> npt.NDArray[Any]:
+        got = np.asarray(fn(achieved, desired, {}))
+        if got.size != n:
+            raise ShapeError(f"HerView: {what} returned shape {got.shape} for {n} goal "
+                             f"pairs (achieved_goal {achieved.shape}); it must return one "
+                             "value per pair, vectorised over the leading dim")
+        return got.reshape(n)
+
+    def user_functions(self) -> tuple[Any, ...]:
+        """The reward (and termination) function: a buffer restores its generator when one
+        of them fails (:class:`~replaybank.views.base.CallbackView`)."""
+        return (self.reward_fn,) if self.terminated_fn is None \
+            else (self.reward_fn, self.terminated_fn)
+
+    def valid(self, table: StepTable, keys: IntArray) -> npt.NDArray[np.bool_] | None:
+        """Every live step can be served: always None."""
+        return None
+
+    def config(self) -> dict[str, Any]:
+        """JSON-able constructor arguments (functions by name: ``None`` for a function
+        that has none, e.g. a bound method; register it with ``rb.register_function``)."""
+        reward = self._names[0] or function_name(self.reward_fn)
+        term = None if self.terminated_fn is None \
+            else self._names[1] or function_name(self.terminated_fn)
+        return {"type": "her", "reward_fn": reward, "strategy": self.strategy, "k": self.k,
+                "terminated_fn": term, "relabel_unfinished": self.relabel_unfinished,
+                "n_step": self.n_step, "gamma": self.gamma,
+                "achieved_key": self._keys[0], "desired_key": self._keys[1]}
+
+    def nbytes(self) -> int:
+        """Bytes of the episode index (built at the first sample)."""
+        return 0 if self._index is None else self._index.nbytes()
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle support: the episode index is rebuilt from the table on use."""
+        state = self.__dict__.copy()
+        state["_index"] = None
+        state["_indexed"] = None
+        return state
