@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import replaybank as rb
 from replaybank.ops.episodes import EpisodeIndex
@@ -196,6 +198,32 @@ def test_goals_come_from_the_exact_support(strategy: str, unfinished: bool) -> N
         assert sup is not None
         if len(sup) <= 3:  # small supports are covered by now
             assert goals == sup, (key, goals, sup)
+
+
+@settings(max_examples=40, deadline=None)
+@given(lanes=st.integers(1, 4), rows=st.integers(1, 12), steps=st.integers(1, 60),
+       p_end=st.floats(0.0, 1.0), skip=st.floats(0.0, 0.8), seed=st.integers(0, 2**16),
+       strategy=st.sampled_from(["future", "final", "episode", "random"]),
+       unfinished=st.booleans())
+def test_goal_support_property(lanes: int, rows: int, steps: int, p_end: float,
+                               skip: float, seed: int, strategy: str,
+                               unfinished: bool) -> None:
+    """Any sizes, write patterns and episode ends: every relabelled goal lies in the
+    model's support, and only eligible rows are relabelled."""
+    buf, model = buffer(capacity=rows * lanes, lanes=lanes, seed=seed, strategy=strategy,
+                        relabel_unfinished=unfinished, k=3)
+    fill(buf, model, steps, seed=seed, p_end=p_end, skip=skip)
+    if len(buf) == 0:
+        return
+    for _ in range(3):
+        b = buf.sample(64)
+        for i in range(64):
+            key = (int(b.indices[i] % lanes), int(b.indices[i] // lanes))
+            sup = model.support(strategy, *key, unfinished)
+            if b["relabeled"][i]:
+                assert sup is not None and origin(b.obs["desired_goal"][i]) in sup
+            else:
+                assert b.obs["desired_goal"][i].tolist() == GOAL.tolist()
 
 
 def test_unfinished_rows_keep_their_goal_by_default() -> None:
@@ -422,6 +450,7 @@ def test_her_view_composes_with_a_plain_replay_buffer() -> None:
     ({"reward_fn": "math:no_such"}, "cannot import"),
     ({"relabel_unfinished": "yes"}, "relabel_unfinished"),
     ({"n_step": 0}, "n=0"),
+    ({"storage": "torch"}, "numpy or memmap"),
 ])
 def test_bad_arguments(kwargs: dict[str, Any], match: str) -> None:
     kwargs.setdefault("reward_fn", reward)

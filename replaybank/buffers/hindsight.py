@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from replaybank.buffers.replay import ReplayBuffer
+from replaybank.errors import ConfigError
 from replaybank.samplers.base import Sampler
 from replaybank.storage.backends.base import ArrayBackend
 from replaybank.views.hindsight import HerView
@@ -102,6 +103,11 @@ class HerReplayBuffer(ReplayBuffer):
         view = HerView(reward_fn,  # type: ignore[arg-type]  # None: HerView's clear error
                        strategy, k, terminated_fn=terminated_fn,
                        relabel_unfinished=relabel_unfinished, n_step=n_step, gamma=gamma)
+        if storage == "torch" or (isinstance(storage, ArrayBackend)
+                                  and not storage.host_numpy):
+            raise ConfigError(f"HerReplayBuffer(storage={storage!r}): hindsight relabelling "
+                              "runs on numpy or memmap storage; use one of those and move "
+                              "batches with batch.to_torch(device)")
         super().__init__(capacity, num_envs=num_envs, seed=seed, spec=spec, sampler=sampler,
                          view=view, storage=storage, path=path,
                          autoreset_mode=autoreset_mode)

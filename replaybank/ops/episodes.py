@@ -68,7 +68,7 @@ class EpisodeIndex:
         #: Per lane: the first step of its running episode.
         self.open: IntArray = np.zeros(self.lanes, np.int64)
         self.epoch: int | None = None
-        self._written: IntArray = np.full(self.lanes, -1, np.int64)
+        self._written: list[int] = []  # ``written`` at the last sync
 
     def sync(self, link: npt.NDArray[np.int32], terminated: npt.NDArray[Any],
              truncated: npt.NDArray[Any], written: IntArray, counts: IntArray,
@@ -82,14 +82,15 @@ class EpisodeIndex:
             written, counts: Its lane counters ``[lanes]``.
             epoch: Its ``epoch``.
         """
+        now = written.tolist()  # a short list compares faster than numpy arrays
         if epoch != self.epoch:
             oldest = written - counts
             self.seen[:] = oldest
             self.open[:] = oldest
             self.epoch = epoch
-        elif np.array_equal(written, self._written):
+        elif now == self._written:
             return  # nothing written since
-        self._written = written.copy()
+        self._written = now
         lanes, T = self.lanes, self.T  # noqa: N806
         oldest = written - counts
         first = np.maximum(self.seen, oldest)  # first step of each lane to index

@@ -153,6 +153,7 @@ class HerView(StatelessView):
         self._keys = (achieved_key, desired_key)
         self._index: EpisodeIndex | None = None
         self._indexed: StepTable | None = None
+        self._checked: StepTable | None = None  # the table _check_table accepted
 
     @property
     def probability(self) -> float:
@@ -200,60 +201,76 @@ class HerView(StatelessView):
         if rng is None:
             raise ConfigError("HerView.gather draws goals: pass the buffer's generator "
                               "(rng=buf.rng)")
-        self._check_table(table)
+        if self._checked is not table:
+            self._check_table(table)
+            self._checked = table
         keys = np.asarray(keys, dtype=np.int64)
         out = self.inner.gather(table, keys, rng)
         b = len(keys)
+        relabeled = out["relabeled"] = np.zeros(b, dtype=bool)
         if self.k == 0 or b == 0:
-            out["relabeled"] = np.zeros(b, dtype=bool)
             return out
-        coin = rng.random(b) < self.probability
+        # the coin first, then only the rows it picked are looked up (S of B)
+        rows = (rng.random(b) < self.probability).nonzero()[0]
         idx = self.episode_index(table)
         lanes = table.lanes
-        lane = keys % lanes
-        slots = table.slots_of(keys)
-        begin, end = idx.extents(slots, lane, table.written, table.counts,
-                                 self.relabel_unfinished)
-        sel = coin & (end >= 0)
-        out["relabeled"] = sel
-        rows = np.flatnonzero(sel)
+        picked = keys[rows]
+        if lanes == 1:
+            seq, lane, slots = picked, None, picked % table.T
+        else:
+            seq, lane = picked // lanes, picked % lanes
+            slots = seq % table.T * lanes + lane
+        end = idx.end[slots]
+        if self.relabel_unfinished:
+            end = np.where(end < 0, table.written[lane if lane is not None else 0] - 1, end)
+        ok = end >= 0  # rows of running episodes keep their goal
+        if not ok.all():
+            rows, seq, end, slots = rows[ok], seq[ok], end[ok], slots[ok]
+            lane = None if lane is None else lane[ok]
         if len(rows) == 0:
             return out
-        goal_keys = self._goal_keys(table, keys[rows], lane[rows], begin[rows], end[rows],
-                                    rng)
-        goals = table.take_next(self.achieved,
-                                *table.next_index(table.slots_of(goal_keys)))  # [S, *g]
+        relabeled[rows] = True
+        gslots = self._goal_slots(table, idx, seq, lane, slots, end, rng)
+        goals = table.take_next(self.achieved, *table.next_index(gslots))  # [S, *g]
         for name in (self.desired, next_name(self.desired)):
             arr = out[name]
             if not arr.flags.writeable:
                 arr = out[name] = arr.copy()
             arr[rows] = goals
-        self._relabel_rewards(table, out, keys[rows], rows, goals)
+        self._relabel_rewards(table, out, keys, rows, goals)
         return out
 
-    def _goal_keys(self, table: StepTable, keys: IntArray, lane: IntArray,
-                   begin: IntArray, end: IntArray, rng: np.random.Generator) -> IntArray:
-        """Keys ``[S]`` of the steps whose next achieved goal becomes the new goal."""
-        lanes = table.lanes
-        seq = keys // lanes
+    def _goal_slots(self, table: StepTable, idx: EpisodeIndex, seq: IntArray,
+                    lane: IntArray | None, slots: IntArray, end: IntArray,
+                    rng: np.random.Generator) -> IntArray:
+        """Storage slots ``[S]`` of the steps whose next achieved goal becomes the goal
+        (``lane`` None: a one-lane table)."""
+        lanes, T = table.lanes, table.T  # noqa: N806
         s = self.strategy
-        if s == "final":
-            return end * lanes + lane
         if s == "random":
             counts = table.counts
             total = int(counts.sum())
-            u = (rng.random(len(keys)) * total).astype(np.int64)
+            u = (rng.random(len(seq)) * total).astype(np.int64)
             cum = np.cumsum(counts)
             gl = np.searchsorted(cum, u, side="right")
             gseq = table.written[gl] - counts[gl] + (u - (cum[gl] - counts[gl]))
-            return gseq * lanes + gl
-        lo = seq if s == "future" else begin
-        j = lo + (rng.random(len(keys)) * (end - lo + 1)).astype(np.int64)
-        return np.minimum(j, end) * lanes + lane
+            return gseq % T * lanes + gl
+        if s == "final":
+            j = end
+        else:
+            if s == "future":
+                lo = seq
+            else:  # "episode": from the episode's oldest surviving step
+                oldest = table.written - table.counts
+                lo = np.maximum(idx.begin[slots], oldest[0] if lane is None else oldest[lane])
+            # u < 1, so the floor of u * n is below n: j <= end
+            j = lo + (rng.random(len(seq)) * (end - lo + 1)).astype(np.int64)
+        return j % T if lane is None else j % T * lanes + lane
 
     def _relabel_rewards(self, table: StepTable, out: dict[str, Any], keys: IntArray,
                          rows: IntArray, goals: npt.NDArray[Any]) -> None:
-        """New rewards (and, with ``terminated_fn``, terminations) of the relabelled rows."""
+        """New rewards (and, with ``terminated_fn``, terminations) of the relabelled
+        ``rows`` of a batch of ``keys`` ``[B]``."""
         s = len(rows)
         n = self.n_step
         if n == 1:
@@ -265,7 +282,7 @@ class HerView(StatelessView):
                                                      achieved, goals, s) != 0
             return
         assert isinstance(self.inner, NStepView)
-        wslots, length = self.inner.window(table, keys)  # [S, n], [S]
+        wslots, length = self.inner.window(table, keys[rows])  # [S, n], [S]
         achieved = table.take_next(self.achieved, *table.next_index(wslots.reshape(-1)))
         repeated = np.repeat(goals, n, axis=0)  # [S * n, *g]
         rewards = self._call(self.reward_fn, "reward_fn", achieved, repeated,
@@ -329,4 +346,5 @@ class HerView(StatelessView):
         state = self.__dict__.copy()
         state["_index"] = None
         state["_indexed"] = None
+        state["_checked"] = None
         return state
