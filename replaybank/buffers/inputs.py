@@ -51,7 +51,7 @@ __all__ = [
 
 RESERVED = frozenset({"done", "indices", "weights", "probabilities", "discount", "mask",
                       "is_first", "is_last", "is_terminal", "burn_in", "starts", "slots",
-                      "env_ids", "priority"})
+                      "env_ids", "priority", "relabeled"})
 
 
 _DEFAULTS = {
