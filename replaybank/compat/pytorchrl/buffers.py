@@ -1,0 +1,408 @@
+"""pytorchrl's off-policy storages: ``ReplayBuffer``, ``NStepReplayBuffer``, ``PERBuffer``,
+``EREBuffer``, each a thin front end over one core buffer.
+
+The classes keep pytorchrl's documented bases (``EREBuffer`` is a ``PERBuffer`` is an
+``NStepReplayBuffer`` is a ``ReplayBuffer``), so ``isinstance`` checks in user code keep
+working; each level only sets its constructor, the core sampler/view it asks for and the
+keys it adds to a batch. The schemes map to the core as:
+
+* n-step: :class:`~replaybank.views.nstep.NStepView` (returns at sample time, never
+  across an episode end); the batch's ``n_step`` is each row's window length ``[B, 1]``
+  (``gamma ** n_step`` is the row's bootstrap discount), or ``1`` when ``n_step == 1``;
+* PER (``alpha > 0``): :class:`~replaybank.samplers.prioritized.PrioritizedSampler`
+  (stored priority ``(error + epsilon) ** alpha``, new steps get ``default_error``,
+  weights ``(N P(i)) ** -beta`` over the buffer's largest weight); ``alpha == 0`` is
+  uniform replay with ``per_weights = 1.0``, as in pytorchrl;
+* ERE: :class:`~replaybank.samplers.recent.RecentSampler` (mini batch ``k`` of ``K``
+  draws from the newest ``c_k = max(N * eta ** (1000 k / K), cmin)`` steps), adaptive eta.
+
+Example:
+    >>> import torch
+    >>> from types import SimpleNamespace
+    >>> algo = SimpleNamespace(gamma=0.9)
+    >>> per = PERBuffer(size=50, device="cpu", actor=None, algorithm=algo, envs=None,
+    ...                 n_step=3, alpha=0.6, beta=0.4, epsilon=1e-6, seed=0)
+    >>> for t in range(20):
+    ...     per.insert_transition({"Observation": torch.full((2, 1), t),
+    ...                            "Action": torch.zeros(2, 1), "Reward": torch.ones(2, 1),
+    ...                            "NextObservation": torch.full((2, 1), t + 1),
+    ...                            "Done": torch.zeros(2, 1), "NextDone": torch.zeros(2, 1)})
+    >>> per.before_gradients()
+    >>> batch = next(per.generate_batches(1, 8))
+    >>> sorted(k for k in batch if k[0].islower())
+    ['idxs', 'n_step', 'per_weights']
+    >>> info = per.after_gradients(batch, {"Algorithm": {"errors": torch.rand(8, 1)}})
+    >>> "idxs" in batch   # consumed, as pytorchrl does
+    False
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from replaybank.compat.pytorchrl.keys import ALGORITHM, EPISODES
+from replaybank.compat.pytorchrl.storage import (
+    Storage,
+    get_priority,
+    get_sequence_priority,
+    window_lengths,
+)
+from replaybank.errors import ConfigError, require_extra
+from replaybank.samplers.base import Sampler
+from replaybank.samplers.prioritized import PrioritizedSampler
+from replaybank.samplers.recent import RecentSampler
+
+__all__ = ["EREBuffer", "NStepReplayBuffer", "PERBuffer", "ReplayBuffer"]
+
+Factory = Callable[[Any, Any, Any, Any], Any]
+
+
+class ReplayBuffer(Storage):
+    """Storage class for Off-Policy algorithms (uniform replay).
+
+    Args:
+        size: Storage capacity along time axis (rows per env).
+        device: CPU or GPU where batches are placed.
+        actor: Actor instance (``is_recurrent``, ``sequence_overlap``), or None.
+        algorithm: Algorithm instance (``gamma``, ``update_every``), or None.
+        envs: Vector of environments (``num_envs``), or None.
+        seed: Seed of the core buffer's draws (addition; default: fresh entropy).
+
+    Example:
+        >>> make = ReplayBuffer.create_factory(100)
+        >>> make("cpu", None, None, None).max_size
+        100
+    """
+
+    def __init__(self, size: int, device: Any, actor: Any, algorithm: Any, envs: Any,
+                 seed: int | np.random.Generator | None = None) -> None:
+        super().__init__(size, device, actor, algorithm, envs, seed=seed)
+
+    @classmethod
+    def create_factory(cls, size: int) -> Factory:
+        """Returns a function ``(device, actor, algorithm, envs)`` that creates instances.
+
+        Args:
+            size: Storage capacity along time axis.
+        """
+
+        def create_buffer(device: Any, actor: Any, algorithm: Any, envs: Any) -> Any:
+            """Create and return a ReplayBuffer instance."""
+            return cls(size, device, actor, algorithm, envs)
+
+        return create_buffer
+
+
+class NStepReplayBuffer(ReplayBuffer):
+    """Storage class for Off-Policy with multi step learning.
+
+    Args:
+        size, device, actor, algorithm, envs, seed: As :class:`ReplayBuffer`.
+        n_step: Number of future steps of the truncated n-step return.
+
+    Raises:
+        ConfigError: ``n_step`` is not a whole number >= 1.
+
+    Example:
+        >>> NStepReplayBuffer.create_factory(10, n_step=3)("cpu", None, None, None).n_step
+        3
+    """
+
+    def __init__(self, size: int, device: Any, actor: Any, algorithm: Any, envs: Any,
+                 n_step: int | float = 1,
+                 seed: int | np.random.Generator | None = None) -> None:
+        super().__init__(size, device, actor, algorithm, envs, seed=seed)
+        if isinstance(n_step, bool) or not float(n_step).is_integer() or n_step < 1:
+            raise ConfigError(f"{type(self).__name__}(n_step={n_step!r}): must be a whole "
+                              "number >= 1")
+        self.n_step = int(n_step)
+
+    @classmethod
+    def create_factory(cls, size: int, n_step: int | float = 1) -> Factory:
+        """Returns a function ``(device, actor, algorithm, envs)`` that creates instances.
+
+        Args:
+            size: Storage capacity along time axis.
+            n_step: Number of future steps of the truncated n-step return.
+        """
+
+        def create_buffer(device: Any, actor: Any, algorithm: Any, envs: Any) -> Any:
+            """Create and return a NStepReplayBuffer instance."""
+            return cls(size, device, actor, algorithm, envs, n_step)
+
+        return create_buffer
+
+    def _batch_info(self, out: dict[str, Any], batch: Any, k: int, num_mini_batch: int,
+                    torch: Any) -> None:
+        if self.n_step == 1 or self.recurrent_actor:
+            out["n_step"] = self.n_step
+            return
+        lengths = window_lengths(batch["discount"], self.gamma, self.n_step)
+        out["n_step"] = torch.as_tensor(lengths[:, None], device=self.device)
+
+
+class PERBuffer(NStepReplayBuffer):
+    """Storage class for Off-Policy algorithms using PER, combinable with n-step.
+
+    Args:
+        size, device, actor, algorithm, envs, n_step, seed: As
+            :class:`NStepReplayBuffer`.
+        epsilon: PER epsilon: priority ``(error + epsilon) ** alpha``.
+        alpha: PER alpha (0: uniform replay, ``per_weights = 1.0``).
+        beta: PER beta (importance-sampling exponent).
+        default_error: TD error given to newly added steps.
+
+    Raises:
+        ConfigError: A PER parameter out of range (from the core sampler).
+
+    Example:
+        >>> PERBuffer(10, "cpu", None, None, None, alpha=0.5).get_priority(np.array([3.0]))
+        array([1.73205081])
+    """
+
+    def __init__(self, size: int, device: Any, actor: Any, algorithm: Any, envs: Any,
+                 n_step: int | float = 1, epsilon: float = 0.0, alpha: float = 0.0,
+                 beta: float = 1.0, default_error: float = 1000000,
+                 seed: int | np.random.Generator | None = None) -> None:
+        super().__init__(size, device, actor, algorithm, envs, n_step=n_step, seed=seed)
+        self.epsilon = epsilon
+        self.alpha = alpha
+        self.beta = beta
+        self.error = default_error
+        self._per_sampler()  # checks the parameters now
+
+    @classmethod
+    def create_factory(cls, size: int, n_step: int | float = 1,
+                       epsilon: float = 0.0, alpha: float = 0.0, beta: float = 1.0,
+                       default_error: float = 1000000) -> Factory:
+        """Returns a function ``(device, actor, algorithm, envs)`` that creates instances
+        (arguments as the constructor's)."""
+
+        def create_buffer(device: Any, actor: Any, algorithm: Any, envs: Any) -> Any:
+            """Create and return a PERBuffer instance."""
+            return cls(size, device, actor, algorithm, envs, n_step, epsilon, alpha, beta,
+                       default_error)
+
+        return create_buffer
+
+    @property
+    def default_error(self) -> float:
+        """TD error of newly added steps (pytorchrl keeps it as ``error``)."""
+        return float(self.error)
+
+    @property
+    def prioritized(self) -> bool:
+        """PER is on (``alpha > 0``)."""
+        return float(self.alpha) > 0.0
+
+    def _per_sampler(self) -> PrioritizedSampler | None:
+        if not self.prioritized:
+            return None
+        return PrioritizedSampler(alpha=float(self.alpha), beta=float(self.beta),
+                                  eps=float(self.epsilon))
+
+    def _sampler(self) -> Sampler | None:
+        return self._per_sampler()
+
+    def init_tensors(self, sample: dict[str, Any]) -> None:
+        """As :meth:`Storage.init_tensors`; with PER new steps get ``default_error``."""
+        super().init_tensors(sample)
+        self._priority = np.full(self._num_envs, float(self.error)) if self.prioritized \
+            else None
+
+    def get_priority(self, error: Any) -> Any:
+        """Takes in the error of one or more examples and returns the proportional
+        priority ``(error + epsilon) ** alpha``."""
+        return get_priority(error, float(self.epsilon), float(self.alpha))
+
+    def get_sequence_priority(self, sequence_data: Any, eta: float = 0.9) -> Any:
+        """Priority score of a data sequence: ``eta * max + (1 - eta) * mean`` (axis 0)."""
+        return get_sequence_priority(sequence_data, eta)
+
+    def _batch_info(self, out: dict[str, Any], batch: Any, k: int, num_mini_batch: int,
+                    torch: Any) -> None:
+        super()._batch_info(out, batch, k, num_mini_batch, torch)
+        self._per_info(out, batch, torch)
+
+    def _per_info(self, out: dict[str, Any], batch: Any, torch: Any) -> None:
+        if self.recurrent_actor:
+            out["idxs"] = np.asarray(batch["starts"])
+            if self.prioritized:
+                w = np.repeat(np.asarray(batch["weights"]), self.sequence_length)
+                out["per_weights"] = torch.as_tensor(w[:, None], dtype=torch.float32,
+                                                     device=self.device)
+            else:
+                out["per_weights"] = 1.0
+            return
+        out["idxs"] = np.asarray(batch["indices"])
+        if self.prioritized:
+            out["per_weights"] = torch.as_tensor(batch["weights"][:, None],
+                                                 dtype=torch.float32, device=self.device)
+        else:
+            out["per_weights"] = 1.0
+
+    def after_gradients(self, batch: dict[str, Any], info: dict[str, Any]) -> dict[str, Any]:
+        """Set the priorities of the batch's steps from ``info["Algorithm"]["errors"]``
+        (``[B, 1]`` TD errors; for a recurrent actor ``[S * non_overlap_length]``, one
+        sequence priority per window). Pops ``idxs`` from the batch.
+
+        Args:
+            batch: Data batch used to compute the gradients.
+            info: Additional relevant info from gradient computation.
+
+        Returns:
+            info.
+
+        Raises:
+            KeyError: PER is on and ``info["Algorithm"]`` has no ``errors``.
+        """
+        self._update_priorities(batch, info)
+        return info
+
+    def _update_priorities(self, batch: dict[str, Any], info: dict[str, Any]) -> None:
+        torch = self._torch_module()
+        if not ("per_weights" in batch and isinstance(batch["per_weights"], torch.Tensor)):
+            return
+        algo = info.get(ALGORITHM, {})
+        if "errors" not in algo:
+            raise KeyError(f"{type(self).__name__}.after_gradients: info[{ALGORITHM!r}] has "
+                           "no 'errors' (TD errors missing!); the algorithm must report "
+                           "the batch's TD errors with PER")
+        idxs = np.asarray(batch.pop("idxs"))
+        errors = np.asarray(algo["errors"].detach().cpu().numpy()
+                            if hasattr(algo["errors"], "detach") else algo["errors"],
+                            dtype=np.float64)
+        buf = self._core()
+        if self.recurrent_actor:
+            td = errors.reshape(len(idxs), self.non_overlap_length)
+            full = np.zeros((len(idxs), self.sequence_length))
+            full[:, self.overlap_length:] = td
+            mask = np.zeros(full.shape, dtype=bool)
+            mask[:, self.overlap_length:] = True
+            buf.update_sequence_priorities(idxs, full, eta=0.9, mask=mask)
+        else:
+            buf.update_priorities(idxs, errors.reshape(len(idxs)))
+
+    @staticmethod
+    def _torch_module() -> Any:
+        return require_extra("torch", "torch")
+
+    def _parameters_changed(self, name: str) -> None:
+        super()._parameters_changed(name)
+        sampler = None if self.buffer is None else self.buffer.sampler
+        per = sampler.prioritized if isinstance(sampler, RecentSampler) else sampler
+        if name in ("alpha", "beta", "epsilon") and isinstance(per, PrioritizedSampler):
+            per.alpha, per.beta, per.eps = (float(self.alpha), float(self.beta),
+                                            float(self.epsilon))
+        elif name == "alpha" and self.buffer is not None:
+            if self.size:
+                raise ConfigError("update_storage_parameter('alpha', ...): turning PER on "
+                                  "needs an empty storage (build it with alpha > 0)")
+            self.buffer = None
+
+
+class EREBuffer(PERBuffer):
+    """Storage class for Off-Policy algorithms with Emphasizing Recent Experience,
+    combinable with PER and n-step.
+
+    Args:
+        size, device, actor, algorithm, envs, n_step, epsilon, alpha, beta,
+            default_error, seed: As :class:`PERBuffer`.
+        eta: ERE eta (1.0: uniform over the buffer); adaptive between ``eta`` and 1.
+        cmin: ERE cmin, the smallest window.
+
+    Example:
+        >>> ere = EREBuffer(100, "cpu", None, None, None, eta=0.99, cmin=10)
+        >>> ere.buffer is None, ere.eta, ere.cmin
+        (True, 0.99, 10)
+    """
+
+    def __init__(self, size: int, device: Any, actor: Any, algorithm: Any, envs: Any,
+                 n_step: int | float = 1, epsilon: float = 0.0, alpha: float = 0.0,
+                 beta: float = 1.0, default_error: float = 1000000, eta: float = 1.0,
+                 cmin: int = 5000, seed: int | np.random.Generator | None = None) -> None:
+        self.eta = eta
+        self.cmin = cmin
+        self.initial_eta = eta
+        super().__init__(size, device, actor, algorithm, envs, n_step=n_step, epsilon=epsilon,
+                         alpha=alpha, beta=beta, default_error=default_error, seed=seed)
+        self._recent = self._sampler()  # checks eta and cmin now
+
+    @classmethod
+    def create_factory(cls, size: int, n_step: int | float = 1,
+                       epsilon: float = 0.0, alpha: float = 0.0, beta: float = 1.0,
+                       default_error: float = 1000000, eta: float = 1.0,
+                       cmin: int = 5000) -> Factory:
+        """Returns a function ``(device, actor, algorithm, envs)`` that creates instances
+        (arguments as the constructor's)."""
+
+        def create_buffer(device: Any, actor: Any, algorithm: Any, envs: Any) -> Any:
+            """Create and return a EREBuffer instance."""
+            return cls(size, device, actor, algorithm, envs, n_step, epsilon, alpha, beta,
+                       default_error, eta, cmin)
+
+        return create_buffer
+
+    def _sampler(self) -> RecentSampler:
+        self._recent = RecentSampler(eta=float(self.eta), c_min=int(self.cmin),
+                                     prioritized=self._per_sampler(), adaptive=True,
+                                     eta_min=float(self.initial_eta))
+        return self._recent
+
+    def _sample_kwargs(self, k: int, num_mini_batch: int) -> dict[str, Any]:
+        return {"update": k, "num_updates": num_mini_batch}
+
+    def _batch_info(self, out: dict[str, Any], batch: Any, k: int, num_mini_batch: int,
+                    torch: Any) -> None:
+        super()._batch_info(out, batch, k, num_mini_batch, torch)
+        if not self.prioritized:
+            del out["per_weights"]  # pytorchrl's ERE adds them only with PER
+        n = len(self._core())
+        if self.recurrent_actor:
+            n //= self.sequence_length
+        out["ck"] = self._recent.window_size(n, k, num_mini_batch)
+
+    def after_gradients(self, batch: dict[str, Any], info: dict[str, Any]) -> dict[str, Any]:
+        """PER priorities (as :meth:`PERBuffer.after_gradients`), then
+        :meth:`update_eta`. Pops ``idxs`` and ``ck`` from the batch.
+
+        Returns:
+            info (with ``info["Algorithm"]["eta"]`` once eta adapts).
+        """
+        self._update_priorities(batch, info)
+        batch.pop("ck", None)
+        batch.pop("idxs", None)
+        return self.update_eta(info)
+
+    def update_eta(self, info: dict[str, Any]) -> dict[str, Any]:
+        """Adjust eta based on how fast or slow the agent is learning in recent episodes:
+        ``info["Episodes"]["TrainReward"]`` (one mean return per collection) feeds the
+        core's adaptive rule (:meth:`~replaybank.samplers.recent.RecentSampler.
+        update_eta`: eta moves between ``initial_eta`` for fast progress and 1 for a
+        plateau, over the last 20 returns).
+
+        Returns:
+            info, with ``info["Algorithm"]["eta"]`` once 4 returns were seen.
+        """
+        episodes = info.get(EPISODES)
+        rewards = [] if not isinstance(episodes, dict) or "TrainReward" not in episodes \
+            else [float(np.mean(episodes["TrainReward"]))]
+        sampler = self._recent
+        if self.buffer is not None and isinstance(self.buffer.sampler, RecentSampler):
+            sampler = self.buffer.sampler
+        self.eta = sampler.update_eta(rewards)
+        if len(sampler.returns) >= 4:
+            info.setdefault(ALGORITHM, {})["eta"] = self.eta
+        return info
+
+    def _parameters_changed(self, name: str) -> None:
+        super()._parameters_changed(name)
+        sampler = None if self.buffer is None else self.buffer.sampler
+        if isinstance(sampler, RecentSampler):
+            if name == "eta":
+                sampler.eta = float(self.eta)
+            elif name == "cmin":
+                sampler.c_min = int(self.cmin)
