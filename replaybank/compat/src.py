@@ -1,0 +1,727 @@
+"""Front end for the PPO/SAC project's ``src.buffers``: switch by changing one import.
+
+``from src.buffers.PPOBuffer import PPOBuffer`` becomes
+``from replaybank.compat.src import PPOBuffer`` (likewise ``SimpleReplayBuffer`` and
+``discount_cumsum``); the calls stay the same:
+
+* :class:`PPOBuffer` ``(obs_dim, act_dim, size, batch_size, gamma=0.99, lam=0.95,
+  eps=1e-3)``: ``store(buffer_dict)`` one step, ``finish_path(action_obj)`` at the end of
+  each trajectory (GAE-lambda advantages and rewards-to-go of the path), ``sample_batch()``
+  one shuffled minibatch of ``batch_size`` steps of the epoch per call. It owns a
+  :class:`~replaybank.compat.trajectory.PathBuffer` (one env of a
+  :class:`~replaybank.buffers.rollout.buffer.RolloutBuffer`, GAE from
+  :mod:`replaybank.ops.gae`).
+* :class:`SimpleReplayBuffer` ``(obs_dim, act_dim, size, batch_size)``: a FIFO replay
+  buffer for SAC; ``store(buffer_dict)``, ``sample_batch()`` (``batch_size`` distinct
+  transitions), ``finish_path()`` (a no-op). It owns a
+  :class:`~replaybank.buffers.replay.ReplayBuffer`.
+* :func:`discount_cumsum` ``(x, discount)``: :func:`replaybank.ops.gae.discount_cumsum`.
+* ``instantiate_from_config(path)`` / ``instantiate_from_config_dict(config)``: as
+  classmethods of both classes (that class's arguments), and as module functions that
+  read the type from the config (``{"name": "PPOBuffer", "config": {...}}`` or
+  ``{"type": "PPOBuffer", ...}``). Configs are validated by pydantic models
+  (:class:`PPOBufferConfig`, :class:`SimpleReplayBufferConfig`, also reachable as each
+  class's ``schema``); a bad config raises :class:`~replaybank.errors.ConfigError` (a
+  ``ValueError``) naming the key, the value, the rule and an example.
+
+``buffer_dict`` holds what the project's runner passes: ``"obs"`` (array or torch tensor,
+``obs_dim`` values), ``"act"`` (the project's ``ActionSample``: ``.action`` with
+``act_dim`` values; PPO also reads ``.value`` = ``V(obs)`` and ``.logp``), ``"rew"``, and
+for the replay buffer ``"next_obs"`` and ``"done"``. Other keys are ignored. Batches are
+dicts of float32 torch tensors (torch is imported when the first batch is made).
+
+Where this front end differs from the original, and why: ``docs/migration/src.md``.
+
+Example:
+    >>> import numpy as np
+    >>> from types import SimpleNamespace as Act
+    >>> buf = PPOBuffer(obs_dim=2, act_dim=1, size=4, batch_size=2, gamma=0.5, lam=1.0)
+    >>> for t in range(3):
+    ...     buf.store({"obs": np.full(2, t, np.float32), "rew": 1.0,
+    ...                "act": Act(action=np.zeros(1), value=0.0, logp=-0.7)})
+    >>> buf.finish_path(None)  # the episode terminated: nothing to bootstrap
+    >>> sorted((k, tuple(v.shape)) for k, v in buf.sample_batch().items())
+    [('act', (2, 1)), ('adv', (2,)), ('logp', (2,)), ('obs', (2, 2)), ('ret', (2,))]
+    >>> [round(float(x), 3) for x in discount_cumsum(np.ones(3), 0.5)]
+    [1.75, 1.5, 1.0]
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+import numbers
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, ClassVar, TypeVar
+
+import numpy as np
+import numpy.typing as npt
+from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
+
+from replaybank.buffers.arguments import make_rng
+from replaybank.buffers.replay import ReplayBuffer
+from replaybank.compat.trajectory import PathBuffer
+from replaybank.errors import (
+    ArgumentError,
+    CapacityError,
+    ConfigError,
+    EmptyBufferError,
+    ShapeError,
+    describe,
+    require_extra,
+)
+from replaybank.ops import gae as _gae
+
+__all__ = [
+    "PPOBuffer",
+    "PPOBufferConfig",
+    "SimpleReplayBuffer",
+    "SimpleReplayBufferConfig",
+    "discount_cumsum",
+    "instantiate_from_config",
+    "instantiate_from_config_dict",
+]
+
+AnyArray = npt.NDArray[Any]
+FloatArray = npt.NDArray[np.float64]
+_T = TypeVar("_T", "PPOBuffer", "SimpleReplayBuffer")
+
+# values stored as they are (no torch / list conversion needed)
+_PLAIN = frozenset({float, int, bool, np.float32, np.float64, np.int64, np.int32, np.bool_})
+
+
+def discount_cumsum(x: Any, discount: float) -> FloatArray:
+    """Discounted cumulative sum ``y[t] = sum_k discount**k * x[t + k]`` over axis 0.
+
+    Args:
+        x: Values ``[T]`` or ``[T, *batch]``.
+        discount: The discount factor.
+
+    Returns:
+        float64 array shaped like ``x`` (:func:`replaybank.ops.gae.discount_cumsum`).
+
+    Raises:
+        ShapeError: ``x`` is a scalar.
+        ConfigError: ``discount`` is not a finite number.
+
+    Example:
+        >>> discount_cumsum([1.0, 2.0, 3.0], 0.5).tolist()
+        [2.75, 3.5, 3.0]
+    """
+    return _gae.discount_cumsum(x, discount)
+
+
+# ---------------------------------------------------------------------- config schema
+def _pos_int(v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral) or int(v) < 1:
+        raise ValueError("must be an int >= 1")
+    return int(v)
+
+
+def _number(v: Any) -> float:
+    # YAML 1.1 (PyYAML) reads ``1e-3`` as a string; strictyaml's Float() read it as a number
+    if isinstance(v, str):
+        try:
+            v = float(v)
+        except ValueError:
+            raise ValueError("must be a number") from None
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Real) \
+            or not math.isfinite(float(v)):
+        raise ValueError("must be a finite number")
+    return float(v)
+
+
+def _unit(v: Any) -> float:
+    f = _number(v)
+    if not 0.0 <= f <= 1.0:
+        raise ValueError("must be a number in [0, 1]")
+    return f
+
+
+def _non_negative(v: Any) -> float:
+    f = _number(v)
+    if f < 0.0:
+        raise ValueError("must be a number >= 0")
+    return f
+
+
+PosInt = Annotated[int, BeforeValidator(_pos_int)]
+Unit = Annotated[float, BeforeValidator(_unit)]
+NonNegative = Annotated[float, BeforeValidator(_non_negative)]
+
+_EXAMPLES = {"obs_dim": 4, "act_dim": 1, "size": 4000, "batch_size": 64, "gamma": 0.99,
+             "lam": 0.95, "eps": 0.001}
+
+
+class SimpleReplayBufferConfig(BaseModel):
+    """Arguments of :class:`SimpleReplayBuffer` (the original ``schema``: four ints).
+
+    Unknown keys are refused, as strictyaml's ``Map`` refused them.
+
+    Example:
+        >>> SimpleReplayBufferConfig(obs_dim=3, act_dim=2, size=100, batch_size=8).size
+        100
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    obs_dim: PosInt
+    act_dim: PosInt
+    size: PosInt
+    batch_size: PosInt
+
+
+class PPOBufferConfig(SimpleReplayBufferConfig):
+    """Arguments of :class:`PPOBuffer`: four ints and optional ``gamma``, ``lam``, ``eps``.
+
+    Example:
+        >>> PPOBufferConfig(obs_dim=3, act_dim=1, size=100, batch_size=8).eps
+        0.001
+    """
+
+    gamma: Unit = 0.99
+    lam: Unit = 0.95
+    eps: NonNegative = 1e-3
+
+
+def _config_error(type_name: str, model: type[BaseModel], err: ValidationError) -> ConfigError:
+    """One ConfigError naming every bad key, its value, the rule and an example."""
+    allowed = list(model.model_fields)
+    parts = []
+    for e in err.errors():
+        key = ".".join(str(x) for x in e["loc"])
+        if e["type"] == "extra_forbidden":
+            near = difflib.get_close_matches(key, allowed, n=1)
+            hint = f"did you mean {near[0]!r}? " if near else ""
+            parts.append(f"unknown key {key!r} (value {describe(e['input'])}); {hint}"
+                         f"allowed keys: {allowed}")
+        elif e["type"] == "missing":
+            parts.append(f"missing required key {key!r}; add e.g. {key}: {_EXAMPLES[key]}")
+        else:
+            rule = e["msg"].removeprefix("Value error, ")
+            example = f"; e.g. {key}: {_EXAMPLES[key]}" if key in _EXAMPLES else ""
+            parts.append(f"{key}={describe(e['input'])}: {rule}{example}")
+    return ConfigError(f"{type_name} config: " + "; ".join(parts))
+
+
+def _validate(cls: type[PPOBuffer] | type[SimpleReplayBuffer],
+              values: Mapping[str, Any]) -> Any:
+    try:
+        return cls.schema.model_validate(dict(values))
+    except ValidationError as exc:
+        raise _config_error(cls.__name__, cls.schema, exc) from None
+
+
+def _read_config_file(path: Any) -> Any:
+    """Parse a YAML (or ``.json``) config file; every failure is a ConfigError."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise ConfigError(f"config_file_location={describe(path)}: expected a path (str or "
+                          "pathlib.Path) to a .yaml, .yml or .json file")
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise ConfigError(f"config file {str(p)!r}: cannot read it ({exc}); check the "
+                          "path") from exc
+    try:
+        if p.suffix.lower() == ".json":
+            return json.loads(text)
+        return require_extra("yaml", "yaml").safe_load(text)
+    except ImportError:
+        raise
+    except Exception as exc:  # the parsers' own error types
+        raise ConfigError(f"config file {str(p)!r}: cannot parse it ({exc}); write one "
+                          "'key: value' per line, e.g. 'obs_dim: 4'") from exc
+
+
+def _split(config: Any) -> tuple[str | None, Any]:
+    """``(type name or None, arguments)`` of a flat, ``name/config`` or ``type`` config."""
+    if not isinstance(config, Mapping):
+        raise ConfigError(f"config={describe(config)}: expected a mapping of buffer "
+                          "arguments, e.g. {'obs_dim': 4, 'act_dim': 1, 'size': 4000, "
+                          "'batch_size': 64}")
+    if "name" in config and "config" in config:
+        extra = sorted(set(config) - {"name", "config"})
+        if extra:
+            raise ConfigError(f"config keys {extra}: a 'name'/'config' config holds only "
+                              "those two keys; move the others under 'config'")
+        return config["name"], config["config"]
+    if "type" in config:
+        return config["type"], {k: v for k, v in config.items() if k != "type"}
+    return None, config
+
+
+def _known() -> dict[str, type[PPOBuffer] | type[SimpleReplayBuffer]]:
+    return {"PPOBuffer": PPOBuffer, "SimpleReplayBuffer": SimpleReplayBuffer}
+
+
+def instantiate_from_config_dict(config: Mapping[str, Any]) -> PPOBuffer | SimpleReplayBuffer:
+    """Build the buffer a config names: ``{"name": T, "config": {...}}`` or
+    ``{"type": T, **arguments}`` with ``T`` in ``"PPOBuffer"``, ``"SimpleReplayBuffer"``.
+
+    Args:
+        config: The config mapping.
+
+    Returns:
+        A new, empty buffer.
+
+    Raises:
+        ConfigError: No or an unknown type, or bad arguments (names key, value, rule).
+
+    Example:
+        >>> buf = instantiate_from_config_dict({"name": "SimpleReplayBuffer", "config": {
+        ...     "obs_dim": 3, "act_dim": 1, "size": 100, "batch_size": 8}})
+        >>> type(buf).__name__, buf.size
+        ('SimpleReplayBuffer', 100)
+    """
+    name, args = _split(config)
+    known = _known()
+    if name is None:
+        raise ConfigError(f"config keys {sorted(config)}: the config names no buffer type; "
+                          f"wrap it as {{'name': T, 'config': {{...}}}} or add 'type': T, "
+                          f"T one of {sorted(known)}; or call T.instantiate_from_config_dict")
+    if not isinstance(name, str) or name not in known:
+        raise ConfigError(f"buffer type {name!r}: unknown; known types: {sorted(known)}")
+    return known[name].instantiate_from_config_dict(args)
+
+
+def instantiate_from_config(config_file_location: Any) -> PPOBuffer | SimpleReplayBuffer:
+    """Build the buffer a YAML/JSON file names (see :func:`instantiate_from_config_dict`).
+
+    Args:
+        config_file_location: Path of a ``.yaml``/``.yml`` (or ``.json``) file.
+
+    Returns:
+        A new, empty buffer.
+
+    Raises:
+        ConfigError: The file cannot be read or parsed, or its config is bad (a
+            ``ValueError``, as the original raised).
+
+    Example:
+        >>> import pathlib, tempfile
+        >>> path = pathlib.Path(tempfile.mkdtemp()) / "buffer.yaml"
+        >>> _ = path.write_text("name: PPOBuffer\\nconfig:\\n  obs_dim: 4\\n  act_dim: 1\\n"
+        ...                     "  size: 64\\n  batch_size: 16\\n  eps: 1e-3\\n")
+        >>> instantiate_from_config(path).eps
+        0.001
+    """
+    return instantiate_from_config_dict(_read_config_file(config_file_location))
+
+
+def _from_dict(cls: type[_T], config: Any) -> _T:
+    name, args = _split(config)
+    if name is not None and name != cls.__name__:
+        raise ConfigError(f"config names type {name!r}, not {cls.__name__!r}; call "
+                          f"{name}.instantiate_from_config_dict or the module function "
+                          "replaybank.compat.src.instantiate_from_config_dict")
+    if not isinstance(args, Mapping):
+        raise ConfigError(f"config={describe(args)}: expected a mapping of {cls.__name__} "
+                          "arguments")
+    return cls(**_validate(cls, args).model_dump())
+
+
+# ---------------------------------------------------------------------- conversions
+def _array(key: str, x: Any, dim: int) -> AnyArray:
+    """``x`` as a ``[dim]`` array (torch tensors detached to numpy)."""
+    arr: AnyArray
+    if type(x) is np.ndarray:
+        arr = x
+    else:
+        detach = getattr(x, "detach", None)
+        arr = np.asarray(detach().cpu().numpy() if detach is not None else x)
+    if arr.shape != (dim,):
+        if arr.size != dim:
+            raise ShapeError(f"store: buffer_dict{key}={describe(x)}: expected {dim} values "
+                             f"(shape ({dim},), or (1, {dim})); check obs_dim / act_dim")
+        arr = arr.reshape(dim)
+    return arr
+
+
+def _scalar(key: str, x: Any) -> Any:
+    """One number (a Python/numpy scalar as is, a 1-element array or tensor unpacked)."""
+    if type(x) in _PLAIN:
+        return x
+    detach = getattr(x, "detach", None)
+    arr = np.asarray(detach().cpu().numpy() if detach is not None else x)
+    if arr.size != 1:
+        raise ShapeError(f"{key}={describe(x)}: expected one number")
+    return arr.reshape(()).item()
+
+
+def _action_fields(act: Any, names: tuple[str, ...]) -> list[Any]:
+    """The ActionSample fields ``names`` of ``act``, or an error naming the missing ones."""
+    missing = [n for n in names if not hasattr(act, n)]
+    if missing:
+        raise ArgumentError(
+            f"store: buffer_dict['act']={describe(act)} has no "
+            f"{', '.join('.' + n for n in missing)}; pass the ActionSample returned by the "
+            f"agent's select_action (fields {', '.join(names)})")
+    return [getattr(act, n) for n in names]
+
+
+def _missing_key(exc: KeyError, needed: tuple[str, ...], buffer_dict: Any) -> ArgumentError:
+    have = sorted(buffer_dict) if isinstance(buffer_dict, Mapping) else describe(buffer_dict)
+    return ArgumentError(f"store(buffer_dict): missing key {exc.args[0]!r}; expected keys "
+                         f"{list(needed)} (got {have})")
+
+
+def _resolve_device(device: Any, default_cuda: bool) -> Any:
+    torch = require_extra("torch", "torch")
+    if device is None and default_cuda:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    return torch, (None if device is None or str(device) == "cpu" else torch.device(device))
+
+
+# ---------------------------------------------------------------------- PPOBuffer
+class PPOBuffer:
+    """On-policy buffer of one epoch with GAE-lambda advantages (the original's API).
+
+    Args:
+        obs_dim: Observation size (observations are stored as ``[obs_dim]`` float32).
+        act_dim: Action size (actions are stored as ``[act_dim]`` float32).
+        size: Steps per epoch (a :class:`~replaybank.errors.CapacityError` when more are
+            stored before :meth:`sample_batch` starts a new epoch).
+        batch_size: Steps per minibatch of :meth:`sample_batch`.
+        gamma: Discount factor.
+        lam: GAE lambda.
+        eps: Added to the advantage std when normalising.
+        seed: Seed or Generator of the minibatch shuffle (keyword only; not in the
+            original, which used numpy's global generator).
+        device: Torch device of the batches (keyword only; default CPU, as the original).
+
+    Raises:
+        ConfigError: A bad argument (names it, the value and the rule).
+
+    Example:
+        >>> buf = PPOBuffer(4, 2, size=100, batch_size=32, seed=0)
+        >>> buf.size, buf.batch_size, buf.gamma, buf.lam, buf.eps
+        (100, 32, 0.99, 0.95, 0.001)
+    """
+
+    schema: ClassVar[type[PPOBufferConfig]] = PPOBufferConfig
+
+    def __init__(self, obs_dim: int, act_dim: int, size: int, batch_size: int,
+                 gamma: float = 0.99, lam: float = 0.95, eps: float = 1e-3, *,
+                 seed: int | np.random.Generator | None = None, device: Any = None) -> None:
+        cfg = _validate(type(self), {"obs_dim": obs_dim, "act_dim": act_dim, "size": size,
+                                     "batch_size": batch_size, "gamma": gamma, "lam": lam,
+                                     "eps": eps})
+        self.obs_dim: int = cfg.obs_dim
+        self.act_dim: int = cfg.act_dim
+        self.size: int = cfg.size
+        self.batch_size: int = cfg.batch_size
+        self.gamma: float = cfg.gamma
+        self.lam: float = cfg.lam
+        self.eps: float = cfg.eps
+        self.device = device
+        spec = {"obs": ((self.obs_dim,), np.float32), "action": ((self.act_dim,), np.float32)}
+        self.path = PathBuffer(self.size, gamma=self.gamma, lam=self.lam, eps=self.eps,
+                               spec=spec)
+        self._rng = make_rng(seed)
+        self._epoch: dict[str, AnyArray] | None = None  # the closed epoch, [N, ...]
+        self._order: AnyArray = np.zeros(0, np.int64)  # this pass's permutation [N]
+        self._cursor = 0
+        self._torch: Any = None  # torch and the batches' device, resolved at the first batch
+        self._device: Any = None
+
+    @classmethod
+    def instantiate_from_config(cls, config_file_location: Any) -> PPOBuffer:
+        """Build from a YAML (or ``.json``) file of this class's arguments.
+
+        Raises:
+            ConfigError: The file cannot be read or parsed, or a bad key (a ValueError).
+
+        Example:
+            >>> import pathlib, tempfile
+            >>> path = pathlib.Path(tempfile.mkdtemp()) / "ppo.yaml"
+            >>> _ = path.write_text("obs_dim: 4\\nact_dim: 1\\nsize: 64\\nbatch_size: 16\\n")
+            >>> PPOBuffer.instantiate_from_config(path).gamma
+            0.99
+        """
+        return _from_dict(cls, _read_config_file(config_file_location))
+
+    @classmethod
+    def instantiate_from_config_dict(cls, config: Mapping[str, Any]) -> PPOBuffer:
+        """Build from a mapping of this class's arguments (validated by :attr:`schema`).
+
+        Raises:
+            ConfigError: Missing, unknown or bad keys.
+
+        Example:
+            >>> PPOBuffer.instantiate_from_config_dict(
+            ...     {"obs_dim": 4, "act_dim": 1, "size": 64, "batch_size": 16, "lam": 0.9}).lam
+            0.9
+        """
+        return _from_dict(cls, config)
+
+    def __len__(self) -> int:
+        """Steps stored in the epoch being collected."""
+        return self.path.ptr
+
+    def store(self, buffer_dict: Mapping[str, Any]) -> None:
+        """Append one timestep: ``buffer_dict["obs"]``, ``["act"]`` (``.action``,
+        ``.value`` = ``V(obs)``, ``.logp``) and ``["rew"]``; other keys are ignored.
+
+        Raises:
+            ArgumentError: A key or an ActionSample field is missing.
+            CapacityError: ``size`` steps are stored; call :meth:`finish_path` and
+                :meth:`sample_batch` at the end of each epoch.
+            ShapeError: ``obs``/``action`` do not hold ``obs_dim``/``act_dim`` values.
+        """
+        try:
+            obs, act, rew = buffer_dict["obs"], buffer_dict["act"], buffer_dict["rew"]
+        except KeyError as exc:
+            raise _missing_key(exc, ("obs", "act", "rew"), buffer_dict) from None
+        try:
+            action, value, logp = act.action, act.value, act.logp
+        except AttributeError:
+            action, value, logp = _action_fields(act, ("action", "value", "logp"))
+        try:
+            self.path.store(_array("['obs']", obs, self.obs_dim),
+                            _array("['act'].action", action, self.act_dim),
+                            _scalar("store: buffer_dict['rew']", rew),
+                            _scalar("store: buffer_dict['act'].value", value),
+                            _scalar("store: buffer_dict['act'].logp", logp))
+        except CapacityError as exc:
+            raise CapacityError(
+                f"store: the epoch is full (size={self.size} steps); call "
+                "finish_path(action_obj) and sample_batch() at the end of each epoch, or "
+                "build the buffer with a larger size") from exc
+
+    def finish_path(self, action_obj: Any = None) -> None:
+        """Close the current trajectory: GAE-lambda advantages and rewards-to-go of its steps.
+
+        Args:
+            action_obj: ``None`` when the episode terminated (no bootstrap); otherwise the
+                ActionSample whose ``.value`` is ``V(s_T)`` of the observation after the
+                last step (time limit, or the epoch's end), or that value as a number. A
+                no-op on an empty path.
+
+        Raises:
+            ArgumentError: ``action_obj`` has no ``.value``.
+            ConfigError: The value is not one finite number.
+        """
+        if action_obj is None:
+            last_val: Any = 0.0
+        elif type(action_obj) in _PLAIN:
+            last_val = action_obj
+        else:
+            try:
+                last_val = action_obj.value
+            except AttributeError:
+                raise ArgumentError(
+                    f"finish_path(action_obj={describe(action_obj)}): expected None (the "
+                    "episode terminated), an ActionSample whose .value is V(s_T), or that "
+                    "value as a number") from None
+            last_val = _scalar("finish_path: action_obj.value", last_val)
+        self.path.finish_path(last_val)
+
+    def _close_epoch(self) -> None:
+        path = self.path
+        if path.path_start != path.ptr:
+            raise EmptyBufferError(
+                f"sample_batch: steps {path.path_start}..{path.ptr - 1} belong to an "
+                "unfinished trajectory; call finish_path(action_obj) first (None if the "
+                "episode terminated, else the ActionSample of the last observation)")
+        batch = path.get()  # normalised advantages; the path buffer starts a new epoch
+        self._epoch = {"obs": batch.obs, "act": batch.action, "ret": batch["returns"],
+                       "adv": batch["advantages"], "logp": batch["log_prob"]}
+        self._order = np.zeros(0, np.int64)  # the next minibatch starts a new shuffle
+        self._cursor = 0
+
+    def sample_batch(self) -> dict[str, Any]:
+        """Return the next minibatch of the epoch, as float32 torch tensors.
+
+        The first call after new steps closes the epoch: every stored step (all must
+        belong to finished trajectories) with advantages normalised over the epoch
+        (``(adv - mean) / (std + eps)``) and the storage pointers reset, so the next
+        :meth:`store` starts a new epoch. Each call then returns ``batch_size`` steps
+        of a shuffled pass over the epoch (the last minibatch of a pass holds the rest),
+        so ``ceil(N / batch_size)`` calls see every step once; further calls start a
+        fresh shuffle of the same epoch.
+
+        Returns:
+            ``{"obs": [B, obs_dim], "act": [B, act_dim], "ret": [B] (rewards-to-go),
+            "adv": [B] (normalised), "logp": [B]}``.
+
+        Raises:
+            EmptyBufferError: Nothing stored, or the last trajectory is unfinished.
+        """
+        if self.path.ptr:
+            self._close_epoch()
+        epoch = self._epoch
+        if epoch is None:
+            raise EmptyBufferError("sample_batch: the buffer is empty; store(...) steps and "
+                                   "finish_path(...) each trajectory first")
+        if self._cursor >= len(self._order):  # a new pass over the epoch
+            self._order = self._rng.permutation(len(epoch["obs"]))
+            self._cursor = 0
+        idx = self._order[self._cursor:self._cursor + self.batch_size]
+        self._cursor += self.batch_size
+        if self._torch is None:
+            self._torch, self._device = _resolve_device(self.device, False)
+        from_numpy, device = self._torch.from_numpy, self._device
+        if device is None:
+            return {k: from_numpy(a[idx]) for k, a in epoch.items()}
+        return {k: from_numpy(a[idx]).to(device) for k, a in epoch.items()}
+
+    def __repr__(self) -> str:
+        return (f"PPOBuffer(obs_dim={self.obs_dim}, act_dim={self.act_dim}, size={self.size}, "
+                f"batch_size={self.batch_size}, gamma={self.gamma}, lam={self.lam}, "
+                f"eps={self.eps})")
+
+
+# ---------------------------------------------------------------------- SimpleReplayBuffer
+class SimpleReplayBuffer:
+    """A FIFO replay buffer of the last ``size`` transitions for SAC (the original's API).
+
+    Args:
+        obs_dim: Observation size (``obs`` and ``next_obs`` stored as ``[obs_dim]``).
+        act_dim: Action size.
+        size: Capacity; the oldest transition is overwritten when full.
+        batch_size: Transitions per :meth:`sample_batch` (fewer while fewer are stored).
+        seed: Seed or Generator of sampling (keyword only; the original used numpy's
+            global generator).
+        device: Torch device of the batches (keyword only; default ``"cuda"`` when
+            available, else CPU, as the original).
+
+    Raises:
+        ConfigError: A bad argument.
+
+    Example:
+        >>> import numpy as np
+        >>> from types import SimpleNamespace as Act
+        >>> buf = SimpleReplayBuffer(obs_dim=3, act_dim=2, size=100, batch_size=4,
+        ...                          seed=0, device="cpu")
+        >>> for t in range(10):
+        ...     buf.store({"obs": np.full(3, t, np.float32), "act": Act(action=np.ones(2)),
+        ...                "rew": 1.0, "next_obs": np.full(3, t + 1, np.float32),
+        ...                "done": t == 9})
+        >>> batch = buf.sample_batch()
+        >>> sorted((k, tuple(v.shape)) for k, v in batch.items())
+        [('act', (4, 2)), ('done', (4,)), ('obs', (4, 3)), ('obs2', (4, 3)), ('rew', (4,))]
+        >>> bool((batch["obs2"][:, 0] == batch["obs"][:, 0] + 1).all())
+        True
+    """
+
+    schema: ClassVar[type[SimpleReplayBufferConfig]] = SimpleReplayBufferConfig
+
+    def __init__(self, obs_dim: int, act_dim: int, size: int, batch_size: int, *,
+                 seed: int | np.random.Generator | None = None, device: Any = None) -> None:
+        cfg = _validate(type(self), {"obs_dim": obs_dim, "act_dim": act_dim, "size": size,
+                                     "batch_size": batch_size})
+        self.obs_dim: int = cfg.obs_dim
+        self.act_dim: int = cfg.act_dim
+        self.size: int = cfg.size
+        self.batch_size: int = cfg.batch_size
+        self.device = device
+        spec = {"obs": ((self.obs_dim,), np.float32), "action": ((self.act_dim,), np.float32)}
+        # steps are stored as given: no vector-env autoreset to look for
+        self.buffer = ReplayBuffer(self.size, seed=seed, spec=spec, autoreset_mode="disabled")
+        self._torch: Any = None  # torch and the batches' device, resolved at the first batch
+        self._device: Any = None
+
+    @classmethod
+    def instantiate_from_config(cls, config_file_location: Any) -> SimpleReplayBuffer:
+        """Build from a YAML (or ``.json``) file of this class's arguments.
+
+        Raises:
+            ConfigError: The file cannot be read or parsed, or a bad key (a ValueError).
+
+        Example:
+            >>> import pathlib, tempfile
+            >>> path = pathlib.Path(tempfile.mkdtemp()) / "sac.json"
+            >>> _ = path.write_text('{"obs_dim": 4, "act_dim": 1, "size": 64, "batch_size": 8}')
+            >>> SimpleReplayBuffer.instantiate_from_config(path).batch_size
+            8
+        """
+        return _from_dict(cls, _read_config_file(config_file_location))
+
+    @classmethod
+    def instantiate_from_config_dict(cls, config: Mapping[str, Any]) -> SimpleReplayBuffer:
+        """Build from a mapping of this class's arguments (validated by :attr:`schema`).
+
+        Raises:
+            ConfigError: Missing, unknown or bad keys.
+
+        Example:
+            >>> SimpleReplayBuffer.instantiate_from_config_dict(
+            ...     {"obs_dim": 4, "act_dim": 1, "size": 64, "batch_size": 8}).size
+            64
+        """
+        return _from_dict(cls, config)
+
+    def __len__(self) -> int:
+        """Transitions stored (at most ``size``)."""
+        return len(self.buffer)
+
+    def store(self, buffer_dict: Mapping[str, Any]) -> None:
+        """Store one transition: ``buffer_dict["obs"]``, ``["act"]`` (``.action``),
+        ``["rew"]``, ``["next_obs"]``, ``["done"]``; other keys are ignored.
+
+        ``done`` marks a terminal step (no bootstrap from ``next_obs``), as in the original.
+
+        Raises:
+            ArgumentError: A key or ``act.action`` is missing.
+            ShapeError, DtypeError: Bad values (the buffer is unchanged).
+        """
+        try:
+            obs, act, rew = buffer_dict["obs"], buffer_dict["act"], buffer_dict["rew"]
+            next_obs, done = buffer_dict["next_obs"], buffer_dict["done"]
+        except KeyError as exc:
+            raise _missing_key(exc, ("obs", "act", "rew", "next_obs", "done"),
+                               buffer_dict) from None
+        try:
+            action = act.action
+        except AttributeError:
+            action = _action_fields(act, ("action",))[0]
+        if type(done) is not bool:
+            done = bool(_scalar("store: buffer_dict['done']", done))
+        self.buffer.add(obs=_array("['obs']", obs, self.obs_dim),
+                        action=_array("['act'].action", action, self.act_dim),
+                        reward=_scalar("store: buffer_dict['rew']", rew),
+                        next_obs=_array("['next_obs']", next_obs, self.obs_dim),
+                        terminated=done, truncated=False)
+
+    def sample_batch(self) -> dict[str, Any]:
+        """Sample ``min(batch_size, len(self))`` distinct stored transitions uniformly.
+
+        Returns:
+            ``{"obs": [B, obs_dim], "obs2": [B, obs_dim], "act": [B, act_dim],
+            "rew": [B], "done": [B]}`` float32 torch tensors (``done`` is 1.0 at terminal
+            steps).
+
+        Raises:
+            EmptyBufferError: Nothing stored yet.
+        """
+        n = len(self.buffer)
+        if n == 0:
+            raise EmptyBufferError("sample_batch: the buffer is empty; store(...) "
+                                   "transitions first")
+        b = self.buffer.sample(self.batch_size if n >= self.batch_size else n, replace=False)
+        if self._torch is None:
+            self._torch, self._device = _resolve_device(self.device, True)
+        from_numpy, device = self._torch.from_numpy, self._device
+        out = {"obs": from_numpy(b.obs), "obs2": from_numpy(b.next_obs),
+               "act": from_numpy(b.action), "rew": from_numpy(b.reward),
+               "done": from_numpy(b.terminated.astype(np.float32))}
+        if device is None:
+            return out
+        return {k: v.to(device) for k, v in out.items()}
+
+    def finish_path(self, action_obj: Any = None) -> None:
+        """Do nothing: a replay buffer has no per-trajectory work (kept so that runners
+        can call it on any buffer, as in the original).
+
+        Example:
+            >>> SimpleReplayBuffer(2, 1, 8, 4).finish_path()
+        """
+        return None
+
+    def __repr__(self) -> str:
+        return (f"SimpleReplayBuffer(obs_dim={self.obs_dim}, act_dim={self.act_dim}, "
+                f"size={self.size}, batch_size={self.batch_size})")
