@@ -25,7 +25,8 @@ from replaybank.samplers.uniform import UniformSampler
 from replaybank.views import make_view
 from replaybank.views.base import View
 
-__all__ = ["check_capacity", "make_rng", "positive_int", "replay_sampler", "replay_view"]
+__all__ = ["check_capacity", "check_rows", "make_rng", "positive_int", "replay_sampler",
+           "replay_view"]
 
 
 def make_rng(seed: int | np.random.Generator | None) -> np.random.Generator:
@@ -144,3 +145,48 @@ def replay_view(view: View | None, n_step: int, gamma: float, frame_stack: int,
                     "capacity"
                 )
     return view if view is not None else make_view(n_step, gamma, frame_stack)
+
+
+def check_rows(next_obs: Any, view: View | None, n_step: int, frame_stack: int,
+               autoreset_mode: str | None) -> bool:
+    """Whether a replay buffer stores rows (``next_obs=False``: every key an ordinary
+    field, no next observation linked), checked against the options that need next
+    observations.
+
+    Args:
+        next_obs: The constructor's ``next_obs`` (a bool).
+        view, n_step, frame_stack: The constructor's view arguments.
+        autoreset_mode: The checked ``autoreset_mode``.
+
+    Returns:
+        True for a rows buffer.
+
+    Raises:
+        ConfigError: ``next_obs`` is not a bool, or ``next_obs=False`` comes with a view,
+            ``n_step``/``frame_stack`` other than 1 or ``autoreset_mode="next_step"``.
+
+    Example:
+        >>> check_rows(False, None, 1, 1, None)
+        True
+        >>> check_rows(False, None, 1, 4, None)
+        Traceback (most recent call last):
+        ...
+        replaybank.errors.ConfigError: next_obs=False with frame_stack=4: a rows buffer stores no next observations to stack or bootstrap from; use next_obs=True (transitions) or drop frame_stack
+    """  # noqa: E501
+    if next_obs is not True and next_obs is not False and not isinstance(next_obs, np.bool_):
+        raise ConfigError(f"next_obs={next_obs!r}: must be a bool (False: store rows, "
+                          "every key an ordinary field)")
+    if next_obs:
+        return False
+    for name, value, default in (("frame_stack", frame_stack, 1), ("n_step", n_step, 1),
+                                 ("view", view, None),
+                                 ("autoreset_mode", autoreset_mode, "next_step")):
+        bad = value == "next_step" if name == "autoreset_mode" else value != default
+        if bad:
+            shown = type(value).__name__ if name == "view" else repr(value)
+            raise ConfigError(
+                f"next_obs=False with {name}={shown}: a rows buffer stores no next "
+                f"observations to stack or bootstrap from; use next_obs=True (transitions) "
+                f"or drop {name}"
+            )
+    return True

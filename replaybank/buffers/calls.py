@@ -31,6 +31,7 @@ from replaybank.buffers.inputs import (
     leading_dims,
     one_env_lead,
     prepare,
+    rows_spec,
     split_next,
     standard_spec,
 )
@@ -76,12 +77,13 @@ def lane_ids(env_ids: Any, num_envs: int) -> IntArray:
     return ids.astype(np.int64)
 
 
-def steps_of(fields: Mapping[str, Any], ndim_lead: int) -> int:
+def steps_of(fields: Mapping[str, Any], ndim_lead: int, rows: bool = False) -> int:
     """Steps T of an ``extend`` call: the leading dim of ``obs`` (or of the first field).
 
     Args:
         fields: The call's fields.
         ndim_lead: Number of leading (step and lane) dims the call's values have.
+        rows: A rows buffer's call (``next_obs`` is an ordinary field).
 
     Returns:
         T.
@@ -94,10 +96,11 @@ def steps_of(fields: Mapping[str, Any], ndim_lead: int) -> int:
         >>> steps_of({"obs": [[1.0], [2.0]]}, ndim_lead=2)
         2
     """
-    values, _ = split_next(fields)
+    values, _ = split_next(fields, rows)
     if not values:
         raise SpecError("extend: no fields given; pass obs, action, reward, next_obs, "
-                        "terminated, truncated")
+                        "terminated, truncated" if not rows else
+                        "extend: no fields given; pass the fields this buffer stores")
     first = next((k for k in values if k == "obs" or k.startswith("obs/")), next(iter(values)))
     arr = as_array(values[first])
     if arr.ndim < 1 or ndim_lead < 1:
@@ -108,8 +111,11 @@ def steps_of(fields: Mapping[str, Any], ndim_lead: int) -> int:
     return int(arr.shape[0])
 
 
-def call_spec(fields: Mapping[str, Any], steps: bool, m: int, explicit: bool) -> Spec:
-    """The spec a buffer's first write implies (reward/terminated/truncated added).
+def call_spec(fields: Mapping[str, Any], steps: bool, m: int, explicit: bool,
+              rows: bool = False) -> Spec:
+    """The spec a buffer's first write implies (reward/terminated/truncated added; for a
+    rows buffer, ``rows=True``, terminated/truncated only: :func:`~replaybank.buffers.
+    inputs.rows_spec`).
 
     Args:
         fields: The call's fields.
@@ -126,12 +132,13 @@ def call_spec(fields: Mapping[str, Any], steps: bool, m: int, explicit: bool) ->
         ...           explicit=True)["obs"].shape
         (2,)
     """
-    raw, _ = split_next(fields)
-    n0 = steps_of(fields, 1) if steps else 0
+    raw, _ = split_next(fields, rows)
+    n0 = steps_of(fields, 1, rows) if steps else 0
     lead0: tuple[int, ...] = ((n0,) if steps else ()) + ((m,) if explicit else ())
     if not explicit:  # one env may still come with its lane dim of 1
         lead0 = one_env_lead(fields, lead0)
-    return standard_spec(flags_as_bool(Spec.infer(raw, lead0)))
+    spec = flags_as_bool(Spec.infer(raw, lead0))
+    return rows_spec(spec) if rows else standard_spec(spec)
 
 
 class CheckedCall(NamedTuple):
@@ -153,7 +160,7 @@ class CheckedCall(NamedTuple):
 
 
 def check_call(spec: Spec | None, fields: Mapping[str, Any], steps: bool, env_ids: Any,
-               num_envs: int) -> CheckedCall:
+               num_envs: int, rows: bool = False) -> CheckedCall:
     """Check every value of one ``add`` (``steps=False``) or ``extend`` call.
 
     Args:
@@ -162,6 +169,8 @@ def check_call(spec: Spec | None, fields: Mapping[str, Any], steps: bool, env_id
         steps: True for ``extend`` (a leading step dim).
         env_ids: The call's ``env_ids``.
         num_envs: Lanes of the buffer.
+        rows: The buffer stores rows (``next_obs=False``): every key is an ordinary
+            field, ``next_obs`` comes back empty, absent flags are False.
 
     Returns:
         The :class:`CheckedCall`; nothing of the buffer was touched.
@@ -176,24 +185,28 @@ def check_call(spec: Spec | None, fields: Mapping[str, Any], steps: bool, env_id
         ...                       "truncated": False}, steps=False, env_ids=None, num_envs=1)
         >>> c.values["obs"].shape, c.next_obs["obs"].shape, c.out
         ((1, 1, 3), (1, 1, 3), (1, 1))
+        >>> r = check_call(None, {"obs": np.zeros((4, 2, 3)), "reward": np.ones((4, 2))},
+        ...                steps=True, env_ids=None, num_envs=2, rows=True)
+        >>> sorted(r.values), r.next_obs, r.out
+        (['obs', 'reward', 'terminated', 'truncated'], {}, (4, 2))
     """
     call = "extend" if steps else "add"
     lanes = lane_ids(env_ids, num_envs)
     m = len(lanes)
     explicit = m > 1 or env_ids is not None
     if spec is None:  # inferred, but the buffer allocates only once the call is valid
-        spec = call_spec(fields, steps, m, explicit)
+        spec = call_spec(fields, steps, m, explicit, rows)
     shapes: list[tuple[int, ...]]  # the leading dims a call may have
     if steps:
         shapes = [(1, m)] if explicit else [(1,), (1, 1)]
     else:
         shapes = [(m,)] if explicit else [(), (1,)]
-    lead = leading_dims(spec, fields, shapes, call)
+    lead = leading_dims(spec, fields, shapes, call, rows)
     if steps:
-        n = steps_of(fields, len(lead))
+        n = steps_of(fields, len(lead), rows)
         lead = (n, *lead[1:])
         out = (n, m)
     else:
         out = (1, m)
-    values, nxt = prepare(spec, fields, lead, out, call)
+    values, nxt = prepare(spec, fields, lead, out, call, rows)
     return CheckedCall(spec, lanes, values, nxt, out)

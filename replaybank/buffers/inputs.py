@@ -11,6 +11,18 @@ Example:
     ...     leading=(), out_leading=(1, 1))
     >>> vals["action"].shape, nxt["obs"].shape
     ((1, 1), (1, 1, 2))
+
+Rows buffers (``ReplayBuffer(next_obs=False)``) store every key as a plain field: no
+``obs``/``action`` is required, nothing is linked as a next observation, and
+``terminated``/``truncated`` may be left out of any call (stored as False):
+
+    >>> spec = rows_spec(Spec.infer({"obs": np.zeros(2, np.float32), "first": True}))
+    >>> sorted(spec)
+    ['first', 'obs', 'terminated', 'truncated']
+    >>> vals, nxt = prepare(spec, {"obs": np.ones(2, np.float32), "first": False},
+    ...                     leading=(), out_leading=(1, 1), rows=True)
+    >>> vals["terminated"].tolist(), nxt
+    ([[False]], {})
 """
 
 from __future__ import annotations
@@ -45,6 +57,7 @@ __all__ = [
     "one_env_lead",
     "obs_fields",
     "prepare",
+    "rows_spec",
     "split_next",
     "standard_spec",
 ]
@@ -64,6 +77,30 @@ _DEFAULTS = {
 def obs_fields(spec: Spec) -> list[str]:
     """Flat names of the observation fields (``obs`` or ``obs/...``)."""
     return [n for n in spec if n == "obs" or n.startswith("obs" + SEP)]
+
+
+def rows_spec(spec: Spec) -> Spec:
+    """The stored fields of a rows buffer (``ReplayBuffer(next_obs=False)``): the
+    ``terminated``/``truncated`` flags added when absent; any other name is an ordinary
+    field (``obs`` and ``next_obs`` included), except the reserved ones.
+
+    Raises:
+        SpecError: A reserved name (``done``, ``is_first``, ...).
+        ShapeError: ``terminated``/``truncated`` with a per-step shape.
+
+    Example:
+        >>> rows_spec(Spec.infer({"done": False}))
+        Traceback (most recent call last):
+        ...
+        replaybank.errors.SpecError: field name 'done' is reserved by replaybank; rename the field (a front end may store it under a prefix, e.g. 'user/done')
+    """  # noqa: E501
+    for n in spec:
+        if n.split(SEP)[0] in RESERVED:
+            raise SpecError(f"field name {n!r} is reserved by replaybank; rename the field "
+                            f"(a front end may store it under a prefix, e.g. 'user{SEP}{n}')")
+    check_flags(spec)
+    extra = [f for k, f in _DEFAULTS.items() if k != "reward" and k not in spec]
+    return spec.with_fields(extra)
 
 
 def standard_spec(spec: Spec) -> Spec:
@@ -146,9 +183,13 @@ def flags_as_bool(spec: Spec) -> Spec:
     return Spec(fields)
 
 
-def split_next(fields: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Flatten user fields and split off ``next_obs`` (renamed to obs field names)."""
+def split_next(fields: Mapping[str, Any],
+               rows: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Flatten user fields and split off ``next_obs`` (renamed to obs field names); a rows
+    buffer's ``next_obs`` is an ordinary field (``rows=True``: nothing is split off)."""
     flat = flatten(fields)
+    if rows:
+        return flat, {}
     values: dict[str, Any] = {}
     nxt: dict[str, Any] = {}
     for name, value in flat.items():
@@ -157,6 +198,21 @@ def split_next(fields: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any
         else:
             values[name] = value
     return values, nxt
+
+
+def _check_rows_names(spec: Spec, values: Mapping[str, Any], call: str) -> None:
+    expected = set(spec)
+    got = set(values)
+    missing = sorted(expected - got - {"terminated", "truncated"})
+    unknown = sorted(got - expected)
+    if missing or unknown:
+        parts = [f"{what} {names}" for what, names in (("missing", missing),
+                                                        ("unknown", unknown)) if names]
+        raise SpecError(
+            f"{call}: wrong field set ({'; '.join(parts)}); this rows buffer "
+            f"(next_obs=False) stores {sorted(expected)}; pass exactly those in every call "
+            "(terminated/truncated may be left out: stored as False)"
+        )
 
 
 def _check_names(spec: Spec, values: Mapping[str, Any], nxt: Mapping[str, Any],
@@ -191,6 +247,7 @@ def prepare(
     leading: tuple[int, ...],
     out_leading: tuple[int, int],
     call: str = "add",
+    rows: bool = False,
 ) -> tuple[dict[str, npt.NDArray[Any]], dict[str, npt.NDArray[Any]]]:
     """Validate, cast and reshape one add/extend call.
 
@@ -200,21 +257,30 @@ def prepare(
         leading: The leading dims every value must have, e.g. ``()``, ``(num_envs,)``.
         out_leading: The ``(n_steps, n_lanes)`` shape to reshape the leading dims to.
         call: Name of the call for messages.
+        rows: A rows buffer's call (:func:`rows_spec`): no ``next_obs``; absent
+            ``terminated``/``truncated`` are stored as False.
 
     Returns:
-        ``(values, next_obs)``: flat dicts of arrays shaped ``out_leading + field_shape``.
+        ``(values, next_obs)``: flat dicts of arrays shaped ``out_leading + field_shape``
+        (``next_obs`` empty for rows).
 
     Raises:
         SpecError, ShapeError, DtypeError: On any bad input (nothing is written).
     """
-    values, nxt = split_next(fields)
-    _check_names(spec, values, nxt, call)
+    values, nxt = split_next(fields, rows)
+    if rows:
+        _check_rows_names(spec, values, call)
+        for flag in ("terminated", "truncated"):
+            if flag not in values:
+                values[flag] = np.zeros(leading, dtype=np.bool_)
+    else:
+        _check_names(spec, values, nxt, call)
     out_v: dict[str, npt.NDArray[Any]] = {}
     out_n: dict[str, npt.NDArray[Any]] = {}
     for name, f in spec.items():
         arr = cast_field(name, values[name], f, leading)
         out_v[name] = arr.reshape(out_leading + f.shape)
-    for name in obs_fields(spec):
+    for name in () if rows else obs_fields(spec):
         f = spec[name]
         arr = cast_field("next_" + name, nxt[name], f, leading)
         out_n[name] = arr.reshape(out_leading + f.shape)
@@ -222,10 +288,15 @@ def prepare(
 
 
 def leading_dims(spec: Spec, fields: Mapping[str, Any], candidates: list[tuple[int, ...]],
-                 call: str) -> tuple[int, ...]:
-    """Pick which of the allowed leading shapes the user's obs has (by ndim)."""
-    values, _ = split_next(fields)
-    name = obs_fields(spec)[0]
+                 call: str, rows: bool = False) -> tuple[int, ...]:
+    """Pick which of the allowed leading shapes the user's obs has (by ndim); for a rows
+    buffer, its first field other than the flags (the flags when it has no other)."""
+    values, _ = split_next(fields, rows)
+    if rows:
+        names = [n for n in spec if n not in ("terminated", "truncated")]
+        name = names[0] if names else next((n for n in spec if n in values), "terminated")
+    else:
+        name = obs_fields(spec)[0]
     if name not in values:
         raise SpecError(f"{call}: missing field {name!r}")
     arr = as_array(values[name])

@@ -38,7 +38,7 @@ from replaybank.buffers.guard import CallGuard
 from replaybank.buffers.inputs import (
     UNSET,
     collect_fields,
-    obs_fields,
+    rows_spec,
     standard_spec,
 )
 from replaybank.buffers.parts import Parts
@@ -52,7 +52,7 @@ from replaybank.spec import Spec
 from replaybank.storage.backends import make_backend
 from replaybank.storage.backends.base import ArrayBackend, DurableBackend
 from replaybank.storage.table import StepTable
-from replaybank.storage.table_state import check_table, load_table_state
+from replaybank.storage.table_state import check_table
 from replaybank.storage.writers.reference import write as write_reference
 from replaybank.storage.writers.writer import StepValues, Writer, writer_choice
 from replaybank.views.base import View
@@ -97,10 +97,25 @@ class ReplayBuffer:
             (checked at the 1st, 2nd, 4th, ... sample). ``"next_step"``: drop those steps
             as they arrive (each add then takes the fully checked write path).
             ``"same_step"`` or ``"disabled"``: the data has none; no check.
+        next_obs: True (default): store transitions, each ``obs`` linked to its
+            ``next_obs`` (stored once). False: store *rows* (sequence data that is not
+            (obs, next_obs) pairs, e.g. a world model's ``{obs, action, reward,
+            is_first, is_terminal}``): every key passed to :meth:`add`/:meth:`extend` is
+            an ordinary stored field, ``obs`` and ``next_obs`` included (nothing is
+            linked, required or derived; no ``action`` or ``reward`` is required either);
+            ``terminated``/``truncated`` may be left out of any call (stored as False)
+            and end episodes as usual (``sample_sequences(episode_boundary="stop")``
+            stops at them; ``"cross"`` marks ``is_first`` after them). :meth:`sample`
+            and :meth:`sample_sequences` return the stored fields. Reserved names
+            (``done``, ``is_first``, ``mask``, ...) are refused: store them under a
+            prefix. Frame stacks, n-step views and ``autoreset_mode="next_step"`` need
+            next observations and are refused; the NEXT_STEP check is skipped.
 
     Raises:
         CapacityError: capacity not a positive int, not divisible by num_envs, or too
             large for the available memory.
+        ConfigError: ``next_obs=False`` with frame stacks, n-step, a view or
+            ``autoreset_mode="next_step"``.
 
     Example:
         >>> import numpy as np
@@ -112,6 +127,18 @@ class ReplayBuffer:
         (2, 8, 2)
         >>> buf.sample(3).obs.shape
         (3, 4)
+
+        Rows (``next_obs=False``), e.g. a world model's sequence data:
+
+        >>> rows = ReplayBuffer(capacity=64, num_envs=2, next_obs=False, seed=0)
+        >>> for t in range(10):
+        ...     rows.add(obs=np.full((2, 3), t, np.float32), action=np.zeros(2, np.int64),
+        ...              first=np.full(2, t == 0))
+        >>> sorted(rows.spec)
+        ['action', 'first', 'obs', 'terminated', 'truncated']
+        >>> seq = rows.sample_sequences(4, 5, episode_boundary="cross")
+        >>> seq.obs.shape, "next_obs" in seq
+        ((4, 5, 3), False)
     """
 
     def __init__(
@@ -130,17 +157,23 @@ class ReplayBuffer:
         device: Any = None,
         lane_split: str | None = None,
         autoreset_mode: str | None = None,
+        next_obs: bool = True,
     ) -> None:
         self._capacity, self._num_envs = arguments.check_capacity(capacity, num_envs)
         self._rng = make_rng(seed)
+        self.autoreset_mode = check_autoreset_mode(autoreset_mode)
+        #: Stores rows (``next_obs=False``): every key is an ordinary field.
+        self.rows_only = arguments.check_rows(next_obs, view, n_step, frame_stack,
+                                              self.autoreset_mode)
         self.sampler: Sampler = arguments.replay_sampler(sampler, lane_split)
         self.view: View = arguments.replay_view(view, n_step, gamma, frame_stack,
                                                 self._capacity // self._num_envs)
-        self.autoreset_mode = check_autoreset_mode(autoreset_mode)
         self._init_args: dict[str, Any] = state.init_args(
-            n_step, gamma, frame_stack, storage, path, device, self.autoreset_mode)
+            n_step, gamma, frame_stack, storage, path, device, self.autoreset_mode,
+            next_obs=not self.rows_only)
         self._samples = 0  # calls of sample(); the autoreset check runs at powers of two
-        self._check_autoreset = self.autoreset_mode is None
+        # rows hold no next observations: a NEXT_STEP reset step cannot be seen in them
+        self._check_autoreset = self.autoreset_mode is None and not self.rows_only
         self._seq_widths: set[int] = set()  # window widths sample_sequences returned
         self._backend: ArrayBackend = make_backend(storage, path, device)
         self._table: StepTable | None = None
@@ -153,7 +186,8 @@ class ReplayBuffer:
         self._guard = CallGuard()
         self.sampler.bind(self.rows, self._num_envs)
         if spec is not None:
-            self._allocate(standard_spec(Spec.coerce(spec)))
+            spec = Spec.coerce(spec)
+            self._allocate(rows_spec(spec) if self.rows_only else standard_spec(spec))
 
     # ------------------------------------------------------------------ properties
     @property
@@ -241,8 +275,8 @@ class ReplayBuffer:
 
     # ------------------------------------------------------------------ writing
     def _allocate(self, spec: Spec) -> None:
-        self._table = StepTable(spec, self.rows, self._num_envs, obs_fields(spec),
-                                backend=self._backend)
+        self._table = state.make_table(spec, self.rows, self._num_envs, self._backend,
+                                       self.rows_only)
         self.record_owner()
 
     def record_owner(self) -> None:
@@ -271,7 +305,8 @@ class ReplayBuffer:
         """The general path: check every value, then the reference writer writes and the
         sampler hears which slots were written (an input transform was already applied)."""
         call = check_call(None if self._table is None else self._table.spec,
-                          collect_fields(*values), steps, env_ids, self._num_envs)
+                          collect_fields(*values), steps, env_ids, self._num_envs,
+                          self.rows_only)
         parts = self._current_parts()
         prio = check_priority(parts.traits, priority, call.out)
         if self._table is None:
@@ -591,13 +626,14 @@ class ReplayBuffer:
         """
         with self.exclusive():
             spec = state.checked_state(state_dict, self._capacity, self._num_envs,
-                                       self.spec, self.sampler, self.view, self._rng)
+                                       self.spec, self.sampler, self.view, self._rng,
+                                       self.rows_only)
             if spec is None:
                 self._clear()
             else:
                 if self._table is None:
                     self._allocate(spec)
-                load_table_state(self.table, state_dict["table"])
+                state.load_table(self.table, state_dict["table"])
             self.sampler.load_state_dict(state_dict["sampler"])
             # checkpoints written before views had state hold none: the view keeps its own
             self.view.load_state_dict(state_dict.get("view", {}))

@@ -23,44 +23,139 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from replaybank.buffers.inputs import obs_fields, standard_spec
+from replaybank.buffers.inputs import obs_fields, rows_spec, standard_spec
 from replaybank.errors import CheckpointError, ReplayBankError
 from replaybank.ops import ring
 from replaybank.samplers.base import Sampler
-from replaybank.spec import Spec
+from replaybank.spec import FieldSpec, Spec
 from replaybank.storage.backends.base import ArrayBackend, DurableBackend
 from replaybank.storage.table import StepTable
-from replaybank.storage.table_state import check_table_arrays, table_state
+from replaybank.storage.table_state import check_table_arrays, load_table_state, table_state
 from replaybank.views import make_view
 from replaybank.views.base import View
 
 IntArray = npt.NDArray[np.int64]
 
-__all__ = ["buffer_state", "check_parts", "checked_spec", "checked_state", "init_args",
-           "init_config", "live_slots", "probe_load", "probe_rng", "resume_state",
-           "rng_state"]
+__all__ = ["ROWS_SIDE", "buffer_state", "check_parts", "checked_spec", "checked_state",
+           "init_args", "init_config", "live_slots", "load_table", "make_table", "probe_load",
+           "probe_rng", "resume_state", "rng_state"]
+
+#: A rows table's side store (``ReplayBuffer(next_obs=False)``: no observation fields, so
+#: no next observation is kept aside) still hands out the slots its links point at (an
+#: episode end, each lane's newest step); this one-byte array per slot, ``side/<name>``
+#: in state dicts and memmap files, gives the store its size.
+ROWS_SIDE = "rows"
 
 #: What a component's ``load_state_dict`` raises on a state of the wrong structure.
 _MISFIT = (KeyError, ValueError, TypeError, IndexError, AttributeError, OverflowError)
 
 
 def init_args(n_step: int, gamma: float, frame_stack: int, storage: str | ArrayBackend,
-              path: Any, device: Any, autoreset_mode: str | None = None) -> dict[str, Any]:
+              path: Any, device: Any, autoreset_mode: str | None = None,
+              next_obs: bool = True) -> dict[str, Any]:
     """The constructor arguments a replay buffer records (JSON-able) beside its sizes,
     sampler and view: its state dict's ``init`` and :func:`replaybank.config.buffer_config`
-    rebuild it from them.
+    rebuild it from them. ``next_obs`` is recorded only when False (a rows buffer), so
+    the states and configs of other buffers stay as they were.
 
     Example:
         >>> init_args(3, 0.9, 1, "memmap", "/tmp/buf", None)["path"]
         '/tmp/buf'
+        >>> init_args(1, 0.99, 1, "numpy", None, None, next_obs=False)["next_obs"]
+        False
     """
-    return {
+    out: dict[str, Any] = {
         "n_step": n_step, "gamma": gamma, "frame_stack": frame_stack,
         "storage": storage if isinstance(storage, str) else storage.name,
         "path": None if path is None else str(path),
         "device": None if device is None else str(device),
         "autoreset_mode": autoreset_mode,
     }
+    if not next_obs:
+        out["next_obs"] = False
+    return out
+
+
+def make_table(spec: Spec, T: int, lanes: int, backend: ArrayBackend,  # noqa: N803
+               rows: bool) -> StepTable:
+    """A replay buffer's step table: the observation fields' next values linked, or for
+    a rows buffer (``rows=True``) none, with the :data:`ROWS_SIDE` array sizing its side
+    store (reopened with the other files of a memmap buffer).
+
+    Example:
+        >>> from replaybank.storage.backends.numpy import NumpyBackend
+        >>> spec = Spec.coerce({"x": ((), "int64"), "terminated": ((), "bool"),
+        ...                     "truncated": ((), "bool")})
+        >>> t = make_table(spec, 4, 2, NumpyBackend(), rows=True)
+        >>> t.obs_fields, t.side_capacity
+        ([], 8)
+    """
+    table = StepTable(spec, T, lanes, [] if rows else obs_fields(spec), backend=backend)
+    if rows:
+        side = table.side
+        side.arrays[ROWS_SIDE] = backend.allocate(f"side/{ROWS_SIDE}", (len(side.free),),
+                                                  np.dtype(np.uint8))
+    return table
+
+
+def _rows_view(spec: Spec, T: int, lanes: int,  # noqa: N803
+               arrays: Mapping[str, Any]) -> tuple[Spec, dict[str, Any]]:
+    """A rows table's spec and state as the table checks read them: the side array as the
+    kept-aside values of one more (all-zero, never stored) field."""
+    mark = FieldSpec(ROWS_SIDE, (), np.dtype(np.uint8))
+    view = dict(arrays)
+    view[f"fields/{ROWS_SIDE}"] = np.broadcast_to(np.uint8(0), (T, lanes))
+    return spec.with_fields([mark]), view
+
+
+def check_table(spec: Spec, T: int, lanes: int, arrays: Any, rows: bool,  # noqa: N803
+                where: str = "load_state_dict") -> int:
+    """:func:`~replaybank.storage.table_state.check_table_arrays` of a replay buffer's
+    table state, rows tables included (nothing is written).
+
+    Returns:
+        The number of side slots the state holds.
+
+    Raises:
+        CheckpointError: Naming what does not fit.
+    """
+    if not rows:
+        return check_table_arrays(spec, T, lanes, obs_fields(spec), arrays, where)
+    if f"fields/{ROWS_SIDE}" in arrays:
+        raise CheckpointError(f"{where}: the state has a field {ROWS_SIDE!r}, which a rows "
+                              "buffer does not store; the state is damaged")
+    spec, view = _rows_view(spec, T, lanes, arrays)
+    return check_table_arrays(spec, T, lanes, [ROWS_SIDE], view, where)
+
+
+def load_table(table: StepTable, arrays: Mapping[str, Any]) -> None:
+    """Copy a table state into ``table``: every array and invariant checked first
+    (:func:`~replaybank.storage.table_state.load_table_state`, which a rows table's state
+    gets as :func:`check_table` checks it, then copied the same way).
+
+    Raises:
+        CheckpointError: The state does not fit (the table is then unchanged).
+    """
+    if table.obs_fields or ROWS_SIDE not in table.side.arrays:
+        load_table_state(table, arrays)
+        return
+    side_len = check_table(table.spec, table.T, table.lanes, arrays, True)
+    if side_len != table.side_capacity:
+        table.side.resize(side_len)
+    be = table.backend
+    for dst, src in [*((a, arrays[f"fields/{n}"]) for n, a in table.arrays.items()),
+                     *((a, arrays[f"side/{n}"]) for n, a in table.side.arrays.items())]:
+        step = max(1, (16 << 20) // max(1, int(np.prod(src.shape[1:], dtype=np.int64))
+                                        * np.dtype(src.dtype).itemsize))
+        for i in range(0, len(src), step):  # rows at a time: a lazily read source
+            be.write(dst, slice(i, min(len(src), i + step)), np.asarray(src[i:i + step]))
+    for name, arr in table.state_arrays().items():
+        arr[...] = np.asarray(arrays[f"meta/{name}"], dtype=np.int64)
+    table.rebuild_free_list()
+    table.epoch += 1  # links changed without a write
+    free = arrays.get("free_slots")
+    if free is not None:  # checked: exactly the free slots, in the saved order
+        table.side.free = [int(i) for i in np.asarray(free).reshape(-1)]
 
 
 def rng_state(rng: np.random.Generator) -> dict[str, Any]:
@@ -110,7 +205,7 @@ def buffer_state(metadata: dict[str, Any], init_args: dict[str, Any], rng: np.ra
 
 
 def checked_spec(meta: Any, capacity: int, num_envs: int,
-                 current: Spec | None) -> Spec | None:
+                 current: Spec | None, rows: bool = False) -> Spec | None:
     """The spec a saved state holds, checked against the buffer it is loaded into.
 
     Args:
@@ -118,6 +213,8 @@ def checked_spec(meta: Any, capacity: int, num_envs: int,
         capacity: The buffer's capacity.
         num_envs: The buffer's number of lanes.
         current: The buffer's spec (None before its first add).
+        rows: The buffer stores rows (``next_obs=False``): the spec is checked as
+            :func:`~replaybank.buffers.inputs.rows_spec` checks one.
 
     Returns:
         The saved spec, or None when the saved buffer held nothing yet.
@@ -144,7 +241,8 @@ def checked_spec(meta: Any, capacity: int, num_envs: int,
     if spec_json is None:
         return None
     try:
-        spec = standard_spec(Spec.from_json(spec_json))
+        spec = Spec.from_json(spec_json)
+        spec = rows_spec(spec) if rows else standard_spec(spec)
     except (ReplayBankError, *_MISFIT) as exc:
         raise CheckpointError(f"load_state_dict: the state's spec {spec_json!r} is not a "
                               f"valid spec ({exc}); the state is damaged") from exc
@@ -233,11 +331,15 @@ def check_parts(saved: Mapping[str, Any], sampler: Sampler, view: View,
 
 
 def checked_state(saved: Any, capacity: int, num_envs: int, current: Spec | None,
-                  sampler: Sampler, view: View, rng: np.random.Generator) -> Spec | None:
+                  sampler: Sampler, view: View, rng: np.random.Generator,
+                  rows: bool = False) -> Spec | None:
     """Check a whole replay-buffer state dict before anything is restored: sizes and spec,
     every table array and the invariants of its counters and links
     (:func:`~replaybank.storage.table_state.check_table_arrays`), and the sampler, view
     and generator state (:func:`check_parts`).
+
+    A rows buffer's state (``next_obs=False``, recorded in the state's ``init``) loads
+    only into a rows buffer, and the other way round.
 
     Returns:
         The saved spec, or None when the saved buffer held nothing yet.
@@ -248,13 +350,21 @@ def checked_state(saved: Any, capacity: int, num_envs: int, current: Spec | None
     if not isinstance(saved, Mapping):
         raise CheckpointError(f"load_state_dict: state is {type(saved).__name__}, expected "
                               "the dict of a ReplayBuffer.state_dict()")
-    spec = checked_spec(saved.get("metadata"), capacity, num_envs, current)
+    init = saved.get("init")
+    saved_rows = isinstance(init, Mapping) and init.get("next_obs", True) is False
+    if saved_rows != rows:
+        raise CheckpointError(
+            f"load_state_dict: the state is of a buffer with next_obs={not saved_rows} but "
+            f"this buffer has next_obs={not rows}; build the buffer with "
+            f"next_obs={not saved_rows}"
+        )
+    spec = checked_spec(saved.get("metadata"), capacity, num_envs, current, rows)
     if spec is not None:
         table = saved.get("table")
         if not isinstance(table, Mapping):
             raise CheckpointError("load_state_dict: the state's metadata has a spec but "
                                   "there is no table; the state is damaged")
-        check_table_arrays(spec, capacity // num_envs, num_envs, obs_fields(spec), table)
+        check_table(spec, capacity // num_envs, num_envs, table, rows)
     check_parts(saved, sampler, view, rng)
     return spec
 
@@ -295,7 +405,8 @@ def init_config(capacity: int, num_envs: int, spec: Spec | None, init: dict[str,
     build is recorded as a view config; a durable backend's directory as ``path``.
     """
     cand: dict[str, Any] = {"capacity": capacity, "num_envs": num_envs,
-                            "spec": None if spec is None else spec.to_json(), **init}
+                            "spec": None if spec is None else spec.to_json(),
+                            "next_obs": True, **init}
     sampler_cfg = sampler.config()
     cand["sampler"] = sampler_cfg
     cand.update({k: v for k, v in sampler_cfg.items() if k != "type" and k not in cand})
