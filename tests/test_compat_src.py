@@ -432,6 +432,14 @@ def test_simple_replay_buffer_signature_and_store() -> None:
         torch.tensor([[0.5, 0.5]])), "rew": torch.tensor(2.0), "next_obs": torch.zeros(3),
         "done": torch.tensor(True)})
     assert len(buf) == 2 and "size=10" in repr(buf)
+    # the translated store (tensors, [1, dim] rows) holds the same values as plain numpy
+    got = buf.sample_batch()
+    row = int(torch.argmax(got["rew"]))
+    np.testing.assert_allclose(got["obs"][row], [1, 1, 1])
+    np.testing.assert_allclose(got["act"][row], [0.5, 0.5])
+    np.testing.assert_allclose(got["obs2"][row], [0, 0, 0])
+    assert got["done"][row] == 1.0 and got["done"][1 - row] == 0.0
+    np.testing.assert_allclose(got["obs2"][1 - row], [1.5, 1.5, 1.5])
     with pytest.raises(ArgumentError, match=r"missing key 'next_obs'"):
         buf.store({k: v for k, v in sac_step(0).items() if k != "next_obs"})
     with pytest.raises(ArgumentError, match=r"has no \.action"):

@@ -69,6 +69,7 @@ from replaybank.errors import (
     CapacityError,
     ConfigError,
     EmptyBufferError,
+    ReplayBankError,
     ShapeError,
     describe,
     require_extra,
@@ -326,13 +327,18 @@ def _from_dict(cls: type[_T], config: Any) -> _T:
 
 # ---------------------------------------------------------------------- conversions
 def _array(key: str, x: Any, dim: int) -> AnyArray:
-    """``x`` as a ``[dim]`` array (torch tensors detached to numpy)."""
+    """``x`` as a ``[dim]`` array (torch tensors detached to numpy; anything but a numpy
+    array cast to float32, the dtype the original stored)."""
     arr: AnyArray
     if type(x) is np.ndarray:
         arr = x
     else:
         detach = getattr(x, "detach", None)
-        arr = np.asarray(detach().cpu().numpy() if detach is not None else x)
+        try:
+            arr = np.asarray(detach().cpu().numpy() if detach is not None else x, np.float32)
+        except (TypeError, ValueError) as exc:
+            raise ShapeError(f"store: buffer_dict{key}={describe(x)}: expected {dim} "
+                             f"numbers ({exc})") from None
     if arr.shape != (dim,):
         if arr.size != dim:
             raise ShapeError(f"store: buffer_dict{key}={describe(x)}: expected {dim} values "
@@ -679,7 +685,16 @@ class SimpleReplayBuffer:
             action = act.action
         except AttributeError:
             action = _action_fields(act, ("action",))[0]
-        if type(done) is not bool:
+        if type(done) is bool:
+            # the hot path: the core's add checks the values (and refuses, unchanged, what
+            # needs translating first: tensors, [1, dim] rows, ...)
+            try:
+                self.buffer.add(obs=obs, action=action, reward=rew, next_obs=next_obs,
+                                terminated=done, truncated=False)
+                return
+            except (ReplayBankError, TypeError, ValueError, RuntimeError):
+                pass
+        else:
             done = bool(_scalar("store: buffer_dict['done']", done))
         self.buffer.add(obs=_array("['obs']", obs, self.obs_dim),
                         action=_array("['act'].action", action, self.act_dim),
