@@ -470,3 +470,26 @@ def test_observations_without_goals_and_bad_reward_functions() -> None:
     with pytest.raises(rb.ShapeError, match="reward_fn returned shape"):
         bad.sample(8)
     assert bad.rng.bit_generator.state == before  # the failed call drew nothing
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_compiled_goal_sources_match_the_numpy_oracle(seed: int) -> None:
+    """Both kernels of ops.hindsight pick the same rows and goal steps from the same draws
+    (buffers of several lanes after wrap-around, every strategy, both eligibility rules)."""
+    numba_mod = pytest.importorskip("replaybank.ops.hindsight_numba")
+    from replaybank.ops.hindsight import STRATEGY_CODES, goal_sources
+
+    buf, model = buffer(capacity=60, lanes=3, seed=seed)
+    fill(buf, model, 70, seed=seed)
+    t = buf.table
+    idx = buf.view.episode_index(t)
+    rng = np.random.default_rng(seed)
+    for code in STRATEGY_CODES.values():
+        for unfinished in (False, True):
+            keys = buf.sample(200).indices
+            u = rng.random(400)
+            args = (keys, u, 0.7, idx.end, idx.begin, t.written, t.counts,
+                    t.flat(t.link), t.T, t.lanes, code, unfinished)
+            for want, got in zip(goal_sources(*args), numba_mod.goal_sources(*args),
+                                 strict=True):
+                np.testing.assert_array_equal(want, got)

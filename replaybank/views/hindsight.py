@@ -71,6 +71,7 @@ import numpy.typing as npt
 from replaybank.errors import ConfigError, ShapeError
 from replaybank.ops import nstep
 from replaybank.ops.episodes import EpisodeIndex
+from replaybank.ops.hindsight import STRATEGY_CODES, goal_kernel
 from replaybank.storage.table import StepTable
 from replaybank.views.base import StatelessView, next_name
 from replaybank.views.functions import function_name, resolve_function
@@ -80,7 +81,7 @@ from replaybank.views.transition import TransitionView
 __all__ = ["STRATEGIES", "HerView"]
 
 IntArray = npt.NDArray[np.int64]
-STRATEGIES = ("future", "final", "episode", "random")
+STRATEGIES = tuple(STRATEGY_CODES)
 
 
 class HerView(StatelessView):
@@ -140,6 +141,7 @@ class HerView(StatelessView):
         self._names = (reward_fn if isinstance(reward_fn, str) else None,
                        terminated_fn if isinstance(terminated_fn, str) else None)
         self.strategy = strategy
+        self._code = STRATEGY_CODES[strategy]
         self.k = int(k)
         self.relabel_unfinished = bool(relabel_unfinished)
         self.inner: NStepView | TransitionView = NStepView(n_step, gamma) if n_step != 1 \
@@ -210,28 +212,19 @@ class HerView(StatelessView):
         relabeled = out["relabeled"] = np.zeros(b, dtype=bool)
         if self.k == 0 or b == 0:
             return out
-        # the coin first, then only the rows it picked are looked up (S of B)
-        rows = (rng.random(b) < self.probability).nonzero()[0]
         idx = self.episode_index(table)
-        lanes = table.lanes
-        picked = keys[rows]
-        if lanes == 1:
-            seq, lane, slots = picked, None, picked % table.T
-        else:
-            seq, lane = picked // lanes, picked % lanes
-            slots = seq % table.T * lanes + lane
-        end = idx.end[slots]
-        if self.relabel_unfinished:
-            end = np.where(end < 0, table.written[lane if lane is not None else 0] - 1, end)
-        ok = end >= 0  # rows of running episodes keep their goal
-        if not ok.all():
-            rows, seq, end, slots = rows[ok], seq[ok], end[ok], slots[ok]
-            lane = None if lane is None else lane[ok]
+        rows, nxt, side = goal_kernel()(
+            keys, rng.random(2 * b), self.probability, idx.end, idx.begin, table.written,
+            table.counts, table.flat(table.link), table.T, table.lanes, self._code,
+            self.relabel_unfinished)
         if len(rows) == 0:
             return out
         relabeled[rows] = True
-        gslots = self._goal_slots(table, idx, seq, lane, slots, end, rng)
-        goals = table.take_next(self.achieved, *table.next_index(gslots))  # [S, *g]
+        # the goal step's next achieved goal: the next step's, or the one kept aside
+        goals = table.flat(table.arrays[self.achieved]).take(nxt, axis=0)  # [S, *g]
+        aside = (side >= 0).nonzero()[0]
+        if len(aside):
+            goals[aside] = table.side.arrays[self.achieved].take(side[aside], axis=0)
         for name in (self.desired, next_name(self.desired)):
             arr = out[name]
             if not arr.flags.writeable:
@@ -239,33 +232,6 @@ class HerView(StatelessView):
             arr[rows] = goals
         self._relabel_rewards(table, out, keys, rows, goals)
         return out
-
-    def _goal_slots(self, table: StepTable, idx: EpisodeIndex, seq: IntArray,
-                    lane: IntArray | None, slots: IntArray, end: IntArray,
-                    rng: np.random.Generator) -> IntArray:
-        """Storage slots ``[S]`` of the steps whose next achieved goal becomes the goal
-        (``lane`` None: a one-lane table)."""
-        lanes, T = table.lanes, table.T  # noqa: N806
-        s = self.strategy
-        if s == "random":
-            counts = table.counts
-            total = int(counts.sum())
-            u = (rng.random(len(seq)) * total).astype(np.int64)
-            cum = np.cumsum(counts)
-            gl = np.searchsorted(cum, u, side="right")
-            gseq = table.written[gl] - counts[gl] + (u - (cum[gl] - counts[gl]))
-            return gseq % T * lanes + gl
-        if s == "final":
-            j = end
-        else:
-            if s == "future":
-                lo = seq
-            else:  # "episode": from the episode's oldest surviving step
-                oldest = table.written - table.counts
-                lo = np.maximum(idx.begin[slots], oldest[0] if lane is None else oldest[lane])
-            # u < 1, so the floor of u * n is below n: j <= end
-            j = lo + (rng.random(len(seq)) * (end - lo + 1)).astype(np.int64)
-        return j % T if lane is None else j % T * lanes + lane
 
     def _relabel_rewards(self, table: StepTable, out: dict[str, Any], keys: IntArray,
                          rows: IntArray, goals: npt.NDArray[Any]) -> None:
