@@ -1,0 +1,610 @@
+"""The pytorchrl front end, section by section of pytorchrl's off-policy storage docs
+(reference 003): Replay buffer, N-Step Replay Buffer, Prioritized Experience Replay
+Buffer, Emphasizing Recent Experience Replay Buffer (ERE), Hindsight experience replay
+buffer (HER); plus a pytorchrl-style PER + n-step DQN loop on CartPole-v1."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import replaybank.compat.pytorchrl as prl_storages  # noqa: E402
+from replaybank.compat.pytorchrl import (  # noqa: E402
+    EREBuffer,
+    HERBuffer,
+    NStepReplayBuffer,
+    PERBuffer,
+    ReplayBuffer,
+)
+from replaybank.errors import ConfigError, EmptyBufferError  # noqa: E402
+
+OBS, RHS, DONE, ACT, REW = ("Observation", "RecurrentHiddenStates", "Done", "Action",
+                            "Reward")
+IREW, OBS2, RHS2, DONE2, ACTPROBS = ("IntrinsicReward", "NextObservation",
+                                     "NextRecurrentHiddenStates", "NextDone", "ActionProbs")
+DOC_TENSORS = (OBS, RHS, DONE, ACT, REW, IREW, OBS2, RHS2, DONE2, ACTPROBS)
+ALGO = SimpleNamespace(gamma=0.9, update_every=4)
+ACTOR = SimpleNamespace(is_recurrent=False)
+ITERS = 30
+
+
+def transition(t: int, n: int = 2, done2: Any = None, obs_dim: int = 3) -> dict[str, Any]:
+    """pytorchrl's transition dict at step t of n envs: obs = [t, env, 0...]."""
+    obs = torch.zeros(n, obs_dim)
+    obs[:, 0] = t
+    obs[:, 1] = torch.arange(n)
+    nxt = obs.clone()
+    nxt[:, 0] = t + 1
+    d2 = torch.zeros(n, 1) if done2 is None else torch.as_tensor(done2, dtype=torch.float32
+                                                                 ).reshape(n, 1)
+    return {OBS: obs, RHS: torch.zeros(n, 2), DONE: torch.zeros(n, 1),
+            ACT: torch.full((n, 1), float(t % 2)), REW: torch.full((n, 1), float(t)),
+            OBS2: nxt, RHS2: torch.zeros(n, 2), DONE2: d2, "EnvironmentInformation": {}}
+
+
+def fill(buf: Any, steps: int, n: int = 2, ends: dict[int, list[int]] | None = None) -> None:
+    for t in range(steps):
+        done2 = None
+        if ends is not None:
+            done2 = [float(t in ends.get(e, [])) for e in range(n)]
+        buf.insert_transition(transition(t, n, done2))
+
+
+# ------------------------------------------------------------------ Replay buffer
+def test_replay_buffer_constructor_and_factory() -> None:
+    """Section 'Replay buffer': ReplayBuffer(size, device, actor, algorithm, envs) and
+    create_factory(size) -> func(device, actor, algorithm, envs)."""
+    buf = ReplayBuffer(50, "cpu", ACTOR, ALGO, None)
+    assert buf.max_size == 50 and buf.size == 0 and buf.step == 0
+    assert buf.device == "cpu" and buf.actor is ACTOR and buf.algo is ALGO
+    make = ReplayBuffer.create_factory(size=20)
+    made = make("cpu", ACTOR, ALGO, None)
+    assert isinstance(made, ReplayBuffer) and made.max_size == 20
+    with pytest.raises(ConfigError):
+        ReplayBuffer(0, "cpu", ACTOR, ALGO, None)
+
+
+def test_storage_tensors_documented_names() -> None:
+    """Section 'Replay buffer' (and every class): storage_tensors = the documented tuple."""
+    for cls in (ReplayBuffer, NStepReplayBuffer, PERBuffer, EREBuffer, HERBuffer):
+        assert cls.storage_tensors == DOC_TENSORS
+    assert prl_storages.STORAGE_TENSORS == DOC_TENSORS
+
+
+def test_bases_as_documented() -> None:
+    """Every section's 'Bases:' line: the documented hierarchy."""
+    assert issubclass(NStepReplayBuffer, ReplayBuffer)
+    assert issubclass(PERBuffer, NStepReplayBuffer)
+    assert issubclass(EREBuffer, PERBuffer)
+    assert issubclass(HERBuffer, EREBuffer)
+
+
+def test_init_tensors_and_insert_transition_shapes() -> None:
+    """Section 'Replay buffer': init_tensors(sample) (lazy, from a sample) and
+    insert_transition(sample) with [num_envs, ...] values; keys outside storage_tensors
+    are ignored."""
+    buf = ReplayBuffer(10, "cpu", ACTOR, ALGO, None)
+    buf.init_tensors(transition(0, n=3))
+    assert buf.num_envs == 3 and buf.size == 0
+    fill(buf, 4, n=3)
+    assert (buf.size, buf.step) == (4, 4)
+    data = buf.get_all_buffer_data()
+    assert data[OBS].shape == (4, 3, 3) and data[REW].shape == (4, 3, 1)
+    assert data[DONE2].shape == (4, 3, 1) and data[ACT].shape == (4, 3, 1)
+    assert data[OBS].dtype == np.float32
+    assert data[IREW] is None and data[ACTPROBS] is None  # not in the samples
+    np.testing.assert_array_equal(data[OBS2][:, :, 0], data[OBS][:, :, 0] + 1)
+    with pytest.raises(ValueError, match="lacks"):
+        ReplayBuffer(10, "cpu", ACTOR, ALGO, None).init_tensors({OBS: torch.zeros(1, 2)})
+
+
+def test_ring_keeps_max_size_rows() -> None:
+    """Section 'Replay buffer': size = storage capacity along the time axis."""
+    buf = ReplayBuffer(5, "cpu", ACTOR, ALGO, None)
+    fill(buf, 12)
+    assert buf.size == 5
+    data = buf.data
+    assert data[OBS][:, 0, 0].tolist() == [7, 8, 9, 10, 11]
+
+
+def test_generate_batches_shapes_keys_and_count() -> None:
+    """Section 'Replay buffer': generate_batches(num_mini_batch, mini_batch_size,
+    num_epochs=1) yields num_mini_batch dicts of float32 tensors [B, ...]; the hidden
+    states of a feed-forward actor are one zero row, as pytorchrl's."""
+    buf = ReplayBuffer(100, "cpu", ACTOR, ALGO, None, seed=0)
+    fill(buf, 30)
+    batches = list(buf.generate_batches(3, 16))
+    assert len(batches) == 3
+    b = batches[0]
+    assert set(b) == set(DOC_TENSORS)
+    assert b[OBS].shape == (16, 3) and b[OBS2].shape == (16, 3)
+    assert b[ACT].shape == (16, 1) and b[REW].shape == (16, 1) and b[DONE2].shape == (16, 1)
+    assert b[DONE].shape == (16, 1)
+    assert b[RHS].shape == (1, 2) and not b[RHS].any()
+    assert b[IREW] == {} and b[ACTPROBS] == {}
+    assert all(v.dtype == torch.float32 for v in b.values() if isinstance(v, torch.Tensor))
+    assert torch.all(b[OBS2][:, 0] == b[OBS][:, 0] + 1)
+    assert torch.all(b[REW][:, 0] == b[OBS][:, 0])  # reward t at obs t
+    assert "n_step" not in b  # the plain buffer adds no scheme keys
+    assert len(list(buf.generate_batches(2, 4, num_epochs=5))) == 2  # epochs unused
+    with pytest.raises(EmptyBufferError):
+        next(ReplayBuffer(10, "cpu", ACTOR, ALGO, None).generate_batches(1, 4))
+
+
+def test_dict_observations() -> None:
+    """Section 'Replay buffer' (init_tensors): dict observations are stored and batched
+    as dicts of tensors."""
+    buf = ReplayBuffer(20, "cpu", ACTOR, ALGO, None, seed=0)
+    for t in range(5):
+        s = transition(t)
+        s[OBS] = {"pos": s[OBS], "goal": torch.ones(2, 1)}
+        s[OBS2] = {"pos": s[OBS2], "goal": torch.ones(2, 1)}
+        buf.insert_transition(s)
+    b = next(buf.generate_batches(1, 8))
+    assert set(b[OBS]) == {"pos", "goal"} and b[OBS]["pos"].shape == (8, 3)
+    assert torch.all(b[OBS2]["pos"][:, 0] == b[OBS]["pos"][:, 0] + 1)
+    assert buf.get_all_buffer_data()[OBS2]["goal"].shape == (5, 2, 1)
+
+
+def test_before_after_gradients_hooks() -> None:
+    """Section 'Replay buffer': before_gradients() and after_gradients(batch, info) ->
+    info."""
+    buf = ReplayBuffer(10, "cpu", ACTOR, ALGO, None)
+    fill(buf, 3)
+    assert buf.before_gradients() is None
+    info = {"Algorithm": {}}
+    assert buf.after_gradients(next(buf.generate_batches(1, 2)), info) is info
+
+
+def test_get_all_buffer_data_reset_and_reinsert() -> None:
+    """Section 'Replay buffer': get_all_buffer_data, reset, insert_data_slice. pytorchrl's
+    single-process loop exports, resets and re-inserts the same data into the same
+    storage: nothing is duplicated. Another storage receives the rows."""
+    col = ReplayBuffer(100, "cpu", ACTOR, ALGO, None, seed=0)
+    learner = ReplayBuffer(100, "cpu", ACTOR, ALGO, None, seed=1)
+    fill(col, 6)
+    data = col.get_all_buffer_data(data_to_cpu=True)
+    assert data[OBS].shape[0] == 6
+    col.reset()
+    assert col.step == 0 and col.size == 6  # stored data stays sampleable
+    col.insert_data_slice(data)  # the same storage: already stored
+    assert (col.size, col.step) == (6, 6)
+    learner.insert_data_slice(data)
+    assert (learner.size, learner.step) == (6, 6)
+    np.testing.assert_array_equal(learner.data[OBS], col.data[OBS])
+    # next collection: only new rows are exported after a reset
+    col.reset()
+    for t in range(6, 9):
+        col.insert_transition(transition(t))
+    new = col.get_all_buffer_data()
+    assert new[OBS][:, 0, 0].tolist() == [6, 7, 8]
+    learner.insert_data_slice(new)
+    assert learner.data[OBS][:, 0, 0].tolist() == list(range(9))
+    with pytest.raises(ValueError, match="different lengths"):
+        learner.insert_data_slice({OBS: np.zeros((2, 2, 3)), ACT: np.zeros((3, 2, 1))})
+
+
+def test_get_data_slice_positions() -> None:
+    """Section 'Replay buffer': get_data_slice(start_pos, end_pos) copies rows; positions
+    count from the first row added since the last reset."""
+    buf = ReplayBuffer(100, "cpu", ACTOR, ALGO, None)
+    fill(buf, 5)
+    buf.reset()
+    for t in range(5, 8):
+        buf.insert_transition(transition(t))
+    assert buf.get_data_slice(0, 2)[OBS][:, 0, 0].tolist() == [5, 6]
+    assert buf.get_data_slice(-2, 1)[OBS][:, 0, 0].tolist() == [3, 4, 5]
+    sl = buf.get_data_slice(0, 1)
+    sl[OBS][:] = -1  # a copy
+    assert buf.get_data_slice(0, 1)[OBS][0, 0, 0] == 5
+
+
+def test_insert_single_tensor_slice() -> None:
+    """Section 'Replay buffer': insert_single_tensor_slice(tensor_storage, tensor_key,
+    tensor_values) -> length; allocates [max_size, ...] float32, writes circularly."""
+    buf = ReplayBuffer(4, "cpu", ACTOR, ALGO, None)
+    store: dict[str, Any] = {"x": None}
+    assert buf.insert_single_tensor_slice(store, "x", np.ones((3, 2, 5))) == 3
+    assert store["x"].shape == (4, 2, 5) and store["x"].dtype == np.float32
+    fill(buf, 3)  # step 3: the next slice wraps
+    assert buf.insert_single_tensor_slice(store, "x", torch.full((2, 2, 5), 7.0)) == 2
+    assert store["x"][:, 0, 0].tolist() == [7, 1, 1, 7]
+
+
+def test_update_storage_parameter() -> None:
+    """Section 'Replay buffer': update_storage_parameter(name, value) changes an existing
+    attribute, ignores unknown names; max_size of an empty storage rebuilds it."""
+    buf = ReplayBuffer(10, "cpu", ACTOR, ALGO, None)
+    buf.update_storage_parameter("no_such_attribute", 3)
+    assert not hasattr(buf, "no_such_attribute")
+    buf.update_storage_parameter("max_size", 6)
+    fill(buf, 9)
+    assert buf.size == 6 and buf.buffer is not None and buf.buffer.capacity == 12
+    with pytest.raises(ConfigError, match="max_size"):
+        buf.update_storage_parameter("max_size", 8)
+
+
+def test_recurrent_batches_and_reset_keeps_overlap() -> None:
+    """Section 'Replay buffer' (recurrent actor): sequences of update_every steps,
+    hidden states at each sequence start, get_all_buffer_data of whole sequences and a
+    reset that keeps the overlap slice."""
+    actor = SimpleNamespace(is_recurrent=True, sequence_overlap=0.5)
+    algo = SimpleNamespace(gamma=0.9, update_every=4)
+    buf = ReplayBuffer(100, "cpu", actor, algo, None, seed=0)
+    assert (buf.sequence_length, buf.overlap_length, buf.non_overlap_length) == (4, 2, 2)
+    for t in range(10):
+        s = transition(t)
+        s[RHS] = torch.full((2, 2), float(t))
+        s[RHS2] = torch.full((2, 2), float(t + 1))
+        buf.insert_transition(s)
+    b = next(buf.generate_batches(1, 8))  # 8 // 4 + 1 = 3 sequences
+    assert b[OBS].shape == (12, 3) and b[RHS].shape == (3, 2) and b[RHS2].shape == (3, 2)
+    starts = b[OBS][::4, 0]
+    assert torch.all(b[RHS][:, 0] == starts)  # the hidden state of each window's start
+    seq = b[OBS][:, 0].reshape(3, 4)
+    assert torch.all(seq[:, 1:] - seq[:, :-1] == 1)
+    data = buf.get_all_buffer_data(data_to_cpu=True)  # whole sequences only: 8 of 10
+    assert data[OBS].shape[0] == 8
+    assert buf.staged_overlap is not None
+    buf.reset()
+    assert buf.step == 2  # the overlap slice leads the next export
+    buf.insert_transition(transition(10))
+    assert buf.get_data_slice(0, 3)[OBS][:, 0, 0].tolist() == [8, 9, 10]
+
+
+# ------------------------------------------------------------------ N-Step
+def nstep_oracle(rewards: list[float], ends: list[bool], t: int, n: int,
+                 gamma: float) -> tuple[float, int, bool]:
+    """Plain loop: return, window length and done of step t (stops at an episode end
+    and at the newest step)."""
+    g, k = 0.0, 0
+    while k < n and t + k < len(rewards):
+        g += gamma ** k * rewards[t + k]
+        k += 1
+        if ends[t + k - 1]:
+            break
+    return g, k, ends[t + k - 1]
+
+
+def test_nstep_returns_against_plain_loop() -> None:
+    """Section 'N-Step Replay Buffer': truncated n-step returns (gamma from the
+    algorithm), NextObservation n steps ahead, NextDone of the window's last step and
+    batch['n_step'] (each row's window length: gamma ** n_step is its discount)."""
+    n, gamma = 3, 0.9
+    buf = NStepReplayBuffer(200, "cpu", ACTOR, SimpleNamespace(gamma=gamma), None, n_step=n,
+                            seed=0)
+    assert buf.n_step == n and buf.gamma == gamma
+    ends0 = {4, 9, 10, 17}
+    fill(buf, 20, n=1, ends={0: sorted(ends0)})
+    rewards = [float(t) for t in range(20)]
+    ends = [t in ends0 for t in range(20)]
+    b = next(buf.generate_batches(1, 256))
+    for i in range(256):
+        t = int(b[OBS][i, 0])
+        g, k, done = nstep_oracle(rewards, ends, t, n, gamma)
+        assert b[REW][i, 0].item() == pytest.approx(g, rel=1e-6)
+        assert b["n_step"][i, 0].item() == k
+        assert b[OBS2][i, 0].item() == t + k
+        assert b[DONE2][i, 0].item() == float(done)
+
+
+def test_nstep_factory_and_defaults() -> None:
+    """Section 'N-Step Replay Buffer': create_factory(size, n_step=1); n_step 1 gives
+    batch['n_step'] == 1."""
+    make = NStepReplayBuffer.create_factory(30)
+    buf = make("cpu", ACTOR, ALGO, None)
+    assert buf.n_step == 1
+    fill(buf, 5)
+    assert next(buf.generate_batches(1, 4))["n_step"] == 1
+    with pytest.raises(ConfigError):
+        NStepReplayBuffer(10, "cpu", ACTOR, ALGO, None, n_step=0)
+
+
+def test_nstep_update_storage_parameter() -> None:
+    """Section 'N-Step Replay Buffer': update_storage_parameter('n_step', k) applies to the
+    next batches (returns are computed at sample time)."""
+    buf = NStepReplayBuffer(50, "cpu", ACTOR, ALGO, None, n_step=1, seed=0)
+    fill(buf, 20, n=1)
+    buf.update_storage_parameter("n_step", 2)
+    b = next(buf.generate_batches(1, 64))
+    full = b["n_step"][:, 0] == 2
+    assert full.any()
+    assert torch.allclose(b[REW][full, 0], b[OBS][full, 0] * 1.9 + 0.9)
+
+
+# ------------------------------------------------------------------ PER
+def test_per_defaults_and_factory() -> None:
+    """Section 'Prioritized Experience Replay Buffer': defaults n_step=1, epsilon=0.0,
+    alpha=0.0, beta=1.0, default_error=1000000; create_factory with the same."""
+    buf = PERBuffer.create_factory(10)("cpu", ACTOR, ALGO, None)
+    assert (buf.n_step, buf.epsilon, buf.alpha, buf.beta, buf.default_error) == \
+        (1, 0.0, 0.0, 1.0, 1000000)
+    fill(buf, 5)
+    buf.before_gradients()
+    b = next(buf.generate_batches(1, 4))
+    assert b["per_weights"] == 1.0 and b["n_step"] == 1 and len(b["idxs"]) == 4
+    info = {"Algorithm": {}}  # alpha 0: no TD errors needed
+    assert buf.after_gradients(b, info) is info
+    with pytest.raises(ConfigError):  # the core's check of PER parameters
+        PERBuffer(10, "cpu", ACTOR, ALGO, None, alpha=0.5, beta=2.0)
+
+
+def test_get_priority_and_sequence_priority() -> None:
+    """Section 'Prioritized Experience Replay Buffer': get_priority(error) =
+    (error + epsilon) ** alpha; get_sequence_priority(sequence_data, eta=0.9)."""
+    buf = PERBuffer(10, "cpu", ACTOR, ALGO, None, epsilon=0.5, alpha=0.7)
+    err = np.array([0.0, 1.0, 3.5])
+    np.testing.assert_allclose(buf.get_priority(err), (err + 0.5) ** 0.7)
+    np.testing.assert_allclose(buf.get_priority(torch.tensor(err)), (err + 0.5) ** 0.7)
+    seq = np.array([[1.0, 4.0], [3.0, 0.0], [2.0, 2.0]])
+    np.testing.assert_allclose(buf.get_sequence_priority(seq),
+                               0.9 * seq.max(0) + 0.1 * seq.mean(0))
+    np.testing.assert_allclose(buf.get_sequence_priority(seq, eta=0.5),
+                               0.5 * seq.max(0) + 0.5 * seq.mean(0))
+
+
+def test_per_weights_and_priorities_against_plain_loop() -> None:
+    """Section 'Prioritized Experience Replay Buffer': after_gradients sets priorities
+    (error + epsilon) ** alpha from info['Algorithm']['errors']; per_weights [B, 1] =
+    (N P(i)) ** -beta / max over the buffer; new steps get default_error."""
+    eps, alpha, beta = 0.01, 0.6, 0.4
+    buf = PERBuffer(40, "cpu", ACTOR, ALGO, None, epsilon=eps, alpha=alpha, beta=beta,
+                    default_error=5.0, seed=0)
+    fill(buf, 10)
+    n = 20
+    prio = {}  # item key -> priority, a plain-loop oracle
+    b = next(buf.generate_batches(1, 64))
+    keys = b["idxs"].copy()
+    errors = torch.rand(64, 1) * 3
+    for k, e in zip(keys.tolist(), errors[:, 0].tolist(), strict=True):
+        prio[k] = (e + eps) ** alpha  # the last update of a repeated key wins
+    buf.after_gradients(b, {"Algorithm": {"errors": errors}})
+    assert "idxs" not in b
+    for k in range(n):
+        prio.setdefault(k, (5.0 + eps) ** alpha)
+    b = next(buf.generate_batches(1, 256))
+    total = sum(prio.values())
+    p_min = min(prio.values())
+    for i, k in enumerate(b["idxs"].tolist()):
+        w = (n * prio[k] / total) ** -beta / (n * p_min / total) ** -beta
+        assert b["per_weights"][i, 0].item() == pytest.approx(w, rel=1e-4)
+    assert b["per_weights"].shape == (256, 1)
+    with pytest.raises(KeyError, match="errors"):
+        buf.after_gradients(b, {"Algorithm": {}})
+
+
+def test_per_sampling_follows_priorities() -> None:
+    """Section 'Prioritized Experience Replay Buffer': draws follow the priorities."""
+    buf = PERBuffer(20, "cpu", ACTOR, ALGO, None, alpha=1.0, epsilon=0.0, seed=0)
+    fill(buf, 10, n=1)
+    b = next(buf.generate_batches(1, 10))
+    idx = np.arange(10)
+    b["idxs"] = idx
+    errors = torch.zeros(10, 1)
+    errors[3] = 1.0
+    buf.after_gradients(b, {"Algorithm": {"errors": errors}})
+    b = next(buf.generate_batches(1, 200))
+    assert set(b["idxs"].tolist()) == {3}
+
+
+# ------------------------------------------------------------------ ERE
+def test_ere_defaults_factory_and_batch_info() -> None:
+    """Section 'Emphasizing Recent Experience Replay Buffer (ERE)': defaults eta=1.0,
+    cmin=5000; batches carry 'n_step', 'idxs' and 'ck' (the window), 'per_weights' only
+    with PER."""
+    buf = EREBuffer.create_factory(100)("cpu", ACTOR, ALGO, None)
+    assert (buf.eta, buf.cmin, buf.alpha, buf.n_step) == (1.0, 5000, 0.0, 1)
+    fill(buf, 10)
+    b = next(buf.generate_batches(1, 4))
+    assert b["ck"] == 20 and "per_weights" not in b and b["n_step"] == 1
+    assert buf.after_gradients(b, {"Algorithm": {}}) == {"Algorithm": {}}
+
+
+def test_ere_windows_emphasize_recent_steps() -> None:
+    """Section 'ERE': mini batch k of K draws from the newest
+    ck = max(N * eta ** (1000 k / K), cmin) steps."""
+    buf = EREBuffer(500, "cpu", ACTOR, ALGO, None, eta=0.99, cmin=20, seed=0)
+    fill(buf, 400, n=1)
+    batches = list(buf.generate_batches(4, 128))
+    for k, b in enumerate(batches):
+        ck = max(int(400 * 0.99 ** (1000 * k / 4)), 20)
+        assert b["ck"] == min(ck, 400)
+        assert b[OBS][:, 0].min().item() >= 400 - b["ck"]
+
+
+def test_ere_with_per() -> None:
+    """Section 'ERE': combined with PER (alpha > 0) batches carry per_weights and
+    after_gradients updates priorities."""
+    buf = EREBuffer(200, "cpu", ACTOR, ALGO, None, alpha=0.6, beta=0.4, epsilon=1e-3,
+                    eta=0.9, cmin=10, seed=0)
+    fill(buf, 50)
+    b = next(buf.generate_batches(2, 16))
+    assert b["per_weights"].shape == (16, 1)
+    buf.after_gradients(b, {"Algorithm": {"errors": torch.ones(16, 1)}})
+    assert "idxs" not in b and "ck" not in b
+
+
+def test_update_eta() -> None:
+    """Section 'ERE': update_eta(info) adjusts eta from info['Episodes']['TrainReward']:
+    fast progress emphasises recent data, a plateau returns to 1."""
+    buf = EREBuffer(100, "cpu", ACTOR, ALGO, None, eta=0.95, cmin=10)
+    fill(buf, 5)
+    info: dict[str, Any] = {"Algorithm": {}}
+    for r in range(10):
+        info = buf.update_eta({"Algorithm": {}, "Episodes": {"TrainReward": float(r)}})
+    assert info["Algorithm"]["eta"] == pytest.approx(0.95)
+    assert buf.eta == pytest.approx(0.95)
+    for _ in range(20):
+        info = buf.update_eta({"Algorithm": {}, "Episodes": {"TrainReward": 9.0}})
+    assert buf.eta == pytest.approx(1.0)
+    assert buf.buffer is not None and buf.buffer.sampler.eta == pytest.approx(1.0)
+    assert buf.update_eta({}) == {"Algorithm": {"eta": buf.eta}}
+
+
+# ------------------------------------------------------------------ HER
+def goal_her(o: Any, rhs: Any, o2: Any, rhs2: Any, r: Any, initial_state: Any,
+             final_state: Any) -> tuple[Any, Any, Any, Any, Any]:
+    """obs = [position, env, goal]: the goal becomes the episode's final position."""
+    goal = final_state[:, 0]
+    o, o2 = o.copy(), o2.copy()
+    o[:, 2] = goal
+    o2[:, 2] = goal
+    return o, rhs, o2, rhs2, (o2[:, 0] == goal).astype(np.float32)[:, None]
+
+
+def test_her_defaults_factory_and_identity() -> None:
+    """Section 'Hindsight experience replay buffer (HER)': create_factory(size,
+    her_function=identity, n_step=1, ...); the default her_function stores copies."""
+    buf = HERBuffer.create_factory(50)("cpu", ACTOR, ALGO, None)
+    assert (buf.n_step, buf.eta, buf.cmin, buf.alpha) == (1, 1.0, 5000, 0.0)
+    fill(buf, 6, n=1, ends={0: [5]})
+    assert buf.relabelled == 5  # every step of the episode but the last
+    assert len(buf.buffer) == 11
+
+
+def test_her_two_envs_different_lengths() -> None:
+    """Section 'HER' (its warning lifted): with 2 envs whose episodes have different
+    lengths, each env's episode is relabelled when it ends, with its own initial and
+    final states."""
+    buf = HERBuffer(200, "cpu", ACTOR, ALGO, None, her_function=goal_her, seed=0)
+    lengths = [3, 5]
+    pos = [0, 0]
+    for t in range(30):
+        obs = torch.zeros(2, 3)
+        nxt = torch.zeros(2, 3)
+        ends = []
+        for e, n in enumerate(lengths):
+            obs[e] = torch.tensor([pos[e], e, 99.0])
+            nxt[e] = torch.tensor([pos[e] + 1, e, 99.0])
+            ends.append(float(t % n == n - 1))
+            pos[e] = 0 if ends[-1] else pos[e] + 1
+        buf.insert_transition({OBS: obs, ACT: torch.zeros(2, 1), REW: torch.zeros(2, 1),
+                               OBS2: nxt, DONE: torch.zeros(2, 1),
+                               DONE2: torch.tensor(ends)[:, None]})
+    # env 0: 10 episodes x 2 copies, env 1: 6 episodes x 4 copies
+    assert buf.relabelled == 10 * 2 + 6 * 4
+    b = next(buf.generate_batches(1, 2000))
+    her = b[OBS][:, 2] != 99
+    assert her.any() and (~her).any()
+    env = b[OBS][her, 1].long()
+    final = torch.tensor(lengths, dtype=torch.float32)[env] - 1  # last step's position
+    assert torch.all(b[OBS][her, 2] == final)
+    assert torch.all(b[OBS2][her, 2] == final)
+    assert torch.all(b[REW][her, 0] == (b[OBS2][her, 0] == final).float())
+    assert torch.all(b[OBS][her, 0] < final)  # the last transition is not copied
+    assert torch.all(b[REW][~her, 0] == 0)
+
+
+def test_her_nstep_windows_stop_at_copy_end() -> None:
+    """Section 'HER' with n_step: windows of hindsight copies never run into the next
+    real episode."""
+    buf = HERBuffer(200, "cpu", ACTOR, SimpleNamespace(gamma=0.5), None,
+                    her_function=goal_her, n_step=3, seed=0)
+    fill(buf, 12, n=1, ends={0: [3, 7, 11]})
+    b = next(buf.generate_batches(1, 500))
+    her = b[OBS][:, 2] != 0
+    pos = b[OBS][her, 0]
+    assert torch.all(b[OBS2][her, 0] <= b[OBS][her, 2])  # never past the copy's end
+    assert torch.all(b["n_step"][her, 0] == torch.clamp(b[OBS2][her, 0] - pos, max=3))
+
+
+def test_her_copy_single_tensor_and_manual_end() -> None:
+    """Section 'HER': copy_single_tensor(key, position) and handle_end_of_episode()."""
+    buf = HERBuffer(50, "cpu", ACTOR, ALGO, None, her_function=goal_her)
+    fill(buf, 3, n=1)
+    assert buf.copy_single_tensor(OBS, 1)[0, 0] == 1
+    assert buf.copy_single_tensor(REW, 2).tolist() == [2.0]
+    buf.handle_end_of_episode()
+    assert buf.relabelled == 2
+
+
+# ------------------------------------------------------------------ a training loop
+class QActor:
+    """A minimal pytorchrl-like actor: a Q network."""
+
+    is_recurrent = False
+
+    def __init__(self, obs_dim: int, n_act: int) -> None:
+        self.q = torch.nn.Sequential(torch.nn.Linear(obs_dim, 64), torch.nn.ReLU(),
+                                     torch.nn.Linear(64, n_act))
+
+
+def test_dqn_cartpole_per_nstep_loop() -> None:
+    """A pytorchrl-style DQN loop (insert_transition -> get_all_buffer_data -> reset ->
+    insert_data_slice -> before_gradients -> generate_batches -> after_gradients), PER +
+    3-step returns, written against pytorchrl's API; only the import differs."""
+    gym = pytest.importorskip("gymnasium")
+    from replaybank.compat.pytorchrl import PERBuffer as Storage
+
+    torch.manual_seed(0)
+    n_envs = 2
+    envs = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * n_envs,
+                                    autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    actor = QActor(4, 2)
+    target = QActor(4, 2)
+    target.q.load_state_dict(actor.q.state_dict())
+    algo = SimpleNamespace(gamma=0.99, update_every=50, num_mini_batch=10,
+                           mini_batch_size=64, num_epochs=1)
+    make = Storage.create_factory(size=5000, n_step=3, epsilon=1e-3, alpha=0.6, beta=0.4)
+    storage = make("cpu", actor, algo, envs)
+    opt = torch.optim.Adam(actor.q.parameters(), lr=5e-4)
+    obs_np, _ = envs.reset(seed=0)
+    obs, done = torch.as_tensor(obs_np), torch.zeros(n_envs, 1)
+    returns: list[float] = []
+    ep_ret = np.zeros(n_envs)
+    eps = 1.0
+    for it in range(ITERS):
+        for _ in range(algo.update_every):  # collection
+            with torch.no_grad():
+                q = actor.q(obs)
+            act = q.argmax(1, keepdim=True)
+            rand = torch.rand(n_envs, 1) < eps
+            act = torch.where(rand, torch.randint(0, 2, (n_envs, 1)), act)
+            obs2_np, rew, term, trunc, info = envs.step(act[:, 0].numpy())
+            done2 = torch.as_tensor(term | trunc, dtype=torch.float32)[:, None]
+            final = obs2_np.copy()
+            if "final_obs" in info:
+                for e in np.flatnonzero(info["_final_obs"]):
+                    final[e] = info["final_obs"][e]
+            storage.insert_transition({
+                "Observation": obs, "RecurrentHiddenStates": torch.zeros(n_envs, 1),
+                "Done": done, "Action": act.float(),
+                "Reward": torch.as_tensor(rew, dtype=torch.float32)[:, None],
+                "NextObservation": torch.as_tensor(final),
+                "NextRecurrentHiddenStates": torch.zeros(n_envs, 1),
+                "NextDone": torch.as_tensor(term, dtype=torch.float32)[:, None]})
+            ep_ret += rew
+            for e in np.flatnonzero(term | trunc):
+                returns.append(float(ep_ret[e]))
+                ep_ret[e] = 0
+            obs, done = torch.as_tensor(obs2_np), done2
+        eps = max(0.05, eps * 0.85)
+        data = storage.get_all_buffer_data(data_to_cpu=False)
+        storage.reset()
+        storage.insert_data_slice(data)  # the single-process pytorchrl loop
+        storage.before_gradients()
+        for batch in storage.generate_batches(algo.num_mini_batch, algo.mini_batch_size,
+                                              algo.num_epochs):
+            with torch.no_grad():
+                q_next = target.q(batch["NextObservation"]).max(1, keepdim=True)[0]
+                q_targ = batch["Reward"] + algo.gamma ** batch["n_step"] * (
+                    1 - batch["NextDone"]) * q_next
+            q_exp = actor.q(batch["Observation"]).gather(1, batch["Action"].long())
+            loss = (batch["per_weights"] * (q_exp - q_targ) ** 2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            errors = (q_exp - q_targ).abs().detach()
+            storage.after_gradients(batch, {"Algorithm": {"errors": errors}})
+        if it % 2 == 1:
+            target.q.load_state_dict(actor.q.state_dict())
+    assert storage.size == ITERS * algo.update_every  # exported data was not duplicated
+    assert len(returns) > 10
+    with torch.no_grad():  # the values learned from 3-step targets of +1 rewards
+        q = actor.q(next(storage.generate_batches(1, 256))["Observation"])
+    assert torch.isfinite(q).all() and q.max(1)[0].mean() > 2.0
