@@ -1,0 +1,639 @@
+"""The velora front end (``replaybank.compat.velora``) against velora's documentation.
+
+Tests follow the ``velora.buffer`` API reference section by section (BatchExperience,
+BufferBase and each of its methods, ReplayBuffer and each of its methods), then the user
+guide ("Working with Buffers"); each test's docstring names the section it checks. A
+plain reimplementation of the storage rules the reference documents is the oracle of the
+property test. The agent of ``warm`` is a small fake that follows velora's documented
+agent interface (``env``, ``device``, ``predict(states, hidden, train_mode=True) ->
+(actions, hidden)``) on real gymnasium vector envs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import json
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from safetensors.torch import load_file, save_file
+
+import replaybank as rb
+from replaybank.compat import velora
+from replaybank.compat.velora import BatchExperience, BufferBase, BufferConfig, ReplayBuffer
+
+S, A, H = 4, 2, 3
+KEYS = ["states", "actions", "rewards", "next_states", "dones", "hiddens"]
+
+
+def item(i: int, done: bool = False) -> tuple[Any, ...]:
+    """Experience number ``i``: every value encodes ``i`` (rows are told apart)."""
+    return (torch.full((S,), float(i)), torch.full((A,), i + 0.5), float(i) / 10,
+            torch.full((S,), i + 1.0), done, torch.full((H,), -float(i)))
+
+
+def items(start: int, n: int) -> tuple[torch.Tensor, ...]:
+    """Experiences ``start .. start + n - 1`` as add_multi's tensors (1-D rewards/dones)."""
+    i = torch.arange(start, start + n, dtype=torch.float32)
+    return (i[:, None].repeat(1, S), (i + 0.5)[:, None].repeat(1, A), i / 10,
+            (i + 1)[:, None].repeat(1, S), (i % 3 == 2).float(), (-i)[:, None].repeat(1, H))
+
+
+class Reference:
+    """The storage rules velora's reference documents, written plainly (the oracle)."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity, self.position, self.size = capacity, 0, 0
+        widths = {"states": S, "actions": A, "rewards": 1, "next_states": S, "dones": 1,
+                  "hiddens": H}
+        self.data = {k: torch.zeros((capacity, w)) for k, w in widths.items()}
+
+    def add(self, *values: Any) -> None:
+        for key, v in zip(KEYS, values, strict=True):
+            self.data[key][self.position] = torch.as_tensor(v, dtype=torch.float32)
+        self.position = (self.position + 1) % self.capacity
+        self.size = min(self.size + 1, self.capacity)
+
+    def add_multi(self, *values: torch.Tensor) -> None:
+        for row in zip(*values, strict=True):
+            self.add(*row)
+
+
+class FakeAgent:
+    """velora's agent interface: ``env``, ``device`` and ``predict(states, hidden,
+    train_mode)`` returning ``(actions, hidden)``; records every call."""
+
+    def __init__(self, env_id: str, hidden_dim: int = H, device: str = "cpu") -> None:
+        self.env = gym.make(env_id)
+        self.device = torch.device(device)
+        self.hidden_dim = hidden_dim
+        self.discrete = isinstance(self.env.action_space, gym.spaces.Discrete)
+        self.calls: list[dict[str, Any]] = []
+
+    def predict(self, states: torch.Tensor, hidden: torch.Tensor | None,
+                train_mode: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        n = states.shape[0]
+        prev = torch.zeros(n, self.hidden_dim) if hidden is None else hidden
+        new = torch.tanh(0.5 * prev + states.float().sum(-1, keepdim=True)
+                         + torch.arange(self.hidden_dim, dtype=torch.float32))
+        actions = (new[:, 0] > new[:, 1]).long() if self.discrete else 2 * new[:, :1]
+        self.calls.append({"states": states.clone(), "hidden_in": hidden, "hidden": new,
+                           "actions": actions, "train_mode": train_mode})
+        return actions, new
+
+
+def filled(n: int = 6, capacity: int = 10) -> ReplayBuffer:
+    buf = ReplayBuffer(capacity, S, A, H)
+    for i in range(n):
+        buf.add(*item(i, done=i % 3 == 2))
+    return buf
+
+
+# ---------------------------------------------------------------- API reference
+
+
+def test_module_exports_every_public_name() -> None:
+    """velora.buffer (the page): BatchExperience, BufferBase, ReplayBuffer, the config
+    model of ReplayBuffer.config and the key types of metadata/state_dict are exported."""
+    assert set(velora.__all__) == {"BatchExperience", "BufferBase", "BufferConfig",
+                                   "BufferKeys", "MetaDataKeys", "ReplayBuffer"}
+    for name in velora.__all__:
+        assert getattr(velora, name) is not None
+    assert issubclass(ReplayBuffer, BufferBase)
+
+
+def test_batch_experience_fields() -> None:
+    """BatchExperience (dataclass): attributes states, actions, rewards, next_states,
+    dones, hiddens, all tensors."""
+    assert dataclasses.is_dataclass(BatchExperience)
+    assert [f.name for f in dataclasses.fields(BatchExperience)] == KEYS
+    t = torch.zeros(2, 1)
+    b = BatchExperience(states=t, actions=t, rewards=t, next_states=t, dones=t, hiddens=t)
+    assert b.hiddens is t
+    b.states = torch.ones(2, 1)  # a plain (mutable) dataclass, as velora's
+    assert b.states.sum() == 2
+
+
+def test_buffer_base_init_parameters_and_defaults() -> None:
+    """BufferBase.__init__(capacity, state_dim, action_dim, hidden_dim, *, device=None):
+    attributes as given, position and size 0, storage zero-filled (capacity, dim)."""
+    sig = inspect.signature(BufferBase.__init__)
+    assert list(sig.parameters)[1:] == ["capacity", "state_dim", "action_dim", "hidden_dim",
+                                        "device"]
+    assert sig.parameters["device"].kind is inspect.Parameter.KEYWORD_ONLY
+    assert sig.parameters["device"].default is None
+    buf = ReplayBuffer(7, S, A, H)
+    assert (buf.capacity, buf.state_dim, buf.action_dim, buf.hidden_dim, buf.device) \
+        == (7, S, A, H, None)
+    assert (buf.position, buf.size, len(buf)) == (0, 0, 0)
+    shapes = {k: tuple(v.shape) for k, v in buf.state_dict().items()}
+    assert shapes == {"states": (7, S), "actions": (7, A), "rewards": (7, 1),
+                      "next_states": (7, S), "dones": (7, 1), "hiddens": (7, H)}
+    assert all(float(v.abs().sum()) == 0 for v in buf.state_dict().values())
+    with pytest.raises(TypeError):
+        ReplayBuffer(7, S, A, H, "cpu")  # type: ignore[misc]  # device is keyword-only
+    dev = ReplayBuffer(7, S, A, H, device=torch.device("cpu"))
+    assert dev.device == torch.device("cpu")
+
+
+def test_buffer_base_is_the_customization_base() -> None:
+    """BufferBase (Customization: Buffers): sample is abstract; a subclass that supplies
+    it gets add/add_multi/len/metadata/state_dict/save/load and velora's attributes."""
+    with pytest.raises(TypeError):
+        BufferBase(4, S, A, H)  # type: ignore[abstract]
+
+    class Newest(BufferBase):
+        def sample(self, batch_size: int) -> BatchExperience:
+            idx = (torch.arange(batch_size) + self.position - batch_size) % self.capacity
+            return BatchExperience(self.states[idx], self.actions[idx], self.rewards[idx],
+                                   self.next_states[idx], self.dones[idx], self.hiddens[idx])
+
+    buf = Newest(5, S, A, H)
+    for i in range(7):
+        buf.add(*item(i))
+    assert buf.sample(2).states[:, 0].tolist() == [5.0, 6.0]
+
+
+def test_len() -> None:
+    """BufferBase.__len__(): the current size, at most capacity."""
+    buf = ReplayBuffer(3, S, A, H)
+    sizes = []
+    for i in range(5):
+        buf.add(*item(i))
+        sizes.append(len(buf))
+    assert sizes == [1, 2, 3, 3, 3]
+    assert buf.size == len(buf)
+
+
+def test_add_stores_one_item_at_position() -> None:
+    """BufferBase.add(state, action, reward, next_state, done, hidden): one experience at
+    `position`, float32, position then advances deque style and size grows to capacity."""
+    buf = ReplayBuffer(3, S, A, H)
+    buf.add(torch.arange(S, dtype=torch.float64), torch.tensor([1, 2]), 0.5,
+            torch.ones(S, dtype=torch.float64), True, torch.full((H,), 2.0))
+    sd = buf.state_dict()
+    assert all(v.dtype == torch.float32 for v in sd.values())
+    assert sd["states"][0].tolist() == [0.0, 1.0, 2.0, 3.0]
+    assert sd["actions"][0].tolist() == [1.0, 2.0]
+    assert sd["rewards"][0].tolist() == [0.5]
+    assert sd["next_states"][0].tolist() == [1.0] * S
+    assert sd["dones"][0].tolist() == [1.0]
+    assert sd["hiddens"][0].tolist() == [2.0] * H
+    positions = []
+    for i in range(1, 5):
+        buf.add(*item(i))
+        positions.append(buf.position)
+    assert positions == [2, 0, 1, 2]
+    assert buf.states[:, 0].tolist() == [3.0, 4.0, 2.0]  # the oldest went first
+
+
+def test_add_accepts_what_velora_assignment_accepts() -> None:
+    """BufferBase.add: values are assigned into float32 rows (tensor[i] = value), so
+    Python numbers, numpy arrays, leading size-1 dims, a broadcast action and tensors
+    that require grad are taken; a value of the wrong size raises and stores nothing."""
+    buf = ReplayBuffer(4, S, A, H)
+    hidden = torch.ones(1, H, requires_grad=True)  # e.g. an actor's output
+    buf.add(np.zeros(S), 1, torch.tensor(2.0), torch.ones(1, S), torch.tensor(True), hidden)
+    assert buf.actions[0].tolist() == [1.0, 1.0]
+    assert buf.rewards[0].item() == 2.0 and buf.dones[0].item() == 1.0
+    assert buf.hiddens[0].tolist() == [1.0] * H
+    with pytest.raises(rb.ShapeError, match="state"):
+        buf.add(torch.zeros(S + 1), torch.zeros(A), 0.0, torch.zeros(S), False,
+                torch.zeros(H))
+    assert len(buf) == 1
+
+
+def test_add_multi_rows_in_order_and_1d_values() -> None:
+    """BufferBase.add_multi(states, actions, rewards, next_states, dones, hiddens): rows
+    go in order from `position`; 1-D rewards, dones and actions become one column."""
+    buf = ReplayBuffer(10, S, 1, H)
+    i = torch.arange(4, dtype=torch.float32)
+    buf.add_multi(i[:, None].repeat(1, S), torch.tensor([0, 1, 0, 1]), i / 10,
+                  (i + 1)[:, None].repeat(1, S), torch.tensor([False, False, True, False]),
+                  torch.zeros(4, H))
+    assert (len(buf), buf.position) == (4, 4)
+    assert buf.actions[:4, 0].tolist() == [0.0, 1.0, 0.0, 1.0]
+    assert buf.rewards[:4, 0].tolist() == pytest.approx([0.0, 0.1, 0.2, 0.3])
+    assert buf.dones[:4, 0].tolist() == [0.0, 0.0, 1.0, 0.0]
+    assert buf.next_states[:4, 0].tolist() == [1.0, 2.0, 3.0, 4.0]
+    # (n, 1) columns are taken as they are
+    buf.add_multi(torch.zeros(2, S), torch.ones(2, 1), torch.ones(2, 1), torch.zeros(2, S),
+                  torch.ones(2, 1), torch.zeros(2, H))
+    assert buf.rewards[4:6, 0].tolist() == [1.0, 1.0] and buf.dones[4:6, 0].tolist() == [1, 1]
+    with pytest.raises(rb.ShapeError, match="rewards"):
+        buf.add_multi(torch.zeros(2, S), torch.ones(2, 1), torch.ones(3), torch.zeros(2, S),
+                      torch.ones(2), torch.zeros(2, H))
+    assert len(buf) == 6
+
+
+def test_add_multi_wraps_around() -> None:
+    """BufferBase.add_multi: indices wrap at capacity (deque style), position and size
+    follow; more rows than capacity keep the newest."""
+    ref, buf = Reference(5), ReplayBuffer(5, S, A, H)
+    for start, n in ((0, 3), (3, 4), (7, 12)):
+        ref.add_multi(*items(start, n))
+        buf.add_multi(*items(start, n))
+        assert (buf.position, len(buf)) == (ref.position, ref.size)
+        for key, value in buf.state_dict().items():
+            assert torch.equal(value, ref.data[key]), key
+
+
+@settings(max_examples=40, deadline=None)
+@given(capacity=st.integers(1, 8),
+       ops=st.lists(st.one_of(st.just(0), st.integers(1, 11)), min_size=1, max_size=12))
+def test_adds_match_the_documented_storage(capacity: int, ops: list[int]) -> None:
+    """BufferBase.add / add_multi / state_dict / metadata: any sequence of adds (0: one
+    add, n: add_multi of n rows) leaves exactly the tensors, position and size of the
+    storage rules the reference documents; sample draws stored rows whole."""
+    ref, buf = Reference(capacity), ReplayBuffer(capacity, S, A, H)
+    k = 0
+    for n in ops:
+        if n == 0:
+            ref.add(*item(k, done=k % 2 == 1))
+            buf.add(*item(k, done=k % 2 == 1))
+            k += 1
+        else:
+            ref.add_multi(*items(k, n))
+            buf.add_multi(*items(k, n))
+            k += n
+    meta = buf.metadata()
+    assert (meta["position"], meta["size"]) == (ref.position, ref.size)
+    for key, value in buf.state_dict().items():
+        assert torch.equal(value, ref.data[key]), key
+    batch = buf.sample(len(buf))
+    live = {tuple(torch.cat([ref.data[key][i] for key in KEYS]).tolist())
+            for i in range(ref.size)}
+    rows = torch.cat([getattr(batch, key) for key in KEYS], dim=1)
+    assert {tuple(r) for r in rows.tolist()} <= live
+
+
+def test_metadata() -> None:
+    """BufferBase.metadata(): capacity, state_dim, action_dim, hidden_dim, position, size
+    and device (its str, or None)."""
+    buf = filled(6, capacity=4)
+    assert buf.metadata() == {"capacity": 4, "state_dim": S, "action_dim": A,
+                              "hidden_dim": H, "position": 2, "size": 4, "device": None}
+    cpu = ReplayBuffer(4, S, A, H, device=torch.device("cpu"))
+    assert cpu.metadata()["device"] == "cpu"
+    json.dumps(buf.metadata())
+
+
+def test_state_dict() -> None:
+    """BufferBase.state_dict(): tensors states, actions, rewards, next_states, dones,
+    hiddens, each (capacity, features), indexed by insertion position."""
+    buf = filled(3, capacity=5)
+    sd = buf.state_dict()
+    assert list(sd) == KEYS
+    assert sd["states"][:3, 0].tolist() == [0.0, 1.0, 2.0]
+    assert sd["next_states"][:3, 0].tolist() == [1.0, 2.0, 3.0]
+    assert sd["dones"][:, 0].tolist() == [0.0, 0.0, 1.0, 0.0, 0.0]
+    assert sd["hiddens"][:3, 0].tolist() == [0.0, -1.0, -2.0]
+    assert float(sd["states"][3:].abs().sum()) == 0.0
+
+
+def test_save_writes_velora_files(tmp_path: Path) -> None:
+    """BufferBase.save(dirpath, prefix='buffer_'): <prefix>metadata.json (the metadata,
+    indented JSON) and <prefix>state.safetensors (the state_dict); folders are created."""
+    assert inspect.signature(BufferBase.save).parameters["prefix"].default == "buffer_"
+    buf = filled(6, capacity=4)
+    target = tmp_path / "a" / "b"
+    buf.save(target)
+    assert sorted(p.name for p in target.iterdir()) == ["buffer_metadata.json",
+                                                        "buffer_state.safetensors"]
+    text = (target / "buffer_metadata.json").read_text()
+    assert json.loads(text) == buf.metadata() and "\n  " in text
+    tensors = load_file(target / "buffer_state.safetensors")
+    assert set(tensors) == set(KEYS)
+    for key, value in buf.state_dict().items():
+        assert torch.equal(tensors[key], value), key
+    buf.save(target, prefix="run1_")
+    assert (target / "run1_metadata.json").exists()
+    assert (target / "run1_state.safetensors").exists()
+
+
+def test_load_round_trip(tmp_path: Path) -> None:
+    """BufferBase.load(state_path, metadata) (classmethod): a new buffer of the same type
+    with the saved items, position and size; the suffix of state_path may be left out;
+    a None device loads on the CPU."""
+    buf = filled(7, capacity=5)  # wrapped: position 2
+    buf.save(tmp_path)
+    meta = json.loads((tmp_path / "buffer_metadata.json").read_text())
+    for path in (tmp_path / "buffer_state.safetensors", str(tmp_path / "buffer_state")):
+        again = ReplayBuffer.load(path, meta)
+        assert type(again) is ReplayBuffer
+        assert again.metadata() == {**meta, "device": "cpu"}
+        assert again.device == torch.device("cpu")
+        for key, value in buf.state_dict().items():
+            assert torch.equal(again.state_dict()[key], value), key
+    # it continues where it stopped: the next add overwrites the oldest (position 2)
+    again.add(*item(100))
+    assert again.states[:, 0].tolist() == [5.0, 6.0, 100.0, 3.0, 4.0]
+    assert again.position == 3
+
+
+def test_load_files_written_by_velora_scheme(tmp_path: Path) -> None:
+    """BufferBase.load: files in velora's documented format (save_file of the six
+    tensors + the metadata dict), not written by this front end, load exactly."""
+    ref = Reference(6)
+    ref.add_multi(*items(0, 8))
+    save_file({k: v.contiguous() for k, v in ref.data.items()}, tmp_path / "x_state.safetensors")
+    meta = {"capacity": 6, "state_dim": S, "action_dim": A, "hidden_dim": H,
+            "position": ref.position, "size": ref.size, "device": None}
+    buf = ReplayBuffer.load(tmp_path / "x_state.safetensors", meta)
+    assert (buf.position, len(buf)) == (2, 6)
+    for key, value in buf.state_dict().items():
+        assert torch.equal(value, ref.data[key]), key
+    bad = dict(meta, state_dim=S + 1)
+    with pytest.raises(rb.CheckpointError, match="states"):
+        ReplayBuffer.load(tmp_path / "x_state.safetensors", bad)
+    with pytest.raises(rb.CheckpointError, match="position"):
+        ReplayBuffer.load(tmp_path / "x_state.safetensors", dict(meta, size=3))
+
+
+def test_replay_buffer_init_and_config() -> None:
+    """ReplayBuffer.__init__ (same parameters as BufferBase) and ReplayBuffer.config():
+    a BufferConfig with type 'ReplayBuffer', capacity and the three dimensions."""
+    sig = inspect.signature(ReplayBuffer.__init__)
+    assert sig == inspect.signature(BufferBase.__init__)
+    cfg = ReplayBuffer(9, S, A, H).config()
+    assert isinstance(cfg, BufferConfig)
+    assert cfg.model_dump() == {"type": "ReplayBuffer", "capacity": 9, "state_dim": S,
+                                "action_dim": A, "hidden_dim": H}
+
+
+def test_sample_shapes_and_rows() -> None:
+    """ReplayBuffer.sample(batch_size): a BatchExperience whose items all have the shape
+    (batch_size, features), float32, rows of stored experiences."""
+    buf = filled(40, capacity=64)
+    batch = buf.sample(32)
+    assert isinstance(batch, BatchExperience)
+    shapes = {k: tuple(getattr(batch, k).shape) for k in KEYS}
+    assert shapes == {"states": (32, S), "actions": (32, A), "rewards": (32, 1),
+                      "next_states": (32, S), "dones": (32, 1), "hiddens": (32, H)}
+    assert all(getattr(batch, k).dtype == torch.float32 for k in KEYS)
+    i = batch.states[:, 0]
+    assert torch.equal(batch.next_states[:, 0], i + 1)
+    assert torch.allclose(batch.rewards[:, 0], i / 10)
+    assert torch.equal(batch.dones[:, 0], (i % 3 == 2).float())
+    assert torch.equal(batch.hiddens[:, 0], -i)
+    assert set(i.tolist()) <= set(range(40))
+
+
+def test_sample_raises_when_too_few() -> None:
+    """ReplayBuffer.sample: ValueError when the buffer holds fewer experiences than
+    batch_size (user guide, Get Samples: only after enough experience)."""
+    buf = filled(6)
+    with pytest.raises(ValueError, match="6"):
+        buf.sample(7)
+    with pytest.raises(ValueError):
+        ReplayBuffer(10, S, A, H).sample(1)
+    assert tuple(buf.sample(6).states.shape) == (6, S)  # exactly enough is fine
+
+
+def test_sample_is_uniform_and_follows_torch_seed() -> None:
+    """ReplayBuffer.sample: a uniform draw over the stored items; with torch.manual_seed
+    set before the buffer is built, its samples repeat."""
+    buf = filled(4)
+    drawn = torch.cat([buf.sample(4).states[:, 0] for _ in range(5000)]).long()
+    counts = torch.bincount(drawn, minlength=4)
+    assert torch.allclose(counts / 20_000, torch.full((4,), 0.25), atol=0.015)
+    draws = []
+    for _ in range(2):
+        torch.manual_seed(3)
+        b = filled(6)
+        draws.append(torch.cat([b.sample(6).states[:, 0] for _ in range(3)]))
+    assert torch.equal(draws[0], draws[1])
+
+
+def test_warm_stores_the_agents_hidden_states() -> None:
+    """ReplayBuffer.warm(agent, n_samples, num_envs): runs num_envs copies of agent.env,
+    calls predict(states, hidden, train_mode=True) with the previous hidden (None first)
+    on tensors on agent.device, stores each step with the hidden predict returned for it,
+    until the buffer holds n_samples."""
+    agent = FakeAgent("CartPole-v1")
+    buf = ReplayBuffer(500, 4, 1, H)
+    buf.warm(agent, 200, num_envs=4)
+    assert 200 <= len(buf) < 204
+    assert agent.calls[0]["hidden_in"] is None
+    for prev, call in zip(agent.calls, agent.calls[1:], strict=False):
+        assert call["hidden_in"] is prev["hidden"]
+    assert all(c["train_mode"] is True for c in agent.calls)
+    assert all(c["states"].shape == (4, 4) and c["states"].device == agent.device
+               for c in agent.calls)
+    logged = {tuple(c["states"][j].tolist()): (c["hidden"][j].tolist(), c["actions"][j].item())
+              for c in agent.calls for j in range(4)}
+    n = len(buf)
+    for s, h, a in zip(buf.states[:n], buf.hiddens[:n], buf.actions[:n], strict=True):
+        hidden, action = logged[tuple(s.tolist())]
+        assert h.tolist() == pytest.approx(hidden) and a.item() == action
+
+
+def test_warm_never_stores_a_reset_step() -> None:
+    """ReplayBuffer.warm: a stored step never starts from a final observation (the next
+    step of an ended copy only resets it, and is not an experience), and an ended step
+    keeps its true final observation as next_state."""
+    agent = FakeAgent("CartPole-v1")
+    buf = ReplayBuffer(2000, 4, 1, H)
+    buf.warm(agent, 1500, num_envs=3)
+    n = len(buf)
+    states, nxt, dones = buf.states[:n], buf.next_states[:n], buf.dones[:n, 0]
+    assert dones.sum() > 10
+    # CartPole ends when |x| > 2.4 or |angle| > 0.2095: no action is taken from there
+    beyond = (states[:, 0].abs() > 2.4) | (states[:, 2].abs() > 0.2095)
+    assert not beyond.any()
+    ended = dones == 1
+    assert ((nxt[ended, 0].abs() > 2.4) | (nxt[ended, 2].abs() > 0.2095)).all()
+    # every ended copy's next step (a reset) is left out, unless the run stopped first
+    env_steps, n_ended = 3 * len(agent.calls), int(ended.sum())
+    assert env_steps - n_ended <= n <= env_steps - n_ended + 3
+
+
+def test_warm_truncation_is_a_done_and_kept_apart() -> None:
+    """ReplayBuffer.warm (Pendulum-v1, time limit 200): a truncated step has dones 1 in
+    batches, as velora's dones = terminated | truncated; the core keeps it truncated."""
+    agent = FakeAgent("Pendulum-v1")
+    buf = ReplayBuffer(1000, 3, 1, H)
+    buf.warm(agent, 420, num_envs=2)
+    assert len(buf) == 420 and len(agent.calls) == 211  # the two reset steps not stored
+    table = buf.core.table.arrays
+    assert int(table["truncated"].sum()) == 2 and int(table["terminated"].sum()) == 0
+    assert float(buf.dones.sum()) == 2.0
+    assert buf.hiddens[:420].abs().sum() > 0
+    batch = buf.sample(420)
+    assert set(batch.dones[:, 0].tolist()) <= {0.0, 1.0}
+
+
+def test_warm_arguments() -> None:
+    """ReplayBuffer.warm: num_envs defaults to 8 and cannot be smaller than 2 (ValueError);
+    nothing is stepped when the buffer already holds n_samples."""
+    sig = inspect.signature(ReplayBuffer.warm)
+    assert list(sig.parameters) == ["self", "agent", "n_samples", "num_envs"]
+    assert sig.parameters["num_envs"].default == 8
+    agent = FakeAgent("CartPole-v1")
+    buf = ReplayBuffer(100, 4, 1, H)
+    for bad in (1, 0):
+        with pytest.raises(ValueError, match="num_envs"):
+            buf.warm(agent, 10, num_envs=bad)
+    buf.warm(agent, 20)  # the default: 8 copies per predict call
+    assert agent.calls[0]["states"].shape[0] == 8 and len(buf) >= 20
+    calls = len(agent.calls)
+    buf.warm(agent, 10)
+    assert len(agent.calls) == calls
+
+
+def test_warm_beyond_capacity_raises() -> None:
+    """ReplayBuffer.warm: n_samples is the size to reach; more than capacity can never be
+    reached, and raises ValueError instead of running forever."""
+    with pytest.raises(ValueError, match="capacity"):
+        ReplayBuffer(10, 4, 1, H).warm(FakeAgent("CartPole-v1"), 11, num_envs=2)
+
+
+def test_torch_storage_path_matches_numpy_path(monkeypatch: pytest.MonkeyPatch,
+                                               tmp_path: Path) -> None:
+    """BufferBase(device=...): off the CPU the core keeps torch tensors on the device;
+    that path (forced here on the CPU) gives the same state, batches and files."""
+    bufs = []
+    for numpy_storage in (True, False):
+        monkeypatch.setattr(velora, "_uses_numpy", lambda device, v=numpy_storage: v)
+        torch.manual_seed(0)
+        buf = ReplayBuffer(6, S, A, H)
+        assert buf.core.backend.name == ("numpy" if numpy_storage else "torch")
+        for i in range(4):
+            buf.add(*item(i, done=i == 1))
+        buf.add_multi(*items(4, 5))
+        bufs.append(buf)
+    a, b = bufs
+    for key in KEYS:
+        assert torch.equal(a.state_dict()[key], b.state_dict()[key]), key
+    ba, bb = a.sample(6), b.sample(6)
+    for key in KEYS:
+        assert torch.equal(getattr(ba, key), getattr(bb, key)), key
+    b.save(tmp_path)
+    meta = json.loads((tmp_path / "buffer_metadata.json").read_text())
+    again = ReplayBuffer.load(tmp_path / "buffer_state.safetensors", meta)
+    assert torch.equal(again.state_dict()["next_states"], a.state_dict()["next_states"])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_device() -> None:  # pragma: no cover - needs a GPU
+    """BufferBase(device=cuda): storage and batches on the GPU."""
+    buf = ReplayBuffer(10, S, A, H, device=torch.device("cuda"))
+    buf.add(*item(0))
+    buf.add_multi(*(t.cuda() for t in items(1, 3)))
+    assert buf.core.backend.name == "torch"
+    batch = buf.sample(4)
+    assert all(getattr(batch, k).device.type == "cuda" for k in KEYS)
+    assert buf.metadata()["device"] == "cuda"
+
+
+# ---------------------------------------------------------------- user guide
+
+GUIDE = '''
+import json
+from pathlib import Path
+
+import gymnasium as gym
+import torch
+import torch.nn as nn
+
+from velora.buffer import ReplayBuffer, BatchExperience
+
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+torch.manual_seed(0)
+
+capacity, state_dim, action_dim, hidden_dim = 5_000, 4, 1, 8
+batch_size, gamma = 64, 0.99
+
+buffer = ReplayBuffer(capacity, state_dim, action_dim, hidden_dim, device=device)
+
+
+class Agent:
+    """The agent warm() runs: env, device and predict(states, hidden, train_mode)."""
+
+    def __init__(self) -> None:
+        self.env = gym.make("CartPole-v1")
+        self.device = device
+        self.q = nn.Sequential(nn.Linear(state_dim, 32), nn.ReLU(), nn.Linear(32, 2)).to(device)
+        self.cell = nn.RNNCell(state_dim, hidden_dim).to(device)
+
+    def predict(self, states, hidden=None, train_mode=False):
+        with torch.no_grad():
+            hidden = self.cell(states.float(), hidden)
+            return self.q(states.float()).argmax(-1), hidden
+
+
+agent = Agent()
+optim = torch.optim.Adam(agent.q.parameters(), lr=1e-3)
+
+# Warming the Buffer
+buffer.warm(agent, batch_size * 2)
+assert len(buffer) >= batch_size * 2
+
+# Add One Item: a Tuple of experience, or the individual items
+env = agent.env
+state, _ = env.reset(seed=0)
+state = torch.tensor(state, device=device)
+hidden = None
+for step in range(300):
+    action, hidden = agent.predict(state.unsqueeze(0), hidden)
+    next_state, reward, terminated, truncated, _ = env.step(int(action.item()))
+    next_state = torch.tensor(next_state, device=device)
+    done = terminated or truncated
+    experience = (state, action.float(), float(reward), next_state, done, hidden[0])
+    if step % 2:
+        buffer.add(*experience)
+    else:
+        buffer.add(state, action.float(), float(reward), next_state, done, hidden[0])
+    state = torch.tensor(env.reset()[0], device=device) if done else next_state
+
+    # Get Samples, and a DQN update with BatchExperience
+    batch: BatchExperience = buffer.sample(batch_size)
+    q = agent.q(batch.states).gather(1, batch.actions.long())
+    with torch.no_grad():
+        next_q = agent.q(batch.next_states).max(1, keepdim=True).values
+    target = batch.rewards + gamma * (1 - batch.dones) * next_q
+    loss = nn.functional.mse_loss(q, target)
+    optim.zero_grad()
+    loss.backward()
+    optim.step()
+
+# Add Multiple Items: everything a torch.Tensor
+n = 10
+buffer.add_multi(torch.zeros((n, state_dim)), torch.zeros((n, action_dim)), torch.ones(n),
+                 torch.zeros((n, state_dim)), torch.zeros(n), torch.zeros((n, hidden_dim)))
+
+# Check Size
+size = len(buffer)
+
+# Saving and Loading
+buffer.save("checkpoints/buffer", prefix="buffer_")
+with Path("checkpoints/buffer/buffer_metadata.json").open("r") as f:
+    metadata = json.load(f)
+loaded = ReplayBuffer.load("checkpoints/buffer/buffer_state.safetensors", metadata)
+assert len(loaded) == size
+'''
+
+
+def test_user_guide_runs_with_one_import_changed(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """User guide (Replay Buffer, Add One Item, Add Multiple Items, Get Samples, Warming
+    the Buffer, Check Size, Full Replay Example, Saving, Loading, BatchExperience): a DQN
+    loop in the guide's style runs with only its velora import changed."""
+    source = GUIDE.replace("from velora.buffer import", "from replaybank.compat.velora import")
+    assert source.count("\n") == GUIDE.count("\n") and source != GUIDE
+    monkeypatch.chdir(tmp_path)
+    scope: dict[str, Any] = {"__name__": "velora_guide"}
+    exec(compile(source, "velora_guide.py", "exec"), scope)
+    loaded, buffer = scope["loaded"], scope["buffer"]
+    for key, value in buffer.state_dict().items():
+        assert torch.equal(loaded.state_dict()[key], value), key
+    assert loaded.metadata()["position"] == buffer.metadata()["position"]
+    assert torch.isfinite(scope["loss"])
+    assert (tmp_path / "checkpoints/buffer/buffer_state.safetensors").exists()
