@@ -140,7 +140,7 @@ class NStepReplayBuffer(ReplayBuffer):
         if self.n_step == 1 or self.recurrent_actor:
             out["n_step"] = self.n_step
             return
-        lengths = window_lengths(batch["discount"], self.gamma, self.n_step)
+        lengths = window_lengths(batch.discount, self.gamma, self.n_step)
         out["n_step"] = torch.as_tensor(lengths[:, None], device=self.device)
 
 
@@ -237,9 +237,9 @@ class PERBuffer(NStepReplayBuffer):
             else:
                 out["per_weights"] = 1.0
             return
-        out["idxs"] = np.asarray(batch["indices"])
+        out["idxs"] = batch.indices
         if self.prioritized:
-            out["per_weights"] = torch.as_tensor(batch["weights"][:, None],
+            out["per_weights"] = torch.as_tensor(batch.weights[:, None],
                                                  dtype=torch.float32, device=self.device)
         else:
             out["per_weights"] = 1.0

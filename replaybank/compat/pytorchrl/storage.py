@@ -131,6 +131,8 @@ class Storage:
         self._num_envs = 0
         self._extras: tuple[str, ...] = ()  # pytorchrl keys stored as core extras
         self._zeros: dict[str, Any] = {}  # RHS/RHS2 placeholders of a feed-forward actor
+        self._zero_tensors: tuple[Any, dict[str, Any]] | None = None
+        self._torch_device: tuple[Any, Any] | None = None
         self._fresh = 0  # rows added since the last reset
         self._export: dict[str, Any] | None = None  # the last get_all_buffer_data result
         self._pending: dict[str, Any] | None = None  # an export a reset may see again
@@ -201,6 +203,7 @@ class Storage:
         self._num_envs = n
         extras = [k for k in (DONE, "IntrinsicReward", "ActionProbs") if k in sample]
         self._zeros = {}
+        self._zero_tensors = None
         for k in _RECURRENT_KEYS:
             if k in sample:
                 if self.recurrent_actor:
@@ -296,6 +299,14 @@ class Storage:
             else:
                 yield self._batch(k, num_mini_batch, mini_batch_size, torch)
 
+    def _device(self, torch: Any) -> Any:
+        """``device`` as a torch.device (parsed once: a string costs a parse per tensor)."""
+        cached = self._torch_device
+        if cached is None or cached[0] is not self.device:
+            cached = self._torch_device = (self.device, torch.device(self.device)
+                                           if self.device is not None else None)
+        return cached[1]
+
     def _core(self) -> CoreBuffer:
         if self.buffer is None:
             from replaybank.errors import EmptyBufferError
@@ -307,18 +318,21 @@ class Storage:
     def _batch(self, k: int, num_mini_batch: int, mini_batch_size: int,
                torch: Any) -> dict[str, Any]:
         b = self._core().sample(mini_batch_size, **self._sample_kwargs(k, num_mini_batch))
-        dev = self.device
+        dev = self._device(torch)
         out: dict[str, Any] = {key: {} for key in self.storage_tensors}
-        nested = b.to_dict()
-        out[OBS] = tensor_of(nested["obs"], torch, dev)
-        out[ACT] = tensor_of(nested["action"], torch, dev)
-        out[REW] = tensor_of(nested["reward"][:, None], torch, dev)
-        out[OBS2] = tensor_of(nested["next_obs"], torch, dev)
-        out[DONE2] = tensor_of(nested["terminated"][:, None], torch, dev)
+        out[OBS] = tensor_of(b.obs, torch, dev)
+        out[ACT] = tensor_of(b.action, torch, dev)
+        out[REW] = tensor_of(b.reward[:, None], torch, dev)
+        out[OBS2] = tensor_of(b.next_obs, torch, dev)
+        out[DONE2] = tensor_of(b.terminated[:, None], torch, dev)
         for key in self._extras:
-            out[key] = tensor_of(nested[CORE_NAMES[key]], torch, dev)
-        for key, zeros in self._zeros.items():
-            out[key] = tensor_of(zeros, torch, dev)
+            out[key] = tensor_of(getattr(b, CORE_NAMES[key]), torch, dev)
+        if self._zeros:
+            zeros = self._zero_tensors
+            if zeros is None or zeros[0] != dev:  # made once per device, then shared
+                zeros = self._zero_tensors = (dev, {key: tensor_of(v, torch, dev)
+                                                    for key, v in self._zeros.items()})
+            out.update(zeros[1])
         self._batch_info(out, b, k, num_mini_batch, torch)
         return out
 
