@@ -131,17 +131,21 @@ def _index_oracle(link: np.ndarray, term: np.ndarray, trunc: np.ndarray,
     return out
 
 
+@pytest.mark.parametrize("kernel", ["numpy", "numba"])
 @pytest.mark.parametrize("seed", range(4))
-def test_episode_index_matches_a_plain_loop(seed: int) -> None:
+def test_episode_index_matches_a_plain_loop(seed: int, kernel: str) -> None:
     """Synced at random moments (wrap-around, clears, discontinuities, lanes that write
-    at different times), the index answers as a loop over the live steps does."""
+    at different times), the index (vectorised numpy or the compiled loop) answers as a
+    loop over the live steps does."""
+    if kernel == "numba":
+        pytest.importorskip("numba")
     rng = np.random.default_rng(seed)
     for _ in range(150):
         T, lanes = int(rng.integers(1, 9)), int(rng.integers(1, 4))  # noqa: N806
         link = np.zeros((T, lanes), np.int32)
         term, trunc = np.zeros((T, lanes), bool), np.zeros((T, lanes), bool)
         written, counts = np.zeros(lanes, np.int64), np.zeros(lanes, np.int64)
-        idx, epoch = EpisodeIndex(T, lanes), 0
+        idx, epoch = EpisodeIndex(T, lanes, prefer=kernel), 0
         for _ in range(int(rng.integers(1, 40))):
             for lane in range(lanes):
                 for _ in range(int(rng.integers(0, 3))):

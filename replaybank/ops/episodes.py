@@ -36,12 +36,15 @@ Example:
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["EpisodeIndex"]
+from replaybank.ops.jit import pick_kernel
+
+__all__ = ["EpisodeIndex", "sync_lanes"]
 
 IntArray = npt.NDArray[np.int64]
 
@@ -52,9 +55,12 @@ class EpisodeIndex:
     Args:
         T: Rows per lane.
         lanes: Lanes of the table.
+        prefer: ``"auto"`` (the numba kernel when numba imports), ``"numba"`` or
+            ``"numpy"`` (the vectorised oracle, :func:`sync_lanes`).
     """
 
-    def __init__(self, T: int, lanes: int) -> None:  # noqa: N803
+    def __init__(self, T: int, lanes: int, prefer: str = "auto") -> None:  # noqa: N803
+        self._kernel = _sync_kernel(prefer)
         self.T = int(T)
         self.lanes = int(lanes)
         n = self.T * self.lanes
@@ -91,55 +97,9 @@ class EpisodeIndex:
         elif now == self._written:
             return  # nothing written since
         self._written = now
-        lanes, T = self.lanes, self.T  # noqa: N806
-        oldest = written - counts
-        first = np.maximum(self.seen, oldest)  # first step of each lane to index
-        n = written - first
-        total = int(n.sum())
-        if total == 0:
-            return
-        lane = np.repeat(np.arange(lanes, dtype=np.int64), n)
-        seg = np.cumsum(n) - n  # position of each lane's first new step
-        pos = np.arange(total, dtype=np.int64)
-        seq = first[lane] + (pos - seg[lane])
-        slot = seq % T * lanes + lane
-        newest = seq == written[lane] - 1
-        flat_link = link.reshape(-1)
-        is_end = np.where(newest,
-                          (terminated.reshape(-1)[slot] != 0) | (truncated.reshape(-1)[slot] != 0),
-                          flat_link[slot] > 0)
-        # begin: one past the latest end before the step in its lane, else the lane's open
-        last_end = np.maximum.accumulate(np.where(is_end, pos, -1))
-        prev = np.empty(total, np.int64)
-        prev[0] = -1
-        prev[1:] = last_end[:-1]
-        in_lane = prev >= seg[lane]
-        begin = np.where(in_lane, seq[np.maximum(prev, 0)] + 1, self.open[lane])
-        # end: the first end at or after the step in its lane, else -1 (still running)
-        seg_end = seg + n
-        next_end = np.minimum.accumulate(np.where(is_end, pos, total)[::-1])[::-1]
-        end = np.where(next_end < seg_end[lane], seq[np.minimum(next_end, total - 1)], -1)
-        self.begin[slot] = begin
-        self.end[slot] = end
-        # steps indexed earlier whose running episode ends now: fill in their end
-        has = n > 0
-        first_end = np.full(lanes, total, np.int64)
-        first_end[has] = next_end[seg[has]]
-        ends_now = has & (first_end < seg_end)
-        fill_from = np.maximum(self.open, oldest)
-        m = np.where(ends_now, np.maximum(first - fill_from, 0), 0)
-        if m.any():
-            fl = np.repeat(np.arange(lanes, dtype=np.int64), m)
-            off = np.arange(int(m.sum()), dtype=np.int64) - np.repeat(np.cumsum(m) - m, m)
-            fseq = fill_from[fl] + off
-            self.end[fseq % T * lanes + fl] = seq[first_end[fl]]
-        # each lane's running episode now starts after its last end
-        closed = has & (last_end[np.maximum(seg_end - 1, 0)] >= seg)
-        self.open[closed] = seq[last_end[seg_end[closed] - 1]] + 1
-        # the newest step stays open to re-indexing while its episode runs
-        newest_end = np.zeros(lanes, bool)
-        newest_end[has] = is_end[seg_end[has] - 1]
-        self.seen[has] = np.where(newest_end[has], written[has], written[has] - 1)
+        self._kernel(link.reshape(-1), terminated.reshape(-1), truncated.reshape(-1),
+                       written, counts, self.seen, self.open, self.begin, self.end,
+                       self.T, self.lanes)
 
     def extents(self, slots: IntArray, lane: IntArray, written: IntArray,
                 counts: IntArray, unfinished: bool = False) -> tuple[IntArray, IntArray]:
@@ -166,3 +126,75 @@ class EpisodeIndex:
     def nbytes(self) -> int:
         """Bytes held by the index."""
         return int(self.begin.nbytes + self.end.nbytes)
+
+
+def sync_lanes(link: npt.NDArray[np.int32], terminated: npt.NDArray[Any],
+               truncated: npt.NDArray[Any], written: IntArray, counts: IntArray,
+               seen: IntArray, open_: IntArray, begin_of: IntArray, end_of: IntArray,
+               T: int, lanes: int) -> None:  # noqa: N803
+    """Index the steps ``[max(seen, oldest), written)`` of every lane, in place: the numpy
+    oracle of :mod:`replaybank.ops.episodes_numba` (all lanes in one vectorised pass).
+
+    Args:
+        link, terminated, truncated: The table's flat links and flags ``[T * lanes]``.
+        written, counts: Lane counters ``[lanes]``.
+        seen, open_: Per lane, the first step not final yet and the first step of the
+            running episode (updated).
+        begin_of, end_of: The index per slot ``[T * lanes]`` (updated).
+        T: Rows per lane.
+        lanes: Lanes.
+    """
+    oldest = written - counts
+    first = np.maximum(seen, oldest)  # first step of each lane to index
+    n = written - first
+    total = int(n.sum())
+    if total == 0:
+        return
+    lane = np.repeat(np.arange(lanes, dtype=np.int64), n)
+    seg = np.cumsum(n) - n  # position of each lane's first new step
+    pos = np.arange(total, dtype=np.int64)
+    seq = first[lane] + (pos - seg[lane])
+    slot = seq % T * lanes + lane
+    newest = seq == written[lane] - 1
+    is_end = np.where(newest,
+                      (terminated[slot] != 0) | (truncated[slot] != 0),
+                      link[slot] > 0)
+    # begin: one past the latest end before the step in its lane, else the lane's open
+    last_end = np.maximum.accumulate(np.where(is_end, pos, -1))
+    prev = np.empty(total, np.int64)
+    prev[0] = -1
+    prev[1:] = last_end[:-1]
+    in_lane = prev >= seg[lane]
+    begin = np.where(in_lane, seq[np.maximum(prev, 0)] + 1, open_[lane])
+    # end: the first end at or after the step in its lane, else -1 (still running)
+    seg_end = seg + n
+    next_end = np.minimum.accumulate(np.where(is_end, pos, total)[::-1])[::-1]
+    end = np.where(next_end < seg_end[lane], seq[np.minimum(next_end, total - 1)], -1)
+    begin_of[slot] = begin
+    end_of[slot] = end
+    # steps indexed earlier whose running episode ends now: fill in their end
+    has = n > 0
+    first_end = np.full(lanes, total, np.int64)
+    first_end[has] = next_end[seg[has]]
+    ends_now = has & (first_end < seg_end)
+    fill_from = np.maximum(open_, oldest)
+    m = np.where(ends_now, np.maximum(first - fill_from, 0), 0)
+    if m.any():
+        fl = np.repeat(np.arange(lanes, dtype=np.int64), m)
+        off = np.arange(int(m.sum()), dtype=np.int64) - np.repeat(np.cumsum(m) - m, m)
+        fseq = fill_from[fl] + off
+        end_of[fseq % T * lanes + fl] = seq[first_end[fl]]
+    # each lane's running episode now starts after its last end
+    closed = has & (last_end[np.maximum(seg_end - 1, 0)] >= seg)
+    open_[closed] = seq[last_end[seg_end[closed] - 1]] + 1
+    # the newest step stays open to re-indexing while its episode runs
+    newest_end = np.zeros(lanes, bool)
+    newest_end[has] = is_end[seg_end[has] - 1]
+    seen[has] = np.where(newest_end[has], written[has], written[has] - 1)
+
+
+@cache
+def _sync_kernel(prefer: str) -> Any:
+    """:func:`sync_lanes`, compiled when numba imports and ``prefer`` allows (loaded once)."""
+    return pick_kernel(prefer, "replaybank.ops.episodes_numba", "sync_lanes", sync_lanes,
+                       "EpisodeIndex")[0]
