@@ -89,7 +89,12 @@ def goal_sources(keys: IntArray, u: npt.NDArray[np.float64], p: float, end_of: I
         lo = seq if strategy == 0 else np.maximum(begin_of[slots], (written - counts)[lane])
         j = lo + (off * (end - lo + 1)).astype(np.int64)  # u < 1: j <= end
     gslot = j % T * lanes + lane
-    side = link[gslot].astype(np.int64) - 1
+    if strategy == 3:
+        side = link[gslot].astype(np.int64) - 1
+    else:  # inside an episode only its last step keeps its next observation aside
+        side = np.full(len(j), -1, np.int64)
+        last = (j == end).nonzero()[0]
+        side[last] = link[gslot[last]].astype(np.int64) - 1
     return rows, (gslot + lanes) % (T * lanes), side
 
 

@@ -66,7 +66,8 @@ def _sources(keys, u, p, end_of, begin_of, written, counts, link, T, lanes,  # t
         gslot = j % T * lanes + lane
         rows[s] = i
         nxt[s] = (gslot + lanes) % n_slots
-        side[s] = np.int64(link[gslot]) - 1
+        # inside an episode only its last step keeps its next observation aside
+        side[s] = np.int64(link[gslot]) - 1 if strategy == 3 or j == end else -1
         s += 1
     return rows[:s], nxt[:s], side[:s]
 
