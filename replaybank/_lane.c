@@ -5,7 +5,9 @@
  * writer (writers/reference.py) and LaneWriter (writers/lean.py) are its twins. Appender.add / Appender.extend
  * accept only the plainest calls: every lane at once with the lanes in step, C-contiguous
  * numpy arrays of exactly the stored format and shape (or Python scalars for the scalar
- * fields of a one-lane table), no extras, no wrap-around inside a chunk. Anything else
+ * fields of a one-lane table), extras (a dict whose keys are exactly the table's extra
+ * fields, at most MAXEXTRA of them) held to the same rule, no wrap-around inside a chunk;
+ * Appender.add_lanes also takes any subset of lanes, in step or not. Anything else
  * returns False before a byte is written and the Python paths take over. What is written
  * is exactly what the reference writer writes: data rows, links, side slots (same
  * free-slot order) and counters; tests/test_fastpath.py compares the whole table state
@@ -23,7 +25,9 @@
 #include <stdlib.h>
 #include <signal.h>
 
-#define NFIELDS 5 /* obs, action, reward, terminated, truncated */
+#define NSTD 5      /* obs, action, reward, terminated, truncated: f[0..NSTD) */
+#define MAXEXTRA 16 /* extra fields (f[NSTD..nf)); tables with more take the Python paths */
+#define MAXFIELDS (NSTD + MAXEXTRA)
 #define MAXDIM 8
 #define STACK_ITEMS 512 /* steps x lanes written without a heap allocation */
 
@@ -37,6 +41,7 @@ typedef struct {
     char kind;                 /* scalar fields: 'f', 'i', 'u', 'b'; '-' otherwise */
     int isbool;                /* bool dtype: inputs must hold canonical 0/1 bytes */
     long long lo, hi;          /* range of an int scalar field */
+    PyObject *name;            /* extra fields: the key in the extras dict (interned str) */
 } Field;
 
 /* The state of a buffer's call guard (replaybank/buffers/guard.py subclasses this type),
@@ -91,8 +96,8 @@ guard_enter(GuardState *g)
 
 typedef struct {
     PyObject_HEAD
-    Field f[NFIELDS];
-    int nf;                    /* fields initialised (for dealloc) */
+    Field f[MAXFIELDS];        /* the NSTD standard fields, then the extra fields */
+    int nf;                    /* fields initialised (for dealloc; all of them after init) */
     Py_buffer link, written, counts, episodes;
     int nmeta;
     PyObject *table;  /* the SideStore: .arrays["obs"], .free, .alloc(k) */
@@ -104,6 +109,7 @@ typedef struct {
     int has_start;
     Py_ssize_t max_evict;      /* durable: extends evicting more steps take the Python path */
     GuardState *guard;         /* the owning buffer's call guard, or NULL */
+    int ready;                 /* __init__ succeeded (the methods refuse other objects) */
 } Appender;
 
 /* Durable tables (memmap files) keep a reader's view consistent at every instant: a
@@ -383,7 +389,8 @@ continues_into(Appender *self, Py_ssize_t at, const char *row, Py_buffer *sv, in
 
 /* ------------------------------------------------------------------ the write
  * n steps of all L lanes, rows [start, start + n) (no wrap), inputs validated:
- * src[i] points at field i's [n, L, *shape] bytes, nobs at next_obs [n, L, *shape].
+ * src[i] points at field i's [n, L, *shape] bytes (i < nf: the extras too), nobs at
+ * next_obs [n, L, *shape].
  * Same steps and order as the write plan (writers/plan.py). Returns 0, or -1 with an exception set
  * (only on memory errors; the table may then be partly written). */
 static int
@@ -527,7 +534,7 @@ write_steps(Appender *self, char *const *src, const char *nobs, Py_ssize_t n)
         /* 4. data, then the commit (written advances: a reader's counts = written -
          * start), then release the continued steps' slots (no longer the newest), then
          * the mirrors */
-        for (int i = 0; i < NFIELDS; i++) {
+        for (int i = 0; i < self->nf; i++) {
             Field *f = &self->f[i];
             DURABLE_STORE(self);
             /* memmove: an input may even be a view of the storage itself */
@@ -568,7 +575,8 @@ out:
 
 /* ------------------------------------------------------------------ one step, any lanes
  * One step of m distinct lanes lanes[0..m) in any order, whose lanes need not be in
- * step: src[i] points at field i's [m, *shape] bytes, nobs at next_obs [m, *shape].
+ * step: src[i] points at field i's [m, *shape] bytes (i < nf), nobs at next_obs
+ * [m, *shape].
  * Same steps and order as the general StepTable.write with n = 1 (table_write.write):
  * evictions free their side slots (lane order), each lane's previous newest step is
  * checked for continuity, m side slots are taken (SideStore.alloc order), then data, links,
@@ -652,7 +660,7 @@ write_each(Appender *self, char *const *src, const char *nobs, const int64_t *la
         Py_ssize_t at = (Py_ssize_t)(wr[lane] % T) * L + (Py_ssize_t)lane;
         DURABLE_STORE(self);
         memcpy((char *)sv.buf + slots[j] * ib, nobs + j * ib, (size_t)ib);
-        for (int i = 0; i < NFIELDS; i++) {
+        for (int i = 0; i < self->nf; i++) {
             Field *f = &self->f[i];
             DURABLE_STORE(self);
             memmove((char *)f->store.buf + at * f->nbytes, src[i] + j * f->nbytes,
@@ -685,10 +693,41 @@ out:
     return err ? -1 : 0;
 }
 
+/* The values of the extras dict in extra-field order, as new references in out[0..nf -
+ * NSTD) (release them with drop_refs). 1: the dict's keys are exactly the table's extra
+ * fields; 0: not (an unknown or missing key, or not a dict: the general path names it).
+ * The lookups come first in a call, before any table state is read: a key object of the
+ * caller's with a colliding hash may run Python code in its __eq__. */
 static int
-no_extras(PyObject *extras)
+get_extras(Appender *self, PyObject *extras, PyObject **out)
 {
-    return PyDict_CheckExact(extras) && PyDict_GET_SIZE(extras) == 0;
+    const Py_ssize_t nx = self->nf - NSTD;
+    if (!PyDict_CheckExact(extras) || PyDict_GET_SIZE(extras) != nx)
+        return 0;
+    for (Py_ssize_t i = 0; i < nx; i++) {
+        PyObject *v = PyDict_GetItemWithError(extras, self->f[NSTD + i].name);
+        if (v == NULL) {
+            PyErr_Clear(); /* missing, or a key's __eq__ raised: the general path */
+            while (i > 0)
+                Py_DECREF(out[--i]);
+            return 0;
+        }
+        Py_INCREF(v);
+        out[i] = v;
+    }
+    if (PyDict_GET_SIZE(extras) != nx) { /* changed under the lookups */
+        for (Py_ssize_t i = 0; i < nx; i++)
+            Py_DECREF(out[i]);
+        return 0;
+    }
+    return 1;
+}
+
+static void
+drop_refs(PyObject **refs, Py_ssize_t k)
+{
+    for (Py_ssize_t i = 0; i < k; i++)
+        Py_DECREF(refs[i]);
 }
 
 /* ------------------------------------------------------------------ add */
@@ -700,23 +739,31 @@ Appender_add_body(Appender *self, PyObject *const *args, Py_ssize_t nargs)
                         "add(obs, action, reward, next_obs, terminated, truncated, extras)");
         return NULL;
     }
-    if (!no_extras(args[6]) || !in_step(self))
+    const int nf = self->nf;
+    PyObject *vals[MAXFIELDS];
+    if (!get_extras(self, args[6], vals + NSTD))
         Py_RETURN_FALSE;
-    PyObject *vals[NFIELDS] = {args[0], args[1], args[2], args[4], args[5]};
+    PyObject *result = Py_False;
+    Py_buffer held[MAXFIELDS + 1];
+    int nheld = 0;
+    if (!in_step(self))
+        goto done;
+    vals[0] = args[0];
+    vals[1] = args[1];
+    vals[2] = args[2];
+    vals[3] = args[4];
+    vals[4] = args[5];
     const Py_ssize_t L = self->L;
     int nlead = L == 1 ? 0 : 1; /* one env: no leading dim, or a lane dim of 1 */
-    char small[NFIELDS][16];
-    char *src[NFIELDS];
-    Py_buffer held[NFIELDS + 1];
-    int nheld = 0;
-    PyObject *result = Py_False;
+    char small[MAXFIELDS][16];
+    char *src[MAXFIELDS];
     if (!get_input(self, &self->f[0], vals[0], &L, nlead, &held[0])) {
         if (L != 1 || !get_input(self, &self->f[0], vals[0], &L, 1, &held[0]))
             goto done;
         nlead = 1;
     }
     src[0] = (char *)held[nheld++].buf;
-    for (int i = 1; i < NFIELDS; i++) {
+    for (int i = 1; i < nf; i++) {
         Field *f = &self->f[i];
         if (!nlead && f->kind != '-' && (PyObject *)Py_TYPE(vals[i]) != self->ndarray_type) {
             int r = scalar_value(self, f, vals[i], small[i]);
@@ -738,6 +785,7 @@ Appender_add_body(Appender *self, PyObject *const *args, Py_ssize_t nargs)
 done:
     for (int i = 0; i < nheld; i++)
         PyBuffer_Release(&held[i]);
+    drop_refs(vals + NSTD, nf - NSTD);
     Py_XINCREF(result);
     return result;
 }
@@ -815,25 +863,33 @@ Appender_add_lanes_body(Appender *self, PyObject *const *args, Py_ssize_t nargs)
                                          "terminated, truncated, extras)");
         return NULL;
     }
-    if (!no_extras(args[7]))
+    const int nf = self->nf;
+    PyObject *vals[MAXFIELDS];
+    if (!get_extras(self, args[7], vals + NSTD))
         Py_RETURN_FALSE;
     const Py_ssize_t L = self->L;
     int64_t lanes_s[STACK_ITEMS];
     int64_t *lanes = L > STACK_ITEMS ? PyMem_Malloc((size_t)L * sizeof(int64_t)) : lanes_s;
-    if (lanes == NULL)
+    if (lanes == NULL) {
+        drop_refs(vals + NSTD, nf - NSTD);
         return PyErr_NoMemory();
+    }
     Py_ssize_t m = 0;
     PyObject *result = Py_False;
-    Py_buffer held[NFIELDS + 1];
+    Py_buffer held[MAXFIELDS + 1];
     int nheld = 0;
-    char *src[NFIELDS];
+    char *src[MAXFIELDS];
     int r = parse_lanes(self, args[0], lanes, &m);
     if (r <= 0) {
         result = r < 0 ? NULL : Py_False;
         goto done;
     }
-    PyObject *vals[NFIELDS] = {args[1], args[2], args[3], args[5], args[6]};
-    for (int i = 0; i < NFIELDS; i++) {
+    vals[0] = args[1];
+    vals[1] = args[2];
+    vals[2] = args[3];
+    vals[3] = args[5];
+    vals[4] = args[6];
+    for (int i = 0; i < nf; i++) {
         if (!get_input(self, &self->f[i], vals[i], &m, 1, &held[nheld]))
             goto done;
         src[i] = (char *)held[nheld++].buf;
@@ -854,6 +910,7 @@ done:
         PyBuffer_Release(&held[i]);
     if (L > STACK_ITEMS)
         PyMem_Free(lanes);
+    drop_refs(vals + NSTD, nf - NSTD);
     Py_XINCREF(result);
     return result;
 }
@@ -867,17 +924,25 @@ Appender_extend_body(Appender *self, PyObject *const *args, Py_ssize_t nargs)
                         "extend(obs, action, reward, next_obs, terminated, truncated, extras)");
         return NULL;
     }
-    if (!no_extras(args[6]) || (PyObject *)Py_TYPE(args[0]) != self->ndarray_type
-        || !in_step(self))
+    const int nf = self->nf;
+    PyObject *vals[MAXFIELDS + 1]; /* the fields, then next_obs */
+    if ((PyObject *)Py_TYPE(args[0]) != self->ndarray_type
+        || !get_extras(self, args[6], vals + NSTD))
         Py_RETURN_FALSE;
     const Py_ssize_t T = self->T, L = self->L;
     Py_ssize_t n;
     int nlead = L == 1 ? 1 : 2; /* one env: [n, *shape], or with a lane dim of 1 */
+    Py_buffer in[MAXFIELDS + 1];
+    char *src[MAXFIELDS];
+    int nin = 0;
+    PyObject *result = Py_False;
+    if (!in_step(self))
+        goto done;
     {
         Py_buffer probe;
         if (PyObject_GetBuffer(args[0], &probe, PyBUF_RECORDS_RO) < 0) {
             PyErr_Clear();
-            Py_RETURN_FALSE;
+            goto done;
         }
         n = probe.ndim ? probe.shape[0] : 0;
         if (L == 1 && probe.ndim == self->f[0].ndim + 2)
@@ -886,26 +951,28 @@ Appender_extend_body(Appender *self, PyObject *const *args, Py_ssize_t nargs)
     }
     Py_ssize_t start = (Py_ssize_t)(meta(&self->written)[0] % T);
     if (n < 1 || start + n > T) /* empty or wrapping chunks: the Python paths */
-        Py_RETURN_FALSE;
+        goto done;
     if (self->durable && meta(&self->counts)[0] + n > T && n > self->max_evict)
-        Py_RETURN_FALSE; /* files: long evicting writes go in chunks (the Python paths) */
+        goto done; /* files: long evicting writes go in chunks (the Python paths) */
     const Py_ssize_t lead[2] = {n, L};
-    PyObject *vals[NFIELDS + 1] = {args[0], args[1], args[2], args[4], args[5], args[3]};
-    Py_buffer in[NFIELDS + 1];
-    char *src[NFIELDS];
-    int nin = 0;
-    PyObject *result = Py_False;
-    for (int i = 0; i <= NFIELDS; i++) {
-        if (!get_input(self, &self->f[i < NFIELDS ? i : 0], vals[i], lead, nlead, &in[nin]))
+    vals[0] = args[0];
+    vals[1] = args[1];
+    vals[2] = args[2];
+    vals[3] = args[4];
+    vals[4] = args[5];
+    vals[nf] = args[3];
+    for (int i = 0; i <= nf; i++) {
+        if (!get_input(self, &self->f[i < nf ? i : 0], vals[i], lead, nlead, &in[nin]))
             goto done;
         nin++;
     }
-    for (int i = 0; i < NFIELDS; i++)
+    for (int i = 0; i < nf; i++)
         src[i] = (char *)in[i].buf;
-    result = write_steps(self, src, (const char *)in[NFIELDS].buf, n) < 0 ? NULL : Py_True;
+    result = write_steps(self, src, (const char *)in[nf].buf, n) < 0 ? NULL : Py_True;
 done:
     for (int i = 0; i < nin; i++)
         PyBuffer_Release(&in[i]);
+    drop_refs(vals + NSTD, nf - NSTD);
     Py_XINCREF(result);
     return result;
 }
@@ -914,8 +981,10 @@ done:
 static void
 Appender_dealloc(Appender *self)
 {
-    for (int i = 0; i < self->nf; i++)
+    for (int i = 0; i < self->nf; i++) {
         PyBuffer_Release(&self->f[i].store);
+        Py_XDECREF(self->f[i].name);
+    }
     Py_buffer *m[4] = {&self->link, &self->written, &self->counts, &self->episodes};
     for (int i = 0; i < self->nmeta; i++)
         PyBuffer_Release(m[i]);
@@ -931,11 +1000,13 @@ Appender_dealloc(Appender *self)
 /* Appender(side_store, ndarray, bool_, fields, link, written, counts, episodes, lanes,
  *          durable=False, start=None, max_evict=0, guard=None)
  * fields: 5 tuples (flat_store, format, item_shape, kind, lo, hi) in the order obs,
- * action, reward, terminated, truncated; link: flat int32 [T * lanes]; written, counts,
- * episodes, start: int64 [lanes]; durable: the crash-safe order; max_evict: the most
- * steps a durable extend may evict in one call; guard: the owning buffer's GuardState
- * (add/extend/add_lanes refuse other threads' calls). Zero-size fields are refused (the
- * Python paths serve them). */
+ * action, reward, terminated, truncated, then one (flat_store, format, item_shape, kind,
+ * lo, hi, name) per extra field (at most MAXEXTRA, distinct str names: the keys of the
+ * extras dict, which must then hold exactly these keys); link: flat int32 [T * lanes];
+ * written, counts, episodes, start: int64 [lanes]; durable: the crash-safe order;
+ * max_evict: the most steps a durable extend may evict in one call; guard: the owning
+ * buffer's GuardState (add/extend/add_lanes refuse other threads' calls). Zero-size
+ * fields are refused (the Python paths serve them). */
 static int
 Appender_init(Appender *self, PyObject *args, PyObject *kwds)
 {
@@ -955,10 +1026,13 @@ Appender_init(Appender *self, PyObject *args, PyObject *kwds)
         PyErr_SetString(PyExc_RuntimeError, "Appender is initialised once");
         return -1;
     }
-    if (!PyTuple_Check(fields) || PyTuple_GET_SIZE(fields) != NFIELDS || lanes < 1) {
-        PyErr_SetString(PyExc_ValueError, "fields: a tuple of 5 field tuples; lanes >= 1");
+    if (!PyTuple_Check(fields) || PyTuple_GET_SIZE(fields) < NSTD
+        || PyTuple_GET_SIZE(fields) > MAXFIELDS || lanes < 1 || lanes > PY_SSIZE_T_MAX / 8) {
+        PyErr_SetString(PyExc_ValueError, "fields: a tuple of 5 standard field tuples and at "
+                                          "most 16 extra field tuples; lanes >= 1");
         return -1;
     }
+    const int nfields = (int)PyTuple_GET_SIZE(fields);
     Py_INCREF(table);
     self->table = table;
     if (guard != Py_None) {
@@ -972,14 +1046,29 @@ Appender_init(Appender *self, PyObject *args, PyObject *kwds)
     self->L = lanes;
     self->durable = durable;
     self->max_evict = max_evict;
-    for (int i = 0; i < NFIELDS; i++) {
+    for (int i = 0; i < nfields; i++) {
         Field *f = &self->f[i];
-        PyObject *store, *shape;
+        PyObject *store, *shape, *name = NULL;
         const char *fmt, *kind;
         long long lo, hi;
-        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(fields, i), "OsOsLL", &store, &fmt, &shape,
-                              &kind, &lo, &hi))
+        PyObject *spec = PyTuple_GET_ITEM(fields, i);
+        if (!PyTuple_Check(spec)) {
+            PyErr_SetString(PyExc_TypeError, "Appender: each field is a tuple");
             return -1;
+        }
+        if (!PyArg_ParseTuple(spec, "OsOsLL|O", &store, &fmt, &shape, &kind, &lo, &hi, &name))
+            return -1;
+        if ((i >= NSTD) != (name != NULL) || (name != NULL && !PyUnicode_CheckExact(name))) {
+            PyErr_SetString(PyExc_ValueError, "Appender: extra fields (and only they) end "
+                                              "with their name, a str");
+            return -1;
+        }
+        for (int j = NSTD; name != NULL && j < i; j++) {
+            if (PyUnicode_Compare(name, self->f[j].name) == 0) {
+                PyErr_SetString(PyExc_ValueError, "Appender: extra field names must differ");
+                return -1;
+            }
+        }
         if (strlen(fmt) >= sizeof(f->fmt) || strlen(kind) != 1 || !PyTuple_Check(shape)
             || PyTuple_GET_SIZE(shape) > MAXDIM) {
             PyErr_SetString(PyExc_ValueError, "Appender: unsupported field format or shape");
@@ -988,6 +1077,11 @@ Appender_init(Appender *self, PyObject *args, PyObject *kwds)
         if (get_store(store, &f->store) < 0)
             return -1;
         self->nf = i + 1;
+        if (name != NULL) {
+            Py_INCREF(name);
+            PyUnicode_InternInPlace(&name);
+            f->name = name;
+        }
         strcpy(f->fmt, fmt);
         f->itemsize = f->store.itemsize;
         f->ndim = (int)PyTuple_GET_SIZE(shape);
@@ -996,6 +1090,10 @@ Appender_init(Appender *self, PyObject *args, PyObject *kwds)
             f->shape[d] = PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, d));
             if (f->shape[d] < 0 && PyErr_Occurred())
                 return -1;
+            if (f->shape[d] < 0 || (f->shape[d] && f->nbytes > f->store.len / f->shape[d])) {
+                PyErr_SetString(PyExc_ValueError, "Appender: item shape does not fit the storage");
+                return -1;
+            }
             f->nbytes *= f->shape[d];
         }
         f->kind = kind[0];
@@ -1035,8 +1133,13 @@ Appender_init(Appender *self, PyObject *args, PyObject *kwds)
         }
     }
     self->T = self->link.len / 4 / lanes;
-    for (int i = 0; i < NFIELDS; i++) {
-        if (self->f[i].store.len != self->T * lanes * self->f[i].nbytes) {
+    if (self->T < 1) {
+        PyErr_SetString(PyExc_ValueError, "Appender: link int32 [T * lanes] with T >= 1");
+        return -1;
+    }
+    for (int i = 0; i < nfields; i++) {
+        const Py_ssize_t items = self->T * lanes, len = self->f[i].store.len;
+        if (len % items || len / items != self->f[i].nbytes) {
             PyErr_SetString(PyExc_ValueError, "Appender: field storage is not [T * lanes, *shape]");
             return -1;
         }
@@ -1046,6 +1149,7 @@ Appender_init(Appender *self, PyObject *args, PyObject *kwds)
         PyErr_SetString(PyExc_ValueError, "Appender: terminated/truncated must be bool scalars");
         return -1;
     }
+    self->ready = 1;
     return 0;
 }
 
@@ -1090,6 +1194,10 @@ static PyMethodDef lane_functions[] = {
 #define GUARDED(name)                                                              \
     static PyObject *name(Appender *self, PyObject *const *args, Py_ssize_t nargs) \
     {                                                                              \
+        if (!self->ready) {                                                        \
+            PyErr_SetString(PyExc_RuntimeError, "Appender is not initialised");    \
+            return NULL;                                                           \
+        }                                                                          \
         int g = guard_enter(self->guard);                                          \
         if (g < 0)                                                                 \
             Py_RETURN_FALSE;                                                       \

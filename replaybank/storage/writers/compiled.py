@@ -27,7 +27,13 @@ from replaybank.storage.table import StepTable
 from replaybank.storage.writers.formats import FieldFormat
 from replaybank.storage.writers.tell import WriteListener, announce_last_steps
 
-__all__ = ["ACCEL", "accelerated", "compiled_writer", "not_handled"]
+__all__ = ["ACCEL", "MAX_EXTRAS", "accelerated", "compiled_writer", "not_handled"]
+
+#: The most extra fields the compiled writer takes (``MAXEXTRA`` in ``_lane.c``); a table
+#: with more takes the Python writers.
+MAX_EXTRAS = 16
+#: The standard fields, in the order the compiled writer takes them.
+_STD = ("obs", "action", "reward", "terminated", "truncated")
 
 
 def _load() -> Any:
@@ -81,10 +87,14 @@ def compiled_writer(table: StepTable, sampler: WriteListener | None = None,
     in step or not: async vector envs (``env_ids``), and every add once lanes fell out
     of step. On memmap files the writes keep the crash-safe order of
     :mod:`~replaybank.storage.writers.plan` (counts drop before rows are
-    rewritten). None when the
-    accelerator is not built or off, or the table has fields beyond the standard ones
-    (the compiled writer never writes extras), a nested observation, a zero-size field
-    or another storage (torch). Bool arrays holding bytes other than 0/1 are left to the
+    rewritten). ``extras`` must hold exactly the table's extra fields (the stored
+    fields beyond obs/action/reward/terminated/truncated), each value held to the rule of
+    ``action``: a C-contiguous array of exactly the stored dtype and shape (leading dims as
+    ``action``'s), or a Python scalar for a scalar field of a one-lane ``add``; otherwise
+    the call returns False before writing. None when the accelerator is not built or off,
+    or the table has a nested observation, more than :data:`MAX_EXTRAS` extra fields, an
+    extra field that is not a plain number or bool (kinds ``biufc``), a zero-size field or
+    another storage (torch). Bool arrays holding bytes other than 0/1 are left to the
     Python paths (which store canonical bools).
 
     Args:
@@ -111,16 +121,21 @@ def compiled_writer(table: StepTable, sampler: WriteListener | None = None,
         ...     assert t.size == 3 and t.written.tolist() == [1, 2]
     """
     spec = table.spec
-    std = ("obs", "action", "reward", "terminated", "truncated")
+    std = _STD
+    extras = [n for n in spec if n not in std]
     if ACCEL is None or not table.backend.host_numpy \
-            or table.obs_fields != ["obs"] or set(spec) != set(std) \
+            or table.obs_fields != ["obs"] or not set(std) <= set(spec) \
             or any(spec[k].shape != () for k in std[2:]) \
-            or any(spec[k].dtype != np.bool_ for k in std[3:]):
+            or any(spec[k].dtype != np.bool_ for k in std[3:]) \
+            or len(extras) > MAX_EXTRAS \
+            or any(spec[n].dtype.kind not in "biufc" for n in extras):
         return None
     flat = table.flat
     try:
         fields = tuple(_c_field(flat(table.arrays[n]), FieldFormat(spec[n].shape, spec[n].dtype))
-                       for n in std)
+                       for n in std) \
+            + tuple((*_c_field(flat(table.arrays[n]), FieldFormat(spec[n].shape, spec[n].dtype)),
+                     n) for n in extras)
         # files (memmap): the crash-safe order of the step table (start advances before
         # evicted rows are rewritten, written commits after the data; long evicting
         # extends go to the Python paths, which write them in chunks)

@@ -13,7 +13,8 @@ single byte is written, and the caller takes the general, fully validating path.
 When the optional C accelerator ``replaybank._lane`` was built (``setup.py``; it needs
 only a C compiler and the Python headers), the plainest calls of any in-memory table
 (every lane at once, C-contiguous arrays of exactly the stored format, Python scalars for
-the scalar fields of one lane, no extra fields) are decided and written in one C call,
+the scalar fields of one lane; extra fields held to the same rule) are decided and
+written in one C call,
 :func:`~replaybank.storage.writers.compiled.compiled_writer`; :class:`LaneWriter` is its
 pure-Python twin. Either way the table ends up exactly as
 :func:`~replaybank.storage.writers.reference.write` leaves it: same data, links, side

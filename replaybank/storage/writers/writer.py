@@ -7,8 +7,8 @@ dtype and shape, or Python scalars for scalar fields) and then writes them with 
 fastest writer that applies:
 
 * the compiled writer (``c_add`` / ``c_extend`` / ``c_add_lanes``, one step of any lanes,
-  in step or not: ``env_ids``), when the optional C accelerator was built
-  (:func:`~replaybank.storage.writers.compiled.compiled_writer`);
+  in step or not: ``env_ids``; extra fields included, up to 16 of them), when the optional
+  C accelerator was built (:func:`~replaybank.storage.writers.compiled.compiled_writer`);
 * for one in-memory lane, the pure-Python :class:`~replaybank.storage.writers.lean.LaneWriter`;
 * else the reference writer (:func:`~replaybank.storage.writers.reference.write`) on
   zero-copy views of the arrays.
