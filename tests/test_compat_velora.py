@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -445,11 +446,14 @@ def test_warm_never_stores_a_reset_step() -> None:
     n = len(buf)
     states, nxt, dones = buf.states[:n], buf.next_states[:n], buf.dones[:n, 0]
     assert dones.sum() > 10
-    # CartPole ends when |x| > 2.4 or |angle| > 0.2095: no action is taken from there
-    beyond = (states[:, 0].abs() > 2.4) | (states[:, 2].abs() > 0.2095)
+    # CartPole ends when |x| > 2.4 or |angle| > 12 degrees: no action is taken from there
+    limit = 12 * 2 * math.pi / 360
+    beyond = (states[:, 0].abs() > 2.4) | (states[:, 2].abs() > limit)
     assert not beyond.any()
     ended = dones == 1
-    assert ((nxt[ended, 0].abs() > 2.4) | (nxt[ended, 2].abs() > 0.2095)).all()
+    # a terminated step ends beyond the limits (a truncated one, at 500 steps, need not)
+    term = torch.as_tensor(buf.core.table.arrays["terminated"][:n, 0])
+    assert ((nxt[term, 0].abs() > 2.4) | (nxt[term, 2].abs() > limit)).all()
     # every ended copy's next step (a reset) is left out, unless the run stopped first
     env_steps, n_ended = 3 * len(agent.calls), int(ended.sum())
     assert env_steps - n_ended <= n <= env_steps - n_ended + 3
