@@ -332,9 +332,10 @@ class BufferBase(ABC):
             if d.ndim == 2:
                 d = d.reshape(-1)
             if s.dtype is not _F32 or s.shape[1:] != ss or a.dtype is not _F32 \
-                    or a.shape != (n, *sa) or r.dtype is not _F32 or r.shape != (n,) \
-                    or ns.dtype is not _F32 or ns.shape != s.shape or h.dtype is not _F32 \
-                    or h.shape != (n, *sh) or d.shape != (n,):
+                    or a.shape[1:] != sa or len(a) != n or r.dtype is not _F32 \
+                    or r.ndim != 1 or len(r) != n or ns.dtype is not _F32 \
+                    or ns.shape != s.shape or h.dtype is not _F32 or h.shape[1:] != sh \
+                    or len(h) != n or d.ndim != 1 or len(d) != n:
                 raise TypeError
             if d.dtype is not _BOOL:
                 d = d != 0
