@@ -2,10 +2,10 @@
 
 Prioritized 3-step replay by default (``--buffer per``); ``uniform`` (one-step) and
 ``nstep`` (uniform, 3-step) for comparison. Shows a progress bar (steps/s, episode
-return, loss), evaluates the greedy policy every ``--eval-every`` env steps on 10
-episodes, stops once an evaluation reaches ``--target`` (unless ``--no-early-stop``),
-writes a learning curve PNG and a buffer checkpoint into ``--out``, reloads the
-checkpoint and checks that it samples identically, and prints a summary.
+return, loss), evaluates the greedy policy every ``--eval-every`` env steps on
+``--eval-episodes`` episodes, stops once an evaluation reaches ``--target`` (unless
+``--no-early-stop``), writes a learning curve PNG and a buffer checkpoint into ``--out``,
+reloads the checkpoint and checks that it samples identically, and prints a summary.
 
 Example:
     >>> args = build_parser().parse_args(["--steps", "100", "--buffer", "uniform"])
@@ -65,22 +65,44 @@ class DemoResult:
         return next((s for s, r in self.evals if r >= 475.0), None)
 
 
+class _ParagraphFormatter(argparse.HelpFormatter):
+    """Argparse's formatter, but the description keeps its paragraphs."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        fill = super()._fill_text  # bound here: zero-argument super() fails in a genexpr
+        return "\n\n".join(fill(par, width, indent) for par in text.split("\n\n"))
+
+
 def build_parser() -> argparse.ArgumentParser:
-    """Arguments of ``replaybank demo``."""
-    p = argparse.ArgumentParser(prog="replaybank demo", description=__doc__.split("\n\n")[0])
+    """Arguments of ``replaybank demo``; ``--help`` is plain text and shows every default."""
+    # the module docstring's first two paragraphs, without reST markup
+    description = "\n\n".join((__doc__ or "").split("\n\n")[:2]).replace("``", "")
+    p = argparse.ArgumentParser(prog="replaybank demo", description=description,
+                                formatter_class=_ParagraphFormatter)
     p.add_argument("--buffer", choices=("uniform", "per", "nstep"), default="per",
-                   help="replay scheme (default: prioritized 3-step)")
-    p.add_argument("--steps", type=int, default=50_000, help="env steps budget")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default="replaybank_demo_out", help="output directory")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--num-envs", type=int, default=4, help="vectorized CartPole envs")
-    p.add_argument("--eval-every", type=int, default=2_000, help="env steps between evals")
-    p.add_argument("--eval-episodes", type=int, default=10)
-    p.add_argument("--target", type=float, default=475.0, help="mean eval return to reach")
+                   help="replay scheme: per = prioritized 3-step, nstep = uniform 3-step, "
+                        "uniform = uniform one-step (default: %(default)s)")
+    p.add_argument("--steps", type=int, default=50_000,
+                   help="env steps budget (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the envs, the network and the buffer (default: %(default)s)")
+    p.add_argument("--out", default="replaybank_demo_out",
+                   help="output directory for the plot and the checkpoint "
+                        "(default: %(default)s)")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress bar (default: shown)")
+    p.add_argument("--num-envs", type=int, default=4,
+                   help="vectorized CartPole envs (default: %(default)s)")
+    p.add_argument("--eval-every", type=int, default=2_000,
+                   help="env steps between evaluations (default: %(default)s)")
+    p.add_argument("--eval-episodes", type=int, default=10,
+                   help="greedy episodes per evaluation (default: %(default)s)")
+    p.add_argument("--target", type=float, default=475.0,
+                   help="mean evaluation return to reach (default: %(default)s)")
     p.add_argument("--no-early-stop", action="store_true",
-                   help="keep training after the target is reached")
-    p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+                   help="keep training after the target is reached (default: stop)")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch CPU threads (default: %(default)s)")
     return p
 
 

@@ -1,6 +1,8 @@
 """The ``replaybank`` command line.
 
 Subcommands: ``demo`` (train DQN on CartPole-v1 from prioritized n-step replay).
+``replaybank --version`` prints the installed version. ``python -m replaybank`` runs the
+same command line as the ``replaybank`` script.
 
 Example:
     >>> main(["--help"])  # doctest: +ELLIPSIS
@@ -15,6 +17,7 @@ import sys
 __all__ = ["main"]
 
 USAGE = """usage: replaybank <command> [options]
+       replaybank --version
 
 commands:
   demo     train a DQN agent on CartPole-v1 from prioritized 3-step replay
@@ -34,6 +37,11 @@ def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help", "help"):
         print(USAGE, end="")
+        return 0
+    if args[0] in ("-V", "--version", "version"):
+        from replaybank import __version__
+
+        print(f"replaybank {__version__}")
         return 0
     command, rest = args[0], args[1:]
     if command == "demo":
