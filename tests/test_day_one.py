@@ -3,8 +3,11 @@ extras, types of the lazily exported names, reward dtype, seeds in configs, devi
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -52,3 +55,46 @@ def test_demo_help_is_plain_text_with_defaults() -> None:
     # every option has a help line
     parser = build_parser()
     assert all(a.help for a in parser._actions)
+
+
+# --- licence and extras ---------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+# the module each third-party distribution of an extra is imported as
+IMPORT_NAME = {"pyyaml": "yaml", "gymnasium-robotics": "gymnasium_robotics"}
+
+
+def _pyproject() -> dict[str, Any]:
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+    with open(ROOT / "pyproject.toml", "rb") as f:
+        data: dict[str, Any] = tomllib.load(f)
+    return data
+
+
+def test_license_file_is_the_declared_mit_licence() -> None:
+    text = (ROOT / "LICENSE").read_text()
+    assert _pyproject()["project"]["license"] == "MIT"
+    assert text.startswith("MIT License\n")
+    assert "Copyright (c) 2026 the replaybank authors" in text
+    assert "THE SOFTWARE IS PROVIDED \"AS IS\"" in text
+
+
+def test_every_extra_installs_something_the_project_imports() -> None:
+    extras: dict[str, list[str]] = _pyproject()["project"]["optional-dependencies"]
+    assert "ray" not in extras  # until the distributed service uses it
+    sources = "\n".join(p.read_text() for folder in ("replaybank", "tests", "examples")
+                        for p in (ROOT / folder).rglob("*.py"))
+    for extra, reqs in extras.items():
+        for req in reqs:
+            dist = re.split(r"[<>=!~\[ ;]", req, maxsplit=1)[0].lower()
+            if dist == "replaybank" or extra in ("dev", "bench"):
+                continue  # meta extras, and the tools of the development setup
+            module = IMPORT_NAME.get(dist, dist)
+            assert re.search(rf"(import|from) {module}\b|\"{module}\"", sources), (extra, dist)
+
+
+def test_no_doc_or_test_installs_the_removed_ray_extra() -> None:
+    docs = [ROOT / "README.md", *(ROOT / "docs").rglob("*.md"), *(ROOT / "tests").rglob("*.py")]
+    for p in docs:
+        if p.resolve() != Path(__file__).resolve():
+            assert "replaybank[ray]" not in p.read_text(), p
