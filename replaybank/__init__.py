@@ -14,6 +14,8 @@ Example:
     (2, 4)
 """
 
+import typing
+
 from replaybank.batch import Batch, SequenceBatch
 from replaybank.buffers.autoreset import AutoresetWarning
 from replaybank.buffers.hindsight import HerReplayBuffer
@@ -149,7 +151,8 @@ __all__ = [
     "warm",
 ]
 
-# torch / gymnasium stay optional: these names import their module on first access
+# torch and gymnasium stay optional: these names import their module on first access (the
+# ``__getattr__`` below); a type checker reads their real types from the block after it
 _LAZY = {
     "CollectResult": "replaybank.integrations.gymnasium",
     "Collector": "replaybank.integrations.gymnasium",
@@ -159,7 +162,6 @@ _LAZY = {
     "spec_from_spaces": "replaybank.integrations.spaces",
     "TorchBackend": "replaybank.storage.backends.torch",
     "PinnedStager": "replaybank.integrations.torch",
-    # pydantic is imported only when configs are used
     "BufferConfig": "replaybank.config",
     "ComponentConfig": "replaybank.config",
     "ReplayBufferConfig": "replaybank.config",
@@ -170,16 +172,32 @@ _LAZY = {
     "register_view": "replaybank.config",
 }
 
+if typing.TYPE_CHECKING:  # the same names as _LAZY, from the same modules (tests/test_day_one.py)
+    from replaybank.config import (
+        BufferConfig,
+        ComponentConfig,
+        ReplayBufferConfig,
+        config_model,
+        from_config,
+        register_buffer,
+        register_sampler,
+        register_view,
+    )
+    from replaybank.integrations.gymnasium import Collector, CollectResult, collect, warm
+    from replaybank.integrations.spaces import spec_from_env, spec_from_spaces
+    from replaybank.integrations.torch import PinnedStager
+    from replaybank.storage.backends.torch import TorchBackend
+else:  # hidden from type checkers, so that a misspelt name is an error there
 
-def __getattr__(name: str) -> object:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'replaybank' has no attribute {name!r}")
-    import importlib
+    def __getattr__(name: str) -> object:
+        module = _LAZY.get(name)
+        if module is None:
+            raise AttributeError(f"module 'replaybank' has no attribute {name!r}")
+        import importlib
 
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+        value = getattr(importlib.import_module(module), name)
+        globals()[name] = value
+        return value
 
 
 #: The name ``rb.open`` had before :mod:`replaybank.persist` (kept for old code).

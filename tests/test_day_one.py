@@ -3,6 +3,8 @@ extras, types of the lazily exported names, reward dtype, seeds in configs, devi
 
 from __future__ import annotations
 
+import ast
+import os
 import re
 import subprocess
 import sys
@@ -98,3 +100,84 @@ def test_no_doc_or_test_installs_the_removed_ray_extra() -> None:
     for p in docs:
         if p.resolve() != Path(__file__).resolve():
             assert "replaybank[ray]" not in p.read_text(), p
+
+
+# --- types of the lazily exported names ------------------------------------------------------
+
+USER_CODE = """
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+
+import replaybank as rb
+
+
+def policy(obs: np.ndarray) -> np.ndarray:
+    return np.zeros(len(obs), np.int64)
+
+
+def main() -> int:
+    env = gym.make_vec("CartPole-v1", num_envs=2, vectorization_mode="sync")
+    spec: rb.Spec = rb.spec_from_env(env)
+    spec = rb.spec_from_spaces(env.single_observation_space, env.single_action_space)
+    buf = rb.ReplayBuffer(100, num_envs=2, spec=spec, seed=0)
+    res: rb.CollectResult = rb.collect(env, policy, buf, n_steps=10, progress=False)
+    more: rb.CollectResult = rb.Collector(env, policy, buf, seed=0).collect(5)
+    warmed: rb.CollectResult = rb.warm(buf, policy, 20, num_envs=2, env="CartPole-v1",
+                                       progress=False)
+    cfg: rb.BufferConfig = buf.config()
+    again = rb.from_config(cfg)
+    model: type[rb.BufferConfig] = rb.config_model("ReplayBuffer")
+    typed: rb.ReplayBufferConfig = rb.ReplayBufferConfig(capacity=10, num_envs=2)
+    capacity: int = typed.capacity
+    component: type[rb.ComponentConfig] = rb.ComponentConfig
+    rb.register_buffer("MyBuffer", rb.ReplayBuffer)
+    rb.register_sampler("my_uniform", rb.UniformSampler)
+    rb.register_view("my_transition", rb.TransitionView)
+    backend: rb.TorchBackend = rb.TorchBackend(device="cpu")
+    stager: rb.PinnedStager = rb.PinnedStager(device="cpu")
+    del more, warmed, again, model, component, backend, stager
+    return res.steps + capacity
+"""
+
+
+def _mypy(tmp_path: Path, code: str) -> subprocess.CompletedProcess[str]:
+    pytest.importorskip("mypy")
+    (tmp_path / "user.py").write_text(code)
+    # as for an installed package: replaybank is read, its own errors are not the user's
+    env = {**os.environ, "MYPYPATH": str(ROOT)}
+    return subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--follow-imports=silent",
+         "--cache-dir", str(tmp_path / ".mypy_cache"), "--no-error-summary", "user.py"],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
+
+
+def test_user_code_calling_the_lazy_names_passes_mypy_strict(tmp_path: Path) -> None:
+    out = _mypy(tmp_path, USER_CODE)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_a_misspelt_name_is_a_type_error(tmp_path: Path) -> None:
+    out = _mypy(tmp_path, "import replaybank as rb\n\nrb.colect\nrb.ReplayBufer\n")
+    assert out.returncode == 1
+    assert 'has no attribute "colect"' in out.stdout
+    assert 'has no attribute "ReplayBufer"' in out.stdout
+
+
+def test_type_checking_block_imports_every_lazy_name_from_its_module() -> None:
+    tree = ast.parse((ROOT / "replaybank" / "__init__.py").read_text())
+    block = next(node for node in tree.body if isinstance(node, ast.If)
+                 and ast.unparse(node.test) == "typing.TYPE_CHECKING")
+    typed = {alias.name: node.module for node in block.body
+             if isinstance(node, ast.ImportFrom) for alias in node.names}
+    lazy: dict[str, str] = rb._LAZY
+    assert typed == lazy
+    assert set(lazy) <= set(rb.__all__)
+
+
+def test_import_replaybank_imports_neither_torch_nor_gymnasium() -> None:
+    code = ("import sys, replaybank as rb; rb.ReplayBuffer(8, seed=0); "
+            "print(sorted(m for m in ('torch', 'gymnasium') if m in sys.modules))")
+    out = _run("-c", code)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr

@@ -30,7 +30,7 @@ import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from pydantic import ValidationError
 
@@ -208,10 +208,21 @@ def buffer_config(buf: Any) -> BufferConfig:
         raise format_error(name, exc) from None
 
 
+if TYPE_CHECKING:
 
-def __getattr__(name: str) -> Any:
-    # the model is derived from ReplayBuffer's signature: built on first use, so that
-    # importing the config package imports no buffer
-    if name == "ReplayBufferConfig":
-        return config_model("ReplayBuffer")
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    class ReplayBufferConfig(BufferConfig):
+        """What a type checker knows of ``config_model("ReplayBuffer")``: a
+        :class:`BufferConfig` whose fields are ``ReplayBuffer``'s constructor arguments."""
+
+        def __init__(self, **data: Any) -> None: ...
+
+        def __getattr__(self, name: str) -> Any: ...
+
+else:
+
+    def __getattr__(name: str) -> Any:
+        # the model is derived from ReplayBuffer's signature: built on first use, so that
+        # importing the config package imports no buffer
+        if name == "ReplayBufferConfig":
+            return config_model("ReplayBuffer")
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
