@@ -251,10 +251,11 @@ def test_recurrent_batches_and_reset_keeps_overlap() -> None:
     data = buf.get_all_buffer_data(data_to_cpu=True)  # whole sequences only: 8 of 10
     assert data[OBS].shape[0] == 8
     assert buf.staged_overlap is not None
+    assert buf.staged_overlap[OBS][:, 0, 0].tolist() == [6, 7, 8, 9]
     buf.reset()
-    assert buf.step == 2  # the overlap slice leads the next export
+    assert buf.step == 4  # overlap 6, 7 and held-back 8, 9 lead the next export
     buf.insert_transition(transition(10))
-    assert buf.get_data_slice(0, 3)[OBS][:, 0, 0].tolist() == [8, 9, 10]
+    assert buf.get_data_slice(0, 5)[OBS][:, 0, 0].tolist() == [6, 7, 8, 9, 10]
 
 
 # ------------------------------------------------------------------ N-Step
@@ -521,6 +522,208 @@ def test_her_copy_single_tensor_and_manual_end() -> None:
     assert buf.copy_single_tensor(REW, 2).tolist() == [2.0]
     buf.handle_end_of_episode()
     assert buf.relabelled == 2
+
+
+# ------------------------------------------------------------------ recurrent actors
+RNN_ACTOR = SimpleNamespace(is_recurrent=True, sequence_overlap=0.5)
+RNN_ALGO = SimpleNamespace(gamma=0.9, update_every=4)  # sequences of 4: 2 overlap + 2
+
+
+def rnn_transition(t: int, n: int = 2, done2: Any = None) -> dict[str, Any]:
+    """transition(t) with hidden states t (RHS) and t + 1 (RHS2)."""
+    s = transition(t, n, done2)
+    s[RHS] = torch.full((n, 2), float(t))
+    s[RHS2] = torch.full((n, 2), float(t + 1))
+    return s
+
+
+def r2d2_oracle(errors: list[float], eps: float, alpha: float, eta: float = 0.9) -> float:
+    """Plain loop: pytorchrl's sequence priority, get_sequence_priority over the
+    get_priority of each trained step."""
+    p = [(abs(e) + eps) ** alpha for e in errors]
+    return eta * max(p) + (1 - eta) * sum(p) / len(p)
+
+
+def test_recurrent_per_sequence_priorities_against_plain_loop() -> None:
+    """Section 'Prioritized Experience Replay Buffer' (recurrent actor): after_gradients
+    takes one TD error per trained (non-overlap) step of each window and sets the
+    window's priority get_sequence_priority(get_priority(errors), eta=0.9) = 0.9 * max +
+    0.1 * mean; per_weights [S * sequence_length, 1] repeat each window's
+    (N P(i)) ** -beta / max."""
+    eps, alpha, beta = 0.01, 0.6, 0.4
+    buf = PERBuffer(100, "cpu", RNN_ACTOR, RNN_ALGO, None, epsilon=eps, alpha=alpha,
+                    beta=beta, default_error=50.0, seed=0)
+    for t in range(30):
+        buf.insert_transition(rnn_transition(t))
+    buf.before_gradients()
+    b = next(buf.generate_batches(1, 16))  # 16 // 4 + 1 = 5 windows
+    assert b["idxs"].shape == (5,) and b["per_weights"].shape == (20, 1)
+    assert torch.all(b["per_weights"].reshape(5, 4) == b["per_weights"][::4])
+    starts = b["idxs"].copy()
+    errors = torch.rand(5 * 2) * 3
+    oracle: dict[int, float] = {}
+    for i, key in enumerate(starts.tolist()):  # the last update of a repeated start wins
+        oracle[key] = r2d2_oracle(errors[2 * i:2 * i + 2].tolist(), eps, alpha)
+    assert buf.after_gradients(b, {"Algorithm": {"errors": errors}}) is not None
+    assert "idxs" not in b
+    per = buf.buffer.sampler
+    core = buf.buffer
+    slots = core.table.slots_of(np.array(sorted(oracle)))
+    np.testing.assert_allclose(per.priorities(slots), [oracle[k] for k in sorted(oracle)],
+                               rtol=1e-9)
+    # the weights of the next windows: (p_i / p_min) ** -beta, p_min the smallest priority
+    p_min = min(oracle.values())
+    default = (50.0 + eps) ** alpha
+    b = next(buf.generate_batches(1, 200))
+    for i, key in enumerate(b["idxs"].tolist()):
+        p = oracle.get(key, default)
+        assert b["per_weights"][4 * i, 0].item() == pytest.approx((p / p_min) ** -beta,
+                                                                  rel=1e-4)
+    with pytest.raises(ValueError, match="one TD error per trained"):
+        buf.after_gradients(b, {"Algorithm": {"errors": torch.ones(3)}})
+    with pytest.raises(KeyError, match="errors"):
+        buf.after_gradients(b, {"Algorithm": {}})
+
+
+def test_recurrent_per_draws_follow_sequence_priority() -> None:
+    """Section 'Prioritized Experience Replay Buffer' (recurrent actor): windows are
+    drawn in proportion to their sequence priority."""
+    buf = PERBuffer(100, "cpu", RNN_ACTOR, RNN_ALGO, None, epsilon=0.0, alpha=1.0,
+                    default_error=1e-6, seed=0)
+    for t in range(30):
+        buf.insert_transition(rnn_transition(t, n=1))
+    b = next(buf.generate_batches(1, 4))  # 2 windows
+    hot = int(b["idxs"][0])
+    b["idxs"] = np.array([hot])
+    buf.after_gradients(b, {"Algorithm": {"errors": torch.tensor([[100.0], [1.0]])}})
+    b = next(buf.generate_batches(1, 400))
+    assert np.mean(b["idxs"] == hot) > 0.95
+
+
+def test_recurrent_ere_windows_and_ck() -> None:
+    """Section 'ERE' (recurrent actor): mini batch k of K draws windows that start among
+    the newest c_k = max(N * eta ** (1000 k / K), cmin) steps; 'ck' is that window in
+    sequences per env, as pytorchrl counts it; with PER after_gradients pops idxs and
+    ck. A window too small for one sequence raises a ConfigError naming cmin."""
+    buf = EREBuffer(500, "cpu", RNN_ACTOR, RNN_ALGO, None, eta=0.9, cmin=16, seed=0)
+    for t in range(100):
+        buf.insert_transition(rnn_transition(t))
+    batches = list(buf.generate_batches(4, 40))
+    assert [b["ck"] for b in batches] == [200 // 8, 2, 2, 2]
+    for b in batches[1:]:  # 16 steps: the newest 8 of each env
+        first = b[OBS][::4, 0]
+        assert first.min().item() >= 92 and (first + 3).max().item() <= 99
+    assert "per_weights" not in batches[0]
+    small = EREBuffer(500, "cpu", RNN_ACTOR, RNN_ALGO, None, eta=0.5, cmin=4, seed=0)
+    for t in range(40):
+        small.insert_transition(rnn_transition(t))
+    with pytest.raises(ConfigError, match="raise cmin to at least"):
+        list(small.generate_batches(2, 8))  # mini batch 1: 2 steps per env
+    per = EREBuffer(500, "cpu", RNN_ACTOR, RNN_ALGO, None, alpha=0.6, epsilon=0.01,
+                    eta=0.9, cmin=16, seed=0)
+    for t in range(100):
+        per.insert_transition(rnn_transition(t))
+    b = list(per.generate_batches(2, 8))[1]
+    assert b["per_weights"].shape == (12, 1) and b["ck"] == 2
+    info = per.after_gradients(b, {"Algorithm": {"errors": torch.ones(3 * 2)}})
+    assert "idxs" not in b and "ck" not in b and info["Algorithm"]["errors"].shape == (6,)
+
+
+def test_recurrent_her_copies_keep_hidden_states() -> None:
+    """Section 'HER' (recurrent actor): her_function receives the hidden states of each
+    transition ([1, ...]) and what it returns is stored; windows over the hindsight
+    copies carry the copies' hidden state at their first step."""
+    seen: list[tuple[Any, Any]] = []
+
+    def her(o: Any, rhs: Any, o2: Any, rhs2: Any, r: Any, initial_state: Any,
+            final_state: Any) -> tuple[Any, Any, Any, Any, Any]:
+        seen.append((rhs.shape, rhs2.shape))
+        o, o2 = o.copy(), o2.copy()
+        o[:, 2] = o2[:, 2] = final_state[:, 0]
+        return o, rhs + 1000, o2, rhs2 + 1000, np.ones((1, 1), np.float32)
+
+    buf = HERBuffer(200, "cpu", RNN_ACTOR, RNN_ALGO, None, her_function=her, seed=0)
+    for t in range(40):
+        buf.insert_transition(rnn_transition(t, n=1, done2=[float(t % 10 == 9)]))
+    assert buf.relabelled == 4 * 9 and seen[0] == ((1, 2), (1, 2))
+    b = next(buf.generate_batches(1, 400))
+    first = b[OBS][::4]  # [S, 3]: each window's first row
+    her_rows = first[:, 2] != 0
+    assert her_rows.any() and (~her_rows).any()
+    assert torch.all(b[RHS][her_rows, 0] == first[her_rows, 0] + 1000)
+    assert torch.all(b[RHS][~her_rows, 0] == first[~her_rows, 0])
+    assert torch.all(b[RHS2][her_rows, 0] == first[her_rows, 0] + 1001)
+    rows = b[OBS][:, 2] != 0
+    assert torch.all(b[REW][rows, 0] == 1.0) and torch.all(b[REW][~rows, 0] == b[OBS][~rows, 0])
+
+
+def test_recurrent_insert_data_slice_drops_resent_overlap() -> None:
+    """Sections 'Replay buffer' (insert_data_slice, reset, get_all_buffer_data with a
+    recurrent actor): a collector exports whole sequences and stages its last
+    overlap_length rows; after reset they lead its next export. The learner drops
+    leading rows that repeat its newest rows, so each step is stored once, in order."""
+    col = ReplayBuffer(100, "cpu", RNN_ACTOR, RNN_ALGO, None, seed=0)
+    learner = ReplayBuffer(100, "cpu", RNN_ACTOR, RNN_ALGO, None, seed=1)
+    t = 0
+    exported = []
+    for steps in (8, 6, 8, 5):
+        for _ in range(steps):
+            col.insert_transition(rnn_transition(t))
+            t += 1
+        data = col.get_all_buffer_data(data_to_cpu=True)
+        exported.append(data[OBS][:, 0, 0].tolist())
+        col.reset()
+        learner.insert_data_slice(data)
+    # whole sequences only; the staged rows (the last 2 exported and those held back)
+    # lead the next export
+    assert exported == [list(range(8)), list(range(6, 14)), list(range(12, 20)),
+                        list(range(18, 26))]
+    got = learner.data[OBS][:, 0, 0].tolist()
+    assert got == list(range(26))  # no duplicated overlap rows, nothing lost or reordered
+    np.testing.assert_array_equal(learner.data[RHS][:, :, 0], learner.data[OBS][:, :, 0])
+    other = ReplayBuffer(100, "cpu", RNN_ACTOR, RNN_ALGO, None)
+    rows = learner.data
+    other.insert_data_slice(_rows_of(rows, 20, 24))
+    other.insert_data_slice(_rows_of(rows, 22, 26))  # 22, 23 repeat the newest: dropped
+    assert other.data[OBS][:, 0, 0].tolist() == [20, 21, 22, 23, 24, 25]
+    other.insert_data_slice(_rows_of(rows, 20, 24))  # 20, 21 are not the newest: kept
+    assert other.size == 10
+
+
+def _rows_of(data: dict[str, Any], a: int, b: int) -> dict[str, Any]:
+    return {k: None if v is None else v[a:b] for k, v in data.items()}
+
+
+def test_recurrent_nstep_sequences_against_plain_loop() -> None:
+    """Section 'N-Step Replay Buffer' (recurrent actor): as pytorchrl stores n-step
+    transitions for recurrent actors too, every row of a window holds its own truncated
+    n-step return, NextObservation and NextDone of the window's last step and n_step
+    (its window length), while Observation, Action and the hidden states stay the
+    window's consecutive steps."""
+    n, gamma = 3, 0.9
+    buf = NStepReplayBuffer(200, "cpu", RNN_ACTOR, SimpleNamespace(gamma=gamma,
+                                                                   update_every=4),
+                            None, n_step=n, seed=0)
+    ends0 = {4, 9, 10, 17, 30}
+    for t in range(32):
+        buf.insert_transition(rnn_transition(t, n=1, done2=[float(t in ends0)]))
+    rewards = [float(t) for t in range(32)]
+    ends = [t in ends0 for t in range(32)]
+    b = next(buf.generate_batches(1, 200))
+    assert b["n_step"].shape == (b[OBS].shape[0], 1)
+    seq = b[OBS][:, 0].reshape(-1, 4)
+    assert torch.all(seq[:, 1:] - seq[:, :-1] == 1)
+    assert torch.all(b[RHS][:, 0] == seq[:, 0])
+    for i in range(b[OBS].shape[0]):
+        t = int(b[OBS][i, 0])
+        g, k, done = nstep_oracle(rewards, ends, t, n, gamma)
+        assert b[REW][i, 0].item() == pytest.approx(g, rel=1e-6)
+        assert b["n_step"][i, 0].item() == k
+        assert b[OBS2][i, 0].item() == t + k
+        assert b[DONE2][i, 0].item() == float(done)
+    buf.update_storage_parameter("n_step", 1)
+    b = next(buf.generate_batches(1, 8))
+    assert b["n_step"] == 1 and torch.all(b[REW][:, 0] == b[OBS][:, 0])
 
 
 # ------------------------------------------------------------------ a training loop

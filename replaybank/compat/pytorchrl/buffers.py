@@ -43,17 +43,27 @@ from typing import Any
 
 import numpy as np
 
-from replaybank.compat.pytorchrl.keys import ALGORITHM, EPISODES
+from replaybank.compat.pytorchrl.keys import (
+    ALGORITHM,
+    DONE2,
+    EPISODES,
+    OBS2,
+    REW,
+    tensor_of,
+    to_numpy,
+)
 from replaybank.compat.pytorchrl.storage import (
     Storage,
     get_priority,
     get_sequence_priority,
     window_lengths,
 )
-from replaybank.errors import ConfigError, require_extra
+from replaybank.errors import ConfigError, ShapeError, require_extra
 from replaybank.samplers.base import Sampler
 from replaybank.samplers.prioritized import PrioritizedSampler
-from replaybank.samplers.recent import RecentSampler
+from replaybank.samplers.recent import RecentSampler, window_counts
+from replaybank.spec import unflatten
+from replaybank.views.nstep import NStepView
 
 __all__ = ["EREBuffer", "NStepReplayBuffer", "PERBuffer", "ReplayBuffer"]
 
@@ -137,10 +147,36 @@ class NStepReplayBuffer(ReplayBuffer):
 
     def _batch_info(self, out: dict[str, Any], batch: Any, k: int, num_mini_batch: int,
                     torch: Any) -> None:
-        if self.n_step == 1 or self.recurrent_actor:
+        if self.n_step == 1:
             out["n_step"] = self.n_step
             return
+        if self.recurrent_actor:
+            self._sequence_nstep(out, batch, torch)
+            return
         lengths = window_lengths(batch.discount, self.gamma, self.n_step)
+        out["n_step"] = torch.as_tensor(lengths[:, None], device=self.device)
+
+    def _sequence_nstep(self, out: dict[str, Any], batch: Any, torch: Any) -> None:
+        """n-step returns for every step of the sampled windows, as pytorchrl stores them
+        for a recurrent actor: row ``j`` of a window gets the return of the steps
+        ``j .. j+L-1``, ``NextObservation`` and ``NextDone`` of step ``j+L-1`` and
+        ``n_step`` ``L`` (``L = min(n_step, steps to the episode end or the newest
+        step)``); the rows keep their own ``Observation``, ``Action`` and hidden states."""
+        buf = self._core()
+        view = buf.view
+        if not isinstance(view, NStepView):  # pragma: no cover - set with n_step > 1
+            out["n_step"] = self.n_step
+            return
+        table = buf.table
+        starts = np.asarray(batch.starts, dtype=np.int64)  # [S]
+        steps = np.arange(self.sequence_length, dtype=np.int64) * table.lanes
+        keys = (starts[:, None] + steps[None, :]).reshape(-1)  # [S * W], a lane's steps
+        got = unflatten(view.gather(table, keys))
+        dev = self._device(torch)
+        out[REW] = tensor_of(np.asarray(got["reward"])[:, None], torch, dev)
+        out[OBS2] = tensor_of(got["next_obs"], torch, dev)
+        out[DONE2] = tensor_of(np.asarray(got["terminated"])[:, None], torch, dev)
+        lengths = view.lengths(table, keys).astype(np.float32)  # [S * W]
         out["n_step"] = torch.as_tensor(lengths[:, None], device=self.device)
 
 
@@ -246,8 +282,11 @@ class PERBuffer(NStepReplayBuffer):
 
     def after_gradients(self, batch: dict[str, Any], info: dict[str, Any]) -> dict[str, Any]:
         """Set the priorities of the batch's steps from ``info["Algorithm"]["errors"]``
-        (``[B, 1]`` TD errors; for a recurrent actor ``[S * non_overlap_length]``, one
-        sequence priority per window). Pops ``idxs`` from the batch.
+        (``[B, 1]`` TD errors: priority ``get_priority(error)``). For a recurrent actor
+        the errors are one per trained step, ``S * non_overlap_length`` values, and each
+        window ``i`` gets pytorchrl's sequence priority
+        ``get_sequence_priority(get_priority(|errors_i|))`` (``eta = 0.9``: ``0.9 * max +
+        0.1 * mean`` over its steps), set at its start. Pops ``idxs`` from the batch.
 
         Args:
             batch: Data batch used to compute the gradients.
@@ -258,6 +297,7 @@ class PERBuffer(NStepReplayBuffer):
 
         Raises:
             KeyError: PER is on and ``info["Algorithm"]`` has no ``errors``.
+            ShapeError: Recurrent actor and not one error per trained step.
         """
         self._update_priorities(batch, info)
         return info
@@ -272,19 +312,23 @@ class PERBuffer(NStepReplayBuffer):
                            "no 'errors' (TD errors missing!); the algorithm must report "
                            "the batch's TD errors with PER")
         idxs = np.asarray(batch.pop("idxs"))
-        errors = np.asarray(algo["errors"].detach().cpu().numpy()
-                            if hasattr(algo["errors"], "detach") else algo["errors"],
-                            dtype=np.float64)
+        errors = np.asarray(to_numpy(algo["errors"]), dtype=np.float64)
         buf = self._core()
-        if self.recurrent_actor:
-            td = errors.reshape(len(idxs), self.non_overlap_length)
-            full = np.zeros((len(idxs), self.sequence_length))
-            full[:, self.overlap_length:] = td
-            mask = np.zeros(full.shape, dtype=bool)
-            mask[:, self.overlap_length:] = True
-            buf.update_sequence_priorities(idxs, full, eta=0.9, mask=mask)
-        else:
+        if not self.recurrent_actor:
             buf.update_priorities(idxs, errors.reshape(len(idxs)))
+            return
+        if errors.size != len(idxs) * self.non_overlap_length:
+            raise ShapeError(
+                f"{type(self).__name__}.after_gradients: info[{ALGORITHM!r}]['errors'] has "
+                f"{errors.size} values; a batch of {len(idxs)} sequences needs one TD error "
+                f"per trained (non-overlap) step: {len(idxs)} * {self.non_overlap_length}")
+        # pytorchrl's sequence priority: the proportional priority of each trained step,
+        # then R2D2's eta * max + (1 - eta) * mean over the window's steps
+        step_priority = self.get_priority(np.abs(errors.reshape(len(idxs), -1)))  # [S, L]
+        priority = np.asarray(self.get_sequence_priority(step_priority.T), np.float64)  # [S]
+        # the core stores (p + epsilon) ** alpha: hand it the p that stores `priority`
+        raw = np.power(priority, 1.0 / float(self.alpha)) - float(self.epsilon)
+        buf.update_priorities(idxs, np.maximum(raw, 0.0))
 
     @staticmethod
     def _torch_module() -> Any:
@@ -353,17 +397,42 @@ class EREBuffer(PERBuffer):
         return self._recent
 
     def _sample_kwargs(self, k: int, num_mini_batch: int) -> dict[str, Any]:
+        if self.recurrent_actor:
+            self._check_sequence_window(k, num_mini_batch)
         return {"update": k, "num_updates": num_mini_batch}
+
+    def _window(self, k: int, num_mini_batch: int) -> int:
+        """Steps (of all lanes) in the recent window of mini batch ``k``."""
+        return self._recent_sampler().window_size(len(self._core()), k, num_mini_batch)
+
+    def _recent_sampler(self) -> RecentSampler:
+        sampler = self.buffer.sampler if self.buffer is not None else None
+        return sampler if isinstance(sampler, RecentSampler) else self._recent
+
+    def _check_sequence_window(self, k: int, num_mini_batch: int) -> None:
+        """A recurrent actor's windows start among the newest ``c_k`` steps: some lane
+        must hold ``sequence_length`` of them, or no window could be drawn."""
+        buf = self._core()
+        if buf._table is None:
+            return
+        per_lane = window_counts(buf.table.counts, self._window(k, num_mini_batch))
+        if int(per_lane.max()) < self.sequence_length:
+            raise ConfigError(
+                f"{type(self).__name__}.generate_batches(num_mini_batch={num_mini_batch}): "
+                f"the recent window of mini batch {k} holds {int(per_lane.max())} steps per "
+                f"env, less than one sequence of {self.sequence_length} steps (cmin="
+                f"{self.cmin}, eta={self.eta}); raise cmin to at least num_envs * "
+                f"sequence_length = {self._lanes * self.sequence_length}")
 
     def _batch_info(self, out: dict[str, Any], batch: Any, k: int, num_mini_batch: int,
                     torch: Any) -> None:
         super()._batch_info(out, batch, k, num_mini_batch, torch)
         if not self.prioritized:
             del out["per_weights"]  # pytorchrl's ERE adds them only with PER
-        n = len(self._core())
-        if self.recurrent_actor:
-            n //= self.sequence_length
-        out["ck"] = self._recent.window_size(n, k, num_mini_batch)
+        window = self._window(k, num_mini_batch)
+        if self.recurrent_actor:  # pytorchrl counts a recurrent window in sequences per env
+            window //= self._lanes * self.sequence_length
+        out["ck"] = window
 
     def after_gradients(self, batch: dict[str, Any], info: dict[str, Any]) -> dict[str, Any]:
         """PER priorities (as :meth:`PERBuffer.after_gradients`), then
@@ -390,9 +459,7 @@ class EREBuffer(PERBuffer):
         episodes = info.get(EPISODES)
         rewards = [] if not isinstance(episodes, dict) or "TrainReward" not in episodes \
             else [float(np.mean(episodes["TrainReward"]))]
-        sampler = self._recent
-        if self.buffer is not None and isinstance(self.buffer.sampler, RecentSampler):
-            sampler = self.buffer.sampler
+        sampler = self._recent_sampler()
         self.eta = sampler.update_eta(rewards)
         if len(sampler.returns) >= 4:
             info.setdefault(ALGORITHM, {})["eta"] = self.eta

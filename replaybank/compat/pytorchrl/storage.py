@@ -405,8 +405,12 @@ class Storage:
         """Return the rows added since the last :meth:`reset` (all currently stored data
         when the storage is the learner's own): ``{key: [step, num_envs, ...]}`` float32
         numpy, in CPU memory whatever ``data_to_cpu`` says. For a recurrent actor only
-        whole sequences; with ``data_to_cpu`` the last ``overlap_length`` rows are also
-        staged, and :meth:`reset` keeps them for the next export.
+        whole sequences; with ``data_to_cpu`` the last ``overlap_length`` exported rows
+        and the rows held back (those after the last whole sequence) are staged, and
+        :meth:`reset` keeps them at the head of the next export, so a learner gets
+        every row (pytorchrl stages the last ``overlap_length`` rows added, which loses
+        the held-back rows before them when ``step`` is not a multiple of
+        ``sequence_length``).
 
         Args:
             data_to_cpu: Whether the data will leave this process (stages the recurrent
@@ -423,7 +427,7 @@ class Storage:
         base = self.size - step
         data = self._rows(base, base + idx)
         if self.recurrent_actor and data_to_cpu:
-            self.staged_overlap = self.get_data_slice(step - self.overlap_length, step)
+            self.staged_overlap = self.get_data_slice(idx - self.overlap_length, step)
         self._export = data
         return data
 
@@ -445,12 +449,12 @@ class Storage:
     def reset(self) -> None:
         """Set ``step`` to zero: the next :meth:`get_all_buffer_data` returns only rows
         added after this call. If the actor is recurrent and an overlap slice was staged,
-        it is kept at the beginning of the next export. Stored data stays sampleable
-        (the core keeps it; pytorchrl's own learner re-inserts it, which this storage
-        recognises and skips)."""
+        it is kept at the beginning of the next export (``step`` starts at its length).
+        Stored data stays sampleable (the core keeps it; pytorchrl's own learner
+        re-inserts it, which this storage recognises and skips)."""
         keep = 0
         if self.recurrent_actor and self.staged_overlap is not None:
-            keep = self.overlap_length
+            keep = _length(self.staged_overlap[OBS])
             self.staged_overlap = None
         self._pending = self._export
         self._export = None
