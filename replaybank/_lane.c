@@ -27,7 +27,8 @@
 
 #define NSTD 5      /* obs, action, reward, terminated, truncated: f[0..NSTD) */
 #define MAXEXTRA 16 /* extra fields (f[NSTD..nf)); tables with more take the Python paths */
-#define MAXFIELDS (NSTD + MAXEXTRA)
+#define MAXOBS 16   /* fields of a dict observation (obs/<key>); more: the Python paths */
+#define MAXFIELDS (NSTD + MAXEXTRA + MAXOBS - 1)
 #define MAXDIM 8
 #define STACK_ITEMS 512 /* steps x lanes written without a heap allocation */
 
@@ -96,8 +97,16 @@ guard_enter(GuardState *g)
 
 typedef struct {
     PyObject_HEAD
-    Field f[MAXFIELDS];        /* the NSTD standard fields, then the extra fields */
+    Field f[MAXFIELDS];        /* the NSTD standard fields (f[0]: the first obs field), the
+                                  nx extra fields, then obs fields 1..nob-1 */
     int nf;                    /* fields initialised (for dealloc; all of them after init) */
+    int nx;                    /* extra fields: f[NSTD .. NSTD + nx) */
+    int nob;                   /* obs fields (1: a flat obs; more, or okey set: a dict obs) */
+    int oi[MAXOBS];            /* obs field p is f[oi[p]] */
+    PyObject *okey[MAXOBS];    /* dict obs: the key of obs field p in obs / next_obs (NULL:
+                                  a flat obs, the value itself) */
+    PyObject *oside[MAXOBS];   /* the side store array of obs field p (interned str) */
+    PyObject *xkey[MAXEXTRA];  /* the extras' keys (borrowed: f[NSTD + i].name) */
     Py_buffer link, written, counts, episodes;
     int nmeta;
     PyObject *table;  /* the SideStore: .arrays["obs"], .free, .alloc(k) */
@@ -277,20 +286,60 @@ in_step(Appender *self)
     return 1;
 }
 
-/* The side store of obs as a buffer (it may have been reallocated). */
+/* The side store arrays of every obs field as buffers sv[0..nob) (they may have been
+ * reallocated); 0 ok (release them with release_sides), -1 error (none held). */
 static int
-side_view(Appender *self, Py_buffer *view)
+side_view(Appender *self, Py_buffer *sv)
 {
     PyObject *side = PyObject_GetAttr(self->table, s_side);
     if (side == NULL)
         return -1;
-    PyObject *arr = PyObject_GetItem(side, s_obs);
+    for (int p = 0; p < self->nob; p++) {
+        PyObject *arr = PyObject_GetItem(side, self->oside[p]);
+        int r = arr == NULL ? -1 : PyObject_GetBuffer(arr, &sv[p], PyBUF_CONTIG);
+        Py_XDECREF(arr);
+        if (r < 0) {
+            while (p > 0)
+                PyBuffer_Release(&sv[--p]);
+            Py_DECREF(side);
+            return -1;
+        }
+    }
     Py_DECREF(side);
-    if (arr == NULL)
-        return -1;
-    int r = PyObject_GetBuffer(arr, view, PyBUF_CONTIG);
-    Py_DECREF(arr);
-    return r;
+    return 0;
+}
+
+static void
+release_sides(Appender *self, Py_buffer *sv)
+{
+    for (int p = 0; p < self->nob; p++)
+        PyBuffer_Release(&sv[p]);
+}
+
+/* Whether side slot `slot` lies inside every obs field's side array. */
+static int
+slot_inside(Appender *self, const Py_buffer *sv, long long slot)
+{
+    for (int p = 0; p < self->nob; p++)
+        if (slot < 0 || slot >= sv[p].len / self->f[self->oi[p]].nbytes)
+            return 0;
+    return 1;
+}
+
+/* Next observations nsrc (items [j, j + count)) equal the obs of items [j + L, j + L +
+ * count) bitwise, in every obs field (src: the fields' sources, nsrc: the next obs of
+ * each obs field). */
+static int
+next_is_obs(Appender *self, char *const *src, const char *const *nsrc, Py_ssize_t j,
+            Py_ssize_t count)
+{
+    const Py_ssize_t L = self->L;
+    for (int p = 0; p < self->nob; p++) {
+        const Py_ssize_t ib = self->f[self->oi[p]].nbytes;
+        if (memcmp(nsrc[p] + j * ib, src[self->oi[p]] + (j + L) * ib, (size_t)(count * ib)))
+            return 0;
+    }
+    return 1;
 }
 
 /* A link or free slot outside the side store: raise instead of touching memory. */
@@ -364,13 +413,14 @@ get_free(Appender *self)
 }
 
 /* Does the step at flat index `at` (a lane's previous newest step) continue into a new
- * step whose obs is `row`: not an episode end, and its kept next observation equals
- * `row` bitwise? Returns its link (to release) when it does, 0 when not, -1 on error.
- * Opens the side view `sv` at first use (*have_side). */
+ * step whose obs is item `j` of the sources src: not an episode end, and its kept next
+ * observation equals that obs bitwise in every obs field? Returns its link (to release)
+ * when it does, 0 when not, -1 on error. Opens the side views `sv` at first use
+ * (*have_side). */
 static long long
-continues_into(Appender *self, Py_ssize_t at, const char *row, Py_buffer *sv, int *have_side)
+continues_into(Appender *self, Py_ssize_t at, char *const *src, Py_ssize_t j, Py_buffer *sv,
+               int *have_side)
 {
-    const Py_ssize_t ib = self->f[0].nbytes;
     long long p = ((const int32_t *)self->link.buf)[at];
     if (!p || ((const char *)self->f[3].store.buf)[at]
         || ((const char *)self->f[4].store.buf)[at])
@@ -380,30 +430,34 @@ continues_into(Appender *self, Py_ssize_t at, const char *row, Py_buffer *sv, in
             return -1;
         *have_side = 1;
     }
-    if (p > sv->len / ib) {
+    if (!slot_inside(self, sv, p - 1)) {
         corrupt(p);
         return -1;
     }
-    return memcmp((char *)sv->buf + (p - 1) * ib, row, (size_t)ib) == 0 ? p : 0;
+    for (int q = 0; q < self->nob; q++) {
+        const Py_ssize_t ib = self->f[self->oi[q]].nbytes;
+        if (memcmp((char *)sv[q].buf + (p - 1) * ib, src[self->oi[q]] + j * ib, (size_t)ib))
+            return 0;
+    }
+    return p;
 }
 
 /* ------------------------------------------------------------------ the write
  * n steps of all L lanes, rows [start, start + n) (no wrap), inputs validated:
- * src[i] points at field i's [n, L, *shape] bytes (i < nf: the extras too), nobs at
- * next_obs [n, L, *shape].
+ * src[i] points at field i's [n, L, *shape] bytes (i < nf: the extras and obs fields
+ * too), nsrc[p] at obs field p's next_obs [n, L, *shape].
  * Same steps and order as the write plan (writers/plan.py). Returns 0, or -1 with an exception set
  * (only on memory errors; the table may then be partly written). */
 static int
-write_steps(Appender *self, char *const *src, const char *nobs, Py_ssize_t n)
+write_steps(Appender *self, char *const *src, const char *const *nsrc, Py_ssize_t n)
 {
     const Py_ssize_t T = self->T, L = self->L;
-    const Py_ssize_t ib = self->f[0].nbytes;
-    const char *obs = src[0], *term = src[3], *trunc = src[4];
+    const char *term = src[3], *trunc = src[4];
     int32_t *link = (int32_t *)self->link.buf;
     int64_t w = meta(&self->written)[0], c = meta(&self->counts)[0];
     Py_ssize_t start = (Py_ssize_t)(w % T), end = start + n, nl = n * L;
     int err = 0;
-    Py_buffer sv;
+    Py_buffer sv[MAXOBS];
     /* small calls (an add of a few lanes) use the stack, larger ones the heap */
     Py_ssize_t pos_s[STACK_ITEMS];
     long long relink_s[STACK_ITEMS], slots_s[STACK_ITEMS], ends_s[STACK_ITEMS];
@@ -423,7 +477,6 @@ write_steps(Appender *self, char *const *src, const char *nobs, Py_ssize_t n)
     /* which next observations are kept aside: done steps, steps whose next_obs is not
      * the next step's obs (bitwise), and the last step of each lane */
     Py_ssize_t k = 0;
-    const Py_ssize_t rb = L * ib; /* bytes of one row (every lane) */
     Py_ssize_t run_end = 0;       /* rows [i, run_end) are known to continue row to row */
     Py_ssize_t scanned = 0;       /* rows before this were already part of a run check */
     for (Py_ssize_t l = 0; l < L; l++)
@@ -442,21 +495,20 @@ write_steps(Appender *self, char *const *src, const char *nobs, Py_ssize_t n)
                 hi++;
             }
             scanned = hi > i ? hi : i + 1;
-            if (hi > i && memcmp(nobs + i * rb, obs + (i + 1) * rb, (size_t)((hi - i) * rb)) == 0)
+            if (hi > i && next_is_obs(self, src, nsrc, i * L, (hi - i) * L))
                 run_end = hi;
         }
         if (i < run_end) { /* a continuing run: no ends, nothing kept aside */
             i = run_end - 1;
             continue;
         }
-        int same_block = i < n - 1
-            && memcmp(nobs + i * rb, obs + (i + 1) * rb, (size_t)rb) == 0;
+        int same_block = i < n - 1 && next_is_obs(self, src, nsrc, i * L, L);
         for (Py_ssize_t l = 0; l < L; l++) {
             Py_ssize_t j = i * L + l;
             int done = term[j] || trunc[j];
             lane_ends[l] += done;
             if (i == n - 1 || done
-                || (!same_block && memcmp(nobs + j * ib, obs + (j + L) * ib, (size_t)ib) != 0))
+                || (!same_block && !next_is_obs(self, src, nsrc, j, 1)))
                 pos[k++] = j;
         }
     }
@@ -486,7 +538,7 @@ write_steps(Appender *self, char *const *src, const char *nobs, Py_ssize_t n)
     if (!err && c && n < T) {
         Py_ssize_t prow = start ? start - 1 : T - 1;
         for (Py_ssize_t l = 0; l < L; l++) {
-            long long p = continues_into(self, prow * L + l, obs + l * ib, &sv, &have_side);
+            long long p = continues_into(self, prow * L + l, src, l, sv, &have_side);
             if (p < 0) {
                 err = 1;
                 break;
@@ -500,24 +552,24 @@ write_steps(Appender *self, char *const *src, const char *nobs, Py_ssize_t n)
     if (!err) {
         int grows = PyList_GET_SIZE(free) < k;
         if (grows && have_side) {
-            PyBuffer_Release(&sv);
+            release_sides(self, sv);
             have_side = 0;
         }
         err = take_slots(self, free, k, slots) < 0;
     }
     if (!err && !have_side) {
-        err = side_view(self, &sv) < 0;
+        err = side_view(self, sv) < 0;
         have_side = !err;
     }
     if (err && have_side) {
-        PyBuffer_Release(&sv);
+        release_sides(self, sv);
         have_side = 0;
     }
     if (!err) {
         for (Py_ssize_t j = 0; j < k; j++)
-            if (slots[j] < 0 || slots[j] >= sv.len / ib) {
+            if (!slot_inside(self, sv, slots[j])) {
                 err = corrupt(slots[j] + 1);
-                PyBuffer_Release(&sv);
+                release_sides(self, sv);
                 goto out;
             }
     }
@@ -527,10 +579,13 @@ write_steps(Appender *self, char *const *src, const char *nobs, Py_ssize_t n)
         DURABLE_STORE(self);
         for (Py_ssize_t s = 0; s < k; s++) {
             Py_ssize_t j = pos[s];
-            memcpy((char *)sv.buf + slots[s] * ib, nobs + j * ib, (size_t)ib);
+            for (int q = 0; q < self->nob; q++) {
+                const Py_ssize_t ib = self->f[self->oi[q]].nbytes;
+                memcpy((char *)sv[q].buf + slots[s] * ib, nsrc[q] + j * ib, (size_t)ib);
+            }
             link[start * L + j] = (int32_t)(slots[s] + 1);
         }
-        PyBuffer_Release(&sv);
+        release_sides(self, sv);
         /* 4. data, then the commit (written advances: a reader's counts = written -
          * start), then release the continued steps' slots (no longer the newest), then
          * the mirrors */
@@ -575,23 +630,22 @@ out:
 
 /* ------------------------------------------------------------------ one step, any lanes
  * One step of m distinct lanes lanes[0..m) in any order, whose lanes need not be in
- * step: src[i] points at field i's [m, *shape] bytes (i < nf), nobs at next_obs
- * [m, *shape].
+ * step: src[i] points at field i's [m, *shape] bytes (i < nf), nsrc[p] at obs field
+ * p's next_obs [m, *shape].
  * Same steps and order as the general StepTable.write with n = 1 (table_write.write):
  * evictions free their side slots (lane order), each lane's previous newest step is
  * checked for continuity, m side slots are taken (SideStore.alloc order), then data, links,
  * relinks and counters. Returns 0, or -1 with an exception set. */
 static int
-write_each(Appender *self, char *const *src, const char *nobs, const int64_t *lanes,
+write_each(Appender *self, char *const *src, const char *const *nsrc, const int64_t *lanes,
            Py_ssize_t m)
 {
     const Py_ssize_t T = self->T, L = self->L;
-    const Py_ssize_t ib = self->f[0].nbytes;
-    const char *obs = src[0], *term = src[3], *trunc = src[4];
+    const char *term = src[3], *trunc = src[4];
     int32_t *link = (int32_t *)self->link.buf;
     int64_t *wr = meta(&self->written), *cn = meta(&self->counts), *ep = meta(&self->episodes);
     int err = 0, have_side = 0;
-    Py_buffer sv;
+    Py_buffer sv[MAXOBS];
     long long relink_s[STACK_ITEMS], slots_s[STACK_ITEMS];
     int heap = m > STACK_ITEMS;
     long long *relink = heap ? PyMem_Malloc((size_t)m * sizeof(long long)) : relink_s;
@@ -626,7 +680,7 @@ write_each(Appender *self, char *const *src, const char *nobs, const int64_t *la
         if (cn[lane] == 0 || T < 2)
             continue;
         Py_ssize_t at = (Py_ssize_t)((wr[lane] - 1) % T) * L + (Py_ssize_t)lane;
-        long long p = continues_into(self, at, obs + j * ib, &sv, &have_side);
+        long long p = continues_into(self, at, src, j, sv, &have_side);
         if (p < 0) {
             err = 1;
             break;
@@ -636,21 +690,21 @@ write_each(Appender *self, char *const *src, const char *nobs, const int64_t *la
     /* 3. one side slot per lane (taking more than are free grows the side store) */
     if (!err) {
         if (have_side && PyList_GET_SIZE(free) < m) {
-            PyBuffer_Release(&sv);
+            release_sides(self, sv);
             have_side = 0;
         }
         err = take_slots(self, free, m, slots) < 0;
     }
     if (!err && !have_side) {
-        err = side_view(self, &sv) < 0;
+        err = side_view(self, sv) < 0;
         have_side = !err;
     }
     for (Py_ssize_t j = 0; !err && j < m; j++)
-        if (slots[j] < 0 || slots[j] >= sv.len / ib)
+        if (!slot_inside(self, sv, slots[j]))
             err = corrupt(slots[j] + 1);
     if (err) {
         if (have_side)
-            PyBuffer_Release(&sv);
+            release_sides(self, sv);
         goto out;
     }
     /* 4. next observations, data and links, then per lane the commit (written), the
@@ -658,8 +712,11 @@ write_each(Appender *self, char *const *src, const char *nobs, const int64_t *la
     for (Py_ssize_t j = 0; j < m; j++) {
         int64_t lane = lanes[j];
         Py_ssize_t at = (Py_ssize_t)(wr[lane] % T) * L + (Py_ssize_t)lane;
-        DURABLE_STORE(self);
-        memcpy((char *)sv.buf + slots[j] * ib, nobs + j * ib, (size_t)ib);
+        for (int q = 0; q < self->nob; q++) {
+            const Py_ssize_t ib = self->f[self->oi[q]].nbytes;
+            DURABLE_STORE(self);
+            memcpy((char *)sv[q].buf + slots[j] * ib, nsrc[q] + j * ib, (size_t)ib);
+        }
         for (int i = 0; i < self->nf; i++) {
             Field *f = &self->f[i];
             DURABLE_STORE(self);
@@ -669,7 +726,7 @@ write_each(Appender *self, char *const *src, const char *nobs, const int64_t *la
         DURABLE_STORE(self);
         link[at] = (int32_t)(slots[j] + 1);
     }
-    PyBuffer_Release(&sv);
+    release_sides(self, sv);
     for (Py_ssize_t j = 0; j < m; j++) {
         int64_t lane = lanes[j];
         DURABLE_STORE(self);
@@ -693,19 +750,18 @@ out:
     return err ? -1 : 0;
 }
 
-/* The values of the extras dict in extra-field order, as new references in out[0..nf -
- * NSTD) (release them with drop_refs). 1: the dict's keys are exactly the table's extra
- * fields; 0: not (an unknown or missing key, or not a dict: the general path names it).
- * The lookups come first in a call, before any table state is read: a key object of the
- * caller's with a colliding hash may run Python code in its __eq__. */
+/* The values of the plain dict d under keys[0..nk), as new references in out[0..nk)
+ * (release them with drop_refs). 1: d's keys are exactly these; 0: not (an unknown or
+ * missing key, or not a dict: the general path names it). The lookups come first in a
+ * call, before any table state is read: a key object of the caller's with a colliding
+ * hash may run Python code in its __eq__. */
 static int
-get_extras(Appender *self, PyObject *extras, PyObject **out)
+get_keys(PyObject *d, PyObject *const *keys, Py_ssize_t nk, PyObject **out)
 {
-    const Py_ssize_t nx = self->nf - NSTD;
-    if (!PyDict_CheckExact(extras) || PyDict_GET_SIZE(extras) != nx)
+    if (!PyDict_CheckExact(d) || PyDict_GET_SIZE(d) != nk)
         return 0;
-    for (Py_ssize_t i = 0; i < nx; i++) {
-        PyObject *v = PyDict_GetItemWithError(extras, self->f[NSTD + i].name);
+    for (Py_ssize_t i = 0; i < nk; i++) {
+        PyObject *v = PyDict_GetItemWithError(d, keys[i]);
         if (v == NULL) {
             PyErr_Clear(); /* missing, or a key's __eq__ raised: the general path */
             while (i > 0)
@@ -715,9 +771,40 @@ get_extras(Appender *self, PyObject *extras, PyObject **out)
         Py_INCREF(v);
         out[i] = v;
     }
-    if (PyDict_GET_SIZE(extras) != nx) { /* changed under the lookups */
-        for (Py_ssize_t i = 0; i < nx; i++)
+    if (PyDict_GET_SIZE(d) != nk) { /* changed under the lookups */
+        for (Py_ssize_t i = 0; i < nk; i++)
             Py_DECREF(out[i]);
+        return 0;
+    }
+    return 1;
+}
+
+/* The values of the extras dict in extra-field order (see get_keys). */
+static int
+get_extras(Appender *self, PyObject *extras, PyObject **out)
+{
+    return get_keys(extras, self->xkey, self->nx, out);
+}
+
+/* The values of every obs field in a call's obs and next_obs, as new references in
+ * ov[0..nob) and nv[0..nob) (release both with drop_refs): a flat obs is the value
+ * itself (checked later), a dict obs a plain dict with exactly the obs keys. 1: found;
+ * 0: not for this path. */
+static int
+get_obs(Appender *self, PyObject *obs, PyObject *next, PyObject **ov, PyObject **nv)
+{
+    if (self->okey[0] == NULL) {
+        Py_INCREF(obs);
+        Py_INCREF(next);
+        ov[0] = obs;
+        nv[0] = next;
+        return 1;
+    }
+    if (!get_keys(obs, self->okey, self->nob, ov))
+        return 0;
+    if (!get_keys(next, self->okey, self->nob, nv)) {
+        for (int p = 0; p < self->nob; p++)
+            Py_DECREF(ov[p]);
         return 0;
     }
     return 1;
@@ -739,16 +826,22 @@ Appender_add_body(Appender *self, PyObject *const *args, Py_ssize_t nargs)
                         "add(obs, action, reward, next_obs, terminated, truncated, extras)");
         return NULL;
     }
-    const int nf = self->nf;
-    PyObject *vals[MAXFIELDS];
+    const int nf = self->nf, nob = self->nob;
+    PyObject *vals[MAXFIELDS], *ov[MAXOBS], *nv[MAXOBS];
     if (!get_extras(self, args[6], vals + NSTD))
         Py_RETURN_FALSE;
+    if (!get_obs(self, args[0], args[3], ov, nv)) {
+        drop_refs(vals + NSTD, self->nx);
+        Py_RETURN_FALSE;
+    }
     PyObject *result = Py_False;
-    Py_buffer held[MAXFIELDS + 1];
+    Py_buffer held[MAXFIELDS + MAXOBS];
+    const char *nsrc[MAXOBS];
     int nheld = 0;
     if (!in_step(self))
         goto done;
-    vals[0] = args[0];
+    for (int p = 0; p < nob; p++)
+        vals[self->oi[p]] = ov[p];
     vals[1] = args[1];
     vals[2] = args[2];
     vals[3] = args[4];
@@ -778,14 +871,18 @@ Appender_add_body(Appender *self, PyObject *const *args, Py_ssize_t nargs)
             goto done;
         src[i] = (char *)held[nheld++].buf;
     }
-    if (!get_input(self, &self->f[0], args[3], &L, nlead, &held[nheld]))
-        goto done;
-    nheld++;
-    result = write_steps(self, src, (const char *)held[nheld - 1].buf, 1) < 0 ? NULL : Py_True;
+    for (int p = 0; p < nob; p++) {
+        if (!get_input(self, &self->f[self->oi[p]], nv[p], &L, nlead, &held[nheld]))
+            goto done;
+        nsrc[p] = (const char *)held[nheld++].buf;
+    }
+    result = write_steps(self, src, nsrc, 1) < 0 ? NULL : Py_True;
 done:
     for (int i = 0; i < nheld; i++)
         PyBuffer_Release(&held[i]);
-    drop_refs(vals + NSTD, nf - NSTD);
+    drop_refs(vals + NSTD, self->nx);
+    drop_refs(ov, nob);
+    drop_refs(nv, nob);
     Py_XINCREF(result);
     return result;
 }
@@ -863,20 +960,27 @@ Appender_add_lanes_body(Appender *self, PyObject *const *args, Py_ssize_t nargs)
                                          "terminated, truncated, extras)");
         return NULL;
     }
-    const int nf = self->nf;
-    PyObject *vals[MAXFIELDS];
+    const int nf = self->nf, nob = self->nob;
+    PyObject *vals[MAXFIELDS], *ov[MAXOBS], *nv[MAXOBS];
     if (!get_extras(self, args[7], vals + NSTD))
         Py_RETURN_FALSE;
+    if (!get_obs(self, args[1], args[4], ov, nv)) {
+        drop_refs(vals + NSTD, self->nx);
+        Py_RETURN_FALSE;
+    }
     const Py_ssize_t L = self->L;
     int64_t lanes_s[STACK_ITEMS];
     int64_t *lanes = L > STACK_ITEMS ? PyMem_Malloc((size_t)L * sizeof(int64_t)) : lanes_s;
     if (lanes == NULL) {
-        drop_refs(vals + NSTD, nf - NSTD);
+        drop_refs(vals + NSTD, self->nx);
+        drop_refs(ov, nob);
+        drop_refs(nv, nob);
         return PyErr_NoMemory();
     }
     Py_ssize_t m = 0;
     PyObject *result = Py_False;
-    Py_buffer held[MAXFIELDS + 1];
+    Py_buffer held[MAXFIELDS + MAXOBS];
+    const char *nsrc[MAXOBS];
     int nheld = 0;
     char *src[MAXFIELDS];
     int r = parse_lanes(self, args[0], lanes, &m);
@@ -884,7 +988,8 @@ Appender_add_lanes_body(Appender *self, PyObject *const *args, Py_ssize_t nargs)
         result = r < 0 ? NULL : Py_False;
         goto done;
     }
-    vals[0] = args[1];
+    for (int p = 0; p < nob; p++)
+        vals[self->oi[p]] = ov[p];
     vals[1] = args[2];
     vals[2] = args[3];
     vals[3] = args[5];
@@ -894,23 +999,26 @@ Appender_add_lanes_body(Appender *self, PyObject *const *args, Py_ssize_t nargs)
             goto done;
         src[i] = (char *)held[nheld++].buf;
     }
-    if (!get_input(self, &self->f[0], args[4], &m, 1, &held[nheld]))
-        goto done;
-    nheld++;
+    for (int p = 0; p < nob; p++) {
+        if (!get_input(self, &self->f[self->oi[p]], nv[p], &m, 1, &held[nheld]))
+            goto done;
+        nsrc[p] = (const char *)held[nheld++].buf;
+    }
     int ordered = m == L;
     for (Py_ssize_t j = 0; ordered && j < m; j++)
         ordered = lanes[j] == j;
-    const char *nobs = (const char *)held[nheld - 1].buf;
     /* every lane, in order and in step: the plan's all-lanes, in-step case */
-    r = ordered && in_step(self) ? write_steps(self, src, nobs, 1)
-                                 : write_each(self, src, nobs, lanes, m);
+    r = ordered && in_step(self) ? write_steps(self, src, nsrc, 1)
+                                 : write_each(self, src, nsrc, lanes, m);
     result = r < 0 ? NULL : Py_True;
 done:
     for (int i = 0; i < nheld; i++)
         PyBuffer_Release(&held[i]);
     if (L > STACK_ITEMS)
         PyMem_Free(lanes);
-    drop_refs(vals + NSTD, nf - NSTD);
+    drop_refs(vals + NSTD, self->nx);
+    drop_refs(ov, nob);
+    drop_refs(nv, nob);
     Py_XINCREF(result);
     return result;
 }
@@ -924,23 +1032,29 @@ Appender_extend_body(Appender *self, PyObject *const *args, Py_ssize_t nargs)
                         "extend(obs, action, reward, next_obs, terminated, truncated, extras)");
         return NULL;
     }
-    const int nf = self->nf;
-    PyObject *vals[MAXFIELDS + 1]; /* the fields, then next_obs */
-    if ((PyObject *)Py_TYPE(args[0]) != self->ndarray_type
+    const int nf = self->nf, nob = self->nob;
+    /* the fields, then each obs field's next_obs */
+    PyObject *vals[MAXFIELDS + MAXOBS], *ov[MAXOBS], *nv[MAXOBS];
+    if ((self->okey[0] == NULL && (PyObject *)Py_TYPE(args[0]) != self->ndarray_type)
         || !get_extras(self, args[6], vals + NSTD))
         Py_RETURN_FALSE;
+    if (!get_obs(self, args[0], args[3], ov, nv)) {
+        drop_refs(vals + NSTD, self->nx);
+        Py_RETURN_FALSE;
+    }
     const Py_ssize_t T = self->T, L = self->L;
     Py_ssize_t n;
     int nlead = L == 1 ? 1 : 2; /* one env: [n, *shape], or with a lane dim of 1 */
-    Py_buffer in[MAXFIELDS + 1];
+    Py_buffer in[MAXFIELDS + MAXOBS];
     char *src[MAXFIELDS];
+    const char *nsrc[MAXOBS];
     int nin = 0;
     PyObject *result = Py_False;
-    if (!in_step(self))
+    if (!in_step(self) || (PyObject *)Py_TYPE(ov[0]) != self->ndarray_type)
         goto done;
     {
         Py_buffer probe;
-        if (PyObject_GetBuffer(args[0], &probe, PyBUF_RECORDS_RO) < 0) {
+        if (PyObject_GetBuffer(ov[0], &probe, PyBUF_RECORDS_RO) < 0) {
             PyErr_Clear();
             goto done;
         }
@@ -955,24 +1069,31 @@ Appender_extend_body(Appender *self, PyObject *const *args, Py_ssize_t nargs)
     if (self->durable && meta(&self->counts)[0] + n > T && n > self->max_evict)
         goto done; /* files: long evicting writes go in chunks (the Python paths) */
     const Py_ssize_t lead[2] = {n, L};
-    vals[0] = args[0];
+    for (int p = 0; p < nob; p++) {
+        vals[self->oi[p]] = ov[p];
+        vals[nf + p] = nv[p];
+    }
     vals[1] = args[1];
     vals[2] = args[2];
     vals[3] = args[4];
     vals[4] = args[5];
-    vals[nf] = args[3];
-    for (int i = 0; i <= nf; i++) {
-        if (!get_input(self, &self->f[i < nf ? i : 0], vals[i], lead, nlead, &in[nin]))
+    for (int i = 0; i < nf + nob; i++) {
+        Field *f = &self->f[i < nf ? i : self->oi[i - nf]];
+        if (!get_input(self, f, vals[i], lead, nlead, &in[nin]))
             goto done;
         nin++;
     }
     for (int i = 0; i < nf; i++)
         src[i] = (char *)in[i].buf;
-    result = write_steps(self, src, (const char *)in[nf].buf, n) < 0 ? NULL : Py_True;
+    for (int p = 0; p < nob; p++)
+        nsrc[p] = (const char *)in[nf + p].buf;
+    result = write_steps(self, src, nsrc, n) < 0 ? NULL : Py_True;
 done:
     for (int i = 0; i < nin; i++)
         PyBuffer_Release(&in[i]);
-    drop_refs(vals + NSTD, nf - NSTD);
+    drop_refs(vals + NSTD, self->nx);
+    drop_refs(ov, nob);
+    drop_refs(nv, nob);
     Py_XINCREF(result);
     return result;
 }
@@ -994,15 +1115,23 @@ Appender_dealloc(Appender *self)
     Py_XDECREF(self->ndarray_type);
     Py_XDECREF(self->bool_type);
     Py_XDECREF(self->guard);
+    for (int p = 0; p < self->nob; p++) {
+        Py_XDECREF(self->okey[p]);
+        Py_XDECREF(self->oside[p]);
+    }
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
 /* Appender(side_store, ndarray, bool_, fields, link, written, counts, episodes, lanes,
- *          durable=False, start=None, max_evict=0, guard=None)
- * fields: 5 tuples (flat_store, format, item_shape, kind, lo, hi) in the order obs,
- * action, reward, terminated, truncated, then one (flat_store, format, item_shape, kind,
- * lo, hi, name) per extra field (at most MAXEXTRA, distinct str names: the keys of the
- * extras dict, which must then hold exactly these keys); link: flat int32 [T * lanes];
+ *          durable=False, start=None, max_evict=0, guard=None, obs_keys=None)
+ * fields: 5 tuples (flat_store, format, item_shape, kind, lo, hi) in the order obs (a dict
+ * observation: its first field), action, reward, terminated, truncated, then one
+ * (flat_store, format, item_shape, kind, lo, hi, name) per extra field (at most MAXEXTRA,
+ * distinct str names: the keys of the extras dict, which must then hold exactly these
+ * keys), then (a dict observation) one (flat_store, format, item_shape, "-", 0, 0) per
+ * further obs field; obs_keys: None (a flat obs: the side store array "obs"), or one
+ * (key, side_array_name) str pair per obs field (at most MAXOBS, distinct keys: obs and
+ * next_obs must then be plain dicts with exactly these keys); link: flat int32 [T * lanes];
  * written, counts, episodes, start: int64 [lanes]; durable: the crash-safe order;
  * max_evict: the most steps a durable extend may evict in one call; guard: the owning
  * buffer's GuardState (add/extend/add_lanes refuse other threads' calls). Zero-size
@@ -1011,12 +1140,13 @@ static int
 Appender_init(Appender *self, PyObject *args, PyObject *kwds)
 {
     PyObject *table, *nd, *bt, *fields, *link, *written, *counts, *episodes;
-    PyObject *start = Py_None, *guard = Py_None;
+    PyObject *start = Py_None, *guard = Py_None, *obs_keys = Py_None;
     Py_ssize_t lanes, max_evict = 0;
     int durable = 0;
     (void)kwds;
-    if (!PyArg_ParseTuple(args, "OOOOOOOOn|pOnO", &table, &nd, &bt, &fields, &link, &written,
-                          &counts, &episodes, &lanes, &durable, &start, &max_evict, &guard))
+    if (!PyArg_ParseTuple(args, "OOOOOOOOn|pOnOO", &table, &nd, &bt, &fields, &link, &written,
+                          &counts, &episodes, &lanes, &durable, &start, &max_evict, &guard,
+                          &obs_keys))
         return -1;
     if (guard != Py_None && !PyObject_TypeCheck(guard, &GuardStateType)) {
         PyErr_SetString(PyExc_TypeError, "Appender: guard must be a GuardState or None");
@@ -1033,8 +1163,53 @@ Appender_init(Appender *self, PyObject *args, PyObject *kwds)
         return -1;
     }
     const int nfields = (int)PyTuple_GET_SIZE(fields);
+    if (obs_keys != Py_None
+        && (!PyTuple_Check(obs_keys) || PyTuple_GET_SIZE(obs_keys) < 1
+            || PyTuple_GET_SIZE(obs_keys) > MAXOBS
+            || nfields - NSTD - (PyTuple_GET_SIZE(obs_keys) - 1) < 0)) {
+        PyErr_SetString(PyExc_ValueError, "Appender: obs_keys is None or 1 to 16 (key, side "
+                                          "name) pairs, one field tuple each");
+        return -1;
+    }
+    const int nob = obs_keys == Py_None ? 1 : (int)PyTuple_GET_SIZE(obs_keys);
+    const int nx = nfields - NSTD - (nob - 1);
+    if (nx > MAXEXTRA) {
+        PyErr_SetString(PyExc_ValueError, "Appender: at most 16 extra fields");
+        return -1;
+    }
     Py_INCREF(table);
     self->table = table;
+    self->nx = nx;
+    if (obs_keys == Py_None) {
+        Py_INCREF(s_obs);
+        self->okey[0] = NULL;
+        self->oside[0] = s_obs;
+        self->nob = 1;
+    }
+    for (int p = 0; obs_keys != Py_None && p < nob; p++) {
+        PyObject *pair = PyTuple_GET_ITEM(obs_keys, p), *key, *side;
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2
+            || !PyUnicode_CheckExact(key = PyTuple_GET_ITEM(pair, 0))
+            || !PyUnicode_CheckExact(side = PyTuple_GET_ITEM(pair, 1))) {
+            PyErr_SetString(PyExc_ValueError, "Appender: obs_keys pairs are (str, str)");
+            return -1;
+        }
+        for (int q = 0; q < p; q++) {
+            if (PyUnicode_Compare(key, self->okey[q]) == 0) {
+                PyErr_SetString(PyExc_ValueError, "Appender: obs keys must differ");
+                return -1;
+            }
+        }
+        Py_INCREF(key);
+        Py_INCREF(side);
+        PyUnicode_InternInPlace(&key);
+        PyUnicode_InternInPlace(&side);
+        self->okey[p] = key;
+        self->oside[p] = side;
+        self->nob = p + 1;
+    }
+    for (int p = 0; p < nob; p++)
+        self->oi[p] = p == 0 ? 0 : NSTD + nx + p - 1;
     if (guard != Py_None) {
         Py_INCREF(guard);
         self->guard = (GuardState *)guard;
@@ -1058,7 +1233,8 @@ Appender_init(Appender *self, PyObject *args, PyObject *kwds)
         }
         if (!PyArg_ParseTuple(spec, "OsOsLL|O", &store, &fmt, &shape, &kind, &lo, &hi, &name))
             return -1;
-        if ((i >= NSTD) != (name != NULL) || (name != NULL && !PyUnicode_CheckExact(name))) {
+        const int extra = i >= NSTD && i < NSTD + nx;
+        if (extra != (name != NULL) || (name != NULL && !PyUnicode_CheckExact(name))) {
             PyErr_SetString(PyExc_ValueError, "Appender: extra fields (and only they) end "
                                               "with their name, a str");
             return -1;
@@ -1081,6 +1257,7 @@ Appender_init(Appender *self, PyObject *args, PyObject *kwds)
             Py_INCREF(name);
             PyUnicode_InternInPlace(&name);
             f->name = name;
+            self->xkey[i - NSTD] = name;
         }
         strcpy(f->fmt, fmt);
         f->itemsize = f->store.itemsize;
@@ -1097,6 +1274,10 @@ Appender_init(Appender *self, PyObject *args, PyObject *kwds)
             f->nbytes *= f->shape[d];
         }
         f->kind = kind[0];
+        if (i >= NSTD + nx && f->kind != '-') {
+            PyErr_SetString(PyExc_ValueError, "Appender: obs fields take arrays only (kind -)");
+            return -1;
+        }
         f->isbool = strcmp(fmt, "?") == 0;
         f->lo = lo;
         f->hi = hi;

@@ -161,6 +161,7 @@ class ReplayBuffer:
     ) -> None:
         self._capacity, self._num_envs = arguments.check_capacity(capacity, num_envs)
         self._rng = make_rng(seed)
+        self._seed = state.recorded_seed(seed)  # what config() records
         self.autoreset_mode = check_autoreset_mode(autoreset_mode)
         #: Stores rows (``next_obs=False``): every key is an ordinary field.
         self.rows_only = arguments.check_rows(next_obs, view, n_step, frame_stack,
@@ -351,7 +352,9 @@ class ReplayBuffer:
         parts = self._current_parts()
         if plan is not None and plan.table is t and plan.owner is parts:
             return plan
-        if t is None or t.obs_fields != ["obs"] or not t.backend.host_numpy \
+        # a flat obs or a (nested) dict observation; rows buffers (no obs fields) and
+        # other storage (torch) take the general path
+        if t is None or not t.obs_fields or not t.backend.host_numpy \
                 or self.autoreset_mode == "next_step":  # reset steps are checked first
             return None
         choice = writer_choice()
@@ -462,11 +465,13 @@ class ReplayBuffer:
                         if plan.extend(obs, action, reward, next_obs, terminated, truncated,
                                        extras):
                             return
-                    elif type(obs) is np.ndarray and obs.ndim >= 1 and plan.write_prioritized(
-                            self.sampler, self._priorities(priority), None, obs.shape[0],
-                            StepValues(obs, action, reward, next_obs, terminated, truncated,
-                                       extras)):
-                        return
+                    else:
+                        steps = plan.steps(obs)  # a dict obs: its first field's [n, ...]
+                        if steps is not None and plan.write_prioritized(
+                                self.sampler, self._priorities(priority), None, steps,
+                                StepValues(obs, action, reward, next_obs, terminated,
+                                           truncated, extras)):
+                            return
             self._write(StepValues(obs, action, reward, next_obs, terminated, truncated, extras),
                         True, env_ids, priority)
         finally:
@@ -710,7 +715,7 @@ class ReplayBuffer:
     def init_config(self) -> dict[str, Any]:
         """Constructor values that rebuild this buffer empty (for :meth:`config`)."""
         return state.init_config(self.capacity, self.num_envs, self.spec, self._init_args,
-                                 self.sampler, self.view, self._backend)
+                                 self.sampler, self.view, self._backend, self._seed)
 
     def config(self) -> BufferConfig:
         """A validated config object (pydantic) that rebuilds an equivalent empty buffer."""

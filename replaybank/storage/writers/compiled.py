@@ -24,16 +24,18 @@ from typing import Any
 import numpy as np
 
 from replaybank.storage.table import StepTable
-from replaybank.storage.writers.formats import FieldFormat
+from replaybank.storage.writers.formats import FieldFormat, ObsLayout
 from replaybank.storage.writers.tell import WriteListener, announce_last_steps
 
-__all__ = ["ACCEL", "MAX_EXTRAS", "accelerated", "compiled_writer", "not_handled"]
+__all__ = ["ACCEL", "MAX_EXTRAS", "MAX_OBS", "accelerated", "compiled_writer", "not_handled"]
 
 #: The most extra fields the compiled writer takes (``MAXEXTRA`` in ``_lane.c``); a table
 #: with more takes the Python writers.
 MAX_EXTRAS = 16
-#: The standard fields, in the order the compiled writer takes them.
-_STD = ("obs", "action", "reward", "terminated", "truncated")
+#: The most fields of a dict observation the compiled writer takes (``MAXOBS``).
+MAX_OBS = 16
+#: The standard fields after the observation, in the order the compiled writer takes them.
+_STD = ("action", "reward", "terminated", "truncated")
 
 
 def _load() -> Any:
@@ -58,16 +60,18 @@ def not_handled(*args: Any) -> bool:
     return False
 
 
-def _c_field(store: Any, field: FieldFormat) -> tuple[Any, str, tuple[int, ...], str, int, int]:
+def _c_field(store: Any, field: FieldFormat,
+             arrays_only: bool = False) -> tuple[Any, str, tuple[int, ...], str, int, int]:
     """What the compiled Appender needs to know of one field.
 
     The C writer converts Python scalars in native byte order only: a scalar field of
     another byte order (an explicit ``>f4`` spec) takes arrays only (kind ``-``), and
-    its Python scalars go to the Python paths, which convert them exactly.
+    its Python scalars go to the Python paths, which convert them exactly. The fields of
+    a dict observation take arrays only (``arrays_only``), as a flat ``obs`` does.
     """
     native = field.dtype.isnative
     kind = field.dtype.kind if field.shape == () and field.dtype.kind in "fiub" and native \
-        else "-"
+        and not arrays_only else "-"
     lo = max(field.lo, -(2**63)) if kind in "iu" else 0
     hi = min(field.hi, 2**63 - 1) if kind in "iu" else 0
     fmt = memoryview(np.empty(0, field.dtype)).format  # type: ignore[arg-type]
@@ -91,8 +95,12 @@ def compiled_writer(table: StepTable, sampler: WriteListener | None = None,
     fields beyond obs/action/reward/terminated/truncated), each value held to the rule of
     ``action``: a C-contiguous array of exactly the stored dtype and shape (leading dims as
     ``action``'s), or a Python scalar for a scalar field of a one-lane ``add``; otherwise
-    the call returns False before writing. None when the accelerator is not built or off,
-    or the table has a nested observation, more than :data:`MAX_EXTRAS` extra fields, an
+    the call returns False before writing. A dict observation (fields ``obs/<key>``, at
+    most :data:`MAX_OBS`) is taken as plain dicts ``obs`` and ``next_obs`` with exactly
+    those keys, each value held to the rule of a flat ``obs`` (an array of exactly the
+    stored format); a step continues only when every obs field does (bitwise), and its
+    side slot holds every obs field. None when the accelerator is not built or off,
+    or the table has a deeper nested observation, more than :data:`MAX_EXTRAS` extra fields, an
     extra field that is not a plain number or bool (kinds ``biufc``), a zero-size field or
     another storage (torch). Bool arrays holding bytes other than 0/1 are left to the
     Python paths (which store canonical bools).
@@ -122,26 +130,38 @@ def compiled_writer(table: StepTable, sampler: WriteListener | None = None,
     """
     spec = table.spec
     std = _STD
-    extras = [n for n in spec if n not in std]
+    layout = ObsLayout(table.obs_fields)
+    obs_names = list(layout.names)
+    extras = [n for n in spec if n not in std and n not in layout.names]
     if ACCEL is None or not table.backend.host_numpy \
-            or table.obs_fields != ["obs"] or not set(std) <= set(spec) \
-            or any(spec[k].shape != () for k in std[2:]) \
-            or any(spec[k].dtype != np.bool_ for k in std[3:]) \
+            or not (layout.flat or (layout.keys is not None and len(obs_names) <= MAX_OBS)) \
+            or not set(std) <= set(spec) \
+            or any(spec[k].shape != () for k in std[1:]) \
+            or any(spec[k].dtype != np.bool_ for k in std[2:]) \
             or len(extras) > MAX_EXTRAS \
             or any(spec[n].dtype.kind not in "biufc" for n in extras):
         return None
     flat = table.flat
+
+    def c_field(n: str, arrays_only: bool = False) -> tuple[Any, str, tuple[int, ...], str,
+                                                             int, int]:
+        return _c_field(flat(table.arrays[n]), FieldFormat(spec[n].shape, spec[n].dtype),
+                        arrays_only)
+
+    dict_obs = not layout.flat
+    # a dict observation: its keys and side arrays; its first field stands where a flat
+    # obs does, the others follow the extras
+    obs_keys = tuple(zip(layout.keys or (), obs_names, strict=True)) if dict_obs else None
     try:
-        fields = tuple(_c_field(flat(table.arrays[n]), FieldFormat(spec[n].shape, spec[n].dtype))
-                       for n in std) \
-            + tuple((*_c_field(flat(table.arrays[n]), FieldFormat(spec[n].shape, spec[n].dtype)),
-                     n) for n in extras)
+        fields = (c_field(obs_names[0], dict_obs), *(c_field(n) for n in std),
+                  *((*c_field(n), n) for n in extras),
+                  *(c_field(n, True) for n in obs_names[1:]))
         # files (memmap): the crash-safe order of the step table (start advances before
         # evicted rows are rewritten, written commits after the data; long evicting
         # extends go to the Python paths, which write them in chunks)
         app = ACCEL.Appender(table.side, np.ndarray, np.bool_, fields, flat(table.link),
                              table.written, table.counts, table.episodes, table.lanes,
-                             table.durable, table.start, table.chunk, guard)
+                             table.durable, table.start, table.chunk, guard, obs_keys)
     except (ValueError, TypeError):  # e.g. a dtype without a buffer format, zero-size
         return None
     if sampler is None:
@@ -156,9 +176,11 @@ def compiled_writer(table: StepTable, sampler: WriteListener | None = None,
             return True
         return False
 
+    key0 = layout.keys[0] if layout.keys is not None else None
+
     def extend(*args: Any) -> bool:
-        if app.extend(*args):
-            tell(len(args[0]))
+        if app.extend(*args):  # obs (a dict obs: its first field) was [n, ...]
+            tell(len(args[0] if key0 is None else args[0][key0]))
             return True
         return False
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["FieldFormat", "canonical_bools", "count_nonzero", "scalar_types"]
+__all__ = ["FieldFormat", "ObsLayout", "canonical_bools", "count_nonzero", "scalar_types"]
 
 ND = np.ndarray
 _FLOAT_SCALARS = (float, np.float64, np.float32, np.float16)
@@ -92,3 +92,83 @@ class FieldFormat:
         """Whether ``v`` is an array of ``n`` steps of exactly this field."""
         return type(v) is ND and v.shape == (n, *self.shape) and v.dtype == self.dtype \
             and (not self.bools or canonical_bools(v))
+
+
+class ObsLayout:
+    """Where a table's observation fields come from in a call's ``obs`` / ``next_obs``.
+
+    A flat observation (the one field ``obs``) is the value itself; the fields
+    ``obs/<key>[/<key>...]`` of a dict observation are found in nested plain dicts whose
+    keys are exactly the table's (a missing or extra key, or a dict subclass or another
+    mapping, is not for the lean and compiled writers: the general path takes the call).
+
+    Args:
+        obs_fields: The table's observation field names (``obs`` or ``obs/...``).
+
+    Attributes:
+        names: The observation field names, in table order.
+        flat: The observation is the one field ``obs``.
+        keys: The dict keys of a one-level dict observation (``obs/<key>`` fields, in
+            table order), else None.
+        valid: The names form a tree of dicts (else no lean or compiled writer serves it).
+
+    Example:
+        >>> lay = ObsLayout(["obs/pos", "obs/goal/xy"])
+        >>> a, b = np.zeros(2), np.ones(2)
+        >>> [x.tolist() for x in lay.parts({"goal": {"xy": b}, "pos": a})]
+        [[0.0, 0.0], [1.0, 1.0]]
+        >>> lay.parts({"goal": {"xy": b}, "pos": a, "x": a}) is None, lay.keys
+        (True, None)
+    """
+
+    __slots__ = ("flat", "keys", "names", "tree", "valid")
+
+    def __init__(self, obs_fields: list[str]) -> None:
+        self.names = tuple(obs_fields)
+        self.flat = self.names == ("obs",)
+        tree: dict[str, Any] = {}
+        valid = bool(self.names) and not self.flat
+        for i, name in enumerate(self.names if valid else ()):
+            path = name.split("/")
+            if path[0] != "obs" or len(path) < 2:
+                valid = False
+                break
+            node = tree
+            for key in path[1:-1]:
+                node = node.setdefault(key, {})
+                if not isinstance(node, dict):
+                    valid = False
+                    break
+            if not valid or path[-1] in node:
+                valid = False
+                break
+            node[path[-1]] = i
+        self.valid = self.flat or valid
+        self.tree = tree
+        self.keys = tuple(tree) if valid and all(type(v) is int for v in tree.values()) \
+            else None
+
+    def parts(self, obs: Any) -> list[Any] | None:
+        """The values of the observation fields in table order (not yet checked), or None
+        when ``obs`` is not a tree of plain dicts with exactly the table's keys."""
+        if self.flat:
+            return [obs]
+        out: list[Any] = [None] * len(self.names)
+        return out if _walk(obs, self.tree, out) else None
+
+
+def _walk(v: Any, tree: dict[str, Any], out: list[Any]) -> bool:
+    if type(v) is not dict or len(v) != len(tree):
+        return False
+    for key, sub in tree.items():
+        x = v.get(key, _MISSING)
+        if x is _MISSING:
+            return False
+        if type(sub) is int:
+            out[sub] = x
+        elif not _walk(x, sub, out):
+            return False
+    return True
+
+
+_MISSING = object()

@@ -13,9 +13,10 @@ fastest writer that applies:
 * else the reference writer (:func:`~replaybank.storage.writers.reference.write`) on
   zero-copy views of the arrays.
 
-Anything else (a missing or extra field, another dtype, a list, a torch tensor, nested
-observations) returns False before a byte is written, and the buffer takes its general
-path, which validates every value first. All writers leave the same table.
+A dict observation (fields ``obs/...``) is taken as plain dicts of such arrays with
+exactly the stored keys. Anything else (a missing or extra field or key, another dtype, a
+list, a torch tensor, a dict subclass) returns False before a byte is written, and the
+buffer takes its general path, which validates every value first. All writers leave the same table.
 ``REPLAYBANK_WRITER`` (:func:`writer_choice`) restricts the choice, for tests and for
 comparing writers.
 
@@ -51,7 +52,7 @@ from replaybank.errors import ConfigError, ReplayBankError
 from replaybank.spec import collect_fields
 from replaybank.storage.table import StepTable
 from replaybank.storage.writers.compiled import accelerated, compiled_writer, not_handled
-from replaybank.storage.writers.formats import canonical_bools
+from replaybank.storage.writers.formats import ObsLayout, canonical_bools
 from replaybank.storage.writers.lean import LaneWriter, fits_lane_writer
 from replaybank.storage.writers.reference import write
 from replaybank.storage.writers.tell import WriteListener
@@ -103,11 +104,18 @@ def writer_choice() -> str:
     return choice
 
 
+def _exact(v: Any, dt: Any, full: tuple[int, ...]) -> bool:
+    """``v`` is an array of exactly dtype ``dt`` and shape ``full`` (bools: 0/1 bytes)."""
+    return type(v) is np.ndarray and v.shape == full and v.dtype == dt \
+        and (dt.kind != "b" or canonical_bools(v))
+
+
 class Writer:
     """The writers of one table and the checks that choose among them, built once.
 
     Args:
-        table: The step table (one obs field named ``obs``, host numpy arrays).
+        table: The step table (host numpy arrays; the observation one field named ``obs``
+            or the fields ``obs/...`` of a dict observation, see :class:`ObsLayout`).
         sampler: Told about writes when not None (``on_write(slots, None)``).
         compiled: Use the compiled writer where it applies (``REPLAYBANK_WRITER``).
         guard: The owning buffer's call guard, checked by the compiled writer itself
@@ -127,12 +135,16 @@ class Writer:
         self.table = table
         self.sampler = sampler
         spec = table.spec
-        self.fields = [(n, f.dtype, f.shape) for n, f in spec.items()]
-        self.obs = (spec["obs"].dtype, spec["obs"].shape)
-        self.keys = frozenset([*spec, "next_obs"])
+        # the observation: the field obs, or the fields obs/... of a (nested) dict
+        self.layout = ObsLayout(table.obs_fields)
+        obs_names = set(table.obs_fields)
+        self.fields = [(n, f.dtype, f.shape) for n, f in spec.items() if n not in obs_names]
+        self.obs_fields = [(n, spec[n].dtype, spec[n].shape) for n in table.obs_fields]
+        self.keys = frozenset([*(n for n, _, _ in self.fields), "obs", "next_obs"])
         self.all_lanes = np.arange(table.lanes, dtype=np.int64)
         self.owner: Any = sampler
-        self._expected: dict[tuple[Any, Any], list[tuple[str, Any, Any, Any]]] = {}
+        self._expected: dict[tuple[Any, Any], tuple[list[tuple[str, Any, Any, Any]],
+                                                    list[tuple[str, Any, Any, Any]]]] = {}
         # one in-memory lane with the standard fields: the lean writer
         self.lane = LaneWriter(table, sampler) if fits_lane_writer(table) else None
         # the compiled writer of the plainest calls (any number of lanes), when built
@@ -179,12 +191,20 @@ class Writer:
         if lane is not None and lane.extend(obs, action, reward, next_obs, terminated,
                                             truncated, extras):
             return True
-        if type(obs) is np.ndarray and obs.ndim >= 1:
-            m, n = self.table.lanes, obs.shape[0]
+        n = self.steps(obs)  # obs, or a dict observation's first field: [n, ...]
+        if n is not None:
+            m = self.table.lanes
             fields = collect_fields(obs, action, reward, next_obs, terminated, truncated,
                                     extras)
             return self.write(fields, (n,) if m == 1 else (n, m), (n, m))
         return False
+
+    def steps(self, obs: Any) -> int | None:
+        """The leading dim of a chunk's ``obs`` (a dict observation: of its first field),
+        or None when it is not an array with one."""
+        first = self.layout.parts(obs)
+        o0 = first[0] if first else None
+        return o0.shape[0] if type(o0) is np.ndarray and o0.ndim >= 1 else None
 
     def arrays(self, fields: dict[str, Any], lead: tuple[int, ...],
                out: tuple[int, int]) -> tuple[dict[str, Any], dict[str, Any]] | None:
@@ -195,23 +215,32 @@ class Writer:
             lead: Leading dims every value must have (``(n,)``, ``(m,)``, ``(n, m)``).
             out: The ``(n_steps, n_lanes)`` leading dims to reshape to.
         """
-        if fields.keys() != self.keys:
+        if fields.keys() != self.keys or not self.layout.valid:
             return None
         exp = self._expected.get((lead, out))
         if exp is None:
-            exp = [(n, dt, lead + shape, out + shape) for n, dt, shape in self.fields]
-            exp.append(("next_obs", self.obs[0], lead + self.obs[1], out + self.obs[1]))
+            exp = ([(n, dt, lead + shape, out + shape) for n, dt, shape in self.fields],
+                   [(n, dt, lead + shape, out + shape) for n, dt, shape in self.obs_fields])
             if len(self._expected) > 16:
                 self._expected.clear()
             self._expected[(lead, out)] = exp
         values: dict[str, Any] = {}
-        for name, dt, full, shaped in exp:
+        nxt: dict[str, Any] = {}
+        parts = self.layout.parts(fields["obs"])
+        nparts = self.layout.parts(fields["next_obs"])
+        if parts is None or nparts is None:
+            return None
+        for (name, dt, full, shaped), v, nv in zip(exp[1], parts, nparts, strict=True):
+            if not (_exact(v, dt, full) and _exact(nv, dt, full)):
+                return None
+            values[name] = v.reshape(shaped)
+            nxt[name] = nv.reshape(shaped)
+        for name, dt, full, shaped in exp[0]:
             v = fields[name]
-            if type(v) is not np.ndarray or v.shape != full or v.dtype != dt \
-                    or (dt.kind == "b" and not canonical_bools(v)):
+            if not _exact(v, dt, full):
                 return None  # the general path (it stores bools as canonical 0/1)
             values[name] = v.reshape(shaped)
-        return values, {"obs": values.pop("next_obs")}
+        return values, nxt
 
     def write(self, fields: dict[str, Any], lead: tuple[int, ...], out: tuple[int, int]) -> bool:
         """Write all lanes' ``[n, m]`` steps when the call qualifies; False otherwise."""
