@@ -524,6 +524,78 @@ def test_her_copy_single_tensor_and_manual_end() -> None:
     assert buf.relabelled == 2
 
 
+# ------------------------------------------------------------------ every section
+def her_fn(o: Any, rhs: Any, o2: Any, rhs2: Any, r: Any, initial_state: Any,
+           final_state: Any) -> tuple[Any, Any, Any, Any, Any]:
+    return o, rhs, o2, rhs2, r
+
+
+@pytest.mark.parametrize("cls, args, attrs", [
+    (ReplayBuffer, {}, {}),
+    (NStepReplayBuffer, {"n_step": 2.0}, {"n_step": 2}),
+    (PERBuffer, {"n_step": 3, "epsilon": 0.1, "alpha": 0.5, "beta": 0.3,
+                 "default_error": 7}, {"n_step": 3, "epsilon": 0.1, "alpha": 0.5,
+                                       "beta": 0.3, "default_error": 7.0}),
+    (EREBuffer, {"n_step": 2, "epsilon": 0.1, "alpha": 0.5, "beta": 0.3,
+                 "default_error": 7, "eta": 0.99, "cmin": 40},
+     {"n_step": 2, "alpha": 0.5, "eta": 0.99, "cmin": 40, "default_error": 7.0}),
+    (HERBuffer, {"her_function": her_fn, "n_step": 2, "epsilon": 0.1, "alpha": 0.5,
+                 "beta": 0.3, "default_error": 7, "eta": 0.99, "cmin": 40},
+     {"her_function": her_fn, "n_step": 2, "beta": 0.3, "eta": 0.99, "cmin": 40}),
+])
+def test_every_section_create_factory_passes_its_arguments(cls: Any, args: dict[str, Any],
+                                                           attrs: dict[str, Any]) -> None:
+    """Every section's create_factory(size, ...): the returned function takes (device,
+    actor, algorithm, envs) and builds the documented class with the factory's
+    arguments, by keyword and by position as the constructor takes them."""
+    made = cls.create_factory(30, **args)("cpu", ACTOR, ALGO, None)
+    assert type(made) is cls and made.max_size == 30 and made.device == "cpu"
+    assert made.actor is ACTOR and made.algo is ALGO
+    for name, value in attrs.items():
+        assert getattr(made, name) == value
+    direct = cls(30, "cpu", ACTOR, ALGO, None, *args.values())
+    for name, value in attrs.items():
+        assert getattr(direct, name) == value
+
+
+def test_nstep_n_step_int_or_float() -> None:
+    """Section 'N-Step Replay Buffer': n_step (int or float) - a whole float is taken,
+    anything else is a ConfigError naming n_step."""
+    assert NStepReplayBuffer(10, "cpu", ACTOR, ALGO, None, n_step=3.0).n_step == 3
+    for bad in (2.5, 0, -1, True):
+        with pytest.raises(ConfigError, match="n_step"):
+            NStepReplayBuffer(10, "cpu", ACTOR, ALGO, None, n_step=bad)
+
+
+def test_device_parameter_places_batches() -> None:
+    """Section 'Replay buffer': device - where batch tensors are placed (a string or a
+    torch.device)."""
+    dev = torch.device("cpu")
+    buf = PERBuffer(20, dev, ACTOR, ALGO, None, n_step=2, alpha=0.5, seed=0)
+    fill(buf, 5)
+    b = next(buf.generate_batches(1, 4))
+    assert all(v.device == dev for v in b.values() if isinstance(v, torch.Tensor))
+
+
+def test_per_ere_update_storage_parameter() -> None:
+    """Sections 'Prioritized Experience Replay Buffer' and 'ERE':
+    update_storage_parameter changes beta (the next batches' weights) and cmin (the
+    next windows)."""
+    buf = PERBuffer(50, "cpu", ACTOR, ALGO, None, alpha=1.0, beta=1.0, seed=0)
+    fill(buf, 10)
+    b = next(buf.generate_batches(1, 8))
+    buf.after_gradients(b, {"Algorithm": {"errors": torch.rand(8, 1)}})
+    buf.update_storage_parameter("beta", 0.0)
+    assert buf.beta == 0.0
+    assert torch.all(next(buf.generate_batches(1, 64))["per_weights"] == 1.0)
+    ere = EREBuffer(500, "cpu", ACTOR, ALGO, None, eta=0.5, cmin=10, seed=0)
+    fill(ere, 100, n=1)
+    assert list(ere.generate_batches(2, 4))[1]["ck"] == 10
+    ere.update_storage_parameter("cmin", 30)
+    b = list(ere.generate_batches(2, 64))[1]
+    assert b["ck"] == 30 and b[OBS][:, 0].min().item() >= 70
+
+
 # ------------------------------------------------------------------ recurrent actors
 RNN_ACTOR = SimpleNamespace(is_recurrent=True, sequence_overlap=0.5)
 RNN_ALGO = SimpleNamespace(gamma=0.9, update_every=4)  # sequences of 4: 2 overlap + 2
@@ -737,77 +809,107 @@ class QActor:
                                      torch.nn.Linear(64, n_act))
 
 
-def test_dqn_cartpole_per_nstep_loop() -> None:
-    """A pytorchrl-style DQN loop (insert_transition -> get_all_buffer_data -> reset ->
-    insert_data_slice -> before_gradients -> generate_batches -> after_gradients), PER +
-    3-step returns, written against pytorchrl's API; only the import differs."""
+def dqn_cartpole(iters: int, seed: int = 0) -> tuple[list[float], Any, float]:
+    """A pytorchrl-style DQN loop on CartPole-v1 (insert_transition ->
+    get_all_buffer_data -> reset -> insert_data_slice -> before_gradients ->
+    generate_batches -> after_gradients), PER + 3-step returns, written against
+    pytorchrl's API: only the import differs. Each iteration collects 25 steps of 2
+    envs and makes 25 updates of 64; the target network follows every 4 iterations.
+    Returns the finished episodes' returns, the storage and the seconds taken."""
+    import time
+
     gym = pytest.importorskip("gymnasium")
     from replaybank.compat.pytorchrl import PERBuffer as Storage
 
-    torch.manual_seed(0)
-    n_envs = 2
-    envs = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * n_envs,
-                                    autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
-    actor = QActor(4, 2)
-    target = QActor(4, 2)
-    target.q.load_state_dict(actor.q.state_dict())
-    algo = SimpleNamespace(gamma=0.99, update_every=50, num_mini_batch=10,
-                           mini_batch_size=64, num_epochs=1)
-    make = Storage.create_factory(size=5000, n_step=3, epsilon=1e-3, alpha=0.6, beta=0.4)
-    storage = make("cpu", actor, algo, envs)
-    opt = torch.optim.Adam(actor.q.parameters(), lr=5e-4)
-    obs_np, _ = envs.reset(seed=0)
-    obs, done = torch.as_tensor(obs_np), torch.zeros(n_envs, 1)
-    returns: list[float] = []
-    ep_ret = np.zeros(n_envs)
-    eps = 1.0
-    for it in range(ITERS):
-        for _ in range(algo.update_every):  # collection
-            with torch.no_grad():
-                q = actor.q(obs)
-            act = q.argmax(1, keepdim=True)
-            rand = torch.rand(n_envs, 1) < eps
-            act = torch.where(rand, torch.randint(0, 2, (n_envs, 1)), act)
-            obs2_np, rew, term, trunc, info = envs.step(act[:, 0].numpy())
-            done2 = torch.as_tensor(term | trunc, dtype=torch.float32)[:, None]
-            final = obs2_np.copy()
-            if "final_obs" in info:
-                for e in np.flatnonzero(info["_final_obs"]):
-                    final[e] = info["final_obs"][e]
-            storage.insert_transition({
-                "Observation": obs, "RecurrentHiddenStates": torch.zeros(n_envs, 1),
-                "Done": done, "Action": act.float(),
-                "Reward": torch.as_tensor(rew, dtype=torch.float32)[:, None],
-                "NextObservation": torch.as_tensor(final),
-                "NextRecurrentHiddenStates": torch.zeros(n_envs, 1),
-                "NextDone": torch.as_tensor(term, dtype=torch.float32)[:, None]})
-            ep_ret += rew
-            for e in np.flatnonzero(term | trunc):
-                returns.append(float(ep_ret[e]))
-                ep_ret[e] = 0
-            obs, done = torch.as_tensor(obs2_np), done2
-        eps = max(0.05, eps * 0.85)
-        data = storage.get_all_buffer_data(data_to_cpu=False)
-        storage.reset()
-        storage.insert_data_slice(data)  # the single-process pytorchrl loop
-        storage.before_gradients()
-        for batch in storage.generate_batches(algo.num_mini_batch, algo.mini_batch_size,
-                                              algo.num_epochs):
-            with torch.no_grad():
-                q_next = target.q(batch["NextObservation"]).max(1, keepdim=True)[0]
-                q_targ = batch["Reward"] + algo.gamma ** batch["n_step"] * (
-                    1 - batch["NextDone"]) * q_next
-            q_exp = actor.q(batch["Observation"]).gather(1, batch["Action"].long())
-            loss = (batch["per_weights"] * (q_exp - q_targ) ** 2).mean()
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            errors = (q_exp - q_targ).abs().detach()
-            storage.after_gradients(batch, {"Algorithm": {"errors": errors}})
-        if it % 2 == 1:
-            target.q.load_state_dict(actor.q.state_dict())
-    assert storage.size == ITERS * algo.update_every  # exported data was not duplicated
-    assert len(returns) > 10
-    with torch.no_grad():  # the values learned from 3-step targets of +1 rewards
-        q = actor.q(next(storage.generate_batches(1, 256))["Observation"])
-    assert torch.isfinite(q).all() and q.max(1)[0].mean() > 2.0
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # small networks: threads only contend on a shared machine
+    try:
+        torch.manual_seed(seed)
+        n_envs = 2
+        envs = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * n_envs,
+                                        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+        actor = QActor(4, 2)
+        target = QActor(4, 2)
+        target.q.load_state_dict(actor.q.state_dict())
+        algo = SimpleNamespace(gamma=0.99, update_every=25, num_mini_batch=25,
+                               mini_batch_size=64, num_epochs=1)
+        make = Storage.create_factory(size=20_000, n_step=3, epsilon=1e-3, alpha=0.6,
+                                      beta=0.4)
+        storage = make("cpu", actor, algo, envs)
+        storage.seed = seed  # the front end's addition: the core's draws (before any add)
+        opt = torch.optim.Adam(actor.q.parameters(), lr=1e-3)
+        obs_np, _ = envs.reset(seed=seed)
+        obs, done = torch.as_tensor(obs_np), torch.zeros(n_envs, 1)
+        returns: list[float] = []
+        ep_ret = np.zeros(n_envs)
+        eps = 1.0
+        start = time.perf_counter()
+        for it in range(iters):
+            for _ in range(algo.update_every):  # collection
+                with torch.no_grad():
+                    q = actor.q(obs)
+                act = q.argmax(1, keepdim=True)
+                rand = torch.rand(n_envs, 1) < eps
+                act = torch.where(rand, torch.randint(0, 2, (n_envs, 1)), act)
+                obs2_np, rew, term, trunc, info = envs.step(act[:, 0].numpy())
+                final = obs2_np.copy()
+                if "final_obs" in info:
+                    for e in np.flatnonzero(info["_final_obs"]):
+                        final[e] = info["final_obs"][e]
+                storage.insert_transition({
+                    "Observation": obs, "RecurrentHiddenStates": torch.zeros(n_envs, 1),
+                    "Done": done, "Action": act.float(),
+                    "Reward": torch.as_tensor(rew, dtype=torch.float32)[:, None],
+                    "NextObservation": torch.as_tensor(final),
+                    "NextRecurrentHiddenStates": torch.zeros(n_envs, 1),
+                    "NextDone": torch.as_tensor(term, dtype=torch.float32)[:, None]})
+                ep_ret += rew
+                for e in np.flatnonzero(term | trunc):
+                    returns.append(float(ep_ret[e]))
+                    ep_ret[e] = 0
+                obs = torch.as_tensor(obs2_np)
+                done = torch.as_tensor(term | trunc, dtype=torch.float32)[:, None]
+            eps = max(0.05, eps * 0.95)
+            data = storage.get_all_buffer_data(data_to_cpu=False)
+            storage.reset()
+            storage.insert_data_slice(data)  # the single-process pytorchrl loop
+            storage.before_gradients()
+            for batch in storage.generate_batches(algo.num_mini_batch,
+                                                  algo.mini_batch_size, algo.num_epochs):
+                with torch.no_grad():
+                    q_next = target.q(batch["NextObservation"]).max(1, keepdim=True)[0]
+                    q_targ = batch["Reward"] + algo.gamma ** batch["n_step"] * (
+                        1 - batch["NextDone"]) * q_next
+                q_exp = actor.q(batch["Observation"]).gather(1, batch["Action"].long())
+                loss = (batch["per_weights"] * (q_exp - q_targ) ** 2).mean()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                errors = (q_exp - q_targ).abs().detach()
+                storage.after_gradients(batch, {"Algorithm": {"errors": errors}})
+            if it % 4 == 3:
+                target.q.load_state_dict(actor.q.state_dict())
+        return returns, storage, time.perf_counter() - start
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_dqn_cartpole_per_nstep_loop() -> None:
+    """The pytorchrl-style DQN loop learns CartPole-v1: 150 iterations (7,500 env steps,
+    3,750 updates) take about 5 s and the last 10 episodes average well above a random
+    policy's ~22 (seeds 0-7 measured 126-247; seed 0: 183). The export/reset/re-insert
+    round trip neither duplicates nor drops rows."""
+    returns, storage, _ = dqn_cartpole(150)
+    assert storage.size == 150 * 25  # exported data was re-inserted without duplicates
+    assert storage.step == storage.size
+    assert len(returns) > 50
+    assert np.mean(returns[-10:]) > 80, returns[-20:]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [1, 2])
+def test_dqn_cartpole_learns_longer(seed: int) -> None:
+    """The same loop, 300 iterations: CartPole-v1 returns of the last 10 episodes
+    above 150."""
+    returns, _, _ = dqn_cartpole(300, seed=seed)
+    assert np.mean(returns[-10:]) > 150, returns[-20:]
