@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 import replaybank as rb
@@ -181,3 +182,87 @@ def test_import_replaybank_imports_neither_torch_nor_gymnasium() -> None:
             "print(sorted(m for m in ('torch', 'gymnasium') if m in sys.modules))")
     out = _run("-c", code)
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+# --- reward dtype ----------------------------------------------------------------------------
+
+
+def _steps(buf: rb.ReplayBuffer, n: int, reward_dtype: Any = np.float64, seed: int = 1) -> None:
+    g = np.random.default_rng(seed)
+    e = buf.num_envs
+    for _ in range(n):
+        buf.add(obs=g.random((e, 3)).astype(np.float32), action=g.integers(0, 2, e),
+                reward=g.random(e).astype(reward_dtype), next_obs=g.random((e, 3)).astype(
+                    np.float32), terminated=g.random(e) < 0.1, truncated=np.zeros(e, bool))
+
+
+@pytest.mark.parametrize("n_step", [1, 3])
+def test_an_inferred_float64_reward_is_stored_and_sampled_as_float32(n_step: int) -> None:
+    buf = rb.ReplayBuffer(64, num_envs=2, seed=0, n_step=n_step)
+    _steps(buf, 20)  # a gymnasium vector env's rewards are float64
+    assert buf.spec is not None and buf.spec["reward"].dtype == np.float32
+    batch = buf.sample(16)
+    assert batch.reward.dtype == np.float32
+    torch = pytest.importorskip("torch")
+    assert batch.to_torch()["reward"].dtype == torch.float32
+
+
+@pytest.mark.parametrize("reward", [1, np.float64(0.5), True, np.int32(2)])
+def test_an_inferred_reward_is_float32_whatever_its_first_value(reward: Any) -> None:
+    buf = rb.ReplayBuffer(8, seed=0)
+    buf.add(obs=np.zeros(2), action=0, reward=reward, next_obs=np.ones(2), terminated=False,
+            truncated=False)
+    buf.add(obs=np.zeros(2), action=0, reward=0.25, next_obs=np.ones(2), terminated=False,
+            truncated=False)
+    assert buf.spec is not None and buf.spec["reward"].dtype == np.float32
+    assert sorted(buf.sample(8).reward.tolist()) in ([0.25] * k + [float(reward)] * (8 - k)
+                                                     for k in range(9))
+
+
+def test_extend_and_her_infer_a_float32_reward_too() -> None:
+    buf = rb.ReplayBuffer(16, seed=0)
+    buf.extend(obs=np.zeros((4, 2)), action=np.zeros(4, np.int64), reward=np.ones(4),
+               next_obs=np.ones((4, 2)), terminated=np.zeros(4, bool),
+               truncated=np.zeros(4, bool))
+    assert buf.spec is not None and buf.spec["reward"].dtype == np.float32
+
+    def reward_fn(achieved: Any, desired: Any, info: Any) -> Any:
+        return -(np.abs(achieved - desired).sum(-1) > 0.1).astype(np.float64)
+
+    her = rb.HerReplayBuffer(32, num_envs=1, reward_fn=reward_fn, seed=0)
+    goal = np.ones(2)
+    for t in range(6):
+        o = {"observation": np.full(2, t), "achieved_goal": np.full(2, t * 0.1),
+             "desired_goal": goal}
+        her.add(obs=o, action=np.zeros(2), reward=np.float64(-1.0), next_obs=o,
+                terminated=False, truncated=t == 5)
+    assert her.spec is not None and her.spec["reward"].dtype == np.float32
+    assert her.sample(8).reward.dtype == np.float32
+
+
+def test_an_explicit_float64_reward_spec_is_kept(tmp_path: Path) -> None:
+    spec = {"obs": ((3,), "float32"), "action": ((), "int64"), "reward": ((), "float64")}
+    buf = rb.ReplayBuffer(32, num_envs=2, seed=0, spec=spec)
+    _steps(buf, 10)
+    assert buf.spec is not None and buf.spec["reward"].dtype == np.float64
+    assert buf.sample(4).reward.dtype == np.float64
+    # the config and a checkpoint carry the declared dtype
+    again = rb.from_config(buf.config())
+    assert again.spec["reward"].dtype == np.float64
+    buf.save(tmp_path / "ckpt")
+    loaded = rb.load(tmp_path / "ckpt")
+    assert loaded.spec["reward"].dtype == np.float64
+    assert loaded.sample(4).reward.dtype == np.float64
+
+
+def test_a_checkpoint_of_an_inferred_float64_reward_still_loads(tmp_path: Path) -> None:
+    # what a buffer that inferred float64 rewards (before float32 was applied) saved
+    old = rb.ReplayBuffer(32, num_envs=2, seed=0, spec={
+        "obs": ((3,), "float32"), "action": ((), "int64"), "reward": ((), "float64")})
+    _steps(old, 10)
+    old.save(tmp_path / "old")
+    loaded = rb.load(tmp_path / "old")
+    assert loaded.spec == old.spec and loaded.spec["reward"].dtype == np.float64
+    assert np.array_equal(loaded.sample(8).reward, old.sample(8).reward)
+    _steps(loaded, 2)  # and takes more float64 rewards
+

@@ -31,6 +31,7 @@ from replaybank.buffers.inputs import (
     leading_dims,
     one_env_lead,
     prepare,
+    reward_as_float32,
     rows_spec,
     split_next,
     standard_spec,
@@ -117,6 +118,10 @@ def call_spec(fields: Mapping[str, Any], steps: bool, m: int, explicit: bool,
     rows buffer, ``rows=True``, terminated/truncated only: :func:`~replaybank.buffers.
     inputs.rows_spec`).
 
+    Arrays keep their dtype, except the standard fields: ``terminated``/``truncated`` are
+    bool and ``reward`` is float32 whatever the dtype of the first reward (float64 from a
+    gymnasium vector env, a Python int); a buffer given ``spec=`` stores what it declares.
+
     Args:
         fields: The call's fields.
         steps: The call is an ``extend`` (values have a leading step dim).
@@ -138,7 +143,7 @@ def call_spec(fields: Mapping[str, Any], steps: bool, m: int, explicit: bool,
     if not explicit:  # one env may still come with its lane dim of 1
         lead0 = one_env_lead(fields, lead0)
     spec = flags_as_bool(Spec.infer(raw, lead0))
-    return rows_spec(spec) if rows else standard_spec(spec)
+    return rows_spec(spec) if rows else standard_spec(reward_as_float32(spec))
 
 
 class CheckedCall(NamedTuple):

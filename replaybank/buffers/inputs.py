@@ -57,6 +57,7 @@ __all__ = [
     "one_env_lead",
     "obs_fields",
     "prepare",
+    "reward_as_float32",
     "rows_spec",
     "split_next",
     "standard_spec",
@@ -179,6 +180,26 @@ def flags_as_bool(spec: Spec) -> Spec:
     for name, f in spec.items():
         if name in ("terminated", "truncated") and f.dtype.kind in "iuf":
             f = FieldSpec(name, f.shape, np.dtype(np.bool_))
+        fields.append(f)
+    return Spec(fields)
+
+
+def reward_as_float32(spec: Spec) -> Spec:
+    """Store an inferred numeric ``reward`` field as float32, the documented default.
+
+    Gymnasium's vector envs (and envs such as Pendulum) return float64 rewards; kept as
+    inferred, they would make every torch loss computed from a batch float64. A reward
+    declared in the buffer's ``spec=`` keeps its dtype (this is applied to inferred specs
+    only), and so does the spec of a loaded checkpoint.
+
+    Example:
+        >>> reward_as_float32(Spec.infer({"reward": np.ones(4)}, (4,)))["reward"].dtype
+        dtype('float32')
+    """
+    fields = []
+    for name, f in spec.items():
+        if name == "reward" and f.dtype.kind in "biuf":
+            f = FieldSpec(name, f.shape, np.dtype(np.float32))
         fields.append(f)
     return Spec(fields)
 
