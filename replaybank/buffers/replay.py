@@ -72,7 +72,8 @@ class ReplayBuffer:
     Args:
         capacity: Total transitions over all lanes; must divide by ``num_envs``.
         num_envs: Number of lanes (parallel environments).
-        seed: Seed or Generator for sampling.
+        seed: Seed or Generator for sampling. An int seed is recorded in :meth:`config`;
+            a Generator cannot be (its seed is not readable), so the config records None.
         spec: Field specs (``{name: (shape, dtype)}`` or a Spec); inferred from the
             first add when None. reward (float32), terminated and truncated (bool) are
             added when absent.
@@ -713,7 +714,8 @@ class ReplayBuffer:
         return persist.open(path, mode=mode)
 
     def init_config(self) -> dict[str, Any]:
-        """Constructor values that rebuild this buffer empty (for :meth:`config`)."""
+        """Constructor values that rebuild this buffer empty (for :meth:`config`), with
+        the int seed it was built with (None for a Generator or no seed)."""
         return state.init_config(self.capacity, self.num_envs, self.spec, self._init_args,
                                  self.sampler, self.view, self._backend, self._seed)
 

@@ -38,7 +38,7 @@ IntArray = npt.NDArray[np.int64]
 
 __all__ = ["ROWS_SIDE", "buffer_state", "check_parts", "checked_spec", "checked_state",
            "init_args", "init_config", "live_slots", "load_table", "make_table", "probe_load",
-           "probe_rng", "resume_state", "rng_state"]
+           "probe_rng", "recorded_seed", "resume_state", "rng_state"]
 
 #: A rows table's side store (``ReplayBuffer(next_obs=False)``: no observation fields, so
 #: no next observation is kept aside) still hands out the slots its links point at (an
@@ -397,14 +397,31 @@ def live_slots(table: StepTable) -> IntArray:
     return ring.key_to_slot(keys, table.T, lanes)
 
 
+def recorded_seed(seed: Any) -> int | None:
+    """The seed a buffer's config records: an int seed, or None for None and for a
+    ``numpy.random.Generator`` (its seed cannot be read back from it).
+
+    Example:
+        >>> recorded_seed(np.int64(7)), recorded_seed(np.random.default_rng(7))
+        (7, None)
+    """
+    if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
+        return int(seed)
+    return None
+
+
 def init_config(capacity: int, num_envs: int, spec: Spec | None, init: dict[str, Any],
-                sampler: Sampler, view: View, backend: ArrayBackend) -> dict[str, Any]:
+                sampler: Sampler, view: View, backend: ArrayBackend,
+                seed: int | None = None) -> dict[str, Any]:
     """The constructor values that rebuild a replay buffer of these parts empty.
 
     A view that the constructor arguments ``n_step``/``gamma``/``frame_stack`` would not
-    build is recorded as a view config; a durable backend's directory as ``path``.
+    build is recorded as a view config; a durable backend's directory as ``path``. The
+    int ``seed`` the buffer was built with is recorded (:func:`recorded_seed`), so the
+    rebuilt buffer draws the same samples from the same data; its generator starts
+    afresh from that seed (a checkpoint, not a config, carries the generator's state).
     """
-    cand: dict[str, Any] = {"capacity": capacity, "num_envs": num_envs,
+    cand: dict[str, Any] = {"capacity": capacity, "num_envs": num_envs, "seed": seed,
                             "spec": None if spec is None else spec.to_json(),
                             "next_obs": True, **init}
     sampler_cfg = sampler.config()

@@ -3,7 +3,9 @@
 ``buf.config()`` returns a config model describing how to rebuild ``buf`` (its type,
 capacity, lanes, spec, sampler and its parameters, view, storage); :func:`from_config`
 takes such a model, a dict, or a YAML/JSON file and builds the right buffer type.
-``from_config(buf.config())`` is an equivalent empty buffer.
+``from_config(buf.config())`` is an equivalent empty buffer, seeded with the int seed
+``buf`` was built with (a buffer given a ``numpy.random.Generator`` records ``seed=None``),
+so fed the same data it draws the same samples.
 
 Buffer, sampler and view types live in registries that other modules add to with
 :func:`register_buffer`, :func:`register_sampler` and :func:`register_view`. The config
