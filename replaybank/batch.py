@@ -33,12 +33,58 @@ from typing import Any, NoReturn, TypeVar
 import numpy as np
 from numpy.typing import NDArray
 
-from replaybank.errors import require_extra
+from replaybank.errors import ConfigError, require_extra
 from replaybank.spec import SEP, unflatten
 
-__all__ = ["Batch", "SequenceBatch"]
+__all__ = ["Batch", "SequenceBatch", "torch_device"]
 
 _F = TypeVar("_F", bound="_FrozenArrays")
+
+
+def torch_device(torch: Any, device: Any, call: str | None = None) -> Any:
+    """``device`` as a ``torch.device``, checked to exist on this machine.
+
+    Args:
+        torch: The torch module.
+        device: ``"cpu"``, ``"cuda"``, ``"cuda:1"``, ``"mps"``, a ``torch.device`` or None
+            (the CPU).
+        call: The call to name in an error (``"to_torch"`` gives
+            ``to_torch(device='gpu'): ...``); None names the argument only.
+
+    Returns:
+        The ``torch.device`` (a bare ``"cuda"`` keeps no index).
+
+    Raises:
+        ConfigError: ``device`` is not a torch device (``"gpu"`` is not one: torch calls
+            it ``"cuda"``), or names a CUDA/MPS device this machine does not have.
+
+    Example:
+        >>> import torch
+        >>> torch_device(torch, "gpu", "to_torch")
+        Traceback (most recent call last):
+        ...
+        replaybank.errors.ConfigError: to_torch(device='gpu'): not a torch device; torch calls the GPU 'cuda': use 'cuda', 'cuda:0', 'cpu' or a torch.device
+    """  # noqa: E501
+    arg = f"device={device!r}" if call is None else f"{call}(device={device!r})"
+    try:
+        dev = torch.device("cpu" if device is None else device)
+    except (RuntimeError, TypeError, ValueError) as exc:
+        hint = "torch calls the GPU 'cuda': " if str(device).lower().startswith("gpu") else ""
+        raise ConfigError(f"{arg}: not a torch device; {hint}use 'cuda', 'cuda:0', 'cpu' "
+                          "or a torch.device") from exc
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigError(f"{arg}: CUDA is not available on this machine; use "
+                              "device='cpu' (or None) or install a CUDA build of torch")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ConfigError(f"{arg}: only {torch.cuda.device_count()} CUDA device(s); "
+                              "pick an index below that")
+    elif dev.type == "mps":
+        mps = getattr(torch.backends, "mps", None)
+        if mps is None or not mps.is_available():
+            raise ConfigError(f"{arg}: MPS (Apple GPU) is not available on this machine; "
+                              "use device='cpu' (or None)")
+    return dev
 
 
 def _tensor(value: Any, torch: Any, device: Any, non_blocking: bool, pin: bool) -> Any:
@@ -190,8 +236,12 @@ class _FrozenArrays(Mapping[str, Any]):
 
         Raises:
             MissingDependencyError: torch is not installed.
+            ConfigError: ``device`` is not a torch device (``"gpu"``: torch calls it
+                ``"cuda"``) or is not available here (``"cuda"`` without CUDA).
         """
         torch = require_extra("torch", "torch")
+        if device is not None:
+            device = torch_device(torch, device, "to_torch")
         return type(self)({k: _tensor(v, torch, device, non_blocking, pin_memory)
                            for k, v in self._data.items()})
 

@@ -308,3 +308,47 @@ def test_a_seeded_buffer_saves_and_loads_as_before(tmp_path: Path) -> None:
     loaded = rb.load(tmp_path / "ckpt")
     assert loaded.config().seed == 11
     assert np.array_equal(loaded.sample(32).indices, buf.sample(32).indices)
+
+
+# --- devices -----------------------------------------------------------------------------------
+
+
+def _batch() -> rb.Batch:
+    buf = rb.ReplayBuffer(16, seed=0)
+    _steps(buf, 4)
+    return buf.sample(4)
+
+
+def test_to_torch_gpu_names_the_argument_and_the_fix() -> None:
+    pytest.importorskip("torch")
+    with pytest.raises(rb.ConfigError, match=r"to_torch\(device='gpu'\): not a torch device; "
+                       r"torch calls the GPU 'cuda'"):
+        _batch().to_torch(device="gpu")
+    with pytest.raises(rb.ConfigError, match=r"to_torch\(device='nope'\): not a torch device"):
+        _batch().to_torch(device="nope")
+
+
+def test_to_torch_cuda_without_cuda_is_a_library_error() -> None:
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    for device in ("cuda", "cuda:0", torch.device("cuda")):
+        with pytest.raises(rb.ConfigError, match=r"to_torch\(device=.*cuda.*\): CUDA is not "
+                           r"available on this machine; use device='cpu'"):
+            _batch().to_torch(device=device)
+    with pytest.raises(rb.ConfigError, match="device='cuda': CUDA is not available"):
+        rb.ReplayBuffer(8, storage="torch", device="cuda")
+    with pytest.raises(rb.ConfigError, match="device='gpu': not a torch device; torch calls"):
+        rb.TorchBackend("gpu")
+
+
+def test_to_torch_on_good_devices_still_works() -> None:
+    torch = pytest.importorskip("torch")
+    for device in (None, "cpu", torch.device("cpu")):
+        t = _batch().to_torch(device=device)
+        assert t.reward.device.type == "cpu" and t.reward.dtype == torch.float32
+    if torch.cuda.is_available():
+        t = _batch().to_torch(device="cuda")
+        assert t.reward.device.type == "cuda"
+        with pytest.raises(rb.ConfigError, match="CUDA device"):
+            _batch().to_torch(device=f"cuda:{torch.cuda.device_count()}")

@@ -22,7 +22,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from replaybank.errors import CapacityError, ConfigError, DtypeError, require_extra
+from replaybank.batch import torch_device
+from replaybank.errors import CapacityError, DtypeError, require_extra
 
 __all__ = ["TorchBackend", "torch_dtype"]
 
@@ -87,26 +88,9 @@ class TorchBackend:
 
     def __init__(self, device: Any = None) -> None:
         torch = _torch()
-        try:
-            dev = torch.device("cpu" if device is None else device)
-        except (RuntimeError, TypeError) as exc:
-            raise ConfigError(
-                f"device={device!r}: not a torch device; use 'cpu', 'cuda', 'cuda:0' "
-                "or a torch.device"
-            ) from exc
-        if dev.type == "cuda":
-            if not torch.cuda.is_available():
-                raise ConfigError(
-                    f"device={device!r}: CUDA is not available on this machine; use "
-                    "device='cpu' or install a CUDA build of torch"
-                )
-            if dev.index is None:
-                dev = torch.device("cuda", torch.cuda.current_device())
-            elif dev.index >= torch.cuda.device_count():
-                raise ConfigError(
-                    f"device={device!r}: only {torch.cuda.device_count()} CUDA device(s); "
-                    "pick an index below that"
-                )
+        dev = torch_device(torch, device)
+        if dev.type == "cuda" and dev.index is None:
+            dev = torch.device("cuda", torch.cuda.current_device())
         self.torch = torch
         self.device = dev
 
