@@ -25,6 +25,7 @@ INTERNAL = {
     "replaybank.buffers.rollout.state.ParsedState",
     "replaybank.storage.side_store.SideStore",
     "replaybank.storage.writers.formats.FieldFormat",
+    "replaybank.storage.writers.formats.ObsLayout",
     "replaybank.storage.writers.writer.StepValues",
     "replaybank.storage.writers.plan.WritePlan",
     "replaybank.storage.writers.tell.RangeListener",
