@@ -55,6 +55,10 @@ def to_numpy(value: Any) -> Any:
     tensor is on the CPU and needs no grad)."""
     if type(value) is np.ndarray:
         return value
+    try:  # a CPU tensor that needs no grad: one call, zero-copy
+        return value.numpy()
+    except (AttributeError, TypeError, RuntimeError):
+        pass
     if isinstance(value, dict):
         return {k: to_numpy(v) for k, v in value.items()}
     detach = getattr(value, "detach", None)

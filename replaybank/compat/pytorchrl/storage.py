@@ -225,11 +225,13 @@ class Storage:
 
     def _values(self, sample: dict[str, Any], n: int) -> dict[str, Any]:
         """One step of ``n`` envs as core add arguments (numpy)."""
-        extras = {CORE_NAMES[k]: to_numpy(sample[k]) for k in self._extras}
-        return dict(obs=to_numpy(sample[OBS]), action=to_numpy(sample[ACT]),
-                    reward=to_numpy(sample[REW]).reshape(n),
-                    next_obs=to_numpy(sample[OBS2]),
-                    terminated=to_numpy(sample[DONE2]).reshape(n) != 0, **extras)
+        values = {"obs": to_numpy(sample[OBS]), "action": to_numpy(sample[ACT]),
+                  "reward": to_numpy(sample[REW]).reshape(n),
+                  "next_obs": to_numpy(sample[OBS2]),
+                  "terminated": to_numpy(sample[DONE2]).reshape(n) != 0}
+        for key in self._extras:
+            values[CORE_NAMES[key]] = to_numpy(sample[key])
+        return values
 
     def insert_transition(self, sample: dict[str, Any]) -> None:
         """Store new transition sample.
