@@ -319,3 +319,59 @@ def test_warm_torch_agent_gets_tensors_and_returns_tensors() -> None:
     rb.warm(buf, agent, 20, num_envs=2, progress=False, seed=0)
     assert len(buf) >= 20 and set(agent.seen) == {torch.Tensor}
     assert np.all(lane_items(buf, 1)["action"] == 0)
+
+
+class _RecurrentAgent:
+    """velora's agent interface: ``env`` and ``predict(states, hidden, train_mode)``
+    returning ``(actions, hidden)``; the hidden state encodes how many calls came before."""
+
+    def __init__(self, hidden_dim: int = 3) -> None:
+        self.env = gym.make("CartPole-v1")
+        self.hidden_dim = hidden_dim
+        self.returned: list[np.ndarray] = []
+
+    def predict(self, states: Any, hidden: Any, train_mode: bool = False) -> Any:
+        n = len(states)
+        prev = np.zeros((n, self.hidden_dim), np.float32) if hidden is None else hidden
+        new = (prev + 1).astype(np.float32)
+        new[:, 1] = np.asarray(states)[:, 0]  # tie the state to this step's observation
+        self.returned.append(new.copy())
+        return (np.asarray(states)[:, 2] > 0).astype(np.int64), new
+
+
+def test_warm_stores_the_hidden_state_the_agent_returns() -> None:
+    """rb.warm with a velora-style agent and a buffer that has a ``hidden`` field stores,
+    beside each step, the hidden state predict returned for that step's observation."""
+    spec = {"obs": ((4,), "float32"), "action": ((), "int64"), "hidden": ((3,), "float32")}
+    buf = rb.ReplayBuffer(400, num_envs=4, spec=spec, seed=0, autoreset_mode="next_step")
+    agent = _RecurrentAgent()
+    res = rb.warm(buf, agent, 200, num_envs=4, progress=False, seed=0)
+    assert res.steps >= 200 and len(buf) == res.steps
+    t = buf.table
+    rows = int(t.written[0])
+    hidden = t.arrays["hidden"][:rows]  # [rows, 4, 3], lane-major like every field
+    obs = t.arrays["obs"][:rows]
+    # column 1 of the stored hidden state is the stored step's obs[0]: stored together
+    np.testing.assert_array_equal(hidden[:, :, 1], obs[:, :, 0])
+    # column 0 counts the predict calls: one per vector step
+    assert hidden[:, :, 0].max() == len(agent.returned)
+
+
+def test_warm_without_a_hidden_field_and_a_stateless_policy() -> None:
+    """Without a ``hidden`` field the state is not stored; a policy returning no state
+    for a buffer that wants one gets a clear error."""
+    buf = rb.ReplayBuffer(200, num_envs=2, seed=0)
+    rb.warm(buf, _RecurrentAgent(), 50, num_envs=2, progress=False, seed=0)
+    assert "hidden" not in buf.spec
+
+    class Stateless:
+        env = gym.make("CartPole-v1")
+
+        def predict(self, states: Any, hidden: Any, train_mode: bool = False) -> Any:
+            return np.zeros(len(states), np.int64)
+
+    spec = {"obs": ((4,), "float32"), "action": ((), "int64"), "hidden": ((3,), "float32")}
+    want = rb.ReplayBuffer(200, num_envs=2, spec=spec, seed=0)
+    with pytest.raises(rb.ConfigError, match="no hidden state"):
+        rb.warm(want, Stateless(), 50, num_envs=2, progress=False, seed=0)
+    assert len(want) == 0

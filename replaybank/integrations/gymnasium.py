@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -37,7 +37,8 @@ from replaybank.errors import ConfigError, describe, require_extra
 from replaybank.integrations.progress import ProgressBar
 from replaybank.integrations.spaces import spec_from_env, spec_from_spaces, to_fields, tree_map
 
-__all__ = ["CollectResult", "Collector", "collect", "spec_from_env", "spec_from_spaces", "warm"]
+__all__ = ["AgentPolicy", "CollectResult", "Collector", "StatefulPolicy", "collect",
+           "spec_from_env", "spec_from_spaces", "warm"]
 
 Policy = Callable[[Any], Any]
 
@@ -119,6 +120,8 @@ class Collector:
             env.action_space.seed(seed)
             policy = self._random
         self.policy: Policy = policy
+        # a recurrent state to store beside each step (the buffer's "hidden" field)
+        self.stateful = policy if isinstance(policy, StatefulPolicy) else None
         self._obs: Any = None
         self._pending = np.zeros(self.n, dtype=bool)  # NEXT_STEP: lane resets next step
         self._ret = np.zeros(self.n, dtype=np.float64)
@@ -145,6 +148,22 @@ class Collector:
     # ------------------------------------------------------------------ one step
     def _action(self, obs: Any) -> Any:
         return _numpy(self.policy(obs))
+
+    def _extras(self) -> dict[str, Any]:
+        """The policy's recurrent state, when the buffer stores a ``hidden`` field:
+        ``{"hidden": [n, ...]}`` (``[...]`` for a single env), else ``{}``."""
+        spec = self.buffer.spec
+        if self.stateful is None or spec is None or "hidden" not in spec:
+            return {}
+        hidden = self.stateful.hidden
+        if hidden is None:
+            raise ConfigError(
+                "the buffer stores a 'hidden' field but the policy returned no hidden "
+                "state; its predict(obs, hidden, train_mode=True) must return "
+                "(actions, hidden) with hidden [num_envs, ...]")
+        hidden = np.asarray(hidden, dtype=spec["hidden"].dtype)
+        return {"hidden": hidden.reshape(self.n, *spec["hidden"].shape) if self.vector
+                else hidden.reshape(spec["hidden"].shape)}
 
     def _store(self, fields: dict[str, Any], real: np.ndarray) -> None:
         # rewards in the stored dtype (float32 by default): the buffer's compiled writer
@@ -198,6 +217,7 @@ class Collector:
             next_fields = tree_map(np.array, next_fields)
             carry, _ = self.env.reset(options={"reset_mask": done})
         act_fields = to_fields(self.act_space, action)
+        extras = self._extras()
         fields: dict[str, Any] = {
             "obs": to_fields(self.obs_space, obs),
             "action": act_fields,
@@ -205,6 +225,7 @@ class Collector:
             "next_obs": next_fields,
             "terminated": term if self.vector else term[0],
             "truncated": trunc if self.vector else trunc[0],
+            **extras,
         }
         self._store(fields, real)
         stored = int(real.sum())
@@ -309,34 +330,61 @@ def collect(env: Any, policy: Policy | None, buffer: Any, n_steps: int, progress
     return Collector(env, policy, buffer, seed=seed).collect(n_steps, progress=progress)
 
 
+@runtime_checkable
+class StatefulPolicy(Protocol):
+    """A policy that carries a recurrent state between calls: ``hidden`` is the state it
+    returned with its last actions (``[num_envs, ...]``), which a buffer with a
+    ``hidden`` field stores beside each step (velora's agents)."""
+
+    hidden: Any
+
+    def __call__(self, obs: Any) -> Any:
+        """Actions for ``obs``."""
+        ...
+
+
+class AgentPolicy:
+    """``agent.predict(obs, hidden, train_mode=True) -> actions`` or ``(actions, hidden)``
+    as a :class:`StatefulPolicy` (inputs as tensors on ``agent.device`` when it has one).
+
+    Args:
+        agent: An object with ``predict`` (and optional ``device``).
+    """
+
+    def __init__(self, agent: Any) -> None:
+        self.predict = agent.predict
+        self.device = getattr(agent, "device", None)
+        #: The state ``predict`` returned with the last actions (None before, or when
+        #: ``predict`` returns actions only).
+        self.hidden: Any = None
+        self._state: Any = None
+
+    def __call__(self, obs: Any) -> Any:
+        x = obs
+        if self.device is not None:
+            torch = require_extra("torch", "torch")
+            x = torch.as_tensor(np.asarray(obs), device=self.device)
+        try:
+            out = self.predict(x, self._state, train_mode=True)
+        except TypeError:
+            out = self.predict(x)
+        if isinstance(out, tuple) and len(out) == 2:
+            out, self._state = out
+            self.hidden = None if self._state is None else _numpy(self._state)
+        return _numpy(out)
+
+
 def _agent_policy(agent: Any) -> Policy | None:
     if agent is None:
         return None
-    predict = getattr(agent, "predict", None)
-    if predict is None:
+    if getattr(agent, "predict", None) is None:
         if not callable(agent):
             raise ConfigError(
                 f"agent_or_policy={describe(agent)}: expected a callable policy(obs) -> action "
                 "or an agent with predict(obs, hidden, train_mode=True)"
             )
         return agent  # type: ignore[no-any-return]
-    device = getattr(agent, "device", None)
-    hidden: list[Any] = [None]
-
-    def policy(obs: Any) -> Any:
-        x = obs
-        if device is not None:
-            torch = require_extra("torch", "torch")
-            x = torch.as_tensor(np.asarray(obs), device=device)
-        try:
-            out = predict(x, hidden[0], train_mode=True)
-        except TypeError:
-            out = predict(x)
-        if isinstance(out, tuple) and len(out) == 2:
-            out, hidden[0] = out
-        return _numpy(out)
-
-    return policy
+    return AgentPolicy(agent)
 
 
 def _make_vec_env(agent: Any, env: Any, num_envs: int) -> tuple[Any, bool]:
@@ -377,7 +425,9 @@ def warm(buffer: Any, agent_or_policy: Any, n_samples: int, num_envs: int = 8,
         buffer: The buffer (``num_envs`` lanes, or 1).
         agent_or_policy: ``policy(obs) -> action``, an agent with
             ``predict(obs, hidden, train_mode=True)`` (and optional ``device``), or None
-            for random actions.
+            for random actions. When ``predict`` returns ``(actions, hidden)`` and the
+            buffer's spec has a ``hidden`` field, each step is stored with the hidden
+            state returned for it (velora's buffers).
         n_samples: Target ``len(buffer)``; nothing happens if it already holds that many.
         num_envs: Sub-envs of the vector env built here.
         env: Which env to run (see above).
