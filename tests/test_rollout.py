@@ -510,3 +510,79 @@ def test_config_is_json_and_rebuilds() -> None:
     rebuilt = rb.from_config(model.model_dump())
     assert isinstance(rebuilt, rb.RolloutBuffer) and rebuilt.init_config() == cfg
     assert "RolloutBuffer(num_steps=5" in repr(buf)
+
+
+def _assert_same_state(a: Any, b: Any, path: str = "") -> None:
+    """Two state dicts are equal leaf by leaf (arrays exactly, NaN == NaN)."""
+    if isinstance(a, dict):
+        assert isinstance(b, dict) and a.keys() == b.keys(), path
+        for k in a:
+            _assert_same_state(a[k], b[k], f"{path}/{k}")
+    elif isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        np.testing.assert_array_equal(a, b, err_msg=path)
+        assert np.asarray(a).dtype == np.asarray(b).dtype, path
+    else:
+        assert a == b or (a != a and b != b), path
+
+
+@settings(max_examples=40, deadline=None)
+@given(num_envs=st.integers(1, 3), steps=st.integers(1, 12), seed=st.integers(0, 2**16),
+       batched=st.booleans())
+def test_plain_adds_store_what_checked_adds_store(num_envs: int, steps: int, seed: int,
+                                                  batched: bool) -> None:
+    """Adds in exactly the stored format (the fast path: numpy arrays of the stored dtype,
+    Python scalars with one env) leave the same state as the same values passed as lists
+    and numpy scalars (the checked path), episode ends and truncations with final values
+    included."""
+    rng = np.random.default_rng(seed)
+    spec = {"obs": ((3,), "float32"), "action": ((), "int64"), "value": ((), "float32"),
+            "log_prob": ((), "float32")}
+    fast = rb.RolloutBuffer(12, num_envs=num_envs, spec=spec, seed=0)
+    slow = rb.RolloutBuffer(12, num_envs=num_envs, spec=spec, seed=0)
+    for _ in range(steps):
+        n = num_envs
+        obs = rng.standard_normal((n, 3)).astype(np.float32)
+        act = rng.integers(0, 5, n)
+        rew = rng.standard_normal(n).astype(np.float32)
+        term = rng.random(n) < 0.2
+        trunc = rng.random(n) < 0.2
+        val = rng.standard_normal(n).astype(np.float32)
+        lp = rng.standard_normal(n).astype(np.float32)
+        fv = np.where(trunc & ~term, 0.5, np.nan) if (trunc & ~term).any() else None
+        if n == 1 and not batched:
+            fast.add(obs=obs[0], action=int(act[0]), reward=float(rew[0]),
+                     terminated=bool(term[0]), truncated=bool(trunc[0]),
+                     value=val[0:1].reshape(()).copy(), log_prob=float(lp[0]),
+                     final_value=fv)
+        else:
+            fast.add(obs=obs, action=act, reward=rew, terminated=term, truncated=trunc,
+                     value=val, log_prob=lp, final_value=fv)
+        slow.add(obs=obs.tolist(), action=act.tolist(), reward=rew.tolist(),
+                 terminated=term.tolist(), truncated=trunc.tolist(), value=val.tolist(),
+                 log_prob=lp.tolist(), final_value=fv)
+    _assert_same_state(fast.state_dict(), slow.state_dict())
+
+
+def test_plain_add_declines_what_the_checked_path_must_see() -> None:
+    """A truncated step without a final value, an out-of-range int, non-canonical bool
+    bytes and a full rollout get the checked path's answer (an error that changes
+    nothing, or canonical storage)."""
+    spec = {"obs": ((2,), "float32"), "action": ((), "int8")}
+    buf = rb.RolloutBuffer(2, spec=spec, seed=0)
+    o = np.zeros(2, np.float32)
+    with pytest.raises(rb.ShapeError, match="final_value"):
+        buf.add(obs=o, action=1, reward=0.0, terminated=False, truncated=True, value=0.0,
+                log_prob=0.0)
+    with pytest.raises(rb.DtypeError):
+        buf.add(obs=o, action=300, reward=0.0, terminated=False, truncated=False, value=0.0,
+                log_prob=0.0)
+    assert buf.pos == 0
+    odd = np.array([2], np.uint8).view(bool)  # a bool byte that is not 0/1
+    buf.add(obs=o, action=1, reward=0.0, terminated=odd.reshape(()), truncated=False,
+            value=0.0, log_prob=0.0)
+    assert buf.data["terminated"].view(np.uint8).max() == 1
+    buf.add(obs=o, action=1, reward=0.0, terminated=False, truncated=False, value=0.0,
+            log_prob=0.0)
+    with pytest.raises(rb.CapacityError):
+        buf.add(obs=o, action=1, reward=0.0, terminated=False, truncated=False, value=0.0,
+                log_prob=0.0)

@@ -190,6 +190,7 @@ class RolloutBuffer:
         self._start_reset = np.zeros(self._num_envs, dtype=bool)  # [E]
         self._adv: AnyArray | None = None
         self._ret: AnyArray | None = None
+        self._plain: Any = None  # see _plain_plan
         if spec is not None:
             self._allocate(rollout_spec(Spec.coerce(spec)))
 
@@ -325,6 +326,11 @@ class RolloutBuffer:
                 "next_step"``), or (``"next_step"``) a reset step is marked terminated or
                 truncated. The buffer is left unchanged.
         """
+        if not extras and final_value is None and final_obs is None \
+                and self._pos < self._num_steps \
+                and self._add_plain((obs, action, reward, terminated, truncated, value,
+                                     log_prob)):
+            return
         if self._pos >= self._num_steps:
             raise CapacityError(
                 f"add: the rollout is full ({self._num_steps} steps x {self._num_envs} envs); call "
@@ -377,6 +383,57 @@ class RolloutBuffer:
             self._final_obs.append((t * self._num_envs + np.flatnonzero(need)).tolist(), fobs)
         self._pos += 1
         self._adv = self._ret = None
+
+    def _plain_plan(self) -> _PlainPlan | None:
+        """What :meth:`_add_plain` accepts for the current spec: per standard field its
+        name, dtype, item shape and batched shape (None: every add takes the checked path:
+        no storage yet, nested observations or extra fields, ``next_step`` mode)."""
+        plan: _PlainPlan | None = self._plain
+        spec = self._spec
+        if plan is not None and plan[0] is spec:
+            return plan
+        self._plain = None
+        if spec is None or self._next_step or set(spec) != set(_PLAIN_FIELDS):
+            return None
+        n = self._num_envs
+        entries = [(name, spec[name].dtype, spec[name].shape, (n, *spec[name].shape))
+                   for name in _PLAIN_FIELDS]
+        self._plain = plan = (spec, entries)
+        return plan
+
+    def _add_plain(self, values: tuple[Any, ...]) -> bool:
+        """Write one step given in exactly the stored format, with no final values:
+        numpy arrays of the stored dtype shaped ``[num_envs, *shape]`` (one env: also the
+        item shape), or, with one env, Python scalars of the field's kind (float, int in
+        range, bool) for scalar fields. Returns False before writing anything when a value
+        is not like that, or a step is truncated without being terminated (it needs a
+        final value): the checked path then takes the call. Writes exactly what it would."""
+        plan = self._plain_plan()
+        if plan is None:
+            return False
+        one = self._num_envs == 1
+        for (_, dtype, shape, batched), v in zip(plan[1], values, strict=True):
+            if type(v) is np.ndarray:
+                if v.dtype != dtype or (v.shape != batched and not (one and v.shape == shape)):
+                    return False
+                if dtype.kind == "b" and v.size and v.view(np.uint8).max() > 1:
+                    return False  # bool bytes other than 0/1: the checked path stores 0/1
+            elif not (one and not shape and _plain_scalar(v, dtype)):
+                return False
+        term, trunc = values[3], values[4]
+        if trunc is True:  # a truncated step needs its final value: the checked path asks
+            if term is not True:
+                return False
+        elif trunc is not False and (trunc & ~np.asarray(term)).any():
+            return False
+        t = self._pos
+        data = self._data
+        for (name, _, _, _), v in zip(plan[1], values, strict=True):
+            data[name][t] = v
+        self._final_value[t] = np.nan
+        self._pos = t + 1
+        self._adv = self._ret = None
+        return True
 
     def _check_reset_step(self, row: dict[str, AnyArray]) -> None:
         """next_step mode: refuse an add that ends an episode at a reset step."""
@@ -626,3 +683,33 @@ class RolloutBuffer:
                 f"pos={self._pos}, "
                 f"gamma={self.gamma}, gae_lambda={self.gae_lambda})")
 
+
+#: A spec and, per standard field, its name, dtype, item shape and batched shape.
+_PlainPlan = tuple[Spec, list[tuple[str, "np.dtype[Any]", tuple[int, ...], tuple[int, ...]]]]
+
+#: The fields of a plain rollout add, in ``add``'s argument order.
+_PLAIN_FIELDS = ("obs", "action", "reward", "terminated", "truncated", "value", "log_prob")
+
+
+def _plain_scalar(v: Any, dtype: np.dtype[Any]) -> bool:
+    """A Python scalar the checked path would store unchanged in a scalar field of
+    ``dtype``: a float for a float field, an int (not a bool) in range for an int field,
+    a bool for a bool field."""
+    kind = dtype.kind
+    if kind == "f":
+        return type(v) is float
+    if kind == "b":
+        return type(v) is bool
+    if kind in "iu" and type(v) is int:
+        lo, hi = _INT_RANGE.get(dtype.str) or _int_range(dtype)
+        return lo <= v <= hi
+    return False
+
+
+_INT_RANGE: dict[str, tuple[int, int]] = {}
+
+
+def _int_range(dtype: np.dtype[Any]) -> tuple[int, int]:
+    info = np.iinfo(dtype)
+    r = _INT_RANGE[dtype.str] = (int(info.min), int(info.max))
+    return r
