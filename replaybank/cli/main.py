@@ -1,6 +1,7 @@
 """The ``replaybank`` command line.
 
-Subcommands: ``demo`` (train DQN on CartPole-v1 from prioritized n-step replay).
+Subcommands: ``demo`` (train DQN on CartPole-v1 from prioritized n-step replay) and
+``inspect`` (summarize a checkpoint or a memmap buffer directory).
 ``replaybank --version`` prints the installed version. ``python -m replaybank`` runs the
 same command line as the ``replaybank`` script.
 
@@ -22,6 +23,8 @@ USAGE = """usage: replaybank <command> [options]
 commands:
   demo     train a DQN agent on CartPole-v1 from prioritized 3-step replay
            (replaybank demo --help for its options)
+  inspect  summarize a checkpoint or memmap buffer directory: fields, fill, episodes,
+           returns, priorities, data age, sizes (--json, --plot out.png)
 """
 
 
@@ -48,6 +51,10 @@ def main(argv: list[str] | None = None) -> int:
         from replaybank.cli.demo import main as demo_main
 
         return demo_main(rest)
+    if command == "inspect":
+        from replaybank.cli.inspect import main as inspect_main
+
+        return inspect_main(rest)
     print(f"replaybank: unknown command {command!r}\n\n{USAGE}", end="", file=sys.stderr)
     return 2
 

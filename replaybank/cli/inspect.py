@@ -1,0 +1,503 @@
+"""``replaybank inspect PATH``: what a saved or disk-backed buffer holds.
+
+``PATH`` is a checkpoint directory (``rb.save``: ``<prefix>metadata.json`` +
+``<prefix>state.safetensors``, loaded and verified) or a memmap buffer directory
+(``storage="memmap"``: ``replaybank_memmap.json``), opened read-only (``mode="r"``: no
+writer lock is taken and the files are mapped lazily, so a process writing the buffer
+keeps working). The summary (:func:`summarize`) has the buffer type, fields (shape,
+dtype, bytes), capacity, fill, lanes, episodes, episode return and length statistics
+(per complete episode, from the stored rewards and episode ends), priority statistics
+(prioritized samplers), data age per lane, and disk and memory size. It prints as a
+table, or as JSON with ``--json``; ``--plot out.png`` draws histograms of episode returns
+and lengths, stored priorities and the age of sampled data.
+
+Inspection never runs code named in the files: a hindsight buffer's ``reward_fn`` and
+``terminated_fn`` are replaced by a stub (nothing is relabelled; ages are drawn from the
+sampler, not through the view).
+
+JSON keys (``"format": "replaybank.inspect"``, ``"version": 1``; statistics are
+``{"count", "mean", "std", "min", "max"}``, or null when there is nothing to count):
+
+* ``path``, ``source`` (``"checkpoint"`` or ``"memmap"``), ``buffer_type``, ``storage``
+* ``capacity``, ``fill`` (live transitions), ``fill_fraction``, ``lanes``,
+  ``rows_per_lane``
+* ``fields``: ``[{"name", "shape", "dtype", "bytes"}]`` (bytes of the stored array
+  ``[rows_per_lane, lanes, *shape]``)
+* ``episodes``: ``{"ended", "ended_per_lane", "complete", "in_buffer"}``: episodes that
+  ended since the buffer was built, per lane, those wholly in the buffer (their first and
+  last step are live), and episode ends among the live steps
+* ``returns``, ``lengths``: statistics over the complete episodes (returns: sums of the
+  stored per-step ``reward``; null when the buffer has no scalar reward or no episode end)
+* ``priorities``: ``{"count", "min", "mean", "max", "sum", "total"}`` of the stored
+  priorities ``(p + eps) ** alpha`` of the live steps (``total``: the sampler's whole sum
+  tree); null for samplers without priorities
+* ``age``: ``[{"lane", "oldest", "newest", "count"}]``: per lane, the step numbers
+  (counted from the lane's first step) of its oldest and newest live step
+* ``sampled_age``: statistics of ``newest - step`` over ``draws`` keys drawn from the
+  sampler with a fresh generator (the buffer's generator is not touched), with ``draws``
+* ``sampler``, ``view``: their configs
+* ``disk_bytes`` (files in ``PATH``), ``memory_bytes`` (the storage arrays: what the
+  buffer takes in RAM once loaded), ``notes`` (warnings met while reading)
+
+Example:
+    >>> import tempfile, numpy as np
+    >>> import replaybank as rb
+    >>> buf = rb.ReplayBuffer(8, seed=0)
+    >>> for t in range(5):
+    ...     buf.add(obs=np.zeros(2), action=0, reward=1.0, next_obs=np.ones(2),
+    ...             terminated=t == 2, truncated=False)
+    >>> d = tempfile.mkdtemp()
+    >>> _ = rb.save(buf, d)
+    >>> s = summarize(d)
+    >>> s.summary["fill"], s.summary["episodes"]["complete"], s.summary["returns"]["mean"]
+    (5, 1, 3.0)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+
+from replaybank import persist
+from replaybank.buffers.replay import ReplayBuffer
+from replaybank.errors import CheckpointError, ReplayBankError, require_extra
+from replaybank.io.manifest import checkpoint_paths, read_manifest
+from replaybank.ops import ring
+from replaybank.samplers.base import LaneView, SampleResult
+from replaybank.storage.backends.memmap import MANIFEST
+
+__all__ = ["FORMAT", "Inspection", "build_parser", "episode_stats", "main", "open_buffer",
+           "plot", "render_table", "summarize"]
+
+FORMAT = "replaybank.inspect"
+VERSION = 1
+#: Keys drawn from the sampler for the age of sampled data.
+DRAWS = 4096
+#: Config entries that name functions: never resolved by inspect (no code from files runs).
+_FUNCTION_KEYS = ("reward_fn", "terminated_fn")
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+
+@runtime_checkable
+class _StoredPriorities(Protocol):
+    """A sampler that keeps a priority per slot (a sum tree)."""
+
+    @property
+    def total(self) -> float:
+        """Sum of every stored priority."""
+        ...
+
+    def priorities(self, slots: IntArray) -> FloatArray:
+        """Stored priorities of ``slots``."""
+        ...
+
+
+@dataclass
+class Inspection:
+    """What :func:`summarize` found.
+
+    Attributes:
+        summary: The JSON-able summary (keys in the module docstring).
+        arrays: Per-item values for plots: ``returns``, ``lengths`` (complete episodes),
+            ``priorities`` (live steps), ``sampled_age`` (drawn keys).
+    """
+
+    summary: dict[str, Any]
+    arrays: dict[str, npt.NDArray[Any]] = field(default_factory=dict)
+
+
+def _no_relabel(*args: Any, **kwargs: Any) -> Any:
+    """Stands in for a hindsight buffer's functions: inspection never relabels."""
+    raise ReplayBankError("replaybank inspect opened this buffer without its reward "
+                          "function; it cannot relabel goals")
+
+
+def _stubs(config: Any) -> dict[str, Any]:
+    """Overrides that replace every function a config names with :func:`_no_relabel`."""
+    if not isinstance(config, dict):
+        return {}
+    return {k: _no_relabel for k in _FUNCTION_KEYS
+            if k in config and (k == "reward_fn" or config[k] is not None)}
+
+
+def _source(path: Path, prefix: str) -> str:
+    meta, _ = checkpoint_paths(path, prefix)
+    if meta.exists():
+        return "checkpoint"
+    if (path / MANIFEST).exists():
+        return "memmap"
+    if not path.is_dir():
+        raise CheckpointError(f"{path}: no such directory")
+    raise CheckpointError(f"{path}: neither a checkpoint ({meta.name}) nor a memmap buffer "
+                          f"({MANIFEST}) is there")
+
+
+def open_buffer(path: Any, prefix: str = "buffer_") -> tuple[Any, str, list[str]]:
+    """Load the checkpoint or open the memmap buffer (read-only) at ``path``.
+
+    Returns:
+        ``(buffer, source, notes)``: source is ``"checkpoint"`` or ``"memmap"``; notes are
+        the warnings met (e.g. a memmap buffer with steps added after its last flush).
+
+    Raises:
+        CheckpointError: Nothing to inspect at ``path``, or damaged files.
+    """
+    p = Path(path)
+    source = _source(p, prefix)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        if source == "checkpoint":
+            buf = persist.load(p, prefix, **_stubs(read_manifest(p, prefix).get("config")))
+        else:
+            buf = persist.open(p, mode="r", **_stubs(_owner_config(p)))
+    return buf, source, [str(w.message) for w in caught]
+
+
+def _owner_config(path: Path) -> Any:
+    """The owner record of a memmap manifest (None when unreadable: open reports it)."""
+    try:
+        data = json.loads((path / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return None
+    return data.get("config") if isinstance(data, dict) else None
+
+
+def _stats(values: npt.NDArray[Any]) -> dict[str, Any] | None:
+    if values.size == 0:
+        return None
+    v = values.astype(np.float64)
+    return {"count": int(v.size), "mean": float(v.mean()), "std": float(v.std()),
+            "min": float(v.min()), "max": float(v.max())}
+
+
+def episode_stats(reward: npt.NDArray[Any] | None, done: npt.NDArray[np.bool_],
+                  first_is_start: bool) -> tuple[FloatArray, IntArray]:
+    """Returns and lengths of the complete episodes of one lane's live steps.
+
+    Args:
+        reward: Per-step rewards in time order ``[n]`` (None: returns are not computed).
+        done: Episode ends (terminated or truncated) in time order ``[n]``.
+        first_is_start: The first step began an episode (nothing was evicted before it).
+
+    Returns:
+        ``(returns [m], lengths [m])`` of the episodes whose first and last step are live
+        (``returns`` is empty when ``reward`` is None).
+
+    Example:
+        >>> r, n = episode_stats(np.ones(6), np.array([0, 1, 0, 0, 1, 0], bool), False)
+        >>> r.tolist(), n.tolist()
+        ([3.0], [3])
+    """
+    ends = np.flatnonzero(done).astype(np.int64)
+    if ends.size == 0:
+        return np.zeros(0), np.zeros(0, np.int64)
+    starts = np.concatenate([[0], ends[:-1] + 1]).astype(np.int64)
+    if not first_is_start:
+        starts, ends = starts[1:], ends[1:]
+    lengths = ends - starts + 1
+    if reward is None:
+        return np.zeros(0), lengths
+    cs = np.concatenate([[0.0], np.cumsum(reward, dtype=np.float64)])
+    return cs[ends + 1] - cs[starts], lengths
+
+
+def _disk_bytes(path: Path, source: str, prefix: str) -> int:
+    files = checkpoint_paths(path, prefix) if source == "checkpoint" else path.iterdir()
+    return sum(f.stat().st_size for f in files if f.is_file())
+
+
+def summarize(path: Any, prefix: str = "buffer_", draws: int = DRAWS,
+              seed: int = 0) -> Inspection:
+    """Inspect the checkpoint or memmap buffer at ``path`` (see the module docstring).
+
+    Args:
+        path: Checkpoint directory or memmap buffer directory.
+        prefix: File name prefix of a checkpoint.
+        draws: Keys drawn from the sampler for the age of sampled data.
+        seed: Seed of the generator those keys are drawn with.
+
+    Raises:
+        CheckpointError: Nothing to inspect at ``path``, or damaged files.
+    """
+    p = Path(path)
+    buf, source, notes = open_buffer(p, prefix)
+    meta = buf.metadata()
+    s: dict[str, Any] = {
+        "format": FORMAT, "version": VERSION, "path": str(p), "source": source,
+        "buffer_type": type(buf).__name__, "storage": meta.get("storage"),
+        "capacity": int(meta.get("capacity", 0)), "fill": len(buf),
+    }
+    s["fill_fraction"] = s["fill"] / s["capacity"] if s["capacity"] else 0.0
+    inspection = Inspection(s)
+    core = buf if isinstance(buf, ReplayBuffer) else None
+    if core is not None and core.spec is not None:
+        _table_summary(core, s, inspection.arrays, draws, seed)
+    else:
+        spec = meta.get("spec") or {}
+        s.update(lanes=meta.get("num_envs"), rows_per_lane=None,
+                 fields=[{"name": n, "shape": list(f["shape"]), "dtype": f["dtype"],
+                          "bytes": None} for n, f in spec.items()],
+                 episodes={"ended": meta.get("episodes_seen"), "ended_per_lane": None,
+                           "complete": None, "in_buffer": None},
+                 returns=None, lengths=None, priorities=None, age=[], sampled_age=None,
+                 sampler=meta.get("sampler"), view=meta.get("view"), memory_bytes=None)
+        if core is None:
+            notes.append(f"{type(buf).__name__} is not a step-table buffer: only its "
+                         "metadata is shown")
+    s["disk_bytes"] = _disk_bytes(p, source, prefix)
+    s["notes"] = notes
+    return inspection
+
+
+def _table_summary(buf: ReplayBuffer, s: dict[str, Any], arrays: dict[str, npt.NDArray[Any]],
+                   draws: int, seed: int) -> None:
+    t = buf.table
+    T, lanes = t.T, t.lanes  # noqa: N806
+    # one snapshot of the counters: a live writer may move them while we read
+    written = np.array(t.written, dtype=np.int64)
+    counts = np.array(t.counts, dtype=np.int64)
+    episodes = np.array(t.episodes, dtype=np.int64)
+    s["fill"] = int(counts.sum())
+    s["fill_fraction"] = s["fill"] / s["capacity"] if s["capacity"] else 0.0
+    s["lanes"], s["rows_per_lane"] = lanes, T
+    s["fields"] = [{"name": n, "shape": list(f.shape), "dtype": str(np.dtype(f.dtype)),
+                    "bytes": int(t.arrays[n].nbytes)} for n, f in t.spec.items()]
+    rewards = t.arrays.get("reward")
+    scalar_reward = rewards is not None and rewards.ndim == 2
+    flags = [t.arrays[n] for n in ("terminated", "truncated") if n in t.arrays]
+    rets: list[FloatArray] = []
+    lens: list[IntArray] = []
+    in_buffer = 0
+    age = []
+    for lane in range(lanes):
+        w, c = int(written[lane]), int(counts[lane])
+        age.append({"lane": lane, "oldest": w - c if c else None,
+                    "newest": w - 1 if c else None, "count": c})
+        if not c or not flags:
+            continue
+        rows = np.arange(w - c, w, dtype=np.int64) % T  # [c], oldest first
+        done = np.zeros(c, bool)
+        for f in flags:
+            done |= np.asarray(f[rows, lane], bool)
+        in_buffer += int(done.sum())
+        r = np.asarray(rewards[rows, lane]) if scalar_reward and rewards is not None else None
+        ret, n = episode_stats(r, done, first_is_start=w == c)
+        rets.append(ret)
+        lens.append(n)
+    returns = np.concatenate(rets) if rets else np.zeros(0)
+    lengths = np.concatenate(lens) if lens else np.zeros(0, np.int64)
+    arrays.update(returns=returns, lengths=lengths)
+    s["episodes"] = {"ended": int(episodes.sum()), "ended_per_lane": episodes.tolist(),
+                     "complete": int(lengths.size),
+                     "in_buffer": in_buffer if flags else None}
+    s["returns"] = _stats(returns) if scalar_reward else None
+    s["lengths"] = _stats(lengths) if flags else None
+    s["age"] = age
+    s["priorities"] = _priorities(buf, written, counts, arrays)
+    s["sampled_age"] = _sampled_age(buf, written, counts, draws, seed, arrays)
+    s["sampler"], s["view"] = buf.sampler.config(), buf.view.config()
+    s["memory_bytes"] = buf.nbytes()
+
+
+def _live_slots(written: IntArray, counts: IntArray, T: int) -> IntArray:  # noqa: N803
+    lanes = len(written)
+    seq = np.concatenate([np.arange(written[i] - counts[i], written[i]) for i in range(lanes)])
+    lane = np.concatenate([np.full(int(counts[i]), i) for i in range(lanes)])
+    return ring.seq_to_slot(seq.astype(np.int64), lane.astype(np.int64), T, lanes)
+
+
+def _priorities(buf: ReplayBuffer, written: IntArray, counts: IntArray,
+                arrays: dict[str, npt.NDArray[Any]]) -> dict[str, Any] | None:
+    sampler = buf.sampler
+    if not isinstance(sampler, _StoredPriorities):
+        return None
+    if not int(counts.sum()):
+        return {"count": 0, "min": None, "mean": None, "max": None, "sum": 0.0,
+                "total": float(sampler.total)}
+    prio = np.asarray(sampler.priorities(_live_slots(written, counts, buf.table.T)),
+                      np.float64)
+    arrays["priorities"] = prio
+    return {"count": int(prio.size), "min": float(prio.min()), "mean": float(prio.mean()),
+            "max": float(prio.max()), "sum": float(prio.sum()), "total": float(sampler.total)}
+
+
+def _sampled_age(buf: ReplayBuffer, written: IntArray, counts: IntArray, draws: int, seed: int,
+                 arrays: dict[str, npt.NDArray[Any]]) -> dict[str, Any] | None:
+    if draws <= 0 or not int(counts.sum()):
+        return None
+    # the snapshot's counters: ages stay >= 0 while a live writer moves on
+    lanes = LaneView(buf.table.T, buf.table.lanes, written, counts)
+    try:
+        res: SampleResult = buf.sampler.sample(draws, lanes, np.random.default_rng(seed))
+    except (ReplayBankError, ValueError, TypeError):
+        return None  # a sampler that needs more than a batch size (e.g. sequence windows)
+    seq, lane = ring.key_to_seq(np.asarray(res.keys, np.int64), buf.table.lanes)
+    ages = (written[lane] - 1 - seq).astype(np.int64)
+    arrays["sampled_age"] = ages
+    stats = _stats(ages)
+    return None if stats is None else {**stats, "draws": int(ages.size)}
+
+
+# ---------------------------------------------------------------------- output
+def _fmt_bytes(n: Any) -> str:
+    if n is None:
+        return "-"
+    x = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if x < 1024 or unit == "TiB":
+            return f"{int(x)} B" if unit == "B" else f"{x:.1f} {unit}"
+        x /= 1024
+    return f"{x:.1f} TiB"  # pragma: no cover
+
+
+def _fmt_stats(st: dict[str, Any] | None, digits: int = 3) -> str:
+    if not st:
+        return "-"
+    out = (f"n={st['count']}  mean={st['mean']:.{digits}g}  std={st['std']:.{digits}g}  "
+           f"min={st['min']:.{digits}g}  max={st['max']:.{digits}g}")
+    return out
+
+
+def render_table(summary: dict[str, Any], file: Any = None) -> None:
+    """Print ``summary`` as rich tables (to ``file``, default stdout)."""
+    require_extra("rich", "cli")
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(file=file or sys.stdout)
+    s = summary
+    t = Table(title=f"replaybank inspect: {s['path']}", show_header=False)
+    t.add_column("", style="bold")
+    t.add_column("")
+    ep = s["episodes"] or {}
+    rows = [
+        ("buffer type", str(s["buffer_type"])),
+        ("source", f"{s['source']} ({s['storage']} storage)"),
+        ("capacity", f"{s['capacity']:,}"),
+        ("fill", f"{s['fill']:,} ({100 * s['fill_fraction']:.1f}%)"),
+        ("lanes", f"{s['lanes']} x {s['rows_per_lane']} rows"
+         if s.get("rows_per_lane") else str(s["lanes"])),
+        ("episodes", f"{ep.get('ended')} ended, {ep.get('complete')} complete in buffer"),
+        ("episode return", _fmt_stats(s["returns"])),
+        ("episode length", _fmt_stats(s["lengths"])),
+    ]
+    pr = s["priorities"]
+    if pr is not None:
+        rows.append(("priorities", "-" if not pr["count"] else
+                     f"min={pr['min']:.4g}  mean={pr['mean']:.4g}  max={pr['max']:.4g}  "
+                     f"sum={pr['sum']:.6g}"))
+    rows += [
+        ("sampled age", _fmt_stats(s["sampled_age"])),
+        ("sampler", json.dumps(s["sampler"])),
+        ("view", json.dumps(s["view"])),
+        ("disk size", _fmt_bytes(s["disk_bytes"])),
+        ("memory size", _fmt_bytes(s["memory_bytes"])),
+    ]
+    for k, v in rows:
+        t.add_row(k, v)
+    console.print(t)
+    f = Table(title="fields")
+    for col in ("name", "shape", "dtype", "bytes"):
+        f.add_column(col, justify="right" if col == "bytes" else "left")
+    for fd in s["fields"]:
+        f.add_row(fd["name"], str(tuple(fd["shape"])), fd["dtype"], _fmt_bytes(fd["bytes"]))
+    console.print(f)
+    if s["age"]:
+        a = Table(title="data age (step numbers per lane)")
+        for col in ("lane", "oldest", "newest", "count"):
+            a.add_column(col, justify="right")
+        for row in s["age"]:
+            a.add_row(*(("-" if row[k] is None else str(row[k]))
+                        for k in ("lane", "oldest", "newest", "count")))
+        console.print(a)
+    for note in s["notes"]:
+        console.print(f"note: {note}", style="yellow", markup=False)
+
+
+def plot(inspection: Inspection, out: Any) -> Path:
+    """Histograms of episode returns and lengths, stored priorities and the age of sampled
+    data, written as a PNG (matplotlib, Agg backend).
+
+    Returns:
+        The path written.
+    """
+    require_extra("matplotlib", "cli")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [("returns", "episode return"), ("lengths", "episode length (steps)"),
+              ("priorities", "stored priority"), ("sampled_age", "age of sampled data (steps)")]
+    fig, axes = plt.subplots(2, 2, figsize=(10, 7))
+    for ax, (key, label) in zip(axes.flat, panels, strict=True):
+        values = inspection.arrays.get(key)
+        if values is None or values.size == 0:
+            ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
+        else:
+            ax.hist(values, bins=min(50, max(1, int(math.sqrt(values.size)) + 1)))
+        ax.set_xlabel(label)
+        ax.set_ylabel("count")
+    fig.suptitle(f"{inspection.summary['buffer_type']}: {inspection.summary['path']}")
+    fig.tight_layout()
+    path = Path(out)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Arguments of ``replaybank inspect``."""
+    p = argparse.ArgumentParser(
+        prog="replaybank inspect",
+        description="Summarize a buffer checkpoint (rb.save) or a memmap buffer directory "
+                    "(opened read-only, beside a writer).")
+    p.add_argument("path", help="checkpoint directory or memmap buffer directory")
+    p.add_argument("--json", action="store_true",
+                   help="print the summary as JSON (keys: see replaybank.cli.inspect)")
+    p.add_argument("--plot", metavar="OUT.png", default=None,
+                   help="write histograms of returns, lengths, priorities and sampled age")
+    p.add_argument("--prefix", default="buffer_", help="checkpoint file name prefix")
+    p.add_argument("--draws", type=int, default=DRAWS,
+                   help="keys drawn from the sampler for the age of sampled data")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress output")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run ``replaybank inspect``; returns the exit status (2 for unreadable files)."""
+    args = build_parser().parse_args(argv)
+    progress = not (args.quiet or args.json) and sys.stdout.isatty()
+    try:
+        if progress:
+            require_extra("rich", "cli")
+            from rich.console import Console
+
+            with Console(stderr=True).status(f"reading {args.path}"):
+                inspection = summarize(args.path, args.prefix, args.draws)
+        else:
+            inspection = summarize(args.path, args.prefix, args.draws)
+    except (ReplayBankError, OSError) as exc:
+        print(f"replaybank inspect: error: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(inspection.summary, indent=2, sort_keys=True))
+    else:
+        render_table(inspection.summary)
+    if args.plot:
+        out = plot(inspection, args.plot)
+        if not args.quiet and not args.json:
+            print(f"plot written to {os.fspath(out)}")
+    return 0
