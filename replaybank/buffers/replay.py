@@ -432,8 +432,12 @@ class ReplayBuffer:
         """Add many steps: values shaped ``[T, *shape]`` (one env) or ``[T, num_envs, *shape]``.
 
         Args:
-            obs, action, reward, next_obs, terminated, truncated: As in :meth:`add`, with
-                a leading step dimension.
+            obs: As in :meth:`add`, with a leading step dimension (so are the others).
+            action: Actions ``[T, ...]``.
+            reward: Rewards ``[T, ...]``.
+            next_obs: Next observations ``[T, ...]``.
+            terminated: Episode-end flags ``[T, ...]``.
+            truncated: Time-limit flags ``[T, ...]``.
             env_ids: Lanes these steps belong to; values are then ``[T, len(env_ids), ...]``.
             priority: Initial priorities (prioritized samplers only).
             **extras: As in :meth:`add`, with a leading step dimension.

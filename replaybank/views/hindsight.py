@@ -102,7 +102,8 @@ class HerView(StatelessView):
             steps so far); by default only finished episodes are relabelled.
         n_step: Steps per transition (n-step returns of the relabelled rewards).
         gamma: Discount of the n-step returns.
-        achieved_key, desired_key: The goal keys of the dict observations.
+        achieved_key: The achieved-goal key of the dict observations.
+        desired_key: The desired-goal key of the dict observations.
 
     Raises:
         ConfigError: A bad strategy, ``k``, ``n_step``, ``gamma`` or function.
