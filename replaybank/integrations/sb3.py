@@ -1,0 +1,428 @@
+"""Stable-Baselines3 replay buffers backed by replaybank: uniform, n-step and prioritized.
+
+SB3's off-policy algorithms (DQN, SAC, TD3, DDPG) take a buffer class and its keyword
+arguments; :class:`ReplayBuffer` (Box / Discrete / MultiDiscrete / MultiBinary
+observations) and :class:`DictReplayBuffer` (Dict observations) plug in there::
+
+    from stable_baselines3 import SAC
+    from replaybank.integrations.sb3 import ReplayBuffer
+
+    model = SAC("MlpPolicy", "Pendulum-v1", replay_buffer_class=ReplayBuffer,
+                replay_buffer_kwargs={"n_steps": 3, "gamma": 0.99})
+
+Each SB3 buffer owns a core :class:`replaybank.ReplayBuffer` with one lane per env of the
+``VecEnv``, so every observation is stored once and an episode's true final observation
+(SB3's ``infos[i]["terminal_observation"]``) is kept aside: a truncated step
+(``infos[i]["TimeLimit.truncated"]``) is stored with that observation as ``next_obs`` and
+sampled with ``dones = 0`` (it bootstraps), as SB3's ``handle_timeout_termination=True``
+does. ``handle_timeout_termination=False`` stores time-outs as terminations, as SB3 does.
+
+* **n-step** (``n_steps=n``, ``gamma=``): ``rewards`` are the n-step returns
+  ``sum_{k<L} gamma**k r[t+k]`` (``L`` stops at the episode's end), ``next_observations``
+  and ``dones`` those of step ``t+L-1``, and ``discounts`` is ``gamma**L``; SB3 2.x's DQN,
+  SAC and TD3 bootstrap with ``replay_data.discounts`` when it is set, so they need no
+  change. ``gamma`` must equal the algorithm's ``gamma`` (SB3's ``NStepReplayBuffer`` has
+  the same rule). With ``n_steps=1``, ``discounts`` is None (the algorithm uses its gamma).
+* **Prioritized** (``prioritized=True``, ``alpha``, ``beta``, ``beta_steps``): importance
+  weights and TD errors must reach the learner, which SB3's algorithms do not do, so PER
+  needs :class:`PrioritizedDQN` (an importance-weighted Huber loss and
+  ``update_priorities(indices, |td|)`` after every gradient step). A plain SB3 algorithm
+  given a prioritized buffer samples by priorities that never change after insertion:
+  :class:`PrioritizedDQN` is the documented way.
+* **Checkpoints**: ``model.save_replay_buffer(path)`` / ``model.load_replay_buffer(path)``
+  pickle the buffer with its core buffer, sampler and generator state, so the loaded
+  buffer draws the identical next sample. Sampling uses the core buffer's own generator
+  (``seed=``; by default drawn from numpy's global generator, which SB3's ``seed=`` sets).
+* ``VecNormalize``: observations are stored unnormalized and normalized when sampled (as
+  SB3 does); with ``n_steps > 1`` the reward normalization is applied to the n-step return
+  (the scaling is exact, the clipping applies to the sum).
+* ``optimize_memory_usage=True`` is refused: each observation is stored once already.
+  SB3's raw arrays (``observations``, ``dones``, ...) do not exist; read
+  :attr:`ReplayBuffer.core` (a :class:`replaybank.ReplayBuffer`) instead.
+
+Example:
+    >>> import gymnasium as gym
+    >>> buf = ReplayBuffer(100, gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2),
+    ...                    device="cpu", n_envs=2, n_steps=3, gamma=0.9, seed=0)
+    >>> for t in range(4):
+    ...     buf.add(np.full((2, 3), t, np.float32), np.full((2, 3), t + 1, np.float32),
+    ...             np.array([0, 1]), np.ones(2, np.float32), np.array([False, t == 3]),
+    ...             [{}, {"TimeLimit.truncated": t == 3}])
+    >>> s = buf.sample(5)
+    >>> tuple(s.observations.shape), tuple(s.actions.shape), tuple(s.rewards.shape)
+    ((5, 3), (5, 1), (5, 1))
+    >>> bool((s.dones == 0).all()), s.discounts is not None, buf.size(), len(buf.core)
+    (True, True, 4, 8)
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import numpy as np
+import numpy.typing as npt
+import torch as th
+import torch.nn.functional as F  # noqa: N812  (torch's own convention)
+from gymnasium import spaces
+from stable_baselines3 import DQN
+from stable_baselines3.common import buffers as sb3_buffers
+from stable_baselines3.common.preprocessing import get_action_dim, get_obs_shape
+from stable_baselines3.common.type_aliases import DictReplayBufferSamples, ReplayBufferSamples
+from stable_baselines3.common.vec_env import VecNormalize
+
+from replaybank.buffers.replay import ReplayBuffer as CoreBuffer
+from replaybank.errors import ConfigError
+from replaybank.samplers.base import Sampler
+from replaybank.samplers.prioritized import PrioritizedSampler
+from replaybank.spec import FieldSpec, Spec
+
+__all__ = ["DictReplayBuffer", "PrioritizedDQN", "PrioritySample", "ReplayBuffer"]
+
+
+class PrioritySample(NamedTuple):
+    """What a prioritized draw adds to SB3's samples.
+
+    Attributes:
+        indices: Item keys ``[B]`` int64 for :meth:`ReplayBuffer.update_priorities`.
+        weights: Importance-sampling weights ``[B, 1]`` float32 on the buffer's device.
+    """
+
+    indices: npt.NDArray[np.int64]
+    weights: th.Tensor
+
+
+def _core_spec(observation_space: spaces.Space[Any], action_space: spaces.Space[Any]) -> Spec:
+    """The core buffer's fields, shaped as SB3 stores them (``get_obs_shape``; actions
+    ``[action_dim]``, float64 actions as float32: SB3 GH#1572)."""
+    fields: list[FieldSpec] = []
+    if isinstance(observation_space, spaces.Dict):
+        shapes = get_obs_shape(observation_space)
+        assert isinstance(shapes, dict)  # get_obs_shape returns a dict for a Dict space
+        for key, sub in observation_space.spaces.items():
+            fields.append(FieldSpec(f"obs/{key}", tuple(shapes[key]), np.dtype(sub.dtype)))
+    else:
+        shape = get_obs_shape(observation_space)
+        assert isinstance(shape, tuple)
+        fields.append(FieldSpec("obs", shape, np.dtype(observation_space.dtype)))
+    act_dtype = np.dtype(action_space.dtype)
+    if act_dtype == np.float64:
+        act_dtype = np.dtype(np.float32)
+    fields += [FieldSpec("action", (get_action_dim(action_space),), act_dtype),
+               FieldSpec("reward", (), np.dtype(np.float32)),
+               FieldSpec("terminated", (), np.dtype(bool)),
+               FieldSpec("truncated", (), np.dtype(bool))]
+    return Spec(fields)
+
+
+def _make_sampler(prioritized: bool, alpha: float, beta: float, beta_steps: int | None,
+                  sampler: Sampler | None) -> Sampler | None:
+    if sampler is not None:
+        if prioritized:
+            raise ConfigError("sb3.ReplayBuffer(prioritized=True, sampler=...): pass one of "
+                              "them (a PrioritizedSampler in sampler= already is PER)")
+        return sampler
+    if not prioritized:
+        return None
+    if beta_steps is None:
+        return PrioritizedSampler(alpha=alpha, beta=beta)
+    return PrioritizedSampler(alpha=alpha, beta=beta, beta_schedule="linear",
+                              beta_steps=beta_steps)
+
+
+class _Buffer(sb3_buffers.ReplayBuffer):
+    """The shared part of :class:`ReplayBuffer` and :class:`DictReplayBuffer`."""
+
+    def __init__(
+        self,
+        buffer_size: int,
+        observation_space: spaces.Space[Any],
+        action_space: spaces.Space[Any],
+        device: th.device | str = "auto",
+        n_envs: int = 1,
+        optimize_memory_usage: bool = False,
+        handle_timeout_termination: bool = True,
+        n_steps: int = 1,
+        gamma: float = 0.99,
+        prioritized: bool = False,
+        alpha: float = 0.6,
+        beta: float = 0.4,
+        beta_steps: int | None = None,
+        sampler: Sampler | None = None,
+        seed: int | np.random.Generator | None = None,
+    ) -> None:
+        # SB3's ReplayBuffer.__init__ would allocate its own arrays: only the base's runs
+        sb3_buffers.BaseBuffer.__init__(self, buffer_size, observation_space, action_space,
+                                        device, n_envs=n_envs)
+        if optimize_memory_usage:
+            raise ConfigError(
+                f"{type(self).__name__}(optimize_memory_usage=True): replaybank stores each "
+                "observation once already; pass optimize_memory_usage=False (the default)")
+        self.optimize_memory_usage = False
+        self.handle_timeout_termination = handle_timeout_termination
+        # rows per lane, as SB3 sizes its arrays ([buffer_size // n_envs, n_envs])
+        self.buffer_size = max(buffer_size // n_envs, 1)
+        self.n_steps = n_steps
+        self.gamma = gamma
+        if seed is None:  # SB3's seed= sets numpy's global generator: reproducible runs
+            seed = int(np.random.randint(2**31 - 1))
+        #: The replaybank buffer that holds the data (one lane per env).
+        self.core = CoreBuffer(
+            capacity=self.buffer_size * n_envs, num_envs=n_envs, seed=seed,
+            spec=_core_spec(observation_space, action_space),
+            sampler=_make_sampler(prioritized, alpha, beta, beta_steps, sampler),
+            n_step=n_steps, gamma=gamma, autoreset_mode="disabled")
+        self._dict_obs = isinstance(observation_space, spaces.Dict)
+
+    @property
+    def prioritized(self) -> bool:
+        """The core buffer's sampler keeps priorities (PER)."""
+        return self.core.sampler_traits.priority is not None
+
+    # ------------------------------------------------------------------ writing
+    def _obs(self, obs: Any) -> Any:
+        """One step of every env, each field ``[n_envs, *obs_shape]`` (SB3 passes Discrete
+        observations as ``[n_envs]``)."""
+        if self._dict_obs:
+            shapes = self.obs_shape
+            assert isinstance(shapes, dict)
+            return {k: np.asarray(v).reshape((self.n_envs, *shapes[k])) for k, v in obs.items()}
+        return np.asarray(obs).reshape((self.n_envs, *self.obs_shape))
+
+    def add(
+        self,
+        obs: Any,
+        next_obs: Any,
+        action: np.ndarray,
+        reward: np.ndarray,
+        done: np.ndarray,
+        infos: list[dict[str, Any]],
+    ) -> None:
+        """Store one step of every env (SB3's ``_store_transition`` call).
+
+        Args:
+            obs: Observations ``[n_envs, *obs_shape]`` (a dict of them for Dict spaces).
+            next_obs: Next observations; for a finished episode the true final observation
+                (SB3 puts ``infos[i]["terminal_observation"]`` there).
+            action: Actions ``[n_envs, ...]`` (reshaped to ``[n_envs, action_dim]``).
+            reward: Rewards ``[n_envs]``.
+            done: Episode ends ``[n_envs]`` (terminated or truncated).
+            infos: One dict per env; ``"TimeLimit.truncated"`` marks a time-out.
+        """
+        n = self.n_envs
+        ended = np.asarray(done, dtype=bool).reshape(n)
+        if self.handle_timeout_termination:
+            timeout = np.array([bool(info.get("TimeLimit.truncated", False)) for info in infos])
+            truncated = ended & timeout
+        else:  # SB3's rule: a time-out is a termination
+            truncated = np.zeros(n, dtype=bool)
+        values: dict[str, Any] = {
+            "obs": self._obs(obs), "next_obs": self._obs(next_obs),
+            "action": np.asarray(action).reshape((n, self.action_dim)),
+            "reward": np.asarray(reward, dtype=np.float32).reshape(n),
+            "terminated": ended & ~truncated, "truncated": truncated,
+        }
+        if n == 1:  # the core's one-env add takes unbatched values
+            values = {k: ({f: a[0] for f, a in v.items()} if isinstance(v, dict) else v[0])
+                      for k, v in values.items()}
+        self.core.add(**values)
+        self.pos += 1
+        if self.pos == self.buffer_size:
+            self.full = True
+            self.pos = 0
+
+    def reset(self) -> None:
+        """Drop every stored step."""
+        super().reset()
+        self.core.clear()
+
+    # ------------------------------------------------------------------ sampling
+    def _tensors(self, batch_size: int, env: VecNormalize | None) -> tuple[Any, ...]:
+        """The core's draw as SB3's fields: ``(obs, actions, next_obs, dones, rewards,
+        discounts, priority)``; flags, rewards and discounts ``[B, 1]`` float32."""
+        batch = self.core.sample(batch_size)
+
+        def obs_tensors(value: Any) -> Any:
+            value = self._normalize_obs(value, env)
+            if isinstance(value, dict):
+                return {k: self.to_torch(v) for k, v in value.items()}
+            return self.to_torch(value)
+
+        rewards = self._normalize_reward(
+            np.asarray(batch.reward, dtype=np.float32).reshape(-1, 1), env)
+        discounts = None
+        if "discount" in batch:
+            discounts = self.to_torch(np.asarray(batch.discount, np.float32).reshape(-1, 1))
+        priority = None
+        if "weights" in batch:
+            priority = PrioritySample(
+                np.asarray(batch.indices, dtype=np.int64),
+                self.to_torch(np.asarray(batch.weights, np.float32).reshape(-1, 1)))
+        return (obs_tensors(batch.obs), self.to_torch(batch.action),
+                obs_tensors(batch.next_obs),
+                self.to_torch(batch.terminated.astype(np.float32).reshape(-1, 1)),
+                self.to_torch(rewards), discounts, priority)
+
+    def _get_samples(self, batch_inds: np.ndarray,
+                     env: VecNormalize | None = None) -> ReplayBufferSamples:
+        raise NotImplementedError(
+            f"{type(self).__name__} draws its own keys: call sample(batch_size, env)")
+
+    def update_priorities(self, indices: Any, priorities: Any) -> int:
+        """Set new priorities (e.g. ``|td_error|``) of sampled ``indices``; stale ones
+        (overwritten since they were drawn) are ignored.
+
+        Returns:
+            Number of priorities applied.
+
+        Raises:
+            ConfigError: The buffer is not prioritized.
+        """
+        return self.core.update_priorities(indices, priorities)
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(buffer_size={self.buffer_size * self.n_envs}, "
+                f"n_envs={self.n_envs}, n_steps={self.n_steps}, core={self.core!r})")
+
+
+class ReplayBuffer(_Buffer):
+    """SB3 ``replay_buffer_class`` for array observations: uniform, n-step, prioritized.
+
+    Args:
+        buffer_size: Transitions over all envs (each env keeps ``buffer_size // n_envs``).
+        observation_space: The env's observation space.
+        action_space: The env's action space.
+        device: Torch device of the sampled tensors.
+        n_envs: Envs of the VecEnv (one core lane each).
+        optimize_memory_usage: Must be False (each observation is stored once anyway).
+        handle_timeout_termination: True: a time-out bootstraps from its final observation
+            (``dones = 0``); False: it is stored as a termination (SB3's rule).
+        n_steps: n-step returns (1 = one-step transitions, ``discounts`` None).
+        gamma: Discount of the n-step returns; the algorithm's ``gamma``.
+        prioritized: Prioritized replay (train with :class:`PrioritizedDQN`).
+        alpha: PER priority exponent.
+        beta: PER importance-sampling exponent (initial value with ``beta_steps``).
+        beta_steps: Anneal beta linearly to 1 over this many sample calls (None: constant).
+        sampler: Any replaybank sampler instead (exclusive with ``prioritized``).
+        seed: Seed of the core buffer's draws (None: drawn from numpy's global generator).
+
+    Raises:
+        ConfigError: ``optimize_memory_usage=True``, or ``prioritized`` with ``sampler``.
+
+    Example:
+        >>> import gymnasium as gym
+        >>> buf = ReplayBuffer(64, gym.spaces.Box(-1, 1, (2,)), gym.spaces.Box(-1, 1, (1,)),
+        ...                    device="cpu", prioritized=True, seed=0)
+        >>> for t in range(8):
+        ...     buf.add(np.zeros((1, 2)), np.ones((1, 2)), np.zeros((1, 1)), np.ones(1),
+        ...             np.array([False]), [{}])
+        >>> data, prio = buf.sample_prioritized(4)
+        >>> tuple(prio.weights.shape), buf.update_priorities(prio.indices, np.ones(4))
+        ((4, 1), 4)
+    """
+
+    def sample(self, batch_size: int, env: VecNormalize | None = None) -> ReplayBufferSamples:
+        """Draw ``batch_size`` transitions as SB3's ``ReplayBufferSamples`` (``discounts``
+        set with ``n_steps > 1``).
+
+        Raises:
+            EmptyBufferError: The buffer is empty.
+        """
+        return self.sample_prioritized(batch_size, env)[0]
+
+    def sample_prioritized(
+        self, batch_size: int, env: VecNormalize | None = None,
+    ) -> tuple[ReplayBufferSamples, PrioritySample | None]:
+        """:meth:`sample`, plus the item keys and IS weights of a prioritized buffer
+        (None for other samplers)."""
+        obs, actions, next_obs, dones, rewards, discounts, priority = self._tensors(
+            batch_size, env)
+        return ReplayBufferSamples(obs, actions, next_obs, dones, rewards, discounts), priority
+
+
+class DictReplayBuffer(_Buffer):
+    """SB3 ``replay_buffer_class`` for ``Dict`` observation spaces (SB3's own
+    ``DictReplayBuffer`` has no n-step returns and no PER); arguments as
+    :class:`ReplayBuffer`.
+
+    Raises:
+        ConfigError: The observation space is not a ``gymnasium.spaces.Dict``.
+
+    Example:
+        >>> import gymnasium as gym
+        >>> space = gym.spaces.Dict({"pos": gym.spaces.Box(-1, 1, (2,)),
+        ...                          "id": gym.spaces.Discrete(3)})
+        >>> buf = DictReplayBuffer(32, space, gym.spaces.Discrete(2), device="cpu", seed=0)
+        >>> for t in range(3):
+        ...     o = {"pos": np.zeros((1, 2), np.float32), "id": np.array([t])}
+        ...     buf.add(o, o, np.array([1]), np.ones(1), np.array([False]), [{}])
+        >>> s = buf.sample(2)
+        >>> sorted(s.observations), tuple(s.observations["id"].shape)
+        (['id', 'pos'], (2, 1))
+    """
+
+    def __init__(self, buffer_size: int, observation_space: spaces.Space[Any],
+                 action_space: spaces.Space[Any], *args: Any, **kwargs: Any) -> None:
+        if not isinstance(observation_space, spaces.Dict):
+            raise ConfigError(
+                f"DictReplayBuffer(observation_space={observation_space!r}): needs a "
+                "gymnasium.spaces.Dict; use replaybank.integrations.sb3.ReplayBuffer")
+        super().__init__(buffer_size, observation_space, action_space, *args, **kwargs)
+
+    def sample(  # type: ignore[override]  # dict samples, as SB3's DictReplayBuffer
+        self, batch_size: int, env: VecNormalize | None = None,
+    ) -> DictReplayBufferSamples:
+        """Draw ``batch_size`` transitions as SB3's ``DictReplayBufferSamples``."""
+        return self.sample_prioritized(batch_size, env)[0]
+
+    def sample_prioritized(
+        self, batch_size: int, env: VecNormalize | None = None,
+    ) -> tuple[DictReplayBufferSamples, PrioritySample | None]:
+        """:meth:`sample`, plus the keys and IS weights of a prioritized buffer."""
+        obs, actions, next_obs, dones, rewards, discounts, priority = self._tensors(
+            batch_size, env)
+        return (DictReplayBufferSamples(obs, actions, next_obs, dones, rewards, discounts),
+                priority)
+
+
+class PrioritizedDQN(DQN):
+    """SB3's DQN that trains prioritized replay: with a prioritized replaybank buffer, the
+    Huber loss of each sample is weighted by its importance weight and the buffer gets
+    ``|td_error|`` of every sample as its new priority after each gradient step. With any
+    other buffer it is SB3's DQN. Pass the buffer as usual::
+
+        PrioritizedDQN("MlpPolicy", env, replay_buffer_class=ReplayBuffer,
+                       replay_buffer_kwargs={"prioritized": True, "n_steps": 3, "gamma": 0.99})
+
+    Otherwise identical to :class:`stable_baselines3.DQN` (its ``train`` with the loss
+    changed; n-step ``discounts`` are used as there).
+    """
+
+    def train(self, gradient_steps: int, batch_size: int = 100) -> None:
+        buffer = self.replay_buffer
+        if not isinstance(buffer, (ReplayBuffer, DictReplayBuffer)) or not buffer.prioritized:
+            super().train(gradient_steps, batch_size)
+            return
+        self.policy.set_training_mode(True)
+        self._update_learning_rate(self.policy.optimizer)
+        losses = []
+        for _ in range(gradient_steps):
+            data, priority = buffer.sample_prioritized(batch_size, env=self._vec_normalize_env)
+            assert priority is not None  # a prioritized buffer always returns it
+            discounts = data.discounts if data.discounts is not None else self.gamma
+            with th.no_grad():
+                next_q = self.q_net_target(data.next_observations).max(dim=1)[0].reshape(-1, 1)
+                target_q = data.rewards + (1 - data.dones) * discounts * next_q
+            current_q = th.gather(self.q_net(data.observations), dim=1,
+                                  index=data.actions.long())
+            elementwise = F.smooth_l1_loss(current_q, target_q, reduction="none")  # [B, 1]
+            loss = (priority.weights * elementwise).mean()
+            losses.append(loss.item())
+            self.policy.optimizer.zero_grad()
+            loss.backward()  # type: ignore[no-untyped-call]
+            th.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm)
+            self.policy.optimizer.step()
+            td = (current_q - target_q).detach().abs().cpu().numpy().reshape(-1)
+            buffer.update_priorities(priority.indices, td)
+        self._n_updates += gradient_steps
+        self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
+        self.logger.record("train/loss", np.mean(losses))

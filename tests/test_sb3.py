@@ -1,0 +1,259 @@
+"""replaybank.integrations.sb3: SB3's DQN/SAC train with the replaybank buffers (uniform,
+n-step, PER); what a DummyVecEnv returned is what the buffer serves (truncation included,
+checked against a plain record of every env step and a plain-loop n-step reference);
+save_replay_buffer / load_replay_buffer restore the identical next sample; and (slow) the
+learning proof of examples/sb3_per_dqn.py.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytest.importorskip("stable_baselines3")
+gym = pytest.importorskip("gymnasium")
+torch = pytest.importorskip("torch")
+
+from stable_baselines3 import DQN, SAC  # noqa: E402
+from stable_baselines3.common.vec_env import DummyVecEnv  # noqa: E402
+
+from replaybank.errors import ConfigError  # noqa: E402
+from replaybank.integrations.sb3 import (  # noqa: E402
+    DictReplayBuffer,
+    PrioritizedDQN,
+    ReplayBuffer,
+)
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "sb3_per_dqn.py"
+
+DQN_SMALL: dict[str, Any] = {"learning_starts": 100, "train_freq": 4, "batch_size": 32,
+                             "buffer_size": 1000, "policy_kwargs": {"net_arch": [16]}}
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> Any:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+BUFFER_KWARGS = {
+    "uniform": {},
+    "nstep": {"n_steps": 3, "gamma": 0.99},
+    "per": {"prioritized": True, "n_steps": 3, "gamma": 0.99, "beta_steps": 100},
+}
+
+
+# ---------------------------------------------------------------- SB3 trains with them
+@pytest.mark.parametrize("kind", sorted(BUFFER_KWARGS))
+def test_dqn_trains(kind: str) -> None:
+    cls = PrioritizedDQN if kind == "per" else DQN
+    model = cls("MlpPolicy", "CartPole-v1", seed=0, replay_buffer_class=ReplayBuffer,
+                replay_buffer_kwargs=BUFFER_KWARGS[kind], **DQN_SMALL)
+    model.learn(300)
+    buf = model.replay_buffer
+    assert isinstance(buf, ReplayBuffer)
+    assert len(buf.core) == 300 and buf.size() == 300
+    assert model._n_updates == 50  # (300 - 100) / train_freq gradient steps
+    if kind == "per":  # |td| went back as priorities: they are no longer all equal
+        _, prio = buf.sample_prioritized(256)
+        assert prio is not None and float(prio.weights.std()) > 0
+        assert float(prio.weights.max()) <= 1.0 + 1e-6
+
+
+@pytest.mark.parametrize("kind", ["uniform", "nstep"])
+def test_sac_trains(kind: str) -> None:
+    model = SAC("MlpPolicy", "Pendulum-v1", seed=0, learning_starts=100, batch_size=32,
+                buffer_size=1000, policy_kwargs={"net_arch": [16]},
+                replay_buffer_class=ReplayBuffer, replay_buffer_kwargs=BUFFER_KWARGS[kind])
+    model.learn(250)
+    data = model.replay_buffer.sample(8)  # type: ignore[union-attr]
+    assert tuple(data.actions.shape) == (8, 1) and data.actions.dtype == torch.float32
+    assert (data.discounts is None) == (kind == "uniform")
+
+
+def test_prioritized_dqn_with_a_plain_buffer_is_dqn() -> None:
+    ours = PrioritizedDQN("MlpPolicy", "CartPole-v1", seed=0, **DQN_SMALL).learn(150)
+    theirs = DQN("MlpPolicy", "CartPole-v1", seed=0, **DQN_SMALL).learn(150)
+    assert ours._n_updates == theirs._n_updates > 0
+    for x, y in zip(ours.q_net.parameters(), theirs.q_net.parameters(), strict=True):
+        assert torch.equal(x, y)
+
+
+def test_refusals() -> None:
+    box = gym.spaces.Box(-1, 1, (2,))
+    with pytest.raises(ConfigError, match="optimize_memory_usage"):
+        ReplayBuffer(10, box, gym.spaces.Discrete(2), optimize_memory_usage=True)
+    with pytest.raises(ConfigError, match="Dict"):
+        DictReplayBuffer(10, box, gym.spaces.Discrete(2))
+    with pytest.raises(ConfigError, match="priorities"):
+        ReplayBuffer(10, box, gym.spaces.Discrete(2), seed=0).update_priorities([0], [1.0])
+
+
+# ---------------------------------------------------------------- exact semantics
+class Recorder(gym.Wrapper):  # type: ignore[misc]
+    """Keeps every step the env returned: (obs, action, reward, next_obs, term, trunc)."""
+
+    def __init__(self, env: Any, log: list[tuple[Any, ...]]) -> None:
+        super().__init__(env)
+        self.log = log
+        self.last: Any = None
+
+    def reset(self, **kwargs: Any) -> Any:
+        obs, info = self.env.reset(**kwargs)
+        self.last = obs.copy()
+        return obs, info
+
+    def step(self, action: Any) -> Any:
+        obs, reward, term, trunc, info = self.env.step(action)
+        self.log.append((self.last, int(action), float(reward), obs.copy(), term, trunc))
+        self.last = obs.copy()
+        return obs, reward, term, trunc, info
+
+
+def recorded_run(n_steps: int, steps: int = 300) -> tuple[Any, list[list[tuple[Any, ...]]]]:
+    """Random-action DQN collection on 2 CartPole envs with time limits 12 and 30."""
+    logs: list[list[tuple[Any, ...]]] = [[], []]
+
+    def make(i: int) -> Any:
+        return lambda: Recorder(gym.make("CartPole-v1", max_episode_steps=(12, 30)[i]), logs[i])
+
+    env = DummyVecEnv([make(0), make(1)])
+    model = DQN("MlpPolicy", env, seed=1, learning_starts=10_000, buffer_size=10_000,
+                replay_buffer_class=ReplayBuffer,
+                replay_buffer_kwargs={"n_steps": n_steps, "gamma": 0.5})
+    model.learn(steps)
+    return model.replay_buffer, logs
+
+
+def nstep_reference(log: list[tuple[Any, ...]], t: int, n: int, gamma: float) -> tuple[Any, ...]:
+    """Plain loop: (G, discount, next_obs, done) of step t of one env's record."""
+    g, k = 0.0, 0
+    while True:
+        _, _, r, nxt, term, trunc = log[t + k]
+        g += gamma**k * r
+        k += 1
+        if term or trunc or k == n or t + k == len(log):
+            return g, gamma**k, nxt, float(term)
+
+
+@pytest.mark.parametrize("n_steps", [1, 3])
+def test_vector_env_truncation_matches_the_record(n_steps: int) -> None:
+    buf, logs = recorded_run(n_steps)
+    assert len(buf.core) == sum(len(log) for log in logs) == 304  # 152 steps of 2 envs
+    truncs = sum(1 for log in logs for s in log if s[5] and not s[4])
+    terms = sum(1 for log in logs for s in log if s[4])
+    assert truncs >= 3 and terms >= 3  # both kinds of episode end were seen
+    ref = {}
+    for log in logs:
+        for t, (obs, action, *_rest) in enumerate(log):
+            ref[obs.tobytes() + bytes([action])] = nstep_reference(log, t, n_steps, 0.5)
+    data = buf.sample(4000)
+    seen = set()
+    for i in range(4000):
+        obs = data.observations[i].numpy()
+        key = obs.tobytes() + bytes([int(data.actions[i, 0])])
+        g, discount, nxt, done = ref[key]  # every sample is a real step
+        seen.add(key)
+        assert float(data.rewards[i, 0]) == pytest.approx(g)
+        np.testing.assert_array_equal(data.next_observations[i].numpy(), nxt)
+        assert float(data.dones[i, 0]) == done  # a truncation bootstraps: dones 0
+        if n_steps == 1:
+            assert data.discounts is None
+        else:
+            assert float(data.discounts[i, 0]) == pytest.approx(discount)
+    assert seen == set(ref)  # every stored step was drawn
+
+
+def test_timeouts_as_terminations_when_asked() -> None:
+    box = gym.spaces.Box(-10, 10, (1,))
+    buf = ReplayBuffer(16, box, gym.spaces.Discrete(2), device="cpu",
+                       handle_timeout_termination=False, seed=0)
+    buf.add(np.zeros((1, 1)), np.ones((1, 1)), np.array([0]), np.ones(1), np.array([True]),
+            [{"TimeLimit.truncated": True}])
+    assert float(buf.sample(4).dones.min()) == 1.0
+
+
+def test_dict_observations() -> None:
+    space = gym.spaces.Dict({"a": gym.spaces.Box(-1, 1, (2,)), "b": gym.spaces.Discrete(4)})
+    buf = DictReplayBuffer(32, space, gym.spaces.Box(-1, 1, (3,)), device="cpu", n_envs=2,
+                           n_steps=2, gamma=0.5, prioritized=True, seed=0)
+    for t in range(6):
+        o = {"a": np.full((2, 2), t, np.float32), "b": np.array([t % 4, (t + 1) % 4])}
+        n = {"a": np.full((2, 2), t + 1, np.float32), "b": np.array([(t + 1) % 4, t % 4])}
+        buf.add(o, n, np.zeros((2, 3)), np.ones(2), np.array([t == 5, False]),
+                [{}, {"TimeLimit.truncated": False}])
+    data, prio = buf.sample_prioritized(16)
+    assert prio is not None
+    assert tuple(data.observations["a"].shape) == (16, 2)
+    assert tuple(data.observations["b"].shape) == (16, 1)
+    lane0 = prio.indices % 2 == 0
+    a0 = data.observations["a"][lane0, 0].numpy()
+    nxt0 = data.next_observations["a"][lane0, 0].numpy()
+    np.testing.assert_array_equal(nxt0, np.minimum(a0 + 2, 6))  # 2 steps, ended at t=5
+
+
+# ---------------------------------------------------------------- save / load
+@pytest.mark.parametrize("kind", ["uniform", "per"])
+def test_save_load_replay_buffer_gives_the_identical_next_sample(kind: str,
+                                                                 tmp_path: Path) -> None:
+    cls = PrioritizedDQN if kind == "per" else DQN
+    env = DummyVecEnv([lambda: gym.make("CartPole-v1")] * 2)
+    model = cls("MlpPolicy", env, seed=0, replay_buffer_class=ReplayBuffer,
+                replay_buffer_kwargs=BUFFER_KWARGS[kind], **DQN_SMALL)
+    model.learn(300)
+    model.save_replay_buffer(tmp_path / "rb.pkl")
+    other = cls("MlpPolicy", env, seed=5, replay_buffer_class=ReplayBuffer,
+                replay_buffer_kwargs=BUFFER_KWARGS[kind], **DQN_SMALL)
+    other.load_replay_buffer(tmp_path / "rb.pkl")
+    a, b = model.replay_buffer, other.replay_buffer
+    assert isinstance(a, ReplayBuffer) and isinstance(b, ReplayBuffer)
+    assert b.size() == a.size() and b.pos == a.pos and len(b.core) == len(a.core)
+    for _ in range(3):
+        (sa, pa), (sb, pb) = a.sample_prioritized(64), b.sample_prioritized(64)
+        for x, y in zip(sa, sb, strict=True):
+            assert (x is None and y is None) or torch.equal(x, y)
+        if kind == "per":
+            assert pa is not None and pb is not None
+            np.testing.assert_array_equal(pa.indices, pb.indices)
+            assert torch.equal(pa.weights, pb.weights)
+            a.update_priorities(pa.indices, np.arange(64.0))
+            b.update_priorities(pb.indices, np.arange(64.0))
+    before = other.num_timesteps
+    other.learn(50, reset_num_timesteps=False)  # training goes on with the loaded buffer
+    assert len(b.core) == len(a.core) + other.num_timesteps - before > len(a.core)
+
+
+# ---------------------------------------------------------------- the learning proof
+def _example() -> Any:
+    spec = importlib.util.spec_from_file_location("sb3_per_dqn_example", EXAMPLE)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_per_nstep_dqn_solves_cartpole_in_fewer_steps(seed: int) -> None:
+    ex = _example()
+    ours = ex.steps_to_solve("replaybank", seed, 50_000)
+    theirs = ex.steps_to_solve("sb3", seed, 50_000)
+    assert ours is not None, "replaybank PER + 3-step did not reach 475 within 50k steps"
+    assert theirs is None or ours < theirs, (ours, theirs)
+
+
+@pytest.mark.slow
+def test_sac_matches_sb3_buffer_on_pendulum() -> None:
+    ex = _example()
+    ours = [ex.sac_return("replaybank", s, 10_000) for s in range(3)]
+    theirs = [ex.sac_return("sb3", s, 10_000) for s in range(3)]
+    # within noise: the means differ by less than the spread of the runs (or 100)
+    spread = max(np.std(ours), np.std(theirs), 100.0)
+    assert abs(np.mean(ours) - np.mean(theirs)) < 2 * spread, (ours, theirs)
+    assert np.mean(ours) > -400, ours  # solved-ish (random policy: about -1200)
