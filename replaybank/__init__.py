@@ -136,6 +136,7 @@ __all__ = [
     "config_model",
     "discount_cumsum",
     "from_config",
+    "from_minari",
     "gae",
     "load",
     "load_into",
@@ -148,6 +149,7 @@ __all__ = [
     "save",
     "spec_from_env",
     "spec_from_spaces",
+    "to_minari",
     "warm",
 ]
 
@@ -158,6 +160,8 @@ _LAZY = {
     "Collector": "replaybank.integrations.gymnasium",
     "collect": "replaybank.integrations.gymnasium",
     "warm": "replaybank.integrations.gymnasium",
+    "from_minari": "replaybank.integrations.minari",
+    "to_minari": "replaybank.integrations.minari",
     "spec_from_env": "replaybank.integrations.spaces",
     "spec_from_spaces": "replaybank.integrations.spaces",
     "TorchBackend": "replaybank.storage.backends.torch",
@@ -184,6 +188,7 @@ if typing.TYPE_CHECKING:  # the same names as _LAZY, from the same modules (test
         register_view,
     )
     from replaybank.integrations.gymnasium import Collector, CollectResult, collect, warm
+    from replaybank.integrations.minari import from_minari, to_minari
     from replaybank.integrations.spaces import spec_from_env, spec_from_spaces
     from replaybank.integrations.torch import PinnedStager
     from replaybank.storage.backends.torch import TorchBackend
