@@ -64,7 +64,8 @@ def test_demo_help_is_plain_text_with_defaults() -> None:
 
 ROOT = Path(__file__).resolve().parents[1]
 # the module each third-party distribution of an extra is imported as
-IMPORT_NAME = {"pyyaml": "yaml", "gymnasium-robotics": "gymnasium_robotics"}
+IMPORT_NAME = {"pyyaml": "yaml", "gymnasium-robotics": "gymnasium_robotics",
+               "stable-baselines3": "stable_baselines3"}
 
 
 def _pyproject() -> dict[str, Any]:
