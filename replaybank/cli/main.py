@@ -1,7 +1,8 @@
 """The ``replaybank`` command line.
 
-Subcommands: ``demo`` (train DQN on CartPole-v1 from prioritized n-step replay) and
-``inspect`` (summarize a checkpoint or a memmap buffer directory).
+Subcommands: ``demo`` (train DQN on CartPole-v1 from prioritized n-step replay),
+``inspect`` (summarize a checkpoint or a memmap buffer directory) and ``bench`` (time
+replaybank against the installed peer libraries).
 ``replaybank --version`` prints the installed version. ``python -m replaybank`` runs the
 same command line as the ``replaybank`` script.
 
@@ -25,6 +26,8 @@ commands:
            (replaybank demo --help for its options)
   inspect  summarize a checkpoint or memmap buffer directory: fields, fill, episodes,
            returns, priorities, data age, sizes (--json, --plot out.png)
+  bench    time add / extend / sample / PER against installed peers (cpprb, sb3,
+           tianshou, torchrl), each in its own process (--scale, --cases, --json)
 """
 
 
@@ -55,6 +58,10 @@ def main(argv: list[str] | None = None) -> int:
         from replaybank.cli.inspect import main as inspect_main
 
         return inspect_main(rest)
+    if command == "bench":
+        from replaybank.cli.bench import main as bench_main
+
+        return bench_main(rest)
     print(f"replaybank: unknown command {command!r}\n\n{USAGE}", end="", file=sys.stderr)
     return 2
 

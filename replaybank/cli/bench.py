@@ -1,0 +1,212 @@
+"""``replaybank bench``: replaybank against the peer libraries installed here.
+
+Cases (capacity ``--scale`` x 1,000,000, obs float32[17], action float32[6]; the
+harness is :mod:`replaybank.cli.harness`, shared with ``benchmarks/``):
+
+* ``add``: one transition at a time; ``extend``: chunks of 256; ``sample``: ``sample(256)``;
+* ``per``: prioritized ``sample(256)`` + ``update_priorities`` of the 256 (n/a in SB3).
+
+Each (library, case) runs in its own process (``python -m replaybank.cli.bench_worker``),
+one after another, so one library's imports cannot slow another's; in it, the buffer is
+filled to capacity and the case timed ``--repeats`` times (CPU time of that process), the
+best kept. Peers not installed are skipped with the ``pip`` line that installs them.
+The ratio is peer us / replaybank us: above 1, replaybank is faster.
+
+JSON (``--json``; ``"format": "replaybank.bench"``, ``"version": 1``): ``scale``,
+``capacity``, ``repeats``, ``cases``, ``libraries`` (measured, replaybank first),
+``skipped`` (``[{"library", "reason", "install"}]``), ``results``
+(``[{"case", "library", "version", "us_per_call", "ratio", "na", "error"}]``).
+
+Example:
+    >>> main(["--help"])  # doctest: +ELLIPSIS
+    usage: replaybank bench ...
+    0
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from replaybank.cli.harness import CASES
+
+__all__ = ["FORMAT", "PEERS", "build_parser", "main", "render_table", "run_bench"]
+
+FORMAT = "replaybank.bench"
+# peer: (module that must import, pip line)
+PEERS: dict[str, tuple[str, str]] = {
+    "cpprb": ("cpprb", "pip install cpprb"),
+    "sb3": ("stable_baselines3", "pip install stable-baselines3"),
+    "tianshou": ("tianshou", "pip install tianshou"),
+    "torchrl": ("torchrl", "pip install torchrl"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``replaybank bench`` argument parser."""
+    p = argparse.ArgumentParser(
+        prog="replaybank bench",
+        description="Time add / extend / sample / PER of replaybank and the installed peer "
+                    "libraries, each library and case in its own process, and print us per "
+                    "call with the ratio peer / replaybank (> 1: replaybank faster).")
+    p.add_argument("--peers", default=",".join(PEERS),
+                   help=f"comma-separated peers (default: {','.join(PEERS)})")
+    p.add_argument("--cases", default=",".join(CASES),
+                   help=f"comma-separated cases (default: {','.join(CASES)})")
+    p.add_argument("--scale", type=float, default=0.1,
+                   help="capacity = scale x 1,000,000 transitions (default 0.1)")
+    p.add_argument("--repeats", type=int, default=5,
+                   help="timed repeats per case, best kept (default 5)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    return p
+
+
+def _split(text: str, allowed: tuple[str, ...] | list[str], what: str) -> list[str]:
+    items = [s.strip() for s in text.split(",") if s.strip()]
+    bad = [s for s in items if s not in allowed]
+    if bad:
+        raise ValueError(f"unknown {what} {', '.join(bad)} (choose from {', '.join(allowed)})")
+    return list(dict.fromkeys(items))
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _worker(library: str, case: str, capacity: int, repeats: int) -> dict[str, Any]:
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    cmd = [sys.executable, "-m", "replaybank.cli.bench_worker", library, case, str(capacity),
+           str(repeats)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if lines:
+        rec: dict[str, Any] = json.loads(lines[-1])
+        return rec
+    tail = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
+    return {"library": library, "case": case, "error": tail}
+
+
+def run_bench(peers: list[str], cases: list[str], scale: float, repeats: int,
+              progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Run every (library, case) worker; the JSON-ready report (see the module doc)."""
+    capacity = max(round(scale * 1_000_000), 1024)
+    capacity -= capacity % 256
+    libraries = ["replaybank"]
+    skipped = []
+    for peer in peers:
+        module, pip = PEERS[peer]
+        if _installed(module):
+            libraries.append(peer)
+        else:
+            skipped.append({"library": peer, "reason": f"{module} is not installed",
+                            "install": pip})
+    results = []
+    for case in cases:
+        base: float | None = None
+        for lib in libraries:
+            if progress is not None:
+                progress(f"{lib} {case}")
+            rec = _worker(lib, case, capacity, repeats)
+            us = rec.get("us_per_call")
+            if lib == "replaybank":
+                base = us
+            ratio = us / base if (us is not None and base) else None
+            results.append({"case": case, "library": lib, "version": rec.get("version"),
+                            "us_per_call": us, "ratio": ratio, "na": rec.get("na"),
+                            "error": rec.get("error")})
+    return {"format": FORMAT, "version": 1, "scale": scale, "capacity": capacity,
+            "repeats": repeats, "cases": cases, "libraries": libraries, "skipped": skipped,
+            "results": results}
+
+
+def render_table(report: dict[str, Any]) -> str:
+    """The report as plain text: per case, us per call and peer / replaybank per library."""
+    libs: list[str] = report["libraries"]
+    by = {(r["case"], r["library"]): r for r in report["results"]}
+    versions = {r["library"]: r["version"] for r in report["results"] if r.get("version")}
+    head = [f"capacity {report['capacity']:,} (scale {report['scale']}), obs float32[17], "
+            f"action float32[6], batch 256, best of {report['repeats']}; "
+            "us per call (ratio = peer / replaybank, > 1: replaybank faster)",
+            "libraries: " + ", ".join(f"{lib} {versions.get(lib, '?')}" for lib in libs)]
+    w = 22
+    lines = [*head, "", f"{'case':<8}" + "".join(f"{lib:>{w}}" for lib in libs)]
+    notes: list[str] = []
+    for case in report["cases"]:
+        cells = []
+        for lib in libs:
+            r = by.get((case, lib))
+            if r is None:
+                cell = "-"
+            elif r.get("error"):
+                cell = "error"
+                notes.append(f"{lib} {case}: {r['error']}")
+            elif r["us_per_call"] is None:
+                cell = "n/a"
+                notes.append(f"{lib} {case}: n/a ({r['na']})")
+            elif lib == "replaybank":
+                cell = f"{r['us_per_call']:.2f}"
+            else:
+                ratio = r["ratio"]
+                cell = f"{r['us_per_call']:.2f} ({ratio:.2f}x)" if ratio else \
+                    f"{r['us_per_call']:.2f}"
+            cells.append(f"{cell:>{w}}")
+        lines.append(f"{case:<8}" + "".join(cells))
+    for s in report["skipped"]:
+        notes.append(f"{s['library']} skipped: {s['reason']} ({s['install']})")
+    return "\n".join(lines + (["", *notes] if notes else [])) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run ``replaybank bench``; the exit status (2: bad arguments)."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help (0) or a usage error (2): a status, not an exit
+        return exc.code if isinstance(exc.code, int) else 2
+    try:
+        peers = _split(args.peers, list(PEERS), "peer")
+        cases = _split(args.cases, CASES, "case")
+    except ValueError as exc:
+        parser.print_usage(sys.stderr)
+        print(f"replaybank bench: {exc}", file=sys.stderr)
+        return 2
+    if args.scale <= 0 or args.repeats < 1:
+        print("replaybank bench: --scale must be > 0 and --repeats >= 1", file=sys.stderr)
+        return 2
+    n_jobs = len(cases) * (1 + sum(_installed(PEERS[p][0]) for p in peers))
+    if sys.stdout.isatty() and not args.quiet:
+        from rich.console import Console
+        from rich.progress import Progress
+
+        with Progress(console=Console(stderr=True), transient=True) as bar:
+            task = bar.add_task("bench", total=n_jobs)
+            started = [False]
+
+            def progress(label: str) -> None:
+                if started[0]:
+                    bar.advance(task)
+                started[0] = True
+                bar.update(task, description=label)
+
+            report = run_bench(peers, cases, args.scale, args.repeats, progress)
+    else:
+        report = run_bench(peers, cases, args.scale, args.repeats)
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print(render_table(report), end="")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())
