@@ -14,7 +14,9 @@ fancy-index gathers. Speed ratio = floor_time / our_time (1.0 = as fast as the f
 Memory: resident-set growth of a filled buffer against the bytes of obs once + action +
 reward + flags.
 
-The machine may be noisy: times are CPU time of this process (``time.process_time``),
+The timing helpers are :mod:`replaybank.cli.harness`'s, the ones ``replaybank bench`` times
+the peer libraries with. The machine may be noisy: times are CPU time of this process
+(``time.process_time``),
 ours and the floor are measured interleaved, each repeated, and the best (lowest) kept.
 
 Run: ``python benchmarks/bench_core.py [--capacity N] [--repeats R]``; with
@@ -26,36 +28,28 @@ from __future__ import annotations
 
 import argparse
 import gc
-import time
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 import replaybank as rb
+from replaybank.cli.harness import (  # the harness `replaybank bench` times peers with
+    ACT,
+    BATCH,
+    CHUNK,
+    OBS,
+    best_of,
+    chunks,
+    make_stream,
+    single_items,
+    time_adds,
+    time_extends,
+    time_samples,
+)
 
-OBS, ACT, CHUNK, BATCH = 17, 6, 256, 256
-# CPU time of this process: other processes on a busy machine do not count against us
-_clock = time.process_time
 LANES = 16
 TARGETS = {"add": 0.5, "extend": 0.9, "sample": 0.9, "sample*": 0.9, f"add x{LANES}": 0.5,
            "add async": 0.5}
-
-
-def make_stream(n: int, episode_len: int, seed: int = 0) -> dict[str, Any]:
-    """A sequential stream of ``n`` steps with episode ends every ``episode_len`` steps."""
-    rng = np.random.default_rng(seed)
-    obs = rng.standard_normal((n + 1, OBS)).astype(np.float32)
-    nxt = obs[1:].copy()
-    term = np.zeros(n, bool)
-    trunc = np.zeros(n, bool)
-    ends = np.arange(episode_len - 1, n, episode_len)
-    term[ends[::2]] = True
-    trunc[ends[1::2]] = True
-    nxt[ends] = rng.standard_normal((len(ends), OBS)).astype(np.float32)  # true final obs
-    return {"obs": obs[:n].copy(), "action": rng.standard_normal((n, ACT)).astype(np.float32),
-            "reward": rng.standard_normal(n).astype(np.float32), "next_obs": nxt,
-            "terminated": term, "truncated": trunc}
 
 
 class Floor:
@@ -163,41 +157,6 @@ class TakeFloor(Floor):
                 "indices": idx}
 
 
-def best_of(fn: Callable[[], float], repeats: int) -> float:
-    """Lowest per-op time over ``repeats`` runs of ``fn`` (which returns a per-op time)."""
-    times = []
-    for _ in range(repeats):
-        gc.collect()
-        times.append(fn())
-    return min(times)
-
-
-def time_adds(target: Any, items: list[dict[str, Any]]) -> float:
-    add = target.add
-    t0 = _clock()
-    for kw in items:
-        add(**kw)
-    return (_clock() - t0) / len(items)
-
-
-def time_extends(target: Any, stream: dict[str, Any], n_chunks: int) -> float:
-    chunks = [{k: v[i * CHUNK:(i + 1) * CHUNK] for k, v in stream.items()}
-              for i in range(n_chunks)]
-    ext = target.extend
-    t0 = _clock()
-    for kw in chunks:
-        ext(**kw)
-    return (_clock() - t0) / n_chunks
-
-
-def time_samples(target: Any, n: int) -> float:
-    sample = target.sample
-    t0 = _clock()
-    for _ in range(n):
-        sample(BATCH)
-    return (_clock() - t0) / n
-
-
 def measure_memory(capacity: int, stream: dict[str, Any]) -> tuple[int, int]:
     """RSS growth of a buffer filled from ``stream`` and the ideal byte count."""
     import psutil
@@ -229,11 +188,9 @@ def main() -> None:
     grown, ideal = measure_memory(cap, stream)
 
     n_add = min(args.adds, cap)
-    items = [{"obs": stream["obs"][i].copy(), "action": stream["action"][i].copy(),
-              "reward": float(stream["reward"][i]), "next_obs": stream["next_obs"][i].copy(),
-              "terminated": bool(stream["terminated"][i]),
-              "truncated": bool(stream["truncated"][i])} for i in range(n_add)]
+    items = single_items(stream, n_add)
     n_chunks = min(cap // CHUNK, 1000)
+    parts = chunks(stream, n_chunks)
 
     ours = rb.ReplayBuffer(capacity=cap, seed=0)
     ours_lanes = rb.ReplayBuffer(capacity=cap - cap % LANES, num_envs=LANES, seed=0)
@@ -253,17 +210,17 @@ def main() -> None:
     results: dict[str, tuple[float, float]] = {}
     for _ in range(args.repeats):  # interleave ours and the floor against noise
         for op, fo, ff in (
-            ("add", lambda: time_adds(ours, items), lambda: time_adds(floor, items)),
-            ("extend", lambda: time_extends(ours, stream, n_chunks),
-             lambda: time_extends(floor, stream, n_chunks)),
-            ("sample", lambda: time_samples(ours, args.samples),
-             lambda: time_samples(floor, args.samples)),
-            ("sample*", lambda: time_samples(ours, args.samples),
-             lambda: time_samples(take_floor, args.samples)),
-            (f"add x{LANES}", lambda: time_adds(ours_lanes, items_lanes),
-             lambda: time_adds(floor_lanes, items_lanes)),
-            ("add async", lambda: time_adds(ours_async, items_async),
-             lambda: time_adds(floor_async, items_async)),
+            ("add", lambda: time_adds(ours.add, items), lambda: time_adds(floor.add, items)),
+            ("extend", lambda: time_extends(ours.extend, parts),
+             lambda: time_extends(floor.extend, parts)),
+            ("sample", lambda: time_samples(ours.sample, args.samples),
+             lambda: time_samples(floor.sample, args.samples)),
+            ("sample*", lambda: time_samples(ours.sample, args.samples),
+             lambda: time_samples(take_floor.sample, args.samples)),
+            (f"add x{LANES}", lambda: time_adds(ours_lanes.add, items_lanes),
+             lambda: time_adds(floor_lanes.add, items_lanes)),
+            ("add async", lambda: time_adds(ours_async.add, items_async),
+             lambda: time_adds(floor_async.add, items_async)),
         ):
             o, f = best_of(fo, 1), best_of(ff, 1)
             prev = results.get(op, (float("inf"), float("inf")))
