@@ -85,7 +85,6 @@ def test_license_file_is_the_declared_mit_licence() -> None:
 
 def test_every_extra_installs_something_the_project_imports() -> None:
     extras: dict[str, list[str]] = _pyproject()["project"]["optional-dependencies"]
-    assert "ray" not in extras  # until the distributed service uses it
     sources = "\n".join(p.read_text() for folder in ("replaybank", "tests", "examples")
                         for p in (ROOT / folder).rglob("*.py"))
     for extra, reqs in extras.items():
@@ -95,13 +94,6 @@ def test_every_extra_installs_something_the_project_imports() -> None:
                 continue  # meta extras, and the tools of the development setup and docs
             module = IMPORT_NAME.get(dist, dist)
             assert re.search(rf"(import|from) {module}\b|\"{module}\"", sources), (extra, dist)
-
-
-def test_no_doc_or_test_installs_the_removed_ray_extra() -> None:
-    docs = [ROOT / "README.md", *(ROOT / "docs").rglob("*.md"), *(ROOT / "tests").rglob("*.py")]
-    for p in docs:
-        if p.resolve() != Path(__file__).resolve():
-            assert "replaybank[ray]" not in p.read_text(), p
 
 
 # --- types of the lazily exported names ------------------------------------------------------
