@@ -332,6 +332,21 @@ class PrioritizedSampler:
         """Set the priorities of live ``slots`` (validated by the buffer)."""
         self._store(np.asarray(slots, dtype=np.int64), *self._transform_max(priorities))
 
+    def exclude(self, slots: IntArray) -> None:
+        """Stored priority 0 for ``slots`` (live ones): never drawn, and left out of the
+        minimum, until the slot is written again or its priority updated (the sharded
+        service's ``max_times_sampled``, :mod:`replaybank.distributed`).
+
+        Example:
+            >>> s = PrioritizedSampler(kernel="numpy"); s.bind(4, 1)
+            >>> s.on_write(np.arange(4), np.array([1.0, 2.0, 3.0, 4.0]))
+            >>> s.exclude(np.array([0])); s.priorities(np.arange(2)).round(3).tolist()
+            [0.0, 1.516]
+        """
+        slots = np.asarray(slots, dtype=np.int64).reshape(-1)
+        self._bound()[1](self._sum, self._min, self._off, self.fanout, slots,
+                         np.zeros(len(slots)))
+
     def update_keys(self, keys: IntArray, priorities: FloatArray, lanes: LaneView) -> int:
         """Set priorities by item key, ignoring keys whose step was overwritten (stale).
 
