@@ -62,8 +62,9 @@ import numpy.typing as npt
 from replaybank.errors import CheckpointError
 from replaybank.spec import Spec
 from replaybank.storage import table_reads
-from replaybank.storage.backends.base import ArrayBackend, check_fits
+from replaybank.storage.backends.base import ArrayBackend, SharedArrayBackend, check_fits
 from replaybank.storage.backends.numpy import NumpyBackend
+from replaybank.storage.host_tail import HostTail
 from replaybank.storage.side_store import SideStore
 
 __all__ = ["StepTable"]
@@ -100,6 +101,8 @@ class StepTable:
         be = self.backend
         n_steps = self.T * self.lanes
         side0 = min(n_steps, max(4 * self.lanes, 64))
+        if isinstance(be, SharedArrayBackend):  # mapped by other processes: never grows
+            side0 = n_steps
         if check_memory and be.requires_memory():
             obs_bytes = sum(spec[n].nbytes for n in self.obs_fields)
             need = n_steps * (spec.nbytes_per_item + 4) + side0 * obs_bytes
@@ -116,6 +119,10 @@ class StepTable:
             "link", (self.T, self.lanes), np.dtype(np.int32)
         )
         self.side = SideStore(spec, self.obs_fields, be, side0, n_steps)
+        #: Device storage: each lane's newest done flag and next obs on the host, so that
+        #: a write's continuity check reads no device data (None: arrays in host memory).
+        self.tail: HostTail | None = None if be.host_numpy \
+            else HostTail(spec, self.obs_fields, self.lanes)
         # storage that outlives the process orders its writes for crash safety
         self.durable = bool(be.durable)
         #: Durable tables: the sequence number of each lane's oldest live step, ``[lanes]``

@@ -74,6 +74,8 @@ def load_table_state(t: StepTable, arrays: Mapping[str, Any]) -> None:
     for name, arr in t.state_arrays().items():
         arr[...] = meta[name]
     t.rebuild_free_list()
+    if t.tail is not None:  # device storage: the newest steps' host copy
+        t.tail.load(t.T, {**arrays, **{f"meta/{k}": v for k, v in meta.items()}})
     t.epoch += 1  # links changed without a write
     if free is not None:
         t.side.free = free

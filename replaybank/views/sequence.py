@@ -10,6 +10,7 @@ array; otherwise both are read-only views of one array.
 from __future__ import annotations
 
 import operator
+import sys
 import weakref
 from functools import cache
 from typing import Any
@@ -249,6 +250,11 @@ def gather_numpy(t: Any, starts: IntArray, ext: IntArray, width: int,
             nxt.flags.writeable = False
         out[name] = obs
         out[next_name(name)] = nxt
+    if not be.host_numpy:  # device storage: the flags are computed where the data is
+        out.update(_device_flags(out["terminated"], out["truncated"], first0, cut, ends,
+                                 valid, burn_in))
+        out["starts"] = starts
+        return out
     term = np.asarray(be.to_numpy(out["terminated"]), dtype=bool)
     trunc = np.asarray(be.to_numpy(out["truncated"]), dtype=bool)
     first = np.empty((B, width), dtype=bool)
@@ -271,3 +277,30 @@ def gather_numpy(t: Any, starts: IntArray, ext: IntArray, width: int,
     out["burn_in"] = burn
     out["starts"] = starts
     return out
+
+
+def _device_flags(term: Any, trunc: Any, first0: npt.NDArray[np.bool_],
+                  cut: npt.NDArray[np.bool_], ends: npt.NDArray[np.bool_],
+                  valid: npt.NDArray[np.bool_] | None, burn_in: int) -> dict[str, Any]:
+    """:func:`gather_numpy`'s flags for device storage: the host parts (from the links,
+    ``[B, W]`` each) travel in one copy, the stored ``terminated``/``truncated`` tensors
+    ``[B, W]`` never leave the device. Same values as the numpy path, as tensors on the
+    data's device (torch storage imported torch already: taken from ``sys.modules``)."""
+    torch = sys.modules["torch"]
+    B, W = cut.shape  # noqa: N806
+    host = np.zeros((4, B, W), dtype=bool)  # is_first, ends, burn-in, valid
+    host[0, :, 0] = first0
+    host[0, :, 1:] = cut[:, :-1]
+    host[1] = ends
+    host[2, :, :burn_in] = True
+    host[3] = True if valid is None else valid
+    if valid is not None:
+        host[0] &= valid
+    first, end, burn, ok = torch.from_numpy(host).to(term.device, non_blocking=True)
+    t = term.bool()
+    last = t | trunc.bool() | end
+    if valid is None:
+        return {"mask": ~burn, "is_terminal": t.clone(), "is_first": first, "is_last": last,
+                "burn_in": burn}
+    return {"mask": ok & ~burn, "is_terminal": ok & t, "is_first": first, "is_last": ok & last,
+            "burn_in": burn}

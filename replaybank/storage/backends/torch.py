@@ -110,8 +110,10 @@ class TorchBackend:
         if isinstance(index, tuple):
             return tuple(self._index(i) for i in index)
         if isinstance(index, np.ndarray):
-            return self.torch.from_numpy(np.ascontiguousarray(index, dtype=np.int64)).to(
-                self.device, non_blocking=True)
+            idx = np.ascontiguousarray(index, dtype=np.int64)
+            if not idx.flags.writeable:  # torch wraps writeable memory only
+                idx = idx.copy()
+            return self.torch.from_numpy(idx).to(self.device, non_blocking=True)
         return index
 
     def _flat_index(self, rows: np.ndarray[Any, Any], lanes: np.ndarray[Any, Any],
@@ -123,6 +125,8 @@ class TorchBackend:
 
     def _values(self, values: Any) -> Any:
         if isinstance(values, self.torch.Tensor):
+            if values.device == self.device:  # device data stays where it is
+                return values
             return values.to(self.device, non_blocking=True)
         arr = np.asarray(values)
         if not arr.flags.writeable or not arr.flags.c_contiguous or arr.dtype.byteorder == ">":

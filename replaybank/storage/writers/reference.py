@@ -141,7 +141,7 @@ def apply(table: StepTable, plan: WritePlan, values: Mapping[str, npt.NDArray[An
             side.release(gone)
 
     # 2. continuity of each lane's previous newest step with the first new obs
-    relink: tuple[IntArray, IntArray, IntArray] | None = None
+    relink: tuple[IntArray, IntArray, npt.NDArray[Any]] | None = None
     if len(plan.prev_pos):
         pos, prow = plan.prev_pos, plan.prev_rows
         plane = plan.lane_ids[pos]
@@ -149,7 +149,12 @@ def apply(table: StepTable, plan: WritePlan, values: Mapping[str, npt.NDArray[An
         pend = plink > 0
         if not pend.all():
             pos, prow, plane, plink = pos[pend], prow[pend], plane[pend], plink[pend]
-        if len(pos):
+        if len(pos) and table.tail is not None:  # device storage: the host copy of the tail
+            same = ~table.tail.done[plane]
+            for name in table.obs_fields:
+                same &= bitwise_equal_rows(table.tail.next_obs[name][plane],
+                                           values[name][0, pos])
+        elif len(pos):
             same = ~(np.asarray(be.to_numpy(be.gather(table.arrays["terminated"],
                                                       (prow, plane))), dtype=bool)
                      | np.asarray(be.to_numpy(be.gather(table.arrays["truncated"],
@@ -157,6 +162,7 @@ def apply(table: StepTable, plan: WritePlan, values: Mapping[str, npt.NDArray[An
             for name in table.obs_fields:
                 kept = be.to_numpy(be.gather(side.arrays[name], plink - 1))
                 same &= bitwise_equal_rows(kept, values[name][0, pos])
+        if len(pos):
             relink = (prow[same], plane[same], plink[same])  # applied after the data
 
     # 3. links inside the chunk: a side slot where the data does not continue, and for
@@ -177,6 +183,10 @@ def apply(table: StepTable, plan: WritePlan, values: Mapping[str, npt.NDArray[An
             if point:
                 point()
             be.write(side.arrays[name], slots, next_obs[name][need])
+
+    if table.tail is not None:
+        table.tail.record(plan.lane_ids, done_k[-1],
+                          {name: next_obs[name][-1] for name in table.obs_fields})
 
     # 4. data and links (outside the live window), then the commit (written), then relink
     #    the previous newest steps (no longer the newest), then the counts and episodes
