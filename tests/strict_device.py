@@ -8,7 +8,8 @@ a real device would copy data to the host or wait for the device (``np.asarray``
 ``.numpy()``, ``.item()``, ``.tolist()``, ``.cpu()``, ``.to("cpu")``, ``bool()``/``int()``/
 ``float()`` of a tensor, data-dependent shapes: ``nonzero``, boolean-mask indexing,
 ``unique``, ``masked_select``) raises :class:`HostSyncError`, unless the test allows a
-number of them with :func:`allow_syncs`.
+number of them with :func:`allow_syncs`. An allowed transfer (``.cpu()``, ``.to("cpu")``)
+returns a plain tensor: host memory, free to convert.
 
 :class:`StrictBackend` is torch storage (CPU) whose field arrays are StrictTensors, so a
 buffer built with ``storage=StrictBackend()`` fails wherever device data would go to the
@@ -97,12 +98,17 @@ class StrictTensor(torch.Tensor):
         if func in _SYNC_METHODS or name in _SYNC_NAMES:
             if _has_strict(args[:1]) or _has_strict(list(kwargs.values())):
                 _refuse(name)
-        elif name in ("to", "copy_") and _has_strict(args[:1]):
+                if name == "cpu":  # a transfer: what arrives is host memory
+                    with torch._C.DisableTorchFunctionSubclass():
+                        return func(*args, **kwargs)
+        elif name == "to" and _has_strict(args[:1]):
             dev = kwargs.get("device")
             if dev is None:
                 dev = next((a for a in args[1:] if isinstance(a, (str, torch.device))), None)
-            if dev is not None and _is_cpu(dev) and func is not _T.copy_:
-                _refuse(f"{name}({dev!r})")
+            if dev is not None and _is_cpu(dev):
+                _refuse(f"{name}({dev!r})")  # a transfer: what arrives is host memory
+                with torch._C.DisableTorchFunctionSubclass():
+                    return func(*args, **kwargs).clone()
         elif name == "__getitem__" and len(args) > 1:
             idx = args[1] if isinstance(args[1], tuple) else (args[1],)
             for i in idx:

@@ -21,6 +21,7 @@ Example:
 from __future__ import annotations
 
 import math
+import sys
 from typing import Any
 
 import numpy as np
@@ -30,15 +31,67 @@ from replaybank.errors import ConfigError, DtypeError, ShapeError, describe
 from replaybank.ops import ring
 from replaybank.samplers.base import LaneView, SamplerTraits
 
-__all__ = ["check_priority", "update_priorities"]
+__all__ = ["check_priority", "to_host", "update_priorities"]
 
 FloatArray = npt.NDArray[np.float64]
 
 
+def to_host(*values: Any) -> tuple[Any, ...]:
+    """``values`` with every torch tensor among them as a host numpy array, in one transfer.
+
+    Tensors may live on any device and may require grad: they are detached, floats made
+    float64 and integers int64 on their device, and all tensors of one device travel in a
+    single device-to-host copy (floats bit-cast to int64 beside the integers), so a GPU
+    learner's ``update_priorities(batch.indices, td.abs())`` costs one synchronisation at
+    most. Anything else (lists, numpy arrays, numbers) is returned unchanged. torch is
+    never imported here: a value can only be a tensor when torch is already loaded.
+
+    Example:
+        >>> import torch
+        >>> keys, prio = to_host(torch.tensor([3, 1]), torch.ones(2, requires_grad=True))
+        >>> keys.tolist(), prio.dtype.name
+        ([3, 1], 'float64')
+    """
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return values
+    where = [i for i, v in enumerate(values) if isinstance(v, torch.Tensor)]
+    if not where:
+        return values
+    out = list(values)
+    parts = []
+    for i in where:
+        t = out[i].detach()
+        if t.is_floating_point() or t.is_complex():
+            t = t.to(torch.float64)  # complex: DtypeError from the checks after
+        elif t.dtype != torch.bool:
+            t = t.to(torch.int64)
+        parts.append((i, t))
+    devices = {t.device for _, t in parts}
+    if len(parts) == 1 or len(devices) > 1:
+        for i, t in parts:
+            out[i] = t.to("cpu").numpy()
+        return tuple(out)
+    # one copy: every tensor flattened to int64 words
+    words = [t.reshape(-1).view(torch.int64) if t.dtype == torch.float64 else
+             t.reshape(-1).to(torch.int64) for _, t in parts]
+    host = torch.cat(words).to("cpu").numpy()
+    lo = 0
+    for i, t in parts:
+        n = t.numel()
+        chunk = host[lo:lo + n]
+        lo += n
+        if t.dtype == torch.float64:
+            chunk = chunk.view(np.float64)
+        elif t.dtype == torch.bool:
+            chunk = chunk != 0
+        out[i] = chunk.reshape(tuple(t.shape))
+    return tuple(out)
+
+
 def _floats(value: Any, label: str) -> FloatArray:
     """``value`` as float64 (a list, array, tensor or number), or a DtypeError."""
-    if hasattr(value, "detach"):  # a torch tensor
-        value = value.detach().cpu().numpy()
+    (value,) = to_host(value)
     try:
         arr = np.asarray(value, dtype=np.float64)
     except (TypeError, ValueError) as exc:
@@ -136,6 +189,7 @@ def update_priorities(traits: SamplerTraits, lanes: LaneView | None, indices: An
         )
     if lanes is None:
         raise ShapeError("the buffer has no storage yet; add a transition or pass spec=")
+    indices, priorities = to_host(indices, priorities)  # tensors: one transfer at most
     keys = ring.as_int_array(indices, "indices")
     p = _floats(priorities, f"update_priorities(priorities={describe(priorities)})").reshape(-1)
     if len(p) != len(keys):

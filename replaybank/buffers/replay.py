@@ -44,13 +44,14 @@ from replaybank.buffers.inputs import (
 from replaybank.buffers.parts import Parts
 from replaybank.buffers.priorities import check_priority, update_priorities
 from replaybank.buffers.sequences import sample_sequences, update_sequence_priorities
+from replaybank.buffers.shared import SharedReader, SharedWriterHandle, writer_handle
 from replaybank.config import BufferConfig, buffer_config
-from replaybank.errors import ShapeError
+from replaybank.errors import ConfigError, ShapeError
 from replaybank.ops import ring
 from replaybank.samplers.base import LaneView, Sampler, SamplerTraits
 from replaybank.spec import Spec
 from replaybank.storage.backends import make_backend
-from replaybank.storage.backends.base import ArrayBackend, DurableBackend
+from replaybank.storage.backends.base import ArrayBackend, DurableBackend, SharedArrayBackend
 from replaybank.storage.table import StepTable
 from replaybank.storage.table_state import check_table
 from replaybank.storage.writers.reference import write as write_reference
@@ -186,10 +187,19 @@ class ReplayBuffer:
         self._parts = Parts(self.sampler, self.view)  # their capabilities, checked once
         # one call at a time: a sample never sees a half-written step
         self._guard = CallGuard()
+        #: The owner of shared-memory storage: its snapshot of the writers' lanes.
+        self._shared: SharedReader | None = None
         self.sampler.bind(self.rows, self._num_envs)
         if spec is not None:
             spec = Spec.coerce(spec)
             self._allocate(rows_spec(spec) if self.rows_only else standard_spec(spec))
+        be = self._backend
+        if isinstance(be, SharedArrayBackend) and be.owner:
+            if self._table is None:
+                raise ConfigError('storage="shared" needs spec= (the owner allocates the '
+                                  "shared arrays before its writers start; "
+                                  "rb.spec_from_env(env) gives one)")
+            self._shared = SharedReader(be, self._table)
 
     # ------------------------------------------------------------------ properties
     @property
@@ -233,6 +243,8 @@ class ReplayBuffer:
         t = self._table
         if t is None:
             return 0
+        if self._shared is not None:
+            self._shared.sync(self.sampler)
         if t.lanes == 1:
             return int(t.counts[0])
         # a Python sum of a few lanes costs less than numpy's reduction call
@@ -400,6 +412,8 @@ class ReplayBuffer:
             return
         locked = self._guard.enter()  # one call at a time (guard.py)
         try:
+            if self._shared is not None:
+                raise self._owner_writes("add")
             parts = self._parts
             if parts.sampler is not self.sampler or parts.view is not self.view:
                 parts = self._current_parts()
@@ -454,6 +468,8 @@ class ReplayBuffer:
             return
         locked = self._guard.enter()  # one call at a time (guard.py)
         try:
+            if self._shared is not None:
+                raise self._owner_writes("extend")
             parts = self._parts
             if parts.sampler is not self.sampler or parts.view is not self.view:
                 parts = self._current_parts()
@@ -482,6 +498,26 @@ class ReplayBuffer:
         finally:
             self._guard.leave(locked)
 
+    def _owner_writes(self, call: str) -> ConfigError:
+        return ConfigError(
+            f'{call}(): a storage="shared" buffer is written by its writers, not by its '
+            "owner: hand buf.writer(lanes=[...]) to each collector process and call "
+            "add/extend on its open()")
+
+    def writer(self, lanes: Any) -> SharedWriterHandle:
+        """A picklable handle for a collector process that writes ``lanes`` of this
+        ``storage="shared"`` buffer: call ``.open()`` on it in that process
+        (:mod:`replaybank.buffers.shared`).
+
+        Raises:
+            ConfigError: The storage is not shared, or bad lane ids.
+        """
+        be = self._backend
+        if self._shared is None or not isinstance(be, SharedArrayBackend):
+            raise ConfigError(f'writer(): the buffer\'s storage is "{be.name}"; only a '
+                              'storage="shared" buffer hands out writers')
+        return writer_handle(be, self.init_config(), lanes, self._num_envs)
+
     def _priorities(self, priority: Any) -> Any:
         """``check(out)``: the checked initial priorities of a write of ``out`` steps."""
         traits = self._parts.traits
@@ -491,6 +527,8 @@ class ReplayBuffer:
         """Drop every stored step (storage stays allocated)."""
         locked = self._guard.enter()
         try:
+            if self._shared is not None:
+                raise self._owner_writes("clear")
             self._clear()
         finally:
             self._guard.leave(locked)
@@ -522,8 +560,12 @@ class ReplayBuffer:
         try:
             parts = self._parts if self._parts.sampler is self.sampler \
                 and self._parts.view is self.view else self._current_parts()
-            batch = Batch.own(parts.sample(self._table, self._lanes(), self._rng, batch_size,
-                                           replace, kwargs))
+            if self._shared is None:
+                batch = Batch.own(parts.sample(self._table, self._lanes(), self._rng,
+                                               batch_size, replace, kwargs))
+            else:
+                batch = self._shared.read(self.sampler, lambda: Batch.own(parts.sample(
+                    self._table, self._lanes(), self._rng, batch_size, replace, kwargs)))
             self._samples += 1
             if self._samples & (self._samples - 1) == 0 and self._check_autoreset:
                 self._check_resets()
@@ -543,7 +585,10 @@ class ReplayBuffer:
         """Set new priorities (e.g. ``|td_error|``) for sampled ``batch.indices``.
 
         Indices whose step was overwritten since it was sampled are ignored, so an
-        asynchronous learner never changes the priority of new data.
+        asynchronous learner never changes the priority of new data. Both arguments may be
+        torch tensors on any device, requiring grad or not (``td.abs()`` straight from the
+        loss): they are detached and copied to the host together, one device
+        synchronisation at most (:func:`~replaybank.buffers.priorities.to_host`).
 
         Returns:
             Number of priorities applied (stale ones excluded).
@@ -566,9 +611,14 @@ class ReplayBuffer:
         """Sample ``[B, L]`` windows; see :func:`replaybank.buffers.sequences.sample_sequences`."""
         locked = self._guard.enter()
         try:
-            batch = sample_sequences(self._table, self._lanes(), self._rng,
-                                     self._current_parts().traits, batch_size,
-                                     sequence_length, **kwargs)
+            traits = self._current_parts().traits
+            if self._shared is None:
+                batch = sample_sequences(self._table, self._lanes(), self._rng, traits,
+                                         batch_size, sequence_length, **kwargs)
+            else:
+                batch = self._shared.read(self.sampler, lambda: sample_sequences(
+                    self._table, self._lanes(), self._rng, traits, batch_size,
+                    sequence_length, **kwargs))
             if len(self._seq_widths) < 16:  # what update_sequence_priorities checks against
                 self._seq_widths.add(int(batch.mask.shape[1]))
             return batch
@@ -708,6 +758,8 @@ class ReplayBuffer:
         if isinstance(self._backend, DurableBackend):
             with self.exclusive():
                 self._backend.close()
+        elif isinstance(self._backend, SharedArrayBackend):
+            self._backend.close()
 
     @classmethod
     def open(cls, path: Any, mode: str = "r+") -> Any:

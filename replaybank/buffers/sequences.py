@@ -65,7 +65,7 @@ import numpy as np
 import numpy.typing as npt
 
 from replaybank.batch import SequenceBatch
-from replaybank.buffers.priorities import update_priorities
+from replaybank.buffers.priorities import to_host, update_priorities
 from replaybank.errors import ConfigError, DtypeError, ShapeError, describe
 from replaybank.ops import ring, windows
 from replaybank.ops.draws import uniform_ints
@@ -381,9 +381,10 @@ def update_sequence_priorities(
             f"update_sequence_priorities: this buffer's sampler ({type(traits.sampler).__name__}) "
             "has no priorities; build it with sampler=PrioritizedSampler(...)"
         )
-    keys = ring.as_int_array(starts, "starts")
-    td = np.asarray(td_errors.detach().cpu().numpy() if hasattr(td_errors, "detach")
-                    else td_errors, dtype=np.float64)
+    # tensors on any device (grad or not): one transfer at most
+    starts_h, td_h, mask_h = to_host(starts, td_errors, mask)
+    keys = ring.as_int_array(starts_h, "starts")
+    td = np.asarray(td_h, dtype=np.float64)
     if td.ndim != 2 or td.shape[0] != len(keys):
         raise ShapeError(
             f"update_sequence_priorities(td_errors={describe(td_errors)}): expected "
@@ -392,7 +393,7 @@ def update_sequence_priorities(
     if mask is None:
         m = np.ones(td.shape, dtype=bool)
     else:
-        m = np.asarray(mask.detach().cpu().numpy() if hasattr(mask, "detach") else mask)
+        m = np.asarray(mask_h)
         if m.shape != td.shape:
             raise ShapeError(
                 f"update_sequence_priorities(mask={describe(mask)}): expected the shape of "
