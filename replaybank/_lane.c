@@ -144,10 +144,21 @@ store_point(void)
     }
 }
 
+/* A release fence before each ordered store: the stores before it reach other processes
+ * (a learner mapping shared memory) before the ones after it; a compiler barrier and no
+ * instruction on x86-64, a barrier instruction on weakly ordered CPUs. */
+#if defined(__GNUC__) || defined(__clang__)
+#define RELEASE_FENCE() __atomic_thread_fence(__ATOMIC_RELEASE)
+#else
+#define RELEASE_FENCE() ((void)0)
+#endif
+
 #define DURABLE_STORE(self)          \
     do {                             \
-        if ((self)->durable)         \
+        if ((self)->durable) {       \
             store_point();           \
+            RELEASE_FENCE();         \
+        }                            \
     } while (0)
 
 static PyObject *s_free, *s_side, *s_obs, *s_alloc;

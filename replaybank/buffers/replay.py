@@ -516,7 +516,9 @@ class ReplayBuffer:
         if self._shared is None or not isinstance(be, SharedArrayBackend):
             raise ConfigError(f'writer(): the buffer\'s storage is "{be.name}"; only a '
                               'storage="shared" buffer hands out writers')
-        return writer_handle(be, self.init_config(), lanes, self._num_envs)
+        owner = self if self.storage_owner is None else self.storage_owner
+        return writer_handle(be, buffer_config(owner).model_dump(mode="json"), lanes,
+                             self._num_envs)
 
     def _priorities(self, priority: Any) -> Any:
         """``check(out)``: the checked initial priorities of a write of ``out`` steps."""

@@ -35,7 +35,7 @@ import numpy as np
 import numpy.typing as npt
 
 __all__ = ["BoundedPriorities", "KeyUpdates", "LaneView", "PrioritySampler", "SampleResult",
-           "Sampler", "SamplerTraits",
+           "Sampler", "SamplerTraits", "SlotExcluding",
            "ScheduledSampler", "StatelessSampler", "UniformDraws"]
 
 IntArray = npt.NDArray[np.int64]
@@ -121,6 +121,17 @@ class PrioritySampler(Sampler, Protocol):
 
     def update(self, slots: IntArray, priorities: FloatArray) -> None:
         """Set the priorities of live ``slots`` (already validated, stale ones removed)."""
+        ...
+
+
+@runtime_checkable
+class SlotExcluding(Sampler, Protocol):
+    """A sampler with per-slot state that can leave slots out until they are written again
+    (a shared buffer's learner: steps that left its snapshot, see
+    :mod:`replaybank.buffers.shared`; the sharded service's ``max_times_sampled``)."""
+
+    def exclude(self, slots: IntArray) -> None:
+        """Never draw ``slots`` until the next :meth:`on_write` of them."""
         ...
 
 

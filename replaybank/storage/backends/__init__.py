@@ -10,7 +10,7 @@ from replaybank.storage.backends.numpy import NumpyBackend
 
 __all__ = ["STORAGES", "make_backend"]
 
-STORAGES = ("numpy", "memmap", "torch")
+STORAGES = ("numpy", "memmap", "torch", "shared")
 
 
 def make_backend(storage: str | ArrayBackend = "numpy", path: Any = None,
@@ -18,8 +18,9 @@ def make_backend(storage: str | ArrayBackend = "numpy", path: Any = None,
     """Build the array backend named by ``storage``.
 
     Args:
-        storage: ``"numpy"`` (in memory), ``"memmap"`` (files under ``path``) or
-            ``"torch"`` (tensors on ``device``), or a ready backend object.
+        storage: ``"numpy"`` (in memory), ``"memmap"`` (files under ``path``),
+            ``"torch"`` (tensors on ``device``), ``"shared"`` (shared memory, written by
+            collector processes: :mod:`replaybank.buffers.shared`), or a ready backend.
         path: Directory for memmap storage.
         device: Torch device for torch storage.
 
@@ -48,6 +49,13 @@ def make_backend(storage: str | ArrayBackend = "numpy", path: Any = None,
         from replaybank.storage.backends.memmap import MemmapBackend
 
         return MemmapBackend(path)
+    if storage == "shared":
+        if path is not None or device is not None:
+            raise ConfigError(f'storage="shared" takes neither path={path!r} nor '
+                              f"device={device!r}: its arrays live in shared memory")
+        from replaybank.storage.backends.shared import SharedBackend
+
+        return SharedBackend()
     if storage == "torch":
         from replaybank.storage.backends.torch import TorchBackend
 

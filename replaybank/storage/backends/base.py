@@ -31,7 +31,7 @@ import numpy.typing as npt
 
 from replaybank.errors import CapacityError
 
-__all__ = ["ArrayBackend", "DurableBackend", "available_memory", "check_fits"]
+__all__ = ["ArrayBackend", "DurableBackend", "SharedArrayBackend", "available_memory", "check_fits"]
 
 
 @runtime_checkable
@@ -137,4 +137,30 @@ class DurableBackend(ArrayBackend, Protocol):
 
     def close(self) -> None:
         """Sync and release the storage (e.g. a writer's lock); idempotent."""
+        ...
+
+
+@runtime_checkable
+class SharedArrayBackend(ArrayBackend, Protocol):
+    """A backend whose arrays other processes map at the same time (shared memory).
+
+    Its arrays are allocated whole (``fixed_size``: the step table allocates the side
+    store at one slot per step, since a mapped array cannot grow), and ``owner`` says
+    whether this process created them (and samples them through a snapshot of the lane
+    counters) or attached them to write its own lanes.
+    """
+
+    fixed_size: bool
+    owner: bool
+
+    def shared(self, name: str, shape: tuple[int, ...], dtype: Any) -> Any:
+        """The shared array ``name`` (created by the owner on first call)."""
+        ...
+
+    def layout(self) -> Any:
+        """A picklable description that lets another process attach the arrays."""
+        ...
+
+    def close(self) -> None:
+        """Owner: release the arrays for good; attached: drop this process's mappings."""
         ...

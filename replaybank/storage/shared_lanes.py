@@ -1,0 +1,225 @@
+"""Lanes written by other processes: the learner's snapshot, and the writers' shares.
+
+A shared buffer (:mod:`replaybank.storage.backends.shared`) is written by collector
+processes, each owning a set of lanes, and sampled by one learner. Nothing is locked.
+Correctness rests on the write order every writer keeps (the crash-safe order of
+durable storage, :mod:`replaybank.storage.table`), per lane:
+
+1. ``start`` (the sequence number of the oldest live step) advances past the steps
+   about to be overwritten;
+2. side slots, data and links of the new steps are written;
+3. ``written`` advances (the commit);
+4. the previous newest step is relinked (its next observation is now the next row).
+
+Writers' stores reach other processes in program order: the compiled writer puts a
+release fence before each of them, and x86-64 keeps stores and loads in order (TSO).
+(On weakly ordered CPUs such as ARM, numpy's reads carry no acquire fence; there the
+validation below is what we rely on, and a torn read is not excluded in theory.)
+
+**The learner's snapshot** (:class:`LaneSnapshot`). Before each sample the learner reads
+each lane's ``written`` w, *then* its ``start`` s (so every step below w is complete and
+none above s has been overwritten yet), and exposes to its samplers and views the window
+``[s', w')`` as the lane's live steps, where
+
+* ``s' = max(s, w - T + guard)``: near a full lane, the ``guard`` oldest steps are left
+  out, so that a writer may evict up to ``guard`` more steps while the learner gathers
+  without touching anything the learner reads;
+* ``w' = w - 1`` when the newest step's next observation is still *pending* (kept aside
+  until the lane's next step arrives, when its slot is freed and may be reused at once);
+  ``w' = w`` when the newest step ended an episode (its final observation stays put).
+
+After the gather the learner re-reads ``start``: if a writer evicted past ``s'`` in any
+lane meanwhile (it outran the guard), the sample is drawn again from a fresh snapshot
+(:meth:`LaneSnapshot.intact`). Everything inside ``[s', w')`` (data, links, side slots) is
+immutable while ``start <= s'``: data rows change only after eviction, a link only when
+its step is evicted or (the pending newest step) relinked, and a side slot only after
+the step holding it let go. So a batch is exactly what a single-process buffer holding
+the window would return, and a sampled step is always complete.
+
+**The writers' shares.** The side store has one slot per step, and lane ``l`` hands out
+only slots ``[l * T, (l + 1) * T)`` (:func:`claim_side_slots`): a lane never holds more
+aside than it has live steps, so writers never share a free list.
+
+Example:
+    >>> import numpy as np
+    >>> snap_w = np.array([10]); snap_s = np.array([0])
+    >>> window(written=np.array([10]), start=np.array([2]), T=8, guard=2,
+    ...        pending=np.array([True])).tolist()  # [[s', w']]
+    [[4, 9]]
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import numpy as np
+import numpy.typing as npt
+
+from replaybank.errors import ConfigError
+from replaybank.storage.table import StepTable
+
+__all__ = ["LaneSnapshot", "SnapshotDelta", "claim_side_slots", "default_guard", "window"]
+
+IntArray = npt.NDArray[np.int64]
+
+
+def default_guard(T: int) -> int:  # noqa: N803
+    """Steps left out at the old end of a full lane: ``min(1024, max(1, T // 16))``.
+
+    Example:
+        >>> default_guard(1000), default_guard(10**6)
+        (62, 1024)
+    """
+    return int(min(1024, max(1, T // 16)))
+
+
+def window(written: IntArray, start: IntArray, T: int, guard: int,  # noqa: N803
+           pending: npt.NDArray[np.bool_]) -> IntArray:
+    """Per lane, the snapshot window ``[s', w')`` (see the module docstring), ``[lanes, 2]``.
+
+    Args:
+        written: Each lane's ``written`` as read (first), ``[lanes]``.
+        start: Each lane's ``start`` as read (after ``written``), ``[lanes]``.
+        T: Rows per lane.
+        guard: Steps left out at the old end of a full lane.
+        pending: Whether each lane's newest step still waits for its next observation.
+    """
+    w = np.asarray(written, np.int64) - np.asarray(pending, np.int64)
+    s = np.maximum(np.asarray(start, np.int64), np.asarray(written, np.int64) - T + guard)
+    s = np.minimum(s, np.maximum(w, 0))
+    return np.stack([s, w], axis=1)
+
+
+class SnapshotDelta(NamedTuple):
+    """What changed between two snapshots, for the sampler.
+
+    Attributes:
+        left: Storage slots whose steps left the window (evicted or under the guard),
+            ``[k]``; their per-slot state (e.g. priority) must stop counting.
+        new: Storage slots of steps that entered the window, oldest first, ``[n]``.
+        priorities: Raw initial priorities of the new steps from their writers (NaN: none
+            given), ``[n]``.
+    """
+
+    left: IntArray
+    new: IntArray
+    priorities: npt.NDArray[np.float64]
+
+
+_NONE = np.zeros(0, np.int64)
+
+
+class LaneSnapshot:
+    """The owner's (learner's) consistent view of lanes written by other processes.
+
+    Args:
+        table: The owner's step table: its ``written`` / ``counts`` / ``episodes`` are
+            local arrays this object refreshes; data, links and side store are shared.
+        written, start, episodes: The shared lane counters ``[lanes]``.
+        priority: The shared initial priorities ``[T, lanes]`` (NaN: none given).
+        guard: Steps left out at the old end of a full lane (:func:`default_guard`).
+    """
+
+    def __init__(self, table: StepTable, written: IntArray, start: IntArray,
+                 episodes: IntArray, priority: npt.NDArray[np.float64],
+                 guard: int | None = None) -> None:
+        self.table = table
+        self.shared_written, self.shared_start = written, start
+        self.shared_episodes, self.priority = episodes, priority
+        self.guard = default_guard(table.T) if guard is None else int(guard)
+        if not 1 <= self.guard <= table.T:
+            raise ConfigError(f"guard={guard}: must be in [1, T={table.T}] (steps left out "
+                              "at the old end of a full lane while writers write)")
+        self.lo = np.zeros(table.lanes, np.int64)  # s' of the current snapshot
+        self.hi = np.zeros(table.lanes, np.int64)  # w'
+        self._term = table.arrays["terminated"]
+        self._trunc = table.arrays["truncated"]
+
+    def _pending(self, written: IntArray) -> npt.NDArray[np.bool_]:
+        """Whether each lane's newest step (``written - 1``) still waits for its next
+        observation: linked aside and its episode not ended."""
+        t = self.table
+        lanes = np.arange(t.lanes)
+        rows = (written - 1) % t.T
+        has = written > 0
+        out: npt.NDArray[np.bool_] = has & (t.link[rows, lanes] > 0) \
+            & ~(self._term[rows, lanes].astype(bool) | self._trunc[rows, lanes].astype(bool))
+        return out
+
+    def refresh(self) -> SnapshotDelta:
+        """Take a new snapshot: update the table's local counters and return what left
+        and entered the window since the last one."""
+        t = self.table
+        written = self.shared_written.copy()  # written first, then start (see module)
+        start = self.shared_start.copy()
+        episodes = self.shared_episodes.copy()
+        win = window(written, start, t.T, self.guard, self._pending(written))
+        lo, hi = win[:, 0], win[:, 1]
+        old_lo, old_hi = self.lo, self.hi
+        left, new = [], []
+        for lane in np.flatnonzero((lo != old_lo) | (hi != old_hi)).tolist():
+            a, b = int(old_lo[lane]), int(old_hi[lane])
+            c, d = int(lo[lane]), int(hi[lane])
+            # left: old steps below the new low end; new: steps above the old high end
+            gone_hi = min(c, b)
+            if gone_hi > a:
+                left.append(np.arange(a, gone_hi) % t.T * t.lanes + lane)
+            first = max(b, c)
+            if d > first:
+                new.append(np.arange(first, d) % t.T * t.lanes + lane)
+        self.lo, self.hi = lo, hi
+        t.written[:] = hi
+        t.counts[:] = hi - lo
+        t.episodes[:] = episodes
+        new_slots = np.concatenate(new) if new else _NONE
+        prio = self.priority.reshape(-1).take(new_slots) if len(new_slots) else \
+            np.zeros(0, np.float64)
+        return SnapshotDelta(np.concatenate(left) if left else _NONE, new_slots, prio)
+
+    def intact(self) -> bool:
+        """Whether everything the snapshot exposes is still unchanged: no writer evicted
+        past its low end (re-read ``start`` after a gather)."""
+        return bool(np.all(self.shared_start <= self.lo))
+
+
+def claim_side_slots(table: StepTable, lanes: IntArray) -> None:
+    """Make ``table``'s side store hand out only the slots of ``lanes``
+    (``[l * T, (l + 1) * T)`` for each lane ``l``) that their live steps do not hold.
+
+    Args:
+        table: A writer's table over a shared buffer (side store of ``T * lanes`` slots).
+        lanes: The lanes this writer owns, ``[m]``.
+
+    Example:
+        >>> from replaybank.spec import Spec
+        >>> t = StepTable(Spec.coerce({"obs": ((), "int64"), "terminated": ((), "bool"),
+        ...                            "truncated": ((), "bool")}), T=2, lanes=2,
+        ...               obs_fields=["obs"])
+        >>> t.side.resize(4)
+        >>> claim_side_slots(t, np.array([1])); sorted(t.side.free)
+        [2, 3]
+    """
+    T = table.T  # noqa: N806
+    if table.side.capacity < T * table.lanes:
+        raise ConfigError(f"the side store holds {table.side.capacity} slots; a shared "
+                          f"table needs one per step ({T * table.lanes})")
+    used = np.ones(table.side.capacity, dtype=bool)
+    for lane in np.asarray(lanes, np.int64).tolist():
+        used[lane * T:(lane + 1) * T] = False
+        c, w = int(table.counts[lane]), int(table.written[lane])
+        if c:
+            lk = table.link[np.arange(w - c, w) % T, lane]
+            used[lk[lk > 0] - 1] = True
+    table.side.rebuild(used)
+
+
+def lanes_of(value: Any, num_envs: int) -> IntArray:
+    """``value`` as distinct lane ids in ``[0, num_envs)`` (a writer's lanes)."""
+    arr = np.asarray(value)
+    if arr.ndim == 0:
+        arr = arr.reshape(1)
+    if arr.ndim != 1 or arr.dtype.kind not in "iu" or len(arr) == 0 or \
+            len(np.unique(arr)) != len(arr) or arr.min() < 0 or arr.max() >= num_envs:
+        raise ConfigError(f"lanes={value!r}: give distinct lane ids in [0, {num_envs}) "
+                          "(each writer owns some lanes of the buffer)")
+    return arr.astype(np.int64)
