@@ -62,7 +62,12 @@ import numpy.typing as npt
 from replaybank.errors import CheckpointError
 from replaybank.spec import Spec
 from replaybank.storage import table_reads
-from replaybank.storage.backends.base import ArrayBackend, SharedArrayBackend, check_fits
+from replaybank.storage.backends.base import (
+    ArrayBackend,
+    GroupedBackend,
+    SharedArrayBackend,
+    check_fits,
+)
 from replaybank.storage.backends.numpy import NumpyBackend
 from replaybank.storage.host_tail import HostTail
 from replaybank.storage.side_store import SideStore
@@ -107,10 +112,11 @@ class StepTable:
             obs_bytes = sum(spec[n].nbytes for n in self.obs_fields)
             need = n_steps * (spec.nbytes_per_item + 4) + side0 * obs_bytes
             check_fits(need, f"replay storage ({n_steps:,} steps x {spec.nbytes_per_item} bytes)")
-        self.arrays: dict[str, Any] = {
-            name: be.allocate(name, (self.T, self.lanes, *f.shape), f.dtype)
-            for name, f in spec.items()
-        }
+        shapes = {name: ((self.T, self.lanes, *f.shape), f.dtype) for name, f in spec.items()}
+        # device storage packs fields of one dtype together (one gather per group)
+        self.arrays: dict[str, Any] = be.allocate_fields(shapes) \
+            if isinstance(be, GroupedBackend) else \
+            {name: be.allocate(name, shape, dt) for name, (shape, dt) in shapes.items()}
         # bookkeeping (numpy, persistent with the data)
         self.written: IntArray = be.allocate_meta("written", (self.lanes,), np.dtype(np.int64))
         self.counts: IntArray = be.allocate_meta("counts", (self.lanes,), np.dtype(np.int64))

@@ -164,3 +164,16 @@ class SharedArrayBackend(ArrayBackend, Protocol):
     def close(self) -> None:
         """Owner: release the arrays for good; attached: drop this process's mappings."""
         ...
+
+
+@runtime_checkable
+class GroupedBackend(ArrayBackend, Protocol):
+    """A backend that allocates the data fields together (checked once per table): torch
+    storage packs fields of one dtype into one ``[T, lanes, width]`` tensor and hands out
+    views of it per field, so a sample reads each dtype group with one gather."""
+
+    def allocate_fields(self, fields: dict[str, tuple[tuple[int, ...], np.dtype[Any]]]
+                        ) -> dict[str, Any]:
+        """Zero-filled arrays ``{name: shape}`` for the data fields (same as
+        :meth:`allocate` for each, possibly views of shared memory)."""
+        ...

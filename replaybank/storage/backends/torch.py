@@ -152,6 +152,38 @@ class TorchBackend:
         self._check_cuda_memory(nbytes, f"field {name!r} {shape}")
         return self.torch.zeros(shape, dtype=tdt, device=self.device)
 
+    def allocate_fields(self, fields: dict[str, tuple[tuple[int, ...], np.dtype[Any]]]
+                        ) -> dict[str, Any]:
+        """Zero-filled tensors for the data fields ``{name: ([T, lanes, *shape], dtype)}``,
+        the fields of one dtype packed: one ``[T, lanes, width]`` tensor per dtype (width
+        the sum of the fields' flat sizes) and a view ``[T, lanes, *shape]`` of its columns
+        per field, so that a sample reads a dtype group with one gather
+        (:func:`field_groups` finds the groups again). A dtype with one field gets a
+        tensor of its own, as :meth:`allocate` does."""
+        torch = self.torch
+        by_dtype: dict[Any, list[str]] = {}
+        for name, (_shape, dtype) in fields.items():
+            by_dtype.setdefault(torch_dtype(dtype), []).append(name)
+        total = sum(int(np.prod(shape, dtype=np.int64)) * np.dtype(dt).itemsize
+                    for shape, dt in fields.values())
+        self._check_cuda_memory(total, f"{len(fields)} fields")
+        out: dict[str, Any] = {}
+        for tdt, names in by_dtype.items():
+            widths = [int(np.prod(fields[n][0][2:], dtype=np.int64)) for n in names]
+            if len(names) == 1 or 0 in widths:
+                for n in names:
+                    out[n] = torch.zeros(fields[n][0], dtype=tdt, device=self.device)
+                continue
+            T, lanes = fields[names[0]][0][:2]  # noqa: N806
+            packed = torch.zeros((T, lanes, sum(widths)), dtype=tdt, device=self.device)
+            off = 0
+            for n, w in zip(names, widths, strict=True):
+                shape = fields[n][0]
+                out[n] = packed[:, :, off] if len(shape) == 2 else \
+                    packed[:, :, off:off + w].view(shape)
+                off += w
+        return out
+
     def allocate_meta(self, name: str, shape: tuple[int, ...], dtype: np.dtype[Any]) -> Any:
         """Bookkeeping stays in host numpy (index math never leaves the CPU)."""
         return np.zeros(shape, dtype=dtype)
