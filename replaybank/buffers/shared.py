@@ -221,17 +221,25 @@ class SharedWriter:
         """``n`` steps of each lane (values ``[n, len(lanes), ...]``)."""
         self._check_open()
         priority = values.pop("priority", None)
-        shape = np.shape(values.get("terminated"))
+        shape = np.shape(values.get("terminated", ()))
         if shape:  # else the buffer's check names the bad call
             self._priorities(priority, int(shape[0]))
         self._buf.extend(**values, env_ids=self.lanes, priority=priority)
 
+    @property
+    def written(self) -> npt.NDArray[np.int64]:
+        """Steps ever committed to each of this writer's lanes, ``[len(lanes)]`` (a new
+        writer of a killed one's lanes continues from here)."""
+        self._check_open()
+        return np.asarray(self._written[self.lanes], np.int64)
+
     def __len__(self) -> int:
         """Live steps of this writer's lanes."""
+        self._check_open()
         return int(self._buf.table.counts[self.lanes].sum())
 
     def _check_open(self) -> None:
-        if self._closed:
+        if self._closed:  # (its buffer and mappings are gone)
             raise ConfigError("this SharedWriter was closed; open the handle again")
 
     def close(self) -> None:
@@ -242,7 +250,7 @@ class SharedWriter:
         mine = self._claims[self.lanes] == os.getpid()
         self._claims[self.lanes[mine]] = 0
         del self._claims, self._written, self._priority
-        self._buf = None  # type: ignore[assignment]
+        del self._buf
         self._backend.close()
 
     def __enter__(self) -> SharedWriter:

@@ -135,11 +135,11 @@ def _attach_segment(name: str) -> shared_memory.SharedMemory:
         return shared_memory.SharedMemory(name=name, track=False)  # type: ignore[call-arg]
     with _ATTACH_LOCK:
         register = resource_tracker.register
-        resource_tracker.register = lambda *args, **kwargs: None  # type: ignore[assignment]
+        resource_tracker.register = lambda *args, **kwargs: None
         try:
             return shared_memory.SharedMemory(name=name)
         finally:
-            resource_tracker.register = register  # type: ignore[assignment]
+            resource_tracker.register = register
 
 
 def _reserve(shm: shared_memory.SharedMemory, nbytes: int, what: str) -> None:
@@ -253,7 +253,8 @@ class SharedBackend:
             raise CheckpointError(f"shared buffer {self._layout.token}: segment {seg} holds "
                                   f"{shm.size} bytes, array {name!r} needs {nbytes}")
         self._segments[name] = shm
-        return np.ndarray(shape, dtype=dtype, buffer=shm.buf)
+        arr: npt.NDArray[Any] = np.ndarray(shape, dtype=dtype, buffer=shm.buf)
+        return arr
 
     def _array(self, name: str, shape: tuple[int, ...], dtype: np.dtype[Any]
                ) -> npt.NDArray[Any]:

@@ -1,0 +1,291 @@
+"""Shared-memory replay (``storage="shared"``): collector processes write, one learner samples.
+
+Real processes (``multiprocessing`` spawn), real shared-memory segments, real SIGKILLs.
+Every step written carries its identity (``tests/shared_workers.py``), so each sampled
+row is checked on its own for being one complete step with its exact next observation.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import pickle
+import signal
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import replaybank as rb
+from replaybank.errors import CheckpointError, ConfigError
+from replaybank.storage.backends.shared import segment_names, sweep_stale
+from replaybank.storage.shared_lanes import default_guard
+from tests.shared_workers import SPEC, check_batch, owner_then_wait, step_values, write_lanes
+from tests.stats import chi2_critical
+
+CTX = mp.get_context("spawn")
+
+
+def _owner(capacity: int = 64, num_envs: int = 2, **kw: Any) -> Any:
+    return rb.ReplayBuffer(capacity, num_envs=num_envs, seed=0, spec=SPEC, storage="shared",
+                           **kw)
+
+
+def _window(written: int, T: int, pending: bool) -> tuple[int, int]:  # noqa: N803
+    """The model of a lane's snapshot window ``[lo, hi)`` (module docstring of
+    replaybank.storage.shared_lanes), from the lane's steps alone."""
+    start = max(0, written - T)
+    lo = max(start, written - T + default_guard(T))
+    hi = written - int(pending and written > 0)
+    return min(lo, max(hi, 0)), hi
+
+
+def test_owner_refuses_writes_and_pickling_and_writer_checks_lanes() -> None:
+    buf = _owner()
+    values = step_values(np.array([0, 1]), np.zeros(2), np.zeros(2), np.zeros(2, bool))
+    for call in (lambda: buf.add(**values), lambda: buf.extend(**{
+            k: v[None] for k, v in values.items()}), buf.clear):
+        with pytest.raises(ConfigError, match="writer"):
+            call()
+    assert len(buf) == 0
+    with pytest.raises(ConfigError, match="pickled"):
+        pickle.dumps(buf)
+    for bad in ([2], [0, 0], [], [[0]], ["a"]):
+        with pytest.raises(ConfigError, match="lanes="):
+            buf.writer(lanes=bad)
+    with pytest.raises(ConfigError, match='only a storage="shared"'):
+        rb.ReplayBuffer(8).writer([0])
+    with pytest.raises(ConfigError, match="spec="):
+        rb.ReplayBuffer(8, storage="shared")
+    with pytest.raises(ConfigError, match="path"):
+        rb.ReplayBuffer(8, storage="shared", path="x", spec=SPEC)
+    handle = buf.writer(lanes=[1])
+    assert pickle.loads(pickle.dumps(handle)) == handle  # it travels to other processes
+    buf.close()
+
+
+def test_a_lane_has_one_writer_at_a_time() -> None:
+    buf = _owner()
+    w = buf.writer([0, 1]).open()
+    other = buf.writer([1])
+    # another live process may not open lanes that a writer holds
+    q = CTX.Queue()
+    proc = CTX.Process(target=_open_and_report, args=(other, q))
+    proc.start()
+    proc.join(30)
+    assert "written by process" in q.get(timeout=5)
+    w.close()
+    proc = CTX.Process(target=_open_and_report, args=(other, q))
+    proc.start()
+    proc.join(30)
+    assert q.get(timeout=5) == "ok"
+    buf.close()
+
+
+def _open_and_report(handle: Any, q: Any) -> None:
+    try:
+        handle.open().close()
+        q.put("ok")
+    except ConfigError as exc:
+        q.put(str(exc))
+
+
+def test_snapshot_window_and_uniform_sampling() -> None:
+    buf = _owner(64, 2)
+    T = 32  # noqa: N806
+    w = buf.writer([0, 1]).open()
+    lanes = np.array([0, 1])
+    for t in range(100):
+        w.add(**step_values(lanes, np.full(2, t), np.zeros(2), np.zeros(2, bool)))
+    lo, hi = _window(100, T, pending=True)
+    assert len(buf) == 2 * (hi - lo)
+    n = 200 * len(buf)
+    batch = buf.sample(n)
+    check_batch(batch)
+    cells = (batch.obs[:, 0].astype(int) * T + batch.obs[:, 1].astype(int) - lo)
+    counts = np.bincount(cells, minlength=2 * T)
+    support = np.concatenate([np.arange(hi - lo), T + np.arange(hi - lo)])
+    assert counts.sum() == counts[support].sum()  # nothing outside the window
+    expected = n / len(support)
+    chi2 = float(((counts[support] - expected) ** 2 / expected).sum())
+    assert chi2 < chi2_critical(len(support) - 1)
+    # an episode's last step is not pending: it is sampled at once
+    w.add(**step_values(lanes, np.full(2, 100), np.zeros(2), np.ones(2, bool)))
+    assert len(buf) == 2 * (101 - _window(101, T, pending=False)[0])
+    w.close()
+    buf.close()
+
+
+def test_writer_initial_priorities_reach_the_learner() -> None:
+    buf = _owner(64, 2, sampler=rb.PrioritizedSampler(alpha=1.0, eps=0.0))
+    w = buf.writer([0, 1]).open()
+    lanes = np.array([0, 1])
+    for t in range(10):
+        w.add(**step_values(lanes, np.full(2, t), np.zeros(2), np.zeros(2, bool)),
+              priority=np.array([1.0 + t, 100.0]))
+    batch = buf.sample(4000)
+    check_batch(batch)
+    # lane 1 holds 9 live steps of priority 100, lane 0 steps 1..9 (t = 0..8)
+    lane1 = float(np.mean(batch.obs[:, 0] == 1))
+    assert abs(lane1 - 900 / (900 + sum(range(1, 10)))) < 0.03
+    got = np.asarray(batch.probabilities)[batch.obs[:, 0] == 0]
+    t0 = batch.obs[batch.obs[:, 0] == 0, 1].astype(np.float64)
+    np.testing.assert_allclose(got, (1.0 + t0) / (900 + 45), rtol=1e-9)
+    # learner updates apply; with the snapshot, a late update of an overwritten step
+    # is ignored
+    assert buf.update_priorities(batch.indices[:5], np.ones(5)) == 5
+    w.close()
+    buf.close()
+
+
+def test_nstep_and_sequences_read_exact_windows() -> None:
+    gamma = 0.5
+    buf = _owner(256, 2, n_step=3, gamma=gamma)
+    w = buf.writer([0, 1]).open()
+    lanes = np.array([0, 1])
+    rng = np.random.default_rng(1)
+    ep = np.zeros(2)
+    for t in range(300):
+        done = rng.random(2) < 0.1
+        w.add(**step_values(lanes, np.full(2, t), ep, done))
+        ep = np.where(done, ep + 1, ep)
+    b = buf.sample(512)
+    t0 = b.obs[:, 1].astype(np.int64)
+    steps = np.rint(np.log(np.asarray(b.discount)) / np.log(gamma)).astype(np.int64)
+    assert steps.min() >= 1 and steps.max() <= 3
+    expect = np.array([sum(gamma ** k * (t + k) for k in range(L))
+                       for t, L in zip(t0.tolist(), steps.tolist(), strict=True)])
+    np.testing.assert_allclose(b.reward, expect, rtol=1e-5)
+    np.testing.assert_array_equal(b.next_obs[:, 1], b.obs[:, 1] + steps)
+    seq = buf.sample_sequences(32, 8)
+    obs = np.asarray(seq.obs)
+    mask = np.asarray(seq.mask, bool)
+    ts = obs[:, :, 1]
+    assert np.all(np.diff(ts, axis=1)[mask[:, 1:]] == 1)
+    w.close()
+    buf.close()
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([0, 1, 2]), st.integers(1, 40),
+                          st.floats(0.0, 0.5)), min_size=1, max_size=8))
+def test_property_learner_sees_exactly_the_model_window(
+        ops: list[tuple[int, int, float]]) -> None:
+    """Random bursts of writes by three writers (lanes {0}, {1, 2}, {3}), each burst
+    followed by a learner sample: ``len`` equals the model's windows and every sampled
+    row is one exact step inside them."""
+    T = 16  # noqa: N806
+    buf = _owner(64, 4)
+    groups = [np.array([0]), np.array([1, 2]), np.array([3])]
+    writers = [buf.writer(g).open() for g in groups]
+    t = np.zeros(4, np.int64)
+    ep = np.zeros(4)
+    last_done = np.zeros(4, bool)
+    rng = np.random.default_rng(0)
+    for g, n, p in ops:
+        lanes = groups[g]
+        for _ in range(n):
+            done = rng.random(len(lanes)) < p
+            writers[g].add(**step_values(lanes, t[lanes].astype(np.float64), ep[lanes], done))
+            t[lanes] += 1
+            ep[lanes] = np.where(done, ep[lanes] + 1, ep[lanes])
+            last_done[lanes] = done
+        wins = [_window(int(t[lane]), T, pending=not last_done[lane]) for lane in range(4)]
+        assert len(buf) == sum(hi - lo for lo, hi in wins)
+        if len(buf):
+            b = buf.sample(64)
+            check_batch(b)
+            for lane, step in zip(b.obs[:, 0].astype(int), b.obs[:, 1].astype(int),
+                                  strict=True):
+                lo, hi = wins[lane]
+                assert lo <= step < hi
+    for w in writers:
+        w.close()
+    buf.close()
+
+
+def test_writer_processes_never_show_a_torn_step() -> None:
+    """Two collector processes write as fast as they can while the learner samples."""
+    buf = _owner(4096, 4, sampler=rb.PrioritizedSampler())
+    procs = [CTX.Process(target=write_lanes, args=(buf.writer(lanes), 30_000, i))
+             for i, lanes in enumerate(([0, 1], [2, 3]))]
+    for p in procs:
+        p.start()
+    deadline = time.monotonic() + 60
+    samples = 0
+    while any(p.is_alive() for p in procs) and time.monotonic() < deadline:
+        if len(buf) >= 64:
+            b = buf.sample(64)
+            check_batch(b)
+            buf.update_priorities(b.indices, np.abs(b.reward) + 1.0)
+            samples += 1
+    for p in procs:
+        p.join(30)
+        assert p.exitcode == 0
+    assert samples > 50
+    check_batch(buf.sample(1024))
+    assert buf.table.written.tolist() == [4000 - 1] * 4 or len(buf) > 0
+    buf.close()
+
+
+def test_writer_killed_mid_add_leaves_no_torn_step_and_its_lanes_are_taken_over() -> None:
+    buf = _owner(512, 2)
+    handle = buf.writer([0, 1])
+    for kill_at in (3, 17, 40, 91):
+        env = {"REPLAYBANK_KILL_AT": str(kill_at)}
+        old = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)  # spawn children read it at import
+        try:
+            p = CTX.Process(target=write_lanes, args=(handle, 10_000, kill_at))
+            p.start()
+        finally:
+            for k, v in old.items():
+                if v is None:
+                    os.environ.pop(k)
+                else:
+                    os.environ[k] = v
+        p.join(60)
+        assert p.exitcode == -signal.SIGKILL
+        if len(buf):
+            check_batch(buf.sample(256))
+    # a healthy writer takes the lanes over and continues them
+    p = CTX.Process(target=write_lanes, args=(handle, 300, 0))
+    p.start()
+    p.join(60)
+    assert p.exitcode == 0
+    check_batch(buf.sample(2048))
+    assert len(buf) > 0
+    buf.close()
+
+
+def test_segments_are_removed_when_the_owner_closes() -> None:
+    buf = _owner()
+    token = buf.backend.token
+    mine = [n for n in segment_names() if token in n]
+    assert len(mine) >= 8  # fields, side store, counters, links, priorities, claims
+    handle = buf.writer([0])
+    handle.open().close()
+    buf.close()
+    assert not [n for n in segment_names() if token in n]
+    with pytest.raises(CheckpointError, match="gone"):
+        handle.open()  # the owner is gone
+
+
+def test_segments_of_a_sigkilled_owner_are_reclaimed() -> None:
+    parent, child = CTX.Pipe()
+    p = CTX.Process(target=owner_then_wait, args=(SPEC, child))
+    p.start()
+    pid, names = parent.recv()
+    assert names and all(n in segment_names() for n in names)
+    os.kill(pid, signal.SIGKILL)
+    p.join(30)
+    # its resource tracker (a separate process) unlinks them; a new owner sweeps what
+    # is left of dead owners in any case
+    deadline = time.monotonic() + 10
+    while any(n in segment_names() for n in names) and time.monotonic() < deadline:
+        sweep_stale()
+        time.sleep(0.1)
+    assert not any(n in segment_names() for n in names)
