@@ -2,7 +2,8 @@
 
 Each case builds a numpy-storage buffer and a torch-storage buffer with the same seed, feeds
 both the same steps (several lanes, episode ends, out-of-order data, ring wrap-around) and
-checks that they sample the same batches (the host generator draws the keys in both).
+checks that they sample the same batches (the host generator draws the keys in both:
+``draws="host"``; device draws are tested in ``tests/test_device_sampling.py``).
 The torch case runs twice: on plain CPU tensors, and on :class:`~tests.strict_device.
 StrictBackend` tensors, which raise on every host conversion, so a device-to-host copy in
 ``add``/``extend``/``sample``/``sample_sequences`` fails on this CPU-only machine just as
@@ -21,13 +22,16 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import replaybank as rb  # noqa: E402
+from replaybank.storage.backends.torch import TorchBackend  # noqa: E402
 from tests.strict_device import HostSyncError, StrictBackend, allow_syncs, host, strict  # noqa: E402
 
 STORAGES = ["torch", "strict"]
 
 
 def backend(kind: str) -> Any:
-    return StrictBackend("cpu") if kind == "strict" else "torch"
+    """Torch storage drawing keys on the host: the same samples as numpy storage."""
+    return StrictBackend("cpu", draws="host") if kind == "strict" else \
+        TorchBackend("cpu", draws="host")
 
 
 def steps(rng: np.random.Generator, lanes: int, n: int) -> list[dict[str, Any]]:

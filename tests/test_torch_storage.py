@@ -48,7 +48,9 @@ def as_np(x: Any) -> Any:
 @pytest.mark.parametrize("n_step", [1, 3])
 def test_torch_storage_samples_what_numpy_storage_samples(device: str, n_step: int) -> None:
     ref = rb.ReplayBuffer(96, num_envs=3, seed=7, n_step=n_step)
-    tb = rb.ReplayBuffer(96, num_envs=3, seed=7, n_step=n_step, storage="torch", device=device)
+    # host draws: the same keys as numpy storage (device draws: tests/test_device_sampling.py)
+    tb = rb.ReplayBuffer(96, num_envs=3, seed=7, n_step=n_step,
+                         storage=TorchBackend(device, draws="host"))
     fill([ref, tb], 70, 3)  # wraps around
     assert len(ref) == len(tb)
     for _ in range(3):
@@ -97,14 +99,14 @@ def test_gather_moves_only_index_arrays(monkeypatch: pytest.MonkeyPatch) -> None
 
 
 def test_state_dict_round_trip_between_storages() -> None:
-    tb = rb.ReplayBuffer(32, num_envs=2, seed=3, storage="torch", device="cpu")
+    tb = rb.ReplayBuffer(32, num_envs=2, seed=3, storage=TorchBackend("cpu", draws="host"))
     fill([tb], 25, 2)
     nb = rb.ReplayBuffer(32, num_envs=2, seed=0)
     nb.load_state_dict(tb.state_dict())
     a, b = tb.sample(16), nb.sample(16)
     for k in a:
         np.testing.assert_array_equal(as_np(a[k]), as_np(b[k]))
-    tb2 = rb.ReplayBuffer(32, num_envs=2, seed=0, storage="torch", device="cpu")
+    tb2 = rb.ReplayBuffer(32, num_envs=2, seed=0, storage=TorchBackend("cpu", draws="host"))
     tb2.load_state_dict(nb.state_dict())
     a, b = nb.sample(16), tb2.sample(16)
     for k in a:

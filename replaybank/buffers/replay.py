@@ -17,7 +17,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -34,6 +34,7 @@ from replaybank.buffers.autoreset import (
     warn_resets,
 )
 from replaybank.buffers.calls import CheckedCall, check_call, lane_ids
+from replaybank.buffers.device_path import DevicePath, device_path
 from replaybank.buffers.guard import CallGuard
 from replaybank.buffers.inputs import (
     UNSET,
@@ -46,7 +47,7 @@ from replaybank.buffers.priorities import check_priority, update_priorities
 from replaybank.buffers.sequences import sample_sequences, update_sequence_priorities
 from replaybank.buffers.shared import SharedReader, SharedWriterHandle, writer_handle
 from replaybank.config import BufferConfig, buffer_config
-from replaybank.errors import ConfigError, ShapeError
+from replaybank.errors import ConfigError, EmptyBufferError, ShapeError
 from replaybank.ops import ring
 from replaybank.samplers.base import LaneView, Sampler, SamplerTraits
 from replaybank.spec import Spec
@@ -179,6 +180,8 @@ class ReplayBuffer:
         self._check_autoreset = self.autoreset_mode is None and not self.rows_only
         self._seq_widths: set[int] = set()  # window widths sample_sequences returned
         self._backend: ArrayBackend = make_backend(storage, path, device)
+        # device storage: uniform one-step samples drawn and gathered on the device
+        self._device: DevicePath | None = device_path(self._backend)
         self._table: StepTable | None = None
         # the buffer whose config durable storage records (a wrapper, or None: self)
         self.storage_owner: Any = None
@@ -562,7 +565,10 @@ class ReplayBuffer:
         try:
             parts = self._parts if self._parts.sampler is self.sampler \
                 and self._parts.view is self.view else self._current_parts()
-            if self._shared is None:
+            if self._device is not None and (got := self._device.sample(
+                    self._table, parts, self._rng, batch_size, replace, kwargs)) is not None:
+                batch = Batch.own(got)
+            elif self._shared is None:
                 batch = Batch.own(parts.sample(self._table, self._lanes(), self._rng,
                                                batch_size, replace, kwargs))
             else:
@@ -574,6 +580,68 @@ class ReplayBuffer:
             return batch
         finally:
             self._guard.leave(locked)
+
+    def sample_fn(self, batch_size: int) -> Callable[[], Batch]:
+        """A callable that samples ``batch_size`` transitions into static tensors, for a
+        training step of fixed shape (``storage="torch"`` with device draws).
+
+        Each call draws and gathers on the device like :meth:`sample` and writes the batch
+        into the same output tensors (overwritten by the next call: copy what must
+        outlive it). On CUDA the draw and gather are captured once as a CUDA graph and
+        replayed, so a call costs one graph launch plus a host-to-device copy of the
+        bookkeeping that writes changed; elsewhere they run eagerly. Its draws come from
+        the same device generator as :meth:`sample` (the same distribution; CUDA graph
+        warm-up draws advance it once).
+
+        Args:
+            batch_size: Transitions per call, a positive int.
+
+        Returns:
+            ``fn()`` -> :class:`~replaybank.batch.Batch` of static tensors.
+
+        Raises:
+            ConfigError: The storage does not draw on the device (numpy, memmap, or torch
+                with ``draws="host"``), or ``batch_size`` is not a positive int. A call
+                raises ConfigError when the buffer's sampler or view has no device path
+                (see :mod:`~replaybank.buffers.device_path`), and EmptyBufferError when
+                the buffer is empty.
+
+        Example:
+            >>> import numpy as np
+            >>> buf = ReplayBuffer(16, storage="torch", device="cpu", seed=0)
+            >>> for t in range(4):
+            ...     buf.add(obs=np.full(2, t, np.float32), action=0, reward=1.0,
+            ...             next_obs=np.full(2, t + 1, np.float32), terminated=False,
+            ...             truncated=False)
+            >>> fn = buf.sample_fn(8)
+            >>> a = fn()["obs"]
+            >>> b = fn()["obs"]
+            >>> a is b, tuple(b.shape)
+            (True, (8, 2))
+        """
+        dev = self._device
+        if dev is None:
+            raise ConfigError(
+                f"sample_fn: {self._backend!r} does not draw on the device; use "
+                'storage="torch" (with TorchBackend draws="device", the default) or call '
+                "sample()")
+        size = positive_int("sample_fn(batch_size)", batch_size)
+
+        def fn() -> Batch:
+            locked = self._guard.enter()
+            try:
+                if self._table is None or len(self) == 0:
+                    raise EmptyBufferError("sample_fn(): the buffer is empty; add "
+                                           "transitions first")
+                if not dev.serves(self._current_parts(), True, {}):
+                    raise ConfigError(
+                        f"sample_fn(): {type(self.sampler).__name__} with "
+                        f"{type(self.view).__name__} has no device path; use sample()")
+                return Batch.own(dict(dev.sample_fn(self._table, self._rng, size)))
+            finally:
+                self._guard.leave(locked)
+
+        return fn
 
     def _check_resets(self) -> None:
         """Warn once when stored steps look like NEXT_STEP reset steps (run at the 1st,
@@ -670,10 +738,15 @@ class ReplayBuffer:
             A nested dict whose leaves are numpy arrays (views, not copies) or JSON-able
             values: ``metadata``, ``init`` (constructor arguments), ``rng`` (generator
             state), ``sampler`` and ``view`` (their state dicts), ``table``
-            (``fields/<name>``, ``side/<name>`` and ``meta/<name>`` arrays).
+            (``fields/<name>``, ``side/<name>`` and ``meta/<name>`` arrays), and for
+            device storage that has sampled on the device ``device_rng`` (the device
+            generator's state: :mod:`~replaybank.buffers.device_path`).
         """
-        return state.buffer_state(self.metadata(), self._init_args, self._rng,
-                                  self.sampler, self.view, self._table)
+        out = state.buffer_state(self.metadata(), self._init_args, self._rng,
+                                 self.sampler, self.view, self._table)
+        if self._device is not None and (dev := self._device.state_dict()):
+            out["device_rng"] = dev
+        return out
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore from :meth:`state_dict` (spec, capacity and lanes must match).
@@ -700,6 +773,8 @@ class ReplayBuffer:
             # checkpoints written before views had state hold none: the view keeps its own
             self.view.load_state_dict(state_dict.get("view", {}))
             self._rng.bit_generator.state = state_dict["rng"]
+            if self._device is not None:  # absent: reseeded from the host generator
+                self._device.load_state_dict(state_dict.get("device_rng", {}))
 
     def resume_state(self) -> dict[str, Any] | None:
         """What :func:`replaybank.persist.flush` saves beside memmap files: generator,

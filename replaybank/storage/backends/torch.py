@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from replaybank.batch import torch_device
-from replaybank.errors import CapacityError, DtypeError, require_extra
+from replaybank.errors import CapacityError, ConfigError, DtypeError, require_extra
 
 __all__ = ["TorchBackend", "torch_dtype"]
 
@@ -66,9 +66,15 @@ class TorchBackend:
 
     Args:
         device: ``"cpu"``, ``"cuda"``, ``"cuda:1"``, a ``torch.device`` or None (CPU).
+        draws: ``"device"`` (default): a buffer draws uniform one-step samples on the
+            device with a generator of its own (:mod:`replaybank.buffers.device_path`:
+            the same distribution as numpy storage, not the same keys); ``"host"``: every
+            sample draws its keys with the buffer's numpy generator (the same samples as
+            numpy storage under the same seed) and gathers on the device.
 
     Raises:
-        ConfigError: The device is malformed or not available (e.g. CUDA without a GPU).
+        ConfigError: The device is malformed or not available (e.g. CUDA without a GPU),
+            or ``draws`` is neither ``"device"`` nor ``"host"``.
         MissingDependencyError: torch is not installed.
 
     Example:
@@ -86,7 +92,12 @@ class TorchBackend:
     host_numpy = False
     durable = False
 
-    def __init__(self, device: Any = None) -> None:
+    def __init__(self, device: Any = None, draws: str = "device") -> None:
+        if draws not in ("device", "host"):
+            raise ConfigError(f"TorchBackend(draws={draws!r}): choose 'device' (keys drawn on "
+                              "the device) or 'host' (the same samples as numpy storage)")
+        #: Buffers may draw keys on the device (see ``draws``).
+        self.device_draws = draws == "device"
         torch = _torch()
         dev = torch_device(torch, device)
         if dev.type == "cuda" and dev.index is None:
@@ -232,4 +243,5 @@ class TorchBackend:
         return bool(self.device.type == "cpu")
 
     def __repr__(self) -> str:
-        return f"TorchBackend(device={str(self.device)!r})"
+        draws = "" if self.device_draws else ", draws='host'"
+        return f"TorchBackend(device={str(self.device)!r}{draws})"

@@ -1,0 +1,207 @@
+"""Device sampling of torch storage (issue 17, item 2): keys drawn with a device generator,
+one gather per dtype group, no host conversion in ``sample`` (StrictBackend proves it on
+the CPU; the ``cuda`` tests prove it with ``torch.cuda.set_sync_debug_mode("error")``)."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import replaybank as rb  # noqa: E402
+from tests.stats import chi2_critical  # noqa: E402
+from tests.strict_device import StrictBackend, host  # noqa: E402
+from tests.test_torch_features import steps  # noqa: E402
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+STORAGES = ["strict", "torch", pytest.param("cuda", marks=cuda)]
+
+
+def device_buffer(kind: str, capacity: int = 96, lanes: int = 3, **kw: Any) -> rb.ReplayBuffer:
+    if kind == "strict":
+        return rb.ReplayBuffer(capacity, num_envs=lanes, storage=StrictBackend("cpu"), **kw)
+    dev = "cuda" if kind == "cuda" else "cpu"
+    return rb.ReplayBuffer(capacity, num_envs=lanes, storage="torch", device=dev, **kw)
+
+
+def check_against(ref: rb.ReplayBuffer, batch: Any) -> None:
+    """Every field of a device batch is what the numpy buffer stores for its keys."""
+    keys = host(batch["indices"])
+    want = ref.table.gather_transitions(keys)
+    assert set(want) | {"indices"} == set(batch)
+    for k, v in want.items():
+        np.testing.assert_array_equal(host(batch[k]), v, err_msg=k)
+
+
+@pytest.mark.parametrize("kind", STORAGES)
+def test_device_samples_are_the_stored_transitions(kind: str) -> None:
+    ref = rb.ReplayBuffer(96, num_envs=3, seed=0)
+    buf = device_buffer(kind, seed=0)
+    rng = np.random.default_rng(0)
+    for i, kw in enumerate(steps(rng, 3, 90)):  # episode ends, jumps, wraps around
+        ref.add(**kw)
+        buf.add(**kw)
+        if i % 7 == 3:  # writes between samples: the mirror follows them
+            b = buf.sample(32)
+            assert isinstance(b["indices"], torch.Tensor)
+            check_against(ref, b)
+    for _ in range(5):
+        check_against(ref, buf.sample(64))
+    b = buf.sample(8)
+    assert b["obs/pix"].dtype == torch.uint8 and b["logp"].dtype == torch.float64
+    assert tuple(b.obs["pix"].shape) == (8, 2, 3)
+
+
+def test_mirror_follows_clear_load_and_env_ids() -> None:
+    ref = rb.ReplayBuffer(60, num_envs=3, seed=1)
+    buf = device_buffer("strict", capacity=60, seed=1)
+    data = steps(np.random.default_rng(1), 3, 40)
+    for i, kw in enumerate(data):
+        ids = [i % 3] if i % 4 else [0, 1, 2]
+        part = {k: ({n: v[ids] for n, v in x.items()} if isinstance(x, dict) else x[ids])
+                for k, x in kw.items()}
+        ref.add(**part, env_ids=ids)
+        buf.add(**part, env_ids=ids)
+        if i % 5 == 0:
+            check_against(ref, buf.sample(16))
+    buf.clear()
+    ref.clear()
+    for kw in data[:10]:
+        ref.add(**kw)
+        buf.add(**kw)
+    check_against(ref, buf.sample(32))
+    for kw in steps(np.random.default_rng(9), 3, 25):  # links change by a load
+        ref.add(**kw)
+    buf.load_state_dict(ref.state_dict())
+    check_against(ref, buf.sample(32))
+
+
+def test_device_draws_are_uniform_over_live_steps() -> None:
+    """Chi-square of key counts against uniform over every live step, lanes of unequal
+    length (writes to some lanes only), after the ring wrapped."""
+    buf = device_buffer("torch", capacity=60, seed=3)
+    data = steps(np.random.default_rng(3), 3, 45)
+    for i, kw in enumerate(data):
+        ids = [0, 1, 2] if i < 25 else [0]
+        buf.add(**{k: ({n: v[ids] for n, v in x.items()} if isinstance(x, dict) else x[ids])
+                   for k, x in kw.items()}, env_ids=ids)
+    t = buf.table
+    live = np.concatenate([
+        (np.arange(w - c, w) * t.lanes + lane)
+        for lane, (w, c) in enumerate(zip(t.written.tolist(), t.counts.tolist(), strict=True))])
+    draws = np.concatenate([host(buf.sample(1000)["indices"]) for _ in range(40)])
+    assert set(draws.tolist()) <= set(live.tolist())
+    counts = np.array([np.count_nonzero(draws == k) for k in live])
+    expected = len(draws) / len(live)
+    chi2 = float(((counts - expected) ** 2 / expected).sum())
+    assert chi2 < chi2_critical(len(live) - 1)
+
+
+def test_save_load_and_pickle_give_the_identical_next_sample(tmp_path: Path) -> None:
+    buf = device_buffer("torch", capacity=60, seed=4)
+    for kw in steps(np.random.default_rng(4), 3, 30):
+        buf.add(**kw)
+    buf.sample(8)  # the device generator exists and has advanced
+    rb.save(buf, tmp_path / "b")
+    clone = pickle.loads(pickle.dumps(buf))
+    state = buf.state_dict()
+    assert "device_rng" in state
+    want = buf.sample(16)
+    for other in (rb.load(tmp_path / "b"), clone):
+        got = other.sample(16)
+        for k in want:
+            np.testing.assert_array_equal(host(got[k]), host(want[k]), err_msg=k)
+    fresh = device_buffer("torch", capacity=60, seed=99)
+    fresh.load_state_dict(state)
+    np.testing.assert_array_equal(host(fresh.sample(16)["indices"]), host(want["indices"]))
+
+
+def test_same_seed_same_stream_and_host_fallbacks() -> None:
+    a, b = device_buffer("torch", seed=5), device_buffer("strict", seed=5)
+    ref = rb.ReplayBuffer(96, num_envs=3, seed=5)
+    data = steps(np.random.default_rng(5), 3, 50)
+    for kw in data:
+        for x in (a, b, ref):
+            x.add(**kw)
+    for _ in range(3):
+        np.testing.assert_array_equal(host(a.sample(32)["indices"]),
+                                      host(b.sample(32)["indices"]))
+    # replace=False draws on the host: the numpy buffer's keys
+    for x in (a, ref):
+        x.rng.bit_generator.state = np.random.default_rng(0).bit_generator.state
+    np.testing.assert_array_equal(host(a.sample(16, replace=False)["indices"]),
+                                  ref.sample(16, replace=False)["indices"])
+    # n-step draws on the host too (same samples as numpy storage)
+    n1 = device_buffer("strict", seed=6, n_step=3)
+    n2 = rb.ReplayBuffer(96, num_envs=3, seed=6, n_step=3)
+    for kw in data:
+        n1.add(**kw)
+        n2.add(**kw)
+    x, y = n1.sample(16), n2.sample(16)
+    for k in y:
+        np.testing.assert_array_equal(host(x[k]), y[k], err_msg=k)
+
+
+def test_errors_come_from_the_host_path() -> None:
+    buf = device_buffer("strict")
+    with pytest.raises(rb.EmptyBufferError):
+        buf.sample(4)
+    for kw in steps(np.random.default_rng(6), 3, 5):
+        buf.add(**kw)
+    with pytest.raises(rb.ConfigError):
+        buf.sample(0)
+    with pytest.raises(rb.ConfigError, match="sample_fn"):
+        rb.ReplayBuffer(8).sample_fn(4)
+    with pytest.raises(rb.ConfigError, match="positive int"):
+        buf.sample_fn(-1)
+    with pytest.raises(rb.ConfigError, match="draws="):
+        rb.TorchBackend("cpu", draws="gpu")
+
+
+@pytest.mark.parametrize("kind", STORAGES)
+def test_sample_fn_writes_static_tensors(kind: str) -> None:
+    ref = rb.ReplayBuffer(600, num_envs=3, seed=7)
+    buf = device_buffer(kind, capacity=600, seed=7)
+    data = steps(np.random.default_rng(7), 3, 200)
+    for kw in data[:10]:
+        ref.add(**kw)
+        buf.add(**kw)
+    fn = buf.sample_fn(32)
+    first = fn()
+    ptrs = {k: v.data_ptr() for k, v in first.items()}
+    for kw in data[10:]:  # writes (and side store growth) between calls
+        ref.add(**kw)
+        buf.add(**kw)
+        b = fn()
+        if kind == "cuda":
+            torch.cuda.synchronize()
+        check_against(ref, b)
+    assert {k: v.data_ptr() for k, v in fn().items()} == ptrs  # the same tensors throughout
+    assert buf.table.side_capacity > 64  # the side store grew: a CUDA graph was recaptured
+    with pytest.raises(rb.ConfigError, match="no device path"):
+        buf.sampler = rb.PrioritizedSampler()
+        fn()
+
+
+@cuda
+def test_cuda_sample_makes_no_sync() -> None:  # pragma: no cover - needs a GPU
+    buf = device_buffer("cuda", capacity=3000, seed=8)
+    data = steps(np.random.default_rng(8), 3, 200)
+    for kw in data:
+        buf.add(**kw)
+    buf.sample(256)
+    fn = buf.sample_fn(256)
+    fn()
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for _ in range(5):
+            buf.sample(256)
+            fn()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
