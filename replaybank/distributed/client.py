@@ -1,0 +1,462 @@
+"""The picklable client of a sharded replay service: ``rb.ReplayBuffer``'s interface.
+
+``service.client()`` returns a :class:`ReplayClient`. It speaks the buffer's interface
+(``add``, ``extend``, ``sample``, ``sample_sequences``, ``update_priorities``,
+``len``) and returns the same :class:`~replaybank.batch.Batch` /
+:class:`~replaybank.batch.SequenceBatch` types, so training code does not change when
+it moves from one process to a cluster. It pickles (pass it to Ray tasks and actors:
+pending rows are flushed first; the copy starts with an empty write queue and a copy
+of the generator).
+
+Writes: rows are batched per shard (:mod:`replaybank.distributed.writer`) and sent as
+one ``extend`` per shard, with at most ``max_in_flight`` unacknowledged sends per shard.
+A send that fails because its shard died is sent again once Ray has restarted the
+shard (for up to ``timeout`` seconds); if the shard does not come back, the call raises
+:class:`~replaybank.distributed.errors.ShardUnavailableError` and the rows stay queued
+(a later ``flush()`` sends them). Rows are never dropped silently; a shard restored
+from its latest checkpoint holds what that checkpoint held (rows acknowledged after it
+are gone with the crashed process). Bad rows are detected by the shard when the group
+is written and raised by the ``add``/``flush`` that waits for it.
+
+Reads: one round trip asks every live shard for its mass (size, total priority,
+smallest priority), a multinomial split of the batch follows, and the shards draw in
+parallel (:mod:`replaybank.distributed.split`; prioritized weights are global). A shard
+whose call fails because its process died is marked *degraded* (``degraded_shards``)
+and the batch is drawn from the others (totals renormalised); a probe notices when Ray
+has restarted it. The beta schedule of a prioritized sampler is followed by each client
+(its ``calls`` count, saved with the client state).
+
+Example (needs Ray; see :class:`~replaybank.distributed.service.ReplayService`)::
+
+    service = ReplayService(2, {"capacity": 10_000, "sampler": {"type": "prioritized"}})
+    client = service.client()
+    client.add(obs=..., action=..., reward=..., next_obs=..., terminated=...,
+               truncated=..., env_ids=[lane], priority=p0)
+    batch = client.sample(256)
+    client.update_priorities(batch.indices, new_priorities)
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+import uuid
+from typing import Any
+
+import numpy as np
+
+from replaybank.batch import Batch, SequenceBatch
+from replaybank.buffers.inputs import UNSET
+from replaybank.distributed.errors import ShardUnavailableError
+from replaybank.distributed.keys import group_by_shard
+from replaybank.distributed.split import merge, split_counts
+from replaybank.distributed.writer import RowBatcher, lanes_of, tree_map
+from replaybank.errors import ConfigError, ShapeError, describe
+from replaybank.samplers.prioritized import PrioritizedSampler
+
+__all__ = ["ReplayClient"]
+
+
+def _ray() -> Any:
+    import ray
+
+    return ray
+
+
+def _positive(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ConfigError(f"{name}={value!r}: must be an int >= 1")
+    return int(value)
+
+
+class ReplayClient:
+    """Reads and writes a :class:`~replaybank.distributed.service.ReplayService`.
+
+    Built by ``service.client()``; see the module docs for what each call does.
+
+    Args:
+        shards: The shard actor handles, in shard order.
+        num_lanes: Global lanes (env lanes) of the service.
+        sampler: The shards' sampler config (``{"type": ..., ...}``).
+        seed: Seed or Generator of the batch split.
+        max_rows: Pending rows per shard that trigger a send.
+        max_age_s: Age of the oldest pending row that triggers a send of everything.
+        max_in_flight: Unacknowledged sends per shard before a write waits.
+        timeout: Seconds any blocking call (rate limiter included) waits.
+
+    Attributes:
+        num_shards: Number of shards.
+        num_lanes: Global lanes.
+    """
+
+    def __init__(self, shards: list[Any], num_lanes: int, sampler: dict[str, Any],
+                 seed: int | np.random.Generator | None = None, max_rows: int = 1024,
+                 max_age_s: float = 1.0, max_in_flight: int = 4,
+                 timeout: float = 60.0) -> None:
+        self._shards = list(shards)
+        self.num_shards = len(self._shards)
+        self.num_lanes = num_lanes
+        self.max_rows = _positive("max_rows", max_rows)
+        self.max_in_flight = _positive("max_in_flight", max_in_flight)
+        if not (isinstance(max_age_s, (int, float)) and max_age_s >= 0):
+            raise ConfigError(f"max_age_s={max_age_s!r}: must be a number >= 0 (seconds)")
+        if not (isinstance(timeout, (int, float)) and timeout > 0):
+            raise ConfigError(f"timeout={timeout!r}: must be a number > 0 (seconds)")
+        self.max_age_s = float(max_age_s)
+        self.timeout = float(timeout)
+        self._sampler_config = dict(sampler)
+        self._schedule: PrioritizedSampler | None = None
+        if sampler.get("type") == "prioritized":
+            params = {k: v for k, v in sampler.items() if k != "type"}
+            self._schedule = PrioritizedSampler(**params, kernel="numpy")
+        self._rng = seed if isinstance(seed, np.random.Generator) \
+            else np.random.default_rng(seed)
+        self._reset_io()
+
+    def _reset_io(self) -> None:
+        self._batcher = RowBatcher(self.num_shards, self.max_rows, self.max_age_s)
+        self._in_flight: dict[int, collections.deque[tuple[Any, dict[str, Any]]]] = {
+            s: collections.deque() for s in range(self.num_shards)}
+        self._degraded: dict[int, Any] = {}  # shard -> probe ref
+        # sends are numbered per shard: Ray may start an async actor's calls out of order,
+        # and the shard writes each client's rows in this order (Shard._turn)
+        self._id = uuid.uuid4().hex
+        self._seq = [0] * self.num_shards
+
+    # ------------------------------------------------------------------ pickling
+    def __getstate__(self) -> dict[str, Any]:
+        """Flush (and wait for) pending rows, then pickle without the write queues."""
+        self.flush()
+        state = self.__dict__.copy()
+        for name in ("_batcher", "_in_flight", "_degraded", "_id", "_seq"):
+            state.pop(name)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._reset_io()
+
+    # ------------------------------------------------------------------ writes
+    def add(self, obs: Any = UNSET, action: Any = UNSET, reward: Any = UNSET,
+            next_obs: Any = UNSET, terminated: Any = UNSET, truncated: Any = UNSET,
+            env_ids: Any = None, priority: Any = None, **extras: Any) -> None:
+        """Queue one step per lane (as :meth:`replaybank.ReplayBuffer.add`).
+
+        Values are ``[num_lanes, *shape]`` (``[*shape]`` with one lane), or
+        ``[len(env_ids), *shape]`` for the global lanes ``env_ids``; ``priority`` is
+        None, one number, or one per lane (prioritized shards only).
+
+        Raises:
+            ShapeError: ``env_ids`` or a value's leading dimension does not fit.
+            ShardUnavailableError: A send of earlier rows could not be delivered.
+        """
+        values = self._values(obs, action, reward, next_obs, terminated, truncated, extras)
+        lanes, single = self._lanes(env_ids, "add")
+        if single:
+            values = tree_map(lambda v: v[None], values)
+        k = len(lanes)
+        self._check_lead(values, (k,), "add", "[num_lanes, *shape] or [len(env_ids), *shape]")
+        pr = None if priority is None else self._priority(priority, (k,), "add")
+        self._queue(self._batcher.append(values, lanes, pr, steps=False))
+
+    def extend(self, *, obs: Any = UNSET, action: Any = UNSET, reward: Any = UNSET,
+               next_obs: Any = UNSET, terminated: Any = UNSET, truncated: Any = UNSET,
+               env_ids: Any = None, priority: Any = None, **extras: Any) -> None:
+        """Queue ``T`` steps per lane: values ``[T, num_lanes, *shape]`` (``[T, *shape]``
+        with one lane) or ``[T, len(env_ids), *shape]``; ``priority`` None, one number
+        or ``[T, k]`` (``[T]`` with one lane)."""
+        values = self._values(obs, action, reward, next_obs, terminated, truncated, extras)
+        lanes, single = self._lanes(env_ids, "extend")
+        if single:
+            values = tree_map(lambda v: v[:, None], values)
+        k = len(lanes)
+        lead = _lead(values)
+        self._check_lead(values, (lead[0] if lead else -1, k), "extend",
+                         "[T, num_lanes, *shape] or [T, len(env_ids), *shape]")
+        pr = None
+        if priority is not None:
+            p = np.asarray(priority, np.float64)
+            if single and p.ndim == 1:
+                p = p[:, None]
+            pr = self._priority(p, (lead[0], k), "extend")
+        self._queue(self._batcher.append(values, lanes, pr, steps=True))
+
+    @staticmethod
+    def _values(obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any,
+                truncated: Any, extras: dict[str, Any]) -> dict[str, Any]:
+        given = {"obs": obs, "action": action, "reward": reward, "next_obs": next_obs,
+                 "terminated": terminated, "truncated": truncated, **extras}
+        return {k: tree_map(_array, v) for k, v in given.items() if v is not UNSET}
+
+    def _lanes(self, env_ids: Any, call: str) -> tuple[Any, bool]:
+        if env_ids is None:
+            return np.arange(self.num_lanes, dtype=np.int64), self.num_lanes == 1
+        return lanes_of(env_ids, self.num_lanes, call), False
+
+    @staticmethod
+    def _check_lead(values: dict[str, Any], lead: tuple[int, ...], call: str,
+                    want: str) -> None:
+        def check(name: str, v: Any) -> None:
+            if isinstance(v, dict):
+                for k, x in v.items():
+                    check(f"{name}/{k}", x)
+            elif tuple(np.shape(v)[:len(lead)]) != lead:
+                raise ShapeError(f"{call}({name}={describe(v)}): leading dims must be "
+                                 f"{lead}, i.e. {want}")
+        for name, v in values.items():
+            check(name, v)
+
+    @staticmethod
+    def _priority(priority: Any, shape: tuple[int, ...], call: str) -> Any:
+        p = np.asarray(priority, np.float64)
+        if p.ndim == 0:
+            return np.full(shape, float(p))
+        if p.shape != shape:
+            raise ShapeError(f"{call}(priority={describe(priority)}): expected one number "
+                             f"or shape {shape} (one per row)")
+        return p
+
+    def _queue(self, ready: list[int]) -> None:
+        for s in ready:
+            payload = self._batcher.take(s)
+            while payload is not None:
+                self._send(s, payload)
+                payload = self._batcher.take(s)
+
+    def _send(self, shard: int, payload: dict[str, Any]) -> None:
+        q = self._in_flight[shard]
+        seq = self._seq[shard]
+        self._seq[shard] += 1
+        payload["writer"] = (self._id, seq, seq)
+        ref = self._submit(shard, payload)
+        q.append((ref, payload))
+        while len(q) > self.max_in_flight:
+            self._ack(shard)
+
+    def _submit(self, shard: int, payload: dict[str, Any]) -> Any:
+        """Send ``payload``, telling the shard which of our sends is the oldest unacked."""
+        q = self._in_flight[shard]
+        name, seq, _ = payload["writer"]
+        floor = q[0][1]["writer"][1] if q else seq
+        payload["writer"] = (name, seq, floor)
+        return self._shards[shard].extend.remote(payload, self.timeout)
+
+    def _ack(self, shard: int) -> None:
+        """Wait for the oldest send to ``shard``; resend it while the shard restarts."""
+        ray = _ray()
+        q = self._in_flight[shard]
+        ref, payload = q[0]
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                ray.get(ref, timeout=self.timeout + 10.0)
+                q.popleft()
+                return
+            except ray.exceptions.RayActorError:
+                if time.monotonic() > deadline:
+                    raise ShardUnavailableError(
+                        f"flush: shard {shard} did not come back within timeout="
+                        f"{self.timeout}s; its {len(q)} pending sends stay queued, call "
+                        "flush() again (or restart the service from a checkpoint)") from None
+                time.sleep(0.2)
+                ref = self._submit(shard, payload)
+                q[0] = (ref, payload)
+            except ray.exceptions.GetTimeoutError:
+                raise ShardUnavailableError(
+                    f"flush: shard {shard} did not answer within {self.timeout + 10.0}s; "
+                    "the rows stay queued, call flush() again") from None
+            except Exception as exc:  # the shard refused the rows (bad input, rate limit)
+                cause = getattr(exc, "cause", None)
+                if not _is_rate_limit(cause):
+                    q.popleft()  # bad rows: the shard's buffer is unchanged
+                raise (cause if isinstance(cause, Exception) else exc) from None
+
+    def flush(self, wait: bool = True) -> None:
+        """Send every pending row; with ``wait``, also wait until each shard wrote them.
+
+        Raises:
+            ShardUnavailableError: A shard did not come back in time (rows stay queued).
+        """
+        self._queue(self._batcher.close_all())
+        if wait:
+            for s in range(self.num_shards):
+                while self._in_flight[s]:
+                    self._ack(s)
+
+    def close(self) -> None:
+        """Flush and wait; the client may still be used afterwards."""
+        self.flush()
+
+    @property
+    def pending_rows(self) -> int:
+        """Rows queued here and not yet sent."""
+        return self._batcher.pending_rows
+
+    # ------------------------------------------------------------------ reads
+    @property
+    def degraded_shards(self) -> frozenset[int]:
+        """Shards whose process died and that are not back yet (sampling skips them)."""
+        self._probe()
+        return frozenset(self._degraded)
+
+    def _probe(self) -> None:
+        if not self._degraded:
+            return
+        ray = _ray()
+        for s, probe in list(self._degraded.items()):
+            ready, _ = ray.wait([probe], timeout=0)
+            if ready:
+                try:
+                    ray.get(probe)
+                    del self._degraded[s]
+                except ray.exceptions.RayActorError:
+                    self._degraded[s] = self._shards[s].mass.remote()
+
+    def _mark_degraded(self, shard: int) -> None:
+        self._degraded[shard] = self._shards[shard].mass.remote()
+
+    def _gather(self, refs: dict[int, Any]) -> tuple[dict[int, Any], list[int]]:
+        """``ray.get`` each; shards whose process died go to the failed list."""
+        ray = _ray()
+        out: dict[int, Any] = {}
+        failed: list[int] = []
+        for s, ref in refs.items():
+            try:
+                out[s] = ray.get(ref, timeout=self.timeout + 10.0)
+            except ray.exceptions.RayActorError:
+                failed.append(s)
+            except ray.exceptions.GetTimeoutError:
+                raise ShardUnavailableError(f"shard {s} did not answer within "
+                                            f"{self.timeout + 10.0}s") from None
+            except ray.exceptions.RayTaskError as exc:
+                cause = exc.cause
+                raise (cause if isinstance(cause, Exception) else exc) from None
+        for s in failed:
+            self._mark_degraded(s)
+        return out, failed
+
+    def masses(self) -> dict[int, tuple[int, float, float]]:
+        """``{shard: (size, total, p_min)}`` of the live shards (one round trip)."""
+        self._probe()
+        live = [s for s in range(self.num_shards) if s not in self._degraded]
+        out, _ = self._gather({s: self._shards[s].mass.remote() for s in live})
+        return out
+
+    def __len__(self) -> int:
+        """Items stored in the live shards (rows still queued here are not counted)."""
+        return sum(m[0] for m in self.masses().values())
+
+    def sample(self, batch_size: int, replace: bool = True, **kwargs: Any) -> Batch:
+        """Sample ``batch_size`` transitions from every live shard (global distribution).
+
+        Args:
+            batch_size: B.
+            replace: Draw with replacement (default); ``False`` draws distinct items
+                within each shard.
+            **kwargs: Sampler options (``beta`` for prioritized shards).
+
+        Returns:
+            A :class:`~replaybank.batch.Batch` as one buffer returns, ``indices`` being
+            global keys; prioritized: global ``probabilities`` and ``weights``.
+
+        Raises:
+            EmptyBufferError: The live shards hold nothing.
+            ShardUnavailableError: No shard is alive.
+            RateLimitTimeout: A shard's rate limiter held the call past ``timeout``.
+        """
+        return Batch.own(self._draw(batch_size, None, {"replace": replace, **kwargs}))
+
+    def sample_sequences(self, batch_size: int, sequence_length: int,
+                         **kwargs: Any) -> SequenceBatch:
+        """Sample ``[B, L]`` windows (as :meth:`replaybank.ReplayBuffer.sample_sequences`).
+
+        The batch is split by shard mass (size, or total priority), which equals one
+        buffer's distribution over valid window starts when every shard has the same
+        fraction of valid starts (long episodes); ``starts`` are global keys.
+        """
+        _positive("sequence_length", sequence_length)
+        return SequenceBatch.own(self._draw(batch_size, (int(sequence_length),), kwargs))
+
+    def _draw(self, n: int, sequences: tuple[int] | None, kwargs: dict[str, Any]
+              ) -> dict[str, Any]:
+        n = _positive("batch_size", n)
+        beta = None
+        if self._schedule is not None:
+            beta = self._schedule.resolve_beta(kwargs.pop("beta", None))
+            kwargs["beta"] = beta
+        for _ in range(self.num_shards + 1):
+            masses = self.masses()
+            if not masses:
+                raise ShardUnavailableError(
+                    f"sample(batch_size={n}): every shard is down "
+                    f"({sorted(self._degraded)}); wait for Ray to restart them")
+            ids = sorted(masses)
+            counts = split_counts(np.array([masses[s][1] for s in ids]), n, self._rng)
+            refs = {s: self._shards[s].sample.remote(int(c), kwargs, sequences, self.timeout)
+                    for s, c in zip(ids, counts.tolist(), strict=True) if c > 0}
+            replies, failed = self._gather(refs)
+            if failed:
+                continue  # renormalise over the shards still alive
+            for s, r in replies.items():
+                masses[s] = r["mass"]
+            fields = merge([replies[s] for s in sorted(replies)], list(masses.values()),
+                           beta, self._sampler_config.get("weight_norm"))
+            if self._schedule is not None:
+                self._schedule.calls += 1
+            return fields
+        raise ShardUnavailableError(f"sample(batch_size={n}): shards kept failing "
+                                    f"({sorted(self._degraded)} down)")
+
+    def update_priorities(self, indices: Any, priorities: Any) -> int:
+        """Set priorities of sampled global ``indices``; stale ones (overwritten since)
+        and those of shards that are down are ignored.
+
+        Returns:
+            Number of priorities applied.
+        """
+        groups = group_by_shard(indices, priorities, self.num_shards, "update_priorities")
+        self._probe()
+        refs = {s: self._shards[s].update_priorities.remote(k, p)
+                for s, (k, p) in groups.items() if s not in self._degraded}
+        out, _ = self._gather(refs)
+        return int(sum(out.values()))
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict[str, Any]:
+        """The sampling state: generator and beta-schedule calls (JSON-able)."""
+        return {"rng": self._rng.bit_generator.state,
+                "calls": None if self._schedule is None else self._schedule.calls}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`."""
+        self._rng.bit_generator.state = state["rng"]
+        if self._schedule is not None and state.get("calls") is not None:
+            self._schedule.calls = int(state["calls"])
+
+    def __repr__(self) -> str:
+        return (f"ReplayClient(num_shards={self.num_shards}, num_lanes={self.num_lanes}, "
+                f"pending_rows={self.pending_rows})")
+
+
+def _array(v: Any) -> Any:
+    if hasattr(v, "detach"):  # torch
+        v = v.detach().cpu().numpy()
+    return np.asarray(v)
+
+
+def _lead(values: dict[str, Any]) -> tuple[int, ...]:
+    v: Any = values
+    while isinstance(v, dict):
+        if not v:
+            return ()
+        v = next(iter(v.values()))
+    return tuple(np.shape(v))
+
+
+def _is_rate_limit(exc: Any) -> bool:
+    """Whether ``exc`` is the rate limiter's timeout (the rows are kept for a retry)."""
+    try:
+        from replaybank.distributed.limiter import RateLimitTimeout
+    except ImportError:  # pragma: no cover - the limiter lands separately
+        return False
+    return isinstance(exc, RateLimitTimeout)

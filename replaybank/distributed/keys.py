@@ -1,0 +1,82 @@
+"""Global item keys of a sharded replay service: ``(shard, local key)`` in one int64.
+
+A shard's buffer names each stored step by its item key ``seq * lanes + lane``
+(:mod:`replaybank.ops.ring`): the lane-local sequence number ``seq`` never repeats, so a
+key carries the step's slot *and* its generation (which write of that slot it is), and a
+key whose step was overwritten is detectably stale. The service keeps that property
+across shards by packing the shard index into the low digits:
+
+``global = local * num_shards + shard``, so ``shard = global % num_shards`` and
+``local = global // num_shards``.
+
+Keys stay non-negative and unique over the service's lifetime; a late priority update
+for an overwritten step is dropped by the shard that held it.
+
+Example:
+    >>> import numpy as np
+    >>> g = to_global(np.array([0, 5, 7]), shard=2, num_shards=4)
+    >>> g.tolist()
+    [2, 22, 30]
+    >>> shard, local = to_local(g, num_shards=4)
+    >>> shard.tolist(), local.tolist()
+    ([2, 2, 2], [0, 5, 7])
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from replaybank.errors import ShapeError, describe
+
+__all__ = ["group_by_shard", "to_global", "to_local"]
+
+IntArray = npt.NDArray[np.int64]
+
+
+def to_global(local: IntArray, shard: int, num_shards: int) -> IntArray:
+    """Global keys ``[B]`` of shard ``shard``'s local item keys ``[B]``."""
+    return np.asarray(local, dtype=np.int64) * num_shards + shard
+
+
+def to_local(keys: IntArray, num_shards: int) -> tuple[IntArray, IntArray]:
+    """Split global keys ``[B]`` into (shard ``[B]``, local item key ``[B]``)."""
+    keys = np.asarray(keys, dtype=np.int64)
+    return keys % num_shards, keys // num_shards
+
+
+def group_by_shard(keys: Any, values: Any, num_shards: int, call: str
+                   ) -> dict[int, tuple[IntArray, npt.NDArray[np.float64]]]:
+    """``{shard: (local keys, values)}`` of global ``keys`` ``[B]`` and ``values`` ``[B]``.
+
+    Raises:
+        ShapeError: ``keys`` and ``values`` are not 1-D of one length, or a key is
+            negative (not a key this service handed out).
+
+    Example:
+        >>> out = group_by_shard([0, 3, 5], [1.0, 2.0, 3.0], 2, "update_priorities")
+        >>> {s: (k.tolist(), v.tolist()) for s, (k, v) in out.items()}
+        {0: ([0], [1.0]), 1: ([1, 2], [2.0, 3.0])}
+    """
+    if hasattr(keys, "detach"):  # torch tensors
+        keys = keys.detach().cpu().numpy()
+    if hasattr(values, "detach"):
+        values = values.detach().cpu().numpy()
+    k = np.asarray(keys)
+    v = np.asarray(values, dtype=np.float64)
+    if k.ndim != 1 or v.shape != k.shape or not np.issubdtype(k.dtype, np.integer):
+        raise ShapeError(
+            f"{call}(indices={describe(keys)}, priorities={describe(values)}): expected "
+            "1-D integer indices (batch.indices) and one priority per index"
+        )
+    if len(k) and int(k.min()) < 0:
+        raise ShapeError(f"{call}: indices hold {int(k.min())}; pass batch.indices as "
+                         "returned by sample (non-negative global keys)")
+    shard, local = to_local(k.astype(np.int64), num_shards)
+    out: dict[int, tuple[IntArray, npt.NDArray[np.float64]]] = {}
+    for s in np.unique(shard).tolist():
+        m = shard == s
+        out[int(s)] = (local[m], v[m])
+    return out

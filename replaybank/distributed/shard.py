@@ -1,0 +1,384 @@
+"""One shard of the sharded replay service: a replaybank buffer behind a Ray actor.
+
+:class:`Shard` is a plain class (the service wraps it with ``ray.remote``); its waiting
+methods are coroutines, so Ray runs it as an *async actor*: a call blocked by the rate
+limiter awaits inside the actor's event loop and never stalls the other calls (samples,
+priority updates, stats) queued on the same shard.
+
+Each shard holds the buffer ``rb.from_config(config)`` with ``num_envs`` set to its
+share of the service's lanes (global lane ``l`` lives on shard ``l % num_shards`` as
+local lane ``l // num_shards``), its own rate limiter (one per shard: the limit applies
+to each shard as given) and its counters. A sample returns the stored fields with item
+keys made global (:mod:`replaybank.distributed.keys`), the shard's *mass* (size, total
+priority, smallest priority) at the draw, and for prioritized samplers the stored
+priority of every drawn item, from which the client computes the global probabilities
+and importance weights.
+
+``max_times_sampled`` (queue-like use, prioritized samplers only): the shard counts how
+often each stored item was drawn (per slot, reset when the slot holds a new item) and
+gives an item that reached the count a stored priority of 0
+(:meth:`~replaybank.samplers.prioritized.PrioritizedSampler.exclude`): it is never
+drawn again, and later priority updates for it are dropped. (Within one sample call
+with replacement an item may still be drawn more than once.)
+
+Example:
+    >>> import numpy as np
+    >>> s = Shard(ShardSpec(index=1, num_shards=2, config={"capacity": 8}, lanes=1, seed=0))
+    >>> s.extend_now({"env_ids": [0], "values": {
+    ...     "obs": np.zeros((3, 1, 2)), "action": np.zeros((3, 1)), "reward": np.ones((3, 1)),
+    ...     "next_obs": np.ones((3, 1, 2)), "terminated": np.zeros((3, 1), bool),
+    ...     "truncated": np.zeros((3, 1), bool)}, "priority": None})
+    >>> out = s.sample_now(4, {}, sequences=None)
+    >>> out["mass"], sorted(set(out["fields"]["indices"].tolist()) - {1, 3, 5})
+    ((3, 3.0, inf), [])
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+
+from replaybank import persist
+from replaybank.config import from_config
+from replaybank.distributed import checkpoint
+from replaybank.distributed.keys import to_global
+from replaybank.errors import ConfigError, ReplayBankError
+from replaybank.ops import ring
+
+__all__ = ["PriorityMass", "Shard", "ShardSpec"]
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+#: (size, total mass, smallest positive stored priority): what global sampling needs.
+Mass = tuple[int, float, float]
+
+
+@runtime_checkable
+class PriorityMass(Protocol):
+    """A priority sampler whose sum, minimum and per-slot priorities can be read, and
+    whose items can be excluded from drawing (checked once when a shard starts)."""
+
+    weight_norm: str | None
+
+    @property
+    def total(self) -> float:
+        """Sum of the stored priorities."""
+        ...
+
+    def priorities(self, slots: IntArray) -> FloatArray:
+        """Stored priorities of ``slots``."""
+        ...
+
+    def range_min(self, a: int, b: int) -> float:
+        """Smallest positive stored priority of slots ``[a, b)``."""
+        ...
+
+    def exclude(self, slots: IntArray) -> None:
+        """Stored priority 0 for ``slots``."""
+        ...
+
+    def config(self) -> dict[str, Any]:
+        """Constructor arguments with ``type``."""
+        ...
+
+
+@dataclass(frozen=True)
+class ShardSpec:
+    """How to build one shard (picklable; Ray passes it again when it restarts one).
+
+    Attributes:
+        index: This shard's index in ``[0, num_shards)``.
+        num_shards: Shards in the service.
+        config: The buffer config (a dict); ``num_envs`` and ``seed`` are set here.
+        lanes: Local lanes of this shard (its buffer's ``num_envs``).
+        seed: This shard's buffer seed (None: fresh entropy).
+        rate_limit: A :class:`~replaybank.distributed.limiter.RateLimit` or None.
+        max_times_sampled: Draws after which an item is never drawn again (None: off).
+        checkpoint_dir: Where the service records its latest checkpoint; a restarted
+            shard reloads its folder from there.
+        restore: A checkpoint to load at first start (``ReplayService.restore``).
+    """
+
+    index: int
+    num_shards: int
+    config: dict[str, Any]
+    lanes: int
+    seed: int | None = None
+    rate_limit: Any = None
+    max_times_sampled: int | None = None
+    checkpoint_dir: str | None = None
+    restore: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _reconstructed() -> bool:
+    """Whether Ray restarted this actor after its process died (False outside Ray)."""
+    try:
+        import ray
+    except ImportError:  # pragma: no cover - the service needs ray anyway
+        return False
+    if not ray.is_initialized():
+        return False
+    try:
+        return bool(ray.get_runtime_context().was_current_actor_reconstructed)
+    except Exception:  # not inside an actor
+        return False
+
+
+class Shard:
+    """One shard: a buffer, its rate limiter and counters (see the module docs).
+
+    Args:
+        spec: What to build.
+
+    Raises:
+        ConfigError: ``max_times_sampled`` with a sampler that has no priorities.
+        CheckpointError: The checkpoint to restore is damaged or does not fit.
+    """
+
+    def __init__(self, spec: ShardSpec) -> None:
+        self.spec = spec
+        # an error here is kept and raised by info() and mass(): Ray keeps no exception
+        # of a failed actor constructor, only its text
+        self.error: ReplayBankError | None = None
+        try:
+            self._build(spec)
+        except ReplayBankError as exc:
+            self.error = exc
+
+    def _build(self, spec: ShardSpec) -> None:
+        cfg = {**spec.config, "num_envs": spec.lanes, "seed": spec.seed}
+        self.buf: Any = from_config(cfg)
+        sampler = self.buf.sampler
+        self.prio: PriorityMass | None = sampler if isinstance(sampler, PriorityMass) else None
+        if spec.max_times_sampled is not None and self.prio is None:
+            raise ConfigError(
+                f"ReplayService(max_times_sampled={spec.max_times_sampled}): needs a "
+                f"prioritized sampler, the buffer has {type(sampler).__name__}; use "
+                "sampler={'type': 'prioritized', 'alpha': 0.0} for uniform draws"
+            )
+        self.limiter: Any = None
+        if spec.rate_limit is not None:
+            from replaybank.distributed.limiter import RateLimiter
+
+            self.limiter = RateLimiter(spec.rate_limit)
+        self.n_slots = int(self.buf.capacity)
+        self.T = self.n_slots // spec.lanes
+        self.times = np.zeros(self.n_slots, np.int64)  # draws of the item in each slot
+        self.times_key = np.full(self.n_slots, -1, np.int64)  # which item they count
+        self.inserts = 0
+        self.samples = 0
+        self.restored_from: str | None = None
+        self._next_seq: dict[str, int] = {}  # per client: the send to write next
+        self._cond: asyncio.Condition | None = None
+        root: Path | None = None
+        if spec.restore is not None:
+            root = Path(spec.restore)
+        elif spec.checkpoint_dir is not None and _reconstructed():
+            root = checkpoint.latest(Path(spec.checkpoint_dir))
+        if root is not None:
+            self.load(str(root))
+
+    # ------------------------------------------------------------------ queries
+    def pid(self) -> int:
+        """The worker process id (tests SIGKILL it)."""
+        return os.getpid()
+
+    def mass(self) -> Mass:
+        """``(size, total, p_min)``: total priority and smallest positive stored priority
+        (prioritized), or ``(size, size, inf)``."""
+        if self.error is not None:
+            raise self.error
+        size = len(self.buf)
+        if self.prio is None:
+            return size, float(size), math.inf
+        return size, float(self.prio.total), float(self.prio.range_min(0, self.n_slots))
+
+    def info(self) -> dict[str, Any]:
+        """Sampler config, lanes, pid and where the shard was restored from.
+
+        Raises:
+            ReplayBankError: The error that stopped the shard from starting.
+        """
+        if self.error is not None:
+            raise self.error
+        return {"sampler": self.buf.sampler.config(), "lanes": self.spec.lanes,
+                "pid": os.getpid(), "prioritized": self.prio is not None,
+                "restored_from": self.restored_from}
+
+    def stats(self) -> dict[str, Any]:
+        """Size, capacity, total, inserts, samples, blocked calls and limiter state."""
+        size, total, p_min = self.mass()
+        limiter = None if self.limiter is None else self.limiter.stats()
+        return {
+            "shard": self.spec.index, "size": size, "capacity": self.n_slots,
+            "total": total, "min_priority": p_min, "inserts": self.inserts,
+            "samples": self.samples, "pid": os.getpid(),
+            "blocked_inserts": 0 if limiter is None else limiter["blocked_inserts"],
+            "blocked_samples": 0 if limiter is None else limiter["blocked_samples"],
+            "limiter": limiter,
+            "restored_from": self.restored_from,
+        }
+
+    # ------------------------------------------------------------------ writes
+    async def extend(self, payload: dict[str, Any], timeout: float | None) -> Mass:
+        """Write a batch of rows, first waiting for the rate limiter when it blocks.
+
+        The limiter counts the rows (``wait_insert`` or ``on_insert``) and, as deletes,
+        the steps they overwrote (which lowers its size, not its sample/insert ratio).
+        """
+        writer = payload.get("writer")
+        if writer is not None and not await self._turn(writer, timeout):
+            return self.mass()  # a resend of rows this shard already wrote
+        try:
+            n = self._rows(payload)
+            if self.limiter is None or self.limiter.can_insert(n):
+                self.extend_now(payload)
+            else:
+                await self.limiter.wait_insert(n, timeout)  # counts the n inserts
+                self._write(payload, n)
+        finally:
+            if writer is not None:
+                self._next_seq[writer[0]] = writer[1] + 1
+                cond = self._order()
+                async with cond:
+                    cond.notify_all()
+        return self.mass()
+
+    def _order(self) -> asyncio.Condition:
+        if self._cond is None:  # made inside the actor's event loop
+            self._cond = asyncio.Condition()
+        return self._cond
+
+    async def _turn(self, writer: tuple[str, int, int], timeout: float | None) -> bool:
+        """Wait until the rows ``(client, seq, floor)`` are next in that client's order.
+
+        Ray may start an async actor's calls out of submission order; each client numbers
+        its sends to a shard, and says which is its oldest unacknowledged one (``floor``:
+        every earlier send was written, by this process or by the one whose checkpoint it
+        restored). Returns False for a send already written (a resend after a lost reply).
+        """
+        name, seq, floor = writer
+        expected = self._next_seq.setdefault(name, floor)
+        if seq < expected:
+            return False
+        cond = self._order()
+        async with cond:
+            await asyncio.wait_for(
+                cond.wait_for(lambda: self._next_seq[name] >= seq), timeout)
+        return self._next_seq[name] == seq
+
+    @staticmethod
+    def _rows(payload: dict[str, Any]) -> int:
+        first: Any = payload["values"]
+        while isinstance(first, dict):
+            first = next(iter(first.values()))
+        return int(np.shape(first)[0]) * len(payload["env_ids"])
+
+    def extend_now(self, payload: dict[str, Any]) -> None:
+        """``buf.extend(env_ids=..., priority=..., **values)`` and the counters."""
+        n = self._rows(payload)
+        self._write(payload, n)
+        if self.limiter is not None:
+            self.limiter.on_insert(n)
+
+    def _write(self, payload: dict[str, Any], n: int) -> None:
+        before = len(self.buf)
+        self.buf.extend(env_ids=payload["env_ids"], priority=payload["priority"],
+                        **payload["values"])
+        self.inserts += n
+        overwritten = before + n - len(self.buf)
+        if self.limiter is not None and overwritten > 0:
+            self.limiter.on_delete(overwritten)
+
+    # ------------------------------------------------------------------ reads
+    async def sample(self, n: int, kwargs: dict[str, Any], sequences: tuple[int] | None,
+                     timeout: float | None) -> dict[str, Any]:
+        """Draw ``n`` items (or windows), first waiting for the rate limiter when it
+        blocks (the limiter counts the ``n`` samples)."""
+        if self.limiter is None or self.limiter.can_sample(n):
+            out = self.sample_now(n, kwargs, sequences)
+            if self.limiter is not None:
+                self.limiter.on_sample(n)
+            return out
+        await self.limiter.wait_sample(n, timeout)
+        return self.sample_now(n, kwargs, sequences)
+
+    def sample_now(self, n: int, kwargs: dict[str, Any], sequences: tuple[int] | None
+                   ) -> dict[str, Any]:
+        """Draw now: fields with global keys, the mass, and drawn items' priorities."""
+        if sequences is None:
+            batch = self.buf.sample(n, **kwargs)
+            key_name = "indices"
+        else:
+            batch = self.buf.sample_sequences(n, sequences[0], **kwargs)
+            key_name = "starts"
+        mass = self.mass()  # at the draw (before max_times_sampled excludes items)
+        fields = batch.to_dict(nested=False)
+        local = np.asarray(fields[key_name], np.int64)
+        fields[key_name] = to_global(local, self.spec.index, self.spec.num_shards)
+        out: dict[str, Any] = {"fields": fields, "priorities": None}
+        if self.prio is not None:
+            slots = ring.key_to_slot(local, self.T, self.spec.lanes)
+            out["priorities"] = self.prio.priorities(slots)
+            if self.spec.max_times_sampled is not None:
+                self._count(local, slots)
+        self.samples += n
+        out["mass"] = mass
+        return out
+
+    def _count(self, keys: IntArray, slots: IntArray) -> None:
+        """Count draws per item; exclude the items that reached ``max_times_sampled``."""
+        assert self.prio is not None and self.spec.max_times_sampled is not None
+        new = self.times_key[slots] != keys  # the slot holds another item now
+        self.times[slots[new]] = 0
+        self.times_key[slots] = keys
+        np.add.at(self.times, slots, 1)
+        done = slots[self.times[slots] >= self.spec.max_times_sampled]
+        if len(done):
+            self.prio.exclude(np.unique(done))
+
+    def update_priorities(self, keys: IntArray, priorities: FloatArray) -> int:
+        """Apply new priorities to local ``keys`` (stale and exhausted ones dropped)."""
+        keys = np.asarray(keys, np.int64)
+        priorities = np.asarray(priorities, np.float64)
+        if self.spec.max_times_sampled is not None and len(keys):
+            slots = ring.key_to_slot(keys, self.T, self.spec.lanes)
+            spent = (self.times_key[slots] == keys) \
+                & (self.times[slots] >= self.spec.max_times_sampled)
+            keys, priorities = keys[~spent], priorities[~spent]
+        return int(self.buf.update_priorities(keys, priorities))
+
+    # ------------------------------------------------------------------ state
+    def save(self, root: str) -> str:
+        """Save the buffer and the shard state into ``<root>/shard-NNN`` (atomic files)."""
+        where = checkpoint.shard_dir(Path(root), self.spec.index)
+        where.mkdir(parents=True, exist_ok=True)
+        persist.save(self.buf, where)
+        np.save(where / "times.npy.tmp.npy", np.stack([self.times, self.times_key]))
+        os.replace(where / "times.npy.tmp.npy", where / "times.npy")
+        checkpoint.write_json(where / "shard.json", {
+            "index": self.spec.index, "inserts": self.inserts, "samples": self.samples,
+            "limiter": None if self.limiter is None else self.limiter.state_dict(),
+        })
+        return str(where)
+
+    def load(self, root: str) -> None:
+        """Load ``<root>/shard-NNN`` (written by :meth:`save`)."""
+        where = checkpoint.shard_dir(Path(root), self.spec.index)
+        state = checkpoint.read_json(where / "shard.json", "the shard state")
+        persist.load_into(self.buf, where)
+        times = np.load(where / "times.npy")
+        self.times, self.times_key = times[0].copy(), times[1].copy()
+        self.inserts, self.samples = int(state["inserts"]), int(state["samples"])
+        if self.limiter is not None and state["limiter"] is not None:
+            self.limiter.load_state_dict(state["limiter"])
+        self.restored_from = str(root)
+

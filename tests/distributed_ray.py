@@ -1,0 +1,46 @@
+"""A session-scoped local Ray cluster for the distributed tests (start-up paid once).
+
+Import the fixture into a test module: ``from tests.distributed_ray import ray_cluster``.
+The cluster has 2 CPUs (this machine's), no dashboard, and its temp dir under the
+session's tmp path; it is shut down at the end of the session.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+ray = pytest.importorskip("ray")
+
+#: CPUs each test shard reserves, so that two services' worth fit the 2-CPU cluster.
+SHARD_CPUS = 0.25
+
+
+@pytest.fixture(scope="session")
+def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """``ray`` with a local cluster running (started once per session)."""
+    started = False
+    if not ray.is_initialized():
+        tmp = tmp_path_factory.mktemp("ray")
+        ray.init(num_cpus=2, include_dashboard=False, _temp_dir=str(tmp),
+                 log_to_driver=False, configure_logging=False)
+        started = True
+    yield ray
+    if started:
+        ray.shutdown()
+
+
+def steps(lanes: int, t0: int, t1: int, ids: bool = True) -> dict[str, Any]:
+    """Values of ``extend`` for steps ``t0..t1`` of ``lanes`` lanes: ``obs[..., 0]`` is
+    ``1000 * lane + t`` (a unique id of the step), ``next_obs`` the next one's."""
+    t = np.arange(t0, t1)[:, None] + np.zeros((1, lanes))
+    lane = np.arange(lanes)[None, :] + np.zeros((t1 - t0, 1))
+    oid = (1000 * lane + t).astype(np.float32)
+    obs = np.stack([oid, np.ones_like(oid)], axis=-1)
+    nxt = np.stack([oid + 1, np.ones_like(oid)], axis=-1)
+    n = (t1 - t0, lanes)
+    return {"obs": obs, "action": np.zeros(n, np.int64), "reward": np.ones(n, np.float32),
+            "next_obs": nxt, "terminated": np.zeros(n, bool), "truncated": np.zeros(n, bool)}

@@ -1,0 +1,259 @@
+"""The sharded replay service on a real local Ray: global sampling against one buffer,
+weights, stale updates, lanes, pickled clients, concurrent use, checkpoints."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+import replaybank as rb
+from replaybank.errors import CheckpointError, ConfigError, ShapeError
+from tests.distributed_ray import SHARD_CPUS, ray_cluster, steps  # noqa: F401 (fixture)
+from tests.stats import chi2_critical
+
+ray = pytest.importorskip("ray")
+from replaybank.distributed import ReplayService  # noqa: E402
+
+PER = {"type": "prioritized", "alpha": 0.6, "beta": 0.4, "kernel": "numpy"}
+
+
+@pytest.fixture
+def services(ray_cluster: Any) -> Iterator[list[ReplayService]]:  # noqa: F811
+    """Services a test starts; all shut down after it."""
+    started: list[ReplayService] = []
+    yield started
+    for s in started:
+        s.shutdown()
+
+
+def start(services: list[ReplayService], *args: Any, **kwargs: Any) -> ReplayService:
+    kwargs.setdefault("num_cpus", SHARD_CPUS)
+    kwargs.setdefault("timeout", 30.0)
+    svc = ReplayService(*args, **kwargs)
+    services.append(svc)
+    return svc
+
+
+def ids(batch: Any) -> np.ndarray:
+    return batch.obs[:, 0].astype(np.int64)
+
+
+def chi2_pvalue_ok(observed: np.ndarray, expected: np.ndarray) -> bool:
+    """Goodness of fit at the 0.1% level (scipy when installed, else Wilson-Hilferty)."""
+    stat = float(((observed - expected) ** 2 / expected).sum())
+    df = len(observed) - 1
+    try:
+        from scipy import stats
+    except ImportError:  # pragma: no cover
+        return stat < chi2_critical(df)
+    return float(stats.chi2.sf(stat, df)) > 1e-3
+
+
+def filled(services: list[ReplayService], sampler: Any, weight_norm: str = "buffer",
+           seed: int = 0) -> tuple[ReplayService, Any, Any]:
+    """A 2-shard service and one buffer with the same 64 steps (4 lanes) and priorities."""
+    cfg: dict[str, Any] = {"capacity": 64, "seed": seed}
+    if sampler is not None:
+        cfg["sampler"] = {**sampler, "weight_norm": weight_norm}
+    svc = start(services, 2, cfg, num_lanes=4, seed=seed)
+    single = rb.from_config({**cfg, "capacity": 128, "num_envs": 4})
+    data = steps(4, 0, 16)
+    prio = np.random.default_rng(seed).uniform(0.1, 5.0, (16, 4))
+    client = svc.client(max_rows=17)
+    if sampler is None:
+        client.extend(**data)
+        single.extend(**data)
+    else:
+        client.extend(**data, priority=prio)
+        single.extend(**data, priority=prio)
+    client.flush()
+    return svc, client, single
+
+
+@pytest.mark.statistical
+@pytest.mark.parametrize("sampler", [PER, None], ids=["per", "uniform"])
+def test_sampled_distribution_matches_one_buffer(services: Any, sampler: Any) -> None:
+    _, client, single = filled(services, sampler)
+    assert len(client) == len(single) == 64
+    ref = single.sample(20_000)
+    if sampler is None:
+        probs = {i: 1 / 64 for i in ids(ref).tolist()}
+    else:
+        probs = dict(zip(ids(ref).tolist(), ref.probabilities.tolist(), strict=True))
+    assert len(probs) == 64
+    counts: dict[int, int] = dict.fromkeys(probs, 0)
+    draws = 0
+    for _ in range(120):
+        b = client.sample(256)
+        assert b.batch_size == 256
+        for i in ids(b).tolist():
+            counts[i] += 1
+        draws += 256
+    keys = sorted(probs)
+    observed = np.array([counts[k] for k in keys], float)
+    expected = np.array([probs[k] for k in keys]) * draws
+    assert math.isclose(expected.sum(), draws, rel_tol=1e-9)
+    assert chi2_pvalue_ok(observed, expected)
+    # and the same test fails for a clearly different law (the test has power)
+    skewed = expected * np.linspace(0.7, 1.3, len(expected))
+    assert not chi2_pvalue_ok(observed, skewed * draws / skewed.sum())
+
+
+@pytest.mark.parametrize("norm", ["buffer", "batch", None])
+def test_weights_and_probabilities_are_one_buffers(services: Any, norm: Any) -> None:
+    _, client, single = filled(services, PER, weight_norm=norm)
+    ref = single.sample(20_000, beta=0.7)
+    prob = dict(zip(ids(ref).tolist(), ref.probabilities.tolist(), strict=True))
+    p = single.sampler.priorities(np.arange(128))  # stored priorities, by slot
+    for _ in range(5):
+        b = client.sample(64, beta=0.7)
+        got = ids(b)
+        np.testing.assert_allclose(b.probabilities, [prob[i] for i in got.tolist()],
+                                   rtol=1e-12)
+        # the single buffer's formula with its own total, size and minimum
+        mine = np.array([prob[i] for i in got.tolist()]) * p.sum()
+        want = rb.samplers.prioritized.is_weights(mine, float(p[p > 0].min()), 0.7, norm,
+                                                  64, float(p.sum())).astype(np.float32)
+        np.testing.assert_allclose(b.weights, want, rtol=1e-6)
+        if norm == "buffer":  # and exactly the weights the single buffer gives each item
+            w = dict(zip(ids(ref).tolist(), ref.weights.tolist(), strict=True))
+            assert b.weights.tolist() == [w[i] for i in got.tolist()]
+
+
+def test_stale_priority_updates_are_ignored(services: Any) -> None:
+    cfg = {"capacity": 8, "sampler": {"type": "prioritized", "alpha": 1.0, "eps": 0.0}}
+    svc = start(services, 2, cfg, num_lanes=2, seed=1)
+    c = svc.client(max_rows=1)
+    c.extend(**steps(2, 0, 8), priority=1.0)
+    c.flush()
+    assert svc.stats()["total"] == pytest.approx(16.0)
+    b = c.sample(32)
+    keys, first = np.unique(b.indices, return_index=True)
+    sampled = ids(b)[first]
+    # overwrite the three oldest steps of lane 0 (shard 0)
+    c.extend(**{k: v[:, :1] for k, v in steps(2, 8, 11).items()}, env_ids=[0], priority=1.0)
+    c.flush()
+    live = ~np.isin(sampled, [0, 1, 2])
+    applied = c.update_priorities(keys, np.full(len(keys), 5.0))
+    assert applied == int(live.sum()) and applied < len(keys)
+    # stale updates changed nothing: 16 live steps, the live sampled ones at 5
+    assert svc.stats()["total"] == pytest.approx(16.0 + 4.0 * live.sum())
+
+
+def test_initial_priorities_reach_the_shards(services: Any) -> None:
+    cfg = {"capacity": 16, "sampler": {"type": "prioritized", "alpha": 0.5, "eps": 0.0}}
+    svc = start(services, 2, cfg, num_lanes=2)
+    c = svc.client(max_rows=4)
+    for t in range(6):
+        d = {k: v[0] for k, v in steps(2, t, t + 1).items()}
+        c.add(**d, priority=[4.0, 9.0])
+    c.flush()
+    per = [s["total"] for s in svc.stats()["shards"]]
+    assert per == pytest.approx([6 * 2.0, 6 * 3.0])
+    with pytest.raises(ShapeError, match="priority"):
+        c.add(**{k: v[0] for k, v in steps(2, 0, 1).items()}, priority=[1.0, 2.0, 3.0])
+
+
+def test_lanes_stay_on_one_shard_so_nstep_is_exact(services: Any) -> None:
+    cfg = {"capacity": 64, "n_step": 3, "gamma": 0.5, "seed": 3}
+    svc = start(services, 2, cfg, num_lanes=4, seed=3)
+    single = rb.from_config({**cfg, "capacity": 128, "num_envs": 4})
+    data = steps(4, 0, 20)
+    data["terminated"][[4, 11, 12], [0, 1, 3]] = True  # episode ends in some lanes
+    data["reward"] = np.random.default_rng(0).normal(size=(20, 4)).astype(np.float32)
+    c = svc.client(max_rows=8)
+    for t in range(20):  # one step at a time, batched by the client
+        c.add(**{k: v[t] for k, v in data.items()})
+    c.flush()
+    single.extend(**data)
+    ref = single.sample(5000)
+    want = {i: (r, d, n) for i, r, d, n in zip(ids(ref).tolist(), ref.reward.tolist(),
+                                               ref.discount.tolist(),
+                                               ref.next_obs[:, 0].tolist(), strict=True)}
+    b = c.sample(512)
+    for i, r, d, n in zip(ids(b).tolist(), b.reward.tolist(), b.discount.tolist(),
+                          b.next_obs[:, 0].tolist(), strict=True):
+        assert want[i] == (r, d, n)
+    seq = c.sample_sequences(16, 4)
+    lanes = seq.obs[..., 0] // 1000
+    assert seq.obs.shape == (16, 4, 2) and bool(np.all(lanes == lanes[:, :1]))
+    assert bool(np.all(np.diff(seq.obs[..., 0], axis=1) == 1))
+
+
+def test_client_pickles_into_a_ray_task(services: Any) -> None:
+    svc = start(services, 2, {"capacity": 32}, num_lanes=2)
+    c = svc.client(max_rows=1000)
+    c.add(**{k: v[0] for k, v in steps(2, 0, 1).items()})
+    assert c.pending_rows == 2
+
+    @ray.remote(num_cpus=0)
+    def write(client: Any, t0: int) -> int:
+        for t in range(t0, t0 + 5):
+            client.add(**{k: v[0] for k, v in steps(2, t, t + 1).items()})
+        client.close()
+        return len(client)
+
+    assert ray.get(write.remote(c, 1), timeout=60) == 12  # pickling flushed our 2 rows
+    assert c.pending_rows == 0 and len(c) == 12
+
+
+def test_concurrent_writer_and_reader(services: Any) -> None:
+    svc = start(services, 2, {"capacity": 256, "sampler": PER}, num_lanes=4)
+    c = svc.client(max_rows=64, max_age_s=0.05)
+    c.extend(**steps(4, 0, 4))
+    c.flush()
+
+    @ray.remote(num_cpus=0)
+    def writer(client: Any) -> int:
+        for t0 in range(4, 400, 4):
+            client.extend(**steps(4, t0, t0 + 4))
+        client.close()
+        return len(client)
+
+    done = writer.remote(c)
+    reads = 0
+    while not ray.wait([done], timeout=0)[0]:
+        b = c.sample(128)
+        assert bool(np.all(b.next_obs[:, 0] == b.obs[:, 0] + 1))
+        c.update_priorities(b.indices, np.abs(np.random.default_rng(reads).normal(size=128)))
+        reads += 1
+        assert reads < 5000
+    assert ray.get(done, timeout=60) == 2 * 256  # capacity is per shard
+    assert reads > 0 and svc.stats()["inserts"] == 400 * 4
+
+
+def test_checkpoint_round_trip_gives_the_same_next_sample(services: Any, tmp_path: Any
+                                                           ) -> None:
+    svc, client, _ = filled(services, PER, seed=5)
+    client.sample(32)
+    client.update_priorities(client.sample(16).indices, np.linspace(0.1, 3, 16))
+    path = svc.checkpoint(tmp_path / "ck")
+    a = [client.sample(48) for _ in range(3)]
+    svc.shutdown()
+    back = ReplayService.restore(path, num_shards=2, num_cpus=SHARD_CPUS, timeout=30.0)
+    services.append(back)
+    again = back.client()
+    b = [again.sample(48) for _ in range(3)]
+    assert a == b
+    assert back.stats()["size"] == 64
+    with pytest.raises(CheckpointError, match="2 shards"):
+        ReplayService.restore(path, num_shards=3)
+    (path / "DONE").unlink()
+    with pytest.raises(CheckpointError, match="DONE"):
+        ReplayService.restore(path)
+
+
+def test_bad_arguments_are_named(services: Any) -> None:
+    with pytest.raises(ConfigError, match="num_lanes=3"):
+        ReplayService(2, {"capacity": 8}, num_lanes=3)
+    with pytest.raises(ConfigError, match="num_shards=0"):
+        ReplayService(0, {"capacity": 8})
+    svc = start(services, 1, {"capacity": 8})
+    with pytest.raises(ConfigError, match="max_times_sampled"):
+        start(services, 1, {"capacity": 8}, max_times_sampled=2)
+    with pytest.raises(ShapeError, match="env_ids"):
+        svc.client().add(**{k: v[0, 0] for k, v in steps(1, 0, 1).items()}, env_ids=[3])
