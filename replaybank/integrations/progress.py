@@ -9,10 +9,29 @@ Example:
 
 from __future__ import annotations
 
+import sys
 from types import TracebackType
-from typing import Any
+from typing import Any, TextIO
 
-__all__ = ["ProgressBar"]
+__all__ = ["ProgressBar", "progress_enabled"]
+
+
+def progress_enabled(quiet: bool = False, stream: TextIO | None = None) -> bool:
+    """Whether a script should show a progress bar: not with ``--quiet``, and not when
+    its output is not a terminal (a pipe, a file, a test's captured output).
+
+    Args:
+        quiet: The script's ``--quiet`` flag.
+        stream: The output to check (default: ``sys.stdout``).
+
+    Example:
+        >>> import io
+        >>> progress_enabled(quiet=False, stream=io.StringIO())
+        False
+    """
+    if quiet:
+        return False
+    return bool((sys.stdout if stream is None else stream).isatty())
 
 
 class ProgressBar:
