@@ -28,9 +28,13 @@ Which calls take it (else the host path serves the call, unchanged):
   StepView`), ``replace=True`` and no options. Same distribution as the host path
   (uniform over the live steps), *not* the same keys: the device generator is not the
   buffer's numpy generator.
-* everything else (n-step, frame stacks, prioritized, recent, lane split, sequences,
-  ``replace=False``) draws on the host exactly as numpy storage does (the same keys and
-  samples as numpy storage under the same seed) and gathers on the device.
+* a :class:`~replaybank.samplers.prioritized.PrioritizedSampler` with a one-step view,
+  ``replace=True`` (``beta=`` allowed): drawn from a device sum tree that mirrors the
+  sampler's priorities (:mod:`replaybank.samplers.prioritized_device`); the same
+  probabilities and weights, the same distribution, not the same keys.
+* everything else (n-step, frame stacks, recent, lane split, sequences, ``replace=False``)
+  draws on the host exactly as numpy storage does (the same keys and samples as numpy
+  storage under the same seed) and gathers on the device.
 
 The device generator is seeded from the buffer's numpy generator when the path first
 samples, and its state is saved with the buffer (``state_dict()["device_rng"]``), so
@@ -57,8 +61,12 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from replaybank.buffers.parts import Parts
+from replaybank.ops import ring
+from replaybank.samplers.base import LaneView
 from replaybank.samplers.checks import LARGE_BATCH
 from replaybank.samplers.device_draws import uniform_keys
+from replaybank.samplers.prioritized import PrioritizedSampler
+from replaybank.samplers.prioritized_device import DevicePriorities
 from replaybank.storage.device_mirror import DeviceMirror
 from replaybank.storage.table import StepTable
 from replaybank.views.base import next_name
@@ -108,6 +116,7 @@ class DevicePath:
         self._mirror: DeviceMirror | None = None
         self._plan: tuple[StepTable, tuple[Any, ...], list[_Group]] | None = None
         self._static: dict[int, _Static] = {}
+        self._per: DevicePriorities | None = None  # device tree of a PER sampler
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
@@ -137,27 +146,70 @@ class DevicePath:
     # ------------------------------------------------------------------ sampling
     def serves(self, parts: Parts, replace: Any, kwargs: dict[str, Any]) -> bool:
         """Whether this call draws on the device (see the module docs)."""
-        return replace is True and not kwargs and parts.traits.uniform is not None \
-            and parts.step is not None and parts.transform is None
+        if replace is not True or parts.step is None or parts.transform is not None:
+            return False
+        if parts.traits.uniform is not None:
+            return not kwargs
+        return self._prioritized(parts) is not None and set(kwargs) <= {"beta"}
+
+    def serves_static(self, parts: Parts) -> bool:
+        """Whether :meth:`sample_fn` serves these parts (uniform one-step draws)."""
+        return parts.traits.uniform is not None and self.serves(parts, True, {})
+
+    @staticmethod
+    def _prioritized(parts: Parts) -> PrioritizedSampler | None:
+        """The buffer's sampler when it is a plain proportional PER sampler."""
+        sampler = parts.traits.sampler
+        return sampler if isinstance(sampler, PrioritizedSampler) else None
 
     def sample(self, table: StepTable | None, parts: Parts, rng: np.random.Generator,
                batch_size: Any, replace: Any, kwargs: dict[str, Any]) -> dict[str, Any] | None:
         """A batch drawn and gathered on the device, or None: the host path serves this
         call (another sampler or view, options, or arguments the host path rejects with
-        its errors: a bad batch size, an empty buffer)."""
+        its errors: a bad batch size, an empty buffer, a zero total priority)."""
         if table is None or type(batch_size) is not int or not 0 < batch_size <= LARGE_BATCH \
                 or not self.serves(parts, replace, kwargs) or table.size == 0:
             return None
-        return self._draw_gather(table, rng, batch_size)
+        per = self._prioritized(parts)
+        if per is None:
+            return self._draw_gather(table, rng, batch_size)
+        if not per.total > 0.0:  # the host tree is the record: no device read
+            return None
+        beta = per.resolve_beta(kwargs.get("beta"))  # checked before anything changes
+        per.calls += 1  # the schedule advances as a host sample's does
+        mirror = self.mirror(table)
+        mirror.sync(table)
+        self._seed(rng)
+        dp = self._per
+        if dp is None:
+            dp = self._per = DevicePriorities(self.torch, self.device)
+        dp.sync(per, LaneView(table.T, table.lanes, table.written, table.counts), table.epoch)
+        keys, slots, probs, weights = dp.draw(per, self.generator, mirror.written,
+                                              mirror.counts, table.T, batch_size, beta)
+        out = self.gather(table, slots)
+        out["indices"] = keys
+        out["weights"] = weights
+        out["probabilities"] = probs
+        return out
+
+    def touch(self, table: StepTable | None, keys: Any) -> None:
+        """Priorities of ``keys`` (host item keys) changed on the host sampler: the device
+        tree copies them at its next draw."""
+        if self._per is not None and table is not None:
+            self._per.touch(ring.key_to_slot(ring.as_int_array(keys, "indices"), table.T,
+                                             table.lanes))
+
+    def _seed(self, rng: np.random.Generator) -> None:
+        if self.generator is None:
+            self.generator = self.torch.Generator(device=self.device)
+            self.generator.manual_seed(int(rng.integers(0, 2**63 - 1)))
 
     def _draw_gather(self, table: StepTable, rng: np.random.Generator, batch_size: int,
                      sync: bool = True) -> dict[str, Any]:
         mirror = self.mirror(table)
         if sync:  # host-to-device copies: never inside a graph capture
             mirror.sync(table)
-        if self.generator is None:
-            self.generator = self.torch.Generator(device=self.device)
-            self.generator.manual_seed(int(rng.integers(0, 2**63 - 1)))
+        self._seed(rng)
         keys, slots = uniform_keys(self.torch, self.generator, mirror.written, mirror.counts,
                                    table.T, batch_size)
         out = self.gather(table, slots)

@@ -43,7 +43,7 @@ from replaybank.buffers.inputs import (
     standard_spec,
 )
 from replaybank.buffers.parts import Parts
-from replaybank.buffers.priorities import check_priority, update_priorities
+from replaybank.buffers.priorities import check_priority, to_host, update_priorities
 from replaybank.buffers.sequences import sample_sequences, update_sequence_priorities
 from replaybank.buffers.shared import SharedReader, SharedWriterHandle, writer_handle
 from replaybank.config import BufferConfig, buffer_config
@@ -633,7 +633,7 @@ class ReplayBuffer:
                 if self._table is None or len(self) == 0:
                     raise EmptyBufferError("sample_fn(): the buffer is empty; add "
                                            "transitions first")
-                if not dev.serves(self._current_parts(), True, {}):
+                if not dev.serves_static(self._current_parts()):
                     raise ConfigError(
                         f"sample_fn(): {type(self.sampler).__name__} with "
                         f"{type(self.view).__name__} has no device path; use sample()")
@@ -670,8 +670,14 @@ class ReplayBuffer:
         """
         locked = self._guard.enter()
         try:
-            return update_priorities(self._current_parts().traits, self._lanes(), indices,
-                                     priorities)
+            if self._device is None:
+                return update_priorities(self._current_parts().traits, self._lanes(), indices,
+                                         priorities)
+            indices, priorities = to_host(indices, priorities)  # one transfer at most
+            n = update_priorities(self._current_parts().traits, self._lanes(), indices,
+                                  priorities)
+            self._device.touch(self._table, indices)  # the device sum tree follows
+            return n
         finally:
             self._guard.leave(locked)
 
@@ -708,8 +714,14 @@ class ReplayBuffer:
             )
         locked = self._guard.enter()
         try:
-            return update_sequence_priorities(self._current_parts().traits, self._lanes(),
-                                              starts, td_errors, eta=eta, mask=mask)
+            if self._device is None:
+                return update_sequence_priorities(self._current_parts().traits, self._lanes(),
+                                                  starts, td_errors, eta=eta, mask=mask)
+            starts, td_errors, mask = to_host(starts, td_errors, mask)  # one transfer
+            n = update_sequence_priorities(self._current_parts().traits, self._lanes(),
+                                           starts, td_errors, eta=eta, mask=mask)
+            self._device.touch(self._table, starts)  # the device sum tree follows
+            return n
         finally:
             self._guard.leave(locked)
 

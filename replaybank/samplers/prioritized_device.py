@@ -1,0 +1,141 @@
+"""Prioritized draws on the device: a device sum tree mirroring a :class:`PrioritizedSampler`.
+
+For device storage (:mod:`replaybank.buffers.device_path`) the buffer's
+:class:`~replaybank.samplers.prioritized.PrioritizedSampler` stays the record of every
+priority (its host tree takes writes, ``update_priorities``, checkpoints and the host
+paths: sequences, ``replace=False``). :class:`DevicePriorities` keeps a copy of its stored
+priorities in a device sum tree and min tree (:mod:`replaybank.ops.sumtree_torch`) and
+draws from it:
+
+* before a draw, :meth:`DevicePriorities.sync` brings the device tree up to date with one
+  host-to-device copy: the slots writes touched since the last draw (per lane the rows
+  ``[old written, new written)``) and the slots ``update_priorities`` changed
+  (:meth:`DevicePriorities.touch`), with their stored priorities read from the host tree;
+  a clear, a state load or a new sampler rebuilds the whole tree once;
+* the draw is stratified like the host sampler's: ``B`` equal segments of the total mass,
+  one uniform target in each (from the device generator), a vectorised descent; the
+  probabilities ``P(i) = p_i / total`` and the importance weights use the host sampler's
+  formula (``weight_norm``: ``(p_i / p_min) ** -beta``, the batch-max ratio, or
+  ``(N * P(i)) ** -beta``; clamped to ``[2**-126, float32 max]``), with ``beta`` from the
+  sampler's schedule, which the call advances as a host sample does.
+
+Same probabilities and weights as the host sampler for the same stored priorities; the
+keys follow the same distribution, drawn by another generator (not the same keys).
+``update_priorities`` itself runs on the host (its checks raise errors there: one
+device-to-host transfer of the tensors, :func:`~replaybank.buffers.priorities.to_host`);
+the device tree takes the new values at the next draw.
+
+Example:
+    >>> import numpy as np, torch
+    >>> from replaybank.samplers.base import LaneView
+    >>> from replaybank.samplers.prioritized import PrioritizedSampler
+    >>> ps = PrioritizedSampler(alpha=1.0, eps=0.0)
+    >>> ps.bind(4, 1)
+    >>> ps.on_write(np.arange(4), np.array([1.0, 2.0, 3.0, 4.0]))
+    >>> lanes = LaneView(4, 1, np.array([4]), np.array([4]))
+    >>> dp = DevicePriorities(torch, torch.device("cpu"))
+    >>> dp.sync(ps, lanes, epoch=0)
+    >>> float(dp.sum_tree[1])
+    10.0
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from replaybank.ops import sumtree_torch
+from replaybank.samplers.base import LaneView
+from replaybank.samplers.prioritized import PrioritizedSampler
+
+__all__ = ["DevicePriorities"]
+
+_W_LO = 2.0 ** -126
+_W_HI = float(np.finfo(np.float32).max)
+
+
+class DevicePriorities:
+    """The device sum/min trees of a :class:`PrioritizedSampler` and their draws.
+
+    Args:
+        torch: The torch module.
+        device: The storage's ``torch.device``.
+    """
+
+    def __init__(self, torch: Any, device: Any) -> None:
+        self.torch = torch
+        self.device = device
+        self.sum_tree: Any = None
+        self.min_tree: Any = None
+        self.depth = 0
+        self._source: tuple[int, int] | None = None  # (id of the sampler, table epoch)
+        self._written: np.ndarray[Any, Any] | None = None
+        self._touched: list[np.ndarray[Any, Any]] = []
+
+    def touch(self, slots: np.ndarray[Any, Any]) -> None:
+        """The host sampler's priorities of ``slots`` changed (an update): copy them at
+        the next :meth:`sync`."""
+        self._touched.append(np.asarray(slots, dtype=np.int64).reshape(-1))
+
+    def sync(self, sampler: PrioritizedSampler, lanes: LaneView, epoch: int) -> None:
+        """Bring the device trees up to date with ``sampler`` (host to device only)."""
+        torch = self.torch
+        n = lanes.T * lanes.lanes
+        if self._source != (id(sampler), epoch) or self.sum_tree is None:
+            leaves = sampler.priorities(np.arange(n))
+            cap, self.depth = sumtree_torch.depth_of(n)
+            self.sum_tree, self.min_tree = sumtree_torch.build(
+                torch, torch.from_numpy(np.ascontiguousarray(leaves)).to(self.device), cap)
+            self._source = (id(sampler), epoch)
+            self._written = lanes.written.copy()
+            self._touched = []
+            return
+        parts = self._touched
+        prev = self._written
+        assert prev is not None
+        T, L = lanes.T, lanes.lanes  # noqa: N806
+        for lane in np.flatnonzero(lanes.written != prev).tolist():
+            seq = np.arange(max(int(prev[lane]), int(lanes.written[lane]) - T),
+                            int(lanes.written[lane]), dtype=np.int64)
+            parts.append(seq % T * L + lane)
+        if not parts:
+            return
+        slots = np.unique(np.concatenate(parts))
+        vals = sampler.priorities(slots)
+        dev = torch.from_numpy(np.concatenate([slots, vals.view(np.int64)])).to(
+            self.device, non_blocking=True)  # one copy: slots, then the values' bits
+        k = len(slots)
+        sumtree_torch.update(torch, self.sum_tree, self.min_tree, dev[:k],
+                             dev[k:].view(torch.float64), self.depth)
+        self._written = lanes.written.copy()
+        self._touched = []
+
+    def draw(self, sampler: PrioritizedSampler, generator: Any, written: Any, counts: Any,
+             T: int, batch_size: int, beta: float) -> tuple[Any, Any, Any, Any]:  # noqa: N803
+        """Stratified draws: ``(keys, slots, probabilities float64, weights float32)``,
+        each ``[B]`` on the device (``written``/``counts``: device lane counters)."""
+        torch = self.torch
+        s, m = self.sum_tree, self.min_tree
+        total = s[1]
+        u = torch.rand(batch_size, generator=generator, device=self.device,
+                       dtype=torch.float64)
+        targets = (torch.arange(batch_size, device=self.device, dtype=torch.float64) + u) \
+            * (total / batch_size)
+        slots = sumtree_torch.find(torch, s, targets, self.depth)  # [B]
+        cap = s.shape[0] // 2
+        p = s.index_select(0, slots + cap)  # [B] stored priorities
+        probs = p / total
+        if sampler.weight_norm == "buffer":
+            w = (p / m[1]) ** -beta
+        elif sampler.weight_norm == "batch":
+            w = (p / p.min()) ** -beta
+        else:
+            w = (counts.sum().to(torch.float64) * probs) ** -beta
+        w = w.clamp(_W_LO, _W_HI).to(torch.float32)
+        lanes = int(written.shape[0])
+        lane = slots % lanes
+        row = slots // lanes
+        last = written.index_select(0, lane) - 1  # the lane's newest sequence number
+        seq = last - (last - row) % T  # the live step stored at this row
+        return seq * lanes + lane, slots, probs, w
