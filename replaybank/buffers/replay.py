@@ -43,6 +43,7 @@ from replaybank.buffers.inputs import (
     standard_spec,
 )
 from replaybank.buffers.parts import Parts
+from replaybank.buffers.prefetch import Prefetcher
 from replaybank.buffers.priorities import check_priority, to_host, update_priorities
 from replaybank.buffers.sequences import sample_sequences, update_sequence_priorities
 from replaybank.buffers.shared import SharedReader, SharedWriterHandle, writer_handle
@@ -642,6 +643,37 @@ class ReplayBuffer:
                 self._guard.leave(locked)
 
         return fn
+
+    def prefetcher(self, batch_size: int, device: Any = "cuda", depth: int = 2,
+                   **kwargs: Any) -> Prefetcher:
+        """Sample ``batch_size`` transitions ``depth`` batches ahead in a background
+        thread and hand them out on ``device`` (:class:`~replaybank.buffers.prefetch.
+        Prefetcher`: pinned staging and ``non_blocking`` copies for CUDA targets).
+
+        The batches are exactly those of calling ``sample(batch_size, **kwargs)`` in a
+        loop; an error in the thread is raised by ``next()``. Close it (or use ``with``).
+
+        Args:
+            batch_size: Transitions per batch.
+            device: Target device (``"cuda"``, ``"cpu"``, a ``torch.device``).
+            depth: Batches sampled ahead.
+            **kwargs: Passed to :meth:`sample` (``replace``, ``beta``, ...).
+
+        Returns:
+            An iterator of batches with ``close()`` and context-manager support.
+
+        Example:
+            >>> import numpy as np
+            >>> buf = ReplayBuffer(32, seed=0)
+            >>> for t in range(8):
+            ...     buf.add(obs=np.zeros(2, np.float32), action=0, reward=1.0,
+            ...             next_obs=np.zeros(2, np.float32), terminated=False,
+            ...             truncated=False)
+            >>> with buf.prefetcher(4, device="cpu") as pf:
+            ...     tuple(next(pf).reward.shape)
+            (4,)
+        """
+        return Prefetcher(lambda: self.sample(batch_size, **kwargs), device, depth)
 
     def _check_resets(self) -> None:
         """Warn once when stored steps look like NEXT_STEP reset steps (run at the 1st,

@@ -1,0 +1,183 @@
+"""Prefetch: the next batches sampled in a background thread and staged for the device.
+
+A training loop that keeps its buffer in host memory (numpy or memmap storage) pays for
+``sample`` and for the host-to-device copy before every step. :class:`Prefetcher` runs
+``sample`` in one background thread, ``depth`` batches ahead, copies each batch into a
+set of pinned host tensors (only when the target is a CUDA device and CUDA is available;
+elsewhere the sampled arrays are wrapped as tensors without a copy) and, when the loop
+asks for it, starts one ``non_blocking=True`` copy per field to the device, so the
+step's wait is a queue ``get`` plus the launch of the copies.
+
+* Order: one thread calls ``sample`` in sequence, so the batches are exactly those of
+  calling ``sample`` in a loop from the same state (nothing else sampling meanwhile).
+* Errors: an exception raised by ``sample`` in the thread is raised again by the
+  ``next()`` that would have returned its batch; the thread stops.
+* Shutdown: :meth:`Prefetcher.close` (or leaving the ``with`` block) stops the thread
+  and waits for it; it is idempotent. ``next()`` after ``close()`` raises StopIteration.
+* Pinned buffers are reused: ``depth + 2`` sets rotate, and a set is refilled only after
+  the device copy that read it has completed (an event per set).
+
+torch is imported when a prefetcher is built (the ``torch`` extra), never at module
+import.
+
+Example:
+    >>> import numpy as np, replaybank as rb
+    >>> buf = rb.ReplayBuffer(64, seed=0)
+    >>> for t in range(10):
+    ...     buf.add(obs=np.full(2, t, np.float32), action=0, reward=1.0,
+    ...             next_obs=np.full(2, t + 1, np.float32), terminated=False,
+    ...             truncated=False)
+    >>> with buf.prefetcher(4, device="cpu") as pf:
+    ...     b = next(pf)
+    >>> type(b.obs).__name__, tuple(b.obs.shape)
+    ('Tensor', (4, 2))
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+
+from replaybank.batch import torch_device
+from replaybank.errors import ConfigError, require_extra
+
+__all__ = ["Prefetcher"]
+
+_STOP = object()
+
+
+class Prefetcher:
+    """Batches from ``sample()`` prepared ``depth`` ahead in a thread, moved to ``device``.
+
+    Args:
+        sample: Returns the next batch (a :class:`~replaybank.batch.Batch` or
+            :class:`~replaybank.batch.SequenceBatch` of numpy arrays or tensors).
+        device: Where the batches go (``"cuda"``, ``"cpu"``, a ``torch.device``).
+        depth: Batches sampled ahead (a positive int).
+
+    Attributes:
+        pinned: Whether batches are staged in pinned host memory (CUDA target only).
+
+    Raises:
+        ConfigError: ``depth`` is not a positive int, or ``device`` is not available.
+        MissingDependencyError: torch is not installed.
+    """
+
+    def __init__(self, sample: Callable[[], Any], device: Any = "cuda", depth: int = 2) -> None:
+        if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
+            raise ConfigError(f"prefetcher(depth={depth!r}): must be a positive int "
+                              "(batches sampled ahead); pass e.g. depth=2")
+        torch = require_extra("torch", "torch")
+        self.torch = torch
+        self.device = torch_device(torch, device, "prefetcher")
+        self.pinned = bool(self.device.type == "cuda" and torch.cuda.is_available())
+        self._sample = sample
+        self._ready: queue.Queue[Any] = queue.Queue(maxsize=depth)
+        n_sets = depth + 2  # queued + the one being filled + the one being copied
+        self._free: queue.Queue[int] = queue.Queue()
+        for k in range(n_sets):
+            self._free.put(k)
+        self._sets: list[dict[str, Any]] = [{} for _ in range(n_sets)]
+        self._events: list[Any] = [None] * n_sets
+        self._stop = threading.Event()
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="replaybank-prefetch",
+                                        daemon=True)
+        self._thread.start()
+
+    # ------------------------------------------------------------------ the thread
+    def _stage(self, k: int, batch: Any) -> dict[str, Any]:
+        """``batch``'s fields as tensors: numpy arrays copied into pinned set ``k`` (CUDA)
+        or wrapped without a copy; tensors kept."""
+        torch = self.torch
+        out: dict[str, Any] = {}
+        pinned = self._sets[k]
+        for name, value in batch.items():
+            if isinstance(value, torch.Tensor):
+                out[name] = value
+                continue
+            arr = np.asarray(value)
+            if not self.pinned:
+                if not arr.flags.writeable or not arr.flags.c_contiguous:
+                    arr = np.array(arr, order="C")
+                out[name] = torch.from_numpy(arr)
+                continue
+            host = pinned.get(name)  # pragma: no cover - needs CUDA
+            if host is None or tuple(host.shape) != arr.shape \
+                    or host.numpy().dtype != arr.dtype:  # pragma: no cover - needs CUDA
+                host = pinned[name] = torch.from_numpy(np.empty_like(arr)).pin_memory()
+            host.numpy()[...] = arr  # pragma: no cover - needs CUDA
+            out[name] = host  # pragma: no cover - needs CUDA
+        return out
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                k = self._free.get()
+                if k < 0:
+                    return
+                event = self._events[k]
+                if event is not None:  # pragma: no cover - needs CUDA
+                    event.synchronize()  # the copy that read set k is done
+                batch = self._sample()
+                self._put((k, type(batch), self._stage(k, batch)))
+        except BaseException as exc:  # re-raised by next()
+            self._put(exc)
+
+    def _put(self, item: Any) -> None:
+        while not self._stop.is_set():
+            try:
+                self._ready.put(item, timeout=0.05)
+                return
+            except queue.Full:
+                continue
+
+    # ------------------------------------------------------------------ the loop
+    def __iter__(self) -> Iterator[Any]:
+        return self
+
+    def __next__(self) -> Any:
+        """The next batch, its fields on the device (copies queued with non_blocking)."""
+        if self._closed:
+            raise StopIteration
+        item = self._ready.get()
+        if isinstance(item, BaseException):
+            self.close()
+            raise item
+        k, kind, fields = item
+        torch = self.torch
+        out = {name: t.to(self.device, non_blocking=True) for name, t in fields.items()}
+        if self.pinned:  # pragma: no cover - needs CUDA
+            event = torch.cuda.Event()
+            event.record(torch.cuda.current_stream(self.device))
+            self._events[k] = event
+        self._free.put(k)
+        return kind(out)
+
+    def close(self) -> None:
+        """Stop the thread and wait for it (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._stop.set()
+        self._free.put(-1)
+        while self._thread.is_alive():
+            try:  # unblock a thread waiting to queue a batch
+                self._ready.get_nowait()
+            except queue.Empty:
+                pass
+            self._thread.join(timeout=0.05)
+
+    def __enter__(self) -> Prefetcher:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"Prefetcher(device={str(self.device)!r}, depth={self._ready.maxsize}, "
+                f"pinned={self.pinned})")
