@@ -35,6 +35,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 from collections.abc import Callable, Iterator
@@ -166,10 +167,8 @@ class Prefetcher:
         self._stop.set()
         self._free.put(-1)
         while self._thread.is_alive():
-            try:  # unblock a thread waiting to queue a batch
+            with contextlib.suppress(queue.Empty):  # unblock a thread waiting to queue
                 self._ready.get_nowait()
-            except queue.Empty:
-                pass
             self._thread.join(timeout=0.05)
 
     def __enter__(self) -> Prefetcher:
