@@ -6,12 +6,17 @@ Experience comes from 4 vectorized envs through ``rb.Collector``, which stores o
 transitions (never the reset step of gymnasium's NEXT_STEP autoreset). The buffer computes
 n-step returns at sample time (``batch.reward``, ``batch.discount = gamma ** L``) and
 returns importance weights; the TD errors go back as priorities.
+
+Every ``--eval-every`` env steps (and at the end) the greedy policy (argmax Q) plays
+``--eval-episodes`` episodes; the learning curve (training episodes and evaluations) is
+written to ``--plot``. A progress bar shows while stdout is a terminal (``--quiet``: none).
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -20,6 +25,9 @@ import torch.nn as nn
 import torch.nn.functional as F  # noqa: N812
 
 import replaybank as rb
+from replaybank.integrations.curves import LearningCurve
+from replaybank.integrations.evaluation import evaluate_policy
+from replaybank.integrations.progress import ProgressBar, progress_enabled
 
 
 def parse_args() -> argparse.Namespace:
@@ -35,6 +43,11 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--tau", type=float, default=0.01)
     p.add_argument("--learning-starts", type=int, default=1_000)
     p.add_argument("--exploration-fraction", type=float, default=0.25)
+    p.add_argument("--eval-every", type=int, default=5_000)
+    p.add_argument("--eval-episodes", type=int, default=10)
+    p.add_argument("--plot", type=Path, default=Path("dqn_per_cartpole.png"),
+                   help="learning-curve PNG to write")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p.parse_args()
 
 
@@ -69,47 +82,68 @@ def main() -> None:
     )
     epsilon = 1.0
 
-    def policy(obs: np.ndarray) -> np.ndarray:
+    def greedy(obs: np.ndarray) -> np.ndarray:
         with torch.no_grad():
-            actions = q(torch.as_tensor(obs)).argmax(1).numpy()
+            return q(torch.as_tensor(obs, dtype=torch.float32)).argmax(1).numpy()
+
+    def policy(obs: np.ndarray) -> np.ndarray:
+        actions = greedy(obs)
         explore = rng.random(len(actions)) < epsilon
         actions[explore] = rng.integers(0, n_actions, int(explore.sum()))
         return actions
 
+    def update() -> float:
+        batch = buf.sample(args.batch_size).to_torch()
+        with torch.no_grad():
+            next_a = q(batch.next_obs).argmax(1, keepdim=True)  # double DQN
+            next_q = q_target(batch.next_obs).gather(1, next_a).squeeze(1)
+            target = batch.reward + batch.discount * (~batch.terminated) * next_q
+        pred = q(batch.obs).gather(1, batch.action.view(-1, 1)).squeeze(1)
+        loss = (batch.weights * F.smooth_l1_loss(pred, target, reduction="none")).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(q.parameters(), 10.0)
+        optimizer.step()
+        buf.update_priorities(batch.indices, (target - pred).abs().detach().numpy())
+        with torch.no_grad():
+            for p, tp in zip(q.parameters(), q_target.parameters(), strict=True):
+                tp.lerp_(p, args.tau)
+        return float(loss.item())
+
     collector = rb.Collector(envs, policy, buf, seed=args.seed)
+    curve = LearningCurve(f"Double DQN, prioritized {args.n_step}-step replay, CartPole-v1, "
+                          f"seed {args.seed}", target=475.0)
     returns: list[float] = []
-    step, start = 0, time.time()
-    while step < args.total_timesteps:
-        fraction = step / (args.exploration_fraction * args.total_timesteps)
-        epsilon = max(0.05, 1.0 - 0.95 * fraction)
-        result = collector.collect(args.num_envs)  # one step of every env
-        step += result.env_steps
-        returns += result.episode_returns
-        if step < args.learning_starts:
-            continue
-        for _ in range(args.num_envs // 2):
-            batch = buf.sample(args.batch_size).to_torch()
-            with torch.no_grad():
-                next_a = q(batch.next_obs).argmax(1, keepdim=True)  # double DQN
-                next_q = q_target(batch.next_obs).gather(1, next_a).squeeze(1)
-                target = batch.reward + batch.discount * (~batch.terminated) * next_q
-            pred = q(batch.obs).gather(1, batch.action.view(-1, 1)).squeeze(1)
-            loss = (batch.weights * F.smooth_l1_loss(pred, target, reduction="none")).mean()
-            optimizer.zero_grad()
-            loss.backward()
-            nn.utils.clip_grad_norm_(q.parameters(), 10.0)
-            optimizer.step()
-            buf.update_priorities(batch.indices, (target - pred).abs().detach().numpy())
-            with torch.no_grad():
-                for p, tp in zip(q.parameters(), q_target.parameters(), strict=True):
-                    tp.lerp_(p, args.tau)
-        if returns and step % 5_000 < args.num_envs:
-            print(f"step {step:>7}  mean return (last 10) {np.mean(returns[-10:]):6.1f}  "
-                  f"loss {loss.item():.3f}  eps {epsilon:.2f}  "
-                  f"{step / (time.time() - start):.0f} steps/s")
+    loss = float("nan")
+    step, next_eval, start = 0, args.eval_every, time.time()
+    with ProgressBar(args.total_timesteps, "DQN", enabled=progress_enabled(args.quiet)) as bar:
+        while step < args.total_timesteps:
+            fraction = step / (args.exploration_fraction * args.total_timesteps)
+            epsilon = max(0.05, 1.0 - 0.95 * fraction)
+            result = collector.collect(args.num_envs)  # one step of every env
+            step += result.env_steps
+            returns += result.episode_returns
+            curve.add_episodes(step, result.episode_returns)
+            if step >= args.learning_starts:
+                for _ in range(args.num_envs // 2):
+                    loss = update()
+            recent = float(np.mean(returns[-10:])) if returns else float("nan")
+            if step >= next_eval or step >= args.total_timesteps:
+                next_eval += args.eval_every
+                mean, std = curve.add_eval(step, evaluate_policy(
+                    "CartPole-v1", greedy, args.eval_episodes, seed=10_000 + step))
+                print(f"step {step:>7}  eval {mean:7.1f} +- {std:5.1f} "
+                      f"({args.eval_episodes} greedy episodes)  train return (last 10) "
+                      f"{recent:7.1f}  loss {loss:.3f}  eps {epsilon:.2f}  "
+                      f"{step / (time.time() - start):.0f} steps/s", flush=True)
+            bar.update(result.env_steps, ret=recent, loss=loss)
     envs.close()
     print(f"done: {step} steps, {len(returns)} episodes, "
           f"mean return of the last 10: {np.mean(returns[-10:]) if returns else float('nan'):.1f}")
+    final = curve.last_eval  # the loop evaluates at its last step
+    if final is not None:
+        print(f"final greedy eval: {final[1]:.1f} +- {final[2]:.1f} over {final[3]} episodes")
+    print(f"learning curve: {curve.plot(args.plot)}")
 
 
 if __name__ == "__main__":

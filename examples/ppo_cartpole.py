@@ -5,13 +5,17 @@
 The vector env runs in SAME_STEP autoreset mode, so an ending env's true final
 observation arrives in ``info["final_obs"]``; truncated episodes bootstrap from its value
 (``final_value=``), terminated ones do not, and GAE is cut at every episode end.
-Every ``--eval-every`` steps the greedy policy plays 10 episodes.
+Every ``--eval-every`` steps the greedy policy (the most likely action) plays
+``--eval-episodes`` episodes; training stops once an evaluation reaches ``--target``. The
+learning curve (training episodes and evaluations) is written to ``--plot``. A progress
+bar shows while stdout is a terminal (``--quiet``: none).
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -19,6 +23,9 @@ import torch
 import torch.nn as nn
 
 import replaybank as rb
+from replaybank.integrations.curves import LearningCurve
+from replaybank.integrations.evaluation import evaluate_policy
+from replaybank.integrations.progress import ProgressBar, progress_enabled
 
 
 def parse_args() -> argparse.Namespace:
@@ -37,7 +44,11 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--vf-coef", type=float, default=0.5)
     p.add_argument("--max-grad-norm", type=float, default=0.5)
     p.add_argument("--eval-every", type=int, default=10_240)
+    p.add_argument("--eval-episodes", type=int, default=10)
     p.add_argument("--target", type=float, default=475.0, help="stop once an eval reaches it")
+    p.add_argument("--plot", type=Path, default=Path("ppo_cartpole.png"),
+                   help="learning-curve PNG to write")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p.parse_args()
 
 
@@ -62,19 +73,10 @@ class Agent(nn.Module):
     def dist(self, obs: torch.Tensor) -> torch.distributions.Categorical:
         return torch.distributions.Categorical(logits=self.actor(obs))
 
-
-def evaluate(agent: Agent, seed: int, episodes: int = 10) -> float:
-    envs = gym.make_vec("CartPole-v1", num_envs=episodes, vectorization_mode="sync")
-    obs, _ = envs.reset(seed=seed)
-    total, running = np.zeros(episodes), np.ones(episodes, bool)
-    while running.any():
+    def greedy(self, obs: np.ndarray) -> np.ndarray:
+        """The most likely action of each observation."""
         with torch.no_grad():
-            action = agent.actor(torch.as_tensor(obs)).argmax(-1).numpy()
-        obs, r, term, trunc, _ = envs.step(action)
-        total += r * running
-        running &= ~(term | trunc)
-    envs.close()
-    return float(total.mean())
+            return self.actor(torch.as_tensor(obs, dtype=torch.float32)).argmax(-1).numpy()
 
 
 def main() -> None:
@@ -93,63 +95,75 @@ def main() -> None:
     obs, _ = envs.reset(seed=args.seed)
     step, next_eval, best, start = 0, args.eval_every, -np.inf, time.time()
     returns: list[float] = []
+    curve = LearningCurve(f"PPO, RolloutBuffer with GAE, CartPole-v1, seed {args.seed}",
+                          target=args.target)
     ep_ret = np.zeros(args.num_envs)
-    for update in range(n_updates):
-        for g in optimizer.param_groups:  # linear learning-rate annealing
-            g["lr"] = args.learning_rate * (1.0 - update / n_updates)
-        buf.reset()
-        for _ in range(args.num_steps):
+    bar = ProgressBar(n_updates * batch_steps, "PPO", enabled=progress_enabled(args.quiet))
+    with bar:
+        for update in range(n_updates):
+            for g in optimizer.param_groups:  # linear learning-rate annealing
+                g["lr"] = args.learning_rate * (1.0 - update / n_updates)
+            buf.reset()
+            for _ in range(args.num_steps):
+                with torch.no_grad():
+                    x = torch.as_tensor(obs)
+                    dist, value = agent.dist(x), agent.value(x)
+                    action = dist.sample()
+                next_obs, reward, term, trunc, info = envs.step(action.numpy())
+                final_value = np.full(args.num_envs, np.nan)
+                if trunc.any():  # bootstrap truncated episodes from their real last observation
+                    idx = np.flatnonzero(trunc & ~term)
+                    final = np.stack([info["final_obs"][i] for i in idx]) if len(idx) else None
+                    if final is not None:
+                        with torch.no_grad():
+                            final_value[idx] = agent.value(torch.as_tensor(final)).numpy()
+                buf.add(obs=obs, action=action.numpy(), reward=reward, terminated=term,
+                        truncated=trunc, value=value.numpy(),
+                        log_prob=dist.log_prob(action).numpy(), final_value=final_value)
+                ep_ret += reward
+                step += args.num_envs
+                ended = term | trunc
+                returns += ep_ret[ended].tolist()
+                curve.add_episodes(step, ep_ret[ended])
+                ep_ret[ended] = 0.0
+                obs = next_obs
             with torch.no_grad():
-                x = torch.as_tensor(obs)
-                dist, value = agent.dist(x), agent.value(x)
-                action = dist.sample()
-            next_obs, reward, term, trunc, info = envs.step(action.numpy())
-            final_value = np.full(args.num_envs, np.nan)
-            if trunc.any():  # bootstrap truncated episodes from their real last observation
-                idx = np.flatnonzero(trunc & ~term)
-                final = np.stack([info["final_obs"][i] for i in idx]) if len(idx) else None
-                if final is not None:
-                    with torch.no_grad():
-                        final_value[idx] = agent.value(torch.as_tensor(final)).numpy()
-            buf.add(obs=obs, action=action.numpy(), reward=reward, terminated=term,
-                    truncated=trunc, value=value.numpy(), log_prob=dist.log_prob(action).numpy(),
-                    final_value=final_value)
-            ep_ret += reward
-            for i in np.flatnonzero(term | trunc):
-                returns.append(float(ep_ret[i]))
-                ep_ret[i] = 0.0
-            obs = next_obs
-            step += args.num_envs
-        with torch.no_grad():
-            last_values = agent.value(torch.as_tensor(obs)).numpy()
-        buf.compute_returns_and_advantage(last_values)
+                last_values = agent.value(torch.as_tensor(obs)).numpy()
+            buf.compute_returns_and_advantage(last_values)
 
-        for b in buf.generate_batches(num_mini_batch=args.num_minibatches,
-                                      num_epochs=args.update_epochs):
-            b = b.to_torch()
-            dist = agent.dist(b.obs)
-            logratio = dist.log_prob(b.action) - b.log_prob
-            ratio = logratio.exp()
-            pg_loss = torch.max(-b.advantages * ratio, -b.advantages * ratio.clamp(
-                1 - args.clip_coef, 1 + args.clip_coef)).mean()
-            v_loss = 0.5 * (agent.value(b.obs) - b.returns).pow(2).mean()
-            loss = pg_loss - args.ent_coef * dist.entropy().mean() + args.vf_coef * v_loss
-            optimizer.zero_grad()
-            loss.backward()
-            nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
-            optimizer.step()
+            for b in buf.generate_batches(num_mini_batch=args.num_minibatches,
+                                          num_epochs=args.update_epochs):
+                b = b.to_torch()
+                dist = agent.dist(b.obs)
+                logratio = dist.log_prob(b.action) - b.log_prob
+                ratio = logratio.exp()
+                pg_loss = torch.max(-b.advantages * ratio, -b.advantages * ratio.clamp(
+                    1 - args.clip_coef, 1 + args.clip_coef)).mean()
+                v_loss = 0.5 * (agent.value(b.obs) - b.returns).pow(2).mean()
+                loss = pg_loss - args.ent_coef * dist.entropy().mean() + args.vf_coef * v_loss
+                optimizer.zero_grad()
+                loss.backward()
+                nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+                optimizer.step()
 
-        if step >= next_eval or update == n_updates - 1:
-            next_eval += args.eval_every
-            score = evaluate(agent, seed=10_000 + update)
-            best = max(best, score)
-            recent = np.mean(returns[-20:]) if returns else float("nan")
-            print(f"step {step:>7}  eval {score:6.1f}  train return (last 20) {recent:6.1f}  "
-                  f"{step / (time.time() - start):.0f} steps/s", flush=True)
-            if score >= args.target:
-                break
+            recent = float(np.mean(returns[-20:])) if returns else float("nan")
+            bar.update(batch_steps, ret=recent)
+            if step >= next_eval or update == n_updates - 1:
+                next_eval += args.eval_every
+                score, std = curve.add_eval(step, evaluate_policy(
+                    "CartPole-v1", agent.greedy, args.eval_episodes, seed=10_000 + update))
+                best = max(best, score)
+                print(f"step {step:>7}  eval {score:7.1f} +- {std:5.1f} "
+                      f"({args.eval_episodes} greedy episodes)  train return (last 20) "
+                      f"{recent:7.1f}  {step / (time.time() - start):.0f} steps/s", flush=True)
+                if score >= args.target:
+                    break
     envs.close()
     print(f"done: {step} steps, best eval {best:.1f}")
+    final = curve.last_eval
+    if final is not None:
+        print(f"final greedy eval: {final[1]:.1f} +- {final[2]:.1f} over {final[3]} episodes")
+    print(f"learning curve: {curve.plot(args.plot)}")
 
 
 if __name__ == "__main__":

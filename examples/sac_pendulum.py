@@ -5,12 +5,18 @@
 A plain single-env loop: each step is added with its true ``next_obs`` and separate
 ``terminated`` / ``truncated`` flags (Pendulum only truncates, so every target
 bootstraps). The buffer stores each observation once and returns ``next_obs`` exactly.
+
+Every ``--eval-every`` env steps (and at the end) the greedy policy (the actor's mean
+action, squashed) plays ``--eval-episodes`` episodes; the learning curve (training episodes
+and evaluations) is written to ``--plot``. A progress bar shows while stdout is a terminal
+(``--quiet``: none).
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -19,6 +25,9 @@ import torch.nn as nn
 import torch.nn.functional as F  # noqa: N812
 
 import replaybank as rb
+from replaybank.integrations.curves import LearningCurve
+from replaybank.integrations.evaluation import evaluate_policy
+from replaybank.integrations.progress import ProgressBar, progress_enabled
 
 
 def parse_args() -> argparse.Namespace:
@@ -31,6 +40,11 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--gamma", type=float, default=0.99)
     p.add_argument("--tau", type=float, default=0.005)
     p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--eval-every", type=int, default=2_000)
+    p.add_argument("--eval-episodes", type=int, default=5)
+    p.add_argument("--plot", type=Path, default=Path("sac_pendulum.png"),
+                   help="learning-curve PNG to write")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p.parse_args()
 
 
@@ -54,6 +68,11 @@ class Actor(nn.Module):
         log_prob = (log_prob - torch.log(self.scale * (1 - a.pow(2)) + 1e-6)).sum(-1)
         return a * self.scale, log_prob
 
+    def greedy(self, obs: torch.Tensor) -> torch.Tensor:
+        """The deterministic action: the squashed mean."""
+        mean, _ = self.net(obs).chunk(2, dim=-1)
+        return torch.tanh(mean) * self.scale
+
 
 def main() -> None:
     args = parse_args()
@@ -76,26 +95,11 @@ def main() -> None:
 
     buf = rb.ReplayBuffer(args.buffer_size, seed=args.seed,
                           spec=rb.spec_from_env(env))  # obs float32[3], action float32[1]
-    obs, _ = env.reset(seed=args.seed)
-    env.action_space.seed(args.seed)
-    returns: list[float] = []
-    start = time.time()
-    for step in range(args.total_timesteps):
-        if step < args.learning_starts:
-            action = env.action_space.sample()
-        else:
-            with torch.no_grad():
-                action = actor(torch.as_tensor(obs)[None])[0][0].numpy()
-        next_obs, reward, terminated, truncated, info = env.step(action)
-        buf.add(obs=obs, action=action, reward=reward, next_obs=next_obs,
-                terminated=terminated, truncated=truncated)
-        obs = next_obs
-        if terminated or truncated:
-            returns.append(float(info["episode"]["r"]))
-            obs, _ = env.reset()
-        if step < args.learning_starts:
-            continue
+    def greedy(obs: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            return actor.greedy(torch.as_tensor(obs, dtype=torch.float32)).numpy()
 
+    def update() -> float:
         b = buf.sample(args.batch_size).to_torch()
         alpha = log_alpha.exp().detach()
         with torch.no_grad():
@@ -123,12 +127,48 @@ def main() -> None:
             for net, tgt in ((q1, q1_t), (q2, q2_t)):
                 for p, tp in zip(net.parameters(), tgt.parameters(), strict=True):
                     tp.lerp_(p, args.tau)
-        if (step + 1) % 2_000 == 0 and returns:
-            print(f"step {step + 1:>6}  mean return (last 5) {np.mean(returns[-5:]):8.1f}  "
-                  f"q_loss {q_loss.item():.3f}  {(step + 1) / (time.time() - start):.0f} steps/s")
+        return float(q_loss.item())
+
+    obs, _ = env.reset(seed=args.seed)
+    env.action_space.seed(args.seed)
+    curve = LearningCurve(f"SAC, uniform replay, Pendulum-v1, seed {args.seed}")
+    returns: list[float] = []
+    q_loss = float("nan")
+    next_eval, start = args.eval_every, time.time()
+    with ProgressBar(args.total_timesteps, "SAC", enabled=progress_enabled(args.quiet)) as bar:
+        for step in range(1, args.total_timesteps + 1):
+            if step <= args.learning_starts:
+                action = env.action_space.sample()
+            else:
+                with torch.no_grad():
+                    action = actor(torch.as_tensor(obs)[None])[0][0].numpy()
+            next_obs, reward, terminated, truncated, info = env.step(action)
+            buf.add(obs=obs, action=action, reward=reward, next_obs=next_obs,
+                    terminated=terminated, truncated=truncated)
+            obs = next_obs
+            if terminated or truncated:
+                returns.append(float(info["episode"]["r"]))
+                curve.add_episodes(step, returns[-1:])
+                obs, _ = env.reset()
+            if step > args.learning_starts:
+                q_loss = update()
+            recent = float(np.mean(returns[-5:])) if returns else float("nan")
+            if step >= next_eval or step == args.total_timesteps:
+                next_eval += args.eval_every
+                mean, std = curve.add_eval(step, evaluate_policy(
+                    "Pendulum-v1", greedy, args.eval_episodes, seed=10_000 + step))
+                print(f"step {step:>7}  eval {mean:7.1f} +- {std:5.1f} "
+                      f"({args.eval_episodes} greedy episodes)  train return (last 5) "
+                      f"{recent:7.1f}  q_loss {q_loss:.3f}  "
+                      f"{step / (time.time() - start):.0f} steps/s", flush=True)
+            bar.update(1, ret=recent, q_loss=q_loss)
     env.close()
     print(f"done: {args.total_timesteps} steps, {len(returns)} episodes, "
           f"last return {returns[-1] if returns else float('nan'):.1f}")
+    final = curve.last_eval  # the loop evaluates at its last step
+    if final is not None:
+        print(f"final greedy eval: {final[1]:.1f} +- {final[2]:.1f} over {final[3]} episodes")
+    print(f"learning curve: {curve.plot(args.plot)}")
 
 
 if __name__ == "__main__":

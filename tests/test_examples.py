@@ -3,7 +3,9 @@
 A run this short cannot show learning; it shows what each script's docstring promises of
 its data and bookkeeping: the step counts it reports, sane returns, finite gradients, and
 a buffer that holds exactly the real transitions (checked on the buffer the script built,
-recorded by wrapping the ``rb`` constructor it calls).
+recorded by wrapping the ``rb`` constructor it calls); the DQN, PPO and SAC examples also
+print their greedy evaluations and write a learning-curve PNG. Under ``-m slow`` each of
+those three runs at its default budget and must reach the result its docstring states.
 """
 
 from __future__ import annotations
@@ -25,11 +27,14 @@ pytest.importorskip("gymnasium")
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 CASES = {
-    "dqn_per_cartpole.py": ["--total-timesteps", "400", "--learning-starts", "100"],
-    "ppo_cartpole.py": ["--total-timesteps", "512", "--num-steps", "64", "--eval-every", "256"],
+    "dqn_per_cartpole.py": ["--total-timesteps", "400", "--learning-starts", "100",
+                            "--eval-every", "200", "--eval-episodes", "3"],
+    "ppo_cartpole.py": ["--total-timesteps", "512", "--num-steps", "64", "--eval-every", "256",
+                        "--eval-episodes", "3"],
     "sac_pendulum.py": ["--total-timesteps", "300", "--learning-starts", "150",
-                        "--batch-size", "32"],
+                        "--batch-size", "32", "--eval-every", "150", "--eval-episodes", "2"],
 }
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 SCRIPTS = sorted(p.name for p in EXAMPLES.glob("*.py"))
 
@@ -40,10 +45,11 @@ PENDULUM_MIN_REWARD = -(math.pi**2 + 0.1 * 8**2 + 0.001 * 2**2)
 
 
 class Run:
-    """What one script run left behind: its stdout and what the test recorded."""
+    """What one script run left behind: its stdout, its plot and what the test recorded."""
 
-    def __init__(self) -> None:
+    def __init__(self, plot: Path) -> None:
         self.out = ""
+        self.plot = plot
         self.made: dict[str, list[Any]] = {}
         self.grad_norms: list[float] = []
         self.mse_losses: list[float] = []
@@ -99,6 +105,33 @@ def done_line(out: str, pattern: str) -> re.Match[str]:
     return match
 
 
+def check_png(path: Path) -> None:
+    """A real PNG: the signature, and an image matplotlib reads back with content."""
+    import matplotlib.image
+
+    assert path.read_bytes()[:8] == PNG_SIGNATURE
+    image = matplotlib.image.imread(path)
+    assert image.ndim == 3 and min(image.shape[:2]) > 100
+    assert image.reshape(-1, image.shape[2]).std(axis=0).max() > 0.05  # not a blank canvas
+
+
+def greedy_evals(run: Run, episodes: int, lo: float, hi: float) -> list[tuple[int, float]]:
+    """The evaluation lines, the final-evaluation line and the plot the script wrote:
+    ``episodes`` greedy episodes each, means and spreads within ``[lo, hi]``."""
+    evals = re.findall(r"^step\s+(\d+)\s+eval\s+(\S+) \+-\s+(\S+) \((\d+) greedy episodes\)"
+                       r"\s+train return \(last \d+\)\s+(\S+)", run.out, flags=re.M)
+    assert evals, run.out
+    for _, mean, std, n, _ in evals:
+        assert int(n) == episodes
+        assert lo <= float(mean) <= hi and 0.0 <= float(std) <= (hi - lo) / 2
+    final = re.findall(r"^final greedy eval: (\S+) \+- (\S+) over (\d+) episodes$", run.out,
+                       flags=re.M)
+    assert final == [evals[-1][1:4]], run.out  # the last evaluation, printed once more
+    assert re.findall(r"^learning curve: (.+)$", run.out, flags=re.M) == [str(run.plot)]
+    check_png(run.plot)
+    return [(int(step), float(mean)) for step, mean, _, _, _ in evals]
+
+
 def cart_inside(obs: np.ndarray) -> np.ndarray:
     """States where CartPole keeps running (not past its termination limits)."""
     return (np.abs(obs[..., 0]) <= 2.4) & (np.abs(obs[..., 2]) <= 12 * 2 * math.pi / 360)
@@ -114,6 +147,10 @@ def check_dqn(run: Run) -> None:
     # whole vector steps of 4 envs; one collect call takes at most 2 of them
     assert steps % 4 == 0 and 400 <= steps < 400 + 8
     assert episodes >= 1 and 1.0 <= mean_return <= CART_MAX_RETURN
+    # greedy (argmax Q) evaluations of 3 episodes at the first step >= 200 and at the end
+    evals = greedy_evals(run, 3, 1.0, CART_MAX_RETURN)
+    assert len(evals) == 2 and 200 <= evals[0][0] < 208 and evals[0][0] % 4 == 0
+    assert evals[1][0] == steps
     buf = run.only("ReplayBuffer")
     assert buf.episodes_seen == episodes
     # the steps not stored are the autoreset steps, one after each episode end (the last
@@ -144,12 +181,11 @@ def check_dqn(run: Run) -> None:
 def check_ppo(run: Run) -> None:
     """RolloutBuffer with GAE cut at every episode end (terminated steps do not bootstrap);
     the greedy policy is evaluated every --eval-every steps."""
-    evals = re.findall(r"^step\s+(\d+)\s+eval\s+(\S+)\s+train return \(last 20\)\s+(\S+)",
-                       run.out, flags=re.M)
-    assert [int(s) for s, _, _ in evals] == [256, 512], run.out
-    scores = [float(e) for _, e, _ in evals]
-    assert all(1.0 <= s <= CART_MAX_RETURN for s in scores)
-    assert all(1.0 <= float(r) <= CART_MAX_RETURN for _, _, r in evals)
+    evals = greedy_evals(run, 3, 1.0, CART_MAX_RETURN)
+    assert [s for s, _ in evals] == [256, 512], run.out
+    scores = [score for _, score in evals]
+    train = re.findall(r"train return \(last 20\)\s+(\S+)", run.out)
+    assert len(train) == 2 and all(1.0 <= float(r) <= CART_MAX_RETURN for r in train)
     m = done_line(run.out, r"done: (\d+) steps, best eval (\S+)")
     assert int(m[1]) == 512 and float(m[2]) == pytest.approx(max(scores), abs=0.05)
     # 2 updates x 4 epochs x 4 minibatches, finite gradients
@@ -182,6 +218,9 @@ def check_sac(run: Run) -> None:
     m = done_line(run.out, r"done: (\d+) steps, (\d+) episodes, last return (\S+)")
     assert int(m[1]) == 300 and int(m[2]) == 300 // 200
     assert 200 * PENDULUM_MIN_REWARD <= float(m[3]) <= 0.0
+    # greedy (mean action) evaluations of 2 episodes of 200 steps at 150 and 300
+    evals = greedy_evals(run, 2, 200 * PENDULUM_MIN_REWARD, 0.0)
+    assert [s for s, _ in evals] == [150, 300]
     # an update per step from --learning-starts 150 on: two critic losses each, finite
     assert len(run.mse_losses) == 2 * (300 - 150) and np.all(np.isfinite(run.mse_losses))
 
@@ -216,15 +255,19 @@ def test_the_three_examples_exist() -> None:
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
-def test_example_runs(script: str, monkeypatch: pytest.MonkeyPatch,
+def test_example_runs(script: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
                       capsys: pytest.CaptureFixture[str]) -> None:
     import torch
 
     threads = torch.get_num_threads()
-    run = Run()
+    run = Run(tmp_path / "curves" / "learning_curve.png")
     record(run, monkeypatch)
     # every example takes --steps; the ones listed in CASES get tailored short settings
-    monkeypatch.setattr(sys, "argv", [script, *CASES.get(script, ["--steps", "300"])])
+    # (and write their learning curve under tmp_path)
+    argv = CASES.get(script, ["--steps", "300"])
+    if script in CASES:
+        argv = [*argv, "--plot", str(run.plot), "--quiet"]
+    monkeypatch.setattr(sys, "argv", [script, *argv])
     try:
         runpy.run_path(str(EXAMPLES / script), run_name="__main__")
     finally:
@@ -232,3 +275,33 @@ def test_example_runs(script: str, monkeypatch: pytest.MonkeyPatch,
     run.out = capsys.readouterr().out
     if script in CHECKS:
         CHECKS[script](run)
+
+
+# default budget of each script -> (what it must reach, as its final greedy evaluation)
+LEARNING = {
+    "dqn_per_cartpole.py": 475.0,  # 50,000 steps; measured 500.0 +- 0.0 (seed 0)
+    "ppo_cartpole.py": 475.0,  # stops at its first evaluation >= --target 475
+    "sac_pendulum.py": -250.0,  # 20,000 steps; a random policy scores about -1,200
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", sorted(LEARNING))
+def test_example_learns_at_its_default_budget(script: str, monkeypatch: pytest.MonkeyPatch,
+                                              tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    import torch
+
+    threads = torch.get_num_threads()
+    plot = tmp_path / "curve.png"
+    monkeypatch.setattr(sys, "argv", [script, "--quiet", "--plot", str(plot)])
+    try:
+        runpy.run_path(str(EXAMPLES / script), run_name="__main__")
+    finally:
+        torch.set_num_threads(threads)
+    out = capsys.readouterr().out
+    final = re.findall(r"^final greedy eval: (\S+) \+- (\S+) over (\d+) episodes$", out,
+                       flags=re.M)
+    assert len(final) == 1, out
+    assert float(final[0][0]) >= LEARNING[script], out
+    check_png(plot)

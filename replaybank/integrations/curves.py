@@ -121,7 +121,7 @@ class LearningCurve:
             size = f"{n.pop()} episodes" if len(n) == 1 else "episodes"
             ax.plot(self.eval_steps, means, "o-", label=f"greedy evaluation (mean of {size})")
             ax.fill_between(self.eval_steps, [float(r.min()) for r in evals],
-                            [float(r.max()) for r in evals], alpha=0.2, label="min-max")
+                            [float(r.max()) for r in evals], alpha=0.2, label="evaluation min-max")
         if self.target is not None:
             ax.axhline(self.target, color="grey", ls="--", lw=1, label=f"target {self.target:g}")
         ax.set_xlabel("env steps")
