@@ -15,6 +15,7 @@ import replaybank as rb  # noqa: E402
 from replaybank.errors import ConfigError, DtypeError, MissingDependencyError  # noqa: E402
 from replaybank.storage.backends import make_backend  # noqa: E402
 from replaybank.storage.backends.torch import TorchBackend, torch_dtype  # noqa: E402
+from tests.strict_device import StrictBackend, host  # noqa: E402
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -41,16 +42,20 @@ def fill(bufs: list[Any], steps: int, lanes: int, seed: int = 0) -> None:
 
 
 def as_np(x: Any) -> Any:
-    return x.cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
+    return host(x)
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device", [*DEVICES, "strict"])
 @pytest.mark.parametrize("n_step", [1, 3])
 def test_torch_storage_samples_what_numpy_storage_samples(device: str, n_step: int) -> None:
+    """"strict": CPU tensors that refuse every host conversion (tests/strict_device.py),
+    so that converting device data on the host fails here as it does on a GPU."""
     ref = rb.ReplayBuffer(96, num_envs=3, seed=7, n_step=n_step)
     # host draws: the same keys as numpy storage (device draws: tests/test_device_sampling.py)
-    tb = rb.ReplayBuffer(96, num_envs=3, seed=7, n_step=n_step,
-                         storage=TorchBackend(device, draws="host"))
+    backend = StrictBackend("cpu", draws="host") if device == "strict" else \
+        TorchBackend(device, draws="host")
+    tb = rb.ReplayBuffer(96, num_envs=3, seed=7, n_step=n_step, storage=backend)
+    device = "cpu" if device == "strict" else device
     fill([ref, tb], 70, 3)  # wraps around
     assert len(ref) == len(tb)
     for _ in range(3):
