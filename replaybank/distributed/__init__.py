@@ -12,6 +12,8 @@ Example:
 
 from replaybank.distributed.client import ReplayClient
 from replaybank.distributed.errors import ShardUnavailableError
+from replaybank.distributed.limiter import RateLimit, RateLimiter, RateLimitTimeout
 from replaybank.distributed.service import ReplayService
 
-__all__ = ["ReplayClient", "ReplayService", "ShardUnavailableError"]
+__all__ = ["RateLimit", "RateLimitTimeout", "RateLimiter", "ReplayClient", "ReplayService",
+           "ShardUnavailableError"]

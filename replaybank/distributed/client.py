@@ -23,8 +23,11 @@ smallest priority), a multinomial split of the batch follows, and the shards dra
 parallel (:mod:`replaybank.distributed.split`; prioritized weights are global). A shard
 whose call fails because its process died is marked *degraded* (``degraded_shards``)
 and the batch is drawn from the others (totals renormalised); a probe notices when Ray
-has restarted it. The beta schedule of a prioritized sampler is followed by each client
-(its ``calls`` count, saved with the client state).
+has restarted it. With rate limits, a batch is drawn from the shards whose limiter lets
+it through now (renormalised the same way; with one limiter per shard, waiting on a
+shard that needs inserts while the writer waits on another that needs samples would
+deadlock), and waits, polling, while none does. The beta schedule of a prioritized
+sampler is followed by each client (its ``calls`` count, saved with the client state).
 
 Example (needs Ray; see :class:`~replaybank.distributed.service.ReplayService`)::
 
@@ -83,6 +86,8 @@ class ReplayClient:
         max_age_s: Age of the oldest pending row that triggers a send of everything.
         max_in_flight: Unacknowledged sends per shard before a write waits.
         timeout: Seconds any blocking call (rate limiter included) waits.
+        rate_limited: The shards have rate limiters: a sample of empty shards waits for
+            data (up to ``timeout``) instead of raising EmptyBufferError.
 
     Attributes:
         num_shards: Number of shards.
@@ -92,7 +97,7 @@ class ReplayClient:
     def __init__(self, shards: list[Any], num_lanes: int, sampler: dict[str, Any],
                  seed: int | np.random.Generator | None = None, max_rows: int = 1024,
                  max_age_s: float = 1.0, max_in_flight: int = 4,
-                 timeout: float = 60.0) -> None:
+                 timeout: float = 60.0, rate_limited: bool = False) -> None:
         self._shards = list(shards)
         self.num_shards = len(self._shards)
         self.num_lanes = num_lanes
@@ -104,6 +109,7 @@ class ReplayClient:
             raise ConfigError(f"timeout={timeout!r}: must be a number > 0 (seconds)")
         self.max_age_s = float(max_age_s)
         self.timeout = float(timeout)
+        self.rate_limited = rate_limited
         self._sampler_config = dict(sampler)
         self._schedule: PrioritizedSampler | None = None
         if sampler.get("type") == "prioritized":
@@ -118,6 +124,8 @@ class ReplayClient:
         self._in_flight: dict[int, collections.deque[tuple[Any, dict[str, Any]]]] = {
             s: collections.deque() for s in range(self.num_shards)}
         self._degraded: dict[int, Any] = {}  # shard -> probe ref
+        #: How often each shard was found dead by this client (shard -> count).
+        self.shard_failures: dict[int, int] = {}
         # sends are numbered per shard: Ray may start an async actor's calls out of order,
         # and the shard writes each client's rows in this order (Shard._turn)
         self._id = uuid.uuid4().hex
@@ -128,7 +136,7 @@ class ReplayClient:
         """Flush (and wait for) pending rows, then pickle without the write queues."""
         self.flush()
         state = self.__dict__.copy()
-        for name in ("_batcher", "_in_flight", "_degraded", "_id", "_seq"):
+        for name in ("_batcher", "_in_flight", "_degraded", "_id", "_seq", "shard_failures"):
             state.pop(name)
         return state
 
@@ -313,6 +321,7 @@ class ReplayClient:
                     self._degraded[s] = self._shards[s].mass.remote()
 
     def _mark_degraded(self, shard: int) -> None:
+        self.shard_failures[shard] = self.shard_failures.get(shard, 0) + 1
         self._degraded[shard] = self._shards[shard].mass.remote()
 
     def _gather(self, refs: dict[int, Any]) -> tuple[dict[int, Any], list[int]]:
@@ -385,11 +394,7 @@ class ReplayClient:
             beta = self._schedule.resolve_beta(kwargs.pop("beta", None))
             kwargs["beta"] = beta
         for _ in range(self.num_shards + 1):
-            masses = self.masses()
-            if not masses:
-                raise ShardUnavailableError(
-                    f"sample(batch_size={n}): every shard is down "
-                    f"({sorted(self._degraded)}); wait for Ray to restart them")
+            masses = self._ready(n)
             ids = sorted(masses)
             counts = split_counts(np.array([masses[s][1] for s in ids]), n, self._rng)
             refs = {s: self._shards[s].sample.remote(int(c), kwargs, sequences, self.timeout)
@@ -406,6 +411,37 @@ class ReplayClient:
             return fields
         raise ShardUnavailableError(f"sample(batch_size={n}): shards kept failing "
                                     f"({sorted(self._degraded)} down)")
+
+    def _ready(self, n: int) -> dict[int, tuple[int, float, float]]:
+        """The masses of the live shards a sample of ``n`` may draw from now.
+
+        Without rate limits: every live shard. With them: the shards whose limiter lets
+        ``n`` samples through now (so a reader never waits on a shard that needs inserts
+        while a writer waits on another that needs samples); when none does, wait (up to
+        ``timeout``, polling) as a rate-limited sample waits.
+        """
+        deadline = time.monotonic() + self.timeout
+        pause = 0.002
+        while True:
+            self._probe()
+            live = [s for s in range(self.num_shards) if s not in self._degraded]
+            states, _ = self._gather({s: self._shards[s].draw_state.remote(n) for s in live})
+            if not states:
+                raise ShardUnavailableError(
+                    f"sample(batch_size={n}): every shard is down "
+                    f"({sorted(self._degraded)}); wait for Ray to restart them")
+            ready = {s: st[:3] for s, st in states.items() if st[3] and st[1] > 0.0}
+            if ready or not self.rate_limited:
+                return ready or {s: st[:3] for s, st in states.items()}
+            if time.monotonic() > deadline:
+                from replaybank.distributed.limiter import RateLimitTimeout
+
+                raise RateLimitTimeout(
+                    f"sample(batch_size={n}): no shard's rate limiter allowed it within "
+                    f"timeout={self.timeout}s (service.stats() shows each limiter); insert "
+                    "more, or raise timeout")
+            time.sleep(pause)
+            pause = min(0.05, pause * 2)
 
     def update_priorities(self, indices: Any, priorities: Any) -> int:
         """Set priorities of sampled global ``indices``; stale ones (overwritten since)

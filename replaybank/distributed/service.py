@@ -202,7 +202,8 @@ class ReplayService:
                 [int(self.seed), zlib.crc32(name.encode())]).generate_state(1, np.uint32)[0])
         c = ReplayClient(self._shards, self.num_lanes, self.sampler_config, seed,
                          max_rows=max_rows, max_age_s=max_age_s, max_in_flight=max_in_flight,
-                         timeout=self.timeout if timeout is None else timeout)
+                         timeout=self.timeout if timeout is None else timeout,
+                         rate_limited=self.rate_limit is not None)
         saved = self._saved_clients.pop(name, None)
         if saved is not None:
             c.load_state_dict(saved)

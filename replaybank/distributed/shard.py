@@ -201,6 +201,12 @@ class Shard:
             return size, float(size), math.inf
         return size, float(self.prio.total), float(self.prio.range_min(0, self.n_slots))
 
+    def draw_state(self, n: int) -> tuple[int, float, float, bool]:
+        """:meth:`mass` and whether the rate limiter lets a sample of ``n`` items through
+        now (True without a limiter): the client draws from the shards that may."""
+        size, total, p_min = self.mass()
+        return size, total, p_min, self.limiter is None or self.limiter.can_sample(n)
+
     def info(self) -> dict[str, Any]:
         """Sampler config, lanes, pid and where the shard was restored from.
 

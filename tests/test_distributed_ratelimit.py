@@ -1,0 +1,134 @@
+"""Rate limiting and max_times_sampled through the sharded service (real local Ray):
+a blocked call waits with a timeout inside its shard and stalls nothing else."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+from replaybank.errors import EmptyBufferError
+from tests.distributed_ray import SHARD_CPUS, ray_cluster, steps  # noqa: F401 (fixture)
+
+ray = pytest.importorskip("ray")
+from replaybank.distributed import RateLimit, RateLimitTimeout, ReplayService  # noqa: E402
+
+
+@pytest.fixture
+def services(ray_cluster: Any) -> Iterator[list[ReplayService]]:  # noqa: F811
+    started: list[ReplayService] = []
+    yield started
+    for s in started:
+        s.shutdown()
+
+
+def start(services: list[ReplayService], *args: Any, **kwargs: Any) -> ReplayService:
+    kwargs.setdefault("num_cpus", SHARD_CPUS)
+    kwargs.setdefault("timeout", 30.0)
+    svc = ReplayService(*args, **kwargs)
+    services.append(svc)
+    return svc
+
+
+def one_lane(t0: int, t1: int) -> dict[str, Any]:
+    return {k: v[:, 0] for k, v in steps(1, t0, t1).items()}
+
+
+def test_min_size_blocks_sampling_until_enough_rows(services: Any) -> None:
+    svc = start(services, 1, {"capacity": 64}, rate_limit=RateLimit(min_size_to_sample=10))
+    c = svc.client(max_rows=1, timeout=0.3)
+    c.extend(**one_lane(0, 9))
+    c.flush()
+    t = time.monotonic()
+    with pytest.raises(RateLimitTimeout, match="rate limiter"):
+        c.sample(4)
+    assert 0.25 < time.monotonic() - t < 10
+    lim = svc.stats()["shards"][0]["limiter"]
+    assert not lim["can_sample"] and lim["samples"] == 0 and lim["size"] == 9
+    c.extend(**one_lane(9, 10))
+    c.flush()
+    assert c.sample(4).batch_size == 4
+    lim = svc.stats()["shards"][0]["limiter"]
+    assert lim["samples"] == 4 and lim["inserts"] == 10 and lim["size"] == 10
+
+
+def test_blocked_insert_waits_without_stalling_the_shard(services: Any) -> None:
+    limit = RateLimit(min_size_to_sample=4, samples_per_insert=1.0, error_buffer=4.0)
+    svc = start(services, 1, {"capacity": 64}, rate_limit=limit)
+    c = svc.client(max_rows=1, timeout=20.0)
+    c.extend(**one_lane(0, 8))  # diff = 8, centre 4, max_diff 8: the next insert blocks
+    c.flush()
+
+    @ray.remote(num_cpus=0)
+    def write(client: Any) -> float:
+        t = time.monotonic()
+        client.extend(**one_lane(8, 9))
+        client.flush()
+        return time.monotonic() - t
+
+    blocked = write.remote(c)
+    deadline = time.monotonic() + 15
+    while svc.stats()["shards"][0]["limiter"]["waiting_inserts"] == 0:
+        assert time.monotonic() < deadline, "the insert never blocked"
+        time.sleep(0.05)
+    # the shard still answers everything else while the insert waits
+    t = time.monotonic()
+    assert len(c) == 8
+    assert c.sample(4).batch_size == 4  # diff 8 -> 4: the centre, the insert may go
+    assert time.monotonic() - t < 5
+    assert ray.get(blocked, timeout=20) > 0.05
+    assert svc.stats()["inserts"] == 9
+
+
+def test_samples_per_insert_keeps_a_writer_and_a_reader_in_step(services: Any) -> None:
+    limit = RateLimit(min_size_to_sample=8, samples_per_insert=2.0, error_buffer=16.0)
+    svc = start(services, 2, {"capacity": 256}, num_lanes=2, rate_limit=limit)
+    c = svc.client(max_rows=4, timeout=20.0)
+
+    @ray.remote(num_cpus=0)
+    def writer(client: Any) -> int:
+        for t in range(0, 200, 2):
+            client.extend(**steps(2, t, t + 2))
+        client.close()
+        return 1
+
+    done = writer.remote(c)
+    reader = svc.client("reader", timeout=3.0)
+    reads = 0
+    while not ray.wait([done], timeout=0)[0]:
+        try:
+            reads += reader.sample(8).batch_size // 8
+        except RateLimitTimeout:  # only once the writer stopped: nothing more to sample
+            assert ray.wait([done], timeout=0)[0]
+        assert reads < 10_000
+    ray.get(done, timeout=60)
+    for shard in svc.stats()["shards"]:
+        lim = shard["limiter"]
+        # diff = 2 * inserts - samples stayed near the window [0, 32] (calls of 8 or 4)
+        assert lim["min_diff"] - 8 <= lim["diff"] <= lim["max_diff"] + 8
+        assert lim["inserts"] == 200
+    assert svc.stats()["blocked_inserts"] > 0  # the writer had to wait for the reader
+
+
+def test_max_times_sampled_retires_items(services: Any) -> None:
+    cfg = {"capacity": 16, "sampler": {"type": "prioritized", "alpha": 0.0}}
+    svc = start(services, 2, cfg, num_lanes=2, max_times_sampled=1)
+    c = svc.client(max_rows=1)
+    c.extend(**steps(2, 0, 8))
+    c.flush()
+    seen: list[int] = []
+    kept = None
+    for _ in range(4):
+        b = c.sample(4, replace=False)
+        seen += b.obs[:, 0].astype(int).tolist()
+        kept = b.indices
+    assert len(seen) == len(set(seen)) == 16  # each item once, then never again
+    with pytest.raises(EmptyBufferError):
+        c.sample(1)
+    assert c.update_priorities(kept, np.ones(4)) == 0  # retired: updates are dropped
+    c.extend(**steps(2, 8, 9))  # new items are drawable
+    c.flush()
+    assert set(c.sample(16).obs[:, 0].astype(int).tolist()) == {8, 1008}
