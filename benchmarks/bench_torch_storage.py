@@ -96,7 +96,6 @@ def rows_for(dev: torch.device, cap: int, bsz: int, n: int) -> dict[str, float]:
     out["torch sample_sequences"] = best(lambda: tb.sample_sequences(16, 64), n // 4, sync)
     out["numpy sample_sequences + to_torch"] = best(
         lambda: npb.sample_sequences(16, 64).to_torch(dev), n // 4, sync)
-    del tb
     # ---- PER
     tper = rb.ReplayBuffer(cap, seed=0, storage="torch", device=dev,
                            sampler=rb.PrioritizedSampler())

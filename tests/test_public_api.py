@@ -33,6 +33,12 @@ INTERNAL = {
     "replaybank.samplers.base.SamplerTraits",
     "replaybank.buffers.parts.Parts",
     "replaybank.buffers.calls.CheckedCall",
+    # device replay parts (issue 17): composed by ReplayBuffer, never built by users
+    "replaybank.buffers.device_path.DeviceArrays",
+    "replaybank.buffers.device_path.DevicePath",
+    "replaybank.samplers.prioritized_device.DevicePriorities",
+    "replaybank.storage.device_mirror.DeviceMirror",
+    "replaybank.storage.host_tail.HostTail",
 }
 HEAVY = ("torch", "gymnasium", "ray", "matplotlib", "rich")
 
