@@ -1,9 +1,8 @@
 """Rate limiting of a replay shard: a minimum size before sampling and a sample-to-insert
 ratio kept within an error buffer, with Reverb's semantics (pure Python and asyncio, no Ray).
 
-The rule (Reverb's ``RateLimiter``, restated)
----------------------------------------------
-Everything is counted in items: a call that inserts 10 items counts 10 inserts, a sample of
+The rule, Reverb's ``RateLimiter`` (``SampleToInsertRatio`` and ``MinSize``) restated:
+everything is counted in items: a call that inserts 10 items counts 10 inserts, a sample of
 256 items counts 256 samples. With ``I`` inserts, ``S`` samples and ``D`` deletes counted so
 far, the limiter sees
 
