@@ -42,9 +42,10 @@ exactly. A large call waits at most until ``diff`` has swung back to the centre 
 goes through whole; it can leave ``diff`` outside the window by at most ``n * spi - width/2``
 (inserts) or ``n - width/2`` (samples), and the opposite side then repays the overshoot.
 Once the table holds ``min_size`` items and ``diff`` is inside the window, calls no larger
-than half the window (``n * spi`` for inserts, ``n`` for samples) never take it outside. An insert and a sample can never both
-be blocked (that would need ``diff > centre`` and ``diff < centre``), so a writer and a
-learner that keep calling never deadlock, whatever their batch sizes.
+than half the window (``n * spi`` for inserts, ``n`` for samples) never take it outside.
+An insert and a sample can never both be blocked (that would need ``diff > centre`` and
+``diff < centre``), so a writer and a learner that keep calling never deadlock, whatever
+their batch sizes.
 
 ``samples_per_insert=None`` applies the minimum size only (Reverb's ``MinSize``): inserts
 are never blocked and ``diff`` is reported with a ratio of 1.
