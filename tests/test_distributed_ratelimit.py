@@ -115,7 +115,8 @@ def test_samples_per_insert_keeps_a_writer_and_a_reader_in_step(services: Any) -
 
 def test_max_times_sampled_retires_items(services: Any) -> None:
     cfg = {"capacity": 16, "sampler": {"type": "prioritized", "alpha": 0.0}}
-    svc = start(services, 2, cfg, num_lanes=2, max_times_sampled=1)
+    # one shard: replace=False draws are distinct per shard only (see ReplayClient.sample)
+    svc = start(services, 1, cfg, num_lanes=2, max_times_sampled=1)
     c = svc.client(max_rows=1)
     c.extend(**steps(2, 0, 8))
     c.flush()
