@@ -48,7 +48,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -103,14 +103,15 @@ class SharedReader:
         self.snapshot = LaneSnapshot(table, written, start, episodes, priority, guard)
         self.backend = backend
         self.retries = 0  # draws thrown away because writers outran the guard
+        self._checked: tuple[Any, bool] = (None, False)
 
     def sync(self, sampler: Sampler) -> None:
         """Refresh the snapshot; the sampler hears the slots that left (its per-slot
         state, e.g. a priority, stops counting) and the new steps (with their writers'
         initial priorities)."""
         delta = self.snapshot.refresh()
-        if len(delta.left) and isinstance(sampler, SlotExcluding):
-            sampler.exclude(delta.left)
+        if len(delta.left) and self._excludes(sampler):
+            cast(SlotExcluding, sampler).exclude(delta.left)
         if len(delta.new):
             given = ~np.isnan(delta.priorities)
             if not given.any():
@@ -119,6 +120,13 @@ class SharedReader:
                 if not given.all():
                     sampler.on_write(delta.new[~given], None)
                 sampler.on_write(delta.new[given], delta.priorities[given])
+
+    def _excludes(self, sampler: Sampler) -> bool:
+        """Whether ``sampler`` keeps per-slot state to leave out (checked once per
+        sampler object)."""
+        if sampler is not self._checked[0]:
+            self._checked = (sampler, isinstance(sampler, SlotExcluding))
+        return self._checked[1]
 
     def read(self, sampler: Sampler, draw: Callable[[], T_]) -> T_:
         """``draw()`` on a fresh snapshot, again until no writer overwrote what it read.

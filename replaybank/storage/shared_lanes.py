@@ -107,6 +107,27 @@ class SnapshotDelta(NamedTuple):
 
 
 _NONE = np.zeros(0, np.int64)
+_NO_PRIO = np.zeros(0, np.float64)
+_NO_CHANGE = SnapshotDelta(_NONE, _NONE, _NO_PRIO)
+
+
+def _slots(begin: IntArray, end: IntArray, T: int, lanes: int) -> IntArray:  # noqa: N803
+    """Storage slots of the steps ``[begin[l], end[l])`` of every lane ``l``, lane by lane,
+    oldest first (empty ranges where ``end <= begin``).
+
+    Example:
+        >>> _slots(np.array([0, 5]), np.array([2, 7]), T=4, lanes=2).tolist()
+        [0, 2, 3, 5]
+    """
+    n = np.maximum(end - begin, 0)  # [lanes]
+    total = int(n.sum())
+    if total == 0:
+        return _NONE
+    lane = np.repeat(np.arange(lanes), n)  # [total]
+    first = np.cumsum(n) - n  # offset of each lane's range in the output
+    seq = np.arange(total) - np.repeat(first - begin, n)  # [total] sequence numbers
+    out: IntArray = seq % T * lanes + lane
+    return out
 
 
 class LaneSnapshot:
@@ -132,6 +153,8 @@ class LaneSnapshot:
                               "at the old end of a full lane while writers write)")
         self.lo = np.zeros(table.lanes, np.int64)  # s' of the current snapshot
         self.hi = np.zeros(table.lanes, np.int64)  # w'
+        self._seen_written = np.full(table.lanes, -1, np.int64)  # as last read
+        self._seen_start = np.full(table.lanes, -1, np.int64)
         self._term = table.arrays["terminated"]
         self._trunc = table.arrays["truncated"]
 
@@ -152,29 +175,23 @@ class LaneSnapshot:
         t = self.table
         written = self.shared_written.copy()  # written first, then start (see module)
         start = self.shared_start.copy()
-        episodes = self.shared_episodes.copy()
+        if np.array_equal(written, self._seen_written) and \
+                np.array_equal(start, self._seen_start):
+            return _NO_CHANGE  # the window depends on nothing else
+        self._seen_written, self._seen_start = written, start
         win = window(written, start, t.T, self.guard, self._pending(written))
         lo, hi = win[:, 0], win[:, 1]
         old_lo, old_hi = self.lo, self.hi
-        left, new = [], []
-        for lane in np.flatnonzero((lo != old_lo) | (hi != old_hi)).tolist():
-            a, b = int(old_lo[lane]), int(old_hi[lane])
-            c, d = int(lo[lane]), int(hi[lane])
-            # left: old steps below the new low end; new: steps above the old high end
-            gone_hi = min(c, b)
-            if gone_hi > a:
-                left.append(np.arange(a, gone_hi) % t.T * t.lanes + lane)
-            first = max(b, c)
-            if d > first:
-                new.append(np.arange(first, d) % t.T * t.lanes + lane)
+        # per lane, left: old steps below the new low end [a, min(c, b)); new: steps
+        # above the old high end [max(b, c), d)
+        left = _slots(old_lo, np.minimum(lo, old_hi), t.T, t.lanes)
+        new_slots = _slots(np.maximum(old_hi, lo), hi, t.T, t.lanes)
         self.lo, self.hi = lo, hi
         t.written[:] = hi
         t.counts[:] = hi - lo
-        t.episodes[:] = episodes
-        new_slots = np.concatenate(new) if new else _NONE
-        prio = self.priority.reshape(-1).take(new_slots) if len(new_slots) else \
-            np.zeros(0, np.float64)
-        return SnapshotDelta(np.concatenate(left) if left else _NONE, new_slots, prio)
+        t.episodes[:] = self.shared_episodes
+        prio = self.priority.reshape(-1).take(new_slots) if len(new_slots) else _NO_PRIO
+        return SnapshotDelta(left, new_slots, prio)
 
     def intact(self) -> bool:
         """Whether everything the snapshot exposes is still unchanged: no writer evicted
