@@ -19,8 +19,10 @@ import typing
 from replaybank.batch import Batch, SequenceBatch
 from replaybank.buffers.autoreset import AutoresetWarning
 from replaybank.buffers.hindsight import HerReplayBuffer
+from replaybank.buffers.prefetch import Prefetcher
 from replaybank.buffers.replay import ReplayBuffer
 from replaybank.buffers.rollout.buffer import RolloutBuffer
+from replaybank.buffers.shared import SharedWriter, SharedWriterHandle, WritersOutranError
 from replaybank.compat.prioritized import PrioritizedReplayBuffer
 from replaybank.compat.sequence import SequenceReplayBuffer
 from replaybank.compat.trajectory import PathBuffer
@@ -46,6 +48,7 @@ from replaybank.samplers.base import (
     Sampler,
     SampleResult,
     ScheduledSampler,
+    SlotExcluding,
     StatelessSampler,
     UniformDraws,
 )
@@ -54,9 +57,15 @@ from replaybank.samplers.prioritized import PrioritizedSampler
 from replaybank.samplers.recent import RecentSampler
 from replaybank.samplers.uniform import UniformSampler
 from replaybank.spec import FieldSpec, Spec
-from replaybank.storage.backends.base import ArrayBackend, DurableBackend
+from replaybank.storage.backends.base import (
+    ArrayBackend,
+    DurableBackend,
+    GroupedBackend,
+    SharedArrayBackend,
+)
 from replaybank.storage.backends.memmap import MemmapBackend
 from replaybank.storage.backends.numpy import NumpyBackend
+from replaybank.storage.backends.shared import SharedBackend
 from replaybank.views.base import (
     CallbackView,
     FusedView,
@@ -94,6 +103,7 @@ __all__ = [
     "FieldSpec",
     "FrameStackView",
     "FusedView",
+    "GroupedBackend",
     "HerReplayBuffer",
     "HerView",
     "InputTransform",
@@ -106,6 +116,7 @@ __all__ = [
     "NumpyBackend",
     "PathBuffer",
     "PinnedStager",
+    "Prefetcher",
     "PrioritizedReplayBuffer",
     "PrioritizedSampler",
     "PrioritySampler",
@@ -121,7 +132,12 @@ __all__ = [
     "SequenceBatch",
     "SequenceReplayBuffer",
     "ShapeError",
+    "SharedArrayBackend",
+    "SharedBackend",
+    "SharedWriter",
+    "SharedWriterHandle",
     "ShiftedView",
+    "SlotExcluding",
     "Spec",
     "SpecError",
     "StatelessSampler",
@@ -132,9 +148,11 @@ __all__ = [
     "UniformDraws",
     "UniformSampler",
     "View",
+    "WritersOutranError",
     "collect",
     "config_model",
     "discount_cumsum",
+    "distributed",
     "from_config",
     "from_minari",
     "gae",
@@ -175,8 +193,11 @@ _LAZY = {
     "register_sampler": "replaybank.config",
     "register_view": "replaybank.config",
 }
+#: Subpackages imported on first access (ray is imported when a service starts).
+_LAZY_MODULES = {"distributed": "replaybank.distributed"}
 
 if typing.TYPE_CHECKING:  # the same names as _LAZY, from the same modules (tests/test_day_one.py)
+    from replaybank import distributed
     from replaybank.config import (
         BufferConfig,
         ComponentConfig,
@@ -195,11 +216,15 @@ if typing.TYPE_CHECKING:  # the same names as _LAZY, from the same modules (test
 else:  # hidden from type checkers, so that a misspelt name is an error there
 
     def __getattr__(name: str) -> object:
+        import importlib
+
+        if name in _LAZY_MODULES:
+            value = importlib.import_module(_LAZY_MODULES[name])
+            globals()[name] = value
+            return value
         module = _LAZY.get(name)
         if module is None:
             raise AttributeError(f"module 'replaybank' has no attribute {name!r}")
-        import importlib
-
         value = getattr(importlib.import_module(module), name)
         globals()[name] = value
         return value

@@ -31,7 +31,8 @@ import numpy.typing as npt
 
 from replaybank.errors import CapacityError
 
-__all__ = ["ArrayBackend", "DurableBackend", "SharedArrayBackend", "available_memory", "check_fits"]
+__all__ = ["ArrayBackend", "DurableBackend", "GroupedBackend", "SharedArrayBackend",
+           "available_memory", "check_fits"]
 
 
 @runtime_checkable
