@@ -136,7 +136,9 @@ class LaneSnapshot:
     Args:
         table: The owner's step table: its ``written`` / ``counts`` / ``episodes`` are
             local arrays this object refreshes; data, links and side store are shared.
-        written, start, episodes: The shared lane counters ``[lanes]``.
+        written: The shared ``written`` counters ``[lanes]``.
+        start: The shared ``start`` counters ``[lanes]``.
+        episodes: The shared episode counters ``[lanes]``.
         priority: The shared initial priorities ``[T, lanes]`` (NaN: none given).
         guard: Steps left out at the old end of a full lane (:func:`default_guard`).
     """
