@@ -3,9 +3,10 @@
 For 1, 2 and 4 shards (one lane per shard, obs float32[17], action float32[6]):
 
 * insert throughput: one client ``extend`` s chunks of ``--chunk`` steps per lane
-  (batched client-side, pipelined per shard), rows/s until ``flush()`` returns;
+  (batched client-side with the client's default send size unless ``--max-rows`` /
+  ``--max-bytes`` say otherwise, pipelined per shard), rows/s until ``flush()`` returns;
 * sample throughput: ``client.sample(256)`` calls/s and items/s, with the per-call
-  latency (median);
+  latency (median), and how many calls took one round trip;
 * the floor of a sample call: a bare Ray actor whose method returns a prebuilt numpy
   batch of the same fields and shapes (one round trip, same serialisation), measured in
   the same run; the ratio ``sample latency / bare round trip`` (target: within 3x);
@@ -67,13 +68,13 @@ def in_process_extend_rate(capacity: int, chunk: int, sampler: str, repeats: int
 
 
 def bench_shards(shards: int, capacity: int, chunk: int, sampler: str, calls: int,
-                 repeats: int, bare: Any) -> dict[str, float]:
+                 repeats: int, bare: Any, send: dict[str, int]) -> dict[str, float]:
     from replaybank.distributed import ReplayService
 
     svc = ReplayService(shards, config(capacity, sampler), num_lanes=shards, seed=0,
                         timeout=120.0)
     try:
-        client = svc.client(max_rows=chunk * shards, max_in_flight=4)
+        client = svc.client(max_in_flight=4, **send)
         data = chunk_values(chunk, shards)
         lanes = np.arange(shards)
         inserts = []
@@ -86,6 +87,7 @@ def bench_shards(shards: int, capacity: int, chunk: int, sampler: str, calls: in
             client.flush()
             inserts.append(n / (time.perf_counter() - t))
         client.sample(BATCH)  # warm
+        before = client.draw_paths["one_trip"]
         lat = []
         for _ in range(calls):
             t = time.perf_counter()
@@ -96,7 +98,8 @@ def bench_shards(shards: int, capacity: int, chunk: int, sampler: str, calls: in
         return {"shards": shards, "insert_rows_s": statistics.median(inserts),
                 "sample_calls_s": 1 / sample_lat, "sample_items_s": BATCH / sample_lat,
                 "sample_ms": sample_lat * 1e3, "bare_ms": bare_lat * 1e3,
-                "ratio": sample_lat / bare_lat}
+                "ratio": sample_lat / bare_lat,
+                "one_trip": (client.draw_paths["one_trip"] - before) / calls}
     finally:
         svc.shutdown()
 
@@ -137,28 +140,37 @@ def main() -> None:
     p.add_argument("--calls", type=int, default=300, help="sample calls timed")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--sampler", default="uniform", choices=["uniform", "prioritized"])
+    p.add_argument("--max-rows", type=int, default=None,
+                   help="client rows per shard per send (default: the client's)")
+    p.add_argument("--max-bytes", type=int, default=None,
+                   help="client bytes per shard per send (default: the client's)")
     a = p.parse_args()
+    send = {k: v for k, v in (("max_rows", a.max_rows), ("max_bytes", a.max_bytes))
+            if v is not None}
     import ray
 
     ray.init(num_cpus=max(a.shards) + 1, include_dashboard=False, log_to_driver=False,
              _temp_dir=tempfile.mkdtemp(prefix="rbbench", dir="/tmp"))
     bare, _actor = make_bare(ray, a.sampler)
     local = in_process_extend_rate(a.capacity, a.chunk, a.sampler, a.repeats)
-    rows = [bench_shards(s, a.capacity, a.chunk, a.sampler, a.calls, a.repeats, bare)
+    rows = [bench_shards(s, a.capacity, a.chunk, a.sampler, a.calls, a.repeats, bare, send)
             for s in a.shards]
     print(f"rb.distributed, sampler={a.sampler}, {os.cpu_count()} CPU cores on this "
           f"machine, Ray logical CPUs {max(a.shards) + 1} (one per shard + bare actor); "
-          f"chunk {a.chunk} steps/lane, capacity {a.capacity:,}/shard, batch {BATCH}")
+          f"chunk {a.chunk} steps/lane, capacity {a.capacity:,}/shard, batch {BATCH}, "
+          f"client sends {send or 'default'}")
     print(f"single in-process buffer extend: {local:,.0f} rows/s")
     head = (f"{'shards':>6} {'insert rows/s':>14} {'per shard':>12} {'vs local':>9} "
-            f"{'sample/s':>9} {'items/s':>11} {'sample ms':>10} {'bare ms':>8} {'ratio':>6}")
+            f"{'sample/s':>9} {'items/s':>11} {'sample ms':>10} {'bare ms':>8} {'ratio':>6} "
+            f"{'1 trip':>6}")
     print(head)
     print("-" * len(head))
     for r in rows:
         per = r["insert_rows_s"] / r["shards"]
         print(f"{r['shards']:>6} {r['insert_rows_s']:>14,.0f} {per:>12,.0f} "
               f"{per / local:>8.0%} {r['sample_calls_s']:>9,.0f} {r['sample_items_s']:>11,.0f} "
-              f"{r['sample_ms']:>10.2f} {r['bare_ms']:>8.2f} {r['ratio']:>6.2f}")
+              f"{r['sample_ms']:>10.2f} {r['bare_ms']:>8.2f} {r['ratio']:>6.2f} "
+              f"{r['one_trip']:>6.0%}")
     ray.shutdown()
 
 

@@ -257,3 +257,48 @@ def test_bad_arguments_are_named(services: Any) -> None:
         start(services, 1, {"capacity": 8}, max_times_sampled=2)
     with pytest.raises(ShapeError, match="env_ids"):
         svc.client().add(**{k: v[0, 0] for k, v in steps(1, 0, 1).items()}, env_ids=[3])
+
+
+@pytest.mark.statistical
+def test_one_round_trip_path_is_taken_and_exact_even_when_spares_fall_short(
+        services: Any) -> None:
+    svc, client, single = filled(services, PER)
+    ref = single.sample(20_000, beta=0.7)
+    prob = dict(zip(ids(ref).tolist(), ref.probabilities.tolist(), strict=True))
+    weight = dict(zip(ids(ref).tolist(), ref.weights.tolist(), strict=True))
+    paths = dict(client.draw_paths)
+    b = client.sample(64, beta=0.7)
+    assert client.draw_paths["one_trip"] == paths["one_trip"] + 1
+    assert client.draw_paths["two_trips"] == paths["two_trips"] == 0
+    assert b.weights.tolist() == [weight[i] for i in ids(b).tolist()]
+    # shard 1 looked empty in the "previous reply": it draws only SPARE_ITEMS spares,
+    # too few for its share, so each call needs the top-up trip with the same split;
+    # the law and the weights stay one buffer's
+    counts: dict[int, int] = dict.fromkeys(prob, 0)
+    draws = 0
+    for _ in range(60):
+        client._seen = [1.0, 0.0]
+        b = client.sample(256, beta=0.7)
+        np.testing.assert_allclose(b.probabilities, [prob[i] for i in ids(b).tolist()],
+                                   rtol=1e-12)
+        assert b.weights.tolist() == [weight[i] for i in ids(b).tolist()]
+        for i in ids(b).tolist():
+            counts[i] += 1
+        draws += 256
+    assert client.draw_paths["top_up"] >= 55 and client.draw_paths["two_trips"] == 0
+    keys = sorted(prob)
+    observed = np.array([counts[k] for k in keys], float)
+    assert chi2_pvalue_ok(observed, np.array([prob[k] for k in keys]) * draws)
+    # the masses that size the spares are part of the sampling state (checkpoints)
+    assert client.state_dict()["shard_masses"] == pytest.approx(
+        [s["total"] for s in svc.stats()["shards"]])
+
+
+def test_replace_false_takes_the_two_trip_protocol(services: Any) -> None:
+    _, client, _ = filled(services, None)
+    b = client.sample(40, replace=False)
+    assert client.draw_paths["two_trips"] == 1 and client.draw_paths["one_trip"] == 0
+    per_shard = b.indices % 2
+    for s in (0, 1):  # distinct within each shard
+        keys = b.indices[per_shard == s]
+        assert len(set(keys.tolist())) == len(keys)

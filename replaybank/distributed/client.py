@@ -8,19 +8,55 @@ it moves from one process to a cluster. It pickles (pass it to Ray tasks and act
 pending rows are flushed first; the copy starts with an empty write queue and a copy
 of the generator).
 
-Writes: rows are batched per shard (:mod:`replaybank.distributed.writer`) and sent as
-one ``extend`` per shard, with at most ``max_in_flight`` unacknowledged sends per shard.
-A send that fails because its shard died is sent again once Ray has restarted the
-shard (for up to ``timeout`` seconds); if the shard does not come back, the call raises
+Writes: rows are batched per shard (:mod:`replaybank.distributed.writer`: copied once
+into the group, closed at ``max_rows`` rows or ``max_bytes`` bytes, 64 Ki rows / 4 MiB by
+default) and each group is sent as one ``extend(env_ids=...)`` of its shard. The client
+puts the group in Ray's object store itself (``ray.put``, one copy into shared memory)
+and passes the reference, so the shard reads the arrays in place (zero-copy, into its
+buffer's storage) and a resend after a shard restart does not serialise the rows
+again. At most ``max_in_flight`` sends per shard are unacknowledged. Ray costs about
+1-3 ms per send whatever its size, which is why the defaults are large: with 1 Ki-row
+sends that cost was ~90% of a send's time. A send that fails because its shard died is
+sent again once Ray has restarted the shard (for up to ``timeout`` seconds); if the
+shard does not come back, the call raises
 :class:`~replaybank.distributed.errors.ShardUnavailableError` and the rows stay queued
 (a later ``flush()`` sends them). Rows are never dropped silently; a shard restored
 from its latest checkpoint holds what that checkpoint held (rows acknowledged after it
 are gone with the crashed process). Bad rows are detected by the shard when the group
 is written and raised by the ``add``/``flush`` that waits for it.
 
-Reads: one round trip asks every live shard for its mass (size, total priority,
-smallest priority), a multinomial split of the batch follows, and the shards draw in
-parallel (:mod:`replaybank.distributed.split`; prioritized weights are global). A shard
+Reads (one round trip): a batch must be split across shards by a multinomial draw over
+the shards' masses (size, or total priority) *at the draw*
+(:mod:`replaybank.distributed.split`), which the client cannot know before it asks.
+So each live shard is asked, in one parallel round of calls, to draw ``m_s`` items
+*and* report its mass ``(size, total, p_min)`` at that draw (:meth:`Shard.draw`). The
+client then draws the split ``c ~ Multinomial(B, mass_s / sum(mass))`` from those
+reported masses and keeps, of shard ``s``'s ``m_s`` draws, a uniformly random subset
+of ``c_s`` (in draw order). Why this is exact: the ``m_s`` draws are independent of
+``c`` and each has the shard's marginal ``p_i / total_s`` (stratified draws too: a
+uniformly chosen stratum of ``m_s`` has it), so each kept item has it, and the batch
+has one buffer's marginal ``p_i / total`` with weights from the same masses. ``m_s`` is
+a spare-padded guess of ``c_s`` from the masses of the previous reply (``B q + 4 sd +
+4``, ``q`` the previous share: ``B`` for a single shard or the first call), and the
+previous masses only decide how many spares travel, never which items are kept, so
+a stale guess costs bandwidth, not exactness. When ``c_s > m_s`` for some shard (a
+share grew by more than 4 standard deviations since the last call: rare), those
+shards are asked for ``c_s`` fresh items in a second round trip with the *same*
+``c`` (drawing a new ``c`` would bias the split against large counts); their masses
+may have moved in between, the inexactness the two-trip protocol always had. The
+other option, a cached split checked against the reply, would need a second trip on
+every write or priority update (every learner step), and every shard drawing ``B``
+items moves ``S`` times the batch; spare-padded guesses move about ``1 + 4 sd / B`` of
+it. ``draw_paths`` counts the calls that took one trip, needed the top-up, or took
+the two-trip protocol. The shards' ``samples`` counts include the spare draws.
+
+The two-trip protocol (one round trip asks every live shard for its mass and whether
+its limiter lets the draw through, a multinomial split follows, the shards draw in
+parallel) is kept where spare draws would change state that matters: with rate limits
+(the limiter counts every item drawn, and a batch draws only from the shards whose
+limiter allows it), with ``max_times_sampled`` (every draw counts towards retiring
+the item), and for ``replace=False`` (a subset of distinct prioritized draws is not
+a draw of fewer). A shard
 whose call fails because its process died is marked *degraded* (``degraded_shards``)
 and the batch is drawn from the others (totals renormalised); a probe notices when Ray
 has restarted it. With rate limits, a batch is drawn from the shards whose limiter lets
@@ -42,6 +78,7 @@ Example (needs Ray; see :class:`~replaybank.distributed.service.ReplayService`):
 from __future__ import annotations
 
 import collections
+import math
 import time
 import uuid
 from typing import Any
@@ -53,11 +90,15 @@ from replaybank.buffers.inputs import UNSET
 from replaybank.distributed.errors import ShardUnavailableError
 from replaybank.distributed.keys import group_by_shard
 from replaybank.distributed.split import merge, split_counts
-from replaybank.distributed.writer import RowBatcher, lanes_of, tree_map
+from replaybank.distributed.writer import MAX_BYTES, MAX_ROWS, RowBatcher, lanes_of, tree_map
 from replaybank.errors import ConfigError, ShapeError, describe
 from replaybank.samplers.prioritized import PrioritizedSampler
 
 __all__ = ["ReplayClient"]
+
+#: Spare draws per shard on the one-trip path: ``B q + SPARE_SD sd + SPARE_ITEMS``.
+SPARE_SD = 4.0
+SPARE_ITEMS = 4
 
 
 def _ray() -> Any:
@@ -87,21 +128,30 @@ class ReplayClient:
         max_in_flight: Unacknowledged sends per shard before a write waits.
         timeout: Seconds any blocking call (rate limiter included) waits.
         rate_limited: The shards have rate limiters: a sample of empty shards waits for
-            data (up to ``timeout``) instead of raising EmptyBufferError.
+            data (up to ``timeout``) instead of raising EmptyBufferError, and samples
+            take the two-trip protocol.
+        max_bytes: Pending bytes per shard that trigger a send.
+        max_times_sampled: The service's ``max_times_sampled`` (set: samples take the
+            two-trip protocol).
 
     Attributes:
         num_shards: Number of shards.
         num_lanes: Global lanes.
+        draw_paths: Sample calls by path: ``one_trip``, ``top_up`` (a second trip for
+            shards whose spares fell short) and ``two_trips`` (rate limits,
+            ``max_times_sampled`` or ``replace=False``).
     """
 
     def __init__(self, shards: list[Any], num_lanes: int, sampler: dict[str, Any],
-                 seed: int | np.random.Generator | None = None, max_rows: int = 1024,
+                 seed: int | np.random.Generator | None = None, max_rows: int = MAX_ROWS,
                  max_age_s: float = 1.0, max_in_flight: int = 4,
-                 timeout: float = 60.0, rate_limited: bool = False) -> None:
+                 timeout: float = 60.0, rate_limited: bool = False,
+                 max_bytes: int = MAX_BYTES, max_times_sampled: int | None = None) -> None:
         self._shards = list(shards)
         self.num_shards = len(self._shards)
         self.num_lanes = num_lanes
         self.max_rows = _positive("max_rows", max_rows)
+        self.max_bytes = _positive("max_bytes", max_bytes)
         self.max_in_flight = _positive("max_in_flight", max_in_flight)
         if not (isinstance(max_age_s, (int, float)) and max_age_s >= 0):
             raise ConfigError(f"max_age_s={max_age_s!r}: must be a number >= 0 (seconds)")
@@ -110,6 +160,10 @@ class ReplayClient:
         self.max_age_s = float(max_age_s)
         self.timeout = float(timeout)
         self.rate_limited = rate_limited
+        self.max_times_sampled = max_times_sampled
+        self.draw_paths = {"one_trip": 0, "top_up": 0, "two_trips": 0}
+        # each shard's mass (total) in its latest reply: sizes the next one-trip draw
+        self._seen: list[float] | None = None
         self._sampler_config = dict(sampler)
         self._schedule: PrioritizedSampler | None = None
         if sampler.get("type") == "prioritized":
@@ -120,8 +174,10 @@ class ReplayClient:
         self._reset_io()
 
     def _reset_io(self) -> None:
-        self._batcher = RowBatcher(self.num_shards, self.max_rows, self.max_age_s)
-        self._in_flight: dict[int, collections.deque[tuple[Any, dict[str, Any]]]] = {
+        self._batcher = RowBatcher(self.num_shards, self.max_rows, self.max_age_s,
+                                   self.max_bytes)
+        # per shard: (extend task ref, payload object ref, (client, seq)) of each send
+        self._in_flight: dict[int, collections.deque[tuple[Any, Any, int]]] = {
             s: collections.deque() for s in range(self.num_shards)}
         self._degraded: dict[int, Any] = {}  # shard -> probe ref
         #: How often each shard was found dead by this client (shard -> count).
@@ -235,25 +291,23 @@ class ReplayClient:
         q = self._in_flight[shard]
         seq = self._seq[shard]
         self._seq[shard] += 1
-        payload["writer"] = (self._id, seq, seq)
-        ref = self._submit(shard, payload)
-        q.append((ref, payload))
+        data = _ray().put(payload)  # one copy into shared memory; resends reuse it
+        q.append((self._submit(shard, data, seq), data, seq))
         while len(q) > self.max_in_flight:
             self._ack(shard)
 
-    def _submit(self, shard: int, payload: dict[str, Any]) -> Any:
-        """Send ``payload``, telling the shard which of our sends is the oldest unacked."""
+    def _submit(self, shard: int, data: Any, seq: int) -> Any:
+        """Send the payload ``data`` (an object ref) as send ``seq``, telling the shard
+        which of our sends is the oldest unacked."""
         q = self._in_flight[shard]
-        name, seq, _ = payload["writer"]
-        floor = q[0][1]["writer"][1] if q else seq
-        payload["writer"] = (name, seq, floor)
-        return self._shards[shard].extend.remote(payload, self.timeout)
+        floor = q[0][2] if q else seq
+        return self._shards[shard].extend.remote(data, self.timeout, (self._id, seq, floor))
 
     def _ack(self, shard: int) -> None:
         """Wait for the oldest send to ``shard``; resend it while the shard restarts."""
         ray = _ray()
         q = self._in_flight[shard]
-        ref, payload = q[0]
+        ref, data, seq = q[0]
         deadline = time.monotonic() + self.timeout
         while True:
             try:
@@ -267,8 +321,8 @@ class ReplayClient:
                         f"{self.timeout}s; its {len(q)} pending sends stay queued, call "
                         "flush() again (or restart the service from a checkpoint)") from None
                 time.sleep(0.2)
-                ref = self._submit(shard, payload)
-                q[0] = (ref, payload)
+                ref = self._submit(shard, data, seq)
+                q[0] = (ref, data, seq)
             except ray.exceptions.GetTimeoutError:
                 raise ShardUnavailableError(
                     f"flush: shard {shard} did not answer within {self.timeout + 10.0}s; "
@@ -393,6 +447,79 @@ class ReplayClient:
         if self._schedule is not None:
             beta = self._schedule.resolve_beta(kwargs.pop("beta", None))
             kwargs["beta"] = beta
+        if self.rate_limited or self.max_times_sampled is not None \
+                or kwargs.get("replace", True) is not True:
+            fields = self._draw_two_trips(n, sequences, kwargs, beta)
+        else:
+            fields = self._draw_one_trip(n, sequences, kwargs, beta)
+        if self._schedule is not None:
+            self._schedule.calls += 1
+        return fields
+
+    def _spares(self, n: int, live: list[int]) -> dict[int, int]:
+        """Items each live shard draws on the one-trip path: ``B`` without a previous
+        reply, else ``B q + SPARE_SD sd + SPARE_ITEMS`` (at most ``B``) with ``q`` its
+        share of the previous reply's masses."""
+        seen = self._seen
+        total = 0.0 if seen is None else sum(seen[s] for s in live)
+        if seen is None or len(live) == 1 or not total > 0.0:
+            return dict.fromkeys(live, n)
+        out = {}
+        for s in live:
+            q = seen[s] / total
+            guess = n * q + SPARE_SD * math.sqrt(n * q * (1.0 - q)) + SPARE_ITEMS
+            out[s] = min(n, math.ceil(guess))
+        return out
+
+    def _draw_one_trip(self, n: int, sequences: tuple[int] | None, kwargs: dict[str, Any],
+                       beta: float | None) -> dict[str, Any]:
+        """Spare-padded draws and masses in one round trip; the split from those masses
+        and a random subset per shard (see the module docs for why this is exact)."""
+        for _ in range(self.num_shards + 1):
+            self._probe()
+            live = [s for s in range(self.num_shards) if s not in self._degraded]
+            if not live:
+                raise ShardUnavailableError(
+                    f"sample(batch_size={n}): every shard is down "
+                    f"({sorted(self._degraded)}); wait for Ray to restart them")
+            want = self._spares(n, live)
+            replies, failed = self._gather({s: self._shards[s].draw.remote(
+                want[s], kwargs, sequences) for s in live})
+            if failed:
+                continue  # renormalise over the shards still alive
+            masses = {s: replies[s]["mass"] for s in live}
+            seen = [0.0] * self.num_shards if self._seen is None else list(self._seen)
+            for s in live:
+                seen[s] = float(masses[s][1])
+            self._seen = seen
+            counts = split_counts(np.array([masses[s][1] for s in live]), n, self._rng)
+            parts: dict[int, dict[str, Any]] = {}
+            short: dict[int, int] = {}
+            for s, c in zip(live, counts.tolist(), strict=True):
+                got = 0 if replies[s]["fields"] is None else want[s]
+                if 0 < c <= got:
+                    parts[s] = _subset(replies[s], c, got, self._rng)
+                elif c > got:
+                    short[s] = c
+            if short:  # the same split, fresh draws of the shards whose spares fell short
+                more, failed = self._gather({s: self._shards[s].sample.remote(
+                    c, kwargs, sequences, self.timeout) for s, c in short.items()})
+                if failed:
+                    continue
+                for s, r in more.items():
+                    parts[s] = r
+                    masses[s] = r["mass"]
+                self.draw_paths["top_up"] += 1
+            else:
+                self.draw_paths["one_trip"] += 1
+            return merge([parts[s] for s in sorted(parts)], list(masses.values()), beta,
+                         self._sampler_config.get("weight_norm"))
+        raise ShardUnavailableError(f"sample(batch_size={n}): shards kept failing "
+                                    f"({sorted(self._degraded)} down)")
+
+    def _draw_two_trips(self, n: int, sequences: tuple[int] | None,
+                        kwargs: dict[str, Any], beta: float | None) -> dict[str, Any]:
+        """Masses (and limiter permissions) first, then the split and the draws."""
         for _ in range(self.num_shards + 1):
             masses = self._ready(n)
             ids = sorted(masses)
@@ -404,11 +531,9 @@ class ReplayClient:
                 continue  # renormalise over the shards still alive
             for s, r in replies.items():
                 masses[s] = r["mass"]
-            fields = merge([replies[s] for s in sorted(replies)], list(masses.values()),
-                           beta, self._sampler_config.get("weight_norm"))
-            if self._schedule is not None:
-                self._schedule.calls += 1
-            return fields
+            self.draw_paths["two_trips"] += 1
+            return merge([replies[s] for s in sorted(replies)], list(masses.values()),
+                         beta, self._sampler_config.get("weight_norm"))
         raise ShardUnavailableError(f"sample(batch_size={n}): shards kept failing "
                                     f"({sorted(self._degraded)} down)")
 
@@ -459,19 +584,34 @@ class ReplayClient:
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
-        """The sampling state: generator and beta-schedule calls (JSON-able)."""
+        """The sampling state: generator, beta-schedule calls and the shard masses that
+        size the next one-trip draw (JSON-able)."""
         return {"rng": self._rng.bit_generator.state,
-                "calls": None if self._schedule is None else self._schedule.calls}
+                "calls": None if self._schedule is None else self._schedule.calls,
+                "shard_masses": self._seen}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`."""
         self._rng.bit_generator.state = state["rng"]
         if self._schedule is not None and state.get("calls") is not None:
             self._schedule.calls = int(state["calls"])
+        seen = state.get("shard_masses")
+        self._seen = None if seen is None else [float(m) for m in seen]
 
     def __repr__(self) -> str:
         return (f"ReplayClient(num_shards={self.num_shards}, num_lanes={self.num_lanes}, "
                 f"pending_rows={self.pending_rows})")
+
+
+def _subset(reply: dict[str, Any], c: int, got: int, rng: np.random.Generator
+            ) -> dict[str, Any]:
+    """``c`` of a shard's ``got`` draws, chosen uniformly at random (in draw order)."""
+    if c == got:
+        return reply
+    pick = np.sort(rng.choice(got, size=c, replace=False))
+    pr = reply["priorities"]
+    return {"fields": {k: v[pick] for k, v in reply["fields"].items()},
+            "priorities": None if pr is None else pr[pick], "mass": reply["mass"]}
 
 
 def _array(v: Any) -> Any:

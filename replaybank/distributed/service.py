@@ -14,7 +14,9 @@ buffer's interface. What is guaranteed:
 * Sampling: a batch is split across shards by a multinomial draw in proportion to their
   priority totals (uniform: sizes); probabilities and importance weights use the global
   total, size and smallest priority, so the distribution and the weights equal one
-  buffer's with the same contents (:mod:`replaybank.distributed.split`).
+  buffer's with the same contents (:mod:`replaybank.distributed.split`). Without rate
+  limits or ``max_times_sampled`` a sample takes one round trip (each shard draws a
+  few spare items along with its mass; :mod:`replaybank.distributed.client`).
 * Keys: ``batch.indices`` carry (shard, slot, generation); a late priority update for
   an overwritten item is ignored (:mod:`replaybank.distributed.keys`).
 * Rate limiting: ``rate_limit`` (a :class:`~replaybank.distributed.limiter.RateLimit`,
@@ -57,6 +59,7 @@ from replaybank.config import BufferConfig, validate_config
 from replaybank.distributed import checkpoint
 from replaybank.distributed.client import ReplayClient
 from replaybank.distributed.shard import Shard, ShardSpec
+from replaybank.distributed.writer import MAX_BYTES, MAX_ROWS
 from replaybank.errors import CheckpointError, ConfigError, ReplayBankError, require_extra
 
 __all__ = ["ReplayService"]
@@ -183,7 +186,8 @@ class ReplayService:
 
     # ------------------------------------------------------------------ clients
     def client(self, name: str = "default", seed: int | np.random.Generator | None = None,
-               *, max_rows: int = 1024, max_age_s: float = 1.0, max_in_flight: int = 4,
+               *, max_rows: int = MAX_ROWS, max_bytes: int = MAX_BYTES,
+               max_age_s: float = 1.0, max_in_flight: int = 4,
                timeout: float | None = None) -> ReplayClient:
         """A client of this service (see :class:`ReplayClient`).
 
@@ -192,7 +196,11 @@ class ReplayService:
                 :meth:`restore`, ``client(name)`` continues where the saved one stopped.
             seed: Seed of the batch split (default: derived from the service seed and
                 ``name``).
-            max_rows: Pending rows per shard that trigger a send.
+            max_rows: Pending rows per shard that trigger a send (one ``extend`` on the
+                shard).
+            max_bytes: Pending bytes per shard that trigger a send. The defaults (64 Ki
+                rows, 4 MiB) amortise Ray's ~1-3 ms per call; lower them (or
+                ``max_age_s``) when rows must reach the learner sooner.
             max_age_s: Age of the oldest pending row that triggers a send.
             max_in_flight: Unacknowledged sends per shard before a write waits.
             timeout: Seconds blocking calls wait (default: the service's).
@@ -203,7 +211,8 @@ class ReplayService:
         c = ReplayClient(self._shards, self.num_lanes, self.sampler_config, seed,
                          max_rows=max_rows, max_age_s=max_age_s, max_in_flight=max_in_flight,
                          timeout=self.timeout if timeout is None else timeout,
-                         rate_limited=self.rate_limit is not None)
+                         rate_limited=self.rate_limit is not None, max_bytes=max_bytes,
+                         max_times_sampled=self.max_times_sampled)
         saved = self._saved_clients.pop(name, None)
         if saved is not None:
             c.load_state_dict(saved)

@@ -49,6 +49,7 @@ from replaybank import persist
 from replaybank.config import from_config
 from replaybank.distributed import checkpoint
 from replaybank.distributed.keys import to_global
+from replaybank.distributed.writer import unpack
 from replaybank.errors import ConfigError, ReplayBankError
 from replaybank.ops import ring
 
@@ -220,7 +221,11 @@ class Shard:
                 "restored_from": self.restored_from}
 
     def stats(self) -> dict[str, Any]:
-        """Size, capacity, total, inserts, samples, blocked calls and limiter state."""
+        """Size, capacity, total, inserts, samples, blocked calls and limiter state.
+
+        ``samples`` counts the items drawn, the spares of the client's one-round-trip
+        draws included (the limiter's own counts are exact: limited shards draw no
+        spares)."""
         size, total, p_min = self.mass()
         limiter = None if self.limiter is None else self.limiter.stats()
         return {
@@ -234,13 +239,25 @@ class Shard:
         }
 
     # ------------------------------------------------------------------ writes
-    async def extend(self, payload: dict[str, Any], timeout: float | None) -> Mass:
+    async def extend(self, payload: dict[str, Any], timeout: float | None,
+                     writer: tuple[str, int, int] | None = None) -> Mass:
         """Write a batch of rows, first waiting for the rate limiter when it blocks.
 
         The limiter counts the rows (``wait_insert`` or ``on_insert``) and, as deletes,
         the steps they overwrote (which lowers its size, not its sample/insert ratio).
+
+        Args:
+            payload: One ``buf.extend``: a client's flat buffer and layout
+                (:func:`~replaybank.distributed.writer.unpack`; the client puts it in
+                Ray's object store once, so it arrives here as a read-only view of
+                shared memory, copied only into the buffer), or ``{"env_ids",
+                "values", "priority"}``.
+            timeout: Seconds a blocked insert (or this send's turn) waits.
+            writer: ``(client, seq, floor)`` ordering this client's sends (see
+                :meth:`_turn`); default ``payload["writer"]`` or none.
         """
-        writer = payload.get("writer")
+        if writer is None:
+            writer = payload.get("writer")
         if writer is not None and not await self._turn(writer, timeout):
             return self.mass()  # a resend of rows this shard already wrote
         try:
@@ -283,13 +300,18 @@ class Shard:
 
     @staticmethod
     def _rows(payload: dict[str, Any]) -> int:
+        if "rows" in payload:
+            return int(payload["rows"])
         first: Any = payload["values"]
         while isinstance(first, dict):
             first = next(iter(first.values()))
         return int(np.shape(first)[0]) * len(payload["env_ids"])
 
     def extend_now(self, payload: dict[str, Any]) -> None:
-        """``buf.extend(env_ids=..., priority=..., **values)`` and the counters."""
+        """``buf.extend(env_ids=..., priority=..., **values)`` and the counters.
+
+        ``payload`` is a client's (:func:`~replaybank.distributed.writer.unpack` reads
+        its flat buffer) or ``{"env_ids", "values", "priority"}``."""
         n = self._rows(payload)
         self._write(payload, n)
         if self.limiter is not None:
@@ -297,8 +319,8 @@ class Shard:
 
     def _write(self, payload: dict[str, Any], n: int) -> None:
         before = len(self.buf)
-        self.buf.extend(env_ids=payload["env_ids"], priority=payload["priority"],
-                        **payload["values"])
+        values, priority = unpack(payload)
+        self.buf.extend(env_ids=payload["env_ids"], priority=priority, **values)
         self.inserts += n
         overwritten = before + n - len(self.buf)
         if self.limiter is not None and overwritten > 0:
@@ -315,6 +337,28 @@ class Shard:
                 self.limiter.on_sample(n)
             return out
         await self.limiter.wait_sample(n, timeout)
+        return self.sample_now(n, kwargs, sequences)
+
+    def draw(self, n: int, kwargs: dict[str, Any], sequences: tuple[int] | None
+             ) -> dict[str, Any]:
+        """The client's one-round-trip draw: up to ``n`` items and the mass at the draw.
+
+        Draws ``n`` items when ``n > 0`` and the shard holds mass (else ``fields`` is
+        None); the client keeps a random subset of them (see
+        :mod:`replaybank.distributed.client`). Only for shards without a rate limiter
+        or ``max_times_sampled``, where drawing spare items changes nothing but the
+        ``samples`` count.
+
+        Raises:
+            ConfigError: The shard has a rate limiter or ``max_times_sampled``.
+        """
+        if self.limiter is not None or self.spec.max_times_sampled is not None:
+            raise ConfigError(
+                f"Shard.draw: shard {self.spec.index} has a rate limiter or "
+                "max_times_sampled, whose counts spare draws would change; use sample()")
+        mass = self.mass()
+        if n <= 0 or not mass[1] > 0.0:
+            return {"fields": None, "priorities": None, "mass": mass}
         return self.sample_now(n, kwargs, sequences)
 
     def sample_now(self, n: int, kwargs: dict[str, Any], sequences: tuple[int] | None
