@@ -289,3 +289,57 @@ def test_segments_of_a_sigkilled_owner_are_reclaimed() -> None:
         sweep_stale()
         time.sleep(0.1)
     assert not any(n in segment_names() for n in names)
+
+
+def _her_reward(achieved: np.ndarray, desired: np.ndarray, info: Any) -> np.ndarray:
+    return -(np.abs(achieved - desired).sum(-1) > 0).astype(np.float32)
+
+
+def test_hindsight_and_frame_stacks_on_shared_memory() -> None:
+    """The learner's views work on the snapshot: HER goals come from the same episode's
+    future (within what the learner sees) and frame stacks are consecutive frames."""
+    spec = {"obs": {"observation": ((3,), "float32"), "achieved_goal": ((2,), "float32"),
+                    "desired_goal": ((2,), "float32")}, "action": ((), "int64")}
+    her = rb.HerReplayBuffer(256, num_envs=2, reward_fn=_her_reward, seed=0,
+                             storage="shared", spec=spec, autoreset_mode="same_step")
+    w = her.writer([0, 1]).open()
+    episode_of = np.zeros((2, 60), int)
+    ep = np.zeros(2, int)
+    for t in range(60):
+        def part(v: float) -> dict[str, np.ndarray]:
+            return {"observation": np.full((2, 3), v, np.float32),
+                    "achieved_goal": np.full((2, 2), v, np.float32),
+                    "desired_goal": np.full((2, 2), 99, np.float32)}
+        done = np.array([t % 10 == 9, t % 7 == 6])
+        episode_of[:, t] = ep
+        w.add(obs=part(t), action=np.array([0, 1]), reward=np.zeros(2, np.float32),
+              next_obs=part(t + 1), terminated=np.zeros(2, bool), truncated=done)
+        ep += done
+    b = her.sample(256)
+    assert 0.6 < float(np.mean(b.relabeled)) < 0.9  # k=4: 4/5 of rows of ended episodes
+    t = b.obs["achieved_goal"][:, 0].astype(int)
+    g = b.obs["desired_goal"][:, 0].astype(int)
+    lane = np.asarray(b.action)
+    rel = np.asarray(b.relabeled, bool)
+    # future strategy: the goal is the achieved goal after a step j >= t of the same episode
+    assert np.all(g[rel] >= t[rel] + 1)
+    assert all(episode_of[ln, gg - 1] == episode_of[ln, tt]
+               for ln, gg, tt in zip(lane[rel], g[rel], t[rel], strict=True))
+    np.testing.assert_array_equal(b.reward[rel], _her_reward(
+        b.next_obs["achieved_goal"], b.obs["desired_goal"], {})[rel])
+    assert np.all(b.reward[~rel] == 0)  # as stored
+    w.close()
+    her.close()
+
+    stack = rb.ReplayBuffer(128, num_envs=1, frame_stack=3, storage="shared", seed=0,
+                            spec={"obs": ((3,), "float32"), "action": ((), "int64")})
+    w = stack.writer([0]).open()
+    for t in range(40):
+        w.add(**{**step_values(np.array([0]), np.array([t]), np.zeros(1), np.zeros(1, bool)),
+                 "obs": np.full((1, 3), t, np.float32),
+                 "next_obs": np.full((1, 3), t + 1, np.float32)})
+    b = stack.sample(64)
+    frames = b.obs[:, :, 0]
+    assert np.all(np.diff(frames, axis=1) == 1) and np.all(b.next_obs[:, :, 0] == frames + 1)
+    w.close()
+    stack.close()
