@@ -54,6 +54,7 @@ import numpy as np
 import numpy.typing as npt
 
 from replaybank.errors import CapacityError, CheckpointError, ConfigError
+from replaybank.storage.backends.numpy import NumpyBackend
 
 __all__ = ["COUNTERS", "PREFIX", "SharedBackend", "SharedLayout", "pid_alive",
            "segment_names", "sweep_stale"]
@@ -292,22 +293,12 @@ class SharedBackend:
             f'storage="shared": array {name!r} cannot grow from {len(array)} to {length} '
             "rows (other processes map it); shared buffers are allocated whole")
 
-    def write(self, array: Any, index: Any, values: npt.NDArray[Any]) -> None:
-        array[index] = values
-
-    def gather(self, array: Any, index: Any) -> Any:
-        if type(index) is np.ndarray and index.dtype.kind == "i":
-            return array.take(index, axis=0)
-        return array[index]
-
-    def to_numpy(self, array: Any) -> npt.NDArray[Any]:
-        return np.asarray(array)
-
-    def flush(self) -> None:
-        return None
-
-    def requires_memory(self) -> bool:
-        return True
+    # the arrays are plain numpy arrays in this process: numpy storage's reads and writes
+    write = NumpyBackend.write
+    gather = NumpyBackend.gather
+    to_numpy = NumpyBackend.to_numpy
+    flush = NumpyBackend.flush
+    requires_memory = NumpyBackend.requires_memory
 
     # ------------------------------------------------------------------ lifetime
     @property
