@@ -40,12 +40,11 @@ the window would return, and a sampled step is always complete.
 only slots ``[l * T, (l + 1) * T)`` (:func:`claim_side_slots`): a lane never holds more
 aside than it has live steps, so writers never share a free list.
 
+The window arithmetic is :func:`replaybank.ops.snapshot.advance` (with a numba twin).
+
 Example:
-    >>> import numpy as np
-    >>> snap_w = np.array([10]); snap_s = np.array([0])
-    >>> window(written=np.array([10]), start=np.array([2]), T=8, guard=2,
-    ...        pending=np.array([True])).tolist()  # [[s', w']]
-    [[4, 9]]
+    >>> default_guard(T=16)
+    1
 """
 
 from __future__ import annotations
@@ -56,9 +55,11 @@ import numpy as np
 import numpy.typing as npt
 
 from replaybank.errors import ConfigError
+from replaybank.ops import snapshot
+from replaybank.ops.jit import pick_kernel
 from replaybank.storage.table import StepTable
 
-__all__ = ["LaneSnapshot", "SnapshotDelta", "claim_side_slots", "default_guard", "window"]
+__all__ = ["LaneSnapshot", "SnapshotDelta", "claim_side_slots", "default_guard"]
 
 IntArray = npt.NDArray[np.int64]
 
@@ -71,23 +72,6 @@ def default_guard(T: int) -> int:  # noqa: N803
         (62, 1024)
     """
     return int(min(1024, max(1, T // 16)))
-
-
-def window(written: IntArray, start: IntArray, T: int, guard: int,  # noqa: N803
-           pending: npt.NDArray[np.bool_]) -> IntArray:
-    """Per lane, the snapshot window ``[s', w')`` (see the module docstring), ``[lanes, 2]``.
-
-    Args:
-        written: Each lane's ``written`` as read (first), ``[lanes]``.
-        start: Each lane's ``start`` as read (after ``written``), ``[lanes]``.
-        T: Rows per lane.
-        guard: Steps left out at the old end of a full lane.
-        pending: Whether each lane's newest step still waits for its next observation.
-    """
-    w = np.asarray(written, np.int64) - np.asarray(pending, np.int64)
-    s = np.maximum(np.asarray(start, np.int64), np.asarray(written, np.int64) - T + guard)
-    s = np.minimum(s, np.maximum(w, 0))
-    return np.stack([s, w], axis=1)
 
 
 class SnapshotDelta(NamedTuple):
@@ -111,25 +95,6 @@ _NO_PRIO = np.zeros(0, np.float64)
 _NO_CHANGE = SnapshotDelta(_NONE, _NONE, _NO_PRIO)
 
 
-def _slots(begin: IntArray, end: IntArray, T: int, lanes: int) -> IntArray:  # noqa: N803
-    """Storage slots of the steps ``[begin[l], end[l])`` of every lane ``l``, lane by lane,
-    oldest first (empty ranges where ``end <= begin``).
-
-    Example:
-        >>> _slots(np.array([0, 5]), np.array([2, 7]), T=4, lanes=2).tolist()
-        [0, 2, 3, 5]
-    """
-    n = np.maximum(end - begin, 0)  # [lanes]
-    total = int(n.sum())
-    if total == 0:
-        return _NONE
-    lane = np.repeat(np.arange(lanes), n)  # [total]
-    first = np.cumsum(n) - n  # offset of each lane's range in the output
-    seq = np.arange(total) - np.repeat(first - begin, n)  # [total] sequence numbers
-    out: IntArray = seq % T * lanes + lane
-    return out
-
-
 class LaneSnapshot:
     """The owner's (learner's) consistent view of lanes written by other processes.
 
@@ -141,11 +106,12 @@ class LaneSnapshot:
         episodes: The shared episode counters ``[lanes]``.
         priority: The shared initial priorities ``[T, lanes]`` (NaN: none given).
         guard: Steps left out at the old end of a full lane (:func:`default_guard`).
+        kernel: ``"auto"`` (numba when installed), ``"numba"`` or ``"numpy"``.
     """
 
     def __init__(self, table: StepTable, written: IntArray, start: IntArray,
                  episodes: IntArray, priority: npt.NDArray[np.float64],
-                 guard: int | None = None) -> None:
+                 guard: int | None = None, kernel: str = "auto") -> None:
         self.table = table
         self.shared_written, self.shared_start = written, start
         self.shared_episodes, self.priority = episodes, priority
@@ -159,17 +125,8 @@ class LaneSnapshot:
         self._seen_start = np.full(table.lanes, -1, np.int64)
         self._term = table.arrays["terminated"]
         self._trunc = table.arrays["truncated"]
-
-    def _pending(self, written: IntArray) -> npt.NDArray[np.bool_]:
-        """Whether each lane's newest step (``written - 1``) still waits for its next
-        observation: linked aside and its episode not ended."""
-        t = self.table
-        lanes = np.arange(t.lanes)
-        rows = (written - 1) % t.T
-        has = written > 0
-        out: npt.NDArray[np.bool_] = has & (t.link[rows, lanes] > 0) \
-            & ~(self._term[rows, lanes].astype(bool) | self._trunc[rows, lanes].astype(bool))
-        return out
+        self._advance, self.kernel = pick_kernel(kernel, "replaybank.ops.snapshot_numba",
+                                                 "advance", snapshot.advance, "LaneSnapshot")
 
     def refresh(self) -> SnapshotDelta:
         """Take a new snapshot: update the table's local counters and return what left
@@ -181,14 +138,9 @@ class LaneSnapshot:
                 np.array_equal(start, self._seen_start):
             return _NO_CHANGE  # the window depends on nothing else
         self._seen_written, self._seen_start = written, start
-        win = window(written, start, t.T, self.guard, self._pending(written))
-        lo, hi = win[:, 0], win[:, 1]
-        old_lo, old_hi = self.lo, self.hi
-        # per lane, left: old steps below the new low end [a, min(c, b)); new: steps
-        # above the old high end [max(b, c), d)
-        left = _slots(old_lo, np.minimum(lo, old_hi), t.T, t.lanes)
-        new_slots = _slots(np.maximum(old_hi, lo), hi, t.T, t.lanes)
-        self.lo, self.hi = lo, hi
+        lo, hi = self.lo, self.hi
+        left, new_slots = self._advance(written, start, t.link, self._term, self._trunc, t.T,
+                                        self.guard, lo, hi)
         t.written[:] = hi
         t.counts[:] = hi - lo
         t.episodes[:] = self.shared_episodes
