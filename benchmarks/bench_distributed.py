@@ -10,6 +10,9 @@ For 1, 2 and 4 shards (one lane per shard, obs float32[17], action float32[6]):
 * the floor of a sample call: a bare Ray actor whose method returns a prebuilt numpy
   batch of the same fields and shapes (one round trip, same serialisation), measured in
   the same run; the ratio ``sample latency / bare round trip`` (target: within 3x);
+* the fan-out floor for ``S`` shards: ``S`` bare actors called in parallel, each
+  returning ``B / S`` rows (what one round trip to ``S`` actors costs on this machine;
+  with more shards than cores it grows with ``S``), and the ratio to it;
 * per shard, the batched insert rate against a single in-process buffer's ``extend`` of
   the same chunks (target: >= 50%).
 
@@ -95,41 +98,60 @@ def bench_shards(shards: int, capacity: int, chunk: int, sampler: str, calls: in
             lat.append(time.perf_counter() - t)
         sample_lat = statistics.median(lat)
         bare_lat = bare(calls)
+        fan, actors = make_fanout(_ray(), sampler, shards)
+        fan_lat = fan(calls)
+        for a in actors:
+            _ray().kill(a)
         return {"shards": shards, "insert_rows_s": statistics.median(inserts),
                 "sample_calls_s": 1 / sample_lat, "sample_items_s": BATCH / sample_lat,
                 "sample_ms": sample_lat * 1e3, "bare_ms": bare_lat * 1e3,
-                "ratio": sample_lat / bare_lat,
+                "ratio": sample_lat / bare_lat, "fan_ms": fan_lat * 1e3,
+                "fan_ratio": sample_lat / fan_lat,
                 "one_trip": (client.draw_paths["one_trip"] - before) / calls}
     finally:
         svc.shutdown()
 
 
+def _ray() -> Any:
+    import ray
+
+    return ray
+
+
 def make_bare(ray: Any, sampler: str) -> Any:
     """A bare actor returning a prebuilt batch of the same fields: its round trip."""
 
-    @ray.remote(num_cpus=1)
+    return make_fanout(ray, sampler, 1, num_cpus=1)
+
+
+def make_fanout(ray: Any, sampler: str, shards: int, num_cpus: float = 0) -> Any:
+    """``shards`` bare actors, each returning a prebuilt batch of ``ceil(B / shards)``
+    rows; ``run(calls)`` is the median time of one parallel round of calls to all."""
+
+    @ray.remote
     class Bare:
-        def __init__(self) -> None:
+        def __init__(self, n: int) -> None:
             buf = rb.from_config(config(4096, sampler))
             d = chunk_values(4096, 1)
             buf.extend(**{k: v[:, 0] for k, v in d.items()})
-            self.batch = buf.sample(BATCH).to_dict(nested=False)
+            self.batch = buf.sample(n).to_dict(nested=False)
 
-        def sample(self, n: int) -> dict[str, Any]:
+        def sample(self) -> dict[str, Any]:
             return self.batch
 
-    actor = Bare.remote()
-    ray.get(actor.sample.remote(BATCH))
+    actors = [Bare.options(num_cpus=num_cpus).remote(-(-BATCH // shards))
+              for _ in range(shards)]
+    ray.get([a.sample.remote() for a in actors])
 
     def run(calls: int) -> float:
         lat = []
         for _ in range(calls):
             t = time.perf_counter()
-            ray.get(actor.sample.remote(BATCH))
+            ray.get([a.sample.remote() for a in actors])
             lat.append(time.perf_counter() - t)
         return statistics.median(lat)
 
-    return run, actor
+    return run, actors
 
 
 def main() -> None:
@@ -162,7 +184,7 @@ def main() -> None:
     print(f"single in-process buffer extend: {local:,.0f} rows/s")
     head = (f"{'shards':>6} {'insert rows/s':>14} {'per shard':>12} {'vs local':>9} "
             f"{'sample/s':>9} {'items/s':>11} {'sample ms':>10} {'bare ms':>8} {'ratio':>6} "
-            f"{'1 trip':>6}")
+            f"{'fan-out ms':>10} {'ratio':>6} {'1 trip':>6}")
     print(head)
     print("-" * len(head))
     for r in rows:
@@ -170,7 +192,7 @@ def main() -> None:
         print(f"{r['shards']:>6} {r['insert_rows_s']:>14,.0f} {per:>12,.0f} "
               f"{per / local:>8.0%} {r['sample_calls_s']:>9,.0f} {r['sample_items_s']:>11,.0f} "
               f"{r['sample_ms']:>10.2f} {r['bare_ms']:>8.2f} {r['ratio']:>6.2f} "
-              f"{r['one_trip']:>6.0%}")
+              f"{r['fan_ms']:>10.2f} {r['fan_ratio']:>6.2f} {r['one_trip']:>6.0%}")
     ray.shutdown()
 
 
