@@ -71,3 +71,16 @@ def test_console_entry_point_runs() -> None:
     out = subprocess.run([sys.executable, "-m", "replaybank.cli.main", "demo", "--help"],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and "--buffer" in out.stdout and "--no-progress" in out.stdout
+
+
+def test_quiet_turns_the_progress_bar_off_and_a_pipe_does_too() -> None:
+    import io
+
+    from replaybank.cli.demo import build_parser
+    from replaybank.integrations.progress import progress_enabled
+
+    assert build_parser().parse_args(["--quiet"]).no_progress is True
+    assert build_parser().parse_args(["--no-progress"]).no_progress is True
+    assert build_parser().parse_args([]).no_progress is False
+    assert progress_enabled(False, io.StringIO()) is False  # not a terminal
+    assert progress_enabled(True) is False

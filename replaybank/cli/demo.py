@@ -89,8 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="replaybank_demo_out",
                    help="output directory for the plot and the checkpoint "
                         "(default: %(default)s)")
-    p.add_argument("--no-progress", action="store_true",
-                   help="no progress bar (default: shown)")
+    p.add_argument("--quiet", "--no-progress", dest="no_progress", action="store_true",
+                   help="no progress bar (default: shown when stdout is a terminal)")
     p.add_argument("--num-envs", type=int, default=4,
                    help="vectorized CartPole envs (default: %(default)s)")
     p.add_argument("--eval-every", type=int, default=2_000,
@@ -179,7 +179,7 @@ def run_demo(args: argparse.Namespace) -> DemoResult:
     gym = require_extra("gymnasium", "gym")
     from replaybank.cli.dqn import DQNAgent, DQNConfig
     from replaybank.integrations.gymnasium import Collector
-    from replaybank.integrations.progress import ProgressBar
+    from replaybank.integrations.progress import ProgressBar, progress_enabled
 
     t0 = time.perf_counter()
     torch.set_num_threads(max(1, args.threads))
@@ -204,7 +204,7 @@ def run_demo(args: argparse.Namespace) -> DemoResult:
     next_eval = args.eval_every
     prioritized = args.buffer == "per"
     with ProgressBar(steps, f"DQN {args.buffer}",
-                     enabled=not args.no_progress) as bar:
+                     enabled=progress_enabled(args.no_progress)) as bar:
         while result.env_steps < steps:
             eps[0] = max(0.05, 1.0 - 0.95 * result.env_steps / eps_decay_steps)
             res = col.collect(n_envs)
