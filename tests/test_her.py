@@ -454,7 +454,6 @@ def test_her_view_composes_with_a_plain_replay_buffer() -> None:
     ({"reward_fn": "math:no_such"}, "cannot import"),
     ({"relabel_unfinished": "yes"}, "relabel_unfinished"),
     ({"n_step": 0}, "n=0"),
-    ({"storage": "torch"}, "numpy or memmap"),
 ])
 def test_bad_arguments(kwargs: dict[str, Any], match: str) -> None:
     kwargs.setdefault("reward_fn", reward)

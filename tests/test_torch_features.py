@@ -3,7 +3,8 @@
 Each case builds a numpy-storage buffer and a torch-storage buffer with the same seed, feeds
 both the same steps (several lanes, episode ends, out-of-order data, ring wrap-around) and
 checks that they sample the same batches (the host generator draws the keys in both:
-``draws="host"``; device draws are tested in ``tests/test_device_sampling.py``).
+``draws="host"``; device draws are tested in ``tests/test_device_sampling.py``, hindsight
+relabelling in ``tests/test_torch_her.py``).
 The torch case runs twice: on plain CPU tensors, and on :class:`~tests.strict_device.
 StrictBackend` tensors, which raise on every host conversion, so a device-to-host copy in
 ``add``/``extend``/``sample``/``sample_sequences`` fails on this CPU-only machine just as
@@ -181,13 +182,6 @@ def test_save_load(kind: str, tmp_path: Path) -> None:
     same(a, b)
     same(b, tb2.sample(16))  # the identical next sample after the round trip
     same(ref.sample(16), tb2.sample(16))
-
-
-def test_her_is_refused_with_a_clear_error(kind: str) -> None:
-    """HER relabelling on device storage is not built yet (its episode index and the user's
-    reward_fn run on host arrays): refused up front, naming the fix."""
-    with pytest.raises(rb.ConfigError, match=r"batch\.to_torch"):
-        rb.HerReplayBuffer(60, num_envs=2, reward_fn="builtins:max", storage=backend(kind))
 
 
 # ---------------------------------------------------------------------- the trap itself

@@ -36,7 +36,6 @@ from typing import Any
 import numpy as np
 
 from replaybank.buffers.replay import ReplayBuffer
-from replaybank.errors import ConfigError
 from replaybank.samplers.base import Sampler
 from replaybank.storage.backends.base import ArrayBackend
 from replaybank.views.hindsight import HerView
@@ -70,9 +69,14 @@ class HerReplayBuffer(ReplayBuffer):
         sampler: Which steps to draw (default uniform; a
             :class:`~replaybank.samplers.prioritized.PrioritizedSampler` for PER).
         spec: Field specs (inferred from the first add when None).
-        storage: ``"numpy"`` or ``"memmap"`` (with ``path``).
+        storage: ``"numpy"``, ``"memmap"`` (with ``path``) or ``"torch"`` (with
+            ``device``): on torch storage the goals are gathered and the rewards
+            recomputed on the device, and ``reward_fn`` / ``terminated_fn`` receive torch
+            tensors there (:mod:`replaybank.views.hindsight_device`); the relabelled rows
+            and goal steps are those numpy storage picks under the same seed.
         path: Directory of the memmap files.
         autoreset_mode: As in :class:`~replaybank.buffers.replay.ReplayBuffer`.
+        device: Torch device of torch storage (``"cuda"``, ``"cpu"``, ...).
 
     Raises:
         ConfigError: A bad strategy, ``k`` or function, or any ReplayBuffer argument.
@@ -99,17 +103,13 @@ class HerReplayBuffer(ReplayBuffer):
         storage: str | ArrayBackend = "numpy",
         path: Any = None,
         autoreset_mode: str | None = None,
+        device: Any = None,
     ) -> None:
         view = HerView(reward_fn,  # type: ignore[arg-type]  # None: HerView's clear error
                        strategy, k, terminated_fn=terminated_fn,
                        relabel_unfinished=relabel_unfinished, n_step=n_step, gamma=gamma)
-        if storage == "torch" or (isinstance(storage, ArrayBackend)
-                                  and not storage.host_numpy):
-            raise ConfigError(f"HerReplayBuffer(storage={storage!r}): hindsight relabelling "
-                              "runs on numpy or memmap storage; use one of those and move "
-                              "batches with batch.to_torch(device)")
         super().__init__(capacity, num_envs=num_envs, seed=seed, spec=spec, sampler=sampler,
-                         view=view, storage=storage, path=path,
+                         view=view, storage=storage, path=path, device=device,
                          autoreset_mode=autoreset_mode)
         self.her: HerView = view
         self._init_args.update(n_step=n_step, gamma=float(gamma))
@@ -122,7 +122,6 @@ class HerReplayBuffer(ReplayBuffer):
         view = self.view.config() if isinstance(self.view, HerView) else self.her.config()
         cand.pop("view", None)
         cand.pop("frame_stack", None)
-        cand.pop("device", None)
         cand.update({k: v for k, v in view.items()
                      if k not in ("type", "achieved_key", "desired_key")})
         return cand

@@ -75,6 +75,7 @@ class EpisodeIndex:
         self.open: IntArray = np.zeros(self.lanes, np.int64)
         self.epoch: int | None = None
         self._written: list[int] = []  # ``written`` at the last sync
+        self._flags: npt.NDArray[np.bool_] | None = None  # see sync_newest
 
     def sync(self, link: npt.NDArray[np.int32], terminated: npt.NDArray[Any],
              truncated: npt.NDArray[Any], written: IntArray, counts: IntArray,
@@ -101,6 +102,30 @@ class EpisodeIndex:
                        written, counts, self.seen, self.open, self.begin, self.end,
                        self.T, self.lanes)
 
+    def sync_newest(self, link: npt.NDArray[np.int32], done: npt.NDArray[np.bool_],
+                    written: IntArray, counts: IntArray, epoch: int) -> None:
+        """:meth:`sync` for a table whose flags are not in host memory (device storage).
+
+        The index reads a step's done flag only while the step is its lane's newest (an
+        older step's end is in ``link``), so the done flags of the newest steps, kept on
+        the host as they were written (:class:`~replaybank.storage.host_tail.HostTail`),
+        are all it needs: no device data is read.
+
+        Args:
+            link: The table's links ``[T, lanes]`` (host).
+            done: ``terminated | truncated`` of each lane's newest step ``[lanes]``.
+            written, counts: Its lane counters ``[lanes]``.
+            epoch: Its ``epoch``.
+        """
+        if epoch == self.epoch and written.tolist() == self._written:
+            return  # nothing written since
+        flags = self._flags
+        if flags is None:
+            flags = self._flags = np.zeros(self.T * self.lanes, dtype=bool)
+        live = np.flatnonzero(counts > 0)
+        flags[(written[live] - 1) % self.T * self.lanes + live] = done[live]
+        self.sync(link, flags, flags, written, counts, epoch)
+
     def extents(self, slots: IntArray, lane: IntArray, written: IntArray,
                 counts: IntArray, unfinished: bool = False) -> tuple[IntArray, IntArray]:
         """First and last live step of the episodes of the steps at ``slots`` ``[B]``.
@@ -125,7 +150,8 @@ class EpisodeIndex:
 
     def nbytes(self) -> int:
         """Bytes held by the index."""
-        return int(self.begin.nbytes + self.end.nbytes)
+        flags = 0 if self._flags is None else self._flags.nbytes
+        return int(self.begin.nbytes + self.end.nbytes + flags)
 
 
 def sync_lanes(link: npt.NDArray[np.int32], terminated: npt.NDArray[Any],

@@ -37,6 +37,16 @@ current from the lane counters (each written step indexed once), never searched 
 sample. Draws use the buffer's generator, so a seeded buffer and a restored checkpoint
 give the identical next sample.
 
+Device storage (``storage="torch"``): which rows get a new goal and which step each goal
+comes from are chosen on the host exactly as above (the episode index reads the lane
+counters, the links and each lane's newest done flag, all kept on the host), so a seeded
+torch-storage buffer relabels the same rows with the same goals as numpy storage; the
+goals are then gathered and the rewards recomputed on the device
+(:mod:`replaybank.views.hindsight_device`), with no device value read on the host.
+``reward_fn`` and ``terminated_fn`` then receive torch tensors on the storage's device
+and may return a tensor (moved to that device) or anything ``numpy.asarray`` takes
+(copied there); ``relabeled`` is a device tensor too.
+
 Example:
     >>> import numpy as np
     >>> import replaybank as rb
@@ -75,6 +85,7 @@ from replaybank.ops.hindsight import STRATEGY_CODES, goal_kernel
 from replaybank.storage.table import StepTable
 from replaybank.views.base import StatelessView, next_name
 from replaybank.views.functions import function_name, resolve_function
+from replaybank.views.hindsight_device import device_relabel, to_device
 from replaybank.views.nstep import NStepView
 from replaybank.views.transition import TransitionView
 
@@ -91,7 +102,8 @@ class HerView(StatelessView):
         reward_fn: ``reward_fn(achieved_goal [N, *g], desired_goal [N, *g], info) -> [N]``
             (a callable, a name given to :func:`~replaybank.views.functions.
             register_function`, or ``"module:attr"``); ``env.unwrapped.compute_reward``
-            works unchanged.
+            works unchanged on numpy and memmap storage. On torch storage it receives
+            torch tensors on the storage's device (see the module docstring).
         strategy: ``"future"``, ``"final"``, ``"episode"`` or ``"random"`` (see the
             module docstring for the exact support of each).
         k: Relabelled goals per real goal: a row gets a new goal with probability
@@ -170,15 +182,15 @@ class HerView(StatelessView):
         if idx is None or self._indexed is not table:
             idx = self._index = EpisodeIndex(table.T, table.lanes)
             self._indexed = table
-        idx.sync(table.link, table.arrays["terminated"], table.arrays["truncated"],
-                 table.written, table.counts, table.epoch)
+        if table.tail is None:  # the flags are host arrays
+            idx.sync(table.link, table.arrays["terminated"], table.arrays["truncated"],
+                     table.written, table.counts, table.epoch)
+        else:  # device storage: the newest steps' done flags, kept on the host
+            idx.sync_newest(table.link, table.tail.done, table.written, table.counts,
+                            table.epoch)
         return idx
 
     def _check_table(self, table: StepTable) -> None:
-        if not table.backend.host_numpy:
-            raise ConfigError(f"HerView: storage={table.backend.name!r} is not supported "
-                              "yet; use numpy or memmap storage (batch.to_torch(device) "
-                              "moves a batch)")
         for field in (self.achieved, self.desired):
             if field not in table.obs_fields:
                 raise ShapeError(
@@ -194,10 +206,11 @@ class HerView(StatelessView):
 
         Returns:
             The inner view's fields (``[B, *shape]``; ``discount`` with ``n_step > 1``)
-            and ``relabeled`` ``[B]`` bool.
+            and ``relabeled`` ``[B]`` bool (numpy arrays, or tensors on the device of
+            torch storage).
 
         Raises:
-            ConfigError: No generator (``rng``), or storage other than numpy/memmap.
+            ConfigError: No generator (``rng``).
             ShapeError: The observations have no goal keys, or ``reward_fn`` /
                 ``terminated_fn`` returned the wrong number of values.
         """
@@ -212,12 +225,17 @@ class HerView(StatelessView):
         b = len(keys)
         relabeled = out["relabeled"] = np.zeros(b, dtype=bool)
         if self.k == 0 or b == 0:
-            return out
+            return out if table.backend.host_numpy else self._on_device(out)
         idx = self.episode_index(table)
         rows, nxt, side = goal_kernel()(
             keys, rng.random(2 * b), self.probability, idx.end, idx.begin, table.written,
             table.counts, table.flat(table.link), table.T, table.lanes, self._code,
             self.relabel_unfinished)
+        if not table.backend.host_numpy:  # device storage: goals and rewards on the device
+            relabeled[rows] = True
+            if len(rows):
+                device_relabel(self, table, out, keys, rows, nxt, side)
+            return self._on_device(out)
         if len(rows) == 0:
             return out
         relabeled[rows] = True
@@ -232,6 +250,11 @@ class HerView(StatelessView):
                 arr = out[name] = arr.copy()
             arr[rows] = goals
         self._relabel_rewards(table, out, keys, rows, goals)
+        return out
+
+    def _on_device(self, out: dict[str, Any]) -> dict[str, Any]:
+        """A device batch with its ``relabeled`` mask moved beside its other fields."""
+        out["relabeled"] = to_device(out["relabeled"], out[next_name(self.achieved)])
         return out
 
     def _relabel_rewards(self, table: StepTable, out: dict[str, Any], keys: IntArray,
