@@ -7,6 +7,7 @@ learning proof of examples/sb3_per_dqn.py.
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 from pathlib import Path
 from typing import Any
@@ -18,17 +19,21 @@ pytest.importorskip("stable_baselines3")
 gym = pytest.importorskip("gymnasium")
 torch = pytest.importorskip("torch")
 
-from stable_baselines3 import DQN, SAC  # noqa: E402
+from stable_baselines3 import DQN, SAC, TD3  # noqa: E402
 from stable_baselines3.common.vec_env import DummyVecEnv  # noqa: E402
 
 from replaybank.errors import ConfigError  # noqa: E402
 from replaybank.integrations.sb3 import (  # noqa: E402
     DictReplayBuffer,
     PrioritizedDQN,
+    PrioritizedSAC,
+    PrioritizedTD3,
     ReplayBuffer,
 )
+from replaybank.ops import ring  # noqa: E402
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "sb3_per_dqn.py"
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLE = EXAMPLES / "sb3_per_dqn.py"
 
 DQN_SMALL: dict[str, Any] = {"learning_starts": 100, "train_freq": 4, "batch_size": 32,
                              "buffer_size": 1000, "policy_kwargs": {"net_arch": [16]}}
@@ -229,9 +234,212 @@ def test_save_load_replay_buffer_gives_the_identical_next_sample(kind: str,
     assert len(b.core) == len(a.core) + other.num_timesteps - before > len(a.core)
 
 
+# ---------------------------------------------------------------- PER for SAC and TD3
+
+
+def ac_small() -> dict[str, Any]:
+    """Small SAC/TD3 settings (a new policy_kwargs each time: SB3 writes into it)."""
+    return {"learning_starts": 100, "batch_size": 32, "buffer_size": 1000,
+            "policy_kwargs": {"net_arch": [16]}}
+
+AC = {"sac": (SAC, PrioritizedSAC), "td3": (TD3, PrioritizedTD3)}
+# what each loop has to get right: gradient steps per call, target updates every other
+# step (SAC), the policy delay (TD3), a fixed or tuned entropy coefficient, gSDE
+AC_VARIANTS: dict[str, dict[str, Any]] = {
+    "sac": {"gradient_steps": 3, "target_update_interval": 2},
+    "sac_fixed_ent": {"ent_coef": 0.1, "train_freq": 2},
+    "sac_sde": {"use_sde": True, "sde_sample_freq": 4},
+    "td3": {"gradient_steps": 3, "policy_delay": 2},
+}
+
+
+def _state(model: Any) -> list[Any]:
+    """Every learned tensor of an SB3 model (policy, targets, entropy coefficient)."""
+    out = [p.detach().clone() for p in model.policy.state_dict().values()]
+    if getattr(model, "log_ent_coef", None) is not None:
+        out.append(model.log_ent_coef.detach().clone())
+    return out
+
+
+@pytest.mark.parametrize("buffer", ["sb3", "uniform", "nstep"])
+@pytest.mark.parametrize("variant", sorted(AC_VARIANTS))
+def test_prioritized_sac_td3_with_a_plain_buffer_are_sb3(variant: str, buffer: str) -> None:
+    """Same seed, a buffer without priorities: our training loop is SB3's, bit for bit."""
+    theirs_cls, ours_cls = AC[variant.split("_")[0]]
+    kwargs = {**ac_small(), **AC_VARIANTS[variant]}
+    if buffer != "sb3":
+        kwargs.update(replay_buffer_class=ReplayBuffer,
+                      replay_buffer_kwargs=BUFFER_KWARGS[buffer])
+    ours = ours_cls("MlpPolicy", "Pendulum-v1", seed=3, **copy.deepcopy(kwargs)).learn(160)
+    theirs = theirs_cls("MlpPolicy", "Pendulum-v1", seed=3, **kwargs).learn(160)
+    assert ours._n_updates == theirs._n_updates >= 30
+    for x, y in zip(_state(ours), _state(theirs), strict=True):
+        assert torch.equal(x, y)
+    assert ours.logger.name_to_value == theirs.logger.name_to_value
+
+
+def test_critic_loss_weights_by_hand() -> None:
+    """Two critics, a batch of 2: 0.5 * sum_i mean_b(w_b (Q_i - y_b)^2), max |td|."""
+    from replaybank.integrations.sb3 import PrioritySample, _critic_loss
+
+    q1, q2 = torch.tensor([[1.0], [2.0]]), torch.tensor([[0.0], [4.0]])
+    y = torch.tensor([[2.0], [1.0]])
+    w = PrioritySample(np.array([7, 9]), torch.tensor([[1.0], [0.5]]))
+    # Q1: errors -1, 1 -> (1*1 + 0.5*1)/2 = 0.75; Q2: errors -2, 3 -> (1*4 + 0.5*9)/2 = 4.25
+    assert float(_critic_loss([q1, q2], y, w)) == pytest.approx(5.0)
+    # unweighted: SB3's mse sum (1 + 6.5)
+    assert float(_critic_loss([q1, q2], y, None)) == pytest.approx(7.5)
+
+
+def _filled(cls: type, gamma: float = 0.5, **kwargs: Any) -> Any:
+    """A prioritized 3-step model with 40 random Pendulum steps (short episodes, so the
+    batch mixes full windows with cut ones) and unequal priorities, not yet trained."""
+    env = gym.make("Pendulum-v1", max_episode_steps=7)
+    model = cls("MlpPolicy", env, seed=0, learning_starts=10**6, gamma=gamma,
+                policy_kwargs={"net_arch": [8]}, replay_buffer_class=ReplayBuffer,
+                replay_buffer_kwargs={"prioritized": True, "alpha": 1.0, "n_steps": 3,
+                                      "gamma": gamma, "seed": 1}, **kwargs)
+    model.learn(40)
+    model.replay_buffer.update_priorities(np.arange(40), np.arange(1.0, 41.0))
+    return model
+
+
+def _spy(model: Any) -> dict[str, Any]:
+    """Record what train() draws and what it feeds back as priorities."""
+    buf = model.replay_buffer
+    seen: dict[str, Any] = {}
+    draw, update = buf.sample_prioritized, buf.update_priorities
+
+    def sample_prioritized(*args: Any, **kwargs: Any) -> Any:
+        seen["data"], seen["prio"] = out = draw(*args, **kwargs)
+        return out
+
+    def update_priorities(indices: Any, priorities: Any) -> int:
+        seen["keys"], seen["td"] = np.asarray(indices), np.asarray(priorities)
+        return update(indices, priorities)
+
+    buf.sample_prioritized, buf.update_priorities = sample_prioritized, update_priorities
+    return seen
+
+
+def _check_feedback(model: Any, seen: dict[str, Any], q: list[Any], y: Any) -> None:
+    """The priorities fed back are max_i |Q_i - y| and the buffer stores |td| + eps."""
+    td = torch.maximum((q[0] - y).abs(), (q[1] - y).abs()).reshape(-1).numpy()
+    np.testing.assert_array_equal(seen["keys"], seen["prio"].indices)
+    np.testing.assert_allclose(seen["td"], td, rtol=1e-5, atol=1e-6)
+    core = model.replay_buffer.core
+    keys, counts = np.unique(seen["keys"], return_counts=True)
+    once = np.isin(seen["keys"], keys[counts == 1])  # drawn once: no ambiguity
+    assert once.sum() >= 4
+    stored = core.sampler.priorities(ring.key_to_slot(seen["keys"][once], core.rows, 1))
+    np.testing.assert_allclose(stored, td[once] + core.sampler.eps, rtol=1e-5)
+
+
+def _check_discounts(data: Any, gamma: float) -> None:
+    """The batch carries n-step discounts: gamma**3 for full windows, less cut ones."""
+    d = data.discounts.reshape(-1).numpy()
+    assert (d == np.float32(gamma**3)).any() and (d != np.float32(gamma**3)).any()
+
+
+def test_prioritized_td3_weights_discounts_and_priorities_by_hand() -> None:
+    model = _filled(PrioritizedTD3, target_policy_noise=0.0, policy_delay=2)
+    critic, critic_t, actor_t = (copy.deepcopy(m) for m in
+                                 (model.critic, model.critic_target, model.actor_target))
+    seen = _spy(model)
+    model.train(1, batch_size=16)
+    data, prio = seen["data"], seen["prio"]
+    w = prio.weights
+    assert float(w.std()) > 0 and float(w.max()) <= 1.0 + 1e-6
+    _check_discounts(data, 0.5)
+    with torch.no_grad():  # the TD3 target by hand (noise 0: the target actor's action)
+        a2 = actor_t(data.next_observations).clamp(-1, 1)
+        q_next = torch.minimum(*critic_t(data.next_observations, a2))
+        y = data.rewards + (1 - data.dones) * data.discounts * q_next
+        q = list(critic(data.observations, data.actions))
+        expected = sum(float((w * (qi - y) ** 2).mean()) for qi in q)
+        unweighted = sum(float(((qi - y) ** 2).mean()) for qi in q)
+    assert model.logger.name_to_value["train/critic_loss"] == pytest.approx(expected, 1e-5)
+    assert abs(expected - unweighted) > 1e-3 * abs(unweighted)  # the weights mattered
+    _check_feedback(model, seen, q, y)
+
+
+def test_prioritized_sac_weights_discounts_and_priorities_by_hand() -> None:
+    model = _filled(PrioritizedSAC)
+    actor, critic, critic_t = (copy.deepcopy(m) for m in
+                               (model.actor, model.critic, model.critic_target))
+    ent_coef = float(torch.exp(model.log_ent_coef.detach()))
+    rng = torch.get_rng_state()
+    seen = _spy(model)
+    model.train(1, batch_size=16)
+    data, prio = seen["data"], seen["prio"]
+    w = prio.weights
+    assert float(w.std()) > 0
+    _check_discounts(data, 0.5)
+    torch.set_rng_state(rng)  # the actor's draws again: pi(s), then pi(s')
+    with torch.no_grad():
+        actor.action_log_prob(data.observations)
+        a2, logp2 = actor.action_log_prob(data.next_observations)
+        q_next = torch.minimum(*critic_t(data.next_observations, a2))
+        v_next = q_next - ent_coef * logp2.reshape(-1, 1)
+        y = data.rewards + (1 - data.dones) * data.discounts * v_next
+        q = list(critic(data.observations, data.actions))
+        expected = 0.5 * sum(float((w * (qi - y) ** 2).mean()) for qi in q)
+    assert model.logger.name_to_value["train/critic_loss"] == pytest.approx(expected, 1e-5)
+    _check_feedback(model, seen, q, y)
+
+
+@pytest.mark.parametrize("algo", sorted(AC))
+def test_prioritized_sac_td3_train(algo: str) -> None:
+    """A few hundred steps of PER + 3-step: every gradient step feeds priorities back."""
+    cls = AC[algo][1]
+    model = cls("MlpPolicy", "Pendulum-v1", seed=0, replay_buffer_class=ReplayBuffer,
+                replay_buffer_kwargs=BUFFER_KWARGS["per"], **ac_small())
+    buf = model.replay_buffer
+    calls = []
+    update = buf.update_priorities
+    buf.update_priorities = lambda k, p: calls.append(len(k)) or update(k, p)  # type: ignore
+    model.learn(300)
+    assert model._n_updates == 200 and calls == [32] * 200
+    _, prio = buf.sample_prioritized(256)
+    assert prio is not None and float(prio.weights.std()) > 0
+    assert np.isfinite(model.logger.name_to_value["train/critic_loss"])
+
+
+@pytest.mark.parametrize("algo", sorted(AC))
+def test_prioritized_sac_td3_save_load(algo: str, tmp_path: Path) -> None:
+    """model.save / load keeps the class; the replay buffer's priorities come back and
+    training goes on feeding them."""
+    cls = AC[algo][1]
+    model = cls("MlpPolicy", "Pendulum-v1", seed=0, replay_buffer_class=ReplayBuffer,
+                replay_buffer_kwargs=BUFFER_KWARGS["per"], **ac_small()).learn(200)
+    model.save(tmp_path / "model.zip")
+    model.save_replay_buffer(tmp_path / "rb.pkl")
+    loaded = cls.load(tmp_path / "model.zip", env=gym.make("Pendulum-v1"))
+    assert type(loaded) is cls
+    for x, y in zip(_state(model), _state(loaded), strict=True):
+        assert torch.equal(x, y)
+    loaded.load_replay_buffer(tmp_path / "rb.pkl")
+    a, b = model.replay_buffer, loaded.replay_buffer
+    assert isinstance(b, ReplayBuffer) and b.prioritized
+    (_, pa), (_, pb) = a.sample_prioritized(64), b.sample_prioritized(64)
+    np.testing.assert_array_equal(pa.indices, pb.indices)  # same priorities, same draw
+    assert torch.equal(pa.weights, pb.weights)
+    before = loaded._n_updates
+    loaded.learn(50, reset_num_timesteps=False)
+    assert loaded._n_updates == before + 50
+
+
+def test_sac_example_smoke() -> None:
+    ex = _example(EXAMPLES / "sb3_per_sac.py")
+    for buffer in ex.BUFFERS:
+        ret = ex.sac_return(buffer, seed=0, steps=300, eval_episodes=1,
+                            net_arch=[16], learning_starts=200)
+        assert -2000 < ret <= 0
+
+
 # ---------------------------------------------------------------- the learning proof
-def _example() -> Any:
-    spec = importlib.util.spec_from_file_location("sb3_per_dqn_example", EXAMPLE)
+def _example(path: Path = EXAMPLE) -> Any:
+    spec = importlib.util.spec_from_file_location(f"{path.stem}_example", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

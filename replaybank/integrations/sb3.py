@@ -25,10 +25,10 @@ does. ``handle_timeout_termination=False`` stores time-outs as terminations, as 
   the same rule). With ``n_steps=1``, ``discounts`` is None (the algorithm uses its gamma).
 * **Prioritized** (``prioritized=True``, ``alpha``, ``beta``, ``beta_steps``): importance
   weights and TD errors must reach the learner, which SB3's algorithms do not do, so PER
-  needs :class:`PrioritizedDQN` (an importance-weighted Huber loss and
-  ``update_priorities(indices, |td|)`` after every gradient step). A plain SB3 algorithm
-  given a prioritized buffer samples by priorities that never change after insertion:
-  :class:`PrioritizedDQN` is the documented way.
+  needs :class:`PrioritizedDQN`, :class:`PrioritizedSAC` or :class:`PrioritizedTD3` (an
+  importance-weighted critic loss and ``update_priorities(indices, |td|)`` after every
+  gradient step). A plain SB3 algorithm given a prioritized buffer samples by priorities
+  that never change after insertion: these subclasses are the documented way.
 * **Checkpoints**: ``model.save_replay_buffer(path)`` / ``model.load_replay_buffer(path)``
   pickle the buffer with its core buffer, sampler and generator state, so the loaded
   buffer draws the identical next sample. Sampling uses the core buffer's own generator
@@ -57,6 +57,7 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -64,10 +65,12 @@ import numpy.typing as npt
 import torch as th
 import torch.nn.functional as F  # noqa: N812  (torch's own convention)
 from gymnasium import spaces
-from stable_baselines3 import DQN
+from stable_baselines3 import DQN, SAC, TD3
 from stable_baselines3.common import buffers as sb3_buffers
+from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.preprocessing import get_action_dim, get_obs_shape
 from stable_baselines3.common.type_aliases import DictReplayBufferSamples, ReplayBufferSamples
+from stable_baselines3.common.utils import polyak_update
 from stable_baselines3.common.vec_env import VecNormalize
 
 from replaybank.buffers.replay import ReplayBuffer as CoreBuffer
@@ -76,7 +79,8 @@ from replaybank.samplers.base import Sampler
 from replaybank.samplers.prioritized import PrioritizedSampler
 from replaybank.spec import FieldSpec, Spec
 
-__all__ = ["DictReplayBuffer", "PrioritizedDQN", "PrioritySample", "ReplayBuffer"]
+__all__ = ["DictReplayBuffer", "PrioritizedDQN", "PrioritizedSAC", "PrioritizedTD3",
+           "PrioritySample", "ReplayBuffer"]
 
 
 class PrioritySample(NamedTuple):
@@ -426,3 +430,222 @@ class PrioritizedDQN(DQN):
         self._n_updates += gradient_steps
         self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
         self.logger.record("train/loss", np.mean(losses))
+
+
+# ---------------------------------------------------------------- actor-critic PER
+Samples = ReplayBufferSamples | DictReplayBufferSamples
+
+
+def _draw(algo: OffPolicyAlgorithm, batch_size: int) -> tuple[Samples, PrioritySample | None]:
+    """One batch of ``algo``'s buffer, with the keys and IS weights of a prioritized
+    replaybank buffer (None for any other buffer, SB3's own included)."""
+    buffer = algo.replay_buffer
+    assert buffer is not None  # SB3 creates it in _setup_model
+    if isinstance(buffer, (ReplayBuffer, DictReplayBuffer)):
+        return buffer.sample_prioritized(batch_size, env=algo._vec_normalize_env)
+    return buffer.sample(batch_size, env=algo._vec_normalize_env), None
+
+
+def _critic_loss(current: Sequence[th.Tensor], target: th.Tensor,
+                 priority: PrioritySample | None) -> th.Tensor:
+    """Sum over the critics of the mean squared TD error; each sample's squared error
+    weighted by its importance weight when ``priority`` is given (SB3's unweighted
+    ``mse_loss`` otherwise, so a plain buffer trains exactly as SB3)."""
+    terms = [F.mse_loss(q, target) if priority is None
+             else (priority.weights * F.mse_loss(q, target, reduction="none")).mean()
+             for q in current]
+    loss = terms[0]
+    for term in terms[1:]:
+        loss = loss + term
+    return loss
+
+
+def _feed_back(algo: OffPolicyAlgorithm, current: Sequence[th.Tensor], target: th.Tensor,
+               priority: PrioritySample | None) -> None:
+    """New priorities ``max_i |Q_i(s, a) - y|`` over the critics (of this step's forward
+    pass, before the critics' update) for the sampled keys."""
+    if priority is None:
+        return
+    with th.no_grad():
+        td = th.stack([(q - target).abs().reshape(-1) for q in current]).amax(dim=0)
+    buffer = algo.replay_buffer
+    assert isinstance(buffer, (ReplayBuffer, DictReplayBuffer))
+    buffer.update_priorities(priority.indices, td.cpu().numpy())
+
+
+class PrioritizedSAC(SAC):
+    """SB3's SAC that trains prioritized replay (PER, Schaul et al. 2016) from a
+    prioritized replaybank buffer::
+
+        PrioritizedSAC("MlpPolicy", "Pendulum-v1", replay_buffer_class=ReplayBuffer,
+                       replay_buffer_kwargs={"prioritized": True, "beta_steps": 20_000})
+
+    Each gradient step is SB3 2.9's ``SAC.train`` step (entropy-coefficient tuning, the
+    clipped double-Q target with the entropy term, n-step ``discounts`` when the buffer
+    returns them, the actor update, Polyak target updates every
+    ``target_update_interval`` gradient steps) with two changes when the buffer is a
+    prioritized replaybank buffer:
+
+    * the critic loss is ``0.5 * sum_i mean_b(w_b * (Q_i(s_b, a_b) - y_b) ** 2)`` with
+      ``w_b`` the batch's importance-sampling weights (max-normalized, so at most 1);
+      the actor and entropy losses stay unweighted means, as in Fujimoto et al.'s PER
+      baselines;
+    * after the critic step the sampled keys get the new priorities
+      ``max(|Q_1 - y|, |Q_2 - y|)`` (over all ``n_critics``), computed from the critics'
+      values of that step before their update. The maximum of the twin critics' errors is
+      the choice of Fujimoto, Meger & Precup, "An Equivalence between Loss Functions and
+      Non-Uniform Sampling in Experience Replay" (NeurIPS 2020, the PER-TD3 baseline of
+      ``github.com/sfujim/LAP-PAL``): a transition is replayed as often as its worst
+      critic needs. The buffer then stores ``(|td| + eps) ** alpha``.
+
+    With any other buffer (SB3's own, or an unprioritized replaybank buffer) it trains
+    exactly as :class:`stable_baselines3.SAC`, bit for bit under the same seed.
+
+    Example:
+        >>> model = PrioritizedSAC("MlpPolicy", "Pendulum-v1", seed=0, learning_starts=50,
+        ...                        batch_size=16, policy_kwargs={"net_arch": [8]},
+        ...                        replay_buffer_class=ReplayBuffer,
+        ...                        replay_buffer_kwargs={"prioritized": True}).learn(60)
+        >>> model._n_updates
+        10
+    """
+
+    def train(self, gradient_steps: int, batch_size: int = 64) -> None:
+        self.policy.set_training_mode(True)
+        optimizers = [self.actor.optimizer, self.critic.optimizer]
+        if self.ent_coef_optimizer is not None:
+            optimizers.append(self.ent_coef_optimizer)
+        self._update_learning_rate(optimizers)
+        ent_coef_losses: list[float] = []
+        ent_coefs: list[float] = []
+        actor_losses: list[float] = []
+        critic_losses: list[float] = []
+        for step in range(gradient_steps):
+            data, priority = _draw(self, batch_size)
+            discounts = data.discounts if data.discounts is not None else self.gamma
+            if self.use_sde:  # log_std may have changed since the last step
+                self.actor.reset_noise()
+            actions_pi, log_prob = self.actor.action_log_prob(data.observations)
+            log_prob = log_prob.reshape(-1, 1)
+
+            # entropy coefficient: tuned against the target entropy, or fixed
+            if self.ent_coef_optimizer is not None and self.log_ent_coef is not None:
+                ent_coef = th.exp(self.log_ent_coef.detach())
+                assert isinstance(self.target_entropy, float)
+                ent_coef_loss = -(self.log_ent_coef
+                                  * (log_prob + self.target_entropy).detach()).mean()
+                ent_coef_losses.append(ent_coef_loss.item())
+                ent_coefs.append(ent_coef.item())
+                self.ent_coef_optimizer.zero_grad()
+                ent_coef_loss.backward()  # type: ignore[no-untyped-call]
+                self.ent_coef_optimizer.step()
+            else:
+                ent_coef = self.ent_coef_tensor
+                ent_coefs.append(ent_coef.item())
+
+            with th.no_grad():  # soft clipped double-Q target
+                next_actions, next_log_prob = self.actor.action_log_prob(
+                    data.next_observations)
+                next_q = th.cat(self.critic_target(data.next_observations, next_actions),
+                                dim=1).min(dim=1, keepdim=True)[0]
+                next_q = next_q - ent_coef * next_log_prob.reshape(-1, 1)
+                target_q = data.rewards + (1 - data.dones) * discounts * next_q
+
+            current_q = self.critic(data.observations, data.actions)
+            critic_loss = 0.5 * _critic_loss(current_q, target_q, priority)
+            critic_losses.append(critic_loss.item())
+            self.critic.optimizer.zero_grad()
+            critic_loss.backward()  # type: ignore[no-untyped-call]
+            self.critic.optimizer.step()
+            _feed_back(self, current_q, target_q, priority)
+
+            q_pi = th.cat(self.critic(data.observations, actions_pi), dim=1)
+            actor_loss = (ent_coef * log_prob - q_pi.min(dim=1, keepdim=True)[0]).mean()
+            actor_losses.append(actor_loss.item())
+            self.actor.optimizer.zero_grad()
+            actor_loss.backward()  # type: ignore[no-untyped-call]
+            self.actor.optimizer.step()
+
+            if step % self.target_update_interval == 0:
+                polyak_update(self.critic.parameters(), self.critic_target.parameters(),
+                              self.tau)
+                polyak_update(self.batch_norm_stats, self.batch_norm_stats_target, 1.0)
+        self._n_updates += gradient_steps
+        self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
+        self.logger.record("train/ent_coef", np.mean(ent_coefs))
+        self.logger.record("train/actor_loss", np.mean(actor_losses))
+        self.logger.record("train/critic_loss", np.mean(critic_losses))
+        if ent_coef_losses:
+            self.logger.record("train/ent_coef_loss", np.mean(ent_coef_losses))
+
+
+class PrioritizedTD3(TD3):
+    """SB3's TD3 that trains prioritized replay from a prioritized replaybank buffer::
+
+        PrioritizedTD3("MlpPolicy", "Pendulum-v1", replay_buffer_class=ReplayBuffer,
+                       replay_buffer_kwargs={"prioritized": True, "n_steps": 3})
+
+    Each gradient step is SB3 2.9's ``TD3.train`` step (target policy smoothing with
+    clipped noise, the clipped double-Q target, n-step ``discounts`` when the buffer
+    returns them, the actor and Polyak target updates every ``policy_delay`` updates)
+    with, for a prioritized replaybank buffer, the critic loss
+    ``sum_i mean_b(w_b * (Q_i(s_b, a_b) - y_b) ** 2)`` (importance weights ``w_b``; the
+    actor loss stays an unweighted mean) and the new priorities
+    ``max_i |Q_i(s_b, a_b) - y_b|`` after each critic step: the maximum of the twin
+    critics' errors, as Fujimoto, Meger & Precup's PER-TD3 (NeurIPS 2020, see
+    :class:`PrioritizedSAC`). With any other buffer it trains exactly as
+    :class:`stable_baselines3.TD3`, bit for bit under the same seed.
+
+    Example:
+        >>> model = PrioritizedTD3("MlpPolicy", "Pendulum-v1", seed=0, learning_starts=50,
+        ...                        batch_size=16, policy_kwargs={"net_arch": [8]},
+        ...                        replay_buffer_class=ReplayBuffer,
+        ...                        replay_buffer_kwargs={"prioritized": True}).learn(60)
+        >>> model._n_updates
+        10
+    """
+
+    def train(self, gradient_steps: int, batch_size: int = 100) -> None:
+        self.policy.set_training_mode(True)
+        self._update_learning_rate([self.actor.optimizer, self.critic.optimizer])
+        actor_losses: list[float] = []
+        critic_losses: list[float] = []
+        for _ in range(gradient_steps):
+            self._n_updates += 1
+            data, priority = _draw(self, batch_size)
+            discounts = data.discounts if data.discounts is not None else self.gamma
+            with th.no_grad():  # smoothed target action, clipped double-Q target
+                noise = th.empty_like(data.actions).normal_(0, self.target_policy_noise)
+                noise = noise.clamp(-self.target_noise_clip, self.target_noise_clip)
+                next_actions = (self.actor_target(data.next_observations) + noise).clamp(-1, 1)
+                next_q = th.cat(self.critic_target(data.next_observations, next_actions),
+                                dim=1).min(dim=1, keepdim=True)[0]
+                target_q = data.rewards + (1 - data.dones) * discounts * next_q
+
+            current_q = self.critic(data.observations, data.actions)
+            critic_loss = _critic_loss(current_q, target_q, priority)
+            critic_losses.append(critic_loss.item())
+            self.critic.optimizer.zero_grad()
+            critic_loss.backward()  # type: ignore[no-untyped-call]
+            self.critic.optimizer.step()
+            _feed_back(self, current_q, target_q, priority)
+
+            if self._n_updates % self.policy_delay == 0:
+                obs: Any = data.observations  # a dict too: q1_forward extracts features
+                actor_loss = -self.critic.q1_forward(obs, self.actor(obs)).mean()
+                actor_losses.append(actor_loss.item())
+                self.actor.optimizer.zero_grad()
+                actor_loss.backward()  # type: ignore[no-untyped-call]
+                self.actor.optimizer.step()
+                polyak_update(self.critic.parameters(), self.critic_target.parameters(),
+                              self.tau)
+                polyak_update(self.actor.parameters(), self.actor_target.parameters(),
+                              self.tau)
+                polyak_update(self.critic_batch_norm_stats,
+                              self.critic_batch_norm_stats_target, 1.0)
+                polyak_update(self.actor_batch_norm_stats,
+                              self.actor_batch_norm_stats_target, 1.0)
+        self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
+        if actor_losses:
+            self.logger.record("train/actor_loss", np.mean(actor_losses))
+        self.logger.record("train/critic_loss", np.mean(critic_losses))
