@@ -346,3 +346,17 @@ def test_to_torch_on_good_devices_still_works() -> None:
         assert t.reward.device.type == "cuda"
         with pytest.raises(rb.ConfigError, match="CUDA device"):
             _batch().to_torch(device=f"cuda:{torch.cuda.device_count()}")
+
+
+def test_rollout_keeps_the_inferred_float_dtypes_as_documented() -> None:
+    """RolloutBuffer documents the other choice: GAE in the precision of the values given."""
+    for dtype in (np.float64, np.float32):
+        buf = rb.RolloutBuffer(2, num_envs=2, seed=0)
+        for _ in range(2):
+            buf.add(obs=np.zeros((2, 3), np.float32), action=np.zeros(2, np.int64),
+                    reward=np.ones(2, dtype), terminated=np.zeros(2, bool),
+                    truncated=np.zeros(2, bool), value=np.zeros(2, dtype),
+                    log_prob=np.zeros(2, dtype))
+        assert buf.spec is not None
+        assert {buf.spec[n].dtype for n in ("reward", "value", "log_prob")} == {np.dtype(dtype)}
+    assert "stay float64" in (rb.RolloutBuffer.__init__.__doc__ or rb.RolloutBuffer.__doc__ or "")

@@ -101,8 +101,10 @@ class RolloutBuffer:
         gamma: Discount factor.
         gae_lambda: GAE lambda.
         spec: Field specs (``{name: (shape, dtype)}`` or a Spec); inferred from the first
-            add when None. reward/value/log_prob (float32) and terminated/truncated (bool)
-            are added when absent.
+            add when None, keeping the dtypes given there (float64 rewards, values and
+            log-probs stay float64, so GAE runs in the precision the caller chose; pass
+            ``spec=`` or float32 values for float32 storage). reward/value/log_prob
+            (float32) and terminated/truncated (bool) are added when absent.
         seed: Seed or Generator for minibatch shuffling.
         normalize_advantage: ``"batch"``, ``"minibatch"`` or ``None`` (see module doc).
         advantage_eps: Added to the std when normalising.
