@@ -13,3 +13,7 @@ _OPTIONAL = {
 
 collect_ignore = [path for path, module in _OPTIONAL.items()
                   if importlib.util.find_spec(module) is None]
+
+# the session's local Ray cluster and the services a test starts (tests/distributed_ray.py;
+# ray is imported only by a test that uses them)
+pytest_plugins = ["tests.distributed_ray"]

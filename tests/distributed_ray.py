@@ -1,6 +1,8 @@
 """A session-scoped local Ray cluster for the distributed tests (start-up paid once).
 
-Import the fixture into a test module: ``from tests.distributed_ray import ray_cluster``.
+The root ``conftest.py`` registers this module as a plugin, so the fixtures
+``ray_cluster`` and ``services`` (what :func:`start` starts, shut down after the test)
+are there for every test; ray is imported only when a test uses them.
 The cluster has 2 CPUs (this machine's), no dashboard, and its temp dir under the
 session's tmp path; it is shut down at the end of the session.
 """
@@ -13,8 +15,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-ray = pytest.importorskip("ray")
-
 #: CPUs each test shard reserves, so that two services' worth fit the 2-CPU cluster.
 SHARD_CPUS = 0.25
 
@@ -22,6 +22,7 @@ SHARD_CPUS = 0.25
 @pytest.fixture(scope="session")
 def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """``ray`` with a local cluster running (started once per session)."""
+    ray = pytest.importorskip("ray")
     started = False
     if not ray.is_initialized():
         tmp = tmp_path_factory.mktemp("ray")
@@ -31,6 +32,26 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     yield ray
     if started:
         ray.shutdown()
+
+
+@pytest.fixture
+def services(ray_cluster: Any) -> Iterator[list[Any]]:
+    """Services a test starts (through :func:`start`); all shut down after it."""
+    started: list[Any] = []
+    yield started
+    for s in started:
+        s.shutdown()
+
+
+def start(services: list[Any], *args: Any, **kwargs: Any) -> Any:
+    """A ``ReplayService`` sized for the test cluster, shut down after the test."""
+    from replaybank.distributed import ReplayService
+
+    kwargs.setdefault("num_cpus", SHARD_CPUS)
+    kwargs.setdefault("timeout", 30.0)
+    svc = ReplayService(*args, **kwargs)
+    services.append(svc)
+    return svc
 
 
 def steps(lanes: int, t0: int, t1: int, ids: bool = True) -> dict[str, Any]:

@@ -8,8 +8,6 @@ from typing import Any
 
 import pytest
 
-from tests.distributed_ray import ray_cluster  # noqa: F401 (fixture)
-
 pytest.importorskip("torch")
 pytest.importorskip("gymnasium")
 pytest.importorskip("ray")
@@ -18,7 +16,7 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "apex_cartpole.py"
 
 
 @pytest.mark.slow
-def test_apex_example_reaches_the_demo_threshold(ray_cluster: Any) -> None:  # noqa: F811
+def test_apex_example_reaches_the_demo_threshold(ray_cluster: Any) -> None:
     main = runpy.run_path(str(EXAMPLE))["main"]
     out = main(["--actors", "4", "--shards", "2", "--steps", "40000", "--seed", "0"])
     assert out["solved_at"] is not None, out["evals"]

@@ -4,33 +4,16 @@ a blocked call waits with a timeout inside its shard and stalls nothing else."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pytest
 
 from replaybank.errors import EmptyBufferError
-from tests.distributed_ray import SHARD_CPUS, ray_cluster, steps  # noqa: F401 (fixture)
+from tests.distributed_ray import start, steps
 
 ray = pytest.importorskip("ray")
-from replaybank.distributed import RateLimit, RateLimitTimeout, ReplayService  # noqa: E402
-
-
-@pytest.fixture
-def services(ray_cluster: Any) -> Iterator[list[ReplayService]]:  # noqa: F811
-    started: list[ReplayService] = []
-    yield started
-    for s in started:
-        s.shutdown()
-
-
-def start(services: list[ReplayService], *args: Any, **kwargs: Any) -> ReplayService:
-    kwargs.setdefault("num_cpus", SHARD_CPUS)
-    kwargs.setdefault("timeout", 30.0)
-    svc = ReplayService(*args, **kwargs)
-    services.append(svc)
-    return svc
+from replaybank.distributed import RateLimit, RateLimitTimeout  # noqa: E402
 
 
 def one_lane(t0: int, t1: int) -> dict[str, Any]:

@@ -12,14 +12,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.distributed_ray import SHARD_CPUS, ray_cluster, steps  # noqa: F401 (fixture)
+from tests.distributed_ray import SHARD_CPUS, steps
 
 ray = pytest.importorskip("ray")
 from replaybank.distributed import ReplayService  # noqa: E402
 
 
 @pytest.mark.slow
-def test_killed_shard_restarts_from_its_checkpoint(ray_cluster: Any, tmp_path: Any  # noqa: F811
+def test_killed_shard_restarts_from_its_checkpoint(ray_cluster: Any, tmp_path: Any
                                                    ) -> None:
     cfg = {"capacity": 64, "sampler": {"type": "prioritized"}}
     svc = ReplayService(2, cfg, num_lanes=2, checkpoint_dir=tmp_path / "ck", max_restarts=2,
@@ -61,7 +61,7 @@ def test_killed_shard_restarts_from_its_checkpoint(ray_cluster: Any, tmp_path: A
 
 
 @pytest.mark.slow
-def test_writes_to_a_dead_shard_are_sent_again(ray_cluster: Any, tmp_path: Any  # noqa: F811
+def test_writes_to_a_dead_shard_are_sent_again(ray_cluster: Any, tmp_path: Any
                                                ) -> None:
     svc = ReplayService(2, {"capacity": 64}, num_lanes=2, checkpoint_dir=tmp_path / "ck",
                         max_restarts=2, num_cpus=SHARD_CPUS, timeout=30.0)

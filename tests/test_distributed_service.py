@@ -4,7 +4,6 @@ weights, stale updates, lanes, pickled clients, concurrent use, checkpoints."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -12,30 +11,13 @@ import pytest
 
 import replaybank as rb
 from replaybank.errors import CheckpointError, ConfigError, ShapeError
-from tests.distributed_ray import SHARD_CPUS, ray_cluster, steps  # noqa: F401 (fixture)
+from tests.distributed_ray import SHARD_CPUS, start, steps
 from tests.stats import chi2_critical
 
 ray = pytest.importorskip("ray")
 from replaybank.distributed import ReplayService  # noqa: E402
 
 PER = {"type": "prioritized", "alpha": 0.6, "beta": 0.4, "kernel": "numpy"}
-
-
-@pytest.fixture
-def services(ray_cluster: Any) -> Iterator[list[ReplayService]]:  # noqa: F811
-    """Services a test starts; all shut down after it."""
-    started: list[ReplayService] = []
-    yield started
-    for s in started:
-        s.shutdown()
-
-
-def start(services: list[ReplayService], *args: Any, **kwargs: Any) -> ReplayService:
-    kwargs.setdefault("num_cpus", SHARD_CPUS)
-    kwargs.setdefault("timeout", 30.0)
-    svc = ReplayService(*args, **kwargs)
-    services.append(svc)
-    return svc
 
 
 def ids(batch: Any) -> np.ndarray:
