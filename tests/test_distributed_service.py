@@ -284,3 +284,18 @@ def test_replace_false_takes_the_two_trip_protocol(services: Any) -> None:
     for s in (0, 1):  # distinct within each shard
         keys = b.indices[per_shard == s]
         assert len(set(keys.tolist())) == len(keys)
+
+
+def test_torch_tensors_in_and_priorities_from_a_grad_tensor(services: Any) -> None:
+    """A learner holding torch tensors: rows keep their dtype, and priorities may be a
+    tensor that requires grad (detached on the way)."""
+    torch = pytest.importorskip("torch")
+    svc = start(services, 2, {"capacity": 64, "sampler": PER}, num_lanes=4, seed=0)
+    client = svc.client(max_rows=8)
+    data = {k: torch.as_tensor(v) for k, v in steps(4, 0, 8).items()}
+    client.extend(**data)
+    client.flush()
+    batch = client.sample(16)
+    assert batch.obs.dtype == np.float32 and len(client) == 32
+    td = torch.rand(16, requires_grad=True) * 2.0
+    assert client.update_priorities(torch.as_tensor(batch.indices), td) == 16

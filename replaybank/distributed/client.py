@@ -79,6 +79,7 @@ from __future__ import annotations
 
 import collections
 import math
+import sys
 import time
 import uuid
 from typing import Any
@@ -615,8 +616,11 @@ def _subset(reply: dict[str, Any], c: int, got: int, rng: np.random.Generator
 
 
 def _array(v: Any) -> Any:
-    if hasattr(v, "detach"):  # torch
-        v = v.detach().cpu().numpy()
+    """``v`` as a numpy array of its own dtype (a torch tensor on any device: detached and
+    copied to the host; torch is never imported here)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(v, torch.Tensor):
+        return v.detach().cpu().numpy()
     return np.asarray(v)
 
 

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from replaybank.buffers.priorities import to_host
 from replaybank.errors import ShapeError, describe
 
 __all__ = ["group_by_shard", "to_global", "to_local"]
@@ -60,10 +61,7 @@ def group_by_shard(keys: Any, values: Any, num_shards: int, call: str
         >>> {s: (k.tolist(), v.tolist()) for s, (k, v) in out.items()}
         {0: ([0], [1.0]), 1: ([1, 2], [2.0, 3.0])}
     """
-    if hasattr(keys, "detach"):  # torch tensors
-        keys = keys.detach().cpu().numpy()
-    if hasattr(values, "detach"):
-        values = values.detach().cpu().numpy()
+    keys, values = to_host(keys, values)  # torch tensors on any device: one transfer
     k = np.asarray(keys)
     v = np.asarray(values, dtype=np.float64)
     if k.ndim != 1 or v.shape != k.shape or not np.issubdtype(k.dtype, np.integer):
