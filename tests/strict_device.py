@@ -144,3 +144,8 @@ class StrictBackend(TorchBackend):
 
     def resize(self, name: str, array: Any, length: int) -> Any:
         return strict(super().resize(name, array, length))
+
+    def allocate_fields(self, fields: dict[str, tuple[tuple[int, ...], np.dtype[Any]]]
+                        ) -> dict[str, Any]:
+        """The packed data fields refuse host conversions too (not only the side store)."""
+        return {k: strict(v) for k, v in super().allocate_fields(fields).items()}

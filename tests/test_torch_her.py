@@ -33,7 +33,6 @@ from tests.strict_device import (  # noqa: E402
     StrictBackend,
     allow_syncs,
     host,
-    strict,
 )
 
 KINDS = ["torch", "device", "strict"]
@@ -53,19 +52,9 @@ rb.register_function("test_torch_her_reward", goal_reward)
 rb.register_function("test_torch_her_reached", goal_reached)
 
 
-class StrictFields(StrictBackend):
-    """StrictBackend whose packed data fields refuse host conversions too (StrictBackend
-    makes the tensors of ``allocate``, i.e. the side store, strict; the packed fields of
-    ``allocate_fields`` come back as plain tensors)."""
-
-    def allocate_fields(self, fields: dict[str, tuple[tuple[int, ...], np.dtype[Any]]]
-                        ) -> dict[str, Any]:
-        return {k: strict(v) for k, v in super().allocate_fields(fields).items()}
-
-
 def backend(kind: str) -> Any:
     if kind == "strict":
-        return StrictFields("cpu", draws="host")
+        return StrictBackend("cpu", draws="host")
     return TorchBackend("cpu", draws="host" if kind == "torch" else "device")
 
 
@@ -249,7 +238,7 @@ def test_sample_reads_no_device_data_on_the_host() -> None:
                    {"strategy": "future", "n_step": 3, "terminated_fn": goal_reached},
                    {"strategy": "episode", "sampler": rb.PrioritizedSampler()}):
         tb = rb.HerReplayBuffer(60, num_envs=2, reward_fn=goal_reward, seed=0,
-                                storage=StrictFields("cpu"), **kwargs)
+                                storage=StrictBackend("cpu"), **kwargs)
         fill([tb], 2, 40, seed=16)
         b = tb.sample(64)
         assert host(b["relabeled"]).any()
