@@ -20,7 +20,20 @@ deterministic evaluation episodes.
 Measured once (``python examples/sb3_per_sac.py --seeds 0 1 2``; 10,000 env steps;
 SB3 2.9.2, torch CPU, 1 torch thread):
 
-(the table follows once measured)
+=====  ==================  ===============================
+seed   SAC, SB3's buffer   PrioritizedSAC, replaybank PER
+=====  ==================  ===============================
+0      -121.9              -123.1
+1      -186.1              -185.2
+2      -118.1              -118.2
+mean   -142.0              -142.2
+=====  ==================  ===============================
+
+The same within noise (per-seed gaps of 0.1 to 1.2 against a seed-to-seed spread of ~70;
+a random policy scores about -1200): PER neither helps nor hurts SAC on Pendulum, which
+every uniform-replay run already solves in 10k steps. The point here is that PER for SAC
+runs correctly through SB3's training loop (tests/test_sb3.py checks the weighted loss,
+the n-step discounts and the fed-back priorities by hand).
 
 Run: ``python examples/sb3_per_sac.py [--steps 10000] [--seeds 0 1 2]``.
 """
