@@ -91,7 +91,8 @@ def record(run: Run, monkeypatch: pytest.MonkeyPatch) -> None:
 
     def mse_recorded(*args: Any, **kwargs: Any) -> Any:
         loss = mse(*args, **kwargs)
-        run.mse_losses.append(float(loss.detach()))
+        if loss.numel() == 1:  # a mean loss (reduction="none" gives one per row)
+            run.mse_losses.append(float(loss.detach()))
         return loss
 
     monkeypatch.setattr(torch.nn.functional, "mse_loss", mse_recorded)
