@@ -2,7 +2,7 @@
 
 ``service.client()`` returns a :class:`ReplayClient`. It speaks the buffer's interface
 (``add``, ``extend``, ``sample``, ``sample_sequences``, ``update_priorities``,
-``len``) and returns the same :class:`~replaybank.batch.Batch` /
+``update_sequence_priorities``, ``len``) and returns the same :class:`~replaybank.batch.Batch` /
 :class:`~replaybank.batch.SequenceBatch` types, so training code does not change when
 it moves from one process to a cluster. It pickles (pass it to Ray tasks and actors:
 pending rows are flushed first; the copy starts with an empty write queue and a copy
@@ -73,6 +73,13 @@ Example (needs Ray; see :class:`~replaybank.distributed.service.ReplayService`):
                truncated=..., env_ids=[lane], priority=p0)
     batch = client.sample(256)
     client.update_priorities(batch.indices, new_priorities)
+    seq = client.sample_sequences(32, 20, burn_in=4)          # R2D2 learner
+    client.update_sequence_priorities(seq.starts, td_errors, eta=0.9, mask=seq.mask)
+
+Priority updates (``update_priorities``, ``update_sequence_priorities``) are checked
+here before anything is sent, so a bad call changes no shard; then each shard gets its
+own keys (and rows) in one call, all shards in parallel, and the applied counts are
+summed (stale keys, retired ones and shards that are down are skipped).
 """
 
 from __future__ import annotations
@@ -85,14 +92,17 @@ import uuid
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from replaybank.batch import Batch, SequenceBatch
 from replaybank.buffers.inputs import UNSET
+from replaybank.buffers.priorities import to_host
 from replaybank.distributed.errors import ShardUnavailableError
-from replaybank.distributed.keys import group_by_shard
+from replaybank.distributed.keys import group_by_shard, group_rows_by_shard
 from replaybank.distributed.split import merge, split_counts
 from replaybank.distributed.writer import MAX_BYTES, MAX_ROWS, RowBatcher, lanes_of, tree_map
-from replaybank.errors import ConfigError, ShapeError, describe
+from replaybank.errors import ConfigError, DtypeError, ShapeError, describe
+from replaybank.ops import windows
 from replaybank.samplers.prioritized import PrioritizedSampler
 
 __all__ = ["ReplayClient"]
@@ -172,6 +182,11 @@ class ReplayClient:
             self._schedule = PrioritizedSampler(**params, kernel="numpy")
         self._rng = seed if isinstance(seed, np.random.Generator) \
             else np.random.default_rng(seed)
+        # window widths this client drew (what update_sequence_priorities checks
+        # td_errors against when no mask is given, as one buffer does)
+        self._seq_widths: set[int] = set()
+        # the shards' priority rule, asked once: (has priorities, largest raw priority)
+        self._priority_rule: tuple[bool, float] | None = None
         self._reset_io()
 
     def _reset_io(self) -> None:
@@ -439,7 +454,10 @@ class ReplayClient:
         fraction of valid starts (long episodes); ``starts`` are global keys.
         """
         _positive("sequence_length", sequence_length)
-        return SequenceBatch.own(self._draw(batch_size, (int(sequence_length),), kwargs))
+        batch = SequenceBatch.own(self._draw(batch_size, (int(sequence_length),), kwargs))
+        if len(self._seq_widths) < 16:  # what update_sequence_priorities checks against
+            self._seq_widths.add(int(batch.mask.shape[1]))
+        return batch
 
     def _draw(self, n: int, sequences: tuple[int] | None, kwargs: dict[str, Any]
               ) -> dict[str, Any]:
@@ -583,6 +601,115 @@ class ReplayClient:
         out, _ = self._gather(refs)
         return int(sum(out.values()))
 
+    def update_sequence_priorities(self, starts: Any, td_errors: Any, eta: float = 0.9,
+                                   mask: Any = None) -> int:
+        """Set R2D2 priorities of sampled windows (as
+        :meth:`replaybank.ReplayBuffer.update_sequence_priorities`).
+
+        Each window's priority is ``eta * max|td| + (1 - eta) * mean|td|`` over its
+        masked steps, exactly one buffer's rule. Every argument is checked here before
+        anything is sent, so a bad call changes no shard; then each shard gets its own
+        starts and rows in one call, all shards in parallel. Starts overwritten since
+        the draw (stale), starts retired by ``max_times_sampled``, rows without a
+        counted step and the rows of shards that are down are skipped.
+
+        Args:
+            starts: ``batch.starts`` of :meth:`sample_sequences`, ``[B]`` global keys
+                (numpy, a list or a torch tensor on any device).
+            td_errors: ``[B, L]`` TD errors of the window steps (a torch tensor may be
+                on any device and require grad: it is detached and copied once).
+            eta: Weight of the max in ``[0, 1]`` (0.9 in R2D2).
+            mask: ``[B, L]`` steps that count (e.g. ``batch.mask``: padding and burn-in
+                excluded); default all, in which case ``L`` must be the width of a
+                window this client drew.
+
+        Returns:
+            Number of priorities applied, summed over the shards.
+
+        Raises:
+            ConfigError: ``eta`` outside ``[0, 1]``, a negative start, or the service's
+                sampler has no priorities.
+            ShapeError: ``starts`` is not ``[B]``, ``td_errors`` not ``[B, L]``, or
+                ``mask`` not of ``td_errors``' shape.
+            DtypeError: ``starts`` are not integers, ``td_errors`` not numbers, or a
+                counted TD error is NaN or infinite (or its priority above the
+                sampler's ``priority_limit``).
+
+        Example (needs Ray)::
+
+            batch = client.sample_sequences(32, 20, burn_in=4)
+            td = learner.td_errors(batch)                       # [32, 24]
+            client.update_sequence_priorities(batch.starts, td, mask=batch.mask)
+        """
+        call = "update_sequence_priorities"
+        if isinstance(eta, bool) or not isinstance(eta, (int, float, np.integer, np.floating)) \
+                or not 0.0 <= float(eta) <= 1.0:
+            raise ConfigError(f"{call}(eta={eta!r}): must be a float in [0, 1] (the weight "
+                              "of the max; R2D2 uses 0.9)")
+        starts_h, td_h, mask_h = to_host(starts, td_errors, mask)  # tensors: one transfer
+        keys = _starts(starts_h, starts, call)
+        td = _td_rows(td_h, td_errors, len(keys), call)
+        if mask is None:
+            if self._seq_widths and td.shape[1] not in self._seq_widths:
+                raise ShapeError(
+                    f"{call}: td_errors has shape {td.shape} but the windows sampled have "
+                    f"{sorted(self._seq_widths)} steps (burn-in included); pass one TD "
+                    "error per window step ([B, burn_in + sequence_length]), or mask=")
+            m = np.ones(td.shape, dtype=bool)
+        else:
+            m = _mask_rows(mask_h, mask, td.shape, call)
+        bad = ~np.isfinite(td) & m
+        if bad.any():
+            where = np.flatnonzero(bad.any(axis=1))[:4].tolist()
+            raise DtypeError(
+                f"{call}(td_errors=...): counted TD errors contain NaN or inf (rows "
+                f"{where}); check the loss or mask those steps")
+        rule = self._rule()
+        if rule is None:  # every shard is down: nothing can be applied (as update_priorities)
+            return 0
+        has_priorities, limit = rule
+        if not has_priorities:
+            raise ConfigError(
+                f"{call}: the service's sampler ({self._sampler_config.get('type')!r}) has "
+                "no priorities; build the service with sampler={'type': 'prioritized', ...}")
+        keep = m.any(axis=1)  # rows without a counted step change nothing
+        if not keep.any():
+            return 0
+        keys, td = keys[keep], td[keep]
+        m = m[keep]
+        prio = windows.r2d2_kernel("auto")[0](td, m, float(eta))
+        hi = float(prio.max())
+        if not hi <= limit or hi == math.inf:
+            raise DtypeError(
+                f"{call}(td_errors=...): window priorities up to {hi:.6g} exceed "
+                f"{limit:.6g}, the largest priority the shards store without their sum "
+                "trees overflowing; rescale the TD errors or lower alpha")
+        rows: list[np.ndarray[Any, Any]] = [td] if mask is None else [td, m]
+        groups = group_rows_by_shard(keys, rows, self.num_shards)
+        self._probe()
+        refs = {s: self._shards[s].update_sequence_priorities.remote(
+                    k, r[0], float(eta), None if mask is None else r[1])
+                for s, (k, r) in groups.items() if s not in self._degraded}
+        out, _ = self._gather(refs)
+        return int(sum(out.values()))
+
+    def _rule(self) -> tuple[bool, float] | None:
+        """Whether the shards' sampler has priorities and the largest raw priority they
+        store (asked of one live shard once: every shard has the same config); None
+        while every shard is down."""
+        if self._priority_rule is None:
+            self._probe()
+            for s in range(self.num_shards):
+                if s in self._degraded:
+                    continue
+                out, _ = self._gather({s: self._shards[s].priority_limit.remote()})
+                if s in out:
+                    limit = out[s]
+                    self._priority_rule = (limit is not None,
+                                           math.inf if limit is None else float(limit))
+                    break
+        return self._priority_rule
+
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
         """The sampling state: generator, beta-schedule calls and the shard masses that
@@ -613,6 +740,52 @@ def _subset(reply: dict[str, Any], c: int, got: int, rng: np.random.Generator
     pr = reply["priorities"]
     return {"fields": {k: v[pick] for k, v in reply["fields"].items()},
             "priorities": None if pr is None else pr[pick], "mass": reply["mass"]}
+
+
+def _starts(value: Any, given: Any, call: str) -> npt.NDArray[np.int64]:
+    """``starts`` (host values; ``given`` as passed, for messages) as 1-D int64 keys."""
+    k = np.asarray(value)
+    if k.dtype.kind not in "iu":
+        raise DtypeError(f"{call}(starts={describe(given)}): expected integer keys; pass "
+                         "batch.starts as returned by sample_sequences")
+    if k.ndim != 1:
+        raise ShapeError(f"{call}(starts={describe(given)}): expected 1-D keys [B] (one "
+                         "per window); pass batch.starts as returned by sample_sequences")
+    keys = k.astype(np.int64)
+    if len(keys) and int(keys.min()) < 0:
+        raise ConfigError(f"{call}(starts=...): {keys[keys < 0][:4].tolist()} are negative; "
+                          "keys are >= 0: pass batch.starts as returned by sample_sequences")
+    return keys
+
+
+def _td_rows(value: Any, given: Any, n: int, call: str) -> npt.NDArray[np.float64]:
+    """``td_errors`` (host values) as ``[n, L]`` float64."""
+    try:
+        td = np.asarray(value)
+    except (ValueError, TypeError):  # ragged lists
+        td = np.asarray(None)
+    if td.dtype.kind not in "biuf":
+        raise DtypeError(f"{call}(td_errors={describe(given)}): expected real numbers "
+                         f"[B={n}, L] (one TD error per window step)")
+    if td.ndim != 2 or td.shape[0] != n:
+        raise ShapeError(f"{call}(td_errors={describe(given)}): expected [B={n}, L] (one "
+                         "row of TD errors per start, one column per window step)")
+    return td.astype(np.float64)
+
+
+def _mask_rows(value: Any, given: Any, shape: tuple[int, ...], call: str
+               ) -> npt.NDArray[np.bool_]:
+    """``mask`` (host values) as bool of ``td_errors``' shape."""
+    try:
+        m = np.asarray(value)
+    except (ValueError, TypeError):  # ragged lists
+        m = np.asarray(None)
+    if m.shape != shape:
+        raise ShapeError(f"{call}(mask={describe(given)}): expected the shape of td_errors "
+                         f"{shape} (batch.mask: the steps that count)")
+    if m.dtype.kind not in "biuf":
+        raise DtypeError(f"{call}(mask={describe(given)}): expected bool (or 0/1) values")
+    return m.astype(bool)
 
 
 def _array(v: Any) -> Any:

@@ -24,6 +24,7 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -32,7 +33,7 @@ import numpy.typing as npt
 from replaybank.buffers.priorities import to_host
 from replaybank.errors import ShapeError, describe
 
-__all__ = ["group_by_shard", "to_global", "to_local"]
+__all__ = ["group_by_shard", "group_rows_by_shard", "to_global", "to_local"]
 
 IntArray = npt.NDArray[np.int64]
 
@@ -77,4 +78,37 @@ def group_by_shard(keys: Any, values: Any, num_shards: int, call: str
     for s in np.unique(shard).tolist():
         m = shard == s
         out[int(s)] = (local[m], v[m])
+    return out
+
+
+def group_rows_by_shard(keys: IntArray, rows: Sequence[npt.NDArray[Any]], num_shards: int
+                        ) -> dict[int, tuple[IntArray, list[npt.NDArray[Any]]]]:
+    """``{shard: (local keys, [row block, ...])}`` of global ``keys`` ``[B]`` and arrays
+    ``rows`` of shape ``[B, ...]`` each (row ``i`` goes with ``keys[i]``).
+
+    The row-wise counterpart of :func:`group_by_shard` (sequence priorities send a
+    ``[B, L]`` block of TD errors and mask per shard). The caller validates: ``keys``
+    are 1-D non-negative integers and every array in ``rows`` has ``len(keys)`` rows;
+    within each shard the rows keep their order.
+
+    Raises:
+        ShapeError: An array of ``rows`` has another number of rows than ``keys``.
+
+    Example:
+        >>> import numpy as np
+        >>> td = np.arange(6.0).reshape(3, 2)
+        >>> out = group_rows_by_shard(np.array([0, 3, 5]), [td], 2)
+        >>> {s: (k.tolist(), r[0].tolist()) for s, (k, r) in out.items()}
+        {0: ([0], [[0.0, 1.0]]), 1: ([1, 2], [[2.0, 3.0], [4.0, 5.0]])}
+    """
+    k = np.asarray(keys, dtype=np.int64)
+    for r in rows:
+        if np.shape(r)[:1] != k.shape:
+            raise ShapeError(f"group_rows_by_shard: {describe(r)} has not one row per key "
+                             f"({len(k)} keys)")
+    shard, local = to_local(k, num_shards)
+    out: dict[int, tuple[IntArray, list[npt.NDArray[Any]]]] = {}
+    for s in np.unique(shard).tolist():
+        m = shard == s
+        out[int(s)] = (local[m], [np.asarray(r)[m] for r in rows])
     return out

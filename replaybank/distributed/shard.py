@@ -395,16 +395,69 @@ class Shard:
         if len(done):
             self.prio.exclude(np.unique(done))
 
+    def _not_spent(self, keys: IntArray) -> npt.NDArray[np.bool_] | None:
+        """Which local ``keys`` may still take a priority (None: all of them): with
+        ``max_times_sampled``, an item that reached the count stays at priority 0."""
+        if self.spec.max_times_sampled is None or not len(keys):
+            return None
+        slots = ring.key_to_slot(keys, self.T, self.spec.lanes)
+        spent = (self.times_key[slots] == keys) \
+            & (self.times[slots] >= self.spec.max_times_sampled)
+        keep: npt.NDArray[np.bool_] = ~spent
+        return keep
+
     def update_priorities(self, keys: IntArray, priorities: FloatArray) -> int:
         """Apply new priorities to local ``keys`` (stale and exhausted ones dropped)."""
         keys = np.asarray(keys, np.int64)
         priorities = np.asarray(priorities, np.float64)
-        if self.spec.max_times_sampled is not None and len(keys):
-            slots = ring.key_to_slot(keys, self.T, self.spec.lanes)
-            spent = (self.times_key[slots] == keys) \
-                & (self.times[slots] >= self.spec.max_times_sampled)
-            keys, priorities = keys[~spent], priorities[~spent]
+        keep = self._not_spent(keys)
+        if keep is not None:
+            keys, priorities = keys[keep], priorities[keep]
         return int(self.buf.update_priorities(keys, priorities))
+
+    def update_sequence_priorities(self, starts: IntArray, td_errors: FloatArray,
+                                   eta: float, mask: npt.NDArray[np.bool_] | None = None
+                                   ) -> int:
+        """R2D2 priorities of sampled windows from their TD errors (this shard's rows).
+
+        Applies ``eta * max|td| + (1 - eta) * mean|td|`` over each row's masked steps
+        with the buffer's ``update_sequence_priorities``; the same bookkeeping as
+        :meth:`update_priorities`: starts overwritten since the draw (stale) and starts
+        retired by ``max_times_sampled`` are dropped, and rows without a counted step
+        are left unchanged. The client has checked the arguments (a bad call is refused
+        before it reaches any shard).
+
+        Args:
+            starts: Local item keys ``[B]`` of the windows' first steps.
+            td_errors: ``[B, L]`` float64 TD errors of the window steps.
+            eta: Weight of the max in ``[0, 1]``.
+            mask: ``[B, L]`` bool steps that count (None: all).
+
+        Returns:
+            Number of priorities applied.
+        """
+        keys = np.asarray(starts, np.int64)
+        td = np.asarray(td_errors, np.float64)
+        # an explicit mask: the buffer's own check of td_errors' width against the
+        # windows it drew (the client made it against its own draws) is not repeated
+        m = np.ones(td.shape, bool) if mask is None else np.asarray(mask, bool)
+        keep = self._not_spent(keys)
+        if keep is not None:
+            keys, td, m = keys[keep], td[keep], m[keep]
+        if not len(keys) or len(self.buf) == 0:  # nothing live (a fresh shard: all stale)
+            return 0
+        return int(self.buf.update_sequence_priorities(keys, td, eta=float(eta), mask=m))
+
+    def priority_limit(self) -> float | None:
+        """The largest raw priority the buffer accepts (``inf``: no bound), or None when
+        its sampler has no priorities; the client checks sequence priorities against it
+        before sending any."""
+        if self.error is not None:
+            raise self.error
+        traits = self.buf.sampler_traits
+        if traits.priority is None:
+            return None
+        return math.inf if traits.bounded is None else float(traits.bounded.priority_limit)
 
     # ------------------------------------------------------------------ state
     def save(self, root: str) -> str:
