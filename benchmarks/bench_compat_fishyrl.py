@@ -6,7 +6,10 @@ Each row times the same work through the front end and through the core directly
 interleaved rounds (front then core in even rounds, core then front in odd ones:
 whichever runs first after other work meets colder caches); the table shows the best
 round of each (the machine is shared and noisy) and the ratio front / core. Target
-(issue 15): within 1.2x.
+(issue 15): within 1.2x. The add rows also time the floor of a rows write, a plain
+numpy ring in the same rounds (fishyrl's own ``add``: one assignment per key into
+preallocated arrays, then the cursor moves; no checks, no episode bookkeeping), and
+the ratio core / ring.
 
 * ``Sequential add``: ``SequentialBuffer.add(row)`` vs ``core.add(fishyrl=row)``,
   ``--adds`` world-model rows ``{obs [64], action, reward, is_first, is_terminal}``.
@@ -57,14 +60,26 @@ def timed(fn: Callable[[], Any]) -> float:
 
 
 def pair(best: list[float], front: Callable[[], Any], core: Callable[[], Any],
-         r: int) -> None:
-    """Time both once, in alternating order; keep the best of each."""
-    if r % 2 == 0:
-        best[0] = min(best[0], timed(front))
-        best[1] = min(best[1], timed(core))
-    else:
-        best[1] = min(best[1], timed(core))
-        best[0] = min(best[0], timed(front))
+         r: int, ring: Callable[[], Any] | None = None) -> None:
+    """Time each once, in an order that alternates by round; keep the best of each."""
+    calls = [front, core] if ring is None else [front, core, ring]
+    order = range(len(calls)) if r % 2 == 0 else reversed(range(len(calls)))
+    for i in order:
+        best[i] = min(best[i], timed(calls[i]))
+
+
+class Ring:
+    """The floor of a rows write: preallocated arrays, one assignment per key."""
+
+    def __init__(self, capacity: int, example: dict[str, np.ndarray]) -> None:
+        self.arrays = {k: np.zeros((capacity, *np.shape(v)), np.asarray(v).dtype)
+                       for k, v in example.items()}
+        self.capacity, self.cursor = capacity, 0
+
+    def add(self, row: dict[str, np.ndarray]) -> None:
+        for k, v in row.items():
+            self.arrays[k][self.cursor] = v
+        self.cursor = (self.cursor + 1) % self.capacity
 
 
 def main() -> None:
@@ -99,13 +114,16 @@ def main() -> None:
     n_s = args.samples
     for r in range(args.rounds):
         f1, c1 = seq_pair()
-        pair(results.setdefault("Sequential add", [np.inf, np.inf]),
+        ring1, ring2 = Ring(CAPACITY, one[0]), Ring(CAPACITY, many[0])
+        pair(results.setdefault("Sequential add", [np.inf] * 3),
              lambda f=f1: [f.add(x) for x in one],
-             lambda c=c1: [c.add(**{PREFIX: x}) for x in one], r)
+             lambda c=c1: [c.add(**{PREFIX: x}) for x in one], r,
+             lambda g=ring1: [g.add(x) for x in one])
         f2, c2 = vec_pair()
-        pair(results.setdefault("Vectorized add", [np.inf, np.inf]),
+        pair(results.setdefault("Vectorized add", [np.inf] * 3),
              lambda f=f2: [f.add(x) for x in many],
-             lambda c=c2: [c.add(**{PREFIX: x}) for x in many], r)
+             lambda c=c2: [c.add(**{PREFIX: x}) for x in many], r,
+             lambda g=ring2: [g.add(x) for x in many])
         pair(results.setdefault("Sequential sample(16, 64)", [np.inf, np.inf]),
              lambda: [fs.sample(16, 64) for _ in range(n_s)],
              lambda: [cs.sample_sequences(16, 64, episode_boundary="cross")
@@ -117,11 +135,14 @@ def main() -> None:
     per = {"Sequential add": args.adds, "Vectorized add": args.adds,
            "Sequential sample(16, 64)": n_s, "Vectorized sample(16, 64)": n_s}
     print(f"best of {args.rounds} interleaved rounds; us per call")
-    print(f"{'call':<28}{'front end':>12}{'core':>12}{'ratio':>8}")
-    for name, (front, core) in results.items():
+    print(f"{'call':<28}{'front end':>12}{'core':>12}{'ratio':>8}{'numpy ring':>12}"
+          f"{'core/ring':>11}")
+    for name, (front, core, *ring) in results.items():
         n = per[name]
+        floor = (f"{ring[0] / n * 1e6:>12.2f}{core / ring[0]:>11.2f}" if ring
+                 else f"{'-':>12}{'-':>11}")
         print(f"{name:<28}{front / n * 1e6:>12.2f}{core / n * 1e6:>12.2f}"
-              f"{front / core:>8.2f}")
+              f"{front / core:>8.2f}{floor}")
 
 
 if __name__ == "__main__":

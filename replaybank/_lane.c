@@ -8,7 +8,10 @@
  * fields of a one-lane table), extras (a dict whose keys are exactly the table's extra
  * fields, at most MAXEXTRA of them) held to the same rule, no wrap-around inside a chunk;
  * Appender.add_lanes also takes any subset of lanes, in step or not. Anything else
- * returns False before a byte is written and the Python paths take over. What is written
+ * returns False before a byte is written and the Python paths take over. A rows table
+ * (ReplayBuffer(next_obs=False): no observation fields, nothing kept aside but the side
+ * slots its links point at) is written by Appender.rows_add / rows_add_lanes / rows_extend,
+ * which take every field's value in one tuple, in field order. What is written
  * is exactly what the reference writer writes: data rows, links, side slots (same
  * free-slot order) and counters; tests/test_fastpath.py compares the whole table state
  * with the general path.
@@ -101,7 +104,9 @@ typedef struct {
                                   nx extra fields, then obs fields 1..nob-1 */
     int nf;                    /* fields initialised (for dealloc; all of them after init) */
     int nx;                    /* extra fields: f[NSTD .. NSTD + nx) */
-    int nob;                   /* obs fields (1: a flat obs; more, or okey set: a dict obs) */
+    int nob;                   /* obs fields (1: a flat obs; more, or okey set: a dict obs;
+                                  0: a rows table, whose next observations are not kept) */
+    int rows;                  /* a rows table: only the rows_* methods write */
     int oi[MAXOBS];            /* obs field p is f[oi[p]] */
     PyObject *okey[MAXOBS];    /* dict obs: the key of obs field p in obs / next_obs (NULL:
                                   a flat obs, the value itself) */
@@ -302,6 +307,8 @@ in_step(Appender *self)
 static int
 side_view(Appender *self, Py_buffer *sv)
 {
+    if (self->nob == 0) /* a rows table: its side slots hold no data */
+        return 0;
     PyObject *side = PyObject_GetAttr(self->table, s_side);
     if (side == NULL)
         return -1;
@@ -829,34 +836,19 @@ drop_refs(PyObject **refs, Py_ssize_t k)
 }
 
 /* ------------------------------------------------------------------ add */
+/* One step of every lane (in step): vals[0..nf) the fields' values in field order,
+ * nv[0..nob) each obs field's next observation. A new reference to True (written) or
+ * False (not for this path), or NULL with an exception set. */
 static PyObject *
-Appender_add_body(Appender *self, PyObject *const *args, Py_ssize_t nargs)
+add_values(Appender *self, PyObject *const *vals, PyObject *const *nv)
 {
-    if (nargs != 7) {
-        PyErr_SetString(PyExc_TypeError,
-                        "add(obs, action, reward, next_obs, terminated, truncated, extras)");
-        return NULL;
-    }
     const int nf = self->nf, nob = self->nob;
-    PyObject *vals[MAXFIELDS], *ov[MAXOBS], *nv[MAXOBS];
-    if (!get_extras(self, args[6], vals + NSTD))
-        Py_RETURN_FALSE;
-    if (!get_obs(self, args[0], args[3], ov, nv)) {
-        drop_refs(vals + NSTD, self->nx);
-        Py_RETURN_FALSE;
-    }
     PyObject *result = Py_False;
     Py_buffer held[MAXFIELDS + MAXOBS];
     const char *nsrc[MAXOBS];
     int nheld = 0;
     if (!in_step(self))
         goto done;
-    for (int p = 0; p < nob; p++)
-        vals[self->oi[p]] = ov[p];
-    vals[1] = args[1];
-    vals[2] = args[2];
-    vals[3] = args[4];
-    vals[4] = args[5];
     const Py_ssize_t L = self->L;
     int nlead = L == 1 ? 0 : 1; /* one env: no leading dim, or a lane dim of 1 */
     char small[MAXFIELDS][16];
@@ -891,11 +883,62 @@ Appender_add_body(Appender *self, PyObject *const *args, Py_ssize_t nargs)
 done:
     for (int i = 0; i < nheld; i++)
         PyBuffer_Release(&held[i]);
+    Py_XINCREF(result);
+    return result;
+}
+
+static PyObject *
+Appender_add_body(Appender *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError,
+                        "add(obs, action, reward, next_obs, terminated, truncated, extras)");
+        return NULL;
+    }
+    if (self->rows)
+        Py_RETURN_FALSE;
+    const int nob = self->nob;
+    PyObject *vals[MAXFIELDS], *ov[MAXOBS], *nv[MAXOBS];
+    if (!get_extras(self, args[6], vals + NSTD))
+        Py_RETURN_FALSE;
+    if (!get_obs(self, args[0], args[3], ov, nv)) {
+        drop_refs(vals + NSTD, self->nx);
+        Py_RETURN_FALSE;
+    }
+    for (int p = 0; p < nob; p++)
+        vals[self->oi[p]] = ov[p];
+    vals[1] = args[1];
+    vals[2] = args[2];
+    vals[3] = args[4];
+    vals[4] = args[5];
+    PyObject *result = add_values(self, vals, nv);
     drop_refs(vals + NSTD, self->nx);
     drop_refs(ov, nob);
     drop_refs(nv, nob);
-    Py_XINCREF(result);
     return result;
+}
+
+/* A rows table's call values: a tuple of exactly nf values (borrowed), or NULL. */
+static PyObject *const *
+row_values(Appender *self, PyObject *t)
+{
+    if (!self->rows || !PyTuple_CheckExact(t) || PyTuple_GET_SIZE(t) != self->nf)
+        return NULL;
+    return PySequence_Fast_ITEMS(t);
+}
+
+/* rows_add(values): one step of every lane of a rows table, values in field order. */
+static PyObject *
+Appender_rows_add_body(Appender *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 1) {
+        PyErr_SetString(PyExc_TypeError, "rows_add(values)");
+        return NULL;
+    }
+    PyObject *const *vals = row_values(self, args[0]);
+    if (vals == NULL)
+        Py_RETURN_FALSE;
+    return add_values(self, vals, NULL);
 }
 
 /* ------------------------------------------------------------------ add_lanes
@@ -963,48 +1006,27 @@ parse_lanes(Appender *self, PyObject *arg, int64_t *out, Py_ssize_t *m)
     return ok;
 }
 
+/* One step of the lanes `lanes_arg` (see parse_lanes): vals, nv as in add_values. */
 static PyObject *
-Appender_add_lanes_body(Appender *self, PyObject *const *args, Py_ssize_t nargs)
+lanes_values(Appender *self, PyObject *lanes_arg, PyObject *const *vals, PyObject *const *nv)
 {
-    if (nargs != 8) {
-        PyErr_SetString(PyExc_TypeError, "add_lanes(lanes, obs, action, reward, next_obs, "
-                                         "terminated, truncated, extras)");
-        return NULL;
-    }
     const int nf = self->nf, nob = self->nob;
-    PyObject *vals[MAXFIELDS], *ov[MAXOBS], *nv[MAXOBS];
-    if (!get_extras(self, args[7], vals + NSTD))
-        Py_RETURN_FALSE;
-    if (!get_obs(self, args[1], args[4], ov, nv)) {
-        drop_refs(vals + NSTD, self->nx);
-        Py_RETURN_FALSE;
-    }
     const Py_ssize_t L = self->L;
     int64_t lanes_s[STACK_ITEMS];
     int64_t *lanes = L > STACK_ITEMS ? PyMem_Malloc((size_t)L * sizeof(int64_t)) : lanes_s;
-    if (lanes == NULL) {
-        drop_refs(vals + NSTD, self->nx);
-        drop_refs(ov, nob);
-        drop_refs(nv, nob);
+    if (lanes == NULL)
         return PyErr_NoMemory();
-    }
     Py_ssize_t m = 0;
     PyObject *result = Py_False;
     Py_buffer held[MAXFIELDS + MAXOBS];
     const char *nsrc[MAXOBS];
     int nheld = 0;
     char *src[MAXFIELDS];
-    int r = parse_lanes(self, args[0], lanes, &m);
+    int r = parse_lanes(self, lanes_arg, lanes, &m);
     if (r <= 0) {
         result = r < 0 ? NULL : Py_False;
         goto done;
     }
-    for (int p = 0; p < nob; p++)
-        vals[self->oi[p]] = ov[p];
-    vals[1] = args[2];
-    vals[2] = args[3];
-    vals[3] = args[5];
-    vals[4] = args[6];
     for (int i = 0; i < nf; i++) {
         if (!get_input(self, &self->f[i], vals[i], &m, 1, &held[nheld]))
             goto done;
@@ -1027,32 +1049,62 @@ done:
         PyBuffer_Release(&held[i]);
     if (L > STACK_ITEMS)
         PyMem_Free(lanes);
-    drop_refs(vals + NSTD, self->nx);
-    drop_refs(ov, nob);
-    drop_refs(nv, nob);
     Py_XINCREF(result);
     return result;
 }
 
-/* ------------------------------------------------------------------ extend */
 static PyObject *
-Appender_extend_body(Appender *self, PyObject *const *args, Py_ssize_t nargs)
+Appender_add_lanes_body(Appender *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 7) {
-        PyErr_SetString(PyExc_TypeError,
-                        "extend(obs, action, reward, next_obs, terminated, truncated, extras)");
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError, "add_lanes(lanes, obs, action, reward, next_obs, "
+                                         "terminated, truncated, extras)");
         return NULL;
     }
-    const int nf = self->nf, nob = self->nob;
-    /* the fields, then each obs field's next_obs */
-    PyObject *vals[MAXFIELDS + MAXOBS], *ov[MAXOBS], *nv[MAXOBS];
-    if ((self->okey[0] == NULL && (PyObject *)Py_TYPE(args[0]) != self->ndarray_type)
-        || !get_extras(self, args[6], vals + NSTD))
+    if (self->rows)
         Py_RETURN_FALSE;
-    if (!get_obs(self, args[0], args[3], ov, nv)) {
+    const int nob = self->nob;
+    PyObject *vals[MAXFIELDS], *ov[MAXOBS], *nv[MAXOBS];
+    if (!get_extras(self, args[7], vals + NSTD))
+        Py_RETURN_FALSE;
+    if (!get_obs(self, args[1], args[4], ov, nv)) {
         drop_refs(vals + NSTD, self->nx);
         Py_RETURN_FALSE;
     }
+    for (int p = 0; p < nob; p++)
+        vals[self->oi[p]] = ov[p];
+    vals[1] = args[2];
+    vals[2] = args[3];
+    vals[3] = args[5];
+    vals[4] = args[6];
+    PyObject *result = lanes_values(self, args[0], vals, nv);
+    drop_refs(vals + NSTD, self->nx);
+    drop_refs(ov, nob);
+    drop_refs(nv, nob);
+    return result;
+}
+
+/* rows_add_lanes(lanes, values): one step of the lanes `lanes` of a rows table. */
+static PyObject *
+Appender_rows_add_lanes_body(Appender *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "rows_add_lanes(lanes, values)");
+        return NULL;
+    }
+    PyObject *const *vals = row_values(self, args[1]);
+    if (vals == NULL)
+        Py_RETURN_FALSE;
+    return lanes_values(self, args[0], vals, NULL);
+}
+
+/* ------------------------------------------------------------------ extend */
+/* n steps of every lane (in step): vals[0..nf) the fields' [n, ...] values in field
+ * order, nv[0..nob) each obs field's next observations; as add_values. */
+static PyObject *
+extend_values(Appender *self, PyObject *const *vals, PyObject *const *nv)
+{
+    const int nf = self->nf, nob = self->nob;
     const Py_ssize_t T = self->T, L = self->L;
     Py_ssize_t n;
     int nlead = L == 1 ? 1 : 2; /* one env: [n, *shape], or with a lane dim of 1 */
@@ -1061,11 +1113,11 @@ Appender_extend_body(Appender *self, PyObject *const *args, Py_ssize_t nargs)
     const char *nsrc[MAXOBS];
     int nin = 0;
     PyObject *result = Py_False;
-    if (!in_step(self) || (PyObject *)Py_TYPE(ov[0]) != self->ndarray_type)
+    if (!in_step(self) || (PyObject *)Py_TYPE(vals[0]) != self->ndarray_type)
         goto done;
     {
         Py_buffer probe;
-        if (PyObject_GetBuffer(ov[0], &probe, PyBUF_RECORDS_RO) < 0) {
+        if (PyObject_GetBuffer(vals[0], &probe, PyBUF_RECORDS_RO) < 0) {
             PyErr_Clear();
             goto done;
         }
@@ -1080,17 +1132,9 @@ Appender_extend_body(Appender *self, PyObject *const *args, Py_ssize_t nargs)
     if (self->durable && meta(&self->counts)[0] + n > T && n > self->max_evict)
         goto done; /* files: long evicting writes go in chunks (the Python paths) */
     const Py_ssize_t lead[2] = {n, L};
-    for (int p = 0; p < nob; p++) {
-        vals[self->oi[p]] = ov[p];
-        vals[nf + p] = nv[p];
-    }
-    vals[1] = args[1];
-    vals[2] = args[2];
-    vals[3] = args[4];
-    vals[4] = args[5];
     for (int i = 0; i < nf + nob; i++) {
         Field *f = &self->f[i < nf ? i : self->oi[i - nf]];
-        if (!get_input(self, f, vals[i], lead, nlead, &in[nin]))
+        if (!get_input(self, f, i < nf ? vals[i] : nv[i - nf], lead, nlead, &in[nin]))
             goto done;
         nin++;
     }
@@ -1102,11 +1146,54 @@ Appender_extend_body(Appender *self, PyObject *const *args, Py_ssize_t nargs)
 done:
     for (int i = 0; i < nin; i++)
         PyBuffer_Release(&in[i]);
+    Py_XINCREF(result);
+    return result;
+}
+
+static PyObject *
+Appender_extend_body(Appender *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError,
+                        "extend(obs, action, reward, next_obs, terminated, truncated, extras)");
+        return NULL;
+    }
+    if (self->rows)
+        Py_RETURN_FALSE;
+    const int nob = self->nob;
+    PyObject *vals[MAXFIELDS], *ov[MAXOBS], *nv[MAXOBS];
+    if ((self->okey[0] == NULL && (PyObject *)Py_TYPE(args[0]) != self->ndarray_type)
+        || !get_extras(self, args[6], vals + NSTD))
+        Py_RETURN_FALSE;
+    if (!get_obs(self, args[0], args[3], ov, nv)) {
+        drop_refs(vals + NSTD, self->nx);
+        Py_RETURN_FALSE;
+    }
+    for (int p = 0; p < nob; p++)
+        vals[self->oi[p]] = ov[p];
+    vals[1] = args[1];
+    vals[2] = args[2];
+    vals[3] = args[4];
+    vals[4] = args[5];
+    PyObject *result = extend_values(self, vals, nv);
     drop_refs(vals + NSTD, self->nx);
     drop_refs(ov, nob);
     drop_refs(nv, nob);
-    Py_XINCREF(result);
     return result;
+}
+
+/* rows_extend(values): n steps of every lane of a rows table, values in field order. */
+static PyObject *
+Appender_rows_extend_body(Appender *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 1) {
+        PyErr_SetString(PyExc_TypeError, "rows_extend(values)");
+        return NULL;
+    }
+    PyObject *const *vals = row_values(self, args[0]);
+    if (vals == NULL)
+        Py_RETURN_FALSE;
+    return extend_values(self, vals, NULL);
 }
 
 /* ------------------------------------------------------------------ type */
@@ -1134,7 +1221,7 @@ Appender_dealloc(Appender *self)
 }
 
 /* Appender(side_store, ndarray, bool_, fields, link, written, counts, episodes, lanes,
- *          durable=False, start=None, max_evict=0, guard=None, obs_keys=None)
+ *          durable=False, start=None, max_evict=0, guard=None, obs_keys=None, rows=False)
  * fields: 5 tuples (flat_store, format, item_shape, kind, lo, hi) in the order obs (a dict
  * observation: its first field), action, reward, terminated, truncated, then one
  * (flat_store, format, item_shape, kind, lo, hi, name) per extra field (at most MAXEXTRA,
@@ -1145,20 +1232,27 @@ Appender_dealloc(Appender *self)
  * next_obs must then be plain dicts with exactly these keys); link: flat int32 [T * lanes];
  * written, counts, episodes, start: int64 [lanes]; durable: the crash-safe order;
  * max_evict: the most steps a durable extend may evict in one call; guard: the owning
- * buffer's GuardState (add/extend/add_lanes refuse other threads' calls). Zero-size
- * fields are refused (the Python paths serve them). */
+ * buffer's GuardState (add/extend/add_lanes refuse other threads' calls); rows: a rows
+ * table (obs_keys None; the 5 "standard" field tuples are then any 3 of its fields followed
+ * by terminated and truncated, f[0] the one that shows the leading dims; no side data),
+ * written only by the rows_* methods. Zero-size fields are refused (the Python paths
+ * serve them). */
 static int
 Appender_init(Appender *self, PyObject *args, PyObject *kwds)
 {
     PyObject *table, *nd, *bt, *fields, *link, *written, *counts, *episodes;
     PyObject *start = Py_None, *guard = Py_None, *obs_keys = Py_None;
     Py_ssize_t lanes, max_evict = 0;
-    int durable = 0;
+    int durable = 0, rows = 0;
     (void)kwds;
-    if (!PyArg_ParseTuple(args, "OOOOOOOOn|pOnOO", &table, &nd, &bt, &fields, &link, &written,
+    if (!PyArg_ParseTuple(args, "OOOOOOOOn|pOnOOp", &table, &nd, &bt, &fields, &link, &written,
                           &counts, &episodes, &lanes, &durable, &start, &max_evict, &guard,
-                          &obs_keys))
+                          &obs_keys, &rows))
         return -1;
+    if (rows && obs_keys != Py_None) {
+        PyErr_SetString(PyExc_ValueError, "Appender: a rows table has no obs_keys");
+        return -1;
+    }
     if (guard != Py_None && !PyObject_TypeCheck(guard, &GuardStateType)) {
         PyErr_SetString(PyExc_TypeError, "Appender: guard must be a GuardState or None");
         return -1;
@@ -1182,8 +1276,8 @@ Appender_init(Appender *self, PyObject *args, PyObject *kwds)
                                           "name) pairs, one field tuple each");
         return -1;
     }
-    const int nob = obs_keys == Py_None ? 1 : (int)PyTuple_GET_SIZE(obs_keys);
-    const int nx = nfields - NSTD - (nob - 1);
+    const int nob = rows ? 0 : obs_keys == Py_None ? 1 : (int)PyTuple_GET_SIZE(obs_keys);
+    const int nx = nfields - NSTD - (nob > 1 ? nob - 1 : 0);
     if (nx > MAXEXTRA) {
         PyErr_SetString(PyExc_ValueError, "Appender: at most 16 extra fields");
         return -1;
@@ -1191,7 +1285,10 @@ Appender_init(Appender *self, PyObject *args, PyObject *kwds)
     Py_INCREF(table);
     self->table = table;
     self->nx = nx;
-    if (obs_keys == Py_None) {
+    self->rows = rows;
+    if (rows) {
+        self->nob = 0;
+    } else if (obs_keys == Py_None) {
         Py_INCREF(s_obs);
         self->okey[0] = NULL;
         self->oside[0] = s_obs;
@@ -1401,6 +1498,9 @@ static PyMethodDef lane_functions[] = {
 GUARDED(Appender_add)
 GUARDED(Appender_add_lanes)
 GUARDED(Appender_extend)
+GUARDED(Appender_rows_add)
+GUARDED(Appender_rows_add_lanes)
+GUARDED(Appender_rows_extend)
 
 static PyMethodDef Appender_methods[] = {
     {"add", (PyCFunction)(void (*)(void))Appender_add, METH_FASTCALL,
@@ -1409,6 +1509,12 @@ static PyMethodDef Appender_methods[] = {
      "add_lanes(lanes, obs, action, reward, next_obs, terminated, truncated, extras) -> bool"},
     {"extend", (PyCFunction)(void (*)(void))Appender_extend, METH_FASTCALL,
      "extend(obs, action, reward, next_obs, terminated, truncated, extras) -> bool"},
+    {"rows_add", (PyCFunction)(void (*)(void))Appender_rows_add, METH_FASTCALL,
+     "rows_add(values) -> bool: one step of every lane of a rows table"},
+    {"rows_add_lanes", (PyCFunction)(void (*)(void))Appender_rows_add_lanes, METH_FASTCALL,
+     "rows_add_lanes(lanes, values) -> bool: one step of some lanes of a rows table"},
+    {"rows_extend", (PyCFunction)(void (*)(void))Appender_rows_extend, METH_FASTCALL,
+     "rows_extend(values) -> bool: n steps of every lane of a rows table"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -26,6 +26,7 @@ INTERNAL = {
     "replaybank.storage.side_store.SideStore",
     "replaybank.storage.writers.formats.FieldFormat",
     "replaybank.storage.writers.formats.ObsLayout",
+    "replaybank.storage.writers.formats.RowsLayout",
     "replaybank.storage.writers.writer.StepValues",
     "replaybank.storage.writers.plan.WritePlan",
     "replaybank.storage.writers.tell.RangeListener",

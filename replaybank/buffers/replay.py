@@ -369,9 +369,9 @@ class ReplayBuffer:
         parts = self._current_parts()
         if plan is not None and plan.table is t and plan.owner is parts:
             return plan
-        # a flat obs or a (nested) dict observation; rows buffers (no obs fields) and
-        # other storage (torch) take the general path
-        if t is None or not t.obs_fields or not t.backend.host_numpy \
+        # a flat obs, a (nested) dict observation or rows (no obs fields: the compiled
+        # writer only); other storage (torch) takes the general path
+        if t is None or not t.backend.host_numpy \
                 or self.autoreset_mode == "next_step":  # reset steps are checked first
             return None
         choice = writer_choice()

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from replaybank.storage.table import StepTable
-from replaybank.storage.writers.formats import FieldFormat, ObsLayout
+from replaybank.storage.writers.formats import FieldFormat, ObsLayout, RowsLayout
 from replaybank.storage.writers.tell import WriteListener, announce_last_steps
 
 __all__ = ["ACCEL", "MAX_EXTRAS", "MAX_OBS", "accelerated", "compiled_writer", "not_handled"]
@@ -34,6 +34,8 @@ __all__ = ["ACCEL", "MAX_EXTRAS", "MAX_OBS", "accelerated", "compiled_writer", "
 MAX_EXTRAS = 16
 #: The most fields of a dict observation the compiled writer takes (``MAXOBS``).
 MAX_OBS = 16
+#: A compiled writer's ``(add, extend, add_lanes)``.
+Calls = tuple[Callable[..., bool], Callable[..., bool], Callable[..., bool]]
 #: The standard fields after the observation, in the order the compiled writer takes them.
 _STD = ("action", "reward", "terminated", "truncated")
 
@@ -79,8 +81,7 @@ def _c_field(store: Any, field: FieldFormat,
 
 
 def compiled_writer(table: StepTable, sampler: WriteListener | None = None,
-                    guard: Any = None) -> tuple[Callable[..., bool], Callable[..., bool],
-                               Callable[..., bool]] | None:
+                    guard: Any = None) -> Calls | None:
     """The compiled ``(add, extend, add_lanes)`` of a numpy or memmap table, or None.
 
     ``add`` and ``extend`` take ``(obs, action, reward, next_obs, terminated, truncated,
@@ -104,6 +105,13 @@ def compiled_writer(table: StepTable, sampler: WriteListener | None = None,
     extra field that is not a plain number or bool (kinds ``biufc``), a zero-size field or
     another storage (torch). Bool arrays holding bytes other than 0/1 are left to the
     Python paths (which store canonical bools).
+
+    A rows table (``ReplayBuffer(next_obs=False)``: no observation fields) takes the same
+    calls with every field an ordinary one (:class:`~replaybank.storage.writers.formats.
+    RowsLayout`: ``obs``, ``action``, ``reward``, ``next_obs`` as named, the others in
+    ``extras``, nested ones as plain dicts, the flags may be left out) and nothing kept
+    aside; it needs at least three fields besides the flags, at most
+    :data:`MAX_EXTRAS` + 3 in all, each a plain number or bool.
 
     Args:
         table: The step table.
@@ -129,6 +137,8 @@ def compiled_writer(table: StepTable, sampler: WriteListener | None = None,
         ...     assert t.size == 3 and t.written.tolist() == [1, 2]
     """
     spec = table.spec
+    if not table.obs_fields:
+        return _rows_writer(table, sampler, guard)
     std = _STD
     layout = ObsLayout(table.obs_fields)
     obs_names = list(layout.names)
@@ -166,29 +176,92 @@ def compiled_writer(table: StepTable, sampler: WriteListener | None = None,
         return None
     if sampler is None:
         return app.add, app.extend, app.add_lanes
+    key0 = layout.keys[0] if layout.keys is not None else None
+
+    def steps(args: tuple[Any, ...]) -> int:  # obs (a dict obs: its first field): [n, ...]
+        return len(args[0] if key0 is None else args[0][key0])
+
+    return _telling(table, sampler, (app.add, app.extend, app.add_lanes), steps)
+
+
+def _telling(table: StepTable, sampler: WriteListener, calls: Calls,
+             steps: Callable[[tuple[Any, ...]], int]) -> Calls:
+    """``calls`` (add, extend, add_lanes) that also tell ``sampler`` which slots they wrote
+    (``steps``: the number of steps of an extend's arguments)."""
+    c_add, c_extend, c_add_lanes = calls
     tell = announce_last_steps(table, sampler)
     T, L, written = table.T, table.lanes, table.written  # noqa: N806
     every = np.arange(L, dtype=np.int64)
 
     def add(*args: Any) -> bool:
-        if app.add(*args):
+        if c_add(*args):
             tell(1)
             return True
         return False
 
-    key0 = layout.keys[0] if layout.keys is not None else None
-
     def extend(*args: Any) -> bool:
-        if app.extend(*args):  # obs (a dict obs: its first field) was [n, ...]
-            tell(len(args[0] if key0 is None else args[0][key0]))
+        if c_extend(*args):
+            tell(steps(args))
             return True
         return False
 
     def add_lanes(lanes: Any, *args: Any) -> bool:
-        if app.add_lanes(lanes, *args):  # the lanes were checked: distinct, in range
+        if c_add_lanes(lanes, *args):  # the lanes were checked: distinct, in range
             ids = every if lanes is None else np.asarray(lanes, dtype=np.int64)
             sampler.on_write((written[ids] - 1) % T * L + ids, None)
             return True
         return False
 
     return add, extend, add_lanes
+
+
+def _rows_writer(table: StepTable, sampler: WriteListener | None, guard: Any) -> Calls | None:
+    """The compiled calls of a rows table (see :func:`compiled_writer`), or None."""
+    spec = table.spec
+    layout = RowsLayout(list(spec), {n: len(f.shape) for n, f in spec.items()})
+    order = layout.order
+    if ACCEL is None or not table.backend.host_numpy or order is None \
+            or len(order) > len(_STD) + 1 + MAX_EXTRAS \
+            or any(spec[n].dtype.kind not in "biufc" for n in order) \
+            or any(spec[k].shape != () or spec[k].dtype != np.bool_ for k in order[3:5]):
+        return None
+    flat = table.flat
+
+    def c_field(n: str) -> tuple[Any, ...]:
+        return _c_field(flat(table.arrays[n]), FieldFormat(spec[n].shape, spec[n].dtype))
+
+    try:  # the first field shows the leading dims (arrays only), extras carry a name
+        fields = (_c_field(flat(table.arrays[order[0]]),
+                           FieldFormat(spec[order[0]].shape, spec[order[0]].dtype), True),
+                  *(c_field(n) for n in order[1:5]), *((*c_field(n), n) for n in order[5:]))
+        app = ACCEL.Appender(table.side, np.ndarray, np.bool_, fields, flat(table.link),
+                             table.written, table.counts, table.episodes, table.lanes,
+                             table.durable, table.start, table.chunk, guard, None, True)
+    except (ValueError, TypeError):  # e.g. a dtype without a buffer format, zero-size
+        return None
+    values = layout.values
+    rows_add, rows_extend, rows_add_lanes = app.rows_add, app.rows_extend, app.rows_add_lanes
+
+    def add(obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any,
+            truncated: Any, extras: dict[str, Any]) -> bool:
+        v = values((obs, action, reward, next_obs, terminated, truncated), extras)
+        return v is not None and bool(rows_add(v))
+
+    def extend(obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any,
+               truncated: Any, extras: dict[str, Any]) -> bool:
+        v = values((obs, action, reward, next_obs, terminated, truncated), extras)
+        return v is not None and bool(rows_extend(v))
+
+    def add_lanes(lanes: Any, obs: Any, action: Any, reward: Any, next_obs: Any,
+                  terminated: Any, truncated: Any, extras: dict[str, Any]) -> bool:
+        v = values((obs, action, reward, next_obs, terminated, truncated), extras)
+        return v is not None and bool(rows_add_lanes(lanes, v))
+
+    if sampler is None:
+        return add, extend, add_lanes
+
+    def steps(args: tuple[Any, ...]) -> int:  # the first field in order: [n, ...]
+        v = values(args[:6], args[6])
+        return 0 if v is None else len(v[0])
+
+    return _telling(table, sampler, (add, extend, add_lanes), steps)

@@ -21,7 +21,10 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["FieldFormat", "ObsLayout", "canonical_bools", "count_nonzero", "scalar_types"]
+from replaybank.spec import UNSET
+
+__all__ = ["FieldFormat", "ObsLayout", "RowsLayout", "canonical_bools", "count_nonzero",
+           "scalar_types"]
 
 ND = np.ndarray
 _FLOAT_SCALARS = (float, np.float64, np.float32, np.float16)
@@ -157,6 +160,126 @@ class ObsLayout:
         return out if _walk(obs, self.tree, out) else None
 
 
+#: The call arguments an ``add`` / ``extend`` names (the rest arrive as ``extras``).
+NAMED = ("obs", "action", "reward", "next_obs", "terminated", "truncated")
+#: Fields a rows call may leave out (stored as False).
+FLAGS = ("terminated", "truncated")
+
+
+class RowsLayout:
+    """Where a rows table's fields come from in a call (``ReplayBuffer(next_obs=False)``).
+
+    Every stored field is an ordinary one: ``obs``, ``action``, ``reward`` and
+    ``next_obs`` (when stored) are the named arguments, the flags ``terminated`` and
+    ``truncated`` may be left out (stored as False), and any other top-level name is an
+    extra; nested names (``a/b``) are found in plain dicts whose keys are exactly the
+    table's. The compiled writer takes the values in its own field order
+    (:attr:`order`): a field whose values show the leading dims first (one with a
+    per-step shape when there is one), then two more fields, the flags, and the rest.
+
+    Args:
+        names: The table's field names, in table order (the flags among them).
+        ndim: Each field's per-step ndim (``len(shape)``).
+
+    Attributes:
+        order: The field names in the compiled writer's order, or None when the table
+            has fewer than three fields besides the flags (the Python paths serve it).
+
+    Example:
+        >>> lay = RowsLayout(["x", "r", "w/a", "w/b", "terminated", "truncated"],
+        ...                  {"x": 1, "r": 0, "w/a": 0, "w/b": 0, "terminated": 0,
+        ...                   "truncated": 0})
+        >>> lay.order
+        ('x', 'r', 'w/a', 'terminated', 'truncated', 'w/b')
+        >>> none = (UNSET_,) * 6  # no named argument (obs, action, ...) given
+        >>> v = lay.values(none, {"x": np.zeros((2, 3)), "r": np.ones(2),
+        ...                       "w": {"a": 1, "b": 2}})
+        >>> [type(x).__name__ for x in v], v[3].shape  # the flags: False [2]
+        (['ndarray', 'ndarray', 'int', 'ndarray', 'ndarray', 'int'], (2,))
+        >>> lay.values(none, {"x": np.zeros((2, 3)), "r": np.ones(2)}) is None  # no w
+        True
+    """
+
+    __slots__ = ("_extra_tree", "_f0_ndim", "_named", "_zeros", "order")
+
+    def __init__(self, names: list[str], ndim: dict[str, int]) -> None:
+        others = [n for n in names if n not in FLAGS]
+        self.order: tuple[str, ...] | None = None
+        self._named: tuple[tuple[int, Any], ...] = ()
+        self._extra_tree: dict[str, Any] = {}
+        self._f0_ndim = 0
+        self._zeros: dict[tuple[int, ...], Any] = {}
+        if len(others) < 3 or not all(f in names for f in FLAGS):
+            return
+        first = next((n for n in others if ndim[n] > 0), others[0])
+        rest = [n for n in others if n != first]
+        order = (first, *rest[:2], *FLAGS, *rest[2:])
+        tree: dict[str, Any] = {}
+        for i, name in enumerate(order):
+            path = name.split("/")
+            node = tree
+            for key in path[:-1]:
+                node = node.setdefault(key, {})
+                if not isinstance(node, dict):
+                    return  # "a" and "a/b" both stored: not a tree of dicts
+            if path[-1] in node:
+                return
+            node[path[-1]] = i
+        # a named argument's place: its field index, or its subtree of a dict value
+        self._named = tuple((NAMED.index(k), v) for k, v in tree.items() if k in NAMED)
+        self._extra_tree = {k: v for k, v in tree.items() if k not in NAMED}
+        self._f0_ndim = ndim[first]
+        self.order = order
+
+    def values(self, named: tuple[Any, ...], extras: dict[str, Any]) -> tuple[Any, ...] | None:
+        """The values of a call in :attr:`order` (not yet checked), or None when the call
+        is not for the compiled writer (a missing or unknown field or key, a dict subclass,
+        a left-out flag whose leading dims the first field does not show).
+
+        Args:
+            named: The call's ``(obs, action, reward, next_obs, terminated, truncated)``
+                (``UNSET`` where not given).
+            extras: The call's other keyword fields.
+        """
+        order = self.order
+        if order is None:
+            return None
+        out: list[Any] = [UNSET_] * len(order)
+        given = 0
+        for i, sub in self._named:
+            v = named[i]
+            if v is UNSET_:
+                continue
+            given |= 1 << i
+            if type(sub) is int:
+                out[sub] = v
+            elif not _walk(v, sub, out):
+                return None
+        for i, v in enumerate(named):  # a named argument the table does not store
+            if v is not UNSET_ and not given >> i & 1:
+                return None
+        if not _walk(extras, self._extra_tree, out):
+            return None
+        if out[3] is UNSET_ or out[4] is UNSET_:  # a flag left out: False, of the lead
+            v0 = out[0]
+            if type(v0) is not ND or v0.ndim < self._f0_ndim:
+                return None
+            lead = v0.shape[:v0.ndim - self._f0_ndim]
+            z = self._zeros.get(lead)
+            if z is None:
+                z = False if lead == () else np.zeros(lead, np.bool_)
+                if len(self._zeros) > 16:
+                    self._zeros.clear()
+                self._zeros[lead] = z
+            for k in (3, 4):
+                if out[k] is UNSET_:
+                    out[k] = z
+        for x in out:  # a stored field the call left out (not a flag)
+            if x is UNSET_:
+                return None
+        return tuple(out)
+
+
 def _walk(v: Any, tree: dict[str, Any], out: list[Any]) -> bool:
     if type(v) is not dict or len(v) != len(tree):
         return False
@@ -172,3 +295,4 @@ def _walk(v: Any, tree: dict[str, Any], out: list[Any]) -> bool:
 
 
 _MISSING = object()
+UNSET_: Any = UNSET

@@ -14,7 +14,10 @@ fastest writer that applies:
   zero-copy views of the arrays.
 
 A dict observation (fields ``obs/...``) is taken as plain dicts of such arrays with
-exactly the stored keys. Anything else (a missing or extra field or key, another dtype, a
+exactly the stored keys. A rows table (``ReplayBuffer(next_obs=False)``) is served by the
+compiled writer alone (its fields as
+:class:`~replaybank.storage.writers.formats.RowsLayout` finds them in the call), else by
+the reference writer. Anything else (a missing or extra field or key, another dtype, a
 list, a torch tensor, a dict subclass) returns False before a byte is written, and the
 buffer takes its general path, which validates every value first. All writers leave the same table.
 ``REPLAYBANK_WRITER`` (:func:`writer_choice`) restricts the choice, for tests and for
@@ -142,6 +145,8 @@ class Writer:
         self.obs_fields = [(n, spec[n].dtype, spec[n].shape) for n in table.obs_fields]
         self.keys = frozenset([*(n for n, _, _ in self.fields), "obs", "next_obs"])
         self.all_lanes = np.arange(table.lanes, dtype=np.int64)
+        # a rows table (next_obs=False): only the compiled writer serves it
+        self.rows = not table.obs_fields
         self.owner: Any = sampler
         self._expected: dict[tuple[Any, Any], tuple[list[tuple[str, Any, Any, Any]],
                                                     list[tuple[str, Any, Any, Any]]]] = {}
@@ -173,6 +178,8 @@ class Writer:
                 or self.c_add_lanes(None, obs, action, reward, next_obs, terminated,
                                     truncated, extras):
             return True  # the compiled writer took it (lanes in step, or not)
+        if self.rows:
+            return False
         lane = self.lane
         if lane is not None:  # one in-memory lane: the lean writer
             return lane.add(obs, action, reward, next_obs, terminated, truncated, extras)
@@ -187,6 +194,8 @@ class Writer:
         The values are those of :class:`StepValues`, passed by name."""
         if self.c_extend(obs, action, reward, next_obs, terminated, truncated, extras):
             return True  # the compiled writer took it
+        if self.rows:
+            return False
         lane = self.lane
         if lane is not None and lane.extend(obs, action, reward, next_obs, terminated,
                                             truncated, extras):
