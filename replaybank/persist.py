@@ -57,7 +57,6 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from replaybank.config import buffer_config, from_config
 from replaybank.errors import CheckpointError, ConfigError
 from replaybank.io.checkpoint import load_state, open_checked, save_state, verify_crcs
 from replaybank.io.lazy_tensor import lazy_tensors
@@ -138,6 +137,8 @@ def save(buf: Persistable, dirpath: Any, prefix: str = "buffer_") -> Path:
         ConfigError: The buffer's config cannot be described (unregistered component).
     """
     with _exclusive(buf):  # another thread's adds wait until the files are written
+        from replaybank.config import buffer_config  # pydantic loads with the first save
+
         dump = buffer_config(buf).model_dump(mode="json")
         info = {"buffer_type": type(buf).__name__, "config": dump, "metadata": buf.metadata()}
         return save_state(buf.state_dict(), dirpath, prefix, info)
@@ -230,6 +231,8 @@ def load(dirpath: Any, prefix: str = "buffer_", **overrides: Any) -> Any:
             overrides["path"] = os.fspath(overrides["path"])
             overrides.setdefault("storage", "memmap")
         try:
+            from replaybank.config import from_config
+
             buf = from_config(cfg, **overrides)
         except ConfigError as exc:
             raise CheckpointError(f"cannot rebuild the saved buffer: {exc}") from exc
@@ -258,6 +261,8 @@ def record_owner(backend: ArrayBackend, owner: Any) -> None:
     if not (backend.durable and isinstance(backend, DurableBackend)):
         return
     try:
+        from replaybank.config import buffer_config
+
         record: dict[str, Any] | None = buffer_config(owner).model_dump(mode="json")
         error = None
     except (ConfigError, ImportError, TypeError, ValueError) as exc:
@@ -340,6 +345,8 @@ def open(path: Any, mode: str = "r+", **overrides: Any) -> Any:
         raise CheckpointError(f"the memmap buffer at {path} has no recorded config ({why}); "
                               "it cannot be rebuilt")
     cfg = {**cfg, "storage": "memmap", "path": str(backend.path), **overrides}
+    from replaybank.config import from_config
+
     buf = from_config(cfg, storage=backend)
     if not isinstance(buf, Resumable):
         raise CheckpointError(f"{type(buf).__name__} cannot be reopened from memmap files")

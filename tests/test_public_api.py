@@ -45,7 +45,7 @@ INTERNAL = {
     "replaybank.storage.shared_lanes.LaneSnapshot",
     "replaybank.storage.shared_lanes.SnapshotDelta",
 }
-HEAVY = ("torch", "gymnasium", "ray", "matplotlib", "rich")
+HEAVY = ("torch", "gymnasium", "ray", "matplotlib", "rich", "pydantic")
 #: Subpackages in ``__all__`` (``rb.distributed``: imported on first access, ray later)
 SUBPACKAGES = {"distributed"}
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -47,7 +47,6 @@ from replaybank.buffers.prefetch import Prefetcher
 from replaybank.buffers.priorities import check_priority, to_host, update_priorities
 from replaybank.buffers.sequences import sample_sequences, update_sequence_priorities
 from replaybank.buffers.shared import SharedReader, SharedWriterHandle, writer_handle
-from replaybank.config import BufferConfig, buffer_config
 from replaybank.errors import ConfigError, EmptyBufferError, ShapeError
 from replaybank.ops import ring
 from replaybank.samplers.base import LaneView, Sampler, SamplerTraits
@@ -59,6 +58,9 @@ from replaybank.storage.table_state import check_table
 from replaybank.storage.writers.reference import write as write_reference
 from replaybank.storage.writers.writer import StepValues, Writer, writer_choice
 from replaybank.views.base import View
+
+if TYPE_CHECKING:  # pydantic loads with the first config() call
+    from replaybank.config import BufferConfig
 
 __all__ = ["ReplayBuffer", "make_rng", "positive_int"]
 
@@ -520,6 +522,8 @@ class ReplayBuffer:
         if self._shared is None or not isinstance(be, SharedArrayBackend):
             raise ConfigError(f'writer(): the buffer\'s storage is "{be.name}"; only a '
                               'storage="shared" buffer hands out writers')
+        from replaybank.config import buffer_config
+
         owner = self if self.storage_owner is None else self.storage_owner
         return writer_handle(be, buffer_config(owner).model_dump(mode="json"), lanes,
                              self._num_envs)
@@ -898,6 +902,8 @@ class ReplayBuffer:
 
     def config(self) -> BufferConfig:
         """A validated config object (pydantic) that rebuilds an equivalent empty buffer."""
+        from replaybank.config import buffer_config
+
         return buffer_config(self)
 
     def metadata(self) -> dict[str, Any]:

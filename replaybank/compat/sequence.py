@@ -21,19 +21,21 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from replaybank import persist
 from replaybank.batch import Batch, SequenceBatch
 from replaybank.buffers.replay import ReplayBuffer
-from replaybank.config import BufferConfig, buffer_config
 from replaybank.errors import CheckpointError, ConfigError, describe
 from replaybank.samplers.base import Sampler
 from replaybank.spec import Spec
 from replaybank.storage.backends.base import ArrayBackend
 from replaybank.storage.table import StepTable
+
+if TYPE_CHECKING:  # pydantic loads with the first config() call
+    from replaybank.config import BufferConfig
 
 __all__ = ["SequenceReplayBuffer"]
 
@@ -280,6 +282,8 @@ class SequenceReplayBuffer:
             >>> SequenceReplayBuffer(8, sequence_length=2).config().sequence_length
             2
         """
+        from replaybank.config import buffer_config
+
         return buffer_config(self)
 
     def metadata(self) -> dict[str, Any]:

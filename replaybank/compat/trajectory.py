@@ -32,7 +32,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -41,9 +41,11 @@ from replaybank import persist
 from replaybank.batch import Batch
 from replaybank.buffers.arguments import positive_int
 from replaybank.buffers.rollout.buffer import RolloutBuffer
-from replaybank.config import BufferConfig, buffer_config
 from replaybank.errors import CapacityError, CheckpointError, ConfigError, EmptyBufferError
 from replaybank.ops.gae import Backend, discount_cumsum, gae
+
+if TYPE_CHECKING:  # pydantic loads with the first config() call
+    from replaybank.config import BufferConfig
 
 __all__ = ["PathBuffer"]
 
@@ -218,6 +220,8 @@ class PathBuffer:
             >>> PathBuffer(16, gamma=0.9).config().type
             'PathBuffer'
         """
+        from replaybank.config import buffer_config
+
         return buffer_config(self)
 
     def save(self, dirpath: Any, prefix: str = "buffer_") -> None:

@@ -53,7 +53,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -74,7 +74,6 @@ from replaybank.buffers.rollout.inputs import (
     rollout_spec,
 )
 from replaybank.buffers.rollout.state import pack_arrays, unpack_state
-from replaybank.config import BufferConfig, buffer_config
 from replaybank.errors import (
     CapacityError,
     ConfigError,
@@ -85,6 +84,9 @@ from replaybank.errors import (
 from replaybank.ops.gae import Backend, gae
 from replaybank.spec import Spec, cast_field, flatten
 from replaybank.storage.backends.base import available_memory, check_fits
+
+if TYPE_CHECKING:  # pydantic loads with the first config() call
+    from replaybank.config import BufferConfig
 
 __all__ = ["RolloutBuffer"]
 
@@ -629,6 +631,8 @@ class RolloutBuffer:
             >>> RolloutBuffer(8, num_envs=2, seed=3).config().type
             'RolloutBuffer'
         """
+        from replaybank.config import buffer_config
+
         return buffer_config(self)
 
     def save(self, dirpath: Any, prefix: str = "buffer_") -> None:
