@@ -65,6 +65,7 @@ from replaybank.io.safetensors_stream import StateFile
 from replaybank.io.state import join_state
 from replaybank.storage.backends.base import ArrayBackend, DurableBackend
 from replaybank.storage.backends.memmap import RESUME_PREFIX, MemmapBackend
+from replaybank.views.functions import names_from_file
 
 __all__ = ["COUNTERS", "Exclusive", "Persistable", "Resumable", "ResumeWarning", "flush", "load",
            "load_into", "open", "record_owner", "save"]
@@ -198,12 +199,17 @@ def load_into(buf: Persistable, dirpath: Any, prefix: str = "buffer_") -> Persis
     return buf
 
 
-def load(dirpath: Any, prefix: str = "buffer_", **overrides: Any) -> Any:
+def load(dirpath: Any, prefix: str = "buffer_", *, trust_imports: bool = False,
+         **overrides: Any) -> Any:
     """Rebuild a saved buffer exactly (its type comes from the manifest).
 
     Args:
         dirpath: Directory of the checkpoint.
         prefix: File name prefix.
+        trust_imports: Let the checkpoint's config import the modules it names (a HER
+            ``reward_fn`` saved as ``"module:attr"``). By default a module that is not
+            imported yet is refused (importing runs its code): import it, or register
+            the function (:func:`replaybank.register_function`), before loading.
         **overrides: Config entries to change, e.g. ``path=`` (with ``storage="memmap"``,
             the default when ``path`` is given) to load into a new memmap directory.
 
@@ -233,7 +239,8 @@ def load(dirpath: Any, prefix: str = "buffer_", **overrides: Any) -> Any:
         try:
             from replaybank.config import from_config
 
-            buf = from_config(cfg, **overrides)
+            with names_from_file(str(sf.path), trust_imports):
+                buf = from_config(cfg, **overrides)
         except ConfigError as exc:
             raise CheckpointError(f"cannot rebuild the saved buffer: {exc}") from exc
         _restore(buf, manifest, sf)
@@ -302,7 +309,8 @@ def flush(buf: Resumable) -> Path | None:
                           info={"kind": _KIND, "buffer_id": backend.buffer_id})
 
 
-def open(path: Any, mode: str = "r+", **overrides: Any) -> Any:
+def open(path: Any, mode: str = "r+", *, trust_imports: bool = False,
+         **overrides: Any) -> Any:
     """Reopen the memmap buffer at ``path`` (in this or a new process).
 
     Args:
@@ -310,6 +318,8 @@ def open(path: Any, mode: str = "r+", **overrides: Any) -> Any:
         mode: ``"r+"`` (read and write: the one writer of ``path``, which stays locked
             until the buffer is garbage collected or ``buf.backend.close()``) or ``"r"``
             (read only, beside a writer: files mapped read-only, writes raise ConfigError).
+        trust_imports: Let the recorded config import the modules it names (as in
+            :func:`load`; by default a module not imported yet is refused).
         **overrides: Config entries to change (e.g. ``seed=``, ``sampler=`` when the
             original used an unregistered sampler). The files stay where they are: the
             buffer always uses ``path`` (not a path recorded in its files), and
@@ -347,7 +357,8 @@ def open(path: Any, mode: str = "r+", **overrides: Any) -> Any:
     cfg = {**cfg, "storage": "memmap", "path": str(backend.path), **overrides}
     from replaybank.config import from_config
 
-    buf = from_config(cfg, storage=backend)
+    with names_from_file(str(backend.path), trust_imports):
+        buf = from_config(cfg, storage=backend)
     if not isinstance(buf, Resumable):
         raise CheckpointError(f"{type(buf).__name__} cannot be reopened from memmap files")
     buf.reopened()

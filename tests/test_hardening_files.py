@@ -474,3 +474,105 @@ def test_buffer_close_releases_the_writer_lock(tmp_path: Path) -> None:
     seq.close()
     rb.open(tmp_path / "s").close()
     rb.ReplayBuffer(8).close()  # in memory: nothing to release
+
+
+# ---------------------------------------------------------------- modules a file names
+_NAMED_MODULE = '''
+import pathlib
+
+import numpy as np
+
+pathlib.Path(__file__).with_name("IMPORTED").write_text("this module's code ran")
+
+
+def reward(achieved, desired, info):
+    return -(np.abs(achieved - desired).sum(-1) > 0).astype(np.float32)
+'''
+
+_GOAL_STEPS = '''
+def fill_goals(buf):
+    z, one = np.zeros(1, np.float32), np.ones(1, np.float32)
+    for t in range(6):
+        o = {"observation": np.full(2, t, np.float32), "achieved_goal": z + t,
+             "desired_goal": one}
+        n = {"observation": np.full(2, t + 1, np.float32), "achieved_goal": z + t + 1,
+             "desired_goal": one}
+        buf.add(obs=o, action=t % 2, reward=0.0, next_obs=n, terminated=t == 5,
+                truncated=False)
+'''
+
+
+def test_a_file_never_makes_a_load_import_a_module(tmp_path: Path) -> None:
+    """A HER reward function saved by import path (``module:attr``): loading the
+    checkpoint or reopening the memmap directory in a fresh process whose working
+    directory holds that module refuses to import it (its code never runs) and says how
+    to proceed; ``trust_imports=True`` loads it, as does importing it first."""
+    mods = tmp_path / "mods"
+    mods.mkdir()
+    (mods / "rb_named_reward.py").write_text(_NAMED_MODULE)
+    ckpt, mm, marker = tmp_path / "ckpt", tmp_path / "mm", mods / "IMPORTED"
+    made = run_child(_GOAL_STEPS + textwrap.dedent('''
+        import sys
+        import numpy as np
+        import replaybank as rb
+        sys.path.insert(0, sys.argv[1])
+        import rb_named_reward
+        her = rb.HerReplayBuffer(capacity=50, reward_fn=rb_named_reward.reward, seed=0)
+        fill_goals(her)
+        her.save(sys.argv[2])
+        disk = rb.HerReplayBuffer(capacity=50, reward_fn=rb_named_reward.reward, seed=0,
+                                  storage="memmap", path=sys.argv[3])
+        fill_goals(disk)
+        disk.flush()
+        disk.close()
+        print(her.config().model_dump()["reward_fn"])
+    '''), str(mods), str(ckpt), str(mm))
+    assert made.returncode == 0, made.stderr
+    assert made.stdout.split()[-1] == "rb_named_reward:reward"
+    marker.unlink()
+
+    def child(code: str) -> subprocess.CompletedProcess[str]:  # cwd: the module's dir
+        return subprocess.run([sys.executable, "-c", textwrap.dedent(code), str(ckpt),
+                               str(mm)], env=ENV, cwd=mods, capture_output=True, text=True,
+                              timeout=120)
+
+    refused = child('''
+        import sys
+        import replaybank as rb
+        from replaybank.errors import CheckpointError, ConfigError
+        for call, err in ((lambda: rb.load(sys.argv[1]), CheckpointError),
+                          (lambda: rb.open(sys.argv[2], mode="r"), ConfigError)):
+            try:
+                call()
+            except err as e:
+                assert "rb_named_reward" in str(e) and "trust_imports=True" in str(e), e
+            else:
+                raise SystemExit("loaded")
+        assert "rb_named_reward" not in sys.modules
+        print("refused")
+    ''')
+    assert refused.returncode == 0 and refused.stdout.split()[-1] == "refused", \
+        refused.stdout + refused.stderr
+    assert not marker.exists()  # the module's code never ran
+    trusted = child('''
+        import sys
+        import replaybank as rb
+        buf = rb.load(sys.argv[1], trust_imports=True)
+        import rb_named_reward
+        assert buf.view.reward_fn is rb_named_reward.reward
+        assert rb.open(sys.argv[2], mode="r").view.reward_fn is rb_named_reward.reward
+        buf.sample(4)
+        print("loaded")
+    ''')
+    assert trusted.returncode == 0 and trusted.stdout.split()[-1] == "loaded", trusted.stderr
+    assert marker.exists()
+    marker.unlink()
+    imported_first = child('''
+        import sys
+        import rb_named_reward
+        import replaybank as rb
+        assert rb.load(sys.argv[1]).view.reward_fn is rb_named_reward.reward
+        print("loaded")
+    ''')
+    assert imported_first.returncode == 0, imported_first.stderr
+    assert imported_first.stdout.split()[-1] == "loaded"

@@ -858,10 +858,11 @@ class ReplayBuffer:
         persist.save(self, dirpath, prefix=prefix)
 
     @classmethod
-    def load(cls, dirpath: Any, prefix: str = "buffer_") -> Any:
+    def load(cls, dirpath: Any, prefix: str = "buffer_", *,
+             trust_imports: bool = False) -> Any:
         """Restore a buffer saved with :meth:`save` (identical next sample; the saved type,
         :func:`replaybank.persist.load`)."""
-        return persist.load(dirpath, prefix=prefix)
+        return persist.load(dirpath, prefix=prefix, trust_imports=trust_imports)
 
     def flush(self) -> None:
         """Make a ``storage="memmap"`` buffer durable and exactly resumable.
@@ -887,12 +888,12 @@ class ReplayBuffer:
             self._backend.close()
 
     @classmethod
-    def open(cls, path: Any, mode: str = "r+") -> Any:
+    def open(cls, path: Any, mode: str = "r+", *, trust_imports: bool = False) -> Any:
         """Reopen a memmap buffer at ``path`` and continue where it stopped (with the
         generator and sampler state of its last :meth:`flush` when no step was added
         after it; :func:`replaybank.persist.open`). ``mode="r"`` opens it read-only,
         beside the process that writes it."""
-        return persist.open(path, mode=mode)
+        return persist.open(path, mode=mode, trust_imports=trust_imports)
 
     def init_config(self) -> dict[str, Any]:
         """Constructor values that rebuild this buffer empty (for :meth:`config`), with

@@ -266,9 +266,10 @@ class SequenceReplayBuffer:
         persist.save(self, dirpath, prefix=prefix)
 
     @classmethod
-    def load(cls, dirpath: Any, prefix: str = "buffer_") -> Any:
+    def load(cls, dirpath: Any, prefix: str = "buffer_", *,
+             trust_imports: bool = False) -> Any:
         """Restore a buffer saved with :meth:`save` (identical next sample)."""
-        return persist.load(dirpath, prefix=prefix)
+        return persist.load(dirpath, prefix=prefix, trust_imports=trust_imports)
 
     def init_config(self) -> dict[str, Any]:
         """Constructor values that rebuild this buffer empty: the inner buffer's and the

@@ -5,6 +5,13 @@ A config file cannot hold a Python function, so it names one: a name given to
 registering imports nothing). :func:`resolve_function` turns either (or a callable) into
 the callable; :func:`function_name` finds the name a callable can be written under.
 
+Names read from a file that the program did not write (a checkpoint being loaded, a memmap
+directory being reopened: :func:`names_from_file`) are resolved without importing
+anything new: an import path whose module is not imported yet is refused (importing runs
+the module's code, and a file may name any module on ``sys.path``, the working directory
+included), unless the loader passes ``trust_imports=True``. Registered names, the
+modules of replaybank itself and modules the program already imported resolve as usual.
+
 Example:
     >>> import numpy as np
     >>> def dist_reward(achieved, desired, info):
@@ -18,16 +25,44 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import importlib
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from typing import Any
 
 from replaybank.errors import ConfigError
 
-__all__ = ["FUNCTIONS", "function_name", "register_function", "resolve_function"]
+__all__ = ["FUNCTIONS", "function_name", "names_from_file", "register_function",
+           "resolve_function"]
 
 #: Registered functions by name: a callable, or an import path ``"module:attr"``.
 FUNCTIONS: dict[str, Any] = {}
+#: The file whose names are being resolved without new imports, or None.
+_FILE: ContextVar[str | None] = ContextVar("replaybank_names_from_file", default=None)
+
+
+@contextlib.contextmanager
+def names_from_file(source: str, trust_imports: bool = False) -> Iterator[None]:
+    """Resolve the function names of the file ``source`` in this block without importing
+    a module that is not imported yet (``trust_imports=True``: as usual).
+
+    Example:
+        >>> with names_from_file("ckpt/"):
+        ...     resolve_function("builtins:len") is len  # builtins is imported
+        True
+        >>> with names_from_file("ckpt/"):
+        ...     resolve_function("antigravity:fly")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        replaybank.errors.ConfigError: function='antigravity:fly' is named by ckpt/, ...
+    """
+    token = _FILE.set(None if trust_imports else str(source))
+    try:
+        yield
+    finally:
+        _FILE.reset(token)
 
 
 def register_function(name: str, target: Callable[..., Any] | str) -> None:
@@ -49,8 +84,16 @@ def register_function(name: str, target: Callable[..., Any] | str) -> None:
     FUNCTIONS[name] = target
 
 
-def _import(path: str, what: str) -> Callable[..., Any]:
+def _import(path: str, what: str, registered: bool = False) -> Callable[..., Any]:
     mod, _, attr = path.partition(":")
+    source = None if registered else _FILE.get()
+    if source is not None and mod not in sys.modules \
+            and mod.partition(".")[0] != "replaybank":
+        raise ConfigError(
+            f"{what}={path!r} is named by {source}, and replaybank does not import a module "
+            f"a file names (importing {mod!r} would run its code); import {mod} yourself, "
+            f"or rb.register_function(name, fn), before loading, or pass "
+            "trust_imports=True if you trust the file")
     try:
         obj: Any = importlib.import_module(mod)
         for part in attr.split("."):
@@ -78,7 +121,7 @@ def resolve_function(value: Callable[..., Any] | str, what: str = "function"
     if isinstance(value, str):
         if value in FUNCTIONS:
             target = FUNCTIONS[value]
-            return target if callable(target) else _import(target, what)
+            return target if callable(target) else _import(target, what, registered=True)
         if ":" in value:
             return _import(value, what)
         raise ConfigError(f"{what}={value!r}: no function is registered under that name; "
