@@ -835,6 +835,38 @@ drop_refs(PyObject **refs, Py_ssize_t k)
         Py_DECREF(refs[i]);
 }
 
+/* A standard call's values, args = (obs, action, reward, next_obs, terminated, truncated,
+ * extras): every field's value in field order into vals[0..nf), each obs field's next
+ * observation into nv[0..nob) (new references to the extras' and obs values in vals, ov
+ * and nv: release them with release_call). 1: found; 0: not for this path (a rows
+ * table, or extras / obs of other keys). */
+static int
+call_values(Appender *self, PyObject *const *args, PyObject **vals, PyObject **ov,
+            PyObject **nv)
+{
+    if (self->rows || !get_extras(self, args[6], vals + NSTD))
+        return 0;
+    if (!get_obs(self, args[0], args[3], ov, nv)) {
+        drop_refs(vals + NSTD, self->nx);
+        return 0;
+    }
+    for (int p = 0; p < self->nob; p++)
+        vals[self->oi[p]] = ov[p];
+    vals[1] = args[1];
+    vals[2] = args[2];
+    vals[3] = args[4];
+    vals[4] = args[5];
+    return 1;
+}
+
+static void
+release_call(Appender *self, PyObject **vals, PyObject **ov, PyObject **nv)
+{
+    drop_refs(vals + NSTD, self->nx);
+    drop_refs(ov, self->nob);
+    drop_refs(nv, self->nob);
+}
+
 /* ------------------------------------------------------------------ add */
 /* One step of every lane (in step): vals[0..nf) the fields' values in field order,
  * nv[0..nob) each obs field's next observation. A new reference to True (written) or
@@ -895,26 +927,11 @@ Appender_add_body(Appender *self, PyObject *const *args, Py_ssize_t nargs)
                         "add(obs, action, reward, next_obs, terminated, truncated, extras)");
         return NULL;
     }
-    if (self->rows)
-        Py_RETURN_FALSE;
-    const int nob = self->nob;
     PyObject *vals[MAXFIELDS], *ov[MAXOBS], *nv[MAXOBS];
-    if (!get_extras(self, args[6], vals + NSTD))
+    if (!call_values(self, args, vals, ov, nv))
         Py_RETURN_FALSE;
-    if (!get_obs(self, args[0], args[3], ov, nv)) {
-        drop_refs(vals + NSTD, self->nx);
-        Py_RETURN_FALSE;
-    }
-    for (int p = 0; p < nob; p++)
-        vals[self->oi[p]] = ov[p];
-    vals[1] = args[1];
-    vals[2] = args[2];
-    vals[3] = args[4];
-    vals[4] = args[5];
     PyObject *result = add_values(self, vals, nv);
-    drop_refs(vals + NSTD, self->nx);
-    drop_refs(ov, nob);
-    drop_refs(nv, nob);
+    release_call(self, vals, ov, nv);
     return result;
 }
 
@@ -1061,26 +1078,11 @@ Appender_add_lanes_body(Appender *self, PyObject *const *args, Py_ssize_t nargs)
                                          "terminated, truncated, extras)");
         return NULL;
     }
-    if (self->rows)
-        Py_RETURN_FALSE;
-    const int nob = self->nob;
     PyObject *vals[MAXFIELDS], *ov[MAXOBS], *nv[MAXOBS];
-    if (!get_extras(self, args[7], vals + NSTD))
+    if (!call_values(self, args + 1, vals, ov, nv))
         Py_RETURN_FALSE;
-    if (!get_obs(self, args[1], args[4], ov, nv)) {
-        drop_refs(vals + NSTD, self->nx);
-        Py_RETURN_FALSE;
-    }
-    for (int p = 0; p < nob; p++)
-        vals[self->oi[p]] = ov[p];
-    vals[1] = args[2];
-    vals[2] = args[3];
-    vals[3] = args[5];
-    vals[4] = args[6];
     PyObject *result = lanes_values(self, args[0], vals, nv);
-    drop_refs(vals + NSTD, self->nx);
-    drop_refs(ov, nob);
-    drop_refs(nv, nob);
+    release_call(self, vals, ov, nv);
     return result;
 }
 
@@ -1158,27 +1160,13 @@ Appender_extend_body(Appender *self, PyObject *const *args, Py_ssize_t nargs)
                         "extend(obs, action, reward, next_obs, terminated, truncated, extras)");
         return NULL;
     }
-    if (self->rows)
-        Py_RETURN_FALSE;
-    const int nob = self->nob;
     PyObject *vals[MAXFIELDS], *ov[MAXOBS], *nv[MAXOBS];
-    if ((self->okey[0] == NULL && (PyObject *)Py_TYPE(args[0]) != self->ndarray_type)
-        || !get_extras(self, args[6], vals + NSTD))
+    if ((!self->rows && self->okey[0] == NULL
+         && (PyObject *)Py_TYPE(args[0]) != self->ndarray_type)
+        || !call_values(self, args, vals, ov, nv))
         Py_RETURN_FALSE;
-    if (!get_obs(self, args[0], args[3], ov, nv)) {
-        drop_refs(vals + NSTD, self->nx);
-        Py_RETURN_FALSE;
-    }
-    for (int p = 0; p < nob; p++)
-        vals[self->oi[p]] = ov[p];
-    vals[1] = args[1];
-    vals[2] = args[2];
-    vals[3] = args[4];
-    vals[4] = args[5];
     PyObject *result = extend_values(self, vals, nv);
-    drop_refs(vals + NSTD, self->nx);
-    drop_refs(ov, nob);
-    drop_refs(nv, nob);
+    release_call(self, vals, ov, nv);
     return result;
 }
 
