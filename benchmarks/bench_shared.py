@@ -21,19 +21,25 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import os
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 import replaybank as rb
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.shared_workers import step_values  # the identity-carrying steps
-
 SPEC = {"obs": ((4,), "float32"), "action": ((), "int64")}
+
+
+def step_values(lanes: np.ndarray, t: np.ndarray, episode: np.ndarray,
+                done: np.ndarray) -> dict[str, Any]:
+    """One step of ``lanes`` at times ``t`` (all ``[m]``): obs ``(lane, t, episode, 0)``,
+    next obs ``(lane, t + 1, episode, done)``."""
+    m = len(lanes)
+    obs = np.stack([lanes, t, episode, np.zeros(m)], axis=1).astype(np.float32)
+    nxt = np.stack([lanes, t + 1, episode, done.astype(np.float64)], axis=1).astype(np.float32)
+    return dict(obs=obs, action=t.astype(np.int64), reward=t.astype(np.float32),
+                next_obs=nxt, terminated=done.copy(), truncated=np.zeros(m, bool))
 
 
 def _sampler(kind: str) -> Any:
@@ -116,7 +122,7 @@ def run(args: argparse.Namespace, rate: float) -> dict[str, float]:
     stop.set()
     for p in procs:
         p.join(30)
-    retries = shared._shared.retries if shared._shared is not None else 0
+    retries = shared.metadata()["shared_retries"]
     shared.close()
     return {"single_us": best_single * 1e6, "shared_us": best_shared * 1e6,
             "ratio": best_single / best_shared, "cpu_ratio": cpu_single / cpu_shared,

@@ -228,6 +228,10 @@ def test_writer_processes_never_show_a_torn_step() -> None:
     assert samples > 50
     check_batch(buf.sample(1024))
     assert buf.table.written.tolist() == [4000 - 1] * 4 or len(buf) > 0
+    # the draws thrown away because writers outran them are counted (and reported)
+    retries = buf.metadata()["shared_retries"]
+    assert isinstance(retries, int) and 0 <= retries <= samples * 16
+    assert "shared_retries" not in rb.ReplayBuffer(8).metadata()
     buf.close()
 
 

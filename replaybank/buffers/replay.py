@@ -908,9 +908,12 @@ class ReplayBuffer:
         return buffer_config(self)
 
     def metadata(self) -> dict[str, Any]:
-        """JSON-able description: type, capacity, num_envs, size, spec, sampler, view."""
+        """JSON-able description: type, capacity, num_envs, size, spec, sampler, view,
+        storage; a ``storage="shared"`` buffer adds ``shared_retries``, the draws its
+        learner threw away because writers evicted their steps meanwhile
+        (:mod:`replaybank.buffers.shared`)."""
         spec = self.spec
-        return {
+        out = {
             "type": type(self).__name__,
             "capacity": self.capacity,
             "num_envs": self.num_envs,
@@ -921,6 +924,9 @@ class ReplayBuffer:
             "view": self.view.config(),
             "storage": self._backend.name,
         }
+        if self._shared is not None:
+            out["shared_retries"] = self._shared.retries
+        return out
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickle support (``pickle``, ``copy.deepcopy``, ``torch.save``, multiprocessing):
