@@ -23,30 +23,44 @@ from tests.test_torch_features import steps  # noqa: E402
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 
-@pytest.mark.parametrize("n", [1, 2, 5, 37, 64])
-def test_sum_tree_matches_a_plain_reference(n: int) -> None:
-    rng = np.random.default_rng(n)
+@pytest.mark.parametrize("fanout", [2, 3, 8, 1024])
+@pytest.mark.parametrize("n", [1, 2, 5, 37, 64, 1000])
+def test_sum_tree_matches_a_plain_reference(n: int, fanout: int) -> None:
+    """Totals, smallest positive leaf, leaves and the prefix-mass search against numpy
+    (searchsorted on the cumsum), through random updates that zero leaves too; fanout
+    1024 is the CUDA layout, run here on the CPU."""
+    rng = np.random.default_rng(n * 7 + fanout)
     leaves = rng.random(n) * (rng.random(n) < 0.7)
-    cap, depth = sumtree_torch.depth_of(n)
-    s, m = sumtree_torch.build(torch, torch.from_numpy(leaves), cap)
+    tree = sumtree_torch.TorchSumTree(torch, torch.from_numpy(leaves), fanout)
+    assert all(len(level) <= fanout or len(level) % fanout == 0 for level in tree.sums)
+    assert len(tree.sums[-1]) <= fanout
     for _ in range(5):
         k = int(rng.integers(1, n + 1))
         slots = rng.choice(n, size=k, replace=False)
         vals = rng.random(k) * (rng.random(k) < 0.8)
         leaves[slots] = vals
-        sumtree_torch.update(torch, s, m, torch.from_numpy(slots), torch.from_numpy(vals),
-                             depth)
-        assert float(s[1]) == pytest.approx(leaves.sum(), rel=1e-12, abs=1e-300)
+        tree.update(torch.from_numpy(slots), torch.from_numpy(vals))
+        assert float(tree.total()) == pytest.approx(leaves.sum(), rel=1e-12, abs=1e-300)
         pos = leaves[leaves > 0]
-        assert float(m[1]) == (pos.min() if len(pos) else np.inf)
-        np.testing.assert_array_equal(s[cap:cap + n].numpy(), leaves)
+        assert float(tree.min_positive()) == (pos.min() if len(pos) else np.inf)
+        np.testing.assert_array_equal(tree.leaves(torch.arange(n)).numpy(), leaves)
         if leaves.sum() > 0:  # prefix masses -> leaves, as searchsorted on the cumsum
             cum = np.cumsum(leaves)
             t = np.sort(rng.random(200)) * leaves.sum()
             want = np.searchsorted(cum, t, side="right")
-            got = sumtree_torch.find(torch, s, torch.from_numpy(t), depth).numpy()
+            got = tree.find(torch.from_numpy(t)).numpy()
+            assert (leaves[got] > 0).all()  # never an empty leaf
+            np.testing.assert_array_equal(got, want)
+            # exact boundaries (measure zero: either neighbour), 0, a rounding below 0
+            # and the total and past it (the last positive leaf)
+            edge = np.concatenate([cum[leaves > 0][:20],
+                                   [0.0, -1e-12, leaves.sum(), leaves.sum() * (1 + 1e-9)]])
+            got = tree.find(torch.from_numpy(edge)).numpy()
             assert (leaves[got] > 0).all()
-            np.testing.assert_array_equal(got, np.minimum(want, n - 1))
+            lo, hi = cum[got] - leaves[got], cum[got]
+            tol = 1e-9 * leaves.sum()
+            assert np.all((lo - tol <= np.clip(edge, 0, leaves.sum()))
+                          & (np.clip(edge, 0, leaves.sum()) <= hi + tol))
 
 
 def pair(seed: int = 0, norm: str | None = "buffer", **kw: Any) -> tuple[Any, Any]:

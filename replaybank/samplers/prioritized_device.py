@@ -4,7 +4,8 @@ For device storage (:mod:`replaybank.buffers.device_path`) the buffer's
 :class:`~replaybank.samplers.prioritized.PrioritizedSampler` stays the record of every
 priority (its host tree takes writes, ``update_priorities``, checkpoints and the host
 paths: sequences, ``replace=False``). :class:`DevicePriorities` keeps a copy of its stored
-priorities in a device sum tree and min tree (:mod:`replaybank.ops.sumtree_torch`) and
+priorities in a wide device sum tree and min tree (:mod:`replaybank.ops.sumtree_torch`:
+fanout 1024 on CUDA, so a draw or an update of 1M slots is about a dozen kernels) and
 draws from it:
 
 * before a draw, :meth:`DevicePriorities.sync` brings the device tree up to date with one
@@ -35,7 +36,7 @@ Example:
     >>> lanes = LaneView(4, 1, np.array([4]), np.array([4]))
     >>> dp = DevicePriorities(torch, torch.device("cpu"))
     >>> dp.sync(ps, lanes, epoch=0)
-    >>> float(dp.sum_tree[1])
+    >>> float(dp.tree.total())
     10.0
 """
 
@@ -45,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from replaybank.ops import sumtree_torch
+from replaybank.ops.sumtree_torch import TorchSumTree, fanout_for
 from replaybank.samplers.base import LaneView
 from replaybank.samplers.prioritized import PrioritizedSampler
 
@@ -56,7 +57,7 @@ _W_HI = float(np.finfo(np.float32).max)
 
 
 class DevicePriorities:
-    """The device sum/min trees of a :class:`PrioritizedSampler` and their draws.
+    """The device sum/min tree of a :class:`PrioritizedSampler` and its draws.
 
     Args:
         torch: The torch module.
@@ -66,9 +67,7 @@ class DevicePriorities:
     def __init__(self, torch: Any, device: Any) -> None:
         self.torch = torch
         self.device = device
-        self.sum_tree: Any = None
-        self.min_tree: Any = None
-        self.depth = 0
+        self.tree: TorchSumTree | None = None
         self._source: tuple[int, int] | None = None  # (id of the sampler, table epoch)
         self._written: np.ndarray[Any, Any] | None = None
         self._touched: list[np.ndarray[Any, Any]] = []
@@ -82,11 +81,11 @@ class DevicePriorities:
         """Bring the device trees up to date with ``sampler`` (host to device only)."""
         torch = self.torch
         n = lanes.T * lanes.lanes
-        if self._source != (id(sampler), epoch) or self.sum_tree is None:
+        if self._source != (id(sampler), epoch) or self.tree is None:
             leaves = sampler.priorities(np.arange(n))
-            cap, self.depth = sumtree_torch.depth_of(n)
-            self.sum_tree, self.min_tree = sumtree_torch.build(
-                torch, torch.from_numpy(np.ascontiguousarray(leaves)).to(self.device), cap)
+            self.tree = TorchSumTree(
+                torch, torch.from_numpy(np.ascontiguousarray(leaves)).to(self.device),
+                fanout_for(self.device))
             self._source = (id(sampler), epoch)
             self._written = lanes.written.copy()
             self._touched = []
@@ -106,8 +105,8 @@ class DevicePriorities:
         dev = torch.from_numpy(np.concatenate([slots, vals.view(np.int64)])).to(
             self.device, non_blocking=True)  # one copy: slots, then the values' bits
         k = len(slots)
-        sumtree_torch.update(torch, self.sum_tree, self.min_tree, dev[:k],
-                             dev[k:].view(torch.float64), self.depth)
+        assert self.tree is not None
+        self.tree.update(dev[:k], dev[k:].view(torch.float64))
         self._written = lanes.written.copy()
         self._touched = []
 
@@ -116,18 +115,18 @@ class DevicePriorities:
         """Stratified draws: ``(keys, slots, probabilities float64, weights float32)``,
         each ``[B]`` on the device (``written``/``counts``: device lane counters)."""
         torch = self.torch
-        s, m = self.sum_tree, self.min_tree
-        total = s[1]
+        tree = self.tree
+        assert tree is not None
+        total = tree.total()
         u = torch.rand(batch_size, generator=generator, device=self.device,
                        dtype=torch.float64)
         targets = (torch.arange(batch_size, device=self.device, dtype=torch.float64) + u) \
             * (total / batch_size)
-        slots = sumtree_torch.find(torch, s, targets, self.depth)  # [B]
-        cap = s.shape[0] // 2
-        p = s.index_select(0, slots + cap)  # [B] stored priorities
+        slots = tree.find(targets)  # [B]
+        p = tree.leaves(slots)  # [B] stored priorities
         probs = p / total
         if sampler.weight_norm == "buffer":
-            w = (p / m[1]) ** -beta
+            w = (p / tree.min_positive()) ** -beta
         elif sampler.weight_norm == "batch":
             w = (p / p.min()) ** -beta
         else:
