@@ -40,6 +40,22 @@ replaybank's PER + 3-step solved every seed, between 11k and 15k steps; SB3's bu
 5k to 36k steps. It was faster on seeds 1 and 2 and slower on seed 0, so the claim
 "fewer steps on 3 of 3 seeds" does NOT hold in this measurement (2 of 3).
 
+Ten seeds (seeds 3 to 9 added later, same script and settings; the uniform 3-step row is
+SB3's plain DQN with ``replay_buffer_kwargs={"n_steps": 3, "gamma": 0.99}``):
+
+==========================  ========================================  ======  ======
+buffer                      env steps to 475, seeds 0 to 9            mean    median
+==========================  ========================================  ======  ======
+SB3's own buffer            5k 36k 28k 28k 2k 33k 10k 16k 9k 30k      19,700  22,000
+replaybank PER + 3-step     11k 12k 15k 4k 19k 17k 9k 18k 19k 7k      13,100  13,500
+replaybank uniform 3-step   7k 6k 7k 8k 9k 11k 7k 12k 9k 5k           8,100   7,500
+==========================  ========================================  ======  ======
+
+PER + 3-step took fewer steps than SB3's buffer on 6 of 10 seeds (one-sided
+Mann-Whitney p = 0.18); uniform 3-step on 7 of 10, with one tie (p = 0.03). SB3's own
+buffer spreads from 2k to 36k steps. Its 2k and 5k are evaluations that reached 475 early
+by luck, so "fewer steps on every seed" depends on the seeds drawn.
+
 Why (re-measured, same hyperparameters, budget and evaluation; one setting for all seeds,
 nothing tuned per seed): env steps to 475 for each part of the buffer on its own.
 
