@@ -53,8 +53,9 @@ replaybank uniform 3-step   7k 6k 7k 8k 9k 11k 7k 12k 9k 5k           8,100   7,
 
 PER + 3-step took fewer steps than SB3's buffer on 6 of 10 seeds (one-sided
 Mann-Whitney p = 0.18); uniform 3-step on 7 of 10, with one tie (p = 0.03). SB3's own
-buffer spreads from 2k to 36k steps. Its 2k and 5k are evaluations that reached 475 early
-by luck, so "fewer steps on every seed" depends on the seeds drawn.
+buffer spreads from 2k to 36k steps (the same one-step uniform replay from replaybank
+needs 28k on seed 0, where SB3's took 5k), so "fewer steps on every seed" depends on the
+seeds drawn.
 
 Why (re-measured, same hyperparameters, budget and evaluation; one setting for all seeds,
 nothing tuned per seed): env steps to 475 for each part of the buffer on its own.
