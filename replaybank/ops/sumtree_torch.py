@@ -111,11 +111,10 @@ class TorchSumTree:
 
     def min_positive(self) -> Any:
         """The smallest positive leaf (``inf`` when none), a 0-d tensor on the device."""
-        torch = self.torch
-        top = self.sums[-1] if not self.mins else self.mins[-1]
-        if not self.mins:  # one level: the leaves themselves
-            return torch.where(top > 0, top, float("inf")).amin()
-        return top.amin()
+        if self.mins:
+            return self.mins[-1].amin()
+        leaves = self.sums[0]  # one level: the leaves themselves
+        return self.torch.where(leaves > 0, leaves, float("inf")).amin()
 
     def leaves(self, slots: Any) -> Any:
         """The leaf values at ``slots`` ``[k]`` (float64, on the device)."""

@@ -200,12 +200,13 @@ class RowsLayout:
         True
     """
 
-    __slots__ = ("_extra_tree", "_f0_ndim", "_named", "_zeros", "order")
+    __slots__ = ("_extra_tree", "_f0_ndim", "_named", "_unstored", "_zeros", "order")
 
     def __init__(self, names: list[str], ndim: dict[str, int]) -> None:
         others = [n for n in names if n not in FLAGS]
         self.order: tuple[str, ...] | None = None
         self._named: tuple[tuple[int, Any], ...] = ()
+        self._unstored: tuple[int, ...] = ()
         self._extra_tree: dict[str, Any] = {}
         self._f0_ndim = 0
         self._zeros: dict[tuple[int, ...], Any] = {}
@@ -227,6 +228,8 @@ class RowsLayout:
             node[path[-1]] = i
         # a named argument's place: its field index, or its subtree of a dict value
         self._named = tuple((NAMED.index(k), v) for k, v in tree.items() if k in NAMED)
+        # the named arguments the table does not store: a call must leave them out
+        self._unstored = tuple(i for i, k in enumerate(NAMED) if k not in tree)
         self._extra_tree = {k: v for k, v in tree.items() if k not in NAMED}
         self._f0_ndim = ndim[first]
         self.order = order
@@ -244,19 +247,17 @@ class RowsLayout:
         order = self.order
         if order is None:
             return None
+        for i in self._unstored:
+            if named[i] is not UNSET_:
+                return None
         out: list[Any] = [UNSET_] * len(order)
-        given = 0
         for i, sub in self._named:
             v = named[i]
             if v is UNSET_:
                 continue
-            given |= 1 << i
             if type(sub) is int:
                 out[sub] = v
             elif not _walk(v, sub, out):
-                return None
-        for i, v in enumerate(named):  # a named argument the table does not store
-            if v is not UNSET_ and not given >> i & 1:
                 return None
         if not _walk(extras, self._extra_tree, out):
             return None
