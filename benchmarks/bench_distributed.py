@@ -14,7 +14,12 @@ For 1, 2 and 4 shards (one lane per shard, obs float32[17], action float32[6]):
   returning ``B / S`` rows (what one round trip to ``S`` actors costs on this machine;
   with more shards than cores it grows with ``S``), and the ratio to it;
 * per shard, the batched insert rate against a single in-process buffer's ``extend`` of
-  the same chunks (target: >= 50%).
+  the same chunks (target: >= 50%);
+* the latency (median) of ``client.sample_sequences(16, 64)`` (R2D2-sized windows,
+  exact over the shards: candidate starts from every shard and one rejection stream),
+  on a second service of ``--seq-capacity`` steps per shard holding continuous
+  trajectories (episodes of 1,000 steps; the insert data above is i.i.d. noise, every
+  step a discontinuity, so it holds no window).
 
 Wall-clock times (Ray work happens in other processes), median of ``--repeats`` runs of
 each measurement. Each shard reserves one logical CPU (Ray is started with
@@ -38,6 +43,7 @@ import numpy as np
 import replaybank as rb
 
 OBS, ACT, BATCH = 17, 6, 256
+SEQ_B, SEQ_L, EPISODE = 16, 64, 1000
 
 
 def chunk_values(steps: int, lanes: int, t0: int = 0) -> dict[str, Any]:
@@ -48,6 +54,41 @@ def chunk_values(steps: int, lanes: int, t0: int = 0) -> dict[str, Any]:
             "reward": rng.standard_normal(n, dtype=np.float32),
             "next_obs": rng.standard_normal((*n, OBS), dtype=np.float32),
             "terminated": np.zeros(n, bool), "truncated": np.zeros(n, bool)}
+
+
+def trajectories(steps: int, lanes: int) -> dict[str, Any]:
+    """``steps`` continuous steps per lane (``next_obs[t] == obs[t + 1]``), truncated
+    every ``EPISODE`` steps."""
+    rng = np.random.default_rng(1)
+    obs = rng.standard_normal((steps + 1, lanes, OBS), dtype=np.float32)
+    n = (steps, lanes)
+    trunc = np.zeros(n, bool)
+    trunc[EPISODE - 1::EPISODE] = True
+    return {"obs": obs[:-1], "action": rng.standard_normal((*n, ACT), dtype=np.float32),
+            "reward": rng.standard_normal(n, dtype=np.float32), "next_obs": obs[1:],
+            "terminated": np.zeros(n, bool), "truncated": trunc}
+
+
+def sequence_latency(shards: int, capacity: int, sampler: str, calls: int) -> float:
+    """Median seconds of ``client.sample_sequences(SEQ_B, SEQ_L)`` over ``shards``
+    shards of ``capacity`` continuous steps each."""
+    from replaybank.distributed import ReplayService
+
+    svc = ReplayService(shards, config(capacity, sampler), num_lanes=shards, seed=1,
+                        timeout=120.0)
+    try:
+        client = svc.client()
+        client.extend(**trajectories(capacity, shards), env_ids=np.arange(shards))
+        client.flush()
+        client.sample_sequences(SEQ_B, SEQ_L)  # warm
+        lat = []
+        for _ in range(calls):
+            t = time.perf_counter()
+            client.sample_sequences(SEQ_B, SEQ_L)
+            lat.append(time.perf_counter() - t)
+        return statistics.median(lat)
+    finally:
+        svc.shutdown()
 
 
 def config(capacity: int, sampler: str) -> dict[str, Any]:
@@ -71,7 +112,8 @@ def in_process_extend_rate(capacity: int, chunk: int, sampler: str, repeats: int
 
 
 def bench_shards(shards: int, capacity: int, chunk: int, sampler: str, calls: int,
-                 repeats: int, bare: Any, send: dict[str, int]) -> dict[str, float]:
+                 repeats: int, bare: Any, send: dict[str, int],
+                 seq_capacity: int) -> dict[str, float]:
     from replaybank.distributed import ReplayService
 
     svc = ReplayService(shards, config(capacity, sampler), num_lanes=shards, seed=0,
@@ -102,7 +144,7 @@ def bench_shards(shards: int, capacity: int, chunk: int, sampler: str, calls: in
         fan_lat = fan(calls)
         for a in actors:
             _ray().kill(a)
-        return {"shards": shards, "insert_rows_s": statistics.median(inserts),
+        out = {"shards": shards, "insert_rows_s": statistics.median(inserts),
                 "sample_calls_s": 1 / sample_lat, "sample_items_s": BATCH / sample_lat,
                 "sample_ms": sample_lat * 1e3, "bare_ms": bare_lat * 1e3,
                 "ratio": sample_lat / bare_lat, "fan_ms": fan_lat * 1e3,
@@ -110,6 +152,9 @@ def bench_shards(shards: int, capacity: int, chunk: int, sampler: str, calls: in
                 "one_trip": (client.draw_paths["one_trip"] - before) / calls}
     finally:
         svc.shutdown()
+    # after the shutdown: each shard reserves a CPU of the cluster
+    out["seq_ms"] = 1e3 * sequence_latency(shards, seq_capacity, sampler, max(1, calls // 3))
+    return out
 
 
 def _ray() -> Any:
@@ -161,6 +206,8 @@ def main() -> None:
     p.add_argument("--chunk", type=int, default=1024, help="steps per lane per extend")
     p.add_argument("--calls", type=int, default=300, help="sample calls timed")
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--seq-capacity", type=int, default=50_000,
+                   help="per shard, for sample_sequences")
     p.add_argument("--sampler", default="uniform", choices=["uniform", "prioritized"])
     p.add_argument("--max-rows", type=int, default=None,
                    help="client rows per shard per send (default: the client's)")
@@ -175,8 +222,8 @@ def main() -> None:
              _temp_dir=tempfile.mkdtemp(prefix="rbbench", dir="/tmp"))
     bare, _actor = make_bare(ray, a.sampler)
     local = in_process_extend_rate(a.capacity, a.chunk, a.sampler, a.repeats)
-    rows = [bench_shards(s, a.capacity, a.chunk, a.sampler, a.calls, a.repeats, bare, send)
-            for s in a.shards]
+    rows = [bench_shards(s, a.capacity, a.chunk, a.sampler, a.calls, a.repeats, bare, send,
+                         a.seq_capacity) for s in a.shards]
     print(f"rb.distributed, sampler={a.sampler}, {os.cpu_count()} CPU cores on this "
           f"machine, Ray logical CPUs {max(a.shards) + 1} (one per shard + bare actor); "
           f"chunk {a.chunk} steps/lane, capacity {a.capacity:,}/shard, batch {BATCH}, "
@@ -184,7 +231,7 @@ def main() -> None:
     print(f"single in-process buffer extend: {local:,.0f} rows/s")
     head = (f"{'shards':>6} {'insert rows/s':>14} {'per shard':>12} {'vs local':>9} "
             f"{'sample/s':>9} {'items/s':>11} {'sample ms':>10} {'bare ms':>8} {'ratio':>6} "
-            f"{'fan-out ms':>10} {'ratio':>6} {'1 trip':>6}")
+            f"{'fan-out ms':>10} {'ratio':>6} {'1 trip':>6} {'seq ms':>7}")
     print(head)
     print("-" * len(head))
     for r in rows:
@@ -192,7 +239,8 @@ def main() -> None:
         print(f"{r['shards']:>6} {r['insert_rows_s']:>14,.0f} {per:>12,.0f} "
               f"{per / local:>8.0%} {r['sample_calls_s']:>9,.0f} {r['sample_items_s']:>11,.0f} "
               f"{r['sample_ms']:>10.2f} {r['bare_ms']:>8.2f} {r['ratio']:>6.2f} "
-              f"{r['fan_ms']:>10.2f} {r['fan_ratio']:>6.2f} {r['one_trip']:>6.0%}")
+              f"{r['fan_ms']:>10.2f} {r['fan_ratio']:>6.2f} {r['one_trip']:>6.0%} "
+              f"{r['seq_ms']:>7.2f}")
     ray.shutdown()
 
 

@@ -42,6 +42,7 @@ from replaybank.ops.gae import discount_cumsum, gae
 from replaybank.persist import ResumeWarning, load, load_into, open, save
 from replaybank.samplers.base import (
     BoundedPriorities,
+    IndependentDraws,
     KeyUpdates,
     LaneView,
     PrioritySampler,
@@ -106,6 +107,7 @@ __all__ = [
     "GroupedBackend",
     "HerReplayBuffer",
     "HerView",
+    "IndependentDraws",
     "InputTransform",
     "KeyUpdates",
     "LaneSplitSampler",

@@ -77,12 +77,13 @@ from replaybank.samplers.checks import (
     check_replace,
     check_size_arg,
 )
-from replaybank.samplers.windows import draw_starts, redraw_short
+from replaybank.samplers.windows import draw_starts, extent_kernel, redraw_short
 from replaybank.spec import SEP
 from replaybank.storage.table import StepTable
 from replaybank.views.sequence import fused_reads, gather_fused, gather_numpy
 
-__all__ = ["STATE_PREFIX", "sample_sequences", "update_sequence_priorities"]
+__all__ = ["STATE_PREFIX", "sample_sequences", "sequence_candidates",
+           "update_sequence_priorities"]
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
@@ -225,39 +226,9 @@ def sample_sequences(
         >>> sb.obs.shape, sb["initial/hidden"].shape, sb.burn_in[0].tolist()
         ((3, 5, 1), (3, 4), [True, False, False, False, False])
     """
-    if not (type(batch_size) is int and type(sequence_length) is int
-            and type(burn_in) is int and type(max_redraws) is int
-            and batch_size >= 1 and sequence_length >= 1 and burn_in >= 0
-            and max_redraws >= 0):
-        batch_size = check_size_arg("batch_size", batch_size, "sample_sequences")
-        sequence_length = check_size_arg("sequence_length", sequence_length,
-                                         "sample_sequences")
-        burn_in = check_size_arg("burn_in", burn_in, "sample_sequences", lo=0)
-        max_redraws = check_size_arg("max_redraws", max_redraws, "sample_sequences", lo=0)
-    if sampler_kwargs:
-        check_options("sample_sequences", sampler_kwargs, traits.options, _SEQ_ARGS)
-        if "replace" in sampler_kwargs:
-            check_replace(sampler_kwargs["replace"], "sample_sequences")
-    if episode_boundary == "stop":
-        cross = False
-    elif episode_boundary == "cross":
-        cross = True
-    else:
-        raise ConfigError(
-            f"sample_sequences(episode_boundary={episode_boundary!r}): use 'stop' (windows "
-            "end at episode ends, R2D2) or 'cross' (windows run over them, DreamerV3)"
-        )
-    if strict is not True and strict is not False and not isinstance(strict, np.bool_):
-        raise ConfigError(f"sample_sequences(strict={strict!r}): must be a bool")
-    width = burn_in + sequence_length
-    size = 0 if lanes is None else lanes.size
-    if batch_size * (width + 1) > (1 << 20):  # [B, W + 1] of every field: memory first
-        check_draw_size(
-            f"sample_sequences(batch_size={batch_size}, sequence_length={sequence_length}, "
-            f"burn_in={burn_in})", batch_size * (width + 1),
-            0 if table is None else table.spec.nbytes_per_item,
-            "lower batch_size, sequence_length or burn_in")
-    check_batch_size(batch_size, size, True, "sample_sequences")
+    batch_size, sequence_length, burn_in, max_redraws, cross, width, size = _checked(
+        "sample_sequences", table, lanes, traits, batch_size, sequence_length,
+        episode_boundary, strict, burn_in, max_redraws, sampler_kwargs)
     if table is None or lanes is None:  # pragma: no cover - check_batch_size raised
         raise AssertionError("no storage to sample from")
     saved = rng.bit_generator.state  # a late failure (no window found) restores it
@@ -269,18 +240,156 @@ def sample_sequences(
         raise
 
 
+def sequence_candidates(
+    table: StepTable | None,
+    lanes: LaneView | None,
+    rng: np.random.Generator,
+    traits: SamplerTraits,
+    batch_size: int,
+    sequence_length: int,
+    episode_boundary: str = "stop",
+    strict: bool = True,
+    burn_in: int = 0,
+    state_fields: str | Sequence[str] | None = None,
+    max_redraws: int = 16,
+    **sampler_kwargs: Any,
+) -> tuple[BoolArray, SequenceBatch | None]:
+    """Candidates for exact rejection sampling of windows across several buffers.
+
+    Draws ``batch_size`` window starts *independently* from the sampler's unconditional
+    law (:class:`~replaybank.samplers.base.IndependentDraws`: uniform over the live
+    steps, or ``p_i / total``), tells which of them are usable (their window holds the
+    steps :func:`sample_sequences` requires) and gathers the windows of the usable ones.
+    Keeping the first ``B`` usable candidates of an i.i.d. stream gives exactly the
+    sampler's law conditioned on usable starts, the law :func:`sample_sequences`
+    draws from; a caller that interleaves several buffers' streams by their masses
+    (the sharded service's client) gets that law over all of them.
+
+    Args:
+        table, lanes, rng, traits: As :func:`sample_sequences`.
+        batch_size: Candidates ``M`` to draw.
+        sequence_length, episode_boundary, strict, burn_in, state_fields: As
+            :func:`sample_sequences`.
+        max_redraws: Accepted (and unused) for the arguments of :func:`sample_sequences`.
+        **sampler_kwargs: The sampler's options; ``beta`` is accepted and unused (no
+            weights are computed), ``replace`` must be True.
+
+    Returns:
+        ``usable`` ``[M]`` bool, and a :class:`~replaybank.batch.SequenceBatch` of the
+        usable candidates' windows in draw order (as :func:`sample_sequences`, without
+        ``weights`` and ``probabilities``), or None when none is usable.
+
+    Raises:
+        ConfigError: Bad arguments, ``replace=False``, or a sampler that cannot draw
+            independently.
+        EmptyBufferError: Nothing to draw.
+
+    Example:
+        >>> import numpy as np
+        >>> import replaybank as rb
+        >>> buf = rb.ReplayBuffer(capacity=64, seed=0)
+        >>> for t in range(12):
+        ...     buf.add(obs=np.full(2, t, np.float32), action=0, reward=1.0,
+        ...             next_obs=np.full(2, t + 1, np.float32), terminated=t % 3 == 2,
+        ...             truncated=False)
+        >>> usable, sb = sequence_candidates(buf.table, buf.lane_view(), buf.rng,
+        ...                                  buf.sampler_traits, 8, 3)
+        >>> usable.shape, sb.obs.shape[0] == int(usable.sum()), bool(np.all(sb.starts % 3 == 0))
+        ((8,), True, True)
+    """
+    call = "sequence_candidates"
+    batch_size, sequence_length, burn_in, _, cross, width, _ = _checked(
+        call, table, lanes, traits, batch_size, sequence_length, episode_boundary, strict,
+        burn_in, max_redraws, sampler_kwargs)
+    if sampler_kwargs.get("replace", True) is not True:
+        raise ConfigError(f"{call}(replace={sampler_kwargs['replace']!r}): candidates are "
+                          "drawn with replacement; use sample_sequences for distinct starts")
+    independent = traits.independent
+    if independent is None:
+        raise ConfigError(
+            f"{call}: the sampler ({type(traits.sampler).__name__}) cannot draw keys "
+            "independently (no draw_independent); use sample_sequences")
+    if table is None or lanes is None:  # pragma: no cover - _checked raised
+        raise AssertionError("no storage to sample from")
+    _check_fits(table, width, strict, sequence_length, burn_in, call)
+    state_names = _cached_state_names(table.spec, state_fields)
+    min_len = width if strict else burn_in + 1
+    keys = independent.draw_independent(batch_size, lanes, rng)
+    ext = extent_kernel()(table.link, lanes.written, lanes.counts, keys, width, cross)
+    usable = np.asarray(ext >= min_len)
+    if not usable.any():
+        return usable, None
+    keys, ext = keys[usable], ext[usable]
+    fast = _fast_kernels()
+    reads = fused_reads(table) if fast is not None else None
+    if reads is not None:
+        out = gather_fused(fast, table, keys, ext, width, burn_in, min_len >= width, None,
+                           reads)
+    else:
+        out = gather_numpy(table, keys, ext, width, burn_in)
+    return usable, _finish(out, None, state_names)
+
+
+def _checked(call: str, table: StepTable | None, lanes: LaneView | None,
+             traits: SamplerTraits, batch_size: Any, sequence_length: Any,
+             episode_boundary: Any, strict: Any, burn_in: Any, max_redraws: Any,
+             sampler_kwargs: dict[str, Any]) -> tuple[int, int, int, int, bool, int, int]:
+    """The checked arguments of ``call`` (:func:`sample_sequences` or
+    :func:`sequence_candidates`): ``(batch_size, sequence_length, burn_in, max_redraws,
+    cross, width, size)``; raises as :func:`sample_sequences` documents."""
+    if not (type(batch_size) is int and type(sequence_length) is int
+            and type(burn_in) is int and type(max_redraws) is int
+            and batch_size >= 1 and sequence_length >= 1 and burn_in >= 0
+            and max_redraws >= 0):
+        batch_size = check_size_arg("batch_size", batch_size, call)
+        sequence_length = check_size_arg("sequence_length", sequence_length, call)
+        burn_in = check_size_arg("burn_in", burn_in, call, lo=0)
+        max_redraws = check_size_arg("max_redraws", max_redraws, call, lo=0)
+    if sampler_kwargs:
+        check_options(call, sampler_kwargs, traits.options, _SEQ_ARGS)
+        if "replace" in sampler_kwargs:
+            check_replace(sampler_kwargs["replace"], call)
+    if episode_boundary == "stop":
+        cross = False
+    elif episode_boundary == "cross":
+        cross = True
+    else:
+        raise ConfigError(
+            f"{call}(episode_boundary={episode_boundary!r}): use 'stop' (windows "
+            "end at episode ends, R2D2) or 'cross' (windows run over them, DreamerV3)"
+        )
+    if strict is not True and strict is not False and not isinstance(strict, np.bool_):
+        raise ConfigError(f"{call}(strict={strict!r}): must be a bool")
+    width = burn_in + sequence_length
+    size = 0 if lanes is None else lanes.size
+    if batch_size * (width + 1) > (1 << 20):  # [B, W + 1] of every field: memory first
+        check_draw_size(
+            f"{call}(batch_size={batch_size}, sequence_length={sequence_length}, "
+            f"burn_in={burn_in})", batch_size * (width + 1),
+            0 if table is None else table.spec.nbytes_per_item,
+            "lower batch_size, sequence_length or burn_in")
+    check_batch_size(batch_size, size, True, call)
+    return batch_size, sequence_length, burn_in, max_redraws, cross, width, size
+
+
+def _check_fits(t: StepTable, width: int, strict: Any, sequence_length: int, burn_in: int,
+                call: str) -> None:
+    """A strict window of ``width`` steps must fit in a lane."""
+    if strict and width > t.T:
+        raise ConfigError(
+            f"{call}(sequence_length={sequence_length}, burn_in={burn_in}): a "
+            f"window of {width} steps never fits in a lane of {t.T} rows; lower them, use "
+            "strict=False or a larger capacity"
+        )
+
+
 def _sample(table: StepTable, lanes: LaneView, rng: np.random.Generator,
             traits: SamplerTraits, batch_size: int, sequence_length: int, cross: bool,
             strict: Any, burn_in: int, state_fields: Any, max_redraws: int,
             sampler_kwargs: dict[str, Any], width: int, size: int) -> SequenceBatch:
     """The body of :func:`sample_sequences` once its arguments are checked."""
     t = table
-    if strict and width > t.T:
-        raise ConfigError(
-            f"sample_sequences(sequence_length={sequence_length}, burn_in={burn_in}): a "
-            f"window of {width} steps never fits in a lane of {t.T} rows; lower them, use "
-            "strict=False or a larger capacity"
-        )
+    _check_fits(t, width, strict, sequence_length, burn_in, "sample_sequences")
     state_names = _cached_state_names(t.spec, state_fields)
     min_len = width if strict else burn_in + 1
     fast = _fast_kernels()

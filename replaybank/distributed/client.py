@@ -50,6 +50,15 @@ items moves ``S`` times the batch; spare-padded guesses move about ``1 + 4 sd / 
 it. ``draw_paths`` counts the calls that took one trip, needed the top-up, or took
 the two-trip protocol. The shards' ``samples`` counts include the spare draws.
 
+Windows (``sample_sequences``) cannot be split by mass exactly: a shard's share of the
+*usable* starts is not its share of the mass. Over two or more live shards the client
+samples them by rejection instead (:mod:`replaybank.distributed.rejection`): each shard
+draws candidate starts independently and returns the usable ones' windows, one stream
+of shard labels interleaves them, and the first ``B`` usable ones are kept; the
+candidates asked for are sized from the previous masses and the usable rate of recent
+calls of the same window shape (``draw_paths`` counts a call that needed more candidates
+as ``top_up``).
+
 The two-trip protocol (one round trip asks every live shard for its mass and whether
 its limiter lets the draw through, a multinomial split follows, the shards draw in
 parallel) is kept where spare draws would change state that matters: with rate limits
@@ -99,9 +108,10 @@ from replaybank.buffers.inputs import UNSET
 from replaybank.buffers.priorities import to_host
 from replaybank.distributed.errors import ShardUnavailableError
 from replaybank.distributed.keys import group_by_shard, group_rows_by_shard
+from replaybank.distributed.rejection import CandidateStream, candidate_counts
 from replaybank.distributed.split import merge, split_counts
 from replaybank.distributed.writer import MAX_BYTES, MAX_ROWS, RowBatcher, lanes_of, tree_map
-from replaybank.errors import ConfigError, DtypeError, ShapeError, describe
+from replaybank.errors import ConfigError, DtypeError, EmptyBufferError, ShapeError, describe
 from replaybank.ops import windows
 from replaybank.samplers.prioritized import PrioritizedSampler
 
@@ -110,6 +120,8 @@ __all__ = ["ReplayClient"]
 #: Spare draws per shard on the one-trip path: ``B q + SPARE_SD sd + SPARE_ITEMS``.
 SPARE_SD = 4.0
 SPARE_ITEMS = 4
+#: Further round trips a window draw may take when its candidates fall short.
+MAX_TOP_UPS = 16
 
 
 def _ray() -> Any:
@@ -187,6 +199,11 @@ class ReplayClient:
         self._seq_widths: set[int] = set()
         # the shards' priority rule, asked once: (has priorities, largest raw priority)
         self._priority_rule: tuple[bool, float] | None = None
+        # whether the shards draw independently (exact windows), asked once
+        self._draws_independent: bool | None = None
+        # per window shape: (usable, drawn) candidates of the recent window draws (each
+        # call halves the old counts); their ratio sizes the next draw
+        self._window_rates: dict[tuple[int, str], tuple[float, float]] = {}
         self._reset_io()
 
     def _reset_io(self) -> None:
@@ -449,9 +466,14 @@ class ReplayClient:
                          **kwargs: Any) -> SequenceBatch:
         """Sample ``[B, L]`` windows (as :meth:`replaybank.ReplayBuffer.sample_sequences`).
 
-        The batch is split by shard mass (size, or total priority), which equals one
-        buffer's distribution over valid window starts when every shard has the same
-        fraction of valid starts (long episodes); ``starts`` are global keys.
+        The windows follow one buffer's law over all shards (the sampler's law
+        conditioned on usable starts): with several live shards whose sampler draws
+        independently (uniform, prioritized), by rejection on one stream of candidate
+        starts from every shard (:mod:`replaybank.distributed.rejection`: one round
+        trip, more only when the candidates fall short); with one live shard, that
+        shard's own draw. With rate limits, ``max_times_sampled``, ``replace=False`` or
+        other samplers, the batch is split by shard mass, which equals that law when
+        every shard has the same fraction of usable starts. ``starts`` are global keys.
         """
         _positive("sequence_length", sequence_length)
         batch = SequenceBatch.own(self._draw(batch_size, (int(sequence_length),), kwargs))
@@ -469,6 +491,9 @@ class ReplayClient:
         if self.rate_limited or self.max_times_sampled is not None \
                 or kwargs.get("replace", True) is not True:
             fields = self._draw_two_trips(n, sequences, kwargs, beta)
+        elif sequences is not None and self.num_shards - len(self._degraded) > 1 \
+                and self._independent():
+            fields = self._draw_windows(n, sequences[0], kwargs, beta)
         else:
             fields = self._draw_one_trip(n, sequences, kwargs, beta)
         if self._schedule is not None:
@@ -535,6 +560,83 @@ class ReplayClient:
                          self._sampler_config.get("weight_norm"))
         raise ShardUnavailableError(f"sample(batch_size={n}): shards kept failing "
                                     f"({sorted(self._degraded)} down)")
+
+    def _draw_windows(self, n: int, length: int, kwargs: dict[str, Any],
+                      beta: float | None) -> dict[str, Any]:
+        """Exact windows: candidates from every live shard, the first ``n`` usable ones
+        of one label stream (:mod:`replaybank.distributed.rejection`), more candidates
+        in further round trips when the stream runs past a shard's (at most
+        ``MAX_TOP_UPS``). A call that raises leaves the generator as it was."""
+        saved = self._rng.bit_generator.state
+        try:
+            return self._windows(n, length, kwargs, beta)
+        except BaseException:
+            self._rng.bit_generator.state = saved
+            raise
+
+    def _windows(self, n: int, length: int, kwargs: dict[str, Any],
+                 beta: float | None) -> dict[str, Any]:
+        for _ in range(self.num_shards + 1):
+            self._probe()
+            live = [s for s in range(self.num_shards) if s not in self._degraded]
+            if not live:
+                raise ShardUnavailableError(
+                    f"sample_sequences(batch_size={n}): every shard is down "
+                    f"({sorted(self._degraded)}); wait for Ray to restart them")
+            seen = self._seen
+            total = 0.0 if seen is None else sum(seen[s] for s in live)
+            shares = {s: (seen[s] / total if seen is not None and total > 0.0
+                          else 1.0) for s in live}
+            key = (length, repr(sorted((k, v) for k, v in kwargs.items() if k != "beta")))
+            acc, used = self._window_rates.get(key, (0.0, 0.0))
+            want = candidate_counts(n, acc / used if used else 1.0, shares)
+            stream = CandidateStream(live, n, self._rng)
+            trips = 0
+            failed: list[int] = []
+            while want and trips <= MAX_TOP_UPS:
+                replies, failed = self._gather({s: self._shards[s].candidates.remote(
+                    c, kwargs, length) for s, c in want.items()})
+                if failed:
+                    break
+                for s, r in replies.items():
+                    stream.add(s, r)
+                want = stream.consume() or {}
+                trips += 1
+            if failed:
+                continue  # renormalise over the shards still alive
+            if want:
+                raise EmptyBufferError(
+                    f"sample_sequences(batch_size={n}, sequence_length={length}): "
+                    f"{stream.accepted} usable windows among {stream.consumed} candidate "
+                    f"starts drawn from the live shards in {trips} round trips; add more "
+                    "data, shorten sequence_length/burn_in, or use strict=False (padded "
+                    "windows) or episode_boundary='cross'")
+            if len(self._window_rates) >= 16 and key not in self._window_rates:
+                self._window_rates.clear()
+            self._window_rates[key] = (0.5 * acc + stream.accepted, 0.5 * used + stream.consumed)
+            seen_now = [0.0] * self.num_shards if seen is None else list(seen)
+            for s in live:
+                seen_now[s] = float(stream.masses[s][1])
+            self._seen = seen_now
+            self.draw_paths["one_trip" if trips == 1 else "top_up"] += 1
+            return merge(stream.parts(), [stream.masses[s] for s in live], beta,
+                         self._sampler_config.get("weight_norm"))
+        raise ShardUnavailableError(f"sample_sequences(batch_size={n}): shards kept "
+                                    f"failing ({sorted(self._degraded)} down)")
+
+    def _independent(self) -> bool:
+        """Whether the shards' sampler draws independently (exact windows; asked of one
+        live shard once: every shard has the same config)."""
+        if self._draws_independent is None:
+            self._probe()
+            for s in range(self.num_shards):
+                if s in self._degraded:
+                    continue
+                out, _ = self._gather({s: self._shards[s].supports_candidates.remote()})
+                if s in out:
+                    self._draws_independent = bool(out[s])
+                    break
+        return bool(self._draws_independent)
 
     def _draw_two_trips(self, n: int, sequences: tuple[int] | None,
                         kwargs: dict[str, Any], beta: float | None) -> dict[str, Any]:
@@ -712,11 +814,13 @@ class ReplayClient:
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
-        """The sampling state: generator, beta-schedule calls and the shard masses that
-        size the next one-trip draw (JSON-able)."""
+        """The sampling state: generator, beta-schedule calls, and the shard masses and
+        usable-window rates that size the next draws (JSON-able)."""
         return {"rng": self._rng.bit_generator.state,
                 "calls": None if self._schedule is None else self._schedule.calls,
-                "shard_masses": self._seen}
+                "shard_masses": self._seen,
+                "window_rates": [[k[0], k[1], a, u]
+                                 for k, (a, u) in self._window_rates.items()]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`."""
@@ -725,6 +829,8 @@ class ReplayClient:
             self._schedule.calls = int(state["calls"])
         seen = state.get("shard_masses")
         self._seen = None if seen is None else [float(m) for m in seen]
+        self._window_rates = {(int(n), str(k)): (float(a), float(u))
+                              for n, k, a, u in state.get("window_rates", [])}
 
     def __repr__(self) -> str:
         return (f"ReplayClient(num_shards={self.num_shards}, num_lanes={self.num_lanes}, "

@@ -46,6 +46,7 @@ import numpy as np
 import numpy.typing as npt
 
 from replaybank import persist
+from replaybank.buffers.sequences import sequence_candidates
 from replaybank.config import from_config
 from replaybank.distributed import checkpoint
 from replaybank.distributed.keys import to_global
@@ -352,14 +353,55 @@ class Shard:
         Raises:
             ConfigError: The shard has a rate limiter or ``max_times_sampled``.
         """
-        if self.limiter is not None or self.spec.max_times_sampled is not None:
-            raise ConfigError(
-                f"Shard.draw: shard {self.spec.index} has a rate limiter or "
-                "max_times_sampled, whose counts spare draws would change; use sample()")
+        self._spares_allowed("draw")
         mass = self.mass()
         if n <= 0 or not mass[1] > 0.0:
             return {"fields": None, "priorities": None, "mass": mass}
         return self.sample_now(n, kwargs, sequences)
+
+    def _spares_allowed(self, call: str) -> None:
+        if self.limiter is not None or self.spec.max_times_sampled is not None:
+            raise ConfigError(
+                f"Shard.{call}: shard {self.spec.index} has a rate limiter or "
+                "max_times_sampled, whose counts spare draws would change; use sample()")
+
+    def supports_candidates(self) -> bool:
+        """Whether this shard's sampler draws keys independently
+        (:class:`~replaybank.samplers.base.IndependentDraws`): :meth:`candidates` works."""
+        if self.error is not None:
+            raise self.error
+        return self.buf.sampler_traits.independent is not None
+
+    def candidates(self, n: int, kwargs: dict[str, Any], sequence_length: int
+                   ) -> dict[str, Any]:
+        """The client's exact window draw: ``n`` window starts drawn independently from
+        the shard's sampler (:func:`~replaybank.buffers.sequences.sequence_candidates`).
+
+        Returns:
+            ``usable`` ``[n]`` bool, ``fields`` (the usable candidates' windows with
+            global ``starts``, draw order; None when none is usable or nothing was
+            drawn), their stored ``priorities`` (prioritized samplers) and the ``mass``
+            at the draw.
+
+        Raises:
+            ConfigError: The shard has a rate limiter or ``max_times_sampled``, or
+                bad window arguments.
+        """
+        self._spares_allowed("candidates")
+        mass = self.mass()
+        out: dict[str, Any] = {"usable": np.zeros(0, bool), "fields": None,
+                               "priorities": None, "mass": mass}
+        if n <= 0 or not mass[1] > 0.0:
+            return out
+        buf = self.buf
+        usable, batch = sequence_candidates(buf.table, buf.lane_view(), buf.rng,
+                                            buf.sampler_traits, n, sequence_length, **kwargs)
+        self.samples += n
+        out["usable"] = usable
+        if batch is not None:
+            fields = batch.to_dict(nested=False)
+            out["fields"], out["priorities"], _ = self._globalised(fields, "starts")
+        return out
 
     def sample_now(self, n: int, kwargs: dict[str, Any], sequences: tuple[int] | None
                    ) -> dict[str, Any]:
@@ -371,18 +413,22 @@ class Shard:
             batch = self.buf.sample_sequences(n, sequences[0], **kwargs)
             key_name = "starts"
         mass = self.mass()  # at the draw (before max_times_sampled excludes items)
-        fields = batch.to_dict(nested=False)
+        fields, priorities, local = self._globalised(batch.to_dict(nested=False), key_name)
+        if self.spec.max_times_sampled is not None:
+            self._count(local, ring.key_to_slot(local, self.T, self.spec.lanes))
+        self.samples += n
+        return {"fields": fields, "priorities": priorities, "mass": mass}
+
+    def _globalised(self, fields: dict[str, Any], key_name: str
+                    ) -> tuple[dict[str, Any], FloatArray | None, IntArray]:
+        """``fields`` with their local keys ``fields[key_name]`` made global, the stored
+        priorities of those items (None without priorities) and the local keys."""
         local = np.asarray(fields[key_name], np.int64)
         fields[key_name] = to_global(local, self.spec.index, self.spec.num_shards)
-        out: dict[str, Any] = {"fields": fields, "priorities": None}
-        if self.prio is not None:
-            slots = ring.key_to_slot(local, self.T, self.spec.lanes)
-            out["priorities"] = self.prio.priorities(slots)
-            if self.spec.max_times_sampled is not None:
-                self._count(local, slots)
-        self.samples += n
-        out["mass"] = mass
-        return out
+        if self.prio is None:
+            return fields, None, local
+        slots = ring.key_to_slot(local, self.T, self.spec.lanes)
+        return fields, self.prio.priorities(slots), local
 
     def _count(self, keys: IntArray, slots: IntArray) -> None:
         """Count draws per item; exclude the items that reached ``max_times_sampled``."""

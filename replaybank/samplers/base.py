@@ -16,6 +16,9 @@ declared protocols that a buffer checks once, when it builds its plans:
   (PER's beta annealing): ``current_beta``, ``calls``;
 * :class:`UniformDraws`: draws exactly uniform keys over the live steps, with the
   documented stream of :func:`replaybank.ops.draws.uniform_ints`;
+* :class:`IndependentDraws`: draws keys independently of each other from its own
+  (unconditional) law, even where ``sample`` correlates them (PER's strata): what exact
+  rejection (the sharded service's sequence windows) needs;
 * :class:`StatelessSampler` (a base class): keeps no per-slot state, so writes need not
   be told to it; ``iid`` says its draws are independent of each other.
 
@@ -34,8 +37,8 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["BoundedPriorities", "KeyUpdates", "LaneView", "PrioritySampler", "SampleResult",
-           "Sampler", "SamplerTraits", "SlotExcluding",
+__all__ = ["BoundedPriorities", "IndependentDraws", "KeyUpdates", "LaneView",
+           "PrioritySampler", "SampleResult", "Sampler", "SamplerTraits", "SlotExcluding",
            "ScheduledSampler", "StatelessSampler", "UniformDraws"]
 
 IntArray = npt.NDArray[np.int64]
@@ -181,6 +184,23 @@ class UniformDraws(Sampler, Protocol):
         ...
 
 
+@runtime_checkable
+class IndependentDraws(Sampler, Protocol):
+    """A sampler that can draw keys independently of each other from the law of its
+    ``sample`` (each key's marginal is the same; ``sample`` may correlate them, as PER's
+    strata do). A caller can then keep the first draws that pass a test and get exactly
+    the sampler's law conditioned on passing it (rejection sampling)."""
+
+    def draw_independent(self, batch_size: int, lanes: LaneView,
+                         rng: np.random.Generator) -> IntArray:
+        """``batch_size`` item keys ``[B]``, i.i.d. from the sampler's law.
+
+        Raises:
+            EmptyBufferError: Nothing to draw (empty, or zero total priority).
+        """
+        ...
+
+
 class StatelessSampler:
     """Shared no-op bookkeeping for samplers that keep no per-slot state.
 
@@ -233,6 +253,7 @@ class SamplerTraits:
         bounded: The sampler as a :class:`BoundedPriorities`, or None.
         options: The keyword options its ``sample`` names (``replace``, ``beta``, ...):
             a sample call with any other keyword is rejected.
+        independent: The sampler as an :class:`IndependentDraws`, or None.
 
     Example:
         >>> from replaybank.samplers.uniform import UniformSampler
@@ -250,6 +271,7 @@ class SamplerTraits:
     iid: bool
     bounded: BoundedPriorities | None = None
     options: tuple[str, ...] = ()
+    independent: IndependentDraws | None = None
 
     @classmethod
     def of(cls, sampler: Sampler) -> SamplerTraits:
@@ -268,6 +290,7 @@ class SamplerTraits:
             iid=stateless and bool(sampler.iid),  # type: ignore[attr-defined]
             bounded=sampler if isinstance(sampler, BoundedPriorities) else None,
             options=sample_options(sampler),
+            independent=sampler if isinstance(sampler, IndependentDraws) else None,
         )
 
 

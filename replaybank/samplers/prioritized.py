@@ -423,6 +423,26 @@ class PrioritizedSampler:
         """Slots at the prefix masses ``targets`` (see :func:`replaybank.ops.sumtree.find`)."""
         return self._bound()[0](self._sum, self._off, self.fanout, targets)
 
+    def draw_independent(self, batch_size: int, lanes: LaneView,
+                         rng: np.random.Generator) -> IntArray:
+        """``batch_size`` keys, each drawn independently with probability ``p_i / total``
+        (one uniform target over the whole mass per key, not one per stratum as in
+        :meth:`sample`); no weights, and the beta schedule does not advance.
+
+        Raises:
+            ConfigError: ``batch_size`` is not a positive int.
+            EmptyBufferError: Empty buffer or zero total priority.
+        """
+        batch_size = check_batch_size(batch_size, lanes.size, True, "draw_independent")
+        tot = self.total
+        if not tot > 0.0:
+            raise EmptyBufferError(
+                f"draw_independent(batch_size={batch_size}): every stored priority is 0; "
+                "update priorities with positive values or use eps > 0"
+            )
+        slots = self.find(rng.random(batch_size) * tot)
+        return ring.slot_to_key(slots, lanes.written, lanes.counts, lanes.T)
+
     # ------------------------------------------------------------------ sampling
     def sample(
         self,

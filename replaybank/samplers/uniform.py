@@ -100,5 +100,11 @@ class UniformSampler(StatelessSampler):
             flat = rng.choice(size, size=batch_size, replace=False).astype(np.int64)
         return SampleResult(ring.uniform_keys(flat, lanes.written, lanes.counts))
 
+    def draw_independent(self, batch_size: int, lanes: LaneView,
+                         rng: np.random.Generator) -> IntArray:
+        """``batch_size`` keys drawn independently and uniformly over the live steps (the
+        keys of ``sample(batch_size, lanes, rng)``, whose draws are already i.i.d.)."""
+        return self.sample(batch_size, lanes, rng).keys
+
     def config(self) -> dict[str, Any]:
         return {"type": "uniform"}
