@@ -280,10 +280,31 @@ def test_replace_false_takes_the_two_trip_protocol(services: Any) -> None:
     _, client, _ = filled(services, None)
     b = client.sample(40, replace=False)
     assert client.draw_paths["two_trips"] == 1 and client.draw_paths["one_trip"] == 0
-    per_shard = b.indices % 2
-    for s in (0, 1):  # distinct within each shard
-        keys = b.indices[per_shard == s]
-        assert len(set(keys.tolist())) == len(keys)
+    assert len(set(b.indices.tolist())) == 40  # distinct over all shards
+    # every item may be drawn at once (a multinomial split would ask a shard for more
+    # than it holds); one more is refused with the sizes
+    everything = sorted(1000 * lane + t for lane in range(4) for t in range(16))
+    assert sorted(ids(client.sample(64, replace=False)).tolist()) == everything
+    with pytest.raises(rb.errors.EmptyBufferError, match="hold 64 items"):
+        client.sample(65, replace=False)
+
+
+@pytest.mark.statistical
+def test_uniform_replace_false_is_a_uniform_subset(services: Any) -> None:
+    """One buffer's ``sample(B, replace=False)`` is a uniformly random B-subset: how
+    many items of shard 0 a batch holds is hypergeometric(32 of 64, B), not binomial."""
+    _, client, _ = filled(services, None)
+    from_shard0 = np.array([int((client.sample(48, replace=False).indices % 2 == 0).sum())
+                            for _ in range(400)])
+    k = np.arange(16, 33)  # 48 drawn of 32 + 32: shard 0 gives 16..32
+    pmf = np.array([math.comb(32, v) * math.comb(32, 48 - v) for v in k]) / math.comb(64, 48)
+    expected = pmf * len(from_shard0)
+    observed = np.array([(from_shard0 == v).sum() for v in k], float)
+    keep = expected > 5
+    cells_o = np.r_[observed[keep], observed[~keep].sum()]
+    cells_e = np.r_[expected[keep], expected[~keep].sum()]
+    assert chi2_pvalue_ok(cells_o, cells_e)
+    assert from_shard0.var() < 4.0  # hypergeometric: 3.05; a multinomial split: 12
 
 
 def test_torch_tensors_in_and_priorities_from_a_grad_tensor(services: Any) -> None:

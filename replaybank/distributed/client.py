@@ -59,20 +59,21 @@ candidates asked for are sized from the previous masses and the usable rate of r
 calls of the same window shape (``draw_paths`` counts a call that needed more candidates
 as ``top_up``).
 
-The two-trip protocol (one round trip asks every live shard for its mass and whether
-its limiter lets the draw through, a multinomial split follows, the shards draw in
-parallel) is kept where spare draws would change state that matters: with rate limits
-(the limiter counts every item drawn, and a batch draws only from the shards whose
-limiter allows it), with ``max_times_sampled`` (every draw counts towards retiring
-the item), and for ``replace=False`` (a subset of distinct prioritized draws is not
-a draw of fewer). A shard
-whose call fails because its process died is marked *degraded* (``degraded_shards``)
-and the batch is drawn from the others (totals renormalised); a probe notices when Ray
-has restarted it. With rate limits, a batch is drawn from the shards whose limiter lets
-it through now (renormalised the same way; with one limiter per shard, waiting on a
-shard that needs inserts while the writer waits on another that needs samples would
-deadlock), and waits, polling, while none does. The beta schedule of a prioritized
-sampler is followed by each client (its ``calls`` count, saved with the client state).
+The two-trip protocol (one round trip asks every live shard for its mass and whether its
+limiter lets the draw through, a multinomial split follows, the shards draw in parallel)
+is kept where spare draws would change state that matters: with rate limits (the limiter
+counts every item drawn, and a batch draws only from the shards whose limiter allows
+it), with ``max_times_sampled`` (every draw counts towards retiring the item), and for
+``replace=False`` (a subset of distinct prioritized draws is not a draw of fewer; with a
+uniform sampler the split is multivariate hypergeometric over the shard sizes, so the
+batch is a uniformly random subset of all items, as one buffer's). A shard whose call
+fails because its process died is marked *degraded* (``degraded_shards``) and the batch
+is drawn from the others (totals renormalised); a probe notices when Ray has restarted
+it. With rate limits, a batch is drawn from the shards whose limiter lets it through now
+(renormalised the same way; with one limiter per shard, waiting on a shard that needs
+inserts while the writer waits on another that needs samples would deadlock), and waits,
+polling, while none does. The beta schedule of a prioritized sampler is followed by each
+client (its ``calls`` count, saved with the client state).
 
 Example (needs Ray; see :class:`~replaybank.distributed.service.ReplayService`)::
 
@@ -109,7 +110,7 @@ from replaybank.buffers.priorities import to_host
 from replaybank.distributed.errors import ShardUnavailableError
 from replaybank.distributed.keys import group_by_shard, group_rows_by_shard
 from replaybank.distributed.rejection import CandidateStream, candidate_counts
-from replaybank.distributed.split import merge, split_counts
+from replaybank.distributed.split import merge, split_counts, split_distinct
 from replaybank.distributed.writer import MAX_BYTES, MAX_ROWS, RowBatcher, lanes_of, tree_map
 from replaybank.errors import ConfigError, DtypeError, EmptyBufferError, ShapeError, describe
 from replaybank.ops import windows
@@ -447,8 +448,12 @@ class ReplayClient:
 
         Args:
             batch_size: B.
-            replace: Draw with replacement (default); ``False`` draws distinct items
-                within each shard.
+            replace: Draw with replacement (default); ``False`` draws distinct items:
+                with a uniform sampler a uniformly random subset of all shards' items
+                (one buffer's law: the shard counts are multivariate hypergeometric);
+                with a prioritized one, distinct items within each shard of a
+                multinomial split by mass (one buffer's successive-sampling law only
+                approximately).
             **kwargs: Sampler options (``beta`` for prioritized shards).
 
         Returns:
@@ -644,7 +649,11 @@ class ReplayClient:
         for _ in range(self.num_shards + 1):
             masses = self._ready(n)
             ids = sorted(masses)
-            counts = split_counts(np.array([masses[s][1] for s in ids]), n, self._rng)
+            if self._sampler_config.get("type") == "uniform" \
+                    and kwargs.get("replace", True) is False:
+                counts = split_distinct(np.array([masses[s][0] for s in ids]), n, self._rng)
+            else:
+                counts = split_counts(np.array([masses[s][1] for s in ids]), n, self._rng)
             refs = {s: self._shards[s].sample.remote(int(c), kwargs, sequences, self.timeout)
                     for s, c in zip(ids, counts.tolist(), strict=True) if c > 0}
             replies, failed = self._gather(refs)

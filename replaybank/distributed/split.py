@@ -32,7 +32,7 @@ import numpy.typing as npt
 from replaybank.errors import EmptyBufferError
 from replaybank.samplers.prioritized import is_weights
 
-__all__ = ["merge", "split_counts"]
+__all__ = ["merge", "split_counts", "split_distinct"]
 
 IntArray = npt.NDArray[np.int64]
 
@@ -51,6 +51,32 @@ def split_counts(masses: npt.NDArray[np.float64], batch_size: int,
             f"(masses {np.asarray(masses).tolist()}); add data, or wait for the writers"
         )
     return np.asarray(rng.multinomial(batch_size, np.asarray(masses) / total), np.int64)
+
+
+def split_distinct(sizes: IntArray, batch_size: int, rng: np.random.Generator) -> IntArray:
+    """Items per shard ``[S]`` of a uniform draw of ``batch_size`` *distinct* items:
+    ``MultivariateHypergeometric(sizes, batch_size)``, the shard counts of a uniformly
+    random subset of all items. Each shard then draws its count of distinct items
+    uniformly, so the batch is a uniformly random subset, one buffer's
+    ``sample(B, replace=False)`` law (a multinomial split is not: it can even ask a
+    shard for more items than it holds).
+
+    Raises:
+        EmptyBufferError: The live shards hold fewer than ``batch_size`` items.
+
+    Example:
+        >>> rng = np.random.default_rng(0)
+        >>> c = split_distinct(np.array([3, 0, 5]), 8, rng)
+        >>> c.tolist()
+        [3, 0, 5]
+    """
+    sizes = np.asarray(sizes, np.int64)
+    have = int(sizes.sum())
+    if have < batch_size:
+        raise EmptyBufferError(
+            f"sample(batch_size={batch_size}, replace=False): the live shards hold {have} "
+            f"items (sizes {sizes.tolist()}); lower batch_size or use replace=True")
+    return np.asarray(rng.multivariate_hypergeometric(sizes, batch_size), np.int64)
 
 
 def merge(parts: list[dict[str, Any]], masses: list[tuple[int, float, float]],
