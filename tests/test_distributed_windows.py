@@ -10,6 +10,7 @@ one buffer holding the same data, with shards whose episodes differ in length.
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -308,7 +309,7 @@ def test_window_weights_and_probabilities_are_one_buffers(services: Any) -> None
 def test_top_up_trips_keep_the_law(services: Any) -> None:
     """Shard 1 looked empty in the previous reply, so it is asked for a few candidates
     only and the stream needs more of them in further round trips."""
-    _, client, single, prio = filled(services, None)
+    svc, client, single, prio = filled(services, None)
     want = law(single, None, prio)
     counts: dict[int, int] = dict.fromkeys(want, 0)
     paths = dict(client.draw_paths)
@@ -318,6 +319,13 @@ def test_top_up_trips_keep_the_law(services: Any) -> None:
         for i in b.obs[:, 0, 0].astype(np.int64).tolist():
             counts[i] += 1
     assert client.draw_paths["top_up"] >= paths["top_up"] + 35
+    # the usable rate that sizes the next draw is sampling state: JSON-able, restored
+    state = json.loads(json.dumps(client.state_dict()))
+    assert state["window_rates"] and 0.2 < state["window_rates"][0][2] / \
+        state["window_rates"][0][3] < 0.8  # 38 usable starts of 60
+    other = svc.client()
+    other.load_state_dict(state)
+    assert other.state_dict() == client.state_dict()
     keys = sorted(want)
     observed = np.array([counts[k] for k in keys], float)
     assert chi2_ok(observed, np.array([want[k] for k in keys]) * 40 * 128)
