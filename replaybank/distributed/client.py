@@ -432,6 +432,20 @@ class ReplayClient:
             self._mark_degraded(s)
         return out, failed
 
+    def _live(self, call: str) -> list[int]:
+        """The shards not known to be down (after a probe for restarted ones).
+
+        Raises:
+            ShardUnavailableError: Every shard is down.
+        """
+        self._probe()
+        live = [s for s in range(self.num_shards) if s not in self._degraded]
+        if not live:
+            raise ShardUnavailableError(f"{call}: every shard is down "
+                                        f"({sorted(self._degraded)}); wait for Ray to "
+                                        "restart them")
+        return live
+
     def masses(self) -> dict[int, tuple[int, float, float]]:
         """``{shard: (size, total, p_min)}`` of the live shards (one round trip)."""
         self._probe()
@@ -525,12 +539,7 @@ class ReplayClient:
         """Spare-padded draws and masses in one round trip; the split from those masses
         and a random subset per shard (see the module docs for why this is exact)."""
         for _ in range(self.num_shards + 1):
-            self._probe()
-            live = [s for s in range(self.num_shards) if s not in self._degraded]
-            if not live:
-                raise ShardUnavailableError(
-                    f"sample(batch_size={n}): every shard is down "
-                    f"({sorted(self._degraded)}); wait for Ray to restart them")
+            live = self._live(f"sample(batch_size={n})")
             want = self._spares(n, live)
             replies, failed = self._gather({s: self._shards[s].draw.remote(
                 want[s], kwargs, sequences) for s in live})
@@ -582,12 +591,7 @@ class ReplayClient:
     def _windows(self, n: int, length: int, kwargs: dict[str, Any],
                  beta: float | None) -> dict[str, Any]:
         for _ in range(self.num_shards + 1):
-            self._probe()
-            live = [s for s in range(self.num_shards) if s not in self._degraded]
-            if not live:
-                raise ShardUnavailableError(
-                    f"sample_sequences(batch_size={n}): every shard is down "
-                    f"({sorted(self._degraded)}); wait for Ray to restart them")
+            live = self._live(f"sample_sequences(batch_size={n})")
             seen = self._seen
             total = 0.0 if seen is None else sum(seen[s] for s in live)
             shares = {s: (seen[s] / total if seen is not None and total > 0.0
@@ -633,15 +637,22 @@ class ReplayClient:
         """Whether the shards' sampler draws independently (exact windows; asked of one
         live shard once: every shard has the same config)."""
         if self._draws_independent is None:
-            self._probe()
-            for s in range(self.num_shards):
-                if s in self._degraded:
-                    continue
-                out, _ = self._gather({s: self._shards[s].supports_candidates.remote()})
-                if s in out:
-                    self._draws_independent = bool(out[s])
-                    break
+            answered, value = self._ask_one("supports_candidates")
+            if answered:
+                self._draws_independent = bool(value)
         return bool(self._draws_independent)
+
+    def _ask_one(self, method: str) -> tuple[bool, Any]:
+        """Call ``method`` of the first live shard that answers: ``(True, its answer)``,
+        or ``(False, None)`` while every shard is down."""
+        self._probe()
+        for s in range(self.num_shards):
+            if s in self._degraded:
+                continue
+            out, _ = self._gather({s: getattr(self._shards[s], method).remote()})
+            if s in out:
+                return True, out[s]
+        return False, None
 
     def _draw_two_trips(self, n: int, sequences: tuple[int] | None,
                         kwargs: dict[str, Any], beta: float | None) -> dict[str, Any]:
@@ -809,16 +820,10 @@ class ReplayClient:
         store (asked of one live shard once: every shard has the same config); None
         while every shard is down."""
         if self._priority_rule is None:
-            self._probe()
-            for s in range(self.num_shards):
-                if s in self._degraded:
-                    continue
-                out, _ = self._gather({s: self._shards[s].priority_limit.remote()})
-                if s in out:
-                    limit = out[s]
-                    self._priority_rule = (limit is not None,
-                                           math.inf if limit is None else float(limit))
-                    break
+            answered, limit = self._ask_one("priority_limit")
+            if answered:
+                self._priority_rule = (limit is not None,
+                                       math.inf if limit is None else float(limit))
         return self._priority_rule
 
     # ------------------------------------------------------------------ state
