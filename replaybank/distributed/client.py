@@ -99,6 +99,7 @@ import math
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -637,19 +638,20 @@ class ReplayClient:
         """Whether the shards' sampler draws independently (exact windows; asked of one
         live shard once: every shard has the same config)."""
         if self._draws_independent is None:
-            answered, value = self._ask_one("supports_candidates")
+            answered, value = self._ask_one(
+                lambda shard: shard.supports_candidates.remote())
             if answered:
                 self._draws_independent = bool(value)
         return bool(self._draws_independent)
 
-    def _ask_one(self, method: str) -> tuple[bool, Any]:
-        """Call ``method`` of the first live shard that answers: ``(True, its answer)``,
-        or ``(False, None)`` while every shard is down."""
+    def _ask_one(self, call: Callable[[Any], Any]) -> tuple[bool, Any]:
+        """``call(shard)`` (a remote call's reference) of the first live shard that
+        answers: ``(True, its answer)``, or ``(False, None)`` while every shard is down."""
         self._probe()
         for s in range(self.num_shards):
             if s in self._degraded:
                 continue
-            out, _ = self._gather({s: getattr(self._shards[s], method).remote()})
+            out, _ = self._gather({s: call(self._shards[s])})
             if s in out:
                 return True, out[s]
         return False, None
@@ -820,7 +822,7 @@ class ReplayClient:
         store (asked of one live shard once: every shard has the same config); None
         while every shard is down."""
         if self._priority_rule is None:
-            answered, limit = self._ask_one("priority_limit")
+            answered, limit = self._ask_one(lambda shard: shard.priority_limit.remote())
             if answered:
                 self._priority_rule = (limit is not None,
                                        math.inf if limit is None else float(limit))
