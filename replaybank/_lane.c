@@ -1,59 +1,90 @@
-/* Compiled add/extend for in-memory step tables: replaybank._lane.Appender.
+/* The compiled writer of host step tables: replaybank._lane.Appender.
  *
- * An optional accelerator (see replaybank/storage/writers/compiled.py): it takes the
- * decisions of the write plan (replaybank/storage/writers/plan.py) in C; the reference
- * writer (writers/reference.py) and LaneWriter (writers/lean.py) are its twins. Appender.add / Appender.extend
- * accept only the plainest calls: every lane at once with the lanes in step, C-contiguous
- * numpy arrays of exactly the stored format and shape (or Python scalars for the scalar
- * fields of a one-lane table), extras (a dict whose keys are exactly the table's extra
- * fields, at most MAXEXTRA of them) held to the same rule, no wrap-around inside a chunk;
- * Appender.add_lanes also takes any subset of lanes, in step or not. Anything else
- * returns False before a byte is written and the Python paths take over. A rows table
- * (ReplayBuffer(next_obs=False): no observation fields, nothing kept aside but the side
- * slots its links point at) is written by Appender.rows_add / rows_add_lanes / rows_extend,
- * which take every field's value in one tuple, in field order. What is written
- * is exactly what the reference writer writes: data rows, links, side slots (same
- * free-slot order) and counters; tests/test_fastpath.py compares the whole table state
- * with the general path.
+ * One writer for every add and extend of a numpy, memmap or shared-memory step table
+ * (replaybank/storage/writers/compiled.py builds it; replaybank/buffers/writer.py routes
+ * the calls). A call goes through three stages, the same as the Python writer's:
+ *
+ * 1. the boundary: every value is taken once and brought to its field's stored dtype
+ *    under the spec's casting rules (replaybank/spec.py, cast_field): numpy arrays of any
+ *    numeric dtype, byte order and strides (read-only too), numpy scalars, Python bools,
+ *    ints and floats, nested lists and tuples of them, and, through the `host` callback,
+ *    other array objects (torch CPU tensors). A value that breaks a casting rule (a
+ *    fraction, NaN or out-of-range number for an int field, a 2 for a flag, a complex
+ *    number, a string, a wrong shape) or that this file does not know is not taken: the
+ *    call returns 0 before a byte is written and the Python boundary names the error;
+ * 2. the plan: plan_write decides from the lane counters alone where the n steps of the
+ *    m lanes go (the C twin of replaybank/storage/writers/plan.py, differential-tested
+ *    against it through the module function plan_write);
+ * 3. the applier: apply_plan carries the plan out in the four steps of the write plan
+ *    (evict, continue, link, commit), in the order of the Python applier
+ *    (replaybank/storage/writers/reference.py), so both leave identical tables: data,
+ *    links, side slots in the same free-list order, counters (tests/test_fastpath.py).
  *
  * Layout: every field is a flat [T * L, *shape] C-contiguous array (row-major [T, L]);
- * the step of lane l in row r is item r * L + l. Storage is reached through the buffer
- * protocol (no numpy headers needed to build).
+ * the step of lane l in row r is item r * L + l. Storage and inputs are reached through
+ * the buffer protocol (no numpy headers are needed to build).
+ *
+ * Durable tables (memmap files, shared-memory writers) keep a reader's view consistent at
+ * every instant: each ordered store is preceded by DURABLE_STORE, which is a release fence
+ * in production; a build with REPLAYBANK_KILLPOINTS defined (replaybank._lane_killpoints,
+ * the crash tests' build) also counts the stores and kills the process before the n-th.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 #include <stdlib.h>
 #include <signal.h>
 
 #define NSTD 5      /* obs, action, reward, terminated, truncated: f[0..NSTD) */
-#define MAXEXTRA 16 /* extra fields (f[NSTD..nf)); tables with more take the Python paths */
-#define MAXOBS 16   /* fields of a dict observation (obs/<key>); more: the Python paths */
+#define MAXEXTRA 32 /* extra fields (f[NSTD..NSTD + nx)); tables with more: the Python writer */
+#define MAXOBS 16   /* fields of a dict observation; more: the Python writer */
 #define MAXFIELDS (NSTD + MAXEXTRA + MAXOBS - 1)
 #define MAXDIM 8
-#define STACK_ITEMS 512 /* steps x lanes written without a heap allocation */
+#define STACK_ITEMS 512 /* steps x lanes handled without a heap allocation */
+
+#ifdef REPLAYBANK_KILLPOINTS
+#define MODULE_NAME "_lane_killpoints"
+#define MODULE_INIT PyInit__lane_killpoints
+#else
+#define MODULE_NAME "_lane"
+#define MODULE_INIT PyInit__lane
+#endif
+
+/* What a buffer format says of its items: kind 'b' (bool), 'i', 'u', 'f' (a number this
+ * file converts), 'x' (a number it copies only: complex, half, long double) or 0 (not a
+ * number it knows); size in bytes; swap: not in this machine's byte order. */
+typedef struct {
+    char kind;
+    char code; /* the format letter ('F', 'D' for complex) */
+    int size;
+    int swap;
+} NumFmt;
 
 typedef struct {
     Py_buffer store;           /* flat [T * L, *shape] storage, C-contiguous */
-    char fmt[16];              /* buffer format of the dtype (e.g. "f", "?", "l") */
+    char fmt[16];              /* the storage's buffer format (e.g. "f", "?", "l") */
+    NumFmt num;                /* what the format says; num.kind 'x' or swapped: exact
+                                  inputs only (no conversion into this field) */
     Py_ssize_t itemsize;
     int ndim;                  /* item ndim */
     Py_ssize_t shape[MAXDIM];  /* item shape */
     Py_ssize_t nbytes;         /* bytes of one step of one lane */
-    char kind;                 /* scalar fields: 'f', 'i', 'u', 'b'; '-' otherwise */
-    int isbool;                /* bool dtype: inputs must hold canonical 0/1 bytes */
-    long long lo, hi;          /* range of an int scalar field */
+    char dk;                   /* conversion target: 'b', 'i', 'u', 'f', or 0: exact only */
+    int64_t lo, hi;            /* int fields: the range ('u': lo 0, uhi the top) */
+    uint64_t uhi;
+    double dlo, dhi1;          /* int fields: lo and hi + 1 as doubles (exact powers of 2) */
     PyObject *name;            /* extra fields: the key in the extras dict (interned str) */
 } Field;
 
 /* The state of a buffer's call guard (replaybank/buffers/guard.py subclasses this type),
- * read here so that the compiled add/extend check it without a Python call. While only the
+ * read here so that the compiled writes check it without a Python call. While only the
  * owner thread calls the buffer, a compiled write raises `busy` around itself (a second
  * thread switching the guard to shared mode waits for it to drop); in shared mode only the
  * thread holding the guard's lock (`holder`) may write. Any other caller is refused
- * (False), and the buffer's guarded Python path takes the call. */
+ * (0), and the buffer's guarded Python path takes the call. */
 typedef struct {
     PyObject_HEAD
     unsigned long owner;  /* thread id that may call without the lock */
@@ -72,7 +103,7 @@ static PyMemberDef GuardState_members[] = {
 
 static PyTypeObject GuardStateType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "replaybank._lane.GuardState",
+    .tp_name = "replaybank." MODULE_NAME ".GuardState",
     .tp_doc = "Flags of a buffer's call guard, shared with the compiled writer.",
     .tp_basicsize = sizeof(GuardState),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
@@ -106,7 +137,7 @@ typedef struct {
     int nx;                    /* extra fields: f[NSTD .. NSTD + nx) */
     int nob;                   /* obs fields (1: a flat obs; more, or okey set: a dict obs;
                                   0: a rows table, whose next observations are not kept) */
-    int rows;                  /* a rows table: only the rows_* methods write */
+    int rows;                  /* a rows table: only write_fields writes it */
     int oi[MAXOBS];            /* obs field p is f[oi[p]] */
     PyObject *okey[MAXOBS];    /* dict obs: the key of obs field p in obs / next_obs (NULL:
                                   a flat obs, the value itself) */
@@ -114,30 +145,25 @@ typedef struct {
     PyObject *xkey[MAXEXTRA];  /* the extras' keys (borrowed: f[NSTD + i].name) */
     Py_buffer link, written, counts, episodes;
     int nmeta;
-    PyObject *table;  /* the SideStore: .arrays["obs"], .free, .alloc(k) */
+    PyObject *table;           /* the SideStore: .arrays[name], .free, .alloc(k) */
     PyObject *ndarray_type;
-    PyObject *bool_type;
+    PyObject *generic_type;    /* numpy.generic: numpy scalars export a buffer */
+    PyObject *host;            /* host(value) -> ndarray or None, for other objects */
     Py_ssize_t T, L;
-    int durable;               /* files (memmap): the crash-safe write order, see below */
+    int durable;               /* files / shared memory: the crash-safe write order */
     Py_buffer start;           /* durable: int64 [L] seq of each lane's oldest live step */
     int has_start;
-    Py_ssize_t max_evict;      /* durable: extends evicting more steps take the Python path */
+    Py_ssize_t chunk;          /* durable: the most steps of a lane one chunk evicts */
     GuardState *guard;         /* the owning buffer's call guard, or NULL */
     int ready;                 /* __init__ succeeded (the methods refuse other objects) */
 } Appender;
 
-/* Durable tables (memmap files) keep a reader's view consistent at every instant: a
- * reader that opens the files after a kill derives counts = written - start, so each
- * single 8-byte store moves one end of a lane's live window [start, written): evicted
- * steps leave first (start advances), then side slots, data and links are written
- * outside the window, then the previous newest step is relinked, then written advances
- * (the commit); counts and episodes follow as mirrors. Files without a start array
- * (written by older versions) keep the older order: counts drop first. */
-
-/* Test hook (REPLAYBANK_KILL_AT=<n>, read once at import): the process kills itself with
- * SIGKILL just before the n-th durable store (this counter is shared with the Python
- * writers through store_point()). Zero cost when unset: one predictable branch per
- * durable store. */
+/* ------------------------------------------------------------------ kill points
+ * Test hook of the killpoints build (REPLAYBANK_KILL_AT=<n>, read once at import, or
+ * arm(n)): the process kills itself with SIGKILL just before the n-th durable store (the
+ * counter is shared with the Python writer through store_point()). The production build
+ * has no counter: a durable store costs a release fence (no instruction on x86-64). */
+#ifdef REPLAYBANK_KILLPOINTS
 static long long kill_at = 0, stores_done = 0;
 
 static void
@@ -148,6 +174,10 @@ store_point(void)
         raise(SIGKILL);
     }
 }
+#define STORE_POINT() store_point()
+#else
+#define STORE_POINT() ((void)0)
+#endif
 
 /* A release fence before each ordered store: the stores before it reach other processes
  * (a learner mapping shared memory) before the ones after it; a compiler barrier and no
@@ -161,129 +191,12 @@ store_point(void)
 #define DURABLE_STORE(self)          \
     do {                             \
         if ((self)->durable) {       \
-            store_point();           \
+            STORE_POINT();           \
             RELEASE_FENCE();         \
         }                            \
     } while (0)
 
 static PyObject *s_free, *s_side, *s_obs, *s_alloc;
-
-/* ------------------------------------------------------------------ helpers */
-static int
-get_store(PyObject *arr, Py_buffer *view)
-{
-    if (PyObject_GetBuffer(arr, view, PyBUF_RECORDS) < 0)
-        return -1;
-    if (!PyBuffer_IsContiguous(view, 'C')) {
-        PyBuffer_Release(view);
-        PyErr_SetString(PyExc_ValueError, "Appender: storage arrays must be C-contiguous");
-        return -1;
-    }
-    return 0;
-}
-
-/* An input array of this field with leading dims lead[0..nlead). 1: accepted (view
- * filled: release it); 0: not for this path. */
-static int
-get_input(Appender *self, Field *f, PyObject *v, const Py_ssize_t *lead, int nlead,
-          Py_buffer *view)
-{
-    if ((PyObject *)Py_TYPE(v) != self->ndarray_type)
-        return 0;
-    if (PyObject_GetBuffer(v, view, PyBUF_RECORDS_RO) < 0) {
-        PyErr_Clear();
-        return 0;
-    }
-    int ok = view->ndim == f->ndim + nlead && view->itemsize == f->itemsize
-             && strcmp(view->format ? view->format : "B", f->fmt) == 0
-             && PyBuffer_IsContiguous(view, 'C');
-    for (int i = 0; ok && i < nlead; i++)
-        ok = view->shape[i] == lead[i];
-    for (int i = 0; ok && i < f->ndim; i++)
-        ok = view->shape[i + nlead] == f->shape[i];
-    if (ok && f->isbool) { /* a bool byte other than 0/1: the Python paths store 0/1 */
-        const unsigned char *b = (const unsigned char *)view->buf;
-        unsigned char any = 0;
-        for (Py_ssize_t i = 0; i < view->len; i++)
-            any |= b[i] & 0xFE;
-        ok = !any;
-    }
-    if (!ok) {
-        PyBuffer_Release(view);
-        return 0;
-    }
-    return 1;
-}
-
-/* A Python scalar for a scalar field, into dst (f->nbytes bytes). 1: done; 0: not here;
- * -1: error. */
-static int
-scalar_value(Appender *self, Field *f, PyObject *v, char *dst)
-{
-    switch (f->kind) {
-    case 'b':
-        if (v == Py_True || v == Py_False) {
-            *dst = (char)(v == Py_True);
-            return 1;
-        }
-        if ((PyObject *)Py_TYPE(v) == self->bool_type) {
-            int t = PyObject_IsTrue(v);
-            if (t < 0)
-                return -1;
-            *dst = (char)t;
-            return 1;
-        }
-        return 0;
-    case 'f':
-        {
-            double d;
-            if (PyFloat_Check(v)) { /* float and numpy float64 (a float subclass) */
-                d = PyFloat_AS_DOUBLE(v);
-            } else if (PyLong_CheckExact(v)) { /* an int reward: exact below 2**53 */
-                int overflow = 0;
-                long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
-                if (x == -1 && PyErr_Occurred())
-                    return -1;
-                if (overflow || x > (1LL << 53) || x < -(1LL << 53))
-                    return 0;
-                d = (double)x;
-            } else {
-                return 0;
-            }
-            if (f->itemsize == 4) {
-                float x = (float)d;
-                memcpy(dst, &x, 4);
-            } else if (f->itemsize == 8) {
-                memcpy(dst, &d, 8);
-            } else {
-                return 0;
-            }
-        }
-        return 1;
-    case 'i':
-    case 'u':
-        if (!PyLong_CheckExact(v))
-            return 0;
-        {
-            int overflow = 0;
-            long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
-            if (x == -1 && PyErr_Occurred())
-                return -1;
-            if (overflow || x < f->lo || x > f->hi)
-                return 0;
-            switch (f->itemsize) {
-            case 1: { int8_t y = (int8_t)x; memcpy(dst, &y, 1); break; }
-            case 2: { int16_t y = (int16_t)x; memcpy(dst, &y, 2); break; }
-            case 4: { int32_t y = (int32_t)x; memcpy(dst, &y, 4); break; }
-            case 8: { int64_t y = (int64_t)x; memcpy(dst, &y, 8); break; }
-            default: return 0;
-            }
-        }
-        return 1;
-    default:
-        return 0;
-    }
-}
 
 static inline int64_t *
 meta(Py_buffer *b)
@@ -291,17 +204,752 @@ meta(Py_buffer *b)
     return (int64_t *)b->buf;
 }
 
-/* Every lane has the same written and counts (the lanes are in step). */
+/* ------------------------------------------------------------------ formats */
 static int
-in_step(Appender *self)
+host_little(void)
 {
-    const int64_t *w = meta(&self->written), *c = meta(&self->counts);
-    for (Py_ssize_t l = 1; l < self->L; l++)
-        if (w[l] != w[0] || c[l] != c[0])
+    const uint16_t one = 1;
+    return *(const unsigned char *)&one;
+}
+
+/* The items of a buffer format (struct module syntax, as numpy exports it). */
+static NumFmt
+parse_format(const char *fmt, Py_ssize_t itemsize)
+{
+    NumFmt r = {0, 0, (int)itemsize, 0};
+    if (fmt == NULL)
+        fmt = "B";
+    int little = host_little();
+    switch (*fmt) {
+    case '<':
+        r.swap = !little;
+        fmt++;
+        break;
+    case '>':
+    case '!':
+        r.swap = little;
+        fmt++;
+        break;
+    case '@':
+    case '=':
+        fmt++;
+        break;
+    default:
+        break;
+    }
+    if (fmt[0] == 'Z' && fmt[1] != '\0' && fmt[2] == '\0') {
+        r.kind = 'x'; /* complex: copied when the field is complex too */
+        r.code = fmt[1] == 'f' ? 'F' : fmt[1] == 'd' ? 'D' : 'G';
+        return r;
+    }
+    if (fmt[0] == '\0' || fmt[1] != '\0')
+        return r;
+    r.code = fmt[0];
+    switch (fmt[0]) {
+    case '?':
+        r.kind = itemsize == 1 ? 'b' : 0;
+        break;
+    case 'b': case 'h': case 'i': case 'l': case 'q':
+        r.kind = 'i';
+        break;
+    case 'B': case 'H': case 'I': case 'L': case 'Q':
+        r.kind = 'u';
+        break;
+    case 'f': case 'd':
+        r.kind = 'f';
+        break;
+    case 'e': case 'g':
+        r.kind = 'x'; /* half and long double: copied only */
+        break;
+    default:
+        return r;
+    }
+    if ((r.kind == 'i' || r.kind == 'u')
+        && itemsize != 1 && itemsize != 2 && itemsize != 4 && itemsize != 8)
+        r.kind = 0;
+    if (r.kind == 'f' && itemsize != 4 && itemsize != 8)
+        r.kind = 0;
+    return r;
+}
+
+/* ------------------------------------------------------------------ casting rules
+ * One element into a field of kind dk (replaybank/spec.py, cast_field, element by
+ * element): floats go to float fields as C casts them (numpy's astype); into int fields
+ * only when finite, integral and in range; into bool fields only 0 and 1 (ints and
+ * floats alike); bools are 0/1 everywhere (any nonzero byte is True). 1: stored, 0: the
+ * rules refuse the value. */
+static inline void
+store_int(char *dst, int size, uint64_t v)
+{
+    switch (size) {
+    case 1: { uint8_t y = (uint8_t)v; memcpy(dst, &y, 1); break; }
+    case 2: { uint16_t y = (uint16_t)v; memcpy(dst, &y, 2); break; }
+    case 4: { uint32_t y = (uint32_t)v; memcpy(dst, &y, 4); break; }
+    default: memcpy(dst, &v, 8); break;
+    }
+}
+
+static inline int
+put_double(const Field *f, double x, char *dst)
+{
+    switch (f->dk) {
+    case 'f':
+        if (f->itemsize == 4) {
+            float y = (float)x;
+            memcpy(dst, &y, 4);
+        } else {
+            memcpy(dst, &x, 8);
+        }
+        return 1;
+    case 'b':
+        if (x == 0.0 || x == 1.0) {
+            *dst = (char)(x != 0.0);
+            return 1;
+        }
+        return 0;
+    case 'i':
+        if (!(x >= f->dlo && x < f->dhi1) || floor(x) != x) /* NaN fails the first test */
+            return 0;
+        store_int(dst, (int)f->itemsize, (uint64_t)(int64_t)x);
+        return 1;
+    case 'u':
+        if (!(x >= 0.0 && x < f->dhi1) || floor(x) != x)
+            return 0;
+        store_int(dst, (int)f->itemsize, (uint64_t)x);
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+static inline int
+put_int(const Field *f, int64_t x, char *dst)
+{
+    switch (f->dk) {
+    case 'f':
+        if (f->itemsize == 4) {
+            float y = (float)x;
+            memcpy(dst, &y, 4);
+        } else {
+            double y = (double)x;
+            memcpy(dst, &y, 8);
+        }
+        return 1;
+    case 'b':
+        if (x != 0 && x != 1)
+            return 0;
+        *dst = (char)x;
+        return 1;
+    case 'i':
+        if (x < f->lo || x > f->hi)
+            return 0;
+        store_int(dst, (int)f->itemsize, (uint64_t)x);
+        return 1;
+    case 'u':
+        if (x < 0 || (uint64_t)x > f->uhi)
+            return 0;
+        store_int(dst, (int)f->itemsize, (uint64_t)x);
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+static inline int
+put_uint(const Field *f, uint64_t x, char *dst)
+{
+    switch (f->dk) {
+    case 'f':
+        if (f->itemsize == 4) {
+            float y = (float)x;
+            memcpy(dst, &y, 4);
+        } else {
+            double y = (double)x;
+            memcpy(dst, &y, 8);
+        }
+        return 1;
+    case 'b':
+        if (x > 1)
+            return 0;
+        *dst = (char)x;
+        return 1;
+    case 'i':
+        if (x > (uint64_t)f->hi)
+            return 0;
+        store_int(dst, (int)f->itemsize, x);
+        return 1;
+    case 'u':
+        if (x > f->uhi)
+            return 0;
+        store_int(dst, (int)f->itemsize, x);
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+static inline int
+put_bool(const Field *f, int b, char *dst)
+{
+    if (f->dk == 'f')
+        return put_int(f, b, dst);
+    if (f->dk == 0)
+        return 0;
+    store_int(dst, (int)f->itemsize, (uint64_t)(b != 0));
+    return 1;
+}
+
+static inline uint64_t
+load_bits(const char *p, int size, int swap)
+{
+    switch (size) {
+    case 1:
+        return *(const uint8_t *)p;
+    case 2: {
+        uint16_t v;
+        memcpy(&v, p, 2);
+        return swap ? (uint16_t)((v >> 8) | (v << 8)) : v;
+    }
+    case 4: {
+        uint32_t v;
+        memcpy(&v, p, 4);
+        return swap ? __builtin_bswap32(v) : v;
+    }
+    default: {
+        uint64_t v;
+        memcpy(&v, p, 8);
+        return swap ? __builtin_bswap64(v) : v;
+    }
+    }
+}
+
+/* One element of format s at p into the field f at dst. */
+static inline int
+put_elem(const Field *f, NumFmt s, const char *p, char *dst)
+{
+    uint64_t bits = load_bits(p, s.size, s.swap);
+    switch (s.kind) {
+    case 'b':
+        return put_bool(f, bits != 0, dst);
+    case 'i': {
+        int sh = 64 - 8 * s.size; /* sign-extend */
+        int64_t v = sh ? (int64_t)(bits << sh) >> sh : (int64_t)bits;
+        return put_int(f, v, dst);
+    }
+    case 'u':
+        return put_uint(f, bits, dst);
+    case 'f':
+        if (s.size == 4) {
+            uint32_t b32 = (uint32_t)bits;
+            float x;
+            memcpy(&x, &b32, 4);
+            return put_double(f, (double)x, dst);
+        } else {
+            double x;
+            memcpy(&x, &bits, 8);
+            return put_double(f, x, dst);
+        }
+    default:
+        return 0;
+    }
+}
+
+/* count elements of format s, `stride` bytes apart from src, into the field f's
+ * contiguous dst. 1: done, 0: a value the casting rules refuse. */
+static int
+convert_run(const Field *f, NumFmt s, const char *src, Py_ssize_t stride, Py_ssize_t count,
+            char *dst)
+{
+    const Py_ssize_t ds = f->itemsize;
+    if (s.kind == 'x' || f->num.kind == 'x') { /* complex, half: the same format, copied */
+        if (s.kind != f->num.kind || s.code != f->num.code || s.size != ds || s.swap
+            || f->num.swap)
+            return 0;
+        for (Py_ssize_t k = 0; k < count; k++)
+            memcpy(dst + k * ds, src + k * stride, (size_t)ds);
+        return 1;
+    }
+    if (f->num.swap) { /* a stored byte order of another machine: the same format only */
+        if (s.kind != f->num.kind || s.size != ds || !s.swap)
+            return 0;
+        for (Py_ssize_t k = 0; k < count; k++)
+            memcpy(dst + k * ds, src + k * stride, (size_t)ds);
+        return 1;
+    }
+    if (s.kind == f->num.kind && s.size == ds && s.kind != 'b') {
+        /* same kind and size: the bits as they are (NaN payloads, signed zeros) */
+        if (!s.swap && stride == ds) {
+            memcpy(dst, src, (size_t)(count * ds));
+            return 1;
+        }
+        for (Py_ssize_t k = 0; k < count; k++)
+            store_int(dst + k * ds, (int)ds, load_bits(src + k * stride, s.size, s.swap));
+        return 1;
+    }
+    if (f->dk == 0)
+        return 0;
+    if (!s.swap && stride == s.size) { /* the common conversions, contiguous */
+        if (f->dk == 'f' && ds == 4 && s.kind == 'f' && s.size == 8) {
+            const double *x = (const double *)(const void *)src;
+            for (Py_ssize_t k = 0; k < count; k++) {
+                float y = (float)x[k];
+                memcpy(dst + 4 * k, &y, 4);
+            }
+            return 1;
+        }
+        if (f->dk == 'f' && ds == 8 && s.kind == 'f' && s.size == 4) {
+            for (Py_ssize_t k = 0; k < count; k++) {
+                float x;
+                memcpy(&x, src + 4 * k, 4);
+                double y = (double)x;
+                memcpy(dst + 8 * k, &y, 8);
+            }
+            return 1;
+        }
+        if (f->dk == 'b' && (s.kind == 'b' || s.kind == 'i' || s.kind == 'u') && s.size == 1) {
+            for (Py_ssize_t k = 0; k < count; k++) {
+                unsigned char x = (unsigned char)src[k];
+                if (s.kind != 'b' && x > 1)
+                    return 0;
+                dst[k] = (char)(x != 0);
+            }
+            return 1;
+        }
+    }
+    for (Py_ssize_t k = 0; k < count; k++)
+        if (!put_elem(f, s, src + k * stride, dst + k * ds))
             return 0;
     return 1;
 }
 
+/* An N-d strided source (shape, strides in bytes) into the field's contiguous dst. */
+static int
+convert_strided(const Field *f, NumFmt s, const char *src, int nd, const Py_ssize_t *shape,
+                const Py_ssize_t *strides, char *dst)
+{
+    Py_ssize_t sh[2 * MAXDIM], st[2 * MAXDIM];
+    int d = 0;
+    for (int i = 0; i < nd; i++) {
+        if (shape[i] == 0)
+            return 1; /* nothing to convert */
+        if (shape[i] == 1)
+            continue; /* no effect on addresses */
+        if (d > 0 && st[d - 1] == shape[i] * strides[i]) { /* merges with the outer dim */
+            sh[d - 1] *= shape[i];
+            st[d - 1] = strides[i];
+        } else {
+            sh[d] = shape[i];
+            st[d] = strides[i];
+            d++;
+        }
+    }
+    if (d == 0)
+        return convert_run(f, s, src, s.size, 1, dst);
+    const Py_ssize_t run = sh[d - 1], rs = st[d - 1], ds = f->itemsize;
+    Py_ssize_t idx[2 * MAXDIM] = {0};
+    const char *p = src;
+    for (;;) {
+        if (!convert_run(f, s, p, rs, run, dst))
+            return 0;
+        dst += run * ds;
+        int k = d - 2;
+        for (; k >= 0; k--) { /* the odometer of the outer dims */
+            if (++idx[k] < sh[k]) {
+                p += st[k];
+                break;
+            }
+            p -= st[k] * (sh[k] - 1);
+            idx[k] = 0;
+        }
+        if (k < 0)
+            return 1;
+    }
+}
+
+/* ------------------------------------------------------------------ the boundary
+ * A value taken for one field: exact bytes [lead..., *shape], C-contiguous, in the stored
+ * format: the input's own buffer (held in view) or a converted copy. */
+typedef struct {
+    const char *buf;
+    char *owned;      /* heap copy to free, or NULL */
+    Py_buffer view;   /* the input's buffer, held when has_view */
+    int has_view;
+    char small[64];   /* small converted values */
+} Src;
+
+static void
+src_release(Src *s)
+{
+    if (s->has_view)
+        PyBuffer_Release(&s->view);
+    if (s->owned != NULL)
+        PyMem_Free(s->owned);
+    s->has_view = 0;
+    s->owned = NULL;
+}
+
+static char *
+src_scratch(Src *s, Py_ssize_t bytes)
+{
+    if (bytes <= (Py_ssize_t)sizeof(s->small))
+        return s->small;
+    s->owned = PyMem_Malloc((size_t)(bytes > 0 ? bytes : 1));
+    if (s->owned == NULL)
+        PyErr_NoMemory();
+    return s->owned;
+}
+
+/* A Python number (bool, int, float) as numpy would see it alone: 1 converted, 0 not
+ * taken (a type or an int beyond 64 bits that this file leaves to Python), -1 error. */
+static int
+put_number(const Field *f, PyObject *v, char *dst)
+{
+    if (PyBool_Check(v))
+        return put_bool(f, v == Py_True, dst);
+    if (PyFloat_Check(v))
+        return put_double(f, PyFloat_AS_DOUBLE(v), dst);
+    if (PyLong_Check(v)) {
+        int overflow = 0;
+        long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (x == -1 && PyErr_Occurred())
+            return -1;
+        if (overflow > 0) { /* numpy: uint64 when it fits */
+            unsigned long long u = PyLong_AsUnsignedLongLong(v);
+            if (u == (unsigned long long)-1 && PyErr_Occurred()) {
+                PyErr_Clear();
+                return 0;
+            }
+            return put_uint(f, u, dst);
+        }
+        if (overflow)
+            return 0;
+        return put_int(f, x, dst);
+    }
+    return 0;
+}
+
+/* Nested lists / tuples of Python numbers whose shape is full[depth..nd): which numbers
+ * they hold (1 bool, 2 int, 4 float; numpy's dtype of the whole: float64 if any float,
+ * else int64 if any int, else bool). 1: such a nest; 0: not (another type, a ragged or
+ * wrong shape, an int beyond int64). */
+static int
+nest_kinds(PyObject *v, int depth, int nd, const Py_ssize_t *full, int *kinds)
+{
+    if (depth == nd) {
+        if (PyBool_Check(v)) {
+            *kinds |= 1;
+        } else if (PyFloat_Check(v)) {
+            *kinds |= 4;
+        } else if (PyLong_Check(v)) {
+            int overflow = 0;
+            long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+            if (overflow || (x == -1 && PyErr_Occurred())) {
+                PyErr_Clear();
+                return 0;
+            }
+            *kinds |= 2;
+        } else {
+            return 0;
+        }
+        return 1;
+    }
+    if (!PyList_CheckExact(v) && !PyTuple_CheckExact(v))
+        return 0;
+    Py_ssize_t len = PySequence_Fast_GET_SIZE(v);
+    if (len != full[depth])
+        return 0;
+    PyObject **items = PySequence_Fast_ITEMS(v);
+    for (Py_ssize_t k = 0; k < len; k++)
+        if (!nest_kinds(items[k], depth + 1, nd, full, kinds))
+            return 0;
+    return 1;
+}
+
+/* Write the numbers of a checked nest in row-major order, each as numpy's array of the
+ * whole holds it (kinds). 1 ok, 0 refused by the casting rules, -1 error. */
+static int
+nest_put(const Field *f, PyObject *v, int depth, int nd, int kinds, char **dst)
+{
+    if (depth == nd) {
+        int r;
+        if (kinds & 4) {
+            double x = PyFloat_AsDouble(v);
+            if (x == -1.0 && PyErr_Occurred())
+                return -1;
+            r = put_double(f, x, *dst);
+        } else if (kinds & 2) {
+            long long x = PyLong_AsLongLong(v);
+            if (x == -1 && PyErr_Occurred())
+                return -1;
+            r = put_int(f, x, *dst);
+        } else {
+            r = put_bool(f, v == Py_True, *dst);
+        }
+        *dst += f->itemsize;
+        return r;
+    }
+    Py_ssize_t len = PySequence_Fast_GET_SIZE(v);
+    PyObject **items = PySequence_Fast_ITEMS(v);
+    for (Py_ssize_t k = 0; k < len; k++) {
+        int r = nest_put(f, items[k], depth + 1, nd, kinds, dst);
+        if (r <= 0)
+            return r;
+    }
+    return 1;
+}
+
+/* Whether every byte of a bool buffer is 0 or 1. */
+static int
+canonical(const Py_buffer *view)
+{
+    const unsigned char *b = (const unsigned char *)view->buf;
+    unsigned char any = 0;
+    for (Py_ssize_t i = 0; i < view->len; i++)
+        any |= b[i] & 0xFE;
+    return !any;
+}
+
+/* Take the value v of field f with leading dims lead[0..nlead): 1 taken (out filled:
+ * src_release it), 0 not taken (nothing held), -1 error. */
+static int
+take_value(Appender *self, const Field *f, PyObject *v, const Py_ssize_t *lead, int nlead,
+           Src *out, int allow_host)
+{
+    const int nd = nlead + f->ndim;
+    Py_ssize_t full[2 * MAXDIM];
+    Py_ssize_t count = 1;
+    for (int i = 0; i < nlead; i++)
+        full[i] = lead[i];
+    for (int i = 0; i < f->ndim; i++)
+        full[nlead + i] = f->shape[i];
+    for (int i = 0; i < nd; i++)
+        count *= full[i];
+    out->buf = NULL;
+    out->owned = NULL;
+    out->has_view = 0;
+    if ((PyObject *)Py_TYPE(v) == self->ndarray_type
+        || PyObject_TypeCheck(v, (PyTypeObject *)self->ndarray_type)
+        || PyObject_TypeCheck(v, (PyTypeObject *)self->generic_type)) {
+        Py_buffer *view = &out->view;
+        if (PyObject_GetBuffer(v, view, PyBUF_RECORDS_RO) < 0) {
+            PyErr_Clear(); /* e.g. datetime: the Python boundary names it */
+            return 0;
+        }
+        int ok = view->ndim == nd && view->itemsize > 0;
+        for (int i = 0; ok && i < nd; i++)
+            ok = view->shape[i] == full[i];
+        if (!ok) {
+            PyBuffer_Release(view);
+            return 0;
+        }
+        if (view->itemsize == f->itemsize
+            && strcmp(view->format ? view->format : "B", f->fmt) == 0
+            && PyBuffer_IsContiguous(view, 'C')
+            && (f->num.kind != 'b' || canonical(view))) {
+            out->buf = (const char *)view->buf; /* exactly the stored format */
+            out->has_view = 1;
+            return 1;
+        }
+        NumFmt s = parse_format(view->format, view->itemsize);
+        char *dst = s.kind ? src_scratch(out, count * f->itemsize) : NULL;
+        int r = 0;
+        if (s.kind && dst == NULL) {
+            r = -1;
+        } else if (s.kind) {
+            Py_ssize_t strides[2 * MAXDIM];
+            if (view->strides != NULL) {
+                for (int i = 0; i < nd; i++)
+                    strides[i] = view->strides[i];
+            } else { /* C-contiguous */
+                Py_ssize_t st = view->itemsize;
+                for (int i = nd - 1; i >= 0; i--) {
+                    strides[i] = st;
+                    st *= full[i];
+                }
+            }
+            r = convert_strided(f, s, (const char *)view->buf, nd, full, strides, dst);
+        }
+        PyBuffer_Release(view);
+        if (r <= 0) {
+            src_release(out);
+            return r;
+        }
+        out->buf = dst;
+        return 1;
+    }
+    if (PyFloat_Check(v) || PyLong_Check(v)) { /* bool is an int */
+        if (nd != 0)
+            return 0;
+        char *dst = src_scratch(out, f->itemsize);
+        int r = dst == NULL ? -1 : put_number(f, v, dst);
+        if (r <= 0) {
+            src_release(out);
+            return r;
+        }
+        out->buf = dst;
+        return 1;
+    }
+    if (PyList_CheckExact(v) || PyTuple_CheckExact(v)) {
+        int kinds = 0;
+        if (nd == 0 || !nest_kinds(v, 0, nd, full, &kinds))
+            return 0;
+        char *dst = src_scratch(out, count * f->itemsize);
+        if (dst == NULL)
+            return -1;
+        char *at = dst;
+        int r = nest_put(f, v, 0, nd, kinds, &at);
+        if (r <= 0) {
+            src_release(out);
+            return r;
+        }
+        out->buf = dst;
+        return 1;
+    }
+    if (allow_host && self->host != Py_None && !PyUnicode_Check(v) && !PyBytes_Check(v)
+        && v != Py_None && !PyDict_Check(v)) {
+        PyObject *h = PyObject_CallOneArg(self->host, v);
+        if (h == NULL)
+            return -1;
+        int r = h == Py_None ? 0 : take_value(self, f, h, lead, nlead, out, 0);
+        Py_DECREF(h); /* a held view keeps its own reference */
+        return r;
+    }
+    return 0;
+}
+
+/* The shape of a value as the boundary would take it: ndim and the first two dims. 1:
+ * known; 0: not a value this file takes. *conv gets a new reference to the host's array
+ * for an object the host converts (use it instead of v), else NULL. */
+static int
+probe_value(Appender *self, PyObject *v, int *ndim, Py_ssize_t *dims, PyObject **conv)
+{
+    *conv = NULL;
+    dims[0] = dims[1] = 0;
+    if (PyObject_TypeCheck(v, (PyTypeObject *)self->ndarray_type)
+        || PyObject_TypeCheck(v, (PyTypeObject *)self->generic_type)) {
+        Py_buffer view;
+        if (PyObject_GetBuffer(v, &view, PyBUF_RECORDS_RO) < 0) {
+            PyErr_Clear();
+            return 0;
+        }
+        *ndim = view.ndim;
+        for (int i = 0; i < 2 && i < view.ndim; i++)
+            dims[i] = view.shape[i];
+        PyBuffer_Release(&view);
+        return 1;
+    }
+    if (PyFloat_Check(v) || PyLong_Check(v)) {
+        *ndim = 0;
+        return 1;
+    }
+    if (PyList_CheckExact(v) || PyTuple_CheckExact(v)) {
+        int d = 0;
+        while (PyList_CheckExact(v) || PyTuple_CheckExact(v)) {
+            Py_ssize_t len = PySequence_Fast_GET_SIZE(v);
+            if (d < 2)
+                dims[d] = len;
+            d++;
+            if (len == 0 || d > 2 * MAXDIM)
+                break;
+            v = PySequence_Fast_GET_ITEM(v, 0);
+        }
+        *ndim = d;
+        return 1;
+    }
+    if (self->host == Py_None || PyUnicode_Check(v) || PyBytes_Check(v) || v == Py_None
+        || PyDict_Check(v))
+        return 0;
+    PyObject *h = PyObject_CallOneArg(self->host, v);
+    if (h == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (h == Py_None || !PyObject_TypeCheck(h, (PyTypeObject *)self->ndarray_type)) {
+        Py_DECREF(h);
+        return 0;
+    }
+    int r = probe_value(self, h, ndim, dims, conv);
+    if (r)
+        *conv = h;
+    else
+        Py_DECREF(h);
+    return r;
+}
+
+/* ------------------------------------------------------------------ the plan
+ * The C twin of replaybank/storage/writers/plan.py (plan_write): where a write of n
+ * steps to each of the m lanes `lanes` goes, from the counters alone. Per lane j: s0 (its
+ * written), c0 (its counts), kept (kept_old: live old steps after the eviction), ncount
+ * (new_counts). Kept step i of lane j goes to row (s0 + skip + i) % T; it evicts a live
+ * old step when that row lies within the c0 newest rows; the lane's previous newest step
+ * (row s0 - 1) may continue into the write when skip == 0, c0 > 0 and kept > 0. */
+typedef struct {
+    Py_ssize_t T, L, n, m, skip, nk;
+    int all_lanes, in_step, any_evict;
+    const int64_t *lanes;
+    int64_t *s0, *c0, *kept, *ncount; /* [m] each */
+} Plan;
+
+static void
+plan_write(Plan *p, Py_ssize_t T, Py_ssize_t L, const int64_t *lanes, Py_ssize_t m,
+           int all_lanes, const int64_t *written, const int64_t *counts, Py_ssize_t n,
+           int64_t *scratch)
+{
+    p->T = T;
+    p->L = L;
+    p->n = n;
+    p->m = m;
+    p->lanes = lanes;
+    p->all_lanes = all_lanes;
+    p->skip = n > T ? n - T : 0;
+    p->nk = n - p->skip;
+    p->s0 = scratch;
+    p->c0 = scratch + m;
+    p->kept = scratch + 2 * m;
+    p->ncount = scratch + 3 * m;
+    p->in_step = 1;
+    p->any_evict = 0;
+    for (Py_ssize_t j = 0; j < m; j++) {
+        int64_t s = written[lanes[j]], c = counts[lanes[j]];
+        int64_t over = c + n - T > 0 ? c + n - T : 0;
+        p->s0[j] = s;
+        p->c0[j] = c;
+        p->kept[j] = c - over > 0 ? c - over : 0;
+        p->ncount[j] = c + n < T ? c + n : T;
+        p->any_evict |= p->kept[j] < c;
+        if (j && (s != p->s0[0] || c != p->c0[0]))
+            p->in_step = 0;
+    }
+}
+
+static inline Py_ssize_t
+mod_T(int64_t x, Py_ssize_t T)
+{
+    int64_t r = x % T;
+    return (Py_ssize_t)(r < 0 ? r + T : r);
+}
+
+/* Row of kept step i of lane position j. */
+static inline Py_ssize_t
+plan_row(const Plan *p, Py_ssize_t i, Py_ssize_t j)
+{
+    return mod_T(p->s0[j] + p->skip + i, p->T);
+}
+
+static inline int
+plan_evicted(const Plan *p, Py_ssize_t i, Py_ssize_t j)
+{
+    return mod_T(plan_row(p, i, j) - (p->s0[j] - p->c0[j]), p->T) < p->c0[j];
+}
+
+/* The lane's previous newest step survives and may continue into this write. */
+static inline int
+plan_prev(const Plan *p, Py_ssize_t j)
+{
+    return p->skip == 0 && p->c0[j] > 0 && p->kept[j] > 0;
+}
+
+/* ------------------------------------------------------------------ the side store */
 /* The side store arrays of every obs field as buffers sv[0..nob) (they may have been
  * reallocated); 0 ok (release them with release_sides), -1 error (none held). */
 static int
@@ -341,23 +989,7 @@ slot_inside(Appender *self, const Py_buffer *sv, long long slot)
     for (int p = 0; p < self->nob; p++)
         if (slot < 0 || slot >= sv[p].len / self->f[self->oi[p]].nbytes)
             return 0;
-    return 1;
-}
-
-/* Next observations nsrc (items [j, j + count)) equal the obs of items [j + L, j + L +
- * count) bitwise, in every obs field (src: the fields' sources, nsrc: the next obs of
- * each obs field). */
-static int
-next_is_obs(Appender *self, char *const *src, const char *const *nsrc, Py_ssize_t j,
-            Py_ssize_t count)
-{
-    const Py_ssize_t L = self->L;
-    for (int p = 0; p < self->nob; p++) {
-        const Py_ssize_t ib = self->f[self->oi[p]].nbytes;
-        if (memcmp(nsrc[p] + j * ib, src[self->oi[p]] + (j + L) * ib, (size_t)(count * ib)))
-            return 0;
-    }
-    return 1;
+    return slot >= 0;
 }
 
 /* A link or free slot outside the side store: raise instead of touching memory. */
@@ -430,347 +1062,456 @@ get_free(Appender *self)
     return free;
 }
 
-/* Does the step at flat index `at` (a lane's previous newest step) continue into a new
- * step whose obs is item `j` of the sources src: not an episode end, and its kept next
- * observation equals that obs bitwise in every obs field? Returns its link (to release)
- * when it does, 0 when not, -1 on error. Opens the side views `sv` at first use
- * (*have_side). */
-static long long
-continues_into(Appender *self, Py_ssize_t at, char *const *src, Py_ssize_t j, Py_buffer *sv,
-               int *have_side)
+/* ------------------------------------------------------------------ the applier */
+/* Next observations kn (cells [j, j + count) of [nk, m]) equal the obs of cells
+ * [j + m, j + m + count) bitwise, in every obs field. */
+static int
+next_is_obs(Appender *self, char *const *ks, const char *const *kn, Py_ssize_t m,
+            Py_ssize_t j, Py_ssize_t count)
 {
-    long long p = ((const int32_t *)self->link.buf)[at];
-    if (!p || ((const char *)self->f[3].store.buf)[at]
-        || ((const char *)self->f[4].store.buf)[at])
-        return 0;
-    if (!*have_side) {
-        if (side_view(self, sv) < 0)
-            return -1;
-        *have_side = 1;
-    }
-    if (!slot_inside(self, sv, p - 1)) {
-        corrupt(p);
-        return -1;
-    }
     for (int q = 0; q < self->nob; q++) {
         const Py_ssize_t ib = self->f[self->oi[q]].nbytes;
-        if (memcmp((char *)sv[q].buf + (p - 1) * ib, src[self->oi[q]] + j * ib, (size_t)ib))
+        if (memcmp(kn[q] + j * ib, ks[self->oi[q]] + (j + m) * ib, (size_t)(count * ib)))
             return 0;
     }
-    return p;
+    return 1;
 }
 
-/* ------------------------------------------------------------------ the write
- * n steps of all L lanes, rows [start, start + n) (no wrap), inputs validated:
- * src[i] points at field i's [n, L, *shape] bytes (i < nf: the extras and obs fields
- * too), nsrc[p] at obs field p's next_obs [n, L, *shape].
- * Same steps and order as the write plan (writers/plan.py). Returns 0, or -1 with an exception set
- * (only on memory errors; the table may then be partly written). */
-static int
-write_steps(Appender *self, char *const *src, const char *const *nsrc, Py_ssize_t n)
+/* The kept steps [nk, m] of one field (src, row-major) into their rows of the store. */
+static void
+write_rows(const Plan *p, char *store, Py_ssize_t nb, const char *src)
 {
-    const Py_ssize_t T = self->T, L = self->L;
-    const char *term = src[3], *trunc = src[4];
+    const Py_ssize_t L = p->L, m = p->m, nk = p->nk;
+    if (p->in_step && p->all_lanes) { /* whole rows: one block, two when it wraps */
+        Py_ssize_t start = plan_row(p, 0, 0), first = nk < p->T - start ? nk : p->T - start;
+        /* memmove: an input may even be a view of the storage itself */
+        memmove(store + start * L * nb, src, (size_t)(first * L * nb));
+        if (first < nk)
+            memmove(store, src + first * L * nb, (size_t)((nk - first) * L * nb));
+        return;
+    }
+    for (Py_ssize_t i = 0; i < nk; i++)
+        for (Py_ssize_t j = 0; j < m; j++)
+            memmove(store + (plan_row(p, i, j) * L + p->lanes[j]) * nb,
+                    src + (i * m + j) * nb, (size_t)nb);
+}
+
+/* Carry out the plan p (the four steps of replaybank/storage/writers/plan.py, in the
+ * order of reference.apply): src[i] points at field i's [n, m, *shape] bytes (stored
+ * format), nsrc[q] at obs field q's next observations. 0, or -1 with an exception set
+ * (only on memory errors or a corrupt table; the table may then be partly written). */
+static int
+apply_plan(Appender *self, const Plan *p, char *const *src, const char *const *nsrc)
+{
+    const Py_ssize_t T = p->T, L = p->L, m = p->m, nk = p->nk, skip = p->skip, n = p->n;
+    const Py_ssize_t cells = nk * m;
     int32_t *link = (int32_t *)self->link.buf;
-    int64_t w = meta(&self->written)[0], c = meta(&self->counts)[0];
-    Py_ssize_t start = (Py_ssize_t)(w % T), end = start + n, nl = n * L;
-    int err = 0;
-    Py_buffer sv[MAXOBS];
-    /* small calls (an add of a few lanes) use the stack, larger ones the heap */
+    int64_t *wr = meta(&self->written), *cn = meta(&self->counts), *ep = meta(&self->episodes);
+    const char *sterm = (const char *)self->f[3].store.buf;
+    const char *strunc = (const char *)self->f[4].store.buf;
+    char *ks[MAXFIELDS];
+    const char *kn[MAXOBS];
+    for (int i = 0; i < self->nf; i++)
+        ks[i] = src[i] + skip * m * self->f[i].nbytes;
+    for (int q = 0; q < self->nob; q++)
+        kn[q] = nsrc[q] + skip * m * self->f[self->oi[q]].nbytes;
+    const char *kterm = ks[3], *ktrunc = ks[4]; /* [nk, m] bools */
     Py_ssize_t pos_s[STACK_ITEMS];
-    long long relink_s[STACK_ITEMS], slots_s[STACK_ITEMS], ends_s[STACK_ITEMS];
-    int heap = nl > STACK_ITEMS;
-    /* pos: the steps (j = i * L + l) whose next observation is kept aside, in order */
-    Py_ssize_t *pos = heap ? PyMem_Malloc((size_t)nl * sizeof(Py_ssize_t)) : pos_s;
-    long long *relink = heap ? PyMem_Malloc((size_t)L * sizeof(long long)) : relink_s;
-    long long *slots = heap ? PyMem_Malloc((size_t)nl * sizeof(long long)) : slots_s;
-    long long *lane_ends = heap ? PyMem_Malloc((size_t)L * sizeof(long long)) : ends_s;
+    long long slots_s[STACK_ITEMS], relink_s[STACK_ITEMS];
+    int heap_c = cells > STACK_ITEMS, heap_m = m > STACK_ITEMS;
+    Py_ssize_t *pos = heap_c ? PyMem_Malloc((size_t)cells * sizeof(Py_ssize_t)) : pos_s;
+    long long *slots = heap_c ? PyMem_Malloc((size_t)cells * sizeof(long long)) : slots_s;
+    long long *relink = heap_m ? PyMem_Malloc((size_t)m * sizeof(long long)) : relink_s;
+    Py_buffer sv[MAXOBS];
+    int err = 0, have_side = 0, any_relink = 0;
     PyObject *free = get_free(self);
-    if (pos == NULL || relink == NULL || slots == NULL || lane_ends == NULL || free == NULL) {
+    if (pos == NULL || slots == NULL || relink == NULL || free == NULL) {
         if (free != NULL)
             PyErr_NoMemory();
         err = 1;
         goto out;
     }
-    /* which next observations are kept aside: done steps, steps whose next_obs is not
-     * the next step's obs (bitwise), and the last step of each lane */
-    Py_ssize_t k = 0;
-    Py_ssize_t run_end = 0;       /* rows [i, run_end) are known to continue row to row */
-    Py_ssize_t scanned = 0;       /* rows before this were already part of a run check */
-    for (Py_ssize_t l = 0; l < L; l++)
-        lane_ends[l] = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (i >= scanned) {
-            /* the run of rows before the next row where some lane's episode ends: one
-             * comparison for all of it (the common case: it continues) */
-            Py_ssize_t hi = i;
-            while (hi < n - 1) {
-                int ends = 0;
-                for (Py_ssize_t l = 0; l < L && !ends; l++)
-                    ends = term[hi * L + l] || trunc[hi * L + l];
-                if (ends)
-                    break;
-                hi++;
-            }
-            scanned = hi > i ? hi : i + 1;
-            if (hi > i && next_is_obs(self, src, nsrc, i * L, (hi - i) * L))
-                run_end = hi;
-        }
-        if (i < run_end) { /* a continuing run: no ends, nothing kept aside */
-            i = run_end - 1;
-            continue;
-        }
-        int same_block = i < n - 1 && next_is_obs(self, src, nsrc, i * L, L);
-        for (Py_ssize_t l = 0; l < L; l++) {
-            Py_ssize_t j = i * L + l;
-            int done = term[j] || trunc[j];
-            lane_ends[l] += done;
-            if (i == n - 1 || done
-                || (!same_block && !next_is_obs(self, src, nsrc, j, 1)))
-                pos[k++] = j;
-        }
-    }
-    /* 1. evict: old steps in the rows written now leave the ring and free their slots
-     *    (rows before start + T - c held no live step); on files, counts drop first, so
-     *    that a process killed in the middle never shows a half-written row as live */
-    if (c + n > T) {
+    /* 1. evict: the live old steps in the rows written leave the window first (durable:
+     *    start advances, then counts drop), then their side slots are freed, row-major */
+    if (p->any_evict) {
         if (self->durable) {
-            int64_t kept = c - (c + n - T) > 0 ? c - (c + n - T) : 0;
             if (self->has_start) {
                 DURABLE_STORE(self);
-                for (Py_ssize_t l = 0; l < L; l++)
-                    meta(&self->start)[l] = w - kept;
+                for (Py_ssize_t j = 0; j < m; j++)
+                    meta(&self->start)[p->lanes[j]] = p->s0[j] - p->kept[j];
             }
             DURABLE_STORE(self);
-            for (Py_ssize_t l = 0; l < L; l++)
-                meta(&self->counts)[l] = kept;
+            for (Py_ssize_t j = 0; j < m; j++)
+                cn[p->lanes[j]] = p->kept[j];
         }
-        for (Py_ssize_t j = (start + (Py_ssize_t)(T - c)) * L; !err && j < end * L; j++)
-            if (link[j])
-                err = free_append(free, link[j] - 1) < 0;
-    }
-    /* 2. does each lane's previous newest step continue into this chunk? */
-    int any_relink = 0, have_side = 0;
-    for (Py_ssize_t l = 0; l < L; l++)
-        relink[l] = 0;
-    if (!err && c && n < T) {
-        Py_ssize_t prow = start ? start - 1 : T - 1;
-        for (Py_ssize_t l = 0; l < L; l++) {
-            long long p = continues_into(self, prow * L + l, src, l, sv, &have_side);
-            if (p < 0) {
-                err = 1;
-                break;
+        for (Py_ssize_t i = 0; !err && i < nk; i++)
+            for (Py_ssize_t j = 0; !err && j < m; j++) {
+                Py_ssize_t at = plan_row(p, i, j) * L + p->lanes[j];
+                if (link[at] > 0 && plan_evicted(p, i, j))
+                    err = free_append(free, link[at] - 1) < 0;
             }
-            relink[l] = p;
-            any_relink |= p > 0;
+        if (err)
+            goto out;
+    }
+    /* 2. does each lane's previous newest step continue into the first new obs? (not an
+     *    episode end, and its kept next obs equals that obs bitwise in every obs field) */
+    for (Py_ssize_t j = 0; j < m; j++) {
+        relink[j] = 0;
+        if (!plan_prev(p, j))
+            continue;
+        Py_ssize_t at = mod_T(p->s0[j] - 1, T) * L + p->lanes[j];
+        long long q = link[at];
+        if (q <= 0 || sterm[at] || strunc[at])
+            continue;
+        if (!have_side) {
+            if (side_view(self, sv) < 0) {
+                err = 1;
+                goto out;
+            }
+            have_side = 1;
+        }
+        if (!slot_inside(self, sv, q - 1)) {
+            err = corrupt(q);
+            goto out;
+        }
+        int same = 1;
+        for (int o = 0; same && o < self->nob; o++) {
+            const Py_ssize_t ib = self->f[self->oi[o]].nbytes;
+            same = !memcmp((const char *)sv[o].buf + (q - 1) * ib, ks[self->oi[o]] + j * ib,
+                           (size_t)ib);
+        }
+        if (same) {
+            relink[j] = q;
+            any_relink = 1;
         }
     }
-    /* 3. side slots of the kept next observations, in row-major order (taking more slots
-     *    than are free grows the side store: a new array) */
-    if (!err) {
-        int grows = PyList_GET_SIZE(free) < k;
-        if (grows && have_side) {
-            release_sides(self, sv);
-            have_side = 0;
+    /* 3. the kept steps whose next obs goes aside, row-major: a step where some lane's
+     *    episode ended or the data jumps (next obs is not the next step's obs bitwise),
+     *    and the newest step of each lane. Runs of rows without an end: one compare. */
+    Py_ssize_t k = 0;
+    for (Py_ssize_t i = 0; i < nk - 1;) {
+        Py_ssize_t hi = i;
+        for (; hi < nk - 1; hi++) {
+            int ends = 0;
+            for (Py_ssize_t j = 0; j < m && !ends; j++)
+                ends = kterm[hi * m + j] || ktrunc[hi * m + j];
+            if (ends)
+                break;
         }
-        err = take_slots(self, free, k, slots) < 0;
+        if (hi > i && !next_is_obs(self, ks, kn, m, i * m, (hi - i) * m))
+            for (Py_ssize_t c = i * m; c < hi * m; c++)
+                if (!next_is_obs(self, ks, kn, m, c, 1))
+                    pos[k++] = c;
+        if (hi < nk - 1) /* row hi: a lane's episode ends there */
+            for (Py_ssize_t c = hi * m; c < (hi + 1) * m; c++)
+                if (kterm[c] || ktrunc[c] || !next_is_obs(self, ks, kn, m, c, 1))
+                    pos[k++] = c;
+        i = hi + 1;
     }
-    if (!err && !have_side) {
-        err = side_view(self, sv) < 0;
-        have_side = !err;
-    }
-    if (err && have_side) {
+    for (Py_ssize_t c = (nk - 1) * m; c < cells; c++)
+        pos[k++] = c;
+    if (have_side && PyList_GET_SIZE(free) < k) { /* growing replaces the side arrays */
         release_sides(self, sv);
         have_side = 0;
     }
-    if (!err) {
-        for (Py_ssize_t j = 0; j < k; j++)
-            if (!slot_inside(self, sv, slots[j])) {
-                err = corrupt(slots[j] + 1);
-                release_sides(self, sv);
-                goto out;
-            }
-    }
-    if (!err) {
-        DURABLE_STORE(self);
-        memset(link + start * L, 0, (size_t)nl * sizeof(int32_t));
-        DURABLE_STORE(self);
-        for (Py_ssize_t s = 0; s < k; s++) {
-            Py_ssize_t j = pos[s];
-            for (int q = 0; q < self->nob; q++) {
-                const Py_ssize_t ib = self->f[self->oi[q]].nbytes;
-                memcpy((char *)sv[q].buf + slots[s] * ib, nsrc[q] + j * ib, (size_t)ib);
-            }
-            link[start * L + j] = (int32_t)(slots[s] + 1);
-        }
-        release_sides(self, sv);
-        /* 4. data, then the commit (written advances: a reader's counts = written -
-         * start), then release the continued steps' slots (no longer the newest), then
-         * the mirrors */
-        for (int i = 0; i < self->nf; i++) {
-            Field *f = &self->f[i];
-            DURABLE_STORE(self);
-            /* memmove: an input may even be a view of the storage itself */
-            memmove((char *)f->store.buf + start * L * f->nbytes, src[i],
-                    (size_t)(nl * f->nbytes));
-        }
-        int64_t nc = c + n < T ? c + n : T;
-        DURABLE_STORE(self);
-        for (Py_ssize_t l = 0; l < L; l++)
-            meta(&self->written)[l] = w + n;
-        if (any_relink) {
-            Py_ssize_t prow = start ? start - 1 : T - 1;
-            DURABLE_STORE(self);
-            for (Py_ssize_t l = 0; !err && l < L; l++) {
-                if (relink[l]) {
-                    link[prow * L + l] = 0;
-                    err = free_append(free, relink[l] - 1) < 0;
-                }
-            }
-        }
-        DURABLE_STORE(self);
-        for (Py_ssize_t l = 0; l < L; l++)
-            meta(&self->counts)[l] = nc;
-        DURABLE_STORE(self);
-        for (Py_ssize_t l = 0; l < L; l++)
-            meta(&self->episodes)[l] += lane_ends[l];
-    }
-out:
-    Py_XDECREF(free);
-    if (heap) {
-        PyMem_Free(pos);
-        PyMem_Free(relink);
-        PyMem_Free(slots);
-        PyMem_Free(lane_ends);
-    }
-    return err ? -1 : 0;
-}
-
-/* ------------------------------------------------------------------ one step, any lanes
- * One step of m distinct lanes lanes[0..m) in any order, whose lanes need not be in
- * step: src[i] points at field i's [m, *shape] bytes (i < nf), nsrc[p] at obs field
- * p's next_obs [m, *shape].
- * Same steps and order as the general StepTable.write with n = 1 (table_write.write):
- * evictions free their side slots (lane order), each lane's previous newest step is
- * checked for continuity, m side slots are taken (SideStore.alloc order), then data, links,
- * relinks and counters. Returns 0, or -1 with an exception set. */
-static int
-write_each(Appender *self, char *const *src, const char *const *nsrc, const int64_t *lanes,
-           Py_ssize_t m)
-{
-    const Py_ssize_t T = self->T, L = self->L;
-    const char *term = src[3], *trunc = src[4];
-    int32_t *link = (int32_t *)self->link.buf;
-    int64_t *wr = meta(&self->written), *cn = meta(&self->counts), *ep = meta(&self->episodes);
-    int err = 0, have_side = 0;
-    Py_buffer sv[MAXOBS];
-    long long relink_s[STACK_ITEMS], slots_s[STACK_ITEMS];
-    int heap = m > STACK_ITEMS;
-    long long *relink = heap ? PyMem_Malloc((size_t)m * sizeof(long long)) : relink_s;
-    long long *slots = heap ? PyMem_Malloc((size_t)m * sizeof(long long)) : slots_s;
-    PyObject *free = get_free(self);
-    if (relink == NULL || slots == NULL || free == NULL) {
-        if (free != NULL)
-            PyErr_NoMemory();
+    if (take_slots(self, free, k, slots) < 0) {
         err = 1;
         goto out;
     }
-    /* 1. evict: a full lane's oldest step (in the row written now) frees its slot (on
-     *    files its count drops first, as in write_steps) */
-    for (Py_ssize_t j = 0; !err && j < m; j++) {
-        int64_t lane = lanes[j];
-        Py_ssize_t at = (Py_ssize_t)(wr[lane] % T) * L + (Py_ssize_t)lane;
-        if (cn[lane] == T && link[at])
-            err = free_append(free, link[at] - 1) < 0;
-        if (cn[lane] == T && self->durable) {
-            if (self->has_start) {
-                DURABLE_STORE(self);
-                meta(&self->start)[lane] = wr[lane] - (T - 1);
-            }
-            DURABLE_STORE(self);
-            cn[lane] = T - 1;
-        }
-    }
-    /* 2. does each lane's previous newest step continue into this one? */
-    for (Py_ssize_t j = 0; !err && j < m; j++) {
-        int64_t lane = lanes[j];
-        relink[j] = 0;
-        if (cn[lane] == 0 || T < 2)
-            continue;
-        Py_ssize_t at = (Py_ssize_t)((wr[lane] - 1) % T) * L + (Py_ssize_t)lane;
-        long long p = continues_into(self, at, src, j, sv, &have_side);
-        if (p < 0) {
+    if (!have_side) {
+        if (side_view(self, sv) < 0) {
             err = 1;
-            break;
+            goto out;
         }
-        relink[j] = p;
+        have_side = 1;
     }
-    /* 3. one side slot per lane (taking more than are free grows the side store) */
-    if (!err) {
-        if (have_side && PyList_GET_SIZE(free) < m) {
-            release_sides(self, sv);
-            have_side = 0;
+    for (Py_ssize_t s = 0; s < k; s++)
+        if (!slot_inside(self, sv, slots[s])) {
+            err = corrupt(slots[s] + 1);
+            goto out;
         }
-        err = take_slots(self, free, m, slots) < 0;
-    }
-    if (!err && !have_side) {
-        err = side_view(self, sv) < 0;
-        have_side = !err;
-    }
-    for (Py_ssize_t j = 0; !err && j < m; j++)
-        if (!slot_inside(self, sv, slots[j]))
-            err = corrupt(slots[j] + 1);
-    if (err) {
-        if (have_side)
-            release_sides(self, sv);
-        goto out;
-    }
-    /* 4. next observations, data and links, then per lane the commit (written), the
-     * relink of its previous newest step, and the mirrors */
-    for (Py_ssize_t j = 0; j < m; j++) {
-        int64_t lane = lanes[j];
-        Py_ssize_t at = (Py_ssize_t)(wr[lane] % T) * L + (Py_ssize_t)lane;
-        for (int q = 0; q < self->nob; q++) {
-            const Py_ssize_t ib = self->f[self->oi[q]].nbytes;
-            DURABLE_STORE(self);
-            memcpy((char *)sv[q].buf + slots[j] * ib, nsrc[q] + j * ib, (size_t)ib);
-        }
-        for (int i = 0; i < self->nf; i++) {
-            Field *f = &self->f[i];
-            DURABLE_STORE(self);
-            memmove((char *)f->store.buf + at * f->nbytes, src[i] + j * f->nbytes,
-                    (size_t)f->nbytes);
-        }
+    for (int o = 0; o < self->nob; o++) {
+        const Py_ssize_t ib = self->f[self->oi[o]].nbytes;
         DURABLE_STORE(self);
-        link[at] = (int32_t)(slots[j] + 1);
+        for (Py_ssize_t s = 0; s < k; s++)
+            memcpy((char *)sv[o].buf + slots[s] * ib, kn[o] + pos[s] * ib, (size_t)ib);
     }
     release_sides(self, sv);
-    for (Py_ssize_t j = 0; j < m; j++) {
-        int64_t lane = lanes[j];
+    have_side = 0;
+    /* 4. data and links (outside the live window), then the commit (written), then the
+     *    previous newest steps that continued are relinked (no longer the newest), then
+     *    counts and episodes */
+    for (int i = 0; i < self->nf; i++) {
         DURABLE_STORE(self);
-        wr[lane] += 1;
-        if (relink[j] && !err) { /* the previous newest step: wr - 2 now */
-            DURABLE_STORE(self);
-            link[(Py_ssize_t)((wr[lane] - 2) % T) * L + (Py_ssize_t)lane] = 0;
-            err = free_append(free, relink[j] - 1) < 0;
+        write_rows(p, (char *)self->f[i].store.buf, self->f[i].nbytes, ks[i]);
+    }
+    DURABLE_STORE(self);
+    if (p->in_step && p->all_lanes) {
+        Py_ssize_t start = plan_row(p, 0, 0), first = nk < T - start ? nk : T - start;
+        memset(link + start * L, 0, (size_t)(first * L) * sizeof(int32_t));
+        if (first < nk)
+            memset(link, 0, (size_t)((nk - first) * L) * sizeof(int32_t));
+    } else {
+        for (Py_ssize_t i = 0; i < nk; i++)
+            for (Py_ssize_t j = 0; j < m; j++)
+                link[plan_row(p, i, j) * L + p->lanes[j]] = 0;
+    }
+    for (Py_ssize_t s = 0; s < k; s++) {
+        Py_ssize_t i = pos[s] / m, j = pos[s] % m;
+        link[plan_row(p, i, j) * L + p->lanes[j]] = (int32_t)(slots[s] + 1);
+    }
+    DURABLE_STORE(self);
+    for (Py_ssize_t j = 0; j < m; j++)
+        wr[p->lanes[j]] = p->s0[j] + n;
+    if (any_relink) {
+        DURABLE_STORE(self);
+        for (Py_ssize_t j = 0; !err && j < m; j++) {
+            if (relink[j]) {
+                link[mod_T(p->s0[j] - 1, T) * L + p->lanes[j]] = 0;
+                err = free_append(free, relink[j] - 1) < 0;
+            }
         }
-        DURABLE_STORE(self);
-        cn[lane] = cn[lane] < T ? cn[lane] + 1 : T;
-        DURABLE_STORE(self);
-        ep[lane] += term[j] || trunc[j];
+    }
+    DURABLE_STORE(self);
+    for (Py_ssize_t j = 0; j < m; j++)
+        cn[p->lanes[j]] = p->ncount[j];
+    DURABLE_STORE(self);
+    {
+        const char *term = src[3], *trunc = src[4]; /* every step, the skipped too */
+        for (Py_ssize_t j = 0; j < m; j++) {
+            int64_t ends = 0;
+            for (Py_ssize_t i = 0; i < n; i++)
+                ends += term[i * m + j] || trunc[i * m + j];
+            ep[p->lanes[j]] += ends;
+        }
     }
 out:
+    if (have_side)
+        release_sides(self, sv);
     Py_XDECREF(free);
-    if (heap) {
-        PyMem_Free(relink);
+    if (heap_c) {
+        PyMem_Free(pos);
         PyMem_Free(slots);
     }
+    if (heap_m)
+        PyMem_Free(relink);
     return err ? -1 : 0;
+}
+
+/* Plan and apply a write of n steps of the m lanes `lanes`; a durable write that evicts
+ * live steps with more than `chunk` steps goes in chunks of at most that many, each
+ * planned and applied whole (a kill shows a prefix of the write). 0 or -1. */
+static int
+commit(Appender *self, const int64_t *lanes, Py_ssize_t m, int all_lanes, Py_ssize_t n,
+       char *const *src, const char *const *nsrc)
+{
+    int64_t scratch_s[4 * 64];
+    int64_t *scratch = m > 64 ? PyMem_Malloc((size_t)(4 * m) * sizeof(int64_t)) : scratch_s;
+    if (scratch == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    const int64_t *written = meta(&self->written), *counts = meta(&self->counts);
+    Plan p;
+    plan_write(&p, self->T, self->L, lanes, m, all_lanes, written, counts, n, scratch);
+    int r = 0;
+    if (!(self->durable && p.any_evict && n > self->chunk)) {
+        r = apply_plan(self, &p, src, nsrc);
+    } else {
+        char *csrc[MAXFIELDS];
+        const char *cnsrc[MAXOBS];
+        for (Py_ssize_t lo = 0; r == 0 && lo < n; lo += self->chunk) {
+            Py_ssize_t k = n - lo < self->chunk ? n - lo : self->chunk;
+            for (int i = 0; i < self->nf; i++)
+                csrc[i] = src[i] + lo * m * self->f[i].nbytes;
+            for (int q = 0; q < self->nob; q++)
+                cnsrc[q] = nsrc[q] + lo * m * self->f[self->oi[q]].nbytes;
+            plan_write(&p, self->T, self->L, lanes, m, all_lanes, written, counts, k, scratch);
+            r = apply_plan(self, &p, csrc, cnsrc);
+        }
+    }
+    if (m > 64)
+        PyMem_Free(scratch);
+    return r;
+}
+
+/* ------------------------------------------------------------------ calls */
+/* The lanes a call writes: None (every lane), or a list, tuple or 1-D int array of
+ * distinct ints in [0, L). 1: parsed into out[0..*m); 0: not for this path (the Python
+ * boundary names it); -1: error. */
+static int
+parse_lanes(Appender *self, PyObject *arg, int64_t *out, Py_ssize_t *m, int *all_lanes)
+{
+    const Py_ssize_t L = self->L;
+    *all_lanes = 0;
+    if (arg == Py_None) {
+        for (Py_ssize_t l = 0; l < L; l++)
+            out[l] = l;
+        *m = L;
+        *all_lanes = 1;
+        return 1;
+    }
+    Py_ssize_t n = 0;
+    int ok = 1;
+    if (PyObject_TypeCheck(arg, (PyTypeObject *)self->ndarray_type)) {
+        Py_buffer view;
+        if (PyObject_GetBuffer(arg, &view, PyBUF_RECORDS_RO) < 0) {
+            PyErr_Clear();
+            return 0;
+        }
+        NumFmt s = parse_format(view.format, view.itemsize);
+        ok = view.ndim == 1 && (s.kind == 'i' || s.kind == 'u');
+        n = ok ? view.shape[0] : 0;
+        ok = ok && n >= 1 && n <= L;
+        for (Py_ssize_t j = 0; ok && j < n; j++) {
+            const char *at = (const char *)view.buf + j * (view.strides ? view.strides[0]
+                                                                       : view.itemsize);
+            uint64_t bits = load_bits(at, s.size, s.swap);
+            int sh = 64 - 8 * s.size;
+            int64_t v = s.kind == 'i' && sh ? (int64_t)(bits << sh) >> sh : (int64_t)bits;
+            ok = v >= 0 && v < L && (s.kind == 'i' || bits < (uint64_t)L);
+            out[j] = v;
+        }
+        PyBuffer_Release(&view);
+    } else if (PyList_CheckExact(arg) || PyTuple_CheckExact(arg)) {
+        n = PySequence_Fast_GET_SIZE(arg);
+        ok = n >= 1 && n <= L;
+        PyObject **items = PySequence_Fast_ITEMS(arg);
+        for (Py_ssize_t j = 0; ok && j < n; j++) {
+            PyObject *item = items[j];
+            if (!PyLong_CheckExact(item)) { /* numpy ints, bools: the Python boundary */
+                ok = 0;
+                break;
+            }
+            int overflow = 0;
+            long long v = PyLong_AsLongLongAndOverflow(item, &overflow);
+            if (v == -1 && PyErr_Occurred())
+                return -1;
+            ok = !overflow && v >= 0 && v < L;
+            out[j] = v;
+        }
+    } else {
+        return 0;
+    }
+    if (!ok)
+        return 0;
+    /* distinct: a bitmap for small tables, a quadratic scan is cheap for few lanes */
+    if (n <= 16) {
+        for (Py_ssize_t a = 1; a < n; a++)
+            for (Py_ssize_t b = 0; b < a; b++)
+                if (out[a] == out[b])
+                    return 0;
+    } else {
+        char *seen = PyMem_Calloc((size_t)L, 1);
+        if (seen == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        for (Py_ssize_t j = 0; ok && j < n; j++) {
+            ok = !seen[out[j]];
+            seen[out[j]] = 1;
+        }
+        PyMem_Free(seen);
+        if (!ok)
+            return 0;
+    }
+    *m = n;
+    int all = n == L;
+    for (Py_ssize_t j = 0; all && j < n; j++)
+        all = out[j] == j;
+    *all_lanes = all;
+    return 1;
+}
+
+/* How a call's values are shaped: an add (one step, leading lane dim when several lanes
+ * or env_ids), an extend (a leading step dim too), or arrays (always [n, m, ...], the
+ * Python boundary's checked values). */
+enum { MODE_ADD = 0, MODE_EXTEND = 1, MODE_ARRAYS = 2 };
+
+/* The write of one call: vals[0..nf) every field's value in field order, nv[0..nob) each
+ * obs field's next observations. Returns the steps written (>= 1), 0 when the call is
+ * not for this path (nothing written), -1 on error. */
+static Py_ssize_t
+write_values(Appender *self, PyObject *lanes_arg, int mode, PyObject *const *vals,
+             PyObject *const *nv)
+{
+    const int nf = self->nf, nob = self->nob;
+    const Py_ssize_t L = self->L;
+    int64_t lanes_s[STACK_ITEMS];
+    int64_t *lanes = L > STACK_ITEMS ? PyMem_Malloc((size_t)L * sizeof(int64_t)) : lanes_s;
+    if (lanes == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    Py_ssize_t result = 0, m = 0, n = 1;
+    int all_lanes = 0, taken = 0;
+    PyObject *v0 = vals[0], *conv0 = NULL;
+    Src s[MAXFIELDS + MAXOBS];
+    int r = parse_lanes(self, lanes_arg, lanes, &m, &all_lanes);
+    if (r <= 0) {
+        result = r;
+        goto done;
+    }
+    const int explicit_lanes = lanes_arg != Py_None || L > 1;
+    const Field *f0 = &self->f[0];
+    Py_ssize_t lead[2];
+    int nlead;
+    if (mode == MODE_ADD) {
+        lead[0] = m;
+        nlead = explicit_lanes ? 1 : 0;
+        r = take_value(self, f0, v0, lead, nlead, &s[0], 1);
+        if (r == 0 && !explicit_lanes) { /* one env may come with its lane dim of 1 */
+            nlead = 1;
+            r = take_value(self, f0, v0, lead, nlead, &s[0], 1);
+        }
+    } else {
+        int nd;
+        Py_ssize_t dims[2];
+        if (!probe_value(self, v0, &nd, dims, &conv0))
+            goto done;
+        if (conv0 != NULL)
+            v0 = conv0;
+        n = dims[0];
+        lead[0] = n;
+        lead[1] = m;
+        nlead = mode == MODE_ARRAYS || explicit_lanes || nd == f0->ndim + 2 ? 2 : 1;
+        if (n < 1)
+            goto done;
+        r = take_value(self, f0, v0, lead, nlead, &s[0], 1);
+    }
+    if (r <= 0) {
+        result = r;
+        goto done;
+    }
+    taken = 1;
+    for (int i = 1; i < nf + nob; i++) {
+        const Field *f = &self->f[i < nf ? i : self->oi[i - nf]];
+        r = take_value(self, f, i < nf ? vals[i] : nv[i - nf], lead, nlead, &s[i], 1);
+        if (r <= 0) {
+            result = r;
+            goto done;
+        }
+        taken = i + 1;
+    }
+    char *src[MAXFIELDS];
+    const char *nsrc[MAXOBS];
+    for (int i = 0; i < nf; i++)
+        src[i] = (char *)s[i].buf;
+    for (int q = 0; q < nob; q++)
+        nsrc[q] = s[nf + q].buf;
+    result = commit(self, lanes, m, all_lanes, n, src, nsrc) < 0 ? -1 : n;
+done:
+    for (int i = 0; i < taken; i++)
+        src_release(&s[i]);
+    Py_XDECREF(conv0);
+    if (L > STACK_ITEMS)
+        PyMem_Free(lanes);
+    return result;
 }
 
 /* The values of the plain dict d under keys[0..nk), as new references in out[0..nk)
  * (release them with drop_refs). 1: d's keys are exactly these; 0: not (an unknown or
- * missing key, or not a dict: the general path names it). The lookups come first in a
+ * missing key, or not a dict: the Python boundary names it). The lookups come first in a
  * call, before any table state is read: a key object of the caller's with a colliding
  * hash may run Python code in its __eq__. */
 static int
@@ -781,7 +1522,7 @@ get_keys(PyObject *d, PyObject *const *keys, Py_ssize_t nk, PyObject **out)
     for (Py_ssize_t i = 0; i < nk; i++) {
         PyObject *v = PyDict_GetItemWithError(d, keys[i]);
         if (v == NULL) {
-            PyErr_Clear(); /* missing, or a key's __eq__ raised: the general path */
+            PyErr_Clear(); /* missing, or a key's __eq__ raised: the Python boundary */
             while (i > 0)
                 Py_DECREF(out[--i]);
             return 0;
@@ -797,37 +1538,6 @@ get_keys(PyObject *d, PyObject *const *keys, Py_ssize_t nk, PyObject **out)
     return 1;
 }
 
-/* The values of the extras dict in extra-field order (see get_keys). */
-static int
-get_extras(Appender *self, PyObject *extras, PyObject **out)
-{
-    return get_keys(extras, self->xkey, self->nx, out);
-}
-
-/* The values of every obs field in a call's obs and next_obs, as new references in
- * ov[0..nob) and nv[0..nob) (release both with drop_refs): a flat obs is the value
- * itself (checked later), a dict obs a plain dict with exactly the obs keys. 1: found;
- * 0: not for this path. */
-static int
-get_obs(Appender *self, PyObject *obs, PyObject *next, PyObject **ov, PyObject **nv)
-{
-    if (self->okey[0] == NULL) {
-        Py_INCREF(obs);
-        Py_INCREF(next);
-        ov[0] = obs;
-        nv[0] = next;
-        return 1;
-    }
-    if (!get_keys(obs, self->okey, self->nob, ov))
-        return 0;
-    if (!get_keys(next, self->okey, self->nob, nv)) {
-        for (int p = 0; p < self->nob; p++)
-            Py_DECREF(ov[p]);
-        return 0;
-    }
-    return 1;
-}
-
 static void
 drop_refs(PyObject **refs, Py_ssize_t k)
 {
@@ -836,352 +1546,211 @@ drop_refs(PyObject **refs, Py_ssize_t k)
 }
 
 /* A standard call's values, args = (obs, action, reward, next_obs, terminated, truncated,
- * extras): every field's value in field order into vals[0..nf), each obs field's next
- * observation into nv[0..nob) (new references to the extras' and obs values in vals, ov
- * and nv: release them with release_call). 1: found; 0: not for this path (a rows
- * table, or extras / obs of other keys). */
+ * extras): every field's value in field order into vals[0..nf) (new references), each
+ * obs field's next observation into nv[0..nob) (new references): release them with
+ * release_call. 1: found; 0: not for this path (a rows table, or extras / obs of other
+ * keys). */
 static int
-call_values(Appender *self, PyObject *const *args, PyObject **vals, PyObject **ov,
-            PyObject **nv)
+call_values(Appender *self, PyObject *const *args, PyObject **vals, PyObject **nv)
 {
-    if (self->rows || !get_extras(self, args[6], vals + NSTD))
+    if (self->rows || !get_keys(args[6], self->xkey, self->nx, vals + NSTD))
         return 0;
-    if (!get_obs(self, args[0], args[3], ov, nv)) {
+    PyObject *ov[MAXOBS];
+    if (self->okey[0] == NULL) {
+        ov[0] = args[0];
+        nv[0] = args[3];
+        Py_INCREF(ov[0]);
+        Py_INCREF(nv[0]);
+    } else if (!get_keys(args[0], self->okey, self->nob, ov)) {
+        drop_refs(vals + NSTD, self->nx);
+        return 0;
+    } else if (!get_keys(args[3], self->okey, self->nob, nv)) {
+        drop_refs(ov, self->nob);
         drop_refs(vals + NSTD, self->nx);
         return 0;
     }
     for (int p = 0; p < self->nob; p++)
         vals[self->oi[p]] = ov[p];
-    vals[1] = args[1];
-    vals[2] = args[2];
-    vals[3] = args[4];
-    vals[4] = args[5];
+    const int std[4] = {1, 2, 4, 5}; /* action, reward, terminated, truncated */
+    for (int i = 0; i < 4; i++) {
+        vals[i + 1] = args[std[i]];
+        Py_INCREF(vals[i + 1]);
+    }
     return 1;
 }
 
 static void
-release_call(Appender *self, PyObject **vals, PyObject **ov, PyObject **nv)
+release_call(Appender *self, PyObject **vals, PyObject **nv)
 {
-    drop_refs(vals + NSTD, self->nx);
-    drop_refs(ov, self->nob);
+    drop_refs(vals, NSTD + self->nx + (self->nob > 1 ? self->nob - 1 : 0));
     drop_refs(nv, self->nob);
 }
 
-/* ------------------------------------------------------------------ add */
-/* One step of every lane (in step): vals[0..nf) the fields' values in field order,
- * nv[0..nob) each obs field's next observation. A new reference to True (written) or
- * False (not for this path), or NULL with an exception set. */
+/* write(lanes, steps, obs, action, reward, next_obs, terminated, truncated, extras) */
 static PyObject *
-add_values(Appender *self, PyObject *const *vals, PyObject *const *nv)
+Appender_write_body(Appender *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    const int nf = self->nf, nob = self->nob;
-    PyObject *result = Py_False;
-    Py_buffer held[MAXFIELDS + MAXOBS];
-    const char *nsrc[MAXOBS];
-    int nheld = 0;
-    if (!in_step(self))
-        goto done;
-    const Py_ssize_t L = self->L;
-    int nlead = L == 1 ? 0 : 1; /* one env: no leading dim, or a lane dim of 1 */
-    char small[MAXFIELDS][16];
-    char *src[MAXFIELDS];
-    if (!get_input(self, &self->f[0], vals[0], &L, nlead, &held[0])) {
-        if (L != 1 || !get_input(self, &self->f[0], vals[0], &L, 1, &held[0]))
-            goto done;
-        nlead = 1;
-    }
-    src[0] = (char *)held[nheld++].buf;
-    for (int i = 1; i < nf; i++) {
-        Field *f = &self->f[i];
-        if (!nlead && f->kind != '-' && (PyObject *)Py_TYPE(vals[i]) != self->ndarray_type) {
-            int r = scalar_value(self, f, vals[i], small[i]);
-            if (r <= 0) {
-                result = r < 0 ? NULL : Py_False;
-                goto done;
-            }
-            src[i] = small[i];
-            continue;
-        }
-        if (!get_input(self, f, vals[i], &L, nlead, &held[nheld]))
-            goto done;
-        src[i] = (char *)held[nheld++].buf;
-    }
-    for (int p = 0; p < nob; p++) {
-        if (!get_input(self, &self->f[self->oi[p]], nv[p], &L, nlead, &held[nheld]))
-            goto done;
-        nsrc[p] = (const char *)held[nheld++].buf;
-    }
-    result = write_steps(self, src, nsrc, 1) < 0 ? NULL : Py_True;
-done:
-    for (int i = 0; i < nheld; i++)
-        PyBuffer_Release(&held[i]);
-    Py_XINCREF(result);
-    return result;
-}
-
-static PyObject *
-Appender_add_body(Appender *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    if (nargs != 7) {
-        PyErr_SetString(PyExc_TypeError,
-                        "add(obs, action, reward, next_obs, terminated, truncated, extras)");
-        return NULL;
-    }
-    PyObject *vals[MAXFIELDS], *ov[MAXOBS], *nv[MAXOBS];
-    if (!call_values(self, args, vals, ov, nv))
-        Py_RETURN_FALSE;
-    PyObject *result = add_values(self, vals, nv);
-    release_call(self, vals, ov, nv);
-    return result;
-}
-
-/* A rows table's call values: a tuple of exactly nf values (borrowed), or NULL. */
-static PyObject *const *
-row_values(Appender *self, PyObject *t)
-{
-    if (!self->rows || !PyTuple_CheckExact(t) || PyTuple_GET_SIZE(t) != self->nf)
-        return NULL;
-    return PySequence_Fast_ITEMS(t);
-}
-
-/* rows_add(values): one step of every lane of a rows table, values in field order. */
-static PyObject *
-Appender_rows_add_body(Appender *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    if (nargs != 1) {
-        PyErr_SetString(PyExc_TypeError, "rows_add(values)");
-        return NULL;
-    }
-    PyObject *const *vals = row_values(self, args[0]);
-    if (vals == NULL)
-        Py_RETURN_FALSE;
-    return add_values(self, vals, NULL);
-}
-
-/* ------------------------------------------------------------------ add_lanes
- * add_lanes(lanes, obs, action, reward, next_obs, terminated, truncated, extras): one step
- * of the lanes `lanes` (a list, tuple or 1-D array of distinct ints in [0, L); None: every
- * lane), values [m, *shape] of exactly the stored format, the lanes in step or not. */
-static int
-parse_lanes(Appender *self, PyObject *arg, int64_t *out, Py_ssize_t *m)
-{
-    const Py_ssize_t L = self->L;
-    if (arg == Py_None) {
-        for (Py_ssize_t l = 0; l < L; l++)
-            out[l] = l;
-        *m = L;
-        return 1;
-    }
-    if (!PyList_CheckExact(arg) && !PyTuple_CheckExact(arg)
-        && (PyObject *)Py_TYPE(arg) != self->ndarray_type)
-        return 0;
-    PyObject *seq = PySequence_Fast(arg, "lanes");
-    if (seq == NULL) {
-        PyErr_Clear();
-        return 0;
-    }
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    int ok = n >= 1 && n <= L;
-    char seen_s[STACK_ITEMS];
-    char *seen = L > STACK_ITEMS ? PyMem_Calloc((size_t)L, 1) : seen_s;
-    if (seen == NULL) {
-        Py_DECREF(seq);
-        PyErr_NoMemory();
-        return -1;
-    }
-    if (L <= STACK_ITEMS)
-        memset(seen, 0, (size_t)L);
-    for (Py_ssize_t j = 0; ok && j < n; j++) {
-        PyObject *item = PySequence_Fast_GET_ITEM(seq, j);
-        if (PyBool_Check(item) || (PyObject *)Py_TYPE(item) == self->bool_type) {
-            ok = 0;
-            break;
-        }
-        PyObject *idx = PyNumber_Index(item);
-        if (idx == NULL) {
-            PyErr_Clear();
-            ok = 0;
-            break;
-        }
-        long long v = PyLong_AsLongLong(idx);
-        Py_DECREF(idx);
-        if (v == -1 && PyErr_Occurred()) {
-            PyErr_Clear();
-            ok = 0;
-            break;
-        }
-        ok = v >= 0 && v < L && !seen[v];
-        if (ok) {
-            seen[v] = 1;
-            out[j] = v;
-        }
-    }
-    if (L > STACK_ITEMS)
-        PyMem_Free(seen);
-    Py_DECREF(seq);
-    *m = n;
-    return ok;
-}
-
-/* One step of the lanes `lanes_arg` (see parse_lanes): vals, nv as in add_values. */
-static PyObject *
-lanes_values(Appender *self, PyObject *lanes_arg, PyObject *const *vals, PyObject *const *nv)
-{
-    const int nf = self->nf, nob = self->nob;
-    const Py_ssize_t L = self->L;
-    int64_t lanes_s[STACK_ITEMS];
-    int64_t *lanes = L > STACK_ITEMS ? PyMem_Malloc((size_t)L * sizeof(int64_t)) : lanes_s;
-    if (lanes == NULL)
-        return PyErr_NoMemory();
-    Py_ssize_t m = 0;
-    PyObject *result = Py_False;
-    Py_buffer held[MAXFIELDS + MAXOBS];
-    const char *nsrc[MAXOBS];
-    int nheld = 0;
-    char *src[MAXFIELDS];
-    int r = parse_lanes(self, lanes_arg, lanes, &m);
-    if (r <= 0) {
-        result = r < 0 ? NULL : Py_False;
-        goto done;
-    }
-    for (int i = 0; i < nf; i++) {
-        if (!get_input(self, &self->f[i], vals[i], &m, 1, &held[nheld]))
-            goto done;
-        src[i] = (char *)held[nheld++].buf;
-    }
-    for (int p = 0; p < nob; p++) {
-        if (!get_input(self, &self->f[self->oi[p]], nv[p], &m, 1, &held[nheld]))
-            goto done;
-        nsrc[p] = (const char *)held[nheld++].buf;
-    }
-    int ordered = m == L;
-    for (Py_ssize_t j = 0; ordered && j < m; j++)
-        ordered = lanes[j] == j;
-    /* every lane, in order and in step: the plan's all-lanes, in-step case */
-    r = ordered && in_step(self) ? write_steps(self, src, nsrc, 1)
-                                 : write_each(self, src, nsrc, lanes, m);
-    result = r < 0 ? NULL : Py_True;
-done:
-    for (int i = 0; i < nheld; i++)
-        PyBuffer_Release(&held[i]);
-    if (L > STACK_ITEMS)
-        PyMem_Free(lanes);
-    Py_XINCREF(result);
-    return result;
-}
-
-static PyObject *
-Appender_add_lanes_body(Appender *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    if (nargs != 8) {
-        PyErr_SetString(PyExc_TypeError, "add_lanes(lanes, obs, action, reward, next_obs, "
+    if (nargs != 9) {
+        PyErr_SetString(PyExc_TypeError, "write(lanes, steps, obs, action, reward, next_obs, "
                                          "terminated, truncated, extras)");
         return NULL;
     }
-    PyObject *vals[MAXFIELDS], *ov[MAXOBS], *nv[MAXOBS];
-    if (!call_values(self, args + 1, vals, ov, nv))
-        Py_RETURN_FALSE;
-    PyObject *result = lanes_values(self, args[0], vals, nv);
-    release_call(self, vals, ov, nv);
-    return result;
+    int steps = PyObject_IsTrue(args[1]);
+    if (steps < 0)
+        return NULL;
+    PyObject *vals[MAXFIELDS], *nv[MAXOBS];
+    if (!call_values(self, args + 2, vals, nv))
+        return PyLong_FromLong(0);
+    Py_ssize_t r = write_values(self, args[0], steps ? MODE_EXTEND : MODE_ADD, vals, nv);
+    release_call(self, vals, nv);
+    return r < 0 ? NULL : PyLong_FromSsize_t(r);
 }
 
-/* rows_add_lanes(lanes, values): one step of the lanes `lanes` of a rows table. */
+/* write_fields(lanes, mode, values, nexts) */
 static PyObject *
-Appender_rows_add_lanes_body(Appender *self, PyObject *const *args, Py_ssize_t nargs)
+Appender_write_fields_body(Appender *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "rows_add_lanes(lanes, values)");
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "write_fields(lanes, mode, values, nexts)");
         return NULL;
     }
-    PyObject *const *vals = row_values(self, args[1]);
-    if (vals == NULL)
-        Py_RETURN_FALSE;
-    return lanes_values(self, args[0], vals, NULL);
+    long mode = PyLong_AsLong(args[1]);
+    if (mode == -1 && PyErr_Occurred())
+        return NULL;
+    PyObject *values = args[2], *nexts = args[3];
+    if (mode < MODE_ADD || mode > MODE_ARRAYS || !PyTuple_CheckExact(values)
+        || !PyTuple_CheckExact(nexts)) {
+        PyErr_SetString(PyExc_TypeError, "write_fields: mode 0, 1 or 2; values and nexts tuples");
+        return NULL;
+    }
+    if (PyTuple_GET_SIZE(values) != self->nf || PyTuple_GET_SIZE(nexts) != self->nob)
+        return PyLong_FromLong(0);
+    Py_ssize_t r = write_values(self, args[0], (int)mode, PySequence_Fast_ITEMS(values),
+                                PySequence_Fast_ITEMS(nexts));
+    return r < 0 ? NULL : PyLong_FromSsize_t(r);
 }
 
-/* ------------------------------------------------------------------ extend */
-/* n steps of every lane (in step): vals[0..nf) the fields' [n, ...] values in field
- * order, nv[0..nob) each obs field's next observations; as add_values. */
-static PyObject *
-extend_values(Appender *self, PyObject *const *vals, PyObject *const *nv)
+/* ------------------------------------------------------------------ the planner, as a
+ * function: plan_write(T, lanes, lane_ids, written, counts, n) -> dict, for the
+ * differential test against replaybank/storage/writers/plan.py. */
+static int
+int64_items(PyObject *seq, int64_t *out, Py_ssize_t size)
 {
-    const int nf = self->nf, nob = self->nob;
-    const Py_ssize_t T = self->T, L = self->L;
-    Py_ssize_t n;
-    int nlead = L == 1 ? 1 : 2; /* one env: [n, *shape], or with a lane dim of 1 */
-    Py_buffer in[MAXFIELDS + MAXOBS];
-    char *src[MAXFIELDS];
-    const char *nsrc[MAXOBS];
-    int nin = 0;
-    PyObject *result = Py_False;
-    if (!in_step(self) || (PyObject *)Py_TYPE(vals[0]) != self->ndarray_type)
+    PyObject *fast = PySequence_Fast(seq, "plan_write: a sequence of ints");
+    if (fast == NULL)
+        return -1;
+    int ok = PySequence_Fast_GET_SIZE(fast) == size;
+    for (Py_ssize_t i = 0; ok && i < size; i++) {
+        out[i] = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(fast, i));
+        if (out[i] == -1 && PyErr_Occurred()) {
+            Py_DECREF(fast);
+            return -1;
+        }
+    }
+    Py_DECREF(fast);
+    if (!ok)
+        PyErr_SetString(PyExc_ValueError, "plan_write: written and counts hold one int per lane");
+    return ok ? 0 : -1;
+}
+
+static PyObject *
+int_list(const int64_t *x, Py_ssize_t k)
+{
+    PyObject *l = PyList_New(k);
+    for (Py_ssize_t i = 0; l != NULL && i < k; i++) {
+        PyObject *v = PyLong_FromLongLong(x[i]);
+        if (v == NULL) {
+            Py_CLEAR(l);
+            break;
+        }
+        PyList_SET_ITEM(l, i, v);
+    }
+    return l;
+}
+
+static PyObject *
+lane_plan_write(PyObject *mod, PyObject *args)
+{
+    (void)mod;
+    Py_ssize_t T, L, n;
+    PyObject *ids, *wseq, *cseq;
+    if (!PyArg_ParseTuple(args, "nnOOOn", &T, &L, &ids, &wseq, &cseq, &n))
+        return NULL;
+    if (T < 1 || L < 1 || n < 0 || L > 4096) {
+        PyErr_SetString(PyExc_ValueError, "plan_write: T >= 1, 1 <= lanes <= 4096, n >= 0");
+        return NULL;
+    }
+    PyObject *fast = PySequence_Fast(ids, "plan_write: lane_ids");
+    if (fast == NULL)
+        return NULL;
+    Py_ssize_t m = PySequence_Fast_GET_SIZE(fast);
+    Py_DECREF(fast);
+    int64_t *buf = PyMem_Malloc((size_t)(m + 2 * L + 4 * m + 1) * sizeof(int64_t));
+    if (buf == NULL)
+        return PyErr_NoMemory();
+    int64_t *lanes = buf, *written = buf + m, *counts = buf + m + L, *scratch = buf + m + 2 * L;
+    PyObject *out = NULL, *rows = NULL, *evicted = NULL, *prev_pos = NULL, *prev_rows = NULL;
+    if (int64_items(ids, lanes, m) < 0 || int64_items(wseq, written, L) < 0
+        || int64_items(cseq, counts, L) < 0)
         goto done;
-    {
-        Py_buffer probe;
-        if (PyObject_GetBuffer(vals[0], &probe, PyBUF_RECORDS_RO) < 0) {
-            PyErr_Clear();
+    int all_lanes = m == L;
+    for (Py_ssize_t j = 0; j < m; j++) {
+        if (lanes[j] < 0 || lanes[j] >= L) {
+            PyErr_SetString(PyExc_ValueError, "plan_write: lane ids in [0, lanes)");
             goto done;
         }
-        n = probe.ndim ? probe.shape[0] : 0;
-        if (L == 1 && probe.ndim == self->f[0].ndim + 2)
-            nlead = 2;
-        PyBuffer_Release(&probe);
+        all_lanes = all_lanes && lanes[j] == j;
     }
-    Py_ssize_t start = (Py_ssize_t)(meta(&self->written)[0] % T);
-    if (n < 1 || start + n > T) /* empty or wrapping chunks: the Python paths */
+    Plan p;
+    plan_write(&p, T, L, lanes, m, all_lanes, written, counts, n, scratch);
+    rows = PyList_New(p.nk);
+    evicted = p.any_evict ? PyList_New(p.nk) : Py_NewRef(Py_None);
+    prev_pos = PyList_New(0);
+    prev_rows = PyList_New(0);
+    if (rows == NULL || evicted == NULL || prev_pos == NULL || prev_rows == NULL)
         goto done;
-    if (self->durable && meta(&self->counts)[0] + n > T && n > self->max_evict)
-        goto done; /* files: long evicting writes go in chunks (the Python paths) */
-    const Py_ssize_t lead[2] = {n, L};
-    for (int i = 0; i < nf + nob; i++) {
-        Field *f = &self->f[i < nf ? i : self->oi[i - nf]];
-        if (!get_input(self, f, i < nf ? vals[i] : nv[i - nf], lead, nlead, &in[nin]))
+    for (Py_ssize_t i = 0; i < p.nk; i++) {
+        PyObject *r = PyList_New(m), *e = p.any_evict ? PyList_New(m) : NULL;
+        if (r == NULL || (p.any_evict && e == NULL)) {
+            Py_XDECREF(r);
+            Py_XDECREF(e);
             goto done;
-        nin++;
+        }
+        for (Py_ssize_t j = 0; j < m; j++) {
+            PyList_SET_ITEM(r, j, PyLong_FromSsize_t(plan_row(&p, i, j)));
+            if (e != NULL)
+                PyList_SET_ITEM(e, j, PyBool_FromLong(plan_evicted(&p, i, j)));
+        }
+        PyList_SET_ITEM(rows, i, r);
+        if (e != NULL)
+            PyList_SET_ITEM(evicted, i, e);
     }
-    for (int i = 0; i < nf; i++)
-        src[i] = (char *)in[i].buf;
-    for (int p = 0; p < nob; p++)
-        nsrc[p] = (const char *)in[nf + p].buf;
-    result = write_steps(self, src, nsrc, n) < 0 ? NULL : Py_True;
+    for (Py_ssize_t j = 0; j < m; j++) {
+        if (!plan_prev(&p, j))
+            continue;
+        PyObject *a = PyLong_FromSsize_t(j), *b = PyLong_FromSsize_t(mod_T(p.s0[j] - 1, T));
+        int bad = a == NULL || b == NULL || PyList_Append(prev_pos, a) < 0
+                  || PyList_Append(prev_rows, b) < 0;
+        Py_XDECREF(a);
+        Py_XDECREF(b);
+        if (bad)
+            goto done;
+    }
+    for (Py_ssize_t j = 0; j < m; j++)
+        p.s0[j] += n; /* new_written, reusing the scratch */
+    out = Py_BuildValue("{s:n,s:n,s:O,s:O,s:N,s:N,s:N,s:O,s:O,s:O,s:O}", "skip", p.skip,
+                        "kept", p.nk, "in_step", p.in_step ? Py_True : Py_False,
+                        "all_lanes", p.all_lanes ? Py_True : Py_False,
+                        "kept_old", int_list(p.kept, m), "new_counts", int_list(p.ncount, m),
+                        "new_written", int_list(p.s0, m), "rows", rows, "evicted", evicted,
+                        "prev_pos", prev_pos, "prev_rows", prev_rows);
 done:
-    for (int i = 0; i < nin; i++)
-        PyBuffer_Release(&in[i]);
-    Py_XINCREF(result);
-    return result;
-}
-
-static PyObject *
-Appender_extend_body(Appender *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    if (nargs != 7) {
-        PyErr_SetString(PyExc_TypeError,
-                        "extend(obs, action, reward, next_obs, terminated, truncated, extras)");
-        return NULL;
-    }
-    PyObject *vals[MAXFIELDS], *ov[MAXOBS], *nv[MAXOBS];
-    if ((!self->rows && self->okey[0] == NULL
-         && (PyObject *)Py_TYPE(args[0]) != self->ndarray_type)
-        || !call_values(self, args, vals, ov, nv))
-        Py_RETURN_FALSE;
-    PyObject *result = extend_values(self, vals, nv);
-    release_call(self, vals, ov, nv);
-    return result;
-}
-
-/* rows_extend(values): n steps of every lane of a rows table, values in field order. */
-static PyObject *
-Appender_rows_extend_body(Appender *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    if (nargs != 1) {
-        PyErr_SetString(PyExc_TypeError, "rows_extend(values)");
-        return NULL;
-    }
-    PyObject *const *vals = row_values(self, args[0]);
-    if (vals == NULL)
-        Py_RETURN_FALSE;
-    return extend_values(self, vals, NULL);
+    Py_XDECREF(rows);
+    Py_XDECREF(evicted);
+    Py_XDECREF(prev_pos);
+    Py_XDECREF(prev_rows);
+    PyMem_Free(buf);
+    return out;
 }
 
 /* ------------------------------------------------------------------ type */
@@ -1192,51 +1761,142 @@ Appender_dealloc(Appender *self)
         PyBuffer_Release(&self->f[i].store);
         Py_XDECREF(self->f[i].name);
     }
-    Py_buffer *m[4] = {&self->link, &self->written, &self->counts, &self->episodes};
+    Py_buffer *mv[4] = {&self->link, &self->written, &self->counts, &self->episodes};
     for (int i = 0; i < self->nmeta; i++)
-        PyBuffer_Release(m[i]);
+        PyBuffer_Release(mv[i]);
     if (self->has_start)
         PyBuffer_Release(&self->start);
     Py_XDECREF(self->table);
     Py_XDECREF(self->ndarray_type);
-    Py_XDECREF(self->bool_type);
+    Py_XDECREF(self->generic_type);
+    Py_XDECREF(self->host);
     Py_XDECREF(self->guard);
-    for (int p = 0; p < self->nob; p++) {
+    for (int p = 0; p < MAXOBS; p++) {
         Py_XDECREF(self->okey[p]);
         Py_XDECREF(self->oside[p]);
     }
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* Appender(side_store, ndarray, bool_, fields, link, written, counts, episodes, lanes,
- *          durable=False, start=None, max_evict=0, guard=None, obs_keys=None, rows=False)
- * fields: 5 tuples (flat_store, format, item_shape, kind, lo, hi) in the order obs (a dict
+static int
+get_store(PyObject *arr, Py_buffer *view)
+{
+    if (PyObject_GetBuffer(arr, view, PyBUF_RECORDS) < 0)
+        return -1;
+    if (!PyBuffer_IsContiguous(view, 'C')) {
+        PyBuffer_Release(view);
+        PyErr_SetString(PyExc_ValueError, "Appender: storage arrays must be C-contiguous");
+        return -1;
+    }
+    return 0;
+}
+
+/* One field's storage: fspec = (flat_store, item_shape) or (flat_store, item_shape, name)
+ * for an extra field. 0 ok, -1 error. */
+static int
+init_field(Appender *self, Field *f, PyObject *fspec, int extra)
+{
+    PyObject *store, *shape, *name = NULL;
+    if (!PyTuple_Check(fspec)) {
+        PyErr_SetString(PyExc_TypeError, "Appender: each field is a tuple");
+        return -1;
+    }
+    if (!PyArg_ParseTuple(fspec, "OO|O", &store, &shape, &name))
+        return -1;
+    if (extra != (name != NULL) || (name != NULL && !PyUnicode_CheckExact(name))) {
+        PyErr_SetString(PyExc_ValueError, "Appender: extra fields (and only they) end with "
+                                          "their name, a str");
+        return -1;
+    }
+    if (!PyTuple_Check(shape) || PyTuple_GET_SIZE(shape) > MAXDIM) {
+        PyErr_SetString(PyExc_ValueError, "Appender: item shape: a tuple of at most 8 dims");
+        return -1;
+    }
+    if (get_store(store, &f->store) < 0)
+        return -1;
+    self->nf++;
+    if (name != NULL) {
+        Py_INCREF(name);
+        PyUnicode_InternInPlace(&name);
+        f->name = name;
+    }
+    const char *fmt = f->store.format ? f->store.format : "B";
+    if (strlen(fmt) >= sizeof(f->fmt)) {
+        PyErr_SetString(PyExc_ValueError, "Appender: unsupported storage format");
+        return -1;
+    }
+    strcpy(f->fmt, fmt);
+    f->itemsize = f->store.itemsize;
+    f->num = parse_format(fmt, f->itemsize);
+    f->dk = f->num.swap || f->num.kind == 'x' ? 0 : f->num.kind;
+    f->ndim = (int)PyTuple_GET_SIZE(shape);
+    f->nbytes = f->itemsize;
+    for (int d = 0; d < f->ndim; d++) {
+        f->shape[d] = PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, d));
+        if (f->shape[d] < 0 && PyErr_Occurred())
+            return -1;
+        if (f->shape[d] < 0 || (f->shape[d] && f->nbytes > f->store.len / f->shape[d])) {
+            PyErr_SetString(PyExc_ValueError, "Appender: item shape does not fit the storage");
+            return -1;
+        }
+        f->nbytes *= f->shape[d];
+    }
+    if (f->nbytes == 0) { /* nothing to copy, and no slot size to bound a link by */
+        PyErr_SetString(PyExc_ValueError, "Appender: zero-size fields take the Python writer");
+        return -1;
+    }
+    if (f->dk == 'i' || f->dk == 'u') {
+        int bits = 8 * (int)f->itemsize;
+        if (f->dk == 'i') {
+            f->hi = bits == 64 ? INT64_MAX : (int64_t)((1ULL << (bits - 1)) - 1);
+            f->lo = -f->hi - 1;
+            f->uhi = (uint64_t)f->hi;
+            f->dlo = ldexp(-1.0, bits - 1);
+            f->dhi1 = ldexp(1.0, bits - 1);
+        } else {
+            f->uhi = bits == 64 ? UINT64_MAX : (1ULL << bits) - 1;
+            f->hi = bits == 64 ? INT64_MAX : (int64_t)f->uhi;
+            f->lo = 0;
+            f->dlo = 0.0;
+            f->dhi1 = ldexp(1.0, bits);
+        }
+    }
+    return 0;
+}
+
+/* Appender(side_store, ndarray, generic, host, fields, link, written, counts, episodes,
+ *          lanes, durable=False, start=None, chunk=0, guard=None, obs_keys=None,
+ *          rows=False)
+ * fields: a tuple of (flat_store, item_shape) per field, in the order obs (a dict
  * observation: its first field), action, reward, terminated, truncated, then one
- * (flat_store, format, item_shape, kind, lo, hi, name) per extra field (at most MAXEXTRA,
- * distinct str names: the keys of the extras dict, which must then hold exactly these
- * keys), then (a dict observation) one (flat_store, format, item_shape, "-", 0, 0) per
- * further obs field; obs_keys: None (a flat obs: the side store array "obs"), or one
- * (key, side_array_name) str pair per obs field (at most MAXOBS, distinct keys: obs and
- * next_obs must then be plain dicts with exactly these keys); link: flat int32 [T * lanes];
- * written, counts, episodes, start: int64 [lanes]; durable: the crash-safe order;
- * max_evict: the most steps a durable extend may evict in one call; guard: the owning
- * buffer's GuardState (add/extend/add_lanes refuse other threads' calls); rows: a rows
- * table (obs_keys None; the 5 "standard" field tuples are then any 3 of its fields followed
- * by terminated and truncated, f[0] the one that shows the leading dims; no side data),
- * written only by the rows_* methods. Zero-size fields are refused (the Python paths
- * serve them). */
+ * (flat_store, item_shape, name) per extra field (distinct str names: the keys of the
+ * extras dict, which must then hold exactly these keys), then (a dict observation) one
+ * (flat_store, item_shape) per further obs field; obs_keys: None (a flat obs: the side
+ * store array "obs"), or one (key, side_array_name) str pair per obs field (distinct
+ * keys: obs and next_obs must then be plain dicts with exactly these keys); host: None
+ * or a callable turning another array object (a torch tensor) into an ndarray, or None;
+ * link: flat int32 [T * lanes]; written, counts, episodes, start: int64 [lanes]; durable:
+ * the crash-safe order; chunk: the most steps a durable write evicts in one chunk; guard:
+ * the owning buffer's GuardState (writes refuse other threads' calls); rows: a rows table
+ * (obs_keys None; the 5 "standard" fields are any 3 of its fields followed by terminated
+ * and truncated, f[0] the one that shows the leading dims; no side data), written by
+ * write_fields only. Zero-size fields are refused (the Python writer serves them). */
 static int
 Appender_init(Appender *self, PyObject *args, PyObject *kwds)
 {
-    PyObject *table, *nd, *bt, *fields, *link, *written, *counts, *episodes;
+    PyObject *table, *nd, *gen, *host, *fields, *link, *written, *counts, *episodes;
     PyObject *start = Py_None, *guard = Py_None, *obs_keys = Py_None;
-    Py_ssize_t lanes, max_evict = 0;
+    Py_ssize_t lanes, chunk = 0;
     int durable = 0, rows = 0;
     (void)kwds;
-    if (!PyArg_ParseTuple(args, "OOOOOOOOn|pOnOOp", &table, &nd, &bt, &fields, &link, &written,
-                          &counts, &episodes, &lanes, &durable, &start, &max_evict, &guard,
-                          &obs_keys, &rows))
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOn|pOnOOp", &table, &nd, &gen, &host, &fields, &link,
+                          &written, &counts, &episodes, &lanes, &durable, &start, &chunk,
+                          &guard, &obs_keys, &rows))
         return -1;
+    if (self->table != NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "Appender is initialised once");
+        return -1;
+    }
     if (rows && obs_keys != Py_None) {
         PyErr_SetString(PyExc_ValueError, "Appender: a rows table has no obs_keys");
         return -1;
@@ -1245,14 +1905,15 @@ Appender_init(Appender *self, PyObject *args, PyObject *kwds)
         PyErr_SetString(PyExc_TypeError, "Appender: guard must be a GuardState or None");
         return -1;
     }
-    if (self->table != NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "Appender is initialised once");
+    if (!PyType_Check(nd) || !PyType_Check(gen) || (host != Py_None && !PyCallable_Check(host))) {
+        PyErr_SetString(PyExc_TypeError, "Appender: ndarray and generic are types, host a "
+                                         "callable or None");
         return -1;
     }
     if (!PyTuple_Check(fields) || PyTuple_GET_SIZE(fields) < NSTD
         || PyTuple_GET_SIZE(fields) > MAXFIELDS || lanes < 1 || lanes > PY_SSIZE_T_MAX / 8) {
-        PyErr_SetString(PyExc_ValueError, "fields: a tuple of 5 standard field tuples and at "
-                                          "most 16 extra field tuples; lanes >= 1");
+        PyErr_SetString(PyExc_ValueError, "Appender: fields: 5 standard field tuples, then "
+                                          "at most 32 extra and 15 obs fields; lanes >= 1");
         return -1;
     }
     const int nfields = (int)PyTuple_GET_SIZE(fields);
@@ -1267,16 +1928,15 @@ Appender_init(Appender *self, PyObject *args, PyObject *kwds)
     const int nob = rows ? 0 : obs_keys == Py_None ? 1 : (int)PyTuple_GET_SIZE(obs_keys);
     const int nx = nfields - NSTD - (nob > 1 ? nob - 1 : 0);
     if (nx > MAXEXTRA) {
-        PyErr_SetString(PyExc_ValueError, "Appender: at most 16 extra fields");
+        PyErr_SetString(PyExc_ValueError, "Appender: at most 32 extra fields");
         return -1;
     }
     Py_INCREF(table);
     self->table = table;
     self->nx = nx;
     self->rows = rows;
-    if (rows) {
-        self->nob = 0;
-    } else if (obs_keys == Py_None) {
+    self->nob = 0;
+    if (!rows && obs_keys == Py_None) {
         Py_INCREF(s_obs);
         self->okey[0] = NULL;
         self->oside[0] = s_obs;
@@ -1312,78 +1972,25 @@ Appender_init(Appender *self, PyObject *args, PyObject *kwds)
     }
     Py_INCREF(nd);
     self->ndarray_type = nd;
-    Py_INCREF(bt);
-    self->bool_type = bt;
+    Py_INCREF(gen);
+    self->generic_type = gen;
+    Py_INCREF(host);
+    self->host = host;
     self->L = lanes;
     self->durable = durable;
-    self->max_evict = max_evict;
+    self->chunk = chunk > 0 ? chunk : 1;
     for (int i = 0; i < nfields; i++) {
-        Field *f = &self->f[i];
-        PyObject *store, *shape, *name = NULL;
-        const char *fmt, *kind;
-        long long lo, hi;
-        PyObject *spec = PyTuple_GET_ITEM(fields, i);
-        if (!PyTuple_Check(spec)) {
-            PyErr_SetString(PyExc_TypeError, "Appender: each field is a tuple");
-            return -1;
-        }
-        if (!PyArg_ParseTuple(spec, "OsOsLL|O", &store, &fmt, &shape, &kind, &lo, &hi, &name))
-            return -1;
         const int extra = i >= NSTD && i < NSTD + nx;
-        if (extra != (name != NULL) || (name != NULL && !PyUnicode_CheckExact(name))) {
-            PyErr_SetString(PyExc_ValueError, "Appender: extra fields (and only they) end "
-                                              "with their name, a str");
+        if (init_field(self, &self->f[i], PyTuple_GET_ITEM(fields, i), extra) < 0)
             return -1;
-        }
-        for (int j = NSTD; name != NULL && j < i; j++) {
-            if (PyUnicode_Compare(name, self->f[j].name) == 0) {
-                PyErr_SetString(PyExc_ValueError, "Appender: extra field names must differ");
-                return -1;
+        if (extra) {
+            for (int j = NSTD; j < i; j++) {
+                if (PyUnicode_Compare(self->f[i].name, self->f[j].name) == 0) {
+                    PyErr_SetString(PyExc_ValueError, "Appender: extra field names must differ");
+                    return -1;
+                }
             }
-        }
-        if (strlen(fmt) >= sizeof(f->fmt) || strlen(kind) != 1 || !PyTuple_Check(shape)
-            || PyTuple_GET_SIZE(shape) > MAXDIM) {
-            PyErr_SetString(PyExc_ValueError, "Appender: unsupported field format or shape");
-            return -1;
-        }
-        if (get_store(store, &f->store) < 0)
-            return -1;
-        self->nf = i + 1;
-        if (name != NULL) {
-            Py_INCREF(name);
-            PyUnicode_InternInPlace(&name);
-            f->name = name;
-            self->xkey[i - NSTD] = name;
-        }
-        strcpy(f->fmt, fmt);
-        f->itemsize = f->store.itemsize;
-        f->ndim = (int)PyTuple_GET_SIZE(shape);
-        f->nbytes = f->itemsize;
-        for (int d = 0; d < f->ndim; d++) {
-            f->shape[d] = PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, d));
-            if (f->shape[d] < 0 && PyErr_Occurred())
-                return -1;
-            if (f->shape[d] < 0 || (f->shape[d] && f->nbytes > f->store.len / f->shape[d])) {
-                PyErr_SetString(PyExc_ValueError, "Appender: item shape does not fit the storage");
-                return -1;
-            }
-            f->nbytes *= f->shape[d];
-        }
-        f->kind = kind[0];
-        if (i >= NSTD + nx && f->kind != '-') {
-            PyErr_SetString(PyExc_ValueError, "Appender: obs fields take arrays only (kind -)");
-            return -1;
-        }
-        f->isbool = strcmp(fmt, "?") == 0;
-        f->lo = lo;
-        f->hi = hi;
-        if (f->nbytes == 0) { /* nothing to copy, and no slot size to bound a link by */
-            PyErr_SetString(PyExc_ValueError, "Appender: zero-size fields take the Python paths");
-            return -1;
-        }
-        if (f->kind != '-' && f->nbytes > 8) {
-            PyErr_SetString(PyExc_ValueError, "Appender: scalar fields of at most 8 bytes");
-            return -1;
+            self->xkey[i - NSTD] = self->f[i].name;
         }
     }
     PyObject *ms[4] = {link, written, counts, episodes};
@@ -1421,8 +2028,8 @@ Appender_init(Appender *self, PyObject *args, PyObject *kwds)
             return -1;
         }
     }
-    if (self->f[3].nbytes != 1 || self->f[4].nbytes != 1 || self->f[3].kind != 'b'
-        || self->f[4].kind != 'b') {
+    if (self->f[3].nbytes != 1 || self->f[4].nbytes != 1 || self->f[3].dk != 'b'
+        || self->f[4].dk != 'b') {
         PyErr_SetString(PyExc_ValueError, "Appender: terminated/truncated must be bool scalars");
         return -1;
     }
@@ -1430,6 +2037,7 @@ Appender_init(Appender *self, PyObject *args, PyObject *kwds)
     return 0;
 }
 
+#ifdef REPLAYBANK_KILLPOINTS
 static PyObject *
 lane_store_point(PyObject *mod, PyObject *noargs)
 {
@@ -1458,12 +2066,18 @@ lane_arm(PyObject *mod, PyObject *arg)
     stores_done = 0;
     Py_RETURN_NONE;
 }
+#endif
 
 static PyMethodDef lane_functions[] = {
+    {"plan_write", lane_plan_write, METH_VARARGS,
+     "plan_write(T, lanes, lane_ids, written, counts, n) -> dict: the compiled planner's "
+     "decisions (the fields of replaybank.storage.writers.plan.WritePlan)"},
+#ifdef REPLAYBANK_KILLPOINTS
     {"arm", lane_arm, METH_O, "Test hook: kill before the n-th durable store from now (0: off)."},
     {"store_point", lane_store_point, METH_NOARGS,
      "Test hook: count one durable store (REPLAYBANK_KILL_AT kills before the n-th)."},
     {"kill_at", lane_kill_at, METH_NOARGS, "REPLAYBANK_KILL_AT as read at import (0: unset)."},
+#endif
     {NULL, NULL, 0, NULL},
 };
 
@@ -1477,39 +2091,29 @@ static PyMethodDef lane_functions[] = {
         }                                                                          \
         int g = guard_enter(self->guard);                                          \
         if (g < 0)                                                                 \
-            Py_RETURN_FALSE;                                                       \
+            return PyLong_FromLong(0);                                             \
         PyObject *r = name##_body(self, args, nargs);                              \
         if (g > 0)                                                                 \
             self->guard->busy = 0;                                                 \
         return r;                                                                  \
     }
-GUARDED(Appender_add)
-GUARDED(Appender_add_lanes)
-GUARDED(Appender_extend)
-GUARDED(Appender_rows_add)
-GUARDED(Appender_rows_add_lanes)
-GUARDED(Appender_rows_extend)
+GUARDED(Appender_write)
+GUARDED(Appender_write_fields)
 
 static PyMethodDef Appender_methods[] = {
-    {"add", (PyCFunction)(void (*)(void))Appender_add, METH_FASTCALL,
-     "add(obs, action, reward, next_obs, terminated, truncated, extras) -> bool"},
-    {"add_lanes", (PyCFunction)(void (*)(void))Appender_add_lanes, METH_FASTCALL,
-     "add_lanes(lanes, obs, action, reward, next_obs, terminated, truncated, extras) -> bool"},
-    {"extend", (PyCFunction)(void (*)(void))Appender_extend, METH_FASTCALL,
-     "extend(obs, action, reward, next_obs, terminated, truncated, extras) -> bool"},
-    {"rows_add", (PyCFunction)(void (*)(void))Appender_rows_add, METH_FASTCALL,
-     "rows_add(values) -> bool: one step of every lane of a rows table"},
-    {"rows_add_lanes", (PyCFunction)(void (*)(void))Appender_rows_add_lanes, METH_FASTCALL,
-     "rows_add_lanes(lanes, values) -> bool: one step of some lanes of a rows table"},
-    {"rows_extend", (PyCFunction)(void (*)(void))Appender_rows_extend, METH_FASTCALL,
-     "rows_extend(values) -> bool: n steps of every lane of a rows table"},
+    {"write", (PyCFunction)(void (*)(void))Appender_write, METH_FASTCALL,
+     "write(lanes, steps, obs, action, reward, next_obs, terminated, truncated, extras) -> "
+     "int: the steps written, 0 when the Python boundary must take the call"},
+    {"write_fields", (PyCFunction)(void (*)(void))Appender_write_fields, METH_FASTCALL,
+     "write_fields(lanes, mode, values, nexts) -> int: values in field order, nexts per obs "
+     "field; mode 0 add, 1 extend, 2 arrays [n, m, ...]"},
     {NULL, NULL, 0, NULL},
 };
 
 static PyTypeObject AppenderType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "replaybank._lane.Appender",
-    .tp_doc = "Compiled add/extend of one in-memory lane (see LaneWriter).",
+    .tp_name = "replaybank." MODULE_NAME ".Appender",
+    .tp_doc = "The compiled writer of one host step table (see replaybank/_lane.c).",
     .tp_basicsize = sizeof(Appender),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_new = PyType_GenericNew,
@@ -1519,17 +2123,19 @@ static PyTypeObject AppenderType = {
 };
 
 static struct PyModuleDef lanemodule = {
-    PyModuleDef_HEAD_INIT, "_lane", "Compiled add/extend of in-memory step tables.", -1,
+    PyModuleDef_HEAD_INIT, MODULE_NAME, "The compiled writer of host step tables.", -1,
     lane_functions, NULL, NULL, NULL, NULL,
 };
 
 PyMODINIT_FUNC
-PyInit__lane(void)
+MODULE_INIT(void)
 {
+#ifdef REPLAYBANK_KILLPOINTS
     const char *kill = getenv("REPLAYBANK_KILL_AT");
     kill_at = kill != NULL ? strtoll(kill, NULL, 10) : 0;
     if (kill_at < 0)
         kill_at = 0;
+#endif
     s_free = PyUnicode_InternFromString("free");
     s_side = PyUnicode_InternFromString("arrays");
     s_obs = PyUnicode_InternFromString("obs");
@@ -1541,15 +2147,14 @@ PyInit__lane(void)
     PyObject *m = PyModule_Create(&lanemodule);
     if (m == NULL)
         return NULL;
-    Py_INCREF(&AppenderType);
-    if (PyModule_AddObject(m, "Appender", (PyObject *)&AppenderType) < 0) {
-        Py_DECREF(&AppenderType);
-        Py_DECREF(m);
-        return NULL;
-    }
-    Py_INCREF(&GuardStateType);
-    if (PyModule_AddObject(m, "GuardState", (PyObject *)&GuardStateType) < 0) {
-        Py_DECREF(&GuardStateType);
+#ifdef REPLAYBANK_KILLPOINTS
+    const int killpoints = 1;
+#else
+    const int killpoints = 0;
+#endif
+    if (PyModule_AddObjectRef(m, "Appender", (PyObject *)&AppenderType) < 0
+        || PyModule_AddObjectRef(m, "GuardState", (PyObject *)&GuardStateType) < 0
+        || PyModule_AddObjectRef(m, "KILLPOINTS", killpoints ? Py_True : Py_False) < 0) {
         Py_DECREF(m);
         return NULL;
     }

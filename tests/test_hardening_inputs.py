@@ -6,8 +6,9 @@ in float64, non-canonical bools, string/object values and fields, and the memmap
 order (a kill between two counter stores, or in the middle of a long extend). Crashes run
 in a subprocess so that a segfault fails the test instead of killing pytest. Every check
 runs under each writer (``REPLAYBANK_WRITER``: the compiled C writer where it is built,
-the lean and the reference Python writers), and the crash-safety matrix also with the C
-accelerator off (``REPLAYBANK_PURE_PYTHON=1``).
+and the reference Python writer), and the crash-safety matrix also with the C
+accelerator off (``REPLAYBANK_PURE_PYTHON=1``); the crash tests load the compiled
+writer's kill-point build (``REPLAYBANK_KILLPOINTS=1``).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import replaybank as rb
 from replaybank.errors import DtypeError, SpecError
 from replaybank.storage.writers.compiled import accelerated
 
-WRITERS = ["auto", "compiled", "lean", "reference"]
+WRITERS = ["auto", "compiled", "reference"]
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -77,7 +78,7 @@ def test_zero_size_observations_store_and_sample_under_every_writer() -> None:
     r = _run("""
         import os, tempfile, numpy as np, replaybank as rb
         from replaybank.storage.writers.compiled import accelerated
-        writers = ["auto", "lean", "reference"] + (["compiled"] if accelerated() else [])
+        writers = ["auto", "reference"] + (["compiled"] if accelerated() else [])
         for w in writers:
             os.environ["REPLAYBANK_WRITER"] = w
             for lanes in (1, 3):
@@ -417,8 +418,8 @@ def _check_dir(d: Path, ops: list[Any], lanes: int, per: bool) -> None:
             truncated=np.zeros(lanes, bool) if lanes > 1 else False)
 
 
-# adds until full, an extend that fills, adds that evict, a short evicting extend (the
-# C writer's), one longer than the ring (in chunks), with episode ends (steps 5 and 13)
+# adds until full, an extend that fills, adds that evict, a short evicting extend, one
+# longer than the ring (in chunks), with episode ends (steps 5 and 13)
 OPS_FAST: list[Any] = [["add", 1, None]] * 2 + [["extend", 5, None], ["add", 1, None],
                                                 ["add", 1, None], ["extend", 2, None],
                                                 ["extend", 10, None]]
@@ -430,7 +431,7 @@ OPS_SLOW: list[Any] = [*OPS_FAST, ["add", 1, None], ["extend", 3, None], ["exten
                       ["add", 1, [0]], ["add", 1, None], ["extend", 20, None], ["add", 1, None]]
 
 CONFIGS = [  # (writer env, pure python)
-    ("auto", False), ("reference", False), ("lean", False), ("auto", True),
+    ("auto", False), ("reference", False), ("auto", True),
 ]
 
 
@@ -438,7 +439,8 @@ def _matrix(tmp_path: Path, writer: str, pure: bool, lanes: int, per: bool,
             ops: list[Any]) -> int:
     if not pure and writer == "auto" and not accelerated():
         pytest.skip("the C accelerator is not built")
-    env = {"REPLAYBANK_WRITER": writer}
+    # the kill-point build of the compiled writer counts its durable stores
+    env = {"REPLAYBANK_WRITER": writer, "REPLAYBANK_KILLPOINTS": "1"}
     if pure:
         env["REPLAYBANK_PURE_PYTHON"] = "1"
     base = tmp_path / "runs"
@@ -472,6 +474,36 @@ def test_memmap_kill_matrix_with_a_prioritized_sampler(tmp_path: Path) -> None:
     _matrix(tmp_path, "auto", False, 3, True, OPS_PER)
 
 
+def test_the_production_build_counts_no_stores() -> None:
+    """The production compiled writer has no kill points (the crash tests load the
+    kill-point build): arming the hook there is an error, not a silently dead test."""
+    r = _run("""
+        import replaybank as rb
+        from replaybank.errors import ConfigError
+        from replaybank.storage.writers import compiled, killpoint
+        if compiled.ACCEL is None:
+            print("pure")
+        else:
+            assert compiled.ACCEL.__name__ == "replaybank._lane", compiled.ACCEL.__name__
+            assert not compiled.ACCEL.KILLPOINTS and not hasattr(compiled.ACCEL, "arm")
+            try:
+                killpoint.arm(3)
+            except ConfigError as e:
+                assert "REPLAYBANK_KILLPOINTS=1" in str(e)
+                print("refused")
+        """)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == ("refused" if accelerated() else "pure")
+    r = _run("""
+        from replaybank.storage.writers import compiled
+        print(compiled.ACCEL.__name__ if compiled.ACCEL else "pure", compiled.ACCEL.KILLPOINTS
+              if compiled.ACCEL else "")
+        """, REPLAYBANK_KILLPOINTS="1")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == (["replaybank._lane_killpoints", "True"] if accelerated()
+                                else ["pure"])
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("writer, pure", CONFIGS)
 @pytest.mark.parametrize("lanes, per", [(1, False), (3, False), (1, True), (3, True)])
@@ -490,7 +522,7 @@ def test_kill_hook_env_var_is_read_at_import(tmp_path: Path) -> None:
                     next_obs=np.full(3, k + 1, np.float32), terminated=False, truncated=False)
         print(len(buf))
     """
-    r = _run(code, REPLAYBANK_KILL_AT="7")
+    r = _run(code, REPLAYBANK_KILL_AT="7")  # it also loads the kill-point build
     assert r.returncode == -9 and r.stdout == ""
     again = rb.open(tmp_path / "b")
     assert 0 <= len(again) <= 1

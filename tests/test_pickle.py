@@ -48,7 +48,7 @@ def _filled_case(name: str) -> Any:
     return buf
 
 
-@pytest.mark.parametrize("writer", ["auto", "lean", "reference"])
+@pytest.mark.parametrize("writer", ["auto", "reference"])
 @pytest.mark.parametrize("name", sorted(REPLAY_CASES))
 def test_pickle_every_replay_type(name: str, writer: str,
                                   monkeypatch: pytest.MonkeyPatch) -> None:

@@ -22,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import replaybank as rb
-from replaybank.storage.writers.compiled import accelerated, compiled_writer
+from replaybank.storage.writers.compiled import CompiledWriter, accelerated
 from tests.test_fastpath import _same_sampler, _same_state, _table_bytes, _twins
 
 pytestmark = pytest.mark.skipif(not accelerated(), reason="_lane not built")
@@ -154,9 +154,9 @@ def _writers(lanes: int, nested: bool) -> tuple[rb.ReplayBuffer, Any, Any]:
     rng = np.random.default_rng(0)
     buf = rb.ReplayBuffer(capacity=6 * lanes, num_envs=lanes, seed=0, next_obs=False)
     buf.add(**_values(rng, _lead(lanes, None), nested, True, 0.0))  # allocates
-    writers = compiled_writer(buf.table)
-    assert writers is not None
-    return buf, writers, rng
+    w = CompiledWriter.of(buf.table)
+    assert w is not None
+    return buf, w.write, rng
 
 
 _NAMED = ("obs", "action", "reward", "next_obs", "terminated", "truncated")
@@ -168,10 +168,11 @@ def _call(fields: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
     return named, {k: v for k, v in fields.items() if k not in _NAMED}
 
 
-def _bad_calls(good: dict[str, Any], lead: tuple[int, ...], nested: bool
-               ) -> list[tuple[str, dict[str, Any]]]:
-    """Calls the compiled rows writer must decline (the general path converts, or
-    raises)."""
+def _odd_calls(good: dict[str, Any], lead: tuple[int, ...], nested: bool
+               ) -> list[tuple[str, dict[str, Any], bool]]:
+    """Calls other than exactly the stored format: ``(name, call, taken)``, taken when the
+    compiled rows writer's boundary casts them itself, else declined (the Python boundary
+    converts, or raises)."""
     row = good["w"] if nested else good
 
     def with_row(**change: Any) -> dict[str, Any]:
@@ -183,24 +184,28 @@ def _bad_calls(good: dict[str, Any], lead: tuple[int, ...], nested: bool
 
     nc = np.zeros((*lead, 3, 2), np.float32)[..., 0]
     out = [
-        ("obs float64", with_row(obs=row["obs"].astype(np.float64))),
-        ("obs shape", with_row(obs=np.zeros((*lead, 4), np.float32))),
-        ("obs non-contiguous", with_row(obs=nc)),
-        ("obs list", with_row(obs=row["obs"].tolist())),
-        ("action int32", with_row(action=np.asarray(row["action"], np.int32))),
-        ("first bytes 2", with_row(first=np.full(lead, 2, np.uint8).view(bool))),
-        ("missing key", with_row(first=None)),
-        ("unknown key", with_row(other=row["reward"])),
-        ("terminated int", {**good, "terminated": np.zeros(lead, np.int64)}),
-        ("next_obs not stored", {**good, "next_obs": row["obs"]}),
+        ("obs float64", with_row(obs=row["obs"].astype(np.float64)), True),
+        ("obs shape", with_row(obs=np.zeros((*lead, 4), np.float32)), False),
+        ("obs non-contiguous", with_row(obs=nc), True),
+        ("obs list", with_row(obs=row["obs"].tolist()), True),
+        ("obs complex", with_row(obs=row["obs"] + 1j), False),
+        ("action int32", with_row(action=np.asarray(row["action"], np.int32)), True),
+        ("action fraction", with_row(action=np.full(lead, 0.5)), False),
+        ("first bytes 2", with_row(first=np.full(lead, 2, np.uint8).view(bool)), True),
+        ("first int 2", with_row(first=np.full(lead, 2, np.int64)), False),
+        ("missing key", with_row(first=None), False),
+        ("unknown key", with_row(other=row["reward"]), False),
+        ("terminated int", {**good, "terminated": np.zeros(lead, np.int64)}, True),
+        ("terminated 2", {**good, "terminated": np.full(lead, 2, np.int64)}, False),
+        ("next_obs not stored", {**good, "next_obs": row["obs"]}, False),
     ]
     if nested:
         class D(dict):  # type: ignore[type-arg]
             pass
-        out += [("dict subclass", {**good, "w": D(row)}),
-                ("no prefix", {k: v for k, v in good.items() if k != "w"}),
+        out += [("dict subclass", {**good, "w": D(row)}, False),
+                ("no prefix", {k: v for k, v in good.items() if k != "w"}, False),
                 ("flat instead of nested", {**{k: v for k, v in good.items() if k != "w"},
-                                            **row})]
+                                            **row}, False)]
     return out
 
 
@@ -208,42 +213,68 @@ def _bad_calls(good: dict[str, Any], lead: tuple[int, ...], nested: bool
 @pytest.mark.parametrize("nested", [False, True])
 def test_rows_writer_takes_exact_calls_and_declines_the_rest_untouched(
         lanes: int, nested: bool) -> None:
-    """The compiled add / add_lanes / extend of a rows table write calls of exactly the
-    stored format (True; the flags may be left out) and decline anything else (False)
-    before writing a byte."""
-    buf, (add, extend, add_lanes), rng = _writers(lanes, nested)
+    """The compiled writer of a rows table writes the calls it can cast (the flags may be
+    left out) and declines anything else (0) before writing a byte; what it writes is
+    the reference writer's table (``test_rows_writes_match_the_reference_writer``)."""
+    buf, write, rng = _writers(lanes, nested)
     lead = _lead(lanes, None)
+    every = list(range(lanes))
     for i in range(15):  # round the ring several times: evictions, wrap-around adds
         good = _values(rng, lead, nested, True, 0.3)
-        for name, bad in _bad_calls(good, lead, nested):
+        for name, odd, taken in _odd_calls(good, lead, nested):
+            if taken:
+                continue
             before = _table_bytes(buf)
-            named, extras = _call(bad)
-            assert add(*named, extras) is False, name
-            assert add_lanes(None, *named, extras) is False, name
+            named, extras = _call(odd)
+            assert write(None, False, *named, extras) == 0, name
+            assert write(every, False, *named, extras) == 0, name
             assert _table_bytes(buf) == before, name
         before_len = len(buf)
         named, extras = _call(good)
-        # every lane: in step (add), or out of step after an add of some lanes
-        assert add(*named, extras) or add_lanes(None, *named, extras)
+        assert write(None, False, *named, extras) == 1
         assert len(buf) == min(before_len + lanes, 6 * lanes)
         # the flags left out are stored as False
         named, extras = _call({k: v for k, v in good.items()
                                if k not in ("terminated", "truncated")})
         ends = buf.table.episodes.copy()
-        assert add(*named, extras) or add_lanes(None, *named, extras)
+        assert write(None, False, *named, extras) == 1
         assert np.array_equal(buf.table.episodes, ends)
         ids = [lanes - 1]
         one = _values(rng, (1,), nested, i % 2 == 0, 0.3)
         named, extras = _call(one)
-        assert add_lanes(ids, *named, extras) is True
+        assert write(ids, False, *named, extras) == 1  # lanes out of step
         chunk = _values(rng, _lead(lanes, 2), nested, i % 2 == 1, 0.3)
         named, extras = _call(chunk)
-        # an extend that would wrap the ring goes to the Python paths (False, untouched)
-        before = _table_bytes(buf)
-        if extend(*named, extras):
-            assert _table_bytes(buf) != before
-        else:
-            assert _table_bytes(buf) == before
+        before_w = buf.table.written.copy()
+        assert write(None, True, *named, extras) == 2  # wrapping the ring or not
+        assert np.array_equal(buf.table.written, before_w + 2)
+
+
+@pytest.mark.parametrize("lanes", [1, 3])
+@pytest.mark.parametrize("nested", [False, True])
+def test_rows_odd_calls_match_the_reference_writer(lanes: int, nested: bool) -> None:
+    """Every odd call gets the reference writer's answer: the same error, or the same
+    stored bytes."""
+    rng = np.random.default_rng(3)
+    make = lambda: rb.ReplayBuffer(capacity=5 * lanes, num_envs=lanes, seed=0,  # noqa: E731
+                                   next_obs=False)
+    fast, slow = _twins("compiled", make)
+    lead = _lead(lanes, None)
+    first = _values(rng, lead, nested, True, 0.0)
+    for b in (fast, slow):
+        b.add(**first)
+    for _ in range(3):
+        good = _values(rng, lead, nested, True, 0.3)
+        for name, odd, _ in _odd_calls(good, lead, nested):
+            errs = []
+            for b in (fast, slow):
+                try:
+                    b.add(**odd)
+                    errs.append(None)
+                except rb.ReplayBankError as e:
+                    errs.append(type(e))
+            assert errs[0] == errs[1], name
+            _same_state(fast, slow)
 
 
 def test_small_rows_tables_keep_the_python_paths() -> None:
@@ -251,7 +282,7 @@ def test_small_rows_tables_keep_the_python_paths() -> None:
     reference writer (the compiled writer declines to build), and still stores exactly."""
     buf = rb.ReplayBuffer(capacity=8, next_obs=False, seed=0)
     buf.add(x=np.zeros(2, np.float32), y=1.0)
-    assert compiled_writer(buf.table) is None
+    assert CompiledWriter.of(buf.table) is None
     for t in range(10):
         buf.add(x=np.full(2, t, np.float32), y=float(t), terminated=t % 4 == 3)
     sb = buf.sample_sequences(3, 2, episode_boundary="cross")

@@ -29,11 +29,10 @@ from replaybank.buffers import arguments, state
 from replaybank.buffers.arguments import make_rng, positive_int
 from replaybank.buffers.autoreset import (
     check_autoreset_mode,
-    reset_lanes,
     reset_steps,
     warn_resets,
 )
-from replaybank.buffers.calls import CheckedCall, check_call, lane_ids
+from replaybank.buffers.calls import check_call, lane_ids
 from replaybank.buffers.device_path import DevicePath, device_path
 from replaybank.buffers.guard import CallGuard
 from replaybank.buffers.inputs import (
@@ -47,16 +46,15 @@ from replaybank.buffers.prefetch import Prefetcher
 from replaybank.buffers.priorities import check_priority, to_host, update_priorities
 from replaybank.buffers.sequences import sample_sequences, update_sequence_priorities
 from replaybank.buffers.shared import SharedReader, SharedWriterHandle, writer_handle
+from replaybank.buffers.writer import StepValues, Writer, writer_choice
 from replaybank.errors import ConfigError, EmptyBufferError, ShapeError
-from replaybank.ops import ring
 from replaybank.samplers.base import LaneView, Sampler, SamplerTraits
 from replaybank.spec import Spec
 from replaybank.storage.backends import make_backend
 from replaybank.storage.backends.base import ArrayBackend, DurableBackend, SharedArrayBackend
 from replaybank.storage.table import StepTable
 from replaybank.storage.table_state import check_table
-from replaybank.storage.writers.reference import write as write_reference
-from replaybank.storage.writers.writer import StepValues, Writer, writer_choice
+from replaybank.storage.writers.compiled import WriteCall, not_handled
 from replaybank.views.base import View
 
 if TYPE_CHECKING:  # pydantic loads with the first config() call
@@ -172,9 +170,12 @@ class ReplayBuffer:
         #: Stores rows (``next_obs=False``): every key is an ordinary field.
         self.rows_only = arguments.check_rows(next_obs, view, n_step, frame_stack,
                                               self.autoreset_mode)
-        self.sampler: Sampler = arguments.replay_sampler(sampler, lane_split)
-        self.view: View = arguments.replay_view(view, n_step, gamma, frame_stack,
-                                                self._capacity // self._num_envs)
+        self._writer: Writer | None = None  # the writer of the current table and parts
+        # the compiled write when nothing must happen around it (add/extend's hot path)
+        self._direct: WriteCall = not_handled
+        self._sampler: Sampler = arguments.replay_sampler(sampler, lane_split)
+        self._view: View = arguments.replay_view(view, n_step, gamma, frame_stack,
+                                                 self._capacity // self._num_envs)
         self._init_args: dict[str, Any] = state.init_args(
             n_step, gamma, frame_stack, storage, path, device, self.autoreset_mode,
             next_obs=not self.rows_only)
@@ -188,7 +189,6 @@ class ReplayBuffer:
         self._table: StepTable | None = None
         # the buffer whose config durable storage records (a wrapper, or None: self)
         self.storage_owner: Any = None
-        self._writer: Writer | None = None  # the write plan of the current parts
         self._lane_view: LaneView | None = None
         self._parts = Parts(self.sampler, self.view)  # their capabilities, checked once
         # one call at a time: a sample never sees a half-written step
@@ -245,6 +245,31 @@ class ReplayBuffer:
         """The sampling generator."""
         return self._rng
 
+    @property
+    def sampler(self) -> Sampler:
+        """Which keys a sample draws (may be swapped: the writer is rebuilt)."""
+        return self._sampler
+
+    @sampler.setter
+    def sampler(self, sampler: Sampler) -> None:
+        self._sampler = sampler
+        self._drop_writer()
+
+    @property
+    def view(self) -> View:
+        """What a drawn key becomes (may be swapped: the writer is rebuilt)."""
+        return self._view
+
+    @view.setter
+    def view(self, view: View) -> None:
+        self._view = view
+        self._drop_writer()
+
+    def _drop_writer(self) -> None:
+        """Forget the writer (the table or a part changed): the next write builds one."""
+        self._writer = None
+        self._direct = not_handled
+
     def __len__(self) -> int:
         t = self._table
         if t is None:
@@ -289,14 +314,16 @@ class ReplayBuffer:
     def _current_parts(self) -> Parts:
         """The capabilities of the current sampler and view (rebuilt when one is swapped)."""
         parts = self._parts
-        if parts.sampler is not self.sampler or parts.view is not self.view:
-            parts = self._parts = Parts(self.sampler, self.view)
+        if parts.sampler is not self._sampler or parts.view is not self._view:
+            parts = self._parts = Parts(self._sampler, self._view)
+            self._drop_writer()
         return parts
 
     # ------------------------------------------------------------------ writing
     def _allocate(self, spec: Spec) -> None:
         self._table = state.make_table(spec, self.rows, self._num_envs, self._backend,
                                        self.rows_only)
+        self._drop_writer()
         self.record_owner()
 
     def record_owner(self) -> None:
@@ -306,91 +333,14 @@ class ReplayBuffer:
             persist.record_owner(self._backend,
                                  self if self.storage_owner is None else self.storage_owner)
 
-    def _transformed(self, steps: bool, env_ids: Any, values: StepValues) -> StepValues:
-        """The call's values as the view's input transform rewrites them (e.g. the newest
-        frame of stacked observations), so that every write path after it sees what is
-        stored."""
-        transform = self._current_parts().transform
-        if transform is None:
-            return values
-        # bad env_ids: the general path's error
-        m = self._num_envs if env_ids is None else len(lane_ids(env_ids, self._num_envs))
-        fields = transform.prepare_inputs(collect_fields(*values), steps, m)
-        pop = fields.pop
-        return StepValues(pop("obs", UNSET), pop("action", UNSET), pop("reward", UNSET),
-                          pop("next_obs", UNSET), pop("terminated", UNSET),
-                          pop("truncated", UNSET), fields)
-
-    def _write(self, values: StepValues, steps: bool, env_ids: Any, priority: Any) -> IntArray:
-        """The general path: check every value, then the reference writer writes and the
-        sampler hears which slots were written (an input transform was already applied)."""
-        call = check_call(None if self._table is None else self._table.spec,
-                          collect_fields(*values), steps, env_ids, self._num_envs,
-                          self.rows_only)
-        parts = self._current_parts()
-        prio = check_priority(parts.traits, priority, call.out)
-        if self._table is None:
-            self._allocate(call.spec)
-        if self.autoreset_mode == "next_step":
-            return self._write_dropping_resets(call, prio, parts.traits.stateless)
-        keys = write_reference(self.table, call.lanes, call.values, call.next_obs)
-        if not parts.traits.stateless or prio is not None:
-            self.sampler.on_write(ring.key_to_slot(keys.reshape(-1), self.rows,
-                                                   self._num_envs), prio)
-        return keys
-
-    def _write_dropping_resets(self, call: CheckedCall, prio: Any,
-                               stateless: bool) -> IntArray:
-        """``autoreset_mode="next_step"``: write a checked call step by step, leaving out
-        each lane's NEXT_STEP reset step (:func:`~replaybank.buffers.autoreset.
-        reset_lanes`: decided against what is stored, so a step after a dropped one is
-        kept). Returns the keys written ``[k]``."""
-        n, m = call.out
-        written: list[IntArray] = []
-        for i in range(n):  # [1, m] at a time: a step's check sees the step before it
-            drop = reset_lanes(self.table, call.lanes,
-                               {name: call.values[name][i] for name in self.table.obs_fields})
-            keep = np.flatnonzero(~drop)
-            if len(keep) == 0:
-                continue
-            values = {k: v[i:i + 1, keep] for k, v in call.values.items()}
-            next_obs = {k: v[i:i + 1, keep] for k, v in call.next_obs.items()}
-            keys = write_reference(self.table, call.lanes[keep], values, next_obs)
-            p = None if prio is None else prio[i * m + keep]
-            if not stateless or p is not None:
-                self.sampler.on_write(ring.key_to_slot(keys.reshape(-1), self.rows,
-                                                       self._num_envs), p)
-            written.append(keys.reshape(-1))
-        return np.concatenate(written) if written else np.zeros(0, dtype=np.int64)
-
-    def _plan(self) -> Writer | None:
-        """The cached write plan of the current table and parts (None: every call takes
-        the general path: the reference writer, or a table the plan cannot serve)."""
-        t = self._table
-        plan = self._writer
-        parts = self._current_parts()
-        if plan is not None and plan.table is t and plan.owner is parts:
-            return plan
-        # a flat obs, a (nested) dict observation or rows (no obs fields: the compiled
-        # writer only); other storage (torch) takes the general path
-        if t is None or not t.backend.host_numpy \
-                or self.autoreset_mode == "next_step":  # reset steps are checked first
-            return None
-        choice = writer_choice()
-        if choice == "reference":
-            return None
-        # samplers that keep no per-slot state need not hear about writes
-        plan = Writer(t, None if parts.traits.stateless else self.sampler,
-                      compiled=choice != "lean", guard=self._guard)
-        plan.owner = parts  # rebuilt when the sampler or view is swapped
-        plan.direct = plan.direct and parts.transform is None
-        self._writer = plan
-        return plan
-
     def add(self, *, obs: Any = UNSET, action: Any = UNSET, reward: Any = UNSET,
             next_obs: Any = UNSET, terminated: Any = UNSET, truncated: Any = UNSET,
             env_ids: Any = None, priority: Any = None, **extras: Any) -> None:
         """Add one step of one env (``num_envs=1``) or of every env (leading dim num_envs).
+
+        Each value is cast once to its field's stored dtype (float64 observations and
+        rewards, int flags, Python numbers, lists, torch CPU tensors, strided views), under
+        the casting rules of :func:`~replaybank.spec.cast_field`.
 
         Args:
             obs: Observation ``[*obs_shape]`` (``[num_envs, *obs_shape]`` with several
@@ -409,38 +359,12 @@ class ReplayBuffer:
         Raises:
             SpecError, ShapeError, DtypeError: Bad input; the buffer is left unchanged.
         """
-        plan = self._writer
-        # the hot path: the compiled writer checks the call guard itself (guard.py)
-        if plan is not None and plan.direct and priority is None and env_ids is None \
-                and plan.table is self._table and plan.owner is self._parts \
-                and self._parts.sampler is self.sampler and self._parts.view is self.view \
-                and plan.c_add(obs, action, reward, next_obs, terminated, truncated, extras):
+        # the hot path: the compiled writer takes the call (it checks the call guard itself)
+        if priority is None and self._direct(env_ids, False, obs, action, reward, next_obs,
+                                             terminated, truncated, extras):
             return
         locked = self._guard.enter()  # one call at a time (guard.py)
         try:
-            if self._shared is not None:
-                raise self._owner_writes("add")
-            parts = self._parts
-            if parts.sampler is not self.sampler or parts.view is not self.view:
-                parts = self._current_parts()
-            if parts.transform is not None:  # e.g. frame stacks: store the newest frame
-                obs, action, reward, next_obs, terminated, truncated, extras = self._transformed(
-                    False, env_ids, StepValues(obs, action, reward, next_obs, terminated,
-                                               truncated, extras))
-            plan = self._writer
-            if plan is None or plan.table is not self._table or plan.owner is not parts:
-                plan = self._plan()
-            # the writers choose among themselves; False: the general path must take it (the
-            # values go by name, not as a record: this is the hot path of every training loop)
-            if plan is not None:
-                if priority is None:
-                    if plan.add(obs, action, reward, next_obs, terminated, truncated, extras,
-                                env_ids):
-                        return
-                elif plan.write_prioritized(self.sampler, self._priorities(priority), env_ids,
-                                            None, StepValues(obs, action, reward, next_obs,
-                                                             terminated, truncated, extras)):
-                    return
             self._write(StepValues(obs, action, reward, next_obs, terminated, truncated, extras),
                         False, env_ids, priority)
         finally:
@@ -465,44 +389,54 @@ class ReplayBuffer:
         Raises:
             SpecError, ShapeError, DtypeError: Bad input; the buffer is left unchanged.
         """
-        plan = self._writer
-        # the hot path: the compiled writer checks the call guard itself (guard.py)
-        if plan is not None and plan.direct and priority is None and env_ids is None \
-                and plan.table is self._table and plan.owner is self._parts \
-                and self._parts.sampler is self.sampler and self._parts.view is self.view \
-                and plan.c_extend(obs, action, reward, next_obs, terminated, truncated, extras):
+        if priority is None and self._direct(env_ids, True, obs, action, reward, next_obs,
+                                             terminated, truncated, extras):
             return
-        locked = self._guard.enter()  # one call at a time (guard.py)
+        locked = self._guard.enter()
         try:
-            if self._shared is not None:
-                raise self._owner_writes("extend")
-            parts = self._parts
-            if parts.sampler is not self.sampler or parts.view is not self.view:
-                parts = self._current_parts()
-            if parts.transform is not None:  # e.g. frame stacks: store the newest frame
-                obs, action, reward, next_obs, terminated, truncated, extras = self._transformed(
-                    True, env_ids, StepValues(obs, action, reward, next_obs, terminated,
-                                              truncated, extras))
-            if env_ids is None:
-                plan = self._writer
-                if plan is None or plan.table is not self._table or plan.owner is not parts:
-                    plan = self._plan()
-                if plan is not None:
-                    if priority is None:
-                        if plan.extend(obs, action, reward, next_obs, terminated, truncated,
-                                       extras):
-                            return
-                    else:
-                        steps = plan.steps(obs)  # a dict obs: its first field's [n, ...]
-                        if steps is not None and plan.write_prioritized(
-                                self.sampler, self._priorities(priority), None, steps,
-                                StepValues(obs, action, reward, next_obs, terminated,
-                                           truncated, extras)):
-                            return
             self._write(StepValues(obs, action, reward, next_obs, terminated, truncated, extras),
                         True, env_ids, priority)
         finally:
             self._guard.leave(locked)
+
+    def _write(self, values: StepValues, steps: bool, env_ids: Any, priority: Any) -> None:
+        """A write the hot path did not take: the view's input transform (e.g. frame
+        stacks store the newest frame), then the writer. The first write sets the spec:
+        the call is checked before the storage is allocated."""
+        if self._shared is not None:
+            raise self._owner_writes("extend" if steps else "add")
+        parts = self._current_parts()
+        if parts.transform is not None:
+            # bad env_ids: the Python boundary's error
+            m = self._num_envs if env_ids is None else len(lane_ids(env_ids, self._num_envs))
+            fields = parts.transform.prepare_inputs(collect_fields(*values), steps, m)
+            pop = fields.pop
+            values = StepValues(pop("obs", UNSET), pop("action", UNSET), pop("reward", UNSET),
+                                pop("next_obs", UNSET), pop("terminated", UNSET),
+                                pop("truncated", UNSET), fields)
+        writer = self._writer
+        if writer is not None:
+            writer.write(values, steps, env_ids, priority)
+        elif self._table is not None:
+            self._new_writer(parts).write(values, steps, env_ids, priority)
+        else:
+            call = check_call(None, collect_fields(*values), steps, env_ids, self._num_envs,
+                              self.rows_only)
+            check_priority(parts.traits, priority, call.out)  # before allocating
+            writer_choice()  # a bad REPLAYBANK_WRITER too
+            self._allocate(call.spec)
+            self._new_writer(parts).write_checked(call, priority)
+
+    def _new_writer(self, parts: Parts) -> Writer:
+        """The writer of the current table and parts (``REPLAYBANK_WRITER`` is read here)."""
+        choice = writer_choice()
+        # device (torch) storage and the next_step autoreset check take the Python applier
+        writer = Writer(self.table, None if parts.traits.stateless else self.sampler,
+                        traits=parts.traits, compiled=choice != "reference", guard=self._guard,
+                        drop_resets=self.autoreset_mode == "next_step")
+        self._writer = writer
+        self._direct = writer.direct if parts.transform is None else not_handled
+        return writer
 
     def _owner_writes(self, call: str) -> ConfigError:
         return ConfigError(
@@ -527,11 +461,6 @@ class ReplayBuffer:
         owner = self if self.storage_owner is None else self.storage_owner
         return writer_handle(be, buffer_config(owner).model_dump(mode="json"), lanes,
                              self._num_envs)
-
-    def _priorities(self, priority: Any) -> Any:
-        """``check(out)``: the checked initial priorities of a write of ``out`` steps."""
-        traits = self._parts.traits
-        return lambda out: check_priority(traits, priority, out)
 
     def clear(self) -> None:
         """Drop every stored step (storage stays allocated)."""
@@ -930,13 +859,14 @@ class ReplayBuffer:
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickle support (``pickle``, ``copy.deepcopy``, ``torch.save``, multiprocessing):
-        the parts and their state; the write plan is rebuilt on the next add.
+        the parts and their state; the writer is rebuilt on the next add.
 
         Raises:
             ConfigError: The storage cannot be pickled (memmap: reopen it by path).
         """
         state = self.__dict__.copy()
-        state["_writer"] = None  # holds the compiled appender; rebuilt on use
+        state["_writer"] = None  # holds the compiled writer; rebuilt on use
+        state["_direct"] = not_handled
         state["_lane_view"] = None
         return state
 

@@ -136,7 +136,7 @@ class StepTable:
         self.start: IntArray | None = self._start_array() if self.durable else None
         #: Durable tables: the most steps of a lane one write chunk evicts.
         self.chunk = max(1, self.T // 4)
-        # plain in-memory numpy arrays: the numpy fast reads and lean writers apply
+        # plain in-memory numpy arrays: the numpy fast reads apply
         self.plain_numpy = bool(be.host_numpy) and not self.durable
         self._flat_cache: dict[int, tuple[Any, Any]] = {}
         self._plan: tuple[tuple[Any, ...], Any] | None = None  # see table_reads._read_plan

@@ -1,16 +1,11 @@
-"""What a stored field accepts as-is: the checks the lean and compiled writers make.
-
-A value is written without conversion only when it already is exactly what the field
-stores: a numpy array of the field's shape and dtype, or, for a scalar field, a Python or
-numpy scalar that casts to the dtype exactly as the general (validating) path casts it.
+"""Where a call's values are: the observation fields of a dict observation, and the fields
+of a rows table, found in the plain dicts a user passes.
 
 Example:
     >>> import numpy as np
-    >>> f = FieldFormat((), np.dtype(np.int8))
-    >>> f.one(np.int8(3)), f.one(300), f.one(-5), f.one(1.5)
-    (True, False, True, False)
-    >>> f.many(np.zeros(4, np.int8), 4)
-    True
+    >>> lay = ObsLayout(["obs/pos", "obs/vel"])
+    >>> [x.tolist() for x in lay.parts({"vel": np.ones(2), "pos": np.zeros(2)})]
+    [[0.0, 0.0], [1.0, 1.0]]
 """
 
 from __future__ import annotations
@@ -23,11 +18,7 @@ import numpy as np
 
 from replaybank.spec import UNSET
 
-__all__ = ["FieldFormat", "ObsLayout", "RowsLayout", "canonical_bools", "count_nonzero",
-           "scalar_types"]
-
-ND = np.ndarray
-_FLOAT_SCALARS = (float, np.float64, np.float32, np.float16)
+__all__ = ["ObsLayout", "RowsLayout", "count_nonzero"]
 
 
 def _raw_count_nonzero() -> Callable[[Any], int]:
@@ -44,57 +35,7 @@ def _raw_count_nonzero() -> Callable[[Any], int]:
 
 count_nonzero = _raw_count_nonzero()
 
-
-def canonical_bools(v: Any) -> bool:
-    """Whether every byte of the bool array ``v`` is 0 or 1 (numpy lets other bytes
-    through a view, e.g. ``np.array([2], np.uint8).view(bool)``; only the general path,
-    which stores 0/1, takes such arrays).
-
-    Example:
-        >>> canonical_bools(np.ones(3, bool)), canonical_bools(np.array([2], np.uint8).view(bool))
-        (True, False)
-    """
-    return not v.size or int(v.view(np.uint8).max()) <= 1
-
-
-def scalar_types(dtype: np.dtype[Any]) -> tuple[type, ...]:
-    """Python/numpy scalar types that cast to ``dtype`` exactly as the general path does.
-
-    Python ints are not listed: they need a range check (see :class:`LaneWriter`).
-    """
-    if dtype.kind == "f":
-        return (*_FLOAT_SCALARS, dtype.type)
-    if dtype.kind == "b":
-        return (bool, np.bool_)
-    return (dtype.type,)  # ints: only the exact numpy type (no range check needed)
-
-
-class FieldFormat:
-    """What one stored field accepts: ``shape``, ``dtype``, scalar types, int range."""
-
-    __slots__ = ("bools", "dtype", "hi", "lo", "scalars", "shape")
-
-    def __init__(self, shape: tuple[int, ...], dtype: np.dtype[Any]) -> None:
-        self.shape = shape
-        self.dtype = dtype
-        self.scalars = scalar_types(dtype) if shape == () else ()
-        ints = shape == () and dtype.kind in "iu"
-        self.lo = int(np.iinfo(dtype).min) if ints else 1
-        self.hi = int(np.iinfo(dtype).max) if ints else 0
-        self.bools = dtype.kind == "b"  # arrays must hold canonical 0/1 bytes
-
-    def one(self, v: Any) -> bool:
-        """Whether ``v`` is one step's value, stored without any conversion check."""
-        tv = type(v)
-        if tv is ND:
-            return bool(v.shape == self.shape and v.dtype == self.dtype) and (
-                not self.bools or canonical_bools(v))
-        return tv in self.scalars or (tv is int and self.lo <= v <= self.hi)
-
-    def many(self, v: Any, n: int) -> bool:
-        """Whether ``v`` is an array of ``n`` steps of exactly this field."""
-        return type(v) is ND and v.shape == (n, *self.shape) and v.dtype == self.dtype \
-            and (not self.bools or canonical_bools(v))
+ND = np.ndarray
 
 
 class ObsLayout:
@@ -103,7 +44,7 @@ class ObsLayout:
     A flat observation (the one field ``obs``) is the value itself; the fields
     ``obs/<key>[/<key>...]`` of a dict observation are found in nested plain dicts whose
     keys are exactly the table's (a missing or extra key, or a dict subclass or another
-    mapping, is not for the lean and compiled writers: the general path takes the call).
+    mapping, is not for the compiled writer: the Python boundary takes the call).
 
     Args:
         obs_fields: The table's observation field names (``obs`` or ``obs/...``).
@@ -113,7 +54,7 @@ class ObsLayout:
         flat: The observation is the one field ``obs``.
         keys: The dict keys of a one-level dict observation (``obs/<key>`` fields, in
             table order), else None.
-        valid: The names form a tree of dicts (else no lean or compiled writer serves it).
+        valid: The names form a tree of dicts (else the compiled writer does not serve it).
 
     Example:
         >>> lay = ObsLayout(["obs/pos", "obs/goal/xy"])

@@ -1,31 +1,27 @@
-"""Telling a sampler which slots a write filled.
+"""What a sampler declares to hear about writes: which slots a write filled.
+
+The buffer's writer (:class:`~replaybank.buffers.writer.Writer`) tells a listener once
+per write, after the data is stored: ``on_write(slots, priorities)`` with the slots in
+row-major ``[steps, lanes]`` order, or, for one lane's contiguous steps without initial
+priorities, ``on_write_range(lo, hi)`` of a :class:`RangeListener` (no index array).
 
 Example:
     >>> import numpy as np
-    >>> from replaybank.spec import Spec
-    >>> from replaybank.storage.table import StepTable
-    >>> spec = Spec.coerce({"obs": ((), "float32"), "terminated": ((), "bool"),
-    ...                     "truncated": ((), "bool")})
-    >>> t = StepTable(spec, T=4, lanes=2, obs_fields=["obs"])
     >>> class Log:
     ...     def on_write(self, slots, priorities=None):
     ...         print(slots.tolist())
-    >>> t.written[:] = 3  # three steps of both lanes were just written
-    >>> announce_last_steps(t, Log())(2)
-    [2, 3, 4, 5]
+    >>> isinstance(Log(), WriteListener), isinstance(Log(), RangeListener)
+    (True, False)
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
 
-from replaybank.storage.table import StepTable
-
-__all__ = ["RangeListener", "WriteListener", "announce_last_steps"]
+__all__ = ["RangeListener", "WriteListener"]
 
 
 @runtime_checkable
@@ -45,21 +41,3 @@ class RangeListener(WriteListener, Protocol):
     def on_write_range(self, lo: int, hi: int) -> None:
         """Slots ``lo .. hi - 1`` were written, without initial priorities."""
         ...
-
-
-def announce_last_steps(table: StepTable, sampler: WriteListener) -> Callable[[int], None]:
-    """``tell(n)``: tell ``sampler`` that the last ``n`` steps of every lane were just
-    written without wrapping around the ring: slots ``[start * L, (start + n) * L)``,
-    one contiguous range (``on_write_range`` of a :class:`RangeListener`, else
-    ``on_write`` with the slots in row-major order)."""
-    T, L, written = table.T, table.lanes, table.written  # noqa: N806
-    by_range = sampler.on_write_range if isinstance(sampler, RangeListener) else None
-
-    def tell(n: int) -> None:
-        lo = (written.item(0) - n) % T * L
-        if by_range is not None:
-            by_range(lo, lo + n * L)
-        else:
-            sampler.on_write(np.arange(lo, lo + n * L, dtype=np.int64), None)
-
-    return tell
