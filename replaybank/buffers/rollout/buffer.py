@@ -194,7 +194,7 @@ class RolloutBuffer:
         self._start_reset = np.zeros(self._num_envs, dtype=bool)  # [E]
         self._adv: AnyArray | None = None
         self._ret: AnyArray | None = None
-        self._plain: Any = None  # see _plain_plan
+        self._plain: Any = None  # see _plain_format
         if spec is not None:
             self._allocate(rollout_spec(Spec.coerce(spec)))
 
@@ -388,22 +388,22 @@ class RolloutBuffer:
         self._pos += 1
         self._adv = self._ret = None
 
-    def _plain_plan(self) -> _PlainPlan | None:
+    def _plain_format(self) -> _PlainFormat | None:
         """What :meth:`_add_plain` accepts for the current spec: per standard field its
         name, dtype, item shape and batched shape (None: every add takes the checked path:
         no storage yet, nested observations or extra fields, ``next_step`` mode)."""
-        plan: _PlainPlan | None = self._plain
+        fmt: _PlainFormat | None = self._plain
         spec = self._spec
-        if plan is not None and plan[0] is spec:
-            return plan
+        if fmt is not None and fmt[0] is spec:
+            return fmt
         self._plain = None
         if spec is None or self._next_step or set(spec) != set(_PLAIN_FIELDS):
             return None
         n = self._num_envs
         entries = [(name, spec[name].dtype, spec[name].shape, (n, *spec[name].shape))
                    for name in _PLAIN_FIELDS]
-        self._plain = plan = (spec, entries)
-        return plan
+        self._plain = fmt = (spec, entries)
+        return fmt
 
     def _add_plain(self, values: tuple[Any, ...]) -> bool:
         """Write one step given in exactly the stored format, with no final values:
@@ -412,11 +412,11 @@ class RolloutBuffer:
         range, bool) for scalar fields. Returns False before writing anything when a value
         is not like that, or a step is truncated without being terminated (it needs a
         final value): the checked path then takes the call. Writes exactly what it would."""
-        plan = self._plain_plan()
-        if plan is None:
+        fmt = self._plain_format()
+        if fmt is None:
             return False
         one = self._num_envs == 1
-        for (_, dtype, shape, batched), v in zip(plan[1], values, strict=True):
+        for (_, dtype, shape, batched), v in zip(fmt[1], values, strict=True):
             if type(v) is np.ndarray:
                 if v.dtype != dtype or (v.shape != batched and not (one and v.shape == shape)):
                     return False
@@ -432,7 +432,7 @@ class RolloutBuffer:
             return False
         t = self._pos
         data = self._data
-        for (name, _, _, _), v in zip(plan[1], values, strict=True):
+        for (name, _, _, _), v in zip(fmt[1], values, strict=True):
             data[name][t] = v
         self._final_value[t] = np.nan
         self._pos = t + 1
@@ -691,7 +691,7 @@ class RolloutBuffer:
 
 
 #: A spec and, per standard field, its name, dtype, item shape and batched shape.
-_PlainPlan = tuple[Spec, list[tuple[str, "np.dtype[Any]", tuple[int, ...], tuple[int, ...]]]]
+_PlainFormat = tuple[Spec, list[tuple[str, "np.dtype[Any]", tuple[int, ...], tuple[int, ...]]]]
 
 #: The fields of a plain rollout add, in ``add``'s argument order.
 _PLAIN_FIELDS = ("obs", "action", "reward", "terminated", "truncated", "value", "log_prob")
