@@ -323,39 +323,6 @@ put_double(const Field *f, double x, char *dst)
 }
 
 static inline int
-put_int(const Field *f, int64_t x, char *dst)
-{
-    switch (f->dk) {
-    case 'f':
-        if (f->itemsize == 4) {
-            float y = (float)x;
-            memcpy(dst, &y, 4);
-        } else {
-            double y = (double)x;
-            memcpy(dst, &y, 8);
-        }
-        return 1;
-    case 'b':
-        if (x != 0 && x != 1)
-            return 0;
-        *dst = (char)x;
-        return 1;
-    case 'i':
-        if (x < f->lo || x > f->hi)
-            return 0;
-        store_int(dst, (int)f->itemsize, (uint64_t)x);
-        return 1;
-    case 'u':
-        if (x < 0 || (uint64_t)x > f->uhi)
-            return 0;
-        store_int(dst, (int)f->itemsize, (uint64_t)x);
-        return 1;
-    default:
-        return 0;
-    }
-}
-
-static inline int
 put_uint(const Field *f, uint64_t x, char *dst)
 {
     switch (f->dk) {
@@ -386,6 +353,29 @@ put_uint(const Field *f, uint64_t x, char *dst)
     default:
         return 0;
     }
+}
+
+/* A signed value: as put_uint when not negative (the same value), else only into float
+ * fields and signed int fields whose range holds it. */
+static inline int
+put_int(const Field *f, int64_t x, char *dst)
+{
+    if (x >= 0)
+        return put_uint(f, (uint64_t)x, dst);
+    if (f->dk == 'f') { /* straight from the int: one rounding, as numpy's astype */
+        if (f->itemsize == 4) {
+            float y = (float)x;
+            memcpy(dst, &y, 4);
+        } else {
+            double y = (double)x;
+            memcpy(dst, &y, 8);
+        }
+        return 1;
+    }
+    if (f->dk != 'i' || x < f->lo)
+        return 0;
+    store_int(dst, (int)f->itemsize, (uint64_t)x);
+    return 1;
 }
 
 static inline int
