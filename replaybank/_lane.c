@@ -444,6 +444,27 @@ put_elem(const Field *f, NumFmt s, const char *p, char *dst)
     }
 }
 
+/* Copy count items of type T, stride bytes apart, into the contiguous dst. */
+#define STRIDED_COPY(T)                                              \
+    do {                                                             \
+        for (Py_ssize_t k = 0; k < count; k++) {                     \
+            T v_;                                                    \
+            memcpy(&v_, src + k * stride, sizeof(T));                \
+            memcpy(dst + k * (Py_ssize_t)sizeof(T), &v_, sizeof(T)); \
+        }                                                            \
+    } while (0)
+
+/* Cast count items of type S, STEP bytes apart, to type D, as C casts them. */
+#define CAST_LOOP(S, D, STEP)                                        \
+    do {                                                             \
+        for (Py_ssize_t k = 0; k < count; k++) {                     \
+            S x_;                                                    \
+            memcpy(&x_, src + k * (STEP), sizeof(S));                \
+            D y_ = (D)x_;                                            \
+            memcpy(dst + k * (Py_ssize_t)sizeof(D), &y_, sizeof(D)); \
+        }                                                            \
+    } while (0)
+
 /* count elements of format s, `stride` bytes apart from src, into the field f's
  * contiguous dst. 1: done, 0: a value the casting rules refuse. */
 static int
@@ -472,33 +493,38 @@ convert_run(const Field *f, NumFmt s, const char *src, Py_ssize_t stride, Py_ssi
             memcpy(dst, src, (size_t)(count * ds));
             return 1;
         }
+        if (!s.swap) {
+            switch (ds) {
+            case 4: STRIDED_COPY(uint32_t); return 1;
+            case 8: STRIDED_COPY(uint64_t); return 1;
+            case 2: STRIDED_COPY(uint16_t); return 1;
+            default: STRIDED_COPY(uint8_t); return 1;
+            }
+        }
         for (Py_ssize_t k = 0; k < count; k++)
             store_int(dst + k * ds, (int)ds, load_bits(src + k * stride, s.size, s.swap));
         return 1;
     }
     if (f->dk == 0)
         return 0;
-    if (!s.swap && stride == s.size) { /* the common conversions, contiguous */
+    if (!s.swap) { /* the common conversions (a constant stride compiles to a vector loop) */
         if (f->dk == 'f' && ds == 4 && s.kind == 'f' && s.size == 8) {
-            const double *x = (const double *)(const void *)src;
-            for (Py_ssize_t k = 0; k < count; k++) {
-                float y = (float)x[k];
-                memcpy(dst + 4 * k, &y, 4);
-            }
+            if (stride == 8)
+                CAST_LOOP(double, float, 8);
+            else
+                CAST_LOOP(double, float, stride);
             return 1;
         }
         if (f->dk == 'f' && ds == 8 && s.kind == 'f' && s.size == 4) {
-            for (Py_ssize_t k = 0; k < count; k++) {
-                float x;
-                memcpy(&x, src + 4 * k, 4);
-                double y = (double)x;
-                memcpy(dst + 8 * k, &y, 8);
-            }
+            if (stride == 4)
+                CAST_LOOP(float, double, 4);
+            else
+                CAST_LOOP(float, double, stride);
             return 1;
         }
         if (f->dk == 'b' && (s.kind == 'b' || s.kind == 'i' || s.kind == 'u') && s.size == 1) {
             for (Py_ssize_t k = 0; k < count; k++) {
-                unsigned char x = (unsigned char)src[k];
+                unsigned char x = (unsigned char)src[k * stride];
                 if (s.kind != 'b' && x > 1)
                     return 0;
                 dst[k] = (char)(x != 0);
@@ -655,31 +681,48 @@ nest_kinds(PyObject *v, int depth, int nd, const Py_ssize_t *full, int *kinds)
     return 1;
 }
 
-/* Write the numbers of a checked nest in row-major order, each as numpy's array of the
- * whole holds it (kinds). 1 ok, 0 refused by the casting rules, -1 error. */
+/* One number of a checked nest as numpy's array of the whole holds it (kinds). 1 ok, 0
+ * refused by the casting rules, -1 error. */
+static inline int
+nest_leaf(const Field *f, PyObject *v, int kinds, char *dst)
+{
+    if (kinds & 4) {
+        double x = PyFloat_CheckExact(v) ? PyFloat_AS_DOUBLE(v) : PyFloat_AsDouble(v);
+        if (x == -1.0 && PyErr_Occurred())
+            return -1;
+        return put_double(f, x, dst);
+    }
+    if (kinds & 2) {
+        long long x = PyLong_AsLongLong(v);
+        if (x == -1 && PyErr_Occurred())
+            return -1;
+        return put_int(f, x, dst);
+    }
+    return put_bool(f, v == Py_True, dst);
+}
+
+/* Write the numbers of a checked nest in row-major order (see nest_leaf). */
 static int
 nest_put(const Field *f, PyObject *v, int depth, int nd, int kinds, char **dst)
 {
     if (depth == nd) {
-        int r;
-        if (kinds & 4) {
-            double x = PyFloat_AsDouble(v);
-            if (x == -1.0 && PyErr_Occurred())
-                return -1;
-            r = put_double(f, x, *dst);
-        } else if (kinds & 2) {
-            long long x = PyLong_AsLongLong(v);
-            if (x == -1 && PyErr_Occurred())
-                return -1;
-            r = put_int(f, x, *dst);
-        } else {
-            r = put_bool(f, v == Py_True, *dst);
-        }
+        int r = nest_leaf(f, v, kinds, *dst);
         *dst += f->itemsize;
         return r;
     }
     Py_ssize_t len = PySequence_Fast_GET_SIZE(v);
     PyObject **items = PySequence_Fast_ITEMS(v);
+    if (depth == nd - 1) { /* the innermost lists: their numbers in one loop */
+        const Py_ssize_t step = f->itemsize;
+        char *at = *dst;
+        for (Py_ssize_t k = 0; k < len; k++, at += step) {
+            int r = nest_leaf(f, items[k], kinds, at);
+            if (r <= 0)
+                return r;
+        }
+        *dst = at;
+        return 1;
+    }
     for (Py_ssize_t k = 0; k < len; k++) {
         int r = nest_put(f, items[k], depth + 1, nd, kinds, dst);
         if (r <= 0)
