@@ -19,7 +19,37 @@ the peer libraries with. The machine may be noisy: times are CPU time of this pr
 (``time.process_time``),
 ours and the floor are measured interleaved, each repeated, and the best (lowest) kept.
 
-Run: ``python benchmarks/bench_core.py [--capacity N] [--repeats R]``; with
+Second table, the input kinds (``--table inputs``): ``add`` and ``extend`` fed the same
+transitions in the types real environments and loops produce, not only the stored dtypes
+(obs float32[17], action float32[6] given as an explicit spec; reward float32, flags bool).
+Rows are the kinds of :func:`replaybank.cli.harness.input_steps`:
+
+* ``exact``: the stored dtypes (1 env: reward a Python float, flags Python bools): the base;
+* ``f64 obs+reward`` (MuJoCo: float64 obs/next_obs, reward float64 / ``np.float64``),
+  ``f64 reward`` (gymnasium vector envs), ``int flags`` (int64 arrays / Python ints),
+  ``scalars`` (1 env: ``np.float32`` reward, ``np.bool_`` flags; 4 envs: lists of Python
+  floats/bools), ``lists`` (action a list, with 4 envs the reward too), ``torch`` (obs,
+  next_obs, action CPU tensors; with 4 envs reward and flags tensors too, as gymnasium's
+  ``NumpyToTorch`` gives them), ``torch action`` (a torch policy's action only),
+  ``non-contiguous`` (obs/next_obs strided views, action a column slice).
+
+For 1 and 4 envs (``--envs``), per kind: replaybank ``add`` (numpy storage, and
+``storage="memmap"`` in a temporary directory), SB3 ``ReplayBuffer.add`` (``n_envs=E``) and
+cpprb ``ReplayBuffer.add``, us per call, with the ratios kind / exact (target <= 1.5) and
+peer / replaybank (target >= 2; ``!`` marks a miss); then ``extend`` of ``[256, E, ...]``
+chunks (us per step = per call / 256, and per call) against 256 SB3 adds (SB3 has no
+extend; the ``obs[i]`` indexing is timed, as ``replaybank bench`` does) and one cpprb
+``add`` of the chunk. Every library gets the very same objects; SB3's signature also
+takes ``done`` (``terminated | truncated`` in the flags' own type) and ``infos``
+(``TimeLimit.truncated``), built beforehand and not timed; cpprb's ``done`` is
+``terminated``. No reshaping is done for either. A library that raises on a kind shows
+``refused`` and the error type. All libraries are filled to capacity first and timed
+interleaved per repeat (CPU time, the best kept). A missing SB3 or cpprb drops its
+columns with a note.
+
+Run: ``python benchmarks/bench_core.py [--capacity N] [--repeats R] [--table
+all|core|inputs] [--envs 1,4] [--kinds exact,torch,...] [--input-adds N] [--input-chunks N]
+[--no-memmap]``; the default prints both tables (about 2-3 minutes on 2 cores). With
 ``REPLAYBANK_PURE_PYTHON=1`` in the environment the compiled one-lane add/extend
 (``replaybank._lane``) is off and the pure-Python fallback is measured.
 """
@@ -28,6 +58,11 @@ from __future__ import annotations
 
 import argparse
 import gc
+import importlib.util
+import os
+import tempfile
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -37,10 +72,19 @@ from replaybank.cli.harness import (  # the harness `replaybank bench` times pee
     ACT,
     BATCH,
     CHUNK,
+    INPUT_KINDS,
     OBS,
     best_of,
     chunks,
+    cpprb_kw,
+    filled_cpprb,
+    filled_replaybank,
+    filled_sb3,
+    input_chunks,
+    input_steps,
     make_stream,
+    sb3_call,
+    sb3_chunk_adder,
     single_items,
     time_adds,
     time_extends,
@@ -174,13 +218,8 @@ def measure_memory(capacity: int, stream: dict[str, Any]) -> tuple[int, int]:
     return grown, ideal
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--capacity", type=int, default=1_000_000)
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--adds", type=int, default=100_000)
-    parser.add_argument("--samples", type=int, default=2_000)
-    args = parser.parse_args()
+def core_table(args: argparse.Namespace) -> None:
+    """The first table: ours against the numpy floor."""
     cap = args.capacity - args.capacity % CHUNK
     stream = make_stream(cap, episode_len=1000)
 
@@ -226,10 +265,7 @@ def main() -> None:
             prev = results.get(op, (float("inf"), float("inf")))
             results[op] = (min(prev[0], o), min(prev[1], f))
 
-    from replaybank.storage.writers.compiled import accelerated
-
-    print("one-lane add/extend: " + ("compiled (replaybank._lane)" if accelerated() else
-                                     "pure Python (REPLAYBANK_PURE_PYTHON=1 or not built)"))
+    print(writer_line())
     print(f"capacity={cap:,}  obs float32[{OBS}]  action float32[{ACT}]  "
           f"chunk={CHUNK}  batch={BATCH}  (best of {args.repeats})")
     print(f"{'op':<10}{'ours (us)':>12}{'floor (us)':>12}{'ratio':>8}{'target':>9}  ok")
@@ -245,6 +281,213 @@ def main() -> None:
     mem_ratio = grown / ideal
     print(f"{'memory':<10}{grown / 2**20:>10.1f}MB{ideal / 2**20:>10.1f}MB{mem_ratio:>8.3f}"
           f"{'<=1.10':>9}  {'yes' if mem_ratio <= 1.1 else 'NO'}")
+
+
+
+def writer_line() -> str:
+    """Which writer runs one-lane add/extend: compiled C or pure Python."""
+    from replaybank.storage.writers.compiled import accelerated
+
+    return "one-lane add/extend: " + ("compiled (replaybank._lane)" if accelerated() else
+                                      "pure Python (REPLAYBANK_PURE_PYTHON=1 or not built)")
+
+
+# ---- the input-kinds table -------------------------------------------------------------
+
+KIND_TARGET, PEER_TARGET = 1.5, 2.0  # replaybank kind / exact <= 1.5; peer / replaybank >= 2
+Call = tuple[Callable[..., Any], list[Any]]  # (the function timed, its per-call arguments)
+Key = tuple[str, str, str]  # (library, kind, "add" | "extend")
+
+
+def lib_calls(lib: str, buf: Any, steps: list[dict[str, Any]],
+              parts: list[dict[str, Any]]) -> tuple[Call, Call]:
+    """``lib``'s (add, extend) calls of the same step and chunk objects."""
+    if lib in ("replaybank", "memmap"):
+        return (buf.add, steps), (buf.extend, parts)
+    if lib == "sb3":
+        extend, args = sb3_chunk_adder(buf.add)
+        return (buf.add, [sb3_call(d) for d in steps]), (extend, [args(p) for p in parts])
+    return (buf.add, [cpprb_kw(d) for d in steps]), (buf.add, [cpprb_kw(p) for p in parts])
+
+
+def try_call(call: Call, n: int) -> str | None:
+    """Warm ``call`` up on its first ``n`` arguments; the error type if the library raises."""
+    fn, items = call
+    try:
+        time_adds(fn, items[:n])
+    except Exception as exc:  # a refusal is a result, shown in the table
+        return f"{type(exc).__name__}: {str(exc).splitlines()[0][:90] if str(exc) else ''}"
+    return None
+
+
+def inputs_for(envs: int, args: argparse.Namespace, kinds: list[str], libs: list[str],
+               tmp: str) -> tuple[dict[Key, float], dict[Key, str]]:
+    """Best per-call seconds of every (library, kind, op) with ``envs`` envs, and refusals."""
+    cap = args.capacity - args.capacity % (CHUNK * envs)
+    bufs: dict[str, Any] = {}
+    for lib in libs:
+        if lib == "replaybank":
+            bufs[lib] = filled_replaybank(cap, envs)
+        elif lib == "memmap":
+            bufs[lib] = filled_replaybank(cap, envs, "memmap", os.path.join(tmp, f"mm{envs}"))
+        elif lib == "sb3":
+            bufs[lib] = filled_sb3(cap, envs)
+        else:
+            bufs[lib] = filled_cpprb(cap)
+    calls: dict[Key, Call] = {}
+    refused: dict[Key, str] = {}
+    for kind in kinds:
+        steps = input_steps(kind, args.input_adds, envs)
+        parts = input_chunks(kind, args.input_chunks, envs)
+        for lib in libs:
+            for op, call in zip(("add", "extend"), lib_calls(lib, bufs[lib], steps, parts),
+                                strict=True):
+                err = try_call(call, 50 if op == "add" else 2)
+                if err is None:
+                    calls[lib, kind, op] = call
+                else:
+                    refused[lib, kind, op] = err
+    # the filled buffers and the inputs live to the end: keep them out of the collector's
+    # scans (best_of collects before every timing; a full scan of them costs ~0.1 s)
+    gc.collect()
+    gc.freeze()
+    best: dict[Key, float] = {}
+    for _ in range(args.repeats):  # interleave the libraries (and kinds) against noise
+        for kind in kinds:
+            for lib in libs:
+                for op in ("add", "extend"):
+                    if (lib, kind, op) in calls:
+                        fn, items = calls[lib, kind, op]
+                        t = best_of(partial(time_adds, fn, items), 1)
+                        best[lib, kind, op] = min(best.get((lib, kind, op), float("inf")), t)
+    gc.unfreeze()
+    del bufs, calls
+    gc.collect()
+    return best, refused
+
+
+def _cell(t: float | None, scale: float = 1e6, width: int = 9, digits: int = 2) -> str:
+    return f"{'refused' if t is None else f'{t * scale:.{digits}f}':>{width}}"
+
+
+def _ratio(num: float | None, den: float | None, target: float, most: bool) -> str:
+    if num is None or den is None:
+        return f"{'-':>9}"
+    r = num / den
+    miss = r > target if most else r < target
+    return f"{r:>8.2f}{'!' if miss else ' '}"
+
+
+def print_inputs(envs: int, kinds: list[str], libs: list[str],
+                 best: dict[Key, float], refused: dict[Key, str], repeats: int) -> None:
+    """The add and extend tables of one ``envs``."""
+    for op in ("add", "extend"):
+        per = "us per call" if op == "add" else f"us per step (per call / {CHUNK})"
+        scale = 1e6 if op == "add" else 1e6 / CHUNK
+        print()
+        print(f"{op}, {envs} env{'s' if envs > 1 else ''} "
+              f"({per}; best of {repeats})")
+        head = f"{'kind':<16}{'replaybank':>10}{'/exact':>9}"
+        if op == "extend":
+            head += f"{'us/call':>10}"
+        if "memmap" in libs:
+            head += f"{'memmap':>9}{'/exact':>9}"
+        for peer in ("sb3", "cpprb"):
+            if peer in libs:
+                head += f"{peer:>9}{'/rb':>9}"
+        print(head)
+        for kind in kinds:
+            ours = best.get(("replaybank", kind, op))
+            line = f"{kind:<16}{_cell(ours, scale, 10)}"
+            line += _ratio(ours, best.get(("replaybank", "exact", op)), KIND_TARGET, True)
+            if op == "extend":
+                line += _cell(ours, 1e6, 10, 1)
+            if "memmap" in libs:
+                mm = best.get(("memmap", kind, op))
+                line += _cell(mm, scale)
+                line += _ratio(mm, best.get(("memmap", "exact", op)), KIND_TARGET, True)
+            for peer in ("sb3", "cpprb"):
+                if peer in libs:
+                    t = best.get((peer, kind, op))
+                    line += _cell(t, scale) + _ratio(t, ours, PEER_TARGET, False)
+            print(line)
+    notes = sorted({(lib, kind, err) for (lib, kind, _), err in refused.items()})
+    for lib, kind, err in notes:
+        ops = "/".join(op for op in ("add", "extend") if (lib, kind, op) in refused)
+        print(f"  refused: {lib} {ops} of '{kind}' with {envs} env(s): {err}")
+
+
+def inputs_table(args: argparse.Namespace) -> None:
+    """The second table: add/extend fed the input kinds real environments produce."""
+    kinds = [k.strip() for k in args.kinds.split(",") if k.strip()] if args.kinds else \
+        list(INPUT_KINDS)
+    bad = [k for k in kinds if k not in INPUT_KINDS]
+    if bad:
+        raise SystemExit(f"--kinds: unknown {bad}; choose from {', '.join(INPUT_KINDS)}")
+    if "exact" not in kinds:
+        kinds.insert(0, "exact")  # the base of the kind / exact ratios
+    envs_list = [int(e) for e in args.envs.split(",")]
+    libs = ["replaybank"] + ([] if args.no_memmap else ["memmap"])
+    missing = []
+    for peer, module, pip in (("sb3", "stable_baselines3", "stable-baselines3"),
+                              ("cpprb", "cpprb", "cpprb")):
+        if importlib.util.find_spec(module) is not None:
+            libs.append(peer)
+        else:
+            missing.append(f"{peer} columns skipped: {module} is not installed "
+                           f"(pip install {pip})")
+    from importlib.metadata import version
+
+    versions = [f"replaybank {rb.__version__} ({os.path.dirname(rb.__file__)})",
+                f"numpy {np.__version__}"]
+    for name, module, dist in (("sb3", "stable_baselines3", "stable-baselines3"),
+                               ("cpprb", "cpprb", "cpprb"), ("torch", "torch", "torch")):
+        if importlib.util.find_spec(module) is not None:
+            versions.append(f"{name} {version(dist)}")
+    print()
+    print("input kinds: add / extend fed what environments and loops produce")
+    print(writer_line())
+    print("; ".join(versions))
+    print(f"capacity={args.capacity:,} (rounded down to a multiple of {CHUNK} x envs)  obs "
+          f"float32[{OBS}]  action float32[{ACT}] (explicit spec), reward float32, flags bool; "
+          f"{args.input_adds} adds and {args.input_chunks} extends of {CHUNK} per repeat; "
+          "extend's us/call: replaybank's")
+    print(f"targets: replaybank kind / exact <= {KIND_TARGET}, peer / replaybank >= "
+          f"{PEER_TARGET} ('!' marks a miss); memmap = replaybank storage='memmap'")
+    print("sb3: add(obs, next_obs, action, reward, done, infos) with done = terminated | "
+          "truncated and infos built beforehand (not timed); extend = 256 adds of obs[i]...; "
+          "cpprb: add(obs, act, rew, next_obs, done=terminated); no reshaping for either")
+    for line in missing:
+        print(line)
+    with tempfile.TemporaryDirectory(prefix="rb-bench-inputs-") as tmp:
+        for envs in envs_list:
+            best, refused = inputs_for(envs, args, kinds, libs, tmp)
+            print_inputs(envs, kinds, libs, best, refused, args.repeats)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--capacity", type=int, default=1_000_000)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--adds", type=int, default=100_000)
+    parser.add_argument("--samples", type=int, default=2_000)
+    parser.add_argument("--table", choices=("all", "core", "inputs"), default="all",
+                        help="which table(s) to print (default: both)")
+    parser.add_argument("--envs", default="1,4", help="input-kinds table: env counts (1,4)")
+    parser.add_argument("--kinds", default="",
+                        help=f"input-kinds table: comma-separated kinds (default: all of "
+                             f"{', '.join(INPUT_KINDS)})")
+    parser.add_argument("--input-adds", type=int, default=2_000,
+                        help="input-kinds table: adds timed per repeat (2000)")
+    parser.add_argument("--input-chunks", type=int, default=16,
+                        help=f"input-kinds table: extends of {CHUNK} timed per repeat (16)")
+    parser.add_argument("--no-memmap", action="store_true",
+                        help="input-kinds table: no storage='memmap' columns")
+    args = parser.parse_args()
+    if args.table in ("all", "core"):
+        core_table(args)
+    if args.table in ("all", "inputs"):
+        inputs_table(args)
 
 
 if __name__ == "__main__":

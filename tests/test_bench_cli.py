@@ -83,3 +83,117 @@ def test_sb3_per_is_not_applicable() -> None:
 
     rec = run("sb3", "per", 1024, 1)
     assert rec["us_per_call"] is None and "prioritized" in rec["na"]
+
+
+# ---- the input-kind cases (float64, int, torch inputs): every library takes the same objects
+
+INPUT_CASES = ("add-x4", "add-f64", "add-f64x4", "add-int-flags", "add-torch")
+
+
+def test_input_cases_are_listed_and_run_from_the_command() -> None:
+    from replaybank.cli.harness import CASES
+    from replaybank.cli.harness import INPUT_CASES as HARNESS_CASES
+
+    assert tuple(HARNESS_CASES) == INPUT_CASES and set(INPUT_CASES) <= set(CASES)
+    proc = _run("--scale", "0.002", "--cases", "add-f64,add-torch", "--repeats", "1",
+                "--peers", "", "--json")
+    assert proc.returncode == 0, proc.stderr
+    rep = json.loads(proc.stdout)
+    assert rep["cases"] == ["add-f64", "add-torch"] and rep["libraries"] == ["replaybank"]
+    for r in rep["results"]:
+        assert r["error"] is None and r["us_per_call"] > 0 and r["ratio"] == 1.0, r
+    proc = _run("--scale", "0.002", "--cases", "add-int-flags", "--repeats", "1", "--peers", "")
+    assert proc.returncode == 0, proc.stderr
+    assert any(line.startswith("add-int-flags ") for line in proc.stdout.splitlines())
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # SB3's np.array(tensor), numpy 2
+@pytest.mark.parametrize("case", INPUT_CASES)
+def test_input_cases_time_every_installed_library(case: str) -> None:
+    from replaybank.cli.bench_worker import run
+
+    installed = [p for p in ("cpprb", "sb3") if importlib.util.find_spec(PEER_MODULES[p])]
+    for lib in ("replaybank", *installed):
+        rec = run(lib, case, 1024, 1)
+        assert rec["na"] is None and rec["us_per_call"] > 0, rec
+        assert len(rec["repeats_us"]) == 1
+
+
+def _assert_same(a: Any, b: Any, where: str = "") -> None:
+    import numpy as np
+
+    if isinstance(a, dict):
+        assert set(a) == set(b), where
+        for k in a:
+            _assert_same(a[k], b[k], f"{where}.{k}")
+    elif isinstance(a, np.ndarray):
+        assert a.dtype == b.dtype and np.array_equal(a, b), where
+    else:
+        assert a == b, where
+
+
+@pytest.mark.parametrize("envs", [1, 4])
+def test_input_kinds_carry_the_same_transitions(envs: int) -> None:
+    """Every kind stores bit for bit what the exact kind stores (add and extend), so the
+    benchmark times the same work in every row."""
+    pytest.importorskip("torch")
+    import replaybank as rb
+    from replaybank.cli.harness import INPUT_KINDS, SPEC, input_chunks, input_steps
+
+    def state(kind: str, extend: bool) -> dict[str, Any]:
+        buf = rb.ReplayBuffer(512 * envs, num_envs=envs, seed=0, spec=SPEC)
+        if extend:
+            for part in input_chunks(kind, 2, envs, chunk=100):
+                buf.extend(**part)
+        else:
+            for step in input_steps(kind, 150, envs):
+                buf.add(**step)
+        sd: dict[str, Any] = buf.state_dict()
+        return sd
+
+    for extend in (False, True):
+        base = state("exact", extend)
+        assert base["metadata"]["size"] == (200 if extend else 150) * envs
+        for kind in INPUT_KINDS[1:]:
+            _assert_same(base, state(kind, extend), f"{kind} extend={extend}")
+
+
+def test_input_kinds_have_the_documented_types() -> None:
+    torch = pytest.importorskip("torch")
+    import numpy as np
+
+    from replaybank.cli.harness import input_chunks, input_steps
+
+    def one(kind: str, envs: int) -> dict[str, Any]:
+        out: dict[str, Any] = input_steps(kind, 1, envs)[0]
+        return out
+
+    assert type(one("exact", 1)["reward"]) is float and one("exact", 1)["terminated"] is False
+    assert one("exact", 4)["reward"].dtype == np.float32
+    f64 = one("f64 obs+reward", 1)
+    assert f64["obs"].dtype == np.float64 and type(f64["reward"]) is np.float64
+    assert one("f64 reward", 4)["reward"].dtype == np.float64
+    assert one("f64 reward", 4)["obs"].dtype == np.float32
+    assert type(one("int flags", 1)["terminated"]) is int
+    assert one("int flags", 4)["truncated"].dtype == np.int64
+    sc = one("scalars", 1)
+    assert type(sc["reward"]) is np.float32 and type(sc["terminated"]) is np.bool_
+    sc4 = one("scalars", 4)
+    assert type(sc4["reward"]) is list and type(sc4["reward"][0]) is float
+    assert type(sc4["terminated"][0]) is bool
+    assert type(one("lists", 1)["action"]) is list and len(one("lists", 1)["action"]) == 6
+    assert np.asarray(one("lists", 4)["action"]).shape == (4, 6)
+    t1, t4 = one("torch", 1), one("torch", 4)
+    assert isinstance(t1["obs"], torch.Tensor) and type(t1["reward"]) is float
+    assert t4["terminated"].dtype == torch.bool and t4["reward"].dtype == torch.float32
+    ta = one("torch action", 4)
+    assert isinstance(ta["action"], torch.Tensor) and isinstance(ta["obs"], np.ndarray)
+    for envs in (1, 4):
+        nc = one("non-contiguous", envs)
+        assert not nc["obs"].flags.c_contiguous and not nc["action"].flags.c_contiguous
+        assert nc["obs"].dtype == np.float32 and nc["obs"].shape == ((17,) if envs == 1
+                                                                     else (4, 17))
+    part = input_chunks("non-contiguous", 1, 4, chunk=8)[0]
+    assert part["obs"].shape == (8, 4, 17) and not part["obs"].flags.c_contiguous
+    with pytest.raises(ValueError, match="input kind"):
+        input_steps("nope", 1)

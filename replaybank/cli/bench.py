@@ -4,7 +4,16 @@ Cases (capacity ``--scale`` x 1,000,000, obs float32[17], action float32[6]; the
 harness is :mod:`replaybank.cli.harness`, shared with ``benchmarks/``):
 
 * ``add``: one transition at a time; ``extend``: chunks of 256; ``sample``: ``sample(256)``;
-* ``per``: prioritized ``sample(256)`` + ``update_priorities`` of the 256 (n/a in SB3).
+* ``per``: prioritized ``sample(256)`` + ``update_priorities`` of the 256 (n/a in SB3);
+* ``add`` of the inputs real environments give (the harness's input kinds; every library
+  gets the same objects, replaybank's spec says obs float32[17], action float32[6]):
+  ``add-x4`` (4 envs per call, the stored dtypes: the base of the ``x4`` cases),
+  ``add-f64`` (MuJoCo: float64 obs/next_obs and a ``np.float64`` reward, 1 env),
+  ``add-f64x4`` (the same with 4 envs: float64 ``[4, 17]`` obs and ``[4]`` rewards),
+  ``add-int-flags`` (terminated/truncated as Python ints, 1 env), ``add-torch`` (obs,
+  next_obs, action as torch CPU tensors, reward a float and flags bools, as gymnasium's
+  ``NumpyToTorch`` gives them; 1 env). SB3 gets ``done = terminated | truncated`` and
+  ``infos`` built beforehand, cpprb ``done = terminated``; n/a for tianshou and torchrl.
 
 Each (library, case) runs in its own process (``python -m replaybank.cli.bench_worker``),
 one after another, so one library's imports cannot slow another's; in it, the buffer is
@@ -52,9 +61,10 @@ def build_parser() -> argparse.ArgumentParser:
     """The ``replaybank bench`` argument parser."""
     p = argparse.ArgumentParser(
         prog="replaybank bench",
-        description="Time add / extend / sample / PER of replaybank and the installed peer "
-                    "libraries, each library and case in its own process, and print us per "
-                    "call with the ratio peer / replaybank (> 1: replaybank faster).")
+        description="Time add / extend / sample / PER (and add of float64, int, torch inputs) "
+                    "of replaybank and the installed peer libraries, each library and case in "
+                    "its own process, and print us per call with the ratio peer / replaybank "
+                    "(> 1: replaybank faster).")
     p.add_argument("--peers", default=",".join(PEERS),
                    help=f"comma-separated peers (default: {','.join(PEERS)})")
     p.add_argument("--cases", default=",".join(CASES),
@@ -139,7 +149,8 @@ def render_table(report: dict[str, Any]) -> str:
             "us per call (ratio = peer / replaybank, > 1: replaybank faster)",
             "libraries: " + ", ".join(f"{lib} {versions.get(lib, '?')}" for lib in libs)]
     w = 22
-    lines = [*head, "", f"{'case':<8}" + "".join(f"{lib:>{w}}" for lib in libs)]
+    wc = max([8, *(len(c) + 2 for c in report["cases"])])
+    lines = [*head, "", f"{'case':<{wc}}" + "".join(f"{lib:>{w}}" for lib in libs)]
     notes: list[str] = []
     for case in report["cases"]:
         cells = []
@@ -160,7 +171,7 @@ def render_table(report: dict[str, Any]) -> str:
                 cell = f"{r['us_per_call']:.2f} ({ratio:.2f}x)" if ratio else \
                     f"{r['us_per_call']:.2f}"
             cells.append(f"{cell:>{w}}")
-        lines.append(f"{case:<8}" + "".join(cells))
+        lines.append(f"{case:<{wc}}" + "".join(cells))
     for s in report["skipped"]:
         notes.append(f"{s['library']} skipped: {s['reason']} ({s['install']})")
     return "\n".join(lines + (["", *notes] if notes else [])) + "\n"

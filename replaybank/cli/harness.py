@@ -9,7 +9,15 @@ adapters, in the one process that measures them.
   :func:`time_calls`: per-call CPU time of this process (``time.process_time``: other
   processes on a busy machine do not count), the best (lowest) of ``repeats``;
 * :data:`ADAPTERS`: per library, a builder returning a :class:`Target` (filled to
-  capacity, then ``add``/``extend``/``sample``/``per`` callables in that library's API).
+  capacity, then ``add``/``extend``/``sample``/``per`` callables in that library's API);
+* input kinds (:data:`INPUT_KINDS`, :func:`input_steps`, :func:`input_chunks`): the same
+  transitions in the types real environments and training loops hand to ``add``/``extend``
+  (float64 MuJoCo observations, float64 vector-env rewards, int flags, numpy and Python
+  scalars, lists, torch CPU tensors, strided views), one set of Python objects fed to every
+  library; :data:`INPUT_CASES` names the ones ``replaybank bench`` times
+  (``add-f64``, ``add-f64x4``, ...); :func:`filled_replaybank`, :func:`filled_sb3`,
+  :func:`filled_cpprb`, :func:`sb3_call`, :func:`sb3_chunk_adder` and :func:`cpprb_kw` build
+  each library's filled buffer and call for them (also used by ``benchmarks/bench_core.py``).
 
 Example:
     >>> s = make_stream(512, episode_len=100)
@@ -18,6 +26,11 @@ Example:
     >>> t = build_target("replaybank", 512, "sample")
     >>> time_samples(t.sample, 3) > 0
     True
+    >>> steps = input_steps("f64 obs+reward", 2, envs=4)
+    >>> steps[0]["obs"].dtype.name, steps[0]["reward"].shape, steps[0]["terminated"].dtype.name
+    ('float64', (4,), 'bool')
+    >>> type(input_steps("exact", 1)[0]["reward"]).__name__
+    'float'
 """
 
 from __future__ import annotations
@@ -30,12 +43,24 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ACT", "ADAPTERS", "BATCH", "CASES", "CHUNK", "OBS", "Target", "best_of",
-           "build_target", "make_stream", "time_adds", "time_calls", "time_extends",
+__all__ = ["ACT", "ADAPTERS", "BATCH", "CASES", "CHUNK", "INPUT_CASES", "INPUT_KINDS", "OBS",
+           "SPEC", "Target", "best_of", "build_target", "cpprb_kw", "filled_cpprb",
+           "filled_replaybank", "filled_sb3", "input_chunks", "input_steps", "make_stream",
+           "sb3_call", "sb3_chunk_adder", "time_adds", "time_calls", "time_extends",
            "time_samples"]
 
 OBS, ACT, CHUNK, BATCH = 17, 6, 256, 256
-CASES = ("add", "extend", "sample", "per")
+#: The stored fields, given explicitly (reward float32 and the flags bool by default).
+SPEC = {"obs": ((OBS,), "float32"), "action": ((ACT,), "float32")}
+#: Input kinds: the same transitions in the types real environments and loops produce.
+INPUT_KINDS = ("exact", "f64 obs+reward", "f64 reward", "int flags", "scalars", "lists",
+               "torch", "torch action", "non-contiguous")
+#: ``replaybank bench`` cases that ``add`` one input kind: case -> (input kind, envs).
+INPUT_CASES: dict[str, tuple[str, int]] = {
+    "add-x4": ("exact", 4), "add-f64": ("f64 obs+reward", 1),
+    "add-f64x4": ("f64 obs+reward", 4), "add-int-flags": ("int flags", 1),
+    "add-torch": ("torch", 1)}
+CASES = ("add", "extend", "sample", "per", *INPUT_CASES)
 _clock = time.process_time
 
 Stream = dict[str, Any]
@@ -115,6 +140,239 @@ def time_calls(fn: Callable[[], Any], n: int) -> float:
     return (_clock() - t0) / n
 
 
+def lane_stream(n: int, envs: int = 1, episode_len: int = 1000, seed: int = 0) -> Stream:
+    """The float64 master stream of ``n`` steps of ``envs`` envs that every input kind is
+    made from: ``obs``/``next_obs`` ``[n, envs, 17]`` and ``action`` ``[n, envs, 6]`` float64
+    (not float32-exact, as MuJoCo gives them), ``reward`` ``[n, envs]`` float64, flags
+    ``[n, envs]`` bool. Lane ``j``'s episodes end ``j * 97`` steps later than lane 0's,
+    alternately terminated and truncated, with a true final ``next_obs``."""
+    rng = np.random.default_rng(seed)
+    obs = rng.standard_normal((n + 1, envs, OBS))
+    nxt = obs[1:].copy()
+    term = np.zeros((n, envs), bool)
+    trunc = np.zeros((n, envs), bool)
+    for j in range(envs):
+        ends = np.arange(episode_len - 1 - (j * 97) % episode_len, n, episode_len)
+        term[ends[::2], j] = True
+        trunc[ends[1::2], j] = True
+        nxt[ends, j] = rng.standard_normal((len(ends), OBS))  # true final obs
+    return {"obs": obs[:n].copy(), "action": rng.standard_normal((n, envs, ACT)),
+            "reward": rng.standard_normal((n, envs)), "next_obs": nxt,
+            "terminated": term, "truncated": trunc}
+
+
+def _f32(a: np.ndarray) -> np.ndarray:
+    return np.array(a, np.float32)  # a fresh contiguous array, as an env step returns
+
+
+def _strided(a: np.ndarray) -> np.ndarray:
+    """``a`` as every other column of a twice as wide float32 array (a strided view)."""
+    wide = np.zeros((*a.shape[:-1], 2 * a.shape[-1]), np.float32)
+    wide[..., ::2] = a
+    return wide[..., ::2]
+
+
+def _column_slice(a: np.ndarray) -> np.ndarray:
+    """``a`` as the first columns of a wider float32 array (rows not contiguous); a 1-d
+    ``a`` (whose column slice would be contiguous) as a strided view."""
+    if a.ndim == 1:
+        return _strided(a)
+    wide = np.zeros((*a.shape[:-1], a.shape[-1] + 2), np.float32)
+    wide[..., :a.shape[-1]] = a
+    return wide[..., :a.shape[-1]]
+
+
+def _as_kind(kind: str, d: Stream, scalar: bool) -> dict[str, Any]:
+    """One step or chunk ``d`` of :func:`lane_stream` (lane axis dropped for one env) as
+    ``kind`` gives it; ``scalar``: one step of one env (reward and flags are 0-d)."""
+    rew, term, trunc = d["reward"], d["terminated"], d["truncated"]
+    out: dict[str, Any] = {
+        "obs": _f32(d["obs"]), "action": _f32(d["action"]),
+        "reward": float(np.float32(rew)) if scalar else _f32(rew),
+        "next_obs": _f32(d["next_obs"]),
+        "terminated": bool(term) if scalar else term.copy(),
+        "truncated": bool(trunc) if scalar else trunc.copy()}
+    if kind == "f64 obs+reward":  # MuJoCo: float64 observations and rewards
+        out["obs"], out["next_obs"] = d["obs"].copy(), d["next_obs"].copy()
+        out["reward"] = np.float64(rew) if scalar else rew.copy()
+    elif kind == "f64 reward":  # gymnasium vector envs: float64 rewards
+        out["reward"] = np.float64(rew) if scalar else rew.copy()
+    elif kind == "int flags":  # int(done) / dones.astype(int)
+        out["terminated"] = int(term) if scalar else term.astype(np.int64)
+        out["truncated"] = int(trunc) if scalar else trunc.astype(np.int64)
+    elif kind == "scalars":
+        if scalar:  # rewards[i], terminations[i] of a vector env's arrays
+            out["reward"] = np.float32(rew)
+            out["terminated"], out["truncated"] = np.bool_(term), np.bool_(trunc)
+        else:  # lists of Python floats and bools
+            out["reward"] = _f32(rew).tolist()
+            out["terminated"], out["truncated"] = term.tolist(), trunc.tolist()
+    elif kind == "lists":
+        out["action"] = _f32(d["action"]).tolist()
+        if not scalar:
+            out["reward"] = _f32(rew).tolist()
+    elif kind in ("torch", "torch action"):
+        import torch
+
+        out["action"] = torch.from_numpy(out["action"])
+        if kind == "torch":  # gymnasium's NumpyToTorch (the 1-env one keeps float/bool)
+            out["obs"] = torch.from_numpy(out["obs"])
+            out["next_obs"] = torch.from_numpy(out["next_obs"])
+            if not scalar:
+                out["reward"] = torch.from_numpy(out["reward"])
+                out["terminated"] = torch.from_numpy(out["terminated"])
+                out["truncated"] = torch.from_numpy(out["truncated"])
+    elif kind == "non-contiguous":
+        out["obs"], out["next_obs"] = _strided(d["obs"]), _strided(d["next_obs"])
+        out["action"] = _column_slice(d["action"])
+    elif kind != "exact":
+        raise ValueError(f"input kind {kind!r}: unknown; choose from {', '.join(INPUT_KINDS)}")
+    return out
+
+
+def input_steps(kind: str, n: int, envs: int = 1, seed: int = 0) -> list[dict[str, Any]]:
+    """``n`` steps of ``envs`` envs as ``add`` keyword dicts, in input kind ``kind``.
+
+    Values are ``[envs, *shape]`` (``[*shape]`` for one env); every step owns its objects.
+    The kinds (one env / several envs where they differ):
+
+    * ``exact``: obs, next_obs, action float32 arrays; reward float32 array / a Python
+      float; flags bool arrays / Python bools (the stored dtypes; the baseline);
+    * ``f64 obs+reward``: obs and next_obs float64; reward float64 array / ``np.float64``;
+    * ``f64 reward``: reward float64 array / ``np.float64``;
+    * ``int flags``: terminated, truncated int64 arrays / Python ints;
+    * ``scalars``: reward ``np.float32`` and flags ``np.bool_`` (``rewards[i]``) / reward
+      and flags as lists of Python floats and bools;
+    * ``lists``: action a list of floats (lists of lists); reward a list of floats with
+      several envs;
+    * ``torch``: obs, next_obs, action float32 CPU tensors; reward float32 and flags bool
+      tensors with several envs, a Python float and bools with one (as gymnasium's
+      ``NumpyToTorch`` wrappers give them);
+    * ``torch action``: only the action a float32 tensor (a torch policy);
+    * ``non-contiguous``: obs, next_obs every other column of a float32 array twice as
+      wide; action the first 6 columns of a float32 ``[envs, 8]`` array (one env: a
+      strided view).
+
+    All kinds carry the same values (float32-rounded where stored as float32).
+    """
+    s = lane_stream(n, envs, seed=seed)
+    if envs == 1:
+        s = {k: v[:, 0] for k, v in s.items()}
+    return [_as_kind(kind, {k: v[t] for k, v in s.items()}, envs == 1) for t in range(n)]
+
+
+def input_chunks(kind: str, n_chunks: int, envs: int = 1, chunk: int = CHUNK,
+                 seed: int = 0) -> list[dict[str, Any]]:
+    """``n_chunks`` chunks of ``chunk`` steps as ``extend`` keyword dicts in input kind
+    ``kind`` (see :func:`input_steps`): values ``[chunk, envs, *shape]`` (``[chunk, *shape]``
+    for one env); the ``scalars`` kind gives reward and flags as (nested) lists."""
+    s = lane_stream(n_chunks * chunk, envs, seed=seed)
+    if envs == 1:
+        s = {k: v[:, 0] for k, v in s.items()}
+    return [_as_kind(kind, {k: v[i * chunk:(i + 1) * chunk] for k, v in s.items()}, False)
+            for i in range(n_chunks)]
+
+
+def _either(a: Any, b: Any) -> Any:
+    """``a or b`` elementwise, in the type of the flags (lists stay lists)."""
+    if isinstance(a, list):
+        return [_either(x, y) for x, y in zip(a, b, strict=True)]
+    return a | b
+
+
+def _infos(truncated: Any) -> list[dict[str, Any]]:
+    return [{"TimeLimit.truncated": bool(u)} for u in np.asarray(truncated).reshape(-1)]
+
+
+def sb3_call(d: dict[str, Any]) -> tuple[Any, ...]:
+    """SB3 ``ReplayBuffer.add``'s positional arguments for the step ``d``: its own objects,
+    plus what SB3's signature asks for beyond them, built here (not timed): ``done =
+    terminated | truncated`` in the flags' own type and ``infos`` with
+    ``TimeLimit.truncated`` per env."""
+    return (d["obs"], d["next_obs"], d["action"], d["reward"],
+            _either(d["terminated"], d["truncated"]), _infos(d["truncated"]))
+
+
+def sb3_chunk_adder(add: Callable[..., Any]) -> tuple[Callable[..., Any],
+                                                      Callable[[dict[str, Any]], tuple[Any, ...]]]:
+    """SB3 has no ``extend``: a function adding a chunk step by step (``add(obs[i], ...)``,
+    as ``BaseBuffer.extend`` would; the indexing is timed) and the converter of a chunk
+    dict to its arguments (``done`` and per-step ``infos`` built beforehand)."""
+
+    def extend(obs: Any, next_obs: Any, action: Any, reward: Any, done: Any,
+               infos: list[list[dict[str, Any]]]) -> None:
+        for i in range(len(infos)):
+            add(obs[i], next_obs[i], action[i], reward[i], done[i], infos[i])
+
+    def args(p: dict[str, Any]) -> tuple[Any, ...]:
+        trunc = np.asarray(p["truncated"])
+        return (p["obs"], p["next_obs"], p["action"], p["reward"],
+                _either(p["terminated"], p["truncated"]), [_infos(u) for u in trunc])
+
+    return extend, args
+
+
+def cpprb_kw(d: dict[str, Any]) -> dict[str, Any]:
+    """cpprb ``add``'s keywords for the step or chunk ``d``: the same objects (cpprb has
+    no truncation: ``done`` is ``terminated``)."""
+    return {"obs": d["obs"], "act": d["action"], "rew": d["reward"],
+            "next_obs": d["next_obs"], "done": d["terminated"]}
+
+
+def _lanes(stream: Stream, envs: int) -> Stream:
+    """``stream``'s ``[n, ...]`` fields as ``[n // envs, envs, ...]`` (one lane per env)."""
+    rows = len(stream["obs"]) // envs
+    return {k: v[:rows * envs].reshape(rows, envs, *v.shape[1:]) for k, v in stream.items()}
+
+
+def filled_replaybank(capacity: int, envs: int = 1, storage: str = "numpy",
+                      path: Any = None) -> Any:
+    """A replaybank ``ReplayBuffer`` (spec :data:`SPEC`, ``num_envs=envs``) filled to
+    ``capacity`` (rounded down to a multiple of ``envs``) with :func:`make_stream`."""
+    import replaybank as rb
+
+    capacity -= capacity % envs
+    kw: dict[str, Any] = {"storage": storage} if storage == "numpy" else \
+        {"storage": storage, "path": path}
+    buf = rb.ReplayBuffer(capacity, num_envs=envs, seed=0, spec=SPEC, **kw)
+    stream = make_stream(capacity)
+    if envs > 1:
+        stream = _lanes(stream, envs)
+    for i in range(0, len(stream["obs"]), CHUNK):
+        buf.extend(**{k: v[i:i + CHUNK] for k, v in stream.items()})
+    return buf
+
+
+def filled_sb3(capacity: int, envs: int = 1) -> Any:
+    """An SB3 ``ReplayBuffer`` (``n_envs=envs``) filled to ``capacity`` by assignment."""
+    from gymnasium import spaces
+    from stable_baselines3.common.buffers import ReplayBuffer
+
+    buf: Any = ReplayBuffer(
+        capacity, spaces.Box(-np.inf, np.inf, (OBS,), np.float32),
+        spaces.Box(-1.0, 1.0, (ACT,), np.float32), device="cpu", n_envs=envs)
+    s = _lanes(make_stream(buf.buffer_size * envs), envs)  # arrays are [T, n_envs, ...]
+    buf.observations[:] = s["obs"]
+    buf.next_observations[:] = s["next_obs"]
+    buf.actions[:] = s["action"]
+    buf.rewards[:] = s["reward"]
+    buf.dones[:] = s["terminated"] | s["truncated"]
+    buf.timeouts[:] = s["truncated"]
+    buf.full, buf.pos = True, 0
+    return buf
+
+
+def filled_cpprb(capacity: int) -> Any:
+    """A cpprb ``ReplayBuffer`` filled to ``capacity``."""
+    import cpprb
+
+    env = {"obs": {"shape": OBS}, "act": {"shape": ACT}, "rew": {}, "next_obs": {"shape": OBS},
+           "done": {}}
+    buf = cpprb.ReplayBuffer(capacity, env)
+    buf.add(**cpprb_kw(make_stream(capacity)))
+    return buf
+
+
 @dataclass
 class Target:
     """One library's buffer, filled, with the timed operations in its own API.
@@ -151,9 +409,34 @@ def _td_cycle() -> Callable[[], np.ndarray]:
     return next_td
 
 
+def _inputs(library: str, capacity: int, case: str) -> Target:
+    """``library``'s buffer, filled, whose ``add`` takes :data:`INPUT_CASES`'s ``case``
+    steps (the same objects for every library, converted to its call form only)."""
+    from importlib.metadata import version
+
+    kind, envs = INPUT_CASES[case]
+    steps = input_steps(kind, _sizes(capacity)[0], envs)
+    buf: Any
+    if library == "replaybank":
+        import replaybank as rb
+
+        buf = filled_replaybank(capacity, envs)
+        return Target(rb.__version__, add=buf.add, add_items=steps)
+    if library == "sb3":
+        buf = filled_sb3(capacity, envs)
+        return Target(version("stable-baselines3"), add=buf.add,
+                      add_items=[sb3_call(d) for d in steps])
+    if library == "cpprb":
+        buf = filled_cpprb(capacity)
+        return Target(version("cpprb"), add=buf.add, add_items=[cpprb_kw(d) for d in steps])
+    return Target(version(library), na=f"input-kind cases are not wired for {library}")
+
+
 def _replaybank(capacity: int, case: str) -> Target:
     import replaybank as rb
 
+    if case in INPUT_CASES:
+        return _inputs("replaybank", capacity, case)
     stream = make_stream(capacity)
     if case == "per":
         buf: Any = rb.PrioritizedReplayBuffer(capacity, alpha=0.6, beta=0.4, seed=0)
@@ -175,26 +458,23 @@ def _replaybank(capacity: int, case: str) -> Target:
     return t
 
 
-def _cpprb_kw(d: dict[str, Any]) -> dict[str, Any]:
-    return {"obs": d["obs"], "act": d["action"], "rew": d["reward"],
-            "next_obs": d["next_obs"], "done": d["terminated"]}
-
-
 def _cpprb(capacity: int, case: str) -> Target:
     from importlib.metadata import version
 
     import cpprb
 
+    if case in INPUT_CASES:
+        return _inputs("cpprb", capacity, case)
     env = {"obs": {"shape": OBS}, "act": {"shape": ACT}, "rew": {}, "next_obs": {"shape": OBS},
            "done": {}}
     buf: Any = (cpprb.PrioritizedReplayBuffer(capacity, env, alpha=0.6, eps=1e-6)
                 if case == "per" else cpprb.ReplayBuffer(capacity, env))
     stream = make_stream(capacity)
-    buf.add(**_cpprb_kw(stream))
+    buf.add(**cpprb_kw(stream))
     n_add, n_chunks = _sizes(capacity)
     t = Target(version("cpprb"), add=buf.add,
-               add_items=[_cpprb_kw(d) for d in single_items(stream, n_add)],
-               extend=buf.add, extend_parts=[_cpprb_kw(p) for p in chunks(stream, n_chunks)],
+               add_items=[cpprb_kw(d) for d in single_items(stream, n_add)],
+               extend=buf.add, extend_parts=[cpprb_kw(p) for p in chunks(stream, n_chunks)],
                sample=buf.sample)
     if case == "per":
         next_td = _td_cycle()
@@ -209,21 +489,11 @@ def _cpprb(capacity: int, case: str) -> Target:
 
 def _sb3(capacity: int, case: str) -> Target:
     import stable_baselines3
-    from gymnasium import spaces
-    from stable_baselines3.common.buffers import ReplayBuffer
 
-    buf: Any = ReplayBuffer(
-        capacity, spaces.Box(-np.inf, np.inf, (OBS,), np.float32),
-        spaces.Box(-1.0, 1.0, (ACT,), np.float32), device="cpu", n_envs=1)
+    if case in INPUT_CASES:
+        return _inputs("sb3", capacity, case)
+    buf = filled_sb3(capacity)  # by assignment (not timed): arrays are [capacity, 1, ...]
     stream = make_stream(capacity)
-    # fill by assignment (not timed): the arrays are [capacity, n_envs, ...]
-    buf.observations[:, 0] = stream["obs"]
-    buf.next_observations[:, 0] = stream["next_obs"]
-    buf.actions[:, 0] = stream["action"]
-    buf.rewards[:, 0] = stream["reward"]
-    buf.dones[:, 0] = stream["terminated"] | stream["truncated"]
-    buf.timeouts[:, 0] = stream["truncated"]
-    buf.full, buf.pos = True, 0
     n_add, n_chunks = _sizes(capacity)
 
     def sb3_args(d: dict[str, Any]) -> tuple[Any, ...]:
@@ -252,6 +522,8 @@ def _tianshou(capacity: int, case: str) -> Target:  # pragma: no cover - not ins
     from importlib import import_module
     from importlib.metadata import version
 
+    if case in INPUT_CASES:
+        return _inputs("tianshou", capacity, case)
     data = import_module("tianshou.data")  # untyped, optional: imported by name
     Batch, PrioritizedReplayBuffer, ReplayBuffer = (  # noqa: N806
         data.Batch, data.PrioritizedReplayBuffer, data.ReplayBuffer)
@@ -294,6 +566,8 @@ def _torchrl(capacity: int, case: str) -> Target:  # pragma: no cover - not inst
 
     import torch
 
+    if case in INPUT_CASES:
+        return _inputs("torchrl", capacity, case)
     TensorDict = import_module("tensordict").TensorDict  # noqa: N806  (optional, untyped)
     data = import_module("torchrl.data")
     LazyTensorStorage, PrioritizedReplayBuffer, ReplayBuffer = (  # noqa: N806
@@ -340,7 +614,7 @@ def measure(target: Target, case: str, repeats: int, calls: int = 500) -> list[f
     """Seconds per call of ``case`` on ``target`` for each of ``repeats`` repeats (after one
     warm-up), or ``None`` when the library has no such operation."""
     fn: Callable[[], float]
-    if case == "add" and target.add is not None:
+    if (case == "add" or case in INPUT_CASES) and target.add is not None:
         add, items = target.add, target.add_items
         fn = lambda: time_adds(add, items)  # noqa: E731
     elif case == "extend" and target.extend is not None:
