@@ -27,9 +27,9 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 import numpy.typing as npt
@@ -70,11 +70,22 @@ def collect_fields(obs: Any, action: Any, reward: Any, next_obs: Any, terminated
         >>> sorted(collect_fields(1, UNSET, 0.5, 2, False, UNSET, {"h": 0}))
         ['h', 'next_obs', 'obs', 'reward', 'terminated']
     """
-    out = {k: v for k, v in zip(STANDARD, (obs, action, reward, next_obs, terminated,
-                                           truncated), strict=True) if v is not UNSET}
-    out.update(extras)
+    out: dict[str, Any] = {}  # in STANDARD order, unrolled (every add builds one)
+    if obs is not UNSET:
+        out["obs"] = obs
+    if action is not UNSET:
+        out["action"] = action
+    if reward is not UNSET:
+        out["reward"] = reward
+    if next_obs is not UNSET:
+        out["next_obs"] = next_obs
+    if terminated is not UNSET:
+        out["terminated"] = terminated
+    if truncated is not UNSET:
+        out["truncated"] = truncated
+    if extras:
+        out.update(extras)
     return out
-
 
 
 @dataclass(frozen=True)
@@ -153,19 +164,38 @@ def flatten(values: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in values.items():
         # already-flat names ("obs/goal") pass through, so flatten is idempotent
-        if not isinstance(key, str) or not key or "" in key.split(SEP):
+        if not (type(key) is str and key in _GOOD_NAMES) and not _good_name(key):
             raise SpecError(
                 f"field name {key!r}: names must be non-empty strings (nested levels "
                 f"joined by {SEP!r} must be non-empty too); rename the field"
             )
         name = f"{prefix}{SEP}{key}" if prefix else key
-        if isinstance(value, Mapping):
+        if type(value) not in _LEAF_TYPES and isinstance(value, Mapping):
             if not value:
                 raise SpecError(f"field {name!r}: empty dict; give at least one sub-field")
             out.update(flatten(value, name))
         else:
             out[name] = value
     return out
+
+
+#: Field names already found valid by :func:`flatten` (every add passes the same few).
+_GOOD_NAMES: set[str] = set()
+
+#: Exact types of values that are never mappings (checked before the slower
+#: ``isinstance(value, Mapping)``).
+_LEAF_TYPES = frozenset({np.ndarray, float, int, bool, complex, list, tuple, str, bytes,
+                         type(None), *(t for t in np.sctypeDict.values()
+                                       if isinstance(t, type) and issubclass(t, np.generic))})
+
+
+def _good_name(key: Any) -> bool:
+    """A field name: a non-empty string whose ``/``-separated levels are non-empty."""
+    if not isinstance(key, str) or not key or "" in key.split(SEP):
+        return False
+    if type(key) is str and len(_GOOD_NAMES) < 4096:
+        _GOOD_NAMES.add(key)
+    return True
 
 
 def unflatten(values: Mapping[str, Any]) -> dict[str, Any]:
@@ -219,7 +249,7 @@ def as_array(value: Any) -> npt.NDArray[Any]:
         >>> as_array([1.0, 2.0]).shape
         (2,)
     """
-    if isinstance(value, np.ndarray):
+    if type(value) is np.ndarray or isinstance(value, np.ndarray):
         return value
     if hasattr(value, "detach") and hasattr(value, "cpu"):  # torch tensor, no torch import
         return np.asarray(value.detach().cpu().numpy())
@@ -397,7 +427,13 @@ def cast_field(
         ...
         replaybank.errors.DtypeError: action=2.5: field 'action' is int64 ...
     """
-    arr = as_array(value)
+    return _cast(arg, value, as_array(value), field, leading)
+
+
+def _cast(arg: str, value: Any, arr: npt.NDArray[Any], field: FieldSpec,
+          leading: tuple[int, ...]) -> npt.NDArray[Any]:
+    """:func:`cast_field` of ``value`` already turned into ``arr`` (``as_array(value)``;
+    ``value`` itself is what the messages show)."""
     expected = leading + field.shape
     if arr.shape != expected:
         raise ShapeError(
@@ -406,6 +442,18 @@ def cast_field(
             "reshape the value or check num_envs / the number of steps"
         )
     src, dst = arr.dtype, field.dtype
+    # the values every rule below accepts, decided in fewer steps (same result)
+    if src is dst or src == dst:
+        if src.kind != "b" or _canonical_bools(arr):
+            return arr
+    else:
+        quick: _Quick = _QUICK.get((src, dst), _unknown)
+        if quick is _unknown:
+            quick = _QUICK[(src, dst)] = _quick_rule(src, dst)
+        if quick is not None:
+            out = quick(arr, dst)
+            if out is not None:
+                return out
     if src.kind in UNSTORABLE_KINDS:
         what = ("not a number numpy can convert exactly (e.g. an int beyond 64 bits, None "
                 "or mixed types)") if src.kind == "O" else f"{UNSTORABLE_KINDS[src.kind]} data"
@@ -451,3 +499,80 @@ def cast_field(
                 f"[{info.min}, {info.max}]); clip the value or declare a wider dtype"
             )
     return arr.astype(dst, copy=False)
+
+
+# ---------------------------------------------------------------- the casts, decided quickly
+# A quick rule takes an array of exactly the expected shape whose dtype differs from the
+# field's and returns the array that the rules of :func:`_cast` return for it, or None
+# when it cannot tell in a few steps (a large array whose values must be checked) or the
+# value is refused: the rules themselves then decide (and raise the error).
+
+_SMALL = 64  # values checked one by one as Python numbers up to this size
+
+
+def _canonical_bools(arr: npt.NDArray[Any]) -> bool:
+    """Whether every byte of the bool array ``arr`` is 0 or 1."""
+    if arr.size <= 4096:
+        return not arr.tobytes().translate(None, b"\x00\x01")
+    return int(arr.view(np.uint8).max()) <= 1
+
+
+def _astype(arr: npt.NDArray[Any], dst: np.dtype[Any]) -> npt.NDArray[Any] | None:
+    return arr.astype(dst, copy=False)
+
+
+def _int_to_bool(arr: npt.NDArray[Any], dst: np.dtype[Any]) -> npt.NDArray[Any] | None:
+    if arr.size > _SMALL or not set(arr.reshape(-1).tolist()) <= {0, 1}:
+        return None
+    return arr.astype(dst, copy=False)
+
+
+def _int_to_int(arr: npt.NDArray[Any], dst: np.dtype[Any]) -> npt.NDArray[Any] | None:
+    if arr.size > _SMALL:
+        return None
+    vals = arr.reshape(-1).tolist()
+    info = np.iinfo(dst)
+    if vals and (min(vals) < info.min or max(vals) > info.max):
+        return None
+    return arr.astype(dst, copy=False)
+
+
+def _float_to_bool(arr: npt.NDArray[Any], dst: np.dtype[Any]) -> npt.NDArray[Any] | None:
+    # 0.0 and 1.0 are the only finite integral values a bool field takes
+    if arr.size > _SMALL or not all(v == 0.0 or v == 1.0 for v in arr.reshape(-1).tolist()):
+        return None
+    return arr.astype(dst, copy=False)
+
+
+def _float_to_int(arr: npt.NDArray[Any], dst: np.dtype[Any]) -> npt.NDArray[Any] | None:
+    if arr.size > _SMALL:
+        return None
+    info = np.iinfo(dst)
+    lo, hi = info.min, info.max
+    for v in arr.reshape(-1).tolist():  # Python floats: exact comparisons with ints
+        if not (v.is_integer() and lo <= v <= hi):
+            return None
+    return arr.astype(dst, copy=False)
+
+
+_Quick: TypeAlias = \
+    "Callable[[npt.NDArray[Any], np.dtype[Any]], npt.NDArray[Any] | None] | None"
+_QUICK: dict[tuple[np.dtype[Any], np.dtype[Any]], _Quick] = {}
+_unknown: Any = object()
+
+
+def _quick_rule(src: np.dtype[Any], dst: np.dtype[Any]) -> _Quick:
+    """The quick rule of a cast from ``src`` to another dtype ``dst`` (None: none), chosen
+    as :func:`_cast` chooses its checks."""
+    if src.kind in UNSTORABLE_KINDS or src.kind in "bc" or src.kind not in "iuf" \
+            or (src.kind == "f" and src.itemsize > 8):
+        return None  # refused, bools (0/1 bytes) and the rest: the rules decide
+    if dst.kind in "iub" and src.kind == "f":
+        return _float_to_bool if dst.kind == "b" else _float_to_int
+    if dst.kind == "b":
+        return _int_to_bool
+    if dst.kind in "iu":
+        return _int_to_int
+    if dst.kind in "fc" and np.can_cast(src, dst, casting="same_kind"):
+        return _astype
+    return None

@@ -1,12 +1,15 @@
-"""The write plan against a plain-loop oracle of the ring (hypothesis over lane counters)."""
+"""The write plan against a plain-loop oracle of the ring (hypothesis over lane counters), and
+its in-step branch (Python ints, arrays on first read) against the plan built from arrays."""
 
 from __future__ import annotations
+
+from dataclasses import fields
 
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from replaybank.storage.writers.plan import plan_write
+from replaybank.storage.writers.plan import WritePlan, _arrays, plan_write
 
 
 def oracle(T: int, lanes: list[int], written: list[int], counts: list[int],  # noqa: N803
@@ -67,3 +70,49 @@ def test_plan_matches_a_plain_loop(state: tuple[int, int, list[int], list[int], 
     grid = np.arange(T * L).reshape(T, L)
     expect = grid[plan.rows, np.array(lanes)[None, :]]
     assert np.array_equal(grid[plan.index].reshape(expect.shape), expect)
+
+
+@settings(max_examples=400, deadline=None)
+@given(ring_states())
+def test_in_step_plan_equals_the_array_plan(state: tuple[int, int, list[int], list[int],
+                                                         list[int], int]) -> None:
+    """Lanes in step are planned with Python ints and compute their arrays on first read:
+    every field, and what a writer reads instead of the arrays (``counter_values``,
+    ``evicts``, ``continues``, ``keys``), equals the plan built from arrays at once."""
+    T, L, lanes, written, counts, n = state  # noqa: N806
+    ids = np.array(lanes, dtype=np.int64)
+    w, c = np.array(written, np.int64), np.array(counts, np.int64)
+    plan = plan_write(T, L, ids, w, c, n)
+    all_lanes = lanes == list(range(L))
+    s0, c0 = w[ids], c[ids]
+    in_step = len(set(s0.tolist())) == 1 and len(set(c0.tolist())) == 1
+    assert plan.in_step == in_step and plan.all_lanes == all_lanes
+    assert (plan.lane_counters is not None) == in_step
+    if in_step:
+        assert plan.lane_counters == (int(s0[0]), int(c0[0]))
+    # what the writer reads of a plan of lanes in step, before any array is built
+    evicts, continues = plan.evicts, plan.continues
+    counters = plan.counter_values
+    keys = plan.keys()
+    eager = WritePlan(T=T, L=L, n=n, lane_ids=ids, all_lanes=all_lanes, in_step=in_step,
+                      skip=max(0, n - T), **_arrays(T, n, ids, all_lanes, in_step, s0, c0))
+    for f in fields(WritePlan):
+        if f.name == "lane_counters":
+            continue
+        got, want = getattr(plan, f.name), getattr(eager, f.name)
+        if isinstance(want, tuple):  # (rows, lanes) index
+            assert all(np.array_equal(a, b) for a, b in zip(got, want, strict=True))
+        elif isinstance(want, np.ndarray) or want is None:
+            assert (got is None) == (want is None)
+            if want is not None:
+                assert np.array_equal(got, want) and got.dtype == want.dtype, f.name
+        else:
+            assert got == want, f.name
+    assert evicts == (eager.evicted is not None)
+    assert continues == (len(eager.prev_pos) > 0)
+    want_counters = (eager.start_written - eager.kept_old, eager.kept_old, eager.new_written,
+                     eager.new_counts)
+    for got, want in zip(counters, want_counters, strict=True):
+        assert np.array_equal(np.broadcast_to(got, want.shape), want)
+    assert np.array_equal(keys, eager.keys()) and keys.dtype == np.int64
+    assert keys.shape == (n, len(lanes))

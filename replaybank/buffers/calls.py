@@ -28,9 +28,9 @@ import numpy.typing as npt
 
 from replaybank.buffers.inputs import (
     flags_as_bool,
-    leading_dims,
+    leading_dims_split,
     one_env_lead,
-    prepare,
+    prepare_split,
     reward_as_float32,
     rows_spec,
     split_next,
@@ -69,9 +69,10 @@ def lane_ids(env_ids: Any, num_envs: int) -> IntArray:
             f"env_ids={describe(env_ids)}: expected a non-empty 1-D list of int env "
             f"indices in [0, {num_envs}); pass e.g. env_ids=[0]"
         )
-    if np.any(ids < 0) or np.any(ids >= num_envs) or len(set(ids.tolist())) != len(ids):
+    got = ids.tolist()  # Python ints: exact comparisons, no array reductions
+    if min(got) < 0 or max(got) >= num_envs or len(set(got)) != len(got):
         raise ShapeError(
-            f"env_ids={ids.tolist()}: expected distinct env indices in "
+            f"env_ids={got}: expected distinct env indices in "
             f"[0, {num_envs}) (num_envs={num_envs}); drop duplicates and "
             "out-of-range ids"
         )
@@ -98,12 +99,21 @@ def steps_of(fields: Mapping[str, Any], ndim_lead: int, rows: bool = False) -> i
         2
     """
     values, _ = split_next(fields, rows)
+    return _steps(values, ndim_lead, rows, {})
+
+
+def _steps(values: Mapping[str, Any], ndim_lead: int, rows: bool,
+           arrays: Mapping[str, npt.NDArray[Any]]) -> int:
+    """:func:`steps_of` of fields split by ``split_next``; ``arrays``: values already
+    turned into arrays (by name)."""
     if not values:
         raise SpecError("extend: no fields given; pass obs, action, reward, next_obs, "
                         "terminated, truncated" if not rows else
                         "extend: no fields given; pass the fields this buffer stores")
     first = next((k for k in values if k == "obs" or k.startswith("obs/")), next(iter(values)))
-    arr = as_array(values[first])
+    arr = arrays.get(first)
+    if arr is None:
+        arr = as_array(values[first])
     if arr.ndim < 1 or ndim_lead < 1:
         raise ShapeError(
             f"extend: {first}={describe(values[first])}: expected a leading step dim T; "
@@ -206,12 +216,15 @@ def check_call(spec: Spec | None, fields: Mapping[str, Any], steps: bool, env_id
         shapes = [(1, m)] if explicit else [(1,), (1, 1)]
     else:
         shapes = [(m,)] if explicit else [(), (1,)]
-    lead = leading_dims(spec, fields, shapes, call, rows)
+    # the fields are flattened and split once, and each value turned into an array once
+    values, nxt = split_next(fields, rows)
+    arrays: dict[str, npt.NDArray[Any]] = {}
+    lead = leading_dims_split(spec, values, shapes, call, rows, arrays)
     if steps:
-        n = steps_of(fields, len(lead), rows)
+        n = _steps(values, len(lead), rows, arrays)
         lead = (n, *lead[1:])
         out = (n, m)
     else:
         out = (1, m)
-    values, nxt = prepare(spec, fields, lead, out, call, rows)
-    return CheckedCall(spec, lanes, values, nxt, out)
+    checked, checked_next = prepare_split(spec, values, nxt, lead, out, call, rows, arrays)
+    return CheckedCall(spec, lanes, checked, checked_next, out)

@@ -40,6 +40,8 @@ from replaybank.spec import (
     UNSET,
     FieldSpec,
     Spec,
+    _canonical_bools,
+    _cast,
     as_array,
     cast_field,
     collect_fields,
@@ -54,9 +56,11 @@ __all__ = [
     "check_flags",
     "flags_as_bool",
     "leading_dims",
+    "leading_dims_split",
     "one_env_lead",
     "obs_fields",
     "prepare",
+    "prepare_split",
     "reward_as_float32",
     "rows_spec",
     "split_next",
@@ -208,17 +212,82 @@ def split_next(fields: Mapping[str, Any],
                rows: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
     """Flatten user fields and split off ``next_obs`` (renamed to obs field names); a rows
     buffer's ``next_obs`` is an ordinary field (``rows=True``: nothing is split off)."""
-    flat = flatten(fields)
+    flat = flatten(fields)  # a new dict: the next_obs fields are taken out of it
     if rows:
         return flat, {}
-    values: dict[str, Any] = {}
-    nxt: dict[str, Any] = {}
-    for name, value in flat.items():
-        if name == "next_obs" or name.startswith("next_obs" + SEP):
-            nxt[name[len("next_"):]] = value
-        else:
-            values[name] = value
-    return values, nxt
+    names = tuple(flat)
+    nexts = _NEXT_NAMES.get(names)
+    if nexts is None:  # the same few field sets come every call
+        if len(_NEXT_NAMES) > 64:
+            _NEXT_NAMES.clear()
+        nexts = _NEXT_NAMES[names] = [n for n in names if n == "next_obs"
+                                      or n.startswith("next_obs" + SEP)]
+    return flat, {name[len("next_"):]: flat.pop(name) for name in nexts}
+
+
+#: The next_obs names among a call's flat field names, by those names.
+_NEXT_NAMES: dict[tuple[str, ...], list[str]] = {}
+
+
+class _SpecFacts:
+    """What the checks read of one spec (its obs fields, its name sets, the shapes each
+    value must have for given leading dims), worked out once per spec object."""
+
+    __slots__ = ("_layouts", "names", "obs", "obs_names", "spec")
+
+    def __init__(self, spec: Spec) -> None:
+        self.spec = spec
+        self.obs = obs_fields(spec)
+        self.names = frozenset(spec)
+        self.obs_names = frozenset(self.obs)
+        self._layouts: dict[tuple[tuple[int, ...], tuple[int, int]], Any] = {}
+
+    def layout(self, leading: tuple[int, ...], out_leading: tuple[int, int],
+               rows: bool) -> tuple[list[_Slot], list[_Slot]]:
+        """The stored fields, then the obs fields (their next obs; none for rows), as
+        ``(name, field, dtype, leading + shape, out_leading + shape, the index that adds
+        the unit dims between the two or None, is a bool field)``."""
+        key = (leading, out_leading)
+        got = self._layouts.get(key)
+        if got is None:
+            if len(self._layouts) > 32:  # extends of many lengths
+                self._layouts.clear()
+            unit = _unit_dims(leading, out_leading)
+            got = self._layouts[key] = tuple(
+                [(n, f, f.dtype, leading + f.shape, out_leading + f.shape, unit,
+                  f.dtype.kind == "b")
+                 for n, f in ((n, self.spec[n]) for n in names)]
+                for names in (list(self.spec), [] if rows else self.obs))
+        return got
+
+
+def _unit_dims(leading: tuple[int, ...], out_leading: tuple[int, int]) -> tuple[Any, ...] | None:
+    """The index that turns a value ``leading + shape`` into ``out_leading + shape`` when
+    only unit dims are added (a view, as ``reshape`` gives, in fewer steps), else None."""
+    if out_leading == leading:
+        return (...,)
+    if out_leading == (1, *leading):
+        return (None,)
+    if out_leading == (1, 1) and leading == ():
+        return (None, None)
+    if len(leading) == 1 and out_leading == (leading[0], 1):
+        return (slice(None), None)
+    return None
+
+
+_Slot = tuple[str, FieldSpec, np.dtype[Any], tuple[int, ...], tuple[int, ...],
+              "tuple[Any, ...] | None", bool]
+_FACTS: dict[int, _SpecFacts] = {}
+
+
+def _facts(spec: Spec) -> _SpecFacts:
+    """The :class:`_SpecFacts` of ``spec`` (kept for the few specs in use)."""
+    facts = _FACTS.get(id(spec))
+    if facts is None or facts.spec is not spec:
+        if len(_FACTS) > 64:
+            _FACTS.clear()
+        facts = _FACTS[id(spec)] = _SpecFacts(spec)
+    return facts
 
 
 def _check_rows_names(spec: Spec, values: Mapping[str, Any], call: str) -> None:
@@ -289,22 +358,41 @@ def prepare(
         SpecError, ShapeError, DtypeError: On any bad input (nothing is written).
     """
     values, nxt = split_next(fields, rows)
+    return prepare_split(spec, values, nxt, leading, out_leading, call, rows, {})
+
+
+def prepare_split(spec: Spec, values: dict[str, Any], nxt: dict[str, Any],
+                  leading: tuple[int, ...], out_leading: tuple[int, int], call: str,
+                  rows: bool, arrays: Mapping[str, npt.NDArray[Any]],
+                  ) -> tuple[dict[str, npt.NDArray[Any]], dict[str, npt.NDArray[Any]]]:
+    """:func:`prepare` of fields already split by :func:`split_next` (``values`` may get
+    the absent flags of a rows call); ``arrays``: values already turned into arrays
+    (``as_array``, by name), which are not converted again."""
+    facts = _facts(spec)
     if rows:
         _check_rows_names(spec, values, call)
         for flag in ("terminated", "truncated"):
             if flag not in values:
                 values[flag] = np.zeros(leading, dtype=np.bool_)
-    else:
+    elif values.keys() != facts.names or nxt.keys() != facts.obs_names:
         _check_names(spec, values, nxt, call)
+    stored, obs = facts.layout(leading, out_leading, rows)
     out_v: dict[str, npt.NDArray[Any]] = {}
     out_n: dict[str, npt.NDArray[Any]] = {}
-    for name, f in spec.items():
-        arr = cast_field(name, values[name], f, leading)
-        out_v[name] = arr.reshape(out_leading + f.shape)
-    for name in () if rows else obs_fields(spec):
-        f = spec[name]
-        arr = cast_field("next_" + name, nxt[name], f, leading)
-        out_n[name] = arr.reshape(out_leading + f.shape)
+    for name, f, dt, full, shaped, unit, bools in stored:
+        v = values[name]
+        # an array of exactly the stored dtype and shape (bools: 0/1 bytes) is kept as is
+        if not (type(v) is np.ndarray and v.shape == full and (v.dtype is dt or v.dtype == dt)
+                and (not bools or _canonical_bools(v))):
+            arr = arrays.get(name)
+            v = _cast(name, v, as_array(v) if arr is None else arr, f, leading)
+        out_v[name] = v.reshape(shaped) if unit is None else v[unit]
+    for name, f, dt, full, shaped, unit, bools in obs:
+        v = nxt[name]
+        if not (type(v) is np.ndarray and v.shape == full and (v.dtype is dt or v.dtype == dt)
+                and (not bools or _canonical_bools(v))):
+            v = cast_field("next_" + name, v, f, leading)
+        out_n[name] = v.reshape(shaped) if unit is None else v[unit]
     return out_v, out_n
 
 
@@ -313,14 +401,22 @@ def leading_dims(spec: Spec, fields: Mapping[str, Any], candidates: list[tuple[i
     """Pick which of the allowed leading shapes the user's obs has (by ndim); for a rows
     buffer, its first field other than the flags (the flags when it has no other)."""
     values, _ = split_next(fields, rows)
+    return leading_dims_split(spec, values, candidates, call, rows, {})
+
+
+def leading_dims_split(spec: Spec, values: Mapping[str, Any],
+                       candidates: list[tuple[int, ...]], call: str, rows: bool,
+                       arrays: dict[str, npt.NDArray[Any]]) -> tuple[int, ...]:
+    """:func:`leading_dims` of fields already split by :func:`split_next`; the value it
+    reads is added to ``arrays`` (by name) as the array it was turned into."""
     if rows:
         names = [n for n in spec if n not in ("terminated", "truncated")]
         name = names[0] if names else next((n for n in spec if n in values), "terminated")
     else:
-        name = obs_fields(spec)[0]
+        name = _facts(spec).obs[0]
     if name not in values:
         raise SpecError(f"{call}: missing field {name!r}")
-    arr = as_array(values[name])
+    arr = arrays[name] = as_array(values[name])
     for lead in candidates:
         if arr.ndim == len(lead) + len(spec[name].shape):
             return lead

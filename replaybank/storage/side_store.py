@@ -24,6 +24,11 @@ Example:
     [4, 3, 1, 2]
     >>> side.take(), side.free
     (2, [4, 3, 1])
+    >>> side.take_many(2), side.free  # alloc as Python ints
+    ([1, 3], [4])
+    >>> side.release([4, 0, 2])  # a list of links too
+    >>> side.free
+    [4, 3, 1]
 """
 
 from __future__ import annotations
@@ -90,6 +95,10 @@ class SideStore:
         Returns:
             The slots ``[k]``, in the order they were taken from the end of :attr:`free`.
         """
+        return np.array(self.take_many(k), dtype=np.int64)
+
+    def take_many(self, k: int) -> list[int]:
+        """:meth:`alloc` as a list of Python ints."""
         free = self.free
         if k > len(free):
             cap = self.capacity
@@ -97,8 +106,8 @@ class SideStore:
             self.resize(new)
             free[:0] = range(new - 1, cap - 1, -1)
         if k == 0:
-            return np.zeros(0, dtype=np.int64)
-        out = np.array(free[-k:][::-1], dtype=np.int64)
+            return []
+        out = free[-k:][::-1]
         del free[-k:]
         return out
 
@@ -106,10 +115,16 @@ class SideStore:
         """Take one free slot (``alloc(1)`` as a Python int)."""
         return self.free.pop() if self.free else int(self.alloc(1)[0])
 
-    def release(self, links: npt.NDArray[Any]) -> None:
-        """Free the slots that ``links`` point at (``k > 0`` is slot ``k - 1``)."""
-        lk = np.asarray(links).reshape(-1)
-        self.free.extend((lk[lk > 0] - 1).tolist())
+    def release(self, links: npt.NDArray[Any] | list[int]) -> None:
+        """Free the slots that ``links`` (an array or a list) point at (``k > 0`` is slot
+        ``k - 1``), in their order."""
+        if type(links) is not list:
+            lk = np.asarray(links).reshape(-1)
+            if lk.size > 64:
+                self.free.extend((lk[lk > 0] - 1).tolist())
+                return
+            links = lk.tolist()
+        self.free.extend([k - 1 for k in links if k > 0])
 
     def reset(self) -> None:
         """Every slot free, in the order of a new store."""

@@ -10,30 +10,13 @@ Example:
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from replaybank.spec import UNSET
 
-__all__ = ["ObsLayout", "RowsLayout", "count_nonzero"]
-
-
-def _raw_count_nonzero() -> Callable[[Any], int]:
-    """numpy's C ``count_nonzero`` without the Python dispatch wrapper (~5x cheaper)."""
-    for mod in ("numpy._core.multiarray", "numpy.core.multiarray"):
-        try:
-            fn = getattr(importlib.import_module(mod), "count_nonzero", None)
-        except ImportError:  # pragma: no cover - depends on the numpy version
-            continue
-        if callable(fn):
-            return fn  # type: ignore[no-any-return]
-    return np.count_nonzero  # pragma: no cover
-
-
-count_nonzero = _raw_count_nonzero()
+__all__ = ["ObsLayout", "RowsLayout"]
 
 ND = np.ndarray
 
