@@ -1110,6 +1110,16 @@ next_is_obs(Appender *self, char *const *ks, const char *const *kn, Py_ssize_t m
     return 1;
 }
 
+/* The first index in [lo, hi) of a nonzero byte of flags (0/1 bytes), or hi. */
+static inline Py_ssize_t
+first_set(const char *flags, Py_ssize_t lo, Py_ssize_t hi)
+{
+    if (lo >= hi)
+        return hi;
+    const char *at = memchr(flags + lo, 1, (size_t)(hi - lo));
+    return at == NULL ? hi : at - flags;
+}
+
 /* The kept steps [nk, m] of one field (src, row-major) into their rows of the store. */
 static void
 write_rows(const Plan *p, char *store, Py_ssize_t nb, const char *src)
@@ -1177,12 +1187,26 @@ apply_plan(Appender *self, const Plan *p, char *const *src, const char *const *n
             for (Py_ssize_t j = 0; j < m; j++)
                 cn[p->lanes[j]] = p->kept[j];
         }
-        for (Py_ssize_t i = 0; !err && i < nk; i++)
-            for (Py_ssize_t j = 0; !err && j < m; j++) {
-                Py_ssize_t at = plan_row(p, i, j) * L + p->lanes[j];
-                if (link[at] > 0 && plan_evicted(p, i, j))
-                    err = free_append(free, link[at] - 1) < 0;
+        if (p->in_step && p->all_lanes && skip == 0) {
+            /* whole rows, in memory order: kept rows i >= T - c0 held a live step */
+            Py_ssize_t start = plan_row(p, 0, 0), i0 = T - p->c0[0];
+            for (Py_ssize_t seg = 0; !err && seg < 2; seg++) { /* before and after a wrap */
+                Py_ssize_t lo = seg ? T - start : i0, hi = seg ? nk : T - start;
+                lo = lo > i0 ? lo : i0;
+                hi = hi < nk ? hi : nk;
+                const int32_t *at = link + ((start + lo) % T) * L;
+                for (Py_ssize_t c = 0; !err && c < (hi - lo) * L; c++)
+                    if (at[c] > 0)
+                        err = free_append(free, at[c] - 1) < 0;
             }
+        } else {
+            for (Py_ssize_t i = 0; !err && i < nk; i++)
+                for (Py_ssize_t j = 0; !err && j < m; j++) {
+                    Py_ssize_t at = plan_row(p, i, j) * L + p->lanes[j];
+                    if (link[at] > 0 && plan_evicted(p, i, j))
+                        err = free_append(free, link[at] - 1) < 0;
+                }
+        }
         if (err)
             goto out;
     }
@@ -1223,14 +1247,10 @@ apply_plan(Appender *self, const Plan *p, char *const *src, const char *const *n
      *    and the newest step of each lane. Runs of rows without an end: one compare. */
     Py_ssize_t k = 0;
     for (Py_ssize_t i = 0; i < nk - 1;) {
-        Py_ssize_t hi = i;
-        for (; hi < nk - 1; hi++) {
-            int ends = 0;
-            for (Py_ssize_t j = 0; j < m && !ends; j++)
-                ends = kterm[hi * m + j] || ktrunc[hi * m + j];
-            if (ends)
-                break;
-        }
+        /* hi: the next row (before the last) where some lane's episode ends */
+        Py_ssize_t hi = first_set(kterm, i * m, (nk - 1) * m) / m;
+        Py_ssize_t hr = first_set(ktrunc, i * m, hi * m) / m;
+        hi = hr < hi ? hr : hi;
         if (hi > i && !next_is_obs(self, ks, kn, m, i * m, (hi - i) * m))
             for (Py_ssize_t c = i * m; c < hi * m; c++)
                 if (!next_is_obs(self, ks, kn, m, c, 1))
@@ -1310,13 +1330,14 @@ apply_plan(Appender *self, const Plan *p, char *const *src, const char *const *n
         cn[p->lanes[j]] = p->ncount[j];
     DURABLE_STORE(self);
     {
-        const char *term = src[3], *trunc = src[4]; /* every step, the skipped too */
-        for (Py_ssize_t j = 0; j < m; j++) {
-            int64_t ends = 0;
-            for (Py_ssize_t i = 0; i < n; i++)
-                ends += term[i * m + j] || trunc[i * m + j];
-            ep[p->lanes[j]] += ends;
-        }
+        /* every step's end, the skipped too; flags are 0/1 bytes, ends are rare */
+        const char *term = src[3], *trunc = src[4];
+        for (Py_ssize_t c = first_set(term, 0, n * m); c < n * m;
+             c = first_set(term, c + 1, n * m))
+            ep[p->lanes[c % m]] += 1;
+        for (Py_ssize_t c = first_set(trunc, 0, n * m); c < n * m;
+             c = first_set(trunc, c + 1, n * m))
+            ep[p->lanes[c % m]] += !term[c];
     }
 out:
     if (have_side)
