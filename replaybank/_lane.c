@@ -154,6 +154,7 @@ typedef struct {
     Py_buffer start;           /* durable: int64 [L] seq of each lane's oldest live step */
     int has_start;
     Py_ssize_t chunk;          /* durable: the most steps of a lane one chunk evicts */
+    Py_ssize_t side_slots;     /* slots in the side arrays of the last side_view */
     GuardState *guard;         /* the owning buffer's call guard, or NULL */
     int ready;                 /* __init__ succeeded (the methods refuse other objects) */
 } Appender;
@@ -197,6 +198,13 @@ store_point(void)
     } while (0)
 
 static PyObject *s_free, *s_side, *s_obs, *s_alloc;
+
+/* Paths off the common call (conversions, errors): kept out of the hot code's cache lines. */
+#if defined(__GNUC__) || defined(__clang__)
+#define COLD __attribute__((cold, noinline))
+#else
+#define COLD
+#endif
 
 static inline int64_t *
 meta(Py_buffer *b)
@@ -539,7 +547,7 @@ convert_run(const Field *f, NumFmt s, const char *src, Py_ssize_t stride, Py_ssi
 }
 
 /* An N-d strided source (shape, strides in bytes) into the field's contiguous dst. */
-static int
+COLD static int
 convert_strided(const Field *f, NumFmt s, const char *src, int nd, const Py_ssize_t *shape,
                 const Py_ssize_t *strides, char *dst)
 {
@@ -648,7 +656,7 @@ put_number(const Field *f, PyObject *v, char *dst)
  * they hold (1 bool, 2 int, 4 float; numpy's dtype of the whole: float64 if any float,
  * else int64 if any int, else bool). 1: such a nest; 0: not (another type, a ragged or
  * wrong shape, an int beyond int64). */
-static int
+COLD static int
 nest_kinds(PyObject *v, int depth, int nd, const Py_ssize_t *full, int *kinds)
 {
     if (depth == nd) {
@@ -702,7 +710,7 @@ nest_leaf(const Field *f, PyObject *v, int kinds, char *dst)
 }
 
 /* Write the numbers of a checked nest in row-major order (see nest_leaf). */
-static int
+COLD static int
 nest_put(const Field *f, PyObject *v, int depth, int nd, int kinds, char **dst)
 {
     if (depth == nd) {
@@ -742,85 +750,57 @@ canonical(const Py_buffer *view)
     return !any;
 }
 
-/* Take the value v of field f with leading dims lead[0..nlead): 1 taken (out filled:
- * src_release it), 0 not taken (nothing held), -1 error. */
-static int
-take_value(Appender *self, const Field *f, PyObject *v, const Py_ssize_t *lead, int nlead,
-           Src *out, int allow_host)
+static int take_value(Appender *self, const Field *f, PyObject *v, const Py_ssize_t *lead,
+                      int nlead, Src *out, int allow_host);
+
+/* A held view (not of the stored format) converted into out's scratch; the view is
+ * released. 1 taken, 0 refused by the casting rules (or not a number), -1 error. */
+COLD static int
+convert_view(const Field *f, Py_buffer *view, int nd, const Py_ssize_t *full,
+             Py_ssize_t count, Src *out)
+{
+    NumFmt s = parse_format(view->format, view->itemsize);
+    char *dst = s.kind ? src_scratch(out, count * f->itemsize) : NULL;
+    int r = 0;
+    if (s.kind && dst == NULL) {
+        r = -1;
+    } else if (s.kind) {
+        Py_ssize_t strides[2 * MAXDIM];
+        if (view->strides != NULL) {
+            for (int i = 0; i < nd; i++)
+                strides[i] = view->strides[i];
+        } else { /* C-contiguous */
+            Py_ssize_t st = view->itemsize;
+            for (int i = nd - 1; i >= 0; i--) {
+                strides[i] = st;
+                st *= full[i];
+            }
+        }
+        r = convert_strided(f, s, (const char *)view->buf, nd, full, strides, dst);
+    }
+    PyBuffer_Release(view);
+    if (r <= 0) {
+        src_release(out);
+        return r;
+    }
+    out->buf = dst;
+    return 1;
+}
+
+/* A value that is not an array: a Python number of a subclass, a nest of lists, or an
+ * object the host converts (see take_value). */
+COLD static int
+take_other(Appender *self, const Field *f, PyObject *v, const Py_ssize_t *lead, int nlead,
+           const Py_ssize_t *full, Py_ssize_t count, Src *out, int allow_host)
 {
     const int nd = nlead + f->ndim;
-    Py_ssize_t full[2 * MAXDIM];
-    Py_ssize_t count = 1;
-    for (int i = 0; i < nlead; i++)
-        full[i] = lead[i];
-    for (int i = 0; i < f->ndim; i++)
-        full[nlead + i] = f->shape[i];
-    for (int i = 0; i < nd; i++)
-        count *= full[i];
-    out->buf = NULL;
-    out->owned = NULL;
-    out->has_view = 0;
-    if ((PyObject *)Py_TYPE(v) == self->ndarray_type
-        || PyObject_TypeCheck(v, (PyTypeObject *)self->ndarray_type)
-        || PyObject_TypeCheck(v, (PyTypeObject *)self->generic_type)) {
-        Py_buffer *view = &out->view;
-        if (PyObject_GetBuffer(v, view, PyBUF_RECORDS_RO) < 0) {
-            PyErr_Clear(); /* e.g. datetime: the Python boundary names it */
-            return 0;
-        }
-        int ok = view->ndim == nd && view->itemsize > 0;
-        for (int i = 0; ok && i < nd; i++)
-            ok = view->shape[i] == full[i];
-        if (!ok) {
-            PyBuffer_Release(view);
-            return 0;
-        }
-        if (view->itemsize == f->itemsize
-            && strcmp(view->format ? view->format : "B", f->fmt) == 0
-            && PyBuffer_IsContiguous(view, 'C')
-            && (f->num.kind != 'b' || canonical(view))) {
-            out->buf = (const char *)view->buf; /* exactly the stored format */
-            out->has_view = 1;
-            return 1;
-        }
-        NumFmt s = parse_format(view->format, view->itemsize);
-        char *dst = s.kind ? src_scratch(out, count * f->itemsize) : NULL;
-        int r = 0;
-        if (s.kind && dst == NULL) {
-            r = -1;
-        } else if (s.kind) {
-            Py_ssize_t strides[2 * MAXDIM];
-            if (view->strides != NULL) {
-                for (int i = 0; i < nd; i++)
-                    strides[i] = view->strides[i];
-            } else { /* C-contiguous */
-                Py_ssize_t st = view->itemsize;
-                for (int i = nd - 1; i >= 0; i--) {
-                    strides[i] = st;
-                    st *= full[i];
-                }
-            }
-            r = convert_strided(f, s, (const char *)view->buf, nd, full, strides, dst);
-        }
-        PyBuffer_Release(view);
-        if (r <= 0) {
-            src_release(out);
-            return r;
-        }
-        out->buf = dst;
-        return 1;
-    }
     if (PyFloat_Check(v) || PyLong_Check(v)) { /* bool is an int */
         if (nd != 0)
             return 0;
-        char *dst = src_scratch(out, f->itemsize);
-        int r = dst == NULL ? -1 : put_number(f, v, dst);
-        if (r <= 0) {
-            src_release(out);
-            return r;
-        }
-        out->buf = dst;
-        return 1;
+        int r = put_number(f, v, out->small);
+        if (r > 0)
+            out->buf = out->small;
+        return r;
     }
     if (PyList_CheckExact(v) || PyTuple_CheckExact(v)) {
         int kinds = 0;
@@ -850,10 +830,65 @@ take_value(Appender *self, const Field *f, PyObject *v, const Py_ssize_t *lead, 
     return 0;
 }
 
+/* Take the value v of field f with leading dims lead[0..nlead): 1 taken (out filled:
+ * src_release it), 0 not taken (nothing held), -1 error. The common values (a Python
+ * number for a scalar field, an array of exactly the stored format) are decided here;
+ * the conversions live in the functions above. */
+static int
+take_value(Appender *self, const Field *f, PyObject *v, const Py_ssize_t *lead, int nlead,
+           Src *out, int allow_host)
+{
+    const int nd = nlead + f->ndim;
+    PyTypeObject *tp = Py_TYPE(v);
+    out->buf = NULL;
+    out->owned = NULL;
+    out->has_view = 0;
+    if (nd == 0 && (tp == &PyFloat_Type || tp == &PyBool_Type || tp == &PyLong_Type)) {
+        /* a Python number for a scalar field: the commonest value of a one-env add */
+        int r = put_number(f, v, out->small);
+        if (r > 0)
+            out->buf = out->small;
+        return r;
+    }
+    Py_ssize_t full[2 * MAXDIM];
+    Py_ssize_t count = 1;
+    for (int i = 0; i < nlead; i++)
+        full[i] = lead[i];
+    for (int i = 0; i < f->ndim; i++)
+        full[nlead + i] = f->shape[i];
+    for (int i = 0; i < nd; i++)
+        count *= full[i];
+    if ((PyObject *)tp != self->ndarray_type
+        && !PyObject_TypeCheck(v, (PyTypeObject *)self->ndarray_type)
+        && !PyObject_TypeCheck(v, (PyTypeObject *)self->generic_type))
+        return take_other(self, f, v, lead, nlead, full, count, out, allow_host);
+    Py_buffer *view = &out->view;
+    if (PyObject_GetBuffer(v, view, PyBUF_RECORDS_RO) < 0) {
+        PyErr_Clear(); /* e.g. datetime: the Python boundary names it */
+        return 0;
+    }
+    int ok = view->ndim == nd && view->itemsize > 0;
+    for (int i = 0; ok && i < nd; i++)
+        ok = view->shape[i] == full[i];
+    if (!ok) {
+        PyBuffer_Release(view);
+        return 0;
+    }
+    if (view->itemsize == f->itemsize
+        && strcmp(view->format ? view->format : "B", f->fmt) == 0
+        && PyBuffer_IsContiguous(view, 'C')
+        && (f->num.kind != 'b' || canonical(view))) {
+        out->buf = (const char *)view->buf; /* exactly the stored format */
+        out->has_view = 1;
+        return 1;
+    }
+    return convert_view(f, view, nd, full, count, out);
+}
+
 /* The shape of a value as the boundary would take it: ndim and the first two dims. 1:
  * known; 0: not a value this file takes. *conv gets a new reference to the host's array
  * for an object the host converts (use it instead of v), else NULL. */
-static int
+COLD static int
 probe_value(Appender *self, PyObject *v, int *ndim, Py_ssize_t *dims, PyObject **conv)
 {
     *conv = NULL;
@@ -918,6 +953,7 @@ probe_value(Appender *self, PyObject *v, int *ndim, Py_ssize_t *dims, PyObject *
  * (row s0 - 1) may continue into the write when skip == 0, c0 > 0 and kept > 0. */
 typedef struct {
     Py_ssize_t T, L, n, m, skip, nk;
+    Py_ssize_t row0;  /* lanes in step: the row of the first kept step (every lane's) */
     int all_lanes, in_step, any_evict;
     const int64_t *lanes;
     int64_t *s0, *c0, *kept, *ncount; /* [m] each */
@@ -953,6 +989,7 @@ plan_write(Plan *p, Py_ssize_t T, Py_ssize_t L, const int64_t *lanes, Py_ssize_t
         if (j && (s != p->s0[0] || c != p->c0[0]))
             p->in_step = 0;
     }
+    p->row0 = m ? (Py_ssize_t)((p->s0[0] + p->skip) % T) : 0;
 }
 
 static inline Py_ssize_t
@@ -966,6 +1003,10 @@ mod_T(int64_t x, Py_ssize_t T)
 static inline Py_ssize_t
 plan_row(const Plan *p, Py_ssize_t i, Py_ssize_t j)
 {
+    if (p->in_step) { /* i < nk <= T: one wrap at most, no division */
+        Py_ssize_t r = p->row0 + i;
+        return r >= p->T ? r - p->T : r;
+    }
     return mod_T(p->s0[j] + p->skip + i, p->T);
 }
 
@@ -973,6 +1014,15 @@ static inline int
 plan_evicted(const Plan *p, Py_ssize_t i, Py_ssize_t j)
 {
     return mod_T(plan_row(p, i, j) - (p->s0[j] - p->c0[j]), p->T) < p->c0[j];
+}
+
+/* Row of the lane's newest step before the write. */
+static inline Py_ssize_t
+plan_prev_row(const Plan *p, Py_ssize_t j)
+{
+    if (p->in_step && p->skip == 0)
+        return p->row0 ? p->row0 - 1 : p->T - 1;
+    return mod_T(p->s0[j] - 1, p->T);
 }
 
 /* The lane's previous newest step survives and may continue into this write. */
@@ -1005,6 +1055,11 @@ side_view(Appender *self, Py_buffer *sv)
         }
     }
     Py_DECREF(side);
+    self->side_slots = PY_SSIZE_T_MAX;
+    for (int p = 0; p < self->nob; p++) { /* slots every obs field's array holds */
+        Py_ssize_t k = sv[p].len / self->f[self->oi[p]].nbytes;
+        self->side_slots = k < self->side_slots ? k : self->side_slots;
+    }
     return 0;
 }
 
@@ -1015,18 +1070,16 @@ release_sides(Appender *self, Py_buffer *sv)
         PyBuffer_Release(&sv[p]);
 }
 
-/* Whether side slot `slot` lies inside every obs field's side array. */
-static int
-slot_inside(Appender *self, const Py_buffer *sv, long long slot)
+/* Whether side slot `slot` lies inside every obs field's side array (the views of the
+ * last side_view: a rows table's slots hold no data). */
+static inline int
+slot_inside(Appender *self, long long slot)
 {
-    for (int p = 0; p < self->nob; p++)
-        if (slot < 0 || slot >= sv[p].len / self->f[self->oi[p]].nbytes)
-            return 0;
-    return slot >= 0;
+    return slot >= 0 && (self->nob == 0 || slot < self->side_slots);
 }
 
 /* A link or free slot outside the side store: raise instead of touching memory. */
-static int
+COLD static int
 corrupt(long long link)
 {
     PyErr_Format(PyExc_RuntimeError,
@@ -1216,7 +1269,7 @@ apply_plan(Appender *self, const Plan *p, char *const *src, const char *const *n
         relink[j] = 0;
         if (!plan_prev(p, j))
             continue;
-        Py_ssize_t at = mod_T(p->s0[j] - 1, T) * L + p->lanes[j];
+        Py_ssize_t at = plan_prev_row(p, j) * L + p->lanes[j];
         long long q = link[at];
         if (q <= 0 || sterm[at] || strunc[at])
             continue;
@@ -1227,7 +1280,7 @@ apply_plan(Appender *self, const Plan *p, char *const *src, const char *const *n
             }
             have_side = 1;
         }
-        if (!slot_inside(self, sv, q - 1)) {
+        if (!slot_inside(self, q - 1)) {
             err = corrupt(q);
             goto out;
         }
@@ -1279,7 +1332,7 @@ apply_plan(Appender *self, const Plan *p, char *const *src, const char *const *n
         have_side = 1;
     }
     for (Py_ssize_t s = 0; s < k; s++)
-        if (!slot_inside(self, sv, slots[s])) {
+        if (!slot_inside(self, slots[s])) {
             err = corrupt(slots[s] + 1);
             goto out;
         }
@@ -1320,7 +1373,7 @@ apply_plan(Appender *self, const Plan *p, char *const *src, const char *const *n
         DURABLE_STORE(self);
         for (Py_ssize_t j = 0; !err && j < m; j++) {
             if (relink[j]) {
-                link[mod_T(p->s0[j] - 1, T) * L + p->lanes[j]] = 0;
+                link[plan_prev_row(p, j) * L + p->lanes[j]] = 0;
                 err = free_append(free, relink[j] - 1) < 0;
             }
         }
@@ -1722,7 +1775,7 @@ int_list(const int64_t *x, Py_ssize_t k)
     return l;
 }
 
-static PyObject *
+COLD static PyObject *
 lane_plan_write(PyObject *mod, PyObject *args)
 {
     (void)mod;
@@ -1782,7 +1835,7 @@ lane_plan_write(PyObject *mod, PyObject *args)
     for (Py_ssize_t j = 0; j < m; j++) {
         if (!plan_prev(&p, j))
             continue;
-        PyObject *a = PyLong_FromSsize_t(j), *b = PyLong_FromSsize_t(mod_T(p.s0[j] - 1, T));
+        PyObject *a = PyLong_FromSsize_t(j), *b = PyLong_FromSsize_t(plan_prev_row(&p, j));
         int bad = a == NULL || b == NULL || PyList_Append(prev_pos, a) < 0
                   || PyList_Append(prev_rows, b) < 0;
         Py_XDECREF(a);
