@@ -297,17 +297,25 @@ store_int(char *dst, int size, uint64_t v)
     }
 }
 
+/* x into a float field of 4 or 8 bytes, cast from its own type (an int64 straight to
+ * float32: one rounding, as numpy's astype). */
+#define STORE_FLOAT(f, x, dst)                   \
+    do {                                         \
+        if ((f)->itemsize == 4) {                \
+            float y_ = (float)(x);               \
+            memcpy((dst), &y_, 4);               \
+        } else {                                 \
+            double y_ = (double)(x);             \
+            memcpy((dst), &y_, 8);               \
+        }                                        \
+    } while (0)
+
 static inline int
 put_double(const Field *f, double x, char *dst)
 {
     switch (f->dk) {
     case 'f':
-        if (f->itemsize == 4) {
-            float y = (float)x;
-            memcpy(dst, &y, 4);
-        } else {
-            memcpy(dst, &x, 8);
-        }
+        STORE_FLOAT(f, x, dst);
         return 1;
     case 'b':
         if (x == 0.0 || x == 1.0) {
@@ -335,13 +343,7 @@ put_uint(const Field *f, uint64_t x, char *dst)
 {
     switch (f->dk) {
     case 'f':
-        if (f->itemsize == 4) {
-            float y = (float)x;
-            memcpy(dst, &y, 4);
-        } else {
-            double y = (double)x;
-            memcpy(dst, &y, 8);
-        }
+        STORE_FLOAT(f, x, dst);
         return 1;
     case 'b':
         if (x > 1)
@@ -371,13 +373,7 @@ put_int(const Field *f, int64_t x, char *dst)
     if (x >= 0)
         return put_uint(f, (uint64_t)x, dst);
     if (f->dk == 'f') { /* straight from the int: one rounding, as numpy's astype */
-        if (f->itemsize == 4) {
-            float y = (float)x;
-            memcpy(dst, &y, 4);
-        } else {
-            double y = (double)x;
-            memcpy(dst, &y, 8);
-        }
+        STORE_FLOAT(f, x, dst);
         return 1;
     }
     if (f->dk != 'i' || x < f->lo)
