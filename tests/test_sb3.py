@@ -175,6 +175,138 @@ def test_vector_env_truncation_matches_the_record(n_steps: int) -> None:
     assert seen == set(ref)  # every stored step was drawn
 
 
+# Time-outs without done (issue: hardening, SB3 semantics): a step whose info says
+# TimeLimit.truncated=True while done=False (SB3's own VecEnvs never produce it; other
+# VecEnvs and hand-written adds can). SB3 stores `timeouts` apart from `dones`: its
+# NStepReplayBuffer cuts the n-step return at the first step with done OR timeout and
+# serves `dones * (1 - timeout)` of that step; its ReplayBuffer serves the step's own
+# next_obs with dones 0. Each kind of step below, per env: (done, TimeLimit.truncated,
+# next obs continues into the next add).
+TIMEOUT_EVENTS: dict[tuple[int, int], tuple[bool, bool, bool]] = {
+    (1, 0): (False, True, True),    # time-out without done, the env goes on
+    (2, 1): (False, True, False),   # time-out without done, the next add starts elsewhere
+    (3, 2): (True, True, False),    # SB3's usual time-out: done and truncated
+    (4, 0): (True, False, False),   # termination
+    (5, 0): (False, True, True),    # a time-out right after a reset
+    (5, 1): (True, False, False),
+    (7, 2): (False, True, True),
+    (8, 1): (False, True, False),
+    (9, 0): (True, True, False),
+    (10, 2): (True, False, False),
+    (11, 1): (False, True, True),
+    (12, 0): (False, True, False),  # the newest step: a time-out without done
+}
+
+
+def _timeout_adds(steps: int, n_envs: int = 3, jumps: bool = True) -> list[tuple[Any, ...]]:
+    """SB3 ``add`` arguments of ``steps`` steps of ``n_envs`` envs: observation
+    ``[t, env]`` (each step's own key), integer rewards (exact sums with gamma 0.5), and
+    the episode ends and time-outs of :data:`TIMEOUT_EVENTS` (a final observation that
+    is not the next add's observation has ``+ 0.5``; ``jumps=False``: a time-out without
+    done always continues)."""
+    adds = []
+    for t in range(steps):
+        obs = np.array([[t, e] for e in range(n_envs)], np.float32)
+        nxt = np.array([[t + 1, e] for e in range(n_envs)], np.float32)
+        done = np.zeros(n_envs, bool)
+        infos: list[dict[str, Any]] = []
+        for e in range(n_envs):
+            ended, timeout, goes_on = TIMEOUT_EVENTS.get((t, e), (False, False, True))
+            goes_on = goes_on or (not ended and not jumps)
+            done[e] = ended
+            if not goes_on:
+                nxt[e, 0] += 0.5
+            infos.append({"TimeLimit.truncated": timeout} if ended or timeout else {})
+        action = np.array([(t + e) % 4 for e in range(n_envs)])
+        reward = np.array([1 + (t + 2 * e) % 3 for e in range(n_envs)], np.float32)
+        adds.append((obs, nxt, action, reward, done, infos))
+    return adds
+
+
+def _sb3_full_read(buf: Any, monkeypatch: pytest.MonkeyPatch) -> dict[bytes, tuple[Any, ...]]:
+    """Every stored (row, env) of an SB3 buffer through its own ``_get_samples`` (the env
+    of each index pinned), keyed by the observation's bytes: (obs, action, next_obs, done,
+    reward, discount)."""
+    rows = buf.buffer_size if buf.full else buf.pos
+    inds = np.repeat(np.arange(rows), buf.n_envs)
+    envs = np.tile(np.arange(buf.n_envs), rows)
+    with monkeypatch.context() as m:  # SB3 draws the env of each index with randint
+        m.setattr(np.random, "randint", lambda *args, **kwargs: envs.copy())
+        data = buf._get_samples(inds)
+    out = {}
+    for i in range(len(inds)):
+        obs = data.observations[i].numpy()
+        disc = None if data.discounts is None else float(data.discounts[i, 0])
+        out[obs.tobytes()] = (obs, float(data.actions[i, 0]), data.next_observations[i].numpy(),
+                              float(data.dones[i, 0]), float(data.rewards[i, 0]), disc)
+    return out
+
+
+@pytest.mark.parametrize("handle_timeouts", [True, False])
+@pytest.mark.parametrize("steps", [8, 13])  # 8 rows per env: filling, then wrapped
+@pytest.mark.parametrize("prioritized", [False, True])
+@pytest.mark.parametrize("n_steps", [1, 3])
+def test_timeout_without_done_is_served_as_sb3_serves_it(
+        n_steps: int, prioritized: bool, steps: int, handle_timeouts: bool,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same adds into SB3's buffer (NStepReplayBuffer for n > 1) and ours: every
+    stored transition gives the same obs, action, next_obs, dones, reward and discount
+    (with ``handle_timeout_termination=False`` SB3 ignores the time-outs: a done is a
+    termination, a time-out without done nothing; there a time-out without done continues
+    into the next add, since a next_obs that does not, without an episode end, is a break
+    that SB3 bridges and replaybank's n-step window stops at)."""
+    from stable_baselines3.common.buffers import NStepReplayBuffer
+    from stable_baselines3.common.buffers import ReplayBuffer as SB3ReplayBuffer
+
+    box, act = gym.spaces.Box(-100, 100, (2,)), gym.spaces.Discrete(4)
+    common: dict[str, Any] = {"device": "cpu", "n_envs": 3,
+                              "handle_timeout_termination": handle_timeouts}
+    theirs = (NStepReplayBuffer(24, box, act, n_steps=n_steps, gamma=0.5, **common)
+              if n_steps > 1 else SB3ReplayBuffer(24, box, act, **common))
+    ours = ReplayBuffer(24, box, act, n_steps=n_steps, gamma=0.5, prioritized=prioritized,
+                        seed=0, **common)
+    for args in _timeout_adds(steps, jumps=handle_timeouts):
+        theirs.add(*args)
+        ours.add(*args)
+    ref = _sb3_full_read(theirs, monkeypatch)
+    assert len(ref) == len(ours.core) == 3 * min(steps, 8)
+    data = ours.sample(3000)
+    seen = set()
+    for i in range(3000):
+        obs = data.observations[i].numpy()
+        key = obs.tobytes()
+        seen.add(key)
+        _, action, nxt, done, reward, discount = ref[key]  # one of SB3's transitions
+        where = f"step {obs.tolist()}"
+        assert float(data.actions[i, 0]) == action, where
+        np.testing.assert_array_equal(data.next_observations[i].numpy(), nxt, err_msg=where)
+        assert float(data.dones[i, 0]) == done, where
+        assert float(data.rewards[i, 0]) == reward, where  # integer rewards: exact
+        if discount is None:
+            assert data.discounts is None
+        else:
+            assert float(data.discounts[i, 0]) == discount, where
+    assert seen == set(ref)  # every stored transition was compared
+
+
+def test_timeout_without_done_ends_the_nstep_return() -> None:
+    """The issue's numbers: rewards 1, gamma 0.5, 3 steps, a time-out without done at the
+    first step: SB3's return is 1.0 (discount 0.5, next_obs that step's), not 1.75."""
+    box = gym.spaces.Box(-10, 10, (1,))
+    buf = ReplayBuffer(16, box, gym.spaces.Discrete(2), device="cpu", n_steps=3, gamma=0.5,
+                       seed=0)
+    for t in range(4):
+        buf.add(np.full((1, 1), t), np.full((1, 1), t + 1), np.array([0]), np.ones(1),
+                np.array([False]), [{"TimeLimit.truncated": t == 0}])
+    data = buf.sample(64)
+    first = data.observations[:, 0] == 0
+    assert bool(first.any())
+    assert data.rewards[first].unique().tolist() == [1.0]
+    assert data.discounts[first].unique().tolist() == [0.5]
+    assert data.next_observations[first].unique().tolist() == [1.0]
+    assert data.dones[first].unique().tolist() == [0.0]
+
+
 def test_timeouts_as_terminations_when_asked() -> None:
     box = gym.spaces.Box(-10, 10, (1,))
     buf = ReplayBuffer(16, box, gym.spaces.Discrete(2), device="cpu",

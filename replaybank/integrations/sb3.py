@@ -15,7 +15,10 @@ Each SB3 buffer owns a core :class:`replaybank.ReplayBuffer` with one lane per e
 (SB3's ``infos[i]["terminal_observation"]``) is kept aside: a truncated step
 (``infos[i]["TimeLimit.truncated"]``) is stored with that observation as ``next_obs`` and
 sampled with ``dones = 0`` (it bootstraps), as SB3's ``handle_timeout_termination=True``
-does. ``handle_timeout_termination=False`` stores time-outs as terminations, as SB3 does.
+does. A time-out with ``done=False`` (other VecEnvs, hand-written adds) ends the episode
+there too: its ``next_obs`` is the one given and an n-step return stops at it, as in SB3's
+``NStepReplayBuffer``. ``handle_timeout_termination=False`` stores time-outs as
+terminations (and ignores one without ``done``), as SB3 does.
 
 * **n-step** (``n_steps=n``, ``gamma=``): ``rewards`` are the n-step returns
   ``sum_{k<L} gamma**k r[t+k]`` (``L`` stops at the episode's end), ``next_observations``
@@ -210,14 +213,20 @@ class _Buffer(sb3_buffers.ReplayBuffer):
             action: Actions ``[n_envs, ...]`` (reshaped to ``[n_envs, action_dim]``).
             reward: Rewards ``[n_envs]``.
             done: Episode ends ``[n_envs]`` (terminated or truncated).
-            infos: One dict per env; ``"TimeLimit.truncated"`` marks a time-out.
+            infos: One dict per env; ``"TimeLimit.truncated"`` marks a time-out, which
+                ends the episode even where ``done`` is False (as SB3's ``timeouts``),
+                unless ``handle_timeout_termination=False``.
         """
         n = self.n_envs
         ended = np.asarray(done, dtype=bool).reshape(n)
         if self.handle_timeout_termination:
-            timeout = np.array([bool(info.get("TimeLimit.truncated", False)) for info in infos])
-            truncated = ended & timeout
-        else:  # SB3's rule: a time-out is a termination
+            # A time-out ends the episode here even without done (a VecEnv other than
+            # SB3's, or a hand-written add): SB3 keeps `timeouts` apart from `dones` and
+            # its NStepReplayBuffer cuts the return at the first done or time-out, serving
+            # that step's next_obs with dones 0; stored as truncated, the core does that.
+            truncated = np.array([bool(info.get("TimeLimit.truncated", False))
+                                  for info in infos])
+        else:  # SB3's rule: a time-out is a termination (and without done, no event)
             truncated = np.zeros(n, dtype=bool)
         values: dict[str, Any] = {
             "obs": self._obs(obs), "next_obs": self._obs(next_obs),
