@@ -89,11 +89,11 @@ def fill(buf: src.PPOBuffer, rng: np.random.Generator, lengths: list[int],
 
 
 def whole_epoch(buf: src.PPOBuffer, n: int) -> dict[str, np.ndarray]:
-    """Every minibatch of one pass over ``n`` steps, concatenated, in step order."""
-    parts = [buf.sample_batch() for _ in range(math.ceil(n / buf.batch_size))]
-    out = {k: np.concatenate([p[k].numpy() for p in parts]) for k in parts[0]}
-    order = np.argsort(out["obs"][:, 0])
-    return {k: v[order] for k, v in out.items()}
+    """sample_batch(): all ``n`` steps of the epoch, in step order."""
+    out = {k: v.numpy() for k, v in buf.sample_batch().items()}
+    assert len(out["obs"]) == n
+    np.testing.assert_array_equal(out["obs"][:, 0], np.arange(n))
+    return out
 
 
 # ---------------------------------------------------------------------- Module contents
@@ -214,46 +214,24 @@ def test_finish_path_action_obj_forms() -> None:
 
 
 # ---------------------------------------------------------------------- PPOBuffer.sample_batch
-def test_sample_batch_minibatches_cover_the_epoch_with_normalised_advantages() -> None:
-    """Section 'sample_batch()': all data of the epoch, advantages normalised to mean 0 /
-    std 1 (std + eps), served in minibatches of batch_size; ret = rewards-to-go."""
-    rng = np.random.default_rng(1)
-    buf = src.PPOBuffer(2, 2, 50, 16, gamma=0.95, lam=0.9, seed=0)
-    advs, rets = fill(buf, rng, [10, 20, 13, 7], [True, False, False, True])
+def test_sample_batch_dtypes_and_a_new_epoch_after_it() -> None:
+    """Section 'sample_batch()': float32 CPU tensors; "resets some pointers": the next
+    store starts a new epoch, and the next call returns that epoch alone."""
+    buf = src.PPOBuffer(2, 2, 50, 16, gamma=0.95, lam=0.9)
+    fill(buf, np.random.default_rng(1), [10, 20, 13, 7], [True, False, False, True])
     first = buf.sample_batch()
     assert {k: tuple(v.shape) for k, v in first.items()} == {
-        "obs": (16, 2), "act": (16, 2), "ret": (16,), "adv": (16,), "logp": (16,)}
+        "obs": (50, 2), "act": (50, 2), "ret": (50,), "adv": (50,), "logp": (50,)}
     assert all(v.dtype == torch.float32 and v.device.type == "cpu" for v in first.values())
-    sizes = [16] + [len(buf.sample_batch()["obs"]) for _ in range(3)]
-    assert sizes == [16, 16, 16, 2]  # ceil(50 / 16) calls: the last one holds the rest
-    epoch = whole_epoch(buf, 50)  # the next pass: a fresh shuffle of the same epoch
-    np.testing.assert_array_equal(epoch["obs"][:, 0], np.arange(50))
-    np.testing.assert_allclose(epoch["ret"], rets, rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(epoch["adv"], normalise(advs, 1e-3), rtol=1e-4, atol=1e-5)
-    assert abs(epoch["adv"].mean()) < 1e-5 and abs(epoch["adv"].std() - 1) < 1e-3
-    np.testing.assert_allclose(epoch["act"], 0.5)
-    np.testing.assert_allclose(epoch["logp"], -1.0)
-
-
-def test_sample_batch_resets_pointers_and_reshuffles_passes() -> None:
-    """Section 'sample_batch()': "resets some pointers": the next store starts a new epoch;
-    passes over one epoch are reshuffled; the seed makes them reproducible."""
-    def run(seed: int) -> list[list[float]]:
-        buf = src.PPOBuffer(2, 1, 8, 4, seed=seed)
-        fill(buf, np.random.default_rng(0), [8], [True])
-        firsts = [buf.sample_batch()["obs"][:, 0].tolist() for _ in range(4)]
-        assert len(buf) == 0  # pointers reset at the first call
-        assert sorted(firsts[0] + firsts[1]) == list(range(8))  # one pass: every step once
-        assert sorted(firsts[2] + firsts[3]) == list(range(8))
-        return firsts
-
-    assert run(3) == run(3)
-    assert run(3) != run(4)
-    buf = src.PPOBuffer(2, 1, 8, 8, seed=0)
-    fill(buf, np.random.default_rng(0), [8], [True])
-    buf.sample_batch()
+    assert abs(float(first["adv"].mean())) < 1e-5
+    assert abs(float(first["adv"].std(False)) - 1) < 1e-3
+    np.testing.assert_allclose(first["act"], 0.5)
+    np.testing.assert_allclose(first["logp"], -1.0)
+    assert len(buf) == 0
+    first["adv"].zero_()  # the caller's tensors: the next call's are fresh
+    assert float(buf.sample_batch()["adv"].abs().sum()) > 0
     fill(buf, np.random.default_rng(1), [3], [False])  # a new epoch of 3 steps
-    assert sorted(buf.sample_batch()["obs"][:, 0].tolist()) == [0.0, 1.0, 2.0]
+    assert buf.sample_batch()["obs"][:, 0].tolist() == [0.0, 1.0, 2.0]
 
 
 def test_sample_batch_errors() -> None:
@@ -287,7 +265,7 @@ def test_epochs_match_the_oracle_for_any_paths(lengths: list[int], gamma: float,
     cut, any batch_size: one pass equals the plain-loop oracle."""
     terminal = data.draw(st.lists(st.booleans(), min_size=len(lengths),
                                   max_size=len(lengths)))
-    buf = src.PPOBuffer(2, 1, sum(lengths), bs, gamma=gamma, lam=lam, eps=1e-3, seed=0)
+    buf = src.PPOBuffer(2, 1, sum(lengths), bs, gamma=gamma, lam=lam, eps=1e-3)
     advs, rets = fill(buf, np.random.default_rng(len(lengths)), lengths, terminal)
     epoch = whole_epoch(buf, sum(lengths))
     np.testing.assert_allclose(epoch["ret"], rets, rtol=1e-4, atol=1e-4)
@@ -307,17 +285,16 @@ def test_discount_cumsum_matches_loop() -> None:
 
 # ---------------------------------------------------------------------- schema
 def test_schema_attributes() -> None:
-    """Sections 'PPOBuffer.schema' and 'SimpleReplayBuffer.schema': four required ints;
-    PPO adds optional floats gamma, lam, eps (defaults as the constructor)."""
-    assert src.PPOBuffer.schema is src.PPOBufferConfig
-    assert src.SimpleReplayBuffer.schema is src.SimpleReplayBufferConfig
-    ppo = src.PPOBuffer.schema.model_fields
+    """Sections 'PPOBuffer.schema' and 'SimpleReplayBuffer.schema', as the pydantic models
+    beside the strictyaml Maps (config_model): four required ints; PPO adds optional
+    floats gamma, lam, eps (defaults as the constructor)."""
+    ppo = src.PPOBuffer.config_model.model_fields
     assert [k for k, f in ppo.items() if f.is_required()] == ["obs_dim", "act_dim", "size",
                                                              "batch_size"]
     assert {k: ppo[k].default for k in ("gamma", "lam", "eps")} == \
         {"gamma": 0.99, "lam": 0.95, "eps": 1e-3}
-    assert list(src.SimpleReplayBuffer.schema.model_fields) == ["obs_dim", "act_dim", "size",
-                                                                "batch_size"]
+    assert list(src.SimpleReplayBuffer.config_model.model_fields) == [
+        "obs_dim", "act_dim", "size", "batch_size"]
     # Float() takes ints and YAML's 1e-3 string; Int() takes no floats or bools
     cfg = src.PPOBufferConfig(obs_dim=np.int64(3), act_dim=1, size=8, batch_size=2, gamma=1,
                               eps="1e-3")
@@ -530,15 +507,16 @@ class Agent:
 
 def test_cartpole_ppo_loop_learns() -> None:
     """Sections 'PPOBuffer' end to end: a CartPole PPO loop (store every step,
-    finish_path at episode ends and the epoch cut, sample_batch minibatches) learns, and
-    each epoch's advantages are normalised."""
+    finish_path at episode ends and the epoch cut, sample_batch at the end of the epoch,
+    minibatches of batch_size drawn from it) learns, and each epoch's advantages are
+    normalised."""
     gym = pytest.importorskip("gymnasium")
     torch.set_num_threads(1)
     env = gym.make("CartPole-v1")
     steps_per_epoch, epochs = 1000, 8
     agent = Agent(4, 2)
     replay_buffer = PPOBuffer(obs_dim=4, act_dim=1, size=steps_per_epoch, batch_size=250,
-                              gamma=0.99, lam=0.95, seed=0)
+                              gamma=0.99, lam=0.95)
     obs, _ = env.reset(seed=0)
     lengths: list[list[int]] = []
     ep_len = 0
@@ -558,15 +536,267 @@ def test_cartpole_ppo_loop_learns() -> None:
                 lengths[-1].append(ep_len)
                 obs, _ = env.reset()
                 ep_len = 0
-        advs = []
-        for _ in range(4 * 4):  # 4 passes of 4 minibatches of 250
-            batch = replay_buffer.sample_batch()
-            advs.append(batch["adv"])
-            loss_pi, loss_v = agent.update(batch)
-            assert math.isfinite(loss_pi) and math.isfinite(loss_v)
-        pass_adv = torch.cat(advs[:4])
-        assert len(pass_adv) == steps_per_epoch
-        assert abs(float(pass_adv.mean())) < 1e-4 and abs(float(pass_adv.std(False)) - 1) < 1e-2
+        data = replay_buffer.sample_batch()  # all of the epoch, advantages normalised
+        adv = data["adv"]
+        assert len(adv) == steps_per_epoch
+        assert abs(float(adv.mean())) < 1e-4 and abs(float(adv.std(False)) - 1) < 1e-2
+        for _ in range(4):  # 4 passes of 4 minibatches of batch_size
+            for idx in torch.randperm(steps_per_epoch).split(replay_buffer.batch_size):
+                loss_pi, loss_v = agent.update({k: v[idx] for k, v in data.items()})
+                assert math.isfinite(loss_pi) and math.isfinite(loss_v)
     first, last = np.mean(lengths[0]), np.mean(lengths[-1])
     print(f"mean episode length: epoch 1 {first:.1f}, epoch {epochs} {last:.1f}")
     assert last > 2 * first and last > 60, (first, last)
+
+
+# ---------------------------------------------------------------------- hardening (issue
+# items 9, 16, 17): the reference's sample_batch and schema; hostile arguments raise
+# library errors and leave the buffers unchanged
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+
+import replaybank as rb  # noqa: E402
+
+
+def test_sample_batch_returns_all_of_the_epoch() -> None:
+    """Issue item 16, section 'sample_batch()': "get all of the data from the buffer, with
+    advantages appropriately normalized (shifted to have mean zero and std one). Also,
+    resets some pointers": every stored step, in order, not batch_size of them."""
+    rng = np.random.default_rng(2)
+    buf = src.PPOBuffer(2, 1, 40, 8, gamma=0.9, lam=0.8)
+    advs, rets = fill(buf, rng, [12, 9, 6], [True, False, True])
+    data = buf.sample_batch()
+    assert {k: tuple(v.shape) for k, v in data.items()} == {
+        "obs": (27, 2), "act": (27, 1), "ret": (27,), "adv": (27,), "logp": (27,)}
+    np.testing.assert_array_equal(data["obs"][:, 0].numpy(), np.arange(27))  # in order
+    np.testing.assert_allclose(data["ret"], rets, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(data["adv"], normalise(advs, 1e-3), rtol=1e-4, atol=1e-5)
+    assert len(buf) == 0  # pointers reset: the next store starts a new epoch
+    again = buf.sample_batch()  # no new steps: the same epoch again
+    assert all(torch.equal(again[k], data[k]) for k in data)
+    fill(buf, rng, [5], [True])
+    assert len(buf.sample_batch()["obs"]) == 5
+
+
+def test_schema_is_the_documented_strictyaml_map() -> None:
+    """Issue item 17, sections 'schema': PPOBuffer.schema and SimpleReplayBuffer.schema are
+    the strictyaml Maps the reference shows, so strictyaml.load(text, PPOBuffer.schema)
+    reads a config; the pydantic models stay beside them (config_model)."""
+    strictyaml = pytest.importorskip("strictyaml")
+    assert repr(src.PPOBuffer.schema) == (
+        "Map({'obs_dim': Int(), 'act_dim': Int(), 'size': Int(), 'batch_size': Int(), "
+        "Optional(\"gamma\"): Float(), Optional(\"lam\"): Float(), Optional(\"eps\"): Float()})")
+    assert repr(src.SimpleReplayBuffer.schema) == (
+        "Map({'obs_dim': Int(), 'act_dim': Int(), 'size': Int(), 'batch_size': Int()})")
+    assert src.PPOBuffer.schema is src.PPOBuffer.schema  # built once
+    text = "obs_dim: 4\nact_dim: 1\nsize: 64\nbatch_size: 8\neps: 1e-3\n"
+    data = strictyaml.load(text, src.PPOBuffer.schema).data
+    assert data == {"obs_dim": 4, "act_dim": 1, "size": 64, "batch_size": 8, "eps": 0.001}
+    assert src.PPOBuffer.instantiate_from_config_dict(data).eps == 0.001
+    with pytest.raises(strictyaml.YAMLValidationError):
+        strictyaml.load(text + "lamda: 0.9\n", src.PPOBuffer.schema)
+    sac = strictyaml.load("obs_dim: 3\nact_dim: 2\nsize: 10\nbatch_size: 4\n",
+                          src.SimpleReplayBuffer.schema).data
+    assert src.SimpleReplayBuffer(**sac).size == 10
+    assert src.PPOBuffer.config_model is src.PPOBufferConfig
+    assert src.SimpleReplayBuffer.config_model is src.SimpleReplayBufferConfig
+    assert src.PPOBuffer(4, 1, 8, 2).schema is src.PPOBuffer.schema
+
+
+def test_strictyaml_stays_an_optional_import() -> None:
+    """Issue item 17: importing the front end (and building, filling and sampling its
+    buffers) imports no strictyaml; it is imported where the schema is asked for."""
+    pytest.importorskip("strictyaml")
+    code = ("import sys, numpy as np\n"
+            "import replaybank.compat.src as src\n"
+            "b = src.SimpleReplayBuffer(2, 1, 4, 2, device='cpu')\n"
+            "src.PPOBuffer.instantiate_from_config_dict({'obs_dim': 2, 'act_dim': 1, "
+            "'size': 4, 'batch_size': 2})\n"
+            "assert 'strictyaml' not in sys.modules\n"
+            "src.PPOBuffer.schema\n"
+            "assert 'strictyaml' in sys.modules\n")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def ppo_snapshot(buf: src.PPOBuffer) -> dict[str, Any]:
+    data = buf.path.rollout.data
+    return {"len": len(buf), "start": buf.path.path_start,
+            "adv": buf.path.advantages.copy(), "ret": buf.path.returns_to_go.copy(),
+            "data": {k: np.array(v, copy=True) for k, v in data.items()}}
+
+
+def sac_snapshot(buf: src.SimpleReplayBuffer) -> dict[str, Any]:
+    core = buf.buffer
+    arrays = core.table.arrays if core._table is not None else {}
+    return {"len": len(buf), "rng": json.dumps(core.rng.bit_generator.state, default=str),
+            "data": {k: np.array(v, copy=True) for k, v in arrays.items()}}
+
+
+def same(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    def eq(x: Any, y: Any) -> bool:
+        if isinstance(x, dict):
+            return x.keys() == y.keys() and all(eq(x[k], y[k]) for k in x)
+        if isinstance(x, np.ndarray):
+            return np.array_equal(x, y, equal_nan=True)
+        return bool(x == y)
+    return eq(a, b)
+
+
+def ppo_step(**changes: Any) -> dict[str, Any]:
+    act = ActionSample(np.zeros(1), 0.5, -0.1)
+    for name in ("action", "value", "logp"):
+        if name in changes:
+            setattr(act, name, changes.pop(name))
+    return {"obs": np.zeros(2, np.float32), "act": act, "rew": 1.0, **changes}
+
+
+def sac_bad(**changes: Any) -> dict[str, Any]:
+    step = sac_step(1, obs_dim=2)
+    step["act"] = ActionSample(np.array([0.5]))
+    if "action" in changes:
+        step["act"].action = changes.pop("action")
+    return {**step, **changes}
+
+
+#: (label, buffer kind, call, error type, text the message names)
+SRC_BAD_CALLS: list[tuple[str, str, Any, type[Exception], str]] = [
+    ("PPOBuffer(obs_dim=None)", "ppo", lambda b: src.PPOBuffer(None, 1, 8, 4),
+     ConfigError, "obs_dim"),
+    ("PPOBuffer(size=0)", "ppo", lambda b: src.PPOBuffer(2, 1, 0, 4), ConfigError, "size"),
+    ("PPOBuffer(gamma='x')", "ppo", lambda b: src.PPOBuffer(2, 1, 8, 4, gamma="x"),
+     ConfigError, "gamma"),
+    ("PPOBuffer(lam=nan)", "ppo", lambda b: src.PPOBuffer(2, 1, 8, 4, lam=float("nan")),
+     ConfigError, "lam"),
+    ("PPOBuffer(device='nope')", "ppo", lambda b: src.PPOBuffer(2, 1, 8, 4, device="nope"),
+     ConfigError, "device"),
+    ("PPOBuffer(device=3.5)", "ppo", lambda b: src.PPOBuffer(2, 1, 8, 4, device=3.5),
+     ConfigError, "device"),
+    ("PPOBuffer(seed='x')", "ppo", lambda b: src.PPOBuffer(2, 1, 8, 4, seed="x"),
+     ConfigError, "seed"),
+    ("store(None)", "ppo", lambda b: b.store(None), ArgumentError, "buffer_dict"),
+    ("store('x')", "ppo", lambda b: b.store("obs"), ArgumentError, "buffer_dict"),
+    ("store([])", "ppo", lambda b: b.store([]), ArgumentError, "buffer_dict"),
+    ("store(obs=None)", "ppo", lambda b: b.store(ppo_step(obs=None)), rb.DtypeError, "obs"),
+    ("store(obs='ab')", "ppo", lambda b: b.store(ppo_step(obs="ab")), rb.DtypeError, "obs"),
+    ("store(obs=[3])", "ppo", lambda b: b.store(ppo_step(obs=np.zeros(3))), ShapeError,
+     "obs"),
+    ("store(action=None)", "ppo", lambda b: b.store(ppo_step(action=None)), rb.DtypeError,
+     "action"),
+    ("store(action=[None])", "ppo", lambda b: b.store(ppo_step(action=[None])),
+     rb.DtypeError, "action"),
+    ("store(rew=None)", "ppo", lambda b: b.store(ppo_step(rew=None)), rb.DtypeError, "rew"),
+    ("store(rew='x')", "ppo", lambda b: b.store(ppo_step(rew="x")), rb.DtypeError, "rew"),
+    ("store(rew=nan)", "ppo", lambda b: b.store(ppo_step(rew=float("nan"))), ConfigError,
+     "rew"),
+    ("store(rew=tensor[3])", "ppo", lambda b: b.store(ppo_step(rew=torch.zeros(3))),
+     ShapeError, "rew"),
+    ("store(value=None)", "ppo", lambda b: b.store(ppo_step(value=None)), rb.DtypeError,
+     "value"),
+    ("store(value=inf)", "ppo", lambda b: b.store(ppo_step(value=float("inf"))),
+     ConfigError, "value"),
+    ("store(logp='x')", "ppo", lambda b: b.store(ppo_step(logp="x")), rb.DtypeError, "logp"),
+    ("finish_path('x')", "ppo", lambda b: b.finish_path("x"), ArgumentError, "action_obj"),
+    ("finish_path(True)", "ppo", lambda b: b.finish_path(True), ArgumentError, "action_obj"),
+    ("finish_path(nan)", "ppo", lambda b: b.finish_path(float("nan")), ConfigError, "finite"),
+    ("finish_path(value='x')", "ppo", lambda b: b.finish_path(ActionSample(value="x")),
+     rb.DtypeError, "value"),
+    ("finish_path(value=None)", "ppo", lambda b: b.finish_path(ActionSample(value=None)),
+     rb.DtypeError, "value"),
+    ("finish_path(value=[1, 2])", "ppo", lambda b: b.finish_path(ActionSample(value=[1, 2])),
+     ShapeError, "value"),
+    ("sample_batch() unfinished", "ppo", lambda b: b.sample_batch(), EmptyBufferError,
+     "finish_path"),
+    ("discount_cumsum('abc')", "ppo", lambda b: src.discount_cumsum("abc", 0.9),
+     rb.DtypeError, "x="),
+    ("discount_cumsum([None, 1])", "ppo", lambda b: src.discount_cumsum([None, 1.0], 0.9),
+     rb.DtypeError, "x="),
+    ("discount_cumsum(discount='x')", "ppo", lambda b: src.discount_cumsum([1.0], "x"),
+     ConfigError, "discount"),
+    ("discount_cumsum(discount=None)", "ppo", lambda b: src.discount_cumsum([1.0], None),
+     ConfigError, "discount"),
+    ("SimpleReplayBuffer(act_dim=-1)", "sac", lambda b: src.SimpleReplayBuffer(2, -1, 8, 4),
+     ConfigError, "act_dim"),
+    ("SimpleReplayBuffer(device='nope')", "sac",
+     lambda b: src.SimpleReplayBuffer(2, 1, 8, 4, device="nope"), ConfigError, "device"),
+    ("S.store(None)", "sac", lambda b: b.store(None), ArgumentError, "buffer_dict"),
+    ("S.store(obs=None)", "sac", lambda b: b.store(sac_bad(obs=None)), rb.DtypeError, "obs"),
+    ("S.store(next_obs='ab')", "sac", lambda b: b.store(sac_bad(next_obs="ab")),
+     rb.DtypeError, "next_obs"),
+    ("S.store(action=None)", "sac", lambda b: b.store(sac_bad(action=None)), rb.DtypeError,
+     "action"),
+    ("S.store(rew=None)", "sac", lambda b: b.store(sac_bad(rew=None)), rb.DtypeError, "rew"),
+    ("S.store(rew=[1, 2])", "sac", lambda b: b.store(sac_bad(rew=[1, 2])), ShapeError,
+     "rew"),
+    ("S.store(done=None)", "sac", lambda b: b.store(sac_bad(done=None)), rb.DtypeError,
+     "done"),
+    ("S.store(done='False')", "sac", lambda b: b.store(sac_bad(done="False")), rb.DtypeError,
+     "done"),
+    ("S.store(done=nan)", "sac", lambda b: b.store(sac_bad(done=float("nan"))),
+     rb.DtypeError, "done"),
+    ("S.store(done=2)", "sac", lambda b: b.store(sac_bad(done=2)), rb.DtypeError, "done"),
+    ("S.store(done=0.5)", "sac", lambda b: b.store(sac_bad(done=0.5)), rb.DtypeError, "done"),
+    ("S.store(done=tensor[3])", "sac", lambda b: b.store(sac_bad(done=torch.zeros(3))),
+     ShapeError, "done"),
+    ("S.finish_path('x')", "sac", lambda b: b.finish_path("x"), ArgumentError, "action_obj"),
+    ("S.finish_path(True)", "sac", lambda b: b.finish_path(True), ArgumentError,
+     "action_obj"),
+]
+
+
+def _src_buffers() -> tuple[src.PPOBuffer, src.SimpleReplayBuffer]:
+    ppo = src.PPOBuffer(2, 1, 8, 4)
+    for _ in range(3):
+        ppo.store(ppo_step())
+    ppo.finish_path(None)
+    ppo.store(ppo_step())  # an unfinished path
+    sac = src.SimpleReplayBuffer(2, 1, 8, 4, seed=0, device="cpu")
+    for t in range(3):
+        sac.store(sac_bad(obs=np.full(2, t, np.float32)))
+    return ppo, sac
+
+
+@pytest.mark.parametrize("label,kind,call,error,name", SRC_BAD_CALLS,
+                         ids=[c[0] for c in SRC_BAD_CALLS])
+def test_hostile_arguments_raise_library_errors(label: str, kind: str, call: Any,
+                                                error: type[Exception], name: str) -> None:
+    """Issue item 9 (src): every public entry point (constructors, store, finish_path,
+    sample_batch, discount_cumsum) refuses hostile arguments with a replaybank error of
+    the documented kind whose message names the argument; the buffer is unchanged."""
+    ppo, sac = _src_buffers()
+    buf: Any = ppo if kind == "ppo" else sac
+    before = ppo_snapshot(ppo) if kind == "ppo" else sac_snapshot(sac)
+    with pytest.raises(error, match=name) as info:
+        call(buf)
+    assert isinstance(info.value, rb.ReplayBankError), type(info.value)
+    after = ppo_snapshot(ppo) if kind == "ppo" else sac_snapshot(sac)
+    assert same(before, after)
+
+
+@settings(max_examples=30, deadline=None)
+@given(picks=st.lists(st.sampled_from(SRC_BAD_CALLS), min_size=1, max_size=6))
+def test_any_sequence_of_hostile_calls_leaves_the_buffers_working(
+        picks: list[tuple[str, str, Any, type[Exception], str]]) -> None:
+    """Issue item 9 (src, property): any sequence of hostile calls raises replaybank
+    errors, changes nothing, and the buffers then work as before (the PPO epoch equals the
+    plain-loop oracle)."""
+    ppo, sac = _src_buffers()
+    before = (ppo_snapshot(ppo), sac_snapshot(sac))
+    for _label, kind, call, _error, _name in picks:
+        with pytest.raises(rb.ReplayBankError):
+            call(ppo if kind == "ppo" else sac)
+    assert same(before[0], ppo_snapshot(ppo)) and same(before[1], sac_snapshot(sac))
+    ppo.finish_path(None)
+    adv, _ = oracle_path([1.0] * 3, [0.5] * 3, 0.0, ppo.gamma, ppo.lam)
+    adv1, _ = oracle_path([1.0], [0.5], 0.0, ppo.gamma, ppo.lam)
+    np.testing.assert_allclose(ppo.sample_batch()["adv"], normalise(adv + adv1, 1e-3),
+                               rtol=1e-4, atol=1e-5)
+    assert len(sac.sample_batch()["obs"]) == 3
+
+
+def test_config_file_that_is_not_text_raises_config_error(tmp_path: Path) -> None:
+    """Issue item 9 (src): a config file that is not UTF-8 text raises ConfigError (it
+    raised UnicodeDecodeError)."""
+    path = tmp_path / "binary.yaml"
+    path.write_bytes(b"\xff\xfe\x00obs_dim")
+    with pytest.raises(ConfigError, match=r"binary\.yaml"):
+        src.PPOBuffer.instantiate_from_config(path)

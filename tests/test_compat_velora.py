@@ -102,9 +102,14 @@ def filled(n: int = 6, capacity: int = 10) -> ReplayBuffer:
 
 def test_module_exports_every_public_name() -> None:
     """velora.buffer (the page): BatchExperience, BufferBase, ReplayBuffer, the config
-    model of ReplayBuffer.config and the key types of metadata/state_dict are exported."""
-    assert set(velora.__all__) == {"BatchExperience", "BufferBase", "BufferConfig",
-                                   "BufferKeys", "MetaDataKeys", "ReplayBuffer"}
+    model of ReplayBuffer.config and the key types of metadata/state_dict are exported, and
+    the error BufferBase.sample raises; every public class of the module is exported."""
+    assert set(velora.__all__) == {"AbstractSampleError", "BatchExperience", "BufferBase",
+                                   "BufferConfig", "BufferKeys", "MetaDataKeys",
+                                   "ReplayBuffer"}
+    classes = {n for n, v in vars(velora).items() if isinstance(v, type)
+               and not n.startswith("_") and v.__module__ == velora.__name__}
+    assert classes <= set(velora.__all__)
     for name in velora.__all__:
         assert getattr(velora, name) is not None
     assert issubclass(ReplayBuffer, BufferBase)
@@ -124,12 +129,14 @@ def test_batch_experience_fields() -> None:
 
 def test_buffer_base_init_parameters_and_defaults() -> None:
     """BufferBase.__init__(capacity, state_dim, action_dim, hidden_dim, *, device=None):
-    attributes as given, position and size 0, storage zero-filled (capacity, dim)."""
+    attributes as given, position and size 0, storage zero-filled (capacity, dim). The
+    front end adds one keyword-only argument after velora's: seed=None."""
     sig = inspect.signature(BufferBase.__init__)
     assert list(sig.parameters)[1:] == ["capacity", "state_dim", "action_dim", "hidden_dim",
-                                        "device"]
-    assert sig.parameters["device"].kind is inspect.Parameter.KEYWORD_ONLY
-    assert sig.parameters["device"].default is None
+                                        "device", "seed"]
+    for name in ("device", "seed"):
+        assert sig.parameters[name].kind is inspect.Parameter.KEYWORD_ONLY
+        assert sig.parameters[name].default is None
     buf = ReplayBuffer(7, S, A, H)
     assert (buf.capacity, buf.state_dim, buf.action_dim, buf.hidden_dim, buf.device) \
         == (7, S, A, H, None)
@@ -145,10 +152,8 @@ def test_buffer_base_init_parameters_and_defaults() -> None:
 
 
 def test_buffer_base_is_the_customization_base() -> None:
-    """BufferBase (Customization: Buffers): sample is abstract; a subclass that supplies
-    it gets add/add_multi/len/metadata/state_dict/save/load and velora's attributes."""
-    with pytest.raises(TypeError):
-        BufferBase(4, S, A, H)  # type: ignore[abstract]
+    """BufferBase (Customization: Buffers): a subclass that supplies sample gets
+    add/add_multi/len/metadata/state_dict/save/load and velora's attributes."""
 
     class Newest(BufferBase):
         def sample(self, batch_size: int) -> BatchExperience:
@@ -516,18 +521,14 @@ def test_torch_storage_path_matches_numpy_path(monkeypatch: pytest.MonkeyPatch,
     a, b = bufs
     for key in KEYS:
         assert torch.equal(a.state_dict()[key], b.state_dict()[key]), key
-    # torch storage draws its keys on the device (same distribution, not the same keys):
-    # every row it returns is a row the numpy path returns (40 batches of 6 of the 6
-    # items cover all of them)
-    def rows(buf: Any) -> set[tuple[float, ...]]:
-        out: set[tuple[float, ...]] = set()
-        for _ in range(40):
-            batch = buf.sample(6)
-            flat = torch.cat([getattr(batch, k).reshape(6, -1).float() for k in KEYS], dim=1)
-            out |= {tuple(r) for r in flat.tolist()}
-        return out
-
-    assert rows(b) <= rows(a) and len(rows(b)) > 1
+    # both draw velora's indices from torch's global generator: the same batches
+    for seed in range(3):
+        batches = []
+        for buf in (a, b):
+            torch.manual_seed(seed)
+            batches.append(buf.sample(6))
+        for key in KEYS:
+            assert torch.equal(getattr(batches[0], key), getattr(batches[1], key)), key
     b.save(tmp_path)
     meta = json.loads((tmp_path / "buffer_metadata.json").read_text())
     again = ReplayBuffer.load(tmp_path / "buffer_state.safetensors", meta)
@@ -544,6 +545,11 @@ def test_cuda_device() -> None:  # pragma: no cover - needs a GPU
     batch = buf.sample(4)
     assert all(getattr(batch, k).device.type == "cuda" for k in KEYS)
     assert buf.metadata()["device"] == "cuda"
+    torch.manual_seed(2)  # velora's draw: torch.randint on the device's generator
+    batch = buf.sample(4)
+    torch.manual_seed(2)
+    idx = torch.randint(0, len(buf), (4,), device="cuda")
+    assert torch.equal(batch.states, buf.states[idx])
 
 
 # ---------------------------------------------------------------- user guide
@@ -650,3 +656,376 @@ def test_user_guide_runs_with_one_import_changed(tmp_path: Path,
     assert loaded.metadata()["position"] == buffer.metadata()["position"]
     assert torch.isfinite(scope["loss"])
     assert (tmp_path / "checkpoints/buffer/buffer_state.safetensors").exists()
+
+
+# ---------------------------------------------------------------- hardening (issue items 4,
+# 9, 18, 19): hostile arguments raise library errors and leave the buffer unchanged
+
+
+def snapshot(buf: BufferBase) -> dict[str, Any]:
+    """Everything a call could change: the velora tensors, position/size, the core's
+    flags and generator state."""
+    arrays = buf.core.table.arrays if buf.core._table is not None else {}
+    return {"sd": {k: v.clone() for k, v in buf.state_dict().items()},
+            "meta": buf.metadata(),
+            "flags": {k: np.array(arrays[k], copy=True) for k in ("terminated", "truncated")
+                      if k in arrays},
+            "rng": json.dumps(buf.core.rng.bit_generator.state, default=str)}
+
+
+def assert_unchanged(buf: BufferBase, before: dict[str, Any]) -> None:
+    after = snapshot(buf)
+    assert after["meta"] == before["meta"]
+    assert after["rng"] == before["rng"]
+    for key, value in before["sd"].items():
+        assert torch.equal(after["sd"][key].nan_to_num(7.0), value.nan_to_num(7.0)), key
+    for key, value in before["flags"].items():
+        assert np.array_equal(after["flags"][key], value), key
+
+
+def with_field(i: int, value: Any) -> tuple[Any, ...]:
+    """A good experience (item 3) with argument number ``i`` of add replaced."""
+    args = list(item(3))
+    args[i] = value
+    return tuple(args)
+
+
+ADD_ARGS = ["state", "action", "reward", "next_state", "done", "hidden"]
+
+
+@pytest.mark.parametrize("index,value", [
+    (0, None), (1, None), (3, None), (5, None),
+    (0, "abcd"), (1, [None, 1.0]), (3, object()), (5, np.array(["a", "b", "c"])),
+])
+def test_add_refuses_none_and_non_numbers(index: int, value: Any) -> None:
+    """Issue item 4: add(state=None) (action, next_state, hidden likewise) was stored as a
+    row of NaN; velora's tensor assignment raises. Now a DtypeError naming the argument;
+    nothing is stored."""
+    buf = filled(3)
+    before = snapshot(buf)
+    with pytest.raises(rb.DtypeError, match=rf"add\({ADD_ARGS[index]}="):
+        buf.add(*with_field(index, value))
+    assert_unchanged(buf, before)
+
+
+@pytest.mark.parametrize("done", ["False", "x", float("nan"), 2, 0.5, -1, None, [1, 2],
+                                  torch.zeros(3), np.array([1.0, 0.0])])
+def test_add_refuses_a_done_that_is_not_a_flag(done: Any) -> None:
+    """Issue item 4: done="False", nan and 2 were stored as 1.0. A done is a bool or 0/1
+    (a number, or a one-element tensor/array); anything else raises naming done."""
+    buf = filled(3)
+    before = snapshot(buf)
+    with pytest.raises(rb.ReplayBankError, match=r"add\(done="):
+        buf.add(*with_field(4, done))
+    assert_unchanged(buf, before)
+
+
+def test_add_takes_every_form_of_flag_and_number() -> None:
+    """BufferBase.add: the done forms velora's assignment takes as 0/1 (bools, 0/1
+    numbers, one-element tensors and arrays) and the reward forms (numbers, one-element
+    tensors/arrays) are stored as before."""
+    buf = ReplayBuffer(16, S, A, H)
+    dones = [True, False, 1, 0, 1.0, np.bool_(True), np.int64(1), torch.tensor(True),
+             torch.tensor([1.0]), np.array([[0]])]
+    rewards = [1.5, 2, np.float32(0.5), torch.tensor(3.0), torch.tensor([4.0]),
+               np.array([[5.0]]), True, float("nan")]  # NaN is data, as in velora
+    for k, (d, r) in enumerate(zip(dones, rewards + [0.0] * 2, strict=True)):
+        buf.add(*with_field(2, r)[:4], d, torch.zeros(H))
+        assert buf.dones[k].item() == float(bool(np.asarray(d).item()))
+    got = buf.rewards[:8, 0]
+    assert got[:7].tolist() == [1.5, 2.0, 0.5, 3.0, 4.0, 5.0, 1.0] and got[7].isnan()
+
+
+def _bad_agent(**kwargs: Any) -> Any:
+    agent = FakeAgent("CartPole-v1")
+    for key, value in kwargs.items():
+        setattr(agent, key, value)
+    return agent
+
+
+def _predicting(result: Any) -> Any:
+    agent = FakeAgent("CartPole-v1")
+    agent.predict = lambda states, hidden, train_mode=False: result  # type: ignore[method-assign]
+    return agent
+
+
+def _corrupt_file(tmp: Path) -> Path:
+    path = tmp / "corrupt_state.safetensors"
+    path.write_bytes(b"\x00\x01 not a safetensors file")
+    return path
+
+
+META = {"capacity": 10, "state_dim": S, "action_dim": A, "hidden_dim": H, "position": 3,
+        "size": 3, "device": None}
+
+#: (label, call on a buffer holding 3 items (and a temporary folder), error type, message)
+BAD_CALLS: list[tuple[str, Any, type[Exception], str]] = [
+    # constructors
+    ("capacity=None", lambda b, t: ReplayBuffer(None, S, A, H), rb.CapacityError, "capacity"),
+    ("capacity='10'", lambda b, t: ReplayBuffer("10", S, A, H), rb.CapacityError, "capacity"),
+    ("capacity=0", lambda b, t: ReplayBuffer(0, S, A, H), rb.CapacityError, "capacity"),
+    ("capacity=nan", lambda b, t: ReplayBuffer(float("nan"), S, A, H), rb.CapacityError,
+     "capacity"),
+    ("state_dim=0", lambda b, t: ReplayBuffer(10, 0, A, H), rb.ConfigError, "state_dim"),
+    ("state_dim=-1", lambda b, t: ReplayBuffer(10, -1, A, H), rb.ConfigError, "state_dim"),
+    ("action_dim=None", lambda b, t: ReplayBuffer(10, 4, None, 3), rb.ConfigError,
+     "action_dim"),
+    ("action_dim=2.0", lambda b, t: ReplayBuffer(10, 4, 2.0, 3), rb.ConfigError, "action_dim"),
+    ("hidden_dim=-1", lambda b, t: ReplayBuffer(10, 4, 1, -1), rb.ConfigError, "hidden_dim"),
+    ("hidden_dim=True", lambda b, t: ReplayBuffer(10, 4, 1, True), rb.ConfigError,
+     "hidden_dim"),
+    ("device='nope'", lambda b, t: ReplayBuffer(10, S, A, H, device="nope"), rb.ConfigError,
+     "device"),
+    ("device=3.5", lambda b, t: ReplayBuffer(10, S, A, H, device=3.5), rb.ConfigError,
+     "device"),
+    ("seed=-1", lambda b, t: ReplayBuffer(10, S, A, H, seed=-1), rb.ConfigError, "seed"),
+    ("seed='x'", lambda b, t: ReplayBuffer(10, S, A, H, seed="x"), rb.ConfigError, "seed"),
+    # add
+    ("add(state=None)", lambda b, t: b.add(*with_field(0, None)), rb.DtypeError, "state"),
+    ("add(state=[5])", lambda b, t: b.add(*with_field(0, torch.zeros(5))), rb.ShapeError,
+     "state"),
+    ("add(action=None)", lambda b, t: b.add(*with_field(1, None)), rb.DtypeError, "action"),
+    ("add(next_state=None)", lambda b, t: b.add(*with_field(3, None)), rb.DtypeError,
+     "next_state"),
+    ("add(hidden=None)", lambda b, t: b.add(*with_field(5, None)), rb.DtypeError, "hidden"),
+    ("add(hidden=[4])", lambda b, t: b.add(*with_field(5, torch.zeros(H + 1))), rb.ShapeError,
+     "hidden"),
+    ("add(reward=None)", lambda b, t: b.add(*with_field(2, None)), rb.DtypeError, "reward"),
+    ("add(reward='x')", lambda b, t: b.add(*with_field(2, "x")), rb.DtypeError, "reward"),
+    ("add(reward=[1, 2])", lambda b, t: b.add(*with_field(2, [1, 2])), rb.ShapeError,
+     "reward"),
+    ("add(reward=tensor[3])", lambda b, t: b.add(*with_field(2, torch.zeros(3))),
+     rb.ShapeError, "reward"),
+    ("add(done='False')", lambda b, t: b.add(*with_field(4, "False")), rb.DtypeError, "done"),
+    ("add(done=nan)", lambda b, t: b.add(*with_field(4, float("nan"))), rb.DtypeError,
+     "done"),
+    ("add(done=2)", lambda b, t: b.add(*with_field(4, 2)), rb.DtypeError, "done"),
+    ("add(done=None)", lambda b, t: b.add(*with_field(4, None)), rb.DtypeError, "done"),
+    # add_multi
+    ("add_multi(states=None)", lambda b, t: b.add_multi(None, *items(0, 2)[1:]),
+     rb.ReplayBankError, "states"),
+    ("add_multi(actions=None)", lambda b, t: b.add_multi(*(lambda x: (x[0], None, *x[2:]))(
+        items(0, 2))), rb.DtypeError, "actions"),
+    ("add_multi(rewards='ab')", lambda b, t: b.add_multi(*(lambda x: (*x[:2], np.array(
+        ["a", "b"]), *x[3:]))(items(0, 2))), rb.DtypeError, "rewards"),
+    ("add_multi(rewards=[3])", lambda b, t: b.add_multi(*(lambda x: (*x[:2], torch.zeros(3),
+                                                                      *x[3:]))(items(0, 2))),
+     rb.ShapeError, "rewards"),
+    ("add_multi(dones=nan)", lambda b, t: b.add_multi(*(lambda x: (*x[:4], torch.tensor(
+        [0.0, float("nan")]), x[5]))(items(0, 2))), rb.DtypeError, "dones"),
+    ("add_multi(dones=2)", lambda b, t: b.add_multi(*(lambda x: (*x[:4], torch.tensor(
+        [0, 2]), x[5]))(items(0, 2))), rb.DtypeError, "dones"),
+    ("add_multi(dones=str)", lambda b, t: b.add_multi(*(lambda x: (*x[:4], np.array(
+        ["a", "b"]), x[5]))(items(0, 2))), rb.DtypeError, "dones"),
+    ("add_multi(hiddens=None)", lambda b, t: b.add_multi(*items(0, 2)[:5], None),
+     rb.DtypeError, "hiddens"),
+    # sample
+    ("sample(None)", lambda b, t: b.sample(None), rb.ConfigError, "batch_size"),
+    ("sample('4')", lambda b, t: b.sample("4"), rb.ConfigError, "batch_size"),
+    ("sample(2.0)", lambda b, t: b.sample(2.0), rb.ConfigError, "batch_size"),
+    ("sample(0)", lambda b, t: b.sample(0), rb.ConfigError, "batch_size"),
+    ("sample(-1)", lambda b, t: b.sample(-1), rb.ConfigError, "batch_size"),
+    ("sample(True)", lambda b, t: b.sample(True), rb.ConfigError, "batch_size"),
+    ("sample(nan)", lambda b, t: b.sample(float("nan")), rb.ConfigError, "batch_size"),
+    ("sample(4) of 3", lambda b, t: b.sample(4), rb.EmptyBufferError, "batch_size"),
+    # warm
+    ("warm(None)", lambda b, t: b.warm(None, 5), rb.ArgumentError, "agent"),
+    ("warm(agent without env)", lambda b, t: b.warm(_bad_agent(env=None), 5),
+     rb.ArgumentError, "agent"),
+    ("warm(agent without predict)", lambda b, t: b.warm(_bad_agent(predict=None), 5),
+     rb.ArgumentError, "predict"),
+    ("warm(agent.device='nope')", lambda b, t: b.warm(_bad_agent(device="nope"), 5),
+     rb.ArgumentError, "device"),
+    ("warm(n_samples=None)", lambda b, t: b.warm(FakeAgent("CartPole-v1"), None),
+     rb.ConfigError, "n_samples"),
+    ("warm(n_samples='5')", lambda b, t: b.warm(FakeAgent("CartPole-v1"), "5"),
+     rb.ConfigError, "n_samples"),
+    ("warm(n_samples=-1)", lambda b, t: b.warm(FakeAgent("CartPole-v1"), -1),
+     rb.ConfigError, "n_samples"),
+    ("warm(n_samples=11)", lambda b, t: b.warm(FakeAgent("CartPole-v1"), 11),
+     rb.ConfigError, "n_samples"),
+    ("warm(num_envs=None)", lambda b, t: b.warm(FakeAgent("CartPole-v1"), 5, None),
+     rb.ConfigError, "num_envs"),
+    ("warm(num_envs=1)", lambda b, t: b.warm(FakeAgent("CartPole-v1"), 5, 1),
+     rb.ConfigError, "num_envs"),
+    ("warm(num_envs=2.5)", lambda b, t: b.warm(FakeAgent("CartPole-v1"), 5, 2.5),
+     rb.ConfigError, "num_envs"),
+    ("warm(predict -> one value)", lambda b, t: b.warm(_predicting(torch.zeros(2)), 5, 2),
+     rb.ArgumentError, "predict"),
+    ("warm(predict -> no hidden)", lambda b, t: b.warm(_predicting(
+        (torch.zeros(2, dtype=torch.long), None)), 5, 2), rb.ArgumentError, "hidden"),
+    ("warm(predict -> 3 actions)", lambda b, t: b.warm(_predicting(
+        (torch.zeros(3, dtype=torch.long), torch.zeros(2, H))), 5, 2), rb.ShapeError,
+     "actions"),
+    ("warm(predict -> hidden [2, 4])", lambda b, t: b.warm(_predicting(
+        (torch.zeros(2, dtype=torch.long), torch.zeros(2, H + 1))), 5, 2), rb.ShapeError,
+     "hidden"),
+    ("warm(predict -> action 7)", lambda b, t: b.warm(_predicting(
+        (torch.full((2,), 7, dtype=torch.long), torch.zeros(2, H))), 5, 2), rb.ArgumentError,
+     "actions"),
+    # save / load
+    ("save(None)", lambda b, t: b.save(None), rb.ArgumentError, "dirpath"),
+    ("save(prefix=None)", lambda b, t: b.save(t, prefix=None), rb.ArgumentError, "prefix"),
+    ("save(a file)", lambda b, t: b.save(_corrupt_file(t)), rb.CheckpointError, "dirpath"),
+    ("load(None, meta)", lambda b, t: ReplayBuffer.load(None, META), rb.ArgumentError,
+     "state_path"),
+    ("load(path, {})", lambda b, t: ReplayBuffer.load(t / "x.safetensors", {}),
+     rb.CheckpointError, "device"),
+    ("load(path, None)", lambda b, t: ReplayBuffer.load(t / "x.safetensors", None),
+     rb.CheckpointError, "metadata"),
+    ("load(capacity='x')", lambda b, t: ReplayBuffer.load(t / "x.safetensors", dict(
+        META, capacity="x")), rb.CheckpointError, "capacity"),
+    ("load(position=-1)", lambda b, t: ReplayBuffer.load(t / "x.safetensors", dict(
+        META, position=-1)), rb.CheckpointError, "position"),
+    ("load(device=3)", lambda b, t: ReplayBuffer.load(t / "x.safetensors", dict(
+        META, device=3)), rb.CheckpointError, "device"),
+    ("load(missing file)", lambda b, t: ReplayBuffer.load(t / "missing.safetensors", META),
+     rb.CheckpointError, "missing"),
+    ("load(generator=x)", lambda b, t: ReplayBuffer.load(t / "x.safetensors", dict(
+        META, generator={"bit_generator": "x"})), rb.CheckpointError, "generator"),
+    ("load(generator damaged)", lambda b, t: ReplayBuffer.load(t / "x.safetensors", dict(
+        META, generator={"bit_generator": "PCG64", "state": 3})), rb.CheckpointError,
+     "generator"),
+    ("load(corrupt file)", lambda b, t: ReplayBuffer.load(_corrupt_file(t), META),
+     rb.CheckpointError, "corrupt"),
+]
+
+
+@pytest.mark.parametrize("label,call,error,name", BAD_CALLS, ids=[c[0] for c in BAD_CALLS])
+def test_hostile_arguments_raise_library_errors(label: str, call: Any, error: type[Exception],
+                                                name: str, tmp_path: Path) -> None:
+    """Issue item 9: every public entry point (constructor, add, add_multi, sample, warm,
+    save, load) refuses hostile arguments with a replaybank error of the documented kind
+    whose message names the argument; the buffer is unchanged."""
+    buf = filled(3)
+    before = snapshot(buf)
+    with pytest.raises(error, match=name) as info:
+        call(buf, tmp_path)
+    assert isinstance(info.value, rb.ReplayBankError), type(info.value)
+    assert_unchanged(buf, before)
+
+
+@settings(max_examples=30, deadline=None)
+@given(n=st.integers(0, 12), picks=st.lists(st.sampled_from(
+    [c for c in BAD_CALLS if not c[0].startswith(("warm", "save", "load"))]),
+    min_size=1, max_size=6))
+def test_any_sequence_of_hostile_calls_leaves_the_buffer_as_it_was(
+        n: int, picks: list[tuple[str, Any, type[Exception], str]]) -> None:
+    """Issue item 9 (property): after any number of good adds, any sequence of hostile
+    calls raises replaybank errors and leaves exactly the state a plain reference holds;
+    the buffer then works as before."""
+    ref, buf = Reference(10), ReplayBuffer(10, S, A, H)
+    for k in range(n):
+        ref.add(*item(k, done=k % 2 == 1))
+        buf.add(*item(k, done=k % 2 == 1))
+    before = snapshot(buf)
+    for label, call, _error, _name in picks:
+        if label == "sample(4) of 3" and n >= 4:
+            continue
+        with pytest.raises(rb.ReplayBankError):
+            call(buf, None)
+        assert_unchanged(buf, before)
+    for key, value in buf.state_dict().items():
+        assert torch.equal(value, ref.data[key]), key
+    buf.add(*item(99))
+    assert len(buf) == min(n + 1, 10)
+
+
+def test_buffer_base_is_constructible_as_in_velora() -> None:
+    """Issue item 18 (BufferBase, Customization: Buffers): velora's BufferBase is a plain
+    class (sample is marked abstract but nothing stops construction): BufferBase(...)
+    builds a working store; its sample says to use ReplayBuffer or define sample, as a
+    replaybank error that is also a NotImplementedError."""
+    base = BufferBase(4, S, A, H)
+    base.add(*item(0))
+    base.add_multi(*items(1, 2))
+    assert (len(base), base.position, base.metadata()["size"]) == (3, 3, 3)
+    assert base.states[:3, 0].tolist() == [0.0, 1.0, 2.0]
+    with pytest.raises(NotImplementedError, match="ReplayBuffer") as info:
+        base.sample(2)
+    assert isinstance(info.value, rb.ReplayBankError)
+
+
+def test_sample_follows_torch_global_generator_like_velora() -> None:
+    """Issue item 19 (ReplayBuffer.sample uses torch.randint): torch.manual_seed(s) right
+    before sample() reproduces the draw, and the draw is velora's own:
+    states[torch.randint(0, size, (batch_size,))]."""
+    buf = filled(7, capacity=10)
+    torch.manual_seed(5)
+    a = buf.sample(6)
+    torch.manual_seed(5)
+    b = buf.sample(6)
+    for key in KEYS:
+        assert torch.equal(getattr(a, key), getattr(b, key)), key
+    torch.manual_seed(5)
+    idx = torch.randint(0, len(buf), (6,))
+    for key in KEYS:
+        assert torch.equal(getattr(a, key), buf.state_dict()[key][idx]), key
+    # wrapped: every slot is live, indexed as velora's
+    full = filled(13, capacity=5)
+    torch.manual_seed(1)
+    batch = full.sample(5)
+    torch.manual_seed(1)
+    idx = torch.randint(0, 5, (5,))
+    assert torch.equal(batch.next_states, full.next_states[idx])
+    assert torch.equal(batch.dones, full.dones[idx])
+
+
+def test_own_seed_keeps_its_generator_and_save_load_stays_exact(tmp_path: Path) -> None:
+    """Issue item 19: a buffer given its own seed ignores torch's global generator (two
+    buffers with one seed draw alike); save -> load gives the identical next batch, for
+    the own generator (its state travels in the metadata file) and for torch's (the
+    same torch seed before each sample)."""
+    own = [ReplayBuffer(10, S, A, H, seed=4) for _ in range(2)]
+    for buf in own:
+        for i in range(6):
+            buf.add(*item(i))
+    torch.manual_seed(0)
+    a = own[0].sample(5)
+    torch.manual_seed(1)
+    b = own[1].sample(5)
+    assert torch.equal(a.states, b.states)
+    own[0].save(tmp_path / "own")
+    meta = json.loads((tmp_path / "own" / "buffer_metadata.json").read_text())
+    again = ReplayBuffer.load(tmp_path / "own" / "buffer_state.safetensors", meta)
+    for _ in range(3):
+        x, y = own[0].sample(5), again.sample(5)
+        for key in KEYS:
+            assert torch.equal(getattr(x, key), getattr(y, key)), key
+    for bits in (np.random.MT19937(2), np.random.Philox(2), np.random.SFC64(2)):
+        mine = ReplayBuffer(10, S, A, H, seed=np.random.Generator(bits))
+        for i in range(6):
+            mine.add(*item(i))
+        mine.save(tmp_path / type(bits).__name__)
+        meta = json.loads((tmp_path / type(bits).__name__ / "buffer_metadata.json").read_text())
+        same = ReplayBuffer.load(tmp_path / type(bits).__name__ / "buffer_state", meta)
+        assert torch.equal(mine.sample(5).states, same.sample(5).states)
+    glob = filled(8, capacity=6)
+    glob.save(tmp_path / "glob")
+    meta = json.loads((tmp_path / "glob" / "buffer_metadata.json").read_text())
+    assert meta == glob.metadata()  # velora's keys only: no generator of its own
+    loaded = ReplayBuffer.load(tmp_path / "glob" / "buffer_state.safetensors", meta)
+    torch.manual_seed(9)
+    x = glob.sample(6)
+    torch.manual_seed(9)
+    y = loaded.sample(6)
+    for key in KEYS:
+        assert torch.equal(getattr(x, key), getattr(y, key)), key
+
+
+def test_load_refuses_dones_that_are_not_flags(tmp_path: Path) -> None:
+    """BufferBase.load: a file whose dones hold a value other than 0/1 among the stored
+    items (velora's add stored any float) raises CheckpointError naming 'dones'; rows
+    beyond size are not read."""
+    ref = Reference(6)
+    ref.add_multi(*items(0, 4))
+    ref.data["dones"][1] = 2.0
+    save_file({k: v.contiguous() for k, v in ref.data.items()}, tmp_path / "b_state.safetensors")
+    meta = {"capacity": 6, "state_dim": S, "action_dim": A, "hidden_dim": H, "position": 4,
+            "size": 4, "device": None}
+    with pytest.raises(rb.CheckpointError, match="dones"):
+        ReplayBuffer.load(tmp_path / "b_state.safetensors", meta)
+    ref.data["dones"][1] = 0.0
+    ref.data["dones"][5] = float("nan")  # beyond size: never read
+    save_file({k: v.contiguous() for k, v in ref.data.items()}, tmp_path / "b_state.safetensors")
+    assert len(ReplayBuffer.load(tmp_path / "b_state.safetensors", meta)) == 4

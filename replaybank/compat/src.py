@@ -7,7 +7,7 @@
 * :class:`PPOBuffer` ``(obs_dim, act_dim, size, batch_size, gamma=0.99, lam=0.95,
   eps=1e-3)``: ``store(buffer_dict)`` one step, ``finish_path(action_obj)`` at the end of
   each trajectory (GAE-lambda advantages and rewards-to-go of the path), ``sample_batch()``
-  one shuffled minibatch of ``batch_size`` steps of the epoch per call. It owns a
+  at the end of the epoch: all of its steps, advantages normalised. It owns a
   :class:`~replaybank.compat.trajectory.PathBuffer` (one env of a
   :class:`~replaybank.buffers.rollout.buffer.RolloutBuffer`, GAE from
   :mod:`replaybank.ops.gae`).
@@ -20,9 +20,15 @@
   classmethods of both classes (that class's arguments), and as module functions that
   read the type from the config (``{"name": "PPOBuffer", "config": {...}}`` or
   ``{"type": "PPOBuffer", ...}``). Configs are validated by pydantic models
-  (:class:`PPOBufferConfig`, :class:`SimpleReplayBufferConfig`, also reachable as each
-  class's ``schema``); a bad config raises :class:`~replaybank.errors.ConfigError` (a
+  (:class:`PPOBufferConfig`, :class:`SimpleReplayBufferConfig`, also each class's
+  ``config_model``); a bad config raises :class:`~replaybank.errors.ConfigError` (a
   ``ValueError``) naming the key, the value, the rule and an example.
+* ``schema`` of both classes: the reference's strictyaml ``Map`` of the arguments, so
+  ``strictyaml.load(text, PPOBuffer.schema)`` reads a config as in the original
+  (strictyaml, of the ``yaml`` extra, is imported when ``schema`` is first read).
+
+Every public call checks its arguments before anything changes and raises a
+:class:`~replaybank.errors.ReplayBankError` naming the argument, the value and the fix.
 
 ``buffer_dict`` holds what the project's runner passes: ``"obs"`` (array or torch tensor,
 ``obs_dim`` values), ``"act"`` (the project's ``ActionSample``: ``.action`` with
@@ -41,7 +47,7 @@ Example:
     ...                "act": Act(action=np.zeros(1), value=0.0, logp=-0.7)})
     >>> buf.finish_path(None)  # the episode terminated: nothing to bootstrap
     >>> sorted((k, tuple(v.shape)) for k, v in buf.sample_batch().items())
-    [('act', (2, 1)), ('adv', (2,)), ('logp', (2,)), ('obs', (2, 2)), ('ret', (2,))]
+    [('act', (3, 1)), ('adv', (3,)), ('logp', (3,)), ('obs', (3, 2)), ('ret', (3,))]
     >>> [round(float(x), 3) for x in discount_cumsum(np.ones(3), 0.5)]
     [1.75, 1.5, 1.0]
 """
@@ -68,6 +74,7 @@ from replaybank.errors import (
     ArgumentError,
     CapacityError,
     ConfigError,
+    DtypeError,
     EmptyBufferError,
     ReplayBankError,
     ShapeError,
@@ -105,6 +112,7 @@ def discount_cumsum(x: Any, discount: float) -> FloatArray:
         float64 array shaped like ``x`` (:func:`replaybank.ops.gae.discount_cumsum`).
 
     Raises:
+        DtypeError: ``x`` does not hold numbers (a string, None, objects).
         ShapeError: ``x`` is a scalar.
         ConfigError: ``discount`` is not a finite number.
 
@@ -112,7 +120,11 @@ def discount_cumsum(x: Any, discount: float) -> FloatArray:
         >>> discount_cumsum([1.0, 2.0, 3.0], 0.5).tolist()
         [2.75, 3.5, 3.0]
     """
-    return _gae.discount_cumsum(x, discount)
+    arr = _numbers("discount_cumsum: x", x)
+    if not _is_real(discount) or not math.isfinite(float(discount)):
+        raise ConfigError(f"discount_cumsum(discount={describe(discount)}): must be a finite "
+                          "number, e.g. 0.99")
+    return _gae.discount_cumsum(arr, float(discount))
 
 
 # ---------------------------------------------------------------------- config schema
@@ -211,9 +223,45 @@ def _config_error(type_name: str, model: type[BaseModel], err: ValidationError) 
 def _validate(cls: type[PPOBuffer] | type[SimpleReplayBuffer],
               values: Mapping[str, Any]) -> Any:
     try:
-        return cls.schema.model_validate(dict(values))
+        return cls.config_model.model_validate(dict(values))
     except ValidationError as exc:
-        raise _config_error(cls.__name__, cls.schema, exc) from None
+        raise _config_error(cls.__name__, cls.config_model, exc) from None
+
+
+class _StrictYamlSchema:
+    """A class attribute holding the reference's strictyaml ``Map`` of a buffer's
+    arguments: required ``Int()`` keys, then ``Optional(...)`` ``Float()`` keys.
+
+    strictyaml (the ``yaml`` extra) is imported, and the Map built, when the attribute
+    is first read; importing the front end imports nothing of it. The Map checks types
+    only, as the original's did; the constructors check the rules (ints >= 1, ...).
+
+    Args:
+        required: Names of the required int keys.
+        optional: Names of the optional float keys.
+
+    Example:
+        >>> class Buffer:
+        ...     schema = _StrictYamlSchema(("size",), ("gamma",))
+        >>> Buffer.schema
+        Map({'size': Int(), Optional("gamma"): Float()})
+    """
+
+    def __init__(self, required: tuple[str, ...], optional: tuple[str, ...] = ()) -> None:
+        self.required = required
+        self.optional = optional
+        self._map: Any = None
+
+    def __get__(self, obj: object, owner: type | None = None) -> Any:
+        if self._map is None:
+            sy = require_extra("strictyaml", "yaml")
+            fields: dict[Any, Any] = {name: sy.Int() for name in self.required}
+            fields.update({sy.Optional(name): sy.Float() for name in self.optional})
+            self._map = sy.Map(fields)
+        return self._map
+
+
+_INTS = ("obs_dim", "act_dim", "size", "batch_size")
 
 
 def _read_config_file(path: Any) -> Any:
@@ -223,10 +271,13 @@ def _read_config_file(path: Any) -> Any:
                           "pathlib.Path) to a .yaml, .yml or .json file")
     p = Path(path)
     try:
-        text = p.read_text()
+        text = p.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"config file {str(p)!r}: cannot read it ({exc}); check the "
                           "path") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config file {str(p)!r}: not UTF-8 text ({exc}); pass a YAML or "
+                          "JSON config file") from exc
     try:
         if p.suffix.lower() == ".json":
             return json.loads(text)
@@ -326,19 +377,51 @@ def _from_dict(cls: type[_T], config: Any) -> _T:
 
 
 # ---------------------------------------------------------------------- conversions
+def _is_real(x: Any) -> bool:
+    """A real number that is not a bool."""
+    return isinstance(x, numbers.Real) and not isinstance(x, (bool, np.bool_))
+
+
+def _host(x: Any) -> Any:
+    """A torch tensor as a host numpy array (bfloat16 and other dtypes numpy lacks as
+    float32); anything else as it is."""
+    detach = getattr(x, "detach", None)
+    if detach is None or not hasattr(x, "numpy"):
+        return x
+    t = detach().cpu()
+    try:
+        return t.numpy()
+    except TypeError:
+        return t.float().numpy()
+
+
+def _numbers(what: str, x: Any, fix: str = "convert the value to floats") -> AnyArray:
+    """``x`` on the host as a numeric (bool, int or float) array.
+
+    Raises:
+        DtypeError: ``x`` is or holds None, strings, objects or complex numbers (numpy
+            would turn None into NaN when asked for floats).
+    """
+    arr = np.asarray(_host(x))
+    if arr.dtype.kind not in "biuf":
+        raise DtypeError(f"{what}={describe(x)}: expected numbers (an array, tensor or "
+                         f"number); {fix}")
+    return arr
+
+
 def _array(key: str, x: Any, dim: int) -> AnyArray:
-    """``x`` as a ``[dim]`` array (torch tensors detached to numpy; anything but a numpy
-    array cast to float32, the dtype the original stored)."""
+    """``x`` as a ``[dim]`` array (torch tensors detached to numpy; anything but a numeric
+    numpy array cast to float32, the dtype the original stored).
+
+    Raises:
+        DtypeError: ``x`` does not hold numbers.
+        ShapeError: ``x`` does not hold ``dim`` values.
+    """
     arr: AnyArray
-    if type(x) is np.ndarray:
+    if type(x) is np.ndarray and x.dtype.kind in "biuf":
         arr = x
     else:
-        detach = getattr(x, "detach", None)
-        try:
-            arr = np.asarray(detach().cpu().numpy() if detach is not None else x, np.float32)
-        except (TypeError, ValueError) as exc:
-            raise ShapeError(f"store: buffer_dict{key}={describe(x)}: expected {dim} "
-                             f"numbers ({exc})") from None
+        arr = _numbers(f"store: buffer_dict{key}", x).astype(np.float32, copy=False)
     if arr.shape != (dim,):
         if arr.size != dim:
             raise ShapeError(f"store: buffer_dict{key}={describe(x)}: expected {dim} values "
@@ -347,15 +430,81 @@ def _array(key: str, x: Any, dim: int) -> AnyArray:
     return arr
 
 
-def _scalar(key: str, x: Any) -> Any:
-    """One number (a Python/numpy scalar as is, a 1-element array or tensor unpacked)."""
+def _scalar(key: str, x: Any, fix: str = "convert the value to a float") -> Any:
+    """One number (a Python/numpy scalar as is, a 1-element array or tensor unpacked).
+
+    Raises:
+        DtypeError: ``x`` is not a number (None, a string, ...).
+        ShapeError: ``x`` holds more than one value.
+    """
     if type(x) in _PLAIN:
         return x
-    detach = getattr(x, "detach", None)
-    arr = np.asarray(detach().cpu().numpy() if detach is not None else x)
+    arr = _numbers(key, x, fix)
     if arr.size != 1:
         raise ShapeError(f"{key}={describe(x)}: expected one number")
     return arr.reshape(()).item()
+
+
+def _finite(key: str, x: Any) -> Any:
+    """A number that enters the epoch's GAE: NaN or inf would make every normalised
+    advantage of the epoch NaN, so it is refused (as finish_path's bootstrap value)."""
+    if not math.isfinite(x):
+        raise ConfigError(f"{key}={x!r}: must be a finite number (it enters the advantages "
+                          "of the whole epoch); check the reward and the value network")
+    return x
+
+
+def _flag(key: str, x: Any) -> bool:
+    """One done flag: a bool, or 0/1 as a number or a one-element array/tensor.
+
+    Raises:
+        DtypeError: Not 0/1 (None, ``"False"``, NaN, 2, 0.5, ...).
+        ShapeError: More than one value.
+    """
+    if type(x) is bool:
+        return x
+    v = _scalar(key, x, "pass done=True or done=False")
+    if v != 0 and v != 1:  # NaN compares unequal to both
+        raise DtypeError(f"{key}={describe(x)}: a done flag is True/False or 0/1; pass "
+                         "done=bool(terminated)")
+    return bool(v)
+
+
+def _bootstrap_form(call: str, action_obj: Any) -> None:
+    """finish_path's ``action_obj``: None, an ActionSample (anything with ``.value``) or
+    a number; a bool is refused (``finish_path(terminated)`` would bootstrap from 1.0)."""
+    if action_obj is None or hasattr(action_obj, "value") or _is_real(action_obj):
+        return
+    raise ArgumentError(
+        f"{call}(action_obj={describe(action_obj)}): expected None (the episode "
+        "terminated), an ActionSample whose .value is V(s_T), or that value as a number"
+        + ("; a bool is not a value: pass None when the episode terminated"
+           if isinstance(action_obj, (bool, np.bool_)) else ""))
+
+
+def _mapping(call: str, buffer_dict: Any) -> None:
+    """An ArgumentError unless ``buffer_dict`` is a mapping (raised by store's slow path)."""
+    if not isinstance(buffer_dict, Mapping):
+        raise ArgumentError(f"{call}(buffer_dict={describe(buffer_dict)}): expected a dict "
+                            "of the step, e.g. {'obs': obs, 'act': action_sample, "
+                            "'rew': reward, ...}")
+
+
+def _checked_device(device: Any) -> Any:
+    """``device`` checked (None needs no torch): a ConfigError unless it is a torch
+    device available here."""
+    if device is None:
+        return None
+    torch = require_extra("torch", "torch")
+    try:
+        dev = torch.device(device)
+    except (TypeError, RuntimeError, ValueError):
+        raise ConfigError(f"device={describe(device)}: not a torch device; pass None, 'cpu' "
+                          "or 'cuda'") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"device={describe(device)}: CUDA is not available on this "
+                          "machine; pass None or 'cpu'")
+    return device
 
 
 def _action_fields(act: Any, names: tuple[str, ...]) -> list[Any]:
@@ -391,24 +540,34 @@ class PPOBuffer:
         act_dim: Action size (actions are stored as ``[act_dim]`` float32).
         size: Steps per epoch (a :class:`~replaybank.errors.CapacityError` when more are
             stored before :meth:`sample_batch` starts a new epoch).
-        batch_size: Steps per minibatch of :meth:`sample_batch`.
+        batch_size: The minibatch size of the agent's updates (kept as an attribute, as
+            in the original; :meth:`sample_batch` returns the whole epoch, as documented).
         gamma: Discount factor.
         lam: GAE lambda.
         eps: Added to the advantage std when normalising.
-        seed: Seed or Generator of the minibatch shuffle (keyword only; not in the
-            original, which used numpy's global generator).
+        seed: Accepted for code written for earlier versions of this front end (keyword
+            only; checked, but nothing in PPOBuffer draws: :meth:`sample_batch` returns
+            the epoch in order).
         device: Torch device of the batches (keyword only; default CPU, as the original).
 
     Raises:
-        ConfigError: A bad argument (names it, the value and the rule).
+        ConfigError: A bad argument (names it, the value and the rule), or a ``device``
+            that is not a torch device available here.
+
+    Attributes:
+        schema: The reference's strictyaml ``Map`` of the arguments (strictyaml is
+            imported when it is first read).
+        config_model: The pydantic model that checks the arguments
+            (:class:`PPOBufferConfig`).
 
     Example:
-        >>> buf = PPOBuffer(4, 2, size=100, batch_size=32, seed=0)
+        >>> buf = PPOBuffer(4, 2, size=100, batch_size=32)
         >>> buf.size, buf.batch_size, buf.gamma, buf.lam, buf.eps
         (100, 32, 0.99, 0.95, 0.001)
     """
 
-    schema: ClassVar[type[PPOBufferConfig]] = PPOBufferConfig
+    schema = _StrictYamlSchema(_INTS, ("gamma", "lam", "eps"))
+    config_model: ClassVar[type[PPOBufferConfig]] = PPOBufferConfig
 
     def __init__(self, obs_dim: int, act_dim: int, size: int, batch_size: int,
                  gamma: float = 0.99, lam: float = 0.95, eps: float = 1e-3, *,
@@ -423,14 +582,12 @@ class PPOBuffer:
         self.gamma: float = cfg.gamma
         self.lam: float = cfg.lam
         self.eps: float = cfg.eps
-        self.device = device
+        make_rng(seed)  # checked only: nothing draws
+        self.device = _checked_device(device)
         spec = {"obs": ((self.obs_dim,), np.float32), "action": ((self.act_dim,), np.float32)}
         self.path = PathBuffer(self.size, gamma=self.gamma, lam=self.lam, eps=self.eps,
                                spec=spec)
-        self._rng = make_rng(seed)
         self._epoch: dict[str, AnyArray] | None = None  # the closed epoch, [N, ...]
-        self._order: AnyArray = np.zeros(0, np.int64)  # this pass's permutation [N]
-        self._cursor = 0
         self._torch: Any = None  # torch and the batches' device, resolved at the first batch
         self._device: Any = None
 
@@ -472,16 +629,27 @@ class PPOBuffer:
         """Append one timestep: ``buffer_dict["obs"]``, ``["act"]`` (``.action``,
         ``.value`` = ``V(obs)``, ``.logp``) and ``["rew"]``; other keys are ignored.
 
+        Everything is checked before anything is stored.
+
         Raises:
-            ArgumentError: A key or an ActionSample field is missing.
+            ArgumentError: ``buffer_dict`` is not a mapping, or a key or an ActionSample
+                field is missing.
             CapacityError: ``size`` steps are stored; call :meth:`finish_path` and
                 :meth:`sample_batch` at the end of each epoch.
-            ShapeError: ``obs``/``action`` do not hold ``obs_dim``/``act_dim`` values.
+            ConfigError: ``rew`` or ``.value`` is NaN or infinite (it would make every
+                advantage of the epoch NaN).
+            DtypeError: A value is not numbers (None, a string, ...).
+            ShapeError: ``obs``/``action`` do not hold ``obs_dim``/``act_dim`` values, or
+                ``rew``/``.value``/``.logp`` are not one number.
         """
         try:
             obs, act, rew = buffer_dict["obs"], buffer_dict["act"], buffer_dict["rew"]
         except KeyError as exc:
+            _mapping("store", buffer_dict)
             raise _missing_key(exc, ("obs", "act", "rew"), buffer_dict) from None
+        except (TypeError, IndexError):
+            _mapping("store", buffer_dict)
+            raise
         try:
             action, value, logp = act.action, act.value, act.logp
         except AttributeError:
@@ -489,8 +657,10 @@ class PPOBuffer:
         try:
             self.path.store(_array("['obs']", obs, self.obs_dim),
                             _array("['act'].action", action, self.act_dim),
-                            _scalar("store: buffer_dict['rew']", rew),
-                            _scalar("store: buffer_dict['act'].value", value),
+                            _finite("store: buffer_dict['rew']",
+                                    _scalar("store: buffer_dict['rew']", rew)),
+                            _finite("store: buffer_dict['act'].value",
+                                    _scalar("store: buffer_dict['act'].value", value)),
                             _scalar("store: buffer_dict['act'].logp", logp))
         except CapacityError as exc:
             raise CapacityError(
@@ -508,22 +678,18 @@ class PPOBuffer:
                 no-op on an empty path.
 
         Raises:
-            ArgumentError: ``action_obj`` has no ``.value``.
-            ConfigError: The value is not one finite number.
+            ArgumentError: ``action_obj`` is not None, a number or an object with
+                ``.value`` (a bool is refused: ``finish_path(terminated)`` is a mistake).
+            DtypeError, ShapeError: The value is not one number.
+            ConfigError: The value is NaN or infinite.
         """
+        _bootstrap_form("finish_path", action_obj)
         if action_obj is None:
             last_val: Any = 0.0
-        elif type(action_obj) in _PLAIN:
+        elif _is_real(action_obj):
             last_val = action_obj
         else:
-            try:
-                last_val = action_obj.value
-            except AttributeError:
-                raise ArgumentError(
-                    f"finish_path(action_obj={describe(action_obj)}): expected None (the "
-                    "episode terminated), an ActionSample whose .value is V(s_T), or that "
-                    "value as a number") from None
-            last_val = _scalar("finish_path: action_obj.value", last_val)
+            last_val = _scalar("finish_path: action_obj.value", action_obj.value)
         self.path.finish_path(last_val)
 
     def _close_epoch(self) -> None:
@@ -536,26 +702,38 @@ class PPOBuffer:
         batch = path.get()  # normalised advantages; the path buffer starts a new epoch
         self._epoch = {"obs": batch.obs, "act": batch.action, "ret": batch["returns"],
                        "adv": batch["advantages"], "logp": batch["log_prob"]}
-        self._order = np.zeros(0, np.int64)  # the next minibatch starts a new shuffle
-        self._cursor = 0
 
     def sample_batch(self) -> dict[str, Any]:
-        """Return the next minibatch of the epoch, as float32 torch tensors.
+        """All of the data of the epoch, with advantages normalised, as float32 tensors.
 
-        The first call after new steps closes the epoch: every stored step (all must
-        belong to finished trajectories) with advantages normalised over the epoch
-        (``(adv - mean) / (std + eps)``) and the storage pointers reset, so the next
-        :meth:`store` starts a new epoch. Each call then returns ``batch_size`` steps
-        of a shuffled pass over the epoch (the last minibatch of a pass holds the rest),
-        so ``ceil(N / batch_size)`` calls see every step once; further calls start a
-        fresh shuffle of the same epoch.
+        The reference: "call this at the end of an epoch to get all of the data from the
+        buffer, with advantages appropriately normalized (shifted to have mean zero and
+        std one). Also, resets some pointers in the buffer." The first call after new
+        steps closes the epoch: every stored step (all must belong to finished
+        trajectories), in the order stored, advantages normalised over the epoch
+        (``(adv - mean) / (std + eps)``), and the storage pointers reset, so the next
+        :meth:`store` starts a new epoch. Calls with no new steps return the same epoch
+        again (fresh tensors each time). Minibatches of ``batch_size`` are the caller's
+        (e.g. ``torch.randperm(N).split(buf.batch_size)``).
 
         Returns:
-            ``{"obs": [B, obs_dim], "act": [B, act_dim], "ret": [B] (rewards-to-go),
-            "adv": [B] (normalised), "logp": [B]}``.
+            ``{"obs": [N, obs_dim], "act": [N, act_dim], "ret": [N] (rewards-to-go),
+            "adv": [N] (normalised), "logp": [N]}`` for the ``N`` steps of the epoch.
 
         Raises:
-            EmptyBufferError: Nothing stored, or the last trajectory is unfinished.
+            EmptyBufferError: Nothing stored, or the last trajectory is unfinished (the
+                buffer is unchanged).
+
+        Example:
+            >>> from types import SimpleNamespace as Act
+            >>> buf = PPOBuffer(obs_dim=1, act_dim=1, size=8, batch_size=2, lam=1.0)
+            >>> for t in range(5):
+            ...     buf.store({"obs": [t], "act": Act(action=[0], value=0.0, logp=0.0),
+            ...                "rew": float(t)})
+            >>> buf.finish_path(None)
+            >>> data = buf.sample_batch()
+            >>> data["obs"][:, 0].tolist(), abs(float(data["adv"].mean())) < 1e-6, len(buf)
+            ([0.0, 1.0, 2.0, 3.0, 4.0], True, 0)
         """
         if self.path.ptr:
             self._close_epoch()
@@ -563,17 +741,12 @@ class PPOBuffer:
         if epoch is None:
             raise EmptyBufferError("sample_batch: the buffer is empty; store(...) steps and "
                                    "finish_path(...) each trajectory first")
-        if self._cursor >= len(self._order):  # a new pass over the epoch
-            self._order = self._rng.permutation(len(epoch["obs"]))
-            self._cursor = 0
-        idx = self._order[self._cursor:self._cursor + self.batch_size]
-        self._cursor += self.batch_size
         if self._torch is None:
             self._torch, self._device = _resolve_device(self.device, False)
         from_numpy, device = self._torch.from_numpy, self._device
         if device is None:
-            return {k: from_numpy(a[idx]) for k, a in epoch.items()}
-        return {k: from_numpy(a[idx]).to(device) for k, a in epoch.items()}
+            return {k: from_numpy(a.copy()) for k, a in epoch.items()}
+        return {k: from_numpy(a).to(device, copy=True) for k, a in epoch.items()}
 
     def __repr__(self) -> str:
         return (f"PPOBuffer(obs_dim={self.obs_dim}, act_dim={self.act_dim}, size={self.size}, "
@@ -596,7 +769,14 @@ class SimpleReplayBuffer:
             available, else CPU, as the original).
 
     Raises:
-        ConfigError: A bad argument.
+        ConfigError: A bad argument, or a ``device`` that is not a torch device
+            available here.
+
+    Attributes:
+        schema: The reference's strictyaml ``Map`` of the arguments (strictyaml is
+            imported when it is first read).
+        config_model: The pydantic model that checks the arguments
+            (:class:`SimpleReplayBufferConfig`).
 
     Example:
         >>> import numpy as np
@@ -614,7 +794,8 @@ class SimpleReplayBuffer:
         True
     """
 
-    schema: ClassVar[type[SimpleReplayBufferConfig]] = SimpleReplayBufferConfig
+    schema = _StrictYamlSchema(_INTS)
+    config_model: ClassVar[type[SimpleReplayBufferConfig]] = SimpleReplayBufferConfig
 
     def __init__(self, obs_dim: int, act_dim: int, size: int, batch_size: int, *,
                  seed: int | np.random.Generator | None = None, device: Any = None) -> None:
@@ -624,7 +805,7 @@ class SimpleReplayBuffer:
         self.act_dim: int = cfg.act_dim
         self.size: int = cfg.size
         self.batch_size: int = cfg.batch_size
-        self.device = device
+        self.device = _checked_device(device)
         spec = {"obs": ((self.obs_dim,), np.float32), "action": ((self.act_dim,), np.float32)}
         # steps are stored as given: no vector-env autoreset to look for
         self.buffer = ReplayBuffer(self.size, seed=seed, spec=spec, autoreset_mode="disabled")
@@ -672,15 +853,21 @@ class SimpleReplayBuffer:
         ``done`` marks a terminal step (no bootstrap from ``next_obs``), as in the original.
 
         Raises:
-            ArgumentError: A key or ``act.action`` is missing.
-            ShapeError, DtypeError: Bad values (the buffer is unchanged).
+            ArgumentError: ``buffer_dict`` is not a mapping, or a key or ``act.action``
+                is missing.
+            ShapeError, DtypeError: Bad values, or a ``done`` that is not a bool or 0/1
+                (the buffer is unchanged).
         """
         try:
             obs, act, rew = buffer_dict["obs"], buffer_dict["act"], buffer_dict["rew"]
             next_obs, done = buffer_dict["next_obs"], buffer_dict["done"]
         except KeyError as exc:
+            _mapping("store", buffer_dict)
             raise _missing_key(exc, ("obs", "act", "rew", "next_obs", "done"),
                                buffer_dict) from None
+        except (TypeError, IndexError):
+            _mapping("store", buffer_dict)
+            raise
         try:
             action = act.action
         except AttributeError:
@@ -695,7 +882,7 @@ class SimpleReplayBuffer:
             except (ReplayBankError, TypeError, ValueError, RuntimeError):
                 pass
         else:
-            done = bool(_scalar("store: buffer_dict['done']", done))
+            done = _flag("store: buffer_dict['done']", done)
         self.buffer.add(obs=_array("['obs']", obs, self.obs_dim),
                         action=_array("['act'].action", action, self.act_dim),
                         reward=_scalar("store: buffer_dict['rew']", rew),
@@ -732,10 +919,19 @@ class SimpleReplayBuffer:
         """Do nothing: a replay buffer has no per-trajectory work (kept so that runners
         can call it on any buffer, as in the original).
 
+        Args:
+            action_obj: What a runner passes to :meth:`PPOBuffer.finish_path` (None, an
+                ActionSample or a number); ignored.
+
+        Raises:
+            ArgumentError: ``action_obj`` is none of those (a string, a bool, ...): the
+                same check as :meth:`PPOBuffer.finish_path`, so a runner's mistake shows
+                on either buffer.
+
         Example:
             >>> SimpleReplayBuffer(2, 1, 8, 4).finish_path()
         """
-        return None
+        _bootstrap_form("finish_path", action_obj)
 
     def __repr__(self) -> str:
         return (f"SimpleReplayBuffer(obs_dim={self.obs_dim}, act_dim={self.act_dim}, "

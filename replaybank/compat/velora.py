@@ -22,7 +22,12 @@ leave it.
 
 velora's ``done`` is the core's ``terminated``; :meth:`ReplayBuffer.warm` also stores
 the env's truncation apart, and ``BatchExperience.dones`` is ``terminated | truncated``
-as in velora. Where this front end behaves differently from velora, and why:
+as in velora. :meth:`ReplayBuffer.sample` draws its indices as velora does,
+``torch.randint(0, size, (batch_size,))`` on torch's global generator (so
+``torch.manual_seed`` reproduces velora's draws), unless the buffer was given a
+``seed=`` of its own. Every public call checks its arguments first and raises a
+:class:`~replaybank.errors.ReplayBankError` naming the argument, leaving the buffer
+unchanged. Where this front end behaves differently from velora, and why:
 ``docs/migration/velora.md``.
 
 Example:
@@ -41,8 +46,9 @@ Example:
 from __future__ import annotations
 
 import json
+import numbers
 import os
-from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
@@ -51,14 +57,27 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict
 
+from replaybank.buffers.arguments import make_rng
 from replaybank.buffers.replay import ReplayBuffer as CoreBuffer
-from replaybank.errors import CheckpointError, ShapeError, describe, require_extra
+from replaybank.errors import (
+    ArgumentError,
+    CapacityError,
+    CheckpointError,
+    ConfigError,
+    DtypeError,
+    EmptyBufferError,
+    ReplayBankError,
+    ShapeError,
+    describe,
+    require_extra,
+)
 from replaybank.io.atomic import temp_path
 
 if TYPE_CHECKING:
     from typing_extensions import Self
 
 __all__ = [
+    "AbstractSampleError",
     "BatchExperience",
     "BufferBase",
     "BufferConfig",
@@ -143,6 +162,50 @@ class BufferConfig(BaseModel):
     hidden_dim: int
 
 
+class AbstractSampleError(ReplayBankError, NotImplementedError):
+    """:meth:`BufferBase.sample` was called on a buffer that defines no sampling scheme
+    (velora's abstract ``sample``); also a ``NotImplementedError``."""
+
+
+#: Metadata keys :meth:`BufferBase.load` needs, with the smallest value each may hold.
+_META_MIN: dict[str, int] = {"capacity": 1, "state_dim": 1, "action_dim": 1, "hidden_dim": 0,
+                             "position": 0, "size": 0}
+#: numpy bit generators whose state a metadata file may hold (``"generator"``).
+_BIT_GENERATORS = ("PCG64", "PCG64DXSM", "MT19937", "Philox", "SFC64")
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, numbers.Integral) and not isinstance(x, (bool, np.bool_))
+
+
+def _dim(name: str, value: Any, minimum: int) -> int:
+    """A dimension argument: an int (not a bool) of at least ``minimum``.
+
+    Raises:
+        ConfigError: Anything else.
+    """
+    if not _is_int(value) or value < minimum:
+        raise ConfigError(f"{name}={describe(value)}: must be an int >= {minimum}; pass e.g. "
+                          f"{name}={max(minimum, 4)}")
+    return int(value)
+
+
+def _checked_device(device: Any) -> Any:
+    """``device`` as a ``torch.device`` (None stays None), or a ConfigError naming it."""
+    if device is None:
+        return None
+    torch = _torch()
+    try:
+        dev = torch.device(device)
+    except (TypeError, RuntimeError, ValueError):
+        raise ConfigError(f"device={describe(device)}: not a torch device; pass None (the "
+                          "CPU), torch.device('cpu') or torch.device('cuda')") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"device={describe(device)}: CUDA is not available on this "
+                          "machine; pass None or torch.device('cpu')")
+    return dev
+
+
 def _uses_numpy(device: Any) -> bool:
     """Whether a buffer on ``device`` keeps numpy storage (the CPU) or torch storage."""
     return device is None or _torch().device(device).type == "cpu"
@@ -151,8 +214,26 @@ def _uses_numpy(device: Any) -> bool:
 def _host(x: Any) -> Any:
     """A tensor as a host numpy array (a view for CPU tensors); anything else as it is."""
     if hasattr(x, "detach") and hasattr(x, "numpy"):
-        return x.detach().cpu().numpy()
+        t = x.detach().cpu()
+        try:
+            return t.numpy()
+        except TypeError:  # dtypes numpy lacks (bfloat16, ...): as float32, as velora's .to
+            return t.float().numpy()
     return x
+
+
+def _numbers(x: Any, what: str, fix: str = "convert the value to a float tensor") -> Array:
+    """``x`` on the host as a numeric array (bool, int or float).
+
+    Raises:
+        DtypeError: ``x`` is None, a string, an object, complex or holds any of them
+            (numpy would turn None into NaN when asked for floats).
+    """
+    a = np.asarray(_host(x))
+    if a.dtype.kind not in "biuf":
+        raise DtypeError(f"{what}: got {describe(x)}; expected numbers (a tensor, array or "
+                         f"number); {fix}")
+    return a
 
 
 def _floats(x: Any, what: str, shape: tuple[int, ...]) -> Array:
@@ -160,9 +241,10 @@ def _floats(x: Any, what: str, shape: tuple[int, ...]) -> Array:
     ``tensor[i] = x`` accepts): leading size-1 dims dropped, then broadcast.
 
     Raises:
+        DtypeError: ``x`` does not hold numbers.
         ShapeError: ``x`` does not fit ``shape``.
     """
-    a = np.asarray(_host(x), dtype=np.float32)
+    a = _numbers(x, what).astype(np.float32, copy=False)
     if a.shape == shape:
         return a
     while a.ndim > len(shape) and a.shape[0] == 1:
@@ -176,60 +258,199 @@ def _floats(x: Any, what: str, shape: tuple[int, ...]) -> Array:
         ) from None
 
 
+def _reward(x: Any, what: str) -> float:
+    """One reward: a number, or a tensor/array holding one (NaN is data, as in velora).
+
+    Raises:
+        DtypeError, ShapeError: Not one number.
+    """
+    if type(x) is float:
+        return x
+    a = _numbers(x, what)
+    if a.size != 1:
+        raise ShapeError(f"{what}: got {describe(x)}, {a.size} values; expected one number "
+                         "(a float, or a one-element tensor)")
+    return float(a.reshape(()))
+
+
+def _done(x: Any, what: str) -> bool:
+    """One episode end: a bool, or 0/1 (a number, or a one-element tensor/array).
+
+    Raises:
+        DtypeError: Not 0/1 (``"False"``, NaN, 2, 0.5, None, ...).
+        ShapeError: More than one value.
+    """
+    if type(x) is bool:
+        return x
+    a = _numbers(x, what, "pass done=True or done=False")
+    if a.size != 1:
+        raise ShapeError(f"{what}: got {describe(x)}, {a.size} values; expected one flag "
+                         "(True/False)")
+    v = a.reshape(()).item()
+    if v != 0 and v != 1:  # NaN compares unequal to both
+        raise DtypeError(f"{what}: got {describe(x)}; a done flag is True/False or 0/1; "
+                         "pass done=bool(terminated or truncated)")
+    return bool(v)
+
+
 def _flags(x: Any, what: str, n: int) -> Array:
-    """``x`` (``(n,)`` or ``(n, 1)``, any dtype) as ``n`` bools (nonzero: True)."""
-    a = np.asarray(_host(x))
+    """``x`` (``(n,)`` or ``(n, 1)``: bools, or numbers 0/1) as ``n`` bools.
+
+    Raises:
+        DtypeError: A value other than 0/1 (NaN, 2, strings, None).
+        ShapeError: Not ``n`` rows.
+    """
+    a = _numbers(x, what, "pass bools (e.g. terminated | truncated) or 0/1 numbers")
     if a.shape not in ((n,), (n, 1)):
         raise ShapeError(f"{what}: shape {a.shape} but {n} rows; pass ({n},) or ({n}, 1)")
-    return (a if a.dtype == np.bool_ else a != 0).reshape(n)
+    return _flag_values(a, what).reshape(n)
 
 
-class BufferBase(ABC):
+def _flag_values(a: Array, what: str) -> Array:
+    """Numeric ``a`` as bools, every value checked to be 0/1 (bools as they are)."""
+    if a.dtype.kind == "b":
+        return a
+    if a.dtype.kind not in "iuf":
+        raise DtypeError(f"{what}: dtype {a.dtype} holds no flags; pass bools or 0/1 numbers")
+    one: Array = np.equal(a, 1)
+    ok = one | np.equal(a, 0)
+    if not ok.all():
+        bad = a[~ok].reshape(-1)[0]
+        raise DtypeError(f"{what}: a done flag is True/False or 0/1, found {bad.item()!r}; "
+                         "pass dones=terminated | truncated")
+    return one
+
+
+def _batch_size(batch_size: Any) -> int:
+    """``sample``'s batch size: a positive int (not a bool, not a float)."""
+    if not _is_int(batch_size) or batch_size < 1:
+        raise ConfigError(f"sample(batch_size={describe(batch_size)}): batch_size must be a "
+                          "positive int; pass e.g. sample(64)")
+    return int(batch_size)
+
+
+def _jsonable(x: Any) -> Any:
+    """A bit generator's state with its numpy arrays and ints as lists and ints (JSON)."""
+    if isinstance(x, Mapping):
+        return {k: _jsonable(v) for k, v in x.items()}
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    return int(x) if isinstance(x, np.integer) else x
+
+
+def _generator(state: Any, where: str) -> np.random.Generator:
+    """A numpy Generator restored from a saved ``bit_generator.state`` dict."""
+    name = state.get("bit_generator") if isinstance(state, Mapping) else None
+    if name not in _BIT_GENERATORS:
+        raise CheckpointError(f"{where}: 'generator'={describe(state)} is not a numpy bit "
+                              f"generator state ({', '.join(_BIT_GENERATORS)}); pass the "
+                              "metadata saved with this file")
+    bits = getattr(np.random, name)()
+    try:
+        bits.state = dict(state)
+    except (TypeError, ValueError, KeyError, OverflowError) as exc:
+        raise CheckpointError(f"{where}: 'generator' holds a damaged {name} state ({exc}); "
+                              "pass the metadata saved with this file") from None
+    return np.random.Generator(bits)
+
+
+def _checked_metadata(where: str, metadata: Any) -> dict[str, Any]:
+    """The values :meth:`BufferBase.load` needs from ``metadata``, checked.
+
+    Raises:
+        CheckpointError: Not a mapping, a key missing, or a value of the wrong kind.
+    """
+    if not isinstance(metadata, Mapping):
+        raise CheckpointError(f"{where}: metadata={describe(metadata)}: expected the dict "
+                              "loaded from <prefix>metadata.json (json.load of the file)")
+    missing = [k for k in (*_META_MIN, "device") if k not in metadata]
+    if missing:
+        raise CheckpointError(f"{where}: metadata has no {', '.join(map(repr, missing))}; "
+                              "pass the dict loaded from the <prefix>metadata.json saved with "
+                              f"this file (keys {[*_META_MIN, 'device']})")
+    out: dict[str, Any] = {}
+    for key, least in _META_MIN.items():
+        v = metadata[key]
+        if not _is_int(v) or v < least:
+            raise CheckpointError(f"{where}: metadata {key}={describe(v)} must be an int >= "
+                                  f"{least}; pass the metadata saved with this file")
+        out[key] = int(v)
+    device = metadata["device"]
+    if device is not None and not isinstance(device, str):
+        raise CheckpointError(f"{where}: metadata device={describe(device)} must be a "
+                              "device name (e.g. 'cpu', 'cuda:0') or None")
+    out["device"] = device
+    cap, pos, size = out["capacity"], out["position"], out["size"]
+    if not (size <= cap and pos < cap and (size == cap or pos == size)):
+        raise CheckpointError(
+            f"{where}: position={pos}, size={size} are impossible for capacity={cap}; pass "
+            "the metadata saved with this file")
+    gen = metadata.get("generator")
+    out["seed"] = None if gen is None else _generator(gen, where)
+    return out
+
+
+class BufferBase:
     """The storage of every velora buffer: experiences as individual items.
 
     Items are ``(state, action, reward, next_state, done, hidden)``; the buffer is a ring
-    of ``capacity`` items (the oldest is overwritten first).
+    of ``capacity`` items (the oldest is overwritten first). As in velora, the base class
+    can be built and filled on its own; it defines no sampling scheme (its
+    :meth:`sample` raises), which :class:`ReplayBuffer` and subclasses provide.
 
     Args:
         capacity: Maximum number of stored experiences.
-        state_dim: Dimension of state observations.
-        action_dim: Dimension of actions.
-        hidden_dim: Dimension of the hidden states.
+        state_dim: Dimension of state observations (>= 1).
+        action_dim: Dimension of actions (>= 1).
+        hidden_dim: Dimension of the hidden states (>= 0; 0: no hidden state).
         device: Where the data and the sampled tensors live (None: the CPU).
+        seed: The buffer's own generator (an int seed or a numpy Generator; keyword
+            only, not in velora). None (the default): :meth:`ReplayBuffer.sample` draws
+            with torch's global generator, as velora does, so ``torch.manual_seed(s)``
+            before a sample reproduces it.
 
     Raises:
         CapacityError: ``capacity`` is not a positive int, or does not fit in memory.
-        ConfigError: ``device`` is not a torch device or is not available.
+        ConfigError: A dimension is not an int of its minimum, ``device`` is not a torch
+            device or is not available, or ``seed`` is not a seed.
 
     Example:
         >>> import torch
-        >>> buf = ReplayBuffer(10, 3, 1, 2)
+        >>> buf = BufferBase(10, 3, 1, 2)
         >>> buf.add(torch.zeros(3), torch.ones(1), 0.5, torch.ones(3), True, torch.zeros(2))
         >>> buf.metadata()["size"], buf.dones[0].item(), buf.next_states[0].tolist()
         (1, 1.0, [1.0, 1.0, 1.0])
     """
 
     def __init__(self, capacity: int, state_dim: int, action_dim: int, hidden_dim: int, *,
-                 device: Device | None = None) -> None:
+                 device: Device | None = None,
+                 seed: int | np.random.Generator | None = None) -> None:
+        if not _is_int(capacity) or capacity < 1:
+            raise CapacityError(f"capacity={describe(capacity)}: must be a positive int; "
+                                "pass e.g. capacity=100_000")
+        dims = (_dim("state_dim", state_dim, 1), _dim("action_dim", action_dim, 1),
+                _dim("hidden_dim", hidden_dim, 0))
+        dev = _checked_device(device)
         torch = _torch()
-        self.capacity = capacity
-        self.state_dim = state_dim
-        self.action_dim = action_dim
-        self.hidden_dim = hidden_dim
+        # the buffer's own generator, or (None) torch's global one, as velora; the core
+        # then gets a seed that reads torch's without drawing from it (buf.core.sample)
+        own = seed is not None
+        rng = make_rng(seed if own else torch.initial_seed() % 2**63)
+        self.capacity = int(capacity)
+        self.state_dim, self.action_dim, self.hidden_dim = dims
         self.device = device
-        self._numpy = _uses_numpy(device)
-        spec = {"obs": ((state_dim,), "float32"), "action": ((action_dim,), "float32"),
+        self._numpy = _uses_numpy(dev)
+        spec = {"obs": ((dims[0],), "float32"), "action": ((dims[1],), "float32"),
                 "reward": ((), "float32"), "terminated": ((), "bool"),
-                "truncated": ((), "bool"), "hidden": ((hidden_dim,), "float32")}
-        # velora samples with torch's global generator: torch.manual_seed(s) before
-        # building the buffer makes its samples reproducible here too
-        seed = int(torch.randint(0, 2**62, ()).item())
-        self._core = CoreBuffer(capacity, seed=seed, spec=spec,
+                "truncated": ((), "bool"), "hidden": ((dims[2],), "float32")}
+        self._core = CoreBuffer(self.capacity, seed=rng, spec=spec,
                                 storage="numpy" if self._numpy else "torch",
-                                device=None if self._numpy else device)
+                                device=None if self._numpy else dev)
+        self._own_rng = own
+        self._torch_mod = torch
         self._tensor_type = torch.Tensor
         self._from_numpy = torch.from_numpy
-        self._shapes = ((state_dim,), (action_dim,), (hidden_dim,))
+        self._shapes = ((dims[0],), (dims[1],), (dims[2],))
         self._no_trunc: dict[int, Array] = {}  # add_multi's truncated=False, by rows
 
     @property
@@ -246,16 +467,20 @@ class BufferBase(ABC):
         Values are stored as float32. Tensors on any device, numpy arrays and Python
         numbers are accepted; a value with extra leading size-1 dims, or one that
         broadcasts (e.g. a scalar action), is stored as torch's assignment would.
+        Everything is checked before anything is written.
 
         Args:
             state: Observation ``(state_dim,)``.
             action: Action taken ``(action_dim,)``.
-            reward: Reward received.
+            reward: Reward received (one number; NaN is stored as velora stores it).
             next_state: Observation after the action ``(state_dim,)``.
-            done: Whether the episode ended (stored as the core's ``terminated``).
+            done: Whether the episode ended: a bool or 0/1 (stored as the core's
+                ``terminated``).
             hidden: Hidden state of the prediction network ``(hidden_dim,)``.
 
         Raises:
+            DtypeError: A value is not numbers (None, a string, ...), or ``done`` is not
+                a bool or 0/1; nothing is stored.
             ShapeError: A value does not fit its field; nothing is stored.
 
         Example:
@@ -283,9 +508,9 @@ class BufferBase(ABC):
             ns = _floats(next_state, "add(next_state=...)", ss)
             h = _floats(hidden, "add(hidden=...)", sh)
         if type(reward) is not float:
-            reward = float(reward)
+            reward = _reward(reward, "add(reward=...)")
         if type(done) is not bool:
-            done = bool(done)
+            done = _done(done, "add(done=...)")
         self._core.add(obs=s, action=a, reward=reward, next_obs=ns, terminated=done,
                        truncated=False, hidden=h)
 
@@ -301,10 +526,11 @@ class BufferBase(ABC):
             actions: Actions ``(n, action_dim)``, or ``(n,)`` when ``action_dim == 1``.
             rewards: Rewards ``(n,)`` or ``(n, 1)``.
             next_states: Observations after the actions ``(n, state_dim)``.
-            dones: Episode ends ``(n,)`` or ``(n, 1)`` (nonzero: ended).
+            dones: Episode ends ``(n,)`` or ``(n, 1)``: bools, or 0/1 numbers.
             hiddens: Hidden states ``(n, hidden_dim)``.
 
         Raises:
+            DtypeError: A value is not numbers, or a done is not 0/1; nothing is stored.
             ShapeError: A value does not fit its field; nothing is stored.
 
         Example:
@@ -338,7 +564,7 @@ class BufferBase(ABC):
                     or len(h) != n or d.ndim != 1 or len(d) != n:
                 raise TypeError
             if d.dtype is not _BOOL:
-                d = d != 0
+                d = _flag_values(d, "add_multi(dones=...)")  # raises: the checked path
         except (AttributeError, TypeError, RuntimeError, ValueError):  # other formats
             s, a, r, ns, d, h = _rows(states, actions, rewards, next_states, dones, hiddens,
                                       self._shapes)
@@ -352,9 +578,57 @@ class BufferBase(ABC):
                           truncated=no, hidden=h)
 
     # ------------------------------------------------------------------ reading
-    @abstractmethod
     def sample(self, batch_size: int) -> BatchExperience:
-        """Sample experiences; every field of the batch is ``(batch_size, features)``."""
+        """Sample experiences; every field of the batch is ``(batch_size, features)``.
+
+        velora's abstract method: the base class defines no sampling scheme (velora's
+        returned None); :class:`ReplayBuffer` and subclasses define it.
+
+        Raises:
+            AbstractSampleError: Always (a ``NotImplementedError``).
+
+        Example:
+            >>> BufferBase(4, 2, 1, 1).sample(1)
+            Traceback (most recent call last):
+            ...
+            replaybank.compat.velora.AbstractSampleError: BufferBase.sample(batch_size=1): the base class stores experiences but defines no sampling scheme; use ReplayBuffer, or subclass BufferBase and define sample(batch_size)
+        """  # noqa: E501
+        raise AbstractSampleError(
+            f"{type(self).__name__}.sample(batch_size={describe(batch_size)}): the base class "
+            "stores experiences but defines no sampling scheme; use ReplayBuffer, or "
+            "subclass BufferBase and define sample(batch_size)")
+
+    def _uniform(self, batch_size: Any) -> BatchExperience:
+        """``batch_size`` experiences drawn uniformly with replacement, as velora's
+        ``ReplayBuffer.sample``: slots ``torch.randint(0, size, (batch_size,))`` from
+        torch's global generator (on the buffer's device), or from the buffer's own
+        generator when it was given a seed.
+
+        Raises:
+            ConfigError: ``batch_size`` is not a positive int.
+            EmptyBufferError: The buffer holds fewer than ``batch_size`` experiences.
+        """
+        b = _batch_size(batch_size)
+        core = self._core
+        n = len(core)
+        if n < b:
+            raise EmptyBufferError(f"sample(batch_size={b}): the buffer holds {n} "
+                                   "experiences; add more or lower batch_size")
+        if self._own_rng:
+            slots = core.rng.integers(0, n, size=b)  # [B]
+        else:
+            idx = self._torch_mod.randint(0, n, (b,), device=self.device)  # velora's draw
+            slots = idx.numpy() if idx.device.type == "cpu" else idx.cpu().numpy()
+        # one lane, never wrapped before it is full: slots 0..size-1 are the live items
+        f = core.table.gather_transitions(slots)
+        ended = f["terminated"] | f["truncated"]
+        if self._numpy:
+            t = self._from_numpy
+            return BatchExperience(t(f["obs"]), t(f["action"]), t(f["reward"][:, None]),
+                                   t(f["next_obs"]), t(ended.astype(np.float32)[:, None]),
+                                   t(f["hidden"]))
+        return BatchExperience(f["obs"], f["action"], f["reward"][:, None], f["next_obs"],
+                               ended.float()[:, None], f["hidden"])
 
     def __len__(self) -> int:
         """Number of stored experiences (at most ``capacity``)."""
@@ -469,10 +743,17 @@ class BufferBase(ABC):
 
         The files are velora's (velora loads them, and :meth:`load` loads velora's); each
         is written to a temporary name and renamed, so a crash never leaves half a file.
+        A buffer with its own generator (``seed=``) also writes the generator's state
+        under the key ``"generator"`` of the metadata file (velora ignores it), so that
+        :meth:`load` draws the same next batches.
 
         Args:
             dirpath: Folder of the files (created with its parents when missing).
             prefix: Start of both file names.
+
+        Raises:
+            ArgumentError: ``dirpath`` is not a path or ``prefix`` not a string.
+            CheckpointError: The folder or a file cannot be written.
 
         Example:
             >>> import tempfile, torch
@@ -481,18 +762,33 @@ class BufferBase(ABC):
             >>> sorted(p.name for p in Path(d).iterdir())
             ['b_metadata.json', 'b_state.safetensors']
         """
+        if not isinstance(dirpath, (str, os.PathLike)):
+            raise ArgumentError(f"save(dirpath={describe(dirpath)}): expected a folder path "
+                                "(str or pathlib.Path)")
+        if not isinstance(prefix, str):
+            raise ArgumentError(f"save(prefix={describe(prefix)}): expected a string, e.g. "
+                                "prefix='buffer_'")
         storch = require_extra("safetensors.torch", "torch")
         folder = Path(dirpath)
-        folder.mkdir(parents=True, exist_ok=True)
         meta_path = Path(folder, f"{prefix}metadata").with_suffix(".json")
         state_path = Path(folder, f"{prefix}state").with_suffix(".safetensors")
+        meta: dict[str, Any] = {str(k): v for k, v in self.metadata().items()}
+        if self._own_rng:
+            meta["generator"] = _jsonable(self._core.rng.bit_generator.state)
+        text = json.dumps(meta, indent=2)
         tensors = {k: v.contiguous() for k, v in self.state_dict().items()}
-        with temp_path(state_path) as tmp:
-            storch.save_file(tensors, str(tmp))
-            os.replace(tmp, state_path)
-        with temp_path(meta_path) as tmp:
-            tmp.write_text(json.dumps(self.metadata(), indent=2))
-            os.replace(tmp, meta_path)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            with temp_path(state_path) as tmp:
+                storch.save_file(tensors, str(tmp))
+                os.replace(tmp, state_path)
+            with temp_path(meta_path) as tmp:
+                tmp.write_text(text)
+                os.replace(tmp, meta_path)
+        except OSError as exc:
+            raise CheckpointError(f"save(dirpath={str(dirpath)!r}, prefix={prefix!r}): cannot "
+                                  f"write the files ({exc}); pass a folder you can write "
+                                  "to") from exc
 
     @classmethod
     def load(cls, state_path: str | Path, metadata: dict[MetaDataKeys, Any]) -> Self:
@@ -504,11 +800,17 @@ class BufferBase(ABC):
 
         Returns:
             A buffer on ``metadata["device"]`` (the CPU when it is None) whose items,
-            ``position`` and ``size`` are those saved.
+            ``position`` and ``size`` are those saved; with the saved generator when the
+            metadata holds one (a buffer saved with ``seed=``), else drawing with torch's
+            global generator.
 
         Raises:
-            CheckpointError: A tensor is missing or its shape does not match the
-                metadata, or ``position``/``size`` are impossible; nothing is built.
+            ArgumentError: ``state_path`` is not a path.
+            CheckpointError: The metadata is not velora's dict (a key missing, a value of
+                the wrong kind, ``position``/``size`` impossible, a device that is not
+                available), the file is missing or not a safetensors file, a tensor is
+                missing or its shape does not match the metadata, or a done is not 0/1;
+                nothing is built.
 
         Example:
             >>> import json, tempfile, torch
@@ -521,41 +823,58 @@ class BufferBase(ABC):
             >>> len(again), again.rewards[0].item()
             (1, 2.0)
         """
+        if not isinstance(state_path, (str, os.PathLike)):
+            raise ArgumentError(f"load(state_path={describe(state_path)}): expected the path "
+                                "of a <prefix>state.safetensors file (str or pathlib.Path)")
+        path = Path(state_path).with_suffix(".safetensors")
+        where = f"load({str(path)!r})"
+        meta = _checked_metadata(where, metadata)
         torch = _torch()
         snp = require_extra("safetensors.numpy", "torch")
-        path = Path(state_path).with_suffix(".safetensors")
-        device = metadata["device"] or "cpu"
-        cap, pos, size = (metadata["capacity"], metadata["position"], metadata["size"])
-        data = snp.load_file(str(path))
-        widths = {"states": metadata["state_dim"], "actions": metadata["action_dim"],
-                  "rewards": 1, "next_states": metadata["state_dim"], "dones": 1,
-                  "hiddens": metadata["hidden_dim"]}
+        if not path.is_file():
+            raise CheckpointError(f"{where}: the file is missing; pass the path of the "
+                                  "<prefix>state.safetensors file that save wrote")
+        try:
+            data = snp.load_file(str(path))
+        except Exception as exc:  # safetensors' own error types: a corrupt or foreign file
+            raise CheckpointError(f"{where}: cannot read it as safetensors, the file is "
+                                  f"corrupt or not a buffer state ({exc})") from exc
+        cap, pos, size = meta["capacity"], meta["position"], meta["size"]
+        widths = {"states": meta["state_dim"], "actions": meta["action_dim"], "rewards": 1,
+                  "next_states": meta["state_dim"], "dones": 1, "hiddens": meta["hidden_dim"]}
         for key, width in widths.items():
             got = data.get(key)
-            if got is None or got.shape != (cap, width):
-                have = None if got is None else got.shape
+            if got is None or got.shape != (cap, width) or got.dtype.kind not in "biuf":
+                have = None if got is None else f"{got.shape} {got.dtype}"
                 raise CheckpointError(
-                    f"load({str(path)!r}): tensor {key!r} has shape {have} but the metadata "
-                    f"says ({cap}, {width}); pass the metadata saved with this file")
-        if not (0 <= size <= cap and 0 <= pos < cap and (size == cap or pos == size)):
-            raise CheckpointError(
-                f"load({str(path)!r}): position={pos}, size={size} are impossible for "
-                f"capacity={cap}; pass the metadata saved with this file")
-        buf = cls(capacity=cap, state_dim=metadata["state_dim"],
-                  action_dim=metadata["action_dim"], hidden_dim=metadata["hidden_dim"],
-                  device=torch.device(device) if device else None)
+                    f"{where}: tensor {key!r} is {have} but the metadata says ({cap}, "
+                    f"{width}) numbers; pass the metadata saved with this file")
         if size == cap:
             # the rows before `position` first, then all in age order: each row lands at
             # its saved index and the next write goes to `position`, as in velora
             order = np.concatenate([np.arange(pos), (np.arange(cap) + pos) % cap])
         else:
             order = np.arange(size)
+        f32 = {k: np.ascontiguousarray(v[order], dtype=np.float32)
+               for k, v in data.items() if k in widths}
+        dones = f32["dones"][:, 0]
+        if not ((dones == 0) | (dones == 1)).all():
+            raise CheckpointError(f"{where}: tensor 'dones' holds values other than 0/1; a "
+                                  "done is a flag (velora's add stored any float there)")
+        device = meta["device"] or "cpu"
+        # velora's constructor call; seed= only for a buffer saved with its own generator
+        own = {} if meta["seed"] is None else {"seed": meta["seed"]}
+        try:
+            buf = cls(capacity=cap, state_dim=meta["state_dim"],
+                      action_dim=meta["action_dim"], hidden_dim=meta["hidden_dim"],
+                      device=torch.device(device), **own)
+        except (ReplayBankError, RuntimeError, TypeError) as exc:
+            raise CheckpointError(f"{where}: the metadata does not build a buffer: "
+                                  f"{exc}") from exc
         if len(order):
-            f32 = {k: np.ascontiguousarray(v[order], dtype=np.float32)
-                   for k, v in data.items() if k in widths}
             buf._core.extend(obs=f32["states"], action=f32["actions"],
                              reward=f32["rewards"][:, 0], next_obs=f32["next_states"],
-                             terminated=f32["dones"][:, 0] != 0,
+                             terminated=dones != 0,
                              truncated=np.zeros(len(order), dtype=bool),
                              hidden=f32["hiddens"])
         return buf
@@ -605,10 +924,15 @@ class ReplayBuffer(BufferBase):
 
     Args:
         capacity: Maximum number of stored experiences.
-        state_dim: Dimension of state observations.
-        action_dim: Dimension of actions.
-        hidden_dim: Dimension of the hidden states.
+        state_dim: Dimension of state observations (>= 1).
+        action_dim: Dimension of actions (>= 1).
+        hidden_dim: Dimension of the hidden states (>= 0).
         device: Where the data and the sampled tensors live (None: the CPU).
+        seed: The buffer's own generator (keyword only, not in velora); None: torch's
+            global generator, as velora.
+
+    Raises:
+        CapacityError, ConfigError: A bad argument (see :class:`BufferBase`).
 
     Example:
         >>> import torch
@@ -635,18 +959,24 @@ class ReplayBuffer(BufferBase):
                             hidden_dim=self.hidden_dim)
 
     def sample(self, batch_size: int) -> BatchExperience:
-        """Draw ``batch_size`` experiences uniformly (with replacement).
+        """Draw ``batch_size`` experiences uniformly (with replacement), as velora.
+
+        The items are velora's: ``torch.randint(0, size, (batch_size,))`` on torch's
+        global generator (on the buffer's device), so ``torch.manual_seed(s)`` right
+        before a call reproduces it, and the draw is the one velora makes. A buffer built
+        with ``seed=`` draws from its own generator instead.
 
         Args:
-            batch_size: Number of experiences.
+            batch_size: Number of experiences (a positive int).
 
         Returns:
             A :class:`BatchExperience`; every field ``(batch_size, features)`` on the
             buffer's device.
 
         Raises:
-            ValueError: The buffer holds fewer than ``batch_size`` experiences (also a
-                non-positive ``batch_size``).
+            ConfigError: ``batch_size`` is not a positive int.
+            EmptyBufferError: The buffer holds fewer than ``batch_size`` experiences
+                (a ``ValueError``, as velora's).
 
         Example:
             >>> import torch
@@ -654,22 +984,17 @@ class ReplayBuffer(BufferBase):
             >>> buf.sample(1)
             Traceback (most recent call last):
             ...
-            ValueError: sample(batch_size=1): the buffer holds 0 experiences; add more or lower batch_size
+            replaybank.errors.EmptyBufferError: sample(batch_size=1): the buffer holds 0 experiences; add more or lower batch_size
+            >>> for i in range(5):
+            ...     buf.add(torch.full((2,), float(i)), torch.zeros(1), 0.0, torch.ones(2),
+            ...             False, torch.zeros(1))
+            >>> _ = torch.manual_seed(0)
+            >>> first = buf.sample(3).states
+            >>> _ = torch.manual_seed(0)
+            >>> torch.equal(first, buf.sample(3).states)
+            True
         """  # noqa: E501
-        n = len(self._core)
-        if n < batch_size:
-            raise ValueError(f"sample(batch_size={batch_size}): the buffer holds {n} "
-                             "experiences; add more or lower batch_size")
-        b = self._core.sample(batch_size).to_dict(nested=False)
-        term, trunc = b["terminated"], b["truncated"]
-        if self._numpy:
-            t = self._from_numpy
-            ended = term | trunc
-            return BatchExperience(t(b["obs"]), t(b["action"]), t(b["reward"][:, None]),
-                                   t(b["next_obs"]), t(ended.astype(np.float32)[:, None]),
-                                   t(b["hidden"]))
-        return BatchExperience(b["obs"], b["action"], b["reward"][:, None], b["next_obs"],
-                               (term | trunc).float()[:, None], b["hidden"])
+        return self._uniform(batch_size)
 
     def warm(self, agent: Any, n_samples: int, num_envs: int = 8) -> None:
         """Fill the buffer to ``n_samples`` experiences from the agent's own env.
@@ -680,17 +1005,25 @@ class ReplayBuffer(BufferBase):
         with the hidden state ``predict`` returned for it. The step after an episode end,
         which only resets that copy (gymnasium's next-step autoreset), is not stored.
         Truncation is stored apart from termination in :attr:`core`; a batch's
-        ``dones`` holds both.
+        ``dones`` holds both. The arguments are checked before any env is made, and what
+        ``predict`` returns is checked before the envs step with it.
 
         Args:
             agent: An object with ``env`` (a gymnasium env with a spec id), ``device``
                 and ``predict(states, hidden, train_mode=True)``.
-            n_samples: Stop once the buffer holds at least this many experiences.
-            num_envs: Number of env copies; at least 2.
+            n_samples: Stop once the buffer holds at least this many experiences (an
+                int from 0 to ``capacity``).
+            num_envs: Number of env copies; an int of at least 2.
 
         Raises:
-            ValueError: ``num_envs < 2``, or ``n_samples > capacity`` (never reached).
-            TypeError: ``predict`` returned no hidden state.
+            ConfigError: ``num_envs`` not an int >= 2, or ``n_samples`` not an int in
+                ``[0, capacity]`` (more could never be reached). Both are ValueErrors,
+                as velora's.
+            ArgumentError: ``agent`` lacks ``env`` (with a spec id), ``device`` or
+                ``predict``; ``predict`` did not return ``(actions, hidden)`` with a
+                hidden state; or the env refused its actions.
+            DtypeError, ShapeError: ``predict`` returned actions or hidden states that
+                are not numbers or not ``num_envs`` rows of the buffer's dimensions.
 
         Example:
             >>> import gymnasium as gym, torch
@@ -703,38 +1036,90 @@ class ReplayBuffer(BufferBase):
             >>> len(buf) >= 50, tuple(buf.sample(4).hiddens.shape)
             (True, (4, 2))
         """
-        if num_envs < 2:
-            raise ValueError(f"warm(num_envs={num_envs!r}): cannot be smaller than 2; use "
-                             "num_envs=2 or more (the default is 8)")
-        if n_samples > self.capacity:
-            raise ValueError(f"warm(n_samples={n_samples}): the buffer holds at most "
-                             f"capacity={self.capacity} experiences; lower n_samples")
+        if not _is_int(num_envs) or num_envs < 2:
+            raise ConfigError(f"warm(num_envs={describe(num_envs)}): must be an int of at "
+                              "least 2; use num_envs=2 or more (the default is 8)")
+        if not _is_int(n_samples) or not 0 <= n_samples <= self.capacity:
+            raise ConfigError(f"warm(n_samples={describe(n_samples)}): must be an int from 0 "
+                              f"to capacity={self.capacity} (the buffer holds at most that "
+                              "many experiences); pass e.g. n_samples=batch_size * 2")
+        env_id, device = self._checked_agent(agent)
         gym = require_extra("gymnasium", "gym")
         torch = _torch()
-        envs = gym.make_vec(agent.env.spec.id, num_envs=num_envs, vectorization_mode="sync")
+        envs = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync")
         try:
             hidden = None
             obs, _ = envs.reset()
             resets = np.zeros(num_envs, dtype=bool)  # copies whose next step only resets
             while len(self) < n_samples:
-                actions, hidden = agent.predict(torch.as_tensor(obs, device=agent.device),
-                                                hidden, train_mode=True)
-                if hidden is None:
-                    raise TypeError(
-                        f"warm(agent={describe(agent)}): predict returned no hidden state; "
-                        "it must return (actions, hidden) with hidden (num_envs, hidden_dim)")
-                act = np.asarray(_host(actions))
-                nxt, reward, term, trunc, _ = envs.step(act)
+                out = agent.predict(torch.as_tensor(obs, device=device), hidden,
+                                    train_mode=True)
+                act, hid = self._checked_prediction(out, num_envs)
+                hidden = out[1]
+                try:
+                    nxt, reward, term, trunc, _ = envs.step(act)
+                except (AssertionError, ValueError, TypeError, IndexError) as exc:
+                    raise ArgumentError(
+                        f"warm(agent={describe(agent)}): the env refused the actions predict "
+                        f"returned ({describe(act)}: {exc!r}); predict must return one "
+                        "action of the env's action space per env copy") from exc
                 real = np.flatnonzero(~resets)
                 if len(real):
-                    self._store_steps(real, obs, act, reward, nxt, term, trunc, _host(hidden))
+                    self._store_steps(real, obs, act, reward, nxt, term, trunc, hid)
                 resets = np.logical_or(term, trunc)
                 obs = nxt
         finally:
             envs.close()
 
+    @staticmethod
+    def _checked_agent(agent: Any) -> tuple[str, Any]:
+        """``(env spec id, torch device)`` of a velora agent, or an ArgumentError naming
+        what it lacks."""
+        env = getattr(agent, "env", None)
+        env_id = getattr(getattr(env, "spec", None), "id", None)
+        if not isinstance(env_id, str):
+            raise ArgumentError(
+                f"warm(agent={describe(agent)}): agent.env={describe(env)} is not a gymnasium "
+                "env with a spec id; pass a velora agent whose env was made with gym.make")
+        if not callable(getattr(agent, "predict", None)):
+            raise ArgumentError(
+                f"warm(agent={describe(agent)}): agent.predict is missing or not callable; "
+                "it must be predict(states, hidden, train_mode=True) -> (actions, hidden)")
+        if not hasattr(agent, "device"):
+            raise ArgumentError(f"warm(agent={describe(agent)}): agent.device is missing; "
+                                "set it to the torch device of the agent's networks")
+        device = agent.device
+        if device is not None:
+            try:
+                device = _torch().device(device)
+            except (TypeError, RuntimeError, ValueError):
+                raise ArgumentError(
+                    f"warm(agent={describe(agent)}): agent.device={describe(device)} is not "
+                    "a torch device; set it to e.g. torch.device('cpu')") from None
+        return env_id, device
+
+    def _checked_prediction(self, out: Any, num_envs: int) -> tuple[Array, Array]:
+        """``(actions for the env, hidden rows (num_envs, hidden_dim))`` of what
+        ``predict`` returned, checked before the envs step."""
+        if not isinstance(out, (tuple, list)) or len(out) != 2:
+            raise ArgumentError(f"warm: agent.predict returned {describe(out)}; it must return "
+                                "(actions, hidden) with hidden (num_envs, hidden_dim)")
+        actions, hidden = out
+        if hidden is None:
+            raise ArgumentError("warm: agent.predict returned no hidden state; it must return "
+                                "(actions, hidden) with hidden (num_envs, hidden_dim)")
+        act = _numbers(actions, "warm: predict's actions")
+        col = act[:, None] if act.ndim == 1 else act
+        if act.ndim == 0 or len(act) != num_envs:
+            raise ShapeError(f"warm: predict's actions have shape {act.shape}; expected one "
+                             f"action per env copy, ({num_envs},) or ({num_envs}, "
+                             f"{self.action_dim})")
+        _floats(col, "warm: predict's actions", (num_envs, self.action_dim))
+        hid = _floats(hidden, "warm: predict's hidden", (num_envs, self.hidden_dim))
+        return act, hid
+
     def _store_steps(self, rows: Array, obs: Any, act: Array, reward: Any, nxt: Any,
-                     term: Any, trunc: Any, hidden: Any) -> None:
+                     term: Any, trunc: Any, hidden: Array) -> None:
         """Append the rows ``rows`` of one vector step, in env order."""
         n = len(rows)
         a = act[rows]
@@ -747,4 +1132,4 @@ class ReplayBuffer(BufferBase):
             next_obs=_floats(np.asarray(nxt)[rows], "warm: next states", (n, self.state_dim)),
             terminated=np.asarray(term, dtype=bool)[rows],
             truncated=np.asarray(trunc, dtype=bool)[rows],
-            hidden=_floats(np.asarray(hidden)[rows], "warm: hidden", (n, self.hidden_dim)))
+            hidden=hidden[rows])
