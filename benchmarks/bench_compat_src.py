@@ -12,9 +12,9 @@ front / core. Target (issue 15): within 1.2x.
 * ``PPO finish_path``: ``PPOBuffer.finish_path(ActionSample)`` vs
   ``PathBuffer.finish_path(last_val)``, paths of ``--path-len`` steps (the stores between
   calls are not timed; the best single call, the two calls in alternating order).
-* ``PPO sample_batch``: one pass over the epoch, ``ceil(size / batch)`` calls of
-  ``PPOBuffer.sample_batch()`` (the first one closes the epoch) vs ``PathBuffer.get()``
-  plus the same minibatches cut from its Batch as torch tensors.
+* ``PPO sample_batch``: the whole epoch, one ``PPOBuffer.sample_batch()`` (it returns every
+  step with normalized advantages and closes the epoch, as the reference documents) vs
+  ``PathBuffer.get()`` plus its five fields as torch tensors, advantages normalized.
 * ``SAC store``: ``SimpleReplayBuffer.store(buffer_dict)`` vs ``ReplayBuffer.add(...)``.
 * ``SAC sample_batch``: ``SimpleReplayBuffer.sample_batch()`` vs
   ``ReplayBuffer.sample(B, replace=False)`` plus the five fields as torch tensors.
@@ -78,10 +78,9 @@ def pair(best: list[float], front: Callable[[], Any], core: Callable[[], Any],
 def bench_ppo(rounds: int, size: int, batch: int, path_len: int) -> list[tuple[str, float,
                                                                                  float, str]]:
     data = steps(size)
-    front = PPOBuffer(OBS_DIM, ACT_DIM, size, batch, seed=0)
+    front = PPOBuffer(OBS_DIM, ACT_DIM, size, batch)
     core = PathBuffer(size, spec={"obs": ((OBS_DIM,), np.float32),
                                   "action": ((ACT_DIM,), np.float32)})
-    rng = np.random.default_rng(0)
     fields = {"obs": "obs", "act": "action", "ret": "returns", "adv": "advantages",
               "logp": "log_prob"}
 
@@ -95,15 +94,13 @@ def bench_ppo(rounds: int, size: int, batch: int, path_len: int) -> list[tuple[s
             core.store(d["obs"], a.action, d["rew"], a.value, a.logp)
 
     def front_epoch() -> None:
-        for _ in range(-(-size // batch)):
-            front.sample_batch()
+        front.sample_batch()
 
     def core_epoch() -> None:
         b = core.get()
-        order = rng.permutation(size)
-        for s in range(0, size, batch):
-            idx = order[s:s + batch]
-            {k: torch.from_numpy(b[f][idx]) for k, f in fields.items()}
+        adv = b["advantages"]
+        norm = (adv - adv.mean()) / (adv.std() + 1e-8)  # as the front end normalizes
+        {k: torch.from_numpy(norm if f == "advantages" else b[f]) for k, f in fields.items()}
 
     obj = ActionSample(value=0.5)
 
@@ -144,7 +141,7 @@ def bench_ppo(rounds: int, size: int, batch: int, path_len: int) -> list[tuple[s
             ("PPO finish_path", best["finish"][0], best["finish"][1],
              f"per path of {path_len} (best call)"),
             ("PPO sample_batch", best["sample"][0], best["sample"][1],
-             f"per pass: {-(-size // batch)} minibatches of {batch} of {size}")]
+             f"per epoch of {size} steps")]
 
 
 def bench_sac(rounds: int, n: int, batch: int, samples: int) -> list[tuple[str, float, float,
