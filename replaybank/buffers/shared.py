@@ -164,7 +164,9 @@ class SharedWriterHandle:
         """Attach the shared arrays in this process and claim the lanes.
 
         Raises:
-            ConfigError: Another live process writes one of the lanes.
+            ConfigError: :attr:`lanes` are not distinct lanes of the buffer (checked
+                before anything is attached or claimed), or another live process writes
+                one of them.
             CheckpointError: The owner is gone (its segments were unlinked).
         """
         return SharedWriter(self)
@@ -180,11 +182,16 @@ class SharedWriter:
         from replaybank.config import from_config
         from replaybank.storage.backends.shared import SharedBackend, pid_alive
 
-        self.lanes = np.asarray(handle.lanes, np.int64)
         backend = SharedBackend(handle.layout)
         self._backend = backend
-        self._buf = from_config({**handle.config, "seed": None}, storage=backend)
-        table = self._buf.table
+        try:
+            self._buf = from_config({**handle.config, "seed": None}, storage=backend)
+            table = self._buf.table
+            # checked against the attached arrays, before any lane is claimed
+            self.lanes = lanes_of(handle.lanes, table.lanes, "SharedWriterHandle.open")
+        except BaseException:
+            backend.close()
+            raise
         self._written, _, _, self._priority, claims = shared_arrays(backend, table)
         me = os.getpid()
         for lane in self.lanes.tolist():

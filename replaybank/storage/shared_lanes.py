@@ -184,13 +184,34 @@ def claim_side_slots(table: StepTable, lanes: IntArray) -> None:
     table.side.rebuild(used)
 
 
-def lanes_of(value: Any, num_envs: int) -> IntArray:
-    """``value`` as distinct lane ids in ``[0, num_envs)`` (a writer's lanes)."""
-    arr = np.asarray(value)
+def lanes_of(value: Any, num_envs: int, where: str = "writer") -> IntArray:
+    """``value`` as distinct lane ids in ``[0, num_envs)`` (a writer's lanes).
+
+    Args:
+        value: The lanes: an int or a 1-d sequence of ints.
+        num_envs: Lanes of the buffer.
+        where: The call named in the error.
+
+    Raises:
+        ConfigError: Naming the lanes and the range, for anything but distinct ints in
+            range (negative ids, which numpy would wrap to the last lanes, included).
+
+    Example:
+        >>> lanes_of((1, 0), 2).tolist()
+        [1, 0]
+        >>> lanes_of((2,), 2)
+        Traceback (most recent call last):
+        ...
+        replaybank.errors.ConfigError: writer(lanes=(2,)): give distinct lane ids in [0, 2) (each writer owns some lanes of the buffer)
+    """  # noqa: E501
+    try:
+        arr = np.asarray(value)
+    except (ValueError, TypeError):  # ragged nestings
+        arr = np.zeros((0, 0))
     if arr.ndim == 0:
         arr = arr.reshape(1)
     if arr.ndim != 1 or arr.dtype.kind not in "iu" or len(arr) == 0 or \
             len(np.unique(arr)) != len(arr) or arr.min() < 0 or arr.max() >= num_envs:
-        raise ConfigError(f"lanes={value!r}: give distinct lane ids in [0, {num_envs}) "
-                          "(each writer owns some lanes of the buffer)")
+        raise ConfigError(f"{where}(lanes={value!r}): give distinct lane ids in "
+                          f"[0, {num_envs}) (each writer owns some lanes of the buffer)")
     return arr.astype(np.int64)

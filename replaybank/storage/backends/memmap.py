@@ -18,8 +18,11 @@ SIGBUS in a later add), one process at a time writes a directory (an ``flock`` o
 :data:`LOCK` naming its pid, held until :meth:`MemmapBackend.close` or garbage
 collection; ``rb.open(path, mode="r")`` reads beside the writer), file names come from
 array names (never from the manifest, so no file outside the directory is opened or
-removed), and a damaged manifest or a truncated file gives
-:class:`~replaybank.errors.CheckpointError` on reopen.
+removed), and a damaged manifest, a truncated file or lane counters that no write could
+have left (a hand-edited ``start``) give :class:`~replaybank.errors.CheckpointError` on
+reopen, before anything is written. A buffer whose first allocation fails (a capacity
+beyond the free disk space) removes the files it created and its manifest and releases
+the lock, so the path is free for a new buffer.
 
 ``rb.open(path)`` (:func:`replaybank.persist.open`) reopens the files in a new process and
 continues where the old one stopped, rebuilding the buffer from the owner record the buffer
@@ -53,6 +56,7 @@ import gc
 import json
 import os
 import shutil
+import stat
 import uuid
 import weakref
 from pathlib import Path
@@ -264,6 +268,9 @@ class MemmapBackend:
         #: bytes of the arrays created since the owner last recorded itself
         self._batch: dict[str, int] = {}
         self._unlock: weakref.finalize[Any, Any] | None = None
+        #: A failed first allocation gave the path back (no manifest, lock released):
+        #: the next allocation claims it again.
+        self._given_back = False
         try:
             self._start(overwrite)
         except BaseException:
@@ -279,27 +286,44 @@ class MemmapBackend:
             if self._writable:
                 self._lock()
             self.manifest: dict[str, Any] = self._read_manifest()
+            self._check_lane_counters()
             if self._writable:
                 remove_stale_temps(self.path, (MANIFEST,))
             return
+        self.manifest = {"format": _FORMAT, "version": _VERSION, "arrays": {}, "config": None,
+                         "buffer_id": uuid.uuid4().hex}
+        self._claim(overwrite)
+
+    def _claim(self, overwrite: bool) -> None:
+        """Take :attr:`path` for a new buffer: the directory, the writer's lock, then the
+        (empty) manifest. Also how a backend whose first allocation failed (and gave the
+        path back: :meth:`_give_back`) takes it again for a retry.
+
+        Raises:
+            ConfigError: The directory cannot be made, another writer holds it, or it
+                already holds a buffer (and not ``overwrite``); the lock is released.
+        """
         try:
             self.path.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise ConfigError(f"path={str(self.path)!r}: cannot create the directory ({exc})") \
                 from exc
         self._lock()
-        remove_stale_temps(self.path, (MANIFEST,))
-        if manifest.exists():
-            if not overwrite:
-                raise ConfigError(
-                    f"path={str(self.path)!r} already holds a replaybank memmap buffer; reopen "
-                    "it with ReplayBuffer.open(path), choose an empty directory, or pass "
-                    "MemmapBackend(path, overwrite=True) to replace it"
-                )
-            self._remove_files()
-        self.manifest = {"format": _FORMAT, "version": _VERSION, "arrays": {}, "config": None,
-                         "buffer_id": uuid.uuid4().hex}
-        self._save_manifest()
+        try:
+            remove_stale_temps(self.path, (MANIFEST,))
+            if (self.path / MANIFEST).exists():
+                if not overwrite:
+                    raise ConfigError(
+                        f"path={str(self.path)!r} already holds a replaybank memmap buffer; "
+                        "reopen it with ReplayBuffer.open(path), choose an empty directory, "
+                        "or pass MemmapBackend(path, overwrite=True) to replace it"
+                    )
+                self._remove_files()
+            self._save_manifest()
+        except BaseException:
+            self._release_lock()
+            raise
+        self._given_back = False
 
     # ------------------------------------------------------------------ lock
     def _lock(self) -> None:
@@ -352,6 +376,9 @@ class MemmapBackend:
             with contextlib.suppress(OSError, ValueError):
                 self.flush()
         self._writable = False
+        self._release_lock()
+
+    def _release_lock(self) -> None:
         if self._unlock is not None:
             self._unlock()  # closes the lock file: the lock is released
             self._unlock = None
@@ -379,6 +406,95 @@ class MemmapBackend:
             raise CheckpointError(f"{manifest} cannot be read ({type(exc).__name__}: "
                                   f"{exc}); the manifest is damaged") from exc
         return _check_manifest(data, str(manifest))
+
+    def _read_counter(self, name: str) -> npt.NDArray[np.int64] | None:
+        """The lane counter ``meta/<name>`` ``[lanes]`` as its file holds it now, or None
+        where it cannot be checked here (absent, not int64 ``[lanes]``, short or not a
+        regular file: mapping it reports that)."""
+        entry = self.manifest["arrays"].get(f"meta/{name}")
+        if entry is None or entry["row_shape"] != [] or \
+                _parse_dtype(entry["dtype"]) != np.dtype("<i8"):
+            return None
+        nbytes = 8 * int(entry["rows"])
+        flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+        try:
+            fd = os.open(self._file(f"meta/{name}"), flags)  # a FIFO never blocks
+        except OSError:
+            return None
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode) or info.st_size < nbytes:
+                return None
+            data = os.pread(fd, nbytes, 0)
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+        if len(data) < nbytes:
+            return None
+        return np.frombuffer(data, dtype="<i8").astype(np.int64)
+
+    def _check_lane_counters(self) -> None:
+        """Check the stored ``start`` of each lane against ``written``, ``counts`` and the
+        ring size before the step table maps them (a reopened table takes ``counts =
+        written - start``, so a hand-edited ``start`` would silently hide steps, or empty
+        the buffer, and the table rewrites ``counts`` from it).
+
+        The step table's durable write order (:class:`~replaybank.storage.table.StepTable`)
+        moves one end of a lane's live window ``[start, written)`` per store, so a process
+        killed at any instant leaves, per lane, ``0 <= counts <= T`` (a ring of ``T``
+        rows), ``0 <= start <= written``, and the live steps ``L = min(written - start,
+        T)`` at most one write chunk (``max(1, T // 4)`` evicted steps:
+        ``StepTable.chunk``) below the stored ``counts``, or ``start == written`` (killed
+        in ``clear()``). ``counts`` itself may lag ``L`` by any number of new steps (killed
+        before it followed the commit). Anything else was not written by a buffer.
+
+        Files are read ``start``, then ``counts``, then ``written``: ``start`` and
+        ``written`` only grow, so a read beside a writer (``mode="r"``) sees a window at
+        least as wide as the true one at the moment ``counts`` was read.
+
+        Raises:
+            CheckpointError: Naming the file, the lane, the values and the rule.
+        """
+        start = self._read_counter("start")  # absent in files older than the counter
+        counts = self._read_counter("counts")
+        written = self._read_counter("written")
+        link = self.manifest["arrays"].get("meta/link")
+        if start is None or counts is None or written is None or link is None or \
+                link["row_shape"] != [len(start)] or not len(counts) == len(written) == \
+                len(start) or link["rows"] < 1:
+            return  # mapping the arrays names what is missing or the wrong size
+        T = int(link["rows"])  # noqa: N806
+        chunk = max(1, T // 4)  # StepTable.chunk
+        fix = ("the lane counters are damaged (hand-edited?): restore the buffer from a "
+               "checkpoint (rb.save / rb.load)")
+        for lane in range(len(start)):
+            s, c, w = int(start[lane]), int(counts[lane]), int(written[lane])
+            if not 0 <= c <= T:
+                raise CheckpointError(
+                    f"{self.path / self.file_name('meta/counts')}: meta/counts[{lane}] = {c} "
+                    f"is outside [0, {T}] (each lane holds at most capacity // num_envs = "
+                    f"{T} steps); {fix}")
+            if w < 0:
+                raise CheckpointError(
+                    f"{self.path / self.file_name('meta/written')}: meta/written[{lane}] = "
+                    f"{w} is negative (it counts the steps ever written to lane {lane}); {fix}")
+            where = f"{self.path / self.file_name('meta/start')}: meta/start[{lane}] = {s}"
+            values = f"(meta/written[{lane}] = {w}, meta/counts[{lane}] = {c})"
+            if s < 0:
+                raise CheckpointError(f"{where} is negative {values}; it counts the steps "
+                                      f"ever evicted from lane {lane}; {fix}")
+            if s > w:
+                raise CheckpointError(
+                    f"{where} is past written {values}; the oldest live step of lane {lane} "
+                    f"cannot come after its newest (start <= written); {fix}")
+            live = min(w - s, T)
+            if s < w and c - live > chunk:
+                raise CheckpointError(
+                    f"{where} leaves written - start = {live} live steps {values} but "
+                    f"counts records {c}: a write moves them at most {chunk} steps apart "
+                    f"(a ring of {T} rows), so this start would hide {c - live} stored "
+                    f"steps; {fix}")
 
     def _remove_files(self) -> None:
         """Delete the old buffer's files: only names derived from its array names, inside
@@ -463,40 +579,76 @@ class MemmapBackend:
                                   f"{what} ({exc})") from exc
 
     def _create(self, name: str, shape: tuple[int, ...], dtype: np.dtype[Any]) -> None:
-        file = self._file(name)
-        with contextlib.suppress(FileNotFoundError):
-            file.unlink()  # a planted link is removed, never written through
+        """Create the file of array ``name`` with its disk blocks reserved.
+
+        Raises:
+            CapacityError: It does not fit on the disk.
+            ConfigError, CheckpointError: It cannot be created or sized.
+
+            On any failure the arrays created since the owner last recorded itself are
+            removed too (:meth:`_rollback`): a buffer that cannot be built leaves no
+            files behind.
+        """
         what = f"array {name!r} {list(shape)}"
         if not name.startswith("side/") and len(shape) >= 2:  # [T, lanes, ...]
             what += f" (capacity {shape[0] * shape[1]:,} steps)"
+        held = sum(self._batch.values())
         try:
-            fd = os.open(file, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-        except OSError as exc:
-            raise ConfigError(f"path={str(self.path)!r}: cannot create {file} ({exc})") \
-                from exc
-        try:
-            self._reserve(fd, 0, _nbytes(shape, dtype), what)
-        except BaseException as exc:
-            os.close(fd)
-            with contextlib.suppress(OSError):
-                file.unlink()
-            if not isinstance(exc, _NoSpaceError):
+            file = self._file(name)
+            with contextlib.suppress(FileNotFoundError):
+                file.unlink()  # a planted link is removed, never written through
+            try:
+                fd = os.open(file, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+            except OSError as exc:
+                raise ConfigError(f"path={str(self.path)!r}: cannot create {file} ({exc})") \
+                    from exc
+            try:
+                self._reserve(fd, 0, _nbytes(shape, dtype), what)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    file.unlink()
                 raise
-            held = sum(self._batch.values())
-            self._rollback()  # a buffer that does not fit leaves no files behind
+            finally:
+                os.close(fd)
+        except _NoSpaceError as exc:
+            self._rollback()
             raise self._no_space(what, exc, held) from exc.cause
-        os.close(fd)
+        except BaseException:
+            self._rollback()
+            raise
 
     def _rollback(self) -> None:
         """Remove the arrays created since the owner last recorded itself (the owner's
-        first allocation failed part way)."""
+        allocation failed part way). When nothing else was ever stored here (no array,
+        no owner record: the buffer's first allocation failed), give the path back
+        (:meth:`_give_back`)."""
         for name in self._batch:
             self._maps.pop(name, None)
             self.manifest["arrays"].pop(name, None)
+        unused = not self.manifest["arrays"] and self.manifest.get("config") is None \
+            and self.manifest.get("config_error") is None
+        if unused:  # the manifest goes first: no moment where it names a missing file
+            with contextlib.suppress(OSError):
+                (self.path / MANIFEST).unlink()
+        else:
+            self._save_manifest()
+        for name in self._batch:
             with contextlib.suppress(OSError):
                 (self.path / self.file_name(name)).unlink()
         self._batch.clear()
-        self._save_manifest()
+        if unused:
+            self._give_back()
+
+    def _give_back(self) -> None:
+        """Release :attr:`path` after a failed first allocation: its manifest and array
+        files are gone (the directory, a user's other files and the lock file stay), and
+        the lock is released, so that a new buffer there, or this one's next allocation
+        (:meth:`_claim`), starts afresh; ``rb.open`` finds no buffer. (An allocation
+        failure leaves the owning buffer without storage: when that was its construction,
+        the buffer never exists, but a traceback may keep this object alive.)"""
+        self._maps.clear()
+        self._release_lock()
+        self._given_back = True
 
     def _no_space(self, what: str, exc: _NoSpaceError, held: int = 0) -> CapacityError:
         total = (f" ({_gib(exc.need + held)} with the {_gib(held)} of the buffer's other new "
@@ -537,6 +689,8 @@ class MemmapBackend:
             return self._reopen_array(name, shape, dtype, growable)
         if not self._writable:
             raise self._refuse(f"allocate array {name!r}")
+        if self._given_back:  # an earlier first allocation failed and gave the path back
+            self._claim(overwrite=False)
         self._create(name, shape, dtype)
         self.manifest["arrays"][name] = {
             "file": self.file_name(name), "dtype": np.lib.format.dtype_to_descr(dtype),
@@ -681,7 +835,9 @@ class MemmapBackend:
         self._batch.clear()  # its arrays are complete
         self.manifest["config"] = record
         self.manifest["config_error"] = error
-        if self._writable:  # a read-only reopen rebuilds the owner, which records itself
+        # a read-only reopen rebuilds the owner, which records itself; a path given back
+        # (a failed first allocation) gets the record when it is claimed again
+        if self._writable and not self._given_back:
             self._save_manifest()
 
     def owner_record(self) -> dict[str, Any] | None:

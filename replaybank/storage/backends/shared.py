@@ -8,12 +8,16 @@ picklable handle, ``buf.writer(lanes)``, whose ``open()`` attaches the same segm
 (:class:`SharedBackend` with a :class:`SharedLayout`) and writes only its own lanes.
 How the learner reads while writers write is in :mod:`replaybank.storage.shared_lanes`.
 
-Segments are named ``rbk<owner pid, hex>_<token>_<n>``. The owner unlinks them when it is
-closed, garbage collected or its interpreter exits. After a SIGKILL of the owner,
-Python's resource tracker (a separate process) unlinks them, and as a last resort the
-next owner that starts on the machine removes every ``rbk*`` segment whose owner pid is
-no longer alive (:func:`sweep_stale`). Attaching processes do not register the segments
-with their resource tracker (which would unlink them when the writer exits).
+Segments are named ``rbk<owner pid>_<owner's PID namespace>_<token>_<n>`` (pid and
+namespace in hex; the namespace is the inode of ``/proc/self/ns/pid``, ``0`` where it
+cannot be read). The owner unlinks them when it is closed, garbage collected or its
+interpreter exits. After a SIGKILL of the owner, Python's resource tracker (a separate
+process) unlinks them, and as a last resort the next owner that starts on the machine
+removes the segments whose owner is provably gone (:func:`sweep_stale`): owners of *its
+own* PID namespace whose pid no longer exists. A pid means nothing outside its namespace:
+containers that share ``/dev/shm`` each see their own pids, so segments of another
+namespace (or of an unknown one) are never swept. Attaching processes do not register the
+segments with their resource tracker (which would unlink them when the writer exits).
 
 Every segment is created at its full size and its memory reserved at once
 (``posix_fallocate`` where the platform has it), so a full ``/dev/shm`` raises
@@ -57,11 +61,15 @@ from replaybank.errors import CapacityError, CheckpointError, ConfigError
 from replaybank.storage.backends.numpy import NumpyBackend
 
 __all__ = ["COUNTERS", "PREFIX", "SharedBackend", "SharedLayout", "pid_alive",
-           "segment_names", "sweep_stale"]
+           "pid_namespace", "segment_name", "segment_names", "sweep_stale"]
 
-#: Segment name prefix; a name is ``rbk<pid hex>_<token>_<n>``.
+#: Segment name prefix; a name is ``rbk<pid hex>_<pid namespace hex>_<token>_<n>``.
 PREFIX = "rbk"
-_NAME = re.compile(rf"^{PREFIX}([0-9a-f]+)_([0-9a-f]{{8}})_(\d+)$")
+_NAME = re.compile(rf"^{PREFIX}([0-9a-f]+)_([0-9a-f]+)_([0-9a-f]{{8}})_(\d+)$")
+#: Names written before the namespace was recorded: listed, never swept (their owner's
+#: namespace is unknown, so a dead pid proves nothing).
+_OLD_NAME = re.compile(rf"^{PREFIX}([0-9a-f]+)_([0-9a-f]{{8}})_(\d+)$")
+_NS_FILE = "/proc/self/ns/pid"
 _SHM_DIR = Path("/dev/shm")
 #: Lane counters that the owner (the learner) reads as a snapshot: its table gets local
 #: copies, refreshed from the shared ones before each sample.
@@ -97,27 +105,67 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+def pid_namespace() -> int | None:
+    """The id of this process's PID namespace (the inode of ``/proc/self/ns/pid``), or
+    None where the system does not show it (no ``/proc``, not Linux).
+
+    Two live namespaces never share an id, and a namespace outlives every process in it,
+    so an owner recorded with this id and a pid that no longer exists here is gone.
+
+    Example:
+        >>> ns = pid_namespace()
+        >>> ns is None or ns > 0
+        True
+    """
+    try:
+        ino = os.stat(_NS_FILE).st_ino
+    except (OSError, ValueError):
+        return None
+    return int(ino) if ino > 0 else None
+
+
+def segment_name(pid: int, namespace: int | None, token: str, n: int) -> str:
+    """The name of array ``n`` of the owner ``pid`` in PID namespace ``namespace`` (None:
+    unknown, written as ``0``, never swept).
+
+    Example:
+        >>> segment_name(0x1f, 0xf0000004, "0123abcd", 2)
+        'rbk1f_f0000004_0123abcd_2'
+    """
+    return f"{PREFIX}{pid:x}_{namespace or 0:x}_{token}_{n}"
+
+
 def segment_names() -> list[str]:
     """Names of the replaybank segments on this machine (``[]`` where ``/dev/shm`` cannot
     be listed)."""
     try:
-        return sorted(p.name for p in _SHM_DIR.iterdir() if _NAME.match(p.name))
+        return sorted(p.name for p in _SHM_DIR.iterdir()
+                      if _NAME.match(p.name) or _OLD_NAME.match(p.name))
     except OSError:
         return []
 
 
 def sweep_stale() -> list[str]:
-    """Unlink every replaybank segment whose owner process is gone (a SIGKILLed owner
+    """Unlink the replaybank segments whose owner is provably gone (a SIGKILLed owner
     whose resource tracker died too); returns the names removed.
+
+    Provably gone: the segment names this process's PID namespace (:func:`pid_namespace`)
+    and a pid that no longer exists in it. Segments of other namespaces (containers that
+    share ``/dev/shm``: their pids mean nothing here), of an unknown namespace, or named
+    before namespaces were recorded are left alone; where this process cannot read its
+    own namespace, nothing is swept.
 
     Example:
         >>> isinstance(sweep_stale(), list)
         True
     """
+    ns = pid_namespace()
+    if ns is None:
+        return []
     removed = []
     for name in segment_names():
         m = _NAME.match(name)
-        if m is None or pid_alive(int(m.group(1), 16)):
+        if m is None or int(m.group(2), 16) != ns or pid_alive(int(m.group(1), 16)):
             continue
         with contextlib.suppress(OSError):
             (_SHM_DIR / name).unlink()
@@ -202,6 +250,7 @@ class SharedBackend:
         if layout is None:
             sweep_stale()
             self._layout = SharedLayout(uuid.uuid4().hex[:8], os.getpid())
+            self._namespace = pid_namespace()
             self._cleanup = _Cleanup()
             self._finalizer = weakref.finalize(self, self._cleanup)
             atexit.register(self._finalizer)
@@ -220,8 +269,8 @@ class SharedBackend:
     def _create(self, name: str, shape: tuple[int, ...], dtype: np.dtype[Any]
                 ) -> npt.NDArray[Any]:
         nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        seg = f"{PREFIX}{self._layout.owner_pid:x}_{self._layout.token}_" \
-              f"{len(self._layout.arrays)}"
+        seg = segment_name(self._layout.owner_pid, self._namespace, self._layout.token,
+                           len(self._layout.arrays))
         shm = shared_memory.SharedMemory(name=seg, create=True, size=max(nbytes, 1))
         self._cleanup.segments.append(shm)
         _reserve(shm, nbytes, f"array {name!r} {shape} {dtype}")
