@@ -37,7 +37,7 @@ import numpy.typing as npt
 from replaybank.errors import DtypeError, ShapeError, SpecError, describe
 
 __all__ = ["SEP", "STANDARD", "UNSET", "UNSTORABLE_KINDS", "FieldSpec", "Spec", "as_array",
-           "collect_fields", "flatten", "native", "unflatten"]
+           "collect_fields", "flatten", "native", "real_array", "real_floats", "unflatten"]
 
 SEP = "/"
 
@@ -576,3 +576,68 @@ def _quick_rule(src: np.dtype[Any], dst: np.dtype[Any]) -> _Quick:
     if dst.kind in "fc" and np.can_cast(src, dst, casting="same_kind"):
         return _astype
     return None
+
+
+# ---------------------------------------------------------------- numbers a learner sends back
+# (priorities, TD errors, values, reward functions' results): real numbers only, never
+# strings ("0.5" is not silently parsed), None, objects or complex values (whose imaginary
+# part numpy would drop with a warning)
+def real_floats(value: Any, label: str, fix: str = "pass numbers (a list, numpy array or "
+                "tensor of floats)") -> npt.NDArray[np.float64]:
+    """``value`` (a number, list, array; tensors already on the host) as float64, when it
+    holds real numbers only (:func:`real_array`, then a float64 copy if needed).
+
+    Args:
+        value: What the user passed.
+        label: The start of the message: the call, argument and value, e.g.
+            ``f"update_priorities(priorities={describe(p)})"``.
+        fix: What to pass instead, for the message.
+
+    Returns:
+        A float64 array of ``value``'s shape (bools are 0.0 and 1.0, as numpy casts them;
+        NaN and inf are left to the caller).
+
+    Raises:
+        DtypeError: Strings (also numbers as text), None, other objects, complex values or
+            ragged nested lists.
+
+    Example:
+        >>> real_floats([1, 2.5], "priorities=[1, 2.5]").tolist()
+        [1.0, 2.5]
+    """
+    return real_array(value, label, fix).astype(np.float64, copy=False)
+
+
+def real_array(value: Any, label: str, fix: str = "pass numbers (a list, numpy array or "
+               "tensor of floats)") -> npt.NDArray[Any]:
+    """``value`` as a numpy array of its own real dtype (bools, ints, floats), or the
+    DtypeError :func:`real_floats` documents.
+
+    Example:
+        >>> real_array(np.float32(0.5), "reward=0.5").dtype
+        dtype('float32')
+        >>> real_array([1 + 0j], "x=[(1+0j)]")
+        Traceback (most recent call last):
+        ...
+        replaybank.errors.DtypeError: x=[(1+0j)]: expected real numbers, got complex numbers (numpy would drop the imaginary part); pass their magnitude, e.g. np.abs(x)
+    """  # noqa: E501
+    try:
+        arr = np.asarray(value)
+    except (TypeError, ValueError) as exc:  # ragged nesting
+        raise DtypeError(f"{label}: expected real numbers ({exc}); {fix}") from None
+    kind = arr.dtype.kind
+    if kind in "biuf":
+        return arr
+    if kind == "c":
+        raise DtypeError(f"{label}: expected real numbers, got complex numbers (numpy would "
+                         "drop the imaginary part); pass their magnitude, e.g. np.abs(x)")
+    if kind in "US":
+        what = "str (a number given as text is not parsed)"
+    elif kind == "O":
+        found = sorted({type(v).__name__ for v in arr.reshape(-1)[:64].tolist()
+                        if isinstance(v, bool)
+                        or not isinstance(v, (int, float, np.integer, np.floating))})
+        what = f"objects of type {', '.join(found) or 'object'}"
+    else:
+        what = f"dtype {arr.dtype}"
+    raise DtypeError(f"{label}: expected real numbers, got {what}; {fix}")

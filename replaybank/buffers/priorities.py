@@ -30,8 +30,9 @@ import numpy.typing as npt
 from replaybank.errors import ConfigError, DtypeError, ShapeError, describe
 from replaybank.ops import ring
 from replaybank.samplers.base import LaneView, SamplerTraits
+from replaybank.spec import real_floats
 
-__all__ = ["check_priority", "to_host", "update_priorities"]
+__all__ = ["check_priority", "priority_values", "to_host", "update_priorities"]
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -62,11 +63,16 @@ def to_host(*values: Any) -> tuple[Any, ...]:
     parts = []
     for i in where:
         t = out[i].detach()
-        if t.is_floating_point() or t.is_complex():
-            t = t.to(torch.float64)  # complex: DtypeError from the checks after
+        if t.is_complex():  # as it is: the checks after refuse complex values
+            out[i] = t.to("cpu").resolve_conj().numpy()
+            continue
+        if t.is_floating_point():
+            t = t.to(torch.float64)
         elif t.dtype != torch.bool:
             t = t.to(torch.int64)
         parts.append((i, t))
+    if not parts:
+        return tuple(out)
     devices = {t.device for _, t in parts}
     if len(parts) == 1 or len(devices) > 1:
         for i, t in parts:
@@ -90,20 +96,16 @@ def to_host(*values: Any) -> tuple[Any, ...]:
 
 
 def _floats(value: Any, label: str) -> FloatArray:
-    """``value`` as float64 (a list, array, tensor or number), or a DtypeError."""
+    """``value`` as float64 (a list, array, tensor or number of real numbers), or a
+    DtypeError (strings, also numbers as text, None, complex values)."""
     (value,) = to_host(value)
-    try:
-        arr = np.asarray(value, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise DtypeError(
-            f"{label}: priorities must be numbers ({exc}); pass e.g. np.abs(td_errors)"
-        ) from None
-    return arr
+    return real_floats(value, label, "pass priorities as numbers, e.g. np.abs(td_errors)")
 
 
 def _bad_values(p: FloatArray, limit: float, call: str) -> DtypeError:
-    """The error for priorities outside ``[0, limit]`` (NaN and inf included)."""
-    bad = p[~((p >= 0.0) & (p <= limit))][:4].tolist()
+    """The error for priorities outside ``[0, limit]`` (NaN and +-inf included), showing
+    the first four of them."""
+    bad = p[~((p >= 0.0) & (p <= limit) & (p < math.inf))][:4].tolist()
     if limit < math.inf and all(math.isfinite(v) and v > limit for v in bad):
         return DtypeError(
             f"{call}: values {bad} exceed {limit:.6g}, the largest priority this "
@@ -142,24 +144,50 @@ def check_priority(traits: SamplerTraits, priority: Any, out: tuple[int, int]
             f"priority={describe(priority)}: this buffer's sampler "
             f"({type(traits.sampler).__name__}) has no priorities; use a PrioritizedSampler"
         )
-    size = out[0] * out[1]
     limit = math.inf if traits.bounded is None else traits.bounded.priority_limit
+    return priority_values(priority, out, limit)
+
+
+def priority_values(priority: Any, out: tuple[int, int], limit: float,
+                    label: str | None = None) -> FloatArray:
+    """:func:`check_priority`'s rule for a sampler with priorities whose largest raw
+    priority is ``limit`` (for a caller that knows the limit, not the sampler: the
+    sharded service's client checks rows before it sends them).
+
+    Args:
+        priority: One value for every step, or one value per step.
+        out: ``(steps, lanes)`` of the write.
+        limit: The largest raw priority accepted (``inf``: no bound).
+        label: What the messages call the value (default ``priority=<value>``).
+
+    Returns:
+        ``[steps * lanes]`` float64 priorities.
+
+    Raises:
+        ShapeError: The number of values is neither 1 nor one per step.
+        DtypeError: A priority is not a number, negative, NaN, infinite or above
+            ``limit``.
+
+    Example:
+        >>> priority_values([1.0, 2.0], (1, 2), 10.0).tolist()
+        [1.0, 2.0]
+    """
+    size = out[0] * out[1]
     if type(priority) is float or type(priority) is int:  # one Python number: no array ops
         if not 0.0 <= priority <= limit or priority == math.inf:
             raise _bad_values(np.array([float(priority)]), limit,
-                              f"priority={describe(priority)}")
+                              label or f"priority={describe(priority)}")
         return np.full(size, float(priority))
-    p = _floats(priority, f"priority={describe(priority)}")
+    if label is None:
+        label = f"priority={describe(priority)}"
+    p = _floats(priority, label)
     if p.size == 1:
         p = np.full(out, float(p.reshape(-1)[0]))
     if p.size != size:
-        raise ShapeError(
-            f"priority={describe(priority)}: expected one priority per step "
-            f"({size} values)"
-        )
+        raise ShapeError(f"{label}: expected one priority per step ({size} values)")
     # NaN fails the first test, -inf and negatives too, +inf the second
     if size and not (p.min() >= 0.0 and (hi := p.max()) < math.inf and hi <= limit):
-        raise _bad_values(p.reshape(-1), limit, f"priority={describe(priority)}")
+        raise _bad_values(p.reshape(-1), limit, label)
     return p.reshape(-1)
 
 

@@ -11,9 +11,9 @@ Example:
 """
 
 from replaybank.distributed.client import ReplayClient
-from replaybank.distributed.errors import ShardUnavailableError
+from replaybank.distributed.errors import RowsRejectedWarning, ShardUnavailableError
 from replaybank.distributed.limiter import RateLimit, RateLimiter, RateLimitTimeout
 from replaybank.distributed.service import ReplayService
 
 __all__ = ["RateLimit", "RateLimitTimeout", "RateLimiter", "ReplayClient", "ReplayService",
-           "ShardUnavailableError"]
+           "RowsRejectedWarning", "ShardUnavailableError"]

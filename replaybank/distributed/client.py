@@ -22,8 +22,20 @@ shard does not come back, the call raises
 :class:`~replaybank.distributed.errors.ShardUnavailableError` and the rows stay queued
 (a later ``flush()`` sends them). Rows are never dropped silently; a shard restored
 from its latest checkpoint holds what that checkpoint held (rows acknowledged after it
-are gone with the crashed process). Bad rows are detected by the shard when the group
-is written and raised by the ``add``/``flush`` that waits for it.
+are gone with the crashed process).
+
+Bad rows are refused by the call that passes them, before anything is queued: each
+``add``/``extend`` is checked with one buffer's rules (field set, trailing shapes, the
+casting rules of :func:`~replaybank.spec.cast_field`, through
+:func:`~replaybank.buffers.calls.check_call`, against the spec the shards hold, asked
+once, or the one this client's first call implies while none does; initial priorities
+against the shards' sampler with :func:`~replaybank.buffers.priorities.priority_values`),
+and the rows are queued as checked and cast. A shard can still refuse rows the client
+could not check (another client's first rows set another spec first, or the shards'
+view reshapes the inputs, as frame stacks do); it then writes the other calls of the
+batch and names the refused ones, which the client reports once per call with a
+:class:`~replaybank.distributed.errors.RowsRejectedWarning` (and in ``rejected``),
+never by raising in a later call, whose own rows were stored.
 
 Reads (one round trip): a batch must be split across shards by a multinomial draw over
 the shards' masses (size, or total priority) *at the draw*
@@ -99,6 +111,7 @@ import math
 import sys
 import time
 import uuid
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -106,9 +119,10 @@ import numpy as np
 import numpy.typing as npt
 
 from replaybank.batch import Batch, SequenceBatch
+from replaybank.buffers.calls import check_call
 from replaybank.buffers.inputs import UNSET
-from replaybank.buffers.priorities import to_host
-from replaybank.distributed.errors import ShardUnavailableError
+from replaybank.buffers.priorities import priority_values, to_host
+from replaybank.distributed.errors import RowsRejectedWarning, ShardUnavailableError
 from replaybank.distributed.keys import group_by_shard, group_rows_by_shard
 from replaybank.distributed.rejection import CandidateStream, candidate_counts
 from replaybank.distributed.split import merge, split_counts, split_distinct
@@ -116,6 +130,7 @@ from replaybank.distributed.writer import MAX_BYTES, MAX_ROWS, RowBatcher, lanes
 from replaybank.errors import ConfigError, DtypeError, EmptyBufferError, ShapeError, describe
 from replaybank.ops import windows
 from replaybank.samplers.prioritized import PrioritizedSampler
+from replaybank.spec import unflatten
 
 __all__ = ["ReplayClient"]
 
@@ -124,6 +139,9 @@ SPARE_SD = 4.0
 SPARE_ITEMS = 4
 #: Further round trips a window draw may take when its candidates fall short.
 MAX_TOP_UPS = 16
+
+#: One send to a shard: (extend task ref, payload object ref, send number, [(call, rows)]).
+Send = tuple[Any, Any, int, list[tuple[Any, int]]]
 
 
 def _ray() -> Any:
@@ -165,6 +183,10 @@ class ReplayClient:
         draw_paths: Sample calls by path: ``one_trip``, ``top_up`` (a second trip for
             shards whose spares fell short) and ``two_trips`` (rate limits,
             ``max_times_sampled`` or ``replace=False``).
+        rejected: ``{call number: report}`` of the ``add``/``extend`` calls whose rows a
+            shard refused after this client had checked and queued them (each also
+            reported once with a
+            :class:`~replaybank.distributed.errors.RowsRejectedWarning`).
     """
 
     def __init__(self, shards: list[Any], num_lanes: int, sampler: dict[str, Any],
@@ -201,6 +223,13 @@ class ReplayClient:
         self._seq_widths: set[int] = set()
         # the shards' priority rule, asked once: (has priorities, largest raw priority)
         self._priority_rule: tuple[bool, float] | None = None
+        # what writes are checked against (Shard.write_rule), asked before the first
+        # write and again after a shard refused rows
+        self._rules: dict[str, Any] | None = None
+        self._calls = 0  # add/extend calls so far: a refused call is named by its number
+        # refused calls not yet reported: number -> (call, shards, rows, error)
+        self._unreported: dict[int, tuple[str, list[int], int, BaseException]] = {}
+        self.rejected: dict[int, str] = {}
         # whether the shards draw independently (exact windows), asked once
         self._draws_independent: bool | None = None
         # per window shape: (usable, drawn) candidates of the recent window draws (each
@@ -211,8 +240,9 @@ class ReplayClient:
     def _reset_io(self) -> None:
         self._batcher = RowBatcher(self.num_shards, self.max_rows, self.max_age_s,
                                    self.max_bytes)
-        # per shard: (extend task ref, payload object ref, (client, seq)) of each send
-        self._in_flight: dict[int, collections.deque[tuple[Any, Any, int]]] = {
+        # per shard, each send: (extend task ref, payload object ref, its number, the
+        # calls in it and their rows there)
+        self._in_flight: dict[int, collections.deque[Send]] = {
             s: collections.deque() for s in range(self.num_shards)}
         self._degraded: dict[int, Any] = {}  # shard -> probe ref
         #: How often each shard was found dead by this client (shard -> count).
@@ -243,42 +273,108 @@ class ReplayClient:
 
         Values are ``[num_lanes, *shape]`` (``[*shape]`` with one lane), or
         ``[len(env_ids), *shape]`` for the global lanes ``env_ids``; ``priority`` is
-        None, one number, or one per lane (prioritized shards only).
+        None, one number, or one per lane (prioritized shards only). The call is
+        checked here, with one buffer's rules, before anything is queued (see
+        :meth:`_checked`), so bad rows raise in this call and nothing of it is kept.
 
         Raises:
-            ShapeError: ``env_ids`` or a value's leading dimension does not fit.
+            SpecError: A field is missing or unknown (the shards' fields, or the ones
+                this client's first call implied).
+            ShapeError: ``env_ids``, a value's shape or the number of priorities does
+                not fit.
+            DtypeError: A value the fields' casting rules refuse, or a priority that is
+                not a number, negative, NaN, infinite or above the shards' limit.
+            ConfigError: ``priority`` given while the shards' sampler has none.
             ShardUnavailableError: A send of earlier rows could not be delivered.
         """
         values = self._values(obs, action, reward, next_obs, terminated, truncated, extras)
-        lanes, single = self._lanes(env_ids, "add")
-        if single:
-            values = tree_map(lambda v: v[None], values)
-        k = len(lanes)
-        self._check_lead(values, (k,), "add", "[num_lanes, *shape] or [len(env_ids), *shape]")
-        pr = None if priority is None else self._priority(priority, (k,), "add")
-        self._queue(self._batcher.append(values, lanes, pr, steps=False))
+        self._write("add", values, env_ids, priority)
 
     def extend(self, *, obs: Any = UNSET, action: Any = UNSET, reward: Any = UNSET,
                next_obs: Any = UNSET, terminated: Any = UNSET, truncated: Any = UNSET,
                env_ids: Any = None, priority: Any = None, **extras: Any) -> None:
         """Queue ``T`` steps per lane: values ``[T, num_lanes, *shape]`` (``[T, *shape]``
         with one lane) or ``[T, len(env_ids), *shape]``; ``priority`` None, one number
-        or ``[T, k]`` (``[T]`` with one lane)."""
+        or ``[T, k]`` (``[T]`` with one lane). Checked as :meth:`add` is (the same
+        errors), before anything is queued."""
         values = self._values(obs, action, reward, next_obs, terminated, truncated, extras)
-        lanes, single = self._lanes(env_ids, "extend")
-        if single:
-            values = tree_map(lambda v: v[:, None], values)
+        self._write("extend", values, env_ids, priority)
+
+    def _write(self, call: str, values: dict[str, Any], env_ids: Any, priority: Any) -> None:
+        """Number the call, check it, queue its rows and send the groups that are full."""
+        self._calls += 1
+        tag = (call, self._calls)
+        lanes = self._lanes(env_ids, call)
+        rows, pr = self._checked(call, values, env_ids, lanes, priority)
+        try:
+            self._queue(self._batcher.append(rows, lanes, pr, steps=True, call=tag))
+        finally:
+            self._report(stacklevel=4)
+
+    def _checked(self, call: str, values: dict[str, Any], env_ids: Any, lanes: Any,
+                 priority: Any) -> tuple[dict[str, Any], Any]:
+        """The rows of one ``add``/``extend`` as they are queued: values
+        ``[T, k, *shape]`` (nested dicts kept) and priorities ``[T, k]`` or None.
+
+        The values are checked and cast with one buffer's rules
+        (:func:`~replaybank.buffers.calls.check_call` against the shards' spec, or the
+        spec this client's first call implied while no shard holds one) and the
+        priorities with :func:`~replaybank.buffers.priorities.priority_values` against
+        the shards' limit, so the rows a shard receives are ones it stores. Where the
+        shards' view reshapes the inputs (frame stacks) only the leading dims are
+        checked here; a shard that refuses rows reports them (:meth:`_report`).
+        """
+        steps = call == "extend"
         k = len(lanes)
-        lead = _lead(values)
-        self._check_lead(values, (lead[0] if lead else -1, k), "extend",
-                         "[T, num_lanes, *shape] or [T, len(env_ids), *shape]")
+        rule = self._write_rule()
+        spec = None
+        if rule is not None and not rule["transform"]:
+            ids, num = (None, self.num_lanes) if env_ids is None else (np.arange(k), k)
+            checked = check_call(rule["spec"], values, steps, ids, num, rule["rows"])
+            spec = checked.spec
+            flat = dict(checked.values)
+            for name, v in checked.next_obs.items():
+                flat["next_" + name] = v
+            rows, out = unflatten(flat), checked.out
+        else:
+            single = env_ids is None and self.num_lanes == 1
+            if single:
+                values = tree_map(lambda v: v[:, None] if steps else v[None], values)
+            lead = _lead(values)
+            want = (lead[0] if lead else -1, k) if steps else (k,)
+            self._check_lead(values, want, call, "[T, num_lanes, *shape] or [T, len(env_ids), "
+                             "*shape]" if steps else "[num_lanes, *shape] or "
+                             "[len(env_ids), *shape]")
+            rows = values if steps else tree_map(lambda v: v[None], values)
+            out = (int(want[0]) if steps else 1, k)
         pr = None
-        if priority is not None:
-            p = np.asarray(priority, np.float64)
-            if single and p.ndim == 1:
-                p = p[:, None]
-            pr = self._priority(p, (lead[0], k), "extend")
-        self._queue(self._batcher.append(values, lanes, pr, steps=True))
+        if priority is not None and rule is None:
+            pr = self._priority(priority, out, call)  # no shard answered: checked there
+        elif priority is not None and rule is not None:
+            if rule["limit"] is None:
+                raise ConfigError(
+                    f"{call}(priority={describe(priority)}): the service's sampler "
+                    f"({rule['sampler']}) has no priorities; leave priority=None or build "
+                    "the service with sampler={'type': 'prioritized', ...}")
+            pr = priority_values(priority, out, float(rule["limit"]),
+                                 f"{call}(priority={describe(priority)})").reshape(out)
+        if rule is not None and rule["spec"] is None:
+            rule["spec"] = spec  # a valid first call implies the spec (as one buffer's)
+        return rows, pr
+
+    def _write_rule(self) -> dict[str, Any] | None:
+        """What writes are checked against (:meth:`Shard.write_rule
+        <replaybank.distributed.shard.Shard.write_rule>`), asked of every live shard
+        once (the first spec any holds; none yet: the first call implies it), and again
+        after a shard refused rows; None while no shard answers."""
+        if self._rules is None:
+            self._probe()
+            live = [s for s in range(self.num_shards) if s not in self._degraded]
+            answers, _ = self._gather({s: self._shards[s].write_rule.remote() for s in live})
+            if answers:
+                rules = [answers[s] for s in sorted(answers)]
+                self._rules = next((r for r in rules if r["spec"] is not None), rules[0])
+        return self._rules
 
     @staticmethod
     def _values(obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any,
@@ -287,10 +383,10 @@ class ReplayClient:
                  "terminated": terminated, "truncated": truncated, **extras}
         return {k: tree_map(_array, v) for k, v in given.items() if v is not UNSET}
 
-    def _lanes(self, env_ids: Any, call: str) -> tuple[Any, bool]:
+    def _lanes(self, env_ids: Any, call: str) -> Any:
         if env_ids is None:
-            return np.arange(self.num_lanes, dtype=np.int64), self.num_lanes == 1
-        return lanes_of(env_ids, self.num_lanes, call), False
+            return np.arange(self.num_lanes, dtype=np.int64)
+        return lanes_of(env_ids, self.num_lanes, call)
 
     @staticmethod
     def _check_lead(values: dict[str, Any], lead: tuple[int, ...], call: str,
@@ -306,14 +402,20 @@ class ReplayClient:
             check(name, v)
 
     @staticmethod
-    def _priority(priority: Any, shape: tuple[int, ...], call: str) -> Any:
-        p = np.asarray(priority, np.float64)
-        if p.ndim == 0:
-            return np.full(shape, float(p))
-        if p.shape != shape:
+    def _priority(priority: Any, out: tuple[int, int], call: str) -> Any:
+        """``priority`` as ``[T, k]`` float64 (one number or one per row), its values
+        unchecked: for a write while no shard can say its priority rule."""
+        try:
+            p = np.asarray(to_host(priority)[0], np.float64)
+        except (TypeError, ValueError):
+            raise DtypeError(f"{call}(priority={describe(priority)}): priorities must be "
+                             "numbers; pass e.g. np.abs(td_errors)") from None
+        if p.size == 1:
+            return np.full(out, float(p.reshape(-1)[0]))
+        if p.size != out[0] * out[1]:
             raise ShapeError(f"{call}(priority={describe(priority)}): expected one number "
-                             f"or shape {shape} (one per row)")
-        return p
+                             f"or one per row ({out[0] * out[1]} values)")
+        return p.reshape(out)
 
     def _queue(self, ready: list[int]) -> None:
         for s in ready:
@@ -326,8 +428,10 @@ class ReplayClient:
         q = self._in_flight[shard]
         seq = self._seq[shard]
         self._seq[shard] += 1
+        k = len(payload["env_ids"])  # the calls of the send and their rows here
+        calls = [(tag, (t1 - t0) * k) for tag, t0, t1 in payload.get("calls", [])]
         data = _ray().put(payload)  # one copy into shared memory; resends reuse it
-        q.append((self._submit(shard, data, seq), data, seq))
+        q.append((self._submit(shard, data, seq), data, seq, calls))
         while len(q) > self.max_in_flight:
             self._ack(shard)
 
@@ -339,15 +443,19 @@ class ReplayClient:
         return self._shards[shard].extend.remote(data, self.timeout, (self._id, seq, floor))
 
     def _ack(self, shard: int) -> None:
-        """Wait for the oldest send to ``shard``; resend it while the shard restarts."""
+        """Wait for the oldest send to ``shard``; resend it while the shard restarts.
+        Rows the shard refused are noted for :meth:`_report` (never raised here: the
+        call that waits is not the one that passed them)."""
         ray = _ray()
         q = self._in_flight[shard]
-        ref, data, seq = q[0]
+        ref, data, seq, calls = q[0]
         deadline = time.monotonic() + self.timeout
         while True:
             try:
-                ray.get(ref, timeout=self.timeout + 10.0)
+                reply = ray.get(ref, timeout=self.timeout + 10.0)
                 q.popleft()
+                for tag, rows, error in reply["refused"]:
+                    self._refused(shard, tag, rows, error)
                 return
             except ray.exceptions.RayActorError:
                 if time.monotonic() > deadline:
@@ -357,28 +465,68 @@ class ReplayClient:
                         "flush() again (or restart the service from a checkpoint)") from None
                 time.sleep(0.2)
                 ref = self._submit(shard, data, seq)
-                q[0] = (ref, data, seq)
+                q[0] = (ref, data, seq, calls)
             except ray.exceptions.GetTimeoutError:
                 raise ShardUnavailableError(
                     f"flush: shard {shard} did not answer within {self.timeout + 10.0}s; "
                     "the rows stay queued, call flush() again") from None
-            except Exception as exc:  # the shard refused the rows (bad input, rate limit)
+            except Exception as exc:  # the shard failed before it wrote (or rate limit)
                 cause = getattr(exc, "cause", None)
-                if not _is_rate_limit(cause):
-                    q.popleft()  # bad rows: the shard's buffer is unchanged
-                raise (cause if isinstance(cause, Exception) else exc) from None
+                error = cause if isinstance(cause, Exception) else exc
+                if _is_rate_limit(cause):
+                    raise error from None  # the rows stay queued for a retry
+                q.popleft()  # nothing of the send was written: its calls are refused
+                for tag, rows in calls:
+                    self._refused(shard, tag, rows, error)
+                return
+
+    def _refused(self, shard: int, tag: Any, rows: int, error: BaseException) -> None:
+        """Note that ``shard`` refused ``rows`` rows of the call ``tag`` (reported once by
+        :meth:`_report`); the shards' spec is asked again before the next write."""
+        self._rules = None
+        call, number = tag
+        got = self._unreported.get(number)
+        if got is None:
+            self._unreported[number] = (call, [shard], rows, error)
+        else:
+            got[1].append(shard)
+            self._unreported[number] = (call, got[1], got[2] + rows, got[3])
+
+    def _report(self, stacklevel: int = 3) -> None:
+        """Warn once per call whose rows a shard refused (:class:`RowsRejectedWarning`),
+        and record it in :attr:`rejected`; never raised by a later call, whose own rows
+        were stored."""
+        unreported, self._unreported = self._unreported, {}
+        for number, (call, shards, rows, error) in sorted(unreported.items()):
+            if number in self.rejected:
+                continue  # another shard's part of a call already reported
+            message = (
+                f"{call} call {number} of this client (every add/extend call it received "
+                f"counts, from 1): shards {sorted(set(shards))} refused its {rows} rows, "
+                f"which are not stored ({type(error).__name__}: {error}); the other "
+                "calls' rows were stored. Fix those values and write them again")
+            self.rejected[number] = message
+            warnings.warn(RowsRejectedWarning(message), stacklevel=stacklevel)
 
     def flush(self, wait: bool = True) -> None:
         """Send every pending row; with ``wait``, also wait until each shard wrote them.
 
+        Rows a shard refused (possible only where the client could not check them: see
+        :meth:`_checked`) are reported once, naming their call, with a
+        :class:`~replaybank.distributed.errors.RowsRejectedWarning` (and in
+        :attr:`rejected`), never raised: every other call's rows were stored.
+
         Raises:
             ShardUnavailableError: A shard did not come back in time (rows stay queued).
         """
-        self._queue(self._batcher.close_all())
-        if wait:
-            for s in range(self.num_shards):
-                while self._in_flight[s]:
-                    self._ack(s)
+        try:
+            self._queue(self._batcher.close_all())
+            if wait:
+                for s in range(self.num_shards):
+                    while self._in_flight[s]:
+                        self._ack(s)
+        finally:
+            self._report(stacklevel=3)
 
     def close(self) -> None:
         """Flush and wait; the client may still be used afterwards."""
@@ -414,23 +562,35 @@ class ReplayClient:
         self._degraded[shard] = self._shards[shard].mass.remote()
 
     def _gather(self, refs: dict[int, Any]) -> tuple[dict[int, Any], list[int]]:
-        """``ray.get`` each; shards whose process died go to the failed list."""
+        """``ray.get`` each; shards whose process died go to the failed list.
+
+        Every reference is waited for (all within one ``timeout + 10`` s deadline)
+        before an error is raised: the first shard's error (or a ShardUnavailableError
+        for a shard that did not answer), never one that leaves another shard's reply
+        unread (Ray logs an "Unhandled error" for an abandoned failed reference).
+        """
         ray = _ray()
         out: dict[int, Any] = {}
         failed: list[int] = []
+        error: BaseException | None = None
+        deadline = time.monotonic() + self.timeout + 10.0
         for s, ref in refs.items():
             try:
-                out[s] = ray.get(ref, timeout=self.timeout + 10.0)
+                out[s] = ray.get(ref, timeout=max(0.0, deadline - time.monotonic()))
             except ray.exceptions.RayActorError:
                 failed.append(s)
             except ray.exceptions.GetTimeoutError:
-                raise ShardUnavailableError(f"shard {s} did not answer within "
-                                            f"{self.timeout + 10.0}s") from None
+                if error is None:
+                    error = ShardUnavailableError(f"shard {s} did not answer within "
+                                                  f"{self.timeout + 10.0}s")
             except ray.exceptions.RayTaskError as exc:
-                cause = exc.cause
-                raise (cause if isinstance(cause, Exception) else exc) from None
+                if error is None:
+                    cause = exc.cause
+                    error = cause if isinstance(cause, Exception) else exc
         for s in failed:
             self._mark_degraded(s)
+        if error is not None:
+            raise error from None
         return out, failed
 
     def _live(self, call: str) -> list[int]:
@@ -712,13 +872,37 @@ class ReplayClient:
             pause = min(0.05, pause * 2)
 
     def update_priorities(self, indices: Any, priorities: Any) -> int:
-        """Set priorities of sampled global ``indices``; stale ones (overwritten since)
-        and those of shards that are down are ignored.
+        """Set priorities of sampled global ``indices`` (as
+        :meth:`replaybank.ReplayBuffer.update_priorities`); stale ones (overwritten
+        since), retired ones and those of shards that are down are ignored.
+
+        Every argument is checked here, with one buffer's rules, before anything is
+        sent (as :meth:`update_sequence_priorities` does), so a bad call changes no
+        shard; then each shard gets its own keys in one call, all shards in parallel.
+
+        Args:
+            indices: ``batch.indices`` of :meth:`sample`, ``[B]`` global keys (numpy, a
+                list or a torch tensor on any device).
+            priorities: ``[B]`` new priorities (a torch tensor may require grad).
 
         Returns:
-            Number of priorities applied.
+            Number of priorities applied, summed over the shards.
+
+        Raises:
+            ShapeError: ``indices`` are not 1-D non-negative integers, or not one
+                priority per index.
+            ConfigError: The service's sampler has no priorities.
+            DtypeError: A priority is not a number, negative, NaN, infinite or above
+                the largest priority the shards store (their ``priority_limit``).
         """
-        groups = group_by_shard(indices, priorities, self.num_shards, "update_priorities")
+        call = "update_priorities"
+        indices, priorities = to_host(indices, priorities)  # tensors: one transfer
+        groups = group_by_shard(indices, priorities, self.num_shards, call)
+        limit = self._priorities_limit(call)
+        if limit is None:  # every shard is down: nothing can be applied
+            return 0
+        priority_values(priorities, (1, sum(len(k) for k, _ in groups.values())), limit,
+                        f"{call}(priorities={describe(priorities)})")
         self._probe()
         refs = {s: self._shards[s].update_priorities.remote(k, p)
                 for s, (k, p) in groups.items() if s not in self._degraded}
@@ -788,14 +972,9 @@ class ReplayClient:
             raise DtypeError(
                 f"{call}(td_errors=...): counted TD errors contain NaN or inf (rows "
                 f"{where}); check the loss or mask those steps")
-        rule = self._rule()
-        if rule is None:  # every shard is down: nothing can be applied (as update_priorities)
+        limit = self._priorities_limit(call)
+        if limit is None:  # every shard is down: nothing can be applied (as update_priorities)
             return 0
-        has_priorities, limit = rule
-        if not has_priorities:
-            raise ConfigError(
-                f"{call}: the service's sampler ({self._sampler_config.get('type')!r}) has "
-                "no priorities; build the service with sampler={'type': 'prioritized', ...}")
         keep = m.any(axis=1)  # rows without a counted step change nothing
         if not keep.any():
             return 0
@@ -816,6 +995,23 @@ class ReplayClient:
                 for s, (k, r) in groups.items() if s not in self._degraded}
         out, _ = self._gather(refs)
         return int(sum(out.values()))
+
+    def _priorities_limit(self, call: str) -> float | None:
+        """The largest raw priority the shards store (``inf``: no bound); None while
+        every shard is down.
+
+        Raises:
+            ConfigError: The shards' sampler has no priorities.
+        """
+        rule = self._rule()
+        if rule is None:
+            return None
+        has_priorities, limit = rule
+        if not has_priorities:
+            raise ConfigError(
+                f"{call}: the service's sampler ({self._sampler_config.get('type')!r}) has "
+                "no priorities; build the service with sampler={'type': 'prioritized', ...}")
+        return limit
 
     def _rule(self) -> tuple[bool, float] | None:
         """Whether the shards' sampler has priorities and the largest raw priority they

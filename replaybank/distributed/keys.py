@@ -31,7 +31,7 @@ import numpy as np
 import numpy.typing as npt
 
 from replaybank.buffers.priorities import to_host
-from replaybank.errors import ShapeError, describe
+from replaybank.errors import DtypeError, ShapeError, describe
 
 __all__ = ["group_by_shard", "group_rows_by_shard", "to_global", "to_local"]
 
@@ -56,6 +56,7 @@ def group_by_shard(keys: Any, values: Any, num_shards: int, call: str
     Raises:
         ShapeError: ``keys`` and ``values`` are not 1-D of one length, or a key is
             negative (not a key this service handed out).
+        DtypeError: ``values`` are not numbers.
 
     Example:
         >>> out = group_by_shard([0, 3, 5], [1.0, 2.0, 3.0], 2, "update_priorities")
@@ -64,7 +65,11 @@ def group_by_shard(keys: Any, values: Any, num_shards: int, call: str
     """
     keys, values = to_host(keys, values)  # torch tensors on any device: one transfer
     k = np.asarray(keys)
-    v = np.asarray(values, dtype=np.float64)
+    try:
+        v = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise DtypeError(f"{call}(priorities={describe(values)}): priorities must be "
+                         "numbers; pass e.g. np.abs(td_errors)") from None
     if k.ndim != 1 or v.shape != k.shape or not np.issubdtype(k.dtype, np.integer):
         raise ShapeError(
             f"{call}(indices={describe(keys)}, priorities={describe(values)}): expected "

@@ -28,6 +28,7 @@ Example:
     ...     "obs": np.zeros((3, 1, 2)), "action": np.zeros((3, 1)), "reward": np.ones((3, 1)),
     ...     "next_obs": np.ones((3, 1, 2)), "terminated": np.zeros((3, 1), bool),
     ...     "truncated": np.zeros((3, 1), bool)}, "priority": None})
+    []
     >>> out = s.sample_now(4, {}, sequences=None)
     >>> out["mass"], sorted(set(out["fields"]["indices"].tolist()) - {1, 3, 5})
     ((3, 3.0, inf), [])
@@ -53,6 +54,7 @@ from replaybank.distributed.keys import to_global
 from replaybank.distributed.writer import unpack
 from replaybank.errors import ConfigError, ReplayBankError
 from replaybank.ops import ring
+from replaybank.views.base import InputTransform
 
 __all__ = ["PriorityMass", "Shard", "ShardSpec"]
 
@@ -60,6 +62,8 @@ IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 #: (size, total mass, smallest positive stored priority): what global sampling needs.
 Mass = tuple[int, float, float]
+#: A call whose rows the buffer refused: (the call's tag, its rows here, the error).
+Refusal = tuple[Any, int, ReplayBankError]
 
 
 @runtime_checkable
@@ -118,6 +122,12 @@ class ShardSpec:
     checkpoint_dir: str | None = None
     restore: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _steps(values: dict[str, Any], t0: int, t1: int) -> dict[str, Any]:
+    """Steps ``[t0, t1)`` of ``[T, k, *shape]`` values (nested dicts kept; views)."""
+    return {k: _steps(v, t0, t1) if isinstance(v, dict) else v[t0:t1]
+            for k, v in values.items()}
 
 
 def _reconstructed() -> bool:
@@ -241,11 +251,14 @@ class Shard:
 
     # ------------------------------------------------------------------ writes
     async def extend(self, payload: dict[str, Any], timeout: float | None,
-                     writer: tuple[str, int, int] | None = None) -> Mass:
+                     writer: tuple[str, int, int] | None = None) -> dict[str, Any]:
         """Write a batch of rows, first waiting for the rate limiter when it blocks.
 
         The limiter counts the rows (``wait_insert`` or ``on_insert``) and, as deletes,
         the steps they overwrote (which lowers its size, not its sample/insert ratio).
+        A client's payload names the calls its rows came from (``"calls"``); when the
+        buffer refuses the batch, each call's rows are written on their own and the
+        calls the buffer refuses are returned (see :meth:`extend_now`).
 
         Args:
             payload: One ``buf.extend``: a client's flat buffer and layout
@@ -256,25 +269,31 @@ class Shard:
             timeout: Seconds a blocked insert (or this send's turn) waits.
             writer: ``(client, seq, floor)`` ordering this client's sends (see
                 :meth:`_turn`); default ``payload["writer"]`` or none.
+
+        Returns:
+            ``{"mass": (size, total, p_min), "refused": [(call, rows, error), ...]}``.
         """
         if writer is None:
             writer = payload.get("writer")
         if writer is not None and not await self._turn(writer, timeout):
-            return self.mass()  # a resend of rows this shard already wrote
+            return {"mass": self.mass(), "refused": []}  # a resend of rows already written
         try:
             n = self._rows(payload)
             if self.limiter is None or self.limiter.can_insert(n):
-                self.extend_now(payload)
+                refused = self.extend_now(payload)
             else:
                 await self.limiter.wait_insert(n, timeout)  # counts the n inserts
-                self._write(payload, n)
+                refused = self._write(payload, n)
+                lost = sum(r for _, r, _ in refused)
+                if lost:  # counted as inserts, never stored: at least the size is right
+                    self.limiter.on_delete(lost)
         finally:
             if writer is not None:
                 self._next_seq[writer[0]] = writer[1] + 1
                 cond = self._order()
                 async with cond:
                     cond.notify_all()
-        return self.mass()
+        return {"mass": self.mass(), "refused": refused}
 
     def _order(self) -> asyncio.Condition:
         if self._cond is None:  # made inside the actor's event loop
@@ -308,24 +327,62 @@ class Shard:
             first = next(iter(first.values()))
         return int(np.shape(first)[0]) * len(payload["env_ids"])
 
-    def extend_now(self, payload: dict[str, Any]) -> None:
+    def extend_now(self, payload: dict[str, Any]) -> list[Refusal]:
         """``buf.extend(env_ids=..., priority=..., **values)`` and the counters.
 
         ``payload`` is a client's (:func:`~replaybank.distributed.writer.unpack` reads
-        its flat buffer) or ``{"env_ids", "values", "priority"}``."""
-        n = self._rows(payload)
-        self._write(payload, n)
-        if self.limiter is not None:
-            self.limiter.on_insert(n)
+        its flat buffer) or ``{"env_ids", "values", "priority"}``.
 
-    def _write(self, payload: dict[str, Any], n: int) -> None:
+        Returns:
+            The calls whose rows the buffer refused, ``(call, rows, error)`` each: when
+            the payload names its calls (``"calls"``: ``(call, first step, end step)``
+            each) and the buffer refuses the whole batch, each call's steps are written
+            on their own, in order, so one bad call does not cost the others their rows.
+
+        Raises:
+            ReplayBankError: The buffer refused a payload that names no calls (nothing
+                was written).
+        """
+        n = self._rows(payload)
+        refused = self._write(payload, n)
+        if self.limiter is not None:
+            self.limiter.on_insert(n - sum(r for _, r, _ in refused))
+        return refused
+
+    def _write(self, payload: dict[str, Any], n: int) -> list[Refusal]:
         before = len(self.buf)
         values, priority = unpack(payload)
-        self.buf.extend(env_ids=payload["env_ids"], priority=priority, **values)
-        self.inserts += n
-        overwritten = before + n - len(self.buf)
+        env_ids = payload["env_ids"]
+        calls = payload.get("calls")
+        refused: list[Refusal] = []
+        try:
+            self.buf.extend(env_ids=env_ids, priority=priority, **values)
+        except ReplayBankError as exc:  # a refused extend leaves the buffer as it was
+            if not calls or any(tag is None for tag, _, _ in calls):
+                raise  # no calls to name: the sender gets the error
+            if len(calls) == 1:
+                refused = [(calls[0][0], n, exc)]
+            else:
+                refused = self._write_calls(values, priority, env_ids, calls)
+        written = n - sum(r for _, r, _ in refused)
+        self.inserts += written
+        overwritten = before + written - len(self.buf)
         if self.limiter is not None and overwritten > 0:
             self.limiter.on_delete(overwritten)
+        return refused
+
+    def _write_calls(self, values: dict[str, Any], priority: Any, env_ids: list[int],
+                     calls: list[tuple[Any, int, int]]) -> list[Refusal]:
+        """Write each call's steps ``[t0, t1)`` of a refused batch on its own, in order;
+        the calls the buffer refuses, with their rows and errors."""
+        refused: list[Refusal] = []
+        for call, t0, t1 in calls:
+            pr = None if priority is None else priority[t0:t1]
+            try:
+                self.buf.extend(env_ids=env_ids, priority=pr, **_steps(values, t0, t1))
+            except ReplayBankError as exc:
+                refused.append((call, (t1 - t0) * len(env_ids), exc))
+        return refused
 
     # ------------------------------------------------------------------ reads
     async def sample(self, n: int, kwargs: dict[str, Any], sequences: tuple[int] | None,
@@ -453,12 +510,15 @@ class Shard:
         return keep
 
     def update_priorities(self, keys: IntArray, priorities: FloatArray) -> int:
-        """Apply new priorities to local ``keys`` (stale and exhausted ones dropped)."""
+        """Apply new priorities to local ``keys`` (stale and exhausted ones dropped; the
+        client has checked the arguments, so a bad call never reaches a shard)."""
         keys = np.asarray(keys, np.int64)
         priorities = np.asarray(priorities, np.float64)
         keep = self._not_spent(keys)
         if keep is not None:
             keys, priorities = keys[keep], priorities[keep]
+        if not len(keys) or len(self.buf) == 0:  # nothing live (a fresh shard: all stale)
+            return 0
         return int(self.buf.update_priorities(keys, priorities))
 
     def update_sequence_priorities(self, starts: IntArray, td_errors: FloatArray,
@@ -504,6 +564,28 @@ class Shard:
         if traits.priority is None:
             return None
         return math.inf if traits.bounded is None else float(traits.bounded.priority_limit)
+
+    def write_rule(self) -> dict[str, Any]:
+        """What a client checks an ``add``/``extend`` against before it queues the rows
+        (so bad rows are refused by the call that passes them, as one buffer does).
+
+        Returns:
+            ``{"spec"}``: the stored fields (None before the first write: the first call
+            implies them); ``"rows"``: the buffer stores rows (``next_obs=False``);
+            ``"transform"``: its view reshapes the inputs (frame stacks: the client
+            cannot check the fields against the spec, this shard does);
+            ``"limit"``: the largest raw priority (None: the sampler has no priorities);
+            ``"sampler"``: the sampler's class name.
+
+        Raises:
+            ReplayBankError: The error that stopped the shard from starting.
+        """
+        if self.error is not None:
+            raise self.error
+        buf = self.buf
+        return {"spec": buf.spec, "rows": bool(buf.rows_only),
+                "transform": isinstance(buf.view, InputTransform),
+                "limit": self.priority_limit(), "sampler": type(buf.sampler).__name__}
 
     # ------------------------------------------------------------------ state
     def save(self, root: str) -> str:

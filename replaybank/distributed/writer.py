@@ -47,7 +47,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -94,14 +94,19 @@ class _Group:
     offsets: list[int]
     cap: int
     steps: int = 0  # filled steps
+    # the call each run of steps came from: [call, first step, end step] in this group
+    calls: list[list[Any]] = field(default_factory=list)
 
 
 class RowBatcher:
     """Pending rows per shard (see the module docs).
 
-    A closed group is a payload ``{"env_ids", "flat", "layout", "steps", "rows"}``: the
-    fields' bytes in one flat ``uint8`` array (Ray serialises one buffer about twice
-    as fast as a dict of arrays), read back by :func:`unpack`.
+    A closed group is a payload ``{"env_ids", "flat", "layout", "steps", "rows",
+    "calls"}``: the fields' bytes in one flat ``uint8`` array (Ray serialises one
+    buffer about twice as fast as a dict of arrays), read back by :func:`unpack`, and
+    which call each run of steps came from (``(call, first step, end step)`` each, the
+    tags :meth:`append` was given), so a shard that refuses one call's rows can still
+    write the others' and say which call it refused.
 
     Args:
         num_shards: Shards of the service.
@@ -128,8 +133,8 @@ class RowBatcher:
         closed = sum(int(p["rows"]) for ps in self._closed.values() for p in ps)
         return closed + sum(g.steps * len(g.env_ids) for g in self._groups.values())
 
-    def append(self, values: dict[str, Any], lanes: IntArray, priority: Any, steps: bool
-               ) -> list[int]:
+    def append(self, values: dict[str, Any], lanes: IntArray, priority: Any, steps: bool,
+               call: Any = None) -> list[int]:
         """Queue one call's rows (copied: the caller may reuse its arrays).
 
         Args:
@@ -138,6 +143,7 @@ class RowBatcher:
             lanes: The ``k`` global lanes, ``[k]``.
             priority: None, or ``[k]`` / ``[t, k]`` float initial priorities.
             steps: Whether values carry a leading step dimension.
+            call: The call's tag (picklable), named in the payloads' ``"calls"``.
 
         Returns:
             Shards whose pending rows reached ``max_rows``, ``max_bytes`` or
@@ -171,6 +177,7 @@ class RowBatcher:
                 n = min(t - done, g.cap - g.steps)
                 for dst, src in zip(g.views, srcs, strict=True):
                     pick(src[done:done + n], dst[g.steps:g.steps + n])
+                g.calls.append([call, g.steps, g.steps + n])
                 g.steps += n
                 done += n
                 if g.steps >= g.cap:
@@ -205,7 +212,7 @@ class RowBatcher:
                           in zip(g.signature, offsets, strict=True)]
         self._closed.setdefault(shard, []).append(
             {"env_ids": list(g.env_ids), "flat": flat, "layout": layout, "steps": n,
-             "rows": n * k})
+             "rows": n * k, "calls": [tuple(c) for c in g.calls]})
 
     def close_all(self) -> list[int]:
         """Close every pending group; the shards that have payloads ready."""

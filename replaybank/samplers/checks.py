@@ -8,23 +8,34 @@ too) and the keyword options (only those the sampler names in its ``sample`` sig
 The checks are O(1) and cost nothing on the common path: callers test ``type(b) is int
 and 0 < b <= LARGE_BATCH`` themselves and call :func:`check_batch_size` only otherwise.
 
+``beta`` (the importance-sampling exponent) is an option of prioritized samplers only: a
+sampler without priorities does not take it (:class:`~replaybank.samplers.base.
+SamplerTraits` leaves it out of their options), and :func:`check_options` says so.
+
 Example:
     >>> check_batch_size(32, available=100, replace=True)
     32
     >>> check_options("sample", {"betta": 0.5}, ("beta",))
     Traceback (most recent call last):
     ...
-    replaybank.errors.ArgumentError: sample(betta=0.5): unknown keyword argument 'betta'; this sampler/view accepts batch_size, replace, beta
+    replaybank.errors.ArgumentError: sample(betta=0.5): unknown keyword argument 'betta'; did you mean beta= (not betta=); this sampler/view accepts batch_size, replace, beta
 """  # noqa: E501
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
 
-from replaybank.errors import ArgumentError, CapacityError, ConfigError, EmptyBufferError, describe
+from replaybank.errors import (
+    ArgumentError,
+    CapacityError,
+    ConfigError,
+    EmptyBufferError,
+    describe,
+)
 from replaybank.storage.backends.base import available_memory
 
 __all__ = ["BYTES_PER_DRAW", "LARGE_BATCH", "MAX_BATCH", "check_batch_size", "check_draw_size",
@@ -146,7 +157,8 @@ def check_batch_size(batch_size: Any, available: int, replace: Any, call: str = 
 
 
 def check_options(call: str, kwargs: Mapping[str, Any], accepted: Iterable[str],
-                  fixed: tuple[str, ...] = ("batch_size", "replace")) -> None:
+                  fixed: tuple[str, ...] = ("batch_size", "replace"), sampler: Any = None
+                  ) -> None:
     """Raise when ``kwargs`` holds a keyword the call does not take.
 
     Args:
@@ -154,18 +166,43 @@ def check_options(call: str, kwargs: Mapping[str, Any], accepted: Iterable[str],
         kwargs: The call's extra keyword arguments.
         accepted: The options the sampler (and view) take.
         fixed: The call's own arguments, listed in the message.
+        sampler: The sampler, named in the message of a ``beta`` it does not take.
 
     Raises:
-        ArgumentError: An unknown keyword, named with the accepted ones.
-    """
+        ArgumentError: An unknown keyword, named with the accepted ones; ``beta`` for a
+            sampler without priorities, saying so.
+
+    Example:
+        >>> check_options("sample", {"beta": 0.5}, ("replace",))
+        Traceback (most recent call last):
+        ...
+        replaybank.errors.ArgumentError: sample(beta=0.5): this sampler has no priorities, so there is no importance-sampling exponent beta to set; drop beta=, or build the buffer with sampler=rb.PrioritizedSampler(beta=...) for prioritized replay (this sampler/view accepts batch_size, replace)
+    """  # noqa: E501
+    owner = "" if sampler is None else f" ({type(sampler).__name__})"
     ok = set(accepted) | set(fixed)
     unknown = [k for k in kwargs if k not in ok]
     if unknown:
         names = list(dict.fromkeys((*fixed, *accepted)))
+        if unknown == ["beta"]:  # PER's option given to a sampler without priorities
+            raise ArgumentError(
+                f"{call}(beta={describe(kwargs['beta'])}): this sampler{owner} has no "
+                "priorities, so there is no importance-sampling exponent beta to set; drop "
+                "beta=, or build the buffer with sampler=rb.PrioritizedSampler(beta=...) "
+                f"for prioritized replay (this sampler/view accepts {', '.join(names)})"
+            )
         given = ", ".join(f"{k}={describe(kwargs[k])}" for k in unknown)
         plural = "s" if len(unknown) > 1 else ""
+        hints = []
+        for k in unknown:
+            close = difflib.get_close_matches(k, [*names, "beta"], n=1, cutoff=0.6)
+            if k == "beta" or (close == ["beta"] and "beta" not in names):
+                hints.append(f"beta is an option of prioritized samplers only: this "
+                             f"sampler{owner} has no priorities")
+            elif close:
+                hints.append(f"did you mean {close[0]}= (not {k}=)")
         raise ArgumentError(
             f"{call}({given}): unknown keyword argument{plural} "
-            f"{', '.join(repr(k) for k in unknown)}; this sampler/view accepts "
-            f"{', '.join(names)}"
+            f"{', '.join(repr(k) for k in unknown)}; "
+            + "".join(f"{h}; " for h in dict.fromkeys(hints))
+            + f"this sampler/view accepts {', '.join(names)}"
         )
