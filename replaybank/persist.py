@@ -51,13 +51,14 @@ from __future__ import annotations
 import contextlib
 import os
 import warnings
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from replaybank.errors import CheckpointError, ConfigError
+from replaybank.errors import ArgumentError, CheckpointError, ConfigError, describe
 from replaybank.io.checkpoint import load_state, open_checked, save_state, verify_crcs
 from replaybank.io.lazy_tensor import lazy_tensors
 from replaybank.io.manifest import checkpoint_paths
@@ -67,8 +68,11 @@ from replaybank.storage.backends.base import ArrayBackend, DurableBackend
 from replaybank.storage.backends.memmap import RESUME_PREFIX, MemmapBackend
 from replaybank.views.functions import names_from_file
 
-__all__ = ["COUNTERS", "Exclusive", "Persistable", "Resumable", "ResumeWarning", "flush", "load",
-           "load_into", "open", "record_owner", "save"]
+if TYPE_CHECKING:  # the return type of load(), for annotations only
+    from replaybank.config import AnyBuffer
+
+__all__ = ["COUNTERS", "Exclusive", "Persistable", "Resumable", "ResumeWarning", "directory",
+           "flush", "load", "load_into", "load_overriding", "open", "record_owner", "save"]
 
 _KIND = "replaybank.memmap_resume"
 #: The lane counters a resume state belongs to.
@@ -134,15 +138,18 @@ def save(buf: Persistable, dirpath: Any, prefix: str = "buffer_") -> Path:
         The manifest path.
 
     Raises:
-        CheckpointError: The write failed (the previous checkpoint is left intact).
+        CheckpointError: The write failed (the previous checkpoint is left intact), or
+            ``dirpath`` is a file.
         ConfigError: The buffer's config cannot be described (unregistered component).
+        ArgumentError: ``dirpath`` is not a path (a str or ``os.PathLike``).
     """
+    path = directory(dirpath, "save", "dirpath", reading=False)
     with _exclusive(buf):  # another thread's adds wait until the files are written
         from replaybank.config import buffer_config  # pydantic loads with the first save
 
         dump = buffer_config(buf).model_dump(mode="json")
         info = {"buffer_type": type(buf).__name__, "config": dump, "metadata": buf.metadata()}
-        return save_state(buf.state_dict(), dirpath, prefix, info)
+        return save_state(buf.state_dict(), path, prefix, info)
 
 
 @runtime_checkable
@@ -179,7 +186,9 @@ def load_into(buf: Persistable, dirpath: Any, prefix: str = "buffer_") -> Persis
         ``buf``.
 
     Raises:
-        CheckpointError: Any problem with the files, or they do not fit ``buf``.
+        CheckpointError: Any problem with the files, or they do not fit ``buf``;
+            ``dirpath`` is a file (pass the directory that holds it).
+        ArgumentError: ``dirpath`` is not a path (a str or ``os.PathLike``).
 
     Example:
         >>> import tempfile, numpy as np
@@ -192,15 +201,15 @@ def load_into(buf: Persistable, dirpath: Any, prefix: str = "buffer_") -> Persis
         >>> len(load_into(rb.ReplayBuffer(8), d))
         1
     """
-    manifest, sf = open_checked(dirpath, prefix)
+    manifest, sf = open_checked(directory(dirpath, "load_into", "dirpath"), prefix)
     with sf:
         verify_crcs(manifest, sf)
         _restore(buf, manifest, sf)
     return buf
 
 
-def load(dirpath: Any, prefix: str = "buffer_", *, trust_imports: bool = False,
-         **overrides: Any) -> Any:
+def load(dirpath: str | os.PathLike[str], prefix: str = "buffer_", *,
+         trust_imports: bool = False, **overrides: Any) -> AnyBuffer:
     """Rebuild a saved buffer exactly (its type comes from the manifest).
 
     Args:
@@ -219,19 +228,69 @@ def load(dirpath: Any, prefix: str = "buffer_", *, trust_imports: bool = False,
 
     Returns:
         The buffer (of the saved registered type); its next ``sample()`` equals the saved
-        buffer's.
+        buffer's. A type checker sees :data:`replaybank.config.AnyBuffer`, the union of
+        the package's buffer types: narrow it with ``isinstance(buf, rb.ReplayBuffer)``.
 
     Raises:
         CheckpointError: Missing, truncated or corrupted files, an edited manifest, a
-            newer format version or a spec that does not match the state.
+            newer format version or a spec that does not match the state; ``dirpath`` is
+            a file (pass the directory that holds it).
+        ArgumentError: ``dirpath`` is not a path (a str or ``os.PathLike``).
     """
-    manifest, sf = open_checked(dirpath, prefix)
+    # open_checked warns (RuntimeWarning) at load's caller when it falls back to the
+    # manifest embedded in the state file
+    manifest, sf = open_checked(directory(dirpath, "load", "dirpath"), prefix)
+    buf: AnyBuffer = _rebuild(manifest, sf, trust_imports, lambda config: overrides)
+    return buf
+
+
+def load_overriding(dirpath: Any, prefix: str,
+                    overrides: Callable[[dict[str, Any]], dict[str, Any]], *,
+                    trust_imports: bool = False) -> Any:
+    """:func:`load`, with the config overrides chosen from the saved config it reads.
+
+    That config is the one :func:`load` rebuilds the buffer from: the manifest's, or the
+    copy embedded in the state file when ``<prefix>metadata.json`` is missing or belongs
+    to another save (with the same ``RuntimeWarning``). ``replaybank inspect`` reads
+    checkpoints this way, replacing the functions the config names by stubs (never the
+    config of another save's manifest).
+
+    Args:
+        dirpath: Directory of the checkpoint.
+        prefix: File name prefix.
+        overrides: ``overrides(config) -> {key: value}`` (``config``: the saved config
+            as a dict, before its file locations are dropped).
+        trust_imports: As in :func:`load`.
+
+    Returns:
+        The buffer, as :func:`load` returns it.
+
+    Raises:
+        CheckpointError, ArgumentError: As :func:`load`.
+
+    Example:
+        >>> import tempfile
+        >>> import replaybank as rb
+        >>> d = tempfile.mkdtemp()
+        >>> rb.ReplayBuffer(8, seed=0).save(d)
+        >>> load_overriding(d, "buffer_", lambda cfg: {"seed": cfg["seed"] + 1}).config().seed
+        1
+    """
+    manifest, sf = open_checked(directory(dirpath, "load", "dirpath"), prefix)
+    return _rebuild(manifest, sf, trust_imports, overrides)
+
+
+def _rebuild(manifest: dict[str, Any], sf: StateFile, trust_imports: bool,
+             overrides_of: Callable[[dict[str, Any]], dict[str, Any]]) -> Any:
+    """The body of :func:`load` once the files are open: checksums, the buffer rebuilt
+    from the saved config with ``overrides_of(config)``, its state restored."""
     with sf:
         verify_crcs(manifest, sf)
         cfg = manifest.get("config")
         if not isinstance(cfg, dict):
             raise CheckpointError(f"{sf.path}: the manifest has no buffer config; load the "
                                   "state into a buffer you build with load_into(buf, ...)")
+        overrides = dict(overrides_of(cfg))
         cfg = _in_memory(cfg)
         if overrides.get("path") is not None:
             overrides["path"] = os.fspath(overrides["path"])
@@ -245,6 +304,49 @@ def load(dirpath: Any, prefix: str = "buffer_", *, trust_imports: bool = False,
             raise CheckpointError(f"cannot rebuild the saved buffer: {exc}") from exc
         _restore(buf, manifest, sf)
     return buf
+
+
+def directory(path: Any, call: str, arg: str, reading: bool = True) -> Path:
+    """A directory argument of :func:`save`, :func:`load`, :func:`load_into` or
+    :func:`open` as a Path.
+
+    Args:
+        path: What the caller passed.
+        call: The public call, for the message.
+        arg: The argument's name, for the message.
+        reading: The call reads the directory (a file there names its checkpoint or
+            buffer file: the message says which directory to pass).
+
+    Raises:
+        ArgumentError: ``path`` is not a str, bytes or ``os.PathLike``.
+        CheckpointError: ``path`` is a file.
+
+    Example:
+        >>> directory("ckpt", "load", "dirpath").name
+        'ckpt'
+        >>> directory(None, "load", "dirpath")
+        Traceback (most recent call last):
+        ...
+        replaybank.errors.ArgumentError: load(dirpath=None): dirpath must be a directory path (a str or pathlib.Path); pass e.g. load('checkpoints/run1')
+    """  # noqa: E501
+    if not isinstance(path, (str, bytes, os.PathLike)):
+        raise ArgumentError(
+            f"{call}({arg}={describe(path)}): {arg} must be a directory path (a str or "
+            f"pathlib.Path); pass e.g. {call}('checkpoints/run1')")
+    p = Path(os.fsdecode(os.fspath(path)))
+    if p.is_file():
+        if not reading:
+            raise CheckpointError(
+                f"{call}({arg}='{p}'): that is a file; {call} writes its files into a "
+                f"directory (created when missing): pass a directory path, e.g. '{p.parent}'")
+        hint = ""
+        for suffix in ("metadata.json", "state.safetensors"):
+            if p.name.endswith(suffix) and p.name not in (suffix, f"buffer_{suffix}"):
+                hint = f" with prefix='{p.name[:-len(suffix)]}'"
+        raise CheckpointError(
+            f"{call}({arg}='{p}'): that is a file; pass the directory that holds it: "
+            f"{call}('{p.parent}'){hint}")
+    return p
 
 
 def _in_memory(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -330,9 +432,10 @@ def open(path: Any, mode: str = "r+", *, trust_imports: bool = False,
         process stopped, with the state of its last :func:`flush` when that still fits.
 
     Raises:
-        CheckpointError: No buffer at ``path``, no config recorded for it, or its lane
-            counters or links are damaged.
+        CheckpointError: No buffer at ``path`` (or ``path`` is a file), no config
+            recorded for it, or its lane counters or links are damaged.
         ConfigError: ``storage`` given as an override.
+        ArgumentError: ``path`` is not a path (a str or ``os.PathLike``).
 
     Example:
         >>> import tempfile
@@ -343,6 +446,7 @@ def open(path: Any, mode: str = "r+", *, trust_imports: bool = False,
         >>> open(d, mode="r").spec["obs"].shape
         (2,)
     """
+    path = directory(path, "open", "path")
     if "storage" in overrides:
         raise ConfigError(f"open({path}, storage=...): a reopened buffer keeps its files at "
                           f"{path}; drop the storage override (to copy the buffer elsewhere "

@@ -163,7 +163,10 @@ def test_uniform_buffer_rejects_priorities() -> None:
     buf.extend(**steps(2))
     with pytest.raises(ConfigError, match="PrioritizedSampler"):
         buf.update_priorities([0], [1.0])
-    assert buf.sample(2, beta=0.5).obs.shape == (2, 2)  # beta= accepted and ignored
+    # beta= is an option of prioritized samplers only: refused, naming the fix
+    with pytest.raises(rb.ArgumentError, match="PrioritizedSampler"):
+        buf.sample(2, beta=0.5)
+    assert buf.sample(2).obs.shape == (2, 2)
 
 
 # ---------------------------------------------------------------------- beta

@@ -27,7 +27,8 @@ Rows buffers (``ReplayBuffer(next_obs=False)``) store every key as a plain field
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import difflib
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -49,6 +50,7 @@ from replaybank.spec import (
 )
 
 __all__ = [
+    "DONE_HINT",
     "RESERVED",
     "STANDARD",
     "UNSET",
@@ -57,6 +59,7 @@ __all__ = [
     "flags_as_bool",
     "leading_dims",
     "leading_dims_split",
+    "name_hints",
     "one_env_lead",
     "obs_fields",
     "prepare",
@@ -70,6 +73,67 @@ __all__ = [
 RESERVED = frozenset({"done", "indices", "weights", "probabilities", "discount", "mask",
                       "is_first", "is_last", "is_terminal", "burn_in", "starts", "slots",
                       "env_ids", "priority", "relabeled"})
+
+_DONE_WHY = "(a batch's done is terminated | truncated)"
+_DONE_FIX = ("pass terminated= (the episode ended in a terminal state) and truncated= (it "
+             "was cut off, e.g. by a time limit; it still bootstraps) instead")
+#: What ``done=`` (or ``dones=``) means here, for the messages that refuse it.
+DONE_HINT = f"done is reserved {_DONE_WHY}: {_DONE_FIX}"
+
+#: Names other libraries give the standard fields (SB3, gymnasium, D4RL, ...).
+_ALIASES = {
+    "observation": "obs", "observations": "obs", "state": "obs", "states": "obs",
+    "next_observation": "next_obs", "next_observations": "next_obs", "next_state": "next_obs",
+    "next_states": "next_obs", "new_obs": "next_obs", "obs_next": "next_obs",
+    "actions": "action", "rewards": "reward", "terminal": "terminated",
+    "terminals": "terminated", "terminations": "terminated", "timeout": "truncated",
+    "timeouts": "truncated", "truncation": "truncated", "truncations": "truncated",
+}
+
+
+def name_hints(unexpected: Iterable[str], wanted: Iterable[str]) -> str:
+    """What a refused field set probably meant: ``"; did you mean next_obs= (not
+    next_observation=)"`` for a name close to (or a usual alias of) a field the call
+    lacks, and what to pass instead of ``done``.
+
+    Args:
+        unexpected: Top-level names the call passed that the buffer does not expect (or
+            that are not standard fields, when a standard one is missing).
+        wanted: Top-level names the call lacks.
+
+    Returns:
+        The hints, each after ``"; "`` (empty when there is none).
+
+    Example:
+        >>> name_hints(["next_observation"], ["next_obs"])
+        '; did you mean next_obs= (not next_observation=)'
+        >>> name_hints(["hidden"], ["next_obs"])
+        ''
+    """
+    want = sorted(set(wanted))
+    hints: list[str] = []
+    for name in sorted(set(unexpected)):
+        if name in ("done", "dones"):
+            hints.append(DONE_HINT if name == "done" else DONE_HINT.replace(
+                "done is reserved", "dones is not a field (done is reserved)", 1))
+            continue
+        guess = _ALIASES.get(name)
+        if guess not in want:
+            close = difflib.get_close_matches(name, want, n=1, cutoff=0.6)
+            guess = close[0] if close else None
+        if guess is not None:
+            hints.append(f"did you mean {guess}= (not {name}=)")
+    return "".join(f"; {h}" for h in hints)
+
+
+def _reserved(name: str, rows: bool = False) -> SpecError:
+    """The error of a reserved field name (``done``: what to pass instead)."""
+    where = f" (a front end may store it under a prefix, e.g. 'user{SEP}{name}')" if rows \
+        else ""
+    if name.split(SEP)[0] == "done":
+        return SpecError(f"field name {name!r} is reserved by replaybank {_DONE_WHY}: "
+                         f"{_DONE_FIX}{where}")
+    return SpecError(f"field name {name!r} is reserved by replaybank; rename the field{where}")
 
 
 _DEFAULTS = {
@@ -94,15 +158,14 @@ def rows_spec(spec: Spec) -> Spec:
         ShapeError: ``terminated``/``truncated`` with a per-step shape.
 
     Example:
-        >>> rows_spec(Spec.infer({"done": False}))
+        >>> rows_spec(Spec.infer({"is_first": False}))
         Traceback (most recent call last):
         ...
-        replaybank.errors.SpecError: field name 'done' is reserved by replaybank; rename the field (a front end may store it under a prefix, e.g. 'user/done')
+        replaybank.errors.SpecError: field name 'is_first' is reserved by replaybank; rename the field (a front end may store it under a prefix, e.g. 'user/is_first')
     """  # noqa: E501
     for n in spec:
         if n.split(SEP)[0] in RESERVED:
-            raise SpecError(f"field name {n!r} is reserved by replaybank; rename the field "
-                            f"(a front end may store it under a prefix, e.g. 'user{SEP}{n}')")
+            raise _reserved(n, rows=True)
     check_flags(spec)
     extra = [f for k, f in _DEFAULTS.items() if k != "reward" and k not in spec]
     return spec.with_fields(extra)
@@ -129,7 +192,7 @@ def standard_spec(spec: Spec) -> Spec:
                 "step's obs); describe obs only"
             )
         if top in RESERVED:
-            raise SpecError(f"field name {n!r} is reserved by replaybank; rename the field")
+            raise _reserved(n)
     check_flags(spec)
     extra = [f for k, f in _DEFAULTS.items() if k not in spec]
     return spec.with_fields(extra)
@@ -298,8 +361,9 @@ def _check_rows_names(spec: Spec, values: Mapping[str, Any], call: str) -> None:
     if missing or unknown:
         parts = [f"{what} {names}" for what, names in (("missing", missing),
                                                         ("unknown", unknown)) if names]
+        hints = name_hints(_tops(unknown), _tops(missing) | {"terminated", "truncated"})
         raise SpecError(
-            f"{call}: wrong field set ({'; '.join(parts)}); this rows buffer "
+            f"{call}: wrong field set ({'; '.join(parts)}){hints}; this rows buffer "
             f"(next_obs=False) stores {sorted(expected)}; pass exactly those in every call "
             "(terminated/truncated may be left out: stored as False)"
         )
@@ -324,11 +388,20 @@ def _check_names(spec: Spec, values: Mapping[str, Any], nxt: Mapping[str, Any],
             parts.append(f"missing next_obs for {nxt_missing}")
         if nxt_unknown:
             parts.append(f"next_obs has {nxt_unknown} which obs does not")
+        # a misspelt standard field is unknown, or (first add) an inferred extra field
+        wanted = _tops(missing) | ({"next_obs"} if nxt_missing else set())
+        hints = name_hints(_tops(unknown) | (_tops(got) - set(STANDARD) if wanted else set()),
+                           wanted)
         raise SpecError(
-            f"{call}: wrong field set ({'; '.join(parts)}); the buffer stores "
+            f"{call}: wrong field set ({'; '.join(parts)}){hints}; the buffer stores "
             f"{sorted(expected)} plus next_obs; pass exactly those (extras must be present "
             "in every add once the buffer has seen them)"
         )
+
+
+def _tops(names: Iterable[str]) -> set[str]:
+    """The top-level names of flat field names (``obs/pos`` -> ``obs``)."""
+    return {n.split(SEP, 1)[0] for n in names}
 
 
 def prepare(
@@ -415,7 +488,8 @@ def leading_dims_split(spec: Spec, values: Mapping[str, Any],
     else:
         name = _facts(spec).obs[0]
     if name not in values:
-        raise SpecError(f"{call}: missing field {name!r}")
+        hints = name_hints(_tops(values) - _tops(spec), _tops([name]))
+        raise SpecError(f"{call}: missing field {name!r}{hints}")
     arr = arrays[name] = as_array(values[name])
     for lead in candidates:
         if arr.ndim == len(lead) + len(spec[name].shape):

@@ -147,7 +147,7 @@ class Parts:
             ``(batch_size, replace)`` as int and bool.
         """
         if kwargs:
-            check_options("sample", kwargs, self.traits.options)
+            check_options("sample", kwargs, self.traits.options, sampler=self.sampler)
         item = 0
         if table is not None and type(batch_size) is int and batch_size > LARGE_BATCH:
             item = table.spec.nbytes_per_item

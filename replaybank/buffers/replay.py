@@ -47,7 +47,7 @@ from replaybank.buffers.priorities import check_priority, to_host, update_priori
 from replaybank.buffers.sequences import sample_sequences, update_sequence_priorities
 from replaybank.buffers.shared import SharedReader, SharedWriterHandle, writer_handle
 from replaybank.buffers.writer import StepValues, Writer, writer_choice
-from replaybank.errors import ConfigError, EmptyBufferError, ShapeError
+from replaybank.errors import ArgumentError, ConfigError, EmptyBufferError, ShapeError, describe
 from replaybank.samplers.base import LaneView, Sampler, SamplerTraits
 from replaybank.spec import Spec
 from replaybank.storage.backends import make_backend
@@ -333,7 +333,7 @@ class ReplayBuffer:
             persist.record_owner(self._backend,
                                  self if self.storage_owner is None else self.storage_owner)
 
-    def add(self, *, obs: Any = UNSET, action: Any = UNSET, reward: Any = UNSET,
+    def add(self, *args: Any, obs: Any = UNSET, action: Any = UNSET, reward: Any = UNSET,
             next_obs: Any = UNSET, terminated: Any = UNSET, truncated: Any = UNSET,
             env_ids: Any = None, priority: Any = None, **extras: Any) -> None:
         """Add one step of one env (``num_envs=1``) or of every env (leading dim num_envs).
@@ -358,7 +358,10 @@ class ReplayBuffer:
 
         Raises:
             SpecError, ShapeError, DtypeError: Bad input; the buffer is left unchanged.
+            ArgumentError: Positional values (add takes keyword arguments only).
         """
+        if args:  # an SB3-style add(obs, next_obs, ...): one test on the hot path
+            raise _positional("add", args)
         # the hot path: the compiled writer takes the call (it checks the call guard itself)
         if priority is None and self._direct(env_ids, False, obs, action, reward, next_obs,
                                              terminated, truncated, extras):
@@ -370,7 +373,7 @@ class ReplayBuffer:
         finally:
             self._guard.leave(locked)
 
-    def extend(self, *, obs: Any = UNSET, action: Any = UNSET, reward: Any = UNSET,
+    def extend(self, *args: Any, obs: Any = UNSET, action: Any = UNSET, reward: Any = UNSET,
                next_obs: Any = UNSET, terminated: Any = UNSET, truncated: Any = UNSET,
                env_ids: Any = None, priority: Any = None, **extras: Any) -> None:
         """Add many steps: values shaped ``[T, *shape]`` (one env) or ``[T, num_envs, *shape]``.
@@ -388,7 +391,10 @@ class ReplayBuffer:
 
         Raises:
             SpecError, ShapeError, DtypeError: Bad input; the buffer is left unchanged.
+            ArgumentError: Positional values (extend takes keyword arguments only).
         """
+        if args:
+            raise _positional("extend", args)
         if priority is None and self._direct(env_ids, True, obs, action, reward, next_obs,
                                              terminated, truncated, extras):
             return
@@ -874,3 +880,14 @@ class ReplayBuffer:
         return (f"{type(self).__name__}(capacity={self._capacity}, num_envs={self._num_envs}, "
                 f"size={len(self)}, sampler={type(self.sampler).__name__}, "
                 f"view={type(self.view).__name__})")
+
+
+def _positional(call: str, args: tuple[Any, ...]) -> ArgumentError:
+    """The error of values passed to ``add``/``extend`` by position."""
+    return ArgumentError(
+        f"{call}() takes keyword arguments only, got {len(args)} positional value"
+        f"{'s' if len(args) != 1 else ''} ({', '.join(describe(a) for a in args[:3])}"
+        f"{', ...' if len(args) > 3 else ''}); pass {call}(obs=..., action=..., reward=..., "
+        "next_obs=..., terminated=..., truncated=...). SB3's positional add(obs, next_obs, "
+        "action, reward, done, infos) is replaybank.integrations.sb3.ReplayBuffer"
+    )

@@ -78,7 +78,7 @@ from replaybank.samplers.checks import (
     check_size_arg,
 )
 from replaybank.samplers.windows import draw_starts, extent_kernel, redraw_short
-from replaybank.spec import SEP
+from replaybank.spec import SEP, real_floats
 from replaybank.storage.table import StepTable
 from replaybank.views.sequence import fused_reads, gather_fused, gather_numpy
 
@@ -271,8 +271,8 @@ def sequence_candidates(
         sequence_length, episode_boundary, strict, burn_in, state_fields: As
             :func:`sample_sequences`.
         max_redraws: Accepted (and unused) for the arguments of :func:`sample_sequences`.
-        **sampler_kwargs: The sampler's options; ``beta`` is accepted and unused (no
-            weights are computed), ``replace`` must be True.
+        **sampler_kwargs: The sampler's options; a prioritized sampler's ``beta`` is
+            accepted and unused (no weights are computed), ``replace`` must be True.
 
     Returns:
         ``usable`` ``[M]`` bool, and a :class:`~replaybank.batch.SequenceBatch` of the
@@ -346,7 +346,7 @@ def _checked(call: str, table: StepTable | None, lanes: LaneView | None,
         burn_in = check_size_arg("burn_in", burn_in, call, lo=0)
         max_redraws = check_size_arg("max_redraws", max_redraws, call, lo=0)
     if sampler_kwargs:
-        check_options(call, sampler_kwargs, traits.options, _SEQ_ARGS)
+        check_options(call, sampler_kwargs, traits.options, _SEQ_ARGS, traits.sampler)
         if "replace" in sampler_kwargs:
             check_replace(sampler_kwargs["replace"], call)
     if episode_boundary == "stop":
@@ -467,7 +467,8 @@ def update_sequence_priorities(
     Raises:
         ConfigError: ``eta`` outside ``[0, 1]``, or the sampler has no priorities.
         ShapeError: Shapes differ.
-        DtypeError: A counted TD error is NaN or infinite.
+        DtypeError: A TD error is not a real number (a string, None, complex), a counted
+            one is NaN or infinite, or ``mask`` holds other than bools or 0/1.
 
     Example:
         >>> import numpy as np
@@ -493,22 +494,14 @@ def update_sequence_priorities(
     # tensors on any device (grad or not): one transfer at most
     starts_h, td_h, mask_h = to_host(starts, td_errors, mask)
     keys = ring.as_int_array(starts_h, "starts")
-    td = np.asarray(td_h, dtype=np.float64)
+    td = real_floats(td_h, f"update_sequence_priorities(td_errors={describe(td_errors)})",
+                     "pass the TD errors as numbers, e.g. td.abs() or np.abs(td)")
     if td.ndim != 2 or td.shape[0] != len(keys):
         raise ShapeError(
             f"update_sequence_priorities(td_errors={describe(td_errors)}): expected "
             f"[B={len(keys)}, L] (one row per start)"
         )
-    if mask is None:
-        m = np.ones(td.shape, dtype=bool)
-    else:
-        m = np.asarray(mask_h)
-        if m.shape != td.shape:
-            raise ShapeError(
-                f"update_sequence_priorities(mask={describe(mask)}): expected the shape of "
-                f"td_errors {td.shape}"
-            )
-        m = m.astype(bool)
+    m = np.ones(td.shape, dtype=bool) if mask is None else _mask(mask_h, mask, td.shape)
     if not np.all(np.isfinite(td[m])):
         raise DtypeError(
             "update_sequence_priorities(td_errors=...): counted TD errors contain NaN or "
@@ -519,3 +512,25 @@ def update_sequence_priorities(
     if not keep.any():
         return 0
     return update_priorities(traits, lanes, keys[keep], prio[keep])
+
+
+def _mask(host: Any, mask: Any, shape: tuple[int, ...]) -> BoolArray:
+    """:func:`update_sequence_priorities`'s ``mask`` (``host``: on the host) as bool
+    ``shape``: bools, or numbers that are all 0 or 1 (a float mask of a loss)."""
+    label = f"update_sequence_priorities(mask={describe(mask)})"
+    fix = "pass bools (or 0/1 numbers) shaped like td_errors, e.g. mask=batch.mask"
+    try:
+        m: npt.NDArray[Any] = np.asarray(host)
+    except (TypeError, ValueError) as exc:  # ragged nesting
+        raise DtypeError(f"{label}: {exc}; {fix}") from None
+    if m.shape != shape:
+        raise ShapeError(f"{label}: expected the shape of td_errors {shape}")
+    out: BoolArray
+    if m.dtype.kind == "b":
+        out = m.astype(np.bool_, copy=False)
+        return out
+    if m.dtype.kind in "iuf" and bool(np.all((m == 0) | (m == 1))):
+        out = m != 0
+        return out
+    found = "values other than 0 and 1" if m.dtype.kind in "iuf" else f"dtype {m.dtype}"
+    raise DtypeError(f"{label}: found {found}; {fix}")

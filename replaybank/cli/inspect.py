@@ -1,7 +1,9 @@
 """``replaybank inspect PATH``: what a saved or disk-backed buffer holds.
 
 ``PATH`` is a checkpoint directory (``rb.save``: ``<prefix>metadata.json`` +
-``<prefix>state.safetensors``, loaded and verified) or a memmap buffer directory
+``<prefix>state.safetensors``, loaded and verified exactly as ``rb.load`` does, so a
+state file whose manifest is missing or from another save is recovered with load's
+warning) or a memmap buffer directory
 (``storage="memmap"``: ``replaybank_memmap.json``), opened read-only (``mode="r"``: no
 writer lock is taken and the files are mapped lazily, so a process writing the buffer
 keeps working). The summary (:func:`summarize`) has the buffer type, fields (shape,
@@ -71,7 +73,7 @@ import numpy.typing as npt
 from replaybank import persist
 from replaybank.buffers.replay import ReplayBuffer
 from replaybank.errors import CheckpointError, ReplayBankError, require_extra
-from replaybank.io.manifest import checkpoint_paths, read_manifest
+from replaybank.io.manifest import checkpoint_paths
 from replaybank.ops import ring
 from replaybank.samplers.base import LaneView, SampleResult
 from replaybank.storage.backends.memmap import MANIFEST
@@ -133,11 +135,17 @@ def _stubs(config: Any) -> dict[str, Any]:
 
 
 def _source(path: Path, prefix: str) -> str:
-    meta, _ = checkpoint_paths(path, prefix)
-    if meta.exists():
+    """``"checkpoint"`` where :func:`~replaybank.persist.load` would read one (either of
+    its files is there: load recovers a state file whose manifest is missing, and names
+    a missing state file), else ``"memmap"`` where a memmap buffer's manifest is."""
+    meta, state = checkpoint_paths(path, prefix)
+    if meta.exists() or state.exists():
         return "checkpoint"
     if (path / MANIFEST).exists():
         return "memmap"
+    if path.is_file():
+        raise CheckpointError(f"{path}: that is a file; pass the directory that holds it: "
+                              f"replaybank inspect {path.parent}")
     if not path.is_dir():
         raise CheckpointError(f"{path}: no such directory")
     raise CheckpointError(f"{path}: neither a checkpoint ({meta.name}) nor a memmap buffer "
@@ -146,6 +154,12 @@ def _source(path: Path, prefix: str) -> str:
 
 def open_buffer(path: Any, prefix: str = "buffer_") -> tuple[Any, str, list[str]]:
     """Load the checkpoint or open the memmap buffer (read-only) at ``path``.
+
+    A checkpoint is read as :func:`replaybank.load` reads it
+    (:func:`~replaybank.persist.load_overriding`): a state file whose
+    ``<prefix>metadata.json`` is missing or belongs to another save is recovered from the
+    manifest embedded in it, with load's warning (a note), and the functions to stub are
+    those of the config load rebuilds.
 
     Returns:
         ``(buffer, source, notes)``: source is ``"checkpoint"`` or ``"memmap"``; notes are
@@ -159,7 +173,7 @@ def open_buffer(path: Any, prefix: str = "buffer_") -> tuple[Any, str, list[str]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         if source == "checkpoint":
-            buf = persist.load(p, prefix, **_stubs(read_manifest(p, prefix).get("config")))
+            buf = persist.load_overriding(p, prefix, _stubs)
         else:
             buf = persist.open(p, mode="r", **_stubs(_owner_config(p)))
     return buf, source, [str(w.message) for w in caught]

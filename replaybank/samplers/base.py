@@ -252,7 +252,9 @@ class SamplerTraits:
         iid: Its keys are drawn independently within one call.
         bounded: The sampler as a :class:`BoundedPriorities`, or None.
         options: The keyword options its ``sample`` names (``replace``, ``beta``, ...):
-            a sample call with any other keyword is rejected.
+            a sample call with any other keyword is rejected. ``beta`` only counts for a
+            sampler with priorities (uniform, lane-split and non-prioritized ERE samplers
+            name it in their signature, but a buffer refuses it for them).
         independent: The sampler as an :class:`IndependentDraws`, or None.
 
     Example:
@@ -280,16 +282,20 @@ class SamplerTraits:
         on_write: Any = type(sampler).on_write
         stateless = isinstance(sampler, StatelessSampler) \
             and on_write is StatelessSampler.on_write
+        priority = sampler if isinstance(sampler, PrioritySampler) else None
+        options = sample_options(sampler)
+        if priority is None:  # beta is PER's: refused where there are no priorities
+            options = tuple(o for o in options if o != "beta")
         return cls(
             sampler=sampler,
-            priority=sampler if isinstance(sampler, PrioritySampler) else None,
+            priority=priority,
             keyed=sampler if isinstance(sampler, KeyUpdates) else None,
             scheduled=sampler if isinstance(sampler, ScheduledSampler) else None,
             uniform=sampler if isinstance(sampler, UniformDraws) else None,
             stateless=stateless,
             iid=stateless and bool(sampler.iid),  # type: ignore[attr-defined]
             bounded=sampler if isinstance(sampler, BoundedPriorities) else None,
-            options=sample_options(sampler),
+            options=options,
             independent=sampler if isinstance(sampler, IndependentDraws) else None,
         )
 

@@ -59,7 +59,8 @@ class LaneSplitSampler(StatelessSampler):
         **kwargs: Any,
     ) -> SampleResult:
         """Draw ``batch_size`` keys: a uniform non-empty lane, then a uniform step of it
-        (``beta`` is accepted and ignored, as by the uniform sampler).
+        (``beta`` is ignored here, and refused by a buffer's ``sample``, as for the uniform
+        sampler).
 
         Raises:
             ConfigError: ``replace=False`` (not offered: lane quotas are random).

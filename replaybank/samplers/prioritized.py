@@ -184,11 +184,11 @@ class PrioritizedSampler:
         self.alpha = _number("alpha", alpha, 0.0)
         self.beta = _number("beta", beta, 0.0, 1.0)
         self.eps = _number("eps", eps, 0.0)
-        if weight_norm not in _NORMS:
+        if not (weight_norm is None or isinstance(weight_norm, str)) or weight_norm not in _NORMS:
             raise ConfigError(
                 f"PrioritizedSampler(weight_norm={weight_norm!r}): use 'buffer', 'batch' or None"
             )
-        if beta_schedule not in _SCHEDULES:
+        if not isinstance(beta_schedule, str) or beta_schedule not in _SCHEDULES:
             raise ConfigError(
                 f"PrioritizedSampler(beta_schedule={beta_schedule!r}): use 'constant' or "
                 "'linear' (beta to 1 over beta_steps sample calls)"
@@ -199,7 +199,7 @@ class PrioritizedSampler:
         if isinstance(fanout, bool) or not isinstance(fanout, (int, np.integer)) \
                 or not 2 <= fanout <= 64:
             raise ConfigError(f"PrioritizedSampler(fanout={fanout!r}): must be an int in [2, 64]")
-        if kernel not in ("auto", "numba", "numpy"):
+        if not isinstance(kernel, str) or kernel not in ("auto", "numba", "numpy"):
             raise ConfigError(
                 f"PrioritizedSampler(kernel={kernel!r}): use 'auto', 'numba' or 'numpy'"
             )

@@ -125,6 +125,9 @@ class RecentSampler:
         if isinstance(history, bool) or not isinstance(history, (int, np.integer)) \
                 or history < 4:
             raise ConfigError(f"RecentSampler(history={history!r}): must be an int >= 4")
+        if not isinstance(adaptive, (bool, np.bool_)):
+            raise ConfigError(f"RecentSampler(adaptive={adaptive!r}): must be a bool (True: "
+                              "adapt eta to the recent returns)")
         if prioritized is not None and not isinstance(prioritized, PrioritizedSampler):
             raise ConfigError(
                 f"RecentSampler(prioritized={type(prioritized).__name__}): expected a "
@@ -201,7 +204,8 @@ class RecentSampler:
 
         Raises:
             ConfigError: Bad ``batch_size``, ``update``/``num_updates`` or ``beta``
-                (``beta`` is ignored without a prioritized sampler).
+                (without a prioritized sampler ``beta`` is ignored here, and a buffer's
+                ``sample`` refuses it).
             EmptyBufferError: Empty buffer, ``replace=False`` with a batch larger than the
                 window, or a zero-priority window.
 

@@ -81,8 +81,9 @@ class UniformSampler(StatelessSampler):
         beta: float | None = None,
         **kwargs: Any,
     ) -> SampleResult:
-        """Draw ``batch_size`` live steps uniformly (``beta`` is accepted and ignored, so
-        a training loop can swap in a prioritized sampler)."""
+        """Draw ``batch_size`` live steps uniformly. ``beta`` is ignored here; a buffer
+        refuses ``sample(beta=...)`` for this sampler (it has no priorities), so a PER
+        option never goes silently unused."""
         counts = lanes.counts
         if replace is not True:
             replace = check_replace(replace)

@@ -85,7 +85,7 @@ from replaybank.ops.hindsight import STRATEGY_CODES, goal_kernel
 from replaybank.storage.table import StepTable
 from replaybank.views.base import StatelessView, next_name
 from replaybank.views.functions import function_name, resolve_function
-from replaybank.views.hindsight_device import device_relabel, to_device
+from replaybank.views.hindsight_device import device_relabel, function_values, to_device
 from replaybank.views.nstep import NStepView
 from replaybank.views.transition import TransitionView
 
@@ -132,7 +132,7 @@ class HerView(StatelessView):
                  relabel_unfinished: bool = False, n_step: int = 1, gamma: float = 0.99,
                  achieved_key: str = "achieved_goal",
                  desired_key: str = "desired_goal") -> None:
-        if strategy not in STRATEGIES:
+        if not isinstance(strategy, str) or strategy not in STRATEGIES:
             raise ConfigError(f"HerView(strategy={strategy!r}): choose one of {list(STRATEGIES)}")
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0:
             raise ConfigError(f"HerView(k={k!r}): k (relabelled goals per real one) must be "
@@ -157,9 +157,11 @@ class HerView(StatelessView):
         self._code = STRATEGY_CODES[strategy]
         self.k = int(k)
         self.relabel_unfinished = bool(relabel_unfinished)
-        self.inner: NStepView | TransitionView = NStepView(n_step, gamma) if n_step != 1 \
-            else TransitionView()
-        if n_step == 1:  # checked by NStepView otherwise
+        one_step = isinstance(n_step, (int, np.integer)) and not isinstance(n_step, bool) \
+            and n_step == 1
+        self.inner: NStepView | TransitionView = TransitionView() if one_step \
+            else NStepView(n_step, gamma)  # NStepView checks n_step (and gamma)
+        if one_step:  # gamma is checked by NStepView
             NStepView(1, gamma)
         self.n_step = int(n_step)
         self.gamma = float(gamma)
@@ -213,6 +215,8 @@ class HerView(StatelessView):
             ConfigError: No generator (``rng``).
             ShapeError: The observations have no goal keys, or ``reward_fn`` /
                 ``terminated_fn`` returned the wrong number of values.
+            DtypeError: ``reward_fn`` / ``terminated_fn`` returned other than finite real
+                numbers (strings, also numbers as text, None, complex values, NaN).
         """
         if rng is None:
             raise ConfigError("HerView.gather draws goals: pass the buffer's generator "
@@ -299,12 +303,9 @@ class HerView(StatelessView):
 
     def _call(self, fn: Callable[..., Any], what: str, achieved: npt.NDArray[Any],
               desired: npt.NDArray[Any], n: int) -> npt.NDArray[Any]:
-        got = np.asarray(fn(achieved, desired, {}))
-        if got.size != n:
-            raise ShapeError(f"HerView: {what} returned shape {got.shape} for {n} goal "
-                             f"pairs (achieved_goal {achieved.shape}); it must return one "
-                             "value per pair, vectorised over the leading dim")
-        return got.reshape(n)
+        """``fn``'s ``[n]`` values for the goal pairs (:func:`~replaybank.views.
+        hindsight_device.function_values`: finite real numbers)."""
+        return function_values(fn(achieved, desired, {}), what, n, achieved.shape)
 
     def user_functions(self) -> tuple[Any, ...]:
         """The reward (and termination) function: a buffer restores its generator when one

@@ -152,7 +152,8 @@ class RolloutBuffer:
         for name, val in (("gamma", gamma), ("gae_lambda", gae_lambda)):
             if isinstance(val, bool) or not isinstance(val, (int, float)) or not 0 <= val <= 1:
                 raise ConfigError(f"{name}={val!r}: must be a number in [0, 1]")
-        if normalize_advantage not in _NORMS:
+        if not (normalize_advantage is None or isinstance(normalize_advantage, str)) \
+                or normalize_advantage not in _NORMS:
             raise ConfigError(
                 f"normalize_advantage={normalize_advantage!r}: expected 'batch', "
                 "'minibatch' or None"
@@ -173,7 +174,7 @@ class RolloutBuffer:
                 f"{cells:,} steps need at least {cells * 16:,} bytes of bookkeeping but only "
                 f"{avail:,} bytes of memory are available; lower num_steps or num_envs"
             )
-        if backend not in ("auto", "numpy", "numba"):
+        if not isinstance(backend, str) or backend not in ("auto", "numpy", "numba"):
             raise ConfigError(f"backend={backend!r}: expected 'auto', 'numpy' or 'numba'")
         self.autoreset_mode = check_autoreset_mode(autoreset_mode)
         self._next_step = self.autoreset_mode == "next_step"
@@ -487,6 +488,8 @@ class RolloutBuffer:
 
         Raises:
             EmptyBufferError: Nothing stored.
+            DtypeError: ``last_values`` or ``value_fn``'s output is not real numbers
+                (strings, also numbers as text, None, complex values).
             ShapeError: ``last_values`` or ``value_fn``'s output has the wrong shape or is
                 not finite; final observations are stored but ``value_fn`` is None;
                 (``"next_step"``) the value a truncated step bootstraps from is not finite.

@@ -22,7 +22,16 @@ import numpy.typing as npt
 
 from replaybank.buffers.inputs import RESERVED, obs_fields
 from replaybank.errors import ShapeError, SpecError, describe
-from replaybank.spec import SEP, FieldSpec, Spec, as_array, cast_field, flatten, unflatten
+from replaybank.spec import (
+    SEP,
+    FieldSpec,
+    Spec,
+    as_array,
+    cast_field,
+    flatten,
+    real_floats,
+    unflatten,
+)
 
 __all__ = [
     "ROLLOUT_RESERVED",
@@ -168,9 +177,16 @@ def per_env_float(arg: str, value: Any, num_envs: int) -> npt.NDArray[np.float64
     """``value`` as float64 ``[num_envs]`` (a scalar is broadcast).
 
     Raises:
+        DtypeError: Not real numbers (strings, also numbers as text, None, complex
+            values).
         ShapeError: Any other shape.
+
+    Example:
+        >>> per_env_float("last_values", 0.5, 2).tolist()
+        [0.5, 0.5]
     """
-    arr = np.asarray(as_array(value), dtype=np.float64)
+    arr = real_floats(as_array(value), f"{arg}={describe(value)}",
+                      f"pass {arg} as numbers, one per env (e.g. values.cpu().numpy())")
     if arr.shape == ():
         return np.full(num_envs, float(arr))
     if arr.shape != (num_envs,):
@@ -229,6 +245,8 @@ class FinalObsStore:
 
         Raises:
             ShapeError: ``value_fn`` is None, or returned other than ``k`` finite values.
+            DtypeError: ``value_fn`` returned other than real numbers (strings, None,
+                complex values).
         """
         k = len(self.index)
         if value_fn is None:
@@ -243,7 +261,9 @@ class FinalObsStore:
         out = value_fn(arg)
         if hasattr(out, "detach") and hasattr(out, "cpu"):
             out = out.detach().cpu().numpy()
-        arr = np.asarray(out, dtype=np.float64).reshape(-1)
+        arr = real_floats(out, f"value_fn returned {describe(out)}",
+                          f"return {k} values as numbers, one per final observation"
+                          ).reshape(-1)
         if arr.size != k or not np.all(np.isfinite(arr)):
             raise ShapeError(
                 f"value_fn returned {describe(out)}: expected {k} finite values, one per "
