@@ -21,7 +21,16 @@ from replaybank.compat.fishyrl import (
     SequentialBuffer,
     convert_samples_to_tensors,
 )
-from replaybank.errors import CheckpointError, EmptyBufferError
+from replaybank.errors import (
+    ArgumentError,
+    CheckpointError,
+    ConfigError,
+    DtypeError,
+    EmptyBufferError,
+    ReplayBankError,
+    ShapeError,
+    SpecError,
+)
 
 
 def _fill(buf: SequentialBuffer, n: int, start: int = 0) -> None:
@@ -39,7 +48,7 @@ def test_buffer_is_an_abc_of_the_documented_methods() -> None:
     assert Buffer.__abstractmethods__ == frozenset(
         {"add", "load_state_dict", "reset", "sample", "state_dict", "size"})
     with pytest.raises(TypeError):
-        Buffer()  # type: ignore[abstract]
+        Buffer()
     assert isinstance(SequentialBuffer(4), Buffer)
     assert isinstance(IndependentVectorizedBuffer(2, 4), Buffer)
     assert list(inspect.signature(Buffer.sample).parameters) == ["self", "batch_size"]
@@ -322,7 +331,7 @@ class _ListBuffer(Buffer):
 def test_vectorized_other_buffer_class() -> None:
     """Section: buffer_class: any Buffer class, one instance per buffer, seed + i."""
     buf = IndependentVectorizedBuffer(3, 5, buffer_class=_ListBuffer, seed=10)
-    assert [b.seed for b in buf._buffers or []] == [10, 11, 12]  # type: ignore[attr-defined]
+    assert [b.seed for b in buf._buffers or []] == [10, 11, 12]
     for t in range(7):
         buf.add({"v": np.full(3, t)})
     assert buf.size == 15
@@ -419,3 +428,203 @@ def test_world_model_sequence_loop_on_cartpole() -> None:
     assert size == 30 * 8 * 4
     assert len(losses) >= 25 and all(np.isfinite(losses))
     assert np.mean(losses[-5:]) < np.mean(losses[:5])  # the model learns
+
+
+# ====================================================================== hardening (issue items)
+
+
+def _snapshot(buf: Any) -> dict[str, Any]:
+    """Everything a call could change: the state dict (arrays as bytes) and the keys."""
+    out: dict[str, Any] = {"size": buf.size, "keys": repr(getattr(buf, "_keys", None)),
+                           "validate": repr(getattr(buf, "_validate_keys", None)),
+                           "rng": repr(buf._rng.bit_generator.state)}
+
+    def walk(d: Any, prefix: str) -> None:
+        items = d.items() if isinstance(d, dict) else enumerate(d)
+        for k, v in items:
+            if isinstance(v, (dict, list)) and not (isinstance(v, list) and v
+                                                    and isinstance(v[0], str)):
+                walk(v, f"{prefix}{k}/")
+            else:
+                out[f"{prefix}{k}"] = (v.dtype.str, v.shape, v.tobytes()) \
+                    if isinstance(v, np.ndarray) else repr(v)
+
+    walk(buf.state_dict(), "")
+    return out
+
+
+def _rejects(buf: Any, call: Any, exc: type[Exception] = ReplayBankError) -> str:
+    before = _snapshot(buf)
+    with pytest.raises(exc) as info:
+        call(buf)
+    assert isinstance(info.value, ReplayBankError), type(info.value)
+    assert str(info.value)
+    assert _snapshot(buf) == before
+    return str(info.value)
+
+
+def test_sequential_first_add_of_a_non_dict_is_refused() -> None:
+    """Issue 6: a first add() of a non-dict was accepted (``add([1, 2])`` fixed the keys
+    to {1, 2}) and every correct add after it was refused until reset(). Now it raises
+    a library error and the buffer stays empty and keyless."""
+    for bad in ([1, 2], (1, 2), "xy", None, 5, np.zeros(3), {1: np.zeros(1)}):
+        buf = SequentialBuffer(8, seed=0)
+        msg = _rejects(buf, lambda b, bad=bad: b.add(bad), ArgumentError)
+        assert "experience" in msg
+        assert buf.size == 0 and buf._keys is None
+        buf.add({"x": np.array(1)})  # a correct add works at once
+        assert buf.size == 1
+    vec = IndependentVectorizedBuffer(2, 8, seed=0)
+    _rejects(vec, lambda b: b.add([1, 2]), ArgumentError)
+    vec.add({"x": np.zeros(2)})
+    assert vec.size == 2
+
+
+def test_vectorized_sample_concatenates_buffer_by_buffer() -> None:
+    """Issue 13: fishyrl's reference: sample "a batch of experiences from each buffer and
+    concatenate them": buffer 0's sequences first, then buffer 1's, ... (they came back
+    in draw order). Still a random split with each buffer equally likely."""
+    buf = IndependentVectorizedBuffer(4, 30, seed=5)
+    _vec_fill(buf, 40, 4)
+    for batch_size in (8, 64, 4000):
+        env = buf.sample(batch_size, sequence_length=6)["env"][:, 0]
+        assert (np.diff(env) >= 0).all(), env  # grouped by buffer, in buffer order
+    out = buf.sample(4000, sequence_length=6)
+    share = np.bincount(out["env"][:, 0], minlength=4) / 4000
+    assert np.abs(share - 0.25).max() < 0.03
+    assert (out["env"] == out["env"][:, :1]).all()
+    for k in ("t", "obs"):  # every field reordered together
+        assert (out[k][:, 0] == out["t"][:, 0].reshape(-1, *([1] * (out[k].ndim - 2)))).all()
+    c, d = IndependentVectorizedBuffer(4, 30, seed=9), IndependentVectorizedBuffer(4, 30, seed=9)
+    for b in (c, d):
+        _vec_fill(b, 40, 4)
+    np.testing.assert_array_equal(c.sample(16, sequence_length=3)["t"],
+                                  d.sample(16, sequence_length=3)["t"])
+
+
+def _seq() -> SequentialBuffer:
+    buf = SequentialBuffer(10, seed=0)
+    _fill(buf, 6)
+    return buf
+
+
+def _vec() -> IndependentVectorizedBuffer:
+    buf = IndependentVectorizedBuffer(2, 10, seed=0)
+    _vec_fill(buf, 6, 2)
+    return buf
+
+
+def _list_vec() -> IndependentVectorizedBuffer:
+    buf = IndependentVectorizedBuffer(2, 5, buffer_class=_ListBuffer, seed=0)
+    for t in range(3):
+        buf.add({"v": np.full(2, t)})
+    return buf
+
+
+_GOOD = {"x": np.array(9), "obs": np.zeros(3, np.float32), "done": np.array(False),
+         "is_first": np.array(False)}
+#: (name, buffer, call, the library error expected)
+_HOSTILE: list[tuple[str, Any, Any, type[Exception]]] = [
+    ("add(None)", _seq, lambda b: b.add(None), ArgumentError),
+    ("add('x')", _seq, lambda b: b.add("x"), ArgumentError),
+    ("add([1, 2])", _seq, lambda b: b.add([1, 2]), ArgumentError),
+    ("add({})", _seq, lambda b: b.add({}), SpecError),
+    ("add(obs None)", _seq, lambda b: b.add({**_GOOD, "obs": None}), ReplayBankError),
+    ("add(obs 'abc')", _seq, lambda b: b.add({**_GOOD, "obs": "abc"}), ReplayBankError),
+    ("add(obs [4])", _seq, lambda b: b.add({**_GOOD, "obs": np.zeros(4, np.float32)}),
+     ShapeError),
+    ("add(x nan)", _seq, lambda b: b.add({**_GOOD, "x": np.array(np.nan)}), DtypeError),
+    ("sample(None, 2)", _seq, lambda b: b.sample(None, 2), ArgumentError),
+    ("sample('x', 2)", _seq, lambda b: b.sample("x", 2), ArgumentError),
+    ("sample(2.5, 2)", _seq, lambda b: b.sample(2.5, 2), ArgumentError),
+    ("sample(nan, 2)", _seq, lambda b: b.sample(float("nan"), 2), ArgumentError),
+    ("sample(0, 2)", _seq, lambda b: b.sample(0, 2), ConfigError),
+    ("sample(-1, 2)", _seq, lambda b: b.sample(-1, 2), ConfigError),
+    ("sample(2, None)", _seq, lambda b: b.sample(2, None), ConfigError),
+    ("sample(2, 0)", _seq, lambda b: b.sample(2, 0), ConfigError),
+    ("sample(2, 11)", _seq, lambda b: b.sample(2, 11), ConfigError),
+    ("sample(2, 7) (6 stored)", _seq, lambda b: b.sample(2, 7), EmptyBufferError),
+    ("load_state_dict(None)", _seq, lambda b: b.load_state_dict(None), CheckpointError),
+    ("load_state_dict({})", _seq, lambda b: b.load_state_dict({}), CheckpointError),
+    ("load_state_dict(buffer None)", _seq, lambda b: b.load_state_dict({"buffer": None}),
+     CheckpointError),
+    ("load_state_dict(capacity 'x')", _seq,
+     lambda b: b.load_state_dict({**b.state_dict(), "capacity": "x"}), ConfigError),
+    ("load_state_dict(keys 5)", _seq,
+     lambda b: b.load_state_dict({**b.state_dict(), "keys": 5}), CheckpointError),
+    ("load_state_dict(keys of other fields)", _seq,
+     lambda b: b.load_state_dict({**b.state_dict(), "keys": ["zz"]}), CheckpointError),
+    ("load_state_dict(validate_keys 'x')", _seq,
+     lambda b: b.load_state_dict({**b.state_dict(), "validate_keys": "x"}), CheckpointError),
+    ("vec add(None)", _vec, lambda b: b.add(None), ArgumentError),
+    ("vec add([1, 2])", _vec, lambda b: b.add([1, 2]), ArgumentError),
+    ("vec add(3 rows)", _vec,
+     lambda b: b.add({"env": np.arange(3), "t": np.zeros(3), "obs": np.zeros((3, 2))}),
+     ShapeError),
+    ("vec add(t 5)", _vec, lambda b: b.add({"env": np.arange(2), "t": 5,
+                                            "obs": np.zeros((2, 2), np.float32)}), ShapeError),
+    ("vec sample(None)", _vec, lambda b: b.sample(None, sequence_length=2), ArgumentError),
+    ("vec sample(0)", _vec, lambda b: b.sample(0, sequence_length=2), ConfigError),
+    ("vec sample(-2)", _vec, lambda b: b.sample(-2, sequence_length=2), ConfigError),
+    ("vec sample(sequence_length None)", _vec, lambda b: b.sample(2, sequence_length=None),
+     ConfigError),
+    ("vec sample(no sequence_length)", _vec, lambda b: b.sample(2), ArgumentError),
+    ("vec load_state_dict(None)", _vec, lambda b: b.load_state_dict(None), CheckpointError),
+    ("list add(None)", _list_vec, lambda b: b.add(None), ArgumentError),
+    ("list add(1 row)", _list_vec, lambda b: b.add({"v": np.zeros(1)}), ShapeError),
+    ("list sample(None)", _list_vec, lambda b: b.sample(None), ArgumentError),
+    ("list sample(0)", _list_vec, lambda b: b.sample(0), ConfigError),
+    ("list load_state_dict(None)", _list_vec, lambda b: b.load_state_dict(None),
+     CheckpointError),
+    ("list load_state_dict({})", _list_vec, lambda b: b.load_state_dict({}), CheckpointError),
+    ("list load_state_dict(second damaged)", _list_vec,
+     lambda b: b.load_state_dict({**b.state_dict(),
+                                  "_buffers": [b.state_dict()["_buffers"][0], {}]}),
+     CheckpointError),
+]
+
+
+@pytest.mark.parametrize("name, make, call, exc", _HOSTILE, ids=[h[0] for h in _HOSTILE])
+def test_hostile_arguments_raise_library_errors_and_change_nothing(
+        name: str, make: Any, call: Any, exc: type[Exception]) -> None:
+    """Every public call of the fishyrl front end, given None, strings, NaN, wrong
+    shapes or kinds, or non-positive sizes, raises a library error and leaves the
+    buffer (and its generator) as it was."""
+    _rejects(make(), call, exc)
+
+
+_BAD_CONSTRUCTORS: list[tuple[str, Any, type[Exception]]] = [
+    ("capacity=None", lambda: SequentialBuffer(None), ConfigError),
+    ("capacity='x'", lambda: SequentialBuffer("x"), ConfigError),
+    ("capacity=nan", lambda: SequentialBuffer(float("nan")), ConfigError),
+    ("validate_keys='x'", lambda: SequentialBuffer(4, validate_keys="x"), ArgumentError),
+    ("validate_keys=None", lambda: SequentialBuffer(4, validate_keys=None), ArgumentError),
+    ("seed='x'", lambda: SequentialBuffer(4, seed="x"), ConfigError),
+    ("seed=-1", lambda: SequentialBuffer(4, seed=-1), ConfigError),
+    ("num_buffers=None", lambda: IndependentVectorizedBuffer(None, 4), ConfigError),
+    ("num_buffers=2.5", lambda: IndependentVectorizedBuffer(2.5, 4), ConfigError),
+    ("capacity missing", lambda: IndependentVectorizedBuffer(2), ArgumentError),
+    ("buffer_class=None", lambda: IndependentVectorizedBuffer(2, 4, buffer_class=None),
+     ArgumentError),
+    ("buffer_class=int", lambda: IndependentVectorizedBuffer(2, 4, buffer_class=int),
+     ArgumentError),
+    ("group validate_keys=0", lambda: IndependentVectorizedBuffer(2, 4, validate_keys=0),
+     ArgumentError),
+    ("convert(None)", lambda: convert_samples_to_tensors(None), ArgumentError),
+    ("convert({'a': 'x'})", lambda: convert_samples_to_tensors({"a": "x"}), DtypeError),
+    ("convert({'a': None})", lambda: convert_samples_to_tensors({"a": None}), DtypeError),
+    ("convert(device='bogus')",
+     lambda: convert_samples_to_tensors({"a": np.zeros(2)}, device="bogus"), ArgumentError),
+    ("convert(bogus=1)", lambda: convert_samples_to_tensors({"a": np.zeros(2)}, bogus=1),
+     ArgumentError),
+]
+
+
+@pytest.mark.parametrize("name, make, exc", _BAD_CONSTRUCTORS,
+                         ids=[c[0] for c in _BAD_CONSTRUCTORS])
+def test_hostile_constructor_arguments_raise_library_errors(
+        name: str, make: Any, exc: type[Exception]) -> None:
+    pytest.importorskip("torch")
+    with pytest.raises(exc) as info:
+        make()
+    assert isinstance(info.value, ReplayBankError) and str(info.value)

@@ -21,7 +21,15 @@ from replaybank.compat.pytorchrl import (  # noqa: E402
     PERBuffer,
     ReplayBuffer,
 )
-from replaybank.errors import ConfigError, EmptyBufferError  # noqa: E402
+from replaybank.errors import (  # noqa: E402
+    ArgumentError,
+    ConfigError,
+    DtypeError,
+    EmptyBufferError,
+    ReplayBankError,
+    ShapeError,
+    SpecError,
+)
 
 OBS, RHS, DONE, ACT, REW = ("Observation", "RecurrentHiddenStates", "Done", "Action",
                             "Reward")
@@ -162,46 +170,75 @@ def test_before_after_gradients_hooks() -> None:
 
 
 def test_get_all_buffer_data_reset_and_reinsert() -> None:
-    """Section 'Replay buffer': get_all_buffer_data, reset, insert_data_slice. pytorchrl's
-    single-process loop exports, resets and re-inserts the same data into the same
-    storage: nothing is duplicated. Another storage receives the rows."""
+    """Section 'Replay buffer': get_all_buffer_data, reset, insert_data_slice. A
+    collector exports the rows added since its last reset and resets (size and step to
+    zero, as documented); a learner's storage receives the rows."""
     col = ReplayBuffer(100, "cpu", ACTOR, ALGO, None, seed=0)
     learner = ReplayBuffer(100, "cpu", ACTOR, ALGO, None, seed=1)
     fill(col, 6)
     data = col.get_all_buffer_data(data_to_cpu=True)
     assert data[OBS].shape[0] == 6
     col.reset()
-    assert col.step == 0 and col.size == 6  # stored data stays sampleable
-    col.insert_data_slice(data)  # the same storage: already stored
-    assert (col.size, col.step) == (6, 6)
+    assert col.step == 0 and col.size == 0
     learner.insert_data_slice(data)
     assert (learner.size, learner.step) == (6, 6)
-    np.testing.assert_array_equal(learner.data[OBS], col.data[OBS])
+    np.testing.assert_array_equal(learner.data[OBS], data[OBS])
+    np.testing.assert_array_equal(learner.data[OBS2], data[OBS2])
     # next collection: only new rows are exported after a reset
-    col.reset()
     for t in range(6, 9):
         col.insert_transition(transition(t))
     new = col.get_all_buffer_data()
     assert new[OBS][:, 0, 0].tolist() == [6, 7, 8]
     learner.insert_data_slice(new)
     assert learner.data[OBS][:, 0, 0].tolist() == list(range(9))
+    # a storage that re-inserts its own export after its reset holds it once
+    col.reset()
+    col.insert_data_slice(new)
+    assert (col.size, col.step) == (3, 3)
+    assert col.data[OBS][:, 0, 0].tolist() == [6, 7, 8]
     with pytest.raises(ValueError, match="different lengths"):
         learner.insert_data_slice({OBS: np.zeros((2, 2, 3)), ACT: np.zeros((3, 2, 1))})
 
 
+def test_reset_sets_size_and_step_to_zero() -> None:
+    """Section 'Replay buffer': reset() "Set class size and step to zero": the old rows
+    are not sampled any more (issue 14: size stayed and old rows were still drawn)."""
+    buf = ReplayBuffer(100, "cpu", ACTOR, ALGO, None, seed=0)
+    fill(buf, 6)
+    buf.reset()
+    assert (buf.size, buf.step) == (0, 0)
+    assert buf.get_all_buffer_data()[OBS].shape[0] == 0
+    with pytest.raises(EmptyBufferError):
+        buf.generate_batches(1, 4)
+    for t in range(100, 103):
+        buf.insert_transition(transition(t))
+    assert (buf.size, buf.step) == (3, 3)
+    b = next(buf.generate_batches(1, 256))
+    assert set(b[OBS][:, 0].tolist()) == {100.0, 101.0, 102.0}  # none of the old rows
+    per = PERBuffer(50, "cpu", ACTOR, ALGO, None, alpha=0.6, seed=0)
+    fill(per, 5)
+    per.reset()
+    assert per.size == 0
+    fill(per, 2)
+    assert set(next(per.generate_batches(1, 64))[OBS][:, 0].tolist()) == {0.0, 1.0}
+
+
 def test_get_data_slice_positions() -> None:
     """Section 'Replay buffer': get_data_slice(start_pos, end_pos) copies rows; positions
-    count from the first row added since the last reset."""
+    count from the first row added since the last reset (the oldest row stored)."""
     buf = ReplayBuffer(100, "cpu", ACTOR, ALGO, None)
     fill(buf, 5)
     buf.reset()
     for t in range(5, 8):
         buf.insert_transition(transition(t))
     assert buf.get_data_slice(0, 2)[OBS][:, 0, 0].tolist() == [5, 6]
-    assert buf.get_data_slice(-2, 1)[OBS][:, 0, 0].tolist() == [3, 4, 5]
+    assert buf.get_data_slice(-2, 1)[OBS][:, 0, 0].tolist() == [5]  # nothing older
     sl = buf.get_data_slice(0, 1)
     sl[OBS][:] = -1  # a copy
     assert buf.get_data_slice(0, 1)[OBS][0, 0, 0] == 5
+    ring = ReplayBuffer(4, "cpu", ACTOR, ALGO, None)
+    fill(ring, 7)  # holds 3..6
+    assert ring.get_data_slice(0, 4)[OBS][:, 0, 0].tolist() == [3, 4, 5, 6]
 
 
 def test_insert_single_tensor_slice() -> None:
@@ -375,7 +412,7 @@ def test_per_weights_and_priorities_against_plain_loop() -> None:
         w = (n * prio[k] / total) ** -beta / (n * p_min / total) ** -beta
         assert b["per_weights"][i, 0].item() == pytest.approx(w, rel=1e-4)
     assert b["per_weights"].shape == (256, 1)
-    with pytest.raises(KeyError, match="errors"):
+    with pytest.raises(ArgumentError, match="errors"):
         buf.after_gradients(b, {"Algorithm": {}})
 
 
@@ -653,7 +690,7 @@ def test_recurrent_per_sequence_priorities_against_plain_loop() -> None:
                                                                   rel=1e-4)
     with pytest.raises(ValueError, match="one TD error per trained"):
         buf.after_gradients(b, {"Algorithm": {"errors": torch.ones(3)}})
-    with pytest.raises(KeyError, match="errors"):
+    with pytest.raises(ArgumentError, match="errors"):
         buf.after_gradients(b, {"Algorithm": {}})
 
 
@@ -810,12 +847,13 @@ class QActor:
 
 
 def dqn_cartpole(iters: int, seed: int = 0) -> tuple[list[float], Any, float]:
-    """A pytorchrl-style DQN loop on CartPole-v1 (insert_transition ->
-    get_all_buffer_data -> reset -> insert_data_slice -> before_gradients ->
+    """A pytorchrl-style DQN loop on CartPole-v1 (the collector's insert_transition ->
+    get_all_buffer_data -> reset, the learner's insert_data_slice -> before_gradients ->
     generate_batches -> after_gradients), PER + 3-step returns, written against
     pytorchrl's API: only the import differs. Each iteration collects 25 steps of 2
     envs and makes 25 updates of 64; the target network follows every 4 iterations.
-    Returns the finished episodes' returns, the storage and the seconds taken."""
+    Returns the finished episodes' returns, the learner's storage and the seconds
+    taken."""
     import time
 
     gym = pytest.importorskip("gymnasium")
@@ -835,7 +873,8 @@ def dqn_cartpole(iters: int, seed: int = 0) -> tuple[list[float], Any, float]:
                                mini_batch_size=64, num_epochs=1)
         make = Storage.create_factory(size=20_000, n_step=3, epsilon=1e-3, alpha=0.6,
                                       beta=0.4)
-        storage = make("cpu", actor, algo, envs)
+        collector = make("cpu", actor, algo, envs)  # pytorchrl's collection worker's
+        storage = make("cpu", actor, algo, envs)  # the gradient worker's
         storage.seed = seed  # the front end's addition: the core's draws (before any add)
         opt = torch.optim.Adam(actor.q.parameters(), lr=1e-3)
         obs_np, _ = envs.reset(seed=seed)
@@ -856,7 +895,7 @@ def dqn_cartpole(iters: int, seed: int = 0) -> tuple[list[float], Any, float]:
                 if "final_obs" in info:
                     for e in np.flatnonzero(info["_final_obs"]):
                         final[e] = info["final_obs"][e]
-                storage.insert_transition({
+                collector.insert_transition({
                     "Observation": obs, "RecurrentHiddenStates": torch.zeros(n_envs, 1),
                     "Done": done, "Action": act.float(),
                     "Reward": torch.as_tensor(rew, dtype=torch.float32)[:, None],
@@ -870,9 +909,9 @@ def dqn_cartpole(iters: int, seed: int = 0) -> tuple[list[float], Any, float]:
                 obs = torch.as_tensor(obs2_np)
                 done = torch.as_tensor(term | trunc, dtype=torch.float32)[:, None]
             eps = max(0.05, eps * 0.95)
-            data = storage.get_all_buffer_data(data_to_cpu=False)
-            storage.reset()
-            storage.insert_data_slice(data)  # the single-process pytorchrl loop
+            data = collector.get_all_buffer_data(data_to_cpu=False)
+            collector.reset()
+            storage.insert_data_slice(data)
             storage.before_gradients()
             for batch in storage.generate_batches(algo.num_mini_batch,
                                                   algo.mini_batch_size, algo.num_epochs):
@@ -897,10 +936,9 @@ def dqn_cartpole(iters: int, seed: int = 0) -> tuple[list[float], Any, float]:
 def test_dqn_cartpole_per_nstep_loop() -> None:
     """The pytorchrl-style DQN loop learns CartPole-v1: 150 iterations (7,500 env steps,
     3,750 updates) take about 5 s and the last 10 episodes average well above a random
-    policy's ~22 (seeds 0-7 measured 126-247; seed 0: 183). The export/reset/re-insert
-    round trip neither duplicates nor drops rows."""
+    policy's ~22. The collector -> learner transfer neither duplicates nor drops rows."""
     returns, storage, _ = dqn_cartpole(150)
-    assert storage.size == 150 * 25  # exported data was re-inserted without duplicates
+    assert storage.size == 150 * 25  # every exported row arrived once
     assert storage.step == storage.size
     assert len(returns) > 50
     assert np.mean(returns[-10:]) > 80, returns[-20:]
@@ -913,3 +951,462 @@ def test_dqn_cartpole_learns_longer(seed: int) -> None:
     above 150."""
     returns, _, _ = dqn_cartpole(300, seed=seed)
     assert np.mean(returns[-10:]) > 150, returns[-20:]
+
+
+# ------------------------------------------------------------------ hardening (issue items)
+def snapshot(buf: Any) -> dict[str, Any]:
+    """Everything a call could change: the storage's attributes and the core's state
+    (not the memos of checks that passed: the parsed device, the last key set)."""
+    out: dict[str, Any] = {"size": buf.size, "step": buf.step}
+    for k, v in vars(buf).items():
+        if k not in ("buffer", "_torch_device", "_zero_tensors", "_recent", "_keys_seen"):
+            out["attr/" + k] = repr(v)
+    if buf.buffer is not None:
+        def walk(d: Any, prefix: str) -> None:
+            for k, v in d.items():
+                if isinstance(v, dict):
+                    walk(v, f"{prefix}{k}/")
+                else:
+                    out[prefix + k] = (v.dtype.str, v.shape, v.tobytes()) \
+                        if isinstance(v, np.ndarray) else repr(v)
+        walk(buf.buffer.state_dict(), "core/")
+    return out
+
+
+def rejects(buf: Any, call: Any, exc: type[Exception] = ReplayBankError) -> str:
+    """``call(buf)`` raises a library error (``exc``) with a message and changes
+    nothing."""
+    before = snapshot(buf)
+    with pytest.raises(exc) as info:
+        call(buf)
+    assert isinstance(info.value, ReplayBankError), type(info.value)
+    assert str(info.value)
+    assert snapshot(buf) == before
+    return str(info.value)
+
+
+def per_filled(**kw: Any) -> PERBuffer:
+    buf = PERBuffer(40, "cpu", ACTOR, ALGO, None, n_step=2, alpha=0.6, beta=0.4,
+                    epsilon=1e-3, seed=0, **kw)
+    fill(buf, 8)
+    return buf
+
+
+def test_per_after_gradients_rejected_update_keeps_idxs() -> None:
+    """Issue 5: a rejected after_gradients left the batch without 'idxs' (popped before
+    the errors were checked), so a retry failed with KeyError: 'idxs'. Now nothing
+    changes, the batch included, and the retry works."""
+    buf = per_filled()
+    batch = next(buf.generate_batches(1, 8))
+    keys = batch["idxs"].copy()
+    for bad in (torch.ones(3, 1), torch.full((8, 1), float("nan")), -torch.ones(8, 1)):
+        rejects(buf, lambda b, bad=bad: b.after_gradients(batch, {"Algorithm": {"errors": bad}}))
+        assert "idxs" in batch and np.array_equal(batch["idxs"], keys)
+    rejects(buf, lambda b: b.after_gradients(batch, {"Algorithm": {}}), ArgumentError)
+    assert "idxs" in batch
+    info = {"Algorithm": {"errors": torch.full((8, 1), 2.0)}}
+    assert buf.after_gradients(batch, info) is info  # the retry
+    assert "idxs" not in batch
+    msg = rejects(buf, lambda b: b.after_gradients(batch, info), ArgumentError)
+    assert "idxs" in msg  # a batch used twice: named
+
+
+def test_per_alpha_nan_and_non_positive_batch_counts_are_refused() -> None:
+    """Issue 10: PERBuffer(alpha=nan) meant "PER off"; generate_batches(0 | -1, 8)
+    yielded nothing. pytorchrl documents alpha as a float (PER's alpha >= 0, 0 = off)
+    and num_mini_batch as the number of mini batches: both are refused now."""
+    for alpha in (float("nan"), -0.5, float("inf")):
+        with pytest.raises(ConfigError, match="alpha"):
+            PERBuffer(10, "cpu", ACTOR, ALGO, None, alpha=alpha)
+        with pytest.raises(ConfigError, match="alpha"):
+            PERBuffer.create_factory(10, alpha=alpha)
+    buf = per_filled()
+    for k in (0, -1):
+        msg = rejects(buf, lambda b, k=k: next(b.generate_batches(k, 8)), ConfigError)
+        assert "num_mini_batch" in msg and str(k) in msg
+    rejects(buf, lambda b: next(b.generate_batches(1, 0)), ConfigError)
+
+
+def test_get_priority_tensor_in_tensor_out() -> None:
+    """Issue 15: get_priority of a torch tensor returned a numpy array; pytorchrl's
+    ``(error + epsilon) ** alpha`` keeps a tensor a tensor, on its device."""
+    buf = PERBuffer(10, "cpu", ACTOR, ALGO, None, epsilon=0.5, alpha=0.7)
+    err = torch.tensor([[0.0], [1.0], [3.5]])
+    out = buf.get_priority(err)
+    assert isinstance(out, torch.Tensor)
+    assert out.device == err.device and out.dtype == err.dtype and out.shape == err.shape
+    torch.testing.assert_close(out, (err + 0.5) ** 0.7)
+    assert isinstance(buf.get_priority(np.array([1.0])), np.ndarray)
+    seq = torch.tensor([[1.0, 4.0], [3.0, 0.0]])
+    assert isinstance(buf.get_sequence_priority(seq), torch.Tensor)
+    if torch.cuda.is_available():  # pragma: no cover - GPU machines
+        cuda = buf.get_priority(err.cuda())
+        assert cuda.device.type == "cuda"
+
+
+def her_filled(her_function: Any = None) -> HERBuffer:
+    """A HER storage of 5 steps (env 0's first episode ended at step 2, unless a
+    her_function is given: then no episode ended yet)."""
+    fn = goal_her if her_function is None else her_function
+    buf = HERBuffer(40, "cpu", ACTOR, ALGO, None, her_function=fn, seed=0)
+    fill(buf, 5, ends={0: [2]} if her_function is None else None)
+    return buf
+
+
+def good_transition(t: int = 50, n: int = 2, **over: Any) -> dict[str, Any]:
+    s = transition(t, n)
+    s.update(over)
+    return s
+
+
+def without(key: str) -> dict[str, Any]:
+    s = transition(50)
+    del s[key]
+    return s
+
+
+NAN = float("nan")
+FRESH = "fresh"  # a storage nothing was inserted into
+#: (name, which storage, call, the library error expected)
+HOSTILE: list[tuple[str, str, Any, type[Exception]]] = [
+    # insert_transition / init_tensors
+    ("insert_transition(None)", "per", lambda b: b.insert_transition(None), ArgumentError),
+    ("insert_transition('x')", "per", lambda b: b.insert_transition("x"), ArgumentError),
+    ("insert_transition([1])", "per", lambda b: b.insert_transition([1]), ArgumentError),
+    ("insert_transition(5)", "per", lambda b: b.insert_transition(5), ArgumentError),
+    ("insert_transition({})", "per", lambda b: b.insert_transition({}), SpecError),
+    ("insert_transition(no Action)", "per", lambda b: b.insert_transition(without(ACT)),
+     SpecError),
+    ("insert_transition(no Done, first had it)", "per",
+     lambda b: b.insert_transition(without(DONE)), SpecError),
+    ("insert_transition(new IntrinsicReward)", "per",
+     lambda b: b.insert_transition(good_transition(**{IREW: torch.ones(2, 1)})), SpecError),
+    ("insert_transition(3 envs into 2)", "per",
+     lambda b: b.insert_transition(transition(50, n=3)), ShapeError),
+    ("insert_transition(Reward [3, 1])", "per",
+     lambda b: b.insert_transition(good_transition(Reward=torch.ones(3, 1))), ShapeError),
+    ("insert_transition(Reward None)", "per",
+     lambda b: b.insert_transition(good_transition(Reward=None)), DtypeError),
+    ("insert_transition(Observation 'abc')", "per",
+     lambda b: b.insert_transition(good_transition(Observation="abc")), DtypeError),
+    ("insert_transition(Observation [2, 4])", "per",
+     lambda b: b.insert_transition(good_transition(Observation=torch.ones(2, 4))),
+     ShapeError),
+    ("insert_transition(Observation [1, 3])", "per",
+     lambda b: b.insert_transition(good_transition(Observation=torch.ones(1, 3))),
+     ShapeError),
+    ("insert_transition(NextDone nan)", "per",
+     lambda b: b.insert_transition(good_transition(NextDone=torch.full((2, 1), NAN))),
+     DtypeError),
+    ("insert_transition(NextDone 0.5)", "per",
+     lambda b: b.insert_transition(good_transition(NextDone=torch.full((2, 1), 0.5))),
+     DtypeError),
+    ("first insert_transition(NextDone nan)", FRESH,
+     lambda b: b.insert_transition(good_transition(NextDone=torch.full((2, 1), NAN))),
+     DtypeError),
+    ("first insert_transition(Reward [3, 1])", FRESH,
+     lambda b: b.insert_transition(good_transition(Reward=torch.ones(3, 1))), ShapeError),
+    ("first insert_transition(NextDone [])", FRESH,
+     lambda b: b.insert_transition(good_transition(NextDone=torch.ones(0, 1))), ShapeError),
+    ("first insert_transition(Action 'a')", FRESH,
+     lambda b: b.insert_transition(good_transition(Action=np.array(["a", "b"]))), DtypeError),
+    ("init_tensors(None)", "per", lambda b: b.init_tensors(None), ArgumentError),
+    ("init_tensors({})", "per", lambda b: b.init_tensors({}), SpecError),
+    # generate_batches
+    ("generate_batches(None, 8)", "per", lambda b: next(b.generate_batches(None, 8)),
+     ArgumentError),
+    ("generate_batches('x', 8)", "per", lambda b: next(b.generate_batches("x", 8)),
+     ArgumentError),
+    ("generate_batches(2.5, 8)", "per", lambda b: next(b.generate_batches(2.5, 8)),
+     ArgumentError),
+    ("generate_batches(nan, 8)", "per", lambda b: next(b.generate_batches(NAN, 8)),
+     ArgumentError),
+    ("generate_batches(True, 8)", "per", lambda b: next(b.generate_batches(True, 8)),
+     ArgumentError),
+    ("generate_batches(0, 8)", "per", lambda b: next(b.generate_batches(0, 8)), ConfigError),
+    ("generate_batches(-1, 8)", "per", lambda b: next(b.generate_batches(-1, 8)),
+     ConfigError),
+    ("generate_batches(1, None)", "per", lambda b: next(b.generate_batches(1, None)),
+     ArgumentError),
+    ("generate_batches(1, -1)", "per", lambda b: next(b.generate_batches(1, -1)),
+     ConfigError),
+    ("generate_batches(1, 8, 0)", "per", lambda b: next(b.generate_batches(1, 8, 0)),
+     ConfigError),
+    ("generate_batches(1, 8, None)", "per", lambda b: next(b.generate_batches(1, 8, None)),
+     ArgumentError),
+    ("generate_batches(empty)", FRESH, lambda b: next(b.generate_batches(1, 8)),
+     EmptyBufferError),
+    # after_gradients
+    ("after_gradients(None, info)", "per",
+     lambda b: b.after_gradients(None, {"Algorithm": {"errors": torch.ones(8, 1)}}),
+     ArgumentError),
+    ("after_gradients(batch, None)", "per",
+     lambda b: b.after_gradients(b.test_batch, None), ArgumentError),
+    ("after_gradients(Algorithm None)", "per",
+     lambda b: b.after_gradients(b.test_batch, {"Algorithm": None}),
+     ArgumentError),
+    ("after_gradients(errors 'x')", "per",
+     lambda b: b.after_gradients(b.test_batch,
+                                 {"Algorithm": {"errors": "x"}}), DtypeError),
+    ("after_gradients(errors None)", "per",
+     lambda b: b.after_gradients(b.test_batch,
+                                 {"Algorithm": {"errors": None}}), DtypeError),
+    ("after_gradients(errors [3, 1])", "per",
+     lambda b: b.after_gradients(b.test_batch,
+                                 {"Algorithm": {"errors": torch.ones(3, 1)}}), ShapeError),
+    ("after_gradients(errors nan)", "per",
+     lambda b: b.after_gradients(b.test_batch,
+                                 {"Algorithm": {"errors": torch.full((8, 1), NAN)}}),
+     DtypeError),
+    ("after_gradients(no idxs)", "per",
+     lambda b: b.after_gradients({"per_weights": torch.ones(8, 1)},
+                                 {"Algorithm": {"errors": torch.ones(8, 1)}}), ArgumentError),
+    ("after_gradients(idxs 'x')", "per",
+     lambda b: b.after_gradients({"idxs": "x"}, {"Algorithm": {"errors": torch.ones(8, 1)}}),
+     ShapeError),
+    # get_priority / get_sequence_priority
+    ("get_priority(None)", "per", lambda b: b.get_priority(None), DtypeError),
+    ("get_priority('x')", "per", lambda b: b.get_priority("x"), DtypeError),
+    ("get_priority([1, 'a'])", "per", lambda b: b.get_priority([1, "a"]), DtypeError),
+    ("get_priority(tensor nan)", "per", lambda b: b.get_priority(torch.tensor([NAN])),
+     DtypeError),
+    ("get_priority(-1)", "per", lambda b: b.get_priority(np.array([-1.0])), DtypeError),
+    ("get_sequence_priority(None)", "per", lambda b: b.get_sequence_priority(None),
+     DtypeError),
+    ("get_sequence_priority([])", "per", lambda b: b.get_sequence_priority(np.zeros(0)),
+     ShapeError),
+    ("get_sequence_priority(eta=nan)", "per",
+     lambda b: b.get_sequence_priority(np.ones(3), eta=NAN), ConfigError),
+    ("get_sequence_priority(eta='x')", "per",
+     lambda b: b.get_sequence_priority(np.ones(3), eta="x"), ArgumentError),
+    # data transfer
+    ("get_all_buffer_data('x')", "per", lambda b: b.get_all_buffer_data("x"), ArgumentError),
+    ("get_data_slice(None, 2)", "per", lambda b: b.get_data_slice(None, 2), ArgumentError),
+    ("get_data_slice(0, 'x')", "per", lambda b: b.get_data_slice(0, "x"), ArgumentError),
+    ("get_data_slice(2.5, 3)", "per", lambda b: b.get_data_slice(2.5, 3), ArgumentError),
+    ("insert_data_slice(None)", "per", lambda b: b.insert_data_slice(None), ArgumentError),
+    ("insert_data_slice('x')", "per", lambda b: b.insert_data_slice("x"), ArgumentError),
+    ("insert_data_slice(Observation 'abc')", "per",
+     lambda b: b.insert_data_slice({OBS: "abc"}), DtypeError),
+    ("insert_data_slice(no Action)", "per",
+     lambda b: b.insert_data_slice({k: v for k, v in b.data.items() if k != ACT}), SpecError),
+    ("insert_data_slice(3 envs)", "per",
+     lambda b: b.insert_data_slice({k: None if v is None else np.concatenate([v, v[:, :1]], 1)
+                                    for k, v in b.data.items()}), ShapeError),
+    ("insert_data_slice(NextDone nan in a later row)", "per",
+     lambda b: b.insert_data_slice({**b.data, DONE2: np.where(
+         np.arange(8)[:, None, None] == 5, NAN, np.zeros((8, 2, 1)))}), DtypeError),
+    ("insert_data_slice(different lengths)", "per",
+     lambda b: b.insert_data_slice({OBS: np.zeros((2, 2, 3)), ACT: np.zeros((3, 2, 1))}),
+     ShapeError),
+    ("insert_single_tensor_slice(None, ...)", "per",
+     lambda b: b.insert_single_tensor_slice(None, "x", np.ones(2)), ArgumentError),
+    ("insert_single_tensor_slice(key None)", "per",
+     lambda b: b.insert_single_tensor_slice({}, None, np.ones(2)), ArgumentError),
+    ("insert_single_tensor_slice(values None)", "per",
+     lambda b: b.insert_single_tensor_slice({}, "x", None), DtypeError),
+    ("insert_single_tensor_slice(values 0-d)", "per",
+     lambda b: b.insert_single_tensor_slice({}, "x", np.float32(1)), ShapeError),
+    ("insert_single_tensor_slice(rows of another shape)", "per",
+     lambda b: b.insert_single_tensor_slice({"x": np.zeros((40, 3))}, "x", np.ones((2, 4))),
+     ShapeError),
+    # update_storage_parameter
+    ("update_storage_parameter(None, 1)", "per",
+     lambda b: b.update_storage_parameter(None, 1), ArgumentError),
+    ("update_storage_parameter('max_size', 0)", "per",
+     lambda b: b.update_storage_parameter("max_size", 0), ConfigError),
+    ("update_storage_parameter('max_size', 'x')", "per",
+     lambda b: b.update_storage_parameter("max_size", "x"), ArgumentError),
+    ("update_storage_parameter('n_step', 0)", "per",
+     lambda b: b.update_storage_parameter("n_step", 0), ConfigError),
+    ("update_storage_parameter('n_step', 'x')", "per",
+     lambda b: b.update_storage_parameter("n_step", "x"), ArgumentError),
+    ("update_storage_parameter('alpha', nan)", "per",
+     lambda b: b.update_storage_parameter("alpha", NAN), ConfigError),
+    ("update_storage_parameter('beta', 2)", "per",
+     lambda b: b.update_storage_parameter("beta", 2.0), ConfigError),
+    ("update_storage_parameter('epsilon', None)", "per",
+     lambda b: b.update_storage_parameter("epsilon", None), ArgumentError),
+    ("update_storage_parameter('default_error', -1)", "per",
+     lambda b: b.update_storage_parameter("default_error", -1.0), ConfigError),
+    ("update_storage_parameter('gamma', 'x')", "per",
+     lambda b: b.update_storage_parameter("gamma", "x"), ArgumentError),
+    ("update_storage_parameter('device', 'bogus')", "per",
+     lambda b: b.update_storage_parameter("device", "bogus"), ConfigError),
+    ("update_storage_parameter('eta', 0)", "ere",
+     lambda b: b.update_storage_parameter("eta", 0.0), ConfigError),
+    ("update_storage_parameter('cmin', 'x')", "ere",
+     lambda b: b.update_storage_parameter("cmin", "x"), ArgumentError),
+    # ERE
+    ("update_eta(None)", "ere", lambda b: b.update_eta(None), ArgumentError),
+    ("update_eta(TrainReward 'x')", "ere",
+     lambda b: b.update_eta({"Episodes": {"TrainReward": "x"}}), DtypeError),
+    ("update_eta(TrainReward nan)", "ere",
+     lambda b: b.update_eta({"Episodes": {"TrainReward": NAN}}), DtypeError),
+    ("ERE after_gradients(TrainReward nan)", "ere",
+     lambda b: b.after_gradients(b.test_batch, {"Algorithm": {"errors": torch.ones(8, 1)},
+                                                "Episodes": {"TrainReward": NAN}}),
+     DtypeError),
+    # HER
+    ("copy_single_tensor(position 99)", "her",
+     lambda b: b.copy_single_tensor(OBS, 99), ConfigError),
+    ("copy_single_tensor(env 5)", "her", lambda b: b.copy_single_tensor(OBS, 0, env=5),
+     ConfigError),
+    ("copy_single_tensor(key 'nope')", "her", lambda b: b.copy_single_tensor("nope", 0),
+     ArgumentError),
+    ("handle_end_of_episode(5)", "her", lambda b: b.handle_end_of_episode(5), ConfigError),
+    ("handle_end_of_episode(None)", "her", lambda b: b.handle_end_of_episode(None),
+     ArgumentError),
+    ("her_function of the wrong shape", "her_bad",
+     lambda b: b.insert_transition(transition(5, done2=[1.0, 0.0])), ShapeError),
+]
+
+
+def bad_her(o: Any, rhs: Any, o2: Any, rhs2: Any, r: Any, initial_state: Any,
+            final_state: Any) -> tuple[Any, Any, Any, Any, Any]:
+    return o[:, :2], rhs, o2, rhs2, r  # drops an observation entry
+
+
+def hostile_storage(kind: str) -> Any:
+    """A storage of ``kind`` (with ``test_batch``, a batch drawn from it, an attribute
+    of its own so that the snapshot sees a call change it)."""
+    buf: Any
+    if kind == FRESH:
+        return PERBuffer(40, "cpu", ACTOR, ALGO, None, alpha=0.6, seed=0)
+    if kind == "per":
+        buf = per_filled()
+    elif kind == "ere":
+        buf = EREBuffer(100, "cpu", ACTOR, ALGO, None, alpha=0.6, eta=0.9, cmin=10, seed=0)
+        fill(buf, 10)
+    else:
+        buf = her_filled(bad_her if kind == "her_bad" else None)
+    buf.test_batch = next(buf.generate_batches(1, 8))
+    return buf
+
+
+@pytest.mark.parametrize("name, kind, call, exc", HOSTILE, ids=[h[0] for h in HOSTILE])
+def test_hostile_arguments_raise_library_errors_and_change_nothing(
+        name: str, kind: str, call: Any, exc: type[Exception]) -> None:
+    """Issue 9: every public entry point of the pytorchrl front end, given None,
+    strings, NaN, wrong shapes or kinds, tensors of the wrong size or non-positive
+    counts, raises a library error naming the problem and leaves the storage as it
+    was (a first insert that fails leaves it unbuilt)."""
+    buf = hostile_storage(kind)
+    rejects(buf, call, exc)
+    if kind == FRESH:
+        assert buf.buffer is None and buf.num_envs == 0
+
+
+BAD_CONSTRUCTORS: list[tuple[str, Any, type[Exception]]] = [
+    ("size=None", lambda: ReplayBuffer(None, "cpu", ACTOR, ALGO, None), ArgumentError),
+    ("size='x'", lambda: ReplayBuffer("x", "cpu", ACTOR, ALGO, None), ArgumentError),
+    ("size=0", lambda: ReplayBuffer(0, "cpu", ACTOR, ALGO, None), ConfigError),
+    ("size=2.5", lambda: ReplayBuffer(2.5, "cpu", ACTOR, ALGO, None), ArgumentError),
+    ("seed='x'", lambda: ReplayBuffer(10, "cpu", ACTOR, ALGO, None, seed="x"), ConfigError),
+    ("seed=-1", lambda: ReplayBuffer(10, "cpu", ACTOR, ALGO, None, seed=-1), ConfigError),
+    ("device='bogus'", lambda: ReplayBuffer(10, "bogus", ACTOR, ALGO, None), ConfigError),
+    ("gamma=nan", lambda: ReplayBuffer(10, "cpu", ACTOR, SimpleNamespace(gamma=NAN), None),
+     ConfigError),
+    ("gamma='x'", lambda: ReplayBuffer(10, "cpu", ACTOR, SimpleNamespace(gamma="x"), None),
+     ArgumentError),
+    ("gamma=2", lambda: ReplayBuffer(10, "cpu", ACTOR, SimpleNamespace(gamma=2.0), None),
+     ConfigError),
+    ("recurrent, algorithm=None",
+     lambda: ReplayBuffer(10, "cpu", SimpleNamespace(is_recurrent=True, sequence_overlap=0.5),
+                          None, None), ArgumentError),
+    ("sequence_overlap=1",
+     lambda: ReplayBuffer(10, "cpu", SimpleNamespace(is_recurrent=True, sequence_overlap=1.0),
+                          ALGO, None), ConfigError),
+    ("sequence_overlap=nan",
+     lambda: ReplayBuffer(10, "cpu", SimpleNamespace(is_recurrent=True, sequence_overlap=NAN),
+                          ALGO, None), ConfigError),
+    ("n_step=None", lambda: NStepReplayBuffer(10, "cpu", ACTOR, ALGO, None, n_step=None),
+     ArgumentError),
+    ("n_step='x'", lambda: NStepReplayBuffer(10, "cpu", ACTOR, ALGO, None, n_step="x"),
+     ArgumentError),
+    ("n_step=2.5", lambda: NStepReplayBuffer(10, "cpu", ACTOR, ALGO, None, n_step=2.5),
+     ArgumentError),
+    ("n_step=nan", lambda: NStepReplayBuffer(10, "cpu", ACTOR, ALGO, None, n_step=NAN),
+     ArgumentError),
+    ("n_step=0", lambda: NStepReplayBuffer(10, "cpu", ACTOR, ALGO, None, n_step=0),
+     ConfigError),
+    ("alpha=nan", lambda: PERBuffer(10, "cpu", ACTOR, ALGO, None, alpha=NAN), ConfigError),
+    ("alpha=-1", lambda: PERBuffer(10, "cpu", ACTOR, ALGO, None, alpha=-1.0), ConfigError),
+    ("alpha='x'", lambda: PERBuffer(10, "cpu", ACTOR, ALGO, None, alpha="x"), ArgumentError),
+    ("alpha=None", lambda: PERBuffer(10, "cpu", ACTOR, ALGO, None, alpha=None),
+     ArgumentError),
+    ("beta=nan (PER off)", lambda: PERBuffer(10, "cpu", ACTOR, ALGO, None, beta=NAN),
+     ConfigError),
+    ("beta=-0.1", lambda: PERBuffer(10, "cpu", ACTOR, ALGO, None, beta=-0.1), ConfigError),
+    ("epsilon=nan", lambda: PERBuffer(10, "cpu", ACTOR, ALGO, None, epsilon=NAN),
+     ConfigError),
+    ("epsilon=-1", lambda: PERBuffer(10, "cpu", ACTOR, ALGO, None, epsilon=-1.0),
+     ConfigError),
+    ("default_error=nan",
+     lambda: PERBuffer(10, "cpu", ACTOR, ALGO, None, default_error=NAN), ConfigError),
+    ("default_error=-1", lambda: PERBuffer(10, "cpu", ACTOR, ALGO, None, default_error=-1),
+     ConfigError),
+    ("default_error='x'",
+     lambda: PERBuffer(10, "cpu", ACTOR, ALGO, None, default_error="x"), ArgumentError),
+    ("eta=nan", lambda: EREBuffer(10, "cpu", ACTOR, ALGO, None, eta=NAN), ConfigError),
+    ("eta=0", lambda: EREBuffer(10, "cpu", ACTOR, ALGO, None, eta=0.0), ConfigError),
+    ("eta='x'", lambda: EREBuffer(10, "cpu", ACTOR, ALGO, None, eta="x"), ArgumentError),
+    ("cmin=0", lambda: EREBuffer(10, "cpu", ACTOR, ALGO, None, cmin=0), ConfigError),
+    ("cmin='x'", lambda: EREBuffer(10, "cpu", ACTOR, ALGO, None, cmin="x"), ArgumentError),
+    ("cmin=None", lambda: EREBuffer(10, "cpu", ACTOR, ALGO, None, cmin=None), ArgumentError),
+    ("her_function=None",
+     lambda: HERBuffer(10, "cpu", ACTOR, ALGO, None, her_function=None), ArgumentError),
+    ("ReplayBuffer.create_factory(0)", lambda: ReplayBuffer.create_factory(0), ConfigError),
+    ("NStepReplayBuffer.create_factory(n_step='x')",
+     lambda: NStepReplayBuffer.create_factory(10, n_step="x"), ArgumentError),
+    ("EREBuffer.create_factory(eta=2)", lambda: EREBuffer.create_factory(10, eta=2.0),
+     ConfigError),
+    ("HERBuffer.create_factory(her_function=5)",
+     lambda: HERBuffer.create_factory(10, her_function=5), ArgumentError),
+]
+
+
+@pytest.mark.parametrize("name, make, exc", BAD_CONSTRUCTORS,
+                         ids=[c[0] for c in BAD_CONSTRUCTORS])
+def test_hostile_constructor_arguments_raise_library_errors(
+        name: str, make: Any, exc: type[Exception]) -> None:
+    """Issue 9/10: constructors and factories check every argument now, naming it."""
+    with pytest.raises(exc) as info:
+        make()
+    assert isinstance(info.value, ReplayBankError)
+    assert name.split("=")[0].split("(")[-1].split(",")[0].strip() in str(info.value) \
+        or "her_function" in str(info.value) or "update_every" in str(info.value)
+
+
+def test_insert_data_slice_is_one_write() -> None:
+    """insert_data_slice writes all its rows or none (a bad later row adds nothing), and
+    a slice gives the same stored rows, priorities and HER copies as the same rows
+    inserted one by one."""
+    for make in (lambda: per_filled(), lambda: her_filled()):
+        a, b = make(), make()
+        src = ReplayBuffer(40, "cpu", ACTOR, ALGO, None)
+        fill(src, 12, ends={0: [7, 10], 1: [9]})
+        data = src.data
+        a.insert_data_slice(data)
+        for i in range(12):
+            b.insert_transition({k: v[i] for k, v in data.items() if v is not None})
+        assert (a.size, a.step) == (b.size, b.step) == (make().size + 12,) * 2
+        for key, v in a.data.items():
+            if v is not None:
+                np.testing.assert_array_equal(v, b.data[key])
+        assert getattr(a, "relabelled", 0) == getattr(b, "relabelled", 0)
+        x, y = next(a.generate_batches(1, 256)), next(b.generate_batches(1, 256))
+        for key in (OBS, ACT, REW, OBS2, DONE2, "per_weights", "n_step"):
+            if isinstance(x.get(key), torch.Tensor):
+                torch.testing.assert_close(x[key], y[key])
+    bad = {**data, DONE2: np.where(np.arange(12)[:, None, None] == 9, 0.5, data[DONE2])}
+    rejects(per_filled(), lambda b: b.insert_data_slice(bad), DtypeError)
+
+
+def test_update_storage_parameter_default_error() -> None:
+    """update_storage_parameter('default_error', v) applies to the next steps (it raised
+    AttributeError on the read-only property)."""
+    buf = per_filled()
+    buf.update_storage_parameter("default_error", 5.0)
+    assert buf.default_error == 5.0 and buf.error == 5.0
+    fill(buf, 1)

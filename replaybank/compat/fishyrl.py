@@ -16,7 +16,9 @@ field, nested under :data:`PREFIX` so that keys the core reserves (``done``,
 ``is_first``, ``is_terminal``, ...) are plain user keys here. An
 :class:`IndependentVectorizedBuffer` of ``SequentialBuffer`` s is one core buffer with one
 lane per buffer, ``capacity`` rows each, whose batches are split randomly among the
-lanes (:class:`~replaybank.samplers.lane_split.LaneSplitSampler`).
+lanes (:class:`~replaybank.samplers.lane_split.LaneSplitSampler`) and returned buffer by
+buffer. A rejected call (a non-dict experience, hostile sizes, a state dict that does
+not fit) raises a :class:`~replaybank.errors.ReplayBankError` and changes nothing.
 
 ``sample`` returns ``{key: [batch_size, sequence_length, *shape]}``: windows of
 consecutive experiences of one buffer, running over episode ends as fishyrl's do (the
@@ -48,7 +50,16 @@ import numpy as np
 
 from replaybank.buffers.arguments import make_rng
 from replaybank.buffers.replay import ReplayBuffer
-from replaybank.errors import CheckpointError, ConfigError, SpecError, require_extra
+from replaybank.errors import (
+    ArgumentError,
+    CheckpointError,
+    ConfigError,
+    DtypeError,
+    ShapeError,
+    SpecError,
+    describe,
+    require_extra,
+)
 from replaybank.spec import SEP
 
 __all__ = ["PREFIX", "Buffer", "IndependentVectorizedBuffer", "SequentialBuffer",
@@ -110,6 +121,41 @@ def _capacity(capacity: Any, where: str) -> int:
     return int(capacity)
 
 
+def _flag(value: Any, where: str) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise ArgumentError(f"{where}(validate_keys={describe(value)}): must be True or "
+                            "False")
+    return bool(value)
+
+
+def _experience(experience: Any, where: str = "add") -> Mapping[str, Any]:
+    """``experience`` checked to be a dict with str keys (fishyrl's ``dict[str,
+    np.ndarray]``).
+
+    Raises:
+        ArgumentError: Not a dict, or a key that is not a str.
+    """
+    if not isinstance(experience, Mapping):
+        raise ArgumentError(f"{where}(experience={describe(experience)}): expected a dict "
+                            "of numpy arrays, e.g. {'obs': obs, 'action': action}")
+    bad = [k for k in experience if not isinstance(k, str)]
+    if bad:
+        raise ArgumentError(f"{where}(experience): keys {bad!r} are not strs; name every "
+                            "entry of an experience with a str")
+    return experience
+
+
+def _batch_size(batch_size: Any) -> int:
+    if isinstance(batch_size, (bool, np.bool_)) or not isinstance(batch_size,
+                                                                  (int, np.integer)):
+        raise ArgumentError(f"sample(batch_size={describe(batch_size)}): must be a positive "
+                            "int; pass e.g. batch_size=16")
+    if batch_size < 1:
+        raise ConfigError(f"sample(batch_size={batch_size!r}): must be a positive int; pass "
+                          "e.g. batch_size=16")
+    return int(batch_size)
+
+
 class _Rows:
     """The key bookkeeping and core calls that both fishyrl buffers share: one rows
     :class:`~replaybank.buffers.replay.ReplayBuffer` of ``lanes`` lanes."""
@@ -135,12 +181,14 @@ class _Rows:
     def _checked(self, experience: Any) -> Any:
         """``experience`` as the core stores it (key set checked, or completed with zeros
         when keys are not validated)."""
-        keys = self._keys
-        if keys is None or experience.keys() == keys:
-            return experience
         if not isinstance(experience, Mapping):
-            raise SpecError(f"add(experience={type(experience).__name__}): expected a dict "
-                            "of numpy arrays")
+            _experience(experience)  # raises
+        keys = self._keys
+        if keys is not None and experience.keys() == keys:  # str keys, checked before
+            return experience
+        _experience(experience)
+        if keys is None:
+            return experience
         got = set(experience)
         missing, unexpected = sorted(keys - got), sorted(got - keys)
         if self._validate_keys or unexpected:
@@ -174,7 +222,13 @@ class _Rows:
         sb = self.buffer.sample_sequences(batch_size, sequence_length,
                                           episode_boundary="cross")
         n = len(_PRE)
-        return {k[n:]: sb[k] for k in sb if k.startswith(_PRE)}
+        out = {k[n:]: sb[k] for k in sb if k.startswith(_PRE)}
+        if self._lanes > 1:  # fishyrl's order: buffer 0's sequences, then buffer 1's, ...
+            lane = np.asarray(sb["starts"]) % self._lanes  # [B]
+            if (np.diff(lane) < 0).any():
+                order = np.argsort(lane, kind="stable")  # draw order within a buffer
+                out = {k: v[order] for k, v in out.items()}
+        return out
 
     def _state(self) -> dict[str, Any]:
         return {"buffer": self.buffer.state_dict(), "validate_keys": self._validate_keys,
@@ -189,15 +243,44 @@ class _Rows:
                 f"{sorted(state_dict) if isinstance(state_dict, Mapping) else state_dict!r}"
                 " (fishyrl's own state dicts do not load: see docs/migration/fishyrl.md)")
         keys = state_dict.get("keys")
+        damaged = "the state is damaged; restore it from a checkpoint"
+        if keys is not None and (not isinstance(keys, (list, tuple))
+                                 or not all(isinstance(k, str) for k in keys)):
+            raise CheckpointError(f"load_state_dict: keys={describe(keys)} is not a list of "
+                                  f"str keys or None; {damaged}")
+        validate = state_dict.get("validate_keys", self._validate_keys)
+        if not isinstance(validate, (bool, np.bool_)):
+            raise CheckpointError(f"load_state_dict: validate_keys={describe(validate)} is "
+                                  f"not a bool; {damaged}")
+        core_state: Any = state_dict["buffer"]
+        if not isinstance(core_state, dict):
+            raise CheckpointError(f"load_state_dict: buffer={describe(core_state)} is not a "
+                                  f"core state dict; {damaged}")
         old = (self.buffer, self._keys, self._zeros)
         self._fresh(capacity, self._lanes, rng)  # the saved keys replace the current ones
         try:
-            self.buffer.load_state_dict(state_dict["buffer"])
+            self.buffer.load_state_dict(core_state)
+            stored = self.buffer.spec
+            names = [] if stored is None else [f[len(_PRE):] for f in stored
+                                               if f.startswith(_PRE)]
+            if not _same_keys([] if keys is None else list(keys), names):
+                raise CheckpointError(f"load_state_dict: keys={describe(keys)} do not match "
+                                      f"the stored fields {sorted(names)}; {damaged}")
         except BaseException:
             self.buffer, self._keys, self._zeros = old
             raise
         self._keys = None if keys is None else frozenset(keys)
-        self._validate_keys = bool(state_dict.get("validate_keys", self._validate_keys))
+        self._validate_keys = bool(validate)
+
+
+def _same_keys(keys: list[str], names: list[str]) -> bool:
+    """Whether the experience ``keys`` are exactly those of the stored field ``names``
+    (a dict value is stored as ``key/entry`` fields)."""
+    def under(name: str, key: str) -> bool:
+        return name == key or name.startswith(key + SEP)
+
+    return all(any(under(n, k) for n in names) for k in keys) and \
+        all(any(under(n, k) for k in keys) for n in names)
 
 
 class SequentialBuffer(_Rows, Buffer):
@@ -215,6 +298,7 @@ class SequentialBuffer(_Rows, Buffer):
 
     Raises:
         ConfigError: capacity is not a positive int, or seed is not a non-negative int.
+        ArgumentError: validate_keys is not a bool.
 
     Example:
         >>> import numpy as np
@@ -228,7 +312,7 @@ class SequentialBuffer(_Rows, Buffer):
     def __init__(self, capacity: int, validate_keys: bool = True, seed: int | None = None
                  ) -> None:
         self._capacity = _capacity(capacity, "SequentialBuffer")
-        self._validate_keys = bool(validate_keys)
+        self._validate_keys = _flag(validate_keys, "SequentialBuffer")
         self._rng = make_rng(seed)
         self.reset()
 
@@ -259,6 +343,7 @@ class SequentialBuffer(_Rows, Buffer):
                 the buffer's (``validate_keys``).
 
         Raises:
+            ArgumentError: ``experience`` is not a dict with str keys.
             SpecError: Keys differ (naming the missing and unexpected ones); a value's
                 shape differs from the first add's. The buffer is then unchanged.
         """
@@ -275,11 +360,12 @@ class SequentialBuffer(_Rows, Buffer):
             ``{key: [B, L, *shape]}``; every window start is equally likely.
 
         Raises:
-            ConfigError: batch_size or sequence_length not a positive int, or
+            ConfigError: batch_size or sequence_length not a positive int (an
+                :class:`~replaybank.errors.ArgumentError` for one that is no int), or
                 ``sequence_length > capacity``.
             EmptyBufferError: Fewer than ``sequence_length`` experiences are stored.
         """
-        return self._sample(batch_size, sequence_length)
+        return self._sample(_batch_size(batch_size), sequence_length)
 
     def state_dict(self) -> dict[str, Any]:
         """Return the state of the buffer: ``{"buffer": core state dict, "validate_keys",
@@ -290,8 +376,8 @@ class SequentialBuffer(_Rows, Buffer):
         """Load a :meth:`state_dict`: its capacity, keys, data and generator state.
 
         Raises:
-            CheckpointError: Not a state dict of this front end, or damaged (the buffer
-                is then unchanged).
+            CheckpointError: Not a state dict of this front end, or damaged (its keys do
+                not match its data, ...); the buffer is then unchanged.
         """
         capacity = self._capacity
         if isinstance(state_dict, Mapping) and "capacity" in state_dict:
@@ -321,7 +407,8 @@ class IndependentVectorizedBuffer(_Rows, Buffer):
 
     Raises:
         ConfigError: num_buffers not a positive int; arguments that ``buffer_class``
-            does not take (TypeError too).
+            does not take, or a ``buffer_class`` that is not a :class:`Buffer` class
+            (:class:`~replaybank.errors.ArgumentError`, a TypeError too).
 
     Example:
         >>> import numpy as np
@@ -342,6 +429,10 @@ class IndependentVectorizedBuffer(_Rows, Buffer):
                 or num_buffers <= 0:
             raise ConfigError(f"IndependentVectorizedBuffer(num_buffers={num_buffers!r}): "
                               "must be a positive int (one buffer per env)")
+        if not (isinstance(buffer_class, type) and issubclass(buffer_class, Buffer)):
+            raise ArgumentError(f"IndependentVectorizedBuffer(buffer_class="
+                                f"{describe(buffer_class)}): expected a Buffer class, e.g. "
+                                "SequentialBuffer")
         self.num_buffers = int(num_buffers)
         self._rng = make_rng(seed)
         self._buffers: list[Buffer] | None = None
@@ -350,16 +441,16 @@ class IndependentVectorizedBuffer(_Rows, Buffer):
                 bound = inspect.signature(SequentialBuffer).bind(*buffer_args,
                                                                  **buffer_kwargs)
             except TypeError as exc:
-                raise _ArgumentError(
+                raise ArgumentError(
                     f"IndependentVectorizedBuffer: buffer arguments {buffer_args!r}, "
                     f"{buffer_kwargs!r} do not fit SequentialBuffer(capacity, "
                     f"validate_keys=True) ({exc})") from None
             if "seed" in bound.arguments:
-                raise _ArgumentError("IndependentVectorizedBuffer: pass seed= to the group, "
-                                     "not to its buffers")
+                raise ArgumentError("IndependentVectorizedBuffer: pass seed= to the group, "
+                                    "not to its buffers")
             bound.apply_defaults()
             self._capacity = _capacity(bound.arguments["capacity"], "SequentialBuffer")
-            self._validate_keys = bool(bound.arguments["validate_keys"])
+            self._validate_keys = _flag(bound.arguments["validate_keys"], "SequentialBuffer")
             self._fresh(self._capacity, self.num_buffers, self._rng)
         else:  # any other Buffer class: fishyrl's list of buffers, sampled the same way
             self._buffers = [buffer_class(*buffer_args,  # type: ignore[call-arg]
@@ -388,19 +479,28 @@ class IndependentVectorizedBuffer(_Rows, Buffer):
             experience: ``{key: [num_buffers, *shape]}``.
 
         Raises:
+            ArgumentError: ``experience`` is not a dict with str keys.
             SpecError, ShapeError: Keys differ (naming the missing and unexpected ones),
                 or a value's leading dim is not ``num_buffers``; nothing is added to any
-                buffer (fishyrl's buffers could desync here; these cannot).
+                buffer (fishyrl's buffers could desync here; these cannot; other
+                ``buffer_class`` es get the dict and leading dims checked first).
         """
         if self._buffers is not None:
+            _experience(experience)
+            values = {k: np.asarray(v) for k, v in experience.items()}
+            for k, v in values.items():
+                if v.ndim == 0 or v.shape[0] != self.num_buffers:
+                    raise ShapeError(f"add: experience[{k!r}]={describe(v)}: expected a "
+                                     f"leading dim of num_buffers={self.num_buffers}")
             for i, b in enumerate(self._buffers):
-                b.add({k: v[i] for k, v in experience.items()})
+                b.add({k: v[i] for k, v in values.items()})
             return
         self._add(experience)
 
     def sample(self, batch_size: int, **sample_kwargs: Any) -> dict[str, np.ndarray]:
         """Sample a batch divided randomly among the buffers (each buffer equally likely
-        per sequence) and concatenated.
+        per sequence) and concatenated buffer by buffer, as fishyrl's reference says:
+        buffer 0's sequences first, then buffer 1's, ...
 
         Args:
             batch_size: The number of sequences ``B``.
@@ -410,7 +510,8 @@ class IndependentVectorizedBuffer(_Rows, Buffer):
             ``{key: [B, L, *shape]}``.
 
         Raises:
-            TypeError: A keyword ``SequentialBuffer.sample`` does not take.
+            ArgumentError: ``batch_size`` not an int, or a keyword
+                ``SequentialBuffer.sample`` does not take (a TypeError too).
             ConfigError, EmptyBufferError: As :meth:`SequentialBuffer.sample`.
 
         Warns:
@@ -418,17 +519,23 @@ class IndependentVectorizedBuffer(_Rows, Buffer):
                 the batch still has ``batch_size`` sequences).
         """
         n = self.num_buffers
-        if type(batch_size) is int and batch_size % n:
+        batch_size = _batch_size(batch_size)
+        if batch_size % n:
             warnings.warn(f"sample(batch_size={batch_size}): not divisible by the number of "
                           f"buffers {n}; the buffers' shares of the batch differ",
                           stacklevel=2)
         if self._buffers is not None:
-            counts = np.bincount(self._rng.integers(0, n, size=batch_size), minlength=n)
-            parts = [b.sample(int(c), **sample_kwargs)
-                     for b, c in zip(self._buffers, counts, strict=True) if c > 0]
+            state = self._rng.bit_generator.state
+            try:
+                counts = np.bincount(self._rng.integers(0, n, size=batch_size), minlength=n)
+                parts = [b.sample(int(c), **sample_kwargs)
+                         for b, c in zip(self._buffers, counts, strict=True) if c > 0]
+            except BaseException:
+                self._rng.bit_generator.state = state  # a failed draw changes nothing
+                raise
             return {k: np.concatenate([p[k] for p in parts], axis=0) for k in parts[0]}
         if set(sample_kwargs) != {"sequence_length"}:
-            raise _ArgumentError(
+            raise ArgumentError(
                 f"sample() got keyword arguments {sorted(sample_kwargs)}; the buffers' "
                 "sample takes sequence_length= (e.g. sample(16, sequence_length=64))")
         return self._sample(batch_size, sample_kwargs["sequence_length"])
@@ -450,18 +557,42 @@ class IndependentVectorizedBuffer(_Rows, Buffer):
                 damaged (the buffers are then unchanged).
         """
         if self._buffers is not None:
-            for b, s in zip(self._buffers, state_dict["_buffers"], strict=True):
-                b.load_state_dict(s)
-            self._rng.bit_generator.state = state_dict["_rng"]
+            self._load_list(state_dict)
             return
         self._load(state_dict, self._capacity, self._rng)
 
+    def _load_list(self, state_dict: Any) -> None:
+        """Load the state of a list of other buffers: all of them or none."""
+        buffers = self._buffers
+        assert buffers is not None
+        if not isinstance(state_dict, Mapping) or not isinstance(
+                state_dict.get("_buffers"), (list, tuple)) \
+                or len(state_dict["_buffers"]) != len(buffers) or "_rng" not in state_dict:
+            raise CheckpointError(
+                f"load_state_dict: expected {{'_buffers': [{len(buffers)} buffer states], "
+                f"'_rng': ...}} from state_dict(); got {describe(state_dict)}")
+        rng = np.random.default_rng()
+        try:
+            rng.bit_generator.state = state_dict["_rng"]
+        except (TypeError, ValueError, KeyError) as exc:
+            raise CheckpointError(f"load_state_dict: _rng is not a generator state ({exc})"
+                                  ) from None
+        before = [b.state_dict() for b in buffers]
+        try:
+            for b, s in zip(buffers, state_dict["_buffers"], strict=True):
+                b.load_state_dict(s)
+        except Exception as exc:
+            for b, s in zip(buffers, before, strict=True):
+                b.load_state_dict(s)
+            if isinstance(exc, CheckpointError):
+                raise
+            raise CheckpointError(f"load_state_dict: a buffer's state does not load "
+                                  f"({type(exc).__name__}: {exc}); nothing was loaded"
+                                  ) from exc
+        self._rng.bit_generator.state = rng.bit_generator.state
+
     def __repr__(self) -> str:
         return f"IndependentVectorizedBuffer(num_buffers={self.num_buffers}, size={self.size})"
-
-
-class _ArgumentError(ConfigError, TypeError):
-    """A call's arguments do not fit its signature (a TypeError, as Python raises)."""
 
 
 def convert_samples_to_tensors(samples: dict[str, np.ndarray],
@@ -478,6 +609,9 @@ def convert_samples_to_tensors(samples: dict[str, np.ndarray],
 
     Raises:
         MissingDependencyError: torch is not installed.
+        ArgumentError: ``samples`` is not a dict, or ``tensor_kwargs`` that
+            ``Tensor.to`` does not take (an unknown device, ...).
+        DtypeError: A value holds no numbers.
 
     Example:
         >>> import numpy as np, torch
@@ -487,11 +621,23 @@ def convert_samples_to_tensors(samples: dict[str, np.ndarray],
         (torch.float32, (2, 3), 'cpu')
     """
     torch = require_extra("torch", "torch")
+    if not isinstance(samples, Mapping):
+        raise ArgumentError(f"convert_samples_to_tensors(samples={describe(samples)}): "
+                            "expected a dict of numpy arrays (a batch of sample())")
     out: dict[str, Any] = {}
     for k, v in samples.items():
-        if isinstance(v, np.ndarray):
-            t = torch.from_numpy(v if v.flags.writeable else v.copy())
-        else:
-            t = torch.as_tensor(v)
-        out[k] = t.to(**tensor_kwargs) if tensor_kwargs else t
+        try:
+            if isinstance(v, np.ndarray):
+                t = torch.from_numpy(v if v.flags.writeable else v.copy())
+            else:
+                t = torch.as_tensor(v)
+        except (TypeError, RuntimeError, ValueError) as exc:
+            raise DtypeError(f"convert_samples_to_tensors: samples[{k!r}]={describe(v)} "
+                             f"is not numbers torch can hold ({exc})") from None
+        try:
+            out[k] = t.to(**tensor_kwargs) if tensor_kwargs else t
+        except (TypeError, RuntimeError, ValueError) as exc:
+            raise ArgumentError(f"convert_samples_to_tensors(**{tensor_kwargs!r}): not "
+                                f"arguments of Tensor.to ({str(exc).splitlines()[0]}); "
+                                "pass e.g. device='cpu', dtype=torch.float32") from None
     return out

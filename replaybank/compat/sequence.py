@@ -20,6 +20,7 @@ Example:
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +29,7 @@ import numpy as np
 from replaybank import persist
 from replaybank.batch import Batch, SequenceBatch
 from replaybank.buffers.replay import ReplayBuffer
-from replaybank.errors import CheckpointError, ConfigError, describe
+from replaybank.errors import ArgumentError, CheckpointError, ConfigError, describe
 from replaybank.samplers.base import Sampler
 from replaybank.spec import Spec
 from replaybank.storage.backends.base import ArrayBackend
@@ -57,7 +58,9 @@ class SequenceReplayBuffer:
         **buffer_kwargs: Further :class:`ReplayBuffer` arguments (``storage``, ...).
 
     Raises:
-        ConfigError: Bad sequence options.
+        ConfigError: Bad sequence options (:class:`~replaybank.errors.ArgumentError`
+            for one of the wrong kind, a ``sampler`` that is not a Sampler, or a keyword
+            :class:`ReplayBuffer` does not take).
 
     Example:
         >>> buf = SequenceReplayBuffer(capacity=64, num_envs=2, sequence_length=8,
@@ -80,28 +83,20 @@ class SequenceReplayBuffer:
         sampler: Sampler | None = None,
         **buffer_kwargs: Any,
     ) -> None:
-        if episode_boundary not in ("stop", "cross"):
-            raise ConfigError(
-                f"SequenceReplayBuffer(episode_boundary={episode_boundary!r}): use 'stop' "
-                "or 'cross'"
-            )
-        if sequence_length is not None and (isinstance(sequence_length, bool) or not
-                                            isinstance(sequence_length, (int, np.integer))
-                                            or sequence_length < 1):
-            raise ConfigError(
-                f"SequenceReplayBuffer(sequence_length={sequence_length!r}): must be an "
-                "int >= 1 or None"
-            )
-        if isinstance(burn_in, bool) or not isinstance(burn_in, (int, np.integer)) \
-                or burn_in < 0:
-            raise ConfigError(f"SequenceReplayBuffer(burn_in={burn_in!r}): must be an int >= 0")
+        options = _options("SequenceReplayBuffer", sequence_length, episode_boundary, strict,
+                           burn_in, state_fields)
+        if sampler is not None and not isinstance(sampler, Sampler):
+            raise ArgumentError(f"SequenceReplayBuffer(sampler={describe(sampler)}): expected "
+                                "a Sampler (e.g. replaybank.PrioritizedSampler()) or None")
+        unknown = sorted(set(buffer_kwargs) - _BUFFER_ARGUMENTS)
+        if unknown:
+            raise ArgumentError(f"SequenceReplayBuffer() got keyword arguments {unknown} that "
+                                f"ReplayBuffer does not take; use some of "
+                                f"{sorted(_BUFFER_ARGUMENTS)}")
         self.buffer = ReplayBuffer(capacity, num_envs=num_envs, seed=seed, spec=spec,
                                    sampler=sampler, **buffer_kwargs)
-        self.sequence_length = sequence_length
-        self.episode_boundary = episode_boundary
-        self.strict = bool(strict)
-        self.burn_in = int(burn_in)
-        self.state_fields = state_fields
+        (self.sequence_length, self.episode_boundary, self.strict, self.burn_in,
+         self.state_fields) = options
         self._own_storage()
 
     def _own_storage(self) -> None:
@@ -119,15 +114,22 @@ class SequenceReplayBuffer:
             >>> seq.sequence_length
             2
         """
+        if not isinstance(buffer, ReplayBuffer):
+            raise ArgumentError(f"SequenceReplayBuffer.from_buffer(buffer={describe(buffer)}): "
+                                "expected a replaybank.ReplayBuffer")
+        known = ("sequence_length", "episode_boundary", "strict", "burn_in", "state_fields")
+        unknown = sorted(set(options) - set(known))
+        if unknown:
+            raise ArgumentError(f"SequenceReplayBuffer.from_buffer: unknown options {unknown}; "
+                                f"use some of {list(known)}")
+        checked = _options("SequenceReplayBuffer.from_buffer",
+                           options.get("sequence_length"),
+                           options.get("episode_boundary", "stop"), options.get("strict", True),
+                           options.get("burn_in", 0), options.get("state_fields"))
         out = cls.__new__(cls)
         out.buffer = buffer
-        out.sequence_length = options.pop("sequence_length", None)
-        out.episode_boundary = options.pop("episode_boundary", "stop")
-        out.strict = bool(options.pop("strict", True))
-        out.burn_in = int(options.pop("burn_in", 0))
-        out.state_fields = options.pop("state_fields", None)
-        if options:
-            raise ConfigError(f"SequenceReplayBuffer.from_buffer: unknown options {options}")
+        (out.sequence_length, out.episode_boundary, out.strict, out.burn_in,
+         out.state_fields) = checked
         out._own_storage()
         return out
 
@@ -302,7 +304,15 @@ class SequenceReplayBuffer:
         return self.buffer.resume_state()
 
     def load_resume_state(self, state: dict[str, Any]) -> None:
-        """Restore the inner buffer's resume state."""
+        """Restore the inner buffer's resume state.
+
+        Raises:
+            CheckpointError: Not a resume state, or one that does not fit (nothing is
+                changed).
+        """
+        if not isinstance(state, dict):
+            raise CheckpointError(f"load_resume_state(state={describe(state)}): expected the "
+                                  "dict of resume_state()")
         self.buffer.load_resume_state(state)
 
     def reopened(self) -> None:
@@ -313,6 +323,45 @@ class SequenceReplayBuffer:
         return (f"SequenceReplayBuffer(capacity={self.capacity}, num_envs={self.num_envs}, "
                 f"size={len(self)}, sequence_length={self.sequence_length}, "
                 f"episode_boundary={self.episode_boundary!r}, burn_in={self.burn_in})")
+
+
+#: The keyword arguments of :class:`ReplayBuffer` a SequenceReplayBuffer passes on.
+_BUFFER_ARGUMENTS = frozenset(inspect.signature(ReplayBuffer.__init__).parameters) - {
+    "self", "capacity", "num_envs", "seed", "spec", "sampler"}
+
+
+def _options(call: str, length: Any, boundary: Any, strict: Any, burn_in: Any,
+             fields: Any) -> tuple[int | None, str, bool, int, Any]:
+    """The sequence options of a constructor call, checked.
+
+    Raises:
+        ArgumentError: An option of the wrong kind.
+        ConfigError: An option out of range.
+    """
+    if boundary not in ("stop", "cross"):
+        raise ConfigError(f"{call}(episode_boundary={describe(boundary)}): use 'stop' or "
+                          "'cross'")
+    int_kinds = (int, np.integer)
+    if length is not None:
+        if isinstance(length, bool) or not isinstance(length, int_kinds):
+            raise ArgumentError(f"{call}(sequence_length={describe(length)}): must be an "
+                                "int >= 1 or None")
+        if length < 1:
+            raise ConfigError(f"{call}(sequence_length={length!r}): must be an int >= 1 or "
+                              "None")
+    if isinstance(burn_in, bool) or not isinstance(burn_in, int_kinds):
+        raise ArgumentError(f"{call}(burn_in={describe(burn_in)}): must be an int >= 0")
+    if burn_in < 0:
+        raise ConfigError(f"{call}(burn_in={burn_in!r}): must be an int >= 0")
+    if not isinstance(strict, (bool, np.bool_)):
+        raise ArgumentError(f"{call}(strict={describe(strict)}): must be True (only full "
+                            "windows) or False (zero-padded windows)")
+    if fields is not None and not isinstance(fields, str) and not (
+            isinstance(fields, Sequence) and all(isinstance(f, str) for f in fields)):
+        raise ArgumentError(f"{call}(state_fields={describe(fields)}): expected a field "
+                            "name, a list of them, or None")
+    return (None if length is None else int(length), boundary, bool(strict), int(burn_in),
+            fields)
 
 
 def _saved_options(seq: Any) -> tuple[int | None, str, bool, int, Any]:

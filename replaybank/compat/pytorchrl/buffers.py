@@ -38,11 +38,17 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any
 
 import numpy as np
 
+from replaybank.compat.pytorchrl.checks import (
+    check_mapping,
+    check_number,
+    check_whole,
+    numeric_kind,
+)
 from replaybank.compat.pytorchrl.keys import (
     ALGORITHM,
     DONE2,
@@ -58,7 +64,14 @@ from replaybank.compat.pytorchrl.storage import (
     get_sequence_priority,
     window_lengths,
 )
-from replaybank.errors import ConfigError, ShapeError, require_extra
+from replaybank.errors import (
+    ArgumentError,
+    ConfigError,
+    DtypeError,
+    ShapeError,
+    describe,
+    require_extra,
+)
 from replaybank.samplers.base import Sampler
 from replaybank.samplers.prioritized import PrioritizedSampler
 from replaybank.samplers.recent import RecentSampler, window_counts
@@ -97,7 +110,11 @@ class ReplayBuffer(Storage):
 
         Args:
             size: Storage capacity along time axis.
+
+        Raises:
+            ArgumentError, ConfigError: A bad argument (checked now, not at the call).
         """
+        cls(size, None, None, None, None)  # checks the arguments now
 
         def create_buffer(device: Any, actor: Any, algorithm: Any, envs: Any) -> Any:
             """Create and return a ReplayBuffer instance."""
@@ -114,7 +131,8 @@ class NStepReplayBuffer(ReplayBuffer):
         n_step: Number of future steps of the truncated n-step return.
 
     Raises:
-        ConfigError: ``n_step`` is not a whole number >= 1.
+        ArgumentError, ConfigError: ``n_step`` is not a whole number >= 1 (or another
+            argument is bad, as :class:`ReplayBuffer`).
 
     Example:
         >>> NStepReplayBuffer.create_factory(10, n_step=3)("cpu", None, None, None).n_step
@@ -124,11 +142,9 @@ class NStepReplayBuffer(ReplayBuffer):
     def __init__(self, size: int, device: Any, actor: Any, algorithm: Any, envs: Any,
                  n_step: int | float = 1,
                  seed: int | np.random.Generator | None = None) -> None:
+        n = check_whole(type(self).__name__, "n_step", n_step, allow_float=True)
         super().__init__(size, device, actor, algorithm, envs, seed=seed)
-        if isinstance(n_step, bool) or not float(n_step).is_integer() or n_step < 1:
-            raise ConfigError(f"{type(self).__name__}(n_step={n_step!r}): must be a whole "
-                              "number >= 1")
-        self.n_step = int(n_step)
+        self.n_step = n
 
     @classmethod
     def create_factory(cls, size: int, n_step: int | float = 1) -> Factory:
@@ -137,13 +153,23 @@ class NStepReplayBuffer(ReplayBuffer):
         Args:
             size: Storage capacity along time axis.
             n_step: Number of future steps of the truncated n-step return.
+
+        Raises:
+            ArgumentError, ConfigError: A bad argument (checked now, not at the call).
         """
+        cls(size, None, None, None, None, n_step)  # checks the arguments now
 
         def create_buffer(device: Any, actor: Any, algorithm: Any, envs: Any) -> Any:
             """Create and return a NStepReplayBuffer instance."""
             return cls(size, device, actor, algorithm, envs, n_step)
 
         return create_buffer
+
+    def _check_parameter(self, name: str, value: Any) -> Any:
+        if name == "n_step":
+            return check_whole(f"update_storage_parameter({name!r}, ...)",
+                               "new_parameter_value", value, allow_float=True)
+        return super()._check_parameter(name, value)
 
     def _batch_info(self, out: dict[str, Any], batch: Any, k: int, num_mini_batch: int,
                     torch: Any) -> None:
@@ -186,13 +212,16 @@ class PERBuffer(NStepReplayBuffer):
     Args:
         size, device, actor, algorithm, envs, n_step, seed: As
             :class:`NStepReplayBuffer`.
-        epsilon: PER epsilon: priority ``(error + epsilon) ** alpha``.
-        alpha: PER alpha (0: uniform replay, ``per_weights = 1.0``).
-        beta: PER beta (importance-sampling exponent).
-        default_error: TD error given to newly added steps.
+        epsilon: PER epsilon, a finite number >= 0: priority ``(error + epsilon) **
+            alpha``.
+        alpha: PER alpha, a finite number >= 0 (0: uniform replay, ``per_weights =
+            1.0``, as pytorchrl's default).
+        beta: PER beta (importance-sampling exponent), a number in ``[0, 1]``.
+        default_error: TD error given to newly added steps, a finite number >= 0.
 
     Raises:
-        ConfigError: A PER parameter out of range (from the core sampler).
+        ArgumentError, ConfigError: A PER parameter of the wrong kind, NaN or out of
+            range (or another argument is bad, as :class:`NStepReplayBuffer`).
 
     Example:
         >>> PERBuffer(10, "cpu", None, None, None, alpha=0.5).get_priority(np.array([3.0]))
@@ -203,19 +232,23 @@ class PERBuffer(NStepReplayBuffer):
                  n_step: int | float = 1, epsilon: float = 0.0, alpha: float = 0.0,
                  beta: float = 1.0, default_error: float = 1000000,
                  seed: int | np.random.Generator | None = None) -> None:
+        where = type(self).__name__
+        checked = {name: _per_parameter(where, name, value) for name, value in (
+            ("epsilon", epsilon), ("alpha", alpha), ("beta", beta),
+            ("default_error", default_error))}
         super().__init__(size, device, actor, algorithm, envs, n_step=n_step, seed=seed)
-        self.epsilon = epsilon
-        self.alpha = alpha
-        self.beta = beta
-        self.error = default_error
-        self._per_sampler()  # checks the parameters now
+        self.epsilon = checked["epsilon"]
+        self.alpha = checked["alpha"]
+        self.beta = checked["beta"]
+        self.error = checked["default_error"]
 
     @classmethod
     def create_factory(cls, size: int, n_step: int | float = 1,
                        epsilon: float = 0.0, alpha: float = 0.0, beta: float = 1.0,
                        default_error: float = 1000000) -> Factory:
         """Returns a function ``(device, actor, algorithm, envs)`` that creates instances
-        (arguments as the constructor's)."""
+        (arguments as the constructor's, checked now)."""
+        cls(size, None, None, None, None, n_step, epsilon, alpha, beta, default_error)
 
         def create_buffer(device: Any, actor: Any, algorithm: Any, envs: Any) -> Any:
             """Create and return a PERBuffer instance."""
@@ -228,6 +261,10 @@ class PERBuffer(NStepReplayBuffer):
     def default_error(self) -> float:
         """TD error of newly added steps (pytorchrl keeps it as ``error``)."""
         return float(self.error)
+
+    @default_error.setter
+    def default_error(self, value: float) -> None:
+        self.error = value
 
     @property
     def prioritized(self) -> bool:
@@ -243,20 +280,30 @@ class PERBuffer(NStepReplayBuffer):
     def _sampler(self) -> Sampler | None:
         return self._per_sampler()
 
-    def init_tensors(self, sample: dict[str, Any]) -> None:
-        """As :meth:`Storage.init_tensors`; with PER new steps get ``default_error``."""
-        super().init_tensors(sample)
-        self._priority = np.full(self._num_envs, float(self.error)) if self.prioritized \
-            else None
+    def _new_priority(self) -> float | None:
+        """With PER new steps get ``default_error``."""
+        return float(self.error) if self.prioritized else None
 
     def get_priority(self, error: Any) -> Any:
         """Takes in the error of one or more examples and returns the proportional
-        priority ``(error + epsilon) ** alpha``."""
-        return get_priority(error, float(self.epsilon), float(self.alpha))
+        priority ``(error + epsilon) ** alpha``: a tensor for a torch tensor (on its
+        device), a numpy array otherwise.
+
+        Raises:
+            DtypeError: ``error`` holds no numbers, or negative, NaN or infinite values.
+        """
+        return get_priority(error, float(self.epsilon), float(self.alpha),
+                            f"{type(self).__name__}.get_priority")
 
     def get_sequence_priority(self, sequence_data: Any, eta: float = 0.9) -> Any:
-        """Priority score of a data sequence: ``eta * max + (1 - eta) * mean`` (axis 0)."""
-        return get_sequence_priority(sequence_data, eta)
+        """Priority score of a data sequence: ``eta * max + (1 - eta) * mean`` (axis 0).
+
+        Raises:
+            ArgumentError, ConfigError: ``eta`` is not a number in ``[0, 1]``.
+            DtypeError, ShapeError: ``sequence_data`` holds no numbers or no steps.
+        """
+        return get_sequence_priority(sequence_data, eta,
+                                     f"{type(self).__name__}.get_sequence_priority")
 
     def _batch_info(self, out: dict[str, Any], batch: Any, k: int, num_mini_batch: int,
                     torch: Any) -> None:
@@ -282,11 +329,15 @@ class PERBuffer(NStepReplayBuffer):
 
     def after_gradients(self, batch: dict[str, Any], info: dict[str, Any]) -> dict[str, Any]:
         """Set the priorities of the batch's steps from ``info["Algorithm"]["errors"]``
-        (``[B, 1]`` TD errors: priority ``get_priority(error)``). For a recurrent actor
-        the errors are one per trained step, ``S * non_overlap_length`` values, and each
-        window ``i`` gets pytorchrl's sequence priority
+        (``[B, 1]`` TD error magnitudes: priority ``get_priority(error)``). For a
+        recurrent actor the errors are one per trained step, ``S * non_overlap_length``
+        values, and each window ``i`` gets pytorchrl's sequence priority
         ``get_sequence_priority(get_priority(|errors_i|))`` (``eta = 0.9``: ``0.9 * max +
-        0.1 * mean`` over its steps), set at its start. Pops ``idxs`` from the batch.
+        0.1 * mean`` over its steps), set at its start. With PER on, pops ``idxs`` from
+        the batch once the priorities are set.
+
+        Everything is checked before anything changes: a rejected call leaves the
+        storage and ``batch`` (its ``idxs`` included) as they were, so it can be retried.
 
         Args:
             batch: Data batch used to compute the gradients.
@@ -296,56 +347,112 @@ class PERBuffer(NStepReplayBuffer):
             info.
 
         Raises:
-            KeyError: PER is on and ``info["Algorithm"]`` has no ``errors``.
-            ShapeError: Recurrent actor and not one error per trained step.
+            ArgumentError: ``batch`` or ``info`` is not a dict; PER is on and
+                ``info["Algorithm"]`` has no ``errors`` or ``batch`` no ``idxs``.
+            ShapeError: Not one error per sampled step (per trained step for a recurrent
+                actor).
+            DtypeError: Errors that are not numbers, or negative, NaN or infinite.
         """
-        self._update_priorities(batch, info)
+        update = self._priority_update(batch, info)
+        if update is not None:
+            self._core().update_priorities(*update)
+            batch.pop("idxs")
         return info
 
-    def _update_priorities(self, batch: dict[str, Any], info: dict[str, Any]) -> None:
-        torch = self._torch_module()
-        if not ("per_weights" in batch and isinstance(batch["per_weights"], torch.Tensor)):
-            return
-        algo = info.get(ALGORITHM, {})
-        if "errors" not in algo:
-            raise KeyError(f"{type(self).__name__}.after_gradients: info[{ALGORITHM!r}] has "
-                           "no 'errors' (TD errors missing!); the algorithm must report "
-                           "the batch's TD errors with PER")
-        idxs = np.asarray(batch.pop("idxs"))
-        errors = np.asarray(to_numpy(algo["errors"]), dtype=np.float64)
-        buf = self._core()
-        if not self.recurrent_actor:
-            buf.update_priorities(idxs, errors.reshape(len(idxs)))
-            return
-        if errors.size != len(idxs) * self.non_overlap_length:
+    def _priority_update(self, batch: Any, info: Any) -> tuple[Any, Any] | None:
+        """The checked ``(idxs, priorities)`` of an :meth:`after_gradients` (None: PER is
+        off); nothing is changed."""
+        where = f"{type(self).__name__}.after_gradients"
+        check_mapping(where, "batch", batch, "a batch of generate_batches")
+        check_mapping(where, "info", info, "the algorithm's info, e.g. {'Algorithm': "
+                      "{'errors': td_errors}}")
+        sampler = None if self.buffer is None else self.buffer.sampler
+        per = sampler.prioritized if isinstance(sampler, RecentSampler) else sampler
+        if not (self.prioritized and isinstance(per, PrioritizedSampler)):
+            return None
+        algo = info.get(ALGORITHM)
+        if not isinstance(algo, Mapping) or "errors" not in algo:
+            raise ArgumentError(f"{where}: info[{ALGORITHM!r}] has no 'errors' (TD errors "
+                                f"missing!; got {describe(algo)}); the algorithm must "
+                                "report the batch's TD errors with PER")
+        if "idxs" not in batch:
+            raise ArgumentError(f"{where}: batch has no 'idxs' (keys {sorted(batch)}); pass "
+                                "a batch of generate_batches, once: after_gradients "
+                                "consumes its 'idxs'")
+        idxs = np.asarray(to_numpy(batch["idxs"]))
+        if idxs.ndim != 1 or idxs.dtype.kind not in "iu":
+            raise ShapeError(f"{where}: batch['idxs']={describe(idxs)}: expected the "
+                             "integer item keys [B] that generate_batches put there")
+        raw = algo["errors"]
+        if raw is None or isinstance(raw, (str, bytes, Mapping)):
+            raise DtypeError(f"{where}: info[{ALGORITHM!r}]['errors']={describe(raw)} holds "
+                             "no numbers; pass the TD errors [B, 1]")
+        errors = to_numpy(raw)
+        numeric_kind(where, f"info[{ALGORITHM!r}]['errors']", errors)
+        errors = errors.astype(np.float64, copy=False)
+        want = len(idxs) * (self.non_overlap_length if self.recurrent_actor else 1)
+        if errors.size != want:
+            per_what = (f"per trained (non-overlap) step: {len(idxs)} * "
+                        f"{self.non_overlap_length}" if self.recurrent_actor else
+                        "per sampled step, [B, 1]")
             raise ShapeError(
-                f"{type(self).__name__}.after_gradients: info[{ALGORITHM!r}]['errors'] has "
-                f"{errors.size} values; a batch of {len(idxs)} sequences needs one TD error "
-                f"per trained (non-overlap) step: {len(idxs)} * {self.non_overlap_length}")
+                f"{where}: info[{ALGORITHM!r}]['errors'] has {errors.size} values; a batch of "
+                f"{len(idxs)} {'sequences' if self.recurrent_actor else 'steps'} needs one "
+                f"TD error {per_what} = {want}")
+        if not self.recurrent_actor:
+            errors = errors.reshape(len(idxs))
+            if errors.size and not (np.isfinite(errors).all() and errors.min() >= 0):
+                bad = errors[~(np.isfinite(errors) & (errors >= 0))][:5].tolist()
+                raise DtypeError(f"{where}: info[{ALGORITHM!r}]['errors'] holds {bad}; pass "
+                                 "finite TD error magnitudes >= 0 (e.g. td_error.abs())")
+            return idxs, errors
+        if not np.isfinite(errors).all():
+            raise DtypeError(f"{where}: info[{ALGORITHM!r}]['errors'] holds NaN or infinite "
+                             "values; pass finite TD errors")
         # pytorchrl's sequence priority: the proportional priority of each trained step,
         # then R2D2's eta * max + (1 - eta) * mean over the window's steps
         step_priority = self.get_priority(np.abs(errors.reshape(len(idxs), -1)))  # [S, L]
         priority = np.asarray(self.get_sequence_priority(step_priority.T), np.float64)  # [S]
         # the core stores (p + epsilon) ** alpha: hand it the p that stores `priority`
-        raw = np.power(priority, 1.0 / float(self.alpha)) - float(self.epsilon)
-        buf.update_priorities(idxs, np.maximum(raw, 0.0))
+        p = np.power(priority, 1.0 / float(self.alpha)) - float(self.epsilon)
+        return idxs, np.maximum(p, 0.0)
 
     @staticmethod
     def _torch_module() -> Any:
         return require_extra("torch", "torch")
 
+    def _check_parameter(self, name: str, value: Any) -> Any:
+        if name in ("epsilon", "alpha", "beta", "default_error", "error"):
+            checked = _per_parameter(f"update_storage_parameter({name!r}, ...)",
+                                     "default_error" if name == "error" else name, value)
+            if name == "alpha" and checked > 0.0 and not self.prioritized and self.size:
+                raise ConfigError(f"update_storage_parameter('alpha', {value!r}): turning "
+                                  "PER on needs an empty storage (build it with alpha > 0)")
+            return checked
+        return super()._check_parameter(name, value)
+
     def _parameters_changed(self, name: str) -> None:
         super()._parameters_changed(name)
         sampler = None if self.buffer is None else self.buffer.sampler
         per = sampler.prioritized if isinstance(sampler, RecentSampler) else sampler
-        if name in ("alpha", "beta", "epsilon") and isinstance(per, PrioritizedSampler):
+        if name in ("error", "default_error"):
+            if self._priority is not None:
+                self._priority = float(self.error)
+        elif name in ("alpha", "beta", "epsilon") and isinstance(per, PrioritizedSampler):
             per.alpha, per.beta, per.eps = (float(self.alpha), float(self.beta),
                                             float(self.epsilon))
         elif name == "alpha" and self.buffer is not None:
-            if self.size:
-                raise ConfigError("update_storage_parameter('alpha', ...): turning PER on "
-                                  "needs an empty storage (build it with alpha > 0)")
-            self.buffer = None
+            self.buffer = None  # empty: rebuilt with the new scheme at the next transition
+
+
+def _per_parameter(where: str, name: str, value: Any) -> float:
+    """A PER parameter checked: ``alpha``, ``epsilon``, ``default_error`` finite numbers
+    >= 0, ``beta`` in ``[0, 1]`` (the PER paper's ranges; pytorchrl documents them as
+    floats)."""
+    if name == "beta":
+        return check_number(where, name, value, 0.0, 1.0, example=0.4)
+    example = {"alpha": 0.6, "epsilon": 1e-6, "default_error": 1000000}[name]
+    return check_number(where, name, value, lo=0.0, example=example)
 
 
 class EREBuffer(PERBuffer):
@@ -355,8 +462,13 @@ class EREBuffer(PERBuffer):
     Args:
         size, device, actor, algorithm, envs, n_step, epsilon, alpha, beta,
             default_error, seed: As :class:`PERBuffer`.
-        eta: ERE eta (1.0: uniform over the buffer); adaptive between ``eta`` and 1.
-        cmin: ERE cmin, the smallest window.
+        eta: ERE eta, a number in ``(0, 1]`` (1.0: uniform over the buffer); adaptive
+            between ``eta`` and 1.
+        cmin: ERE cmin, the smallest window, an int >= 1.
+
+    Raises:
+        ArgumentError, ConfigError: ``eta`` or ``cmin`` of the wrong kind or out of
+            range (or another argument is bad, as :class:`PERBuffer`).
 
     Example:
         >>> ere = EREBuffer(100, "cpu", None, None, None, eta=0.99, cmin=10)
@@ -368,12 +480,13 @@ class EREBuffer(PERBuffer):
                  n_step: int | float = 1, epsilon: float = 0.0, alpha: float = 0.0,
                  beta: float = 1.0, default_error: float = 1000000, eta: float = 1.0,
                  cmin: int = 5000, seed: int | np.random.Generator | None = None) -> None:
-        self.eta = eta
-        self.cmin = cmin
-        self.initial_eta = eta
+        where = type(self).__name__
+        self.eta = _ere_parameter(where, "eta", eta)
+        self.cmin = _ere_parameter(where, "cmin", cmin)
+        self.initial_eta = self.eta
         super().__init__(size, device, actor, algorithm, envs, n_step=n_step, epsilon=epsilon,
                          alpha=alpha, beta=beta, default_error=default_error, seed=seed)
-        self._recent = self._sampler()  # checks eta and cmin now
+        self._recent = self._sampler()
 
     @classmethod
     def create_factory(cls, size: int, n_step: int | float = 1,
@@ -381,7 +494,9 @@ class EREBuffer(PERBuffer):
                        default_error: float = 1000000, eta: float = 1.0,
                        cmin: int = 5000) -> Factory:
         """Returns a function ``(device, actor, algorithm, envs)`` that creates instances
-        (arguments as the constructor's)."""
+        (arguments as the constructor's, checked now)."""
+        cls(size, None, None, None, None, n_step, epsilon, alpha, beta, default_error, eta,
+            cmin)
 
         def create_buffer(device: Any, actor: Any, algorithm: Any, envs: Any) -> Any:
             """Create and return a EREBuffer instance."""
@@ -436,15 +551,23 @@ class EREBuffer(PERBuffer):
 
     def after_gradients(self, batch: dict[str, Any], info: dict[str, Any]) -> dict[str, Any]:
         """PER priorities (as :meth:`PERBuffer.after_gradients`), then
-        :meth:`update_eta`. Pops ``idxs`` and ``ck`` from the batch.
+        :meth:`update_eta`. Pops ``idxs`` and ``ck`` from the batch once both are done
+        (a rejected call changes nothing, ``batch`` included).
 
         Returns:
             info (with ``info["Algorithm"]["eta"]`` once eta adapts).
+
+        Raises:
+            ArgumentError, ShapeError, DtypeError: As :meth:`PERBuffer.after_gradients`
+                and :meth:`update_eta`.
         """
-        self._update_priorities(batch, info)
+        update = self._priority_update(batch, info)
+        rewards = self._train_rewards("after_gradients", info)
+        if update is not None:
+            self._core().update_priorities(*update)
         batch.pop("ck", None)
         batch.pop("idxs", None)
-        return self.update_eta(info)
+        return self._adapt_eta(info, rewards)
 
     def update_eta(self, info: dict[str, Any]) -> dict[str, Any]:
         """Adjust eta based on how fast or slow the agent is learning in recent episodes:
@@ -455,15 +578,50 @@ class EREBuffer(PERBuffer):
 
         Returns:
             info, with ``info["Algorithm"]["eta"]`` once 4 returns were seen.
+
+        Raises:
+            ArgumentError: ``info`` (or ``info["Episodes"]``) is not a dict.
+            DtypeError: ``TrainReward`` is not finite numbers.
         """
+        return self._adapt_eta(info, self._train_rewards("update_eta", info))
+
+    def _train_rewards(self, call: str, info: Any) -> list[float]:
+        """The checked mean train reward of ``info`` (``[]``: none reported)."""
+        where = f"{type(self).__name__}.{call}"
+        check_mapping(where, "info", info, "the algorithm's info, e.g. {'Episodes': "
+                      "{'TrainReward': r}}")
+        algo = info.get(ALGORITHM)
+        if algo is not None and not isinstance(algo, MutableMapping):
+            raise ArgumentError(f"{where}: info[{ALGORITHM!r}]={describe(algo)}: expected a "
+                                "dict (the adapted eta is reported there)")
         episodes = info.get(EPISODES)
-        rewards = [] if not isinstance(episodes, dict) or "TrainReward" not in episodes \
-            else [float(np.mean(episodes["TrainReward"]))]
+        if episodes is None:
+            return []
+        check_mapping(where, f"info[{EPISODES!r}]", episodes, "e.g. {'TrainReward': r}")
+        if "TrainReward" not in episodes:
+            return []
+        raw = episodes["TrainReward"]
+        if raw is None or isinstance(raw, (str, bytes, Mapping)):
+            raise DtypeError(f"{where}: info[{EPISODES!r}]['TrainReward']={describe(raw)} "
+                             "holds no numbers; pass the mean episode return")
+        values = to_numpy(raw)
+        numeric_kind(where, f"info[{EPISODES!r}]['TrainReward']", values)
+        if values.size == 0 or not np.isfinite(values).all():
+            raise DtypeError(f"{where}: info[{EPISODES!r}]['TrainReward']={describe(raw)}: "
+                             "expected finite episode returns (one or more)")
+        return [float(np.mean(values))]
+
+    def _adapt_eta(self, info: dict[str, Any], rewards: list[float]) -> dict[str, Any]:
         sampler = self._recent_sampler()
         self.eta = sampler.update_eta(rewards)
         if len(sampler.returns) >= 4:
             info.setdefault(ALGORITHM, {})["eta"] = self.eta
         return info
+
+    def _check_parameter(self, name: str, value: Any) -> Any:
+        if name in ("eta", "cmin"):
+            return _ere_parameter(f"update_storage_parameter({name!r}, ...)", name, value)
+        return super()._check_parameter(name, value)
 
     def _parameters_changed(self, name: str) -> None:
         super()._parameters_changed(name)
@@ -473,3 +631,10 @@ class EREBuffer(PERBuffer):
                 sampler.eta = float(self.eta)
             elif name == "cmin":
                 sampler.c_min = int(self.cmin)
+
+
+def _ere_parameter(where: str, name: str, value: Any) -> Any:
+    """ERE's ``eta`` (a number in ``(0, 1]``) or ``cmin`` (an int >= 1), checked."""
+    if name == "eta":
+        return check_number(where, name, value, 0.0, 1.0, lo_open=True, example=0.996)
+    return check_whole(where, name, value)

@@ -40,12 +40,14 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 
+from replaybank.buffers.calls import check_call
 from replaybank.compat.pytorchrl.buffers import EREBuffer, Factory
+from replaybank.compat.pytorchrl.checks import check_int
 from replaybank.compat.pytorchrl.keys import (
     ACT,
     CORE_NAMES,
@@ -57,12 +59,16 @@ from replaybank.compat.pytorchrl.keys import (
     RHS2,
     to_numpy,
 )
+from replaybank.errors import ArgumentError, ConfigError, ShapeError, describe
+from replaybank.spec import UNSET, Spec, collect_fields
 
 __all__ = ["HERBuffer", "identity_her"]
 
 #: The name of a pytorchrl key in a recorded step.
 _STEP_NAMES = {OBS: "obs", ACT: "action", REW: "reward", OBS2: "next_obs",
                DONE2: "terminated", RHS: RHS, RHS2: RHS2}
+#: The core's standard fields (the rest of a recorded step are extras).
+_STANDARD = ("obs", "action", "reward", "next_obs", "terminated")
 
 
 def identity_her(o: Any, rhs: Any, o2: Any, rhs2: Any, r: Any, initial_state: Any,
@@ -83,19 +89,31 @@ class HERBuffer(EREBuffer):
         her_function: ``(obs, rhs, obs2, rhs2, rew, initial_state, final_state) -> (obs,
             rhs, obs2, rhs2, rew)``, arrays ``[1, *shape]``; ``initial_state`` and
             ``final_state`` are the observations of the episode's first and last step.
+            What it returns must keep the shapes it was given (``rew``: one number).
         n_step, epsilon, alpha, beta, default_error, eta, cmin, seed: As
             :class:`~replaybank.compat.pytorchrl.EREBuffer`.
+
+    Raises:
+        ArgumentError: ``her_function`` is not callable (or another argument is bad, as
+            :class:`~replaybank.compat.pytorchrl.EREBuffer`).
 
     Example:
         >>> HERBuffer.create_factory(10)("cpu", None, None, None).her_function is identity_her
         True
     """
 
+    _plans = True
+
     def __init__(self, size: int, device: Any, actor: Any, algorithm: Any, envs: Any,
                  her_function: Callable[..., Any] = identity_her, n_step: int | float = 1,
                  epsilon: float = 0.0, alpha: float = 0.0, beta: float = 1.0,
                  default_error: float = 1000000, eta: float = 1.0, cmin: int = 5000,
                  seed: int | np.random.Generator | None = None) -> None:
+        if not callable(her_function):
+            raise ArgumentError(f"{type(self).__name__}(her_function="
+                                f"{describe(her_function)}): expected a function (obs, rhs, "
+                                "obs2, rhs2, rew, initial_state, final_state) -> (obs, rhs, "
+                                "obs2, rhs2, rew)")
         super().__init__(size, device, actor, algorithm, envs, n_step=n_step, epsilon=epsilon,
                          alpha=alpha, beta=beta, default_error=default_error, eta=eta,
                          cmin=cmin, seed=seed)
@@ -110,7 +128,9 @@ class HERBuffer(EREBuffer):
                        beta: float = 1.0, default_error: float = 1000000, eta: float = 1.0,
                        cmin: int = 5000) -> Factory:
         """Returns a function ``(device, actor, algorithm, envs)`` that creates instances
-        (arguments as the constructor's)."""
+        (arguments as the constructor's, checked now)."""
+        cls(size, None, None, None, None, her_function, n_step, epsilon, alpha, beta,
+            default_error, eta, cmin)
 
         def create_buffer(device: Any, actor: Any, algorithm: Any, envs: Any) -> Any:
             """Create and return a HERBuffer instance."""
@@ -123,64 +143,193 @@ class HERBuffer(EREBuffer):
     def _lanes(self) -> int:
         return 2 * self._num_envs
 
-    def init_tensors(self, sample: dict[str, Any]) -> None:
-        """As :meth:`~replaybank.compat.pytorchrl.PERBuffer.init_tensors`, with a
-        hindsight lane per env."""
-        super().init_tensors(sample)
+    def _init(self, where: str, sample: Any) -> None:
+        """As the base's, with a hindsight lane per env."""
+        super()._init(where, sample)
         self._episodes = [[] for _ in range(self._num_envs)]
 
-    def _after_insert(self, sample: dict[str, Any], values: dict[str, Any]) -> None:
-        """Record each env's step; relabel the episodes of the envs whose episode ended."""
+    def _cleared(self) -> None:
+        self._episodes = [[] for _ in range(self._num_envs)]
+
+    def _plan_insert(self, where: str, sample: Any, values: dict[str, Any],
+                     steps: int | None) -> Any:
+        """Each env's new steps, and the hindsight rows of the episodes this write ends
+        (``her_function`` is called and its results checked now, before anything is
+        written)."""
+        n = self._num_envs
         rhs = {k: to_numpy(sample[k]) for k in (RHS, RHS2) if k in sample}
-        for e, episode in enumerate(self._episodes):
-            step = {k: _row(v, e) for k, v in values.items()}
-            step.update({k: _row(v, e) for k, v in rhs.items()})
-            episode.append(step)
-        for e in np.flatnonzero(values["terminated"]).tolist():
-            self.handle_end_of_episode(e)
+        pending: list[list[dict[str, Any]]] = [[] for _ in range(n)]
+        ended = [False] * n  # the env's stored episode ended within this write
+        writes: list[tuple[int, list[dict[str, Any]]]] = []
+        for t in range(1 if steps is None else steps):
+            row = values if steps is None else {k: _at(v, t) for k, v in values.items()}
+            hidden = rhs if steps is None else {k: _at(v, t) for k, v in rhs.items()}
+            for e in range(n):
+                step = {k: _row(v, e) for k, v in row.items()}
+                step.update({k: _row(v, e) for k, v in hidden.items()})
+                pending[e].append(step)
+            for e in np.flatnonzero(row["terminated"]).tolist():
+                episode = pending[e] if ended[e] else self._episodes[e] + pending[e]
+                rows = self._relabel(where, episode)
+                if rows:
+                    writes.append((e, rows))
+                pending[e], ended[e] = [], True
+        if writes:
+            spec = self._spec_of(values, steps)
+            for e, rows in writes:
+                check_call(spec, self._hindsight_fields(rows), True, [n + e], self._lanes)
+        return pending, ended, writes
+
+    def _after_insert(self, plan: Any) -> None:
+        pending, ended, writes = plan
+        for e, steps in enumerate(pending):
+            if ended[e]:
+                self._episodes[e] = steps
+            else:
+                self._episodes[e].extend(steps)
+        for e, rows in writes:
+            self._write_hindsight(e, rows)
+
+    def _spec_of(self, values: dict[str, Any], steps: int | None) -> Spec:
+        """The core's fields: the table's, or those the first write will set."""
+        buf = self._core()
+        if buf._table is not None:
+            return buf.table.spec
+        extras = {k: v for k, v in values.items() if k not in _STANDARD}
+        lead = (self._num_envs,) if steps is None else (steps, self._num_envs)
+        fields = collect_fields(values["obs"], values["action"], values["reward"],
+                                values["next_obs"], values["terminated"],
+                                np.zeros(lead, dtype=bool), extras)
+        return check_call(None, fields, steps is not None, self._env_ids, self._lanes).spec
 
     def copy_single_tensor(self, key: str, position: int, env: int = 0) -> Any:
         """A copy of tensor ``key`` (a pytorchrl key) of env ``env``'s current episode at
-        step ``position``, ``[1, *shape]``."""
-        name = _STEP_NAMES.get(key, CORE_NAMES.get(key, key))
-        return _copy(self._episodes[env][position][name])
+        step ``position``, ``[1, *shape]``.
+
+        Raises:
+            ArgumentError: ``key`` is not a stored key, or a position or env not an int.
+            ConfigError: ``env`` or ``position`` out of range.
+        """
+        where = f"{type(self).__name__}.copy_single_tensor"
+        e = self._env(where, env)
+        pos = check_int(where, "position", position)
+        episode = self._episodes[e]
+        if not -len(episode) <= pos < len(episode):
+            raise ConfigError(f"{where}(position={pos}): env {e}'s current episode has "
+                              f"{len(episode)} steps; pass a position in [{-len(episode)}, "
+                              f"{len(episode)})")
+        name = _STEP_NAMES.get(key, CORE_NAMES.get(key, key)) if isinstance(key, str) else key
+        if name not in episode[pos]:
+            raise ArgumentError(f"{where}(key={describe(key)}): not a stored key; pass one "
+                                f"of {sorted(_key_of(k) for k in episode[pos])}")
+        return _copy(episode[pos][name])
 
     def handle_end_of_episode(self, env: int = 0) -> None:
         """At the end of env ``env``'s episode, generate its hindsight transitions (all
-        but the last step's) and add them to its hindsight lane."""
-        steps, self._episodes[env] = self._episodes[env], []
+        but the last step's) and add them to its hindsight lane.
+
+        Raises:
+            ArgumentError, ConfigError: ``env`` is not an env of the storage.
+            ShapeError: ``her_function`` changed a shape (nothing is changed).
+        """
+        where = f"{type(self).__name__}.handle_end_of_episode"
+        e = self._env(where, env)
+        rows = self._relabel(where, self._episodes[e])
+        if rows:
+            check_call(self._core().table.spec, self._hindsight_fields(rows), True,
+                       [self._num_envs + e], self._lanes)
+        self._episodes[e] = []
+        if rows:
+            self._write_hindsight(e, rows)
+
+    def _env(self, where: str, env: Any) -> int:
+        e = check_int(where, "env", env)
+        if not 0 <= e < self._num_envs:
+            raise ConfigError(f"{where}(env={e}): the storage holds {self._num_envs} envs; "
+                              f"pass an env in [0, {self._num_envs})")
+        return e
+
+    def _relabel(self, where: str, steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The hindsight rows of an episode's steps (all but the last), each checked to
+        keep the shapes of the step it rewrites; nothing is stored."""
         if len(steps) < 2:
-            return
+            return []
         initial_state = _copy(steps[0]["obs"])
         final_state = _copy(steps[-1]["obs"])
         rows: list[dict[str, Any]] = []
         for s in steps[:-1]:
-            o, rhs, o2, rhs2, r = self.her_function(
+            out = self.her_function(
                 _copy(s["obs"]), _copy(s.get(RHS)), _copy(s["next_obs"]),
                 _copy(s.get(RHS2)), _copy(s["reward"]).reshape(1, 1),
                 initial_state, final_state)
+            if not isinstance(out, (tuple, list)) or len(out) != 5:
+                raise ShapeError(f"{where}: her_function returned {describe(out)}; expected "
+                                 "a tuple (obs, rhs, obs2, rhs2, rew)")
+            o, rhs, o2, rhs2, r = out
             row = dict(s)
-            row.update(obs=to_numpy(o), next_obs=to_numpy(o2),
-                       reward=np.asarray(to_numpy(r), dtype=np.float32).reshape(1))
+            row.update(obs=_same_shape(where, "obs", to_numpy(o), s["obs"]),
+                       next_obs=_same_shape(where, "obs2", to_numpy(o2), s["next_obs"]))
+            rew = np.asarray(to_numpy(r))
+            if rew.size != 1 or rew.dtype.kind not in "biuf":
+                raise ShapeError(f"{where}: her_function returned rew={describe(rew)}; "
+                                 "expected one number ([1, 1])")
+            row["reward"] = rew.astype(np.float32).reshape(1)
             if "rhs" in row:
-                row["rhs"] = to_numpy(rhs)
+                row["rhs"] = _same_shape(where, "rhs", to_numpy(rhs), s["rhs"])
             if "rhs2" in row:
-                row["rhs2"] = to_numpy(rhs2)
+                row["rhs2"] = _same_shape(where, "rhs2", to_numpy(rhs2), s["rhs2"])
             rows.append(row)
-        self._write_hindsight(env, rows)
+        return rows
+
+    @staticmethod
+    def _hindsight_fields(rows: list[dict[str, Any]]) -> dict[str, Any]:
+        """An episode's hindsight rows ``[m]`` as the fields of one core extend."""
+        stored = {name: _stack([r[name] for r in rows]) for name in rows[0]
+                  if name not in (RHS, RHS2)}
+        truncated = np.zeros((len(rows), 1), dtype=bool)
+        truncated[-1] = True  # the copy ends here: windows stop, bootstrapping does not
+        extras = {k: v for k, v in stored.items() if k not in _STANDARD}
+        return collect_fields(stored["obs"], stored.get("action", UNSET),
+                              stored["reward"], stored["next_obs"], stored["terminated"],
+                              truncated, extras)
 
     def _write_hindsight(self, env: int, rows: list[dict[str, Any]]) -> None:
         """Write an episode's hindsight rows ``[m]`` to lane ``num_envs + env``."""
-        buf = self._core()
-        stored = {name: _stack([r[name] for r in rows]) for name in rows[0]
-                  if name not in (RHS, RHS2)}
-        m = len(rows)
-        truncated = np.zeros((m, 1), dtype=bool)
-        truncated[-1] = True  # the copy ends here: windows stop, bootstrapping does not
-        priority = None if self._priority is None else np.full(m, float(self.error))
-        buf.extend(truncated=truncated, env_ids=[self._num_envs + env], priority=priority,
-                   **stored)
-        self.relabelled += m
+        fields = self._hindsight_fields(rows)
+        self._core().extend(env_ids=[self._num_envs + env], priority=self._priority,
+                            **fields)
+        self.relabelled += len(rows)
+
+
+def _at(value: Any, t: int) -> Any:
+    """Step ``t`` of a value ``[steps, ...]`` (of each entry of a dict)."""
+    if isinstance(value, dict):
+        return {k: _at(v, t) for k, v in value.items()}
+    return value[t]
+
+
+def _key_of(name: str) -> str:
+    """The pytorchrl key of a recorded step's field name."""
+    for key, core in {**_STEP_NAMES, **CORE_NAMES}.items():
+        if core == name:
+            return key
+    return name
+
+
+def _same_shape(where: str, name: str, got: Any, given: Any) -> Any:
+    """``her_function``'s ``name`` (an array or dict of them) keeps the shapes of what it
+    was given."""
+    if isinstance(given, dict):
+        if not isinstance(got, Mapping) or set(got) != set(given):
+            raise ShapeError(f"{where}: her_function returned {name}={describe(got)}; "
+                             f"expected a dict with the keys {sorted(given)}")
+        return {k: _same_shape(where, f"{name}[{k!r}]", to_numpy(got[k]), given[k])
+                for k in given}
+    got = np.asarray(got)
+    if got.shape != np.shape(given):
+        raise ShapeError(f"{where}: her_function returned {name}={describe(got)}; expected "
+                         f"the shape it was given, {tuple(np.shape(given))}")
+    return got
 
 
 def _row(value: Any, e: int) -> Any:

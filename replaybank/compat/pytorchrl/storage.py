@@ -12,10 +12,13 @@ per env, built at the first transition) and translates:
   ``per_weights``, ``idxs``, ``ck``).
 * The data-transfer calls a pytorchrl collector and learner make
   (``get_all_buffer_data`` -> ``reset`` -> ``insert_data_slice``) keep pytorchrl's
-  counters: ``size`` (rows stored per env), ``step`` (rows added since the last
-  ``reset``: the slice ``get_all_buffer_data`` returns). Positions of
-  ``get_data_slice`` count from the first row added since the last reset (negative
-  positions reach older rows).
+  counters: ``size`` (rows stored per env) and ``step`` (rows added since the last
+  ``reset``: the slice ``get_all_buffer_data`` returns); ``reset`` sets both to zero,
+  as pytorchrl's reference says.
+
+Every public call checks its arguments first (:mod:`~replaybank.compat.pytorchrl.checks`)
+and raises a :class:`~replaybank.errors.ReplayBankError` naming the argument, the bad
+value and the fix; a rejected call changes nothing.
 
 Example:
     >>> import torch
@@ -36,13 +39,24 @@ Example:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+import sys
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 import numpy.typing as npt
 
+from replaybank.buffers.arguments import make_rng
 from replaybank.buffers.replay import ReplayBuffer as CoreBuffer
+from replaybank.compat.pytorchrl.checks import (
+    check_bool,
+    check_count,
+    check_int,
+    check_mapping,
+    check_number,
+    check_whole,
+    numeric_kind,
+)
 from replaybank.compat.pytorchrl.keys import (
     ACT,
     CORE_NAMES,
@@ -57,7 +71,17 @@ from replaybank.compat.pytorchrl.keys import (
     tensor_of,
     to_numpy,
 )
-from replaybank.errors import ConfigError, ShapeError, require_extra
+from replaybank.errors import (
+    ArgumentError,
+    ConfigError,
+    DtypeError,
+    EmptyBufferError,
+    ReplayBankError,
+    ShapeError,
+    SpecError,
+    describe,
+    require_extra,
+)
 from replaybank.samplers.base import Sampler
 from replaybank.spec import unflatten
 
@@ -69,37 +93,185 @@ __all__ = ["Storage", "get_priority", "get_sequence_priority"]
 IntArray = npt.NDArray[np.int64]
 #: Extras stored only for recurrent actors (pytorchrl keeps one zero row otherwise).
 _RECURRENT_KEYS = (RHS, RHS2)
+#: The keys every transition needs.
+_REQUIRED = (OBS, ACT, REW, OBS2, DONE2)
+#: Storage tensors a transition may carry besides the required ones.
+_OPTIONAL = (DONE, "IntrinsicReward", "ActionProbs")
+#: What a transition dict holds, for error messages.
+_TRANSITION = ("pytorchrl's transition: 'Observation', 'Action', 'Reward', "
+               "'NextObservation', 'NextDone' -> [num_envs, ...] tensors")
 
 
 def _torch() -> Any:
     return require_extra("torch", "torch")
 
 
-def get_priority(error: Any, epsilon: float, alpha: float) -> Any:
-    """``(error + epsilon) ** alpha``: the proportional priority of TD errors."""
-    return np.power(to_numpy(error) + epsilon, alpha)
+def _is_tensor(value: Any) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(value, torch.Tensor)
 
 
-def get_sequence_priority(sequence_data: Any, eta: float = 0.9) -> Any:
-    """R2D2's ``eta * max + (1 - eta) * mean`` over axis 0 of ``sequence_data``."""
+def get_priority(error: Any, epsilon: float, alpha: float, call: str = "get_priority") -> Any:
+    """``(error + epsilon) ** alpha``: the proportional priority of TD errors.
+
+    A torch tensor gives a tensor on its device (and dtype, float for integer errors),
+    anything else a numpy array, as pytorchrl's ``(error + self.epsilon) ** self.alpha``
+    does.
+
+    Args:
+        error: TD error magnitudes ``|delta|``: a tensor, array, list or number.
+        epsilon: PER epsilon.
+        alpha: PER alpha.
+        call: The call for error messages.
+
+    Raises:
+        DtypeError: ``error`` holds no numbers, or a value that is negative, NaN or
+            infinite (pass ``abs(td_error)``).
+
+    Example:
+        >>> import torch
+        >>> get_priority(torch.tensor([3.0, 0.0]), 1.0, 0.5)
+        tensor([2., 1.])
+        >>> get_priority([3.0], 1.0, 0.5)
+        array([2.])
+    """
+    if _is_tensor(error):
+        torch = sys.modules["torch"]
+        if error.is_complex() or error.dtype == torch.bool:
+            raise DtypeError(f"{call}(error={describe(error)}): expected real TD errors; "
+                             "pass a float tensor")
+        ok = bool(torch.all(torch.isfinite(error) & (error >= 0)))  # one device sync
+        if not ok:
+            raise _bad_errors(call, to_numpy(error.detach()))
+        return (error + epsilon) ** alpha
+    if error is None or isinstance(error, (str, bytes, dict)):
+        raise DtypeError(f"{call}(error={describe(error)}): expected TD errors (a tensor, "
+                         "array or number)")
+    data = to_numpy(error)
+    numeric_kind(call, "error", data)
+    data = data.astype(np.float64, copy=False)
+    if data.size and not (np.isfinite(data).all() and data.min() >= 0):
+        raise _bad_errors(call, data)
+    return np.power(data + epsilon, alpha)
+
+
+def _bad_errors(call: str, data: Any) -> DtypeError:
+    flat = np.asarray(data, dtype=np.float64).reshape(-1)
+    bad = flat[~(np.isfinite(flat) & (flat >= 0))][:5].tolist()
+    return DtypeError(f"{call}: TD errors {bad} are negative, NaN or infinite; pass finite "
+                      "error magnitudes >= 0 (e.g. td_error.abs())")
+
+
+def get_sequence_priority(sequence_data: Any, eta: float = 0.9,
+                          call: str = "get_sequence_priority") -> Any:
+    """R2D2's ``eta * max + (1 - eta) * mean`` over axis 0 of ``sequence_data``
+    (a tensor gives a tensor, anything else a numpy array).
+
+    Raises:
+        ArgumentError, ConfigError: ``eta`` is not a number in ``[0, 1]``.
+        DtypeError: ``sequence_data`` holds no numbers.
+        ShapeError: ``sequence_data`` has no axis 0 or nothing along it.
+
+    Example:
+        >>> get_sequence_priority([[1.0, 4.0], [3.0, 0.0]], eta=0.5).tolist()
+        [2.5, 3.0]
+    """
+    eta = check_number(call, "eta", eta, 0.0, 1.0, example=0.9)
+    if _is_tensor(sequence_data):
+        torch = sys.modules["torch"]
+        if sequence_data.dim() == 0 or sequence_data.shape[0] == 0:
+            raise ShapeError(f"{call}(sequence_data={describe(sequence_data)}): expected "
+                             "one or more steps along axis 0")
+        if sequence_data.is_complex() or sequence_data.dtype == torch.bool:
+            raise DtypeError(f"{call}(sequence_data={describe(sequence_data)}): expected "
+                             "real numbers")
+        x = sequence_data if sequence_data.is_floating_point() else sequence_data.double()
+        return eta * x.max(dim=0).values + (1 - eta) * x.mean(dim=0)
+    if sequence_data is None or isinstance(sequence_data, (str, bytes, dict)):
+        raise DtypeError(f"{call}(sequence_data={describe(sequence_data)}): expected "
+                         "priorities (a tensor or array) [steps, ...]")
     data = to_numpy(sequence_data)
+    numeric_kind(call, "sequence_data", data)
+    if data.ndim == 0 or data.shape[0] == 0:
+        raise ShapeError(f"{call}(sequence_data={describe(data)}): expected one or more "
+                         "steps along axis 0")
     return eta * np.max(data, axis=0) + (1 - eta) * np.mean(data, axis=0)
+
+
+def _numbers(where: str, key: str, value: Any) -> Any:
+    """A sample value as numpy (a dict of them for dict observations)."""
+    if isinstance(value, Mapping):
+        return {k: _numbers(where, f"{key}[{k!r}]", v) for k, v in value.items()}
+    if value is None or isinstance(value, (str, bytes)):
+        raise DtypeError(f"{where}: sample[{key!r}]={describe(value)} holds no numbers; "
+                         "pass a tensor or array [num_envs, ...]")
+    return to_numpy(value)
+
+
+def _layout(lead: tuple[int, ...]) -> str:
+    """The leading dims ``lead`` in words, for messages."""
+    if len(lead) == 1:
+        return f"[num_envs={lead[0]}, ...]"
+    return f"[rows={lead[0]}, num_envs={lead[1]}, ...]"
+
+
+def _check_lead(where: str, key: str, value: Any, lead: tuple[int, ...]) -> None:
+    """Every leaf of ``value`` has the leading dims ``lead``."""
+    if isinstance(value, dict):
+        if not value:
+            raise ShapeError(f"{where}: sample[{key!r}] is an empty dict; a dict observation "
+                             "needs one or more entries")
+        for k, v in value.items():
+            _check_lead(where, f"{key}[{k!r}]", v, lead)
+        return
+    if value.shape[:len(lead)] != lead:
+        numeric_kind(where, f"sample[{key!r}]", value)
+        raise ShapeError(f"{where}: sample[{key!r}]={describe(value)}: expected leading dims "
+                         f"{list(lead)} ({_layout(lead)}); reshape it or pass the storage's "
+                         "envs")
+
+
+def _bad_scalars(where: str, key: str, value: Any, lead: tuple[int, ...]) -> NoReturn:
+    """Raise the error of a per-env scalar that is not ``[*lead]`` or ``[*lead, 1]``."""
+    if isinstance(value, np.ndarray):
+        numeric_kind(where, f"sample[{key!r}]", value)
+    raise ShapeError(f"{where}: sample[{key!r}]={describe(value)}: expected one number per "
+                     f"env, shape {[*lead, 1]} ({_layout(lead)})")
+
+
+#: The values a done flag may hold (``0.0 == 0`` and ``True == 1`` are in it; NaN is not).
+_FLAG_VALUES = frozenset((0, 1))
+_BOOL = np.dtype(bool)
+
+
+def _bad_flags(where: str, key: str, value: Any) -> NoReturn:
+    """Raise the error of done flags that are not all 0 or 1."""
+    numeric_kind(where, f"sample[{key!r}]", value)
+    bad = [x for x in value.ravel().tolist() if x not in _FLAG_VALUES][:3]
+    raise DtypeError(f"{where}: sample[{key!r}] holds {bad}; done flags are 0 or 1")
 
 
 class Storage:
     """pytorchrl's off-policy storage API over one core replay buffer.
 
     Subclasses fix the signature and the scheme (n-step, PER, ERE, HER); this class
-    holds no algorithm of its own, it translates and calls the core.
+    holds no algorithm of its own, it checks, translates and calls the core.
 
     Args:
-        size: Rows per env (pytorchrl's capacity along the time axis).
-        device: Torch device of the batches.
-        actor: pytorchrl actor (``is_recurrent``, ``sequence_overlap`` are read), or None.
-        algorithm: pytorchrl algorithm (``gamma``, ``update_every`` are read), or None.
-        envs: Vector env (``num_envs`` is read when present), or None.
+        size: Rows per env (pytorchrl's capacity along the time axis), an int >= 1.
+        device: Torch device of the batches (a ``torch.device``, a string such as
+            ``"cpu"``, or None).
+        actor: pytorchrl actor (``is_recurrent``, ``sequence_overlap`` in ``[0, 1)`` are
+            read), or None.
+        algorithm: pytorchrl algorithm (``gamma`` in ``[0, 1]``, default 0.99, and for a
+            recurrent actor ``update_every`` are read), or None.
+        envs: Vector env (not read: the envs are counted at the first transition), or
+            None.
         seed: Seed or Generator of the core buffer's draws (an addition of this front
             end; pytorchrl draws from numpy's global generator).
+
+    Raises:
+        ArgumentError, ConfigError: An argument of the wrong kind or out of range.
 
     Example:
         >>> Storage(10, "cpu", None, None, None).storage_tensors[-1]
@@ -107,41 +279,66 @@ class Storage:
     """
 
     storage_tensors = STORAGE_TENSORS
+    #: The scheme plans writes beyond the core's (HER): :meth:`_plan_insert` is called.
+    _plans = False
 
     def __init__(self, size: int, device: Any, actor: Any, algorithm: Any, envs: Any,
                  seed: int | np.random.Generator | None = None) -> None:
-        if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
-            raise ConfigError(f"{type(self).__name__}(size={size!r}): size (rows per env) "
-                              "must be an int >= 1")
+        where = type(self).__name__
+        self.max_size = check_whole(where, "size", size)
+        make_rng(seed)  # checks it (the core buffer, built later, takes it as given)
+        self.recurrent_actor = bool(getattr(actor, "is_recurrent", False))
+        gamma = getattr(algorithm, "gamma", 0.99)
+        self.gamma = check_number(where, "algorithm.gamma", gamma, 0.0, 1.0, example=0.99)
+        if self.recurrent_actor:
+            if not hasattr(algorithm, "update_every"):
+                raise ArgumentError(f"{where}(algorithm={describe(algorithm)}): a recurrent "
+                                    "actor needs algorithm.update_every (the sequence "
+                                    "length)")
+            self.sequence_length = check_whole(where, "algorithm.update_every",
+                                               algorithm.update_every)
+            overlap = check_number(where, "actor.sequence_overlap",
+                                   getattr(actor, "sequence_overlap", None), 0.0, 1.0,
+                                   example=0.5)
+            self.overlap_length = int(overlap * self.sequence_length)
+            self.non_overlap_length = self.sequence_length - self.overlap_length
+            if self.non_overlap_length < 1:
+                raise ConfigError(f"{where}(actor.sequence_overlap={overlap!r}): leaves no "
+                                  f"step of a {self.sequence_length}-step sequence to train "
+                                  "on; pass a sequence_overlap below 1")
         self.actor = actor
         self.device = device
         self.algo = algorithm
         self.envs = envs
         self.seed = seed
-        self.max_size = int(size)
-        self.recurrent_actor = bool(getattr(actor, "is_recurrent", False))
-        self.gamma = float(getattr(algorithm, "gamma", 0.99))
         self.n_step = 1
         self.staged_overlap: dict[str, Any] | None = None
-        if self.recurrent_actor:
-            self.sequence_length = int(algorithm.update_every)
-            self.overlap_length = int(actor.sequence_overlap * self.sequence_length)
-            self.non_overlap_length = self.sequence_length - self.overlap_length
         self.buffer: CoreBuffer | None = None  # built by init_tensors (needs num_envs)
         self._num_envs = 0
         self._extras: tuple[str, ...] = ()  # pytorchrl keys stored as core extras
+        self._stored: tuple[str, ...] = _REQUIRED  # the keys every transition needs
+        self._known: frozenset[str] = frozenset(_REQUIRED)  # keys a transition may carry
+        self._keys_seen: frozenset[str] = frozenset()  # the last key set found fine
+        self._scalar_shapes: tuple[tuple[int, ...], ...] = ()
+        self._where_insert = f"{type(self).__name__}.insert_transition"
         self._zeros: dict[str, Any] = {}  # RHS/RHS2 placeholders of a feed-forward actor
         self._zero_tensors: tuple[Any, dict[str, Any]] | None = None
         self._torch_device: tuple[Any, Any] | None = None
         self._fresh = 0  # rows added since the last reset
-        self._export: dict[str, Any] | None = None  # the last get_all_buffer_data result
-        self._pending: dict[str, Any] | None = None  # an export a reset may see again
         self._false = np.zeros(0, dtype=bool)
-        self._priority: npt.NDArray[np.float64] | None = None
+        self._env_ids: IntArray | None = None  # the real lanes when the core has more
+        self._priority: float | None = None  # the initial priority of a new step (PER)
+        torch = sys.modules.get("torch")
+        if torch is not None:  # else checked by the first generate_batches
+            self._device(torch)
 
     # ------------------------------------------------------------------ scheme hooks
     def _sampler(self) -> Sampler | None:
         """The core sampler of this scheme (None: uniform)."""
+        return None
+
+    def _new_priority(self) -> float | None:
+        """The priority a new step gets (None: the sampler has none)."""
         return None
 
     def _sample_kwargs(self, k: int, num_mini_batch: int) -> dict[str, Any]:
@@ -151,6 +348,18 @@ class Storage:
     def _batch_info(self, out: dict[str, Any], batch: Any, k: int, num_mini_batch: int,
                     torch: Any) -> None:
         """Add the scheme's extra batch keys (``n_step``, ``per_weights``, ...)."""
+
+    def _plan_insert(self, where: str, sample: Mapping[str, Any], values: dict[str, Any],
+                     steps: int | None) -> Any:
+        """Prepare what a write of checked ``values`` needs besides the core write (HER
+        relabels the episodes it ends); may raise, nothing is changed yet."""
+        return None
+
+    def _after_insert(self, plan: Any) -> None:
+        """Carry out :meth:`_plan_insert`'s plan once the core write succeeded."""
+
+    def _cleared(self) -> None:
+        """The stored rows were dropped by :meth:`reset` (HER forgets its episodes)."""
 
     @property
     def _lanes(self) -> int:
@@ -186,32 +395,51 @@ class Storage:
     def init_tensors(self, sample: dict[str, Any]) -> None:
         """Lazy initialization from a sample: build the core buffer for its envs and
         remember which of the storage tensors it carries (the core allocates its arrays
-        at the first add; fields keep their dtype, batches are float32).
+        at the first add; fields keep their dtype, batches are float32). Stored data is
+        dropped, as pytorchrl's re-allocation does.
 
         Args:
             sample: Data sample (containing all tensors of an environment transition).
 
         Raises:
-            ShapeError: The sample lacks one of ``Observation``, ``Action``, ``Reward``,
+            ArgumentError: ``sample`` is not a dict.
+            SpecError: The sample lacks one of ``Observation``, ``Action``, ``Reward``,
                 ``NextObservation``, ``NextDone``.
+            ShapeError, DtypeError: ``NextDone`` is not ``[num_envs, 1]`` numbers.
         """
-        missing = [k for k in (OBS, ACT, REW, OBS2, DONE2) if k not in sample]
+        self._init(f"{type(self).__name__}.init_tensors", sample)
+
+    def _init(self, where: str, sample: Any) -> None:
+        check_mapping(where, "sample", sample, _TRANSITION)
+        missing = [k for k in _REQUIRED if k not in sample]
         if missing:
-            raise ShapeError(f"{type(self).__name__}.init_tensors: the sample lacks "
-                             f"{missing}; a transition needs {[OBS, ACT, REW, OBS2, DONE2]}")
-        n = int(np.shape(to_numpy(sample[DONE2]))[0])
-        self._num_envs = n
-        extras = [k for k in (DONE, "IntrinsicReward", "ActionProbs") if k in sample]
-        self._zeros = {}
-        self._zero_tensors = None
+            raise SpecError(f"{where}: the sample lacks {missing}; a transition needs "
+                            f"{list(_REQUIRED)}")
+        done2 = _numbers(where, DONE2, sample[DONE2])
+        if isinstance(done2, dict) or done2.ndim == 0 or done2.shape[0] < 1:
+            raise ShapeError(f"{where}: sample[{DONE2!r}]={describe(done2)}: expected "
+                             "[num_envs, 1] with num_envs >= 1 (it counts the envs)")
+        n = int(done2.shape[0])
+        extras = [k for k in _OPTIONAL if k in sample]
+        zeros: dict[str, Any] = {}
         for k in _RECURRENT_KEYS:
             if k in sample:
                 if self.recurrent_actor:
                     extras.append(k)
                 else:  # pytorchrl keeps a single zero row of the hidden states
-                    self._zeros[k] = _zeros_like(to_numpy(sample[k])[:1])
+                    zeros[k] = _zeros_like(_head(_numbers(where, k, sample[k])))
+        self._num_envs = n
         self._extras = tuple(extras)
+        self._stored = _REQUIRED + self._extras
+        self._keys_seen = frozenset()
+        self._scalar_shapes = ((n,), (n, 1))  # a per-env scalar of one step
+        self._known = frozenset(self._stored) | (
+            frozenset() if self.recurrent_actor else frozenset(_RECURRENT_KEYS))
+        self._zeros = zeros
+        self._zero_tensors = None
         self._false = np.zeros(n, dtype=bool)
+        self._env_ids = None if self._lanes == n else np.arange(n, dtype=np.int64)
+        self._priority = self._new_priority()
         self.buffer = CoreBuffer(self.max_size * self._lanes, num_envs=self._lanes,
                                  seed=self.seed, sampler=self._sampler(),
                                  view=self._view(), autoreset_mode="same_step")
@@ -223,40 +451,115 @@ class Storage:
 
         return NStepView(int(self.n_step), self.gamma) if self.n_step != 1 else None
 
-    def _values(self, sample: dict[str, Any], n: int) -> dict[str, Any]:
-        """One step of ``n`` envs as core add arguments (numpy)."""
-        values = {"obs": to_numpy(sample[OBS]), "action": to_numpy(sample[ACT]),
-                  "reward": to_numpy(sample[REW]).reshape(n),
-                  "next_obs": to_numpy(sample[OBS2]),
-                  "terminated": to_numpy(sample[DONE2]).reshape(n) != 0}
+    def _values(self, where: str, sample: Any, steps: int | None) -> dict[str, Any]:
+        """The checked core add (``steps`` None: values ``[num_envs, ...]``) or extend
+        (values ``[steps, num_envs, ...]``) arguments of pytorchrl-keyed data.
+
+        Raises:
+            ArgumentError: ``sample`` is not a dict.
+            SpecError: A key the storage holds is missing, or a storage tensor it does
+                not hold appeared after the first transition.
+            ShapeError: A value's leading dims are not the storage's envs.
+            DtypeError: A value holds no numbers, or ``NextDone`` is not 0 or 1.
+        """
+        if not isinstance(sample, Mapping):
+            check_mapping(where, "sample", sample, _TRANSITION)
+        n = self._num_envs
+        lead = (n,) if steps is None else (steps, n)
+        values: dict[str, Any] = {}
+        try:  # to_numpy keeps what holds no numbers as an array the checks below refuse
+            for k in self._stored:
+                v = sample[k]
+                if type(v) is not np.ndarray:  # a CPU tensor that needs no grad: zero-copy
+                    try:
+                        v = v.numpy()
+                    except (AttributeError, TypeError, RuntimeError):
+                        v = to_numpy(v)
+                values[k] = v
+        except KeyError:
+            missing = [k for k in self._stored if k not in sample]
+            raise SpecError(f"{where}: the sample lacks {missing}; this storage holds "
+                            f"{list(self._stored)} (the keys of its first transition): pass "
+                            "them every step") from None
+        keys = sample.keys()
+        if keys != self._keys_seen:  # a new key set: check it once
+            unknown = [k for k in keys - self._known if k in STORAGE_TENSORS]
+            if unknown:
+                raise SpecError(f"{where}: the sample has {sorted(unknown)}, which the "
+                                f"first transition did not ({list(self._stored)}): a storage "
+                                "tensor cannot join later; pass it from the first "
+                                "transition on")
+            self._keys_seen = frozenset(keys)
+        # the other values' leading dims are checked by the core's add, against its lanes
+        shapes = self._scalar_shapes if steps is None else (lead, (*lead, 1))
+        reward, done = values[REW], values[DONE2]
+        if type(reward) is not np.ndarray or reward.shape not in shapes:
+            _bad_scalars(where, REW, reward, lead)
+        if type(done) is not np.ndarray or done.shape not in shapes:
+            _bad_scalars(where, DONE2, done, lead)
+        if done.dtype is not _BOOL and not _FLAG_VALUES.issuperset(done.ravel().tolist()):
+            _bad_flags(where, DONE2, done)
+        out = {"obs": values[OBS], "action": values[ACT], "reward": reward.reshape(lead),
+               "next_obs": values[OBS2], "terminated": done.reshape(lead) != 0}
         for key in self._extras:
-            values[CORE_NAMES[key]] = to_numpy(sample[key])
-        return values
+            out[CORE_NAMES[key]] = values[key]
+        return out
 
     def insert_transition(self, sample: dict[str, Any]) -> None:
         """Store new transition sample.
 
         Args:
             sample: Data sample (containing all tensors of an environment transition):
-                pytorchrl's keys, values ``[num_envs, ...]`` (torch tensors or arrays);
-                keys that are not storage tensors are ignored.
-        """
-        if self.buffer is None:
-            self.init_tensors(sample)
-        buf = self.buffer
-        assert buf is not None
-        n = self._num_envs
-        values = self._values(sample, n)
-        if self._lanes == n:
-            buf.add(truncated=self._false, priority=self._priority, **values)
-        else:
-            buf.add(truncated=self._false, env_ids=range(n), priority=self._priority,
-                    **values)
-        self._fresh += 1
-        self._after_insert(sample, values)
+                pytorchrl's keys, values ``[num_envs, ...]`` (torch tensors or arrays),
+                ``Reward`` and ``NextDone`` ``[num_envs, 1]``; keys that are not storage
+                tensors are ignored.
 
-    def _after_insert(self, sample: dict[str, Any], values: dict[str, Any]) -> None:
-        """Called after every stored step (HER watches episode ends here)."""
+        Raises:
+            ArgumentError: ``sample`` is not a dict.
+            SpecError: Keys missing, or a storage tensor the first transition lacked.
+            ShapeError, DtypeError: A value of the wrong shape or kind (``NextDone``
+                not 0 or 1). The storage is then unchanged.
+        """
+        where = self._where_insert
+        if self.buffer is None:
+            self._first_write(where, sample, lambda: self._insert(where, sample, None))
+        else:
+            self._insert(where, sample, None)
+
+    def _first_write(self, where: str, sample: Any, write: Any) -> None:
+        """Build the core buffer from ``sample``, then ``write()``; a failure of either
+        leaves the storage as it was (not built)."""
+        saved = dict(self.__dict__)
+        try:
+            self._init(where, sample)
+            write()
+        except BaseException:
+            self.__dict__.clear()
+            self.__dict__.update(saved)
+            raise
+
+    def _insert(self, where: str, sample: Any, steps: int | None) -> None:
+        """Check, then write one step (``steps`` None) or ``steps`` steps."""
+        buf = self.buffer
+        assert buf is not None  # built by the caller
+        values = self._values(where, sample, steps)
+        plan = self._plan_insert(where, sample, values, steps) if self._plans else None
+        try:
+            if steps is None:
+                buf.add(truncated=self._false, env_ids=self._env_ids,
+                        priority=self._priority, **values)
+            else:
+                buf.extend(truncated=np.zeros((steps, self._num_envs), dtype=bool),
+                           env_ids=self._env_ids, priority=self._priority, **values)
+        except ReplayBankError:  # the core wrote nothing; name the pytorchrl key if we can
+            lead = (self._num_envs,) if steps is None else (steps, self._num_envs)
+            for name, key in (("obs", OBS), ("action", ACT), ("next_obs", OBS2),
+                              *((CORE_NAMES[k], k) for k in self._extras)):
+                _check_lead(where, key, values[name], lead)
+            raise
+        self._fresh += 1 if steps is None else steps
+        if self._plans:
+            self._after_insert(plan)
 
     # ------------------------------------------------------------------ batches
     def before_gradients(self) -> None:
@@ -272,7 +575,13 @@ class Storage:
 
         Returns:
             info, updated with relevant info from the storage.
+
+        Raises:
+            ArgumentError: ``batch`` or ``info`` is not a dict.
         """
+        where = f"{type(self).__name__}.after_gradients"
+        check_mapping(where, "batch", batch, "a batch of generate_batches")
+        check_mapping(where, "info", info, "the algorithm's info, e.g. {'Algorithm': {...}}")
         return info
 
     def generate_batches(self, num_mini_batch: int, mini_batch_size: int,
@@ -280,21 +589,38 @@ class Storage:
         """Returns a batch iterator to update actor.
 
         Args:
-            num_mini_batch: Number of mini batches per epoch (one is drawn per batch).
-            mini_batch_size: Number of samples contained in each mini batch.
-            num_epochs: Number of epochs (unused by off-policy storages, as in pytorchrl).
+            num_mini_batch: Number of mini batches per epoch (one is drawn per batch),
+                an int >= 1.
+            mini_batch_size: Number of samples contained in each mini batch, an int >= 1.
+            num_epochs: Number of epochs, an int >= 1 (unused by off-policy storages, as
+                in pytorchrl).
 
-        Yields:
-            A dict per mini batch: every storage tensor as float32 ``[B, ...]`` on
-            ``device`` (``{}`` for keys not stored; ``Reward``, ``NextDone``, ``Done``
-            ``[B, 1]``); for a recurrent actor ``mini_batch_size // sequence_length + 1``
-            windows of ``sequence_length`` steps flattened to ``[S * sequence_length,
-            ...]`` with the hidden states of each window's first step ``[S, ...]``.
+        Returns:
+            An iterator of one dict per mini batch: every storage tensor as float32 ``[B,
+            ...]`` on ``device`` (``{}`` for keys not stored; ``Reward``, ``NextDone``,
+            ``Done`` ``[B, 1]``); for a recurrent actor ``mini_batch_size //
+            sequence_length + 1`` windows of ``sequence_length`` steps flattened to ``[S *
+            sequence_length, ...]`` with the hidden states of each window's first step
+            ``[S, ...]``.
 
         Raises:
-            EmptyBufferError: Nothing stored yet (at the first ``next``).
+            ArgumentError, ConfigError: An argument of the wrong kind or below 1, or a
+                ``device`` torch does not know (raised by this call, not at the first
+                ``next``).
+            EmptyBufferError: Nothing stored.
         """
+        where = f"{type(self).__name__}.generate_batches"
+        count = check_count(where, "num_mini_batch", num_mini_batch)
+        size = check_count(where, "mini_batch_size", mini_batch_size)
+        check_count(where, "num_epochs", num_epochs)
         torch = _torch()
+        self._device(torch)
+        if self.size == 0:
+            raise EmptyBufferError(f"{where}: nothing stored; insert transitions first")
+        return self._batches(count, size, torch)
+
+    def _batches(self, num_mini_batch: int, mini_batch_size: int,
+                 torch: Any) -> Iterator[dict[str, Any]]:
         for k in range(num_mini_batch):
             if self.recurrent_actor:
                 yield self._sequence_batch(k, num_mini_batch, mini_batch_size, torch)
@@ -302,19 +628,26 @@ class Storage:
                 yield self._batch(k, num_mini_batch, mini_batch_size, torch)
 
     def _device(self, torch: Any) -> Any:
-        """``device`` as a torch.device (parsed once: a string costs a parse per tensor)."""
+        """``device`` as a torch.device (parsed once: a string costs a parse per tensor).
+
+        Raises:
+            ConfigError: torch does not know ``device``.
+        """
         cached = self._torch_device
         if cached is None or cached[0] is not self.device:
-            cached = self._torch_device = (self.device, torch.device(self.device)
-                                           if self.device is not None else None)
+            try:
+                dev = torch.device(self.device) if self.device is not None else None
+            except (RuntimeError, TypeError, ValueError) as exc:
+                raise ConfigError(f"{type(self).__name__}(device={describe(self.device)}): "
+                                  f"not a torch device ({exc}); pass e.g. device='cpu'"
+                                  ) from None
+            cached = self._torch_device = (self.device, dev)
         return cached[1]
 
     def _core(self) -> CoreBuffer:
         if self.buffer is None:
-            from replaybank.errors import EmptyBufferError
-
-            raise EmptyBufferError(f"{type(self).__name__}.generate_batches: nothing stored "
-                                   "yet; insert transitions first")
+            raise EmptyBufferError(f"{type(self).__name__}: nothing stored yet; insert "
+                                   "transitions first")
         return self.buffer
 
     def _batch(self, k: int, num_mini_batch: int, mini_batch_size: int,
@@ -404,15 +737,14 @@ class Storage:
         return out
 
     def get_all_buffer_data(self, data_to_cpu: bool = False) -> dict[str, Any]:
-        """Return the rows added since the last :meth:`reset` (all currently stored data
-        when the storage is the learner's own): ``{key: [step, num_envs, ...]}`` float32
-        numpy, in CPU memory whatever ``data_to_cpu`` says. For a recurrent actor only
-        whole sequences; with ``data_to_cpu`` the last ``overlap_length`` exported rows
-        and the rows held back (those after the last whole sequence) are staged, and
-        :meth:`reset` keeps them at the head of the next export, so a learner gets
-        every row (pytorchrl stages the last ``overlap_length`` rows added, which loses
-        the held-back rows before them when ``step`` is not a multiple of
-        ``sequence_length``).
+        """Return the rows added since the last :meth:`reset`: ``{key: [step, num_envs,
+        ...]}`` float32 numpy, in CPU memory whatever ``data_to_cpu`` says. For a
+        recurrent actor only whole sequences; with ``data_to_cpu`` the last
+        ``overlap_length`` exported rows and the rows held back (those after the last
+        whole sequence) are staged, and :meth:`reset` keeps them at the head of the
+        storage, so a learner gets every row (pytorchrl stages the last
+        ``overlap_length`` rows added, which loses the held-back rows before them when
+        ``step`` is not a multiple of ``sequence_length``).
 
         Args:
             data_to_cpu: Whether the data will leave this process (stages the recurrent
@@ -421,16 +753,20 @@ class Storage:
         Returns:
             The data, one-step transitions as added (n-step returns, priorities and
             relabelled HER copies are made again by the storage that inserts them).
+
+        Raises:
+            ArgumentError: ``data_to_cpu`` is not a bool.
         """
+        to_cpu = check_bool(f"{type(self).__name__}.get_all_buffer_data", "data_to_cpu",
+                            data_to_cpu)
         step = self.step
         idx = step
         if self.recurrent_actor:
             idx = step // self.sequence_length * self.sequence_length
         base = self.size - step
         data = self._rows(base, base + idx)
-        if self.recurrent_actor and data_to_cpu:
+        if self.recurrent_actor and to_cpu:
             self.staged_overlap = self.get_data_slice(idx - self.overlap_length, step)
-        self._export = data
         return data
 
     def get_data_slice(self, start_pos: int, end_pos: int) -> dict[str, Any]:
@@ -438,70 +774,84 @@ class Storage:
 
         Args:
             start_pos: Initial slice position (0: the first row added since the last
-                :meth:`reset`; negative positions reach older rows).
+                :meth:`reset`, the oldest row stored once the ring wrapped).
             end_pos: Final slice position (exclusive).
 
         Returns:
             ``{key: [rows, num_envs, ...]}`` float32 copies (rows clipped to what is
             stored).
+
+        Raises:
+            ArgumentError: A position is not an int.
         """
+        where = f"{type(self).__name__}.get_data_slice"
+        start = check_int(where, "start_pos", start_pos)
+        end = check_int(where, "end_pos", end_pos)
         base = self.size - self.step
-        return self._rows(base + int(start_pos), base + int(end_pos))
+        return self._rows(base + start, base + end)
 
     def reset(self) -> None:
-        """Set ``step`` to zero: the next :meth:`get_all_buffer_data` returns only rows
-        added after this call. If the actor is recurrent and an overlap slice was staged,
-        it is kept at the beginning of the next export (``step`` starts at its length).
-        Stored data stays sampleable (the core keeps it; pytorchrl's own learner
-        re-inserts it, which this storage recognises and skips)."""
-        keep = 0
-        if self.recurrent_actor and self.staged_overlap is not None:
-            keep = _length(self.staged_overlap[OBS])
-            self.staged_overlap = None
-        self._pending = self._export
-        self._export = None
-        self._fresh = keep
+        """Set ``size`` and ``step`` to zero: the stored rows are dropped (the next
+        batches draw only rows added after this call; the core buffer keeps its
+        allocation, its generator and its scheme's settings). If the actor is recurrent
+        and :meth:`get_all_buffer_data` staged an overlap slice, that slice is added back
+        at the beginning of the storage (``size`` and ``step`` start at its length), as
+        pytorchrl's reference says."""
+        staged = self.staged_overlap if self.recurrent_actor else None
+        self.staged_overlap = None
+        if self.buffer is not None:
+            self.buffer.clear()
+        self._fresh = 0
+        self._cleared()
+        if staged is not None:
+            data = _stored_keys(staged, self.storage_tensors)
+            rows = _length(data[OBS]) if OBS in data else 0
+            if rows:
+                self._insert(f"{type(self).__name__}.reset", data, rows)
 
     def insert_data_slice(self, new_data: dict[str, Any]) -> None:
         """Appends ``new_data`` (``{key: [l, num_envs, ...]}``, e.g. another storage's
-        :meth:`get_all_buffer_data`) to the stored data.
-
-        The export this storage made before its last :meth:`reset` is already stored:
-        inserting it again only restores ``step`` (pytorchrl's single-process loop
-        does exactly that). For a recurrent actor, leading rows that repeat the newest
-        stored rows (the overlap slice a collector re-sends) are skipped.
+        :meth:`get_all_buffer_data`) to the stored data, in one core write. For a
+        recurrent actor, leading rows that repeat the newest stored rows (the overlap
+        slice a collector re-sends) are skipped.
 
         Raises:
-            ShapeError: Tensors of different lengths, or a key the storage needs is
-                missing.
+            ArgumentError: ``new_data`` is not a dict.
+            ShapeError: Tensors of different lengths, or of the wrong shape.
+            SpecError, DtypeError: As :meth:`insert_transition`; nothing is added.
         """
-        pending, self._pending = self._pending, None
-        if pending is not None and _same_data(pending, new_data):
-            self._fresh += _length(new_data)
-            return
-        lengths = {_length(v) for k, v in new_data.items()
-                   if v is not None and k in self.storage_tensors and not _empty(v)}
+        where = f"{type(self).__name__}.insert_data_slice"
+        check_mapping(where, "new_data", new_data,
+                      "{key: [rows, num_envs, ...]}, e.g. get_all_buffer_data()")
+        data = {k: _numbers(where, k, v)
+                for k, v in _stored_keys(new_data, self.storage_tensors).items()}
+        lengths = set()
+        for k, v in data.items():
+            leaf = _first_leaf(v)
+            if leaf.ndim == 0:
+                raise ShapeError(f"{where}: new_data[{k!r}]={describe(leaf)}: expected "
+                                 "[rows, num_envs, ...]")
+            lengths.add(int(leaf.shape[0]))
         if len(lengths) > 1:
-            raise ShapeError(f"{type(self).__name__}.insert_data_slice: tensors of "
-                             f"different lengths {sorted(lengths)}; every key needs the "
-                             "same number of rows")
+            raise ShapeError(f"{where}: tensors of different lengths {sorted(lengths)}; "
+                             "every key needs the same number of rows")
         if not lengths:
             return
         rows = lengths.pop()
         first = 0
         if self.recurrent_actor and self.overlap_length and self.size >= self.overlap_length:
-            head = _slice(new_data, 0, self.overlap_length)
+            head = _slice(data, 0, self.overlap_length)
             if _same_data(self.get_data_slice(self.step - self.overlap_length, self.step),
                           head):
                 first = self.overlap_length
-        self._insert_rows(new_data, first, rows)
-
-    def _insert_rows(self, new_data: dict[str, Any], first: int, rows: int) -> None:
-        """Write rows ``[first, rows)`` of pytorchrl-layout data, row by row."""
-        for i in range(first, rows):
-            self.insert_transition(
-                {k: _index(v, i) for k, v in new_data.items()
-                 if v is not None and k in self.storage_tensors and not _empty(v)})
+        if rows <= first:
+            return
+        part = _slice(data, first, rows)
+        if self.buffer is None:
+            self._first_write(where, _index(part, 0),
+                              lambda: self._insert(where, part, rows - first))
+        else:
+            self._insert(where, part, rows - first)
 
     def insert_single_tensor_slice(self, tensor_storage: dict[str, Any], tensor_key: str,
                                    tensor_values: Any) -> int:
@@ -516,13 +866,32 @@ class Storage:
 
         Returns:
             ``l``, the length (time axis) of the tensor added.
+
+        Raises:
+            ArgumentError: ``tensor_storage`` is not a dict or ``tensor_key`` not a str.
+            ShapeError: ``tensor_values`` has no time axis, or rows of another shape
+                than the array it goes to.
+            DtypeError: ``tensor_values`` holds no numbers.
         """
-        values = to_numpy(tensor_values)
+        where = f"{type(self).__name__}.insert_single_tensor_slice"
+        check_mapping(where, "tensor_storage", tensor_storage, "{key: [max_size, ...] array}")
+        if not isinstance(tensor_key, str):
+            raise ArgumentError(f"{where}(tensor_key={describe(tensor_key)}): expected a "
+                                "str key, e.g. 'Observation'")
+        values = _numbers(where, tensor_key, tensor_values)
+        if isinstance(values, dict) or values.ndim == 0:
+            raise ShapeError(f"{where}(tensor_values={describe(tensor_values)}): expected "
+                             "an array [l, ...] with a time axis")
+        numeric_kind(where, "tensor_values", values)
         length = int(values.shape[0])
-        if tensor_storage.get(tensor_key) is None:
-            tensor_storage[tensor_key] = np.zeros((self.max_size, *values.shape[1:]),
-                                                  dtype=np.float32)
-        target = tensor_storage[tensor_key]
+        target = tensor_storage.get(tensor_key)
+        if target is not None and tuple(np.shape(target)[1:]) != values.shape[1:]:
+            raise ShapeError(f"{where}: tensor_values={describe(values)} rows do not fit "
+                             f"tensor_storage[{tensor_key!r}]={describe(target)}; pass rows "
+                             f"of shape {tuple(np.shape(target)[1:])}")
+        if target is None:
+            target = np.zeros((self.max_size, *values.shape[1:]), dtype=np.float32)
+            tensor_storage[tensor_key] = target
         pos = (self.step + np.arange(length)) % len(target)
         target[pos] = values
         return length
@@ -531,31 +900,62 @@ class Storage:
     def update_storage_parameter(self, parameter_name: str, new_parameter_value: Any) -> None:
         """If ``parameter_name`` is an attribute of the storage, change its value to
         ``new_parameter_value`` (and tell the core: ``max_size`` rebuilds an empty
-        storage, ``n_step`` swaps the n-step view, PER/ERE parameters go to the sampler).
+        storage, ``n_step`` and ``gamma`` swap the n-step view, PER/ERE parameters go to
+        the sampler). The value is checked as the constructor checks it.
 
         Args:
             parameter_name: Attribute name.
             new_parameter_value: New value for ``parameter_name``.
 
         Raises:
-            ConfigError: ``max_size`` changed while data is stored (the core's capacity
-                is fixed; pytorchrl itself only shrinks empty collector storages).
+            ArgumentError: ``parameter_name`` is not a str, or the value is of the wrong
+                kind.
+            ConfigError: The value is out of range, or ``max_size`` changed while data is
+                stored (the core's capacity is fixed; pytorchrl itself only shrinks
+                empty collector storages). The storage is then unchanged.
         """
+        if not isinstance(parameter_name, str):
+            raise ArgumentError(f"update_storage_parameter(parameter_name="
+                                f"{describe(parameter_name)}): expected an attribute name "
+                                "(a str), e.g. 'n_step'")
         if not hasattr(self, parameter_name):
             return
+        value = self._check_parameter(parameter_name, new_parameter_value)
         if parameter_name == "max_size":
-            if self.size:
-                raise ConfigError(
-                    f"update_storage_parameter('max_size', {new_parameter_value!r}): the "
-                    f"storage holds {self.size} rows per env; change it while empty")
-            self.max_size = int(new_parameter_value)
+            self.max_size = value
             self.buffer = None  # rebuilt at the next transition
             return
-        setattr(self, parameter_name, new_parameter_value)
+        setattr(self, parameter_name, value)
         self._parameters_changed(parameter_name)
 
+    def _check_parameter(self, name: str, value: Any) -> Any:
+        """``value`` checked for the attribute ``name`` (subclasses add theirs).
+
+        Raises:
+            ArgumentError, ConfigError: A bad value.
+        """
+        where = f"update_storage_parameter({name!r}, ...)"
+        if name == "max_size":
+            size = check_whole(where, "new_parameter_value", value)
+            if self.size:
+                raise ConfigError(
+                    f"update_storage_parameter('max_size', {value!r}): the storage holds "
+                    f"{self.size} rows per env; change it while empty")
+            return size
+        if name == "gamma":
+            return check_number(where, "new_parameter_value", value, 0.0, 1.0, example=0.99)
+        if name == "device":
+            torch = sys.modules.get("torch")
+            if torch is not None:
+                try:
+                    torch.device(value) if value is not None else None
+                except (RuntimeError, TypeError, ValueError) as exc:
+                    raise ConfigError(f"{where}: device={describe(value)} is not a torch "
+                                      f"device ({exc}); pass e.g. 'cpu'") from None
+        return value
+
     def _parameters_changed(self, name: str) -> None:
-        if name == "n_step" and self.buffer is not None:
+        if name in ("n_step", "gamma") and self.buffer is not None:
             view = self._view()
             if view is None:
                 from replaybank.views.transition import TransitionView
@@ -573,6 +973,28 @@ def _zeros_like(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _zeros_like(v) for k, v in value.items()}
     return np.zeros(np.shape(value), dtype=np.float32)
+
+
+def _head(value: Any) -> Any:
+    """The first row ``[1, ...]`` of a value (of each entry of a dict)."""
+    if isinstance(value, dict):
+        return {k: _head(v) for k, v in value.items()}
+    return value[:1]
+
+
+def _first_leaf(value: Any) -> Any:
+    """The first array of a value (nested dicts: depth first)."""
+    while isinstance(value, dict):
+        if not value:
+            return np.zeros(())
+        value = next(iter(value.values()))
+    return value
+
+
+def _stored_keys(data: Mapping[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    """The storage tensors of pytorchrl-layout data that hold something (not None, not
+    pytorchrl's ``{}`` of a key not stored)."""
+    return {k: v for k, v in data.items() if k in keys and v is not None and not _empty(v)}
 
 
 def _length(value: Any) -> int:
