@@ -6,14 +6,18 @@ sampler or view provides them ``weights``, ``probabilities``, ``discount``).
 A :class:`SequenceBatch` holds fields shaped ``[B, L, *field_shape]`` plus masks.
 
 Both are immutable, offer typed attribute access for the standard names (read-only
-properties that mypy and IDEs see, typed ``NDArray[Any]``), mapping access for every
-name (``batch["log_prob"]``; a nested prefix such as ``batch["obs"]`` returns a dict of
-its sub-fields), ``to_dict()`` and ``to_torch(device)``. A standard field the batch does
-not hold (``weights`` from a uniform sampler) raises :class:`AttributeError`, as any
-other missing attribute does; extras are also reachable as attributes (untyped).
+attributes that mypy and IDEs see), mapping access for every name (``batch["log_prob"]``;
+a nested prefix such as ``batch["obs"]`` returns a dict of its sub-fields), ``to_dict()``
+and ``to_torch(device)``. A standard field the batch does not hold (``weights`` from a
+uniform sampler) raises :class:`AttributeError`, as any other missing attribute does;
+extras are also reachable as attributes (untyped).
 
-Value types: numpy arrays, except in batches from torch storage or returned by
-``to_torch`` (typed ``Any``), which hold ``torch.Tensor`` values of the same shapes.
+Value types: both classes are generic in the type of their values, ``Batch[V]``; a bare
+``Batch`` is ``Batch[numpy.typing.NDArray[Any]]``, what ``buf.sample`` returns, and
+``to_torch`` returns ``Batch[torch.Tensor]`` (``SequenceBatch[torch.Tensor]``), whose
+standard fields a type checker sees as tensors. torch is imported for type checkers only
+(and at run time by ``to_torch``). Batches sampled from torch storage hold tensors too,
+but are typed as the numpy default.
 
 Example:
     >>> import numpy as np
@@ -27,8 +31,9 @@ Example:
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Iterator, Mapping
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, NoReturn, cast, overload
 
 import numpy as np
 from numpy.typing import NDArray
@@ -36,9 +41,18 @@ from numpy.typing import NDArray
 from replaybank.errors import ConfigError, require_extra
 from replaybank.spec import SEP, unflatten
 
+if TYPE_CHECKING:  # torch stays optional: only type checkers import it here
+    import torch
+    from typing_extensions import TypeVar
+
+    #: The type of a batch's values: numpy arrays unless it says otherwise.
+    V = TypeVar("V", default=NDArray[Any])
+else:  # a TypeVar default is for type checkers (typing.TypeVar takes it from Python 3.13)
+    V = typing.TypeVar("V")
+
 __all__ = ["Batch", "SequenceBatch", "torch_device"]
 
-_F = TypeVar("_F", bound="_FrozenArrays")
+_F = typing.TypeVar("_F", bound="_FrozenArrays[Any]")
 
 
 def torch_device(torch: Any, device: Any, call: str | None = None) -> Any:
@@ -106,8 +120,8 @@ class StandardField:
 
     A field the batch does not hold raises a bare ``AttributeError``, so Python falls back
     to the batch's ``__getattr__`` (nested ``obs/...`` prefixes, extras, the usual "has no
-    field" error). Typed ``NDArray`` for a type checker; after ``to_torch()`` (or from
-    torch storage) the values are tensors.
+    field" error). A type checker sees the batch's value type: ``NDArray`` for
+    ``Batch``, ``torch.Tensor`` for what ``to_torch()`` returns.
     """
 
     def __init__(self, doc: str) -> None:
@@ -117,11 +131,17 @@ class StandardField:
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = name
 
-    def __get__(self, obj: Any, owner: type | None = None) -> NDArray[Any]:
+    @overload
+    def __get__(self, obj: None, owner: type | None = None) -> StandardField: ...
+
+    @overload
+    def __get__(self, obj: _FrozenArrays[V], owner: type | None = None) -> V: ...
+
+    def __get__(self, obj: _FrozenArrays[V] | None, owner: type | None = None) -> V:
         if obj is None:
-            return self  # type: ignore[return-value]  # class access: the descriptor
+            return cast(V, self)  # class access: the descriptor (the first overload)
         try:
-            v: NDArray[Any] = obj._data[self.name]
+            v: V = obj._data[self.name]
         except KeyError:
             raise AttributeError(self.name) from None  # __getattr__ takes over
         return v
@@ -131,8 +151,9 @@ class StandardField:
         raise AttributeError(f"{type(obj).__name__} is frozen; build a new one instead")
 
 
-class _FrozenArrays(Mapping[str, Any]):
-    """Shared machinery: an immutable mapping of flat field names to arrays."""
+class _FrozenArrays(Mapping[str, Any], Generic[V]):
+    """Shared machinery: an immutable mapping of flat field names to arrays (of type
+    ``V``: numpy arrays, or torch tensors)."""
 
     __slots__ = ("_data",)
     _data: dict[str, Any]
@@ -221,39 +242,22 @@ class _FrozenArrays(Mapping[str, Any]):
         first = next(iter(self._data.values()))
         return int(first.shape[0])
 
-    def to_torch(self, device: Any = None, non_blocking: bool = True,
-                 pin_memory: bool = False) -> Any:
-        """Return the same container with every array as a torch tensor.
-
-        Args:
-            device: Target device (``None`` keeps CPU, zero-copy for numpy storage).
-            non_blocking: Pass ``non_blocking`` to ``Tensor.to``.
-            pin_memory: Gather into pinned host memory first (fast host-to-GPU copies;
-                only when CUDA is available).
-
-        Returns:
-            A new container of the same type holding tensors.
-
-        Raises:
-            MissingDependencyError: torch is not installed.
-            ConfigError: ``device`` is not a torch device (``"gpu"``: torch calls it
-                ``"cuda"``) or is not available here (``"cuda"`` without CUDA).
-        """
+    def _torch_values(self, device: Any, non_blocking: bool, pin_memory: bool
+                      ) -> dict[str, Any]:
+        """The fields as torch tensors (what ``to_torch`` wraps)."""
         torch = require_extra("torch", "torch")
         if device is not None:
             device = torch_device(torch, device, "to_torch")
-        return type(self)({k: _tensor(v, torch, device, non_blocking, pin_memory)
-                           for k, v in self._data.items()})
+        return {k: _tensor(v, torch, device, non_blocking, pin_memory)
+                for k, v in self._data.items()}
 
-    def numpy(self) -> Any:
-        """Return the same container with every value as a numpy array."""
-        out = {}
-        for k, v in self._data.items():
-            out[k] = v.detach().cpu().numpy() if hasattr(v, "detach") else np.asarray(v)
-        return type(self)(out)
+    def _numpy_values(self) -> dict[str, Any]:
+        """The fields as numpy arrays (what ``numpy`` wraps)."""
+        return {k: v.detach().cpu().numpy() if hasattr(v, "detach") else np.asarray(v)
+                for k, v in self._data.items()}
 
 
-class Batch(_FrozenArrays):
+class Batch(_FrozenArrays[V]):
     """A batch of transitions, every field shaped ``[B, *field_shape]``.
 
     Standard attributes: ``obs``, ``next_obs``, ``action``, ``reward``, ``terminated``,
@@ -306,20 +310,45 @@ class Batch(_FrozenArrays):
         """Bootstrap discount ``gamma ** L`` ``[B]`` (n-step views only).""")
 
     @property
-    def done(self) -> NDArray[Any]:
+    def done(self) -> V:
         """``terminated | truncated``, shaped ``[B]`` bool (a stored ``done`` if present).
 
         Raises:
             KeyError: The batch holds neither ``done`` nor ``terminated`` and ``truncated``.
         """
         if "done" in self._data:
-            v: NDArray[Any] = self._data["done"]
+            v: V = self._data["done"]
             return v
-        d: NDArray[Any] = self._data["terminated"] | self._data["truncated"]
+        d: V = self._data["terminated"] | self._data["truncated"]
         return d
 
+    def to_torch(self, device: Any = None, non_blocking: bool = True,
+                 pin_memory: bool = False) -> Batch[torch.Tensor]:
+        """Return the same container with every array as a torch tensor.
 
-class SequenceBatch(_FrozenArrays):
+        Args:
+            device: Target device (``None`` keeps CPU, zero-copy for numpy storage).
+            non_blocking: Pass ``non_blocking`` to ``Tensor.to``.
+            pin_memory: Gather into pinned host memory first (fast host-to-GPU copies;
+                only when CUDA is available).
+
+        Returns:
+            A new container of the same type holding tensors, typed ``Batch[torch.Tensor]``.
+
+        Raises:
+            MissingDependencyError: torch is not installed.
+            ConfigError: ``device`` is not a torch device (``"gpu"``: torch calls it
+                ``"cuda"``) or is not available here (``"cuda"`` without CUDA).
+        """
+        out = type(self).own(self._torch_values(device, non_blocking, pin_memory))
+        return cast("Batch[torch.Tensor]", out)
+
+    def numpy(self) -> Batch[NDArray[Any]]:
+        """Return the same container with every value as a numpy array."""
+        return cast("Batch[NDArray[Any]]", type(self).own(self._numpy_values()))
+
+
+class SequenceBatch(_FrozenArrays[V]):
     """A batch of sequences, every field shaped ``[B, L, *field_shape]``.
 
     Besides the stored fields it carries ``mask`` (valid, loss-counted steps),
@@ -385,11 +414,44 @@ class SequenceBatch(_FrozenArrays):
         samplers only).""")
 
     @property
-    def done(self) -> NDArray[Any]:
+    def done(self) -> V:
         """``terminated | truncated``, shaped ``[B, L]`` bool.
 
         Raises:
             KeyError: The batch lacks ``terminated`` or ``truncated``.
         """
-        d: NDArray[Any] = self._data["terminated"] | self._data["truncated"]
+        d: V = self._data["terminated"] | self._data["truncated"]
         return d
+
+    def to_torch(self, device: Any = None, non_blocking: bool = True,
+                 pin_memory: bool = False) -> SequenceBatch[torch.Tensor]:
+        """Return the same container with every array as a torch tensor.
+
+        Args:
+            device: Target device (``None`` keeps CPU, zero-copy for numpy storage).
+            non_blocking: Pass ``non_blocking`` to ``Tensor.to``.
+            pin_memory: Gather into pinned host memory first (fast host-to-GPU copies;
+                only when CUDA is available).
+
+        Returns:
+            A new container of the same type holding tensors, typed ``SequenceBatch[torch.Tensor]``.
+
+        Raises:
+            MissingDependencyError: torch is not installed.
+            ConfigError: ``device`` is not a torch device (``"gpu"``: torch calls it
+                ``"cuda"``) or is not available here (``"cuda"`` without CUDA).
+        """
+        out = type(self).own(self._torch_values(device, non_blocking, pin_memory))
+        return cast("SequenceBatch[torch.Tensor]", out)
+
+    def numpy(self) -> SequenceBatch[NDArray[Any]]:
+        """Return the same container with every value as a numpy array."""
+        return cast("SequenceBatch[NDArray[Any]]", type(self).own(self._numpy_values()))
+
+
+if not TYPE_CHECKING:
+    # Run-time introspection (``typing.get_type_hints`` of a field or of ``done``) reads a
+    # bare batch's value type, the default of ``V``: numpy arrays. The classes above were
+    # made generic over the TypeVar itself, so subscripting (``Batch[torch.Tensor]``) and
+    # type checkers are unaffected.
+    V = NDArray[Any]

@@ -2,7 +2,8 @@
 
 The root ``conftest.py`` registers this module as a plugin, so the fixtures
 ``ray_cluster`` and ``services`` (what :func:`start` starts, shut down after the test)
-are there for every test; ray is imported only when a test uses them.
+are there for every test, and every test using them is marked ``ray``; ray is imported
+only when a test uses them.
 The cluster has 2 CPUs (this machine's), no dashboard, and its temp dir under the
 session's tmp path; it is shut down at the end of the session.
 """
@@ -17,6 +18,14 @@ import pytest
 
 #: CPUs each test shard reserves, so that two services' worth fit the 2-CPU cluster.
 SHARD_CPUS = 0.25
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test that starts the local cluster is marked ``ray`` (``-m "not ray"``
+    leaves them out: the README's fast subset)."""
+    for item in items:
+        if "ray_cluster" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.ray)
 
 
 @pytest.fixture(scope="session")

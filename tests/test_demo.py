@@ -84,3 +84,40 @@ def test_quiet_turns_the_progress_bar_off_and_a_pipe_does_too() -> None:
     assert build_parser().parse_args([]).no_progress is False
     assert progress_enabled(False, io.StringIO()) is False  # not a terminal
     assert progress_enabled(True) is False
+
+
+def test_piped_demo_prints_progress_lines_while_it_runs(tmp_path: Path) -> None:
+    """With stdout a pipe (CI logs, nohup) there is no bar: plain lines come every
+    ``--progress-every`` seconds while the run goes on, not only the summary at the end."""
+    cmd = [sys.executable, "-m", "replaybank", "demo", "--steps", "800", "--eval-every", "400",
+           "--eval-episodes", "2", "--seed", "3", "--out", str(tmp_path / "out"),
+           "--progress-every", "0.2"]
+    err = (tmp_path / "stderr.txt").open("w")
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True)
+    arrived: list[tuple[str, bool]] = []  # (line, whether the demo was still running)
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            arrived.append((line.rstrip("\n"), proc.poll() is None))
+        proc.wait(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        err.close()
+    assert proc.returncode == 0, (tmp_path / "stderr.txt").read_text()[-2000:]
+    text = [line for line, _ in arrived]
+    assert text[0] == "DQN per: training for 800 env steps", text[:3]
+    progress = [(line, live) for line, live in arrived
+                if line.startswith("DQN per: ") and " env steps (" in line]
+    assert len(progress) >= 2, text
+    assert all(live for _, live in progress)  # printed (and flushed) during the run
+    assert any("steps/s" in line and "loss" in line for line, _ in progress), progress
+    assert sum("greedy evaluation at" in line for line in text) == 2
+    assert any("checkpoint reloads identically" in line for line in text)  # the summary
+
+
+def test_quiet_demo_prints_only_the_summary(tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--steps", "200", "--out", str(tmp_path), "--quiet",
+                 "--eval-every", "200", "--eval-episodes", "1", "--progress-every", "0"]) == 0
+    assert "env steps (" not in capsys.readouterr().out

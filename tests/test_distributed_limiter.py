@@ -10,6 +10,7 @@ import dataclasses
 import json
 import math
 import random
+import re
 import threading
 import time
 from fractions import Fraction
@@ -75,6 +76,11 @@ class Oracle:
         if self.inserts - self.deletes < self.min_size:
             return False
         return self.ratio is None or self.inserts * self.spi - self.samples - n >= self.lo
+
+    def exactly_wide_enough(self) -> bool:
+        """The window is at least ``2 * max(1, spi)`` wide in exact arithmetic (the limit
+        also accepts windows narrower by float rounding, ``limiter.ROUNDING_ULPS``)."""
+        return self.ratio is None or self.hi - self.lo >= 2 * max(1, self.spi)
 
     def can_insert(self, n: int) -> bool:
         if self.ratio is None:
@@ -206,9 +212,11 @@ def test_random_ops_agree_with_the_oracle(limit: tuple[int, float | None, Any],
     for kind, n in ops:
         apply(limiter, oracle, kind, n)
         assert_agree(limiter, oracle)
-        # one item at a time, the decisions are Reverb's own
-        assert limiter.can_insert(1) == oracle.reverb_insert(1)
-        assert limiter.can_sample(1) == oracle.reverb_sample(1)
+        # one item at a time, the decisions are Reverb's own, for every window Reverb
+        # accepts (the strategy's float windows may be an ulp narrower: see below)
+        if oracle.exactly_wide_enough():
+            assert limiter.can_insert(1) == oracle.reverb_insert(1)
+            assert limiter.can_sample(1) == oracle.reverb_sample(1)
         # an insert and a sample are never both blocked, whatever their sizes (both
         # decisions only get harder as n grows, so the largest n is the test)
         assert limiter.can_insert(10**9) or limiter.can_sample(10**9)
@@ -280,6 +288,72 @@ def test_bad_limits_raise_config_errors_naming_the_value(kwargs: dict[str, Any],
         RateLimit(**kwargs)
     for text in names:
         assert text in str(info.value)
+
+
+# windows written in decimals at exactly the minimum width (or bottom), which binary floats
+# round to a hair narrower (or higher): 3.3 - 1.3 == 1.9999999999999998, 0.7 * 3 ==
+# 2.0999999999999996; the hypothesis strategy above builds such windows as lo + width
+EDGE_WINDOWS = [
+    (2, 1.0, (1.3, 3.3)),
+    (13, 0.1, (0.1 * 13, 0.1 * 13 + 2.0)),
+    (3, 0.1, (0.1 * 3, 0.1 * 3 + 2.0)),
+    (3, 0.7, (2.1, 4.1)),  # bottom 2.1 written at spi * min_size = 0.7 * 3
+    (1, 1.1, (0.0, 2.2)),
+    (1_000_001, 1.0, (1e6 + 0.3, 1e6 + 2.3)),
+    (10, 0.3, 1.0),
+]
+
+
+@pytest.mark.parametrize("min_size, spi, buf", EDGE_WINDOWS)
+def test_windows_at_the_minimum_width_up_to_float_rounding_are_accepted(
+        min_size: int, spi: float, buf: Any) -> None:
+    limit = RateLimit(min_size, spi, buf)
+    limiter = RateLimiter(limit)
+    limiter.on_insert(min_size)
+    # every call of one item is decided, and an insert and a sample are never both blocked
+    for _ in range(50):
+        assert limiter.can_insert(1) or limiter.can_sample(1)
+        if limiter.can_sample(1):
+            limiter.on_sample(1)
+        else:
+            limiter.on_insert(1)
+
+
+SUGGESTION = re.compile(r"error_buffer=(\([^()]*\)|[-+0-9.e]+)$|at most ([-+0-9.e]+)$")
+
+
+@st.composite
+def near_limits(draw: st.DrawFn) -> tuple[int, float, Any]:
+    """Limits near the validation's edges, as a user would write them in decimals."""
+    min_size = draw(st.integers(1, 40))
+    spi = draw(st.sampled_from([0.1, 0.3, 0.7, 1.0, 1.1, 1.2345678, 3.0, 7.5]))
+    need = 2 * max(1.0, spi)
+    if draw(st.booleans()):
+        return min_size, spi, need / 2 + draw(st.sampled_from([-0.5, -1e-3, -1e-9, 0.0]))
+    lo = round(spi * min_size - draw(st.sampled_from([0.0, 0.05, 1.0, -0.1, -1e-9, -3.0])), 6)
+    width = need + draw(st.sampled_from([-1.0, -0.01, -1e-9, 0.0, 0.5]))
+    return min_size, spi, (lo, round(lo + width, 6))
+
+
+@settings(max_examples=300, deadline=None)
+@given(limit=near_limits())
+def test_the_fix_an_error_suggests_is_accepted(limit: tuple[int, float, Any]) -> None:
+    """A rejected limit's message suggests a value, never the rejected one, that passes."""
+    min_size, spi, buf = limit
+    try:
+        RateLimit(min_size, spi, buf)
+        return
+    except ConfigError as exc:
+        message = str(exc)
+    m = SUGGESTION.search(message)
+    assert m is not None, message
+    if m.group(2) is not None:  # "lower min_diff to at most x"
+        lo = float(m.group(2))
+        fixed: Any = (lo, max(buf[1], lo + 2 * max(1.0, spi)))
+    else:
+        fixed = ast.literal_eval(m.group(1))
+    assert fixed != buf, message
+    RateLimit(min_size, spi, fixed)
 
 
 def test_bad_counts_raise_and_change_nothing() -> None:

@@ -1,16 +1,21 @@
-"""The README's Python examples run as written, and what they claim holds.
+"""The README's Python examples run as written, each on its own, and what they claim holds.
 
-The ```python blocks run once, in order, in one namespace (later blocks reuse names from
-earlier ones, as a reader pasting them into one session would); the tests below then check
-the README's concrete claims on the objects those blocks leave behind.
+Each ```python block runs alone, in a fresh namespace (as a reader pasting just that block
+would run it), with ``np.random`` seeded, in a temporary working directory. A block that
+needs an optional package says so on the line before its fence (``<!-- needs:
+stable_baselines3 -->``, invisible on GitHub) and is skipped where it is missing. The tests
+below then check the README's concrete claims on the objects each block leaves behind.
 """
 
 from __future__ import annotations
 
+import ast
+import importlib.util
 import os
 import re
 import shutil
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,49 +23,127 @@ import numpy as np
 import pytest
 
 README = Path(__file__).resolve().parents[1] / "README.md"
-SEED = 1234  # seeds np.random before the blocks, so the first block's data can be rebuilt
+SEED = 1234  # seeds np.random before each block, so the first block's data can be rebuilt
+FENCE = re.compile(r"^(?:<!--\s*needs:(?P<needs>[^>]*?)-->\n)?```python[^\n]*\n(?P<code>.*?)"
+                   r"^```[ \t]*$", flags=re.S | re.M)
 
 # CartPole-v1 ends an episode (terminated) once |x| > 2.4 or |theta| > 12 degrees
 CART_X_LIMIT = 2.4
 CART_THETA_LIMIT = 12 * 2 * np.pi / 360
 
 
-def python_blocks() -> list[str]:
-    return re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+@dataclass(frozen=True)
+class Block:
+    code: str
+    needs: tuple[str, ...]  # import names of the optional packages it needs
+
+
+def python_blocks() -> list[Block]:
+    return [Block(m["code"], tuple(n.strip() for n in (m["needs"] or "").split(",")
+                                   if n.strip()))
+            for m in FENCE.finditer(README.read_text())]
+
+
+@dataclass
+class Run:
+    """What running one block alone left: its namespace, or why it did not run."""
+
+    namespace: dict[str, Any]
+    error: BaseException | None = None
+    missing: str | None = None  # an optional package the block needs and this install lacks
 
 
 def test_readme_has_examples() -> None:
-    assert len(python_blocks()) >= 5
+    blocks = python_blocks()
+    assert len(blocks) >= 9
+    assert README.read_text().count("```python") == len(blocks)
+
+
+def test_no_python_hides_in_other_blocks() -> None:
+    """Blocks not fenced ``python`` (shell commands, the layer diagram) are not Python, so
+    no example escapes these tests behind a ``text`` fence."""
+    for m in re.finditer(r"^```(?P<lang>\w*)\n(?P<code>.*?)^```", README.read_text(),
+                         flags=re.S | re.M):
+        if m["lang"] == "python":
+            continue
+        try:
+            ast.parse(m["code"])
+        except SyntaxError:
+            continue
+        raise AssertionError(f"a ```{m['lang']} block is Python; fence it as python:\n"
+                             f"{m['code']}")
+
+
+INSTALL_AND_TEST = ('python3 -m venv .venv && . .venv/bin/activate && pip install '
+                    'torch==2.13.0 -e ".[dev]" && python -m pytest')
+
+
+def test_test_commands_full_and_fast() -> None:
+    """The full command stays as CI runs it; a fast subset is documented beside it, and the
+    marker it deselects is registered (``--strict-markers``)."""
+    import tomllib
+
+    text = README.read_text()
+    assert f"```bash\n{INSTALL_AND_TEST}\n```" in text
+    assert '```bash\npython -m pytest -m "not slow and not ray"\n```' in text
+    config = tomllib.loads((README.parent / "pyproject.toml").read_text())
+    markers = config["tool"]["pytest"]["ini_options"]["markers"]
+    assert {m.split(":")[0] for m in markers} >= {"slow", "ray"}
+    assert "-m 'not slow'" in config["tool"]["pytest"]["ini_options"]["addopts"]
 
 
 @pytest.fixture(scope="module")
-def after(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[dict[str, Any]]]:
-    """Run every README block; yield the namespace as it was after each block."""
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Run]]:
+    """Run every README block alone, each in a fresh namespace."""
     pytest.importorskip("gymnasium")
     pytest.importorskip("torch")
     cwd, state = os.getcwd(), np.random.get_state()
     os.chdir(tmp_path_factory.mktemp("readme"))
-    namespace: dict[str, Any] = {}
-    snapshots: list[dict[str, Any]] = []
+    out: list[Run] = []
     try:
-        np.random.seed(SEED)
-        for block in python_blocks():
-            exec(compile(block, str(README), "exec"), namespace)
-            snapshots.append(dict(namespace))
-        yield snapshots
+        for i, block in enumerate(python_blocks()):
+            missing = next((n for n in block.needs if importlib.util.find_spec(n) is None),
+                           None)
+            run = Run({"__name__": "__readme__"}, missing=missing)
+            out.append(run)
+            if missing is not None:
+                continue
+            np.random.seed(SEED)
+            try:
+                exec(compile(block.code, f"{README}:block{i}", "exec"), run.namespace)
+            except Exception as exc:  # reported by test_every_block_runs_alone
+                run.error = exc
+        yield out
     finally:
         os.chdir(cwd)
         np.random.set_state(state)
-        for name in ("ckpt",):
-            if isinstance(namespace.get(name), str):
-                shutil.rmtree(namespace[name], ignore_errors=True)
-        big = namespace.get("big")
-        if big is not None and getattr(big.backend, "path", None) is not None:
-            shutil.rmtree(Path(big.backend.path).parent, ignore_errors=True)
+        for run in out:
+            ns = run.namespace
+            if isinstance(ns.get("ckpt"), str):
+                shutil.rmtree(ns["ckpt"], ignore_errors=True)
+            big = ns.get("big")
+            if big is not None and getattr(big.backend, "path", None) is not None:
+                shutil.rmtree(Path(big.backend.path).parent, ignore_errors=True)
+
+
+@pytest.mark.parametrize("index", range(len(python_blocks())))
+def test_every_block_runs_alone(runs: list[Run], index: int) -> None:
+    run = runs[index]
+    if run.missing is not None:
+        pytest.skip(f"README block {index} needs {run.missing}")
+    if run.error is not None:
+        raise AssertionError(f"README block {index} fails when run on its own: "
+                             f"{type(run.error).__name__}: {run.error}") from run.error
+
+
+@pytest.fixture(scope="module")
+def after(runs: list[Run]) -> list[dict[str, Any]]:
+    """The namespace each block left (blocks that failed leave what they had defined)."""
+    return [run.namespace for run in runs]
 
 
 def block_defining(after: list[dict[str, Any]], name: str) -> dict[str, Any]:
-    """The namespace right after the first block that defined ``name``."""
+    """The namespace of the first block that defined ``name``."""
     for ns in after:
         if name in ns:
             return ns
@@ -75,10 +158,10 @@ def assert_same(a: Mapping[str, Any], b: Mapping[str, Any]) -> None:
 
 
 def test_readme_examples_run(after: list[dict[str, Any]]) -> None:
-    ns = after[-1]
+    defined = {name for ns in after for name in ns}
     for name in ("buf", "batch", "tensors", "seq", "atari", "roll", "ckpt", "restored", "cfg",
-                 "empty_copy", "big", "cart", "result", "gpu_ready"):
-        assert name in ns, name
+                 "empty_copy", "big", "cart", "result", "gpu_ready", "her", "hb", "learner"):
+        assert name in defined, name
 
 
 def test_usage_next_obs_is_exact(after: list[dict[str, Any]]) -> None:

@@ -2,7 +2,9 @@
 
 Prioritized 3-step replay by default (``--buffer per``); ``uniform`` (one-step) and
 ``nstep`` (uniform, 3-step) for comparison. Shows a progress bar (steps/s, episode
-return, loss), evaluates the greedy policy every ``--eval-every`` env steps on
+return, loss) on a terminal, and a plain progress line every ``--progress-every`` seconds
+when its output is piped or redirected (CI logs, nohup); evaluates the greedy policy every
+``--eval-every`` env steps on
 ``--eval-episodes`` episodes, stops once an evaluation reaches ``--target`` (unless
 ``--no-early-stop``), writes a learning curve PNG and a buffer checkpoint into ``--out``,
 reloads the checkpoint and checks that it samples identically, and prints a summary.
@@ -16,16 +18,18 @@ Example:
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import numpy as np
 
 from replaybank.errors import require_extra
 
-__all__ = ["DemoResult", "build_parser", "evaluate", "run_demo"]
+__all__ = ["DemoResult", "ProgressLines", "build_parser", "evaluate", "run_demo"]
 
 ENV_ID = "CartPole-v1"
 
@@ -90,7 +94,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="output directory for the plot and the checkpoint "
                         "(default: %(default)s)")
     p.add_argument("--quiet", "--no-progress", dest="no_progress", action="store_true",
-                   help="no progress bar (default: shown when stdout is a terminal)")
+                   help="no progress output (default: a bar when stdout is a terminal, "
+                        "else a plain line every --progress-every seconds)")
+    p.add_argument("--progress-every", type=float, default=5.0, metavar="SECONDS",
+                   help="seconds between the plain progress lines printed when stdout is "
+                        "not a terminal (default: %(default)s)")
     p.add_argument("--num-envs", type=int, default=4,
                    help="vectorized CartPole envs (default: %(default)s)")
     p.add_argument("--eval-every", type=int, default=2_000,
@@ -104,6 +112,77 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=1,
                    help="torch CPU threads (default: %(default)s)")
     return p
+
+
+class ProgressLines:
+    """Plain progress lines for output that is not a terminal (a pipe, a log file), where a
+    live bar shows nothing until the end: one line when the run starts, then one every
+    ``every`` seconds (steps done, their rate since the previous line, the values given,
+    the time since the start), each flushed at once.
+
+    Args:
+        total: Env steps of the run.
+        description: The text each line starts with.
+        every: Seconds between two lines (``0``: a line at every update).
+        stream: Where the lines go (default: ``sys.stdout`` at the time of each write).
+        clock: The time source, in seconds (``time.monotonic``; a test passes its own).
+
+    Example:
+        >>> import io
+        >>> ticks = iter([0.0, 1.0, 6.0])
+        >>> out = io.StringIO()
+        >>> lines = ProgressLines(1000, "DQN per", every=5.0, stream=out,
+        ...                       clock=lambda: next(ticks))
+        >>> lines.start()
+        >>> lines.update(100, loss=0.5)  # 1 s later: too soon
+        >>> lines.update(400, loss=0.25, ret=None)  # 6 s after the start
+        >>> print(out.getvalue(), end="")
+        DQN per: training for 1,000 env steps
+        DQN per: 400/1,000 env steps (40%), 67 steps/s, loss 0.25, 6 s
+    """
+
+    def __init__(self, total: int, description: str, every: float = 5.0,
+                 stream: TextIO | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.total = int(total)
+        self.description = description
+        self.every = float(every)
+        self._stream = stream
+        self._clock = clock
+        self._t0 = self._last = 0.0
+        self._last_done = 0
+
+    def _print(self, text: str) -> None:
+        stream = sys.stdout if self._stream is None else self._stream
+        print(f"{self.description}: {text}", file=stream, flush=True)
+
+    def start(self) -> None:
+        """Print the first line and start the clock."""
+        self._t0 = self._last = self._clock()
+        self._print(f"training for {self.total:,} env steps")
+
+    def note(self, text: str) -> None:
+        """Print ``text`` as a line now (an evaluation's result)."""
+        self._print(text)
+
+    def update(self, done: int, **values: float | None) -> None:
+        """Print a line if ``every`` seconds have passed since the last one.
+
+        Args:
+            done: Env steps done so far.
+            **values: Values shown after the rate (``None`` and ``nan`` left out).
+        """
+        now = self._clock()
+        if now - self._last < self.every:
+            return
+        since, self._last = now - self._last, now
+        rate = f", {(done - self._last_done) / since:,.0f} steps/s" if since > 0 else ""
+        self._last_done = done
+        elapsed = now - self._t0
+        info = "".join(f", {k} {v:.4g}" for k, v in values.items()
+                       if v is not None and v == v)  # None and nan left out
+        self._print(f"{done:,}/{self.total:,} env steps ({100 * done / max(1, self.total):.0f}%)"
+                    f"{rate}{info}, {elapsed:.0f} s")
 
 
 def evaluate(agent: Any, n_episodes: int, seed: int) -> float:
@@ -175,13 +254,21 @@ def _check_checkpoint(buf: Any, out: Path) -> bool:
 
 def run_demo(args: argparse.Namespace) -> DemoResult:
     """Train, evaluate, plot, checkpoint; returns the measurements."""
+    from replaybank.integrations.progress import ProgressBar, progress_enabled
+
+    t0 = time.perf_counter()
+    bar_shown = progress_enabled(args.no_progress)
+    # piped or redirected output gets plain lines (a bar would show only at the end),
+    # the first one before torch is imported
+    lines = None if bar_shown or args.no_progress else ProgressLines(
+        max(args.steps, args.num_envs), f"DQN {args.buffer}", every=args.progress_every)
+    if lines is not None:
+        lines.start()
     torch = require_extra("torch", "torch")
     gym = require_extra("gymnasium", "gym")
     from replaybank.cli.dqn import DQNAgent, DQNConfig
     from replaybank.integrations.gymnasium import Collector
-    from replaybank.integrations.progress import ProgressBar, progress_enabled
 
-    t0 = time.perf_counter()
     torch.set_num_threads(max(1, args.threads))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -203,8 +290,7 @@ def run_demo(args: argparse.Namespace) -> DemoResult:
     loss = float("nan")
     next_eval = args.eval_every
     prioritized = args.buffer == "per"
-    with ProgressBar(steps, f"DQN {args.buffer}",
-                     enabled=progress_enabled(args.no_progress)) as bar:
+    with ProgressBar(steps, f"DQN {args.buffer}", enabled=bar_shown) as bar:
         while result.env_steps < steps:
             eps[0] = max(0.05, 1.0 - 0.95 * result.env_steps / eps_decay_steps)
             res = col.collect(n_envs)
@@ -219,12 +305,17 @@ def run_demo(args: argparse.Namespace) -> DemoResult:
                     if prioritized:
                         buf.update_priorities(batch.indices, td)
             recent = result.episode_returns[-10:]
-            bar.update(res.env_steps, **{"return": float(np.mean(recent)) if recent else None},
-                       loss=loss)
+            mean_return = float(np.mean(recent)) if recent else None
+            bar.update(res.env_steps, **{"return": mean_return}, loss=loss)
+            if lines is not None:
+                lines.update(result.env_steps, **{"return": mean_return}, loss=loss)
             if result.env_steps >= next_eval or result.env_steps >= steps:
                 next_eval += args.eval_every
                 score = evaluate(agent, args.eval_episodes, seed=10_000 + len(result.evals))
                 result.evals.append((result.env_steps, score))
+                if lines is not None:
+                    lines.note(f"greedy evaluation at {result.env_steps:,} env steps: "
+                               f"mean return {score:.1f} over {args.eval_episodes} episodes")
                 if score >= args.target and not args.no_early_stop:
                     break
     envs.close()

@@ -15,11 +15,18 @@ The registries live in :mod:`replaybank.config.registry` and the models in
 :mod:`replaybank.config.models`; this module re-exports them, validates configs, reads
 config files and derives a live buffer's config.
 
+A sampler or view is named by its registered name (``"prioritized"``, ``"nstep"``) or by
+its class name (``"PrioritizedSampler"``, ``"NStepView"``), as a buffer type is.
+
 Example:
     >>> cfg = from_config({"type": "ReplayBuffer", "capacity": 100, "num_envs": 2,
     ...                    "sampler": {"type": "uniform"}}).config()
     >>> cfg.capacity, cfg.num_envs, cfg.sampler.type
     (100, 2, 'uniform')
+    >>> per = from_config({"type": "ReplayBuffer", "capacity": 100,
+    ...                    "sampler": {"type": "PrioritizedSampler", "alpha": 0.7}})
+    >>> type(per.sampler).__name__, per.config().sampler.type
+    ('PrioritizedSampler', 'prioritized')
     >>> from_config({"type": "ReplayBuffer", "capacity": -5})
     Traceback (most recent call last):
     ...
@@ -32,7 +39,7 @@ import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, overload, runtime_checkable
 
 from pydantic import ValidationError
 
@@ -58,6 +65,19 @@ from replaybank.config.registry import (
 )
 from replaybank.errors import ConfigError, describe, require_extra
 from replaybank.views.functions import register_function
+
+if TYPE_CHECKING:  # for annotations only: the config layer imports no buffer when it runs
+    from typing import TypeAlias
+
+    from replaybank.buffers.replay import ReplayBuffer
+    from replaybank.buffers.rollout.buffer import RolloutBuffer
+    from replaybank.compat.sequence import SequenceReplayBuffer
+    from replaybank.compat.trajectory import PathBuffer
+
+    #: What :func:`from_config` and :func:`replaybank.load` return, for a type checker:
+    #: one of the package's buffer types (``PrioritizedReplayBuffer`` and
+    #: ``HerReplayBuffer`` are ``ReplayBuffer`` subclasses).
+    AnyBuffer: TypeAlias = ReplayBuffer | SequenceReplayBuffer | RolloutBuffer | PathBuffer
 
 __all__ = [
     "BufferConfig",
@@ -120,6 +140,16 @@ def _read_file(path: Path) -> Any:
                       ".json")
 
 
+@overload
+def from_config(source: BufferConfig | str | os.PathLike[str], **overrides: Any) -> AnyBuffer:
+    ...
+
+
+@overload
+def from_config(source: Mapping[str, Any], **overrides: Any) -> Any:
+    ...
+
+
 def from_config(source: Any, **overrides: Any) -> Any:
     """Build a buffer from a config model, a dict, or a YAML/JSON file.
 
@@ -130,7 +160,12 @@ def from_config(source: Any, **overrides: Any) -> Any:
         **overrides: Config keys to replace (validated like the rest).
 
     Returns:
-        A new, empty buffer of the configured type.
+        A new, empty buffer of the configured type. From a config model or a file, a type
+        checker sees ``AnyBuffer``, the union of the package's buffer types
+        (``ReplayBuffer | SequenceReplayBuffer | RolloutBuffer | PathBuffer``): narrow it
+        with ``isinstance(buf, rb.ReplayBuffer)``; a buffer type of your own, registered
+        with :func:`register_buffer`, is returned as what it is. From a dict (a config
+        passed around as data) it sees ``Any``.
 
     Raises:
         ConfigError: Unknown type, bad or unknown keys, unreadable file.

@@ -43,6 +43,7 @@ from replaybank.config.registry import (
     VIEWS,
     Entry,
     buffer_types,
+    canonical_type,
     constructor_params,
 )
 from replaybank.errors import ConfigError, ReplayBankError, describe
@@ -141,8 +142,9 @@ def _check_component(kind: str, value: Any, registry: dict[str, Entry], loc: str
         return
     data = value.model_dump() if isinstance(value, BaseModel) else value
     if data["type"] not in registry:
+        aliases = sorted({e.class_name for e in registry.values()} - {""})
         raise ValueError(f"{loc}.type={data['type']!r}: unknown {kind} type; known types: "
-                         f"{sorted(registry)}")
+                         f"{sorted(registry)} (or their class names {aliases})")
     try:
         cls = registry[data["type"]].resolve()
     except ImportError as exc:
@@ -158,12 +160,36 @@ def _check_component(kind: str, value: Any, registry: dict[str, Entry], loc: str
             _check_component(kind, sub, registry, f"{loc}.{key}")
 
 
+def _canonical_component(value: Any, registry: dict[str, Entry]) -> Any:
+    """``value`` (a component config or its dict) with every ``type`` in it, nested ones
+    included, written as the registered name (a class name is an alias of it)."""
+    if isinstance(value, ComponentConfig):
+        value = value.model_dump()
+    if not isinstance(value, dict) or "type" not in value:
+        return value
+    return {k: canonical_type(registry, v) if k == "type" else _canonical_component(v, registry)
+            for k, v in value.items()}
+
+
 class BufferConfig(BaseModel):
     """Base of every buffer config model (one per registered type, see
-    :func:`config_model`). Unknown keys are rejected."""
+    :func:`config_model`). Unknown keys are rejected. A sampler or view may be named by its
+    class name (``{"type": "PrioritizedSampler"}``); the model holds the registered name
+    (``"prioritized"``), as ``buf.config()`` does."""
 
     model_config = ConfigDict(extra="forbid")
     type: str
+
+    @model_validator(mode="before")
+    @classmethod
+    def _aliases(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        out = dict(data)
+        for key, registry in (("sampler", SAMPLERS), ("view", VIEWS)):
+            if key in out:
+                out[key] = _canonical_component(out[key], registry)
+        return out
 
     @model_validator(mode="after")
     def _components(self) -> BufferConfig:

@@ -3,9 +3,12 @@
 A config names its buffer type (``"ReplayBuffer"``) and its components' types
 (``"uniform"``, ``"nstep"``); these registries map each name to its class, or to a
 ``"module:ClassName"`` import path resolved on first use, so that registering a type
-imports nothing. :func:`constructor_params` lists every constructor argument a
-registered buffer type accepts, following ``**kwargs`` to the class they reach; the
-config models of :mod:`replaybank.config` are derived from it.
+imports nothing. A component may also be named by its class name (``"PrioritizedSampler"``
+for ``"prioritized"``, ``"NStepView"`` for ``"nstep"``), as buffer types are:
+:func:`canonical_type` maps such an alias to the registered name.
+:func:`constructor_params` lists every constructor argument a registered buffer type
+accepts, following ``**kwargs`` to the class they reach; the config models of
+:mod:`replaybank.config` are derived from it.
 
 This module imports neither pydantic nor any buffer; :mod:`replaybank.config` re-exports
 its public functions.
@@ -16,6 +19,8 @@ Example:
     'UniformSampler'
     >>> "capacity" in constructor_params("ReplayBuffer")
     True
+    >>> canonical_type(SAMPLERS, "PrioritizedSampler"), canonical_type(VIEWS, "nstep")
+    ('prioritized', 'nstep')
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ __all__ = [
     "VIEWS",
     "Entry",
     "buffer_types",
+    "canonical_type",
     "constructor_params",
     "register_buffer",
     "register_sampler",
@@ -54,6 +60,18 @@ class Entry:
     target: Any  # a class, or "module:attr" imported on first use
     exclude: tuple[str, ...] = ()
     kwargs_to: Any = None  # where the class's **kwargs go (default: its base class)
+
+    @property
+    def class_name(self) -> str:
+        """The name of the class, read without importing it.
+
+        Example:
+            >>> Entry("replaybank.views.nstep:NStepView").class_name
+            'NStepView'
+        """
+        if isinstance(self.target, str):
+            return self.target.partition(":")[2]
+        return str(getattr(self.target, "__name__", ""))
 
     def resolve(self) -> Any:
         """The class (importing its module when the target is an import path)."""
@@ -112,6 +130,26 @@ def register_view(name: str, target: Any) -> None:
         True
     """
     VIEWS[name] = Entry(target)
+
+
+def canonical_type(registry: dict[str, Entry], name: Any) -> Any:
+    """The registered name that ``name`` stands for in ``registry``.
+
+    A registered name is returned as it is; the name of a registered class
+    (``"PrioritizedSampler"``) becomes the name it is registered under (``"prioritized"``;
+    the first one when it is registered under several); anything else is returned
+    unchanged, for the caller's "unknown type" error.
+
+    Example:
+        >>> canonical_type(SAMPLERS, "UniformSampler"), canonical_type(SAMPLERS, "fifo")
+        ('uniform', 'fifo')
+    """
+    if not isinstance(name, str) or name in registry:
+        return name
+    for key, entry in registry.items():
+        if entry.class_name == name:
+            return key
+    return name
 
 
 def buffer_types() -> list[str]:

@@ -38,7 +38,13 @@ forever. replaybank adds one clause per side, which never changes a one-item dec
 where ``centre = (min_diff + max_diff) / 2``. Because the window is at least ``2 * max(1,
 spi)`` wide (validated, as Reverb does), ``diff <= centre`` already lets one inserted item
 through and ``diff >= centre`` one sampled item, so for ``n = 1`` this is Reverb's rule
-exactly. A large call waits at most until ``diff`` has swung back to the centre and then
+exactly. (Windows are validated up to float rounding, :data:`ROUNDING_ULPS` units in the
+last place: ``(1.3, 3.3)`` is 2 wide as written, ``3.3 - 1.3 == 1.9999999999999998`` in
+binary floats, and is accepted for a ratio of 1, where Reverb would refuse it. Only in such a
+window, and only where ``diff`` lies within that rounding of the centre, can the centre
+clause let one item through that Reverb's comparison would hold back.)
+
+A large call waits at most until ``diff`` has swung back to the centre and then
 goes through whole; it can leave ``diff`` outside the window by at most ``n * spi - width/2``
 (inserts) or ``n - width/2`` (samples), and the opposite side then repays the overshoot.
 Once the table holds ``min_size`` items and ``diff`` is inside the window, calls no larger
@@ -78,7 +84,7 @@ import asyncio
 import math
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from numbers import Integral, Real
@@ -86,7 +92,13 @@ from typing import Any
 
 from replaybank.errors import CheckpointError, ConfigError, ReplayBankError, describe
 
-__all__ = ["RateLimit", "RateLimitTimeout", "RateLimiter"]
+__all__ = ["ROUNDING_ULPS", "RateLimit", "RateLimitTimeout", "RateLimiter"]
+
+#: The checks of a :class:`RateLimit` on its window accept a value that misses its bound by
+#: at most this many units in the last place (``math.ulp``) of the largest magnitude
+#: compared: decimal inputs are rounded to binary floats, so ``(1.3, 3.3)``, written 2 wide,
+#: is ``1.9999999999999998`` wide as floats, and ``0.7 * 3`` is ``2.0999999999999996``.
+ROUNDING_ULPS = 4
 
 _COUNTERS = ("inserts", "samples", "deletes", "blocked_inserts", "blocked_samples",
              "insert_timeouts", "sample_timeouts")
@@ -105,6 +117,25 @@ def _is_count(value: Any) -> bool:
     return isinstance(value, Integral) and not isinstance(value, bool)
 
 
+def _at_least(value: float, bound: float, *operands: float) -> bool:
+    """``value >= bound`` up to the rounding of float inputs: :data:`ROUNDING_ULPS` units in
+    the last place of the largest of ``|value|``, ``|bound|`` and the ``operands`` that
+    ``value`` was computed from (``hi - lo`` is off by up to an ulp of ``hi``, not of the
+    difference)."""
+    slack = ROUNDING_ULPS * math.ulp(max(abs(value), abs(bound), *map(abs, operands)))
+    return value >= bound - slack
+
+
+def _suggest(value: float, accepted: Callable[[float], bool]) -> str:
+    """The shortest decimal text near ``value`` that ``accepted`` takes (at worst
+    ``repr(value)``, which reads back as ``value`` itself), for an error message's fix."""
+    for digits in (6, 12, 15):
+        text = f"{value:.{digits}g}"
+        if accepted(float(text)):
+            return text
+    return repr(float(value))
+
+
 @dataclass(frozen=True)
 class RateLimit:
     """What a :class:`RateLimiter` enforces: a minimum size and a sample-to-insert ratio.
@@ -121,7 +152,8 @@ class RateLimit:
             ``spi * min_size +- e``), a pair ``(min_diff, max_diff)`` used as given, or
             ``None`` for the narrowest window, ``spi * min_size +- max(1, spi)``. Either form
             must give a window at least ``2 * max(1, spi)`` wide whose bottom is at most
-            ``spi * min_size``.
+            ``spi * min_size`` (both up to float rounding, see :data:`ROUNDING_ULPS`: a
+            window written ``(1.3, 3.3)`` is 2 wide).
 
     Raises:
         ConfigError: A value is of the wrong kind or out of range (the message names it and
@@ -179,27 +211,36 @@ class RateLimit:
                     "finite numbers (min_diff, max_diff); pass e.g. error_buffer=(0.0, 64.0)"
                 )
             lo, hi = float(buf[0]), float(buf[1])
-            if hi - lo < need:
+            low_ok = _at_least(offset, lo)
+            if not _at_least(hi - lo, need, lo, hi):
+                # a window that passes both checks: the bottom kept (or lowered to the
+                # offset), the top raised to the required width
+                lo_text = (_suggest(lo, lambda v: v == lo) if low_ok
+                           else _suggest(offset, lambda v: _at_least(offset, v)))
+                hi_text = _suggest(max(hi, float(lo_text) + need),
+                                   lambda v: _at_least(v - float(lo_text), need, v))
                 raise ConfigError(
-                    f"RateLimit(error_buffer={describe(buf)}): the window is {hi - lo:g} wide "
-                    f"but must be at least 2 * max(1, samples_per_insert) = {need:g}, else "
-                    f"single calls could block for good; widen it, e.g. error_buffer="
-                    f"({lo:g}, {lo + need:g})"
+                    f"RateLimit(error_buffer={describe(buf)}): the window is {hi - lo:.12g} "
+                    f"wide but must be at least 2 * max(1, samples_per_insert) = {need:.12g}, "
+                    f"else single calls could block for good; widen it, e.g. error_buffer="
+                    f"({lo_text}, {hi_text})"
                 )
-            if lo > offset:
+            if not low_ok:
+                at_most = _suggest(offset, lambda v: _at_least(offset, v))
                 raise ConfigError(
-                    f"RateLimit(error_buffer={describe(buf)}): min_diff {lo:g} is above "
-                    f"samples_per_insert * min_size_to_sample = {offset:g}, so sampling "
+                    f"RateLimit(error_buffer={describe(buf)}): min_diff {lo:.12g} is above "
+                    f"samples_per_insert * min_size_to_sample = {offset:.12g}, so sampling "
                     "would be blocked for good once the minimum size is reached; lower "
-                    f"min_diff to at most {offset:g}"
+                    f"min_diff to at most {at_most}"
                 )
             object.__setattr__(self, "error_buffer", (lo, hi))
             return
-        if not _is_real(buf) or not math.isfinite(buf) or buf < need / 2:
+        if not _is_real(buf) or not math.isfinite(buf) or not _at_least(float(buf), need / 2):
+            half = _suggest(max(need / 2, 0.1 * offset), lambda v: _at_least(v, need / 2))
             raise ConfigError(
                 f"RateLimit(error_buffer={describe(buf)}): a half-width must be a finite "
-                f"number >= max(1, samples_per_insert) = {need / 2:g}, else single calls "
-                f"could block for good; pass e.g. error_buffer={max(need / 2, 0.1 * offset):g}"
+                f"number >= max(1, samples_per_insert) = {need / 2:.12g}, else single calls "
+                f"could block for good; pass e.g. error_buffer={half}"
             )
         object.__setattr__(self, "error_buffer", float(buf))
 
