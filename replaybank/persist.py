@@ -447,6 +447,9 @@ def open(path: Any, mode: str = "r+", *, trust_imports: bool = False,
         (2,)
     """
     path = directory(path, "open", "path")
+    if not isinstance(mode, str) or mode not in ("r", "r+"):
+        raise ArgumentError(f"open({path}, mode={describe(mode)}): expected 'r+' (read and "
+                            "write) or 'r' (read only, beside a writer)")
     if "storage" in overrides:
         raise ConfigError(f"open({path}, storage=...): a reopened buffer keeps its files at "
                           f"{path}; drop the storage override (to copy the buffer elsewhere "

@@ -65,10 +65,11 @@ def _pos_int(name: str) -> Any:
     return Annotated[int, BeforeValidator(_positive(name))]
 
 
-def _gamma(v: float) -> float:
-    if not 0.0 <= v <= 1.0:
-        raise ValueError("must be a float in [0, 1]")
-    return v
+def _gamma(v: Any) -> float:
+    # checked before pydantic's lax parsing, which would read the text "0.5" as a number
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= v <= 1.0:
+        raise ValueError("must be a float in [0, 1] (a number, not text)")
+    return float(v)
 
 
 def _spec(v: Any) -> Any:
@@ -116,7 +117,7 @@ _COMMON: dict[str, Any] = {
     "sampler": ComponentConfig | None,
     "view": ComponentConfig | None,
     "n_step": _pos_int("n_step"),
-    "gamma": Annotated[float, AfterValidator(_gamma)],
+    "gamma": Annotated[float, BeforeValidator(_gamma)],
     "frame_stack": _pos_int("frame_stack"),
     "storage": Annotated[str, AfterValidator(_storage)],
     "path": str | None,

@@ -82,13 +82,16 @@ from replaybank.errors import (
     SpecError,
 )
 from replaybank.ops.gae import Backend, gae
-from replaybank.spec import Spec, cast_field, flatten
+from replaybank.spec import UNSET, Spec, cast_field, flatten
 from replaybank.storage.backends.base import available_memory, check_fits
 
 if TYPE_CHECKING:  # pydantic loads with the first config() call
     from replaybank.config import BufferConfig
 
 __all__ = ["RolloutBuffer"]
+
+#: The values every :meth:`RolloutBuffer.add` takes, in its order.
+_STEP_ARGS = ("obs", "action", "reward", "terminated", "truncated", "value", "log_prob")
 
 AnyArray = npt.NDArray[Any]
 _NORMS = ("batch", "minibatch", None)
@@ -299,8 +302,9 @@ class RolloutBuffer:
         self._data = {n: np.zeros((*shape, *f.shape), f.dtype) for n, f in spec.items()}
         self._final_obs = FinalObsStore(spec)
 
-    def add(self, obs: Any, action: Any, reward: Any, terminated: Any, truncated: Any,
-            value: Any, log_prob: Any, final_value: Any = None, final_obs: Any = None,
+    def add(self, obs: Any = UNSET, action: Any = UNSET, reward: Any = UNSET,
+            terminated: Any = UNSET, truncated: Any = UNSET, value: Any = UNSET,
+            log_prob: Any = UNSET, final_value: Any = None, final_obs: Any = None,
             **extras: Any) -> None:
         """Store one step of every env (values shaped ``[num_envs, *shape]``, or unbatched
         when ``num_envs == 1``).
@@ -326,6 +330,8 @@ class RolloutBuffer:
 
         Raises:
             CapacityError: The rollout is full.
+            SpecError: One of ``obs`` .. ``log_prob`` is missing (``done=`` is not a field:
+                pass ``terminated=`` and ``truncated=``).
             SpecError, ShapeError, DtypeError: Bad input, or a truncated env has neither a
                 final value nor a final observation (unless ``autoreset_mode=
                 "next_step"``), or (``"next_step"``) a reset step is marked terminated or
@@ -336,6 +342,14 @@ class RolloutBuffer:
                 and self._add_plain((obs, action, reward, terminated, truncated, value,
                                      log_prob)):
             return
+        missing = [n for n, v in zip(_STEP_ARGS, (obs, action, reward, terminated, truncated,
+                                                    value, log_prob), strict=True)
+                   if v is UNSET]
+        if missing:
+            hint = "; done= is not a field: pass terminated= and truncated= (done = " \
+                "terminated | truncated)" if "done" in extras else ""
+            raise SpecError(f"add: missing {', '.join(missing)}{hint}; every step takes "
+                            f"{', '.join(_STEP_ARGS)}")
         if self._pos >= self._num_steps:
             raise CapacityError(
                 f"add: the rollout is full ({self._num_steps} steps x {self._num_envs} envs); call "
