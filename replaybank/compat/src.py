@@ -67,6 +67,7 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
 
+from replaybank.batch import torch_device
 from replaybank.buffers.arguments import make_rng
 from replaybank.buffers.replay import ReplayBuffer
 from replaybank.compat.trajectory import PathBuffer
@@ -495,15 +496,7 @@ def _checked_device(device: Any) -> Any:
     device available here."""
     if device is None:
         return None
-    torch = require_extra("torch", "torch")
-    try:
-        dev = torch.device(device)
-    except (TypeError, RuntimeError, ValueError):
-        raise ConfigError(f"device={describe(device)}: not a torch device; pass None, 'cpu' "
-                          "or 'cuda'") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"device={describe(device)}: CUDA is not available on this "
-                          "machine; pass None or 'cpu'")
+    torch_device(require_extra("torch", "torch"), device)
     return device
 
 

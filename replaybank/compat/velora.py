@@ -57,6 +57,7 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict
 
+from replaybank.batch import torch_device
 from replaybank.buffers.arguments import make_rng
 from replaybank.buffers.replay import ReplayBuffer as CoreBuffer
 from replaybank.errors import (
@@ -194,16 +195,7 @@ def _checked_device(device: Any) -> Any:
     """``device`` as a ``torch.device`` (None stays None), or a ConfigError naming it."""
     if device is None:
         return None
-    torch = _torch()
-    try:
-        dev = torch.device(device)
-    except (TypeError, RuntimeError, ValueError):
-        raise ConfigError(f"device={describe(device)}: not a torch device; pass None (the "
-                          "CPU), torch.device('cpu') or torch.device('cuda')") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"device={describe(device)}: CUDA is not available on this "
-                          "machine; pass None or torch.device('cpu')")
-    return dev
+    return torch_device(_torch(), device)
 
 
 def _uses_numpy(device: Any) -> bool:
