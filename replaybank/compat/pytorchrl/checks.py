@@ -32,13 +32,13 @@ from typing import Any
 
 import numpy as np
 
-from replaybank.errors import ArgumentError, ConfigError, DtypeError, describe
+from replaybank.errors import ArgumentError, ConfigError, describe
+from replaybank.spec import real_array
 
 __all__ = ["check_bool", "check_count", "check_int", "check_mapping", "check_number",
            "check_whole", "numeric_kind"]
 
 #: numpy dtype kinds of values a storage can hold (bool, ints, floats).
-_NUMERIC = frozenset("biuf")
 
 
 def _is_real(value: Any) -> bool:
@@ -152,11 +152,10 @@ def check_mapping(call: str, name: str, value: Any, what: str) -> Mapping[str, A
 
 
 def numeric_kind(call: str, name: str, array: np.ndarray) -> None:
-    """Refuse arrays that hold no numbers (strings, None, objects).
+    """Refuse arrays that hold no real numbers (strings, None, objects, complex): the
+    core's rule (:func:`replaybank.spec.real_array`), named for this call.
 
     Raises:
         DtypeError: ``array``'s dtype is not bool, int or float.
     """
-    if array.dtype.kind not in _NUMERIC:
-        raise DtypeError(f"{call}: {name}={describe(array)} holds no numbers (dtype "
-                         f"{array.dtype}); pass a tensor or array of numbers")
+    real_array(array, f"{call}: {name}={describe(array)}", "pass a tensor or array of numbers")
