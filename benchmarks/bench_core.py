@@ -44,8 +44,12 @@ takes ``done`` (``terminated | truncated`` in the flags' own type) and ``infos``
 (``TimeLimit.truncated``), built beforehand and not timed; cpprb's ``done`` is
 ``terminated``. No reshaping is done for either. A library that raises on a kind shows
 ``refused`` and the error type. All libraries are filled to capacity first and timed
-interleaved per repeat (CPU time, the best kept). A missing SB3 or cpprb drops its
-columns with a note.
+interleaved per repeat (CPU time, the best kept). replaybank and SB3 are filled with
+:func:`replaybank.cli.harness.fill_stream`: each lane a sequential stream of its own, so a
+lane's next_obs is its next obs except at episode ends, as in a vector env's buffer (one
+stream cut across the lanes would leave replaybank a side copy of every step's next_obs
+to evict in every timed 4-env write); cpprb's cost does not depend on the values. A
+missing SB3 or cpprb drops its columns with a note.
 
 Run: ``python benchmarks/bench_core.py [--capacity N] [--repeats R] [--table
 all|core|inputs] [--envs 1,4] [--kinds exact,torch,...] [--input-adds N] [--input-chunks N]

@@ -32,7 +32,8 @@ def test_structure(report: dict[str, Any]) -> None:
     assert report["cases"] == ["add", "sample"]
     assert report["libraries"][0] == "replaybank"
     assert 1000 <= report["capacity"] <= 2000
-    keys = {"case", "library", "version", "us_per_call", "ratio", "na", "error"}
+    keys = {"case", "library", "version", "us_per_call", "ratio", "na", "error", "floor_us",
+            "over_floor"}
     assert len(report["results"]) == 2 * len(report["libraries"])
     for r in report["results"]:
         assert set(r) == keys
@@ -83,6 +84,74 @@ def test_sb3_per_is_not_applicable() -> None:
 
     rec = run("sb3", "per", 1024, 1)
     assert rec["us_per_call"] is None and "prioritized" in rec["na"]
+
+
+# ---- the floor column: sample against numpy take gathers of the same fields
+
+
+def test_sample_rows_carry_their_floor(report: dict[str, Any]) -> None:
+    assert report["floors"] == {"sample": report["floors"]["sample"]}
+    assert "ndarray.take" in report["floors"]["sample"]
+    assert report["no_floor"] == {} and report["floor_target"] == 1.1
+    rows = [r for r in report["results"] if r["case"] == "sample"]
+    floor = rows[0]["floor_us"]
+    assert rows[0]["library"] == "replaybank" and floor > 0
+    for r in rows:  # one floor per case, timed in replaybank's worker; every row over it
+        assert r["floor_us"] == floor
+        assert r["over_floor"] == pytest.approx(r["us_per_call"] / floor)
+    for r in report["results"]:
+        if r["case"] == "add":
+            assert r["floor_us"] is None and r["over_floor"] is None
+
+
+def test_floor_column_and_per_note_in_the_table() -> None:
+    proc = _run("--scale", "0.002", "--cases", "sample,per", "--repeats", "1", "--peers", "")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    head = next(ln for ln in lines if ln.startswith("case "))
+    assert head.split() == ["case", "replaybank", "floor"]
+    sample = next(ln for ln in lines if ln.startswith("sample ")).split()
+    us, floor, over = float(sample[1]), float(sample[2]), sample[4].rstrip("!")
+    assert sample[3] == "(rb" and over.endswith("x)")
+    assert float(over[:-2]) == pytest.approx(us / floor, abs=0.02)
+    assert sample[4].endswith("!") == (float(over[:-2]) > 1.1)
+    per = next(ln for ln in lines if ln.startswith("per ")).split()
+    assert per[2] == "-"
+    assert any(ln.startswith("floor (sample): ") and "target <= 1.1" in ln for ln in lines)
+    assert any(ln.startswith("per: no floor: ") and "sum tree" in ln for ln in lines)
+    proc = _run("--scale", "0.002", "--cases", "sample,per", "--repeats", "1", "--peers", "",
+                "--json")
+    rep = json.loads(proc.stdout)
+    assert set(rep["floors"]) == {"sample"} and set(rep["no_floor"]) == {"per"}
+    per_row = next(r for r in rep["results"] if r["case"] == "per")
+    assert per_row["floor_us"] is None and per_row["us_per_call"] > 0
+
+
+def test_no_floor_column_without_a_floored_case() -> None:
+    proc = _run("--scale", "0.002", "--cases", "add", "--repeats", "1", "--peers", "")
+    assert proc.returncode == 0, proc.stderr
+    head = next(ln for ln in proc.stdout.splitlines() if ln.startswith("case "))
+    assert head.split() == ["case", "replaybank"] and "floor" not in proc.stdout
+
+
+@pytest.mark.parametrize("envs", [1, 4])
+def test_filled_buffers_are_sequential_per_lane(envs: int) -> None:
+    """The benchmarks' filled buffer keeps about one side obs per episode end and lane (as
+    a vector env's buffer does), not one per step: each lane is a stream of its own."""
+    import numpy as np
+
+    from replaybank.cli.harness import fill_stream, filled_replaybank
+
+    cap = 8192
+    buf = filled_replaybank(cap, envs)
+    s = fill_stream(cap, envs)
+    assert s["obs"].shape == (cap // envs, envs, 17) and s["obs"].dtype == np.float32
+    ends = int((s["terminated"] | s["truncated"]).sum())
+    assert ends >= envs  # episodes of 1000 steps end in every lane
+    assert len(buf) == cap and buf.table.side_in_use() <= ends + envs
+    # within a lane, next_obs is the next step's obs except at an episode end
+    same = np.all(s["next_obs"][:-1] == s["obs"][1:], axis=-1)
+    assert np.array_equal(~same, (s["terminated"] | s["truncated"])[:-1])
 
 
 # ---- the input-kind cases (float64, int, torch inputs): every library takes the same objects

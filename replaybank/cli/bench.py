@@ -21,10 +21,22 @@ filled to capacity and the case timed ``--repeats`` times (CPU time of that proc
 best kept. Peers not installed are skipped with the ``pip`` line that installs them.
 The ratio is peer us / replaybank us: above 1, replaybank is faster.
 
+The floor column (where a case has one: :data:`~replaybank.cli.harness.FLOORS`): for
+``sample``, the same ``sample(256)`` done as six ``ndarray.take`` gathers from preallocated
+numpy arrays (obs, action, reward, next_obs, terminated, truncated) at ``rng.integers``
+indices, the memory-latency floor of a random row gather, timed in replaybank's process
+interleaved with its ``sample``; shown as floor us and ``rb`` = replaybank / floor (target
+<= 1.1, ``!`` marks a miss). ``per`` has none (:data:`~replaybank.cli.harness.NO_FLOOR`
+says why, and so does the table's note).
+
 JSON (``--json``; ``"format": "replaybank.bench"``, ``"version": 1``): ``scale``,
 ``capacity``, ``repeats``, ``cases``, ``libraries`` (measured, replaybank first),
 ``skipped`` (``[{"library", "reason", "install"}]``), ``results``
-(``[{"case", "library", "version", "us_per_call", "ratio", "na", "error"}]``).
+(``[{"case", "library", "version", "us_per_call", "ratio", "na", "error", "floor_us",
+"over_floor"}]``: ``floor_us`` the case's floor, the same in every library's row, null
+where there is none; ``over_floor`` = ``us_per_call / floor_us``), ``floors`` (case ->
+what its floor is, for the cases run that have one), ``no_floor`` (case -> why it has
+none), ``floor_target`` (1.1: replaybank's ``over_floor`` at most this).
 
 Example:
     >>> main(["--help"])  # doctest: +ELLIPSIS
@@ -43,7 +55,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from replaybank.cli.harness import CASES
+from replaybank.cli.harness import CASES, FLOOR_TARGET, FLOORS, NO_FLOOR
 
 __all__ = ["FORMAT", "PEERS", "build_parser", "main", "render_table", "run_bench"]
 
@@ -123,34 +135,52 @@ def run_bench(peers: list[str], cases: list[str], scale: float, repeats: int,
     results = []
     for case in cases:
         base: float | None = None
+        floor: float | None = None
         for lib in libraries:
             if progress is not None:
                 progress(f"{lib} {case}")
             rec = _worker(lib, case, capacity, repeats)
             us = rec.get("us_per_call")
-            if lib == "replaybank":
-                base = us
+            if lib == "replaybank":  # the first: its worker also times the case's floor
+                base, floor = us, rec.get("floor_us")
             ratio = us / base if (us is not None and base) else None
             results.append({"case": case, "library": lib, "version": rec.get("version"),
                             "us_per_call": us, "ratio": ratio, "na": rec.get("na"),
-                            "error": rec.get("error")})
+                            "error": rec.get("error"), "floor_us": floor,
+                            "over_floor": us / floor if (us is not None and floor) else None})
     return {"format": FORMAT, "version": 1, "scale": scale, "capacity": capacity,
             "repeats": repeats, "cases": cases, "libraries": libraries, "skipped": skipped,
-            "results": results}
+            "results": results, "floors": {c: FLOORS[c] for c in cases if c in FLOORS},
+            "no_floor": {c: NO_FLOOR[c] for c in cases if c in NO_FLOOR},
+            "floor_target": FLOOR_TARGET}
+
+
+def _floor_cell(r: dict[str, Any] | None, target: float) -> str:
+    """The floor column's cell of replaybank's row ``r``: floor us (replaybank / floor)."""
+    if r is None or r.get("floor_us") is None:
+        return "-"
+    over = r.get("over_floor")
+    if over is None:
+        return f"{r['floor_us']:.2f}"
+    return f"{r['floor_us']:.2f} (rb {over:.2f}x){'!' if over > target else ''}"
 
 
 def render_table(report: dict[str, Any]) -> str:
-    """The report as plain text: per case, us per call and peer / replaybank per library."""
+    """The report as plain text: per case, us per call and peer / replaybank per library,
+    and the case's floor with replaybank / floor where it has one."""
     libs: list[str] = report["libraries"]
     by = {(r["case"], r["library"]): r for r in report["results"]}
     versions = {r["library"]: r["version"] for r in report["results"] if r.get("version")}
+    floors: dict[str, str] = report.get("floors") or {}
+    target = float(report.get("floor_target") or 1.1)
     head = [f"capacity {report['capacity']:,} (scale {report['scale']}), obs float32[17], "
             f"action float32[6], batch 256, best of {report['repeats']}; "
             "us per call (ratio = peer / replaybank, > 1: replaybank faster)",
             "libraries: " + ", ".join(f"{lib} {versions.get(lib, '?')}" for lib in libs)]
     w = 22
     wc = max([8, *(len(c) + 2 for c in report["cases"])])
-    lines = [*head, "", f"{'case':<{wc}}" + "".join(f"{lib:>{w}}" for lib in libs)]
+    cols = [libs[0], *(["floor"] if floors else []), *libs[1:]]
+    lines = [*head, "", f"{'case':<{wc}}" + "".join(f"{c:>{w}}" for c in cols)]
     notes: list[str] = []
     for case in report["cases"]:
         cells = []
@@ -171,7 +201,14 @@ def render_table(report: dict[str, Any]) -> str:
                 cell = f"{r['us_per_call']:.2f} ({ratio:.2f}x)" if ratio else \
                     f"{r['us_per_call']:.2f}"
             cells.append(f"{cell:>{w}}")
+            if lib == libs[0] and floors:
+                cells.append(f"{_floor_cell(r, target):>{w}}")
         lines.append(f"{case:<{wc}}" + "".join(cells))
+    for case, what in floors.items():
+        notes.append(f"floor ({case}): {what}; rb = replaybank / floor (target <= {target}, "
+                     "'!' marks a miss), timed in replaybank's process, interleaved with it")
+    for case, why in (report.get("no_floor") or {}).items():
+        notes.append(f"{case}: no floor: {why}")
     for s in report["skipped"]:
         notes.append(f"{s['library']} skipped: {s['reason']} ({s['install']})")
     return "\n".join(lines + (["", *notes] if notes else [])) + "\n"

@@ -3,9 +3,12 @@
 ``python -m replaybank.cli.bench_worker LIBRARY CASE CAPACITY REPEATS`` builds
 ``LIBRARY``'s buffer (:mod:`replaybank.cli.harness`), fills it to ``CAPACITY``, times
 ``CASE`` ``REPEATS`` times after a warm-up, and prints one JSON line:
-``{"library", "case", "version", "us_per_call" (best), "repeats_us", "na"}``
-(``us_per_call`` null and ``na`` set when the library has no such operation). Any failure
-prints ``{"library", "case", "error"}`` and exits with status 1.
+``{"library", "case", "version", "us_per_call" (best), "repeats_us", "na", "floor_us",
+"floor_repeats_us"}`` (``us_per_call`` null and ``na`` set when the library has no such
+operation). ``floor_us`` is the best time of the case's floor
+(:data:`replaybank.cli.harness.FLOORS`: replaybank's ``sample`` only), timed in this
+process interleaved with the case (each repeat times one, then the other); null otherwise.
+Any failure prints ``{"library", "case", "error"}`` and exits with status 1.
 """
 
 from __future__ import annotations
@@ -20,16 +23,23 @@ __all__ = ["main", "run"]
 
 def run(library: str, case: str, capacity: int, repeats: int) -> dict[str, Any]:
     """Measure ``case`` on ``library``'s buffer; the JSON record (see the module doc)."""
-    from replaybank.cli.harness import build_target, measure
+    from replaybank.cli.harness import build_target, measure, measure_floor
 
     target = build_target(library, capacity, case)
-    times = measure(target, case, repeats)
+    floor_times: list[float] | None = None
+    paired = measure_floor(target, case, repeats)
+    if paired is None:
+        times = measure(target, case, repeats)
+    else:
+        times, floor_times = paired
     rec: dict[str, Any] = {"library": library, "case": case, "version": target.version,
                            "capacity": capacity}
     if times is None:
         rec.update(us_per_call=None, repeats_us=[], na=target.na or "not supported")
     else:
         rec.update(us_per_call=min(times) * 1e6, repeats_us=[t * 1e6 for t in times], na=None)
+    rec.update(floor_us=None if floor_times is None else min(floor_times) * 1e6,
+               floor_repeats_us=[t * 1e6 for t in floor_times or []])
     return rec
 
 

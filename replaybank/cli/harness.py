@@ -17,7 +17,11 @@ adapters, in the one process that measures them.
   library; :data:`INPUT_CASES` names the ones ``replaybank bench`` times
   (``add-f64``, ``add-f64x4``, ...); :func:`filled_replaybank`, :func:`filled_sb3`,
   :func:`filled_cpprb`, :func:`sb3_call`, :func:`sb3_chunk_adder` and :func:`cpprb_kw` build
-  each library's filled buffer and call for them (also used by ``benchmarks/bench_core.py``).
+  each library's filled buffer and call for them (also used by ``benchmarks/bench_core.py``);
+  replaybank and SB3 are filled with :func:`fill_stream`, one sequential stream per lane;
+* floors (:data:`FLOORS`, :class:`TakeFloor`, :func:`measure_floor`): the least work a case
+  can do, timed beside replaybank's (``sample``: ``ndarray.take`` gathers of six numpy
+  arrays); :data:`NO_FLOOR` says why ``per`` has none.
 
 Example:
     >>> s = make_stream(512, episode_len=100)
@@ -43,8 +47,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ACT", "ADAPTERS", "BATCH", "CASES", "CHUNK", "INPUT_CASES", "INPUT_KINDS", "OBS",
-           "SPEC", "Target", "best_of", "build_target", "cpprb_kw", "filled_cpprb",
+__all__ = ["ACT", "ADAPTERS", "BATCH", "CASES", "CHUNK", "FLOORS", "FLOOR_TARGET",
+           "INPUT_CASES", "INPUT_KINDS", "NO_FLOOR", "OBS", "SPEC", "TakeFloor", "Target",
+           "best_of", "build_target", "cpprb_kw", "fill_stream", "filled_cpprb",
            "filled_replaybank", "filled_sb3", "input_chunks", "input_steps", "make_stream",
            "sb3_call", "sb3_chunk_adder", "time_adds", "time_calls", "time_extends",
            "time_samples"]
@@ -319,39 +324,54 @@ def cpprb_kw(d: dict[str, Any]) -> dict[str, Any]:
             "next_obs": d["next_obs"], "done": d["terminated"]}
 
 
-def _lanes(stream: Stream, envs: int) -> Stream:
-    """``stream``'s ``[n, ...]`` fields as ``[n // envs, envs, ...]`` (one lane per env)."""
-    rows = len(stream["obs"]) // envs
-    return {k: v[:rows * envs].reshape(rows, envs, *v.shape[1:]) for k, v in stream.items()}
+def fill_stream(capacity: int, envs: int = 1) -> Stream:
+    """What :func:`filled_replaybank` and :func:`filled_sb3` are filled with: ``capacity //
+    envs`` steps of ``envs`` envs in the stored dtypes, every field ``[T, envs, ...]``.
+
+    Each lane is a sequential stream of its own, as a vector env gives it: a lane's
+    ``next_obs`` is its next step's ``obs`` except at an episode end (a true final obs).
+    One env: :func:`make_stream`; several: :func:`lane_stream` (episodes of 1000 steps,
+    staggered by 97 steps from lane to lane) cast to float32 obs/action/reward. (Not one
+    stream cut across the lanes, where no lane's ``next_obs`` is its next ``obs``: replaybank
+    would keep every step's next_obs aside, and every timed write would pay for evicting
+    them.)
+    """
+    rows = capacity // envs
+    if envs == 1:
+        return {k: v[:, None] for k, v in make_stream(rows).items()}
+    s = lane_stream(rows, envs, seed=1)
+    return {k: v.astype(np.float32) if v.dtype == np.float64 else v for k, v in s.items()}
 
 
 def filled_replaybank(capacity: int, envs: int = 1, storage: str = "numpy",
                       path: Any = None) -> Any:
     """A replaybank ``ReplayBuffer`` (spec :data:`SPEC`, ``num_envs=envs``) filled to
-    ``capacity`` (rounded down to a multiple of ``envs``) with :func:`make_stream`."""
+    ``capacity`` (rounded down to a multiple of ``envs``) with :func:`fill_stream` (each
+    lane sequential: one side obs per episode end and lane, not one per step)."""
     import replaybank as rb
 
     capacity -= capacity % envs
     kw: dict[str, Any] = {"storage": storage} if storage == "numpy" else \
         {"storage": storage, "path": path}
     buf = rb.ReplayBuffer(capacity, num_envs=envs, seed=0, spec=SPEC, **kw)
-    stream = make_stream(capacity)
-    if envs > 1:
-        stream = _lanes(stream, envs)
+    stream = fill_stream(capacity, envs)
+    if envs == 1:
+        stream = {k: v[:, 0] for k, v in stream.items()}
     for i in range(0, len(stream["obs"]), CHUNK):
         buf.extend(**{k: v[i:i + CHUNK] for k, v in stream.items()})
     return buf
 
 
 def filled_sb3(capacity: int, envs: int = 1) -> Any:
-    """An SB3 ``ReplayBuffer`` (``n_envs=envs``) filled to ``capacity`` by assignment."""
+    """An SB3 ``ReplayBuffer`` (``n_envs=envs``) filled to ``capacity`` by assignment, with
+    the data of :func:`filled_replaybank` (:func:`fill_stream`)."""
     from gymnasium import spaces
     from stable_baselines3.common.buffers import ReplayBuffer
 
     buf: Any = ReplayBuffer(
         capacity, spaces.Box(-np.inf, np.inf, (OBS,), np.float32),
         spaces.Box(-1.0, 1.0, (ACT,), np.float32), device="cpu", n_envs=envs)
-    s = _lanes(make_stream(buf.buffer_size * envs), envs)  # arrays are [T, n_envs, ...]
+    s = fill_stream(buf.buffer_size * envs, envs)  # arrays are [T, n_envs, ...]
     buf.observations[:] = s["obs"]
     buf.next_observations[:] = s["next_obs"]
     buf.actions[:] = s["action"]
@@ -373,13 +393,56 @@ def filled_cpprb(capacity: int) -> Any:
     return buf
 
 
+#: The floor of each case that has one (what ``replaybank bench`` prints beside it), and why
+#: the others have none. A floor runs in replaybank's worker, interleaved with its case.
+FLOORS: dict[str, str] = {
+    "sample": "the same batch gathered with ndarray.take from six preallocated numpy arrays "
+              "(obs, action, reward, next_obs, terminated, truncated), indices from "
+              "rng.integers: the memory-latency floor of a random row gather",
+}
+NO_FLOOR: dict[str, str] = {
+    "per": "beyond the sample floor's gather, a PER call is a sum tree's stratified draw "
+           "and its priority update (about log2(capacity) levels per item, IS weights): "
+           "work with no implementation-free lower bound, so a gather-only floor would time "
+           "the tree, not replaybank's overhead; benchmarks/bench_per.py compares it with "
+           "cpprb and a numpy sum tree",
+}
+#: replaybank / floor at most this much is the target.
+FLOOR_TARGET = 1.1
+
+
+class TakeFloor:
+    """The floor of ``sample(B)``: six preallocated numpy arrays (the fields of
+    :func:`make_stream`), gathered with ``ndarray.take`` at ``rng.integers`` indices.
+
+    Example:
+        >>> f = TakeFloor(make_stream(1024))
+        >>> b = f.sample(256)
+        >>> b["obs"].shape, b["next_obs"].dtype.name, b["truncated"].shape
+        ((256, 17), 'float32', (256,))
+    """
+
+    def __init__(self, stream: Stream, seed: int = 0) -> None:
+        self.fields = {k: np.ascontiguousarray(v) for k, v in stream.items()}  # [N, ...]
+        self.size = len(self.fields["obs"])
+        self.rng = np.random.default_rng(seed)
+
+    def sample(self, batch: int) -> dict[str, np.ndarray]:
+        """``batch`` random rows of every field (``[batch, *shape]``) and their indices."""
+        idx = self.rng.integers(0, self.size, size=batch)
+        out = {k: v.take(idx, axis=0) for k, v in self.fields.items()}
+        out["indices"] = idx
+        return out
+
+
 @dataclass
 class Target:
     """One library's buffer, filled, with the timed operations in its own API.
 
     ``add`` takes the items in ``add_items``, ``extend`` the parts in ``extend_parts``;
     ``sample(B)``; ``per()`` is one PER ``sample(256)`` + ``update_priorities``. ``None``:
-    the library has no such operation (``na`` says why).
+    the library has no such operation (``na`` says why). ``floor(B)``: the least work that
+    ``sample(B)`` can do (:class:`TakeFloor`; set on replaybank's ``sample`` target only).
     """
 
     version: str
@@ -390,6 +453,7 @@ class Target:
     sample: Callable[[int], Any] | None = None
     per: Callable[[], Any] | None = None
     na: str = ""
+    floor: Callable[[int], Any] | None = None
 
 
 def _sizes(capacity: int) -> tuple[int, int]:
@@ -447,6 +511,8 @@ def _replaybank(capacity: int, case: str) -> Target:
     n_add, n_chunks = _sizes(capacity)
     t = Target(rb.__version__, add=buf.add, add_items=single_items(stream, n_add),
                extend=buf.extend, extend_parts=chunks(stream, n_chunks), sample=buf.sample)
+    if case in FLOORS:
+        t.floor = TakeFloor(stream).sample
     if case == "per":
         next_td = _td_cycle()
 
@@ -634,3 +700,22 @@ def measure(target: Target, case: str, repeats: int, calls: int = 500) -> list[f
         gc.collect()
         out.append(fn())
     return out
+
+
+def measure_floor(target: Target, case: str, repeats: int,
+                  calls: int = 500) -> tuple[list[float], list[float]] | None:
+    """Seconds per call of ``case`` on ``target`` and of its floor (:data:`FLOORS`), each
+    repeat timing one then the other (interleaved against noise, after one warm-up each),
+    or ``None`` when ``case`` has no floor or ``target`` none for it."""
+    if case not in FLOORS or target.sample is None or target.floor is None:
+        return None
+    sample, floor = target.sample, target.floor
+    ours: list[float] = []
+    low: list[float] = []
+    time_samples(sample, calls)  # warm-up
+    time_samples(floor, calls)
+    for _ in range(repeats):
+        for fn, out in ((sample, ours), (floor, low)):
+            gc.collect()
+            out.append(time_samples(fn, calls))
+    return ours, low
