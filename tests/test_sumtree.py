@@ -123,9 +123,13 @@ def test_range_reduce_and_range_min(fanout: int) -> None:
         assert sumtree.range_min(s, m, off, fanout, a, b) == want
 
 
-@pytest.mark.parametrize("fanout", [2, 8, 16])
-def test_numba_kernels_equal_numpy_oracle(fanout: int) -> None:
-    nb = pytest.importorskip("replaybank.ops.sumtree_numba")
+COMPILED = ["replaybank.ops.sumtree_c", "replaybank.ops.sumtree_numba"]
+
+
+@pytest.mark.parametrize("module", COMPILED)
+@pytest.mark.parametrize("fanout", [2, 8, 16, 64])
+def test_compiled_kernels_equal_numpy_oracle(fanout: int, module: str) -> None:
+    nb = pytest.importorskip(module)
 
     rng = np.random.default_rng(100 + fanout)
     n = 5000
@@ -148,9 +152,11 @@ def test_numba_kernels_equal_numpy_oracle(fanout: int) -> None:
 
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.floats(0.0, 100.0), min_size=1, max_size=80),
-       st.sampled_from([2, 4, 16]), st.floats(0.0, 1.0, exclude_max=True))
-def test_numba_find_property(values: list[float], fanout: int, frac: float) -> None:
-    nb = pytest.importorskip("replaybank.ops.sumtree_numba")
+       st.sampled_from([2, 4, 16]), st.floats(0.0, 1.0, exclude_max=True),
+       st.sampled_from(COMPILED))
+def test_compiled_find_property(values: list[float], fanout: int, frac: float,
+                                module: str) -> None:
+    nb = pytest.importorskip(module)
 
     v = np.asarray(values)
     if not np.any(v > 0):
@@ -165,11 +171,17 @@ def test_numba_find_property(values: list[float], fanout: int, frac: float) -> N
 def test_kernels_dispatch() -> None:
     _, name = sumtree.kernels("auto")
     try:
-        import numba  # noqa: F401
+        import replaybank.ops.sumtree_c  # noqa: F401
     except ImportError:
-        assert name == "numpy"
+        try:
+            import numba  # noqa: F401
+        except ImportError:
+            assert name == "numpy"
+        else:
+            assert name == "numba"
     else:
-        assert name == "numba"
+        assert name == "c"
+    assert sumtree.fused("numpy") is None
     (f2, _), name2 = sumtree.kernels("numpy")
     assert name2 == "numpy" and f2 is sumtree.find
     with pytest.raises(ValueError, match="prefer"):

@@ -55,8 +55,8 @@ class Parts:
             CallbackView`): a failed sample puts the generator and beta schedule back.
     """
 
-    __slots__ = ("every_step", "fused", "restores", "sampler", "step", "traits", "transform",
-                 "view")
+    __slots__ = ("every_step", "fused", "options", "restores", "sampler", "step", "traits",
+                 "transform", "view")
 
     def __init__(self, sampler: Sampler, view: View) -> None:
         self.sampler = sampler
@@ -67,6 +67,8 @@ class Parts:
         self.step = view if isinstance(view, StepView) else None
         self.every_step = bool(view.every_step)
         self.restores = isinstance(view, CallbackView)
+        # the keyword options a sample call may pass without the slow check
+        self.options = frozenset(self.traits.options) - {"batch_size", "replace"}
 
     def sample(self, table: StepTable | None, lanes: LaneView | None,
                rng: np.random.Generator, batch_size: int, replace: bool,
@@ -97,7 +99,8 @@ class Parts:
                 rng: np.random.Generator, batch_size: int, replace: bool,
                 kwargs: dict[str, Any]) -> dict[str, Any]:
         if type(batch_size) is not int or not 0 < batch_size <= LARGE_BATCH \
-                or (replace is not True and replace is not False) or kwargs:
+                or (replace is not True and replace is not False) \
+                or (kwargs and not self.options.issuperset(kwargs)):
             batch_size, replace = self.check(table, lanes, batch_size, replace, kwargs)
         uniform = self.traits.uniform
         if uniform is not None and table is not None:

@@ -219,7 +219,11 @@ def update_priorities(traits: SamplerTraits, lanes: LaneView | None, indices: An
         raise ShapeError("the buffer has no storage yet; add a transition or pass spec=")
     indices, priorities = to_host(indices, priorities)  # tensors: one transfer at most
     keys = ring.as_int_array(indices, "indices")
-    p = _floats(priorities, f"update_priorities(priorities={describe(priorities)})").reshape(-1)
+    if type(priorities) is np.ndarray and priorities.dtype.kind == "f":  # the usual call
+        p = priorities.astype(np.float64, copy=False).reshape(-1)
+    else:
+        p = _floats(priorities, f"update_priorities(priorities={describe(priorities)})"
+                    ).reshape(-1)
     if len(p) != len(keys):
         raise ShapeError(
             f"update_priorities: {len(keys)} indices but {len(p)} priorities; "

@@ -18,8 +18,9 @@ The stream, fixed so that every implementation gives the same values:
   case) or ``2 * r + 8`` words (second case), keeps its accepted candidates in order up
   to ``r`` and drops the rest. Rounds repeat until ``size`` values are drawn.
 
-The numba kernel (:mod:`replaybank.ops.draws_numba`) and the numpy function
-:func:`map_raw` map a round identically (the tests compare them).
+The C kernel (``replaybank._sampling.map_raw``), the numba kernel
+(:mod:`replaybank.ops.draws_numba`) and the numpy function :func:`map_raw` map a round
+identically (the tests compare them).
 
 Example:
     >>> import numpy as np
@@ -97,9 +98,10 @@ def map_raw(raw: U64Array, high: int, out: IntArray, start: int) -> int:
 
 @cache
 def _kernel() -> Any:
-    """The raw-word mapper (numba when it imports, else :func:`map_raw`), loaded once."""
+    """The raw-word mapper (C where built, else numba when it imports, else
+    :func:`map_raw`), loaded once."""
     return pick_kernel("auto", "replaybank.ops.draws_numba", "map_raw", map_raw,
-                       "uniform_ints")[0]
+                       "uniform_ints", compiled="replaybank._sampling")[0]
 
 
 def uniform_ints(rng: np.random.Generator, high: int, size: int,
@@ -110,8 +112,8 @@ def uniform_ints(rng: np.random.Generator, high: int, size: int,
         rng: The generator; only its bit generator's raw output is read.
         high: Exclusive upper bound, ``1 <= high <= 2**63``.
         size: Number of values (``>= 0``).
-        kernel: A :func:`map_raw`-compatible mapper; default the numba kernel when numba
-            imports, else :func:`map_raw`.
+        kernel: A :func:`map_raw`-compatible mapper; default the C kernel where built,
+            else numba's when numba imports, else :func:`map_raw`.
 
     Returns:
         ``[size]`` int64.

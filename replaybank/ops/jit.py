@@ -1,8 +1,9 @@
-"""Choosing between a numba-compiled kernel and its numpy oracle.
+"""Choosing between a compiled kernel (C or numba) and its numpy oracle.
 
 Every compiled kernel in replaybank has a pure-numpy twin with the same signature and
-results (the tests check both). :func:`pick_kernel` returns the compiled one when numba
-imports, unless the caller asks for numpy.
+results (the tests check them against each other). :func:`pick_kernel` returns, for
+``prefer="auto"``, the C kernel where one exists and was built (no JIT: nothing to
+compile or load on first use), else the numba kernel when numba imports, else numpy.
 
 Example:
     >>> import numpy as np
@@ -17,32 +18,45 @@ from typing import Any
 
 __all__ = ["PREFERENCES", "pick_kernel"]
 
-PREFERENCES = ("auto", "numba", "numpy")
+PREFERENCES = ("auto", "c", "numba", "numpy")
 
 
-def pick_kernel(prefer: str, module: str, attr: str, fallback: Any, caller: str) -> tuple[Any, str]:
-    """Return ``(kernel, "numba")`` from ``module.attr`` or ``(fallback, "numpy")``.
+def pick_kernel(prefer: str, module: str, attr: str, fallback: Any, caller: str,
+                compiled: str | None = None) -> tuple[Any, str]:
+    """Return ``(kernel, name)``: name ``"c"``, ``"numba"`` or ``"numpy"``.
 
     Args:
-        prefer: ``"auto"`` (numba when it imports), ``"numba"`` (raise if it cannot be
-            imported) or ``"numpy"``.
-        module: Module holding the compiled kernels (imports numba).
-        attr: Name of the compiled kernel in ``module``.
+        prefer: ``"auto"`` (C, else numba, else numpy, whichever imports first), ``"c"``
+            or ``"numba"`` (raise if that one cannot be imported) or ``"numpy"``.
+        module: Module holding the numba kernels (imports numba).
+        attr: Name of the kernel in ``module`` (and in ``compiled``).
         fallback: The numpy implementation.
         caller: Name used in the error message.
+        compiled: Module holding the C kernel (imports the built extension), if any.
 
     Raises:
-        ValueError: ``prefer`` is not one of :data:`PREFERENCES`.
-        ImportError: ``prefer="numba"`` and numba is not installed.
+        ValueError: ``prefer`` is not one of :data:`PREFERENCES`, or ``"c"`` for a
+            kernel without a C twin.
+        ImportError: ``prefer="c"`` or ``"numba"`` and that module cannot be imported.
+
+    Example:
+        >>> pick_kernel("auto", "replaybank.ops.sumtree_numba", "KERNELS", None, "k",
+        ...             "replaybank.ops.sumtree_c")[1] in ("c", "numba", "numpy")
+        True
     """
     if prefer not in PREFERENCES:
         raise ValueError(f"{caller}(prefer={prefer!r}): use one of {list(PREFERENCES)}")
-    if prefer != "numpy":
+    if prefer == "c" and compiled is None:
+        raise ValueError(f"{caller}(prefer='c'): this kernel has no C twin; use "
+                         "'auto', 'numba' or 'numpy'")
+    for name, source in (("c", compiled), ("numba", module)):
+        if source is None or prefer not in ("auto", name):
+            continue
         try:
-            mod = importlib.import_module(module)
+            mod = importlib.import_module(source)
         except ImportError:
-            if prefer == "numba":
+            if prefer == name:
                 raise
         else:
-            return getattr(mod, attr), "numba"
+            return getattr(mod, attr), name
     return fallback, "numpy"

@@ -9,9 +9,9 @@ levels deep where a binary tree is 20: a draw costs ~5 cache misses instead of ~
 
 Leaves past ``n`` hold the reduction's identity (0 for sums, +inf for mins), so they
 are never drawn. Every internal node is recomputed from its children (never updated by
-a delta), in child order, so sums never drift and the numba kernels of
-:mod:`replaybank.ops.sumtree_numba` give bit-identical results: these functions are
-their test oracle.
+a delta), in child order, so sums never drift and the C kernels of
+:mod:`replaybank.ops.sumtree_c` and the numba kernels of :mod:`replaybank.ops.sumtree_numba`
+give bit-identical results: these functions are their test oracle.
 
 :func:`find` is clamped against round-off: it only ever descends into children with a
 positive value, so a target at or past the total still returns a positive leaf.
@@ -31,8 +31,9 @@ Example:
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -40,8 +41,10 @@ import numpy.typing as npt
 from replaybank.ops.jit import pick_kernel
 
 __all__ = [
+    "FusedKernels",
     "Kernels",
     "build",
+    "fused",
     "build_pair",
     "find",
     "kernels",
@@ -58,7 +61,7 @@ __all__ = [
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 
-#: (find, update_pair) implementations: numba when available, else numpy.
+#: (find, update_pair) implementations: C or numba when available, else numpy.
 Kernels = tuple[
     Callable[[FloatArray, IntArray, int, FloatArray], IntArray],
     Callable[[FloatArray, FloatArray, IntArray, int, IntArray, FloatArray], None],
@@ -321,18 +324,51 @@ def _numpy_kernels() -> Kernels:
 
 
 def kernels(prefer: str = "auto") -> tuple[Kernels, str]:
-    """The fast path: numba kernels when numba imports (``prefer="auto"``), else numpy.
+    """The fast path: the C kernels where built (``prefer="auto"``), else numba when it
+    imports, else numpy.
 
     Args:
-        prefer: ``"auto"``, ``"numba"`` (raise if unavailable) or ``"numpy"``.
+        prefer: ``"auto"``, ``"c"`` or ``"numba"`` (raise if unavailable) or ``"numpy"``.
 
     Returns:
-        ``((find, update_pair), name)`` with name ``"numba"`` or ``"numpy"``.
+        ``((find, update_pair), name)`` with name ``"c"``, ``"numba"`` or ``"numpy"``.
 
     Example:
         >>> (f, u), name = kernels("numpy"); name
         'numpy'
     """
     kernel, name = pick_kernel(prefer, "replaybank.ops.sumtree_numba", "KERNELS",
-                               None, "kernels")
+                               None, "kernels", compiled="replaybank.ops.sumtree_c")
     return (kernel if kernel is not None else _numpy_kernels()), name
+
+
+class FusedKernels(Protocol):
+    """The fused prioritized kernels of :mod:`replaybank.ops.sumtree_c` and
+    :mod:`replaybank.ops.sumtree_numba` (same signatures and results)."""
+
+    def sample_stratified(self, tree: FloatArray, min_tree: FloatArray, offsets: IntArray,
+                          fanout: int, u: FloatArray, written: IntArray, counts: IntArray,
+                          rows: int, beta: float, norm: int, n_items: int,
+                          ) -> tuple[IntArray, FloatArray, FloatArray]: ...
+
+    def transform(self, raw: FloatArray, eps: float, alpha: float
+                  ) -> tuple[FloatArray, float]: ...
+
+    def update_keys(self, sum_tree: FloatArray, min_tree: FloatArray, offsets: IntArray,
+                    fanout: int, keys: IntArray, raw: FloatArray, written: IntArray,
+                    counts: IntArray, rows: int, eps: float, alpha: float
+                    ) -> tuple[int, float]: ...
+
+
+def fused(name: str) -> FusedKernels | None:
+    """The fused kernels that go with :func:`kernels`' ``name`` (None for numpy).
+
+    Example:
+        >>> fused("numpy") is None
+        True
+    """
+    if name == "numpy":
+        return None
+    module = "replaybank.ops.sumtree_c" if name == "c" else "replaybank.ops.sumtree_numba"
+    mod: FusedKernels = importlib.import_module(module)
+    return mod

@@ -61,6 +61,7 @@ from replaybank.errors import (
     describe,
 )
 from replaybank.ops import ring, sumtree
+from replaybank.ops.jit import PREFERENCES
 from replaybank.samplers.base import FloatArray, IntArray, LaneView, SampleResult
 from replaybank.samplers.checks import LARGE_BATCH, check_batch_size
 from replaybank.storage.backends.base import available_memory
@@ -153,7 +154,8 @@ class PrioritizedSampler:
             sample calls).
         beta_steps: Length of the linear schedule in sample calls.
         fanout: Children per sum-tree node (16: a 1M-slot tree is 5 levels deep).
-        kernel: ``"auto"`` (numba when it imports, else numpy), ``"numba"`` or ``"numpy"``.
+        kernel: ``"auto"`` (the C kernels where built, else numba when it imports, else
+            numpy), ``"c"``, ``"numba"`` or ``"numpy"``; all give the same draws.
 
     ``replace=False`` draws distinct steps with probability proportional to priority by
     successive sampling (Gumbel top-k over every slot, O(N)); weights use the same
@@ -199,9 +201,9 @@ class PrioritizedSampler:
         if isinstance(fanout, bool) or not isinstance(fanout, (int, np.integer)) \
                 or not 2 <= fanout <= 64:
             raise ConfigError(f"PrioritizedSampler(fanout={fanout!r}): must be an int in [2, 64]")
-        if not isinstance(kernel, str) or kernel not in ("auto", "numba", "numpy"):
+        if not isinstance(kernel, str) or kernel not in PREFERENCES:
             raise ConfigError(
-                f"PrioritizedSampler(kernel={kernel!r}): use 'auto', 'numba' or 'numpy'"
+                f"PrioritizedSampler(kernel={kernel!r}): use 'auto', 'c', 'numba' or 'numpy'"
             )
         self.weight_norm = weight_norm
         self.beta_schedule = beta_schedule
@@ -216,7 +218,7 @@ class PrioritizedSampler:
         self._min = np.full(1, np.inf)
         self._kernels: sumtree.Kernels | None = None
         self._one = (np.zeros(1, np.int64), np.zeros(1, np.float64))  # see on_write_range
-        self._fused: Any = None  # the numba module when its kernels are in use
+        self._fused: sumtree.FusedKernels | None = None  # C or numba fused kernels
         self.kernel_name = "unbound"
         self._limit = math.inf
 
@@ -251,11 +253,7 @@ class PrioritizedSampler:
         self._sum = sumtree.new_tree(self._off, 0.0)
         self._min = sumtree.new_tree(self._off, np.inf, internal_only=True)
         self._kernels, self.kernel_name = sumtree.kernels(self.kernel)
-        self._fused = None
-        if self.kernel_name == "numba":
-            from replaybank.ops import sumtree_numba
-
-            self._fused = sumtree_numba
+        self._fused = sumtree.fused(self.kernel_name)
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickle support: the trees and schedule; kernels are looked up again."""
@@ -268,10 +266,7 @@ class PrioritizedSampler:
         self.__dict__.update(state)
         if self.kernel_name != "unbound":
             self._kernels, self.kernel_name = sumtree.kernels(self.kernel)
-            if self.kernel_name == "numba":
-                from replaybank.ops import sumtree_numba
-
-                self._fused = sumtree_numba
+            self._fused = sumtree.fused(self.kernel_name)
 
     def _bound(self) -> sumtree.Kernels:
         if self._kernels is None:
