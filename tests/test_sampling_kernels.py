@@ -161,3 +161,13 @@ def test_first_sample_of_a_process_does_not_wait_for_numba(sampler: str) -> None
                          timeout=120, check=False)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
+
+
+def test_pure_python_switch_leaves_the_c_kernels_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert sumtree.kernels("auto")[1] == "c"
+    monkeypatch.setenv("REPLAYBANK_PURE_PYTHON", "1")
+    assert sumtree.kernels("auto")[1] in ("numba", "numpy")
+    with pytest.raises(ImportError, match="REPLAYBANK_PURE_PYTHON"):
+        sumtree.kernels("c")
+    monkeypatch.setenv("REPLAYBANK_PURE_PYTHON", "0")
+    assert sumtree.kernels("auto")[1] == "c"

@@ -4,6 +4,8 @@ Every compiled kernel in replaybank has a pure-numpy twin with the same signatur
 results (the tests check them against each other). :func:`pick_kernel` returns, for
 ``prefer="auto"``, the C kernel where one exists and was built (no JIT: nothing to
 compile or load on first use), else the numba kernel when numba imports, else numpy.
+``REPLAYBANK_PURE_PYTHON=1`` in the environment (read per call) leaves the C kernels out,
+as on a machine without a C compiler.
 
 Example:
     >>> import numpy as np
@@ -14,6 +16,7 @@ Example:
 from __future__ import annotations
 
 import importlib
+import os
 from typing import Any
 
 __all__ = ["PREFERENCES", "pick_kernel"]
@@ -49,10 +52,13 @@ def pick_kernel(prefer: str, module: str, attr: str, fallback: Any, caller: str,
     if prefer == "c" and compiled is None:
         raise ValueError(f"{caller}(prefer='c'): this kernel has no C twin; use "
                          "'auto', 'numba' or 'numpy'")
+    pure = os.environ.get("REPLAYBANK_PURE_PYTHON", "") not in ("", "0")
     for name, source in (("c", compiled), ("numba", module)):
         if source is None or prefer not in ("auto", name):
             continue
         try:
+            if name == "c" and pure:
+                raise ImportError("REPLAYBANK_PURE_PYTHON is set: the C kernels are off")
             mod = importlib.import_module(source)
         except ImportError:
             if prefer == name:
