@@ -635,3 +635,17 @@ def test_open_with_a_mode_that_is_not_r_or_r_plus_is_refused(tmp_path: Path) -> 
         with pytest.raises(rb.ArgumentError, match="mode="):
             rb.open(tmp_path / "m", mode=mode)
     assert rb.open(tmp_path / "m", mode="r").spec is not None
+
+
+@pytest.mark.parametrize(("arg", "value", "message"), [
+    ("sampler", "prioritized", r"sampler='prioritized' is not a sampler object.*"
+                               r"rb\.PrioritizedSampler\(alpha=0\.6\).*\"type\": \"prioritized\""),
+    ("sampler", rb.PrioritizedSampler, r"a class, not an instance.*PrioritizedSampler\(\.\.\.\)"),
+    ("sampler", 3, r"sampler=3 is not a sampler.*rb\.UniformSampler\(\)"),
+    ("view", "nstep", r"view='nstep' is not a view object.*rb\.NStepView"),
+    ("view", object(), r"is not a view.*rb\.TransitionView\(\)"),
+])
+def test_a_part_given_by_name_or_class_is_refused_with_the_fix(arg: str, value: object,
+                                                               message: str) -> None:
+    with pytest.raises(rb.ConfigError, match=message):
+        rb.ReplayBuffer(10, **{arg: value})

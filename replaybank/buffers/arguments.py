@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from replaybank.errors import CapacityError, ConfigError
+from replaybank.errors import CapacityError, ConfigError, describe
 from replaybank.samplers.base import Sampler
 from replaybank.samplers.uniform import UniformSampler
 from replaybank.views import make_view
@@ -109,7 +109,50 @@ def replay_sampler(sampler: Sampler | None, lane_split: str | None) -> Sampler:
         from replaybank.samplers.lane_split import LaneSplitSampler
 
         sampler = LaneSplitSampler()
-    return sampler if sampler is not None else UniformSampler()
+    if sampler is None:
+        return UniformSampler()
+    checked: Sampler = check_part("sampler", sampler)
+    return checked
+
+
+#: What to pass instead of a part's name (a config file's ``{"type": name}`` builds these).
+_PART_CLASSES = {"uniform": "UniformSampler()", "prioritized": "PrioritizedSampler(alpha=0.6)",
+                 "recent": "RecentSampler()", "lane_split": "LaneSplitSampler()",
+                 "transition": "TransitionView()", "nstep": "NStepView(n=3, gamma=0.99)",
+                 "framestack": "FrameStackView(k=4)"}
+
+
+def check_part(arg: str, part: Any) -> Any:
+    """``part`` when it is a :class:`~replaybank.samplers.base.Sampler` (``arg="sampler"``)
+    or a :class:`~replaybank.views.base.View` (``arg="view"``).
+
+    Raises:
+        ConfigError: Anything else (a name, a class instead of an instance), naming the
+            argument and what to pass.
+
+    Example:
+        >>> check_part("sampler", "prioritized")
+        Traceback (most recent call last):
+        ...
+        replaybank.errors.ConfigError: sampler='prioritized' is not a sampler object; pass an instance, e.g. sampler=rb.PrioritizedSampler(alpha=0.6) (a config file names it {"type": "prioritized"})
+    """  # noqa: E501
+    protocol: type = Sampler if arg == "sampler" else View
+    if isinstance(part, protocol) and not isinstance(part, type):
+        return part
+    kind = "a sampler" if arg == "sampler" else "a view"
+    if isinstance(part, str):
+        known = _PART_CLASSES.get(part)
+        example = known or ("UniformSampler()" if arg == "sampler" else "NStepView(n=3)")
+        raise ConfigError(
+            f"{arg}={part!r} is not {kind} object; pass an instance, e.g. {arg}=rb.{example}"
+            + (f' (a config file names it {{"type": "{part}"}})' if known else "")
+        )
+    if isinstance(part, type) and isinstance(part, protocol):
+        raise ConfigError(f"{arg}={part.__name__}: a class, not an instance; pass "
+                          f"{arg}={part.__name__}(...)")
+    raise ConfigError(f"{arg}={describe(part)} is not {kind}: it lacks the {kind[2:]} "
+                      f"protocol's methods; pass e.g. {arg}=rb."
+                      f"{'UniformSampler()' if arg == 'sampler' else 'TransitionView()'}")
 
 
 def replay_view(view: View | None, n_step: int, gamma: float, frame_stack: int,
@@ -144,7 +187,10 @@ def replay_view(view: View | None, n_step: int, gamma: float, frame_stack: int,
                     f"a window of {name} steps never fits in a lane: lower {name} or raise "
                     "capacity"
                 )
-    return view if view is not None else make_view(n_step, gamma, frame_stack)
+    if view is None:
+        return make_view(n_step, gamma, frame_stack)
+    checked: View = check_part("view", view)
+    return checked
 
 
 def check_rows(next_obs: Any, view: View | None, n_step: int, frame_stack: int,
