@@ -396,8 +396,6 @@ def _sample(table: StepTable, lanes: LaneView, rng: np.random.Generator,
     reads = fused_reads(t) if fast is not None else None
     if reads is not None:
         bounds = reads.boundaries(fast, t)
-        # extents read the lane-major boundary bytes (a cache line or two per window)
-        extent = partial(fast.window_extent, bounds=bounds)
         if not sampler_kwargs and max_redraws > 0 and traits.uniform is not None:
             # the uniform sampler's draw (as _draw_rounds), checked and planned in one call
             flat = uniform_ints(rng, size, batch_size + batch_size // 2 + 4)
@@ -408,12 +406,14 @@ def _sample(table: StepTable, lanes: LaneView, rng: np.random.Generator,
                 out = gather_fused(fast, t, keys, ext, width, burn_in, min_len >= width, plan,
                                    reads)
                 return _finish(out, None, state_names)
+            # extents read the lane-major boundary bytes (a cache line or two per window)
             res, ext = redraw_short(traits, lanes, t.link, rng, SampleResult(keys), ext,
                                     batch_size, width, cross, min_len, max_redraws, {},
-                                    extent)
+                                    partial(fast.window_extent, bounds=bounds))
         else:
             res, ext = draw_starts(traits, lanes, t.link, rng, batch_size, width, cross,
-                                   min_len, max_redraws, sampler_kwargs, size, extent, fast)
+                                   min_len, max_redraws, sampler_kwargs, size,
+                                   partial(fast.window_extent, bounds=bounds), fast)
     else:
         res, ext = draw_starts(traits, lanes, t.link, rng, batch_size, width, cross, min_len,
                                max_redraws, sampler_kwargs, size, None, fast)

@@ -141,22 +141,24 @@ def gather_fused(fast: Any, t: Any, starts: IntArray, ext: IntArray, width: int,
             raise TypeError("gather_fused: needs numpy storage and bool terminated/truncated; "
                             "use gather_numpy")
     if plan is None:
-        slots, steps, flags, side, tail_only = fast.sequence_plan(
+        slots, steps, fl, side, tail_only = fast.sequence_plan(
             t.link, t.written, t.counts, reads.term, reads.trunc, starts, ext, width, burn_in,
             reads.boundaries(fast, t))
+        flags = (fl["is_first"], fl["is_last"], fl["is_terminal"], fl["mask"], fl["burn_in"],
+                 fl["terminated"], fl["truncated"])
     else:
-        slots, steps, fl, side, tail_only = plan
-        first, last, terminal, mask, burn, term, trunc = fl
-        flags = {"terminated": term, "truncated": trunc, "is_first": first, "is_last": last,
-                 "is_terminal": terminal, "mask": mask, "burn_in": burn}
+        slots, steps, flags, side, tail_only = plan  # flags [7, B, W] in that order
     pad = None if full or int(ext.min()) >= width else \
         np.nonzero(np.arange(width) >= ext[:, None])
     out: dict[str, Any] = {}
-    for name, arr in reads.fields:
-        g = arr.take(steps, axis=0)  # [B, W, *shape]
-        if pad is not None:
+    if pad is None:
+        for name, arr in reads.fields:
+            out[name] = arr.take(steps, axis=0)  # [B, W, *shape]
+    else:
+        for name, arr in reads.fields:
+            g = arr.take(steps, axis=0)
             g[pad] = 0
-        out[name] = g
+            out[name] = g
     shared = pad is None and (len(side) == 0 or tail_only)
     for name, nname, arr in reads.obs:
         g = arr.take(slots, axis=0)  # [B, W + 1, *shape]
@@ -176,9 +178,14 @@ def gather_fused(fast: Any, t: Any, starts: IntArray, ext: IntArray, width: int,
             nxt.flags.writeable = False
         out[name] = obs
         out[nname] = nxt
-    out["terminated"] = flags.pop("terminated")
-    out["truncated"] = flags.pop("truncated")
-    out.update(flags)
+    first, last, terminal, mask, burn, term, trunc = flags
+    out["terminated"] = term
+    out["truncated"] = trunc
+    out["is_first"] = first
+    out["is_last"] = last
+    out["is_terminal"] = terminal
+    out["mask"] = mask
+    out["burn_in"] = burn
     out["starts"] = starts
     return out
 
