@@ -132,7 +132,11 @@ class Parts:
             got = None
         else:
             res, got = self._draw_servable(table, lanes, rng, batch_size, replace, kwargs)
-        data = self.view.gather(table, res.keys, rng) if got is None else got
+        if got is None:  # a sampler draws live keys only: a step view takes them as such
+            data = self.view.gather(table, res.keys, rng) if self.step is None else \
+                self.step.gather_live(table, res.keys, rng)
+        else:
+            data = got
         data["indices"] = res.keys
         if res.weights is not None:
             data["weights"] = res.weights.astype(np.float32)
