@@ -18,10 +18,15 @@ Example:
 
 from __future__ import annotations
 
+import importlib
+from typing import Any
+
 import numpy as np
 import numpy.typing as npt
 
-from replaybank import _sampling  # type: ignore[attr-defined]  # ImportError: not built
+# the C extension (ImportError where it was not built); loaded by name, as a module of
+# this layer: the package root above it is not imported for it
+_sampling: Any = importlib.import_module("replaybank._sampling")
 
 __all__ = ["KERNELS", "find", "sample_stratified", "transform", "update_keys", "update_pair"]
 
