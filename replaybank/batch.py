@@ -39,6 +39,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from replaybank.errors import ConfigError, require_extra
+from replaybank.host import as_numpy
 from replaybank.spec import SEP, unflatten
 
 if TYPE_CHECKING:  # torch stays optional: only type checkers import it here
@@ -253,8 +254,7 @@ class _FrozenArrays(Mapping[str, Any], Generic[V]):
 
     def _numpy_values(self) -> dict[str, Any]:
         """The fields as numpy arrays (what ``numpy`` wraps)."""
-        return {k: v.detach().cpu().numpy() if hasattr(v, "detach") else np.asarray(v)
-                for k, v in self._data.items()}
+        return {k: as_numpy(v) for k, v in self._data.items()}
 
 
 class Batch(_FrozenArrays[V]):

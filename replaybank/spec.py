@@ -35,6 +35,7 @@ import numpy as np
 import numpy.typing as npt
 
 from replaybank.errors import DtypeError, ShapeError, SpecError, describe
+from replaybank.host import as_numpy
 
 __all__ = ["SEP", "STANDARD", "UNSET", "UNSTORABLE_KINDS", "FieldSpec", "Spec", "as_array",
            "collect_fields", "flatten", "native", "real_array", "real_floats", "unflatten"]
@@ -245,15 +246,16 @@ def native(dtype: np.dtype[Any]) -> np.dtype[Any]:
 def as_array(value: Any) -> npt.NDArray[Any]:
     """Turn an input value (array, scalar, list, torch tensor) into a numpy array.
 
+    numpy arrays (subclasses too) come back as they are; everything else goes through
+    :func:`replaybank.host.as_numpy` (a torch tensor on any device becomes a host array).
+
     Example:
         >>> as_array([1.0, 2.0]).shape
         (2,)
     """
     if type(value) is np.ndarray or isinstance(value, np.ndarray):
         return value
-    if hasattr(value, "detach") and hasattr(value, "cpu"):  # torch tensor, no torch import
-        return np.asarray(value.detach().cpu().numpy())
-    return np.asarray(value)
+    return as_numpy(value)  # a torch tensor on any device: see replaybank.host
 
 
 class Spec(Mapping[str, FieldSpec]):

@@ -28,6 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from replaybank.errors import ConfigError, DtypeError, ShapeError, describe
+from replaybank.host import is_tensor, tensor_to_numpy
 from replaybank.ops import ring
 from replaybank.samplers.base import LaneView, SamplerTraits
 from replaybank.spec import real_floats
@@ -44,8 +45,10 @@ def to_host(*values: Any) -> tuple[Any, ...]:
     float64 and integers int64 on their device, and all tensors of one device travel in a
     single device-to-host copy (floats bit-cast to int64 beside the integers), so a GPU
     learner's ``update_priorities(batch.indices, td.abs())`` costs one synchronisation at
-    most. Anything else (lists, numpy arrays, numbers) is returned unchanged. torch is
-    never imported here: a value can only be a tensor when torch is already loaded.
+    most. Anything else (lists, numpy arrays, numbers) is returned unchanged. Built on
+    :mod:`replaybank.host` (:func:`~replaybank.host.is_tensor` finds the tensors,
+    :func:`~replaybank.host.tensor_to_numpy` copies those that travel alone), so torch is
+    never imported here.
 
     Example:
         >>> import torch
@@ -53,18 +56,16 @@ def to_host(*values: Any) -> tuple[Any, ...]:
         >>> keys.tolist(), prio.dtype.name
         ([3, 1], 'float64')
     """
-    torch = sys.modules.get("torch")
-    if torch is None:
-        return values
-    where = [i for i, v in enumerate(values) if isinstance(v, torch.Tensor)]
+    where = [i for i, v in enumerate(values) if is_tensor(v)]
     if not where:
         return values
+    torch = sys.modules["torch"]  # loaded: there is a tensor
     out = list(values)
     parts = []
     for i in where:
         t = out[i].detach()
         if t.is_complex():  # as it is: the checks after refuse complex values
-            out[i] = t.to("cpu").resolve_conj().numpy()
+            out[i] = tensor_to_numpy(t)
             continue
         if t.is_floating_point():
             t = t.to(torch.float64)
@@ -76,7 +77,7 @@ def to_host(*values: Any) -> tuple[Any, ...]:
     devices = {t.device for _, t in parts}
     if len(parts) == 1 or len(devices) > 1:
         for i, t in parts:
-            out[i] = t.to("cpu").numpy()
+            out[i] = tensor_to_numpy(t)
         return tuple(out)
     # one copy: every tensor flattened to int64 words
     words = [t.reshape(-1).view(torch.int64) if t.dtype == torch.float64 else

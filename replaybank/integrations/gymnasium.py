@@ -34,6 +34,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from replaybank.errors import ConfigError, describe, require_extra
+from replaybank.host import is_tensor, tensor_to_numpy
 from replaybank.integrations.progress import ProgressBar
 from replaybank.integrations.spaces import spec_from_env, spec_from_spaces, to_fields, tree_map
 
@@ -61,9 +62,8 @@ class CollectResult:
 
 
 def _numpy(x: Any) -> Any:
-    if hasattr(x, "detach") and hasattr(x, "cpu"):
-        return x.detach().cpu().numpy()
-    return x
+    """A torch tensor (a policy's output) as a host array; anything else as it is."""
+    return tensor_to_numpy(x) if is_tensor(x) else x
 
 
 def _autoreset_mode(env: Any) -> Any:

@@ -22,6 +22,7 @@ import numpy as np
 
 from replaybank.buffers.inputs import standard_spec
 from replaybank.errors import SpecError, require_extra
+from replaybank.host import is_tensor, tensor_to_numpy
 from replaybank.spec import FieldSpec, Spec
 
 __all__ = ["space_fields", "spec_from_env", "spec_from_spaces", "to_fields", "tree_map"]
@@ -126,7 +127,7 @@ def to_fields(space: Any, value: Any) -> Any:
         return {k: to_fields(sub, value[k]) for k, sub in space.spaces.items()}
     if isinstance(space, spaces.Tuple):
         return {str(i): to_fields(sub, value[i]) for i, sub in enumerate(space.spaces)}
-    if hasattr(value, "detach") and hasattr(value, "cpu"):
-        value = value.detach().cpu().numpy()
+    if is_tensor(value):
+        value = tensor_to_numpy(value)
     dtype = getattr(space, "dtype", None)
     return np.asarray(value, dtype=dtype) if dtype is not None else np.asarray(value)

@@ -5,7 +5,9 @@ results (the tests check them against each other). :func:`pick_kernel` returns, 
 ``prefer="auto"``, the C kernel where one exists and was built (no JIT: nothing to
 compile or load on first use), else the numba kernel when numba imports, else numpy.
 ``REPLAYBANK_PURE_PYTHON=1`` in the environment (read per call) leaves the C kernels out,
-as on a machine without a C compiler.
+as on a machine without a C compiler. It is the one chooser: a compiled module that has no
+numba twin (the compiled writer, ``replaybank._lane``) is picked with it too
+(``module=None, attr=None``: the C module itself, or None).
 
 Example:
     >>> import numpy as np
@@ -24,15 +26,17 @@ __all__ = ["PREFERENCES", "pick_kernel"]
 PREFERENCES = ("auto", "c", "numba", "numpy")
 
 
-def pick_kernel(prefer: str, module: str, attr: str, fallback: Any, caller: str,
-                compiled: str | None = None) -> tuple[Any, str]:
+def pick_kernel(prefer: str, module: str | None, attr: str | None, fallback: Any,
+                caller: str, compiled: str | None = None) -> tuple[Any, str]:
     """Return ``(kernel, name)``: name ``"c"``, ``"numba"`` or ``"numpy"``.
 
     Args:
         prefer: ``"auto"`` (C, else numba, else numpy, whichever imports first), ``"c"``
             or ``"numba"`` (raise if that one cannot be imported) or ``"numpy"``.
-        module: Module holding the numba kernels (imports numba).
-        attr: Name of the kernel in ``module`` (and in ``compiled``).
+        module: Module holding the numba kernels (imports numba), or None where there
+            is no numba twin.
+        attr: Name of the kernel in ``module`` (and in ``compiled``), or None for the
+            module itself.
         fallback: The numpy implementation.
         caller: Name used in the error message.
         compiled: Module holding the C kernel (imports the built extension), if any.
@@ -46,6 +50,8 @@ def pick_kernel(prefer: str, module: str, attr: str, fallback: Any, caller: str,
         >>> pick_kernel("auto", "replaybank.ops.sumtree_numba", "KERNELS", None, "k",
         ...             "replaybank.ops.sumtree_c")[1] in ("c", "numba", "numpy")
         True
+        >>> pick_kernel("numpy", None, None, None, "k", "replaybank._lane")
+        (None, 'numpy')
     """
     if prefer not in PREFERENCES:
         raise ValueError(f"{caller}(prefer={prefer!r}): use one of {list(PREFERENCES)}")
@@ -64,5 +70,5 @@ def pick_kernel(prefer: str, module: str, attr: str, fallback: Any, caller: str,
             if prefer == name:
                 raise
         else:
-            return getattr(mod, attr), name
+            return (mod if attr is None else getattr(mod, attr)), name
     return fallback, "numpy"

@@ -49,7 +49,7 @@ Example:
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -66,7 +66,7 @@ from replaybank.samplers.base import FloatArray, IntArray, LaneView, SampleResul
 from replaybank.samplers.checks import LARGE_BATCH, check_batch_size
 from replaybank.storage.backends.base import available_memory
 
-__all__ = ["MAX_TOTAL", "PrioritizedSampler", "is_weights", "raw_limit"]
+__all__ = ["MAX_TOTAL", "PrioritizedSampler", "importance_weights", "is_weights", "raw_limit"]
 
 _NORMS = ("buffer", "batch", None)
 _SCHEDULES = ("constant", "linear")
@@ -77,6 +77,8 @@ MAX_TOTAL = 1e300
 #: Weights are clamped to the float32 range of normal numbers before the cast.
 _W_LO = float(np.finfo(np.float32).tiny)
 _W_HI = float(np.finfo(np.float32).max)
+#: An array kind with ``/``, ``**``, ``.min()`` and ``.clip``: a numpy array or a torch tensor.
+W = TypeVar("W")
 
 
 def _number(name: str, value: Any, lo: float, hi: float = np.inf,
@@ -108,9 +110,53 @@ def raw_limit(n_slots: int, eps: float, alpha: float) -> float:
     return math.exp(log_max) - eps
 
 
+def importance_weights(priorities: W, p_min: Any, beta: float, weight_norm: str | None,
+                       n_items: Any, total: Any) -> W:
+    """The importance-weight formula, written once for numpy arrays and torch tensors.
+
+    ``(N * P(i)) ** -beta`` normalised per ``weight_norm`` and clamped to
+    ``[2**-126, float32 max]``, using only operations both array kinds have (``/``,
+    ``**``, ``.min()``, ``.clip``): :func:`is_weights` runs it on the host sampler's numpy
+    arrays, :class:`~replaybank.samplers.prioritized_device.DevicePriorities` on device
+    tensors, so both give the same weights for the same stored priorities. The compiled
+    twins (``sumtree_numba``, ``_sampling.c``) are tested against it.
+
+    Args:
+        priorities: Stored priorities of the drawn items ``[B]`` (all > 0), float64.
+        p_min: Smallest positive stored priority among the items that could be drawn
+            (a number, or a 0-d tensor on the priorities' device).
+        beta: Correction exponent in ``[0, 1]``.
+        weight_norm: ``"buffer"``, ``"batch"`` or None (see the module docs).
+        n_items: ``N``, the number of items that could be drawn (a number or 0-d tensor).
+        total: Sum of their priorities (a number or 0-d tensor).
+
+    Returns:
+        Weights ``[B]`` of the priorities' kind and dtype, clamped (never 0 or inf as
+        float32).
+
+    Example:
+        >>> import torch
+        >>> p = np.array([1.0, 2.0])
+        >>> w = importance_weights(p, 1.0, 0.5, "buffer", 2, 3.0)  # numpy in, numpy out
+        >>> wt = importance_weights(torch.from_numpy(p), 1.0, 0.5, "buffer", 2, 3.0)
+        >>> w.round(4).tolist(), type(wt).__name__, np.allclose(wt.numpy(), w)
+        ([1.0, 0.7071], 'Tensor', True)
+    """
+    p: Any = priorities  # [B]
+    if weight_norm == "buffer":
+        w = (p / p_min) ** -beta
+    elif weight_norm == "batch":
+        w = (p / p.min()) ** -beta
+    else:
+        w = (n_items * (p / total)) ** -beta
+    return w.clip(_W_LO, _W_HI)  # type: ignore[no-any-return]
+
+
 def is_weights(priorities: FloatArray, p_min: float, beta: float,
                weight_norm: str | None, n_items: int, total: float) -> FloatArray:
-    """Importance-sampling weights ``(N * P(i)) ** -beta`` normalised per ``weight_norm``.
+    """Importance-sampling weights ``(N * P(i)) ** -beta`` normalised per ``weight_norm``
+    (:func:`importance_weights` on numpy arrays, with float over/underflow silenced: the
+    clamp handles it).
 
     Args:
         priorities: Stored priorities of the drawn items ``[B]`` (all > 0).
@@ -132,14 +178,9 @@ def is_weights(priorities: FloatArray, p_min: float, beta: float,
         >>> float(is_weights(np.array([1e300]), 1e-300, 1.0, "buffer", 1, 1e300)[0]) > 0
         True
     """
-    with np.errstate(over="ignore", under="ignore", divide="ignore"):  # clamped below
-        if weight_norm == "buffer":
-            w = np.asarray((priorities / p_min) ** -beta, dtype=np.float64)
-        elif weight_norm == "batch":
-            w = np.asarray((priorities / priorities.min()) ** -beta, dtype=np.float64)
-        else:
-            w = np.asarray((n_items * (priorities / total)) ** -beta, dtype=np.float64)
-    return np.clip(w, _W_LO, _W_HI, out=w)
+    with np.errstate(over="ignore", under="ignore", divide="ignore"):  # clamped
+        w = importance_weights(priorities, p_min, beta, weight_norm, n_items, total)
+    return np.asarray(w, dtype=np.float64)
 
 
 class PrioritizedSampler:

@@ -15,10 +15,12 @@ draws from it:
   a clear, a state load or a new sampler rebuilds the whole tree once;
 * the draw is stratified like the host sampler's: ``B`` equal segments of the total mass,
   one uniform target in each (from the device generator), a vectorised descent; the
-  probabilities ``P(i) = p_i / total`` and the importance weights use the host sampler's
-  formula (``weight_norm``: ``(p_i / p_min) ** -beta``, the batch-max ratio, or
-  ``(N * P(i)) ** -beta``; clamped to ``[2**-126, float32 max]``), with ``beta`` from the
-  sampler's schedule, which the call advances as a host sample does.
+  probabilities ``P(i) = p_i / total`` and the importance weights are the host
+  sampler's, computed by the same function on device tensors
+  (:func:`~replaybank.samplers.prioritized.importance_weights`; ``weight_norm``:
+  ``(p_i / p_min) ** -beta``, the batch-max ratio, or ``(N * P(i)) ** -beta``; clamped to
+  ``[2**-126, float32 max]``), with ``beta`` from the sampler's schedule, which the call
+  advances as a host sample does.
 
 Same probabilities and weights as the host sampler for the same stored priorities; the
 keys follow the same distribution, drawn by another generator (not the same keys).
@@ -48,12 +50,9 @@ import numpy as np
 
 from replaybank.ops.sumtree_torch import TorchSumTree, fanout_for
 from replaybank.samplers.base import LaneView
-from replaybank.samplers.prioritized import PrioritizedSampler
+from replaybank.samplers.prioritized import PrioritizedSampler, importance_weights
 
 __all__ = ["DevicePriorities"]
-
-_W_LO = 2.0 ** -126
-_W_HI = float(np.finfo(np.float32).max)
 
 
 class DevicePriorities:
@@ -125,13 +124,9 @@ class DevicePriorities:
         slots = tree.find(targets)  # [B]
         p = tree.leaves(slots)  # [B] stored priorities
         probs = p / total
-        if sampler.weight_norm == "buffer":
-            w = (p / tree.min_positive()) ** -beta
-        elif sampler.weight_norm == "batch":
-            w = (p / p.min()) ** -beta
-        else:
-            w = (counts.sum().to(torch.float64) * probs) ** -beta
-        w = w.clamp(_W_LO, _W_HI).to(torch.float32)
+        p_min = tree.min_positive() if sampler.weight_norm == "buffer" else None
+        w = importance_weights(p, p_min, beta, sampler.weight_norm,
+                               counts.sum().to(torch.float64), total).to(torch.float32)
         lanes = int(written.shape[0])
         lane = slots % lanes
         row = slots // lanes

@@ -22,6 +22,7 @@ import numpy.typing as npt
 
 from replaybank.buffers.inputs import RESERVED, obs_fields
 from replaybank.errors import ShapeError, SpecError, describe
+from replaybank.host import is_tensor, tensor_to_numpy
 from replaybank.spec import (
     SEP,
     FieldSpec,
@@ -259,8 +260,8 @@ class FinalObsStore:
         batch = self.stacked()
         arg = batch["obs"] if self.names == ["obs"] else unflatten(batch)["obs"]
         out = value_fn(arg)
-        if hasattr(out, "detach") and hasattr(out, "cpu"):
-            out = out.detach().cpu().numpy()
+        if is_tensor(out):
+            out = tensor_to_numpy(out)
         arr = real_floats(out, f"value_fn returned {describe(out)}",
                           f"return {k} values as numbers, one per final observation"
                           ).reshape(-1)

@@ -24,6 +24,7 @@ import numpy.typing as npt
 
 from replaybank.batch import torch_device
 from replaybank.errors import CapacityError, ConfigError, DtypeError, require_extra
+from replaybank.host import as_numpy
 
 __all__ = ["TorchBackend", "torch_dtype"]
 
@@ -229,9 +230,7 @@ class TorchBackend:
 
     def to_numpy(self, array: Any) -> npt.NDArray[Any]:
         """Host numpy copy of a tensor (a zero-copy view for CPU tensors)."""
-        if isinstance(array, self.torch.Tensor):
-            return np.asarray(array.detach().cpu().numpy())
-        return np.asarray(array)
+        return as_numpy(array)
 
     def flush(self) -> None:
         """Wait for queued device work (writes are asynchronous on CUDA)."""

@@ -36,15 +36,15 @@ Example:
 
 from __future__ import annotations
 
-import importlib
 import os
-import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from replaybank.host import tensor_to_numpy
+from replaybank.ops.jit import pick_kernel
 from replaybank.storage.table import StepTable
 from replaybank.storage.writers.formats import ObsLayout, RowsLayout
 
@@ -70,13 +70,11 @@ def killpoints_wanted() -> bool:
 
 
 def _load() -> Any:
-    if os.environ.get("REPLAYBANK_PURE_PYTHON", "") not in ("", "0"):
-        return None
+    """The built C writer module (the kill-point build when wanted), or None where it is
+    not built or ``REPLAYBANK_PURE_PYTHON`` is set (:func:`~replaybank.ops.jit.pick_kernel`
+    decides, as for every compiled kernel)."""
     name = "replaybank._lane_killpoints" if killpoints_wanted() else "replaybank._lane"
-    try:
-        return importlib.import_module(name)
-    except ImportError:
-        return None
+    return pick_kernel("auto", None, None, None, "CompiledWriter", compiled=name)[0]
 
 
 ACCEL: Any = _load()
@@ -95,26 +93,20 @@ def not_handled(*args: Any) -> int:
 def tensor_to_host(value: Any) -> npt.NDArray[Any] | None:
     """A torch tensor as a numpy array for the compiled writer's boundary, else None.
 
-    A CPU tensor without grad is viewed without a copy; others are detached and copied
-    to the host, as :func:`~replaybank.spec.as_array` does. torch is never imported here:
-    a value can only be a tensor when torch is already loaded. None (the Python boundary
-    then takes the value and names any error) for everything else and for tensors numpy
-    cannot view (conjugate or negative views).
+    :func:`replaybank.host.tensor_to_numpy`, the conversion of every boundary: a plain
+    CPU tensor is viewed without a copy (tried first: the fast path), others are
+    detached and copied to the host. torch is never imported here: a value can only be
+    a tensor when torch is already loaded. None (the Python boundary then takes the
+    value and names any error) for everything else and for tensors numpy cannot hold
+    even so (e.g. sparse tensors).
 
     Example:
         >>> import torch
         >>> tensor_to_host(torch.ones(2, requires_grad=True)).tolist(), tensor_to_host([1])
         ([1.0, 1.0], None)
     """
-    torch = sys.modules.get("torch")
-    if torch is None or not isinstance(value, torch.Tensor):
-        return None
-    try:
-        return value.numpy()  # type: ignore[no-any-return]
-    except (RuntimeError, TypeError):  # requires grad, or not on the CPU
-        pass
-    try:
-        return value.detach().cpu().numpy()  # type: ignore[no-any-return]
+    try:  # one isinstance check (in tensor_to_numpy): a non-tensor raises TypeError
+        return tensor_to_numpy(value)
     except (RuntimeError, TypeError):
         return None
 

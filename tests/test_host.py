@@ -1,0 +1,90 @@
+"""``replaybank.host``: the one torch-to-host conversion (is_tensor, tensor_to_numpy,
+as_numpy) on the tensors users hand in and on everything else."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from replaybank.host import as_numpy, is_tensor, tensor_to_numpy
+
+torch = pytest.importorskip("torch")
+
+
+def test_is_tensor_tells_tensors_from_everything_else() -> None:
+    assert is_tensor(torch.zeros(2))
+    assert is_tensor(torch.nn.Parameter(torch.zeros(2)))
+    assert is_tensor(torch.zeros((), dtype=torch.int64))
+    for other in (np.zeros(2), [1.0], 1.0, None, "x", np.float32(1)):
+        assert not is_tensor(other), other
+
+
+def test_plain_cpu_tensor_is_viewed_without_a_copy() -> None:
+    t = torch.arange(6, dtype=torch.float32).reshape(2, 3)
+    a = tensor_to_numpy(t)
+    assert isinstance(a, np.ndarray) and a.shape == (2, 3) and a.dtype == np.float32
+    a[0, 0] = 9.0
+    assert float(t[0, 0]) == 9.0  # shares memory
+    assert np.shares_memory(as_numpy(t), a)
+
+
+def test_requires_grad_tensor_is_detached() -> None:
+    t = torch.tensor([1.0, 2.0], requires_grad=True)
+    a = tensor_to_numpy(t * 3)
+    assert a.tolist() == [3.0, 6.0] and a.dtype == np.float32
+    assert as_numpy(t).tolist() == [1.0, 2.0]
+
+
+def test_conjugate_and_negative_views_are_resolved() -> None:
+    z = torch.tensor([1 + 2j, 3 - 1j])
+    c = z.conj()
+    assert c.is_conj()
+    assert tensor_to_numpy(c).tolist() == [1 - 2j, 3 + 1j]
+    n = torch._neg_view(z)
+    assert n.is_neg()
+    assert tensor_to_numpy(n).tolist() == [-1 - 2j, -3 + 1j]
+    assert as_numpy(c).tolist() == [1 - 2j, 3 + 1j]
+
+
+def test_bfloat16_becomes_float32_exactly() -> None:
+    t = torch.tensor([1.5, -2.25, 3.0e3], dtype=torch.bfloat16)
+    a = tensor_to_numpy(t)
+    assert a.dtype == np.float32
+    assert a.tolist() == t.to(torch.float32).tolist()
+    g = torch.ones(2, dtype=torch.bfloat16, requires_grad=True)
+    assert as_numpy(g).dtype == np.float32 and as_numpy(g).tolist() == [1.0, 1.0]
+
+
+def test_dtypes_and_shapes_are_kept() -> None:
+    for dtype, want in ((torch.uint8, np.uint8), (torch.int64, np.int64),
+                        (torch.bool, np.bool_), (torch.float64, np.float64)):
+        a = tensor_to_numpy(torch.zeros((2, 1, 3), dtype=dtype))
+        assert a.dtype == want and a.shape == (2, 1, 3)
+    assert tensor_to_numpy(torch.tensor(5)).shape == ()
+
+
+def test_non_tensors_go_through_asarray() -> None:
+    x = np.arange(3)
+    assert as_numpy(x) is x
+    assert as_numpy([1, 2]).tolist() == [1, 2]
+    assert as_numpy(1.5).shape == ()
+    assert as_numpy([[True], [False]]).dtype == np.bool_
+
+
+@pytest.mark.parametrize("value", [np.zeros(2), [1.0], 3, None])
+def test_tensor_to_numpy_refuses_a_non_tensor_naming_it(value: object) -> None:
+    with pytest.raises(TypeError, match=r"tensor_to_numpy\(.*\): expected a torch tensor"):
+        tensor_to_numpy(value)
+
+
+def test_host_imports_no_torch() -> None:
+    code = ("import sys, numpy as np\n"
+            "from replaybank.host import as_numpy, is_tensor, tensor_to_numpy\n"
+            "assert not is_tensor(np.zeros(1)) and as_numpy([1]).tolist() == [1]\n"
+            "try:\n    tensor_to_numpy([1])\nexcept TypeError:\n    pass\n"
+            "else:\n    raise SystemExit('no TypeError')\n"
+            "assert 'torch' not in sys.modules\n")
+    subprocess.run([sys.executable, "-c", code], check=True)
