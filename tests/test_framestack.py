@@ -242,7 +242,7 @@ def test_history_overwritten_is_never_served() -> None:
 @pytest.mark.parametrize("kernel", ["numpy", "numba"])
 def test_stack_slots_kernels_match_history(kernel: str) -> None:
     pytest.importorskip("numba") if kernel == "numba" else None
-    fn = windows.stack_kernel(kernel)[0]
+    fn = windows.kernel(windows.stack_slots, kernel)[0]
     rng = np.random.default_rng(7)
     for _ in range(200):
         nrows, lanes = int(rng.integers(1, 9)), int(rng.integers(1, 4))

@@ -93,8 +93,8 @@ def test_window_extent_and_valid_starts_match_loops() -> None:
 def test_extent_and_plan_kernels_match_loops(kernel: str) -> None:
     if kernel == "numba":
         pytest.importorskip("numba")
-    extent = windows.extent_kernel(kernel)[0]
-    plan = windows.plan_kernel(kernel)[0]
+    extent = windows.kernel(windows.window_extent, kernel)[0]
+    plan = windows.kernel(windows.window_plan, kernel)[0]
     rng = np.random.default_rng(3)
     for _ in range(200):
         link, written, counts = random_table(rng)
@@ -158,7 +158,7 @@ def test_r2d2_priority_matches_loop(kernel: str) -> None:
     td = rng.normal(size=(50, 7))
     mask = rng.random((50, 7)) < 0.6
     mask[3] = False  # a row without a counted step
-    got = windows.r2d2_kernel(kernel)[0](td, mask, 0.9)
+    got = windows.kernel(windows.r2d2_priority, kernel)[0](td, mask, 0.9)
     for b in range(50):
         vals = [abs(td[b, j]) for j in range(7) if mask[b, j]]
         if not vals:

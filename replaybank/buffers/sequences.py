@@ -69,6 +69,7 @@ from replaybank.buffers.priorities import to_host, update_priorities
 from replaybank.errors import ConfigError, DtypeError, ShapeError, describe
 from replaybank.ops import ring, windows
 from replaybank.ops.draws import uniform_ints
+from replaybank.ops.jit import pick_kernel
 from replaybank.samplers.base import LaneView, SampleResult, SamplerTraits
 from replaybank.samplers.checks import (
     check_batch_size,
@@ -137,7 +138,7 @@ def _cached_state_names(spec: Any, state_fields: Any) -> list[str]:
 @cache
 def _r2d2_kernel() -> Any:
     """The R2D2 priority kernel (numba when it imports, else numpy), loaded once."""
-    return windows.r2d2_kernel("auto")[0]
+    return windows.kernel(windows.r2d2_priority)[0]
 
 
 #: Who computes starts, slots and flags: ``"auto"`` (fused numba kernels when numba
@@ -146,11 +147,8 @@ KERNEL = "auto"
 @cache
 def _numba_windows() -> Any:
     """The numba module of the fused path, or None when numba is missing (loaded once)."""
-    try:
-        from replaybank.ops import windows_numba
-    except ImportError:  # pragma: no cover - numba is optional
-        return None
-    return windows_numba
+    return pick_kernel("auto", "replaybank.ops.windows_numba", None, None,
+                       "sample_sequences")[0]
 
 
 def _fast_kernels() -> Any:

@@ -108,7 +108,6 @@ from __future__ import annotations
 
 import collections
 import math
-import sys
 import time
 import uuid
 import warnings
@@ -128,6 +127,7 @@ from replaybank.distributed.rejection import CandidateStream, candidate_counts
 from replaybank.distributed.split import merge, split_counts, split_distinct
 from replaybank.distributed.writer import MAX_BYTES, MAX_ROWS, RowBatcher, lanes_of, tree_map
 from replaybank.errors import ConfigError, DtypeError, EmptyBufferError, ShapeError, describe
+from replaybank.host import as_numpy
 from replaybank.ops import windows
 from replaybank.samplers.prioritized import PrioritizedSampler
 from replaybank.spec import unflatten
@@ -381,7 +381,7 @@ class ReplayClient:
                 truncated: Any, extras: dict[str, Any]) -> dict[str, Any]:
         given = {"obs": obs, "action": action, "reward": reward, "next_obs": next_obs,
                  "terminated": terminated, "truncated": truncated, **extras}
-        return {k: tree_map(_array, v) for k, v in given.items() if v is not UNSET}
+        return {k: tree_map(as_numpy, v) for k, v in given.items() if v is not UNSET}
 
     def _lanes(self, env_ids: Any, call: str) -> Any:
         if env_ids is None:
@@ -980,7 +980,7 @@ class ReplayClient:
             return 0
         keys, td = keys[keep], td[keep]
         m = m[keep]
-        prio = windows.r2d2_kernel("auto")[0](td, m, float(eta))
+        prio = windows.kernel(windows.r2d2_priority)[0](td, m, float(eta))
         hi = float(prio.max())
         if not hi <= limit or hi == math.inf:
             raise DtypeError(
@@ -1104,15 +1104,6 @@ def _mask_rows(value: Any, given: Any, shape: tuple[int, ...], call: str
     if m.dtype.kind not in "biuf":
         raise DtypeError(f"{call}(mask={describe(given)}): expected bool (or 0/1) values")
     return m.astype(bool)
-
-
-def _array(v: Any) -> Any:
-    """``v`` as a numpy array of its own dtype (a torch tensor on any device: detached and
-    copied to the host; torch is never imported here)."""
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(v, torch.Tensor):
-        return v.detach().cpu().numpy()
-    return np.asarray(v)
 
 
 def _lead(values: dict[str, Any]) -> tuple[int, ...]:

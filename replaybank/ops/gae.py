@@ -43,6 +43,7 @@ import numpy as np
 import numpy.typing as npt
 
 from replaybank.errors import ConfigError, ShapeError, describe
+from replaybank.ops.jit import pick_kernel
 
 __all__ = ["Backend", "discount_cumsum", "gae", "numba_available", "reverse_scan"]
 
@@ -60,35 +61,35 @@ def numba_available() -> bool:
     return importlib.util.find_spec("numba") is not None
 
 
+def _scan_numpy(x: FloatArray, coef: FloatArray, out: FloatArray) -> None:
+    """``out[t] = x[t] + coef[t] * out[t + 1]`` backwards over axis 0 (the numpy loop:
+    over time, vectorised over the batch; the oracle of :mod:`replaybank.ops.gae_numba`)."""
+    steps = x.shape[0]
+    if steps:
+        out[-1] = x[-1]
+    for t in range(steps - 2, -1, -1):
+        np.multiply(coef[t], out[t + 1], out=out[t])
+        out[t] += x[t]
+
+
 @cache
-def _numba_kernel() -> Callable[..., None]:
-    """Compile (once per process, cached on disk) and return the reverse-scan kernel."""
-    import numba
-
-    @numba.njit(cache=True, nogil=True)
-    def _scan(x, coef, out):  # type: ignore[no-untyped-def]  # pragma: no cover
-        # x, coef, out: [T, M] float64, C-contiguous; loop time backwards, envs inner
-        steps, width = x.shape
-        acc = np.zeros(width)
-        for t in range(steps - 1, -1, -1):
-            for j in range(width):
-                acc[j] = x[t, j] + coef[t, j] * acc[j]
-                out[t, j] = acc[j]
-
-    return _scan
-
-
-def _resolve(backend: str) -> str:
-    if backend == "auto":
-        return "numba" if numba_available() else "numpy"
-    if backend not in ("numpy", "numba"):
-        raise ConfigError(f"backend={backend!r}: expected 'auto', 'numpy' or 'numba'")
-    if backend == "numba" and not numba_available():
+def _kernel(backend: str) -> Callable[[FloatArray, FloatArray, FloatArray], None]:
+    """The scan of a checked ``backend`` (:func:`~replaybank.ops.jit.pick_kernel`)."""
+    try:
+        fn: Callable[[FloatArray, FloatArray, FloatArray], None] = pick_kernel(
+            backend, "replaybank.ops.gae_numba", "scan", _scan_numpy, "reverse_scan")[0]
+    except ImportError:
         raise ConfigError(
             'backend="numba": numba is not installed; run: pip install "replaybank[fast]" '
             'or use backend="numpy"'
-        )
-    return backend
+        ) from None
+    return fn
+
+
+def _check_backend(backend: Any) -> str:
+    if backend not in ("auto", "numpy", "numba"):
+        raise ConfigError(f"backend={backend!r}: expected 'auto', 'numpy' or 'numba'")
+    return str(backend)
 
 
 def reverse_scan(x: Any, coef: Any, backend: Backend = "auto") -> FloatArray:
@@ -122,19 +123,13 @@ def reverse_scan(x: Any, coef: Any, backend: Backend = "auto") -> FloatArray:
             f"coef={describe(coef)}: does not broadcast to x's shape {xs.shape}; pass a "
             "scalar or an array shaped like x"
         ) from None
-    how = _resolve(backend)
+    scan = _kernel(_check_backend(backend))
     steps, width = xs.shape[0], int(np.prod(xs.shape[1:], dtype=np.int64))
     x2 = np.ascontiguousarray(xs.reshape(steps, width))  # [T, M]
     c2 = np.ascontiguousarray(cs.reshape(steps, width))  # [T, M]
     out = np.empty_like(x2)
-    if how == "numba" and x2.size:
-        _numba_kernel()(x2, c2, out)
-    else:
-        if steps:
-            out[-1] = x2[-1]
-        for t in range(steps - 2, -1, -1):  # out[t] = x[t] + coef[t] * out[t + 1]
-            np.multiply(c2[t], out[t + 1], out=out[t])
-            out[t] += x2[t]
+    if x2.size:
+        scan(x2, c2, out)
     return out.reshape(xs.shape)
 
 

@@ -5,7 +5,7 @@ stacks in one pass; its oracle is a numpy composition, see its docstring and
 ``tests/test_framestack.py``).
 
 Importing this module raises ImportError when numba is missing;
-:func:`replaybank.ops.windows.stack_kernel` then falls back to numpy. Compiled once per
+:func:`replaybank.ops.windows.kernel` then falls back to numpy. Compiled once per
 machine (``cache=True``).
 
 Example:

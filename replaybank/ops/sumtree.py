@@ -31,7 +31,6 @@ Example:
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -367,8 +366,6 @@ def fused(name: str) -> FusedKernels | None:
         >>> fused("numpy") is None
         True
     """
-    if name == "numpy":
-        return None
-    module = "replaybank.ops.sumtree_c" if name == "c" else "replaybank.ops.sumtree_numba"
-    mod: FusedKernels = importlib.import_module(module)
+    mod: FusedKernels | None = pick_kernel(name, "replaybank.ops.sumtree_numba", None, None,
+                                           "fused", compiled="replaybank.ops.sumtree_c")[0]
     return mod

@@ -29,6 +29,7 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -38,12 +39,9 @@ from replaybank.ops.jit import pick_kernel
 
 __all__ = [
     "history",
-    "extent_kernel",
     "is_first",
-    "plan_kernel",
-    "r2d2_kernel",
+    "kernel",
     "r2d2_priority",
-    "stack_kernel",
     "stack_slots",
     "valid_starts",
     "window_extent",
@@ -325,54 +323,31 @@ def window_plan(
     return slots, lk, ends, is_first(link, written, counts, keys)
 
 
-def extent_kernel(prefer: str = "auto") -> tuple[Any, str]:
-    """:func:`window_extent` compiled with numba when it imports, else the numpy function.
-
-    Example:
-        >>> extent_kernel("numpy")[1]
-        'numpy'
-    """
-    return pick_kernel(prefer, "replaybank.ops.windows_numba", "window_extent", window_extent,
-                       "extent_kernel")
+#: The module of each numpy function's numba twin (same signature and results).
+_TWINS = {"window_extent": "replaybank.ops.windows_numba",
+          "r2d2_priority": "replaybank.ops.windows_numba",
+          "window_plan": "replaybank.ops.windows_numba",
+          "stack_slots": "replaybank.ops.stack_numba"}
 
 
-def r2d2_kernel(prefer: str = "auto") -> tuple[Any, str]:
-    """:func:`r2d2_priority` compiled with numba when it imports, else the numpy function.
-
-    Example:
-        >>> r2d2_kernel("numpy")[1]
-        'numpy'
-    """
-    return pick_kernel(prefer, "replaybank.ops.windows_numba", "r2d2_priority", r2d2_priority,
-                       "r2d2_kernel")
-
-
-def plan_kernel(prefer: str = "auto") -> tuple[Any, str]:
-    """:func:`window_plan` compiled with numba when it imports, else the numpy function.
-
-    Example:
-        >>> plan_kernel("numpy")[1]
-        'numpy'
-    """
-    return pick_kernel(prefer, "replaybank.ops.windows_numba", "window_plan", window_plan,
-                       "plan_kernel")
-
-
-def stack_kernel(prefer: str = "auto") -> tuple[Any, str]:
-    """:func:`stack_slots` compiled with numba when it imports, else the numpy function.
+def kernel(fn: Callable[..., Any], prefer: str = "auto") -> tuple[Any, str]:
+    """``fn`` (one of :func:`window_extent`, :func:`r2d2_priority`, :func:`window_plan`,
+    :func:`stack_slots`) compiled with numba when it imports, else ``fn`` itself
+    (:func:`~replaybank.ops.jit.pick_kernel`).
 
     Args:
+        fn: The numpy function.
         prefer: ``"auto"``, ``"numba"`` (raise if numba is missing) or ``"numpy"``.
 
     Returns:
         ``(function, name)``; the numba function has the same signature and results.
 
     Example:
-        >>> stack_kernel("numpy")[1]
-        'numpy'
+        >>> kernel(stack_slots, "numpy") == (stack_slots, "numpy")
+        True
     """
-    return pick_kernel(prefer, "replaybank.ops.stack_numba", "stack_slots", stack_slots,
-                       "stack_kernel")
+    name = fn.__name__
+    return pick_kernel(prefer, _TWINS[name], name, fn, name)
 
 
 def r2d2_priority(td_errors: FloatArray, mask: BoolArray, eta: float) -> FloatArray:

@@ -8,7 +8,7 @@ compositions (see each docstring and ``tests/test_sequences.py``). The frame-sta
 kernels are in :mod:`replaybank.ops.stack_numba`.
 
 Importing this module raises ImportError when numba is missing;
-:func:`replaybank.ops.windows.extent_kernel` then falls back to numpy. Compiled once per
+:func:`replaybank.ops.windows.kernel` then falls back to numpy. Compiled once per
 machine (``cache=True``).
 
 Example:

@@ -47,7 +47,7 @@ IntArray = npt.NDArray[np.int64]
 @cache
 def extent_kernel() -> Any:
     """The window-extent kernel (numba when it imports, else numpy), loaded once."""
-    return windows.extent_kernel("auto")[0]
+    return windows.kernel(windows.window_extent)[0]
 
 
 def draw_starts(traits: SamplerTraits, lanes: LaneView, link: npt.NDArray[np.int32],

@@ -227,7 +227,7 @@ class FrameStackView:
     # ------------------------------------------------------------------ sampling
     def _pick_kernel(self) -> Any:
         """Choose the stack kernel once (numba: also the buffers and the gather kernel)."""
-        fn, name = windows.stack_kernel(self.kernel)
+        fn, name = windows.kernel(windows.stack_slots, self.kernel)
         if name == "numba":
             from replaybank.ops.stack_numba import _stack_gather, stack_buffers, stack_plan
 

@@ -28,7 +28,7 @@ IntArray = npt.NDArray[np.int64]
 @cache
 def _plan_kernel() -> Any:
     """The window-plan kernel (numba when it imports, else numpy), loaded once."""
-    return windows.plan_kernel("auto")[0]
+    return windows.kernel(windows.window_plan)[0]
 
 
 class _FusedReads:
