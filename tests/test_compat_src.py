@@ -627,7 +627,7 @@ def ppo_snapshot(buf: src.PPOBuffer) -> dict[str, Any]:
 
 def sac_snapshot(buf: src.SimpleReplayBuffer) -> dict[str, Any]:
     core = buf.buffer
-    arrays = core.table.arrays if core._table is not None else {}
+    arrays = core.table.arrays if core.allocated else {}
     return {"len": len(buf), "rng": json.dumps(core.rng.bit_generator.state, default=str),
             "data": {k: np.array(v, copy=True) for k, v in arrays.items()}}
 

@@ -665,7 +665,7 @@ def test_user_guide_runs_with_one_import_changed(tmp_path: Path,
 def snapshot(buf: BufferBase) -> dict[str, Any]:
     """Everything a call could change: the velora tensors, position/size, the core's
     flags and generator state."""
-    arrays = buf.core.table.arrays if buf.core._table is not None else {}
+    arrays = buf.core.table.arrays if buf.core.allocated else {}
     return {"sd": {k: v.clone() for k, v in buf.state_dict().items()},
             "meta": buf.metadata(),
             "flags": {k: np.array(arrays[k], copy=True) for k in ("terminated", "truncated")

@@ -234,6 +234,23 @@ class ReplayBuffer:
         return self._table.spec if self._table is not None else None
 
     @property
+    def allocated(self) -> bool:
+        """Whether the storage exists (after the first add, or from the start with
+        ``spec=``): :attr:`table` raises until it does.
+
+        Example:
+            >>> import numpy as np
+            >>> buf = ReplayBuffer(8)
+            >>> buf.allocated
+            False
+            >>> buf.add(obs=np.zeros(2), action=0, reward=0.0, next_obs=np.ones(2),
+            ...         terminated=False, truncated=False)
+            >>> buf.allocated
+            True
+        """
+        return self._table is not None
+
+    @property
     def table(self) -> StepTable:
         """The underlying step table (raises before the first add)."""
         if self._table is None:

@@ -50,6 +50,8 @@ import numpy as np
 
 from replaybank.buffers.arguments import make_rng
 from replaybank.buffers.replay import ReplayBuffer
+from replaybank.compat.base import FrontEnd
+from replaybank.compat.sequence import SequenceReplayBuffer
 from replaybank.errors import (
     ArgumentError,
     CheckpointError,
@@ -157,10 +159,13 @@ def _batch_size(batch_size: Any) -> int:
 
 
 class _Rows:
-    """The key bookkeeping and core calls that both fishyrl buffers share: one rows
-    :class:`~replaybank.buffers.replay.ReplayBuffer` of ``lanes`` lanes."""
+    """The key bookkeeping and core calls that both fishyrl buffers share: a
+    :class:`~replaybank.compat.sequence.SequenceReplayBuffer` (windows running over
+    episode ends) over one rows :class:`~replaybank.buffers.replay.ReplayBuffer` of
+    ``lanes`` lanes."""
 
     buffer: ReplayBuffer
+    sequences: SequenceReplayBuffer
     _keys: frozenset[str] | None
     _validate_keys: bool
     _lanes: int
@@ -168,9 +173,10 @@ class _Rows:
 
     def _fresh(self, capacity: int, lanes: int, rng: np.random.Generator) -> None:
         self._lanes = lanes
-        self.buffer = ReplayBuffer(capacity * lanes, num_envs=lanes, seed=rng,
-                                   next_obs=False,
-                                   lane_split="random" if lanes > 1 else None)
+        self.sequences = SequenceReplayBuffer(capacity * lanes, num_envs=lanes, seed=rng,
+                                              episode_boundary="cross", next_obs=False,
+                                              lane_split="random" if lanes > 1 else None)
+        self.buffer = self.sequences.buffer
         # one lane: values carry no lane dim; several: [lanes, ...] (env_ids spells
         # out a lane dim of 1 for a group of one buffer)
         self._env_ids = [0] if isinstance(self, IndependentVectorizedBuffer) and lanes == 1 \
@@ -219,8 +225,7 @@ class _Rows:
             self._keys = frozenset(experience)
 
     def _sample(self, batch_size: int, sequence_length: int) -> dict[str, np.ndarray]:
-        sb = self.buffer.sample_sequences(batch_size, sequence_length,
-                                          episode_boundary="cross")
+        sb = self.sequences.sample(batch_size, sequence_length)
         n = len(_PRE)
         out = {k[n:]: sb[k] for k in sb if k.startswith(_PRE)}
         if self._lanes > 1:  # fishyrl's order: buffer 0's sequences, then buffer 1's, ...
@@ -256,7 +261,7 @@ class _Rows:
         if not isinstance(core_state, dict):
             raise CheckpointError(f"load_state_dict: buffer={describe(core_state)} is not a "
                                   f"core state dict; {damaged}")
-        old = (self.buffer, self._keys, self._zeros)
+        old = (self.sequences, self.buffer, self._keys, self._zeros)
         self._fresh(capacity, self._lanes, rng)  # the saved keys replace the current ones
         try:
             self.buffer.load_state_dict(core_state)
@@ -267,7 +272,7 @@ class _Rows:
                 raise CheckpointError(f"load_state_dict: keys={describe(keys)} do not match "
                                       f"the stored fields {sorted(names)}; {damaged}")
         except BaseException:
-            self.buffer, self._keys, self._zeros = old
+            self.sequences, self.buffer, self._keys, self._zeros = old
             raise
         self._keys = None if keys is None else frozenset(keys)
         self._validate_keys = bool(validate)
@@ -283,7 +288,7 @@ def _same_keys(keys: list[str], names: list[str]) -> bool:
         all(any(under(n, k) for k in keys) for n in names)
 
 
-class SequentialBuffer(_Rows, Buffer):
+class SequentialBuffer(_Rows, FrontEnd, Buffer):
     """A buffer that stores experiences sequentially (fishyrl's ``SequentialBuffer``).
 
     Args:
@@ -308,6 +313,8 @@ class SequentialBuffer(_Rows, Buffer):
         >>> buf.size, buf.is_full, buf.sample(2, 3)["x"].tolist()
         (3, True, [[2, 3, 4], [2, 3, 4]])
     """
+
+    _repr_fields = ("capacity", "validate_keys=_validate_keys", "size")
 
     def __init__(self, capacity: int, validate_keys: bool = True, seed: int | None = None
                  ) -> None:
@@ -385,12 +392,8 @@ class SequentialBuffer(_Rows, Buffer):
         self._load(state_dict, capacity, self._rng)
         self._capacity = capacity
 
-    def __repr__(self) -> str:
-        return (f"SequentialBuffer(capacity={self._capacity}, "
-                f"validate_keys={self._validate_keys}, size={self.size})")
 
-
-class IndependentVectorizedBuffer(_Rows, Buffer):
+class IndependentVectorizedBuffer(_Rows, FrontEnd, Buffer):
     """Independent buffers for vectorized environments (fishyrl's
     ``IndependentVectorizedBuffer``), one per env.
 
@@ -421,6 +424,8 @@ class IndependentVectorizedBuffer(_Rows, Buffer):
         >>> batch["obs"].shape, batch["done"].shape
         ((8, 5, 2), (8, 5))
     """
+
+    _repr_fields = ("num_buffers", "size")
 
     def __init__(self, num_buffers: int, *buffer_args: Any,
                  buffer_class: type[Buffer] = SequentialBuffer, seed: int | None = None,
@@ -463,6 +468,10 @@ class IndependentVectorizedBuffer(_Rows, Buffer):
         if self._buffers is not None:
             return sum(b.size for b in self._buffers)
         return len(self.buffer)
+
+    def __len__(self) -> int:
+        """:attr:`size` (other buffer classes hold no core buffer)."""
+        return self.size
 
     def reset(self) -> None:
         """Reset/initialize all buffers (the generator goes on)."""
@@ -590,9 +599,6 @@ class IndependentVectorizedBuffer(_Rows, Buffer):
                                   f"({type(exc).__name__}: {exc}); nothing was loaded"
                                   ) from exc
         self._rng.bit_generator.state = rng.bit_generator.state
-
-    def __repr__(self) -> str:
-        return f"IndependentVectorizedBuffer(num_buffers={self.num_buffers}, size={self.size})"
 
 
 def convert_samples_to_tensors(samples: dict[str, np.ndarray],

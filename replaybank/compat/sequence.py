@@ -26,22 +26,23 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from replaybank import persist
 from replaybank.batch import Batch, SequenceBatch
 from replaybank.buffers.replay import ReplayBuffer
+from replaybank.compat.base import Checkpointed, FrontEnd
 from replaybank.errors import ArgumentError, CheckpointError, ConfigError, describe
 from replaybank.samplers.base import Sampler
 from replaybank.spec import Spec
 from replaybank.storage.backends.base import ArrayBackend
-from replaybank.storage.table import StepTable
 
-if TYPE_CHECKING:  # pydantic loads with the first config() call
-    from replaybank.config import BufferConfig
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from replaybank.storage.table import StepTable
 
 __all__ = ["SequenceReplayBuffer"]
 
 
-class SequenceReplayBuffer:
+class SequenceReplayBuffer(Checkpointed, FrontEnd):
     """Replay buffer for recurrent and world-model agents.
 
     Args:
@@ -68,6 +69,10 @@ class SequenceReplayBuffer:
         >>> buf.capacity, buf.num_envs, len(buf)
         (64, 2, 0)
     """
+
+    _repr_fields = ("capacity", "num_envs", "size=len", "sequence_length", "episode_boundary",
+                    "burn_in")
+    buffer: ReplayBuffer
 
     def __init__(
         self,
@@ -159,9 +164,6 @@ class SequenceReplayBuffer:
         """The window-start sampler."""
         return self.buffer.sampler
 
-    def __len__(self) -> int:
-        return len(self.buffer)
-
     def add(self, **fields: Any) -> None:
         """Add one step per lane; see :meth:`ReplayBuffer.add`."""
         self.buffer.add(**fields)
@@ -224,11 +226,21 @@ class SequenceReplayBuffer:
         return self.buffer.update_sequence_priorities(starts, td_errors, eta=eta, mask=mask)
 
     # ------------------------------------------------------------------ state
-    def state_dict(self) -> dict[str, Any]:
-        """The buffer's state plus the sequence options (JSON-able)."""
-        state = self.buffer.state_dict()
-        state["sequence"] = self._options()
-        return state
+    # state_dict, load_state_dict, save, load, config: Checkpointed (the core's state plus
+    # {"sequence": the options})
+    def _own_state(self) -> dict[str, Any]:
+        return {"sequence": self._options()}
+
+    def _checked_own_state(self, state: Any) -> Callable[[], None]:
+        seq = state.get("sequence") if isinstance(state, dict) else None
+        options = None if seq is None else _saved_options(seq)
+
+        def apply() -> None:
+            if options is not None:
+                (self.sequence_length, self.episode_boundary, self.strict, self.burn_in,
+                 self.state_fields) = options
+
+        return apply
 
     def _options(self) -> dict[str, Any]:
         """The sequence options, JSON-able."""
@@ -241,53 +253,10 @@ class SequenceReplayBuffer:
                              else list(self.state_fields)),
         }
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Inverse of :meth:`state_dict` (the sequence options are checked first, the inner
-        buffer checks its own state: a state that fails changes nothing).
-
-        Raises:
-            CheckpointError: The state does not fit this buffer or is damaged.
-        """
-        seq = state.get("sequence") if isinstance(state, dict) else None
-        options = None if seq is None else _saved_options(seq)
-        self.buffer.load_state_dict(state)
-        if options is not None:
-            (self.sequence_length, self.episode_boundary, self.strict, self.burn_in,
-             self.state_fields) = options
-
-    def save(self, dirpath: Any, prefix: str = "buffer_") -> None:
-        """Write this buffer (data, sequence options) atomically; restore with :meth:`load`.
-
-        Example:
-            >>> import tempfile
-            >>> d = tempfile.mkdtemp()
-            >>> SequenceReplayBuffer(8, sequence_length=2).save(d)
-            >>> type(SequenceReplayBuffer.load(d)).__name__
-            'SequenceReplayBuffer'
-        """
-        persist.save(self, dirpath, prefix=prefix)
-
-    @classmethod
-    def load(cls, dirpath: Any, prefix: str = "buffer_", *,
-             trust_imports: bool = False) -> Any:
-        """Restore a buffer saved with :meth:`save` (identical next sample)."""
-        return persist.load(dirpath, prefix=prefix, trust_imports=trust_imports)
-
     def init_config(self) -> dict[str, Any]:
         """Constructor values that rebuild this buffer empty: the inner buffer's and the
         sequence options."""
         return {**self.buffer.init_config(), **self._options()}
-
-    def config(self) -> BufferConfig:
-        """A validated config object (pydantic) that rebuilds an equivalent empty buffer.
-
-        Example:
-            >>> SequenceReplayBuffer(8, sequence_length=2).config().sequence_length
-            2
-        """
-        from replaybank.config import buffer_config
-
-        return buffer_config(self)
 
     def metadata(self) -> dict[str, Any]:
         """The inner buffer's description, with this type's name."""
@@ -318,11 +287,6 @@ class SequenceReplayBuffer:
     def reopened(self) -> None:
         """The inner buffer's storage was reopened from its files."""
         self.buffer.reopened()
-
-    def __repr__(self) -> str:
-        return (f"SequenceReplayBuffer(capacity={self.capacity}, num_envs={self.num_envs}, "
-                f"size={len(self)}, sequence_length={self.sequence_length}, "
-                f"episode_boundary={self.episode_boundary!r}, burn_in={self.burn_in})")
 
 
 #: The keyword arguments of :class:`ReplayBuffer` a SequenceReplayBuffer passes on.

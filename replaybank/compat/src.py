@@ -70,6 +70,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
 from replaybank.batch import torch_device
 from replaybank.buffers.arguments import make_rng
 from replaybank.buffers.replay import ReplayBuffer
+from replaybank.compat.base import FrontEnd
 from replaybank.compat.trajectory import PathBuffer
 from replaybank.errors import (
     ArgumentError,
@@ -82,6 +83,7 @@ from replaybank.errors import (
     describe,
     require_extra,
 )
+from replaybank.host import as_numpy
 from replaybank.ops import gae as _gae
 
 __all__ = [
@@ -383,19 +385,6 @@ def _is_real(x: Any) -> bool:
     return isinstance(x, numbers.Real) and not isinstance(x, (bool, np.bool_))
 
 
-def _host(x: Any) -> Any:
-    """A torch tensor as a host numpy array (bfloat16 and other dtypes numpy lacks as
-    float32); anything else as it is."""
-    detach = getattr(x, "detach", None)
-    if detach is None or not hasattr(x, "numpy"):
-        return x
-    t = detach().cpu()
-    try:
-        return t.numpy()
-    except TypeError:
-        return t.float().numpy()
-
-
 def _numbers(what: str, x: Any, fix: str = "convert the value to floats") -> AnyArray:
     """``x`` on the host as a numeric (bool, int or float) array.
 
@@ -403,7 +392,7 @@ def _numbers(what: str, x: Any, fix: str = "convert the value to floats") -> Any
         DtypeError: ``x`` is or holds None, strings, objects or complex numbers (numpy
             would turn None into NaN when asked for floats).
     """
-    arr = np.asarray(_host(x))
+    arr = as_numpy(x)
     if arr.dtype.kind not in "biuf":
         raise DtypeError(f"{what}={describe(x)}: expected numbers (an array, tensor or "
                          f"number); {fix}")
@@ -525,7 +514,7 @@ def _resolve_device(device: Any, default_cuda: bool) -> Any:
 
 
 # ---------------------------------------------------------------------- PPOBuffer
-class PPOBuffer:
+class PPOBuffer(FrontEnd):
     """On-policy buffer of one epoch with GAE-lambda advantages (the original's API).
 
     Args:
@@ -561,6 +550,8 @@ class PPOBuffer:
 
     schema = _StrictYamlSchema(_INTS, ("gamma", "lam", "eps"))
     config_model: ClassVar[type[PPOBufferConfig]] = PPOBufferConfig
+    _repr_fields = ("obs_dim", "act_dim", "size", "batch_size", "gamma", "lam", "eps")
+    buffer: PathBuffer
 
     def __init__(self, obs_dim: int, act_dim: int, size: int, batch_size: int,
                  gamma: float = 0.99, lam: float = 0.95, eps: float = 1e-3, *,
@@ -578,8 +569,8 @@ class PPOBuffer:
         make_rng(seed)  # checked only: nothing draws
         self.device = _checked_device(device)
         spec = {"obs": ((self.obs_dim,), np.float32), "action": ((self.act_dim,), np.float32)}
-        self.path = PathBuffer(self.size, gamma=self.gamma, lam=self.lam, eps=self.eps,
-                               spec=spec)
+        self.buffer = PathBuffer(self.size, gamma=self.gamma, lam=self.lam, eps=self.eps,
+                                 spec=spec)
         self._epoch: dict[str, AnyArray] | None = None  # the closed epoch, [N, ...]
         self._torch: Any = None  # torch and the batches' device, resolved at the first batch
         self._device: Any = None
@@ -614,9 +605,11 @@ class PPOBuffer:
         """
         return _from_dict(cls, config)
 
-    def __len__(self) -> int:
-        """Steps stored in the epoch being collected."""
-        return self.path.ptr
+    @property
+    def path(self) -> PathBuffer:
+        """The :class:`~replaybank.compat.trajectory.PathBuffer` of the epoch being
+        collected (:attr:`buffer`; ``len(buf)`` is its steps)."""
+        return self.buffer
 
     def store(self, buffer_dict: Mapping[str, Any]) -> None:
         """Append one timestep: ``buffer_dict["obs"]``, ``["act"]`` (``.action``,
@@ -648,7 +641,7 @@ class PPOBuffer:
         except AttributeError:
             action, value, logp = _action_fields(act, ("action", "value", "logp"))
         try:
-            self.path.store(_array("['obs']", obs, self.obs_dim),
+            self.buffer.store(_array("['obs']", obs, self.obs_dim),
                             _array("['act'].action", action, self.act_dim),
                             _finite("store: buffer_dict['rew']",
                                     _scalar("store: buffer_dict['rew']", rew)),
@@ -683,10 +676,10 @@ class PPOBuffer:
             last_val = action_obj
         else:
             last_val = _scalar("finish_path: action_obj.value", action_obj.value)
-        self.path.finish_path(last_val)
+        self.buffer.finish_path(last_val)
 
     def _close_epoch(self) -> None:
-        path = self.path
+        path = self.buffer
         if path.path_start != path.ptr:
             raise EmptyBufferError(
                 f"sample_batch: steps {path.path_start}..{path.ptr - 1} belong to an "
@@ -728,7 +721,7 @@ class PPOBuffer:
             >>> data["obs"][:, 0].tolist(), abs(float(data["adv"].mean())) < 1e-6, len(buf)
             ([0.0, 1.0, 2.0, 3.0, 4.0], True, 0)
         """
-        if self.path.ptr:
+        if self.buffer.ptr:
             self._close_epoch()
         epoch = self._epoch
         if epoch is None:
@@ -741,14 +734,10 @@ class PPOBuffer:
             return {k: from_numpy(a.copy()) for k, a in epoch.items()}
         return {k: from_numpy(a).to(device, copy=True) for k, a in epoch.items()}
 
-    def __repr__(self) -> str:
-        return (f"PPOBuffer(obs_dim={self.obs_dim}, act_dim={self.act_dim}, size={self.size}, "
-                f"batch_size={self.batch_size}, gamma={self.gamma}, lam={self.lam}, "
-                f"eps={self.eps})")
 
 
 # ---------------------------------------------------------------------- SimpleReplayBuffer
-class SimpleReplayBuffer:
+class SimpleReplayBuffer(FrontEnd):
     """A FIFO replay buffer of the last ``size`` transitions for SAC (the original's API).
 
     Args:
@@ -789,6 +778,8 @@ class SimpleReplayBuffer:
 
     schema = _StrictYamlSchema(_INTS)
     config_model: ClassVar[type[SimpleReplayBufferConfig]] = SimpleReplayBufferConfig
+    _repr_fields = ("obs_dim", "act_dim", "size", "batch_size")
+    buffer: ReplayBuffer
 
     def __init__(self, obs_dim: int, act_dim: int, size: int, batch_size: int, *,
                  seed: int | np.random.Generator | None = None, device: Any = None) -> None:
@@ -834,10 +825,6 @@ class SimpleReplayBuffer:
             64
         """
         return _from_dict(cls, config)
-
-    def __len__(self) -> int:
-        """Transitions stored (at most ``size``)."""
-        return len(self.buffer)
 
     def store(self, buffer_dict: Mapping[str, Any]) -> None:
         """Store one transition: ``buffer_dict["obs"]``, ``["act"]`` (``.action``),
@@ -925,7 +912,3 @@ class SimpleReplayBuffer:
             >>> SimpleReplayBuffer(2, 1, 8, 4).finish_path()
         """
         _bootstrap_form("finish_path", action_obj)
-
-    def __repr__(self) -> str:
-        return (f"SimpleReplayBuffer(obs_dim={self.obs_dim}, act_dim={self.act_dim}, "
-                f"size={self.size}, batch_size={self.batch_size})")

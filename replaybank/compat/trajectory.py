@@ -32,27 +32,25 @@ Example:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from replaybank import persist
 from replaybank.batch import Batch
 from replaybank.buffers.arguments import positive_int
 from replaybank.buffers.rollout.buffer import RolloutBuffer
+from replaybank.compat.base import Checkpointed, FrontEnd
 from replaybank.errors import CapacityError, CheckpointError, ConfigError, EmptyBufferError
 from replaybank.ops.gae import Backend, discount_cumsum, gae
-
-if TYPE_CHECKING:  # pydantic loads with the first config() call
-    from replaybank.config import BufferConfig
 
 __all__ = ["PathBuffer"]
 
 FloatArray = npt.NDArray[np.float64]
 
 
-class PathBuffer:
+class PathBuffer(Checkpointed, FrontEnd):
     """Single-env on-policy buffer with a SpinningUp ``PPOBuffer``-like API.
 
     Args:
@@ -75,17 +73,26 @@ class PathBuffer:
         ['action', 'advantages', 'indices', 'log_prob']
     """
 
+    _repr_fields = ("size=max_size", "ptr", "path_start")
+    _core_key = "rollout"
+    buffer: RolloutBuffer
+
     def __init__(self, size: int, gamma: float = 0.99, lam: float = 0.95, eps: float = 1e-8,
                  spec: Any = None, backend: Backend = "auto") -> None:
         if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps >= 0:
             raise ConfigError(f"eps={eps!r}: must be a number >= 0 (e.g. 1e-8)")
         self._size = positive_int("size", size)
-        self.rollout = RolloutBuffer(self._size, 1, gamma, lam, spec=spec,
-                                     normalize_advantage=None, backend=backend)
+        self.buffer = RolloutBuffer(self._size, 1, gamma, lam, spec=spec,
+                                    normalize_advantage=None, backend=backend)
         self.eps = float(eps)
         self._adv = np.zeros(self._size)  # raw GAE advantages of finished paths
         self._ret = np.zeros(self._size)  # rewards-to-go of finished paths
         self._path_start = 0
+
+    @property
+    def rollout(self) -> RolloutBuffer:
+        """The one-env :class:`RolloutBuffer` holding the steps (:attr:`buffer`)."""
+        return self.buffer
 
     @property
     def max_size(self) -> int:
@@ -95,7 +102,7 @@ class PathBuffer:
     @property
     def ptr(self) -> int:
         """Steps stored so far."""
-        return self.rollout.pos
+        return self.buffer.pos
 
     @property
     def path_start(self) -> int:
@@ -105,12 +112,12 @@ class PathBuffer:
     @property
     def gamma(self) -> float:
         """Discount factor."""
-        return self.rollout.gamma
+        return self.buffer.gamma
 
     @property
     def lam(self) -> float:
         """GAE lambda."""
-        return self.rollout.gae_lambda
+        return self.buffer.gae_lambda
 
     @property
     def advantages(self) -> FloatArray:
@@ -121,9 +128,6 @@ class PathBuffer:
     def returns_to_go(self) -> FloatArray:
         """Rewards-to-go of the finished paths ``[path_start]`` (float64)."""
         return self._ret[: self._path_start]
-
-    def __len__(self) -> int:
-        return self.ptr
 
     def store(self, obs: Any, act: Any, rew: Any, val: Any, logp: Any, **extras: Any) -> None:
         """Append one step (``obs``, action, reward, ``V(obs)``, log-probability).
@@ -137,7 +141,7 @@ class PathBuffer:
                 f"store: the buffer is full ({self._size} steps); call finish_path(last_val) "
                 "and get() at the end of each epoch"
             )
-        self.rollout.add(obs, act, rew, False, False, val, logp, **extras)
+        self.buffer.add(obs, act, rew, False, False, val, logp, **extras)
 
     def finish_path(self, last_val: float = 0.0) -> None:
         """Close the current path: compute its advantages and rewards-to-go.
@@ -156,11 +160,11 @@ class PathBuffer:
         start, end = self._path_start, self.ptr
         if start == end:
             return
-        data = self.rollout.data
+        data = self.buffer.data
         rew = data["reward"][start:end, 0]  # [L]
         val = data["value"][start:end, 0]  # [L]
         flags = np.zeros(end - start, dtype=bool)
-        be = self.rollout.backend
+        be = self.buffer.backend
         self._adv[start:end] = gae(rew, val, flags, flags, lv, gamma=self.gamma,
                                    gae_lambda=self.lam, backend=be)
         self._ret[start:end] = discount_cumsum(
@@ -188,7 +192,7 @@ class PathBuffer:
                 f"get: steps {self._path_start}..{n - 1} belong to an unfinished path; call "
                 "finish_path(last_val) first (last_val=0 if the episode terminated, else V)"
             )
-        data = {k: a[:, 0] for k, a in self.rollout.data.items()
+        data = {k: a[:, 0] for k, a in self.buffer.data.items()
                 if k not in ("terminated", "truncated")}
         dtype = data["value"].dtype
         adv = self._adv[:n]
@@ -196,7 +200,7 @@ class PathBuffer:
         data["returns"] = self._ret[:n].astype(dtype)
         data["indices"] = np.arange(n, dtype=np.int64)
         batch = Batch({k: np.array(v) for k, v in data.items()})
-        self.rollout.reset()
+        self.buffer.reset()
         self._path_start = 0
         return batch
 
@@ -209,40 +213,17 @@ class PathBuffer:
             >>> PathBuffer(16, gamma=0.9).init_config()["gamma"]
             0.9
         """
-        cfg = self.rollout.init_config()
+        cfg = self.buffer.init_config()
         return {"size": self._size, "gamma": self.gamma, "lam": self.lam, "eps": self.eps,
                 "spec": cfg["spec"], "backend": cfg["backend"]}
 
-    def config(self) -> BufferConfig:
-        """A validated config model (pydantic) that rebuilds an equivalent empty buffer.
-
-        Example:
-            >>> PathBuffer(16, gamma=0.9).config().type
-            'PathBuffer'
-        """
-        from replaybank.config import buffer_config
-
-        return buffer_config(self)
-
-    def save(self, dirpath: Any, prefix: str = "buffer_") -> None:
-        """Write ``<prefix>metadata.json`` and ``<prefix>state.safetensors`` atomically.
-
-        Restore with :func:`replaybank.load`.
-        """
-        persist.save(self, dirpath, prefix=prefix)
-
-    def state_dict(self) -> dict[str, Any]:
-        """``{"init", "rollout", "path_start", "arrays"}``; leaves are arrays or JSON-able."""
-        return {"init": self.init_config(), "rollout": self.rollout.state_dict(),
-                "path_start": self._path_start,
+    # state_dict, load_state_dict, save, load, config: Checkpointed ({"rollout": the
+    # rollout's state, "init", "path_start", "arrays"})
+    def _own_state(self) -> dict[str, Any]:
+        return {"init": self.init_config(), "path_start": self._path_start,
                 "arrays": {"advantages": self._adv, "returns": self._ret}}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore from :meth:`state_dict`.
-
-        Raises:
-            CheckpointError: The state does not match this buffer.
-        """
+    def _checked_own_state(self, state: Any) -> Callable[[], None]:
         try:
             adv = np.asarray(state["arrays"]["advantages"], dtype=np.float64)
             ret = np.asarray(state["arrays"]["returns"], dtype=np.float64)
@@ -264,13 +245,13 @@ class PathBuffer:
             )
         if not 0 <= start <= int(pos):
             raise CheckpointError(f"load_state_dict: path_start={start} outside the data")
-        self.rollout.load_state_dict(state["rollout"])
-        self._adv, self._ret, self._path_start = adv.copy(), ret.copy(), start
+
+        def apply() -> None:
+            self._adv, self._ret, self._path_start = adv.copy(), ret.copy(), start
+
+        return apply
 
     def metadata(self) -> dict[str, Any]:
         """JSON-able description: type, size, pointer, path start."""
         return {"type": type(self).__name__, "size": self._size, "ptr": self.ptr,
                 "path_start": self._path_start}
-
-    def __repr__(self) -> str:
-        return f"PathBuffer(size={self._size}, ptr={self.ptr}, path_start={self._path_start})"

@@ -60,6 +60,7 @@ from pydantic import BaseModel, ConfigDict
 from replaybank.batch import torch_device
 from replaybank.buffers.arguments import make_rng
 from replaybank.buffers.replay import ReplayBuffer as CoreBuffer
+from replaybank.compat.base import FrontEnd
 from replaybank.errors import (
     ArgumentError,
     CapacityError,
@@ -72,6 +73,7 @@ from replaybank.errors import (
     describe,
     require_extra,
 )
+from replaybank.host import as_numpy, tensor_to_numpy
 from replaybank.io.atomic import temp_path
 
 if TYPE_CHECKING:
@@ -203,17 +205,6 @@ def _uses_numpy(device: Any) -> bool:
     return device is None or _torch().device(device).type == "cpu"
 
 
-def _host(x: Any) -> Any:
-    """A tensor as a host numpy array (a view for CPU tensors); anything else as it is."""
-    if hasattr(x, "detach") and hasattr(x, "numpy"):
-        t = x.detach().cpu()
-        try:
-            return t.numpy()
-        except TypeError:  # dtypes numpy lacks (bfloat16, ...): as float32, as velora's .to
-            return t.float().numpy()
-    return x
-
-
 def _numbers(x: Any, what: str, fix: str = "convert the value to a float tensor") -> Array:
     """``x`` on the host as a numeric array (bool, int or float).
 
@@ -221,7 +212,7 @@ def _numbers(x: Any, what: str, fix: str = "convert the value to a float tensor"
         DtypeError: ``x`` is None, a string, an object, complex or holds any of them
             (numpy would turn None into NaN when asked for floats).
     """
-    a = np.asarray(_host(x))
+    a = as_numpy(x)
     if a.dtype.kind not in "biuf":
         raise DtypeError(f"{what}: got {describe(x)}; expected numbers (a tensor, array or "
                          f"number); {fix}")
@@ -382,7 +373,7 @@ def _checked_metadata(where: str, metadata: Any) -> dict[str, Any]:
     return out
 
 
-class BufferBase:
+class BufferBase(FrontEnd):
     """The storage of every velora buffer: experiences as individual items.
 
     Items are ``(state, action, reward, next_state, done, hidden)``; the buffer is a ring
@@ -414,6 +405,9 @@ class BufferBase:
         (1, 1.0, [1.0, 1.0, 1.0])
     """
 
+    _repr_fields = ("capacity", "state_dim", "action_dim", "hidden_dim", "size=len", "device")
+    buffer: CoreBuffer
+
     def __init__(self, capacity: int, state_dim: int, action_dim: int, hidden_dim: int, *,
                  device: Device | None = None,
                  seed: int | np.random.Generator | None = None) -> None:
@@ -435,7 +429,7 @@ class BufferBase:
         spec = {"obs": ((dims[0],), "float32"), "action": ((dims[1],), "float32"),
                 "reward": ((), "float32"), "terminated": ((), "bool"),
                 "truncated": ((), "bool"), "hidden": ((dims[2],), "float32")}
-        self._core = CoreBuffer(self.capacity, seed=rng, spec=spec,
+        self.buffer = CoreBuffer(self.capacity, seed=rng, spec=spec,
                                 storage="numpy" if self._numpy else "torch",
                                 device=None if self._numpy else dev)
         self._own_rng = own
@@ -448,8 +442,8 @@ class BufferBase:
     @property
     def core(self) -> CoreBuffer:
         """The :class:`replaybank.ReplayBuffer` holding the data (terminated and
-        truncated apart, ``sample_sequences``, ``rb.save``, ...)."""
-        return self._core
+        truncated apart, ``sample_sequences``, ``rb.save``, ...); also :attr:`buffer`."""
+        return self.buffer
 
     # ------------------------------------------------------------------ writing
     def add(self, state: Tensor, action: Tensor, reward: float,
@@ -503,7 +497,7 @@ class BufferBase:
             reward = _reward(reward, "add(reward=...)")
         if type(done) is not bool:
             done = _done(done, "add(done=...)")
-        self._core.add(obs=s, action=a, reward=reward, next_obs=ns, terminated=done,
+        self.buffer.add(obs=s, action=a, reward=reward, next_obs=ns, terminated=done,
                        truncated=False, hidden=h)
 
     def add_multi(self, states: Tensor, actions: Tensor, rewards: Tensor,
@@ -566,7 +560,7 @@ class BufferBase:
             no = np.zeros(n, dtype=bool)
             if len(self._no_trunc) < 8:
                 self._no_trunc[n] = no
-        self._core.extend(obs=s, action=a, reward=r, next_obs=ns, terminated=d,
+        self.buffer.extend(obs=s, action=a, reward=r, next_obs=ns, terminated=d,
                           truncated=no, hidden=h)
 
     # ------------------------------------------------------------------ reading
@@ -601,7 +595,7 @@ class BufferBase:
             EmptyBufferError: The buffer holds fewer than ``batch_size`` experiences.
         """
         b = _batch_size(batch_size)
-        core = self._core
+        core = self.buffer
         n = len(core)
         if n < b:
             raise EmptyBufferError(f"sample(batch_size={b}): the buffer holds {n} "
@@ -610,7 +604,7 @@ class BufferBase:
             slots = core.rng.integers(0, n, size=b)  # [B]
         else:
             idx = self._torch_mod.randint(0, n, (b,), device=self.device)  # velora's draw
-            slots = idx.numpy() if idx.device.type == "cpu" else idx.cpu().numpy()
+            slots = tensor_to_numpy(idx)
         # one lane, never wrapped before it is full: slots 0..size-1 are the live items
         f = core.table.gather_transitions(slots)
         ended = f["terminated"] | f["truncated"]
@@ -622,23 +616,19 @@ class BufferBase:
         return BatchExperience(f["obs"], f["action"], f["reward"][:, None], f["next_obs"],
                                ended.float()[:, None], f["hidden"])
 
-    def __len__(self) -> int:
-        """Number of stored experiences (at most ``capacity``)."""
-        return len(self._core)
-
     @property
     def size(self) -> int:
         """Number of stored experiences (velora's attribute; as ``len(buf)``)."""
-        return len(self._core)
+        return len(self.buffer)
 
     @property
     def position(self) -> int:
         """Index where the next experience is written (wraps at ``capacity``)."""
-        return int(self._core.table.written[0]) % self._core.rows
+        return int(self.buffer.table.written[0]) % self.buffer.rows
 
     def _field(self, name: str, width: int) -> Any:
         """Storage of field ``name`` as ``(capacity, width)``: a view, not a copy."""
-        a = self._core.table.arrays[name].reshape(self._core.rows, width)
+        a = self.buffer.table.arrays[name].reshape(self.buffer.rows, width)
         return self._from_numpy(a) if self._numpy else a
 
     @property
@@ -665,7 +655,7 @@ class BufferBase:
     def dones(self) -> Tensor:
         """All episode ends ``(capacity, 1)`` as float32, ``terminated | truncated``
         (a copy)."""
-        t = self._core.table.arrays
+        t = self.buffer.table.arrays
         ended = t["terminated"] | t["truncated"]
         if self._numpy:
             return self._from_numpy(ended.reshape(-1, 1).astype(np.float32))
@@ -675,7 +665,7 @@ class BufferBase:
     def next_states(self) -> Tensor:
         """All next observations ``(capacity, state_dim)``, exactly as added; zeros where
         nothing is stored yet (a copy: the core stores each observation once)."""
-        core = self._core
+        core = self.buffer
         n, w = len(core), int(core.table.written[0])
         keys = np.arange(w - n, w, dtype=np.int64)
         rows = keys % core.rows
@@ -766,7 +756,7 @@ class BufferBase:
         state_path = Path(folder, f"{prefix}state").with_suffix(".safetensors")
         meta: dict[str, Any] = {str(k): v for k, v in self.metadata().items()}
         if self._own_rng:
-            meta["generator"] = _jsonable(self._core.rng.bit_generator.state)
+            meta["generator"] = _jsonable(self.buffer.rng.bit_generator.state)
         text = json.dumps(meta, indent=2)
         tensors = {k: v.contiguous() for k, v in self.state_dict().items()}
         try:
@@ -864,22 +854,17 @@ class BufferBase:
             raise CheckpointError(f"{where}: the metadata does not build a buffer: "
                                   f"{exc}") from exc
         if len(order):
-            buf._core.extend(obs=f32["states"], action=f32["actions"],
+            buf.buffer.extend(obs=f32["states"], action=f32["actions"],
                              reward=f32["rewards"][:, 0], next_obs=f32["next_states"],
                              terminated=dones != 0,
                              truncated=np.zeros(len(order), dtype=bool),
                              hidden=f32["hiddens"])
         return buf
 
-    def __repr__(self) -> str:
-        return (f"{type(self).__name__}(capacity={self.capacity}, state_dim={self.state_dim}, "
-                f"action_dim={self.action_dim}, hidden_dim={self.hidden_dim}, "
-                f"size={len(self)}, device={self.device!r})")
-
 
 def _column(x: Any, what: str, n: int) -> Any:
     """``x`` (``(n,)`` or ``(n, 1)``) as ``(n,)``, on the host."""
-    a = _host(x)
+    a = as_numpy(x)
     if np.shape(a) == (n, 1):
         return np.reshape(a, n)
     if np.shape(a) != (n,):
@@ -897,10 +882,10 @@ def _rows(states: Any, actions: Any, rewards: Any, next_states: Any, dones: Any,
         ShapeError: A value does not fit its field.
     """
     ss, sa, sh = shapes
-    s = _host(states)
+    s = as_numpy(states)
     n = int(np.shape(s)[0]) if np.ndim(s) else -1
     s = _floats(s, "add_multi(states=...)", (n, *ss))
-    a = _host(actions)
+    a = as_numpy(actions)
     if np.ndim(a) == 1:
         a = np.reshape(a, (n, 1))
     return (s, _floats(a, "add_multi(actions=...)", (n, *sa)),
@@ -1117,7 +1102,7 @@ class ReplayBuffer(BufferBase):
         a = act[rows]
         if a.ndim == 1:
             a = a[:, None]
-        self._core.extend(
+        self.buffer.extend(
             obs=_floats(np.asarray(obs)[rows], "warm: states", (n, self.state_dim)),
             action=_floats(a, "warm: actions", (n, self.action_dim)),
             reward=np.asarray(reward, dtype=np.float32)[rows],

@@ -54,7 +54,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -63,7 +63,9 @@ from replaybank.buffers.replay import ReplayBuffer
 from replaybank.errors import ConfigError, MissingDependencyError, SpecError, describe
 from replaybank.integrations.spaces import spec_from_spaces, to_fields
 from replaybank.spec import FieldSpec, Spec
-from replaybank.storage.table import StepTable
+
+if TYPE_CHECKING:  # the type of ReplayBuffer.table, for annotations only
+    from replaybank.storage.table import StepTable
 
 __all__ = ["MinariBuffer", "from_minari", "to_minari"]
 

@@ -105,20 +105,28 @@ class ReplayBuffer(Storage):
         super().__init__(size, device, actor, algorithm, envs, seed=seed)
 
     @classmethod
-    def create_factory(cls, size: int) -> Factory:
+    def create_factory(cls, size: int, *args: Any, **kwargs: Any) -> Factory:
         """Returns a function ``(device, actor, algorithm, envs)`` that creates instances.
+
+        Every storage class has it (pytorchrl's ``create_factory`` of each section):
+        the arguments are the class's constructor arguments but ``device``, ``actor``,
+        ``algorithm`` and ``envs``, in the constructor's order (e.g.
+        ``PERBuffer.create_factory(size, n_step, epsilon, alpha, beta, default_error)``,
+        ``HERBuffer.create_factory(size, her_function, n_step, ...)``).
 
         Args:
             size: Storage capacity along time axis.
+            *args: Further constructor arguments, by position.
+            **kwargs: Further constructor arguments, by name.
 
         Raises:
             ArgumentError, ConfigError: A bad argument (checked now, not at the call).
         """
-        cls(size, None, None, None, None)  # checks the arguments now
+        cls(size, None, None, None, None, *args, **kwargs)  # checks the arguments now
 
         def create_buffer(device: Any, actor: Any, algorithm: Any, envs: Any) -> Any:
-            """Create and return a ReplayBuffer instance."""
-            return cls(size, device, actor, algorithm, envs)
+            """Create and return an instance of the class."""
+            return cls(size, device, actor, algorithm, envs, *args, **kwargs)
 
         return create_buffer
 
@@ -145,25 +153,6 @@ class NStepReplayBuffer(ReplayBuffer):
         n = check_whole(type(self).__name__, "n_step", n_step, allow_float=True)
         super().__init__(size, device, actor, algorithm, envs, seed=seed)
         self.n_step = n
-
-    @classmethod
-    def create_factory(cls, size: int, n_step: int | float = 1) -> Factory:
-        """Returns a function ``(device, actor, algorithm, envs)`` that creates instances.
-
-        Args:
-            size: Storage capacity along time axis.
-            n_step: Number of future steps of the truncated n-step return.
-
-        Raises:
-            ArgumentError, ConfigError: A bad argument (checked now, not at the call).
-        """
-        cls(size, None, None, None, None, n_step)  # checks the arguments now
-
-        def create_buffer(device: Any, actor: Any, algorithm: Any, envs: Any) -> Any:
-            """Create and return a NStepReplayBuffer instance."""
-            return cls(size, device, actor, algorithm, envs, n_step)
-
-        return create_buffer
 
     def _check_parameter(self, name: str, value: Any) -> Any:
         if name == "n_step":
@@ -241,21 +230,6 @@ class PERBuffer(NStepReplayBuffer):
         self.alpha = checked["alpha"]
         self.beta = checked["beta"]
         self.error = checked["default_error"]
-
-    @classmethod
-    def create_factory(cls, size: int, n_step: int | float = 1,
-                       epsilon: float = 0.0, alpha: float = 0.0, beta: float = 1.0,
-                       default_error: float = 1000000) -> Factory:
-        """Returns a function ``(device, actor, algorithm, envs)`` that creates instances
-        (arguments as the constructor's, checked now)."""
-        cls(size, None, None, None, None, n_step, epsilon, alpha, beta, default_error)
-
-        def create_buffer(device: Any, actor: Any, algorithm: Any, envs: Any) -> Any:
-            """Create and return a PERBuffer instance."""
-            return cls(size, device, actor, algorithm, envs, n_step, epsilon, alpha, beta,
-                       default_error)
-
-        return create_buffer
 
     @property
     def default_error(self) -> float:
@@ -488,23 +462,6 @@ class EREBuffer(PERBuffer):
                          alpha=alpha, beta=beta, default_error=default_error, seed=seed)
         self._recent = self._sampler()
 
-    @classmethod
-    def create_factory(cls, size: int, n_step: int | float = 1,
-                       epsilon: float = 0.0, alpha: float = 0.0, beta: float = 1.0,
-                       default_error: float = 1000000, eta: float = 1.0,
-                       cmin: int = 5000) -> Factory:
-        """Returns a function ``(device, actor, algorithm, envs)`` that creates instances
-        (arguments as the constructor's, checked now)."""
-        cls(size, None, None, None, None, n_step, epsilon, alpha, beta, default_error, eta,
-            cmin)
-
-        def create_buffer(device: Any, actor: Any, algorithm: Any, envs: Any) -> Any:
-            """Create and return a EREBuffer instance."""
-            return cls(size, device, actor, algorithm, envs, n_step, epsilon, alpha, beta,
-                       default_error, eta, cmin)
-
-        return create_buffer
-
     def _sampler(self) -> RecentSampler:
         self._recent = RecentSampler(eta=float(self.eta), c_min=int(self.cmin),
                                      prioritized=self._per_sampler(), adaptive=True,
@@ -528,7 +485,7 @@ class EREBuffer(PERBuffer):
         """A recurrent actor's windows start among the newest ``c_k`` steps: some lane
         must hold ``sequence_length`` of them, or no window could be drawn."""
         buf = self._core()
-        if buf._table is None:
+        if not buf.allocated:
             return
         per_lane = window_counts(buf.table.counts, self._window(k, num_mini_batch))
         if int(per_lane.max()) < self.sequence_length:

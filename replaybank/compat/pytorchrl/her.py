@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from replaybank.buffers.calls import check_call
-from replaybank.compat.pytorchrl.buffers import EREBuffer, Factory
+from replaybank.compat.pytorchrl.buffers import EREBuffer
 from replaybank.compat.pytorchrl.checks import check_int
 from replaybank.compat.pytorchrl.keys import (
     ACT,
@@ -121,24 +121,6 @@ class HERBuffer(EREBuffer):
         self.relabelled = 0  # hindsight transitions stored so far
         self._episodes: list[list[dict[str, Any]]] = []  # per env: its steps so far
 
-    @classmethod
-    def create_factory(cls, size: int,  # type: ignore[override]
-                       her_function: Callable[..., Any] = identity_her,
-                       n_step: int | float = 1, epsilon: float = 0.0, alpha: float = 0.0,
-                       beta: float = 1.0, default_error: float = 1000000, eta: float = 1.0,
-                       cmin: int = 5000) -> Factory:
-        """Returns a function ``(device, actor, algorithm, envs)`` that creates instances
-        (arguments as the constructor's, checked now)."""
-        cls(size, None, None, None, None, her_function, n_step, epsilon, alpha, beta,
-            default_error, eta, cmin)
-
-        def create_buffer(device: Any, actor: Any, algorithm: Any, envs: Any) -> Any:
-            """Create and return a HERBuffer instance."""
-            return cls(size, device, actor, algorithm, envs, her_function, n_step, epsilon,
-                       alpha, beta, default_error, eta, cmin)
-
-        return create_buffer
-
     @property
     def _lanes(self) -> int:
         return 2 * self._num_envs
@@ -193,7 +175,7 @@ class HERBuffer(EREBuffer):
     def _spec_of(self, values: dict[str, Any], steps: int | None) -> Spec:
         """The core's fields: the table's, or those the first write will set."""
         buf = self._core()
-        if buf._table is not None:
+        if buf.allocated:
             return buf.table.spec
         extras = {k: v for k, v in values.items() if k not in _STANDARD}
         lead = (self._num_envs,) if steps is None else (steps, self._num_envs)

@@ -11,6 +11,8 @@ Example:
     >>> CORE_NAMES[IREW]
     'irew'
     >>> import numpy as np
+
+from replaybank.host import as_numpy
     >>> to_numpy({"a": [1.0, 2.0]})["a"].dtype.name
     'float64'
 """
@@ -20,6 +22,8 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+
+from replaybank.host import as_numpy
 
 __all__ = [
     "ACT", "ACTPROBS", "ALGORITHM", "CORE_NAMES", "DONE", "DONE2", "EPISODES", "IREW",
@@ -51,20 +55,13 @@ CORE_NAMES = {DONE: "prev_done", IREW: "irew", ACTPROBS: "act_probs", RHS: "rhs"
 
 
 def to_numpy(value: Any) -> Any:
-    """A torch tensor, array or nested dict of them as numpy (CPU, zero-copy when the
-    tensor is on the CPU and needs no grad)."""
+    """A torch tensor, array or nested dict of them as numpy (:func:`replaybank.host.
+    as_numpy`: CPU, zero-copy when the tensor is on the CPU and needs no grad)."""
     if type(value) is np.ndarray:
         return value
-    try:  # a CPU tensor that needs no grad: one call, zero-copy
-        return value.numpy()
-    except (AttributeError, TypeError, RuntimeError):
-        pass
     if isinstance(value, dict):
         return {k: to_numpy(v) for k, v in value.items()}
-    detach = getattr(value, "detach", None)
-    if detach is not None:
-        return detach().cpu().numpy()
-    return np.asarray(value)
+    return as_numpy(value)
 
 
 def tensor_of(value: Any, torch: Any, device: Any) -> Any:

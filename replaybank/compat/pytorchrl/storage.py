@@ -48,6 +48,7 @@ import numpy.typing as npt
 
 from replaybank.buffers.arguments import make_rng
 from replaybank.buffers.replay import ReplayBuffer as CoreBuffer
+from replaybank.compat.base import FrontEnd
 from replaybank.compat.pytorchrl.checks import (
     check_bool,
     check_count,
@@ -82,6 +83,7 @@ from replaybank.errors import (
     describe,
     require_extra,
 )
+from replaybank.host import is_tensor
 from replaybank.samplers.base import Sampler
 from replaybank.spec import unflatten
 
@@ -104,11 +106,6 @@ _TRANSITION = ("pytorchrl's transition: 'Observation', 'Action', 'Reward', "
 
 def _torch() -> Any:
     return require_extra("torch", "torch")
-
-
-def _is_tensor(value: Any) -> bool:
-    torch = sys.modules.get("torch")
-    return torch is not None and isinstance(value, torch.Tensor)
 
 
 def get_priority(error: Any, epsilon: float, alpha: float, call: str = "get_priority") -> Any:
@@ -135,7 +132,7 @@ def get_priority(error: Any, epsilon: float, alpha: float, call: str = "get_prio
         >>> get_priority([3.0], 1.0, 0.5)
         array([2.])
     """
-    if _is_tensor(error):
+    if is_tensor(error):
         torch = sys.modules["torch"]
         if error.is_complex() or error.dtype == torch.bool:
             raise DtypeError(f"{call}(error={describe(error)}): expected real TD errors; "
@@ -177,7 +174,7 @@ def get_sequence_priority(sequence_data: Any, eta: float = 0.9,
         [2.5, 3.0]
     """
     eta = check_number(call, "eta", eta, 0.0, 1.0, example=0.9)
-    if _is_tensor(sequence_data):
+    if is_tensor(sequence_data):
         torch = sys.modules["torch"]
         if sequence_data.dim() == 0 or sequence_data.shape[0] == 0:
             raise ShapeError(f"{call}(sequence_data={describe(sequence_data)}): expected "
@@ -251,7 +248,7 @@ def _bad_flags(where: str, key: str, value: Any) -> NoReturn:
     raise DtypeError(f"{where}: sample[{key!r}] holds {bad}; done flags are 0 or 1")
 
 
-class Storage:
+class Storage(FrontEnd):
     """pytorchrl's off-policy storage API over one core replay buffer.
 
     Subclasses fix the signature and the scheme (n-step, PER, ERE, HER); this class
@@ -279,6 +276,8 @@ class Storage:
     """
 
     storage_tensors = STORAGE_TENSORS
+    _repr_fields = ("max_size", "size", "step", "num_envs", "core=buffer")
+    buffer: CoreBuffer | None  # built by init_tensors (needs num_envs)
     #: The scheme plans writes beyond the core's (HER): :meth:`_plan_insert` is called.
     _plans = False
 
@@ -313,7 +312,7 @@ class Storage:
         self.seed = seed
         self.n_step = 1
         self.staged_overlap: dict[str, Any] | None = None
-        self.buffer: CoreBuffer | None = None  # built by init_tensors (needs num_envs)
+        self.buffer = None
         self._num_envs = 0
         self._extras: tuple[str, ...] = ()  # pytorchrl keys stored as core extras
         self._stored: tuple[str, ...] = _REQUIRED  # the keys every transition needs
@@ -375,7 +374,7 @@ class Storage:
     @property
     def size(self) -> int:
         """Rows stored per env (at most ``max_size``)."""
-        if self.buffer is None or self.buffer._table is None:
+        if self.buffer is None or not self.buffer.allocated:
             return 0
         return int(self.buffer.table.counts[0])
 
@@ -707,7 +706,7 @@ class Storage:
         stored), pytorchrl's layout ``{key: [rows, num_envs, ...] float32}``."""
         out: dict[str, Any] = {key: None for key in self.storage_tensors}
         buf = self.buffer
-        if buf is None or buf._table is None:
+        if buf is None or not buf.allocated:
             return out
         t = buf.table
         n, lanes = self._num_envs, t.lanes
@@ -963,9 +962,6 @@ class Storage:
                 view = TransitionView()
             self.buffer.view = view
 
-    def __repr__(self) -> str:
-        return (f"{type(self).__name__}(max_size={self.max_size}, size={self.size}, "
-                f"step={self.step}, num_envs={self._num_envs}, core={self.buffer!r})")
 
 
 # ---------------------------------------------------------------------- helpers

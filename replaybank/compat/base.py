@@ -1,0 +1,159 @@
+"""The base every front end builds on: it owns the core buffer and the chores around it.
+
+A front end speaks another library's API over a replaybank buffer it owns (composition:
+the core buffer is an attribute, never a base class). What every front end does the same
+way lives here, written once:
+
+* :class:`FrontEnd` holds the core buffer (:attr:`FrontEnd.buffer`), answers ``len()``
+  with the core's length and writes its ``repr`` from a table of attribute names
+  (``_repr_fields``);
+* :class:`Checkpointed` adds replaybank's checkpoint verbs for a front end registered as
+  a buffer type (``SequenceReplayBuffer``, ``PathBuffer``): ``state_dict`` (the core's
+  state beside the front end's own entries), ``load_state_dict`` (the front end's entries
+  checked before the core loads, so a state that fails changes nothing), ``save``,
+  ``load`` and ``config`` through :mod:`replaybank.persist`.
+
+What is left in a front end is its name-translation table and the methods whose
+semantics differ from the core's. Front ends whose library saves its own way (velora's
+files, fishyrl's state dicts) keep their own ``state_dict``/``save``.
+
+Example:
+    >>> import numpy as np
+    >>> from replaybank.buffers.replay import ReplayBuffer
+    >>> class Tiny(FrontEnd):
+    ...     _repr_fields = ("capacity", "size=len")
+    ...     def __init__(self, capacity):
+    ...         self.buffer = ReplayBuffer(capacity)
+    ...     capacity = property(lambda self: self.buffer.capacity)
+    >>> tiny = Tiny(8)
+    >>> tiny.buffer.add(obs=np.zeros(2), action=0, reward=1.0, next_obs=np.ones(2),
+    ...                 terminated=False, truncated=False)
+    >>> len(tiny), tiny
+    (1, Tiny(capacity=8, size=1))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from replaybank import persist
+
+if TYPE_CHECKING:  # pydantic loads with the first config() call
+    from replaybank.config import BufferConfig
+
+__all__ = ["Checkpointed", "FrontEnd"]
+
+
+class FrontEnd:
+    """A front end: another library's API over a core buffer it owns.
+
+    Subclasses set :attr:`buffer` in their constructor and list the attributes their
+    ``repr`` shows in ``_repr_fields``.
+
+    Attributes:
+        buffer: The core buffer (a :class:`~replaybank.buffers.replay.ReplayBuffer`,
+            :class:`~replaybank.buffers.rollout.buffer.RolloutBuffer`, or another front
+            end) that holds the data.
+
+    Example:
+        >>> from replaybank.buffers.replay import ReplayBuffer
+        >>> class Plain(FrontEnd):
+        ...     _repr_fields = ("capacity",)
+        ...     def __init__(self):
+        ...         self.buffer = ReplayBuffer(4)
+        ...         self.capacity = 4
+        >>> len(Plain()), repr(Plain())
+        (0, 'Plain(capacity=4)')
+    """
+
+    #: What ``repr`` shows, in order, as ``Name(label=value, ...)``: an attribute name, or
+    #: ``"label=attribute"`` (``"size=len"``: ``len(self)``).
+    _repr_fields: ClassVar[tuple[str, ...]] = ()
+    buffer: Any
+
+    def __len__(self) -> int:
+        """What the core buffer holds (see each front end for the unit; 0 while a front
+        end that builds its core lazily has none)."""
+        return 0 if self.buffer is None else len(self.buffer)
+
+    def __repr__(self) -> str:
+        parts = []
+        for field in self._repr_fields:
+            label, _, attr = field.partition("=")
+            value = len(self) if attr == "len" else getattr(self, attr or label)
+            parts.append(f"{label}={value!r}")
+        return f"{type(self).__name__}({', '.join(parts)})"
+
+
+class Checkpointed:
+    """replaybank's checkpoint verbs for a front end registered as a buffer type.
+
+    The state is the core buffer's (at the top level, or under ``_core_key``) with the
+    front end's own entries (:meth:`_own_state`) beside it. Loading checks the own
+    entries first (:meth:`_checked_own_state`), then the core checks and loads its part,
+    then the own entries are applied: a state that does not fit raises and changes
+    nothing. A subclass also defines ``init_config()`` (its constructor values, for
+    :func:`replaybank.config.buffer_config`) and owns :attr:`FrontEnd.buffer`.
+
+    Example:
+        >>> import tempfile
+        >>> from replaybank.compat.trajectory import PathBuffer
+        >>> d = tempfile.mkdtemp()
+        >>> PathBuffer(4, gamma=0.9).save(d)
+        >>> PathBuffer.load(d).gamma, PathBuffer(4).config().type
+        (0.9, 'PathBuffer')
+    """
+
+    #: Where the core's state goes: None, merged into the top level; else under this key.
+    _core_key: ClassVar[str | None] = None
+    buffer: Any
+
+    def _own_state(self) -> dict[str, Any]:
+        """The front end's own entries of the state (JSON-able values or arrays)."""
+        raise NotImplementedError
+
+    def _checked_own_state(self, state: Any) -> Callable[[], None]:
+        """Check the own entries of ``state`` (a :meth:`state_dict`, maybe damaged) and
+        return what sets them; nothing is changed yet.
+
+        Raises:
+            CheckpointError: The entries do not fit this front end.
+        """
+        raise NotImplementedError
+
+    def state_dict(self) -> dict[str, Any]:
+        """The core buffer's state and this front end's own entries; leaves are arrays or
+        JSON-able values."""
+        core = self.buffer.state_dict()
+        out = dict(core) if self._core_key is None else {self._core_key: core}
+        out.update(self._own_state())
+        return out
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Inverse of :meth:`state_dict`: the front end's entries are checked first and
+        the core buffer checks its own, so a state that fails changes nothing.
+
+        Raises:
+            CheckpointError: The state does not fit this buffer or is damaged.
+        """
+        apply = self._checked_own_state(state)
+        self.buffer.load_state_dict(state if self._core_key is None else state[self._core_key])
+        apply()
+
+    def save(self, dirpath: Any, prefix: str = "buffer_") -> None:
+        """Write ``<prefix>metadata.json`` and ``<prefix>state.safetensors`` atomically;
+        restore with :meth:`load` (or :func:`replaybank.load`)."""
+        persist.save(self, dirpath, prefix=prefix)  # type: ignore[arg-type]
+
+    @classmethod
+    def load(cls, dirpath: Any, prefix: str = "buffer_", *,
+             trust_imports: bool = False) -> Any:
+        """Restore a buffer saved with :meth:`save` (identical next sample)."""
+        return persist.load(dirpath, prefix=prefix, trust_imports=trust_imports)
+
+    def config(self) -> BufferConfig:
+        """A validated config object (pydantic) that rebuilds an equivalent empty buffer."""
+        from replaybank.config import buffer_config
+
+        return buffer_config(self)
