@@ -14,6 +14,8 @@
  *                  stratified draw: targets, find, keys, probabilities, IS weights
  *   transform      (raw + eps) ** alpha and its maximum
  *   update_keys    stale-key filter, slots, transform and update_pair in one pass
+ *   valid_update   update_priorities' argument checks (keys >= 0, priorities in
+ *                  [0, limit]) in one pass
  *
  * replaybank/ops/sumtree_c.py wraps them with numpy-allocated outputs; callers never
  * reach this module directly. Arrays come through the buffer protocol (no numpy headers
@@ -627,6 +629,37 @@ done:
     return res;
 }
 
+/* valid_update(keys, priorities, limit) -> bool: every key >= 0 and every priority a
+ * number in [0, limit] (NaN and +inf refused): update_priorities' checks in one pass. */
+static PyObject *
+sampling_valid_update(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "valid_update(keys, priorities, limit)");
+        return NULL;
+    }
+    double limit = PyFloat_AsDouble(args[2]);
+    if (limit == -1.0 && PyErr_Occurred())
+        return NULL;
+    Arr a[2];
+    memset(a, 0, sizeof a);
+    if (get_arr(args[0], &a[0], 'i', 0, "keys") < 0
+        || get_arr(args[1], &a[1], 'f', 0, "priorities") < 0) {
+        release(a, 2);
+        return NULL;
+    }
+    const int64_t *keys = (const int64_t *)a[0].view.buf;
+    const double *p = (const double *)a[1].view.buf;
+    const Py_ssize_t nk = count(&a[0]), np_ = count(&a[1]);
+    int ok = 1;
+    for (Py_ssize_t i = 0; ok && i < nk; i++)
+        ok = keys[i] >= 0;
+    for (Py_ssize_t i = 0; ok && i < np_; i++)
+        ok = p[i] >= 0.0 && p[i] <= limit && p[i] != INFINITY; /* NaN fails the first */
+    release(a, 2);
+    return PyBool_FromLong(ok);
+}
+
 static PyMethodDef sampling_functions[] = {
     {"map_raw", (PyCFunction)(void (*)(void))sampling_map_raw, METH_FASTCALL,
      "map_raw(raw, high, out, start) -> int: replaybank.ops.draws.map_raw in C."},
@@ -641,6 +674,8 @@ static PyMethodDef sampling_functions[] = {
      "transform(raw, eps, alpha, out) -> max: (raw + eps) ** alpha."},
     {"update_keys", (PyCFunction)(void (*)(void))sampling_update_keys, METH_FASTCALL,
      "update_keys(...) -> (applied, top): the fused priority update by item key."},
+    {"valid_update", (PyCFunction)(void (*)(void))sampling_valid_update, METH_FASTCALL,
+     "valid_update(keys, priorities, limit) -> bool: keys >= 0, priorities in [0, limit]."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -171,3 +171,17 @@ def test_pure_python_switch_leaves_the_c_kernels_out(monkeypatch: pytest.MonkeyP
         sumtree.kernels("c")
     monkeypatch.setenv("REPLAYBANK_PURE_PYTHON", "0")
     assert sumtree.kernels("auto")[1] == "c"
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(-3, 50), max_size=20),
+       st.lists(st.one_of(st.floats(-2.0, 1e6), st.just(float("nan")), st.just(float("inf")),
+                          st.just(-float("inf"))), max_size=20),
+       st.sampled_from([10.0, 1e300, float("inf")]))
+def test_valid_update_is_update_priorities_checks(keys: list[int], prio: list[float],
+                                                  limit: float) -> None:
+    """The one-pass check of update_priorities' arguments against the rule it stands for."""
+    k, p = np.array(keys, np.int64), np.array(prio, np.float64)
+    want = all(x >= 0 for x in keys) and all(0.0 <= x <= limit and x != float("inf")
+                                             for x in prio)
+    assert _sampling.valid_update(k, p, limit) is want

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Callable
+from functools import cache
 from typing import Any
 
 import numpy as np
@@ -30,6 +32,7 @@ import numpy.typing as npt
 from replaybank.errors import ConfigError, DtypeError, ShapeError, describe
 from replaybank.host import is_tensor, tensor_to_numpy
 from replaybank.ops import ring
+from replaybank.ops.jit import pick_kernel
 from replaybank.samplers.base import LaneView, SamplerTraits
 from replaybank.spec import real_floats
 
@@ -192,6 +195,22 @@ def priority_values(priority: Any, out: tuple[int, int], limit: float,
     return p.reshape(-1)
 
 
+def _valid_numpy(keys: npt.NDArray[np.int64], p: FloatArray, limit: float) -> bool:
+    """Every key >= 0 and every priority in ``[0, limit]`` (NaN and +inf refused)."""
+    hi = p.max()
+    return bool(keys.min() >= 0 and p.min() >= 0.0 and hi <= limit and hi != math.inf)
+
+
+@cache
+def _valid() -> Callable[[npt.NDArray[np.int64], FloatArray, float], bool]:
+    """The checks of :func:`update_priorities` (every key >= 0, every priority in
+    ``[0, limit]``): one compiled pass where the C kernels are built, else
+    :func:`_valid_numpy` (chosen once)."""
+    mod = pick_kernel("auto", None, None, None, "update_priorities",
+                      compiled="replaybank._sampling")[0]
+    return _valid_numpy if mod is None else mod.valid_update
+
+
 def update_priorities(traits: SamplerTraits, lanes: LaneView | None, indices: Any,
                       priorities: Any) -> int:
     """Set the priorities of the still-live ``indices``; stale ones (overwritten since they
@@ -230,13 +249,13 @@ def update_priorities(traits: SamplerTraits, lanes: LaneView | None, indices: An
             f"update_priorities: {len(keys)} indices but {len(p)} priorities; "
             "pass one priority per index"
         )
-    if len(keys):
+    limit = math.inf if traits.bounded is None else traits.bounded.priority_limit
+    if len(keys) and not _valid()(keys, p, limit):  # one pass where compiled; then name it
         if keys.min() < 0:
             raise ConfigError(
                 f"update_priorities(indices=...): {keys[keys < 0][:4].tolist()} are negative; "
                 "item keys are >= 0: pass batch.indices as sampled"
             )
-        limit = math.inf if traits.bounded is None else traits.bounded.priority_limit
         # NaN fails both tests, negatives the first, +inf and too large values the second
         hi = p.max()
         if not (p.min() >= 0.0 and hi <= limit) or hi == math.inf:
