@@ -23,6 +23,7 @@ from replaybank.buffers.prefetch import Prefetcher
 from replaybank.buffers.replay import ReplayBuffer
 from replaybank.buffers.rollout.buffer import RolloutBuffer
 from replaybank.buffers.shared import SharedWriter, SharedWriterHandle, WritersOutranError
+from replaybank.buffers.store import DeviceStore, SharedStore, Store
 from replaybank.compat.prioritized import PrioritizedReplayBuffer
 from replaybank.compat.sequence import SequenceReplayBuffer
 from replaybank.compat.trajectory import PathBuffer
@@ -98,6 +99,7 @@ __all__ = [
     "Collector",
     "ComponentConfig",
     "ConfigError",
+    "DeviceStore",
     "DtypeError",
     "DurableBackend",
     "EmptyBufferError",
@@ -136,6 +138,7 @@ __all__ = [
     "ShapeError",
     "SharedArrayBackend",
     "SharedBackend",
+    "SharedStore",
     "SharedWriter",
     "SharedWriterHandle",
     "ShiftedView",
@@ -145,6 +148,7 @@ __all__ = [
     "StatelessSampler",
     "StatelessView",
     "StepView",
+    "Store",
     "TorchBackend",
     "TransitionView",
     "UniformDraws",

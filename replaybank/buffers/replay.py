@@ -33,7 +33,6 @@ from replaybank.buffers.autoreset import (
     warn_resets,
 )
 from replaybank.buffers.calls import check_call, lane_ids
-from replaybank.buffers.device_path import DevicePath, device_path
 from replaybank.buffers.guard import CallGuard
 from replaybank.buffers.inputs import (
     UNSET,
@@ -43,15 +42,16 @@ from replaybank.buffers.inputs import (
 )
 from replaybank.buffers.parts import Parts
 from replaybank.buffers.prefetch import Prefetcher
-from replaybank.buffers.priorities import check_priority, to_host, update_priorities
+from replaybank.buffers.priorities import check_priority, update_priorities
 from replaybank.buffers.sequences import sample_sequences, update_sequence_priorities
-from replaybank.buffers.shared import SharedReader, SharedWriterHandle, writer_handle
+from replaybank.buffers.shared import SharedWriterHandle
+from replaybank.buffers.store import Store, make_store
 from replaybank.buffers.writer import StepValues, Writer, writer_choice
 from replaybank.errors import ArgumentError, ConfigError, EmptyBufferError, ShapeError, describe
 from replaybank.samplers.base import LaneView, Sampler, SamplerTraits
 from replaybank.spec import Spec
 from replaybank.storage.backends import make_backend
-from replaybank.storage.backends.base import ArrayBackend, DurableBackend, SharedArrayBackend
+from replaybank.storage.backends.base import ArrayBackend
 from replaybank.storage.table import StepTable
 from replaybank.storage.table_state import check_table
 from replaybank.storage.writers.compiled import WriteCall, not_handled
@@ -183,29 +183,19 @@ class ReplayBuffer:
         # rows hold no next observations: a NEXT_STEP reset step cannot be seen in them
         self._check_autoreset = self.autoreset_mode is None and not self.rows_only
         self._seq_widths: set[int] = set()  # window widths sample_sequences returned
-        self._backend: ArrayBackend = make_backend(storage, path, device)
-        # device storage: uniform one-step samples drawn and gathered on the device
-        self._device: DevicePath | None = device_path(self._backend)
-        self._table: StepTable | None = None
         # the buffer whose config durable storage records (a wrapper, or None: self)
         self.storage_owner: Any = None
-        self._lane_view: LaneView | None = None
         self._parts = Parts(self.sampler, self.view)  # their capabilities, checked once
         # one call at a time: a sample never sees a half-written step
         self._guard = CallGuard()
-        #: The owner of shared-memory storage: its snapshot of the writers' lanes.
-        self._shared: SharedReader | None = None
         self.sampler.bind(self.rows, self._num_envs)
         if spec is not None:
             spec = Spec.coerce(spec)
-            self._allocate(rows_spec(spec) if self.rows_only else standard_spec(spec))
-        be = self._backend
-        if isinstance(be, SharedArrayBackend) and be.owner:
-            if self._table is None:
-                raise ConfigError('storage="shared" needs spec= (the owner allocates the '
-                                  "shared arrays before its writers start; "
-                                  "rb.spec_from_env(env) gives one)")
-            self._shared = SharedReader(be, self._table)
+            spec = rows_spec(spec) if self.rows_only else standard_spec(spec)
+        #: Where the steps live (local, device or shared memory) and how calls reach them.
+        self._store: Store = make_store(make_backend(storage, path, device), self.rows,
+                                        self._num_envs, self.rows_only, spec)
+        self.record_owner()
 
     # ------------------------------------------------------------------ properties
     @property
@@ -226,12 +216,18 @@ class ReplayBuffer:
     @property
     def backend(self) -> ArrayBackend:
         """Where the arrays live (numpy, memmap files, torch tensors)."""
-        return self._backend
+        return self._store.backend
+
+    @property
+    def store(self) -> Store:
+        """Where the steps live and how calls reach them (:mod:`~replaybank.buffers.store`)."""
+        return self._store
 
     @property
     def spec(self) -> Spec | None:
         """Stored fields (None until the first add when no spec was given)."""
-        return self._table.spec if self._table is not None else None
+        t = self._store.table
+        return t.spec if t is not None else None
 
     @property
     def allocated(self) -> bool:
@@ -253,9 +249,15 @@ class ReplayBuffer:
     @property
     def table(self) -> StepTable:
         """The underlying step table (raises before the first add)."""
-        if self._table is None:
+        t = self._store.table
+        if t is None:
             raise ShapeError("the buffer has no storage yet; add a transition or pass spec=")
-        return self._table
+        return t
+
+    @property
+    def _table(self) -> StepTable | None:
+        """The step table, or None before the first write."""
+        return self._store.table
 
     @property
     def rng(self) -> np.random.Generator:
@@ -288,27 +290,18 @@ class ReplayBuffer:
         self._direct = not_handled
 
     def __len__(self) -> int:
-        t = self._table
-        if t is None:
-            return 0
-        if self._shared is not None:
-            self._shared.sync(self.sampler)
-        if t.lanes == 1:
-            return int(t.counts[0])
-        # a Python sum of a few lanes costs less than numpy's reduction call
-        return sum(t.counts.tolist()) if t.lanes <= 64 else int(t.counts.sum())
+        return self._store.size(self._sampler)
 
     def lane_view(self) -> LaneView:
-        """Current lane bookkeeping for samplers."""
-        t = self.table
-        lv = self._lane_view
-        if lv is None or lv.written is not t.written or lv.counts is not t.counts:
-            lv = self._lane_view = LaneView(t.T, t.lanes, t.written, t.counts)
+        """Current lane bookkeeping for samplers (raises before the first add)."""
+        lv = self._store.lane_view()
+        if lv is None:
+            raise ShapeError("the buffer has no storage yet; add a transition or pass spec=")
         return lv
 
     def _lanes(self) -> LaneView | None:
         """:meth:`lane_view`, or None before the storage exists."""
-        return None if self._table is None else self.lane_view()
+        return self._store.lane_view()
 
     @property
     def episodes_seen(self) -> int:
@@ -338,16 +331,15 @@ class ReplayBuffer:
 
     # ------------------------------------------------------------------ writing
     def _allocate(self, spec: Spec) -> None:
-        self._table = state.make_table(spec, self.rows, self._num_envs, self._backend,
-                                       self.rows_only)
+        self._store.allocate(spec)
         self._drop_writer()
         self.record_owner()
 
     def record_owner(self) -> None:
         """Write the owner's config (this buffer's, or its wrapper's: ``storage_owner``)
         into durable storage, so that ``rb.open(path)`` can rebuild it (no-op in memory)."""
-        if self._table is not None:
-            persist.record_owner(self._backend,
+        if self._store.table is not None:
+            persist.record_owner(self._store.backend,
                                  self if self.storage_owner is None else self.storage_owner)
 
     def add(self, *args: Any, obs: Any = UNSET, action: Any = UNSET, reward: Any = UNSET,
@@ -426,8 +418,7 @@ class ReplayBuffer:
         """A write the hot path did not take: the view's input transform (e.g. frame
         stacks store the newest frame), then the writer. The first write sets the spec:
         the call is checked before the storage is allocated."""
-        if self._shared is not None:
-            raise self._owner_writes("extend" if steps else "add")
+        self._store.check_write("extend" if steps else "add")
         parts = self._current_parts()
         if parts.transform is not None:
             # bad env_ids: the Python boundary's error
@@ -461,12 +452,6 @@ class ReplayBuffer:
         self._direct = writer.direct if parts.transform is None else not_handled
         return writer
 
-    def _owner_writes(self, call: str) -> ConfigError:
-        return ConfigError(
-            f'{call}(): a storage="shared" buffer is written by its writers, not by its '
-            "owner: hand buf.writer(lanes=[...]) to each collector process and call "
-            "add/extend on its open()")
-
     def writer(self, lanes: Any) -> SharedWriterHandle:
         """A picklable handle for a collector process that writes ``lanes`` of this
         ``storage="shared"`` buffer: call ``.open()`` on it in that process
@@ -475,22 +460,14 @@ class ReplayBuffer:
         Raises:
             ConfigError: The storage is not shared, or bad lane ids.
         """
-        be = self._backend
-        if self._shared is None or not isinstance(be, SharedArrayBackend):
-            raise ConfigError(f'writer(): the buffer\'s storage is "{be.name}"; only a '
-                              'storage="shared" buffer hands out writers')
-        from replaybank.config import buffer_config
-
-        owner = self if self.storage_owner is None else self.storage_owner
-        return writer_handle(be, buffer_config(owner).model_dump(mode="json"), lanes,
-                             self._num_envs)
+        return self._store.writer(self if self.storage_owner is None else self.storage_owner,
+                                  lanes)
 
     def clear(self) -> None:
         """Drop every stored step (storage stays allocated)."""
         locked = self._guard.enter()
         try:
-            if self._shared is not None:
-                raise self._owner_writes("clear")
+            self._store.check_write("clear")
             self._clear()
         finally:
             self._guard.leave(locked)
@@ -522,15 +499,7 @@ class ReplayBuffer:
         try:
             parts = self._parts if self._parts.sampler is self.sampler \
                 and self._parts.view is self.view else self._current_parts()
-            if self._device is not None and (got := self._device.sample(
-                    self._table, parts, self._rng, batch_size, replace, kwargs)) is not None:
-                batch = Batch.own(got)
-            elif self._shared is None:
-                batch = Batch.own(parts.sample(self._table, self._lanes(), self._rng,
-                                               batch_size, replace, kwargs))
-            else:
-                batch = self._shared.read(self.sampler, lambda: Batch.own(parts.sample(
-                    self._table, self._lanes(), self._rng, batch_size, replace, kwargs)))
+            batch = self._store.sample(parts, self._rng, batch_size, replace, kwargs)
             self._samples += 1
             if self._samples & (self._samples - 1) == 0 and self._check_autoreset:
                 self._check_resets()
@@ -576,12 +545,7 @@ class ReplayBuffer:
             >>> a is b, tuple(b.shape)
             (True, (8, 2))
         """
-        dev = self._device
-        if dev is None:
-            raise ConfigError(
-                f"sample_fn: {self._backend!r} does not draw on the device; use "
-                'storage="torch" (with TorchBackend draws="device", the default) or call '
-                "sample()")
+        dev = self._store.device()
         size = positive_int("sample_fn(batch_size)", batch_size)
 
         def fn() -> Batch:
@@ -658,14 +622,9 @@ class ReplayBuffer:
         """
         locked = self._guard.enter()
         try:
-            if self._device is None:
-                return update_priorities(self._current_parts().traits, self._lanes(), indices,
-                                         priorities)
-            indices, priorities = to_host(indices, priorities)  # one transfer at most
-            n = update_priorities(self._current_parts().traits, self._lanes(), indices,
-                                  priorities)
-            self._device.touch(self._table, indices)  # the device sum tree follows
-            return n
+            traits, lanes = self._current_parts().traits, self._lanes()
+            return self._store.updated(lambda k, p: update_priorities(traits, lanes, k, p),
+                                       indices, priorities)
         finally:
             self._guard.leave(locked)
 
@@ -676,13 +635,9 @@ class ReplayBuffer:
         locked = self._guard.enter()
         try:
             traits = self._current_parts().traits
-            if self._shared is None:
-                batch = sample_sequences(self._table, self._lanes(), self._rng, traits,
-                                         batch_size, sequence_length, **kwargs)
-            else:
-                batch = self._shared.read(self.sampler, lambda: sample_sequences(
-                    self._table, self._lanes(), self._rng, traits, batch_size,
-                    sequence_length, **kwargs))
+            batch = self._store.read(self.sampler, lambda: sample_sequences(
+                self._table, self._lanes(), self._rng, traits, batch_size, sequence_length,
+                **kwargs))
             if len(self._seq_widths) < 16:  # what update_sequence_priorities checks against
                 self._seq_widths.add(int(batch.mask.shape[1]))
             return batch
@@ -702,14 +657,9 @@ class ReplayBuffer:
             )
         locked = self._guard.enter()
         try:
-            if self._device is None:
-                return update_sequence_priorities(self._current_parts().traits, self._lanes(),
-                                                  starts, td_errors, eta=eta, mask=mask)
-            starts, td_errors, mask = to_host(starts, td_errors, mask)  # one transfer
-            n = update_sequence_priorities(self._current_parts().traits, self._lanes(),
-                                           starts, td_errors, eta=eta, mask=mask)
-            self._device.touch(self._table, starts)  # the device sum tree follows
-            return n
+            traits, lanes = self._current_parts().traits, self._lanes()
+            return self._store.updated(lambda k, td, m: update_sequence_priorities(
+                traits, lanes, k, td, eta=eta, mask=m), starts, td_errors, mask)
         finally:
             self._guard.leave(locked)
 
@@ -744,8 +694,7 @@ class ReplayBuffer:
         """
         out = state.buffer_state(self.metadata(), self._init_args, self._rng,
                                  self.sampler, self.view, self._table)
-        if self._device is not None and (dev := self._device.state_dict()):
-            out["device_rng"] = dev
+        out.update(self._store.state_dict())
         return out
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -773,8 +722,7 @@ class ReplayBuffer:
             # checkpoints written before views had state hold none: the view keeps its own
             self.view.load_state_dict(state_dict.get("view", {}))
             self._rng.bit_generator.state = state_dict["rng"]
-            if self._device is not None:  # absent: reseeded from the host generator
-                self._device.load_state_dict(state_dict.get("device_rng", {}))
+            self._store.load_state_dict(state_dict)
 
     def resume_state(self) -> dict[str, Any] | None:
         """What :func:`replaybank.persist.flush` saves beside memmap files: generator,
@@ -799,8 +747,7 @@ class ReplayBuffer:
         Raises:
             CheckpointError: The files' lane counters or links are damaged.
         """
-        check_table(self.table, f"open({self._backend.path})"
-                    if isinstance(self._backend, DurableBackend) else "open()")
+        check_table(self.table, self._store.where())
         self.table.rebuild_free_list()
         self.sampler.on_write(state.live_slots(self.table), None)
 
@@ -833,11 +780,7 @@ class ReplayBuffer:
         """Release durable storage: a memmap buffer syncs its files and drops the writer's
         lock, so another process may open the directory (no-op in memory). The buffer
         must not be written afterwards; call :meth:`flush` first to resume exactly."""
-        if isinstance(self._backend, DurableBackend):
-            with self.exclusive():
-                self._backend.close()
-        elif isinstance(self._backend, SharedArrayBackend):
-            self._backend.close()
+        self._store.close(self.exclusive)
 
     @classmethod
     def open(cls, path: Any, mode: str = "r+", *, trust_imports: bool = False) -> Any:
@@ -851,7 +794,7 @@ class ReplayBuffer:
         """Constructor values that rebuild this buffer empty (for :meth:`config`), with
         the int seed it was built with (None for a Generator or no seed)."""
         return state.init_config(self.capacity, self.num_envs, self.spec, self._init_args,
-                                 self.sampler, self.view, self._backend, self._seed)
+                                 self.sampler, self.view, self._store.backend, self._seed)
 
     def config(self) -> BufferConfig:
         """A validated config object (pydantic) that rebuilds an equivalent empty buffer."""
@@ -874,10 +817,9 @@ class ReplayBuffer:
             "spec": None if spec is None else spec.to_json(),
             "sampler": self.sampler.config(),
             "view": self.view.config(),
-            "storage": self._backend.name,
+            "storage": self._store.backend.name,
         }
-        if self._shared is not None:
-            out["shared_retries"] = self._shared.retries
+        out.update(self._store.metadata())
         return out
 
     def __getstate__(self) -> dict[str, Any]:
@@ -890,7 +832,6 @@ class ReplayBuffer:
         state = self.__dict__.copy()
         state["_writer"] = None  # holds the compiled writer; rebuilt on use
         state["_direct"] = not_handled
-        state["_lane_view"] = None
         return state
 
     def __repr__(self) -> str:
