@@ -649,3 +649,8 @@ def test_a_part_given_by_name_or_class_is_refused_with_the_fix(arg: str, value: 
                                                                message: str) -> None:
     with pytest.raises(rb.ConfigError, match=message):
         rb.ReplayBuffer(10, **{arg: value})
+    buf = rb.ReplayBuffer(10)
+    before = (buf.sampler, buf.view)
+    with pytest.raises(rb.ConfigError, match=message):
+        setattr(buf, arg, value)  # swapping a part checks it the same way
+    assert (buf.sampler, buf.view) == before

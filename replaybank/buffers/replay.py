@@ -271,7 +271,7 @@ class ReplayBuffer:
 
     @sampler.setter
     def sampler(self, sampler: Sampler) -> None:
-        self._sampler = sampler
+        self._sampler = arguments.check_part("sampler", sampler)
         self._drop_writer()
 
     @property
@@ -281,7 +281,7 @@ class ReplayBuffer:
 
     @view.setter
     def view(self, view: View) -> None:
-        self._view = view
+        self._view = arguments.check_part("view", view)
         self._drop_writer()
 
     def _drop_writer(self) -> None:
