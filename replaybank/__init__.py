@@ -16,6 +16,7 @@ Example:
 
 import typing
 
+from replaybank import registry as _registry
 from replaybank.batch import Batch, SequenceBatch
 from replaybank.buffers.autoreset import AutoresetWarning
 from replaybank.buffers.hindsight import HerReplayBuffer
@@ -176,6 +177,23 @@ __all__ = [
     "to_minari",
     "warm",
 ]
+
+# the built-in types that configs name (their "type"), registered here, where every layer
+# is imported, rather than named as import strings in the registry below every layer
+_registry.register_buffer("ReplayBuffer", ReplayBuffer)
+_registry.register_buffer("RolloutBuffer", RolloutBuffer)
+_registry.register_buffer("PathBuffer", PathBuffer)
+_registry.register_buffer("SequenceReplayBuffer", SequenceReplayBuffer, kwargs_to=ReplayBuffer)
+_registry.register_buffer("HerReplayBuffer", HerReplayBuffer)
+_registry.register_buffer("PrioritizedReplayBuffer", PrioritizedReplayBuffer,
+                          exclude=("sampler",))
+for _name, _sampler in (("uniform", UniformSampler), ("prioritized", PrioritizedSampler),
+                        ("recent", RecentSampler), ("lane_split", LaneSplitSampler)):
+    _registry.register_sampler(_name, _sampler)
+for _name, _view in (("transition", TransitionView), ("nstep", NStepView),
+                     ("framestack", FrameStackView), ("her", HerView)):
+    _registry.register_view(_name, _view)
+del _name, _sampler, _view
 
 # torch and gymnasium stay optional: these names import their module on first access (the
 # ``__getattr__`` below); a type checker reads their real types from the block after it

@@ -1,6 +1,6 @@
 """Saving, loading and reopening buffers: ``rb.save``, ``rb.load``, ``rb.open``, ``flush``.
 
-Every registered buffer type (:mod:`replaybank.config.registry`) is saved the same way:
+Every registered buffer type (:mod:`replaybank.registry`) is saved the same way:
 its ``state_dict()`` goes into an atomic two-file checkpoint (:mod:`replaybank.io.checkpoint`)
 whose manifest also carries the buffer's config, and :func:`load` rebuilds the right type
 from that config (by its registered name) before it fills it. This module knows buffers

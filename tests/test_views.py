@@ -53,7 +53,7 @@ def fill(buf: Any, n: int = 40, stacked: int = 0) -> None:
 def noisy_registered() -> Any:
     rb.register_view("noisy", NoisyView)
     yield
-    from replaybank.config import registry
+    from replaybank import registry
 
     registry.VIEWS.pop("noisy")
 

@@ -11,7 +11,7 @@ Buffer, sampler and view types live in registries that other modules add to with
 :func:`register_buffer`, :func:`register_sampler` and :func:`register_view`. The config
 model of a buffer type is derived from its constructor signature (typed, validated
 fields for the common arguments), so every constructor argument is reachable from a file.
-The registries live in :mod:`replaybank.config.registry` and the models in
+The registries live in :mod:`replaybank.registry` and the models in
 :mod:`replaybank.config.models`; this module re-exports them, validates configs, reads
 config files and derives a live buffer's config.
 
@@ -50,7 +50,8 @@ from replaybank.config.models import (
     config_model,
     format_error,
 )
-from replaybank.config.registry import (
+from replaybank.errors import ConfigError, describe, require_extra
+from replaybank.registry import (
     BUFFERS,
     SAMPLERS,
     VIEWS,
@@ -63,7 +64,6 @@ from replaybank.config.registry import (
     sampler_types,
     view_types,
 )
-from replaybank.errors import ConfigError, describe, require_extra
 from replaybank.views.functions import register_function
 
 if TYPE_CHECKING:  # for annotations only: the config layer imports no buffer when it runs

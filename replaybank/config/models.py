@@ -1,6 +1,6 @@
 """Pydantic config models of buffers and their components, and the checks on their fields.
 
-Every registered buffer type (:mod:`replaybank.config.registry`) gets a config model,
+Every registered buffer type (:mod:`replaybank.registry`) gets a config model,
 made by :func:`config_model` from its constructor signature: the common arguments
 (``capacity``, ``num_envs``, ``seed``, ``spec``, ``sampler``, ``view``, ``n_step``,
 ``gamma``, ``frame_stack``, ``storage``, ...) are typed and validated, other simple
@@ -36,7 +36,8 @@ from pydantic import (
     model_validator,
 )
 
-from replaybank.config.registry import (
+from replaybank.errors import ConfigError, ReplayBankError, describe
+from replaybank.registry import (
     BUFFER_LISTENERS,
     BUFFERS,
     SAMPLERS,
@@ -46,7 +47,6 @@ from replaybank.config.registry import (
     canonical_type,
     constructor_params,
 )
-from replaybank.errors import ConfigError, ReplayBankError, describe
 
 __all__ = ["SIMPLE", "BufferConfig", "ComponentConfig", "config_model", "format_error"]
 

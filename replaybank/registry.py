@@ -11,7 +11,9 @@ accepts, following ``**kwargs`` to the class they reach; the config models of
 :mod:`replaybank.config` are derived from it.
 
 This module imports neither pydantic nor any buffer; :mod:`replaybank.config` re-exports
-its public functions.
+its public functions. The built-in types are registered, as classes, at the top of the
+package (``replaybank/__init__.py``), the one place that imports every layer: this lowest
+layer names none of them.
 
 Example:
     >>> register_sampler("uniform", "replaybank.samplers.uniform:UniformSampler")
@@ -165,28 +167,6 @@ def sampler_types() -> list[str]:
 def view_types() -> list[str]:
     """Registered view type names."""
     return sorted(VIEWS)
-
-
-_REPLAY = "replaybank.buffers.replay:ReplayBuffer"
-for _n, _t in (("ReplayBuffer", _REPLAY),
-               ("RolloutBuffer", "replaybank.buffers.rollout.buffer:RolloutBuffer"),
-               ("PathBuffer", "replaybank.compat.trajectory:PathBuffer")):
-    register_buffer(_n, _t)
-register_buffer("SequenceReplayBuffer",
-                "replaybank.compat.sequence:SequenceReplayBuffer", kwargs_to=_REPLAY)
-register_buffer("HerReplayBuffer", "replaybank.buffers.hindsight:HerReplayBuffer")
-register_buffer("PrioritizedReplayBuffer",
-                "replaybank.compat.prioritized:PrioritizedReplayBuffer", exclude=("sampler",))
-for _n, _t in (("uniform", "replaybank.samplers.uniform:UniformSampler"),
-               ("prioritized", "replaybank.samplers.prioritized:PrioritizedSampler"),
-               ("recent", "replaybank.samplers.recent:RecentSampler"),
-               ("lane_split", "replaybank.samplers.lane_split:LaneSplitSampler")):
-    register_sampler(_n, _t)
-for _n, _t in (("transition", "replaybank.views.transition:TransitionView"),
-               ("nstep", "replaybank.views.nstep:NStepView"),
-               ("framestack", "replaybank.views.framestack:FrameStackView"),
-               ("her", "replaybank.views.hindsight:HerView")):
-    register_view(_n, _t)
 
 
 def constructor_params(type_name: str) -> dict[str, inspect.Parameter]:
