@@ -63,7 +63,7 @@ from replaybank.io.checkpoint import load_state, open_checked, save_state, verif
 from replaybank.io.lazy_tensor import lazy_tensors
 from replaybank.io.manifest import checkpoint_paths
 from replaybank.io.safetensors_stream import StateFile
-from replaybank.io.state import join_state
+from replaybank.io.state_tree import join_state
 from replaybank.storage.backends.base import ArrayBackend, DurableBackend
 from replaybank.storage.backends.memmap import RESUME_PREFIX, MemmapBackend
 from replaybank.views.functions import names_from_file

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from replaybank.config import buffer_config, from_config
-from replaybank.io.state import split_state
+from replaybank.io.state_tree import split_state
 from replaybank.persist import load as load_buffer
 from replaybank.persist import save as save_buffer
 from replaybank.spec import unflatten

@@ -19,7 +19,7 @@ from replaybank import persist
 from replaybank.errors import CheckpointError
 from replaybank.io import checkpoint as ck
 from replaybank.io import safetensors_stream as sts
-from replaybank.io.state import join_state, split_state
+from replaybank.io.state_tree import join_state, split_state
 from tests.roundtrip import add_random, assert_roundtrip, assert_same, assert_same_state
 
 

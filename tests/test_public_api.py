@@ -23,7 +23,7 @@ INTERNAL = {
     "replaybank.storage.writers.compiled.CompiledWriter",
     "replaybank.storage.table.StepTable",
     "replaybank.buffers.rollout.inputs.FinalObsStore",
-    "replaybank.buffers.rollout.state.ParsedState",
+    "replaybank.buffers.rollout.rollout_state.ParsedState",
     "replaybank.storage.side_store.SideStore",
     "replaybank.storage.writers.formats.ObsLayout",
     "replaybank.storage.writers.formats.RowsLayout",

@@ -25,7 +25,7 @@ import numpy.typing as npt
 
 from replaybank import persist
 from replaybank.batch import Batch, SequenceBatch
-from replaybank.buffers import arguments, state
+from replaybank.buffers import arguments, buffer_state
 from replaybank.buffers.arguments import make_rng, positive_int
 from replaybank.buffers.autoreset import (
     check_autoreset_mode,
@@ -165,7 +165,7 @@ class ReplayBuffer:
     ) -> None:
         self._capacity, self._num_envs = arguments.check_capacity(capacity, num_envs)
         self._rng = make_rng(seed)
-        self._seed = state.recorded_seed(seed)  # what config() records
+        self._seed = buffer_state.recorded_seed(seed)  # what config() records
         self.autoreset_mode = check_autoreset_mode(autoreset_mode)
         #: Stores rows (``next_obs=False``): every key is an ordinary field.
         self.rows_only = arguments.check_rows(next_obs, view, n_step, frame_stack,
@@ -176,7 +176,7 @@ class ReplayBuffer:
         self._sampler: Sampler = arguments.replay_sampler(sampler, lane_split)
         self._view: View = arguments.replay_view(view, n_step, gamma, frame_stack,
                                                  self._capacity // self._num_envs)
-        self._init_args: dict[str, Any] = state.init_args(
+        self._init_args: dict[str, Any] = buffer_state.init_args(
             n_step, gamma, frame_stack, storage, path, device, self.autoreset_mode,
             next_obs=not self.rows_only)
         self._samples = 0  # calls of sample(); the autoreset check runs at powers of two
@@ -692,7 +692,7 @@ class ReplayBuffer:
             device storage that has sampled on the device ``device_rng`` (the device
             generator's state: :mod:`~replaybank.buffers.device_path`).
         """
-        out = state.buffer_state(self.metadata(), self._init_args, self._rng,
+        out = buffer_state.buffer_state(self.metadata(), self._init_args, self._rng,
                                  self.sampler, self.view, self._table)
         out.update(self._store.state_dict())
         return out
@@ -709,7 +709,7 @@ class ReplayBuffer:
             CheckpointError: The state does not match this buffer, or is damaged.
         """
         with self.exclusive():
-            spec = state.checked_state(state_dict, self._capacity, self._num_envs,
+            spec = buffer_state.checked_state(state_dict, self._capacity, self._num_envs,
                                        self.spec, self.sampler, self.view, self._rng,
                                        self.rows_only)
             if spec is None:
@@ -717,7 +717,7 @@ class ReplayBuffer:
             else:
                 if self._table is None:
                     self._allocate(spec)
-                state.load_table(self.table, state_dict["table"])
+                buffer_state.load_table(self.table, state_dict["table"])
             self.sampler.load_state_dict(state_dict["sampler"])
             # checkpoints written before views had state hold none: the view keeps its own
             self.view.load_state_dict(state_dict.get("view", {}))
@@ -730,12 +730,12 @@ class ReplayBuffer:
         storage exists)."""
         if self._table is None:
             return None
-        return state.resume_state(self._rng, self.sampler, self.view, self._table)
+        return buffer_state.resume_state(self._rng, self.sampler, self.view, self._table)
 
     def load_resume_state(self, saved: dict[str, Any]) -> None:
         """Restore a :meth:`resume_state` whose counters match the files (checked first:
         a state that does not fit raises CheckpointError and changes nothing)."""
-        state.check_parts(saved, self.sampler, self.view, self._rng)
+        buffer_state.check_parts(saved, self.sampler, self.view, self._rng)
         self.sampler.load_state_dict(saved["sampler"])
         self.view.load_state_dict(saved.get("view", {}))
         self._rng.bit_generator.state = saved["rng"]
@@ -749,7 +749,7 @@ class ReplayBuffer:
         """
         check_table(self.table, self._store.where())
         self.table.rebuild_free_list()
-        self.sampler.on_write(state.live_slots(self.table), None)
+        self.sampler.on_write(buffer_state.live_slots(self.table), None)
 
     def save(self, dirpath: Any, prefix: str = "buffer_") -> None:
         """Write ``<prefix>metadata.json`` and ``<prefix>state.safetensors`` atomically
@@ -793,7 +793,7 @@ class ReplayBuffer:
     def init_config(self) -> dict[str, Any]:
         """Constructor values that rebuild this buffer empty (for :meth:`config`), with
         the int seed it was built with (None for a Generator or no seed)."""
-        return state.init_config(self.capacity, self.num_envs, self.spec, self._init_args,
+        return buffer_state.init_config(self.capacity, self.num_envs, self.spec, self._init_args,
                                  self.sampler, self.view, self._store.backend, self._seed)
 
     def config(self) -> BufferConfig:

@@ -35,7 +35,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from replaybank.batch import Batch
-from replaybank.buffers import state
+from replaybank.buffers import buffer_state
 from replaybank.buffers.device_path import DevicePath, device_path
 from replaybank.buffers.parts import Parts
 from replaybank.buffers.priorities import to_host
@@ -72,7 +72,7 @@ class Store:
 
     def allocate(self, spec: Spec) -> StepTable:
         """Allocate the table for ``spec`` (its arrays on the backend)."""
-        self.table = state.make_table(spec, self.rows, self.lanes, self.backend,
+        self.table = buffer_state.make_table(spec, self.rows, self.lanes, self.backend,
                                       self.rows_only)
         return self.table
 

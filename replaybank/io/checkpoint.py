@@ -74,7 +74,7 @@ from replaybank.io.safetensors_stream import (
     write_bytes,
     write_safetensors,
 )
-from replaybank.io.state import join_state, split_state
+from replaybank.io.state_tree import join_state, split_state
 
 __all__ = [
     "FORMAT",

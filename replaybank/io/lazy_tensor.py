@@ -26,7 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from replaybank.io.safetensors_stream import StateFile
-from replaybank.io.state import walk_markers
+from replaybank.io.state_tree import walk_markers
 
 __all__ = ["LazyTensor", "lazy_tensors"]
 

@@ -35,7 +35,7 @@ import numpy as np
 
 from replaybank.errors import CheckpointError, ConfigError, describe
 from replaybank.io.safetensors_stream import StateFile
-from replaybank.io.state import walk_markers
+from replaybank.io.state_tree import walk_markers
 
 __all__ = [
     "FORMAT",

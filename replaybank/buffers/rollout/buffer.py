@@ -73,7 +73,7 @@ from replaybank.buffers.rollout.inputs import (
     per_env_float,
     rollout_spec,
 )
-from replaybank.buffers.rollout.state import pack_arrays, unpack_state
+from replaybank.buffers.rollout.rollout_state import pack_arrays, unpack_state
 from replaybank.errors import (
     CapacityError,
     ConfigError,
