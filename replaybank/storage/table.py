@@ -53,6 +53,7 @@ Example:
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from typing import Any
 
@@ -60,8 +61,8 @@ import numpy as np
 import numpy.typing as npt
 
 from replaybank.errors import CheckpointError
+from replaybank.ops import ring
 from replaybank.spec import Spec
-from replaybank.storage import table_reads
 from replaybank.storage.backends.base import (
     ArrayBackend,
     GroupedBackend,
@@ -75,6 +76,11 @@ from replaybank.storage.side_store import SideStore
 __all__ = ["StepTable"]
 
 IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+# flat views: (name, field) pairs, link, and (name, field, field shifted by one row, key)
+# for each obs field
+ReadPlan = tuple[list[tuple[str, Any]], Any, list[tuple[str, Any, Any, str]]]
+_INT64 = np.dtype(np.int64)
 
 
 class StepTable:
@@ -139,7 +145,7 @@ class StepTable:
         # plain in-memory numpy arrays: the numpy fast reads apply
         self.plain_numpy = bool(be.host_numpy) and not self.durable
         self._flat_cache: dict[int, tuple[Any, Any]] = {}
-        self._plan: tuple[tuple[Any, ...], Any] | None = None  # see table_reads._read_plan
+        self._plan: tuple[tuple[Any, ...], Any] | None = None  # see _read_plan
         # bumped when links change other than by writes (clear, state load): structures
         # derived from link and kept current from the `written` counts start over
         self.epoch = 0
@@ -198,17 +204,193 @@ class StepTable:
         self.side.reset()
 
     # ------------------------------------------------------------------ read
-    # bound from replaybank.storage.table_reads (they run on every sample: no wrapper)
-    rows_lanes = table_reads.rows_lanes
-    gather = table_reads.gather
-    gather_next = table_reads.gather_next
-    slots_of = table_reads.slots_of
-    take = table_reads.take
-    next_index = table_reads.next_index
-    take_next = table_reads.take_next
-    gather_transitions = table_reads.gather_transitions
-    take_fields = table_reads.take_fields
-    is_boundary = table_reads.is_boundary
+    def rows_lanes(self, keys: IntArray) -> tuple[IntArray, IntArray]:
+        """Storage coordinates (row, lane) of item keys."""
+        seq, lane = ring.key_to_seq(keys, self.lanes)
+        return seq % self.T, lane
+
+    def gather(self, name: str, keys: IntArray) -> Any:
+        """Field ``name`` of the steps ``keys``: ``[B, *shape]``."""
+        return self.backend.gather(self.arrays[name], self.rows_lanes(keys))
+
+    def gather_next(self, name: str, keys: IntArray) -> Any:
+        """Next observation (obs field ``name``) of the steps ``keys``: ``[B, *shape]``.
+
+        Exactly the ``next_obs`` the caller passed for each step: the next slot of its
+        lane, unless its link points into the side store (an episode end, a
+        discontinuity, the newest step of the lane).
+
+        Example:
+            >>> from replaybank.storage.writers.reference import write
+            >>> t = StepTable(Spec.coerce({"obs": ((), "int64"), "terminated": ((), "bool"),
+            ...                            "truncated": ((), "bool")}), T=4, lanes=1,
+            ...               obs_fields=["obs"])
+            >>> no, end = np.zeros((2, 1), bool), np.array([[True], [False]])
+            >>> _ = write(t, np.array([0]), {"obs": np.array([[1], [5]]), "terminated": end,
+            ...             "truncated": no}, {"obs": np.array([[2], [6]])})
+            >>> keys = np.array([0, 1])
+            >>> t.gather("obs", keys).tolist(), t.gather_next("obs", keys).tolist()
+            ([1, 5], [2, 6])
+            >>> t.is_boundary(keys).tolist()  # an episode end, then the newest step
+            [True, True]
+        """
+        return self.take_next(name, *self.next_index(self.slots_of(keys)))
+
+    # flat-slot reads: one fancy index on axis 0 of a [T * lanes, *shape] view
+
+    def slots_of(self, keys: IntArray) -> IntArray:
+        """Storage slots (``row * lanes + lane``) of item keys, ``[B]``."""
+        keys = np.asarray(keys, dtype=np.int64)
+        L = self.lanes  # noqa: N806
+        if L == 1:
+            return keys % self.T
+        return keys // L % self.T * L + keys % L
+
+    def take(self, name: str, slots: IntArray) -> Any:
+        """Field ``name`` at storage ``slots``: ``[B, *shape]``."""
+        return self.backend.gather(self.flat(self.arrays[name]), slots)
+
+    def next_index(self, slots: IntArray) -> tuple[IntArray, IntArray, IntArray]:
+        """Where the next observations of ``slots`` live.
+
+        Returns:
+            ``(next_slots [B], pos [k], side_slots [k])``: the next step's slot for every
+            item, and for the ``k`` items whose next observation is kept aside, their
+            positions in the batch and their side slots.
+        """
+        nxt = (slots + self.lanes) % (self.T * self.lanes)
+        lk = self.flat(self.link)[slots]
+        pos = lk.nonzero()[0]
+        return nxt, pos, lk[pos].astype(np.int64) - 1
+
+    def take_next(self, name: str, nxt: IntArray, pos: IntArray,
+                  side: IntArray) -> Any:
+        """Next observations from :meth:`next_index`'s result: ``[B, *shape]``."""
+        be = self.backend
+        out = be.gather(self.flat(self.arrays[name]), nxt)
+        if len(pos):
+            be.write(out, pos, be.gather(self.side.arrays[name], side))
+        return out
+
+    def gather_transitions(self, keys: IntArray, live: bool = False) -> dict[str, Any]:
+        """Every field of the steps ``keys`` plus ``next_<obs field>``, each ``[B, *shape]``.
+
+        The same as :meth:`take` for every field and :meth:`take_next` for every obs field
+        (exactly the ``next_obs`` the caller passed), in one pass: numpy storage does one
+        flat ``take`` per field, the next observations wrapping around the ring in the
+        ``take`` itself.
+
+        Args:
+            keys: Item keys ``[B]``.
+            live: The keys are known to be live (just drawn by a sampler): a one-lane
+                table then finds their slots without a modulo.
+
+        Returns:
+            ``{name: [B, *shape]}`` for the stored fields, then ``next_<obs field>``.
+
+        Example:
+            >>> import numpy as np
+            >>> from replaybank.spec import Spec
+            >>> from replaybank.storage.table import StepTable
+            >>> t = StepTable(Spec.coerce({"obs": ((), "int64"), "terminated": ((), "bool"),
+            ...                            "truncated": ((), "bool")}), T=2, lanes=1,
+            ...               obs_fields=["obs"])
+            >>> no = np.zeros((3, 1), bool)
+            >>> from replaybank.storage.writers.reference import write
+            >>> _ = write(t, np.array([0]), {"obs": np.array([[5], [6], [7]]),
+            ...             "terminated": no, "truncated": no}, {"obs": np.array([[6], [7], [8]])})
+            >>> out = t.gather_transitions(np.array([1, 2]))
+            >>> out["obs"].tolist(), out["next_obs"].tolist()
+            ([6, 7], [7, 8])
+        """
+        T = self.T  # noqa: N806
+        if not self.plain_numpy:
+            slots = self.slots_of(keys)  # [B]
+            out: dict[str, Any] = {name: self.take(name, slots) for name in self.arrays}
+            where = self.next_index(slots)
+            for name in self.obs_fields:
+                out["next_" + name] = self.take_next(name, *where)
+            return out
+        fresh = False
+        if live and self.lanes == 1 and type(keys) is np.ndarray and keys.dtype is _INT64:
+            # the live keys lie in [oldest, written) inside [base, base + 2T) with base the
+            # multiple of T at or below oldest: keys - base are slots up to one wrap, which
+            # take's mode="wrap" removes (cheaper than keys % T)
+            written = self.written.item(0)
+            oldest = written - self.counts.item(0)
+            base = oldest - oldest % T
+            slots = keys if base == 0 else keys - base
+            fresh = written < T  # then every slot + 1 < T too
+        else:
+            slots = self.slots_of(keys)  # [B]
+        fields, link, nexts = self._read_plan()
+        out = {name: arr.take(slots, axis=0, mode="wrap") for name, arr in fields}
+        if not nexts:
+            return out
+        lk = link.take(slots, mode="wrap")
+        pos = lk.nonzero()[0]
+        side_slots = lk.take(pos) - 1 if len(pos) else None
+        # the next step's slot is slots + lanes, wrapped by take itself; None: slots + 1 < T,
+        # take from the obs fields shifted by one row
+        nxt = None if fresh else slots + self.lanes
+        for name, arr, shifted, key in nexts:
+            o = shifted.take(slots, axis=0) if nxt is None else \
+                arr.take(nxt, axis=0, mode="wrap")
+            if side_slots is not None:
+                o[pos] = self.side.arrays[name].take(side_slots, axis=0)
+            out[key] = o
+        return out
+
+    def take_fields(self, slots: IntArray, obs: bool = True) -> dict[str, Any]:
+        """Every stored field at storage ``slots`` (the obs fields only when ``obs``).
+
+        Args:
+            slots: Storage slots ``[B]`` (see :meth:`slots_of`).
+            obs: Include the observation fields.
+
+        Returns:
+            ``{name: [B, *shape]}`` in spec order.
+
+        Example:
+            >>> import numpy as np
+            >>> from replaybank.spec import Spec
+            >>> from replaybank.storage.table import StepTable
+            >>> t = StepTable(Spec.coerce({"obs": ((), "int64"), "reward": ((), "float32")}),
+            ...               T=4, lanes=1, obs_fields=["obs"])
+            >>> sorted(t.take_fields(np.array([0, 1]), obs=False))
+            ['reward']
+        """
+        if not self.plain_numpy:
+            return {name: self.take(name, slots) for name in self.arrays
+                    if obs or name not in self.obs_fields}
+        fields = self._read_plan()[0]
+        if obs:
+            return {name: arr.take(slots, axis=0) for name, arr in fields}
+        skip = self.obs_fields
+        return {name: arr.take(slots, axis=0) for name, arr in fields if name not in skip}
+
+    def _read_plan(self) -> ReadPlan:
+        """Flat views of the fields and of ``link`` for :meth:`gather_transitions` (each obs
+        field also shifted by one row), rebuilt when an array is replaced."""
+        plan = self._plan
+        if plan is not None and plan[0][-1] is self.link \
+                and len(plan[0]) == len(self.arrays) + 1 \
+                and all(map(operator.is_, self.arrays.values(), plan[0])):
+            cached: ReadPlan = plan[1]
+            return cached
+        flat = self.flat
+        fields = [(name, flat(arr)) for name, arr in self.arrays.items()]
+        nexts = [(name, flat(self.arrays[name]), flat(self.arrays[name])[1:], "next_" + name)
+                 for name in self.obs_fields]
+        body = (fields, flat(self.link), nexts)
+        self._plan = ((*self.arrays.values(), self.link), body)
+        return body
+
+    def is_boundary(self, keys: IntArray) -> BoolArray:
+        """Whether the next observation of each step is kept aside (episode end,
+        discontinuity, or newest step of its lane)."""
+        rows, lanes = self.rows_lanes(keys)
+        return np.asarray(self.link[rows, lanes] > 0)
 
     def flat(self, array: Any) -> Any:
         """``array`` ``[T, lanes, *shape]`` viewed as ``[T * lanes, *shape]`` (cached)."""
