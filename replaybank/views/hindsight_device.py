@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -59,13 +59,25 @@ from replaybank.spec import real_array
 from replaybank.storage.table import StepTable
 from replaybank.views.base import next_name
 from replaybank.views.nstep import NStepView
+from replaybank.views.transition import TransitionView
 
-if TYPE_CHECKING:
-    from replaybank.views.hindsight import HerView
-
-__all__ = ["device_relabel", "function_values", "to_device"]
+__all__ = ["Relabeling", "device_relabel", "function_values", "to_device"]
 
 IntArray = npt.NDArray[np.int64]
+
+
+class Relabeling(Protocol):
+    """What the device relabelling reads of a hindsight view
+    (:class:`~replaybank.views.hindsight.HerView` has it): the goal fields, the reward and
+    termination functions, and the n-step settings of its inner view."""
+
+    achieved: str
+    desired: str
+    reward_fn: Callable[..., Any]
+    terminated_fn: Callable[..., Any] | None
+    inner: NStepView | TransitionView
+    n_step: int
+    gamma: float
 
 
 def _torch() -> Any:
@@ -80,7 +92,7 @@ def to_device(values: npt.NDArray[Any], like: Any) -> Any:
     return _torch().from_numpy(arr).to(like.device, non_blocking=True)
 
 
-def device_relabel(view: HerView, table: StepTable, out: dict[str, Any], keys: IntArray,
+def device_relabel(view: Relabeling, table: StepTable, out: dict[str, Any], keys: IntArray,
                    rows: IntArray, nxt: IntArray, side: IntArray) -> None:
     """Relabel the ``rows`` ``[S]`` of a device batch ``out`` in place.
 
@@ -130,7 +142,7 @@ def device_relabel(view: HerView, table: StepTable, out: dict[str, Any], keys: I
     _put(out, "reward", at, returns)
 
 
-def _cut_windows(view: HerView, table: StepTable, out: dict[str, Any], at: Any,
+def _cut_windows(view: Relabeling, table: StepTable, out: dict[str, Any], at: Any,
                  achieved: Any, repeated: Any, flat: IntArray,
                  where: tuple[IntArray, IntArray, IntArray], length: IntArray,
                  s: int) -> Any:
