@@ -61,7 +61,7 @@ from replaybank.views.base import next_name
 from replaybank.views.nstep import NStepView
 from replaybank.views.transition import TransitionView
 
-__all__ = ["Relabeling", "device_relabel", "function_values", "to_device"]
+__all__ = ["device_relabel", "function_values", "to_device"]
 
 IntArray = npt.NDArray[np.int64]
 
