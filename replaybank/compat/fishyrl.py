@@ -51,6 +51,7 @@ import numpy as np
 from replaybank.buffers.arguments import make_rng
 from replaybank.buffers.replay import ReplayBuffer
 from replaybank.compat.base import FrontEnd
+from replaybank.compat.checks import check_bool, check_int, check_mapping
 from replaybank.compat.sequence import SequenceReplayBuffer
 from replaybank.errors import (
     ArgumentError,
@@ -116,18 +117,8 @@ class Buffer(ABC):
 
 
 def _capacity(capacity: Any, where: str) -> int:
-    if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)) \
-            or capacity <= 0:
-        raise ConfigError(f"{where}(capacity={capacity!r}): must be a positive int (the "
-                          "most experiences a buffer stores); pass e.g. capacity=100_000")
-    return int(capacity)
-
-
-def _flag(value: Any, where: str) -> bool:
-    if not isinstance(value, (bool, np.bool_)):
-        raise ArgumentError(f"{where}(validate_keys={describe(value)}): must be True or "
-                            "False")
-    return bool(value)
+    """A buffer's capacity: a positive int (a ConfigError for anything else)."""
+    return check_int(where, "capacity", capacity, kind_error=ConfigError, example="100_000")
 
 
 def _experience(experience: Any, where: str = "add") -> Mapping[str, Any]:
@@ -137,25 +128,13 @@ def _experience(experience: Any, where: str = "add") -> Mapping[str, Any]:
     Raises:
         ArgumentError: Not a dict, or a key that is not a str.
     """
-    if not isinstance(experience, Mapping):
-        raise ArgumentError(f"{where}(experience={describe(experience)}): expected a dict "
-                            "of numpy arrays, e.g. {'obs': obs, 'action': action}")
-    bad = [k for k in experience if not isinstance(k, str)]
+    out = check_mapping(where, "experience", experience,
+                        "of numpy arrays, e.g. {'obs': obs, 'action': action}")
+    bad = [k for k in out if not isinstance(k, str)]
     if bad:
         raise ArgumentError(f"{where}(experience): keys {bad!r} are not strs; name every "
                             "entry of an experience with a str")
-    return experience
-
-
-def _batch_size(batch_size: Any) -> int:
-    if isinstance(batch_size, (bool, np.bool_)) or not isinstance(batch_size,
-                                                                  (int, np.integer)):
-        raise ArgumentError(f"sample(batch_size={describe(batch_size)}): must be a positive "
-                            "int; pass e.g. batch_size=16")
-    if batch_size < 1:
-        raise ConfigError(f"sample(batch_size={batch_size!r}): must be a positive int; pass "
-                          "e.g. batch_size=16")
-    return int(batch_size)
+    return out
 
 
 class _Rows:
@@ -319,7 +298,7 @@ class SequentialBuffer(_Rows, FrontEnd, Buffer):
     def __init__(self, capacity: int, validate_keys: bool = True, seed: int | None = None
                  ) -> None:
         self._capacity = _capacity(capacity, "SequentialBuffer")
-        self._validate_keys = _flag(validate_keys, "SequentialBuffer")
+        self._validate_keys = check_bool("SequentialBuffer", "validate_keys", validate_keys)
         self._rng = make_rng(seed)
         self.reset()
 
@@ -372,7 +351,8 @@ class SequentialBuffer(_Rows, FrontEnd, Buffer):
                 ``sequence_length > capacity``.
             EmptyBufferError: Fewer than ``sequence_length`` experiences are stored.
         """
-        return self._sample(_batch_size(batch_size), sequence_length)
+        return self._sample(check_int("sample", "batch_size", batch_size, example=16),
+                            sequence_length)
 
     def state_dict(self) -> dict[str, Any]:
         """Return the state of the buffer: ``{"buffer": core state dict, "validate_keys",
@@ -430,10 +410,8 @@ class IndependentVectorizedBuffer(_Rows, FrontEnd, Buffer):
     def __init__(self, num_buffers: int, *buffer_args: Any,
                  buffer_class: type[Buffer] = SequentialBuffer, seed: int | None = None,
                  **buffer_kwargs: Any) -> None:
-        if isinstance(num_buffers, bool) or not isinstance(num_buffers, (int, np.integer)) \
-                or num_buffers <= 0:
-            raise ConfigError(f"IndependentVectorizedBuffer(num_buffers={num_buffers!r}): "
-                              "must be a positive int (one buffer per env)")
+        check_int("IndependentVectorizedBuffer", "num_buffers", num_buffers,
+                  kind_error=ConfigError, fix="pass one buffer per env, e.g. num_buffers=4")
         if not (isinstance(buffer_class, type) and issubclass(buffer_class, Buffer)):
             raise ArgumentError(f"IndependentVectorizedBuffer(buffer_class="
                                 f"{describe(buffer_class)}): expected a Buffer class, e.g. "
@@ -455,7 +433,8 @@ class IndependentVectorizedBuffer(_Rows, FrontEnd, Buffer):
                                     "not to its buffers")
             bound.apply_defaults()
             self._capacity = _capacity(bound.arguments["capacity"], "SequentialBuffer")
-            self._validate_keys = _flag(bound.arguments["validate_keys"], "SequentialBuffer")
+            self._validate_keys = check_bool("SequentialBuffer", "validate_keys",
+                                             bound.arguments["validate_keys"])
             self._fresh(self._capacity, self.num_buffers, self._rng)
         else:  # any other Buffer class: fishyrl's list of buffers, sampled the same way
             self._buffers = [buffer_class(*buffer_args,  # type: ignore[call-arg]
@@ -528,7 +507,7 @@ class IndependentVectorizedBuffer(_Rows, FrontEnd, Buffer):
                 the batch still has ``batch_size`` sequences).
         """
         n = self.num_buffers
-        batch_size = _batch_size(batch_size)
+        batch_size = check_int("sample", "batch_size", batch_size, example=16)
         if batch_size % n:
             warnings.warn(f"sample(batch_size={batch_size}): not divisible by the number of "
                           f"buffers {n}; the buffers' shares of the batch differ",

@@ -29,6 +29,7 @@ import numpy as np
 from replaybank.batch import Batch, SequenceBatch
 from replaybank.buffers.replay import ReplayBuffer
 from replaybank.compat.base import Checkpointed, FrontEnd
+from replaybank.compat.checks import check_bool, check_int
 from replaybank.errors import ArgumentError, CheckpointError, ConfigError, describe
 from replaybank.samplers.base import Sampler
 from replaybank.spec import Spec
@@ -305,21 +306,12 @@ def _options(call: str, length: Any, boundary: Any, strict: Any, burn_in: Any,
     if boundary not in ("stop", "cross"):
         raise ConfigError(f"{call}(episode_boundary={describe(boundary)}): use 'stop' or "
                           "'cross'")
-    int_kinds = (int, np.integer)
     if length is not None:
-        if isinstance(length, bool) or not isinstance(length, int_kinds):
-            raise ArgumentError(f"{call}(sequence_length={describe(length)}): must be an "
-                                "int >= 1 or None")
-        if length < 1:
-            raise ConfigError(f"{call}(sequence_length={length!r}): must be an int >= 1 or "
-                              "None")
-    if isinstance(burn_in, bool) or not isinstance(burn_in, int_kinds):
-        raise ArgumentError(f"{call}(burn_in={describe(burn_in)}): must be an int >= 0")
-    if burn_in < 0:
-        raise ConfigError(f"{call}(burn_in={burn_in!r}): must be an int >= 0")
-    if not isinstance(strict, (bool, np.bool_)):
-        raise ArgumentError(f"{call}(strict={describe(strict)}): must be True (only full "
-                            "windows) or False (zero-padded windows)")
+        length = check_int(call, "sequence_length", length,
+                           fix="pass e.g. sequence_length=8, or None")
+    burn_in = check_int(call, "burn_in", burn_in, 0)
+    strict = check_bool(call, "strict", strict,
+                        " (True: only full windows; False: zero-padded windows)")
     if fields is not None and not isinstance(fields, str) and not (
             isinstance(fields, Sequence) and all(isinstance(f, str) for f in fields)):
         raise ArgumentError(f"{call}(state_fields={describe(fields)}): expected a field "

@@ -57,7 +57,6 @@ from __future__ import annotations
 import difflib
 import json
 import math
-import numbers
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -67,23 +66,31 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
 
-from replaybank.batch import torch_device
 from replaybank.buffers.arguments import make_rng
 from replaybank.buffers.replay import ReplayBuffer
 from replaybank.compat.base import FrontEnd
+from replaybank.compat.checks import (
+    check_mapping,
+    check_number,
+    done_flag,
+    int_rule,
+    is_int,
+    is_real,
+    numbers,
+    one_number,
+)
+from replaybank.compat.devices import batch_device, checked_device
 from replaybank.compat.trajectory import PathBuffer
 from replaybank.errors import (
     ArgumentError,
     CapacityError,
     ConfigError,
-    DtypeError,
     EmptyBufferError,
     ReplayBankError,
     ShapeError,
     describe,
     require_extra,
 )
-from replaybank.host import as_numpy
 from replaybank.ops import gae as _gae
 
 __all__ = [
@@ -123,17 +130,16 @@ def discount_cumsum(x: Any, discount: float) -> FloatArray:
         >>> discount_cumsum([1.0, 2.0, 3.0], 0.5).tolist()
         [2.75, 3.5, 3.0]
     """
-    arr = _numbers("discount_cumsum: x", x)
-    if not _is_real(discount) or not math.isfinite(float(discount)):
-        raise ConfigError(f"discount_cumsum(discount={describe(discount)}): must be a finite "
-                          "number, e.g. 0.99")
-    return _gae.discount_cumsum(arr, float(discount))
+    arr = numbers(x, "discount_cumsum(x=...)", "convert the value to floats")
+    d = check_number("discount_cumsum", "discount", discount, kind_error=ConfigError,
+                     example=0.99)
+    return _gae.discount_cumsum(arr, d)
 
 
 # ---------------------------------------------------------------------- config schema
 def _pos_int(v: Any) -> int:
-    if isinstance(v, bool) or not isinstance(v, numbers.Integral) or int(v) < 1:
-        raise ValueError("must be an int >= 1")
+    if not is_int(v) or v < 1:
+        raise ValueError(f"must be {int_rule(1)}")
     return int(v)
 
 
@@ -144,8 +150,7 @@ def _number(v: Any) -> float:
             v = float(v)
         except ValueError:
             raise ValueError("must be a number") from None
-    if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Real) \
-            or not math.isfinite(float(v)):
+    if not is_real(v) or not math.isfinite(float(v)):
         raise ValueError("must be a finite number")
     return float(v)
 
@@ -380,25 +385,6 @@ def _from_dict(cls: type[_T], config: Any) -> _T:
 
 
 # ---------------------------------------------------------------------- conversions
-def _is_real(x: Any) -> bool:
-    """A real number that is not a bool."""
-    return isinstance(x, numbers.Real) and not isinstance(x, (bool, np.bool_))
-
-
-def _numbers(what: str, x: Any, fix: str = "convert the value to floats") -> AnyArray:
-    """``x`` on the host as a numeric (bool, int or float) array.
-
-    Raises:
-        DtypeError: ``x`` is or holds None, strings, objects or complex numbers (numpy
-            would turn None into NaN when asked for floats).
-    """
-    arr = as_numpy(x)
-    if arr.dtype.kind not in "biuf":
-        raise DtypeError(f"{what}={describe(x)}: expected numbers (an array, tensor or "
-                         f"number); {fix}")
-    return arr
-
-
 def _array(key: str, x: Any, dim: int) -> AnyArray:
     """``x`` as a ``[dim]`` array (torch tensors detached to numpy; anything but a numeric
     numpy array cast to float32, the dtype the original stored).
@@ -411,7 +397,8 @@ def _array(key: str, x: Any, dim: int) -> AnyArray:
     if type(x) is np.ndarray and x.dtype.kind in "biuf":
         arr = x
     else:
-        arr = _numbers(f"store: buffer_dict{key}", x).astype(np.float32, copy=False)
+        arr = numbers(x, f"store: buffer_dict{key}", "convert the value to floats").astype(
+            np.float32, copy=False)
     if arr.shape != (dim,):
         if arr.size != dim:
             raise ShapeError(f"store: buffer_dict{key}={describe(x)}: expected {dim} values "
@@ -427,12 +414,7 @@ def _scalar(key: str, x: Any, fix: str = "convert the value to a float") -> Any:
         DtypeError: ``x`` is not a number (None, a string, ...).
         ShapeError: ``x`` holds more than one value.
     """
-    if type(x) in _PLAIN:
-        return x
-    arr = _numbers(key, x, fix)
-    if arr.size != 1:
-        raise ShapeError(f"{key}={describe(x)}: expected one number")
-    return arr.reshape(()).item()
+    return x if type(x) in _PLAIN else one_number(x, key, fix)
 
 
 def _finite(key: str, x: Any) -> Any:
@@ -444,26 +426,10 @@ def _finite(key: str, x: Any) -> Any:
     return x
 
 
-def _flag(key: str, x: Any) -> bool:
-    """One done flag: a bool, or 0/1 as a number or a one-element array/tensor.
-
-    Raises:
-        DtypeError: Not 0/1 (None, ``"False"``, NaN, 2, 0.5, ...).
-        ShapeError: More than one value.
-    """
-    if type(x) is bool:
-        return x
-    v = _scalar(key, x, "pass done=True or done=False")
-    if v != 0 and v != 1:  # NaN compares unequal to both
-        raise DtypeError(f"{key}={describe(x)}: a done flag is True/False or 0/1; pass "
-                         "done=bool(terminated)")
-    return bool(v)
-
-
 def _bootstrap_form(call: str, action_obj: Any) -> None:
     """finish_path's ``action_obj``: None, an ActionSample (anything with ``.value``) or
     a number; a bool is refused (``finish_path(terminated)`` would bootstrap from 1.0)."""
-    if action_obj is None or hasattr(action_obj, "value") or _is_real(action_obj):
+    if action_obj is None or hasattr(action_obj, "value") or is_real(action_obj):
         return
     raise ArgumentError(
         f"{call}(action_obj={describe(action_obj)}): expected None (the episode "
@@ -474,19 +440,8 @@ def _bootstrap_form(call: str, action_obj: Any) -> None:
 
 def _mapping(call: str, buffer_dict: Any) -> None:
     """An ArgumentError unless ``buffer_dict`` is a mapping (raised by store's slow path)."""
-    if not isinstance(buffer_dict, Mapping):
-        raise ArgumentError(f"{call}(buffer_dict={describe(buffer_dict)}): expected a dict "
-                            "of the step, e.g. {'obs': obs, 'act': action_sample, "
-                            "'rew': reward, ...}")
-
-
-def _checked_device(device: Any) -> Any:
-    """``device`` checked (None needs no torch): a ConfigError unless it is a torch
-    device available here."""
-    if device is None:
-        return None
-    torch_device(require_extra("torch", "torch"), device)
-    return device
+    check_mapping(call, "buffer_dict", buffer_dict,
+                  "the step, e.g. {'obs': obs, 'act': action_sample, 'rew': reward, ...}")
 
 
 def _action_fields(act: Any, names: tuple[str, ...]) -> list[Any]:
@@ -506,11 +461,10 @@ def _missing_key(exc: KeyError, needed: tuple[str, ...], buffer_dict: Any) -> Ar
                          f"{list(needed)} (got {have})")
 
 
-def _resolve_device(device: Any, default_cuda: bool) -> Any:
+def _resolve_device(device: Any, default_cuda: bool) -> tuple[Any, Any]:
+    """``(torch, where batches go)``: None for the host (see :func:`batch_device`)."""
     torch = require_extra("torch", "torch")
-    if device is None and default_cuda:
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    return torch, (None if device is None or str(device) == "cpu" else torch.device(device))
+    return torch, batch_device(torch, device, default_cuda)
 
 
 # ---------------------------------------------------------------------- PPOBuffer
@@ -567,7 +521,8 @@ class PPOBuffer(FrontEnd):
         self.lam: float = cfg.lam
         self.eps: float = cfg.eps
         make_rng(seed)  # checked only: nothing draws
-        self.device = _checked_device(device)
+        checked_device(device)
+        self.device = device
         spec = {"obs": ((self.obs_dim,), np.float32), "action": ((self.act_dim,), np.float32)}
         self.buffer = PathBuffer(self.size, gamma=self.gamma, lam=self.lam, eps=self.eps,
                                  spec=spec)
@@ -672,7 +627,7 @@ class PPOBuffer(FrontEnd):
         _bootstrap_form("finish_path", action_obj)
         if action_obj is None:
             last_val: Any = 0.0
-        elif _is_real(action_obj):
+        elif is_real(action_obj):
             last_val = action_obj
         else:
             last_val = _scalar("finish_path: action_obj.value", action_obj.value)
@@ -789,7 +744,8 @@ class SimpleReplayBuffer(FrontEnd):
         self.act_dim: int = cfg.act_dim
         self.size: int = cfg.size
         self.batch_size: int = cfg.batch_size
-        self.device = _checked_device(device)
+        checked_device(device)
+        self.device = device
         spec = {"obs": ((self.obs_dim,), np.float32), "action": ((self.act_dim,), np.float32)}
         # steps are stored as given: no vector-env autoreset to look for
         self.buffer = ReplayBuffer(self.size, seed=seed, spec=spec, autoreset_mode="disabled")
@@ -862,7 +818,7 @@ class SimpleReplayBuffer(FrontEnd):
             except (ReplayBankError, TypeError, ValueError, RuntimeError):
                 pass
         else:
-            done = _flag("store: buffer_dict['done']", done)
+            done = done_flag(done, "store: buffer_dict['done']", "pass done=bool(terminated)")
         self.buffer.add(obs=_array("['obs']", obs, self.obs_dim),
                         action=_array("['act'].action", action, self.act_dim),
                         reward=_scalar("store: buffer_dict['rew']", rew),

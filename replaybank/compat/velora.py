@@ -46,7 +46,6 @@ Example:
 from __future__ import annotations
 
 import json
-import numbers
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -57,16 +56,16 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict
 
-from replaybank.batch import torch_device
 from replaybank.buffers.arguments import make_rng
 from replaybank.buffers.replay import ReplayBuffer as CoreBuffer
 from replaybank.compat.base import FrontEnd
+from replaybank.compat.checks import check_int, done_flag, flag_values, numbers, one_number
+from replaybank.compat.devices import batch_device, checked_device
 from replaybank.errors import (
     ArgumentError,
     CapacityError,
     CheckpointError,
     ConfigError,
-    DtypeError,
     EmptyBufferError,
     ReplayBankError,
     ShapeError,
@@ -177,46 +176,9 @@ _META_MIN: dict[str, int] = {"capacity": 1, "state_dim": 1, "action_dim": 1, "hi
 _BIT_GENERATORS = ("PCG64", "PCG64DXSM", "MT19937", "Philox", "SFC64")
 
 
-def _is_int(x: Any) -> bool:
-    return isinstance(x, numbers.Integral) and not isinstance(x, (bool, np.bool_))
-
-
-def _dim(name: str, value: Any, minimum: int) -> int:
-    """A dimension argument: an int (not a bool) of at least ``minimum``.
-
-    Raises:
-        ConfigError: Anything else.
-    """
-    if not _is_int(value) or value < minimum:
-        raise ConfigError(f"{name}={describe(value)}: must be an int >= {minimum}; pass e.g. "
-                          f"{name}={max(minimum, 4)}")
-    return int(value)
-
-
-def _checked_device(device: Any) -> Any:
-    """``device`` as a ``torch.device`` (None stays None), or a ConfigError naming it."""
-    if device is None:
-        return None
-    return torch_device(_torch(), device)
-
-
 def _uses_numpy(device: Any) -> bool:
     """Whether a buffer on ``device`` keeps numpy storage (the CPU) or torch storage."""
-    return device is None or _torch().device(device).type == "cpu"
-
-
-def _numbers(x: Any, what: str, fix: str = "convert the value to a float tensor") -> Array:
-    """``x`` on the host as a numeric array (bool, int or float).
-
-    Raises:
-        DtypeError: ``x`` is None, a string, an object, complex or holds any of them
-            (numpy would turn None into NaN when asked for floats).
-    """
-    a = as_numpy(x)
-    if a.dtype.kind not in "biuf":
-        raise DtypeError(f"{what}: got {describe(x)}; expected numbers (a tensor, array or "
-                         f"number); {fix}")
-    return a
+    return batch_device(_torch(), device) is None
 
 
 def _floats(x: Any, what: str, shape: tuple[int, ...]) -> Array:
@@ -227,7 +189,7 @@ def _floats(x: Any, what: str, shape: tuple[int, ...]) -> Array:
         DtypeError: ``x`` does not hold numbers.
         ShapeError: ``x`` does not fit ``shape``.
     """
-    a = _numbers(x, what).astype(np.float32, copy=False)
+    a = numbers(x, what, "convert the value to a float tensor").astype(np.float32, copy=False)
     if a.shape == shape:
         return a
     while a.ndim > len(shape) and a.shape[0] == 1:
@@ -247,33 +209,7 @@ def _reward(x: Any, what: str) -> float:
     Raises:
         DtypeError, ShapeError: Not one number.
     """
-    if type(x) is float:
-        return x
-    a = _numbers(x, what)
-    if a.size != 1:
-        raise ShapeError(f"{what}: got {describe(x)}, {a.size} values; expected one number "
-                         "(a float, or a one-element tensor)")
-    return float(a.reshape(()))
-
-
-def _done(x: Any, what: str) -> bool:
-    """One episode end: a bool, or 0/1 (a number, or a one-element tensor/array).
-
-    Raises:
-        DtypeError: Not 0/1 (``"False"``, NaN, 2, 0.5, None, ...).
-        ShapeError: More than one value.
-    """
-    if type(x) is bool:
-        return x
-    a = _numbers(x, what, "pass done=True or done=False")
-    if a.size != 1:
-        raise ShapeError(f"{what}: got {describe(x)}, {a.size} values; expected one flag "
-                         "(True/False)")
-    v = a.reshape(()).item()
-    if v != 0 and v != 1:  # NaN compares unequal to both
-        raise DtypeError(f"{what}: got {describe(x)}; a done flag is True/False or 0/1; "
-                         "pass done=bool(terminated or truncated)")
-    return bool(v)
+    return x if type(x) is float else float(one_number(x, what, "convert the value to a float"))
 
 
 def _flags(x: Any, what: str, n: int) -> Array:
@@ -283,33 +219,10 @@ def _flags(x: Any, what: str, n: int) -> Array:
         DtypeError: A value other than 0/1 (NaN, 2, strings, None).
         ShapeError: Not ``n`` rows.
     """
-    a = _numbers(x, what, "pass bools (e.g. terminated | truncated) or 0/1 numbers")
+    a = numbers(x, what, "pass bools (e.g. terminated | truncated) or 0/1 numbers")
     if a.shape not in ((n,), (n, 1)):
         raise ShapeError(f"{what}: shape {a.shape} but {n} rows; pass ({n},) or ({n}, 1)")
-    return _flag_values(a, what).reshape(n)
-
-
-def _flag_values(a: Array, what: str) -> Array:
-    """Numeric ``a`` as bools, every value checked to be 0/1 (bools as they are)."""
-    if a.dtype.kind == "b":
-        return a
-    if a.dtype.kind not in "iuf":
-        raise DtypeError(f"{what}: dtype {a.dtype} holds no flags; pass bools or 0/1 numbers")
-    one: Array = np.equal(a, 1)
-    ok = one | np.equal(a, 0)
-    if not ok.all():
-        bad = a[~ok].reshape(-1)[0]
-        raise DtypeError(f"{what}: a done flag is True/False or 0/1, found {bad.item()!r}; "
-                         "pass dones=terminated | truncated")
-    return one
-
-
-def _batch_size(batch_size: Any) -> int:
-    """``sample``'s batch size: a positive int (not a bool, not a float)."""
-    if not _is_int(batch_size) or batch_size < 1:
-        raise ConfigError(f"sample(batch_size={describe(batch_size)}): batch_size must be a "
-                          "positive int; pass e.g. sample(64)")
-    return int(batch_size)
+    return flag_values(a, what).reshape(n)
 
 
 def _jsonable(x: Any) -> Any:
@@ -353,11 +266,9 @@ def _checked_metadata(where: str, metadata: Any) -> dict[str, Any]:
                               f"this file (keys {[*_META_MIN, 'device']})")
     out: dict[str, Any] = {}
     for key, least in _META_MIN.items():
-        v = metadata[key]
-        if not _is_int(v) or v < least:
-            raise CheckpointError(f"{where}: metadata {key}={describe(v)} must be an int >= "
-                                  f"{least}; pass the metadata saved with this file")
-        out[key] = int(v)
+        out[key] = check_int(None, f"{where}: metadata {key}", metadata[key], least,
+                             error=CheckpointError, kind_error=CheckpointError,
+                             fix="pass the metadata saved with this file")
     device = metadata["device"]
     if device is not None and not isinstance(device, str):
         raise CheckpointError(f"{where}: metadata device={describe(device)} must be a "
@@ -411,12 +322,13 @@ class BufferBase(FrontEnd):
     def __init__(self, capacity: int, state_dim: int, action_dim: int, hidden_dim: int, *,
                  device: Device | None = None,
                  seed: int | np.random.Generator | None = None) -> None:
-        if not _is_int(capacity) or capacity < 1:
-            raise CapacityError(f"capacity={describe(capacity)}: must be a positive int; "
-                                "pass e.g. capacity=100_000")
-        dims = (_dim("state_dim", state_dim, 1), _dim("action_dim", action_dim, 1),
-                _dim("hidden_dim", hidden_dim, 0))
-        dev = _checked_device(device)
+        capacity = check_int(None, "capacity", capacity, error=CapacityError,
+                             kind_error=CapacityError, example="100_000")
+        dims = tuple(check_int(None, name, value, least, kind_error=ConfigError, example=4)
+                     for name, value, least in (("state_dim", state_dim, 1),
+                                                ("action_dim", action_dim, 1),
+                                                ("hidden_dim", hidden_dim, 0)))
+        dev = checked_device(device)
         torch = _torch()
         # the buffer's own generator, or (None) torch's global one, as velora; the core
         # then gets a seed that reads torch's without drawing from it (buf.core.sample)
@@ -496,7 +408,7 @@ class BufferBase(FrontEnd):
         if type(reward) is not float:
             reward = _reward(reward, "add(reward=...)")
         if type(done) is not bool:
-            done = _done(done, "add(done=...)")
+            done = done_flag(done, "add(done=...)")
         self.buffer.add(obs=s, action=a, reward=reward, next_obs=ns, terminated=done,
                        truncated=False, hidden=h)
 
@@ -550,7 +462,7 @@ class BufferBase(FrontEnd):
                     or len(h) != n or d.ndim != 1 or len(d) != n:
                 raise TypeError
             if d.dtype is not _BOOL:
-                d = _flag_values(d, "add_multi(dones=...)")  # raises: the checked path
+                d = flag_values(d, "add_multi(dones=...)")  # raises: the checked path
         except (AttributeError, TypeError, RuntimeError, ValueError):  # other formats
             s, a, r, ns, d, h = _rows(states, actions, rewards, next_states, dones, hiddens,
                                       self._shapes)
@@ -594,7 +506,7 @@ class BufferBase(FrontEnd):
             ConfigError: ``batch_size`` is not a positive int.
             EmptyBufferError: The buffer holds fewer than ``batch_size`` experiences.
         """
-        b = _batch_size(batch_size)
+        b = check_int("sample", "batch_size", batch_size, kind_error=ConfigError, example=64)
         core = self.buffer
         n = len(core)
         if n < b:
@@ -1013,13 +925,11 @@ class ReplayBuffer(BufferBase):
             >>> len(buf) >= 50, tuple(buf.sample(4).hiddens.shape)
             (True, (4, 2))
         """
-        if not _is_int(num_envs) or num_envs < 2:
-            raise ConfigError(f"warm(num_envs={describe(num_envs)}): must be an int of at "
-                              "least 2; use num_envs=2 or more (the default is 8)")
-        if not _is_int(n_samples) or not 0 <= n_samples <= self.capacity:
-            raise ConfigError(f"warm(n_samples={describe(n_samples)}): must be an int from 0 "
-                              f"to capacity={self.capacity} (the buffer holds at most that "
-                              "many experiences); pass e.g. n_samples=batch_size * 2")
+        check_int("warm", "num_envs", num_envs, 2, kind_error=ConfigError,
+                  fix="use num_envs=2 or more (the default is 8)")
+        check_int("warm", "n_samples", n_samples, 0, self.capacity, kind_error=ConfigError,
+                  fix=f"the buffer holds at most capacity={self.capacity} experiences; "
+                  "pass e.g. n_samples=batch_size * 2")
         env_id, device = self._checked_agent(agent)
         gym = require_extra("gymnasium", "gym")
         torch = _torch()
@@ -1085,7 +995,7 @@ class ReplayBuffer(BufferBase):
         if hidden is None:
             raise ArgumentError("warm: agent.predict returned no hidden state; it must return "
                                 "(actions, hidden) with hidden (num_envs, hidden_dim)")
-        act = _numbers(actions, "warm: predict's actions")
+        act = numbers(actions, "warm: predict's actions", "convert the value to a float tensor")
         col = act[:, None] if act.ndim == 1 else act
         if act.ndim == 0 or len(act) != num_envs:
             raise ShapeError(f"warm: predict's actions have shape {act.shape}; expected one "

@@ -43,11 +43,11 @@ from typing import Any
 
 import numpy as np
 
-from replaybank.compat.pytorchrl.checks import (
+from replaybank.compat.checks import (
+    check_int,
     check_mapping,
     check_number,
-    check_whole,
-    numeric_kind,
+    numbers,
 )
 from replaybank.compat.pytorchrl.keys import (
     ALGORITHM,
@@ -150,13 +150,13 @@ class NStepReplayBuffer(ReplayBuffer):
     def __init__(self, size: int, device: Any, actor: Any, algorithm: Any, envs: Any,
                  n_step: int | float = 1,
                  seed: int | np.random.Generator | None = None) -> None:
-        n = check_whole(type(self).__name__, "n_step", n_step, allow_float=True)
+        n = check_int(type(self).__name__, "n_step", n_step, allow_float=True)
         super().__init__(size, device, actor, algorithm, envs, seed=seed)
         self.n_step = n
 
     def _check_parameter(self, name: str, value: Any) -> Any:
         if name == "n_step":
-            return check_whole(f"update_storage_parameter({name!r}, ...)",
+            return check_int(f"update_storage_parameter({name!r}, ...)",
                                "new_parameter_value", value, allow_float=True)
         return super()._check_parameter(name, value)
 
@@ -362,7 +362,7 @@ class PERBuffer(NStepReplayBuffer):
             raise DtypeError(f"{where}: info[{ALGORITHM!r}]['errors']={describe(raw)} holds "
                              "no numbers; pass the TD errors [B, 1]")
         errors = to_numpy(raw)
-        numeric_kind(where, f"info[{ALGORITHM!r}]['errors']", errors)
+        numbers(errors, f"{where}: info[{ALGORITHM!r}]['errors']")
         errors = errors.astype(np.float64, copy=False)
         want = len(idxs) * (self.non_overlap_length if self.recurrent_actor else 1)
         if errors.size != want:
@@ -562,7 +562,7 @@ class EREBuffer(PERBuffer):
             raise DtypeError(f"{where}: info[{EPISODES!r}]['TrainReward']={describe(raw)} "
                              "holds no numbers; pass the mean episode return")
         values = to_numpy(raw)
-        numeric_kind(where, f"info[{EPISODES!r}]['TrainReward']", values)
+        numbers(values, f"{where}: info[{EPISODES!r}]['TrainReward']")
         if values.size == 0 or not np.isfinite(values).all():
             raise DtypeError(f"{where}: info[{EPISODES!r}]['TrainReward']={describe(raw)}: "
                              "expected finite episode returns (one or more)")
@@ -594,4 +594,4 @@ def _ere_parameter(where: str, name: str, value: Any) -> Any:
     """ERE's ``eta`` (a number in ``(0, 1]``) or ``cmin`` (an int >= 1), checked."""
     if name == "eta":
         return check_number(where, name, value, 0.0, 1.0, lo_open=True, example=0.996)
-    return check_whole(where, name, value)
+    return check_int(where, name, value)

@@ -46,8 +46,8 @@ from typing import Any
 import numpy as np
 
 from replaybank.buffers.calls import check_call
+from replaybank.compat.checks import check_int
 from replaybank.compat.pytorchrl.buffers import EREBuffer
-from replaybank.compat.pytorchrl.checks import check_int
 from replaybank.compat.pytorchrl.keys import (
     ACT,
     CORE_NAMES,
@@ -194,7 +194,7 @@ class HERBuffer(EREBuffer):
         """
         where = f"{type(self).__name__}.copy_single_tensor"
         e = self._env(where, env)
-        pos = check_int(where, "position", position)
+        pos = check_int(where, "position", position, None)
         episode = self._episodes[e]
         if not -len(episode) <= pos < len(episode):
             raise ConfigError(f"{where}(position={pos}): env {e}'s current episode has "
@@ -225,7 +225,7 @@ class HERBuffer(EREBuffer):
             self._write_hindsight(e, rows)
 
     def _env(self, where: str, env: Any) -> int:
-        e = check_int(where, "env", env)
+        e = check_int(where, "env", env, None)
         if not 0 <= e < self._num_envs:
             raise ConfigError(f"{where}(env={e}): the storage holds {self._num_envs} envs; "
                               f"pass an env in [0, {self._num_envs})")

@@ -16,7 +16,7 @@ per env, built at the first transition) and translates:
   ``reset``: the slice ``get_all_buffer_data`` returns); ``reset`` sets both to zero,
   as pytorchrl's reference says.
 
-Every public call checks its arguments first (:mod:`~replaybank.compat.pytorchrl.checks`)
+Every public call checks its arguments first (:mod:`~replaybank.compat.checks`)
 and raises a :class:`~replaybank.errors.ReplayBankError` naming the argument, the bad
 value and the fix; a rejected call changes nothing.
 
@@ -49,15 +49,14 @@ import numpy.typing as npt
 from replaybank.buffers.arguments import make_rng
 from replaybank.buffers.replay import ReplayBuffer as CoreBuffer
 from replaybank.compat.base import FrontEnd
-from replaybank.compat.pytorchrl.checks import (
+from replaybank.compat.checks import (
     check_bool,
-    check_count,
     check_int,
     check_mapping,
     check_number,
-    check_whole,
-    numeric_kind,
+    numbers,
 )
+from replaybank.compat.devices import checked_device
 from replaybank.compat.pytorchrl.keys import (
     ACT,
     CORE_NAMES,
@@ -145,7 +144,7 @@ def get_priority(error: Any, epsilon: float, alpha: float, call: str = "get_prio
         raise DtypeError(f"{call}(error={describe(error)}): expected TD errors (a tensor, "
                          "array or number)")
     data = to_numpy(error)
-    numeric_kind(call, "error", data)
+    numbers(data, f"{call}: error")
     data = data.astype(np.float64, copy=False)
     if data.size and not (np.isfinite(data).all() and data.min() >= 0):
         raise _bad_errors(call, data)
@@ -188,7 +187,7 @@ def get_sequence_priority(sequence_data: Any, eta: float = 0.9,
         raise DtypeError(f"{call}(sequence_data={describe(sequence_data)}): expected "
                          "priorities (a tensor or array) [steps, ...]")
     data = to_numpy(sequence_data)
-    numeric_kind(call, "sequence_data", data)
+    numbers(data, f"{call}: sequence_data")
     if data.ndim == 0 or data.shape[0] == 0:
         raise ShapeError(f"{call}(sequence_data={describe(data)}): expected one or more "
                          "steps along axis 0")
@@ -222,7 +221,7 @@ def _check_lead(where: str, key: str, value: Any, lead: tuple[int, ...]) -> None
             _check_lead(where, f"{key}[{k!r}]", v, lead)
         return
     if value.shape[:len(lead)] != lead:
-        numeric_kind(where, f"sample[{key!r}]", value)
+        numbers(value, f"{where}: sample[{key!r}]")
         raise ShapeError(f"{where}: sample[{key!r}]={describe(value)}: expected leading dims "
                          f"{list(lead)} ({_layout(lead)}); reshape it or pass the storage's "
                          "envs")
@@ -231,7 +230,7 @@ def _check_lead(where: str, key: str, value: Any, lead: tuple[int, ...]) -> None
 def _bad_scalars(where: str, key: str, value: Any, lead: tuple[int, ...]) -> NoReturn:
     """Raise the error of a per-env scalar that is not ``[*lead]`` or ``[*lead, 1]``."""
     if isinstance(value, np.ndarray):
-        numeric_kind(where, f"sample[{key!r}]", value)
+        numbers(value, f"{where}: sample[{key!r}]")
     raise ShapeError(f"{where}: sample[{key!r}]={describe(value)}: expected one number per "
                      f"env, shape {[*lead, 1]} ({_layout(lead)})")
 
@@ -243,7 +242,7 @@ _BOOL = np.dtype(bool)
 
 def _bad_flags(where: str, key: str, value: Any) -> NoReturn:
     """Raise the error of done flags that are not all 0 or 1."""
-    numeric_kind(where, f"sample[{key!r}]", value)
+    numbers(value, f"{where}: sample[{key!r}]")
     bad = [x for x in value.ravel().tolist() if x not in _FLAG_VALUES][:3]
     raise DtypeError(f"{where}: sample[{key!r}] holds {bad}; done flags are 0 or 1")
 
@@ -284,7 +283,7 @@ class Storage(FrontEnd):
     def __init__(self, size: int, device: Any, actor: Any, algorithm: Any, envs: Any,
                  seed: int | np.random.Generator | None = None) -> None:
         where = type(self).__name__
-        self.max_size = check_whole(where, "size", size)
+        self.max_size = check_int(where, "size", size)
         make_rng(seed)  # checks it (the core buffer, built later, takes it as given)
         self.recurrent_actor = bool(getattr(actor, "is_recurrent", False))
         gamma = getattr(algorithm, "gamma", 0.99)
@@ -294,7 +293,7 @@ class Storage(FrontEnd):
                 raise ArgumentError(f"{where}(algorithm={describe(algorithm)}): a recurrent "
                                     "actor needs algorithm.update_every (the sequence "
                                     "length)")
-            self.sequence_length = check_whole(where, "algorithm.update_every",
+            self.sequence_length = check_int(where, "algorithm.update_every",
                                                algorithm.update_every)
             overlap = check_number(where, "actor.sequence_overlap",
                                    getattr(actor, "sequence_overlap", None), 0.0, 1.0,
@@ -609,9 +608,9 @@ class Storage(FrontEnd):
             EmptyBufferError: Nothing stored.
         """
         where = f"{type(self).__name__}.generate_batches"
-        count = check_count(where, "num_mini_batch", num_mini_batch)
-        size = check_count(where, "mini_batch_size", mini_batch_size)
-        check_count(where, "num_epochs", num_epochs)
+        count = check_int(where, "num_mini_batch", num_mini_batch)
+        size = check_int(where, "mini_batch_size", mini_batch_size)
+        check_int(where, "num_epochs", num_epochs)
         torch = _torch()
         self._device(torch)
         if self.size == 0:
@@ -634,12 +633,7 @@ class Storage(FrontEnd):
         """
         cached = self._torch_device
         if cached is None or cached[0] is not self.device:
-            try:
-                dev = torch.device(self.device) if self.device is not None else None
-            except (RuntimeError, TypeError, ValueError) as exc:
-                raise ConfigError(f"{type(self).__name__}(device={describe(self.device)}): "
-                                  f"not a torch device ({exc}); pass e.g. device='cpu'"
-                                  ) from None
+            dev = checked_device(self.device, type(self).__name__, available=False)
             cached = self._torch_device = (self.device, dev)
         return cached[1]
 
@@ -784,8 +778,8 @@ class Storage(FrontEnd):
             ArgumentError: A position is not an int.
         """
         where = f"{type(self).__name__}.get_data_slice"
-        start = check_int(where, "start_pos", start_pos)
-        end = check_int(where, "end_pos", end_pos)
+        start = check_int(where, "start_pos", start_pos, None)
+        end = check_int(where, "end_pos", end_pos, None)
         base = self.size - self.step
         return self._rows(base + start, base + end)
 
@@ -881,7 +875,7 @@ class Storage(FrontEnd):
         if isinstance(values, dict) or values.ndim == 0:
             raise ShapeError(f"{where}(tensor_values={describe(tensor_values)}): expected "
                              "an array [l, ...] with a time axis")
-        numeric_kind(where, "tensor_values", values)
+        numbers(values, f"{where}: tensor_values")
         length = int(values.shape[0])
         target = tensor_storage.get(tensor_key)
         if target is not None and tuple(np.shape(target)[1:]) != values.shape[1:]:
@@ -935,7 +929,7 @@ class Storage(FrontEnd):
         """
         where = f"update_storage_parameter({name!r}, ...)"
         if name == "max_size":
-            size = check_whole(where, "new_parameter_value", value)
+            size = check_int(where, "new_parameter_value", value)
             if self.size:
                 raise ConfigError(
                     f"update_storage_parameter('max_size', {value!r}): the storage holds "
@@ -943,14 +937,8 @@ class Storage(FrontEnd):
             return size
         if name == "gamma":
             return check_number(where, "new_parameter_value", value, 0.0, 1.0, example=0.99)
-        if name == "device":
-            torch = sys.modules.get("torch")
-            if torch is not None:
-                try:
-                    torch.device(value) if value is not None else None
-                except (RuntimeError, TypeError, ValueError) as exc:
-                    raise ConfigError(f"{where}: device={describe(value)} is not a torch "
-                                      f"device ({exc}); pass e.g. 'cpu'") from None
+        if name == "device" and "torch" in sys.modules:  # else checked by generate_batches
+            checked_device(value, None, f"{where}: device", available=False)
         return value
 
     def _parameters_changed(self, name: str) -> None:
