@@ -144,6 +144,18 @@ tree_shape(Shape *s, const Arr *offsets, Py_ssize_t fanout, Py_ssize_t sum_len,
     return 0;
 }
 
+/* The (sum tree, min tree, offsets) arguments args[0..2] of a tree kernel into a[0..2]
+ * (the trees writable when asked) and their checked shape for `fanout`. 0 or -1. */
+static int
+tree_args(PyObject *const *args, Arr *a, int writable, Py_ssize_t fanout, Shape *s)
+{
+    if (get_arr(args[0], &a[0], 'f', writable, "sum_tree") < 0
+        || get_arr(args[1], &a[1], 'f', writable, "min_tree") < 0
+        || get_arr(args[2], &a[2], 'i', 0, "offsets") < 0)
+        return -1;
+    return tree_shape(s, &a[2], fanout, count(&a[0]), count(&a[1]));
+}
+
 /* ------------------------------------------------------------------ uniform draws */
 
 /* map_raw(raw, high, out, start) -> int: replaybank.ops.draws.map_raw. */
@@ -397,12 +409,8 @@ sampling_update_pair(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
     memset(a, 0, sizeof a);
     Shape s;
     PyObject *res = NULL;
-    if (get_arr(args[0], &a[0], 'f', 1, "sum_tree") < 0
-        || get_arr(args[1], &a[1], 'f', 1, "min_tree") < 0
-        || get_arr(args[2], &a[2], 'i', 0, "offsets") < 0
-        || get_arr(args[4], &a[3], 'i', 0, "idx") < 0
-        || get_arr(args[5], &a[4], 'f', 0, "values") < 0
-        || tree_shape(&s, &a[2], fanout, count(&a[0]), count(&a[1])) < 0)
+    if (tree_args(args, a, 1, fanout, &s) < 0 || get_arr(args[4], &a[3], 'i', 0, "idx") < 0
+        || get_arr(args[5], &a[4], 'f', 0, "values") < 0)
         goto done;
     Py_ssize_t n = count(&a[3]);
     const int64_t *idx = (const int64_t *)a[3].view.buf;
@@ -459,12 +467,10 @@ sampling_sample(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
     PyObject *res = NULL;
     int64_t *slots = NULL;
     double *t = NULL;
-    if (get_arr(args[0], &a[0], 'f', 0, "tree") < 0 || get_arr(args[1], &a[1], 'f', 0, "min_tree") < 0
-        || get_arr(args[2], &a[2], 'i', 0, "offsets") < 0 || get_arr(args[4], &a[3], 'f', 0, "u") < 0
+    if (tree_args(args, a, 0, fanout, &s) < 0 || get_arr(args[4], &a[3], 'f', 0, "u") < 0
         || get_arr(args[5], &a[4], 'i', 0, "written") < 0 || get_arr(args[6], &a[5], 'i', 0, "counts") < 0
         || get_arr(args[11], &a[6], 'i', 1, "keys") < 0 || get_arr(args[12], &a[7], 'f', 1, "probs") < 0
-        || get_arr(args[13], &a[8], 'f', 1, "weights") < 0
-        || tree_shape(&s, &a[2], fanout, count(&a[0]), count(&a[1])) < 0)
+        || get_arr(args[13], &a[8], 'f', 1, "weights") < 0)
         goto done;
     const Py_ssize_t n = count(&a[3]), lanes = count(&a[4]);
     if (count(&a[6]) != n || count(&a[7]) != n || count(&a[8]) != n || count(&a[5]) != lanes
@@ -583,11 +589,9 @@ sampling_update_keys(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
     PyObject *res = NULL;
     int64_t *slots = NULL;
     double *vals = NULL;
-    if (get_arr(args[0], &a[0], 'f', 1, "sum_tree") < 0 || get_arr(args[1], &a[1], 'f', 1, "min_tree") < 0
-        || get_arr(args[2], &a[2], 'i', 0, "offsets") < 0 || get_arr(args[4], &a[3], 'i', 0, "keys") < 0
+    if (tree_args(args, a, 1, fanout, &s) < 0 || get_arr(args[4], &a[3], 'i', 0, "keys") < 0
         || get_arr(args[5], &a[4], 'f', 0, "raw") < 0 || get_arr(args[6], &a[5], 'i', 0, "written") < 0
-        || get_arr(args[7], &a[6], 'i', 0, "counts") < 0
-        || tree_shape(&s, &a[2], fanout, count(&a[0]), count(&a[1])) < 0)
+        || get_arr(args[7], &a[6], 'i', 0, "counts") < 0)
         goto done;
     const Py_ssize_t n = count(&a[3]), lanes = count(&a[5]);
     if (count(&a[4]) != n || count(&a[6]) != lanes || lanes < 1 || rows < 1

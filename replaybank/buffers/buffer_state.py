@@ -36,7 +36,8 @@ from replaybank.views.base import View
 
 IntArray = npt.NDArray[np.int64]
 
-__all__ = ["ROWS_SIDE", "buffer_state", "check_parts", "checked_spec", "checked_state",
+__all__ = ["ROWS_SIDE", "buffer_state", "check_parts", "check_saved_sizes", "checked_spec",
+           "checked_state",
            "init_args", "init_config", "live_slots", "load_table", "make_table", "probe_load",
            "probe_rng", "recorded_seed", "resume_state", "rng_state"]
 
@@ -231,12 +232,7 @@ def checked_spec(meta: Any, capacity: int, num_envs: int,
     if not isinstance(meta, Mapping):
         raise CheckpointError(f"load_state_dict: state metadata is {type(meta).__name__}, "
                               "expected a dict; pass a ReplayBuffer.state_dict()")
-    for key, mine in (("capacity", capacity), ("num_envs", num_envs)):
-        if meta.get(key) != mine:
-            raise CheckpointError(
-                f"load_state_dict: state has {key}={meta.get(key)!r} but this buffer has "
-                f"{key}={mine}; build the buffer with the saved {key}"
-            )
+    check_saved_sizes(meta, capacity=capacity, num_envs=num_envs)
     spec_json = meta.get("spec")
     if spec_json is None:
         return None
@@ -328,6 +324,27 @@ def check_parts(saved: Mapping[str, Any], sampler: Sampler, view: View,
     # checkpoints written before views had state hold none: the view keeps its own
     probe_load(view, saved.get("view", {}), "view")
     probe_rng(rng, saved["rng"])
+
+
+def check_saved_sizes(meta: Mapping[str, Any], **sizes: int) -> None:
+    """Raise when a saved state's metadata ``meta`` holds other sizes than this buffer's.
+
+    Raises:
+        CheckpointError: A size differs, naming it and the fix.
+
+    Example:
+        >>> check_saved_sizes({"capacity": 8, "num_envs": 2}, capacity=8, num_envs=2)
+        >>> check_saved_sizes({"capacity": 4}, capacity=8)
+        Traceback (most recent call last):
+        ...
+        replaybank.errors.CheckpointError: load_state_dict: state has capacity=4 but this buffer has capacity=8; build the buffer with the saved capacity
+    """  # noqa: E501
+    for key, mine in sizes.items():
+        if meta.get(key) != mine:
+            raise CheckpointError(
+                f"load_state_dict: state has {key}={meta.get(key)!r} but this buffer has "
+                f"{key}={mine}; build the buffer with the saved {key}"
+            )
 
 
 def checked_state(saved: Any, capacity: int, num_envs: int, current: Spec | None,

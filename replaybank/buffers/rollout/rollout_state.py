@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from replaybank.buffers.buffer_state import check_saved_sizes
 from replaybank.buffers.rollout.autoreset import reset_mask
 from replaybank.buffers.rollout.inputs import FinalObsStore
 from replaybank.errors import CheckpointError, ReplayBankError
@@ -93,12 +94,7 @@ def unpack_state(state: dict[str, Any], num_steps: int, num_envs: int,
     if not isinstance(meta, dict) or not isinstance(arrays, dict) or "rng" not in state:
         raise CheckpointError("load_state_dict: the state lacks metadata, arrays or rng; pass "
                               "a RolloutBuffer.state_dict()")
-    for key, mine in (("num_steps", num_steps), ("num_envs", num_envs)):
-        if meta.get(key) != mine:
-            raise CheckpointError(
-                f"load_state_dict: state has {key}={meta.get(key)!r} but this buffer has "
-                f"{key}={mine}; build the buffer with the saved {key}"
-            )
+    check_saved_sizes(meta, num_steps=num_steps, num_envs=num_envs)
     next_step = autoreset_mode == "next_step"
     saved_mode = meta.get("autoreset_mode")
     if (saved_mode == "next_step") != next_step:
