@@ -69,7 +69,7 @@ def _build(gib: float) -> Any:
 
 def child(phase: str, gib: float, d: str) -> None:
     import replaybank as rb
-    from replaybank.io.state import split_state
+    from replaybank.io.state_tree import split_state
 
     out: dict[str, Any] = {"phase": phase}
     if phase in ("save", "baseline_save"):
