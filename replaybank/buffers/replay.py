@@ -693,7 +693,7 @@ class ReplayBuffer:
             generator's state: :mod:`~replaybank.buffers.device_path`).
         """
         out = buffer_state.buffer_state(self.metadata(), self._init_args, self._rng,
-                                 self.sampler, self.view, self._table)
+                                        self.sampler, self.view, self._table)
         out.update(self._store.state_dict())
         return out
 
@@ -710,8 +710,8 @@ class ReplayBuffer:
         """
         with self.exclusive():
             spec = buffer_state.checked_state(state_dict, self._capacity, self._num_envs,
-                                       self.spec, self.sampler, self.view, self._rng,
-                                       self.rows_only)
+                                              self.spec, self.sampler, self.view, self._rng,
+                                              self.rows_only)
             if spec is None:
                 self._clear()
             else:
@@ -794,7 +794,7 @@ class ReplayBuffer:
         """Constructor values that rebuild this buffer empty (for :meth:`config`), with
         the int seed it was built with (None for a Generator or no seed)."""
         return buffer_state.init_config(self.capacity, self.num_envs, self.spec, self._init_args,
-                                 self.sampler, self.view, self._store.backend, self._seed)
+                                        self.sampler, self.view, self._store.backend, self._seed)
 
     def config(self) -> BufferConfig:
         """A validated config object (pydantic) that rebuilds an equivalent empty buffer."""

@@ -317,15 +317,8 @@ def sequence_candidates(
     usable = np.asarray(ext >= min_len)
     if not usable.any():
         return usable, None
-    keys, ext = keys[usable], ext[usable]
-    fast = _fast_kernels()
-    reads = fused_reads(table) if fast is not None else None
-    if reads is not None:
-        out = gather_fused(fast, table, keys, ext, width, burn_in, min_len >= width, None,
-                           reads)
-    else:
-        out = gather_numpy(table, keys, ext, width, burn_in)
-    return usable, _finish(out, None, state_names)
+    return usable, _windows(_fast_kernels(), table, keys[usable], ext[usable], width,
+                            burn_in, min_len >= width, None, state_names)
 
 
 def _checked(call: str, table: StepTable | None, lanes: LaneView | None,
@@ -415,12 +408,20 @@ def _sample(table: StepTable, lanes: LaneView, rng: np.random.Generator,
     else:
         res, ext = draw_starts(traits, lanes, t.link, rng, batch_size, width, cross, min_len,
                                max_redraws, sampler_kwargs, size, None, fast)
+    return _windows(fast, t, res.keys, ext, width, burn_in, min_len >= width, res,
+                    state_names)
+
+
+def _windows(fast: Any, t: StepTable, keys: IntArray, ext: IntArray, width: int,
+             burn_in: int, full: bool, res: SampleResult | None,
+             state_names: list[str]) -> SequenceBatch:
+    """The windows of the drawn starts ``keys`` (extents ``ext``) as a batch: the fused
+    gather where the numba kernels serve this table, else the numpy one."""
     reads = fused_reads(t) if fast is not None else None
     if reads is not None:
-        out = gather_fused(fast, t, res.keys, ext, width, burn_in, min_len >= width, None,
-                           reads)
+        out = gather_fused(fast, t, keys, ext, width, burn_in, full, None, reads)
     else:
-        out = gather_numpy(t, res.keys, ext, width, burn_in)
+        out = gather_numpy(t, keys, ext, width, burn_in)
     return _finish(out, res, state_names)
 
 

@@ -73,7 +73,7 @@ class Store:
     def allocate(self, spec: Spec) -> StepTable:
         """Allocate the table for ``spec`` (its arrays on the backend)."""
         self.table = buffer_state.make_table(spec, self.rows, self.lanes, self.backend,
-                                      self.rows_only)
+                                             self.rows_only)
         return self.table
 
     def size(self, sampler: Sampler) -> int:
