@@ -159,7 +159,10 @@ class DeviceStore(Store):
     """Torch tensors whose one-step samples are drawn and gathered on the device.
 
     Args:
-        backend, rows, lanes, rows_only: As :class:`Store`.
+        backend: Where the arrays live (torch tensors).
+        rows: Rows per lane.
+        lanes: Lanes (envs).
+        rows_only: The table stores rows (no next observations).
         path: The device path (:func:`~replaybank.buffers.device_path.device_path`).
     """
 
@@ -201,7 +204,10 @@ class SharedStore(Store):
     reads a refreshed snapshot of their lanes.
 
     Args:
-        backend, rows, lanes, rows_only: As :class:`Store`.
+        backend: The owner's shared-memory backend.
+        rows: Rows per lane.
+        lanes: Lanes (envs).
+        rows_only: The table stores rows (no next observations).
         spec: The stored fields (the owner allocates the shared arrays before any writer
             starts).
 
@@ -258,7 +264,9 @@ def make_store(backend: ArrayBackend, rows: int, lanes: int, rows_only: bool,
 
     Args:
         backend: Where the arrays live.
-        rows, lanes, rows_only: As :class:`Store`.
+        rows: Rows per lane.
+        lanes: Lanes (envs).
+        rows_only: The table stores rows (no next observations).
         spec: The stored fields when known (allocated now; required by a shared owner).
 
     Raises:
