@@ -357,13 +357,8 @@ class PERBuffer(NStepReplayBuffer):
         if idxs.ndim != 1 or idxs.dtype.kind not in "iu":
             raise ShapeError(f"{where}: batch['idxs']={describe(idxs)}: expected the "
                              "integer item keys [B] that generate_batches put there")
-        raw = algo["errors"]
-        if raw is None or isinstance(raw, (str, bytes, Mapping)):
-            raise DtypeError(f"{where}: info[{ALGORITHM!r}]['errors']={describe(raw)} holds "
-                             "no numbers; pass the TD errors [B, 1]")
-        errors = to_numpy(raw)
-        numbers(errors, f"{where}: info[{ALGORITHM!r}]['errors']")
-        errors = errors.astype(np.float64, copy=False)
+        errors = _reported(algo["errors"], f"{where}: info[{ALGORITHM!r}]['errors']",
+                           "pass the TD errors [B, 1]").astype(np.float64, copy=False)
         want = len(idxs) * (self.non_overlap_length if self.recurrent_actor else 1)
         if errors.size != want:
             per_what = (f"per trained (non-overlap) step: {len(idxs)} * "
@@ -558,11 +553,8 @@ class EREBuffer(PERBuffer):
         if "TrainReward" not in episodes:
             return []
         raw = episodes["TrainReward"]
-        if raw is None or isinstance(raw, (str, bytes, Mapping)):
-            raise DtypeError(f"{where}: info[{EPISODES!r}]['TrainReward']={describe(raw)} "
-                             "holds no numbers; pass the mean episode return")
-        values = to_numpy(raw)
-        numbers(values, f"{where}: info[{EPISODES!r}]['TrainReward']")
+        values = _reported(raw, f"{where}: info[{EPISODES!r}]['TrainReward']",
+                           "pass the mean episode return")
         if values.size == 0 or not np.isfinite(values).all():
             raise DtypeError(f"{where}: info[{EPISODES!r}]['TrainReward']={describe(raw)}: "
                              "expected finite episode returns (one or more)")
@@ -595,3 +587,16 @@ def _ere_parameter(where: str, name: str, value: Any) -> Any:
     if name == "eta":
         return check_number(where, name, value, 0.0, 1.0, lo_open=True, example=0.996)
     return check_int(where, name, value)
+
+
+def _reported(raw: Any, label: str, fix: str) -> np.ndarray[Any, Any]:
+    """A value an algorithm reported in its info dict (``label`` names it), as a numeric
+    host array; None, text and dicts hold no numbers.
+
+    Raises:
+        DtypeError: ``raw`` holds no numbers, naming ``label`` and ``fix``.
+    """
+    if raw is None or isinstance(raw, (str, bytes, Mapping)):
+        raise DtypeError(f"{label}={describe(raw)} holds no numbers; {fix}")
+    values: np.ndarray[Any, Any] = numbers(to_numpy(raw), label)
+    return values
