@@ -6,7 +6,7 @@ writers; then ``--writers`` processes keep adding steps (each ``--rate`` steps p
 per lane, 0: as fast as they can) while the learner times ``sample(batch)`` (best of
 ``--repeats`` rounds of ``--calls`` calls, interleaved with the baseline's rounds). Also
 reported: the writers' add rate and how many draws the learner threw away because writers
-overwrote them (none expected: see ``replaybank.storage.shared_lanes``).
+overwrote them (none expected: see ``replaybank.shared.lanes``).
 Target: shared / single-process sample rate >= 0.8 with 4 writers running.
 
 On a machine with fewer cores than writers + 1, the writers take CPU time from the

@@ -20,14 +20,16 @@ from replaybank import registry as _registry
 from replaybank.batch import Batch, SequenceBatch
 from replaybank.buffers.autoreset import AutoresetWarning
 from replaybank.buffers.hindsight import HerReplayBuffer
-from replaybank.buffers.prefetch import Prefetcher
 from replaybank.buffers.replay import ReplayBuffer
 from replaybank.buffers.rollout.buffer import RolloutBuffer
-from replaybank.buffers.shared import SharedWriter, SharedWriterHandle, WritersOutranError
-from replaybank.buffers.store import DeviceStore, SharedStore, Store
+from replaybank.buffers.store import Store
 from replaybank.compat.prioritized import PrioritizedReplayBuffer
 from replaybank.compat.sequence import SequenceReplayBuffer
 from replaybank.compat.trajectory import PathBuffer
+from replaybank.device.backend import TorchBackend, torch_backend
+from replaybank.device.hindsight import device_relabel, to_device
+from replaybank.device.prefetch import Prefetcher
+from replaybank.device.store import DeviceStore, device_store
 from replaybank.errors import (
     ArgumentError,
     CapacityError,
@@ -59,6 +61,10 @@ from replaybank.samplers.lane_split import LaneSplitSampler
 from replaybank.samplers.prioritized import PrioritizedSampler
 from replaybank.samplers.recent import RecentSampler
 from replaybank.samplers.uniform import UniformSampler
+from replaybank.shared.backend import SharedBackend, shared_backend
+from replaybank.shared.reader import WritersOutranError
+from replaybank.shared.store import SharedStore, shared_store
+from replaybank.shared.writer import SharedWriter, SharedWriterHandle
 from replaybank.spec import FieldSpec, Spec
 from replaybank.storage.backends.base import (
     ArrayBackend,
@@ -68,7 +74,6 @@ from replaybank.storage.backends.base import (
 )
 from replaybank.storage.backends.memmap import MemmapBackend
 from replaybank.storage.backends.numpy import NumpyBackend
-from replaybank.storage.backends.shared import SharedBackend
 from replaybank.views.base import (
     CallbackView,
     FusedView,
@@ -194,6 +199,13 @@ for _name, _view in (("transition", TransitionView), ("nstep", NStepView),
                      ("framestack", FrameStackView), ("her", HerView)):
     _registry.register_view(_name, _view)
 del _name, _sampler, _view
+# the storages and features of the rooms above the core (which imports neither room)
+_registry.register_storage("torch", torch_backend, device_store)
+_registry.register_storage("shared", shared_backend, shared_store)
+_registry.register_feature("prefetcher", Prefetcher)
+_registry.register_feature("her_device_relabel", device_relabel)
+_registry.register_feature("to_device", to_device)
+del torch_backend, device_store, shared_backend, shared_store, device_relabel, to_device
 
 # torch and gymnasium stay optional: these names import their module on first access (the
 # ``__getattr__`` below); a type checker reads their real types from the block after it
@@ -206,7 +218,6 @@ _LAZY = {
     "to_minari": "replaybank.integrations.minari",
     "spec_from_env": "replaybank.integrations.spaces",
     "spec_from_spaces": "replaybank.integrations.spaces",
-    "TorchBackend": "replaybank.storage.backends.torch",
     "PinnedStager": "replaybank.integrations.torch",
     "BufferConfig": "replaybank.config",
     "ComponentConfig": "replaybank.config",
@@ -236,7 +247,6 @@ if typing.TYPE_CHECKING:  # the same names as _LAZY, from the same modules (test
     from replaybank.integrations.minari import from_minari, to_minari
     from replaybank.integrations.spaces import spec_from_env, spec_from_spaces
     from replaybank.integrations.torch import PinnedStager
-    from replaybank.storage.backends.torch import TorchBackend
 else:  # hidden from type checkers, so that a misspelt name is an error there
 
     def __getattr__(name: str) -> object:

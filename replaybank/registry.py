@@ -10,6 +10,13 @@ for ``"prioritized"``, ``"NStepView"`` for ``"nstep"``), as buffer types are:
 accepts, following ``**kwargs`` to the class they reach; the config models of
 :mod:`replaybank.config` are derived from it.
 
+The same goes for the storage kinds that live in rooms above the core
+(``storage="torch"`` in :mod:`replaybank.device`, ``storage="shared"`` in
+:mod:`replaybank.shared`): :func:`register_storage` maps the name to how its backend is
+built and which store serves it, and :func:`register_feature` names a function the core
+calls without importing the room that defines it (the device twin of hindsight
+relabelling, the prefetcher). The core asks these tables, so it imports neither room.
+
 This module imports neither pydantic nor any buffer; :mod:`replaybank.config` re-exports
 its public functions. The built-in types are registered, as classes, at the top of the
 package (``replaybank/__init__.py``), the one place that imports every layer: this lowest
@@ -36,16 +43,23 @@ from typing import Any
 __all__ = [
     "BUFFERS",
     "BUFFER_LISTENERS",
+    "FEATURES",
+    "STORAGE_KINDS",
     "SAMPLERS",
     "VIEWS",
     "Entry",
+    "StorageKind",
     "buffer_types",
     "canonical_type",
     "constructor_params",
+    "feature",
     "register_buffer",
+    "register_feature",
     "register_sampler",
+    "register_storage",
     "register_view",
     "sampler_types",
+    "storage_names",
     "view_types",
 ]
 
@@ -132,6 +146,96 @@ def register_view(name: str, target: Any) -> None:
         True
     """
     VIEWS[name] = Entry(target)
+
+
+@dataclass(frozen=True)
+class StorageKind:
+    """A storage name beyond the core's own (``"numpy"``, ``"memmap"``).
+
+    Example:
+        >>> kind = StorageKind(lambda path, device: ("backend", path, device))
+        >>> kind.backend(None, "cpu"), kind.store is None
+        (('backend', None, 'cpu'), True)
+    """
+
+    #: ``backend(path, device)`` builds the array backend (raising ``ConfigError`` for
+    #: arguments the storage does not take).
+    backend: Callable[[Any, Any], Any]
+    #: ``store(backend, rows, lanes, rows_only, spec)`` returns the store that serves the
+    #: backend, or None for the local store (e.g. device draws turned off); None: always local.
+    store: Callable[..., Any] | None = None
+
+
+#: Storage names served by rooms above the core: name -> :class:`StorageKind`.
+STORAGE_KINDS: dict[str, StorageKind] = {}
+#: Functions the core calls from rooms above it: name -> function.
+FEATURES: dict[str, Callable[..., Any]] = {}
+#: The storage names the core builds itself.
+CORE_STORAGES = ("numpy", "memmap")
+
+
+def register_storage(name: str, backend: Callable[[Any, Any], Any],
+                     store: Callable[..., Any] | None = None) -> None:
+    """Make ``storage=name`` buildable (in constructors and configs).
+
+    Args:
+        name: The ``storage`` value (``"torch"``, ``"shared"``).
+        backend: ``backend(path, device)``: the array backend.
+        store: ``store(backend, rows, lanes, rows_only, spec)``: the store of a backend
+            of this kind, or None for the local store.
+
+    Example:
+        >>> register_storage("example", lambda path, device: None)
+        >>> "example" in storage_names()
+        True
+        >>> del STORAGE_KINDS["example"]
+    """
+    STORAGE_KINDS[name] = StorageKind(backend, store)
+
+
+def storage_names() -> tuple[str, ...]:
+    """Every storage name a buffer accepts.
+
+    Example:
+        >>> storage_names()[:2]
+        ('numpy', 'memmap')
+    """
+    return CORE_STORAGES + tuple(STORAGE_KINDS)
+
+
+def register_feature(name: str, fn: Callable[..., Any]) -> None:
+    """Provide the function the core calls as ``feature(name)``.
+
+    Args:
+        name: The feature's name (``"prefetcher"``, ``"device_relabeling"``).
+        fn: The function (or class) that implements it.
+
+    Example:
+        >>> register_feature("example", len)
+        >>> feature("example")([1, 2])
+        2
+        >>> del FEATURES["example"]
+    """
+    FEATURES[name] = fn
+
+
+def feature(name: str) -> Callable[..., Any]:
+    """The function registered as ``name``.
+
+    Raises:
+        KeyError: Nothing registered under ``name`` (the room that provides it was not
+            imported: import :mod:`replaybank`, which registers every built-in one).
+
+    Example:
+        >>> import replaybank
+        >>> feature("prefetcher").__name__
+        'Prefetcher'
+    """
+    try:
+        return FEATURES[name]
+    except KeyError:
+        raise KeyError(f"no feature {name!r} registered (import replaybank, which "
+                       f"registers the built-in ones; registered: {sorted(FEATURES)})") from None
 
 
 def canonical_type(registry: dict[str, Entry], name: Any) -> Any:

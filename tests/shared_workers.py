@@ -67,7 +67,7 @@ def write_lanes(handle: Any, steps: int, seed: int, pace: float = 0.0,
 def owner_then_wait(spec: dict[str, Any], conn: Any) -> None:
     """Build a shared owner, send its segment names and pid, then wait to be killed."""
     import replaybank as rb
-    from replaybank.storage.backends.shared import segment_names
+    from replaybank.shared.backend import segment_names
 
     buf = rb.ReplayBuffer(64, num_envs=2, spec=spec, storage="shared")
     token = buf.backend.token

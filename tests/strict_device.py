@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from replaybank.storage.backends.torch import TorchBackend
+from replaybank.device.backend import TorchBackend
 
 __all__ = ["HostSyncError", "StrictBackend", "StrictTensor", "allow_syncs", "host", "strict"]
 

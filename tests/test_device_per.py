@@ -14,7 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import replaybank as rb  # noqa: E402
-from replaybank.ops import sumtree_torch  # noqa: E402
+from replaybank.device import sumtree as sumtree_torch  # noqa: E402
 from replaybank.samplers.prioritized import is_weights  # noqa: E402
 from tests.stats import chi2_critical  # noqa: E402
 from tests.strict_device import StrictBackend, allow_syncs, host  # noqa: E402

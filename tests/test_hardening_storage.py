@@ -16,9 +16,9 @@ import pytest
 
 import replaybank as rb
 from replaybank.errors import CapacityError, CheckpointError, ConfigError
-from replaybank.storage.backends import shared as shared_backend
+from replaybank.shared import backend as shared_backend
+from replaybank.shared.backend import segment_names, sweep_stale
 from replaybank.storage.backends.memmap import LOCK, MANIFEST, MemmapBackend
-from replaybank.storage.backends.shared import segment_names, sweep_stale
 from replaybank.storage.table import StepTable
 from tests.shared_workers import SPEC, check_batch, step_values
 from tests.test_hardening_files import dead_pid, digest, fill

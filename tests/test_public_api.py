@@ -34,15 +34,15 @@ INTERNAL = {
     "replaybank.buffers.parts.Parts",
     "replaybank.buffers.calls.CheckedCall",
     # device replay parts (issue 17): composed by ReplayBuffer, never built by users
-    "replaybank.buffers.device_path.DeviceArrays",
-    "replaybank.buffers.device_path.DevicePath",
-    "replaybank.samplers.prioritized_device.DevicePriorities",
-    "replaybank.storage.device_mirror.DeviceMirror",
+    "replaybank.device.path.DeviceArrays",
+    "replaybank.device.path.DevicePath",
+    "replaybank.device.priorities.DevicePriorities",
+    "replaybank.device.mirror.DeviceMirror",
     "replaybank.storage.host_tail.HostTail",
-    "replaybank.buffers.shared.SharedReader",
-    "replaybank.storage.backends.shared.SharedLayout",
-    "replaybank.storage.shared_lanes.LaneSnapshot",
-    "replaybank.storage.shared_lanes.SnapshotDelta",
+    "replaybank.shared.writer.SharedReader",
+    "replaybank.shared.backend.SharedLayout",
+    "replaybank.shared.lanes.LaneSnapshot",
+    "replaybank.shared.lanes.SnapshotDelta",
 }
 HEAVY = ("torch", "gymnasium", "ray", "matplotlib", "rich", "pydantic")
 #: Subpackages in ``__all__`` (``rb.distributed``: imported on first access, ray later)

@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 
 import replaybank as rb
 from replaybank.errors import CheckpointError, ConfigError
-from replaybank.storage.backends.shared import segment_names, sweep_stale
-from replaybank.storage.shared_lanes import default_guard
+from replaybank.shared.backend import segment_names, sweep_stale
+from replaybank.shared.lanes import default_guard
 from tests.shared_workers import SPEC, check_batch, owner_then_wait, step_values, write_lanes
 from tests.stats import chi2_critical
 
@@ -36,7 +36,7 @@ def _owner(capacity: int = 64, num_envs: int = 2, **kw: Any) -> Any:
 
 def _window(written: int, T: int, pending: bool) -> tuple[int, int]:  # noqa: N803
     """The model of a lane's snapshot window ``[lo, hi)`` (module docstring of
-    replaybank.storage.shared_lanes), from the lane's steps alone."""
+    replaybank.shared.lanes), from the lane's steps alone."""
     start = max(0, written - T)
     lo = max(start, written - T + default_guard(T))
     hi = written - int(pending and written > 0)

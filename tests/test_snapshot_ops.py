@@ -1,4 +1,4 @@
-"""The shared-memory learner's window arithmetic (replaybank.ops.snapshot) against a plain
+"""The shared-memory learner's window arithmetic (replaybank.shared.snapshot) against a plain
 loop, and its numba twin against it."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from replaybank.ops import snapshot
+from replaybank.shared import snapshot
 
-numba_twin = pytest.importorskip("replaybank.ops.snapshot_numba")
+numba_twin = pytest.importorskip("replaybank.shared.snapshot_numba")
 
 
 def plain(written: list[int], start: list[int], link: np.ndarray, done: np.ndarray, T: int,  # noqa: N803

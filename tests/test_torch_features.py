@@ -23,7 +23,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import replaybank as rb  # noqa: E402
-from replaybank.storage.backends.torch import TorchBackend  # noqa: E402
+from replaybank.device.backend import TorchBackend  # noqa: E402
 from tests.strict_device import HostSyncError, StrictBackend, allow_syncs, host, strict  # noqa: E402
 
 STORAGES = ["torch", "strict"]

@@ -26,8 +26,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import replaybank as rb  # noqa: E402
+from replaybank.device.backend import TorchBackend  # noqa: E402
 from replaybank.ops.episodes import EpisodeIndex  # noqa: E402
-from replaybank.storage.backends.torch import TorchBackend  # noqa: E402
 from tests.strict_device import (  # noqa: E402
     HostSyncError,
     StrictBackend,

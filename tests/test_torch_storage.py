@@ -12,9 +12,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import replaybank as rb  # noqa: E402
+from replaybank.device.backend import TorchBackend, torch_dtype  # noqa: E402
 from replaybank.errors import ConfigError, DtypeError, MissingDependencyError  # noqa: E402
 from replaybank.storage.backends import make_backend  # noqa: E402
-from replaybank.storage.backends.torch import TorchBackend, torch_dtype  # noqa: E402
 from tests.strict_device import StrictBackend, host  # noqa: E402
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])

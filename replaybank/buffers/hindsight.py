@@ -72,7 +72,7 @@ class HerReplayBuffer(ReplayBuffer):
         storage: ``"numpy"``, ``"memmap"`` (with ``path``) or ``"torch"`` (with
             ``device``): on torch storage the goals are gathered and the rewards
             recomputed on the device, and ``reward_fn`` / ``terminated_fn`` receive torch
-            tensors there (:mod:`replaybank.views.hindsight_device`); the relabelled rows
+            tensors there (:mod:`replaybank.device.hindsight`); the relabelled rows
             and goal steps are those numpy storage picks under the same seed.
         path: Directory of the memmap files.
         autoreset_mode: As in :class:`~replaybank.buffers.replay.ReplayBuffer`.

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from replaybank import persist
+from replaybank import persist, registry
 from replaybank.batch import Batch, SequenceBatch
 from replaybank.buffers import arguments, buffer_state
 from replaybank.buffers.arguments import make_rng, positive_int
@@ -41,10 +41,8 @@ from replaybank.buffers.inputs import (
     standard_spec,
 )
 from replaybank.buffers.parts import Parts
-from replaybank.buffers.prefetch import Prefetcher
 from replaybank.buffers.priorities import check_priority, update_priorities
 from replaybank.buffers.sequences import sample_sequences, update_sequence_priorities
-from replaybank.buffers.shared import SharedWriterHandle
 from replaybank.buffers.store import Store, make_store
 from replaybank.buffers.writer import StepValues, Writer, writer_choice
 from replaybank.errors import ArgumentError, ConfigError, EmptyBufferError, ShapeError, describe
@@ -57,8 +55,11 @@ from replaybank.storage.table_state import check_table
 from replaybank.storage.writers.compiled import WriteCall, not_handled
 from replaybank.views.base import View
 
-if TYPE_CHECKING:  # pydantic loads with the first config() call
+if TYPE_CHECKING:  # pydantic loads with the first config() call; the device and shared
+    # rooms sit above the core (what it calls of them comes through the registry)
     from replaybank.config import BufferConfig
+    from replaybank.device.prefetch import Prefetcher
+    from replaybank.shared.writer import SharedWriterHandle
 
 __all__ = ["ReplayBuffer", "make_rng", "positive_int"]
 
@@ -455,7 +456,7 @@ class ReplayBuffer:
     def writer(self, lanes: Any) -> SharedWriterHandle:
         """A picklable handle for a collector process that writes ``lanes`` of this
         ``storage="shared"`` buffer: call ``.open()`` on it in that process
-        (:mod:`replaybank.buffers.shared`).
+        (:mod:`replaybank.shared.writer`).
 
         Raises:
             ConfigError: The storage is not shared, or bad lane ids.
@@ -529,7 +530,7 @@ class ReplayBuffer:
             ConfigError: The storage does not draw on the device (numpy, memmap, or torch
                 with ``draws="host"``), or ``batch_size`` is not a positive int. A call
                 raises ConfigError when the buffer's sampler or view has no device path
-                (see :mod:`~replaybank.buffers.device_path`), and EmptyBufferError when
+                (see :mod:`~replaybank.device.path`), and EmptyBufferError when
                 the buffer is empty.
 
         Example:
@@ -567,7 +568,7 @@ class ReplayBuffer:
     def prefetcher(self, batch_size: int, device: Any = "cuda", depth: int = 2,
                    **kwargs: Any) -> Prefetcher:
         """Sample ``batch_size`` transitions ``depth`` batches ahead in a background
-        thread and hand them out on ``device`` (:class:`~replaybank.buffers.prefetch.
+        thread and hand them out on ``device`` (:class:`~replaybank.device.prefetch.
         Prefetcher`: pinned staging and ``non_blocking`` copies for CUDA targets).
 
         The batches are exactly those of calling ``sample(batch_size, **kwargs)`` in a
@@ -593,7 +594,8 @@ class ReplayBuffer:
             ...     tuple(next(pf).reward.shape)
             (4,)
         """
-        return Prefetcher(lambda: self.sample(batch_size, **kwargs), device, depth)
+        prefetch: Callable[..., Prefetcher] = registry.feature("prefetcher")
+        return prefetch(lambda: self.sample(batch_size, **kwargs), device, depth)
 
     def _check_resets(self) -> None:
         """Warn once when stored steps look like NEXT_STEP reset steps (run at the 1st,
@@ -690,7 +692,7 @@ class ReplayBuffer:
             state), ``sampler`` and ``view`` (their state dicts), ``table``
             (``fields/<name>``, ``side/<name>`` and ``meta/<name>`` arrays), and for
             device storage that has sampled on the device ``device_rng`` (the device
-            generator's state: :mod:`~replaybank.buffers.device_path`).
+            generator's state: :mod:`~replaybank.device.path`).
         """
         out = buffer_state.buffer_state(self.metadata(), self._init_args, self._rng,
                                         self.sampler, self.view, self._table)
@@ -806,7 +808,7 @@ class ReplayBuffer:
         """JSON-able description: type, capacity, num_envs, size, spec, sampler, view,
         storage; a ``storage="shared"`` buffer adds ``shared_retries``, the draws its
         learner threw away because writers evicted their steps meanwhile
-        (:mod:`replaybank.buffers.shared`)."""
+        (:mod:`replaybank.shared.writer`)."""
         spec = self.spec
         out = {
             "type": type(self).__name__,

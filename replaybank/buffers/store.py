@@ -7,15 +7,17 @@ differs between storage modes:
 
 * :class:`Store`: numpy arrays or memmap files read and written in this process (a
   memmap store also releases its files on :meth:`~Store.close`);
-* :class:`DeviceStore`: torch tensors; uniform and prioritized one-step samples are drawn
-  and gathered on the device (:mod:`~replaybank.buffers.device_path`), priority updates
-  reach the device sum tree, and the device generator is part of the state;
-* :class:`SharedStore`: the owner of ``storage="shared"`` memory, written by collector
-  processes through :meth:`~SharedStore.writer` handles: every read refreshes a snapshot of
-  their lanes first and retries a draw the writers outran
-  (:mod:`~replaybank.buffers.shared`).
+* :class:`~replaybank.device.store.DeviceStore` (in the device room): torch tensors;
+  uniform and prioritized one-step samples are drawn and gathered on the device, priority
+  updates reach the device sum tree, and the device generator is part of the state;
+* :class:`~replaybank.shared.store.SharedStore` (in the shared-memory room): the owner of
+  ``storage="shared"`` memory, written by collector processes through
+  :meth:`~Store.writer` handles: every read refreshes a snapshot of their lanes first and
+  retries a draw the writers outran.
 
-:func:`make_store` picks one from the backend's declared capabilities.
+This module defines the protocol (the methods of :class:`Store`) and the local store;
+:func:`make_store` asks the registered storage kind of the backend for its store
+(:func:`replaybank.registry.register_storage`), so the core imports neither room.
 
 Example:
     >>> import numpy as np
@@ -30,23 +32,25 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
+from replaybank import registry
 from replaybank.batch import Batch
 from replaybank.buffers import buffer_state
-from replaybank.buffers.device_path import DevicePath, device_path
 from replaybank.buffers.parts import Parts
-from replaybank.buffers.priorities import to_host
-from replaybank.buffers.shared import SharedReader, SharedWriterHandle, writer_handle
 from replaybank.errors import ConfigError
 from replaybank.samplers.base import LaneView, Sampler
 from replaybank.spec import Spec
-from replaybank.storage.backends.base import ArrayBackend, DurableBackend, SharedArrayBackend
+from replaybank.storage.backends.base import ArrayBackend, DurableBackend
 from replaybank.storage.table import StepTable
 
-__all__ = ["DeviceStore", "SharedStore", "Store", "make_store"]
+if TYPE_CHECKING:
+    from replaybank.device.path import DevicePath
+    from replaybank.shared.writer import SharedWriterHandle
+
+__all__ = ["Store", "make_store"]
 
 T_ = TypeVar("T_")
 
@@ -144,7 +148,7 @@ class Store:
             "sample()")
 
     def writer(self, owner: Any, lanes: Any) -> SharedWriterHandle:
-        """A collector's write handle (:class:`SharedStore`); raises for other storage."""
+        """A collector's write handle (a shared store's); raises for other storage."""
         raise ConfigError(f'writer(): the buffer\'s storage is "{self.backend.name}"; only a '
                           'storage="shared" buffer hands out writers')
 
@@ -155,112 +159,10 @@ class Store:
         return out
 
 
-class DeviceStore(Store):
-    """Torch tensors whose one-step samples are drawn and gathered on the device.
-
-    Args:
-        backend: Where the arrays live (torch tensors).
-        rows: Rows per lane.
-        lanes: Lanes (envs).
-        rows_only: The table stores rows (no next observations).
-        path: The device path (:func:`~replaybank.buffers.device_path.device_path`).
-    """
-
-    def __init__(self, backend: ArrayBackend, rows: int, lanes: int, rows_only: bool,
-                 path: DevicePath) -> None:
-        super().__init__(backend, rows, lanes, rows_only)
-        self.path = path
-
-    def sample(self, parts: Parts, rng: np.random.Generator, batch_size: Any,
-               replace: Any, kwargs: dict[str, Any]) -> Batch:
-        got = self.path.sample(self.table, parts, rng, batch_size, replace, kwargs)
-        if got is not None:
-            return Batch.own(got)
-        return super().sample(parts, rng, batch_size, replace, kwargs)
-
-    def updated(self, apply: Callable[..., int], *values: Any) -> int:
-        """The update on the host (tensors copied in one transfer), then the device sum
-        tree follows the keys (the first value)."""
-        values = to_host(*values)
-        n = apply(*values)
-        self.path.touch(self.table, values[0])
-        return n
-
-    def state_dict(self) -> dict[str, Any]:
-        """``{"device_rng": ...}`` once the device generator is seeded."""
-        dev = self.path.state_dict()
-        return {"device_rng": dev} if dev else {}
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        # absent: reseeded from the host generator on the next device draw
-        self.path.load_state_dict(state_dict.get("device_rng", {}))
-
-    def device(self) -> DevicePath:
-        return self.path
-
-
-class SharedStore(Store):
-    """The owner's side of ``storage="shared"``: collector processes write, this process
-    reads a refreshed snapshot of their lanes.
-
-    Args:
-        backend: The owner's shared-memory backend.
-        rows: Rows per lane.
-        lanes: Lanes (envs).
-        rows_only: The table stores rows (no next observations).
-        spec: The stored fields (the owner allocates the shared arrays before any writer
-            starts).
-
-    Raises:
-        ConfigError: No ``spec``.
-    """
-
-    def __init__(self, backend: SharedArrayBackend, rows: int, lanes: int, rows_only: bool,
-                 spec: Spec | None) -> None:
-        super().__init__(backend, rows, lanes, rows_only)
-        if spec is None:
-            raise ConfigError('storage="shared" needs spec= (the owner allocates the '
-                              "shared arrays before its writers start; "
-                              "rb.spec_from_env(env) gives one)")
-        self.shared_backend = backend
-        self.reader = SharedReader(backend, self.allocate(spec))
-
-    def size(self, sampler: Sampler) -> int:
-        self.reader.sync(sampler)
-        return super().size(sampler)
-
-    def check_write(self, call: str) -> None:
-        raise ConfigError(
-            f'{call}(): a storage="shared" buffer is written by its writers, not by its '
-            "owner: hand buf.writer(lanes=[...]) to each collector process and call "
-            "add/extend on its open()")
-
-    def sample(self, parts: Parts, rng: np.random.Generator, batch_size: Any,
-               replace: Any, kwargs: dict[str, Any]) -> Batch:
-        return self.reader.read(parts.sampler, lambda: super(SharedStore, self).sample(
-            parts, rng, batch_size, replace, kwargs))
-
-    def read(self, sampler: Sampler, draw: Callable[[], T_]) -> T_:
-        return self.reader.read(sampler, draw)
-
-    def metadata(self) -> dict[str, Any]:
-        """``shared_retries``: draws thrown away because writers evicted their steps."""
-        return {"shared_retries": self.reader.retries}
-
-    def close(self, exclusive: Callable[[], AbstractContextManager[None]]) -> None:
-        self.shared_backend.close()
-
-    def writer(self, owner: Any, lanes: Any) -> SharedWriterHandle:
-        """A picklable handle for a collector process that writes ``lanes``."""
-        from replaybank.config import buffer_config
-
-        return writer_handle(self.shared_backend, buffer_config(owner).model_dump(mode="json"),
-                             lanes, self.lanes)
-
-
 def make_store(backend: ArrayBackend, rows: int, lanes: int, rows_only: bool,
                spec: Spec | None = None) -> Store:
-    """The store of ``backend``: shared-memory owner, device draws, or local.
+    """The store of ``backend``: the one its registered storage kind gives (device draws,
+    a shared-memory owner: :func:`replaybank.registry.register_storage`), else local.
 
     Args:
         backend: Where the arrays live.
@@ -272,13 +174,12 @@ def make_store(backend: ArrayBackend, rows: int, lanes: int, rows_only: bool,
     Raises:
         ConfigError: A shared owner without ``spec``.
     """
-    store: Store
-    if isinstance(backend, SharedArrayBackend) and backend.owner:
-        return SharedStore(backend, rows, lanes, rows_only, spec)
-    path = device_path(backend)
-    store = Store(backend, rows, lanes, rows_only) if path is None else \
-        DeviceStore(backend, rows, lanes, rows_only, path)
-    if spec is not None:
+    kind = registry.STORAGE_KINDS.get(backend.name)
+    store: Store | None = None
+    if kind is not None and kind.store is not None:
+        store = kind.store(backend, rows, lanes, rows_only, spec)
+    if store is None:
+        store = Store(backend, rows, lanes, rows_only)
+    if spec is not None and store.table is None:
         store.allocate(spec)
     return store
-

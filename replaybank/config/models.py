@@ -91,10 +91,10 @@ def _seed(v: Any) -> Any:
 
 
 def _storage(v: Any) -> Any:
-    from replaybank.storage.backends import STORAGES
+    from replaybank.registry import storage_names
 
-    if v not in STORAGES:
-        raise ValueError(f"unknown storage; choose one of {list(STORAGES)}")
+    if v not in storage_names():
+        raise ValueError(f"unknown storage; choose one of {list(storage_names())}")
     return v
 
 

@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from replaybank.device.backend import torch_dtype
 from replaybank.errors import require_extra
-from replaybank.storage.backends.torch import torch_dtype
 
 __all__ = ["PinnedStager"]
 

@@ -131,7 +131,7 @@ class PrioritySampler(Sampler, Protocol):
 class SlotExcluding(Sampler, Protocol):
     """A sampler with per-slot state that can leave slots out until they are written again
     (a shared buffer's learner: steps that left its snapshot, see
-    :mod:`replaybank.buffers.shared`; the sharded service's ``max_times_sampled``)."""
+    :mod:`replaybank.shared`; the sharded service's ``max_times_sampled``)."""
 
     def exclude(self, slots: IntArray) -> None:
         """Never draw ``slots`` until the next :meth:`on_write` of them."""

@@ -42,7 +42,7 @@ comes from are chosen on the host exactly as above (the episode index reads the 
 counters, the links and each lane's newest done flag, all kept on the host), so a seeded
 torch-storage buffer relabels the same rows with the same goals as numpy storage; the
 goals are then gathered and the rewards recomputed on the device
-(:mod:`replaybank.views.hindsight_device`), with no device value read on the host.
+(:mod:`replaybank.device.hindsight`), with no device value read on the host.
 ``reward_fn`` and ``terminated_fn`` then receive torch tensors on the storage's device
 and may return a tensor (moved to that device) or anything ``numpy.asarray`` takes
 (copied there); ``relabeled`` is a device tensor too.
@@ -78,18 +78,19 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from replaybank.errors import ConfigError, ShapeError
+from replaybank import registry
+from replaybank.errors import ConfigError, DtypeError, ShapeError, describe
 from replaybank.ops import nstep
 from replaybank.ops.episodes import EpisodeIndex
 from replaybank.ops.hindsight import STRATEGY_CODES, goal_kernel
+from replaybank.spec import real_array
 from replaybank.storage.table import StepTable
 from replaybank.views.base import StatelessView, next_name
 from replaybank.views.functions import function_name, resolve_function
-from replaybank.views.hindsight_device import device_relabel, function_values, to_device
 from replaybank.views.nstep import NStepView
 from replaybank.views.transition import TransitionView
 
-__all__ = ["STRATEGIES", "HerView"]
+__all__ = ["STRATEGIES", "HerView", "count_message", "function_values"]
 
 IntArray = npt.NDArray[np.int64]
 STRATEGIES = tuple(STRATEGY_CODES)
@@ -238,7 +239,8 @@ class HerView(StatelessView):
         if not table.backend.host_numpy:  # device storage: goals and rewards on the device
             relabeled[rows] = True
             if len(rows):
-                device_relabel(self, table, out, keys, rows, nxt, side)
+                registry.feature("her_device_relabel")(self, table, out, keys, rows, nxt,
+                                                       side)
             return self._on_device(out)
         if len(rows) == 0:
             return out
@@ -258,7 +260,8 @@ class HerView(StatelessView):
 
     def _on_device(self, out: dict[str, Any]) -> dict[str, Any]:
         """A device batch with its ``relabeled`` mask moved beside its other fields."""
-        out["relabeled"] = to_device(out["relabeled"], out[next_name(self.achieved)])
+        out["relabeled"] = registry.feature("to_device")(out["relabeled"],
+                                                         out[next_name(self.achieved)])
         return out
 
     def _relabel_rewards(self, table: StepTable, out: dict[str, Any], keys: IntArray,
@@ -304,7 +307,7 @@ class HerView(StatelessView):
     def _call(self, fn: Callable[..., Any], what: str, achieved: npt.NDArray[Any],
               desired: npt.NDArray[Any], n: int) -> npt.NDArray[Any]:
         """``fn``'s ``[n]`` values for the goal pairs (:func:`~replaybank.views.
-        hindsight_device.function_values`: finite real numbers)."""
+        hindsight.function_values`: finite real numbers)."""
         return function_values(fn(achieved, desired, {}), what, n, achieved.shape)
 
     def user_functions(self) -> tuple[Any, ...]:
@@ -339,3 +342,45 @@ class HerView(StatelessView):
         state["_indexed"] = None
         state["_checked"] = None
         return state
+
+
+def function_values(got: Any, what: str, n: int, achieved: tuple[int, ...]
+                    ) -> npt.NDArray[Any]:
+    """What a HER function (``reward_fn``, ``terminated_fn``) returned for ``n`` goal
+    pairs, on the host: ``[n]`` finite real numbers (bools, ints or floats, in their own
+    dtype).
+
+    Args:
+        got: The function's result.
+        what: ``"reward_fn"`` or ``"terminated_fn"``.
+        n: Goal pairs it was called with.
+        achieved: Shape of the achieved goals it got, for the message.
+
+    Raises:
+        DtypeError: Not real numbers (strings, also numbers as text, None, complex
+            values), or NaN or infinite values.
+        ShapeError: Other than ``n`` values.
+
+    Example:
+        >>> function_values([0.0, -1.0], "reward_fn", 2, (2, 3)).tolist()
+        [0.0, -1.0]
+    """
+    label = f"HerView: {what} returned {describe(got)} for {n} goal pairs"
+    values = "rewards" if what == "reward_fn" else "flags"
+    arr = real_array(got, label, f"return {n} numbers, one per pair (e.g. a float32 "
+                     f"array of {values})")
+    if arr.size != n:
+        raise ShapeError(count_message(what, arr.shape, n, achieved))
+    arr = arr.reshape(n)
+    if arr.dtype.kind == "f" and not bool(np.isfinite(arr).all()):
+        bad = arr[~np.isfinite(arr)][:4].tolist()
+        raise DtypeError(f"{label}: values {bad} are NaN or infinite; return finite {values}")
+    return arr
+
+
+def count_message(what: str, shape: tuple[int, ...], n: int,
+                  achieved: tuple[int, ...]) -> str:
+    """The error for a HER function that returned other than one value per goal pair."""
+    return (f"HerView: {what} returned shape {shape} for {n} goal pairs (achieved_goal "
+            f"{achieved}); it must return one value per pair, vectorised over the leading "
+            "dim")

@@ -1,16 +1,20 @@
-"""Array backends: where the step table's arrays live (numpy, memmap files, torch)."""
+"""Array backends: where the step table's arrays live.
+
+The core builds numpy arrays and memmap files; the rooms above it register the rest
+(:func:`replaybank.registry.register_storage`): torch tensors (:mod:`replaybank.device`)
+and shared memory (:mod:`replaybank.shared`).
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
+from replaybank import registry
 from replaybank.errors import ConfigError
 from replaybank.storage.backends.base import ArrayBackend
 from replaybank.storage.backends.numpy import NumpyBackend
 
-__all__ = ["STORAGES", "make_backend"]
-
-STORAGES = ("numpy", "memmap", "torch", "shared")
+__all__ = ["make_backend"]
 
 
 def make_backend(storage: str | ArrayBackend = "numpy", path: Any = None,
@@ -19,8 +23,9 @@ def make_backend(storage: str | ArrayBackend = "numpy", path: Any = None,
 
     Args:
         storage: ``"numpy"`` (in memory), ``"memmap"`` (files under ``path``),
-            ``"torch"`` (tensors on ``device``), ``"shared"`` (shared memory, written by
-            collector processes: :mod:`replaybank.buffers.shared`), or a ready backend.
+            ``"torch"`` (tensors on ``device``: :mod:`replaybank.device`), ``"shared"``
+            (shared memory, written by collector processes: :mod:`replaybank.shared`),
+            another registered name, or a ready backend.
         path: Directory for memmap storage.
         device: Torch device for torch storage.
 
@@ -28,7 +33,7 @@ def make_backend(storage: str | ArrayBackend = "numpy", path: Any = None,
         The backend.
 
     Raises:
-        ConfigError: Unknown storage name or a missing path.
+        ConfigError: Unknown storage name, or arguments the storage does not take.
 
     Example:
         >>> make_backend("numpy").name
@@ -49,15 +54,9 @@ def make_backend(storage: str | ArrayBackend = "numpy", path: Any = None,
         from replaybank.storage.backends.memmap import MemmapBackend
 
         return MemmapBackend(path)
-    if storage == "shared":
-        if path is not None or device is not None:
-            raise ConfigError(f'storage="shared" takes neither path={path!r} nor '
-                              f"device={device!r}: its arrays live in shared memory")
-        from replaybank.storage.backends.shared import SharedBackend
-
-        return SharedBackend()
-    if storage == "torch":
-        from replaybank.storage.backends.torch import TorchBackend
-
-        return TorchBackend(device)
-    raise ConfigError(f"storage={storage!r}: unknown storage; choose one of {list(STORAGES)}")
+    kind = registry.STORAGE_KINDS.get(storage)
+    if kind is None:
+        raise ConfigError(f"storage={storage!r}: unknown storage; choose one of "
+                          f"{list(registry.storage_names())}")
+    backend: ArrayBackend = kind.backend(path, device)
+    return backend

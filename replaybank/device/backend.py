@@ -26,7 +26,7 @@ from replaybank.batch import torch_device
 from replaybank.errors import CapacityError, ConfigError, DtypeError, require_extra
 from replaybank.host import as_numpy
 
-__all__ = ["TorchBackend", "torch_dtype"]
+__all__ = ["TorchBackend", "torch_backend", "torch_dtype"]
 
 
 def _torch() -> Any:
@@ -68,7 +68,7 @@ class TorchBackend:
     Args:
         device: ``"cpu"``, ``"cuda"``, ``"cuda:1"``, a ``torch.device`` or None (CPU).
         draws: ``"device"`` (default): a buffer draws uniform one-step samples on the
-            device with a generator of its own (:mod:`replaybank.buffers.device_path`:
+            device with a generator of its own (:mod:`replaybank.device.path`:
             the same distribution as numpy storage, not the same keys); ``"host"``: every
             sample draws its keys with the buffer's numpy generator (the same samples as
             numpy storage under the same seed) and gathers on the device.
@@ -244,3 +244,13 @@ class TorchBackend:
     def __repr__(self) -> str:
         draws = "" if self.device_draws else ", draws='host'"
         return f"TorchBackend(device={str(self.device)!r}{draws})"
+
+
+def torch_backend(path: Any, device: Any) -> TorchBackend:
+    """The backend of ``storage="torch"`` (registered by the package; ``path`` is unused).
+
+    Example:
+        >>> torch_backend(None, "cpu").device.type
+        'cpu'
+    """
+    return TorchBackend(device)

@@ -1,7 +1,7 @@
 """Uniform draws on the device: item keys and storage slots from device lane counters.
 
 The device twin of :class:`~replaybank.samplers.uniform.UniformSampler` for device storage
-(see :mod:`replaybank.buffers.device_path`). Every step live in some lane is drawn with the
+(see :mod:`replaybank.device.path`). Every step live in some lane is drawn with the
 same probability ``1 / size``, as the host sampler draws them, but from a
 ``torch.Generator`` on the device: the same distribution, not the same keys. Only torch
 ops on device tensors, with no value read back to the host, so the draw queues on the

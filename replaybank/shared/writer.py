@@ -1,29 +1,5 @@
-"""Replay in shared memory: collector processes write their own lanes, one learner samples.
-
-``buf = rb.ReplayBuffer(capacity, num_envs, spec=..., storage="shared")`` is the owner
-and learner: it creates the shared-memory arrays
-(:mod:`replaybank.storage.backends.shared`) and samples them like any buffer (uniform,
-PER, n-step, sequences, frame stacks, HER: every sampler and view). It does not write:
-each collector process gets a picklable handle, ``buf.writer(lanes)``, and calls its
-``open()`` to get a :class:`SharedWriter` whose ``add`` / ``extend`` write its lanes
-(values ``[len(lanes), ...]``, as for ``num_envs=len(lanes)``). A writer owns its lanes
-(a second writer of the same lane is refused while the first one's process lives), so
-writes need no lock. Initial priorities (Ape-X: ``add(..., priority=td)``) go through a
-shared array and reach the learner's PER sampler with the step.
-
-The learner samples a consistent snapshot of what the writers committed (:mod:`replaybank
-.storage.shared_lanes`): never a step before it is complete, never a step being
-overwritten. Before each sample it refreshes the snapshot and tells its sampler which
-steps entered and left; after the gather it checks that no writer overwrote what it read
-(else it draws again). Left out of each lane's window: the ``guard`` oldest steps of a full
-lane (:func:`~replaybank.storage.shared_lanes.default_guard`) and the newest step while
-its next observation has not arrived.
-
-A writer process killed mid-``add`` (even with SIGKILL) leaves its lanes consistent: the
-learner sees the steps committed before, and a new writer may take the lanes over
-(``buf.writer(lanes).open()`` again). When the owner closes, is collected or exits, the
-segments are unlinked; after a SIGKILL of the owner its resource tracker, or else the
-next owner started on the machine, removes them.
+"""A collector's side of shared memory: a picklable handle, and the writer it opens in
+the collector's process (see :mod:`replaybank.shared` for the whole picture).
 
 Example:
     >>> import numpy as np
@@ -37,113 +13,24 @@ Example:
     ...           terminated=np.zeros(2, bool), truncated=np.zeros(2, bool))
     >>> len(buf)  # the newest step of each lane waits for its next observation
     8
-    >>> batch = buf.sample(4)
-    >>> bool(np.all(batch.next_obs == batch.obs + 1))
-    True
     >>> w.close(); buf.close()
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar, cast
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from replaybank.errors import ConfigError, ReplayBankError
-from replaybank.samplers.base import Sampler, SlotExcluding
+from replaybank.errors import ConfigError
+from replaybank.shared.lanes import claim_side_slots, lanes_of
+from replaybank.shared.reader import shared_arrays
 from replaybank.storage.backends.base import SharedArrayBackend
-from replaybank.storage.shared_lanes import LaneSnapshot, claim_side_slots, lanes_of
-from replaybank.storage.table import StepTable
 
-__all__ = ["SharedReader", "SharedWriter", "SharedWriterHandle", "WritersOutranError"]
-
-T_ = TypeVar("T_")
-#: Draws of one sample call before :class:`WritersOutranError` (each needs writers to
-#: evict more than ``guard`` steps of a lane while the learner gathers).
-ATTEMPTS = 16
-
-
-class WritersOutranError(ReplayBankError, RuntimeError):
-    """Writers overwrote the data of every draw of a sample call (raise ``guard``)."""
-
-
-def shared_arrays(backend: SharedArrayBackend, table: StepTable
-                  ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64],
-                             npt.NDArray[np.int64], npt.NDArray[np.float64],
-                             npt.NDArray[np.int64]]:
-    """The shared lane counters ``written, start, episodes [lanes]``, the initial
-    priorities ``[T, lanes]`` and the lane claims (writer pids) ``[lanes]`` of a table
-    (created by the owner, attached by writers)."""
-    lanes, T = table.lanes, table.T  # noqa: N806
-    i64 = np.dtype(np.int64)
-    return (backend.shared("written", (lanes,), i64), backend.shared("start", (lanes,), i64),
-            backend.shared("episodes", (lanes,), i64),
-            backend.shared("priority", (T, lanes), np.dtype(np.float64)),
-            backend.shared("claims", (lanes,), i64))
-
-
-class SharedReader:
-    """The owner's side: a lane snapshot, refreshed before each read, and the sampler
-    told what entered and left it.
-
-    Args:
-        backend: The owner's shared backend.
-        table: The owner's table (local counters, shared data).
-        guard: Steps left out at the old end of a full lane (None: the default).
-    """
-
-    def __init__(self, backend: SharedArrayBackend, table: StepTable,
-                 guard: int | None = None) -> None:
-        written, start, episodes, priority, self.claims = shared_arrays(backend, table)
-        priority[...] = np.nan
-        self.snapshot = LaneSnapshot(table, written, start, episodes, priority, guard)
-        self.backend = backend
-        self.retries = 0  # draws thrown away because writers outran the guard
-        self._checked: tuple[Any, bool] = (None, False)
-
-    def sync(self, sampler: Sampler) -> None:
-        """Refresh the snapshot; the sampler hears the slots that left (its per-slot
-        state, e.g. a priority, stops counting) and the new steps (with their writers'
-        initial priorities)."""
-        delta = self.snapshot.refresh()
-        if len(delta.left) and self._excludes(sampler):
-            cast(SlotExcluding, sampler).exclude(delta.left)
-        if len(delta.new):
-            given = ~np.isnan(delta.priorities)
-            if not given.any():
-                sampler.on_write(delta.new, None)
-            else:
-                if not given.all():
-                    sampler.on_write(delta.new[~given], None)
-                sampler.on_write(delta.new[given], delta.priorities[given])
-
-    def _excludes(self, sampler: Sampler) -> bool:
-        """Whether ``sampler`` keeps per-slot state to leave out (checked once per
-        sampler object)."""
-        if sampler is not self._checked[0]:
-            self._checked = (sampler, isinstance(sampler, SlotExcluding))
-        return self._checked[1]
-
-    def read(self, sampler: Sampler, draw: Callable[[], T_]) -> T_:
-        """``draw()`` on a fresh snapshot, again until no writer overwrote what it read.
-
-        Raises:
-            WritersOutranError: Every one of :data:`ATTEMPTS` draws was overwritten.
-        """
-        for _ in range(ATTEMPTS):
-            self.sync(sampler)
-            out = draw()
-            if self.snapshot.intact():
-                return out
-            self.retries += 1
-        raise WritersOutranError(
-            f"shared buffer: writers overwrote the sampled data in {ATTEMPTS} draws in a "
-            f"row (they evicted more than guard={self.snapshot.guard} steps of a lane "
-            "during one sample); build the buffer with a larger shared_guard= or capacity")
+__all__ = ["SharedWriter", "SharedWriterHandle", "writer_handle"]
 
 
 @dataclass(frozen=True)
@@ -180,7 +67,7 @@ class SharedWriter:
 
     def __init__(self, handle: SharedWriterHandle) -> None:
         from replaybank.config import from_config
-        from replaybank.storage.backends.shared import SharedBackend, pid_alive
+        from replaybank.shared.backend import SharedBackend, pid_alive
 
         backend = SharedBackend(handle.layout)
         self._backend = backend

@@ -1,8 +1,8 @@
-"""numba twin of :func:`replaybank.ops.snapshot.advance` (its oracle; same results).
+"""numba twin of :func:`replaybank.shared.snapshot.advance` (its oracle; same results).
 
 One pass over the lanes, then one over the steps that left or entered the window.
 Importing this module raises ImportError when numba is missing;
-:class:`~replaybank.storage.shared_lanes.LaneSnapshot` then uses the numpy function.
+:class:`~replaybank.shared.lanes.LaneSnapshot` then uses the numpy function.
 
 Example:
     >>> import numpy as np
@@ -62,5 +62,5 @@ def _advance(written, start, link, terminated, truncated, T, guard, lo, hi):  # 
 
 def advance(written: Any, start: Any, link: Any, terminated: Any, truncated: Any, T: int,  # noqa: N803
             guard: int, lo: Any, hi: Any) -> tuple[Any, Any]:
-    """See :func:`replaybank.ops.snapshot.advance`."""
+    """See :func:`replaybank.shared.snapshot.advance`."""
     return _advance(written, start, link, terminated, truncated, T, guard, lo, hi)  # type: ignore[no-any-return]

@@ -1,6 +1,6 @@
 """Lanes written by other processes: the learner's snapshot, and the writers' shares.
 
-A shared buffer (:mod:`replaybank.storage.backends.shared`) is written by collector
+A shared buffer (:mod:`replaybank.shared.backend`) is written by collector
 processes, each owning a set of lanes, and sampled by one learner. Nothing is locked.
 Correctness rests on the write order every writer keeps (the crash-safe order of
 durable storage, :mod:`replaybank.storage.table`), per lane:
@@ -40,7 +40,7 @@ the window would return, and a sampled step is always complete.
 only slots ``[l * T, (l + 1) * T)`` (:func:`claim_side_slots`): a lane never holds more
 aside than it has live steps, so writers never share a free list.
 
-The window arithmetic is :func:`replaybank.ops.snapshot.advance` (with a numba twin).
+The window arithmetic is :func:`replaybank.shared.snapshot.advance` (with a numba twin).
 
 Example:
     >>> default_guard(T=16)
@@ -55,8 +55,8 @@ import numpy as np
 import numpy.typing as npt
 
 from replaybank.errors import ConfigError
-from replaybank.ops import snapshot
 from replaybank.ops.jit import pick_kernel
+from replaybank.shared import snapshot
 from replaybank.storage.table import StepTable
 
 __all__ = ["LaneSnapshot", "SnapshotDelta", "claim_side_slots", "default_guard"]
@@ -125,7 +125,7 @@ class LaneSnapshot:
         self._seen_start = np.full(table.lanes, -1, np.int64)
         self._term = table.arrays["terminated"]
         self._trunc = table.arrays["truncated"]
-        self._advance, self.kernel = pick_kernel(kernel, "replaybank.ops.snapshot_numba",
+        self._advance, self.kernel = pick_kernel(kernel, "replaybank.shared.snapshot_numba",
                                                  "advance", snapshot.advance, "LaneSnapshot")
 
     def refresh(self) -> SnapshotDelta:

@@ -1,10 +1,10 @@
 """Prioritized draws on the device: a device sum tree mirroring a :class:`PrioritizedSampler`.
 
-For device storage (:mod:`replaybank.buffers.device_path`) the buffer's
+For device storage (:mod:`replaybank.device.path`) the buffer's
 :class:`~replaybank.samplers.prioritized.PrioritizedSampler` stays the record of every
 priority (its host tree takes writes, ``update_priorities``, checkpoints and the host
 paths: sequences, ``replace=False``). :class:`DevicePriorities` keeps a copy of its stored
-priorities in a wide device sum tree and min tree (:mod:`replaybank.ops.sumtree_torch`:
+priorities in a wide device sum tree and min tree (:mod:`replaybank.device.sumtree`:
 fanout 1024 on CUDA, so a draw or an update of 1M slots is about a dozen kernels) and
 draws from it:
 
@@ -48,7 +48,7 @@ from typing import Any
 
 import numpy as np
 
-from replaybank.ops.sumtree_torch import TorchSumTree, fanout_for
+from replaybank.device.sumtree import TorchSumTree, fanout_for
 from replaybank.samplers.base import LaneView
 from replaybank.samplers.prioritized import PrioritizedSampler, importance_weights
 

@@ -1,6 +1,6 @@
 """A reader's window over lanes that other processes write: the pure arithmetic.
 
-See :mod:`replaybank.storage.shared_lanes` for why the window is what it is. Per lane,
+See :mod:`replaybank.shared.lanes` for why the window is what it is. Per lane,
 from the counters as read (``written`` first, then ``start``) and whether the newest step
 is still pending, the window is ``[lo, hi)`` with
 
@@ -11,7 +11,7 @@ is still pending, the window is ``[lo, hi)`` with
 :func:`advance` moves a window to the new counters and returns the storage slots
 (``row * lanes + lane``) of the steps that left it (below the new ``lo``) and of those that
 entered it (above the old ``hi``), lane by lane, oldest first. The numba twin
-(:mod:`replaybank.ops.snapshot_numba`) gives the same results.
+(:mod:`replaybank.shared.snapshot_numba`) gives the same results.
 
 Example:
     >>> import numpy as np

@@ -1,7 +1,7 @@
 """Sampling on the device for device storage: keys drawn there, one gather per dtype group.
 
 A buffer with ``storage="torch"`` keeps its field data in device tensors (packed per dtype:
-:meth:`~replaybank.storage.backends.torch.TorchBackend.allocate_fields`) and its
+:meth:`~replaybank.device.backend.TorchBackend.allocate_fields`) and its
 bookkeeping on the host. The host path of :meth:`ReplayBuffer.sample
 <replaybank.buffers.replay.ReplayBuffer.sample>` draws keys with the buffer's numpy
 generator and sends index arrays to the device on every call. :class:`DevicePath` instead:
@@ -10,7 +10,7 @@ generator and sends index arrays to the device on every call. :class:`DevicePath
    device_mirror.DeviceMirror`: a host-to-device copy of what a write changed, nothing
    when no write happened since the last sample);
 2. draws keys on the device with a ``torch.Generator`` of its own
-   (:func:`~replaybank.samplers.device_draws.uniform_keys`);
+   (:func:`~replaybank.device.draws.uniform_keys`);
 3. reads each dtype group with one ``index_select`` of ``[B]`` rows (groups holding an
    observation field read ``[2B]`` rows: the steps and their next steps), hands out each
    field as a view of its columns, and patches next observations kept aside (episode
@@ -30,7 +30,7 @@ Which calls take it (else the host path serves the call, unchanged):
   buffer's numpy generator.
 * a :class:`~replaybank.samplers.prioritized.PrioritizedSampler` with a one-step view,
   ``replace=True`` (``beta=`` allowed): drawn from a device sum tree that mirrors the
-  sampler's priorities (:mod:`replaybank.samplers.prioritized_device`); the same
+  sampler's priorities (:mod:`replaybank.device.priorities`); the same
   probabilities and weights, the same distribution, not the same keys.
 * everything else (n-step, frame stacks, recent, lane split, sequences, ``replace=False``)
   draws on the host exactly as numpy storage does (the same keys and samples as numpy
@@ -61,13 +61,13 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from replaybank.buffers.parts import Parts
+from replaybank.device.draws import uniform_keys
+from replaybank.device.mirror import DeviceMirror
+from replaybank.device.priorities import DevicePriorities
 from replaybank.ops import ring
 from replaybank.samplers.base import LaneView
 from replaybank.samplers.checks import LARGE_BATCH
-from replaybank.samplers.device_draws import uniform_keys
 from replaybank.samplers.prioritized import PrioritizedSampler
-from replaybank.samplers.prioritized_device import DevicePriorities
-from replaybank.storage.device_mirror import DeviceMirror
 from replaybank.storage.table import StepTable
 from replaybank.views.base import next_name
 

@@ -6,7 +6,7 @@ creates one segment per array (fields, final-observation side store, lane counte
 links) and samples them. Collector processes never get the owner itself; they get a
 picklable handle, ``buf.writer(lanes)``, whose ``open()`` attaches the same segments
 (:class:`SharedBackend` with a :class:`SharedLayout`) and writes only its own lanes.
-How the learner reads while writers write is in :mod:`replaybank.storage.shared_lanes`.
+How the learner reads while writers write is in :mod:`replaybank.shared.lanes`.
 
 Segments are named ``rbk<owner pid>_<owner's PID namespace>_<token>_<n>`` (pid and
 namespace in hex; the namespace is the inode of ``/proc/self/ns/pid``, ``0`` where it
@@ -24,7 +24,7 @@ Every segment is created at its full size and its memory reserved at once
 :class:`~replaybank.errors.CapacityError` at construction, never SIGBUS in a later add.
 Arrays never grow: the side store is allocated whole (one slot per step, so that each
 writer hands out slots from its own lanes' share without coordinating; see
-:func:`replaybank.storage.shared_lanes.claim_side_slots`). That reserves one extra
+:func:`replaybank.shared.lanes.claim_side_slots`). That reserves one extra
 observation per step; it is the price of lock-free writers.
 
 Example:
@@ -61,7 +61,7 @@ from replaybank.errors import CapacityError, CheckpointError, ConfigError
 from replaybank.storage.backends.numpy import NumpyBackend
 
 __all__ = ["COUNTERS", "PREFIX", "SharedBackend", "SharedLayout", "pid_alive",
-           "pid_namespace", "segment_name", "segment_names", "sweep_stale"]
+           "pid_namespace", "segment_name", "segment_names", "shared_backend", "sweep_stale"]
 
 #: Segment name prefix; a name is ``rbk<pid hex>_<pid namespace hex>_<token>_<n>``.
 PREFIX = "rbk"
@@ -371,3 +371,21 @@ class SharedBackend:
         raise ConfigError(
             'a storage="shared" buffer cannot be pickled: send buf.writer(lanes) (a handle) '
             "to a collector process and call its open() there")
+
+
+def shared_backend(path: Any, device: Any) -> SharedBackend:
+    """The owner's backend of ``storage="shared"`` (registered by the package).
+
+    Raises:
+        ConfigError: A ``path`` or a ``device`` (its arrays live in shared memory).
+
+    Example:
+        >>> be = shared_backend(None, None)
+        >>> be.owner, be.name
+        (True, 'shared')
+        >>> be.close()
+    """
+    if path is not None or device is not None:
+        raise ConfigError(f'storage="shared" takes neither path={path!r} nor '
+                          f"device={device!r}: its arrays live in shared memory")
+    return SharedBackend()

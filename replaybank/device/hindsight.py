@@ -53,15 +53,15 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from replaybank.errors import DtypeError, ShapeError, describe
+from replaybank.errors import DtypeError, ShapeError
 from replaybank.ops import nstep
-from replaybank.spec import real_array
 from replaybank.storage.table import StepTable
 from replaybank.views.base import next_name
+from replaybank.views.hindsight import count_message, function_values
 from replaybank.views.nstep import NStepView
 from replaybank.views.transition import TransitionView
 
-__all__ = ["device_relabel", "function_values", "to_device"]
+__all__ = ["Relabeling", "device_relabel", "to_device"]
 
 IntArray = npt.NDArray[np.int64]
 
@@ -207,46 +207,5 @@ def _call(fn: Callable[..., Any], what: str, achieved: Any, desired: Any, n: int
         if got.device != achieved.device:
             got = got.to(achieved.device, non_blocking=True)
     if got.numel() != n:
-        raise ShapeError(_count_message(what, tuple(got.shape), n, tuple(achieved.shape)))
+        raise ShapeError(count_message(what, tuple(got.shape), n, tuple(achieved.shape)))
     return got.reshape(n)
-
-
-def function_values(got: Any, what: str, n: int, achieved: tuple[int, ...]
-                    ) -> npt.NDArray[Any]:
-    """What a HER function (``reward_fn``, ``terminated_fn``) returned for ``n`` goal
-    pairs, on the host: ``[n]`` finite real numbers (bools, ints or floats, in their own
-    dtype).
-
-    Args:
-        got: The function's result.
-        what: ``"reward_fn"`` or ``"terminated_fn"``.
-        n: Goal pairs it was called with.
-        achieved: Shape of the achieved goals it got, for the message.
-
-    Raises:
-        DtypeError: Not real numbers (strings, also numbers as text, None, complex
-            values), or NaN or infinite values.
-        ShapeError: Other than ``n`` values.
-
-    Example:
-        >>> function_values([0.0, -1.0], "reward_fn", 2, (2, 3)).tolist()
-        [0.0, -1.0]
-    """
-    label = f"HerView: {what} returned {describe(got)} for {n} goal pairs"
-    values = "rewards" if what == "reward_fn" else "flags"
-    arr = real_array(got, label, f"return {n} numbers, one per pair (e.g. a float32 "
-                     f"array of {values})")
-    if arr.size != n:
-        raise ShapeError(_count_message(what, arr.shape, n, achieved))
-    arr = arr.reshape(n)
-    if arr.dtype.kind == "f" and not bool(np.isfinite(arr).all()):
-        bad = arr[~np.isfinite(arr)][:4].tolist()
-        raise DtypeError(f"{label}: values {bad} are NaN or infinite; return finite {values}")
-    return arr
-
-
-def _count_message(what: str, shape: tuple[int, ...], n: int,
-                   achieved: tuple[int, ...]) -> str:
-    return (f"HerView: {what} returned shape {shape} for {n} goal pairs (achieved_goal "
-            f"{achieved}); it must return one value per pair, vectorised over the leading "
-            "dim")

@@ -1,0 +1,24 @@
+"""The device room: replay whose arrays are torch tensors on a device (``storage="torch"``).
+
+Everything about the device path lives here, above the CPU core, which imports none of it
+(an import contract says so): the package registers ``storage="torch"`` and the features
+the core calls (:mod:`replaybank.registry`). Modules:
+
+* :mod:`~replaybank.device.backend`: the step table's arrays as preallocated tensors;
+* :mod:`~replaybank.device.store`: the device :class:`~replaybank.buffers.store.Store`;
+* :mod:`~replaybank.device.path`: one-step samples drawn and gathered on the device;
+* :mod:`~replaybank.device.draws`, :mod:`~replaybank.device.priorities` and
+  :mod:`~replaybank.device.sumtree`: uniform and prioritized draws with a device sum tree;
+* :mod:`~replaybank.device.mirror`: host bookkeeping mirrored on the device;
+* :mod:`~replaybank.device.hindsight`: hindsight relabelling with torch ops;
+* :mod:`~replaybank.device.prefetch`: batches sampled ahead and moved to a device.
+
+torch is imported when a device buffer or prefetcher is built (the ``torch`` extra),
+never when this room is imported.
+
+Example:
+    >>> import replaybank as rb
+    >>> buf = rb.ReplayBuffer(16, storage="torch", device="cpu")
+    >>> type(buf.store).__module__
+    'replaybank.device.store'
+"""
