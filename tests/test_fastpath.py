@@ -1211,7 +1211,8 @@ def test_dict_obs_take_the_compiled_writer(kernel: str, layout: str, lanes: int)
                 slow.add(**one)
         _same_state(fast, slow)
     assert general == []
-    assert fast.buf._writer.compiled is not None and fast.buf._direct is not not_handled
+    assert fast.buf.write_route.writer.compiled is not None \
+        and fast.buf.write_route.direct is not not_handled
 
 
 def _odd_obs(good: dict[str, Any]) -> list[tuple[str, Any, bool]]:

@@ -32,19 +32,18 @@ from replaybank.buffers.autoreset import (
     reset_steps,
     warn_resets,
 )
-from replaybank.buffers.calls import check_call, lane_ids
 from replaybank.buffers.guard import CallGuard
 from replaybank.buffers.inputs import (
     UNSET,
-    collect_fields,
     rows_spec,
     standard_spec,
 )
 from replaybank.buffers.parts import Parts
-from replaybank.buffers.priorities import check_priority, update_priorities
+from replaybank.buffers.priorities import update_priorities
 from replaybank.buffers.sequences import sample_sequences, update_sequence_priorities
 from replaybank.buffers.store import Store, make_store
-from replaybank.buffers.writer import StepValues, Writer, writer_choice
+from replaybank.buffers.write_route import WriteRoute
+from replaybank.buffers.writer import StepValues
 from replaybank.errors import ArgumentError, ConfigError, EmptyBufferError, ShapeError, describe
 from replaybank.samplers.base import LaneView, Sampler, SamplerTraits
 from replaybank.spec import Spec
@@ -52,7 +51,6 @@ from replaybank.storage.backends import make_backend
 from replaybank.storage.backends.base import ArrayBackend
 from replaybank.storage.table import StepTable
 from replaybank.storage.table_state import check_table
-from replaybank.storage.writers.compiled import WriteCall, not_handled
 from replaybank.views.base import View
 
 if TYPE_CHECKING:  # pydantic loads with the first config() call; the device and shared
@@ -171,9 +169,6 @@ class ReplayBuffer:
         #: Stores rows (``next_obs=False``): every key is an ordinary field.
         self.rows_only = arguments.check_rows(next_obs, view, n_step, frame_stack,
                                               self.autoreset_mode)
-        self._writer: Writer | None = None  # the writer of the current table and parts
-        # the compiled write when nothing must happen around it (add/extend's hot path)
-        self._direct: WriteCall = not_handled
         self._sampler: Sampler = arguments.replay_sampler(sampler, lane_split)
         self._view: View = arguments.replay_view(view, n_step, gamma, frame_stack,
                                                  self._capacity // self._num_envs)
@@ -196,6 +191,9 @@ class ReplayBuffer:
         #: Where the steps live (local, device or shared memory) and how calls reach them.
         self._store: Store = make_store(make_backend(storage, path, device), self.rows,
                                         self._num_envs, self.rows_only, spec)
+        #: Where each add and extend goes (the writer of the current table and parts).
+        self.write_route = WriteRoute(self._store, self._guard, self._num_envs,
+                                      self.rows_only, self.autoreset_mode == "next_step")
         self.record_owner()
 
     # ------------------------------------------------------------------ properties
@@ -273,7 +271,7 @@ class ReplayBuffer:
     @sampler.setter
     def sampler(self, sampler: Sampler) -> None:
         self._sampler = arguments.check_part("sampler", sampler)
-        self._drop_writer()
+        self.write_route.drop()
 
     @property
     def view(self) -> View:
@@ -283,12 +281,7 @@ class ReplayBuffer:
     @view.setter
     def view(self, view: View) -> None:
         self._view = arguments.check_part("view", view)
-        self._drop_writer()
-
-    def _drop_writer(self) -> None:
-        """Forget the writer (the table or a part changed): the next write builds one."""
-        self._writer = None
-        self._direct = not_handled
+        self.write_route.drop()
 
     def __len__(self) -> int:
         return self._store.size(self._sampler)
@@ -327,13 +320,12 @@ class ReplayBuffer:
         parts = self._parts
         if parts.sampler is not self._sampler or parts.view is not self._view:
             parts = self._parts = Parts(self._sampler, self._view)
-            self._drop_writer()
+            self.write_route.drop()
         return parts
 
     # ------------------------------------------------------------------ writing
     def _allocate(self, spec: Spec) -> None:
-        self._store.allocate(spec)
-        self._drop_writer()
+        self.write_route.allocate(spec)
         self.record_owner()
 
     def record_owner(self) -> None:
@@ -373,15 +365,11 @@ class ReplayBuffer:
         if args:  # an SB3-style add(obs, next_obs, ...): one test on the hot path
             raise _positional("add", args)
         # the hot path: the compiled writer takes the call (it checks the call guard itself)
-        if priority is None and self._direct(env_ids, False, obs, action, reward, next_obs,
-                                             terminated, truncated, extras):
+        if priority is None and self.write_route.direct(
+                env_ids, False, obs, action, reward, next_obs, terminated, truncated, extras):
             return
-        locked = self._guard.enter()  # one call at a time (guard.py)
-        try:
-            self._write(StepValues(obs, action, reward, next_obs, terminated, truncated, extras),
-                        False, env_ids, priority)
-        finally:
-            self._guard.leave(locked)
+        self._write(StepValues(obs, action, reward, next_obs, terminated, truncated, extras),
+                    False, env_ids, priority)
 
     def extend(self, *args: Any, obs: Any = UNSET, action: Any = UNSET, reward: Any = UNSET,
                next_obs: Any = UNSET, terminated: Any = UNSET, truncated: Any = UNSET,
@@ -405,53 +393,20 @@ class ReplayBuffer:
         """
         if args:
             raise _positional("extend", args)
-        if priority is None and self._direct(env_ids, True, obs, action, reward, next_obs,
-                                             terminated, truncated, extras):
+        if priority is None and self.write_route.direct(
+                env_ids, True, obs, action, reward, next_obs, terminated, truncated, extras):
             return
-        locked = self._guard.enter()
-        try:
-            self._write(StepValues(obs, action, reward, next_obs, terminated, truncated, extras),
-                        True, env_ids, priority)
-        finally:
-            self._guard.leave(locked)
+        self._write(StepValues(obs, action, reward, next_obs, terminated, truncated, extras),
+                    True, env_ids, priority)
 
     def _write(self, values: StepValues, steps: bool, env_ids: Any, priority: Any) -> None:
-        """A write the hot path did not take: the view's input transform (e.g. frame
-        stacks store the newest frame), then the writer. The first write sets the spec:
-        the call is checked before the storage is allocated."""
-        self._store.check_write("extend" if steps else "add")
-        parts = self._current_parts()
-        if parts.transform is not None:
-            # bad env_ids: the Python boundary's error
-            m = self._num_envs if env_ids is None else len(lane_ids(env_ids, self._num_envs))
-            fields = parts.transform.prepare_inputs(collect_fields(*values), steps, m)
-            pop = fields.pop
-            values = StepValues(pop("obs", UNSET), pop("action", UNSET), pop("reward", UNSET),
-                                pop("next_obs", UNSET), pop("terminated", UNSET),
-                                pop("truncated", UNSET), fields)
-        writer = self._writer
-        if writer is not None:
-            writer.write(values, steps, env_ids, priority)
-        elif self._table is not None:
-            self._new_writer(parts).write(values, steps, env_ids, priority)
-        else:
-            call = check_call(None, collect_fields(*values), steps, env_ids, self._num_envs,
-                              self.rows_only)
-            check_priority(parts.traits, priority, call.out)  # before allocating
-            writer_choice()  # a bad REPLAYBANK_WRITER too
-            self._allocate(call.spec)
-            self._new_writer(parts).write_checked(call, priority)
-
-    def _new_writer(self, parts: Parts) -> Writer:
-        """The writer of the current table and parts (``REPLAYBANK_WRITER`` is read here)."""
-        choice = writer_choice()
-        # device (torch) storage and the next_step autoreset check take the Python applier
-        writer = Writer(self.table, None if parts.traits.stateless else self.sampler,
-                        traits=parts.traits, compiled=choice != "reference", guard=self._guard,
-                        drop_resets=self.autoreset_mode == "next_step")
-        self._writer = writer
-        self._direct = writer.direct if parts.transform is None else not_handled
-        return writer
+        """A write the hot path did not take, one call at a time (guard.py)."""
+        locked = self._guard.enter()
+        try:
+            if self.write_route.write(self._current_parts(), values, steps, env_ids, priority):
+                self.record_owner()  # the first write allocated the storage
+        finally:
+            self._guard.leave(locked)
 
     def writer(self, lanes: Any) -> SharedWriterHandle:
         """A picklable handle for a collector process that writes ``lanes`` of this
@@ -823,18 +778,6 @@ class ReplayBuffer:
         }
         out.update(self._store.metadata())
         return out
-
-    def __getstate__(self) -> dict[str, Any]:
-        """Pickle support (``pickle``, ``copy.deepcopy``, ``torch.save``, multiprocessing):
-        the parts and their state; the writer is rebuilt on the next add.
-
-        Raises:
-            ConfigError: The storage cannot be pickled (memmap: reopen it by path).
-        """
-        state = self.__dict__.copy()
-        state["_writer"] = None  # holds the compiled writer; rebuilt on use
-        state["_direct"] = not_handled
-        return state
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(capacity={self._capacity}, num_envs={self._num_envs}, "

@@ -1,0 +1,132 @@
+"""Where a buffer's ``add`` and ``extend`` go: the one route from a call to its writer.
+
+A :class:`~replaybank.buffers.replay.ReplayBuffer` keeps one :class:`WriteRoute`. It holds
+the :class:`~replaybank.buffers.writer.Writer` of the current table, sampler and view
+(built on the first write after any of them changed), and offers two ways in:
+
+* :attr:`WriteRoute.direct`: the compiled writer's whole call, for the hot path (a call
+  it does not take returns False and changes nothing);
+* :meth:`WriteRoute.write`: everything else, in order: the store may refuse the write (a
+  shared owner is written by its collectors), the view's input transform (frame stacks
+  store the newest frame), then the writer. The first write of a buffer built without a
+  spec checks the call, allocates the storage from it and then writes.
+
+Example:
+    >>> import numpy as np
+    >>> import replaybank as rb
+    >>> buf = rb.ReplayBuffer(8, seed=0)
+    >>> buf.add(obs=np.zeros(2, np.float32), action=0, reward=1.0,
+    ...         next_obs=np.ones(2, np.float32), terminated=False, truncated=False)
+    >>> route = buf.write_route
+    >>> route.writer is not None, route.direct is route.writer.direct
+    (True, True)
+    >>> buf.sampler = rb.UniformSampler()  # a new part: the writer is rebuilt on use
+    >>> route.writer is None
+    True
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from replaybank.buffers.calls import check_call, lane_ids
+from replaybank.buffers.guard import CallGuard
+from replaybank.buffers.inputs import UNSET, collect_fields
+from replaybank.buffers.parts import Parts
+from replaybank.buffers.priorities import check_priority
+from replaybank.buffers.store import Store
+from replaybank.buffers.writer import StepValues, Writer, writer_choice
+from replaybank.spec import Spec
+from replaybank.storage.table import StepTable
+from replaybank.storage.writers.compiled import WriteCall, not_handled
+
+__all__ = ["WriteRoute"]
+
+
+class WriteRoute:
+    """The writer of a buffer's current table and parts, and the route of each write.
+
+    Args:
+        store: Where the steps live (allocated by the first write when it has no table).
+        guard: The buffer's call guard (the compiled writer checks it on the hot path).
+        num_envs: Lanes of the buffer.
+        rows_only: The buffer stores rows (no next observations).
+        drop_resets: Drop NEXT_STEP reset steps as they arrive
+            (``autoreset_mode="next_step"``).
+    """
+
+    def __init__(self, store: Store, guard: CallGuard, num_envs: int, rows_only: bool,
+                 drop_resets: bool) -> None:
+        self.store = store
+        self.guard = guard
+        self.num_envs = num_envs
+        self.rows_only = rows_only
+        self.drop_resets = drop_resets
+        #: The writer of the current table and parts (None: built on the next write).
+        self.writer: Writer | None = None
+        #: The compiled write of a whole call when nothing must happen around it.
+        self.direct: WriteCall = not_handled
+
+    def drop(self) -> None:
+        """Forget the writer (the table or a part changed): the next write builds one."""
+        self.writer = None
+        self.direct = not_handled
+
+    def allocate(self, spec: Spec) -> StepTable:
+        """Allocate the storage for ``spec`` (the writer is rebuilt on the next write)."""
+        self.drop()
+        return self.store.allocate(spec)
+
+    def write(self, parts: Parts, values: StepValues, steps: bool, env_ids: Any,
+              priority: Any) -> bool:
+        """A write the hot path did not take (the caller holds the guard).
+
+        Args:
+            parts: The buffer's current sampler and view, with their capabilities.
+            values: The call's values.
+            steps: ``extend`` (a leading step dimension) rather than ``add``.
+            env_ids: The lanes written (None: every lane).
+            priority: Initial priorities (prioritized samplers), or None.
+
+        Returns:
+            Whether this write allocated the storage (the buffer's first write).
+        """
+        self.store.check_write("extend" if steps else "add")
+        if parts.transform is not None:
+            # bad env_ids: the Python boundary's error
+            m = self.num_envs if env_ids is None else len(lane_ids(env_ids, self.num_envs))
+            fields = parts.transform.prepare_inputs(collect_fields(*values), steps, m)
+            pop = fields.pop
+            values = StepValues(pop("obs", UNSET), pop("action", UNSET), pop("reward", UNSET),
+                                pop("next_obs", UNSET), pop("terminated", UNSET),
+                                pop("truncated", UNSET), fields)
+        table = self.store.table
+        if self.writer is not None:
+            self.writer.write(values, steps, env_ids, priority)
+        elif table is not None:
+            self._new_writer(parts, table).write(values, steps, env_ids, priority)
+        else:  # the first write sets the spec: the call is checked before allocating
+            call = check_call(None, collect_fields(*values), steps, env_ids, self.num_envs,
+                              self.rows_only)
+            check_priority(parts.traits, priority, call.out)
+            writer_choice()  # a bad REPLAYBANK_WRITER too
+            self._new_writer(parts, self.allocate(call.spec)).write_checked(call, priority)
+            return True
+        return False
+
+    def _new_writer(self, parts: Parts, table: StepTable) -> Writer:
+        """The writer of ``table`` and the current parts (``REPLAYBANK_WRITER`` is read
+        here)."""
+        writer = Writer(table, None if parts.traits.stateless else parts.sampler,
+                        traits=parts.traits, compiled=writer_choice() != "reference",
+                        guard=self.guard, drop_resets=self.drop_resets)
+        self.writer = writer
+        self.direct = writer.direct if parts.transform is None else not_handled
+        return writer
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle support: the writer holds the compiled writer; it is rebuilt on use."""
+        state = self.__dict__.copy()
+        state["writer"] = None
+        state["direct"] = not_handled
+        return state
