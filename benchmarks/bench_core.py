@@ -14,7 +14,7 @@ fancy-index gathers. Speed ratio = floor_time / our_time (1.0 = as fast as the f
 Memory: resident-set growth of a filled buffer against the bytes of obs once + action +
 reward + flags.
 
-The timing helpers are :mod:`replaybank.cli.harness`'s, the ones ``replaybank bench`` times
+The timing helpers are :mod:`replaybank.cli.bench_harness`'s, the ones ``replaybank bench`` times
 the peer libraries with. The machine may be noisy: times are CPU time of this process
 (``time.process_time``),
 ours and the floor are measured interleaved, each repeated, and the best (lowest) kept.
@@ -22,7 +22,7 @@ ours and the floor are measured interleaved, each repeated, and the best (lowest
 Second table, the input kinds (``--table inputs``): ``add`` and ``extend`` fed the same
 transitions in the types real environments and loops produce, not only the stored dtypes
 (obs float32[17], action float32[6] given as an explicit spec; reward float32, flags bool).
-Rows are the kinds of :func:`replaybank.cli.harness.input_steps`:
+Rows are the kinds of :func:`replaybank.cli.bench_harness.input_steps`:
 
 * ``exact``: the stored dtypes (1 env: reward a Python float, flags Python bools): the base;
 * ``f64 obs+reward`` (MuJoCo: float64 obs/next_obs, reward float64 / ``np.float64``),
@@ -45,7 +45,7 @@ takes ``done`` (``terminated | truncated`` in the flags' own type) and ``infos``
 ``terminated``. No reshaping is done for either. A library that raises on a kind shows
 ``refused`` and the error type. All libraries are filled to capacity first and timed
 interleaved per repeat (CPU time, the best kept). replaybank and SB3 are filled with
-:func:`replaybank.cli.harness.fill_stream`: each lane a sequential stream of its own, so a
+:func:`replaybank.cli.bench_harness.fill_stream`: each lane a sequential stream of its own, so a
 lane's next_obs is its next obs except at episode ends, as in a vector env's buffer (one
 stream cut across the lanes would leave replaybank a side copy of every step's next_obs
 to evict in every timed 4-env write); cpprb's cost does not depend on the values. A
@@ -72,7 +72,7 @@ from typing import Any
 import numpy as np
 
 import replaybank as rb
-from replaybank.cli.harness import (  # the harness `replaybank bench` times peers with
+from replaybank.cli.bench_harness import (  # the harness `replaybank bench` times peers with
     ACT,
     BATCH,
     CHUNK,

@@ -84,8 +84,8 @@ from replaybank.views.base import (
     View,
 )
 from replaybank.views.framestack import FrameStackView
-from replaybank.views.functions import register_function
 from replaybank.views.hindsight import HerView
+from replaybank.views.named_functions import register_function
 from replaybank.views.nstep import NStepView
 from replaybank.views.transition import TransitionView
 

@@ -66,7 +66,7 @@ from replaybank.io.safetensors_stream import StateFile
 from replaybank.io.state_tree import join_state
 from replaybank.storage.backends.base import ArrayBackend, DurableBackend
 from replaybank.storage.backends.memmap import RESUME_PREFIX, MemmapBackend
-from replaybank.views.functions import names_from_file
+from replaybank.views.named_functions import names_from_file
 
 if TYPE_CHECKING:  # the return type of load(), for annotations only
     from replaybank.config import AnyBuffer

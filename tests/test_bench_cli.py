@@ -140,7 +140,7 @@ def test_filled_buffers_are_sequential_per_lane(envs: int) -> None:
     a vector env's buffer does), not one per step: each lane is a stream of its own."""
     import numpy as np
 
-    from replaybank.cli.harness import fill_stream, filled_replaybank
+    from replaybank.cli.bench_harness import fill_stream, filled_replaybank
 
     cap = 8192
     buf = filled_replaybank(cap, envs)
@@ -160,8 +160,8 @@ INPUT_CASES = ("add-x4", "add-f64", "add-f64x4", "add-int-flags", "add-torch")
 
 
 def test_input_cases_are_listed_and_run_from_the_command() -> None:
-    from replaybank.cli.harness import CASES
-    from replaybank.cli.harness import INPUT_CASES as HARNESS_CASES
+    from replaybank.cli.bench_harness import CASES
+    from replaybank.cli.bench_harness import INPUT_CASES as HARNESS_CASES
 
     assert tuple(HARNESS_CASES) == INPUT_CASES and set(INPUT_CASES) <= set(CASES)
     proc = _run("--scale", "0.002", "--cases", "add-f64,add-torch", "--repeats", "1",
@@ -207,7 +207,7 @@ def test_input_kinds_carry_the_same_transitions(envs: int) -> None:
     benchmark times the same work in every row."""
     pytest.importorskip("torch")
     import replaybank as rb
-    from replaybank.cli.harness import INPUT_KINDS, SPEC, input_chunks, input_steps
+    from replaybank.cli.bench_harness import INPUT_KINDS, SPEC, input_chunks, input_steps
 
     def state(kind: str, extend: bool) -> dict[str, Any]:
         buf = rb.ReplayBuffer(512 * envs, num_envs=envs, seed=0, spec=SPEC)
@@ -231,7 +231,7 @@ def test_input_kinds_have_the_documented_types() -> None:
     torch = pytest.importorskip("torch")
     import numpy as np
 
-    from replaybank.cli.harness import input_chunks, input_steps
+    from replaybank.cli.bench_harness import input_chunks, input_steps
 
     def one(kind: str, envs: int) -> dict[str, Any]:
         out: dict[str, Any] = input_steps(kind, 1, envs)[0]

@@ -14,11 +14,12 @@ import replaybank as rb
 # user-facing layers: every class their modules export must be exported at the top
 USER_FACING = ("replaybank.buffers", "replaybank.samplers", "replaybank.views",
                "replaybank.storage", "replaybank.errors", "replaybank.batch",
-               "replaybank.spec")
+               "replaybank.spec", "replaybank.device", "replaybank.shared")
 # classes of those layers that are internal machinery, not something users import
 INTERNAL = {
     "replaybank.buffers.guard.CallGuard",
     "replaybank.buffers.writer.Writer",
+    "replaybank.buffers.write_route.WriteRoute",
     "replaybank.buffers.writer.StepValues",
     "replaybank.storage.writers.compiled.CompiledWriter",
     "replaybank.storage.table.StepTable",
@@ -31,15 +32,17 @@ INTERNAL = {
     "replaybank.storage.writers.tell.RangeListener",
     "replaybank.storage.writers.tell.WriteListener",
     "replaybank.samplers.base.SamplerTraits",
-    "replaybank.buffers.parts.Parts",
+    "replaybank.buffers.sampling_parts.Parts",
     "replaybank.buffers.calls.CheckedCall",
     # device replay parts (issue 17): composed by ReplayBuffer, never built by users
     "replaybank.device.path.DeviceArrays",
     "replaybank.device.path.DevicePath",
     "replaybank.device.priorities.DevicePriorities",
     "replaybank.device.mirror.DeviceMirror",
-    "replaybank.storage.host_tail.HostTail",
-    "replaybank.shared.writer.SharedReader",
+    "replaybank.device.sumtree.TorchSumTree",
+    "replaybank.device.hindsight.Relabeling",
+    "replaybank.storage.newest_steps.NewestSteps",
+    "replaybank.shared.reader.SharedReader",
     "replaybank.shared.backend.SharedLayout",
     "replaybank.shared.lanes.LaneSnapshot",
     "replaybank.shared.lanes.SnapshotDelta",

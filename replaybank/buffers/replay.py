@@ -38,8 +38,8 @@ from replaybank.buffers.inputs import (
     rows_spec,
     standard_spec,
 )
-from replaybank.buffers.parts import Parts
 from replaybank.buffers.priorities import update_priorities
+from replaybank.buffers.sampling_parts import Parts
 from replaybank.buffers.sequences import sample_sequences, update_sequence_priorities
 from replaybank.buffers.store import Store, make_store
 from replaybank.buffers.write_route import WriteRoute

@@ -39,7 +39,7 @@ import numpy as np
 from replaybank import registry
 from replaybank.batch import Batch
 from replaybank.buffers import buffer_state
-from replaybank.buffers.parts import Parts
+from replaybank.buffers.sampling_parts import Parts
 from replaybank.errors import ConfigError
 from replaybank.samplers.base import LaneView, Sampler
 from replaybank.spec import Spec

@@ -32,8 +32,8 @@ from typing import Any
 from replaybank.buffers.calls import check_call, lane_ids
 from replaybank.buffers.guard import CallGuard
 from replaybank.buffers.inputs import UNSET, collect_fields
-from replaybank.buffers.parts import Parts
 from replaybank.buffers.priorities import check_priority
+from replaybank.buffers.sampling_parts import Parts
 from replaybank.buffers.store import Store
 from replaybank.buffers.writer import StepValues, Writer, writer_choice
 from replaybank.spec import Spec

@@ -1,7 +1,7 @@
 """``replaybank bench``: replaybank against the peer libraries installed here.
 
 Cases (capacity ``--scale`` x 1,000,000, obs float32[17], action float32[6]; the
-harness is :mod:`replaybank.cli.harness`, shared with ``benchmarks/``):
+harness is :mod:`replaybank.cli.bench_harness`, shared with ``benchmarks/``):
 
 * ``add``: one transition at a time; ``extend``: chunks of 256; ``sample``: ``sample(256)``;
 * ``per``: prioritized ``sample(256)`` + ``update_priorities`` of the 256 (n/a in SB3);
@@ -21,12 +21,12 @@ filled to capacity and the case timed ``--repeats`` times (CPU time of that proc
 best kept. Peers not installed are skipped with the ``pip`` line that installs them.
 The ratio is peer us / replaybank us: above 1, replaybank is faster.
 
-The floor column (where a case has one: :data:`~replaybank.cli.harness.FLOORS`): for
+The floor column (where a case has one: :data:`~replaybank.cli.bench_harness.FLOORS`): for
 ``sample``, the same ``sample(256)`` done as six ``ndarray.take`` gathers from preallocated
 numpy arrays (obs, action, reward, next_obs, terminated, truncated) at ``rng.integers``
 indices, the memory-latency floor of a random row gather, timed in replaybank's process
 interleaved with its ``sample``; shown as floor us and ``rb`` = replaybank / floor (target
-<= 1.1, ``!`` marks a miss). ``per`` has none (:data:`~replaybank.cli.harness.NO_FLOOR`
+<= 1.1, ``!`` marks a miss). ``per`` has none (:data:`~replaybank.cli.bench_harness.NO_FLOOR`
 says why, and so does the table's note).
 
 JSON (``--json``; ``"format": "replaybank.bench"``, ``"version": 1``): ``scale``,
@@ -55,7 +55,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from replaybank.cli.harness import CASES, FLOOR_TARGET, FLOORS, NO_FLOOR
+from replaybank.cli.bench_harness import CASES, FLOOR_TARGET, FLOORS, NO_FLOOR
 
 __all__ = ["FORMAT", "PEERS", "build_parser", "main", "render_table", "run_bench"]
 

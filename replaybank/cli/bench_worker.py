@@ -1,12 +1,12 @@
 """One (library, case) measurement of ``replaybank bench``, in a process of its own.
 
 ``python -m replaybank.cli.bench_worker LIBRARY CASE CAPACITY REPEATS`` builds
-``LIBRARY``'s buffer (:mod:`replaybank.cli.harness`), fills it to ``CAPACITY``, times
+``LIBRARY``'s buffer (:mod:`replaybank.cli.bench_harness`), fills it to ``CAPACITY``, times
 ``CASE`` ``REPEATS`` times after a warm-up, and prints one JSON line:
 ``{"library", "case", "version", "us_per_call" (best), "repeats_us", "na", "floor_us",
 "floor_repeats_us"}`` (``us_per_call`` null and ``na`` set when the library has no such
 operation). ``floor_us`` is the best time of the case's floor
-(:data:`replaybank.cli.harness.FLOORS`: replaybank's ``sample`` only), timed in this
+(:data:`replaybank.cli.bench_harness.FLOORS`: replaybank's ``sample`` only), timed in this
 process interleaved with the case (each repeat times one, then the other); null otherwise.
 Any failure prints ``{"library", "case", "error"}`` and exits with status 1.
 """
@@ -23,7 +23,7 @@ __all__ = ["main", "run"]
 
 def run(library: str, case: str, capacity: int, repeats: int) -> dict[str, Any]:
     """Measure ``case`` on ``library``'s buffer; the JSON record (see the module doc)."""
-    from replaybank.cli.harness import build_target, measure, measure_floor
+    from replaybank.cli.bench_harness import build_target, measure, measure_floor
 
     target = build_target(library, capacity, case)
     floor_times: list[float] | None = None

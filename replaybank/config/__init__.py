@@ -64,7 +64,7 @@ from replaybank.registry import (
     sampler_types,
     view_types,
 )
-from replaybank.views.functions import register_function
+from replaybank.views.named_functions import register_function
 
 if TYPE_CHECKING:  # for annotations only: the config layer imports no buffer when it runs
     from typing import TypeAlias

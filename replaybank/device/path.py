@@ -60,7 +60,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from replaybank.buffers.parts import Parts
+from replaybank.buffers.sampling_parts import Parts
 from replaybank.device.draws import uniform_keys
 from replaybank.device.mirror import DeviceMirror
 from replaybank.device.priorities import DevicePriorities

@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 
 from replaybank.batch import Batch
-from replaybank.buffers.parts import Parts
 from replaybank.buffers.priorities import to_host
+from replaybank.buffers.sampling_parts import Parts
 from replaybank.buffers.store import Store
 from replaybank.device.path import DevicePath, device_path
 from replaybank.spec import Spec

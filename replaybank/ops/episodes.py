@@ -108,7 +108,7 @@ class EpisodeIndex:
 
         The index reads a step's done flag only while the step is its lane's newest (an
         older step's end is in ``link``), so the done flags of the newest steps, kept on
-        the host as they were written (:class:`~replaybank.storage.host_tail.HostTail`),
+        the host as they were written (:class:`~replaybank.storage.newest_steps.NewestSteps`),
         are all it needs: no device data is read.
 
         Args:

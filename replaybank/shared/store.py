@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from replaybank.batch import Batch
-from replaybank.buffers.parts import Parts
+from replaybank.buffers.sampling_parts import Parts
 from replaybank.buffers.store import Store
 from replaybank.errors import ConfigError
 from replaybank.samplers.base import Sampler

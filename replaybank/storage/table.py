@@ -70,7 +70,7 @@ from replaybank.storage.backends.base import (
     check_fits,
 )
 from replaybank.storage.backends.numpy import NumpyBackend
-from replaybank.storage.host_tail import HostTail
+from replaybank.storage.newest_steps import NewestSteps
 from replaybank.storage.side_store import SideStore
 
 __all__ = ["StepTable"]
@@ -133,8 +133,8 @@ class StepTable:
         self.side = SideStore(spec, self.obs_fields, be, side0, n_steps)
         #: Device storage: each lane's newest done flag and next obs on the host, so that
         #: a write's continuity check reads no device data (None: arrays in host memory).
-        self.tail: HostTail | None = None if be.host_numpy \
-            else HostTail(spec, self.obs_fields, self.lanes)
+        self.tail: NewestSteps | None = None if be.host_numpy \
+            else NewestSteps(spec, self.obs_fields, self.lanes)
         # storage that outlives the process orders its writes for crash safety
         self.durable = bool(be.durable)
         #: Durable tables: the sequence number of each lane's oldest live step, ``[lanes]``

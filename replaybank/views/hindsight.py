@@ -86,7 +86,7 @@ from replaybank.ops.hindsight import STRATEGY_CODES, goal_kernel
 from replaybank.spec import real_array
 from replaybank.storage.table import StepTable
 from replaybank.views.base import StatelessView, next_name
-from replaybank.views.functions import function_name, resolve_function
+from replaybank.views.named_functions import function_name, resolve_function
 from replaybank.views.nstep import NStepView
 from replaybank.views.transition import TransitionView
 
@@ -101,7 +101,7 @@ class HerView(StatelessView):
 
     Args:
         reward_fn: ``reward_fn(achieved_goal [N, *g], desired_goal [N, *g], info) -> [N]``
-            (a callable, a name given to :func:`~replaybank.views.functions.
+            (a callable, a name given to :func:`~replaybank.views.named_functions.
             register_function`, or ``"module:attr"``); ``env.unwrapped.compute_reward``
             works unchanged on numpy and memmap storage. On torch storage it receives
             torch tensors on the storage's device (see the module docstring).

@@ -1,4 +1,4 @@
-"""The host tail: each lane's newest step as the writer needs it, kept in host memory.
+"""Each lane's newest step as the writer needs it, kept in host memory (device storage).
 
 When a write arrives, the writer asks whether each lane's previous newest step continues
 into the first new observation: the step did not end its episode, and its kept-aside
@@ -13,7 +13,7 @@ Example:
     >>> import numpy as np
     >>> from replaybank.spec import Spec
     >>> spec = Spec.coerce({"obs": ((2,), "float32")})
-    >>> tail = HostTail(spec, ["obs"], lanes=3)
+    >>> tail = NewestSteps(spec, ["obs"], lanes=3)
     >>> tail.record(np.array([2, 0]), np.array([True, False]),
     ...             {"obs": np.array([[1, 2], [3, 4]], np.float32)})
     >>> tail.done[[0, 2]].tolist(), tail.next_obs["obs"][0].tolist()
@@ -30,10 +30,10 @@ import numpy.typing as npt
 
 from replaybank.spec import Spec
 
-__all__ = ["HostTail"]
+__all__ = ["NewestSteps"]
 
 
-class HostTail:
+class NewestSteps:
     """Per lane: the done flag and next observation of the newest step, in host numpy.
 
     Args:
