@@ -2,17 +2,20 @@
 the collector's process (see :mod:`replaybank.shared` for the whole picture).
 
 Example:
+    >>> import pickle
     >>> import numpy as np
     >>> import replaybank as rb
-    >>> buf = rb.ReplayBuffer(64, num_envs=2, seed=0, storage="shared",
-    ...                       spec={"obs": ((3,), "float32"), "action": ((), "int64")})
-    >>> w = buf.writer(lanes=[0, 1]).open()  # normally in a collector process
-    >>> for t in range(5):
-    ...     w.add(obs=np.full((2, 3), t, np.float32), action=np.array([t, t]),
-    ...           reward=np.ones(2, np.float32), next_obs=np.full((2, 3), t + 1, np.float32),
-    ...           terminated=np.zeros(2, bool), truncated=np.zeros(2, bool))
-    >>> len(buf)  # the newest step of each lane waits for its next observation
-    8
+    >>> buf = rb.ReplayBuffer(16, num_envs=2, storage="shared",
+    ...                       spec={"obs": ((), "float32"), "action": ((), "int64")})
+    >>> handle = pickle.loads(pickle.dumps(buf.writer(lanes=[1])))  # crosses processes
+    >>> w = handle.open()
+    >>> w.lanes.tolist(), handle.lanes
+    ([1], (1,))
+    >>> w.add(obs=np.ones(1, np.float32), action=np.zeros(1, np.int64),
+    ...       reward=np.zeros(1, np.float32), next_obs=np.full(1, 2, np.float32),
+    ...       terminated=np.ones(1, bool), truncated=np.zeros(1, bool))
+    >>> len(buf)  # an episode's last step is complete: the learner sees it
+    1
     >>> w.close(); buf.close()
 """
 
