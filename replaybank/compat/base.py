@@ -7,6 +7,9 @@ way lives here, written once:
 * :class:`FrontEnd` holds the core buffer (:attr:`FrontEnd.buffer`), answers ``len()``
   with the core's length and writes its ``repr`` from a table of attribute names
   (``_repr_fields``);
+* :class:`Core` is one line of a front end's name-translation table: a read-only
+  attribute answered by the core buffer's attribute of that, or another, name, with
+  its own docstring;
 * :class:`Checkpointed` adds replaybank's checkpoint verbs for a front end registered as
   a buffer type (``SequenceReplayBuffer``, ``PathBuffer``): ``state_dict`` (the core's
   state beside the front end's own entries), ``load_state_dict`` (the front end's entries
@@ -22,27 +25,81 @@ Example:
     >>> from replaybank.buffers.replay import ReplayBuffer
     >>> class Tiny(FrontEnd):
     ...     _repr_fields = ("capacity", "size=len")
+    ...     capacity: Core[int] = Core("Total steps.")
     ...     def __init__(self, capacity):
     ...         self.buffer = ReplayBuffer(capacity)
-    ...     capacity = property(lambda self: self.buffer.capacity)
     >>> tiny = Tiny(8)
     >>> tiny.buffer.add(obs=np.zeros(2), action=0, reward=1.0, next_obs=np.ones(2),
     ...                 terminated=False, truncated=False)
-    >>> len(tiny), tiny
-    (1, Tiny(capacity=8, size=1))
+    >>> len(tiny), tiny, Tiny.capacity.__doc__
+    (1, Tiny(capacity=8, size=1), 'Total steps.')
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, overload
 
 from replaybank import persist
 
 if TYPE_CHECKING:  # pydantic loads with the first config() call
     from replaybank.config import BufferConfig
 
-__all__ = ["Checkpointed", "FrontEnd"]
+__all__ = ["Checkpointed", "Core", "FrontEnd"]
+
+T = TypeVar("T")
+
+
+class Core(Generic[T]):
+    """A read-only front-end attribute answered by the core buffer: one line of the
+    name-translation table (a property written once).
+
+    Reading it on a front end reads ``front_end.buffer.<name>``; setting it raises an
+    ``AttributeError``, as a property without a setter does; on the class it is the
+    descriptor itself, whose ``__doc__`` documents the attribute.
+
+    Args:
+        doc: The attribute's docstring.
+        name: The core buffer's attribute (default: the same name as on the front end).
+
+    Example:
+        >>> from replaybank.buffers.replay import ReplayBuffer
+        >>> class Front(FrontEnd):
+        ...     size: Core[int] = Core("Total steps.", "capacity")
+        ...     def __init__(self):
+        ...         self.buffer = ReplayBuffer(4)
+        >>> front = Front()
+        >>> front.size, Front.size.name
+        (4, 'capacity')
+        >>> front.size = 8
+        Traceback (most recent call last):
+        ...
+        AttributeError: Front.size is read-only: the core buffer's capacity
+    """
+
+    def __init__(self, doc: str, name: str | None = None) -> None:
+        self.__doc__ = doc
+        self.name = name or ""
+        self.attr = self.name
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.attr = name
+        self.name = self.name or name
+
+    @overload
+    def __get__(self, obj: None, owner: type | None = None) -> Core[T]: ...
+
+    @overload
+    def __get__(self, obj: object, owner: type | None = None) -> T: ...
+
+    def __get__(self, obj: object, owner: type | None = None) -> T | Core[T]:
+        if obj is None:
+            return self
+        return getattr(obj.buffer, self.name)  # type: ignore[attr-defined, no-any-return]
+
+    def __set__(self, obj: object, value: Any) -> None:
+        raise AttributeError(f"{type(obj).__name__}.{self.attr} is read-only: the core "
+                             f"buffer's {self.name}")
 
 
 class FrontEnd:

@@ -197,7 +197,8 @@ def check_number(call: str | None, name: str, value: Any, lo: float = -math.inf,
     return x
 
 
-def check_bool(call: str | None, name: str, value: Any, fix: str = "") -> bool:
+def check_bool(call: str | None, name: str, value: Any, fix: str = "", *,
+               error: type[Exception] = ArgumentError) -> bool:
     """A bool flag (Python's or numpy's).
 
     Args:
@@ -205,9 +206,10 @@ def check_bool(call: str | None, name: str, value: Any, fix: str = "") -> bool:
         name: The argument's name.
         value: What the caller passed.
         fix: Words after ``must be True or False`` (what each value means).
+        error: Raised for a value that is not a bool.
 
     Raises:
-        ArgumentError: Not a bool (``"yes"``, None, 1, ...).
+        ArgumentError: (``error``) Not a bool (``"yes"``, None, 1, ...).
 
     Example:
         >>> check_bool("SequentialBuffer", "validate_keys", "yes")
@@ -218,7 +220,7 @@ def check_bool(call: str | None, name: str, value: Any, fix: str = "") -> bool:
     if type(value) is bool:
         return value
     if not isinstance(value, np.bool_):
-        raise ArgumentError(f"{_site(call, name, value)}: must be True or False{fix}")
+        raise error(f"{_site(call, name, value)}: must be True or False{fix}")
     return bool(value)
 
 

@@ -21,23 +21,21 @@ Example:
 from __future__ import annotations
 
 import inspect
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from replaybank.batch import Batch, SequenceBatch
 from replaybank.buffers.replay import ReplayBuffer
-from replaybank.compat.base import Checkpointed, FrontEnd
+from replaybank.compat.base import Checkpointed, Core, FrontEnd
 from replaybank.compat.checks import check_bool, check_int
 from replaybank.errors import ArgumentError, CheckpointError, ConfigError, describe
 from replaybank.samplers.base import Sampler
-from replaybank.spec import Spec
-from replaybank.storage.backends.base import ArrayBackend
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
+    from replaybank.spec import Spec
+    from replaybank.storage.backends.base import ArrayBackend
     from replaybank.storage.table import StepTable
 
 __all__ = ["SequenceReplayBuffer"]
@@ -74,6 +72,11 @@ class SequenceReplayBuffer(Checkpointed, FrontEnd):
     _repr_fields = ("capacity", "num_envs", "size=len", "sequence_length", "episode_boundary",
                     "burn_in")
     buffer: ReplayBuffer
+    sequence_length: int | None
+    episode_boundary: str
+    strict: bool
+    burn_in: int
+    state_fields: str | Sequence[str] | None
 
     def __init__(
         self,
@@ -89,8 +92,9 @@ class SequenceReplayBuffer(Checkpointed, FrontEnd):
         sampler: Sampler | None = None,
         **buffer_kwargs: Any,
     ) -> None:
-        options = _options("SequenceReplayBuffer", sequence_length, episode_boundary, strict,
-                           burn_in, state_fields)
+        options = _options("SequenceReplayBuffer", {
+            "sequence_length": sequence_length, "episode_boundary": episode_boundary,
+            "strict": strict, "burn_in": burn_in, "state_fields": state_fields})
         if sampler is not None and not isinstance(sampler, Sampler):
             raise ArgumentError(f"SequenceReplayBuffer(sampler={describe(sampler)}): expected "
                                 "a Sampler (e.g. replaybank.PrioritizedSampler()) or None")
@@ -99,17 +103,17 @@ class SequenceReplayBuffer(Checkpointed, FrontEnd):
             raise ArgumentError(f"SequenceReplayBuffer() got keyword arguments {unknown} that "
                                 f"ReplayBuffer does not take; use some of "
                                 f"{sorted(_BUFFER_ARGUMENTS)}")
-        self.buffer = ReplayBuffer(capacity, num_envs=num_envs, seed=seed, spec=spec,
-                                   sampler=sampler, **buffer_kwargs)
-        (self.sequence_length, self.episode_boundary, self.strict, self.burn_in,
-         self.state_fields) = options
-        self._own_storage()
+        self._own(ReplayBuffer(capacity, num_envs=num_envs, seed=seed, spec=spec,
+                               sampler=sampler, **buffer_kwargs), options)
 
-    def _own_storage(self) -> None:
-        """Persistent storage records this wrapper, not the inner buffer, as its owner:
-        ``ReplayBuffer.open(path)`` then rebuilds a SequenceReplayBuffer."""
-        self.buffer.storage_owner = self
-        self.buffer.record_owner()
+    def _own(self, buffer: ReplayBuffer, options: dict[str, Any]) -> None:
+        """Take ``buffer`` and the checked sequence options. Persistent storage records
+        this wrapper, not the inner buffer, as its owner: ``ReplayBuffer.open(path)``
+        then rebuilds a SequenceReplayBuffer."""
+        self.buffer = buffer
+        self.__dict__.update(options)
+        buffer.storage_owner = self
+        buffer.record_owner()
 
     @classmethod
     def from_buffer(cls, buffer: ReplayBuffer, **options: Any) -> SequenceReplayBuffer:
@@ -123,47 +127,21 @@ class SequenceReplayBuffer(Checkpointed, FrontEnd):
         if not isinstance(buffer, ReplayBuffer):
             raise ArgumentError(f"SequenceReplayBuffer.from_buffer(buffer={describe(buffer)}): "
                                 "expected a replaybank.ReplayBuffer")
-        known = ("sequence_length", "episode_boundary", "strict", "burn_in", "state_fields")
-        unknown = sorted(set(options) - set(known))
+        unknown = sorted(set(options) - set(_DEFAULTS))
         if unknown:
             raise ArgumentError(f"SequenceReplayBuffer.from_buffer: unknown options {unknown}; "
-                                f"use some of {list(known)}")
-        checked = _options("SequenceReplayBuffer.from_buffer",
-                           options.get("sequence_length"),
-                           options.get("episode_boundary", "stop"), options.get("strict", True),
-                           options.get("burn_in", 0), options.get("state_fields"))
+                                f"use some of {list(_DEFAULTS)}")
+        checked = _options("SequenceReplayBuffer.from_buffer", {**_DEFAULTS, **options})
         out = cls.__new__(cls)
-        out.buffer = buffer
-        (out.sequence_length, out.episode_boundary, out.strict, out.burn_in,
-         out.state_fields) = checked
-        out._own_storage()
+        out._own(buffer, checked)
         return out
 
     # ------------------------------------------------------------------ delegation
-    @property
-    def capacity(self) -> int:
-        """Total steps over all lanes."""
-        return self.buffer.capacity
-
-    @property
-    def num_envs(self) -> int:
-        """Lanes."""
-        return self.buffer.num_envs
-
-    @property
-    def spec(self) -> Spec | None:
-        """Stored fields."""
-        return self.buffer.spec
-
-    @property
-    def table(self) -> StepTable:
-        """The step table."""
-        return self.buffer.table
-
-    @property
-    def sampler(self) -> Sampler:
-        """The window-start sampler."""
-        return self.buffer.sampler
+    capacity: Core[int] = Core("Total steps over all lanes.")
+    num_envs: Core[int] = Core("Lanes.")
+    spec: Core[Spec | None] = Core("Stored fields.")
+    table: Core[StepTable] = Core("The step table.")
+    sampler: Core[Sampler] = Core("The window-start sampler.")
 
     def add(self, **fields: Any) -> None:
         """Add one step per lane; see :meth:`ReplayBuffer.add`."""
@@ -234,24 +212,24 @@ class SequenceReplayBuffer(Checkpointed, FrontEnd):
 
     def _checked_own_state(self, state: Any) -> Callable[[], None]:
         seq = state.get("sequence") if isinstance(state, dict) else None
-        options = None if seq is None else _saved_options(seq)
-
-        def apply() -> None:
-            if options is not None:
-                (self.sequence_length, self.episode_boundary, self.strict, self.burn_in,
-                 self.state_fields) = options
-
-        return apply
+        if seq is None:
+            return lambda: None
+        bad = "the state's sequence options are damaged; restore them from a checkpoint"
+        if not isinstance(seq, dict) or not set(_DEFAULTS) <= set(seq):
+            raise CheckpointError(f"load_state_dict: sequence={describe(seq)} lacks some of "
+                                  f"{list(_DEFAULTS)}; {bad}")
+        options = _options("load_state_dict", seq, error=CheckpointError,
+                           kind_error=CheckpointError, fix=bad)
+        return lambda: self.__dict__.update(options)
 
     def _options(self) -> dict[str, Any]:
         """The sequence options, JSON-able."""
+        fields = self.state_fields
         return {
             "sequence_length": self.sequence_length,
             "episode_boundary": self.episode_boundary, "strict": self.strict,
             "burn_in": self.burn_in,
-            "state_fields": (self.state_fields if self.state_fields is None
-                             or isinstance(self.state_fields, str)
-                             else list(self.state_fields)),
+            "state_fields": fields if fields is None or isinstance(fields, str) else list(fields),
         }
 
     def init_config(self) -> dict[str, Any]:
@@ -264,14 +242,15 @@ class SequenceReplayBuffer(Checkpointed, FrontEnd):
         return {**self.buffer.metadata(), "type": type(self).__name__}
 
     # ------------------------------------------------------------------ memmap resume
-    @property
-    def backend(self) -> ArrayBackend:
-        """Where the inner buffer's arrays live."""
-        return self.buffer.backend
+    backend: Core[ArrayBackend] = Core("Where the inner buffer's arrays live.")
 
     def resume_state(self) -> dict[str, Any] | None:
         """The inner buffer's resume state (:func:`replaybank.persist.flush`)."""
         return self.buffer.resume_state()
+
+    def reopened(self) -> None:
+        """The inner buffer's storage was reopened from its files."""
+        self.buffer.reopened()
 
     def load_resume_state(self, state: dict[str, Any]) -> None:
         """Restore the inner buffer's resume state.
@@ -285,66 +264,48 @@ class SequenceReplayBuffer(Checkpointed, FrontEnd):
                                   "dict of resume_state()")
         self.buffer.load_resume_state(state)
 
-    def reopened(self) -> None:
-        """The inner buffer's storage was reopened from its files."""
-        self.buffer.reopened()
-
 
 #: The keyword arguments of :class:`ReplayBuffer` a SequenceReplayBuffer passes on.
 _BUFFER_ARGUMENTS = frozenset(inspect.signature(ReplayBuffer.__init__).parameters) - {
     "self", "capacity", "num_envs", "seed", "spec", "sampler"}
+#: The sequence options and their defaults.
+_DEFAULTS: dict[str, Any] = {"sequence_length": None, "episode_boundary": "stop",
+                             "strict": True, "burn_in": 0, "state_fields": None}
 
 
-def _options(call: str, length: Any, boundary: Any, strict: Any, burn_in: Any,
-             fields: Any) -> tuple[int | None, str, bool, int, Any]:
-    """The sequence options of a constructor call, checked.
+def _options(call: str, values: Mapping[str, Any], *, error: type[Exception] = ConfigError,
+             kind_error: type[Exception] = ArgumentError,
+             fix: str | None = None) -> dict[str, Any]:
+    """The sequence options of a constructor call or of a state dict, checked.
+
+    Args:
+        call: The call, for messages (``"SequenceReplayBuffer"``, ``"load_state_dict"``).
+        values: The five options by name.
+        error: Raised for an option out of range.
+        kind_error: Raised for an option of the wrong kind.
+        fix: The fix every message ends with (default: an example of a legal value).
 
     Raises:
-        ArgumentError: An option of the wrong kind.
-        ConfigError: An option out of range.
+        ArgumentError: (``kind_error``) An option of the wrong kind.
+        ConfigError: (``error``) An option out of range.
     """
+    boundary, length, fields = (values["episode_boundary"], values["sequence_length"],
+                                values["state_fields"])
+    then = "" if fix is None else f"; {fix}"
     if boundary not in ("stop", "cross"):
-        raise ConfigError(f"{call}(episode_boundary={describe(boundary)}): use 'stop' or "
-                          "'cross'")
+        raise error(f"{call}(episode_boundary={describe(boundary)}): use 'stop' or "
+                    f"'cross'{then}")
     if length is not None:
-        length = check_int(call, "sequence_length", length,
-                           fix="pass e.g. sequence_length=8, or None")
-    burn_in = check_int(call, "burn_in", burn_in, 0)
-    strict = check_bool(call, "strict", strict,
-                        " (True: only full windows; False: zero-padded windows)")
+        length = check_int(call, "sequence_length", length, error=error, kind_error=kind_error,
+                           fix=fix or "pass e.g. sequence_length=8, or None")
+    burn_in = check_int(call, "burn_in", values["burn_in"], 0, error=error,
+                        kind_error=kind_error, fix=fix)
+    strict = check_bool(call, "strict", values["strict"],
+                        f" (True: only full windows; False: zero-padded windows){then}",
+                        error=kind_error)
     if fields is not None and not isinstance(fields, str) and not (
             isinstance(fields, Sequence) and all(isinstance(f, str) for f in fields)):
-        raise ArgumentError(f"{call}(state_fields={describe(fields)}): expected a field "
-                            "name, a list of them, or None")
-    return (None if length is None else int(length), boundary, bool(strict), int(burn_in),
-            fields)
-
-
-def _saved_options(seq: Any) -> tuple[int | None, str, bool, int, Any]:
-    """The sequence options of a state dict, checked like the constructor's arguments.
-
-    Raises:
-        CheckpointError: An option is missing or out of range.
-    """
-    bad = "the state's sequence options are damaged; restore them from a checkpoint"
-    keys = ("sequence_length", "episode_boundary", "strict", "burn_in", "state_fields")
-    if not isinstance(seq, dict) or not set(keys) <= set(seq):
-        raise CheckpointError(f"load_state_dict: sequence={describe(seq)} lacks some of "
-                              f"{list(keys)}; {bad}")
-    length, boundary, strict, burn_in, fields = (seq[k] for k in keys)
-    if length is not None and (isinstance(length, bool) or not isinstance(length, int)
-                               or length < 1):
-        raise CheckpointError(f"load_state_dict: sequence_length={length!r} is not an int "
-                              f">= 1 or None; {bad}")
-    if boundary not in ("stop", "cross"):
-        raise CheckpointError(f"load_state_dict: episode_boundary={boundary!r} is not 'stop' "
-                              f"or 'cross'; {bad}")
-    if isinstance(burn_in, bool) or not isinstance(burn_in, int) or burn_in < 0:
-        raise CheckpointError(f"load_state_dict: burn_in={burn_in!r} is not an int >= 0; {bad}")
-    if not isinstance(strict, bool):
-        raise CheckpointError(f"load_state_dict: strict={strict!r} is not a bool; {bad}")
-    if fields is not None and not isinstance(fields, str) and not (
-            isinstance(fields, list) and all(isinstance(f, str) for f in fields)):
-        raise CheckpointError(f"load_state_dict: state_fields={fields!r} is not a field name "
-                              f"or a list of them; {bad}")
-    return length, boundary, strict, burn_in, fields
+        raise kind_error(f"{call}(state_fields={describe(fields)}): expected a field "
+                         f"name, a list of them, or None{then}")
+    return {"sequence_length": length, "episode_boundary": boundary, "strict": strict,
+            "burn_in": burn_in, "state_fields": fields}

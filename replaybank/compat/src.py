@@ -60,7 +60,7 @@ import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
@@ -93,6 +93,9 @@ from replaybank.errors import (
 )
 from replaybank.ops import gae as _gae
 
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
 __all__ = [
     "PPOBuffer",
     "PPOBufferConfig",
@@ -105,7 +108,6 @@ __all__ = [
 
 AnyArray = npt.NDArray[Any]
 FloatArray = npt.NDArray[np.float64]
-_T = TypeVar("_T", "PPOBuffer", "SimpleReplayBuffer")
 
 # values stored as they are (no torch / list conversion needed)
 _PLAIN = frozenset({float, int, bool, np.float32, np.float64, np.int64, np.int32, np.bool_})
@@ -228,7 +230,7 @@ def _config_error(type_name: str, model: type[BaseModel], err: ValidationError) 
     return ConfigError(f"{type_name} config: " + "; ".join(parts))
 
 
-def _validate(cls: type[PPOBuffer] | type[SimpleReplayBuffer],
+def _validate(cls: type[_FromConfig],
               values: Mapping[str, Any]) -> Any:
     try:
         return cls.config_model.model_validate(dict(values))
@@ -372,16 +374,64 @@ def instantiate_from_config(config_file_location: Any) -> PPOBuffer | SimpleRepl
     return instantiate_from_config_dict(_read_config_file(config_file_location))
 
 
-def _from_dict(cls: type[_T], config: Any) -> _T:
-    name, args = _split(config)
-    if name is not None and name != cls.__name__:
-        raise ConfigError(f"config names type {name!r}, not {cls.__name__!r}; call "
-                          f"{name}.instantiate_from_config_dict or the module function "
-                          "replaybank.compat.src.instantiate_from_config_dict")
-    if not isinstance(args, Mapping):
-        raise ConfigError(f"config={describe(args)}: expected a mapping of {cls.__name__} "
-                          "arguments")
-    return cls(**_validate(cls, args).model_dump())
+class _FromConfig:
+    """The reference's config constructors, shared by both buffers: the arguments of
+    ``cls`` from a file or a mapping, validated by ``cls.config_model``."""
+
+    config_model: ClassVar[type[SimpleReplayBufferConfig]]
+
+    @classmethod
+    def instantiate_from_config(cls, config_file_location: Any) -> Self:
+        """Build from a YAML (or ``.json``) file of this class's arguments.
+
+        Args:
+            config_file_location: Path of a ``.yaml``/``.yml`` (or ``.json``) file.
+
+        Raises:
+            ConfigError: The file cannot be read or parsed, or a bad key (a ValueError).
+
+        Example:
+            >>> import pathlib, tempfile
+            >>> path = pathlib.Path(tempfile.mkdtemp()) / "ppo.yaml"
+            >>> _ = path.write_text("obs_dim: 4\\nact_dim: 1\\nsize: 64\\nbatch_size: 16\\n")
+            >>> PPOBuffer.instantiate_from_config(path).gamma
+            0.99
+            >>> path = pathlib.Path(tempfile.mkdtemp()) / "sac.json"
+            >>> _ = path.write_text('{"obs_dim": 4, "act_dim": 1, "size": 64, "batch_size": 8}')
+            >>> SimpleReplayBuffer.instantiate_from_config(path).batch_size
+            8
+        """
+        return cls.instantiate_from_config_dict(_read_config_file(config_file_location))
+
+    @classmethod
+    def instantiate_from_config_dict(cls, config: Mapping[str, Any]) -> Self:
+        """Build from a mapping of this class's arguments (validated by :attr:`schema`).
+
+        Args:
+            config: The arguments (``{"obs_dim": 4, ...}``), or ``{"name": this class's
+                name, "config": {...}}``, or ``{"type": this class's name, ...}``.
+
+        Raises:
+            ConfigError: Missing, unknown or bad keys, or a config that names another
+                type.
+
+        Example:
+            >>> PPOBuffer.instantiate_from_config_dict(
+            ...     {"obs_dim": 4, "act_dim": 1, "size": 64, "batch_size": 16, "lam": 0.9}).lam
+            0.9
+            >>> SimpleReplayBuffer.instantiate_from_config_dict(
+            ...     {"obs_dim": 4, "act_dim": 1, "size": 64, "batch_size": 8}).size
+            64
+        """
+        name, args = _split(config)
+        if name is not None and name != cls.__name__:
+            raise ConfigError(f"config names type {name!r}, not {cls.__name__!r}; call "
+                              f"{name}.instantiate_from_config_dict or the module function "
+                              "replaybank.compat.src.instantiate_from_config_dict")
+        if not isinstance(args, Mapping):
+            raise ConfigError(f"config={describe(args)}: expected a mapping of {cls.__name__} "
+                              "arguments")
+        return cls(**_validate(cls, args).model_dump())
 
 
 # ---------------------------------------------------------------------- conversions
@@ -468,7 +518,7 @@ def _resolve_device(device: Any, default_cuda: bool) -> tuple[Any, Any]:
 
 
 # ---------------------------------------------------------------------- PPOBuffer
-class PPOBuffer(FrontEnd):
+class PPOBuffer(_FromConfig, FrontEnd):
     """On-policy buffer of one epoch with GAE-lambda advantages (the original's API).
 
     Args:
@@ -530,35 +580,6 @@ class PPOBuffer(FrontEnd):
         self._torch: Any = None  # torch and the batches' device, resolved at the first batch
         self._device: Any = None
 
-    @classmethod
-    def instantiate_from_config(cls, config_file_location: Any) -> PPOBuffer:
-        """Build from a YAML (or ``.json``) file of this class's arguments.
-
-        Raises:
-            ConfigError: The file cannot be read or parsed, or a bad key (a ValueError).
-
-        Example:
-            >>> import pathlib, tempfile
-            >>> path = pathlib.Path(tempfile.mkdtemp()) / "ppo.yaml"
-            >>> _ = path.write_text("obs_dim: 4\\nact_dim: 1\\nsize: 64\\nbatch_size: 16\\n")
-            >>> PPOBuffer.instantiate_from_config(path).gamma
-            0.99
-        """
-        return _from_dict(cls, _read_config_file(config_file_location))
-
-    @classmethod
-    def instantiate_from_config_dict(cls, config: Mapping[str, Any]) -> PPOBuffer:
-        """Build from a mapping of this class's arguments (validated by :attr:`schema`).
-
-        Raises:
-            ConfigError: Missing, unknown or bad keys.
-
-        Example:
-            >>> PPOBuffer.instantiate_from_config_dict(
-            ...     {"obs_dim": 4, "act_dim": 1, "size": 64, "batch_size": 16, "lam": 0.9}).lam
-            0.9
-        """
-        return _from_dict(cls, config)
 
     @property
     def path(self) -> PathBuffer:
@@ -692,7 +713,7 @@ class PPOBuffer(FrontEnd):
 
 
 # ---------------------------------------------------------------------- SimpleReplayBuffer
-class SimpleReplayBuffer(FrontEnd):
+class SimpleReplayBuffer(_FromConfig, FrontEnd):
     """A FIFO replay buffer of the last ``size`` transitions for SAC (the original's API).
 
     Args:
@@ -752,35 +773,6 @@ class SimpleReplayBuffer(FrontEnd):
         self._torch: Any = None  # torch and the batches' device, resolved at the first batch
         self._device: Any = None
 
-    @classmethod
-    def instantiate_from_config(cls, config_file_location: Any) -> SimpleReplayBuffer:
-        """Build from a YAML (or ``.json``) file of this class's arguments.
-
-        Raises:
-            ConfigError: The file cannot be read or parsed, or a bad key (a ValueError).
-
-        Example:
-            >>> import pathlib, tempfile
-            >>> path = pathlib.Path(tempfile.mkdtemp()) / "sac.json"
-            >>> _ = path.write_text('{"obs_dim": 4, "act_dim": 1, "size": 64, "batch_size": 8}')
-            >>> SimpleReplayBuffer.instantiate_from_config(path).batch_size
-            8
-        """
-        return _from_dict(cls, _read_config_file(config_file_location))
-
-    @classmethod
-    def instantiate_from_config_dict(cls, config: Mapping[str, Any]) -> SimpleReplayBuffer:
-        """Build from a mapping of this class's arguments (validated by :attr:`schema`).
-
-        Raises:
-            ConfigError: Missing, unknown or bad keys.
-
-        Example:
-            >>> SimpleReplayBuffer.instantiate_from_config_dict(
-            ...     {"obs_dim": 4, "act_dim": 1, "size": 64, "batch_size": 8}).size
-            64
-        """
-        return _from_dict(cls, config)
 
     def store(self, buffer_dict: Mapping[str, Any]) -> None:
         """Store one transition: ``buffer_dict["obs"]``, ``["act"]`` (``.action``),

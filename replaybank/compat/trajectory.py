@@ -41,7 +41,7 @@ import numpy.typing as npt
 from replaybank.batch import Batch
 from replaybank.buffers.arguments import positive_int
 from replaybank.buffers.rollout.buffer import RolloutBuffer
-from replaybank.compat.base import Checkpointed, FrontEnd
+from replaybank.compat.base import Checkpointed, Core, FrontEnd
 from replaybank.errors import CapacityError, CheckpointError, ConfigError, EmptyBufferError
 from replaybank.ops.gae import Backend, discount_cumsum, gae
 
@@ -99,25 +99,15 @@ class PathBuffer(Checkpointed, FrontEnd):
         """Steps per epoch."""
         return self._size
 
-    @property
-    def ptr(self) -> int:
-        """Steps stored so far."""
-        return self.buffer.pos
+    ptr: Core[int] = Core("Steps stored so far.", "pos")
 
     @property
     def path_start(self) -> int:
         """First step of the unfinished path."""
         return self._path_start
 
-    @property
-    def gamma(self) -> float:
-        """Discount factor."""
-        return self.buffer.gamma
-
-    @property
-    def lam(self) -> float:
-        """GAE lambda."""
-        return self.buffer.gae_lambda
+    gamma: Core[float] = Core("Discount factor.")
+    lam: Core[float] = Core("GAE lambda.", "gae_lambda")
 
     @property
     def advantages(self) -> FloatArray:

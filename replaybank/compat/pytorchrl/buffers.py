@@ -70,7 +70,6 @@ from replaybank.errors import (
     DtypeError,
     ShapeError,
     describe,
-    require_extra,
 )
 from replaybank.samplers.base import Sampler
 from replaybank.samplers.prioritized import PrioritizedSampler
@@ -135,8 +134,13 @@ class NStepReplayBuffer(ReplayBuffer):
     """Storage class for Off-Policy with multi step learning.
 
     Args:
-        size, device, actor, algorithm, envs, seed: As :class:`ReplayBuffer`.
+        size: As :class:`ReplayBuffer`.
+        device: As :class:`ReplayBuffer`.
+        actor: As :class:`ReplayBuffer`.
+        algorithm: As :class:`ReplayBuffer`.
+        envs: As :class:`ReplayBuffer`.
         n_step: Number of future steps of the truncated n-step return.
+        seed: As :class:`ReplayBuffer`.
 
     Raises:
         ArgumentError, ConfigError: ``n_step`` is not a whole number >= 1 (or another
@@ -199,14 +203,19 @@ class PERBuffer(NStepReplayBuffer):
     """Storage class for Off-Policy algorithms using PER, combinable with n-step.
 
     Args:
-        size, device, actor, algorithm, envs, n_step, seed: As
-            :class:`NStepReplayBuffer`.
+        size: As :class:`NStepReplayBuffer`.
+        device: As :class:`NStepReplayBuffer`.
+        actor: As :class:`NStepReplayBuffer`.
+        algorithm: As :class:`NStepReplayBuffer`.
+        envs: As :class:`NStepReplayBuffer`.
+        n_step: As :class:`NStepReplayBuffer`.
         epsilon: PER epsilon, a finite number >= 0: priority ``(error + epsilon) **
             alpha``.
         alpha: PER alpha, a finite number >= 0 (0: uniform replay, ``per_weights =
             1.0``, as pytorchrl's default).
         beta: PER beta (importance-sampling exponent), a number in ``[0, 1]``.
         default_error: TD error given to newly added steps, a finite number >= 0.
+        seed: As :class:`NStepReplayBuffer`.
 
     Raises:
         ArgumentError, ConfigError: A PER parameter of the wrong kind, NaN or out of
@@ -244,6 +253,13 @@ class PERBuffer(NStepReplayBuffer):
     def prioritized(self) -> bool:
         """PER is on (``alpha > 0``)."""
         return float(self.alpha) > 0.0
+
+    @property
+    def _per(self) -> PrioritizedSampler | None:
+        """The core's prioritized sampler (ERE's inner one), if it has one."""
+        sampler = None if self.buffer is None else self.buffer.sampler
+        per = sampler.prioritized if isinstance(sampler, RecentSampler) else sampler
+        return per if isinstance(per, PrioritizedSampler) else None
 
     def _per_sampler(self) -> PrioritizedSampler | None:
         if not self.prioritized:
@@ -285,21 +301,16 @@ class PERBuffer(NStepReplayBuffer):
         self._per_info(out, batch, torch)
 
     def _per_info(self, out: dict[str, Any], batch: Any, torch: Any) -> None:
-        if self.recurrent_actor:
-            out["idxs"] = np.asarray(batch["starts"])
-            if self.prioritized:
-                w = np.repeat(np.asarray(batch["weights"]), self.sequence_length)
-                out["per_weights"] = torch.as_tensor(w[:, None], dtype=torch.float32,
-                                                     device=self.device)
-            else:
-                out["per_weights"] = 1.0
-            return
-        out["idxs"] = batch.indices
-        if self.prioritized:
-            out["per_weights"] = torch.as_tensor(batch.weights[:, None],
-                                                 dtype=torch.float32, device=self.device)
-        else:
+        # a recurrent actor's batch: one key per window, its weight on each of its steps
+        out["idxs"] = np.asarray(batch["starts"]) if self.recurrent_actor else batch.indices
+        if not self.prioritized:
             out["per_weights"] = 1.0
+            return
+        w = np.asarray(batch["weights"])  # [B]
+        if self.recurrent_actor:
+            w = np.repeat(w, self.sequence_length)  # [S * sequence_length]
+        out["per_weights"] = torch.as_tensor(w[:, None], dtype=torch.float32,
+                                             device=self.device)
 
     def after_gradients(self, batch: dict[str, Any], info: dict[str, Any]) -> dict[str, Any]:
         """Set the priorities of the batch's steps from ``info["Algorithm"]["errors"]``
@@ -340,9 +351,7 @@ class PERBuffer(NStepReplayBuffer):
         check_mapping(where, "batch", batch, "a batch of generate_batches")
         check_mapping(where, "info", info, "the algorithm's info, e.g. {'Algorithm': "
                       "{'errors': td_errors}}")
-        sampler = None if self.buffer is None else self.buffer.sampler
-        per = sampler.prioritized if isinstance(sampler, RecentSampler) else sampler
-        if not (self.prioritized and isinstance(per, PrioritizedSampler)):
+        if not (self.prioritized and self._per is not None):
             return None
         algo = info.get(ALGORITHM)
         if not isinstance(algo, Mapping) or "errors" not in algo:
@@ -386,10 +395,6 @@ class PERBuffer(NStepReplayBuffer):
         p = np.power(priority, 1.0 / float(self.alpha)) - float(self.epsilon)
         return idxs, np.maximum(p, 0.0)
 
-    @staticmethod
-    def _torch_module() -> Any:
-        return require_extra("torch", "torch")
-
     def _check_parameter(self, name: str, value: Any) -> Any:
         if name in ("epsilon", "alpha", "beta", "default_error", "error"):
             checked = _per_parameter(f"update_storage_parameter({name!r}, ...)",
@@ -402,12 +407,11 @@ class PERBuffer(NStepReplayBuffer):
 
     def _parameters_changed(self, name: str) -> None:
         super()._parameters_changed(name)
-        sampler = None if self.buffer is None else self.buffer.sampler
-        per = sampler.prioritized if isinstance(sampler, RecentSampler) else sampler
+        per = self._per
         if name in ("error", "default_error"):
             if self._priority is not None:
                 self._priority = float(self.error)
-        elif name in ("alpha", "beta", "epsilon") and isinstance(per, PrioritizedSampler):
+        elif name in ("alpha", "beta", "epsilon") and per is not None:
             per.alpha, per.beta, per.eps = (float(self.alpha), float(self.beta),
                                             float(self.epsilon))
         elif name == "alpha" and self.buffer is not None:
@@ -429,11 +433,20 @@ class EREBuffer(PERBuffer):
     combinable with PER and n-step.
 
     Args:
-        size, device, actor, algorithm, envs, n_step, epsilon, alpha, beta,
-            default_error, seed: As :class:`PERBuffer`.
+        size: As :class:`PERBuffer`.
+        device: As :class:`PERBuffer`.
+        actor: As :class:`PERBuffer`.
+        algorithm: As :class:`PERBuffer`.
+        envs: As :class:`PERBuffer`.
+        n_step: As :class:`PERBuffer`.
+        epsilon: As :class:`PERBuffer`.
+        alpha: As :class:`PERBuffer`.
+        beta: As :class:`PERBuffer`.
+        default_error: As :class:`PERBuffer`.
         eta: ERE eta, a number in ``(0, 1]`` (1.0: uniform over the buffer); adaptive
             between ``eta`` and 1.
         cmin: ERE cmin, the smallest window, an int >= 1.
+        seed: As :class:`PERBuffer`.
 
     Raises:
         ArgumentError, ConfigError: ``eta`` or ``cmin`` of the wrong kind or out of

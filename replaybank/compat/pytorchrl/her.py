@@ -58,6 +58,7 @@ from replaybank.compat.pytorchrl.keys import (
     RHS,
     RHS2,
     to_numpy,
+    tree_map,
 )
 from replaybank.errors import ArgumentError, ConfigError, ShapeError, describe
 from replaybank.spec import UNSET, Spec, collect_fields
@@ -84,14 +85,22 @@ class HERBuffer(EREBuffer):
     Args:
         size: Storage capacity along time axis (rows per env, for the real steps and
             again for their hindsight copies).
-        device, actor, algorithm, envs: As :class:`~replaybank.compat.pytorchrl.
-            ReplayBuffer`.
+        device: As :class:`~replaybank.compat.pytorchrl.ReplayBuffer`.
+        actor: As :class:`~replaybank.compat.pytorchrl.ReplayBuffer`.
+        algorithm: As :class:`~replaybank.compat.pytorchrl.ReplayBuffer`.
+        envs: As :class:`~replaybank.compat.pytorchrl.ReplayBuffer`.
         her_function: ``(obs, rhs, obs2, rhs2, rew, initial_state, final_state) -> (obs,
             rhs, obs2, rhs2, rew)``, arrays ``[1, *shape]``; ``initial_state`` and
             ``final_state`` are the observations of the episode's first and last step.
             What it returns must keep the shapes it was given (``rew``: one number).
-        n_step, epsilon, alpha, beta, default_error, eta, cmin, seed: As
-            :class:`~replaybank.compat.pytorchrl.EREBuffer`.
+        n_step: As :class:`~replaybank.compat.pytorchrl.EREBuffer`.
+        epsilon: As :class:`~replaybank.compat.pytorchrl.EREBuffer`.
+        alpha: As :class:`~replaybank.compat.pytorchrl.EREBuffer`.
+        beta: As :class:`~replaybank.compat.pytorchrl.EREBuffer`.
+        default_error: As :class:`~replaybank.compat.pytorchrl.EREBuffer`.
+        eta: As :class:`~replaybank.compat.pytorchrl.EREBuffer`.
+        cmin: As :class:`~replaybank.compat.pytorchrl.EREBuffer`.
+        seed: As :class:`~replaybank.compat.pytorchrl.EREBuffer`.
 
     Raises:
         ArgumentError: ``her_function`` is not callable (or another argument is bad, as
@@ -144,12 +153,10 @@ class HERBuffer(EREBuffer):
         ended = [False] * n  # the env's stored episode ended within this write
         writes: list[tuple[int, list[dict[str, Any]]]] = []
         for t in range(1 if steps is None else steps):
-            row = values if steps is None else {k: _at(v, t) for k, v in values.items()}
-            hidden = rhs if steps is None else {k: _at(v, t) for k, v in rhs.items()}
+            row = values if steps is None else _at(values, t)
+            hidden = rhs if steps is None else _at(rhs, t)
             for e in range(n):
-                step = {k: _row(v, e) for k, v in row.items()}
-                step.update({k: _row(v, e) for k, v in hidden.items()})
-                pending[e].append(step)
+                pending[e].append({**_row(row, e), **_row(hidden, e)})
             for e in np.flatnonzero(row["terminated"]).tolist():
                 episode = pending[e] if ended[e] else self._episodes[e] + pending[e]
                 rows = self._relabel(where, episode)
@@ -285,9 +292,7 @@ class HERBuffer(EREBuffer):
 
 def _at(value: Any, t: int) -> Any:
     """Step ``t`` of a value ``[steps, ...]`` (of each entry of a dict)."""
-    if isinstance(value, dict):
-        return {k: _at(v, t) for k, v in value.items()}
-    return value[t]
+    return tree_map(lambda v: v[t], value)
 
 
 def _key_of(name: str) -> str:
@@ -315,18 +320,13 @@ def _same_shape(where: str, name: str, got: Any, given: Any) -> Any:
 
 
 def _row(value: Any, e: int) -> Any:
-    """Env ``e``'s value ``[1, *shape]`` (a copy)."""
-    if isinstance(value, dict):
-        return {k: _row(v, e) for k, v in value.items()}
-    return np.array(value[e:e + 1])
+    """Env ``e``'s value ``[1, *shape]`` (a copy; of each entry of a dict)."""
+    return tree_map(lambda v: np.array(v[e:e + 1]), value)
 
 
 def _copy(value: Any) -> Any:
-    if value is None:
-        return None
-    if isinstance(value, dict):
-        return {k: _copy(v) for k, v in value.items()}
-    return np.array(value)
+    """A copy of a value (of each entry of a dict; None stays None)."""
+    return None if value is None else tree_map(np.array, value)
 
 
 def _stack(values: list[Any]) -> Any:

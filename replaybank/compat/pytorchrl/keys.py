@@ -10,15 +10,17 @@ Example:
     ('Observation', 'RecurrentHiddenStates', 'Done')
     >>> CORE_NAMES[IREW]
     'irew'
-    >>> import numpy as np
-
-from replaybank.host import as_numpy
+    >>> [key for key, name, column in FIELDS if column]
+    ['Reward', 'NextDone']
     >>> to_numpy({"a": [1.0, 2.0]})["a"].dtype.name
     'float64'
+    >>> tree_map(len, {"a": [1, 2], "b": {"c": [3]}})
+    {'a': 2, 'b': {'c': 1}}
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -26,8 +28,9 @@ import numpy as np
 from replaybank.host import as_numpy
 
 __all__ = [
-    "ACT", "ACTPROBS", "ALGORITHM", "CORE_NAMES", "DONE", "DONE2", "EPISODES", "IREW",
-    "OBS", "OBS2", "REW", "RHS", "RHS2", "STORAGE_TENSORS", "tensor_of", "to_numpy",
+    "ACT", "ACTPROBS", "ALGORITHM", "CORE_NAMES", "DONE", "DONE2", "EPISODES", "FIELDS",
+    "IREW", "OBS", "OBS2", "REW", "RHS", "RHS2", "STORAGE_TENSORS", "tensor_of", "to_numpy",
+    "tree_map",
 ]
 
 OBS = "Observation"
@@ -52,6 +55,18 @@ STORAGE_TENSORS = (OBS, RHS, DONE, ACT, REW, IREW, OBS2, RHS2, DONE2, ACTPROBS)
 #: the observation, i.e. the previous step ended).
 CORE_NAMES = {DONE: "prev_done", IREW: "irew", ACTPROBS: "act_probs", RHS: "rhs",
               RHS2: "rhs2"}
+
+#: The keys every transition has: ``(pytorchrl key, core field, per-env scalar)``; a
+#: per-env scalar is ``[..., 1]`` in pytorchrl's data and ``[...]`` in the core's.
+FIELDS = ((OBS, "obs", False), (ACT, "action", False), (REW, "reward", True),
+          (OBS2, "next_obs", False), (DONE2, "terminated", True))
+
+
+def tree_map(fn: Callable[[Any], Any], value: Any) -> Any:
+    """``fn`` of every leaf of ``value`` (a dict observation: of each entry, nested)."""
+    if isinstance(value, dict):
+        return {k: tree_map(fn, v) for k, v in value.items()}
+    return fn(value)
 
 
 def to_numpy(value: Any) -> Any:

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
@@ -62,6 +62,7 @@ from replaybank.compat.pytorchrl.keys import (
     CORE_NAMES,
     DONE,
     DONE2,
+    FIELDS,
     OBS,
     OBS2,
     REW,
@@ -70,6 +71,7 @@ from replaybank.compat.pytorchrl.keys import (
     STORAGE_TENSORS,
     tensor_of,
     to_numpy,
+    tree_map,
 )
 from replaybank.errors import (
     ArgumentError,
@@ -425,7 +427,8 @@ class Storage(FrontEnd):
                 if self.recurrent_actor:
                     extras.append(k)
                 else:  # pytorchrl keeps a single zero row of the hidden states
-                    zeros[k] = _zeros_like(_head(_numbers(where, k, sample[k])))
+                    zeros[k] = tree_map(lambda v: np.zeros(np.shape(v[:1]), np.float32),
+                                        _numbers(where, k, sample[k]))
         self._num_envs = n
         self._extras = tuple(extras)
         self._stored = _REQUIRED + self._extras
@@ -647,14 +650,8 @@ class Storage(FrontEnd):
                torch: Any) -> dict[str, Any]:
         b = self._core().sample(mini_batch_size, **self._sample_kwargs(k, num_mini_batch))
         dev = self._device(torch)
-        out: dict[str, Any] = {key: {} for key in self.storage_tensors}
-        out[OBS] = tensor_of(b.obs, torch, dev)
-        out[ACT] = tensor_of(b.action, torch, dev)
-        out[REW] = tensor_of(b.reward[:, None], torch, dev)
-        out[OBS2] = tensor_of(b.next_obs, torch, dev)
-        out[DONE2] = tensor_of(b.terminated[:, None], torch, dev)
-        for key in self._extras:
-            out[key] = tensor_of(getattr(b, CORE_NAMES[key]), torch, dev)
+        out = self._translated(b.__getitem__, lambda v: tensor_of(v, torch, dev),
+                               {key: {} for key in self.storage_tensors})
         if self._zeros:
             zeros = self._zero_tensors
             if zeros is None or zeros[0] != dev:  # made once per device, then shared
@@ -674,31 +671,36 @@ class Storage(FrontEnd):
             episode_boundary="cross", strict=True, state_fields=state,
             **self._sample_kwargs(k, num_mini_batch))
         nested = sb.to_dict()
-        dev = self.device
+        dev = self._device(torch)
 
-        def flat(v: Any) -> Any:
-            if isinstance(v, dict):
-                return {x: flat(y) for x, y in v.items()}
-            return v.reshape(-1, *v.shape[2:])  # [S, W, ...] -> [S * W, ...]
+        def field(name: str) -> Any:
+            if name in state:  # the hidden states of each window's first step [S, ...]
+                return nested["initial"][name]
+            # [S, W, ...] -> [S * W, ...]
+            return tree_map(lambda v: v.reshape(-1, *v.shape[2:]), nested[name])
 
-        out: dict[str, Any] = {key: {} for key in self.storage_tensors}
-        out[OBS] = tensor_of(flat(nested["obs"]), torch, dev)
-        out[ACT] = tensor_of(flat(nested["action"]), torch, dev)
-        out[REW] = tensor_of(flat(nested["reward"])[:, None], torch, dev)
-        out[OBS2] = tensor_of(flat(nested["next_obs"]), torch, dev)
-        out[DONE2] = tensor_of(flat(nested["terminated"])[:, None], torch, dev)
-        for key in self._extras:
-            name = CORE_NAMES[key]
-            value = nested["initial"][name] if key in _RECURRENT_KEYS else flat(nested[name])
-            out[key] = tensor_of(value, torch, dev)
+        out = self._translated(field, lambda v: tensor_of(v, torch, dev),
+                               {key: {} for key in self.storage_tensors})
         self._batch_info(out, sb, k, num_mini_batch, torch)
+        return out
+
+    def _translated(self, field: Callable[[str], Any], convert: Callable[[Any], Any],
+                    out: dict[str, Any]) -> dict[str, Any]:
+        """pytorchrl's dict of core data: ``out`` (what keys not stored hold) with
+        ``convert(field(core name))`` under each stored key, a per-env scalar as a column
+        ``[..., 1]``: the one translation of core names to pytorchrl's keys."""
+        for key, name, column in FIELDS:
+            value = field(name)
+            out[key] = convert(value[..., None] if column else value)
+        for key in self._extras:
+            out[key] = convert(field(CORE_NAMES[key]))
         return out
 
     # ------------------------------------------------------------------ slices
     def _rows(self, start: int, stop: int) -> dict[str, Any]:
         """Rows ``[start, stop)`` of every env in oldest-first order (0 = the oldest row
         stored), pytorchrl's layout ``{key: [rows, num_envs, ...] float32}``."""
-        out: dict[str, Any] = {key: None for key in self.storage_tensors}
+        out: dict[str, Any] = dict.fromkeys(self.storage_tensors)
         buf = self.buffer
         if buf is None or not buf.allocated:
             return out
@@ -714,20 +716,14 @@ class Storage(FrontEnd):
         def shaped(v: Any) -> Any:
             return np.asarray(v, dtype=np.float32).reshape(rows, n, *np.shape(v)[1:])
 
-        def nest(prefix: str, fetch: Any) -> Any:
-            names = [f for f in t.spec if f == prefix or f.startswith(prefix + "/")]
-            flat = {f: shaped(fetch(f)) for f in names}
-            return unflatten(flat)[prefix]
+        def field(name: str) -> Any:
+            if name == "next_obs":  # stored once, as the next step's obs
+                return unflatten({f: shaped(t.gather_next(f, keys))
+                                  for f in t.obs_fields})["obs"]
+            names = [f for f in t.spec if f == name or f.startswith(name + "/")]
+            return unflatten({f: shaped(t.gather(f, keys)) for f in names})[name]
 
-        out[OBS] = nest("obs", lambda f: t.gather(f, keys))
-        nxt = unflatten({f: shaped(t.gather_next(f, keys)) for f in t.obs_fields})
-        out[OBS2] = nxt["obs"]
-        out[ACT] = nest("action", lambda f: t.gather(f, keys))
-        out[REW] = shaped(t.gather("reward", keys))[..., None]
-        out[DONE2] = shaped(t.gather("terminated", keys))[..., None]
-        for key in self._extras:
-            out[key] = nest(CORE_NAMES[key], lambda f: t.gather(f, keys))
-        return out
+        return self._translated(field, lambda v: v, out)
 
     def get_all_buffer_data(self, data_to_cpu: bool = False) -> dict[str, Any]:
         """Return the rows added since the last :meth:`reset`: ``{key: [step, num_envs,
@@ -841,7 +837,7 @@ class Storage(FrontEnd):
             return
         part = _slice(data, first, rows)
         if self.buffer is None:
-            self._first_write(where, _index(part, 0),
+            self._first_write(where, tree_map(lambda v: v[0], part),
                               lambda: self._insert(where, part, rows - first))
         else:
             self._insert(where, part, rows - first)
@@ -953,19 +949,6 @@ class Storage(FrontEnd):
 
 
 # ---------------------------------------------------------------------- helpers
-def _zeros_like(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _zeros_like(v) for k, v in value.items()}
-    return np.zeros(np.shape(value), dtype=np.float32)
-
-
-def _head(value: Any) -> Any:
-    """The first row ``[1, ...]`` of a value (of each entry of a dict)."""
-    if isinstance(value, dict):
-        return {k: _head(v) for k, v in value.items()}
-    return value[:1]
-
-
 def _first_leaf(value: Any) -> Any:
     """The first array of a value (nested dicts: depth first)."""
     while isinstance(value, dict):
@@ -991,19 +974,10 @@ def _empty(value: Any) -> bool:
     return isinstance(value, dict) and not value
 
 
-def _index(value: Any, i: int) -> Any:
-    if isinstance(value, dict):
-        return {k: _index(v, i) for k, v in value.items()}
-    return to_numpy(value)[i]
-
-
 def _slice(data: dict[str, Any], a: int, b: int) -> dict[str, Any]:
-    def cut(v: Any) -> Any:
-        if isinstance(v, dict):
-            return {k: cut(x) for k, x in v.items()}
-        return to_numpy(v)[a:b]
-
-    return {k: None if v is None else cut(v) for k, v in data.items()}
+    """Rows ``[a, b)`` of pytorchrl-layout data."""
+    return {k: None if v is None else tree_map(lambda x: to_numpy(x)[a:b], v)
+            for k, v in data.items()}
 
 
 def _same_data(a: dict[str, Any], b: dict[str, Any]) -> bool:
