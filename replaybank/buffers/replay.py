@@ -324,10 +324,6 @@ class ReplayBuffer:
         return parts
 
     # ------------------------------------------------------------------ writing
-    def _allocate(self, spec: Spec) -> None:
-        self.write_route.allocate(spec)
-        self.record_owner()
-
     def record_owner(self) -> None:
         """Write the owner's config (this buffer's, or its wrapper's: ``storage_owner``)
         into durable storage, so that ``rb.open(path)`` can rebuild it (no-op in memory)."""
@@ -403,8 +399,8 @@ class ReplayBuffer:
         """A write the hot path did not take, one call at a time (guard.py)."""
         locked = self._guard.enter()
         try:
-            if self.write_route.write(self._current_parts(), values, steps, env_ids, priority):
-                self.record_owner()  # the first write allocated the storage
+            self.write_route.write(self._current_parts(), values, steps, env_ids, priority,
+                                   self.record_owner)
         finally:
             self._guard.leave(locked)
 
@@ -673,7 +669,8 @@ class ReplayBuffer:
                 self._clear()
             else:
                 if self._table is None:
-                    self._allocate(spec)
+                    self.write_route.allocate(spec)
+                    self.record_owner()
                 buffer_state.load_table(self.table, state_dict["table"])
             self.sampler.load_state_dict(state_dict["sampler"])
             # checkpoints written before views had state hold none: the view keeps its own

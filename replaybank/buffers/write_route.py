@@ -27,6 +27,7 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from replaybank.buffers.calls import check_call, lane_ids
@@ -78,7 +79,7 @@ class WriteRoute:
         return self.store.allocate(spec)
 
     def write(self, parts: Parts, values: StepValues, steps: bool, env_ids: Any,
-              priority: Any) -> bool:
+              priority: Any, allocated: Callable[[], None]) -> None:
         """A write the hot path did not take (the caller holds the guard).
 
         Args:
@@ -87,9 +88,10 @@ class WriteRoute:
             steps: ``extend`` (a leading step dimension) rather than ``add``.
             env_ids: The lanes written (None: every lane).
             priority: Initial priorities (prioritized samplers), or None.
-
-        Returns:
-            Whether this write allocated the storage (the buffer's first write).
+            allocated: Called when this write allocated the storage, before anything is
+                written to it (the buffer records its config in durable storage, so that
+                a process killed during its first write leaves files ``rb.open`` reads).
+                Passed per call, not kept: the route holds no reference to its buffer.
         """
         self.store.check_write("extend" if steps else "add")
         if parts.transform is not None:
@@ -110,9 +112,9 @@ class WriteRoute:
                               self.rows_only)
             check_priority(parts.traits, priority, call.out)
             writer_choice()  # a bad REPLAYBANK_WRITER too
-            self._new_writer(parts, self.allocate(call.spec)).write_checked(call, priority)
-            return True
-        return False
+            table = self.allocate(call.spec)
+            allocated()
+            self._new_writer(parts, table).write_checked(call, priority)
 
     def _new_writer(self, parts: Parts, table: StepTable) -> Writer:
         """The writer of ``table`` and the current parts (``REPLAYBANK_WRITER`` is read
