@@ -23,10 +23,15 @@
  * is read, so a wrong call raises instead of reading or writing out of bounds.
  *
  * Speed: the descent is level-major (every draw's step at one level before the next
- * level), so the loads of different draws are independent and overlap; the large levels
- * are prefetched for every draw before any is scanned. A scan stops at its child (a
- * branch-free scan of all children measured slower). Tree updates refresh GROUP parent
- * nodes at once, so their dependent additions overlap.
+ * level), so the loads of different draws are independent and overlap. Each step is a
+ * branch-free scan (no mispredicted exit waiting on a cache miss) that, once the draw's
+ * child is known, prefetches that child's children for the next level, a whole level of
+ * draws ahead; consecutive draws at one node (stratified draws near the root) share its
+ * running sums. The default fanout (16) has its own instance with a constant K, so the
+ * scans unroll. Tree updates refresh GROUP parent nodes at once, so their dependent
+ * additions overlap, after prefetching the parents the first refresh writes; parents
+ * come from a shift where K is a power of two. One lane's key and slot arithmetic needs
+ * no division.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -35,14 +40,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define GROUP 8                 /* parent nodes refreshed together */
-#define PREFETCH_LEVEL 0    /* levels with more nodes than this are prefetched */
+#define GROUP 4                 /* parent nodes refreshed together (at fanout 16 a group of
+                                 * 4 keeps its sums and minima in registers) */
 #define MAXDEPTH 64
 
 #if defined(__GNUC__) || defined(__clang__)
 #define PREFETCH(p) __builtin_prefetch((p), 0, 3)
+#define PREFETCH_W(p) __builtin_prefetch((p), 1, 3)
 #else
 #define PREFETCH(p) ((void)0)
+#define PREFETCH_W(p) ((void)0)
 #endif
 
 /* importance weights are clamped to the float32 range of normal numbers */
@@ -106,8 +113,17 @@ typedef struct {
     const int64_t *off;
     int depth;          /* D */
     int64_t K;
+    int shift;          /* log2(K) where K is a power of two, else -1 */
     int64_t leaves;     /* K ** D */
 } Shape;
+
+/* The parent of node x (>= 0): x / K, a shift where K is a power of two (a 64-bit
+ * division costs tens of cycles). */
+static inline int64_t
+parent_of(const Shape *s, int64_t x)
+{
+    return s->shift >= 0 ? x >> s->shift : x / s->K;
+}
 
 static int
 tree_shape(Shape *s, const Arr *offsets, Py_ssize_t fanout, Py_ssize_t sum_len,
@@ -116,6 +132,10 @@ tree_shape(Shape *s, const Arr *offsets, Py_ssize_t fanout, Py_ssize_t sum_len,
     Py_ssize_t n = count(offsets);
     s->off = (const int64_t *)offsets->view.buf;
     s->K = fanout;
+    s->shift = -1;
+    for (int b = 1; b < 7; b++)
+        if (fanout == ((Py_ssize_t)1 << b))
+            s->shift = b;
     s->depth = (int)(n - 2);
     if (fanout < 2 || fanout > 64 || n < 3 || n - 2 > MAXDEPTH) {
         PyErr_SetString(PyExc_ValueError, "replaybank._sampling: bad tree layout");
@@ -209,32 +229,63 @@ sampling_map_raw(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
 
 /* ------------------------------------------------------------------ the sum tree */
 
+/* Index of the lowest set bit of x != 0. */
+static inline int
+lowest_bit(uint64_t x)
+{
+#if defined(__GNUC__) || defined(__clang__)
+    return __builtin_ctzll(x);
+#else
+    int i = 0;
+    while (!(x & 1)) {
+        x >>= 1;
+        i++;
+    }
+    return i;
+#endif
+}
+
 /* Descend every draw b from node[b] of level `lvl` to its child, t[b] becoming the mass
  * left inside that child: the first child whose running sum exceeds t[b], clamped to the
  * last positive child (round-off, or a target at the total). Running sums add the
- * children in order from 0.0, as numpy's cumsum and the oracle's find. */
-static void
-descend(const double *tree, const Shape *s, int lvl, int64_t *node, double *t, Py_ssize_t n)
+ * children in order from 0.0, as numpy's cumsum and the oracle's find.
+ *
+ * The scan is branch-free: every child's running sum is formed (the same additions in
+ * the same order as a scan that stops at its child; the later sums are not used) with a
+ * bit per child whose sum exceeds t[b], and the chosen child is the lowest set bit, so
+ * no branch waits for the children's cache miss. Once a draw's child is known, the
+ * lines of that child's own children (the next level) are prefetched, a whole level of
+ * draws ahead of their use. `K` is a constant in the default fanout's instance (see
+ * descend), so the scan unrolls. */
+static inline void
+descend_k(const double *tree, const Shape *s, const int64_t K, int lvl, int64_t *node,
+          double *t, Py_ssize_t n)
 {
-    const int64_t K = s->K, off = s->off[lvl + 1];
-    if (s->off[lvl + 2] - off > PREFETCH_LEVEL)
-        for (Py_ssize_t b = 0; b < n; b++) {
-            const double *ch = tree + off + node[b] * K;
-            for (int64_t c = 0; c < K; c += 8)
-                PREFETCH(ch + c);
-        }
+    const int64_t off = s->off[lvl + 1];
+    const int next = lvl + 1 < s->depth;
+    const int64_t noff = next ? s->off[lvl + 2] : 0;
+    double cum[64];
+    int64_t held = -1; /* the node whose running sums cum holds */
     for (Py_ssize_t b = 0; b < n; b++) {
         const double *ch = tree + off + node[b] * K;
         const double tb = t[b];
-        double acc = 0.0;
-        int64_t c = 0;
-        for (; c < K - 1; c++) {
-            const double cum = acc + ch[c];
-            if (cum > tb)
-                break;
-            acc = cum;
+        uint64_t above = (uint64_t)1 << (K - 1); /* no sum above t[b]: the last child */
+        if (node[b] == held) { /* the previous draw's node (stratified draws near the
+                                * root): the same sums, compared only */
+            for (int64_t k = 0; k < K - 1; k++)
+                above |= (uint64_t)(cum[k] > tb) << k;
+        } else {
+            double acc = 0.0;
+            for (int64_t k = 0; k < K - 1; k++) {
+                acc = acc + ch[k];
+                cum[k] = acc;
+                above |= (uint64_t)(acc > tb) << k;
+            }
+            held = node[b];
         }
-        if (c == K - 1 && !(ch[c] > 0.0 && acc + ch[c] > tb)) {
+        int64_t c = lowest_bit(above);
+        double before = c ? cum[c - 1] : 0.0;
+        if (c == K - 1 && !(ch[c] > 0.0 && before + ch[c] > tb)) {
             /* round-off, or a target at the total: the last positive child */
             int64_t last = 0;
             double run = 0.0, before_last = 0.0;
@@ -246,11 +297,26 @@ descend(const double *tree, const Shape *s, int lvl, int64_t *node, double *t, P
                 run = run + ch[k];
             }
             c = last;
-            acc = before_last;
+            before = before_last;
         }
-        t[b] = tb - acc;
-        node[b] = node[b] * K + c;
+        t[b] = tb - before;
+        const int64_t child = node[b] * K + c;
+        node[b] = child;
+        if (next) {
+            const double *g = tree + noff + child * K;
+            for (int64_t k = 0; k < K; k += 8)
+                PREFETCH(g + k);
+        }
     }
+}
+
+static void
+descend(const double *tree, const Shape *s, int lvl, int64_t *node, double *t, Py_ssize_t n)
+{
+    if (s->K == 16)
+        descend_k(tree, s, 16, lvl, node, t, n);
+    else
+        descend_k(tree, s, s->K, lvl, node, t, n);
 }
 
 static void
@@ -312,48 +378,65 @@ cmp_int64(const void *x, const void *y)
     return (a > b) - (a < b);
 }
 
-/* Recompute node (sum and min) of level lvl from its children; GROUP nodes at once so
- * their dependent additions overlap. The min tree holds internal levels only; the
- * leaves of the min are the sum tree's, 0 counting as +inf. Sums add the children in
- * order (as the oracle's cumsum), mins keep the first of equals. */
+/* Recompute nodes[0..k) (sum and min) of level lvl from their children, G nodes at once
+ * so their dependent additions overlap (G a constant: the group's sums stay in
+ * registers). The min tree holds internal levels only; the leaves of the min are the sum
+ * tree's, 0 counting as +inf. Sums add the children in order (as the oracle's cumsum),
+ * mins keep the first of equals. */
+static inline void
+refresh_group(double *st, double *mt, const int64_t K, int64_t coff, int64_t poff,
+              int leaf_children, const int64_t *nodes, const int G)
+{
+    double sum[GROUP], mn[GROUP];
+    for (int i = 0; i < G; i++) {
+        const int64_t base = coff + nodes[i] * K;
+        sum[i] = st[base];
+        if (leaf_children)
+            mn[i] = sum[i] > 0.0 ? sum[i] : INFINITY;
+        else
+            mn[i] = mt[base];
+    }
+    if (leaf_children)
+        for (int64_t c = 1; c < K; c++)
+            for (int i = 0; i < G; i++) {
+                const double v = st[coff + nodes[i] * K + c], w = v > 0.0 ? v : INFINITY;
+                sum[i] = sum[i] + v;
+                mn[i] = w < mn[i] ? w : mn[i];
+            }
+    else
+        for (int64_t c = 1; c < K; c++)
+            for (int i = 0; i < G; i++) {
+                const int64_t at = coff + nodes[i] * K + c;
+                const double w = mt[at];
+                sum[i] = sum[i] + st[at];
+                mn[i] = w < mn[i] ? w : mn[i];
+            }
+    for (int i = 0; i < G; i++) {
+        st[poff + nodes[i]] = sum[i];
+        mt[poff + nodes[i]] = mn[i];
+    }
+}
+
+static inline void
+refresh_k(double *st, double *mt, const Shape *s, const int64_t K, int lvl,
+          const int64_t *nodes, Py_ssize_t k)
+{
+    const int64_t coff = s->off[lvl + 1], poff = s->off[lvl];
+    const int leaf_children = lvl == s->depth - 1;
+    Py_ssize_t n0 = 0;
+    for (; n0 + GROUP <= k; n0 += GROUP)
+        refresh_group(st, mt, K, coff, poff, leaf_children, nodes + n0, GROUP);
+    for (; n0 < k; n0++)
+        refresh_group(st, mt, K, coff, poff, leaf_children, nodes + n0, 1);
+}
+
 static void
 refresh(double *st, double *mt, const Shape *s, int lvl, const int64_t *nodes, Py_ssize_t k)
 {
-    const int64_t K = s->K, coff = s->off[lvl + 1], poff = s->off[lvl];
-    const int leaf_children = lvl == s->depth - 1;
-    for (Py_ssize_t n0 = 0; n0 < k; n0 += GROUP) {
-        const int g = (int)(k - n0 < GROUP ? k - n0 : GROUP);
-        const double *cs[GROUP], *cm[GROUP];
-        double sum[GROUP], mn[GROUP];
-        for (int i = 0; i < g; i++) {
-            const int64_t base = coff + nodes[n0 + i] * K;
-            cs[i] = st + base;
-            cm[i] = mt + base;
-            sum[i] = cs[i][0];
-            if (leaf_children)
-                mn[i] = sum[i] > 0.0 ? sum[i] : INFINITY;
-            else
-                mn[i] = cm[i][0];
-        }
-        if (leaf_children)
-            for (int64_t c = 1; c < K; c++)
-                for (int i = 0; i < g; i++) {
-                    const double v = cs[i][c], w = v > 0.0 ? v : INFINITY;
-                    sum[i] = sum[i] + v;
-                    mn[i] = w < mn[i] ? w : mn[i];
-                }
-        else
-            for (int64_t c = 1; c < K; c++)
-                for (int i = 0; i < g; i++) {
-                    const double w = cm[i][c];
-                    sum[i] = sum[i] + cs[i][c];
-                    mn[i] = w < mn[i] ? w : mn[i];
-                }
-        for (int i = 0; i < g; i++) {
-            st[poff + nodes[n0 + i]] = sum[i];
-            mt[poff + nodes[n0 + i]] = mn[i];
-        }
-    }
+    if (s->K == 16)
+        refresh_k(st, mt, s, 16, lvl, nodes, k);
+    else
+        refresh_k(st, mt, s, s->K, lvl, nodes, k);
 }
 
 /* Set leaves idx[i] = values[i] (later duplicates win) and refresh each ancestor once.
@@ -362,9 +445,15 @@ static int
 update_tree(double *st, double *mt, const Shape *s, const int64_t *idx, const double *values,
             Py_ssize_t n)
 {
-    const int64_t leaf0 = s->off[s->depth];
-    for (Py_ssize_t i = 0; i < n; i++)
+    const int64_t leaf0 = s->off[s->depth], poff = s->off[s->depth - 1];
+    for (Py_ssize_t i = 0; i < n; i++) {
         st[leaf0 + idx[i]] = values[i];
+        /* the parents' sum and min are rewritten next: the min tree's line is
+         * often not cached (a draw reads only the sum tree) */
+        const int64_t p = poff + parent_of(s, idx[i]);
+        PREFETCH_W(mt + p);
+        PREFETCH_W(st + p);
+    }
     if (n == 0)
         return 0;
     int64_t *nodes = PyMem_Malloc((size_t)n * sizeof(int64_t));
@@ -382,7 +471,7 @@ update_tree(double *st, double *mt, const Shape *s, const int64_t *idx, const do
     for (int lvl = s->depth - 1; lvl >= 0; lvl--) {
         Py_ssize_t m = 0; /* distinct parents, in order */
         for (Py_ssize_t i = 0; i < k; i++) {
-            const int64_t p = nodes[i] / s->K;
+            const int64_t p = parent_of(s, nodes[i]);
             if (m == 0 || nodes[m - 1] != p)
                 nodes[m++] = p;
         }
@@ -495,6 +584,7 @@ sampling_sample(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
     find_leaves(tree, &s, targets, n, slots, t);
     const int64_t leaf0 = s.off[s.depth];
     const double p_min = ((const double *)a[1].view.buf)[s.off[0]];
+    const int64_t oldest0 = written[0] - counts[0], old_mod = floor_mod(oldest0, rows);
     double p_bmin = INFINITY;
     for (Py_ssize_t b = 0; b < n; b++) {
         const int64_t sl = slots[b];
@@ -507,9 +597,14 @@ sampling_sample(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
                             "landed past the last slot); rebuild it from a checkpoint");
             goto done;
         }
-        const int64_t row = sl / lanes, lane = sl - row * lanes;
-        const int64_t oldest = written[lane] - counts[lane];
-        keys[b] = (oldest + floor_mod(row - oldest, rows)) * lanes + lane;
+        if (lanes == 1) { /* row = slot: floor_mod(row - oldest, rows) without a division */
+            const int64_t d = sl - old_mod;
+            keys[b] = oldest0 + (d < 0 ? d + rows : d);
+        } else {
+            const int64_t row = sl / lanes, lane = sl - row * lanes;
+            const int64_t oldest = written[lane] - counts[lane];
+            keys[b] = (oldest + floor_mod(row - oldest, rows)) * lanes + lane;
+        }
     }
     for (Py_ssize_t b = 0; b < n; b++) {
         const double p = weights[b];
@@ -610,6 +705,9 @@ sampling_update_keys(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
     }
     Py_ssize_t m = 0;
     double top = 0.0;
+    const int64_t oldest0 = written[0] - counts[0];
+    const int fast = lanes == 1 && oldest0 >= 0;
+    const int64_t old_mod = fast ? oldest0 % rows : 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         const int64_t k = keys[i];
         if (k < 0)
@@ -618,7 +716,13 @@ sampling_update_keys(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
         if (seq >= written[lane] || seq < written[lane] - counts[lane])
             continue; /* overwritten (stale) or cleared */
         const double v = pow(raw[i] + eps, alpha);
-        slots[m] = (seq % rows) * lanes + lane;
+        const int64_t d = seq - oldest0;
+        if (fast && d < rows) { /* seq % rows from the oldest live row: no division */
+            const int64_t r = old_mod + d;
+            slots[m] = r >= rows ? r - rows : r;
+        } else {
+            slots[m] = (seq % rows) * lanes + lane;
+        }
         vals[m] = v;
         top = v > top ? v : top;
         m++;

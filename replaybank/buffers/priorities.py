@@ -237,13 +237,19 @@ def update_priorities(traits: SamplerTraits, lanes: LaneView | None, indices: An
         )
     if lanes is None:
         raise ShapeError("the buffer has no storage yet; add a transition or pass spec=")
-    indices, priorities = to_host(indices, priorities)  # tensors: one transfer at most
-    keys = ring.as_int_array(indices, "indices")
-    if type(priorities) is np.ndarray and priorities.dtype.kind == "f":  # the usual call
+    if type(indices) is np.ndarray and indices.dtype == np.int64 \
+            and type(priorities) is np.ndarray and priorities.dtype.kind == "f":
+        # the usual call (batch.indices and a float array): no tensors to move
+        keys = indices.reshape(-1)
         p = priorities.astype(np.float64, copy=False).reshape(-1)
     else:
-        p = _floats(priorities, f"update_priorities(priorities={describe(priorities)})"
-                    ).reshape(-1)
+        indices, priorities = to_host(indices, priorities)  # tensors: one transfer at most
+        keys = ring.as_int_array(indices, "indices")
+        if type(priorities) is np.ndarray and priorities.dtype.kind == "f":
+            p = priorities.astype(np.float64, copy=False).reshape(-1)
+        else:
+            p = _floats(priorities, f"update_priorities(priorities={describe(priorities)})"
+                        ).reshape(-1)
     if len(p) != len(keys):
         raise ShapeError(
             f"update_priorities: {len(keys)} indices but {len(p)} priorities; "

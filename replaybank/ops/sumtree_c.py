@@ -60,14 +60,19 @@ def sample_stratified(tree: FloatArray, min_tree: FloatArray, offsets: IntArray,
     """Fused stratified draw (:func:`replaybank.ops.sumtree_numba.sample_stratified`):
     targets ``(b + u_b) * total / B``, their leaves, item keys, ``P(i)`` and IS weights
     (``norm``: 0 buffer, 1 batch, 2 none)."""
-    n = u.shape[0]
+    n = len(u)
     keys = np.empty(n, dtype=_i64)
     probs = np.empty(n, dtype=_f64)
     weights = np.empty(n, dtype=_f64)
-    _sampling.sample(tree, min_tree, offsets, fanout, np.ascontiguousarray(u, dtype=_f64),
-                     np.ascontiguousarray(written, dtype=_i64),
-                     np.ascontiguousarray(counts, dtype=_i64), int(rows), float(beta),
-                     int(norm), int(n_items), keys, probs, weights)
+    try:  # the usual call: arrays of the right kind as they are (the kernel checks them)
+        _sampling.sample(tree, min_tree, offsets, fanout, u, written, counts, rows, beta,
+                         norm, n_items, keys, probs, weights)
+    except TypeError:  # array-likes, other dtypes or strides: converted, as the twins do
+        _sampling.sample(tree, min_tree, offsets, fanout,
+                         np.ascontiguousarray(u, dtype=_f64).reshape(-1),
+                         np.ascontiguousarray(written, dtype=_i64),
+                         np.ascontiguousarray(counts, dtype=_i64), int(rows), float(beta),
+                         int(norm), int(n_items), keys, probs, weights)
     return keys, probs, weights
 
 
@@ -84,12 +89,17 @@ def update_keys(sum_tree: FloatArray, min_tree: FloatArray, offsets: IntArray, f
                 rows: int, eps: float, alpha: float) -> tuple[int, float]:
     """Fused priority update by item key: drop stale keys, map live ones to slots, store
     ``(raw + eps) ** alpha``. Returns ``(number applied, largest stored value)``."""
-    m, top = _sampling.update_keys(sum_tree, min_tree, offsets, fanout,
-                                   np.ascontiguousarray(keys, dtype=_i64).reshape(-1),
-                                   np.ascontiguousarray(raw, dtype=_f64).reshape(-1),
-                                   np.ascontiguousarray(written, dtype=_i64),
-                                   np.ascontiguousarray(counts, dtype=_i64), int(rows),
-                                   float(eps), float(alpha))
+    try:  # the usual call: arrays of the right kind as they are (the kernel checks them
+        # all before it writes anything)
+        m, top = _sampling.update_keys(sum_tree, min_tree, offsets, fanout, keys, raw,
+                                       written, counts, rows, eps, alpha)
+    except TypeError:  # array-likes, other dtypes or strides: converted, as the twins do
+        m, top = _sampling.update_keys(sum_tree, min_tree, offsets, fanout,
+                                       np.ascontiguousarray(keys, dtype=_i64).reshape(-1),
+                                       np.ascontiguousarray(raw, dtype=_f64).reshape(-1),
+                                       np.ascontiguousarray(written, dtype=_i64),
+                                       np.ascontiguousarray(counts, dtype=_i64), int(rows),
+                                       float(eps), float(alpha))
     return int(m), float(top)
 
 

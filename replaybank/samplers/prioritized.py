@@ -69,6 +69,8 @@ from replaybank.storage.backends.base import available_memory
 __all__ = ["MAX_TOTAL", "PrioritizedSampler", "importance_weights", "is_weights", "raw_limit"]
 
 _NORMS = ("buffer", "batch", None)
+#: The compiled kernels' code of each ``weight_norm``.
+_NORM_CODES = {"buffer": 0, "batch": 1, None: 2}
 _SCHEDULES = ("constant", "linear")
 
 
@@ -260,6 +262,7 @@ class PrioritizedSampler:
         self._kernels: sumtree.Kernels | None = None
         self._one = (np.zeros(1, np.int64), np.zeros(1, np.float64))  # see on_write_range
         self._fused: sumtree.FusedKernels | None = None  # C or numba fused kernels
+        self._root = 0  # where the sum tree's total is (see bind)
         self.kernel_name = "unbound"
         self._limit = math.inf
 
@@ -291,6 +294,7 @@ class PrioritizedSampler:
         self._limit = limit
         self._n = n
         self._off = off
+        self._root = int(off[0])
         self._sum = sumtree.new_tree(self._off, 0.0)
         self._min = sumtree.new_tree(self._off, np.inf, internal_only=True)
         self._kernels, self.kernel_name = sumtree.kernels(self.kernel)
@@ -305,6 +309,7 @@ class PrioritizedSampler:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+        self.__dict__.setdefault("_root", 0)  # pickled before it was kept
         if self.kernel_name != "unbound":
             self._kernels, self.kernel_name = sumtree.kernels(self.kernel)
             self._fused = sumtree.fused(self.kernel_name)
@@ -392,13 +397,15 @@ class PrioritizedSampler:
         Returns:
             Number of priorities applied.
         """
-        self._bound()
+        fused = self._fused  # set by bind: None unbound or with the numpy kernels
+        if fused is None:
+            self._bound()
         keys = np.asarray(keys, dtype=np.int64).reshape(-1)
         p = np.asarray(priorities, dtype=np.float64).reshape(-1)
-        if self._fused is not None:
-            m, top = self._fused.update_keys(self._sum, self._min, self._off, self.fanout, keys,
-                                             p, lanes.written, lanes.counts, lanes.T,
-                                             self.eps, self.alpha)
+        if fused is not None:
+            m, top = fused.update_keys(self._sum, self._min, self._off, self.fanout, keys, p,
+                                       lanes.written, lanes.counts, lanes.T, self.eps,
+                                       self.alpha)
             if m:
                 self.max_priority = max(self.max_priority, top)
             return int(m)
@@ -509,6 +516,20 @@ class PrioritizedSampler:
 
         Every check comes before the schedule advances and before the generator is read.
         """
+        fused = self._fused
+        if fused is not None and replace is True and type(batch_size) is int \
+                and 0 < batch_size <= LARGE_BATCH:
+            # the usual call, checked as below in fewer steps: a float beta in [0, 1]
+            # (NaN fails the comparison) or the schedule's, a positive total
+            b = beta if type(beta) is float and 0.0 <= beta <= 1.0 else self.resolve_beta(beta)
+            size = lanes.size
+            if size > 0 and self._sum[self._root] > 0.0:
+                self.calls += 1
+                norm = _NORM_CODES.get(self.weight_norm, 2)
+                keys, probs, w = fused.sample_stratified(
+                    self._sum, self._min, self._off, self.fanout, rng.random(batch_size),
+                    lanes.written, lanes.counts, lanes.T, b, norm, size)
+                return SampleResult(keys, probs, w)
         size = lanes.size
         if type(batch_size) is not int or not 0 < batch_size <= LARGE_BATCH \
                 or replace is not True or size <= 0:
@@ -527,7 +548,7 @@ class PrioritizedSampler:
         self.calls += 1  # every check passed: the call counts
         if replace and self._fused is not None:
             u = rng.random(batch_size)
-            norm = 0 if self.weight_norm == "buffer" else 1 if self.weight_norm == "batch" else 2
+            norm = _NORM_CODES.get(self.weight_norm, 2)
             keys, probs, w = self._fused.sample_stratified(
                 self._sum, self._min, self._off, self.fanout, u, lanes.written, lanes.counts,
                 lanes.T, b, norm, size)
