@@ -14,6 +14,7 @@ from setuptools import Extension, setup
 setup(ext_modules=[
     Extension("replaybank._lane", ["replaybank/_lane.c"], optional=True),
     Extension("replaybank._sampling", ["replaybank/_sampling.c"], optional=True),
+    Extension("replaybank._windows", ["replaybank/_windows.c"], optional=True),
     Extension("replaybank._lane_killpoints", ["replaybank/_lane.c"], optional=True,
               define_macros=[("REPLAYBANK_KILLPOINTS", "1")]),
 ])

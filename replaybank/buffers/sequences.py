@@ -37,9 +37,10 @@ Speed: with numba and numpy storage (``KERNEL = "auto"``), the uniform sampler's
 mapped to starts, checked and selected, and the slots, flags and side patches of the kept
 starts computed, in one compiled call (:func:`~replaybank.ops.windows_numba.draw_plan`;
 other samplers and redraw rounds use :func:`~replaybank.ops.windows_numba.draw_windows`
-and :func:`~replaybank.ops.windows_numba.sequence_plan`); the data is then gathered with
-``ndarray.take``. The batches are identical to the numpy path's (``KERNEL = "numpy"``,
-used for other storages too).
+and :func:`~replaybank.ops.windows_numba.sequence_plan`); the data of every field is then
+gathered in one call (:func:`~replaybank.ops.windows.take_rows`, in C where built). The
+batches are identical to the numpy path's (``KERNEL = "numpy"``, used for other storages
+too).
 
 Example:
     >>> import numpy as np
@@ -71,31 +72,19 @@ from replaybank.ops import ring, windows
 from replaybank.ops.draws import uniform_ints
 from replaybank.ops.jit import pick_kernel
 from replaybank.samplers.base import LaneView, SampleResult, SamplerTraits
-from replaybank.samplers.checks import (
-    check_batch_size,
-    check_draw_size,
-    check_options,
-    check_replace,
-    check_size_arg,
-)
-from replaybank.samplers.windows import draw_starts, extent_kernel, redraw_short
+from replaybank.samplers.windows import WindowRequest, draw_starts, extent_kernel, redraw_short
 from replaybank.spec import SEP, real_floats
 from replaybank.storage.table import StepTable
 from replaybank.views.sequence import fused_reads, gather_fused, gather_numpy
 
-__all__ = ["STATE_PREFIX", "sample_sequences", "sequence_candidates",
-           "update_sequence_priorities"]
+__all__ = ["STATE_PREFIX", "WindowRequest", "draw_windows", "sample_sequences",
+           "sequence_candidates", "update_sequence_priorities"]
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
 
 #: Batch name prefix of the stored recurrent state at each window's first step.
 STATE_PREFIX = "initial"
-
-
-#: The arguments of sample_sequences itself (the rest go to the sampler).
-_SEQ_ARGS = ("batch_size", "sequence_length", "episode_boundary", "strict", "burn_in",
-             "state_fields", "max_redraws")
 
 
 def _state_names(spec_names: Sequence[str], state_fields: Any) -> list[str]:
@@ -224,18 +213,13 @@ def sample_sequences(
         >>> sb.obs.shape, sb["initial/hidden"].shape, sb.burn_in[0].tolist()
         ((3, 5, 1), (3, 4), [True, False, False, False, False])
     """
-    batch_size, sequence_length, burn_in, max_redraws, cross, width, size = _checked(
-        "sample_sequences", table, lanes, traits, batch_size, sequence_length,
-        episode_boundary, strict, burn_in, max_redraws, sampler_kwargs)
-    if table is None or lanes is None:  # pragma: no cover - check_batch_size raised
-        raise AssertionError("no storage to sample from")
-    saved = rng.bit_generator.state  # a late failure (no window found) restores it
-    try:
-        return _sample(table, lanes, rng, traits, batch_size, sequence_length, cross, strict,
-                       burn_in, state_fields, max_redraws, sampler_kwargs, width, size)
-    except BaseException:
-        rng.bit_generator.state = saved
-        raise
+    req = WindowRequest.checked("sample_sequences", table, lanes, traits, batch_size,
+                                sequence_length, episode_boundary, strict, burn_in,
+                                state_fields, max_redraws, sampler_kwargs)
+    batch = draw_windows(table, lanes, rng, traits, req)[1]
+    if batch is None:  # pragma: no cover - a sampling draw always gives B windows
+        raise AssertionError("sample_sequences drew no batch")
+    return batch
 
 
 def sequence_candidates(
@@ -295,133 +279,123 @@ def sequence_candidates(
         >>> usable.shape, sb.obs.shape[0] == int(usable.sum()), bool(np.all(sb.starts % 3 == 0))
         ((8,), True, True)
     """
-    call = "sequence_candidates"
-    batch_size, sequence_length, burn_in, _, cross, width, _ = _checked(
-        call, table, lanes, traits, batch_size, sequence_length, episode_boundary, strict,
-        burn_in, max_redraws, sampler_kwargs)
-    if sampler_kwargs.get("replace", True) is not True:
-        raise ConfigError(f"{call}(replace={sampler_kwargs['replace']!r}): candidates are "
-                          "drawn with replacement; use sample_sequences for distinct starts")
-    independent = traits.independent
-    if independent is None:
-        raise ConfigError(
-            f"{call}: the sampler ({type(traits.sampler).__name__}) cannot draw keys "
-            "independently (no draw_independent); use sample_sequences")
-    if table is None or lanes is None:  # pragma: no cover - _checked raised
+    req = WindowRequest.checked("sequence_candidates", table, lanes, traits, batch_size,
+                                sequence_length, episode_boundary, strict, burn_in,
+                                state_fields, max_redraws, sampler_kwargs)
+    usable, batch = draw_windows(table, lanes, rng, traits, req)
+    if usable is None:  # pragma: no cover - candidates always tell which are usable
+        raise AssertionError("sequence_candidates drew no candidates")
+    return usable, batch
+
+
+def draw_windows(table: StepTable | None, lanes: LaneView | None, rng: np.random.Generator,
+                 traits: SamplerTraits, req: WindowRequest
+                 ) -> tuple[BoolArray | None, SequenceBatch | None]:
+    """The one draw of window batches, for :func:`sample_sequences` and
+    :func:`sequence_candidates`.
+
+    Args:
+        table: The buffer's step table.
+        lanes: Its lane bookkeeping.
+        rng: The sampling generator.
+        traits: The buffer's sampler's traits.
+        req: The checked request (:meth:`WindowRequest.checked`).
+
+    Returns:
+        ``(usable, batch)``: for candidates, ``usable`` ``[M]`` and the batch of the
+        usable ones (None when none is); else ``(None, batch)`` with ``B`` windows of
+        usable starts (see :func:`sample_sequences`).
+
+    Raises:
+        ConfigError: A strict window never fits in a lane, or a stored field clashes
+            with an ``initial/<name>`` state.
+        EmptyBufferError: Too few usable windows (:func:`sample_sequences`); the
+            generator state and the beta schedule are restored.
+
+    Example:
+        >>> import numpy as np
+        >>> import replaybank as rb
+        >>> buf = rb.ReplayBuffer(capacity=64, seed=0)
+        >>> for t in range(12):
+        ...     buf.add(obs=np.full(2, t, np.float32), action=0, reward=1.0,
+        ...             next_obs=np.full(2, t + 1, np.float32), terminated=False,
+        ...             truncated=False)
+        >>> req = WindowRequest("sample_sequences", 2, 3, 0, False, True, None, 16, {})
+        >>> usable, sb = draw_windows(buf.table, buf.lane_view(), buf.rng,
+        ...                           buf.sampler_traits, req)
+        >>> usable is None, sb.obs.shape
+        (True, (2, 3, 2))
+    """
+    if table is None or lanes is None:  # pragma: no cover - check_batch_size raised
         raise AssertionError("no storage to sample from")
-    _check_fits(table, width, strict, sequence_length, burn_in, call)
-    state_names = _cached_state_names(table.spec, state_fields)
-    min_len = width if strict else burn_in + 1
-    keys = independent.draw_independent(batch_size, lanes, rng)
-    ext = extent_kernel()(table.link, lanes.written, lanes.counts, keys, width, cross)
-    usable = np.asarray(ext >= min_len)
-    if not usable.any():
-        return usable, None
-    return usable, _windows(_fast_kernels(), table, keys[usable], ext[usable], width,
-                            burn_in, min_len >= width, None, state_names)
-
-
-def _checked(call: str, table: StepTable | None, lanes: LaneView | None,
-             traits: SamplerTraits, batch_size: Any, sequence_length: Any,
-             episode_boundary: Any, strict: Any, burn_in: Any, max_redraws: Any,
-             sampler_kwargs: dict[str, Any]) -> tuple[int, int, int, int, bool, int, int]:
-    """The checked arguments of ``call`` (:func:`sample_sequences` or
-    :func:`sequence_candidates`): ``(batch_size, sequence_length, burn_in, max_redraws,
-    cross, width, size)``; raises as :func:`sample_sequences` documents."""
-    if not (type(batch_size) is int and type(sequence_length) is int
-            and type(burn_in) is int and type(max_redraws) is int
-            and batch_size >= 1 and sequence_length >= 1 and burn_in >= 0
-            and max_redraws >= 0):
-        batch_size = check_size_arg("batch_size", batch_size, call)
-        sequence_length = check_size_arg("sequence_length", sequence_length, call)
-        burn_in = check_size_arg("burn_in", burn_in, call, lo=0)
-        max_redraws = check_size_arg("max_redraws", max_redraws, call, lo=0)
-    if sampler_kwargs:
-        check_options(call, sampler_kwargs, traits.options, _SEQ_ARGS, traits.sampler)
-        if "replace" in sampler_kwargs:
-            check_replace(sampler_kwargs["replace"], call)
-    if episode_boundary == "stop":
-        cross = False
-    elif episode_boundary == "cross":
-        cross = True
-    else:
+    width = req.width
+    if req.strict and width > table.T:
         raise ConfigError(
-            f"{call}(episode_boundary={episode_boundary!r}): use 'stop' (windows "
-            "end at episode ends, R2D2) or 'cross' (windows run over them, DreamerV3)"
+            f"{req.call}(sequence_length={req.sequence_length}, burn_in={req.burn_in}): a "
+            f"window of {width} steps never fits in a lane of {table.T} rows; lower them, "
+            "use strict=False or a larger capacity"
         )
-    if strict is not True and strict is not False and not isinstance(strict, np.bool_):
-        raise ConfigError(f"{call}(strict={strict!r}): must be a bool")
-    width = burn_in + sequence_length
-    size = 0 if lanes is None else lanes.size
-    if batch_size * (width + 1) > (1 << 20):  # [B, W + 1] of every field: memory first
-        check_draw_size(
-            f"{call}(batch_size={batch_size}, sequence_length={sequence_length}, "
-            f"burn_in={burn_in})", batch_size * (width + 1),
-            0 if table is None else table.spec.nbytes_per_item,
-            "lower batch_size, sequence_length or burn_in")
-    check_batch_size(batch_size, size, True, call)
-    return batch_size, sequence_length, burn_in, max_redraws, cross, width, size
-
-
-def _check_fits(t: StepTable, width: int, strict: Any, sequence_length: int, burn_in: int,
-                call: str) -> None:
-    """A strict window of ``width`` steps must fit in a lane."""
-    if strict and width > t.T:
-        raise ConfigError(
-            f"{call}(sequence_length={sequence_length}, burn_in={burn_in}): a "
-            f"window of {width} steps never fits in a lane of {t.T} rows; lower them, use "
-            "strict=False or a larger capacity"
-        )
+    state_names = _cached_state_names(table.spec, req.state_fields)
+    fast = _fast_kernels()
+    if req.candidates:  # independent draws from the unconditional law, all kept
+        independent = traits.independent
+        if independent is None:  # pragma: no cover - WindowRequest.checked raised
+            raise AssertionError("no independent draws")
+        keys = independent.draw_independent(req.batch_size, lanes, rng)
+        ext = extent_kernel()(table.link, lanes.written, lanes.counts, keys, width,
+                              req.cross)
+        usable = np.asarray(ext >= req.min_len)
+        if not usable.any():
+            return usable, None
+        return usable, _batch(fast, table, keys[usable], ext[usable], req, None,
+                              state_names)
+    saved = rng.bit_generator.state  # a late failure (no window found) restores it
+    try:
+        return None, _sample(table, lanes, rng, traits, req, fast, state_names)
+    except BaseException:
+        rng.bit_generator.state = saved
+        raise
 
 
 def _sample(table: StepTable, lanes: LaneView, rng: np.random.Generator,
-            traits: SamplerTraits, batch_size: int, sequence_length: int, cross: bool,
-            strict: Any, burn_in: int, state_fields: Any, max_redraws: int,
-            sampler_kwargs: dict[str, Any], width: int, size: int) -> SequenceBatch:
-    """The body of :func:`sample_sequences` once its arguments are checked."""
+            traits: SamplerTraits, req: WindowRequest, fast: Any,
+            state_names: list[str]) -> SequenceBatch:
+    """The ``B`` usable starts of :func:`sample_sequences` and their batch."""
     t = table
-    _check_fits(t, width, strict, sequence_length, burn_in, "sample_sequences")
-    state_names = _cached_state_names(t.spec, state_fields)
-    min_len = width if strict else burn_in + 1
-    fast = _fast_kernels()
+    width, cross, min_len, bsz = req.width, req.cross, req.min_len, req.batch_size
     reads = fused_reads(t) if fast is not None else None
+    extent = None
     if reads is not None:
         bounds = reads.boundaries(fast, t)
-        if not sampler_kwargs and max_redraws > 0 and traits.uniform is not None:
-            # the uniform sampler's draw (as _draw_rounds), checked and planned in one call
-            flat = uniform_ints(rng, size, batch_size + batch_size // 2 + 4)
+        # extents read the lane-major boundary bytes (a cache line or two per window)
+        extent = partial(fast.window_extent, bounds=bounds)
+        if not req.options and req.max_redraws > 0 and traits.uniform is not None:
+            # the uniform sampler's draw (as draw_starts), checked and planned in one call
+            flat = uniform_ints(rng, lanes.size, bsz + bsz // 2 + 4)
             keys, ext, _, plan = fast.draw_plan(t.link, t.written, t.counts, flat, width,
-                                                cross, min_len, batch_size, reads.term,
-                                                reads.trunc, burn_in, bounds)
+                                                cross, min_len, bsz, reads.term,
+                                                reads.trunc, req.burn_in, bounds)
             if plan is not None:
-                out = gather_fused(fast, t, keys, ext, width, burn_in, min_len >= width, plan,
-                                   reads)
+                out = gather_fused(fast, t, keys, ext, width, req.burn_in,
+                                   min_len >= width, plan, reads)
                 return _finish(out, None, state_names)
-            # extents read the lane-major boundary bytes (a cache line or two per window)
-            res, ext = redraw_short(traits, lanes, t.link, rng, SampleResult(keys), ext,
-                                    batch_size, width, cross, min_len, max_redraws, {},
-                                    partial(fast.window_extent, bounds=bounds))
-        else:
-            res, ext = draw_starts(traits, lanes, t.link, rng, batch_size, width, cross,
-                                   min_len, max_redraws, sampler_kwargs, size,
-                                   partial(fast.window_extent, bounds=bounds), fast)
-    else:
-        res, ext = draw_starts(traits, lanes, t.link, rng, batch_size, width, cross, min_len,
-                               max_redraws, sampler_kwargs, size, None, fast)
-    return _windows(fast, t, res.keys, ext, width, burn_in, min_len >= width, res,
-                    state_names)
+            res, ext = redraw_short(traits, lanes, t.link, rng, SampleResult(keys), ext, req,
+                                    extent)
+            return _batch(fast, t, res.keys, ext, req, res, state_names)
+    res, ext = draw_starts(traits, lanes, t.link, rng, req, extent, fast)
+    return _batch(fast, t, res.keys, ext, req, res, state_names)
 
 
-def _windows(fast: Any, t: StepTable, keys: IntArray, ext: IntArray, width: int,
-             burn_in: int, full: bool, res: SampleResult | None,
-             state_names: list[str]) -> SequenceBatch:
+def _batch(fast: Any, t: StepTable, keys: IntArray, ext: IntArray, req: WindowRequest,
+           res: SampleResult | None, state_names: list[str]) -> SequenceBatch:
     """The windows of the drawn starts ``keys`` (extents ``ext``) as a batch: the fused
     gather where the numba kernels serve this table, else the numpy one."""
     reads = fused_reads(t) if fast is not None else None
     if reads is not None:
-        out = gather_fused(fast, t, keys, ext, width, burn_in, full, None, reads)
+        out = gather_fused(fast, t, keys, ext, req.width, req.burn_in,
+                           req.min_len >= req.width, None, reads)
     else:
-        out = gather_numpy(t, keys, ext, width, burn_in)
+        out = gather_numpy(t, keys, ext, req.width, req.burn_in)
     return _finish(out, res, state_names)
 
 

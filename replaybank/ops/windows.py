@@ -42,7 +42,9 @@ __all__ = [
     "is_first",
     "kernel",
     "r2d2_priority",
+    "row_kernel",
     "stack_slots",
+    "take_rows",
     "valid_starts",
     "window_extent",
     "window_keys",
@@ -348,6 +350,62 @@ def kernel(fn: Callable[..., Any], prefer: str = "auto") -> tuple[Any, str]:
     """
     name = fn.__name__
     return pick_kernel(prefer, _TWINS[name], name, fn, name)
+
+
+def take_rows(jobs: tuple[tuple[npt.NDArray[Any], IntArray, npt.NDArray[Any]], ...]) -> None:
+    """``out[i] = src[idx[i]]`` (rows along the first axis) for every ``(src, idx, out)``.
+
+    The oracle of the C kernel :func:`replaybank.ops.windows_c.take_rows` (one call for
+    every field of a window batch). Every job is checked before any row is copied.
+
+    Args:
+        jobs: ``(src, idx, out)`` triples: ``src`` ``[N, *shape]``, ``idx`` int64 of any
+            shape ``S`` with values in ``[0, N)``, ``out`` ``[*S, *shape]`` of ``src``'s
+            dtype, all C-contiguous.
+
+    Raises:
+        IndexError: An index outside ``[0, N)`` (nothing is copied).
+        TypeError: ``idx`` is not int64.
+        ValueError: ``out`` does not hold ``idx.size`` rows of ``src``'s row size.
+
+    Example:
+        >>> src = np.arange(6).reshape(3, 2)
+        >>> out = np.empty((2, 2), src.dtype)
+        >>> take_rows(((src, np.array([2, 0]), out),))
+        >>> out.tolist()
+        [[4, 5], [0, 1]]
+    """
+    for j, (src, idx, out) in enumerate(jobs):
+        if idx.dtype != np.int64:
+            raise TypeError(f"take_rows: job {j}: idx must be a contiguous int64 array")
+        row = src.nbytes // src.shape[0] if src.shape[0] else 0
+        if out.nbytes != idx.size * row:
+            raise ValueError(f"take_rows: job {j}: out holds {out.nbytes} bytes, {idx.size} "
+                             f"rows of {row} bytes need {idx.size * row}")
+        if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= src.shape[0]):
+            raise IndexError(f"take_rows: job {j}: an index is out of bounds for "
+                             f"{src.shape[0]} rows")
+    for src, idx, out in jobs:
+        # the indices are checked: "wrap" skips numpy's buffered copy of mode "raise"
+        src.take(idx, axis=0, out=out.reshape(idx.shape + src.shape[1:]), mode="wrap")
+
+
+def row_kernel(prefer: str = "auto") -> tuple[Any, str]:
+    """:func:`take_rows` in C where the extension was built (``"c"``), else the numpy
+    function itself (:func:`~replaybank.ops.jit.pick_kernel`; there is no numba twin).
+
+    Args:
+        prefer: ``"auto"``, ``"c"`` (raise if it was not built) or ``"numpy"``.
+
+    Returns:
+        ``(function, name)``.
+
+    Example:
+        >>> row_kernel("numpy") == (take_rows, "numpy")
+        True
+    """
+    return pick_kernel(prefer, None, "take_rows", take_rows, "take_rows",
+                       compiled="replaybank.ops.windows_c")
 
 
 def r2d2_priority(td_errors: FloatArray, mask: BoolArray, eta: float) -> FloatArray:

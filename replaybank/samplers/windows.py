@@ -18,30 +18,152 @@ Example:
     >>> for t in range(20):
     ...     buf.add(obs=np.full(2, t, np.float32), action=0, reward=1.0,
     ...             next_obs=np.full(2, t + 1, np.float32), terminated=t == 9, truncated=False)
+    >>> req = WindowRequest("sample_sequences", 4, 5, 0, False, True, None, 16, {})
     >>> res, ext = draw_starts(buf.sampler_traits, buf.lane_view(), buf.table.link, buf.rng,
-    ...                        batch_size=4, width=5, cross=False, min_len=5, max_redraws=16,
-    ...                        kwargs={}, size=len(buf))
+    ...                        req)
     >>> res.keys.shape, bool(np.all(ext >= 5))
     ((4,), True)
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 
-from replaybank.errors import EmptyBufferError
+from replaybank.errors import ConfigError, EmptyBufferError
 from replaybank.ops import windows
 from replaybank.ops.draws import uniform_ints
 from replaybank.samplers.base import LaneView, SampleResult, SamplerTraits
+from replaybank.samplers.checks import (
+    check_batch_size,
+    check_draw_size,
+    check_options,
+    check_replace,
+    check_size_arg,
+)
 from replaybank.samplers.draw import replace_rows
 
-__all__ = ["draw_starts", "extent_kernel", "redraw_short"]
+if TYPE_CHECKING:
+    from replaybank.storage.table import StepTable
+
+__all__ = ["WindowRequest", "draw_starts", "extent_kernel", "redraw_short"]
 
 IntArray = npt.NDArray[np.int64]
+
+#: The arguments of sample_sequences itself (the rest go to the sampler).
+_SEQ_ARGS = ("batch_size", "sequence_length", "episode_boundary", "strict", "burn_in",
+             "state_fields", "max_redraws")
+
+
+class WindowRequest(NamedTuple):
+    """The checked arguments of one window draw
+    (:func:`replaybank.buffers.sequences.draw_windows`).
+
+    Args:
+        call: The public call (``"sample_sequences"``, or ``"sequence_candidates"``: the
+            starts are drawn independently and every draw is kept, usable or not).
+        batch_size: Windows (or candidates) ``B``.
+        sequence_length: Loss steps ``L`` per window.
+        burn_in: Leading burn-in steps ``k``.
+        cross: Windows run over episode ends (``episode_boundary="cross"``).
+        strict: Only full windows (True) or zero-padded shorter ones (False).
+        state_fields: As :func:`~replaybank.buffers.sequences.sample_sequences`.
+        max_redraws: Rounds of redrawing invalid starts before the exact fallback.
+        options: The sampler's keyword options (e.g. ``beta``).
+
+    Example:
+        >>> req = WindowRequest("sample_sequences", 4, 6, 2, False, True, None, 16, {})
+        >>> req.width, req.min_len, req.candidates
+        (8, 8, False)
+    """
+
+    call: str
+    batch_size: int
+    sequence_length: int
+    burn_in: int
+    cross: bool
+    strict: bool
+    state_fields: str | Sequence[str] | None
+    max_redraws: int
+    options: dict[str, Any]
+
+    @property
+    def width(self) -> int:
+        """Steps per window ``W = burn_in + sequence_length``."""
+        return self.burn_in + self.sequence_length
+
+    @property
+    def min_len(self) -> int:
+        """The shortest usable extent: ``W`` (strict) or ``burn_in + 1``."""
+        return self.width if self.strict else self.burn_in + 1
+
+    @property
+    def candidates(self) -> bool:
+        """Whether this is a :func:`sequence_candidates` draw."""
+        return self.call == "sequence_candidates"
+
+    @classmethod
+    def checked(cls, call: str, table: StepTable | None, lanes: LaneView | None,
+                traits: SamplerTraits, batch_size: Any, sequence_length: Any,
+                episode_boundary: Any, strict: Any, burn_in: Any, state_fields: Any,
+                max_redraws: Any, options: dict[str, Any]) -> WindowRequest:
+        """The request of ``call`` from its public arguments (named as in
+        :func:`~replaybank.buffers.sequences.sample_sequences`), checked before anything is drawn.
+
+        Raises:
+            ConfigError: As :func:`~replaybank.buffers.sequences.sample_sequences`
+                (and, for candidates, ``replace=False`` or a sampler that cannot draw
+                independently).
+            ArgumentError: An unknown keyword, or a ``replace`` that is not a bool.
+            CapacityError: The windows do not fit in memory.
+            EmptyBufferError: Nothing to draw.
+        """
+        if not (type(batch_size) is int and type(sequence_length) is int
+                and type(burn_in) is int and type(max_redraws) is int
+                and batch_size >= 1 and sequence_length >= 1 and burn_in >= 0
+                and max_redraws >= 0):
+            batch_size = check_size_arg("batch_size", batch_size, call)
+            sequence_length = check_size_arg("sequence_length", sequence_length, call)
+            burn_in = check_size_arg("burn_in", burn_in, call, lo=0)
+            max_redraws = check_size_arg("max_redraws", max_redraws, call, lo=0)
+        if options:
+            check_options(call, options, traits.options, _SEQ_ARGS, traits.sampler)
+            if "replace" in options:
+                check_replace(options["replace"], call)
+        if episode_boundary == "stop":
+            cross = False
+        elif episode_boundary == "cross":
+            cross = True
+        else:
+            raise ConfigError(
+                f"{call}(episode_boundary={episode_boundary!r}): use 'stop' (windows "
+                "end at episode ends, R2D2) or 'cross' (windows run over them, DreamerV3)"
+            )
+        if strict is not True and strict is not False and not isinstance(strict, np.bool_):
+            raise ConfigError(f"{call}(strict={strict!r}): must be a bool")
+        width = burn_in + sequence_length
+        if batch_size * (width + 1) > (1 << 20):  # [B, W + 1] of every field: memory first
+            check_draw_size(
+                f"{call}(batch_size={batch_size}, sequence_length={sequence_length}, "
+                f"burn_in={burn_in})", batch_size * (width + 1),
+                0 if table is None else table.spec.nbytes_per_item,
+                "lower batch_size, sequence_length or burn_in")
+        check_batch_size(batch_size, 0 if lanes is None else lanes.size, True, call)
+        if call == "sequence_candidates":
+            if options.get("replace", True) is not True:
+                raise ConfigError(
+                    f"{call}(replace={options['replace']!r}): candidates are drawn with "
+                    "replacement; use sample_sequences for distinct starts")
+            if traits.independent is None:
+                raise ConfigError(
+                    f"{call}: the sampler ({type(traits.sampler).__name__}) cannot draw keys "
+                    "independently (no draw_independent); use sample_sequences")
+        return cls(call, batch_size, sequence_length, burn_in, cross, bool(strict),
+                   state_fields, max_redraws, options)
 
 
 @cache
@@ -51,23 +173,30 @@ def extent_kernel() -> Any:
 
 
 def draw_starts(traits: SamplerTraits, lanes: LaneView, link: npt.NDArray[np.int32],
-                rng: np.random.Generator, batch_size: int, width: int, cross: bool,
-                min_len: int, max_redraws: int, kwargs: dict[str, Any], size: int,
-                extent: Any = None, fast: Any = None) -> tuple[SampleResult, IntArray]:
-    """``batch_size`` window starts whose extent is at least ``min_len`` and their extents
-    ``[B]`` (``fast``: the numba window module, for the uniform sampler's fused draw)."""
+                rng: np.random.Generator, req: WindowRequest, extent: Any = None,
+                fast: Any = None) -> tuple[SampleResult, IntArray]:
+    """``req.batch_size`` window starts whose extent is at least ``req.min_len`` and their
+    extents ``[B]``.
+
+    Args:
+        traits: The sampler's traits.
+        lanes: The lane bookkeeping.
+        link: Next-observation links ``[T, lanes]``.
+        rng: The sampling generator.
+        req: The checked request (its ``options`` go to the sampler).
+        extent: The window-extent function (default: :func:`extent_kernel`).
+        fast: The numba window module, for the uniform sampler's fused draw, or None.
+    """
     sampler = traits.scheduled
     if sampler is None:
-        return _draw_rounds(traits, lanes, link, rng, batch_size, width, cross, min_len,
-                            max_redraws, kwargs, size, extent, fast)
+        return _draw_rounds(traits, lanes, link, rng, req, extent, fast)
     # a scheduled sampler (PER): resolve beta once, so that redraw rounds neither advance
     # the schedule nor change beta inside one batch; the call counts once
     calls = sampler.calls
-    if kwargs.get("beta") is None:
-        kwargs = {**kwargs, "beta": sampler.current_beta}
+    if req.options.get("beta") is None:
+        req = req._replace(options={**req.options, "beta": sampler.current_beta})
     try:
-        out = _draw_rounds(traits, lanes, link, rng, batch_size, width, cross, min_len,
-                           max_redraws, kwargs, size, extent, fast)
+        out = _draw_rounds(traits, lanes, link, rng, req, extent, fast)
     except BaseException:
         sampler.calls = calls
         raise
@@ -76,48 +205,58 @@ def draw_starts(traits: SamplerTraits, lanes: LaneView, link: npt.NDArray[np.int
 
 
 def _draw_rounds(traits: SamplerTraits, lanes: LaneView, link: npt.NDArray[np.int32],
-                 rng: np.random.Generator, batch_size: int, width: int, cross: bool,
-                 min_len: int, max_redraws: int, kwargs: dict[str, Any], size: int,
-                 extent: Any = None, fast: Any = None) -> tuple[SampleResult, IntArray]:
+                 rng: np.random.Generator, req: WindowRequest, extent: Any = None,
+                 fast: Any = None) -> tuple[SampleResult, IntArray]:
     if extent is None:
         extent = extent_kernel()
+    kwargs, batch_size, min_len = req.options, req.batch_size, req.min_len
     # i.i.d. samplers draw a few spare starts up front and keep the first valid ones (in
     # draw order, so the accepted starts are still i.i.d. from the conditional law)
-    iid = traits.iid and kwargs.get("replace", True) and max_redraws > 0
+    iid = traits.iid and kwargs.get("replace", True) and req.max_redraws > 0
     m = batch_size + batch_size // 2 + 4 if iid else batch_size
     fast = fast if iid and traits.uniform is not None else None
     if fast is not None:
         # the uniform sampler's own draw (same generator calls), then key mapping,
         # extents and selection in one compiled pass
-        flat = uniform_ints(rng, size, m)  # size: the live steps
-        keys, ext, n_valid = fast.draw_windows(link, lanes.written, lanes.counts, flat, width,
-                                               cross, min_len, batch_size)
+        flat = uniform_ints(rng, lanes.size, m)  # size: the live steps
+        keys, ext, n_valid = fast.draw_windows(link, lanes.written, lanes.counts, flat,
+                                               req.width, req.cross, min_len, batch_size)
         res = SampleResult(keys)
         if n_valid >= batch_size:
             return res, ext
     else:
         res = traits.sampler.sample(m, lanes, rng, **kwargs)
-        ext = extent(link, lanes.written, lanes.counts, res.keys, width, cross)  # [m]
+        ext = extent(link, lanes.written, lanes.counts, res.keys, req.width,
+                     req.cross)  # [m]
         if m > batch_size:
             good = np.flatnonzero(ext >= min_len)
             sel = good[:batch_size] if len(good) >= batch_size else \
                 np.argsort(ext < min_len, kind="stable")[:batch_size]  # valid ones first
             res, ext = SampleResult(res.keys[sel]), ext[sel]
-    return redraw_short(traits, lanes, link, rng, res, ext, batch_size, width, cross, min_len,
-                        max_redraws, kwargs, extent)
+    return redraw_short(traits, lanes, link, rng, res, ext, req, extent)
 
 
 def redraw_short(traits: SamplerTraits, lanes: LaneView, link: npt.NDArray[np.int32],
-                 rng: np.random.Generator, res: SampleResult, ext: IntArray, batch_size: int,
-                 width: int, cross: bool, min_len: int, max_redraws: int,
-                 kwargs: dict[str, Any], extent: Any = None) -> tuple[SampleResult, IntArray]:
-    """Redraw the starts of ``res`` whose extent is below ``min_len`` (``ext`` is updated
-    in place), then fall back to the exact set of valid starts (uniform sampler).
-    ``extent``: the window-extent function (default: the kernel of ``KERNEL``)."""
+                 rng: np.random.Generator, res: SampleResult, ext: IntArray,
+                 req: WindowRequest, extent: Any = None) -> tuple[SampleResult, IntArray]:
+    """Redraw the starts of ``res`` whose extent is below ``req.min_len`` (``ext`` is
+    updated in place), then fall back to the exact set of valid starts (uniform sampler).
+
+    Args:
+        traits: The sampler's traits.
+        lanes: The lane bookkeeping.
+        link: Next-observation links ``[T, lanes]``.
+        rng: The sampling generator.
+        res: The drawn starts ``[B]``.
+        ext: Their extents ``[B]``.
+        req: The checked request (its ``options`` go to the sampler).
+        extent: The window-extent function (default: :func:`extent_kernel`).
+    """
     if extent is None:
         extent = extent_kernel()
+    width, cross, min_len, kwargs = req.width, req.cross, req.min_len, req.options
     exact = traits.uniform is not None
-    limit = max_redraws if exact else max(max_redraws, 1024)
+    limit = req.max_redraws if exact else max(req.max_redraws, 1024)
     for _ in range(limit):
         bad = np.flatnonzero(ext < min_len)
         if len(bad) == 0:
@@ -132,7 +271,7 @@ def redraw_short(traits: SamplerTraits, lanes: LaneView, link: npt.NDArray[np.in
     if len(valid) == 0 or not exact:
         mode = "cross" if cross else "stop"
         raise EmptyBufferError(
-            f"sample_sequences(batch_size={batch_size}, width={width}, "
+            f"sample_sequences(batch_size={req.batch_size}, width={width}, "
             f"episode_boundary={mode!r}): the buffer holds {len(valid)} windows of at least "
             f"{min_len} steps; add more data, shorten sequence_length/burn_in, or use "
             "strict=False (padded windows) or episode_boundary='cross'"

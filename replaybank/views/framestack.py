@@ -42,7 +42,6 @@ Example:
 
 from __future__ import annotations
 
-import math
 import operator
 from typing import Any
 
@@ -61,19 +60,15 @@ __all__ = ["FrameStackView"]
 IntArray = npt.NDArray[np.int64]
 # (slots [B, k + 1], side [B], step [B], ok [B] or None, n_not_ok, n_side)
 _Plan = tuple[IntArray, IntArray, IntArray, "npt.NDArray[np.bool_] | None", int, int]
-_UINT8 = np.dtype(np.uint8)
 
 
 class _Reads:
     """The arrays :meth:`FrameStackView.gather_valid` reads from one table: flat views
-    of the non-obs fields, the obs frames and kept-aside next frames as raw bytes."""
+    of the non-obs fields, the obs frames and the kept-aside next frames."""
 
-    __slots__ = ("arrays", "dtype", "fields", "frames", "link", "next", "obs", "shape", "side",
-                 "side_bytes", "size", "table")
+    __slots__ = ("arrays", "fields", "frames", "link", "next", "obs", "side", "table")
 
     def __init__(self, table: StepTable, frames: npt.NDArray[Any], obs: str) -> None:
-        from replaybank.ops.stack_numba import as_bytes
-
         self.table = table
         self.link = table.link
         self.arrays = tuple(table.arrays.values())
@@ -81,22 +76,15 @@ class _Reads:
                        if name != obs]
         self.obs = obs
         self.next = next_name(obs)
-        self.shape: tuple[int, ...] = tuple(frames.shape[1:])
-        self.size = math.prod(self.shape)
-        self.dtype = frames.dtype
-        self.frames = as_bytes(frames)  # [T * lanes, nbytes(frame)]
+        self.frames = frames  # [T * lanes, *frame]
         self.side: Any = None
-        self.side_bytes: Any = None
 
     def set_side(self, side: Any) -> bool:
         """Read the side store ``side`` (it is replaced when it grows); False when it is
-        not a C-contiguous numpy array (its bytes cannot be viewed)."""
-        from replaybank.ops.stack_numba import as_bytes
-
+        not a C-contiguous numpy array."""
         if type(side) is not np.ndarray or not side.flags.c_contiguous:
             return False
         self.side = side
-        self.side_bytes = as_bytes(side)
         return True
 
 
@@ -159,8 +147,9 @@ class FrameStackView:
         self._last: tuple[StepTable, IntArray, bytes, _Plan] | None = None
         # reused kernel output buffers (numba kernel; see stack_numba.stack_buffers)
         self._buffers: Any = None
-        # the fused check-and-copy kernel (numba) and what it reads (see _fast_reads)
-        self._gather_kernel: Any = None
+        # the row gather of every field of a batch (C, or numpy's take) and what it
+        # reads (see _fast_reads)
+        self._take: Any = None
         self._reads: _Reads | None = None
 
     # ------------------------------------------------------------------ inputs
@@ -226,16 +215,16 @@ class FrameStackView:
 
     # ------------------------------------------------------------------ sampling
     def _pick_kernel(self) -> Any:
-        """Choose the stack kernel once (numba: also the buffers and the gather kernel)."""
+        """Choose the stack kernel once (numba: also its buffers) and the row gather."""
         fn, name = windows.kernel(windows.stack_slots, self.kernel)
         if name == "numba":
-            from replaybank.ops.stack_numba import _stack_gather, stack_buffers, stack_plan
+            from replaybank.ops.stack_numba import stack_buffers, stack_plan
 
             self._kernel = stack_plan
-            self._gather_kernel = _stack_gather
             self._buffers = stack_buffers(0, self.k)
         else:
             self._kernel = _counted(fn)
+        self._take = windows.row_kernel("numpy" if self.kernel == "numpy" else "auto")[0]
         return self._kernel
 
     def _stack_slots(self, table: StepTable, keys: IntArray, reuse: bool = True) -> _Plan:
@@ -281,8 +270,8 @@ class FrameStackView:
 
     def _fast_reads(self, table: StepTable) -> _Reads | None:
         """What :meth:`gather_valid` reads, cached per table and rebuilt when one of its
-        arrays is replaced; None unless the numba kernel and one in-memory numpy obs
-        field (the general path serves the rest)."""
+        arrays is replaced; None unless one in-memory numpy obs field (the general path
+        serves the rest)."""
         reads = self._reads
         arrays = table.arrays
         if reads is not None and reads.table is table and reads.link is table.link \
@@ -290,8 +279,7 @@ class FrameStackView:
                 and all(map(operator.is_, arrays.values(), reads.arrays)):
             return reads
         self._reads = None
-        if self._gather_kernel is None or not table.plain_numpy \
-                or len(table.obs_fields) != 1 \
+        if not table.plain_numpy or len(table.obs_fields) != 1 \
                 or not all(type(a) is np.ndarray for a in arrays.values()):
             return None
         obs = table.obs_fields[0]
@@ -343,28 +331,31 @@ class FrameStackView:
             side = table.side.arrays[reads.obs]
             if side is not reads.side and not reads.set_side(side):
                 reads = self._reads = None
-        if reads is None:  # another backend, several obs fields or the numpy kernel
+        if reads is None:  # another backend or several obs fields
             plan = self._stack_slots(table, keys)
             if plan[4]:
                 return None
             self._last = (table, keys, table.written.tobytes(), plan)
             return self.gather(table, keys)
-        nb = keys.shape[0]
-        bufs = self._buffers
-        if bufs[1].shape[0] != nb:
-            from replaybank.ops.stack_numba import stack_buffers
-
-            bufs = self._buffers = stack_buffers(nb, self.k)
-        k1 = self.k + 1
-        w = np.empty((nb, k1, *reads.shape), reads.dtype)  # [B, k + 1, *frame]
-        raw = w.reshape(nb, k1, reads.size)
-        if reads.dtype is not _UINT8:
-            raw = raw.view(np.uint8)
-        if self._gather_kernel(table.link, table.written, table.counts, keys, self.k, bufs[0],
-                               reads.frames, reads.side_bytes, raw):
-            return None  # a key to redraw (or a corrupt link, which gather then reports)
-        step = bufs[4]
-        out = {name: a.take(step, axis=0) for name, a in reads.fields}
+        # [B, k + 1] slots, [B] side slots, [B] the steps' slots
+        win, side, step, _, n_not_ok, n_side = self._stack_slots(table, keys)
+        if n_not_ok:
+            return None  # a key to redraw
+        pos = None
+        if n_side:
+            pos = np.flatnonzero(side >= 0)
+            kept = side[pos]
+            if int(kept.max()) >= len(reads.side):
+                return None  # a corrupt link, which gather then reports
+        nb, k = keys.shape[0], self.k
+        frames = reads.frames
+        w = np.empty((nb, k + 1, *frames.shape[1:]), frames.dtype)  # [B, k + 1, *frame]
+        out = {name: np.empty((nb, *a.shape[1:]), a.dtype) for name, a in reads.fields}
+        # every field of the batch in one call: the windows' frames, the steps' rows
+        self._take(((frames, win, w),
+                    *((a, step, out[name]) for name, a in reads.fields)))
+        if pos is not None:  # the next observation of a final step was kept aside
+            w[pos, k] = reads.side[kept]
         out[reads.obs] = w[:, :-1]
         out[reads.next] = w[:, 1:]
         return out

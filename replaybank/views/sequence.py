@@ -26,6 +26,12 @@ __all__ = ["fused_reads", "gather_fused", "gather_numpy"]
 IntArray = npt.NDArray[np.int64]
 
 @cache
+def _row_kernel() -> Any:
+    """The row gather of every field of a batch (C where built, else numpy), loaded once."""
+    return windows.row_kernel()[0]
+
+
+@cache
 def _plan_kernel() -> Any:
     """The window-plan kernel (numba when it imports, else numpy), loaded once."""
     return windows.kernel(windows.window_plan)[0]
@@ -150,18 +156,23 @@ def gather_fused(fast: Any, t: Any, starts: IntArray, ext: IntArray, width: int,
         slots, steps, flags, side, tail_only = plan  # flags [7, B, W] in that order
     pad = None if full or int(ext.min()) >= width else \
         np.nonzero(np.arange(width) >= ext[:, None])
+    nb = len(starts)
     out: dict[str, Any] = {}
-    if pad is None:
-        for name, arr in reads.fields:
-            out[name] = arr.take(steps, axis=0)  # [B, W, *shape]
-    else:
-        for name, arr in reads.fields:
-            g = arr.take(steps, axis=0)
-            g[pad] = 0
-            out[name] = g
+    jobs = []
+    for name, arr in reads.fields:
+        out[name] = g = np.empty((nb, width, *arr.shape[1:]), arr.dtype)  # [B, W, *shape]
+        jobs.append((arr, steps, g))
+    windows_obs = []
+    for _, _, arr in reads.obs:
+        g = np.empty((nb, width + 1, *arr.shape[1:]), arr.dtype)  # [B, W + 1, *shape]
+        jobs.append((arr, slots, g))
+        windows_obs.append(g)
+    _row_kernel()(tuple(jobs))  # every field of every window in one call
+    if pad is not None:
+        for name, _ in reads.fields:
+            out[name][pad] = 0
     shared = pad is None and (len(side) == 0 or tail_only)
-    for name, nname, arr in reads.obs:
-        g = arr.take(slots, axis=0)  # [B, W + 1, *shape]
+    for (name, nname, _), g in zip(reads.obs, windows_obs, strict=True):
         nxt = g[:, 1:] if shared else g[:, 1:].copy()
         if len(side) > 8:
             nxt[side[:, 0], side[:, 1]] = t.side.arrays[name].take(side[:, 2], axis=0)

@@ -1,0 +1,160 @@
+"""The C row gather of window batches (``replaybank._windows.take_rows``) against its numpy
+oracle (:func:`replaybank.ops.windows.take_rows`), alone on random jobs and inside the
+sequence and frame-stack gathers on random buffers (several lanes, wrapped rings, episode
+ends, truncations and padded windows)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import replaybank as rb
+from replaybank.ops import windows
+from replaybank.views.framestack import FrameStackView
+
+wc = pytest.importorskip("replaybank.ops.windows_c")
+
+DTYPES = [np.uint8, np.bool_, np.int16, np.float32, np.int64, np.float64, np.complex128]
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**16), n_jobs=st.integers(0, 5))
+def test_take_rows_matches_the_numpy_oracle(seed: int, n_jobs: int) -> None:
+    rng = np.random.default_rng(seed)
+    jobs_c: list[tuple[Any, Any, Any]] = []
+    jobs_np: list[tuple[Any, Any, Any]] = []
+    for _ in range(n_jobs):
+        dtype = DTYPES[int(rng.integers(len(DTYPES)))]
+        shape = tuple(int(d) for d in rng.integers(1, 5, int(rng.integers(0, 3))))
+        n = int(rng.integers(1, 40))
+        src: Any = (rng.standard_normal((n, *shape)) * 50).astype(dtype)
+        idx_shape = tuple(int(d) for d in rng.integers(1, 6, int(rng.integers(1, 3))))
+        idx = rng.integers(0, n, idx_shape)
+        outs = [np.full((*idx.shape, *shape), 7, dtype) for _ in range(2)]
+        jobs_c.append((src, idx, outs[0]))
+        jobs_np.append((src, idx, outs[1]))
+    wc.take_rows(tuple(jobs_c))
+    windows.take_rows(tuple(jobs_np))
+    for (src, idx, a), (_, _, b) in zip(jobs_c, jobs_np, strict=True):
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(a, src[idx])
+
+
+@pytest.mark.parametrize("take", [wc.take_rows, windows.take_rows], ids=["c", "numpy"])
+def test_take_rows_checks_every_job_before_copying(take: Any) -> None:
+    src = np.arange(12, dtype=np.float32).reshape(6, 2)
+    out = np.zeros((2, 2), np.float32)
+    bad_out = np.zeros((2, 2), np.float32)
+    for idx, exc in ((np.array([0, 6]), IndexError), (np.array([-1, 0]), IndexError),
+                     (np.array([0, 1], np.int32), TypeError)):
+        with pytest.raises(exc):
+            take(((src, np.array([1, 2]), out), (src, idx, bad_out)))
+        assert not out.any() and not bad_out.any()  # the good job was not copied either
+    with pytest.raises(ValueError, match="rows of 8 bytes"):
+        take(((src, np.array([1, 2]), np.zeros((3, 2), np.float32)),))
+
+
+def test_take_rows_refuses_what_it_cannot_read() -> None:
+    src = np.arange(12, dtype=np.float32).reshape(6, 2)
+    with pytest.raises((TypeError, ValueError, BufferError)):
+        wc.take_rows(((src[:, :1], np.array([0]), np.zeros((1, 1), np.float32)),))
+    with pytest.raises(TypeError, match="without objects"):
+        wc.take_rows(((np.array([None, 1], object), np.array([0]), np.zeros(1, object)),))
+    with pytest.raises(TypeError):
+        wc.take_rows([(src, np.array([0]), np.zeros((1, 2), np.float32))])
+
+
+def test_row_kernel_leaves_c_out_in_pure_python_mode(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("REPLAYBANK_PURE_PYTHON", "1")
+    assert windows.row_kernel() == (windows.take_rows, "numpy")
+    monkeypatch.delenv("REPLAYBANK_PURE_PYTHON")
+    assert windows.row_kernel()[1] == "c"
+
+
+def _random_buffer(rng: np.random.Generator, lanes: int, rows: int, n: int,
+                   frame_stack: int = 1) -> rb.ReplayBuffer:
+    """A buffer of ``lanes`` lanes and ``rows`` rows each, written ``n`` steps per lane
+    (the ring wraps), with random episode ends and truncations."""
+    buf = rb.ReplayBuffer(rows * lanes, num_envs=lanes, seed=int(rng.integers(2**16)),
+                          frame_stack=frame_stack)
+    obs = rng.integers(0, 255, (n + 1, lanes, 3, 2)).astype(np.uint8)
+    term = rng.random((n, lanes)) < 0.15
+    trunc = (rng.random((n, lanes)) < 0.1) & ~term
+    nxt = obs[1:].copy()
+    ended = term | trunc
+    nxt[ended] = 255 - nxt[ended]  # a final observation that is not the next reset one
+    buf.extend(obs=obs[:n], action=rng.integers(0, 4, (n, lanes)),
+               reward=rng.standard_normal((n, lanes)).astype(np.float32), next_obs=nxt,
+               terminated=term, truncated=trunc)
+    return buf
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**16), lanes=st.integers(1, 4), rows=st.integers(4, 24),
+       length=st.integers(1, 6), burn_in=st.integers(0, 2), cross=st.booleans(),
+       strict=st.booleans())
+def test_sequence_gather_is_the_same_with_either_row_kernel(
+        seed: int, lanes: int, rows: int, length: int, burn_in: int, cross: bool,
+        strict: bool) -> None:
+    pytest.importorskip("numba")
+    from replaybank.views import sequence
+
+    if strict and burn_in + length > rows:
+        return  # never fits (sample_sequences says so)
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(rows // 2, 3 * rows))
+    bufs = [_random_buffer(np.random.default_rng(seed), lanes, rows, n) for _ in range(2)]
+    kw = {"episode_boundary": "cross" if cross else "stop", "strict": strict,
+          "burn_in": burn_in}
+    got: list[Any] = []
+    for buf, take in zip(bufs, (wc.take_rows, windows.take_rows), strict=True):
+        old = sequence._row_kernel
+        sequence._row_kernel = lambda take=take: take  # type: ignore[assignment]
+        try:
+            got.append(buf.sample_sequences(8, length, **kw))
+        except rb.EmptyBufferError:
+            got.append(None)
+        finally:
+            sequence._row_kernel = old
+    if got[0] is None:
+        assert got[1] is None
+        return
+    assert got[1] is not None
+    a, b = got[0].to_dict(nested=False), got[1].to_dict(nested=False)
+    assert sorted(a) == sorted(b)
+    for name in a:
+        np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**16), lanes=st.integers(1, 3), rows=st.integers(4, 16),
+       k=st.integers(2, 4))
+def test_frame_stacks_are_the_same_with_either_row_kernel(seed: int, lanes: int, rows: int,
+                                                         k: int) -> None:
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(rows // 2, 3 * rows))
+    buf = _random_buffer(rng, lanes, rows, n, frame_stack=k)
+    t, view = buf.table, buf.view
+    assert isinstance(view, FrameStackView)
+    live = np.concatenate([np.arange(w - c, w) * lanes + lane for lane, (w, c)
+                           in enumerate(zip(t.written.tolist(), t.counts.tolist(), strict=True))])
+    keys = rng.choice(live, 12).astype(np.int64)
+    ok = view.valid(t, keys)
+    keys = keys if ok is None else keys[ok]
+    if len(keys) == 0:
+        return
+    view.gather_valid(t, keys)  # picks the kernels
+    got = []
+    for take in (wc.take_rows, windows.take_rows):
+        view._take = take
+        out = view.gather_valid(t, keys)
+        assert out is not None
+        got.append(out)
+    ref = view.gather(t, keys)
+    for name in ref:
+        np.testing.assert_array_equal(got[0][name], got[1][name], err_msg=name)
+        np.testing.assert_array_equal(got[0][name], ref[name], err_msg=name)
