@@ -16,6 +16,12 @@ lists get the usual RL dtypes: ``float -> float32``, ``int -> int64``, ``bool ->
 nothing is silently widened to float64. Fields hold numbers: object, string and datetime
 dtypes are refused (:data:`UNSTORABLE_KINDS`), since no checkpoint could hold them.
 
+The rules a field's values obey are methods of :class:`FieldSpec`, each written once and
+used by every writer in Python: :meth:`FieldSpec.infer` (the field an example implies),
+:meth:`FieldSpec.leading_of` and :meth:`FieldSpec.check_shape` (the shape rule) and
+:meth:`FieldSpec.cast` (the casting rules). ``replaybank/_lane.c`` is their compiled
+twin for the hot ``add``/``extend``, tested against them.
+
 Example:
     >>> import numpy as np
     >>> spec = Spec.infer({"obs": np.zeros(3, np.float32), "reward": 1.0})
@@ -29,7 +35,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from functools import partial
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -91,7 +98,14 @@ def collect_fields(obs: Any, action: Any, reward: Any, next_obs: Any, terminated
 
 @dataclass(frozen=True)
 class FieldSpec:
-    """Per-item shape and dtype of one stored field.
+    """Per-item shape and dtype of one stored field, and the rules its values obey.
+
+    The rules every writer applies to a value of the field live here, once:
+
+    * :meth:`infer`: the field an example value implies (dtype defaults, leading dims);
+    * :meth:`leading_of`: which of a call's allowed leading dims a value carries;
+    * :meth:`check_shape`: a value is ``leading + shape``;
+    * :meth:`cast`: a value checked and cast to :attr:`dtype` under the casting rules.
 
     Args:
         name: Flat field name (nested names joined with ``/``).
@@ -101,6 +115,8 @@ class FieldSpec:
     Example:
         >>> FieldSpec("action", (6,), np.dtype("float32")).nbytes
         24
+        >>> FieldSpec("action", (), np.int64).cast("action", 2.0).tolist()
+        2
     """
 
     name: str
@@ -125,6 +141,158 @@ class FieldSpec:
         """Bytes of one item."""
         return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
 
+    @classmethod
+    def infer(cls, name: str, value: Any, leading: tuple[int, ...] = ()) -> FieldSpec:
+        """The field an example value implies: its shape after ``leading``, its dtype
+        (arrays keep theirs, in native byte order; Python floats are float32, ints int64).
+
+        Args:
+            name: The field's flat name.
+            value: An example value ``[*leading, *item_shape]`` (array, scalar, list,
+                torch tensor).
+            leading: Leading dims to strip (e.g. ``(num_envs,)``).
+
+        Returns:
+            The field spec.
+
+        Raises:
+            ShapeError: The value lacks the leading dims.
+            DtypeError: The value holds strings, objects or dates (:data:`UNSTORABLE_KINDS`).
+
+        Example:
+            >>> FieldSpec.infer("obs", [[1.0, 2.0]], leading=(1,))
+            FieldSpec(name='obs', shape=(2,), dtype=dtype('float32'))
+        """
+        arr = as_array(value)
+        if arr.shape[: len(leading)] != leading:
+            raise ShapeError(
+                f"{name}: shape {arr.shape} does not start with the leading dims {leading}; "
+                f"pass values shaped {leading} + item shape"
+            )
+        dtype = _default_dtype(value)
+        if dtype.kind in UNSTORABLE_KINDS:
+            raise DtypeError(
+                f"{name}={describe(value)}: {UNSTORABLE_KINDS[dtype.kind]} values "
+                f"({dtype.str}) cannot be stored (checkpoints and memmap files hold "
+                "numeric arrays only); pass a number or a numeric array (encode text or "
+                "objects as numbers, e.g. token ids or one-hot codes)"
+            )
+        return cls(name, arr.shape[len(leading):], native(dtype))
+
+    def leading_of(self, call: str, value: Any, candidates: list[tuple[int, ...]],
+                   array: npt.NDArray[Any] | None = None) -> tuple[int, ...]:
+        """Which of the allowed leading dims ``value`` carries, told by its ndim.
+
+        Args:
+            call: The call, for the message (``"add"``, ``"extend"``: its step dim is
+                shown as ``T``).
+            value: The user's value ``[*leading, *shape]``.
+            candidates: The leading dims the call allows, e.g. ``[(), (1,)]``.
+            array: ``value`` already turned into an array (:func:`as_array`), if it was.
+
+        Returns:
+            The first candidate whose length plus ``len(shape)`` is the value's ndim.
+
+        Raises:
+            ShapeError: No candidate fits, naming the shapes that would.
+
+        Example:
+            >>> FieldSpec("obs", (3,), np.float32).leading_of("add", np.zeros((4, 3)),
+            ...                                               [(), (4,)])
+            (4,)
+        """
+        arr = as_array(value) if array is None else array
+        for lead in candidates:
+            if arr.ndim == len(lead) + len(self.shape):
+                return lead
+        if call == "extend":  # the step dim is free: show it as T
+            shapes = ["(" + ", ".join(["T", *map(str, lead[1:] + self.shape)]) + ")"
+                      for lead in candidates]
+        else:
+            shapes = [str(lead + self.shape) for lead in candidates]
+        raise ShapeError(
+            f"{call}: {self.name}={describe(value)}: expected one of the shapes "
+            f"{', '.join(shapes)} "
+            "(leading dims + field shape); reshape the value or check num_envs / env_ids"
+        ) from None
+
+    def check_shape(self, arg: str, value: Any, leading: tuple[int, ...] = (),
+                    shape: tuple[int, ...] | None = None) -> None:
+        """The shape rule: a value of this field is ``[*leading, *shape]``.
+
+        Args:
+            arg: Name of the argument, for the message (e.g. ``"next_obs/pos"``).
+            value: The user's value (what the message shows).
+            leading: The expected leading dims, e.g. ``()``, ``(num_envs,)`` or
+                ``(T, num_envs)``.
+            shape: The value's shape, when known (else that of ``as_array(value)``).
+
+        Raises:
+            ShapeError: Another shape.
+
+        Example:
+            >>> FieldSpec("obs", (3,), np.float32).check_shape("obs", np.zeros((2, 3)), (2,))
+            >>> FieldSpec("obs", (3,), np.float32).check_shape("obs", np.zeros(2))
+            Traceback (most recent call last):
+            ...
+            replaybank.errors.ShapeError: obs=array(shape=(2,), dtype=float64): expected shape (3,) (leading dims () + field shape (3,)); reshape the value or check num_envs / the number of steps
+        """  # noqa: E501
+        expected = leading + self.shape
+        if (as_array(value).shape if shape is None else shape) != expected:
+            raise ShapeError(
+                f"{arg}={describe(value)}: expected shape {expected} "
+                f"(leading dims {leading} + field shape {self.shape}); "
+                "reshape the value or check num_envs / the number of steps"
+            )
+
+    def cast(self, arg: str, value: Any, leading: tuple[int, ...] = (),
+             array: npt.NDArray[Any] | None = None) -> npt.NDArray[Any]:
+        """Check one value against the field and cast it to the field's dtype.
+
+        The casting rules: a value of another dtype is accepted when numpy casts it within
+        its kind (float64 to float32, int to float); an integer or bool field takes
+        floats and ints whose values are integral, finite and in range (checked exactly,
+        so ``2.0**63`` does not fit int64), a bool field 0/1 values only; strings,
+        objects, dates and complex values into real fields are refused. Bool values are
+        stored as canonical 0/1 bytes.
+
+        Args:
+            arg: Name of the argument, for the message (e.g. ``"obs/observation"``).
+            value: The user's value ``[*leading, *shape]`` (array, scalar, list, torch
+                tensor).
+            leading: The expected leading dims, e.g. ``()``, ``(num_envs,)`` or
+                ``(T, num_envs)``.
+            array: ``value`` already turned into an array (:func:`as_array`), if it was.
+
+        Returns:
+            An array ``[*leading, *shape]`` of the field's dtype (``value`` itself, no
+            copy, when it already matches).
+
+        Raises:
+            ShapeError: Wrong shape (:meth:`check_shape`).
+            DtypeError: The value breaks a casting rule, naming it and the fix.
+
+        Example:
+            >>> f = FieldSpec("action", (), np.int64)
+            >>> f.cast("action", 2.0).dtype
+            dtype('int64')
+            >>> f.cast("action", float("nan"))
+            Traceback (most recent call last):
+            ...
+            replaybank.errors.DtypeError: action=nan: field 'action' is int64 and needs finite integral values (found NaN, inf or a fraction); round or fix the value, or declare the field as float
+        """  # noqa: E501
+        arr = value if type(value) is np.ndarray else as_array(value) if array is None \
+            else array
+        if arr.shape != leading + self.shape:
+            self.check_shape(arg, value, leading, arr.shape)
+        src, dst = arr.dtype, self.dtype
+        if (src is dst or src == dst) and (dst.kind != "b" or _canonical_bools(arr)):
+            return arr
+        rule = _RULES.get((src, dst))
+        if rule is None:
+            rule = _DtypeRule.of(src, dst)
+        return rule.apply(self, arg, value, arr)
+
     def to_json(self) -> dict[str, Any]:
         """Return a JSON-able description ``{"shape": [...], "dtype": "float32"}``.
 
@@ -144,6 +312,164 @@ class FieldSpec:
     def from_json(cls, name: str, data: Mapping[str, Any]) -> FieldSpec:
         """Inverse of :meth:`to_json`."""
         return cls(name, tuple(data["shape"]), np.dtype(data["dtype"]))
+
+
+# ---------------------------------------------------------------- the casting rules
+# FieldSpec.cast decides once per (value dtype, field dtype) which of the checks below a
+# value needs (a _DtypeRule), then runs them. Up to _SMALL values of a plain int or float
+# array are checked as Python numbers (fewer steps than numpy's reductions); a value
+# that fails there is checked again by the numpy checks, which raise the error.
+
+_SMALL = 64
+
+
+def _canonical_bools(arr: npt.NDArray[Any]) -> bool:
+    """Whether every byte of the bool array ``arr`` is 0 or 1."""
+    if arr.size <= 4096:
+        return not arr.tobytes().translate(None, b"\x00\x01")
+    return int(arr.view(np.uint8).max()) <= 1
+
+
+class _DtypeRule:
+    """The checks a value of dtype ``src`` needs to become a field's dtype ``dst`` (two
+    different dtypes), decided once (:meth:`of`) and applied to each value (:meth:`apply`).
+
+    Attributes:
+        refuse: Why every value is refused (``"data"``: strings, objects, dates;
+            ``"kind"``: no same-kind cast, e.g. complex to float), else None.
+        canonical: Bool values: bytes other than 0/1 become canonical first.
+        integral: Floats (or complex) into an integer or bool field: finite integral
+            values only (complex values never are).
+        zero_one: Into a bool field: 0/1 values only.
+        bounds: Into an integer field: ``(min, max, float or int)``, the exact range and
+            the Python type the values' extremes are compared as.
+        quick: The checks on at most ``_SMALL`` values as Python numbers (None: none).
+        plain: No check at all (``astype`` only).
+    """
+
+    __slots__ = ("bounds", "canonical", "dst", "integral", "plain", "quick", "refuse", "src",
+                 "zero_one")
+
+    def __init__(self, src: np.dtype[Any], dst: np.dtype[Any]) -> None:
+        s, d = src.kind, dst.kind
+        self.src, self.dst = src, dst
+        self.refuse: str | None = None
+        self.canonical = s == "b"
+        self.integral = d in "iub" and s in "fc"
+        self.zero_one = False
+        self.bounds: tuple[int, int, type] | None = None
+        if s in UNSTORABLE_KINDS:
+            self.refuse = "data"
+        elif not (self.integral or (d in "iu" and s == "b") or (d in "biu" and s in "iu")) \
+                and not np.can_cast(src, dst, casting="same_kind"):
+            self.refuse = "kind"
+        elif d == "b":
+            self.zero_one = True
+        elif d in "iu" and s in "iuf":
+            info = np.iinfo(dst)
+            self.bounds = (int(info.min), int(info.max), float if s == "f" else int)
+        self.quick: Callable[[list[Any]], bool] | None = None
+        if self.refuse is None and (s in "iu" or (s == "f" and src.itemsize <= 8)):
+            if d == "b":
+                self.quick = _small_floats_0_1 if s == "f" else _small_ints_0_1
+            elif self.bounds is not None:
+                self.quick = partial(_small_floats_in if s == "f" else _small_ints_in,
+                                     *self.bounds[:2])
+        self.plain = not (self.refuse or self.canonical or self.integral or self.zero_one
+                          or self.bounds)
+
+    @staticmethod
+    def of(src: np.dtype[Any], dst: np.dtype[Any]) -> _DtypeRule:
+        """The rule of ``src`` into ``dst`` (kept for the dtype pairs in use)."""
+        if len(_RULES) > 1024:
+            _RULES.clear()
+        rule = _RULES[(src, dst)] = _DtypeRule(src, dst)
+        return rule
+
+    def apply(self, field: FieldSpec, arg: str, value: Any,
+              arr: npt.NDArray[Any]) -> npt.NDArray[Any]:
+        """``arr`` (``value`` as an array of the field's shape) cast to the field's dtype.
+
+        Raises:
+            DtypeError: A broken rule, naming ``arg``, the value and the fix.
+        """
+        dst = self.dst
+        if self.plain:
+            return arr.astype(dst, copy=False)
+        quick = self.quick
+        if quick is not None and arr.size <= _SMALL and quick(arr.reshape(-1).tolist()):
+            return arr.astype(dst, copy=False)
+        if self.refuse == "data":
+            what = ("not a number numpy can convert exactly (e.g. an int beyond 64 bits, "
+                    "None or mixed types)") if self.src.kind == "O" \
+                else f"{UNSTORABLE_KINDS[self.src.kind]} data"
+            raise DtypeError(
+                f"{arg}={describe(value)}: field {field.name!r} is {dst.name} but the value "
+                f"is {what}; convert the value to a number or a numeric array of dtype "
+                f"{dst.name}"
+            )
+        if self.canonical and arr.size and int(arr.view(np.uint8).max()) > 1:
+            arr = arr.view(np.uint8) != 0  # a bool byte other than 0/1: store canonical 0/1
+        if self.integral and (self.src.kind == "c" or not np.all(np.isfinite(arr))
+                              or not np.all(arr == np.round(arr))):
+            raise DtypeError(
+                f"{arg}={_shown(value, arr)}: field {field.name!r} is {dst.name} and needs "
+                "finite integral values (found NaN, inf or a fraction); round or fix the "
+                "value, or declare the field as float"
+            )
+        if self.refuse == "kind":
+            raise DtypeError(
+                f"{arg}={describe(value)}: cannot cast {self.src.name} to field "
+                f"{field.name!r} of dtype {dst.name} safely (same kind); convert the value "
+                "or declare the field's dtype"
+            )
+        if self.zero_one and not np.all((arr == 0) | (arr == 1)):
+            raise DtypeError(
+                f"{arg}={_shown(value, arr)}: field {field.name!r} is bool and only accepts "
+                "0/1 or True/False values; pass a bool (e.g. terminated=bool(x))"
+            )
+        if self.bounds is not None and arr.size:
+            # exact bounds: Python compares int with int and float with int exactly (numpy
+            # would round int64's max to 2.0**63 and let 2.0**63 through)
+            lo, hi, to_py = self.bounds
+            if to_py(arr.min()) < lo or to_py(arr.max()) > hi:
+                raise DtypeError(
+                    f"{arg}={_shown(value, arr)}: values from {arr.min()} to {arr.max()} do "
+                    f"not fit field {field.name!r} ({dst.name}, range [{lo}, {hi}]); clip "
+                    "the value or declare a wider dtype"
+                )
+        return arr.astype(dst, copy=False)
+
+
+def _small_floats_in(lo: int, hi: int, vals: list[float]) -> bool:
+    # a loop, not all() over a generator: fewer steps for the one value of a scalar;
+    # Python floats compare exactly with ints
+    for v in vals:  # noqa: SIM110
+        if not (v.is_integer() and lo <= v <= hi):
+            return False
+    return True
+
+
+def _small_ints_in(lo: int, hi: int, vals: list[int]) -> bool:
+    return not vals or (min(vals) >= lo and max(vals) <= hi)
+
+
+def _small_floats_0_1(vals: list[float]) -> bool:
+    # 0.0 and 1.0 are the only finite integral values a bool field takes
+    return all(v == 0.0 or v == 1.0 for v in vals)
+
+
+def _small_ints_0_1(vals: list[int]) -> bool:
+    return set(vals) <= {0, 1}
+
+
+def _shown(value: Any, arr: npt.NDArray[Any]) -> Any:
+    """A refused value in a message: its values when it has a few, else its description."""
+    return describe(value) if arr.size > 4 else arr.tolist()
+
+
+#: The rule of each (value dtype, field dtype) pair met so far.
+_RULES: dict[tuple[np.dtype[Any], np.dtype[Any]], _DtypeRule] = {}
 
 
 def flatten(values: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -361,25 +687,11 @@ class Spec(Mapping[str, FieldSpec]):
 
         Raises:
             ShapeError: If a value lacks the leading dims.
+            DtypeError: If a value holds strings, objects or dates
+                (:meth:`FieldSpec.infer`, one field each).
         """
-        fields = []
-        for name, value in flatten(values).items():
-            arr = as_array(value)
-            if arr.shape[: len(leading)] != leading:
-                raise ShapeError(
-                    f"{name}: shape {arr.shape} does not start with the leading dims {leading}; "
-                    f"pass values shaped {leading} + item shape"
-                )
-            dtype = _default_dtype(value)
-            if dtype.kind in UNSTORABLE_KINDS:
-                raise DtypeError(
-                    f"{name}={describe(value)}: {UNSTORABLE_KINDS[dtype.kind]} values "
-                    f"({dtype.str}) cannot be stored (checkpoints and memmap files hold "
-                    "numeric arrays only); pass a number or a numeric array (encode text or "
-                    "objects as numbers, e.g. token ids or one-hot codes)"
-                )
-            fields.append(FieldSpec(name, arr.shape[len(leading):], native(dtype)))
-        return cls(fields)
+        return cls(FieldSpec.infer(name, value, leading)
+                   for name, value in flatten(values).items())
 
 
 def _flatten_spec(spec: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -401,24 +713,8 @@ def _flatten_spec(spec: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 def cast_field(
     arg: str, value: Any, field: FieldSpec, leading: tuple[int, ...]
 ) -> npt.NDArray[Any]:
-    """Validate one input value against its field and cast it to the field dtype.
-
-    Args:
-        arg: Name of the argument, for the error message (e.g. ``"obs/observation"``).
-        value: The user's value.
-        field: The field spec.
-        leading: The expected leading dims, e.g. ``()``, ``(num_envs,)`` or ``(T, num_envs)``.
-
-    Returns:
-        An array of shape ``leading + field.shape`` and dtype ``field.dtype``
-        (no copy when the input already matches).
-
-    Raises:
-        ShapeError: Wrong shape.
-        DtypeError: The value cannot be cast safely (same kind) to the dtype (strings
-            and objects never can), or an integer field got a non-integral, NaN or
-            out-of-range value (the range is checked exactly, so ``2.0**63`` does not
-            fit int64). Bool values are stored as canonical 0/1 bytes.
+    """``field.cast(arg, value, leading)``: see :meth:`FieldSpec.cast`, which holds the
+    casting rules (kept for the callers that name the function).
 
     Example:
         >>> f = FieldSpec("action", (), np.int64)
@@ -429,155 +725,7 @@ def cast_field(
         ...
         replaybank.errors.DtypeError: action=2.5: field 'action' is int64 ...
     """
-    return _cast(arg, value, as_array(value), field, leading)
-
-
-def _cast(arg: str, value: Any, arr: npt.NDArray[Any], field: FieldSpec,
-          leading: tuple[int, ...]) -> npt.NDArray[Any]:
-    """:func:`cast_field` of ``value`` already turned into ``arr`` (``as_array(value)``;
-    ``value`` itself is what the messages show)."""
-    expected = leading + field.shape
-    if arr.shape != expected:
-        raise ShapeError(
-            f"{arg}={describe(value)}: expected shape {expected} "
-            f"(leading dims {leading} + field shape {field.shape}); "
-            "reshape the value or check num_envs / the number of steps"
-        )
-    src, dst = arr.dtype, field.dtype
-    # the values every rule below accepts, decided in fewer steps (same result)
-    if src is dst or src == dst:
-        if src.kind != "b" or _canonical_bools(arr):
-            return arr
-    else:
-        quick: _Quick = _QUICK.get((src, dst), _unknown)
-        if quick is _unknown:
-            quick = _QUICK[(src, dst)] = _quick_rule(src, dst)
-        if quick is not None:
-            out = quick(arr, dst)
-            if out is not None:
-                return out
-    if src.kind in UNSTORABLE_KINDS:
-        what = ("not a number numpy can convert exactly (e.g. an int beyond 64 bits, None "
-                "or mixed types)") if src.kind == "O" else f"{UNSTORABLE_KINDS[src.kind]} data"
-        raise DtypeError(
-            f"{arg}={describe(value)}: field {field.name!r} is {dst.name} but the value is "
-            f"{what}; convert the value to a number or a numeric array of dtype {dst.name}"
-        )
-    if src.kind == "b" and arr.size and int(arr.view(np.uint8).max()) > 1:
-        arr = arr.view(np.uint8) != 0  # a bool byte other than 0/1: store canonical 0/1
-    if arr.dtype == dst:
-        return arr
-    if (dst.kind in "iub" and src.kind in "fc") or (dst.kind in "iu" and src.kind == "b"):
-        # integral floats are accepted for integer/bool fields; check exactly
-        if src.kind == "c" or not np.all(np.isfinite(arr)) or not np.all(arr == np.round(arr)):
-            raise DtypeError(
-                f"{arg}={describe(value) if arr.size > 4 else arr.tolist()}: field {field.name!r} "
-                f"is {dst.name} and needs finite integral values (found NaN, inf or a "
-                "fraction); round or fix the value, or declare the field as float"
-            )
-    elif (dst.kind == "b" and src.kind in "iu") or (dst.kind in "iu" and src.kind in "iu"):
-        pass  # checked value by value below
-    elif not np.can_cast(src, dst, casting="same_kind"):
-        raise DtypeError(
-            f"{arg}={describe(value)}: cannot cast {src.name} to field {field.name!r} of dtype "
-            f"{dst.name} safely (same kind); convert the value or declare the field's dtype"
-        )
-    if dst.kind == "b":
-        if not np.all((arr == 0) | (arr == 1)):
-            raise DtypeError(
-                f"{arg}={describe(value) if arr.size > 4 else arr.tolist()}: field "
-                f"{field.name!r} is bool and only accepts 0/1 or True/False values; "
-                "pass a bool (e.g. terminated=bool(x))"
-            )
-    elif dst.kind in "iu" and src.kind in "iuf":
-        info = np.iinfo(dst)
-        # exact bounds: Python compares int with int and float with int exactly (numpy
-        # would round int64's max to 2.0**63 and let 2.0**63 through)
-        to_py = float if src.kind == "f" else int
-        if arr.size and (to_py(arr.min()) < info.min or to_py(arr.max()) > info.max):
-            raise DtypeError(
-                f"{arg}={describe(value) if arr.size > 4 else arr.tolist()}: values from "
-                f"{arr.min()} to {arr.max()} do not fit field {field.name!r} ({dst.name}, range "
-                f"[{info.min}, {info.max}]); clip the value or declare a wider dtype"
-            )
-    return arr.astype(dst, copy=False)
-
-
-# ---------------------------------------------------------------- the casts, decided quickly
-# A quick rule takes an array of exactly the expected shape whose dtype differs from the
-# field's and returns the array that the rules of :func:`_cast` return for it, or None
-# when it cannot tell in a few steps (a large array whose values must be checked) or the
-# value is refused: the rules themselves then decide (and raise the error).
-
-_SMALL = 64  # values checked one by one as Python numbers up to this size
-
-
-def _canonical_bools(arr: npt.NDArray[Any]) -> bool:
-    """Whether every byte of the bool array ``arr`` is 0 or 1."""
-    if arr.size <= 4096:
-        return not arr.tobytes().translate(None, b"\x00\x01")
-    return int(arr.view(np.uint8).max()) <= 1
-
-
-def _astype(arr: npt.NDArray[Any], dst: np.dtype[Any]) -> npt.NDArray[Any] | None:
-    return arr.astype(dst, copy=False)
-
-
-def _int_to_bool(arr: npt.NDArray[Any], dst: np.dtype[Any]) -> npt.NDArray[Any] | None:
-    if arr.size > _SMALL or not set(arr.reshape(-1).tolist()) <= {0, 1}:
-        return None
-    return arr.astype(dst, copy=False)
-
-
-def _int_to_int(arr: npt.NDArray[Any], dst: np.dtype[Any]) -> npt.NDArray[Any] | None:
-    if arr.size > _SMALL:
-        return None
-    vals = arr.reshape(-1).tolist()
-    info = np.iinfo(dst)
-    if vals and (min(vals) < info.min or max(vals) > info.max):
-        return None
-    return arr.astype(dst, copy=False)
-
-
-def _float_to_bool(arr: npt.NDArray[Any], dst: np.dtype[Any]) -> npt.NDArray[Any] | None:
-    # 0.0 and 1.0 are the only finite integral values a bool field takes
-    if arr.size > _SMALL or not all(v == 0.0 or v == 1.0 for v in arr.reshape(-1).tolist()):
-        return None
-    return arr.astype(dst, copy=False)
-
-
-def _float_to_int(arr: npt.NDArray[Any], dst: np.dtype[Any]) -> npt.NDArray[Any] | None:
-    if arr.size > _SMALL:
-        return None
-    info = np.iinfo(dst)
-    lo, hi = info.min, info.max
-    for v in arr.reshape(-1).tolist():  # Python floats: exact comparisons with ints
-        if not (v.is_integer() and lo <= v <= hi):
-            return None
-    return arr.astype(dst, copy=False)
-
-
-_Quick: TypeAlias = \
-    "Callable[[npt.NDArray[Any], np.dtype[Any]], npt.NDArray[Any] | None] | None"
-_QUICK: dict[tuple[np.dtype[Any], np.dtype[Any]], _Quick] = {}
-_unknown: Any = object()
-
-
-def _quick_rule(src: np.dtype[Any], dst: np.dtype[Any]) -> _Quick:
-    """The quick rule of a cast from ``src`` to another dtype ``dst`` (None: none), chosen
-    as :func:`_cast` chooses its checks."""
-    if src.kind in UNSTORABLE_KINDS or src.kind in "bc" or src.kind not in "iuf" \
-            or (src.kind == "f" and src.itemsize > 8):
-        return None  # refused, bools (0/1 bytes) and the rest: the rules decide
-    if dst.kind in "iub" and src.kind == "f":
-        return _float_to_bool if dst.kind == "b" else _float_to_int
-    if dst.kind == "b":
-        return _int_to_bool
-    if dst.kind in "iu":
-        return _int_to_int
-    if dst.kind in "fc" and np.can_cast(src, dst, casting="same_kind"):
-        return _astype
-    return None
+    return field.cast(arg, value, leading)
 
 
 # ---------------------------------------------------------------- numbers a learner sends back

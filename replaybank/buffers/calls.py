@@ -103,9 +103,9 @@ def steps_of(fields: Mapping[str, Any], ndim_lead: int, rows: bool = False) -> i
 
 
 def _steps(values: Mapping[str, Any], ndim_lead: int, rows: bool,
-           arrays: Mapping[str, npt.NDArray[Any]]) -> int:
+           arrays: dict[str, npt.NDArray[Any]]) -> int:
     """:func:`steps_of` of fields split by ``split_next``; ``arrays``: values already
-    turned into arrays (by name)."""
+    turned into arrays (by name; the value read is added)."""
     if not values:
         raise SpecError("extend: no fields given; pass obs, action, reward, next_obs, "
                         "terminated, truncated" if not rows else
@@ -113,7 +113,7 @@ def _steps(values: Mapping[str, Any], ndim_lead: int, rows: bool,
     first = next((k for k in values if k == "obs" or k.startswith("obs/")), next(iter(values)))
     arr = arrays.get(first)
     if arr is None:
-        arr = as_array(values[first])
+        arr = arrays[first] = as_array(values[first])
     if arr.ndim < 1 or ndim_lead < 1:
         raise ShapeError(
             f"extend: {first}={describe(values[first])}: expected a leading step dim T; "
@@ -147,12 +147,19 @@ def call_spec(fields: Mapping[str, Any], steps: bool, m: int, explicit: bool,
         ...           explicit=True)["obs"].shape
         (2,)
     """
-    raw, _ = split_next(fields, rows)
-    n0 = steps_of(fields, 1, rows) if steps else 0
+    values, _ = split_next(fields, rows)
+    return _implied_spec(fields, values, steps, m, explicit, rows, {})
+
+
+def _implied_spec(fields: Mapping[str, Any], values: Mapping[str, Any], steps: bool, m: int,
+                  explicit: bool, rows: bool, arrays: dict[str, npt.NDArray[Any]]) -> Spec:
+    """:func:`call_spec` of a call's ``fields`` whose stored values ``split_next`` gave
+    (``values``); ``arrays``: values already turned into arrays (by name; added to)."""
+    n0 = _steps(values, 1, rows, arrays) if steps else 0
     lead0: tuple[int, ...] = ((n0,) if steps else ()) + ((m,) if explicit else ())
     if not explicit:  # one env may still come with its lane dim of 1
         lead0 = one_env_lead(fields, lead0)
-    spec = flags_as_bool(Spec.infer(raw, lead0))
+    spec = flags_as_bool(Spec.infer(values, lead0))
     return rows_spec(spec) if rows else standard_spec(reward_as_float32(spec))
 
 
@@ -209,8 +216,6 @@ def check_call(spec: Spec | None, fields: Mapping[str, Any], steps: bool, env_id
     lanes = lane_ids(env_ids, num_envs)
     m = len(lanes)
     explicit = m > 1 or env_ids is not None
-    if spec is None:  # inferred, but the buffer allocates only once the call is valid
-        spec = call_spec(fields, steps, m, explicit, rows)
     shapes: list[tuple[int, ...]]  # the leading dims a call may have
     if steps:
         shapes = [(1, m)] if explicit else [(1,), (1, 1)]
@@ -219,6 +224,8 @@ def check_call(spec: Spec | None, fields: Mapping[str, Any], steps: bool, env_id
     # the fields are flattened and split once, and each value turned into an array once
     values, nxt = split_next(fields, rows)
     arrays: dict[str, npt.NDArray[Any]] = {}
+    if spec is None:  # inferred, but the buffer allocates only once the call is valid
+        spec = _implied_spec(fields, values, steps, m, explicit, rows, arrays)
     lead = leading_dims_split(spec, values, shapes, call, rows, arrays)
     if steps:
         n = _steps(values, len(lead), rows, arrays)

@@ -1,7 +1,10 @@
-"""Validation of what users pass to ``add`` / ``extend``.
+"""Validation of what users pass to ``add`` / ``extend``: the field set a buffer stores
+(standard, reserved and misspelt names, the flags) and the walk over one call's values.
 
-Everything is checked before anything is written, so a rejected call leaves the buffer
-exactly as it was.
+Each value is checked by its field's own rules (:meth:`~replaybank.spec.FieldSpec.cast`,
+:meth:`~replaybank.spec.FieldSpec.leading_of`); this module only decides which field and
+which leading dims each value is checked against. Everything is checked before anything
+is written, so a rejected call leaves the buffer exactly as it was.
 
 Example:
     >>> import numpy as np
@@ -34,7 +37,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from replaybank.errors import ShapeError, SpecError, describe
+from replaybank.errors import ShapeError, SpecError
 from replaybank.spec import (
     SEP,
     STANDARD,
@@ -42,9 +45,7 @@ from replaybank.spec import (
     FieldSpec,
     Spec,
     _canonical_bools,
-    _cast,
     as_array,
-    cast_field,
     collect_fields,
     flatten,
 )
@@ -296,11 +297,13 @@ class _SpecFacts:
     """What the checks read of one spec (its obs fields, its name sets, the shapes each
     value must have for given leading dims), worked out once per spec object."""
 
-    __slots__ = ("_layouts", "names", "obs", "obs_names", "spec")
+    __slots__ = ("_layouts", "lead_field", "names", "obs", "obs_names", "spec")
 
     def __init__(self, spec: Spec) -> None:
         self.spec = spec
         self.obs = obs_fields(spec)
+        # the field whose value shows a call's leading dims (a rows spec: see leading_dims)
+        self.lead_field = spec[self.obs[0]] if self.obs else None
         self.names = frozenset(spec)
         self.obs_names = frozenset(self.obs)
         self._layouts: dict[tuple[tuple[int, ...], tuple[int, int]], Any] = {}
@@ -308,8 +311,8 @@ class _SpecFacts:
     def layout(self, leading: tuple[int, ...], out_leading: tuple[int, int],
                rows: bool) -> tuple[list[_Slot], list[_Slot]]:
         """The stored fields, then the obs fields (their next obs; none for rows), as
-        ``(name, field, dtype, leading + shape, out_leading + shape, the index that adds
-        the unit dims between the two or None, is a bool field)``."""
+        ``(name, field, leading + shape, dtype, is a bool field, out_leading + shape, the
+        index that adds the unit dims between leading and out_leading or None)``."""
         key = (leading, out_leading)
         got = self._layouts.get(key)
         if got is None:
@@ -317,8 +320,8 @@ class _SpecFacts:
                 self._layouts.clear()
             unit = _unit_dims(leading, out_leading)
             got = self._layouts[key] = tuple(
-                [(n, f, f.dtype, leading + f.shape, out_leading + f.shape, unit,
-                  f.dtype.kind == "b")
+                [(n, f, leading + f.shape, f.dtype, f.dtype.kind == "b",
+                  out_leading + f.shape, unit)
                  for n, f in ((n, self.spec[n]) for n in names)]
                 for names in (list(self.spec), [] if rows else self.obs))
         return got
@@ -338,8 +341,8 @@ def _unit_dims(leading: tuple[int, ...], out_leading: tuple[int, int]) -> tuple[
     return None
 
 
-_Slot = tuple[str, FieldSpec, np.dtype[Any], tuple[int, ...], tuple[int, ...],
-              "tuple[Any, ...] | None", bool]
+_Slot = tuple[str, FieldSpec, tuple[int, ...], np.dtype[Any], bool, tuple[int, ...],
+              "tuple[Any, ...] | None"]
 _FACTS: dict[int, _SpecFacts] = {}
 
 
@@ -440,7 +443,9 @@ def prepare_split(spec: Spec, values: dict[str, Any], nxt: dict[str, Any],
                   ) -> tuple[dict[str, npt.NDArray[Any]], dict[str, npt.NDArray[Any]]]:
     """:func:`prepare` of fields already split by :func:`split_next` (``values`` may get
     the absent flags of a rows call); ``arrays``: values already turned into arrays
-    (``as_array``, by name), which are not converted again."""
+    (``as_array``, by name), which are not converted again. Each value is cast by its
+    field (:meth:`~replaybank.spec.FieldSpec.cast`: an array that already matches is
+    kept as it is)."""
     facts = _facts(spec)
     if rows:
         _check_rows_names(spec, values, call)
@@ -452,19 +457,19 @@ def prepare_split(spec: Spec, values: dict[str, Any], nxt: dict[str, Any],
     stored, obs = facts.layout(leading, out_leading, rows)
     out_v: dict[str, npt.NDArray[Any]] = {}
     out_n: dict[str, npt.NDArray[Any]] = {}
-    for name, f, dt, full, shaped, unit, bools in stored:
+    # a value f.cast returns as it is (an array of the stored shape and dtype; bools: 0/1
+    # bytes) skips the call, the boundary's most common case (FieldSpec.cast's first step)
+    for name, f, full, dt, bools, shaped, unit in stored:
         v = values[name]
-        # an array of exactly the stored dtype and shape (bools: 0/1 bytes) is kept as is
-        if not (type(v) is np.ndarray and v.shape == full and (v.dtype is dt or v.dtype == dt)
-                and (not bools or _canonical_bools(v))):
-            arr = arrays.get(name)
-            v = _cast(name, v, as_array(v) if arr is None else arr, f, leading)
+        if type(v) is not np.ndarray or v.shape != full or (v.dtype is not dt and v.dtype != dt) \
+                or (bools and not _canonical_bools(v)):
+            v = f.cast(name, v, leading, arrays.get(name))
         out_v[name] = v.reshape(shaped) if unit is None else v[unit]
-    for name, f, dt, full, shaped, unit, bools in obs:
+    for name, f, full, dt, bools, shaped, unit in obs:
         v = nxt[name]
-        if not (type(v) is np.ndarray and v.shape == full and (v.dtype is dt or v.dtype == dt)
-                and (not bools or _canonical_bools(v))):
-            v = cast_field("next_" + name, v, f, leading)
+        if type(v) is not np.ndarray or v.shape != full or (v.dtype is not dt and v.dtype != dt) \
+                or (bools and not _canonical_bools(v)):
+            v = f.cast("next_" + name, v, leading)
         out_n[name] = v.reshape(shaped) if unit is None else v[unit]
     return out_v, out_n
 
@@ -481,26 +486,19 @@ def leading_dims_split(spec: Spec, values: Mapping[str, Any],
                        candidates: list[tuple[int, ...]], call: str, rows: bool,
                        arrays: dict[str, npt.NDArray[Any]]) -> tuple[int, ...]:
     """:func:`leading_dims` of fields already split by :func:`split_next`; the value it
-    reads is added to ``arrays`` (by name) as the array it was turned into."""
-    if rows:
+    reads is taken from ``arrays`` (by name) or added to it as the array it was turned
+    into."""
+    field = None if rows else _facts(spec).lead_field
+    if field is None:
         names = [n for n in spec if n not in ("terminated", "truncated")]
         name = names[0] if names else next((n for n in spec if n in values), "terminated")
     else:
-        name = _facts(spec).obs[0]
+        name = field.name
     if name not in values:
         hints = name_hints(_tops(values) - _tops(spec), _tops([name]))
         raise SpecError(f"{call}: missing field {name!r}{hints}")
-    arr = arrays[name] = as_array(values[name])
-    for lead in candidates:
-        if arr.ndim == len(lead) + len(spec[name].shape):
-            return lead
-    if call == "extend":  # the step dim is free: show it as T
-        shapes = ["(" + ", ".join(["T", *map(str, lead[1:] + spec[name].shape)]) + ")"
-                  for lead in candidates]
-    else:
-        shapes = [str(lead + spec[name].shape) for lead in candidates]
-    raise ShapeError(
-        f"{call}: {name}={describe(values[name])}: expected one of the shapes "
-        f"{', '.join(shapes)} "
-        "(leading dims + field shape); reshape the value or check num_envs / env_ids"
-    ) from None
+    arr = arrays.get(name)
+    if arr is None:
+        arr = arrays[name] = as_array(values[name])
+    return (spec[name] if field is None else field).leading_of(call, values[name],
+                                                               candidates, arr)
