@@ -5,7 +5,7 @@
  * the calls). A call goes through three stages, the same as the Python writer's:
  *
  * 1. the boundary: every value is taken once and brought to its field's stored dtype
- *    under the spec's casting rules (replaybank/spec.py, cast_field): numpy arrays of any
+ *    under the spec's casting rules (replaybank/spec.py, FieldSpec.cast): numpy arrays of any
  *    numeric dtype, byte order and strides (read-only too), numpy scalars, Python bools,
  *    ints and floats, nested lists and tuples of them, and, through the `host` callback,
  *    other array objects (torch CPU tensors). A value that breaks a casting rule (a
@@ -281,7 +281,7 @@ parse_format(const char *fmt, Py_ssize_t itemsize)
 }
 
 /* ------------------------------------------------------------------ casting rules
- * One element into a field of kind dk (replaybank/spec.py, cast_field, element by
+ * One element into a field of kind dk (replaybank/spec.py, FieldSpec.cast, element by
  * element): floats go to float fields as C casts them (numpy's astype); into int fields
  * only when finite, integral and in range; into bool fields only 0 and 1 (ints and
  * floats alike); bools are 0/1 everywhere (any nonzero byte is True). 1: stored, 0: the

@@ -338,7 +338,7 @@ class ReplayBuffer:
 
         Each value is cast once to its field's stored dtype (float64 observations and
         rewards, int flags, Python numbers, lists, torch CPU tensors, strided views), under
-        the casting rules of :func:`~replaybank.spec.cast_field`.
+        the casting rules of :meth:`~replaybank.spec.FieldSpec.cast`.
 
         Args:
             obs: Observation ``[*obs_shape]`` (``[num_envs, *obs_shape]`` with several

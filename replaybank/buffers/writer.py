@@ -4,7 +4,7 @@ A buffer builds one :class:`Writer` per (table, sampler) and hands it each call'
 (:class:`StepValues`). A write goes through three stages, whichever language runs them:
 
 1. **the boundary**: every value is brought once to its field's stored dtype and shape,
-   under the spec's casting rules (:func:`~replaybank.spec.cast_field`). The compiled
+   under the spec's casting rules (:meth:`~replaybank.spec.FieldSpec.cast`). The compiled
    writer (:class:`~replaybank.storage.writers.compiled.CompiledWriter`) does this in C
    for what real loops pass (arrays of any numeric dtype, byte order and strides, numpy
    and Python scalars, lists, torch CPU tensors) and writes the call at once. A value it

@@ -26,7 +26,7 @@ are gone with the crashed process).
 
 Bad rows are refused by the call that passes them, before anything is queued: each
 ``add``/``extend`` is checked with one buffer's rules (field set, trailing shapes, the
-casting rules of :func:`~replaybank.spec.cast_field`, through
+casting rules of :meth:`~replaybank.spec.FieldSpec.cast`, through
 :func:`~replaybank.buffers.calls.check_call`, against the spec the shards hold, asked
 once, or the one this client's first call implies while none does; initial priorities
 against the shards' sampler with :func:`~replaybank.buffers.priorities.priority_values`),

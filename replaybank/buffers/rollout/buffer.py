@@ -82,7 +82,7 @@ from replaybank.errors import (
     SpecError,
 )
 from replaybank.ops.gae import Backend, gae
-from replaybank.spec import UNSET, Spec, cast_field, flatten
+from replaybank.spec import UNSET, Spec, flatten
 from replaybank.storage.backends.base import available_memory, check_fits
 
 if TYPE_CHECKING:  # pydantic loads with the first config() call
@@ -369,7 +369,7 @@ class RolloutBuffer:
             else leading_dims(spec, fields, [(), (1,)], "add")
         flat = flatten(fields)
         check_names(spec, flat)
-        row = {n: cast_field(n, flat[n], f, lead).reshape((self._num_envs, *f.shape))
+        row = {n: f.cast(n, flat[n], lead).reshape((self._num_envs, *f.shape))
                for n, f in spec.items()}
         cut = row["truncated"] & ~row["terminated"]  # [E]
         fv = np.full(self._num_envs, np.nan)

@@ -28,7 +28,6 @@ from replaybank.spec import (
     FieldSpec,
     Spec,
     as_array,
-    cast_field,
     flatten,
     real_floats,
     unflatten,
@@ -147,14 +146,14 @@ def final_obs_rows(spec: Spec, final_obs: Any, need: npt.NDArray[np.bool_],
             flat = _obs_flat(entry)
             check_obs_names(names, flat, f"final_obs[{e}]")
             for n in names:
-                rows[n].append(cast_field(f"final_obs[{e}]/{n}", flat[n], spec[n], ()))
+                rows[n].append(spec[n].cast(f"final_obs[{e}]/{n}", flat[n], ()))
         return {n: (np.stack(v) if v else np.zeros((0, *spec[n].shape), spec[n].dtype))
                 for n, v in rows.items()}
     flat = _obs_flat(final_obs)
     check_obs_names(names, flat, "final_obs")
     out = {}
     for n in names:
-        arr = cast_field(f"final_obs/{n}" if n != "obs" else "final_obs", flat[n], spec[n], lead)
+        arr = spec[n].cast(f"final_obs/{n}" if n != "obs" else "final_obs", flat[n], lead)
         out[n] = arr.reshape((len(need), *spec[n].shape))[envs]
     return out
 
