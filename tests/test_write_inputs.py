@@ -15,7 +15,7 @@ exception type (and message) in both and leave both exactly as they were.
    fields, several lanes out of step, initial priorities, episode ends and gaps, small
    rings that wrap, memmap files and inferred specs.
 2. One case per casting rule of :func:`replaybank.spec.cast_field` (and the field-set
-   and shape checks of :func:`replaybank.buffers.calls.check_call`), for a scalar, an
+   and shape checks of :func:`replaybank.buffers.checked_call.check_call`), for a scalar, an
    array, an extra and a dict-obs field, in ``add`` of one and of four lanes, ``env_ids``
    adds and ``extend``: refused values, and their accepted neighbours (lossless edges,
    rounding traps).

@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from replaybank.buffers.calls import check_call, lane_ids
+from replaybank.buffers.checked_call import check_call, lane_ids
 from replaybank.buffers.guard import CallGuard
 from replaybank.buffers.inputs import UNSET, collect_fields
 from replaybank.buffers.priorities import check_priority

@@ -9,7 +9,7 @@ A buffer builds one :class:`Writer` per (table, sampler) and hands it each call'
    for what real loops pass (arrays of any numeric dtype, byte order and strides, numpy
    and Python scalars, lists, torch CPU tensors) and writes the call at once. A value it
    does not take (a broken rule, an unknown type) leaves it untouched and the Python
-   boundary (:func:`~replaybank.buffers.calls.check_call`) checks and casts the call,
+   boundary (:func:`~replaybank.buffers.checked_call.check_call`) checks and casts the call,
    raising the error that names a bad value;
 2. **the plan**: :func:`~replaybank.storage.writers.plan.plan_write` (or its C twin)
    decides from the lane counters where the steps go;
@@ -46,7 +46,7 @@ import numpy as np
 import numpy.typing as npt
 
 from replaybank.buffers.autoreset import reset_lanes
-from replaybank.buffers.calls import CheckedCall, check_call
+from replaybank.buffers.checked_call import CheckedCall, check_call
 from replaybank.buffers.priorities import check_priority
 from replaybank.errors import ConfigError, ReplayBankError
 from replaybank.samplers.base import SamplerTraits
@@ -58,7 +58,7 @@ from replaybank.storage.writers.compiled import (
     accelerated,
     not_handled,
 )
-from replaybank.storage.writers.formats import ObsLayout, RowsLayout
+from replaybank.storage.writers.layouts import ObsLayout, RowsLayout
 from replaybank.storage.writers.reference import write as write_reference
 from replaybank.storage.writers.tell import RangeListener, WriteListener
 
@@ -183,7 +183,7 @@ class Writer:
 
     def write_checked(self, call: CheckedCall, priority: Any) -> None:
         """Write a call whose values the Python boundary checked and cast
-        (:func:`~replaybank.buffers.calls.check_call`); its priorities are checked first.
+        (:func:`~replaybank.buffers.checked_call.check_call`); its priorities are checked first.
 
         Raises:
             ConfigError, ShapeError, DtypeError: Bad priorities (nothing written).

@@ -27,7 +27,7 @@ are gone with the crashed process).
 Bad rows are refused by the call that passes them, before anything is queued: each
 ``add``/``extend`` is checked with one buffer's rules (field set, trailing shapes, the
 casting rules of :meth:`~replaybank.spec.FieldSpec.cast`, through
-:func:`~replaybank.buffers.calls.check_call`, against the spec the shards hold, asked
+:func:`~replaybank.buffers.checked_call.check_call`, against the spec the shards hold, asked
 once, or the one this client's first call implies while none does; initial priorities
 against the shards' sampler with :func:`~replaybank.buffers.priorities.priority_values`),
 and the rows are queued as checked and cast. A shard can still refuse rows the client
@@ -118,7 +118,7 @@ import numpy as np
 import numpy.typing as npt
 
 from replaybank.batch import Batch, SequenceBatch
-from replaybank.buffers.calls import check_call
+from replaybank.buffers.checked_call import check_call
 from replaybank.buffers.inputs import UNSET
 from replaybank.buffers.priorities import priority_values, to_host
 from replaybank.distributed.errors import RowsRejectedWarning, ShardUnavailableError
@@ -317,7 +317,7 @@ class ReplayClient:
         ``[T, k, *shape]`` (nested dicts kept) and priorities ``[T, k]`` or None.
 
         The values are checked and cast with one buffer's rules
-        (:func:`~replaybank.buffers.calls.check_call` against the shards' spec, or the
+        (:func:`~replaybank.buffers.checked_call.check_call` against the shards' spec, or the
         spec this client's first call implied while no shard holds one) and the
         priorities with :func:`~replaybank.buffers.priorities.priority_values` against
         the shards' limit, so the rows a shard receives are ones it stores. Where the

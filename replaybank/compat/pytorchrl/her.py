@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from replaybank.buffers.calls import check_call
+from replaybank.buffers.checked_call import check_call
 from replaybank.compat.checks import check_int
 from replaybank.compat.pytorchrl.buffers import EREBuffer
 from replaybank.compat.pytorchrl.keys import (

@@ -46,7 +46,7 @@ import numpy.typing as npt
 from replaybank.host import tensor_to_numpy
 from replaybank.ops.jit import pick_kernel
 from replaybank.storage.table import StepTable
-from replaybank.storage.writers.formats import ObsLayout, RowsLayout
+from replaybank.storage.writers.layouts import ObsLayout, RowsLayout
 
 __all__ = ["ACCEL", "MAX_EXTRAS", "MAX_OBS", "CompiledWriter", "accelerated",
            "killpoints_wanted", "not_handled", "tensor_to_host"]
@@ -128,8 +128,8 @@ class CompiledWriter:
             the ``env_ids``; ``steps``: an extend). For a flat or one-level dict
             observation the C method itself; for rows tables and deeper dict observations
             a Python function that finds the values first
-            (:class:`~replaybank.storage.writers.formats.RowsLayout`,
-            :class:`~replaybank.storage.writers.formats.ObsLayout`).
+            (:class:`~replaybank.storage.writers.layouts.RowsLayout`,
+            :class:`~replaybank.storage.writers.layouts.ObsLayout`).
         order: The field names in the writer's order; ``obs_names`` those of the
             observation (their next observations, in that order).
     """
