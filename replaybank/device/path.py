@@ -6,9 +6,9 @@ bookkeeping on the host. The host path of :meth:`ReplayBuffer.sample
 <replaybank.buffers.replay.ReplayBuffer.sample>` draws keys with the buffer's numpy
 generator and sends index arrays to the device on every call. :class:`DevicePath` instead:
 
-1. brings the device mirror of the bookkeeping up to date (:class:`~replaybank.storage.
-   device_mirror.DeviceMirror`: a host-to-device copy of what a write changed, nothing
-   when no write happened since the last sample);
+1. brings the device mirror of the bookkeeping up to date
+   (:class:`~replaybank.device.mirror.DeviceMirror`: a host-to-device copy of what a
+   write changed, nothing when no write happened since the last sample);
 2. draws keys on the device with a ``torch.Generator`` of its own
    (:func:`~replaybank.device.draws.uniform_keys`);
 3. reads each dtype group with one ``index_select`` of ``[B]`` rows (groups holding an

@@ -328,7 +328,7 @@ class SharedBackend:
             return np.zeros(shape, dtype=dtype)
         arr = self._array(name, shape, dtype)
         if self.owner and name in COUNTERS:
-            return np.zeros(shape, dtype=dtype)  # the owner's snapshot (shared_lanes)
+            return np.zeros(shape, dtype=dtype)  # the owner's snapshot (shared/lanes.py)
         return arr
 
     def shared(self, name: str, shape: tuple[int, ...], dtype: Any) -> npt.NDArray[Any]:
