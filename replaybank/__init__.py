@@ -42,6 +42,7 @@ from replaybank.errors import (
     ShapeError,
     SpecError,
 )
+from replaybank.multiagent import MultiAgentBatch, MultiAgentReplayBuffer, MultiAgentSequenceBatch
 from replaybank.ops.gae import discount_cumsum, gae
 from replaybank.persist import ResumeWarning, load, load_into, open, save
 from replaybank.samplers.base import (
@@ -122,6 +123,9 @@ __all__ = [
     "LaneView",
     "MemmapBackend",
     "MissingDependencyError",
+    "MultiAgentBatch",
+    "MultiAgentReplayBuffer",
+    "MultiAgentSequenceBatch",
     "NStepView",
     "NumpyBackend",
     "PathBuffer",
@@ -190,6 +194,8 @@ _registry.register_buffer("RolloutBuffer", RolloutBuffer)
 _registry.register_buffer("PathBuffer", PathBuffer)
 _registry.register_buffer("SequenceReplayBuffer", SequenceReplayBuffer, kwargs_to=ReplayBuffer)
 _registry.register_buffer("HerReplayBuffer", HerReplayBuffer)
+_registry.register_buffer("MultiAgentReplayBuffer", MultiAgentReplayBuffer,
+                          kwargs_to=ReplayBuffer, exclude=("next_obs",))
 _registry.register_buffer("PrioritizedReplayBuffer", PrioritizedReplayBuffer,
                           exclude=("sampler",))
 for _name, _sampler in (("uniform", UniformSampler), ("prioritized", PrioritizedSampler),

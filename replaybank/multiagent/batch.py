@@ -1,0 +1,273 @@
+"""Typed, frozen multi-agent sample containers: a core batch unpacked per agent.
+
+A :class:`MultiAgentBatch` holds joint transitions: per agent ``obs[agent]``,
+``next_obs[agent]``, ``action[agent]`` ``[B, *shape]`` (each agent its own shape) and
+``reward[agent]``, ``terminated[agent]``, ``truncated[agent]``, ``active[agent]`` ``[B]``;
+the global ``state``/``next_state``; the joint ``joint_reward``, ``joint_terminated``,
+``joint_truncated`` (``done`` is their ``or``); ``indices`` for ``update_priorities`` and,
+from a prioritized sampler, ``weights``. A :class:`MultiAgentSequenceBatch` holds
+``[B, L, *shape]`` windows with the core's ``mask``, ``is_first``, ``is_last``,
+``is_terminal``, ``burn_in`` and ``starts``.
+
+An agent that did not act at a step (``active[agent]`` False) shows zeros as its
+``obs``, ``next_obs`` and ``action`` there, reward 0 and no end. The core batch is kept
+as :attr:`MultiAgentBatch.core` (flat names, see :mod:`replaybank.multiagent.layout`).
+Values are numpy arrays, or torch tensors when the buffer's storage is torch or after
+:meth:`MultiAgentBatch.to_torch`.
+
+Example:
+    >>> import numpy as np
+    >>> from replaybank.batch import Batch
+    >>> core = Batch({"obs/a": np.ones((2, 3)), "obs/b": np.ones((2, 3)),
+    ...     "next_obs/a": np.ones((2, 3)), "next_obs/b": np.ones((2, 3)),
+    ...     "action/a": np.zeros(2), "action/b": np.zeros(2), "reward": np.ones(2),
+    ...     "terminated": np.zeros(2, bool), "truncated": np.zeros(2, bool),
+    ...     "rewards/a": np.ones(2), "rewards/b": np.zeros(2),
+    ...     "terminations/a": np.zeros(2, bool), "terminations/b": np.zeros(2, bool),
+    ...     "truncations/a": np.zeros(2, bool), "truncations/b": np.zeros(2, bool),
+    ...     "active/a": np.array([True, True]), "active/b": np.array([True, False]),
+    ...     "indices": np.arange(2)})
+    >>> b = MultiAgentBatch.from_core(core, ("a", "b"))
+    >>> b.obs["b"][:, 0].tolist(), b.stacked("obs").shape
+    ([1.0, 0.0], (2, 2, 3))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import numpy as np
+
+from replaybank.batch import Batch, SequenceBatch
+from replaybank.errors import ShapeError, require_extra
+from replaybank.spec import SEP
+
+__all__ = ["MultiAgentBatch", "MultiAgentSequenceBatch"]
+
+#: Per-agent fields of every batch: batch attribute -> core field prefix.
+AGENT_FIELDS = {"obs": "obs", "next_obs": "next_obs", "action": "action",
+                "reward": "rewards", "terminated": "terminations",
+                "truncated": "truncations", "active": "active"}
+_JOINT = {"joint_reward": "reward", "joint_terminated": "terminated",
+          "joint_truncated": "truncated"}
+_B = TypeVar("_B", bound="_AgentFields")
+
+
+def _zero_inactive(x: Any, active: Any) -> Any:
+    """``x`` ``[B, (L,) *shape]`` with zeros where ``active`` ``[B, (L)]`` is False
+    (a new array: a sequence batch's ``obs``/``next_obs`` may be read-only views)."""
+    mask = active.reshape(tuple(active.shape) + (1,) * (x.ndim - active.ndim))
+    if isinstance(x, np.ndarray):
+        return np.where(mask, x, np.zeros((), x.dtype))
+    return x.masked_fill(~mask, 0)  # a torch tensor
+
+
+@dataclass(frozen=True)
+class _AgentFields:
+    """What both batch kinds hold (see the module docstring)."""
+
+    agents: tuple[str, ...]
+    obs: dict[str, Any]
+    next_obs: dict[str, Any]
+    action: dict[str, Any]
+    reward: dict[str, Any]
+    terminated: dict[str, Any]
+    truncated: dict[str, Any]
+    active: dict[str, Any]
+    state: Any
+    next_state: Any
+    joint_reward: Any
+    joint_terminated: Any
+    joint_truncated: Any
+    extras: dict[str, Any]
+    weights: Any
+    probabilities: Any
+    core: Any = field(repr=False)
+
+    @classmethod
+    def _unpack(cls, data: Mapping[str, Any], agents: tuple[str, ...]) -> dict[str, Any]:
+        """The constructor values of the per-agent and joint fields from core fields."""
+        out: dict[str, Any] = {"agents": agents}
+        for attr, prefix in AGENT_FIELDS.items():
+            out[attr] = {a: data[f"{prefix}{SEP}{a}"] for a in agents}
+        active = out["active"]
+        for attr in ("obs", "next_obs"):
+            out[attr] = {a: _zero_inactive(v, active[a]) for a, v in out[attr].items()}
+        out["state"] = data.get(f"obs{SEP}state")
+        out["next_state"] = data.get(f"next_obs{SEP}state")
+        for attr, name in _JOINT.items():
+            out[attr] = data[name]
+        out["weights"] = data.get("weights")
+        out["probabilities"] = data.get("probabilities")
+        taken = {*_JOINT.values(), "weights", "probabilities", "indices", "discount",
+                 *AGENT_FIELDS.values()}
+        extras: dict[str, Any] = {}
+        for name, v in data.items():
+            top, _, rest = name.partition(SEP)
+            if top in taken or top in _SEQUENCE_FIELDS or top == "initial":
+                continue
+            if rest in agents:
+                extras.setdefault(top, {})[rest] = v
+            else:
+                extras[name] = v
+        out["extras"] = extras
+        return out
+
+    @property
+    def done(self) -> Any:
+        """The joint ``terminated | truncated``."""
+        return self.joint_terminated | self.joint_truncated
+
+    @property
+    def n_agents(self) -> int:
+        """Number of agents."""
+        return len(self.agents)
+
+    def stacked(self, name: str, agents: Any = None) -> Any:
+        """A per-agent field stacked over agents, for parameter sharing.
+
+        Args:
+            name: ``"obs"``, ``"next_obs"``, ``"action"``, ``"reward"``, ``"terminated"``,
+                ``"truncated"``, ``"active"`` or a per-agent extra.
+            agents: The agents to stack, in order (default: all).
+
+        Returns:
+            ``[B, n_agents, *shape]`` (``[B, L, n_agents, *shape]`` for sequences).
+
+        Raises:
+            KeyError: No such per-agent field.
+            ShapeError: The agents' shapes or dtypes differ.
+        """
+        per = getattr(self, name) if name in AGENT_FIELDS else self.extras.get(name)
+        if not isinstance(per, dict):
+            extras = [k for k, v in self.extras.items() if isinstance(v, dict)]
+            raise KeyError(f"stacked({name!r}): not a per-agent field; use one of "
+                           f"{[*AGENT_FIELDS, *extras]}")
+        names = list(self.agents if agents is None else agents)
+        unknown = [a for a in names if a not in per]
+        if unknown or not names:
+            raise KeyError(f"stacked({name!r}, agents={names}): unknown agents {unknown}; "
+                           f"the agents are {list(self.agents)}")
+        values = [per[a] for a in names]
+        kinds = {(tuple(v.shape[self._lead:]), str(v.dtype)) for v in values}
+        if len(kinds) > 1:
+            shown = {a: (tuple(per[a].shape[self._lead:]), str(per[a].dtype)) for a in names}
+            raise ShapeError(
+                f"stacked({name!r}): the agents' {name} differ in shape or dtype {shown}; "
+                "stack agents that share a space (pass agents=[...]) or read "
+                f"batch.{name}[agent] per agent")
+        axis = self._lead
+        if isinstance(values[0], np.ndarray):
+            return np.stack(values, axis=axis)
+        torch = require_extra("torch", "torch")
+        return torch.stack(values, dim=axis)
+
+    #: Leading batch dims (1: ``[B]``; 2: ``[B, L]``).
+    _lead = 1
+
+    @property
+    def batch_size(self) -> int:
+        """Leading dimension B."""
+        return int(self.joint_reward.shape[0])
+
+    def _rebuilt(self: _B, core: Any) -> _B:
+        return type(self).from_core(core, self.agents)  # type: ignore[attr-defined, no-any-return]
+
+    def to_torch(self: _B, device: Any = None, non_blocking: bool = True,
+                 pin_memory: bool = False) -> _B:
+        """The same batch with torch tensors (see :meth:`replaybank.batch.Batch.to_torch`).
+
+        Args:
+            device: Target device (None keeps the CPU, zero-copy).
+            non_blocking: Passed to ``Tensor.to``.
+            pin_memory: Gather into pinned host memory first.
+        """
+        return self._rebuilt(self.core.to_torch(device, non_blocking, pin_memory))
+
+    def numpy(self: _B) -> _B:
+        """The same batch with numpy arrays."""
+        return self._rebuilt(self.core.numpy())
+
+
+#: Core fields of sequence batches that are not stored fields.
+_SEQUENCE_FIELDS = {"mask", "is_first", "is_last", "is_terminal", "burn_in", "starts"}
+
+
+@dataclass(frozen=True)
+class MultiAgentBatch(_AgentFields):
+    """Joint transitions, each field ``[B, *shape]`` (see the module docstring).
+
+    Attributes:
+        agents: Agent names, in the buffer's order.
+        obs: ``{agent: [B, *obs_shape]}`` (zeros where the agent did not act).
+        next_obs: ``{agent: [B, *obs_shape]}``: exact, also for an agent that ended
+            before the others (n steps ahead with ``n_step``; zeros where it did not act).
+        action: ``{agent: [B, *action_shape]}``.
+        reward: ``{agent: [B]}`` float32: one-step rewards.
+        terminated: ``{agent: [B]}`` bool: the agent terminated at this step.
+        truncated: ``{agent: [B]}`` bool: the agent was cut off at this step.
+        active: ``{agent: [B]}`` bool: the agent acted at this step.
+        state: ``[B, *state_shape]`` global state, or None.
+        next_state: ``[B, *state_shape]``, or None.
+        joint_reward: ``[B]`` float32: the sum of the agents' rewards (the n-step return
+            of that sum with ``n_step``).
+        joint_terminated: ``[B]`` bool: the joint episode terminated.
+        joint_truncated: ``[B]`` bool: the joint episode was cut off.
+        extras: Per-agent extras ``{name: {agent: [B, ...]}}`` and joint ones
+            ``{name: [B, ...]}``.
+        indices: ``[B]`` int64 keys for ``update_priorities``.
+        weights: ``[B]`` importance weights (prioritized samplers), else None.
+        probabilities: ``[B]`` sampling probabilities (prioritized samplers), else None.
+        discount: ``[B]`` ``gamma ** L`` (n-step views), else None.
+        core: The core :class:`~replaybank.batch.Batch`.
+    """
+
+    indices: Any = None
+    discount: Any = None
+
+    @classmethod
+    def from_core(cls, core: Batch[Any], agents: tuple[str, ...]) -> MultiAgentBatch:
+        """Unpack a core batch of a multi-agent buffer."""
+        data = core.to_dict(nested=False)
+        return cls(**cls._unpack(data, agents), core=core, indices=data.get("indices"),
+                   discount=data.get("discount"))
+
+
+@dataclass(frozen=True)
+class MultiAgentSequenceBatch(_AgentFields):
+    """Joint windows, each field ``[B, L, *shape]``, with the core's masks.
+
+    The per-agent and joint fields are those of :class:`MultiAgentBatch` with a window
+    dim (``active[agent]`` ``[B, L]``: the agent acted at that step of the window).
+
+    Attributes:
+        mask: ``[B, L]`` bool: valid steps (not padding or burn-in).
+        is_first: ``[B, L]`` bool: a joint episode starts here.
+        is_last: ``[B, L]`` bool: the joint episode ended here.
+        is_terminal: ``[B, L]`` bool: the joint episode terminated here.
+        burn_in: ``[B, L]`` bool: burn-in steps.
+        starts: ``[B]`` int64: the key of each window's first step.
+    """
+
+    mask: Any = None
+    is_first: Any = None
+    is_last: Any = None
+    is_terminal: Any = None
+    burn_in: Any = None
+    starts: Any = None
+    _lead = 2
+
+    @classmethod
+    def from_core(cls, core: SequenceBatch[Any],
+                  agents: tuple[str, ...]) -> MultiAgentSequenceBatch:
+        """Unpack a core sequence batch of a multi-agent buffer."""
+        data = core.to_dict(nested=False)
+        seq: dict[str, Any] = {k: data.get(k) for k in _SEQUENCE_FIELDS}
+        return cls(**cls._unpack(data, agents), core=core, **seq)
+
+    @property
+    def sequence_length(self) -> int:
+        """The window length L (burn-in included)."""
+        return int(self.joint_reward.shape[1])

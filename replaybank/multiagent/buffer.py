@@ -1,0 +1,394 @@
+"""``MultiAgentReplayBuffer``: joint steps of all agents, stored in one core buffer.
+
+Each ``add`` takes one step of every agent of each env (PettingZoo's parallel API: dicts
+keyed by agent) and writes it as one step of a core
+:class:`~replaybank.buffers.replay.ReplayBuffer` (composition: :attr:`buffer`), whose
+observation is the dict ``{agent: obs, ..., "state": global_state}``. So each joint
+observation is stored once, ``next_obs`` is exact for every agent (also one that ended
+before the others), and the core's samplers (uniform, prioritized: one priority per
+joint step), n-step returns of the joint reward, sequence windows, storages and
+checkpoints work unchanged. The layout of the core fields is in
+:mod:`replaybank.multiagent.layout`, the joint episode's rules in
+:mod:`replaybank.multiagent.episodes`.
+
+Example:
+    >>> import numpy as np
+    >>> buf = MultiAgentReplayBuffer(100, agents=["a", "b"], seed=0)
+    >>> for t in range(5):
+    ...     acting = ["a", "b"] if t < 3 else ["a"]       # b ends at t = 2
+    ...     buf.add(obs={k: np.full(2, t, np.float32) for k in acting},
+    ...             action={k: 0 for k in acting}, reward={k: 1.0 for k in acting},
+    ...             next_obs={k: np.full(2, t + 1, np.float32) for k in acting},
+    ...             terminated={k: k == "b" and t == 2 or t == 4 for k in acting},
+    ...             truncated={k: False for k in acting},
+    ...             state=np.full(3, t, np.float32), next_state=np.full(3, t + 1, np.float32))
+    >>> len(buf)
+    5
+    >>> batch = buf.sample(5, replace=False)
+    >>> batch.obs["b"].shape, batch.state.shape, batch.active["b"].sum()
+    ((5, 2), (5, 3), np.int64(3))
+    >>> ended = batch.terminated["b"]
+    >>> batch.next_obs["b"][ended, 0].tolist()          # b's exact final observation
+    [3.0]
+    >>> batch.joint_terminated.sum(), batch.stacked("obs").shape
+    (np.int64(1), (5, 2, 2))
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from replaybank import persist
+from replaybank.buffers.replay import ReplayBuffer
+from replaybank.errors import ArgumentError, CheckpointError, SpecError, describe
+from replaybank.multiagent.batch import MultiAgentBatch, MultiAgentSequenceBatch
+from replaybank.multiagent.episodes import Episodes
+from replaybank.multiagent.inputs import prepare
+from replaybank.multiagent.layout import AgentLayout, check_agents, parse_spec
+from replaybank.samplers.base import Sampler
+from replaybank.spec import UNSET, Spec
+from replaybank.storage.backends.base import ArrayBackend
+
+if TYPE_CHECKING:  # pydantic loads with the first config() call
+    from replaybank.config import BufferConfig
+
+__all__ = ["MultiAgentReplayBuffer"]
+
+
+class MultiAgentReplayBuffer:
+    """Replay of joint multi-agent steps (MADDPG, QMIX/VDN, MAPPO-style critics).
+
+    Args:
+        capacity: Joint steps over all envs; must divide by ``num_envs``.
+        agents: Agent names (e.g. ``env.possible_agents``), in the order batches and
+            :meth:`MultiAgentBatch.stacked` use.
+        num_envs: Envs (lanes); values then have leading dim ``num_envs``.
+        seed: Seed or Generator of the sampling generator.
+        spec: Shapes and dtypes, ``{"obs": {agent: (shape, dtype)}, "action": {agent:
+            ...}, "state": (shape, dtype), <extra>: {agent: ...} or (shape, dtype)}`` (or
+            the flat form ``{"obs/<agent>": ...}``); what it leaves out is inferred from
+            the first add (an agent missing from the first add then needs its entries).
+        sampler: Which joint steps to draw (uniform by default; prioritized: one priority
+            per joint step).
+        storage: ``"numpy"``, ``"memmap"`` (with ``path``) or ``"torch"`` (``device``).
+        path: Directory of memmap files.
+        device: Torch device of torch storage.
+        n_step: n-step returns of the joint reward (1: one-step transitions).
+        gamma: Discount of n-step returns.
+        **kwargs: Further :class:`~replaybank.buffers.replay.ReplayBuffer` arguments
+            (``view``, ``frame_stack``, ``lane_split``, ``autoreset_mode``).
+
+    Raises:
+        ArgumentError: Bad agent names, or a keyword the core does not take.
+        SpecError: A bad ``spec``.
+        CapacityError: As :class:`~replaybank.buffers.replay.ReplayBuffer`.
+
+    Example:
+        >>> buf = MultiAgentReplayBuffer(64, agents=["a", "b"], num_envs=2,
+        ...     spec={"obs": {"a": ((3,), "float32"), "b": ((5,), "float32")},
+        ...           "action": {"a": ((), "int64"), "b": ((2,), "float32")}})
+        >>> buf.agents, buf.capacity, len(buf)
+        (('a', 'b'), 64, 0)
+    """
+
+    def __init__(
+        self,
+        capacity: int,
+        agents: Any,
+        num_envs: int = 1,
+        seed: int | np.random.Generator | None = None,
+        spec: Any = None,
+        sampler: Sampler | None = None,
+        storage: str | ArrayBackend = "numpy",
+        path: Any = None,
+        device: Any = None,
+        n_step: int = 1,
+        gamma: float = 0.99,
+        **kwargs: Any,
+    ) -> None:
+        self._agents = check_agents(agents)
+        unknown = sorted(set(kwargs) - _BUFFER_ARGUMENTS)
+        if unknown:
+            raise ArgumentError(f"MultiAgentReplayBuffer() got keyword arguments {unknown}; "
+                                f"it passes on only {sorted(_BUFFER_ARGUMENTS)}")
+        parse_spec(spec, self._agents)  # checked now, used at the first add
+        self._spec = spec
+        self._layout: AgentLayout | None = None
+        try:
+            layout = AgentLayout.build(self._agents, spec, {}, ())
+        except SpecError:  # the spec leaves some shapes to the first add
+            layout = None
+        self.buffer = ReplayBuffer(
+            capacity, num_envs=num_envs, seed=seed, sampler=sampler, storage=storage,
+            path=path, device=device, n_step=n_step, gamma=gamma,
+            spec=None if layout is None else layout.core_spec(), **kwargs)
+        self._episodes = Episodes(len(self._agents), self.buffer.num_envs)
+        if layout is not None:
+            self._set_layout(layout)
+
+    def _set_layout(self, layout: AgentLayout) -> None:
+        self._layout = layout
+        self._episodes.allocate({a: (f.shape, f.dtype)
+                                 for a, f in layout.per_agent["obs"].items()})
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def agents(self) -> tuple[str, ...]:
+        """Agent names, in the buffer's order."""
+        return self._agents
+
+    @property
+    def capacity(self) -> int:
+        """Joint steps over all envs."""
+        return self.buffer.capacity
+
+    @property
+    def num_envs(self) -> int:
+        """Envs (lanes)."""
+        return self.buffer.num_envs
+
+    @property
+    def layout(self) -> AgentLayout | None:
+        """The per-agent fields (None before the first add when ``spec`` left some out)."""
+        return self._layout
+
+    @property
+    def spec(self) -> Spec | None:
+        """The core buffer's stored fields (:mod:`replaybank.multiagent.layout`)."""
+        return self.buffer.spec
+
+    @property
+    def sampler(self) -> Sampler:
+        """The core's sampler."""
+        return self.buffer.sampler
+
+    @property
+    def backend(self) -> ArrayBackend:
+        """Where the core's arrays live."""
+        return self.buffer.backend
+
+    @property
+    def rng(self) -> np.random.Generator:
+        """The sampling generator."""
+        return self.buffer.rng
+
+    def __len__(self) -> int:
+        """Joint steps stored."""
+        return len(self.buffer)
+
+    def __repr__(self) -> str:
+        return (f"MultiAgentReplayBuffer(capacity={self.capacity}, agents={list(self.agents)}, "
+                f"num_envs={self.num_envs}, size={len(self)}, "
+                f"sampler={type(self.sampler).__name__})")
+
+    # ------------------------------------------------------------------ writing
+    def add(self, *args: Any, obs: Any = UNSET, action: Any = UNSET, reward: Any = UNSET,
+            next_obs: Any = UNSET, terminated: Any = UNSET, truncated: Any = UNSET,
+            state: Any = None, next_state: Any = None, active: Any = None,
+            priority: Any = None, **extras: Any) -> None:
+        """Add one joint step of every env.
+
+        Every per-agent argument is a dict ``{agent: value}`` holding the agents that
+        acted (PettingZoo's ``step`` dicts); an agent left out of the dicts did not act
+        (in any env). Values are ``[*shape]`` (``[num_envs, *shape]`` with several envs).
+
+        Args:
+            obs: ``{agent: [num_envs, *obs_shape]}`` observations the agents acted on.
+            action: ``{agent: [num_envs, *action_shape]}``.
+            reward: ``{agent: [num_envs]}`` rewards (stored float32).
+            next_obs: ``{agent: [num_envs, *obs_shape]}``: the observation after the step
+                (the true final one where the agent ended).
+            terminated: ``{agent: [num_envs]}`` bool: the agent reached a terminal state.
+            truncated: ``{agent: [num_envs]}`` bool: the agent was cut off (time limit).
+            state: ``[num_envs, *state_shape]`` global state (``env.state()``) before the
+                step, or None when the buffer stores none.
+            next_state: ``[num_envs, *state_shape]`` global state after the step.
+            active: ``{agent: [num_envs] bool}``: in which envs an agent in ``obs``
+                acted (default: all); the values of the other envs are not stored.
+            priority: Initial priority of each env's joint step (prioritized samplers).
+            **extras: Per-agent extras as ``{agent: value}`` dicts (e.g. ``log_prob``)
+                or joint extras as arrays ``[num_envs, ...]``.
+
+        Raises:
+            ArgumentError: A bad dict, an unknown agent, an agent in ``obs`` but missing
+                from another dict, an agent acting after its end in the same episode.
+            SpecError: Missing or unknown state or extras, or an agent whose shapes are
+                unknown at the first add.
+            ShapeError, DtypeError: A value of the wrong shape or dtype.
+
+        A rejected call leaves the buffer exactly as it was.
+        """
+        if args:
+            raise ArgumentError(
+                f"add() takes keyword arguments only, got {len(args)} positional value(s) "
+                f"({', '.join(describe(a) for a in args[:3])}); pass add(obs={{agent: ...}}, "
+                "action=..., reward=..., next_obs=..., terminated=..., truncated=...)")
+        values = {"obs": obs, "action": action, "reward": reward, "next_obs": next_obs,
+                  "terminated": terminated, "truncated": truncated, "state": state,
+                  "next_state": next_state, "active": active}
+        for name, v in values.items():
+            if v is UNSET:
+                raise ArgumentError(f"add(): missing {name}=; pass {name}={{agent: value}} "
+                                    "for the agents that acted")
+        step = prepare(self._agents, self.num_envs, self._layout, self._spec,
+                       self._episodes, values, extras)
+        core = step.core
+        if priority is not None and not step.all_lanes and np.ndim(priority) >= 1:
+            priority = np.asarray(priority)[step.lanes]
+        self.buffer.add(**core, env_ids=None if step.all_lanes else step.lanes,
+                        priority=priority)
+        if self._layout is None:
+            self._set_layout(step.layout)
+        self._episodes.commit(step.act, step.ends, step.lanes, step.next_obs)
+
+    def clear(self) -> None:
+        """Drop every stored step and the episode bookkeeping."""
+        self.buffer.clear()
+        self._episodes = Episodes(len(self._agents), self.num_envs)
+        if self._layout is not None:
+            self._set_layout(self._layout)
+
+    # ------------------------------------------------------------------ sampling
+    def sample(self, batch_size: int, **kwargs: Any) -> MultiAgentBatch:
+        """Sample ``batch_size`` joint transitions.
+
+        Args:
+            batch_size: Joint transitions B.
+            **kwargs: Core sample options (``replace``, ``beta``, ...).
+
+        Returns:
+            A :class:`~replaybank.multiagent.batch.MultiAgentBatch`.
+
+        Raises:
+            EmptyBufferError: Nothing stored (or fewer than B with ``replace=False``).
+        """
+        return MultiAgentBatch.from_core(self.buffer.sample(batch_size, **kwargs),
+                                         self._agents)
+
+    def sample_sequences(self, batch_size: int, sequence_length: int,
+                         **kwargs: Any) -> MultiAgentSequenceBatch:
+        """Sample ``[B, L]`` windows of joint steps (recurrent agents, QMIX episodes).
+
+        Args:
+            batch_size: Windows B.
+            sequence_length: Steps L per window.
+            **kwargs: Core options (``episode_boundary``, ``strict``, ``burn_in``, ...:
+                :func:`~replaybank.buffers.sequences.sample_sequences`).
+
+        Returns:
+            A :class:`~replaybank.multiagent.batch.MultiAgentSequenceBatch`.
+        """
+        return MultiAgentSequenceBatch.from_core(
+            self.buffer.sample_sequences(batch_size, sequence_length, **kwargs), self._agents)
+
+    def update_priorities(self, indices: Any, priorities: Any) -> int:
+        """Set the priorities of sampled joint steps (``batch.indices``); see
+        :meth:`ReplayBuffer.update_priorities`.
+
+        Returns:
+            Number applied (keys of overwritten steps are ignored).
+        """
+        return self.buffer.update_priorities(indices, priorities)
+
+    # ------------------------------------------------------------------ state
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """Hold other threads' calls on the core off (``rb.save`` uses it)."""
+        with self.buffer.exclusive():
+            yield
+
+    def state_dict(self) -> dict[str, Any]:
+        """The core's state under ``core`` and the episode bookkeeping under
+        ``multiagent`` (leaves are arrays or JSON-able values)."""
+        own = self._episodes.state_dict()
+        own["agents"] = list(self._agents)
+        return {"core": self.buffer.state_dict(), "multiagent": own}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Inverse of :meth:`state_dict`; a state that does not fit changes nothing.
+
+        Raises:
+            CheckpointError: The state does not fit this buffer or is damaged.
+        """
+        if not isinstance(state, dict) or not {"core", "multiagent"} <= set(state):
+            raise CheckpointError(f"load_state_dict(state={describe(state)}): expected the "
+                                  "dict of MultiAgentReplayBuffer.state_dict()")
+        own = state["multiagent"]
+        if not isinstance(own, dict) or list(own.get("agents", ())) != list(self._agents):
+            raise CheckpointError(
+                f"load_state_dict: the state's agents {describe(own.get('agents')) if isinstance(own, dict) else own} "  # noqa: E501
+                f"differ from this buffer's {list(self._agents)}; load it into a buffer with "
+                "the same agents")
+        episodes = Episodes(len(self._agents), self.num_envs)
+        layout = self._layout
+        if layout is None and self.buffer.spec is None:
+            spec = state["core"].get("metadata", {}).get("spec")
+            if spec is not None:
+                layout = _layout_of(self._agents, spec)
+        if layout is not None:
+            episodes.allocate({a: (f.shape, f.dtype)
+                               for a, f in layout.per_agent["obs"].items()})
+        checked = episodes.checked(own)
+        self.buffer.load_state_dict(state["core"])
+        episodes.apply(checked)
+        if layout is not None and self._layout is None:
+            self._layout = layout
+        self._episodes = episodes
+
+    def save(self, dirpath: Any, prefix: str = "buffer_") -> None:
+        """Write ``<prefix>metadata.json`` and ``<prefix>state.safetensors`` atomically
+        (:func:`replaybank.persist.save`; the type must be registered)."""
+        persist.save(self, dirpath, prefix=prefix)
+
+    @classmethod
+    def load(cls, dirpath: Any, prefix: str = "buffer_", *,
+             trust_imports: bool = False) -> Any:
+        """Restore a buffer saved with :meth:`save` (identical next sample)."""
+        return persist.load(dirpath, prefix=prefix, trust_imports=trust_imports)
+
+    def metadata(self) -> dict[str, Any]:
+        """The core's description, with this type's name and the agents."""
+        return {**self.buffer.metadata(), "type": type(self).__name__,
+                "agents": list(self._agents)}
+
+    def init_config(self) -> dict[str, Any]:
+        """Constructor values that rebuild this buffer empty (for :meth:`config`)."""
+        out = self.buffer.init_config()
+        out["agents"] = list(self._agents)
+        layout = self._layout
+        out["spec"] = layout.user_spec() if layout is not None else (
+            None if self._spec is None else _flat_json(self._spec, self._agents))
+        out.pop("next_obs", None)
+        return out
+
+    def config(self) -> BufferConfig:
+        """A validated config object (pydantic) that rebuilds an equivalent empty buffer."""
+        from replaybank.config import buffer_config
+
+        return buffer_config(self)
+
+
+def _flat_json(spec: Any, agents: tuple[str, ...]) -> dict[str, Any]:
+    return {n: f.to_json() for n, f in parse_spec(spec, agents).items()}
+
+
+def _layout_of(agents: tuple[str, ...], core_spec: dict[str, Any]) -> AgentLayout | None:
+    """The layout behind a saved core spec (its obs fields), or None when it is not one."""
+    obs = {a: core_spec[f"obs/{a}"] for a in agents if f"obs/{a}" in core_spec}
+    if len(obs) != len(agents):
+        return None
+    act = {a: core_spec.get(f"action/{a}") for a in agents}
+    if any(v is None for v in act.values()):
+        return None
+    return AgentLayout.build(agents, {"obs": obs, "action": act}, {}, ())
+
+
+#: The ReplayBuffer keywords a MultiAgentReplayBuffer passes on through ``**kwargs``.
+_BUFFER_ARGUMENTS = frozenset(inspect.signature(ReplayBuffer.__init__).parameters) - {
+    "self", "capacity", "num_envs", "seed", "spec", "sampler", "storage", "path", "device",
+    "n_step", "gamma", "next_obs"}

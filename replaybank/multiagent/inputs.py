@@ -1,0 +1,323 @@
+"""One ``add`` of a multi-agent buffer, checked and turned into one core ``add``.
+
+Everything is checked before the core is called (:func:`prepare`), so a rejected call
+leaves the buffer exactly as it was: the dict arguments and their agents, the shapes and
+dtypes (:meth:`~replaybank.spec.FieldSpec.cast`), the ``active`` masks and the
+agents that ended earlier in the episode. The result, :class:`JointStep`, holds the core
+call's keyword values (every value ``[n, *shape]`` for the ``n`` envs written) and what
+the episode bookkeeping records once the core has stored it.
+
+Example:
+    >>> import numpy as np
+    >>> from replaybank.multiagent.episodes import Episodes
+    >>> step = prepare(("a", "b"), 1, None, None, Episodes(2, 1), dict(
+    ...     obs={"a": np.zeros(2, np.float32)}, action={"a": 1}, reward={"a": 0.5},
+    ...     next_obs={"a": np.ones(2, np.float32)}, terminated={"a": False},
+    ...     truncated={"a": False}, state=None, next_state=None, active=None), {})
+    Traceback (most recent call last):
+    ...
+    replaybank.errors.SpecError: add(obs=...): agent 'b' is not in the first add and spec= gives no 'obs' for it, so its shape and dtype are unknown; pass MultiAgentReplayBuffer(..., spec={'obs': {'b': (shape, dtype)}, ...}) (e.g. from env.observation_space(agent) and env.action_space(agent)), or include it in the first add
+"""  # noqa: E501
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from replaybank.buffers.inputs import RESERVED
+from replaybank.errors import ArgumentError, SpecError, describe
+from replaybank.multiagent.episodes import Ends, Episodes
+from replaybank.multiagent.layout import OUTCOMES, RESERVED_NAMES, STATE, AgentLayout
+from replaybank.spec import SEP, FieldSpec, as_array
+
+__all__ = ["PER_AGENT_ARGS", "JointStep", "prepare"]
+
+#: The dict arguments of ``add`` that hold one value per acting agent.
+PER_AGENT_ARGS = ("obs", "action", "reward", "next_obs", "terminated", "truncated")
+
+_REWARD = np.dtype(np.float32)
+_FLAG = np.dtype(np.bool_)
+
+
+@dataclass(frozen=True)
+class JointStep:
+    """A checked joint step, ready for the core.
+
+    Attributes:
+        layout: The buffer's layout (built by this call when the buffer had none).
+        core: The core ``add``'s keyword values, each ``[n, *shape]``.
+        lanes: ``[n]`` int64: the envs written (those where some agent acted).
+        all_lanes: Every env is written (the core call needs no ``env_ids``).
+        act: ``[n_agents, n]`` bool: which agents acted.
+        ends: The ends of the step.
+        next_obs: ``{agent: [n, *obs_shape]}``: the next observations stored.
+    """
+
+    layout: AgentLayout
+    core: dict[str, Any]
+    lanes: npt.NDArray[np.int64]
+    all_lanes: bool
+    act: npt.NDArray[np.bool_]
+    ends: Ends
+    next_obs: dict[str, npt.NDArray[Any]]
+
+
+def _dicts(agents: tuple[str, ...], args: Mapping[str, Any],
+           extras: Mapping[str, Any]) -> tuple[str, ...]:
+    """Check the dict arguments; return the agents in ``obs`` (in the buffer's order)."""
+    for name in PER_AGENT_ARGS:
+        v = args[name]
+        if not isinstance(v, Mapping):
+            raise ArgumentError(
+                f"add({name}={describe(v)}): expected a dict {{agent: value}} (PettingZoo's "
+                f"per-agent dicts); for one agent pass {name}={{{agents[0]!r}: value}}")
+        unknown = [a for a in v if a not in agents]
+        if unknown:
+            raise ArgumentError(f"add({name}=...): unknown agent(s) {unknown}; this buffer's "
+                                f"agents are {list(agents)} (MultiAgentReplayBuffer(agents=))")
+    acting = tuple(a for a in agents if a in args["obs"])
+    for name in PER_AGENT_ARGS[1:]:
+        _same_agents(name, args[name], acting)
+    active = args["active"]
+    if active is not None:
+        if not isinstance(active, Mapping):
+            raise ArgumentError(f"add(active={describe(active)}): expected a dict {{agent: "
+                                "bool or bool[num_envs]}} of the agents in obs")
+        stray = [a for a in active if a not in acting]
+        if stray:
+            raise ArgumentError(
+                f"add(active=...): agent(s) {stray} are not in obs; active says in which envs "
+                "an agent in obs acted (an agent left out of obs acted in none)")
+    for name, v in extras.items():
+        if name in RESERVED_NAMES or name in RESERVED or not isinstance(name, str):
+            raise ArgumentError(f"add({name}=...): {name!r} is reserved by the multi-agent "
+                                "buffer or the core; rename the extra")
+        if isinstance(v, Mapping):
+            unknown = [a for a in v if a not in agents]
+            if unknown:
+                raise ArgumentError(
+                    f"add({name}=...): a dict extra is per agent, but {unknown} are not "
+                    f"agents of this buffer ({list(agents)}); pass {name}={{agent: value}}, "
+                    "or a joint extra as one array")
+            _same_agents(name, v, acting)
+    return acting
+
+
+def _same_agents(name: str, v: Mapping[str, Any], acting: tuple[str, ...]) -> None:
+    missing = [a for a in acting if a not in v]
+    if missing:
+        raise ArgumentError(
+            f"add({name}=...): agent(s) {missing} are in obs but missing from {name}; pass "
+            f"{name} for every agent in obs, or leave the agent out of every dict (it did "
+            "not act at this step)")
+    extra = [a for a in v if a not in acting]
+    if extra:
+        raise ArgumentError(
+            f"add({name}=...): agent(s) {extra} are in {name} but not in obs; an agent "
+            "that acts is in every dict (obs, action, reward, next_obs, terminated, "
+            "truncated)")
+
+
+def _cast(field: FieldSpec, arg: str, value: Any, num_envs: int) -> npt.NDArray[Any]:
+    """``value`` checked and cast to ``field``, shaped ``[num_envs, *shape]``."""
+    if isinstance(value, Mapping):
+        raise ArgumentError(f"add({arg}={describe(value)}): a dict where an array is "
+                            "expected; per-agent values are arrays (flatten dict "
+                            "observation spaces first)")
+    arr = as_array(value)
+    lead = field.leading_of("add", value, [(), (1,)] if num_envs == 1 else [(num_envs,)],
+                            arr)
+    out = field.cast(arg, value, lead, arr)
+    return out.reshape((num_envs, *field.shape))
+
+
+def _layout(agents: tuple[str, ...], num_envs: int, spec: Any, args: Mapping[str, Any],
+            extras: Mapping[str, Any]) -> AgentLayout:
+    lead = () if num_envs == 1 else (num_envs,)
+    values: dict[str, Any] = {"obs": args["obs"], "action": args["action"],
+                              STATE: args["state"]}
+    values.update(extras)
+    return AgentLayout.build(agents, spec, values, lead)
+
+
+def prepare(agents: tuple[str, ...], num_envs: int, layout: AgentLayout | None, spec: Any,
+            episodes: Episodes, args: Mapping[str, Any],
+            extras: Mapping[str, Any]) -> JointStep:
+    """Check one ``add`` and build the core call (nothing is changed).
+
+    Args:
+        agents: The buffer's agents.
+        num_envs: Its envs (lanes).
+        layout: Its layout, or None before its first add.
+        spec: The user's spec (used when ``layout`` is None).
+        episodes: Its episode bookkeeping.
+        args: ``obs``, ``action``, ``reward``, ``next_obs``, ``terminated``,
+            ``truncated`` (``{agent: [*lead, *shape]}``), ``state``, ``next_state``
+            (``[*lead, *state_shape]`` or None) and ``active`` (``{agent: bool or
+            bool[num_envs]}`` or None).
+        extras: The other keyword values (per agent as dicts, or joint).
+
+    Returns:
+        The :class:`JointStep`.
+
+    Raises:
+        ArgumentError: A bad dict, an unknown or inconsistent agent, a reserved name.
+        SpecError: A field this buffer does not have, or lacks, or an unknown shape.
+        ShapeError, DtypeError: A value of the wrong shape or dtype.
+    """
+    acting = _dicts(agents, args, extras)
+    if not acting:
+        raise ArgumentError("add(obs={}): no agent acted; pass the step of at least one "
+                            "agent (an agent left out of the dicts did not act)")
+    if layout is None:
+        layout = _layout(agents, num_envs, spec, args, extras)
+    _fields_match(layout, args, extras)
+    n_agents = len(agents)
+    act = np.zeros((n_agents, num_envs), np.bool_)  # [n_agents, num_envs]
+    term = np.zeros_like(act)
+    trunc = np.zeros_like(act)
+    rewards = np.zeros((n_agents, num_envs), _REWARD)
+    cast: dict[str, dict[str, npt.NDArray[Any]]] = {name: {} for name in
+                                                     ("obs", "next_obs", *layout.per_agent)}
+    active = args["active"] or {}
+    for i, a in enumerate(agents):
+        if a not in acting:
+            continue
+        mask = np.ones(num_envs, np.bool_) if a not in active else _cast(
+            FieldSpec(f"active{SEP}{a}", (), _FLAG), f"active[{a!r}]", active[a], num_envs)
+        act[i] = mask
+        for name, arg in (("obs", "obs"), ("next_obs", "obs"), ("action", "action")):
+            field = layout.per_agent[arg][a]
+            cast[name][a] = _cast(field, f"{name}[{a!r}]", args[name][a], num_envs)
+        for name in layout.extras:
+            cast[name][a] = _cast(layout.per_agent[name][a], f"{name}[{a!r}]",
+                                  extras[name][a], num_envs)
+        rewards[i] = _cast(FieldSpec(f"rewards{SEP}{a}", (), _REWARD), f"reward[{a!r}]",
+                           args["reward"][a], num_envs)
+        term[i] = _cast(FieldSpec(f"terminations{SEP}{a}", (), _FLAG), f"terminated[{a!r}]",
+                        args["terminated"][a], num_envs)
+        trunc[i] = _cast(FieldSpec(f"truncations{SEP}{a}", (), _FLAG), f"truncated[{a!r}]",
+                         args["truncated"][a], num_envs)
+    states = {}
+    if layout.state is not None:
+        for name in (STATE, "next_state"):
+            states[name] = _cast(layout.state, name, args[name], num_envs)
+    joint = {n: _cast(f, n, extras[n], num_envs) for n, f in layout.joint.items()}
+    rewards[~act] = 0
+    term &= act
+    trunc &= act
+    again = act & episodes.ended
+    if again.any():
+        i, lane = (int(x[0]) for x in np.nonzero(again))
+        raise ArgumentError(
+            f"add(obs=...): agent {agents[i]!r} acts in env {lane}, but it ended (terminated "
+            "or truncated) earlier in this episode of that env; an agent that ended does "
+            "not act again until every agent has ended (the joint episode's end); leave "
+            "it out (or active=False for that env)")
+    lanes = np.flatnonzero(act.any(axis=0)).astype(np.int64)  # [n]
+    if lanes.size == 0:
+        raise ArgumentError("add(active=...): no agent acted in any env; pass the step of "
+                            "at least one agent")
+    all_lanes = lanes.size == num_envs
+    act_n = act[:, lanes]  # [n_agents, n]
+    ends = episodes.ends(act_n, term[:, lanes], trunc[:, lanes], lanes)
+    core = _core_values(layout, episodes, act_n, lanes, cast, states, joint,
+                        rewards[:, lanes], term[:, lanes], trunc[:, lanes], ends)
+    stored_next = {a: core["next_obs"][a] for a in agents}
+    return JointStep(layout, core, lanes, all_lanes, act_n, ends, stored_next)
+
+
+def _fields_match(layout: AgentLayout, args: Mapping[str, Any],
+                  extras: Mapping[str, Any]) -> None:
+    """The call passes exactly the buffer's state and extras."""
+    has_state = layout.state is not None
+    for name in (STATE, "next_state"):
+        if (args[name] is not None) != has_state:
+            raise SpecError(
+                f"add({name}={describe(args[name])}): this buffer "
+                + ("stores the global state: pass state= and next_state= at every add"
+                   if has_state else "stores no global state (its first add and spec had "
+                   "none); leave state and next_state out, or build a new buffer with "
+                   "spec={'state': (shape, dtype)}"))
+    want = {*layout.extras, *layout.joint}
+    got = set(extras)
+    if want != got:
+        raise SpecError(
+            f"add(...): extras {sorted(got)} do not match this buffer's extras "
+            f"{sorted(want)} (fixed by the first add and spec=); pass exactly those"
+            + (f"; missing {sorted(want - got)}" if want - got else "")
+            + (f"; unknown {sorted(got - want)}" if got - want else ""))
+    for name in layout.extras:
+        if not isinstance(extras[name], Mapping):
+            raise SpecError(f"add({name}={describe(extras[name])}): {name!r} is a per-agent "
+                            f"extra of this buffer; pass {name}={{agent: value}}")
+    for name in layout.joint:
+        if isinstance(extras[name], Mapping):
+            raise SpecError(f"add({name}=...): {name!r} is a joint extra of this buffer; "
+                            "pass one array (leading dim num_envs), not a dict")
+
+
+def _placeholder(field: FieldSpec, n: int) -> npt.NDArray[Any]:
+    return np.zeros((n, *field.shape), field.dtype)
+
+
+def _per_agent(layout: AgentLayout, name: str, spec_name: str, act: npt.NDArray[np.bool_],
+               lanes: npt.NDArray[np.int64], cast: dict[str, dict[str, npt.NDArray[Any]]],
+               fill: dict[str, npt.NDArray[Any]] | None) -> dict[str, npt.NDArray[Any]]:
+    """``{agent: [n, *shape]}``: the values of agents that acted, placeholders elsewhere
+    (``fill[agent]``, else zeros)."""
+    out: dict[str, npt.NDArray[Any]] = {}
+    for i, a in enumerate(layout.agents):
+        field = layout.per_agent[spec_name][a]
+        base = _placeholder(field, lanes.size) if fill is None else fill[a][lanes].copy()
+        if a in cast[name]:
+            mask = act[i]
+            base[mask] = cast[name][a][lanes][mask]
+        out[a] = base
+    return out
+
+
+def _carry(layout: AgentLayout, episodes: Episodes) -> dict[str, npt.NDArray[Any]]:
+    if episodes.carry:
+        return episodes.carry
+    n = episodes.alive.shape[1]
+    return {a: _placeholder(f, n) for a, f in layout.per_agent["obs"].items()}
+
+
+def _core_values(layout: AgentLayout, episodes: Episodes, act: npt.NDArray[np.bool_],
+                 lanes: npt.NDArray[np.int64], cast: dict[str, dict[str, npt.NDArray[Any]]],
+                 states: dict[str, npt.NDArray[Any]], joint: dict[str, npt.NDArray[Any]],
+                 rewards: npt.NDArray[np.float32], term: npt.NDArray[np.bool_],
+                 trunc: npt.NDArray[np.bool_], ends: Ends) -> dict[str, Any]:
+    """The core ``add``'s keyword values, in the order of :meth:`AgentLayout.core_spec`."""
+    carry = _carry(layout, episodes)
+    obs: dict[str, Any] = _per_agent(layout, "obs", "obs", act, lanes, cast, carry)
+    nxt: dict[str, Any] = _per_agent(layout, "next_obs", "obs", act, lanes, cast, carry)
+    if states:
+        obs[STATE] = states[STATE][lanes]
+        nxt[STATE] = states["next_state"][lanes]
+    total = np.zeros(lanes.size, np.float64)
+    for r in rewards:  # in agent order, in float64: the documented joint reward
+        total += r
+    out: dict[str, Any] = {
+        "obs": obs,
+        "action": _per_agent(layout, "action", "action", act, lanes, cast, None),
+        "reward": total.astype(np.float32),
+        "next_obs": nxt,
+        "terminated": ends.terminated,
+        "truncated": ends.truncated,
+    }
+    agents = layout.agents
+    flags = {"rewards": rewards, "terminations": term, "truncations": trunc, "active": act}
+    for prefix in OUTCOMES:
+        out[prefix] = {a: flags[prefix][i] for i, a in enumerate(agents)}
+    for name in layout.extras:
+        out[name] = _per_agent(layout, name, name, act, lanes, cast, None)
+    for name, v in joint.items():
+        out[name] = v[lanes]
+    return out
+
