@@ -1,4 +1,4 @@
-/* The compiled row gather of window batches: replaybank._windows.
+/* The compiled window plans and row gathers of window batches: replaybank._windows.
  *
  * A sequence batch is a few gathers of whole rows (every field of every step of B
  * windows) and a frame-stack batch is one more; numpy's ndarray.take copies one field per
@@ -9,15 +9,27 @@
  *   take_rows(jobs)   jobs: a tuple of (src, idx, out) triples; for each,
  *                     out[i] = src[idx[i]] (rows of src along its first axis)
  *
- * Its numpy oracle is replaybank/ops/windows.py, take_rows (ndarray.take per job); the
- * tests compare them on random cases. replaybank/ops/windows_c.py is the module that
- * replaybank.ops.jit.pick_kernel loads; callers never reach this module directly.
+ * Which rows: the plans of the numba kernels in replaybank/ops/windows_numba.py and
+ * stack_numba.py, as loops in C (one call per batch, no JIT to load or compile):
+ *
+ *   draw, plan, draw_plan   uniform draws -> checked window starts; slots, flags and side
+ *                           patches of windows; both in one call
+ *   extent, window_plan     window extents; slots, links and flags of a window gather
+ *   sync                    the lane-major boundary bytes the scans read
+ *   stack                   frame-stack slots
+ *
+ * Their numpy oracles are in replaybank/ops/windows.py (take_rows, window_extent,
+ * window_plan, stack_slots, and the compositions named in windows_numba.py); the tests
+ * compare them on random cases. replaybank/ops/windows_c.py is the module that
+ * replaybank.ops.jit.pick_kernel loads and that wraps these functions with the numba
+ * module's signatures; callers never reach this module directly.
  *
  * Arrays come through the buffer protocol (no numpy headers are needed to build). Every
- * argument of every job is checked before any byte is copied: src, idx and out must be
- * C-contiguous, idx int64, out writable and exactly len(idx) rows of src's row size, src
- * not an object array, and every index in [0, len(src)); a wrong call raises instead of
- * reading or writing out of bounds. The copies run without the GIL.
+ * argument is checked before any byte is written: dtypes, C-contiguity, lengths, each
+ * lane's live range (0 <= counts <= min(written, T)), and every value used as an index
+ * (keys >= 0, draws inside the live steps, gather indices in [0, len(src))); take_rows
+ * also refuses object arrays and a wrong output size. A wrong call raises instead of
+ * reading or writing out of bounds. The loops run without the GIL.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -196,15 +208,834 @@ take_rows(PyObject *self, PyObject *arg)
     Py_RETURN_NONE;
 }
 
+/* ------------------------------------------------------------------ window and stack plans
+ *
+ * C twins of the numba kernels of replaybank/ops/windows_numba.py and stack_numba.py (the
+ * loops are the same, line for line; the numpy oracles are in replaybank/ops/windows.py).
+ * Every function takes its arrays through the buffer protocol and checks them all (dtype,
+ * C-contiguity, lengths, and the values it indexes with) before it writes anything; the
+ * loops then run without the GIL. Arguments are positional (METH_FASTCALL).
+ */
+
+enum { K_I32, K_I64, K_U8, K_BOOL };
+
+#define MAXBUF 20
+
+typedef struct {
+    Py_buffer b[MAXBUF];
+    int n;
+    const char *fn;
+} Bufs;
+
+static void
+bufs_release(Bufs *bs)
+{
+    for (int i = 0; i < bs->n; i++)
+        PyBuffer_Release(&bs->b[i]);
+    bs->n = 0;
+}
+
+static const char *kind_names[] = {"int32", "int64", "uint8", "bool"};
+
+/* Open argument `o` (called `name`) as a C-contiguous array of kind `kind`; its data and
+ * element count go to *data and *len. NULL data where `o` is None and `optional`. */
+static int
+open_arr(Bufs *bs, PyObject *o, const char *name, int kind, int writable, int optional,
+         void **data, Py_ssize_t *len)
+{
+    if (o == Py_None && optional) {
+        *data = NULL;
+        *len = 0;
+        return 0;
+    }
+    Py_buffer *v = &bs->b[bs->n];
+    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(o, v, flags) < 0) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "replaybank._windows.%s: %s must be a C-contiguous%s "
+                     "%s array", bs->fn, name, writable ? " writable" : "", kind_names[kind]);
+        return -1;
+    }
+    bs->n++;
+    const char *f = strip(v->format);
+    int ok;
+    switch (kind) {
+    case K_I32:
+        ok = v->itemsize == 4 && (f[0] == 'i' || f[0] == 'l') && f[1] == 0;
+        break;
+    case K_I64:
+        ok = v->itemsize == 8 && (f[0] == 'q' || f[0] == 'l') && f[1] == 0;
+        break;
+    case K_U8:
+        ok = v->itemsize == 1 && f[0] == 'B' && f[1] == 0;
+        break;
+    default:
+        ok = v->itemsize == 1 && f[0] == '?' && f[1] == 0;
+        break;
+    }
+    if (!ok) {
+        PyErr_Format(PyExc_TypeError, "replaybank._windows.%s: %s must be a C-contiguous "
+                     "%s array, not format '%s'", bs->fn, name, kind_names[kind], f);
+        return -1;
+    }
+    *data = v->buf;
+    *len = v->len / v->itemsize;
+    return 0;
+}
+
+static int
+get_int(PyObject *o, const char *fn, const char *name, long long lo, long long *out)
+{
+    long long v = PyLong_AsLongLong(o);
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    if (v < lo) {
+        PyErr_Format(PyExc_ValueError, "replaybank._windows.%s: %s=%lld must be >= %lld",
+                     fn, name, v, lo);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static int
+nargs_ok(Py_ssize_t n, Py_ssize_t want, const char *fn)
+{
+    if (n != want) {
+        PyErr_Format(PyExc_TypeError, "replaybank._windows.%s takes %zd arguments (%zd "
+                     "given)", fn, want, n);
+        return 0;
+    }
+    return 1;
+}
+
+static int
+too_short(const char *fn, const char *name, Py_ssize_t have, Py_ssize_t need)
+{
+    PyErr_Format(PyExc_ValueError, "replaybank._windows.%s: %s holds %zd values, %zd needed",
+                 fn, name, have, need);
+    return -1;
+}
+
+/* The step table: link [T, lanes] int32 (its shape from the buffer), optional boundary
+ * bytes [lanes, T], written and counts [lanes] int64. Checks that every lane's live
+ * range [written - counts, written) is sane, so that no loop indexes out of bounds. */
+typedef struct {
+    const int32_t *link;
+    const uint8_t *bounds;
+    const int64_t *written, *counts;
+    int64_t T, lanes;
+} Table;
+
+#define WMAX ((int64_t)1 << 60)
+
+static int
+open_table(Bufs *bs, PyObject *link, PyObject *bounds, PyObject *written, PyObject *counts,
+           Table *t)
+{
+    void *p;
+    Py_ssize_t n;
+    if (open_arr(bs, link, "link", K_I32, 0, 0, &p, &n) < 0)
+        return -1;
+    t->link = p;
+    Py_buffer *v = &bs->b[bs->n - 1];
+    if (v->ndim != 2 || v->shape[0] < 1 || v->shape[1] < 1) {
+        PyErr_Format(PyExc_ValueError, "replaybank._windows.%s: link must be [T, lanes] "
+                     "with T, lanes >= 1", bs->fn);
+        return -1;
+    }
+    t->T = v->shape[0];
+    t->lanes = v->shape[1];
+    if (open_arr(bs, bounds, "bounds", K_U8, 0, 1, &p, &n) < 0)
+        return -1;
+    t->bounds = p;
+    if (p != NULL && n != t->T * t->lanes)
+        return too_short(bs->fn, "bounds", n, t->T * t->lanes);
+    if (open_arr(bs, written, "written", K_I64, 0, 0, &p, &n) < 0)
+        return -1;
+    t->written = p;
+    if (n != t->lanes)
+        return too_short(bs->fn, "written", n, t->lanes);
+    if (open_arr(bs, counts, "counts", K_I64, 0, 0, &p, &n) < 0)
+        return -1;
+    t->counts = p;
+    if (n != t->lanes)
+        return too_short(bs->fn, "counts", n, t->lanes);
+    for (int64_t l = 0; l < t->lanes; l++) {
+        int64_t w = t->written[l], c = t->counts[l];
+        if (w < 0 || w > WMAX / t->lanes || c < 0 || c > t->T || c > w) {
+            PyErr_Format(PyExc_ValueError, "replaybank._windows.%s: lane %lld has written="
+                         "%lld, counts=%lld; need 0 <= counts <= min(written, T=%lld)",
+                         bs->fn, (long long)l, (long long)w, (long long)c,
+                         (long long)t->T);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Whether step `row` of lane `lane` keeps its next observation aside (link != 0). */
+static inline int
+cut_at(const Table *t, int64_t lane, int64_t row)
+{
+    return t->bounds ? t->bounds[lane * t->T + row] != 0
+                     : t->link[row * t->lanes + lane] != 0;
+}
+
+static int
+check_keys(const char *fn, const int64_t *keys, Py_ssize_t n, const Table *t)
+{
+    int64_t hi = WMAX;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (keys[i] < 0 || keys[i] >= hi) {
+            PyErr_Format(PyExc_ValueError, "replaybank._windows.%s: key %lld is out of "
+                         "range", fn, (long long)keys[i]);
+            return -1;
+        }
+    }
+    (void)t;
+    return 0;
+}
+
+/* ---- window extents (twin of windows_numba._extent) */
+static void
+extent_loop(const Table *t, const int64_t *keys, Py_ssize_t nb, int64_t width, int cross,
+            int64_t *out)
+{
+    int64_t lanes = t->lanes, T = t->T;
+    for (Py_ssize_t b = 0; b < nb; b++) {
+        int64_t key = keys[b];
+        if (key < 0) {
+            out[b] = 0;
+            continue;
+        }
+        int64_t seq = key / lanes, lane = key % lanes, hi = t->written[lane];
+        if (seq < hi - t->counts[lane] || seq >= hi) {
+            out[b] = 0;
+            continue;
+        }
+        int64_t n = 1;
+        while (n < width && seq + n < hi) {
+            if (!cross && cut_at(t, lane, (seq + n - 1) % T))
+                break;
+            n++;
+        }
+        out[b] = n;
+    }
+}
+
+static PyObject *
+c_extent(PyObject *self, PyObject *const *a, Py_ssize_t na)
+{
+    /* extent(link, bounds, written, counts, keys, width, cross, out) */
+    (void)self;
+    Bufs bs = {.n = 0, .fn = "extent"};
+    Table t;
+    const int64_t *keys;
+    int64_t *out;
+    Py_ssize_t nk, no;
+    long long width, cross;
+    PyObject *r = NULL;
+    if (!nargs_ok(na, 8, bs.fn))
+        return NULL;
+    if (open_table(&bs, a[0], a[1], a[2], a[3], &t) < 0
+        || open_arr(&bs, a[4], "keys", K_I64, 0, 0, (void **)&keys, &nk) < 0
+        || get_int(a[5], bs.fn, "width", 1, &width) < 0
+        || get_int(a[6], bs.fn, "cross", 0, &cross) < 0
+        || open_arr(&bs, a[7], "out", K_I64, 1, 0, (void **)&out, &no) < 0)
+        goto done;
+    if (no != nk) {
+        too_short(bs.fn, "out", no, nk);
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < nk; i++) {  /* negative keys give 0; huge ones would overflow */
+        if (keys[i] >= WMAX) {
+            check_keys(bs.fn, keys + i, 1, &t);
+            goto done;
+        }
+    }
+    Py_BEGIN_ALLOW_THREADS
+    extent_loop(&t, keys, nk, width, cross != 0, out);
+    Py_END_ALLOW_THREADS
+    Py_INCREF(Py_None);
+    r = Py_None;
+done:
+    bufs_release(&bs);
+    return r;
+}
+
+/* ---- uniform draws -> checked window starts (twin of windows_numba._draw) */
+static inline void
+draw_one(const Table *t, int64_t p, int64_t width, int cross, int64_t *key, int64_t *ext)
+{
+    int64_t lane = 0, lanes = t->lanes, T = t->T;
+    while (p >= t->counts[lane]) {
+        p -= t->counts[lane];
+        lane++;
+    }
+    int64_t hi = t->written[lane];
+    int64_t seq = hi - t->counts[lane] + p;
+    int64_t n = hi - seq < width ? hi - seq : width;
+    if (!cross) {
+        /* first cut, scanned without data-dependent branches so that the (cache missing)
+         * loads of one window overlap */
+        int64_t row = seq % T, cut = n;
+        for (int64_t j = 0; j < n - 1; j++) {
+            if (cut_at(t, lane, row) && cut == n)
+                cut = j + 1;
+            if (++row == T)
+                row = 0;
+        }
+        n = cut;
+    }
+    *key = seq * lanes + lane;
+    *ext = n;
+}
+
+static int64_t
+draw_loop(const Table *t, const int64_t *flat, Py_ssize_t m, int64_t width, int cross,
+          int64_t min_len, int64_t *keys, int64_t *ext, Py_ssize_t nb)
+{
+    int64_t n_ok = 0, k, e;
+    for (Py_ssize_t i = 0; i < m; i++) {
+        draw_one(t, flat[i], width, cross, &k, &e);
+        if (e >= min_len) {
+            keys[n_ok] = k;
+            ext[n_ok] = e;
+            if (++n_ok == nb)  /* enough: later draws are not needed (nor counted) */
+                return n_ok;
+        }
+    }
+    /* too few valid draws: valid ones first, then invalid ones, in draw order (the
+     * invalid ones recomputed: the same deterministic loop) */
+    int64_t j = n_ok;
+    for (Py_ssize_t i = 0; i < m && j < nb; i++) {
+        draw_one(t, flat[i], width, cross, &k, &e);
+        if (e < min_len) {
+            keys[j] = k;
+            ext[j] = e;
+            j++;
+        }
+    }
+    return n_ok;
+}
+
+static int
+check_flat(const char *fn, const Table *t, const int64_t *flat, Py_ssize_t m)
+{
+    int64_t size = 0;
+    for (int64_t l = 0; l < t->lanes; l++)
+        size += t->counts[l];
+    for (Py_ssize_t i = 0; i < m; i++) {
+        if (flat[i] < 0 || flat[i] >= size) {
+            PyErr_Format(PyExc_ValueError, "replaybank._windows.%s: draw %lld is outside "
+                         "[0, %lld) (the live steps)", fn, (long long)flat[i],
+                         (long long)size);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* ---- slots, flags and side patches of windows (twin of windows_numba._seq_plan) */
+typedef struct {
+    const uint8_t *term, *trunc;
+    const int64_t *keys, *ext;
+    Py_ssize_t nb;
+    int64_t width, burn_in;
+    int64_t *slots, *steps, *side;
+    uint8_t *flags;
+} Plan;
+
+static void
+or_rows(uint8_t *restrict out, const uint8_t *restrict a, const uint8_t *restrict b,
+        int64_t n)
+{
+    for (int64_t j = 0; j < n; j++)
+        out[j] = a[j] | b[j];
+}
+
+static void
+plan_loop(const Table *t, const Plan *p, int64_t *n_side_out, int *tail_out)
+{
+    int64_t T = t->T, lanes = t->lanes, W = p->width, nb = p->nb, n_side = 0;
+    int tail_only = 1;
+    uint8_t *fl = p->flags;
+    for (int64_t b = 0; b < nb; b++) {
+        int64_t seq = p->keys[b] / lanes, lane = p->keys[b] - seq * lanes;
+        int64_t newest = t->written[lane] - 1;
+        int64_t m = p->ext[b] < W ? p->ext[b] : W;
+        int64_t prev = seq - 1;
+        int f = prev < t->written[lane] - t->counts[lane] ? 1 : cut_at(t, lane, prev % T);
+        int64_t row0 = seq % T;
+        int64_t *sl = p->slots + b * (W + 1), *st = p->steps + b * W;
+        uint8_t *first = fl + (0 * nb + b) * W, *last = fl + (1 * nb + b) * W;
+        uint8_t *terminal = fl + (2 * nb + b) * W, *mask = fl + (3 * nb + b) * W;
+        uint8_t *burn = fl + (4 * nb + b) * W, *tm = fl + (5 * nb + b) * W;
+        uint8_t *tr = fl + (6 * nb + b) * W;
+        if (row0 + W < T) {  /* no wrap: slots step by lanes */
+            int64_t base = row0 * lanes + lane;
+            for (int64_t j = 0; j <= W; j++)
+                sl[j] = base + j * lanes;
+        } else {
+            int64_t row = row0;
+            for (int64_t j = 0; j <= W; j++) {
+                sl[j] = row * lanes + lane;
+                if (++row == T)
+                    row = 0;
+            }
+        }
+        memcpy(st, sl, (size_t)W * sizeof(int64_t));
+        /* the flag rows of numba's per-step loop, as row copies and fills */
+        int64_t mm = m < 0 ? 0 : m, bi = p->burn_in < W ? p->burn_in : W;
+        for (int64_t j = 0; j < mm; j++) {
+            tm[j] = p->term[sl[j]] != 0;
+            tr[j] = p->trunc[sl[j]] != 0;
+        }
+        memset(tm + mm, 0, (size_t)(W - mm));
+        memset(tr + mm, 0, (size_t)(W - mm));
+        memcpy(terminal, tm, (size_t)W);
+        or_rows(last, tm, tr, W);
+        memset(burn, 1, (size_t)bi);
+        memset(burn + bi, 0, (size_t)(W - bi));
+        memset(mask, 0, (size_t)W);  /* mask: burn_in <= j < m */
+        if (mm > bi)
+            memset(mask + bi, 1, (size_t)(mm - bi));
+        memset(first, 0, (size_t)W);
+        if (m > 0)
+            first[0] = (uint8_t)f;
+        int64_t row = row0;
+        for (int64_t j = 0; j < m; j++) {
+            if (cut_at(t, lane, row)) {  /* the next observation of step j is kept aside */
+                if (j + 1 < m)
+                    first[j + 1] = 1;
+                if (seq + j != newest)
+                    last[j] = 1;
+                int64_t *s = p->side + 3 * n_side;
+                s[0] = b;
+                s[1] = j;
+                s[2] = (int64_t)t->link[row * lanes + lane] - 1;
+                n_side++;
+                if (j != W - 1)
+                    tail_only = 0;
+            }
+            if (++row == T)
+                row = 0;
+        }
+    }
+    *n_side_out = n_side;
+    *tail_out = tail_only;
+}
+
+/* Open the plan arguments a[0..] = term, trunc, (keys, ext: when `with_keys`), width,
+ * burn_in, slots, steps, flags, side; the keys and extents of a draw are its outputs. */
+static int
+open_plan(Bufs *bs, PyObject *const *a, const Table *t, Py_ssize_t nb, Plan *p)
+{
+    Py_ssize_t n;
+    long long width, burn_in;
+    if (open_arr(bs, a[0], "term", K_BOOL, 0, 0, (void **)&p->term, &n) < 0)
+        return -1;
+    if (n != t->T * t->lanes)
+        return too_short(bs->fn, "term", n, t->T * t->lanes);
+    if (open_arr(bs, a[1], "trunc", K_BOOL, 0, 0, (void **)&p->trunc, &n) < 0)
+        return -1;
+    if (n != t->T * t->lanes)
+        return too_short(bs->fn, "trunc", n, t->T * t->lanes);
+    if (get_int(a[2], bs->fn, "width", 1, &width) < 0
+        || get_int(a[3], bs->fn, "burn_in", 0, &burn_in) < 0)
+        return -1;
+    if (width > WMAX / (nb + 1) / 8) {
+        PyErr_Format(PyExc_ValueError, "replaybank._windows.%s: width=%lld is too large",
+                     bs->fn, width);
+        return -1;
+    }
+    p->width = width;
+    p->burn_in = burn_in;
+    p->nb = nb;
+    int64_t W = width;
+    if (open_arr(bs, a[4], "slots", K_I64, 1, 0, (void **)&p->slots, &n) < 0)
+        return -1;
+    if (n != nb * (W + 1))
+        return too_short(bs->fn, "slots", n, nb * (W + 1));
+    if (open_arr(bs, a[5], "steps", K_I64, 1, 0, (void **)&p->steps, &n) < 0)
+        return -1;
+    if (n != nb * W)
+        return too_short(bs->fn, "steps", n, nb * W);
+    if (open_arr(bs, a[6], "flags", K_BOOL, 1, 0, (void **)&p->flags, &n) < 0)
+        return -1;
+    if (n != 7 * nb * W)
+        return too_short(bs->fn, "flags", n, 7 * nb * W);
+    if (open_arr(bs, a[7], "side", K_I64, 1, 0, (void **)&p->side, &n) < 0)
+        return -1;
+    if (n < 3 * nb * W)
+        return too_short(bs->fn, "side", n, 3 * nb * W);
+    return 0;
+}
+
+static PyObject *
+c_plan(PyObject *self, PyObject *const *a, Py_ssize_t na)
+{
+    /* plan(link, bounds, written, counts, keys, ext, term, trunc, width, burn_in, slots,
+     *      steps, flags, side) -> (n_side, tail_only) */
+    (void)self;
+    Bufs bs = {.n = 0, .fn = "plan"};
+    Table t;
+    Plan p;
+    Py_ssize_t nk, ne;
+    PyObject *r = NULL;
+    if (!nargs_ok(na, 14, bs.fn))
+        return NULL;
+    if (open_table(&bs, a[0], a[1], a[2], a[3], &t) < 0
+        || open_arr(&bs, a[4], "keys", K_I64, 0, 0, (void **)&p.keys, &nk) < 0
+        || open_arr(&bs, a[5], "ext", K_I64, 0, 0, (void **)&p.ext, &ne) < 0)
+        goto done;
+    if (ne != nk) {
+        too_short(bs.fn, "ext", ne, nk);
+        goto done;
+    }
+    if (check_keys(bs.fn, p.keys, nk, &t) < 0 || open_plan(&bs, a + 6, &t, nk, &p) < 0)
+        goto done;
+    int64_t n_side;
+    int tail;
+    Py_BEGIN_ALLOW_THREADS
+    plan_loop(&t, &p, &n_side, &tail);
+    Py_END_ALLOW_THREADS
+    r = Py_BuildValue("(LO)", (long long)n_side, tail ? Py_True : Py_False);
+done:
+    bufs_release(&bs);
+    return r;
+}
+
+static PyObject *
+c_draw(PyObject *self, PyObject *const *a, Py_ssize_t na)
+{
+    /* draw(link, bounds, written, counts, flat, width, cross, min_len, keys, ext) -> n_ok */
+    (void)self;
+    Bufs bs = {.n = 0, .fn = "draw"};
+    Table t;
+    const int64_t *flat;
+    int64_t *keys, *ext;
+    Py_ssize_t m, nk, ne;
+    long long width, cross, min_len;
+    PyObject *r = NULL;
+    if (!nargs_ok(na, 10, bs.fn))
+        return NULL;
+    if (open_table(&bs, a[0], a[1], a[2], a[3], &t) < 0
+        || open_arr(&bs, a[4], "flat", K_I64, 0, 0, (void **)&flat, &m) < 0
+        || get_int(a[5], bs.fn, "width", 1, &width) < 0
+        || get_int(a[6], bs.fn, "cross", 0, &cross) < 0
+        || get_int(a[7], bs.fn, "min_len", 0, &min_len) < 0
+        || open_arr(&bs, a[8], "keys", K_I64, 1, 0, (void **)&keys, &nk) < 0
+        || open_arr(&bs, a[9], "ext", K_I64, 1, 0, (void **)&ext, &ne) < 0)
+        goto done;
+    if (ne != nk || m < nk) {
+        too_short(bs.fn, ne != nk ? "ext" : "flat", ne != nk ? ne : m, nk);
+        goto done;
+    }
+    if (check_flat(bs.fn, &t, flat, m) < 0)
+        goto done;
+    int64_t n_ok;
+    Py_BEGIN_ALLOW_THREADS
+    n_ok = draw_loop(&t, flat, m, width, cross != 0, min_len, keys, ext, nk);
+    Py_END_ALLOW_THREADS
+    r = PyLong_FromLongLong(n_ok);
+done:
+    bufs_release(&bs);
+    return r;
+}
+
+static PyObject *
+c_draw_plan(PyObject *self, PyObject *const *a, Py_ssize_t na)
+{
+    /* draw_plan(link, bounds, written, counts, flat, cross, min_len, keys, ext, term,
+     *           trunc, width, burn_in, slots, steps, flags, side)
+     *   -> (n_ok, n_side, tail_only); n_side = -1 (no plan) when n_ok < len(keys) */
+    (void)self;
+    Bufs bs = {.n = 0, .fn = "draw_plan"};
+    Table t;
+    Plan p;
+    const int64_t *flat;
+    int64_t *keys, *ext;
+    Py_ssize_t m, nk, ne;
+    long long cross, min_len;
+    PyObject *r = NULL;
+    if (!nargs_ok(na, 17, bs.fn))
+        return NULL;
+    if (open_table(&bs, a[0], a[1], a[2], a[3], &t) < 0
+        || open_arr(&bs, a[4], "flat", K_I64, 0, 0, (void **)&flat, &m) < 0
+        || get_int(a[5], bs.fn, "cross", 0, &cross) < 0
+        || get_int(a[6], bs.fn, "min_len", 0, &min_len) < 0
+        || open_arr(&bs, a[7], "keys", K_I64, 1, 0, (void **)&keys, &nk) < 0
+        || open_arr(&bs, a[8], "ext", K_I64, 1, 0, (void **)&ext, &ne) < 0)
+        goto done;
+    if (ne != nk || m < nk) {
+        too_short(bs.fn, ne != nk ? "ext" : "flat", ne != nk ? ne : m, nk);
+        goto done;
+    }
+    if (check_flat(bs.fn, &t, flat, m) < 0 || open_plan(&bs, a + 9, &t, nk, &p) < 0)
+        goto done;
+    p.keys = keys;
+    p.ext = ext;
+    int64_t n_ok, n_side = -1;
+    int tail = 0;
+    Py_BEGIN_ALLOW_THREADS
+    n_ok = draw_loop(&t, flat, m, p.width, cross != 0, min_len, keys, ext, nk);
+    if (n_ok == nk)
+        plan_loop(&t, &p, &n_side, &tail);
+    Py_END_ALLOW_THREADS
+    r = Py_BuildValue("(LLO)", (long long)n_ok, (long long)n_side,
+                      tail ? Py_True : Py_False);
+done:
+    bufs_release(&bs);
+    return r;
+}
+
+/* ---- lane-major boundary bytes (twin of windows_numba._sync) */
+static PyObject *
+c_sync(PyObject *self, PyObject *const *a, Py_ssize_t na)
+{
+    /* sync(link, written, seen, bounds) */
+    (void)self;
+    Bufs bs = {.n = 0, .fn = "sync"};
+    Table t;
+    int64_t *seen;
+    uint8_t *bounds;
+    Py_ssize_t n;
+    PyObject *r = NULL;
+    if (!nargs_ok(na, 4, bs.fn))
+        return NULL;
+    /* written is checked as a lane count only: counts are not needed */
+    void *p;
+    if (open_arr(&bs, a[0], "link", K_I32, 0, 0, &p, &n) < 0)
+        goto done;
+    t.link = p;
+    if (bs.b[0].ndim != 2 || bs.b[0].shape[0] < 1 || bs.b[0].shape[1] < 1) {
+        PyErr_Format(PyExc_ValueError, "replaybank._windows.sync: link must be [T, lanes]");
+        goto done;
+    }
+    t.T = bs.b[0].shape[0];
+    t.lanes = bs.b[0].shape[1];
+    if (open_arr(&bs, a[1], "written", K_I64, 0, 0, &p, &n) < 0)
+        goto done;
+    t.written = p;
+    if (n != t.lanes) {
+        too_short(bs.fn, "written", n, t.lanes);
+        goto done;
+    }
+    if (open_arr(&bs, a[2], "seen", K_I64, 1, 0, (void **)&seen, &n) < 0)
+        goto done;
+    if (n != t.lanes) {
+        too_short(bs.fn, "seen", n, t.lanes);
+        goto done;
+    }
+    if (open_arr(&bs, a[3], "bounds", K_U8, 1, 0, (void **)&bounds, &n) < 0)
+        goto done;
+    if (n != t.T * t.lanes) {
+        too_short(bs.fn, "bounds", n, t.T * t.lanes);
+        goto done;
+    }
+    int64_t T = t.T, lanes = t.lanes;
+    Py_BEGIN_ALLOW_THREADS
+    for (int64_t lane = 0; lane < lanes; lane++) {
+        int64_t w = t.written[lane], s = seen[lane];
+        if (w == s)
+            continue;
+        uint8_t *bl = bounds + lane * T;
+        if (w < s || w - s >= T - 1 || w < 0) {  /* unknown history, or most rewritten */
+            for (int64_t r2 = 0; r2 < T; r2++)
+                bl[r2] = t.link[r2 * lanes + lane] != 0;
+        } else {  /* writes change links only in rows [s - 1, w) */
+            for (int64_t q = s - 1 > 0 ? s - 1 : 0; q < w; q++) {
+                int64_t r2 = q % T;
+                bl[r2] = t.link[r2 * lanes + lane] != 0;
+            }
+        }
+        seen[lane] = w;
+    }
+    Py_END_ALLOW_THREADS
+    Py_INCREF(Py_None);
+    r = Py_None;
+done:
+    bufs_release(&bs);
+    return r;
+}
+
+/* ---- slots, links and flags of a window gather (twin of windows_numba._plan) */
+static PyObject *
+c_window_plan(PyObject *self, PyObject *const *a, Py_ssize_t na)
+{
+    /* window_plan(link, written, counts, keys, width, slots, lk, ends, first) */
+    (void)self;
+    Bufs bs = {.n = 0, .fn = "window_plan"};
+    Table t;
+    const int64_t *keys;
+    int64_t *slots;
+    int32_t *lk;
+    uint8_t *ends, *first;
+    Py_ssize_t nk, n;
+    long long width;
+    PyObject *r = NULL;
+    if (!nargs_ok(na, 9, bs.fn))
+        return NULL;
+    if (open_table(&bs, a[0], Py_None, a[1], a[2], &t) < 0
+        || open_arr(&bs, a[3], "keys", K_I64, 0, 0, (void **)&keys, &nk) < 0
+        || get_int(a[4], bs.fn, "width", 1, &width) < 0)
+        goto done;
+    if (check_keys(bs.fn, keys, nk, &t) < 0)
+        goto done;
+    if (width > WMAX / (nk + 1) / 8) {
+        PyErr_Format(PyExc_ValueError, "replaybank._windows.window_plan: width=%lld is too "
+                     "large", width);
+        goto done;
+    }
+    int64_t W = width;
+    if (open_arr(&bs, a[5], "slots", K_I64, 1, 0, (void **)&slots, &n) < 0)
+        goto done;
+    if (n != nk * (W + 1)) {
+        too_short(bs.fn, "slots", n, nk * (W + 1));
+        goto done;
+    }
+    if (open_arr(&bs, a[6], "lk", K_I32, 1, 0, (void **)&lk, &n) < 0)
+        goto done;
+    if (n != nk * W) {
+        too_short(bs.fn, "lk", n, nk * W);
+        goto done;
+    }
+    if (open_arr(&bs, a[7], "ends", K_BOOL, 1, 0, (void **)&ends, &n) < 0)
+        goto done;
+    if (n != nk * W) {
+        too_short(bs.fn, "ends", n, nk * W);
+        goto done;
+    }
+    if (open_arr(&bs, a[8], "first", K_BOOL, 1, 0, (void **)&first, &n) < 0)
+        goto done;
+    if (n != nk) {
+        too_short(bs.fn, "first", n, nk);
+        goto done;
+    }
+    int64_t T = t.T, lanes = t.lanes;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t b = 0; b < nk; b++) {
+        int64_t seq = keys[b] / lanes, lane = keys[b] % lanes;
+        int64_t newest = t.written[lane] - 1, row = seq % T;
+        for (int64_t j = 0; j <= W; j++) {
+            slots[b * (W + 1) + j] = row * lanes + lane;
+            if (j < W) {
+                int32_t v = t.link[row * lanes + lane];
+                lk[b * W + j] = v;
+                ends[b * W + j] = v > 0 && seq + j != newest;
+            }
+            if (++row == T)
+                row = 0;
+        }
+        int64_t prev = seq - 1;
+        if (prev < t.written[lane] - t.counts[lane])
+            first[b] = 1;
+        else
+            first[b] = t.link[(prev % T) * lanes + lane] > 0;
+    }
+    Py_END_ALLOW_THREADS
+    Py_INCREF(Py_None);
+    r = Py_None;
+done:
+    bufs_release(&bs);
+    return r;
+}
+
+/* ---- frame-stack slots (twin of stack_numba._stack) */
+static PyObject *
+c_stack(PyObject *self, PyObject *const *a, Py_ssize_t na)
+{
+    /* stack(link, written, counts, keys, k, out) -> (n_bad, n_side); out [B * (k + 4)]:
+     * slots [B, k + 1], then side [B], ok [B], step slot [B] */
+    (void)self;
+    Bufs bs = {.n = 0, .fn = "stack"};
+    Table t;
+    const int64_t *keys;
+    int64_t *out;
+    Py_ssize_t nb, n;
+    long long k;
+    PyObject *r = NULL;
+    if (!nargs_ok(na, 6, bs.fn))
+        return NULL;
+    if (open_table(&bs, a[0], Py_None, a[1], a[2], &t) < 0
+        || open_arr(&bs, a[3], "keys", K_I64, 0, 0, (void **)&keys, &nb) < 0
+        || get_int(a[4], bs.fn, "k", 1, &k) < 0
+        || open_arr(&bs, a[5], "out", K_I64, 1, 0, (void **)&out, &n) < 0)
+        goto done;
+    if (check_keys(bs.fn, keys, nb, &t) < 0)
+        goto done;
+    if (k > WMAX / (nb + 1) / 8 || n != nb * (k + 4)) {
+        too_short(bs.fn, "out", n, nb * (k + 4));
+        goto done;
+    }
+    int64_t T = t.T, lanes = t.lanes, w = k + 1;
+    int64_t o_side = nb * w, o_ok = o_side + nb, o_step = o_ok + nb, n_bad = 0, n_side = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t b = 0; b < nb; b++) {
+        int64_t seq = keys[b] / lanes, lane = keys[b] % lanes;
+        int64_t lo = t.written[lane] - t.counts[lane];
+        int64_t depth = 0, good = 1;
+        for (int64_t d = 1; d < k; d++) {
+            int64_t cand = seq - d;
+            if (cand < lo) {
+                if (cand >= 0)
+                    good = 0;
+                break;
+            }
+            if (t.link[(cand % T) * lanes + lane] != 0)
+                break;
+            depth++;
+        }
+        int64_t base = b * w;
+        for (int64_t c = 0; c < k; c++) {
+            int64_t back = k - 1 - c;
+            if (back > depth)
+                back = depth;
+            out[base + c] = ((seq - back) % T) * lanes + lane;
+        }
+        int64_t row = seq % T;
+        out[base + k] = ((row + 1) % T) * lanes + lane;
+        out[o_step + b] = row * lanes + lane;
+        int32_t v = t.link[row * lanes + lane];
+        out[o_side + b] = (int64_t)v - 1;
+        out[o_ok + b] = good;
+        n_bad += 1 - good;
+        n_side += v > 0;
+    }
+    Py_END_ALLOW_THREADS
+    r = Py_BuildValue("(LL)", (long long)n_bad, (long long)n_side);
+done:
+    bufs_release(&bs);
+    return r;
+}
+
 static PyMethodDef windows_functions[] = {
     {"take_rows", take_rows, METH_O,
      "take_rows(jobs): out[i] = src[idx[i]] for each (src, idx, out) of the tuple jobs."},
+    {"extent", (PyCFunction)(void (*)(void))c_extent, METH_FASTCALL,
+     "extent(link, bounds, written, counts, keys, width, cross, out)"},
+    {"draw", (PyCFunction)(void (*)(void))c_draw, METH_FASTCALL,
+     "draw(link, bounds, written, counts, flat, width, cross, min_len, keys, ext) -> n_ok"},
+    {"plan", (PyCFunction)(void (*)(void))c_plan, METH_FASTCALL,
+     "plan(link, bounds, written, counts, keys, ext, term, trunc, width, burn_in, slots, "
+     "steps, flags, side) -> (n_side, tail_only)"},
+    {"draw_plan", (PyCFunction)(void (*)(void))c_draw_plan, METH_FASTCALL,
+     "draw_plan(link, bounds, written, counts, flat, cross, min_len, keys, ext, term, "
+     "trunc, width, burn_in, slots, steps, flags, side) -> (n_ok, n_side, tail_only)"},
+    {"sync", (PyCFunction)(void (*)(void))c_sync, METH_FASTCALL,
+     "sync(link, written, seen, bounds)"},
+    {"window_plan", (PyCFunction)(void (*)(void))c_window_plan, METH_FASTCALL,
+     "window_plan(link, written, counts, keys, width, slots, lk, ends, first)"},
+    {"stack", (PyCFunction)(void (*)(void))c_stack, METH_FASTCALL,
+     "stack(link, written, counts, keys, k, out) -> (n_bad, n_side)"},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef windowsmodule = {
     PyModuleDef_HEAD_INIT, "_windows",
-    "Row gathers of window batches (see replaybank/_windows.c).", -1, windows_functions,
+    "Window plans and row gathers of window batches (see replaybank/_windows.c).", -1, windows_functions,
     NULL, NULL, NULL, NULL,
 };
 

@@ -33,14 +33,15 @@ and keep the first ``B`` valid ones in draw order, which leaves the law unchange
 usually saves the redraw rounds. A prioritized sampler's beta schedule advances once per
 call: beta is resolved once and passed to every redraw round.
 
-Speed: with numba and numpy storage (``KERNEL = "auto"``), the uniform sampler's draw is
-mapped to starts, checked and selected, and the slots, flags and side patches of the kept
-starts computed, in one compiled call (:func:`~replaybank.ops.windows_numba.draw_plan`;
-other samplers and redraw rounds use :func:`~replaybank.ops.windows_numba.draw_windows`
-and :func:`~replaybank.ops.windows_numba.sequence_plan`); the data of every field is then
-gathered in one call (:func:`~replaybank.ops.windows.take_rows`, in C where built). The
-batches are identical to the numpy path's (``KERNEL = "numpy"``, used for other storages
-too).
+Speed: with numpy storage (``KERNEL = "auto"``), the uniform sampler's draw is mapped to
+starts, checked and selected, and the slots, flags and side patches of the kept starts
+computed, in one compiled call (``draw_plan`` of :mod:`~replaybank.ops.windows_c`, in C
+where built, else of :mod:`~replaybank.ops.windows_numba`: no JIT on the C path, so the
+first call of a process does not import numba; other samplers and redraw rounds use
+``draw_windows`` and ``sequence_plan`` of the same module); the data of every field is
+then gathered in one call (:func:`~replaybank.ops.windows.take_rows`, in C where built).
+The batches are identical to the numpy path's (``KERNEL = "numpy"``, used for other
+storages too).
 
 Example:
     >>> import numpy as np
@@ -130,19 +131,23 @@ def _r2d2_kernel() -> Any:
     return windows.kernel(windows.r2d2_priority)[0]
 
 
-#: Who computes starts, slots and flags: ``"auto"`` (fused numba kernels when numba
-#: imports and the storage is numpy) or ``"numpy"`` (the vectorised numpy path).
+#: Who computes starts, slots and flags: ``"auto"`` (the fused kernels, C where built,
+#: else numba when it imports, for numpy storage) or ``"numpy"`` (the vectorised numpy
+#: path).
 KERNEL = "auto"
+
+
 @cache
-def _numba_windows() -> Any:
-    """The numba module of the fused path, or None when numba is missing (loaded once)."""
+def _window_kernels() -> Any:
+    """The module of the fused path's kernels (:mod:`~replaybank.ops.windows_c`, else
+    :mod:`~replaybank.ops.windows_numba`), or None when neither imports (loaded once)."""
     return pick_kernel("auto", "replaybank.ops.windows_numba", None, None,
-                       "sample_sequences")[0]
+                       "sample_sequences", compiled="replaybank.ops.windows_c")[0]
 
 
 def _fast_kernels() -> Any:
-    """The numba module of the fused path, or None (numba missing, or ``KERNEL="numpy"``)."""
-    return _numba_windows() if KERNEL == "auto" else None
+    """The module of the fused path, or None (no compiled kernels, or ``KERNEL="numpy"``)."""
+    return _window_kernels() if KERNEL == "auto" else None
 
 
 def sample_sequences(
@@ -367,8 +372,6 @@ def _sample(table: StepTable, lanes: LaneView, rng: np.random.Generator,
     extent = None
     if reads is not None:
         bounds = reads.boundaries(fast, t)
-        # extents read the lane-major boundary bytes (a cache line or two per window)
-        extent = partial(fast.window_extent, bounds=bounds)
         if not req.options and req.max_redraws > 0 and traits.uniform is not None:
             # the uniform sampler's draw (as draw_starts), checked and planned in one call
             flat = uniform_ints(rng, lanes.size, bsz + bsz // 2 + 4)
@@ -378,10 +381,15 @@ def _sample(table: StepTable, lanes: LaneView, rng: np.random.Generator,
             if plan is not None:
                 out = gather_fused(fast, t, keys, ext, width, req.burn_in,
                                    min_len >= width, plan, reads)
+                if not state_names:  # the usual batch: nothing to add
+                    return SequenceBatch.own(out)
                 return _finish(out, None, state_names)
+            # extents read the lane-major boundary bytes (a cache line or two per window)
+            extent = partial(fast.window_extent, bounds=bounds)
             res, ext = redraw_short(traits, lanes, t.link, rng, SampleResult(keys), ext, req,
                                     extent)
             return _batch(fast, t, res.keys, ext, req, res, state_names)
+        extent = partial(fast.window_extent, bounds=bounds)
     res, ext = draw_starts(traits, lanes, t.link, rng, req, extent, fast)
     return _batch(fast, t, res.keys, ext, req, res, state_names)
 

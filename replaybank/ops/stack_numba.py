@@ -25,6 +25,8 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
+from replaybank.ops.windows import StackBuffers, stack_buffers
+
 __all__ = ["StackBuffers", "as_bytes", "stack_buffers", "stack_gather", "stack_plan",
            "stack_slots", "stack_slots_counted"]
 
@@ -80,27 +82,6 @@ def stack_slots(link: npt.NDArray[np.int32], written: IntArray, counts: IntArray
     """Same contract as :func:`replaybank.ops.windows.stack_slots`."""
     slots, side, ok, _, _ = stack_slots_counted(link, written, counts, keys, k)
     return slots, side, np.ones(len(slots), np.bool_) if ok is None else ok
-
-
-StackBuffers = tuple[IntArray, IntArray, IntArray, IntArray, IntArray]
-
-
-def stack_buffers(n: int, k: int) -> StackBuffers:
-    """Output buffers of :func:`stack_plan` for ``n`` keys, to reuse across calls.
-
-    Returns:
-        ``(flat, slots, side, ok, step)``: one flat int64 buffer ``[n * (k + 4)]`` and
-        its views ``[n, k + 1]``, ``[n]``, ``[n]``, ``[n]``.
-
-    Example:
-        >>> [b.shape for b in stack_buffers(3, 2)]
-        [(18,), (3, 3), (3,), (3,), (3,)]
-    """
-    w = k + 1
-    flat = np.empty(n * (w + 3), dtype=np.int64)
-    end = n * w
-    return (flat, flat[:end].reshape(n, w), flat[end:end + n], flat[end + n:end + 2 * n],
-            flat[end + 2 * n:])
 
 
 def stack_plan(link: npt.NDArray[np.int32], written: IntArray, counts: IntArray,

@@ -43,6 +43,7 @@ __all__ = [
     "kernel",
     "r2d2_priority",
     "row_kernel",
+    "stack_buffers",
     "stack_slots",
     "take_rows",
     "valid_starts",
@@ -54,6 +55,9 @@ __all__ = [
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
 FloatArray = npt.NDArray[np.float64]
+
+#: The output buffers of a frame-stack plan (see :func:`stack_buffers`).
+StackBuffers = tuple[IntArray, IntArray, IntArray, IntArray, IntArray]
 
 
 def _split(keys: IntArray, lanes: int) -> tuple[IntArray, IntArray]:
@@ -284,6 +288,30 @@ def stack_slots(
     return slots, side, ok
 
 
+def stack_buffers(n: int, k: int) -> StackBuffers:
+    """Output buffers of a frame-stack plan (``stack_plan`` of
+    :mod:`~replaybank.ops.windows_c` or :mod:`~replaybank.ops.stack_numba`) for ``n``
+    keys, to reuse across calls.
+
+    Args:
+        n: Keys per call ``B``.
+        k: Frames per stack.
+
+    Returns:
+        ``(flat, slots, side, ok, step)``: one flat int64 buffer ``[n * (k + 4)]`` and
+        its views ``[n, k + 1]``, ``[n]``, ``[n]``, ``[n]``.
+
+    Example:
+        >>> [b.shape for b in stack_buffers(3, 2)]
+        [(18,), (3, 3), (3,), (3,), (3,)]
+    """
+    w = k + 1
+    flat = np.empty(n * (w + 3), dtype=np.int64)
+    end = n * w
+    return (flat, flat[:end].reshape(n, w), flat[end:end + n], flat[end + n:end + 2 * n],
+            flat[end + 2 * n:])
+
+
 def window_plan(
     link: npt.NDArray[np.int32],
     written: IntArray,
@@ -330,26 +358,33 @@ _TWINS = {"window_extent": "replaybank.ops.windows_numba",
           "r2d2_priority": "replaybank.ops.windows_numba",
           "window_plan": "replaybank.ops.windows_numba",
           "stack_slots": "replaybank.ops.stack_numba"}
+#: The functions that also have a C twin (in :mod:`replaybank.ops.windows_c`).
+_C_TWINS = frozenset({"window_extent", "window_plan", "stack_slots"})
 
 
 def kernel(fn: Callable[..., Any], prefer: str = "auto") -> tuple[Any, str]:
     """``fn`` (one of :func:`window_extent`, :func:`r2d2_priority`, :func:`window_plan`,
-    :func:`stack_slots`) compiled with numba when it imports, else ``fn`` itself
-    (:func:`~replaybank.ops.jit.pick_kernel`).
+    :func:`stack_slots`) in C where built and it has a C twin, else compiled with numba
+    when it imports, else ``fn`` itself (:func:`~replaybank.ops.jit.pick_kernel`).
 
     Args:
         fn: The numpy function.
-        prefer: ``"auto"``, ``"numba"`` (raise if numba is missing) or ``"numpy"``.
+        prefer: ``"auto"``, ``"c"`` (raise if there is no built C twin), ``"numba"``
+            (raise if numba is missing) or ``"numpy"``.
 
     Returns:
-        ``(function, name)``; the numba function has the same signature and results.
+        ``(function, name)``; the C and numba functions have the same signature and
+        results.
 
     Example:
         >>> kernel(stack_slots, "numpy") == (stack_slots, "numpy")
         True
+        >>> kernel(r2d2_priority)[1] in ("numba", "numpy")  # no C twin
+        True
     """
     name = fn.__name__
-    return pick_kernel(prefer, _TWINS[name], name, fn, name)
+    return pick_kernel(prefer, _TWINS[name], name, fn, name,
+                       compiled="replaybank.ops.windows_c" if name in _C_TWINS else None)
 
 
 def take_rows(jobs: tuple[tuple[npt.NDArray[Any], IntArray, npt.NDArray[Any]], ...]) -> None:

@@ -110,8 +110,8 @@ class FrameStackView:
             ``last_keys(table, keys)`` (n-step) gets the next-obs stack of its last step.
         stacked_inputs: Whether added observations are stacks (keep the newest frame);
             None decides at the first add (see the module docs).
-        kernel: ``"auto"`` (numba when it imports, else numpy), ``"numba"`` or
-            ``"numpy"``: who computes the stack slots (same results).
+        kernel: ``"auto"`` (C where built, else numba when it imports, else numpy),
+            ``"numba"`` or ``"numpy"``: who computes the stack slots (same results).
 
     Raises:
         ConfigError: ``k`` is not an int >= 1.
@@ -145,7 +145,7 @@ class FrameStackView:
         self.kernel = kernel
         self._kernel: Any = None
         self._last: tuple[StepTable, IntArray, bytes, _Plan] | None = None
-        # reused kernel output buffers (numba kernel; see stack_numba.stack_buffers)
+        # reused kernel output buffers (C or numba kernel; see windows.stack_buffers)
         self._buffers: Any = None
         # the row gather of every field of a batch (C, or numpy's take) and what it
         # reads (see _fast_reads)
@@ -215,13 +215,15 @@ class FrameStackView:
 
     # ------------------------------------------------------------------ sampling
     def _pick_kernel(self) -> Any:
-        """Choose the stack kernel once (numba: also its buffers) and the row gather."""
+        """Choose the stack kernel once (C or numba: also its buffers) and the row gather."""
         fn, name = windows.kernel(windows.stack_slots, self.kernel)
-        if name == "numba":
-            from replaybank.ops.stack_numba import stack_buffers, stack_plan
-
+        if name == "c":
+            from replaybank.ops.windows_c import stack_plan
+        elif name == "numba":
+            from replaybank.ops.stack_numba import stack_plan
+        if name != "numpy":
             self._kernel = stack_plan
-            self._buffers = stack_buffers(0, self.k)
+            self._buffers = windows.stack_buffers(0, self.k)
         else:
             self._kernel = _counted(fn)
         self._take = windows.row_kernel("numpy" if self.kernel == "numpy" else "auto")[0]
@@ -241,9 +243,7 @@ class FrameStackView:
             return out
         bufs = self._buffers
         if bufs[1].shape[0] != keys.shape[0]:
-            from replaybank.ops.stack_numba import stack_buffers
-
-            bufs = self._buffers = stack_buffers(keys.shape[0], self.k)
+            bufs = self._buffers = windows.stack_buffers(keys.shape[0], self.k)
         out = kernel(table.link, table.written, table.counts, keys, self.k, bufs)
         return out
 
