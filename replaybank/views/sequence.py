@@ -154,8 +154,10 @@ def gather_fused(fast: Any, t: Any, starts: IntArray, ext: IntArray, width: int,
                  fl["terminated"], fl["truncated"])
     else:
         slots, steps, flags, side, tail_only = plan  # flags [7, B, W] in that order
-    pad = None if full or int(ext.min()) >= width else \
-        np.nonzero(np.arange(width) >= ext[:, None])
+    # windows cut short (few per batch): (b, extent), zeroed by slices, cheaper than one
+    # fancy-indexed assignment per field
+    short = [] if full or int(ext.min()) >= width else \
+        [(b, e) for b, e in enumerate(ext.tolist()) if e < width]
     nb = len(starts)
     out: dict[str, Any] = {}
     jobs = []
@@ -168,10 +170,10 @@ def gather_fused(fast: Any, t: Any, starts: IntArray, ext: IntArray, width: int,
         jobs.append((arr, slots, g))
         windows_obs.append(g)
     _row_kernel()(tuple(jobs))  # every field of every window in one call
-    if pad is not None:
+    for b, e in short:
         for name, _ in reads.fields:
-            out[name][pad] = 0
-    shared = pad is None and (len(side) == 0 or tail_only)
+            out[name][b, e:] = 0
+    shared = not short and (len(side) == 0 or tail_only)
     for (name, nname, _), g in zip(reads.obs, windows_obs, strict=True):
         nxt = g[:, 1:] if shared else g[:, 1:].copy()
         if len(side) > 8:
@@ -181,9 +183,9 @@ def gather_fused(fast: Any, t: Any, starts: IntArray, ext: IntArray, width: int,
             for b, j, v in side.tolist():
                 nxt[b, j] = kept[v]
         obs = g[:, :width]
-        if pad is not None:
-            g[pad] = 0
-            nxt[pad] = 0
+        for b, e in short:
+            g[b, e:width] = 0
+            nxt[b, e:] = 0
         if shared:  # obs and next_obs share memory: hand them out read-only
             obs.flags.writeable = False
             nxt.flags.writeable = False
