@@ -31,8 +31,8 @@ import numpy as np
 import numpy.typing as npt
 
 from replaybank.samplers.base import LaneView, Sampler, SampleResult, SamplerTraits
-from replaybank.samplers.checks import LARGE_BATCH, check_batch_size, check_options
 from replaybank.samplers.draw import draw
+from replaybank.samplers.sample_args import LARGE_BATCH, check_batch_size, check_options
 from replaybank.storage.table import StepTable
 from replaybank.views.base import CallbackView, FusedView, InputTransform, StepView, View
 

@@ -66,8 +66,8 @@ from replaybank.device.mirror import DeviceMirror
 from replaybank.device.priorities import DevicePriorities
 from replaybank.ops import ring
 from replaybank.samplers.base import LaneView
-from replaybank.samplers.checks import LARGE_BATCH
 from replaybank.samplers.prioritized import PrioritizedSampler
+from replaybank.samplers.sample_args import LARGE_BATCH
 from replaybank.storage.table import StepTable
 from replaybank.views.base import next_name
 

@@ -63,7 +63,7 @@ from replaybank.errors import (
 from replaybank.ops import ring, sumtree
 from replaybank.ops.jit import PREFERENCES
 from replaybank.samplers.base import FloatArray, IntArray, LaneView, SampleResult
-from replaybank.samplers.checks import LARGE_BATCH, check_batch_size
+from replaybank.samplers.sample_args import LARGE_BATCH, check_batch_size
 from replaybank.storage.backends.base import available_memory
 
 __all__ = ["MAX_TOTAL", "PrioritizedSampler", "importance_weights", "is_weights", "raw_limit"]

@@ -40,8 +40,8 @@ import numpy as np
 from replaybank.errors import CheckpointError, ConfigError, EmptyBufferError, describe
 from replaybank.ops import ring
 from replaybank.samplers.base import FloatArray, IntArray, LaneView, SampleResult
-from replaybank.samplers.checks import check_batch_size
 from replaybank.samplers.prioritized import PrioritizedSampler, is_weights
+from replaybank.samplers.sample_args import check_batch_size
 
 __all__ = ["RecentSampler", "window_counts"]
 

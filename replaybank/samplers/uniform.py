@@ -18,7 +18,7 @@ import numpy as np
 from replaybank.ops import ring
 from replaybank.ops.draws import uniform_ints
 from replaybank.samplers.base import IntArray, LaneView, SampleResult, StatelessSampler
-from replaybank.samplers.checks import LARGE_BATCH, check_batch_size, check_replace
+from replaybank.samplers.sample_args import LARGE_BATCH, check_batch_size, check_replace
 
 __all__ = ["UniformSampler", "check_batch_size", "one_lane_keys"]
 

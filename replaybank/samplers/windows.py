@@ -38,14 +38,14 @@ from replaybank.errors import ConfigError, EmptyBufferError
 from replaybank.ops import windows
 from replaybank.ops.draws import uniform_ints
 from replaybank.samplers.base import LaneView, SampleResult, SamplerTraits
-from replaybank.samplers.checks import (
+from replaybank.samplers.draw import replace_rows
+from replaybank.samplers.sample_args import (
     check_batch_size,
     check_draw_size,
     check_options,
     check_replace,
     check_size_arg,
 )
-from replaybank.samplers.draw import replace_rows
 
 if TYPE_CHECKING:
     from replaybank.storage.table import StepTable
