@@ -124,6 +124,8 @@ __all__ = [
     "MemmapBackend",
     "MissingDependencyError",
     "MultiAgentBatch",
+    "MultiAgentCollectResult",
+    "MultiAgentCollector",
     "MultiAgentReplayBuffer",
     "MultiAgentSequenceBatch",
     "NStepView",
@@ -218,6 +220,8 @@ del torch_backend, device_store, shared_backend, shared_store, device_relabel, t
 _LAZY = {
     "CollectResult": "replaybank.integrations.gymnasium",
     "Collector": "replaybank.integrations.gymnasium",
+    "MultiAgentCollectResult": "replaybank.integrations.pettingzoo",
+    "MultiAgentCollector": "replaybank.integrations.pettingzoo",
     "collect": "replaybank.integrations.gymnasium",
     "warm": "replaybank.integrations.gymnasium",
     "from_minari": "replaybank.integrations.minari",
@@ -251,6 +255,7 @@ if typing.TYPE_CHECKING:  # the same names as _LAZY, from the same modules (test
     )
     from replaybank.integrations.gymnasium import Collector, CollectResult, collect, warm
     from replaybank.integrations.minari import from_minari, to_minari
+    from replaybank.integrations.pettingzoo import MultiAgentCollector, MultiAgentCollectResult
     from replaybank.integrations.spaces import spec_from_env, spec_from_spaces
     from replaybank.integrations.torch import PinnedStager
 else:  # hidden from type checkers, so that a misspelt name is an error there

@@ -100,6 +100,15 @@ class Collector:
 
     def __init__(self, env: Any, policy: Policy | None, buffer: Any,
                  seed: int | None = None) -> None:
+        from replaybank.integrations import pettingzoo  # imports this module
+
+        if pettingzoo.wants_multiagent(env, buffer):
+            raise ConfigError(
+                f"Collector(env={describe(env)}, buffer={describe(buffer)}): Collector "
+                "drives gymnasium envs into single-agent buffers; for a PettingZoo "
+                "parallel env (or a list of them) and a MultiAgentReplayBuffer use "
+                "replaybank.integrations.pettingzoo.MultiAgentCollector(env, policy, "
+                "buffer, seed=...) (rb.collect dispatches to it)")
         gym = require_extra("gymnasium", "gym")
         self.env = env
         self.buffer = buffer
@@ -306,18 +315,30 @@ def collect(env: Any, policy: Policy | None, buffer: Any, n_steps: int, progress
     """Reset ``env``, step it with ``policy`` and add ``n_steps`` transitions to ``buffer``.
 
     For repeated collection that continues episodes across calls, keep a
-    :class:`Collector`.
+    :class:`Collector`. A PettingZoo parallel env, a list of them, or a
+    :class:`~replaybank.multiagent.MultiAgentReplayBuffer` is collected by
+    :func:`replaybank.integrations.pettingzoo.collect_multiagent` (joint steps; see there
+    for the multi-agent policy, ``policy(obs_dict) -> action_dict``).
 
     Args:
-        env: A gymnasium env (buffer of one lane) or vector env (any autoreset mode).
+        env: A gymnasium env (buffer of one lane) or vector env (any autoreset mode), or a
+            PettingZoo ``ParallelEnv`` or a list of them (a multi-agent buffer).
         policy: ``policy(obs) -> action`` (None: random actions).
-        buffer: The buffer to fill (``num_envs`` equal to the env's, or 1).
+        buffer: The buffer to fill (``num_envs`` equal to the env's, or 1; one lane per
+            env for parallel envs).
         n_steps: Transitions to add (whole vector steps; may overshoot by < num_envs).
         progress: Show a rich progress bar.
         seed: Seed of ``env.reset`` and of random actions.
 
     Returns:
-        :class:`CollectResult` with steps and the returns/lengths of finished episodes.
+        :class:`CollectResult` with steps and the returns/lengths of finished episodes
+        (a :class:`~replaybank.integrations.pettingzoo.MultiAgentCollectResult`, with
+        per-agent returns and lengths, for parallel envs).
+
+    Raises:
+        ConfigError: A bad ``n_steps``, a buffer that does not fit the env (for example
+            a parallel env with a single-agent buffer, or the reverse), or an env or
+            policy that breaks its API.
 
     Example:
         >>> import gymnasium as gym
@@ -327,6 +348,11 @@ def collect(env: Any, policy: Policy | None, buffer: Any, n_steps: int, progress
         >>> res.steps, sum(res.episode_lengths) <= 200
         (200, True)
     """
+    from replaybank.integrations import pettingzoo  # imports this module
+
+    if pettingzoo.wants_multiagent(env, buffer):
+        return pettingzoo.collect_multiagent(env, policy, buffer, n_steps,
+                                             progress=progress, seed=seed)
     return Collector(env, policy, buffer, seed=seed).collect(n_steps, progress=progress)
 
 

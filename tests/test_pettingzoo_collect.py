@@ -1,0 +1,444 @@
+"""``rb.collect`` on PettingZoo parallel envs into a MultiAgentReplayBuffer.
+
+Every env is wrapped in a :class:`Recorder` that logs what it returned (resets, actions,
+the five step dicts, ``state()`` before and after each step, ``env.agents`` before and
+after); every stored joint transition (all of them, found by key) must equal the log.
+Envs: mpe2's ``simple_spread_v3`` (3 agents, truncation at ``max_cycles``) and
+:class:`Leaver`, a tiny ParallelEnv where agent "b" terminates at step 3 and "a" goes on
+to step 6 (different observation and action spaces).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, ClassVar
+
+import numpy as np
+import pytest
+
+pytest.importorskip("pettingzoo")
+mpe2 = pytest.importorskip("mpe2")
+
+import gymnasium as gym  # noqa: E402  (pettingzoo depends on it)
+from mpe2 import simple_spread_v3  # noqa: E402
+from pettingzoo.utils.env import ParallelEnv  # noqa: E402
+
+import replaybank as rb  # noqa: E402
+from replaybank.errors import ConfigError  # noqa: E402
+from replaybank.integrations.pettingzoo import (  # noqa: E402
+    MultiAgentCollector,
+    MultiAgentCollectResult,
+    is_parallel_env,
+)
+
+
+# ---------------------------------------------------------------------- envs
+class Leaver(ParallelEnv):  # type: ignore[misc]
+    """Agent "b" ends at step ``b_end``, "a" at ``a_end`` (terminated, or truncated with
+    ``a_truncates``). Observations carry (step, episode, agent) so every one differs."""
+
+    metadata: ClassVar[dict[str, Any]] = {"name": "leaver_v0"}
+
+    def __init__(self, b_end: int = 3, a_end: int = 6, a_truncates: bool = False) -> None:
+        self.possible_agents = ["a", "b"]
+        self.b_end, self.a_end, self.a_truncates = b_end, a_end, a_truncates
+        self._act = {"a": gym.spaces.Discrete(3),
+                     "b": gym.spaces.Box(-1, 1, (2,), np.float32)}
+        self._obs = {"a": gym.spaces.Box(-np.inf, np.inf, (3,), np.float32),
+                     "b": gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)}
+        self.episode = -1
+        self.rng = np.random.default_rng()
+
+    def action_space(self, agent: str) -> Any:
+        return self._act[agent]
+
+    def observation_space(self, agent: str) -> Any:
+        return self._obs[agent]
+
+    def _observe(self, agent: str) -> np.ndarray:
+        noise = self.rng.normal()
+        if agent == "a":
+            return np.array([self.t, self.episode, noise], np.float32)
+        return np.array([self.t + 100, noise], np.float32)
+
+    def state(self) -> np.ndarray:
+        return np.array([self.t, self.episode, len(self.agents)], np.float32)
+
+    def reset(self, seed: int | None = None, options: Any = None) -> Any:
+        if seed is not None:
+            self.rng = np.random.default_rng(seed)
+        self.episode += 1
+        self.t = 0
+        self.agents = list(self.possible_agents)
+        return {a: self._observe(a) for a in self.agents}, {a: {} for a in self.agents}
+
+    def step(self, actions: dict[str, Any]) -> Any:
+        assert set(actions) == set(self.agents), (actions, self.agents)
+        self.t += 1
+        obs = {a: self._observe(a) for a in actions}
+        rew = {a: float(actions[a]) if a == "a" else float(np.sum(actions[a]))
+               for a in actions}
+        end = {"a": self.t >= self.a_end, "b": self.t >= self.b_end}
+        term = {a: end[a] and not (a == "a" and self.a_truncates) for a in actions}
+        trunc = {a: end[a] and a == "a" and self.a_truncates for a in actions}
+        self.agents = [a for a in self.agents if not (term[a] or trunc[a])]
+        return obs, rew, term, trunc, {a: {} for a in actions}
+
+
+class Recorder:
+    """A parallel env that forwards to ``env`` and logs everything it returned."""
+
+    def __init__(self, env: Any) -> None:
+        self.env = env
+        self.possible_agents = list(env.possible_agents)
+        self.log: list[dict[str, Any]] = []
+
+    @property
+    def agents(self) -> list[str]:
+        return list(self.env.agents)
+
+    def action_space(self, agent: str) -> Any:
+        return self.env.action_space(agent)
+
+    def observation_space(self, agent: str) -> Any:
+        return self.env.observation_space(agent)
+
+    def state(self) -> Any:
+        return self.env.state()
+
+    def reset(self, seed: int | None = None, options: Any = None) -> Any:
+        obs, info = self.env.reset(seed=seed, options=options)
+        self.log.append({"kind": "reset", "seed": seed, "obs": copy.deepcopy(obs)})
+        return obs, info
+
+    def step(self, actions: dict[str, Any]) -> Any:
+        before = list(self.env.agents)
+        s0 = np.array(self.env.state())
+        out = self.env.step(actions)
+        self.log.append({"kind": "step", "actions": copy.deepcopy(dict(actions)),
+                         "out": copy.deepcopy(out[:4]), "before": before,
+                         "after": list(self.env.agents), "state": s0,
+                         "next_state": np.array(self.env.state())})
+        return out
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def spread(max_cycles: int = 25) -> Recorder:
+    return Recorder(simple_spread_v3.parallel_env(max_cycles=max_cycles))
+
+
+# ---------------------------------------------------------------------- the check
+def expected(rec: Recorder) -> list[dict[str, Any]]:
+    """The joint transitions the env produced, in order (from its log)."""
+    out: list[dict[str, Any]] = []
+    cur: dict[str, Any] = {}
+    for ev in rec.log:
+        if ev["kind"] == "reset":
+            cur = ev["obs"]
+            continue
+        nxt, rew, term, trunc = ev["out"]
+        acts = ev["actions"]
+        assert list(acts) == [a for a in rec.possible_agents if a in ev["before"]]
+        ended = [a for a in acts if term[a] or trunc[a]]
+        over = not ev["after"]
+        out.append({"obs": {a: cur[a] for a in acts}, "action": acts,
+                    "reward": {a: rew[a] for a in acts},
+                    "next_obs": {a: nxt[a] for a in acts},
+                    "terminated": {a: term[a] for a in acts},
+                    "truncated": {a: trunc[a] for a in acts},
+                    "state": ev["state"], "next_state": ev["next_state"],
+                    "joint_terminated": over and all(term[a] for a in ended),
+                    "joint_truncated": over and not all(term[a] for a in ended)})
+        cur = {a: nxt[a] for a in ev["after"]}
+    return out
+
+
+def check_buffer(buf: rb.MultiAgentReplayBuffer, recs: list[Recorder]) -> list[list[int]]:
+    """Every stored joint transition equals the envs' logs; returns, per env, the stored
+    step indices where the joint episode ended."""
+    n = len(recs)
+    exp = [expected(r) for r in recs]
+    assert len(buf) == sum(len(e) for e in exp)
+    assert len(buf) < buf.capacity  # keys are step * num_envs + env (no wrap)
+    batch = buf.sample(len(buf), replace=False)
+    ends: list[list[int]] = [[] for _ in range(n)]
+    for i, key in enumerate(np.asarray(batch.indices).tolist()):
+        e = exp[key % n][key // n]
+        for a in buf.agents:
+            acted = a in e["action"]
+            assert bool(batch.active[a][i]) == acted, (key, a)
+            if not acted:
+                continue
+            np.testing.assert_array_equal(batch.obs[a][i], e["obs"][a], err_msg=f"{key}{a}")
+            np.testing.assert_array_equal(batch.next_obs[a][i], e["next_obs"][a],
+                                          err_msg=f"next_obs {key} {a}")
+            np.testing.assert_array_equal(batch.action[a][i], e["action"][a])
+            assert batch.reward[a][i] == np.float32(e["reward"][a])
+            assert bool(batch.terminated[a][i]) == bool(e["terminated"][a])
+            assert bool(batch.truncated[a][i]) == bool(e["truncated"][a])
+        np.testing.assert_array_equal(batch.state[i], e["state"])
+        np.testing.assert_array_equal(batch.next_state[i], e["next_state"])
+        assert bool(batch.joint_terminated[i]) == e["joint_terminated"], key
+        assert bool(batch.joint_truncated[i]) == e["joint_truncated"], key
+        if e["joint_terminated"] or e["joint_truncated"]:
+            ends[key % n].append(key // n)
+    return [sorted(x) for x in ends]
+
+
+def resets(rec: Recorder) -> list[tuple[int, Any]]:
+    """(steps taken before it, seed) of every reset."""
+    out, steps = [], 0
+    for ev in rec.log:
+        if ev["kind"] == "reset":
+            out.append((steps, ev["seed"]))
+        else:
+            steps += 1
+    return out
+
+
+# ---------------------------------------------------------------------- simple_spread
+def test_spread_single_env_stores_exactly_what_the_env_returned() -> None:
+    env = spread()
+    agents = env.possible_agents
+    buf = rb.MultiAgentReplayBuffer(200, agents, seed=0)
+    res = rb.collect(env, None, buf, 60, progress=False, seed=3)
+    assert isinstance(res, MultiAgentCollectResult)
+    assert res.steps == res.env_steps == len(buf) == 60
+    assert res.episode_lengths == [25, 25]
+    assert res.agent_episode_lengths == [{a: 25 for a in agents}] * 2
+    ends = check_buffer(buf, [env])
+    assert ends == [[24, 49]]  # truncation at max_cycles, nothing else
+    # an env whose agents are all gone is reset at once, continuing its generator
+    assert resets(env) == [(0, 3), (25, None), (50, None)]
+    exp = expected(env)
+    for a in agents:  # the final next_obs is the truncation step's, not the reset's
+        assert not np.array_equal(exp[24]["next_obs"][a], exp[25]["obs"][a])
+    b = buf.sample(60, replace=False)
+    assert b.joint_truncated.sum() == 2 and not b.joint_terminated.any()
+    for k, ret in enumerate(res.episode_returns):
+        steps = exp[25 * k:25 * (k + 1)]
+        per_agent = {a: sum(s["reward"][a] for s in steps) for a in agents}
+        assert res.agent_episode_returns[k] == pytest.approx(per_agent)
+        assert ret == pytest.approx(sum(per_agent.values()))
+
+
+def test_spread_two_envs_as_vector_envs_reset_on_their_own() -> None:
+    envs = [spread(25), spread(10)]
+    buf = rb.MultiAgentReplayBuffer(200, envs[0].possible_agents, num_envs=2, seed=0)
+    res = rb.collect(envs, None, buf, 60, progress=False, seed=5)
+    assert res.steps == res.env_steps == len(buf) == 60
+    ends = check_buffer(buf, envs)
+    assert ends == [[24], [9, 19, 29]]
+    assert resets(envs[0]) == [(0, 5), (25, None)]
+    assert resets(envs[1]) == [(0, 6), (10, None), (20, None), (30, None)]
+    assert sorted(res.episode_lengths) == [10, 10, 10, 25]
+    first = [r.log[0]["obs"]["agent_0"] for r in envs]
+    assert not np.array_equal(first[0], first[1])  # env i is seeded with seed + i
+
+
+def test_spread_reproducible_with_a_seed() -> None:
+    def run(seed: int) -> dict[str, np.ndarray]:
+        buf = rb.MultiAgentReplayBuffer(100, ["agent_0", "agent_1", "agent_2"],
+                                        num_envs=2, seed=0)
+        rb.collect([spread(), spread()], None, buf, 40, progress=False, seed=seed)
+        return buf.state_dict()
+
+    a, b, c = run(11), run(11), run(12)
+    flat_a = {k: v for k, v in _leaves(a)}
+    flat_b = {k: v for k, v in _leaves(b)}
+    flat_c = {k: v for k, v in _leaves(c)}
+    assert flat_a.keys() == flat_b.keys()
+    for k in flat_a:
+        np.testing.assert_array_equal(flat_a[k], flat_b[k], err_msg=k)
+    assert any(not np.array_equal(flat_a[k], flat_c[k]) for k in flat_a
+               if k.startswith("action") or "action" in k)
+
+
+def _leaves(tree: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    if isinstance(tree, dict):
+        return [x for k, v in tree.items() for x in _leaves(v, f"{prefix}{k}/")]
+    if isinstance(tree, np.ndarray):
+        return [(prefix, tree)]
+    return []
+
+
+def test_spread_with_a_policy_and_a_collector_across_calls() -> None:
+    env = spread()
+    seen: list[dict[str, np.ndarray]] = []
+
+    def policy(obs: dict[str, np.ndarray]) -> dict[str, int]:
+        seen.append(obs)
+        return {a: int(np.argmax(o[:5])) for a, o in obs.items()}
+
+    buf = rb.MultiAgentReplayBuffer(200, env.possible_agents, seed=0)
+    col = MultiAgentCollector(env, policy, buf, seed=0)
+    r1, r2 = col.collect(20), col.collect(20)
+    assert (r1.episode_lengths, r2.episode_lengths) == ([], [25])  # continues the episode
+    assert len(buf) == 40 and col.episodes == 1
+    check_buffer(buf, [env])
+    assert set(seen[0]) == set(env.possible_agents) and seen[0]["agent_0"].shape == (18,)
+
+
+# ---------------------------------------------------------------------- agents that leave
+@pytest.mark.parametrize("a_truncates", [False, True])
+def test_agent_leaving_early_single_env(a_truncates: bool) -> None:
+    env = Recorder(Leaver(b_end=3, a_end=6, a_truncates=a_truncates))
+    buf = rb.MultiAgentReplayBuffer(100, ["a", "b"], seed=0)
+    res = rb.collect(env, None, buf, 12, progress=False, seed=1)
+    assert isinstance(res, MultiAgentCollectResult)
+    assert res.steps == 12 and res.episode_lengths == [6, 6]
+    assert res.agent_episode_lengths == [{"a": 6, "b": 3}] * 2
+    assert check_buffer(buf, [env]) == [[5, 11]]
+    b = buf.sample(12, replace=False)
+    order = np.argsort(b.indices)
+    active_b = b.active["b"][order]
+    assert active_b.tolist() == [True] * 3 + [False] * 3 + [True] * 3 + [False] * 3
+    term_b = b.terminated["b"][order]
+    assert np.flatnonzero(term_b).tolist() == [2, 8]
+    # b's final next_obs is exactly what step 3 returned for it
+    exp = expected(env)
+    np.testing.assert_array_equal(b.next_obs["b"][order][2], exp[2]["next_obs"]["b"])
+    assert b.next_obs["b"][order][2][0] == 103
+    joint_end = b.joint_truncated if a_truncates else b.joint_terminated
+    assert np.flatnonzero(joint_end[order]).tolist() == [5, 11]
+    assert not (b.joint_terminated if a_truncates else b.joint_truncated).any()
+    assert resets(env) == [(0, 1), (6, None), (12, None)]  # reset as soon as it ends
+
+
+def test_agent_leaving_early_in_vector_envs_with_active_masks() -> None:
+    envs = [Recorder(Leaver(b_end=3, a_end=6)),
+            Recorder(Leaver(b_end=4, a_end=2, a_truncates=True))]
+    buf = rb.MultiAgentReplayBuffer(100, ["a", "b"], num_envs=2, seed=0)
+    seen: list[tuple[dict[str, np.ndarray], dict[str, np.ndarray]]] = []
+    col: MultiAgentCollector
+
+    def policy(obs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        seen.append((obs, col.active))
+        return {"a": np.array([1, 2]), "b": np.full((2, 2), 0.25, np.float32)}
+
+    col = MultiAgentCollector(envs, policy, buf, seed=0)
+    res = col.collect(24)
+    assert res.steps == 24 and len(buf) == 24
+    ends = check_buffer(buf, envs)
+    assert ends == [[5, 11], [3, 7, 11]]
+    assert resets(envs[0]) == [(0, 0), (6, None), (12, None)]
+    assert resets(envs[1]) == [(0, 1), (4, None), (8, None), (12, None)]
+    # env 1: "a" is truncated at step 2 (stored as its own truncation), "b" terminates at
+    # step 4, which ends the joint episode as terminated (the agents ending at that step)
+    b = buf.sample(24, replace=False)
+    lane1 = np.asarray(b.indices) % 2 == 1
+    steps1 = np.asarray(b.indices)[lane1] // 2
+    assert sorted(steps1[np.asarray(b.joint_terminated)[lane1]].tolist()) == [3, 7, 11]
+    assert sorted(steps1[np.asarray(b.truncated["a"])[lane1]].tolist()) == [1, 5, 9]
+    assert not np.asarray(b.joint_truncated).any()
+    # the policy sees {agent: [2, *shape]}, zeros where an agent does not act
+    obs, active = seen[3]  # step 4: env 0 has "a" only, env 1 has "b" only
+    assert active["a"].tolist() == [True, False] and active["b"].tolist() == [False, True]
+    assert obs["a"].shape == (2, 3) and not obs["a"][1].any()
+    assert obs["b"].shape == (2, 2) and not obs["b"][0].any()
+    # actions of envs where an agent does not act are not stored
+    assert b.action["a"][~np.asarray(b.active["a"])].tolist() == \
+        [0] * int((~np.asarray(b.active["a"])).sum())
+
+
+def test_state_left_out_when_the_buffer_stores_none() -> None:
+    env = Recorder(Leaver())
+    spec = {"obs": {"a": ((3,), "float32"), "b": ((2,), "float32")},
+            "action": {"a": ((), "int64"), "b": ((2,), "float32")}}
+    buf = rb.MultiAgentReplayBuffer(50, ["a", "b"], spec=spec, seed=0)
+    rb.collect(env, None, buf, 6, progress=False, seed=0)
+    assert buf.layout is not None and buf.layout.state is None
+    assert len(buf) == 6
+
+
+# ---------------------------------------------------------------------- errors
+def test_errors_name_the_argument_and_the_fix() -> None:
+    env = spread()
+    with pytest.raises(ConfigError, match=r"buffer=.*MultiAgentReplayBuffer\(capacity"):
+        rb.collect(env, None, rb.ReplayBuffer(100), 10, progress=False)
+    with pytest.raises(ConfigError, match=r"env=.*ParallelEnv"):
+        rb.collect(gym.make("CartPole-v1"), None,
+                   rb.MultiAgentReplayBuffer(100, ["a"]), 10, progress=False)
+    with pytest.raises(ConfigError, match=r"agents \['agent_2'\].*possible_agents"):
+        rb.collect(env, None, rb.MultiAgentReplayBuffer(100, ["agent_0", "agent_1"]), 10,
+                   progress=False)
+    two = rb.MultiAgentReplayBuffer(100, env.possible_agents, num_envs=2)
+    with pytest.raises(ConfigError, match=r"num_envs=2.*one env.*num_envs=1"):
+        rb.collect(env, None, two, 10, progress=False)
+    with pytest.raises(ConfigError, match=r"list of 3 envs.*num_envs=3"):
+        rb.collect([spread(), spread(), spread()], None, two, 10, progress=False)
+    with pytest.raises(ConfigError, match="aec_to_parallel"):
+        rb.collect(simple_spread_v3.env(), None, rb.MultiAgentReplayBuffer(
+            100, env.possible_agents), 10, progress=False)
+    one = rb.MultiAgentReplayBuffer(100, env.possible_agents)
+    with pytest.raises(ConfigError, match="n_steps=0"):
+        rb.collect(env, None, one, 0, progress=False)
+    with pytest.raises(ConfigError, match=r"policy=.*callable"):
+        rb.collect(env, "greedy", one, 10, progress=False)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"no action for agent\(s\) \['agent_2'\]"):
+        rb.collect(env, lambda o: {"agent_0": 0, "agent_1": 0}, one, 10, progress=False)
+    with pytest.raises(ConfigError, match="MultiAgentCollector"):
+        rb.Collector(env, None, one)
+    assert len(one) == 0 and len(two) == 0
+    with pytest.raises(ConfigError, match=r"with 2 envs the policy returns"):
+        rb.collect([spread(), spread()], lambda o: {a: 0 for a in o}, two, 10,
+                   progress=False)
+
+
+def test_env_that_drops_an_agent_without_ending_it() -> None:
+    class Dropper(Leaver):
+        def step(self, actions: dict[str, Any]) -> Any:
+            obs, rew, term, trunc, info = super().step(actions)
+            if self.t == 2:
+                self.agents = []
+            return obs, rew, term, trunc, info
+
+    buf = rb.MultiAgentReplayBuffer(50, ["a", "b"])
+    with pytest.raises(ConfigError, match=r"removed agent\(s\) \['a', 'b'\].*terminations"):
+        rb.collect(Dropper(), None, buf, 10, progress=False, seed=0)
+
+
+def test_buffer_with_a_state_and_an_env_without_one() -> None:
+    class NoState(Leaver):
+        def state(self) -> np.ndarray:
+            raise NotImplementedError
+
+    spec = {"obs": {"a": ((3,), "float32"), "b": ((2,), "float32")},
+            "action": {"a": ((), "int64"), "b": ((2,), "float32")},
+            "state": ((3,), "float32")}
+    buf = rb.MultiAgentReplayBuffer(50, ["a", "b"], spec=spec)
+    with pytest.raises(ConfigError, match=r"stores a global state.*state\(\)"):
+        rb.collect(NoState(), None, buf, 10, progress=False, seed=0)
+    assert len(buf) == 0
+    free = rb.MultiAgentReplayBuffer(50, ["a", "b"])  # no spec: the first add decides
+    rb.collect(NoState(), None, free, 6, progress=False, seed=0)
+    assert free.layout is not None and free.layout.state is None
+
+
+def test_recognition_by_what_the_env_has() -> None:
+    assert is_parallel_env(simple_spread_v3.parallel_env())
+    assert is_parallel_env(Leaver()) and is_parallel_env(Recorder(Leaver()))
+    assert not is_parallel_env(simple_spread_v3.env())  # AEC
+    assert not is_parallel_env(gym.make("CartPole-v1"))
+
+
+def test_single_env_policy_sees_the_acting_agents_and_may_return_tensors() -> None:
+    torch = pytest.importorskip("torch")
+    keys: list[list[str]] = []
+
+    def policy(obs: dict[str, np.ndarray]) -> dict[str, Any]:
+        keys.append(sorted(obs))
+        out: dict[str, Any] = {"a": torch.tensor(2)}
+        if "b" in obs:
+            out["b"] = torch.full((2,), 0.5)
+        return out
+
+    env = Recorder(Leaver(b_end=3, a_end=6))
+    buf = rb.MultiAgentReplayBuffer(50, ["a", "b"], seed=0)
+    rb.collect(env, policy, buf, 6, progress=False, seed=0)
+    assert keys == [["a", "b"]] * 3 + [["a"]] * 3  # "b" left after step 3
+    check_buffer(buf, [env])
+    b = buf.sample(6, replace=False)
+    assert b.action["a"].tolist() == [2] * 6
