@@ -42,7 +42,13 @@ from replaybank.errors import (
     ShapeError,
     SpecError,
 )
-from replaybank.multiagent import MultiAgentBatch, MultiAgentReplayBuffer, MultiAgentSequenceBatch
+from replaybank.multiagent import (
+    MultiAgentBatch,
+    MultiAgentReplayBuffer,
+    MultiAgentRolloutBatch,
+    MultiAgentRolloutBuffer,
+    MultiAgentSequenceBatch,
+)
 from replaybank.ops.gae import discount_cumsum, gae
 from replaybank.persist import ResumeWarning, load, load_into, open, save
 from replaybank.samplers.base import (
@@ -127,6 +133,8 @@ __all__ = [
     "MultiAgentCollectResult",
     "MultiAgentCollector",
     "MultiAgentReplayBuffer",
+    "MultiAgentRolloutBatch",
+    "MultiAgentRolloutBuffer",
     "MultiAgentSequenceBatch",
     "NStepView",
     "NumpyBackend",
@@ -198,6 +206,7 @@ _registry.register_buffer("SequenceReplayBuffer", SequenceReplayBuffer, kwargs_t
 _registry.register_buffer("HerReplayBuffer", HerReplayBuffer)
 _registry.register_buffer("MultiAgentReplayBuffer", MultiAgentReplayBuffer,
                           kwargs_to=ReplayBuffer, exclude=("next_obs",))
+_registry.register_buffer("MultiAgentRolloutBuffer", MultiAgentRolloutBuffer)
 _registry.register_buffer("PrioritizedReplayBuffer", PrioritizedReplayBuffer,
                           exclude=("sampler",))
 for _name, _sampler in (("uniform", UniformSampler), ("prioritized", PrioritizedSampler),

@@ -26,5 +26,8 @@ Example:
 
 from replaybank.multiagent.batch import MultiAgentBatch, MultiAgentSequenceBatch
 from replaybank.multiagent.buffer import MultiAgentReplayBuffer
+from replaybank.multiagent.rollout import MultiAgentRolloutBuffer
+from replaybank.multiagent.rollout_batch import MultiAgentRolloutBatch
 
 __all__ = ["MultiAgentBatch", "MultiAgentReplayBuffer", "MultiAgentSequenceBatch"]
+__all__ += ["MultiAgentRolloutBatch", "MultiAgentRolloutBuffer"]

@@ -34,7 +34,7 @@ from replaybank.multiagent.episodes import Ends, Episodes
 from replaybank.multiagent.layout import OUTCOMES, RESERVED_NAMES, STATE, AgentLayout
 from replaybank.spec import SEP, FieldSpec, as_array
 
-__all__ = ["PER_AGENT_ARGS", "JointStep", "prepare"]
+__all__ = ["PER_AGENT_ARGS", "JointStep", "cast_value", "prepare"]
 
 #: The dict arguments of ``add`` that hold one value per acting agent.
 PER_AGENT_ARGS = ("obs", "action", "reward", "next_obs", "terminated", "truncated")
@@ -122,7 +122,7 @@ def _same_agents(name: str, v: Mapping[str, Any], acting: tuple[str, ...]) -> No
             "truncated)")
 
 
-def _cast(field: FieldSpec, arg: str, value: Any, num_envs: int) -> npt.NDArray[Any]:
+def cast_value(field: FieldSpec, arg: str, value: Any, num_envs: int) -> npt.NDArray[Any]:
     """``value`` checked and cast to ``field``, shaped ``[num_envs, *shape]``."""
     if isinstance(value, Mapping):
         raise ArgumentError(f"add({arg}={describe(value)}): a dict where an array is "
@@ -187,26 +187,26 @@ def prepare(agents: tuple[str, ...], num_envs: int, layout: AgentLayout | None, 
     for i, a in enumerate(agents):
         if a not in acting:
             continue
-        mask = np.ones(num_envs, np.bool_) if a not in active else _cast(
+        mask = np.ones(num_envs, np.bool_) if a not in active else cast_value(
             FieldSpec(f"active{SEP}{a}", (), _FLAG), f"active[{a!r}]", active[a], num_envs)
         act[i] = mask
         for name, arg in (("obs", "obs"), ("next_obs", "obs"), ("action", "action")):
             field = layout.per_agent[arg][a]
-            cast[name][a] = _cast(field, f"{name}[{a!r}]", args[name][a], num_envs)
+            cast[name][a] = cast_value(field, f"{name}[{a!r}]", args[name][a], num_envs)
         for name in layout.extras:
-            cast[name][a] = _cast(layout.per_agent[name][a], f"{name}[{a!r}]",
+            cast[name][a] = cast_value(layout.per_agent[name][a], f"{name}[{a!r}]",
                                   extras[name][a], num_envs)
-        rewards[i] = _cast(FieldSpec(f"rewards{SEP}{a}", (), _REWARD), f"reward[{a!r}]",
+        rewards[i] = cast_value(FieldSpec(f"rewards{SEP}{a}", (), _REWARD), f"reward[{a!r}]",
                            args["reward"][a], num_envs)
-        term[i] = _cast(FieldSpec(f"terminations{SEP}{a}", (), _FLAG), f"terminated[{a!r}]",
+        term[i] = cast_value(FieldSpec(f"terminations{SEP}{a}", (), _FLAG), f"terminated[{a!r}]",
                         args["terminated"][a], num_envs)
-        trunc[i] = _cast(FieldSpec(f"truncations{SEP}{a}", (), _FLAG), f"truncated[{a!r}]",
+        trunc[i] = cast_value(FieldSpec(f"truncations{SEP}{a}", (), _FLAG), f"truncated[{a!r}]",
                          args["truncated"][a], num_envs)
     states = {}
     if layout.state is not None:
         for name in (STATE, "next_state"):
-            states[name] = _cast(layout.state, name, args[name], num_envs)
-    joint = {n: _cast(f, n, extras[n], num_envs) for n, f in layout.joint.items()}
+            states[name] = cast_value(layout.state, name, args[name], num_envs)
+    joint = {n: cast_value(f, n, extras[n], num_envs) for n, f in layout.joint.items()}
     rewards[~act] = 0
     term &= act
     trunc &= act

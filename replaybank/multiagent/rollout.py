@@ -1,0 +1,936 @@
+"""``MultiAgentRolloutBuffer``: on-policy rollouts of PettingZoo-style agents (MAPPO, IPPO).
+
+Each :meth:`~MultiAgentRolloutBuffer.add` stores one step of every env, with the
+per-agent dicts of PettingZoo's parallel API; an agent left out of the dicts (or masked
+by ``active``) did not act. Fields are stored time-aligned, ``[n_steps, num_envs,
+*shape]`` per agent (agents may differ in shapes; the layout, shape inference and the
+spec forms are :mod:`replaybank.multiagent.layout`'s).
+
+Advantages (:meth:`~MultiAgentRolloutBuffer.compute_returns_and_advantage`) are
+per-agent GAE over each agent's own sequence of active steps in each env
+(:func:`replaybank.multiagent.rollout_gae.active_gae`, which runs the one
+:func:`replaybank.ops.gae.gae`):
+
+* ``delta = r_t + gamma * V_next * (1 - terminated_t) - V_t``, ``V_next`` the value at the
+  agent's *next active* step in that env (an inactive step is skipped: it is part of no
+  step's GAE, and never reaches a minibatch), ``final_value`` where the agent was
+  truncated (the value of its true final observation), ``last_values`` after its last
+  active step;
+* the recursion is cut at each of the agent's own ends, so an agent that ends before the
+  others stops its own recursion there. An agent that acts again after its end starts a
+  new episode of its own;
+* values are per agent (``value={agent: ...}``) or one centralised value per env
+  (``value=array``), shared by the agents (MAPPO's centralised critic); which one is
+  fixed by the first add (or ``spec``). Returns are ``advantages + value`` (TD(lambda));
+  GAE runs in float64, advantages and returns take the value field's dtype.
+
+Minibatches (:meth:`~MultiAgentRolloutBuffer.get`) are shuffled with the buffer's
+generator: ``agents="together"`` yields :class:`MultiAgentRolloutBatch` es of (env, time)
+steps where some agent acted, every agent's fields side by side with its ``active``
+mask; ``agents="flatten"`` yields :class:`~replaybank.batch.Batch` es of the active
+(env, time, agent) items, fields stacked over agents (which must then share shapes), with
+an ``agent`` index. Advantage normalisation (``normalize_advantage``: ``"batch"``,
+``"minibatch"`` or None) uses the active entries only.
+
+Example:
+    >>> import numpy as np
+    >>> buf = MultiAgentRolloutBuffer(3, agents=["a", "b"], gamma=0.5, gae_lambda=1.0,
+    ...                               normalize_advantage=None, seed=0)
+    >>> for t in range(3):
+    ...     acting = ["a", "b"] if t < 2 else ["a"]          # b terminates at t = 1
+    ...     buf.add(obs={k: np.full(2, t, np.float32) for k in acting},
+    ...             action={k: 0 for k in acting}, reward={k: 1.0 for k in acting},
+    ...             terminated={k: k == "b" and t == 1 for k in acting},
+    ...             truncated={k: False for k in acting},
+    ...             value={k: 0.0 for k in acting}, log_prob={k: -0.5 for k in acting})
+    >>> buf.compute_returns_and_advantage(last_values={"a": 4.0})
+    >>> buf.advantages["a"][:, 0].tolist(), buf.advantages["b"][:, 0].tolist()
+    ([2.25, 2.5, 3.0], [1.5, 1.0, 0.0])
+    >>> [b.batch_size for b in buf.get(batch_size=2)]           # 3 steps, b inactive at 2
+    [2, 1]
+    >>> [int(b.agent.size) for b in buf.get(agents="flatten")]  # 5 active agent-steps
+    [5]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Literal, overload
+
+import numpy as np
+import numpy.typing as npt
+
+from replaybank import persist
+from replaybank.batch import Batch
+from replaybank.buffers.arguments import make_rng, positive_int
+from replaybank.buffers.inputs import RESERVED
+from replaybank.buffers.rollout.batches import normalise
+from replaybank.buffers.rollout.inputs import per_env_float
+from replaybank.errors import (
+    ArgumentError,
+    CapacityError,
+    CheckpointError,
+    ConfigError,
+    EmptyBufferError,
+    ReplayBankError,
+    ShapeError,
+    SpecError,
+    describe,
+)
+from replaybank.multiagent.inputs import cast_value
+from replaybank.multiagent.layout import (
+    RESERVED_NAMES,
+    STATE,
+    AgentLayout,
+    check_agents,
+    parse_spec,
+)
+from replaybank.multiagent.rollout_batch import (
+    MultiAgentRolloutBatch,
+    flatten_rows,
+    together_rows,
+)
+from replaybank.multiagent.rollout_gae import active_gae, needs_last_value
+from replaybank.ops.gae import Backend
+from replaybank.spec import SEP, UNSET, FieldSpec, Spec
+
+if TYPE_CHECKING:  # pydantic loads with the first config() call
+    from replaybank.config import BufferConfig
+
+__all__ = ["MultiAgentRolloutBuffer"]
+
+AnyArray = npt.NDArray[Any]
+FloatArray = npt.NDArray[np.float64]
+BoolArray = npt.NDArray[np.bool_]
+
+#: The per-agent dict arguments of ``add`` (``value`` may also be one array).
+_DICT_ARGS = ("obs", "action", "reward", "terminated", "truncated", "log_prob")
+#: Names no extra may take.
+_RESERVED = RESERVED_NAMES | RESERVED | {"value", "log_prob", "final_value", "advantages",
+                                         "returns", "agent", "indices"}
+_NORMS = ("batch", "minibatch", None)
+_FLAG = np.dtype(np.bool_)
+_OUTCOMES = ("reward", "terminated", "truncated", "active")
+
+
+def _renamed(exc: ReplayBankError) -> ReplayBankError:
+    """The layout helpers' error, naming this class (they name the replay buffer)."""
+    return type(exc)(str(exc).replace("MultiAgentReplayBuffer(", "MultiAgentRolloutBuffer("))
+
+
+def _float_field(field: FieldSpec, declared: bool, arg: str,
+                 shape: tuple[int, ...] | None) -> FieldSpec:
+    """A value / log-prob field: real floats (an inferred int or bool becomes float32),
+    of ``shape`` when given."""
+    if shape is not None and field.shape != shape:
+        raise SpecError(f"{arg}: shape {field.shape} per env, but a value is one number per "
+                        f"env (shape {shape}); pass V(s) as [num_envs] (squeeze the critic's "
+                        "output)")
+    if field.dtype.kind == "f":
+        return field
+    if declared:
+        raise SpecError(f"spec[{field.name!r}] has dtype {field.dtype}; {arg} must be a "
+                        "float field; declare float32 or float64")
+    return FieldSpec(field.name, field.shape, np.dtype(np.float32))
+
+
+class MultiAgentRolloutBuffer:
+    """On-policy storage of ``n_steps`` joint steps of ``num_envs`` envs, per-agent GAE.
+
+    Args:
+        n_steps: Steps per env per rollout ``T``.
+        agents: Agent names (e.g. ``env.possible_agents``), in the order batches use.
+        num_envs: Number of parallel envs (values then have leading dim ``num_envs``).
+        gamma: Discount factor.
+        gae_lambda: GAE lambda.
+        seed: Seed or Generator of the minibatch shuffling.
+        spec: Shapes and dtypes, ``{"obs": {agent: (shape, dtype)}, "action": {...},
+            "log_prob": {...}, "value": {agent: ((), dtype)} or ((), dtype), "state":
+            (shape, dtype), <extra>: ...}`` (or the flat ``"obs/<agent>"`` form); what it
+            leaves out is inferred from the first add (an agent missing from the first
+            add then needs its entries). Rewards are stored in the dtype the first add
+            gives them when it is a float, else in the agent's value dtype (float64 values
+            and rewards give float64 advantages).
+        normalize_advantage: ``"batch"`` (over the whole rollout's active agent-steps),
+            ``"minibatch"`` (per minibatch) or None; ``(adv - mean) / (std + eps)`` with
+            the population std. :attr:`advantages` stays raw.
+        advantage_eps: Added to the std when normalising.
+        backend: GAE backend, ``"auto"``, ``"numpy"`` or ``"numba"``.
+
+    Raises:
+        ConfigError: A bad size, discount, lambda, normalisation or backend.
+        ArgumentError: Bad agent names.
+        SpecError: A bad ``spec``.
+
+    Example:
+        >>> buf = MultiAgentRolloutBuffer(128, agents=["a", "b"], num_envs=4, seed=0)
+        >>> buf.agents, len(buf), buf.full
+        (('a', 'b'), 0, False)
+    """
+
+    def __init__(
+        self,
+        n_steps: int,
+        agents: Any,
+        num_envs: int = 1,
+        gamma: float = 0.99,
+        gae_lambda: float = 0.95,
+        seed: int | np.random.Generator | None = None,
+        spec: Any = None,
+        normalize_advantage: str | None = "batch",
+        advantage_eps: float = 1e-8,
+        backend: Backend = "auto",
+    ) -> None:
+        self._n_steps = positive_int("n_steps", n_steps)
+        self._num_envs = positive_int("num_envs", num_envs)
+        try:
+            self._agents = check_agents(agents)
+            parse_spec(spec, self._agents)
+        except ReplayBankError as exc:
+            raise _renamed(exc) from None
+        for name, val in (("gamma", gamma), ("gae_lambda", gae_lambda)):
+            if isinstance(val, bool) or not isinstance(val, (int, float, np.floating)) \
+                    or not 0 <= val <= 1:
+                raise ConfigError(f"{name}={val!r}: must be a number in [0, 1]; pass e.g. "
+                                  f"{name}={0.99 if name == 'gamma' else 0.95}")
+        if not (normalize_advantage is None or isinstance(normalize_advantage, str)) \
+                or normalize_advantage not in _NORMS:
+            raise ConfigError(f"normalize_advantage={normalize_advantage!r}: expected "
+                              "'batch', 'minibatch' or None")
+        if isinstance(advantage_eps, bool) or not isinstance(advantage_eps, (int, float)) \
+                or not np.isfinite(advantage_eps) or advantage_eps < 0:
+            raise ConfigError(f"advantage_eps={advantage_eps!r}: must be a finite number "
+                              ">= 0; pass e.g. advantage_eps=1e-8")
+        if not isinstance(backend, str) or backend not in ("auto", "numpy", "numba"):
+            raise ConfigError(f"backend={backend!r}: expected 'auto', 'numpy' or 'numba'")
+        self.gamma, self.gae_lambda = float(gamma), float(gae_lambda)
+        self.normalize_advantage = normalize_advantage
+        self.advantage_eps = float(advantage_eps)
+        self.backend: Backend = backend
+        self._seed = int(seed) if isinstance(seed, (int, np.integer)) \
+            and not isinstance(seed, bool) else None
+        self._rng = make_rng(seed)
+        self._spec_arg = spec
+        self._layout: AgentLayout | None = None
+        self._fields: Spec | None = None  # every stored field, flat names
+        self._data: dict[str, AnyArray] = {}
+        self._pos = 0
+        n = len(self._agents)
+        self._final_value = np.full((self._n_steps, self._num_envs, n), np.nan)  # [T, E, n]
+        self._adv: dict[str, AnyArray] | None = None
+        self._ret: dict[str, AnyArray] | None = None
+        try:
+            layout = AgentLayout.build(self._agents, spec, {}, ())
+        except SpecError:  # the spec leaves some shapes to the first add
+            layout = None
+        if layout is not None:
+            if "value" not in layout.per_agent and "value" not in layout.joint:
+                layout = None  # the first add says whether values are per agent
+            elif "log_prob" not in layout.per_agent:
+                layout = None
+        if layout is not None:
+            self._allocate(*self._checked_layout(layout, None))
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def agents(self) -> tuple[str, ...]:
+        """Agent names, in the buffer's order."""
+        return self._agents
+
+    @property
+    def n_steps(self) -> int:
+        """Steps per env per rollout."""
+        return self._n_steps
+
+    @property
+    def num_envs(self) -> int:
+        """Number of envs."""
+        return self._num_envs
+
+    @property
+    def pos(self) -> int:
+        """Steps stored per env so far."""
+        return self._pos
+
+    @property
+    def full(self) -> bool:
+        """Whether ``n_steps`` steps are stored."""
+        return self._pos == self._n_steps
+
+    @property
+    def layout(self) -> AgentLayout | None:
+        """The per-agent fields (None until known)."""
+        return self._layout
+
+    @property
+    def spec(self) -> Spec | None:
+        """Every stored field by flat name (``obs/<agent>``, ``reward/<agent>``, ``state``,
+        ``value`` or ``value/<agent>``, ...), or None until known."""
+        return self._fields
+
+    @property
+    def centralised_value(self) -> bool | None:
+        """Whether values are one per env (True) or one per agent (False); None until
+        the first add (or ``spec``) says."""
+        if self._layout is None:
+            return None
+        return "value" in self._layout.joint
+
+    @property
+    def rng(self) -> np.random.Generator:
+        """The shuffling generator."""
+        return self._rng
+
+    def __len__(self) -> int:
+        """Joint steps stored, ``pos * num_envs``."""
+        return self._pos * self._num_envs
+
+    def __repr__(self) -> str:
+        return (f"MultiAgentRolloutBuffer(n_steps={self._n_steps}, "
+                f"agents={list(self._agents)}, num_envs={self._num_envs}, pos={self._pos}, "
+                f"gamma={self.gamma}, gae_lambda={self.gae_lambda})")
+
+    @property
+    def data(self) -> dict[str, AnyArray]:
+        """Stored fields as views ``[pos, num_envs, *shape]`` keyed by flat name."""
+        return {n: a[: self._pos] for n, a in self._data.items()}
+
+    @property
+    def active(self) -> dict[str, BoolArray]:
+        """``{agent: [pos, num_envs] bool}``: where each agent acted."""
+        return {a: self._data[f"active{SEP}{a}"][: self._pos] if self._data
+                else np.zeros((0, self._num_envs), bool) for a in self._agents}
+
+    @property
+    def advantages(self) -> dict[str, AnyArray]:
+        """Raw advantages ``{agent: [pos, num_envs]}`` (0 where the agent did not act).
+
+        Raises:
+            EmptyBufferError: Not computed for the current data.
+        """
+        return self._computed("advantages")[0]
+
+    @property
+    def returns(self) -> dict[str, AnyArray]:
+        """Value targets ``{agent: [pos, num_envs]}`` (``advantages + value``; 0 where
+        the agent did not act).
+
+        Raises:
+            EmptyBufferError: Not computed for the current data.
+        """
+        return self._computed("returns")[1]
+
+    def _computed(self, call: str) -> tuple[dict[str, AnyArray], dict[str, AnyArray]]:
+        if self._adv is None or self._ret is None:
+            raise EmptyBufferError(
+                f"{call}: advantages are not computed for the current data; call "
+                "compute_returns_and_advantage(last_values=...) after the last add")
+        return self._adv, self._ret
+
+    # ------------------------------------------------------------------ layout
+    def _checked_layout(self, layout: AgentLayout, reward: Mapping[str, Any] | None,
+                        lead: tuple[int, ...] = ()) -> tuple[AgentLayout, Spec]:
+        """Fix the value and log-prob fields (float, values scalar) and list every stored
+        field. ``reward`` (the first add's) gives the rewards' float dtype."""
+        declared = parse_spec(self._spec_arg, self._agents)
+        per = {top: dict(fields) for top, fields in layout.per_agent.items()}
+        joint = dict(layout.joint)
+        if "log_prob" not in per:
+            raise SpecError("add(log_prob=...): log_prob is per agent; pass "
+                            "log_prob={agent: log-probability of its action}")
+        for a, f in per["log_prob"].items():
+            per["log_prob"][a] = _float_field(f, f.name in declared, "log_prob", None)
+        if "value" in per:
+            for a, f in per["value"].items():
+                per["value"][a] = _float_field(f, f.name in declared, f"value[{a!r}]", ())
+        else:
+            joint["value"] = _float_field(joint["value"], "value" in declared, "value", ())
+        fixed = AgentLayout(layout.agents, per, layout.state, joint)
+        fields: list[FieldSpec] = []
+        for per_agent in fixed.per_agent.values():
+            fields.extend(per_agent.values())
+        kinds = {a: FieldSpec.infer(f"reward{SEP}{a}", r, lead).dtype
+                 for a, r in (reward or {}).items()}
+        for a in self._agents:  # as given, else the agent's value dtype
+            value_dtype = (per["value"][a] if "value" in per else joint["value"]).dtype
+            dtype = kinds.get(a, value_dtype)
+            fields.append(FieldSpec(f"reward{SEP}{a}", (),
+                                    dtype if dtype.kind == "f" else value_dtype))
+        for prefix in ("terminated", "truncated", "active"):
+            fields.extend(FieldSpec(f"{prefix}{SEP}{a}", (), _FLAG) for a in self._agents)
+        if fixed.state is not None:
+            fields.append(FieldSpec(STATE, fixed.state.shape, fixed.state.dtype))
+        fields.extend(fixed.joint.values())
+        return fixed, Spec(fields)
+
+    def _allocate(self, layout: AgentLayout, fields: Spec) -> None:
+        shape = (self._n_steps, self._num_envs)
+        self._layout, self._fields = layout, fields
+        self._data = {n: np.zeros((*shape, *f.shape), f.dtype) for n, f in fields.items()}
+
+    # ------------------------------------------------------------------ writing
+    def add(self, *args: Any, obs: Any = UNSET, action: Any = UNSET, reward: Any = UNSET,
+            terminated: Any = UNSET, truncated: Any = UNSET, value: Any = UNSET,
+            log_prob: Any = UNSET, state: Any = None, active: Any = None,
+            final_value: Any = None, **extras: Any) -> None:
+        """Store one step of every env.
+
+        Per-agent arguments are dicts ``{agent: value}`` holding the agents that acted
+        (PettingZoo's ``step`` dicts); an agent left out of them did not act (in any env).
+        Values are ``[*shape]`` (``[num_envs, *shape]`` with several envs).
+
+        Args:
+            obs: ``{agent: [num_envs, *obs_shape]}``: the observations the agents acted on.
+            action: ``{agent: [num_envs, *action_shape]}``.
+            reward: ``{agent: [num_envs]}``.
+            terminated: ``{agent: [num_envs]}`` bool: the agent reached a terminal state.
+            truncated: ``{agent: [num_envs]}`` bool: the agent was cut off (time limit).
+            value: ``{agent: [num_envs]}`` per-agent values ``V(obs)``, or one array
+                ``[num_envs]`` (a centralised value per env, shared by the agents). The
+                first add (or ``spec``) fixes which.
+            log_prob: ``{agent: [num_envs]}`` log-probabilities of the actions.
+            state: ``[num_envs, *state_shape]`` global state (``env.state()``), or None
+                when the buffer stores none.
+            active: ``{agent: [num_envs] bool}``: in which envs an agent in ``obs`` acted
+                (default: all); its other envs' values are not stored.
+            final_value: Value of the true final observation of each agent that was
+                truncated (and not terminated) at this step: ``{agent: [num_envs]}``, or
+                one array ``[num_envs]`` for every agent (a centralised critic); read only
+                there (other entries may be NaN).
+            **extras: Per-agent extras ``{agent: value}`` or joint extras
+                ``[num_envs, ...]``.
+
+        Raises:
+            ArgumentError: A positional value, a missing argument, a bad dict, an unknown
+                agent, an agent in ``obs`` missing from another dict, a reserved name, no
+                agent acting.
+            CapacityError: The rollout is full.
+            SpecError: ``value`` per agent where the buffer stores one per env (or the
+                reverse), a missing or unknown state or extra, an agent whose shapes are
+                unknown at the first add.
+            ShapeError, DtypeError: A value of the wrong shape or dtype, or a truncated
+                agent without a finite final value.
+
+        A rejected call leaves the buffer exactly as it was.
+        """
+        if args:
+            raise ArgumentError(
+                f"add() takes keyword arguments only, got {len(args)} positional value(s) "
+                f"({', '.join(describe(a) for a in args[:3])}); pass add(obs={{agent: ...}}, "
+                "action=..., reward=..., terminated=..., truncated=..., value=..., "
+                "log_prob=...)")
+        given = {"obs": obs, "action": action, "reward": reward, "terminated": terminated,
+                 "truncated": truncated, "value": value, "log_prob": log_prob}
+        missing = [n for n, v in given.items() if v is UNSET]
+        if missing:
+            raise ArgumentError(f"add(): missing {', '.join(missing)}; every step takes "
+                                f"{', '.join(given)} (dicts {{agent: value}}; value may be "
+                                "one array [num_envs] for a centralised critic)")
+        if self._pos >= self._n_steps:
+            raise CapacityError(
+                f"add: the rollout is full ({self._n_steps} steps x {self._num_envs} envs); "
+                "call compute_returns_and_advantage(...), use the batches, then reset()")
+        acting = self._check_dicts(given, active, extras)
+        layout, fields = self._layout, self._fields
+        if layout is None or fields is None:
+            # with one env, a reward (a scalar per env) tells whether values carry the env dim
+            lead = (self._num_envs,) if self._num_envs > 1 or np.ndim(
+                reward[acting[0]]) == 1 else ()
+            values = {"obs": obs, "action": action, "log_prob": log_prob, "value": value,
+                      STATE: state, **extras}
+            try:
+                layout, fields = self._checked_layout(
+                    AgentLayout.build(self._agents, self._spec_arg, values, lead), reward,
+                    lead)
+            except ReplayBankError as exc:
+                raise _renamed(exc) from None
+        self._check_fields(layout, value, state, extras)
+        row = self._row(layout, fields, acting, given, state, active, extras)
+        fv = self._final_values(row, final_value)
+        # ---- every check passed: write
+        if self._layout is None:
+            self._allocate(layout, fields)
+        t = self._pos
+        for name, arr in row.items():
+            self._data[name][t] = arr
+        self._final_value[t] = fv
+        self._pos += 1
+        self._adv = self._ret = None
+
+    def _check_dicts(self, given: Mapping[str, Any], active: Any,
+                     extras: Mapping[str, Any]) -> tuple[str, ...]:
+        """The dict arguments' agents; return the acting agents (in the buffer's order)."""
+        agents = self._agents
+        for name in _DICT_ARGS:
+            v = given[name]
+            if not isinstance(v, Mapping):
+                raise ArgumentError(
+                    f"add({name}={describe(v)}): expected a dict {{agent: value}} "
+                    f"(PettingZoo's per-agent dicts); for one agent pass "
+                    f"{name}={{{agents[0]!r}: value}}")
+            unknown = [a for a in v if a not in agents]
+            if unknown:
+                raise ArgumentError(f"add({name}=...): unknown agent(s) {unknown}; this "
+                                    f"buffer's agents are {list(agents)}")
+        acting = tuple(a for a in agents if a in given["obs"])
+        if not acting:
+            raise ArgumentError("add(obs={}): no agent acted; pass the step of at least one "
+                                "agent (an agent left out of the dicts did not act)")
+        dicts = [n for n in _DICT_ARGS[1:]]
+        if isinstance(given["value"], Mapping):
+            dicts.append("value")
+        dicts += [n for n, v in extras.items() if isinstance(v, Mapping)]
+        for name in dicts:
+            v = given[name] if name in given else extras[name]
+            lacking = [a for a in acting if a not in v]
+            stray = [a for a in v if a not in acting]
+            if lacking or stray:
+                raise ArgumentError(
+                    f"add({name}=...): agents {list(v)} differ from the acting agents in obs "
+                    f"{list(acting)} (missing {lacking}, not in obs {stray}); an agent that "
+                    "acts is in every dict, one that did not act in none")
+        if active is not None:
+            if not isinstance(active, Mapping):
+                raise ArgumentError(f"add(active={describe(active)}): expected a dict "
+                                    "{agent: bool or bool[num_envs]} of agents in obs")
+            stray = [a for a in active if a not in acting]
+            if stray:
+                raise ArgumentError(
+                    f"add(active=...): agent(s) {stray} are not in obs; active says in "
+                    "which envs an agent in obs acted (an agent left out of obs acted in "
+                    "none)")
+        for name in extras:
+            if name in _RESERVED:
+                raise ArgumentError(f"add({name}=...): {name!r} is reserved by "
+                                    "MultiAgentRolloutBuffer or the core; rename the extra")
+        return acting
+
+    def _check_fields(self, layout: AgentLayout, value: Any, state: Any,
+                      extras: Mapping[str, Any]) -> None:
+        """The call passes values in the buffer's form and exactly its state and extras."""
+        per_agent = "value" in layout.per_agent
+        if isinstance(value, Mapping) != per_agent:
+            raise SpecError(
+                f"add(value={describe(value)}): this buffer stores "
+                + ("one value per agent (value={agent: [num_envs]}); pass a dict"
+                   if per_agent else "one centralised value per env (value=[num_envs]); "
+                   "pass one array")
+                + " as its first add (or spec) did, or build a new buffer")
+        if (state is not None) != (layout.state is not None):
+            raise SpecError(
+                f"add(state={describe(state)}): this buffer "
+                + ("stores the global state: pass state= at every add"
+                   if layout.state is not None else "stores no global state (its first add "
+                   "and spec had none); leave state out, or build a new buffer with "
+                   "spec={'state': (shape, dtype)}"))
+        want = {*layout.extras, *layout.joint} - {"log_prob", "value"}
+        got = set(extras)
+        if want != got:
+            raise SpecError(
+                f"add(...): extras {sorted(got)} do not match this buffer's extras "
+                f"{sorted(want)} (fixed by the first add and spec=); pass exactly those")
+        for name in want:
+            if isinstance(extras[name], Mapping) != (name in layout.per_agent):
+                raise SpecError(
+                    f"add({name}=...): {name!r} is a "
+                    + ("per-agent extra: pass {agent: value}" if name in layout.per_agent
+                       else "joint extra: pass one array [num_envs, ...], not a dict"))
+
+    def _row(self, layout: AgentLayout, fields: Spec, acting: tuple[str, ...],
+             given: Mapping[str, Any], state: Any, active: Any,
+             extras: Mapping[str, Any]) -> dict[str, AnyArray]:
+        """Every stored field's ``[num_envs, *shape]`` value of this step (zeros where an
+        agent did not act)."""
+        n_env = self._num_envs
+        row = {name: np.zeros((n_env, *f.shape), f.dtype) for name, f in fields.items()}
+        source = {**given, **extras}
+        active = active or {}
+        for a in acting:
+            mask = np.ones(n_env, np.bool_) if a not in active else cast_value(
+                FieldSpec(f"active{SEP}{a}", (), _FLAG), f"active[{a!r}]", active[a], n_env)
+            row[f"active{SEP}{a}"] = mask
+            for top, per in layout.per_agent.items():
+                got = cast_value(per[a], f"{top}[{a!r}]", source[top][a], n_env)
+                row[per[a].name] = np.where(mask.reshape((n_env,) + (1,) * (got.ndim - 1)),
+                                            got, np.zeros((), got.dtype))
+            for prefix in ("reward", "terminated", "truncated"):
+                name = f"{prefix}{SEP}{a}"
+                got = cast_value(fields[name], f"{prefix}[{a!r}]", given[prefix][a], n_env)
+                row[name] = np.where(mask, got, np.zeros((), got.dtype))
+        if layout.state is not None:
+            row[STATE] = cast_value(fields[STATE], "state", state, n_env)
+        for name in layout.joint:
+            row[name] = cast_value(fields[name], name, source[name], n_env)
+        if not any(row[f"active{SEP}{a}"].any() for a in acting):
+            raise ArgumentError("add(active=...): no agent acted in any env; pass the step "
+                                "of at least one agent")
+        return row
+
+    def _final_values(self, row: Mapping[str, AnyArray], final_value: Any) -> FloatArray:
+        """``[num_envs, n_agents]`` final values where an agent was truncated (NaN
+        elsewhere), checked to be there."""
+        agents = self._agents
+        cut = np.stack([row[f"truncated{SEP}{a}"] & ~row[f"terminated{SEP}{a}"]
+                        for a in agents], axis=1)  # [E, n]
+        fv = self._per_agent_floats("add", "final_value", final_value)  # [E, n]
+        if cut.any():
+            need = cut & ~np.isfinite(fv)
+            if need.any():
+                i = int(np.argwhere(need)[0][1])
+                envs = np.flatnonzero(need[:, i]).tolist()
+                raise ShapeError(
+                    f"add(final_value={describe(final_value)}): agent {agents[i]!r} was "
+                    f"truncated in envs {envs} but has no final value there (None or NaN); "
+                    "a truncated step bootstraps from the value of its true final "
+                    f"observation: pass final_value={{{agents[i]!r}: V(final obs)}} (or one "
+                    "array [num_envs] for a centralised critic), or mark the step terminated")
+        out: FloatArray = np.where(cut, fv, np.nan)
+        return out
+
+    def _per_agent_floats(self, call: str, arg: str, value: Any) -> FloatArray:
+        """``value`` (None, ``{agent: [num_envs]}`` or ``[num_envs]`` for all agents) as
+        ``[num_envs, n_agents]`` float64, NaN where not given."""
+        out = np.full((self._num_envs, len(self._agents)), np.nan)
+        if value is None:
+            return out
+        if isinstance(value, Mapping):
+            unknown = [a for a in value if a not in self._agents]
+            if unknown:
+                raise ArgumentError(f"{call}({arg}=...): unknown agent(s) {unknown}; this "
+                                    f"buffer's agents are {list(self._agents)}")
+            for i, a in enumerate(self._agents):
+                if a in value:
+                    out[:, i] = per_env_float(f"{call}({arg}[{a!r}]", value[a],
+                                              self._num_envs)
+            return out
+        out[:] = per_env_float(f"{call}({arg}", value, self._num_envs)[:, None]
+        return out
+
+    def reset(self) -> None:
+        """Start a new rollout (storage stays allocated; the layout is kept)."""
+        self._pos = 0
+        self._final_value[:] = np.nan
+        self._adv = self._ret = None
+
+    # ------------------------------------------------------------------ GAE
+    def compute_returns_and_advantage(self, last_values: Any, dones: Any = None) -> None:
+        """Per-agent GAE over each agent's active steps in each env (see the module doc).
+
+        Args:
+            last_values: Value of the observation after each agent's last stored step:
+                ``{agent: [num_envs]}`` (agents or envs that do not need one, because the
+                agent's last active step there ended its episode or it never acted, may be
+                left out or NaN), or one array ``[num_envs]`` for every agent (a
+                centralised critic). A scalar with one env.
+            dones: Optional check, SB3-style: ``{agent: [num_envs]}`` or ``[num_envs]``
+                bool, True where the caller's last step ended the agent's episode. The
+                stored ends decide; a True where the agent's last stored active step did
+                not end is an error (a forgotten ``terminated``/``truncated``).
+
+        Raises:
+            EmptyBufferError: Nothing stored.
+            ArgumentError: An unknown agent.
+            DtypeError: Non-numeric values.
+            ShapeError: A wrong shape, a needed last value that is missing or not finite,
+                or ``dones`` disagreeing with the stored ends.
+        """
+        if self._pos == 0 or self._layout is None:
+            raise EmptyBufferError("compute_returns_and_advantage: the buffer is empty; "
+                                   "add steps first")
+        p, n_env, agents = self._pos, self._num_envs, self._agents
+        last = self._per_agent_floats("compute_returns_and_advantage", "last_values",
+                                      last_values).T  # [n, E]
+        d = self.data
+
+        def lanes(prefix: str) -> AnyArray:  # [p, n * E]: column i * E + env
+            return np.stack([d[f"{prefix}{SEP}{a}"] for a in agents], axis=1).reshape(
+                p, len(agents) * n_env)
+
+        act, term, trunc = lanes("active"), lanes("terminated"), lanes("truncated")
+        need = needs_last_value(act, term, trunc).reshape(len(agents), n_env)  # [n, E]
+        if dones is not None:
+            self._check_dones(dones, act, term, trunc)
+        bad = need & ~np.isfinite(last)
+        if bad.any():
+            i, env = (int(x) for x in np.argwhere(bad)[0])
+            raise ShapeError(
+                f"compute_returns_and_advantage(last_values={describe(last_values)}): agent "
+                f"{agents[i]!r} is still in its episode after its last step in env {env}, so "
+                f"its advantages bootstrap from last_values[{agents[i]!r}][{env}], which is "
+                "missing or not finite; pass the value of its next observation (or one "
+                "array [num_envs] for a centralised critic)")
+        central = "value" in self._layout.joint
+        val = np.repeat(d["value"][:, None], len(agents), axis=1).reshape(p, -1) \
+            if central else lanes("value")
+        fv = self._final_value[:p].transpose(0, 2, 1).reshape(p, -1)  # [p, n * E]
+        adv = active_gae(lanes("reward"), val, term, trunc, act, last.reshape(-1), fv,
+                         gamma=self.gamma, gae_lambda=self.gae_lambda, backend=self.backend)
+        adv3 = adv.reshape(p, len(agents), n_env)
+        val3 = val.astype(np.float64).reshape(p, len(agents), n_env)
+        act3 = act.reshape(p, len(agents), n_env)
+        self._adv, self._ret = {}, {}
+        for i, a in enumerate(agents):
+            dtype = (d["value"] if central else d[f"value{SEP}{a}"]).dtype
+            self._adv[a] = adv3[:, i].astype(dtype)
+            self._ret[a] = np.where(act3[:, i], adv3[:, i] + val3[:, i], 0.0).astype(dtype)
+
+    def _check_dones(self, dones: Any, act: AnyArray, term: AnyArray,
+                     trunc: AnyArray) -> None:
+        """``dones`` True only where the agent's last active step ended its episode."""
+        n_env, agents = self._num_envs, self._agents
+        flags = self._per_agent_floats("compute_returns_and_advantage", "dones", dones)
+        said = (np.nan_to_num(flags, nan=0.0) != 0).T.reshape(-1)  # [n * E]
+        open_ = needs_last_value(act, term, trunc)  # [n * E]: last active step did not end
+        bad = said & open_
+        if bad.any():
+            c = int(np.flatnonzero(bad)[0])
+            a, env = agents[c // n_env], c % n_env
+            raise ShapeError(
+                f"compute_returns_and_advantage(dones={describe(dones)}): dones says agent "
+                f"{a!r} ended in env {env}, but its last stored step there has terminated = "
+                "truncated = False; pass the step's terminated/truncated to add() (the "
+                "stored ends decide the bootstrap)")
+
+    # ------------------------------------------------------------------ batches
+    @overload
+    def get(self, batch_size: int | None = None, agents: Literal["together"] = "together",
+            shuffle: bool = True) -> Iterator[MultiAgentRolloutBatch]: ...
+
+    @overload
+    def get(self, batch_size: int | None = None, *, agents: Literal["flatten"],
+            shuffle: bool = True) -> Iterator[Batch]: ...
+
+    def get(self, batch_size: int | None = None, agents: str = "together",
+            shuffle: bool = True) -> Iterator[Any]:
+        """One epoch of minibatches, every item exactly once.
+
+        Args:
+            batch_size: Items per minibatch (the last one gets the remainder); None: one
+                batch of every item.
+            agents: ``"together"``: an item is one (env, time) step where some agent
+                acted, yielded as :class:`MultiAgentRolloutBatch` (every agent's fields
+                ``[B, *shape]``, ``active[agent]`` masks, ``state``); ``"flatten"``: an
+                item is one active (env, time, agent), yielded as a
+                :class:`~replaybank.batch.Batch` of the agents' fields stacked
+                ``[B, *shape]`` (the agents must share each field's shape and dtype), with
+                ``agent`` ``[B]`` (its position in :attr:`agents`) and ``indices`` ``[B]``
+                (the step ``t * num_envs + env``).
+            shuffle: Draw the order from the buffer's generator (one permutation per
+                call, drawn now); False: time-major order.
+
+        Returns:
+            An iterator of minibatches with ``advantages`` (normalised per
+            ``normalize_advantage``) and ``returns``.
+
+        Raises:
+            EmptyBufferError: Advantages not computed for the current data.
+            ConfigError: A bad ``batch_size`` or ``agents``.
+            ShapeError: ``"flatten"`` with agents whose fields differ in shape or dtype.
+        """
+        adv, ret = self._computed("get")
+        if agents not in ("together", "flatten"):
+            raise ConfigError(f"get(agents={agents!r}): expected 'together' (one item per "
+                              "(env, time), every agent) or 'flatten' (one item per active "
+                              "(env, time, agent))")
+        if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(
+                batch_size, (int, np.integer)) or batch_size <= 0):
+            raise ConfigError(f"get(batch_size={batch_size!r}): must be a positive int or "
+                              "None (one batch of everything)")
+        if not isinstance(shuffle, (bool, np.bool_)):
+            raise ConfigError(f"get(shuffle={shuffle!r}): must be True or False")
+        names = self._agents
+        act = np.stack([self.active[a] for a in names], axis=2)  # [p, E, n]
+        mode = self.normalize_advantage
+        adv_out = dict(adv)
+        if mode == "batch":
+            stacked = np.stack([adv[a] for a in names], axis=2)
+            normed = normalise(stacked, self.advantage_eps, act)
+            adv_out = {a: normed[..., i] for i, a in enumerate(names)}
+        if agents == "flatten":
+            stacked_f, joint = self._flattened(adv_out, ret)
+            items = np.flatnonzero(act.reshape(-1))  # [N] j = k * n + agent
+        else:
+            data = dict(self.data)
+            for a in names:
+                data[f"advantages{SEP}{a}"] = adv_out[a]
+                data[f"returns{SEP}{a}"] = ret[a]
+            items = np.flatnonzero(act.any(axis=2).reshape(-1))  # [N] k
+        size = len(items) if batch_size is None else int(batch_size)
+        order = self._rng.permutation(len(items)) if shuffle else np.arange(len(items))
+        eps = self.advantage_eps
+
+        def gen() -> Iterator[Any]:
+            for start in range(0, len(items), size):
+                chosen = items[order[start:start + size]]
+                if agents == "flatten":
+                    rows = flatten_rows(stacked_f, joint, chosen, len(names))
+                    if mode == "minibatch":
+                        rows["advantages"] = normalise(rows["advantages"], eps)
+                    yield Batch.own(rows)
+                    continue
+                rows = together_rows(data, chosen, self._num_envs)
+                if mode == "minibatch":
+                    keys = [f"advantages{SEP}{a}" for a in names]
+                    mask = np.stack([rows[f"active{SEP}{a}"] for a in names], axis=1)
+                    normed = normalise(np.stack([rows[k] for k in keys], axis=1), eps, mask)
+                    rows.update({k: normed[:, i] for i, k in enumerate(keys)})
+                yield MultiAgentRolloutBatch.from_core(Batch.own(rows), names)
+
+        return gen()
+
+    def _flattened(self, adv: Mapping[str, AnyArray], ret: Mapping[str, AnyArray]
+                   ) -> tuple[dict[str, AnyArray], dict[str, AnyArray]]:
+        """Per-agent fields stacked ``[pos * num_envs * n_agents, *shape]`` and joint
+        fields ``[pos * num_envs, *shape]``."""
+        layout = self._layout
+        assert layout is not None  # advantages exist, so a step was added
+        names, d, p = self._agents, self.data, self._pos
+        groups: dict[str, list[AnyArray]] = {
+            top: [d[f.name] for f in per.values()] for top, per in layout.per_agent.items()}
+        for prefix in ("reward", "terminated", "truncated"):
+            groups[prefix] = [d[f"{prefix}{SEP}{a}"] for a in names]
+        groups["advantages"] = [adv[a] for a in names]
+        groups["returns"] = [ret[a] for a in names]
+        stacked: dict[str, AnyArray] = {}
+        for top, arrays in groups.items():
+            kinds = {(a.shape[2:], a.dtype) for a in arrays}
+            if len(kinds) > 1:
+                shown = {n: (tuple(a.shape[2:]), str(a.dtype))
+                         for n, a in zip(names, arrays, strict=True)}
+                raise ShapeError(
+                    f"get(agents='flatten'): the agents' {top} differ in shape or dtype "
+                    f"{shown}; flattening stacks one field over agents, so they must share "
+                    "it: use get(agents='together') and read batch."
+                    f"{top}[agent] per agent, or pad the agents' {top} to one shape")
+            stacked[top] = np.stack(arrays, axis=2).reshape(
+                (p * self._num_envs * len(names), *arrays[0].shape[2:]))
+        joint = {name: d[name].reshape((p * self._num_envs, *d[name].shape[2:]))
+                 for name in ([STATE] if layout.state is not None else []) + list(layout.joint)}
+        return stacked, joint
+
+    # ------------------------------------------------------------------ state
+    def init_config(self) -> dict[str, Any]:
+        """Constructor values (JSON-able) that rebuild this buffer empty.
+
+        Example:
+            >>> MultiAgentRolloutBuffer(8, ["a"], seed=3).init_config()["seed"]
+            3
+        """
+        layout = self._layout
+        spec = layout.user_spec() if layout is not None else (
+            None if self._spec_arg is None else
+            {n: f.to_json() for n, f in parse_spec(self._spec_arg, self._agents).items()})
+        return {"n_steps": self._n_steps, "agents": list(self._agents),
+                "num_envs": self._num_envs, "gamma": self.gamma,
+                "gae_lambda": self.gae_lambda, "seed": self._seed, "spec": spec,
+                "normalize_advantage": self.normalize_advantage,
+                "advantage_eps": self.advantage_eps, "backend": self.backend}
+
+    def config(self) -> BufferConfig:
+        """A validated config object (pydantic) that rebuilds an equivalent empty buffer
+        (the type must be registered)."""
+        from replaybank.config import buffer_config
+
+        return buffer_config(self)
+
+    def metadata(self) -> dict[str, Any]:
+        """JSON-able description: type, sizes, agents, ``pos``, stored fields."""
+        return {"type": type(self).__name__, "n_steps": self._n_steps,
+                "num_envs": self._num_envs, "agents": list(self._agents), "pos": self._pos,
+                "layout": None if self._layout is None else self._layout.user_spec(),
+                "spec": None if self._fields is None else self._fields.to_json()}
+
+    def save(self, dirpath: Any, prefix: str = "buffer_") -> None:
+        """Write ``<prefix>metadata.json`` and ``<prefix>state.safetensors`` atomically
+        (:func:`replaybank.persist.save`; the type must be registered)."""
+        persist.save(self, dirpath, prefix=prefix)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to restore this buffer exactly.
+
+        Returns:
+            ``{"metadata", "init", "rng", "arrays"}``: JSON-able metadata, constructor
+            values, the generator state, and copies of the arrays (``fields/<name>``
+            ``[n_steps, num_envs, *shape]``, ``final_value`` ``[n_steps, num_envs,
+            n_agents]``, ``advantages/<agent>`` and ``returns/<agent>`` ``[pos,
+            num_envs]`` once computed).
+        """
+        arrays: dict[str, Any] = {f"fields/{n}": a.copy() for n, a in self._data.items()}
+        arrays["final_value"] = self._final_value.copy()
+        if self._adv is not None and self._ret is not None:
+            for a in self._agents:
+                arrays[f"advantages/{a}"] = self._adv[a].copy()
+                arrays[f"returns/{a}"] = self._ret[a].copy()
+        return {"metadata": self.metadata(), "init": self.init_config(),
+                "rng": dict(self._rng.bit_generator.state), "arrays": arrays}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a :meth:`state_dict` exactly (copies the arrays); everything is checked
+        before anything changes.
+
+        Raises:
+            CheckpointError: The state does not fit this buffer (agents, sizes, fields) or
+                is damaged; the buffer is then unchanged.
+        """
+        fix = "pass a MultiAgentRolloutBuffer.state_dict() of a buffer built alike"
+        if not isinstance(state, Mapping) or not {"metadata", "arrays", "rng"} <= set(state):
+            raise CheckpointError(f"load_state_dict(state={describe(state)}): expected the "
+                                  f"dict of MultiAgentRolloutBuffer.state_dict(); {fix}")
+        meta, arrays = state["metadata"], state["arrays"]
+        if not isinstance(meta, Mapping) or not isinstance(arrays, Mapping):
+            raise CheckpointError(f"load_state_dict: metadata or arrays is not a dict; {fix}")
+        for key, mine in (("agents", list(self._agents)), ("n_steps", self._n_steps),
+                          ("num_envs", self._num_envs)):
+            if meta.get(key) != mine:
+                raise CheckpointError(f"load_state_dict: the state's {key}="
+                                      f"{describe(meta.get(key))} differs from this buffer's "
+                                      f"{mine}; {fix}")
+        pos = meta.get("pos")
+        if isinstance(pos, bool) or not isinstance(pos, (int, np.integer)) \
+                or not 0 <= pos <= self._n_steps:
+            raise CheckpointError(f"load_state_dict: pos={describe(pos)} outside [0, "
+                                  f"{self._n_steps}]; the state is damaged")
+        layout, fields = None, None
+        try:
+            if meta.get("layout") is not None:
+                layout = AgentLayout.build(self._agents, meta["layout"], {}, ())
+                fields = Spec.from_json(meta["spec"])
+        except (ReplayBankError, KeyError, TypeError, ValueError) as exc:
+            raise CheckpointError(f"load_state_dict: the state's layout or spec is not "
+                                  f"valid ({exc}); the state is damaged") from None
+        if self._fields is not None and fields != self._fields:
+            raise CheckpointError(f"load_state_dict: the state's fields {fields} differ from "
+                                  f"this buffer's {self._fields}; {fix}")
+        shape = (self._n_steps, self._num_envs)
+        try:
+            data = {n: np.array(arrays[f"fields/{n}"], dtype=f.dtype)
+                    for n, f in (fields or Spec()).items()}
+            for n, f in (fields or Spec()).items():
+                if data[n].shape != (*shape, *f.shape):
+                    raise ValueError(f"fields/{n} has shape {data[n].shape}, expected "
+                                     f"{(*shape, *f.shape)}")
+            fv = np.array(arrays["final_value"], dtype=np.float64)
+            if fv.shape != self._final_value.shape:
+                raise ValueError(f"final_value has shape {fv.shape}, expected "
+                                 f"{self._final_value.shape}")
+            adv: dict[str, AnyArray] | None = None
+            ret: dict[str, AnyArray] | None = None
+            if any(k.startswith("advantages/") for k in arrays):
+                adv = {a: np.array(arrays[f"advantages/{a}"]) for a in self._agents}
+                ret = {a: np.array(arrays[f"returns/{a}"]) for a in self._agents}
+                for a in self._agents:
+                    if adv[a].shape != (pos, self._num_envs) \
+                            or ret[a].shape != (pos, self._num_envs):
+                        raise ValueError(f"advantages/{a} or returns/{a} is not shaped "
+                                         f"{(pos, self._num_envs)}")
+            probe = type(self._rng.bit_generator)()
+            probe.state = state["rng"]
+        except (KeyError, ValueError, TypeError, IndexError, OverflowError) as exc:
+            raise CheckpointError(f"load_state_dict: missing or misshaped array ({exc}); "
+                                  "the state is damaged") from None
+        # ---- every check passed: apply
+        self._layout, self._fields, self._data = layout, fields, data
+        self._pos, self._final_value = int(pos), fv
+        self._adv, self._ret = adv, ret
+        self._rng.bit_generator.state = state["rng"]
+
