@@ -825,6 +825,50 @@ def test_extras_value_kinds_match_general_path(kernel: str, lanes: int) -> None:
 
 
 @pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("lanes", [1, 3])
+def test_dict_extras_take_the_compiled_path(kernel: str, lanes: int) -> None:
+    """Extras passed as dicts (``rewards={agent: ...}``, stored as ``rewards/<agent>``)
+    are written by the compiled writer itself, leaving the reference writer's state; a
+    dict with a missing or unknown key gets the reference writer's error."""
+    rng = np.random.default_rng(9)
+    fast, slow = _twins(kernel, lambda: rb.ReplayBuffer(capacity=6 * lanes, num_envs=lanes,
+                                                        seed=0))
+    lead = () if lanes == 1 else (lanes,)
+    cur = rng.standard_normal((lanes, 3)).astype(np.float32)
+    for i in range(30):
+        kw, cur = _lanes_chunk(rng, cur, 1, 0.2, 0.0)
+        one = {k: v[0].reshape((*lead, *v.shape[2:])) for k, v in kw.items()}
+        extras: dict[str, Any] = {
+            "rewards": {"a": rng.standard_normal(lead), "b": rng.standard_normal(lead)},
+            "active": {"a": np.ones(lead, bool), "b": rng.random(lead) < 0.5},
+            "h": rng.standard_normal((*lead, 2)).astype(np.float32)}
+        if i % 7 == 3:
+            extras["rewards"] = {"a": 1.0}  # a missing key
+        elif i % 7 == 5:
+            extras["active"] = {**extras["active"], "c": np.ones(lead, bool)}  # unknown
+        outcome = []
+        for b in (fast, slow):
+            try:
+                b.add(**one, **extras)
+                outcome.append(None)
+            except rb.ReplayBankError as e:
+                outcome.append(type(e))
+        assert outcome[0] == outcome[1], i
+        _same_state(fast, slow)
+    written = int(fast.buf.table.written.sum())
+    direct = fast.buf.write_route.direct
+    assert direct is not not_handled
+    good = {k: v[0].reshape((*lead, *v.shape[2:]))
+            for k, v in _lanes_chunk(rng, cur, 1, 0.2, 0.0)[0].items()}
+    taken = direct(None, False, good["obs"], good["action"], good["reward"],
+                   good["next_obs"], good["terminated"], good["truncated"],
+                   {"rewards": {"a": np.full(lead, 0.5), "b": np.full(lead, -0.5)},
+                    "active": {"a": np.ones(lead, bool), "b": np.zeros(lead, bool)},
+                    "h": np.zeros((*lead, 2), np.float32)})
+    assert taken == 1 and int(fast.buf.table.written.sum()) == written + lanes
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
 def test_many_extra_fields_take_the_python_writer(kernel: str) -> None:
     """More extra fields than the compiled writer holds: the Python writer takes the
     calls, with the same result."""

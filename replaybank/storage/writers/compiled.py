@@ -43,8 +43,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from replaybank.errors import SpecError
 from replaybank.host import tensor_to_numpy
 from replaybank.ops.jit import pick_kernel
+from replaybank.spec import SEP, flatten
 from replaybank.storage.table import StepTable
 from replaybank.storage.writers.layouts import ObsLayout, RowsLayout
 
@@ -172,9 +174,10 @@ class CompiledWriter:
         app = _appender(table, order, extras, guard, obs_keys, rows=False)
         if app is None:
             return None
-        if layout.flat or layout.keys is not None:
-            return cls(app, order, names, app.write)
-        return cls(app, order, names, _nested_write(app, layout, extras))
+        write = app.write if layout.flat or layout.keys is not None \
+            else _nested_write(app, layout, extras)
+        grouped = frozenset(n.split(SEP, 1)[0] for n in extras if SEP in n)
+        return cls(app, order, names, _flat_extras(write, grouped) if grouped else write)
 
     def write_arrays(self, lanes: Any, values: Mapping[str, Any],
                      next_obs: Mapping[str, Any]) -> int:
@@ -222,6 +225,24 @@ def _nested_write(app: Any, layout: ObsLayout, extra_names: tuple[str, ...]) -> 
         return int(fields(lanes, EXTEND if steps else ADD,
                           (parts[0], action, reward, terminated, truncated,
                            *(extras[n] for n in extra_names), *parts[1:]), tuple(nparts)))
+
+    return write
+
+
+def _flat_extras(inner: WriteCall, grouped: frozenset[str]) -> WriteCall:
+    """``inner`` for a table whose extras include dict fields (``rewards/<agent>``): a call
+    that passes such an extra as a dict (``rewards={agent: ...}``) has its extras
+    flattened to the stored names first, so that it takes the compiled path too."""
+
+    def write(lanes: Any, steps: Any, obs: Any, action: Any, reward: Any, next_obs: Any,
+              terminated: Any, truncated: Any, extras: dict[str, Any]) -> int:
+        if not grouped.isdisjoint(extras):
+            try:
+                extras = flatten(extras)
+            except SpecError:  # the Python boundary names the bad field
+                return 0
+        return inner(lanes, steps, obs, action, reward, next_obs, terminated, truncated,
+                     extras)
 
     return write
 
