@@ -869,6 +869,47 @@ def test_dict_extras_take_the_compiled_path(kernel: str, lanes: int) -> None:
 
 
 @pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("lanes", [1, 2])
+def test_dict_actions_take_the_compiled_path(kernel: str, lanes: int) -> None:
+    """A one-level dict action (``action/<key>`` fields, of different shapes and dtypes)
+    is written by the compiled writer itself, leaving the reference writer's state; an
+    action dict with a missing or unknown key, or a bad value, gets the reference
+    writer's error and changes nothing."""
+    rng = np.random.default_rng(11)
+    fast, slow = _twins(kernel, lambda: rb.ReplayBuffer(capacity=6 * lanes, num_envs=lanes,
+                                                        seed=0))
+    lead = () if lanes == 1 else (lanes,)
+    cur = rng.standard_normal((lanes, 3)).astype(np.float32)
+    for i in range(30):
+        kw, cur = _lanes_chunk(rng, cur, 1, 0.2, 0.0)
+        one = {k: v[0].reshape((*lead, *v.shape[2:])) for k, v in kw.items()}
+        one["action"] = {"move": rng.standard_normal((*lead, 2)).astype(np.float32),
+                         "grip": rng.integers(0, 3, lead)}
+        if i % 6 == 2:
+            one["action"] = {"move": one["action"]["move"]}  # a missing key
+        elif i % 6 == 4:
+            one["action"]["grip"] = np.full(lead, np.nan)  # NaN into an int field
+        outcome = []
+        for b in (fast, slow):
+            try:
+                b.add(**one)
+                outcome.append(None)
+            except rb.ReplayBankError as e:
+                outcome.append(type(e))
+        assert outcome[0] == outcome[1], i
+        _same_state(fast, slow)
+    direct, written = fast.buf.write_route.direct, int(fast.buf.table.written.sum())
+    good = {k: v[0].reshape((*lead, *v.shape[2:]))
+            for k, v in _lanes_chunk(rng, cur, 1, 0.2, 0.0)[0].items()}
+    act = {"move": np.zeros((*lead, 2), np.float32), "grip": np.ones(lead, np.int64)}
+    assert direct(None, False, good["obs"], act, good["reward"], good["next_obs"],
+                  good["terminated"], good["truncated"], {}) == 1
+    assert int(fast.buf.table.written.sum()) == written + lanes
+    assert direct(None, False, good["obs"], {"move": act["move"]}, good["reward"],
+                  good["next_obs"], good["terminated"], good["truncated"], {}) == 0
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
 def test_many_extra_fields_take_the_python_writer(kernel: str) -> None:
     """More extra fields than the compiled writer holds: the Python writer takes the
     calls, with the same result."""

@@ -163,10 +163,16 @@ class CompiledWriter:
         spec = table.spec
         layout = ObsLayout(table.obs_fields)
         names = layout.names
-        if not layout.valid or len(names) > MAX_OBS or not set(_STD) <= set(spec):
+        # a one-level dict action (action/<key> fields): its first field takes the C
+        # writer's action slot, the others ride as extras (_dict_action)
+        acts = tuple(n for n in spec if n.startswith("action" + SEP))
+        slot = "action" if "action" in spec else acts[0] if acts and all(
+            n.count(SEP) == 1 for n in acts) else ""
+        std = (slot, *_STD[1:])
+        if not layout.valid or len(names) > MAX_OBS or not slot or not set(std) <= set(spec):
             return None
-        extras = tuple(n for n in spec if n not in _STD and n not in names)
-        order = (names[0], *_STD, *extras, *names[1:])
+        extras = tuple(n for n in spec if n not in std and n not in names)
+        order = (names[0], *std, *extras, *names[1:])
         # a one-level dict observation: the C method finds obs/<key> in plain dicts; a
         # deeper one: Python finds the fields (the C method's keys are then never met)
         keys = None if layout.flat else layout.keys or names
@@ -176,8 +182,12 @@ class CompiledWriter:
             return None
         write = app.write if layout.flat or layout.keys is not None \
             else _nested_write(app, layout, extras)
-        grouped = frozenset(n.split(SEP, 1)[0] for n in extras if SEP in n)
-        return cls(app, order, names, _flat_extras(write, grouped) if grouped else write)
+        grouped = frozenset(n.split(SEP, 1)[0] for n in extras if SEP in n) - {"action"}
+        if grouped:
+            write = _flat_extras(write, grouped)
+        if slot != "action":
+            write = _dict_action(write, tuple(n.split(SEP, 1)[1] for n in acts))
+        return cls(app, order, names, write)
 
     def write_arrays(self, lanes: Any, values: Mapping[str, Any],
                      next_obs: Mapping[str, Any]) -> int:
@@ -243,6 +253,27 @@ def _flat_extras(inner: WriteCall, grouped: frozenset[str]) -> WriteCall:
                 return 0
         return inner(lanes, steps, obs, action, reward, next_obs, terminated, truncated,
                      extras)
+
+    return write
+
+
+def _dict_action(inner: WriteCall, keys: tuple[str, ...]) -> WriteCall:
+    """``inner`` for a table whose action is a one-level dict (``action/<key>`` fields,
+    ``keys`` in table order): the first key's value goes in the action slot, the others
+    as the extras ``action/<key>``. An action that is not a plain dict of exactly those
+    keys is not for the compiled writer."""
+    first, rest = keys[0], tuple((k, "action" + SEP + k) for k in keys[1:])
+    wanted = frozenset(keys)
+
+    def write(lanes: Any, steps: Any, obs: Any, action: Any, reward: Any, next_obs: Any,
+              terminated: Any, truncated: Any, extras: dict[str, Any]) -> int:
+        if type(action) is not dict or action.keys() != wanted:
+            return 0
+        extras = dict(extras)
+        for k, name in rest:
+            extras[name] = action[k]
+        return inner(lanes, steps, obs, action[first], reward, next_obs, terminated,
+                     truncated, extras)
 
     return write
 
