@@ -122,6 +122,18 @@ def _same_agents(name: str, v: Mapping[str, Any], acting: tuple[str, ...]) -> No
             "truncated)")
 
 
+_SCALARS: dict[tuple[str, str, Any], FieldSpec] = {}
+
+
+def _scalar(prefix: str, agent: str, dtype: Any) -> FieldSpec:
+    """The scalar field ``<prefix>/<agent>`` of ``dtype`` (built once per name)."""
+    key = (prefix, agent, dtype)
+    field = _SCALARS.get(key)
+    if field is None:
+        field = _SCALARS[key] = FieldSpec(f"{prefix}{SEP}{agent}", (), dtype)
+    return field
+
+
 def cast_value(field: FieldSpec, arg: str, value: Any, num_envs: int) -> npt.NDArray[Any]:
     """``value`` checked and cast to ``field``, shaped ``[num_envs, *shape]``."""
     if isinstance(value, Mapping):
@@ -188,7 +200,7 @@ def prepare(agents: tuple[str, ...], num_envs: int, layout: AgentLayout | None, 
         if a not in acting:
             continue
         mask = np.ones(num_envs, np.bool_) if a not in active else cast_value(
-            FieldSpec(f"active{SEP}{a}", (), _FLAG), f"active[{a!r}]", active[a], num_envs)
+            _scalar("active", a, _FLAG), f"active[{a!r}]", active[a], num_envs)
         act[i] = mask
         for name, arg in (("obs", "obs"), ("next_obs", "obs"), ("action", "action")):
             field = layout.per_agent[arg][a]
@@ -196,11 +208,11 @@ def prepare(agents: tuple[str, ...], num_envs: int, layout: AgentLayout | None, 
         for name in layout.extras:
             cast[name][a] = cast_value(layout.per_agent[name][a], f"{name}[{a!r}]",
                                   extras[name][a], num_envs)
-        rewards[i] = cast_value(FieldSpec(f"rewards{SEP}{a}", (), _REWARD), f"reward[{a!r}]",
+        rewards[i] = cast_value(_scalar("rewards", a, _REWARD), f"reward[{a!r}]",
                            args["reward"][a], num_envs)
-        term[i] = cast_value(FieldSpec(f"terminations{SEP}{a}", (), _FLAG), f"terminated[{a!r}]",
+        term[i] = cast_value(_scalar("terminations", a, _FLAG), f"terminated[{a!r}]",
                         args["terminated"][a], num_envs)
-        trunc[i] = cast_value(FieldSpec(f"truncations{SEP}{a}", (), _FLAG), f"truncated[{a!r}]",
+        trunc[i] = cast_value(_scalar("truncations", a, _FLAG), f"truncated[{a!r}]",
                          args["truncated"][a], num_envs)
     states = {}
     if layout.state is not None:
@@ -272,11 +284,16 @@ def _per_agent(layout: AgentLayout, name: str, spec_name: str, act: npt.NDArray[
     (``fill[agent]``, else zeros)."""
     out: dict[str, npt.NDArray[Any]] = {}
     for i, a in enumerate(layout.agents):
+        given = cast[name].get(a)  # [num_envs, *shape]
+        mask = act[i]
+        if given is not None and mask.all():  # acted in every env written: no placeholder
+            # lanes are sorted distinct envs: as many as num_envs means all of them
+            out[a] = given if given.shape[0] == lanes.size else given[lanes]
+            continue
         field = layout.per_agent[spec_name][a]
         base = _placeholder(field, lanes.size) if fill is None else fill[a][lanes].copy()
-        if a in cast[name]:
-            mask = act[i]
-            base[mask] = cast[name][a][lanes][mask]
+        if given is not None:
+            base[mask] = given[lanes][mask]
         out[a] = base
     return out
 
