@@ -44,6 +44,7 @@ from replaybank.errors import (
 )
 from replaybank.multiagent import (
     MultiAgentBatch,
+    MultiAgentEpisodeBatch,
     MultiAgentReplayBuffer,
     MultiAgentRolloutBatch,
     MultiAgentRolloutBuffer,
@@ -132,6 +133,7 @@ __all__ = [
     "MultiAgentBatch",
     "MultiAgentCollectResult",
     "MultiAgentCollector",
+    "MultiAgentEpisodeBatch",
     "MultiAgentReplayBuffer",
     "MultiAgentRolloutBatch",
     "MultiAgentRolloutBuffer",

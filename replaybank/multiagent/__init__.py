@@ -1,9 +1,12 @@
 """Multi-agent replay: joint steps of PettingZoo-style agents in one core buffer.
 
 * :class:`MultiAgentReplayBuffer` (:mod:`.buffer`): ``add`` one joint step of every env,
-  ``sample`` joint transitions, ``sample_sequences`` joint windows;
-* :class:`MultiAgentBatch`, :class:`MultiAgentSequenceBatch` (:mod:`.batch`): per-agent
-  views of a core batch, with ``stacked`` for parameter sharing;
+  ``sample`` joint transitions (per-agent n-step returns: :mod:`.nstep`),
+  ``sample_sequences`` joint windows, ``sample_episodes`` whole padded episodes
+  (:mod:`.padded`);
+* :class:`MultiAgentBatch`, :class:`MultiAgentSequenceBatch`,
+  :class:`MultiAgentEpisodeBatch` (:mod:`.batch`): per-agent views of a core batch, with
+  ``stacked`` for parameter sharing;
 * :mod:`.layout` (the core fields), :mod:`.episodes` (joint episode rules),
   :mod:`.inputs` (checking an ``add``).
 
@@ -24,10 +27,15 @@ Example:
     truncated: one agent's time limit keeps the joint value bootstrapping.
 """
 
-from replaybank.multiagent.batch import MultiAgentBatch, MultiAgentSequenceBatch
+from replaybank.multiagent.batch import (
+    MultiAgentBatch,
+    MultiAgentEpisodeBatch,
+    MultiAgentSequenceBatch,
+)
 from replaybank.multiagent.buffer import MultiAgentReplayBuffer
 from replaybank.multiagent.rollout import MultiAgentRolloutBuffer
 from replaybank.multiagent.rollout_batch import MultiAgentRolloutBatch
 
-__all__ = ["MultiAgentBatch", "MultiAgentReplayBuffer", "MultiAgentSequenceBatch"]
+__all__ = ["MultiAgentBatch", "MultiAgentEpisodeBatch", "MultiAgentReplayBuffer",
+           "MultiAgentSequenceBatch"]
 __all__ += ["MultiAgentRolloutBatch", "MultiAgentRolloutBuffer"]

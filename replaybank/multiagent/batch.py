@@ -42,9 +42,10 @@ import numpy as np
 
 from replaybank.batch import Batch, SequenceBatch
 from replaybank.errors import ShapeError, require_extra
+from replaybank.multiagent.nstep import AGENT_DISCOUNT
 from replaybank.spec import SEP
 
-__all__ = ["MultiAgentBatch", "MultiAgentSequenceBatch"]
+__all__ = ["MultiAgentBatch", "MultiAgentEpisodeBatch", "MultiAgentSequenceBatch"]
 
 #: Per-agent fields of every batch: batch attribute -> core field prefix.
 AGENT_FIELDS = {"obs": "obs", "next_obs": "next_obs", "action": "action",
@@ -53,6 +54,11 @@ AGENT_FIELDS = {"obs": "obs", "next_obs": "next_obs", "action": "action",
 _JOINT = {"joint_reward": "reward", "joint_terminated": "terminated",
           "joint_truncated": "truncated"}
 _B = TypeVar("_B", bound="_AgentFields")
+
+
+def _host(x: Any) -> Any:
+    """``x`` as a host numpy array (a torch tensor is copied off its device)."""
+    return x if isinstance(x, np.ndarray) else np.asarray(x.detach().cpu().numpy())
 
 
 def _zero_inactive(x: Any, active: Any) -> Any:
@@ -205,9 +211,12 @@ class MultiAgentBatch(_AgentFields):
         next_obs: ``{agent: [B, *obs_shape]}``: exact, also for an agent that ended
             before the others (n steps ahead with ``n_step``; zeros where it did not act).
         action: ``{agent: [B, *action_shape]}``.
-        reward: ``{agent: [B]}`` float32: one-step rewards.
-        terminated: ``{agent: [B]}`` bool: the agent terminated at this step.
-        truncated: ``{agent: [B]}`` bool: the agent was cut off at this step.
+        reward: ``{agent: [B]}`` float32: one-step rewards; with ``n_step > 1`` the
+            agent's own n-step return, cut at its own end
+            (:mod:`replaybank.multiagent.nstep`).
+        terminated: ``{agent: [B]}`` bool: the agent terminated at this step (at the
+            last step of its n-step window with ``n_step > 1``).
+        truncated: ``{agent: [B]}`` bool: the agent was cut off at this step (idem).
         active: ``{agent: [B]}`` bool: the agent acted at this step.
         state: ``[B, *state_shape]`` global state, or None.
         next_state: ``[B, *state_shape]``, or None.
@@ -220,19 +229,27 @@ class MultiAgentBatch(_AgentFields):
         indices: ``[B]`` int64 keys for ``update_priorities``.
         weights: ``[B]`` importance weights (prioritized samplers), else None.
         probabilities: ``[B]`` sampling probabilities (prioritized samplers), else None.
-        discount: ``[B]`` ``gamma ** L`` (n-step views), else None.
+        discount: ``[B]`` ``gamma ** L`` of the joint n-step return (n-step views),
+            else None.
+        agent_discount: ``{agent: [B]}`` float32 ``gamma ** L_a`` of each agent's own
+            n-step return (0 where the agent did not act; n-step views), else None.
         core: The core :class:`~replaybank.batch.Batch`.
     """
 
     indices: Any = None
     discount: Any = None
+    agent_discount: dict[str, Any] | None = None
 
     @classmethod
     def from_core(cls, core: Batch[Any], agents: tuple[str, ...]) -> MultiAgentBatch:
         """Unpack a core batch of a multi-agent buffer."""
         data = core.to_dict(nested=False)
+        per: dict[str, Any] | None = None
+        names = {a: f"{AGENT_DISCOUNT}{SEP}{a}" for a in agents}
+        if "discount" in data and all(n in data for n in names.values()):
+            per = {a: data.pop(n) for a, n in names.items()}
         return cls(**cls._unpack(data, agents), core=core, indices=data.get("indices"),
-                   discount=data.get("discount"))
+                   discount=data.get("discount"), agent_discount=per)
 
 
 @dataclass(frozen=True)
@@ -270,4 +287,69 @@ class MultiAgentSequenceBatch(_AgentFields):
     @property
     def sequence_length(self) -> int:
         """The window length L (burn-in included)."""
+        return int(self.joint_reward.shape[1])
+
+
+@dataclass(frozen=True)
+class MultiAgentEpisodeBatch(_AgentFields):
+    """Whole joint episodes padded to ``L`` steps, each field ``[B, L, *shape]``.
+
+    Row ``b`` holds the first ``min(lengths[b], L)`` steps of one joint episode from its
+    first step on (:meth:`~replaybank.multiagent.buffer.MultiAgentReplayBuffer.
+    sample_episodes`); every field is zero past them. Per-agent and joint fields are
+    those of :class:`MultiAgentBatch` with a time dim (one-step values: n-step views
+    do not apply to episodes); ``active[agent]`` ``[B, L]`` is the agent's mask.
+
+    Attributes:
+        mask: ``[B, L]`` bool: the joint step exists (not padding).
+        is_first: ``[B, L]`` bool: the episode's first step (column 0 of every row).
+        is_last: ``[B, L]`` bool: the joint episode ended at this step.
+        is_terminal: ``[B, L]`` bool: the joint episode terminated at this step.
+        starts: ``[B]`` int64 item key of each episode's first step
+            (``seq * num_envs + env``).
+        lengths: ``[B]`` int64 steps of each episode (more than ``L`` where it was cut;
+            so far, for a running one).
+        complete: ``[B]`` bool: the episode has ended (False only for running episodes,
+            with ``include_running=True``).
+    """
+
+    mask: Any = None
+    is_first: Any = None
+    is_last: Any = None
+    is_terminal: Any = None
+    starts: Any = None
+    lengths: Any = None
+    complete: Any = None
+    _lead = 2
+
+    @classmethod
+    def from_core(cls, core: SequenceBatch[Any], agents: tuple[str, ...], lengths: Any,
+                  complete: Any) -> MultiAgentEpisodeBatch:
+        """Unpack a core sequence batch of whole episodes.
+
+        Args:
+            core: Stored fields ``[B, L, *shape]`` with ``mask``, ``is_first``,
+                ``is_last``, ``is_terminal`` and ``starts``.
+            agents: Agent names.
+            lengths: ``[B]`` episode lengths.
+            complete: ``[B]`` bool: the episode has ended.
+        """
+        data = core.to_dict(nested=False)
+        seq: dict[str, Any] = {k: data.get(k) for k in ("mask", "is_first", "is_last",
+                                                         "is_terminal", "starts")}
+        return cls(**cls._unpack(data, agents), core=core, lengths=lengths,
+                   complete=complete, **seq)
+
+    def _rebuilt(self, core: Any) -> MultiAgentEpisodeBatch:
+        mask = core["mask"]
+        lengths, complete = _host(self.lengths), _host(self.complete)
+        if not isinstance(mask, np.ndarray):
+            torch = require_extra("torch", "torch")
+            lengths = torch.as_tensor(lengths, device=mask.device)
+            complete = torch.as_tensor(complete, device=mask.device)
+        return type(self).from_core(core, self.agents, lengths, complete)
+
+    @property
+    def max_length(self) -> int:
+        """The padded length L."""
         return int(self.joint_reward.shape[1])

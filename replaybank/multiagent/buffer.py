@@ -7,8 +7,11 @@ observation is the dict ``{agent: obs, ..., "state": global_state}``. So each jo
 observation is stored once, ``next_obs`` is exact for every agent (also one that ended
 before the others), and the core's samplers (uniform, prioritized: one priority per
 joint step), n-step returns of the joint reward, sequence windows, storages and
-checkpoints work unchanged. The layout of the core fields is in
-:mod:`replaybank.multiagent.layout`, the joint episode's rules in
+checkpoints work unchanged. With ``n_step > 1`` each agent also gets its own n-step
+return, cut at its own end (:mod:`replaybank.multiagent.nstep`); :meth:`sample_episodes`
+serves whole joint episodes padded to a length (:mod:`replaybank.multiagent.padded`).
+The layout of the core fields is in :mod:`replaybank.multiagent.layout`, the joint
+episode's rules in
 :mod:`replaybank.multiagent.episodes`.
 
 Example:
@@ -37,22 +40,40 @@ Example:
 from __future__ import annotations
 
 import inspect
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import numpy.typing as npt
 
 from replaybank import persist
+from replaybank.batch import SequenceBatch
 from replaybank.buffers.replay import ReplayBuffer
-from replaybank.errors import ArgumentError, CheckpointError, SpecError, describe
-from replaybank.multiagent.batch import MultiAgentBatch, MultiAgentSequenceBatch
+from replaybank.errors import (
+    ArgumentError,
+    CheckpointError,
+    ConfigError,
+    EmptyBufferError,
+    SpecError,
+    describe,
+)
+from replaybank.multiagent.batch import (
+    MultiAgentBatch,
+    MultiAgentEpisodeBatch,
+    MultiAgentSequenceBatch,
+)
 from replaybank.multiagent.episodes import Episodes
 from replaybank.multiagent.inputs import prepare
 from replaybank.multiagent.layout import AgentLayout, check_agents, parse_spec
+from replaybank.multiagent.nstep import AGENT_DISCOUNT, AgentNStepView
+from replaybank.multiagent.padded import find_episodes, gather_episodes
 from replaybank.samplers.base import Sampler
+from replaybank.samplers.sample_args import check_replace, check_size_arg
 from replaybank.spec import UNSET, Spec
 from replaybank.storage.backends.base import ArrayBackend
+from replaybank.views.nstep import NStepView
 
 if TYPE_CHECKING:  # pydantic loads with the first config() call
     from replaybank.config import BufferConfig
@@ -78,13 +99,17 @@ class MultiAgentReplayBuffer:
         storage: ``"numpy"``, ``"memmap"`` (with ``path``) or ``"torch"`` (``device``).
         path: Directory of memmap files.
         device: Torch device of torch storage.
-        n_step: n-step returns of the joint reward (1: one-step transitions).
+        n_step: n-step returns (1: one-step transitions): of the joint reward, and of
+            each agent's reward, cut at the agent's own end
+            (:mod:`replaybank.multiagent.nstep`).
         gamma: Discount of n-step returns.
         **kwargs: Further :class:`~replaybank.buffers.replay.ReplayBuffer` arguments
             (``view``, ``frame_stack``, ``lane_split``, ``autoreset_mode``).
 
     Raises:
         ArgumentError: Bad agent names, or a keyword the core does not take.
+        ConfigError: ``n_step > 1`` with a view other than the plain n-step view (e.g.
+            ``frame_stack``): per-agent n-step returns need it.
         SpecError: A bad ``spec``.
         CapacityError: As :class:`~replaybank.buffers.replay.ReplayBuffer`.
 
@@ -127,7 +152,18 @@ class MultiAgentReplayBuffer:
             capacity, num_envs=num_envs, seed=seed, sampler=sampler, storage=storage,
             path=path, device=device, n_step=n_step, gamma=gamma,
             spec=None if layout is None else layout.core_spec(), **kwargs)
+        view = self.buffer.view
+        if isinstance(view, NStepView):  # per-agent returns beside the joint one
+            self.buffer.view = AgentNStepView(view, self._agents)
+        elif n_step > 1:
+            raise ConfigError(
+                f"MultiAgentReplayBuffer(n_step={n_step}): the core's view is "
+                f"{type(view).__name__}, but per-agent n-step returns need the plain "
+                "n-step view; drop frame_stack/view, or use n_step=1")
         self._episodes = Episodes(len(self._agents), self.buffer.num_envs)
+        #: Per env, the sequence number of the first step stored since the buffer was
+        #: built or cleared: a joint episode starts there (see sample_episodes).
+        self._origin: npt.NDArray[np.int64] = np.zeros(self.buffer.num_envs, np.int64)
         if layout is not None:
             self._set_layout(layout)
 
@@ -235,6 +271,10 @@ class MultiAgentReplayBuffer:
             if v is UNSET:
                 raise ArgumentError(f"add(): missing {name}=; pass {name}={{agent: value}} "
                                     "for the agents that acted")
+        if AGENT_DISCOUNT in extras and isinstance(self.buffer.view, AgentNStepView):
+            raise ArgumentError(f"add({AGENT_DISCOUNT}=...): {AGENT_DISCOUNT!r} holds the "
+                                "per-agent n-step discounts of this n-step buffer; rename "
+                                "the extra")
         step = prepare(self._agents, self.num_envs, self._layout, self._spec,
                        self._episodes, values, extras)
         core = step.core
@@ -250,6 +290,8 @@ class MultiAgentReplayBuffer:
         """Drop every stored step and the episode bookkeeping."""
         self.buffer.clear()
         self._episodes = Episodes(len(self._agents), self.num_envs)
+        if self.buffer.allocated:
+            self._origin = np.array(self.buffer.table.written, np.int64)
         if self._layout is not None:
             self._set_layout(self._layout)
 
@@ -269,6 +311,97 @@ class MultiAgentReplayBuffer:
         """
         return MultiAgentBatch.from_core(self.buffer.sample(batch_size, **kwargs),
                                          self._agents)
+
+    def sample_episodes(self, batch_size: int, max_length: int, replace: bool = True,
+                        include_running: bool = False) -> MultiAgentEpisodeBatch:
+        """Sample whole joint episodes, padded (or cut) to ``max_length`` steps.
+
+        The episodes are those of :func:`~replaybank.multiagent.padded.find_episodes`:
+        the joint episodes of every env whose first step is still stored (an episode
+        is split by joint ends only, not by one agent's end), ended ones only unless
+        ``include_running``. Each is drawn with equal probability (uniform over
+        episodes, not over steps), from the buffer's generator. Row ``b`` holds the
+        episode's first ``min(length, max_length)`` steps from its first step on;
+        longer episodes are cut (``lengths`` tells), and every field is zero past the
+        episode's steps (``mask``) or where an agent did not act (``active[agent]``).
+
+        Args:
+            batch_size: Episodes B.
+            max_length: Steps L per row.
+            replace: Draw with replacement (default) or B distinct episodes.
+            include_running: Also draw episodes that have not ended yet
+                (``complete`` False).
+
+        Returns:
+            A :class:`~replaybank.multiagent.batch.MultiAgentEpisodeBatch`, fields
+            ``[B, L, *shape]``.
+
+        Raises:
+            ConfigError: ``batch_size`` or ``max_length`` is not a positive int.
+            ArgumentError: ``replace`` or ``include_running`` is not a bool.
+            EmptyBufferError: No episode to draw (or fewer than B with
+                ``replace=False``).
+
+        Example:
+            >>> import numpy as np
+            >>> buf = MultiAgentReplayBuffer(32, ["a", "b"], seed=0)
+            >>> for t in range(7):         # episodes of 3 steps; b leaves after 2 steps
+            ...     acting = ["a", "b"] if t % 3 < 2 else ["a"]
+            ...     buf.add(obs={k: np.full(2, t, np.float32) for k in acting},
+            ...             action={k: 0 for k in acting}, reward={k: 1.0 for k in acting},
+            ...             next_obs={k: np.full(2, t + 1, np.float32) for k in acting},
+            ...             terminated={k: (k == "b" and t % 3 == 1) or t % 3 == 2
+            ...                         for k in acting},
+            ...             truncated={k: False for k in acting})
+            >>> ep = buf.sample_episodes(2, 4, replace=False)
+            >>> ep.mask.astype(int).tolist()
+            [[1, 1, 1, 0], [1, 1, 1, 0]]
+            >>> ep.active["b"].astype(int).tolist()
+            [[1, 1, 0, 0], [1, 1, 0, 0]]
+            >>> sorted(ep.obs["a"][:, 0, 0].tolist()), ep.lengths.tolist()
+            ([0.0, 3.0], [3, 3])
+        """
+        call = "sample_episodes"
+        b = check_size_arg("batch_size", batch_size, call)
+        length = check_size_arg("max_length", max_length, call)
+        replace = check_replace(replace, call)
+        if not isinstance(include_running, (bool, np.bool_)):
+            raise ArgumentError(f"{call}(include_running={describe(include_running)}): "
+                                "pass True or False")
+        with self.buffer.exclusive():
+            if not self.buffer.allocated:
+                raise EmptyBufferError(f"{call}(batch_size={b}): the buffer is empty; add "
+                                       "joint steps first")
+            table = self.buffer.table
+            done = _host(table.arrays["terminated"]) | _host(table.arrays["truncated"])
+            eps = find_episodes(done, table.written, table.counts, self._origin,
+                                bool(include_running))
+            if len(eps) == 0 or (not replace and b > len(eps)):
+                raise EmptyBufferError(
+                    f"{call}(batch_size={b}{'' if replace else ', replace=False'}): the "
+                    f"buffer holds {len(eps)} whole "
+                    f"{'' if include_running else 'ended '}joint episodes; add more"
+                    + ("" if include_running else ", or pass include_running=True")
+                    + ("" if replace else ", or use replace=True"))
+            pick = self.buffer.rng.choice(len(eps), size=b, replace=replace)  # [B]
+            starts, lengths = eps.starts[pick], eps.lengths[pick]
+            out = gather_episodes(table, starts, lengths, length)
+        mask = out["mask"]
+        done_steps = _host(out["terminated"]) | _host(out["truncated"])
+        out["is_first"] = mask & (np.arange(length) == 0)[None, :]
+        out["is_last"] = mask & done_steps
+        out["is_terminal"] = mask & _host(out["terminated"])
+        if not isinstance(out["terminated"], np.ndarray):  # torch storage: all tensors
+            torch = sys.modules["torch"]
+            dev = out["terminated"].device
+            for k in ("mask", "is_first", "is_last", "is_terminal", "starts"):
+                out[k] = torch.as_tensor(out[k], device=dev)
+            return MultiAgentEpisodeBatch.from_core(
+                SequenceBatch.own(out), self._agents,
+                torch.as_tensor(lengths, device=dev),
+                torch.as_tensor(eps.complete[pick], device=dev))
+        return MultiAgentEpisodeBatch.from_core(SequenceBatch.own(out), self._agents,
+                                                lengths, eps.complete[pick])
 
     def sample_sequences(self, batch_size: int, sequence_length: int,
                          **kwargs: Any) -> MultiAgentSequenceBatch:
@@ -307,6 +440,7 @@ class MultiAgentReplayBuffer:
         ``multiagent`` (leaves are arrays or JSON-able values)."""
         own = self._episodes.state_dict()
         own["agents"] = list(self._agents)
+        own["origin"] = self._origin.copy()
         return {"core": self.buffer.state_dict(), "multiagent": own}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -334,8 +468,17 @@ class MultiAgentReplayBuffer:
             episodes.allocate({a: (f.shape, f.dtype)
                                for a, f in layout.per_agent["obs"].items()})
         checked = episodes.checked(own)
+        origin = np.zeros(self.num_envs, np.int64)  # states from before it was kept
+        if "origin" in own:
+            origin = np.asarray(own["origin"])
+            if origin.shape != (self.num_envs,) or origin.dtype.kind not in "iu":
+                raise CheckpointError(
+                    f"load_state_dict: multiagent/origin has shape {origin.shape} "
+                    f"{origin.dtype}; expected ({self.num_envs},) int64; restore the "
+                    "multi-agent state from a checkpoint of this buffer")
         self.buffer.load_state_dict(state["core"])
         episodes.apply(checked)
+        self._origin = origin.astype(np.int64)
         if layout is not None and self._layout is None:
             self._layout = layout
         self._episodes = episodes
@@ -371,6 +514,11 @@ class MultiAgentReplayBuffer:
         from replaybank.config import buffer_config
 
         return buffer_config(self)
+
+
+def _host(x: Any) -> npt.NDArray[Any]:
+    """``x`` as a host numpy array (torch storage serves tensors)."""
+    return x if isinstance(x, np.ndarray) else np.asarray(x.detach().cpu().numpy())
 
 
 def _flat_json(spec: Any, agents: tuple[str, ...]) -> dict[str, Any]:

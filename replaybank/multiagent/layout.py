@@ -53,7 +53,8 @@ OUTCOMES: dict[str, np.dtype[Any]] = {
 #: Names no extra may take (the layout's own, the core's standard ones, ``add``'s
 #: arguments).
 RESERVED_NAMES = frozenset({"obs", "next_obs", "action", "reward", "terminated", "truncated",
-                            "state", "next_state", "env_ids", "priority", *OUTCOMES})
+                            "state", "next_state", "env_ids", "priority", "discounts",
+                            *OUTCOMES})
 
 
 def check_agents(agents: Any) -> tuple[str, ...]:

@@ -1,0 +1,150 @@
+"""Whole joint episodes padded to a length (QMIX/VDN with recurrent agents).
+
+An *episode* here is a joint episode of one env (lane): it starts after a joint end
+(the stored joint ``terminated | truncated``, :mod:`replaybank.multiagent.episodes`) or
+at the first step the lane stored since the buffer was built or cleared, and runs up to
+and including its next joint end. An agent that ends early or a discontinuity in the
+data (which splits the core's episodes) does not split a joint episode.
+
+* :func:`find_episodes` lists the episodes of the live steps whose *first step is still
+  stored*: the oldest episode of a lane that lost steps to the ring is left out, since
+  it may have lost its start (it is left out also when the ring happened to stop exactly
+  at its start: the table no longer knows). Running episodes (no joint end yet) are
+  listed only when asked, with ``complete`` False.
+* :func:`gather_episodes` reads the first ``max_length`` steps of chosen episodes into
+  ``[B, max_length, *shape]`` arrays, zero where the episode has no step (episodes
+  longer than ``max_length`` are cut: their first ``max_length`` steps are served and
+  ``lengths`` still says how long they are).
+
+Keys are the core's item keys ``seq * lanes + lane`` (:mod:`replaybank.ops.ring`).
+
+Example:
+    >>> import numpy as np
+    >>> done = np.array([[False], [True], [False], [False], [True], [False]])  # [T, lanes]
+    >>> eps = find_episodes(done, np.array([6]), np.array([6]), np.array([0]), True)
+    >>> eps.starts.tolist(), eps.lengths.tolist(), eps.complete.tolist()
+    ([0, 2, 5], [2, 3, 1], [True, True, False])
+    >>> find_episodes(done, np.array([6]), np.array([6]), np.array([0]), False).starts.tolist()
+    [0, 2]
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from replaybank.storage.table import StepTable
+
+__all__ = ["EpisodeList", "find_episodes", "gather_episodes"]
+
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+
+
+@dataclass(frozen=True)
+class EpisodeList:
+    """The whole episodes of a table, lane by lane, oldest first.
+
+    Attributes:
+        starts: ``[E]`` int64 item keys of the episodes' first steps.
+        lengths: ``[E]`` int64 steps of each episode (so far, for a running one).
+        complete: ``[E]`` bool: the episode has ended (its last step is a joint end).
+    """
+
+    starts: IntArray
+    lengths: IntArray
+    complete: BoolArray
+
+    def __len__(self) -> int:
+        return int(self.starts.shape[0])
+
+
+def find_episodes(done: BoolArray, written: IntArray, counts: IntArray, origin: IntArray,
+                  include_running: bool) -> EpisodeList:
+    """The episodes of the live steps whose first step is stored.
+
+    Args:
+        done: ``[T, lanes]`` bool: the joint episode ended at the step in that slot.
+        written: ``[lanes]`` steps ever written per lane (the next sequence number).
+        counts: ``[lanes]`` live steps per lane (the newest ``counts`` steps).
+        origin: ``[lanes]`` sequence number of the first step each lane stored since it
+            was built or cleared (an episode starts there).
+        include_running: List the running episode of each lane too.
+
+    Returns:
+        The :class:`EpisodeList`, lane by lane, each lane oldest first.
+    """
+    T, lanes = done.shape  # noqa: N806
+    starts: list[IntArray] = []
+    lengths: list[IntArray] = []
+    complete: list[BoolArray] = []
+    for lane in range(lanes):
+        end = int(written[lane])
+        oldest = end - int(counts[lane])
+        if oldest == end:
+            continue
+        seqs = np.arange(oldest, end, dtype=np.int64)  # [n] live steps of the lane
+        d = np.asarray(done[seqs % T, lane], bool)  # [n]
+        first = seqs[1:][d[:-1]]  # steps right after a joint end
+        if oldest == int(origin[lane]):
+            first = np.concatenate([seqs[:1], first])
+        ends = seqs[d]  # [m] joint ends
+        j = np.searchsorted(ends, first)  # the first end at or after each start
+        ok = j < len(ends)
+        if len(ends):
+            last = np.where(ok, ends[np.minimum(j, len(ends) - 1)], end - 1)
+        else:
+            last = np.full(len(first), end - 1, np.int64)
+        if not include_running:
+            first, last, ok = first[ok], last[ok], ok[ok]
+        starts.append(first * lanes + lane)
+        lengths.append(last - first + 1)
+        complete.append(ok)
+    if not starts:
+        return EpisodeList(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, bool))
+    return EpisodeList(np.concatenate(starts).astype(np.int64),
+                    np.concatenate(lengths).astype(np.int64),
+                    np.concatenate(complete).astype(bool))
+
+
+def _scatter(values: Any, mask: BoolArray) -> Any:
+    """``values`` ``[n, *shape]`` placed at the True entries of ``mask`` ``[B, L]`` in a
+    zero ``[B, L, *shape]`` array (a tensor on ``values``' device for torch storage)."""
+    shape = (*mask.shape, *values.shape[1:])
+    if isinstance(values, np.ndarray):
+        out = np.zeros(shape, values.dtype)
+        out[mask] = values
+        return out
+    torch = sys.modules["torch"]  # torch storage imported it
+    t = values.new_zeros(shape)
+    t[torch.as_tensor(mask, device=values.device)] = values
+    return t
+
+
+def gather_episodes(table: StepTable, starts: IntArray, lengths: IntArray,
+                    max_length: int) -> dict[str, Any]:
+    """The first ``max_length`` steps of episodes, padded with zeros.
+
+    Args:
+        table: The core's step table.
+        starts: ``[B]`` item keys of the episodes' first steps.
+        lengths: ``[B]`` their lengths (cut to ``max_length``).
+        max_length: Steps ``L`` per episode in the batch.
+
+    Returns:
+        ``{name: [B, L, *shape]}`` for every stored field and ``next_<obs field>``, plus
+        ``mask`` ``[B, L]`` bool (the step exists) and ``starts`` ``[B]``.
+    """
+    lanes = table.lanes
+    k = np.arange(max_length, dtype=np.int64)  # [L]
+    keys = starts[:, None] + k[None, :] * lanes  # [B, L]
+    mask = k[None, :] < np.minimum(lengths, max_length)[:, None]  # [B, L]
+    flat = table.gather_transitions(keys[mask])  # {name: [n, *shape]}
+    out: dict[str, Any] = {name: _scatter(v, mask) for name, v in flat.items()}
+    out["mask"] = mask
+    out["starts"] = starts.astype(np.int64)
+    return out
