@@ -34,7 +34,7 @@ from replaybank.multiagent.episodes import Ends, Episodes
 from replaybank.multiagent.layout import OUTCOMES, RESERVED_NAMES, STATE, AgentLayout
 from replaybank.spec import SEP, FieldSpec, as_array
 
-__all__ = ["PER_AGENT_ARGS", "JointStep", "cast_value", "prepare"]
+__all__ = ["PER_AGENT_ARGS", "JointStep", "cast_value", "check_agent_dicts", "prepare"]
 
 #: The dict arguments of ``add`` that hold one value per acting agent.
 PER_AGENT_ARGS = ("obs", "action", "reward", "next_obs", "terminated", "truncated")
@@ -66,23 +66,45 @@ class JointStep:
     next_obs: dict[str, npt.NDArray[Any]]
 
 
-def _dicts(agents: tuple[str, ...], args: Mapping[str, Any],
-           extras: Mapping[str, Any]) -> tuple[str, ...]:
-    """Check the dict arguments; return the agents in ``obs`` (in the buffer's order)."""
-    for name in PER_AGENT_ARGS:
-        v = args[name]
+def check_agent_dicts(owner: str, agents: tuple[str, ...], dicts: Mapping[str, Any],
+                      active: Any, extras: Mapping[str, Any],
+                      reserved: frozenset[str]) -> tuple[str, ...]:
+    """Check the per-agent dict arguments of an ``add``; return the acting agents.
+
+    Args:
+        owner: The buffer class, for messages.
+        agents: The buffer's agents.
+        dicts: The arguments that must be ``{agent: value}`` dicts (``obs`` first: its
+            agents are the acting ones), by argument name.
+        active: ``{agent: bool or bool[num_envs]}`` or None.
+        extras: The other keyword values: a dict is per agent, anything else joint.
+        reserved: Names an extra may not have.
+
+    Returns:
+        The agents in ``obs``, in the buffer's order.
+
+    Raises:
+        ArgumentError: Not a dict, an unknown agent, agents that differ between the
+            dicts, ``active`` naming an agent not in obs, no acting agent, or a reserved
+            extra name.
+
+    Example:
+        >>> check_agent_dicts("B", ("a", "b"), {"obs": {"b": 0}, "reward": {"b": 1.0}},
+        ...                   None, {}, frozenset())
+        ('b',)
+    """
+    for name, v in dicts.items():
         if not isinstance(v, Mapping):
             raise ArgumentError(
                 f"add({name}={describe(v)}): expected a dict {{agent: value}} (PettingZoo's "
                 f"per-agent dicts); for one agent pass {name}={{{agents[0]!r}: value}}")
-        unknown = [a for a in v if a not in agents]
-        if unknown:
-            raise ArgumentError(f"add({name}=...): unknown agent(s) {unknown}; this buffer's "
-                                f"agents are {list(agents)} (MultiAgentReplayBuffer(agents=))")
-    acting = tuple(a for a in agents if a in args["obs"])
-    for name in PER_AGENT_ARGS[1:]:
-        _same_agents(name, args[name], acting)
-    active = args["active"]
+        _known(owner, name, v, agents)
+    acting = tuple(a for a in agents if a in dicts["obs"])
+    if not acting:
+        raise ArgumentError("add(obs={}): no agent acted; pass the step of at least one "
+                            "agent (an agent left out of the dicts did not act)")
+    for name, v in dicts.items():
+        _same_agents(name, v, acting)
     if active is not None:
         if not isinstance(active, Mapping):
             raise ArgumentError(f"add(active={describe(active)}): expected a dict {{agent: "
@@ -93,27 +115,29 @@ def _dicts(agents: tuple[str, ...], args: Mapping[str, Any],
                 f"add(active=...): agent(s) {stray} are not in obs; active says in which envs "
                 "an agent in obs acted (an agent left out of obs acted in none)")
     for name, v in extras.items():
-        if name in RESERVED_NAMES or name in RESERVED or not isinstance(name, str):
-            raise ArgumentError(f"add({name}=...): {name!r} is reserved by the multi-agent "
-                                "buffer or the core; rename the extra")
+        if not isinstance(name, str) or name in reserved:
+            raise ArgumentError(f"add({name}=...): {name!r} is reserved by {owner} or the "
+                                "core; rename the extra")
         if isinstance(v, Mapping):
-            unknown = [a for a in v if a not in agents]
-            if unknown:
-                raise ArgumentError(
-                    f"add({name}=...): a dict extra is per agent, but {unknown} are not "
-                    f"agents of this buffer ({list(agents)}); pass {name}={{agent: value}}, "
-                    "or a joint extra as one array")
+            _known(owner, name, v, agents)
             _same_agents(name, v, acting)
     return acting
+
+
+def _known(owner: str, name: str, v: Mapping[str, Any], agents: tuple[str, ...]) -> None:
+    unknown = [a for a in v if a not in agents]
+    if unknown:
+        raise ArgumentError(f"add({name}=...): unknown agent(s) {unknown}; this buffer's "
+                            f"agents are {list(agents)} ({owner}(agents=))")
 
 
 def _same_agents(name: str, v: Mapping[str, Any], acting: tuple[str, ...]) -> None:
     missing = [a for a in acting if a not in v]
     if missing:
         raise ArgumentError(
-            f"add({name}=...): agent(s) {missing} are in obs but missing from {name}; pass "
-            f"{name} for every agent in obs, or leave the agent out of every dict (it did "
-            "not act at this step)")
+            f"add({name}=...): missing {missing}: agent(s) in obs but missing from {name}; "
+            f"pass {name} for every agent in obs, or leave the agent out of every dict (it "
+            "did not act at this step)")
     extra = [a for a in v if a not in acting]
     if extra:
         raise ArgumentError(
@@ -121,6 +145,9 @@ def _same_agents(name: str, v: Mapping[str, Any], acting: tuple[str, ...]) -> No
             "that acts is in every dict (obs, action, reward, next_obs, terminated, "
             "truncated)")
 
+
+#: Names an extra of MultiAgentReplayBuffer may not have.
+_RESERVED = RESERVED_NAMES | RESERVED
 
 _SCALARS: dict[tuple[str, str, Any], FieldSpec] = {}
 
@@ -181,10 +208,9 @@ def prepare(agents: tuple[str, ...], num_envs: int, layout: AgentLayout | None, 
         SpecError: A field this buffer does not have, or lacks, or an unknown shape.
         ShapeError, DtypeError: A value of the wrong shape or dtype.
     """
-    acting = _dicts(agents, args, extras)
-    if not acting:
-        raise ArgumentError("add(obs={}): no agent acted; pass the step of at least one "
-                            "agent (an agent left out of the dicts did not act)")
+    acting = check_agent_dicts("MultiAgentReplayBuffer", agents,
+                               {name: args[name] for name in PER_AGENT_ARGS}, args["active"],
+                               extras, _RESERVED)
     if layout is None:
         layout = _layout(agents, num_envs, spec, args, extras)
     _fields_match(layout, args, extras)

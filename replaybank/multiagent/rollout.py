@@ -77,7 +77,7 @@ from replaybank.errors import (
     SpecError,
     describe,
 )
-from replaybank.multiagent.inputs import cast_value
+from replaybank.multiagent.inputs import cast_value, check_agent_dicts
 from replaybank.multiagent.layout import (
     RESERVED_NAMES,
     STATE,
@@ -106,8 +106,8 @@ BoolArray = npt.NDArray[np.bool_]
 #: The per-agent dict arguments of ``add`` (``value`` may also be one array).
 _DICT_ARGS = ("obs", "action", "reward", "terminated", "truncated", "log_prob")
 #: Names no extra may take.
-_RESERVED = RESERVED_NAMES | RESERVED | {"value", "log_prob", "final_value", "advantages",
-                                         "returns", "agent", "indices"}
+_RESERVED = RESERVED_NAMES | RESERVED | frozenset({
+    "value", "log_prob", "final_value", "advantages", "returns", "agent", "indices"})
 _NORMS = ("batch", "minibatch", None)
 _FLAG = np.dtype(np.bool_)
 _OUTCOMES = ("reward", "terminated", "truncated", "active")
@@ -460,50 +460,11 @@ class MultiAgentRolloutBuffer:
     def _check_dicts(self, given: Mapping[str, Any], active: Any,
                      extras: Mapping[str, Any]) -> tuple[str, ...]:
         """The dict arguments' agents; return the acting agents (in the buffer's order)."""
-        agents = self._agents
-        for name in _DICT_ARGS:
-            v = given[name]
-            if not isinstance(v, Mapping):
-                raise ArgumentError(
-                    f"add({name}={describe(v)}): expected a dict {{agent: value}} "
-                    f"(PettingZoo's per-agent dicts); for one agent pass "
-                    f"{name}={{{agents[0]!r}: value}}")
-            unknown = [a for a in v if a not in agents]
-            if unknown:
-                raise ArgumentError(f"add({name}=...): unknown agent(s) {unknown}; this "
-                                    f"buffer's agents are {list(agents)}")
-        acting = tuple(a for a in agents if a in given["obs"])
-        if not acting:
-            raise ArgumentError("add(obs={}): no agent acted; pass the step of at least one "
-                                "agent (an agent left out of the dicts did not act)")
-        dicts = [n for n in _DICT_ARGS[1:]]
+        dicts = {name: given[name] for name in _DICT_ARGS}
         if isinstance(given["value"], Mapping):
-            dicts.append("value")
-        dicts += [n for n, v in extras.items() if isinstance(v, Mapping)]
-        for name in dicts:
-            v = given[name] if name in given else extras[name]
-            lacking = [a for a in acting if a not in v]
-            stray = [a for a in v if a not in acting]
-            if lacking or stray:
-                raise ArgumentError(
-                    f"add({name}=...): agents {list(v)} differ from the acting agents in obs "
-                    f"{list(acting)} (missing {lacking}, not in obs {stray}); an agent that "
-                    "acts is in every dict, one that did not act in none")
-        if active is not None:
-            if not isinstance(active, Mapping):
-                raise ArgumentError(f"add(active={describe(active)}): expected a dict "
-                                    "{agent: bool or bool[num_envs]} of agents in obs")
-            stray = [a for a in active if a not in acting]
-            if stray:
-                raise ArgumentError(
-                    f"add(active=...): agent(s) {stray} are not in obs; active says in "
-                    "which envs an agent in obs acted (an agent left out of obs acted in "
-                    "none)")
-        for name in extras:
-            if name in _RESERVED:
-                raise ArgumentError(f"add({name}=...): {name!r} is reserved by "
-                                    "MultiAgentRolloutBuffer or the core; rename the extra")
-        return acting
+            dicts["value"] = given["value"]
+        return check_agent_dicts("MultiAgentRolloutBuffer", self._agents, dicts, active,
+                                 extras, _RESERVED)
 
     def _check_fields(self, layout: AgentLayout, value: Any, state: Any,
                       extras: Mapping[str, Any]) -> None:
