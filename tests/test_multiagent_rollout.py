@@ -476,3 +476,31 @@ def test_mpe2_simple_spread_rollout_with_random_actions() -> None:
     assert sum(b.batch_size for b in batches) == 60 * 3
     assert batches[0].obs.shape[1:] == (18,) and batches[0].state.shape[1:] == (54,)
     env.close()
+
+
+def test_stacked_fields_for_a_shared_network() -> None:
+    """``stacked`` gives ``[B, n_agents, *shape]`` of agents that share a space (the
+    per-agent values in agent order), and names the agents when their spaces differ."""
+    buf = MultiAgentRolloutBuffer(4, ["a", "b"], num_envs=2, gamma=GAMMA, gae_lambda=LAM,
+                                  seed=0)
+    rng = np.random.default_rng(0)
+    for t in range(4):
+        per = lambda shape, dt=np.float32: {k: rng.standard_normal(shape).astype(dt)  # noqa: E731
+                                            for k in ("a", "b")}
+        buf.add(obs=per((2, 3)), action={k: np.zeros(2, np.int64) for k in ("a", "b")},
+                reward=per(2), value=per(2), log_prob=per(2),
+                terminated={k: np.full(2, t == 3) for k in ("a", "b")},
+                truncated={k: np.zeros(2, bool) for k in ("a", "b")},
+                hidden={"a": np.zeros((2, 4), np.float32), "b": np.zeros((2, 5), np.float32)})
+    buf.compute_returns_and_advantage(last_values={k: np.zeros(2, np.float32)
+                                                   for k in ("a", "b")})
+    mb = next(iter(buf.get(8)))
+    obs = mb.stacked("obs")
+    assert obs.shape == (8, 2, 3)
+    assert np.array_equal(obs[:, 1], mb.obs["b"]) and np.array_equal(obs[:, 0], mb.obs["a"])
+    assert np.array_equal(mb.stacked("advantages", agents=["b"])[:, 0], mb.advantages["b"])
+    assert mb.stacked("value").shape == (8, 2)
+    with pytest.raises(ShapeError, match="hidden"):
+        mb.stacked("hidden")
+    with pytest.raises(KeyError, match="not a per-agent field"):
+        mb.stacked("state")

@@ -45,7 +45,7 @@ from replaybank.errors import ShapeError, require_extra
 from replaybank.multiagent.nstep import AGENT_DISCOUNT
 from replaybank.spec import SEP
 
-__all__ = ["MultiAgentBatch", "MultiAgentEpisodeBatch", "MultiAgentSequenceBatch"]
+__all__ = ["MultiAgentBatch", "MultiAgentEpisodeBatch", "MultiAgentSequenceBatch", "stack_agents"]
 
 #: Per-agent fields of every batch: batch attribute -> core field prefix.
 AGENT_FIELDS = {"obs": "obs", "next_obs": "next_obs", "action": "action",
@@ -68,6 +68,46 @@ def _zero_inactive(x: Any, active: Any) -> Any:
     if isinstance(x, np.ndarray):
         return np.where(mask, x, np.zeros((), x.dtype))
     return x.masked_fill(~mask, 0)  # a torch tensor
+
+
+def stack_agents(per: Mapping[str, Any], name: str, all_agents: tuple[str, ...],
+                 agents: Any, lead: int) -> Any:
+    """The values ``per[agent]`` of ``agents`` (default: ``all_agents``) stacked on axis
+    ``lead``: ``[*lead_dims, n_agents, *shape]`` (numpy, or torch for tensors).
+
+    Args:
+        per: ``{agent: [*lead_dims, *shape]}``.
+        name: The field's name, for messages.
+        all_agents: Every agent of the batch, in order.
+        agents: The agents to stack, in order, or None for all.
+        lead: The number of leading batch dims (1: ``[B]``; 2: ``[B, L]``).
+
+    Raises:
+        KeyError: An unknown agent, or none.
+        ShapeError: The agents' shapes or dtypes differ.
+
+    Example:
+        >>> stack_agents({"a": np.zeros((4, 2)), "b": np.ones((4, 2))}, "obs", ("a", "b"),
+        ...              None, 1).shape
+        (4, 2, 2)
+    """
+    names = list(all_agents if agents is None else agents)
+    unknown = [a for a in names if a not in per]
+    if unknown or not names:
+        raise KeyError(f"stacked({name!r}, agents={names}): unknown agents {unknown}; "
+                       f"the agents are {list(all_agents)}")
+    values = [per[a] for a in names]
+    kinds = {(tuple(v.shape[lead:]), str(v.dtype)) for v in values}
+    if len(kinds) > 1:
+        shown = {a: (tuple(per[a].shape[lead:]), str(per[a].dtype)) for a in names}
+        raise ShapeError(
+            f"stacked({name!r}): the agents' {name} differ in shape or dtype {shown}; "
+            "stack agents that share a space (pass agents=[...]) or read "
+            f"batch.{name}[agent] per agent")
+    if isinstance(values[0], np.ndarray):
+        return np.stack(values, axis=lead)
+    torch = require_extra("torch", "torch")
+    return torch.stack(values, dim=lead)
 
 
 @dataclass(frozen=True)
@@ -151,24 +191,7 @@ class _AgentFields:
             extras = [k for k, v in self.extras.items() if isinstance(v, dict)]
             raise KeyError(f"stacked({name!r}): not a per-agent field; use one of "
                            f"{[*AGENT_FIELDS, *extras]}")
-        names = list(self.agents if agents is None else agents)
-        unknown = [a for a in names if a not in per]
-        if unknown or not names:
-            raise KeyError(f"stacked({name!r}, agents={names}): unknown agents {unknown}; "
-                           f"the agents are {list(self.agents)}")
-        values = [per[a] for a in names]
-        kinds = {(tuple(v.shape[self._lead:]), str(v.dtype)) for v in values}
-        if len(kinds) > 1:
-            shown = {a: (tuple(per[a].shape[self._lead:]), str(per[a].dtype)) for a in names}
-            raise ShapeError(
-                f"stacked({name!r}): the agents' {name} differ in shape or dtype {shown}; "
-                "stack agents that share a space (pass agents=[...]) or read "
-                f"batch.{name}[agent] per agent")
-        axis = self._lead
-        if isinstance(values[0], np.ndarray):
-            return np.stack(values, axis=axis)
-        torch = require_extra("torch", "torch")
-        return torch.stack(values, dim=axis)
+        return stack_agents(per, name, self.agents, agents, self._lead)
 
     #: Leading batch dims (1: ``[B]``; 2: ``[B, L]``).
     _lead = 1

@@ -34,6 +34,7 @@ import numpy as np
 import numpy.typing as npt
 
 from replaybank.batch import Batch
+from replaybank.multiagent.batch import stack_agents
 from replaybank.spec import SEP
 
 __all__ = ["AGENT_FIELDS", "MultiAgentRolloutBatch", "flatten_rows", "together_rows"]
@@ -128,6 +129,30 @@ class MultiAgentRolloutBatch:
     def n_agents(self) -> int:
         """Number of agents."""
         return len(self.agents)
+
+    def stacked(self, name: str, agents: Any = None) -> Any:
+        """A per-agent field stacked over agents, for a shared actor or critic.
+
+        Args:
+            name: One of ``obs``, ``action``, ``log_prob``, ``reward``, ``terminated``,
+                ``truncated``, ``active``, ``advantages``, ``returns``, ``value`` (per-agent
+                values) or a per-agent extra.
+            agents: The agents to stack, in order (default: all).
+
+        Returns:
+            ``[B, n_agents, *shape]``.
+
+        Raises:
+            KeyError: No such per-agent field, or an unknown agent.
+            ShapeError: The agents' shapes or dtypes differ.
+        """
+        per = getattr(self, name) if name in AGENT_FIELDS or name == "value" \
+            else self.extras.get(name)
+        if not isinstance(per, dict):
+            extras = [k for k, v in self.extras.items() if isinstance(v, dict)]
+            raise KeyError(f"stacked({name!r}): not a per-agent field; use one of "
+                           f"{[*AGENT_FIELDS, *extras]}")
+        return stack_agents(per, name, self.agents, agents, 1)
 
     def to_torch(self, device: Any = None, non_blocking: bool = True,
                  pin_memory: bool = False) -> MultiAgentRolloutBatch:
