@@ -70,20 +70,22 @@ def _zero_inactive(x: Any, active: Any) -> Any:
     return x.masked_fill(~mask, 0)  # a torch tensor
 
 
-def stack_agents(per: Mapping[str, Any], name: str, all_agents: tuple[str, ...],
-                 agents: Any, lead: int) -> Any:
+def stack_agents(per: Any, name: str, all_agents: tuple[str, ...], agents: Any, lead: int,
+                 fields: tuple[str, ...] = ()) -> Any:
     """The values ``per[agent]`` of ``agents`` (default: ``all_agents``) stacked on axis
     ``lead``: ``[*lead_dims, n_agents, *shape]`` (numpy, or torch for tensors).
 
     Args:
-        per: ``{agent: [*lead_dims, *shape]}``.
+        per: ``{agent: [*lead_dims, *shape]}`` (anything else: ``name`` is not a per-agent
+            field).
         name: The field's name, for messages.
         all_agents: Every agent of the batch, in order.
         agents: The agents to stack, in order, or None for all.
         lead: The number of leading batch dims (1: ``[B]``; 2: ``[B, L]``).
+        fields: The batch's field names, for the message when ``per`` is not a dict.
 
     Raises:
-        KeyError: An unknown agent, or none.
+        KeyError: Not a per-agent field, an unknown agent, or none.
         ShapeError: The agents' shapes or dtypes differ.
 
     Example:
@@ -91,6 +93,8 @@ def stack_agents(per: Mapping[str, Any], name: str, all_agents: tuple[str, ...],
         ...              None, 1).shape
         (4, 2, 2)
     """
+    if not isinstance(per, dict):
+        raise KeyError(f"stacked({name!r}): not a per-agent field; use one of {list(fields)}")
     names = list(all_agents if agents is None else agents)
     unknown = [a for a in names if a not in per]
     if unknown or not names:
@@ -187,11 +191,8 @@ class _AgentFields:
             ShapeError: The agents' shapes or dtypes differ.
         """
         per = getattr(self, name) if name in AGENT_FIELDS else self.extras.get(name)
-        if not isinstance(per, dict):
-            extras = [k for k, v in self.extras.items() if isinstance(v, dict)]
-            raise KeyError(f"stacked({name!r}): not a per-agent field; use one of "
-                           f"{[*AGENT_FIELDS, *extras]}")
-        return stack_agents(per, name, self.agents, agents, self._lead)
+        return stack_agents(per, name, self.agents, agents, self._lead,
+                            (*AGENT_FIELDS, *self.extras))
 
     #: Leading batch dims (1: ``[B]``; 2: ``[B, L]``).
     _lead = 1

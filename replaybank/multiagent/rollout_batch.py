@@ -148,11 +148,8 @@ class MultiAgentRolloutBatch:
         """
         per = getattr(self, name) if name in AGENT_FIELDS or name == "value" \
             else self.extras.get(name)
-        if not isinstance(per, dict):
-            extras = [k for k, v in self.extras.items() if isinstance(v, dict)]
-            raise KeyError(f"stacked({name!r}): not a per-agent field; use one of "
-                           f"{[*AGENT_FIELDS, *extras]}")
-        return stack_agents(per, name, self.agents, agents, 1)
+        return stack_agents(per, name, self.agents, agents, 1,
+                            (*AGENT_FIELDS, "value", *self.extras))
 
     def to_torch(self, device: Any = None, non_blocking: bool = True,
                  pin_memory: bool = False) -> MultiAgentRolloutBatch:
