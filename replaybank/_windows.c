@@ -6,8 +6,12 @@
  * few steps ahead prefetched, so the cache and TLB misses of consecutive rows (one page
  * apart in a multi-lane table) overlap.
  *
- *   take_rows(jobs)   jobs: a tuple of (src, idx, out) triples; for each,
- *                     out[i] = src[idx[i]] (rows of src along its first axis)
+ *   take_rows(jobs)   jobs: a tuple of (src, idx, out) triples and (src, idx, out, next)
+ *                     window pairs; for a triple, out[i] = src[idx[i]] (rows of src
+ *                     along its first axis); for a pair, idx is [B, W + 1] and
+ *                     out[b, j] = src[idx[b, j]], next[b, j] = src[idx[b, j + 1]]
+ *                     (j < W): the obs and next_obs windows of one gather, each row read
+ *                     once and stored twice
  *
  * Which rows: the plans of the numba kernels in replaybank/ops/windows_numba.py and
  * stack_numba.py, as loops in C (one call per batch, no JIT to load or compile):
@@ -39,6 +43,7 @@
 #define MAXJOBS 64      /* fields per call (a batch has a handful) */
 #define AHEAD 8         /* rows prefetched ahead of the copy */
 #define PF_BYTES 256    /* bytes of each row prefetched (the hardware streams the rest) */
+#define SMALL_AHEAD 16  /* one-number rows prefetched ahead of the copy */
 
 #if defined(__GNUC__) || defined(__clang__)
 #define PREFETCH(p) __builtin_prefetch((p), 0, 3)
@@ -47,11 +52,13 @@
 #endif
 
 typedef struct {
-    Py_buffer src, idx, out;
-    int held;            /* bit 0 src, 1 idx, 2 out */
+    Py_buffer src, idx, out, out2;
+    int held;            /* bit 0 src, 1 idx, 2 out, 3 out2 */
     const char *s;
     const int64_t *ix;
     char *o;
+    char *o2;            /* a window pair's next rows, else NULL */
+    Py_ssize_t w1;       /* a window pair's W + 1 */
     Py_ssize_t rows;     /* len(src) */
     Py_ssize_t row;      /* bytes per row */
     Py_ssize_t n;        /* len(idx) */
@@ -67,6 +74,8 @@ release(Job *jobs, Py_ssize_t n)
             PyBuffer_Release(&jobs[j].idx);
         if (jobs[j].held & 4)
             PyBuffer_Release(&jobs[j].out);
+        if (jobs[j].held & 8)
+            PyBuffer_Release(&jobs[j].out2);
         jobs[j].held = 0;
     }
 }
@@ -85,11 +94,12 @@ strip(const char *f)
 static int
 open_job(PyObject *t, Py_ssize_t j, Job *job)
 {
-    if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 3) {
+    if (!PyTuple_Check(t) || (PyTuple_GET_SIZE(t) != 3 && PyTuple_GET_SIZE(t) != 4)) {
         PyErr_Format(PyExc_TypeError, "replaybank._windows.take_rows: job %zd must be a "
-                     "(src, idx, out) tuple", j);
+                     "(src, idx, out) or (src, idx, out, next) tuple", j);
         return -1;
     }
+    int pair = PyTuple_GET_SIZE(t) == 4;
     PyObject *src = PyTuple_GET_ITEM(t, 0), *idx = PyTuple_GET_ITEM(t, 1),
              *out = PyTuple_GET_ITEM(t, 2);
     if (PyObject_GetBuffer(src, &job->src, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
@@ -116,10 +126,31 @@ open_job(PyObject *t, Py_ssize_t j, Job *job)
     job->rows = job->src.shape[0];
     job->row = job->rows > 0 ? job->src.len / job->rows : 0;
     job->n = job->idx.len / 8;
-    if (job->out.len != job->n * job->row) {
+    Py_ssize_t n_out = job->n;  /* rows each output holds */
+    if (pair) {
+        if (job->idx.ndim != 2 || job->idx.shape[1] < 2) {
+            PyErr_Format(PyExc_ValueError, "replaybank._windows.take_rows: job %zd: a window "
+                         "pair's idx must be [B, W + 1] with W >= 1", j);
+            return -1;
+        }
+        job->w1 = job->idx.shape[1];
+        n_out = job->idx.shape[0] * (job->w1 - 1);
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(t, 3), &job->out2,
+                               PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0)
+            return -1;
+        job->held |= 8;
+        if (job->out2.len != n_out * job->row) {
+            PyErr_Format(PyExc_ValueError, "replaybank._windows.take_rows: job %zd: next "
+                         "holds %zd bytes, %zd rows of %zd bytes need %zd", j,
+                         job->out2.len, n_out, job->row, n_out * job->row);
+            return -1;
+        }
+        job->o2 = (char *)job->out2.buf;
+    }
+    if (job->out.len != n_out * job->row) {
         PyErr_Format(PyExc_ValueError, "replaybank._windows.take_rows: job %zd: out holds "
-                     "%zd bytes, %zd rows of %zd bytes need %zd", j, job->out.len, job->n,
-                     job->row, job->n * job->row);
+                     "%zd bytes, %zd rows of %zd bytes need %zd", j, job->out.len, n_out,
+                     job->row, n_out * job->row);
         return -1;
     }
     job->s = (const char *)job->src.buf;
@@ -144,6 +175,31 @@ prefetch_row(const char *p, Py_ssize_t row)
         PREFETCH(p + c);
 }
 
+/* A window pair: each row of idx [B, W + 1] read once, stored as out[b, j] (j < W) and
+ * next[b, j - 1] (j >= 1). */
+static void
+copy_pair(const Job *job)
+{
+    const char *s = job->s;
+    const int64_t *ix = job->ix;
+    Py_ssize_t n = job->n, row = job->row, w1 = job->w1, w = w1 - 1;
+    Py_ssize_t head = n < AHEAD ? n : AHEAD;
+    for (Py_ssize_t i = 0; i < head; i++)
+        prefetch_row(s + ix[i] * row, row);
+    for (Py_ssize_t b = 0, i = 0; i < n; b++) {
+        char *o = job->o + b * w * row, *o2 = job->o2 + b * w * row;
+        for (Py_ssize_t j = 0; j < w1; j++, i++) {
+            if (i + AHEAD < n)
+                prefetch_row(s + ix[i + AHEAD] * row, row);
+            const char *r = s + ix[i] * row;
+            if (j < w)
+                memcpy(o + j * row, r, (size_t)row);
+            if (j > 0)
+                memcpy(o2 + (j - 1) * row, r, (size_t)row);
+        }
+    }
+}
+
 static void
 copy_job(const Job *job)
 {
@@ -151,18 +207,33 @@ copy_job(const Job *job)
     const int64_t *ix = job->ix;
     char *o = job->o;
     Py_ssize_t n = job->n, row = job->row;
-    switch (row) {  /* one-number rows: a typed load and store */
+    if (job->o2 != NULL) {
+        copy_pair(job);
+        return;
+    }
+    /* one-number rows: a typed load and store, the row SMALL_AHEAD on prefetched (in a
+     * multi-lane table consecutive steps of a window are a cache line or more apart) */
+    switch (row) {
     case 1:
-        for (Py_ssize_t i = 0; i < n; i++)
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (i + SMALL_AHEAD < n)
+                PREFETCH(s + ix[i + SMALL_AHEAD]);
             o[i] = s[ix[i]];
+        }
         return;
     case 4:
-        for (Py_ssize_t i = 0; i < n; i++)
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (i + SMALL_AHEAD < n)
+                PREFETCH(s + 4 * ix[i + SMALL_AHEAD]);
             memcpy(o + 4 * i, s + 4 * ix[i], 4);
+        }
         return;
     case 8:
-        for (Py_ssize_t i = 0; i < n; i++)
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (i + SMALL_AHEAD < n)
+                PREFETCH(s + 8 * ix[i + SMALL_AHEAD]);
             memcpy(o + 8 * i, s + 8 * ix[i], 8);
+        }
         return;
     default:
         break;
@@ -497,6 +568,17 @@ draw_loop(const Table *t, const int64_t *flat, Py_ssize_t m, int64_t width, int 
           int64_t min_len, int64_t *keys, int64_t *ext, Py_ssize_t nb)
 {
     int64_t n_ok = 0, k, e;
+    if (!cross && t->bounds) {  /* every candidate's boundary bytes requested up front */
+        for (Py_ssize_t i = 0; i < m; i++) {
+            int64_t q = flat[i], lane = 0;
+            while (q >= t->counts[lane]) {
+                q -= t->counts[lane];
+                lane++;
+            }
+            int64_t seq = t->written[lane] - t->counts[lane] + q;
+            PREFETCH(t->bounds + lane * t->T + seq % t->T);
+        }
+    }
     for (Py_ssize_t i = 0; i < m; i++) {
         draw_one(t, flat[i], width, cross, &k, &e);
         if (e >= min_len) {
@@ -561,6 +643,15 @@ plan_loop(const Table *t, const Plan *p, int64_t *n_side_out, int *tail_out)
     int64_t T = t->T, lanes = t->lanes, W = p->width, nb = p->nb, n_side = 0;
     int tail_only = 1;
     uint8_t *fl = p->flags;
+    /* the first flag and boundary bytes of every window requested before any is read, so
+     * that the windows' cache misses overlap instead of coming one window at a time */
+    for (int64_t b = 0; b < nb; b++) {
+        int64_t seq = p->keys[b] / lanes, lane = p->keys[b] - seq * lanes, row = seq % T;
+        PREFETCH(p->term + row * lanes + lane);
+        PREFETCH(p->trunc + row * lanes + lane);
+        if (t->bounds)
+            PREFETCH(t->bounds + lane * T + row);
+    }
     for (int64_t b = 0; b < nb; b++) {
         int64_t seq = p->keys[b] / lanes, lane = p->keys[b] - seq * lanes;
         int64_t newest = t->written[lane] - 1;
@@ -973,6 +1064,11 @@ c_stack(PyObject *self, PyObject *const *a, Py_ssize_t na)
     int64_t T = t.T, lanes = t.lanes, w = k + 1;
     int64_t o_side = nb * w, o_ok = o_side + nb, o_step = o_ok + nb, n_bad = 0, n_side = 0;
     Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t b = 0; b < nb; b++) {  /* every sample's links requested up front */
+        int64_t seq = keys[b] / lanes, lane = keys[b] % lanes;
+        PREFETCH(t.link + (seq % T) * lanes + lane);
+        PREFETCH(t.link + ((seq + T - (k - 1) % T) % T) * lanes + lane);
+    }
     for (Py_ssize_t b = 0; b < nb; b++) {
         int64_t seq = keys[b] / lanes, lane = keys[b] % lanes;
         int64_t lo = t.written[lane] - t.counts[lane];
@@ -1013,7 +1109,9 @@ done:
 
 static PyMethodDef windows_functions[] = {
     {"take_rows", take_rows, METH_O,
-     "take_rows(jobs): out[i] = src[idx[i]] for each (src, idx, out) of the tuple jobs."},
+     "take_rows(jobs): out[i] = src[idx[i]] for each (src, idx, out) of the tuple jobs; "
+     "out[b, j] = src[idx[b, j]], next[b, j] = src[idx[b, j + 1]] for each window pair "
+     "(src, idx, out, next)."},
     {"extent", (PyCFunction)(void (*)(void))c_extent, METH_FASTCALL,
      "extent(link, bounds, written, counts, keys, width, cross, out)"},
     {"draw", (PyCFunction)(void (*)(void))c_draw, METH_FASTCALL,

@@ -646,12 +646,15 @@ def test_sequence_plan_kernel_matches_loops() -> None:
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(lanes=st.integers(1, 3), nrows=st.integers(3, 12), n_calls=st.integers(1, 40),
        length=st.integers(1, 5), burn_in=st.integers(0, 2), cross=st.booleans(),
-       strict=st.booleans(), seed=st.integers(0, 2**16))
+       strict=st.booleans(), seed=st.integers(0, 2**16), one_call=st.booleans())
 def test_fused_path_equals_numpy_path(lanes: int, nrows: int, n_calls: int, length: int,
                                       burn_in: int, cross: bool, strict: bool,
-                                      seed: int) -> None:
+                                      seed: int, one_call: bool) -> None:
+    """``one_call``: every batch takes the one-call row gather (window pairs where obs
+    and next_obs differ), as large batches do, instead of one take per field."""
     pytest.importorskip("numba")
     from replaybank.buffers import sequences as seqmod
+    from replaybank.views import sequence
 
     rng = np.random.default_rng(seed)
     bufs = [rb.ReplayBuffer(capacity=nrows * lanes, num_envs=lanes, seed=seed)
@@ -675,13 +678,14 @@ def test_fused_path_equals_numpy_path(lanes: int, nrows: int, n_calls: int, leng
         return
     out = []
     for buf, kernel in zip(bufs, ("auto", "numpy"), strict=True):
-        old = seqmod.KERNEL
+        old, old_bytes = seqmod.KERNEL, sequence._FUSED_BYTES
         seqmod.KERNEL = kernel
+        sequence._FUSED_BYTES = 0 if one_call else old_bytes
         try:
             out.append([buf.sample_sequences(6, length, max_redraws=r, **kw)
                         for r in (16, 0, 16)])
         finally:
-            seqmod.KERNEL = old
+            seqmod.KERNEL, sequence._FUSED_BYTES = old, old_bytes
     for fast, slow in zip(*out, strict=True):
         assert fast == slow
         check_batch(fast, ref, width, burn_in, cross, width if strict else burn_in + 1)

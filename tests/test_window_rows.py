@@ -44,6 +44,58 @@ def test_take_rows_matches_the_numpy_oracle(seed: int, n_jobs: int) -> None:
         np.testing.assert_array_equal(a, src[idx])
 
 
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**16), n_jobs=st.integers(1, 4))
+def test_window_pairs_match_the_numpy_oracle(seed: int, n_jobs: int) -> None:
+    """Window pairs ``(src, idx [B, W + 1], obs, next)``, mixed with plain jobs: obs is
+    ``src[idx[:, :-1]]`` and next ``src[idx[:, 1:]]`` in C and in numpy."""
+    rng = np.random.default_rng(seed)
+    jobs_c: list[tuple[Any, ...]] = []
+    jobs_np: list[tuple[Any, ...]] = []
+    for _ in range(n_jobs):
+        dtype = DTYPES[int(rng.integers(len(DTYPES)))]
+        shape = tuple(int(d) for d in rng.integers(1, 5, int(rng.integers(0, 3))))
+        n = int(rng.integers(1, 40))
+        src: Any = (rng.standard_normal((n, *shape)) * 50).astype(dtype)
+        idx = rng.integers(0, n, (int(rng.integers(1, 6)), int(rng.integers(2, 9))))
+        pair = bool(rng.integers(2))
+        cols = idx.shape[1] - 1 if pair else idx.shape[1]
+        outs = [np.full((idx.shape[0], cols, *shape), 7, dtype) for _ in range(4)]
+        jobs_c.append((src, idx, outs[0], outs[1]) if pair else (src, idx, outs[0]))
+        jobs_np.append((src, idx, outs[2], outs[3]) if pair else (src, idx, outs[2]))
+    wc.take_rows(tuple(jobs_c))
+    windows.take_rows(tuple(jobs_np))
+    for c, o in zip(jobs_c, jobs_np, strict=True):
+        src, idx = c[0], c[1]
+        for a, b in zip(c[2:], o[2:], strict=True):
+            np.testing.assert_array_equal(a, b)
+        if len(c) == 4:
+            np.testing.assert_array_equal(c[2], src[idx[:, :-1]])
+            np.testing.assert_array_equal(c[3], src[idx[:, 1:]])
+        else:
+            np.testing.assert_array_equal(c[2], src[idx])
+
+
+@pytest.mark.parametrize("take", [wc.take_rows, windows.take_rows], ids=["c", "numpy"])
+def test_window_pairs_are_checked_before_copying(take: Any) -> None:
+    src = np.arange(12, dtype=np.float32).reshape(6, 2)
+    obs, nxt = np.zeros((1, 2, 2), np.float32), np.zeros((1, 2, 2), np.float32)
+    good = (src, np.array([1, 2]), np.zeros((2, 2), np.float32))
+    with pytest.raises(ValueError, match=r"\[B, W \+ 1\]"):
+        take((good, (src, np.array([0, 1, 2]), obs, nxt)))  # idx not [B, W + 1]
+    with pytest.raises(ValueError, match=r"\[B, W \+ 1\]"):
+        take(((src, np.array([[0], [1]]), obs, nxt),))  # W = 0
+    with pytest.raises(ValueError, match="next holds"):
+        take(((src, np.array([[0, 1, 2]]), obs, np.zeros((1, 3, 2), np.float32)),))
+    with pytest.raises(ValueError, match="out holds"):
+        take(((src, np.array([[0, 1, 2]]), np.zeros((1, 3, 2), np.float32), nxt),))
+    with pytest.raises(IndexError):
+        take((good, (src, np.array([[0, 1, 6]]), obs, nxt)))
+    with pytest.raises(TypeError):
+        take(((src, np.array([[0, 1]]), obs, nxt, nxt),))
+    assert not good[2].any() and not obs.any() and not nxt.any()  # nothing was copied
+
+
 @pytest.mark.parametrize("take", [wc.take_rows, windows.take_rows], ids=["c", "numpy"])
 def test_take_rows_checks_every_job_before_copying(take: Any) -> None:
     src = np.arange(12, dtype=np.float32).reshape(6, 2)

@@ -387,8 +387,9 @@ def kernel(fn: Callable[..., Any], prefer: str = "auto") -> tuple[Any, str]:
                        compiled="replaybank.ops.windows_c" if name in _C_TWINS else None)
 
 
-def take_rows(jobs: tuple[tuple[npt.NDArray[Any], IntArray, npt.NDArray[Any]], ...]) -> None:
-    """``out[i] = src[idx[i]]`` (rows along the first axis) for every ``(src, idx, out)``.
+def take_rows(jobs: tuple[tuple[npt.NDArray[Any], ...], ...]) -> None:
+    """``out[i] = src[idx[i]]`` (rows along the first axis) for every ``(src, idx, out)``,
+    and the obs/next_obs windows of every window pair ``(src, idx, out, next)``.
 
     The oracle of the C kernel :func:`replaybank.ops.windows_c.take_rows` (one call for
     every field of a window batch). Every job is checked before any row is copied.
@@ -396,12 +397,17 @@ def take_rows(jobs: tuple[tuple[npt.NDArray[Any], IntArray, npt.NDArray[Any]], .
     Args:
         jobs: ``(src, idx, out)`` triples: ``src`` ``[N, *shape]``, ``idx`` int64 of any
             shape ``S`` with values in ``[0, N)``, ``out`` ``[*S, *shape]`` of ``src``'s
-            dtype, all C-contiguous.
+            dtype, all C-contiguous; and window pairs ``(src, idx, out, next)``: ``idx``
+            ``[B, W + 1]``, ``out[b, j] = src[idx[b, j]]`` and ``next[b, j] =
+            src[idx[b, j + 1]]``, both ``[B, W, *shape]`` (``obs`` and ``next_obs`` of
+            windows whose next observations are not all the next step's, each row read
+            once).
 
     Raises:
         IndexError: An index outside ``[0, N)`` (nothing is copied).
-        TypeError: ``idx`` is not int64.
-        ValueError: ``out`` does not hold ``idx.size`` rows of ``src``'s row size.
+        TypeError: ``idx`` is not int64, or a job is not a triple or a pair.
+        ValueError: ``out`` (or ``next``) does not hold its rows of ``src``'s row size, or
+            a pair's ``idx`` is not ``[B, W + 1]`` with ``W >= 1``.
 
     Example:
         >>> src = np.arange(6).reshape(3, 2)
@@ -409,20 +415,43 @@ def take_rows(jobs: tuple[tuple[npt.NDArray[Any], IntArray, npt.NDArray[Any]], .
         >>> take_rows(((src, np.array([2, 0]), out),))
         >>> out.tolist()
         [[4, 5], [0, 1]]
+        >>> obs, nxt = np.empty((1, 2, 2), src.dtype), np.empty((1, 2, 2), src.dtype)
+        >>> take_rows(((src, np.array([[0, 1, 2]]), obs, nxt),))
+        >>> obs[0, :, 0].tolist(), nxt[0, :, 0].tolist()
+        ([0, 2], [2, 4])
     """
-    for j, (src, idx, out) in enumerate(jobs):
+    for j, job in enumerate(jobs):
+        if len(job) not in (3, 4):
+            raise TypeError(f"take_rows: job {j} must be a (src, idx, out) or (src, idx, "
+                            "out, next) tuple")
+        src, idx, out = job[:3]
         if idx.dtype != np.int64:
             raise TypeError(f"take_rows: job {j}: idx must be a contiguous int64 array")
         row = src.nbytes // src.shape[0] if src.shape[0] else 0
-        if out.nbytes != idx.size * row:
-            raise ValueError(f"take_rows: job {j}: out holds {out.nbytes} bytes, {idx.size} "
-                             f"rows of {row} bytes need {idx.size * row}")
+        n_out = idx.size
+        if len(job) == 4:
+            if idx.ndim != 2 or idx.shape[1] < 2:
+                raise ValueError(f"take_rows: job {j}: a window pair's idx must be [B, W + 1] "
+                                 "with W >= 1")
+            n_out = idx.shape[0] * (idx.shape[1] - 1)
+            if job[3].nbytes != n_out * row:
+                raise ValueError(f"take_rows: job {j}: next holds {job[3].nbytes} bytes, "
+                                 f"{n_out} rows of {row} bytes need {n_out * row}")
+        if out.nbytes != n_out * row:
+            raise ValueError(f"take_rows: job {j}: out holds {out.nbytes} bytes, {n_out} "
+                             f"rows of {row} bytes need {n_out * row}")
         if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= src.shape[0]):
             raise IndexError(f"take_rows: job {j}: an index is out of bounds for "
                              f"{src.shape[0]} rows")
-    for src, idx, out in jobs:
+    for job in jobs:
+        src, idx = job[0], job[1]
         # the indices are checked: "wrap" skips numpy's buffered copy of mode "raise"
-        src.take(idx, axis=0, out=out.reshape(idx.shape + src.shape[1:]), mode="wrap")
+        if len(job) == 3:
+            src.take(idx, axis=0, out=job[2].reshape(idx.shape + src.shape[1:]), mode="wrap")
+            continue
+        shape = (idx.shape[0], idx.shape[1] - 1, *src.shape[1:])
+        src.take(idx[:, :-1], axis=0, out=job[2].reshape(shape), mode="wrap")
+        src.take(idx[:, 1:], axis=0, out=job[3].reshape(shape), mode="wrap")
 
 
 def row_kernel(prefer: str = "auto") -> tuple[Any, str]:

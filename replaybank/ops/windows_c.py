@@ -57,7 +57,8 @@ FLAG_NAMES = ("is_first", "is_last", "is_terminal", "mask", "burn_in", "terminat
               "truncated")
 
 #: ``take_rows(jobs)``: ``out[i] = src[idx[i]]`` for every ``(src, idx, out)`` of the
-#: tuple ``jobs`` (same contract as :func:`replaybank.ops.windows.take_rows`).
+#: tuple ``jobs``, and the obs/next_obs windows of every window pair ``(src, idx, out,
+#: next)`` (same contract as :func:`replaybank.ops.windows.take_rows`).
 take_rows: Any = _windows.take_rows
 
 _extent = _windows.extent

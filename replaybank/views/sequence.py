@@ -4,7 +4,9 @@ and the fused path (numba slots and flags, numpy storage).
 Observations: one ``[B, W + 1]`` gather serves ``obs`` (columns ``:W``) and
 ``next_obs`` (``1:``); where a step's next observation is kept aside (episode ends,
 discontinuities, the newest step) it is patched into ``next_obs``, which is then its own
-array; otherwise both are read-only views of one array.
+array (the fused path gathers each row once into both, a window pair of
+:func:`~replaybank.ops.windows.take_rows`); otherwise both are read-only views of one
+array.
 """
 
 from __future__ import annotations
@@ -167,40 +169,48 @@ def gather_fused(fast: Any, t: Any, starts: IntArray, ext: IntArray, width: int,
     # fancy-indexed assignment per field
     short = [] if full or int(ext.min()) >= width else \
         [(b, e) for b, e in enumerate(ext.tolist()) if e < width]
+    # obs and next_obs are views of one [B, W + 1] gather unless a next observation kept
+    # aside inside a window (or a window cut short) makes them differ
+    shared = not short and (len(side) == 0 or tail_only)
     out: dict[str, Any] = {}
+    pairs = []  # (obs, next_obs) [B, W, ...] of each observation field
     if slots.size * reads.obs_row_bytes >= _FUSED_BYTES:
         # a large batch: every field of every window in one C call (rows prefetched, no
         # GIL), a few per cent under one take per field
         nb = len(starts)
-        jobs = []
+        jobs: list[tuple[Any, ...]] = []
         for name, arr in reads.fields:
             out[name] = g = np.empty((nb, width, *arr.shape[1:]), arr.dtype)  # [B, W, ...]
             jobs.append((arr, steps, g))
-        windows_obs = []
         for _, _, arr in reads.obs:
-            g = np.empty((nb, width + 1, *arr.shape[1:]), arr.dtype)  # [B, W + 1, ...]
-            jobs.append((arr, slots, g))
-            windows_obs.append(g)
+            if shared:
+                g = np.empty((nb, width + 1, *arr.shape[1:]), arr.dtype)  # [B, W + 1, ...]
+                jobs.append((arr, slots, g))
+                pairs.append((g[:, :width], g[:, 1:]))
+            else:  # a window pair: each row read once and stored in obs and next_obs
+                o = np.empty((nb, width, *arr.shape[1:]), arr.dtype)
+                x = np.empty((nb, width, *arr.shape[1:]), arr.dtype)
+                jobs.append((arr, slots, o, x))
+                pairs.append((o, x))
         _row_kernel()(tuple(jobs))
     else:  # a small one: one take per field costs less Python than preallocating
         for name, arr in reads.fields:
             out[name] = arr.take(steps, axis=0)  # [B, W, *shape]
-        windows_obs = [arr.take(slots, axis=0) for _, _, arr in reads.obs]  # [B, W + 1, ...]
+        for _, _, arr in reads.obs:
+            g = arr.take(slots, axis=0)  # [B, W + 1, *shape]
+            pairs.append((g[:, :width], g[:, 1:] if shared else g[:, 1:].copy()))
     for b, e in short:
         for name, _ in reads.fields:
             out[name][b, e:] = 0
-    shared = not short and (len(side) == 0 or tail_only)
-    for (name, nname, _), g in zip(reads.obs, windows_obs, strict=True):
-        nxt = g[:, 1:] if shared else g[:, 1:].copy()
+    for (name, nname, _), (obs, nxt) in zip(reads.obs, pairs, strict=True):
         if len(side) > 8:
             nxt[side[:, 0], side[:, 1]] = t.side.arrays[name].take(side[:, 2], axis=0)
         elif len(side):  # a few patches (usually at most one per window end)
             kept = t.side.arrays[name]
             for b, j, v in side.tolist():
                 nxt[b, j] = kept[v]
-        obs = g[:, :width]
         for b, e in short:
-            g[b, e:width] = 0
+            obs[b, e:] = 0
             nxt[b, e:] = 0
         if shared:  # obs and next_obs share memory: hand them out read-only
             obs.flags.writeable = False
