@@ -14,8 +14,10 @@ Compared:
   save_only_last_obs=True)`` (its memory-saving Atari setting), run in a separate
   virtual env through a subprocess (``--tianshou-python``; skipped when missing).
 
-Targets: resident memory <= 1.05x one frame per transition; sample rate >= 0.8x the
-numpy floor and >= 2x tianshou.
+Each round times the three alternately, a floor then replaybank (each timed run right after
+a contender that read other memory), and the best round of each is kept. Targets:
+resident memory <= 1.05x one frame per transition; sample rate >= 0.8x the numpy floor
+(issue 29: the take floor's time within 1.1x, i.e. >= 0.91x) and >= 2x tianshou.
 
 Run: ``python benchmarks/bench_framestack.py [--capacity N] [--rounds R]``.
 """
@@ -167,12 +169,19 @@ def main() -> None:
     sb = buf.sample(B)
     assert sb.obs.shape == (B, K, H, W) and sb.next_obs.shape == (B, K, H, W)
 
-    fns = {"replaybank": lambda: buf.sample(B), "numpy floor": floor_sample,
-           "numpy take floor": floor_take}
-    rates = dict.fromkeys(fns, 0.0)
-    for _ in range(args.rounds):  # interleave rounds: the machine is noisy
-        for name, fn in fns.items():
-            rates[name] = max(rates[name], best_rate(fn, args.calls, 1))
+    # interleaved rounds (the machine is noisy), a floor and replaybank alternately: each
+    # timed run comes right after a contender that read other memory (a floor right after
+    # the other floor, on the same arrays, would start with their rows' caches warm,
+    # replaybank never); the last replaybank run of a round only separates the floors and
+    # is not counted, so that each contender has one timed run per round
+    fns = [("numpy take floor", floor_take, True), ("replaybank", lambda: buf.sample(B), True),
+           ("numpy floor", floor_sample, True), ("replaybank", lambda: buf.sample(B), False)]
+    rates = {name: 0.0 for name, _, _ in fns}
+    for _ in range(args.rounds):
+        for name, fn, timed in fns:
+            r = best_rate(fn, args.calls, 1)
+            if timed:
+                rates[name] = max(rates[name], r)
     frames = np.empty((0, H, W), np.uint8)  # free the floor's copy before tianshou runs
     ts = None if args.no_tianshou else run_tianshou(args.tianshou_python, n, args.calls,
                                                     args.rounds)
