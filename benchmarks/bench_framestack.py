@@ -114,57 +114,35 @@ def main() -> None:
         tianshou_worker(args.capacity, args.calls, args.rounds)
         return
 
-    import replaybank as rb
+    from replaybank.cli import bench_windows as bw
 
     n = args.capacity
     frame_bytes = H * W
-    rng = np.random.default_rng(0)
-    chunk_n = 5_000
-    chunk = frames_chunk(rng, chunk_n)
-    act = (np.arange(chunk_n) % 6).astype(np.int64)
-    rew = np.ones(chunk_n, np.float32)
-    trunc = np.zeros(chunk_n, bool)
 
-    # --- replaybank: memory
+    # --- replaybank: memory (2,000-step episodes, see bench_windows)
     gc.collect()
     before = rss()
-    buf = rb.ReplayBuffer(n, frame_stack=K, seed=0,
-                          spec={"obs": ((H, W), "uint8"), "action": ((), "int64")})
     t0 = time.perf_counter()
-    done = 0
-    while done < n:
-        m = min(chunk_n, n - done)
-        term = (np.arange(done, done + m) + 1) % EP_LEN == 0
-        buf.extend(obs=chunk[:m], action=act[:m], reward=rew[:m], next_obs=chunk[1:m + 1],
-                   terminated=term, truncated=trunc[:m])
-        done += m
+    buf = bw.framestack_buffer(n)
     fill_s = time.perf_counter() - t0
     gc.collect()
     mem_rb = rss() - before
     ratio_mem = mem_rb / (n * frame_bytes)
     nbytes_ratio = buf.nbytes() / (n * frame_bytes)
 
-    # --- numpy floor
-    frames = np.empty((n, H, W), np.uint8)
-    for i in range(0, n, chunk_n):
-        frames[i:i + chunk_n] = chunk[: min(chunk_n, n - i)]
-    actions = np.zeros(n, np.int64)
-    rewards = np.zeros(n, np.float32)
-    terms = np.zeros(n, bool)
-    truncs = np.zeros(n, bool)
-    floor_rng = np.random.default_rng(1)
+    # --- numpy floors (the take floor is replaybank bench's)
+    floor_take = bw.framestack_floor(buf)
+    t = buf.table
+    frames, actions, rewards, terms, truncs = (
+        t.flat(t.arrays[k]).copy() for k in ("obs", "action", "reward", "terminated",
+                                             "truncated"))
+    floor_rng = np.random.default_rng(2)
     offs = np.arange(-(K - 1), 2)
 
-    def floor_sample() -> tuple[Any, ...]:
+    def floor_sample() -> tuple[Any, ...]:  # fancy indexing
         idx = floor_rng.integers(K - 1, n - 1, size=B)
         w = frames[idx[:, None] + offs]  # [B, 5, 84, 84]
         return (w[:, :K], w[:, 1:], actions[idx], rewards[idx], terms[idx], truncs[idx])
-
-    def floor_take() -> tuple[Any, ...]:  # the same with ndarray.take (numpy's fastest)
-        idx = floor_rng.integers(K - 1, n - 1, size=B)
-        w = frames.take(idx[:, None] + offs, axis=0)  # [B, 5, 84, 84]
-        return (w[:, :K], w[:, 1:], actions.take(idx), rewards.take(idx), terms.take(idx),
-                truncs.take(idx))
 
     sb = buf.sample(B)
     assert sb.obs.shape == (B, K, H, W) and sb.next_obs.shape == (B, K, H, W)
@@ -182,7 +160,10 @@ def main() -> None:
             r = best_rate(fn, args.calls, 1)
             if timed:
                 rates[name] = max(rates[name], r)
-    frames = np.empty((0, H, W), np.uint8)  # free the floor's copy before tianshou runs
+    fns.clear()  # free the floors' copies before tianshou runs
+    del floor_take
+    frames = np.empty((0, H, W), np.uint8)
+    gc.collect()
     ts = None if args.no_tianshou else run_tianshou(args.tianshou_python, n, args.calls,
                                                     args.rounds)
 

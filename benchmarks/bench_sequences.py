@@ -50,54 +50,29 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=60)
     args = ap.parse_args()
 
-    import replaybank as rb
+    from replaybank.cli import bench_windows as bw
 
     n = args.capacity
     T = n // LANES  # noqa: N806
-    rng = np.random.default_rng(0)
-    buf = rb.ReplayBuffer(n, num_envs=LANES, seed=0,
-                          spec={"obs": ((D,), "float32"), "action": ((), "int64")})
-    chunk = 4_096
-    pool = rng.standard_normal((chunk + 1, LANES, D)).astype(np.float32)
-    period = 900 + 37 * np.arange(LANES)  # per-lane episode lengths
     t0 = time.perf_counter()
-    done = 0
-    while done < T:
-        m = min(chunk, T - done)
-        steps = np.arange(done, done + m)[:, None]
-        term = (steps + 1) % period[None, :] == 0
-        trunc = (steps + 1) % (5 * period[None, :] + 3) == 0
-        buf.extend(obs=pool[:m], action=np.zeros((m, LANES), np.int64),
-                   reward=np.ones((m, LANES), np.float32), next_obs=pool[1:m + 1],
-                   terminated=term, truncated=trunc & ~term)
-        done += m
+    buf = bw.sequence_buffer(n)  # per-lane episode lengths (see bench_windows)
     fill_s = time.perf_counter() - t0
 
-    # --- numpy floor: the same data laid out flat
+    # --- numpy floors: the same data laid out flat (the take floor is replaybank bench's)
+    floor_take = bw.sequence_floor(buf)
     t = buf.table
-    obs = t.flat(t.arrays["obs"]).copy()
-    act = t.flat(t.arrays["action"]).copy()
-    rew = t.flat(t.arrays["reward"]).copy()
-    ter = t.flat(t.arrays["terminated"]).copy()
-    tru = t.flat(t.arrays["truncated"]).copy()
-    frng = np.random.default_rng(1)
+    obs, act, rew, ter, tru = (t.flat(t.arrays[k]).copy() for k in
+                               ("obs", "action", "reward", "terminated", "truncated"))
+    frng = np.random.default_rng(2)
     steps65 = np.arange(L + 1) * LANES
 
-    def floor() -> tuple[Any, ...]:
+    def floor() -> tuple[Any, ...]:  # fancy indexing
         lane = frng.integers(0, LANES, size=B)
         start = frng.integers(0, T - L - 1, size=B)
         slots = (start * LANES + lane)[:, None] + steps65  # [B, L + 1]
         o = obs[slots]
         s = slots[:, :L]
         return o[:, :L], o[:, 1:], act[s], rew[s], ter[s], tru[s]
-
-    def floor_take() -> tuple[Any, ...]:  # the same with ndarray.take (numpy's fastest)
-        lane = frng.integers(0, LANES, size=B)
-        start = frng.integers(0, T - L - 1, size=B)
-        slots = (start * LANES + lane)[:, None] + steps65  # [B, L + 1]
-        o = obs.take(slots, axis=0)
-        s = slots[:, :L]
-        return o[:, :L], o[:, 1:], act.take(s), rew.take(s), ter.take(s), tru.take(s)
 
     sb = buf.sample_sequences(B, L)
     assert sb.obs.shape == (B, L, D) and sb.next_obs.shape == (B, L, D) and sb.mask.all()

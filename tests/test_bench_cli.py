@@ -266,3 +266,43 @@ def test_input_kinds_have_the_documented_types() -> None:
     assert part["obs"].shape == (8, 4, 17) and not part["obs"].flags.c_contiguous
     with pytest.raises(ValueError, match="input kind"):
         input_steps("nope", 1)
+
+
+def test_window_cases_carry_their_floors() -> None:
+    """``sequences`` and ``framestack``: replaybank's windows beside the same windows
+    gathered by hand; the peers' rows say why they have none."""
+    proc = _run("--scale", "0.002", "--cases", "sequences,framestack", "--repeats", "2",
+                "--json", "--peers", "cpprb,sb3")
+    assert proc.returncode == 0, proc.stderr
+    rep = json.loads(proc.stdout)
+    assert set(rep["floors"]) == {"sequences", "framestack"}
+    assert "ndarray.take" in rep["floors"]["sequences"]
+    assert "five-frame windows" in rep["floors"]["framestack"]
+    for case in ("sequences", "framestack"):
+        rows = [r for r in rep["results"] if r["case"] == case]
+        ours = rows[0]
+        assert ours["library"] == "replaybank" and ours["error"] is None
+        assert ours["us_per_call"] > 0 and ours["floor_us"] > 0
+        assert ours["over_floor"] == pytest.approx(ours["us_per_call"] / ours["floor_us"])
+        for r in rows[1:]:  # the installed peers: n/a with the reason
+            assert r["us_per_call"] is None and r["library"] in r["na"].replace(
+                "stable-baselines3", "sb3")
+
+
+def test_window_floors_gather_what_replaybank_returns() -> None:
+    """The floors' windows have the batch's shapes, and the sequence floor's next_obs
+    is the obs window one step on (what a window without episode ends holds)."""
+    from replaybank.cli import bench_windows as bw
+
+    buf = bw.sequence_buffer(4_096)
+    sb = bw.sequence_sample(buf)()
+    obs, nxt, act, rew, term, trunc = bw.sequence_floor(buf)()
+    assert obs.shape == sb.obs.shape and nxt.shape == sb.next_obs.shape
+    assert act.shape == sb.action.shape and rew.shape == sb.reward.shape
+    assert term.shape == trunc.shape == sb.terminated.shape
+    assert (nxt[:, :-1] == obs[:, 1:]).all()
+    fs = bw.framestack_buffer(2_048)
+    b = bw.framestack_sample(fs)()
+    f_obs, f_nxt, f_act, *_ = bw.framestack_floor(fs)()
+    assert f_obs.shape == b.obs.shape and f_nxt.shape == b.next_obs.shape
+    assert f_act.shape == b.action.shape and (f_nxt[:, :-1] == f_obs[:, 1:]).all()

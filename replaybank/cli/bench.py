@@ -13,7 +13,12 @@ harness is :mod:`replaybank.cli.bench_harness`, shared with ``benchmarks/``):
   ``add-int-flags`` (terminated/truncated as Python ints, 1 env), ``add-torch`` (obs,
   next_obs, action as torch CPU tensors, reward a float and flags bools, as gymnasium's
   ``NumpyToTorch`` gives them; 1 env). SB3 gets ``done = terminated | truncated`` and
-  ``infos`` built beforehand, cpprb ``done = terminated``; n/a for tianshou and torchrl.
+  ``infos`` built beforehand, cpprb ``done = terminated``; n/a for tianshou and torchrl;
+* window cases (:mod:`~replaybank.cli.bench_windows`): ``sequences``
+  (``sample_sequences(16, 64)`` over 16 lanes of obs float32[64]) and ``framestack``
+  (``sample(32)`` of 4-frame stacks of uint8 84x84 frames, a fifth of the capacity); n/a
+  for the peers (cpprb and SB3 have no window sampler; tianshou's frame stacks and
+  torchrl's slices are not wired here, ``benchmarks/bench_framestack.py`` times tianshou's).
 
 Each (library, case) runs in its own process (``python -m replaybank.cli.bench_worker``),
 one after another, so one library's imports cannot slow another's; in it, the buffer is
@@ -24,9 +29,10 @@ The ratio is peer us / replaybank us: above 1, replaybank is faster.
 The floor column (where a case has one: :data:`~replaybank.cli.bench_harness.FLOORS`): for
 ``sample``, the same ``sample(256)`` done as six ``ndarray.take`` gathers from preallocated
 numpy arrays (obs, action, reward, next_obs, terminated, truncated) at ``rng.integers``
-indices, the memory-latency floor of a random row gather, timed in replaybank's process
-interleaved with its ``sample``; shown as floor us and ``rb`` = replaybank / floor (target
-<= 1.1, ``!`` marks a miss). ``per`` has none (:data:`~replaybank.cli.bench_harness.NO_FLOOR`
+indices, the memory-latency floor of a random row gather; for the window cases, the same
+windows gathered with ``ndarray.take``. Timed in replaybank's process interleaved with its
+call; shown as floor us and ``rb`` = replaybank / floor (target <= 1.1, ``!`` marks a
+miss). ``per`` has none (:data:`~replaybank.cli.bench_harness.NO_FLOOR`
 says why, and so does the table's note).
 
 JSON (``--json``; ``"format": "replaybank.bench"``, ``"version": 1``): ``scale``,
@@ -73,7 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
     """The ``replaybank bench`` argument parser."""
     p = argparse.ArgumentParser(
         prog="replaybank bench",
-        description="Time add / extend / sample / PER (and add of float64, int, torch inputs) "
+        description="Time add / extend / sample / PER (and add of float64, int, torch inputs, "
+                    "sequence windows and frame stacks) "
                     "of replaybank and the installed peer libraries, each library and case in "
                     "its own process, and print us per call with the ratio peer / replaybank "
                     "(> 1: replaybank faster).")

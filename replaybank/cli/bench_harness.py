@@ -21,7 +21,9 @@ adapters, in the one process that measures them.
   replaybank and SB3 are filled with :func:`fill_stream`, one sequential stream per lane;
 * floors (:data:`FLOORS`, :class:`TakeFloor`, :func:`measure_floor`): the least work a case
   can do, timed beside replaybank's (``sample``: ``ndarray.take`` gathers of six numpy
-  arrays); :data:`NO_FLOOR` says why ``per`` has none.
+  arrays; the window cases :data:`WINDOW_CASES`, ``sequences`` and ``framestack``: the
+  same windows gathered with ``ndarray.take``, :mod:`replaybank.cli.bench_windows`);
+  :data:`NO_FLOOR` says why ``per`` has none.
 
 Example:
     >>> s = make_stream(512, episode_len=100)
@@ -52,7 +54,7 @@ __all__ = ["ACT", "ADAPTERS", "BATCH", "CASES", "CHUNK", "FLOORS", "FLOOR_TARGET
            "best_of", "build_target", "cpprb_kw", "fill_stream", "filled_cpprb",
            "filled_replaybank", "filled_sb3", "input_chunks", "input_steps", "make_stream",
            "sb3_call", "sb3_chunk_adder", "time_adds", "time_calls", "time_extends",
-           "time_samples"]
+           "time_samples", "WINDOW_CASES"]
 
 OBS, ACT, CHUNK, BATCH = 17, 6, 256, 256
 #: The stored fields, given explicitly (reward float32 and the flags bool by default).
@@ -65,7 +67,9 @@ INPUT_CASES: dict[str, tuple[str, int]] = {
     "add-x4": ("exact", 4), "add-f64": ("f64 obs+reward", 1),
     "add-f64x4": ("f64 obs+reward", 4), "add-int-flags": ("int flags", 1),
     "add-torch": ("torch", 1)}
-CASES = ("add", "extend", "sample", "per", *INPUT_CASES)
+#: ``replaybank bench`` cases that sample windows (:mod:`replaybank.cli.bench_windows`).
+WINDOW_CASES = ("sequences", "framestack")
+CASES = ("add", "extend", "sample", "per", *INPUT_CASES, *WINDOW_CASES)
 _clock = time.process_time
 
 Stream = dict[str, Any]
@@ -399,6 +403,13 @@ FLOORS: dict[str, str] = {
     "sample": "the same batch gathered with ndarray.take from six preallocated numpy arrays "
               "(obs, action, reward, next_obs, terminated, truncated), indices from "
               "rng.integers: the memory-latency floor of a random row gather",
+    "sequences": "16 windows at rng.integers (lane, start) pairs gathered with ndarray.take "
+                 "from flat copies of the stored fields: the 65 obs rows (obs and next_obs "
+                 "as views) and 64 rows of the others; no episode logic, masks or final "
+                 "observations",
+    "framestack": "32 five-frame windows at rng.integers indices gathered with "
+                  "ndarray.take from a copy of the frames (obs and next stacks as views), "
+                  "and the other fields; no episode-start padding",
 }
 NO_FLOOR: dict[str, str] = {
     "per": "beyond the sample floor's gather, a PER call is a sum tree's stratified draw "
@@ -442,7 +453,8 @@ class Target:
     ``add`` takes the items in ``add_items``, ``extend`` the parts in ``extend_parts``;
     ``sample(B)``; ``per()`` is one PER ``sample(256)`` + ``update_priorities``. ``None``:
     the library has no such operation (``na`` says why). ``floor(B)``: the least work that
-    ``sample(B)`` can do (:class:`TakeFloor`; set on replaybank's ``sample`` target only).
+    ``sample(B)`` can do (:class:`TakeFloor`; set on replaybank's targets of the cases in
+    :data:`FLOORS` only). For a window case, ``sample`` draws its batch (``B`` ignored).
     """
 
     version: str
@@ -496,11 +508,44 @@ def _inputs(library: str, capacity: int, case: str) -> Target:
     return Target(version(library), na=f"input-kind cases are not wired for {library}")
 
 
+def _windows(capacity: int, case: str) -> Target:
+    """replaybank's target of a :data:`WINDOW_CASES` case: its sample call and its floor
+    (:mod:`replaybank.cli.bench_windows`; the frame-stack buffer holds a fifth of
+    ``capacity`` frames)."""
+    import replaybank as rb
+    from replaybank.cli import bench_windows as bw
+
+    if case == "sequences":
+        buf = bw.sequence_buffer(capacity)
+        return Target(rb.__version__, sample=bw.sequence_sample(buf),
+                      floor=bw.sequence_floor(buf))
+    buf = bw.framestack_buffer(max(capacity // 5, 1_024))
+    return Target(rb.__version__, sample=bw.framestack_sample(buf),
+                  floor=bw.framestack_floor(buf))
+
+
+#: Why each peer has no window case: (library, case) -> reason.
+_NO_WINDOWS = {
+    ("cpprb", "sequences"): "cpprb has no sequence-window sampler",
+    ("cpprb", "framestack"): "cpprb's stack_compress is not wired here",
+    ("sb3", "sequences"): "stable-baselines3 has no sequence-window sampler",
+    ("sb3", "framestack"): "stable-baselines3 stacks frames in the env (VecFrameStack) and "
+                           "stores whole stacks: no frame-stack sampler",
+    ("tianshou", "sequences"): "tianshou has no sequence-window sampler",
+    ("tianshou", "framestack"): "tianshou's stack_num is not wired here "
+                                "(benchmarks/bench_framestack.py times it)",
+    ("torchrl", "sequences"): "torchrl's SliceSampler is not wired here",
+    ("torchrl", "framestack"): "torchrl's CatFrames is not wired here",
+}
+
+
 def _replaybank(capacity: int, case: str) -> Target:
     import replaybank as rb
 
     if case in INPUT_CASES:
         return _inputs("replaybank", capacity, case)
+    if case in WINDOW_CASES:
+        return _windows(capacity, case)
     stream = make_stream(capacity)
     if case == "per":
         buf: Any = rb.PrioritizedReplayBuffer(capacity, alpha=0.6, beta=0.4, seed=0)
@@ -531,6 +576,8 @@ def _cpprb(capacity: int, case: str) -> Target:
 
     if case in INPUT_CASES:
         return _inputs("cpprb", capacity, case)
+    if case in WINDOW_CASES:
+        return Target(version("cpprb"), na=_NO_WINDOWS["cpprb", case])
     env = {"obs": {"shape": OBS}, "act": {"shape": ACT}, "rew": {}, "next_obs": {"shape": OBS},
            "done": {}}
     buf: Any = (cpprb.PrioritizedReplayBuffer(capacity, env, alpha=0.6, eps=1e-6)
@@ -558,6 +605,8 @@ def _sb3(capacity: int, case: str) -> Target:
 
     if case in INPUT_CASES:
         return _inputs("sb3", capacity, case)
+    if case in WINDOW_CASES:
+        return Target(stable_baselines3.__version__, na=_NO_WINDOWS["sb3", case])
     buf = filled_sb3(capacity)  # by assignment (not timed): arrays are [capacity, 1, ...]
     stream = make_stream(capacity)
     n_add, n_chunks = _sizes(capacity)
@@ -590,6 +639,8 @@ def _tianshou(capacity: int, case: str) -> Target:  # pragma: no cover - not ins
 
     if case in INPUT_CASES:
         return _inputs("tianshou", capacity, case)
+    if case in WINDOW_CASES:
+        return Target(version("tianshou"), na=_NO_WINDOWS["tianshou", case])
     data = import_module("tianshou.data")  # untyped, optional: imported by name
     Batch, PrioritizedReplayBuffer, ReplayBuffer = (  # noqa: N806
         data.Batch, data.PrioritizedReplayBuffer, data.ReplayBuffer)
@@ -634,6 +685,8 @@ def _torchrl(capacity: int, case: str) -> Target:  # pragma: no cover - not inst
 
     if case in INPUT_CASES:
         return _inputs("torchrl", capacity, case)
+    if case in WINDOW_CASES:
+        return Target(version("torchrl"), na=_NO_WINDOWS["torchrl", case])
     TensorDict = import_module("tensordict").TensorDict  # noqa: N806  (optional, untyped)
     data = import_module("torchrl.data")
     LazyTensorStorage, PrioritizedReplayBuffer, ReplayBuffer = (  # noqa: N806
@@ -686,7 +739,7 @@ def measure(target: Target, case: str, repeats: int, calls: int = 500) -> list[f
     elif case == "extend" and target.extend is not None:
         ext, parts = target.extend, target.extend_parts
         fn = lambda: time_extends(ext, parts)  # noqa: E731
-    elif case == "sample" and target.sample is not None:
+    elif (case == "sample" or case in WINDOW_CASES) and target.sample is not None:
         sample = target.sample
         fn = lambda: time_samples(sample, calls)  # noqa: E731
     elif case == "per" and target.per is not None:
