@@ -448,104 +448,273 @@ put_elem(const Field *f, NumFmt s, const char *p, char *dst)
     }
 }
 
-/* Copy count items of type T, stride bytes apart, into the contiguous dst. */
-#define STRIDED_COPY(T)                                              \
-    do {                                                             \
-        for (Py_ssize_t k = 0; k < count; k++) {                     \
-            T v_;                                                    \
-            memcpy(&v_, src + k * stride, sizeof(T));                \
-            memcpy(dst + k * (Py_ssize_t)sizeof(T), &v_, sizeof(T)); \
-        }                                                            \
-    } while (0)
+/* ------------------------------------------------------------------ conversion kernels
+ * A kernel converts a 2-d block of a source into the field f's contiguous dst: `outer`
+ * runs, `os` bytes apart, of `count` elements each, `is` bytes apart, written run after
+ * run. pick_kernel chooses one per value, so that a run costs its loop and not the
+ * decision. The pairs that need no check (the same bits, float to float, int to float,
+ * int widenings) and int to bool (one check OR-accumulated over the block) are plain C
+ * casts that the compiler vectorises; each run is inlined three times, with the inner
+ * stride a constant where it is one of the common two (contiguous, every other element:
+ * a strided view of a wider array). Every other pair goes element by element through
+ * put_elem and its casting rules. 1: done, 0: a value the casting rules refuse (dst is
+ * then partly written: the caller drops it). */
+typedef int (*Kernel)(const Field *f, const NumFmt *s, const char *src, Py_ssize_t is,
+                      Py_ssize_t count, Py_ssize_t outer, Py_ssize_t os, char *dst);
 
-/* Cast count items of type S, STEP bytes apart, to type D, as C casts them. */
-#define CAST_LOOP(S, D, STEP)                                        \
-    do {                                                             \
-        for (Py_ssize_t k = 0; k < count; k++) {                     \
-            S x_;                                                    \
-            memcpy(&x_, src + k * (STEP), sizeof(S));                \
-            D y_ = (D)x_;                                            \
-            memcpy(dst + k * (Py_ssize_t)sizeof(D), &y_, sizeof(D)); \
-        }                                                            \
-    } while (0)
+#if defined(__GNUC__) || defined(__clang__)
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+#else
+#define ALWAYS_INLINE inline
+#endif
 
-/* count elements of format s, `stride` bytes apart from src, into the field f's
- * contiguous dst. 1: done, 0: a value the casting rules refuse. */
-static int
-convert_run(const Field *f, NumFmt s, const char *src, Py_ssize_t stride, Py_ssize_t count,
-            char *dst)
+/* The runs of a kernel: RUN(p, d, count, step) converts one run, called with the inner
+ * stride as a constant where it is ES (contiguous) or 2 * ES; DS bytes an output element;
+ * ACC collects what each run returns. */
+#define KERNEL_RUNS(ES, DS, RUN, ACC)                                               \
+    for (Py_ssize_t o = 0; o < outer; o++) {                                        \
+        const char *p_ = src + o * os;                                              \
+        char *d_ = dst + o * count * (Py_ssize_t)(DS);                              \
+        if (is == (Py_ssize_t)(ES))                                                 \
+            ACC RUN(p_, d_, count, (Py_ssize_t)(ES));                               \
+        else if (is == 2 * (Py_ssize_t)(ES))                                        \
+            ACC RUN(p_, d_, count, 2 * (Py_ssize_t)(ES));                           \
+        else                                                                        \
+            ACC RUN(p_, d_, count, is);                                             \
+    }
+
+/* S to D as C casts them: the same bits when S is D, and for the pairs picked here the
+ * value put_int / put_uint / put_double would store (numpy's astype: one rounding from
+ * the source type). */
+#define CAST_KERNEL(NAME, S, D)                                                     \
+    static ALWAYS_INLINE void NAME##_run(const char *p, char *d, Py_ssize_t count,  \
+                                         Py_ssize_t step)                           \
+    {                                                                               \
+        for (Py_ssize_t k = 0; k < count; k++) {                                    \
+            S x_;                                                                   \
+            memcpy(&x_, p + k * step, sizeof(S));                                   \
+            D y_ = (D)x_;                                                           \
+            memcpy(d + k * (Py_ssize_t)sizeof(D), &y_, sizeof(D));                  \
+        }                                                                           \
+    }                                                                               \
+    static int NAME(const Field *f, const NumFmt *s, const char *src, Py_ssize_t is,\
+                    Py_ssize_t count, Py_ssize_t outer, Py_ssize_t os, char *dst)   \
+    {                                                                               \
+        (void)f;                                                                    \
+        (void)s;                                                                    \
+        KERNEL_RUNS(sizeof(S), sizeof(D), NAME##_run, (void))                       \
+        return 1;                                                                   \
+    }
+
+/* An int of type U (unsigned: a negative int has its top bit set) into a bool field:
+ * 0 and 1 only (put_int / put_uint), checked once for the block: bad collects every bit
+ * above the lowest. */
+#define FLAG_KERNEL(NAME, U)                                                        \
+    static ALWAYS_INLINE U NAME##_run(const char *p, char *d, Py_ssize_t count,     \
+                                      Py_ssize_t step)                              \
+    {                                                                               \
+        U bad = 0;                                                                  \
+        for (Py_ssize_t k = 0; k < count; k++) {                                    \
+            U x_;                                                                   \
+            memcpy(&x_, p + k * step, sizeof(U));                                   \
+            bad |= (U)(x_ >> 1);                                                    \
+            d[k] = (char)(x_ & 1);                                                  \
+        }                                                                           \
+        return bad;                                                                 \
+    }                                                                               \
+    static int NAME(const Field *f, const NumFmt *s, const char *src, Py_ssize_t is,\
+                    Py_ssize_t count, Py_ssize_t outer, Py_ssize_t os, char *dst)   \
+    {                                                                               \
+        (void)f;                                                                    \
+        (void)s;                                                                    \
+        U bad = 0;                                                                  \
+        KERNEL_RUNS(sizeof(U), 1, NAME##_run, bad |=)                               \
+        return bad == 0;                                                            \
+    }
+
+/* the same bits (also complex, half and long double of the same format: copy_n) */
+CAST_KERNEL(copy_1, uint8_t, uint8_t)
+CAST_KERNEL(copy_2, uint16_t, uint16_t)
+CAST_KERNEL(copy_4, uint32_t, uint32_t)
+CAST_KERNEL(copy_8, uint64_t, uint64_t)
+/* float to float */
+CAST_KERNEL(f8_f4, double, float)
+CAST_KERNEL(f4_f8, float, double)
+/* int to float: every int is stored (rounded once where float32 or float64 must) */
+CAST_KERNEL(i1_f4, int8_t, float)
+CAST_KERNEL(i2_f4, int16_t, float)
+CAST_KERNEL(i4_f4, int32_t, float)
+CAST_KERNEL(i8_f4, int64_t, float)
+CAST_KERNEL(u1_f4, uint8_t, float)
+CAST_KERNEL(u2_f4, uint16_t, float)
+CAST_KERNEL(u4_f4, uint32_t, float)
+CAST_KERNEL(u8_f4, uint64_t, float)
+CAST_KERNEL(i1_f8, int8_t, double)
+CAST_KERNEL(i2_f8, int16_t, double)
+CAST_KERNEL(i4_f8, int32_t, double)
+CAST_KERNEL(i8_f8, int64_t, double)
+CAST_KERNEL(u1_f8, uint8_t, double)
+CAST_KERNEL(u2_f8, uint16_t, double)
+CAST_KERNEL(u4_f8, uint32_t, double)
+CAST_KERNEL(u8_f8, uint64_t, double)
+/* int widenings (every value fits): signed to wider signed, unsigned to wider of either */
+CAST_KERNEL(i1_i2, int8_t, int16_t)
+CAST_KERNEL(i1_i4, int8_t, int32_t)
+CAST_KERNEL(i1_i8, int8_t, int64_t)
+CAST_KERNEL(i2_i4, int16_t, int32_t)
+CAST_KERNEL(i2_i8, int16_t, int64_t)
+CAST_KERNEL(i4_i8, int32_t, int64_t)
+CAST_KERNEL(u1_u2, uint8_t, uint16_t)
+CAST_KERNEL(u1_u4, uint8_t, uint32_t)
+CAST_KERNEL(u1_u8, uint8_t, uint64_t)
+CAST_KERNEL(u2_u4, uint16_t, uint32_t)
+CAST_KERNEL(u2_u8, uint16_t, uint64_t)
+CAST_KERNEL(u4_u8, uint32_t, uint64_t)
+/* ints to bool flags (the sign does not matter: a negative int is refused either way) */
+FLAG_KERNEL(x1_b, uint8_t)
+FLAG_KERNEL(x2_b, uint16_t)
+FLAG_KERNEL(x4_b, uint32_t)
+FLAG_KERNEL(x8_b, uint64_t)
+
+/* bools (any nonzero byte is True) into a bool field */
+static ALWAYS_INLINE void
+bool_b_run(const char *p, char *d, Py_ssize_t count, Py_ssize_t step)
 {
-    const Py_ssize_t ds = f->itemsize;
-    if (s.kind == 'x' || f->num.kind == 'x') { /* complex, half: the same format, copied */
-        if (s.kind != f->num.kind || s.code != f->num.code || s.size != ds || s.swap
-            || f->num.swap)
-            return 0;
-        for (Py_ssize_t k = 0; k < count; k++)
-            memcpy(dst + k * ds, src + k * stride, (size_t)ds);
-        return 1;
-    }
-    if (f->num.swap) { /* a stored byte order of another machine: the same format only */
-        if (s.kind != f->num.kind || s.size != ds || !s.swap)
-            return 0;
-        for (Py_ssize_t k = 0; k < count; k++)
-            memcpy(dst + k * ds, src + k * stride, (size_t)ds);
-        return 1;
-    }
-    if (s.kind == f->num.kind && s.size == ds && s.kind != 'b') {
-        /* same kind and size: the bits as they are (NaN payloads, signed zeros) */
-        if (!s.swap && stride == ds) {
-            memcpy(dst, src, (size_t)(count * ds));
-            return 1;
-        }
-        if (!s.swap) {
-            switch (ds) {
-            case 4: STRIDED_COPY(uint32_t); return 1;
-            case 8: STRIDED_COPY(uint64_t); return 1;
-            case 2: STRIDED_COPY(uint16_t); return 1;
-            default: STRIDED_COPY(uint8_t); return 1;
-            }
-        }
-        for (Py_ssize_t k = 0; k < count; k++)
-            store_int(dst + k * ds, (int)ds, load_bits(src + k * stride, s.size, s.swap));
-        return 1;
-    }
-    if (f->dk == 0)
-        return 0;
-    if (!s.swap) { /* the common conversions (a constant stride compiles to a vector loop) */
-        if (f->dk == 'f' && ds == 4 && s.kind == 'f' && s.size == 8) {
-            if (stride == 8)
-                CAST_LOOP(double, float, 8);
-            else
-                CAST_LOOP(double, float, stride);
-            return 1;
-        }
-        if (f->dk == 'f' && ds == 8 && s.kind == 'f' && s.size == 4) {
-            if (stride == 4)
-                CAST_LOOP(float, double, 4);
-            else
-                CAST_LOOP(float, double, stride);
-            return 1;
-        }
-        if (f->dk == 'b' && (s.kind == 'b' || s.kind == 'i' || s.kind == 'u') && s.size == 1) {
-            for (Py_ssize_t k = 0; k < count; k++) {
-                unsigned char x = (unsigned char)src[k * stride];
-                if (s.kind != 'b' && x > 1)
-                    return 0;
-                dst[k] = (char)(x != 0);
-            }
-            return 1;
-        }
-    }
     for (Py_ssize_t k = 0; k < count; k++)
-        if (!put_elem(f, s, src + k * stride, dst + k * ds))
-            return 0;
+        d[k] = (char)(p[k * step] != 0);
+}
+
+static int
+bool_b(const Field *f, const NumFmt *s, const char *src, Py_ssize_t is, Py_ssize_t count,
+       Py_ssize_t outer, Py_ssize_t os, char *dst)
+{
+    (void)f;
+    (void)s;
+    KERNEL_RUNS(1, 1, bool_b_run, (void))
     return 1;
 }
 
-/* An N-d strided source (shape, strides in bytes) into the field's contiguous dst. */
-COLD static int
-convert_strided(const Field *f, NumFmt s, const char *src, int nd, const Py_ssize_t *shape,
-                const Py_ssize_t *strides, char *dst)
+/* The same bits, items of another size (complex, long double) or of another byte order
+ * than this machine's where the field has it too. */
+static int
+copy_n(const Field *f, const NumFmt *s, const char *src, Py_ssize_t is, Py_ssize_t count,
+       Py_ssize_t outer, Py_ssize_t os, char *dst)
+{
+    (void)s;
+    const Py_ssize_t ds = f->itemsize;
+    for (Py_ssize_t o = 0; o < outer; o++, dst += count * ds)
+        for (Py_ssize_t k = 0; k < count; k++)
+            memcpy(dst + k * ds, src + o * os + k * is, (size_t)ds);
+    return 1;
+}
+
+/* The same kind and size in the other byte order: the bytes reversed. */
+static int
+swap_n(const Field *f, const NumFmt *s, const char *src, Py_ssize_t is, Py_ssize_t count,
+       Py_ssize_t outer, Py_ssize_t os, char *dst)
+{
+    const Py_ssize_t ds = f->itemsize;
+    for (Py_ssize_t o = 0; o < outer; o++, dst += count * ds)
+        for (Py_ssize_t k = 0; k < count; k++)
+            store_int(dst + k * ds, (int)ds, load_bits(src + o * os + k * is, s->size, 1));
+    return 1;
+}
+
+/* Every other pair: element by element under the casting rules (put_elem). */
+static int
+generic(const Field *f, const NumFmt *s, const char *src, Py_ssize_t is, Py_ssize_t count,
+        Py_ssize_t outer, Py_ssize_t os, char *dst)
+{
+    const NumFmt sv = *s;
+    const Py_ssize_t ds = f->itemsize;
+    for (Py_ssize_t o = 0; o < outer; o++, dst += count * ds)
+        for (Py_ssize_t k = 0; k < count; k++)
+            if (!put_elem(f, sv, src + o * os + k * is, dst + k * ds))
+                return 0;
+    return 1;
+}
+
+static Kernel
+copy_kernel(Py_ssize_t size)
+{
+    switch (size) {
+    case 1: return copy_1;
+    case 2: return copy_2;
+    case 4: return copy_4;
+    case 8: return copy_8;
+    default: return copy_n;
+    }
+}
+
+/* log2 of an int size (1, 2, 4, 8 bytes: 0..3) */
+static inline int
+size_log(int size)
+{
+    return size == 1 ? 0 : size == 2 ? 1 : size == 4 ? 2 : 3;
+}
+
+/* The kernel that brings items of format s into the field f, or NULL when no value of
+ * that format is taken (a complex or half into another format, another byte order into
+ * a field of another kind, anything into a field of an unknown format). */
+static Kernel
+pick_kernel(const Field *f, const NumFmt *s)
+{
+    static const Kernel int_f4[2][4] = {{i1_f4, i2_f4, i4_f4, i8_f4},
+                                        {u1_f4, u2_f4, u4_f4, u8_f4}};
+    static const Kernel int_f8[2][4] = {{i1_f8, i2_f8, i4_f8, i8_f8},
+                                        {u1_f8, u2_f8, u4_f8, u8_f8}};
+    /* widen[unsigned source][source size][field size], NULL where not a widening of the
+     * field's kind (the field's signedness is checked below) */
+    static const Kernel widen_i[4][4] = {{NULL, i1_i2, i1_i4, i1_i8},
+                                         {NULL, NULL, i2_i4, i2_i8},
+                                         {NULL, NULL, NULL, i4_i8},
+                                         {NULL, NULL, NULL, NULL}};
+    static const Kernel widen_u[4][4] = {{NULL, u1_u2, u1_u4, u1_u8},
+                                         {NULL, NULL, u2_u4, u2_u8},
+                                         {NULL, NULL, NULL, u4_u8},
+                                         {NULL, NULL, NULL, NULL}};
+    static const Kernel flag[4] = {x1_b, x2_b, x4_b, x8_b};
+    const Py_ssize_t ds = f->itemsize;
+    if (s->kind == 'x' || f->num.kind == 'x') { /* complex, half: the same format, copied */
+        if (s->kind != f->num.kind || s->code != f->num.code || s->size != ds || s->swap
+            || f->num.swap)
+            return NULL;
+        return copy_kernel(ds);
+    }
+    if (f->num.swap) /* a stored byte order of another machine: the same format only */
+        return s->kind == f->num.kind && s->size == ds && s->swap ? copy_kernel(ds) : NULL;
+    if (s->kind == f->num.kind && s->size == ds && s->kind != 'b')
+        /* same kind and size: the bits as they are (NaN payloads, signed zeros) */
+        return s->swap ? swap_n : copy_kernel(ds);
+    if (f->dk == 0)
+        return NULL;
+    if (!s->swap) {
+        const int sl = size_log(s->size), dl = size_log((int)ds);
+        const int ints = s->kind == 'i' || s->kind == 'u';
+        if (f->dk == 'f' && s->kind == 'f')
+            return ds == 4 ? f8_f4 : f4_f8; /* the other size: same size was copied */
+        if (f->dk == 'f' && ints)
+            return (ds == 4 ? int_f4 : int_f8)[s->kind == 'u'][sl];
+        if (f->dk == 'b' && s->kind == 'b' && s->size == 1)
+            return bool_b;
+        if (f->dk == 'b' && ints)
+            return flag[sl];
+        if (f->dk == 'i' && s->kind == 'i' && widen_i[sl][dl] != NULL)
+            return widen_i[sl][dl];
+        if (f->dk == 'i' && s->kind == 'u' && dl > sl) /* unsigned into a wider signed */
+            return widen_u[sl][dl];
+        if (f->dk == 'u' && s->kind == 'u' && widen_u[sl][dl] != NULL)
+            return widen_u[sl][dl];
+    }
+    return generic;
+}
+
+/* An N-d strided source (shape, strides in bytes) into the field's contiguous dst: the
+ * dims merged where the layout allows, the two innermost given to one kernel call, an
+ * odometer over the rest. 1 done, 0 refused. */
+static int
+convert_strided(const Field *f, const NumFmt *s, Kernel kern, const char *src, int nd,
+                const Py_ssize_t *shape, const Py_ssize_t *strides, char *dst)
 {
     Py_ssize_t sh[2 * MAXDIM], st[2 * MAXDIM];
     int d = 0;
@@ -564,15 +733,18 @@ convert_strided(const Field *f, NumFmt s, const char *src, int nd, const Py_ssiz
         }
     }
     if (d == 0)
-        return convert_run(f, s, src, s.size, 1, dst);
-    const Py_ssize_t run = sh[d - 1], rs = st[d - 1], ds = f->itemsize;
+        return kern(f, s, src, s->size, 1, 1, 0, dst);
+    if (d == 1)
+        return kern(f, s, src, st[0], sh[0], 1, 0, dst);
+    /* the two innermost dims: one kernel call of sh[d-2] runs of sh[d-1] */
+    const Py_ssize_t block = sh[d - 2] * sh[d - 1] * f->itemsize;
     Py_ssize_t idx[2 * MAXDIM] = {0};
     const char *p = src;
     for (;;) {
-        if (!convert_run(f, s, p, rs, run, dst))
+        if (!kern(f, s, p, st[d - 1], sh[d - 1], sh[d - 2], st[d - 2], dst))
             return 0;
-        dst += run * ds;
-        int k = d - 2;
+        dst += block;
+        int k = d - 3;
         for (; k >= 0; k--) { /* the odometer of the outer dims */
             if (++idx[k] < sh[k]) {
                 p += st[k];
@@ -735,52 +907,323 @@ nest_put(const Field *f, PyObject *v, int depth, int nd, int kinds, char **dst)
     return 1;
 }
 
+/* The innermost lists of a nest of one kind of number (see nest_fast), stored into dst
+ * from the items one by one; KIND_OK(x) is the exact type test and PUT(x, at) stores it
+ * (0: refused). */
+#define NEST_RUN(KIND_OK, PUT)                                          \
+    for (Py_ssize_t k = 0; k < len; k++) {                              \
+        PyObject *x = items[k];                                         \
+        if (!(KIND_OK) || !(PUT))                                       \
+            return 0;                                                   \
+    }
+
+/* One level of nest_fast: v must be a list or tuple of full[depth] items. */
+static int
+nest_fast_at(const Field *f, PyObject *v, int depth, int nd, const Py_ssize_t *full,
+             int kind, char **dst)
+{
+    if (!PyList_CheckExact(v) && !PyTuple_CheckExact(v))
+        return 0;
+    const Py_ssize_t len = PySequence_Fast_GET_SIZE(v);
+    if (len != full[depth])
+        return 0;
+    PyObject **items = PySequence_Fast_ITEMS(v);
+    if (depth < nd - 1) {
+        for (Py_ssize_t k = 0; k < len; k++)
+            if (!nest_fast_at(f, items[k], depth + 1, nd, full, kind, dst))
+                return 0;
+        return 1;
+    }
+    const Py_ssize_t step = f->itemsize;
+    char *at = *dst;
+    if (kind == 4 && f->dk == 'f' && step == 4) { /* floats into float32: the common one */
+        for (Py_ssize_t k = 0; k < len; k++) {
+            PyObject *x = items[k];
+            if (!PyFloat_CheckExact(x))
+                return 0;
+            float y = (float)PyFloat_AS_DOUBLE(x); /* put_double's store */
+            memcpy(at + k * 4, &y, 4);
+        }
+    } else if (kind == 4) {
+        NEST_RUN(PyFloat_CheckExact(x), put_double(f, PyFloat_AS_DOUBLE(x), at + k * step))
+    } else if (kind == 1) {
+        NEST_RUN(x == Py_True || x == Py_False, put_bool(f, x == Py_True, at + k * step))
+    } else {
+        for (Py_ssize_t k = 0; k < len; k++) {
+            PyObject *x = items[k];
+            int overflow = 0;
+            long long y = PyLong_CheckExact(x) ? PyLong_AsLongLongAndOverflow(x, &overflow) : 0;
+            if (!PyLong_CheckExact(x) || overflow || !put_int(f, y, at + k * step))
+                return 0; /* an exact int cannot fail but by overflow */
+        }
+    }
+    *dst = at + len * step;
+    return 1;
+}
+
+/* A nest of lists / tuples of shape full[0..nd) whose numbers are all of one exact type
+ * (bool, int or float: that of the first one), checked and stored into dst in one pass,
+ * each as nest_put stores a nest of that kind. 1: done; 0: not such a nest, or a value
+ * refused (dst partly written: the two passes of take_other then decide). No Python
+ * code runs (exact types only), so the nest cannot change under the walk. */
+static int
+nest_fast(const Field *f, PyObject *v, int nd, const Py_ssize_t *full, char *dst)
+{
+    PyObject *first = v;
+    for (int d = 0; d < nd; d++) {
+        if ((!PyList_CheckExact(first) && !PyTuple_CheckExact(first))
+            || PySequence_Fast_GET_SIZE(first) == 0)
+            return 0;
+        first = PySequence_Fast_GET_ITEM(first, 0);
+    }
+    const int kind = PyFloat_CheckExact(first) ? 4 : PyBool_Check(first) ? 1
+                     : PyLong_CheckExact(first) ? 2 : 0;
+    return kind ? nest_fast_at(f, v, 0, nd, full, kind, &dst) : 0;
+}
+
+/* Whether every one of the n bytes at p (bools) is 0 or 1. */
+static int
+canonical_bytes(const char *p, Py_ssize_t n)
+{
+    const unsigned char *b = (const unsigned char *)p;
+    unsigned char any = 0;
+    for (Py_ssize_t i = 0; i < n; i++)
+        any |= b[i] & 0xFE;
+    return !any;
+}
+
 /* Whether every byte of a bool buffer is 0 or 1. */
 static int
 canonical(const Py_buffer *view)
 {
-    const unsigned char *b = (const unsigned char *)view->buf;
-    unsigned char any = 0;
-    for (Py_ssize_t i = 0; i < view->len; i++)
-        any |= b[i] & 0xFE;
-    return !any;
+    return canonical_bytes((const char *)view->buf, view->len);
 }
 
 static int take_value(Appender *self, const Field *f, PyObject *v, const Py_ssize_t *lead,
                       int nlead, Src *out, int allow_host);
 
-/* A held view (not of the stored format) converted into out's scratch; the view is
- * released. 1 taken, 0 refused by the casting rules (or not a number), -1 error. */
-COLD static int
-convert_view(const Field *f, Py_buffer *view, int nd, const Py_ssize_t *full,
-             Py_ssize_t count, Src *out)
+/* Items of format s at buf, of shape full[0..nd) (strides in bytes; NULL: C-contiguous),
+ * converted into out's scratch in one pass. 1 taken, 0 refused by the casting rules (or
+ * not a number this file converts), -1 error. */
+static int
+convert_into(const Field *f, NumFmt s, const char *buf, int nd, const Py_ssize_t *full,
+             const Py_ssize_t *strides, Py_ssize_t count, Src *out)
 {
-    NumFmt s = parse_format(view->format, view->itemsize);
-    char *dst = s.kind ? src_scratch(out, count * f->itemsize) : NULL;
-    int r = 0;
-    if (s.kind && dst == NULL) {
-        r = -1;
-    } else if (s.kind) {
-        Py_ssize_t strides[2 * MAXDIM];
-        if (view->strides != NULL) {
-            for (int i = 0; i < nd; i++)
-                strides[i] = view->strides[i];
-        } else { /* C-contiguous */
-            Py_ssize_t st = view->itemsize;
-            for (int i = nd - 1; i >= 0; i--) {
-                strides[i] = st;
-                st *= full[i];
-            }
+    Kernel kern = s.kind ? pick_kernel(f, &s) : NULL;
+    if (kern == NULL)
+        return 0;
+    char *dst = src_scratch(out, count * f->itemsize);
+    if (dst == NULL)
+        return -1;
+    Py_ssize_t cst[2 * MAXDIM];
+    if (strides == NULL) { /* C-contiguous */
+        Py_ssize_t st = s.size;
+        for (int i = nd - 1; i >= 0; i--) {
+            cst[i] = st;
+            st *= full[i];
         }
-        r = convert_strided(f, s, (const char *)view->buf, nd, full, strides, dst);
+        strides = cst;
     }
-    PyBuffer_Release(view);
-    if (r <= 0) {
+    if (!convert_strided(f, &s, kern, buf, nd, full, strides, dst)) {
         src_release(out);
-        return r;
+        return 0;
     }
     out->buf = dst;
     return 1;
+}
+
+/* A held view (not of the stored format) converted into out's scratch; the view is
+ * released. 1 taken, 0 refused, -1 error (see convert_into). */
+static int
+convert_view(const Field *f, Py_buffer *view, int nd, const Py_ssize_t *full,
+             Py_ssize_t count, Src *out)
+{
+    int r = convert_into(f, parse_format(view->format, view->itemsize),
+                         (const char *)view->buf, nd, full, view->strides, count, out);
+    PyBuffer_Release(view);
+    return r;
+}
+
+/* ------------------------------------------------------------------ torch tensors
+ * A plain CPU torch tensor is read where it lies, without the host callback: numpy() costs
+ * ~0.7 us a tensor, a few attribute reads ~0.3 us. Only an object whose type is exactly
+ * torch.Tensor, on the CPU, without a lazy negation (or conjugation, for complex), of a
+ * dtype listed in torch_fmt and with strided layout (shape, stride() and data_ptr() all
+ * answer) goes this way; its bytes are then what tensor_to_numpy's view would show. Any
+ * other tensor, and any exception on the way, goes to the host callback as before. The
+ * attributes are read through the C base type's descriptors (torch_descr). torch
+ * is never imported here: the type and dtypes are looked up in sys.modules once torch is
+ * there (a value can only be a tensor then). */
+#define NTORCH 11
+static PyObject *torch_tensor;        /* torch.Tensor, or NULL until torch is seen */
+static PyObject *torch_dtype[NTORCH]; /* torch.float32, ... (new references) */
+static NumFmt torch_fmt[NTORCH];      /* what each dtype's items are */
+/* The C descriptors of torch's tensor base type (torch._C.TensorBase), called directly:
+ * no instance-dict lookup (an attribute set on a tensor cannot shadow them) and no bound
+ * method; getters: is_cpu, dtype, shape; methods: is_neg, is_conj, stride, data_ptr. */
+enum { T_IS_CPU, T_DTYPE, T_SHAPE, T_IS_NEG, T_IS_CONJ, T_STRIDE, T_DATA_PTR, NT_DESCR };
+static PyObject *torch_descr[NT_DESCR];
+
+/* Attribute `i` of the tensor v (a new reference, or NULL with an error set). */
+static inline PyObject *
+tensor_attr(PyObject *v, int i)
+{
+    PyObject *d = torch_descr[i];
+    if (i < T_IS_NEG)
+        return Py_TYPE(d)->tp_descr_get(d, v, (PyObject *)Py_TYPE(v));
+    return PyObject_CallOneArg(d, v);
+}
+
+/* Whether torch is imported and its type and dtypes are known (looked up once). */
+static int
+torch_known(void)
+{
+    if (torch_tensor != NULL)
+        return 1;
+    PyObject *torch = PyDict_GetItemString(PyImport_GetModuleDict(), "torch"); /* borrowed */
+    if (torch == NULL)
+        return 0;
+    static const char *const names[NTORCH] = {"float32", "float64", "int8", "int16",
+                                              "int32", "int64", "uint8", "bool",
+                                              "float16", "complex64", "complex128"};
+    static const char *const fmts[NTORCH] = {"f", "d", "b", "h", "i", "q", "B", "?",
+                                             "e", "Zf", "Zd"};
+    static const int sizes[NTORCH] = {4, 8, 1, 2, 4, 8, 1, 1, 2, 8, 16};
+    static const char *const dnames[NT_DESCR] = {"is_cpu", "dtype", "shape", "is_neg",
+                                                 "is_conj", "stride", "data_ptr"};
+    PyObject *found[NTORCH + 1] = {NULL}, *descr[NT_DESCR] = {NULL};
+    int ok = 1;
+    for (int i = 0; ok && i < NTORCH; i++)
+        ok = (found[i] = PyObject_GetAttrString(torch, names[i])) != NULL;
+    ok = ok && (found[NTORCH] = PyObject_GetAttrString(torch, "Tensor")) != NULL
+         && PyType_Check(found[NTORCH]);
+    /* the base type in C that torch.Tensor (a Python class) derives from */
+    PyTypeObject *base = ok ? ((PyTypeObject *)found[NTORCH])->tp_base : NULL;
+    ok = ok && base != NULL && !(base->tp_flags & Py_TPFLAGS_HEAPTYPE);
+    for (int i = 0; ok && i < NT_DESCR; i++) {
+        descr[i] = PyObject_GetAttrString((PyObject *)base, dnames[i]);
+        ok = descr[i] != NULL
+             && (i < T_IS_NEG ? Py_TYPE(descr[i]) == &PyGetSetDescr_Type
+                              : Py_TYPE(descr[i]) == &PyMethodDescr_Type);
+    }
+    if (!ok) { /* a module named torch that is not torch (or half imported): the host */
+        PyErr_Clear();
+        for (int i = 0; i <= NTORCH; i++)
+            Py_XDECREF(found[i]);
+        for (int i = 0; i < NT_DESCR; i++)
+            Py_XDECREF(descr[i]);
+        return 0;
+    }
+    for (int i = 0; i < NTORCH; i++) {
+        torch_dtype[i] = found[i];
+        torch_fmt[i] = parse_format(fmts[i], sizes[i]);
+    }
+    for (int i = 0; i < NT_DESCR; i++)
+        torch_descr[i] = descr[i];
+    torch_tensor = found[NTORCH];
+    return 1;
+}
+
+/* A tuple of n ints (torch.Size, stride()) into out; 1 ok, 0 not. */
+static int
+int_tuple(PyObject *t, Py_ssize_t *out, int n)
+{
+    if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != n)
+        return 0;
+    for (int i = 0; i < n; i++) {
+        out[i] = PyLong_AsSsize_t(PyTuple_GET_ITEM(t, i));
+        if (out[i] == -1 && PyErr_Occurred())
+            return 0;
+    }
+    return 1;
+}
+
+/* A tensor's shape (up to 2 * MAXDIM dims). 1 ok; 0 not (error cleared). */
+static int
+tensor_shape(PyObject *v, int *nd, Py_ssize_t *shape)
+{
+    PyObject *sh = tensor_attr(v, T_SHAPE);
+    int ok = sh != NULL && PyTuple_Check(sh) && PyTuple_GET_SIZE(sh) <= 2 * MAXDIM;
+    if (ok) {
+        *nd = (int)PyTuple_GET_SIZE(sh);
+        ok = int_tuple(sh, shape, *nd);
+    }
+    Py_XDECREF(sh);
+    if (!ok)
+        PyErr_Clear();
+    return ok;
+}
+
+/* Whether v is a tensor for the direct read; *k gets its dtype's index. */
+static int
+tensor_plain(PyObject *v, int *k)
+{
+    if (torch_tensor == NULL || (PyObject *)Py_TYPE(v) != torch_tensor)
+        return 0;
+    PyObject *cpu = tensor_attr(v, T_IS_CPU);
+    int ok = cpu == Py_True;
+    Py_XDECREF(cpu);
+    PyObject *dt = ok ? tensor_attr(v, T_DTYPE) : NULL;
+    *k = -1;
+    for (int i = 0; dt != NULL && i < NTORCH; i++)
+        if (dt == torch_dtype[i])
+            *k = i;
+    Py_XDECREF(dt);
+    ok = ok && *k >= 0;
+    PyObject *neg = ok ? tensor_attr(v, T_IS_NEG) : NULL;
+    ok = ok && neg == Py_False;
+    Py_XDECREF(neg);
+    if (ok && (torch_fmt[*k].code == 'F' || torch_fmt[*k].code == 'D')) { /* complex */
+        PyObject *conj = tensor_attr(v, T_IS_CONJ);
+        ok = conj == Py_False;
+        Py_XDECREF(conj);
+    }
+    if (!ok)
+        PyErr_Clear();
+    return ok;
+}
+
+/* Take a torch tensor v as take_value takes an array: 1 taken, 0 refused by the casting
+ * rules or of the wrong shape, -1 error, 2 not for the direct read (the host then). */
+static int
+take_tensor(const Field *f, PyObject *v, int nd, const Py_ssize_t *full, Py_ssize_t count,
+            Src *out)
+{
+    int k, tnd;
+    Py_ssize_t shape[2 * MAXDIM], strides[2 * MAXDIM];
+    if (!tensor_plain(v, &k) || !tensor_shape(v, &tnd, shape))
+        return 2;
+    if (tnd != nd)
+        return 0;
+    for (int i = 0; i < nd; i++)
+        if (shape[i] != full[i])
+            return 0;
+    PyObject *st = tensor_attr(v, T_STRIDE);
+    int ok = st != NULL && int_tuple(st, strides, nd);
+    Py_XDECREF(st);
+    PyObject *ptr = ok ? tensor_attr(v, T_DATA_PTR) : NULL;
+    void *buf = ptr != NULL ? PyLong_AsVoidPtr(ptr) : NULL;
+    Py_XDECREF(ptr);
+    if (!ok || buf == NULL) {
+        PyErr_Clear();
+        return 2;
+    }
+    const NumFmt s = torch_fmt[k];
+    int contiguous = 1;
+    Py_ssize_t want = 1;
+    for (int i = nd - 1; i >= 0; i--) { /* strides in items; a dim of 1 has any */
+        if (shape[i] != 1 && strides[i] != want)
+            contiguous = 0;
+        strides[i] *= s.size;
+        want *= shape[i];
+    }
+    if (contiguous && s.kind == f->num.kind && s.size == f->itemsize && !f->num.swap
+        && (s.kind != 'x' || s.code == f->num.code)
+        && (s.kind != 'b' || canonical_bytes((const char *)buf, count))) {
+        out->buf = (const char *)buf; /* the stored format already: read in place */
+        return 1;
+    }
+    return convert_into(f, s, (const char *)buf, nd, full, strides, count, out);
 }
 
 /* A value that is not an array: a Python number of a subclass, a nest of lists, or an
@@ -799,14 +1242,21 @@ take_other(Appender *self, const Field *f, PyObject *v, const Py_ssize_t *lead, 
         return r;
     }
     if (PyList_CheckExact(v) || PyTuple_CheckExact(v)) {
-        int kinds = 0;
-        if (nd == 0 || !nest_kinds(v, 0, nd, full, &kinds))
+        if (nd == 0)
             return 0;
         char *dst = src_scratch(out, count * f->itemsize);
         if (dst == NULL)
             return -1;
         char *at = dst;
-        int r = nest_put(f, v, 0, nd, kinds, &at);
+        if (nest_fast(f, v, nd, full, dst)) { /* numbers of one type: one pass */
+            out->buf = dst;
+            return 1;
+        }
+        /* mixed or unusual numbers (or a refusal to confirm): which numbers the nest
+         * holds decides how each is read (numpy's dtype of the whole), then a second
+         * pass stores them */
+        int kinds = 0;
+        int r = nest_kinds(v, 0, nd, full, &kinds) ? nest_put(f, v, 0, nd, kinds, &at) : 0;
         if (r <= 0) {
             src_release(out);
             return r;
@@ -816,10 +1266,13 @@ take_other(Appender *self, const Field *f, PyObject *v, const Py_ssize_t *lead, 
     }
     if (allow_host && self->host != Py_None && !PyUnicode_Check(v) && !PyBytes_Check(v)
         && v != Py_None && !PyDict_Check(v)) {
+        int r = torch_known() ? take_tensor(f, v, nd, full, count, out) : 2;
+        if (r != 2)
+            return r;
         PyObject *h = PyObject_CallOneArg(self->host, v);
         if (h == NULL)
             return -1;
-        int r = h == Py_None ? 0 : take_value(self, f, h, lead, nlead, out, 0);
+        r = h == Py_None ? 0 : take_value(self, f, h, lead, nlead, out, 0);
         Py_DECREF(h); /* a held view keeps its own reference */
         return r;
     }
@@ -923,6 +1376,13 @@ probe_value(Appender *self, PyObject *v, int *ndim, Py_ssize_t *dims, PyObject *
     if (self->host == Py_None || PyUnicode_Check(v) || PyBytes_Check(v) || v == Py_None
         || PyDict_Check(v))
         return 0;
+    int k;
+    Py_ssize_t shape[2 * MAXDIM];
+    if (torch_known() && tensor_plain(v, &k) && tensor_shape(v, ndim, shape)) {
+        for (int i = 0; i < 2 && i < *ndim; i++) /* take_value reads it in place */
+            dims[i] = shape[i];
+        return 1;
+    }
     PyObject *h = PyObject_CallOneArg(self->host, v);
     if (h == NULL) {
         PyErr_Clear();

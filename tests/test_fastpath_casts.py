@@ -1,0 +1,437 @@
+"""The compiled writer's input casts (issue 26): every source dtype / layout it converts
+itself lands exactly as the reference writer lands it, and every value the casting rules
+refuse is refused the same way.
+
+Oracle: a twin buffer driven under ``REPLAYBANK_WRITER=reference`` (the Python boundary's
+``cast_field`` and the reference applier). The buffer under test runs under ``compiled``
+(under ``auto`` too, which is the Python writer with ``REPLAYBANK_PURE_PYTHON=1``). Each
+kind of input (float64 into float32, ints into float and bool fields, int widenings,
+big-endian, strided and read-only arrays, numpy scalars, (nested) lists, torch tensors:
+plain, float64, strided, requiring grad, bool / int flags) is fed to ``add`` and
+``extend`` of one and four lanes on small rings that wrap, with episode ends and gaps.
+After every call the two buffers' whole states must be equal byte for byte, and with the
+accelerator built no call may have taken the Python boundary (the compiled kernels did
+the cast). Per casting rule, the compiled path must raise what the reference raises and
+leave the buffer exactly as it was (the C boundary returns 0 before a byte is written).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import replaybank as rb
+from replaybank.storage.writers.compiled import CompiledWriter, accelerated
+from tests.twins import Under, same_everything, snapshot, twins
+
+try:  # torch is an optional extra: its input kinds are left out without it
+    import torch
+except ImportError:  # pragma: no cover - depends on the environment
+    torch = None
+
+ACCEL = accelerated()
+_NOT_BUILT = pytest.mark.skipif(not ACCEL, reason="_lane not built")
+#: the writer under test: compiled where built; auto everywhere (the Python writer when
+#: the accelerator is off, which must still match the reference)
+WRITERS = [pytest.param("compiled", marks=_NOT_BUILT), "auto"]
+
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning"),
+    pytest.mark.filterwarnings("ignore:invalid value encountered in cast:RuntimeWarning"),
+]
+
+#: obs float32 [3], action int64 (discrete) or float32 [2] (continuous), reward float32,
+#: flags bool, one extra float64 field: the stored dtypes the casts go into
+SPEC_INT = {"obs": ((3,), "float32"), "action": ((), "int64"), "reward": ((), "float32"),
+            "terminated": ((), "bool"), "truncated": ((), "bool"),
+            "value": ((), "float64")}
+SPEC_FLOAT = {**SPEC_INT, "action": ((2,), "float32")}
+
+Conv = Callable[[np.ndarray], Any]
+
+
+def _strided(a: np.ndarray) -> np.ndarray:
+    """``a`` as every other element of the last axis of an array twice as wide."""
+    wide = np.zeros((*a.shape[:-1], 2 * a.shape[-1]), a.dtype) if a.ndim else None
+    if wide is None:
+        return a
+    wide[..., ::2] = a
+    return wide[..., ::2]
+
+
+def _readonly(a: np.ndarray) -> np.ndarray:
+    a = np.array(a, copy=True)
+    a.flags.writeable = False
+    return a
+
+
+def _tensor(a: np.ndarray, strided: bool = False, grad: bool = False) -> Any:
+    t = torch.from_numpy(np.array(a, copy=True))
+    if strided and t.ndim:
+        wide = torch.zeros((*t.shape[:-1], 2 * t.shape[-1]), dtype=t.dtype)
+        wide[..., ::2] = t
+        t = wide[..., ::2]
+    if grad:
+        t = t.clone().requires_grad_(True)
+    return t
+
+
+#: how a float field's value may come: each the same numbers in another type / layout
+FLOAT_KINDS: dict[str, Conv] = {
+    "exact": lambda a: a,
+    "f64": lambda a: a.astype(np.float64),
+    "f64 strided": lambda a: _strided(a.astype(np.float64)),
+    "f64 readonly": lambda a: _readonly(a.astype(np.float64)),
+    "f64 big-endian": lambda a: a.astype(">f8"),
+    "f32 big-endian": lambda a: a.astype(">f4"),
+    "f32 strided": _strided,
+    "f32 fortran": lambda a: np.asfortranarray(a) if a.ndim else a,
+    "list": lambda a: a.tolist(),
+    "tuple": lambda a: tuple(a.tolist()) if a.ndim else a.tolist(),
+}
+#: the values of an int-valued float field (rounded): ints into float
+INT_INTO_FLOAT: dict[str, Conv] = {
+    "int64": lambda a: np.round(a).astype(np.int64),
+    "int32": lambda a: np.round(a).astype(np.int32),
+    "int8": lambda a: np.round(a).astype(np.int8),
+    "uint16": lambda a: np.abs(np.round(a)).astype(np.uint16),
+    "int list": lambda a: np.round(a).astype(np.int64).tolist(),
+}
+#: how an int64 field's value may come (values in [0, 4))
+INT_KINDS: dict[str, Conv] = {
+    "exact": lambda a: a,
+    "int32": lambda a: a.astype(np.int32),
+    "int8": lambda a: a.astype(np.int8),
+    "uint8": lambda a: a.astype(np.uint8),
+    "uint32": lambda a: a.astype(np.uint32),
+    "int16 strided": lambda a: _strided(a.astype(np.int16)) if a.ndim else a,
+    "big-endian": lambda a: a.astype(">i8"),
+    "f64 integral": lambda a: a.astype(np.float64),
+    "list": lambda a: a.tolist(),
+    "bool-free mix": lambda a: [*a.tolist()[:-1], float(a.reshape(-1)[-1])] if a.ndim == 1
+    else a.tolist(),
+}
+#: how a bool flag may come
+FLAG_KINDS: dict[str, Conv] = {
+    "exact": lambda a: a,
+    "int64": lambda a: a.astype(np.int64),
+    "int32": lambda a: a.astype(np.int32),
+    "uint8": lambda a: a.astype(np.uint8),
+    "int8 strided": lambda a: _strided(a.astype(np.int8)) if a.ndim else a.astype(np.int8),
+    "f64": lambda a: a.astype(np.float64),
+    "non-canonical": lambda a: a.view(np.uint8).__mul__(3).view(np.bool_),
+    "list": lambda a: a.tolist(),
+    "int list": lambda a: a.astype(np.int64).tolist(),
+}
+if torch is not None:
+    FLOAT_KINDS.update({
+        "torch": lambda a: _tensor(a),
+        "torch f64": lambda a: _tensor(a.astype(np.float64)),
+        "torch strided": lambda a: _tensor(a, strided=True),
+        "torch grad": lambda a: _tensor(a, grad=True),
+    })
+    INT_KINDS.update({
+        "torch": lambda a: _tensor(a),
+        "torch int32": lambda a: _tensor(a.astype(np.int32)),
+        "torch uint8 strided": lambda a: _tensor(a.astype(np.uint8), strided=True),
+    })
+    FLAG_KINDS.update({
+        "torch": lambda a: _tensor(a),
+        "torch int64": lambda a: _tensor(a.astype(np.int64)),
+        "torch strided": lambda a: _tensor(a, strided=True),
+    })
+
+
+def _scalar_kinds(kinds: dict[str, Conv]) -> dict[str, Conv]:
+    """The kinds of a 0-d value of one env's add: the array kinds that keep 0-d values
+    0-d, plus numpy and Python scalars."""
+    out = {k: c for k, c in kinds.items() if "strided" not in k}
+    out["numpy scalar"] = lambda a: a[()]
+    out["python"] = lambda a: a.item()
+    return out
+
+
+def _stream(rng: np.random.Generator, n: int, lanes: int, cont: bool,
+            cur: np.ndarray) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """``n`` steps of ``lanes`` lanes in the stored dtypes, ``[n, lanes, ...]``: each lane
+    sequential (next obs the next obs) but for episode ends and rare gaps."""
+    obs = np.empty((n, lanes, 3), np.float32)
+    nxt = rng.standard_normal((n, lanes, 3)).astype(np.float32)
+    term = rng.random((n, lanes)) < 0.1
+    trunc = rng.random((n, lanes)) < 0.05
+    for i in range(n):
+        obs[i] = cur
+        cur = nxt[i].copy()
+        ends = term[i] | trunc[i] | (rng.random(lanes) < 0.05)
+        cur[ends] = rng.standard_normal((int(ends.sum()), 3)).astype(np.float32)
+    act = (rng.standard_normal((n, lanes, 2)).astype(np.float32) if cont
+           else rng.integers(0, 4, (n, lanes)).astype(np.int64))
+    rew = rng.standard_normal((n, lanes)).astype(np.float32)
+    rew[rng.random((n, lanes)) < 0.3] = 2.0  # some integral rewards
+    return {"obs": obs, "action": act, "reward": rew, "next_obs": nxt, "terminated": term,
+            "truncated": trunc, "value": rng.standard_normal((n, lanes))}, cur
+
+
+def _pick(rng: np.random.Generator, kinds: dict[str, Conv]) -> Conv:
+    names = sorted(kinds)
+    return kinds[names[int(rng.integers(len(names)))]]
+
+
+def _as_call(rng: np.random.Generator, d: dict[str, np.ndarray], cont: bool, scalar: bool
+             ) -> dict[str, Any]:
+    """The call of the values ``d`` (``[...]`` stored dtypes) with every field in a kind
+    picked at random (0-d values: the scalar kinds too)."""
+    floats = _scalar_kinds(FLOAT_KINDS) if scalar else FLOAT_KINDS
+    flags = _scalar_kinds(FLAG_KINDS) if scalar else FLAG_KINDS
+    ints = _scalar_kinds(INT_KINDS) if scalar else INT_KINDS
+    out: dict[str, Any] = {}
+    for k in ("obs", "next_obs"):
+        out[k] = _pick(rng, FLOAT_KINDS)(d[k])
+    out["action"] = _pick(rng, FLOAT_KINDS if cont else ints)(d["action"])
+    rew = d["reward"]
+    integral = np.array_equal(rew, np.round(rew))
+    out["reward"] = _pick(rng, {**floats, **(INT_INTO_FLOAT if integral else {})})(rew)
+    for k in ("terminated", "truncated"):
+        out[k] = _pick(rng, flags)(d[k])
+    out["value"] = _pick(rng, floats)(d["value"].astype(np.float32).astype(np.float64))
+    return out
+
+
+def _no_general(fast: Under, slow: Under, rng: np.random.Generator, cont: bool = False
+                ) -> list[int]:
+    """A list that grows by one whenever ``fast`` takes the Python boundary from now on,
+    after a first exact add of one step to both twins (which allocates the storage: the
+    Python boundary's work)."""
+    lanes = fast.buf.num_envs
+    d, _ = _stream(rng, 1, lanes, cont, rng.standard_normal((lanes, 3)).astype(np.float32))
+    one = {k: v[0, 0, ...] if lanes == 1 else v[0] for k, v in d.items()}
+    for b in (fast, slow):
+        b.add(**one)
+    general: list[int] = []
+    inner = fast.buf._write
+    fast.buf._write = lambda *a, **k: general.append(1) or inner(*a, **k)  # type: ignore
+    return general
+
+
+def _drive(rng: np.random.Generator, writer: str, lanes: int, cont: bool, cap: int,
+           calls: int) -> None:
+    spec = SPEC_FLOAT if cont else SPEC_INT
+    fast, slow = twins(writer, lambda: rb.ReplayBuffer(capacity=cap * lanes, num_envs=lanes,
+                                                        spec=spec, seed=0))
+    general = _no_general(fast, slow, rng, cont)
+    cur = rng.standard_normal((lanes, 3)).astype(np.float32)
+    for _ in range(calls):
+        if rng.random() < 0.5:  # extend: [n, lanes, ...] ([n, ...] for one lane)
+            n = int(rng.integers(1, cap + 3))
+            d, cur = _stream(rng, n, lanes, cont, cur)
+            if lanes == 1:
+                d = {k: v[:, 0] for k, v in d.items()}
+            call = _as_call(rng, d, cont, scalar=False)
+            fast.extend(**call)
+            slow.extend(**call)
+        else:  # add: [lanes, ...] ([...] for one lane)
+            d, cur = _stream(rng, 1, lanes, cont, cur)
+            d = {k: v[0, 0, ...] if lanes == 1 else v[0] for k, v in d.items()}
+            call = _as_call(rng, d, cont, scalar=lanes == 1)
+            fast.add(**call)
+            slow.add(**call)
+        same_everything(fast, slow)
+    if writer == "compiled":
+        assert general == [], "a cast took the Python boundary"
+
+
+@pytest.mark.parametrize("writer", WRITERS)
+@pytest.mark.parametrize("lanes", [1, 4])
+@pytest.mark.parametrize("cont", [False, True], ids=["int action", "float action"])
+@settings(max_examples=12, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), cap=st.sampled_from([5, 8, 21]))
+def test_every_input_kind_lands_as_the_reference(writer: str, lanes: int, cont: bool,
+                                                 seed: int, cap: int) -> None:
+    """Random kinds per field and call, add and extend, rings that wrap: the whole state
+    equals the reference twin's after every call, and no call took the Python path."""
+    _drive(np.random.default_rng(seed), writer, lanes, cont, cap, calls=14)
+
+
+def _one_kind_call(kind: str, conv: Conv, field: str, d: dict[str, np.ndarray],
+                   cont: bool) -> dict[str, Any]:
+    call: dict[str, Any] = dict(d)
+    if field == "obs":
+        call["obs"], call["next_obs"] = conv(d["obs"]), conv(d["next_obs"])
+    else:
+        call[field] = conv(d[field])
+    return call
+
+
+def _kind_cases() -> list[Any]:
+    cases = []
+    for name in FLOAT_KINDS:
+        cases += [("obs", name), ("value", name)]
+    cases += [("reward", name) for name in INT_INTO_FLOAT]
+    cases += [("action", name) for name in INT_KINDS]
+    cases += [("terminated", name) for name in FLAG_KINDS]
+    return [pytest.param(f, k, id=f"{f}-{k}") for f, k in cases]
+
+
+@pytest.mark.parametrize("writer", WRITERS)
+@pytest.mark.parametrize("lanes", [1, 4])
+@pytest.mark.parametrize(("field", "kind"), _kind_cases())
+def test_each_kind_alone(writer: str, lanes: int, field: str, kind: str) -> None:
+    """One kind in one field, everything else exact: extends and adds (0-d values in
+    their array kind) that wrap a ring of 6 rows twice, state equal after each call."""
+    conv = {**FLOAT_KINDS, **INT_INTO_FLOAT, **INT_KINDS, **FLAG_KINDS}
+    table = {"obs": FLOAT_KINDS, "value": FLOAT_KINDS, "reward": INT_INTO_FLOAT,
+             "action": INT_KINDS, "terminated": FLAG_KINDS}[field]
+    c = table.get(kind, conv[kind])
+    rng = np.random.default_rng(hash((field, kind, lanes)) % 2**32)
+    fast, slow = twins(writer, lambda: rb.ReplayBuffer(capacity=6 * lanes, num_envs=lanes,
+                                                        spec=SPEC_INT, seed=0))
+    general = _no_general(fast, slow, rng)
+    cur = rng.standard_normal((lanes, 3)).astype(np.float32)
+    for n in (4, 5, 1, 7, 2):
+        d, cur = _stream(rng, n, lanes, False, cur)
+        if field == "reward":
+            d["reward"] = np.round(d["reward"] * 3)
+        if lanes == 1:
+            d = {k: v[:, 0] for k, v in d.items()}
+        fast.extend(**_one_kind_call(kind, c, field, d, False))
+        slow.extend(**_one_kind_call(kind, c, field, d, False))
+        same_everything(fast, slow)
+        one = {k: v[0, ...] for k, v in d.items()}
+        fast.add(**_one_kind_call(kind, c, field, one, False))
+        slow.add(**_one_kind_call(kind, c, field, one, False))
+        same_everything(fast, slow)
+    if writer == "compiled":
+        assert general == []
+
+
+def _refused_cases() -> list[Any]:
+    """(field, bad values [n, ...] or None (the step's), a function making the bad value
+    from the good one): one per casting rule."""
+    big = 2.0**63
+    cases: list[tuple[str, str, Callable[[np.ndarray], Any]]] = [
+        ("action", "float beyond int64", lambda a: np.full(a.shape, big)),
+        ("action", "NaN into int", lambda a: np.where(a == a.reshape(-1)[0], np.nan, 1.0)
+         .astype(np.float64)),
+        ("action", "fraction into int", lambda a: a.astype(np.float64) + 0.5),
+        ("action", "fraction in a list", lambda a: (a.astype(np.float64) + 0.5).tolist()),
+        ("action", "uint64 beyond int64", lambda a: np.full(a.shape, 2**63, np.uint64)),
+        ("action", "complex", lambda a: a.astype(np.complex128)),
+        ("action", "string", lambda a: a.astype(str)),
+        ("terminated", "2 in int64 flags", lambda a: a.astype(np.int64) + 2),
+        ("terminated", "-1 in int8 flags", lambda a: -a.astype(np.int8) - 1),
+        ("terminated", "2 in a list", lambda a: (a.astype(np.int64) + 2).tolist()),
+        ("terminated", "0.5 in f64 flags", lambda a: a.astype(np.float64) + 0.5),
+        ("obs", "complex obs", lambda a: a.astype(np.complex64)),
+        ("obs", "string obs", lambda a: a.astype(str)),
+        ("obs", "wrong shape", lambda a: a[..., :2]),
+    ]
+    if torch is not None:
+        cases += [
+            ("action", "torch NaN into int", lambda a: _tensor(np.full(a.shape, np.nan))),
+            ("terminated", "torch int 2 flags",
+             lambda a: _tensor(a.astype(np.int64) + 2)),
+            ("obs", "torch complex obs", lambda a: _tensor(a.astype(np.complex64))),
+            ("obs", "torch wrong shape", lambda a: _tensor(a[..., :2])),
+        ]
+    return [pytest.param(f, conv, id=f"{f}-{name}") for f, name, conv in cases]
+
+
+@pytest.mark.parametrize("writer", WRITERS)
+@pytest.mark.parametrize("lanes", [1, 4])
+@pytest.mark.parametrize("op", ["add", "extend"])
+@pytest.mark.parametrize(("field", "bad"), _refused_cases())
+def test_refused_casts_match_the_reference(writer: str, lanes: int, op: str, field: str,
+                                           bad: Callable[[np.ndarray], Any]) -> None:
+    """A value a casting rule refuses: the writer under test raises the reference's
+    exception type and message, and both buffers stay exactly as they were."""
+    rng = np.random.default_rng(3)
+    fast, slow = twins(writer, lambda: rb.ReplayBuffer(capacity=6 * lanes, num_envs=lanes,
+                                                        spec=SPEC_INT, seed=0))
+    cur = rng.standard_normal((lanes, 3)).astype(np.float32)
+    d, cur = _stream(rng, 9, lanes, False, cur)  # wraps the ring once
+    if lanes == 1:
+        d = {k: v[:, 0] for k, v in d.items()}
+    for b in (fast, slow):
+        b.extend(**d)
+    before = snapshot(fast.buf)
+    d, cur = _stream(rng, 3, lanes, False, cur)
+    if lanes == 1:
+        d = {k: v[:, 0] for k, v in d.items()}
+    call = {k: v[0, ...] for k, v in d.items()} if op == "add" else dict(d)
+    call = _one_kind_call("bad", bad, field, call, False)
+    errors = []
+    for b in (fast, slow):
+        with pytest.raises(Exception) as info:  # the type is compared below
+            getattr(b, op)(**call)
+        errors.append(info.value)
+    assert type(errors[0]) is type(errors[1]) and str(errors[0]) == str(errors[1])
+    assert snapshot(fast.buf) == before
+    same_everything(fast, slow)
+
+
+@_NOT_BUILT
+@pytest.mark.parametrize("lanes", [1, 4])
+def test_compiled_refusal_writes_nothing(lanes: int) -> None:
+    """The C boundary itself returns 0 for a refused cast in a late field (after the
+    casts of the earlier ones succeeded) and leaves the table untouched."""
+    rng = np.random.default_rng(5)
+    buf = rb.ReplayBuffer(capacity=4 * lanes, num_envs=lanes, spec=SPEC_INT, seed=0)
+    cur = rng.standard_normal((lanes, 3)).astype(np.float32)
+    d, cur = _stream(rng, 6, lanes, False, cur)
+    buf.extend(**d)
+    w = CompiledWriter.of(buf.table)
+    assert w is not None
+    before = snapshot(buf)
+    d, cur = _stream(rng, 3, lanes, False, cur)
+    obs64, nxt64 = d["obs"].astype(np.float64), d["next_obs"].astype(np.float64)
+    ok_flags = d["terminated"].astype(np.int64)
+    bad_flags = ok_flags + 2
+    assert w.write(None, True, obs64, d["action"], d["reward"], nxt64, ok_flags,
+                   bad_flags, {"value": d["value"]}) == 0
+    assert snapshot(buf) == before
+    assert w.write(None, True, obs64, d["action"], d["reward"], nxt64, ok_flags,
+                   ok_flags, {"value": d["value"]}) == 3
+    assert snapshot(buf) != before
+
+
+@_NOT_BUILT
+@pytest.mark.skipif(torch is None, reason="torch not installed")
+def test_torch_tensors_that_need_the_host() -> None:
+    """Tensors the direct read leaves to the host callback (lazy negation, bfloat16, a
+    subclass, requires_grad through the plain read) still land as the reference's; a
+    tensor is read where it lies, never through a shadowing instance attribute."""
+    rng = np.random.default_rng(11)
+    fast, slow = twins("compiled", lambda: rb.ReplayBuffer(capacity=8, spec=SPEC_FLOAT,
+                                                            seed=0))
+    general = _no_general(fast, slow, rng, cont=True)
+    cur = rng.standard_normal((1, 3)).astype(np.float32)
+
+    class Sub(torch.Tensor):
+        pass
+
+    makers: list[Callable[[np.ndarray], Any]] = [
+        lambda a: torch.from_numpy(-a)._neg_view(),  # a lazy negation: values a
+        lambda a: torch.from_numpy(a).to(torch.bfloat16).to(torch.float32),
+        lambda a: torch.from_numpy(a).as_subclass(Sub),
+        lambda a: torch.from_numpy(a).requires_grad_(True),
+    ]
+    for make in makers:
+        d, cur = _stream(rng, 5, 1, True, cur)
+        d = {k: v[:, 0] for k, v in d.items()}
+        call = dict(d, obs=make(d["obs"]), next_obs=make(d["next_obs"]),
+                    action=make(d["action"]))
+        fast.extend(**call)
+        slow.extend(**call)
+        same_everything(fast, slow)
+    assert general == []
+    t = torch.zeros(3)
+    t.data_ptr = lambda: 0  # type: ignore[method-assign]  # must not be called
+    for b in (fast, slow):
+        b.add(obs=t, action=np.zeros(2, np.float32), reward=0.0, next_obs=t + 1,
+              terminated=False, truncated=False, value=0.0)
+    same_everything(fast, slow)
