@@ -8,8 +8,9 @@ way lives here, written once:
   with the core's length and writes its ``repr`` from a table of attribute names
   (``_repr_fields``);
 * :class:`Core` is one line of a front end's name-translation table: a read-only
-  attribute answered by the core buffer's attribute of that, or another, name, with
-  its own docstring;
+  attribute answered by the core buffer's attribute (or method) of that, or another,
+  name, by the core buffer itself (``"buffer"``) or by its length (``"len"``), with its
+  own docstring;
 * :class:`Checkpointed` adds replaybank's checkpoint verbs for a front end registered as
   a buffer type (``SequenceReplayBuffer``, ``PathBuffer``): ``state_dict`` (the core's
   state beside the front end's own entries), ``load_state_dict`` (the front end's entries
@@ -54,23 +55,29 @@ class Core(Generic[T]):
     """A read-only front-end attribute answered by the core buffer: one line of the
     name-translation table (a property written once).
 
-    Reading it on a front end reads ``front_end.buffer.<name>``; setting it raises an
-    ``AttributeError``, as a property without a setter does; on the class it is the
-    descriptor itself, whose ``__doc__`` documents the attribute.
+    Reading it on a front end reads ``front_end.buffer.<name>`` (a method of the core is
+    read as its bound method, so a delegating method is one line too), or, for the names
+    ``"buffer"`` and ``"len"``, ``front_end.buffer`` and ``len(front_end.buffer)``; setting
+    it raises an ``AttributeError``, as a property without a setter does; on the class it
+    is the descriptor itself, whose ``__doc__`` documents the attribute.
 
     Args:
         doc: The attribute's docstring.
-        name: The core buffer's attribute (default: the same name as on the front end).
+        name: The core buffer's attribute (default: the same name as on the front end),
+            ``"buffer"`` for the core buffer itself or ``"len"`` for its length.
 
     Example:
         >>> from replaybank.buffers.replay import ReplayBuffer
         >>> class Front(FrontEnd):
         ...     size: Core[int] = Core("Total steps.", "capacity")
+        ...     core: Core[ReplayBuffer] = Core("The core buffer.", "buffer")
+        ...     held: Core[int] = Core("Steps stored.", "len")
+        ...     clear: Core[Callable[[], None]] = Core("Drop every step.")
         ...     def __init__(self):
         ...         self.buffer = ReplayBuffer(4)
         >>> front = Front()
-        >>> front.size, Front.size.name
-        (4, 'capacity')
+        >>> front.size, Front.size.name, front.core is front.buffer, front.held
+        (4, 'capacity', True, 0)
         >>> front.size = 8
         Traceback (most recent call last):
         ...
@@ -95,7 +102,12 @@ class Core(Generic[T]):
     def __get__(self, obj: object, owner: type | None = None) -> T | Core[T]:
         if obj is None:
             return self
-        return getattr(obj.buffer, self.name)  # type: ignore[attr-defined, no-any-return]
+        buffer = obj.buffer  # type: ignore[attr-defined]
+        if self.name == "buffer":
+            return buffer  # type: ignore[no-any-return]
+        if self.name == "len":
+            return len(buffer)  # type: ignore[return-value]
+        return getattr(buffer, self.name)  # type: ignore[no-any-return]
 
     def __set__(self, obj: object, value: Any) -> None:
         raise AttributeError(f"{type(obj).__name__}.{self.attr} is read-only: the core "

@@ -1,5 +1,6 @@
-"""The argument checks of the front ends, written once: ints, numbers, flags, dicts and
-the values a user passes as data (numbers, one number, done flags).
+"""The argument checks of the front ends, written once: ints, numbers, flags, dicts,
+the values a user passes as data (numbers, one number, done flags) and a saved
+generator state.
 
 Every front end checks a public call's arguments here before it changes anything, so a
 rejected call leaves the buffer (and the dicts it was given) as they were. A message
@@ -47,15 +48,27 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from replaybank.errors import ArgumentError, ConfigError, DtypeError, ShapeError, describe
+from replaybank.errors import (
+    ArgumentError,
+    CheckpointError,
+    ConfigError,
+    DtypeError,
+    ShapeError,
+    describe,
+)
 from replaybank.host import as_numpy
 from replaybank.spec import real_array
 
 __all__ = ["check_bool", "check_int", "check_mapping", "check_number", "done_flag",
-           "flag_values", "int_rule", "is_int", "is_real", "numbers", "one_number"]
+           "flag_values", "int_rule", "is_int", "is_real", "numbers", "one_number",
+           "saved_generator"]
 
 Array = npt.NDArray[Any]
 _BOOLS = (bool, np.bool_)
+#: Scalars :func:`one_number` returns as they are.
+_SCALARS = frozenset({float, int, bool, np.float32, np.float64, np.int64, np.int32, np.bool_})
+#: numpy bit generators whose state a saved state may hold.
+_BIT_GENERATORS = ("PCG64", "PCG64DXSM", "MT19937", "Philox", "SFC64")
 
 
 def is_int(value: Any) -> bool:
@@ -277,17 +290,19 @@ def numbers(x: Any, what: str, fix: str = "pass a tensor or array of numbers") -
 
 
 def one_number(x: Any, what: str, fix: str = "pass one number") -> Any:
-    """One number of ``x`` (a number, or a one-element tensor, array or list) as a
-    Python scalar.
+    """One number of ``x``: a Python or numpy scalar as it is, or the value of a
+    one-element tensor, array or list as a Python scalar.
 
     Raises:
         DtypeError: ``x`` is not a number (None, a string, ...).
         ShapeError: ``x`` holds more than one value.
 
     Example:
-        >>> one_number(np.array([[2.5]]), "reward")
-        2.5
+        >>> one_number(np.array([[2.5]]), "reward"), one_number(np.float32(1), "reward")
+        (2.5, np.float32(1.0))
     """
+    if type(x) in _SCALARS:
+        return x
     a = numbers(x, what, fix)
     if a.size != 1:
         raise ShapeError(f"{what}: got {describe(x)}, {a.size} values; expected one number "
@@ -343,3 +358,36 @@ def flag_values(a: Array, what: str) -> Array:
         raise DtypeError(f"{what}: a done flag is True/False or 0/1, found {bad.item()!r}; "
                          "pass dones=terminated | truncated")
     return one
+
+
+# ---------------------------------------------------------------------- saved state
+def saved_generator(state: Any, what: str, fix: str) -> np.random.Generator:
+    """A numpy Generator restored from a saved ``bit_generator.state`` dict, checked.
+
+    Args:
+        state: The saved state (``rng.bit_generator.state``, maybe damaged).
+        what: Where it was found, for the message (``"load_state_dict: _rng"``).
+        fix: The fix, for the message.
+
+    Raises:
+        CheckpointError: Not the state of one of numpy's bit generators, or a damaged one.
+
+    Example:
+        >>> rng = np.random.default_rng(0)
+        >>> saved_generator(rng.bit_generator.state, "rng", "").random() == rng.random()
+        True
+        >>> saved_generator({"bit_generator": "PCG64", "state": 3}, "rng", "pass a saved one")
+        Traceback (most recent call last):
+        ...
+        replaybank.errors.CheckpointError: rng holds a damaged PCG64 state ('int' object is not subscriptable); pass a saved one
+    """  # noqa: E501
+    name = state.get("bit_generator") if isinstance(state, Mapping) else None
+    if name not in _BIT_GENERATORS:
+        raise CheckpointError(f"{what}={describe(state)} is not a numpy bit generator state "
+                              f"({', '.join(_BIT_GENERATORS)}); {fix}")
+    bits = getattr(np.random, name)()
+    try:
+        bits.state = dict(state)
+    except (TypeError, ValueError, KeyError, OverflowError) as exc:
+        raise CheckpointError(f"{what} holds a damaged {name} state ({exc}); {fix}") from None
+    return np.random.Generator(bits)

@@ -50,8 +50,9 @@ import numpy as np
 
 from replaybank.buffers.arguments import make_rng
 from replaybank.buffers.replay import ReplayBuffer
-from replaybank.compat.base import FrontEnd
-from replaybank.compat.checks import check_bool, check_int, check_mapping
+from replaybank.compat.base import Core, FrontEnd
+from replaybank.compat.checks import check_bool, check_int, check_mapping, saved_generator
+from replaybank.compat.devices import torch_module
 from replaybank.compat.sequence import SequenceReplayBuffer
 from replaybank.errors import (
     ArgumentError,
@@ -61,7 +62,6 @@ from replaybank.errors import (
     ShapeError,
     SpecError,
     describe,
-    require_extra,
 )
 from replaybank.spec import SEP
 
@@ -146,9 +146,19 @@ class _Rows:
     buffer: ReplayBuffer
     sequences: SequenceReplayBuffer
     _keys: frozenset[str] | None
+    _capacity: int
     _validate_keys: bool
+    _rng: np.random.Generator
     _lanes: int
     _zeros: dict[str, Any]
+
+    def _setup(self, capacity: Any, validate_keys: Any, seed: Any, lanes: int) -> None:
+        """Check a SequentialBuffer's ``capacity`` and ``validate_keys`` (then ``seed``)
+        and build the core with ``lanes`` lanes."""
+        self._capacity = _capacity(capacity, "SequentialBuffer")
+        self._validate_keys = check_bool("SequentialBuffer", "validate_keys", validate_keys)
+        self._rng = make_rng(seed)
+        self._fresh(self._capacity, lanes, self._rng)
 
     def _fresh(self, capacity: int, lanes: int, rng: np.random.Generator) -> None:
         self._lanes = lanes
@@ -297,10 +307,7 @@ class SequentialBuffer(_Rows, FrontEnd, Buffer):
 
     def __init__(self, capacity: int, validate_keys: bool = True, seed: int | None = None
                  ) -> None:
-        self._capacity = _capacity(capacity, "SequentialBuffer")
-        self._validate_keys = check_bool("SequentialBuffer", "validate_keys", validate_keys)
-        self._rng = make_rng(seed)
-        self.reset()
+        self._setup(capacity, validate_keys, seed, 1)
 
     @property
     def capacity(self) -> int:
@@ -312,10 +319,7 @@ class SequentialBuffer(_Rows, FrontEnd, Buffer):
         """Whether the buffer is full (holds ``capacity`` experiences)."""
         return len(self.buffer) >= self._capacity
 
-    @property
-    def size(self) -> int:
-        """The current number of experiences stored in the buffer."""
-        return len(self.buffer)
+    size: Core[int] = Core("The current number of experiences stored in the buffer.", "len")
 
     def reset(self) -> None:
         """Reset/initialize the buffer: nothing stored, no keys (the generator goes on)."""
@@ -432,10 +436,8 @@ class IndependentVectorizedBuffer(_Rows, FrontEnd, Buffer):
                 raise ArgumentError("IndependentVectorizedBuffer: pass seed= to the group, "
                                     "not to its buffers")
             bound.apply_defaults()
-            self._capacity = _capacity(bound.arguments["capacity"], "SequentialBuffer")
-            self._validate_keys = check_bool("SequentialBuffer", "validate_keys",
-                                             bound.arguments["validate_keys"])
-            self._fresh(self._capacity, self.num_buffers, self._rng)
+            self._setup(bound.arguments["capacity"], bound.arguments["validate_keys"],
+                        self._rng, self.num_buffers)
         else:  # any other Buffer class: fishyrl's list of buffers, sampled the same way
             self._buffers = [buffer_class(*buffer_args,  # type: ignore[call-arg]
                                           seed=None if seed is None else seed + i,
@@ -559,12 +561,8 @@ class IndependentVectorizedBuffer(_Rows, FrontEnd, Buffer):
             raise CheckpointError(
                 f"load_state_dict: expected {{'_buffers': [{len(buffers)} buffer states], "
                 f"'_rng': ...}} from state_dict(); got {describe(state_dict)}")
-        rng = np.random.default_rng()
-        try:
-            rng.bit_generator.state = state_dict["_rng"]
-        except (TypeError, ValueError, KeyError) as exc:
-            raise CheckpointError(f"load_state_dict: _rng is not a generator state ({exc})"
-                                  ) from None
+        rng = saved_generator(state_dict["_rng"], "load_state_dict: _rng",
+                              "pass the state_dict() of a group of the same buffer class")
         before = [b.state_dict() for b in buffers]
         try:
             for b, s in zip(buffers, state_dict["_buffers"], strict=True):
@@ -605,7 +603,7 @@ def convert_samples_to_tensors(samples: dict[str, np.ndarray],
         >>> out["obs"].dtype, tuple(out["obs"].shape), out["obs"].device.type
         (torch.float32, (2, 3), 'cpu')
     """
-    torch = require_extra("torch", "torch")
+    torch = torch_module()
     if not isinstance(samples, Mapping):
         raise ArgumentError(f"convert_samples_to_tensors(samples={describe(samples)}): "
                             "expected a dict of numpy arrays (a batch of sample())")

@@ -142,26 +142,13 @@ class SequenceReplayBuffer(Checkpointed, FrontEnd):
     spec: Core[Spec | None] = Core("Stored fields.")
     table: Core[StepTable] = Core("The step table.")
     sampler: Core[Sampler] = Core("The window-start sampler.")
-
-    def add(self, **fields: Any) -> None:
-        """Add one step per lane; see :meth:`ReplayBuffer.add`."""
-        self.buffer.add(**fields)
-
-    def extend(self, **fields: Any) -> None:
-        """Add many steps; see :meth:`ReplayBuffer.extend`."""
-        self.buffer.extend(**fields)
-
-    def clear(self) -> None:
-        """Drop every stored step."""
-        self.buffer.clear()
-
-    def flush(self) -> None:
-        """Sync a memmap buffer and save its resume state; see :meth:`ReplayBuffer.flush`."""
-        self.buffer.flush()
-
-    def close(self) -> None:
-        """Release durable storage; see :meth:`ReplayBuffer.close`."""
-        self.buffer.close()
+    add: Core[Callable[..., None]] = Core("Add one step per lane; see :meth:`ReplayBuffer.add`.")
+    extend: Core[Callable[..., None]] = Core("Add many steps; see :meth:`ReplayBuffer.extend`.")
+    clear: Core[Callable[[], None]] = Core("Drop every stored step.")
+    flush: Core[Callable[[], None]] = Core(
+        "Sync a memmap buffer and save its resume state; see :meth:`ReplayBuffer.flush`.")
+    close: Core[Callable[[], None]] = Core(
+        "Release durable storage; see :meth:`ReplayBuffer.close`.")
 
     # ------------------------------------------------------------------ sampling
     def sample(self, batch_size: int, sequence_length: int | None = None,
@@ -191,18 +178,12 @@ class SequenceReplayBuffer(Checkpointed, FrontEnd):
 
     sample_sequences = sample
 
-    def sample_transitions(self, batch_size: int, **kwargs: Any) -> Batch:
-        """One-step transitions, as :meth:`ReplayBuffer.sample`."""
-        return self.buffer.sample(batch_size, **kwargs)
-
-    def update_priorities(self, indices: Any, priorities: Any) -> int:
-        """Set priorities of window starts directly; see :meth:`ReplayBuffer.update_priorities`."""
-        return self.buffer.update_priorities(indices, priorities)
-
-    def update_sequence_priorities(self, starts: Any, td_errors: Any, eta: float = 0.9,
-                                   mask: Any = None) -> int:
-        """R2D2 priorities; see :func:`~replaybank.buffers.sequences.update_sequence_priorities`."""
-        return self.buffer.update_sequence_priorities(starts, td_errors, eta=eta, mask=mask)
+    sample_transitions: Core[Callable[..., Batch]] = Core(
+        "One-step transitions, as :meth:`ReplayBuffer.sample`.", "sample")
+    update_priorities: Core[Callable[[Any, Any], int]] = Core(
+        "Set priorities of window starts directly; see :meth:`ReplayBuffer.update_priorities`.")
+    update_sequence_priorities: Core[Callable[..., int]] = Core(
+        "R2D2 priorities; see :func:`~replaybank.buffers.sequences.update_sequence_priorities`.")
 
     # ------------------------------------------------------------------ state
     # state_dict, load_state_dict, save, load, config: Checkpointed (the core's state plus
@@ -244,13 +225,10 @@ class SequenceReplayBuffer(Checkpointed, FrontEnd):
     # ------------------------------------------------------------------ memmap resume
     backend: Core[ArrayBackend] = Core("Where the inner buffer's arrays live.")
 
-    def resume_state(self) -> dict[str, Any] | None:
-        """The inner buffer's resume state (:func:`replaybank.persist.flush`)."""
-        return self.buffer.resume_state()
-
-    def reopened(self) -> None:
-        """The inner buffer's storage was reopened from its files."""
-        self.buffer.reopened()
+    resume_state: Core[Callable[[], dict[str, Any] | None]] = Core(
+        "The inner buffer's resume state (:func:`replaybank.persist.flush`).")
+    reopened: Core[Callable[[], None]] = Core(
+        "The inner buffer's storage was reopened from its files.")
 
     def load_resume_state(self, state: dict[str, Any]) -> None:
         """Restore the inner buffer's resume state.

@@ -68,7 +68,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
 
 from replaybank.buffers.arguments import make_rng
 from replaybank.buffers.replay import ReplayBuffer
-from replaybank.compat.base import FrontEnd
+from replaybank.compat.base import Core, FrontEnd
 from replaybank.compat.checks import (
     check_mapping,
     check_number,
@@ -79,7 +79,7 @@ from replaybank.compat.checks import (
     numbers,
     one_number,
 )
-from replaybank.compat.devices import batch_device, checked_device
+from replaybank.compat.devices import BatchTensors, checked_device
 from replaybank.compat.trajectory import PathBuffer
 from replaybank.errors import (
     ArgumentError,
@@ -107,10 +107,8 @@ __all__ = [
 ]
 
 AnyArray = npt.NDArray[Any]
+_FLOAT = "convert the value to a float"
 FloatArray = npt.NDArray[np.float64]
-
-# values stored as they are (no torch / list conversion needed)
-_PLAIN = frozenset({float, int, bool, np.float32, np.float64, np.int64, np.int32, np.bool_})
 
 
 def discount_cumsum(x: Any, discount: float) -> FloatArray:
@@ -375,10 +373,31 @@ def instantiate_from_config(config_file_location: Any) -> PPOBuffer | SimpleRepl
 
 
 class _FromConfig:
-    """The reference's config constructors, shared by both buffers: the arguments of
-    ``cls`` from a file or a mapping, validated by ``cls.config_model``."""
+    """What both buffers share: the reference's config constructors (the arguments of
+    ``cls`` from a file or a mapping, validated by ``cls.config_model``), the checked
+    arguments as attributes, and the batches as tensors on ``device``."""
 
     config_model: ClassVar[type[SimpleReplayBufferConfig]]
+    obs_dim: int
+    act_dim: int
+    size: int
+    batch_size: int
+    device: Any
+
+    def _configure(self, values: dict[str, Any], device: Any, seed: Any = None,
+                   default_cuda: bool = False) -> dict[str, Any]:
+        """Check the arguments (``values`` by the config model, then ``seed``, which
+        nothing here draws from, then ``device``) and set them as attributes.
+
+        Returns:
+            The spec of the stored ``obs [obs_dim]`` and ``action [act_dim]`` (float32).
+        """
+        self.__dict__.update(_validate(type(self), values).model_dump())
+        make_rng(seed)  # checked only
+        checked_device(device)
+        self.device = device
+        self._tensors = BatchTensors(device, default_cuda)
+        return {"obs": ((self.obs_dim,), np.float32), "action": ((self.act_dim,), np.float32)}
 
     @classmethod
     def instantiate_from_config(cls, config_file_location: Any) -> Self:
@@ -457,16 +476,6 @@ def _array(key: str, x: Any, dim: int) -> AnyArray:
     return arr
 
 
-def _scalar(key: str, x: Any, fix: str = "convert the value to a float") -> Any:
-    """One number (a Python/numpy scalar as is, a 1-element array or tensor unpacked).
-
-    Raises:
-        DtypeError: ``x`` is not a number (None, a string, ...).
-        ShapeError: ``x`` holds more than one value.
-    """
-    return x if type(x) in _PLAIN else one_number(x, key, fix)
-
-
 def _finite(key: str, x: Any) -> Any:
     """A number that enters the epoch's GAE: NaN or inf would make every normalised
     advantage of the epoch NaN, so it is refused (as finish_path's bootstrap value)."""
@@ -488,33 +497,27 @@ def _bootstrap_form(call: str, action_obj: Any) -> None:
            if isinstance(action_obj, (bool, np.bool_)) else ""))
 
 
-def _mapping(call: str, buffer_dict: Any) -> None:
-    """An ArgumentError unless ``buffer_dict`` is a mapping (raised by store's slow path)."""
-    check_mapping(call, "buffer_dict", buffer_dict,
-                  "the step, e.g. {'obs': obs, 'act': action_sample, 'rew': reward, ...}")
+def _refuse_step(buffer_dict: Any, keys: tuple[str, ...], fields: tuple[str, ...]) -> None:
+    """Raise the error of a store whose ``buffer_dict`` could not be read: not a mapping,
+    a key of ``keys`` missing, or an ActionSample field of ``fields`` missing (returns
+    when none of these is the cause: the caller re-raises its own error).
 
-
-def _action_fields(act: Any, names: tuple[str, ...]) -> list[Any]:
-    """The ActionSample fields ``names`` of ``act``, or an error naming the missing ones."""
-    missing = [n for n in names if not hasattr(act, n)]
+    Raises:
+        ArgumentError: Naming what is missing and what store expects.
+    """
+    check_mapping("store", "buffer_dict", buffer_dict, "the step, e.g. {'obs': obs, "
+                  "'act': action_sample, 'rew': reward, ...}")
+    for k in keys:
+        if k not in buffer_dict:
+            raise ArgumentError(f"store(buffer_dict): missing key {k!r}; expected keys "
+                                f"{list(keys)} (got {sorted(buffer_dict)})")
+    act = buffer_dict["act"]
+    missing = [n for n in fields if not hasattr(act, n)]
     if missing:
         raise ArgumentError(
             f"store: buffer_dict['act']={describe(act)} has no "
             f"{', '.join('.' + n for n in missing)}; pass the ActionSample returned by the "
-            f"agent's select_action (fields {', '.join(names)})")
-    return [getattr(act, n) for n in names]
-
-
-def _missing_key(exc: KeyError, needed: tuple[str, ...], buffer_dict: Any) -> ArgumentError:
-    have = sorted(buffer_dict) if isinstance(buffer_dict, Mapping) else describe(buffer_dict)
-    return ArgumentError(f"store(buffer_dict): missing key {exc.args[0]!r}; expected keys "
-                         f"{list(needed)} (got {have})")
-
-
-def _resolve_device(device: Any, default_cuda: bool) -> tuple[Any, Any]:
-    """``(torch, where batches go)``: None for the host (see :func:`batch_device`)."""
-    torch = require_extra("torch", "torch")
-    return torch, batch_device(torch, device, default_cuda)
+            f"agent's select_action (fields {', '.join(fields)})")
 
 
 # ---------------------------------------------------------------------- PPOBuffer
@@ -556,36 +559,23 @@ class PPOBuffer(_FromConfig, FrontEnd):
     config_model: ClassVar[type[PPOBufferConfig]] = PPOBufferConfig
     _repr_fields = ("obs_dim", "act_dim", "size", "batch_size", "gamma", "lam", "eps")
     buffer: PathBuffer
+    gamma: float
+    lam: float
+    eps: float
 
     def __init__(self, obs_dim: int, act_dim: int, size: int, batch_size: int,
                  gamma: float = 0.99, lam: float = 0.95, eps: float = 1e-3, *,
                  seed: int | np.random.Generator | None = None, device: Any = None) -> None:
-        cfg = _validate(type(self), {"obs_dim": obs_dim, "act_dim": act_dim, "size": size,
-                                     "batch_size": batch_size, "gamma": gamma, "lam": lam,
-                                     "eps": eps})
-        self.obs_dim: int = cfg.obs_dim
-        self.act_dim: int = cfg.act_dim
-        self.size: int = cfg.size
-        self.batch_size: int = cfg.batch_size
-        self.gamma: float = cfg.gamma
-        self.lam: float = cfg.lam
-        self.eps: float = cfg.eps
-        make_rng(seed)  # checked only: nothing draws
-        checked_device(device)
-        self.device = device
-        spec = {"obs": ((self.obs_dim,), np.float32), "action": ((self.act_dim,), np.float32)}
+        spec = self._configure({"obs_dim": obs_dim, "act_dim": act_dim, "size": size,
+                                "batch_size": batch_size, "gamma": gamma, "lam": lam,
+                                "eps": eps}, device, seed)
         self.buffer = PathBuffer(self.size, gamma=self.gamma, lam=self.lam, eps=self.eps,
                                  spec=spec)
         self._epoch: dict[str, AnyArray] | None = None  # the closed epoch, [N, ...]
-        self._torch: Any = None  # torch and the batches' device, resolved at the first batch
-        self._device: Any = None
 
-
-    @property
-    def path(self) -> PathBuffer:
-        """The :class:`~replaybank.compat.trajectory.PathBuffer` of the epoch being
-        collected (:attr:`buffer`; ``len(buf)`` is its steps)."""
-        return self.buffer
+    path: Core[PathBuffer] = Core(
+        "The :class:`~replaybank.compat.trajectory.PathBuffer` of the epoch being collected "
+        "(:attr:`buffer`; ``len(buf)`` is its steps).", "buffer")
 
     def store(self, buffer_dict: Mapping[str, Any]) -> None:
         """Append one timestep: ``buffer_dict["obs"]``, ``["act"]`` (``.action``,
@@ -606,24 +596,18 @@ class PPOBuffer(_FromConfig, FrontEnd):
         """
         try:
             obs, act, rew = buffer_dict["obs"], buffer_dict["act"], buffer_dict["rew"]
-        except KeyError as exc:
-            _mapping("store", buffer_dict)
-            raise _missing_key(exc, ("obs", "act", "rew"), buffer_dict) from None
-        except (TypeError, IndexError):
-            _mapping("store", buffer_dict)
-            raise
-        try:
             action, value, logp = act.action, act.value, act.logp
-        except AttributeError:
-            action, value, logp = _action_fields(act, ("action", "value", "logp"))
+        except (KeyError, TypeError, IndexError, AttributeError):
+            _refuse_step(buffer_dict, ("obs", "act", "rew"), ("action", "value", "logp"))
+            raise
         try:
             self.buffer.store(_array("['obs']", obs, self.obs_dim),
                             _array("['act'].action", action, self.act_dim),
                             _finite("store: buffer_dict['rew']",
-                                    _scalar("store: buffer_dict['rew']", rew)),
+                                    one_number(rew, "store: buffer_dict['rew']", _FLOAT)),
                             _finite("store: buffer_dict['act'].value",
-                                    _scalar("store: buffer_dict['act'].value", value)),
-                            _scalar("store: buffer_dict['act'].logp", logp))
+                                    one_number(value, "store: buffer_dict['act'].value", _FLOAT)),
+                            one_number(logp, "store: buffer_dict['act'].logp", _FLOAT))
         except CapacityError as exc:
             raise CapacityError(
                 f"store: the epoch is full (size={self.size} steps); call "
@@ -651,7 +635,7 @@ class PPOBuffer(_FromConfig, FrontEnd):
         elif is_real(action_obj):
             last_val = action_obj
         else:
-            last_val = _scalar("finish_path: action_obj.value", action_obj.value)
+            last_val = one_number(action_obj.value, "finish_path: action_obj.value", _FLOAT)
         self.buffer.finish_path(last_val)
 
     def _close_epoch(self) -> None:
@@ -703,12 +687,7 @@ class PPOBuffer(_FromConfig, FrontEnd):
         if epoch is None:
             raise EmptyBufferError("sample_batch: the buffer is empty; store(...) steps and "
                                    "finish_path(...) each trajectory first")
-        if self._torch is None:
-            self._torch, self._device = _resolve_device(self.device, False)
-        from_numpy, device = self._torch.from_numpy, self._device
-        if device is None:
-            return {k: from_numpy(a.copy()) for k, a in epoch.items()}
-        return {k: from_numpy(a).to(device, copy=True) for k, a in epoch.items()}
+        return self._tensors(epoch, copy=True)
 
 
 
@@ -759,20 +738,10 @@ class SimpleReplayBuffer(_FromConfig, FrontEnd):
 
     def __init__(self, obs_dim: int, act_dim: int, size: int, batch_size: int, *,
                  seed: int | np.random.Generator | None = None, device: Any = None) -> None:
-        cfg = _validate(type(self), {"obs_dim": obs_dim, "act_dim": act_dim, "size": size,
-                                     "batch_size": batch_size})
-        self.obs_dim: int = cfg.obs_dim
-        self.act_dim: int = cfg.act_dim
-        self.size: int = cfg.size
-        self.batch_size: int = cfg.batch_size
-        checked_device(device)
-        self.device = device
-        spec = {"obs": ((self.obs_dim,), np.float32), "action": ((self.act_dim,), np.float32)}
+        spec = self._configure({"obs_dim": obs_dim, "act_dim": act_dim, "size": size,
+                                "batch_size": batch_size}, device, default_cuda=True)
         # steps are stored as given: no vector-env autoreset to look for
         self.buffer = ReplayBuffer(self.size, seed=seed, spec=spec, autoreset_mode="disabled")
-        self._torch: Any = None  # torch and the batches' device, resolved at the first batch
-        self._device: Any = None
-
 
     def store(self, buffer_dict: Mapping[str, Any]) -> None:
         """Store one transition: ``buffer_dict["obs"]``, ``["act"]`` (``.action``),
@@ -788,18 +757,10 @@ class SimpleReplayBuffer(_FromConfig, FrontEnd):
         """
         try:
             obs, act, rew = buffer_dict["obs"], buffer_dict["act"], buffer_dict["rew"]
-            next_obs, done = buffer_dict["next_obs"], buffer_dict["done"]
-        except KeyError as exc:
-            _mapping("store", buffer_dict)
-            raise _missing_key(exc, ("obs", "act", "rew", "next_obs", "done"),
-                               buffer_dict) from None
-        except (TypeError, IndexError):
-            _mapping("store", buffer_dict)
+            next_obs, done, action = buffer_dict["next_obs"], buffer_dict["done"], act.action
+        except (KeyError, TypeError, IndexError, AttributeError):
+            _refuse_step(buffer_dict, ("obs", "act", "rew", "next_obs", "done"), ("action",))
             raise
-        try:
-            action = act.action
-        except AttributeError:
-            action = _action_fields(act, ("action",))[0]
         if type(done) is bool:
             # the hot path: the core's add checks the values (and refuses, unchanged, what
             # needs translating first: tensors, [1, dim] rows, ...)
@@ -813,7 +774,7 @@ class SimpleReplayBuffer(_FromConfig, FrontEnd):
             done = done_flag(done, "store: buffer_dict['done']", "pass done=bool(terminated)")
         self.buffer.add(obs=_array("['obs']", obs, self.obs_dim),
                         action=_array("['act'].action", action, self.act_dim),
-                        reward=_scalar("store: buffer_dict['rew']", rew),
+                        reward=one_number(rew, "store: buffer_dict['rew']", _FLOAT),
                         next_obs=_array("['next_obs']", next_obs, self.obs_dim),
                         terminated=done, truncated=False)
 
@@ -833,15 +794,8 @@ class SimpleReplayBuffer(_FromConfig, FrontEnd):
             raise EmptyBufferError("sample_batch: the buffer is empty; store(...) "
                                    "transitions first")
         b = self.buffer.sample(self.batch_size if n >= self.batch_size else n, replace=False)
-        if self._torch is None:
-            self._torch, self._device = _resolve_device(self.device, True)
-        from_numpy, device = self._torch.from_numpy, self._device
-        out = {"obs": from_numpy(b.obs), "obs2": from_numpy(b.next_obs),
-               "act": from_numpy(b.action), "rew": from_numpy(b.reward),
-               "done": from_numpy(b.terminated.astype(np.float32))}
-        if device is None:
-            return out
-        return {k: v.to(device) for k, v in out.items()}
+        return self._tensors({"obs": b.obs, "obs2": b.next_obs, "act": b.action,
+                              "rew": b.reward, "done": b.terminated.astype(np.float32)})
 
     def finish_path(self, action_obj: Any = None) -> None:
         """Do nothing: a replay buffer has no per-trajectory work (kept so that runners

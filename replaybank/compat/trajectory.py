@@ -89,10 +89,8 @@ class PathBuffer(Checkpointed, FrontEnd):
         self._ret = np.zeros(self._size)  # rewards-to-go of finished paths
         self._path_start = 0
 
-    @property
-    def rollout(self) -> RolloutBuffer:
-        """The one-env :class:`RolloutBuffer` holding the steps (:attr:`buffer`)."""
-        return self.buffer
+    rollout: Core[RolloutBuffer] = Core(
+        "The one-env :class:`RolloutBuffer` holding the steps (:attr:`buffer`).", "buffer")
 
     @property
     def max_size(self) -> int:

@@ -58,9 +58,16 @@ from pydantic import BaseModel, ConfigDict
 
 from replaybank.buffers.arguments import make_rng
 from replaybank.buffers.replay import ReplayBuffer as CoreBuffer
-from replaybank.compat.base import FrontEnd
-from replaybank.compat.checks import check_int, done_flag, flag_values, numbers, one_number
-from replaybank.compat.devices import batch_device, checked_device
+from replaybank.compat.base import Core, FrontEnd
+from replaybank.compat.checks import (
+    check_int,
+    done_flag,
+    flag_values,
+    numbers,
+    one_number,
+    saved_generator,
+)
+from replaybank.compat.devices import batch_device, checked_device, torch_module
 from replaybank.errors import (
     ArgumentError,
     CapacityError,
@@ -105,10 +112,6 @@ _BOOL = np.dtype(np.bool_)
 _KEYS: tuple[BufferKeys, ...] = ("states", "actions", "rewards", "next_states", "dones",
                                  "hiddens")
 Array = npt.NDArray[Any]
-
-
-def _torch() -> Any:
-    return require_extra("torch", "torch")
 
 
 @dataclass
@@ -172,13 +175,11 @@ class AbstractSampleError(ReplayBankError, NotImplementedError):
 #: Metadata keys :meth:`BufferBase.load` needs, with the smallest value each may hold.
 _META_MIN: dict[str, int] = {"capacity": 1, "state_dim": 1, "action_dim": 1, "hidden_dim": 0,
                              "position": 0, "size": 0}
-#: numpy bit generators whose state a metadata file may hold (``"generator"``).
-_BIT_GENERATORS = ("PCG64", "PCG64DXSM", "MT19937", "Philox", "SFC64")
 
 
 def _uses_numpy(device: Any) -> bool:
     """Whether a buffer on ``device`` keeps numpy storage (the CPU) or torch storage."""
-    return batch_device(_torch(), device) is None
+    return batch_device(torch_module(), device) is None
 
 
 def _floats(x: Any, what: str, shape: tuple[int, ...]) -> Array:
@@ -203,15 +204,6 @@ def _floats(x: Any, what: str, shape: tuple[int, ...]) -> Array:
         ) from None
 
 
-def _reward(x: Any, what: str) -> float:
-    """One reward: a number, or a tensor/array holding one (NaN is data, as in velora).
-
-    Raises:
-        DtypeError, ShapeError: Not one number.
-    """
-    return x if type(x) is float else float(one_number(x, what, "convert the value to a float"))
-
-
 def _flags(x: Any, what: str, n: int) -> Array:
     """``x`` (``(n,)`` or ``(n, 1)``: bools, or numbers 0/1) as ``n`` bools.
 
@@ -232,22 +224,6 @@ def _jsonable(x: Any) -> Any:
     if isinstance(x, np.ndarray):
         return x.tolist()
     return int(x) if isinstance(x, np.integer) else x
-
-
-def _generator(state: Any, where: str) -> np.random.Generator:
-    """A numpy Generator restored from a saved ``bit_generator.state`` dict."""
-    name = state.get("bit_generator") if isinstance(state, Mapping) else None
-    if name not in _BIT_GENERATORS:
-        raise CheckpointError(f"{where}: 'generator'={describe(state)} is not a numpy bit "
-                              f"generator state ({', '.join(_BIT_GENERATORS)}); pass the "
-                              "metadata saved with this file")
-    bits = getattr(np.random, name)()
-    try:
-        bits.state = dict(state)
-    except (TypeError, ValueError, KeyError, OverflowError) as exc:
-        raise CheckpointError(f"{where}: 'generator' holds a damaged {name} state ({exc}); "
-                              "pass the metadata saved with this file") from None
-    return np.random.Generator(bits)
 
 
 def _checked_metadata(where: str, metadata: Any) -> dict[str, Any]:
@@ -280,7 +256,8 @@ def _checked_metadata(where: str, metadata: Any) -> dict[str, Any]:
             f"{where}: position={pos}, size={size} are impossible for capacity={cap}; pass "
             "the metadata saved with this file")
     gen = metadata.get("generator")
-    out["seed"] = None if gen is None else _generator(gen, where)
+    out["seed"] = None if gen is None else saved_generator(
+        gen, f"{where}: 'generator'", "pass the metadata saved with this file")
     return out
 
 
@@ -329,7 +306,7 @@ class BufferBase(FrontEnd):
                                                 ("action_dim", action_dim, 1),
                                                 ("hidden_dim", hidden_dim, 0)))
         dev = checked_device(device)
-        torch = _torch()
+        torch = torch_module()
         # the buffer's own generator, or (None) torch's global one, as velora; the core
         # then gets a seed that reads torch's without drawing from it (buf.core.sample)
         own = seed is not None
@@ -351,11 +328,9 @@ class BufferBase(FrontEnd):
         self._shapes = ((dims[0],), (dims[1],), (dims[2],))
         self._no_trunc: dict[int, Array] = {}  # add_multi's truncated=False, by rows
 
-    @property
-    def core(self) -> CoreBuffer:
-        """The :class:`replaybank.ReplayBuffer` holding the data (terminated and
-        truncated apart, ``sample_sequences``, ``rb.save``, ...); also :attr:`buffer`."""
-        return self.buffer
+    core: Core[CoreBuffer] = Core(
+        "The :class:`replaybank.ReplayBuffer` holding the data (terminated and truncated "
+        "apart, ``sample_sequences``, ``rb.save``, ...); also :attr:`buffer`.", "buffer")
 
     # ------------------------------------------------------------------ writing
     def add(self, state: Tensor, action: Tensor, reward: float,
@@ -406,7 +381,8 @@ class BufferBase(FrontEnd):
             ns = _floats(next_state, "add(next_state=...)", ss)
             h = _floats(hidden, "add(hidden=...)", sh)
         if type(reward) is not float:
-            reward = _reward(reward, "add(reward=...)")
+            # one number (NaN is data, as in velora)
+            reward = float(one_number(reward, "add(reward=...)", "convert the value to a float"))
         if type(done) is not bool:
             done = done_flag(done, "add(done=...)")
         self.buffer.add(obs=s, action=a, reward=reward, next_obs=ns, terminated=done,
@@ -442,12 +418,8 @@ class BufferBase(FrontEnd):
         tensor = self._tensor_type
         ss, sa, sh = self._shapes
         try:  # the common case: host tensors (or arrays) of the stored format
-            s = states.numpy() if type(states) is tensor else states
-            a = actions.numpy() if type(actions) is tensor else actions
-            r = rewards.numpy() if type(rewards) is tensor else rewards
-            ns = next_states.numpy() if type(next_states) is tensor else next_states
-            d = dones.numpy() if type(dones) is tensor else dones
-            h = hiddens.numpy() if type(hiddens) is tensor else hiddens
+            s, a, r, ns, d, h = [x.numpy() if type(x) is tensor else x for x in
+                                 (states, actions, rewards, next_states, dones, hiddens)]
             n = s.shape[0]
             if a.ndim == 1:
                 a = a[:, None]
@@ -528,10 +500,8 @@ class BufferBase(FrontEnd):
         return BatchExperience(f["obs"], f["action"], f["reward"][:, None], f["next_obs"],
                                ended.float()[:, None], f["hidden"])
 
-    @property
-    def size(self) -> int:
-        """Number of stored experiences (velora's attribute; as ``len(buf)``)."""
-        return len(self.buffer)
+    size: Core[int] = Core("Number of stored experiences (velora's attribute; as "
+                           "``len(buf)``).", "len")
 
     @property
     def position(self) -> int:
@@ -586,7 +556,7 @@ class BufferBase(FrontEnd):
             if n:
                 out[rows] = core.table.gather_next("obs", keys)
             return self._from_numpy(out)
-        torch = _torch()
+        torch = torch_module()
         dev = core.table.arrays["obs"].device
         res = torch.zeros((core.rows, self.state_dim), dtype=torch.float32, device=dev)
         if n:
@@ -723,7 +693,7 @@ class BufferBase(FrontEnd):
         path = Path(state_path).with_suffix(".safetensors")
         where = f"load({str(path)!r})"
         meta = _checked_metadata(where, metadata)
-        torch = _torch()
+        torch = torch_module()
         snp = require_extra("safetensors.numpy", "torch")
         if not path.is_file():
             raise CheckpointError(f"{where}: the file is missing; pass the path of the "
@@ -932,7 +902,7 @@ class ReplayBuffer(BufferBase):
                   "pass e.g. n_samples=batch_size * 2")
         env_id, device = self._checked_agent(agent)
         gym = require_extra("gymnasium", "gym")
-        torch = _torch()
+        torch = torch_module()
         envs = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync")
         try:
             hidden = None
@@ -978,7 +948,7 @@ class ReplayBuffer(BufferBase):
         device = agent.device
         if device is not None:
             try:
-                device = _torch().device(device)
+                device = torch_module().device(device)
             except (TypeError, RuntimeError, ValueError):
                 raise ArgumentError(
                     f"warm(agent={describe(agent)}): agent.device={describe(device)} is not "

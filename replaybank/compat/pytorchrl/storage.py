@@ -56,7 +56,7 @@ from replaybank.compat.checks import (
     check_number,
     numbers,
 )
-from replaybank.compat.devices import checked_device
+from replaybank.compat.devices import checked_device, torch_module
 from replaybank.compat.pytorchrl.keys import (
     ACT,
     CORE_NAMES,
@@ -82,7 +82,6 @@ from replaybank.errors import (
     ShapeError,
     SpecError,
     describe,
-    require_extra,
 )
 from replaybank.host import is_tensor
 from replaybank.samplers.base import Sampler
@@ -103,10 +102,6 @@ _OPTIONAL = (DONE, "IntrinsicReward", "ActionProbs")
 #: What a transition dict holds, for error messages.
 _TRANSITION = ("pytorchrl's transition: 'Observation', 'Action', 'Reward', "
                "'NextObservation', 'NextDone' -> [num_envs, ...] tensors")
-
-
-def _torch() -> Any:
-    return require_extra("torch", "torch")
 
 
 def get_priority(error: Any, epsilon: float, alpha: float, call: str = "get_priority") -> Any:
@@ -133,20 +128,13 @@ def get_priority(error: Any, epsilon: float, alpha: float, call: str = "get_prio
         >>> get_priority([3.0], 1.0, 0.5)
         array([2.])
     """
-    if is_tensor(error):
+    data = _real(call, "error", error, "TD errors (a tensor, array or number)")
+    if is_tensor(data):
         torch = sys.modules["torch"]
-        if error.is_complex() or error.dtype == torch.bool:
-            raise DtypeError(f"{call}(error={describe(error)}): expected real TD errors; "
-                             "pass a float tensor")
-        ok = bool(torch.all(torch.isfinite(error) & (error >= 0)))  # one device sync
+        ok = bool(torch.all(torch.isfinite(data) & (data >= 0)))  # one device sync
         if not ok:
-            raise _bad_errors(call, to_numpy(error.detach()))
-        return (error + epsilon) ** alpha
-    if error is None or isinstance(error, (str, bytes, dict)):
-        raise DtypeError(f"{call}(error={describe(error)}): expected TD errors (a tensor, "
-                         "array or number)")
-    data = to_numpy(error)
-    numbers(data, f"{call}: error")
+            raise _bad_errors(call, to_numpy(data.detach()))
+        return (data + epsilon) ** alpha
     data = data.astype(np.float64, copy=False)
     if data.size and not (np.isfinite(data).all() and data.min() >= 0):
         raise _bad_errors(call, data)
@@ -175,25 +163,33 @@ def get_sequence_priority(sequence_data: Any, eta: float = 0.9,
         [2.5, 3.0]
     """
     eta = check_number(call, "eta", eta, 0.0, 1.0, example=0.9)
-    if is_tensor(sequence_data):
-        torch = sys.modules["torch"]
-        if sequence_data.dim() == 0 or sequence_data.shape[0] == 0:
-            raise ShapeError(f"{call}(sequence_data={describe(sequence_data)}): expected "
-                             "one or more steps along axis 0")
-        if sequence_data.is_complex() or sequence_data.dtype == torch.bool:
-            raise DtypeError(f"{call}(sequence_data={describe(sequence_data)}): expected "
-                             "real numbers")
-        x = sequence_data if sequence_data.is_floating_point() else sequence_data.double()
-        return eta * x.max(dim=0).values + (1 - eta) * x.mean(dim=0)
-    if sequence_data is None or isinstance(sequence_data, (str, bytes, dict)):
-        raise DtypeError(f"{call}(sequence_data={describe(sequence_data)}): expected "
-                         "priorities (a tensor or array) [steps, ...]")
-    data = to_numpy(sequence_data)
-    numbers(data, f"{call}: sequence_data")
+    data = _real(call, "sequence_data", sequence_data,
+                 "priorities (a tensor or array) [steps, ...]")
     if data.ndim == 0 or data.shape[0] == 0:
-        raise ShapeError(f"{call}(sequence_data={describe(data)}): expected one or more "
-                         "steps along axis 0")
+        raise ShapeError(f"{call}(sequence_data={describe(sequence_data)}): expected one or "
+                         "more steps along axis 0")
+    if is_tensor(data):
+        x = data if data.is_floating_point() else data.double()
+        return eta * x.max(dim=0).values + (1 - eta) * x.mean(dim=0)
     return eta * np.max(data, axis=0) + (1 - eta) * np.mean(data, axis=0)
+
+
+def _real(call: str, name: str, value: Any, expected: str) -> Any:
+    """``value`` of a priority helper as real numbers: a tensor as it is (on its device),
+    anything else as a numeric host array.
+
+    Raises:
+        DtypeError: ``value`` holds no real numbers (None, text, a dict, a complex or
+            bool tensor); the message says what is ``expected``.
+    """
+    if is_tensor(value):
+        if value.is_complex() or value.dtype == sys.modules["torch"].bool:
+            raise DtypeError(f"{call}({name}={describe(value)}): expected real numbers; pass "
+                             "a float tensor")
+        return value
+    if value is None or isinstance(value, (str, bytes, dict)):
+        raise DtypeError(f"{call}({name}={describe(value)}): expected {expected}")
+    return numbers(to_numpy(value), f"{call}: {name}")
 
 
 def _numbers(where: str, key: str, value: Any) -> Any:
@@ -614,7 +610,7 @@ class Storage(FrontEnd):
         count = check_int(where, "num_mini_batch", num_mini_batch)
         size = check_int(where, "mini_batch_size", mini_batch_size)
         check_int(where, "num_epochs", num_epochs)
-        torch = _torch()
+        torch = torch_module()
         self._device(torch)
         if self.size == 0:
             raise EmptyBufferError(f"{where}: nothing stored; insert transitions first")
