@@ -97,6 +97,8 @@ def episodes_oracle(oracle: Oracle, include_running: bool) -> dict[int, tuple[in
     """
     out = {}
     for env, recs in enumerate(oracle.steps):
+        if not recs:  # an env that stored no step has no episode, not even a running one
+            continue
         oldest = max(0, len(recs) - oracle.rows)
         starts = [0] + [i + 1 for i, r in enumerate(recs[:-1])
                         if r.joint_terminated or r.joint_truncated]
@@ -379,3 +381,54 @@ def test_torch_storage_episodes_and_nstep() -> None:
     assert isinstance(ep.obs["a"], torch.Tensor) and isinstance(ep.mask, torch.Tensor)
     assert ep.mask.sum().item() == 8 and ep.active["b"].sum().item() == 4
     assert isinstance(ep.numpy().lengths, np.ndarray)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**16), lanes=st.integers(1, 3), rows=st.integers(2, 9),
+       ops=st.lists(st.sampled_from(["add", "add", "add", "extend", "clear", "reload"]),
+                    min_size=1, max_size=30))
+def test_episode_index_equals_the_full_scan(seed: int, lanes: int, rows: int,
+                                            ops: list[str]) -> None:
+    """The incrementally kept episode list (EpisodeIndex) equals find_episodes' scan of
+    every live step after every operation: adds, extends past a ring's length, clears
+    and state loads (which replace what the table holds)."""
+    from replaybank.multiagent.padded import EpisodeIndex, find_episodes
+
+    rng = np.random.default_rng(seed)
+    buf = rb.ReplayBuffer(rows * lanes, num_envs=lanes, seed=0)
+    index = EpisodeIndex()
+    origin = np.zeros(lanes, np.int64)
+    saved = None
+
+    def step(n: int) -> dict[str, Any]:
+        term = rng.random((n, lanes)) < 0.3
+        return {"obs": rng.standard_normal((n, lanes, 2)).astype(np.float32),
+                "action": np.zeros((n, lanes), np.int64),
+                "reward": np.zeros((n, lanes), np.float32),
+                "next_obs": rng.standard_normal((n, lanes, 2)).astype(np.float32),
+                "terminated": term, "truncated": (rng.random((n, lanes)) < 0.2) & ~term}
+
+    for op in ops:
+        if op == "add":
+            buf.add(**{k: v[0] for k, v in step(1).items()})
+        elif op == "extend":
+            buf.extend(**step(int(rng.integers(1, 3 * rows))))
+        elif op == "clear":
+            buf.clear()
+            origin = buf.table.written.copy() if buf.allocated else np.zeros(lanes, np.int64)
+        elif saved is None:
+            saved = (copy.deepcopy(buf.state_dict()), origin.copy())
+            continue
+        else:
+            buf.load_state_dict(saved[0])
+            origin = saved[1]
+        if not buf.allocated:
+            continue
+        t = buf.table
+        done = t.arrays["terminated"] | t.arrays["truncated"]
+        for running in (False, True):
+            want = find_episodes(done, t.written, t.counts, origin, running)
+            got = index.episodes(t, origin, running)
+            assert got.starts.tolist() == want.starts.tolist()
+            assert got.lengths.tolist() == want.lengths.tolist()
+            assert got.complete.tolist() == want.complete.tolist()

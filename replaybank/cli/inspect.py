@@ -40,6 +40,15 @@ JSON keys (``"format": "replaybank.inspect"``, ``"version": 1``; statistics are
 * ``sampler``, ``view``: their configs
 * ``disk_bytes`` (files in ``PATH``), ``memory_bytes`` (the storage arrays: what the
   buffer takes in RAM once loaded), ``notes`` (warnings met while reading)
+* ``agents`` (multi-agent buffers only): ``{agent: {...}}`` per-agent statistics of the
+  stored steps (:mod:`replaybank.multiagent.summary`): ``fields`` (``[{"name", "core",
+  "shape", "dtype", "bytes"}]``), ``active_steps``, ``active_per_lane``,
+  ``active_fraction``, ``terminated``, ``truncated`` (the agent's ends), ``reward`` (per
+  active step), ``episodes``, ``returns``, ``lengths`` (the agent's own whole episodes).
+  The other keys describe the joint steps (for a
+  :class:`~replaybank.multiagent.MultiAgentReplayBuffer`: the core's fields
+  ``obs/<agent>``, ..., joint episodes and the joint reward; a
+  :class:`~replaybank.multiagent.MultiAgentRolloutBuffer` has metadata only there)
 
 Example:
     >>> import tempfile, numpy as np
@@ -74,6 +83,8 @@ from replaybank import persist
 from replaybank.buffers.replay import ReplayBuffer
 from replaybank.errors import CheckpointError, ReplayBankError, require_extra
 from replaybank.io.manifest import checkpoint_paths
+from replaybank.multiagent.layout import AgentLayout
+from replaybank.multiagent.summary import AgentSteps, agent_summary, layout_fields
 from replaybank.ops import ring
 from replaybank.samplers.base import LaneView, SampleResult
 from replaybank.storage.backends.memmap import MANIFEST
@@ -104,6 +115,52 @@ class _StoredPriorities(Protocol):
     def priorities(self, slots: IntArray) -> FloatArray:
         """Stored priorities of ``slots``."""
         ...
+
+
+@runtime_checkable
+class _AgentReplay(Protocol):
+    """Joint steps of named agents kept in a core :class:`ReplayBuffer`
+    (:class:`~replaybank.multiagent.MultiAgentReplayBuffer`)."""
+
+    buffer: ReplayBuffer
+
+    @property
+    def agents(self) -> tuple[str, ...]:
+        """Agent names."""
+        ...
+
+    @property
+    def layout(self) -> AgentLayout | None:
+        """The per-agent fields."""
+        ...
+
+
+@runtime_checkable
+class _AgentRollout(Protocol):
+    """A multi-agent rollout: time-aligned per-agent arrays
+    (:class:`~replaybank.multiagent.MultiAgentRolloutBuffer`)."""
+
+    @property
+    def agents(self) -> tuple[str, ...]:
+        """Agent names."""
+        ...
+
+    @property
+    def layout(self) -> AgentLayout | None:
+        """The per-agent fields."""
+        ...
+
+    @property
+    def data(self) -> dict[str, npt.NDArray[Any]]:
+        """Stored fields ``[pos, num_envs, *shape]`` by flat name."""
+        ...
+
+
+#: Where each buffer keeps an agent's step outcomes (``<prefix>/<agent>``).
+_REPLAY_NAMES = {"active": "active", "reward": "rewards", "terminated": "terminations",
+                 "truncated": "truncations"}
+_ROLLOUT_NAMES = {"active": "active", "reward": "reward", "terminated": "terminated",
+                  "truncated": "truncated"}
 
 
 @dataclass
@@ -255,9 +312,12 @@ def summarize(path: Any, prefix: str = "buffer_", draws: int = DRAWS,
     }
     s["fill_fraction"] = s["fill"] / s["capacity"] if s["capacity"] else 0.0
     inspection = Inspection(s)
-    core = buf if isinstance(buf, ReplayBuffer) else None
+    joint = buf if isinstance(buf, _AgentReplay) else None
+    core = joint.buffer if joint is not None else buf if isinstance(buf, ReplayBuffer) else None
     if core is not None and core.spec is not None:
         _table_summary(core, s, inspection.arrays, draws, seed)
+        if joint is not None:
+            s["agents"] = _replay_agents(joint, core, s["age"])
     else:
         spec = meta.get("spec") or {}
         s.update(lanes=meta.get("num_envs"), rows_per_lane=None,
@@ -267,7 +327,13 @@ def summarize(path: Any, prefix: str = "buffer_", draws: int = DRAWS,
                            "complete": None, "in_buffer": None},
                  returns=None, lengths=None, priorities=None, age=[], sampled_age=None,
                  sampler=meta.get("sampler"), view=meta.get("view"), memory_bytes=None)
-        if core is None:
+        if isinstance(buf, _AgentRollout):
+            s["agents"] = _rollout_agents(buf)
+            s["fill"] = int(meta.get("pos", 0)) * int(meta.get("num_envs", 1))
+            s["fill_fraction"] = s["fill"] / s["capacity"] if s["capacity"] else 0.0
+            notes.append(f"{type(buf).__name__} is not a step-table buffer: its metadata "
+                         "and per-agent statistics are shown")
+        elif core is None and joint is None:
             notes.append(f"{type(buf).__name__} is not a step-table buffer: only its "
                          "metadata is shown")
     s["disk_bytes"] = _disk_bytes(p, source, prefix)
@@ -323,6 +389,43 @@ def _table_summary(buf: ReplayBuffer, s: dict[str, Any], arrays: dict[str, npt.N
     s["sampled_age"] = _sampled_age(buf, written, counts, draws, seed, arrays)
     s["sampler"], s["view"] = buf.sampler.config(), buf.view.config()
     s["memory_bytes"] = buf.nbytes()
+
+
+def _replay_agents(buf: _AgentReplay, core: ReplayBuffer,
+                   age: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per-agent statistics of the live joint steps, lane by lane (``age``: the
+    counters the table summary read)."""
+    t = core.table
+
+    def columns(name: str) -> list[npt.NDArray[Any]]:
+        arr = t.arrays[name]
+        return [np.asarray(arr[np.arange(a["oldest"], a["newest"] + 1) % t.T, a["lane"]])
+                if a["count"] else np.zeros(0, arr.dtype) for a in age]
+
+    first = [bool(a["count"]) and a["oldest"] == 0 for a in age]
+    return {a: agent_summary(AgentSteps.of(columns, a, _REPLAY_NAMES), first,
+                             layout_fields(buf.layout, a, lambda n: int(t.arrays[n].nbytes)))
+            for a in buf.agents}
+
+
+def _rollout_agents(buf: _AgentRollout) -> dict[str, Any]:
+    """Per-agent statistics of a rollout's rows ``[0, pos)``, env by env."""
+    data = buf.data
+
+    def columns(name: str) -> list[npt.NDArray[Any]]:
+        arr = data[name]
+        return [np.asarray(arr[:, lane]) for lane in range(arr.shape[1])]
+
+    def nbytes(name: str) -> int | None:
+        return int(data[name].nbytes) if name in data else None
+
+    if not data:
+        return {a: agent_summary(AgentSteps([], [], [], []), [], layout_fields(
+            buf.layout, a, nbytes)) for a in buf.agents}
+    return {a: agent_summary(AgentSteps.of(columns, a, _ROLLOUT_NAMES),
+                             [True] * next(iter(data.values())).shape[1],
+                             layout_fields(buf.layout, a, nbytes))
+            for a in buf.agents}
 
 
 def _live_slots(written: IntArray, counts: IntArray, T: int) -> IntArray:  # noqa: N803
@@ -436,8 +539,35 @@ def render_table(summary: dict[str, Any], file: Any = None) -> None:
             a.add_row(*(("-" if row[k] is None else str(row[k]))
                         for k in ("lane", "oldest", "newest", "count")))
         console.print(a)
+    if s.get("agents"):
+        for table in _agents_table(s["agents"]):
+            console.print(table)
     for note in s["notes"]:
         console.print(f"note: {note}", style="yellow", markup=False)
+
+
+def _agents_table(agents: dict[str, Any]) -> list[Any]:
+    """The per-agent tables of a multi-agent buffer (rich): statistics, then fields."""
+    from rich.table import Table
+
+    def mean(st: dict[str, Any] | None) -> str:
+        return "-" if not st else f"{st['mean']:.4g}"
+
+    t = Table(title="agents (own episodes)")
+    for col in ("agent", "active", "term/trunc", "reward/step", "episodes", "return",
+                "length"):
+        t.add_column(col, justify="left" if col == "agent" else "right")
+    f = Table(title="agent fields")
+    for col in ("agent", "field", "shape", "dtype", "bytes"):
+        f.add_column(col, justify="right" if col == "bytes" else "left")
+    for name, a in agents.items():
+        t.add_row(name, f"{a['active_steps']:,} ({100 * a['active_fraction']:.0f}%)",
+                  f"{a['terminated']}/{a['truncated']}", mean(a["reward"]),
+                  str(a["episodes"]), mean(a["returns"]), mean(a["lengths"]))
+        for fd in a["fields"]:
+            f.add_row(name, fd["name"], str(tuple(fd["shape"])), fd["dtype"],
+                      _fmt_bytes(fd["bytes"]))
+    return [t, f]
 
 
 def plot(inspection: Inspection, out: Any) -> Path:

@@ -11,7 +11,10 @@ from a prioritized sampler, ``weights``. A :class:`MultiAgentSequenceBatch` hold
 
 An agent that did not act at a step (``active[agent]`` False) shows zeros as its
 ``obs``, ``next_obs`` and ``action`` there, reward 0 and no end. The core batch is kept
-as :attr:`MultiAgentBatch.core` (flat names, see :mod:`replaybank.multiagent.layout`).
+as :attr:`MultiAgentBatch.core` (flat names, see :mod:`replaybank.multiagent.layout`);
+a transition batch's per-agent values are the core batch's own arrays (no copy), except
+the ``obs`` and ``next_obs`` of an agent that did not act at some step (new arrays with
+those zeros).
 Values are numpy arrays, or torch tensors when the buffer's storage is torch or after
 :meth:`MultiAgentBatch.to_torch`.
 
@@ -36,6 +39,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, TypeVar
 
 import numpy as np
@@ -61,9 +65,15 @@ def _host(x: Any) -> Any:
     return x if isinstance(x, np.ndarray) else np.asarray(x.detach().cpu().numpy())
 
 
-def _zero_inactive(x: Any, active: Any) -> Any:
-    """``x`` ``[B, (L,) *shape]`` with zeros where ``active`` ``[B, (L)]`` is False
-    (a new array: a sequence batch's ``obs``/``next_obs`` may be read-only views)."""
+def _zero_inactive(x: Any, active: Any, everywhere: bool = False) -> Any:
+    """``x`` ``[B, (L,) *shape]`` with zeros where ``active`` ``[B, (L)]`` is False.
+
+    A new array (a sequence batch's ``obs``/``next_obs`` may be read-only views, a frame
+    stack's overlapping ones), except that ``x`` itself comes back when ``everywhere``
+    (``active`` is True at every step of a transition batch) and ``x`` is a numpy array
+    that owns its memory (gathered for this batch alone): nothing to zero then."""
+    if everywhere and isinstance(x, np.ndarray) and x.base is None:
+        return x
     mask = active.reshape(tuple(active.shape) + (1,) * (x.ndim - active.ndim))
     if isinstance(x, np.ndarray):
         return np.where(mask, x, np.zeros((), x.dtype))
@@ -137,33 +147,46 @@ class _AgentFields:
     core: Any = field(repr=False)
 
     @classmethod
-    def _unpack(cls, data: Mapping[str, Any], agents: tuple[str, ...]) -> dict[str, Any]:
-        """The constructor values of the per-agent and joint fields from core fields."""
+    def _unpack(cls, data: Mapping[str, Any], agents: tuple[str, ...],
+                fresh: bool = False) -> dict[str, Any]:
+        """The constructor values of the per-agent and joint fields from core fields
+        (``fresh``: the core's arrays were gathered for this batch alone, see
+        :func:`_zero_inactive`)."""
+        plan = _plan(agents, tuple(data))
         out: dict[str, Any] = {"agents": agents}
-        for attr, prefix in AGENT_FIELDS.items():
-            out[attr] = {a: data[f"{prefix}{SEP}{a}"] for a in agents}
+        for attr, pairs in plan.fields:
+            out[attr] = {a: data[name] for a, name in pairs}
         active = out["active"]
-        for attr in ("obs", "next_obs"):
-            out[attr] = {a: _zero_inactive(v, active[a]) for a, v in out[attr].items()}
+        # agents active at every step of a transition batch (stored flags are canonical
+        # 0/1 bytes): their observations need no zeros
+        everywhere = {a: fresh and isinstance(v, np.ndarray) and b"\x00" not in v.tobytes()
+                      for a, v in active.items()}
+        for attr, pairs in plan.observations:
+            out[attr] = {a: _zero_inactive(data[name], active[a], everywhere[a])
+                         for a, name in pairs}
         out["state"] = data.get(f"obs{SEP}state")
         out["next_state"] = data.get(f"next_obs{SEP}state")
         for attr, name in _JOINT.items():
             out[attr] = data[name]
         out["weights"] = data.get("weights")
         out["probabilities"] = data.get("probabilities")
-        taken = {*_JOINT.values(), "weights", "probabilities", "indices", "discount",
-                 *AGENT_FIELDS.values()}
         extras: dict[str, Any] = {}
-        for name, v in data.items():
-            top, _, rest = name.partition(SEP)
-            if top in taken or top in _SEQUENCE_FIELDS or top == "initial":
-                continue
-            if rest in agents:
-                extras.setdefault(top, {})[rest] = v
+        for name, top, agent in plan.extras:
+            if agent is None:
+                extras[name] = data[name]
             else:
-                extras[name] = v
+                extras.setdefault(top, {})[agent] = data[name]
         out["extras"] = extras
         return out
+
+    @classmethod
+    def _made(cls: type[_B], values: dict[str, Any]) -> _B:
+        """The instance holding ``values``, one per field (every field: the caller's
+        promise), set at once rather than by the generated ``__init__``'s one
+        ``object.__setattr__`` per field (two microseconds of every ``sample``)."""
+        obj = object.__new__(cls)
+        obj.__dict__.update(values)
+        return obj
 
     @property
     def done(self) -> Any:
@@ -223,6 +246,43 @@ class _AgentFields:
 
 #: Core fields of sequence batches that are not stored fields.
 _SEQUENCE_FIELDS = {"mask", "is_first", "is_last", "is_terminal", "burn_in", "starts"}
+#: Field tops that are no extra.
+_TAKEN = frozenset({*_JOINT.values(), "weights", "probabilities", "indices", "discount",
+                    *AGENT_FIELDS.values(), *_SEQUENCE_FIELDS, "initial"})
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """Where :meth:`_AgentFields._unpack` finds each value among a core batch's names.
+
+    Attributes:
+        fields: Per batch attribute of :data:`AGENT_FIELDS` but ``obs`` and
+            ``next_obs``, the ``(agent, core name)`` of the agents' values, in agent order.
+        observations: The same for ``obs`` and ``next_obs`` (zeroed where inactive).
+        extras: ``(name, top, agent)`` per extra core field: ``agent`` None for a joint
+            extra (kept under ``name``), else the value of ``extras[top][agent]``.
+    """
+
+    fields: tuple[tuple[str, tuple[tuple[str, str], ...]], ...]
+    observations: tuple[tuple[str, tuple[tuple[str, str], ...]], ...]
+    extras: tuple[tuple[str, str, str | None], ...]
+
+
+@lru_cache(maxsize=64)
+def _plan(agents: tuple[str, ...], names: tuple[str, ...]) -> _Plan:
+    """The :class:`_Plan` of core batches with the fields ``names`` (the same few every
+    call of a buffer: cached)."""
+    fields = tuple((attr, tuple((a, f"{prefix}{SEP}{a}") for a in agents))
+                   for attr, prefix in AGENT_FIELDS.items())
+    observations = tuple(f for f in fields if f[0] in ("obs", "next_obs"))
+    extras: list[tuple[str, str, str | None]] = []
+    for name in names:
+        top, _, rest = name.partition(SEP)
+        if top in _TAKEN:
+            continue
+        extras.append((name, top, rest if rest in agents else None))
+    return _Plan(tuple(f for f in fields if f not in observations), observations,
+                 tuple(extras))
 
 
 @dataclass(frozen=True)
@@ -269,11 +329,16 @@ class MultiAgentBatch(_AgentFields):
         """Unpack a core batch of a multi-agent buffer."""
         data = core.to_dict(nested=False)
         per: dict[str, Any] | None = None
-        names = {a: f"{AGENT_DISCOUNT}{SEP}{a}" for a in agents}
-        if "discount" in data and all(n in data for n in names.values()):
-            per = {a: data.pop(n) for a, n in names.items()}
-        return cls(**cls._unpack(data, agents), core=core, indices=data.get("indices"),
-                   discount=data.get("discount"), agent_discount=per)
+        if "discount" in data:  # an n-step view's batch
+            names = {a: f"{AGENT_DISCOUNT}{SEP}{a}" for a in agents}
+            if all(n in data for n in names.values()):
+                per = {a: data.pop(n) for a, n in names.items()}
+        # a transition batch's arrays were gathered for it alone: shown as they are
+        # where nothing needs zeros
+        values = cls._unpack(data, agents, fresh=True)
+        values.update(core=core, indices=data.get("indices"), discount=data.get("discount"),
+                      agent_discount=per)
+        return cls._made(values)
 
 
 @dataclass(frozen=True)

@@ -65,10 +65,17 @@ from replaybank.multiagent.batch import (
     MultiAgentSequenceBatch,
 )
 from replaybank.multiagent.episodes import Episodes
-from replaybank.multiagent.inputs import prepare
+from replaybank.multiagent.inputs import DirectAdd, prepare
 from replaybank.multiagent.layout import AgentLayout, check_agents, parse_spec
 from replaybank.multiagent.nstep import AGENT_DISCOUNT, AgentNStepView
-from replaybank.multiagent.padded import find_episodes, gather_episodes
+from replaybank.multiagent.padded import EpisodeIndex, gather_episodes
+from replaybank.multiagent.resume import (
+    checked_resume_part,
+    episodes_from_table,
+    layout_from_core,
+    origin_from_table,
+    resume_part,
+)
 from replaybank.samplers.base import Sampler
 from replaybank.samplers.sample_args import check_replace, check_size_arg
 from replaybank.spec import UNSET, Spec
@@ -144,6 +151,9 @@ class MultiAgentReplayBuffer:
         parse_spec(spec, self._agents)  # checked now, used at the first add
         self._spec = spec
         self._layout: AgentLayout | None = None
+        #: The common add's route to the core's compiled write (of ``_layout``; built
+        #: by the first add that finds the layout).
+        self._direct: DirectAdd | None = None
         try:
             layout = AgentLayout.build(self._agents, spec, {}, ())
         except SpecError:  # the spec leaves some shapes to the first add
@@ -164,8 +174,14 @@ class MultiAgentReplayBuffer:
         #: Per env, the sequence number of the first step stored since the buffer was
         #: built or cleared: a joint episode starts there (see sample_episodes).
         self._origin: npt.NDArray[np.int64] = np.zeros(self.buffer.num_envs, np.int64)
+        # the whole joint episodes sample_episodes draws from, kept up to date per call
+        self._episode_index = EpisodeIndex()
         if layout is not None:
             self._set_layout(layout)
+        # memmap files record this buffer's config, not the core's: rb.open(path)
+        # rebuilds a MultiAgentReplayBuffer (see reopened)
+        self.buffer.storage_owner = self
+        self.buffer.record_owner()
 
     def _set_layout(self, layout: AgentLayout) -> None:
         self._layout = layout
@@ -264,6 +280,17 @@ class MultiAgentReplayBuffer:
                 f"add() takes keyword arguments only, got {len(args)} positional value(s) "
                 f"({', '.join(describe(a) for a in args[:3])}); pass add(obs={{agent: ...}}, "
                 "action=..., reward=..., next_obs=..., terminated=..., truncated=...)")
+        direct = self._direct
+        if direct is None or direct.layout is not self._layout:
+            direct = self._direct = None if self._layout is None else DirectAdd(
+                self._layout, self.num_envs)
+        # the common call (every agent acts everywhere) straight to the compiled write;
+        # anything it does not take changed nothing and is checked below (inputs.py)
+        if (direct is not None and active is None and priority is None and not extras
+                and direct.write(self.buffer.write_route, self._episodes, obs, action,
+                                 reward, next_obs, terminated, truncated, state,
+                                 next_state)):
+            return
         values = {"obs": obs, "action": action, "reward": reward, "next_obs": next_obs,
                   "terminated": terminated, "truncated": truncated, "state": state,
                   "next_state": next_state, "active": active}
@@ -373,9 +400,7 @@ class MultiAgentReplayBuffer:
                 raise EmptyBufferError(f"{call}(batch_size={b}): the buffer is empty; add "
                                        "joint steps first")
             table = self.buffer.table
-            done = _host(table.arrays["terminated"]) | _host(table.arrays["truncated"])
-            eps = find_episodes(done, table.written, table.counts, self._origin,
-                                bool(include_running))
+            eps = self._episode_index.episodes(table, self._origin, bool(include_running))
             if len(eps) == 0 or (not replace and b > len(eps)):
                 raise EmptyBufferError(
                     f"{call}(batch_size={b}{'' if replace else ', replace=False'}): the "
@@ -494,6 +519,96 @@ class MultiAgentReplayBuffer:
         """Restore a buffer saved with :meth:`save` (identical next sample)."""
         return persist.load(dirpath, prefix=prefix, trust_imports=trust_imports)
 
+    # ------------------------------------------------------------------ memmap resume
+    def resume_state(self) -> dict[str, Any] | None:
+        """What :func:`replaybank.persist.flush` saves beside the memmap files: the
+        core's generator, sampler and view state and lane counters, and the joint
+        episode bookkeeping under ``multiagent`` (None before the storage exists)."""
+        core = self.buffer.resume_state()
+        if core is None:
+            return None
+        return {**core, "multiagent": resume_part(self._episodes, self._origin, self._agents)}
+
+    def load_resume_state(self, state: dict[str, Any]) -> None:
+        """Restore a :meth:`resume_state` whose counters match the files (checked first:
+        a state that does not fit raises CheckpointError and changes nothing)."""
+        if not isinstance(state, dict) or "multiagent" not in state:
+            raise CheckpointError(f"load_resume_state(state={describe(state)}): expected the "
+                                  "dict of MultiAgentReplayBuffer.resume_state()")
+        episodes, origin = checked_resume_part(state["multiagent"], self._agents,
+                                               self.num_envs, self._layout)
+        self.buffer.load_resume_state({k: v for k, v in state.items() if k != "multiagent"})
+        self._episodes, self._origin = episodes, origin
+
+    def reopened(self) -> None:
+        """The core was reopened from its memmap files: rebuild the core's free slots and
+        sampler, then the agent layout, the joint episode bookkeeping and the episode
+        origins from the stored steps (:mod:`replaybank.multiagent.resume`).
+
+        Raises:
+            CheckpointError: The files' lane counters or links are damaged, or they do
+                not hold a multi-agent core.
+        """
+        self.buffer.reopened()
+        spec = self.buffer.spec
+        if self._layout is None and spec is not None:
+            try:
+                layout = layout_from_core(self._agents, spec)
+            except SpecError as exc:
+                raise CheckpointError(f"the memmap files at {self.backend!r} do not hold "
+                                      f"the agents {list(self._agents)}: {exc}") from exc
+            self._set_layout(layout)
+        if self.buffer.allocated:
+            self._episodes = episodes_from_table(self.buffer.table, self._agents, self._layout)
+            self._origin = origin_from_table(self.buffer.table)
+            self.buffer.record_owner()  # now with every agent's fields
+
+    def flush(self) -> None:
+        """Make a ``storage="memmap"`` buffer durable and exactly resumable: sync the
+        files and save the generator, sampler and episode bookkeeping beside them, so
+        that :meth:`open` (``rb.open(path)``) continues with the identical next sample and
+        episodes as long as nothing is added after this call
+        (:func:`replaybank.persist.flush`).
+
+        Raises:
+            ConfigError: The storage is not memmap (use :meth:`save` instead).
+            CheckpointError: The state could not be written (the previous one is kept).
+
+        Example:
+            >>> import tempfile, numpy as np
+            >>> import replaybank as rb
+            >>> d = tempfile.mkdtemp()
+            >>> buf = MultiAgentReplayBuffer(16, ["a", "b"], storage="memmap", path=d,
+            ...                              seed=0)
+            >>> for t in range(4):
+            ...     buf.add(obs={k: np.full(2, t, np.float32) for k in "ab"},
+            ...             action={k: 0 for k in "ab"}, reward={k: 1.0 for k in "ab"},
+            ...             next_obs={k: np.full(2, t + 1, np.float32) for k in "ab"},
+            ...             terminated={k: t == 3 for k in "ab"},
+            ...             truncated={k: False for k in "ab"})
+            >>> buf.flush()
+            >>> buf.close()                          # or the process ends
+            >>> back = rb.open(d)
+            >>> type(back).__name__, back.agents, len(back)
+            ('MultiAgentReplayBuffer', ('a', 'b'), 4)
+        """
+        if self.buffer.allocated:
+            self.buffer.record_owner()
+        persist.flush(self)
+
+    def close(self) -> None:
+        """Release memmap storage: sync the files and drop the writer's lock (no-op in
+        memory); call :meth:`flush` first to resume exactly."""
+        self.buffer.close()
+
+    @classmethod
+    def open(cls, path: Any, mode: str = "r+", *, trust_imports: bool = False) -> Any:
+        """Reopen the memmap multi-agent buffer at ``path``
+        (:func:`replaybank.persist.open`): every stored joint step, the agents, and, when
+        nothing was added after its last :meth:`flush`, the identical next sample and
+        episode bookkeeping. ``mode="r"`` opens it read-only, beside the writer."""
+        return persist.open(path, mode=mode, trust_imports=trust_imports)
+
     def metadata(self) -> dict[str, Any]:
         """The core's description, with this type's name and the agents."""
         return {**self.buffer.metadata(), "type": type(self).__name__,
@@ -504,6 +619,10 @@ class MultiAgentReplayBuffer:
         out = self.buffer.init_config()
         out["agents"] = list(self._agents)
         layout = self._layout
+        if layout is None and self.buffer.spec is not None:
+            # the core allocated its storage in the first add, before the layout is
+            # kept: its fields give the layout (memmap files record this config then)
+            layout = layout_from_core(self._agents, self.buffer.spec)
         out["spec"] = layout.user_spec() if layout is not None else (
             None if self._spec is None else _flat_json(self._spec, self._agents))
         out.pop("next_obs", None)

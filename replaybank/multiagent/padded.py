@@ -7,8 +7,9 @@ and including its next joint end. An agent that ends early or a discontinuity in
 data (which splits the core's episodes) does not split a joint episode.
 
 * :func:`find_episodes` lists the episodes of the live steps whose *first step is still
-  stored*: the oldest episode of a lane that lost steps to the ring is left out, since
-  it may have lost its start (it is left out also when the ring happened to stop exactly
+  stored* (:class:`EpisodeIndex` keeps that list for a buffer, scanning only new steps):
+  the oldest episode of a lane that lost steps to the ring is left out, since it may
+  have lost its start (it is left out also when the ring happened to stop exactly
   at its start: the table no longer knows). Running episodes (no joint end yet) are
   listed only when asked, with ``complete`` False.
 * :func:`gather_episodes` reads the first ``max_length`` steps of chosen episodes into
@@ -39,7 +40,7 @@ import numpy.typing as npt
 
 from replaybank.storage.table import StepTable
 
-__all__ = ["EpisodeList", "find_episodes", "gather_episodes"]
+__all__ = ["EpisodeIndex", "EpisodeList", "find_episodes", "gather_episodes"]
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
@@ -67,6 +68,9 @@ def find_episodes(done: BoolArray, written: IntArray, counts: IntArray, origin: 
                   include_running: bool) -> EpisodeList:
     """The episodes of the live steps whose first step is stored.
 
+    The plain scan of every live step (:class:`EpisodeIndex` keeps the same list up to
+    date by scanning only the steps added since its last call; this is its oracle).
+
     Args:
         done: ``[T, lanes]`` bool: the joint episode ended at the step in that slot.
         written: ``[lanes]`` steps ever written per lane (the next sequence number).
@@ -79,6 +83,19 @@ def find_episodes(done: BoolArray, written: IntArray, counts: IntArray, origin: 
         The :class:`EpisodeList`, lane by lane, each lane oldest first.
     """
     T, lanes = done.shape  # noqa: N806
+    ends = []
+    for lane in range(lanes):
+        end = int(written[lane])
+        seqs = np.arange(end - int(counts[lane]), end, dtype=np.int64)  # [n] live steps
+        ends.append(seqs[np.asarray(done[seqs % T, lane], bool)])  # [m] joint ends
+    return _from_ends(ends, written, counts, origin, include_running)
+
+
+def _from_ends(ends: list[IntArray], written: IntArray, counts: IntArray, origin: IntArray,
+               include_running: bool) -> EpisodeList:
+    """The :class:`EpisodeList` of lanes whose live joint ends (sequence numbers, sorted)
+    are ``ends[lane]``."""
+    lanes = len(ends)
     starts: list[IntArray] = []
     lengths: list[IntArray] = []
     complete: list[BoolArray] = []
@@ -87,16 +104,14 @@ def find_episodes(done: BoolArray, written: IntArray, counts: IntArray, origin: 
         oldest = end - int(counts[lane])
         if oldest == end:
             continue
-        seqs = np.arange(oldest, end, dtype=np.int64)  # [n] live steps of the lane
-        d = np.asarray(done[seqs % T, lane], bool)  # [n]
-        first = seqs[1:][d[:-1]]  # steps right after a joint end
+        e = ends[lane]  # [m] joint ends
+        first = e[e < end - 1] + 1  # steps right after a joint end
         if oldest == int(origin[lane]):
-            first = np.concatenate([seqs[:1], first])
-        ends = seqs[d]  # [m] joint ends
-        j = np.searchsorted(ends, first)  # the first end at or after each start
-        ok = j < len(ends)
-        if len(ends):
-            last = np.where(ok, ends[np.minimum(j, len(ends) - 1)], end - 1)
+            first = np.concatenate([np.array([oldest], np.int64), first])
+        j = np.searchsorted(e, first)  # the first end at or after each start
+        ok = j < len(e)
+        if len(e):
+            last = np.where(ok, e[np.minimum(j, len(e) - 1)], end - 1)
         else:
             last = np.full(len(first), end - 1, np.int64)
         if not include_running:
@@ -107,8 +122,67 @@ def find_episodes(done: BoolArray, written: IntArray, counts: IntArray, origin: 
     if not starts:
         return EpisodeList(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, bool))
     return EpisodeList(np.concatenate(starts).astype(np.int64),
-                    np.concatenate(lengths).astype(np.int64),
-                    np.concatenate(complete).astype(bool))
+                       np.concatenate(lengths).astype(np.int64),
+                       np.concatenate(complete).astype(bool))
+
+
+class EpisodeIndex:
+    """:func:`find_episodes` of one table, kept up to date: each call scans only the
+    steps written since the previous one (and drops the joint ends the ring evicted), so
+    that a call costs in the number of stored episodes, not of stored steps. A cleared or
+    reloaded table (its ``epoch`` changed) or another table is scanned whole.
+
+    Example:
+        >>> import numpy as np, replaybank as rb
+        >>> buf = rb.ReplayBuffer(8, seed=0)
+        >>> index = EpisodeIndex()
+        >>> for t in range(10):
+        ...     buf.add(obs=np.zeros(1, np.float32), action=0, reward=0.0,
+        ...             next_obs=np.zeros(1, np.float32), terminated=t % 3 == 2,
+        ...             truncated=False)
+        ...     eps = index.episodes(buf.table, np.array([0]), False)
+        >>> eps.starts.tolist(), eps.lengths.tolist()
+        ([3, 6], [3, 3])
+    """
+
+    def __init__(self) -> None:
+        self._table: Any = None
+        self._epoch = -1
+        self._seen = np.zeros(0, np.int64)  # [lanes] steps scanned per lane
+        self._ends: list[IntArray] = []  # per lane: the live joint ends, sorted
+
+    def episodes(self, table: StepTable, origin: IntArray,
+                 include_running: bool) -> EpisodeList:
+        """The :class:`EpisodeList` of ``table`` (as :func:`find_episodes` with ``done``
+        its ``terminated | truncated``)."""
+        lanes, T = table.lanes, table.T  # noqa: N806
+        written, counts = table.written, table.counts
+        if table is not self._table or table.epoch != self._epoch \
+                or len(self._seen) != lanes or bool(np.any(written < self._seen)):
+            self._table, self._epoch = table, table.epoch
+            self._seen = np.zeros(lanes, np.int64)
+            self._ends = [np.zeros(0, np.int64) for _ in range(lanes)]
+        term, trunc = table.arrays["terminated"], table.arrays["truncated"]
+        for lane in range(lanes):
+            end = int(written[lane])
+            oldest = end - int(counts[lane])
+            lo = max(int(self._seen[lane]), oldest)
+            e = self._ends[lane]
+            if len(e) and e[0] < oldest:
+                e = e[np.searchsorted(e, oldest):]  # evicted by the ring
+            if lo < end:
+                seqs = np.arange(lo, end, dtype=np.int64)  # [k] steps not scanned yet
+                rows = seqs % T
+                d = _host(term[rows, lane]) | _host(trunc[rows, lane])  # [k]
+                e = np.concatenate([e, seqs[np.asarray(d, bool)]])
+            self._ends[lane] = e
+            self._seen[lane] = end
+        return _from_ends(self._ends, written, counts, origin, include_running)
+
+
+def _host(x: Any) -> npt.NDArray[Any]:
+    """``x`` as a host numpy array (torch storage serves tensors)."""
+    return x if isinstance(x, np.ndarray) else np.asarray(x.detach().cpu().numpy())
 
 
 def _scatter(values: Any, mask: BoolArray) -> Any:
