@@ -9,10 +9,17 @@ agent's reward has its own collision term). ``--num-envs`` envs run in lockstep;
 rollout of ``--num-steps`` steps per env goes into ``rb.MultiAgentRolloutBuffer``, which
 computes per-agent GAE: an episode ends by truncation after 25 steps, so the advantage of
 the last step bootstraps from the value of the true final observation
-(``final_value=``), and the recursion is cut there. Minibatches come from
+(``final_obs=``, valued by the critic), and the recursion is cut there. Minibatches come from
 ``buf.get(batch_size, agents="together")`` (every agent of a sampled (env, time) step side
 by side, advantages normalised over the rollout); the loss is PPO's clipped surrogate, a
 value loss and an entropy bonus.
+
+The rollouts are collected by ``rb.MultiAgentRolloutCollector``: the ``Policy`` below
+answers ``policy(obs, state) -> (actions, values, log_probs)`` for a batch of envs and
+``policy.value(obs, state)``; the collector steps the envs, resets the finished ones,
+adds each step with the truncated agents' true final observations (``final_obs``), and
+once the rollout is full computes the advantages, valuing those final observations and
+the next observations with ``policy.value``.
 
 Every ``--eval-every`` joint steps (and at the end) the greedy policy (each agent's most
 likely action) plays ``--eval-episodes`` episodes (reset seeds 1000, 1001, ...); the score
@@ -103,6 +110,31 @@ class Critic(nn.Module):
         return self.net(state)
 
 
+class Policy:
+    """The collector's policy: ``(actions, values, log_probs)`` of a batch of envs, each a
+    dict by agent (``obs[agent]`` ``[n_env, obs_dim]``, ``state`` ``[n_env, state_dim]``)."""
+
+    def __init__(self, actor: Actor, critic: Critic, agents: list[str]) -> None:
+        self.actor, self.critic, self.agents = actor, critic, agents
+
+    def __call__(self, obs: dict[str, np.ndarray], state: np.ndarray) -> tuple[
+            dict[str, np.ndarray], dict[str, np.ndarray], dict[str, np.ndarray]]:
+        x = torch.as_tensor(np.stack([obs[a] for a in self.agents], 1))  # [n, agents, obs]
+        with torch.no_grad():
+            dist = self.actor(x)
+            action = dist.sample()  # [n_env, n_agents]
+            log_prob = dist.log_prob(action).numpy()
+        return ({a: action[:, j].numpy() for j, a in enumerate(self.agents)},
+                self.value(obs, state),
+                {a: log_prob[:, j] for j, a in enumerate(self.agents)})
+
+    def value(self, obs: dict[str, np.ndarray], state: np.ndarray) -> dict[str, np.ndarray]:
+        """One value per agent from the centralised critic on the global state."""
+        with torch.no_grad():
+            v = self.critic(torch.as_tensor(state)).numpy()  # [n, n_agents]
+        return {a: v[:, j] for j, a in enumerate(self.agents)}
+
+
 def main() -> None:
     args = parse_args()
     common = _common()
@@ -122,23 +154,15 @@ def main() -> None:
     buf = rb.MultiAgentRolloutBuffer(n_steps, agents, num_envs=n_env, gamma=args.gamma,
                                      gae_lambda=args.gae_lambda, seed=args.seed,
                                      normalize_advantage="batch")
-
-    def stack(obs_dicts: list[dict[str, np.ndarray]]) -> np.ndarray:
-        """``[n_env, n_agents, obs_dim]`` float32 from each env's ``{agent: obs}``."""
-        return np.stack([np.stack([o[a] for a in agents]) for o in obs_dicts]).astype(
-            np.float32)
-
-    def values(x: np.ndarray) -> np.ndarray:
-        """Critic values ``[n, n_agents]`` of stacked observations ``[n, n_agents, obs]``."""
-        with torch.no_grad():
-            return critic(torch.as_tensor(x.reshape(len(x), -1))).numpy()
+    # env i's first reset uses seed args.seed * 1_000_003 + i; the state stored is
+    # env.state(), the three observations concatenated
+    collector = rb.MultiAgentRolloutCollector(envs, Policy(actor, critic, agents), buf,
+                                              seed=args.seed * 1_000_003)
 
     def greedy(obs: np.ndarray) -> np.ndarray:
         with torch.no_grad():
             return actor(torch.as_tensor(obs, dtype=torch.float32)).probs.argmax(-1).numpy()
 
-    obs = stack([e.reset(seed=args.seed * 1_000_003 + i)[0] for i, e in enumerate(envs)])
-    ep_ret = np.zeros((n_env, n_agents))
     train: list[float] = []
     evals: list[tuple[int, float, float, int, float]] = []
     batch_steps = n_steps * n_env
@@ -149,43 +173,10 @@ def main() -> None:
         for g in optimizer.param_groups:  # linear learning-rate annealing
             g["lr"] = args.learning_rate * (1.0 - update / n_updates)
         buf.reset()
-        for _ in range(n_steps):
-            with torch.no_grad():
-                dist = actor(torch.as_tensor(obs))
-                action = dist.sample()  # [n_env, n_agents]
-                log_prob = dist.log_prob(action).numpy()
-            action = action.numpy()
-            value = values(obs)  # [n_env, n_agents]
-            next_obs, final = [], np.full((n_env, n_agents), np.nan, np.float32)
-            reward = np.zeros((n_env, n_agents), np.float32)
-            term = np.zeros((n_env, n_agents), bool)
-            trunc = np.zeros((n_env, n_agents), bool)
-            for i, e in enumerate(envs):
-                o, r, te, tr, _ = e.step({a: int(action[i, j]) for j, a in enumerate(agents)})
-                reward[i] = [r[a] for a in agents]
-                term[i] = [te[a] for a in agents]
-                trunc[i] = [tr[a] for a in agents]
-                if not e.agents:  # the joint episode ended: keep the true final obs, reset
-                    final[i] = values(stack([o]))[0]
-                    o = e.reset()[0]
-                next_obs.append(o)
-            buf.add(obs={a: obs[:, j] for j, a in enumerate(agents)},
-                    action={a: action[:, j] for j, a in enumerate(agents)},
-                    reward={a: reward[:, j] for j, a in enumerate(agents)},
-                    terminated={a: term[:, j] for j, a in enumerate(agents)},
-                    truncated={a: trunc[:, j] for j, a in enumerate(agents)},
-                    value={a: value[:, j] for j, a in enumerate(agents)},
-                    log_prob={a: log_prob[:, j] for j, a in enumerate(agents)},
-                    state=obs.reshape(n_env, -1),
-                    final_value={a: final[:, j] for j, a in enumerate(agents)})
-            ep_ret += reward
-            ended = (term | trunc).all(axis=1)
-            train += ep_ret[ended].mean(axis=1).tolist()
-            ep_ret[ended] = 0.0
-            obs = stack(next_obs)
-            step += n_env
-        last = values(obs)
-        buf.compute_returns_and_advantage({a: last[:, j] for j, a in enumerate(agents)})
+        # n_steps steps of every env, then per-agent GAE (policy.value bootstraps)
+        res = collector.collect(n_steps)
+        train += [float(np.mean(list(r.values()))) for r in res.agent_episode_returns]
+        step += res.steps
 
         for _ in range(args.update_epochs):
             for b in buf.get(mb_size, agents="together"):

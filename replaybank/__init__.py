@@ -137,6 +137,7 @@ __all__ = [
     "MultiAgentReplayBuffer",
     "MultiAgentRolloutBatch",
     "MultiAgentRolloutBuffer",
+    "MultiAgentRolloutCollector",
     "MultiAgentSequenceBatch",
     "NStepView",
     "NumpyBackend",
@@ -233,6 +234,7 @@ _LAZY = {
     "Collector": "replaybank.integrations.gymnasium",
     "MultiAgentCollectResult": "replaybank.integrations.pettingzoo",
     "MultiAgentCollector": "replaybank.integrations.pettingzoo",
+    "MultiAgentRolloutCollector": "replaybank.integrations.pettingzoo",
     "collect": "replaybank.integrations.gymnasium",
     "warm": "replaybank.integrations.gymnasium",
     "from_minari": "replaybank.integrations.minari",
@@ -266,7 +268,11 @@ if typing.TYPE_CHECKING:  # the same names as _LAZY, from the same modules (test
     )
     from replaybank.integrations.gymnasium import Collector, CollectResult, collect, warm
     from replaybank.integrations.minari import from_minari, to_minari
-    from replaybank.integrations.pettingzoo import MultiAgentCollector, MultiAgentCollectResult
+    from replaybank.integrations.pettingzoo import (
+        MultiAgentCollector,
+        MultiAgentCollectResult,
+        MultiAgentRolloutCollector,
+    )
     from replaybank.integrations.spaces import spec_from_env, spec_from_spaces
     from replaybank.integrations.torch import PinnedStager
 else:  # hidden from type checkers, so that a misspelt name is an error there

@@ -442,3 +442,38 @@ def test_single_env_policy_sees_the_acting_agents_and_may_return_tensors() -> No
     check_buffer(buf, [env])
     b = buf.sample(6, replace=False)
     assert b.action["a"].tolist() == [2] * 6
+
+
+def test_rb_collect_fills_a_multiagent_rollout_buffer_with_torch_outputs() -> None:
+    """A rollout buffer goes to the on-policy collector (the policy's protocol and the
+    checks are in tests/test_multiagent_rollout_collect.py): agents with their own spaces,
+    "b" leaving at step 3, "a" cut off at step 6 and bootstrapped from its final obs."""
+    torch = pytest.importorskip("torch")
+    from replaybank.integrations.pettingzoo import wants_multiagent
+
+    def policy(obs: dict[str, np.ndarray], state: np.ndarray) -> Any:
+        actions = {"a": torch.ones(len(state), dtype=torch.int64)}
+        if "b" in obs:
+            actions["b"] = torch.zeros((len(state), 2))
+        values = {a: torch.as_tensor(o[:, 0], dtype=torch.float32) for a, o in obs.items()}
+        return actions, values, {a: torch.zeros(len(state)) for a in obs}
+
+    envs = [Recorder(Leaver(b_end=3, a_end=6, a_truncates=True)) for _ in range(2)]
+    buf = rb.MultiAgentRolloutBuffer(8, ["a", "b"], num_envs=2, gamma=1.0, gae_lambda=1.0,
+                                     seed=0, normalize_advantage=None)
+    assert wants_multiagent(None, buf)
+    res = rb.collect(envs, policy, buf, 8, progress=False, seed=0)
+    assert res.steps == 16 and res.episode_lengths == [6, 6]
+    assert buf.active["b"][:, 0].tolist() == [True] * 3 + [False] * 3 + [True] * 2
+    assert buf.data["obs/b"].shape == (8, 2, 2) and buf.data["action/b"].shape == (8, 2, 2)
+    for e, rec in enumerate(envs):
+        assert rec.log[0]["kind"] == "reset" and rec.log[0]["seed"] == e
+        first = rec.log[1:7]  # the first episode's six steps
+        seen = [rec.log[0]["obs"]["a"]] + [s["out"][0]["a"] for s in first]
+        np.testing.assert_array_equal(buf.data["obs/a"][:6, e], seen[:6])
+        rew = [s["out"][1]["a"] for s in first]
+        assert buf.data["reward/a"][:6, e].tolist() == rew
+        # gamma = lambda = 1: rewards to go, then V("a"'s true final obs) = its step, 6
+        assert buf.returns["a"][:6, e].tolist() == pytest.approx(
+            [sum(rew[t:]) + float(seen[6][0]) for t in range(6)])
+        assert float(seen[6][0]) == 6.0

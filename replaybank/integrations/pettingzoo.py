@@ -1,9 +1,15 @@
-"""Fill a :class:`~replaybank.multiagent.MultiAgentReplayBuffer` from PettingZoo parallel envs.
+"""Fill multi-agent buffers from PettingZoo parallel envs: replay and on-policy rollouts.
 
 :class:`MultiAgentCollector` steps one PettingZoo ``ParallelEnv``, or a list of them as
 vector envs (one buffer lane per env), with a policy and adds one joint step of every env
-per env step. ``rb.collect(env, policy, buffer, n_steps)`` dispatches here when it is given
-a parallel env, a list of them or a multi-agent buffer.
+per env step to a :class:`~replaybank.multiagent.MultiAgentReplayBuffer`.
+:class:`MultiAgentRolloutCollector` does the same for a
+:class:`~replaybank.multiagent.MultiAgentRolloutBuffer` (MAPPO, IPPO) with an actor-critic
+policy (:class:`MultiAgentActorCritic`: ``policy(obs, state) -> (actions, values,
+log_probs)``, always batched), keeping truncated agents' final observations for the
+bootstrap; its rules and policy are in its docstring. ``rb.collect(env, policy, buffer,
+n_steps)`` dispatches here when it is given a parallel env, a list of them or a
+multi-agent buffer.
 
 An env is recognised by what it has, not by its class: ``possible_agents``, ``agents``
 (after ``reset``), ``action_space(agent)``, ``reset(seed=)`` returning ``(obs, infos)`` and
@@ -25,10 +31,10 @@ The rules, per env:
   working ``state()``), ``env.state()`` before and after each step goes in ``state`` and
   ``next_state``.
 
-Policies: ``policy(obs) -> actions``. With one env (not a list), ``obs`` is the env's own
-dict ``{agent: obs}`` of the acting agents and the policy returns ``{agent: action}`` for
-each. With a list of ``n`` envs, ``obs`` is ``{agent: [n, *obs_shape]}`` for every agent
-acting in at least one env (zeros in the envs where it does not act;
+Replay policies: ``policy(obs) -> actions``. With one env (not a list), ``obs`` is the
+env's own dict ``{agent: obs}`` of the acting agents and the policy returns ``{agent:
+action}`` for each. With a list of ``n`` envs, ``obs`` is ``{agent: [n, *obs_shape]}``
+for every agent acting in at least one env (zeros in the envs where it does not act;
 :attr:`MultiAgentCollector.active` says where it does) and the policy returns
 ``{agent: [n, *action_shape]}`` for the same agents (the values of envs where an agent does
 not act are ignored). numpy arrays or torch tensors. ``policy=None`` samples
@@ -77,7 +83,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -85,10 +91,11 @@ from replaybank.errors import ConfigError, describe
 from replaybank.host import is_tensor, tensor_to_numpy
 from replaybank.integrations.gymnasium import CollectResult
 from replaybank.integrations.progress import ProgressBar
-from replaybank.multiagent import MultiAgentReplayBuffer
+from replaybank.multiagent import MultiAgentReplayBuffer, MultiAgentRolloutBuffer
 
-__all__ = ["MultiAgentCollectResult", "MultiAgentCollector", "collect_multiagent",
-           "is_aec_env", "is_parallel_env", "wants_multiagent"]
+__all__ = ["MultiAgentActorCritic", "MultiAgentCollectResult", "MultiAgentCollector",
+           "MultiAgentRolloutCollector", "collect_multiagent", "is_aec_env",
+           "is_parallel_env", "wants_multiagent"]
 
 MultiAgentPolicy = Callable[[dict[str, Any]], Mapping[str, Any]]
 
@@ -123,9 +130,10 @@ def _is_env_list(env: Any) -> bool:
 def wants_multiagent(env: Any, buffer: Any) -> bool:
     """Whether ``collect(env, ..., buffer)`` is a multi-agent collection: ``env`` is a
     parallel (or AEC) env or a list of them, or ``buffer`` is a
-    :class:`~replaybank.multiagent.MultiAgentReplayBuffer`."""
+    :class:`~replaybank.multiagent.MultiAgentReplayBuffer` or
+    :class:`~replaybank.multiagent.MultiAgentRolloutBuffer`."""
     return (is_parallel_env(env) or is_aec_env(env) or _is_env_list(env)
-            or isinstance(buffer, MultiAgentReplayBuffer))
+            or isinstance(buffer, (MultiAgentReplayBuffer, MultiAgentRolloutBuffer)))
 
 
 # ---------------------------------------------------------------------- result
@@ -149,10 +157,12 @@ class MultiAgentCollectResult(CollectResult):
 
 
 # ---------------------------------------------------------------------- checks
-def _check_envs(env: Any, buffer: Any) -> tuple[list[Any], bool]:
+def _check_envs(env: Any, buffer: Any, rollout: bool = False) -> tuple[list[Any], bool]:
     """The envs and whether they came as a list (vector envs), checked against
-    ``buffer``."""
-    fix_buf = ("build rb.MultiAgentReplayBuffer(capacity, agents=env.possible_agents, "
+    ``buffer`` (a replay buffer, or with ``rollout`` a rollout buffer)."""
+    fix_buf = ("build rb.MultiAgentRolloutBuffer(n_steps, agents=env.possible_agents, "
+               "num_envs=<number of envs>)" if rollout else
+               "build rb.MultiAgentReplayBuffer(capacity, agents=env.possible_agents, "
                "num_envs=<number of envs>)")
     envs = list(env) if isinstance(env, (list, tuple)) else [env]
     vector = isinstance(env, (list, tuple))
@@ -168,11 +178,11 @@ def _check_envs(env: Any, buffer: Any) -> tuple[list[Any], bool]:
                 "pettingzoo.utils.conversions.aec_to_parallel(env)")
         if not is_parallel_env(e):
             raise ConfigError(
-                f"collect({where}={describe(e)}): a MultiAgentReplayBuffer is filled from "
+                f"collect({where}={describe(e)}): a multi-agent buffer is filled from "
                 "a PettingZoo ParallelEnv (possible_agents, action_space(agent), step "
                 "returning five dicts) or a list of them; pass one, or fill a "
                 "gymnasium env into rb.ReplayBuffer")
-    if not isinstance(buffer, MultiAgentReplayBuffer):
+    if not isinstance(buffer, MultiAgentRolloutBuffer if rollout else MultiAgentReplayBuffer):
         raise ConfigError(
             f"collect(buffer={describe(buffer)}): a PettingZoo parallel env fills a "
             f"multi-agent buffer (joint steps of dicts keyed by agent); {fix_buf}")
@@ -208,6 +218,55 @@ def _numpy(x: Any) -> Any:
     return tensor_to_numpy(x) if is_tensor(x) else x
 
 
+def _seeded_spaces(envs: list[Any], agents: tuple[str, ...],
+                   seed: int | None) -> list[dict[str, Any]]:
+    """``env.action_space(agent)`` per env and agent, each seeded from
+    ``numpy.random.SeedSequence(seed)`` (one child per env and agent)."""
+    seqs = np.random.SeedSequence(seed).spawn(len(envs) * len(agents)) \
+        if seed is not None else None
+    spaces: list[dict[str, Any]] = [{} for _ in envs]
+    for i, e in enumerate(envs):
+        for j, a in enumerate(agents):
+            if a not in e.possible_agents:
+                continue
+            space = e.action_space(a)
+            space.seed(None if seqs is None else
+                       int(seqs[i * len(agents) + j].generate_state(1)[0]))
+            spaces[i][a] = space
+    return spaces
+
+
+def _reset_obs(env: Any, seed: int | None, where: str) -> dict[str, Any]:
+    """``env.reset(seed=seed)``'s observations of ``env.agents``, checked and copied."""
+    obs, _ = env.reset(seed=seed)
+    agents = list(getattr(env, "agents", ()))
+    if not agents:
+        raise ConfigError(f"collect(env=...): {where}.reset() left env.agents empty; "
+                          "a parallel env lists its live agents in env.agents")
+    missing = [a for a in agents if a not in obs]
+    if missing:
+        raise ConfigError(f"collect(env=...): {where}.reset() returned no observation "
+                          f"for agent(s) {missing} of env.agents")
+    return {a: _copy(obs[a]) for a in agents}
+
+
+def _checked_step(out: Any, acting: list[str], where: str) -> tuple[Any, Any, Any, Any]:
+    """``env.step``'s ``(observations, rewards, terminations, truncations)``, checked to
+    be dicts holding every acting agent."""
+    if not isinstance(out, tuple) or len(out) != 5:
+        raise ConfigError(f"collect(env=...): {where}.step returned {describe(out)}; a "
+                          "parallel env returns (obs, rewards, terminations, "
+                          "truncations, infos), five dicts keyed by agent")
+    nxt, rew, term, trunc, _ = out
+    for name, d in (("observations", nxt), ("rewards", rew), ("terminations", term),
+                    ("truncations", trunc)):
+        missing = [a for a in acting if not isinstance(d, Mapping) or a not in d]
+        if missing:
+            raise ConfigError(f"collect(env=...): {where}.step returned no {name} for "
+                              f"agent(s) {missing} that acted")
+    return nxt, rew, term, trunc
+
+
 def _rows(values: dict[int, Any], n: int) -> np.ndarray:
     """``[n, *shape]``: ``values[i]`` in row ``i``, zeros in the rows not given (the
     dtype and shape of the first value)."""
@@ -223,8 +282,89 @@ def _copy(x: Any) -> Any:
     return np.array(x) if isinstance(x, np.ndarray) else x
 
 
+# ---------------------------------------------------------------------- env bookkeeping
+class _ParallelEnvs:
+    """What both collectors keep about their envs: each env's current observations, the
+    agents that ended in its running episode, its episode statistics, whether it has a
+    working ``state()``, and the seeded action spaces of random actions.
+
+    Args:
+        env: A parallel env or a list of them (checked with ``buffer``).
+        buffer: The multi-agent buffer the collector fills.
+        seed: Seed of the first reset of env ``i`` (``seed + i``) and of random actions.
+        random_actions: Seed the agents' action spaces (the policy is None).
+        rollout: ``buffer`` is a rollout buffer.
+    """
+
+    def __init__(self, env: Any, buffer: Any, seed: int | None, random_actions: bool,
+                 rollout: bool) -> None:
+        self.envs, self.vector = _check_envs(env, buffer, rollout=rollout)
+        self.env = env
+        self.seed = seed
+        self.n = len(self.envs)
+        self._agents = tuple(buffer.agents)  # the buffer's order
+        self._target = buffer  # the buffer: its layout says whether a state is stored
+        # whether each env has a working state(), known after its first reset
+        self._env_state: list[bool | None] = [
+            None if callable(getattr(e, "state", None)) else False for e in self.envs]
+        if self._layout_state() and False in self._env_state:
+            self._no_state(self._env_state.index(False))
+        self._spaces = _seeded_spaces(self.envs, self._agents, seed) if random_actions \
+            else [{} for _ in self.envs]
+        self._obs: list[dict[str, Any] | None] = [None] * self.n
+        self._ended: list[set[str]] = [set() for _ in range(self.n)]
+        self._ret: list[dict[str, float]] = [{} for _ in range(self.n)]
+        self._alen: list[dict[str, int]] = [{} for _ in range(self.n)]
+        self._len = np.zeros(self.n, np.int64)
+        self.episodes = 0
+
+    def _layout_state(self) -> bool | None:
+        """Whether the buffer stores a global state (None: its first add decides)."""
+        layout = self._target.layout
+        return None if layout is None else layout.state is not None
+
+    def _no_state(self, i: int) -> None:
+        raise ConfigError(
+            f"collect(buffer=...): the buffer stores a global state but "
+            f"env{f'[{i}]' if self.vector else ''} has no working state(); build the "
+            "buffer without spec['state'], or use an env with state()")
+
+    def _stores_state(self) -> bool:
+        """Whether this step stores the global state (every env was reset)."""
+        known = self._layout_state()
+        if known is None:  # the first add decides: a state when every env has one
+            return all(self._env_state)
+        if known and not all(self._env_state):
+            self._no_state(self._env_state.index(False))
+        return known
+
+    def _reset_env(self, i: int, seed: int | None) -> None:
+        """Reset env ``i`` (with ``seed``) and restart its episode statistics."""
+        self._obs[i] = _reset_obs(self.envs[i], seed, f"env[{i}]" if self.vector else "env")
+        if self._env_state[i] is None:
+            self._env_state[i] = _has_state(self.envs[i])
+        self._ended[i] = set()
+        self._ret[i] = {}
+        self._alen[i] = {}
+        self._len[i] = 0
+
+    @property
+    def active(self) -> dict[str, np.ndarray]:
+        """``{agent: bool[num_envs]}``: in which envs each agent acts at the next step."""
+        out = {a: np.zeros(self.n, np.bool_) for a in self._agents}
+        for i in range(self.n):
+            for a in self._acting(i):
+                out[a][i] = True
+        return {a: m for a, m in out.items() if m.any()}
+
+    def _acting(self, i: int) -> list[str]:
+        """The agents of env ``i`` that act next (in the buffer's order)."""
+        cur = self._obs[i] or {}
+        return [a for a in self._agents if a in cur and a not in self._ended[i]]
+
+
 # ---------------------------------------------------------------------- collector
-class MultiAgentCollector:
+class MultiAgentCollector(_ParallelEnvs):
     """Steps PettingZoo parallel envs with a policy and adds joint steps to a buffer.
 
     Keeps every env's current observations and running episode statistics between
@@ -257,82 +397,17 @@ class MultiAgentCollector:
 
     def __init__(self, env: Any, policy: MultiAgentPolicy | None, buffer: Any,
                  seed: int | None = None) -> None:
-        self.envs, self.vector = _check_envs(env, buffer)
-        self.env = env
+        super().__init__(env, buffer, seed, random_actions=policy is None, rollout=False)
         self.buffer: MultiAgentReplayBuffer = buffer
         if policy is not None and not callable(policy):
             raise ConfigError(f"collect(policy={describe(policy)}): expected a callable "
                               "policy(obs_dict) -> action_dict, or None for random actions")
         self.policy = policy
-        self.seed = seed
-        self.n = len(self.envs)
-        self._agents = tuple(buffer.agents)  # the buffer's order
-        # whether each env has a working state(), known after its first reset
-        self._env_state: list[bool | None] = [
-            None if callable(getattr(e, "state", None)) else False for e in self.envs]
-        if self._layout_state() and False in self._env_state:
-            self._no_state(self._env_state.index(False))
-        self._spaces: list[dict[str, Any]] = [{} for _ in range(self.n)]
-        if policy is None:
-            seqs = np.random.SeedSequence(seed).spawn(self.n * len(self._agents)) \
-                if seed is not None else None
-            for i, e in enumerate(self.envs):
-                for j, a in enumerate(self._agents):
-                    if a not in e.possible_agents:
-                        continue
-                    space = e.action_space(a)
-                    space.seed(None if seqs is None else
-                               int(seqs[i * len(self._agents) + j].generate_state(1)[0]))
-                    self._spaces[i][a] = space
-        self._obs: list[dict[str, Any] | None] = [None] * self.n
         self._state: list[Any] = [None] * self.n
-        self._ended: list[set[str]] = [set() for _ in range(self.n)]
-        self._ret: list[dict[str, float]] = [{} for _ in range(self.n)]
-        self._alen: list[dict[str, int]] = [{} for _ in range(self.n)]
-        self._len = np.zeros(self.n, np.int64)
-        self.episodes = 0
-
-    # ------------------------------------------------------------------ state
-    def _layout_state(self) -> bool | None:
-        """Whether the buffer stores a global state (None: its first add decides)."""
-        layout = self.buffer.layout
-        return None if layout is None else layout.state is not None
-
-    def _no_state(self, i: int) -> None:
-        raise ConfigError(
-            f"collect(buffer=...): the buffer stores a global state but "
-            f"env{f'[{i}]' if self.vector else ''} has no working state(); build the "
-            "buffer without spec['state'], or use an env with state()")
-
-    def _stores_state(self) -> bool:
-        """Whether this step stores ``state``/``next_state`` (every env was reset)."""
-        known = self._layout_state()
-        if known is None:  # the first add decides: a state when every env has one
-            return all(self._env_state)
-        if known and not all(self._env_state):
-            self._no_state(self._env_state.index(False))
-        return known
 
     def _reset_env(self, i: int, seed: int | None) -> None:
-        env = self.envs[i]
-        obs, _ = env.reset(seed=seed)
-        agents = list(getattr(env, "agents", ()))
-        where = f"env[{i}]" if self.vector else "env"
-        if not agents:
-            raise ConfigError(f"collect(env=...): {where}.reset() left env.agents empty; "
-                              "a parallel env lists its live agents in env.agents")
-        missing = [a for a in agents if a not in obs]
-        if missing:
-            raise ConfigError(f"collect(env=...): {where}.reset() returned no observation "
-                              f"for agent(s) {missing} of env.agents")
-        self._obs[i] = {a: _copy(obs[a]) for a in agents}
-        if self._env_state[i] is None:
-            self._env_state[i] = _has_state(env)
+        super()._reset_env(i, seed)
         self._state[i] = None  # read before the next step when the buffer stores it
-        self._ended[i] = set()
-        self._ret[i] = {}
-        self._alen[i] = {}
-        self._len[i] = 0
 
     def reset(self, seed: int | None = None) -> Any:
         """Reset every env (env ``i`` with ``seed + i``; episode statistics restart) and
@@ -348,20 +423,6 @@ class MultiAgentCollector:
         if self._obs[0] is None:
             return None
         return list(self._obs) if self.vector else self._obs[0]
-
-    @property
-    def active(self) -> dict[str, np.ndarray]:
-        """``{agent: bool[num_envs]}``: in which envs each agent acts at the next step."""
-        out = {a: np.zeros(self.n, np.bool_) for a in self._agents}
-        for i in range(self.n):
-            for a in self._acting(i):
-                out[a][i] = True
-        return {a: m for a, m in out.items() if m.any()}
-
-    def _acting(self, i: int) -> list[str]:
-        """The agents of env ``i`` that act next (in the buffer's order)."""
-        cur = self._obs[i] or {}
-        return [a for a in self._agents if a in cur and a not in self._ended[i]]
 
     # ------------------------------------------------------------------ actions
     def _actions(self, acting: list[list[str]]) -> list[dict[str, Any]]:
@@ -567,31 +628,399 @@ class MultiAgentCollector:
         return result
 
 
-def collect_multiagent(env: Any, policy: MultiAgentPolicy | None, buffer: Any, n_steps: int,
+def collect_multiagent(env: Any, policy: Any, buffer: Any, n_steps: int,
                        progress: bool = True,
                        seed: int | None = None) -> MultiAgentCollectResult:
     """Reset the parallel env(s), step them with ``policy`` and add ``n_steps`` joint steps
     to ``buffer`` (what ``rb.collect`` does for a parallel env).
 
     For repeated collection that continues episodes across calls, keep a
-    :class:`MultiAgentCollector`.
+    :class:`MultiAgentCollector` (or a :class:`MultiAgentRolloutCollector`).
 
     Args:
         env: A PettingZoo ``ParallelEnv`` or a list of them (vector envs).
-        policy: ``policy(obs_dict) -> action_dict`` (None: random actions).
-        buffer: A :class:`~replaybank.multiagent.MultiAgentReplayBuffer` with
-            ``num_envs`` equal to the number of envs.
-        n_steps: Joint steps to add (whole vector steps; may overshoot by < num envs).
+        policy: Replay buffer: ``policy(obs_dict) -> action_dict``. Rollout buffer:
+            ``policy(obs, state) -> (actions, values, log_probs)``, always batched
+            (:class:`MultiAgentActorCritic`). None: random actions (values and
+            log-probabilities 0 for a rollout).
+        buffer: A :class:`~replaybank.multiagent.MultiAgentReplayBuffer` or
+            :class:`~replaybank.multiagent.MultiAgentRolloutBuffer` with ``num_envs``
+            equal to the number of envs.
+        n_steps: Replay buffer: joint steps to add, summed over envs (whole vector steps;
+            may overshoot by < num envs). Rollout buffer: steps per env (the rollout's
+            unit, at most ``buffer.n_steps - buffer.pos``); a rollout filled to
+            ``n_steps`` is then given its advantages
+            (:meth:`MultiAgentRolloutCollector.compute_returns_and_advantage`).
         progress: Show a rich progress bar.
         seed: Seed of the first resets (env ``i``: ``seed + i``) and of random actions.
 
     Returns:
-        :class:`MultiAgentCollectResult` with steps and the joint and per-agent returns
-        and lengths of finished episodes.
+        :class:`MultiAgentCollectResult` with steps (joint steps added) and the joint and
+        per-agent returns and lengths of finished episodes.
 
     Raises:
-        ConfigError: See :class:`MultiAgentCollector` and :meth:`MultiAgentCollector.collect`.
+        ConfigError: See :class:`MultiAgentCollector`, :meth:`MultiAgentCollector.collect`
+            and :meth:`MultiAgentRolloutCollector.collect`.
     """
+    if isinstance(buffer, MultiAgentRolloutBuffer):
+        return MultiAgentRolloutCollector(env, policy, buffer, seed=seed).collect(
+            n_steps, progress=progress)
     return MultiAgentCollector(env, policy, buffer, seed=seed).collect(n_steps,
                                                                        progress=progress)
 
+
+# ---------------------------------------------------------------------- on-policy
+#: ``policy(obs, state) -> (actions, values, log_probs)`` (see :class:`MultiAgentActorCritic`).
+RolloutPolicy = Callable[[dict[str, Any], Any], Any]
+
+
+@runtime_checkable
+class MultiAgentActorCritic(Protocol):
+    """A MAPPO / IPPO policy for :class:`MultiAgentRolloutCollector`.
+
+    Always batched over envs (``n`` = the number of envs, 1 for a single env), in the
+    form :meth:`~replaybank.multiagent.MultiAgentRolloutBuffer.compute_returns_and_advantage`
+    gives its ``value_fn``, so that one network serves both:
+
+    * ``obs``: ``{agent: [n, *obs_shape]}`` for every agent acting in at least one env
+      (zeros in the envs where it does not act; the collector's
+      :attr:`~MultiAgentRolloutCollector.active` says where it does);
+    * ``state``: ``[n, *state_shape]`` the global state (``env.state()``), or None when
+      the buffer stores none.
+
+    ``__call__`` returns ``(actions, values, log_probs)``: ``{agent: [n, *action_shape]}``,
+    ``{agent: [n]}`` (per-agent values) or ``[n]`` (one centralised value per env, shared
+    by the agents), and ``{agent: [n]}``, for the agents in ``obs`` (numpy or torch; rows of
+    envs where an agent does not act are ignored). ``value`` returns the values alone,
+    for the bootstrap of truncated agents and of the rollout's last step. A plain
+    function ``policy(obs, state)`` is a policy too: its values then come from calling it
+    (or from the collector's ``value_fn``).
+
+    Example:
+        >>> import numpy as np
+        >>> class Zero:
+        ...     def __call__(self, obs, state):
+        ...         n = len(next(iter(obs.values())))
+        ...         return ({a: np.zeros(n, np.int64) for a in obs}, self.value(obs, state),
+        ...                 {a: np.zeros(n) for a in obs})
+        ...     def value(self, obs, state):
+        ...         return {a: np.zeros(len(o)) for a, o in obs.items()}
+        >>> isinstance(Zero(), MultiAgentActorCritic)
+        True
+    """
+
+    def __call__(self, obs: dict[str, Any], state: Any) -> Any:
+        """``(actions, values, log_probs)`` of a batch of acting agents."""
+
+    def value(self, obs: dict[str, Any], state: Any) -> Any:
+        """``{agent: [n]}`` or ``[n]``: the values of a batch of observations."""
+
+
+class MultiAgentRolloutCollector(_ParallelEnvs):
+    """Steps PettingZoo parallel envs with an actor-critic policy into a
+    :class:`~replaybank.multiagent.MultiAgentRolloutBuffer` (MAPPO, IPPO).
+
+    Each step of every env is one ``add``: the observations the agents acted on, the
+    policy's actions, values and log-probabilities, the env's rewards and per-agent ends,
+    the global state before the step (when the buffer stores one: its spec, or, at its
+    first add, every env has a working ``state()``), and ``active`` masks. The rules of
+    the replay collector (:class:`MultiAgentCollector`) hold: agents that leave
+    (terminated or truncated) are inactive from then on, an env whose agents have all
+    ended is reset on its own (the first reset of env ``i`` with ``seed + i``), episodes
+    continue across :meth:`collect` calls.
+
+    Truncation: an agent truncated (and not terminated) at a step bootstraps from its true
+    final observation, PettingZoo's ``step`` observation of it, which is added as
+    ``final_obs`` (with ``final_state``, ``env.state()`` after the step) and valued by
+    ``value_fn`` in :meth:`compute_returns_and_advantage`, in one batched call.
+
+    Args:
+        env: A PettingZoo ``ParallelEnv`` (buffer with ``num_envs=1``) or a list of them.
+        policy: ``policy(obs, state) -> (actions, values, log_probs)``, always batched
+            (:class:`MultiAgentActorCritic`), or None: random actions from
+            ``env.action_space(agent)`` (seeded as :class:`MultiAgentCollector` does),
+            values and log-probabilities 0, so the advantages are the discounted returns
+            (GAE with a zero baseline) and the ratios of a first PPO epoch 1.
+        buffer: A :class:`~replaybank.multiagent.MultiAgentRolloutBuffer` with the envs'
+            agents and ``num_envs`` equal to the number of envs.
+        seed: Seed of the first reset of env ``i`` (``seed + i``) and of random actions.
+        value_fn: ``value_fn(obs, state) -> values`` (same batched form) for the bootstrap
+            values; default: the policy's ``value`` method, else the values that
+            ``policy(obs, state)`` returns, 0 with ``policy=None``.
+
+    Raises:
+        ConfigError: See :class:`MultiAgentCollector`; also a ``value_fn`` that is not
+            callable.
+
+    Example:
+        >>> import numpy as np
+        >>> from replaybank.multiagent import MultiAgentRolloutBuffer
+        >>> class Countdown:  # agent "b" ends at step 2, "a" is cut off at step 3
+        ...     possible_agents = ["a", "b"]
+        ...     def action_space(self, agent): return None
+        ...     def reset(self, seed=None, options=None):
+        ...         self.t, self.agents = 0, ["a", "b"]
+        ...         return {k: np.zeros(1, np.float32) for k in self.agents}, {}
+        ...     def step(self, actions):
+        ...         self.t += 1
+        ...         obs = {k: np.full(1, self.t, np.float32) for k in actions}
+        ...         term = {k: k == "b" and self.t == 2 for k in actions}
+        ...         trunc = {k: k == "a" and self.t == 3 for k in actions}
+        ...         self.agents = [k for k in self.agents if not (term[k] or trunc[k])]
+        ...         return (obs, {k: 1.0 for k in actions}, term, trunc,
+        ...                 {k: {} for k in actions})
+        >>> def policy(obs, state):  # V(o) = o, a deterministic action, log-prob 0
+        ...     return ({a: np.zeros(len(o), np.int64) for a, o in obs.items()},
+        ...             {a: o[:, 0].astype(np.float64) for a, o in obs.items()},
+        ...             {a: np.zeros(len(o)) for a, o in obs.items()})
+        >>> buf = MultiAgentRolloutBuffer(4, agents=["a", "b"], gamma=1.0, gae_lambda=1.0,
+        ...                               seed=0)
+        >>> col = MultiAgentRolloutCollector(Countdown(), policy, buf, seed=0)
+        >>> res = col.collect()  # fills the rollout (4 steps), then computes advantages
+        >>> buf.active["b"][:, 0].tolist(), res.agent_episode_returns
+        ([True, True, False, True], [{'a': 3.0, 'b': 2.0}])
+        >>> buf.returns["a"][:, 0].tolist()  # 1 + 1 + 1 + V(final obs) 3; 1 + V(next obs) 1
+        [6.0, 5.0, 4.0, 2.0]
+    """
+
+    def __init__(self, env: Any, policy: RolloutPolicy | None, buffer: Any,
+                 seed: int | None = None, value_fn: Any = None) -> None:
+        super().__init__(env, buffer, seed, random_actions=policy is None, rollout=True)
+        self.buffer: MultiAgentRolloutBuffer = buffer
+        if policy is not None and not callable(policy):
+            raise ConfigError(f"collect(policy={describe(policy)}): expected a callable "
+                              "policy(obs, state) -> (actions, values, log_probs), or None "
+                              "for random actions with values and log-probabilities 0")
+        if value_fn is not None and not callable(value_fn):
+            raise ConfigError(f"MultiAgentRolloutCollector(value_fn={describe(value_fn)}): "
+                              "expected a callable value_fn(obs, state) -> values, or None")
+        self.policy = policy
+        self.value_fn: Callable[[dict[str, Any], Any], Any] = \
+            self._default_value if value_fn is None else value_fn
+
+    # ------------------------------------------------------------------ values
+    def _default_value(self, obs: dict[str, Any], state: Any) -> Any:
+        """The policy's ``value``, else the values part of ``policy(obs, state)``, else 0."""
+        if self.policy is None:
+            k = len(next(iter(obs.values()))) if obs else 0
+            return self._zeros(list(obs), k)
+        if isinstance(self.policy, MultiAgentActorCritic):
+            return self.policy.value(obs, state)
+        return self._unpack(self.policy(obs, state), list(obs))[1]
+
+    def _zeros(self, agents: list[str], k: int) -> Any:
+        """Zero values in the buffer's form (per agent unless it stores one per env)."""
+        if self.buffer.centralised_value:
+            return np.zeros(k)
+        return {a: np.zeros(k) for a in agents}
+
+    # ------------------------------------------------------------------ envs
+    def _ready(self) -> None:
+        for i in range(self.n):
+            if self._obs[i] is None:
+                self._reset_env(i, None if self.seed is None else self.seed + i)
+
+    def reset(self, seed: int | None = None) -> None:
+        """Reset every env (env ``i`` with ``seed + i``; episode statistics restart)."""
+        for i in range(self.n):
+            self._reset_env(i, None if seed is None else seed + i)
+
+    def policy_inputs(self) -> tuple[dict[str, np.ndarray], np.ndarray | None]:
+        """``(obs, state)`` of the next step, as the policy and ``value_fn`` take them:
+        ``{agent: [num_envs, *obs_shape]}`` and ``[num_envs, *state_shape]`` or None
+        (resets the envs not reset yet)."""
+        self._ready()
+        acting = [self._acting(i) for i in range(self.n)]
+        obs: dict[str, np.ndarray] = {}
+        for a in self._agents:
+            rows = {i: cur[a] for i, cur in enumerate(self._obs)
+                    if cur is not None and a in acting[i]}
+            if rows:
+                obs[a] = _rows(rows, self.n)
+        state = _rows({i: _copy(e.state()) for i, e in enumerate(self.envs)}, self.n) \
+            if self._stores_state() else None
+        return obs, state
+
+    # ------------------------------------------------------------------ policy
+    def _unpack(self, out: Any, agents: list[str]) -> tuple[dict[str, Any], Any, dict[str, Any]]:
+        """The policy's ``(actions, values, log_probs)``, checked, as host arrays."""
+        fix = ("a rollout policy returns (actions, values, log_probs): {agent: [n, "
+               "*action_shape]}, {agent: [n]} or [n] (centralised), {agent: [n]}")
+        if not isinstance(out, (tuple, list)) or len(out) != 3:
+            raise ConfigError(f"collect(policy=...): the policy returned {describe(out)}; {fix}")
+        actions, values, log_probs = out
+        for name, d in (("actions", actions), ("log_probs", log_probs)) + (
+                (("values", values),) if isinstance(values, Mapping) else ()):
+            if not isinstance(d, Mapping):
+                raise ConfigError(f"collect(policy=...): the policy's {name} is "
+                                  f"{describe(d)}, not a dict {{agent: ...}}; {fix}")
+            missing = [a for a in agents if a not in d]
+            if missing:
+                raise ConfigError(f"collect(policy=...): the policy's {name} has no entry "
+                                  f"for agent(s) {missing}; return one for every agent in obs")
+        per = {name: {a: np.asarray(_numpy(d[a])) for a in agents}
+               for name, d in (("actions", actions), ("log_probs", log_probs))}
+        vals: Any = {a: np.asarray(_numpy(values[a])) for a in agents} \
+            if isinstance(values, Mapping) else np.asarray(_numpy(values))
+        for name, arrays in (*per.items(), ("values", vals if isinstance(vals, dict)
+                                            else {"(centralised)": vals})):
+            for a, arr in arrays.items():
+                if arr.ndim == 0 or arr.shape[0] != self.n:
+                    raise ConfigError(
+                        f"collect(policy=...): the policy's {name} for {a} has shape "
+                        f"{arr.shape}; with {self.n} env(s) every output has a leading dim "
+                        f"of {self.n} (the policy is always batched, also for one env)")
+        return per["actions"], vals, per["log_probs"]
+
+    def _act(self, obs: dict[str, np.ndarray], state: Any,
+             acting: list[list[str]]) -> tuple[dict[str, Any], Any, dict[str, Any]]:
+        agents = list(obs)
+        if self.policy is None:
+            actions = {}
+            for a in agents:
+                rows = {i: self._spaces[i][a].sample() for i in range(self.n)
+                        if a in acting[i]}
+                actions[a] = _rows(rows, self.n)
+            return actions, self._zeros(agents, self.n), {a: np.zeros(self.n) for a in agents}
+        return self._unpack(self.policy(obs, state), agents)
+
+    # ------------------------------------------------------------------ one step
+    def step(self, result: MultiAgentCollectResult) -> int:
+        """One step of every env, added to the buffer; returns the joint steps stored
+        (``num_envs``)."""
+        obs, state = self.policy_inputs()
+        acting = [self._acting(i) for i in range(self.n)]
+        actions, values, log_probs = self._act(obs, state, acting)
+        outs = []
+        for i, env in enumerate(self.envs):
+            out = env.step({a: actions[a][i] for a in acting[i]})
+            outs.append(_checked_step(out, acting[i], f"env[{i}]" if self.vector else "env"))
+        names = list(obs)
+        reward = {a: np.zeros(self.n) for a in names}
+        term = {a: np.zeros(self.n, np.bool_) for a in names}
+        trunc = {a: np.zeros(self.n, np.bool_) for a in names}
+        final: dict[int, dict[str, Any]] = {}
+        for i, (nxt, rew, te, tr) in enumerate(outs):
+            for a in acting[i]:
+                reward[a][i], term[a][i], trunc[a][i] = float(rew[a]), bool(te[a]), bool(tr[a])
+                if trunc[a][i] and not term[a][i]:
+                    final.setdefault(i, {})[a] = _copy(nxt[a])
+        extra: dict[str, Any] = {}
+        if final:
+            extra["final_obs"] = {a: _rows({i: f[a] for i, f in final.items() if a in f},
+                                           self.n)
+                                  for a in names if any(a in f for f in final.values())}
+            if state is not None:
+                extra["final_state"] = _rows({i: _copy(self.envs[i].state())
+                                              for i in final}, self.n)
+        self.buffer.add(obs=obs, action=actions, reward=reward, terminated=term,
+                        truncated=trunc, value=values, log_prob=log_probs, state=state,
+                        active={a: np.isin(np.arange(self.n), [i for i in range(self.n)
+                                                               if a in acting[i]])
+                                for a in names}, **extra)
+        result.steps += self.n
+        result.env_steps += self.n
+        for i, (nxt, rew, te, tr) in enumerate(outs):
+            self._after(i, acting[i], nxt, rew, te, tr, result)
+        return self.n
+
+    def _after(self, i: int, acting: list[str], nxt: Mapping[str, Any],
+               rew: Mapping[str, Any], term: Mapping[str, Any], trunc: Mapping[str, Any],
+               result: MultiAgentCollectResult) -> None:
+        """Env ``i``'s bookkeeping after its step was stored; reset it when it is over."""
+        where = f"env[{i}]" if self.vector else "env"
+        for a in acting:
+            self._ret[i][a] = self._ret[i].get(a, 0.0) + float(rew[a])
+            self._alen[i][a] = self._alen[i].get(a, 0) + 1
+            if term[a] or trunc[a]:
+                self._ended[i].add(a)
+        self._len[i] += 1
+        live = [a for a in getattr(self.envs[i], "agents", ()) if a not in self._ended[i]]
+        if live:
+            missing = [a for a in live if a not in nxt]
+            if missing:
+                raise ConfigError(f"collect(env=...): {where}.step returned no observation "
+                                  f"for agent(s) {missing} of env.agents")
+            self._obs[i] = {a: _copy(nxt[a]) for a in live}
+            return
+        alive = [a for a in self._alen[i] if a not in self._ended[i]]
+        if alive:
+            raise ConfigError(
+                f"collect(env=...): {where} removed agent(s) {alive} from env.agents "
+                "without reporting them terminated or truncated; a parallel env ends an "
+                "agent with terminations[agent] or truncations[agent] True at the step "
+                "that removes it")
+        result.episode_returns.append(float(sum(self._ret[i].values())))
+        result.episode_lengths.append(int(self._len[i]))
+        result.agent_episode_returns.append({a: self._ret[i][a] for a in self._agents
+                                             if a in self._ret[i]})
+        result.agent_episode_lengths.append({a: self._alen[i][a] for a in self._agents
+                                             if a in self._alen[i]})
+        self.episodes += 1
+        self._reset_env(i, None)
+
+    # ------------------------------------------------------------------ rollouts
+    def collect(self, n_steps: int | None = None, progress: bool = False,
+                description: str = "collect", compute: bool = True
+                ) -> MultiAgentCollectResult:
+        """Add ``n_steps`` steps of every env to the rollout.
+
+        Args:
+            n_steps: Steps per env (the rollout's own unit, as the buffer's ``n_steps``),
+                at most the room left (``buffer.n_steps - buffer.pos``); None: fill it.
+            progress: Show a progress bar (rich).
+            description: Text of the progress bar.
+            compute: When the rollout is full afterwards, end with
+                :meth:`compute_returns_and_advantage` (so ``buffer.get`` works at once).
+
+        Returns:
+            A :class:`MultiAgentCollectResult` for this call (``steps``: joint steps
+            added, ``n_steps * num_envs``).
+
+        Raises:
+            ConfigError: A bad ``n_steps`` (not a positive int, more than the room left,
+                a full rollout), or an env or the policy breaks its API.
+        """
+        room = self.buffer.n_steps - self.buffer.pos
+        if n_steps is None:
+            n_steps = room
+        if isinstance(n_steps, bool) or not isinstance(n_steps, (int, np.integer)) \
+                or n_steps <= 0 or n_steps > room:
+            state = "is full" if room == 0 else f"has room for {room} more steps per env"
+            raise ConfigError(
+                f"collect(n_steps={n_steps!r}): the rollout {state} (buffer.n_steps="
+                f"{self.buffer.n_steps}, pos={self.buffer.pos}); for a rollout buffer "
+                "n_steps counts steps per env (not summed over envs): pass 1.."
+                f"{room} (or None to fill it)" + (", after buffer.reset()" if room == 0
+                                                   else ""))
+        result = MultiAgentCollectResult()
+        with ProgressBar(int(n_steps) * self.n, description, enabled=progress) as bar:
+            for _ in range(int(n_steps)):
+                k = self.step(result)
+                last = result.episode_returns[-1] if result.episode_returns else None
+                bar.update(k, episodes=len(result.episode_returns), ret=last)
+        if compute and self.buffer.full:
+            self.compute_returns_and_advantage()
+        return result
+
+    def last_values(self, value_fn: Any = None) -> Any:
+        """The values of the next observations (what the rollout's last steps bootstrap
+        from): ``value_fn(*policy_inputs())`` (default: the collector's ``value_fn``), as
+        host arrays, ``{agent: [num_envs]}`` or ``[num_envs]``."""
+        fn = self.value_fn if value_fn is None else value_fn
+        out = _numpy(fn(*self.policy_inputs()))
+        if isinstance(out, Mapping):
+            return {a: np.asarray(_numpy(v)) for a, v in out.items()}
+        return np.asarray(out)
+
+    def compute_returns_and_advantage(self, value_fn: Any = None) -> None:
+        """``buffer.compute_returns_and_advantage`` with :meth:`last_values` and
+        ``value_fn`` (default: the collector's) for the kept final observations.
+
+        Raises:
+            ReplayBankError: What the buffer's ``compute_returns_and_advantage`` raises
+                (a missing or misshaped value from ``value_fn``).
+        """
+        fn = self.value_fn if value_fn is None else value_fn
+        self.buffer.compute_returns_and_advantage(last_values=self.last_values(fn),
+                                                  value_fn=fn)

@@ -14,8 +14,10 @@ per-agent GAE over each agent's own sequence of active steps in each env
 * ``delta = r_t + gamma * V_next * (1 - terminated_t) - V_t``, ``V_next`` the value at the
   agent's *next active* step in that env (an inactive step is skipped: it is part of no
   step's GAE, and never reaches a minibatch), ``final_value`` where the agent was
-  truncated (the value of its true final observation), ``last_values`` after its last
-  active step;
+  truncated (the value of its true final observation: given to ``add``, or kept as
+  ``final_obs`` / ``final_state`` and valued by one batched
+  ``compute_returns_and_advantage(value_fn=...)`` call, :mod:`.rollout_final`),
+  ``last_values`` after its last active step;
 * the recursion is cut at each of the agent's own ends, so an agent that ends before the
   others stops its own recursion there. An agent that acts again after its end starts a
   new episode of its own;
@@ -90,6 +92,7 @@ from replaybank.multiagent.rollout_batch import (
     flatten_rows,
     together_rows,
 )
+from replaybank.multiagent.rollout_final import FinalObservations, ValueFn
 from replaybank.multiagent.rollout_gae import active_gae, needs_last_value
 from replaybank.ops.gae import Backend
 from replaybank.spec import SEP, UNSET, FieldSpec, Spec
@@ -107,7 +110,8 @@ BoolArray = npt.NDArray[np.bool_]
 _DICT_ARGS = ("obs", "action", "reward", "terminated", "truncated", "log_prob")
 #: Names no extra may take.
 _RESERVED = RESERVED_NAMES | RESERVED | frozenset({
-    "value", "log_prob", "final_value", "advantages", "returns", "agent", "indices"})
+    "value", "log_prob", "final_value", "final_obs", "final_state", "advantages", "returns",
+    "agent", "indices"})
 _NORMS = ("batch", "minibatch", None)
 _FLAG = np.dtype(np.bool_)
 _OUTCOMES = ("reward", "terminated", "truncated", "active")
@@ -217,6 +221,7 @@ class MultiAgentRolloutBuffer:
         self._pos = 0
         n = len(self._agents)
         self._final_value = np.full((self._n_steps, self._num_envs, n), np.nan)  # [T, E, n]
+        self._final_obs = FinalObservations(self._agents, self._num_envs)
         self._adv: dict[str, AnyArray] | None = None
         self._ret: dict[str, AnyArray] | None = None
         try:
@@ -372,7 +377,8 @@ class MultiAgentRolloutBuffer:
     def add(self, *args: Any, obs: Any = UNSET, action: Any = UNSET, reward: Any = UNSET,
             terminated: Any = UNSET, truncated: Any = UNSET, value: Any = UNSET,
             log_prob: Any = UNSET, state: Any = None, active: Any = None,
-            final_value: Any = None, **extras: Any) -> None:
+            final_value: Any = None, final_obs: Any = None, final_state: Any = None,
+            **extras: Any) -> None:
         """Store one step of every env.
 
         Per-agent arguments are dicts ``{agent: value}`` holding the agents that acted
@@ -397,6 +403,15 @@ class MultiAgentRolloutBuffer:
                 truncated (and not terminated) at this step: ``{agent: [num_envs]}``, or
                 one array ``[num_envs]`` for every agent (a centralised critic); read only
                 there (other entries may be NaN).
+            final_obs: The true final observation of each agent truncated (and not
+                terminated) at this step without a finite ``final_value``:
+                ``{agent: [num_envs, *obs_shape]}`` (PettingZoo's ``step`` observation of
+                that agent); read only there (other rows and agents are ignored). Kept
+                until :meth:`compute_returns_and_advantage`, whose ``value_fn`` values
+                them all in one call.
+            final_state: ``[num_envs, *state_shape]``: the global state after this step
+                (``env.state()`` at the truncation), given to ``value_fn`` with the final
+                observations; needed with ``final_obs`` when the buffer stores a state.
             **extras: Per-agent extras ``{agent: value}`` or joint extras
                 ``[num_envs, ...]``.
 
@@ -409,7 +424,7 @@ class MultiAgentRolloutBuffer:
                 reverse), a missing or unknown state or extra, an agent whose shapes are
                 unknown at the first add.
             ShapeError, DtypeError: A value of the wrong shape or dtype, or a truncated
-                agent without a finite final value.
+                agent with neither a finite final value nor a final observation.
 
         A rejected call leaves the buffer exactly as it was.
         """
@@ -446,7 +461,8 @@ class MultiAgentRolloutBuffer:
                 raise _renamed(exc) from None
         self._check_fields(layout, value, state, extras)
         row = self._row(layout, fields, acting, given, state, active, extras)
-        fv = self._final_values(row, final_value)
+        fv, need = self._final_values(row, final_value, final_obs)
+        kept = self._kept_final(layout, need, final_obs, final_state)
         # ---- every check passed: write
         if self._layout is None:
             self._allocate(layout, fields)
@@ -454,6 +470,8 @@ class MultiAgentRolloutBuffer:
         for name, arr in row.items():
             self._data[name][t] = arr
         self._final_value[t] = fv
+        if kept is not None:
+            self._final_obs.append(t, need, *kept)
         self._pos += 1
         self._adv = self._ret = None
 
@@ -527,26 +545,79 @@ class MultiAgentRolloutBuffer:
                                 "of at least one agent")
         return row
 
-    def _final_values(self, row: Mapping[str, AnyArray], final_value: Any) -> FloatArray:
+    def _final_values(self, row: Mapping[str, AnyArray], final_value: Any,
+                      final_obs: Any) -> tuple[FloatArray, BoolArray]:
         """``[num_envs, n_agents]`` final values where an agent was truncated (NaN
-        elsewhere), checked to be there."""
+        elsewhere), and where a final observation must stand in for a missing one
+        (``[num_envs, n_agents]`` bool; an error when ``final_obs`` is None)."""
         agents = self._agents
         cut = np.stack([row[f"truncated{SEP}{a}"] & ~row[f"terminated{SEP}{a}"]
                         for a in agents], axis=1)  # [E, n]
         fv = self._per_agent_floats("add", "final_value", final_value)  # [E, n]
-        if cut.any():
-            need = cut & ~np.isfinite(fv)
-            if need.any():
-                i = int(np.argwhere(need)[0][1])
+        need = cut & ~np.isfinite(fv)  # [E, n]
+        if need.any() and final_obs is None:
+            i = int(np.argwhere(need)[0][1])
+            envs = np.flatnonzero(need[:, i]).tolist()
+            raise ShapeError(
+                f"add(final_value={describe(final_value)}, final_obs=None): agent "
+                f"{agents[i]!r} was truncated in envs {envs} but has no final value there "
+                "(None or NaN); a truncated step bootstraps from the value of its true final "
+                f"observation: pass final_value={{{agents[i]!r}: V(final obs)}} (or one "
+                "array [num_envs] for a centralised critic), or final_obs={agent: final "
+                "obs} and a value_fn to compute_returns_and_advantage, or mark the step "
+                "terminated")
+        out: FloatArray = np.where(cut, fv, np.nan)
+        return out, need
+
+    def _kept_final(self, layout: AgentLayout, need: BoolArray, final_obs: Any,
+                    final_state: Any) -> tuple[dict[str, AnyArray], AnyArray | None] | None:
+        """The checked ``final_obs`` rows ``{agent: [num_envs, *obs_shape]}`` of the agents
+        in ``need`` and the ``final_state`` ``[num_envs, *state_shape]`` (None without a
+        stored state); None when nothing is kept."""
+        n_env, agents = self._num_envs, self._agents
+        if final_state is not None and layout.state is None:
+            raise SpecError(
+                f"add(final_state={describe(final_state)}): this buffer stores no global "
+                "state (its first add and spec had none), so value_fn gets state=None; "
+                "leave final_state out, or build a new buffer with spec={'state': (shape, "
+                "dtype)}")
+        if final_obs is None:
+            return None
+        if not isinstance(final_obs, Mapping):
+            raise ArgumentError(
+                f"add(final_obs={describe(final_obs)}): expected a dict {{agent: [num_envs, "
+                "*obs_shape]}} of the truncated agents' final observations (PettingZoo's "
+                "step observations of those agents)")
+        unknown = [a for a in final_obs if a not in agents]
+        if unknown:
+            raise ArgumentError(f"add(final_obs=...): unknown agent(s) {unknown}; this "
+                                f"buffer's agents are {list(agents)}")
+        if not need.any():
+            return None
+        rows: dict[str, AnyArray] = {}
+        for i, a in enumerate(agents):
+            if not need[:, i].any():
+                continue
+            if a not in final_obs or final_obs[a] is None:
                 envs = np.flatnonzero(need[:, i]).tolist()
                 raise ShapeError(
-                    f"add(final_value={describe(final_value)}): agent {agents[i]!r} was "
-                    f"truncated in envs {envs} but has no final value there (None or NaN); "
-                    "a truncated step bootstraps from the value of its true final "
-                    f"observation: pass final_value={{{agents[i]!r}: V(final obs)}} (or one "
-                    "array [num_envs] for a centralised critic), or mark the step terminated")
-        out: FloatArray = np.where(cut, fv, np.nan)
-        return out
+                    f"add(final_obs={describe(final_obs)}): agent {a!r} was truncated in "
+                    f"envs {envs} without a final value, but final_obs has no observation "
+                    f"for it; pass final_obs={{{a!r}: its step observation [num_envs, "
+                    "*obs_shape]}, or final_value=")
+            rows[a] = cast_value(layout.per_agent["obs"][a], f"final_obs[{a!r}]",
+                                 final_obs[a], n_env)
+        state_rows = None
+        if layout.state is not None:
+            if final_state is None:
+                envs = np.flatnonzero(need.any(axis=1)).tolist()
+                raise SpecError(
+                    "add(final_obs=..., final_state=None): this buffer stores the global "
+                    f"state, and value_fn(obs, state) values the final observations of "
+                    f"envs {envs} with the state after the step; pass final_state="
+                    "env.state() after the step ([num_envs, *state_shape])")
+            state_rows = cast_value(layout.state, "final_state", final_state, n_env)
+        return rows, state_rows
 
     def _per_agent_floats(self, call: str, arg: str, value: Any) -> FloatArray:
         """``value`` (None, ``{agent: [num_envs]}`` or ``[num_envs]`` for all agents) as
@@ -571,10 +642,12 @@ class MultiAgentRolloutBuffer:
         """Start a new rollout (storage stays allocated; the layout is kept)."""
         self._pos = 0
         self._final_value[:] = np.nan
+        self._final_obs.clear()
         self._adv = self._ret = None
 
     # ------------------------------------------------------------------ GAE
-    def compute_returns_and_advantage(self, last_values: Any, dones: Any = None) -> None:
+    def compute_returns_and_advantage(self, last_values: Any, dones: Any = None,
+                                      value_fn: ValueFn | None = None) -> None:
         """Per-agent GAE over each agent's active steps in each env (see the module doc).
 
         Args:
@@ -587,17 +660,45 @@ class MultiAgentRolloutBuffer:
                 bool, True where the caller's last step ended the agent's episode. The
                 stored ends decide; a True where the agent's last stored active step did
                 not end is an error (a forgotten ``terminated``/``truncated``).
+            value_fn: ``value_fn(obs, state) -> values``, called once (when ``add`` kept
+                final observations, else not at all) with every kept final observation:
+                ``obs`` ``{agent: [K, *obs_shape]}`` (one row per (step, env) that kept
+                one; zeros where that agent was not truncated), ``state`` ``[K,
+                *state_shape]`` (the ``final_state`` rows) or None when the buffer stores
+                no state. Returns ``{agent: [K]}`` (per-agent values) or ``[K]`` (a
+                centralised value), as the buffer stores values; numpy or torch.
 
         Raises:
             EmptyBufferError: Nothing stored.
-            ArgumentError: An unknown agent.
-            DtypeError: Non-numeric values.
+            ArgumentError: An unknown agent, or a ``value_fn`` that is not callable.
+            DtypeError: Non-numeric values (also from ``value_fn``).
             ShapeError: A wrong shape, a needed last value that is missing or not finite,
-                or ``dones`` disagreeing with the stored ends.
+                ``dones`` disagreeing with the stored ends, final observations kept but
+                ``value_fn`` None, or ``value_fn`` returning the wrong form, shape or a
+                value that is not finite.
+
+        A rejected call changes nothing (advantages computed before stay).
+
+        Example:
+            >>> import numpy as np
+            >>> buf = MultiAgentRolloutBuffer(1, ["a", "b"], gamma=0.5, seed=0)
+            >>> buf.add(obs={"a": np.float32([2.0]), "b": np.float32([3.0])},
+            ...         action={"a": 0, "b": 0}, reward={"a": 1.0, "b": 1.0},
+            ...         terminated={"a": False, "b": False}, truncated={"a": True, "b": True},
+            ...         value={"a": 0.0, "b": 0.0}, log_prob={"a": 0.0, "b": 0.0},
+            ...         final_obs={"a": np.float32([4.0]), "b": np.float32([6.0])})
+            >>> critic = lambda obs, state: {k: o[:, 0] for k, o in obs.items()}  # V = obs
+            >>> buf.compute_returns_and_advantage(last_values=None, value_fn=critic)
+            >>> buf.advantages["a"][0].tolist(), buf.advantages["b"][0].tolist()
+            ([3.0], [4.0])
         """
         if self._pos == 0 or self._layout is None:
             raise EmptyBufferError("compute_returns_and_advantage: the buffer is empty; "
                                    "add steps first")
+        if value_fn is not None and not callable(value_fn):
+            raise ArgumentError(
+                f"compute_returns_and_advantage(value_fn={describe(value_fn)}): expected a "
+                "callable value_fn(obs, state) -> values, or None")
         p, n_env, agents = self._pos, self._num_envs, self._agents
         last = self._per_agent_floats("compute_returns_and_advantage", "last_values",
                                       last_values).T  # [n, E]
@@ -623,7 +724,13 @@ class MultiAgentRolloutBuffer:
         central = "value" in self._layout.joint
         val = np.repeat(d["value"][:, None], len(agents), axis=1).reshape(p, -1) \
             if central else lanes("value")
-        fv = self._final_value[:p].transpose(0, 2, 1).reshape(p, -1)  # [p, n * E]
+        fv3 = self._final_value[:p].copy()  # [p, E, n]
+        if len(self._final_obs):
+            per = self._layout.per_agent["obs"]
+            steps, idx, vals = self._final_obs.values(value_fn, central, per,
+                                                      self._layout.state)  # [N] each
+            fv3[steps // n_env, steps % n_env, idx] = vals
+        fv = fv3.transpose(0, 2, 1).reshape(p, -1)  # [p, n * E]
         adv = active_gae(lanes("reward"), val, term, trunc, act, last.reshape(-1), fv,
                          gamma=self.gamma, gae_lambda=self.gae_lambda, backend=self.backend)
         adv3 = adv.reshape(p, len(agents), n_env)
@@ -814,10 +921,14 @@ class MultiAgentRolloutBuffer:
             values, the generator state, and copies of the arrays (``fields/<name>``
             ``[n_steps, num_envs, *shape]``, ``final_value`` ``[n_steps, num_envs,
             n_agents]``, ``advantages/<agent>`` and ``returns/<agent>`` ``[pos,
-            num_envs]`` once computed).
+            num_envs]`` once computed, and the kept final observations:
+            ``final_obs/index/<agent>`` ``[k]`` step keys ``t * num_envs + env`` with
+            ``final_obs/rows/<agent>`` ``[k, *obs_shape]``, ``final_state/index`` and
+            ``final_state/rows`` when any are kept).
         """
         arrays: dict[str, Any] = {f"fields/{n}": a.copy() for n, a in self._data.items()}
         arrays["final_value"] = self._final_value.copy()
+        arrays.update(self._final_obs.arrays())
         if self._adv is not None and self._ret is not None:
             for a in self._agents:
                 arrays[f"advantages/{a}"] = self._adv[a].copy()
@@ -884,6 +995,9 @@ class MultiAgentRolloutBuffer:
                             or ret[a].shape != (pos, self._num_envs):
                         raise ValueError(f"advantages/{a} or returns/{a} is not shaped "
                                          f"{(pos, self._num_envs)}")
+            kept = self._final_obs.parsed(
+                arrays, None if layout is None else layout.per_agent["obs"],
+                None if layout is None else layout.state, int(pos))
             probe = type(self._rng.bit_generator)()
             probe.state = state["rng"]
         except (KeyError, ValueError, TypeError, IndexError, OverflowError) as exc:
@@ -893,5 +1007,6 @@ class MultiAgentRolloutBuffer:
         self._layout, self._fields, self._data = layout, fields, data
         self._pos, self._final_value = int(pos), fv
         self._adv, self._ret = adv, ret
+        self._final_obs.load(*kept)
         self._rng.bit_generator.state = state["rng"]
 

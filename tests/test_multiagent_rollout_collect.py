@@ -1,0 +1,733 @@
+"""MultiAgentRolloutBuffer: truncation bootstrapped from kept final observations through
+``value_fn`` (against a plain-loop oracle, hypothesis), its rejected calls and
+checkpoints, and ``rb.collect`` / :class:`MultiAgentRolloutCollector` from PettingZoo
+parallel envs (mpe2's ``simple_spread_v3`` and :class:`Leaver`, a hand-written env whose
+agents leave mid-episode), every stored step checked against what the env returned."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import replaybank as rb
+from replaybank.errors import (
+    ArgumentError,
+    ConfigError,
+    DtypeError,
+    EmptyBufferError,
+    ShapeError,
+    SpecError,
+)
+from replaybank.multiagent import MultiAgentRolloutBuffer
+
+GAMMA, LAM = 0.9, 0.8
+OBS = 2  # observation size of every agent in the scenarios
+STATE = 3
+
+
+# ---------------------------------------------------------------- the plain-loop oracle
+def oracle(agents: list[str], act: dict[str, np.ndarray], term: dict[str, np.ndarray],
+           trunc: dict[str, np.ndarray], rew: dict[str, np.ndarray],
+           val: dict[str, np.ndarray], fv: dict[str, np.ndarray],
+           last: dict[str, np.ndarray], gamma: float = GAMMA,
+           lam: float = LAM) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Per agent and env (arrays ``[T, E]``): GAE over the agent's active steps, cut at
+    its own ends, a truncated step bootstrapping from ``fv``, the last active step (when
+    it did not end) from ``last`` ``[E]``."""
+    adv = {a: np.zeros(act[a].shape) for a in agents}
+    ret = {a: np.zeros(act[a].shape) for a in agents}
+    n_t, n_e = act[agents[0]].shape
+    for a in agents:
+        for e in range(n_e):
+            steps = [t for t in range(n_t) if act[a][t, e]]
+            nxt = 0.0
+            for k in reversed(range(len(steps))):
+                t = steps[k]
+                if term[a][t, e]:
+                    nv = 0.0
+                elif trunc[a][t, e]:
+                    nv = fv[a][t, e]
+                elif k + 1 < len(steps):
+                    nv = val[a][steps[k + 1], e]
+                else:
+                    nv = last[a][e]
+                delta = rew[a][t, e] + gamma * nv - val[a][t, e]
+                cut = term[a][t, e] or trunc[a][t, e] or k + 1 == len(steps)
+                nxt = delta if cut else delta + gamma * lam * nxt
+                adv[a][t, e] = nxt
+                ret[a][t, e] = nxt + val[a][t, e]
+    return adv, ret
+
+
+def agent_weight(a: str) -> float:
+    return 1.0 + int(a.rsplit("_", 1)[1])
+
+
+def v_agent(a: str, o: np.ndarray, s: np.ndarray | None) -> float:
+    """The scenarios' per-agent critic: a function of the agent's obs and the state."""
+    return float(agent_weight(a) * np.sum(o) + (0.0 if s is None else 0.5 * np.sum(s)))
+
+
+def v_central(obs: dict[str, np.ndarray], s: np.ndarray | None) -> float:
+    """The scenarios' centralised critic, of every agent's obs row and the state."""
+    return float(sum(agent_weight(a) * np.sum(o) for a, o in obs.items())
+                 + (0.0 if s is None else 0.5 * np.sum(s)))
+
+
+def make_value_fn(agents: list[str], central: bool, calls: list[Any]) -> Any:
+    def value_fn(obs: dict[str, np.ndarray], state: np.ndarray | None) -> Any:
+        calls.append((obs, state))
+        k = len(next(iter(obs.values())))
+        if central:
+            return np.array([v_central({a: o[r] for a, o in obs.items()},
+                                       None if state is None else state[r])
+                             for r in range(k)])
+        return {a: np.array([v_agent(a, o[r], None if state is None else state[r])
+                             for r in range(k)]) for a, o in obs.items()}
+    return value_fn
+
+
+# ---------------------------------------------------------------- random scenarios
+def scenario(seed: int, n_agents: int, n_envs: int, n_steps: int, central: bool,
+             with_state: bool) -> dict[str, Any]:
+    """Agents acting in some envs, ending at different steps (terminated or truncated),
+    back when the env's joint episode ends; each truncation gets its final value now
+    (``final_value``) or later (``final_obs`` + ``value_fn``)."""
+    rng = np.random.default_rng(seed)
+    T, E = n_steps, n_envs  # noqa: N806 (the rollout's [T, E])
+    agents = [f"agent_{i}" for i in range(n_agents)]
+    z = {a: np.zeros((T, E), bool) for a in agents}
+    act, term, trunc = ({a: z[a].copy() for a in agents} for _ in range(3))
+    later = {a: z[a].copy() for a in agents}  # the truncation's value comes from value_fn
+    for e in range(E):
+        alive = set(agents)
+        for t in range(T):
+            for a in agents:
+                if a in alive and rng.random() < 0.85:
+                    act[a][t, e] = True
+                    u = rng.random()
+                    term[a][t, e] = u < 0.15
+                    trunc[a][t, e] = 0.15 <= u < 0.35 or (u < 0.05 and rng.random() < .5)
+                    if trunc[a][t, e] and not term[a][t, e]:
+                        later[a][t, e] = rng.random() < 0.6
+                    if term[a][t, e] or trunc[a][t, e]:
+                        alive.discard(a)
+            if not alive:
+                alive = set(agents)
+    if central:  # one final value per (step, env): every agent truncated there alike
+        some = np.any([later[a] for a in agents], axis=0)
+        later = {a: later[a] | (some & trunc[a] & ~term[a]) for a in agents}
+    obs = {a: rng.normal(size=(T, E, OBS)) for a in agents}
+    fobs = {a: rng.normal(size=(T, E, OBS)) for a in agents}
+    state = rng.normal(size=(T, E, STATE)) if with_state else None
+    fstate = rng.normal(size=(T, E, STATE)) if with_state else None
+    return dict(agents=agents, T=T, E=E, central=central, act=act, term=term,
+                trunc=trunc, later=later, obs=obs, fobs=fobs, state=state, fstate=fstate,
+                rew={a: rng.normal(size=(T, E)) for a in agents},
+                val={a: rng.normal(size=(T, E)) for a in agents}, cval=rng.normal(size=(T, E)),
+                fv_now={a: rng.normal(size=(T, E)) for a in agents},
+                cfv_now=rng.normal(size=(T, E)),
+                last={a: rng.normal(size=E) for a in agents}, clast=rng.normal(size=E))
+
+
+def new_buffer(sc: dict[str, Any], seed: int = 0) -> MultiAgentRolloutBuffer:
+    spec: dict[str, Any] = {"obs": {a: ((OBS,), "float64") for a in sc["agents"]},
+                            "action": {a: ((), "int64") for a in sc["agents"]},
+                            "log_prob": {a: ((), "float64") for a in sc["agents"]},
+                            "value": ((), "float64") if sc["central"]
+                            else {a: ((), "float64") for a in sc["agents"]}}
+    if sc["state"] is not None:
+        spec["state"] = ((STATE,), "float64")
+    return MultiAgentRolloutBuffer(sc["T"], sc["agents"], num_envs=sc["E"], gamma=GAMMA,
+                                   gae_lambda=LAM, seed=seed, spec=spec,
+                                   normalize_advantage=None)
+
+
+def fill(buf: MultiAgentRolloutBuffer, sc: dict[str, Any]) -> None:
+    agents, central = sc["agents"], sc["central"]
+    for t in range(sc["T"]):
+        acting = [a for a in agents if sc["act"][a][t].any()]
+        now = {a: np.where(sc["later"][a][t], np.nan, sc["fv_now"][a][t]) for a in acting}
+        fv: Any = now
+        if central:  # one final value per env, for every agent truncated there
+            fv = np.where(np.any([sc["later"][a][t] for a in acting], axis=0), np.nan,
+                          sc["cfv_now"][t])
+        later = [a for a in acting if sc["later"][a][t].any()]
+        kw: dict[str, Any] = {}
+        if later:
+            kw["final_obs"] = {a: sc["fobs"][a][t] for a in later}
+            if sc["state"] is not None:
+                kw["final_state"] = sc["fstate"][t]
+        buf.add(obs={a: sc["obs"][a][t] for a in acting},
+                action={a: np.zeros(sc["E"], np.int64) for a in acting},
+                reward={a: sc["rew"][a][t] for a in acting},
+                terminated={a: sc["term"][a][t] for a in acting},
+                truncated={a: sc["trunc"][a][t] for a in acting},
+                value=sc["cval"][t] if central else {a: sc["val"][a][t] for a in acting},
+                log_prob={a: np.zeros(sc["E"]) for a in acting},
+                state=None if sc["state"] is None else sc["state"][t],
+                active={a: sc["act"][a][t] for a in acting}, final_value=fv, **kw)
+
+
+def expected(sc: dict[str, Any]) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    agents, central, T, E = sc["agents"], sc["central"], sc["T"], sc["E"]  # noqa: N806
+    fv = {a: np.full((T, E), np.nan) for a in agents}
+    for t in range(T):
+        for e in range(E):
+            kept = {a: sc["fobs"][a][t, e] for a in agents if sc["later"][a][t, e]}
+            s = None if sc["fstate"] is None else sc["fstate"][t, e]
+            for a in agents:
+                if sc["later"][a][t, e]:
+                    fv[a][t, e] = v_central(kept, s) if central else v_agent(a, kept[a], s)
+                elif sc["trunc"][a][t, e] and not sc["term"][a][t, e]:
+                    fv[a][t, e] = sc["cfv_now"][t, e] if central else sc["fv_now"][a][t, e]
+    val = {a: sc["cval"] if central else sc["val"][a] for a in agents}
+    last = {a: sc["clast"] if central else sc["last"][a] for a in agents}
+    return oracle(agents, sc["act"], sc["term"], sc["trunc"], sc["rew"], val, fv, last)
+
+
+def acts_every_step(sc: dict[str, Any]) -> bool:
+    return all(any(sc["act"][a][t].any() for a in sc["agents"]) for t in range(sc["T"]))
+
+
+SCENARIOS = st.tuples(st.integers(0, 2**31), st.integers(2, 3), st.integers(1, 3),
+                      st.integers(1, 9), st.booleans(), st.booleans())
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(SCENARIOS)
+def test_value_fn_bootstrap_matches_the_plain_loop_oracle(args: tuple[Any, ...]) -> None:
+    sc = scenario(*args)
+    if not acts_every_step(sc):
+        return
+    buf = new_buffer(sc)
+    fill(buf, sc)
+    calls: list[Any] = []
+    last: Any = sc["clast"] if sc["central"] else sc["last"]
+    buf.compute_returns_and_advantage(last_values=last,
+                                      value_fn=make_value_fn(sc["agents"], sc["central"], calls))
+    adv, ret = expected(sc)
+    for a in sc["agents"]:
+        np.testing.assert_allclose(buf.advantages[a], adv[a], rtol=1e-9, atol=1e-9)
+        np.testing.assert_allclose(buf.returns[a], ret[a], rtol=1e-9, atol=1e-9)
+    # value_fn: called once, batched over the (step, env)s that kept a final observation
+    any_later = np.any([sc["later"][a] for a in sc["agents"]], axis=0)  # [T, E]
+    assert len(calls) == (1 if any_later.any() else 0)
+    if calls:
+        obs, state = calls[0]
+        k = int(any_later.sum())
+        assert sorted(obs) == [a for a in sc["agents"] if sc["later"][a].any()]
+        steps = np.argwhere(any_later)  # (t, e) in step-key order
+        for a, o in obs.items():
+            assert o.shape == (k, OBS)
+            for r, (t, e) in enumerate(steps):
+                want = sc["fobs"][a][t, e] if sc["later"][a][t, e] else np.zeros(OBS)
+                np.testing.assert_array_equal(o[r], want)
+        if sc["state"] is None:
+            assert state is None
+        else:
+            np.testing.assert_array_equal(state, sc["fstate"][any_later])
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(SCENARIOS)
+def test_kept_final_observations_survive_state_dict_and_reset(args: tuple[Any, ...]) -> None:
+    sc = scenario(*args)
+    if not acts_every_step(sc):
+        return
+    buf = new_buffer(sc)
+    fill(buf, sc)
+    state = buf.state_dict()
+    other = new_buffer(sc)
+    other.load_state_dict(state)
+    last: Any = sc["clast"] if sc["central"] else sc["last"]
+    for b in (buf, other):
+        b.compute_returns_and_advantage(last, value_fn=make_value_fn(sc["agents"],
+                                                                     sc["central"], []))
+    for a in sc["agents"]:
+        np.testing.assert_array_equal(buf.advantages[a], other.advantages[a])
+    buf.reset()
+    fill(buf, sc)  # a new rollout keeps only its own final observations
+    calls: list[Any] = []
+    buf.compute_returns_and_advantage(last, value_fn=make_value_fn(sc["agents"],
+                                                                   sc["central"], calls))
+    n_later = int(np.any([sc["later"][a] for a in sc["agents"]], axis=0).sum())
+    assert sum(len(next(iter(c[0].values()))) for c in calls) == n_later
+
+
+def test_save_and_load_keep_the_final_observations(tmp_path: Any) -> None:
+    buf = two_agent_buffer(with_state=True)
+    truncated_step(buf, final_obs={"a": [3.0, 4.0]}, final_state=[1.0, 1.0, 1.0])
+    buf.save(tmp_path)
+    loaded = rb.load(tmp_path)
+    assert isinstance(loaded, MultiAgentRolloutBuffer)
+    for b in (buf, loaded):
+        b.compute_returns_and_advantage(last_values={"b": 0.0},
+                                        value_fn=lambda o, s: {"a": o["a"].sum(1) + s.sum(1)})
+    assert loaded.advantages["a"].tolist() == buf.advantages["a"].tolist() == [[11.0]]
+
+
+# ---------------------------------------------------------------- rejected calls
+def two_agent_buffer(with_state: bool = False, central: bool = False) -> MultiAgentRolloutBuffer:
+    spec: dict[str, Any] = {"obs": {"a": ((2,), "float64"), "b": ((2,), "float64")},
+                            "action": {"a": ((), "int64"), "b": ((), "int64")},
+                            "log_prob": {"a": ((), "float64"), "b": ((), "float64")},
+                            "value": ((), "float64") if central
+                            else {"a": ((), "float64"), "b": ((), "float64")}}
+    if with_state:
+        spec["state"] = ((3,), "float64")
+    return MultiAgentRolloutBuffer(1, ["a", "b"], gamma=1.0, gae_lambda=1.0, spec=spec,
+                                   normalize_advantage=None)
+
+
+def truncated_step(buf: MultiAgentRolloutBuffer, central: bool = False, **kw: Any) -> None:
+    """One step: "a" truncated (reward 1, value 0), "b" goes on."""
+    with_state = buf.layout is not None and buf.layout.state is not None
+    buf.add(obs={"a": [0.0, 0.0], "b": [0.0, 0.0]}, action={"a": 0, "b": 0},
+            reward={"a": 1.0, "b": 1.0}, terminated={"a": False, "b": False},
+            truncated={"a": True, "b": False},
+            value=0.0 if central else {"a": 0.0, "b": 0.0}, log_prob={"a": 0.0, "b": 0.0},
+            **({"state": [0.0, 0.0, 0.0]} if with_state else {}), **kw)
+
+
+def snapshot(buf: MultiAgentRolloutBuffer) -> Any:
+    s = buf.state_dict()
+    return s["metadata"], {k: repr(np.array(v).tolist()) for k, v in s["arrays"].items()}
+
+
+@pytest.mark.parametrize(("kw", "with_state", "exc", "words"), [
+    ({}, False, ShapeError, ["'a' was truncated", "final_obs=None", "value_fn"]),
+    ({"final_obs": [1.0, 2.0]}, False, ArgumentError, ["final_obs=", "expected a dict"]),
+    ({"final_obs": {"zed": [1.0, 2.0]}}, False, ArgumentError, ["unknown agent", "'zed'"]),
+    ({"final_obs": {"b": [1.0, 2.0]}}, False, ShapeError,
+     ["'a' was truncated", "no observation for it"]),
+    ({"final_obs": {"a": [1.0, 2.0, 3.0]}}, False, ShapeError, ["final_obs['a']"]),
+    ({"final_obs": {"a": ["x", "y"]}}, False, DtypeError, ["final_obs['a']"]),
+    ({"final_obs": {"a": [1.0, 2.0]}}, True, SpecError, ["final_state=None", "env.state()"]),
+    ({"final_obs": {"a": [1.0, 2.0]}, "final_state": [1.0]}, True, ShapeError,
+     ["final_state"]),
+    ({"final_obs": {"a": [1.0, 2.0]}, "final_state": [1.0, 2.0, 3.0]}, False, SpecError,
+     ["final_state=", "stores no global state"]),
+])
+def test_a_rejected_add_names_the_argument_and_changes_nothing(
+        kw: dict[str, Any], with_state: bool, exc: type[Exception], words: list[str]) -> None:
+    buf = two_agent_buffer(with_state=with_state)
+    before = snapshot(buf)
+    with pytest.raises(exc) as info:
+        truncated_step(buf, **kw)
+    for w in words:
+        assert w in str(info.value), (w, str(info.value))
+    assert buf.pos == 0 and snapshot(buf) == before
+
+
+@pytest.mark.parametrize(("central", "value_fn", "exc", "words"), [
+    (False, None, ShapeError, ["value_fn=None", "final_obs", "value_fn(obs, state)"]),
+    (False, "not callable", ArgumentError, ["value_fn='not callable'", "callable"]),
+    (False, lambda o, s: np.zeros(1), ShapeError, ["one value per agent", "{agent: [1]}"]),
+    (False, lambda o, s: {"b": np.zeros(1)}, ShapeError, ["no value for agent(s) ['a']"]),
+    (False, lambda o, s: {"a": np.zeros(2)}, ShapeError, ["expected shape (1,)"]),
+    (False, lambda o, s: {"a": np.zeros((1, 1))}, ShapeError, ["squeeze"]),
+    (False, lambda o, s: {"a": np.array([np.nan])}, ShapeError, ["'a'", "finite"]),
+    (False, lambda o, s: {"a": ["x"]}, DtypeError, ["value_fn returned"]),
+    (True, lambda o, s: {"a": np.zeros(1)}, ShapeError, ["a dict", "centralised", "[1]"]),
+])
+def test_a_rejected_value_fn_names_it_and_changes_nothing(
+        central: bool, value_fn: Any, exc: type[Exception], words: list[str]) -> None:
+    buf = two_agent_buffer(central=central)
+    truncated_step(buf, central=central, final_obs={"a": [1.0, 2.0]})
+    before = snapshot(buf)
+    with pytest.raises(exc) as info:
+        buf.compute_returns_and_advantage(last_values=0.0 if central else {"b": 0.0},
+                                          value_fn=value_fn)
+    for w in words:
+        assert w in str(info.value), (w, str(info.value))
+    assert snapshot(buf) == before
+    with pytest.raises(EmptyBufferError):
+        buf.advantages  # noqa: B018 (not computed)
+
+
+def test_final_value_wins_over_final_obs_and_value_fn_sees_only_the_rest() -> None:
+    buf = MultiAgentRolloutBuffer(1, ["a", "b"], num_envs=2, gamma=1.0, gae_lambda=1.0,
+                                  normalize_advantage=None)
+    calls: list[Any] = []
+
+    def value_fn(obs: Any, state: Any) -> Any:
+        calls.append(obs)
+        return {a: o.sum(axis=1) for a, o in obs.items()}
+
+    buf.add(obs={"a": np.zeros((2, 1)), "b": np.zeros((2, 1))},
+            action={"a": [0, 0], "b": [0, 0]}, reward={"a": [1.0, 1.0], "b": [1.0, 1.0]},
+            terminated={"a": [False, False], "b": [False, True]},
+            truncated={"a": [True, True], "b": [False, True]},  # b terminated wins in env 1
+            value={"a": [0.0, 0.0], "b": [0.0, 0.0]}, log_prob={"a": [0.0, 0.0],
+                                                                "b": [0.0, 0.0]},
+            final_value={"a": [5.0, np.nan]},
+            final_obs={"a": [[7.0], [9.0]], "b": [[100.0], [100.0]]})
+    buf.compute_returns_and_advantage(last_values={"b": [2.0, np.nan]}, value_fn=value_fn)
+    assert buf.advantages["a"][0].tolist() == [6.0, 10.0]  # final_value 5; V(final obs) 9
+    assert buf.advantages["b"][0].tolist() == [3.0, 1.0]   # last value 2; terminated
+    assert len(calls) == 1 and list(calls[0]) == ["a"] and calls[0]["a"].shape == (1, 1)
+    np.testing.assert_array_equal(calls[0]["a"], [[9.0]])
+
+
+# ---------------------------------------------------------------- collection
+pettingzoo = pytest.importorskip("pettingzoo")
+mpe2 = pytest.importorskip("mpe2")
+
+import gymnasium as gym  # noqa: E402  (pettingzoo depends on it)
+from mpe2 import simple_spread_v3  # noqa: E402
+from pettingzoo.utils.env import ParallelEnv  # noqa: E402
+
+from replaybank.integrations.pettingzoo import (  # noqa: E402
+    MultiAgentActorCritic,
+    MultiAgentCollector,
+    MultiAgentRolloutCollector,
+)
+
+
+class Leaver(ParallelEnv):  # type: ignore[misc]
+    """Three agents: "b" terminates at step ``b_end``, "c" is truncated at ``c_end``, "a"
+    is truncated at ``a_end`` (the episode's end). Observations differ every step
+    (step, episode, noise); ``state()`` is (step, episode, live agents)."""
+
+    metadata: ClassVar[dict[str, Any]] = {"name": "leaver_v1"}
+
+    def __init__(self, b_end: int = 2, c_end: int = 4, a_end: int = 5) -> None:
+        self.possible_agents = ["a", "b", "c"]
+        self.ends = {"a": a_end, "b": b_end, "c": c_end}
+        self.episode = -1
+        self.rng = np.random.default_rng()
+
+    def action_space(self, agent: str) -> Any:
+        return gym.spaces.Discrete(3)
+
+    def observation_space(self, agent: str) -> Any:
+        return gym.spaces.Box(-np.inf, np.inf, (3,), np.float32)
+
+    def _observe(self, agent: str) -> np.ndarray:
+        return np.array([self.t, self.episode, self.rng.normal()], np.float32)
+
+    def state(self) -> np.ndarray:
+        return np.array([self.t, self.episode, len(self.agents)], np.float32)
+
+    def reset(self, seed: int | None = None, options: Any = None) -> Any:
+        if seed is not None:
+            self.rng = np.random.default_rng(seed)
+        self.episode += 1
+        self.t = 0
+        self.agents = list(self.possible_agents)
+        return {a: self._observe(a) for a in self.agents}, {a: {} for a in self.agents}
+
+    def step(self, actions: dict[str, Any]) -> Any:
+        assert set(actions) == set(self.agents), (actions, self.agents)
+        self.t += 1
+        obs = {a: self._observe(a) for a in actions}
+        rew = {a: float(actions[a]) + self.rng.normal() for a in actions}
+        term = {a: a == "b" and self.t >= self.ends[a] for a in actions}
+        trunc = {a: a != "b" and self.t >= self.ends[a] for a in actions}
+        self.agents = [a for a in self.agents if not (term[a] or trunc[a])]
+        return obs, rew, term, trunc, {a: {} for a in actions}
+
+
+class Recorder:
+    """Forwards to ``env`` and logs each step: the observations and state before it,
+    the actions, the four dicts it returned and the state after it."""
+
+    def __init__(self, env: Any) -> None:
+        self.env = env
+        self.log: list[dict[str, Any]] = []
+        self.pending: dict[str, Any] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.env, name)
+
+    def reset(self, seed: int | None = None, options: Any = None) -> Any:
+        obs, info = self.env.reset(seed=seed, options=options)
+        self.pending = {a: np.array(o) for a, o in obs.items()}
+        return obs, info
+
+    def step(self, actions: dict[str, Any]) -> Any:
+        before = self.env.state()
+        out = self.env.step(actions)
+        obs, rew, term, trunc, _ = out
+        self.log.append(dict(obs=self.pending, action=dict(actions),
+                             next={a: np.array(o) for a, o in obs.items()}, rew=dict(rew),
+                             term=dict(term), trunc=dict(trunc), state=np.array(before),
+                             state_after=np.array(self.env.state())))
+        self.pending = {a: np.array(o) for a, o in obs.items() if a in self.env.agents}
+        return out
+
+
+class Critic:
+    """A deterministic actor-critic on numpy: action = argmax-free function of the obs,
+    value per agent ``w_a * sum(obs) + 0.1 * sum(state)`` or centralised."""
+
+    def __init__(self, agents: list[str], central: bool, n_actions: int = 3) -> None:
+        self.agents, self.central, self.n_actions = agents, central, n_actions
+        self.value_calls: list[tuple[dict[str, np.ndarray], Any]] = []
+
+    def v(self, a: str, o: np.ndarray, s: Any) -> np.ndarray:
+        extra = 0.0 if s is None else 0.1 * s.sum(axis=-1)
+        return (1.0 + self.agents.index(a)) * o.sum(axis=-1) / 10 + extra
+
+    def action(self, o: np.ndarray) -> np.ndarray:
+        return (np.abs(o.sum(axis=-1) * 7).astype(np.int64)) % self.n_actions
+
+    def log_prob(self, o: np.ndarray) -> np.ndarray:
+        return -np.abs(o[..., 0]) - 0.5
+
+    def central_v(self, obs: dict[str, np.ndarray], s: Any) -> np.ndarray:
+        n = len(next(iter(obs.values())))
+        out = np.zeros(n) if s is None else 0.1 * s.sum(axis=-1)
+        for a, o in obs.items():
+            out = out + (1.0 + self.agents.index(a)) * o.sum(axis=-1) / 10
+        return out
+
+    def __call__(self, obs: dict[str, np.ndarray], state: Any) -> Any:
+        return ({a: self.action(o) for a, o in obs.items()}, self._values(obs, state),
+                {a: self.log_prob(o) for a, o in obs.items()})
+
+    def value(self, obs: dict[str, np.ndarray], state: Any) -> Any:
+        self.value_calls.append((obs, state))
+        return self._values(obs, state)
+
+    def _values(self, obs: dict[str, np.ndarray], state: Any) -> Any:
+        if self.central:
+            return self.central_v(obs, state)
+        return {a: self.v(a, o, state) for a, o in obs.items()}
+
+
+def check_rollout(buf: MultiAgentRolloutBuffer, recs: list[Recorder], pol: Critic,
+                  start: list[int], last_obs: list[dict[str, np.ndarray]],
+                  last_state: list[np.ndarray] | None) -> None:
+    """Every stored field against the envs' logs (steps ``start[i]:`` of env ``i``) and
+    the advantages against the oracle, with the values a plain loop gets from ``pol``."""
+    agents, T, E = list(buf.agents), buf.n_steps, buf.num_envs  # noqa: N806
+    with_state = buf.layout is not None and buf.layout.state is not None
+    d = buf.data
+    act = {a: np.zeros((T, E), bool) for a in agents}
+    term, trunc = ({a: np.zeros((T, E), bool) for a in agents} for _ in range(2))
+    rew, val, fv = ({a: np.zeros((T, E)) for a in agents} for _ in range(3))
+    last = {a: np.zeros(E) for a in agents}
+    for e, rec in enumerate(recs):
+        steps = rec.log[start[e]:start[e] + T]
+        assert len(steps) == T
+        for t, s in enumerate(steps):
+            st_ = s["state"] if with_state else None
+            if with_state:
+                np.testing.assert_array_equal(d["state"][t, e], s["state"])
+            c_kept = {a: s["next"][a][None] for a in s["action"]
+                      if s["trunc"][a] and not s["term"][a]}
+            c_obs = {a: s["obs"][a][None] for a in s["action"]}
+            for a in agents:
+                on = a in s["action"]
+                assert bool(d[f"active/{a}"][t, e]) == on, (t, e, a)
+                if not on:
+                    assert not d[f"obs/{a}"][t, e].any() and d[f"reward/{a}"][t, e] == 0
+                    continue
+                act[a][t, e] = True
+                np.testing.assert_array_equal(d[f"obs/{a}"][t, e], s["obs"][a])
+                assert d[f"action/{a}"][t, e] == s["action"][a] == pol.action(s["obs"][a])
+                assert d[f"reward/{a}"][t, e] == s["rew"][a]
+                term[a][t, e], trunc[a][t, e] = s["term"][a], s["trunc"][a]
+                assert d[f"terminated/{a}"][t, e] == s["term"][a]
+                assert d[f"truncated/{a}"][t, e] == s["trunc"][a]
+                assert d[f"log_prob/{a}"][t, e] == pytest.approx(pol.log_prob(s["obs"][a]))
+                rew[a][t, e] = s["rew"][a]
+                if pol.central:
+                    val[a][t, e] = pol.central_v(c_obs, None if st_ is None else st_[None])[0]
+                    assert d["value"][t, e] == pytest.approx(val[a][t, e])
+                else:
+                    val[a][t, e] = pol.v(a, s["obs"][a], st_)
+                    assert d[f"value/{a}"][t, e] == pytest.approx(val[a][t, e])
+                if a in c_kept:  # bootstraps from V(true final obs, state after the step)
+                    sa = s["state_after"][None] if with_state else None
+                    fv[a][t, e] = pol.central_v(c_kept, sa)[0] if pol.central \
+                        else pol.v(a, s["next"][a], None if sa is None else sa[0])
+        lo = {a: o[None] for a, o in last_obs[e].items()}
+        ls = None if last_state is None else last_state[e][None]
+        for a in agents:
+            if a in last_obs[e]:
+                last[a][e] = pol.central_v(lo, ls)[0] if pol.central \
+                    else pol.v(a, last_obs[e][a], None if ls is None else ls[0])
+    adv, ret = oracle(agents, act, term, trunc, rew, val, fv, last, buf.gamma, buf.gae_lambda)
+    for a in agents:
+        np.testing.assert_allclose(buf.advantages[a], adv[a], rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(buf.returns[a], ret[a], rtol=1e-5, atol=1e-5)
+
+
+def current(recs: list[Recorder]) -> list[dict[str, np.ndarray]]:
+    return [dict(r.pending) for r in recs]
+
+
+@pytest.mark.parametrize("central", [False, True])
+@pytest.mark.parametrize("n_envs", [1, 3])
+def test_collect_leaver_envs_matches_the_envs_and_the_oracle(central: bool,
+                                                             n_envs: int) -> None:
+    recs = [Recorder(Leaver(b_end=2 + i, c_end=4, a_end=5 + i)) for i in range(n_envs)]
+    env: Any = recs if n_envs > 1 else recs[0]
+    pol = Critic(["a", "b", "c"], central)
+    buf = MultiAgentRolloutBuffer(12, ["a", "b", "c"], num_envs=n_envs, gamma=0.9,
+                                  gae_lambda=0.8, seed=0)
+    col = MultiAgentRolloutCollector(env, pol, buf, seed=10)
+    res = col.collect()
+    assert buf.full and res.steps == 12 * n_envs
+    assert buf.centralised_value is central and buf.spec is not None and "state" in buf.spec
+    # every env was reset on its own as its agents all ended: episode lengths 5 + i
+    assert set(res.episode_lengths) <= {5 + i for i in range(n_envs)}
+    assert sum(res.episode_lengths) == sum(12 // (5 + i) * (5 + i) for i in range(n_envs))
+    assert res.agent_episode_lengths[0] == {"a": 5, "b": 2, "c": 4}
+    # value(): once for the truncations' final observations, once for the last values
+    assert len(pol.value_calls) == 2
+    check_rollout(buf, recs, pol, [0] * n_envs, current(recs),
+                  [r.env.state() for r in recs])
+    # the next rollout continues the episodes
+    buf.reset()
+    col.collect(12)
+    check_rollout(buf, recs, pol, [12] * n_envs, current(recs),
+                  [r.env.state() for r in recs])
+
+
+def test_collect_simple_spread_through_rb_collect() -> None:
+    recs = [Recorder(simple_spread_v3.parallel_env(max_cycles=5)) for _ in range(2)]
+    agents = list(recs[0].possible_agents)
+    pol = Critic(agents, central=False, n_actions=5)
+    buf = rb.MultiAgentRolloutBuffer(12, agents, num_envs=2, gamma=0.95, gae_lambda=0.9,
+                                     seed=0)
+    res = rb.collect(recs, pol, buf, 12, progress=False, seed=3)
+    assert res.steps == 24 and res.episode_lengths == [5, 5, 5, 5]
+    assert buf.full
+    for a in agents:  # every agent acts every step; truncated every 5th step
+        assert buf.active[a].all()
+        assert buf.data[f"truncated/{a}"][:, 0].tolist() == [(t + 1) % 5 == 0
+                                                             for t in range(12)]
+    check_rollout(buf, recs, pol, [0, 0], current(recs), [r.env.state() for r in recs])
+    # the first reset of env i used seed + i
+    fresh = simple_spread_v3.parallel_env(max_cycles=5)
+    np.testing.assert_array_equal(fresh.reset(seed=4)[0][agents[0]],
+                                  buf.data[f"obs/{agents[0]}"][0, 1])
+
+
+def test_collect_with_a_plain_function_policy_and_one_env() -> None:
+    rec = Recorder(simple_spread_v3.parallel_env(max_cycles=4))
+    agents = list(rec.possible_agents)
+    critic = Critic(agents, central=True, n_actions=5)
+    seen: list[Any] = []
+
+    def policy(obs: dict[str, np.ndarray], state: Any) -> Any:
+        seen.append((obs, state))
+        return critic(obs, state)
+
+    buf = rb.MultiAgentRolloutBuffer(6, agents, seed=0)
+    rb.collect(rec, policy, buf, 6, progress=False, seed=0)
+    # batched also for one env: [1, *shape]; the last values came from calling the policy
+    assert all(o.shape == (1, 18) for o in seen[0][0].values()) and seen[0][1].shape == (1, 54)
+    assert len(seen) == 6 + 2  # 6 steps, the truncation at step 4, the last values
+    check_rollout(buf, [rec], critic, [0], current([rec]), [rec.env.state()])
+
+
+def test_policy_none_collects_random_actions_with_zero_values() -> None:
+    envs = [simple_spread_v3.parallel_env(max_cycles=5) for _ in range(2)]
+    agents = list(envs[0].possible_agents)
+    buf = rb.MultiAgentRolloutBuffer(7, agents, num_envs=2, gamma=0.5, gae_lambda=1.0,
+                                     seed=0, normalize_advantage=None)
+    rb.collect(envs, None, buf, 7, progress=False, seed=1)
+    again = rb.MultiAgentRolloutBuffer(7, agents, num_envs=2, gamma=0.5, gae_lambda=1.0,
+                                       seed=0, normalize_advantage=None)
+    rb.collect([simple_spread_v3.parallel_env(max_cycles=5) for _ in range(2)], None,
+               again, 7, progress=False, seed=1)
+    for a in agents:
+        assert not buf.data[f"value/{a}"].any() and not buf.data[f"log_prob/{a}"].any()
+        np.testing.assert_array_equal(buf.data[f"action/{a}"], again.data[f"action/{a}"])
+        r = buf.data[f"reward/{a}"]
+        want = np.zeros((7, 2))  # discounted rewards to go, cut (bootstrap 0) at step 4
+        for t in reversed(range(7)):
+            cont = t not in (4, 6)
+            want[t] = r[t] + (0.5 * want[t + 1] if cont else 0.0)
+        np.testing.assert_allclose(buf.returns[a], want, rtol=1e-6)
+    assert len({int(x) for x in buf.data[f"action/{agents[0]}"].reshape(-1)}) > 1
+
+
+def test_collect_in_chunks_and_compute_by_hand() -> None:
+    env = Leaver()
+    pol = Critic(["a", "b", "c"], central=False)
+    buf = MultiAgentRolloutBuffer(6, ["a", "b", "c"], seed=0)
+    col = MultiAgentRolloutCollector(env, pol, buf, seed=0)
+    col.collect(4)
+    assert buf.pos == 4
+    with pytest.raises(EmptyBufferError):
+        buf.advantages  # noqa: B018 (the rollout is not full yet)
+    col.collect(2, compute=False)
+    with pytest.raises(EmptyBufferError):
+        buf.advantages  # noqa: B018 (compute=False)
+    obs, state = col.policy_inputs()
+    assert sorted(obs) == sorted(col.active) and state is not None
+    last = col.last_values()
+    buf.compute_returns_and_advantage(last_values=last, value_fn=pol.value)
+    want = {a: buf.advantages[a].copy() for a in buf.agents}
+    col.compute_returns_and_advantage()
+    for a in buf.agents:
+        np.testing.assert_array_equal(buf.advantages[a], want[a])
+
+
+def test_actor_critic_protocol() -> None:
+    assert isinstance(Critic(["a"], False), MultiAgentActorCritic)
+    assert not isinstance(lambda obs, state: None, MultiAgentActorCritic)
+
+
+# ---------------------------------------------------------------- collection errors
+def leaver_buffer(n_steps: int = 4, num_envs: int = 1) -> MultiAgentRolloutBuffer:
+    return MultiAgentRolloutBuffer(n_steps, ["a", "b", "c"], num_envs=num_envs, seed=0)
+
+
+def test_collect_refuses_bad_n_steps_and_full_rollouts() -> None:
+    buf = leaver_buffer(4, num_envs=2)
+    col = MultiAgentRolloutCollector([Leaver(), Leaver()], None, buf, seed=0)
+    for bad in (0, -1, 2.5, True, 8):
+        with pytest.raises(ConfigError, match=r"collect\(n_steps=.*steps per env"):
+            col.collect(bad)  # type: ignore[arg-type]
+    assert buf.pos == 0
+    col.collect()
+    with pytest.raises(ConfigError, match=r"is full.*buffer.reset\(\)"):
+        col.collect()
+
+
+def test_collect_refuses_a_mismatched_buffer() -> None:
+    with pytest.raises(ConfigError, match="num_envs=2"):
+        MultiAgentRolloutCollector(Leaver(), None, leaver_buffer(num_envs=2))
+    with pytest.raises(ConfigError, match="MultiAgentRolloutBuffer"):
+        MultiAgentRolloutCollector(Leaver(), None, rb.MultiAgentReplayBuffer(10, ["a", "b", "c"]))
+    with pytest.raises(ConfigError, match="MultiAgentReplayBuffer"):
+        MultiAgentCollector(Leaver(), None, leaver_buffer())
+    with pytest.raises(ConfigError, match="not among the buffer's agents"):
+        MultiAgentRolloutCollector(Leaver(), None, MultiAgentRolloutBuffer(4, ["a", "b"]))
+    with pytest.raises(ConfigError, match="value_fn"):
+        MultiAgentRolloutCollector(Leaver(), None, leaver_buffer(), value_fn=3)
+    with pytest.raises(ConfigError, match="policy"):
+        MultiAgentRolloutCollector(Leaver(), "policy", leaver_buffer())
+
+
+@pytest.mark.parametrize(("policy", "words"), [
+    (lambda o, s: {a: np.zeros(1, np.int64) for a in o}, ["returned", "(actions, values"]),
+    (lambda o, s: ({}, {a: np.zeros(1) for a in o}, {a: np.zeros(1) for a in o}),
+     ["actions has no entry", "'a'"]),
+    (lambda o, s: ({a: np.zeros(1, np.int64) for a in o}, {a: np.zeros(1) for a in o},
+                   np.zeros(1)), ["log_probs", "not a dict"]),
+    (lambda o, s: ({a: np.zeros(1, np.int64) for a in o}, np.zeros(2),
+                   {a: np.zeros(1) for a in o}), ["values", "shape (2,)", "always batched"]),
+    (lambda o, s: ({a: np.int64(0) for a in o}, {a: np.zeros(1) for a in o},
+                   {a: np.zeros(1) for a in o}), ["actions for a", "shape ()"]),
+])
+def test_collect_refuses_a_policy_that_breaks_the_protocol(policy: Any,
+                                                           words: list[str]) -> None:
+    buf = leaver_buffer()
+    col = MultiAgentRolloutCollector(Leaver(), policy, buf, seed=0)
+    with pytest.raises(ConfigError) as info:
+        col.collect()
+    for w in words:
+        assert w in str(info.value), (w, str(info.value))
+    assert buf.pos == 0
