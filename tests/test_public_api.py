@@ -30,6 +30,7 @@ INTERNAL = {
     "replaybank.storage.writers.layouts.ObsLayout",
     "replaybank.storage.writers.layouts.RowsLayout",
     "replaybank.storage.writers.plan.WritePlan",
+    "replaybank.storage.writers.reference.StepWriter",
     "replaybank.storage.writers.tell.RangeListener",
     "replaybank.storage.writers.tell.WriteListener",
     "replaybank.samplers.base.SamplerTraits",

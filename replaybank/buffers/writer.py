@@ -15,7 +15,13 @@ A buffer builds one :class:`Writer` per (table, sampler) and hands it each call'
    decides from the lane counters where the steps go;
 3. **the applier**: the compiled applier, or where no compiler exists the Python applier
    (:func:`~replaybank.storage.writers.reference.apply`), carries the plan out. Both
-   leave identical tables (``tests/test_fastpath.py``).
+   leave identical tables (``tests/test_fastpath.py``). Where no compiler exists, the
+   common ``add`` (one step of every lane, lanes in step, a flat observation) takes the
+   Python writer's one-step add instead
+   (:class:`~replaybank.storage.writers.reference.StepWriter`: the boundary, plan and
+   apply of that call with Python ints, declining everything else untouched, as the
+   compiled writer does), which leaves the same tables as :func:`~replaybank.storage.
+   writers.reference.write` (``tests/test_pure_python_writer.py``).
 
 Then the sampler hears which slots were written, once, with the initial priorities if
 any. Priorities are checked before anything is written. A buffer with
@@ -40,6 +46,7 @@ Example:
 from __future__ import annotations
 
 import os
+from _thread import get_ident
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -59,6 +66,7 @@ from replaybank.storage.writers.compiled import (
     not_handled,
 )
 from replaybank.storage.writers.layouts import ObsLayout, RowsLayout
+from replaybank.storage.writers.reference import StepWriter
 from replaybank.storage.writers.reference import write as write_reference
 from replaybank.storage.writers.tell import RangeListener, WriteListener
 
@@ -122,16 +130,23 @@ class Writer:
         table: The step table.
         listener: Told about writes when not None (``on_write(slots, priorities)``).
         traits: The sampler's capabilities (initial priorities are checked against them).
-        compiled: Use the compiled writer where it is built and serves the table.
+        compiled: Use the fast writers: the compiled writer where it is built and serves
+            the table, else the Python writer's one-step add
+            (:class:`~replaybank.storage.writers.reference.StepWriter`); False: every call
+            through the Python boundary and :func:`~replaybank.storage.writers.reference.
+            write` (the oracle).
         guard: The owning buffer's call guard, checked by the compiled writer itself
             (:mod:`replaybank.buffers.guard`); None: no check.
         drop_resets: Drop each lane's NEXT_STEP reset step (``autoreset_mode=
             "next_step"``).
 
     Attributes:
-        direct: The compiled write itself when nothing else must happen around it (no
-            listener, no reset steps to drop): a buffer may call it before taking its
-            guard (it returns the steps written, 0 when the call is not for it).
+        fast: The fast write of a whole call (compiled, or the Python one-step add), or
+            a stand-in that writes nothing (it returns the steps written, 0 when the call
+            is not for it).
+        direct: :attr:`fast` when nothing else must happen around it (no listener, no
+            reset steps to drop), checking the guard itself: a buffer may call it before
+            taking its guard.
     """
 
     def __init__(self, table: StepTable, listener: WriteListener | None = None, *,
@@ -143,9 +158,18 @@ class Writer:
         self.drop_resets = drop_resets
         self.rows = not table.obs_fields
         self.compiled = CompiledWriter.of(table, guard) if compiled else None
-        self.fast: WriteCall = not_handled if self.compiled is None or drop_resets \
-            else self.compiled.write
-        self.direct: WriteCall = self.fast if listener is None else not_handled
+        self.fast: WriteCall = not_handled
+        direct: WriteCall = not_handled
+        if drop_resets:
+            pass
+        elif self.compiled is not None:  # it checks the guard itself
+            self.fast = direct = self.compiled.write
+        elif compiled:  # no compiler: the Python writer's one-step add
+            step = StepWriter(table)
+            if step.serves:
+                self.fast = step.write
+                direct = step.write if guard is None else _guarded(step.write, guard)
+        self.direct: WriteCall = direct if listener is None else not_handled
         self.by_range = listener.on_write_range if isinstance(listener, RangeListener) \
             else None
         self.all_lanes = np.arange(table.lanes, dtype=np.int64)
@@ -258,3 +282,24 @@ class Writer:
             rows = (t.written[ids][None, :] - n + np.arange(n)[:, None]) % T  # [n, m]
             slots = (rows * L + ids[None, :]).reshape(-1)
         listener.on_write(slots, prio)
+
+
+def _guarded(write: WriteCall, guard: Any) -> WriteCall:
+    """``write`` behind the buffer's call guard (:mod:`replaybank.buffers.guard`), as the
+    compiled writer checks it: the owner thread's call while the guard is not shared runs
+    with ``busy`` raised; any other call returns 0 (the buffer then takes the guard and
+    calls the writer again)."""
+
+    def direct(lanes: Any, steps: Any, obs: Any, action: Any, reward: Any, next_obs: Any,
+               terminated: Any, truncated: Any, extras: dict[str, Any]) -> int:
+        guard.busy = True  # raised before shared is read (the guard's handshake)
+        if guard.shared or get_ident() != guard.owner:
+            guard.busy = False
+            return 0
+        try:
+            return write(lanes, steps, obs, action, reward, next_obs, terminated, truncated,
+                         extras)
+        finally:
+            guard.busy = False
+
+    return direct

@@ -49,11 +49,12 @@ import numpy as np
 import numpy.typing as npt
 
 from replaybank.ops.continuity import bitwise_equal_rows, chunk_breaks
+from replaybank.spec import UNSET, FieldSpec, _canonical_bools, as_array
 from replaybank.storage.table import StepTable
 from replaybank.storage.writers import killpoint
 from replaybank.storage.writers.plan import WritePlan, plan_write
 
-__all__ = ["apply", "write"]
+__all__ = ["StepWriter", "apply", "write"]
 
 
 def _raw_count_nonzero() -> Callable[[Any], int]:
@@ -300,3 +301,306 @@ def _continuing(table: StepTable, plan: WritePlan, values: Mapping[str, npt.NDAr
     if not same.any():
         return None
     return prow[same], plane[same], plink[same]
+
+
+# ---------------------------------------------------------------- one step of every lane
+_ND = np.ndarray
+#: Scalar types a float field takes as they are (cast to the field's dtype by its type).
+_FLOATS = (float, np.float64, np.float32)
+_INT64 = np.dtype(np.int64)
+#: Float fields that take a float scalar by their scalar type's constructor.
+_REALS = (np.dtype(np.float32), np.dtype(np.float64))
+_BOOL = np.dtype(np.bool_)
+#: How a scalar field takes a Python or numpy scalar without the general cast.
+_F, _B, _I, _OTHER = 0, 1, 2, 3
+#: A field as :class:`StepWriter` checks it: ``(name, argument name, field, per-step shape,
+#: dtype, is bool, scalar rule)``.
+_Field = tuple[str, str, FieldSpec, tuple[int, ...], np.dtype[Any], bool, int]
+
+
+class StepWriter:
+    """The Python writer's ``add`` of one step to every lane of a table whose lanes are in
+    step: the call's values checked and cast, then the write that :func:`write` makes of
+    it, decided with Python ints (the common call of a training loop where no compiler
+    built ``replaybank._lane``).
+
+    It takes exactly what the Python boundary would accept unchanged and writes the
+    same bytes, slots and counters as :func:`write` (``tests/test_pure_python_writer.py``
+    compares whole states on random sequences). Anything else (an ``extend``,
+    ``env_ids``, lanes out of step, a dict observation, a value a casting rule refuses,
+    a missing or unknown field) returns 0 before anything is stored, and the caller's
+    Python boundary (:func:`~replaybank.buffers.checked_call.check_call`) takes the call
+    and names any error. Each value is cast by its field's own rule
+    (:meth:`~replaybank.spec.FieldSpec.cast`), except values that rule returns
+    unchanged (an array of the stored dtype and shape) and a few scalars it would
+    convert exactly as numpy's scalar constructors do (a Python or numpy float into a
+    float field, a bool or 0/1 int into a bool field, a Python int into an int64 field).
+
+    Args:
+        table: The step table (see :attr:`serves`).
+
+    Attributes:
+        serves: The table is one this writer writes (host numpy arrays that are not
+            files, one flat ``obs`` field, ``action``, the standard flags as bool
+            scalars, no zero-size field); when False, :meth:`write` always returns 0.
+
+    Example:
+        >>> from replaybank.spec import Spec
+        >>> spec = Spec.coerce({"obs": ((2,), "float32"), "action": ((), "int64"),
+        ...     "reward": ((), "float32"), "terminated": ((), "bool"),
+        ...     "truncated": ((), "bool")})
+        >>> t = StepTable(spec, T=4, lanes=1, obs_fields=["obs"])
+        >>> w = StepWriter(t)
+        >>> w.write(None, False, np.zeros(2), 1, 0.5, np.ones(2), False, False, {})
+        1
+        >>> w.write(None, False, np.zeros(2), 1.5, 0.5, np.ones(2), False, False, {})
+        0
+        >>> t.written.tolist(), t.arrays["action"][:, 0].tolist()  # 1.5 was refused
+        ([1], [1, 0, 0, 0])
+    """
+
+    def __init__(self, table: StepTable) -> None:
+        self.table = table
+        spec = table.spec
+        std = ("obs", "action", "reward", "terminated", "truncated")
+        self.extra_names = tuple(n for n in spec if n not in std)
+        self.extra_keys = frozenset(self.extra_names)
+        self.serves = (
+            table.plain_numpy and table.tail is None and table.obs_fields == ["obs"]
+            and all(n in spec for n in std)
+            and all(spec[n].shape == () and spec[n].dtype == _BOOL
+                    for n in ("terminated", "truncated"))
+            and not any("/" in n for n in self.extra_names)
+            and all(f.nbytes > 0 for f in spec.values()))
+        self.T, self.L = table.T, table.lanes
+        self.no_flags = bytes(self.L)  # a row of flags none of which is set
+
+        def field(name: str, arg: str) -> _Field:
+            f = spec[name]
+            dt = f.dtype
+            rule = _OTHER
+            if f.shape == () and self.L == 1:
+                rule = _B if dt == _BOOL else _F if dt in _REALS else \
+                    _I if dt == _INT64 else _OTHER
+            return (name, arg, f, f.shape, dt, dt.kind == "b", rule)
+
+        if self.serves:
+            self.obs = field("obs", "obs")
+            self.next_obs = field("obs", "next_obs")
+            self.std = tuple(field(n, n) for n in std[1:])
+            self.extras = tuple(field(n, n) for n in self.extra_names)
+            self.obs_ndim = len(spec["obs"].shape)
+
+    def write(self, lanes: Any, steps: Any, obs: Any, action: Any, reward: Any,
+              next_obs: Any, terminated: Any, truncated: Any, extras: dict[str, Any]) -> int:
+        """Write one ``add`` (the compiled writer's call signature,
+        :data:`~replaybank.storage.writers.compiled.WriteCall`).
+
+        Args:
+            lanes: The call's ``env_ids`` (this writer takes only None: every lane).
+            steps: The call is an ``extend`` (not taken).
+            obs: ``[*shape]`` or ``[1, *shape]`` (one lane), ``[L, *shape]`` (L lanes).
+            action: As ``obs`` (so are the others, without the per-step shape for the
+                scalar fields).
+            reward: Reward.
+            next_obs: Next observation.
+            terminated: Terminal flag.
+            truncated: Truncation flag.
+            extras: Other stored fields, by their flat names.
+
+        Returns:
+            1 when the step was written, 0 when the call is not for this writer (nothing
+            stored).
+        """
+        if lanes is not None or steps or not self.serves:
+            return 0
+        if (extras.keys() != self.extra_keys) if extras or self.extra_names else False:
+            return 0
+        if obs is UNSET or action is UNSET or reward is UNSET or next_obs is UNSET \
+                or terminated is UNSET or truncated is UNSET:
+            return 0
+        try:
+            cast = self._cast_all(obs, action, reward, next_obs, terminated, truncated, extras)
+        except Exception:  # the Python boundary raises it again, named
+            return 0
+        if cast is None:
+            return 0
+        return self._apply(*cast)
+
+    def _cast_all(self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any,
+                  truncated: Any, extras: dict[str, Any],
+                  ) -> tuple[Any, Any, list[tuple[str, Any]], Any, Any] | None:
+        """The call's values cast to the stored dtypes: ``(obs, next_obs, [(field,
+        value)], terminated, truncated)``, or None when a leading dim is not the one this
+        writer takes. Raises what :meth:`FieldSpec.cast` raises."""
+        # the leading dims, from the observation (as the Python boundary reads them)
+        a = obs if type(obs) is _ND else as_array(obs)
+        extra_dims = a.ndim - self.obs_ndim
+        L = self.L  # noqa: N806
+        if L == 1:
+            if extra_dims == 0:
+                lead: tuple[int, ...] = ()
+            elif extra_dims == 1:
+                lead = (1,)
+            else:
+                return None
+        elif extra_dims == 1:
+            lead = (L,)
+        else:
+            return None
+        o = _cast(self.obs, obs, lead, a)
+        no = _cast(self.next_obs, next_obs, lead, None)
+        act_f, rew_f, term_f, trunc_f = self.std
+        values = [("action", _cast(act_f, action, lead, None)),
+                  ("reward", _cast(rew_f, reward, lead, None))]
+        term = _cast(term_f, terminated, lead, None)
+        trunc = _cast(trunc_f, truncated, lead, None)
+        for f in self.extras:
+            values.append((f[0], _cast(f, extras[f[0]], lead, None)))
+        return o, no, values, term, trunc
+
+    def _apply(self, o: Any, no: Any, values: list[tuple[str, Any]], term: Any,
+               trunc: Any) -> int:
+        """:func:`apply` of one step to every lane, lanes in step (0 when they are not):
+        the same stores in the same order, so the same slots are taken and freed."""
+        if self.L == 1:
+            return self._apply_one(o, no, values, term, trunc)
+        t = self.table
+        T, L = self.T, self.L  # noqa: N806
+        written, counts, link, side = t.written, t.counts, t.link, t.side
+        wl, cl = written.tolist(), counts.tolist()
+        w, c = wl[0], cl[0]
+        if wl.count(w) != L or cl.count(c) != L:
+            return 0
+        row = w % T
+        arrays = t.arrays
+        free = side.free
+        # 1. evict: the steps in the row written leave (full lanes: c == T)
+        if c > 0 and c + 1 > T:
+            counts.fill(c - 1)
+            gone = link[row].tolist()
+            if gone.count(0) != L:
+                free.extend([k - 1 for k in gone if k > 0])
+        # 2. continuity of each lane's previous newest step with the new obs
+        relink: tuple[int, Any, list[int]] | None = None
+        if c > 0 and T > 1:
+            prow = (w - 1) % T
+            plink = link[prow].tolist()  # [L]
+            if 0 not in plink and arrays["terminated"][prow].tobytes() == self.no_flags \
+                    and arrays["truncated"][prow].tobytes() == self.no_flags \
+                    and side.arrays["obs"].take([k - 1 for k in plink], axis=0).tobytes() \
+                    == o.tobytes():
+                relink = (prow, slice(None), plink)
+            else:
+                relink = self._continuing(prow, plink, o)
+        # 3. the new steps are their lanes' newest: their next obs go aside
+        taken = side.take_many(L)
+        kept = side.arrays["obs"]
+        if L <= 8:  # a row at a time: cheaper than an index array for a few lanes
+            for s, x in zip(taken, no):  # noqa: B905 - both L long
+                kept[s] = x
+        else:
+            kept[_slots_index(taken, True)] = no
+        # 4. data, links, the commit, the relink, the counts and episodes
+        arrays["obs"][row] = o
+        for name, v in values:
+            arrays[name][row] = v
+        arrays["terminated"][row] = term
+        arrays["truncated"][row] = trunc
+        link[row] = [k + 1 for k in taken]
+        written.fill(w + 1)
+        if relink is not None:
+            if type(relink[1]) is slice:
+                link[relink[0]] = 0
+            else:
+                link[relink[0], relink[1]] = 0
+            free.extend([k - 1 for k in relink[2]])
+        counts.fill(min(c + 1, T))
+        if term.tobytes() != self.no_flags or trunc.tobytes() != self.no_flags:
+            t.episodes += np.logical_or(term, trunc)
+        return 1
+
+    def _apply_one(self, o: Any, no: Any, values: list[tuple[str, Any]], term: Any,
+                   trunc: Any) -> int:
+        """:meth:`_apply` of a one-lane table (its counters and links as Python ints)."""
+        t = self.table
+        T = self.T  # noqa: N806
+        written, counts, link, side = t.written, t.counts, t.link, t.side
+        w, c = written.item(0), counts.item(0)
+        row = w % T
+        arrays = t.arrays
+        free = side.free
+        # 1. evict: the step in the row written leaves (a full lane: c == T)
+        if c > 0 and c + 1 > T:
+            counts[0] = c - 1
+            k = link.item(row, 0)
+            if k > 0:
+                free.append(k - 1)
+        # 2. continuity of the previous newest step with the new obs
+        pk = 0
+        if c > 0 and T > 1:
+            prow = (w - 1) % T
+            pk = link.item(prow, 0)
+            if pk == 0 or arrays["terminated"].item(prow, 0) \
+                    or arrays["truncated"].item(prow, 0) \
+                    or side.arrays["obs"][pk - 1].tobytes() != o.tobytes():
+                pk = 0
+        # 3. the new step is the lane's newest: its next obs goes aside
+        s = free.pop() if free else side.take_many(1)[0]
+        side.arrays["obs"][s] = no
+        # 4. data, link, the commit, the relink, the counts and episodes
+        arrays["obs"][row] = o
+        for name, v in values:
+            arrays[name][row] = v
+        arrays["terminated"][row] = term
+        arrays["truncated"][row] = trunc
+        link[row, 0] = s + 1
+        written[0] = w + 1
+        if pk:
+            link[prow, 0] = 0
+            free.append(pk - 1)
+        counts[0] = min(c + 1, T)
+        if term or trunc:
+            t.episodes[0] += 1
+        return 1
+
+    def _continuing(self, prow: int, plink: list[int], o: Any,
+                    ) -> tuple[int, Any, list[int]] | None:
+        """``_continuing`` lane by lane: the lanes (in order) whose previous newest step
+        kept its next obs aside, did not end, and whose kept obs is bitwise ``o``'s."""
+        arrays, kept = self.table.arrays, self.table.side.arrays["obs"]
+        term, trunc = arrays["terminated"][prow].tolist(), arrays["truncated"][prow].tolist()
+        lanes: list[int] = []
+        links: list[int] = []
+        rows = o.reshape(self.L, -1) if self.L > 1 or o.ndim > self.obs_ndim else None
+        for i, k in enumerate(plink):
+            if k > 0 and not term[i] and not trunc[i] and kept[k - 1].tobytes() == (
+                    o if rows is None else rows[i]).tobytes():
+                lanes.append(i)
+                links.append(k)
+        if not lanes:
+            return None
+        return prow, np.array(lanes, dtype=np.int64), links
+
+
+def _cast(f: _Field, v: Any, lead: tuple[int, ...], arr: npt.NDArray[Any] | None) -> Any:
+    """``v`` as the Python boundary stores it in field ``f`` (:meth:`FieldSpec.cast`),
+    an exactly converted scalar where the field takes one (:class:`StepWriter`)."""
+    _, arg, spec, shape, dt, bools, rule = f
+    t = type(v)
+    if t is _ND:
+        if v.shape == lead + shape and (v.dtype is dt or v.dtype == dt) \
+                and (not bools or _canonical_bools(v)):
+            return v
+    elif rule != _OTHER and not lead:
+        if rule == _F:
+            if t in _FLOATS:
+                return dt.type(v)
+        elif rule == _B:
+            if t is bool or t is np.bool_:
+                return v
+            if t is int and (v == 0 or v == 1):
+                return v == 1
+        elif t is int and -(2**63) <= v < 2**63:
+            return v
+    return spec.cast(arg, v, lead, arr)

@@ -1,0 +1,260 @@
+"""The Python writer's one-step add (``StepWriter``, the no-compiler ``add``) must leave a
+buffer exactly as the reference writer does.
+
+Oracle: a twin buffer built and filled under ``REPLAYBANK_WRITER=reference`` (every call
+through the Python boundary and ``reference.write``). The buffer under test runs with the
+compiled writer switched off (as where no compiler exists), so its ``add`` takes
+``StepWriter`` where it serves the call and the Python boundary otherwise. After every
+call the whole state (data, links, side store, free-slot order, counters) and the
+sampler's state must match byte for byte; a call one of them refuses, the other refuses
+with the same error type and message, and neither changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import replaybank as rb
+from replaybank.storage.table import StepTable
+from replaybank.storage.writers.compiled import CompiledWriter
+from replaybank.storage.writers.reference import StepWriter
+from tests.twins import same_sampler, same_state, under_writer
+
+torch = pytest.importorskip("torch")
+
+
+@contextmanager
+def no_compiler() -> Iterator[None]:
+    """Run the block as where no C compiler built ``replaybank._lane``."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(CompiledWriter, "of", classmethod(lambda cls, table, guard=None: None))
+        mp.setenv("REPLAYBANK_WRITER", "auto")
+        yield
+
+
+def _call(buf: rb.ReplayBuffer, op: str, kw: dict[str, Any]) -> tuple[str, str] | None:
+    try:
+        getattr(buf, op)(**kw)
+    except Exception as exc:  # compared between the twins
+        return type(exc).__name__, str(exc)
+    return None
+
+
+class Pair:
+    """The buffer under test (no compiler) and its reference twin."""
+
+    def __init__(self, make: Callable[[], rb.ReplayBuffer]) -> None:
+        with no_compiler():
+            self.fast = make()
+        with under_writer("reference"):
+            self.ref = make()
+        self.steps = 0  # adds that StepWriter took
+
+    def do(self, op: str, kw: dict[str, Any]) -> tuple[str, str] | None:
+        before = self.fast.state_dict() if self.fast.spec is not None else None
+        with no_compiler():
+            written = _written(self.fast)
+            got = _call(self.fast, op, kw)
+            w = self.fast.write_route.writer
+            if got is None and op == "add" and w is not None \
+                    and isinstance(getattr(w.fast, "__self__", None), StepWriter) \
+                    and _written(self.fast) != written:
+                self.steps += 1
+        with under_writer("reference"):
+            want = _call(self.ref, op, kw)
+        assert got == want
+        if got is not None and before is not None:  # refused: nothing changed
+            after = self.fast.state_dict()
+            for k, v in before["table"].items():
+                assert np.asarray(v).tobytes() == np.asarray(after["table"][k]).tobytes(), k
+        if self.fast.spec is not None:
+            same_state(self.fast, self.ref)
+            same_sampler(self.fast, self.ref)
+        return got
+
+
+def _written(buf: rb.ReplayBuffer) -> int:
+    return -1 if buf.spec is None else int(buf.table.written.sum())
+
+
+SPEC = {"obs": ((3,), "float32"), "action": ((), "int64"), "reward": ((), "float32"),
+        "terminated": ((), "bool"), "truncated": ((), "bool"), "h": ((2,), "float32")}
+#: Input kinds of a step (one lane: ``[*shape]`` values, several: ``[lanes, *shape]``).
+KINDS = ("exact", "f64", "scalars", "numpy scalars", "int flags", "lists", "torch",
+         "non-contiguous", "lane dim", "bad nan action", "bad flag", "bad shape",
+         "bad string", "missing", "unknown", "big int")
+
+
+def _step(rng: np.random.Generator, kind: str, lanes: int, obs: np.ndarray,
+          end: np.ndarray) -> dict[str, Any]:
+    """One add's keywords in input kind ``kind``; ``obs``: ``[lanes, 3]`` (the lanes'
+    current obs), ``end``: ``[2, lanes]`` terminated/truncated."""
+    nxt = rng.standard_normal((lanes, 3)).astype(np.float32)
+    if rng.random() < 0.5:  # -0.0 / NaN observations: bitwise continuity
+        nxt[:, 0] = rng.choice([0.0, -0.0, np.nan, 1.0])
+    kw: dict[str, Any] = {"obs": obs.copy(), "action": rng.integers(0, 5, lanes),
+                          "reward": rng.standard_normal(lanes).astype(np.float32),
+                          "next_obs": nxt, "terminated": end[0].copy(),
+                          "truncated": end[1].copy(),
+                          "h": rng.standard_normal((lanes, 2)).astype(np.float32)}
+    one = lanes == 1
+    if one:
+        kw = {k: v[0] for k, v in kw.items()}
+        if kind in ("exact", "scalars"):
+            kw["reward"] = float(kw["reward"])
+            kw["terminated"], kw["truncated"] = bool(end[0, 0]), bool(end[1, 0])
+            kw["action"] = int(kw["action"])
+    if kind == "f64":
+        for k in ("obs", "next_obs", "reward", "h"):
+            kw[k] = np.asarray(kw[k], np.float64) if not one or k != "reward" \
+                else np.float64(kw[k])
+    elif kind == "numpy scalars" and one:
+        kw["reward"] = np.float32(kw["reward"])
+        kw["terminated"], kw["truncated"] = np.bool_(end[0, 0]), np.bool_(end[1, 0])
+        kw["action"] = np.int64(kw["action"])
+    elif kind == "int flags":
+        kw["terminated"] = int(end[0, 0]) if one else end[0].astype(np.int64)
+        kw["truncated"] = int(end[1, 0]) if one else end[1].astype(np.int64)
+    elif kind == "lists":
+        kw["h"] = np.asarray(kw["h"]).tolist()
+        kw["reward"] = np.asarray(kw["reward"]).tolist()
+        kw["action"] = np.asarray(kw["action"]).tolist()
+    elif kind == "torch":
+        for k in ("obs", "next_obs", "h"):
+            kw[k] = torch.from_numpy(np.array(kw[k]))
+    elif kind == "non-contiguous":
+        for k in ("obs", "next_obs"):
+            wide = np.zeros((*np.shape(kw[k])[:-1], 6), np.float32)
+            wide[..., ::2] = kw[k]
+            kw[k] = wide[..., ::2]
+    elif kind == "lane dim" and one:
+        kw = {k: np.asarray(v)[None] for k, v in kw.items()}
+        kw["reward"] = kw["reward"].astype(np.float32)
+    elif kind == "bad nan action":
+        kw["action"] = np.full(np.shape(kw["action"]), np.nan) if not one else float("nan")
+    elif kind == "bad flag":
+        kw["terminated"] = 2 if one else np.full(lanes, 2)
+    elif kind == "bad shape":
+        kw["obs"] = np.zeros((*np.shape(kw["obs"])[:-1], 4), np.float32)
+    elif kind == "bad string":
+        kw["reward"] = "x" if one else ["x"] * lanes
+    elif kind == "missing":
+        del kw["h"]
+    elif kind == "unknown":
+        kw["g"] = kw["h"]
+    elif kind == "big int" and one:
+        kw["action"] = 2**63
+    return kw
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), lanes=st.sampled_from([1, 3]),
+       rows=st.sampled_from([2, 5, 9]), prioritized=st.booleans(),
+       kinds=st.lists(st.sampled_from(KINDS), min_size=1, max_size=4))
+def test_one_step_add_matches_reference(seed: int, lanes: int, rows: int, prioritized: bool,
+                                        kinds: list[str]) -> None:
+    """Random sequences of adds of every input kind, with wraps, episode ends, breaks in
+    the data, env_ids (gaps: lanes out of step), priorities, extends and clears."""
+    rng = np.random.default_rng(seed)
+
+    def make() -> rb.ReplayBuffer:
+        sampler = rb.PrioritizedSampler(alpha=0.6) if prioritized else None
+        return rb.ReplayBuffer(capacity=rows * lanes, num_envs=lanes, seed=0, spec=SPEC,
+                               sampler=sampler)
+
+    pair = Pair(make)
+    obs = rng.standard_normal((lanes, 3)).astype(np.float32)
+    for _ in range(40):
+        end = rng.random((2, lanes)) < 0.15
+        kind = kinds[int(rng.integers(len(kinds)))]
+        kw = _step(rng, kind, lanes, obs, end)
+        u = rng.random()
+        if u < 0.08 and lanes > 1:  # some lanes only: they get out of step
+            ids = sorted(rng.choice(lanes, int(rng.integers(1, lanes)), replace=False))
+            kw = {k: (np.asarray(v)[ids] if k in ("obs", "next_obs", "h", "action", "reward",
+                                                    "terminated", "truncated") else v)
+                  for k, v in _step(rng, "exact", lanes, obs, end).items()}
+            kw["env_ids"] = [int(i) for i in ids]
+        elif u < 0.12:
+            pair.do("clear", {})
+            continue
+        elif u < 0.2 and prioritized:
+            kw["priority"] = rng.random(lanes) + 0.1 if lanes > 1 else float(rng.random())
+        if pair.do("add", kw) is None and "env_ids" not in kw:
+            # each lane continues from its next obs unless its episode ended or it breaks
+            fresh = rng.standard_normal((lanes, 3)).astype(np.float32)
+            cont = np.asarray(kw["next_obs"], np.float32).reshape(lanes, 3)
+            jump = end.any(axis=0) | (rng.random(lanes) < 0.05)
+            obs = np.where(jump[:, None], fresh, cont)
+    assert pair.steps > 0 or all(k.startswith("bad") or k in ("missing", "unknown", "big int")
+                                 for k in kinds)
+
+
+def test_step_writer_takes_the_common_adds() -> None:
+    """Exact, float64, scalar, flag, list, torch and strided inputs all take StepWriter."""
+    rng = np.random.default_rng(1)
+    for lanes in (1, 4):
+        pair = Pair(lambda lanes=lanes: rb.ReplayBuffer(8 * lanes, num_envs=lanes, seed=0,
+                                                         spec=SPEC))
+        obs = rng.standard_normal((lanes, 3)).astype(np.float32)
+        good = [k for k in KINDS if not k.startswith("bad") and k not in
+                ("missing", "unknown", "big int")]
+        for kind in good * 4:
+            end = rng.random((2, lanes)) < 0.2
+            kw = _step(rng, kind, lanes, obs, end)
+            assert pair.do("add", kw) is None
+            obs = np.asarray(kw["next_obs"], np.float32).reshape(lanes, 3)
+        assert pair.steps == len(good) * 4
+
+
+def test_step_writer_declines_untouched() -> None:
+    """A call StepWriter does not take returns 0 and stores nothing."""
+    spec = rb.Spec.coerce({"obs": ((2,), "float32"), "action": ((), "int64"),
+                           "reward": ((), "float32"), "terminated": ((), "bool"),
+                           "truncated": ((), "bool")})
+    t = StepTable(spec, T=4, lanes=2, obs_fields=["obs"])
+    w = StepWriter(t)
+    z = np.zeros((2, 2), np.float32)
+    f = np.zeros(2, bool)
+    assert w.serves
+    assert w.write([0], False, z[:1], [1], [0.0], z[:1], f[:1], f[:1], {}) == 0  # env_ids
+    assert w.write(None, True, z[None], [[1, 1]], [[0.0, 0.0]], z[None], f[None], f[None],
+                   {}) == 0  # extend
+    assert w.write(None, False, z, [1, 1], [0.0, 0.0], z, [2, 0], f, {}) == 0  # flag 2
+    assert w.write(None, False, z, [1, 1], [0.0, 0.0], z, f, f, {"x": 1}) == 0  # unknown
+    assert t.written.tolist() == [0, 0] and t.side.in_use() == 0
+    assert w.write(None, False, z, [1, 1], [0.0, 0.0], z, f, f, {}) == 1
+    t.written[1] += 1  # lanes out of step: the general writer takes the call
+    assert w.write(None, False, z, [1, 1], [0.0, 0.0], z, f, f, {}) == 0
+
+
+def test_step_writer_serves_only_plain_tables(tmp_path: Any) -> None:
+    spec = rb.Spec.coerce({"obs/a": ((2,), "float32"), "action": ((), "int64"),
+                           "reward": ((), "float32"), "terminated": ((), "bool"),
+                           "truncated": ((), "bool")})
+    assert not StepWriter(StepTable(spec, T=4, lanes=1, obs_fields=["obs/a"])).serves
+
+
+def test_guard_from_another_thread() -> None:
+    """The Python direct write checks the call guard as the compiled one does: a call
+    from another thread takes the locked path and still writes."""
+    import threading
+
+    with no_compiler():
+        buf = rb.ReplayBuffer(16, seed=0, spec=SPEC)
+        kw = {"obs": np.zeros(3, np.float32), "action": 1, "reward": 0.0,
+              "next_obs": np.ones(3, np.float32), "terminated": False, "truncated": False,
+              "h": np.zeros(2, np.float32)}
+        buf.add(**kw)
+        th = threading.Thread(target=lambda: buf.add(**kw))
+        th.start()
+        th.join()
+        buf.add(**kw)
+    assert len(buf) == 3 and buf._guard.shared and not buf._guard.busy
