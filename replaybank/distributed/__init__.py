@@ -1,8 +1,12 @@
 """Replay past one machine: a buffer sharded over Ray actors (``rb.distributed``).
 
 :class:`ReplayService` starts the shards; :meth:`ReplayService.client` returns a
-picklable :class:`ReplayClient` with ``rb.ReplayBuffer``'s interface. Ray is imported
-when a service starts, not when this package is imported.
+picklable :class:`ReplayClient` with ``rb.ReplayBuffer``'s interface (for a
+``MultiAgentReplayBuffer`` config, a
+:class:`~replaybank.multiagent.distributed.MultiAgentReplayClient` with that buffer's).
+Ray is imported when a service starts, not when this package is imported. How a buffer
+type is served is registered with :func:`register_service_kind`
+(:mod:`replaybank.distributed.served`); this package registers the multi-agent buffer.
 
 Example:
     >>> from replaybank.distributed import keys
@@ -13,7 +17,13 @@ Example:
 from replaybank.distributed.client import ReplayClient
 from replaybank.distributed.errors import RowsRejectedWarning, ShardUnavailableError
 from replaybank.distributed.limiter import RateLimit, RateLimiter, RateLimitTimeout
+from replaybank.distributed.served import register_service_kind
 from replaybank.distributed.service import ReplayService
 
 __all__ = ["RateLimit", "RateLimitTimeout", "RateLimiter", "ReplayClient", "ReplayService",
-           "RowsRejectedWarning", "ShardUnavailableError"]
+           "RowsRejectedWarning", "ShardUnavailableError", "register_service_kind"]
+
+# the buffer types whose shards and clients differ from the core's (imported when a
+# service of that type starts)
+register_service_kind("MultiAgentReplayBuffer",
+                      "replaybank.multiagent.distributed:SERVING")

@@ -362,6 +362,13 @@ class ReplayClient:
             rule["spec"] = spec  # a valid first call implies the spec (as one buffer's)
         return rows, pr
 
+    def write_rule(self) -> dict[str, Any] | None:
+        """What this client checks writes against: :meth:`Shard.write_rule
+        <replaybank.distributed.shard.Shard.write_rule>` of the shards (asked once, and
+        again after a shard refused rows), or None while no shard answers. A buffer
+        type's client front reads its own entries from it (the multi-agent layout)."""
+        return self._write_rule()
+
     def _write_rule(self) -> dict[str, Any] | None:
         """What writes are checked against (:meth:`Shard.write_rule
         <replaybank.distributed.shard.Shard.write_rule>`), asked of every live shard

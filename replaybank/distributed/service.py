@@ -4,7 +4,10 @@
 default), each holding the buffer ``rb.from_config(config)`` (any buffer type: uniform,
 PER, n-step, sequences, HER) over its share of the env lanes. ``service.client()``
 returns a picklable :class:`~replaybank.distributed.client.ReplayClient` with the
-buffer's interface. What is guaranteed:
+buffer's interface (a ``MultiAgentReplayBuffer`` config gets a
+:class:`~replaybank.multiagent.distributed.MultiAgentReplayClient` over it: agent dicts
+in, ``MultiAgentBatch`` out; how a type is served is registered,
+:mod:`replaybank.distributed.served`). What is guaranteed:
 
 * Lanes: global lane ``l`` lives on shard ``l % num_shards`` (local lane
   ``l // num_shards``), so each env lane's episodes stay on one shard and n-step returns,
@@ -58,6 +61,7 @@ import numpy as np
 from replaybank.config import BufferConfig, validate_config
 from replaybank.distributed import checkpoint
 from replaybank.distributed.client import ReplayClient
+from replaybank.distributed.served import service_kind
 from replaybank.distributed.shard import Shard, ShardSpec
 from replaybank.distributed.writer import MAX_BYTES, MAX_ROWS
 from replaybank.errors import CheckpointError, ConfigError, ReplayBankError, require_extra
@@ -162,7 +166,7 @@ class ReplayService:
         self.checkpoint_dir = None if checkpoint_dir is None else Path(checkpoint_dir)
         if self.checkpoint_dir is not None:
             self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
-        self._clients: dict[str, weakref.ref[ReplayClient]] = {}
+        self._clients: dict[str, weakref.ref[Any]] = {}
         self._saved_clients: dict[str, Any] = {}
         self._checkpoints = 0
         actor = ray.remote(Shard).options(num_cpus=num_cpus, max_restarts=max_restarts,
@@ -188,8 +192,11 @@ class ReplayService:
     def client(self, name: str = "default", seed: int | np.random.Generator | None = None,
                *, max_rows: int = MAX_ROWS, max_bytes: int = MAX_BYTES,
                max_age_s: float = 1.0, max_in_flight: int = 4,
-               timeout: float | None = None) -> ReplayClient:
-        """A client of this service (see :class:`ReplayClient`).
+               timeout: float | None = None) -> Any:
+        """A client of this service: a :class:`ReplayClient`, or the front of the
+        buffer type (:mod:`replaybank.distributed.served`), e.g. a
+        :class:`~replaybank.multiagent.distributed.MultiAgentReplayClient` for a
+        ``MultiAgentReplayBuffer`` config.
 
         Args:
             name: Names the client's sampling state in checkpoints: after
@@ -208,11 +215,13 @@ class ReplayService:
         if seed is None and self.seed is not None:
             seed = int(np.random.SeedSequence(
                 [int(self.seed), zlib.crc32(name.encode())]).generate_state(1, np.uint32)[0])
-        c = ReplayClient(self._shards, self.num_lanes, self.sampler_config, seed,
-                         max_rows=max_rows, max_age_s=max_age_s, max_in_flight=max_in_flight,
-                         timeout=self.timeout if timeout is None else timeout,
-                         rate_limited=self.rate_limit is not None, max_bytes=max_bytes,
-                         max_times_sampled=self.max_times_sampled)
+        core = ReplayClient(self._shards, self.num_lanes, self.sampler_config, seed,
+                            max_rows=max_rows, max_age_s=max_age_s,
+                            max_in_flight=max_in_flight,
+                            timeout=self.timeout if timeout is None else timeout,
+                            rate_limited=self.rate_limit is not None, max_bytes=max_bytes,
+                            max_times_sampled=self.max_times_sampled)
+        c = service_kind(self.config.get("type")).client(core, self.config)
         saved = self._saved_clients.pop(name, None)
         if saved is not None:
             c.load_state_dict(saved)

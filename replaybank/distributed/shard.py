@@ -5,7 +5,9 @@ methods are coroutines, so Ray runs it as an *async actor*: a call blocked by th
 limiter awaits inside the actor's event loop and never stalls the other calls (samples,
 priority updates, stats) queued on the same shard.
 
-Each shard holds the buffer ``rb.from_config(config)`` with ``num_envs`` set to its
+Each shard holds the buffer ``rb.from_config(config)`` (any registered type: it samples
+from the buffer's core and writes through the buffer's own write, as its
+:class:`~replaybank.distributed.served.ServiceKind` says) with ``num_envs`` set to its
 share of the service's lanes (global lane ``l`` lives on shard ``l % num_shards`` as
 local lane ``l // num_shards``), its own rate limiter (one per shard: the limit applies
 to each shard as given) and its counters. A sample returns the stored fields with item
@@ -51,10 +53,10 @@ from replaybank.buffers.sequences import sequence_candidates
 from replaybank.config import from_config
 from replaybank.distributed import checkpoint
 from replaybank.distributed.keys import to_global
+from replaybank.distributed.served import Refusal, Served, service_kind
 from replaybank.distributed.writer import unpack
 from replaybank.errors import ConfigError, ReplayBankError
 from replaybank.ops import ring
-from replaybank.views.base import InputTransform
 
 __all__ = ["PriorityMass", "Shard", "ShardSpec"]
 
@@ -62,8 +64,6 @@ IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 #: (size, total mass, smallest positive stored priority): what global sampling needs.
 Mass = tuple[int, float, float]
-#: A call whose rows the buffer refused: (the call's tag, its rows here, the error).
-Refusal = tuple[Any, int, ReplayBankError]
 
 
 @runtime_checkable
@@ -124,12 +124,6 @@ class ShardSpec:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def _steps(values: dict[str, Any], t0: int, t1: int) -> dict[str, Any]:
-    """Steps ``[t0, t1)`` of ``[T, k, *shape]`` values (nested dicts kept; views)."""
-    return {k: _steps(v, t0, t1) if isinstance(v, dict) else v[t0:t1]
-            for k, v in values.items()}
-
-
 def _reconstructed() -> bool:
     """Whether Ray restarted this actor after its process died (False outside Ray)."""
     try:
@@ -167,8 +161,13 @@ class Shard:
 
     def _build(self, spec: ShardSpec) -> None:
         cfg = {**spec.config, "num_envs": spec.lanes, "seed": spec.seed}
+        #: The whole buffer (what is saved and restored).
         self.buf: Any = from_config(cfg)
-        sampler = self.buf.sampler
+        #: How its rows are written; ``served.core`` samples.
+        self.served: Served = service_kind(cfg.get("type")).serve(self.buf)
+        #: The core buffer every draw, mass and priority update uses.
+        self.core: Any = self.served.core
+        sampler = self.core.sampler
         self.prio: PriorityMass | None = sampler if isinstance(sampler, PriorityMass) else None
         if spec.max_times_sampled is not None and self.prio is None:
             raise ConfigError(
@@ -181,7 +180,7 @@ class Shard:
             from replaybank.distributed.limiter import RateLimiter
 
             self.limiter = RateLimiter(spec.rate_limit)
-        self.n_slots = int(self.buf.capacity)
+        self.n_slots = int(self.core.capacity)
         self.T = self.n_slots // spec.lanes
         self.times = np.zeros(self.n_slots, np.int64)  # draws of the item in each slot
         self.times_key = np.full(self.n_slots, -1, np.int64)  # which item they count
@@ -208,7 +207,7 @@ class Shard:
         (prioritized), or ``(size, size, inf)``."""
         if self.error is not None:
             raise self.error
-        size = len(self.buf)
+        size = len(self.core)
         if self.prio is None:
             return size, float(size), math.inf
         return size, float(self.prio.total), float(self.prio.range_min(0, self.n_slots))
@@ -227,7 +226,7 @@ class Shard:
         """
         if self.error is not None:
             raise self.error
-        return {"sampler": self.buf.sampler.config(), "lanes": self.spec.lanes,
+        return {"sampler": self.core.sampler.config(), "lanes": self.spec.lanes,
                 "pid": os.getpid(), "prioritized": self.prio is not None,
                 "restored_from": self.restored_from}
 
@@ -283,8 +282,8 @@ class Shard:
                 refused = self.extend_now(payload)
             else:
                 await self.limiter.wait_insert(n, timeout)  # counts the n inserts
-                refused = self._write(payload, n)
-                lost = sum(r for _, r, _ in refused)
+                written, refused = self._write(payload)
+                lost = n - written
                 if lost:  # counted as inserts, never stored: at least the size is right
                     self.limiter.on_delete(lost)
         finally:
@@ -328,7 +327,9 @@ class Shard:
         return int(np.shape(first)[0]) * len(payload["env_ids"])
 
     def extend_now(self, payload: dict[str, Any]) -> list[Refusal]:
-        """``buf.extend(env_ids=..., priority=..., **values)`` and the counters.
+        """Write the rows (``buf.extend(env_ids=..., priority=..., **values)``, or the
+        buffer type's own write: :class:`~replaybank.distributed.served.Served`) and
+        count them.
 
         ``payload`` is a client's (:func:`~replaybank.distributed.writer.unpack` reads
         its flat buffer) or ``{"env_ids", "values", "priority"}``.
@@ -343,46 +344,23 @@ class Shard:
             ReplayBankError: The buffer refused a payload that names no calls (nothing
                 was written).
         """
-        n = self._rows(payload)
-        refused = self._write(payload, n)
+        written, refused = self._write(payload)
         if self.limiter is not None:
-            self.limiter.on_insert(n - sum(r for _, r, _ in refused))
+            self.limiter.on_insert(written)
         return refused
 
-    def _write(self, payload: dict[str, Any], n: int) -> list[Refusal]:
-        before = len(self.buf)
+    def _write(self, payload: dict[str, Any]) -> tuple[int, list[Refusal]]:
+        """Write through the buffer's :class:`~replaybank.distributed.served.Served`:
+        the rows written and the refused calls; counts inserts and overwritten steps."""
+        before = len(self.core)
         values, priority = unpack(payload)
-        env_ids = payload["env_ids"]
-        calls = payload.get("calls")
-        refused: list[Refusal] = []
-        try:
-            self.buf.extend(env_ids=env_ids, priority=priority, **values)
-        except ReplayBankError as exc:  # a refused extend leaves the buffer as it was
-            if not calls or any(tag is None for tag, _, _ in calls):
-                raise  # no calls to name: the sender gets the error
-            if len(calls) == 1:
-                refused = [(calls[0][0], n, exc)]
-            else:
-                refused = self._write_calls(values, priority, env_ids, calls)
-        written = n - sum(r for _, r, _ in refused)
+        written, refused = self.served.write(payload["env_ids"], priority, values,
+                                             payload.get("calls"))
         self.inserts += written
-        overwritten = before + written - len(self.buf)
+        overwritten = before + written - len(self.core)
         if self.limiter is not None and overwritten > 0:
             self.limiter.on_delete(overwritten)
-        return refused
-
-    def _write_calls(self, values: dict[str, Any], priority: Any, env_ids: list[int],
-                     calls: list[tuple[Any, int, int]]) -> list[Refusal]:
-        """Write each call's steps ``[t0, t1)`` of a refused batch on its own, in order;
-        the calls the buffer refuses, with their rows and errors."""
-        refused: list[Refusal] = []
-        for call, t0, t1 in calls:
-            pr = None if priority is None else priority[t0:t1]
-            try:
-                self.buf.extend(env_ids=env_ids, priority=pr, **_steps(values, t0, t1))
-            except ReplayBankError as exc:
-                refused.append((call, (t1 - t0) * len(env_ids), exc))
-        return refused
+        return written, refused
 
     # ------------------------------------------------------------------ reads
     async def sample(self, n: int, kwargs: dict[str, Any], sequences: tuple[int] | None,
@@ -427,7 +405,7 @@ class Shard:
         (:class:`~replaybank.samplers.base.IndependentDraws`): :meth:`candidates` works."""
         if self.error is not None:
             raise self.error
-        return self.buf.sampler_traits.independent is not None
+        return self.core.sampler_traits.independent is not None
 
     def candidates(self, n: int, kwargs: dict[str, Any], sequence_length: int
                    ) -> dict[str, Any]:
@@ -450,7 +428,7 @@ class Shard:
                                "priorities": None, "mass": mass}
         if n <= 0 or not mass[1] > 0.0:
             return out
-        buf = self.buf
+        buf = self.core
         usable, batch = sequence_candidates(buf.table, buf.lane_view(), buf.rng,
                                             buf.sampler_traits, n, sequence_length, **kwargs)
         self.samples += n
@@ -464,10 +442,10 @@ class Shard:
                    ) -> dict[str, Any]:
         """Draw now: fields with global keys, the mass, and drawn items' priorities."""
         if sequences is None:
-            batch = self.buf.sample(n, **kwargs)
+            batch = self.core.sample(n, **kwargs)
             key_name = "indices"
         else:
-            batch = self.buf.sample_sequences(n, sequences[0], **kwargs)
+            batch = self.core.sample_sequences(n, sequences[0], **kwargs)
             key_name = "starts"
         mass = self.mass()  # at the draw (before max_times_sampled excludes items)
         fields, priorities, local = self._globalised(batch.to_dict(nested=False), key_name)
@@ -517,9 +495,9 @@ class Shard:
         keep = self._not_spent(keys)
         if keep is not None:
             keys, priorities = keys[keep], priorities[keep]
-        if not len(keys) or len(self.buf) == 0:  # nothing live (a fresh shard: all stale)
+        if not len(keys) or len(self.core) == 0:  # nothing live (a fresh shard: all stale)
             return 0
-        return int(self.buf.update_priorities(keys, priorities))
+        return int(self.core.update_priorities(keys, priorities))
 
     def update_sequence_priorities(self, starts: IntArray, td_errors: FloatArray,
                                    eta: float, mask: npt.NDArray[np.bool_] | None = None
@@ -550,9 +528,9 @@ class Shard:
         keep = self._not_spent(keys)
         if keep is not None:
             keys, td, m = keys[keep], td[keep], m[keep]
-        if not len(keys) or len(self.buf) == 0:  # nothing live (a fresh shard: all stale)
+        if not len(keys) or len(self.core) == 0:  # nothing live (a fresh shard: all stale)
             return 0
-        return int(self.buf.update_sequence_priorities(keys, td, eta=float(eta), mask=m))
+        return int(self.core.update_sequence_priorities(keys, td, eta=float(eta), mask=m))
 
     def priority_limit(self) -> float | None:
         """The largest raw priority the buffer accepts (``inf``: no bound), or None when
@@ -560,7 +538,7 @@ class Shard:
         before sending any."""
         if self.error is not None:
             raise self.error
-        traits = self.buf.sampler_traits
+        traits = self.core.sampler_traits
         if traits.priority is None:
             return None
         return math.inf if traits.bounded is None else float(traits.bounded.priority_limit)
@@ -575,17 +553,16 @@ class Shard:
             ``"transform"``: its view reshapes the inputs (frame stacks: the client
             cannot check the fields against the spec, this shard does);
             ``"limit"``: the largest raw priority (None: the sampler has no priorities);
-            ``"sampler"``: the sampler's class name.
+            ``"sampler"``: the sampler's class name; and what the buffer type's
+            client front needs (:meth:`~replaybank.distributed.served.Served.write_rule`).
 
         Raises:
             ReplayBankError: The error that stopped the shard from starting.
         """
         if self.error is not None:
             raise self.error
-        buf = self.buf
-        return {"spec": buf.spec, "rows": bool(buf.rows_only),
-                "transform": isinstance(buf.view, InputTransform),
-                "limit": self.priority_limit(), "sampler": type(buf.sampler).__name__}
+        return {**self.served.write_rule(), "limit": self.priority_limit(),
+                "sampler": type(self.core.sampler).__name__}
 
     # ------------------------------------------------------------------ state
     def save(self, root: str) -> str:

@@ -645,14 +645,11 @@ def _flat_json(spec: Any, agents: tuple[str, ...]) -> dict[str, Any]:
 
 
 def _layout_of(agents: tuple[str, ...], core_spec: dict[str, Any]) -> AgentLayout | None:
-    """The layout behind a saved core spec (its obs fields), or None when it is not one."""
-    obs = {a: core_spec[f"obs/{a}"] for a in agents if f"obs/{a}" in core_spec}
-    if len(obs) != len(agents):
+    """The layout behind a saved core spec (every field: the global state and the
+    extras too), or None when it is not one."""
+    if not all(f"obs/{a}" in core_spec and f"action/{a}" in core_spec for a in agents):
         return None
-    act = {a: core_spec.get(f"action/{a}") for a in agents}
-    if any(v is None for v in act.values()):
-        return None
-    return AgentLayout.build(agents, {"obs": obs, "action": act}, {}, ())
+    return layout_from_core(agents, Spec.from_json(core_spec))
 
 
 #: The ReplayBuffer keywords a MultiAgentReplayBuffer passes on through ``**kwargs``.

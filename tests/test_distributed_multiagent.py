@@ -1,0 +1,309 @@
+"""The Ray service serving a ``MultiAgentReplayBuffer`` (issue 30, item 5), on a real
+local Ray: the same joint steps as a local buffer, exact per-agent transitions and
+windows, global PER over the shards, checkpoint and restore, and the local buffer's
+errors raised by the client."""
+
+from __future__ import annotations
+
+import pickle
+import warnings
+from typing import Any
+
+import numpy as np
+import pytest
+
+import replaybank as rb
+from replaybank.distributed.errors import RowsRejectedWarning
+from replaybank.errors import ReplayBankError
+from tests.distributed_ray import start
+from tests.stats import chi2_critical
+
+ray = pytest.importorskip("ray")
+from replaybank.multiagent.distributed import MultiAgentReplayClient  # noqa: E402
+
+AGENTS = ("a", "b", "c")
+SHAPES = {"a": (3,), "b": (2,), "c": (3,)}
+
+
+def code(agent: str, env: int, t: int) -> float:
+    """A unique id of an agent's observation at step ``t`` of env ``env``."""
+    return float(100_000 * AGENTS.index(agent) + 1000 * env + t)
+
+
+def scenario(lanes: int, steps: int, seed: int) -> list[dict[str, Any]]:
+    """Joint steps of ``lanes`` envs (keyword arguments of ``add``): episodes of 4-7
+    steps; ``b`` often terminates early, leaving ``a`` and ``c``; an episode ends with
+    every agent left terminated or truncated (mixed). Observations hold
+    :func:`code`; a true final observation is ``-code`` of the next step; the state's
+    first entry is ``1000 * env + t`` (a key of the joint step)."""
+    rng = np.random.default_rng(seed)
+    ep_t = np.zeros(lanes, int)
+    ep_len = rng.integers(4, 8, lanes)
+    b_end = rng.integers(1, 4, lanes)
+    b_gone = np.zeros(lanes, bool)
+    out = []
+    for t in range(steps):
+        obs = {a: np.zeros((lanes, *SHAPES[a]), np.float32) for a in AGENTS}
+        nxt = {a: np.zeros((lanes, *SHAPES[a]), np.float32) for a in AGENTS}
+        act = {a: np.zeros(lanes, bool) for a in AGENTS}
+        term = {a: np.zeros(lanes, bool) for a in AGENTS}
+        trunc = {a: np.zeros(lanes, bool) for a in AGENTS}
+        reward = {a: np.zeros(lanes, np.float32) for a in AGENTS}
+        action = {a: np.zeros(lanes, np.int64) for a in AGENTS}
+        ends = np.zeros(lanes, bool)
+        for e in range(lanes):
+            last = ep_t[e] == ep_len[e] - 1
+            for a in AGENTS:
+                if a == "b" and b_gone[e]:
+                    continue
+                act[a][e] = True
+                obs[a][e] = code(a, e, t)
+                nxt[a][e] = code(a, e, t + 1)
+                reward[a][e] = rng.normal()
+                action[a][e] = rng.integers(0, 5)
+                if a == "b" and ep_t[e] == b_end[e] and not last:
+                    term[a][e] = True
+                elif last:
+                    (trunc if rng.random() < 0.4 else term)[a][e] = True
+                if term[a][e] or trunc[a][e]:
+                    nxt[a][e] = -code(a, e, t + 1)  # the true final observation
+            b_gone[e] |= term["b"][e]
+            ends[e] = last
+        state = np.stack([1000.0 * np.arange(lanes) + t, np.full(lanes, seed)], 1)
+        acting = [a for a in AGENTS if act[a].any()]
+        out.append(dict(
+            obs={a: obs[a] for a in acting}, next_obs={a: nxt[a] for a in acting},
+            action={a: action[a] for a in acting}, reward={a: reward[a] for a in acting},
+            terminated={a: term[a] for a in acting}, truncated={a: trunc[a] for a in acting},
+            active={a: act[a] for a in acting}, state=state.astype(np.float32),
+            next_state=(state + np.array([1.0, 0.0])).astype(np.float32)))
+        ep_t = np.where(ends, 0, ep_t + 1)
+        ep_len = np.where(ends, rng.integers(4, 8, lanes), ep_len)
+        b_end = np.where(ends, rng.integers(1, 4, lanes), b_end)
+        b_gone &= ~ends
+    return out
+
+
+def config(capacity: int, **more: Any) -> dict[str, Any]:
+    return {"type": "MultiAgentReplayBuffer", "agents": list(AGENTS), "capacity": capacity,
+            "seed": 0, **more}
+
+
+def rows_by_key(batch: Any) -> dict[int, dict[str, Any]]:
+    """Each row of a MultiAgentBatch by its joint step key (``state[:, 0]``)."""
+    out = {}
+    for i, key in enumerate(batch.state[:, 0].astype(np.int64).tolist()):
+        row: dict[str, Any] = {"state": batch.state[i], "next_state": batch.next_state[i],
+                               "joint": (float(batch.joint_reward[i]),
+                                         bool(batch.joint_terminated[i]),
+                                         bool(batch.joint_truncated[i]))}
+        for f in ("obs", "next_obs", "action", "reward", "terminated", "truncated", "active"):
+            row[f] = {a: np.asarray(getattr(batch, f)[a][i]) for a in AGENTS}
+        out[key] = row
+    return out
+
+
+def same_row(got: dict[str, Any], want: dict[str, Any]) -> bool:
+    if got["joint"] != want["joint"]:
+        return False
+    if not (np.array_equal(got["state"], want["state"])
+            and np.array_equal(got["next_state"], want["next_state"])):
+        return False
+    return all(np.array_equal(got[f][a], want[f][a]) for f in got if isinstance(got[f], dict)
+               for a in AGENTS)
+
+
+def feed(target: Any, steps: list[dict[str, Any]], priority: Any = None) -> None:
+    for t, s in enumerate(steps):
+        target.add(**s, priority=None if priority is None else priority[t])
+
+
+def test_service_serves_the_local_buffers_joint_steps(services: list[Any]) -> None:
+    lanes, steps = 4, 24
+    data = scenario(lanes, steps, seed=1)
+    local = rb.MultiAgentReplayBuffer(lanes * steps, agents=AGENTS, num_envs=lanes, seed=0)
+    feed(local, data)
+    svc = start(services, 2, config(lanes * steps // 2), num_lanes=lanes, seed=0)
+    client = svc.client(max_rows=20)  # several sends, and the rest on flush
+    assert isinstance(client, MultiAgentReplayClient)
+    feed(client, data[:12])
+    client = pickle.loads(pickle.dumps(client))  # a writer actor's copy goes on
+    feed(client, data[12:])
+    client.flush()
+    assert len(client) == len(local) == lanes * steps
+    want = rows_by_key(local.sample(len(local), replace=False))
+    assert len(want) == lanes * steps
+
+    batch = client.sample(256)
+    assert isinstance(batch, rb.MultiAgentBatch)
+    assert batch.obs["a"].shape == (256, 3) and batch.obs["b"].shape == (256, 2)
+    got = rows_by_key(batch)
+    for key, row in got.items():  # every sampled joint transition is one that was added
+        assert same_row(row, want[key]), key
+    # exact next_obs at each agent's own end (b ends before a and c)
+    for a in AGENTS:
+        ended = batch.terminated[a] | batch.truncated[a]
+        assert np.array_equal(batch.next_obs[a][ended, 0], -(batch.obs[a][ended, 0] + 1))
+        going = batch.active[a] & ~ended
+        assert np.array_equal(batch.next_obs[a][going, 0], batch.obs[a][going, 0] + 1)
+    assert (batch.terminated["b"] & ~batch.joint_terminated & ~batch.joint_truncated).any()
+    assert not batch.active["b"].all() and batch.active["a"].all()
+    # keys are global: both shards' envs are drawn
+    envs = set((batch.state[:, 0] // 1000).astype(int).tolist())
+    assert envs == set(range(lanes))
+
+    seq = client.sample_sequences(32, 3, episode_boundary="stop")
+    assert isinstance(seq, rb.MultiAgentSequenceBatch) and seq.obs["a"].shape == (32, 3, 3)
+    for i in range(32):
+        keys = seq.state[i, :, 0][seq.mask[i]].astype(np.int64)
+        assert np.array_equal(np.diff(keys), np.ones(len(keys) - 1))  # one env, in order
+        for j, key in enumerate(keys.tolist()):
+            w = want[key]
+            for a in AGENTS:
+                assert bool(seq.active[a][i, j]) == bool(w["active"][a])
+                assert np.array_equal(seq.next_obs[a][i, j], w["next_obs"][a])
+
+
+def test_prioritized_sampling_over_shards_follows_client_priorities(
+        services: list[Any]) -> None:
+    lanes, steps = 4, 8
+    data = scenario(lanes, steps, seed=2)
+    per = {"type": "prioritized", "alpha": 1.0, "beta": 0.5, "eps": 0.0, "kernel": "numpy"}
+    svc = start(services, 2, config(lanes * steps // 2, sampler=per), num_lanes=lanes,
+                seed=3)
+    client = svc.client()
+    feed(client, data, priority=np.ones((steps, lanes)))
+    client.flush()
+    n = lanes * steps
+    # every joint step's key (a draw of 2000 misses none of 32 items but with ~1e-13)
+    first = client.sample(2000)
+    keys = first.state[:, 0].astype(np.int64)
+    uniq, at = np.unique(keys, return_index=True)
+    assert len(uniq) == n
+    prio = 1.0 + (uniq % 7) + (uniq // 1000)  # a priority per joint step
+    assert client.update_priorities(first.indices[at], prio) == n
+    p = prio / prio.sum()
+    counts = np.zeros(n)
+    for _ in range(8):
+        batch = client.sample(1000)
+        pos = np.searchsorted(uniq, batch.state[:, 0].astype(np.int64))
+        np.add.at(counts, pos, 1)
+        assert np.allclose(batch.probabilities, p[pos], rtol=1e-5)
+        # weights: (N P(i))^-beta over the buffer's max (the smallest priority)
+        w = (n * p[pos]) ** -0.5 / (n * p.min()) ** -0.5
+        assert np.allclose(batch.weights, w, rtol=1e-5)
+    expected = 8000 * p
+    stat = float(((counts - expected) ** 2 / expected).sum())
+    assert stat < chi2_critical(n - 1), stat
+
+
+def test_checkpoint_and_restore_keep_contents_and_episodes(
+        services: list[Any], tmp_path: Any) -> None:
+    lanes, steps = 2, 20
+    data = scenario(lanes, steps + 6, seed=4)
+    svc = start(services, 2, config(64), num_lanes=lanes, seed=5,
+                checkpoint_dir=tmp_path / "ckpt")
+    client = svc.client("learner")
+    feed(client, data[:steps])
+    path = svc.checkpoint()
+    restored = rb.distributed.ReplayService.restore(path, num_cpus=0.25, timeout=30.0)
+    services.append(restored)
+    again = restored.client("learner")
+    assert len(again) == len(client) == lanes * steps
+    # the identical next sample (shards' generators and the client's split restored)
+    one, two = client.sample(64), again.sample(64)
+    assert np.array_equal(one.indices, two.indices)
+    assert same_contents(rows_by_key(one), rows_by_key(two))
+    # the joint episode bookkeeping went with the shards: the next steps continue
+    # every env's episode in both services alike (joint ends, placeholders)
+    feed(client, data[steps:])
+    feed(again, data[steps:])
+    client.flush()
+    again.flush()
+    one, two = client.sample(256), again.sample(256)
+    assert np.array_equal(one.indices, two.indices)
+    assert same_contents(rows_by_key(one), rows_by_key(two))
+
+
+def same_contents(x: dict[int, Any], y: dict[int, Any]) -> bool:
+    return set(x) == set(y) and all(same_row(x[k], y[k]) for k in x)
+
+
+BAD = [
+    ("unknown agent", lambda s: {**s, "reward": {**s["reward"], "z": np.zeros(2)}}),
+    ("missing from reward", lambda s: {**s, "reward": {"a": s["reward"]["a"]}}),
+    ("obs not a dict", lambda s: {**s, "obs": np.zeros((2, 3))}),
+    ("bad shape", lambda s: {**s, "obs": {**s["obs"], "a": np.zeros((2, 4))}}),
+    ("state missing", lambda s: {**s, "state": None, "next_state": None}),
+    ("active stray", lambda s: {**s, "active": {**s["active"], "z": np.ones(2, bool)}}),
+    ("positional", None),
+]
+
+
+@pytest.mark.parametrize("lanes", [2])
+def test_bad_calls_raise_the_local_error_and_change_nothing(
+        services: list[Any], lanes: int) -> None:
+    data = scenario(lanes, 12, seed=6)
+    local = rb.MultiAgentReplayBuffer(64, agents=AGENTS, num_envs=lanes, seed=0)
+    svc = start(services, 2, config(32), num_lanes=lanes, seed=0)
+    client = svc.client()
+    feed(local, data[:6])
+    feed(client, data[:6])
+    client.flush()
+    before, pending = len(client), client.pending_rows
+    for name, bad in BAD:
+        errors = []
+        for target in (local, client):
+            with pytest.raises(ReplayBankError) as info:
+                if bad is None:
+                    target.add(data[6]["obs"])
+                else:
+                    target.add(**bad(data[6]))
+            errors.append(info.value)
+        assert type(errors[0]) is type(errors[1]), name
+        assert str(errors[0]) == str(errors[1]), name
+        assert client.pending_rows == pending, name
+    client.flush()
+    assert len(client) == before == len(local)
+    # an agent acting again after its own end in the episode: the shard holds that
+    # bookkeeping, refuses the step (nothing of it stored) and the client reports it
+    gone = next(t for t in range(6, 12) if "b" in data[t]["active"]
+                and not data[t]["active"]["b"].all())
+    for t in range(6, gone):
+        feed(local, [data[t]])
+        feed(client, [data[t]])
+    client.flush()
+    again = {**data[gone], "active": {**data[gone]["active"], "b": np.ones(lanes, bool)}}
+    again = {k: ({**v, "b": v.get("b", np.zeros_like(v["a"]))} if isinstance(v, dict)
+                 else v) for k, v in again.items()}
+    rule = "ended (terminated or truncated) earlier in this episode"
+    with pytest.raises(ReplayBankError, match=rule.replace("(", r"\(").replace(")", r"\)")):
+        local.add(**again)
+    n = len(client)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        client.add(**again)
+        client.flush()
+    reports = [w for w in caught if issubclass(w.category, RowsRejectedWarning)]
+    assert len(reports) == 1 and rule in str(reports[0].message)
+    # each shard holds one env here: the shards of the envs where b had ended stored
+    # nothing of the step; the others stored theirs
+    assert len(client) == n + int(data[gone]["active"]["b"].sum())
+
+
+def test_load_state_dict_into_a_buffer_without_spec_keeps_state_and_extras() -> None:
+    """What a restored shard does (its buffer is built from the config, then loaded):
+    the layout comes back whole, the global state and per-agent extras included."""
+    step = dict(obs={k: np.zeros(2, np.float32) for k in "ab"}, action={k: 0 for k in "ab"},
+                reward={k: 1.0 for k in "ab"}, next_obs={k: np.ones(2, np.float32) for k in "ab"},
+                terminated={k: False for k in "ab"}, truncated={k: False for k in "ab"},
+                state=np.zeros(3, np.float32), next_state=np.ones(3, np.float32),
+                logp={k: 0.5 for k in "ab"})
+    saved = rb.MultiAgentReplayBuffer(8, agents=["a", "b"], seed=0)
+    saved.add(**step)
+    fresh = rb.MultiAgentReplayBuffer(8, agents=["a", "b"], seed=0)
+    fresh.load_state_dict(saved.state_dict())
+    assert fresh.layout is not None and fresh.layout.state is not None
+    assert fresh.layout.extras == ("logp",)
+    fresh.add(**step)
+    assert len(fresh) == 2
