@@ -502,18 +502,8 @@ class MultiAgentCollector(_ParallelEnvs):
                  store_state: bool) -> dict[str, Any]:
         """Env ``i``'s step, checked: ``{obs, action, reward, next_obs, terminated,
         truncated: {agent: value}, state, next_state, raw_next}``."""
-        where = f"env[{i}]" if self.vector else "env"
-        if not isinstance(out, tuple) or len(out) != 5:
-            raise ConfigError(f"collect(env=...): {where}.step returned {describe(out)}; a "
-                              "parallel env returns (obs, rewards, terminations, "
-                              "truncations, infos), five dicts keyed by agent")
-        nxt, rew, term, trunc, _ = out
-        for name, d in (("observations", nxt), ("rewards", rew), ("terminations", term),
-                        ("truncations", trunc)):
-            missing = [a for a in acting if not isinstance(d, Mapping) or a not in d]
-            if missing:
-                raise ConfigError(f"collect(env=...): {where}.step returned no {name} for "
-                                  f"agent(s) {missing} that acted")
+        nxt, rew, term, trunc = _checked_step(out, acting,
+                                              f"env[{i}]" if self.vector else "env")
         cur = self._obs[i]
         assert cur is not None  # set by _reset_env
         step = {
