@@ -265,8 +265,8 @@ def test_bad_calls_raise_the_local_error_and_change_nothing(
         assert client.pending_rows == pending, name
     client.flush()
     assert len(client) == before == len(local)
-    # an agent acting again after its own end in the episode: the shard holds that
-    # bookkeeping, refuses the step (nothing of it stored) and the client reports it
+    # an agent acting again after its own end in the episode: the client knows it from
+    # the steps it queued and raises the local error, with nothing queued
     gone = next(t for t in range(6, 12) if "b" in data[t]["active"]
                 and not data[t]["active"]["b"].all())
     for t in range(6, gone):
@@ -277,17 +277,28 @@ def test_bad_calls_raise_the_local_error_and_change_nothing(
     again = {k: ({**v, "b": v.get("b", np.zeros_like(v["a"]))} if isinstance(v, dict)
                  else v) for k, v in again.items()}
     rule = "ended (terminated or truncated) earlier in this episode"
-    with pytest.raises(ReplayBankError, match=rule.replace("(", r"\(").replace(")", r"\)")):
-        local.add(**again)
+    errors = []
     n = len(client)
+    for target in (local, client):
+        with pytest.raises(ReplayBankError, match=rule.replace("(", r"\(").replace(")", r"\)")
+                           ) as info:
+            target.add(**again)
+        errors.append(info.value)
+    assert type(errors[0]) is type(errors[1]) and str(errors[0]) == str(errors[1])
+    assert client.pending_rows == 0
+    client.flush()
+    assert len(client) == n
+    # a client that did not write those steps (another writer, or built after a restore)
+    # does not know b ended: the shards of the envs where it had ended refuse the step
+    # (nothing of it stored there), the client reports it, the other shards store theirs
+    other = svc.client()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        client.add(**again)
-        client.flush()
+        other.add(**again)
+        other.flush()
     reports = [w for w in caught if issubclass(w.category, RowsRejectedWarning)]
     assert len(reports) == 1 and rule in str(reports[0].message)
-    # each shard holds one env here: the shards of the envs where b had ended stored
-    # nothing of the step; the others stored theirs
+    # each shard holds one env here
     assert len(client) == n + int(data[gone]["active"]["b"].sum())
 
 

@@ -25,10 +25,13 @@ in.
   the local buffer stores: an agent in the dicts with ``active`` False in an env is one
   that did not act there, and a shard in none of whose envs any agent acted stores
   nothing for that step (as the local buffer writes no step in such an env).
-* What the client cannot check: whether an agent acts again after its own end in the
-  running episode of an env (that bookkeeping lives with the env's steps, on its
-  shard). The shard refuses such a step (nothing of it is stored) and the client
-  reports it once with a
+* An agent that acts again after its own end in the running episode of an env: the
+  client keeps a copy of each env's joint-episode bookkeeping (which agents ended) from
+  the steps it queued, so such a call raises the local buffer's error and nothing of it
+  is queued. Its copy knows only the steps this client wrote (one writer per env, the
+  usual case; a client built after a restore starts knowing no ended agent): the
+  bookkeeping that decides is the shards', which refuse such a step for their envs
+  (nothing of it stored there) and the client then reports it once with a
   :class:`~replaybank.distributed.errors.RowsRejectedWarning` (and in ``rejected``),
   naming the call, as for rows a single-agent client could not check.
 * Reads: :meth:`~MultiAgentReplayClient.sample` returns a
@@ -236,7 +239,9 @@ class MultiAgentReplayClient:
         self._spec = config.get("spec")
         self._n_step = int(config.get("n_step") or 1)
         self._layout: AgentLayout | None = None  # implied by this client's first add
-        self._blank = Episodes(len(self._agents), client.num_lanes)  # never written
+        # which agents ended in each env's running episode, from the steps this client
+        # queued (its placeholders stay zeros: the shards store their own)
+        self._episodes = Episodes(len(self._agents), client.num_lanes)
 
     # ------------------------------------------------------------------ properties
     @property
@@ -323,10 +328,11 @@ class MultiAgentReplayClient:
                                 "per-agent n-step discounts of this n-step buffer; rename "
                                 "the extra")
         layout = self._current_layout()
-        step = prepare(self._agents, self.num_lanes, layout, self._spec, self._blank,
+        step = prepare(self._agents, self.num_lanes, layout, self._spec, self._episodes,
                        values, extras)
         rows = _rows(step, self.num_lanes)
         self.client.add(**rows, env_ids=np.arange(self.num_lanes), priority=priority)
+        self._episodes.commit(step.act, step.ends, step.lanes)
         if layout is None:
             self._layout = step.layout
 
