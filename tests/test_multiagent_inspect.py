@@ -182,3 +182,27 @@ def test_rollout_checkpoint_per_agent(tmp_path: Path) -> None:
         if returns:
             assert g["returns"]["mean"] == pytest.approx(np.mean(returns), rel=1e-5)
         assert [f["name"] for f in g["fields"]][:2] == ["obs", "action"]
+
+
+def test_dict_observations_list_one_field_per_key(tmp_path: Path) -> None:
+    """An agent with a dict observation shows one field per key, beside a flat agent."""
+    buf = rb.MultiAgentReplayBuffer(16, agents=["p", "q"], seed=0)
+    for t in range(5):
+        obs = {"p": {"observation": np.full(3, t, np.float32),
+                     "action_mask": np.array([1, 0, 1, 1], bool)},
+               "q": np.full(2, t, np.float32)}
+        nxt = {"p": {"observation": np.full(3, t + 1, np.float32),
+                     "action_mask": np.array([1, 1, 0, 1], bool)},
+               "q": np.full(2, t + 1, np.float32)}
+        buf.add(obs=obs, action={"p": 1, "q": 0}, reward={"p": 1.0, "q": 2.0},
+                next_obs=nxt, terminated={"p": t == 4, "q": t == 4},
+                truncated={"p": False, "q": False})
+    rb.save(buf, tmp_path)
+    out = run_cli(str(tmp_path), "--json")
+    assert out.returncode == 0, out.stderr
+    agents = json.loads(out.stdout)["agents"]  # {agent: summary}
+    p_fields = {f["name"]: f for f in agents["p"]["fields"]}
+    assert p_fields["obs/observation"]["shape"] == [3]
+    assert p_fields["obs/action_mask"]["dtype"] == "bool"
+    assert [f["name"] for f in agents["q"]["fields"]][:1] == ["obs"]
+    assert run_cli(str(tmp_path)).returncode == 0  # the table too

@@ -1,7 +1,8 @@
 """Typed, frozen multi-agent sample containers: a core batch unpacked per agent.
 
 A :class:`MultiAgentBatch` holds joint transitions: per agent ``obs[agent]``,
-``next_obs[agent]``, ``action[agent]`` ``[B, *shape]`` (each agent its own shape) and
+``next_obs[agent]`` (``{key: [B, *shape]}`` for an agent with dict observations),
+``action[agent]`` ``[B, *shape]`` (each agent its own shape) and
 ``reward[agent]``, ``terminated[agent]``, ``truncated[agent]``, ``active[agent]`` ``[B]``;
 the global ``state``/``next_state``; the joint ``joint_reward``, ``joint_terminated``,
 ``joint_truncated`` (``done`` is their ``or``); ``indices`` for ``update_priorities`` and,
@@ -94,9 +95,13 @@ def stack_agents(per: Any, name: str, all_agents: tuple[str, ...], agents: Any, 
         lead: The number of leading batch dims (1: ``[B]``; 2: ``[B, L]``).
         fields: The batch's field names, for the message when ``per`` is not a dict.
 
+    Dict observations (``{key: [*lead_dims, *shape]}`` per agent) stack per key:
+    ``{key: [*lead_dims, n_agents, *shape]}``, when every agent stacked has the same keys.
+
     Raises:
         KeyError: Not a per-agent field, an unknown agent, or none.
-        ShapeError: The agents' shapes or dtypes differ.
+        ShapeError: The agents' shapes or dtypes differ (or their dict keys, or some
+            observe a dict and others an array).
 
     Example:
         >>> stack_agents({"a": np.zeros((4, 2)), "b": np.ones((4, 2))}, "obs", ("a", "b"),
@@ -111,6 +116,15 @@ def stack_agents(per: Any, name: str, all_agents: tuple[str, ...], agents: Any, 
         raise KeyError(f"stacked({name!r}, agents={names}): unknown agents {unknown}; "
                        f"the agents are {list(all_agents)}")
     values = [per[a] for a in names]
+    if any(isinstance(v, dict) for v in values):  # dict observations: stacked per key
+        keys = {a: tuple(per[a]) if isinstance(per[a], dict) else None for a in names}
+        if len(set(keys.values())) > 1:
+            raise ShapeError(
+                f"stacked({name!r}): the agents' {name} differ in kind or keys {keys} (None: "
+                "one array); stack agents with the same dict keys (pass agents=[...]) or "
+                f"read batch.{name}[agent] per agent")
+        return {k: stack_agents({a: per[a][k] for a in names}, f"{name}[{k!r}]", all_agents,
+                                names, lead) for k in values[0]}
     kinds = {(tuple(v.shape[lead:]), str(v.dtype)) for v in values}
     if len(kinds) > 1:
         shown = {a: (tuple(per[a].shape[lead:]), str(per[a].dtype)) for a in names}
@@ -161,9 +175,12 @@ class _AgentFields:
         # 0/1 bytes): their observations need no zeros
         everywhere = {a: fresh and isinstance(v, np.ndarray) and b"\x00" not in v.tobytes()
                       for a, v in active.items()}
-        for attr, pairs in plan.observations:
+        for attr, obs_pairs in plan.observations:
             out[attr] = {a: _zero_inactive(data[name], active[a], everywhere[a])
-                         for a, name in pairs}
+                         if isinstance(name, str) else  # a dict observation: per key
+                         {k: _zero_inactive(data[n], active[a], everywhere[a])
+                          for k, n in name}
+                         for a, name in obs_pairs}
         out["state"] = data.get(f"obs{SEP}state")
         out["next_state"] = data.get(f"next_obs{SEP}state")
         for attr, name in _JOINT.items():
@@ -207,11 +224,14 @@ class _AgentFields:
             agents: The agents to stack, in order (default: all).
 
         Returns:
-            ``[B, n_agents, *shape]`` (``[B, L, n_agents, *shape]`` for sequences).
+            ``[B, n_agents, *shape]`` (``[B, L, n_agents, *shape]`` for sequences); for
+            dict observations ``{key: [B, n_agents, *shape]}`` (every agent stacked must
+            have the same keys).
 
         Raises:
             KeyError: No such per-agent field.
-            ShapeError: The agents' shapes or dtypes differ.
+            ShapeError: The agents' shapes or dtypes differ (or their observation kinds
+                or dict keys).
         """
         per = getattr(self, name) if name in AGENT_FIELDS else self.extras.get(name)
         return stack_agents(per, name, self.agents, agents, self._lead,
@@ -258,13 +278,16 @@ class _Plan:
     Attributes:
         fields: Per batch attribute of :data:`AGENT_FIELDS` but ``obs`` and
             ``next_obs``, the ``(agent, core name)`` of the agents' values, in agent order.
-        observations: The same for ``obs`` and ``next_obs`` (zeroed where inactive).
+        observations: The same for ``obs`` and ``next_obs`` (zeroed where inactive); an
+            agent with dict observations has ``((key, core name), ...)`` in place of the
+            core name.
         extras: ``(name, top, agent)`` per extra core field: ``agent`` None for a joint
             extra (kept under ``name``), else the value of ``extras[top][agent]``.
     """
 
     fields: tuple[tuple[str, tuple[tuple[str, str], ...]], ...]
-    observations: tuple[tuple[str, tuple[tuple[str, str], ...]], ...]
+    observations: tuple[tuple[str, tuple[tuple[str, str | tuple[tuple[str, str], ...]], ...]],
+                        ...]
     extras: tuple[tuple[str, str, str | None], ...]
 
 
@@ -273,16 +296,28 @@ def _plan(agents: tuple[str, ...], names: tuple[str, ...]) -> _Plan:
     """The :class:`_Plan` of core batches with the fields ``names`` (the same few every
     call of a buffer: cached)."""
     fields = tuple((attr, tuple((a, f"{prefix}{SEP}{a}") for a in agents))
-                   for attr, prefix in AGENT_FIELDS.items())
-    observations = tuple(f for f in fields if f[0] in ("obs", "next_obs"))
+                   for attr, prefix in AGENT_FIELDS.items() if attr not in ("obs", "next_obs"))
+    observations = tuple((attr, tuple((a, _obs_names(attr, a, names)) for a in agents))
+                         for attr in ("obs", "next_obs"))
     extras: list[tuple[str, str, str | None]] = []
     for name in names:
         top, _, rest = name.partition(SEP)
         if top in _TAKEN:
             continue
         extras.append((name, top, rest if rest in agents else None))
-    return _Plan(tuple(f for f in fields if f not in observations), observations,
-                 tuple(extras))
+    return _Plan(fields, observations, tuple(extras))
+
+
+def _obs_names(prefix: str, agent: str, names: tuple[str, ...]
+               ) -> str | tuple[tuple[str, str], ...]:
+    """The core name of ``agent``'s observations ``prefix`` (``obs``, ``next_obs``), or
+    ``((key, core name), ...)`` for a dict observation (``<prefix>/<agent>/<key>``)."""
+    flat = f"{prefix}{SEP}{agent}"
+    if flat in names:
+        return flat
+    head = f"{flat}{SEP}"
+    keys = tuple((n[len(head):], n) for n in names if n.startswith(head))
+    return keys if keys else flat
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,9 @@ joint step), n-step returns of the joint reward, sequence windows, storages and
 checkpoints work unchanged. With ``n_step > 1`` each agent also gets its own n-step
 return, cut at its own end (:mod:`replaybank.multiagent.nstep`); :meth:`sample_episodes`
 serves whole joint episodes padded to a length (:mod:`replaybank.multiagent.padded`).
+An agent may observe a dict (one level of keys, e.g. PettingZoo's ``{"observation",
+"action_mask"}``): it is stored as the core's nested dict observation, and the batches'
+``obs[agent]`` and ``next_obs[agent]`` are then dicts ``{key: [B, *shape]}``.
 The layout of the core fields is in :mod:`replaybank.multiagent.layout`, the joint
 episode's rules in
 :mod:`replaybank.multiagent.episodes`.
@@ -250,7 +253,9 @@ class MultiAgentReplayBuffer:
         (in any env). Values are ``[*shape]`` (``[num_envs, *shape]`` with several envs).
 
         Args:
-            obs: ``{agent: [num_envs, *obs_shape]}`` observations the agents acted on.
+            obs: ``{agent: [num_envs, *obs_shape]}`` observations the agents acted on (or
+                ``{agent: {key: [num_envs, *shape]}}`` for an agent with dict
+                observations: its keys are fixed by the first add or ``spec``).
             action: ``{agent: [num_envs, *action_shape]}``.
             reward: ``{agent: [num_envs]}`` rewards (stored float32).
             next_obs: ``{agent: [num_envs, *obs_shape]}``: the observation after the step
@@ -647,7 +652,10 @@ def _flat_json(spec: Any, agents: tuple[str, ...]) -> dict[str, Any]:
 def _layout_of(agents: tuple[str, ...], core_spec: dict[str, Any]) -> AgentLayout | None:
     """The layout behind a saved core spec (every field: the global state and the
     extras too), or None when it is not one."""
-    if not all(f"obs/{a}" in core_spec and f"action/{a}" in core_spec for a in agents):
+    def observes(a: str) -> bool:  # one array, or a dict observation's leaves
+        return f"obs/{a}" in core_spec or any(n.startswith(f"obs/{a}/") for n in core_spec)
+
+    if not all(observes(a) and f"action/{a}" in core_spec for a in agents):
         return None
     return layout_from_core(agents, Spec.from_json(core_spec))
 

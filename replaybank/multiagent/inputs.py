@@ -5,7 +5,9 @@ leaves the buffer exactly as it was: the dict arguments and their agents, the sh
 dtypes (:meth:`~replaybank.spec.FieldSpec.cast`), the ``active`` masks and the
 agents that ended earlier in the episode. The result, :class:`JointStep`, holds the core
 call's keyword values (every value ``[n, *shape]`` for the ``n`` envs written) and what
-the episode bookkeeping records once the core has stored it.
+the episode bookkeeping records once the core has stored it. An agent's observation
+is one array or, where the layout says so, a dict ``{key: array}`` of exactly the
+layout's keys (:func:`_cast_obs`); the core call nests it (``obs={agent: {key: ...}}``).
 
 The common call (every agent acts in every env; no ``active``, extras or priority) takes
 :class:`DirectAdd` instead: the core call's dicts are built as given and the core's
@@ -64,7 +66,8 @@ class JointStep:
         all_lanes: Every env is written (the core call needs no ``env_ids``).
         act: ``[n_agents, n]`` bool: which agents acted.
         ends: The ends of the step.
-        next_obs: ``{agent: [n, *obs_shape]}``: the next observations stored.
+        next_obs: ``{leaf: [n, *obs_shape]}``: the next observations stored, per
+            observation leaf (``<agent>``, or ``<agent>/<key>`` for a dict observation).
     """
 
     layout: AgentLayout
@@ -175,8 +178,7 @@ def cast_value(field: FieldSpec, arg: str, value: Any, num_envs: int) -> npt.NDA
     """``value`` checked and cast to ``field``, shaped ``[num_envs, *shape]``."""
     if isinstance(value, Mapping):
         raise ArgumentError(f"add({arg}={describe(value)}): a dict where an array is "
-                            "expected; per-agent values are arrays (flatten dict "
-                            "observation spaces first)")
+                            "expected; only observations may be dicts {key: array}")
     arr = as_array(value)
     lead = field.leading_of("add", value, [(), (1,)] if num_envs == 1 else [(num_envs,)],
                             arr)
@@ -190,7 +192,41 @@ def _layout(agents: tuple[str, ...], num_envs: int, spec: Any, args: Mapping[str
     values: dict[str, Any] = {"obs": args["obs"], "action": args["action"],
                               STATE: args["state"]}
     values.update(extras)
-    return AgentLayout.build(agents, spec, values, lead)
+    return AgentLayout.build(agents, spec, values, lead, dict_obs=True)
+
+
+def _cast_obs(layout: AgentLayout, agent: str, arg: str, value: Any, num_envs: int,
+              out: dict[str, npt.NDArray[Any]]) -> None:
+    """``value``, ``agent``'s observation (one array, or a dict of the layout's keys),
+    checked and cast into ``out[leaf]`` (``[num_envs, *shape]`` per observation leaf)."""
+    keys = layout.obs_keys(agent)
+    where = f"{arg}[{agent!r}]"
+    if keys is None:
+        if isinstance(value, Mapping):
+            field = layout.per_agent["obs"][agent]
+            raise SpecError(
+                f"add({where}={describe(value)}): agent {agent!r} observes one array in "
+                f"this buffer (shape {field.shape}, {field.dtype}: its first add or spec=), "
+                "not a dict; pass that array, or build the buffer with dict observations "
+                f"(spec={{'obs': {{{agent!r}: {{key: (shape, dtype)}}}}}} or a dict in the "
+                "first add)")
+        out[agent] = cast_value(layout.per_agent["obs"][agent], where, value, num_envs)
+        return
+    if not isinstance(value, Mapping):
+        raise SpecError(f"add({where}={describe(value)}): agent {agent!r} observes a dict "
+                        f"with keys {list(keys)} in this buffer (its first add or spec=); "
+                        "pass {key: array} with exactly those keys")
+    missing = [k for k in keys if k not in value]
+    unknown = [k for k in value if k not in keys]
+    if missing or unknown:
+        raise SpecError(f"add({where}=...): the dict observation has keys {list(value)}; "
+                        f"agent {agent!r} observes exactly {list(keys)} in this buffer"
+                        + (f"; missing {missing}" if missing else "")
+                        + (f"; unknown {unknown}" if unknown else ""))
+    for k in keys:
+        leaf = f"{agent}{SEP}{k}"
+        out[leaf] = cast_value(layout.per_agent["obs"][leaf], f"{where}[{k!r}]", value[k],
+                               num_envs)
 
 
 def prepare(agents: tuple[str, ...], num_envs: int, layout: AgentLayout | None, spec: Any,
@@ -238,9 +274,10 @@ def prepare(agents: tuple[str, ...], num_envs: int, layout: AgentLayout | None, 
         mask = np.ones(num_envs, np.bool_) if a not in active else cast_value(
             _scalar("active", a, _FLAG), f"active[{a!r}]", active[a], num_envs)
         act[i] = mask
-        for name, arg in (("obs", "obs"), ("next_obs", "obs"), ("action", "action")):
-            field = layout.per_agent[arg][a]
-            cast[name][a] = cast_value(field, f"{name}[{a!r}]", args[name][a], num_envs)
+        for name in ("obs", "next_obs"):
+            _cast_obs(layout, a, name, args[name][a], num_envs, cast[name])
+        cast["action"][a] = cast_value(layout.per_agent["action"][a], f"action[{a!r}]",
+                                       args["action"][a], num_envs)
         for name in layout.extras:
             cast[name][a] = cast_value(layout.per_agent[name][a], f"{name}[{a!r}]",
                                   extras[name][a], num_envs)
@@ -273,9 +310,9 @@ def prepare(agents: tuple[str, ...], num_envs: int, layout: AgentLayout | None, 
     all_lanes = lanes.size == num_envs
     act_n = act[:, lanes]  # [n_agents, n]
     ends = episodes.ends(act_n, term[:, lanes], trunc[:, lanes], lanes)
-    core = _core_values(layout, episodes, act_n, lanes, cast, states, joint,
-                        rewards[:, lanes], term[:, lanes], trunc[:, lanes], ends)
-    stored_next = {a: core["next_obs"][a] for a in agents}
+    core, stored_next = _core_values(layout, episodes, act_n, lanes, cast, states, joint,
+                                     rewards[:, lanes], term[:, lanes], trunc[:, lanes],
+                                     ends)
     return JointStep(layout, core, lanes, all_lanes, act_n, ends, stored_next)
 
 
@@ -334,6 +371,34 @@ def _per_agent(layout: AgentLayout, name: str, spec_name: str, act: npt.NDArray[
     return out
 
 
+def _obs_values(layout: AgentLayout, name: str, act: npt.NDArray[np.bool_],
+                lanes: npt.NDArray[np.int64], cast: dict[str, dict[str, npt.NDArray[Any]]],
+                fill: dict[str, npt.NDArray[Any]]
+                ) -> tuple[dict[str, Any], dict[str, npt.NDArray[Any]]]:
+    """The observations ``name`` (``obs`` or ``next_obs``) of the core call: nested
+    ``{agent: [n, *shape] or {key: [n, *shape]}}`` and flat ``{leaf: [n, *shape]}``
+    (the same arrays), the agents' values where they acted, ``fill[leaf]`` elsewhere."""
+    index = {a: i for i, a in enumerate(layout.agents)}
+    flat: dict[str, npt.NDArray[Any]] = {}
+    nested: dict[str, Any] = {}
+    for leaf in layout.per_agent["obs"]:
+        agent, _, key = leaf.partition(SEP)
+        given = cast[name].get(leaf)  # [num_envs, *shape]
+        mask = act[index[agent]]
+        if given is not None and mask.all():  # acted in every env written
+            value = given if given.shape[0] == lanes.size else given[lanes]
+        else:
+            value = fill[leaf][lanes].copy()
+            if given is not None:
+                value[mask] = given[lanes][mask]
+        flat[leaf] = value
+        if key:
+            nested.setdefault(agent, {})[key] = value
+        else:
+            nested[agent] = value
+    return nested, flat
+
+
 def _carry(layout: AgentLayout, episodes: Episodes) -> dict[str, npt.NDArray[Any]]:
     if episodes.carry:
         return episodes.carry
@@ -345,11 +410,13 @@ def _core_values(layout: AgentLayout, episodes: Episodes, act: npt.NDArray[np.bo
                  lanes: npt.NDArray[np.int64], cast: dict[str, dict[str, npt.NDArray[Any]]],
                  states: dict[str, npt.NDArray[Any]], joint: dict[str, npt.NDArray[Any]],
                  rewards: npt.NDArray[np.float32], term: npt.NDArray[np.bool_],
-                 trunc: npt.NDArray[np.bool_], ends: Ends) -> dict[str, Any]:
-    """The core ``add``'s keyword values, in the order of :meth:`AgentLayout.core_spec`."""
+                 trunc: npt.NDArray[np.bool_], ends: Ends
+                 ) -> tuple[dict[str, Any], dict[str, npt.NDArray[Any]]]:
+    """The core ``add``'s keyword values, in the order of :meth:`AgentLayout.core_spec`,
+    and the next observations stored per observation leaf."""
     carry = _carry(layout, episodes)
-    obs: dict[str, Any] = _per_agent(layout, "obs", "obs", act, lanes, cast, carry)
-    nxt: dict[str, Any] = _per_agent(layout, "next_obs", "obs", act, lanes, cast, carry)
+    obs, _ = _obs_values(layout, "obs", act, lanes, cast, carry)
+    nxt, stored_next = _obs_values(layout, "next_obs", act, lanes, cast, carry)
     if states:
         obs[STATE] = states[STATE][lanes]
         nxt[STATE] = states["next_state"][lanes]
@@ -372,7 +439,7 @@ def _core_values(layout: AgentLayout, episodes: Episodes, act: npt.NDArray[np.bo
         out[name] = _per_agent(layout, name, name, act, lanes, cast, None)
     for name, v in joint.items():
         out[name] = v[lanes]
-    return out
+    return out, stored_next
 
 
 
@@ -436,7 +503,8 @@ class DirectAdd:
         self._num_envs = num_envs
         self._pick: Callable[[Mapping[str, Any]], tuple[Any, ...]] = \
             itemgetter(*agents) if n > 1 else _One(agents[0])
-        self._plain = not layout.extras and not layout.joint
+        # (dict observations take prepare)
+        self._plain = not layout.extras and not layout.joint and not layout.dict_obs
         self._state = layout.state is not None
         #: The core extras' names: rewards/<agent>, ..., active/<agent> (OUTCOMES order).
         self._outcomes = tuple(f"{prefix}{SEP}{a}" for prefix in OUTCOMES for a in agents)

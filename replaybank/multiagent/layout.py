@@ -6,7 +6,11 @@ Its fields, named once here:
 
 * ``obs/<agent>`` (and ``obs/state``, the global state): the core's dict observation, so
   every observation is stored once and ``next_obs/<agent>`` is exact (linked, or kept
-  aside where the joint step does not continue bitwise);
+  aside where the joint step does not continue bitwise); an agent with dict
+  observations (one level of keys, e.g. PettingZoo's ``{"observation", "action_mask"}``)
+  has one field per key, ``obs/<agent>/<key>`` (the core's nested dict observation):
+  ``per_agent["obs"]`` is then keyed by *observation leaf* (``<agent>`` for a flat
+  observation, ``<agent>/<key>`` for each key of a dict one; :meth:`AgentLayout.obs_keys`);
 * ``action/<agent>``: the core's dict action;
 * ``rewards/<agent>`` float32, ``terminations/<agent>``, ``truncations/<agent>`` and
   ``active/<agent>`` bool: per-agent outcomes, named as PettingZoo's ``step`` returns them
@@ -42,7 +46,8 @@ import numpy as np
 from replaybank.errors import ArgumentError, SpecError, describe
 from replaybank.spec import SEP, FieldSpec, Spec
 
-__all__ = ["OUTCOMES", "RESERVED_NAMES", "STATE", "AgentLayout", "check_agents", "parse_spec"]
+__all__ = ["OUTCOMES", "RESERVED_NAMES", "STATE", "AgentLayout", "check_agents", "obs_leaf",
+           "parse_spec"]
 
 #: The key of the global state in the core's dict observation.
 STATE = "state"
@@ -86,6 +91,22 @@ def check_agents(agents: Any) -> tuple[str, ...]:
     return names
 
 
+def obs_leaf(name: str, agents: tuple[str, ...]) -> tuple[str, str | None] | None:
+    """``(agent, key)`` of an observation leaf name (``<agent>`` or ``<agent>/<key>``:
+    key None for a flat observation), or None when it names no agent.
+
+    Example:
+        >>> obs_leaf("b/action_mask", ("a", "b")), obs_leaf("a", ("a",)), obs_leaf("c", ("a",))
+        (('b', 'action_mask'), ('a', None), None)
+    """
+    if name in agents:
+        return name, None
+    agent, _, key = name.partition(SEP)
+    if agent in agents and key and SEP not in key:
+        return agent, key
+    return None
+
+
 def parse_spec(spec: Any, agents: tuple[str, ...]) -> dict[str, FieldSpec]:
     """The user's ``spec=`` as flat fields, each name checked against the layout.
 
@@ -103,10 +124,12 @@ def parse_spec(spec: Any, agents: tuple[str, ...]) -> dict[str, FieldSpec]:
     out: dict[str, FieldSpec] = {}
     for name, field in flat.items():
         top, _, rest = name.partition(SEP)
-        if top in ("obs", "action") and rest not in agents:
+        if (top == "action" and rest not in agents) or (
+                top == "obs" and obs_leaf(rest, agents) is None):
             raise SpecError(f"MultiAgentReplayBuffer(spec=...): {name!r} names no agent; "
                             f"the agents are {list(agents)}; use spec={{{top!r}: {{agent: "
-                            "(shape, dtype)}}")
+                            "(shape, dtype)}}" + (" (or {agent: {key: (shape, dtype)}} for "
+                            "a dict observation)" if top == "obs" else ""))
         if top in ("next_obs", "next_state", "reward", "terminated", "truncated", *OUTCOMES):
             raise SpecError(f"MultiAgentReplayBuffer(spec=...): {name!r} is not declared "
                             "(next observations are the next step's obs; rewards are float32 "
@@ -115,6 +138,13 @@ def parse_spec(spec: Any, agents: tuple[str, ...]) -> dict[str, FieldSpec]:
             raise SpecError(f"MultiAgentReplayBuffer(spec=...): {name!r}: the state is one "
                             "array; use spec={'state': (shape, dtype)}")
         out[name] = field
+    for name in out:  # an agent's observation is one array or a dict, not both
+        top, _, rest = name.partition(SEP)
+        if top == "obs" and rest in agents and any(
+                n.startswith(f"{name}{SEP}") for n in out):
+            raise SpecError(f"MultiAgentReplayBuffer(spec=...): {name!r} is given both as "
+                            "one array and as a dict of keys; describe the agent's "
+                            "observation one way")
     return out
 
 
@@ -124,8 +154,10 @@ class AgentLayout:
 
     Attributes:
         agents: Agent names, in the buffer's order.
-        per_agent: Per-agent fields: ``{"obs": {agent: FieldSpec}, "action": {...},
-            <extra>: {...}}`` (FieldSpec names are the flat core names ``obs/<agent>``).
+        per_agent: Per-agent fields: ``{"obs": {leaf: FieldSpec}, "action": {agent:
+            FieldSpec}, <extra>: {agent: ...}}`` (FieldSpec names are the flat core names
+            ``obs/<agent>``, ``obs/<agent>/<key>``; observation leaves: ``<agent>`` or
+            ``<agent>/<key>``, agent-major, see the module docstring).
         state: The global state's field (core name ``obs/state``), or None.
         joint: Joint extras by name.
     """
@@ -137,7 +169,7 @@ class AgentLayout:
 
     @classmethod
     def build(cls, agents: tuple[str, ...], spec: Any, values: Mapping[str, Any],
-              lead: tuple[int, ...]) -> AgentLayout:
+              lead: tuple[int, ...], dict_obs: bool = False) -> AgentLayout:
         """The layout from a spec and (for what it leaves out) a first add's values.
 
         Args:
@@ -147,6 +179,10 @@ class AgentLayout:
                 "state": v or None, <extra>: {agent: v} or v}``, each value
                 ``[*lead, *shape]``.
             lead: The leading dims of the values (``()`` or ``(num_envs,)``).
+            dict_obs: A dict observation in ``values`` makes the agent's observation a
+                dict one (``obs/<agent>/<key>`` fields); otherwise it is inferred as one
+                array (and refused). ``spec`` entries ``obs/<agent>/<key>`` always
+                describe a dict observation.
 
         Raises:
             SpecError: An agent's field is neither in ``spec`` nor in ``values``.
@@ -166,6 +202,11 @@ class AgentLayout:
             fields: dict[str, FieldSpec] = {}
             for a in agents:
                 flat = f"{top}{SEP}{a}"
+                if top == "obs":
+                    leaves = _obs_leaves(a, given, got.get(a) if dict_obs else None, lead)
+                    if leaves is not None:
+                        fields.update(leaves)
+                        continue
                 if flat in given:
                     fields[a] = FieldSpec(flat, given[flat].shape, given[flat].dtype)
                 elif a in got:
@@ -193,6 +234,18 @@ class AgentLayout:
             if n not in per_agent and n != STATE and n not in joint and v is not None:
                 joint[n] = FieldSpec.infer(n, v, lead)
         return cls(agents, per_agent, state, joint)
+
+    def obs_keys(self, agent: str) -> tuple[str, ...] | None:
+        """The keys of ``agent``'s dict observation, or None for a flat one."""
+        if agent in self.per_agent["obs"]:
+            return None
+        return tuple(leaf[len(agent) + 1:] for leaf in self.per_agent["obs"]
+                     if leaf.startswith(f"{agent}{SEP}"))
+
+    @property
+    def dict_obs(self) -> bool:
+        """Some agent has dict observations."""
+        return any(a not in self.per_agent["obs"] for a in self.agents)
 
     def core_spec(self) -> Spec:
         """The core buffer's spec, in the order the core infers it from an add."""
@@ -223,3 +276,34 @@ class AgentLayout:
             fields.append(FieldSpec(STATE, self.state.shape, self.state.dtype))
         fields.extend(self.joint.values())
         return Spec(fields).to_json()
+
+
+def _obs_leaves(agent: str, given: Mapping[str, FieldSpec], value: Any,
+                lead: tuple[int, ...]) -> dict[str, FieldSpec] | None:
+    """The leaves ``{<agent>/<key>: FieldSpec}`` of a dict observation (from ``spec``
+    entries ``obs/<agent>/<key>``, else from a dict first value), or None for a flat one.
+
+    Raises:
+        SpecError: A dict value with no keys, or a key that is no field name.
+    """
+    prefix = f"obs{SEP}{agent}"
+    if prefix in given:
+        return None
+    from_spec = {n: f for n, f in given.items() if n.startswith(f"{prefix}{SEP}")}
+    if from_spec:
+        return {n[4:]: FieldSpec(n, f.shape, f.dtype) for n, f in from_spec.items()}
+    if not isinstance(value, Mapping):
+        return None
+    if not value:
+        raise SpecError(f"add(obs[{agent!r}]={{}}): an empty dict observation; pass an "
+                        "array, or a dict {key: array} with at least one key")
+    out: dict[str, FieldSpec] = {}
+    for key, v in value.items():
+        if not isinstance(key, str) or not key or SEP in key:
+            raise SpecError(f"add(obs[{agent!r}]=...): key {key!r} is not allowed: keys of "
+                            f"a dict observation are non-empty strings without {SEP!r}")
+        if isinstance(v, Mapping):
+            raise SpecError(f"add(obs[{agent!r}][{key!r}]=...): a nested dict; dict "
+                            "observations have one level of keys (flatten the deeper ones)")
+        out[f"{agent}{SEP}{key}"] = FieldSpec.infer(f"{prefix}{SEP}{key}", v, lead)
+    return out

@@ -101,11 +101,21 @@ def agent_windows(ended: BoolArray, length: IntArray) -> IntArray:
     return nstep.window_lengths(np.asarray(ended, bool) | last)
 
 
+def _obs_leaves(table: StepTable, agent: str) -> list[str]:
+    """The stored observation fields of ``agent``: ``obs/<agent>``, or
+    ``obs/<agent>/<key>`` per key of a dict observation."""
+    flat = f"obs{SEP}{agent}"
+    if flat in table.arrays:
+        return [flat]
+    return [n for n in table.arrays if n.startswith(f"{flat}{SEP}")]
+
+
 class AgentNStepView:
     """The core n-step view plus per-agent n-step fields (see the module docstring).
 
     It serves every field of the wrapped view and overrides ``rewards/<a>``,
-    ``terminations/<a>``, ``truncations/<a>`` and ``next_obs/<a>`` with the agents' own
+    ``terminations/<a>``, ``truncations/<a>`` and ``next_obs/<a>`` (each
+    ``next_obs/<a>/<key>`` of a dict observation) with the agents' own
     n-step values, adding ``discounts/<a>``. Its config and state are the wrapped view's,
     so configs and checkpoints are those of a plain n-step buffer.
 
@@ -150,7 +160,9 @@ class AgentNStepView:
             out[name] = _like(out[name], np.where(acted, ret, 0.0).astype(np.float32))
             out[f"{AGENT_DISCOUNT}{SEP}{a}"] = _like(
                 out[name], np.where(acted, disc, 0.0).astype(np.float32))
-            out[f"next_obs{SEP}{a}"] = table.take_next(f"obs{SEP}{a}", *table.next_index(last))
+            nxt = table.next_index(last)
+            for leaf in _obs_leaves(table, a):  # obs/<a>, or obs/<a>/<key> per key
+                out[f"next_{leaf}"] = table.take_next(leaf, *nxt)
         return out
 
     def last_keys(self, table: StepTable, keys: IntArray) -> IntArray:

@@ -90,14 +90,19 @@ def stats(values: npt.NDArray[Any]) -> dict[str, Any] | None:
 def layout_fields(layout: AgentLayout | None, agent: str,
                   nbytes: Callable[[str], int | None]) -> list[dict[str, Any]]:
     """The agent's stored fields: ``[{"name", "core", "shape", "dtype", "bytes"}]``
-    (``name``: ``obs``, ``action`` or the extra's; ``core``: the stored name)."""
+    (``name``: ``obs`` (``obs/<key>`` for each key of a dict observation), ``action`` or
+    the extra's; ``core``: the stored name)."""
     if layout is None:
         return []
     out = []
     for top, per in layout.per_agent.items():
-        f = per[agent]
-        out.append({"name": top, "core": f.name, "shape": list(f.shape),
-                    "dtype": str(np.dtype(f.dtype)), "bytes": nbytes(f.name)})
+        keys = layout.obs_keys(agent) if top == "obs" else None
+        # a dict observation: one field per key (``obs/<key>``), stored as its leaves
+        leaves = [(top, per[agent])] if keys is None else \
+            [(f"{top}{SEP}{k}", per[f"{agent}{SEP}{k}"]) for k in keys]
+        for name, f in leaves:
+            out.append({"name": name, "core": f.name, "shape": list(f.shape),
+                        "dtype": str(np.dtype(f.dtype)), "bytes": nbytes(f.name)})
     return out
 
 
