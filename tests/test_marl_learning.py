@@ -36,8 +36,9 @@ PROOF = {
     # (about 95-110 s each); every evaluation from 10,000 steps on was >= -22.0
     "marl_vdn_simple_spread.py": "VDN",
     # default budget 200,000 joint steps (16 envs x 50-step rollouts, 250 updates); final
-    # greedy evals, seeds 0/1/2: -17.94, -18.67, -18.63 (about 115-125 s each); every
-    # evaluation from 40,000 steps on was >= -21.8
+    # greedy evals, seeds 0/1/2: -17.72, -18.68, -18.79 with rb.collect's rollout
+    # collector (-17.94, -18.67, -18.63 with the hand-written loop before it; about
+    # 115-125 s each); every evaluation from 40,000 steps on was >= -21.8
     "marl_mappo_simple_spread.py": "MAPPO",
 }
 
