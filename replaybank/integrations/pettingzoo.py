@@ -348,6 +348,27 @@ class _ParallelEnvs:
         self._alen[i] = {}
         self._len[i] = 0
 
+    def _end_episode(self, i: int, result: MultiAgentCollectResult) -> None:
+        """Env ``i``'s joint episode is over (no agent left in ``env.agents``): check that
+        every agent that acted ended, record the episode in ``result``, reset the env."""
+        alive = [a for a in self._alen[i] if a not in self._ended[i]]
+        if alive:
+            where = f"env[{i}]" if self.vector else "env"
+            raise ConfigError(
+                f"collect(env=...): {where} removed agent(s) {alive} from env.agents "
+                "without reporting them terminated or truncated; a parallel env ends an "
+                "agent with terminations[agent] or truncations[agent] True at the step "
+                "that removes it")
+        result.episode_returns.append(float(sum(self._ret[i][a] for a in self._agents
+                                                if a in self._ret[i])))
+        result.episode_lengths.append(int(self._len[i]))
+        result.agent_episode_returns.append({a: self._ret[i][a] for a in self._agents
+                                             if a in self._ret[i]})
+        result.agent_episode_lengths.append({a: self._alen[i][a] for a in self._agents
+                                             if a in self._alen[i]})
+        self.episodes += 1
+        self._reset_env(i, None)
+
     @property
     def active(self) -> dict[str, np.ndarray]:
         """``{agent: bool[num_envs]}``: in which envs each agent acts at the next step."""
@@ -567,23 +588,7 @@ class MultiAgentCollector(_ParallelEnvs):
             self._obs[i] = {a: _copy(nxt[a]) for a in live}
             self._state[i] = s.get("next_state")  # the next step's state
             return
-        alive = [a for a in self._alen[i] if a not in self._ended[i]]
-        if alive:
-            where = f"env[{i}]" if self.vector else "env"
-            raise ConfigError(
-                f"collect(env=...): {where} removed agent(s) {alive} from env.agents "
-                "without reporting them terminated or truncated; a parallel env ends an "
-                "agent with terminations[agent] or truncations[agent] True at the step "
-                "that removes it")
-        result.episode_returns.append(float(sum(self._ret[i][a] for a in self._agents
-                                                if a in self._ret[i])))
-        result.episode_lengths.append(int(self._len[i]))
-        result.agent_episode_returns.append({a: self._ret[i][a] for a in self._agents
-                                             if a in self._ret[i]})
-        result.agent_episode_lengths.append({a: self._alen[i][a] for a in self._agents
-                                             if a in self._alen[i]})
-        self.episodes += 1
-        self._reset_env(i, None)
+        self._end_episode(i, result)
 
     # ------------------------------------------------------------------ many steps
     def collect(self, n_steps: int, progress: bool = False,
@@ -933,21 +938,7 @@ class MultiAgentRolloutCollector(_ParallelEnvs):
                                   f"for agent(s) {missing} of env.agents")
             self._obs[i] = {a: _copy(nxt[a]) for a in live}
             return
-        alive = [a for a in self._alen[i] if a not in self._ended[i]]
-        if alive:
-            raise ConfigError(
-                f"collect(env=...): {where} removed agent(s) {alive} from env.agents "
-                "without reporting them terminated or truncated; a parallel env ends an "
-                "agent with terminations[agent] or truncations[agent] True at the step "
-                "that removes it")
-        result.episode_returns.append(float(sum(self._ret[i].values())))
-        result.episode_lengths.append(int(self._len[i]))
-        result.agent_episode_returns.append({a: self._ret[i][a] for a in self._agents
-                                             if a in self._ret[i]})
-        result.agent_episode_lengths.append({a: self._alen[i][a] for a in self._agents
-                                             if a in self._alen[i]})
-        self.episodes += 1
-        self._reset_env(i, None)
+        self._end_episode(i, result)
 
     # ------------------------------------------------------------------ rollouts
     def collect(self, n_steps: int | None = None, progress: bool = False,
