@@ -41,6 +41,7 @@ from numpy.typing import NDArray
 from replaybank.errors import ConfigError, require_extra
 from replaybank.host import as_numpy
 from replaybank.spec import SEP, unflatten
+from replaybank.transfer import to_device
 
 if TYPE_CHECKING:  # torch stays optional: only type checkers import it here
     import torch
@@ -249,6 +250,11 @@ class _FrozenArrays(Mapping[str, Any], Generic[V]):
         torch = require_extra("torch", "torch")
         if device is not None:
             device = torch_device(torch, device, "to_torch")
+            if device.type != "cpu" and len(self._data) > 1:
+                # one copy for every field: a copy call per field costs more than the bytes
+                moved = to_device(torch, self._data, device, non_blocking, pin_memory)
+                if moved is not None:
+                    return moved
         return {k: _tensor(v, torch, device, non_blocking, pin_memory)
                 for k, v in self._data.items()}
 
@@ -327,7 +333,9 @@ class Batch(_FrozenArrays[V]):
         """Return the same container with every array as a torch tensor.
 
         Args:
-            device: Target device (``None`` keeps CPU, zero-copy for numpy storage).
+            device: Target device (``None`` keeps CPU, zero-copy for numpy storage). To
+                another device, numpy fields travel packed in one buffer with one copy
+                (:mod:`replaybank.transfer`) and arrive as views of one allocation.
             non_blocking: Pass ``non_blocking`` to ``Tensor.to``.
             pin_memory: Gather into pinned host memory first (fast host-to-GPU copies;
                 only when CUDA is available).
@@ -428,7 +436,9 @@ class SequenceBatch(_FrozenArrays[V]):
         """Return the same container with every array as a torch tensor.
 
         Args:
-            device: Target device (``None`` keeps CPU, zero-copy for numpy storage).
+            device: Target device (``None`` keeps CPU, zero-copy for numpy storage). To
+                another device, numpy fields travel packed in one buffer with one copy
+                (:mod:`replaybank.transfer`) and arrive as views of one allocation.
             non_blocking: Pass ``non_blocking`` to ``Tensor.to``.
             pin_memory: Gather into pinned host memory first (fast host-to-GPU copies;
                 only when CUDA is available).

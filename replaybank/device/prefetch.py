@@ -2,11 +2,14 @@
 
 A training loop that keeps its buffer in host memory (numpy or memmap storage) pays for
 ``sample`` and for the host-to-device copy before every step. :class:`Prefetcher` runs
-``sample`` in one background thread, ``depth`` batches ahead, copies each batch into a
-set of pinned host tensors (only when the target is a CUDA device and CUDA is available;
-elsewhere the sampled arrays are wrapped as tensors without a copy) and, when the loop
-asks for it, starts one ``non_blocking=True`` copy per field to the device, so the
-step's wait is a queue ``get`` plus the launch of the copies.
+``sample`` in one background thread, ``depth`` batches ahead, packs each batch's numpy
+fields into one byte buffer (:class:`~replaybank.transfer.PackedLayout`; pinned host
+memory when the target is a CUDA device and CUDA is available) and, when the loop asks
+for it, starts one ``non_blocking=True`` copy of that buffer to the device and hands
+out each field as a view of the copy, so the step's wait is a queue ``get`` plus one
+copy launch (a copy per field cost 13 to 20 us of host time each on a GPU machine). For
+the CPU the arrays are wrapped as tensors without a copy, and tensor fields (device
+storage) are handed over as they are.
 
 * Order: one thread calls ``sample`` in sequence, so the batches are exactly those of
   calling ``sample`` in a loop from the same state (nothing else sampling meanwhile).
@@ -15,7 +18,8 @@ step's wait is a queue ``get`` plus the launch of the copies.
 * Shutdown: :meth:`Prefetcher.close` (or leaving the ``with`` block) stops the thread
   and waits for it; it is idempotent. ``next()`` after ``close()`` raises StopIteration.
 * Pinned buffers are reused: ``depth + 2`` sets rotate, and a set is refilled only after
-  the device copy that read it has completed (an event per set).
+  the device copy that read it has completed (an event per set). Elsewhere each batch
+  gets a new buffer: on the CPU the fields handed out are views of it.
 
 torch is imported when a prefetcher is built (the ``torch`` extra), never at module
 import.
@@ -45,6 +49,7 @@ import numpy as np
 
 from replaybank.batch import torch_device
 from replaybank.errors import ConfigError, require_extra
+from replaybank.transfer import StagingBuffer
 
 __all__ = ["Prefetcher"]
 
@@ -76,6 +81,9 @@ class Prefetcher:
         self.torch = torch
         self.device = torch_device(torch, device, "prefetcher")
         self.pinned = bool(self.device.type == "cuda" and torch.cuda.is_available())
+        # numpy fields travel packed when they are copied to another device; to the CPU
+        # they are wrapped without a copy (a view per field would cost more than a wrap)
+        self._packs = self.device.type != "cpu"
         self._sample = sample
         self._ready: queue.Queue[Any] = queue.Queue(maxsize=depth)
         n_sets = depth + 2  # queued + the one being filled + the one being copied
@@ -83,6 +91,7 @@ class Prefetcher:
         for k in range(n_sets):
             self._free.put(k)
         self._sets: list[dict[str, Any]] = [{} for _ in range(n_sets)]
+        self._staging = [StagingBuffer(torch, self.pinned) for _ in range(n_sets)]
         self._events: list[Any] = [None] * n_sets
         self._stop = threading.Event()
         self._closed = False
@@ -91,9 +100,14 @@ class Prefetcher:
         self._thread.start()
 
     # ------------------------------------------------------------------ the thread
-    def _stage(self, k: int, batch: Any) -> dict[str, Any]:
-        """``batch``'s fields as tensors: numpy arrays copied into pinned set ``k`` (CUDA)
-        or wrapped without a copy; tensors kept."""
+    def _stage(self, k: int, batch: Any) -> Any:
+        """``batch``'s fields ready for the device: ``(layout, buffer)`` packed into set
+        ``k``'s staging buffer (for another device, when every field has a layout), else
+        a dict of tensors (numpy arrays copied into pinned set ``k`` on CUDA or wrapped
+        without a copy; tensors kept)."""
+        packed = self._staging[k].pack(batch) if self._packs else None
+        if packed is not None:
+            return packed
         torch = self.torch
         out: dict[str, Any] = {}
         pinned = self._sets[k]
@@ -151,7 +165,11 @@ class Prefetcher:
             raise item
         k, kind, fields = item
         torch = self.torch
-        out = {name: t.to(self.device, non_blocking=True) for name, t in fields.items()}
+        if isinstance(fields, tuple):  # packed: one copy, a view per field
+            layout, buf = fields
+            out = layout.unpack(buf.to(self.device, non_blocking=True))
+        else:
+            out = {name: t.to(self.device, non_blocking=True) for name, t in fields.items()}
         if self.pinned:  # pragma: no cover - needs CUDA
             event = torch.cuda.Event()
             event.record(torch.cuda.current_stream(self.device))

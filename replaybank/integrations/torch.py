@@ -1,10 +1,11 @@
 """Torch helpers: fast host-to-device batch transfer through reusable pinned memory.
 
-``Batch.to_torch(device)`` already converts a numpy batch (zero-copy on CPU); with
-``pin_memory=True`` it pins a fresh host copy per call. :class:`PinnedStager` keeps
-one pinned host buffer per field and reuses it, so each batch costs one memcpy into
-pinned memory plus an asynchronous copy to the GPU. Without CUDA it falls back to
-plain (zero-copy) tensors.
+``Batch.to_torch(device)`` already converts a numpy batch (zero-copy on CPU, one packed
+copy to another device); with ``pin_memory=True`` it packs into fresh pinned memory per
+call. :class:`PinnedStager` keeps one pinned host buffer
+(:class:`~replaybank.transfer.StagingBuffer`) and reuses it, so each batch costs the
+memcpys that pack its fields into pinned memory plus one asynchronous copy to the GPU.
+For the CPU it wraps the arrays as tensors without a copy.
 
 Example:
     >>> import numpy as np
@@ -21,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from replaybank.device.backend import torch_dtype
 from replaybank.errors import require_extra
+from replaybank.transfer import StagingBuffer
 
 __all__ = ["PinnedStager"]
 
@@ -48,37 +49,30 @@ class PinnedStager:
         self.torch = torch
         self.device = torch.device(device)
         self.pinned = bool(self.device.type == "cuda" and torch.cuda.is_available())
-        self._host: dict[str, Any] = {}
+        self._staging = StagingBuffer(torch, self.pinned)
         self._event: Any = None
-
-    def _staging(self, name: str, arr: np.ndarray[Any, Any]) -> Any:
-        buf = self._host.get(name)
-        tdt = torch_dtype(arr.dtype)
-        if buf is None or tuple(buf.shape) != arr.shape or buf.dtype != tdt:
-            buf = self.torch.empty(arr.shape, dtype=tdt, pin_memory=True)
-            self._host[name] = buf
-        return buf
 
     def __call__(self, batch: Any) -> Any:
         """Return a container of the same type with every field as a tensor on the device."""
         torch = self.torch
         if self._event is not None:
-            self._event.synchronize()  # the previous copies have read the pinned buffers
-        out: dict[str, Any] = {}
-        for name, value in batch.items():
-            if isinstance(value, torch.Tensor):
-                out[name] = value.to(self.device, non_blocking=True)
-                continue
-            arr = np.asarray(value)
-            if not self.pinned:
-                if not arr.flags.writeable or not arr.flags.c_contiguous:
-                    arr = np.array(arr, order="C")
+            self._event.synchronize()  # the previous copy has read the pinned buffer
+        packed = self._staging.pack(batch) if self.device.type != "cpu" else None
+        if packed is not None:  # every field numpy: one copy, a view per field
+            layout, buf = packed
+            out = layout.unpack(buf.to(self.device, non_blocking=True))
+        else:
+            out = {}
+            for name, value in batch.items():
+                if isinstance(value, torch.Tensor):
+                    out[name] = value.to(self.device, non_blocking=True)
+                    continue
+                arr = np.asarray(value)
+                if not arr.flags.writeable or not arr.flags.c_contiguous \
+                        or arr.dtype.byteorder == ">":
+                    arr = np.array(arr, order="C", dtype=arr.dtype.newbyteorder("="))
                 out[name] = torch.from_numpy(arr).to(self.device)
-                continue
-            host = self._staging(name, arr)
-            host.numpy()[...] = arr
-            out[name] = host.to(self.device, non_blocking=True)
-        if self.pinned:
+        if self.pinned and packed is not None:  # pragma: no cover - needs CUDA
             self._event = torch.cuda.Event()
             self._event.record()
         return type(batch)(out)
