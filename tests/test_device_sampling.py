@@ -13,6 +13,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+
 import replaybank as rb  # noqa: E402
 from tests.stats import chi2_critical  # noqa: E402
 from tests.strict_device import StrictBackend, host  # noqa: E402
@@ -100,6 +102,70 @@ def test_device_draws_are_uniform_over_live_steps() -> None:
     expected = len(draws) / len(live)
     chi2 = float(((counts - expected) ** 2 / expected).sum())
     assert chi2 < chi2_critical(len(live) - 1)
+
+
+@pytest.mark.parametrize(("capacity", "lanes", "n"), [(40, 1, 25), (40, 1, 70), (60, 3, 45)])
+def test_lockstep_draws_are_uniform_over_live_steps(capacity: int, lanes: int, n: int) -> None:
+    """Lanes that step together draw their keys in one kernel (``lockstep_keys``):
+    chi-square against uniform over every live step, before and after the ring wraps."""
+    buf = device_buffer("torch", capacity=capacity, lanes=lanes, seed=6)
+    for kw in steps(np.random.default_rng(6), lanes, n):
+        buf.add(**kw)
+    t = buf.table
+    assert (t.written == t.written[0]).all()
+    live = np.concatenate([np.arange(w - c, w) * t.lanes + lane for lane, (w, c)
+                           in enumerate(zip(t.written.tolist(), t.counts.tolist(), strict=True))])
+    draws = np.concatenate([host(buf.sample(1000)["indices"]) for _ in range(20)])
+    assert set(draws.tolist()) <= set(live.tolist())
+    counts = np.array([np.count_nonzero(draws == k) for k in live])
+    expected = len(draws) / len(live)
+    chi2 = float(((counts - expected) ** 2 / expected).sum())
+    assert chi2 < chi2_critical(len(live) - 1)
+
+
+# aten ops that only make a new view or allocate (no kernel on a GPU)
+_NO_KERNEL = {"view", "slice", "select", "as_strided", "unsqueeze", "squeeze", "expand",
+              "detach", "alias", "lift_fresh", "unbind", "t", "transpose", "permute",
+              "empty", "empty_strided", "resize_", "_reshape_alias"}
+
+
+class _Launches(TorchDispatchMode):
+    """Counts the aten ops that would launch a kernel on a GPU."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[str] = []
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),
+                           kwargs: Any = None) -> Any:
+        if func.overloadpacket.__name__ not in _NO_KERNEL:
+            self.ops.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize(("lanes", "env_ids", "budget"),
+                         [(1, False, 11), (3, False, 11), (3, True, 14)])
+def test_a_device_sample_launches_few_kernels(lanes: int, env_ids: bool, budget: int) -> None:
+    """On a GPU each torch op is a kernel launch (11 to 18 us of host time each on the
+    H200 of docs/benchmarks.md), so the eager ``sample(256)`` of the benchmark's fields
+    (obs f32[17], action f32[6], reward, flags: two dtype groups) is held to a kernel
+    budget: the draw (one kernel for lanes in step, four for lanes apart), two for the
+    slots and their next steps, four to look up kept next observations, one gather per
+    dtype group, one ``where`` per observation field. It was 21 kernels before."""
+    buf = rb.ReplayBuffer(3000, num_envs=lanes, seed=7, storage="torch", device="cpu")
+    rng = np.random.default_rng(7)
+    for i in range(400):
+        ids = [i % lanes] if env_ids and i > 200 else list(range(lanes))
+        k = len(ids)
+        buf.add(obs=rng.normal(size=(k, 17)).astype(np.float32),
+                action=rng.normal(size=(k, 6)).astype(np.float32),
+                reward=rng.normal(size=k).astype(np.float32),
+                next_obs=rng.normal(size=(k, 17)).astype(np.float32),
+                terminated=rng.random(k) < 0.01, truncated=np.zeros(k, bool), env_ids=ids)
+    buf.sample(256)
+    with _Launches() as seen:
+        buf.sample(256)
+    assert len(seen.ops) <= budget, seen.ops
 
 
 def test_save_load_and_pickle_give_the_identical_next_sample(tmp_path: Path) -> None:

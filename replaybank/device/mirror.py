@@ -45,7 +45,8 @@ __all__ = ["DeviceMirror"]
 
 
 class DeviceMirror:
-    """``written``/``counts`` ``[lanes]`` (int64) and ``link`` ``[T * lanes]`` (int32) of a
+    """``written``/``counts`` ``[lanes]`` (int64) and ``link`` ``[T * lanes]`` (int64: the
+    gather indexes with it as it is) of a
     step table, as tensors on ``device``, kept current by :meth:`sync`.
 
     Args:
@@ -60,7 +61,12 @@ class DeviceMirror:
         lanes = table.lanes
         self.written = torch.zeros(lanes, dtype=torch.int64, device=device)
         self.counts = torch.zeros(lanes, dtype=torch.int64, device=device)
-        self.link = torch.zeros(table.T * lanes, dtype=torch.int32, device=device)
+        # for draws over lanes of unequal steps: the live steps' running count per lane,
+        # and per lane the key of its draw offset 0 (the key of draw u in lane l is
+        # key_base[l] + u * lanes; see replaybank.device.draws.lane_keys)
+        self.cum = torch.zeros(lanes, dtype=torch.int64, device=device)
+        self.key_base = torch.zeros(lanes, dtype=torch.int64, device=device)
+        self.link = torch.zeros(table.T * lanes, dtype=torch.int64, device=device)
         self._epoch = -1  # the table epoch mirrored (-1: nothing yet)
         self._written = np.zeros(lanes, dtype=np.int64)
         self._counts = np.zeros(lanes, dtype=np.int64)
@@ -74,10 +80,12 @@ class DeviceMirror:
         device only; nothing when nothing changed)."""
         written, counts = table.written, table.counts
         lanes = table.lanes
+        cum = np.cumsum(counts)
+        key_base = (written - cum) * lanes + np.arange(lanes)  # seq (written - cum + u)
         if table.epoch != self._epoch:
             link = table.link.reshape(-1).astype(np.int64)
-            dev = self._upload(np.concatenate([written, counts, link]))
-            self.link.copy_(dev[2 * lanes:])
+            dev = self._upload(np.concatenate([written, counts, cum, key_base, link]))
+            self.link.copy_(dev[4 * lanes:])
         elif np.array_equal(written, self._written) and np.array_equal(counts, self._counts):
             return
         else:
@@ -89,13 +97,14 @@ class DeviceMirror:
                 idx.append(seq % T * lanes + lane)
             slots = np.concatenate(idx) if idx else np.zeros(0, dtype=np.int64)
             vals = table.link.reshape(-1)[slots].astype(np.int64)
-            dev = self._upload(np.concatenate([written, counts, slots, vals]))
+            dev = self._upload(np.concatenate([written, counts, cum, key_base, slots, vals]))
             k = len(slots)
             if k:
-                self.link.index_copy_(0, dev[2 * lanes:2 * lanes + k],
-                                      dev[2 * lanes + k:].to(self.torch.int32))
+                self.link.index_copy_(0, dev[4 * lanes:4 * lanes + k], dev[4 * lanes + k:])
         self.written.copy_(dev[:lanes])
         self.counts.copy_(dev[lanes:2 * lanes])
+        self.cum.copy_(dev[2 * lanes:3 * lanes])
+        self.key_base.copy_(dev[3 * lanes:4 * lanes])
         self._epoch = table.epoch
         self._written = written.copy()
         self._counts = counts.copy()

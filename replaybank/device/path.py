@@ -61,7 +61,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from replaybank.buffers.sampling_parts import Parts
-from replaybank.device.draws import uniform_keys
+from replaybank.device.draws import lane_keys, lockstep_keys, uniform_keys
 from replaybank.device.mirror import DeviceMirror
 from replaybank.device.priorities import DevicePriorities
 from replaybank.ops import ring
@@ -116,6 +116,8 @@ class DevicePath:
         self._mirror: DeviceMirror | None = None
         self._plan: tuple[StepTable, tuple[Any, ...], list[_Group]] | None = None
         self._static: dict[int, _Static] = {}
+        # (lanes, [[0], [lanes]] on the device): the offsets of a slot and of its next step
+        self._next_offsets: tuple[int, Any] | None = None
         self._per: DevicePriorities | None = None  # device tree of a PER sampler
 
     # ------------------------------------------------------------------ state
@@ -186,7 +188,7 @@ class DevicePath:
         dp.sync(per, LaneView(table.T, table.lanes, table.written, table.counts), table.epoch)
         keys, slots, probs, weights = dp.draw(per, self.generator, mirror.written,
                                               mirror.counts, table.T, batch_size, beta)
-        out = self.gather(table, slots)
+        out = self.gather(table, self._pairs(table, slots))
         out["indices"] = keys
         out["weights"] = weights
         out["probabilities"] = probs
@@ -205,16 +207,39 @@ class DevicePath:
             self.generator.manual_seed(int(rng.integers(0, 2**63 - 1)))
 
     def _draw_gather(self, table: StepTable, rng: np.random.Generator, batch_size: int,
-                     sync: bool = True) -> dict[str, Any]:
+                     sync: bool = True, eager: bool = True) -> dict[str, Any]:
+        """Draw ``batch_size`` keys and gather them. ``eager``: lanes holding the same steps
+        draw in one kernel from the host's counters (:func:`lockstep_keys`), others in four
+        from the host's live count and the mirror's lane tables (:func:`lane_keys`); a CUDA
+        graph (``eager=False``) draws from the device counters alone
+        (:func:`uniform_keys`)."""
         mirror = self.mirror(table)
         if sync:  # host-to-device copies: never inside a graph capture
             mirror.sync(table)
         self._seed(rng)
-        keys, slots = uniform_keys(self.torch, self.generator, mirror.written, mirror.counts,
-                                   table.T, batch_size)
-        out = self.gather(table, slots)
+        if eager:
+            keys = lockstep_keys(self.torch, self.generator, self.device, table.written,
+                                 table.counts, batch_size)
+            if keys is None:
+                keys = lane_keys(self.torch, self.generator, int(table.counts.sum()),
+                                 mirror.cum, mirror.key_base, batch_size)
+            keys_or_slots = keys  # a key modulo T * lanes is its slot
+        else:
+            keys, keys_or_slots = uniform_keys(self.torch, self.generator, mirror.written,
+                                               mirror.counts, table.T, batch_size)
+        out = self.gather(table, self._pairs(table, keys_or_slots))
         out["indices"] = keys
         return out
+
+    def _pairs(self, table: StepTable, keys: Any) -> Any:
+        """``[2B]`` slots: those of ``keys`` ``[B]`` (item keys or slots), then the slots
+        of their next steps: two kernels."""
+        lanes = table.lanes
+        held = self._next_offsets
+        if held is None or held[0] != lanes:
+            held = self._next_offsets = (lanes, self.torch.tensor(
+                [[0], [lanes]], dtype=self.torch.int64, device=self.device))
+        return ((keys.unsqueeze(0) + held[1]) % (table.T * lanes)).view(-1)
 
     def mirror(self, table: StepTable) -> DeviceMirror:
         """The device mirror of ``table``'s bookkeeping (made on first use)."""
@@ -245,25 +270,20 @@ class DevicePath:
         self._plan = (table, arrays, groups)
         return groups
 
-    def gather(self, table: StepTable, slots: Any) -> dict[str, Any]:
-        """Every stored field ``[B, *shape]`` and ``next_<obs field>`` of device ``slots``
-        ``[B]``: one ``index_select`` per dtype group, views per field."""
+    def gather(self, table: StepTable, pairs: Any) -> dict[str, Any]:
+        """Every stored field ``[B, *shape]`` and ``next_<obs field>`` of the device slots
+        ``pairs[:B]`` (``pairs``: ``[2B]``, the slots then their next steps' slots, see
+        :meth:`_pairs`): one ``index_select`` per dtype group, views per field."""
         torch = self.torch
         mirror = self.mirror(table)
-        B = int(slots.shape[0])  # noqa: N806
-        nxt = (slots + table.lanes) % (table.T * table.lanes)  # [B] next steps' slots
-        lk = mirror.link.index_select(0, slots).to(torch.int64)  # [B] side slot + 1 or 0
+        B = int(pairs.shape[0]) // 2  # noqa: N806
+        slots = pairs[:B]
+        lk = mirror.link.index_select(0, slots)  # [B] side slot + 1 or 0
         aside = lk > 0
         side_slot = (lk - 1).clamp_(min=0)
-        both = None
         out: dict[str, Any] = {}
         for g in self._groups(table):
-            if g.has_obs:
-                if both is None:
-                    both = torch.cat([slots, nxt])  # [2B]
-                rows = g.flat.index_select(0, both)  # [2B, width]
-            else:
-                rows = g.flat.index_select(0, slots)  # [B, width]
+            rows = g.flat.index_select(0, pairs if g.has_obs else slots)  # [2B or B, width]
             for name, col, width, shape in g.members:
                 cols = rows[:, col] if not shape else rows[:, col:col + width]
                 out[name] = cols[:B].view(B, *shape)
@@ -299,7 +319,7 @@ class _Static:
         self.path, self.table, self.rng, self.batch_size = path, table, rng, batch_size
         self.side = tuple(table.side.arrays.values())
         if out is None:
-            first = path._draw_gather(table, rng, batch_size)
+            first = path._draw_gather(table, rng, batch_size, eager=False)
             out = {k: v.clone() for k, v in first.items()}
         self.out = out
         self.graph: Any = None
@@ -322,7 +342,8 @@ class _Static:
             a is b for a, b in zip(self.side, table.side.arrays.values(), strict=True))
 
     def _fill(self) -> None:
-        got = self.path._draw_gather(self.table, self.rng, self.batch_size, sync=False)
+        got = self.path._draw_gather(self.table, self.rng, self.batch_size, sync=False,
+                                     eager=False)
         for k, v in got.items():
             self.out[k].copy_(v)
 
