@@ -1,0 +1,58 @@
+#!/bin/bash
+# The GPU machine check, in one run: the CUDA tests, bench_torch_storage.py, and
+# bench_distributed.py and `replaybank bench` on the machine's CPU cores.
+#
+#   bash benchmarks/device_check.sh [tests] [torch] [dist] [bench]   (default: all four)
+#
+# Run from the repository root with a Python that has torch (a CUDA build), numpy,
+# safetensors, pydantic, hypothesis and pytest (pytest-xdist optional), plus ray for
+# `dist` and cpprb / stable-baselines3 / tianshou for the peers of `bench`. It builds the
+# C modules in place, and writes each step's log to $OUT (default /tmp/device_check).
+# Step time limits: TT, TB, TD, TR seconds (defaults 200, 120, 120, 150). On the H200
+# machine of docs/benchmarks.md the four steps took 125 s together.
+set -o pipefail
+export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
+OUT=${OUT:-/tmp/device_check}
+mkdir -p "$OUT"
+PY=${PY:-python3}
+T0=$(date +%s)
+t() { echo "== t=$(( $(date +%s) - T0 ))s $*"; }
+
+{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
+  echo "cores: $(nproc)"
+  $PY -c "import sys, numpy, torch; print(sys.version.split()[0], 'numpy', numpy.__version__,
+'torch', torch.__version__, 'cuda', torch.cuda.is_available(),
+torch.cuda.get_device_name(0) if torch.cuda.is_available() else '')"
+} 2>&1 | tee "$OUT/machine.txt"
+$PY setup.py build_ext --inplace > "$OUT/build.log" 2>&1 && echo "C modules built" \
+    || echo "C modules NOT built (see build.log): the Python writer serves"
+
+XDIST=$($PY -c "import xdist" 2>/dev/null && echo "-n 4")
+for step in ${*:-tests torch dist bench}; do
+  case $step in
+  tests)
+    t "CUDA tests"
+    timeout "${TT:-200}" $PY -m pytest -q -rs -p no:cacheprovider -o addopts= -m "not slow" \
+      $XDIST -W ignore::DeprecationWarning \
+      tests/test_torch_storage.py tests/test_device_per.py tests/test_device_sampling.py \
+      tests/test_prefetch.py tests/test_torch_priorities.py tests/test_transfer.py \
+      tests/test_day_one.py tests/test_compat_velora.py::test_cuda_device \
+      tests/test_compat_pytorchrl.py::test_get_priority_tensor_in_tensor_out \
+      2>&1 | tee "$OUT/tests.log" | tail -40 ;;
+  torch)
+    t "bench_torch_storage.py"
+    timeout "${TB:-120}" $PY benchmarks/bench_torch_storage.py 2>&1 \
+      | tee "$OUT/bench_torch_storage.txt" ;;
+  dist)
+    t "bench_distributed.py"
+    timeout "${TD:-120}" $PY benchmarks/bench_distributed.py 2>&1 \
+      | tee "$OUT/bench_distributed.txt" | tail -8 ;;
+  bench)
+    t "replaybank bench"
+    timeout "${TR:-150}" $PY -m replaybank.cli.main bench --scale 1 \
+      --peers cpprb,sb3,tianshou --cases sample,per,sequences,framestack --repeats 3 \
+      --quiet 2>&1 | tee "$OUT/replaybank_bench.txt" | head -9 ;;
+  *) echo "unknown step $step (tests, torch, dist, bench)" ;;
+  esac
+done
+t done
