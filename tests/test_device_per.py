@@ -63,15 +63,21 @@ def test_sum_tree_matches_a_plain_reference(n: int, fanout: int) -> None:
                           & (np.clip(edge, 0, leaves.sum()) <= hi + tol))
 
 
-def pair(seed: int = 0, norm: str | None = "buffer", **kw: Any) -> tuple[Any, Any]:
+def pair(seed: int = 0, norm: str | None = "buffer", lanes: int = 3, apart: bool = False,
+         **kw: Any) -> tuple[Any, Any]:
+    """A numpy buffer and a strict device buffer with the same writes (``apart``: some
+    writes to one lane only, so the lanes hold different steps)."""
     def make(storage: Any) -> rb.ReplayBuffer:
-        return rb.ReplayBuffer(90, num_envs=3, seed=seed, storage=storage,
+        return rb.ReplayBuffer(30 * lanes, num_envs=lanes, seed=seed, storage=storage,
                                sampler=rb.PrioritizedSampler(alpha=0.7, beta=0.4,
                                                              weight_norm=norm, **kw))
     ref, dev = make("numpy"), make(StrictBackend("cpu"))
-    for kw_ in steps(np.random.default_rng(seed), 3, 50):  # wraps around
-        ref.add(**kw_)
-        dev.add(**kw_)
+    for i, kw_ in enumerate(steps(np.random.default_rng(seed), lanes, 50)):  # wraps around
+        ids = [i % lanes] if apart and i % 3 else list(range(lanes))
+        part = {k: ({n: v[ids] for n, v in x.items()} if isinstance(x, dict) else x[ids])
+                for k, x in kw_.items()}
+        ref.add(**part, env_ids=ids)
+        dev.add(**part, env_ids=ids)
     return ref, dev
 
 
@@ -83,9 +89,15 @@ def update_both(ref: Any, dev: Any, keys: np.ndarray, seed: int) -> None:
     assert n_ref == n_dev
 
 
-@pytest.mark.parametrize("norm", ["buffer", "batch", None])
-def test_probabilities_and_weights_match_the_host_sampler(norm: str | None) -> None:
-    ref, dev = pair(norm=norm)
+@pytest.mark.parametrize(("norm", "lanes", "apart"), [
+    ("buffer", 3, False), ("batch", 3, False), (None, 3, False), ("buffer", 1, False),
+    ("buffer", 3, True), (None, 3, True)])
+def test_probabilities_and_weights_match_the_host_sampler(norm: str | None, lanes: int,
+                                                          apart: bool) -> None:
+    """Lanes in step, one lane, lanes apart: the keys (the live step of each drawn slot),
+    probabilities, weights and fields are the host sampler's."""
+    ref, dev = pair(norm=norm, lanes=lanes, apart=apart)
+    assert apart == bool((ref.table.written != ref.table.written[0]).any())
     for i in range(4):
         b = dev.sample(64)  # StrictBackend: any host conversion raises
         assert isinstance(b["indices"], torch.Tensor) and b["weights"].dtype == torch.float32

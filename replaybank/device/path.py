@@ -185,9 +185,10 @@ class DevicePath:
         dp = self._per
         if dp is None:
             dp = self._per = DevicePriorities(self.torch, self.device)
-        dp.sync(per, LaneView(table.T, table.lanes, table.written, table.counts), table.epoch)
-        keys, slots, probs, weights = dp.draw(per, self.generator, mirror.written,
-                                              mirror.counts, table.T, batch_size, beta)
+        lanes = LaneView(table.T, table.lanes, table.written, table.counts)
+        dp.sync(per, lanes, table.epoch)
+        keys, slots, probs, weights = dp.draw(per, self.generator, lanes, mirror.written,
+                                              batch_size, beta)
         out = self.gather(table, self._pairs(table, slots))
         out["indices"] = keys
         out["weights"] = weights

@@ -70,6 +70,7 @@ class DevicePriorities:
         self._source: tuple[int, int] | None = None  # (id of the sampler, table epoch)
         self._written: np.ndarray[Any, Any] | None = None
         self._touched: list[np.ndarray[Any, Any]] = []
+        self._strata: dict[int, Any] = {}  # batch size -> arange(B) on the device
 
     def touch(self, slots: np.ndarray[Any, Any]) -> None:
         """The host sampler's priorities of ``slots`` changed (an update): copy them at
@@ -109,27 +110,43 @@ class DevicePriorities:
         self._written = lanes.written.copy()
         self._touched = []
 
-    def draw(self, sampler: PrioritizedSampler, generator: Any, written: Any, counts: Any,
-             T: int, batch_size: int, beta: float) -> tuple[Any, Any, Any, Any]:  # noqa: N803
+    def draw(self, sampler: PrioritizedSampler, generator: Any, lanes: LaneView, written: Any,
+             batch_size: int, beta: float) -> tuple[Any, Any, Any, Any]:
         """Stratified draws: ``(keys, slots, probabilities float64, weights float32)``,
-        each ``[B]`` on the device (``written``/``counts``: device lane counters)."""
+        each ``[B]`` on the device (``lanes``: the host's lane counters; ``written``: their
+        device copy, read when the lanes hold different steps)."""
         torch = self.torch
         tree = self.tree
         assert tree is not None
         total = tree.total()
         u = torch.rand(batch_size, generator=generator, device=self.device,
                        dtype=torch.float64)
-        targets = (torch.arange(batch_size, device=self.device, dtype=torch.float64) + u) \
-            * (total / batch_size)
+        strata = self._strata.get(batch_size)
+        if strata is None:
+            strata = self._strata[batch_size] = torch.arange(
+                batch_size, device=self.device, dtype=torch.float64)
+        targets = (strata + u) * (total / batch_size)
         slots = tree.find(targets)  # [B]
         p = tree.leaves(slots)  # [B] stored priorities
         probs = p / total
         p_min = tree.min_positive() if sampler.weight_norm == "buffer" else None
         w = importance_weights(p, p_min, beta, sampler.weight_norm,
-                               counts.sum().to(torch.float64), total).to(torch.float32)
-        lanes = int(written.shape[0])
-        lane = slots % lanes
-        row = slots // lanes
-        last = written.index_select(0, lane) - 1  # the lane's newest sequence number
-        seq = last - (last - row) % T  # the live step stored at this row
-        return seq * lanes + lane, slots, probs, w
+                               float(lanes.counts.sum()), total).to(torch.float32)
+        return self._keys(slots, lanes, written), slots, probs, w
+
+    def _keys(self, slots: Any, lanes: LaneView, written: Any) -> Any:
+        """The item keys of drawn ``slots`` ``[B]``: the live step each slot holds."""
+        torch, L, T = self.torch, lanes.lanes, lanes.T  # noqa: N806
+        host = lanes.written
+        if L == 1 or bool((host == host[0]).all()):
+            # every lane's newest step is `last`: the step at row r is
+            # r + T * floor((last - r) / T), so key = slot + L * T * floor((last - r) / T)
+            last = int(host[0]) - 1
+            row = slots if L == 1 else torch.div(slots, L, rounding_mode="floor")
+            return torch.add(slots, torch.div(last - row, T, rounding_mode="floor"),
+                             alpha=L * T)
+        lane = slots % L
+        row = slots // L
+        newest = written.index_select(0, lane) - 1  # the lane's newest sequence number
+        seq = newest - (newest - row) % T  # the live step stored at this row
+        return seq * L + lane
