@@ -211,6 +211,11 @@ class TorchBackend:
         """``array[index] = values`` (numpy or tensor values; numpy index arrays)."""
         array[self._index(index)] = self._values(values)
 
+    def index(self, index: npt.NDArray[np.int64]) -> Any:
+        """``index`` as an int64 tensor on the device (one host-to-device copy), which
+        :meth:`gather` and :meth:`write` take as it is."""
+        return self._index(index)
+
     def gather(self, array: Any, index: Any) -> Any:
         """Return ``array[index]`` as a new tensor on the device.
 
@@ -224,7 +229,7 @@ class TorchBackend:
             base = array.reshape(array.shape[0] * array.shape[1], *array.shape[2:])
             return base.index_select(0, self._flat_index(rows, lanes, int(array.shape[1]))) \
                 .reshape(*lead, *array.shape[2:])
-        if isinstance(index, np.ndarray) and index.ndim == 1:
+        if isinstance(index, (np.ndarray, self.torch.Tensor)) and index.ndim == 1:
             return array.index_select(0, self._index(index))
         return array[self._index(index)]
 

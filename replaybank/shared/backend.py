@@ -345,6 +345,7 @@ class SharedBackend:
     # the arrays are plain numpy arrays in this process: numpy storage's reads and writes
     write = NumpyBackend.write
     gather = NumpyBackend.gather
+    index = NumpyBackend.index
     to_numpy = NumpyBackend.to_numpy
     flush = NumpyBackend.flush
     requires_memory = NumpyBackend.requires_memory

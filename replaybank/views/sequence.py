@@ -261,36 +261,44 @@ def gather_numpy(t: Any, starts: IntArray, ext: IntArray, width: int,
     # slots of the W window steps plus the step after the last one [B, W + 1], their
     # links [B, W], real episode ends / discontinuities [B, W], is_first of the starts [B]
     slots, lk, ends, first0 = plan(t.link, t.written, t.counts, starts, width)
-    steps = slots[:, :width]
     full = bool(ext.min() >= width)
     valid = None if full else np.arange(width) < ext[:, None]  # [B, W]
     pad = None if valid is None else np.nonzero(~valid)
     cut = lk > 0
     out: dict[str, Any] = {}
+    # each index in the backend's form once (device storage: one upload each, not one
+    # per field); the steps are the slots' first W columns
+    slots_at = be.index(slots)
+    steps_at = slots_at[:, :width]
+    pad_at = None if pad is None else tuple(be.index(p) for p in pad)
+    n_pad = 0 if pad is None else len(pad[0])
     for name, arr in t.arrays.items():
         if name in t.obs_fields:
             continue
-        g = be.gather(t.flat(arr), steps)  # [B, W, *shape]
-        if pad is not None:
-            be.write(g, pad, _zeros(t.spec[name], len(pad[0])))
+        g = be.gather(t.flat(arr), steps_at)  # [B, W, *shape]
+        if pad_at is not None:
+            be.write(g, pad_at, _zeros(t.spec[name], n_pad))
         out[name] = g
     # observations: one [B, W + 1] gather serves obs (columns :W) and next_obs (1:);
     # where a step's next observation is kept aside it is patched into next_obs
     side_pos = np.nonzero(cut if valid is None else cut & valid)
     shared = pad is None and t.plain_numpy and (
         len(side_pos[1]) == 0 or int(side_pos[1].min()) == width - 1)
+    kept_at = None
+    if len(side_pos[0]) and t.obs_fields:
+        kept_at = (tuple(be.index(p) for p in side_pos), be.index(lk[side_pos] - 1))
     for name in t.obs_fields:
-        g = be.gather(t.flat(t.arrays[name]), slots)  # [B, W + 1, *shape]
+        g = be.gather(t.flat(t.arrays[name]), slots_at)  # [B, W + 1, *shape]
         nxt = g[:, 1:]
         if not shared:
             nxt = nxt.clone() if hasattr(nxt, "clone") else nxt.copy()  # torch or numpy
-        if len(side_pos[0]):
-            be.write(nxt, side_pos, be.gather(t.side.arrays[name], lk[side_pos] - 1))
+        if kept_at is not None:
+            be.write(nxt, kept_at[0], be.gather(t.side.arrays[name], kept_at[1]))
         obs = g[:, :width]
-        if pad is not None:
-            zeros = _zeros(t.spec[name], len(pad[0]))
-            be.write(g, pad, zeros)
-            be.write(nxt, pad, zeros)
+        if pad_at is not None:
+            zeros = _zeros(t.spec[name], n_pad)
+            be.write(g, pad_at, zeros)
+            be.write(nxt, pad_at, zeros)
         if shared:  # obs and next_obs share memory: hand them out read-only
             obs.flags.writeable = False
             nxt.flags.writeable = False

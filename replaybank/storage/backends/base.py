@@ -65,6 +65,12 @@ class ArrayBackend(Protocol):
         """Return ``array[index]`` (fancy indexing, a new array of the backend's kind)."""
         ...
 
+    def index(self, index: npt.NDArray[np.int64]) -> Any:
+        """``index`` in the form :meth:`gather` and :meth:`write` read fastest: the array
+        itself in host memory, a device tensor for device storage (one host-to-device
+        copy, so an index used for several fields travels once)."""
+        ...
+
     def to_numpy(self, array: Any) -> npt.NDArray[Any]:
         """Return the array's content as numpy (a view when possible)."""
         ...

@@ -783,6 +783,10 @@ class MemmapBackend:
                 raise self._refuse("write") from exc
             raise
 
+    def index(self, index: npt.NDArray[np.int64]) -> Any:
+        """The index itself (host memory)."""
+        return index
+
     def gather(self, array: Any, index: Any) -> Any:
         """``array[index]`` as a new in-memory numpy array."""
         return array[index]

@@ -41,6 +41,10 @@ class NumpyBackend:
     def write(self, array: Any, index: Any, values: npt.NDArray[Any]) -> None:
         array[index] = values
 
+    def index(self, index: npt.NDArray[np.int64]) -> Any:
+        """The index itself (host memory)."""
+        return index
+
     def gather(self, array: Any, index: Any) -> Any:
         if type(index) is np.ndarray and index.dtype.kind == "i" and type(array) is np.ndarray:
             return array.take(index, axis=0)  # ~2x faster than array[index] on axis 0
