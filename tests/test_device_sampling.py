@@ -166,6 +166,29 @@ def test_a_device_sample_launches_few_kernels(lanes: int, env_ids: bool, budget:
     assert len(seen.ops) <= budget, seen.ops
 
 
+def test_a_device_per_sample_launches_a_bounded_number_of_kernels() -> None:
+    """Device PER on the CPU's tree layout (fanout 64; 100,000 slots: three levels): the
+    tree update of the touched slots, the stratified descent, weights, keys and the
+    gather, 78 kernel-launching ops; ``update_priorities`` checks on the host (two)."""
+    buf = rb.ReplayBuffer(100_000, seed=0, storage="torch", device="cpu",
+                          sampler=rb.PrioritizedSampler())
+    rng = np.random.default_rng(0)
+    obs = rng.normal(size=(20_001, 17)).astype(np.float32)
+    buf.extend(obs=obs[:-1], next_obs=obs[1:],
+               action=rng.normal(size=(20_000, 6)).astype(np.float32),
+               reward=np.zeros(20_000, np.float32), terminated=rng.random(20_000) < 0.001,
+               truncated=np.zeros(20_000, bool))
+    td = torch.rand(256) + 0.01
+    for _ in range(2):
+        buf.update_priorities(buf.sample(256).indices, td)
+    with _Launches() as seen:
+        b = buf.sample(256)
+    with _Launches() as updated:
+        buf.update_priorities(b.indices, td)
+    assert len(seen.ops) <= 78, seen.ops
+    assert len(updated.ops) <= 2, updated.ops
+
+
 def test_save_load_and_pickle_give_the_identical_next_sample(tmp_path: Path) -> None:
     buf = device_buffer("torch", capacity=60, seed=4)
     for kw in steps(np.random.default_rng(4), 3, 30):
