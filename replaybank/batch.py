@@ -57,6 +57,11 @@ __all__ = ["Batch", "SequenceBatch", "torch_device"]
 _F = typing.TypeVar("_F", bound="_FrozenArrays[Any]")
 
 
+#: Devices :func:`torch_device` accepted, by the argument given (``torch.cuda.is_available``
+#: costs microseconds per call on a GPU machine, and every ``to_torch`` asks).
+_CHECKED_DEVICES: dict[Any, Any] = {}
+
+
 def torch_device(torch: Any, device: Any, call: str | None = None) -> Any:
     """``device`` as a ``torch.device``, checked to exist on this machine.
 
@@ -81,6 +86,12 @@ def torch_device(torch: Any, device: Any, call: str | None = None) -> Any:
         ...
         replaybank.errors.ConfigError: to_torch(device='gpu'): not a torch device; torch calls the GPU 'cuda': use 'cuda', 'cuda:0', 'cpu' or a torch.device
     """  # noqa: E501
+    try:  # a device checked before (CUDA does not come and go within a process)
+        known = _CHECKED_DEVICES.get(device)
+    except TypeError:  # unhashable: checked below, and refused there
+        known = None
+    if known is not None:
+        return known
     arg = f"device={device!r}" if call is None else f"{call}(device={device!r})"
     try:
         dev = torch.device("cpu" if device is None else device)
@@ -100,6 +111,8 @@ def torch_device(torch: Any, device: Any, call: str | None = None) -> Any:
         if mps is None or not mps.is_available():
             raise ConfigError(f"{arg}: MPS (Apple GPU) is not available on this machine; "
                               "use device='cpu' (or None)")
+    if len(_CHECKED_DEVICES) < 64:
+        _CHECKED_DEVICES[device] = dev
     return dev
 
 

@@ -12,6 +12,7 @@ Example:
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import numpy as np
@@ -119,6 +120,9 @@ def require_extra(module: str, extra: str) -> Any:
     """
     import importlib
 
+    found = sys.modules.get(module)  # imported already: no import machinery per call
+    if found is not None:
+        return found
     try:
         return importlib.import_module(module)
     except ImportError as exc:  # pragma: no cover - depends on the environment
