@@ -79,6 +79,9 @@ class DeviceMirror:
         """Copy what changed in ``table``'s bookkeeping since the last call (host to
         device only; nothing when nothing changed)."""
         written, counts = table.written, table.counts
+        if table.epoch == self._epoch and written.tobytes() == self._written.tobytes() \
+                and counts.tobytes() == self._counts.tobytes():
+            return  # no write since (a bytes compare: ~20x cheaper than np.array_equal)
         lanes = table.lanes
         cum = np.cumsum(counts)
         key_base = (written - cum) * lanes + np.arange(lanes)  # seq (written - cum + u)
@@ -86,8 +89,6 @@ class DeviceMirror:
             link = table.link.reshape(-1).astype(np.int64)
             dev = self._upload(np.concatenate([written, counts, cum, key_base, link]))
             self.link.copy_(dev[4 * lanes:])
-        elif np.array_equal(written, self._written) and np.array_equal(counts, self._counts):
-            return
         else:
             T = table.T  # noqa: N806
             idx = []
