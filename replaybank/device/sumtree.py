@@ -146,11 +146,11 @@ class TorchSumTree:
         c = top.cumsum(0)
         idx = torch.minimum(torch.searchsorted(c, t, right=True),
                             torch.searchsorted(c, c[-1:], right=False))
-        t = (t - (c.index_select(0, idx) - top.index_select(0, idx))).clamp_min(0.0)
+        t = (t - (c - top).index_select(0, idx)).clamp_min(0.0)
         for j in range(len(self.sums) - 2, -1, -1):
             blocks = self.sums[j].view(-1, self.fanout).index_select(0, idx)  # [B, f]
             k, t = self._pick(blocks, t)
-            idx = idx * self.fanout + k
+            idx = torch.add(k, idx, alpha=self.fanout)  # idx * fanout + k, one kernel
         return idx
 
     def _pick(self, rows: Any, t: Any) -> tuple[Any, Any]:
@@ -162,5 +162,5 @@ class TorchSumTree:
         k = torch.searchsorted(c, t.unsqueeze(1), right=True)  # [B, 1]
         last = torch.searchsorted(c, c[:, -1:].contiguous(), right=False)  # last positive
         k = torch.minimum(k, last)
-        before = c.gather(1, k) - rows.gather(1, k)  # running sum before entry k
+        before = (c - rows).gather(1, k)  # running sum before entry k
         return k.squeeze(1), (t - before.squeeze(1)).clamp_min(0.0)
