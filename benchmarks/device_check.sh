@@ -10,6 +10,11 @@
 # C modules in place, and writes each step's log to $OUT (default /tmp/device_check).
 # Step time limits: TT, TB, TD, TR seconds (defaults 200, 120, 120, 150). On the H200
 # machine of docs/benchmarks.md the four steps took 125 s together.
+#
+# A machine without a package index: WHEELS=<folder> installs every *.whl there (no
+# dependencies resolved: bring each one) and unpacks every *.tar.xz there (a package
+# tree too large for a wheel, e.g. ray without its Java jars and dashboard) into
+# $SITE (default /tmp/site), which goes first on PYTHONPATH.
 set -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
 OUT=${OUT:-/tmp/device_check}
@@ -17,6 +22,17 @@ mkdir -p "$OUT"
 PY=${PY:-python3}
 T0=$(date +%s)
 t() { echo "== t=$(( $(date +%s) - T0 ))s $*"; }
+if [ -n "${WHEELS:-}" ]; then
+  SITE=${SITE:-/tmp/site}
+  mkdir -p "$SITE"
+  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" \
+      "$WHEELS"/*.whl > "$OUT/wheels.log" 2>&1 || echo "wheel install FAILED (wheels.log)"
+  for tarball in "$WHEELS"/*.tar.xz; do
+    [ -e "$tarball" ] && { tar xJf "$tarball" -C "$SITE" || echo "unpacking $tarball FAILED"; }
+  done
+  export PYTHONPATH="$SITE:$PWD${PYTHONPATH:+:$PYTHONPATH}"
+  t "wheels from $WHEELS installed into $SITE"
+fi
 
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
   echo "cores: $(nproc)"
