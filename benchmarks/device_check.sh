@@ -2,12 +2,16 @@
 # The GPU machine check, in one run: the CUDA tests, bench_torch_storage.py, and
 # bench_distributed.py and `replaybank bench` on the machine's CPU cores.
 #
-#   bash benchmarks/device_check.sh [tests] [torch] [dist] [bench]   (default: all four)
+#   bash benchmarks/device_check.sh [tests] [torch] [dist] [bench] [cpu]   (default: all)
+#
+# `cpu` runs issue 29's CPU benchmarks on the machine's quieter cores: bench_core.py
+# (core table), bench_per.py, bench_sequences.py, bench_framestack.py (about 30 s here).
 #
 # Run from the repository root with a Python that has torch (a CUDA build), numpy,
 # safetensors, pydantic, hypothesis and pytest (pytest-xdist optional), plus ray for
 # `dist` and cpprb / stable-baselines3 / tianshou for the peers of `bench`. It builds the
-# C modules in place, and writes each step's log to $OUT (default /tmp/device_check).
+# C modules in place, and writes each step's log to $OUT (default /tmp/device_check; at
+# most 8 files, what the device tool brings back).
 # Step time limits: TT, TB, TD, TR seconds (defaults 200, 120, 120, 150). On the H200
 # machine of docs/benchmarks.md the four steps took 125 s together.
 #
@@ -44,7 +48,7 @@ $PY setup.py build_ext --inplace > "$OUT/build.log" 2>&1 && echo "C modules buil
     || echo "C modules NOT built (see build.log): the Python writer serves"
 
 XDIST=$($PY -c "import xdist" 2>/dev/null && echo "-n 4")
-for step in ${*:-tests torch dist bench}; do
+for step in ${*:-tests torch dist bench cpu}; do
   case $step in
   tests)
     t "CUDA tests"
@@ -68,7 +72,14 @@ for step in ${*:-tests torch dist bench}; do
     timeout "${TR:-150}" $PY -m replaybank.cli.main bench --scale 1 \
       --peers cpprb,sb3,tianshou --cases sample,per,sequences,framestack --repeats 3 \
       --quiet 2>&1 | tee "$OUT/replaybank_bench.txt" | head -9 ;;
-  *) echo "unknown step $step (tests, torch, dist, bench)" ;;
+  cpu)
+    for script in bench_core.py bench_per.py bench_sequences.py bench_framestack.py; do
+      t "$script"
+      args=""; [ "$script" = bench_core.py ] && args="--table core"
+      echo "## $script" >> "$OUT/cpu_benchmarks.txt"
+      timeout 120 $PY "benchmarks/$script" $args 2>&1 | tee -a "$OUT/cpu_benchmarks.txt" | tail -6
+    done ;;
+  *) echo "unknown step $step (tests, torch, dist, bench, cpu)" ;;
   esac
 done
 t done
