@@ -435,3 +435,84 @@ def test_torch_tensors_that_need_the_host() -> None:
         b.add(obs=t, action=np.zeros(2, np.float32), reward=0.0, next_obs=t + 1,
               terminated=False, truncated=False, value=0.0)
     same_everything(fast, slow)
+
+
+def _offset(t: Any) -> Any:
+    """``t``'s values in a tensor that starts one row into its storage."""
+    pad = torch.zeros((1, *t.shape), dtype=t.dtype)
+    return torch.cat([pad, t[None]])[1]
+
+
+def _expanded(t: Any) -> Any:
+    """``t``'s values where the leading dim has stride 0 (an ``expand`` of one row) when all
+    its rows are equal, else a transposed copy (a column-major layout)."""
+    if t.ndim >= 2 and bool((t == t[:1]).all()):
+        return t[:1].expand(*t.shape)
+    if t.ndim < 2:
+        return t
+    rev = tuple(range(t.ndim - 1, -1, -1))
+    return t.permute(rev).contiguous().permute(rev)
+
+
+#: tensor layouts and dtypes a torch loop hands over, each with the same values
+TENSOR_MAKERS: dict[str, Callable[[Any], Any]] = {
+    "plain": lambda t: t,
+    "offset": _offset,
+    "expanded or column-major": _expanded,
+    "strided": lambda t: torch.stack([t, t], dim=-1)[..., 0],
+    "float64": lambda t: t.double() if t.is_floating_point() else t,
+    "int64 flags": lambda t: t.long() if t.dtype == torch.bool else t,
+    "float flags": lambda t: t.float() if t.dtype == torch.bool else t,
+    "requires grad": lambda t: t.float().requires_grad_(True) if t.is_floating_point() else t,
+}
+
+
+@_NOT_BUILT
+@pytest.mark.skipif(torch is None, reason="torch not installed")
+@pytest.mark.parametrize("lanes", [1, 3])
+@pytest.mark.parametrize("maker", sorted(TENSOR_MAKERS))
+def test_torch_tensor_layouts_land_as_the_reference(lanes: int, maker: str) -> None:
+    """Every field a torch CPU tensor (offsets into storage, stride-0 expands, column-major
+    and strided layouts, float64 values, int and float flags, requires_grad): the
+    compiled writer reads each where it lies (never the Python boundary) and stores what
+    the reference writer stores."""
+    rng = np.random.default_rng(5 + lanes)
+    fast, slow = twins("compiled", lambda: rb.ReplayBuffer(capacity=6 * lanes, num_envs=lanes,
+                                                            spec=SPEC_FLOAT, seed=0))
+    general = _no_general(fast, slow, rng, cont=True)
+    cur = rng.standard_normal((lanes, 3)).astype(np.float32)
+    make = TENSOR_MAKERS[maker]
+    for i in range(8):
+        n = 1 + i % 3
+        d, cur = _stream(rng, n, lanes, True, cur)
+        if i % 4 == 0:  # equal rows: the expand maker's stride-0 case
+            d["obs"][:] = d["obs"][:1]
+        if lanes == 1:
+            d = {k: v[:, 0] for k, v in d.items()}
+        call = {k: make(torch.from_numpy(np.array(v))) for k, v in d.items()}
+        op = "extend" if i % 2 else "add"
+        if op == "add":
+            call = {k: v[0] for k, v in call.items()}
+        for b in (fast, slow):
+            getattr(b, op)(**call)
+        same_everything(fast, slow)
+    assert general == []
+
+
+@_NOT_BUILT
+@pytest.mark.skipif(torch is None, reason="torch not installed")
+def test_torch_lazy_conjugation_lands_as_the_reference() -> None:
+    """A complex tensor with a lazy conjugation bit (which a zero-copy export does not
+    carry) stores its conjugated values, as the reference writer does."""
+    spec = {**SPEC_FLOAT, "z": ((2,), "complex64")}
+    rng = np.random.default_rng(3)
+    fast, slow = twins("compiled", lambda: rb.ReplayBuffer(capacity=8, spec=spec, seed=0))
+    z = (rng.standard_normal(2) + 1j * rng.standard_normal(2)).astype(np.complex64)
+    lazy = torch.from_numpy(z.copy()).conj()
+    assert lazy.is_conj()
+    for b in (fast, slow):
+        b.add(obs=np.zeros(3, np.float32), action=np.zeros(2, np.float32), reward=0.0,
+              next_obs=np.ones(3, np.float32), terminated=False, truncated=False,
+              value=0.0, z=lazy)
+    same_everything(fast, slow)
+    assert np.array_equal(fast.buf.table.arrays["z"][0, 0], np.conj(z))
