@@ -13,8 +13,9 @@ not per call. Rows:
   - ``torch storage sample``: ``buf.sample(256)`` (device draws, grouped gathers);
   - ``torch storage sample_fn``: ``buf.sample_fn(256)()`` (a CUDA graph on CUDA);
   - ``numpy storage + to_torch``: ``buf.sample(256).to_torch(device)``;
-* PER ``sample(256)`` + ``update_priorities(256)``: torch storage (device sum tree;
-  priorities as device tensors) vs numpy storage with the same ``PrioritizedSampler``;
+* PER ``sample(256)`` + ``update_priorities(256)``: torch storage (host tree draws, one
+  packed copy, device gather; priorities as device tensors) vs numpy storage with the
+  same ``PrioritizedSampler``;
 * ``sample_sequences(16, 64)``: torch storage (host draws, device gather and flags) vs
   numpy storage + ``to_torch``;
 * prefetch: the mean time ``next(prefetcher)`` waits in a loop whose step takes twice the

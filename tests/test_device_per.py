@@ -1,7 +1,8 @@
-"""Prioritized sampling on the device (issue 17, item 3): the torch sum tree against a
-plain reference, and a device PER buffer against the host PrioritizedSampler (same
-per-slot probabilities and weights, the same distribution by chi-square, stale updates
-ignored, state saved), with no host conversion in ``sample`` (StrictBackend)."""
+"""Prioritized sampling of device storage: the host tree draws, the device gathers. A
+device PER buffer gives numpy storage's batches under the same seed (the same keys,
+probabilities, weights and fields, as device tensors), follows the host sampler's
+probabilities and distribution, ignores stale updates, saves its state, and converts no
+device tensor to the host in ``sample`` (StrictBackend)."""
 
 from __future__ import annotations
 
@@ -14,53 +15,12 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import replaybank as rb  # noqa: E402
-from replaybank.device import sumtree as sumtree_torch  # noqa: E402
 from replaybank.samplers.prioritized import is_weights  # noqa: E402
 from tests.stats import chi2_critical  # noqa: E402
 from tests.strict_device import StrictBackend, allow_syncs, host  # noqa: E402
 from tests.test_torch_features import steps  # noqa: E402
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-
-
-@pytest.mark.parametrize("fanout", [2, 3, 8, 1024])
-@pytest.mark.parametrize("n", [1, 2, 5, 37, 64, 1000])
-def test_sum_tree_matches_a_plain_reference(n: int, fanout: int) -> None:
-    """Totals, smallest positive leaf, leaves and the prefix-mass search against numpy
-    (searchsorted on the cumsum), through random updates that zero leaves too; fanout
-    1024 is the CUDA layout, run here on the CPU."""
-    rng = np.random.default_rng(n * 7 + fanout)
-    leaves = rng.random(n) * (rng.random(n) < 0.7)
-    tree = sumtree_torch.TorchSumTree(torch, torch.from_numpy(leaves), fanout)
-    assert all(len(level) <= fanout or len(level) % fanout == 0 for level in tree.sums)
-    assert len(tree.sums[-1]) <= fanout
-    for _ in range(5):
-        k = int(rng.integers(1, n + 1))
-        slots = rng.choice(n, size=k, replace=False)
-        vals = rng.random(k) * (rng.random(k) < 0.8)
-        leaves[slots] = vals
-        tree.update(torch.from_numpy(slots), torch.from_numpy(vals))
-        assert float(tree.total()) == pytest.approx(leaves.sum(), rel=1e-12, abs=1e-300)
-        pos = leaves[leaves > 0]
-        assert float(tree.min_positive()) == (pos.min() if len(pos) else np.inf)
-        np.testing.assert_array_equal(tree.leaves(torch.arange(n)).numpy(), leaves)
-        if leaves.sum() > 0:  # prefix masses -> leaves, as searchsorted on the cumsum
-            cum = np.cumsum(leaves)
-            t = np.sort(rng.random(200)) * leaves.sum()
-            want = np.searchsorted(cum, t, side="right")
-            got = tree.find(torch.from_numpy(t)).numpy()
-            assert (leaves[got] > 0).all()  # never an empty leaf
-            np.testing.assert_array_equal(got, want)
-            # exact boundaries (measure zero: either neighbour), 0, a rounding below 0
-            # and the total and past it (the last positive leaf)
-            edge = np.concatenate([cum[leaves > 0][:20],
-                                   [0.0, -1e-12, leaves.sum(), leaves.sum() * (1 + 1e-9)]])
-            got = tree.find(torch.from_numpy(edge)).numpy()
-            assert (leaves[got] > 0).all()
-            lo, hi = cum[got] - leaves[got], cum[got]
-            tol = 1e-9 * leaves.sum()
-            assert np.all((lo - tol <= np.clip(edge, 0, leaves.sum()))
-                          & (np.clip(edge, 0, leaves.sum()) <= hi + tol))
 
 
 def pair(seed: int = 0, norm: str | None = "buffer", lanes: int = 3, apart: bool = False,
@@ -87,6 +47,32 @@ def update_both(ref: Any, dev: Any, keys: np.ndarray, seed: int) -> None:
     with allow_syncs(1):
         n_dev = dev.update_priorities(torch.from_numpy(keys), torch.from_numpy(p))
     assert n_ref == n_dev
+
+
+@pytest.mark.parametrize(("norm", "lanes", "apart"), [
+    ("buffer", 3, False), ("batch", 1, False), (None, 3, True)])
+def test_device_per_gives_numpy_storages_batches(norm: str | None, lanes: int,
+                                                 apart: bool) -> None:
+    """The same seed and writes, numpy storage against device storage: every batch (keys,
+    probabilities, weights, every field and next observation) is the same, through
+    priority updates, a beta given per call, a scheduled beta and wraps of the ring."""
+    ref, dev = pair(seed=9, norm=norm, lanes=lanes, apart=apart, beta_schedule="linear",
+                    beta_steps=6)
+    for i in range(6):
+        kw: dict[str, Any] = {"beta": 0.9} if i == 3 else {}
+        want, got = ref.sample(48, **kw), dev.sample(48, **kw)
+        assert isinstance(got["indices"], torch.Tensor)
+        assert got["indices"].device.type == "cpu" and got["weights"].dtype == torch.float32
+        assert got["probabilities"].dtype == torch.float64
+        assert set(want) == set(got)
+        for k in want:
+            np.testing.assert_array_equal(host(got[k]), want[k], err_msg=k)
+        update_both(ref, dev, want["indices"], i)
+        if i == 2:  # new steps overwrite the oldest
+            for kw_ in steps(np.random.default_rng(i), lanes, 7):
+                ref.add(**kw_)
+                dev.add(**kw_)
+    assert dev.sampler.calls == ref.sampler.calls
 
 
 @pytest.mark.parametrize(("norm", "lanes", "apart"), [
@@ -134,7 +120,7 @@ def test_device_draws_follow_the_host_distribution() -> None:
     assert chi2 < chi2_critical(int(live.sum()) - 1)
 
 
-def test_stale_updates_are_ignored_and_writes_reach_the_device_tree() -> None:
+def test_stale_updates_are_ignored_and_new_writes_are_drawn() -> None:
     ref, dev = pair(seed=2)
     old = host(dev.sample(16)["indices"])
     for kw in steps(np.random.default_rng(7), 3, 40):  # overwrites most of the ring

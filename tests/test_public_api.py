@@ -39,9 +39,7 @@ INTERNAL = {
     # device replay parts (issue 17): composed by ReplayBuffer, never built by users
     "replaybank.device.path.DeviceArrays",
     "replaybank.device.path.DevicePath",
-    "replaybank.device.priorities.DevicePriorities",
     "replaybank.device.mirror.DeviceMirror",
-    "replaybank.device.sumtree.TorchSumTree",
     "replaybank.device.hindsight.Relabeling",
     "replaybank.storage.newest_steps.NewestSteps",
     "replaybank.shared.reader.SharedReader",

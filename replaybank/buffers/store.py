@@ -8,8 +8,9 @@ differs between storage modes:
 * :class:`Store`: numpy arrays or memmap files read and written in this process (a
   memmap store also releases its files on :meth:`~Store.close`);
 * :class:`~replaybank.device.store.DeviceStore` (in the device room): torch tensors;
-  uniform and prioritized one-step samples are drawn and gathered on the device, priority
-  updates reach the device sum tree, and the device generator is part of the state;
+  one-step samples are gathered on the device (uniform keys drawn there, prioritized keys
+  by the host tree, the record of every priority), and the device generator is part of
+  the state;
 * :class:`~replaybank.shared.store.SharedStore` (in the shared-memory room): the owner of
   ``storage="shared"`` memory, written by collector processes through
   :meth:`~Store.writer` handles: every read refreshes a snapshot of their lanes first and

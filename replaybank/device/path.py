@@ -29,9 +29,14 @@ Which calls take it (else the host path serves the call, unchanged):
   (uniform over the live steps), *not* the same keys: the device generator is not the
   buffer's numpy generator.
 * a :class:`~replaybank.samplers.prioritized.PrioritizedSampler` with a one-step view,
-  ``replace=True`` (``beta=`` allowed): drawn from a device sum tree that mirrors the
-  sampler's priorities (:mod:`replaybank.device.priorities`); the same
-  probabilities and weights, the same distribution, not the same keys.
+  ``replace=True`` (``beta=`` allowed): the sampler draws on the host, exactly as for
+  numpy storage (its compiled tree is the record of every priority: the same keys,
+  probabilities and weights as numpy storage under the same seed), and the keys, their
+  next steps' slots, the weights and the probabilities reach the device in one packed
+  copy (:func:`~replaybank.transfer.to_device`) for the grouped gather. A device sum tree
+  was tried and dropped: at a batch of 256 its descent and updates took about 70 kernel
+  launches, 1.26 ms a call on an H200 against 0.10 ms for the host tree
+  (``docs/benchmarks.md``).
 * everything else (n-step, frame stacks, recent, lane split, sequences, ``replace=False``)
   draws on the host exactly as numpy storage does (the same keys and samples as numpy
   storage under the same seed) and gathers on the device.
@@ -63,12 +68,12 @@ import numpy as np
 from replaybank.buffers.sampling_parts import Parts
 from replaybank.device.draws import lane_keys, lockstep_keys, uniform_keys
 from replaybank.device.mirror import DeviceMirror
-from replaybank.device.priorities import DevicePriorities
 from replaybank.ops import ring
 from replaybank.samplers.base import LaneView
 from replaybank.samplers.prioritized import PrioritizedSampler
 from replaybank.samplers.sample_args import LARGE_BATCH
 from replaybank.storage.table import StepTable
+from replaybank.transfer import to_device
 from replaybank.views.base import next_name
 
 __all__ = ["DeviceArrays", "DevicePath", "device_path"]
@@ -120,7 +125,6 @@ class DevicePath:
         self._static: dict[int, _Static] = {}
         # (lanes, [[0], [lanes]] on the device): the offsets of a slot and of its next step
         self._next_offsets: tuple[int, Any] | None = None
-        self._per: DevicePriorities | None = None  # device tree of a PER sampler
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
@@ -177,32 +181,33 @@ class DevicePath:
         per = self._prioritized(parts)
         if per is None:
             return self._draw_gather(table, rng, batch_size)
-        if not per.total > 0.0:  # the host tree is the record: no device read
+        if not per.total > 0.0:  # the host path raises its error
             return None
-        beta = per.resolve_beta(kwargs.get("beta"))  # checked before anything changes
-        per.calls += 1  # the schedule advances as a host sample's does
-        mirror = self.mirror(table)
-        mirror.sync(table)
-        self._seed(rng)
-        dp = self._per
-        if dp is None:
-            dp = self._per = DevicePriorities(self.torch, self.device)
-        lanes = LaneView(table.T, table.lanes, table.written, table.counts)
-        dp.sync(per, lanes, table.epoch)
-        keys, slots, probs, weights = dp.draw(per, self.generator, lanes, mirror.written,
-                                              batch_size, beta)
-        out = self.gather(table, self._pairs(table, slots))
-        out["indices"] = keys
-        out["weights"] = weights
-        out["probabilities"] = probs
-        return out
+        return self._host_draw_gather(table, per, rng, batch_size, kwargs)
 
-    def touch(self, table: StepTable | None, keys: Any) -> None:
-        """Priorities of ``keys`` (host item keys) changed on the host sampler: the device
-        tree copies them at its next draw."""
-        if self._per is not None and table is not None:
-            self._per.touch(ring.key_to_slot(ring.as_int_array(keys, "indices"), table.T,
-                                             table.lanes))
+    def _host_draw_gather(self, table: StepTable, sampler: PrioritizedSampler,
+                          rng: np.random.Generator, batch_size: int,
+                          kwargs: dict[str, Any]) -> dict[str, Any]:
+        """Keys, probabilities and weights drawn by ``sampler`` on the host (as the host
+        path's draw: the same call, the same generator), sent with the ``[2B]`` slots of
+        the steps and their next steps in one packed copy, then gathered."""
+        lanes = LaneView(table.T, table.lanes, table.written, table.counts)
+        res = sampler.sample(batch_size, lanes, rng, replace=True, **kwargs)
+        n = table.T * table.lanes
+        slots = ring.key_to_slot(res.keys, table.T, table.lanes)
+        host: dict[str, Any] = {"pairs": np.concatenate([slots, (slots + table.lanes) % n]),
+                                "indices": res.keys}
+        if res.weights is not None:
+            host["weights"] = res.weights.astype(np.float32)
+        if res.probabilities is not None:
+            host["probabilities"] = res.probabilities
+        dev = to_device(self.torch, host, self.device, pin=self.device.type == "cuda")
+        if dev is None:  # pragma: no cover - int64 and float arrays always pack
+            dev = {k: self.torch.from_numpy(v).to(self.device) for k, v in host.items()}
+        self.mirror(table).sync(table)
+        out = self.gather(table, dev.pop("pairs"))
+        out.update(dev)
+        return out
 
     def _seed(self, rng: np.random.Generator) -> None:
         if self.generator is None:

@@ -1,6 +1,7 @@
-"""The device store: torch tensors whose one-step samples are drawn and gathered on the
-device (:mod:`replaybank.device.path`), with priority updates reaching the device sum tree
-and the device generator in the buffer's state.
+"""The device store: torch tensors whose one-step samples are gathered on the device
+(:mod:`replaybank.device.path`: uniform keys drawn there, prioritized keys by the host
+tree), with priority updates checked on the host and the device generator in the
+buffer's state.
 
 Example:
     >>> import numpy as np, replaybank as rb
@@ -31,7 +32,7 @@ __all__ = ["DeviceStore", "device_store"]
 
 
 class DeviceStore(Store):
-    """Torch tensors whose one-step samples are drawn and gathered on the device.
+    """Torch tensors whose one-step samples are gathered on the device.
 
     Args:
         backend: Where the arrays live (torch tensors).
@@ -54,12 +55,9 @@ class DeviceStore(Store):
         return super().sample(parts, rng, batch_size, replace, kwargs)
 
     def updated(self, apply: Callable[..., int], *values: Any) -> int:
-        """The update on the host (tensors copied in one transfer), then the device sum
-        tree follows the keys (the first value)."""
-        values = to_host(*values)
-        n = apply(*values)
-        self.path.touch(self.table, values[0])
-        return n
+        """The update on the host tree, the record of every priority (device tensors
+        copied in one transfer)."""
+        return apply(*to_host(*values))
 
     def state_dict(self) -> dict[str, Any]:
         """``{"device_rng": ...}`` once the device generator is seeded."""

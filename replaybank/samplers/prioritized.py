@@ -119,9 +119,8 @@ def importance_weights(priorities: W, p_min: Any, beta: float, weight_norm: str 
     ``(N * P(i)) ** -beta`` normalised per ``weight_norm`` and clamped to
     ``[2**-126, float32 max]``, using only operations both array kinds have (``/``,
     ``**``, ``.min()``, ``.clip``): :func:`is_weights` runs it on the host sampler's numpy
-    arrays, :class:`~replaybank.device.priorities.DevicePriorities` on device
-    tensors, so both give the same weights for the same stored priorities. The compiled
-    twins (``sumtree_numba``, ``_sampling.c``) are tested against it.
+    arrays; torch tensors take the same formula. The compiled twins (``sumtree_numba``,
+    ``_sampling.c``) are tested against it.
 
     Args:
         priorities: Stored priorities of the drawn items ``[B]`` (all > 0), float64.
