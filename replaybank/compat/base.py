@@ -15,7 +15,10 @@ way lives here, written once:
   a buffer type (``SequenceReplayBuffer``, ``PathBuffer``): ``state_dict`` (the core's
   state beside the front end's own entries), ``load_state_dict`` (the front end's entries
   checked before the core loads, so a state that fails changes nothing), ``save``,
-  ``load`` and ``config`` through :mod:`replaybank.persist`.
+  ``load`` and ``config`` through :mod:`replaybank.persist`;
+* :func:`restored_on_error` makes a call that fails change nothing: the attributes it
+  names (a front end's whole ``__dict__``, a generator's ``state``) are put back when
+  the block raises.
 
 What is left in a front end is its name-translation table and the methods whose
 semantics differ from the core's. Front ends whose library saves its own way (velora's
@@ -38,7 +41,9 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import copy
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, overload
 
 from replaybank import persist
@@ -46,7 +51,7 @@ from replaybank import persist
 if TYPE_CHECKING:  # pydantic loads with the first config() call
     from replaybank.config import BufferConfig
 
-__all__ = ["Checkpointed", "Core", "FrontEnd"]
+__all__ = ["Checkpointed", "Core", "FrontEnd", "restored_on_error"]
 
 T = TypeVar("T")
 
@@ -226,3 +231,36 @@ class Checkpointed:
         from replaybank.config import buffer_config
 
         return buffer_config(self)
+
+
+@contextmanager
+def restored_on_error(obj: Any, *names: str) -> Iterator[None]:
+    """Put back the attributes ``names`` of ``obj`` (shallow copies taken on entry) when
+    the ``with`` block raises, then re-raise: a call that fails half-way changes nothing.
+
+    Args:
+        obj: The object whose attributes the block may change.
+        *names: The attributes to restore (``"__dict__"``: every attribute of a front
+            end; ``"state"`` of a numpy bit generator: the draws).
+
+    Example:
+        >>> import numpy as np
+        >>> rng = np.random.default_rng(0)
+        >>> first = rng.random()
+        >>> rng = np.random.default_rng(0)
+        >>> try:
+        ...     with restored_on_error(rng.bit_generator, "state"):
+        ...         _ = rng.random()
+        ...         raise ValueError("a late failure")
+        ... except ValueError:
+        ...     pass
+        >>> rng.random() == first
+        True
+    """
+    saved = {name: copy.copy(getattr(obj, name)) for name in names}
+    try:
+        yield
+    except BaseException:
+        for name, value in saved.items():
+            setattr(obj, name, value)
+        raise

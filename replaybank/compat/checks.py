@@ -1,4 +1,4 @@
-"""The argument checks of the front ends, written once: ints, numbers, flags, dicts,
+"""The argument checks of the front ends, written once: ints, numbers, flags, types, dicts,
 the values a user passes as data (numbers, one number, done flags) and a saved
 generator state.
 
@@ -59,7 +59,7 @@ from replaybank.errors import (
 from replaybank.host import as_numpy
 from replaybank.spec import real_array
 
-__all__ = ["check_bool", "check_int", "check_mapping", "check_number", "done_flag",
+__all__ = ["check_bool", "check_int", "check_mapping", "check_number", "check_type", "done_flag",
            "flag_values", "int_rule", "is_int", "is_real", "numbers", "one_number",
            "saved_generator"]
 
@@ -237,8 +237,39 @@ def check_bool(call: str | None, name: str, value: Any, fix: str = "", *,
     return bool(value)
 
 
+def check_type(call: str | None, name: str, value: Any, kind: type | tuple[type, ...],
+               expected: str, error: type[Exception] = ArgumentError) -> Any:
+    """An argument of a given type (a path, a str key, a Sampler, a dict, ...).
+
+    Args:
+        call: The call, for the message, or None.
+        name: The argument's name (or a longer label, such as ``"load(...): metadata"``).
+        value: What the caller passed.
+        kind: The accepted type, or a tuple of them (as ``isinstance`` takes).
+        expected: What to pass instead, for the message (``"a folder path (str or
+            pathlib.Path)"``).
+        error: Raised for a value of another type.
+
+    Returns:
+        ``value``, as it is.
+
+    Raises:
+        ArgumentError: (``error``) ``value`` is not a ``kind``; the message names the
+            call, the argument, the value and what was ``expected``.
+
+    Example:
+        >>> check_type("save", "prefix", 3, str, "a string, e.g. prefix='buffer_'")
+        Traceback (most recent call last):
+        ...
+        replaybank.errors.ArgumentError: save(prefix=3): expected a string, e.g. prefix='buffer_'
+    """
+    if not isinstance(value, kind):
+        raise error(f"{_site(call, name, value)}: expected {expected}")
+    return value
+
+
 def check_mapping(call: str | None, name: str, value: Any, what: str) -> Mapping[str, Any]:
-    """A dict argument.
+    """A dict argument (:func:`check_type` of a ``Mapping``).
 
     Args:
         call: The call, for the message, or None.
@@ -255,9 +286,7 @@ def check_mapping(call: str | None, name: str, value: Any, what: str) -> Mapping
         ...
         replaybank.errors.ArgumentError: add(experience=[1]): expected a dict (of numpy arrays)
     """
-    if not isinstance(value, Mapping):
-        raise ArgumentError(f"{_site(call, name, value)}: expected a dict ({what})")
-    return value
+    return check_type(call, name, value, Mapping, f"a dict ({what})")  # type: ignore[no-any-return]
 
 
 # ---------------------------------------------------------------------- data values

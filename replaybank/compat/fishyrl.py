@@ -50,8 +50,8 @@ import numpy as np
 
 from replaybank.buffers.arguments import make_rng
 from replaybank.buffers.replay import ReplayBuffer
-from replaybank.compat.base import Core, FrontEnd
-from replaybank.compat.checks import check_bool, check_int, check_mapping, saved_generator
+from replaybank.compat.base import Core, FrontEnd, restored_on_error
+from replaybank.compat.checks import check_bool, check_int, check_type, saved_generator
 from replaybank.compat.devices import torch_module
 from replaybank.compat.sequence import SequenceReplayBuffer
 from replaybank.errors import (
@@ -128,8 +128,9 @@ def _experience(experience: Any, where: str = "add") -> Mapping[str, Any]:
     Raises:
         ArgumentError: Not a dict, or a key that is not a str.
     """
-    out = check_mapping(where, "experience", experience,
-                        "of numpy arrays, e.g. {'obs': obs, 'action': action}")
+    out: Mapping[str, Any] = check_type(where, "experience", experience, Mapping,
+                                        "a dict (of numpy arrays, e.g. {'obs': obs, "
+                                        "'action': action})")
     bad = [k for k in out if not isinstance(k, str)]
     if bad:
         raise ArgumentError(f"{where}(experience): keys {bad!r} are not strs; name every "
@@ -250,9 +251,8 @@ class _Rows:
         if not isinstance(core_state, dict):
             raise CheckpointError(f"load_state_dict: buffer={describe(core_state)} is not a "
                                   f"core state dict; {damaged}")
-        old = (self.sequences, self.buffer, self._keys, self._zeros)
-        self._fresh(capacity, self._lanes, rng)  # the saved keys replace the current ones
-        try:
+        with restored_on_error(self, "__dict__"):
+            self._fresh(capacity, self._lanes, rng)  # the saved keys replace the current ones
             self.buffer.load_state_dict(core_state)
             stored = self.buffer.spec
             names = [] if stored is None else [f[len(_PRE):] for f in stored
@@ -260,9 +260,6 @@ class _Rows:
             if not _same_keys([] if keys is None else list(keys), names):
                 raise CheckpointError(f"load_state_dict: keys={describe(keys)} do not match "
                                       f"the stored fields {sorted(names)}; {damaged}")
-        except BaseException:
-            self.sequences, self.buffer, self._keys, self._zeros = old
-            raise
         self._keys = None if keys is None else frozenset(keys)
         self._validate_keys = bool(validate)
 
@@ -515,14 +512,11 @@ class IndependentVectorizedBuffer(_Rows, FrontEnd, Buffer):
                           f"buffers {n}; the buffers' shares of the batch differ",
                           stacklevel=2)
         if self._buffers is not None:
-            state = self._rng.bit_generator.state
-            try:
+            # a failed draw changes nothing
+            with restored_on_error(self._rng.bit_generator, "state"):
                 counts = np.bincount(self._rng.integers(0, n, size=batch_size), minlength=n)
                 parts = [b.sample(int(c), **sample_kwargs)
                          for b, c in zip(self._buffers, counts, strict=True) if c > 0]
-            except BaseException:
-                self._rng.bit_generator.state = state  # a failed draw changes nothing
-                raise
             return {k: np.concatenate([p[k] for p in parts], axis=0) for k in parts[0]}
         if set(sample_kwargs) != {"sequence_length"}:
             raise ArgumentError(
@@ -604,9 +598,8 @@ def convert_samples_to_tensors(samples: dict[str, np.ndarray],
         (torch.float32, (2, 3), 'cpu')
     """
     torch = torch_module()
-    if not isinstance(samples, Mapping):
-        raise ArgumentError(f"convert_samples_to_tensors(samples={describe(samples)}): "
-                            "expected a dict of numpy arrays (a batch of sample())")
+    check_type("convert_samples_to_tensors", "samples", samples, Mapping,
+               "a dict of numpy arrays (a batch of sample())")
     out: dict[str, Any] = {}
     for k, v in samples.items():
         try:

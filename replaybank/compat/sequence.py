@@ -29,7 +29,7 @@ import numpy as np
 from replaybank.batch import Batch, SequenceBatch
 from replaybank.buffers.replay import ReplayBuffer
 from replaybank.compat.base import Checkpointed, Core, FrontEnd
-from replaybank.compat.checks import check_bool, check_int
+from replaybank.compat.checks import check_bool, check_int, check_type
 from replaybank.errors import ArgumentError, CheckpointError, ConfigError, describe
 from replaybank.samplers.base import Sampler
 
@@ -95,9 +95,8 @@ class SequenceReplayBuffer(Checkpointed, FrontEnd):
         options = _options("SequenceReplayBuffer", {
             "sequence_length": sequence_length, "episode_boundary": episode_boundary,
             "strict": strict, "burn_in": burn_in, "state_fields": state_fields})
-        if sampler is not None and not isinstance(sampler, Sampler):
-            raise ArgumentError(f"SequenceReplayBuffer(sampler={describe(sampler)}): expected "
-                                "a Sampler (e.g. replaybank.PrioritizedSampler()) or None")
+        check_type("SequenceReplayBuffer", "sampler", sampler, (Sampler, type(None)),
+                   "a Sampler (e.g. replaybank.PrioritizedSampler()) or None")
         unknown = sorted(set(buffer_kwargs) - _BUFFER_ARGUMENTS)
         if unknown:
             raise ArgumentError(f"SequenceReplayBuffer() got keyword arguments {unknown} that "
@@ -124,9 +123,8 @@ class SequenceReplayBuffer(Checkpointed, FrontEnd):
             >>> seq.sequence_length
             2
         """
-        if not isinstance(buffer, ReplayBuffer):
-            raise ArgumentError(f"SequenceReplayBuffer.from_buffer(buffer={describe(buffer)}): "
-                                "expected a replaybank.ReplayBuffer")
+        check_type("SequenceReplayBuffer.from_buffer", "buffer", buffer, ReplayBuffer,
+                   "a replaybank.ReplayBuffer")
         unknown = sorted(set(options) - set(_DEFAULTS))
         if unknown:
             raise ArgumentError(f"SequenceReplayBuffer.from_buffer: unknown options {unknown}; "
@@ -205,13 +203,10 @@ class SequenceReplayBuffer(Checkpointed, FrontEnd):
 
     def _options(self) -> dict[str, Any]:
         """The sequence options, JSON-able."""
-        fields = self.state_fields
-        return {
-            "sequence_length": self.sequence_length,
-            "episode_boundary": self.episode_boundary, "strict": self.strict,
-            "burn_in": self.burn_in,
-            "state_fields": fields if fields is None or isinstance(fields, str) else list(fields),
-        }
+        out = {name: getattr(self, name) for name in _DEFAULTS}
+        fields = out["state_fields"]
+        out["state_fields"] = fields if fields is None or isinstance(fields, str) else list(fields)
+        return out
 
     def init_config(self) -> dict[str, Any]:
         """Constructor values that rebuild this buffer empty: the inner buffer's and the
@@ -237,9 +232,8 @@ class SequenceReplayBuffer(Checkpointed, FrontEnd):
             CheckpointError: Not a resume state, or one that does not fit (nothing is
                 changed).
         """
-        if not isinstance(state, dict):
-            raise CheckpointError(f"load_resume_state(state={describe(state)}): expected the "
-                                  "dict of resume_state()")
+        check_type("load_resume_state", "state", state, dict, "the dict of resume_state()",
+                   CheckpointError)
         self.buffer.load_resume_state(state)
 
 

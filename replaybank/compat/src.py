@@ -58,7 +58,7 @@ import difflib
 import json
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
@@ -72,6 +72,7 @@ from replaybank.compat.base import Core, FrontEnd
 from replaybank.compat.checks import (
     check_mapping,
     check_number,
+    check_type,
     done_flag,
     int_rule,
     is_int,
@@ -155,23 +156,19 @@ def _number(v: Any) -> float:
     return float(v)
 
 
-def _unit(v: Any) -> float:
-    f = _number(v)
-    if not 0.0 <= f <= 1.0:
-        raise ValueError("must be a number in [0, 1]")
-    return f
-
-
-def _non_negative(v: Any) -> float:
-    f = _number(v)
-    if f < 0.0:
-        raise ValueError("must be a number >= 0")
-    return f
+def _within(lo: float, hi: float, rule: str) -> Callable[[Any], float]:
+    """The validator of a number in ``[lo, hi]``; ``rule`` is its message."""
+    def check(v: Any) -> float:
+        f = _number(v)
+        if not lo <= f <= hi:
+            raise ValueError(rule)
+        return f
+    return check
 
 
 PosInt = Annotated[int, BeforeValidator(_pos_int)]
-Unit = Annotated[float, BeforeValidator(_unit)]
-NonNegative = Annotated[float, BeforeValidator(_non_negative)]
+Unit = Annotated[float, BeforeValidator(_within(0.0, 1.0, "must be a number in [0, 1]"))]
+NonNegative = Annotated[float, BeforeValidator(_within(0.0, math.inf, "must be a number >= 0"))]
 
 _EXAMPLES = {"obs_dim": 4, "act_dim": 1, "size": 4000, "batch_size": 64, "gamma": 0.99,
              "lam": 0.95, "eps": 0.001}
@@ -274,9 +271,8 @@ _INTS = ("obs_dim", "act_dim", "size", "batch_size")
 
 def _read_config_file(path: Any) -> Any:
     """Parse a YAML (or ``.json``) config file; every failure is a ConfigError."""
-    if not isinstance(path, (str, os.PathLike)):
-        raise ConfigError(f"config_file_location={describe(path)}: expected a path (str or "
-                          "pathlib.Path) to a .yaml, .yml or .json file")
+    check_type(None, "config_file_location", path, (str, os.PathLike),
+               "a path (str or pathlib.Path) to a .yaml, .yml or .json file", ConfigError)
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
@@ -299,10 +295,8 @@ def _read_config_file(path: Any) -> Any:
 
 def _split(config: Any) -> tuple[str | None, Any]:
     """``(type name or None, arguments)`` of a flat, ``name/config`` or ``type`` config."""
-    if not isinstance(config, Mapping):
-        raise ConfigError(f"config={describe(config)}: expected a mapping of buffer "
-                          "arguments, e.g. {'obs_dim': 4, 'act_dim': 1, 'size': 4000, "
-                          "'batch_size': 64}")
+    check_type(None, "config", config, Mapping, "a mapping of buffer arguments, e.g. "
+               "{'obs_dim': 4, 'act_dim': 1, 'size': 4000, 'batch_size': 64}", ConfigError)
     if "name" in config and "config" in config:
         extra = sorted(set(config) - {"name", "config"})
         if extra:
@@ -312,10 +306,6 @@ def _split(config: Any) -> tuple[str | None, Any]:
     if "type" in config:
         return config["type"], {k: v for k, v in config.items() if k != "type"}
     return None, config
-
-
-def _known() -> dict[str, type[PPOBuffer] | type[SimpleReplayBuffer]]:
-    return {"PPOBuffer": PPOBuffer, "SimpleReplayBuffer": SimpleReplayBuffer}
 
 
 def instantiate_from_config_dict(config: Mapping[str, Any]) -> PPOBuffer | SimpleReplayBuffer:
@@ -338,7 +328,8 @@ def instantiate_from_config_dict(config: Mapping[str, Any]) -> PPOBuffer | Simpl
         ('SimpleReplayBuffer', 100)
     """
     name, args = _split(config)
-    known = _known()
+    known: dict[str, type[PPOBuffer] | type[SimpleReplayBuffer]] = {
+        "PPOBuffer": PPOBuffer, "SimpleReplayBuffer": SimpleReplayBuffer}
     if name is None:
         raise ConfigError(f"config keys {sorted(config)}: the config names no buffer type; "
                           f"wrap it as {{'name': T, 'config': {{...}}}} or add 'type': T, "
@@ -447,9 +438,8 @@ class _FromConfig:
             raise ConfigError(f"config names type {name!r}, not {cls.__name__!r}; call "
                               f"{name}.instantiate_from_config_dict or the module function "
                               "replaybank.compat.src.instantiate_from_config_dict")
-        if not isinstance(args, Mapping):
-            raise ConfigError(f"config={describe(args)}: expected a mapping of {cls.__name__} "
-                              "arguments")
+        check_type(None, "config", args, Mapping, f"a mapping of {cls.__name__} arguments",
+                   ConfigError)
         return cls(**_validate(cls, args).model_dump())
 
 
@@ -477,12 +467,14 @@ def _array(key: str, x: Any, dim: int) -> AnyArray:
 
 
 def _finite(key: str, x: Any) -> Any:
-    """A number that enters the epoch's GAE: NaN or inf would make every normalised
-    advantage of the epoch NaN, so it is refused (as finish_path's bootstrap value)."""
-    if not math.isfinite(x):
-        raise ConfigError(f"{key}={x!r}: must be a finite number (it enters the advantages "
+    """One number (:func:`~replaybank.compat.checks.one_number`) that enters the epoch's
+    GAE: NaN or inf would make every normalised advantage of the epoch NaN, so it is
+    refused (as finish_path's bootstrap value)."""
+    v = one_number(x, key, _FLOAT)
+    if not math.isfinite(v):
+        raise ConfigError(f"{key}={v!r}: must be a finite number (it enters the advantages "
                           "of the whole epoch); check the reward and the value network")
-    return x
+    return v
 
 
 def _bootstrap_form(call: str, action_obj: Any) -> None:
@@ -603,10 +595,8 @@ class PPOBuffer(_FromConfig, FrontEnd):
         try:
             self.buffer.store(_array("['obs']", obs, self.obs_dim),
                             _array("['act'].action", action, self.act_dim),
-                            _finite("store: buffer_dict['rew']",
-                                    one_number(rew, "store: buffer_dict['rew']", _FLOAT)),
-                            _finite("store: buffer_dict['act'].value",
-                                    one_number(value, "store: buffer_dict['act'].value", _FLOAT)),
+                            _finite("store: buffer_dict['rew']", rew),
+                            _finite("store: buffer_dict['act'].value", value),
                             one_number(logp, "store: buffer_dict['act'].logp", _FLOAT))
         except CapacityError as exc:
             raise CapacityError(

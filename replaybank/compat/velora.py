@@ -61,6 +61,7 @@ from replaybank.buffers.replay import ReplayBuffer as CoreBuffer
 from replaybank.compat.base import Core, FrontEnd
 from replaybank.compat.checks import (
     check_int,
+    check_type,
     done_flag,
     flag_values,
     numbers,
@@ -111,6 +112,8 @@ _F32 = np.dtype(np.float32)
 _BOOL = np.dtype(np.bool_)
 _KEYS: tuple[BufferKeys, ...] = ("states", "actions", "rewards", "next_states", "dones",
                                  "hiddens")
+#: The constructor's sizes: :meth:`ReplayBuffer.config` and the start of the metadata.
+_SIZES: tuple[MetaDataKeys, ...] = ("capacity", "state_dim", "action_dim", "hidden_dim")
 Array = npt.NDArray[Any]
 
 
@@ -212,18 +215,7 @@ def _flags(x: Any, what: str, n: int) -> Array:
         ShapeError: Not ``n`` rows.
     """
     a = numbers(x, what, "pass bools (e.g. terminated | truncated) or 0/1 numbers")
-    if a.shape not in ((n,), (n, 1)):
-        raise ShapeError(f"{what}: shape {a.shape} but {n} rows; pass ({n},) or ({n}, 1)")
-    return flag_values(a, what).reshape(n)
-
-
-def _jsonable(x: Any) -> Any:
-    """A bit generator's state with its numpy arrays and ints as lists and ints (JSON)."""
-    if isinstance(x, Mapping):
-        return {k: _jsonable(v) for k, v in x.items()}
-    if isinstance(x, np.ndarray):
-        return x.tolist()
-    return int(x) if isinstance(x, np.integer) else x
+    return flag_values(_column(a, what, n), what)
 
 
 def _checked_metadata(where: str, metadata: Any) -> dict[str, Any]:
@@ -232,9 +224,8 @@ def _checked_metadata(where: str, metadata: Any) -> dict[str, Any]:
     Raises:
         CheckpointError: Not a mapping, a key missing, or a value of the wrong kind.
     """
-    if not isinstance(metadata, Mapping):
-        raise CheckpointError(f"{where}: metadata={describe(metadata)}: expected the dict "
-                              "loaded from <prefix>metadata.json (json.load of the file)")
+    check_type(None, f"{where}: metadata", metadata, Mapping, "the dict loaded from "
+               "<prefix>metadata.json (json.load of the file)", CheckpointError)
     missing = [k for k in (*_META_MIN, "device") if k not in metadata]
     if missing:
         raise CheckpointError(f"{where}: metadata has no {', '.join(map(repr, missing))}; "
@@ -299,8 +290,8 @@ class BufferBase(FrontEnd):
     def __init__(self, capacity: int, state_dim: int, action_dim: int, hidden_dim: int, *,
                  device: Device | None = None,
                  seed: int | np.random.Generator | None = None) -> None:
-        capacity = check_int(None, "capacity", capacity, error=CapacityError,
-                             kind_error=CapacityError, example="100_000")
+        self.capacity = check_int(None, "capacity", capacity, error=CapacityError,
+                                  kind_error=CapacityError, example="100_000")
         dims = tuple(check_int(None, name, value, least, kind_error=ConfigError, example=4)
                      for name, value, least in (("state_dim", state_dim, 1),
                                                 ("action_dim", action_dim, 1),
@@ -311,7 +302,6 @@ class BufferBase(FrontEnd):
         # then gets a seed that reads torch's without drawing from it (buf.core.sample)
         own = seed is not None
         rng = make_rng(seed if own else torch.initial_seed() % 2**63)
-        self.capacity = int(capacity)
         self.state_dim, self.action_dim, self.hidden_dim = dims
         self.device = device
         self._numpy = _uses_numpy(dev)
@@ -538,10 +528,8 @@ class BufferBase(FrontEnd):
         """All episode ends ``(capacity, 1)`` as float32, ``terminated | truncated``
         (a copy)."""
         t = self.buffer.table.arrays
-        ended = t["terminated"] | t["truncated"]
-        if self._numpy:
-            return self._from_numpy(ended.reshape(-1, 1).astype(np.float32))
-        return ended.reshape(-1, 1).float()
+        ended = (t["terminated"] | t["truncated"]).reshape(-1, 1)
+        return self._from_numpy(ended.astype(np.float32)) if self._numpy else ended.float()
 
     @property
     def next_states(self) -> Tensor:
@@ -574,15 +562,10 @@ class BufferBase(FrontEnd):
             >>> ReplayBuffer(8, 3, 1, 2).metadata()
             {'capacity': 8, 'state_dim': 3, 'action_dim': 1, 'hidden_dim': 2, 'position': 0, 'size': 0, 'device': None}
         """  # noqa: E501
-        return {
-            "capacity": self.capacity,
-            "state_dim": self.state_dim,
-            "action_dim": self.action_dim,
-            "hidden_dim": self.hidden_dim,
-            "position": self.position,
-            "size": self.size,
-            "device": str(self.device) if self.device else None,
-        }
+        meta: dict[MetaDataKeys, Any] = {k: getattr(self, k)
+                                         for k in (*_SIZES, "position", "size")}
+        meta["device"] = str(self.device) if self.device else None
+        return meta
 
     def state_dict(self) -> dict[BufferKeys, Tensor]:
         """The buffer's tensors, each ``(capacity, features)`` and indexed as velora's.
@@ -597,9 +580,7 @@ class BufferBase(FrontEnd):
             >>> {k: tuple(v.shape) for k, v in sd.items()}["next_states"]
             (8, 3)
         """
-        return {"states": self.states, "actions": self.actions, "rewards": self.rewards,
-                "next_states": self.next_states, "dones": self.dones,
-                "hiddens": self.hiddens}
+        return {k: getattr(self, k) for k in _KEYS}
 
     # ------------------------------------------------------------------ files
     def save(self, dirpath: str | Path, prefix: str = "buffer_") -> None:
@@ -626,20 +607,18 @@ class BufferBase(FrontEnd):
             >>> sorted(p.name for p in Path(d).iterdir())
             ['b_metadata.json', 'b_state.safetensors']
         """
-        if not isinstance(dirpath, (str, os.PathLike)):
-            raise ArgumentError(f"save(dirpath={describe(dirpath)}): expected a folder path "
-                                "(str or pathlib.Path)")
-        if not isinstance(prefix, str):
-            raise ArgumentError(f"save(prefix={describe(prefix)}): expected a string, e.g. "
-                                "prefix='buffer_'")
+        check_type("save", "dirpath", dirpath, (str, os.PathLike),
+                   "a folder path (str or pathlib.Path)")
+        check_type("save", "prefix", prefix, str, "a string, e.g. prefix='buffer_'")
         storch = require_extra("safetensors.torch", "torch")
         folder = Path(dirpath)
         meta_path = Path(folder, f"{prefix}metadata").with_suffix(".json")
         state_path = Path(folder, f"{prefix}state").with_suffix(".safetensors")
         meta: dict[str, Any] = {str(k): v for k, v in self.metadata().items()}
         if self._own_rng:
-            meta["generator"] = _jsonable(self.buffer.rng.bit_generator.state)
-        text = json.dumps(meta, indent=2)
+            meta["generator"] = self.buffer.rng.bit_generator.state
+        # a bit generator's state may hold numpy arrays and ints: JSON lists and ints
+        text = json.dumps(meta, indent=2, default=lambda x: x.tolist())
         tensors = {k: v.contiguous() for k, v in self.state_dict().items()}
         try:
             folder.mkdir(parents=True, exist_ok=True)
@@ -687,9 +666,8 @@ class BufferBase(FrontEnd):
             >>> len(again), again.rewards[0].item()
             (1, 2.0)
         """
-        if not isinstance(state_path, (str, os.PathLike)):
-            raise ArgumentError(f"load(state_path={describe(state_path)}): expected the path "
-                                "of a <prefix>state.safetensors file (str or pathlib.Path)")
+        check_type("load", "state_path", state_path, (str, os.PathLike),
+                   "the path of a <prefix>state.safetensors file (str or pathlib.Path)")
         path = Path(state_path).with_suffix(".safetensors")
         where = f"load({str(path)!r})"
         meta = _checked_metadata(where, metadata)
@@ -729,9 +707,7 @@ class BufferBase(FrontEnd):
         # velora's constructor call; seed= only for a buffer saved with its own generator
         own = {} if meta["seed"] is None else {"seed": meta["seed"]}
         try:
-            buf = cls(capacity=cap, state_dim=meta["state_dim"],
-                      action_dim=meta["action_dim"], hidden_dim=meta["hidden_dim"],
-                      device=torch.device(device), **own)
+            buf = cls(**{k: meta[k] for k in _SIZES}, device=torch.device(device), **own)
         except (ReplayBankError, RuntimeError, TypeError) as exc:
             raise CheckpointError(f"{where}: the metadata does not build a buffer: "
                                   f"{exc}") from exc
@@ -813,9 +789,7 @@ class ReplayBuffer(BufferBase):
             >>> ReplayBuffer(10, 4, 2, 8).config().action_dim
             2
         """
-        return BufferConfig(type="ReplayBuffer", capacity=self.capacity,
-                            state_dim=self.state_dim, action_dim=self.action_dim,
-                            hidden_dim=self.hidden_dim)
+        return BufferConfig(type="ReplayBuffer", **{k: getattr(self, k) for k in _SIZES})
 
     def sample(self, batch_size: int) -> BatchExperience:
         """Draw ``batch_size`` experiences uniformly (with replacement), as velora.
@@ -911,7 +885,7 @@ class ReplayBuffer(BufferBase):
             while len(self) < n_samples:
                 out = agent.predict(torch.as_tensor(obs, device=device), hidden,
                                     train_mode=True)
-                act, hid = self._checked_prediction(out, num_envs)
+                act, acts, hid = self._checked_prediction(out, num_envs)
                 hidden = out[1]
                 try:
                     nxt, reward, term, trunc, _ = envs.step(act)
@@ -922,7 +896,7 @@ class ReplayBuffer(BufferBase):
                         "action of the env's action space per env copy") from exc
                 real = np.flatnonzero(~resets)
                 if len(real):
-                    self._store_steps(real, obs, act, reward, nxt, term, trunc, hid)
+                    self._store_steps(real, obs, acts, reward, nxt, term, trunc, hid)
                 resets = np.logical_or(term, trunc)
                 obs = nxt
         finally:
@@ -945,19 +919,18 @@ class ReplayBuffer(BufferBase):
         if not hasattr(agent, "device"):
             raise ArgumentError(f"warm(agent={describe(agent)}): agent.device is missing; "
                                 "set it to the torch device of the agent's networks")
-        device = agent.device
-        if device is not None:
-            try:
-                device = torch_module().device(device)
-            except (TypeError, RuntimeError, ValueError):
-                raise ArgumentError(
-                    f"warm(agent={describe(agent)}): agent.device={describe(device)} is not "
-                    "a torch device; set it to e.g. torch.device('cpu')") from None
+        try:  # torch's parse (None stays None)
+            device = checked_device(agent.device, available=False)
+        except ConfigError:
+            raise ArgumentError(
+                f"warm(agent={describe(agent)}): agent.device={describe(agent.device)} is not "
+                "a torch device; set it to e.g. torch.device('cpu')") from None
         return env_id, device
 
-    def _checked_prediction(self, out: Any, num_envs: int) -> tuple[Array, Array]:
-        """``(actions for the env, hidden rows (num_envs, hidden_dim))`` of what
-        ``predict`` returned, checked before the envs step."""
+    def _checked_prediction(self, out: Any, num_envs: int) -> tuple[Array, Array, Array]:
+        """``(actions for the env, action rows (num_envs, action_dim), hidden rows
+        (num_envs, hidden_dim))`` of what ``predict`` returned, checked before the envs
+        step."""
         if not isinstance(out, (tuple, list)) or len(out) != 2:
             raise ArgumentError(f"warm: agent.predict returned {describe(out)}; it must return "
                                 "(actions, hidden) with hidden (num_envs, hidden_dim)")
@@ -971,20 +944,18 @@ class ReplayBuffer(BufferBase):
             raise ShapeError(f"warm: predict's actions have shape {act.shape}; expected one "
                              f"action per env copy, ({num_envs},) or ({num_envs}, "
                              f"{self.action_dim})")
-        _floats(col, "warm: predict's actions", (num_envs, self.action_dim))
+        acts = _floats(col, "warm: predict's actions", (num_envs, self.action_dim))
         hid = _floats(hidden, "warm: predict's hidden", (num_envs, self.hidden_dim))
-        return act, hid
+        return act, acts, hid
 
-    def _store_steps(self, rows: Array, obs: Any, act: Array, reward: Any, nxt: Any,
+    def _store_steps(self, rows: Array, obs: Any, action: Array, reward: Any, nxt: Any,
                      term: Any, trunc: Any, hidden: Array) -> None:
-        """Append the rows ``rows`` of one vector step, in env order."""
+        """Append the rows ``rows`` of one vector step, in env order (``action`` and
+        ``hidden``: the checked rows of every env copy)."""
         n = len(rows)
-        a = act[rows]
-        if a.ndim == 1:
-            a = a[:, None]
         self.buffer.extend(
             obs=_floats(np.asarray(obs)[rows], "warm: states", (n, self.state_dim)),
-            action=_floats(a, "warm: actions", (n, self.action_dim)),
+            action=action[rows],
             reward=np.asarray(reward, dtype=np.float32)[rows],
             next_obs=_floats(np.asarray(nxt)[rows], "warm: next states", (n, self.state_dim)),
             terminated=np.asarray(term, dtype=bool)[rows],

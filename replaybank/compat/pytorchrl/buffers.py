@@ -43,12 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from replaybank.compat.checks import (
-    check_int,
-    check_mapping,
-    check_number,
-    numbers,
-)
+from replaybank.compat.checks import check_mapping, check_type, numbers
 from replaybank.compat.pytorchrl.keys import (
     ALGORITHM,
     DONE2,
@@ -59,6 +54,7 @@ from replaybank.compat.pytorchrl.keys import (
     to_numpy,
 )
 from replaybank.compat.pytorchrl.storage import (
+    PARAMETERS,
     Storage,
     get_priority,
     get_sequence_priority,
@@ -99,9 +95,7 @@ class ReplayBuffer(Storage):
         100
     """
 
-    def __init__(self, size: int, device: Any, actor: Any, algorithm: Any, envs: Any,
-                 seed: int | np.random.Generator | None = None) -> None:
-        super().__init__(size, device, actor, algorithm, envs, seed=seed)
+    # the constructor is Storage's: (size, device, actor, algorithm, envs, seed=None)
 
     @classmethod
     def create_factory(cls, size: int, *args: Any, **kwargs: Any) -> Factory:
@@ -154,49 +148,38 @@ class NStepReplayBuffer(ReplayBuffer):
     def __init__(self, size: int, device: Any, actor: Any, algorithm: Any, envs: Any,
                  n_step: int | float = 1,
                  seed: int | np.random.Generator | None = None) -> None:
-        n = check_int(type(self).__name__, "n_step", n_step, allow_float=True)
+        n = PARAMETERS["n_step"](type(self).__name__, "n_step", n_step)
         super().__init__(size, device, actor, algorithm, envs, seed=seed)
         self.n_step = n
 
-    def _check_parameter(self, name: str, value: Any) -> Any:
-        if name == "n_step":
-            return check_int(f"update_storage_parameter({name!r}, ...)",
-                               "new_parameter_value", value, allow_float=True)
-        return super()._check_parameter(name, value)
-
     def _batch_info(self, out: dict[str, Any], batch: Any, k: int, num_mini_batch: int,
                     torch: Any) -> None:
-        if self.n_step == 1:
+        view = self._core().view
+        if self.n_step == 1 or not isinstance(view, NStepView):  # NStepView when n_step > 1
             out["n_step"] = self.n_step
             return
-        if self.recurrent_actor:
-            self._sequence_nstep(out, batch, torch)
-            return
-        lengths = window_lengths(batch.discount, self.gamma, self.n_step)
+        # each row's window length L [B] (bootstrap discount gamma ** L)
+        lengths = (self._sequence_nstep(out, batch, view, torch) if self.recurrent_actor
+                   else window_lengths(batch.discount, self.gamma, self.n_step))
         out["n_step"] = torch.as_tensor(lengths[:, None], device=self.device)
 
-    def _sequence_nstep(self, out: dict[str, Any], batch: Any, torch: Any) -> None:
+    def _sequence_nstep(self, out: dict[str, Any], batch: Any, view: NStepView,
+                        torch: Any) -> Any:
         """n-step returns for every step of the sampled windows, as pytorchrl stores them
         for a recurrent actor: row ``j`` of a window gets the return of the steps
         ``j .. j+L-1``, ``NextObservation`` and ``NextDone`` of step ``j+L-1`` and
         ``n_step`` ``L`` (``L = min(n_step, steps to the episode end or the newest
-        step)``); the rows keep their own ``Observation``, ``Action`` and hidden states."""
-        buf = self._core()
-        view = buf.view
-        if not isinstance(view, NStepView):  # pragma: no cover - set with n_step > 1
-            out["n_step"] = self.n_step
-            return
-        table = buf.table
+        step)``, returned ``[S * W]``); the rows keep their own ``Observation``,
+        ``Action`` and hidden states."""
+        table = self._core().table
         starts = np.asarray(batch.starts, dtype=np.int64)  # [S]
         steps = np.arange(self.sequence_length, dtype=np.int64) * table.lanes
         keys = (starts[:, None] + steps[None, :]).reshape(-1)  # [S * W], a lane's steps
         got = unflatten(view.gather(table, keys))
-        dev = self._device(torch)
-        out[REW] = tensor_of(np.asarray(got["reward"])[:, None], torch, dev)
-        out[OBS2] = tensor_of(got["next_obs"], torch, dev)
-        out[DONE2] = tensor_of(np.asarray(got["terminated"])[:, None], torch, dev)
-        lengths = view.lengths(table, keys).astype(np.float32)  # [S * W]
-        out["n_step"] = torch.as_tensor(lengths[:, None], device=self.device)
+        out.update(tensor_of({REW: np.asarray(got["reward"])[:, None], OBS2: got["next_obs"],
+                              DONE2: np.asarray(got["terminated"])[:, None]},
+                             torch, self._device(torch)))
+        return view.lengths(table, keys).astype(np.float32)  # [S * W]
 
 
 class PERBuffer(NStepReplayBuffer):
@@ -231,14 +214,11 @@ class PERBuffer(NStepReplayBuffer):
                  beta: float = 1.0, default_error: float = 1000000,
                  seed: int | np.random.Generator | None = None) -> None:
         where = type(self).__name__
-        checked = {name: _per_parameter(where, name, value) for name, value in (
+        checked = [PARAMETERS[name](where, name, value) for name, value in (
             ("epsilon", epsilon), ("alpha", alpha), ("beta", beta),
-            ("default_error", default_error))}
+            ("default_error", default_error))]
         super().__init__(size, device, actor, algorithm, envs, n_step=n_step, seed=seed)
-        self.epsilon = checked["epsilon"]
-        self.alpha = checked["alpha"]
-        self.beta = checked["beta"]
-        self.error = checked["default_error"]
+        self.epsilon, self.alpha, self.beta, self.error = checked
 
     @property
     def default_error(self) -> float:
@@ -298,9 +278,6 @@ class PERBuffer(NStepReplayBuffer):
     def _batch_info(self, out: dict[str, Any], batch: Any, k: int, num_mini_batch: int,
                     torch: Any) -> None:
         super()._batch_info(out, batch, k, num_mini_batch, torch)
-        self._per_info(out, batch, torch)
-
-    def _per_info(self, out: dict[str, Any], batch: Any, torch: Any) -> None:
         # a recurrent actor's batch: one key per window, its weight on each of its steps
         out["idxs"] = np.asarray(batch["starts"]) if self.recurrent_actor else batch.indices
         if not self.prioritized:
@@ -396,36 +373,22 @@ class PERBuffer(NStepReplayBuffer):
         return idxs, np.maximum(p, 0.0)
 
     def _check_parameter(self, name: str, value: Any) -> Any:
-        if name in ("epsilon", "alpha", "beta", "default_error", "error"):
-            checked = _per_parameter(f"update_storage_parameter({name!r}, ...)",
-                                     "default_error" if name == "error" else name, value)
-            if name == "alpha" and checked > 0.0 and not self.prioritized and self.size:
-                raise ConfigError(f"update_storage_parameter('alpha', {value!r}): turning "
-                                  "PER on needs an empty storage (build it with alpha > 0)")
-            return checked
-        return super()._check_parameter(name, value)
+        checked = super()._check_parameter(name, value)
+        if name == "alpha" and checked > 0.0 and not self.prioritized and self.size:
+            raise ConfigError(f"update_storage_parameter('alpha', {value!r}): turning "
+                              "PER on needs an empty storage (build it with alpha > 0)")
+        return checked
 
     def _parameters_changed(self, name: str) -> None:
         super()._parameters_changed(name)
         per = self._per
-        if name in ("error", "default_error"):
-            if self._priority is not None:
-                self._priority = float(self.error)
+        if name in ("error", "default_error") and self._priority is not None:
+            self._priority = float(self.error)
         elif name in ("alpha", "beta", "epsilon") and per is not None:
             per.alpha, per.beta, per.eps = (float(self.alpha), float(self.beta),
                                             float(self.epsilon))
         elif name == "alpha" and self.buffer is not None:
             self.buffer = None  # empty: rebuilt with the new scheme at the next transition
-
-
-def _per_parameter(where: str, name: str, value: Any) -> float:
-    """A PER parameter checked: ``alpha``, ``epsilon``, ``default_error`` finite numbers
-    >= 0, ``beta`` in ``[0, 1]`` (the PER paper's ranges; pytorchrl documents them as
-    floats)."""
-    if name == "beta":
-        return check_number(where, name, value, 0.0, 1.0, example=0.4)
-    example = {"alpha": 0.6, "epsilon": 1e-6, "default_error": 1000000}[name]
-    return check_number(where, name, value, lo=0.0, example=example)
 
 
 class EREBuffer(PERBuffer):
@@ -463,8 +426,8 @@ class EREBuffer(PERBuffer):
                  beta: float = 1.0, default_error: float = 1000000, eta: float = 1.0,
                  cmin: int = 5000, seed: int | np.random.Generator | None = None) -> None:
         where = type(self).__name__
-        self.eta = _ere_parameter(where, "eta", eta)
-        self.cmin = _ere_parameter(where, "cmin", cmin)
+        self.eta = PARAMETERS["eta"](where, "eta", eta)
+        self.cmin = PARAMETERS["cmin"](where, "cmin", cmin)
         self.initial_eta = self.eta
         super().__init__(size, device, actor, algorithm, envs, n_step=n_step, epsilon=epsilon,
                          alpha=alpha, beta=beta, default_error=default_error, seed=seed)
@@ -555,10 +518,8 @@ class EREBuffer(PERBuffer):
         where = f"{type(self).__name__}.{call}"
         check_mapping(where, "info", info, "the algorithm's info, e.g. {'Episodes': "
                       "{'TrainReward': r}}")
-        algo = info.get(ALGORITHM)
-        if algo is not None and not isinstance(algo, MutableMapping):
-            raise ArgumentError(f"{where}: info[{ALGORITHM!r}]={describe(algo)}: expected a "
-                                "dict (the adapted eta is reported there)")
+        check_type(None, f"{where}: info[{ALGORITHM!r}]", info.get(ALGORITHM),
+                   (MutableMapping, type(None)), "a dict (the adapted eta is reported there)")
         episodes = info.get(EPISODES)
         if episodes is None:
             return []
@@ -580,11 +541,6 @@ class EREBuffer(PERBuffer):
             info.setdefault(ALGORITHM, {})["eta"] = self.eta
         return info
 
-    def _check_parameter(self, name: str, value: Any) -> Any:
-        if name in ("eta", "cmin"):
-            return _ere_parameter(f"update_storage_parameter({name!r}, ...)", name, value)
-        return super()._check_parameter(name, value)
-
     def _parameters_changed(self, name: str) -> None:
         super()._parameters_changed(name)
         sampler = None if self.buffer is None else self.buffer.sampler
@@ -593,13 +549,6 @@ class EREBuffer(PERBuffer):
                 sampler.eta = float(self.eta)
             elif name == "cmin":
                 sampler.c_min = int(self.cmin)
-
-
-def _ere_parameter(where: str, name: str, value: Any) -> Any:
-    """ERE's ``eta`` (a number in ``(0, 1]``) or ``cmin`` (an int >= 1), checked."""
-    if name == "eta":
-        return check_number(where, name, value, 0.0, 1.0, lo_open=True, example=0.996)
-    return check_int(where, name, value)
 
 
 def _reported(raw: Any, label: str, fix: str) -> np.ndarray[Any, Any]:

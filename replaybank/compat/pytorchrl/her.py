@@ -134,12 +134,8 @@ class HERBuffer(EREBuffer):
     def _lanes(self) -> int:
         return 2 * self._num_envs
 
-    def _init(self, where: str, sample: Any) -> None:
-        """As the base's, with a hindsight lane per env."""
-        super()._init(where, sample)
-        self._episodes = [[] for _ in range(self._num_envs)]
-
     def _cleared(self) -> None:
+        """No episode is under way in any env (a new core buffer, or :meth:`reset`)."""
         self._episodes = [[] for _ in range(self._num_envs)]
 
     def _plan_insert(self, where: str, sample: Any, values: dict[str, Any],
@@ -163,11 +159,10 @@ class HERBuffer(EREBuffer):
                 if rows:
                     writes.append((e, rows))
                 pending[e], ended[e] = [], True
-        if writes:
-            spec = self._spec_of(values, steps)
-            for e, rows in writes:
-                check_call(spec, self._hindsight_fields(rows), True, [n + e], self._lanes)
-        return pending, ended, writes
+        if not writes:
+            return pending, ended, []
+        spec = self._spec_of(values, steps)
+        return pending, ended, [(e, self._hindsight(spec, e, rows)) for e, rows in writes]
 
     def _after_insert(self, plan: Any) -> None:
         pending, ended, writes = plan
@@ -176,8 +171,8 @@ class HERBuffer(EREBuffer):
                 self._episodes[e] = steps
             else:
                 self._episodes[e].extend(steps)
-        for e, rows in writes:
-            self._write_hindsight(e, rows)
+        for e, (fields, count) in writes:
+            self._write_hindsight(e, fields, count)
 
     def _spec_of(self, values: dict[str, Any], steps: int | None) -> Spec:
         """The core's fields: the table's, or those the first write will set."""
@@ -224,12 +219,10 @@ class HERBuffer(EREBuffer):
         where = f"{type(self).__name__}.handle_end_of_episode"
         e = self._env(where, env)
         rows = self._relabel(where, self._episodes[e])
-        if rows:
-            check_call(self._core().table.spec, self._hindsight_fields(rows), True,
-                       [self._num_envs + e], self._lanes)
+        hindsight = self._hindsight(self._core().table.spec, e, rows) if rows else None
         self._episodes[e] = []
-        if rows:
-            self._write_hindsight(e, rows)
+        if hindsight is not None:
+            self._write_hindsight(e, *hindsight)
 
     def _env(self, where: str, env: Any) -> int:
         e = check_int(where, "env", env, None)
@@ -263,31 +256,34 @@ class HERBuffer(EREBuffer):
                 raise ShapeError(f"{where}: her_function returned rew={describe(rew)}; "
                                  "expected one number ([1, 1])")
             row["reward"] = rew.astype(np.float32).reshape(1)
-            if "rhs" in row:
-                row["rhs"] = _same_shape(where, "rhs", to_numpy(rhs), s["rhs"])
-            if "rhs2" in row:
-                row["rhs2"] = _same_shape(where, "rhs2", to_numpy(rhs2), s["rhs2"])
+            for name, got in (("rhs", rhs), ("rhs2", rhs2)):
+                if name in row:
+                    row[name] = _same_shape(where, name, to_numpy(got), s[name])
             rows.append(row)
         return rows
 
-    @staticmethod
-    def _hindsight_fields(rows: list[dict[str, Any]]) -> dict[str, Any]:
-        """An episode's hindsight rows ``[m]`` as the fields of one core extend."""
+    def _hindsight(self, spec: Spec, env: int,
+                   rows: list[dict[str, Any]]) -> tuple[dict[str, Any], int]:
+        """An episode's hindsight rows ``[m]`` as the fields of one core extend to lane
+        ``num_envs + env``, checked against the core's fields ``spec`` (nothing is
+        written), and ``m``."""
         stored = {name: _stack([r[name] for r in rows]) for name in rows[0]
                   if name not in (RHS, RHS2)}
         truncated = np.zeros((len(rows), 1), dtype=bool)
         truncated[-1] = True  # the copy ends here: windows stop, bootstrapping does not
         extras = {k: v for k, v in stored.items() if k not in _STANDARD}
-        return collect_fields(stored["obs"], stored.get("action", UNSET),
-                              stored["reward"], stored["next_obs"], stored["terminated"],
-                              truncated, extras)
+        fields = collect_fields(stored["obs"], stored.get("action", UNSET),
+                                stored["reward"], stored["next_obs"], stored["terminated"],
+                                truncated, extras)
+        check_call(spec, fields, True, [self._num_envs + env], self._lanes)
+        return fields, len(rows)
 
-    def _write_hindsight(self, env: int, rows: list[dict[str, Any]]) -> None:
-        """Write an episode's hindsight rows ``[m]`` to lane ``num_envs + env``."""
-        fields = self._hindsight_fields(rows)
+    def _write_hindsight(self, env: int, fields: dict[str, Any], count: int) -> None:
+        """Write an episode's ``count`` hindsight rows (checked :meth:`_hindsight`
+        fields) to lane ``num_envs + env``."""
         self._core().extend(env_ids=[self._num_envs + env], priority=self._priority,
                             **fields)
-        self.relabelled += len(rows)
+        self.relabelled += count
 
 
 def _at(value: Any, t: int) -> Any:
@@ -297,10 +293,8 @@ def _at(value: Any, t: int) -> Any:
 
 def _key_of(name: str) -> str:
     """The pytorchrl key of a recorded step's field name."""
-    for key, core in {**_STEP_NAMES, **CORE_NAMES}.items():
-        if core == name:
-            return key
-    return name
+    names = {**_STEP_NAMES, **CORE_NAMES}
+    return next((key for key, core in names.items() if core == name), name)
 
 
 def _same_shape(where: str, name: str, got: Any, given: Any) -> Any:

@@ -72,11 +72,7 @@ def tree_map(fn: Callable[[Any], Any], value: Any) -> Any:
 def to_numpy(value: Any) -> Any:
     """A torch tensor, array or nested dict of them as numpy (:func:`replaybank.host.
     as_numpy`: CPU, zero-copy when the tensor is on the CPU and needs no grad)."""
-    if type(value) is np.ndarray:
-        return value
-    if isinstance(value, dict):
-        return {k: to_numpy(v) for k, v in value.items()}
-    return as_numpy(value)
+    return value if type(value) is np.ndarray else tree_map(as_numpy, value)
 
 
 def tensor_of(value: Any, torch: Any, device: Any) -> Any:

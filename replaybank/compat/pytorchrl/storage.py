@@ -41,19 +41,19 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
 import numpy as np
-import numpy.typing as npt
 
 from replaybank.buffers.arguments import make_rng
 from replaybank.buffers.replay import ReplayBuffer as CoreBuffer
-from replaybank.compat.base import FrontEnd
+from replaybank.compat.base import FrontEnd, restored_on_error
 from replaybank.compat.checks import (
     check_bool,
     check_int,
     check_mapping,
     check_number,
+    check_type,
     numbers,
 )
 from replaybank.compat.devices import checked_device, torch_module
@@ -87,12 +87,8 @@ from replaybank.host import is_tensor
 from replaybank.samplers.base import Sampler
 from replaybank.spec import unflatten
 
-if TYPE_CHECKING:
-    from replaybank.batch import Batch, SequenceBatch
+__all__ = ["PARAMETERS", "Storage", "get_priority", "get_sequence_priority"]
 
-__all__ = ["Storage", "get_priority", "get_sequence_priority"]
-
-IntArray = npt.NDArray[np.int64]
 #: Extras stored only for recurrent actors (pytorchrl keeps one zero row otherwise).
 _RECURRENT_KEYS = (RHS, RHS2)
 #: The keys every transition needs.
@@ -102,6 +98,23 @@ _OPTIONAL = (DONE, "IntrinsicReward", "ActionProbs")
 #: What a transition dict holds, for error messages.
 _TRANSITION = ("pytorchrl's transition: 'Observation', 'Action', 'Reward', "
                "'NextObservation', 'NextDone' -> [num_envs, ...] tensors")
+#: The rule of each storage parameter, ``check(call, name, value)``: the constructors and
+#: :meth:`Storage.update_storage_parameter` check a value with it (the latter names the
+#: value ``new_parameter_value`` for those of :data:`_VALUE_NAMED`, else the parameter).
+PARAMETERS: dict[str, Callable[[str, str, Any], Any]] = {
+    "max_size": check_int,
+    "gamma": lambda c, n, v: check_number(c, n, v, 0.0, 1.0, example=0.99),
+    "n_step": lambda c, n, v: check_int(c, n, v, allow_float=True),
+    # PER: the PER paper's ranges (pytorchrl documents them as floats)
+    "epsilon": lambda c, n, v: check_number(c, n, v, lo=0.0, example=1e-6),
+    "alpha": lambda c, n, v: check_number(c, n, v, lo=0.0, example=0.6),
+    "beta": lambda c, n, v: check_number(c, n, v, 0.0, 1.0, example=0.4),
+    "default_error": lambda c, n, v: check_number(c, n, v, lo=0.0, example=1000000),
+    # ERE: eta in (0, 1] (1: uniform over the buffer), cmin an int >= 1
+    "eta": lambda c, n, v: check_number(c, n, v, 0.0, 1.0, lo_open=True, example=0.996),
+    "cmin": check_int,
+}
+_VALUE_NAMED = ("max_size", "gamma", "n_step")
 
 
 def get_priority(error: Any, epsilon: float, alpha: float, call: str = "get_priority") -> Any:
@@ -131,8 +144,7 @@ def get_priority(error: Any, epsilon: float, alpha: float, call: str = "get_prio
     data = _real(call, "error", error, "TD errors (a tensor, array or number)")
     if is_tensor(data):
         torch = sys.modules["torch"]
-        ok = bool(torch.all(torch.isfinite(data) & (data >= 0)))  # one device sync
-        if not ok:
+        if not bool(torch.all(torch.isfinite(data) & (data >= 0))):  # one device sync
             raise _bad_errors(call, to_numpy(data.detach()))
         return (data + epsilon) ** alpha
     data = data.astype(np.float64, copy=False)
@@ -284,8 +296,8 @@ class Storage(FrontEnd):
         self.max_size = check_int(where, "size", size)
         make_rng(seed)  # checks it (the core buffer, built later, takes it as given)
         self.recurrent_actor = bool(getattr(actor, "is_recurrent", False))
-        gamma = getattr(algorithm, "gamma", 0.99)
-        self.gamma = check_number(where, "algorithm.gamma", gamma, 0.0, 1.0, example=0.99)
+        self.gamma = PARAMETERS["gamma"](where, "algorithm.gamma",
+                                         getattr(algorithm, "gamma", 0.99))
         if self.recurrent_actor:
             if not hasattr(algorithm, "update_every"):
                 raise ArgumentError(f"{where}(algorithm={describe(algorithm)}): a recurrent "
@@ -310,19 +322,10 @@ class Storage(FrontEnd):
         self.n_step = 1
         self.staged_overlap: dict[str, Any] | None = None
         self.buffer = None
-        self._num_envs = 0
-        self._extras: tuple[str, ...] = ()  # pytorchrl keys stored as core extras
-        self._stored: tuple[str, ...] = _REQUIRED  # the keys every transition needs
-        self._known: frozenset[str] = frozenset(_REQUIRED)  # keys a transition may carry
-        self._keys_seen: frozenset[str] = frozenset()  # the last key set found fine
-        self._scalar_shapes: tuple[tuple[int, ...], ...] = ()
+        self._set_layout(0, (), {})  # no envs before the first transition
         self._where_insert = f"{type(self).__name__}.insert_transition"
-        self._zeros: dict[str, Any] = {}  # RHS/RHS2 placeholders of a feed-forward actor
-        self._zero_tensors: tuple[Any, dict[str, Any]] | None = None
         self._torch_device: tuple[Any, Any] | None = None
         self._fresh = 0  # rows added since the last reset
-        self._false = np.zeros(0, dtype=bool)
-        self._env_ids: IntArray | None = None  # the real lanes when the core has more
         self._priority: float | None = None  # the initial priority of a new step (PER)
         torch = sys.modules.get("torch")
         if torch is not None:  # else checked by the first generate_batches
@@ -355,7 +358,8 @@ class Storage(FrontEnd):
         """Carry out :meth:`_plan_insert`'s plan once the core write succeeded."""
 
     def _cleared(self) -> None:
-        """The stored rows were dropped by :meth:`reset` (HER forgets its episodes)."""
+        """The stored rows were dropped by :meth:`reset`, or a new core buffer holds none
+        (HER forgets its episodes)."""
 
     @property
     def _lanes(self) -> int:
@@ -425,22 +429,30 @@ class Storage(FrontEnd):
                 else:  # pytorchrl keeps a single zero row of the hidden states
                     zeros[k] = tree_map(lambda v: np.zeros(np.shape(v[:1]), np.float32),
                                         _numbers(where, k, sample[k]))
-        self._num_envs = n
-        self._extras = tuple(extras)
-        self._stored = _REQUIRED + self._extras
-        self._keys_seen = frozenset()
-        self._scalar_shapes = ((n,), (n, 1))  # a per-env scalar of one step
-        self._known = frozenset(self._stored) | (
-            frozenset() if self.recurrent_actor else frozenset(_RECURRENT_KEYS))
-        self._zeros = zeros
-        self._zero_tensors = None
-        self._false = np.zeros(n, dtype=bool)
-        self._env_ids = None if self._lanes == n else np.arange(n, dtype=np.int64)
+        self._set_layout(n, tuple(extras), zeros)
         self._priority = self._new_priority()
         self.buffer = CoreBuffer(self.max_size * self._lanes, num_envs=self._lanes,
                                  seed=self.seed, sampler=self._sampler(),
                                  view=self._view(), autoreset_mode="same_step")
         self._fresh = 0
+        self._cleared()
+
+    def _set_layout(self, n: int, extras: tuple[str, ...], zeros: dict[str, Any]) -> None:
+        """What the checks and writes of a transition need to know of the stored data:
+        ``n`` envs, the pytorchrl keys stored as core ``extras`` and the ``zeros`` that a
+        feed-forward actor's batches hold for the hidden states it sent."""
+        self._num_envs = n
+        self._extras = extras  # pytorchrl keys stored as core extras
+        self._stored = _REQUIRED + extras  # the keys every transition needs
+        self._known = frozenset(self._stored) | (  # keys a transition may carry
+            frozenset() if self.recurrent_actor else frozenset(_RECURRENT_KEYS))
+        self._keys_seen: frozenset[str] = frozenset()  # the last key set found fine
+        self._scalar_shapes = ((n,), (n, 1))  # a per-env scalar of one step
+        self._zeros = zeros  # RHS/RHS2 placeholders of a feed-forward actor
+        self._zero_tensors: tuple[Any, dict[str, Any]] | None = None
+        self._false = np.zeros(n, dtype=bool)
+        # the real lanes when the core has more
+        self._env_ids = None if self._lanes == n else np.arange(n, dtype=np.int64)
 
     def _view(self) -> Any:
         """The core view (n-step returns when ``n_step > 1``)."""
@@ -517,28 +529,18 @@ class Storage(FrontEnd):
             ShapeError, DtypeError: A value of the wrong shape or kind (``NextDone``
                 not 0 or 1). The storage is then unchanged.
         """
-        where = self._where_insert
-        if self.buffer is None:
-            self._first_write(where, sample, lambda: self._insert(where, sample, None))
-        else:
-            self._insert(where, sample, None)
-
-    def _first_write(self, where: str, sample: Any, write: Any) -> None:
-        """Build the core buffer from ``sample``, then ``write()``; a failure of either
-        leaves the storage as it was (not built)."""
-        saved = dict(self.__dict__)
-        try:
-            self._init(where, sample)
-            write()
-        except BaseException:
-            self.__dict__.clear()
-            self.__dict__.update(saved)
-            raise
+        self._insert(self._where_insert, sample, None)
 
     def _insert(self, where: str, sample: Any, steps: int | None) -> None:
-        """Check, then write one step (``steps`` None) or ``steps`` steps."""
+        """Check, then write one step (``steps`` None) or ``steps`` steps. The first write
+        builds the core buffer from its (first) step; a failure of either leaves the
+        storage as it was (not built)."""
+        if self.buffer is None:
+            with restored_on_error(self, "__dict__"):
+                self._init(where, sample if steps is None else tree_map(lambda v: v[0], sample))
+                self._insert(where, sample, steps)
+            return
         buf = self.buffer
-        assert buf is not None  # built by the caller
         values = self._values(where, sample, steps)
         plan = self._plan_insert(where, sample, values, steps) if self._plans else None
         try:
@@ -618,11 +620,9 @@ class Storage(FrontEnd):
 
     def _batches(self, num_mini_batch: int, mini_batch_size: int,
                  torch: Any) -> Iterator[dict[str, Any]]:
+        batch = self._sequence_batch if self.recurrent_actor else self._batch
         for k in range(num_mini_batch):
-            if self.recurrent_actor:
-                yield self._sequence_batch(k, num_mini_batch, mini_batch_size, torch)
-            else:
-                yield self._batch(k, num_mini_batch, mini_batch_size, torch)
+            yield batch(k, num_mini_batch, mini_batch_size, torch)
 
     def _device(self, torch: Any) -> Any:
         """``device`` as a torch.device (parsed once: a string costs a parse per tensor).
@@ -645,16 +645,21 @@ class Storage(FrontEnd):
     def _batch(self, k: int, num_mini_batch: int, mini_batch_size: int,
                torch: Any) -> dict[str, Any]:
         b = self._core().sample(mini_batch_size, **self._sample_kwargs(k, num_mini_batch))
+        return self._tensor_batch(b, b.__getitem__, k, num_mini_batch, torch)
+
+    def _tensor_batch(self, batch: Any, field: Callable[[str], Any], k: int,
+                      num_mini_batch: int, torch: Any) -> dict[str, Any]:
+        """pytorchrl's batch dict of a core ``batch`` (``field(core name)``: its data):
+        float32 tensors on ``device``, then the scheme's extra keys."""
         dev = self._device(torch)
-        out = self._translated(b.__getitem__, lambda v: tensor_of(v, torch, dev),
+        out = self._translated(field, lambda v: tensor_of(v, torch, dev),
                                {key: {} for key in self.storage_tensors})
         if self._zeros:
             zeros = self._zero_tensors
             if zeros is None or zeros[0] != dev:  # made once per device, then shared
-                zeros = self._zero_tensors = (dev, {key: tensor_of(v, torch, dev)
-                                                    for key, v in self._zeros.items()})
+                zeros = self._zero_tensors = (dev, tensor_of(self._zeros, torch, dev))
             out.update(zeros[1])
-        self._batch_info(out, b, k, num_mini_batch, torch)
+        self._batch_info(out, batch, k, num_mini_batch, torch)
         return out
 
     def _sequence_batch(self, k: int, num_mini_batch: int, mini_batch_size: int,
@@ -667,7 +672,6 @@ class Storage(FrontEnd):
             episode_boundary="cross", strict=True, state_fields=state,
             **self._sample_kwargs(k, num_mini_batch))
         nested = sb.to_dict()
-        dev = self._device(torch)
 
         def field(name: str) -> Any:
             if name in state:  # the hidden states of each window's first step [S, ...]
@@ -675,10 +679,7 @@ class Storage(FrontEnd):
             # [S, W, ...] -> [S * W, ...]
             return tree_map(lambda v: v.reshape(-1, *v.shape[2:]), nested[name])
 
-        out = self._translated(field, lambda v: tensor_of(v, torch, dev),
-                               {key: {} for key in self.storage_tensors})
-        self._batch_info(out, sb, k, num_mini_batch, torch)
-        return out
+        return self._tensor_batch(sb, field, k, num_mini_batch, torch)
 
     def _translated(self, field: Callable[[str], Any], convert: Callable[[Any], Any],
                     out: dict[str, Any]) -> dict[str, Any]:
@@ -745,9 +746,8 @@ class Storage(FrontEnd):
         to_cpu = check_bool(f"{type(self).__name__}.get_all_buffer_data", "data_to_cpu",
                             data_to_cpu)
         step = self.step
-        idx = step
-        if self.recurrent_actor:
-            idx = step // self.sequence_length * self.sequence_length
+        # a recurrent actor's data: whole sequences only
+        idx = step // self.sequence_length * self.sequence_length if self.recurrent_actor else step
         base = self.size - step
         data = self._rows(base, base + idx)
         if self.recurrent_actor and to_cpu:
@@ -831,12 +831,7 @@ class Storage(FrontEnd):
                 first = self.overlap_length
         if rows <= first:
             return
-        part = _slice(data, first, rows)
-        if self.buffer is None:
-            self._first_write(where, tree_map(lambda v: v[0], part),
-                              lambda: self._insert(where, part, rows - first))
-        else:
-            self._insert(where, part, rows - first)
+        self._insert(where, _slice(data, first, rows), rows - first)
 
     def insert_single_tensor_slice(self, tensor_storage: dict[str, Any], tensor_key: str,
                                    tensor_values: Any) -> int:
@@ -860,9 +855,7 @@ class Storage(FrontEnd):
         """
         where = f"{type(self).__name__}.insert_single_tensor_slice"
         check_mapping(where, "tensor_storage", tensor_storage, "{key: [max_size, ...] array}")
-        if not isinstance(tensor_key, str):
-            raise ArgumentError(f"{where}(tensor_key={describe(tensor_key)}): expected a "
-                                "str key, e.g. 'Observation'")
+        check_type(where, "tensor_key", tensor_key, str, "a str key, e.g. 'Observation'")
         values = _numbers(where, tensor_key, tensor_values)
         if isinstance(values, dict) or values.ndim == 0:
             raise ShapeError(f"{where}(tensor_values={describe(tensor_values)}): expected "
@@ -875,8 +868,8 @@ class Storage(FrontEnd):
                              f"tensor_storage[{tensor_key!r}]={describe(target)}; pass rows "
                              f"of shape {tuple(np.shape(target)[1:])}")
         if target is None:
-            target = np.zeros((self.max_size, *values.shape[1:]), dtype=np.float32)
-            tensor_storage[tensor_key] = target
+            target = tensor_storage[tensor_key] = np.zeros((self.max_size, *values.shape[1:]),
+                                                            dtype=np.float32)
         pos = (self.step + np.arange(length)) % len(target)
         target[pos] = values
         return length
@@ -899,18 +892,11 @@ class Storage(FrontEnd):
                 stored (the core's capacity is fixed; pytorchrl itself only shrinks
                 empty collector storages). The storage is then unchanged.
         """
-        if not isinstance(parameter_name, str):
-            raise ArgumentError(f"update_storage_parameter(parameter_name="
-                                f"{describe(parameter_name)}): expected an attribute name "
-                                "(a str), e.g. 'n_step'")
+        check_type("update_storage_parameter", "parameter_name", parameter_name, str,
+                   "an attribute name (a str), e.g. 'n_step'")
         if not hasattr(self, parameter_name):
             return
-        value = self._check_parameter(parameter_name, new_parameter_value)
-        if parameter_name == "max_size":
-            self.max_size = value
-            self.buffer = None  # rebuilt at the next transition
-            return
-        setattr(self, parameter_name, value)
+        setattr(self, parameter_name, self._check_parameter(parameter_name, new_parameter_value))
         self._parameters_changed(parameter_name)
 
     def _check_parameter(self, name: str, value: Any) -> Any:
@@ -920,21 +906,23 @@ class Storage(FrontEnd):
             ArgumentError, ConfigError: A bad value.
         """
         where = f"update_storage_parameter({name!r}, ...)"
-        if name == "max_size":
-            size = check_int(where, "new_parameter_value", value)
-            if self.size:
-                raise ConfigError(
-                    f"update_storage_parameter('max_size', {value!r}): the storage holds "
-                    f"{self.size} rows per env; change it while empty")
-            return size
-        if name == "gamma":
-            return check_number(where, "new_parameter_value", value, 0.0, 1.0, example=0.99)
         if name == "device" and "torch" in sys.modules:  # else checked by generate_batches
             checked_device(value, None, f"{where}: device", available=False)
-        return value
+        key = "default_error" if name == "error" else name  # PER's attribute for it
+        if key not in PARAMETERS:
+            return value
+        checked = PARAMETERS[key](where, "new_parameter_value" if key in _VALUE_NAMED
+                                  else key, value)
+        if name == "max_size" and self.size:
+            raise ConfigError(
+                f"update_storage_parameter('max_size', {value!r}): the storage holds "
+                f"{self.size} rows per env; change it while empty")
+        return checked
 
     def _parameters_changed(self, name: str) -> None:
-        if name in ("n_step", "gamma") and self.buffer is not None:
+        if name == "max_size":
+            self.buffer = None  # rebuilt at the next transition
+        elif name in ("n_step", "gamma") and self.buffer is not None:
             view = self._view()
             if view is None:
                 from replaybank.views.transition import TransitionView
@@ -957,17 +945,14 @@ def _first_leaf(value: Any) -> Any:
 def _stored_keys(data: Mapping[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
     """The storage tensors of pytorchrl-layout data that hold something (not None, not
     pytorchrl's ``{}`` of a key not stored)."""
-    return {k: v for k, v in data.items() if k in keys and v is not None and not _empty(v)}
+    return {k: v for k, v in data.items()
+            if k in keys and v is not None and not (isinstance(v, dict) and not v)}
 
 
 def _length(value: Any) -> int:
-    if isinstance(value, dict):
-        return _length(next(iter(value.values()))) if value else 0
-    return int(np.shape(to_numpy(value))[0])
-
-
-def _empty(value: Any) -> bool:
-    return isinstance(value, dict) and not value
+    """Rows of pytorchrl-layout data (of its first array; 0 for an empty dict)."""
+    shape = np.shape(to_numpy(_first_leaf(value)))
+    return int(shape[0]) if shape else 0
 
 
 def _slice(data: dict[str, Any], a: int, b: int) -> dict[str, Any]:
@@ -979,20 +964,14 @@ def _slice(data: dict[str, Any], a: int, b: int) -> dict[str, Any]:
 def _same_data(a: dict[str, Any], b: dict[str, Any]) -> bool:
     """Whether two pytorchrl-layout dicts hold the same rows (compared on the keys that
     identify a transition)."""
-    if a is b:
-        return True
-    for key in (OBS, ACT, REW, DONE2):
-        x, y = a.get(key), b.get(key)
-        if x is None or y is None:
-            if x is not y:
-                return False
-            continue
-        if not _equal(x, y):
-            return False
-    return True
+    return a is b or all(_equal(a.get(key), b.get(key)) for key in (OBS, ACT, REW, DONE2))
 
 
 def _equal(x: Any, y: Any) -> bool:
+    """Whether two values (arrays, tensors, dicts of them, or None for a key not stored)
+    hold the same numbers."""
+    if x is None or y is None:
+        return x is y
     if isinstance(x, dict) or isinstance(y, dict):
         if not (isinstance(x, dict) and isinstance(y, dict)) or x.keys() != y.keys():
             return False
@@ -1010,7 +989,3 @@ def window_lengths(discount: Any, gamma: float, n: int) -> Any:
         return np.full(d.shape, float(n), dtype=np.float32)
     return np.rint(np.log(d) / math.log(gamma)).astype(np.float32)
 
-
-def batch_field(batch: Batch | SequenceBatch, name: str) -> Any:
-    """A field of a core batch (for the scheme hooks)."""
-    return batch[name]
