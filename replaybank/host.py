@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from replaybank.errors import describe
+from replaybank.errors import DtypeError, describe
 
 __all__ = ["as_numpy", "is_tensor", "tensor_to_numpy"]
 
@@ -56,12 +56,13 @@ def is_tensor(value: Any) -> bool:
     return torch is not None and isinstance(value, torch.Tensor)
 
 
-def tensor_to_numpy(value: Any) -> npt.NDArray[Any]:
+def tensor_to_numpy(value: Any, arg: str | None = None) -> npt.NDArray[Any]:
     """A torch tensor as a host numpy array of the same shape.
 
     Args:
         value: A torch tensor ``[*shape]`` on any device, requiring grad or not, possibly
             a conjugate or negative view.
+        arg: The argument it came as, named in the error (None: the value alone).
 
     Returns:
         ``[*shape]``: a view without a copy for a plain CPU tensor (no grad, no lazy
@@ -70,6 +71,8 @@ def tensor_to_numpy(value: Any) -> npt.NDArray[Any]:
 
     Raises:
         TypeError: ``value`` is not a torch tensor.
+        DtypeError: The tensor holds no data a host array can show (a meta tensor, a
+            sparse layout, a dtype numpy lacks such as float8), naming ``arg`` and the fix.
 
     Example:
         >>> import torch
@@ -82,6 +85,10 @@ def tensor_to_numpy(value: Any) -> npt.NDArray[Any]:
         Traceback (most recent call last):
         ...
         TypeError: tensor_to_numpy([1.0]): expected a torch tensor; use as_numpy for any value
+        >>> tensor_to_numpy(torch.zeros(2, device="meta"), "obs")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        replaybank.errors.DtypeError: obs=Tensor(...): a torch tensor numpy cannot show (...); ...
     """
     torch = sys.modules.get("torch")
     if torch is None or not isinstance(value, torch.Tensor):
@@ -91,18 +98,26 @@ def tensor_to_numpy(value: Any) -> npt.NDArray[Any]:
         return value.numpy()  # type: ignore[no-any-return]  # plain CPU tensor: a view
     except (RuntimeError, TypeError):  # grad, another device, conj/neg view, bfloat16
         pass
-    t = value.detach()
-    if t.dtype == torch.bfloat16:
-        t = t.to(torch.float32)
-    return t.cpu().resolve_conj().resolve_neg().numpy()  # type: ignore[no-any-return]
+    try:
+        t = value.detach()
+        if t.dtype == torch.bfloat16:
+            t = t.to(torch.float32)
+        return t.cpu().resolve_conj().resolve_neg().numpy()  # type: ignore[no-any-return]
+    except (RuntimeError, TypeError, NotImplementedError) as exc:  # meta, sparse, float8
+        shown = describe(value) if arg is None else f"{arg}={describe(value)}"
+        raise DtypeError(
+            f"{shown}: a torch tensor numpy cannot show ({exc}); pass a dense tensor that "
+            "holds values (e.g. tensor.to_dense(), or real data instead of a meta tensor) "
+            "of a dtype numpy has") from exc
 
 
-def as_numpy(value: Any) -> npt.NDArray[Any]:
+def as_numpy(value: Any, arg: str | None = None) -> npt.NDArray[Any]:
     """``value`` as a numpy array: :func:`tensor_to_numpy` for a torch tensor, else
     ``np.asarray(value)`` (arrays as they are, lists and scalars converted).
 
     Args:
         value: A torch tensor, numpy array, list, scalar, ...
+        arg: The argument it came as, for :func:`tensor_to_numpy`'s error.
 
     Returns:
         A numpy array of ``value``'s shape.
@@ -113,5 +128,5 @@ def as_numpy(value: Any) -> npt.NDArray[Any]:
         ([1.0, 1.0], ())
     """
     if is_tensor(value):
-        return tensor_to_numpy(value)
+        return tensor_to_numpy(value, arg)
     return np.asarray(value)

@@ -42,7 +42,7 @@ import numpy as np
 import numpy.typing as npt
 
 from replaybank.errors import DtypeError, ShapeError, SpecError, describe
-from replaybank.host import as_numpy
+from replaybank.host import as_numpy, is_tensor
 
 __all__ = ["SEP", "STANDARD", "UNSET", "UNSTORABLE_KINDS", "FieldSpec", "Spec", "as_array",
            "collect_fields", "flatten", "native", "real_array", "real_floats", "unflatten"]
@@ -163,13 +163,14 @@ class FieldSpec:
             >>> FieldSpec.infer("obs", [[1.0, 2.0]], leading=(1,))
             FieldSpec(name='obs', shape=(2,), dtype=dtype('float32'))
         """
-        arr = as_array(value)
+        arr = as_array(value, name)
         if arr.shape[: len(leading)] != leading:
             raise ShapeError(
                 f"{name}: shape {arr.shape} does not start with the leading dims {leading}; "
                 f"pass values shaped {leading} + item shape"
             )
-        dtype = _default_dtype(value)
+        # a tensor's dtype is that of its host array (bfloat16: float32, which holds it)
+        dtype = arr.dtype if is_tensor(value) else _default_dtype(value)
         if dtype.kind in UNSTORABLE_KINDS:
             raise DtypeError(
                 f"{name}={describe(value)}: {UNSTORABLE_KINDS[dtype.kind]} values "
@@ -201,7 +202,7 @@ class FieldSpec:
             ...                                               [(), (4,)])
             (4,)
         """
-        arr = as_array(value) if array is None else array
+        arr = as_array(value, self.name) if array is None else array
         for lead in candidates:
             if arr.ndim == len(lead) + len(self.shape):
                 return lead
@@ -238,7 +239,7 @@ class FieldSpec:
             replaybank.errors.ShapeError: obs=array(shape=(2,), dtype=float64): expected shape (3,) (leading dims () + field shape (3,)); reshape the value or check num_envs / the number of steps
         """  # noqa: E501
         expected = leading + self.shape
-        if (as_array(value).shape if shape is None else shape) != expected:
+        if (as_array(value, arg).shape if shape is None else shape) != expected:
             raise ShapeError(
                 f"{arg}={describe(value)}: expected shape {expected} "
                 f"(leading dims {leading} + field shape {self.shape}); "
@@ -281,7 +282,7 @@ class FieldSpec:
             ...
             replaybank.errors.DtypeError: action=nan: field 'action' is int64 and needs finite integral values (found NaN, inf or a fraction); round or fix the value, or declare the field as float
         """  # noqa: E501
-        arr = value if type(value) is np.ndarray else as_array(value) if array is None \
+        arr = value if type(value) is np.ndarray else as_array(value, arg) if array is None \
             else array
         if arr.shape != leading + self.shape:
             self.check_shape(arg, value, leading, arr.shape)
@@ -569,11 +570,12 @@ def native(dtype: np.dtype[Any]) -> np.dtype[Any]:
     return dtype if dtype.isnative else dtype.newbyteorder("=")
 
 
-def as_array(value: Any) -> npt.NDArray[Any]:
+def as_array(value: Any, arg: str | None = None) -> npt.NDArray[Any]:
     """Turn an input value (array, scalar, list, torch tensor) into a numpy array.
 
     numpy arrays (subclasses too) come back as they are; everything else goes through
-    :func:`replaybank.host.as_numpy` (a torch tensor on any device becomes a host array).
+    :func:`replaybank.host.as_numpy` (a torch tensor on any device becomes a host array;
+    one with nothing numpy can show raises a ``DtypeError`` naming ``arg``).
 
     Example:
         >>> as_array([1.0, 2.0]).shape
@@ -581,7 +583,7 @@ def as_array(value: Any) -> npt.NDArray[Any]:
     """
     if type(value) is np.ndarray or isinstance(value, np.ndarray):
         return value
-    return as_numpy(value)  # a torch tensor on any device: see replaybank.host
+    return as_numpy(value, arg)  # a torch tensor on any device: see replaybank.host
 
 
 class Spec(Mapping[str, FieldSpec]):

@@ -88,3 +88,48 @@ def test_host_imports_no_torch() -> None:
             "else:\n    raise SystemExit('no TypeError')\n"
             "assert 'torch' not in sys.modules\n")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("make", [lambda: torch.zeros(3, device="meta"),
+                                  lambda: torch.ones(3).to_sparse()],
+                         ids=["meta", "sparse"])
+@pytest.mark.parametrize("first", [True, False], ids=["first add", "later add"])
+def test_a_tensor_without_host_values_is_refused_naming_the_argument(make: object,
+                                                                    first: bool) -> None:
+    """A meta or sparse tensor as ``obs``: a DtypeError naming ``obs`` and the fix (not
+    torch's own error), on the first add (which infers the spec) and on a later one, with
+    nothing stored."""
+    import replaybank as rb
+    from replaybank.errors import DtypeError
+
+    buf = rb.ReplayBuffer(8, seed=0)
+    step = {"action": 0, "reward": 0.0, "next_obs": np.zeros(3, np.float32),
+            "terminated": False, "truncated": False}
+    if not first:
+        buf.add(obs=np.zeros(3, np.float32), **step)
+    before = None if first else buf.state_dict()
+    with pytest.raises(DtypeError, match=r"^obs=Tensor\(.*pass a dense tensor that holds"):
+        buf.add(obs=make(), **step)  # type: ignore[operator]
+    assert len(buf) == (0 if first else 1)
+    if before is not None:
+        after = buf.state_dict()
+        for k, v in before["table"].items():
+            assert np.asarray(v).tobytes() == np.asarray(after["table"][k]).tobytes(), k
+
+
+def test_a_bfloat16_first_value_makes_a_float32_field() -> None:
+    """Spec inference from a bfloat16 tensor (a mixed-precision policy's action): the
+    field is float32, which holds every bfloat16 value exactly, and the values stored are
+    those of the tensor."""
+    import replaybank as rb
+
+    act = torch.tensor([0.5, -1.25, 3.0e38], dtype=torch.bfloat16)
+    buf = rb.ReplayBuffer(8, seed=0)
+    buf.add(obs=np.zeros(2, np.float32), action=act, reward=0.0,
+            next_obs=np.ones(2, np.float32), terminated=False, truncated=False)
+    buf.add(obs=np.ones(2, np.float32), action=act * 2, reward=0.0,
+            next_obs=np.ones(2, np.float32), terminated=False, truncated=False)
+    assert buf.spec["action"].dtype == np.float32
+    stored = buf.table.arrays["action"][:2, 0]
+    np.testing.assert_array_equal(stored, np.stack([act.float().numpy(),
+                                                    (act * 2).float().numpy()]))

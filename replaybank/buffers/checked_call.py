@@ -113,7 +113,7 @@ def _steps(values: Mapping[str, Any], ndim_lead: int, rows: bool,
     first = next((k for k in values if k == "obs" or k.startswith("obs/")), next(iter(values)))
     arr = arrays.get(first)
     if arr is None:
-        arr = arrays[first] = as_array(values[first])
+        arr = arrays[first] = as_array(values[first], first)
     if arr.ndim < 1 or ndim_lead < 1:
         raise ShapeError(
             f"extend: {first}={describe(values[first])}: expected a leading step dim T; "

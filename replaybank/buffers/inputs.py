@@ -499,6 +499,6 @@ def leading_dims_split(spec: Spec, values: Mapping[str, Any],
         raise SpecError(f"{call}: missing field {name!r}{hints}")
     arr = arrays.get(name)
     if arr is None:
-        arr = arrays[name] = as_array(values[name])
+        arr = arrays[name] = as_array(values[name], name)
     return (spec[name] if field is None else field).leading_of(call, values[name],
                                                                candidates, arr)
