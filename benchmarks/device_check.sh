@@ -5,7 +5,9 @@
 #   bash benchmarks/device_check.sh [tests] [torch] [dist] [bench] [cpu]   (default: all)
 #
 # `cpu` runs issue 29's CPU benchmarks on the machine's quieter cores: bench_core.py
-# (core table), bench_per.py, bench_sequences.py, bench_framestack.py (about 30 s here).
+# (core table), bench_per.py, bench_sequences.py, bench_framestack.py, and
+# bench_window_overhead.py (is a window case's time above its floor a fixed cost per call
+# or memory? the H200 host's 16 cores showed 18 us against 4-7 us here) (about 40 s here).
 #
 # Run from the repository root with a Python that has torch (a CUDA build), numpy,
 # safetensors, pydantic, hypothesis and pytest (pytest-xdist optional), plus ray for
@@ -73,7 +75,8 @@ for step in ${*:-tests torch dist bench cpu}; do
       --peers cpprb,sb3,tianshou --cases sample,per,sequences,framestack --repeats 3 \
       --quiet 2>&1 | tee "$OUT/replaybank_bench.txt" | head -9 ;;
   cpu)
-    for script in bench_core.py bench_per.py bench_sequences.py bench_framestack.py; do
+    for script in bench_core.py bench_per.py bench_sequences.py bench_framestack.py \
+        bench_window_overhead.py; do
       t "$script"
       args=""; [ "$script" = bench_core.py ] && args="--table core"
       echo "## $script" >> "$OUT/cpu_benchmarks.txt"
