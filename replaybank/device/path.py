@@ -201,12 +201,11 @@ class DevicePath:
             host["weights"] = res.weights.astype(np.float32)
         if res.probabilities is not None:
             host["probabilities"] = res.probabilities
-        if self.device.type == "cpu":  # the arrays themselves: no copy to make
-            dev = {k: self.torch.from_numpy(v) for k, v in host.items()}
-        else:
+        dev: dict[str, Any] | None = None
+        if self.device.type != "cpu":  # one packed copy (on the CPU: the arrays themselves)
             dev = to_device(self.torch, host, self.device, pin=self.device.type == "cuda")
-            if dev is None:  # pragma: no cover - int64 and float arrays always pack
-                dev = {k: self.torch.from_numpy(v).to(self.device) for k, v in host.items()}
+        if dev is None:
+            dev = {k: self.torch.from_numpy(v).to(self.device) for k, v in host.items()}
         self.mirror(table).sync(table)
         out = self.gather(table, dev.pop("pairs"))
         out.update(dev)
