@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from replaybank.errors import DtypeError, describe
+from replaybank.errors import DtypeError, ShapeError, describe
 
 __all__ = ["as_numpy", "is_tensor", "tensor_to_numpy"]
 
@@ -122,11 +122,27 @@ def as_numpy(value: Any, arg: str | None = None) -> npt.NDArray[Any]:
     Returns:
         A numpy array of ``value``'s shape.
 
+    Raises:
+        DtypeError: A tensor numpy cannot show (:func:`tensor_to_numpy`).
+        ShapeError: A ragged nest, such as a tuple of unlike arrays (a gymnasium Tuple
+            space's value), naming ``arg`` and the dict to pass instead.
+
     Example:
         >>> import torch
         >>> as_numpy(torch.ones(2, requires_grad=True)).tolist(), as_numpy(3.0).shape
         ([1.0, 1.0], ())
+        >>> as_numpy((np.zeros(2), 1), "obs")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        replaybank.errors.ShapeError: obs=(...): a ragged nest ...
     """
     if is_tensor(value):
         return tensor_to_numpy(value, arg)
-    return np.asarray(value)
+    try:
+        return np.asarray(value)
+    except ValueError as exc:  # ragged: numpy cannot make one array of it
+        shown = describe(value) if arg is None else f"{arg}={describe(value)}"
+        raise ShapeError(
+            f"{shown}: a ragged nest numpy cannot make one array of ({exc}); pass an array, "
+            "or a dict of arrays for a structured value (a gymnasium Tuple space's value "
+            "as {'0': value[0], '1': value[1], ...}, as rb.collect stores it)") from exc

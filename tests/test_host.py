@@ -133,3 +133,27 @@ def test_a_bfloat16_first_value_makes_a_float32_field() -> None:
     stored = buf.table.arrays["action"][:2, 0]
     np.testing.assert_array_equal(stored, np.stack([act.float().numpy(),
                                                     (act * 2).float().numpy()]))
+
+
+@pytest.mark.parametrize("first", [True, False], ids=["first add", "later add"])
+def test_a_ragged_value_is_refused_naming_the_argument_and_the_dict_to_pass(
+        first: bool) -> None:
+    """A tuple of unlike arrays as ``obs`` (a gymnasium Tuple space's value): a ShapeError
+    naming ``obs`` and the dict form, not numpy's "inhomogeneous shape" ValueError, on the
+    first add (which infers the spec) and on a later one (a flat obs field); nothing
+    stored. The dict form it names is stored."""
+    import replaybank as rb
+    from replaybank.errors import ShapeError
+
+    buf = rb.ReplayBuffer(8, seed=0)
+    step = {"action": 0, "reward": 0.0, "terminated": False, "truncated": False}
+    ragged = (np.zeros(2, np.float32), np.ones(1, np.int64))
+    if not first:
+        buf.add(obs=np.zeros(3, np.float32), next_obs=np.ones(3, np.float32), **step)
+    with pytest.raises(ShapeError, match=r"^obs=\(.*a ragged nest.*\{'0': value\[0\]"):
+        buf.add(obs=ragged, next_obs=ragged, **step)
+    assert len(buf) == (0 if first else 1)
+    if first:
+        buf.add(obs={"0": ragged[0], "1": ragged[1]},
+                next_obs={"0": ragged[0], "1": ragged[1]}, **step)
+        assert buf.sample(1).obs["1"].dtype == np.int64
