@@ -254,3 +254,30 @@ def test_view_configs_rebuild() -> None:
     assert cfg.view is not None and cfg.view.type == "framestack"
     again = rb.from_config(cfg)
     assert again.view.config() == view.config()
+
+
+def test_numpy_scalar_hyperparameters_are_plain_numbers_everywhere(tmp_path: Path) -> None:
+    """``n_step``, ``gamma`` and ``frame_stack`` as numpy scalars (a sweep's
+    ``np.arange``, values read back from numpy files): the buffer is built as with Python
+    numbers, its config and checkpoint round-trip, and the rows-per-lane check still holds;
+    numpy bools are refused like bools."""
+    buf = rb.ReplayBuffer(64, seed=0, n_step=np.int64(3), gamma=np.float32(0.5),
+                          frame_stack=np.int64(2))
+    plain = rb.ReplayBuffer(64, seed=0, n_step=3, gamma=0.5, frame_stack=2)
+    for b in (buf, plain):
+        for i in range(10):
+            b.add(obs=np.full(3, i, np.float32), action=0, reward=1.0,
+                  next_obs=np.full(3, i + 1, np.float32), terminated=False, truncated=False)
+    assert buf.config() == plain.config()
+    assert json.loads(json.dumps(buf.init_config())) == plain.init_config()
+    a, b = buf.sample(4), plain.sample(4)
+    for k in b:
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+    rb.save(buf, tmp_path / "b")
+    assert rb.load(tmp_path / "b").config() == plain.config()
+    with pytest.raises(rb.CapacityError, match="n_step=100: exceeds the 64 rows per lane"):
+        rb.ReplayBuffer(64, n_step=np.int64(100))
+    with pytest.raises(ConfigError, match=r"n_step=np.True_: must be an int >= 1; pass e.g."):
+        rb.ReplayBuffer(64, n_step=np.bool_(True))
+    with pytest.raises(ConfigError, match=r"gamma=.*: must be a float in \[0, 1\]"):
+        rb.ReplayBuffer(64, n_step=3, gamma=np.float64(np.nan))

@@ -166,6 +166,7 @@ class ReplayBuffer:
         self._rng = make_rng(seed)
         self._seed = buffer_state.recorded_seed(seed)  # what config() records
         self.autoreset_mode = check_autoreset_mode(autoreset_mode)
+        n_step, gamma, frame_stack = arguments.view_args(n_step, gamma, frame_stack)
         #: Stores rows (``next_obs=False``): every key is an ordinary field.
         self.rows_only = arguments.check_rows(next_obs, view, n_step, frame_stack,
                                               self.autoreset_mode)
