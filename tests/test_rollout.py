@@ -586,3 +586,21 @@ def test_plain_add_declines_what_the_checked_path_must_see() -> None:
     with pytest.raises(rb.CapacityError):
         buf.add(obs=o, action=1, reward=0.0, terminated=False, truncated=False, value=0.0,
                 log_prob=0.0)
+
+
+def test_numpy_scalar_discounts_are_taken_and_bad_ones_named() -> None:
+    """gamma / gae_lambda as numpy scalars build the same buffer as Python floats (its
+    config records plain floats); a bool, NaN or a value outside [0, 1] is refused naming
+    the argument and an example, for the single- and multi-agent rollout buffers alike."""
+    a = rb.RolloutBuffer(8, num_envs=np.int64(2), gamma=np.float32(0.5),
+                         gae_lambda=np.float64(0.25))
+    b = rb.RolloutBuffer(8, num_envs=2, gamma=0.5, gae_lambda=0.25)
+    assert a.config() == b.config()
+    assert type(a.gamma) is float and type(a.gae_lambda) is float
+    for cls, kw in ((rb.RolloutBuffer, {}),
+                    (rb.MultiAgentRolloutBuffer, {"agents": ["a"]})):
+        for bad in (True, np.bool_(False), float("nan"), 1.5, -0.1, "0.9"):
+            with pytest.raises(rb.ConfigError,
+                               match=r"gae_lambda=.*must be a number in \[0, 1\]; pass e\.g\. "
+                                     r"gae_lambda=0\.95"):
+                cls(8, gae_lambda=bad, **kw)

@@ -26,7 +26,7 @@ from replaybank.views import make_view
 from replaybank.views.base import View
 
 __all__ = ["check_capacity", "check_rows", "make_rng", "positive_int", "replay_sampler",
-           "replay_view", "view_args"]
+           "replay_view", "unit_number", "view_args"]
 
 
 def make_rng(seed: int | np.random.Generator | None) -> np.random.Generator:
@@ -57,6 +57,29 @@ def view_args(n_step: Any, gamma: Any, frame_stack: Any) -> tuple[int, float, in
     """
     make_view(n_step, gamma, frame_stack)  # the checks; the view is built later
     return int(n_step), float(gamma), int(frame_stack)
+
+
+def unit_number(name: str, value: Any, example: float) -> float:
+    """A number in [0, 1] (a discount, a GAE lambda), a Python or numpy number, as a float.
+
+    Raises:
+        ConfigError: Not a number (a bool included), NaN, or outside [0, 1]; the message
+            names the argument, the value and ``example``.
+
+    Example:
+        >>> unit_number("gamma", np.float32(0.5), 0.99)
+        0.5
+        >>> unit_number("gae_lambda", 1.5, 0.95)
+        Traceback (most recent call last):
+        ...
+        replaybank.errors.ConfigError: gae_lambda=1.5: must be a number in [0, 1]; pass e.g. gae_lambda=0.95
+    """  # noqa: E501
+    if isinstance(value, (bool, np.bool_)) \
+            or not isinstance(value, (int, float, np.integer, np.floating)) \
+            or not 0 <= value <= 1:
+        raise ConfigError(f"{name}={value!r}: must be a number in [0, 1]; pass e.g. "
+                          f"{name}={example}")
+    return float(value)
 
 
 def positive_int(name: str, value: Any) -> int:

@@ -64,7 +64,7 @@ import numpy.typing as npt
 
 from replaybank import persist
 from replaybank.batch import Batch
-from replaybank.buffers.arguments import make_rng, positive_int
+from replaybank.buffers.arguments import make_rng, positive_int, unit_number
 from replaybank.buffers.inputs import RESERVED
 from replaybank.buffers.rollout.batches import normalise
 from replaybank.buffers.rollout.inputs import per_env_float
@@ -192,11 +192,8 @@ class MultiAgentRolloutBuffer:
             parse_spec(spec, self._agents)
         except ReplayBankError as exc:
             raise _renamed(exc) from None
-        for name, val in (("gamma", gamma), ("gae_lambda", gae_lambda)):
-            if isinstance(val, bool) or not isinstance(val, (int, float, np.floating)) \
-                    or not 0 <= val <= 1:
-                raise ConfigError(f"{name}={val!r}: must be a number in [0, 1]; pass e.g. "
-                                  f"{name}={0.99 if name == 'gamma' else 0.95}")
+        gamma = unit_number("gamma", gamma, 0.99)
+        gae_lambda = unit_number("gae_lambda", gae_lambda, 0.95)
         if not (normalize_advantage is None or isinstance(normalize_advantage, str)) \
                 or normalize_advantage not in _NORMS:
             raise ConfigError(f"normalize_advantage={normalize_advantage!r}: expected "

@@ -60,7 +60,7 @@ import numpy.typing as npt
 
 from replaybank import persist
 from replaybank.batch import Batch, SequenceBatch
-from replaybank.buffers.arguments import make_rng, positive_int
+from replaybank.buffers.arguments import make_rng, positive_int, unit_number
 from replaybank.buffers.autoreset import check_autoreset_mode
 from replaybank.buffers.inputs import leading_dims
 from replaybank.buffers.rollout.autoreset import next_step_bootstrap, reset_mask
@@ -152,9 +152,8 @@ class RolloutBuffer:
     ) -> None:
         self._num_steps = positive_int("num_steps", num_steps)
         self._num_envs = positive_int("num_envs", num_envs)
-        for name, val in (("gamma", gamma), ("gae_lambda", gae_lambda)):
-            if isinstance(val, bool) or not isinstance(val, (int, float)) or not 0 <= val <= 1:
-                raise ConfigError(f"{name}={val!r}: must be a number in [0, 1]")
+        gamma = unit_number("gamma", gamma, 0.99)
+        gae_lambda = unit_number("gae_lambda", gae_lambda, 0.95)
         if not (normalize_advantage is None or isinstance(normalize_advantage, str)) \
                 or normalize_advantage not in _NORMS:
             raise ConfigError(
