@@ -26,7 +26,7 @@ from replaybank.views import make_view
 from replaybank.views.base import View
 
 __all__ = ["check_capacity", "check_rows", "make_rng", "positive_int", "replay_sampler",
-           "replay_view", "unit_number", "view_args"]
+           "replay_view", "unit_number"]
 
 
 def make_rng(seed: int | np.random.Generator | None) -> np.random.Generator:
@@ -40,23 +40,6 @@ def make_rng(seed: int | np.random.Generator | None) -> np.random.Generator:
             "pass e.g. seed=0"
         )
     return np.random.default_rng(seed)
-
-
-def view_args(n_step: Any, gamma: Any, frame_stack: Any) -> tuple[int, float, int]:
-    """``n_step``, ``gamma`` and ``frame_stack`` checked and as Python numbers (numpy
-    scalars such as ``np.int64(3)`` or ``np.float32(0.99)`` are taken, as the views take
-    them), so that every later check and the recorded config see plain ints and floats.
-
-    Raises:
-        ConfigError: ``n_step`` or ``frame_stack`` is not an int >= 1, or ``gamma`` not a
-            number in [0, 1] (:func:`replaybank.views.make_view`'s checks).
-
-    Example:
-        >>> view_args(np.int64(3), np.float32(0.5), 1)
-        (3, 0.5, 1)
-    """
-    make_view(n_step, gamma, frame_stack)  # the checks; the view is built later
-    return int(n_step), float(gamma), int(frame_stack)
 
 
 def unit_number(name: str, value: Any, example: float) -> float:

@@ -51,6 +51,7 @@ from replaybank.storage.backends import make_backend
 from replaybank.storage.backends.base import ArrayBackend
 from replaybank.storage.table import StepTable
 from replaybank.storage.table_state import check_table
+from replaybank.views import view_numbers
 from replaybank.views.base import View
 
 if TYPE_CHECKING:  # pydantic loads with the first config() call; the device and shared
@@ -166,7 +167,7 @@ class ReplayBuffer:
         self._rng = make_rng(seed)
         self._seed = buffer_state.recorded_seed(seed)  # what config() records
         self.autoreset_mode = check_autoreset_mode(autoreset_mode)
-        n_step, gamma, frame_stack = arguments.view_args(n_step, gamma, frame_stack)
+        n_step, gamma, frame_stack = view_numbers(n_step, gamma, frame_stack)
         #: Stores rows (``next_obs=False``): every key is an ordinary field.
         self.rows_only = arguments.check_rows(next_obs, view, n_step, frame_stack,
                                               self.autoreset_mode)
