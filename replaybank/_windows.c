@@ -12,6 +12,9 @@
  *                     out[b, j] = src[idx[b, j]], next[b, j] = src[idx[b, j + 1]]
  *                     (j < W): the obs and next_obs windows of one gather, each row read
  *                     once and stored twice
+ *   take_steps(...)   the same for a batch of one-step transitions: every field and each
+ *                     observation's next observation (the next step's row, or the side
+ *                     store's where the link says so) in one call
  *
  * Which rows: the plans of the numba kernels in replaybank/ops/windows_numba.py and
  * stack_numba.py, as loops in C (one call per batch, no JIT to load or compile):
@@ -22,9 +25,9 @@
  *   sync                    the lane-major boundary bytes the scans read
  *   stack                   frame-stack slots
  *
- * Their numpy oracles are in replaybank/ops/windows.py (take_rows, window_extent,
- * window_plan, stack_slots, and the compositions named in windows_numba.py); the tests
- * compare them on random cases. replaybank/ops/windows_c.py is the module that
+ * Their numpy oracles are in replaybank/ops/windows.py (take_rows, take_steps,
+ * window_extent, window_plan, stack_slots, and the compositions named in
+ * windows_numba.py); the tests compare them on random cases. replaybank/ops/windows_c.py is the module that
  * replaybank.ops.jit.pick_kernel loads and that wraps these functions with the numba
  * module's signatures; callers never reach this module directly.
  *
@@ -200,19 +203,12 @@ copy_pair(const Job *job)
     }
 }
 
+/* out[i] = src[ix[i]] for i < n, rows of `row` bytes: one-number rows with a typed load
+ * and store, the row SMALL_AHEAD on prefetched (in a multi-lane table consecutive steps
+ * of a window are a cache line or more apart); longer rows AHEAD on prefetched. */
 static void
-copy_job(const Job *job)
+copy_rows(const char *s, const int64_t *ix, char *o, Py_ssize_t n, Py_ssize_t row)
 {
-    const char *s = job->s;
-    const int64_t *ix = job->ix;
-    char *o = job->o;
-    Py_ssize_t n = job->n, row = job->row;
-    if (job->o2 != NULL) {
-        copy_pair(job);
-        return;
-    }
-    /* one-number rows: a typed load and store, the row SMALL_AHEAD on prefetched (in a
-     * multi-lane table consecutive steps of a window are a cache line or more apart) */
     switch (row) {
     case 1:
         for (Py_ssize_t i = 0; i < n; i++) {
@@ -246,6 +242,15 @@ copy_job(const Job *job)
             prefetch_row(s + ix[i + AHEAD] * row, row);
         memcpy(o + i * row, s + ix[i] * row, (size_t)row);
     }
+}
+
+static void
+copy_job(const Job *job)
+{
+    if (job->o2 != NULL)
+        copy_pair(job);
+    else
+        copy_rows(job->s, job->ix, job->o, job->n, job->row);
 }
 
 static PyObject *
@@ -1107,6 +1112,208 @@ done:
     return r;
 }
 
+/* ------------------------------------------------------------------ one-step batches
+ *
+ * take_steps(slots, lanes, link, fields, nexts) -> n_side
+ *
+ * Every field of a batch of steps and each observation field's next observation, in one
+ * call (StepTable.gather_transitions; its numpy path is the oracle). slots [B] int64 are
+ * storage slots of the flat table, each in [0, 2n) with n = len(link) (one wrap allowed,
+ * as ndarray.take(mode="wrap") does for the slots of live keys); link [n] int32 is the
+ * table's flat link (side slot + 1 where a step's next observation is kept aside, else
+ * 0). fields: (src, out) pairs, out[i] = src[slot_i] (src [n, ...]); nexts: (src, side,
+ * out) triples, out[i] = side[link[slot_i] - 1] where link[slot_i] > 0, else
+ * src[(slot_i + lanes) mod n]. Returns how many next observations came from the side
+ * store. Every argument and every index is checked before a byte is written. */
+
+#define MAXSTEPJOBS 48
+
+/* Open (src, out) or (src, side, out) `t` of `what` job j into job: 0 or -1. */
+static int
+open_step_job(PyObject *t, Py_ssize_t j, int next, Py_ssize_t n, Py_ssize_t b, Job *job)
+{
+    Py_ssize_t want = next ? 3 : 2;
+    const char *what = next ? "nexts" : "fields";
+    if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != want) {
+        PyErr_Format(PyExc_TypeError, "replaybank._windows.take_steps: %s[%zd] must be a "
+                     "%s tuple", what, j, next ? "(src, side, out)" : "(src, out)");
+        return -1;
+    }
+    PyObject *src = PyTuple_GET_ITEM(t, 0), *out = PyTuple_GET_ITEM(t, want - 1);
+    if (PyObject_GetBuffer(src, &job->src, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
+        return -1;
+    job->held |= 1;
+    if (PyObject_GetBuffer(out, &job->out, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE
+                           | PyBUF_FORMAT) < 0)
+        return -1;
+    job->held |= 4;
+    if (next) {
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(t, 1), &job->out2,
+                               PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
+            return -1;
+        job->held |= 8;
+    }
+    const char *sf = strip(job->src.format), *of = strip(job->out.format);
+    if (job->src.ndim < 1 || job->src.shape[0] != n || strchr(sf, 'O') != NULL
+            || strchr(of, 'O') != NULL) {
+        PyErr_Format(PyExc_ValueError, "replaybank._windows.take_steps: %s[%zd]: src must "
+                     "be an array of %zd rows (the link's length) without objects", what, j,
+                     n);
+        return -1;
+    }
+    job->rows = n;
+    job->row = n > 0 ? job->src.len / n : 0;
+    if (job->out.len != b * job->row) {
+        PyErr_Format(PyExc_ValueError, "replaybank._windows.take_steps: %s[%zd]: out holds "
+                     "%zd bytes, %zd rows of %zd bytes need %zd", what, j, job->out.len, b,
+                     job->row, b * job->row);
+        return -1;
+    }
+    if (next) {
+        Py_buffer *side = &job->out2;
+        const char *df = strip(side->format);
+        if (side->ndim < 1 || strchr(df, 'O') != NULL
+                || (side->shape[0] > 0 && side->len / side->shape[0] != job->row)) {
+            PyErr_Format(PyExc_ValueError, "replaybank._windows.take_steps: nexts[%zd]: side "
+                         "rows must hold %zd bytes, as src's do, without objects", j,
+                         job->row);
+            return -1;
+        }
+        job->w1 = side->shape[0];  /* side rows */
+        job->o2 = (char *)side->buf;
+    }
+    job->s = (const char *)job->src.buf;
+    job->o = (char *)job->out.buf;
+    job->n = b;
+    return 0;
+}
+
+static PyObject *
+c_take_steps(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (!nargs_ok(nargs, 5, "take_steps"))
+        return NULL;
+    Bufs bs = {.n = 0, .fn = "take_steps"};
+    Job jobs[MAXSTEPJOBS];
+    Py_ssize_t opened = 0, n_side = 0;
+    int64_t *ws = NULL;
+    PyObject *r = NULL;
+    void *p;
+    Py_ssize_t b, n;
+    long long lanes;
+    if (open_arr(&bs, args[0], "slots", K_I64, 0, 0, &p, &b) < 0)
+        return NULL;
+    const int64_t *slots = p;
+    if (open_arr(&bs, args[2], "link", K_I32, 0, 0, &p, &n) < 0)
+        goto done;
+    const int32_t *link = p;
+    if (get_int(args[1], "take_steps", "lanes", 1, &lanes) < 0)
+        goto done;
+    if (lanes > n) {
+        PyErr_Format(PyExc_ValueError, "replaybank._windows.take_steps: lanes=%lld exceeds "
+                     "the link's %zd slots", lanes, n);
+        goto done;
+    }
+    PyObject *fields = args[3], *nexts = args[4];
+    if (!PyTuple_Check(fields) || !PyTuple_Check(nexts)) {
+        PyErr_SetString(PyExc_TypeError, "replaybank._windows.take_steps: fields and nexts "
+                        "must be tuples");
+        goto done;
+    }
+    Py_ssize_t nf = PyTuple_GET_SIZE(fields), nn = PyTuple_GET_SIZE(nexts);
+    if (nf + nn > MAXSTEPJOBS) {
+        PyErr_Format(PyExc_ValueError, "replaybank._windows.take_steps: %zd fields and "
+                     "nexts, at most %d per call", nf + nn, MAXSTEPJOBS);
+        goto done;
+    }
+    memset(jobs, 0, sizeof(Job) * (size_t)(nf + nn > 0 ? nf + nn : 1));
+    Py_ssize_t side_rows = PY_SSIZE_T_MAX;
+    for (Py_ssize_t j = 0; j < nf + nn; j++) {
+        int next = j >= nf;
+        opened = j + 1;
+        if (open_step_job(PyTuple_GET_ITEM(next ? nexts : fields, next ? j - nf : j),
+                          next ? j - nf : j, next, n, b, &jobs[j]) < 0)
+            goto done;
+        if (next && jobs[j].w1 < side_rows)
+            side_rows = jobs[j].w1;
+    }
+    ws = PyMem_Malloc(sizeof(int64_t) * (size_t)(2 * b > 0 ? 2 * b : 1));
+    if (ws == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    /* pass 1: wrapped slots, and for next observations each step's next row: a slot of
+     * src (>= 0) or side slot s as -1 - s */
+    int64_t *nx = ws + b;
+    Py_ssize_t bad = -1;
+    int32_t bad_link = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < b; i++) {
+        int64_t s = slots[i];
+        if (s < 0 || s >= 2 * (int64_t)n) {
+            bad = i;
+            break;
+        }
+        ws[i] = s >= n ? s - n : s;
+    }
+    if (bad < 0 && nn > 0) {
+        for (Py_ssize_t i = 0; i < b; i++) {
+            int32_t v = link[ws[i]];
+            if (v > 0) {
+                if ((Py_ssize_t)v > side_rows) {
+                    bad = i;
+                    bad_link = v;
+                    break;
+                }
+                nx[i] = -(int64_t)v;  /* -1 - (v - 1) */
+                n_side++;
+            } else if (v < 0) {
+                bad = i;
+                bad_link = v;
+                break;
+            } else {
+                int64_t t = ws[i] + lanes;
+                nx[i] = t >= n ? t - n : t;
+            }
+        }
+    }
+    Py_END_ALLOW_THREADS
+    if (bad >= 0) {
+        if (bad_link == 0)
+            PyErr_Format(PyExc_IndexError, "replaybank._windows.take_steps: slot %lld is "
+                         "out of bounds for %zd slots (one wrap allowed)",
+                         (long long)slots[bad], n);
+        else
+            PyErr_Format(PyExc_IndexError, "replaybank._windows.take_steps: link %d at slot "
+                         "%lld points outside the side store's %zd rows", (int)bad_link,
+                         (long long)ws[bad], side_rows);
+        goto done;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t j = 0; j < nf; j++)
+        copy_rows(jobs[j].s, ws, jobs[j].o, b, jobs[j].row);
+    for (Py_ssize_t j = nf; j < nf + nn; j++) {
+        const Job *job = &jobs[j];
+        const char *s = job->s, *side = job->o2;
+        char *o = job->o;
+        Py_ssize_t row = job->row;
+        for (Py_ssize_t i = 0; i < b; i++) {
+            int64_t k = nx[i];
+            if (i + AHEAD < b && nx[i + AHEAD] >= 0)
+                prefetch_row(s + nx[i + AHEAD] * row, row);
+            memcpy(o + i * row, k >= 0 ? s + k * row : side + (-1 - k) * row, (size_t)row);
+        }
+    }
+    Py_END_ALLOW_THREADS
+    r = PyLong_FromSsize_t(n_side);
+done:
+    PyMem_Free(ws);
+    release(jobs, opened);
+    bufs_release(&bs);
+    return r;
+}
+
 static PyMethodDef windows_functions[] = {
     {"take_rows", take_rows, METH_O,
      "take_rows(jobs): out[i] = src[idx[i]] for each (src, idx, out) of the tuple jobs; "
@@ -1128,6 +1335,9 @@ static PyMethodDef windows_functions[] = {
      "window_plan(link, written, counts, keys, width, slots, lk, ends, first)"},
     {"stack", (PyCFunction)(void (*)(void))c_stack, METH_FASTCALL,
      "stack(link, written, counts, keys, k, out) -> (n_bad, n_side)"},
+    {"take_steps", (PyCFunction)(void (*)(void))c_take_steps, METH_FASTCALL,
+     "take_steps(slots, lanes, link, fields, nexts) -> n_side: every field of a batch of "
+     "steps and their next observations (fields: (src, out); nexts: (src, side, out))"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,7 +1,9 @@
-"""The C row gather of window batches (``replaybank._windows.take_rows``) against its numpy
-oracle (:func:`replaybank.ops.windows.take_rows`), alone on random jobs and inside the
-sequence and frame-stack gathers on random buffers (several lanes, wrapped rings, episode
-ends, truncations and padded windows)."""
+"""The C row gathers against their numpy oracles: of window batches
+(``replaybank._windows.take_rows`` and :func:`replaybank.ops.windows.take_rows`), alone on
+random jobs and inside the sequence and frame-stack gathers on random buffers (several
+lanes, wrapped rings, episode ends, truncations and padded windows); and of one-step
+batches (``take_steps`` and :func:`replaybank.ops.windows.take_steps`) against each other
+and a plain loop."""
 
 from __future__ import annotations
 
@@ -125,6 +127,98 @@ def test_row_kernel_leaves_c_out_in_pure_python_mode(monkeypatch: pytest.MonkeyP
     assert windows.row_kernel() == (windows.take_rows, "numpy")
     monkeypatch.delenv("REPLAYBANK_PURE_PYTHON")
     assert windows.row_kernel()[1] == "c"
+
+
+def _steps_case(rng: np.random.Generator) -> tuple[Any, ...]:
+    """A random ``take_steps`` call: slots (one wrap), lanes, link, fields, side arrays."""
+    n = int(rng.integers(1, 30))
+    lanes = int(rng.integers(1, n + 1))
+    b = int(rng.integers(0, 20))
+    slots = rng.integers(0, 2 * n, b)
+    srcs = []
+    for _ in range(int(rng.integers(0, 5))):
+        dtype = DTYPES[int(rng.integers(len(DTYPES)))]
+        shape = tuple(int(d) for d in rng.integers(1, 4, int(rng.integers(0, 3))))
+        srcs.append((rng.standard_normal((n, *shape)) * 50).astype(dtype))
+    n_obs = int(rng.integers(0, min(len(srcs), 2) + 1))
+    rows = int(rng.integers(1, 6))
+    sides = [(rng.standard_normal((rows + int(rng.integers(0, 3)), *src.shape[1:])) * 50
+              ).astype(src.dtype) for src in srcs[:n_obs]]
+    link = np.where(rng.random(n) < 0.3, rng.integers(1, rows + 1, n), 0).astype(np.int32)
+    return slots, lanes, link, srcs, sides
+
+
+def _steps_outs(b: int, srcs: list[Any], n_obs: int) -> tuple[list[Any], list[Any]]:
+    outs = [np.full((b, *src.shape[1:]), 7, src.dtype) for src in srcs]
+    nxts = [np.full((b, *src.shape[1:]), 7, src.dtype) for src in srcs[:n_obs]]
+    return outs, nxts
+
+
+@settings(max_examples=80, deadline=None)
+@given(seed=st.integers(0, 2**16))
+def test_take_steps_matches_the_numpy_oracle_and_a_loop(seed: int) -> None:
+    slots, lanes, link, srcs, sides = _steps_case(np.random.default_rng(seed))
+    n, b, n_obs = len(link), len(slots), len(sides)
+    got = []
+    for take in (wc.take_steps, windows.take_steps):
+        outs, nxts = _steps_outs(b, srcs, n_obs)
+        n_side = take(slots, lanes, link, tuple(zip(srcs, outs, strict=True)),
+                      tuple(zip(srcs, sides, nxts, strict=False)))
+        got.append((n_side, outs, nxts))
+    want_side = 0
+    for i, slot in enumerate(slots.tolist()):
+        s = slot % n
+        for k, src in enumerate(srcs):
+            for _, outs, nxts in got:
+                np.testing.assert_array_equal(outs[k][i], src[s])
+                if k < n_obs:
+                    want = sides[k][link[s] - 1] if link[s] > 0 else src[(s + lanes) % n]
+                    np.testing.assert_array_equal(nxts[k][i], want)
+        want_side += int(link[s] > 0) if n_obs else 0
+    assert got[0][0] == got[1][0] == want_side
+
+
+@pytest.mark.parametrize("take", [wc.take_steps, windows.take_steps], ids=["c", "numpy"])
+def test_take_steps_checks_everything_before_copying(take: Any) -> None:
+    src = np.arange(12, dtype=np.float32).reshape(6, 2)
+    side = np.full((2, 2), -1, np.float32)
+    link = np.array([0, 2, 0, 0, 0, 1], np.int32)
+    out, nxt = np.zeros((2, 2), np.float32), np.zeros((2, 2), np.float32)
+
+    def call(slots: Any, lk: Any = link, o: Any = out, sd: Any = side, lanes: int = 1) -> Any:
+        return take(np.asarray(slots, np.int64), lanes, lk, ((src, o),), ((src, sd, nxt),))
+
+    assert call([1, 11]) == 2 and out.tolist() == [[2, 3], [10, 11]]
+    assert nxt.tolist() == [[-1, -1], [-1, -1]]
+    out[:] = nxt[:] = 0
+    for args, exc in ((([0, 12],), IndexError), (([-1, 0],), IndexError),
+                      (([1, 0], np.array([0, 3, 0, 0, 0, 0], np.int32)), IndexError),
+                      (([1, 0], np.array([0, -1, 0, 0, 0, 0], np.int32)), IndexError),
+                      (([1, 0], np.zeros(5, np.int32)), ValueError),
+                      (([1, 0], link, np.zeros((3, 2), np.float32)), ValueError),
+                      (([1, 0], link, out, np.zeros((2, 3), np.float32)), ValueError)):
+        with pytest.raises(exc):
+            call(*args)
+        assert not out.any() and not nxt.any()  # nothing was copied
+    with pytest.raises(ValueError, match="lanes"):
+        call([0, 1], lanes=7)
+
+
+def test_take_steps_refuses_objects_and_the_table_still_serves_them() -> None:
+    objs = np.array(["a", None, 3, 4.0], object)
+    with pytest.raises((TypeError, ValueError), match="without objects"):
+        wc.take_steps(np.array([0]), 1, np.zeros(4, np.int32), ((objs, np.empty(1, object)),),
+                      ())
+    n_side = windows.take_steps(np.array([0, 5]), 1, np.zeros(4, np.int32),
+                                ((objs, out := np.empty(2, object)),), ())
+    assert n_side == 0 and out.tolist() == ["a", None]
+
+
+def test_steps_kernel_leaves_c_out_in_pure_python_mode(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("REPLAYBANK_PURE_PYTHON", "1")
+    assert windows.steps_kernel() == (windows.take_steps, "numpy")
+    monkeypatch.delenv("REPLAYBANK_PURE_PYTHON")
+    assert windows.steps_kernel()[1] == "c"
 
 
 def _random_buffer(rng: np.random.Generator, lanes: int, rows: int, n: int,

@@ -45,7 +45,9 @@ __all__ = [
     "row_kernel",
     "stack_buffers",
     "stack_slots",
+    "steps_kernel",
     "take_rows",
+    "take_steps",
     "valid_starts",
     "window_extent",
     "window_keys",
@@ -498,3 +500,100 @@ def r2d2_priority(td_errors: FloatArray, mask: BoolArray, eta: float) -> FloatAr
     out = eta * mx + (1.0 - eta) * mean
     out[n == 0] = np.nan
     return np.asarray(out, dtype=np.float64)
+
+
+def take_steps(slots: npt.NDArray[np.int64], lanes: int, link: npt.NDArray[np.int32],
+               fields: tuple[tuple[Any, Any], ...],
+               nexts: tuple[tuple[Any, Any, Any], ...]) -> int:
+    """Every field of a batch of steps and each observation field's next observation.
+
+    The oracle of the C kernel :func:`replaybank.ops.windows_c.take_steps` (one call for
+    a whole transition batch: :meth:`StepTable.gather_transitions
+    <replaybank.storage.table.StepTable.gather_transitions>`). Everything is checked
+    before any row is copied.
+
+    Args:
+        slots: ``[B]`` int64 storage slots of the flat table, each in ``[0, 2 n)`` with
+            ``n = len(link)`` (one wrap allowed: ``slot - n`` is the slot then).
+        lanes: The table's lanes (a step's next step is ``lanes`` slots on, mod ``n``).
+        link: ``[n]`` int32, the table's flat link: side slot + 1 where a step's next
+            observation is kept aside, else 0.
+        fields: ``(src, out)`` pairs: ``out[i] = src[slot_i]``, ``src`` ``[n, *shape]``,
+            ``out`` ``[B, *shape]``.
+        nexts: ``(src, side, out)`` triples: ``out[i] = side[link[slot_i] - 1]`` where
+            ``link[slot_i] > 0``, else ``src[(slot_i + lanes) mod n]``.
+
+    Returns:
+        How many next observations came from the side store.
+
+    Raises:
+        IndexError: A slot outside ``[0, 2 n)``, or a link outside the side store.
+        ValueError: A ``src`` without ``n`` rows, an ``out`` of the wrong size, a side
+            row of another size than its ``src`` row, or ``lanes`` outside ``[1, n]``.
+
+    Example:
+        >>> obs = np.arange(4.0).reshape(4, 1)  # T = 4, one lane
+        >>> link = np.array([0, 1, 0, 0], np.int32)  # step 1's next obs is side slot 0
+        >>> out, nxt = np.empty((3, 1)), np.empty((3, 1))
+        >>> take_steps(np.array([0, 1, 7]), 1, link, ((obs, out),),
+        ...            ((obs, np.array([[9.0]]), nxt),))
+        1
+        >>> out[:, 0].tolist(), nxt[:, 0].tolist()
+        ([0.0, 1.0, 3.0], [1.0, 9.0, 0.0])
+    """
+    n = len(link)
+    b = len(slots)
+    if not 1 <= lanes <= n:
+        raise ValueError(f"take_steps: lanes={lanes} must be in [1, {n}]")
+    for j, (src, out) in enumerate([*fields, *((s, o) for s, _, o in nexts)]):
+        row = src.nbytes // n if n else 0
+        if src.ndim < 1 or src.shape[0] != n:
+            raise ValueError(f"take_steps: job {j}: src must hold {n} rows (the link's length)")
+        if out.nbytes != b * row:
+            raise ValueError(f"take_steps: job {j}: out holds {out.nbytes} bytes, {b} rows of "
+                             f"{row} bytes need {b * row}")
+    for j, (src, side, _) in enumerate(nexts):
+        if side.shape[0] and side.nbytes // side.shape[0] != src.nbytes // n:
+            raise ValueError(f"take_steps: nexts[{j}]: side rows must hold as many bytes as "
+                             "src's")
+    if b and (int(slots.min()) < 0 or int(slots.max()) >= 2 * n):
+        raise IndexError(f"take_steps: a slot is out of bounds for {n} slots (one wrap "
+                         "allowed)")
+    ws = np.where(slots >= n, slots - n, slots)
+    pos = side_slots = None
+    if nexts:
+        lk = link[ws]
+        pos = lk.nonzero()[0]
+        side_slots = lk[pos].astype(np.int64) - 1
+        rows = min(side.shape[0] for _, side, _ in nexts)
+        if len(pos) and (int(side_slots.min()) < 0 or int(side_slots.max()) >= rows):
+            raise IndexError(f"take_steps: a link points outside the side store's {rows} rows")
+    for src, out in fields:
+        src.take(ws, axis=0, out=out.reshape((b, *src.shape[1:])), mode="wrap")
+    if pos is None or side_slots is None:
+        return 0
+    nxt = ws + lanes
+    for src, side, out in nexts:
+        o = out.reshape((b, *src.shape[1:]))
+        src.take(nxt, axis=0, out=o, mode="wrap")
+        if len(pos):
+            o[pos] = side[side_slots]
+    return len(pos)
+
+
+def steps_kernel(prefer: str = "auto") -> tuple[Any, str]:
+    """:func:`take_steps` in C where the extension was built (``"c"``), else the numpy
+    function itself (:func:`~replaybank.ops.jit.pick_kernel`; there is no numba twin).
+
+    Args:
+        prefer: ``"auto"``, ``"c"`` (raise if it was not built) or ``"numpy"``.
+
+    Returns:
+        ``(function, name)``.
+
+    Example:
+        >>> steps_kernel("numpy") == (take_steps, "numpy")
+        True
+    """
+    return pick_kernel(prefer, None, "take_steps", take_steps, "take_steps",
+                       compiled="replaybank.ops.windows_c")

@@ -4,6 +4,9 @@ and frame-stack plans, with the signatures of their numba twins.
 * :func:`take_rows` copies the rows of every field of a batch in one call (rows a few
   steps ahead prefetched, the GIL released), instead of one ``ndarray.take`` per field;
   its numpy oracle is :func:`replaybank.ops.windows.take_rows`.
+* :func:`take_steps` does the same for a batch of one-step transitions, next observations
+  included (from the next step's row, or the side store where the link says so); its
+  numpy oracle is :func:`replaybank.ops.windows.take_steps`.
 * :func:`draw_plan`, :func:`draw_windows`, :func:`sequence_plan`,
   :func:`window_extent`, :func:`window_plan` and :func:`sync_boundaries` are the
   functions of :mod:`replaybank.ops.windows_numba` (same arguments, same results; the
@@ -47,7 +50,7 @@ _windows: Any = importlib.import_module("replaybank._windows")
 
 __all__ = ["FLAG_NAMES", "draw_plan", "draw_windows", "sequence_plan", "stack_buffers",
            "stack_plan", "stack_slots", "stack_slots_counted", "sync_boundaries",
-           "take_rows", "window_extent", "window_plan"]
+           "take_rows", "take_steps", "window_extent", "window_plan"]
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
@@ -60,6 +63,11 @@ FLAG_NAMES = ("is_first", "is_last", "is_terminal", "mask", "burn_in", "terminat
 #: tuple ``jobs``, and the obs/next_obs windows of every window pair ``(src, idx, out,
 #: next)`` (same contract as :func:`replaybank.ops.windows.take_rows`).
 take_rows: Any = _windows.take_rows
+
+#: ``take_steps(slots, lanes, link, fields, nexts) -> n_side``: every field of a batch of
+#: steps and each observation field's next observation in one call (same contract as
+#: :func:`replaybank.ops.windows.take_steps`).
+take_steps: Any = _windows.take_steps
 
 _extent = _windows.extent
 _draw = _windows.draw

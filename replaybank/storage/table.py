@@ -55,13 +55,15 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from replaybank.errors import CheckpointError
-from replaybank.ops import ring
+from replaybank.ops import ring, windows
 from replaybank.spec import Spec
 from replaybank.storage.backends.base import (
     ArrayBackend,
@@ -79,8 +81,34 @@ IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
 # flat views: (name, field) pairs, link, and (name, field, field shifted by one row, key)
 # for each obs field
-ReadPlan = tuple[list[tuple[str, Any]], Any, list[tuple[str, Any, Any, str]]]
 _INT64 = np.dtype(np.int64)
+#: Fields plus next observations one C gather takes (``MAXSTEPJOBS`` of _windows.c).
+_MAX_STEP_JOBS = 48
+
+
+@dataclass(frozen=True)
+class _StepJobs:
+    """The one-call gather of a table's transitions (see :meth:`StepTable._read_plan`):
+    the kernel (:func:`~replaybank.ops.windows.take_steps` or its C twin), the flat field
+    arrays, the flat obs arrays with their names (their side arrays are looked up per
+    call: the side store grows), each output's row shape and dtype, and the batch's keys
+    in order (fields, then ``next_<obs field>``)."""
+
+    kernel: Any
+    srcs: tuple[Any, ...]
+    next_srcs: tuple[Any, ...]
+    next_names: tuple[str, ...]
+    rows: tuple[tuple[tuple[int, ...], np.dtype[Any]], ...]
+    keys: tuple[str, ...]
+
+
+ReadPlan = tuple[list[tuple[str, Any]], Any, _StepJobs]
+
+
+@cache
+def _steps_kernel() -> Any:
+    """:func:`~replaybank.ops.windows.take_steps` in C where built, else in numpy."""
+    return windows.steps_kernel()[0]
 
 
 class StepTable:
@@ -276,9 +304,9 @@ class StepTable:
         """Every field of the steps ``keys`` plus ``next_<obs field>``, each ``[B, *shape]``.
 
         The same as :meth:`take` for every field and :meth:`take_next` for every obs field
-        (exactly the ``next_obs`` the caller passed), in one pass: numpy storage does one
-        flat ``take`` per field, the next observations wrapping around the ring in the
-        ``take`` itself.
+        (exactly the ``next_obs`` the caller passed), in one pass: in-memory numpy storage
+        gathers every field and next observation with one call of
+        :func:`~replaybank.ops.windows.take_steps` (C where built).
 
         Args:
             keys: Item keys ``[B]``.
@@ -311,35 +339,26 @@ class StepTable:
             for name in self.obs_fields:
                 out["next_" + name] = self.take_next(name, *where)
             return out
-        fresh = False
         if live and self.lanes == 1 and type(keys) is np.ndarray and keys.dtype is _INT64:
             # the live keys lie in [oldest, written) inside [base, base + 2T) with base the
             # multiple of T at or below oldest: keys - base are slots up to one wrap, which
-            # take's mode="wrap" removes (cheaper than keys % T)
-            written = self.written.item(0)
-            oldest = written - self.counts.item(0)
+            # the gather removes (cheaper than keys % T)
+            oldest = self.written.item(0) - self.counts.item(0)
             base = oldest - oldest % T
             slots = keys if base == 0 else keys - base
-            fresh = written < T  # then every slot + 1 < T too
         else:
             slots = self.slots_of(keys)  # [B]
-        fields, link, nexts = self._read_plan()
-        out = {name: arr.take(slots, axis=0, mode="wrap") for name, arr in fields}
-        if not nexts:
-            return out
-        lk = link.take(slots, mode="wrap")
-        pos = lk.nonzero()[0]
-        side_slots = lk.take(pos) - 1 if len(pos) else None
-        # the next step's slot is slots + lanes, wrapped by take itself; None: slots + 1 < T,
-        # take from the obs fields shifted by one row
-        nxt = None if fresh else slots + self.lanes
-        for name, arr, shifted, key in nexts:
-            o = shifted.take(slots, axis=0) if nxt is None else \
-                arr.take(nxt, axis=0, mode="wrap")
-            if side_slots is not None:
-                o[pos] = self.side.arrays[name].take(side_slots, axis=0)
-            out[key] = o
-        return out
+        _, link, steps = self._read_plan()
+        if not slots.flags.c_contiguous:
+            slots = np.ascontiguousarray(slots)
+        b = len(slots)
+        outs = [np.empty((b, *shape), dt) for shape, dt in steps.rows]
+        side = self.side.arrays
+        steps.kernel(slots, self.lanes, link, tuple(zip(steps.srcs, outs, strict=False)),
+                     tuple((src, side[name], o) for src, name, o
+                           in zip(steps.next_srcs, steps.next_names, outs[len(steps.srcs):],
+                                  strict=False)))
+        return dict(zip(steps.keys, outs, strict=True))
 
     def take_fields(self, slots: IntArray, obs: bool = True) -> dict[str, Any]:
         """Every stored field at storage ``slots`` (the obs fields only when ``obs``).
@@ -370,8 +389,8 @@ class StepTable:
         return {name: arr.take(slots, axis=0) for name, arr in fields if name not in skip}
 
     def _read_plan(self) -> ReadPlan:
-        """Flat views of the fields and of ``link`` for :meth:`gather_transitions` (each obs
-        field also shifted by one row), rebuilt when an array is replaced."""
+        """Flat views of the fields and of ``link``, and the jobs of the one-call gather of
+        :meth:`gather_transitions`, rebuilt when an array is replaced."""
         plan = self._plan
         if plan is not None and plan[0][-1] is self.link \
                 and len(plan[0]) == len(self.arrays) + 1 \
@@ -380,9 +399,17 @@ class StepTable:
             return cached
         flat = self.flat
         fields = [(name, flat(arr)) for name, arr in self.arrays.items()]
-        nexts = [(name, flat(self.arrays[name]), flat(self.arrays[name])[1:], "next_" + name)
-                 for name in self.obs_fields]
-        body = (fields, flat(self.link), nexts)
+        next_srcs = tuple(flat(self.arrays[name]) for name in self.obs_fields)
+        srcs = [arr for _, arr in fields] + list(next_srcs)
+        kernel = _steps_kernel()
+        if any(arr.dtype.hasobject for arr in srcs) or len(srcs) > _MAX_STEP_JOBS:
+            kernel = windows.take_steps  # the C kernel copies bytes: no objects
+        steps = _StepJobs(
+            kernel=kernel, srcs=tuple(arr for _, arr in fields), next_srcs=next_srcs,
+            next_names=tuple(self.obs_fields),
+            rows=tuple((arr.shape[1:], arr.dtype) for arr in srcs),
+            keys=(*self.arrays, *("next_" + name for name in self.obs_fields)))
+        body = (fields, flat(self.link), steps)
         self._plan = ((*self.arrays.values(), self.link), body)
         return body
 
