@@ -216,9 +216,9 @@ def test_take_steps_refuses_objects_and_the_table_still_serves_them() -> None:
 
 def test_steps_kernel_leaves_c_out_in_pure_python_mode(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("REPLAYBANK_PURE_PYTHON", "1")
-    assert windows.steps_kernel() == (windows.take_steps, "numpy")
+    assert windows.kernel(windows.take_steps) == (windows.take_steps, "numpy")
     monkeypatch.delenv("REPLAYBANK_PURE_PYTHON")
-    assert windows.steps_kernel()[1] == "c"
+    assert windows.kernel(windows.take_steps)[1] == "c"
 
 
 def _random_buffer(rng: np.random.Generator, lanes: int, rows: int, n: int,

@@ -45,7 +45,6 @@ __all__ = [
     "row_kernel",
     "stack_buffers",
     "stack_slots",
-    "steps_kernel",
     "take_rows",
     "take_steps",
     "valid_starts",
@@ -361,13 +360,15 @@ _TWINS = {"window_extent": "replaybank.ops.windows_numba",
           "window_plan": "replaybank.ops.windows_numba",
           "stack_slots": "replaybank.ops.stack_numba"}
 #: The functions that also have a C twin (in :mod:`replaybank.ops.windows_c`).
-_C_TWINS = frozenset({"window_extent", "window_plan", "stack_slots"})
+_C_TWINS = frozenset({"window_extent", "window_plan", "stack_slots", "take_rows",
+                      "take_steps"})
 
 
 def kernel(fn: Callable[..., Any], prefer: str = "auto") -> tuple[Any, str]:
     """``fn`` (one of :func:`window_extent`, :func:`r2d2_priority`, :func:`window_plan`,
-    :func:`stack_slots`) in C where built and it has a C twin, else compiled with numba
-    when it imports, else ``fn`` itself (:func:`~replaybank.ops.jit.pick_kernel`).
+    :func:`stack_slots`, :func:`take_rows`, :func:`take_steps`) in C where built and it
+    has a C twin, else compiled with numba when it has a numba twin that imports, else
+    ``fn`` itself (:func:`~replaybank.ops.jit.pick_kernel`).
 
     Args:
         fn: The numpy function.
@@ -385,7 +386,7 @@ def kernel(fn: Callable[..., Any], prefer: str = "auto") -> tuple[Any, str]:
         True
     """
     name = fn.__name__
-    return pick_kernel(prefer, _TWINS[name], name, fn, name,
+    return pick_kernel(prefer, _TWINS.get(name), name, fn, name,
                        compiled="replaybank.ops.windows_c" if name in _C_TWINS else None)
 
 
@@ -470,8 +471,7 @@ def row_kernel(prefer: str = "auto") -> tuple[Any, str]:
         >>> row_kernel("numpy") == (take_rows, "numpy")
         True
     """
-    return pick_kernel(prefer, None, "take_rows", take_rows, "take_rows",
-                       compiled="replaybank.ops.windows_c")
+    return kernel(take_rows, prefer)
 
 
 def r2d2_priority(td_errors: FloatArray, mask: BoolArray, eta: float) -> FloatArray:
@@ -579,21 +579,3 @@ def take_steps(slots: npt.NDArray[np.int64], lanes: int, link: npt.NDArray[np.in
         if len(pos):
             o[pos] = side[side_slots]
     return len(pos)
-
-
-def steps_kernel(prefer: str = "auto") -> tuple[Any, str]:
-    """:func:`take_steps` in C where the extension was built (``"c"``), else the numpy
-    function itself (:func:`~replaybank.ops.jit.pick_kernel`; there is no numba twin).
-
-    Args:
-        prefer: ``"auto"``, ``"c"`` (raise if it was not built) or ``"numpy"``.
-
-    Returns:
-        ``(function, name)``.
-
-    Example:
-        >>> steps_kernel("numpy") == (take_steps, "numpy")
-        True
-    """
-    return pick_kernel(prefer, None, "take_steps", take_steps, "take_steps",
-                       compiled="replaybank.ops.windows_c")

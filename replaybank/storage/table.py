@@ -108,7 +108,7 @@ ReadPlan = tuple[list[tuple[str, Any]], Any, _StepJobs]
 @cache
 def _steps_kernel() -> Any:
     """:func:`~replaybank.ops.windows.take_steps` in C where built, else in numpy."""
-    return windows.steps_kernel()[0]
+    return windows.kernel(windows.take_steps)[0]
 
 
 class StepTable:
