@@ -20,6 +20,9 @@ storage) are handed over as they are.
 * Pinned buffers are reused: ``depth + 2`` sets rotate, and a set is refilled only after
   the device copy that read it has completed (an event per set). Elsewhere each batch
   gets a new buffer: on the CPU the fields handed out are views of it.
+* The thread starts a sample only when fewer than ``depth`` batches are ready, and
+  ``next()`` makes room as its last step, so the thread never wakes while ``next()``
+  runs: the thread's sampling holds the GIL, and overlapping it would add to the wait.
 
 torch is imported when a prefetcher is built (the ``torch`` extra), never at module
 import.
@@ -85,7 +88,11 @@ class Prefetcher:
         # they are wrapped without a copy (a view per field would cost more than a wrap)
         self._packs = self.device.type != "cpu"
         self._sample = sample
-        self._ready: queue.Queue[Any] = queue.Queue(maxsize=depth)
+        # the thread samples a batch only after taking a unit of room, which next()
+        # gives back as its last step: it never wakes (and takes the GIL) while next()
+        # runs, so a step's wait is next()'s own work, not part of the next sample
+        self._room = threading.Semaphore(depth)
+        self._ready: queue.Queue[Any] = queue.Queue()  # bounded by the room: <= depth
         n_sets = depth + 2  # queued + the one being filled + the one being copied
         self._free: queue.Queue[int] = queue.Queue()
         for k in range(n_sets):
@@ -132,8 +139,9 @@ class Prefetcher:
     def _run(self) -> None:
         try:
             while not self._stop.is_set():
+                self._room.acquire()
                 k = self._free.get()
-                if k < 0:
+                if k < 0 or self._stop.is_set():
                     return
                 event = self._events[k]
                 if event is not None:  # pragma: no cover - needs CUDA
@@ -165,17 +173,22 @@ class Prefetcher:
             raise item
         k, kind, fields = item
         torch = self.torch
-        if isinstance(fields, tuple):  # packed: one copy, a view per field
-            layout, buf = fields
-            out = layout.unpack(buf.to(self.device, non_blocking=True))
-        else:
-            out = {name: t.to(self.device, non_blocking=True) for name, t in fields.items()}
-        if self.pinned:  # pragma: no cover - needs CUDA
-            event = torch.cuda.Event()
-            event.record(torch.cuda.current_stream(self.device))
-            self._events[k] = event
-        self._free.put(k)
-        return kind(out)
+        try:
+            if isinstance(fields, tuple):  # packed: one copy, a view per field
+                layout, buf = fields
+                out = layout.unpack(buf.to(self.device, non_blocking=True))
+            else:
+                out = {name: t.to(self.device, non_blocking=True)
+                       for name, t in fields.items()}
+            if self.pinned:  # pragma: no cover - needs CUDA
+                event = torch.cuda.Event()
+                event.record(torch.cuda.current_stream(self.device))
+                self._events[k] = event
+            batch = kind(out)
+        finally:  # set k goes back, and the thread may sample again: last, even on error
+            self._free.put(k)
+            self._room.release()
+        return batch
 
     def close(self) -> None:
         """Stop the thread and wait for it (idempotent)."""
@@ -183,6 +196,7 @@ class Prefetcher:
             return
         self._closed = True
         self._stop.set()
+        self._room.release()  # a thread waiting for room wakes and sees the stop
         self._free.put(-1)
         while self._thread.is_alive():
             with contextlib.suppress(queue.Empty):  # unblock a thread waiting to queue
