@@ -67,11 +67,13 @@ class TorchBackend:
 
     Args:
         device: ``"cpu"``, ``"cuda"``, ``"cuda:1"``, a ``torch.device`` or None (CPU).
-        draws: ``"device"`` (default): a buffer draws uniform one-step samples on the
-            device with a generator of its own (:mod:`replaybank.device.path`:
-            the same distribution as numpy storage, not the same keys); ``"host"``: every
-            sample draws its keys with the buffer's numpy generator (the same samples as
-            numpy storage under the same seed) and gathers on the device.
+        draws: ``"device"`` (default): one-step samples take the device path
+            (:mod:`replaybank.device.path`: keys drawn on the host as numpy storage draws
+            them, one packed copy, one gather per dtype group), and ``sample_fn`` draws
+            on the device with a generator of its own inside a CUDA graph (the same
+            distribution as numpy storage, not the same keys); ``"host"``: no device path
+            (every sample gathers field by field on the device; ``sample_fn`` is refused).
+            Either way an eager sample is numpy storage's under the same seed.
 
     Raises:
         ConfigError: The device is malformed or not available (e.g. CUDA without a GPU),
@@ -95,8 +97,9 @@ class TorchBackend:
 
     def __init__(self, device: Any = None, draws: str = "device") -> None:
         if draws not in ("device", "host"):
-            raise ConfigError(f"TorchBackend(draws={draws!r}): choose 'device' (keys drawn on "
-                              "the device) or 'host' (the same samples as numpy storage)")
+            raise ConfigError(f"TorchBackend(draws={draws!r}): choose 'device' (the device "
+                              "path, and sample_fn's draws on the device) or 'host' (no "
+                              "device path)")
         #: Buffers may draw keys on the device (see ``draws``).
         self.device_draws = draws == "device"
         torch = _torch()

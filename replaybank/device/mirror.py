@@ -3,10 +3,12 @@
 Device storage (torch tensors on a GPU) keeps its bookkeeping (lane counters ``written``
 and ``counts``, the next-observation ``link`` of every slot; see
 :mod:`replaybank.storage.table`) in host numpy, where the writer's index arithmetic runs.
-A sampler that draws its keys on the device and a gather that patches next observations
-there need the same bookkeeping on the device. :class:`DeviceMirror` holds it there and
-brings it up to date before each device sample with one host-to-device copy of what
-changed since (never a device-to-host copy):
+The CUDA graph of :meth:`DevicePath.sample_fn <replaybank.device.path.DevicePath.sample_fn>`
+draws its keys and patches next observations on the device, from values no launch may take
+from the host, so it needs the same bookkeeping on the device (the eager ``sample`` reads
+the host's). :class:`DeviceMirror` holds it there and brings it up to date before each
+``sample_fn`` call with one host-to-device copy of what changed since (never a
+device-to-host copy):
 
 * a write advances ``written``; it changes links only in the rows it wrote and in the row
   before them (the previous newest step is relinked), so per lane the rows
@@ -61,11 +63,6 @@ class DeviceMirror:
         lanes = table.lanes
         self.written = torch.zeros(lanes, dtype=torch.int64, device=device)
         self.counts = torch.zeros(lanes, dtype=torch.int64, device=device)
-        # for draws over lanes of unequal steps: the live steps' running count per lane,
-        # and per lane the key of its draw offset 0 (the key of draw u in lane l is
-        # key_base[l] + u * lanes; see replaybank.device.draws.lane_keys)
-        self.cum = torch.zeros(lanes, dtype=torch.int64, device=device)
-        self.key_base = torch.zeros(lanes, dtype=torch.int64, device=device)
         self.link = torch.zeros(table.T * lanes, dtype=torch.int64, device=device)
         self._epoch = -1  # the table epoch mirrored (-1: nothing yet)
         self._written = np.zeros(lanes, dtype=np.int64)
@@ -83,12 +80,10 @@ class DeviceMirror:
                 and counts.tobytes() == self._counts.tobytes():
             return  # no write since (a bytes compare: ~20x cheaper than np.array_equal)
         lanes = table.lanes
-        cum = np.cumsum(counts)
-        key_base = (written - cum) * lanes + np.arange(lanes)  # seq (written - cum + u)
         if table.epoch != self._epoch:
             link = table.link.reshape(-1).astype(np.int64)
-            dev = self._upload(np.concatenate([written, counts, cum, key_base, link]))
-            self.link.copy_(dev[4 * lanes:])
+            dev = self._upload(np.concatenate([written, counts, link]))
+            self.link.copy_(dev[2 * lanes:])
         else:
             T = table.T  # noqa: N806
             idx = []
@@ -98,14 +93,12 @@ class DeviceMirror:
                 idx.append(seq % T * lanes + lane)
             slots = np.concatenate(idx) if idx else np.zeros(0, dtype=np.int64)
             vals = table.link.reshape(-1)[slots].astype(np.int64)
-            dev = self._upload(np.concatenate([written, counts, cum, key_base, slots, vals]))
+            dev = self._upload(np.concatenate([written, counts, slots, vals]))
             k = len(slots)
             if k:
-                self.link.index_copy_(0, dev[4 * lanes:4 * lanes + k], dev[4 * lanes + k:])
+                self.link.index_copy_(0, dev[2 * lanes:2 * lanes + k], dev[2 * lanes + k:])
         self.written.copy_(dev[:lanes])
         self.counts.copy_(dev[lanes:2 * lanes])
-        self.cum.copy_(dev[2 * lanes:3 * lanes])
-        self.key_base.copy_(dev[3 * lanes:4 * lanes])
         self._epoch = table.epoch
         self._written = written.copy()
         self._counts = counts.copy()

@@ -1,49 +1,44 @@
-"""Sampling on the device for device storage: keys drawn there, one gather per dtype group.
+"""Sampling for device storage: keys drawn on the host, one packed copy, one gather per dtype group.
 
 A buffer with ``storage="torch"`` keeps its field data in device tensors (packed per dtype:
 :meth:`~replaybank.device.backend.TorchBackend.allocate_fields`) and its
-bookkeeping on the host. The host path of :meth:`ReplayBuffer.sample
-<replaybank.buffers.replay.ReplayBuffer.sample>` draws keys with the buffer's numpy
-generator and sends index arrays to the device on every call. :class:`DevicePath` instead:
+bookkeeping on the host. :class:`DevicePath` serves its one-step ``sample``:
 
-1. brings the device mirror of the bookkeeping up to date
-   (:class:`~replaybank.device.mirror.DeviceMirror`: a host-to-device copy of what a
-   write changed, nothing when no write happened since the last sample);
-2. draws keys on the device with a ``torch.Generator`` of its own
-   (:func:`~replaybank.device.draws.uniform_keys`);
-3. reads each dtype group with one ``index_select`` of ``[B]`` rows (groups holding an
-   observation field read ``[2B]`` rows: the steps and their next steps), hands out each
-   field as a view of its columns, and patches next observations kept aside (episode
-   ends, discontinuities, each lane's newest step) from the side store with
-   ``torch.where``.
+1. the buffer's sampler draws the keys on the host, with the buffer's numpy generator,
+   exactly as for numpy storage (the same call: the same keys, and for a
+   :class:`~replaybank.samplers.prioritized.PrioritizedSampler` the same probabilities
+   and weights, under the same seed);
+2. the host computes the ``[2B]`` slots of the steps and of their next steps, and, from
+   its own links, which next observations are kept aside (episode ends, discontinuities,
+   each lane's newest step) and in which side slots;
+3. all of it reaches the device in one packed copy (:func:`~replaybank.transfer.to_device`;
+   on the CPU the host arrays are wrapped, no copy), each dtype group is read with one
+   ``index_select``, each field handed out as a view of its columns, and the next
+   observations kept aside are patched from the side store (two launches per
+   observation field, only when there are any).
 
-Nothing in it reads a device value on the host: no ``.item()``, ``.cpu()``, ``nonzero``
-or boolean indexing, so a sample queues work on the device and returns (and a fixed batch
-size can be captured in a CUDA graph: :meth:`DevicePath.sample_fn`).
+On a GPU every torch op is a kernel launch that costs the host 10 to 18 us
+(``docs/benchmarks.md``), so the call is held to those few launches: one copy and one
+gather per dtype group, two more when a next observation is aside. Drawing on the device
+took 11 launches (21 before that), and a device sum tree 73 for PER. Nothing reads a
+device value on the host (no ``.item()``, ``.cpu()``, ``nonzero`` or boolean indexing of a
+device tensor), so a sample queues its work and returns.
 
-Which calls take it (else the host path serves the call, unchanged):
+Which calls take it (else the host path serves the call, unchanged): a sampler with
+exactly uniform draws (:class:`~replaybank.samplers.base.UniformDraws`: the default
+``UniformSampler``) without options, or a plain proportional ``PrioritizedSampler``
+(``beta=`` allowed), with a one-step view (:class:`~replaybank.views.base.StepView`) and
+``replace=True``. Everything else (n-step, frame stacks, recent, lane split, sequences,
+``replace=False``) draws on the host as numpy storage does and gathers on the device.
 
-* a sampler with exactly uniform draws (:class:`~replaybank.samplers.base.UniformDraws`:
-  the default ``UniformSampler``) and a one-step view (:class:`~replaybank.views.base.
-  StepView`), ``replace=True`` and no options. Same distribution as the host path
-  (uniform over the live steps), *not* the same keys: the device generator is not the
-  buffer's numpy generator.
-* a :class:`~replaybank.samplers.prioritized.PrioritizedSampler` with a one-step view,
-  ``replace=True`` (``beta=`` allowed): the sampler draws on the host, exactly as for
-  numpy storage (its compiled tree is the record of every priority: the same keys,
-  probabilities and weights as numpy storage under the same seed), and the keys, their
-  next steps' slots, the weights and the probabilities reach the device in one packed
-  copy (:func:`~replaybank.transfer.to_device`) for the grouped gather. A device sum tree
-  was tried and dropped: at a batch of 256 its descent and updates took about 70 kernel
-  launches, 1.26 ms a call on an H200 against 0.10 ms for the host tree
-  (``docs/benchmarks.md``).
-* everything else (n-step, frame stacks, recent, lane split, sequences, ``replace=False``)
-  draws on the host exactly as numpy storage does (the same keys and samples as numpy
-  storage under the same seed) and gathers on the device.
-
-The device generator is seeded from the buffer's numpy generator when the path first
-samples, and its state is saved with the buffer (``state_dict()["device_rng"]``), so
-save -> load -> sample gives the identical next batch.
+:meth:`DevicePath.sample_fn` is the fixed-batch path: its draw and gather are captured
+once as a CUDA graph and replayed, so nothing host-side may enter a launch. It draws with
+a ``torch.Generator`` of its own from the device mirror of the bookkeeping
+(:class:`~replaybank.device.mirror.DeviceMirror`, :func:`~replaybank.device.draws.
+uniform_keys`; the same distribution as the host draw, not the same keys) and looks up
+the kept next observations in the mirror's links. That generator is seeded from the
+buffer's numpy generator on first use, and its state is saved with the buffer
+(``state_dict()["device_rng"]``).
 
 Example:
     >>> import numpy as np, replaybank as rb
@@ -66,7 +61,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from replaybank.buffers.sampling_parts import Parts
-from replaybank.device.draws import lane_keys, lockstep_keys, uniform_keys
+from replaybank.device.draws import uniform_keys
 from replaybank.device.mirror import DeviceMirror
 from replaybank.ops import ring
 from replaybank.samplers.base import LaneView
@@ -179,24 +174,30 @@ class DevicePath:
                 or not self.serves(parts, replace, kwargs) or table.size == 0:
             return None
         per = self._prioritized(parts)
-        if per is None:
-            return self._draw_gather(table, rng, batch_size)
-        if not per.total > 0.0:  # the host path raises its error
+        if per is not None and not per.total > 0.0:  # the host path raises its error
             return None
-        return self._host_draw_gather(table, per, rng, batch_size, kwargs)
+        return self._host_draw_gather(table, parts.traits.sampler, rng, batch_size, kwargs)
 
-    def _host_draw_gather(self, table: StepTable, sampler: PrioritizedSampler,
-                          rng: np.random.Generator, batch_size: int,
-                          kwargs: dict[str, Any]) -> dict[str, Any]:
-        """Keys, probabilities and weights drawn by ``sampler`` on the host (as the host
-        path's draw: the same call, the same generator), sent with the ``[2B]`` slots of
-        the steps and their next steps in one packed copy, then gathered."""
+    def _host_draw_gather(self, table: StepTable, sampler: Any, rng: np.random.Generator,
+                          batch_size: int, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """Keys drawn by ``sampler`` on the host (the host path's draw: the same call, the
+        same generator, so the same keys, probabilities and weights), sent with the
+        ``[2B]`` slots of the steps and their next steps, and the batch positions and
+        side slots of the next observations kept aside (read from the host's links), in
+        one packed copy, then gathered: one copy and one ``index_select`` per dtype group
+        when no next observation is aside, two launches more per observation field when
+        one is."""
         lanes = LaneView(table.T, table.lanes, table.written, table.counts)
         res = sampler.sample(batch_size, lanes, rng, replace=True, **kwargs)
         n = table.T * table.lanes
         slots = ring.key_to_slot(res.keys, table.T, table.lanes)
+        lk = table.link.reshape(-1)[slots]  # [B] side slot + 1, or 0
+        pos = lk.nonzero()[0]
         host: dict[str, Any] = {"pairs": np.concatenate([slots, (slots + table.lanes) % n]),
                                 "indices": res.keys}
+        if len(pos):
+            host["aside_pos"] = pos.astype(np.int64)
+            host["aside_slots"] = lk[pos].astype(np.int64) - 1
         if res.weights is not None:
             host["weights"] = res.weights.astype(np.float32)
         if res.probabilities is not None:
@@ -206,8 +207,8 @@ class DevicePath:
             dev = to_device(self.torch, host, self.device, pin=self.device.type == "cuda")
         if dev is None:
             dev = {k: self.torch.from_numpy(v).to(self.device) for k, v in host.items()}
-        self.mirror(table).sync(table)
-        out = self.gather(table, dev.pop("pairs"))
+        aside = (dev.pop("aside_pos"), dev.pop("aside_slots")) if len(pos) else ()
+        out = self.gather(table, dev.pop("pairs"), aside)
         out.update(dev)
         return out
 
@@ -216,28 +217,17 @@ class DevicePath:
             self.generator = self.torch.Generator(device=self.device)
             self.generator.manual_seed(int(rng.integers(0, 2**63 - 1)))
 
-    def _draw_gather(self, table: StepTable, rng: np.random.Generator, batch_size: int,
-                     sync: bool = True, eager: bool = True) -> dict[str, Any]:
-        """Draw ``batch_size`` keys and gather them. ``eager``: lanes holding the same steps
-        draw in one kernel from the host's counters (:func:`lockstep_keys`), others in four
-        from the host's live count and the mirror's lane tables (:func:`lane_keys`); a CUDA
-        graph (``eager=False``) draws from the device counters alone
-        (:func:`uniform_keys`)."""
+    def _draw_gather(self, table: StepTable, rng: np.random.Generator,
+                     batch_size: int) -> dict[str, Any]:
+        """Draw ``batch_size`` keys from the device counters alone
+        (:func:`uniform_keys`) and gather them, with no host value in any launch: the
+        body of :meth:`sample_fn`'s CUDA graph (its caller syncs the mirror outside the
+        capture)."""
         mirror = self.mirror(table)
-        if sync:  # host-to-device copies: never inside a graph capture
-            mirror.sync(table)
         self._seed(rng)
-        if eager:
-            keys = lockstep_keys(self.torch, self.generator, self.device, table.written,
-                                 table.counts, batch_size)
-            if keys is None:
-                keys = lane_keys(self.torch, self.generator, int(table.counts.sum()),
-                                 mirror.cum, mirror.key_base, batch_size)
-            keys_or_slots = keys  # a key modulo T * lanes is its slot
-        else:
-            keys, keys_or_slots = uniform_keys(self.torch, self.generator, mirror.written,
-                                               mirror.counts, table.T, batch_size)
-        out = self.gather(table, self._pairs(table, keys_or_slots))
+        keys, slots = uniform_keys(self.torch, self.generator, mirror.written,
+                                   mirror.counts, table.T, batch_size)
+        out = self.gather(table, self._pairs(table, slots))
         out["indices"] = keys
         return out
 
@@ -283,17 +273,28 @@ class DevicePath:
         self._plan = (table, arrays, groups)
         return groups
 
-    def gather(self, table: StepTable, pairs: Any) -> dict[str, Any]:
+    def gather(self, table: StepTable, pairs: Any, aside: Any = None) -> dict[str, Any]:
         """Every stored field ``[B, *shape]`` and ``next_<obs field>`` of the device slots
         ``pairs[:B]`` (``pairs``: ``[2B]``, the slots then their next steps' slots, see
-        :meth:`_pairs`): one ``index_select`` per dtype group, views per field."""
+        :meth:`_pairs`): one ``index_select`` per dtype group, views per field.
+
+        Args:
+            table: The step table.
+            pairs: ``[2B]`` int64 device slots.
+            aside: Which next observations come from the side store: None, read from the
+                mirror's links on the device (four launches, and a ``where`` per
+                observation field); ``()``, none; ``(pos [k], side_slots [k])`` device
+                tensors from the host's links, the batch positions and their side slots
+                (two launches per observation field).
+        """
         torch = self.torch
-        mirror = self.mirror(table)
         B = int(pairs.shape[0]) // 2  # noqa: N806
         slots = pairs[:B]
-        lk = mirror.link.index_select(0, slots)  # [B] side slot + 1 or 0
-        aside = lk > 0
-        side_slot = (lk - 1).clamp_(min=0)
+        lookup = aside is None
+        if lookup:
+            lk = self.mirror(table).link.index_select(0, slots)  # [B] side slot + 1 or 0
+            kept_aside = lk > 0
+            side_slot = (lk - 1).clamp_(min=0)
         out: dict[str, Any] = {}
         # each view made in one indexing call (on a GPU machine a view op costs the host
         # microseconds too): columns of the first B rows; the next B rows for next obs
@@ -303,12 +304,18 @@ class DevicePath:
             for name, cols, shape, nxt in g.members:
                 v = rows[head, cols]
                 out[name] = v.view(B, *shape) if len(shape) > 1 else v
-                if nxt is not None:
-                    nx = rows[B:, cols]
-                    if len(shape) > 1:
-                        nx = nx.view(B, *shape)
-                    kept = table.side.arrays[name].index_select(0, side_slot)  # [B, *shape]
-                    out[nxt] = torch.where(aside.view(B, *([1] * len(shape))), kept, nx)
+                if nxt is None:
+                    continue
+                nx = rows[B:, cols]
+                if len(shape) > 1:
+                    nx = nx.view(B, *shape)
+                side = table.side.arrays[name]
+                if lookup:
+                    kept = side.index_select(0, side_slot)  # [B, *shape]
+                    nx = torch.where(kept_aside.view(B, *([1] * len(shape))), kept, nx)
+                elif aside:
+                    nx.index_copy_(0, aside[0], side.index_select(0, aside[1]))
+                out[nxt] = nx
         return out
 
     # ------------------------------------------------------------------ fixed batches
@@ -318,11 +325,11 @@ class DevicePath:
         for this batch size) and return them. On CUDA the draw and gather are captured
         once as a CUDA graph and replayed (recaptured when the side store grows); on
         other devices they run eagerly and are copied into the static tensors."""
+        self.mirror(table).sync(table)  # host-to-device copies: never inside a capture
         st = self._static.get(batch_size)
         if st is None or not st.fits(table):  # new, or recaptured into the same outputs
             st = self._static[batch_size] = _Static(self, table, rng, batch_size,
                                                     None if st is None else st.out)
-        self.mirror(table).sync(table)
         st.run()
         return st.out
 
@@ -336,7 +343,7 @@ class _Static:
         self.path, self.table, self.rng, self.batch_size = path, table, rng, batch_size
         self.side = tuple(table.side.arrays.values())
         if out is None:
-            first = path._draw_gather(table, rng, batch_size, eager=False)
+            first = path._draw_gather(table, rng, batch_size)
             out = {k: v.clone() for k, v in first.items()}
         self.out = out
         self.graph: Any = None
@@ -359,8 +366,7 @@ class _Static:
             a is b for a, b in zip(self.side, table.side.arrays.values(), strict=True))
 
     def _fill(self) -> None:
-        got = self.path._draw_gather(self.table, self.rng, self.batch_size, sync=False,
-                                     eager=False)
+        got = self.path._draw_gather(self.table, self.rng, self.batch_size)
         for k, v in got.items():
             self.out[k].copy_(v)
 
