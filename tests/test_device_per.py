@@ -49,15 +49,18 @@ def update_both(ref: Any, dev: Any, keys: np.ndarray, seed: int) -> None:
     assert n_ref == n_dev
 
 
+@pytest.mark.parametrize("packed", [False, True])
 @pytest.mark.parametrize(("norm", "lanes", "apart"), [
     ("buffer", 3, False), ("batch", 1, False), (None, 3, True)])
 def test_device_per_gives_numpy_storages_batches(norm: str | None, lanes: int,
-                                                 apart: bool) -> None:
+                                                 apart: bool, packed: bool) -> None:
     """The same seed and writes, numpy storage against device storage: every batch (keys,
     probabilities, weights, every field and next observation) is the same, through
-    priority updates, a beta given per call, a scheduled beta and wraps of the ring."""
+    priority updates, a beta given per call, a scheduled beta and wraps of the ring;
+    ``packed``: through the one packed copy a GPU takes (a no-op copy on the CPU)."""
     ref, dev = pair(seed=9, norm=norm, lanes=lanes, apart=apart, beta_schedule="linear",
                     beta_steps=6)
+    dev.store.path.packed = packed
     for i in range(6):
         kw: dict[str, Any] = {"beta": 0.9} if i == 3 else {}
         want, got = ref.sample(48, **kw), dev.sample(48, **kw)

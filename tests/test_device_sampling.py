@@ -85,13 +85,29 @@ def test_mirror_follows_clear_load_and_env_ids() -> None:
     check_against(ref, buf.sample(32))
 
 
+# how the host draw reaches the device: wrapped (the CPU default), the packed copy a GPU
+# takes (forced on the CPU: the copy is a no-op, the unpacked views and patches are real)
+ROUTES = ["wrapped", "packed", pytest.param("cuda", marks=cuda)]
+
+
+def routed_buffer(route: str, capacity: int, lanes: int, **kw: Any) -> rb.ReplayBuffer:
+    buf = device_buffer("cuda" if route == "cuda" else "torch", capacity, lanes, **kw)
+    if route == "packed":
+        buf.store.path.packed = True
+    return buf
+
+
+@pytest.mark.parametrize("route", ROUTES)
 @pytest.mark.parametrize(("lanes", "env_ids"), [(1, False), (3, False), (3, True)])
-def test_eager_device_samples_are_numpy_storage_samples(lanes: int, env_ids: bool) -> None:
+def test_eager_device_samples_are_numpy_storage_samples(lanes: int, env_ids: bool,
+                                                        route: str, tmp_path: Path) -> None:
     """The eager device ``sample`` is numpy storage's batch under the same seed, key for
     key and field for field: one lane, lanes in step and lanes apart (``env_ids``), episode
-    ends and the ring wrapping between samples, and after a save/load round trip."""
+    ends (next observations patched from the side store) and the ring wrapping between
+    samples, and after pickling and a save/load round trip."""
     ref = rb.ReplayBuffer(60, num_envs=lanes, seed=3)
-    buf = device_buffer("torch", capacity=60, lanes=lanes, seed=3)
+    buf = routed_buffer(route, 60, lanes, seed=3)
+    seen_aside = set()
     for i, kw in enumerate(steps(np.random.default_rng(3), lanes, 70)):
         ids = list(range(lanes)) if not env_ids or i < 25 else [i % lanes]
         part = {k: ({n: v[ids] for n, v in x.items()} if isinstance(x, dict) else x[ids])
@@ -99,26 +115,36 @@ def test_eager_device_samples_are_numpy_storage_samples(lanes: int, env_ids: boo
         for x in (ref, buf):
             x.add(**part, env_ids=ids)
         if i % 6 == 5:
-            want, got = ref.sample(32), buf.sample(32)
-            assert set(got) == set(want)
+            for bsz in (32, 2):  # small batches: some with no next obs aside
+                want, got = ref.sample(bsz), buf.sample(bsz)
+                assert set(got) == set(want)
+                for k in want:
+                    np.testing.assert_array_equal(host(got[k]), want[k], err_msg=k)
+                seen_aside.add(_aside(buf, got.indices))
+    assert seen_aside == {False, True}  # batches with and without patched next obs
+    clone = pickle.loads(pickle.dumps(buf))
+    rb.save(buf, tmp_path / "b")
+    loaded = rb.load(tmp_path / "b")
+    for x in (clone, loaded):
+        x.store.path.packed = buf.store.path.packed
+    for _ in range(2):
+        want = ref.sample(64)
+        for other in (buf, clone, loaded):
+            got = other.sample(64)
+            assert got["indices"].device == buf.store.path.device
             for k in want:
                 np.testing.assert_array_equal(host(got[k]), want[k], err_msg=k)
-    clone = pickle.loads(pickle.dumps(buf))
-    want = ref.sample(64)
-    for other in (buf, clone):
-        got = other.sample(64)
-        for k in want:
-            np.testing.assert_array_equal(host(got[k]), want[k], err_msg=k)
 
 
-def test_device_draws_are_uniform_over_live_steps() -> None:
+@pytest.mark.parametrize("lanes", [1, 3])
+def test_device_draws_are_uniform_over_live_steps(lanes: int) -> None:
     """``sample_fn`` draws on the device: chi-square of key counts against uniform over
     every live step, lanes of unequal length (writes to some lanes only), after the ring
     wrapped."""
-    buf = device_buffer("torch", capacity=60, seed=3)
-    data = steps(np.random.default_rng(3), 3, 45)
+    buf = device_buffer("torch", capacity=20 * lanes, lanes=lanes, seed=3)
+    data = steps(np.random.default_rng(3), lanes, 45)
     for i, kw in enumerate(data):
-        ids = [0, 1, 2] if i < 25 else [0]
+        ids = list(range(lanes)) if i < 25 else [0]
         buf.add(**{k: ({n: v[ids] for n, v in x.items()} if isinstance(x, dict) else x[ids])
                    for k, x in kw.items()}, env_ids=ids)
     assert_uniform_keys(buf, 40)
@@ -166,17 +192,22 @@ def _aside(buf: rb.ReplayBuffer, keys: Any) -> bool:
     return bool((t.link.reshape(-1)[t.slots_of(host(keys))] > 0).any())
 
 
-@pytest.mark.parametrize(("lanes", "env_ids"), [(1, False), (3, False), (3, True)])
-def test_a_device_sample_launches_few_kernels(lanes: int, env_ids: bool) -> None:
+@pytest.mark.parametrize(("lanes", "env_ids", "packed"), [
+    (1, False, False), (3, False, False), (3, True, False), (1, False, True),
+    (3, True, True)])
+def test_a_device_sample_launches_few_kernels(lanes: int, env_ids: bool,
+                                              packed: bool) -> None:
     """On a GPU each torch op is a kernel launch (10 to 18 us of host time each on the
     H200 of docs/benchmarks.md), so the eager ``sample(256)`` of the benchmark's fields
     (obs f32[17], action f32[6], reward, flags: two dtype groups) is held to a kernel
     budget: one gather per dtype group, and where a next observation is kept aside (an
     episode end, each lane's newest step) two more for the observation field; on a GPU
     one copy more, the packed host draw (on the CPU the host arrays are wrapped, no
-    copy). It was 21 kernels, then 11 with device draws (plus a mirror upload after each
-    write)."""
+    copy; ``packed`` forces a GPU's route, whose copy to the CPU is a no-op: its unpacked
+    views launch nothing). It was 21 kernels, then 11 with device draws (plus a mirror
+    upload after each write)."""
     buf = rb.ReplayBuffer(3000, num_envs=lanes, seed=7, storage="torch", device="cpu")
+    buf.store.path.packed = packed
     rng = np.random.default_rng(7)
     cur = rng.normal(size=(lanes, 17)).astype(np.float32)  # each lane's observation
     seen_aside = set()
@@ -198,7 +229,8 @@ def test_a_device_sample_launches_few_kernels(lanes: int, env_ids: bool) -> None
     assert seen_aside == {False, True}  # both budgets were checked
 
 
-def test_a_device_per_sample_launches_a_bounded_number_of_kernels() -> None:
+@pytest.mark.parametrize("packed", [False, True])
+def test_a_device_per_sample_launches_a_bounded_number_of_kernels(packed: bool) -> None:
     """Device PER draws on the host tree, so a ``sample(256)`` launches what the gather
     needs: one gather per dtype group (two) and two where a next observation is kept
     aside, plus on a GPU the packed copy of keys, slots, weights, probabilities and kept
@@ -206,6 +238,7 @@ def test_a_device_per_sample_launches_a_bounded_number_of_kernels() -> None:
     ``update_priorities`` checks on the host (two)."""
     buf = rb.ReplayBuffer(100_000, seed=0, storage="torch", device="cpu",
                           sampler=rb.PrioritizedSampler())
+    buf.store.path.packed = packed  # True: a GPU's route (see the uniform test)
     rng = np.random.default_rng(0)
     obs = rng.normal(size=(20_001, 17)).astype(np.float32)
     buf.extend(obs=obs[:-1], next_obs=obs[1:],

@@ -6,10 +6,10 @@ the core calls (:mod:`replaybank.registry`). Modules:
 
 * :mod:`~replaybank.device.backend`: the step table's arrays as preallocated tensors;
 * :mod:`~replaybank.device.store`: the device :class:`~replaybank.buffers.store.Store`;
-* :mod:`~replaybank.device.path`: one-step samples gathered on the device (uniform keys
-  drawn there, prioritized keys by the host tree);
-* :mod:`~replaybank.device.draws`: uniform draws on the device;
-* :mod:`~replaybank.device.mirror`: host bookkeeping mirrored on the device;
+* :mod:`~replaybank.device.path`: one-step samples drawn on the host (numpy storage's
+  keys) and gathered on the device; ``sample_fn``'s CUDA graph;
+* :mod:`~replaybank.device.draws`: uniform draws on the device (``sample_fn``);
+* :mod:`~replaybank.device.mirror`: host bookkeeping mirrored on the device (``sample_fn``);
 * :mod:`~replaybank.device.hindsight`: hindsight relabelling with torch ops;
 * :mod:`~replaybank.device.prefetch`: batches sampled ahead and moved to a device.
 

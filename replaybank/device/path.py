@@ -5,9 +5,11 @@ A buffer with ``storage="torch"`` keeps its field data in device tensors (packed
 bookkeeping on the host. :class:`DevicePath` serves its one-step ``sample``:
 
 1. the buffer's sampler draws the keys on the host, with the buffer's numpy generator,
-   exactly as for numpy storage (the same call: the same keys, and for a
+   exactly as for numpy storage (the calls of :meth:`Parts.sample
+   <replaybank.buffers.sampling_parts.Parts.sample>`: the same keys, and for a
    :class:`~replaybank.samplers.prioritized.PrioritizedSampler` the same probabilities
-   and weights, under the same seed);
+   and weights, under the same seed), so the batch is numpy storage's, key for key and
+   field for field, as device tensors;
 2. the host computes the ``[2B]`` slots of the steps and of their next steps, and, from
    its own links, which next observations are kept aside (episode ends, discontinuities,
    each lane's newest step) and in which side slots;
@@ -76,8 +78,9 @@ __all__ = ["DeviceArrays", "DevicePath", "device_path"]
 
 @runtime_checkable
 class DeviceArrays(Protocol):
-    """A backend whose arrays are torch tensors on ``device`` and which lets the buffer draw
-    keys there (``device_draws``; False: host draws, the same samples as numpy storage)."""
+    """A backend whose arrays are torch tensors on ``device`` and which takes the device
+    path (``device_draws``: this module's sample, and ``sample_fn``'s draws on the device;
+    False: the local store's host path, no ``sample_fn``)."""
 
     device: Any
     device_draws: bool
@@ -85,8 +88,8 @@ class DeviceArrays(Protocol):
 
 
 def device_path(backend: Any) -> DevicePath | None:
-    """The device path of a buffer on ``backend`` (None: not device storage, or device
-    draws turned off)."""
+    """The device path of a buffer on ``backend`` (None: not device storage, or the
+    device path turned off: ``TorchBackend(draws="host")``)."""
     if isinstance(backend, DeviceArrays) and backend.device_draws and not backend.host_numpy:
         return DevicePath(backend.device)
     return None
@@ -105,15 +108,21 @@ class _Group:
 
 
 class DevicePath:
-    """Device draws and grouped gathers for one buffer (see the module docs).
+    """Host draws and grouped device gathers for one buffer, and :meth:`sample_fn`'s
+    device draws (see the module docs).
 
     Args:
         device: The storage's ``torch.device``.
+
+    Attributes:
+        packed: Send a host draw in one packed copy (:func:`~replaybank.transfer.
+            to_device`); False on the CPU, where the host arrays are wrapped as they are.
     """
 
     def __init__(self, device: Any) -> None:
         self.torch = sys.modules["torch"]  # device storage imported it
         self.device = device
+        self.packed = device.type != "cpu"
         self.generator: Any = None  # seeded from the host generator on first use
         self._mirror: DeviceMirror | None = None
         self._plan: tuple[StepTable, tuple[Any, ...], list[_Group]] | None = None
@@ -148,7 +157,8 @@ class DevicePath:
 
     # ------------------------------------------------------------------ sampling
     def serves(self, parts: Parts, replace: Any, kwargs: dict[str, Any]) -> bool:
-        """Whether this call draws on the device (see the module docs)."""
+        """Whether :meth:`sample` serves this call (host draw, device gather; see the
+        module docs)."""
         if replace is not True or parts.step is None or parts.transform is not None:
             return False
         if parts.traits.uniform is not None:
@@ -167,43 +177,52 @@ class DevicePath:
 
     def sample(self, table: StepTable | None, parts: Parts, rng: np.random.Generator,
                batch_size: Any, replace: Any, kwargs: dict[str, Any]) -> dict[str, Any] | None:
-        """A batch drawn and gathered on the device, or None: the host path serves this
-        call (another sampler or view, options, or arguments the host path rejects with
-        its errors: a bad batch size, an empty buffer, a zero total priority)."""
+        """A batch drawn on the host and gathered on the device, or None: the host path
+        serves this call (another sampler or view, options, or arguments the host path
+        rejects with its errors: a bad batch size, an empty buffer, a zero total
+        priority)."""
         if table is None or type(batch_size) is not int or not 0 < batch_size <= LARGE_BATCH \
                 or not self.serves(parts, replace, kwargs) or table.size == 0:
             return None
         per = self._prioritized(parts)
         if per is not None and not per.total > 0.0:  # the host path raises its error
             return None
-        return self._host_draw_gather(table, parts.traits.sampler, rng, batch_size, kwargs)
+        return self._host_draw_gather(table, parts, rng, batch_size, kwargs)
 
-    def _host_draw_gather(self, table: StepTable, sampler: Any, rng: np.random.Generator,
+    def _host_draw_gather(self, table: StepTable, parts: Parts, rng: np.random.Generator,
                           batch_size: int, kwargs: dict[str, Any]) -> dict[str, Any]:
-        """Keys drawn by ``sampler`` on the host (the host path's draw: the same call, the
-        same generator, so the same keys, probabilities and weights), sent with the
+        """Keys drawn by the buffer's sampler on the host (the host path's draw:
+        :meth:`Parts.sample <replaybank.buffers.sampling_parts.Parts.sample>`'s calls,
+        the same generator, so the same keys, probabilities and weights), sent with the
         ``[2B]`` slots of the steps and their next steps, and the batch positions and
         side slots of the next observations kept aside (read from the host's links), in
         one packed copy, then gathered: one copy and one ``index_select`` per dtype group
         when no next observation is aside, two launches more per observation field when
-        one is."""
-        lanes = LaneView(table.T, table.lanes, table.written, table.counts)
-        res = sampler.sample(batch_size, lanes, rng, replace=True, **kwargs)
+        one is. One route, two draws: uniform and prioritized."""
+        uniform = parts.traits.uniform
+        weights = probabilities = None
+        if uniform is not None and table.lanes == 1 and not kwargs:
+            # the host path's one-lane shortcut (Parts._sample): the same keys
+            keys = uniform.one_lane_keys(batch_size, table.written, table.counts, rng)
+        else:
+            lanes = LaneView(table.T, table.lanes, table.written, table.counts)
+            res = parts.traits.sampler.sample(batch_size, lanes, rng, replace=True, **kwargs)
+            keys, weights, probabilities = res.keys, res.weights, res.probabilities
         n = table.T * table.lanes
-        slots = ring.key_to_slot(res.keys, table.T, table.lanes)
+        slots = ring.key_to_slot(keys, table.T, table.lanes)
         lk = table.link.reshape(-1)[slots]  # [B] side slot + 1, or 0
         pos = lk.nonzero()[0]
         host: dict[str, Any] = {"pairs": np.concatenate([slots, (slots + table.lanes) % n]),
-                                "indices": res.keys}
+                                "indices": keys}
         if len(pos):
             host["aside_pos"] = pos.astype(np.int64)
             host["aside_slots"] = lk[pos].astype(np.int64) - 1
-        if res.weights is not None:
-            host["weights"] = res.weights.astype(np.float32)
-        if res.probabilities is not None:
-            host["probabilities"] = res.probabilities
+        if weights is not None:
+            host["weights"] = weights.astype(np.float32)
+        if probabilities is not None:
+            host["probabilities"] = probabilities
         dev: dict[str, Any] | None = None
-        if self.device.type != "cpu":  # one packed copy (on the CPU: the arrays themselves)
+        if self.packed:  # one packed copy (on the CPU: the arrays themselves)
             dev = to_device(self.torch, host, self.device, pin=self.device.type == "cuda")
         if dev is None:
             dev = {k: self.torch.from_numpy(v).to(self.device) for k, v in host.items()}
