@@ -10,7 +10,8 @@ not per call. Rows:
 * uniform ``sample(256)``, obs f32[17], action f32[6] (the issue's spec):
   - ``floor``: raw tensors, every float field packed in one ``[T, 41]`` tensor, indices
     drawn on the device (``torch.randint``), one gather (+ one for next obs);
-  - ``torch storage sample``: ``buf.sample(256)`` (device draws, grouped gathers);
+  - ``torch storage sample``: ``buf.sample(256)`` (host draws, one packed copy, grouped
+    gathers);
   - ``torch storage sample_fn``: ``buf.sample_fn(256)()`` (a CUDA graph on CUDA);
   - ``numpy storage + to_torch``: ``buf.sample(256).to_torch(device)``;
 * PER ``sample(256)`` + ``update_priorities(256)``: torch storage (host tree draws, one

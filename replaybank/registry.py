@@ -162,7 +162,8 @@ class StorageKind:
     #: arguments the storage does not take).
     backend: Callable[[Any, Any], Any]
     #: ``store(backend, rows, lanes, rows_only, spec)`` returns the store that serves the
-    #: backend, or None for the local store (e.g. device draws turned off); None: always local.
+    #: backend, or None for the local store (e.g. the device path turned off); None: always
+    #: local.
     store: Callable[..., Any] | None = None
 
 

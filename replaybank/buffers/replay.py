@@ -463,15 +463,15 @@ class ReplayBuffer:
 
     def sample_fn(self, batch_size: int) -> Callable[[], Batch]:
         """A callable that samples ``batch_size`` transitions into static tensors, for a
-        training step of fixed shape (``storage="torch"`` with device draws).
+        training step of fixed shape (``storage="torch"`` with its device path).
 
-        Each call draws and gathers on the device like :meth:`sample` and writes the batch
-        into the same output tensors (overwritten by the next call: copy what must
-        outlive it). On CUDA the draw and gather are captured once as a CUDA graph and
-        replayed, so a call costs one graph launch plus a host-to-device copy of the
-        bookkeeping that writes changed; elsewhere they run eagerly. Its draws come from
-        the same device generator as :meth:`sample` (the same distribution; CUDA graph
-        warm-up draws advance it once).
+        Each call draws its keys on the device, with a device generator of its own (the
+        same distribution as :meth:`sample`, which draws on the host: not the same
+        keys), gathers them there, and writes the batch into the same output tensors
+        (overwritten by the next call: copy what must outlive it). On CUDA the draw and
+        gather are captured once as a CUDA graph and replayed, so a call costs one graph
+        launch plus a host-to-device copy of the bookkeeping that writes changed;
+        elsewhere they run eagerly. CUDA graph warm-up draws advance the generator once.
 
         Args:
             batch_size: Transitions per call, a positive int.

@@ -8,9 +8,9 @@ differs between storage modes:
 * :class:`Store`: numpy arrays or memmap files read and written in this process (a
   memmap store also releases its files on :meth:`~Store.close`);
 * :class:`~replaybank.device.store.DeviceStore` (in the device room): torch tensors;
-  one-step samples are gathered on the device (uniform keys drawn there, prioritized keys
-  by the host tree, the record of every priority), and the device generator is part of
-  the state;
+  one-step samples are drawn on the host (numpy storage's keys; the host tree is the
+  record of every priority) and gathered on the device, and ``sample_fn``'s device
+  generator is part of the state;
 * :class:`~replaybank.shared.store.SharedStore` (in the shared-memory room): the owner of
   ``storage="shared"`` memory, written by collector processes through
   :meth:`~Store.writer` handles: every read refreshes a snapshot of their lanes first and
@@ -162,8 +162,8 @@ class Store:
 
 def make_store(backend: ArrayBackend, rows: int, lanes: int, rows_only: bool,
                spec: Spec | None = None) -> Store:
-    """The store of ``backend``: the one its registered storage kind gives (device draws,
-    a shared-memory owner: :func:`replaybank.registry.register_storage`), else local.
+    """The store of ``backend``: the one its registered storage kind gives (the device
+    path, a shared-memory owner: :func:`replaybank.registry.register_storage`), else local.
 
     Args:
         backend: Where the arrays live.

@@ -100,7 +100,7 @@ class TorchBackend:
             raise ConfigError(f"TorchBackend(draws={draws!r}): choose 'device' (the device "
                               "path, and sample_fn's draws on the device) or 'host' (no "
                               "device path)")
-        #: Buffers may draw keys on the device (see ``draws``).
+        #: Buffers take the device path (see ``draws``).
         self.device_draws = draws == "device"
         torch = _torch()
         dev = torch_device(torch, device)

@@ -1,7 +1,7 @@
-"""The device store: torch tensors whose one-step samples are gathered on the device
-(:mod:`replaybank.device.path`: uniform keys drawn there, prioritized keys by the host
-tree), with priority updates checked on the host and the device generator in the
-buffer's state.
+"""The device store: torch tensors whose one-step samples are drawn on the host and
+gathered on the device (:mod:`replaybank.device.path`: numpy storage's keys, one packed
+copy), with priority updates checked on the host and ``sample_fn``'s device generator in
+the buffer's state.
 
 Example:
     >>> import numpy as np, replaybank as rb
@@ -74,8 +74,8 @@ class DeviceStore(Store):
 
 def device_store(backend: ArrayBackend, rows: int, lanes: int, rows_only: bool,
                  spec: Spec | None = None) -> Store | None:
-    """The store of a torch backend: a :class:`DeviceStore` when the backend draws on
-    the device, else None (the local store: ``TorchBackend(draws="host")``).
+    """The store of a torch backend: a :class:`DeviceStore` when the backend takes the
+    device path, else None (the local store: ``TorchBackend(draws="host")``).
 
     Args:
         backend: The torch backend.
