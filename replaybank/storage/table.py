@@ -79,8 +79,6 @@ __all__ = ["StepTable"]
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
-# flat views: (name, field) pairs, link, and (name, field, field shifted by one row, key)
-# for each obs field
 _INT64 = np.dtype(np.int64)
 #: Fields plus next observations one C gather takes (``MAXSTEPJOBS`` of _windows.c).
 _MAX_STEP_JOBS = 48
@@ -102,6 +100,8 @@ class _StepJobs:
     keys: tuple[str, ...]
 
 
+#: :meth:`StepTable._read_plan`: the flat ``(name, field)`` pairs, the flat link and the
+#: one-call gather's jobs.
 ReadPlan = tuple[list[tuple[str, Any]], Any, _StepJobs]
 
 
