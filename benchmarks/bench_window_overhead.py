@@ -1,10 +1,12 @@
 """Where a window case's time above its floor goes: a fixed cost per call, or memory.
 
 ``replaybank bench`` times ``sample_sequences(16, 64)`` and a frame-stack ``sample(32)``
-beside a take floor (:mod:`replaybank.cli.bench_windows`). On the 2-core machine of
-``docs/benchmarks.md`` both are within 1.1x of their floors; on a 16-core H200 host they
-were 1.24x and 1.13x, about 18 us above the floor instead of 4-7 us. This script tells the
-two possible causes apart, on any machine:
+beside a take floor (:mod:`replaybank.cli.bench_windows`), and the uniform ``sample(256)``
+beside :class:`~replaybank.cli.bench_harness.TakeFloor`. On the 2-core machine of
+``docs/benchmarks.md`` all three are within 1.1x of their floors; on a 16-core H200 host
+the two window cases were 1.24x and 1.13x, about 18 us above the floor instead of 4-7 us,
+and uniform sampling 1.35x (before its one-call gather). This script tells the two
+possible causes apart, on any machine:
 
 * a **fixed cost** per call (Python, the C plan, allocation) is the same whether the
   stored steps fit in the cache or not: it shows as the same ``rb - floor`` at a small,
@@ -17,14 +19,14 @@ best of ``--repeats`` rounds of ``--calls`` calls, wall time) and their differen
 the top functions of a ``cProfile`` of the replaybank call at the small capacity.
 
 Run: ``python benchmarks/bench_window_overhead.py [--repeats R] [--calls N] [--large N]
-[--no-profile]`` (about 40 s on 2 cores).
+[--no-profile]`` (about a minute on 2 cores).
 
 Example:
     >>> import subprocess, sys
     >>> out = subprocess.run([sys.executable, "benchmarks/bench_window_overhead.py",
     ...                       "--repeats", "1", "--calls", "20", "--large", "65536",
     ...                       "--no-profile"], capture_output=True, text=True, check=True)
-    >>> "sequences" in out.stdout and "framestack" in out.stdout
+    >>> all(c in out.stdout for c in ("uniform", "sequences", "framestack"))
     True
 """
 
@@ -38,6 +40,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from replaybank.cli.bench_harness import CHUNK, TakeFloor, chunks, make_stream
 from replaybank.cli.bench_windows import (
     framestack_buffer,
     framestack_floor,
@@ -48,6 +51,31 @@ from replaybank.cli.bench_windows import (
 )
 
 Call = Callable[..., Any]
+
+
+def uniform_buffer(capacity: int) -> tuple[Any, Any]:
+    """A ``ReplayBuffer(capacity)`` filled with ``make_stream(capacity)`` (obs
+    float32[17], action float32[6]: ``replaybank bench``'s sample case), and its stream."""
+    import replaybank as rb
+
+    stream = make_stream(capacity)
+    buf = rb.ReplayBuffer(capacity=capacity, seed=0)
+    for part in chunks(stream, capacity // CHUNK):
+        buf.extend(**part)
+    return buf, stream
+
+
+def uniform_sample(built: tuple[Any, Any]) -> Call:
+    """``sample(256)`` of :func:`uniform_buffer`'s buffer."""
+    buf = built[0]
+    return lambda: buf.sample(256)
+
+
+def uniform_floor(built: tuple[Any, Any]) -> Call:
+    """The same rows taken from flat copies of the fields (``replaybank bench``'s
+    :class:`~replaybank.cli.bench_harness.TakeFloor`)."""
+    floor = TakeFloor(built[1]).sample
+    return lambda: floor(256)
 
 
 def best_pair(rb_call: Call, floor: Call, calls: int, repeats: int) -> tuple[float, float]:
@@ -95,13 +123,14 @@ def main() -> None:
     ap.add_argument("--no-profile", action="store_true")
     args = ap.parse_args()
     cases: list[tuple[str, Callable[[int], Any], Call, Call, int]] = [
+        ("uniform", uniform_buffer, uniform_sample, uniform_floor, 16_384),
         ("sequences", sequence_buffer, sequence_sample, sequence_floor, 16_384),
         ("framestack", framestack_buffer, framestack_sample, framestack_floor, 4_096),
     ]
     print("case        capacity   replaybank us   floor us   rb - floor us   rb / floor")
     profiles = []
     for name, build, sample, floor, small in cases:
-        for cap in (small, args.large if name == "sequences" else args.large // 5):
+        for cap in (small, args.large // 5 if name == "framestack" else args.large):
             buf = build(cap)
             rb_call, floor_call = sample(buf), floor(buf)
             for _ in range(20):  # warm: first-call imports and plans
@@ -121,7 +150,8 @@ def main() -> None:
     print("\nA difference that stays the same from the small capacity to the large one is a"
           " fixed cost per call; one that grows is memory.")
     for name, cap, text in profiles:
-        call = "sample_sequences(16, 64)" if name == "sequences" else "sample(32)"
+        call = {"uniform": "sample(256)", "sequences": "sample_sequences(16, 64)"}.get(
+            name, "sample(32)")
         print(f"\n## {name}, capacity {cap:,}: cProfile of {call}, top by own time")
         print(text)
 

@@ -651,7 +651,8 @@ def test_fused_path_equals_numpy_path(lanes: int, nrows: int, n_calls: int, leng
                                       burn_in: int, cross: bool, strict: bool,
                                       seed: int, one_call: bool) -> None:
     """``one_call``: every batch takes the one-call row gather (window pairs where obs
-    and next_obs differ), as large batches do, instead of one take per field."""
+    and next_obs differ), as large batches do, instead of one take per field. The calls
+    change the batch size and back (what the fused path allocates per batch shape)."""
     pytest.importorskip("numba")
     from replaybank.buffers import sequences as seqmod
     from replaybank.views import sequence
@@ -682,8 +683,8 @@ def test_fused_path_equals_numpy_path(lanes: int, nrows: int, n_calls: int, leng
         seqmod.KERNEL = kernel
         sequence._FUSED_BYTES = 0 if one_call else old_bytes
         try:
-            out.append([buf.sample_sequences(6, length, max_redraws=r, **kw)
-                        for r in (16, 0, 16)])
+            out.append([buf.sample_sequences(b, length, max_redraws=r, **kw)
+                        for b, r in ((6, 16), (6, 0), (6, 16), (3, 16), (6, 16))])
         finally:
             seqmod.KERNEL, sequence._FUSED_BYTES = old, old_bytes
     for fast, slow in zip(*out, strict=True):

@@ -50,10 +50,10 @@ def one_lane_keys(batch_size: Any, written: IntArray, counts: IntArray,
         >>> bool(np.all((keys >= 8) & (keys < 12)))
         True
     """
-    size = int(counts[0])
+    size = counts.item(0)
     if type(batch_size) is not int or not 0 < batch_size <= LARGE_BATCH or size <= 0:
         batch_size = check_batch_size(batch_size, size, True)
-    low = int(written[0]) - size
+    low = written.item(0) - size
     keys = uniform_ints(rng, size, batch_size)
     keys += low
     return keys

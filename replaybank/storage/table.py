@@ -55,7 +55,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
@@ -98,6 +98,17 @@ class _StepJobs:
     next_names: tuple[str, ...]
     rows: tuple[tuple[tuple[int, ...], np.dtype[Any]], ...]
     keys: tuple[str, ...]
+    #: ``[(B, ((B, *row shape), dtype) of each output)]`` of the last batch size (one
+    #: item, replaced whole)
+    sized: list[Any] = field(default_factory=lambda: [(0, ())])
+
+    def outputs(self, b: int) -> list[Any]:
+        """New outputs ``[b, *row shape]`` of every field, then of every next obs."""
+        n, shapes = self.sized[0]
+        if n != b:
+            shapes = tuple(((b, *shape), dt) for shape, dt in self.rows)
+            self.sized[0] = (b, shapes)
+        return [np.empty(shape, dt) for shape, dt in shapes]
 
 
 #: :meth:`StepTable._read_plan`: the flat ``(name, field)`` pairs, the flat link and the
@@ -351,13 +362,12 @@ class StepTable:
         _, link, steps = self._read_plan()
         if not slots.flags.c_contiguous:
             slots = np.ascontiguousarray(slots)
-        b = len(slots)
-        outs = [np.empty((b, *shape), dt) for shape, dt in steps.rows]
-        side = self.side.arrays
+        outs = steps.outputs(len(slots))
+        # the jobs' tuples built by C iterators (no Python frame per job)
         steps.kernel(slots, self.lanes, link, tuple(zip(steps.srcs, outs, strict=False)),
-                     tuple((src, side[name], o) for src, name, o
-                           in zip(steps.next_srcs, steps.next_names, outs[len(steps.srcs):],
-                                  strict=False)))
+                     tuple(zip(steps.next_srcs,
+                               map(self.side.arrays.__getitem__, steps.next_names),
+                               outs[len(steps.srcs):], strict=False)))
         return dict(zip(steps.keys, outs, strict=True))
 
     def take_fields(self, slots: IntArray, obs: bool = True) -> dict[str, Any]:
