@@ -6,8 +6,9 @@
 #
 # `cpu` runs issue 29's CPU benchmarks on the machine's quieter cores: bench_core.py
 # (core table), bench_per.py, bench_sequences.py, bench_framestack.py, and
-# bench_window_overhead.py (is a window case's time above its floor a fixed cost per call
-# or memory? the H200 host's 16 cores showed 18 us against 4-7 us here) (about 40 s here).
+# bench_window_overhead.py (is a case's time above its take floor a fixed cost per call or
+# memory? uniform sample(256), sequences and frame stacks; the H200 host's 16 cores showed
+# 18 us against 4-7 us here for the windows) (about a minute here).
 #
 # Run from the repository root with a Python that has torch (a CUDA build), numpy,
 # safetensors, pydantic, hypothesis and pytest (pytest-xdist optional), plus ray for
