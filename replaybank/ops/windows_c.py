@@ -145,7 +145,7 @@ def sequence_plan(link: npt.NDArray[np.int32], written: IntArray, counts: IntArr
     side = np.empty((nb * width, 3), np.int64)
     n, tail = _plan(link, bounds, _i64(written), _i64(counts), keys, _i64(ext), term, trunc,
                     int(width), int(burn_in), slots, steps, flags, side)
-    return slots, steps, dict(zip(FLAG_NAMES, flags, strict=True)), side[:n], bool(tail)
+    return slots, steps, {name: flags[i] for i, name in enumerate(FLAG_NAMES)}, side[:n], bool(tail)
 
 
 def draw_plan(link: npt.NDArray[np.int32], written: IntArray, counts: IntArray,

@@ -319,7 +319,7 @@ def sequence_plan(link: npt.NDArray[np.int32], written: IntArray, counts: IntArr
                         flags, side)
     names = ("is_first", "is_last", "is_terminal", "mask", "burn_in", "terminated",
              "truncated")
-    return slots, steps, dict(zip(names, flags, strict=True)), side[:n], bool(tail)
+    return slots, steps, {name: flags[i] for i, name in enumerate(names)}, side[:n], bool(tail)
 
 
 

@@ -217,7 +217,10 @@ def gather_fused(fast: Any, t: Any, starts: IntArray, ext: IntArray, width: int,
             nxt.flags.writeable = False
         out[name] = obs
         out[nname] = nxt
-    first, last, terminal, mask, burn, term, trunc = flags
+    # indexed, not unpacked: unpacking iterates an ndarray until its IndexError, an
+    # exception formatted on every call
+    first, last, terminal, mask, burn, term, trunc = (flags[0], flags[1], flags[2], flags[3],
+                                                      flags[4], flags[5], flags[6])
     out["terminated"] = term
     out["truncated"] = trunc
     out["is_first"] = first
