@@ -197,3 +197,22 @@ def test_bad_n(bad: Any) -> None:
 def test_bad_gamma() -> None:
     with pytest.raises(ConfigError, match="gamma"):
         rb.NStepView(3, 1.5)
+
+
+@pytest.mark.parametrize("n, gamma", [(2, 0.99), (3, 0.99), (5, 0.9), (7, 1.0), (4, 0.0)])
+def test_discount_is_gamma_to_the_window_length_bitwise(n: int, gamma: float) -> None:
+    """``discount`` is ``float32(gamma ** L)`` exactly for every window length, episode
+    ends cutting windows short, and follows a gamma set after the first sample."""
+    buf = rb.ReplayBuffer(64, n_step=n, gamma=gamma, seed=3)
+    ends = np.arange(40) % 5 == 4
+    buf.extend(obs=np.zeros((40, 2), np.float32), action=np.zeros(40), reward=np.ones(40),
+               next_obs=np.zeros((40, 2), np.float32), terminated=ends,
+               truncated=np.zeros(40, bool))
+    for g in (gamma, 0.5):
+        buf.view.gamma = g
+        keys = np.arange(40)
+        out = buf.view.gather(buf.table, keys)
+        lengths = buf.view.lengths(buf.table, keys)
+        want = np.array([np.float64(g) ** np.float64(k) for k in lengths]).astype(np.float32)
+        assert out["discount"].dtype == np.float32
+        assert out["discount"].tobytes() == want.tobytes()

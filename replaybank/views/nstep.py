@@ -111,9 +111,21 @@ class NStepView(StatelessView):
         where = table.next_index(last)
         for name in table.obs_fields:
             out[next_name(name)] = table.take_next(name, *where)
-        discount = (self.gamma ** length.astype(np.float64)).astype(np.float32)
+        discount = self._discounts().take(length)
         out["discount"] = discount if be.name != "torch" else _like(out["reward"], discount)
         return out
+
+    def _discounts(self) -> npt.NDArray[np.float32]:
+        """``gamma ** L`` as float32 for every length ``L`` in ``[0, n]`` (a table: one
+        power per length instead of one per sampled item), rebuilt if ``n`` or ``gamma``
+        changes."""
+        key = (self.n, self.gamma)
+        cached = self.__dict__.get("_discount_table")
+        if cached is None or cached[0] != key:
+            powers = self.gamma ** np.arange(self.n + 1, dtype=np.float64)
+            cached = self.__dict__["_discount_table"] = (key, powers.astype(np.float32))
+        table: npt.NDArray[np.float32] = cached[1]
+        return table
 
     def _returns(self, r: Any, length: IntArray, dtype: np.dtype[Any]) -> Any:
         """n-step returns ``[B]`` from window rewards ``r`` ``[B, n]`` where ``r`` lives.
