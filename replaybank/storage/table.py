@@ -100,7 +100,7 @@ class _StepJobs:
     keys: tuple[str, ...]
     #: ``[(B, ((B, *row shape), dtype) of each output)]`` of the last batch size (one
     #: item, replaced whole)
-    sized: list[Any] = field(default_factory=lambda: [(0, ())])
+    sized: list[Any] = field(default_factory=lambda: [(0, ())], compare=False, repr=False)
 
     def outputs(self, b: int) -> list[Any]:
         """New outputs ``[b, *row shape]`` of every field, then of every next obs."""
