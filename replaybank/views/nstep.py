@@ -21,6 +21,7 @@ Example:
 from __future__ import annotations
 
 import sys
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -111,21 +112,9 @@ class NStepView(StatelessView):
         where = table.next_index(last)
         for name in table.obs_fields:
             out[next_name(name)] = table.take_next(name, *where)
-        discount = self._discounts().take(length)
+        discount = _discounts(self.n, self.gamma).take(length)
         out["discount"] = discount if be.name != "torch" else _like(out["reward"], discount)
         return out
-
-    def _discounts(self) -> npt.NDArray[np.float32]:
-        """``gamma ** L`` as float32 for every length ``L`` in ``[0, n]`` (a table: one
-        power per length instead of one per sampled item), rebuilt if ``n`` or ``gamma``
-        changes."""
-        key = (self.n, self.gamma)
-        cached = self.__dict__.get("_discount_table")
-        if cached is None or cached[0] != key:
-            powers = self.gamma ** np.arange(self.n + 1, dtype=np.float64)
-            cached = self.__dict__["_discount_table"] = (key, powers.astype(np.float32))
-        table: npt.NDArray[np.float32] = cached[1]
-        return table
 
     def _returns(self, r: Any, length: IntArray, dtype: np.dtype[Any]) -> Any:
         """n-step returns ``[B]`` from window rewards ``r`` ``[B, n]`` where ``r`` lives.
@@ -145,6 +134,15 @@ class NStepView(StatelessView):
     def config(self) -> dict[str, Any]:
         """JSON-able constructor arguments."""
         return {"type": "nstep", "n": self.n, "gamma": self.gamma}
+
+
+@lru_cache(maxsize=64)
+def _discounts(n: int, gamma: float) -> npt.NDArray[np.float32]:
+    """``gamma ** L`` as float32 for every window length ``L`` in ``[0, n]``: one power per
+    length instead of one per sampled item (read-only: it is shared by every call)."""
+    table = (gamma ** np.arange(n + 1, dtype=np.float64)).astype(np.float32)
+    table.flags.writeable = False
+    return table
 
 
 def _like(tensor: Any, values: npt.NDArray[Any]) -> Any:
