@@ -458,6 +458,46 @@ cut_at(const Table *t, int64_t lane, int64_t row)
                      : t->link[row * t->lanes + lane] != 0;
 }
 
+/* Index of the first nonzero byte of p[0, n), or n: eight bytes per test (most windows
+ * hold no boundary, so their scan is a few word loads). */
+static inline int64_t
+first_set(const uint8_t *p, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, p + i, sizeof w);
+        if (w)
+            break;
+    }
+    for (; i < n; i++)
+        if (p[i])
+            return i;
+    return n;
+}
+
+/* The first j in [0, n) whose step (row + j) % T of `lane` keeps its next observation
+ * aside (cut_at), or n (n <= T; n <= 0 gives n). */
+static inline int64_t
+first_cut(const Table *t, int64_t lane, int64_t row, int64_t n)
+{
+    if (n <= 0)
+        return n;
+    if (t->bounds) {  /* the lane's bytes are contiguous: two word scans around the wrap */
+        const uint8_t *b = t->bounds + lane * t->T;
+        int64_t head = t->T - row < n ? t->T - row : n;
+        int64_t j = first_set(b + row, head);
+        return j < head || head == n ? j : head + first_set(b, n - head);
+    }
+    for (int64_t j = 0; j < n; j++) {
+        if (cut_at(t, lane, row))
+            return j;
+        if (++row == t->T)
+            row = 0;
+    }
+    return n;
+}
+
 static int
 check_keys(const char *fn, const int64_t *keys, Py_ssize_t n, const Table *t)
 {
@@ -552,17 +592,11 @@ draw_one(const Table *t, int64_t p, int64_t width, int cross, int64_t *key, int6
     int64_t hi = t->written[lane];
     int64_t seq = hi - t->counts[lane] + p;
     int64_t n = hi - seq < width ? hi - seq : width;
-    if (!cross) {
-        /* first cut, scanned without data-dependent branches so that the (cache missing)
-         * loads of one window overlap */
-        int64_t row = seq % T, cut = n;
-        for (int64_t j = 0; j < n - 1; j++) {
-            if (cut_at(t, lane, row) && cut == n)
-                cut = j + 1;
-            if (++row == T)
-                row = 0;
-        }
-        n = cut;
+    if (!cross) {  /* the window ends at its first cut (a step of the window's last
+                    * n - 1 that keeps its next observation aside ends it there) */
+        int64_t j = first_cut(t, lane, seq % T, n - 1);
+        if (j < n - 1)
+            n = j + 1;
     }
     *key = seq * lanes + lane;
     *ext = n;
@@ -700,23 +734,21 @@ plan_loop(const Table *t, const Plan *p, int64_t *n_side_out, int *tail_out)
         memset(first, 0, (size_t)W);
         if (m > 0)
             first[0] = (uint8_t)f;
-        int64_t row = row0;
-        for (int64_t j = 0; j < m; j++) {
-            if (cut_at(t, lane, row)) {  /* the next observation of step j is kept aside */
-                if (j + 1 < m)
-                    first[j + 1] = 1;
-                if (seq + j != newest)
-                    last[j] = 1;
-                int64_t *s = p->side + 3 * n_side;
-                s[0] = b;
-                s[1] = j;
-                s[2] = (int64_t)t->link[row * lanes + lane] - 1;
-                n_side++;
-                if (j != W - 1)
-                    tail_only = 0;
-            }
-            if (++row == T)
-                row = 0;
+        /* each step whose next observation is kept aside, found by a word scan */
+        for (int64_t j = first_cut(t, lane, row0, m); j < m;
+             j += 1 + first_cut(t, lane, (row0 + j + 1) % T, m - j - 1)) {
+            int64_t row = (row0 + j) % T;
+            if (j + 1 < m)
+                first[j + 1] = 1;
+            if (seq + j != newest)
+                last[j] = 1;
+            int64_t *s = p->side + 3 * n_side;
+            s[0] = b;
+            s[1] = j;
+            s[2] = (int64_t)t->link[row * lanes + lane] - 1;
+            n_side++;
+            if (j != W - 1)
+                tail_only = 0;
         }
     }
     *n_side_out = n_side;
