@@ -172,9 +172,13 @@ def draw_plan(link: npt.NDArray[np.int32], written: IntArray, counts: IntArray,
     steps = np.empty((batch_size, width), np.int64)
     flags = np.empty((7, batch_size, width), np.bool_)
     side = np.empty((batch_size * width, 3), np.int64)
-    n, n_side, tail = _draw_plan(link, bounds, _i64(written), _i64(counts), _i64(flat),
-                                 bool(cross), int(min_len), keys, ext, term, trunc,
-                                 int(width), int(burn_in), slots, steps, flags, side)
+    args = (bool(cross), int(min_len), keys, ext, term, trunc, int(width), int(burn_in),
+            slots, steps, flags, side)
+    try:  # the table's counters and a draw are int64 arrays already: no conversion
+        n, n_side, tail = _draw_plan(link, bounds, written, counts, flat, *args)
+    except TypeError:  # another sequence or dtype: converted (C checks before writing)
+        n, n_side, tail = _draw_plan(link, bounds, _i64(written), _i64(counts), _i64(flat),
+                                     *args)
     if n_side < 0:
         return keys, ext, n, None
     return keys, ext, n, (slots, steps, flags, side[:n_side], tail)

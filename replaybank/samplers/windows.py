@@ -40,6 +40,7 @@ from replaybank.ops.draws import uniform_ints
 from replaybank.samplers.base import LaneView, SampleResult, SamplerTraits
 from replaybank.samplers.draw import replace_rows
 from replaybank.samplers.sample_args import (
+    LARGE_BATCH,
     check_batch_size,
     check_draw_size,
     check_options,
@@ -152,7 +153,9 @@ class WindowRequest(NamedTuple):
                 f"burn_in={burn_in})", batch_size * (width + 1),
                 0 if table is None else table.spec.nbytes_per_item,
                 "lower batch_size, sequence_length or burn_in")
-        check_batch_size(batch_size, 0 if lanes is None else lanes.size, True, call)
+        available = 0 if lanes is None else lanes.size
+        if available <= 0 or batch_size > LARGE_BATCH:  # the rest was checked above
+            check_batch_size(batch_size, available, True, call)
         if call == "sequence_candidates":
             if options.get("replace", True) is not True:
                 raise ConfigError(

@@ -49,8 +49,8 @@ class _FusedReads:
     """The flat ``[T * lanes, ...]`` views :func:`gather_fused` reads from one table with
     numpy storage and bool ``terminated``/``truncated``, built once (:func:`fused_reads`)."""
 
-    __slots__ = ("arrays", "bounds", "epoch", "fields", "obs", "obs_row_bytes", "seen", "term",
-                 "trunc")
+    __slots__ = ("arrays", "bounds", "epoch", "fields", "obs", "obs_row_bytes", "outs", "seen",
+                 "term", "trunc")
 
     def __init__(self, table: Any) -> None:
         arrays = table.arrays
@@ -62,6 +62,10 @@ class _FusedReads:
         self.obs = [(name, next_name(name), table.flat(arrays[name])) for name in obs_fields]
         #: Bytes of one row of every observation field (the bulk of a window batch).
         self.obs_row_bytes = sum(arr.nbytes // max(arr.shape[0], 1) for _, _, arr in self.obs)
+        #: Per field and observation field: the row shape and dtype of its batch arrays.
+        self.outs = ([(name, arr, arr.shape[1:], arr.dtype) for name, arr in self.fields],
+                     [(name, nname, arr, arr.shape[1:], arr.dtype)
+                      for name, nname, arr in self.obs])
         self.term = table.flat(arrays["terminated"])
         self.trunc = table.flat(arrays["truncated"])
         # link != 0, lane-major [lanes, T] (see boundaries); allocated at first use
@@ -171,50 +175,53 @@ def gather_fused(fast: Any, t: Any, starts: IntArray, ext: IntArray, width: int,
         [(b, e) for b, e in enumerate(ext.tolist()) if e < width]
     # obs and next_obs are views of one [B, W + 1] gather unless a next observation kept
     # aside inside a window (or a window cut short) makes them differ
-    shared = not short and (len(side) == 0 or tail_only)
+    n_side = len(side)
+    shared = not short and (n_side == 0 or tail_only)
     out: dict[str, Any] = {}
-    pairs = []  # (obs, next_obs) [B, W, ...] of each observation field
+    pairs: list[tuple[Any, Any]] = []  # per observation field: ([B, W + 1], None) when
+    # shared, else (obs, next_obs) [B, W, ...]
+    fields, obs_fields = reads.outs
     if slots.size * reads.obs_row_bytes >= _FUSED_BYTES:
         # a large batch: every field of every window in one C call (rows prefetched, no
         # GIL), a few per cent under one take per field
-        nb = len(starts)
+        lead, lead1 = (len(starts), width), (len(starts), width + 1)
         jobs: list[tuple[Any, ...]] = []
-        for name, arr in reads.fields:
-            out[name] = g = np.empty((nb, width, *arr.shape[1:]), arr.dtype)  # [B, W, ...]
+        for name, arr, row, dt in fields:
+            out[name] = g = np.empty(lead + row, dt)  # [B, W, ...]
             jobs.append((arr, steps, g))
-        for _, _, arr in reads.obs:
+        for _, _, arr, row, dt in obs_fields:
             if shared:
-                g = np.empty((nb, width + 1, *arr.shape[1:]), arr.dtype)  # [B, W + 1, ...]
+                g = np.empty(lead1 + row, dt)  # [B, W + 1, ...]
                 jobs.append((arr, slots, g))
-                pairs.append((g[:, :width], g[:, 1:]))
+                pairs.append((g, None))
             else:  # a window pair: each row read once and stored in obs and next_obs
-                o = np.empty((nb, width, *arr.shape[1:]), arr.dtype)
-                x = np.empty((nb, width, *arr.shape[1:]), arr.dtype)
+                o = np.empty(lead + row, dt)
+                x = np.empty(lead + row, dt)
                 jobs.append((arr, slots, o, x))
                 pairs.append((o, x))
         _row_kernel()(tuple(jobs))
     else:  # a small one: one take per field costs less Python than preallocating
-        for name, arr in reads.fields:
+        for name, arr, _, _ in fields:
             out[name] = arr.take(steps, axis=0)  # [B, W, *shape]
-        for _, _, arr in reads.obs:
+        for _, _, arr, _, _ in obs_fields:
             g = arr.take(slots, axis=0)  # [B, W + 1, *shape]
-            pairs.append((g[:, :width], g[:, 1:] if shared else g[:, 1:].copy()))
+            pairs.append((g, None) if shared else (g[:, :width], g[:, 1:].copy()))
     for b, e in short:
-        for name, _ in reads.fields:
+        for name, _, _, _ in fields:
             out[name][b, e:] = 0
-    for (name, nname, _), (obs, nxt) in zip(reads.obs, pairs, strict=True):
-        if len(side) > 8:
-            nxt[side[:, 0], side[:, 1]] = t.side.arrays[name].take(side[:, 2], axis=0)
-        elif len(side):  # a few patches (usually at most one per window end)
-            kept = t.side.arrays[name]
-            for b, j, v in side.tolist():
-                nxt[b, j] = kept[v]
-        for b, e in short:
-            obs[b, e:] = 0
-            nxt[b, e:] = 0
-        if shared:  # obs and next_obs share memory: hand them out read-only
-            obs.flags.writeable = False
-            nxt.flags.writeable = False
+    for (name, nname, _, _, _), (obs, nxt) in zip(obs_fields, pairs):  # noqa: B905 - one each
+        kept = t.side.arrays[name] if n_side else None
+        if nxt is None:  # obs and next_obs share memory: hand them out read-only
+            if n_side:  # patches at window ends only (tail_only)
+                _patch(obs[:, 1:], side, kept)
+            obs.flags.writeable = False  # the views below inherit it
+            obs, nxt = obs[:, :width], obs[:, 1:]
+        else:
+            if n_side:
+                _patch(nxt, side, kept)
+            for b, e in short:
+                obs[b, e:] = 0
+                nxt[b, e:] = 0
         out[name] = obs
         out[nname] = nxt
     # indexed, not unpacked: unpacking iterates an ndarray until its IndexError, an
@@ -230,6 +237,15 @@ def gather_fused(fast: Any, t: Any, starts: IntArray, ext: IntArray, width: int,
     out["burn_in"] = burn
     out["starts"] = starts
     return out
+
+
+def _patch(nxt: Any, side: IntArray, kept: Any) -> None:
+    """``nxt[b, j] = kept[slot]`` for each side row ``(b, j, slot)``."""
+    if len(side) > 8:
+        nxt[side[:, 0], side[:, 1]] = kept.take(side[:, 2], axis=0)
+    else:  # a few patches (usually at most one per window end)
+        for b, j, v in side.tolist():
+            nxt[b, j] = kept[v]
 
 
 def gather_numpy(t: Any, starts: IntArray, ext: IntArray, width: int,
