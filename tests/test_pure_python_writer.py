@@ -214,6 +214,21 @@ def test_step_writer_takes_the_common_adds() -> None:
         assert pair.steps == len(good) * 4
 
 
+@pytest.mark.parametrize("dtype", ["int64", "float32"])
+def test_scalar_obs_of_one_env(dtype: str) -> None:
+    """A scalar obs field of one env given as Python numbers: the continuity check
+    compares its bytes as stored (a Python int once reached it and raised)."""
+    spec = {"obs": ((), dtype), "action": ((), "int64"), "reward": ((), "float32"),
+            "terminated": ((), "bool"), "truncated": ((), "bool")}
+    pair = Pair(lambda: rb.ReplayBuffer(4, seed=0, spec=spec))
+    for i in range(10):
+        obs = i if dtype == "int64" else i + 0.5
+        kw = {"obs": obs, "action": 1, "reward": 0.0, "next_obs": obs + 1 if i != 5 else 0,
+              "terminated": i == 7, "truncated": False}
+        assert pair.do("add", kw) is None
+    assert pair.steps == 10
+
+
 def test_step_writer_declines_untouched() -> None:
     """A call StepWriter does not take returns 0 and stores nothing."""
     spec = rb.Spec.coerce({"obs": ((2,), "float32"), "action": ((), "int64"),

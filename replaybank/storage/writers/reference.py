@@ -379,7 +379,8 @@ class StepWriter:
             f = spec[name]
             dt = f.dtype
             rule = _OTHER
-            if f.shape == () and self.L == 1:
+            # (a scalar obs is cast as an array: its bytes are compared for continuity)
+            if f.shape == () and self.L == 1 and name != "obs":
                 rule = _B if dt == _BOOL else _F if dt in _REALS else \
                     _I if dt == _INT64 else _OTHER
             return (name, arg, f, f.shape, dt, dt.kind == "b", rule)
