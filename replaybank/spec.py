@@ -461,7 +461,7 @@ def _small_floats_0_1(vals: list[float]) -> bool:
 
 
 def _small_ints_0_1(vals: list[int]) -> bool:
-    return set(vals) <= {0, 1}
+    return vals.count(0) + vals.count(1) == len(vals)  # (fewer steps than a set)
 
 
 def _shown(value: Any, arr: npt.NDArray[Any]) -> Any:
