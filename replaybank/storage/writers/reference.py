@@ -49,7 +49,16 @@ import numpy as np
 import numpy.typing as npt
 
 from replaybank.ops.continuity import bitwise_equal_rows, chunk_breaks
-from replaybank.spec import UNSET, FieldSpec, _canonical_bools, as_array
+from replaybank.spec import (
+    _RULES,
+    _SMALL,
+    UNSET,
+    FieldSpec,
+    _canonical_bools,
+    _DtypeRule,
+    _small_ints_0_1,
+    as_array,
+)
 from replaybank.storage.table import StepTable
 from replaybank.storage.writers import killpoint
 from replaybank.storage.writers.plan import WritePlan, plan_write
@@ -74,6 +83,7 @@ _count_nonzero = _raw_count_nonzero()
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
 _NO_KEYS: IntArray = np.zeros((0, 0), dtype=np.int64)
+_NO_EXTRAS: list[tuple[str, Any]] = []  # (never changed)
 
 
 def write(
@@ -228,16 +238,22 @@ def apply(table: StepTable, plan: WritePlan, values: Mapping[str, npt.NDArray[An
 def _slots_index(slots: list[int], host: bool) -> Any:
     """Side slots as an index of the side arrays: a slice when they are a run (host arrays:
     a cheaper write than an index array; taken and freed in lane order, they often are)."""
-    if not slots:
-        return np.zeros(0, dtype=np.int64)
-    a, b, k = slots[0], slots[-1], len(slots)
-    if host and k == 1:
-        return slice(a, a + 1)
-    if host and b - a == k - 1 and slots == list(range(a, b + 1)):
-        return slice(a, b + 1)
-    if host and a - b == k - 1 and slots == list(range(a, b - 1, -1)):
+    run = _run(slots) if host and slots else None
+    return np.array(slots, dtype=np.int64) if run is None else run
+
+
+def _run(slots: list[int]) -> slice | None:
+    """``slots`` (not empty) as a slice when they are a run, ascending or descending
+    (else None). Side slots taken and freed a row of lanes at a time often are: a row
+    frees its slots in lane order and the next row takes them back from the end of the
+    free list, so the runs alternate in direction."""
+    a, b = slots[0], slots[-1]
+    k = len(slots)
+    if b - a == k - 1:
+        return slice(a, b + 1) if k == 1 or slots == list(range(a, b + 1)) else None
+    if a - b == k - 1 and slots == list(range(a, b - 1, -1)):
         return slice(a, b - 1 if b else None, -1)
-    return np.array(slots, dtype=np.int64)
+    return None
 
 
 def _overwritten_links(link: npt.NDArray[np.int32], plan: WritePlan) -> npt.NDArray[np.int32]:
@@ -313,9 +329,25 @@ _REALS = (np.dtype(np.float32), np.dtype(np.float64))
 _BOOL = np.dtype(np.bool_)
 #: How a scalar field takes a Python or numpy scalar without the general cast.
 _F, _B, _I, _OTHER = 0, 1, 2, 3
+#: Array dtypes a field may take by a plain cast (see :func:`_plain_sources`).
+_NUMERIC = tuple(np.dtype(c) for c in "bBhHiIlLqQefd")
 #: A field as :class:`StepWriter` checks it: ``(name, argument name, field, per-step shape,
-#: dtype, is bool, scalar rule)``.
-_Field = tuple[str, str, FieldSpec, tuple[int, ...], np.dtype[Any], bool, int]
+#: shape with the lanes' dim, dtype, is bool, scalar rule, dtype of the arrays taken as
+#: they are (None for bool: their bytes are checked), the dtypes of arrays taken uncast
+#: (:func:`_plain_sources`))``.
+_Field = tuple[str, str, FieldSpec, tuple[int, ...], tuple[int, ...], np.dtype[Any], bool, int,
+               np.dtype[Any] | None, frozenset[np.dtype[Any]]]
+
+
+def _plain_sources(dt: np.dtype[Any]) -> frozenset[np.dtype[Any]]:
+    """The dtypes of arrays a field of dtype ``dt`` takes uncast, stored by assignment
+    (which casts as ``astype`` does; see :func:`_cast`): those its casting rule
+    (:class:`~replaybank.spec._DtypeRule`) casts with no check; into a bool field, the
+    integers (their rule's check: 0/1 values only, :func:`_flag` makes it)."""
+    rules = [(src, _DtypeRule(src, dt)) for src in _NUMERIC if src != dt]
+    if dt == _BOOL:
+        return frozenset(src for src, rule in rules if rule.quick is _small_ints_0_1)
+    return frozenset(src for src, rule in rules if rule.plain)
 
 
 class StepWriter:
@@ -383,7 +415,9 @@ class StepWriter:
             if f.shape == () and self.L == 1 and name != "obs":
                 rule = _B if dt == _BOOL else _F if dt in _REALS else \
                     _I if dt == _INT64 else _OTHER
-            return (name, arg, f, f.shape, dt, dt.kind == "b", rule)
+            bools = dt.kind == "b"
+            return (name, arg, f, f.shape, (self.L, *f.shape), dt, bools, rule,
+                    None if bools else dt, _plain_sources(dt))
 
         if self.serves:
             self.obs = field("obs", "obs")
@@ -391,6 +425,11 @@ class StepWriter:
             self.std = tuple(field(n, n) for n in std[1:])
             self.extras = tuple(field(n, n) for n in self.extra_names)
             self.obs_ndim = len(spec["obs"].shape)
+            # next obs go aside as whole rows (one put) when each is one flat row
+            self.obs_row = np.dtype((np.void, spec["obs"].nbytes)) if self.obs_ndim <= 1 \
+                else None
+            self.obs_strides = np.zeros(self.obs[4], self.obs[5]).strides \
+                if self.obs_row is not None else None  # C order
 
     def write(self, lanes: Any, steps: Any, obs: Any, action: Any, reward: Any,
               next_obs: Any, terminated: Any, truncated: Any, extras: dict[str, Any]) -> int:
@@ -426,14 +465,15 @@ class StepWriter:
             return 0
         if cast is None:
             return 0
-        return self._apply(*cast)
+        return self._apply(*cast) if self.L > 1 else self._apply_one(*cast)
 
     def _cast_all(self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any,
                   truncated: Any, extras: dict[str, Any],
-                  ) -> tuple[Any, Any, list[tuple[str, Any]], Any, Any] | None:
-        """The call's values cast to the stored dtypes: ``(obs, next_obs, [(field,
-        value)], terminated, truncated)``, or None when a leading dim is not the one this
-        writer takes. Raises what :meth:`FieldSpec.cast` raises."""
+                  ) -> tuple[Any, Any, Any, Any, list[tuple[str, Any]], Any, Any, bool] | None:
+        """The call's values as :func:`_cast` gives them: ``(obs, next_obs, action,
+        reward, [(extra field, value)], terminated, truncated, any flag set)``, or None
+        when a leading dim is not the one this writer takes. Raises what
+        :meth:`FieldSpec.cast` raises."""
         # the leading dims, from the observation (as the Python boundary reads them)
         a = obs if type(obs) is _ND else as_array(obs)
         extra_dims = a.ndim - self.obs_ndim
@@ -449,80 +489,141 @@ class StepWriter:
             lead = (L,)
         else:
             return None
-        o = _cast(self.obs, obs, lead, a)
-        no = _cast(self.next_obs, next_obs, lead, None)
-        act_f, rew_f, term_f, trunc_f = self.std
-        values = [("action", _cast(act_f, action, lead, None)),
-                  ("reward", _cast(rew_f, reward, lead, None))]
-        term = _cast(term_f, terminated, lead, None)
-        trunc = _cast(trunc_f, truncated, lead, None)
-        for f in self.extras:
-            values.append((f[0], _cast(f, extras[f[0]], lead, None)))
-        return o, no, values, term, trunc
+        # an array of a field's own dtype (not bool) and shape is taken as it is, here
+        # without a call (_cast would return it too)
+        # (or uncast, when its dtype casts with no check, as _cast would return it too)
+        k = 4 if lead else 3  # the field's shape with or without the lanes' dim
+        f, nf = self.obs, self.next_obs
+        o = obs if type(obs) is _ND and (obs.dtype is f[8] or obs.dtype in f[9]) \
+            and obs.shape == f[k] else _cast(f, obs, lead, a)
+        no = next_obs if type(next_obs) is _ND and (next_obs.dtype is nf[8]
+                                                    or next_obs.dtype in nf[9]) \
+            and next_obs.shape == nf[k] else _cast(nf, next_obs, lead, None)
+        f, rf, tf, uf = self.std
+        act = action if type(action) is _ND and (action.dtype is f[8]
+                                                 or action.dtype in f[9]) \
+            and action.shape == f[k] else _cast(f, action, lead, None)
+        rew = reward if type(reward) is _ND and (reward.dtype is rf[8]
+                                                 or reward.dtype in rf[9]) \
+            and reward.shape == rf[k] else _cast(rf, reward, lead, None)
+        more = [(f[0], _cast(f, extras[f[0]], lead, None)) for f in self.extras] \
+            if self.extras else _NO_EXTRAS
+        # the flags, and whether any is set (bool arrays: from the bytes checked anyway)
+        none = self.no_flags
+        if type(terminated) is _ND and terminated.dtype is _BOOL \
+                and terminated.shape == tf[k] and terminated.tobytes() == none:
+            term, ended = terminated, False
+        else:
+            term, ended = _flag(tf, terminated, lead, none)
+        if type(truncated) is _ND and truncated.dtype is _BOOL \
+                and truncated.shape == uf[k] and truncated.tobytes() == none:
+            return o, no, act, rew, more, term, truncated, ended
+        trunc, cut = _flag(uf, truncated, lead, none)
+        return o, no, act, rew, more, term, trunc, ended or cut
 
-    def _apply(self, o: Any, no: Any, values: list[tuple[str, Any]], term: Any,
-               trunc: Any) -> int:
-        """:func:`apply` of one step to every lane, lanes in step (0 when they are not):
-        the same stores in the same order, so the same slots are taken and freed."""
-        if self.L == 1:
-            return self._apply_one(o, no, values, term, trunc)
+    def _apply(self, o: Any, no: Any, act: Any, rew: Any, more: list[tuple[str, Any]],
+               term: Any, trunc: Any, ends: bool) -> int:
+        """:func:`apply` of one step to every lane, lanes in step (0 when they are not),
+        ``ends``: a flag is set. The same decisions, so the same slots are taken and
+        freed in the same order and the table ends the same; a table of files is not
+        served, so the order of the stores is free: the continuity check reads the new
+        obs as stored (values may come uncast, :func:`_cast`), and full lanes' counts,
+        which end as they started, are not stored."""
         t = self.table
-        T, L = self.T, self.L  # noqa: N806
         written, counts, link, side = t.written, t.counts, t.link, t.side
         wl, cl = written.tolist(), counts.tolist()
         w, c = wl[0], cl[0]
+        T, L = self.T, self.L  # noqa: N806
         if wl.count(w) != L or cl.count(c) != L:
             return 0
         row = w % T
-        arrays = t.arrays
         free = side.free
-        # 1. evict: the steps in the row written leave (full lanes: c == T)
-        if c > 0 and c + 1 > T:
-            counts.fill(c - 1)
-            gone = link[row].tolist()
+        # 1. evict (full lanes, c == T): the steps in the row written leave and free their
+        #    side slots; read with the links of the previous newest steps (row - 1),
+        #    whose next obs the new obs may continue (c > 0, T > 1)
+        if c >= T:
+            if row:
+                plink, gone = link[row - 1:row + 1].tolist()
+            else:
+                gone = link[0].tolist()
+                plink = link[T - 1].tolist() if T > 1 else None
             if gone.count(0) != L:
                 free.extend([k - 1 for k in gone if k > 0])
-        # 2. continuity of each lane's previous newest step with the new obs
-        relink: tuple[int, Any, list[int]] | None = None
-        if c > 0 and T > 1:
-            prow = (w - 1) % T
-            plink = link[prow].tolist()  # [L]
-            if 0 not in plink and arrays["terminated"][prow].tobytes() == self.no_flags \
-                    and arrays["truncated"][prow].tobytes() == self.no_flags \
-                    and side.arrays["obs"].take([k - 1 for k in plink], axis=0).tobytes() \
-                    == o.tobytes():
-                relink = (prow, slice(None), plink)
-            else:
-                relink = self._continuing(prow, plink, o)
-        # 3. the new steps are their lanes' newest: their next obs go aside
-        taken = side.take_many(L)
+        else:
+            plink = link[row - 1 if row else T - 1].tolist() if c else None
+        # 2. the new steps are their lanes' newest: their next obs go aside in the slots
+        #    SideStore.take_many would give (the last L free ones, from the end), each
+        #    flat row as one void item (one put)
+        if len(free) >= L:
+            taken = free[:-L - 1:-1]
+            del free[-L:]
+        else:
+            taken = side.take_many(L)
         kept = side.arrays["obs"]
-        if L <= 8:  # a row at a time: cheaper than an index array for a few lanes
+        odt, vt = self.obs[5], self.obs_row
+        if no.dtype is not odt and vt is not None:
+            no = no.astype(odt)  # an uncast value: cast as the store would
+        if no.strides == self.obs_strides:  # (C order, one flat row per lane)
+            kept.view(vt).put(taken, no.view(vt))
+        elif L <= 8:  # a row at a time: cheaper than an index array for a few lanes
             for s, x in zip(taken, no):  # noqa: B905 - both L long
                 kept[s] = x
         else:
             kept[_slots_index(taken, True)] = no
-        # 4. data, links, the commit, the relink, the counts and episodes
+        # 3. data, links, the commit
+        arrays = t.arrays
         arrays["obs"][row] = o
-        for name, v in values:
+        arrays["action"][row] = act
+        arrays["reward"][row] = rew
+        for name, v in more:
             arrays[name][row] = v
         arrays["terminated"][row] = term
         arrays["truncated"][row] = trunc
         link[row] = [k + 1 for k in taken]
         written.fill(w + 1)
-        if relink is not None:
-            if type(relink[1]) is slice:
-                link[relink[0]] = 0
+        # 4. the previous newest steps that continue into the new obs (as stored) give
+        #    their side slots back, in lane order (the common case: every lane does);
+        #    then the counts and episodes
+        if plink is not None:
+            prow = row - 1 if row else T - 1
+            new = o if o.dtype is odt else arrays["obs"][row]
+            none = self.no_flags
+            if 0 in plink or arrays["terminated"][prow].tobytes() != none \
+                    or arrays["truncated"][prow].tobytes() != none:
+                self._relink(prow, plink, new)
             else:
-                link[relink[0], relink[1]] = 0
-            free.extend([k - 1 for k in relink[2]])
-        counts.fill(min(c + 1, T))
-        if term.tobytes() != self.no_flags or trunc.tobytes() != self.no_flags:
+                slots = [k - 1 for k in plink]
+                if kept.take(slots, axis=0).tobytes() == new.tobytes():
+                    link[prow] = 0
+                    free.extend(slots)
+                else:
+                    self._relink(prow, plink, new)
+        if c < T:
+            counts.fill(c + 1)
+        if ends:
             t.episodes += np.logical_or(term, trunc)
         return 1
 
-    def _apply_one(self, o: Any, no: Any, values: list[tuple[str, Any]], term: Any,
-                   trunc: Any) -> int:
+    def _relink(self, prow: int, plink: list[int], o: Any) -> None:
+        """``_continuing`` lane by lane: unlink the previous newest steps (row ``prow``,
+        links ``plink``) that kept their next obs aside, did not end, and whose kept obs
+        is bitwise their lane's row of ``o`` (the new obs as stored), and free their
+        side slots in lane order."""
+        t = self.table
+        arrays, kept = t.arrays, t.side.arrays["obs"]
+        term, trunc = arrays["terminated"][prow].tolist(), arrays["truncated"][prow].tolist()
+        rows = o.reshape(self.L, -1)
+        lanes: list[int] = []
+        for i, k in enumerate(plink):
+            if k > 0 and not term[i] and not trunc[i] \
+                    and kept[k - 1].tobytes() == rows[i].tobytes():
+                lanes.append(i)
+        if lanes:
+            t.link[prow, lanes] = 0
+            t.side.free.extend([plink[i] - 1 for i in lanes])
+
+    def _apply_one(self, o: Any, no: Any, act: Any, rew: Any, more: list[tuple[str, Any]],
+                   term: Any, trunc: Any, ends: bool) -> int:
         """:meth:`_apply` of a one-lane table (its counters and links as Python ints)."""
         t = self.table
         T = self.T  # noqa: N806
@@ -533,67 +634,64 @@ class StepWriter:
         free = side.free
         # 1. evict: the step in the row written leaves (a full lane: c == T)
         if c > 0 and c + 1 > T:
-            counts[0] = c - 1
             k = link.item(row, 0)
             if k > 0:
                 free.append(k - 1)
-        # 2. continuity of the previous newest step with the new obs
-        pk = 0
-        if c > 0 and T > 1:
-            prow = (w - 1) % T
-            pk = link.item(prow, 0)
-            if pk == 0 or arrays["terminated"].item(prow, 0) \
-                    or arrays["truncated"].item(prow, 0) \
-                    or side.arrays["obs"][pk - 1].tobytes() != o.tobytes():
-                pk = 0
-        # 3. the new step is the lane's newest: its next obs goes aside
+        # 2. the new step is the lane's newest: its next obs goes aside
         s = free.pop() if free else side.take_many(1)[0]
-        side.arrays["obs"][s] = no
-        # 4. data, link, the commit, the relink, the counts and episodes
+        kept = side.arrays["obs"]
+        kept[s] = no
+        # 3. data, link, the commit
         arrays["obs"][row] = o
-        for name, v in values:
+        arrays["action"][row] = act
+        arrays["reward"][row] = rew
+        for name, v in more:
             arrays[name][row] = v
         arrays["terminated"][row] = term
         arrays["truncated"][row] = trunc
         link[row, 0] = s + 1
         written[0] = w + 1
-        if pk:
-            link[prow, 0] = 0
-            free.append(pk - 1)
-        counts[0] = min(c + 1, T)
-        if term or trunc:
+        # 4. the previous newest step continues into the new obs (as stored): it gives
+        #    its side slot back; then the count and episodes
+        if c > 0 and T > 1:
+            prow = (w - 1) % T
+            pk = link.item(prow, 0)
+            if pk and not arrays["terminated"].item(prow, 0) \
+                    and not arrays["truncated"].item(prow, 0) and kept[pk - 1].tobytes() \
+                    == (o if o.dtype is self.obs[5] else arrays["obs"][row]).tobytes():
+                link[prow, 0] = 0
+                free.append(pk - 1)
+        if c < T:
+            counts[0] = c + 1
+        if ends:
             t.episodes[0] += 1
         return 1
-
-    def _continuing(self, prow: int, plink: list[int], o: Any,
-                    ) -> tuple[int, Any, list[int]] | None:
-        """``_continuing`` lane by lane: the lanes (in order) whose previous newest step
-        kept its next obs aside, did not end, and whose kept obs is bitwise ``o``'s."""
-        arrays, kept = self.table.arrays, self.table.side.arrays["obs"]
-        term, trunc = arrays["terminated"][prow].tolist(), arrays["truncated"][prow].tolist()
-        lanes: list[int] = []
-        links: list[int] = []
-        rows = o.reshape(self.L, -1) if self.L > 1 or o.ndim > self.obs_ndim else None
-        for i, k in enumerate(plink):
-            if k > 0 and not term[i] and not trunc[i] and kept[k - 1].tobytes() == (
-                    o if rows is None else rows[i]).tobytes():
-                lanes.append(i)
-                links.append(k)
-        if not lanes:
-            return None
-        return prow, np.array(lanes, dtype=np.int64), links
 
 
 def _cast(f: _Field, v: Any, lead: tuple[int, ...], arr: npt.NDArray[Any] | None) -> Any:
     """``v`` as the Python boundary stores it in field ``f`` (:meth:`FieldSpec.cast`),
-    an exactly converted scalar where the field takes one (:class:`StepWriter`)."""
-    _, arg, spec, shape, dt, bools, rule = f
+    an exactly converted scalar where the field takes one (:class:`StepWriter`), or
+    ``v`` itself, uncast, when that rule would cast it by ``astype`` only (an array of
+    the right shape whose dtype casts with no check, or whose values the rule's quick
+    check on Python numbers takes): the array it is stored in casts it as ``astype``
+    does."""
     t = type(v)
     if t is _ND:
-        if v.shape == lead + shape and (v.dtype is dt or v.dtype == dt) \
-                and (not bools or _canonical_bools(v)):
-            return v
-    elif rule != _OTHER and not lead:
+        if v.shape == f[4 if lead else 3]:
+            vd, dt = v.dtype, f[5]
+            if vd is not dt:
+                how = _RULES.get((vd, dt))  # the rule FieldSpec.cast took last time
+                if how is not None:  # (only dtypes that differ have one)
+                    if how.plain or (how.quick is not None and v.size <= _SMALL
+                                     and how.quick(_values(v))):
+                        return v
+                    return f[2].cast(f[1], v, lead, arr)
+                if vd != dt:
+                    return f[2].cast(f[1], v, lead, arr)
+            if not f[6] or _canonical_bools(v):
+                return v
+    elif f[7] != _OTHER and not lead:
+        rule, dt = f[7], f[5]
         if rule == _F:
             if t in _FLOATS:
                 return dt.type(v)
@@ -604,4 +702,28 @@ def _cast(f: _Field, v: Any, lead: tuple[int, ...], arr: npt.NDArray[Any] | None
                 return v == 1
         elif t is int and -(2**63) <= v < 2**63:
             return v
-    return spec.cast(arg, v, lead, arr)
+    return f[2].cast(f[1], v, lead, arr)
+
+
+def _values(v: npt.NDArray[Any]) -> list[Any]:
+    """The values of ``v`` as a flat list of Python numbers."""
+    return v.tolist() if v.ndim == 1 else v.reshape(-1).tolist()  # type: ignore[no-any-return]
+
+
+def _flag(f: _Field, v: Any, lead: tuple[int, ...], none: bytes) -> tuple[Any, bool]:
+    """A flag field's value as :func:`_cast` gives it, and whether any flag in it is set;
+    ``none``: the bytes of a value none of whose flags is set."""
+    if type(v) is _ND and v.shape == f[4 if lead else 3]:
+        if v.dtype is _BOOL:
+            b = v.tobytes()
+            if b == none:
+                return v, False
+            if not b.translate(None, b"\x00\x01"):  # canonical bools
+                return v, True
+        elif v.dtype in f[9] and v.size <= _SMALL:  # integers: 0/1 values, stored
+            vals = _values(v)                        # by assignment (as _cast does)
+            ones = vals.count(1)
+            if vals.count(0) + ones == len(vals):  # (the rule's check, _small_ints_0_1)
+                return v, ones > 0
+    v = _cast(f, v, lead, None)
+    return v, bool(_count_nonzero(v)) if type(v) is _ND else bool(v)
