@@ -197,6 +197,65 @@ def test_one_step_add_matches_reference(seed: int, lanes: int, rows: int, priori
                                  for k in kinds)
 
 
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), lanes=st.sampled_from([2, 9]),
+       rows=st.sampled_from([1, 2, 8]), shape=st.sampled_from([(3,), (2, 2)]),
+       extra=st.booleans(), jumps=st.sampled_from([0.05, 1.0]),
+       kinds=st.lists(st.sampled_from(["exact", "f64", "int flags", "int32 flags",
+                                       "float flags", "non-contiguous"]),
+                      min_size=1, max_size=3))
+def test_step_writer_layouts_match_reference(seed: int, lanes: int, rows: int,
+                                             shape: tuple[int, ...], extra: bool,
+                                             jumps: float, kinds: list[str]) -> None:
+    """Several lanes in the table layouts StepWriter writes differently: more lanes than
+    it writes a row at a time, one row (every add evicts), multi-dim obs (no void-row
+    put), no extra field, float64 next obs (cast before the put), uncast 0/1 flags; with
+    wraps, episode ends, frequent breaks (the side store grows), env_ids and clears."""
+    rng = np.random.default_rng(seed)
+    spec: dict[str, Any] = {"obs": (shape, "float32"), "action": ((), "int64"),
+                            "reward": ((), "float32"), "terminated": ((), "bool"),
+                            "truncated": ((), "bool")}
+    if extra:
+        spec["h"] = ((2,), "float32")
+    pair = Pair(lambda: rb.ReplayBuffer(capacity=rows * lanes, num_envs=lanes, seed=0,
+                                        spec=spec))
+    obs = rng.standard_normal((lanes, *shape)).astype(np.float32)
+    for _ in range(60):
+        end = rng.random((2, lanes)) < 0.15
+        nxt = rng.standard_normal((lanes, *shape)).astype(np.float32)
+        kw: dict[str, Any] = {"obs": obs.copy(), "action": rng.integers(0, 5, lanes),
+                              "reward": rng.standard_normal(lanes).astype(np.float32),
+                              "next_obs": nxt, "terminated": end[0].copy(),
+                              "truncated": end[1].copy()}
+        if extra:
+            kw["h"] = rng.standard_normal((lanes, 2)).astype(np.float32)
+        kind = kinds[int(rng.integers(len(kinds)))]
+        if kind == "f64":
+            kw["obs"], kw["next_obs"] = obs.astype(np.float64), nxt.astype(np.float64)
+            kw["reward"] = kw["reward"].astype(np.float64)
+        elif kind in ("int flags", "int32 flags", "float flags"):
+            dt = {"int flags": np.int64, "int32 flags": np.int32}.get(kind, np.float64)
+            kw["terminated"], kw["truncated"] = end[0].astype(dt), end[1].astype(dt)
+        elif kind == "non-contiguous":
+            for k in ("obs", "next_obs"):
+                wide = np.zeros((lanes, *shape[:-1], 2 * shape[-1]), np.float32)
+                wide[..., ::2] = kw[k]
+                kw[k] = wide[..., ::2]
+        u = rng.random()
+        if u < 0.08:  # some lanes only: they get out of step
+            ids = sorted(rng.choice(lanes, int(rng.integers(1, lanes)), replace=False))
+            kw = {k: np.asarray(v)[ids] for k, v in kw.items()}
+            kw["env_ids"] = [int(i) for i in ids]
+        elif u < 0.1:
+            pair.do("clear", {})
+            continue
+        if pair.do("add", kw) is None and "env_ids" not in kw:
+            jump = end.any(axis=0) | (rng.random(lanes) < jumps)
+            fresh = rng.standard_normal((lanes, *shape)).astype(np.float32)
+            obs = np.where(jump.reshape(lanes, *[1] * len(shape)), fresh, nxt)
+    assert pair.steps > 0
+
+
 def test_step_writer_takes_the_common_adds() -> None:
     """Exact, float64, scalar, flag, list, torch and strided inputs all take StepWriter."""
     rng = np.random.default_rng(1)
