@@ -721,7 +721,8 @@ def _flag(f: _Field, v: Any, lead: tuple[int, ...], none: bytes) -> tuple[Any, b
             if not b.translate(None, b"\x00\x01"):  # canonical bools
                 return v, True
         elif v.dtype in f[9] and v.size <= _SMALL:  # integers: 0/1 values, stored
-            vals = _values(v)                        # by assignment (as _cast does)
+            # by assignment (as _cast does)
+            vals = v.tolist() if v.ndim == 1 else v.reshape(-1).tolist()
             ones = vals.count(1)
             if vals.count(0) + ones == len(vals):  # (the rule's check, _small_ints_0_1)
                 return v, ones > 0
