@@ -44,8 +44,9 @@ import numpy.typing as npt
 from replaybank.errors import DtypeError, ShapeError, SpecError, describe
 from replaybank.host import as_numpy, is_tensor
 
-__all__ = ["SEP", "STANDARD", "UNSET", "UNSTORABLE_KINDS", "FieldSpec", "Spec", "as_array",
-           "collect_fields", "flatten", "native", "real_array", "real_floats", "unflatten"]
+__all__ = ["QUICK_VALUES", "SEP", "STANDARD", "UNSET", "UNSTORABLE_KINDS", "FieldSpec", "Spec",
+           "as_array", "assignable_dtypes", "collect_fields", "flatten", "native", "real_array",
+           "real_floats", "stored_by_assignment", "unflatten"]
 
 SEP = "/"
 
@@ -322,6 +323,9 @@ class FieldSpec:
 # that fails there is checked again by the numpy checks, which raise the error.
 
 _SMALL = 64
+#: The most values a casting rule checks as Python numbers (:data:`_SMALL`, public for
+#: writers that make the same 0/1 check inline).
+QUICK_VALUES = _SMALL
 
 
 def _canonical_bools(arr: npt.NDArray[Any]) -> bool:
@@ -471,6 +475,50 @@ def _shown(value: Any, arr: npt.NDArray[Any]) -> Any:
 
 #: The rule of each (value dtype, field dtype) pair met so far.
 _RULES: dict[tuple[np.dtype[Any], np.dtype[Any]], _DtypeRule] = {}
+
+
+def stored_by_assignment(arr: npt.NDArray[Any], dst: np.dtype[Any]) -> bool:
+    """Whether :meth:`FieldSpec.cast` would store ``arr`` (the field's shape, another
+    dtype than the field's ``dst``) as ``arr.astype(dst)`` without an error: its casting
+    rule checks nothing, or the rule's check of at most :data:`QUICK_VALUES` values as
+    Python numbers passes. Assigning ``arr`` into an array of ``dst`` then stores what the
+    cast would. False when the rule is not made yet (the first cast of this pair makes
+    it) or must look closer: cast the value then.
+
+    Example:
+        >>> f = FieldSpec("action", (2,), np.int64)
+        >>> _ = f.cast("action", np.array([1.0, 2.0]))  # the rule of float64 -> int64
+        >>> stored_by_assignment(np.array([1.0, 2.0]), f.dtype)
+        True
+        >>> stored_by_assignment(np.array([1.5, 2.0]), f.dtype)  # the cast would raise
+        False
+    """
+    rule = _RULES.get((arr.dtype, dst))
+    if rule is None:
+        return False
+    if rule.plain:
+        return True
+    quick = rule.quick
+    return quick is not None and arr.size <= _SMALL and quick(arr.reshape(-1).tolist())
+
+
+def assignable_dtypes(dst: np.dtype[Any]) -> frozenset[np.dtype[Any]]:
+    """The numeric dtypes whose arrays a field of dtype ``dst`` takes by assignment with
+    no look at their values (its casting rule checks nothing), and for a bool field the
+    integer dtypes (their rule's only check: 0/1 values, which the caller makes).
+
+    Example:
+        >>> np.dtype(np.float64) in assignable_dtypes(np.dtype(np.float32))
+        True
+        >>> np.dtype(np.float64) in assignable_dtypes(np.dtype(np.int64))  # checked
+        False
+        >>> sorted(d.str for d in assignable_dtypes(np.dtype(bool)))[:2]
+        ['<i2', '<i4']
+    """
+    srcs = [np.dtype(c) for c in "bBhHiIlLqQefd"]
+    if dst.kind == "b":
+        return frozenset(src for src in srcs if src.kind in "iu")
+    return frozenset(src for src in srcs if src != dst and _DtypeRule(src, dst).plain)
 
 
 def flatten(values: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -50,14 +50,13 @@ import numpy.typing as npt
 
 from replaybank.ops.continuity import bitwise_equal_rows, chunk_breaks
 from replaybank.spec import (
-    _RULES,
-    _SMALL,
+    QUICK_VALUES,
     UNSET,
     FieldSpec,
     _canonical_bools,
-    _DtypeRule,
-    _small_ints_0_1,
     as_array,
+    assignable_dtypes,
+    stored_by_assignment,
 )
 from replaybank.storage.table import StepTable
 from replaybank.storage.writers import killpoint
@@ -329,25 +328,12 @@ _REALS = (np.dtype(np.float32), np.dtype(np.float64))
 _BOOL = np.dtype(np.bool_)
 #: How a scalar field takes a Python or numpy scalar without the general cast.
 _F, _B, _I, _OTHER = 0, 1, 2, 3
-#: Array dtypes a field may take by a plain cast (see :func:`_plain_sources`).
-_NUMERIC = tuple(np.dtype(c) for c in "bBhHiIlLqQefd")
 #: A field as :class:`StepWriter` checks it: ``(name, argument name, field, per-step shape,
 #: shape with the lanes' dim, dtype, is bool, scalar rule, dtype of the arrays taken as
 #: they are (None for bool: their bytes are checked), the dtypes of arrays taken uncast
-#: (:func:`_plain_sources`))``.
+#: (:func:`~replaybank.spec.assignable_dtypes`))``.
 _Field = tuple[str, str, FieldSpec, tuple[int, ...], tuple[int, ...], np.dtype[Any], bool, int,
                np.dtype[Any] | None, frozenset[np.dtype[Any]]]
-
-
-def _plain_sources(dt: np.dtype[Any]) -> frozenset[np.dtype[Any]]:
-    """The dtypes of arrays a field of dtype ``dt`` takes uncast, stored by assignment
-    (which casts as ``astype`` does; see :func:`_cast`): those its casting rule
-    (:class:`~replaybank.spec._DtypeRule`) casts with no check; into a bool field, the
-    integers (their rule's check: 0/1 values only, :func:`_flag` makes it)."""
-    rules = [(src, _DtypeRule(src, dt)) for src in _NUMERIC if src != dt]
-    if dt == _BOOL:
-        return frozenset(src for src, rule in rules if rule.quick is _small_ints_0_1)
-    return frozenset(src for src, rule in rules if rule.plain)
 
 
 class StepWriter:
@@ -417,7 +403,7 @@ class StepWriter:
                     _I if dt == _INT64 else _OTHER
             bools = dt.kind == "b"
             return (name, arg, f, f.shape, (self.L, *f.shape), dt, bools, rule,
-                    None if bools else dt, _plain_sources(dt))
+                    None if bools else dt, assignable_dtypes(dt))
 
         if self.serves:
             self.obs = field("obs", "obs")
@@ -679,15 +665,10 @@ def _cast(f: _Field, v: Any, lead: tuple[int, ...], arr: npt.NDArray[Any] | None
     if t is _ND:
         if v.shape == f[4 if lead else 3]:
             vd, dt = v.dtype, f[5]
-            if vd is not dt:
-                how = _RULES.get((vd, dt))  # the rule FieldSpec.cast took last time
-                if how is not None:  # (only dtypes that differ have one)
-                    if how.plain or (how.quick is not None and v.size <= _SMALL
-                                     and how.quick(_values(v))):
-                        return v
-                    return f[2].cast(f[1], v, lead, arr)
-                if vd != dt:
-                    return f[2].cast(f[1], v, lead, arr)
+            if vd is not dt and vd != dt:
+                # taken uncast when the cast would be astype alone (its rule made by an
+                # earlier cast of this dtype pair)
+                return v if stored_by_assignment(v, dt) else f[2].cast(f[1], v, lead, arr)
             if not f[6] or _canonical_bools(v):
                 return v
     elif f[7] != _OTHER and not lead:
@@ -705,11 +686,6 @@ def _cast(f: _Field, v: Any, lead: tuple[int, ...], arr: npt.NDArray[Any] | None
     return f[2].cast(f[1], v, lead, arr)
 
 
-def _values(v: npt.NDArray[Any]) -> list[Any]:
-    """The values of ``v`` as a flat list of Python numbers."""
-    return v.tolist() if v.ndim == 1 else v.reshape(-1).tolist()  # type: ignore[no-any-return]
-
-
 def _flag(f: _Field, v: Any, lead: tuple[int, ...], none: bytes) -> tuple[Any, bool]:
     """A flag field's value as :func:`_cast` gives it, and whether any flag in it is set;
     ``none``: the bytes of a value none of whose flags is set."""
@@ -720,11 +696,11 @@ def _flag(f: _Field, v: Any, lead: tuple[int, ...], none: bytes) -> tuple[Any, b
                 return v, False
             if not b.translate(None, b"\x00\x01"):  # canonical bools
                 return v, True
-        elif v.dtype in f[9] and v.size <= _SMALL:  # integers: 0/1 values, stored
+        elif v.dtype in f[9] and v.size <= QUICK_VALUES:  # integers: 0/1 values, stored
             # by assignment (as _cast does)
             vals = v.tolist() if v.ndim == 1 else v.reshape(-1).tolist()
             ones = vals.count(1)
-            if vals.count(0) + ones == len(vals):  # (the rule's check, _small_ints_0_1)
+            if vals.count(0) + ones == len(vals):  # (the rule's 0/1 check)
                 return v, ones > 0
     v = _cast(f, v, lead, None)
     return v, bool(_count_nonzero(v)) if type(v) is _ND else bool(v)
