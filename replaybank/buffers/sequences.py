@@ -374,7 +374,7 @@ def _sample(table: StepTable, lanes: LaneView, rng: np.random.Generator,
         bounds = reads.boundaries(fast, t)
         if not req.options and req.max_redraws > 0 and traits.uniform is not None:
             # the uniform sampler's draw (as draw_starts), checked and planned in one call
-            flat = uniform_ints(rng, lanes.size, bsz + bsz // 2 + 4)
+            flat = uniform_ints(rng, req.available or lanes.size, bsz + bsz // 2 + 4)
             keys, ext, _, plan = fast.draw_plan(t.link, t.written, t.counts, flat, width,
                                                 cross, min_len, bsz, reads.term,
                                                 reads.trunc, req.burn_in, bounds)

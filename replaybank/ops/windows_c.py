@@ -195,7 +195,10 @@ def sync_boundaries(link: npt.NDArray[np.int32], written: IntArray, seen: IntArr
         >>> bounds.tolist(), seen.tolist()
         ([[0, 0, 1, 0], [0, 0, 0, 0]], [3, 3])
     """
-    _sync(link, _i64(written), seen, bounds)
+    try:  # the table's counter is an int64 array already: no conversion
+        _sync(link, written, seen, bounds)
+    except TypeError:  # another sequence or dtype: converted (C checks before writing)
+        _sync(link, _i64(written), seen, bounds)
 
 
 def window_plan(link: npt.NDArray[np.int32], written: IntArray, counts: IntArray,

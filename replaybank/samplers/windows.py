@@ -75,6 +75,8 @@ class WindowRequest(NamedTuple):
         state_fields: As :func:`~replaybank.buffers.sequences.sample_sequences`.
         max_redraws: Rounds of redrawing invalid starts before the exact fallback.
         options: The sampler's keyword options (e.g. ``beta``).
+        available: The live steps when the request was checked (0: not known); the
+            draw of the same call reuses it.
 
     Example:
         >>> req = WindowRequest("sample_sequences", 4, 6, 2, False, True, None, 16, {})
@@ -91,6 +93,7 @@ class WindowRequest(NamedTuple):
     state_fields: str | Sequence[str] | None
     max_redraws: int
     options: dict[str, Any]
+    available: int = 0
 
     @property
     def width(self) -> int:
@@ -166,7 +169,7 @@ class WindowRequest(NamedTuple):
                     f"{call}: the sampler ({type(traits.sampler).__name__}) cannot draw keys "
                     "independently (no draw_independent); use sample_sequences")
         return cls(call, batch_size, sequence_length, burn_in, cross, bool(strict),
-                   state_fields, max_redraws, options)
+                   state_fields, max_redraws, options, available)
 
 
 @cache
