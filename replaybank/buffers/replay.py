@@ -590,8 +590,9 @@ class ReplayBuffer:
         locked = self._guard.enter()
         try:
             traits = self._current_parts().traits
-            batch = self._store.read(self.sampler, lambda: sample_sequences(
-                self._table, self._lanes(), self._rng, traits, batch_size, sequence_length,
+            store = self._store
+            batch = store.read(self._sampler, lambda: sample_sequences(
+                store.table, store.lane_view(), self._rng, traits, batch_size, sequence_length,
                 **kwargs))
             if len(self._seq_widths) < 16:  # what update_sequence_priorities checks against
                 self._seq_widths.add(int(batch.mask.shape[1]))
