@@ -12,6 +12,7 @@ with the same error type and message, and neither changes.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -171,11 +172,24 @@ def test_one_step_add_matches_reference(seed: int, lanes: int, rows: int, priori
 
     pair = Pair(make)
     obs = rng.standard_normal((lanes, 3)).astype(np.float32)
+    saved: dict[str, Any] | None = None
     for _ in range(40):
         end = rng.random((2, lanes)) < 0.15
         kind = kinds[int(rng.integers(len(kinds)))]
         kw = _step(rng, kind, lanes, obs, end)
         u = rng.random()
+        if u > 0.96 and pair.fast.spec is not None:
+            # a state to go back to: a load moves the table back without a write
+            saved = copy.deepcopy(pair.fast.state_dict())
+        elif u > 0.92 and saved is not None:
+            assert pair.do("load_state_dict", {"state_dict": saved}) is None
+            continue
+        elif u > 0.88:  # an extend between the adds (the Python boundary writes it)
+            steps = [_step(rng, "exact", lanes, obs, np.zeros((2, lanes), bool))
+                     for _ in range(2)]
+            assert pair.do("extend", {k: np.stack([np.asarray(s[k]) for s in steps])
+                                      for k in steps[0]}) is None
+            continue
         if u < 0.08 and lanes > 1:  # some lanes only: they get out of step
             ids = sorted(rng.choice(lanes, int(rng.integers(1, lanes)), replace=False))
             kw = {k: (np.asarray(v)[ids] if k in ("obs", "next_obs", "h", "action", "reward",

@@ -416,6 +416,16 @@ class StepWriter:
                 else None
             self.obs_strides = np.zeros(self.obs[4], self.obs[5]).strides \
                 if self.obs_row is not None else None  # C order
+        #: The table as this writer's last step left it (:meth:`_apply`): ``(written,
+        #: epoch, counts, the bytes of the next obs it kept aside or None, their side
+        #: slots)``, valid while ``written`` and ``epoch`` are unchanged.
+        self._memo: tuple[list[int], int, int, bytes | None, list[int]] | None = None
+        #: The side store's obs array and its view as one void item per flat row (remade
+        #: when the store grows; the old array is let go at the next step).
+        self._kept_rows: tuple[Any, Any] = (None, None)
+        #: A link row per tuple of side slots taken (the lanes' slots change only where
+        #: an episode ends or the data jumps: the same few tuples come back).
+        self._links: dict[tuple[int, ...], npt.NDArray[Any]] = {}
 
     def write(self, lanes: Any, steps: Any, obs: Any, action: Any, reward: Any,
               next_obs: Any, terminated: Any, truncated: Any, extras: dict[str, Any]) -> int:
@@ -514,29 +524,47 @@ class StepWriter:
         freed in the same order and the table ends the same; a table of files is not
         served, so the order of the stores is free: the continuity check reads the new
         obs as stored (values may come uncast, :func:`_cast`), and full lanes' counts,
-        which end as they started, are not stored."""
+        which end as they started, are not stored.
+
+        When nothing but this writer wrote since its last step (:attr:`_memo` still
+        describes the table: the same ``written`` and ``epoch``; every other write moves
+        ``written`` and a clear or load moves ``epoch``), the counters, the previous
+        newest steps' side slots and the bytes kept in them come from the memo instead of
+        the table: the same values, read without a numpy call."""
         t = self.table
-        written, counts, link, side = t.written, t.counts, t.link, t.side
-        wl, cl = written.tolist(), counts.tolist()
-        w, c = wl[0], cl[0]
+        written, link, side = t.written, t.link, t.side
+        wl = written.tolist()
         T, L = self.T, self.L  # noqa: N806
-        if wl.count(w) != L or cl.count(c) != L:
-            return 0
+        memo = self._memo
+        if memo is not None and memo[0] == wl and memo[1] == t.epoch:
+            _, _, c, seen, ptaken = memo
+        else:
+            cl = t.counts.tolist()
+            c = cl[0]
+            if wl.count(wl[0]) != L or cl.count(c) != L:
+                return 0
+            seen = ptaken = None
+        w = wl[0]
         row = w % T
+        prow = row - 1 if row else T - 1
+        known = ptaken is not None and T > 1  # the previous newest steps' slots: ptaken
         free = side.free
         # 1. evict (full lanes, c == T): the steps in the row written leave and free their
         #    side slots; read with the links of the previous newest steps (row - 1),
         #    whose next obs the new obs may continue (c > 0, T > 1)
+        plink = None
         if c >= T:
-            if row:
+            if known or T == 1:
+                gone = link[row].tolist()
+            elif row:
                 plink, gone = link[row - 1:row + 1].tolist()
             else:
                 gone = link[0].tolist()
-                plink = link[T - 1].tolist() if T > 1 else None
+                plink = link[T - 1].tolist()
             if gone.count(0) != L:
                 free.extend([k - 1 for k in gone if k > 0])
-        else:
-            plink = link[row - 1 if row else T - 1].tolist() if c else None
+        elif c and not known:
+            plink = link[prow].tolist()
         # 2. the new steps are their lanes' newest: their next obs go aside in the slots
         #    SideStore.take_many would give (the last L free ones, from the end), each
         #    flat row as one void item (one put)
@@ -550,7 +578,11 @@ class StepWriter:
         if no.dtype is not odt and vt is not None:
             no = no.astype(odt)  # an uncast value: cast as the store would
         if no.strides == self.obs_strides:  # (C order, one flat row per lane)
-            kept.view(vt).put(taken, no.view(vt))
+            src, kv = self._kept_rows
+            if src is not kept:  # (the side store grew: a new array)
+                kv = kept.view(vt)
+                self._kept_rows = (kept, kv)
+            kv.put(taken, no.view(vt))
         elif L <= 8:  # a row at a time: cheaper than an index array for a few lanes
             for s, x in zip(taken, no):  # noqa: B905 - both L long
                 kept[s] = x
@@ -565,14 +597,25 @@ class StepWriter:
             arrays[name][row] = v
         arrays["terminated"][row] = term
         arrays["truncated"][row] = trunc
-        link[row] = [k + 1 for k in taken]
+        key = tuple(taken)
+        links = self._links.get(key)
+        if links is None:
+            if len(self._links) >= 64:
+                self._links.clear()
+            links = self._links[key] = np.array([k + 1 for k in taken], link.dtype)
+        link[row] = links
         written.fill(w + 1)
         # 4. the previous newest steps that continue into the new obs (as stored) give
         #    their side slots back, in lane order (the common case: every lane does);
         #    then the counts and episodes
-        if plink is not None:
-            prow = row - 1 if row else T - 1
-            new = o if o.dtype is odt else arrays["obs"][row]
+        new = o if o.dtype is odt else arrays["obs"][row]
+        if ptaken is not None and known:
+            if seen is not None and new.tobytes() == seen:  # no flag set, all continue
+                link[prow].fill(0)
+                free.extend(ptaken)
+            else:
+                self._relink(prow, [k + 1 for k in ptaken], new)
+        elif plink is not None:
             none = self.no_flags
             if 0 in plink or arrays["terminated"][prow].tobytes() != none \
                     or arrays["truncated"][prow].tobytes() != none:
@@ -580,14 +623,20 @@ class StepWriter:
             else:
                 slots = [k - 1 for k in plink]
                 if kept.take(slots, axis=0).tobytes() == new.tobytes():
-                    link[prow] = 0
+                    link[prow].fill(0)
                     free.extend(slots)
                 else:
                     self._relink(prow, plink, new)
         if c < T:
-            counts.fill(c + 1)
+            c += 1
+            t.counts.fill(c)
         if ends:
             t.episodes += np.logical_or(term, trunc)
+        # what the next step needs to know of this one (the bytes its kept next obs
+        # hold, read back from `no` as stored; None when a flag is set or obs rows are
+        # not flat: the table is read then)
+        self._memo = ([w + 1] * L, t.epoch, c,
+                      None if ends or vt is None else no.tobytes(), taken)
         return 1
 
     def _relink(self, prow: int, plink: list[int], o: Any) -> None:
@@ -662,15 +711,20 @@ def _cast(f: _Field, v: Any, lead: tuple[int, ...], arr: npt.NDArray[Any] | None
     check on Python numbers takes): the array it is stored in casts it as ``astype``
     does."""
     t = type(v)
+    if t is list and lead:  # a value per lane: the array the Python boundary makes of it
+        arr = np.asarray(v)
+        a, t = arr, _ND
+    else:
+        a = v
     if t is _ND:
-        if v.shape == f[4 if lead else 3]:
-            vd, dt = v.dtype, f[5]
+        if a.shape == f[4 if lead else 3]:
+            vd, dt = a.dtype, f[5]
             if vd is not dt and vd != dt:
                 # taken uncast when the cast would be astype alone (its rule made by an
                 # earlier cast of this dtype pair)
-                return v if stored_by_assignment(v, dt) else f[2].cast(f[1], v, lead, arr)
-            if not f[6] or _canonical_bools(v):
-                return v
+                return a if stored_by_assignment(a, dt) else f[2].cast(f[1], v, lead, arr)
+            if not f[6] or _canonical_bools(a):
+                return a
     elif f[7] != _OTHER and not lead:
         rule, dt = f[7], f[5]
         if rule == _F:
@@ -689,6 +743,8 @@ def _cast(f: _Field, v: Any, lead: tuple[int, ...], arr: npt.NDArray[Any] | None
 def _flag(f: _Field, v: Any, lead: tuple[int, ...], none: bytes) -> tuple[Any, bool]:
     """A flag field's value as :func:`_cast` gives it, and whether any flag in it is set;
     ``none``: the bytes of a value none of whose flags is set."""
+    if type(v) is list and lead:  # a value per lane: as the Python boundary reads it
+        v = np.asarray(v)
     if type(v) is _ND and v.shape == f[4 if lead else 3]:
         if v.dtype is _BOOL:
             b = v.tobytes()
@@ -696,11 +752,20 @@ def _flag(f: _Field, v: Any, lead: tuple[int, ...], none: bytes) -> tuple[Any, b
                 return v, False
             if not b.translate(None, b"\x00\x01"):  # canonical bools
                 return v, True
-        elif v.dtype in f[9] and v.size <= QUICK_VALUES:  # integers: 0/1 values, stored
-            # by assignment (as _cast does)
+        elif v.dtype in f[9]:  # integers: 0/1 values, stored by assignment (as _cast
+            # does); all zero bytes (the common step): every value 0
+            if not v.tobytes().translate(None, b"\x00"):
+                return v, False
+            if v.size > QUICK_VALUES:
+                return _flag_cast(f, v, lead)
             vals = v.tolist() if v.ndim == 1 else v.reshape(-1).tolist()
             ones = vals.count(1)
             if vals.count(0) + ones == len(vals):  # (the rule's 0/1 check)
                 return v, ones > 0
+    return _flag_cast(f, v, lead)
+
+
+def _flag_cast(f: _Field, v: Any, lead: tuple[int, ...]) -> tuple[Any, bool]:
+    """:func:`_flag` of a value it does not take as it is: cast (:func:`_cast`)."""
     v = _cast(f, v, lead, None)
     return v, bool(_count_nonzero(v)) if type(v) is _ND else bool(v)
