@@ -47,6 +47,7 @@ import numpy as np
 
 from replaybank.batch import Batch, SequenceBatch
 from replaybank.errors import ShapeError, require_extra
+from replaybank.host import as_numpy
 from replaybank.multiagent.nstep import AGENT_DISCOUNT
 from replaybank.spec import SEP
 
@@ -59,11 +60,6 @@ AGENT_FIELDS = {"obs": "obs", "next_obs": "next_obs", "action": "action",
 _JOINT = {"joint_reward": "reward", "joint_terminated": "terminated",
           "joint_truncated": "truncated"}
 _B = TypeVar("_B", bound="_AgentFields")
-
-
-def _host(x: Any) -> Any:
-    """``x`` as a host numpy array (a torch tensor is copied off its device)."""
-    return x if isinstance(x, np.ndarray) else np.asarray(x.detach().cpu().numpy())
 
 
 def _zero_inactive(x: Any, active: Any, everywhere: bool = False) -> Any:
@@ -466,7 +462,7 @@ class MultiAgentEpisodeBatch(_AgentFields):
 
     def _rebuilt(self, core: Any) -> MultiAgentEpisodeBatch:
         mask = core["mask"]
-        lengths, complete = _host(self.lengths), _host(self.complete)
+        lengths, complete = as_numpy(self.lengths), as_numpy(self.complete)
         if not isinstance(mask, np.ndarray):
             torch = require_extra("torch", "torch")
             lengths = torch.as_tensor(lengths, device=mask.device)

@@ -62,6 +62,7 @@ from replaybank.errors import (
     SpecError,
     describe,
 )
+from replaybank.host import as_numpy
 from replaybank.multiagent.batch import (
     MultiAgentBatch,
     MultiAgentEpisodeBatch,
@@ -417,10 +418,10 @@ class MultiAgentReplayBuffer:
             starts, lengths = eps.starts[pick], eps.lengths[pick]
             out = gather_episodes(table, starts, lengths, length)
         mask = out["mask"]
-        done_steps = _host(out["terminated"]) | _host(out["truncated"])
+        done_steps = as_numpy(out["terminated"]) | as_numpy(out["truncated"])
         out["is_first"] = mask & (np.arange(length) == 0)[None, :]
         out["is_last"] = mask & done_steps
-        out["is_terminal"] = mask & _host(out["terminated"])
+        out["is_terminal"] = mask & as_numpy(out["terminated"])
         if not isinstance(out["terminated"], np.ndarray):  # torch storage: all tensors
             torch = sys.modules["torch"]
             dev = out["terminated"].device
@@ -638,11 +639,6 @@ class MultiAgentReplayBuffer:
         from replaybank.config import buffer_config
 
         return buffer_config(self)
-
-
-def _host(x: Any) -> npt.NDArray[Any]:
-    """``x`` as a host numpy array (torch storage serves tensors)."""
-    return x if isinstance(x, np.ndarray) else np.asarray(x.detach().cpu().numpy())
 
 
 def _flat_json(spec: Any, agents: tuple[str, ...]) -> dict[str, Any]:

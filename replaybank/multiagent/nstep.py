@@ -53,6 +53,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from replaybank.host import as_numpy
 from replaybank.ops import nstep
 from replaybank.spec import SEP
 from replaybank.storage.table import StepTable
@@ -65,13 +66,6 @@ BoolArray = npt.NDArray[np.bool_]
 
 #: Core field prefix of the per-agent discounts a :class:`AgentNStepView` adds.
 AGENT_DISCOUNT = "discounts"
-
-
-def _host(x: Any) -> npt.NDArray[Any]:
-    """``x`` as a host numpy array (torch storage serves tensors)."""
-    if isinstance(x, np.ndarray):
-        return x
-    return np.asarray(x.detach().cpu().numpy())
 
 
 def _like(ref: Any, values: npt.NDArray[Any]) -> Any:
@@ -144,17 +138,17 @@ class AgentNStepView:
         rows = np.arange(len(keys))
         gamma = self.inner.gamma
         for a in self.agents:
-            ended = _host(table.take(f"terminations{SEP}{a}", wslots)) \
-                | _host(table.take(f"truncations{SEP}{a}", wslots))  # [B, n]
+            ended = as_numpy(table.take(f"terminations{SEP}{a}", wslots)) \
+                | as_numpy(table.take(f"truncations{SEP}{a}", wslots))  # [B, n]
             la = agent_windows(ended, length)  # [B]
-            acted = _host(out[f"active{SEP}{a}"])  # [B]: the agent acted at t
+            acted = as_numpy(out[f"active{SEP}{a}"])  # [B]: the agent acted at t
             rewards = table.take(f"rewards{SEP}{a}", wslots)  # [B, n]
-            ret = nstep.discounted_returns(_host(rewards), la, gamma)  # [B] float64
+            ret = nstep.discounted_returns(as_numpy(rewards), la, gamma)  # [B] float64
             disc = gamma ** la.astype(np.float64)
             last = wslots[rows, la - 1]  # [B] slots of step t + L_a - 1
             for prefix in ("terminations", "truncations"):
                 name = f"{prefix}{SEP}{a}"
-                flag = _host(table.take(name, last)) & acted
+                flag = as_numpy(table.take(name, last)) & acted
                 out[name] = _like(out[name], flag)
             name = f"rewards{SEP}{a}"
             out[name] = _like(out[name], np.where(acted, ret, 0.0).astype(np.float32))

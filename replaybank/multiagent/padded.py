@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from replaybank.host import as_numpy
 from replaybank.storage.table import StepTable
 
 __all__ = ["EpisodeIndex", "EpisodeList", "find_episodes", "gather_episodes"]
@@ -173,16 +174,11 @@ class EpisodeIndex:
             if lo < end:
                 seqs = np.arange(lo, end, dtype=np.int64)  # [k] steps not scanned yet
                 rows = seqs % T
-                d = _host(term[rows, lane]) | _host(trunc[rows, lane])  # [k]
+                d = as_numpy(term[rows, lane]) | as_numpy(trunc[rows, lane])  # [k]
                 e = np.concatenate([e, seqs[np.asarray(d, bool)]])
             self._ends[lane] = e
             self._seen[lane] = end
         return _from_ends(self._ends, written, counts, origin, include_running)
-
-
-def _host(x: Any) -> npt.NDArray[Any]:
-    """``x`` as a host numpy array (torch storage serves tensors)."""
-    return x if isinstance(x, np.ndarray) else np.asarray(x.detach().cpu().numpy())
 
 
 def _scatter(values: Any, mask: BoolArray) -> Any:

@@ -54,6 +54,7 @@ import numpy as np
 import numpy.typing as npt
 
 from replaybank.errors import CheckpointError
+from replaybank.host import as_numpy
 from replaybank.multiagent.episodes import Episodes
 from replaybank.multiagent.layout import OUTCOMES, STATE, AgentLayout
 from replaybank.spec import SEP, Spec
@@ -123,20 +124,21 @@ def episodes_from_table(table: StepTable, agents: tuple[str, ...],
         if c == 0:
             continue
         rows = np.arange(w - c, w, dtype=np.int64) % T  # [c] live slots of the lane, oldest first
-        done = _host(arrays["terminated"][rows, lane]) | _host(arrays["truncated"][rows, lane])
+        done = as_numpy(arrays["terminated"][rows, lane]) \
+            | as_numpy(arrays["truncated"][rows, lane])
         if done[-1]:
             continue  # the newest step ended its joint episode: nothing is running
         ends = np.flatnonzero(done)
         run = rows[int(ends[-1]) + 1:] if ends.size else rows  # [r] the running episode
         for i, a in enumerate(agents):
-            act = _host(arrays[f"active{SEP}{a}"][run, lane])  # [r]
-            end = act & (_host(arrays[f"terminations{SEP}{a}"][run, lane])
-                         | _host(arrays[f"truncations{SEP}{a}"][run, lane]))
+            act = as_numpy(arrays[f"active{SEP}{a}"][run, lane])  # [r]
+            end = act & (as_numpy(arrays[f"terminations{SEP}{a}"][run, lane])
+                         | as_numpy(arrays[f"truncations{SEP}{a}"][run, lane]))
             ep.ended[i, lane] = bool(end.any())
             ep.alive[i, lane] = bool(act.any()) and not end.any()
         newest = np.array([(w - 1) * lanes + lane], np.int64)  # its item key
         for a, carry in ep.carry.items():
-            carry[lane] = _host(table.gather_next(f"obs{SEP}{a}", newest))[0]
+            carry[lane] = as_numpy(table.gather_next(f"obs{SEP}{a}", newest))[0]
     return ep
 
 
@@ -192,7 +194,3 @@ def checked_resume_part(part: Any, agents: tuple[str, ...], num_envs: int,
                               f"{fix}")
     return ep, origin.astype(np.int64)
 
-
-def _host(x: Any) -> npt.NDArray[Any]:
-    """``x`` as a host numpy array (torch storage holds tensors)."""
-    return x if isinstance(x, np.ndarray) else np.asarray(x.detach().cpu().numpy())
