@@ -95,7 +95,6 @@ class NStepView(StatelessView):
                rng: np.random.Generator | None = None) -> dict[str, Any]:
         """Fields of the n-step transitions starting at ``keys`` (``[B, *shape]``)."""
         keys = np.asarray(keys, dtype=np.int64)
-        be = table.backend
         wslots, length = self.window(table, keys)  # [B, n], [B]
         rows = np.arange(len(keys))
         first = wslots[:, 0]
@@ -113,7 +112,9 @@ class NStepView(StatelessView):
         for name in table.obs_fields:
             out[next_name(name)] = table.take_next(name, *where)
         discount = _discounts(self.n, self.gamma).take(length)
-        out["discount"] = discount if be.name != "torch" else _like(out["reward"], discount)
+        # where the rewards live (host arrays, or tensors on the storage's device)
+        out["discount"] = discount if isinstance(out["reward"], np.ndarray) \
+            else _like(out["reward"], discount)
         return out
 
     def _returns(self, r: Any, length: IntArray, dtype: np.dtype[Any]) -> Any:
