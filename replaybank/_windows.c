@@ -1346,6 +1346,170 @@ done:
     return r;
 }
 
+/* ------------------------------------------------------------------ n-step windows
+ *
+ * nstep(slots, lanes, link, weights, rewards, last, length, returns)
+ *
+ * The n-step windows of a batch of steps (NStepView.gather; the oracle is
+ * replaybank.ops.nstep: window_lengths and discounted_returns). slots [B] int64 are the
+ * first steps' storage slots, each in [0, 2N) with N = len(link) (one wrap allowed, as
+ * take_steps); step k of a window is (slot + k * lanes) mod N. A window stops at (and
+ * includes) its first step whose next observation is kept aside (link > 0: an episode
+ * end, a discontinuity or the lane's newest step), so L = min(n, that step + 1) with
+ * n = len(weights). weights [n] float64 are gamma ** k; rewards [N] float32 or float64
+ * the flat reward field. Out: last [B] int64 (the slot of step L - 1, wrapped), length
+ * [B] int64 (L), returns [B] of the rewards' dtype: the terms (k < L ? r_k * w_k : 0.0)
+ * summed from k = 0 upwards in float64 as numpy's cumsum sums them (the first term as it
+ * is, each next one added), then stored in the rewards' dtype. Every slot and link is checked before a byte is written. */
+static PyObject *
+c_nstep(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (!nargs_ok(nargs, 8, "nstep"))
+        return NULL;
+    Bufs bs = {.n = 0, .fn = "nstep"};
+    PyObject *r = NULL;
+    void *p;
+    Py_ssize_t b, n_link, n_w, n_last, n_len;
+    long long lanes;
+    Py_buffer rv = {0}, ov = {0};
+    int have_rv = 0, have_ov = 0;
+    if (open_arr(&bs, args[0], "slots", K_I64, 0, 0, &p, &b) < 0)
+        return NULL;
+    const int64_t *slots = p;
+    if (get_int(args[1], "nstep", "lanes", 1, &lanes) < 0)
+        goto done;
+    if (open_arr(&bs, args[2], "link", K_I32, 0, 0, &p, &n_link) < 0)
+        goto done;
+    const int32_t *link = p;
+    if (lanes > n_link) {
+        PyErr_Format(PyExc_ValueError, "replaybank._windows.nstep: lanes=%lld exceeds the "
+                     "link's %zd slots", lanes, n_link);
+        goto done;
+    }
+    if (PyObject_GetBuffer(args[3], &rv, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
+        goto done;
+    have_rv = 1;
+    if (rv.itemsize != 8 || strip(rv.format)[0] != 'd' || strip(rv.format)[1] != 0
+            || rv.len < 8) {
+        PyErr_SetString(PyExc_TypeError, "replaybank._windows.nstep: weights must be a "
+                        "C-contiguous float64 array of n >= 1 values");
+        goto done;
+    }
+    const double *w = rv.buf;
+    n_w = rv.len / 8;
+    Py_buffer *rw = &bs.b[bs.n];
+    if (PyObject_GetBuffer(args[4], rw, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
+        goto done;
+    bs.n++;
+    const char *rf = strip(rw->format);
+    int f32 = rw->itemsize == 4 && rf[0] == 'f' && rf[1] == 0;
+    int f64 = rw->itemsize == 8 && rf[0] == 'd' && rf[1] == 0;
+    if ((!f32 && !f64) || rw->len / rw->itemsize != n_link) {
+        PyErr_Format(PyExc_TypeError, "replaybank._windows.nstep: rewards must be a "
+                     "C-contiguous float32 or float64 array of the link's %zd slots", n_link);
+        goto done;
+    }
+    if (open_arr(&bs, args[5], "last", K_I64, 1, 0, &p, &n_last) < 0)
+        goto done;
+    int64_t *last = p;
+    if (open_arr(&bs, args[6], "length", K_I64, 1, 0, &p, &n_len) < 0)
+        goto done;
+    int64_t *length = p;
+    if (PyObject_GetBuffer(args[7], &ov, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE
+                           | PyBUF_FORMAT) < 0)
+        goto done;
+    have_ov = 1;
+    if (ov.itemsize != rw->itemsize || strip(ov.format)[0] != rf[0]
+            || strip(ov.format)[1] != 0) {
+        PyErr_Format(PyExc_TypeError, "replaybank._windows.nstep: returns must be a "
+                     "C-contiguous writable array of the rewards' dtype ('%s')", rf);
+        goto done;
+    }
+    if (n_last != b || n_len != b || ov.len / ov.itemsize != b) {
+        PyErr_Format(PyExc_ValueError, "replaybank._windows.nstep: last, length and returns "
+                     "must hold %zd values (one per slot)", b);
+        goto done;
+    }
+    const char *rews = rw->buf;
+    char *ret = ov.buf;
+    const int64_t N = n_link, step = lanes;
+    Py_ssize_t bad = -1;
+    int32_t bad_link = 0;
+    Py_BEGIN_ALLOW_THREADS
+    /* pass 1: check every slot and every link a window reads */
+    for (Py_ssize_t i = 0; i < b && bad < 0; i++) {
+        int64_t s = slots[i];
+        if (s < 0 || s >= 2 * N) {
+            bad = i;
+            break;
+        }
+        s = s >= N ? s - N : s;
+        for (Py_ssize_t k = 0; k < n_w; k++) {
+            int32_t v = link[s];
+            if (v != 0) {
+                if (v < 0) {
+                    bad = i;
+                    bad_link = v;
+                }
+                break;
+            }
+            s += step;
+            s = s >= N ? s - N : s;
+        }
+    }
+    /* pass 2: lengths, last slots and returns */
+    for (Py_ssize_t i = 0; bad < 0 && i < b; i++) {
+        int64_t s = slots[i];
+        s = s >= N ? s - N : s;
+        double g = 0.0;
+        Py_ssize_t L = n_w;
+        int64_t at = s;
+        for (Py_ssize_t k = 0; k < n_w; k++) {
+            if (k < L) {
+                double x = f32 ? (double)((const float *)rews)[s] : ((const double *)rews)[s];
+                /* the product rounded on its own, as numpy's (volatile: never fused into
+                 * a multiply-add with the sum) */
+                volatile double t = x * w[k];
+                g = k ? g + t : t;  /* cumsum: the first term as it is */
+                at = s;
+                if (link[s] > 0)
+                    L = k + 1;
+                s += step;
+                s = s >= N ? s - N : s;
+            } else {
+                g += 0.0;  /* as the oracle's masked terms: -0.0 + 0.0 is 0.0 */
+            }
+        }
+        last[i] = at;
+        length[i] = L;
+        if (f32)
+            ((float *)ret)[i] = (float)g;
+        else
+            ((double *)ret)[i] = g;
+    }
+    Py_END_ALLOW_THREADS
+    if (bad >= 0) {
+        if (bad_link == 0)
+            PyErr_Format(PyExc_IndexError, "replaybank._windows.nstep: slot %lld is out of "
+                         "bounds for %lld slots (one wrap allowed)", (long long)slots[bad],
+                         (long long)N);
+        else
+            PyErr_Format(PyExc_IndexError, "replaybank._windows.nstep: a negative link (%d) "
+                         "in the window of slot %lld", (int)bad_link, (long long)slots[bad]);
+        goto done;
+    }
+    Py_INCREF(Py_None);
+    r = Py_None;
+done:
+    if (have_rv)
+        PyBuffer_Release(&rv);
+    if (have_ov)
+        PyBuffer_Release(&ov);
+    bufs_release(&bs);
+    return r;
+}
+
 static PyMethodDef windows_functions[] = {
     {"take_rows", take_rows, METH_O,
      "take_rows(jobs): out[i] = src[idx[i]] for each (src, idx, out) of the tuple jobs; "
@@ -1367,6 +1531,9 @@ static PyMethodDef windows_functions[] = {
      "window_plan(link, written, counts, keys, width, slots, lk, ends, first)"},
     {"stack", (PyCFunction)(void (*)(void))c_stack, METH_FASTCALL,
      "stack(link, written, counts, keys, k, out) -> (n_bad, n_side)"},
+    {"nstep", (PyCFunction)(void (*)(void))c_nstep, METH_FASTCALL,
+     "nstep(slots, lanes, link, weights, rewards, last, length, returns): the n-step "
+     "windows of a batch: last slots, lengths and discounted returns"},
     {"take_steps", (PyCFunction)(void (*)(void))c_take_steps, METH_FASTCALL,
      "take_steps(slots, lanes, link, fields, nexts) -> n_side: every field of a batch of "
      "steps and their next observations (fields: (src, out); nexts: (src, side, out))"},

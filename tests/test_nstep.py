@@ -216,3 +216,96 @@ def test_discount_is_gamma_to_the_window_length_bitwise(n: int, gamma: float) ->
         want = np.array([np.float64(g) ** np.float64(k) for k in lengths]).astype(np.float32)
         assert out["discount"].dtype == np.float32
         assert out["discount"].tobytes() == want.tobytes()
+
+
+# ---------------------------------------------------------------------- one-pass windows
+def _window_kernels() -> list[Any]:
+    """The numpy oracle, and the C kernel where it was built."""
+    kernels: list[Any] = [nstep.nstep_windows]
+    try:
+        from replaybank.ops import windows_c
+    except ImportError:
+        return kernels
+    return [*kernels, windows_c.nstep_windows]
+
+
+@settings(max_examples=200, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), lanes=st.integers(1, 4), rows=st.integers(1, 12),
+       n=st.integers(1, 12), b=st.integers(0, 20), f64=st.booleans(),
+       gamma=st.sampled_from([0.0, 0.5, 0.9, 0.99, 1.0, 0.3711]))
+def test_nstep_windows_kernels_agree_bitwise(seed: int, lanes: int, rows: int, n: int,
+                                             b: int, f64: bool, gamma: float) -> None:
+    """C and numpy give the same last slots, lengths and returns bit for bit (NaN and
+    -0.0 rewards, every window length, wraps, one wrap of the slots), and match a
+    plain loop over the window."""
+    rng = np.random.default_rng(seed)
+    size = rows * lanes
+    link = np.where(rng.random(size) < 0.25, rng.integers(1, 5, size), 0).astype(np.int32)
+    rewards = rng.standard_normal(size).astype(np.float64 if f64 else np.float32)
+    rewards[rng.random(size) < 0.1] = np.nan
+    rewards[rng.random(size) < 0.1] = -0.0
+    slots = rng.integers(0, 2 * size, b).astype(np.int64)
+    weights = gamma ** np.arange(n, dtype=np.float64)
+    got = []
+    for kernel in _window_kernels():
+        last, length = np.full(b, -1, np.int64), np.full(b, -1, np.int64)
+        ret = np.full(b, 7, rewards.dtype)
+        kernel(slots, lanes, link, weights, rewards, last, length, ret)
+        got.append((last.tolist(), length.tolist(), ret.tobytes()))
+    assert all(g == got[0] for g in got)
+    last_want, length_want = [], []
+    for s in slots.tolist():
+        s %= size
+        for k in range(n):
+            at = (s + k * lanes) % size
+            if link[at] > 0 or k == n - 1:
+                break
+        last_want.append(at)
+        length_want.append(k + 1)
+    assert got[0][0] == last_want and got[0][1] == length_want
+
+
+def test_nstep_windows_refuse_bad_input_and_write_nothing() -> None:
+    link = np.array([0, 0, 1, 0], np.int32)
+    rew = np.ones(4, np.float32)
+    w = np.array([1.0, 0.5])
+    for kernel in _window_kernels():
+        for slots, lk, error in ((np.array([0, 8]), link, IndexError),
+                                 (np.array([-1]), link, IndexError),
+                                 (np.array([1]), np.array([0, 0, -2, 0], np.int32),
+                                  IndexError)):
+            last = np.full(len(slots), -5, np.int64)
+            with pytest.raises(error):
+                kernel(slots, 1, lk, w, rew, last, last.copy(), np.zeros(len(slots),
+                                                                         np.float32))
+            assert (last == -5).all()
+        with pytest.raises(TypeError):  # returns of another dtype than the rewards
+            kernel(np.array([0]), 1, link, w, rew, np.empty(1, np.int64),
+                   np.empty(1, np.int64), np.empty(1, np.float64))
+
+
+@pytest.mark.parametrize(("lanes", "n", "reward_dtype"), [
+    (1, 3, "float32"), (3, 5, "float32"), (2, 4, "float64"), (4, 1, "float32"),
+])
+def test_host_gather_matches_the_general_path_bitwise(tmp_path: Any, lanes: int, n: int,
+                                                      reward_dtype: str) -> None:
+    """In-memory numpy storage (one-pass windows, two gathers) and file storage (the
+    general path: window slots, per-field takes) sample the same n-step batches, byte for
+    byte, through wraps, async adds, episode ends, truncations and discontinuities."""
+    spec = {"obs": ((3,), "float32"), "action": ((), "int64"),
+            "reward": ((), reward_dtype), "terminated": ((), "bool"),
+            "truncated": ((), "bool")}
+    capacity = 12 * lanes
+    view = rb.NStepView(n, 0.97)
+    bufs = [rb.ReplayBuffer(capacity, num_envs=lanes, seed=5, spec=spec, view=view),
+            rb.ReplayBuffer(capacity, num_envs=lanes, seed=5, spec=spec, view=view,
+                            storage="memmap", path=str(tmp_path / "buf"))]
+    assert bufs[0].table.plain_numpy and not bufs[1].table.plain_numpy
+    for buf in bufs:
+        fill(buf, Oracle(lanes, capacity // lanes), lanes, np.random.default_rng(n), 30)
+    for _ in range(5):
+        a, b = (buf.sample(32) for buf in bufs)
+        assert list(a.keys()) == list(b.keys())
+        for key in a:
+            assert np.asarray(a[key]).dtype == np.asarray(b[key]).dtype, key
+            assert np.asarray(a[key]).tobytes() == np.asarray(b[key]).tobytes(), key

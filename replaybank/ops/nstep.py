@@ -20,10 +20,16 @@ Example:
 
 from __future__ import annotations
 
+from functools import cache
+from typing import Any
+
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["discounted_returns", "return_weights", "window_keys", "window_lengths"]
+from replaybank.ops.jit import pick_kernel
+
+__all__ = ["discounted_returns", "nstep_kernel", "nstep_windows", "return_weights",
+           "window_keys", "window_lengths"]
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -61,14 +67,26 @@ def discounted_returns(rewards: npt.NDArray[np.floating], lengths: IntArray,
                        gamma: float) -> FloatArray:
     """``sum_{k < L} gamma**k * rewards[:, k]`` in float64, ``[B]``.
 
+    The terms ``gamma**k * r`` (``0.0`` from ``k = L`` on, whatever the reward there:
+    a NaN past the window stays out) are added from ``k = 0`` upwards as ``np.cumsum``
+    adds them, the order the compiled n-step gather (:func:`nstep_windows`) uses too, so
+    both give the same bits.
+
     Args:
         rewards: ``[B, n]`` rewards of the window steps (entries past ``L`` are ignored).
         lengths: ``[B]`` window lengths in ``[1, n]``.
         gamma: Discount factor.
+
+    Example:
+        >>> discounted_returns(np.array([[1.0, 1.0, np.nan]]), np.array([2]), 0.5).tolist()
+        [1.5]
     """
     r = np.asarray(rewards, dtype=np.float64)
-    w = return_weights(lengths, r.shape[1], gamma)
-    return np.asarray(np.sum(r * w, axis=1), dtype=np.float64)
+    n = r.shape[1]
+    k = np.arange(n)
+    w = float(gamma) ** np.arange(n, dtype=np.float64)
+    terms = np.where(k[None, :] < np.asarray(lengths)[:, None], r * w[None, :], 0.0)
+    return np.asarray(np.cumsum(terms, axis=1)[:, -1], dtype=np.float64)
 
 
 def return_weights(lengths: IntArray, n: int, gamma: float) -> FloatArray:
@@ -83,3 +101,80 @@ def return_weights(lengths: IntArray, n: int, gamma: float) -> FloatArray:
     """
     k = np.arange(n)
     return np.where(k[None, :] < np.asarray(lengths)[:, None], float(gamma) ** k[None, :], 0.0)
+
+
+def nstep_windows(slots: IntArray, lanes: int, link: npt.NDArray[np.int32],
+                  weights: FloatArray, rewards: npt.NDArray[np.floating], last: IntArray,
+                  length: IntArray, returns: npt.NDArray[np.floating]) -> None:
+    """The n-step windows of a batch of steps, written into ``last``, ``length`` and
+    ``returns``: :func:`window_lengths` and :func:`discounted_returns` on a flat table.
+
+    The oracle of the C kernel ``replaybank.ops.windows_c.nstep_windows`` (one call per
+    batch: :class:`~replaybank.views.nstep.NStepView`). Step ``k`` of the window of slot
+    ``s`` is ``(s + k * lanes) mod N``; a window stops at (and includes) its first step
+    whose next observation is kept aside (``link > 0``). Every slot and link is checked
+    before anything is written.
+
+    Args:
+        slots: ``[B]`` int64 storage slots of the first steps, each in ``[0, 2 N)`` with
+            ``N = len(link)`` (one wrap allowed).
+        lanes: The table's lanes.
+        link: ``[N]`` int32, the table's flat link (side slot + 1, else 0).
+        weights: ``[n]`` float64 ``gamma ** k`` (``n``: the longest window).
+        rewards: ``[N]`` float32 or float64, the flat reward field.
+        last: Out ``[B]`` int64: the slot of each window's last step (wrapped).
+        length: Out ``[B]`` int64: the window lengths ``L`` in ``[1, n]``.
+        returns: Out ``[B]`` of ``rewards``' dtype: the discounted returns.
+
+    Raises:
+        IndexError: A slot outside ``[0, 2 N)`` or a negative link in a window.
+        TypeError, ValueError: Wrong dtypes or sizes.
+
+    Example:
+        >>> link = np.array([0, 0, 1, 0], np.int32)  # one lane; step 2 ends an episode
+        >>> last, length, ret = np.empty(2, np.int64), np.empty(2, np.int64), np.empty(2)
+        >>> nstep_windows(np.array([1, 3]), 1, link, np.array([1.0, 0.5, 0.25]),
+        ...               np.array([1.0, 2.0, 4.0, 8.0]), last, length, ret)
+        >>> last.tolist(), length.tolist(), ret.tolist()
+        ([2, 1], [2, 3], [4.0, 9.0])
+    """
+    N = len(link)  # noqa: N806
+    if weights.dtype != np.float64 or weights.ndim != 1 or len(weights) < 1:
+        raise TypeError("nstep_windows: weights must be a float64 array of n >= 1 values")
+    if rewards.dtype not in (np.float32, np.float64) or rewards.shape != (N,):
+        raise TypeError(f"nstep_windows: rewards must be a float32 or float64 array of the "
+                        f"link's {N} slots")
+    if returns.dtype != rewards.dtype:
+        raise TypeError("nstep_windows: returns must have the rewards' dtype")
+    b = len(slots)
+    if len(last) != b or len(length) != b or len(returns) != b:
+        raise ValueError(f"nstep_windows: last, length and returns must hold {b} values")
+    if b and (int(slots.min()) < 0 or int(slots.max()) >= 2 * N):
+        raise IndexError(f"nstep_windows: a slot is out of bounds for {N} slots (one wrap "
+                         "allowed)")
+    n = len(weights)
+    first = np.where(slots >= N, slots - N, slots)
+    ks = (first[:, None] + np.arange(n, dtype=np.int64)[None, :] * int(lanes)) % N  # [B, n]
+    lk = link[ks]
+    lengths = window_lengths(lk != 0)
+    if b and (lk[np.arange(b), lengths - 1] < 0).any():
+        raise IndexError("nstep_windows: a negative link in a window")
+    k = np.arange(n)
+    terms = np.where(k[None, :] < lengths[:, None], rewards[ks].astype(np.float64)
+                     * weights[None, :], 0.0)
+    returns[:] = np.cumsum(terms, axis=1)[:, -1]
+    last[:] = ks[np.arange(b), lengths - 1]
+    length[:] = lengths
+
+
+@cache
+def nstep_kernel(prefer: str = "auto") -> tuple[Any, str]:
+    """:func:`nstep_windows` in C where the extension was built (``"c"``), else the
+    numpy function itself (:func:`~replaybank.ops.jit.pick_kernel`; no numba twin).
+
+    Example:
+        >>> nstep_kernel("numpy") == (nstep_windows, "numpy")
+        True
+    """
+    return pick_kernel(prefer, None, "nstep_windows", nstep_windows, "nstep_windows",
+                       compiled="replaybank.ops.windows_c")

@@ -7,6 +7,9 @@ and frame-stack plans, with the signatures of their numba twins.
 * :func:`take_steps` does the same for a batch of one-step transitions, next observations
   included (from the next step's row, or the side store where the link says so); its
   numpy oracle is :func:`replaybank.ops.windows.take_steps`.
+* :func:`nstep_windows` finds the n-step windows of a batch (their last steps, lengths
+  and discounted returns) in one pass; its numpy oracle is
+  :func:`replaybank.ops.nstep.nstep_windows`.
 * :func:`draw_plan`, :func:`draw_windows`, :func:`sequence_plan`,
   :func:`window_extent`, :func:`window_plan` and :func:`sync_boundaries` are the
   functions of :mod:`replaybank.ops.windows_numba` (same arguments, same results; the
@@ -50,7 +53,7 @@ _windows: Any = importlib.import_module("replaybank._windows")
 
 __all__ = ["FLAG_NAMES", "draw_plan", "draw_windows", "sequence_plan", "stack_buffers",
            "stack_plan", "stack_slots", "stack_slots_counted", "sync_boundaries",
-           "take_rows", "take_steps", "window_extent", "window_plan"]
+           "nstep_windows", "take_rows", "take_steps", "window_extent", "window_plan"]
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
@@ -68,6 +71,11 @@ take_rows: Any = _windows.take_rows
 #: steps and each observation field's next observation in one call (same contract as
 #: :func:`replaybank.ops.windows.take_steps`).
 take_steps: Any = _windows.take_steps
+
+#: ``nstep_windows(slots, lanes, link, weights, rewards, last, length, returns)``: the
+#: n-step windows of a batch in one call (same contract as
+#: :func:`replaybank.ops.nstep.nstep_windows`).
+nstep_windows: Any = _windows.nstep
 
 _extent = _windows.extent
 _draw = _windows.draw

@@ -370,6 +370,66 @@ class StepTable:
                                outs[len(steps.srcs):], strict=False)))
         return dict(zip(steps.keys, outs, strict=True))
 
+    def gather_spans(self, first: IntArray, last: IntArray, at_last: frozenset[str],
+                     skip: frozenset[str] = frozenset()) -> dict[str, Any]:
+        """The fields of spans of steps: each field at ``first`` ``[B]`` storage slots,
+        except the fields named in ``at_last`` (and the next observations), read at
+        ``last`` ``[B]`` (an n-step transition: the first step's obs and action, the last
+        step's flags and next obs). Fields in ``skip`` are left out.
+
+        In-memory numpy storage gathers with two calls of
+        :func:`~replaybank.ops.windows.take_steps` (C where built); other storage with
+        :meth:`take` and :meth:`take_next`.
+
+        Args:
+            first: Storage slots of the spans' first steps ``[B]`` (:meth:`slots_of`).
+            last: Storage slots of their last steps ``[B]``.
+            at_last: Fields read at ``last``.
+            skip: Fields not read.
+
+        Returns:
+            ``{name: [B, *shape]}`` in spec order, then ``next_<obs field>``.
+
+        Example:
+            >>> import numpy as np
+            >>> from replaybank.spec import Spec
+            >>> from replaybank.storage.writers.reference import write
+            >>> t = StepTable(Spec.coerce({"obs": ((), "int64"), "terminated": ((), "bool"),
+            ...                            "truncated": ((), "bool")}), T=4, lanes=1,
+            ...               obs_fields=["obs"])
+            >>> no = np.zeros((3, 1), bool)
+            >>> _ = write(t, np.array([0]), {"obs": np.array([[5], [6], [7]]),
+            ...             "terminated": no, "truncated": no}, {"obs": np.array([[6], [7], [8]])})
+            >>> out = t.gather_spans(np.array([0]), np.array([2]), frozenset({"truncated"}))
+            >>> out["obs"].tolist(), out["next_obs"].tolist()
+            ([5], [8])
+        """
+        if not self.plain_numpy:
+            out: dict[str, Any] = {name: self.take(name, last if name in at_last else first)
+                                   for name in self.arrays if name not in skip}
+            where = self.next_index(last)
+            for name in self.obs_fields:
+                out["next_" + name] = self.take_next(name, *where)
+            return out
+        _, link, steps = self._read_plan()
+        outs = steps.outputs(len(first))
+        at_first: list[tuple[Any, Any]] = []
+        at_end: list[tuple[Any, Any]] = []
+        kept: list[tuple[str, Any]] = []
+        for name, src, o in zip(self.arrays, steps.srcs, outs, strict=False):
+            if name not in skip:
+                (at_end if name in at_last else at_first).append((src, o))
+                kept.append((name, o))
+        nexts = tuple(zip(steps.next_srcs, map(self.side.arrays.__getitem__, steps.next_names),
+                          outs[len(steps.srcs):], strict=True))
+        steps.kernel(np.ascontiguousarray(first, dtype=np.int64), self.lanes, link,
+                     tuple(at_first), ())
+        steps.kernel(np.ascontiguousarray(last, dtype=np.int64), self.lanes, link,
+                     tuple(at_end), nexts)
+        out = dict(kept)
+        out.update(zip(steps.keys[len(steps.srcs):], outs[len(steps.srcs):], strict=True))
+        return out
+
     def take_fields(self, slots: IntArray, obs: bool = True) -> dict[str, Any]:
         """Every stored field at storage ``slots`` (the obs fields only when ``obs``).
 

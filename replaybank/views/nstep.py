@@ -93,8 +93,20 @@ class NStepView(StatelessView):
 
     def gather(self, table: StepTable, keys: IntArray,
                rng: np.random.Generator | None = None) -> dict[str, Any]:
-        """Fields of the n-step transitions starting at ``keys`` (``[B, *shape]``)."""
+        """Fields of the n-step transitions starting at ``keys`` (``[B, *shape]``).
+
+        In-memory numpy storage with a float32 or float64 scalar reward, where the C
+        extension is built, finds the windows (last steps, lengths, returns) with one
+        call of :func:`~replaybank.ops.nstep.nstep_windows`'s C twin and gathers the
+        fields with :meth:`~replaybank.storage.table.StepTable.gather_spans`; the result
+        is the same, bit for bit, as the general path below (which pure-Python installs
+        take: its few numpy calls on ``[B, n]`` arrays cost less there than the numpy
+        twin's)."""
         keys = np.asarray(keys, dtype=np.int64)
+        if table.plain_numpy and table.spec["reward"].shape == () \
+                and table.spec["reward"].dtype in _HOST_REWARDS \
+                and nstep.nstep_kernel()[1] == "c":
+            return self._gather_host(table, keys)
         wslots, length = self.window(table, keys)  # [B, n], [B]
         rows = np.arange(len(keys))
         first = wslots[:, 0]
@@ -117,6 +129,21 @@ class NStepView(StatelessView):
             else _like(out["reward"], discount)
         return out
 
+    def _gather_host(self, table: StepTable, keys: IntArray) -> dict[str, Any]:
+        """:meth:`gather` of in-memory numpy storage: one pass for the windows, two
+        gathers (the first steps' fields; the last steps' flags and next obs)."""
+        first = table.slots_of(keys)
+        b = len(first)
+        last, length = np.empty(b, np.int64), np.empty(b, np.int64)
+        returns = np.empty(b, table.spec["reward"].dtype)
+        nstep.nstep_kernel()[0](first, table.lanes, table.flat(table.link),
+                                _weights(self.n, self.gamma),
+                                table.flat(table.arrays["reward"]), last, length, returns)
+        out = table.gather_spans(first, last, _AT_LAST)
+        out["reward"] = returns
+        out["discount"] = _discounts(self.n, self.gamma).take(length)
+        return out
+
     def _returns(self, r: Any, length: IntArray, dtype: np.dtype[Any]) -> Any:
         """n-step returns ``[B]`` from window rewards ``r`` ``[B, n]`` where ``r`` lives.
 
@@ -135,6 +162,21 @@ class NStepView(StatelessView):
     def config(self) -> dict[str, Any]:
         """JSON-able constructor arguments."""
         return {"type": "nstep", "n": self.n, "gamma": self.gamma}
+
+
+#: Reward dtypes the one-pass window kernel reads.
+_HOST_REWARDS = (np.dtype(np.float32), np.dtype(np.float64))
+#: The fields an n-step transition takes from its last step.
+_AT_LAST = frozenset({"terminated", "truncated"})
+
+
+@lru_cache(maxsize=64)
+def _weights(n: int, gamma: float) -> npt.NDArray[np.float64]:
+    """``gamma ** k`` for ``k < n`` (read-only, shared), as
+    :func:`~replaybank.ops.nstep.discounted_returns` computes them."""
+    w = float(gamma) ** np.arange(n, dtype=np.float64)
+    w.flags.writeable = False
+    return w
 
 
 @lru_cache(maxsize=64)
