@@ -1437,8 +1437,17 @@ c_nstep(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t bad = -1;
     int32_t bad_link = 0;
     Py_BEGIN_ALLOW_THREADS
-    /* pass 1: check every slot and every link a window reads */
+    /* pass 1: check every slot and every link a window reads (the links and rewards of
+     * the window SMALL_AHEAD on fetched meanwhile: the windows' rows are random) */
     for (Py_ssize_t i = 0; i < b && bad < 0; i++) {
+        if (i + SMALL_AHEAD < b) {
+            int64_t a = slots[i + SMALL_AHEAD];
+            if (a >= 0 && a < 2 * N) {
+                a = a >= N ? a - N : a;
+                PREFETCH(link + a);
+                PREFETCH(rews + a * rw->itemsize);
+            }
+        }
         int64_t s = slots[i];
         if (s < 0 || s >= 2 * N) {
             bad = i;
