@@ -101,6 +101,8 @@ class _StepJobs:
     #: ``[(B, ((B, *row shape), dtype) of each output)]`` of the last batch size (one
     #: item, replaced whole)
     sized: list[Any] = field(default_factory=lambda: [(0, ())], compare=False, repr=False)
+    #: :meth:`StepTable.gather_spans`' split of the outputs per ``(at_last, skip)``
+    spans: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def outputs(self, b: int) -> list[Any]:
         """New outputs ``[b, *row shape]`` of every field, then of every next obs."""
@@ -412,23 +414,26 @@ class StepTable:
                 out["next_" + name] = self.take_next(name, *where)
             return out
         _, link, steps = self._read_plan()
+        split = steps.spans.get((at_last, skip))
+        if split is None:  # which outputs each gather fills (kept per read plan)
+            names = list(self.arrays)
+            firsts = [i for i, n in enumerate(names) if n not in skip and n not in at_last]
+            lasts = [i for i, n in enumerate(names) if n not in skip and n in at_last]
+            kept = [i for i, n in enumerate(names) if n not in skip] + \
+                list(range(len(names), len(steps.keys)))
+            split = steps.spans[(at_last, skip)] = (
+                tuple(steps.srcs[i] for i in firsts), firsts,
+                tuple(steps.srcs[i] for i in lasts), lasts,
+                tuple(steps.keys[i] for i in kept), kept)
+        first_srcs, firsts, last_srcs, lasts, keys, kept = split
         outs = steps.outputs(len(first))
-        at_first: list[tuple[Any, Any]] = []
-        at_end: list[tuple[Any, Any]] = []
-        kept: list[tuple[str, Any]] = []
-        for name, src, o in zip(self.arrays, steps.srcs, outs, strict=False):
-            if name not in skip:
-                (at_end if name in at_last else at_first).append((src, o))
-                kept.append((name, o))
         nexts = tuple(zip(steps.next_srcs, map(self.side.arrays.__getitem__, steps.next_names),
                           outs[len(steps.srcs):], strict=True))
         steps.kernel(np.ascontiguousarray(first, dtype=np.int64), self.lanes, link,
-                     tuple(at_first), ())
+                     tuple(zip(first_srcs, [outs[i] for i in firsts], strict=True)), ())
         steps.kernel(np.ascontiguousarray(last, dtype=np.int64), self.lanes, link,
-                     tuple(at_end), nexts)
-        out = dict(kept)
-        out.update(zip(steps.keys[len(steps.srcs):], outs[len(steps.srcs):], strict=True))
-        return out
+                     tuple(zip(last_srcs, [outs[i] for i in lasts], strict=True)), nexts)
+        return dict(zip(keys, [outs[i] for i in kept], strict=True))
 
     def take_fields(self, slots: IntArray, obs: bool = True) -> dict[str, Any]:
         """Every stored field at storage ``slots`` (the obs fields only when ``obs``).
