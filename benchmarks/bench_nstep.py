@@ -7,7 +7,7 @@ float32[17], action float32[6], float32 rewards, episodes of 1000 steps):
   returns summed when sampled (``NStepView``);
 * cpprb: ``ReplayBuffer(Nstep={"size": n, "gamma": 0.99, ...})``, which folds the
   returns at ``add`` time, so its ``sample`` is a plain gather;
-* SB3: ``NStepReplayBuffer(n_steps=n, gamma=0.99)`` (stable-baselines3 >= 2.6), which
+* SB3: ``NStepReplayBuffer(n_steps=n, gamma=0.99)`` (measured with stable-baselines3 2.9.2), which
   computes the returns when sampled, as replaybank does.
 
 Each prints us per ``sample(256)`` (best of ``--repeats`` rounds, the libraries

@@ -103,9 +103,9 @@ class NStepView(StatelessView):
         take: its few numpy calls on ``[B, n]`` arrays cost less there than the numpy
         twin's)."""
         keys = np.asarray(keys, dtype=np.int64)
-        if table.plain_numpy and table.spec["reward"].shape == () \
-                and table.spec["reward"].dtype in _HOST_REWARDS \
-                and nstep.nstep_kernel()[1] == "c":
+        reward = table.spec.get("reward")
+        if table.plain_numpy and reward is not None and reward.shape == () \
+                and reward.dtype in _HOST_REWARDS and nstep.nstep_kernel()[1] == "c":
             return self._gather_host(table, keys)
         wslots, length = self.window(table, keys)  # [B, n], [B]
         rows = np.arange(len(keys))
