@@ -28,8 +28,8 @@ import numpy.typing as npt
 
 from replaybank.ops.jit import pick_kernel
 
-__all__ = ["discounted_returns", "nstep_kernel", "nstep_windows", "return_weights",
-           "window_keys", "window_lengths"]
+__all__ = ["discounted_returns", "nstep_kernel", "nstep_windows", "return_powers",
+           "return_weights", "window_keys", "window_lengths"]
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -82,10 +82,24 @@ def discounted_returns(rewards: npt.NDArray[np.floating], lengths: IntArray,
         [1.5]
     """
     r = np.asarray(rewards, dtype=np.float64)
-    n = r.shape[1]
-    k = np.arange(n)
-    w = float(gamma) ** np.arange(n, dtype=np.float64)
-    terms = np.where(k[None, :] < np.asarray(lengths)[:, None], r * w[None, :], 0.0)
+    return _summed(r, np.asarray(lengths), return_powers(r.shape[1], gamma))
+
+
+def return_powers(n: int, gamma: float) -> FloatArray:
+    """``gamma ** k`` for ``k < n``, float64 ``[n]``: the weights of every n-step return.
+
+    Example:
+        >>> return_powers(3, 0.5).tolist()
+        [1.0, 0.5, 0.25]
+    """
+    return float(gamma) ** np.arange(n, dtype=np.float64)
+
+
+def _summed(r: FloatArray, lengths: IntArray, weights: FloatArray) -> FloatArray:
+    """The returns of float64 window rewards ``r`` ``[B, n]``: the terms ``r * weights``
+    (0.0 from ``k = L`` on) added in ``np.cumsum`` order, ``[B]``."""
+    k = np.arange(r.shape[1])
+    terms = np.where(k[None, :] < lengths[:, None], r * weights[None, :], 0.0)
     return np.asarray(np.cumsum(terms, axis=1)[:, -1], dtype=np.float64)
 
 
@@ -159,10 +173,7 @@ def nstep_windows(slots: IntArray, lanes: int, link: npt.NDArray[np.int32],
     lengths = window_lengths(lk != 0)
     if b and (lk[np.arange(b), lengths - 1] < 0).any():
         raise IndexError("nstep_windows: a negative link in a window")
-    k = np.arange(n)
-    terms = np.where(k[None, :] < lengths[:, None], rewards[ks].astype(np.float64)
-                     * weights[None, :], 0.0)
-    returns[:] = np.cumsum(terms, axis=1)[:, -1]
+    returns[:] = _summed(rewards[ks].astype(np.float64), lengths, weights)
     last[:] = ks[np.arange(b), lengths - 1]
     length[:] = lengths
 

@@ -174,7 +174,7 @@ _AT_LAST = frozenset({"terminated", "truncated"})
 def _weights(n: int, gamma: float) -> npt.NDArray[np.float64]:
     """``gamma ** k`` for ``k < n`` (read-only, shared), as
     :func:`~replaybank.ops.nstep.discounted_returns` computes them."""
-    w = float(gamma) ** np.arange(n, dtype=np.float64)
+    w = nstep.return_powers(n, gamma)
     w.flags.writeable = False
     return w
 
