@@ -202,8 +202,11 @@ static PyObject *s_free, *s_side, *s_obs, *s_alloc;
 /* Paths off the common call (conversions, errors): kept out of the hot code's cache lines. */
 #if defined(__GNUC__) || defined(__clang__)
 #define COLD __attribute__((cold, noinline))
+/* a loop over many items that a COLD caller must not inline (cold code is built small) */
+#define NOINLINE __attribute__((noinline))
 #else
 #define COLD
+#define NOINLINE
 #endif
 
 static inline int64_t *
@@ -918,7 +921,7 @@ nest_put(const Field *f, PyObject *v, int depth, int nd, int kinds, char **dst)
     }
 
 /* One level of nest_fast: v must be a list or tuple of full[depth] items. */
-static int
+NOINLINE static int
 nest_fast_at(const Field *f, PyObject *v, int depth, int nd, const Py_ssize_t *full,
              int kind, char **dst)
 {
@@ -946,6 +949,13 @@ nest_fast_at(const Field *f, PyObject *v, int depth, int nd, const Py_ssize_t *f
         }
     } else if (kind == 4) {
         NEST_RUN(PyFloat_CheckExact(x), put_double(f, PyFloat_AS_DOUBLE(x), at + k * step))
+    } else if (kind == 1 && f->dk == 'b' && step == 1) { /* bools into bool flags */
+        for (Py_ssize_t k = 0; k < len; k++) {
+            PyObject *x = items[k];
+            if (x != Py_True && x != Py_False)
+                return 0;
+            at[k] = (char)(x == Py_True); /* put_bool's store */
+        }
     } else if (kind == 1) {
         NEST_RUN(x == Py_True || x == Py_False, put_bool(f, x == Py_True, at + k * step))
     } else {

@@ -116,6 +116,19 @@ INT_KINDS: dict[str, Conv] = {
     "bool-free mix": lambda a: [*a.tolist()[:-1], float(a.reshape(-1)[-1])] if a.ndim == 1
     else a.tolist(),
 }
+def _last_leaf_as(a: np.ndarray, cast: Callable[[Any], Any]) -> Any:
+    """``a.tolist()`` with its last number made ``cast(number)`` (a list of one kind of
+    number but the last)."""
+    out = a.tolist()
+    if a.ndim == 0:
+        return cast(out)
+    node = out
+    while isinstance(node[-1], list):
+        node = node[-1]
+    node[-1] = cast(node[-1])
+    return out
+
+
 #: how a bool flag may come
 FLAG_KINDS: dict[str, Conv] = {
     "exact": lambda a: a,
@@ -127,6 +140,8 @@ FLAG_KINDS: dict[str, Conv] = {
     "non-canonical": lambda a: a.view(np.uint8).__mul__(3).view(np.bool_),
     "list": lambda a: a.tolist(),
     "int list": lambda a: a.astype(np.int64).tolist(),
+    "bool list, last an int": lambda a: _last_leaf_as(a, int),
+    "bool list, last a float": lambda a: _last_leaf_as(a, float),
 }
 if torch is not None:
     FLOAT_KINDS.update({
