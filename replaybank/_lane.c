@@ -471,6 +471,17 @@ typedef int (*Kernel)(const Field *f, const NumFmt *s, const char *src, Py_ssize
 #define ALWAYS_INLINE inline
 #endif
 
+/* The conversion kernels are built for the baseline x86-64 (SSE2: two doubles per
+ * instruction) and for AVX2 and AVX-512, the one the CPU runs picked at load time (GCC's
+ * function multiversioning through glibc's ifunc): a float64 chunk's cast is most of a
+ * converting extend. The same C casts in every version: IEEE conversions round to
+ * nearest in each, so the stored bits do not depend on the CPU. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__GLIBC__)
+#define WIDE __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define WIDE
+#endif
+
 /* The runs of a kernel: RUN(p, d, count, step) converts one run, called with the inner
  * stride as a constant where it is ES (contiguous) or 2 * ES; DS bytes an output element;
  * ACC collects what each run returns. */
@@ -500,8 +511,9 @@ typedef int (*Kernel)(const Field *f, const NumFmt *s, const char *src, Py_ssize
             memcpy(d + k * (Py_ssize_t)sizeof(D), &y_, sizeof(D));                  \
         }                                                                           \
     }                                                                               \
-    static int NAME(const Field *f, const NumFmt *s, const char *src, Py_ssize_t is,\
-                    Py_ssize_t count, Py_ssize_t outer, Py_ssize_t os, char *dst)   \
+    WIDE static int NAME(const Field *f, const NumFmt *s, const char *src,          \
+                         Py_ssize_t is, Py_ssize_t count, Py_ssize_t outer,         \
+                         Py_ssize_t os, char *dst)                                  \
     {                                                                               \
         (void)f;                                                                    \
         (void)s;                                                                    \
@@ -525,8 +537,9 @@ typedef int (*Kernel)(const Field *f, const NumFmt *s, const char *src, Py_ssize
         }                                                                           \
         return bad;                                                                 \
     }                                                                               \
-    static int NAME(const Field *f, const NumFmt *s, const char *src, Py_ssize_t is,\
-                    Py_ssize_t count, Py_ssize_t outer, Py_ssize_t os, char *dst)   \
+    WIDE static int NAME(const Field *f, const NumFmt *s, const char *src,          \
+                         Py_ssize_t is, Py_ssize_t count, Py_ssize_t outer,         \
+                         Py_ssize_t os, char *dst)                                  \
     {                                                                               \
         (void)f;                                                                    \
         (void)s;                                                                    \

@@ -356,6 +356,54 @@ def _refused_cases() -> list[Any]:
     return [pytest.param(f, conv, id=f"{f}-{name}") for f, name, conv in cases]
 
 
+def _edge_floats(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    """float64 values of ``shape`` whose float32 cast is easy to get wrong: NaNs with
+    payloads and signs, infinities, signed zeros, float64 subnormals (0 in float32),
+    values in float32's subnormal range, beyond its largest (inf), halfway between two
+    float32s (round to even), around 2**24, mixed with plain normals."""
+    f32 = np.finfo(np.float32)
+    nan_bits = np.array([0x7FF8000000000001, 0xFFF0000000000ABC, 0x7FF4000000000000],
+                        np.uint64).view(np.float64)
+    halfway = (np.float64(1.0) + np.float64(2.0) ** -24) * np.array([1.0, 3.0, -5.0])
+    edges = np.concatenate([
+        nan_bits, [np.inf, -np.inf, 0.0, -0.0, 5e-324, -2.2e-308, float(f32.tiny) / 3,
+                   -float(f32.smallest_subnormal), float(f32.max) * 1.0000001, -1e300,
+                   float(f32.max), 2.0**24 + 1, -(2.0**24) - 3], halfway])
+    out = rng.standard_normal(shape)
+    flat = out.reshape(-1)
+    at = rng.choice(flat.size, size=min(flat.size, 8 * edges.size), replace=False)
+    flat[at] = np.resize(edges, at.size)
+    return out
+
+
+@pytest.mark.parametrize("writer", WRITERS)
+@pytest.mark.parametrize("lanes", [1, 4])
+def test_edge_values_through_long_casts(writer: str, lanes: int) -> None:
+    """Long chunks (vector bodies and tails of every cast kernel) of edge values in
+    float64 obs and next_obs, int64 rewards beyond float32's exact range, float64 values
+    and int8 / uint8 / int64 flags: the whole state equals the reference's, byte for byte."""
+    rng = np.random.default_rng(lanes)
+    n = 397  # odd: every kernel's vector body leaves a tail
+    fast, slow = twins(writer, lambda: rb.ReplayBuffer(capacity=450 * lanes, num_envs=lanes,
+                                                        spec=SPEC_INT, seed=0))
+    general = _no_general(fast, slow, rng)
+    for flag_type in (np.int8, np.uint8, np.int64):
+        lead = (n, lanes) if lanes > 1 else (n,)
+        call = {"obs": _edge_floats(rng, (*lead, 3)), "next_obs": _edge_floats(rng, (*lead, 3)),
+                "action": rng.integers(0, 4, lead),
+                "reward": rng.integers(-(2**40), 2**40, lead) | 1,
+                "terminated": (rng.random(lead) < 0.05).astype(flag_type),
+                "truncated": (rng.random(lead) < 0.05).astype(flag_type),
+                "value": _edge_floats(rng, lead)}
+        fast.extend(**call)
+        slow.extend(**call)
+        same_everything(fast, slow)
+        stored = fast.buf.state_dict()["table"]["fields/obs"]
+        assert np.isnan(stored).any() and np.isinf(stored).any()  # the edges went in
+    if writer == "compiled":
+        assert general == [], "a cast took the Python boundary"
+
+
 @pytest.mark.parametrize("writer", WRITERS)
 @pytest.mark.parametrize("lanes", [1, 4])
 @pytest.mark.parametrize("op", ["add", "extend"])
