@@ -782,8 +782,17 @@ typedef struct {
     char *owned;      /* heap copy to free, or NULL */
     Py_buffer view;   /* the input's buffer, held when has_view */
     int has_view;
+    int may_defer;    /* set by the caller: a large conversion may be left lazy */
+    Kernel lazy;      /* not NULL: buf is the held view's own items (C-contiguous, of
+                         format lazy_fmt), converted by this kernel where written (only
+                         into float fields, where no value is refused) */
+    NumFmt lazy_fmt;
     char small[64];   /* small converted values */
 } Src;
+
+/* Items at least this many in a value before its conversion is left lazy (an extend's
+ * chunk of observations: what the copy into scratch and back would cost shows there). */
+#define LAZY_MIN 1024
 
 static void
 src_release(Src *s)
@@ -1363,6 +1372,7 @@ take_value(Appender *self, const Field *f, PyObject *v, const Py_ssize_t *lead, 
     out->buf = NULL;
     out->owned = NULL;
     out->has_view = 0;
+    out->lazy = NULL;
     if (nd == 0 && (tp == &PyFloat_Type || tp == &PyBool_Type || tp == &PyLong_Type)) {
         /* a Python number for a scalar field: the commonest value of a one-env add */
         int r = put_number(f, v, out->small);
@@ -1402,7 +1412,37 @@ take_value(Appender *self, const Field *f, PyObject *v, const Py_ssize_t *lead, 
         out->has_view = 1;
         return 1;
     }
+    if (out->may_defer && count >= LAZY_MIN && f->dk == 'f' && PyBuffer_IsContiguous(view, 'C')) {
+        /* numbers into a float field (never refused): converted where they are written */
+        NumFmt s = parse_format(view->format, view->itemsize);
+        int number = s.kind == 'f' || s.kind == 'i' || s.kind == 'u' || s.kind == 'b';
+        Kernel kern = number && !s.swap ? pick_kernel(f, &s) : NULL;
+        if (kern != NULL) {
+            out->buf = (const char *)view->buf;
+            out->has_view = 1;
+            out->lazy = kern;
+            out->lazy_fmt = s;
+            return 1;
+        }
+    }
     return convert_view(f, view, nd, full, count, out);
+}
+
+/* A lazy value (see Src) converted now into its scratch, count items: 1, -1 error. */
+static int
+src_settle(const Field *f, Src *s, Py_ssize_t count)
+{
+    Kernel kern = s->lazy;
+    if (kern == NULL)
+        return 1;
+    s->lazy = NULL;
+    char *dst = src_scratch(s, count * f->itemsize);
+    if (dst == NULL)
+        return -1;
+    (void)kern(f, &s->lazy_fmt, s->buf, s->lazy_fmt.size, count, 1, 0, dst); /* into a
+                                                                 float field: never refused */
+    s->buf = dst;
+    return 1;
 }
 
 /* The shape of a value as the boundary would take it: ndim and the first two dims. 1:
@@ -1676,15 +1716,48 @@ get_free(Appender *self)
 }
 
 /* ------------------------------------------------------------------ the applier */
+/* How obs field q's obs and next obs of a write are held: kern NULL, in the stored format;
+ * else both lazy (see Src), of format fmt, rb bytes a cell (a step of a lane). */
+typedef struct {
+    Kernel kern;
+    NumFmt fmt;
+    Py_ssize_t rb;
+} Lazy;
+
+/* Cell c of a lazy value (raw cells of lz->rb bytes) converted into dst (a cell of the
+ * stored format: never refused, see Src). */
+static inline void
+lazy_cell(const Field *f, const Lazy *lz, const char *raw, Py_ssize_t c, char *dst)
+{
+    (void)lz->kern(f, &lz->fmt, raw + c * lz->rb, lz->fmt.size, f->nbytes / f->itemsize, 1, 0,
+                   dst);
+}
+
 /* Next observations kn (cells [j, j + count) of [nk, m]) equal the obs of cells
- * [j + m, j + m + count) bitwise, in every obs field. */
+ * [j + m, j + m + count) bitwise, in every obs field. A lazy field compares its items as
+ * given (equal there: equal once converted); a cell that differs there is compared
+ * converted (tmp: room for two cells). */
 static int
 next_is_obs(Appender *self, char *const *ks, const char *const *kn, Py_ssize_t m,
-            Py_ssize_t j, Py_ssize_t count)
+            Py_ssize_t j, Py_ssize_t count, const Lazy *lz, char *tmp)
 {
     for (int q = 0; q < self->nob; q++) {
-        const Py_ssize_t ib = self->f[self->oi[q]].nbytes;
-        if (memcmp(kn[q] + j * ib, ks[self->oi[q]] + (j + m) * ib, (size_t)(count * ib)))
+        const Field *f = &self->f[self->oi[q]];
+        const char *obs = ks[self->oi[q]];
+        if (lz[q].kern == NULL) {
+            const Py_ssize_t ib = f->nbytes;
+            if (memcmp(kn[q] + j * ib, obs + (j + m) * ib, (size_t)(count * ib)))
+                return 0;
+            continue;
+        }
+        const Py_ssize_t rb = lz[q].rb;
+        if (!memcmp(kn[q] + j * rb, obs + (j + m) * rb, (size_t)(count * rb)))
+            continue;
+        if (count > 1) /* the caller asks again cell by cell */
+            return 0;
+        lazy_cell(f, &lz[q], kn[q], j, tmp);
+        lazy_cell(f, &lz[q], obs, j + m, tmp + f->nbytes);
+        if (memcmp(tmp, tmp + f->nbytes, (size_t)f->nbytes))
             return 0;
     }
     return 1;
@@ -1719,12 +1792,35 @@ write_rows(const Plan *p, char *store, Py_ssize_t nb, const char *src)
                     src + (i * m + j) * nb, (size_t)nb);
 }
 
+/* write_rows of a lazy field: its kept cells converted into their rows (the input never
+ * overlaps the store: write_values checked). */
+static void
+write_rows_lazy(const Plan *p, const Field *f, const Lazy *lz, const char *raw)
+{
+    const Py_ssize_t L = p->L, m = p->m, nk = p->nk, nb = f->nbytes;
+    const Py_ssize_t per = nb / f->itemsize; /* items a cell */
+    char *store = (char *)f->store.buf;
+    if (p->in_step && p->all_lanes) { /* whole rows: one block, two when it wraps */
+        Py_ssize_t start = plan_row(p, 0, 0), first = nk < p->T - start ? nk : p->T - start;
+        (void)lz->kern(f, &lz->fmt, raw, lz->fmt.size, first * L * per, 1, 0,
+                       store + start * L * nb);
+        if (first < nk)
+            (void)lz->kern(f, &lz->fmt, raw + first * L * lz->rb, lz->fmt.size,
+                           (nk - first) * L * per, 1, 0, store);
+        return;
+    }
+    for (Py_ssize_t i = 0; i < nk; i++)
+        for (Py_ssize_t j = 0; j < m; j++)
+            lazy_cell(f, lz, raw, i * m + j, store + (plan_row(p, i, j) * L + p->lanes[j]) * nb);
+}
+
 /* Carry out the plan p (the four steps of replaybank/storage/writers/plan.py, in the
  * order of reference.apply): src[i] points at field i's [n, m, *shape] bytes (stored
  * format), nsrc[q] at obs field q's next observations. 0, or -1 with an exception set
  * (only on memory errors or a corrupt table; the table may then be partly written). */
 static int
-apply_plan(Appender *self, const Plan *p, char *const *src, const char *const *nsrc)
+apply_plan(Appender *self, const Plan *p, char *const *src, const char *const *nsrc,
+           const Lazy *lz)
 {
     const Py_ssize_t T = p->T, L = p->L, m = p->m, nk = p->nk, skip = p->skip, n = p->n;
     const Py_ssize_t cells = nk * m;
@@ -1738,6 +1834,17 @@ apply_plan(Appender *self, const Plan *p, char *const *src, const char *const *n
         ks[i] = src[i] + skip * m * self->f[i].nbytes;
     for (int q = 0; q < self->nob; q++)
         kn[q] = nsrc[q] + skip * m * self->f[self->oi[q]].nbytes;
+    const Lazy *lzf[MAXFIELDS] = {NULL}; /* field i's Lazy, where it is lazy */
+    Py_ssize_t tmp_bytes = 0;            /* two converted cells of the widest lazy field */
+    for (int q = 0; q < self->nob; q++) {
+        if (lz[q].kern == NULL)
+            continue;
+        const int i = self->oi[q];
+        lzf[i] = &lz[q];
+        ks[i] = src[i] + skip * m * lz[q].rb;
+        kn[q] = nsrc[q] + skip * m * lz[q].rb;
+        tmp_bytes = 2 * self->f[i].nbytes > tmp_bytes ? 2 * self->f[i].nbytes : tmp_bytes;
+    }
     const char *kterm = ks[3], *ktrunc = ks[4]; /* [nk, m] bools */
     Py_ssize_t pos_s[STACK_ITEMS];
     long long slots_s[STACK_ITEMS], relink_s[STACK_ITEMS];
@@ -1745,10 +1852,12 @@ apply_plan(Appender *self, const Plan *p, char *const *src, const char *const *n
     Py_ssize_t *pos = heap_c ? PyMem_Malloc((size_t)cells * sizeof(Py_ssize_t)) : pos_s;
     long long *slots = heap_c ? PyMem_Malloc((size_t)cells * sizeof(long long)) : slots_s;
     long long *relink = heap_m ? PyMem_Malloc((size_t)m * sizeof(long long)) : relink_s;
+    char *tmp = tmp_bytes ? PyMem_Malloc((size_t)tmp_bytes) : NULL;
     Py_buffer sv[MAXOBS];
     int err = 0, have_side = 0, any_relink = 0;
     PyObject *free = get_free(self);
-    if (pos == NULL || slots == NULL || relink == NULL || free == NULL) {
+    if (pos == NULL || slots == NULL || relink == NULL || free == NULL
+        || (tmp_bytes && tmp == NULL)) {
         if (free != NULL)
             PyErr_NoMemory();
         err = 1;
@@ -1813,9 +1922,14 @@ apply_plan(Appender *self, const Plan *p, char *const *src, const char *const *n
         }
         int same = 1;
         for (int o = 0; same && o < self->nob; o++) {
-            const Py_ssize_t ib = self->f[self->oi[o]].nbytes;
-            same = !memcmp((const char *)sv[o].buf + (q - 1) * ib, ks[self->oi[o]] + j * ib,
-                           (size_t)ib);
+            const Field *f = &self->f[self->oi[o]];
+            const Py_ssize_t ib = f->nbytes;
+            const char *first = ks[self->oi[o]] + j * ib;
+            if (lz[o].kern != NULL) {
+                lazy_cell(f, &lz[o], ks[self->oi[o]], j, tmp);
+                first = tmp;
+            }
+            same = !memcmp((const char *)sv[o].buf + (q - 1) * ib, first, (size_t)ib);
         }
         if (same) {
             relink[j] = q;
@@ -1831,13 +1945,13 @@ apply_plan(Appender *self, const Plan *p, char *const *src, const char *const *n
         Py_ssize_t hi = first_set(kterm, i * m, (nk - 1) * m) / m;
         Py_ssize_t hr = first_set(ktrunc, i * m, hi * m) / m;
         hi = hr < hi ? hr : hi;
-        if (hi > i && !next_is_obs(self, ks, kn, m, i * m, (hi - i) * m))
+        if (hi > i && !next_is_obs(self, ks, kn, m, i * m, (hi - i) * m, lz, tmp))
             for (Py_ssize_t c = i * m; c < hi * m; c++)
-                if (!next_is_obs(self, ks, kn, m, c, 1))
+                if (!next_is_obs(self, ks, kn, m, c, 1, lz, tmp))
                     pos[k++] = c;
         if (hi < nk - 1) /* row hi: a lane's episode ends there */
             for (Py_ssize_t c = hi * m; c < (hi + 1) * m; c++)
-                if (kterm[c] || ktrunc[c] || !next_is_obs(self, ks, kn, m, c, 1))
+                if (kterm[c] || ktrunc[c] || !next_is_obs(self, ks, kn, m, c, 1, lz, tmp))
                     pos[k++] = c;
         i = hi + 1;
     }
@@ -1864,10 +1978,15 @@ apply_plan(Appender *self, const Plan *p, char *const *src, const char *const *n
             goto out;
         }
     for (int o = 0; o < self->nob; o++) {
-        const Py_ssize_t ib = self->f[self->oi[o]].nbytes;
+        const Field *f = &self->f[self->oi[o]];
+        const Py_ssize_t ib = f->nbytes;
         DURABLE_STORE(self);
-        for (Py_ssize_t s = 0; s < k; s++)
-            memcpy((char *)sv[o].buf + slots[s] * ib, kn[o] + pos[s] * ib, (size_t)ib);
+        if (lz[o].kern != NULL)
+            for (Py_ssize_t s = 0; s < k; s++)
+                lazy_cell(f, &lz[o], kn[o], pos[s], (char *)sv[o].buf + slots[s] * ib);
+        else
+            for (Py_ssize_t s = 0; s < k; s++)
+                memcpy((char *)sv[o].buf + slots[s] * ib, kn[o] + pos[s] * ib, (size_t)ib);
     }
     release_sides(self, sv);
     have_side = 0;
@@ -1876,7 +1995,10 @@ apply_plan(Appender *self, const Plan *p, char *const *src, const char *const *n
      *    counts and episodes */
     for (int i = 0; i < self->nf; i++) {
         DURABLE_STORE(self);
-        write_rows(p, (char *)self->f[i].store.buf, self->f[i].nbytes, ks[i]);
+        if (lzf[i] != NULL)
+            write_rows_lazy(p, &self->f[i], lzf[i], ks[i]);
+        else
+            write_rows(p, (char *)self->f[i].store.buf, self->f[i].nbytes, ks[i]);
     }
     DURABLE_STORE(self);
     if (p->in_step && p->all_lanes) {
@@ -1923,6 +2045,7 @@ out:
     if (have_side)
         release_sides(self, sv);
     Py_XDECREF(free);
+    PyMem_Free(tmp);
     if (heap_c) {
         PyMem_Free(pos);
         PyMem_Free(slots);
@@ -1937,7 +2060,7 @@ out:
  * planned and applied whole (a kill shows a prefix of the write). 0 or -1. */
 static int
 commit(Appender *self, const int64_t *lanes, Py_ssize_t m, int all_lanes, Py_ssize_t n,
-       char *const *src, const char *const *nsrc)
+       char *const *src, const char *const *nsrc, const Lazy *lz)
 {
     int64_t scratch_s[4 * 64];
     int64_t *scratch = m > 64 ? PyMem_Malloc((size_t)(4 * m) * sizeof(int64_t)) : scratch_s;
@@ -1950,7 +2073,7 @@ commit(Appender *self, const int64_t *lanes, Py_ssize_t m, int all_lanes, Py_ssi
     plan_write(&p, self->T, self->L, lanes, m, all_lanes, written, counts, n, scratch);
     int r = 0;
     if (!(self->durable && p.any_evict && n > self->chunk)) {
-        r = apply_plan(self, &p, src, nsrc);
+        r = apply_plan(self, &p, src, nsrc, lz);
     } else {
         char *csrc[MAXFIELDS];
         const char *cnsrc[MAXOBS];
@@ -1958,10 +2081,13 @@ commit(Appender *self, const int64_t *lanes, Py_ssize_t m, int all_lanes, Py_ssi
             Py_ssize_t k = n - lo < self->chunk ? n - lo : self->chunk;
             for (int i = 0; i < self->nf; i++)
                 csrc[i] = src[i] + lo * m * self->f[i].nbytes;
-            for (int q = 0; q < self->nob; q++)
-                cnsrc[q] = nsrc[q] + lo * m * self->f[self->oi[q]].nbytes;
+            for (int q = 0; q < self->nob; q++) {
+                const Py_ssize_t cb = lz[q].kern ? lz[q].rb : self->f[self->oi[q]].nbytes;
+                csrc[self->oi[q]] = src[self->oi[q]] + lo * m * cb;
+                cnsrc[q] = nsrc[q] + lo * m * cb;
+            }
             plan_write(&p, self->T, self->L, lanes, m, all_lanes, written, counts, k, scratch);
-            r = apply_plan(self, &p, csrc, cnsrc);
+            r = apply_plan(self, &p, csrc, cnsrc, lz);
         }
     }
     if (m > 64)
@@ -2062,6 +2188,82 @@ parse_lanes(Appender *self, PyObject *arg, int64_t *out, Py_ssize_t *m, int *all
  * Python boundary's checked values). */
 enum { MODE_ADD = 0, MODE_EXTEND = 1, MODE_ARRAYS = 2 };
 
+/* Whether field i is an obs field (its next observations are kept). */
+static inline int
+is_obs_field(const Appender *self, int i)
+{
+    for (int q = 0; q < self->nob; q++)
+        if (self->oi[q] == i)
+            return 1;
+    return 0;
+}
+
+/* Whether the bytes [p, p + len) share memory with the buffer b. */
+static inline int
+overlaps(const char *p, Py_ssize_t len, const Py_buffer *b)
+{
+    const char *lo = (const char *)b->buf;
+    return b->buf != NULL && p < lo + b->len && lo < p + len;
+}
+
+/* Whether the lazy value s (count cells of rb bytes) shares memory with anything a write
+ * stores into: a field's rows, the links and counters, the side arrays. */
+static int
+lazy_overlaps(Appender *self, const Src *s, Py_ssize_t bytes, const Py_buffer *sv)
+{
+    for (int i = 0; i < self->nf; i++)
+        if (overlaps(s->buf, bytes, &self->f[i].store))
+            return 1;
+    if (overlaps(s->buf, bytes, &self->link) || overlaps(s->buf, bytes, &self->written)
+        || overlaps(s->buf, bytes, &self->counts) || overlaps(s->buf, bytes, &self->episodes)
+        || (self->has_start && overlaps(s->buf, bytes, &self->start)))
+        return 1;
+    for (int q = 0; q < self->nob; q++)
+        if (overlaps(s->buf, bytes, &sv[q]))
+            return 1;
+    return 0;
+}
+
+/* The Lazy of each obs field of a write of `cells` cells (steps x lanes), from its taken
+ * obs and next obs (s[oi[q]], s[nf + q]): lazy where both are, of one format, and share
+ * no memory with the buffer; every other lazy value converted now. 0, or -1 on error. */
+static int
+lazy_pairs(Appender *self, Src *s, Py_ssize_t cells, Lazy *lz)
+{
+    Py_buffer sv[MAXOBS];
+    int have_side = 0, err = 0;
+    for (int q = 0; q < self->nob; q++) {
+        const Field *f = &self->f[self->oi[q]];
+        Src *o = &s[self->oi[q]], *x = &s[self->nf + q];
+        lz[q].kern = NULL;
+        if (o->lazy == NULL && x->lazy == NULL)
+            continue;
+        const Py_ssize_t per = f->nbytes / f->itemsize;
+        int keep = o->lazy != NULL && o->lazy == x->lazy
+                   && o->lazy_fmt.size == x->lazy_fmt.size
+                   && o->lazy_fmt.kind == x->lazy_fmt.kind;
+        if (keep && !have_side) {
+            if (side_view(self, sv) < 0)
+                return -1;
+            have_side = 1;
+        }
+        const Py_ssize_t bytes = cells * per * o->lazy_fmt.size;
+        if (keep && !lazy_overlaps(self, o, bytes, sv) && !lazy_overlaps(self, x, bytes, sv)) {
+            lz[q].kern = o->lazy;
+            lz[q].fmt = o->lazy_fmt;
+            lz[q].rb = per * o->lazy_fmt.size;
+            continue;
+        }
+        if (src_settle(f, o, cells * per) < 0 || src_settle(f, x, cells * per) < 0) {
+            err = 1;
+            break;
+        }
+    }
+    if (have_side)
+        release_sides(self, sv);
+    return err ? -1 : 0;
+}
+
 /* The write of one call: vals[0..nf) every field's value in field order, nv[0..nob) each
  * obs field's next observations. Returns the steps written (>= 1), 0 when the call is
  * not for this path (nothing written), -1 on error. */
@@ -2090,6 +2292,8 @@ write_values(Appender *self, PyObject *lanes_arg, int mode, PyObject *const *val
     const Field *f0 = &self->f[0];
     Py_ssize_t lead[2];
     int nlead;
+    for (int i = 0; i < nf + nob; i++) /* obs and next obs conversions may stay lazy */
+        s[i].may_defer = i >= nf || is_obs_field(self, i);
     if (mode == MODE_ADD) {
         lead[0] = m;
         nlead = explicit_lanes ? 1 : 0;
@@ -2127,13 +2331,18 @@ write_values(Appender *self, PyObject *lanes_arg, int mode, PyObject *const *val
         }
         taken = i + 1;
     }
+    Lazy lz[MAXOBS];
+    if (lazy_pairs(self, s, n * m, lz) < 0) {
+        result = -1;
+        goto done;
+    }
     char *src[MAXFIELDS];
     const char *nsrc[MAXOBS];
     for (int i = 0; i < nf; i++)
         src[i] = (char *)s[i].buf;
     for (int q = 0; q < nob; q++)
         nsrc[q] = s[nf + q].buf;
-    result = commit(self, lanes, m, all_lanes, n, src, nsrc) < 0 ? -1 : n;
+    result = commit(self, lanes, m, all_lanes, n, src, nsrc, lz) < 0 ? -1 : n;
 done:
     for (int i = 0; i < taken; i++)
         src_release(&s[i]);

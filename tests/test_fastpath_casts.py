@@ -404,6 +404,96 @@ def test_edge_values_through_long_casts(writer: str, lanes: int) -> None:
         assert general == [], "a cast took the Python boundary"
 
 
+#: obs width of the large-chunk test: a chunk of 26 steps or more holds 1,024 obs items,
+#: enough for the compiled writer to convert float64 observations where it writes them
+WIDE_OBS = 40
+
+
+def _f64_stream(rng: np.random.Generator, n: int, lanes: int, cur: np.ndarray
+                ) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """``n`` steps of ``lanes`` lanes with float64 obs / next_obs ``[n, lanes, WIDE_OBS]``:
+    each lane sequential but for episode ends and gaps, and some next observations that
+    differ from the next step's obs as float64 but not once cast to float32."""
+    obs = np.empty((n, lanes, WIDE_OBS))
+    nxt = np.empty((n, lanes, WIDE_OBS))
+    term = rng.random((n, lanes)) < 0.03
+    trunc = rng.random((n, lanes)) < 0.02
+    for i in range(n):
+        obs[i] = cur
+        nxt[i] = rng.standard_normal((lanes, WIDE_OBS))
+        cur = nxt[i].copy()
+        jump = term[i] | trunc[i] | (rng.random(lanes) < 0.03)
+        cur[jump] = rng.standard_normal((int(jump.sum()), WIDE_OBS))
+        near = ~jump & (rng.random(lanes) < 0.1)
+        nxt[i, near] *= 1.0 + 1e-12  # another float64, the same float32
+    return {"obs": obs, "action": rng.integers(0, 4, (n, lanes)),
+            "reward": rng.standard_normal((n, lanes)), "next_obs": nxt, "terminated": term,
+            "truncated": trunc, "value": rng.standard_normal((n, lanes))}, cur
+
+
+@pytest.mark.parametrize("writer", WRITERS)
+@pytest.mark.parametrize("lanes", [1, 4])
+@pytest.mark.parametrize("storage", ["numpy", "memmap"])
+@settings(max_examples=6, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), cap=st.sampled_from([37, 90]))
+def test_large_float64_chunks_land_as_the_reference(
+        tmp_path_factory: pytest.TempPathFactory, writer: str, lanes: int, storage: str,
+        seed: int, cap: int) -> None:
+    """float64 obs and next_obs chunks of 1,024 items or more (converted where written, the
+    continuity compared on the float64 items first): extends that wrap, of every lane or
+    of some (``env_ids``), with episode ends, gaps and next observations equal only once
+    cast, on numpy and memmap storage (which writes in chunks), interleaved with small
+    adds: the whole state equals the reference's after every call."""
+    rng = np.random.default_rng(seed)
+    spec = {**SPEC_INT, "obs": ((WIDE_OBS,), "float32")}
+
+    def make() -> rb.ReplayBuffer:
+        kw: dict[str, Any] = {} if storage == "numpy" else {
+            "storage": "memmap", "path": tmp_path_factory.mktemp("lazy")}
+        return rb.ReplayBuffer(capacity=cap * lanes, num_envs=lanes, spec=spec, seed=0, **kw)
+
+    fast, slow = twins(writer, make)
+    cur = rng.standard_normal((lanes, WIDE_OBS))
+    for _ in range(6):
+        ids = None
+        if lanes > 1 and rng.random() < 0.3:
+            ids = sorted(rng.choice(lanes, size=int(rng.integers(1, lanes)), replace=False))
+        width = lanes if ids is None else len(ids)
+        if rng.random() < 0.75:
+            n = int(rng.integers(26, 2 * cap + 5))
+            d, nxt_cur = _f64_stream(rng, n, width, cur if ids is None else cur[ids])
+        else:
+            d, nxt_cur = _f64_stream(rng, 1, width, cur if ids is None else cur[ids])
+        if ids is None:
+            cur = nxt_cur
+        else:
+            cur[ids] = nxt_cur
+        if lanes == 1:
+            d = {k: v[:, 0] for k, v in d.items()}
+        kw = {"env_ids": ids} if ids is not None else {}
+        for b in (fast, slow):
+            b.extend(**d, **kw)
+        same_everything(fast, slow)
+
+
+@pytest.mark.parametrize("writer", WRITERS)
+def test_large_float64_chunks_that_are_the_buffers_own_memory(writer: str) -> None:
+    """obs and next_obs given as views of the buffer's own float64 field (its state dict's
+    arrays are views): converted before anything is written, as the reference does."""
+    lanes, n = 2, 30
+    spec = {**SPEC_INT, "obs": ((WIDE_OBS,), "float32"), "big": ((WIDE_OBS,), "float64")}
+    fast, slow = twins(writer, lambda: rb.ReplayBuffer(capacity=2 * n * lanes,
+                                                        num_envs=lanes, spec=spec, seed=0))
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        d, _ = _f64_stream(rng, n, lanes, rng.standard_normal((lanes, WIDE_OBS)))
+        d["big"] = rng.standard_normal((n, lanes, WIDE_OBS))
+        for b in (fast, slow):
+            own = b.buf.state_dict()["table"]["fields/big"].reshape(-1, lanes, WIDE_OBS)
+            b.extend(**{**d, "obs": own[:n], "next_obs": own[n:2 * n]})
+        same_everything(fast, slow)
+
+
 @pytest.mark.parametrize("writer", WRITERS)
 @pytest.mark.parametrize("lanes", [1, 4])
 @pytest.mark.parametrize("op", ["add", "extend"])
