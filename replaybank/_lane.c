@@ -783,10 +783,12 @@ typedef struct {
     Py_buffer view;   /* the input's buffer, held when has_view */
     int has_view;
     int may_defer;    /* set by the caller: a large conversion may be left lazy */
-    Kernel lazy;      /* not NULL: buf is the held view's own items (C-contiguous, of
-                         format lazy_fmt), converted by this kernel where written (only
-                         into float fields, where no value is refused) */
+    Kernel lazy;      /* not NULL: buf is the held view's own items (of format lazy_fmt;
+                         cell c, a step of a lane, at buf + c * lazy_cs, its items
+                         lazy_is bytes apart: contiguous), converted by this kernel where
+                         written (only into float fields, where no value is refused) */
     NumFmt lazy_fmt;
+    Py_ssize_t lazy_cs, lazy_is;
     char small[64];   /* small converted values */
 } Src;
 
@@ -1359,6 +1361,46 @@ take_other(Appender *self, const Field *f, PyObject *v, const Py_ssize_t *lead, 
     return 0;
 }
 
+/* Dims [lo, hi) of view v as one run at one stride (dims of one item skipped): 1 with
+ * the stride in *st (0 when every dim is 1), or 0. */
+static int
+one_run(const Py_buffer *v, int lo, int hi, Py_ssize_t *st)
+{
+    Py_ssize_t run = 0;
+    *st = 0;
+    for (int d = hi - 1; d >= lo; d--) {
+        if (v->shape[d] == 1)
+            continue;
+        if (run == 0) {
+            *st = v->strides[d];
+            run = v->shape[d];
+        } else if (v->strides[d] == *st * run) {
+            run *= v->shape[d];
+        } else {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* Whether the cells of v (its first nlead dims: steps, lanes) lie at one stride *cs and
+ * the items of a cell at one stride *is, both positive. */
+static int
+cell_strides(const Py_buffer *v, int nlead, Py_ssize_t *cs, Py_ssize_t *is)
+{
+    if (v->strides == NULL || !one_run(v, nlead, v->ndim, is) || !one_run(v, 0, nlead, cs))
+        return 0;
+    if (*is == 0)
+        *is = v->itemsize; /* one item a cell */
+    if (*cs == 0) { /* one cell */
+        Py_ssize_t per = 1;
+        for (int d = nlead; d < v->ndim; d++)
+            per *= v->shape[d];
+        *cs = per * *is;
+    }
+    return *is > 0 && *cs > 0;
+}
+
 /* Take the value v of field f with leading dims lead[0..nlead): 1 taken (out filled:
  * src_release it), 0 not taken (nothing held), -1 error. The common values (a Python
  * number for a scalar field, an array of exactly the stored format) are decided here;
@@ -1412,7 +1454,10 @@ take_value(Appender *self, const Field *f, PyObject *v, const Py_ssize_t *lead, 
         out->has_view = 1;
         return 1;
     }
-    if (out->may_defer && count >= LAZY_MIN && f->dk == 'f' && PyBuffer_IsContiguous(view, 'C')) {
+    if (out->may_defer && count >= LAZY_MIN && f->dk == 'f'
+        && cell_strides(view, nlead, &out->lazy_cs, &out->lazy_is)
+        && out->lazy_is == view->itemsize) {
+        /* (items apart within a cell: gathered once into scratch is faster, as measured) */
         /* numbers into a float field (never refused): converted where they are written */
         NumFmt s = parse_format(view->format, view->itemsize);
         int number = s.kind == 'f' || s.kind == 'i' || s.kind == 'u' || s.kind == 'b';
@@ -1428,19 +1473,20 @@ take_value(Appender *self, const Field *f, PyObject *v, const Py_ssize_t *lead, 
     return convert_view(f, view, nd, full, count, out);
 }
 
-/* A lazy value (see Src) converted now into its scratch, count items: 1, -1 error. */
+/* A lazy value (see Src) of `cells` cells converted now into its scratch: 1, -1 error. */
 static int
-src_settle(const Field *f, Src *s, Py_ssize_t count)
+src_settle(const Field *f, Src *s, Py_ssize_t cells)
 {
     Kernel kern = s->lazy;
     if (kern == NULL)
         return 1;
     s->lazy = NULL;
-    char *dst = src_scratch(s, count * f->itemsize);
+    const Py_ssize_t per = f->nbytes / f->itemsize;
+    char *dst = src_scratch(s, cells * f->nbytes);
     if (dst == NULL)
         return -1;
-    (void)kern(f, &s->lazy_fmt, s->buf, s->lazy_fmt.size, count, 1, 0, dst); /* into a
-                                                                 float field: never refused */
+    (void)kern(f, &s->lazy_fmt, s->buf, s->lazy_is, per, cells, s->lazy_cs, dst); /* into
+                                                           a float field: never refused */
     s->buf = dst;
     return 1;
 }
@@ -1717,20 +1763,37 @@ get_free(Appender *self)
 
 /* ------------------------------------------------------------------ the applier */
 /* How obs field q's obs and next obs of a write are held: kern NULL, in the stored format;
- * else both lazy (see Src), of format fmt, rb bytes a cell (a step of a lane). */
+ * else both lazy (see Src), of format fmt, per items a cell (a step of a lane); cs[w] and
+ * is[w] the cell and item strides of the obs (w = 0) and of the next obs (w = 1). */
 typedef struct {
     Kernel kern;
     NumFmt fmt;
-    Py_ssize_t rb;
+    Py_ssize_t per;
+    Py_ssize_t cs[2], is[2];
 } Lazy;
 
-/* Cell c of a lazy value (raw cells of lz->rb bytes) converted into dst (a cell of the
- * stored format: never refused, see Src). */
+/* Cell c of lazy value w (0 obs, 1 next obs) converted into dst (a cell of the stored
+ * format: never refused, see Src). */
 static inline void
-lazy_cell(const Field *f, const Lazy *lz, const char *raw, Py_ssize_t c, char *dst)
+lazy_cell(const Field *f, const Lazy *lz, int w, const char *raw, Py_ssize_t c, char *dst)
 {
-    (void)lz->kern(f, &lz->fmt, raw + c * lz->rb, lz->fmt.size, f->nbytes / f->itemsize, 1, 0,
-                   dst);
+    (void)lz->kern(f, &lz->fmt, raw + c * lz->cs[w], lz->is[w], lz->per, 1, 0, dst);
+}
+
+/* Whether the given items of next obs cells [j, j + count) (nx) equal those of obs cells
+ * [jo, jo + count) (ob), item for item (the items of a cell are contiguous). */
+static int
+lazy_same(const Lazy *lz, const char *nx, const char *ob, Py_ssize_t j, Py_ssize_t jo,
+          Py_ssize_t count)
+{
+    const Py_ssize_t sz = lz->fmt.size, per = lz->per, cell = per * sz;
+    const char *a = nx + j * lz->cs[1], *b = ob + jo * lz->cs[0];
+    if (lz->cs[0] == cell && lz->cs[1] == cell)
+        return !memcmp(a, b, (size_t)(count * cell));
+    for (Py_ssize_t c = 0; c < count; c++)
+        if (memcmp(a + c * lz->cs[1], b + c * lz->cs[0], (size_t)cell))
+            return 0;
+    return 1;
 }
 
 /* Next observations kn (cells [j, j + count) of [nk, m]) equal the obs of cells
@@ -1750,13 +1813,12 @@ next_is_obs(Appender *self, char *const *ks, const char *const *kn, Py_ssize_t m
                 return 0;
             continue;
         }
-        const Py_ssize_t rb = lz[q].rb;
-        if (!memcmp(kn[q] + j * rb, obs + (j + m) * rb, (size_t)(count * rb)))
+        if (lazy_same(&lz[q], kn[q], obs, j, j + m, count))
             continue;
         if (count > 1) /* the caller asks again cell by cell */
             return 0;
-        lazy_cell(f, &lz[q], kn[q], j, tmp);
-        lazy_cell(f, &lz[q], obs, j + m, tmp + f->nbytes);
+        lazy_cell(f, &lz[q], 1, kn[q], j, tmp);
+        lazy_cell(f, &lz[q], 0, obs, j + m, tmp + f->nbytes);
         if (memcmp(tmp, tmp + f->nbytes, (size_t)f->nbytes))
             return 0;
     }
@@ -1798,20 +1860,20 @@ static void
 write_rows_lazy(const Plan *p, const Field *f, const Lazy *lz, const char *raw)
 {
     const Py_ssize_t L = p->L, m = p->m, nk = p->nk, nb = f->nbytes;
-    const Py_ssize_t per = nb / f->itemsize; /* items a cell */
     char *store = (char *)f->store.buf;
     if (p->in_step && p->all_lanes) { /* whole rows: one block, two when it wraps */
         Py_ssize_t start = plan_row(p, 0, 0), first = nk < p->T - start ? nk : p->T - start;
-        (void)lz->kern(f, &lz->fmt, raw, lz->fmt.size, first * L * per, 1, 0,
+        (void)lz->kern(f, &lz->fmt, raw, lz->is[0], lz->per, first * L, lz->cs[0],
                        store + start * L * nb);
         if (first < nk)
-            (void)lz->kern(f, &lz->fmt, raw + first * L * lz->rb, lz->fmt.size,
-                           (nk - first) * L * per, 1, 0, store);
+            (void)lz->kern(f, &lz->fmt, raw + first * L * lz->cs[0], lz->is[0], lz->per,
+                           (nk - first) * L, lz->cs[0], store);
         return;
     }
     for (Py_ssize_t i = 0; i < nk; i++)
         for (Py_ssize_t j = 0; j < m; j++)
-            lazy_cell(f, lz, raw, i * m + j, store + (plan_row(p, i, j) * L + p->lanes[j]) * nb);
+            lazy_cell(f, lz, 0, raw, i * m + j,
+                      store + (plan_row(p, i, j) * L + p->lanes[j]) * nb);
 }
 
 /* Carry out the plan p (the four steps of replaybank/storage/writers/plan.py, in the
@@ -1841,8 +1903,8 @@ apply_plan(Appender *self, const Plan *p, char *const *src, const char *const *n
             continue;
         const int i = self->oi[q];
         lzf[i] = &lz[q];
-        ks[i] = src[i] + skip * m * lz[q].rb;
-        kn[q] = nsrc[q] + skip * m * lz[q].rb;
+        ks[i] = src[i] + skip * m * lz[q].cs[0];
+        kn[q] = nsrc[q] + skip * m * lz[q].cs[1];
         tmp_bytes = 2 * self->f[i].nbytes > tmp_bytes ? 2 * self->f[i].nbytes : tmp_bytes;
     }
     const char *kterm = ks[3], *ktrunc = ks[4]; /* [nk, m] bools */
@@ -1926,7 +1988,7 @@ apply_plan(Appender *self, const Plan *p, char *const *src, const char *const *n
             const Py_ssize_t ib = f->nbytes;
             const char *first = ks[self->oi[o]] + j * ib;
             if (lz[o].kern != NULL) {
-                lazy_cell(f, &lz[o], ks[self->oi[o]], j, tmp);
+                lazy_cell(f, &lz[o], 0, ks[self->oi[o]], j, tmp);
                 first = tmp;
             }
             same = !memcmp((const char *)sv[o].buf + (q - 1) * ib, first, (size_t)ib);
@@ -1983,7 +2045,7 @@ apply_plan(Appender *self, const Plan *p, char *const *src, const char *const *n
         DURABLE_STORE(self);
         if (lz[o].kern != NULL)
             for (Py_ssize_t s = 0; s < k; s++)
-                lazy_cell(f, &lz[o], kn[o], pos[s], (char *)sv[o].buf + slots[s] * ib);
+                lazy_cell(f, &lz[o], 1, kn[o], pos[s], (char *)sv[o].buf + slots[s] * ib);
         else
             for (Py_ssize_t s = 0; s < k; s++)
                 memcpy((char *)sv[o].buf + slots[s] * ib, kn[o] + pos[s] * ib, (size_t)ib);
@@ -2082,9 +2144,9 @@ commit(Appender *self, const int64_t *lanes, Py_ssize_t m, int all_lanes, Py_ssi
             for (int i = 0; i < self->nf; i++)
                 csrc[i] = src[i] + lo * m * self->f[i].nbytes;
             for (int q = 0; q < self->nob; q++) {
-                const Py_ssize_t cb = lz[q].kern ? lz[q].rb : self->f[self->oi[q]].nbytes;
-                csrc[self->oi[q]] = src[self->oi[q]] + lo * m * cb;
-                cnsrc[q] = nsrc[q] + lo * m * cb;
+                const Py_ssize_t nb = self->f[self->oi[q]].nbytes;
+                csrc[self->oi[q]] = src[self->oi[q]] + lo * m * (lz[q].kern ? lz[q].cs[0] : nb);
+                cnsrc[q] = nsrc[q] + lo * m * (lz[q].kern ? lz[q].cs[1] : nb);
             }
             plan_write(&p, self->T, self->L, lanes, m, all_lanes, written, counts, k, scratch);
             r = apply_plan(self, &p, csrc, cnsrc, lz);
@@ -2206,11 +2268,14 @@ overlaps(const char *p, Py_ssize_t len, const Py_buffer *b)
     return b->buf != NULL && p < lo + b->len && lo < p + len;
 }
 
-/* Whether the lazy value s (count cells of rb bytes) shares memory with anything a write
- * stores into: a field's rows, the links and counters, the side arrays. */
+/* Whether the lazy value s (`cells` cells of `per` items) shares memory with anything a
+ * write stores into: a field's rows, the links and counters, the side arrays. */
 static int
-lazy_overlaps(Appender *self, const Src *s, Py_ssize_t bytes, const Py_buffer *sv)
+lazy_overlaps(Appender *self, const Src *s, Py_ssize_t cells, Py_ssize_t per,
+              const Py_buffer *sv)
 {
+    const Py_ssize_t bytes = (cells - 1) * s->lazy_cs + (per - 1) * s->lazy_is
+                             + s->lazy_fmt.size;
     for (int i = 0; i < self->nf; i++)
         if (overlaps(s->buf, bytes, &self->f[i].store))
             return 1;
@@ -2247,14 +2312,13 @@ lazy_pairs(Appender *self, Src *s, Py_ssize_t cells, Lazy *lz)
                 return -1;
             have_side = 1;
         }
-        const Py_ssize_t bytes = cells * per * o->lazy_fmt.size;
-        if (keep && !lazy_overlaps(self, o, bytes, sv) && !lazy_overlaps(self, x, bytes, sv)) {
-            lz[q].kern = o->lazy;
-            lz[q].fmt = o->lazy_fmt;
-            lz[q].rb = per * o->lazy_fmt.size;
+        if (keep && !lazy_overlaps(self, o, cells, per, sv)
+            && !lazy_overlaps(self, x, cells, per, sv)) {
+            lz[q] = (Lazy){o->lazy, o->lazy_fmt, per, {o->lazy_cs, x->lazy_cs},
+                           {o->lazy_is, x->lazy_is}};
             continue;
         }
-        if (src_settle(f, o, cells * per) < 0 || src_settle(f, x, cells * per) < 0) {
+        if (src_settle(f, o, cells) < 0 || src_settle(f, x, cells) < 0) {
             err = 1;
             break;
         }

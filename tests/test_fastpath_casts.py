@@ -409,11 +409,40 @@ def test_edge_values_through_long_casts(writer: str, lanes: int) -> None:
 WIDE_OBS = 40
 
 
+def _lanes_apart(a: np.ndarray) -> np.ndarray:
+    """``a`` ``[n, lanes, ...]`` as a view of a lane-major array (its step and lane dims do
+    not merge into one stride); ``a`` itself with one dim before the items."""
+    if a.ndim < 3:
+        return a
+    return np.ascontiguousarray(a.swapaxes(0, 1)).swapaxes(0, 1)
+
+
+def _column_slice(a: np.ndarray) -> np.ndarray:
+    """``a`` as the first columns of a wider array (each cell's items contiguous, the
+    cells not)."""
+    wide = np.zeros((*a.shape[:-1], a.shape[-1] + 3), a.dtype)
+    wide[..., :a.shape[-1]] = a
+    return wide[..., :a.shape[-1]]
+
+
+#: layouts of the large chunks' obs and next_obs: float64 contiguous, column slices
+#: (cells apart), strided (every other item), lanes apart; float32 strided (the stored
+#: format, not contiguous)
+LAYOUTS: dict[str, Conv] = {
+    "f64": lambda a: a,
+    "f64 column slice": _column_slice,
+    "f64 strided": _strided,
+    "f32 strided": lambda a: _strided(a.astype(np.float32)),
+    "f64 lanes apart": _lanes_apart,
+}
+
+
 def _f64_stream(rng: np.random.Generator, n: int, lanes: int, cur: np.ndarray
                 ) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """``n`` steps of ``lanes`` lanes with float64 obs / next_obs ``[n, lanes, WIDE_OBS]``:
-    each lane sequential but for episode ends and gaps, and some next observations that
-    differ from the next step's obs as float64 but not once cast to float32."""
+    each lane sequential but for episode ends and gaps (some only in the last item), and
+    some next observations that differ from the next step's obs as float64 but not once
+    cast to float32."""
     obs = np.empty((n, lanes, WIDE_OBS))
     nxt = np.empty((n, lanes, WIDE_OBS))
     term = rng.random((n, lanes)) < 0.03
@@ -426,6 +455,8 @@ def _f64_stream(rng: np.random.Generator, n: int, lanes: int, cur: np.ndarray
         cur[jump] = rng.standard_normal((int(jump.sum()), WIDE_OBS))
         near = ~jump & (rng.random(lanes) < 0.1)
         nxt[i, near] *= 1.0 + 1e-12  # another float64, the same float32
+        last = ~jump & ~near & (rng.random(lanes) < 0.05)
+        cur[last, -1] += 1.0  # a gap only the last item of the obs shows
     return {"obs": obs, "action": rng.integers(0, 4, (n, lanes)),
             "reward": rng.standard_normal((n, lanes)), "next_obs": nxt, "terminated": term,
             "truncated": trunc, "value": rng.standard_normal((n, lanes))}, cur
@@ -434,16 +465,18 @@ def _f64_stream(rng: np.random.Generator, n: int, lanes: int, cur: np.ndarray
 @pytest.mark.parametrize("writer", WRITERS)
 @pytest.mark.parametrize("lanes", [1, 4])
 @pytest.mark.parametrize("storage", ["numpy", "memmap"])
-@settings(max_examples=6, deadline=None)
+@settings(max_examples=10, deadline=None)
 @given(seed=st.integers(0, 2**31 - 1), cap=st.sampled_from([37, 90]))
 def test_large_float64_chunks_land_as_the_reference(
         tmp_path_factory: pytest.TempPathFactory, writer: str, lanes: int, storage: str,
         seed: int, cap: int) -> None:
-    """float64 obs and next_obs chunks of 1,024 items or more (converted where written, the
-    continuity compared on the float64 items first): extends that wrap, of every lane or
-    of some (``env_ids``), with episode ends, gaps and next observations equal only once
-    cast, on numpy and memmap storage (which writes in chunks), interleaved with small
-    adds: the whole state equals the reference's after every call."""
+    """obs and next_obs chunks of 1,024 items or more, each in a layout of its own
+    (float64 contiguous or in column slices: converted where written, the continuity
+    compared on the items as given first; strided or lane-major: converted first):
+    extends that wrap, of every lane or of some (``env_ids``), with episode ends,
+    gaps and next observations equal only once cast, on numpy and memmap storage (which
+    writes in chunks), some of one step: the whole state equals the reference's after
+    every call."""
     rng = np.random.default_rng(seed)
     spec = {**SPEC_INT, "obs": ((WIDE_OBS,), "float32")}
 
@@ -470,6 +503,8 @@ def test_large_float64_chunks_land_as_the_reference(
             cur[ids] = nxt_cur
         if lanes == 1:
             d = {k: v[:, 0] for k, v in d.items()}
+        for k in ("obs", "next_obs"):  # each in a layout of its own
+            d[k] = LAYOUTS[sorted(LAYOUTS)[int(rng.integers(len(LAYOUTS)))]](d[k])
         kw = {"env_ids": ids} if ids is not None else {}
         for b in (fast, slow):
             b.extend(**d, **kw)
