@@ -261,23 +261,29 @@ from replaybank.storage.writers import killpoint
 
 base, lanes, per, ops, limit = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1", \
     json.loads(sys.argv[4]), int(sys.argv[5])
+WIDE = int(sys.argv[6]) if len(sys.argv) > 6 else 0  # obs float64 [WIDE] into float32
 T = 8
 ENDS = {5, 13, 22}  # lane-local steps whose episode ends (next_obs is a final obs)
+ODT = np.float64 if WIDE else np.float32
+
+
+def pad(x):
+    return np.concatenate([x, np.zeros(WIDE - 3, ODT)]) if WIDE else x
 
 
 def obs_of(k, lane):
-    return np.array([k, lane, 0.5 * k], np.float32)
+    return pad(np.array([k, lane, 0.5 * k], ODT))
 
 
 def next_of(k, lane):
-    return np.array([k + 0.25, lane, -1.0], np.float32) if k in ENDS else obs_of(k + 1, lane)
+    return pad(np.array([k + 0.25, lane, -1.0], ODT)) if k in ENDS else obs_of(k + 1, lane)
 
 
 def values(ks, lane_ids):
     # [n, m] steps: lane_ids[j] at its own step ks[i][j]
     def arr(f, dt):
         return np.array([[f(k, lane) for k, lane in zip(row, lane_ids)] for row in ks], dt)
-    return dict(obs=arr(obs_of, np.float32), next_obs=arr(next_of, np.float32),
+    return dict(obs=arr(obs_of, ODT), next_obs=arr(next_of, ODT),
                 action=arr(lambda k, lane: 100 * k + lane, np.int64),
                 reward=arr(lambda k, lane: k + lane / 10, np.float32),
                 terminated=arr(lambda k, lane: k in ENDS and k % 2 == 1, bool),
@@ -288,6 +294,8 @@ def run(d):
     kw = {}
     if per:
         kw["sampler"] = rb.PrioritizedSampler(alpha=0.6, beta=0.4)
+    if WIDE:
+        kw["spec"] = {"obs": ((WIDE,), "float32"), "action": ((), "int64")}
     buf = rb.ReplayBuffer(capacity=T * lanes, num_envs=lanes, storage="memmap", path=d,
                           seed=0, **kw)
     done = open(os.path.join(d, "progress"), "ab", buffering=0)
@@ -362,9 +370,11 @@ def _per_lane(ops: list[Any], lanes: int) -> list[list[int]]:
     return out
 
 
-def _check_dir(d: Path, ops: list[Any], lanes: int, per: bool) -> None:
+def _check_dir(d: Path, ops: list[Any], lanes: int, per: bool, wide: int = 0) -> None:
     """The reopened buffer holds every step of the completed ops (unless the interrupted
-    op evicts it) and at most a complete prefix of the interrupted op, all exact."""
+    op evicts it) and at most a complete prefix of the interrupted op, all exact (``wide``:
+    obs of that many items, zero past the third)."""
+    width = wide or 3
     progress = d / "progress"
     completed = len(progress.read_bytes()) if progress.exists() else 0
     steps = _per_lane(ops, lanes)
@@ -389,10 +399,12 @@ def _check_dir(d: Path, ops: list[Any], lanes: int, per: bool) -> None:
             continue
         seq = np.arange(first, w)
         keys = seq * lanes + lane
-        obs = t.gather("obs", keys)
-        np.testing.assert_array_equal(obs, [_obs(int(k), lane) for k in seq], err_msg=where)
-        np.testing.assert_array_equal(t.gather_next("obs", keys),
-                                      [_next(int(k), lane) for k in seq], err_msg=where)
+        obs, nxt = t.gather("obs", keys), t.gather_next("obs", keys)
+        assert not obs[:, 3:].any() and not nxt[:, 3:].any(), where
+        np.testing.assert_array_equal(obs[:, :3], [_obs(int(k), lane) for k in seq],
+                                      err_msg=where)
+        np.testing.assert_array_equal(nxt[:, :3], [_next(int(k), lane) for k in seq],
+                                      err_msg=where)
         np.testing.assert_array_equal(t.gather("action", keys), 100 * seq + lane,
                                       err_msg=where)
         np.testing.assert_array_equal(t.gather("reward", keys),
@@ -404,15 +416,15 @@ def _check_dir(d: Path, ops: list[Any], lanes: int, per: bool) -> None:
                                       err_msg=where)
     if len(buf):
         b = buf.sample(16)  # the sampler (PER: rebuilt priorities) serves live steps only
-        assert b.obs.shape == (16, 3)
+        assert b.obs.shape == (16, width)
         if per:
             assert np.all(np.isfinite(b.weights))
         k, lane = b.obs[:, 0].astype(np.int64), b.obs[:, 1].astype(np.int64)
         live = (k >= t.written[lane] - t.counts[lane]) & (k < t.written[lane])
         assert live.all()
     # the reopened buffer takes new writes
-    buf.add(obs=np.zeros((lanes, 3), np.float32) if lanes > 1 else np.zeros(3, np.float32),
-            next_obs=np.ones((lanes, 3), np.float32) if lanes > 1 else np.ones(3, np.float32),
+    one = (lanes, width) if lanes > 1 else (width,)
+    buf.add(obs=np.zeros(one, np.float32), next_obs=np.ones(one, np.float32),
             action=np.zeros(lanes, np.int64) if lanes > 1 else 0,
             reward=np.zeros(lanes, np.float32) if lanes > 1 else 0.0,
             terminated=np.zeros(lanes, bool) if lanes > 1 else False,
@@ -437,7 +449,7 @@ CONFIGS = [  # (writer env, pure python)
 
 
 def _matrix(tmp_path: Path, writer: str, pure: bool, lanes: int, per: bool,
-            ops: list[Any]) -> int:
+            ops: list[Any], wide: int = 0) -> int:
     if not pure and writer == "auto" and not accelerated():
         pytest.skip("the C accelerator is not built")
     # the kill-point build of the compiled writer counts its durable stores
@@ -447,14 +459,14 @@ def _matrix(tmp_path: Path, writer: str, pure: bool, lanes: int, per: bool,
     base = tmp_path / "runs"
     base.mkdir()
     r = subprocess.run([sys.executable, "-c", CHILD, str(base), str(lanes),
-                        "1" if per else "0", json.dumps(ops), "2000"],
+                        "1" if per else "0", json.dumps(ops), "2000", str(wide)],
                        capture_output=True, text=True, timeout=300, env=_env(**env),
                        cwd=str(ROOT))
     assert r.returncode == 0, r.stderr[-3000:]
     points = int(json.loads(r.stdout.strip().splitlines()[-1])["points"])
     assert points > 20
     for n in range(1, points + 2):  # every kill point, and the completed run
-        _check_dir(base / str(n), ops, lanes, per)
+        _check_dir(base / str(n), ops, lanes, per, wide)
     return points
 
 
@@ -467,6 +479,13 @@ def test_memmap_kill_at_every_store_keeps_completed_steps(
     writer with one lane and the pure-Python writers with three here; every writer
     choice, lane count and sampler in the slow matrix."""
     _matrix(tmp_path, writer, pure, lanes, False, OPS_FAST)
+
+
+def test_memmap_kill_at_every_store_of_float64_chunks(tmp_path: Path) -> None:
+    """As above with float64 observations of 128 items into float32: the extend of 10
+    steps (1,280 items) is converted where written (rows and kept next observations in
+    place); a kill at any store leaves the same exact prefix."""
+    _matrix(tmp_path, "auto", False, 1, False, OPS_FAST, wide=128)
 
 
 def test_memmap_kill_matrix_with_a_prioritized_sampler(tmp_path: Path) -> None:
