@@ -73,6 +73,7 @@ typedef struct {
     Py_ssize_t shape[MAXDIM];  /* item shape */
     Py_ssize_t nbytes;         /* bytes of one step of one lane */
     char dk;                   /* conversion target: 'b', 'i', 'u', 'f', or 0: exact only */
+    char is_obs;               /* an obs field: its values (obs and next obs) may stay lazy */
     int64_t lo, hi;            /* int fields: the range ('u': lo 0, uhi the top) */
     uint64_t uhi;
     double dlo, dhi1;          /* int fields: lo and hi + 1 as doubles (exact powers of 2) */
@@ -471,15 +472,24 @@ typedef int (*Kernel)(const Field *f, const NumFmt *s, const char *src, Py_ssize
 #define ALWAYS_INLINE inline
 #endif
 
-/* The conversion kernels are built for the baseline x86-64 (SSE2: two doubles per
- * instruction) and for AVX2 and AVX-512, the one the CPU runs picked at load time (GCC's
- * function multiversioning through glibc's ifunc): a float64 chunk's cast is most of a
- * converting extend. The same C casts in every version: IEEE conversions round to
- * nearest in each, so the stored bits do not depend on the CPU. */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__GLIBC__)
-#define WIDE __attribute__((target_clones("avx512f", "avx2", "default")))
+/* Each conversion kernel is built for the baseline x86-64 (SSE2: two doubles per
+ * instruction) and, with GCC, a second time for AVX2, which a call of WIDE_MIN items or
+ * more takes where the CPU has it (have_avx2, read at import): a float64 chunk's cast is
+ * most of a converting extend, while for the few items of an add the baseline loop costs
+ * less (multiversioning every call through an ifunc, or AVX-512, made adds 5 % slower).
+ * The same C casts in both: IEEE conversions round to nearest in each, so the stored bits
+ * do not depend on the CPU. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define HAVE_WIDE 1
+#define WIDE_ATTR __attribute__((target("avx2")))
+#define WIDE_MIN 512
+static int have_avx2;
+#define WIDE_CALL(NAME)                                                             \
+    if (have_avx2 && count * outer >= WIDE_MIN)                                     \
+        return NAME##_wide(f, s, src, is, count, outer, os, dst);
 #else
-#define WIDE
+#define HAVE_WIDE 0
+#define WIDE_CALL(NAME)
 #endif
 
 /* The runs of a kernel: RUN(p, d, count, step) converts one run, called with the inner
@@ -497,6 +507,37 @@ typedef int (*Kernel)(const Field *f, const NumFmt *s, const char *src, Py_ssize
             ACC RUN(p_, d_, count, is);                                             \
     }
 
+/* A kernel NAME whose body is BODY (over f, s, src, is, count, outer, os, dst): the
+ * baseline function, and with HAVE_WIDE the same body built for AVX2 (NAME##_wide), which
+ * NAME calls for WIDE_MIN items or more where the CPU has AVX2. */
+#define KERNEL_ARGS                                                                 \
+    const Field *f, const NumFmt *s, const char *src, Py_ssize_t is,                \
+        Py_ssize_t count, Py_ssize_t outer, Py_ssize_t os, char *dst
+#if HAVE_WIDE
+#define KERNEL_BODY(NAME, ...)                                              \
+    WIDE_ATTR static int NAME##_wide(KERNEL_ARGS)                                   \
+    {                                                                               \
+        (void)f;                                                                    \
+        (void)s;                                                                    \
+        __VA_ARGS__                                                                 \
+    }                                                                               \
+    static int NAME(KERNEL_ARGS)                                                    \
+    {                                                                               \
+        WIDE_CALL(NAME)                                                             \
+        (void)f;                                                                    \
+        (void)s;                                                                    \
+        __VA_ARGS__                                                                 \
+    }
+#else
+#define KERNEL_BODY(NAME, ...)                                              \
+    static int NAME(KERNEL_ARGS)                                                    \
+    {                                                                               \
+        (void)f;                                                                    \
+        (void)s;                                                                    \
+        __VA_ARGS__                                                                 \
+    }
+#endif
+
 /* S to D as C casts them: the same bits when S is D, and for the pairs picked here the
  * value put_int / put_uint / put_double would store (numpy's astype: one rounding from
  * the source type). */
@@ -511,15 +552,7 @@ typedef int (*Kernel)(const Field *f, const NumFmt *s, const char *src, Py_ssize
             memcpy(d + k * (Py_ssize_t)sizeof(D), &y_, sizeof(D));                  \
         }                                                                           \
     }                                                                               \
-    WIDE static int NAME(const Field *f, const NumFmt *s, const char *src,          \
-                         Py_ssize_t is, Py_ssize_t count, Py_ssize_t outer,         \
-                         Py_ssize_t os, char *dst)                                  \
-    {                                                                               \
-        (void)f;                                                                    \
-        (void)s;                                                                    \
-        KERNEL_RUNS(sizeof(S), sizeof(D), NAME##_run, (void))                       \
-        return 1;                                                                   \
-    }
+    KERNEL_BODY(NAME, KERNEL_RUNS(sizeof(S), sizeof(D), NAME##_run, (void)) return 1;)
 
 /* An int of type U (unsigned: a negative int has its top bit set) into a bool field:
  * 0 and 1 only (put_int / put_uint), checked once for the block: bad collects every bit
@@ -537,16 +570,8 @@ typedef int (*Kernel)(const Field *f, const NumFmt *s, const char *src, Py_ssize
         }                                                                           \
         return bad;                                                                 \
     }                                                                               \
-    WIDE static int NAME(const Field *f, const NumFmt *s, const char *src,          \
-                         Py_ssize_t is, Py_ssize_t count, Py_ssize_t outer,         \
-                         Py_ssize_t os, char *dst)                                  \
-    {                                                                               \
-        (void)f;                                                                    \
-        (void)s;                                                                    \
-        U bad = 0;                                                                  \
-        KERNEL_RUNS(sizeof(U), 1, NAME##_run, bad |=)                               \
-        return bad == 0;                                                            \
-    }
+    KERNEL_BODY(NAME, U bad = 0; KERNEL_RUNS(sizeof(U), 1, NAME##_run, bad |=)     \
+                return bad == 0;)
 
 /* the same bits (also complex, half and long double of the same format: copy_n) */
 CAST_KERNEL(copy_1, uint8_t, uint8_t)
@@ -782,7 +807,6 @@ typedef struct {
     char *owned;      /* heap copy to free, or NULL */
     Py_buffer view;   /* the input's buffer, held when has_view */
     int has_view;
-    int may_defer;    /* set by the caller: a large conversion may be left lazy */
     Kernel lazy;      /* not NULL: buf is the held view's own items (of format lazy_fmt;
                          cell c, a step of a lane, at buf + c * lazy_cs, its items
                          lazy_is bytes apart: contiguous), converted by this kernel where
@@ -1454,7 +1478,7 @@ take_value(Appender *self, const Field *f, PyObject *v, const Py_ssize_t *lead, 
         out->has_view = 1;
         return 1;
     }
-    if (out->may_defer && count >= LAZY_MIN && f->dk == 'f'
+    if (f->is_obs && count >= LAZY_MIN && f->dk == 'f'
         && cell_strides(view, nlead, &out->lazy_cs, &out->lazy_is)
         && out->lazy_is == view->itemsize) {
         /* (items apart within a cell: gathered once into scratch is faster, as measured) */
@@ -1896,13 +1920,11 @@ apply_plan(Appender *self, const Plan *p, char *const *src, const char *const *n
         ks[i] = src[i] + skip * m * self->f[i].nbytes;
     for (int q = 0; q < self->nob; q++)
         kn[q] = nsrc[q] + skip * m * self->f[self->oi[q]].nbytes;
-    const Lazy *lzf[MAXFIELDS] = {NULL}; /* field i's Lazy, where it is lazy */
-    Py_ssize_t tmp_bytes = 0;            /* two converted cells of the widest lazy field */
+    Py_ssize_t tmp_bytes = 0; /* two converted cells of the widest lazy field */
     for (int q = 0; q < self->nob; q++) {
         if (lz[q].kern == NULL)
             continue;
         const int i = self->oi[q];
-        lzf[i] = &lz[q];
         ks[i] = src[i] + skip * m * lz[q].cs[0];
         kn[q] = nsrc[q] + skip * m * lz[q].cs[1];
         tmp_bytes = 2 * self->f[i].nbytes > tmp_bytes ? 2 * self->f[i].nbytes : tmp_bytes;
@@ -2057,8 +2079,12 @@ apply_plan(Appender *self, const Plan *p, char *const *src, const char *const *n
      *    counts and episodes */
     for (int i = 0; i < self->nf; i++) {
         DURABLE_STORE(self);
-        if (lzf[i] != NULL)
-            write_rows_lazy(p, &self->f[i], lzf[i], ks[i]);
+        const Lazy *li = NULL; /* field i's Lazy, where it is lazy (obs fields only) */
+        for (int q = 0; tmp_bytes && q < self->nob; q++)
+            if (self->oi[q] == i && lz[q].kern != NULL)
+                li = &lz[q];
+        if (li != NULL)
+            write_rows_lazy(p, &self->f[i], li, ks[i]);
         else
             write_rows(p, (char *)self->f[i].store.buf, self->f[i].nbytes, ks[i]);
     }
@@ -2250,16 +2276,6 @@ parse_lanes(Appender *self, PyObject *arg, int64_t *out, Py_ssize_t *m, int *all
  * Python boundary's checked values). */
 enum { MODE_ADD = 0, MODE_EXTEND = 1, MODE_ARRAYS = 2 };
 
-/* Whether field i is an obs field (its next observations are kept). */
-static inline int
-is_obs_field(const Appender *self, int i)
-{
-    for (int q = 0; q < self->nob; q++)
-        if (self->oi[q] == i)
-            return 1;
-    return 0;
-}
-
 /* Whether the bytes [p, p + len) share memory with the buffer b. */
 static inline int
 overlaps(const char *p, Py_ssize_t len, const Py_buffer *b)
@@ -2288,6 +2304,9 @@ lazy_overlaps(Appender *self, const Src *s, Py_ssize_t cells, Py_ssize_t per,
             return 1;
     return 0;
 }
+
+/* No field lazy (every write's but a large converting one's). */
+static const Lazy NO_LAZY[MAXOBS];
 
 /* The Lazy of each obs field of a write of `cells` cells (steps x lanes), from its taken
  * obs and next obs (s[oi[q]], s[nf + q]): lazy where both are, of one format, and share
@@ -2356,8 +2375,6 @@ write_values(Appender *self, PyObject *lanes_arg, int mode, PyObject *const *val
     const Field *f0 = &self->f[0];
     Py_ssize_t lead[2];
     int nlead;
-    for (int i = 0; i < nf + nob; i++) /* obs and next obs conversions may stay lazy */
-        s[i].may_defer = i >= nf || is_obs_field(self, i);
     if (mode == MODE_ADD) {
         lead[0] = m;
         nlead = explicit_lanes ? 1 : 0;
@@ -2395,10 +2412,17 @@ write_values(Appender *self, PyObject *lanes_arg, int mode, PyObject *const *val
         }
         taken = i + 1;
     }
-    Lazy lz[MAXOBS];
-    if (lazy_pairs(self, s, n * m, lz) < 0) {
-        result = -1;
-        goto done;
+    Lazy lz_s[MAXOBS];
+    const Lazy *lz = NO_LAZY;
+    for (int q = 0; q < nob; q++) {
+        if (s[self->oi[q]].lazy != NULL || s[nf + q].lazy != NULL) {
+            if (lazy_pairs(self, s, n * m, lz_s) < 0) {
+                result = -1;
+                goto done;
+            }
+            lz = lz_s;
+            break;
+        }
     }
     char *src[MAXFIELDS];
     const char *nsrc[MAXOBS];
@@ -2900,6 +2924,10 @@ Appender_init(Appender *self, PyObject *args, PyObject *kwds)
             self->xkey[i - NSTD] = self->f[i].name;
         }
     }
+    for (int i = 0; i < nfields; i++)
+        self->f[i].is_obs = 0;
+    for (int p = 0; p < self->nob && p < nob; p++)
+        self->f[self->oi[p]].is_obs = 1;
     PyObject *ms[4] = {link, written, counts, episodes};
     Py_buffer *mv[4] = {&self->link, &self->written, &self->counts, &self->episodes};
     for (int i = 0; i < 4; i++) {
@@ -3042,6 +3070,10 @@ MODULE_INIT(void)
     kill_at = kill != NULL ? strtoll(kill, NULL, 10) : 0;
     if (kill_at < 0)
         kill_at = 0;
+#endif
+#if HAVE_WIDE
+    __builtin_cpu_init();
+    have_avx2 = __builtin_cpu_supports("avx2");
 #endif
     s_free = PyUnicode_InternFromString("free");
     s_side = PyUnicode_InternFromString("arrays");
