@@ -1796,6 +1796,9 @@ typedef struct {
     Py_ssize_t cs[2], is[2];
 } Lazy;
 
+/* No field lazy (every write's but a large converting one's). */
+static const Lazy NO_LAZY[MAXOBS];
+
 /* Cell c of lazy value w (0 obs, 1 next obs) converted into dst (a cell of the stored
  * format: never refused, see Src). */
 static inline void
@@ -1921,7 +1924,7 @@ apply_plan(Appender *self, const Plan *p, char *const *src, const char *const *n
     for (int q = 0; q < self->nob; q++)
         kn[q] = nsrc[q] + skip * m * self->f[self->oi[q]].nbytes;
     Py_ssize_t tmp_bytes = 0; /* two converted cells of the widest lazy field */
-    for (int q = 0; q < self->nob; q++) {
+    for (int q = 0; lz != NO_LAZY && q < self->nob; q++) {
         if (lz[q].kern == NULL)
             continue;
         const int i = self->oi[q];
@@ -2080,13 +2083,14 @@ apply_plan(Appender *self, const Plan *p, char *const *src, const char *const *n
     for (int i = 0; i < self->nf; i++) {
         DURABLE_STORE(self);
         const Lazy *li = NULL; /* field i's Lazy, where it is lazy (obs fields only) */
-        for (int q = 0; tmp_bytes && q < self->nob; q++)
-            if (self->oi[q] == i && lz[q].kern != NULL)
-                li = &lz[q];
-        if (li != NULL)
-            write_rows_lazy(p, &self->f[i], li, ks[i]);
-        else
+        if (tmp_bytes && self->f[i].is_obs)
+            for (int q = 0; q < self->nob; q++)
+                if (self->oi[q] == i && lz[q].kern != NULL)
+                    li = &lz[q];
+        if (li == NULL)
             write_rows(p, (char *)self->f[i].store.buf, self->f[i].nbytes, ks[i]);
+        else
+            write_rows_lazy(p, &self->f[i], li, ks[i]);
     }
     DURABLE_STORE(self);
     if (p->in_step && p->all_lanes) {
@@ -2133,7 +2137,8 @@ out:
     if (have_side)
         release_sides(self, sv);
     Py_XDECREF(free);
-    PyMem_Free(tmp);
+    if (tmp != NULL)
+        PyMem_Free(tmp);
     if (heap_c) {
         PyMem_Free(pos);
         PyMem_Free(slots);
@@ -2304,9 +2309,6 @@ lazy_overlaps(Appender *self, const Src *s, Py_ssize_t cells, Py_ssize_t per,
             return 1;
     return 0;
 }
-
-/* No field lazy (every write's but a large converting one's). */
-static const Lazy NO_LAZY[MAXOBS];
 
 /* The Lazy of each obs field of a write of `cells` cells (steps x lanes), from its taken
  * obs and next obs (s[oi[q]], s[nf + q]): lazy where both are, of one format, and share
