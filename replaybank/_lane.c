@@ -1386,20 +1386,21 @@ take_other(Appender *self, const Field *f, PyObject *v, const Py_ssize_t *lead, 
 }
 
 /* Dims [lo, hi) of view v as one run at one stride (dims of one item skipped): 1 with
- * the stride in *st (0 when every dim is 1), or 0. */
+ * the stride in *st and the run's length in *run (0 when every dim is 1: no stride), or
+ * 0. A stride may be 0 (a broadcast dim: the same items again). */
 static int
-one_run(const Py_buffer *v, int lo, int hi, Py_ssize_t *st)
+one_run(const Py_buffer *v, int lo, int hi, Py_ssize_t *st, Py_ssize_t *run)
 {
-    Py_ssize_t run = 0;
     *st = 0;
+    *run = 0;
     for (int d = hi - 1; d >= lo; d--) {
         if (v->shape[d] == 1)
             continue;
-        if (run == 0) {
+        if (*run == 0) {
             *st = v->strides[d];
-            run = v->shape[d];
-        } else if (v->strides[d] == *st * run) {
-            run *= v->shape[d];
+            *run = v->shape[d];
+        } else if (v->strides[d] == *st * *run) {
+            *run *= v->shape[d];
         } else {
             return 0;
         }
@@ -1408,21 +1409,19 @@ one_run(const Py_buffer *v, int lo, int hi, Py_ssize_t *st)
 }
 
 /* Whether the cells of v (its first nlead dims: steps, lanes) lie at one stride *cs and
- * the items of a cell at one stride *is, both positive. */
+ * the items of a cell at one stride *is, neither negative. */
 static int
 cell_strides(const Py_buffer *v, int nlead, Py_ssize_t *cs, Py_ssize_t *is)
 {
-    if (v->strides == NULL || !one_run(v, nlead, v->ndim, is) || !one_run(v, 0, nlead, cs))
+    Py_ssize_t items, cells;
+    if (v->strides == NULL || !one_run(v, nlead, v->ndim, is, &items)
+        || !one_run(v, 0, nlead, cs, &cells))
         return 0;
-    if (*is == 0)
-        *is = v->itemsize; /* one item a cell */
-    if (*cs == 0) { /* one cell */
-        Py_ssize_t per = 1;
-        for (int d = nlead; d < v->ndim; d++)
-            per *= v->shape[d];
-        *cs = per * *is;
-    }
-    return *is > 0 && *cs > 0;
+    if (items == 0) /* one item a cell */
+        *is = v->itemsize;
+    if (cells == 0) /* one cell */
+        *cs = (items ? items : 1) * *is;
+    return *is >= 0 && *cs >= 0;
 }
 
 /* Take the value v of field f with leading dims lead[0..nlead): 1 taken (out filled:

@@ -512,6 +512,32 @@ def test_large_float64_chunks_land_as_the_reference(
 
 
 @pytest.mark.parametrize("writer", WRITERS)
+@pytest.mark.parametrize("lanes", [1, 4])
+def test_large_float64_chunks_broadcast(writer: str, lanes: int) -> None:
+    """obs and next_obs chunks of 1,024 items or more that are broadcasts (stride 0 over
+    the steps, over the lanes, or over everything): read as the reference reads them."""
+    rng = np.random.default_rng(lanes)
+    spec = {**SPEC_INT, "obs": ((WIDE_OBS,), "float32")}
+    fast, slow = twins(writer, lambda: rb.ReplayBuffer(capacity=64 * lanes, num_envs=lanes,
+                                                        spec=spec, seed=0))
+    n = 40
+    lead = (n, lanes) if lanes > 1 else (n,)
+    row = rng.standard_normal(WIDE_OBS)
+    per_lane = rng.standard_normal((lanes, WIDE_OBS)) if lanes > 1 else row
+    d, _ = _f64_stream(rng, n, lanes, rng.standard_normal((lanes, WIDE_OBS)))
+    if lanes == 1:
+        d = {k: v[:, 0] for k, v in d.items()}
+    shapes = (*lead, WIDE_OBS)
+    for obs, nxt in [(np.broadcast_to(row, shapes), np.broadcast_to(row, shapes)),
+                     (np.broadcast_to(per_lane, shapes), d["next_obs"]),
+                     (np.broadcast_to(np.float64(0.5), shapes), np.broadcast_to(row, shapes)),
+                     (d["obs"], np.broadcast_to(per_lane, shapes))]:
+        for b in (fast, slow):
+            b.extend(**{**d, "obs": obs, "next_obs": nxt})
+        same_everything(fast, slow)
+
+
+@pytest.mark.parametrize("writer", WRITERS)
 def test_large_float64_chunks_that_are_the_buffers_own_memory(writer: str) -> None:
     """obs and next_obs given as views of the buffer's own float64 field (its state dict's
     arrays are views): converted before anything is written, as the reference does."""
