@@ -809,10 +809,10 @@ typedef struct {
     int has_view;
     Kernel lazy;      /* not NULL: buf is the held view's own items (of format lazy_fmt;
                          cell c, a step of a lane, at buf + c * lazy_cs, its items
-                         lazy_is bytes apart: contiguous), converted by this kernel where
-                         written (only into float fields, where no value is refused) */
+                         contiguous), converted by this kernel where written (only into
+                         float fields, where no value is refused) */
     NumFmt lazy_fmt;
-    Py_ssize_t lazy_cs, lazy_is;
+    Py_ssize_t lazy_cs;
     char small[64];   /* small converted values */
 } Src;
 
@@ -1477,9 +1477,9 @@ take_value(Appender *self, const Field *f, PyObject *v, const Py_ssize_t *lead, 
         out->has_view = 1;
         return 1;
     }
+    Py_ssize_t is;
     if (f->is_obs && count >= LAZY_MIN && f->dk == 'f'
-        && cell_strides(view, nlead, &out->lazy_cs, &out->lazy_is)
-        && out->lazy_is == view->itemsize) {
+        && cell_strides(view, nlead, &out->lazy_cs, &is) && is == view->itemsize) {
         /* (items apart within a cell: gathered once into scratch is faster, as measured) */
         /* numbers into a float field (never refused): converted where they are written */
         NumFmt s = parse_format(view->format, view->itemsize);
@@ -1508,8 +1508,8 @@ src_settle(const Field *f, Src *s, Py_ssize_t cells)
     char *dst = src_scratch(s, cells * f->nbytes);
     if (dst == NULL)
         return -1;
-    (void)kern(f, &s->lazy_fmt, s->buf, s->lazy_is, per, cells, s->lazy_cs, dst); /* into
-                                                           a float field: never refused */
+    /* into a float field: never refused */
+    (void)kern(f, &s->lazy_fmt, s->buf, s->lazy_fmt.size, per, cells, s->lazy_cs, dst);
     s->buf = dst;
     return 1;
 }
@@ -1786,13 +1786,13 @@ get_free(Appender *self)
 
 /* ------------------------------------------------------------------ the applier */
 /* How obs field q's obs and next obs of a write are held: kern NULL, in the stored format;
- * else both lazy (see Src), of format fmt, per items a cell (a step of a lane); cs[w] and
- * is[w] the cell and item strides of the obs (w = 0) and of the next obs (w = 1). */
+ * else both lazy (see Src), of format fmt, per contiguous items a cell (a step of a
+ * lane); cs[w] the cell stride of the obs (w = 0) and of the next obs (w = 1). */
 typedef struct {
     Kernel kern;
     NumFmt fmt;
     Py_ssize_t per;
-    Py_ssize_t cs[2], is[2];
+    Py_ssize_t cs[2];
 } Lazy;
 
 /* No field lazy (every write's but a large converting one's). */
@@ -1803,7 +1803,7 @@ static const Lazy NO_LAZY[MAXOBS];
 static inline void
 lazy_cell(const Field *f, const Lazy *lz, int w, const char *raw, Py_ssize_t c, char *dst)
 {
-    (void)lz->kern(f, &lz->fmt, raw + c * lz->cs[w], lz->is[w], lz->per, 1, 0, dst);
+    (void)lz->kern(f, &lz->fmt, raw + c * lz->cs[w], lz->fmt.size, lz->per, 1, 0, dst);
 }
 
 /* Whether the given items of next obs cells [j, j + count) (nx) equal those of obs cells
@@ -1889,10 +1889,10 @@ write_rows_lazy(const Plan *p, const Field *f, const Lazy *lz, const char *raw)
     char *store = (char *)f->store.buf;
     if (p->in_step && p->all_lanes) { /* whole rows: one block, two when it wraps */
         Py_ssize_t start = plan_row(p, 0, 0), first = nk < p->T - start ? nk : p->T - start;
-        (void)lz->kern(f, &lz->fmt, raw, lz->is[0], lz->per, first * L, lz->cs[0],
+        (void)lz->kern(f, &lz->fmt, raw, lz->fmt.size, lz->per, first * L, lz->cs[0],
                        store + start * L * nb);
         if (first < nk)
-            (void)lz->kern(f, &lz->fmt, raw + first * L * lz->cs[0], lz->is[0], lz->per,
+            (void)lz->kern(f, &lz->fmt, raw + first * L * lz->cs[0], lz->fmt.size, lz->per,
                            (nk - first) * L, lz->cs[0], store);
         return;
     }
@@ -2294,8 +2294,7 @@ static int
 lazy_overlaps(Appender *self, const Src *s, Py_ssize_t cells, Py_ssize_t per,
               const Py_buffer *sv)
 {
-    const Py_ssize_t bytes = (cells - 1) * s->lazy_cs + (per - 1) * s->lazy_is
-                             + s->lazy_fmt.size;
+    const Py_ssize_t bytes = (cells - 1) * s->lazy_cs + per * s->lazy_fmt.size;
     for (int i = 0; i < self->nf; i++)
         if (overlaps(s->buf, bytes, &self->f[i].store))
             return 1;
@@ -2334,8 +2333,7 @@ lazy_pairs(Appender *self, Src *s, Py_ssize_t cells, Lazy *lz)
         }
         if (keep && !lazy_overlaps(self, o, cells, per, sv)
             && !lazy_overlaps(self, x, cells, per, sv)) {
-            lz[q] = (Lazy){o->lazy, o->lazy_fmt, per, {o->lazy_cs, x->lazy_cs},
-                           {o->lazy_is, x->lazy_is}};
+            lz[q] = (Lazy){o->lazy, o->lazy_fmt, per, {o->lazy_cs, x->lazy_cs}};
             continue;
         }
         if (src_settle(f, o, cells) < 0 || src_settle(f, x, cells) < 0) {
