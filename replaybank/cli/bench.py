@@ -169,7 +169,8 @@ def _floor_cell(r: dict[str, Any] | None, target: float) -> str:
     over = r.get("over_floor")
     if over is None:
         return f"{r['floor_us']:.2f}"
-    return f"{r['floor_us']:.2f} (rb {over:.2f}x){'!' if over > target else ''}"
+    shown = round(over, 2)  # the mark agrees with the ratio printed (1.104 shows 1.10: met)
+    return f"{r['floor_us']:.2f} (rb {shown:.2f}x){'!' if shown > target else ''}"
 
 
 def render_table(report: dict[str, Any]) -> str:
