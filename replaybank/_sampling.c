@@ -8,6 +8,8 @@
  * same floating-point operations in the same order; the tests compare them):
  *
  *   map_raw        replaybank/ops/draws.py, map_raw (exact uniform ints from raw words)
+ *   uniform        replaybank/ops/draws.py, uniform_ints: the same rounds of raw words,
+ *                  read from the bit generator's C interface (its capsule) in one call
  *   find           replaybank/ops/sumtree.py, find (descent of the k-ary sum tree)
  *   update_pair    replaybank/ops/sumtree.py, update_pair (sum tree + its min tree)
  *   sample         replaybank/samplers/prioritized.py, PrioritizedSampler.sample's
@@ -225,6 +227,78 @@ sampling_map_raw(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
     }
     release(a, 2);
     return PyLong_FromSsize_t(n);
+}
+
+/* A numpy bit generator's C interface (numpy/random/bitgen.h, the struct its `capsule`
+ * attribute holds under the name "BitGenerator"; documented for C extensions). */
+typedef struct {
+    void *state;
+    uint64_t (*next_uint64)(void *st);
+    uint32_t (*next_uint32)(void *st);
+    double (*next_double)(void *st);
+    uint64_t (*next_raw)(void *st);
+} bitgen_t;
+
+/* uniform(capsule, high, out) -> words: replaybank.ops.draws.uniform_ints's stream drawn
+ * straight from the bit generator (the raw words its random_raw returns, in rounds of
+ * round_words words, each round read whole), into out [size] int64. The caller holds the
+ * bit generator's lock. Returns the raw words read. */
+static PyObject *
+sampling_uniform(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)mod;
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "uniform(capsule, high, out)");
+        return NULL;
+    }
+    bitgen_t *bg = (bitgen_t *)PyCapsule_GetPointer(args[0], "BitGenerator");
+    if (bg == NULL)
+        return NULL;
+    unsigned long long high = PyLong_AsUnsignedLongLong(args[1]);
+    if (high == (unsigned long long)-1 && PyErr_Occurred())
+        return NULL;
+    if (high < 1 || high > (1ULL << 63)) {
+        PyErr_SetString(PyExc_ValueError, "uniform: need 1 <= high <= 2**63");
+        return NULL;
+    }
+    Arr a[1];
+    memset(a, 0, sizeof a);
+    if (get_arr(args[2], &a[0], 'i', 1, "out") < 0) {
+        release(a, 1);
+        return NULL;
+    }
+    int64_t *out = (int64_t *)a[0].view.buf;
+    Py_ssize_t size = count(&a[0]), n = 0;
+    long long words = 0;
+    if (high <= (1ULL << 32)) {
+        const uint64_t h = high, low32 = 0xFFFFFFFFULL, thresh = (1ULL << 32) % h;
+        while (n < size) {
+            Py_ssize_t q = (size - n) / 2 + 2;  /* round_words */
+            words += q;
+            for (Py_ssize_t i = 0; i < q; i++) {
+                uint64_t w = bg->next_raw(bg->state);
+                for (int half = 0; half < 2 && n < size; half++) {
+                    uint64_t x = half ? w >> 32 : w & low32, p = x * h;
+                    if ((p & low32) >= thresh)
+                        out[n++] = (int64_t)(p >> 32);
+                }
+            }
+        }
+    } else {
+        int bits = 64 - __builtin_clzll(high - 1);
+        uint64_t mask = bits >= 64 ? ~0ULL : (1ULL << bits) - 1;
+        while (n < size) {
+            Py_ssize_t q = 2 * (size - n) + 8;  /* round_words */
+            words += q;
+            for (Py_ssize_t i = 0; i < q; i++) {
+                uint64_t v = bg->next_raw(bg->state) & mask;
+                if (v < high && n < size)
+                    out[n++] = (int64_t)v;
+            }
+        }
+    }
+    release(a, 1);
+    return PyLong_FromLongLong(words);
 }
 
 /* ------------------------------------------------------------------ the sum tree */
@@ -771,6 +845,8 @@ sampling_valid_update(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
 static PyMethodDef sampling_functions[] = {
     {"map_raw", (PyCFunction)(void (*)(void))sampling_map_raw, METH_FASTCALL,
      "map_raw(raw, high, out, start) -> int: replaybank.ops.draws.map_raw in C."},
+    {"uniform", (PyCFunction)(void (*)(void))sampling_uniform, METH_FASTCALL,
+     "uniform(capsule, high, out) -> words: uniform_ints's stream from the bit generator."},
     {"find", (PyCFunction)(void (*)(void))sampling_find, METH_FASTCALL,
      "find(tree, offsets, fanout, targets, out): the leaf of each target prefix mass."},
     {"update_pair", (PyCFunction)(void (*)(void))sampling_update_pair, METH_FASTCALL,

@@ -93,3 +93,57 @@ def test_values_are_uniform(high: int) -> None:
     expected = n / bins
     stat = float(((counts - expected) ** 2 / expected).sum())
     assert stat < chi2_critical(bins - 1)
+
+
+BIT_GENERATORS = [np.random.PCG64, np.random.PCG64DXSM, np.random.MT19937, np.random.Philox,
+                  np.random.SFC64]
+
+
+def same_state(a: np.random.Generator, b: np.random.Generator) -> bool:
+    """Whether two generators' states are equal (MT19937's key is an array)."""
+    def eq(x: object, y: object) -> bool:
+        if isinstance(x, dict) and isinstance(y, dict):
+            return x.keys() == y.keys() and all(eq(x[k], y[k]) for k in x)
+        if isinstance(x, np.ndarray):
+            return bool(np.array_equal(x, y))  # type: ignore[arg-type]
+        return x == y
+    return eq(a.bit_generator.state, b.bit_generator.state)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(1, 2**63), st.integers(0, 300), st.integers(0, 2**32),
+       st.sampled_from(BIT_GENERATORS), st.booleans())
+def test_compiled_draw_reads_the_words_random_raw_reads(high: int, size: int, seed: int,
+                                                        bits: type, buffered: bool) -> None:
+    """Where the C draw reads the raw words through the bit generator's C interface, it
+    gives the values, the word count and the generator state after that ``random_raw``
+    rounds mapped by numpy give, for every numpy bit generator, with a buffered 32-bit
+    half or without."""
+    a, b = np.random.Generator(bits(seed)), np.random.Generator(bits(seed))
+    if buffered:  # a uint32 draw leaves half a word buffered, which raw words must not touch
+        a.integers(0, 7, dtype=np.uint32)
+        b.integers(0, 7, dtype=np.uint32)
+    got, words = draws.counted_ints(a, high, size)
+    want, want_words = draws.counted_ints(b, high, size, kernel=draws.map_raw)
+    assert got.tolist() == want.tolist() and words == want_words
+    assert same_state(a, b)
+    assert a.integers(0, 100, size=5, dtype=np.uint32).tolist() == \
+        b.integers(0, 100, size=5, dtype=np.uint32).tolist()
+
+
+@pytest.mark.parametrize("bits", [np.random.PCG64, np.random.PCG64DXSM])
+@pytest.mark.parametrize("high", [10, 2**40])
+def test_rewind_puts_the_words_back_exactly(bits: type, high: int) -> None:
+    rng = np.random.Generator(bits(11))
+    rng.integers(0, 7, dtype=np.uint32)  # a buffered half, which the rewind keeps
+    before = rng.bit_generator.state
+    first, words = draws.counted_ints(rng, high, 37)
+    assert draws.rewinds(rng)
+    draws.rewind(rng, words)
+    assert rng.bit_generator.state == before
+    assert draws.counted_ints(rng, high, 37)[0].tolist() == first.tolist()
+
+
+@pytest.mark.parametrize("bits", [np.random.MT19937, np.random.Philox, np.random.SFC64])
+def test_generators_without_an_exact_rewind_are_not_rewound(bits: type) -> None:
+    assert not draws.rewinds(np.random.Generator(bits(0)))

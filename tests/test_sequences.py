@@ -817,3 +817,65 @@ def test_boundaries_follow_every_write(lanes: int, rows: int, seed: int) -> None
         assert got.tolist() == (t.link != 0).T.astype(np.uint8).tolist()
     got = reads.boundaries(wn, buf.table)
     assert got.tolist() == (buf.table.link != 0).T.astype(np.uint8).tolist()
+
+
+def short_episodes(seed: Any, **fields: Any) -> rb.ReplayBuffer:
+    """A buffer of 2-step episodes (no 3-step window fits in one)."""
+    buf = rb.ReplayBuffer(capacity=12, seed=seed)
+    for t in range(10):
+        buf.add(obs=np.full(1, t, np.float32), action=0, reward=0.0,
+                next_obs=np.full(1, t + 1, np.float32), terminated=t % 2 == 1,
+                truncated=False, **fields)
+    return buf
+
+
+@pytest.mark.parametrize("bits", [np.random.PCG64, np.random.PCG64DXSM, np.random.MT19937,
+                                  np.random.Philox])
+def test_a_failed_sample_leaves_the_generator_as_it_was(bits: type) -> None:
+    """The fused path draws without saving the generator's state where the bit generator
+    can put its words back (PCG64, PCG64DXSM), and from a saved state elsewhere: either
+    way a call that finds no window changes nothing, a buffered 32-bit half included."""
+    buf = short_episodes(np.random.Generator(bits(3)))
+    twin = short_episodes(np.random.Generator(bits(3)))
+    for b in (buf, twin):
+        b.rng.integers(0, 9, dtype=np.uint32)  # leaves half a word buffered
+    with pytest.raises(EmptyBufferError):
+        buf.sample_sequences(4, 3)
+    with pytest.raises(EmptyBufferError):
+        buf.sample_sequences(4, 3, max_redraws=0)
+    assert buf.sample_sequences(5, 2) == twin.sample_sequences(5, 2)
+    assert buf.rng.integers(0, 9, size=4, dtype=np.uint32).tolist() == \
+        twin.rng.integers(0, 9, size=4, dtype=np.uint32).tolist()
+
+
+def test_an_interrupted_gather_gives_its_draws_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An exception inside the fused path's kernels (here a KeyboardInterrupt raised
+    after the plan was written) leaves the generator where it was: the next call draws
+    what a buffer that was never interrupted draws."""
+    from replaybank.buffers import sequences as seqmod
+
+    fast = seqmod._fast_kernels()
+    if fast is None:
+        pytest.skip("no fused kernels")
+    buf, twin = short_episodes(5), short_episodes(5)
+    real = fast.draw_plan_into
+
+    def interrupted(*args: Any) -> Any:
+        real(*args)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(fast, "draw_plan_into", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        buf.sample_sequences(3, 2)
+    monkeypatch.setattr(fast, "draw_plan_into", real)
+    assert buf.sample_sequences(3, 2) == twin.sample_sequences(3, 2)
+
+
+def test_a_stored_field_named_as_an_initial_state_is_refused_before_drawing() -> None:
+    buf = short_episodes(0, hidden=np.zeros(2, np.float32),
+                         initial={"hidden": np.zeros(2, np.float32)})
+    before = buf.rng.bit_generator.state
+    with pytest.raises(ConfigError, match="clashes with the initial state"):
+        buf.sample_sequences(2, 2)
+    assert buf.rng.bit_generator.state == before
+    assert buf.sample_sequences(2, 2, state_fields=[]).obs.shape == (2, 2, 1)

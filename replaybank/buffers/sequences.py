@@ -70,13 +70,13 @@ from replaybank.batch import SequenceBatch
 from replaybank.buffers.priorities import to_host, update_priorities
 from replaybank.errors import ConfigError, DtypeError, ShapeError, describe
 from replaybank.ops import ring, windows
-from replaybank.ops.draws import uniform_ints
+from replaybank.ops.draws import counted_ints, rewind, rewinds
 from replaybank.ops.jit import pick_kernel
 from replaybank.samplers.base import LaneView, SampleResult, SamplerTraits
 from replaybank.samplers.windows import WindowRequest, draw_starts, extent_kernel, redraw_short
 from replaybank.spec import SEP, real_floats
 from replaybank.storage.table import StepTable
-from replaybank.views.sequence import fused_reads, gather_fused, gather_numpy
+from replaybank.views.sequence import draw_gather, fused_reads, gather_fused, gather_numpy
 
 __all__ = ["STATE_PREFIX", "WindowRequest", "draw_windows", "sample_sequences",
            "sequence_candidates", "update_sequence_priorities"]
@@ -104,6 +104,11 @@ def _state_names(spec_names: Sequence[str], state_fields: Any) -> list[str]:
                 f"stored fields are {sorted(spec_names)}"
             )
         out.extend(hits)
+    for name in out:  # checked before anything is drawn
+        key = f"{STATE_PREFIX}{SEP}{name}"
+        if key in spec_names:
+            raise ConfigError(f"sample_sequences: stored field {key!r} clashes with the "
+                              f"initial state of {name!r}; rename the field")
     return out
 
 
@@ -354,44 +359,65 @@ def draw_windows(table: StepTable | None, lanes: LaneView | None, rng: np.random
             return usable, None
         return usable, _batch(fast, table, keys[usable], ext[usable], req, None,
                               state_names)
+    reads = fused_reads(table) if fast is not None else None
+    if reads is not None and not req.options and req.max_redraws > 0 \
+            and traits.uniform is not None:
+        return None, _sample_fused(table, lanes, rng, traits, req, fast, reads, state_names)
     saved = rng.bit_generator.state  # a late failure (no window found) restores it
     try:
-        return None, _sample(table, lanes, rng, traits, req, fast, state_names)
+        return None, _sample(table, lanes, rng, traits, req, fast, reads, state_names)
     except BaseException:
         rng.bit_generator.state = saved
         raise
 
 
+def _sample_fused(t: StepTable, lanes: LaneView, rng: np.random.Generator,
+                  traits: SamplerTraits, req: WindowRequest, fast: Any, reads: Any,
+                  state_names: list[str]) -> SequenceBatch:
+    """:func:`draw_windows` of the uniform sampler with the fused kernels: its draw (as
+    :func:`~replaybank.samplers.windows.draw_starts`) checked, planned and gathered in two
+    compiled calls. Where the generator can put raw words back (:func:`rewinds`), its
+    state is not saved first: a call that fails gives back the words it drew. Only when
+    fewer than ``B`` draws are usable (the redraws may find none) is the state before the
+    draw saved."""
+    bsz, width = req.batch_size, req.width
+    saved = None if rewinds(rng) else rng.bit_generator.state
+    flat, words = counted_ints(rng, req.available or lanes.size, bsz + bsz // 2 + 4)
+    try:
+        out, keys, ext = draw_gather(fast, t, reads, flat, bsz, width, req.cross,
+                                     req.min_len, req.burn_in)
+        if out is not None:
+            if not state_names:  # the usual batch: nothing to add
+                return SequenceBatch.own(out)
+            return _finish(out, None, state_names)
+        if saved is None:  # from here on a failure restores the state before the draw
+            rewind(rng, words)
+            saved = rng.bit_generator.state
+            rng.bit_generator.random_raw(words)  # the same words again
+        # extents read the lane-major boundary bytes (a cache line or two per window)
+        extent = partial(fast.window_extent, bounds=reads.boundaries(fast, t))
+        res, ext = redraw_short(traits, lanes, t.link, rng, SampleResult(keys), ext, req,
+                                extent)
+        return _batch(fast, t, res.keys, ext, req, res, state_names)
+    except BaseException:
+        if saved is None:
+            rewind(rng, words)
+        else:
+            rng.bit_generator.state = saved
+        raise
+
+
 def _sample(table: StepTable, lanes: LaneView, rng: np.random.Generator,
-            traits: SamplerTraits, req: WindowRequest, fast: Any,
+            traits: SamplerTraits, req: WindowRequest, fast: Any, reads: Any,
             state_names: list[str]) -> SequenceBatch:
-    """The ``B`` usable starts of :func:`sample_sequences` and their batch."""
-    t = table
-    width, cross, min_len, bsz = req.width, req.cross, req.min_len, req.batch_size
-    reads = fused_reads(t) if fast is not None else None
+    """The ``B`` usable starts of :func:`sample_sequences` and their batch (other
+    samplers, options or storage than :func:`_sample_fused`'s)."""
     extent = None
     if reads is not None:
-        bounds = reads.boundaries(fast, t)
-        if not req.options and req.max_redraws > 0 and traits.uniform is not None:
-            # the uniform sampler's draw (as draw_starts), checked and planned in one call
-            flat = uniform_ints(rng, req.available or lanes.size, bsz + bsz // 2 + 4)
-            keys, ext, _, plan = fast.draw_plan(t.link, t.written, t.counts, flat, width,
-                                                cross, min_len, bsz, reads.term,
-                                                reads.trunc, req.burn_in, bounds)
-            if plan is not None:
-                out = gather_fused(fast, t, keys, ext, width, req.burn_in,
-                                   min_len >= width, plan, reads)
-                if not state_names:  # the usual batch: nothing to add
-                    return SequenceBatch.own(out)
-                return _finish(out, None, state_names)
-            # extents read the lane-major boundary bytes (a cache line or two per window)
-            extent = partial(fast.window_extent, bounds=bounds)
-            res, ext = redraw_short(traits, lanes, t.link, rng, SampleResult(keys), ext, req,
-                                    extent)
-            return _batch(fast, t, res.keys, ext, req, res, state_names)
-        extent = partial(fast.window_extent, bounds=bounds)
-    res, ext = draw_starts(traits, lanes, t.link, rng, req, extent, fast)
-    return _batch(fast, t, res.keys, ext, req, res, state_names)
+        # extents read the lane-major boundary bytes (a cache line or two per window)
+        extent = partial(fast.window_extent, bounds=reads.boundaries(fast, table))
+    res, ext = draw_starts(traits, lanes, table.link, rng, req, extent, fast)
+    return _batch(fast, table, res.keys, ext, req, res, state_names)
 
 
 def _batch(fast: Any, t: StepTable, keys: IntArray, ext: IntArray, req: WindowRequest,
@@ -409,12 +435,8 @@ def _batch(fast: Any, t: StepTable, keys: IntArray, ext: IntArray, req: WindowRe
 
 def _finish(out: dict[str, Any], res: SampleResult | None,
             state_names: list[str]) -> SequenceBatch:
-    for name in state_names:
-        key = f"{STATE_PREFIX}{SEP}{name}"
-        if key in out:
-            raise ConfigError(f"sample_sequences: stored field {key!r} clashes with the "
-                              f"initial state of {name!r}; rename the field")
-        out[key] = out[name][:, 0]
+    for name in state_names:  # no stored field has these names (_state_names checked)
+        out[f"{STATE_PREFIX}{SEP}{name}"] = out[name][:, 0]
     if res is not None:
         if res.weights is not None:
             out["weights"] = res.weights.astype(np.float32)

@@ -20,7 +20,10 @@ The stream, fixed so that every implementation gives the same values:
 
 The C kernel (``replaybank._sampling.map_raw``), the numba kernel
 (:mod:`replaybank.ops.draws_numba`) and the numpy function :func:`map_raw` map a round
-identically (the tests compare them).
+identically (the tests compare them). Where the C kernels are built, :func:`uniform_ints`
+reads the raw words through the bit generator's C interface (its ``capsule``, under its
+``lock``) in one call, ``replaybank._sampling.uniform``: the same words in the same
+rounds as ``random_raw``, so the same values and the same generator state after.
 
 Example:
     >>> import numpy as np
@@ -40,7 +43,7 @@ import numpy.typing as npt
 
 from replaybank.ops.jit import pick_kernel
 
-__all__ = ["map_raw", "round_words", "uniform_ints"]
+__all__ = ["counted_ints", "map_raw", "rewind", "rewinds", "round_words", "uniform_ints"]
 
 IntArray = npt.NDArray[np.int64]
 U64Array = npt.NDArray[np.uint64]
@@ -104,6 +107,15 @@ def _kernel() -> Any:
                        "uniform_ints", compiled="replaybank._sampling")[0]
 
 
+@cache
+def _direct() -> Any:
+    """The C draw that reads the bit generator's raw words itself
+    (``replaybank._sampling.uniform``), or None where the C kernels are not loaded."""
+    module, name = pick_kernel("auto", None, None, None, "uniform_ints",
+                               compiled="replaybank._sampling")
+    return module.uniform if name == "c" else None
+
+
 def uniform_ints(rng: np.random.Generator, high: int, size: int,
                  kernel: Any = None) -> IntArray:
     """``size`` independent, exactly uniform int64 values in ``[0, high)``.
@@ -127,13 +139,73 @@ def uniform_ints(rng: np.random.Generator, high: int, size: int,
         >>> a.tolist() == b.tolist(), bool(np.all((a >= 0) & (a < 6)))
         (True, True)
     """
+    return counted_ints(rng, high, size, kernel)[0]
+
+
+def counted_ints(rng: np.random.Generator, high: int, size: int,
+                 kernel: Any = None) -> tuple[IntArray, int]:
+    """:func:`uniform_ints` and the raw words it read from the bit generator (what
+    :func:`rewind` puts back).
+
+    Example:
+        >>> rng = np.random.default_rng(3)
+        >>> v, words = counted_ints(rng, 6, 4)
+        >>> v.tolist() == uniform_ints(np.random.default_rng(3), 6, 4).tolist(), words
+        (True, 4)
+    """
     if not 1 <= high <= 1 << 63 or size < 0:
         raise ValueError(f"uniform_ints(high={high}, size={size}): need 1 <= high <= 2**63 "
                          "and size >= 0")
     out = np.empty(size, np.int64)
+    if kernel is None:
+        direct = _direct()
+        if direct is not None:  # the same rounds, read through the generator's C interface
+            bits = rng.bit_generator
+            with bits.lock:  # as random_raw: one thread draws from a generator at a time
+                return out, direct(bits.capsule, high, out)
     mapper = _kernel() if kernel is None else kernel
     random_raw = rng.bit_generator.random_raw
-    done = 0
+    done = words = 0
     while done < size:
-        done = mapper(random_raw(round_words(high, size - done)), high, out, done)
-    return out
+        q = round_words(high, size - done)
+        words += q
+        done = mapper(random_raw(q), high, out, done)
+    return out, words
+
+
+#: Bit generators whose raw words can be put back exactly: ``random_raw`` leaves their
+#: buffered 32-bit half alone, and ``advance(2**128 - k)`` steps their state back ``k``
+#: words.
+_REWINDABLE = (np.random.PCG64, np.random.PCG64DXSM)
+
+
+def rewinds(rng: np.random.Generator) -> bool:
+    """Whether :func:`rewind` can put back ``rng``'s raw words (PCG64, the default, and
+    PCG64DXSM); other generators are restored from a saved ``bit_generator.state``.
+
+    Example:
+        >>> rewinds(np.random.default_rng(0)), rewinds(np.random.Generator(np.random.MT19937(0)))
+        (True, False)
+    """
+    return type(rng.bit_generator) in _REWINDABLE
+
+
+def rewind(rng: np.random.Generator, words: int) -> None:
+    """Put the generator back by ``words`` raw words (``rewinds(rng)`` must hold): its
+    state is then exactly what it was before they were drawn, its buffered 32-bit half
+    included.
+
+    Example:
+        >>> rng = np.random.default_rng(0)
+        >>> before = rng.bit_generator.state
+        >>> _, words = counted_ints(rng, 10, 5)
+        >>> rewind(rng, words)
+        >>> rng.bit_generator.state == before
+        True
+    """
+    bits: Any = rng.bit_generator  # a PCG64 or PCG64DXSM (rewinds)
+    now = bits.state
+    bits.advance((1 << 128) - words)  # resets the buffered half: put back below
+    back = dict(bits.state)
+    back["has_uint32"], back["uinteger"] = now["has_uint32"], now["uinteger"]
+    bits.state = back

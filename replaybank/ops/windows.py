@@ -38,6 +38,7 @@ import numpy.typing as npt
 from replaybank.ops.jit import pick_kernel
 
 __all__ = [
+    "FLAG_NAMES",
     "history",
     "is_first",
     "kernel",
@@ -56,6 +57,11 @@ __all__ = [
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
 FloatArray = npt.NDArray[np.float64]
+
+#: The rows of a window plan's ``flags`` ``[7, B, W]`` (the fused kernels'
+#: ``draw_plan``), in order.
+FLAG_NAMES = ("is_first", "is_last", "is_terminal", "mask", "burn_in", "terminated",
+              "truncated")
 
 #: The output buffers of a frame-stack plan (see :func:`stack_buffers`).
 StackBuffers = tuple[IntArray, IntArray, IntArray, IntArray, IntArray]

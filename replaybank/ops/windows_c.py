@@ -10,7 +10,7 @@ and frame-stack plans, with the signatures of their numba twins.
 * :func:`nstep_windows` finds the n-step windows of a batch (their last steps, lengths
   and discounted returns) in one pass; its numpy oracle is
   :func:`replaybank.ops.nstep.nstep_windows`.
-* :func:`draw_plan`, :func:`draw_windows`, :func:`sequence_plan`,
+* :func:`draw_plan`, :func:`draw_plan_into`, :func:`draw_windows`, :func:`sequence_plan`,
   :func:`window_extent`, :func:`window_plan` and :func:`sync_boundaries` are the
   functions of :mod:`replaybank.ops.windows_numba` (same arguments, same results; the
   numpy oracles are named in their docstrings), and :func:`stack_plan`,
@@ -45,22 +45,20 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from replaybank.ops.windows import StackBuffers, stack_buffers
+from replaybank.ops.windows import FLAG_NAMES, StackBuffers, stack_buffers
 
 # the C extension (ImportError where it was not built); loaded by name, as a module of
 # this layer: the package root above it is not imported for it
 _windows: Any = importlib.import_module("replaybank._windows")
 
-__all__ = ["FLAG_NAMES", "draw_plan", "draw_windows", "sequence_plan", "stack_buffers",
+__all__ = ["FLAG_NAMES", "draw_plan", "draw_plan_into", "draw_windows", "sequence_plan",
+           "stack_buffers",
            "stack_plan", "stack_slots", "stack_slots_counted", "sync_boundaries",
            "nstep_windows", "take_rows", "take_steps", "window_extent", "window_plan"]
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
 
-#: The rows of a plan's ``flags`` ``[7, B, W]``, in order.
-FLAG_NAMES = ("is_first", "is_last", "is_terminal", "mask", "burn_in", "terminated",
-              "truncated")
 
 #: ``take_rows(jobs)``: ``out[i] = src[idx[i]]`` for every ``(src, idx, out)`` of the
 #: tuple ``jobs``, and the obs/next_obs windows of every window pair ``(src, idx, out,
@@ -77,10 +75,15 @@ take_steps: Any = _windows.take_steps
 #: :func:`replaybank.ops.nstep.nstep_windows`).
 nstep_windows: Any = _windows.nstep
 
+#: ``draw_plan_into(link, bounds, written, counts, flat, cross, min_len, keys, ext, term,
+#: trunc, width, burn_in, slots, steps, flags, side) -> (n_valid, n_side, tail_only)``:
+#: :func:`draw_plan` into the caller's arrays (same contract as
+#: :func:`replaybank.ops.windows_numba.draw_plan_into`; int64 counters and draws only).
+draw_plan_into: Any = _windows.draw_plan
+
 _extent = _windows.extent
 _draw = _windows.draw
 _plan = _windows.plan
-_draw_plan = _windows.draw_plan
 _sync = _windows.sync
 _window_plan = _windows.window_plan
 _stack = _windows.stack
@@ -183,10 +186,10 @@ def draw_plan(link: npt.NDArray[np.int32], written: IntArray, counts: IntArray,
     args = (bool(cross), int(min_len), keys, ext, term, trunc, int(width), int(burn_in),
             slots, steps, flags, side)
     try:  # the table's counters and a draw are int64 arrays already: no conversion
-        n, n_side, tail = _draw_plan(link, bounds, written, counts, flat, *args)
+        n, n_side, tail = draw_plan_into(link, bounds, written, counts, flat, *args)
     except TypeError:  # another sequence or dtype: converted (C checks before writing)
-        n, n_side, tail = _draw_plan(link, bounds, _i64(written), _i64(counts), _i64(flat),
-                                     *args)
+        n, n_side, tail = draw_plan_into(link, bounds, _i64(written), _i64(counts),
+                                         _i64(flat), *args)
     if n_side < 0:
         return keys, ext, n, None
     return keys, ext, n, (slots, steps, flags, side[:n_side], tail)

@@ -2,7 +2,8 @@
 :func:`~replaybank.ops.windows.window_plan` (the numpy functions are their oracles), and
 the fused kernels of the sequence fast path: :func:`draw_windows` (uniform draws ->
 checked window starts), :func:`sequence_plan` (slots, flags and side patches of sampled
-windows), :func:`draw_plan` (both in one call) and :func:`sync_boundaries` (the
+windows), :func:`draw_plan` (both in one call; :func:`draw_plan_into` writes into the
+caller's arrays) and :func:`sync_boundaries` (the
 lane-major episode-boundary bytes the scans read); their oracles are numpy
 compositions (see each docstring and ``tests/test_sequences.py``). The frame-stack
 kernels are in :mod:`replaybank.ops.stack_numba`.
@@ -24,7 +25,10 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["draw_plan", "draw_windows", "r2d2_priority", "sequence_plan", "sync_boundaries",
+from replaybank.ops.windows import FLAG_NAMES
+
+__all__ = ["draw_plan", "draw_plan_into", "draw_windows", "r2d2_priority", "sequence_plan",
+           "sync_boundaries",
            "window_extent", "window_plan"]
 
 IntArray = npt.NDArray[np.int64]
@@ -317,9 +321,8 @@ def sequence_plan(link: npt.NDArray[np.int32], written: IntArray, counts: IntArr
                         trunc, keys,
                         np.asarray(ext, np.int64), int(width), int(burn_in), slots, steps,
                         flags, side)
-    names = ("is_first", "is_last", "is_terminal", "mask", "burn_in", "terminated",
-             "truncated")
-    return slots, steps, {name: flags[i] for i, name in enumerate(names)}, side[:n], bool(tail)
+    return slots, steps, {name: flags[i] for i, name in enumerate(FLAG_NAMES)}, side[:n], \
+        bool(tail)
 
 
 
@@ -373,13 +376,45 @@ def draw_plan(link: npt.NDArray[np.int32], written: IntArray, counts: IntArray,
     side = np.empty((batch_size * width, 3), np.int64)
     if type(flat) is not np.ndarray or flat.dtype != np.int64:
         flat = np.asarray(flat, np.int64)
+    n, n_side, tail = draw_plan_into(link, bounds, written, counts, flat, cross, min_len,
+                                     keys, ext, term, trunc, width, burn_in, slots, steps,
+                                     flags, side)
+    if n_side < 0:
+        return keys, ext, n, None
+    return keys, ext, n, (slots, steps, flags, side[:n_side], tail)
+
+
+def draw_plan_into(link: npt.NDArray[np.int32], bounds: npt.NDArray[np.uint8] | None,
+                   written: IntArray, counts: IntArray, flat: IntArray, cross: bool,
+                   min_len: int, keys: IntArray, ext: IntArray, term: BoolArray,
+                   trunc: BoolArray, width: int, burn_in: int, slots: IntArray,
+                   steps: IntArray, flags: BoolArray, side: IntArray
+                   ) -> tuple[int, int, bool]:
+    """:func:`draw_plan` into the caller's arrays (``keys``, ``ext`` ``[B]``, ``slots``
+    ``[B, W + 1]``, ``steps`` ``[B, W]``, ``flags`` ``[7, B, W]``, ``side`` ``[B * W, 3]``),
+    with the argument order of the C function (:mod:`~replaybank.ops.windows_c`), so that
+    a caller that keeps its working arrays between calls allocates nothing.
+
+    Returns:
+        ``(n_valid, n_side, tail_only)``; ``n_side`` is -1 (no plan written) when fewer
+        than ``B`` draws were valid.
+
+    Example:
+        >>> link = np.zeros((4, 1), np.int32); link[3, 0] = 1
+        >>> z = np.zeros(4, bool); keys, ext = np.empty(1, np.int64), np.empty(1, np.int64)
+        >>> slots, steps = np.empty((1, 3), np.int64), np.empty((1, 2), np.int64)
+        >>> flags, side = np.empty((7, 1, 2), bool), np.empty((2, 3), np.int64)
+        >>> draw_plan_into(link, None, np.array([4]), np.array([4]), np.array([3, 1]),
+        ...                False, 2, keys, ext, z, z, 2, 0, slots, steps, flags, side)
+        (1, 0, True)
+        >>> keys.tolist(), slots.tolist()
+        ([1], [[1, 2, 3]])
+    """
     lk = link.T if bounds is None else bounds
     n, n_side, tail = _draw_plan(link, lk, written, counts, flat, int(width), bool(cross),
                                  int(min_len), term, trunc, int(burn_in), keys, ext, slots,
                                  steps, flags, side)
-    if n_side < 0:
-        return keys, ext, int(n), None
-    return keys, ext, int(n), (slots, steps, flags, side[:n_side], bool(tail))
+    return int(n), int(n_side), bool(tail)
 
 
 @numba.njit(cache=True, nogil=True)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import operator
 import sys
+import threading
 import weakref
 from functools import cache
 from typing import Any
@@ -23,7 +24,7 @@ import numpy.typing as npt
 from replaybank.ops import windows
 from replaybank.views.base import next_name
 
-__all__ = ["fused_reads", "gather_fused", "gather_numpy"]
+__all__ = ["draw_gather", "fused_reads", "gather_fused", "gather_numpy"]
 
 IntArray = npt.NDArray[np.int64]
 
@@ -49,8 +50,8 @@ class _FusedReads:
     """The flat ``[T * lanes, ...]`` views :func:`gather_fused` reads from one table with
     numpy storage and bool ``terminated``/``truncated``, built once (:func:`fused_reads`)."""
 
-    __slots__ = ("arrays", "bounds", "epoch", "fields", "obs", "obs_row_bytes", "outs", "seen",
-                 "term", "trunc")
+    __slots__ = ("arrays", "bounds", "epoch", "fields", "layouts", "obs", "obs_row_bytes",
+                 "outs", "seen", "term", "trunc")
 
     def __init__(self, table: Any) -> None:
         arrays = table.arrays
@@ -72,6 +73,18 @@ class _FusedReads:
         self.bounds: npt.NDArray[np.uint8] | None = None
         self.seen = np.full(table.lanes, _UNSEEN, np.int64)
         self.epoch = table.epoch
+        #: Per ``(B, W)``: the :class:`_Layout` of such batches.
+        self.layouts: dict[tuple[int, int], _Layout] = {}
+
+    def layout(self, batch: int, width: int) -> _Layout:
+        """The :class:`_Layout` of ``[batch, width]`` window batches (kept for the last
+        few shapes asked for)."""
+        lay = self.layouts.get((batch, width))
+        if lay is None:
+            if len(self.layouts) >= _LAYOUTS:
+                self.layouts.clear()
+            lay = self.layouts[(batch, width)] = _Layout(self, batch, width)
+        return lay
 
     def boundaries(self, fast: Any, table: Any) -> npt.NDArray[np.uint8]:
         """``link != 0`` of ``table`` lane-major ``[lanes, T]``, brought up to date with
@@ -87,6 +100,39 @@ class _FusedReads:
 
 
 _UNSEEN = 2**62  # a "written" no lane reaches: the next sync recomputes the lane whole
+_LAYOUTS = 8  # batch shapes whose layout a table keeps
+
+
+class _Layout:
+    """The arrays of ``[B, W]`` window batches of one table: each output's shape and
+    dtype, the observation bytes of a batch, and the plan's working arrays
+    (``ext``, ``slots``, ``steps``, ``side``: never handed out), one set per thread."""
+
+    __slots__ = ("batch", "fields", "local", "obs", "obs_bytes", "width")
+
+    def __init__(self, reads: _FusedReads, batch: int, width: int) -> None:
+        self.batch, self.width = batch, width
+        lead, lead1 = (batch, width), (batch, width + 1)
+        fields, obs = reads.outs
+        #: (name, source, [B, W, ...] shape, dtype) per field
+        self.fields = [(name, arr, lead + row, dt) for name, arr, row, dt in fields]
+        #: (name, next name, source, [B, W + 1, ...] shape, [B, W, ...] shape, dtype)
+        self.obs = [(name, nname, arr, lead1 + row, lead + row, dt)
+                    for name, nname, arr, row, dt in obs]
+        #: Observation bytes of a batch (:data:`_FUSED_BYTES` decides the gather).
+        self.obs_bytes = batch * (width + 1) * reads.obs_row_bytes
+        self.local = threading.local()
+
+    def work(self) -> tuple[IntArray, IntArray, IntArray, IntArray]:
+        """This thread's ``(ext [B], slots [B, W + 1], steps [B, W], side [B * W, 3])``."""
+        try:
+            got: tuple[IntArray, IntArray, IntArray, IntArray] = self.local.work
+        except AttributeError:
+            b, w = self.batch, self.width
+            got = self.local.work = (np.empty(b, np.int64), np.empty((b, w + 1), np.int64),
+                                     np.empty((b, w), np.int64),
+                                     np.empty((b * w, 3), np.int64))
+        return got
 
 #: Per live table (weakly keyed: the views never keep a dropped table's arrays alive).
 _READS: weakref.WeakKeyDictionary[Any, _FusedReads] = weakref.WeakKeyDictionary()
@@ -130,7 +176,7 @@ def gather_fused(fast: Any, t: Any, starts: IntArray, ext: IntArray, width: int,
     """:func:`gather_numpy` with slots, flags and side patches from one compiled pass.
 
     Args:
-        fast: The :mod:`replaybank.ops.windows_numba` module.
+        fast: The :mod:`replaybank.ops.windows_numba` module (or its C twin).
         t: A step table with numpy storage and bool ``terminated``/``truncated``.
         starts: Window starts ``[B]`` (item keys).
         ext: Their extents ``[B]``.
@@ -165,14 +211,70 @@ def gather_fused(fast: Any, t: Any, starts: IntArray, ext: IntArray, width: int,
         slots, steps, fl, side, tail_only = fast.sequence_plan(
             t.link, t.written, t.counts, reads.term, reads.trunc, starts, ext, width, burn_in,
             reads.boundaries(fast, t))
-        flags = (fl["is_first"], fl["is_last"], fl["is_terminal"], fl["mask"], fl["burn_in"],
-                 fl["terminated"], fl["truncated"])
+        flags = tuple(map(fl.__getitem__, windows.FLAG_NAMES))
     else:
-        slots, steps, flags, side, tail_only = plan  # flags [7, B, W] in that order
+        slots, steps, flags, side, tail_only = plan  # flags [7, B, W]: windows.FLAG_NAMES
+    full = full or int(ext.min()) >= width
+    return _gathered(t, reads.layout(len(starts), width), starts, ext, full, slots, steps,
+                     flags, side, tail_only)
+
+
+def draw_gather(fast: Any, t: Any, reads: _FusedReads, flat: IntArray, batch: int,
+                width: int, cross: bool, min_len: int, burn_in: int
+                ) -> tuple[dict[str, Any] | None, IntArray, IntArray]:
+    """The uniform draws ``flat`` mapped to window starts, checked, planned and gathered:
+    two compiled calls (``draw_plan_into``, then the row gather) and no other pass.
+
+    Args:
+        fast: The :mod:`replaybank.ops.windows_numba` module (or its C twin).
+        t: A step table with numpy storage and bool ``terminated``/``truncated``.
+        reads: ``fused_reads(t)``.
+        flat: Uniform draws over the live steps ``[M]``, ``M >= batch`` (int64).
+        batch: Windows ``B``.
+        width, cross, min_len, burn_in: As the request
+            (:class:`~replaybank.samplers.windows.WindowRequest`).
+
+    Returns:
+        ``(out, keys, ext)``: the batch fields (as :func:`gather_fused`) when ``B`` draws
+        were usable, else None with the usable starts first in ``keys`` and ``ext``
+        ``[B]`` (their own arrays), the rest to redraw.
+
+    Example:
+        >>> import numpy as np, replaybank as rb
+        >>> from replaybank.ops import windows_numba
+        >>> buf = rb.ReplayBuffer(8, seed=0)
+        >>> for i in range(5):
+        ...     buf.add(obs=np.full(1, i, np.float32), action=0, reward=0.0,
+        ...             next_obs=np.full(1, i + 1, np.float32), terminated=False,
+        ...             truncated=False)
+        >>> t = buf.table
+        >>> out, keys, _ = draw_gather(windows_numba, t, fused_reads(t), np.array([1, 4]),
+        ...                            1, 3, False, 3, 0)
+        >>> keys.tolist(), out["obs"][0, :, 0].tolist()
+        ([1], [1.0, 2.0, 3.0])
+    """
+    lay = reads.layout(batch, width)
+    ext, slots, steps, side = lay.work()
+    keys = np.empty(batch, np.int64)
+    flags = np.empty((7, batch, width), np.bool_)  # [7, B, W]: windows.FLAG_NAMES
+    _, n_side, tail_only = fast.draw_plan_into(
+        t.link, reads.boundaries(fast, t), t.written, t.counts, flat, cross, min_len, keys,
+        ext, reads.term, reads.trunc, width, burn_in, slots, steps, flags, side)
+    if n_side < 0:
+        return None, keys, ext.copy()
+    return _gathered(t, lay, keys, ext, min_len >= width or int(ext.min()) >= width, slots,
+                     steps, flags, side[:n_side], tail_only), keys, ext
+
+
+def _gathered(t: Any, lay: _Layout, starts: IntArray, ext: IntArray, full: bool,
+              slots: IntArray, steps: IntArray, flags: Any, side: IntArray,
+              tail_only: bool) -> dict[str, Any]:
+    """The fields of planned windows (:func:`gather_fused`); ``flags`` is ``[7, B, W]``
+    (an array, or a tuple of its rows), rows in the order of ``windows.FLAG_NAMES``."""
+    width = lay.width
     # windows cut short (few per batch): (b, extent), zeroed by slices, cheaper than one
     # fancy-indexed assignment per field
-    short = [] if full or int(ext.min()) >= width else \
-        [(b, e) for b, e in enumerate(ext.tolist()) if e < width]
+    short = [] if full else [(b, e) for b, e in enumerate(ext.tolist()) if e < width]
     # obs and next_obs are views of one [B, W + 1] gather unless a next observation kept
     # aside inside a window (or a window cut short) makes them differ
     n_side = len(side)
@@ -180,36 +282,34 @@ def gather_fused(fast: Any, t: Any, starts: IntArray, ext: IntArray, width: int,
     out: dict[str, Any] = {}
     pairs: list[tuple[Any, Any]] = []  # per observation field: ([B, W + 1], None) when
     # shared, else (obs, next_obs) [B, W, ...]
-    fields, obs_fields = reads.outs
-    if slots.size * reads.obs_row_bytes >= _FUSED_BYTES:
+    if lay.obs_bytes >= _FUSED_BYTES:
         # a large batch: every field of every window in one C call (rows prefetched, no
         # GIL), a few per cent under one take per field
-        lead, lead1 = (len(starts), width), (len(starts), width + 1)
         jobs: list[tuple[Any, ...]] = []
-        for name, arr, row, dt in fields:
-            out[name] = g = np.empty(lead + row, dt)  # [B, W, ...]
+        for name, arr, shape, dt in lay.fields:
+            out[name] = g = np.empty(shape, dt)  # [B, W, ...]
             jobs.append((arr, steps, g))
-        for _, _, arr, row, dt in obs_fields:
+        for _, _, arr, shape1, shape, dt in lay.obs:
             if shared:
-                g = np.empty(lead1 + row, dt)  # [B, W + 1, ...]
+                g = np.empty(shape1, dt)  # [B, W + 1, ...]
                 jobs.append((arr, slots, g))
                 pairs.append((g, None))
             else:  # a window pair: each row read once and stored in obs and next_obs
-                o = np.empty(lead + row, dt)
-                x = np.empty(lead + row, dt)
+                o = np.empty(shape, dt)
+                x = np.empty(shape, dt)
                 jobs.append((arr, slots, o, x))
                 pairs.append((o, x))
         _row_kernel()(tuple(jobs))
     else:  # a small one: one take per field costs less Python than preallocating
-        for name, arr, _, _ in fields:
+        for name, arr, _, _ in lay.fields:
             out[name] = arr.take(steps, axis=0)  # [B, W, *shape]
-        for _, _, arr, _, _ in obs_fields:
+        for _, _, arr, _, _, _ in lay.obs:
             g = arr.take(slots, axis=0)  # [B, W + 1, *shape]
             pairs.append((g, None) if shared else (g[:, :width], g[:, 1:].copy()))
     for b, e in short:
-        for name, _, _, _ in fields:
+        for name, _, _, _ in lay.fields:
             out[name][b, e:] = 0
-    for (name, nname, _, _, _), (obs, nxt) in zip(obs_fields, pairs):  # noqa: B905 - one each
+    for (name, nname, _, _, _, _), (obs, nxt) in zip(lay.obs, pairs):  # noqa: B905 - one each
         kept = t.side.arrays[name] if n_side else None
         if nxt is None:  # obs and next_obs share memory: hand them out read-only
             if n_side:  # patches at window ends only (tail_only)
@@ -226,15 +326,13 @@ def gather_fused(fast: Any, t: Any, starts: IntArray, ext: IntArray, width: int,
         out[nname] = nxt
     # indexed, not unpacked: unpacking iterates an ndarray until its IndexError, an
     # exception formatted on every call
-    first, last, terminal, mask, burn, term, trunc = (flags[0], flags[1], flags[2], flags[3],
-                                                      flags[4], flags[5], flags[6])
-    out["terminated"] = term
-    out["truncated"] = trunc
-    out["is_first"] = first
-    out["is_last"] = last
-    out["is_terminal"] = terminal
-    out["mask"] = mask
-    out["burn_in"] = burn
+    out["terminated"] = flags[5]
+    out["truncated"] = flags[6]
+    out["is_first"] = flags[0]
+    out["is_last"] = flags[1]
+    out["is_terminal"] = flags[2]
+    out["mask"] = flags[3]
+    out["burn_in"] = flags[4]
     out["starts"] = starts
     return out
 
