@@ -21,6 +21,7 @@
  *
  *   draw, plan, draw_plan   uniform draws -> checked window starts; slots, flags and side
  *                           patches of windows; both in one call
+ *   draw_take               draw_plan, then the rows of every field of its windows
  *   extent, window_plan     window extents; slots, links and flags of a window gather
  *   sync                    the lane-major boundary bytes the scans read
  *   stack                   frame-stack slots
@@ -1162,13 +1163,13 @@ done:
 
 /* Open (src, out) or (src, side, out) `t` of `what` job j into job: 0 or -1. */
 static int
-open_step_job(PyObject *t, Py_ssize_t j, int next, Py_ssize_t n, Py_ssize_t b, Job *job)
+open_step_job(PyObject *t, Py_ssize_t j, int next, Py_ssize_t n, Py_ssize_t b, Job *job,
+              const char *fn, const char *what)
 {
     Py_ssize_t want = next ? 3 : 2;
-    const char *what = next ? "nexts" : "fields";
     if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != want) {
-        PyErr_Format(PyExc_TypeError, "replaybank._windows.take_steps: %s[%zd] must be a "
-                     "%s tuple", what, j, next ? "(src, side, out)" : "(src, out)");
+        PyErr_Format(PyExc_TypeError, "replaybank._windows.%s: %s[%zd] must be a "
+                     "%s tuple", fn, what, j, next ? "(src, side, out)" : "(src, out)");
         return -1;
     }
     PyObject *src = PyTuple_GET_ITEM(t, 0), *out = PyTuple_GET_ITEM(t, want - 1);
@@ -1188,16 +1189,16 @@ open_step_job(PyObject *t, Py_ssize_t j, int next, Py_ssize_t n, Py_ssize_t b, J
     const char *sf = strip(job->src.format), *of = strip(job->out.format);
     if (job->src.ndim < 1 || job->src.shape[0] != n || strchr(sf, 'O') != NULL
             || strchr(of, 'O') != NULL) {
-        PyErr_Format(PyExc_ValueError, "replaybank._windows.take_steps: %s[%zd]: src must "
-                     "be an array of %zd rows (the link's length) without objects", what, j,
+        PyErr_Format(PyExc_ValueError, "replaybank._windows.%s: %s[%zd]: src must "
+                     "be an array of %zd rows (the link's length) without objects", fn, what, j,
                      n);
         return -1;
     }
     job->rows = n;
     job->row = n > 0 ? job->src.len / n : 0;
     if (job->out.len != b * job->row) {
-        PyErr_Format(PyExc_ValueError, "replaybank._windows.take_steps: %s[%zd]: out holds "
-                     "%zd bytes, %zd rows of %zd bytes need %zd", what, j, job->out.len, b,
+        PyErr_Format(PyExc_ValueError, "replaybank._windows.%s: %s[%zd]: out holds "
+                     "%zd bytes, %zd rows of %zd bytes need %zd", fn, what, j, job->out.len, b,
                      job->row, b * job->row);
         return -1;
     }
@@ -1206,8 +1207,8 @@ open_step_job(PyObject *t, Py_ssize_t j, int next, Py_ssize_t n, Py_ssize_t b, J
         const char *df = strip(side->format);
         if (side->ndim < 1 || strchr(df, 'O') != NULL
                 || (side->shape[0] > 0 && side->len / side->shape[0] != job->row)) {
-            PyErr_Format(PyExc_ValueError, "replaybank._windows.take_steps: nexts[%zd]: side "
-                         "rows must hold %zd bytes, as src's do, without objects", j,
+            PyErr_Format(PyExc_ValueError, "replaybank._windows.%s: nexts[%zd]: side "
+                         "rows must hold %zd bytes, as src's do, without objects", fn, j,
                          job->row);
             return -1;
         }
@@ -1265,7 +1266,8 @@ c_take_steps(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         int next = j >= nf;
         opened = j + 1;
         if (open_step_job(PyTuple_GET_ITEM(next ? nexts : fields, next ? j - nf : j),
-                          next ? j - nf : j, next, n, b, &jobs[j]) < 0)
+                          next ? j - nf : j, next, n, b, &jobs[j], "take_steps",
+                          next ? "nexts" : "fields") < 0)
             goto done;
         if (next && jobs[j].w1 < side_rows)
             side_rows = jobs[j].w1;
@@ -1341,6 +1343,91 @@ c_take_steps(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     r = PyLong_FromSsize_t(n_side);
 done:
     PyMem_Free(ws);
+    release(jobs, opened);
+    bufs_release(&bs);
+    return r;
+}
+
+/* ------------------------------------------------------------------ draw, plan and take
+ *
+ * draw_take(link, bounds, written, counts, flat, cross, min_len, keys, ext, term, trunc,
+ *           width, burn_in, slots, steps, flags, side, fields, obs)
+ *   -> (n_ok, n_side, tail_only)
+ *
+ * draw_plan, then (when the plan was written) the rows of the batch: fields are (src,
+ * out) pairs gathered at steps, out [B, W, ...]; obs are (src, out) pairs gathered at
+ * slots, out [B, W + 1, ...] (the obs and next_obs windows of one gather); every src is
+ * [T * lanes, ...], the table's flat rows. The slots come from the plan of the same call,
+ * inside [0, T * lanes) by construction, so they are not checked again (take_rows checks
+ * each index of a caller's). */
+static PyObject *
+c_draw_take(PyObject *self, PyObject *const *a, Py_ssize_t na)
+{
+    (void)self;
+    Bufs bs = {.n = 0, .fn = "draw_take"};
+    Table t;
+    Plan p;
+    Job jobs[MAXSTEPJOBS];
+    Py_ssize_t opened = 0, nf = 0, no = 0;
+    const int64_t *flat;
+    int64_t *keys, *ext;
+    Py_ssize_t m, nk, ne;
+    long long cross, min_len;
+    PyObject *r = NULL;
+    if (!nargs_ok(na, 19, bs.fn))
+        return NULL;
+    if (open_table(&bs, a[0], a[1], a[2], a[3], &t) < 0
+        || open_arr(&bs, a[4], "flat", K_I64, 0, 0, (void **)&flat, &m) < 0
+        || get_int(a[5], bs.fn, "cross", 0, &cross) < 0
+        || get_int(a[6], bs.fn, "min_len", 0, &min_len) < 0
+        || open_arr(&bs, a[7], "keys", K_I64, 1, 0, (void **)&keys, &nk) < 0
+        || open_arr(&bs, a[8], "ext", K_I64, 1, 0, (void **)&ext, &ne) < 0)
+        goto done;
+    if (ne != nk || m < nk) {
+        too_short(bs.fn, ne != nk ? "ext" : "flat", ne != nk ? ne : m, nk);
+        goto done;
+    }
+    if (check_flat(bs.fn, &t, flat, m) < 0 || open_plan(&bs, a + 9, &t, nk, &p) < 0)
+        goto done;
+    p.keys = keys;
+    p.ext = ext;
+    PyObject *fields = a[17], *obs = a[18];
+    if (!PyTuple_Check(fields) || !PyTuple_Check(obs)) {
+        PyErr_SetString(PyExc_TypeError, "replaybank._windows.draw_take: fields and obs must "
+                        "be tuples of (src, out) pairs");
+        goto done;
+    }
+    nf = PyTuple_GET_SIZE(fields);
+    no = PyTuple_GET_SIZE(obs);
+    if (nf + no > MAXSTEPJOBS) {
+        PyErr_Format(PyExc_ValueError, "replaybank._windows.draw_take: %zd fields and obs, "
+                     "at most %d per call", nf + no, MAXSTEPJOBS);
+        goto done;
+    }
+    memset(jobs, 0, sizeof(Job) * (size_t)(nf + no > 0 ? nf + no : 1));
+    Py_ssize_t n = (Py_ssize_t)(t.T * t.lanes), w = (Py_ssize_t)p.width;
+    for (Py_ssize_t j = 0; j < nf + no; j++) {
+        int is_obs = j >= nf;
+        opened = j + 1;
+        if (open_step_job(PyTuple_GET_ITEM(is_obs ? obs : fields, is_obs ? j - nf : j),
+                          is_obs ? j - nf : j, 0, n, nk * (is_obs ? w + 1 : w), &jobs[j],
+                          bs.fn, is_obs ? "obs" : "fields") < 0)
+            goto done;
+    }
+    int64_t n_ok, n_side = -1;
+    int tail = 0;
+    Py_BEGIN_ALLOW_THREADS
+    n_ok = draw_loop(&t, flat, m, p.width, cross != 0, min_len, keys, ext, nk);
+    if (n_ok == nk) {
+        plan_loop(&t, &p, &n_side, &tail);
+        for (Py_ssize_t j = 0; j < nf + no; j++)
+            copy_rows(jobs[j].s, j < nf ? p.steps : p.slots, jobs[j].o, jobs[j].n,
+                      jobs[j].row);
+    }
+    Py_END_ALLOW_THREADS
+    r = Py_BuildValue("(LLO)", (long long)n_ok, (long long)n_side,
+                      tail ? Py_True : Py_False);
+done:
     release(jobs, opened);
     bufs_release(&bs);
     return r;
@@ -1534,6 +1621,10 @@ static PyMethodDef windows_functions[] = {
     {"draw_plan", (PyCFunction)(void (*)(void))c_draw_plan, METH_FASTCALL,
      "draw_plan(link, bounds, written, counts, flat, cross, min_len, keys, ext, term, "
      "trunc, width, burn_in, slots, steps, flags, side) -> (n_ok, n_side, tail_only)"},
+    {"draw_take", (PyCFunction)(void (*)(void))c_draw_take, METH_FASTCALL,
+     "draw_take(link, bounds, written, counts, flat, cross, min_len, keys, ext, term, "
+     "trunc, width, burn_in, slots, steps, flags, side, fields, obs) -> (n_ok, n_side, "
+     "tail_only): draw_plan, then the rows of every field of the planned windows"},
     {"sync", (PyCFunction)(void (*)(void))c_sync, METH_FASTCALL,
      "sync(link, written, seen, bounds)"},
     {"window_plan", (PyCFunction)(void (*)(void))c_window_plan, METH_FASTCALL,

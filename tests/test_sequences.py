@@ -858,16 +858,16 @@ def test_an_interrupted_gather_gives_its_draws_back(monkeypatch: pytest.MonkeyPa
     if fast is None:
         pytest.skip("no fused kernels")
     buf, twin = short_episodes(5), short_episodes(5)
-    real = fast.draw_plan_into
+    real = fast.draw_take
 
     def interrupted(*args: Any) -> Any:
         real(*args)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(fast, "draw_plan_into", interrupted)
+    monkeypatch.setattr(fast, "draw_take", interrupted)
     with pytest.raises(KeyboardInterrupt):
         buf.sample_sequences(3, 2)
-    monkeypatch.setattr(fast, "draw_plan_into", real)
+    monkeypatch.setattr(fast, "draw_take", real)
     assert buf.sample_sequences(3, 2) == twin.sample_sequences(3, 2)
 
 

@@ -154,6 +154,39 @@ def test_draw_and_draw_plan_match_numpy(tab: Any, width: int, cross: bool, short
             assert twin[2] == got[2] and (twin[3] is None) == (got[3] is None)
             if got[3] is not None:
                 assert_plan(got[3], twin[3])
+        for module in (wc, wn):  # draw_take: the same plan, then the rows it names
+            if module is not None:
+                check_draw_take(module, link, b, written, counts, flat, cross, min_len, nb,
+                                term, trunc, width, burn_in, got)
+
+
+def check_draw_take(module: Any, link: Any, bounds: Any, written: Any, counts: Any,
+                    flat: Any, cross: bool, min_len: int, nb: int, term: Any, trunc: Any,
+                    width: int, burn_in: int, want: Any) -> None:
+    """``module.draw_take`` gives ``draw_plan``'s result ``want`` and gathers its rows:
+    a [T * lanes, 3] float32 field at the steps and a [T * lanes] int64 one at the
+    slots; nothing when no plan was written."""
+    n = link.size
+    f32 = np.arange(3 * n, dtype=np.float32).reshape(n, 3)
+    i64 = np.arange(n, dtype=np.int64) * 7 - 3
+    keys, ext = np.empty(nb, np.int64), np.empty(nb, np.int64)
+    slots, steps = np.empty((nb, width + 1), np.int64), np.empty((nb, width), np.int64)
+    flags, side = np.empty((7, nb, width), bool), np.empty((nb * width, 3), np.int64)
+    a = np.full((nb, width, 3), -1, np.float32)
+    o = np.full((nb, width + 1), -1, np.int64)
+    n_ok, n_side, tail = module.draw_take(link, bounds, written, counts, flat, cross,
+                                          min_len, keys, ext, term, trunc, width, burn_in,
+                                          slots, steps, flags, side, ((f32, a),), ((i64, o),))
+    np.testing.assert_array_equal(keys, want[0])
+    np.testing.assert_array_equal(ext, want[1])
+    assert n_ok == want[2]
+    if want[3] is None:
+        assert n_side == -1
+        assert (a == -1).all() and (o == -1).all()  # nothing gathered
+        return
+    assert_plan((slots, steps, flags, side[:n_side], tail), want[3])
+    np.testing.assert_array_equal(a, f32[steps])
+    np.testing.assert_array_equal(o, i64[slots])
 
 
 @SETTINGS
@@ -260,12 +293,15 @@ def test_bad_arguments_raise_before_writing() -> None:
     flags = np.zeros((7, 2, 2), bool)
     side = np.full((4, 3), -7, np.int64)
 
-    def draw_plan(**over: Any) -> Any:
+    def draw_plan(fields: Any = (), obs: Any = (), take: bool = False, **over: Any) -> Any:
+        """draw_plan, or draw_take with ``fields`` and ``obs`` (``take``)."""
         args = {"link": link, "bounds": None, "written": written, "counts": counts,
                 "flat": np.array([0, 1, 2]), "cross": False, "min_len": 2, "keys": keys,
                 "ext": ext, "term": term, "trunc": term, "width": 2, "burn_in": 0,
                 "slots": slots, "steps": steps, "flags": flags, "side": side}
         args.update(over)
+        if take:
+            return c.draw_take(*args.values(), fields, obs)
         return c.draw_plan(*args.values())
 
     cases = [
@@ -297,6 +333,25 @@ def test_bad_arguments_raise_before_writing() -> None:
     for over, exc in cases:
         with pytest.raises(exc):
             draw_plan(**over)
+        assert (keys == -7).all() and (ext == -7).all() and (slots == -7).all()
+        assert (steps == -7).all() and (side == -7).all() and not flags.any()
+    src = np.zeros((8, 2), np.float32)
+    take_cases = [
+        ({"fields": [(src, np.zeros((2, 2, 2), np.float32))]}, TypeError),  # not a tuple
+        ({"fields": ((src,),)}, TypeError),
+        ({"fields": ((src, np.zeros((2, 2, 3), np.float32)),)}, ValueError),  # out size
+        ({"obs": ((src, np.zeros((2, 2, 2), np.float32)),)}, ValueError),  # not [B, W + 1]
+        ({"fields": ((src[:7], np.zeros((2, 2, 2), np.float32)),)}, ValueError),  # rows
+        ({"fields": ((np.zeros((8, 1), object), np.zeros((2, 2, 1), object)),)},
+         ValueError),
+        ({"obs": ((src, np.zeros((2, 3, 2), np.float32)[:, ::-1]),)}, ValueError),
+    ]
+    for over, exc in [*cases, *take_cases]:
+        args = {"fields": (), "obs": ()}
+        args.update(over)
+        fields, obs = args.pop("fields"), args.pop("obs")
+        with pytest.raises(exc):
+            draw_plan(fields=fields, obs=obs, take=True, **args)
         assert (keys == -7).all() and (ext == -7).all() and (slots == -7).all()
         assert (steps == -7).all() and (side == -7).all() and not flags.any()
     assert draw_plan()[0] == 2  # the same call with good arguments writes

@@ -384,12 +384,14 @@ def _sample_fused(t: StepTable, lanes: LaneView, rng: np.random.Generator,
     saved = None if rewinds(rng) else rng.bit_generator.state
     flat, words = counted_ints(rng, req.available or lanes.size, bsz + bsz // 2 + 4)
     try:
-        out, keys, ext = draw_gather(fast, t, reads, flat, bsz, width, req.cross,
-                                     req.min_len, req.burn_in)
+        out, redraw = draw_gather(fast, t, reads, flat, bsz, width, req.cross, req.min_len,
+                                  req.burn_in)
         if out is not None:
             if not state_names:  # the usual batch: nothing to add
                 return SequenceBatch.own(out)
             return _finish(out, None, state_names)
+        assert redraw is not None  # no batch: the starts to redraw
+        keys, ext = redraw
         if saved is None:  # from here on a failure restores the state before the draw
             rewind(rng, words)
             saved = rng.bit_generator.state

@@ -10,7 +10,8 @@ and frame-stack plans, with the signatures of their numba twins.
 * :func:`nstep_windows` finds the n-step windows of a batch (their last steps, lengths
   and discounted returns) in one pass; its numpy oracle is
   :func:`replaybank.ops.nstep.nstep_windows`.
-* :func:`draw_plan`, :func:`draw_plan_into`, :func:`draw_windows`, :func:`sequence_plan`,
+* :func:`draw_plan`, :func:`draw_plan_into`, :func:`draw_take`, :func:`draw_windows`,
+  :func:`sequence_plan`,
   :func:`window_extent`, :func:`window_plan` and :func:`sync_boundaries` are the
   functions of :mod:`replaybank.ops.windows_numba` (same arguments, same results; the
   numpy oracles are named in their docstrings), and :func:`stack_plan`,
@@ -51,8 +52,8 @@ from replaybank.ops.windows import FLAG_NAMES, StackBuffers, stack_buffers
 # this layer: the package root above it is not imported for it
 _windows: Any = importlib.import_module("replaybank._windows")
 
-__all__ = ["FLAG_NAMES", "draw_plan", "draw_plan_into", "draw_windows", "sequence_plan",
-           "stack_buffers",
+__all__ = ["FLAG_NAMES", "draw_plan", "draw_plan_into", "draw_take", "draw_windows",
+           "sequence_plan", "stack_buffers",
            "stack_plan", "stack_slots", "stack_slots_counted", "sync_boundaries",
            "nstep_windows", "take_rows", "take_steps", "window_extent", "window_plan"]
 
@@ -80,6 +81,12 @@ nstep_windows: Any = _windows.nstep
 #: :func:`draw_plan` into the caller's arrays (same contract as
 #: :func:`replaybank.ops.windows_numba.draw_plan_into`; int64 counters and draws only).
 draw_plan_into: Any = _windows.draw_plan
+
+#: ``draw_take(link, bounds, written, counts, flat, cross, min_len, keys, ext, term, trunc,
+#: width, burn_in, slots, steps, flags, side, fields, obs) -> (n_valid, n_side,
+#: tail_only)``: :func:`draw_plan_into`, then the rows of the planned windows (same
+#: contract as :func:`replaybank.ops.windows_numba.draw_take`).
+draw_take: Any = _windows.draw_take
 
 _extent = _windows.extent
 _draw = _windows.draw

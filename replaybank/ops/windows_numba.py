@@ -3,7 +3,8 @@
 the fused kernels of the sequence fast path: :func:`draw_windows` (uniform draws ->
 checked window starts), :func:`sequence_plan` (slots, flags and side patches of sampled
 windows), :func:`draw_plan` (both in one call; :func:`draw_plan_into` writes into the
-caller's arrays) and :func:`sync_boundaries` (the
+caller's arrays, :func:`draw_take` gathers the windows' rows too) and
+:func:`sync_boundaries` (the
 lane-major episode-boundary bytes the scans read); their oracles are numpy
 compositions (see each docstring and ``tests/test_sequences.py``). The frame-stack
 kernels are in :mod:`replaybank.ops.stack_numba`.
@@ -21,14 +22,16 @@ Example:
 
 from __future__ import annotations
 
+from typing import Any
+
 import numba
 import numpy as np
 import numpy.typing as npt
 
 from replaybank.ops.windows import FLAG_NAMES
 
-__all__ = ["draw_plan", "draw_plan_into", "draw_windows", "r2d2_priority", "sequence_plan",
-           "sync_boundaries",
+__all__ = ["draw_plan", "draw_plan_into", "draw_take", "draw_windows", "r2d2_priority",
+           "sequence_plan", "sync_boundaries",
            "window_extent", "window_plan"]
 
 IntArray = npt.NDArray[np.int64]
@@ -415,6 +418,43 @@ def draw_plan_into(link: npt.NDArray[np.int32], bounds: npt.NDArray[np.uint8] | 
                                  int(min_len), term, trunc, int(burn_in), keys, ext, slots,
                                  steps, flags, side)
     return int(n), int(n_side), bool(tail)
+
+
+def draw_take(link: npt.NDArray[np.int32], bounds: npt.NDArray[np.uint8] | None,
+              written: IntArray, counts: IntArray, flat: IntArray, cross: bool,
+              min_len: int, keys: IntArray, ext: IntArray, term: BoolArray,
+              trunc: BoolArray, width: int, burn_in: int, slots: IntArray, steps: IntArray,
+              flags: BoolArray, side: IntArray, fields: tuple[tuple[Any, Any], ...],
+              obs: tuple[tuple[Any, Any], ...]) -> tuple[int, int, bool]:
+    """:func:`draw_plan_into`, then (when the plan was written) the rows of its windows:
+    ``out[...] = src[steps]`` for each ``(src, out)`` of ``fields`` (``out`` ``[B, W,
+    ...]``) and ``out[...] = src[slots]`` for each of ``obs`` (``out`` ``[B, W + 1,
+    ...]``: the obs and next_obs windows of one gather); ``src`` is a table field's flat
+    ``[T * lanes, ...]`` rows.
+
+    Returns:
+        As :func:`draw_plan_into`; nothing is gathered when ``n_side`` is -1.
+
+    Example:
+        >>> link = np.zeros((4, 1), np.int32); link[3, 0] = 1
+        >>> z = np.zeros(4, bool); keys, ext = np.empty(1, np.int64), np.empty(1, np.int64)
+        >>> slots, steps = np.empty((1, 3), np.int64), np.empty((1, 2), np.int64)
+        >>> flags, side = np.empty((7, 1, 2), bool), np.empty((2, 3), np.int64)
+        >>> src, out = np.arange(4.0), np.empty((1, 3))
+        >>> draw_take(link, None, np.array([4]), np.array([4]), np.array([3, 1]), False, 2,
+        ...           keys, ext, z, z, 2, 0, slots, steps, flags, side, (), ((src, out),))
+        (1, 0, True)
+        >>> out.tolist()
+        [[1.0, 2.0, 3.0]]
+    """
+    got = draw_plan_into(link, bounds, written, counts, flat, cross, min_len, keys, ext,
+                         term, trunc, width, burn_in, slots, steps, flags, side)
+    if got[1] >= 0:
+        for src, out in fields:
+            src.take(steps, axis=0, out=out)
+        for src, out in obs:
+            src.take(slots, axis=0, out=out)
+    return got
 
 
 @numba.njit(cache=True, nogil=True)

@@ -108,7 +108,7 @@ class _Layout:
     dtype, the observation bytes of a batch, and the plan's working arrays
     (``ext``, ``slots``, ``steps``, ``side``: never handed out), one set per thread."""
 
-    __slots__ = ("batch", "fields", "local", "obs", "obs_bytes", "width")
+    __slots__ = ("batch", "fields", "local", "obs", "obs_bytes", "srcs", "width")
 
     def __init__(self, reads: _FusedReads, batch: int, width: int) -> None:
         self.batch, self.width = batch, width
@@ -119,6 +119,9 @@ class _Layout:
         #: (name, next name, source, [B, W + 1, ...] shape, [B, W, ...] shape, dtype)
         self.obs = [(name, nname, arr, lead1 + row, lead + row, dt)
                     for name, nname, arr, row, dt in obs]
+        #: The sources of the fields and of the observation fields, in those orders.
+        self.srcs = (tuple(arr for _, arr, _, _ in fields),
+                     tuple(arr for _, _, arr, _, _ in obs))
         #: Observation bytes of a batch (:data:`_FUSED_BYTES` decides the gather).
         self.obs_bytes = batch * (width + 1) * reads.obs_row_bytes
         self.local = threading.local()
@@ -133,6 +136,7 @@ class _Layout:
                                      np.empty((b, w), np.int64),
                                      np.empty((b * w, 3), np.int64))
         return got
+
 
 #: Per live table (weakly keyed: the views never keep a dropped table's arrays alive).
 _READS: weakref.WeakKeyDictionary[Any, _FusedReads] = weakref.WeakKeyDictionary()
@@ -221,9 +225,9 @@ def gather_fused(fast: Any, t: Any, starts: IntArray, ext: IntArray, width: int,
 
 def draw_gather(fast: Any, t: Any, reads: _FusedReads, flat: IntArray, batch: int,
                 width: int, cross: bool, min_len: int, burn_in: int
-                ) -> tuple[dict[str, Any] | None, IntArray, IntArray]:
-    """The uniform draws ``flat`` mapped to window starts, checked, planned and gathered:
-    two compiled calls (``draw_plan_into``, then the row gather) and no other pass.
+                ) -> tuple[dict[str, Any] | None, tuple[IntArray, IntArray] | None]:
+    """The uniform draws ``flat`` mapped to window starts, checked, planned and gathered
+    in one compiled call (``draw_take``).
 
     Args:
         fast: The :mod:`replaybank.ops.windows_numba` module (or its C twin).
@@ -235,9 +239,9 @@ def draw_gather(fast: Any, t: Any, reads: _FusedReads, flat: IntArray, batch: in
             (:class:`~replaybank.samplers.windows.WindowRequest`).
 
     Returns:
-        ``(out, keys, ext)``: the batch fields (as :func:`gather_fused`) when ``B`` draws
-        were usable, else None with the usable starts first in ``keys`` and ``ext``
-        ``[B]`` (their own arrays), the rest to redraw.
+        ``(out, None)``: the batch fields (as :func:`gather_fused`) when ``B`` draws were
+        usable; else ``(None, (keys, ext))``, the usable starts first in ``keys`` and
+        ``ext`` ``[B]``, the rest to redraw.
 
     Example:
         >>> import numpy as np, replaybank as rb
@@ -248,29 +252,35 @@ def draw_gather(fast: Any, t: Any, reads: _FusedReads, flat: IntArray, batch: in
         ...             next_obs=np.full(1, i + 1, np.float32), terminated=False,
         ...             truncated=False)
         >>> t = buf.table
-        >>> out, keys, _ = draw_gather(windows_numba, t, fused_reads(t), np.array([1, 4]),
-        ...                            1, 3, False, 3, 0)
-        >>> keys.tolist(), out["obs"][0, :, 0].tolist()
+        >>> out, _ = draw_gather(windows_numba, t, fused_reads(t), np.array([1, 4]), 1, 3,
+        ...                      False, 3, 0)
+        >>> out["starts"].tolist(), out["obs"][0, :, 0].tolist()
         ([1], [1.0, 2.0, 3.0])
     """
     lay = reads.layout(batch, width)
     ext, slots, steps, side = lay.work()
     keys = np.empty(batch, np.int64)
     flags = np.empty((7, batch, width), np.bool_)  # [7, B, W]: windows.FLAG_NAMES
-    _, n_side, tail_only = fast.draw_plan_into(
+    outs = [np.empty(shape, dt) for _, _, shape, dt in lay.fields]  # [B, W, ...]
+    gs = [np.empty(shape1, dt) for _, _, _, shape1, _, dt in lay.obs]  # [B, W + 1, ...]
+    fields, obs = lay.srcs
+    _, n_side, tail_only = fast.draw_take(
         t.link, reads.boundaries(fast, t), t.written, t.counts, flat, cross, min_len, keys,
-        ext, reads.term, reads.trunc, width, burn_in, slots, steps, flags, side)
+        ext, reads.term, reads.trunc, width, burn_in, slots, steps, flags, side,
+        tuple(zip(fields, outs)), tuple(zip(obs, gs)))  # noqa: B905 - one each
     if n_side < 0:
-        return None, keys, ext.copy()
+        return None, (keys, ext.copy())
     return _gathered(t, lay, keys, ext, min_len >= width or int(ext.min()) >= width, slots,
-                     steps, flags, side[:n_side], tail_only), keys, ext
+                     steps, flags, side[:n_side], tail_only, (outs, gs)), None
 
 
 def _gathered(t: Any, lay: _Layout, starts: IntArray, ext: IntArray, full: bool,
               slots: IntArray, steps: IntArray, flags: Any, side: IntArray,
-              tail_only: bool) -> dict[str, Any]:
+              tail_only: bool, taken: Any = None) -> dict[str, Any]:
     """The fields of planned windows (:func:`gather_fused`); ``flags`` is ``[7, B, W]``
-    (an array, or a tuple of its rows), rows in the order of ``windows.FLAG_NAMES``."""
+    (an array, or a tuple of its rows), rows in the order of ``windows.FLAG_NAMES``.
+    ``taken``: the rows already gathered (:func:`draw_gather`), ``[B, W, ...]`` per field
+    and ``[B, W + 1, ...]`` per observation field, in the layout's orders."""
     width = lay.width
     # windows cut short (few per batch): (b, extent), zeroed by slices, cheaper than one
     # fancy-indexed assignment per field
@@ -282,7 +292,13 @@ def _gathered(t: Any, lay: _Layout, starts: IntArray, ext: IntArray, full: bool,
     out: dict[str, Any] = {}
     pairs: list[tuple[Any, Any]] = []  # per observation field: ([B, W + 1], None) when
     # shared, else (obs, next_obs) [B, W, ...]
-    if lay.obs_bytes >= _FUSED_BYTES:
+    if taken is not None:
+        outs, gs = taken
+        for (name, _, _, _), g in zip(lay.fields, outs):  # noqa: B905 - one each
+            out[name] = g
+        for g in gs:
+            pairs.append((g, None) if shared else (g[:, :width], g[:, 1:].copy()))
+    elif lay.obs_bytes >= _FUSED_BYTES:
         # a large batch: every field of every window in one C call (rows prefetched, no
         # GIL), a few per cent under one take per field
         jobs: list[tuple[Any, ...]] = []
