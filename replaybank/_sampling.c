@@ -239,17 +239,23 @@ typedef struct {
     uint64_t (*next_raw)(void *st);
 } bitgen_t;
 
-/* uniform(capsule, high, out) -> words: replaybank.ops.draws.uniform_ints's stream drawn
- * straight from the bit generator (the raw words its random_raw returns, in rounds of
- * round_words words, each round read whole), into out [size] int64. The caller holds the
- * bit generator's lock. Returns the raw words read. */
+/* uniform(capsule, high, out[, offset]) -> words: replaybank.ops.draws.uniform_ints's
+ * stream drawn straight from the bit generator (the raw words its random_raw returns, in
+ * rounds of round_words words, each round read whole), plus offset, into out [size]
+ * int64. The caller holds the bit generator's lock. Returns the raw words read. */
 static PyObject *
 sampling_uniform(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)mod;
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "uniform(capsule, high, out)");
+    if (nargs != 3 && nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "uniform(capsule, high, out[, offset])");
         return NULL;
+    }
+    long long offset = 0;
+    if (nargs == 4) {
+        offset = PyLong_AsLongLong(args[3]);
+        if (offset == -1 && PyErr_Occurred())
+            return NULL;
     }
     bitgen_t *bg = (bitgen_t *)PyCapsule_GetPointer(args[0], "BitGenerator");
     if (bg == NULL)
@@ -257,8 +263,10 @@ sampling_uniform(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
     unsigned long long high = PyLong_AsUnsignedLongLong(args[1]);
     if (high == (unsigned long long)-1 && PyErr_Occurred())
         return NULL;
-    if (high < 1 || high > (1ULL << 63)) {
-        PyErr_SetString(PyExc_ValueError, "uniform: need 1 <= high <= 2**63");
+    if (high < 1 || high > (1ULL << 63)
+            || (offset > 0 && high - 1 > (unsigned long long)(INT64_MAX - offset))) {
+        PyErr_SetString(PyExc_ValueError, "uniform: need 1 <= high <= 2**63 and offset + high "
+                        "- 1 inside int64");
         return NULL;
     }
     Arr a[1];
@@ -280,7 +288,7 @@ sampling_uniform(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
                 for (int half = 0; half < 2 && n < size; half++) {
                     uint64_t x = half ? w >> 32 : w & low32, p = x * h;
                     if ((p & low32) >= thresh)
-                        out[n++] = (int64_t)(p >> 32);
+                        out[n++] = (int64_t)(p >> 32) + offset;
                 }
             }
         }
@@ -293,7 +301,7 @@ sampling_uniform(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
             for (Py_ssize_t i = 0; i < q; i++) {
                 uint64_t v = bg->next_raw(bg->state) & mask;
                 if (v < high && n < size)
-                    out[n++] = (int64_t)v;
+                    out[n++] = (int64_t)(v + (uint64_t)offset);
             }
         }
     }

@@ -1152,7 +1152,8 @@ done:
  * Every field of a batch of steps and each observation field's next observation, in one
  * call (StepTable.gather_transitions; its numpy path is the oracle). slots [B] int64 are
  * storage slots of the flat table, each in [0, 2n) with n = len(link) (one wrap allowed,
- * as ndarray.take(mode="wrap") does for the slots of live keys); link [n] int32 is the
+ * as ndarray.take(mode="wrap") does for the slots of live keys), after an optional sixth
+ * argument base (>= 0) is subtracted from each; link [n] int32 is the
  * table's flat link (side slot + 1 where a step's next observation is kept aside, else
  * 0). fields: (src, out) pairs, out[i] = src[slot_i] (src [n, ...]); nexts: (src, side,
  * out) triples, out[i] = side[link[slot_i] - 1] where link[slot_i] > 0, else
@@ -1225,7 +1226,7 @@ static PyObject *
 c_take_steps(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
-    if (!nargs_ok(nargs, 5, "take_steps"))
+    if (nargs != 6 && !nargs_ok(nargs, 5, "take_steps"))
         return NULL;
     Bufs bs = {.n = 0, .fn = "take_steps"};
     Job jobs[MAXSTEPJOBS];
@@ -1234,7 +1235,9 @@ c_take_steps(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     PyObject *r = NULL;
     void *p;
     Py_ssize_t b, n;
-    long long lanes;
+    long long lanes, base = 0;
+    if (nargs == 6 && get_int(args[5], "take_steps", "base", 0, &base) < 0)
+        return NULL;
     if (open_arr(&bs, args[0], "slots", K_I64, 0, 0, &p, &b) < 0)
         return NULL;
     const int64_t *slots = p;
@@ -1284,8 +1287,8 @@ c_take_steps(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     int32_t bad_link = 0;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < b; i++) {
-        int64_t s = slots[i];
-        if (s < 0 || s >= 2 * (int64_t)n) {
+        int64_t s = slots[i] - base;  /* base <= 2**63 - 1 and slots[i] >= 0 checked: */
+        if (slots[i] < 0 || s < 0 || s >= 2 * (int64_t)n) {  /* no overflow */
             bad = i;
             break;
         }
@@ -1315,9 +1318,9 @@ c_take_steps(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     Py_END_ALLOW_THREADS
     if (bad >= 0) {
         if (bad_link == 0)
-            PyErr_Format(PyExc_IndexError, "replaybank._windows.take_steps: slot %lld is "
-                         "out of bounds for %zd slots (one wrap allowed)",
-                         (long long)slots[bad], n);
+            PyErr_Format(PyExc_IndexError, "replaybank._windows.take_steps: slot %lld "
+                         "(base %lld) is out of bounds for %zd slots (one wrap allowed)",
+                         (long long)slots[bad], base, n);
         else
             PyErr_Format(PyExc_IndexError, "replaybank._windows.take_steps: link %d at slot "
                          "%lld points outside the side store's %zd rows", (int)bad_link,
@@ -1635,7 +1638,7 @@ static PyMethodDef windows_functions[] = {
      "nstep(slots, lanes, link, weights, rewards, last, length, returns): the n-step "
      "windows of a batch: last slots, lengths and discounted returns"},
     {"take_steps", (PyCFunction)(void (*)(void))c_take_steps, METH_FASTCALL,
-     "take_steps(slots, lanes, link, fields, nexts) -> n_side: every field of a batch of "
+     "take_steps(slots, lanes, link, fields, nexts[, base]) -> n_side: every field of a batch of "
      "steps and their next observations (fields: (src, out); nexts: (src, side, out))"},
     {NULL, NULL, 0, NULL},
 };

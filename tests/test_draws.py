@@ -65,10 +65,12 @@ def test_calls_continue_the_generator_stream() -> None:
     assert first.tolist() != second.tolist()
 
 
-@pytest.mark.parametrize(("high", "size"), [(0, 3), (2**63 + 1, 3), (5, -1)])
-def test_bad_arguments_raise(high: int, size: int) -> None:
+@pytest.mark.parametrize(("high", "size", "offset"),
+                         [(0, 3, 0), (2**63 + 1, 3, 0), (5, -1, 0), (5, 3, 2**63 - 4),
+                          (5, 3, -(2**63) - 1)])
+def test_bad_arguments_raise(high: int, size: int, offset: int) -> None:
     with pytest.raises(ValueError, match="uniform_ints"):
-        draws.uniform_ints(np.random.default_rng(0), high, size)
+        draws.uniform_ints(np.random.default_rng(0), high, size, offset=offset)
 
 
 def test_uniform_sampler_draws_this_stream() -> None:
@@ -123,9 +125,10 @@ def test_compiled_draw_reads_the_words_random_raw_reads(high: int, size: int, se
     if buffered:  # a uint32 draw leaves half a word buffered, which raw words must not touch
         a.integers(0, 7, dtype=np.uint32)
         b.integers(0, 7, dtype=np.uint32)
-    got, words = draws.counted_ints(a, high, size)
+    offset = (1 << 63) - high if seed % 3 == 0 else -seed  # the largest offset, or below 0
+    got, words = draws.counted_ints(a, high, size, offset=offset)
     want, want_words = draws.counted_ints(b, high, size, kernel=draws.map_raw)
-    assert got.tolist() == want.tolist() and words == want_words
+    assert (got - offset).tolist() == want.tolist() and words == want_words
     assert same_state(a, b)
     assert a.integers(0, 100, size=5, dtype=np.uint32).tolist() == \
         b.integers(0, 100, size=5, dtype=np.uint32).tolist()

@@ -155,15 +155,19 @@ def _steps_outs(b: int, srcs: list[Any], n_obs: int) -> tuple[list[Any], list[An
 
 
 @settings(max_examples=80, deadline=None)
-@given(seed=st.integers(0, 2**16))
-def test_take_steps_matches_the_numpy_oracle_and_a_loop(seed: int) -> None:
+@given(seed=st.integers(0, 2**16), base=st.sampled_from([None, 0, 1, 7, 2**40]))
+def test_take_steps_matches_the_numpy_oracle_and_a_loop(seed: int, base: int | None) -> None:
+    """``base`` (when given) is added to the slots passed and subtracted by the kernels."""
     slots, lanes, link, srcs, sides = _steps_case(np.random.default_rng(seed))
     n, b, n_obs = len(link), len(slots), len(sides)
     got = []
     for take in (wc.take_steps, windows.take_steps):
         outs, nxts = _steps_outs(b, srcs, n_obs)
-        n_side = take(slots, lanes, link, tuple(zip(srcs, outs, strict=True)),
-                      tuple(zip(srcs, sides, nxts, strict=False)))
+        args = (tuple(zip(srcs, outs, strict=True)), tuple(zip(srcs, sides, nxts, strict=False)))
+        if base is None:
+            n_side = take(slots, lanes, link, *args)
+        else:
+            n_side = take(slots + base, lanes, link, *args, base)
         got.append((n_side, outs, nxts))
     want_side = 0
     for i, slot in enumerate(slots.tolist()):
@@ -202,6 +206,14 @@ def test_take_steps_checks_everything_before_copying(take: Any) -> None:
         assert not out.any() and not nxt.any()  # nothing was copied
     with pytest.raises(ValueError, match="lanes"):
         call([0, 1], lanes=7)
+    for slots, base in (([5, 6], 6), ([17, 30], 5)):  # below the base, past one wrap
+        with pytest.raises(IndexError):
+            take(np.asarray(slots, np.int64), 1, link, ((src, out),), ((src, side, nxt),),
+                 base)
+        assert not out.any() and not nxt.any()
+    if take is wc.take_steps:
+        with pytest.raises(ValueError, match="base"):
+            take(np.array([0, 1]), 1, link, ((src, out),), ((src, side, nxt),), -1)
 
 
 def test_take_steps_refuses_objects_and_the_table_still_serves_them() -> None:

@@ -451,8 +451,8 @@ class ReplayBuffer:
         """
         locked = self._guard.enter()
         try:
-            parts = self._parts if self._parts.sampler is self.sampler \
-                and self._parts.view is self.view else self._current_parts()
+            parts = self._parts if self._parts.sampler is self._sampler \
+                and self._parts.view is self._view else self._current_parts()
             batch = self._store.sample(parts, self._rng, batch_size, replace, kwargs)
             self._samples += 1
             if self._samples & (self._samples - 1) == 0 and self._check_autoreset:

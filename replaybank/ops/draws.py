@@ -116,34 +116,38 @@ def _direct() -> Any:
     return module.uniform if name == "c" else None
 
 
-def uniform_ints(rng: np.random.Generator, high: int, size: int,
-                 kernel: Any = None) -> IntArray:
-    """``size`` independent, exactly uniform int64 values in ``[0, high)``.
+def uniform_ints(rng: np.random.Generator, high: int, size: int, kernel: Any = None,
+                 offset: int = 0) -> IntArray:
+    """``size`` independent, exactly uniform int64 values in ``[offset, offset + high)``.
 
     Args:
         rng: The generator; only its bit generator's raw output is read.
-        high: Exclusive upper bound, ``1 <= high <= 2**63``.
+        high: Exclusive upper bound of the draws, ``1 <= high <= 2**63``.
         size: Number of values (``>= 0``).
         kernel: A :func:`map_raw`-compatible mapper; default the C kernel where built,
             else numba's when numba imports, else :func:`map_raw`.
+        offset: Added to every draw (e.g. a lane's oldest live key), in the same pass.
 
     Returns:
         ``[size]`` int64.
 
     Raises:
-        ValueError: ``high`` or ``size`` out of range.
+        ValueError: ``high`` or ``size`` out of range, or ``offset + high - 1`` beyond
+            int64.
 
     Example:
         >>> a = uniform_ints(np.random.default_rng(3), 6, 4)
         >>> b = uniform_ints(np.random.default_rng(3), 6, 4, kernel=map_raw)
         >>> a.tolist() == b.tolist(), bool(np.all((a >= 0) & (a < 6)))
         (True, True)
+        >>> (uniform_ints(np.random.default_rng(3), 6, 4, offset=100) - 100).tolist() == a.tolist()
+        True
     """
-    return counted_ints(rng, high, size, kernel)[0]
+    return counted_ints(rng, high, size, kernel, offset)[0]
 
 
-def counted_ints(rng: np.random.Generator, high: int, size: int,
-                 kernel: Any = None) -> tuple[IntArray, int]:
+def counted_ints(rng: np.random.Generator, high: int, size: int, kernel: Any = None,
+                 offset: int = 0) -> tuple[IntArray, int]:
     """:func:`uniform_ints` and the raw words it read from the bit generator (what
     :func:`rewind` puts back).
 
@@ -153,16 +157,16 @@ def counted_ints(rng: np.random.Generator, high: int, size: int,
         >>> v.tolist() == uniform_ints(np.random.default_rng(3), 6, 4).tolist(), words
         (True, 4)
     """
-    if not 1 <= high <= 1 << 63 or size < 0:
-        raise ValueError(f"uniform_ints(high={high}, size={size}): need 1 <= high <= 2**63 "
-                         "and size >= 0")
+    if not 1 <= high <= 1 << 63 or size < 0 or not -(1 << 63) <= offset <= (1 << 63) - high:
+        raise ValueError(f"uniform_ints(high={high}, size={size}, offset={offset}): need "
+                         "1 <= high <= 2**63, size >= 0 and offset + high - 1 inside int64")
     out = np.empty(size, np.int64)
     if kernel is None:
         direct = _direct()
         if direct is not None:  # the same rounds, read through the generator's C interface
             bits = rng.bit_generator
             with bits.lock:  # as random_raw: one thread draws from a generator at a time
-                return out, direct(bits.capsule, high, out)
+                return out, direct(bits.capsule, high, out, offset)
     mapper = _kernel() if kernel is None else kernel
     random_raw = rng.bit_generator.random_raw
     done = words = 0
@@ -170,6 +174,8 @@ def counted_ints(rng: np.random.Generator, high: int, size: int,
         q = round_words(high, size - done)
         words += q
         done = mapper(random_raw(q), high, out, done)
+    if offset:
+        out += offset
     return out, words
 
 

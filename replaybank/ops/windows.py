@@ -510,7 +510,7 @@ def r2d2_priority(td_errors: FloatArray, mask: BoolArray, eta: float) -> FloatAr
 
 def take_steps(slots: npt.NDArray[np.int64], lanes: int, link: npt.NDArray[np.int32],
                fields: tuple[tuple[Any, Any], ...],
-               nexts: tuple[tuple[Any, Any, Any], ...]) -> int:
+               nexts: tuple[tuple[Any, Any, Any], ...], base: int = 0) -> int:
     """Every field of a batch of steps and each observation field's next observation.
 
     The oracle of the C kernel :func:`replaybank.ops.windows_c.take_steps` (one call for
@@ -528,6 +528,9 @@ def take_steps(slots: npt.NDArray[np.int64], lanes: int, link: npt.NDArray[np.in
             ``out`` ``[B, *shape]``.
         nexts: ``(src, side, out)`` triples: ``out[i] = side[link[slot_i] - 1]`` where
             ``link[slot_i] > 0``, else ``src[(slot_i + lanes) mod n]``.
+        base: Subtracted from every entry of ``slots`` first (so the item keys of one
+            lane are slots: ``key - base`` with ``base`` a multiple of ``n`` at or below
+            the oldest key; no subtraction pass of its own).
 
     Returns:
         How many next observations came from the side store.
@@ -562,6 +565,8 @@ def take_steps(slots: npt.NDArray[np.int64], lanes: int, link: npt.NDArray[np.in
         if side.shape[0] and side.nbytes // side.shape[0] != src.nbytes // n:
             raise ValueError(f"take_steps: nexts[{j}]: side rows must hold as many bytes as "
                              "src's")
+    if base:
+        slots = slots - base
     if b and (int(slots.min()) < 0 or int(slots.max()) >= 2 * n):
         raise IndexError(f"take_steps: a slot is out of bounds for {n} slots (one wrap "
                          "allowed)")

@@ -53,10 +53,7 @@ def one_lane_keys(batch_size: Any, written: IntArray, counts: IntArray,
     size = counts.item(0)
     if type(batch_size) is not int or not 0 < batch_size <= LARGE_BATCH or size <= 0:
         batch_size = check_batch_size(batch_size, size, True)
-    low = written.item(0) - size
-    keys = uniform_ints(rng, size, batch_size)
-    keys += low
-    return keys
+    return uniform_ints(rng, size, batch_size, offset=written.item(0) - size)
 
 
 class UniformSampler(StatelessSampler):
