@@ -879,3 +879,36 @@ def test_a_stored_field_named_as_an_initial_state_is_refused_before_drawing() ->
         buf.sample_sequences(2, 2)
     assert buf.rng.bit_generator.state == before
     assert buf.sample_sequences(2, 2, state_fields=[]).obs.shape == (2, 2, 1)
+
+
+def test_threads_sampling_one_table_get_their_own_windows() -> None:
+    """The fused path keeps its plan's working arrays per thread: two threads drawing
+    windows of one table at once (the module function, outside any buffer lock; the C
+    calls release the GIL) each get windows of their own starts."""
+    import threading
+
+    from replaybank.buffers.sequences import sample_sequences
+
+    buf = rb.ReplayBuffer(capacity=4096, seed=0)
+    for t in range(3000):
+        buf.add(obs=np.full(3, t, np.float32), action=0, reward=0.0,
+                next_obs=np.full(3, t + 1, np.float32), terminated=False, truncated=False)
+    table, lanes, traits = buf.table, buf.lane_view(), buf.sampler_traits
+    bad: list[str] = []
+
+    def draw(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        for _ in range(300):
+            sb = sample_sequences(table, lanes, rng, traits, 32, 40)
+            want = sb.starts[:, None] + np.arange(40)  # obs t holds t (one lane)
+            if not (np.array_equal(sb.obs[..., 0], want)
+                    and np.array_equal(sb.next_obs[..., 0], want + 1)):
+                bad.append(f"seed {seed}")
+                return
+
+    threads = [threading.Thread(target=draw, args=(s,)) for s in range(3)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not bad

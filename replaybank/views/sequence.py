@@ -101,6 +101,7 @@ class _FusedReads:
 
 _UNSEEN = 2**62  # a "written" no lane reaches: the next sync recomputes the lane whole
 _LAYOUTS = 8  # batch shapes whose layout a table keeps
+_KEPT_WORK = 1 << 20  # bytes of a layout's working arrays kept between calls, per thread
 
 
 class _Layout:
@@ -127,14 +128,17 @@ class _Layout:
         self.local = threading.local()
 
     def work(self) -> tuple[IntArray, IntArray, IntArray, IntArray]:
-        """This thread's ``(ext [B], slots [B, W + 1], steps [B, W], side [B * W, 3])``."""
+        """This thread's ``(ext [B], slots [B, W + 1], steps [B, W], side [B * W, 3])``:
+        kept between calls when they are small (:data:`_KEPT_WORK` bytes at most), new
+        ones for a large batch (which would otherwise hold their memory)."""
         try:
             got: tuple[IntArray, IntArray, IntArray, IntArray] = self.local.work
         except AttributeError:
             b, w = self.batch, self.width
-            got = self.local.work = (np.empty(b, np.int64), np.empty((b, w + 1), np.int64),
-                                     np.empty((b, w), np.int64),
-                                     np.empty((b * w, 3), np.int64))
+            got = (np.empty(b, np.int64), np.empty((b, w + 1), np.int64),
+                   np.empty((b, w), np.int64), np.empty((b * w, 3), np.int64))
+            if sum(a.nbytes for a in got) <= _KEPT_WORK:
+                self.local.work = got
         return got
 
 
