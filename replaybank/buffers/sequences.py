@@ -34,12 +34,14 @@ usually saves the redraw rounds. A prioritized sampler's beta schedule advances 
 call: beta is resolved once and passed to every redraw round.
 
 Speed: with numpy storage (``KERNEL = "auto"``), the uniform sampler's draw is mapped to
-starts, checked and selected, and the slots, flags and side patches of the kept starts
-computed, in one compiled call (``draw_plan`` of :mod:`~replaybank.ops.windows_c`, in C
-where built, else of :mod:`~replaybank.ops.windows_numba`: no JIT on the C path, so the
-first call of a process does not import numba; other samplers and redraw rounds use
-``draw_windows`` and ``sequence_plan`` of the same module); the data of every field is
-then gathered in one call (:func:`~replaybank.ops.windows.take_rows`, in C where built).
+starts, checked and selected, the slots, flags and side patches of the kept starts
+computed, and the rows of every field gathered, in one compiled call (``draw_take`` of
+:mod:`~replaybank.ops.windows_c`, in C where built, else of
+:mod:`~replaybank.ops.windows_numba`: no JIT on the C path, so the first call of a
+process does not import numba; other samplers and redraw rounds use ``draw_windows``,
+``sequence_plan`` and :func:`~replaybank.ops.windows.take_rows`). Where the generator
+can put its raw words back (PCG64, the default: :func:`~replaybank.ops.draws.rewind`),
+that call does not save the generator's state first; a failure gives the words back.
 The batches are identical to the numpy path's (``KERNEL = "numpy"``, used for other
 storages too).
 
@@ -207,8 +209,8 @@ def sample_sequences(
         EmptyBufferError: The buffer holds no window of the required length.
 
     A call that raises changes no state: arguments are checked before anything is drawn,
-    and when redraws fail late the generator state (saved before the draw) and the beta
-    schedule are restored.
+    and when redraws fail late the generator state (saved before the draw, or its raw
+    words put back) and the beta schedule are restored.
 
     Example:
         >>> import numpy as np
@@ -375,8 +377,9 @@ def _sample_fused(t: StepTable, lanes: LaneView, rng: np.random.Generator,
                   traits: SamplerTraits, req: WindowRequest, fast: Any, reads: Any,
                   state_names: list[str]) -> SequenceBatch:
     """:func:`draw_windows` of the uniform sampler with the fused kernels: its draw (as
-    :func:`~replaybank.samplers.windows.draw_starts`) checked, planned and gathered in two
-    compiled calls. Where the generator can put raw words back (:func:`rewinds`), its
+    :func:`~replaybank.samplers.windows.draw_starts`), then the starts checked, planned and
+    gathered in one compiled call (:func:`~replaybank.views.sequence.draw_gather`). Where
+    the generator can put raw words back (:func:`~replaybank.ops.draws.rewinds`), its
     state is not saved first: a call that fails gives back the words it drew. Only when
     fewer than ``B`` draws are usable (the redraws may find none) is the state before the
     draw saved."""
