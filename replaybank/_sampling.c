@@ -10,6 +10,8 @@
  *   map_raw        replaybank/ops/draws.py, map_raw (exact uniform ints from raw words)
  *   uniform        replaybank/ops/draws.py, uniform_ints: the same rounds of raw words,
  *                  read from the bit generator's C interface (its capsule) in one call
+ *   lane_keys      replaybank/ops/ring.py, uniform_keys (flat positions -> item keys)
+ *   key_slots      replaybank/ops/ring.py, key_to_slot (item keys -> storage slots)
  *   find           replaybank/ops/sumtree.py, find (descent of the k-ary sum tree)
  *   update_pair    replaybank/ops/sumtree.py, update_pair (sum tree + its min tree)
  *   sample         replaybank/samplers/prioritized.py, PrioritizedSampler.sample's
@@ -307,6 +309,128 @@ sampling_uniform(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
     }
     release(a, 1);
     return PyLong_FromLongLong(words);
+}
+
+/* ------------------------------------------------------------------ keys and slots */
+
+/* lane_keys(flat, written, counts, out) -> bool: replaybank.ops.ring.uniform_keys, the
+ * item key of each flat position in [0, sum(counts)) (lanes in order, each oldest to
+ * newest), into out [B] int64. False (nothing written) where a value is out of range: the
+ * caller then takes the numpy function, which gives its own answer or error. */
+static PyObject *
+sampling_lane_keys(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)mod;
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "lane_keys(flat, written, counts, out)");
+        return NULL;
+    }
+    Arr a[4];
+    memset(a, 0, sizeof a);
+    PyObject *r = NULL;
+    if (get_arr(args[0], &a[0], 'i', 0, "flat") < 0 || get_arr(args[1], &a[1], 'i', 0, "written") < 0
+        || get_arr(args[2], &a[2], 'i', 0, "counts") < 0 || get_arr(args[3], &a[3], 'i', 1, "out") < 0)
+        goto done;
+    const int64_t *flat = a[0].view.buf, *written = a[1].view.buf, *counts = a[2].view.buf;
+    int64_t *out = a[3].view.buf;
+    Py_ssize_t b = count(&a[0]), lanes = count(&a[1]);
+    if (count(&a[2]) != lanes || count(&a[3]) != b) {
+        PyErr_SetString(PyExc_ValueError, "lane_keys: counts must match written, out flat");
+        goto done;
+    }
+    if (lanes < 1 || lanes > 4096) {
+        r = Py_NewRef(Py_False);
+        goto done;
+    }
+    int64_t starts[4097], total = 0;
+    int equal = 1;
+    for (Py_ssize_t l = 0; l < lanes; l++) {  /* live ranges sane, keys inside int64 */
+        int64_t w = written[l], c = counts[l];
+        if (c < 0 || w < c || w > ((int64_t)1 << 62) / lanes) {
+            r = Py_NewRef(Py_False);
+            goto done;
+        }
+        starts[l] = total;
+        total += c;
+        equal &= c == counts[0];
+    }
+    starts[lanes] = total;
+    for (Py_ssize_t i = 0; i < b; i++) {
+        if (flat[i] < 0 || flat[i] >= total) {
+            r = Py_NewRef(Py_False);
+            goto done;
+        }
+    }
+    int64_t c0 = counts[0];
+    for (Py_ssize_t i = 0; i < b; i++) {
+        int64_t p = flat[i], lane;
+        if (equal) {  /* synchronous vector envs: every lane equally full */
+            lane = p / c0;
+        } else {  /* the last lane whose start is at or below p, as searchsorted - 1 */
+            Py_ssize_t lo = 0, hi = lanes;  /* starts[lo] <= p < starts[hi] */
+            while (hi - lo > 1) {
+                Py_ssize_t mid = (lo + hi) / 2;
+                if (starts[mid] <= p)
+                    lo = mid;
+                else
+                    hi = mid;
+            }
+            lane = lo;
+        }
+        int64_t seq = written[lane] - counts[lane] + (p - starts[lane]);
+        out[i] = seq * lanes + lane;
+    }
+    r = Py_NewRef(Py_True);
+done:
+    release(a, 4);
+    return r;
+}
+
+/* key_slots(keys, lanes, T, out) -> bool: replaybank.ops.ring.key_to_slot, the storage
+ * slot (key // lanes % T) * lanes + key % lanes of each key, into out [B] int64. False
+ * (nothing written) where a key is negative (numpy's floor division is then the rule). */
+static PyObject *
+sampling_key_slots(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)mod;
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "key_slots(keys, lanes, T, out)");
+        return NULL;
+    }
+    long long lanes = PyLong_AsLongLong(args[1]), T = PyLong_AsLongLong(args[2]);
+    if (PyErr_Occurred())
+        return NULL;
+    if (lanes < 1 || T < 1) {
+        PyErr_SetString(PyExc_ValueError, "key_slots: need lanes >= 1 and T >= 1");
+        return NULL;
+    }
+    Arr a[2];
+    memset(a, 0, sizeof a);
+    PyObject *r = NULL;
+    if (get_arr(args[0], &a[0], 'i', 0, "keys") < 0 || get_arr(args[3], &a[1], 'i', 1, "out") < 0)
+        goto done;
+    const int64_t *keys = a[0].view.buf;
+    int64_t *out = a[1].view.buf;
+    Py_ssize_t b = count(&a[0]);
+    if (count(&a[1]) != b) {
+        PyErr_SetString(PyExc_ValueError, "key_slots: out must match keys");
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < b; i++) {
+        if (keys[i] < 0) {
+            r = Py_NewRef(Py_False);
+            goto done;
+        }
+    }
+    const int64_t L = lanes, TT = T;
+    for (Py_ssize_t i = 0; i < b; i++) {
+        int64_t seq = keys[i] / L;
+        out[i] = (seq % TT) * L + (keys[i] - seq * L);
+    }
+    r = Py_NewRef(Py_True);
+done:
+    release(a, 2);
+    return r;
 }
 
 /* ------------------------------------------------------------------ the sum tree */
@@ -853,6 +977,10 @@ sampling_valid_update(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
 static PyMethodDef sampling_functions[] = {
     {"map_raw", (PyCFunction)(void (*)(void))sampling_map_raw, METH_FASTCALL,
      "map_raw(raw, high, out, start) -> int: replaybank.ops.draws.map_raw in C."},
+    {"lane_keys", (PyCFunction)(void (*)(void))sampling_lane_keys, METH_FASTCALL,
+     "lane_keys(flat, written, counts, out) -> bool: replaybank.ops.ring.uniform_keys in C."},
+    {"key_slots", (PyCFunction)(void (*)(void))sampling_key_slots, METH_FASTCALL,
+     "key_slots(keys, lanes, T, out) -> bool: replaybank.ops.ring.key_to_slot in C."},
     {"uniform", (PyCFunction)(void (*)(void))sampling_uniform, METH_FASTCALL,
      "uniform(capsule, high, out) -> words: uniform_ints's stream from the bit generator."},
     {"find", (PyCFunction)(void (*)(void))sampling_find, METH_FASTCALL,

@@ -6,6 +6,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import replaybank as rb
 from replaybank.errors import CapacityError, DtypeError, SpecError
@@ -197,6 +199,31 @@ def test_ring_against_loops(seed: int) -> None:
     loop = [(int(w2[lane] - eq[lane]) + p) * lanes + lane
             for lane in range(lanes) for p in range(int(eq[lane]))]
     assert ring.uniform_keys(np.arange(int(eq.sum())), w2, eq).tolist() == loop
+
+
+@settings(max_examples=150, deadline=None)
+@given(seed=st.integers(0, 2**32), lanes=st.integers(1, 40), T=st.integers(1, 60),
+       equal=st.booleans())
+def test_keys_and_slots_match_numpy_formulas(seed: int, lanes: int, T: int,  # noqa: N803
+                                             equal: bool) -> None:
+    """uniform_keys and key_to_slot (one C pass where built) against their numpy formulas,
+    lanes equally full or not; negative keys follow numpy's floor division."""
+    rng = np.random.default_rng(seed)
+    written, counts = random_lanes(rng, T, lanes)
+    if equal:
+        counts[:] = counts.min()
+    total = int(counts.sum())
+    if total:
+        flat = rng.integers(0, total, size=int(rng.integers(0, 300))).astype(np.int64)
+        starts = ring.lane_offsets(counts)
+        lane = np.searchsorted(starts, flat, side="right") - 1
+        want = (written[lane] - counts[lane] + flat - starts[lane]) * lanes + lane
+        assert ring.uniform_keys(flat, written, counts).tolist() == want.tolist()
+    keys = np.concatenate([rng.integers(0, 2**40, 50), rng.integers(-50, 0, 3)])
+    keys = keys.astype(np.int64)
+    for k in (keys[:50], keys):  # all >= 0 (C), and with negatives (numpy)
+        assert ring.key_to_slot(k, T, lanes).tolist() == \
+            (k // lanes % T * lanes + k % lanes).tolist()
 
 
 # --------------------------------------------------------------------------- memory check

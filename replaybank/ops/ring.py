@@ -13,7 +13,9 @@ Two integer names for a stored step:
   ``batch.indices`` are keys, so a key whose step was overwritten is detectably stale.
   Before the ring wraps, keys equal slots.
 
-Every function here is pure and vectorised over numpy arrays.
+Every function here is pure and vectorised over numpy arrays; :func:`uniform_keys` and
+:func:`key_to_slot`, on every sample's path, run as one C pass where the C kernels are
+built (``replaybank._sampling``; these numpy bodies are their oracles).
 
 Example:
     >>> import numpy as np
@@ -30,10 +32,13 @@ Example:
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+
+from replaybank.ops.jit import pick_kernel
 
 __all__ = [
     "is_live",
@@ -48,6 +53,14 @@ __all__ = [
 IntArray = npt.NDArray[np.int64]
 
 
+@cache
+def _compiled() -> Any:
+    """The C twins of :func:`uniform_keys` and :func:`key_to_slot`
+    (``replaybank._sampling``), or None where the C kernels are not loaded."""
+    module, name = pick_kernel("auto", None, None, None, "ring", compiled="replaybank._sampling")
+    return module if name == "c" else None
+
+
 def key_to_seq(keys: IntArray, lanes: int) -> tuple[IntArray, IntArray]:
     """Split item keys into (sequence number, lane)."""
     keys = np.asarray(keys, dtype=np.int64)
@@ -60,7 +73,18 @@ def seq_to_slot(seq: IntArray, lane: IntArray, T: int, lanes: int) -> IntArray: 
 
 
 def key_to_slot(keys: IntArray, T: int, lanes: int) -> IntArray:  # noqa: N803
-    """Storage slot of item keys."""
+    """Storage slot of item keys (in one C pass where built, for keys >= 0).
+
+    Example:
+        >>> key_to_slot(np.array([0, 5, 13]), T=4, lanes=2).tolist()
+        [0, 5, 5]
+    """
+    c = _compiled()
+    if c is not None and type(keys) is np.ndarray and keys.dtype == np.int64 \
+            and keys.flags.c_contiguous:
+        out = np.empty(keys.shape, np.int64)
+        if c.key_slots(keys, lanes, T, out):
+            return out
     seq, lane = key_to_seq(keys, lanes)
     return seq_to_slot(seq, lane, T, lanes)
 
@@ -116,6 +140,12 @@ def uniform_keys(
     flat = np.asarray(flat, dtype=np.int64)
     if lanes == 1:
         return np.asarray(written[0] - counts[0] + flat, dtype=np.int64)
+    c = _compiled()
+    if c is not None and flat.flags.c_contiguous and type(written) is np.ndarray \
+            and type(counts) is np.ndarray and written.dtype == counts.dtype == np.int64:
+        out = np.empty(flat.shape, np.int64)
+        if c.lane_keys(flat, written, counts, out):  # (False: out of range, numpy decides)
+            return out
     if np.all(counts == counts[0]):
         # all lanes equally full (synchronous vector envs): no search needed
         c = int(counts[0])

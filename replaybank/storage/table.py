@@ -285,7 +285,7 @@ class StepTable:
         L = self.lanes  # noqa: N806
         if L == 1:
             return keys % self.T
-        return keys // L % self.T * L + keys % L
+        return ring.key_to_slot(keys, self.T, L)
 
     def take(self, name: str, slots: IntArray) -> Any:
         """Field ``name`` at storage ``slots``: ``[B, *shape]``."""
