@@ -90,7 +90,7 @@ class UniformSampler(StatelessSampler):
             size = int(counts[0])
             check_batch_size(batch_size, size, replace)
         else:
-            size = int(counts.sum())
+            size = lanes.size  # a Python sum of a few lanes: cheaper than numpy's
             check_batch_size(batch_size, size, replace)
         if replace:
             flat = uniform_ints(rng, size, batch_size)
