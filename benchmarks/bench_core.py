@@ -7,6 +7,8 @@ Measures, at capacity 1,000,000 with obs float32[17] and action float32[6]:
 * ``extend``: chunks of 256 transitions,
 * ``sample(256)``,
 * ``add`` of one step of 16 envs at once (``num_envs=16``: a vector-env loop),
+* ``sample(256)`` of the same transitions stored in 16 lanes (``num_envs=16``), against
+  the ``ndarray.take`` floor,
 
 and, in the same run, the floor doing the same work on six preallocated numpy arrays
 (obs, action, reward, next_obs, terminated, truncated) with slice assignment and
@@ -97,7 +99,7 @@ from replaybank.cli.bench_harness import (  # the harness `replaybank bench` tim
 
 LANES = 16
 TARGETS = {"add": 0.5, "extend": 0.9, "sample": 0.9, "sample*": 0.9, f"add x{LANES}": 0.5,
-           "add async": 0.5}
+           "add async": 0.5, f"sample x{LANES}": 0.9}
 
 
 class Floor:
@@ -250,6 +252,13 @@ def core_table(args: argparse.Namespace) -> None:
         for i in range(0, cap, CHUNK):
             target.extend(**{k: v[i:i + CHUNK] for k, v in stream.items()})
     assert len(ours) == cap and floor.size == cap == take_floor.size
+    # the same transitions in LANES lanes (a vector env's buffer), for sample x LANES
+    ours_many = rb.ReplayBuffer(capacity=cap - cap % LANES, num_envs=LANES, seed=0)
+    rows = (cap - cap % LANES) // LANES
+    for i in range(0, rows, CHUNK):
+        n = min(CHUNK, rows - i)
+        ours_many.extend(**{k: v[i * LANES:(i + n) * LANES].reshape(n, LANES, *v.shape[1:])
+                            for k, v in stream.items()})
     results: dict[str, tuple[float, float]] = {}
     for _ in range(args.repeats):  # interleave ours and the floor against noise
         for op, fo, ff in (
@@ -264,6 +273,8 @@ def core_table(args: argparse.Namespace) -> None:
              lambda: time_adds(floor_lanes.add, items_lanes)),
             ("add async", lambda: time_adds(ours_async.add, items_async),
              lambda: time_adds(floor_async.add, items_async)),
+            (f"sample x{LANES}", lambda: time_samples(ours_many.sample, args.samples),
+             lambda: time_samples(take_floor.sample, args.samples)),
         ):
             o, f = best_of(fo, 1), best_of(ff, 1)
             prev = results.get(op, (float("inf"), float("inf")))
@@ -282,6 +293,8 @@ def core_table(args: argparse.Namespace) -> None:
           f"[T, {LANES}, ...] arrays (not an issue target; the vector-env loop)")
     print(f"add async: add(env_ids=...) of a random half of {LANES} envs per step (async "
           "vector envs; the lanes fall out of step) against per-lane rows of the same arrays")
+    print(f"sample x{LANES}: sample(256) of the same transitions stored in {LANES} lanes "
+          f"(num_envs={LANES}) against the take floor")
     mem_ratio = grown / ideal
     print(f"{'memory':<10}{grown / 2**20:>10.1f}MB{ideal / 2**20:>10.1f}MB{mem_ratio:>8.3f}"
           f"{'<=1.10':>9}  {'yes' if mem_ratio <= 1.1 else 'NO'}")

@@ -68,12 +68,22 @@ def test_gather_transitions_matches_oracle(num_envs: int, capacity: int, n: int)
 
 
 @pytest.mark.parametrize("num_envs,capacity,n", [(1, 64, 20), (1, 64, 64), (1, 64, 200),
-                                                 (2, 64, 50)])
+                                                 (2, 64, 50), (3, 48, 40), (4, 64, 300),
+                                                 (-3, 48, 10)])
 def test_sample_shortcut_equals_generic_path(num_envs: int, capacity: int, n: int) -> None:
-    fast = rb.ReplayBuffer(capacity, num_envs=num_envs, seed=5)
-    slow = rb.ReplayBuffer(capacity, num_envs=num_envs, seed=5, sampler=_Uniform())
+    """``num_envs < 0``: that many lanes, filled unequally (one lane skips steps)."""
+    lanes = abs(num_envs)
+    fast = rb.ReplayBuffer(capacity, num_envs=lanes, seed=5)
+    slow = rb.ReplayBuffer(capacity, num_envs=lanes, seed=5, sampler=_Uniform())
     _fill(fast, n)
     _fill(slow, n)
+    if num_envs < 0:
+        for buf in (fast, slow):
+            for t in range(5):
+                buf.add(obs=np.full((1, 3), t, np.float32), action=[0], reward=[0.0],
+                        next_obs=np.full((1, 3), t + 1, np.float32), terminated=[False],
+                        truncated=[False], env_ids=[1])
+        assert len(set(fast.table.counts.tolist())) > 1
     for b in (1, 7, 64):
         a, c = fast.sample(b), slow.sample(b)
         assert a == c

@@ -105,6 +105,14 @@ class Parts:
         uniform = self.traits.uniform
         if uniform is not None and table is not None:
             # the uniform sampler validates the same way itself, before it draws
+            if replace is True and not kwargs and table.lanes > 1 and self.step is not None \
+                    and lanes is not None:
+                # several lanes into a one-step view (every key served): the same keys as
+                # UniformSampler.sample, without the protocol round trip
+                keys = uniform.lane_keys(batch_size, lanes, rng)
+                data = self.step.gather_live(table, keys, rng)
+                data["indices"] = keys
+                return data
             if replace is True and not kwargs and table.lanes == 1:
                 # the common case without the sampler protocol round trip: the same keys
                 # as UniformSampler.sample

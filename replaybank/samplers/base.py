@@ -186,6 +186,11 @@ class UniformDraws(Sampler, Protocol):
         """The keys ``sample(batch_size, ..., replace=True)`` returns for one lane."""
         ...
 
+    def lane_keys(self, batch_size: Any, lanes: LaneView,
+                  rng: np.random.Generator) -> IntArray:
+        """The keys ``sample(batch_size, lanes, rng, replace=True)`` returns, any lanes."""
+        ...
+
 
 @runtime_checkable
 class IndependentDraws(Sampler, Protocol):

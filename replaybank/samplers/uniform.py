@@ -69,6 +69,18 @@ class UniformSampler(StatelessSampler):
         """The keys :meth:`sample` returns for a one-lane table (:func:`one_lane_keys`)."""
         return one_lane_keys(batch_size, written, counts, rng)
 
+    def lane_keys(self, batch_size: Any, lanes: LaneView,
+                  rng: np.random.Generator) -> IntArray:
+        """The keys ``sample(batch_size, lanes, rng)`` returns (with replacement), for any
+        number of lanes, without the result wrapper (validates ``batch_size``)."""
+        if lanes.lanes == 1:
+            return one_lane_keys(batch_size, lanes.written, lanes.counts, rng)
+        size = lanes.size
+        if type(batch_size) is not int or not 0 < batch_size <= LARGE_BATCH or size <= 0:
+            batch_size = check_batch_size(batch_size, size, True)
+        return ring.uniform_keys(uniform_ints(rng, size, batch_size), lanes.written,
+                                 lanes.counts)
+
     def sample(
         self,
         batch_size: int,
@@ -81,21 +93,13 @@ class UniformSampler(StatelessSampler):
         """Draw ``batch_size`` live steps uniformly. ``beta`` is ignored here; a buffer
         refuses ``sample(beta=...)`` for this sampler (it has no priorities), so a PER
         option never goes silently unused."""
-        counts = lanes.counts
         if replace is not True:
             replace = check_replace(replace)
-        if lanes.lanes == 1:
-            if replace:
-                return SampleResult(one_lane_keys(batch_size, lanes.written, counts, rng))
-            size = int(counts[0])
-            check_batch_size(batch_size, size, replace)
-        else:
-            size = lanes.size  # a Python sum of a few lanes: cheaper than numpy's
-            check_batch_size(batch_size, size, replace)
         if replace:
-            flat = uniform_ints(rng, size, batch_size)
-        else:
-            flat = rng.choice(size, size=batch_size, replace=False).astype(np.int64)
+            return SampleResult(self.lane_keys(batch_size, lanes, rng))
+        size = lanes.size
+        check_batch_size(batch_size, size, replace)
+        flat = rng.choice(size, size=batch_size, replace=False).astype(np.int64)
         return SampleResult(ring.uniform_keys(flat, lanes.written, lanes.counts))
 
     def draw_independent(self, batch_size: int, lanes: LaneView,
