@@ -1153,7 +1153,9 @@ done:
  * call (StepTable.gather_transitions; its numpy path is the oracle). slots [B] int64 are
  * storage slots of the flat table, each in [0, 2n) with n = len(link) (one wrap allowed,
  * as ndarray.take(mode="wrap") does for the slots of live keys), after an optional sixth
- * argument base (>= 0) is subtracted from each; link [n] int32 is the
+ * argument base (>= 0) is subtracted from each; with a true seventh argument (keys) they
+ * are item keys (>= 0) instead, each at slot (key // lanes % T) * lanes + key % lanes
+ * with T = n / lanes; link [n] int32 is the
  * table's flat link (side slot + 1 where a step's next observation is kept aside, else
  * 0). fields: (src, out) pairs, out[i] = src[slot_i] (src [n, ...]); nexts: (src, side,
  * out) triples, out[i] = side[link[slot_i] - 1] where link[slot_i] > 0, else
@@ -1226,7 +1228,7 @@ static PyObject *
 c_take_steps(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
-    if (nargs != 6 && !nargs_ok(nargs, 5, "take_steps"))
+    if (nargs != 6 && nargs != 7 && !nargs_ok(nargs, 5, "take_steps"))
         return NULL;
     Bufs bs = {.n = 0, .fn = "take_steps"};
     Job jobs[MAXSTEPJOBS];
@@ -1235,8 +1237,10 @@ c_take_steps(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     PyObject *r = NULL;
     void *p;
     Py_ssize_t b, n;
-    long long lanes, base = 0;
-    if (nargs == 6 && get_int(args[5], "take_steps", "base", 0, &base) < 0)
+    long long lanes, base = 0, by_key = 0;
+    if (nargs >= 6 && get_int(args[5], "take_steps", "base", 0, &base) < 0)
+        return NULL;
+    if (nargs == 7 && get_int(args[6], "take_steps", "keys", 0, &by_key) < 0)
         return NULL;
     if (open_arr(&bs, args[0], "slots", K_I64, 0, 0, &p, &b) < 0)
         return NULL;
@@ -1249,6 +1253,11 @@ c_take_steps(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (lanes > n) {
         PyErr_Format(PyExc_ValueError, "replaybank._windows.take_steps: lanes=%lld exceeds "
                      "the link's %zd slots", lanes, n);
+        goto done;
+    }
+    if (by_key && n % lanes != 0) {
+        PyErr_Format(PyExc_ValueError, "replaybank._windows.take_steps: keys need the link's "
+                     "%zd slots to be a whole number of rows of lanes=%lld", n, lanes);
         goto done;
     }
     PyObject *fields = args[3], *nexts = args[4];
@@ -1286,13 +1295,26 @@ c_take_steps(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t bad = -1;
     int32_t bad_link = 0;
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < b; i++) {
-        int64_t s = slots[i] - base;  /* base <= 2**63 - 1 and slots[i] >= 0 checked: */
-        if (slots[i] < 0 || s < 0 || s >= 2 * (int64_t)n) {  /* no overflow */
-            bad = i;
-            break;
+    if (by_key) {  /* item keys: slot = (key // lanes % T) * lanes + key % lanes */
+        const int64_t L = lanes, T = (int64_t)n / lanes;
+        for (Py_ssize_t i = 0; i < b; i++) {
+            int64_t k = slots[i] - base;
+            if (slots[i] < 0 || k < 0) {
+                bad = i;
+                break;
+            }
+            int64_t q = k / L;
+            ws[i] = (q % T) * L + (k - q * L);
         }
-        ws[i] = s >= n ? s - n : s;
+    } else {
+        for (Py_ssize_t i = 0; i < b; i++) {
+            int64_t s = slots[i] - base;  /* base <= 2**63 - 1 and slots[i] >= 0 checked: */
+            if (slots[i] < 0 || s < 0 || s >= 2 * (int64_t)n) {  /* no overflow */
+                bad = i;
+                break;
+            }
+            ws[i] = s >= n ? s - n : s;
+        }
     }
     if (bad < 0 && nn > 0) {
         for (Py_ssize_t i = 0; i < b; i++) {
@@ -1638,8 +1660,9 @@ static PyMethodDef windows_functions[] = {
      "nstep(slots, lanes, link, weights, rewards, last, length, returns): the n-step "
      "windows of a batch: last slots, lengths and discounted returns"},
     {"take_steps", (PyCFunction)(void (*)(void))c_take_steps, METH_FASTCALL,
-     "take_steps(slots, lanes, link, fields, nexts[, base]) -> n_side: every field of a batch of "
-     "steps and their next observations (fields: (src, out); nexts: (src, side, out))"},
+     "take_steps(slots, lanes, link, fields, nexts[, base[, keys]]) -> n_side: every field of "
+     "a batch of steps and their next observations (fields: (src, out); nexts: (src, side, "
+     "out))"},
     {NULL, NULL, 0, NULL},
 };
 

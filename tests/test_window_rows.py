@@ -182,6 +182,40 @@ def test_take_steps_matches_the_numpy_oracle_and_a_loop(seed: int, base: int | N
     assert got[0][0] == got[1][0] == want_side
 
 
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**16))
+def test_take_steps_reads_item_keys_at_their_slots(seed: int) -> None:
+    """``keys=True``: each entry is an item key, read at ``(key // lanes % T) * lanes +
+    key % lanes``: the same rows as the slots given outright, from C and from numpy."""
+    rng = np.random.default_rng(seed)
+    slots, lanes, link, srcs, sides = _steps_case(rng)
+    n = len(link)
+    if n % lanes:
+        lanes = 1
+    keys = rng.integers(0, 2**40, len(slots)).astype(np.int64)
+    at = keys // lanes % (n // lanes) * lanes + keys % lanes
+    n_obs = len(sides)
+    for take in (wc.take_steps, windows.take_steps):
+        got, want = _steps_outs(len(keys), srcs, n_obs), _steps_outs(len(keys), srcs, n_obs)
+        for idx, (outs, nxts), extra in ((keys, got, (0, True)), (at, want, ())):
+            take(idx, lanes, link, tuple(zip(srcs, outs, strict=True)),
+                 tuple(zip(srcs, sides, nxts, strict=False)), *extra)
+        for a, b in zip([*got[0], *got[1]], [*want[0], *want[1]], strict=True):
+            np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("take", [wc.take_steps, windows.take_steps], ids=["c", "numpy"])
+def test_take_steps_refuses_bad_keys(take: Any) -> None:
+    src = np.arange(12, dtype=np.float32).reshape(6, 2)
+    out = np.zeros((2, 2), np.float32)
+    link = np.zeros(6, np.int32)
+    with pytest.raises(IndexError):
+        take(np.array([3, -1]), 2, link, ((src, out),), (), 0, True)
+    with pytest.raises(ValueError, match="whole number of rows"):
+        take(np.array([3, 1]), 4, link, ((src, out),), (), 0, True)
+    assert not out.any()
+
+
 @pytest.mark.parametrize("take", [wc.take_steps, windows.take_steps], ids=["c", "numpy"])
 def test_take_steps_checks_everything_before_copying(take: Any) -> None:
     src = np.arange(12, dtype=np.float32).reshape(6, 2)

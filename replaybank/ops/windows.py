@@ -510,7 +510,8 @@ def r2d2_priority(td_errors: FloatArray, mask: BoolArray, eta: float) -> FloatAr
 
 def take_steps(slots: npt.NDArray[np.int64], lanes: int, link: npt.NDArray[np.int32],
                fields: tuple[tuple[Any, Any], ...],
-               nexts: tuple[tuple[Any, Any, Any], ...], base: int = 0) -> int:
+               nexts: tuple[tuple[Any, Any, Any], ...], base: int = 0,
+               keys: bool = False) -> int:
     """Every field of a batch of steps and each observation field's next observation.
 
     The oracle of the C kernel :func:`replaybank.ops.windows_c.take_steps` (one call for
@@ -531,6 +532,9 @@ def take_steps(slots: npt.NDArray[np.int64], lanes: int, link: npt.NDArray[np.in
         base: Subtracted from every entry of ``slots`` first (so the item keys of one
             lane are slots: ``key - base`` with ``base`` a multiple of ``n`` at or below
             the oldest key; no subtraction pass of its own).
+        keys: The entries are item keys (``>= 0``) of a table of ``lanes`` lanes: each
+            is read at slot ``(key // lanes % T) * lanes + key % lanes``, ``T = n //
+            lanes`` (no slot array of its own).
 
     Returns:
         How many next observations came from the side store.
@@ -567,6 +571,13 @@ def take_steps(slots: npt.NDArray[np.int64], lanes: int, link: npt.NDArray[np.in
                              "src's")
     if base:
         slots = slots - base
+    if keys:
+        if n % lanes:
+            raise ValueError(f"take_steps: keys need the link's {n} slots to be a whole "
+                             f"number of rows of lanes={lanes}")
+        if b and int(slots.min()) < 0:
+            raise IndexError("take_steps: a negative key")
+        slots = slots // lanes % (n // lanes) * lanes + slots % lanes
     if b and (int(slots.min()) < 0 or int(slots.max()) >= 2 * n):
         raise IndexError(f"take_steps: a slot is out of bounds for {n} slots (one wrap "
                          "allowed)")

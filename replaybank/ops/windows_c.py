@@ -66,8 +66,9 @@ BoolArray = npt.NDArray[np.bool_]
 #: next)`` (same contract as :func:`replaybank.ops.windows.take_rows`).
 take_rows: Any = _windows.take_rows
 
-#: ``take_steps(slots, lanes, link, fields, nexts[, base]) -> n_side``: every field of a batch of
-#: steps and each observation field's next observation in one call (same contract as
+#: ``take_steps(slots, lanes, link, fields, nexts[, base[, keys]]) -> n_side``: every field
+#: of a batch of steps and each observation field's next observation in one call (same
+#: contract as
 #: :func:`replaybank.ops.windows.take_steps`).
 take_steps: Any = _windows.take_steps
 

@@ -352,14 +352,17 @@ class StepTable:
             for name in self.obs_fields:
                 out["next_" + name] = self.take_next(name, *where)
             return out
-        base = 0
-        if live and self.lanes == 1 and type(keys) is np.ndarray and keys.dtype is _INT64:
-            # the live keys lie in [oldest, written) inside [base, base + 2T) with base the
-            # multiple of T at or below oldest: keys - base are slots up to one wrap, which
-            # the gather subtracts and removes (cheaper than keys % T)
-            oldest = self.written.item(0) - self.counts.item(0)
-            base = oldest - oldest % T
+        base, by_key = 0, False
+        if live and type(keys) is np.ndarray and keys.dtype is _INT64:
             slots = keys
+            if self.lanes == 1:
+                # the live keys lie in [oldest, written) inside [base, base + 2T) with base
+                # the multiple of T at or below oldest: keys - base are slots up to one
+                # wrap, which the gather subtracts and removes (cheaper than keys % T)
+                oldest = self.written.item(0) - self.counts.item(0)
+                base = oldest - oldest % T
+            else:  # the gather finds each live key's slot itself (no slot array)
+                by_key = True
         else:
             slots = self.slots_of(keys)  # [B]
         _, link, steps = self._read_plan()
@@ -370,7 +373,7 @@ class StepTable:
         steps.kernel(slots, self.lanes, link, tuple(zip(steps.srcs, outs, strict=False)),
                      tuple(zip(steps.next_srcs,
                                map(self.side.arrays.__getitem__, steps.next_names),
-                               outs[len(steps.srcs):], strict=False)), base)
+                               outs[len(steps.srcs):], strict=False)), base, by_key)
         return dict(zip(steps.keys, outs, strict=True))
 
     def gather_spans(self, first: IntArray, last: IntArray, at_last: frozenset[str],
