@@ -11,6 +11,7 @@
  *   uniform        replaybank/ops/draws.py, uniform_ints: the same rounds of raw words,
  *                  read from the bit generator's C interface (its capsule) in one call
  *   lane_keys      replaybank/ops/ring.py, uniform_keys (flat positions -> item keys)
+ *   uniform_lanes  uniform over every lane's live steps, then lane_keys: one call
  *   key_slots      replaybank/ops/ring.py, key_to_slot (item keys -> storage slots)
  *   find           replaybank/ops/sumtree.py, find (descent of the k-ary sum tree)
  *   update_pair    replaybank/ops/sumtree.py, update_pair (sum tree + its min tree)
@@ -313,6 +314,56 @@ sampling_uniform(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
 
 /* ------------------------------------------------------------------ keys and slots */
 
+/* The lanes of a flat order: starts[l] (starts[lanes] = the total), and whether every
+ * lane holds as many live steps. 0, or -1 where a lane's range is not sane (counts < 0,
+ * written < counts) or its keys could overflow int64. */
+static int
+lane_starts(const int64_t *written, const int64_t *counts, Py_ssize_t lanes,
+            int64_t *starts, int *equal)
+{
+    int64_t total = 0;
+    *equal = 1;
+    for (Py_ssize_t l = 0; l < lanes; l++) {
+        int64_t w = written[l], c = counts[l];
+        if (c < 0 || w < c || w > ((int64_t)1 << 62) / lanes)
+            return -1;
+        starts[l] = total;
+        total += c;
+        *equal &= c == counts[0];
+    }
+    starts[lanes] = total;
+    return 0;
+}
+
+/* out[i] = the item key of flat position out[i] (in [0, starts[lanes]), checked by the
+ * caller), lanes in order and each oldest to newest: ring.uniform_keys. */
+static void
+map_lanes(int64_t *out, Py_ssize_t b, const int64_t *written, const int64_t *counts,
+          Py_ssize_t lanes, const int64_t *starts, int equal)
+{
+    int64_t c0 = counts[0];
+    for (Py_ssize_t i = 0; i < b; i++) {
+        int64_t p = out[i], lane;
+        if (equal) {  /* synchronous vector envs: every lane equally full */
+            lane = p / c0;
+        } else {  /* the last lane whose start is at or below p, as searchsorted - 1 */
+            Py_ssize_t lo = 0, hi = lanes;  /* starts[lo] <= p < starts[hi] */
+            while (hi - lo > 1) {
+                Py_ssize_t mid = (lo + hi) / 2;
+                if (starts[mid] <= p)
+                    lo = mid;
+                else
+                    hi = mid;
+            }
+            lane = lo;
+        }
+        int64_t seq = written[lane] - counts[lane] + (p - starts[lane]);
+        out[i] = seq * lanes + lane;
+    }
+}
+
+#define MAXLANES 4096
+
 /* lane_keys(flat, written, counts, out) -> bool: replaybank.ops.ring.uniform_keys, the
  * item key of each flat position in [0, sum(counts)) (lanes in order, each oldest to
  * newest), into out [B] int64. False (nothing written) where a value is out of range: the
@@ -338,48 +389,20 @@ sampling_lane_keys(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_ValueError, "lane_keys: counts must match written, out flat");
         goto done;
     }
-    if (lanes < 1 || lanes > 4096) {
+    int64_t starts[MAXLANES + 1];
+    int equal;
+    if (lanes < 1 || lanes > MAXLANES || lane_starts(written, counts, lanes, starts, &equal) < 0) {
         r = Py_NewRef(Py_False);
         goto done;
     }
-    int64_t starts[4097], total = 0;
-    int equal = 1;
-    for (Py_ssize_t l = 0; l < lanes; l++) {  /* live ranges sane, keys inside int64 */
-        int64_t w = written[l], c = counts[l];
-        if (c < 0 || w < c || w > ((int64_t)1 << 62) / lanes) {
-            r = Py_NewRef(Py_False);
-            goto done;
-        }
-        starts[l] = total;
-        total += c;
-        equal &= c == counts[0];
-    }
-    starts[lanes] = total;
     for (Py_ssize_t i = 0; i < b; i++) {
-        if (flat[i] < 0 || flat[i] >= total) {
+        if (flat[i] < 0 || flat[i] >= starts[lanes]) {
             r = Py_NewRef(Py_False);
             goto done;
         }
     }
-    int64_t c0 = counts[0];
-    for (Py_ssize_t i = 0; i < b; i++) {
-        int64_t p = flat[i], lane;
-        if (equal) {  /* synchronous vector envs: every lane equally full */
-            lane = p / c0;
-        } else {  /* the last lane whose start is at or below p, as searchsorted - 1 */
-            Py_ssize_t lo = 0, hi = lanes;  /* starts[lo] <= p < starts[hi] */
-            while (hi - lo > 1) {
-                Py_ssize_t mid = (lo + hi) / 2;
-                if (starts[mid] <= p)
-                    lo = mid;
-                else
-                    hi = mid;
-            }
-            lane = lo;
-        }
-        int64_t seq = written[lane] - counts[lane] + (p - starts[lane]);
-        out[i] = seq * lanes + lane;
-    }
+    memmove(out, flat, (size_t)b * sizeof(int64_t));
+    map_lanes(out, b, written, counts, lanes, starts, equal);
     r = Py_NewRef(Py_True);
 done:
     release(a, 4);
@@ -428,6 +451,52 @@ sampling_key_slots(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
         out[i] = (seq % TT) * L + (keys[i] - seq * L);
     }
     r = Py_NewRef(Py_True);
+done:
+    release(a, 2);
+    return r;
+}
+
+/* uniform_lanes(capsule, written, counts, out) -> words: uniform item keys over the live
+ * steps of every lane: the draws of uniform(capsule, sum(counts), out) mapped by
+ * lane_keys, in one call (the caller holds the bit generator's lock). -1 (nothing drawn)
+ * where no step is live, or a lane's range is not sane. */
+static PyObject *
+sampling_uniform_lanes(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "uniform_lanes(capsule, written, counts, out)");
+        return NULL;
+    }
+    Arr a[2];
+    memset(a, 0, sizeof a);
+    PyObject *r = NULL;
+    if (get_arr(args[1], &a[0], 'i', 0, "written") < 0 || get_arr(args[2], &a[1], 'i', 0, "counts") < 0)
+        goto done;
+    const int64_t *written = a[0].view.buf, *counts = a[1].view.buf;
+    Py_ssize_t lanes = count(&a[0]);
+    int64_t starts[MAXLANES + 1];
+    int equal;
+    if (count(&a[1]) != lanes || lanes < 1 || lanes > MAXLANES
+            || lane_starts(written, counts, lanes, starts, &equal) < 0 || starts[lanes] < 1) {
+        r = PyLong_FromLong(-1);
+        goto done;
+    }
+    PyObject *high = PyLong_FromLongLong(starts[lanes]);
+    if (high == NULL)
+        goto done;
+    PyObject *call[3] = {args[0], high, args[3]};
+    r = sampling_uniform(mod, call, 3);
+    Py_DECREF(high);
+    if (r == NULL)
+        goto done;
+    Arr o[1];
+    memset(o, 0, sizeof o);
+    if (get_arr(args[3], &o[0], 'i', 1, "out") < 0) {
+        Py_CLEAR(r);
+        goto done;
+    }
+    map_lanes((int64_t *)o[0].view.buf, count(&o[0]), written, counts, lanes, starts, equal);
+    release(o, 1);
 done:
     release(a, 2);
     return r;
@@ -977,6 +1046,9 @@ sampling_valid_update(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
 static PyMethodDef sampling_functions[] = {
     {"map_raw", (PyCFunction)(void (*)(void))sampling_map_raw, METH_FASTCALL,
      "map_raw(raw, high, out, start) -> int: replaybank.ops.draws.map_raw in C."},
+    {"uniform_lanes", (PyCFunction)(void (*)(void))sampling_uniform_lanes, METH_FASTCALL,
+     "uniform_lanes(capsule, written, counts, out) -> words: uniform item keys of every "
+     "lane's live steps (uniform, then lane_keys) in one call; -1 where none is live."},
     {"lane_keys", (PyCFunction)(void (*)(void))sampling_lane_keys, METH_FASTCALL,
      "lane_keys(flat, written, counts, out) -> bool: replaybank.ops.ring.uniform_keys in C."},
     {"key_slots", (PyCFunction)(void (*)(void))sampling_key_slots, METH_FASTCALL,

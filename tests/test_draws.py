@@ -150,3 +150,29 @@ def test_rewind_puts_the_words_back_exactly(bits: type, high: int) -> None:
 @pytest.mark.parametrize("bits", [np.random.MT19937, np.random.Philox, np.random.SFC64])
 def test_generators_without_an_exact_rewind_are_not_rewound(bits: type) -> None:
     assert not draws.rewinds(np.random.Generator(bits(0)))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(0, 2**32), st.integers(1, 40), st.integers(1, 50), st.booleans(),
+       st.integers(0, 300), st.sampled_from(BIT_GENERATORS))
+def test_lane_keys_in_one_call_are_the_two_steps(seed: int, lanes: int, rows: int,
+                                                 equal: bool, size: int, bits: type) -> None:
+    """``lane_ints`` (one C call) gives the keys and the generator state of
+    ``uniform_ints`` then ``ring.uniform_keys``; with no live step it draws nothing."""
+    from replaybank.ops import ring
+
+    rng = np.random.default_rng(seed)
+    counts = rng.integers(0, rows + 1, lanes).astype(np.int64)
+    if equal:
+        counts[:] = counts[0]
+    written = counts + rng.integers(0, 10**9, lanes)
+    a, b = np.random.Generator(bits(seed)), np.random.Generator(bits(seed))
+    got = draws.lane_ints(a, written, counts, size)
+    if int(counts.sum()) == 0:
+        assert got is None and same_state(a, b)
+        return
+    if got is None:  # no C kernels (REPLAYBANK_PURE_PYTHON=1)
+        return
+    want = ring.uniform_keys(draws.uniform_ints(b, int(counts.sum()), size), written, counts)
+    assert got.tolist() == want.tolist()
+    assert same_state(a, b)

@@ -43,7 +43,8 @@ import numpy.typing as npt
 
 from replaybank.ops.jit import pick_kernel
 
-__all__ = ["counted_ints", "map_raw", "rewind", "rewinds", "round_words", "uniform_ints"]
+__all__ = ["counted_ints", "lane_ints", "map_raw", "rewind", "rewinds", "round_words",
+           "uniform_ints"]
 
 IntArray = npt.NDArray[np.int64]
 U64Array = npt.NDArray[np.uint64]
@@ -177,6 +178,48 @@ def counted_ints(rng: np.random.Generator, high: int, size: int, kernel: Any = N
     if offset:
         out += offset
     return out, words
+
+
+@cache
+def _lanes() -> Any:
+    """The C draw of several lanes' keys (``replaybank._sampling.uniform_lanes``), or None
+    where the C kernels are not loaded."""
+    module, name = pick_kernel("auto", None, None, None, "lane_ints",
+                               compiled="replaybank._sampling")
+    return module.uniform_lanes if name == "c" else None
+
+
+def lane_ints(rng: np.random.Generator, written: IntArray, counts: IntArray,
+              size: int) -> IntArray | None:
+    """``size`` uniform item keys over the live steps of every lane: the values of
+    ``uniform_ints(rng, counts.sum(), size)`` mapped by
+    :func:`replaybank.ops.ring.uniform_keys`, in one C call.
+
+    Returns:
+        ``[size]`` int64 keys, or None (nothing drawn) where the C kernels are not built,
+        no step is live, or the counters are not int64 arrays: the caller then takes the
+        two steps above, which give the same keys or raise.
+
+    Example:
+        >>> from replaybank.ops import ring
+        >>> w, c = np.array([9, 4]), np.array([6, 4])
+        >>> keys = lane_ints(np.random.default_rng(2), w, c, 5)
+        >>> want = ring.uniform_keys(uniform_ints(np.random.default_rng(2), 10, 5), w, c)
+        >>> keys is None or keys.tolist() == want.tolist()
+        True
+    """
+    direct = _lanes()
+    if direct is None or size < 0:
+        return None
+    out = np.empty(size, np.int64)
+    bits = rng.bit_generator
+    try:
+        with bits.lock:  # as random_raw: one thread draws from a generator at a time
+            if direct(bits.capsule, written, counts, out) < 0:
+                return None
+    except TypeError:  # counters of another dtype: the numpy steps convert them
+        return None
+    return out
 
 
 #: Bit generators whose raw words can be put back exactly: ``random_raw`` leaves their

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from replaybank.ops import ring
-from replaybank.ops.draws import uniform_ints
+from replaybank.ops.draws import lane_ints, uniform_ints
 from replaybank.samplers.base import IntArray, LaneView, SampleResult, StatelessSampler
 from replaybank.samplers.sample_args import LARGE_BATCH, check_batch_size, check_replace
 
@@ -75,9 +75,12 @@ class UniformSampler(StatelessSampler):
         number of lanes, without the result wrapper (validates ``batch_size``)."""
         if lanes.lanes == 1:
             return one_lane_keys(batch_size, lanes.written, lanes.counts, rng)
+        if type(batch_size) is int and 0 < batch_size <= LARGE_BATCH:
+            keys = lane_ints(rng, lanes.written, lanes.counts, batch_size)  # one C call
+            if keys is not None:
+                return keys
         size = lanes.size
-        if type(batch_size) is not int or not 0 < batch_size <= LARGE_BATCH or size <= 0:
-            batch_size = check_batch_size(batch_size, size, True)
+        batch_size = check_batch_size(batch_size, size, True)
         return ring.uniform_keys(uniform_ints(rng, size, batch_size), lanes.written,
                                  lanes.counts)
 
