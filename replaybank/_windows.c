@@ -874,6 +874,31 @@ done:
     return r;
 }
 
+/* Open draw_plan's arguments a[0..16] (link, bounds, written, counts, flat, cross,
+ * min_len, keys, ext, then the plan's: see open_plan) into t, p (keys and ext set) and
+ * the draws: 0, or -1 with an exception set. */
+static int
+open_draw_plan(Bufs *bs, PyObject *const *a, Table *t, Plan *p, const int64_t **flat,
+               Py_ssize_t *m, long long *cross, long long *min_len)
+{
+    int64_t *keys, *ext;
+    Py_ssize_t nk, ne;
+    if (open_table(bs, a[0], a[1], a[2], a[3], t) < 0
+        || open_arr(bs, a[4], "flat", K_I64, 0, 0, (void **)flat, m) < 0
+        || get_int(a[5], bs->fn, "cross", 0, cross) < 0
+        || get_int(a[6], bs->fn, "min_len", 0, min_len) < 0
+        || open_arr(bs, a[7], "keys", K_I64, 1, 0, (void **)&keys, &nk) < 0
+        || open_arr(bs, a[8], "ext", K_I64, 1, 0, (void **)&ext, &ne) < 0)
+        return -1;
+    if (ne != nk || *m < nk)
+        return too_short(bs->fn, ne != nk ? "ext" : "flat", ne != nk ? ne : *m, nk);
+    if (check_flat(bs->fn, t, *flat, *m) < 0 || open_plan(bs, a + 9, t, nk, p) < 0)
+        return -1;
+    p->keys = keys;
+    p->ext = ext;
+    return 0;
+}
+
 static PyObject *
 c_draw_plan(PyObject *self, PyObject *const *a, Py_ssize_t na)
 {
@@ -885,32 +910,19 @@ c_draw_plan(PyObject *self, PyObject *const *a, Py_ssize_t na)
     Table t;
     Plan p;
     const int64_t *flat;
-    int64_t *keys, *ext;
-    Py_ssize_t m, nk, ne;
+    Py_ssize_t m;
     long long cross, min_len;
     PyObject *r = NULL;
     if (!nargs_ok(na, 17, bs.fn))
         return NULL;
-    if (open_table(&bs, a[0], a[1], a[2], a[3], &t) < 0
-        || open_arr(&bs, a[4], "flat", K_I64, 0, 0, (void **)&flat, &m) < 0
-        || get_int(a[5], bs.fn, "cross", 0, &cross) < 0
-        || get_int(a[6], bs.fn, "min_len", 0, &min_len) < 0
-        || open_arr(&bs, a[7], "keys", K_I64, 1, 0, (void **)&keys, &nk) < 0
-        || open_arr(&bs, a[8], "ext", K_I64, 1, 0, (void **)&ext, &ne) < 0)
+    if (open_draw_plan(&bs, a, &t, &p, &flat, &m, &cross, &min_len) < 0)
         goto done;
-    if (ne != nk || m < nk) {
-        too_short(bs.fn, ne != nk ? "ext" : "flat", ne != nk ? ne : m, nk);
-        goto done;
-    }
-    if (check_flat(bs.fn, &t, flat, m) < 0 || open_plan(&bs, a + 9, &t, nk, &p) < 0)
-        goto done;
-    p.keys = keys;
-    p.ext = ext;
     int64_t n_ok, n_side = -1;
     int tail = 0;
     Py_BEGIN_ALLOW_THREADS
-    n_ok = draw_loop(&t, flat, m, p.width, cross != 0, min_len, keys, ext, nk);
-    if (n_ok == nk)
+    n_ok = draw_loop(&t, flat, m, p.width, cross != 0, min_len, (int64_t *)p.keys,
+                     (int64_t *)p.ext, p.nb);
+    if (n_ok == p.nb)
         plan_loop(&t, &p, &n_side, &tail);
     Py_END_ALLOW_THREADS
     r = Py_BuildValue("(LLO)", (long long)n_ok, (long long)n_side,
@@ -1395,27 +1407,14 @@ c_draw_take(PyObject *self, PyObject *const *a, Py_ssize_t na)
     Job jobs[MAXSTEPJOBS];
     Py_ssize_t opened = 0, nf = 0, no = 0;
     const int64_t *flat;
-    int64_t *keys, *ext;
-    Py_ssize_t m, nk, ne;
+    Py_ssize_t m;
     long long cross, min_len;
     PyObject *r = NULL;
     if (!nargs_ok(na, 19, bs.fn))
         return NULL;
-    if (open_table(&bs, a[0], a[1], a[2], a[3], &t) < 0
-        || open_arr(&bs, a[4], "flat", K_I64, 0, 0, (void **)&flat, &m) < 0
-        || get_int(a[5], bs.fn, "cross", 0, &cross) < 0
-        || get_int(a[6], bs.fn, "min_len", 0, &min_len) < 0
-        || open_arr(&bs, a[7], "keys", K_I64, 1, 0, (void **)&keys, &nk) < 0
-        || open_arr(&bs, a[8], "ext", K_I64, 1, 0, (void **)&ext, &ne) < 0)
+    if (open_draw_plan(&bs, a, &t, &p, &flat, &m, &cross, &min_len) < 0)
         goto done;
-    if (ne != nk || m < nk) {
-        too_short(bs.fn, ne != nk ? "ext" : "flat", ne != nk ? ne : m, nk);
-        goto done;
-    }
-    if (check_flat(bs.fn, &t, flat, m) < 0 || open_plan(&bs, a + 9, &t, nk, &p) < 0)
-        goto done;
-    p.keys = keys;
-    p.ext = ext;
+    Py_ssize_t nk = p.nb;
     PyObject *fields = a[17], *obs = a[18];
     if (!PyTuple_Check(fields) || !PyTuple_Check(obs)) {
         PyErr_SetString(PyExc_TypeError, "replaybank._windows.draw_take: fields and obs must "
@@ -1442,7 +1441,8 @@ c_draw_take(PyObject *self, PyObject *const *a, Py_ssize_t na)
     int64_t n_ok, n_side = -1;
     int tail = 0;
     Py_BEGIN_ALLOW_THREADS
-    n_ok = draw_loop(&t, flat, m, p.width, cross != 0, min_len, keys, ext, nk);
+    n_ok = draw_loop(&t, flat, m, p.width, cross != 0, min_len, (int64_t *)p.keys,
+                     (int64_t *)p.ext, nk);
     if (n_ok == nk) {
         plan_loop(&t, &p, &n_side, &tail);
         for (Py_ssize_t j = 0; j < nf + no; j++)

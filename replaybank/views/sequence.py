@@ -251,10 +251,10 @@ def draw_gather(fast: Any, t: Any, reads: _FusedReads, flat: IntArray, batch: in
         >>> import numpy as np, replaybank as rb
         >>> from replaybank.ops import windows_numba
         >>> buf = rb.ReplayBuffer(8, seed=0)
-        >>> for i in range(5):
-        ...     buf.add(obs=np.full(1, i, np.float32), action=0, reward=0.0,
-        ...             next_obs=np.full(1, i + 1, np.float32), terminated=False,
-        ...             truncated=False)
+        >>> steps = np.arange(6, dtype=np.float32)[:, None]  # obs 0..4, each next one on
+        >>> buf.extend(obs=steps[:-1], action=np.zeros(5, np.int64), reward=np.zeros(5),
+        ...            next_obs=steps[1:], terminated=np.zeros(5, bool),
+        ...            truncated=np.zeros(5, bool))
         >>> t = buf.table
         >>> out, _ = draw_gather(windows_numba, t, fused_reads(t), np.array([1, 4]), 1, 3,
         ...                      False, 3, 0)
