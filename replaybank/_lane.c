@@ -958,64 +958,83 @@ nest_put(const Field *f, PyObject *v, int depth, int nd, int kinds, char **dst)
     return 1;
 }
 
-/* The innermost lists of a nest of one kind of number (see nest_fast), stored into dst
- * from the items one by one; KIND_OK(x) is the exact type test and PUT(x, at) stores it
- * (0: refused). */
-#define NEST_RUN(KIND_OK, PUT)                                          \
-    for (Py_ssize_t k = 0; k < len; k++) {                              \
-        PyObject *x = items[k];                                         \
-        if (!(KIND_OK) || !(PUT))                                       \
-            return 0;                                                   \
+/* The innermost lists of a nest of one kind of number (see nest_fast): rows[0..n), each
+ * a list or tuple of len items, stored one after another from *at (advanced); ITEM_OK(x)
+ * is the exact type test of an item x and PUT(x, dst) stores it (0: refused). The kind is
+ * chosen once for all the rows, so a row costs a type and length test and its items. */
+#define NEST_ROWS(ITEM_OK, PUT)                                                   \
+    for (Py_ssize_t r = 0; r < n; r++) {                                          \
+        PyObject *row = rows[r];                                                  \
+        if ((!PyList_CheckExact(row) && !PyTuple_CheckExact(row))                 \
+                || PySequence_Fast_GET_SIZE(row) != len)                          \
+            return 0;                                                             \
+        PyObject **items = PySequence_Fast_ITEMS(row);                            \
+        for (Py_ssize_t k = 0; k < len; k++, at += step) {                        \
+            PyObject *x = items[k];                                               \
+            if (!(ITEM_OK) || !(PUT))                                             \
+                return 0;                                                         \
+        }                                                                         \
     }
+
+/* float32 store of a float (put_double's, which never refuses into a float field) */
+static inline int
+put_f32(double x, char *dst)
+{
+    float y = (float)x;
+    memcpy(dst, &y, 4);
+    return 1;
+}
+
+/* An exact int's store (an exact int cannot fail but by overflow: refused then). */
+static inline int
+put_exact_int(const Field *f, PyObject *x, char *dst)
+{
+    int overflow = 0;
+    long long y = PyLong_AsLongLongAndOverflow(x, &overflow);
+    return !overflow && put_int(f, y, dst);
+}
+
+/* n innermost lists of len items of one kind (4 float, 1 bool, 2 int) into *dst
+ * (advanced); 1 done, 0 not such lists or a value refused (dst partly written). */
+static int
+nest_rows(const Field *f, PyObject **rows, Py_ssize_t n, Py_ssize_t len, int kind,
+          char **dst)
+{
+    const Py_ssize_t step = f->itemsize;
+    char *at = *dst;
+    if (kind == 4 && f->dk == 'f' && step == 4) { /* floats into float32: the common one */
+        NEST_ROWS(PyFloat_CheckExact(x), put_f32(PyFloat_AS_DOUBLE(x), at))
+    } else if (kind == 4) {
+        NEST_ROWS(PyFloat_CheckExact(x), put_double(f, PyFloat_AS_DOUBLE(x), at))
+    } else if (kind == 1 && f->dk == 'b' && step == 1) { /* bools into bool flags */
+        NEST_ROWS(x == Py_True || x == Py_False, (*at = (char)(x == Py_True), 1))
+    } else if (kind == 1) {
+        NEST_ROWS(x == Py_True || x == Py_False, put_bool(f, x == Py_True, at))
+    } else {
+        NEST_ROWS(PyLong_CheckExact(x), put_exact_int(f, x, at))
+    }
+    *dst = at;
+    return 1;
+}
 
 /* One level of nest_fast: v must be a list or tuple of full[depth] items. */
 NOINLINE static int
 nest_fast_at(const Field *f, PyObject *v, int depth, int nd, const Py_ssize_t *full,
              int kind, char **dst)
 {
+    if (depth == nd - 1) /* v is itself an innermost list */
+        return nest_rows(f, &v, 1, full[depth], kind, dst);
     if (!PyList_CheckExact(v) && !PyTuple_CheckExact(v))
         return 0;
     const Py_ssize_t len = PySequence_Fast_GET_SIZE(v);
     if (len != full[depth])
         return 0;
     PyObject **items = PySequence_Fast_ITEMS(v);
-    if (depth < nd - 1) {
-        for (Py_ssize_t k = 0; k < len; k++)
-            if (!nest_fast_at(f, items[k], depth + 1, nd, full, kind, dst))
-                return 0;
-        return 1;
-    }
-    const Py_ssize_t step = f->itemsize;
-    char *at = *dst;
-    if (kind == 4 && f->dk == 'f' && step == 4) { /* floats into float32: the common one */
-        for (Py_ssize_t k = 0; k < len; k++) {
-            PyObject *x = items[k];
-            if (!PyFloat_CheckExact(x))
-                return 0;
-            float y = (float)PyFloat_AS_DOUBLE(x); /* put_double's store */
-            memcpy(at + k * 4, &y, 4);
-        }
-    } else if (kind == 4) {
-        NEST_RUN(PyFloat_CheckExact(x), put_double(f, PyFloat_AS_DOUBLE(x), at + k * step))
-    } else if (kind == 1 && f->dk == 'b' && step == 1) { /* bools into bool flags */
-        for (Py_ssize_t k = 0; k < len; k++) {
-            PyObject *x = items[k];
-            if (x != Py_True && x != Py_False)
-                return 0;
-            at[k] = (char)(x == Py_True); /* put_bool's store */
-        }
-    } else if (kind == 1) {
-        NEST_RUN(x == Py_True || x == Py_False, put_bool(f, x == Py_True, at + k * step))
-    } else {
-        for (Py_ssize_t k = 0; k < len; k++) {
-            PyObject *x = items[k];
-            int overflow = 0;
-            long long y = PyLong_CheckExact(x) ? PyLong_AsLongLongAndOverflow(x, &overflow) : 0;
-            if (!PyLong_CheckExact(x) || overflow || !put_int(f, y, at + k * step))
-                return 0; /* an exact int cannot fail but by overflow */
-        }
-    }
-    *dst = at + len * step;
+    if (depth == nd - 2) /* its items are the innermost lists */
+        return nest_rows(f, items, len, full[nd - 1], kind, dst);
+    for (Py_ssize_t k = 0; k < len; k++)
+        if (!nest_fast_at(f, items[k], depth + 1, nd, full, kind, dst))
+            return 0;
     return 1;
 }
 

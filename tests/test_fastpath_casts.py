@@ -129,6 +129,20 @@ def _last_leaf_as(a: np.ndarray, cast: Callable[[Any], Any]) -> Any:
     return out
 
 
+def _ragged(a: np.ndarray, longer: bool) -> Any:
+    """``a.tolist()`` with its last innermost list one number longer (or shorter): a
+    ragged nest, which no array of the field's shape holds."""
+    out = a.tolist()
+    node = out
+    while isinstance(node[-1], list):
+        node = node[-1]
+    if longer:
+        node.append(node[-1])
+    else:
+        node.pop()
+    return out
+
+
 #: how a bool flag may come
 FLAG_KINDS: dict[str, Conv] = {
     "exact": lambda a: a,
@@ -344,6 +358,9 @@ def _refused_cases() -> list[Any]:
         ("obs", "complex obs", lambda a: a.astype(np.complex64)),
         ("obs", "string obs", lambda a: a.astype(str)),
         ("obs", "wrong shape", lambda a: a[..., :2]),
+        ("obs", "ragged list, last row longer", lambda a: _ragged(a, True)),
+        ("obs", "ragged list, last row shorter", lambda a: _ragged(a, False)),
+        ("terminated", "ragged flags", lambda a: _ragged(a, True) if a.ndim else [a.item()]),
     ]
     if torch is not None:
         cases += [
