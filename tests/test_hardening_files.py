@@ -476,6 +476,63 @@ def test_buffer_close_releases_the_writer_lock(tmp_path: Path) -> None:
     rb.ReplayBuffer(8).close()  # in memory: nothing to release
 
 
+def _writes(buf: Any, state: dict[str, Any]) -> dict[str, Callable[[], Any]]:
+    """Each public call that writes the table, with good values."""
+    step = {"obs": np.full(4, 7, np.float32), "action": 3, "reward": 1.0,
+            "next_obs": np.full(4, 8, np.float32), "terminated": False, "truncated": False}
+    chunk = {k: np.stack([np.asarray(v)] * 3) for k, v in step.items()}
+    return {"add": lambda: buf.add(**step), "extend": lambda: buf.extend(**chunk),
+            "clear": buf.clear, "load_state_dict": lambda: buf.load_state_dict(state)}
+
+
+def _table_bytes(buf: Any) -> dict[str, bytes]:
+    t = buf.table
+    out = {k: np.asarray(v).tobytes() for k, v in buf.state_dict()["table"].items()}
+    out["free"] = repr(t.side.free).encode()  # the in-memory free list too
+    return out
+
+
+@pytest.mark.parametrize("writer", ["auto", "reference"])
+@pytest.mark.parametrize("call", ["add", "extend", "clear", "load_state_dict"])
+def test_a_closed_buffer_refuses_writes(tmp_path: Path, writer: str, call: str,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """After ``buf.close()`` the lock is gone and another process may write the files: a
+    write (its hot path built by earlier adds included) raises ConfigError naming the call
+    and the fix, and changes nothing in memory or on disk; ``rb.open`` then continues."""
+    monkeypatch.setenv("REPLAYBANK_WRITER", writer)
+    d = tmp_path / "mm"
+    buf = fill(rb.ReplayBuffer(8, storage="memmap", path=d, seed=0), 11)
+    state = buf.state_dict()
+    buf.close()
+    files, before = digest(d), _table_bytes(buf)
+    with pytest.raises(ConfigError, match=rf"cannot {call}\(\): it was closed.*rb\.open"):
+        _writes(buf, state)[call]()
+    assert _table_bytes(buf) == before and digest(d) == files and len(buf) == 8
+    again = rb.open(d)
+    fill(again, 2)
+    assert len(again) == 8 and int(again.table.written[0]) == 13
+
+
+@pytest.mark.parametrize("writer", ["auto", "reference"])
+@pytest.mark.parametrize("call", ["add", "extend", "clear", "load_state_dict"])
+def test_a_read_only_buffer_refuses_writes_unchanged(tmp_path: Path, writer: str, call: str,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reader opened with ``mode="r"`` beside a full buffer: a write is refused before
+    anything changes; before the check, a refused evicting add moved the reader's own
+    counters (one step fewer) and used up its free side slots."""
+    monkeypatch.setenv("REPLAYBANK_WRITER", writer)
+    d = tmp_path / "mm"
+    buf = fill(rb.ReplayBuffer(8, storage="memmap", path=d, seed=0), 11)
+    buf.flush()
+    reader = rb.open(d, mode="r")
+    before, files = _table_bytes(reader), digest(d)
+    for _ in range(2):
+        with pytest.raises(ConfigError, match=rf"cannot {call}\(\): it was opened read-only"):
+            _writes(reader, buf.state_dict())[call]()
+    assert _table_bytes(reader) == before and digest(d) == files and len(reader) == 8
+    assert reader.sample(4).obs.shape == (4, 4)
+
+
 # ---------------------------------------------------------------- modules a file names
 _NAMED_MODULE = '''
 import pathlib

@@ -665,6 +665,7 @@ class ReplayBuffer:
             CheckpointError: The state does not match this buffer, or is damaged.
         """
         with self.exclusive():
+            self._store.check_write("load_state_dict")
             spec = buffer_state.checked_state(state_dict, self._capacity, self._num_envs,
                                               self.spec, self.sampler, self.view, self._rng,
                                               self.rows_only)
@@ -736,8 +737,12 @@ class ReplayBuffer:
     def close(self) -> None:
         """Release durable storage: a memmap buffer syncs its files and drops the writer's
         lock, so another process may open the directory (no-op in memory). The buffer
-        must not be written afterwards; call :meth:`flush` first to resume exactly."""
-        self._store.close(self.exclusive)
+        must not be written afterwards (an ``add``, ``extend``, ``clear`` or
+        ``load_state_dict`` then raises ``ConfigError``); call :meth:`flush` first to
+        resume exactly."""
+        with self.exclusive():
+            self.write_route.drop()  # the next write asks the store, which refuses it
+            self._store.close(self.exclusive)
 
     @classmethod
     def open(cls, path: Any, mode: str = "r+", *, trust_imports: bool = False) -> Any:

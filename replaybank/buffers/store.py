@@ -92,7 +92,12 @@ class Store:
         return sum(t.counts.tolist()) if t.lanes <= 64 else int(t.counts.sum())
 
     def check_write(self, call: str) -> None:
-        """Raise when this process may not write the storage (``call``: the public verb)."""
+        """Raise when this process may not write the storage (``call``: the public verb):
+        durable files opened read-only or closed refuse before anything changes, even in
+        memory (``ConfigError``)."""
+        be = self.backend
+        if isinstance(be, DurableBackend):
+            be.check_writable(f"{call}()")
 
     def sample(self, parts: Parts, rng: np.random.Generator, batch_size: Any,
                replace: Any, kwargs: dict[str, Any]) -> Batch:

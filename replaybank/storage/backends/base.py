@@ -146,6 +146,12 @@ class DurableBackend(ArrayBackend, Protocol):
         """Sync and release the storage (e.g. a writer's lock); idempotent."""
         ...
 
+    def check_writable(self, what: str) -> None:
+        """Raise :class:`~replaybank.errors.ConfigError` naming ``what`` (the refused
+        call) and the fix when this process may not write the storage: it was opened
+        read-only, or closed (its files may then have another writer)."""
+        ...
+
 
 @runtime_checkable
 class SharedArrayBackend(ArrayBackend, Protocol):

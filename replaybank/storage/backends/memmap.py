@@ -390,9 +390,25 @@ class MemmapBackend:
 
     def _refuse(self, what: str) -> ConfigError:
         why = ("it was opened read-only (mode='r'); reopen it with rb.open(path) to write"
-               if self.mode == "r" else "it was closed (backend.close()); reopen it with "
-               "rb.open(path)")
+               if self.mode == "r" else "it was closed (buf.close()), and another process "
+               "may write its files now; reopen it with rb.open(path)")
         return ConfigError(f"memmap buffer at {self.path}: cannot {what}: {why}")
+
+    def check_writable(self, what: str) -> None:
+        """Raise ConfigError when the files are read-only here (``mode="r"``) or closed.
+
+        Example:
+            >>> import tempfile, os
+            >>> be = MemmapBackend(os.path.join(tempfile.mkdtemp(), "b"))
+            >>> be.check_writable("add()")  # open for writing: nothing raised
+            >>> be.close()
+            >>> be.check_writable("add()")
+            Traceback (most recent call last):
+            ...
+            replaybank.errors.ConfigError: memmap buffer at ...: cannot add(): it was closed ...
+        """
+        if not self._writable:
+            raise self._refuse(what)
 
     # ------------------------------------------------------------------ files
     def _read_manifest(self) -> dict[str, Any]:
