@@ -74,6 +74,9 @@ class Store:
         #: The step table (None until the first write or a spec).
         self.table: StepTable | None = None
         self._lane_view: LaneView | None = None
+        # files that may refuse writes (resolved once: a protocol check costs ~20 us)
+        self._files = backend if backend.durable and isinstance(backend, DurableBackend) \
+            else None
 
     def allocate(self, spec: Spec) -> StepTable:
         """Allocate the table for ``spec`` (its arrays on the backend)."""
@@ -95,9 +98,8 @@ class Store:
         """Raise when this process may not write the storage (``call``: the public verb):
         durable files opened read-only or closed refuse before anything changes, even in
         memory (``ConfigError``)."""
-        be = self.backend
-        if isinstance(be, DurableBackend):
-            be.check_writable(f"{call}()")
+        if self._files is not None:
+            self._files.check_writable(f"{call}()")
 
     def sample(self, parts: Parts, rng: np.random.Generator, batch_size: Any,
                replace: Any, kwargs: dict[str, Any]) -> Batch:
