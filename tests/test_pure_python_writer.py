@@ -13,6 +13,7 @@ with the same error type and message, and neither changes.
 from __future__ import annotations
 
 import copy
+import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -78,7 +79,23 @@ class Pair:
         if self.fast.spec is not None:
             same_state(self.fast, self.ref)
             same_sampler(self.fast, self.ref)
+            start, ref_start = self.fast.table.start, self.ref.table.start  # files only
+            assert (start is None) == (ref_start is None)
+            if start is not None:
+                assert start.tolist() == ref_start.tolist()
         return got
+
+
+@contextmanager
+def storage_of(kind: str) -> Iterator[Callable[[], dict[str, Any]]]:
+    """Buffer keywords for ``kind`` storage: each call a new directory for memmap (the
+    no-compiler writer stores into files in the crash-safe order)."""
+    if kind == "numpy":
+        yield dict
+        return
+    with tempfile.TemporaryDirectory() as d:
+        count = iter(range(1 << 30))
+        yield lambda: {"storage": "memmap", "path": f"{d}/{next(count)}"}
 
 
 def _written(buf: rb.ReplayBuffer) -> int:
@@ -155,20 +172,28 @@ def _step(rng: np.random.Generator, kind: str, lanes: int, obs: np.ndarray,
     return kw
 
 
+@pytest.mark.parametrize("storage", ["numpy", "memmap"])
 @settings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, 2**31 - 1), lanes=st.sampled_from([1, 3]),
        rows=st.sampled_from([2, 5, 9]), prioritized=st.booleans(),
        kinds=st.lists(st.sampled_from(KINDS), min_size=1, max_size=4))
-def test_one_step_add_matches_reference(seed: int, lanes: int, rows: int, prioritized: bool,
-                                        kinds: list[str]) -> None:
+def test_one_step_add_matches_reference(storage: str, seed: int, lanes: int, rows: int,
+                                        prioritized: bool, kinds: list[str]) -> None:
     """Random sequences of adds of every input kind, with wraps, episode ends, breaks in
-    the data, env_ids (gaps: lanes out of step), priorities, extends and clears."""
+    the data, env_ids (gaps: lanes out of step), priorities, extends and clears; in
+    memory and in memmap files (there also ``start``, the crash-safe counter)."""
+    with storage_of(storage) as where:
+        _one_step_adds(where, seed, lanes, rows, prioritized, kinds)
+
+
+def _one_step_adds(where: Callable[[], dict[str, Any]], seed: int, lanes: int, rows: int,
+                   prioritized: bool, kinds: list[str]) -> None:
     rng = np.random.default_rng(seed)
 
     def make() -> rb.ReplayBuffer:
         sampler = rb.PrioritizedSampler(alpha=0.6) if prioritized else None
         return rb.ReplayBuffer(capacity=rows * lanes, num_envs=lanes, seed=0, spec=SPEC,
-                               sampler=sampler)
+                               sampler=sampler, **where())
 
     pair = Pair(make)
     obs = rng.standard_normal((lanes, 3)).astype(np.float32)
@@ -211,6 +236,7 @@ def test_one_step_add_matches_reference(seed: int, lanes: int, rows: int, priori
                                  for k in kinds)
 
 
+@pytest.mark.parametrize("storage", ["numpy", "memmap"])
 @settings(max_examples=40, deadline=None)
 @given(seed=st.integers(0, 2**31 - 1), lanes=st.sampled_from([2, 9]),
        rows=st.sampled_from([1, 2, 8]), shape=st.sampled_from([(3,), (2, 2)]),
@@ -218,13 +244,20 @@ def test_one_step_add_matches_reference(seed: int, lanes: int, rows: int, priori
        kinds=st.lists(st.sampled_from(["exact", "f64", "int flags", "int32 flags",
                                        "float flags", "non-contiguous"]),
                       min_size=1, max_size=3))
-def test_step_writer_layouts_match_reference(seed: int, lanes: int, rows: int,
+def test_step_writer_layouts_match_reference(storage: str, seed: int, lanes: int, rows: int,
                                              shape: tuple[int, ...], extra: bool,
                                              jumps: float, kinds: list[str]) -> None:
     """Several lanes in the table layouts StepWriter writes differently: more lanes than
     it writes a row at a time, one row (every add evicts), multi-dim obs (no void-row
     put), no extra field, float64 next obs (cast before the put), uncast 0/1 flags; with
-    wraps, episode ends, frequent breaks (the side store grows), env_ids and clears."""
+    wraps, episode ends, frequent breaks (the side store grows), env_ids and clears; in
+    memory and in memmap files."""
+    with storage_of(storage) as where:
+        _layouts(where, seed, lanes, rows, shape, extra, jumps, kinds)
+
+
+def _layouts(where: Callable[[], dict[str, Any]], seed: int, lanes: int, rows: int,
+             shape: tuple[int, ...], extra: bool, jumps: float, kinds: list[str]) -> None:
     rng = np.random.default_rng(seed)
     spec: dict[str, Any] = {"obs": (shape, "float32"), "action": ((), "int64"),
                             "reward": ((), "float32"), "terminated": ((), "bool"),
@@ -232,7 +265,7 @@ def test_step_writer_layouts_match_reference(seed: int, lanes: int, rows: int,
     if extra:
         spec["h"] = ((2,), "float32")
     pair = Pair(lambda: rb.ReplayBuffer(capacity=rows * lanes, num_envs=lanes, seed=0,
-                                        spec=spec))
+                                        spec=spec, **where()))
     obs = rng.standard_normal((lanes, *shape)).astype(np.float32)
     for _ in range(60):
         end = rng.random((2, lanes)) < 0.15

@@ -58,6 +58,7 @@ from replaybank.spec import (
     assignable_dtypes,
     stored_by_assignment,
 )
+from replaybank.storage.backends.base import DurableBackend
 from replaybank.storage.table import StepTable
 from replaybank.storage.writers import killpoint
 from replaybank.storage.writers.plan import WritePlan, plan_write
@@ -357,10 +358,18 @@ class StepWriter:
     Args:
         table: The step table (see :attr:`serves`).
 
+    On a table of files (memmap, :class:`~replaybank.storage.backends.base.
+    DurableBackend`) it stores in :func:`apply`'s crash-safe order: an evicting step moves
+    ``start`` and then ``counts`` first, then the kept next observations, the rows, the
+    link and ``written`` (the commit), the relink of the previous newest steps, the
+    counts and the episodes, with the kill-test hook before each store
+    (``tests/test_hardening_inputs.py`` kills it at every one).
+
     Attributes:
-        serves: The table is one this writer writes (host numpy arrays that are not
-            files, one flat ``obs`` field, ``action``, the standard flags as bool
-            scalars, no zero-size field); when False, :meth:`write` always returns 0.
+        serves: The table is one this writer writes (host numpy arrays in memory or in
+            files of a :class:`~replaybank.storage.backends.base.DurableBackend`, one
+            flat ``obs`` field, ``action``, the standard flags as bool scalars, no
+            zero-size field); when False, :meth:`write` always returns 0.
 
     Example:
         >>> from replaybank.spec import Spec
@@ -383,8 +392,12 @@ class StepWriter:
         std = ("obs", "action", "reward", "terminated", "truncated")
         self.extra_names = tuple(n for n in spec if n not in std)
         self.extra_keys = frozenset(self.extra_names)
+        be = table.backend
+        #: files: the crash-safe order of stores (and the kill-test hook before each)
+        self.durable = table.durable
         self.serves = (
-            table.plain_numpy and table.tail is None and table.obs_fields == ["obs"]
+            be.host_numpy and (not table.durable or isinstance(be, DurableBackend))
+            and table.tail is None and table.obs_fields == ["obs"]
             and all(n in spec for n in std)
             and all(spec[n].shape == () and spec[n].dtype == _BOOL
                     for n in ("terminated", "truncated"))
@@ -521,10 +534,10 @@ class StepWriter:
                term: Any, trunc: Any, ends: bool) -> int:
         """:func:`apply` of one step to every lane, lanes in step (0 when they are not),
         ``ends``: a flag is set. The same decisions, so the same slots are taken and
-        freed in the same order and the table ends the same; a table of files is not
-        served, so the order of the stores is free: the continuity check reads the new
-        obs as stored (values may come uncast, :func:`_cast`), and full lanes' counts,
-        which end as they started, are not stored.
+        freed in the same order and the table ends the same. The continuity check reads
+        the new obs as stored (values may come uncast, :func:`_cast`), after the commit;
+        in memory, full lanes' counts, which end as they started, are not stored (files:
+        :func:`apply`'s order, see the class).
 
         When nothing but this writer wrote since its last step (:attr:`_memo` still
         describes the table: the same ``written`` and ``epoch``; every other write moves
@@ -549,6 +562,8 @@ class StepWriter:
         prow = row - 1 if row else T - 1
         known = ptaken is not None and T > 1  # the previous newest steps' slots: ptaken
         free = side.free
+        durable = self.durable
+        point = killpoint.store_point if durable and killpoint.KILL_AT else None
         # 1. evict (full lanes, c == T): the steps in the row written leave and free their
         #    side slots; read with the links of the previous newest steps (row - 1),
         #    whose next obs the new obs may continue (c > 0, T > 1)
@@ -563,6 +578,8 @@ class StepWriter:
                 plink = link[T - 1].tolist()
             if gone.count(0) != L:
                 free.extend([k - 1 for k in gone if k > 0])
+            if durable:
+                _evict_counters(t, w + 1 - T, T - 1, point)
         elif c and not known:
             plink = link[prow].tolist()
         # 2. the new steps are their lanes' newest: their next obs go aside in the slots
@@ -577,6 +594,8 @@ class StepWriter:
         odt, vt = self.obs[5], self.obs_row
         if no.dtype is not odt and vt is not None:
             no = no.astype(odt)  # an uncast value: cast as the store would
+        if point:
+            point()
         if no.strides == self.obs_strides:  # (C order, one flat row per lane)
             src, kv = self._kept_rows
             if src is not kept:  # (the side store grew: a new array)
@@ -590,20 +609,27 @@ class StepWriter:
             kept[_slots_index(taken, True)] = no
         # 3. data, links, the commit
         arrays = t.arrays
-        arrays["obs"][row] = o
-        arrays["action"][row] = act
-        arrays["reward"][row] = rew
-        for name, v in more:
-            arrays[name][row] = v
-        arrays["terminated"][row] = term
-        arrays["truncated"][row] = trunc
+        if point:
+            _store_rows(arrays, row, o, act, rew, more, term, trunc, point)
+        else:
+            arrays["obs"][row] = o
+            arrays["action"][row] = act
+            arrays["reward"][row] = rew
+            for name, v in more:
+                arrays[name][row] = v
+            arrays["terminated"][row] = term
+            arrays["truncated"][row] = trunc
         key = tuple(taken)
         links = self._links.get(key)
         if links is None:
             if len(self._links) >= 64:
                 self._links.clear()
             links = self._links[key] = np.array([k + 1 for k in taken], link.dtype)
+        if point:
+            point()
         link[row] = links
+        if point:
+            point()
         written.fill(w + 1)
         # 4. the previous newest steps that continue into the new obs (as stored) give
         #    their side slots back, in lane order (the common case: every lane does);
@@ -611,26 +637,34 @@ class StepWriter:
         new = o if o.dtype is odt else arrays["obs"][row]
         if ptaken is not None and known:
             if seen is not None and new.tobytes() == seen:  # no flag set, all continue
+                if point:
+                    point()
                 link[prow].fill(0)
                 free.extend(ptaken)
             else:
-                self._relink(prow, [k + 1 for k in ptaken], new)
+                self._relink(prow, [k + 1 for k in ptaken], new, point)
         elif plink is not None:
             none = self.no_flags
             if 0 in plink or arrays["terminated"][prow].tobytes() != none \
                     or arrays["truncated"][prow].tobytes() != none:
-                self._relink(prow, plink, new)
+                self._relink(prow, plink, new, point)
             else:
                 slots = [k - 1 for k in plink]
                 if kept.take(slots, axis=0).tobytes() == new.tobytes():
+                    if point:
+                        point()
                     link[prow].fill(0)
                     free.extend(slots)
                 else:
-                    self._relink(prow, plink, new)
-        if c < T:
-            c += 1
+                    self._relink(prow, plink, new, point)
+        if c < T or durable:  # (files: an evicting step stored T - 1 first)
+            c = c + 1 if c < T else T
+            if point:
+                point()
             t.counts.fill(c)
         if ends:
+            if point:
+                point()
             t.episodes += np.logical_or(term, trunc)
         # what the next step needs to know of this one (the bytes its kept next obs
         # hold, read back from `no` as stored; None when a flag is set or obs rows are
@@ -639,11 +673,12 @@ class StepWriter:
                       None if ends or vt is None else no.tobytes(), taken)
         return 1
 
-    def _relink(self, prow: int, plink: list[int], o: Any) -> None:
+    def _relink(self, prow: int, plink: list[int], o: Any,
+                point: Callable[[], None] | None) -> None:
         """``_continuing`` lane by lane: unlink the previous newest steps (row ``prow``,
         links ``plink``) that kept their next obs aside, did not end, and whose kept obs
         is bitwise their lane's row of ``o`` (the new obs as stored), and free their
-        side slots in lane order."""
+        side slots in lane order (``point``: the kill-test hook before the store)."""
         t = self.table
         arrays, kept = t.arrays, t.side.arrays["obs"]
         term, trunc = arrays["terminated"][prow].tolist(), arrays["truncated"][prow].tolist()
@@ -654,6 +689,8 @@ class StepWriter:
                     and kept[k - 1].tobytes() == rows[i].tobytes():
                 lanes.append(i)
         if lanes:
+            if point:
+                point()
             t.link[prow, lanes] = 0
             t.side.free.extend([plink[i] - 1 for i in lanes])
 
@@ -667,24 +704,36 @@ class StepWriter:
         row = w % T
         arrays = t.arrays
         free = side.free
+        point = killpoint.store_point if self.durable and killpoint.KILL_AT else None
         # 1. evict: the step in the row written leaves (a full lane: c == T)
         if c > 0 and c + 1 > T:
             k = link.item(row, 0)
             if k > 0:
                 free.append(k - 1)
+            if self.durable:
+                _evict_counters(t, w + 1 - T, T - 1, point)
         # 2. the new step is the lane's newest: its next obs goes aside
         s = free.pop() if free else side.take_many(1)[0]
         kept = side.arrays["obs"]
+        if point:
+            point()
         kept[s] = no
         # 3. data, link, the commit
-        arrays["obs"][row] = o
-        arrays["action"][row] = act
-        arrays["reward"][row] = rew
-        for name, v in more:
-            arrays[name][row] = v
-        arrays["terminated"][row] = term
-        arrays["truncated"][row] = trunc
+        if point:
+            _store_rows(arrays, row, o, act, rew, more, term, trunc, point)
+        else:
+            arrays["obs"][row] = o
+            arrays["action"][row] = act
+            arrays["reward"][row] = rew
+            for name, v in more:
+                arrays[name][row] = v
+            arrays["terminated"][row] = term
+            arrays["truncated"][row] = trunc
+        if point:
+            point()
         link[row, 0] = s + 1
+        if point:
+            point()
         written[0] = w + 1
         # 4. the previous newest step continues into the new obs (as stored): it gives
         #    its side slot back; then the count and episodes
@@ -694,13 +743,44 @@ class StepWriter:
             if pk and not arrays["terminated"].item(prow, 0) \
                     and not arrays["truncated"].item(prow, 0) and kept[pk - 1].tobytes() \
                     == (o if o.dtype is self.obs[5] else arrays["obs"][row]).tobytes():
+                if point:
+                    point()
                 link[prow, 0] = 0
                 free.append(pk - 1)
-        if c < T:
-            counts[0] = c + 1
+        if c < T or self.durable:  # (files: an evicting step stored T - 1 first)
+            if point:
+                point()
+            counts[0] = c + 1 if c < T else T
         if ends:
+            if point:
+                point()
             t.episodes[0] += 1
         return 1
+
+
+def _evict_counters(t: StepTable, start: int, kept: int,
+                    point: Callable[[], None] | None) -> None:
+    """A durable table's first stores of a step that evicts one step of every lane
+    (lanes in step): ``start`` (the truth of a reopened table) then ``counts``, each
+    after the kill-test hook ``point``."""
+    if t.start is not None:
+        if point:
+            point()
+        t.start.fill(start)
+    if point:
+        point()
+    t.counts.fill(kept)
+
+
+def _store_rows(arrays: dict[str, Any], row: int, o: Any, act: Any, rew: Any,
+                more: list[tuple[str, Any]], term: Any, trunc: Any,
+                point: Callable[[], None]) -> None:
+    """The rows of one step, each field after the kill-test hook ``point`` (the test
+    build's order of :class:`StepWriter`'s row stores)."""
+    for name, v in (("obs", o), ("action", act), ("reward", rew), *more,
+                    ("terminated", term), ("truncated", trunc)):
+        point()
+        arrays[name][row] = v
 
 
 def _cast(f: _Field, v: Any, lead: tuple[int, ...], arr: npt.NDArray[Any] | None) -> Any:
