@@ -418,7 +418,7 @@ def open(path: Any, mode: str = "r+", *, trust_imports: bool = False,
     Args:
         path: Directory of a buffer built with ``storage="memmap"``.
         mode: ``"r+"`` (read and write: the one writer of ``path``, which stays locked
-            until the buffer is garbage collected or ``buf.backend.close()``) or ``"r"``
+            until the buffer is garbage collected or ``buf.close()``) or ``"r"``
             (read only, beside a writer: files mapped read-only, writes raise ConfigError).
         trust_imports: Let the recorded config import the modules it names (as in
             :func:`load`; by default a module not imported yet is refused).
