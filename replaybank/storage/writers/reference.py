@@ -609,16 +609,7 @@ class StepWriter:
             kept[_slots_index(taken, True)] = no
         # 3. data, links, the commit
         arrays = t.arrays
-        if point:
-            _store_rows(arrays, row, o, act, rew, more, term, trunc, point)
-        else:
-            arrays["obs"][row] = o
-            arrays["action"][row] = act
-            arrays["reward"][row] = rew
-            for name, v in more:
-                arrays[name][row] = v
-            arrays["terminated"][row] = term
-            arrays["truncated"][row] = trunc
+        _store_rows(arrays, row, o, act, rew, more, term, trunc, point)
         key = tuple(taken)
         links = self._links.get(key)
         if links is None:
@@ -719,16 +710,7 @@ class StepWriter:
             point()
         kept[s] = no
         # 3. data, link, the commit
-        if point:
-            _store_rows(arrays, row, o, act, rew, more, term, trunc, point)
-        else:
-            arrays["obs"][row] = o
-            arrays["action"][row] = act
-            arrays["reward"][row] = rew
-            for name, v in more:
-                arrays[name][row] = v
-            arrays["terminated"][row] = term
-            arrays["truncated"][row] = trunc
+        _store_rows(arrays, row, o, act, rew, more, term, trunc, point)
         if point:
             point()
         link[row, 0] = s + 1
@@ -774,9 +756,18 @@ def _evict_counters(t: StepTable, start: int, kept: int,
 
 def _store_rows(arrays: dict[str, Any], row: int, o: Any, act: Any, rew: Any,
                 more: list[tuple[str, Any]], term: Any, trunc: Any,
-                point: Callable[[], None]) -> None:
-    """The rows of one step, each field after the kill-test hook ``point`` (the test
-    build's order of :class:`StepWriter`'s row stores)."""
+                point: Callable[[], None] | None) -> None:
+    """The rows of one step (:class:`StepWriter`), each field after the kill-test hook
+    ``point`` when one is armed."""
+    if point is None:
+        arrays["obs"][row] = o
+        arrays["action"][row] = act
+        arrays["reward"][row] = rew
+        for name, v in more:
+            arrays[name][row] = v
+        arrays["terminated"][row] = term
+        arrays["truncated"][row] = trunc
+        return
     for name, v in (("obs", o), ("action", act), ("reward", rew), *more,
                     ("terminated", term), ("truncated", trunc)):
         point()
