@@ -533,6 +533,23 @@ def test_a_read_only_buffer_refuses_writes_unchanged(tmp_path: Path, writer: str
     assert reader.sample(4).obs.shape == (4, 4)
 
 
+def test_close_after_another_thread_called(tmp_path: Path) -> None:
+    """Once a second thread has called the buffer, every call takes the guard's lock,
+    which is not reentrant: ``close()`` must take it once (a nested take hung here)."""
+    import threading
+
+    buf = fill(rb.ReplayBuffer(8, storage="memmap", path=tmp_path / "mm", seed=0), 5)
+    t = threading.Thread(target=lambda: buf.sample(2))
+    t.start()
+    t.join()
+    done = threading.Event()
+    closer = threading.Thread(target=lambda: (buf.close(), done.set()), daemon=True)
+    closer.start()
+    assert done.wait(30), "close() deadlocked on the buffer's own lock"
+    with pytest.raises(ConfigError, match="closed"):
+        fill(buf, 1)
+
+
 # ---------------------------------------------------------------- modules a file names
 _NAMED_MODULE = '''
 import pathlib

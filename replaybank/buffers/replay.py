@@ -740,9 +740,16 @@ class ReplayBuffer:
         must not be written afterwards (an ``add``, ``extend``, ``clear`` or
         ``load_state_dict`` then raises ``ConfigError``); call :meth:`flush` first to
         resume exactly."""
+        self._store.close(self._closing)
+
+    @contextlib.contextmanager
+    def _closing(self) -> Iterator[None]:
+        """:meth:`exclusive` for the store's close: the write route's cached hot path is
+        dropped inside it, so the next write asks the store, which refuses it (one
+        section: the guard's lock, once shared, is not reentrant)."""
         with self.exclusive():
-            self.write_route.drop()  # the next write asks the store, which refuses it
-            self._store.close(self.exclusive)
+            self.write_route.drop()
+            yield
 
     @classmethod
     def open(cls, path: Any, mode: str = "r+", *, trust_imports: bool = False) -> Any:
