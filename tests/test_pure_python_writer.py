@@ -105,9 +105,13 @@ def _written(buf: rb.ReplayBuffer) -> int:
 SPEC = {"obs": ((3,), "float32"), "action": ((), "int64"), "reward": ((), "float32"),
         "terminated": ((), "bool"), "truncated": ((), "bool"), "h": ((2,), "float32")}
 #: Input kinds of a step (one lane: ``[*shape]`` values, several: ``[lanes, *shape]``).
-KINDS = ("exact", "f64", "scalars", "numpy scalars", "int flags", "lists", "torch",
-         "non-contiguous", "lane dim", "bad nan action", "bad flag", "bad shape",
-         "bad string", "missing", "unknown", "big int")
+KINDS = ("exact", "f64", "scalars", "numpy scalars", "int flags", "lists", "flag lists",
+         "odd flag lists", "torch", "non-contiguous", "lane dim", "bad nan action",
+         "bad flag", "bad complex flags", "bad shape", "bad string", "missing", "unknown",
+         "big int")
+#: Values equal to False that a flag list may hold: the Python boundary stores the first
+#: four as False; a complex zero it refuses.
+_FALSY = (0, 0.0, np.False_, np.int64(0))
 
 
 def _step(rng: np.random.Generator, kind: str, lanes: int, obs: np.ndarray,
@@ -161,6 +165,17 @@ def _step(rng: np.random.Generator, kind: str, lanes: int, obs: np.ndarray,
         kw["terminated"] = 2 if one else np.full(lanes, 2)
     elif kind == "bad shape":
         kw["obs"] = np.zeros((*np.shape(kw["obs"])[:-1], 4), np.float32)
+    elif kind in ("flag lists", "odd flag lists", "bad complex flags") and not one:
+        # lists of Python bools (a loop that keeps its flags in lists); "odd": each False
+        # may be another value equal to it (stored as False too); "bad": a complex zero
+        for k, row in (("terminated", end[0]), ("truncated", end[1])):
+            flags: list[Any] = [bool(x) for x in row]
+            if kind != "flag lists":
+                at = int(rng.integers(lanes))
+                if not flags[at]:
+                    flags[at] = 0j if kind == "bad complex flags" \
+                        else _FALSY[int(rng.integers(len(_FALSY)))]
+            kw[k] = flags
     elif kind == "bad string":
         kw["reward"] = "x" if one else ["x"] * lanes
     elif kind == "missing":

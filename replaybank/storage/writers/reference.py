@@ -335,6 +335,10 @@ _F, _B, _I, _OTHER = 0, 1, 2, 3
 #: (:func:`~replaybank.spec.assignable_dtypes`))``.
 _Field = tuple[str, str, FieldSpec, tuple[int, ...], tuple[int, ...], np.dtype[Any], bool, int,
                np.dtype[Any] | None, frozenset[np.dtype[Any]]]
+#: A flag value of a step none of whose flags is set, as :class:`StepWriter` recognises and
+#: stores it: ``(its bytes as a bool array, the list of Python bools [False] * L, the list
+#: of their types, the bool array of L zeros, read-only, stored for it)``.
+_NoFlags = tuple[bytes, list[bool], list[type], npt.NDArray[np.bool_]]
 
 
 class StepWriter:
@@ -404,7 +408,14 @@ class StepWriter:
             and not any("/" in n for n in self.extra_names)
             and all(f.nbytes > 0 for f in spec.values()))
         self.T, self.L = table.T, table.lanes
-        self.no_flags = bytes(self.L)  # a row of flags none of which is set
+        zeros = np.zeros(self.L, _BOOL)
+        zeros.flags.writeable = False
+        #: a row of flags none of which is set (:data:`_NoFlags`)
+        self.no_flags: _NoFlags = (bytes(self.L), [False] * self.L, [bool] * self.L, zeros)
+        #: the bytes of a flag array of L zeros by its dtype (bool and the integer dtypes
+        #: a bool field takes by assignment)
+        self.zero_flags = {dt: bytes(self.L * dt.itemsize)
+                           for dt in (_BOOL, *assignable_dtypes(_BOOL))}
 
         def field(name: str, arg: str) -> _Field:
             f = spec[name]
@@ -436,9 +447,8 @@ class StepWriter:
         #: The side store's obs array and its view as one void item per flat row (remade
         #: when the store grows; the old array is let go at the next step).
         self._kept_rows: tuple[Any, Any] = (None, None)
-        #: A link row per tuple of side slots taken (the lanes' slots change only where
-        #: an episode ends or the data jumps: the same few tuples come back).
-        self._links: dict[tuple[int, ...], npt.NDArray[Any]] = {}
+        #: Per tuple of side slots taken: the slots as an index array and the link row.
+        self._links: dict[tuple[int, ...], tuple[npt.NDArray[np.intp], npt.NDArray[Any]]] = {}
 
     def write(self, lanes: Any, steps: Any, obs: Any, action: Any, reward: Any,
               next_obs: Any, terminated: Any, truncated: Any, extras: dict[str, Any]) -> int:
@@ -518,15 +528,17 @@ class StepWriter:
         more = [(f[0], _cast(f, extras[f[0]], lead, None)) for f in self.extras] \
             if self.extras else _NO_EXTRAS
         # the flags, and whether any is set (bool arrays: from the bytes checked anyway)
-        none = self.no_flags
-        if type(terminated) is _ND and terminated.dtype is _BOOL \
-                and terminated.shape == tf[k] and terminated.tobytes() == none:
-            term, ended = terminated, False
+        # (bool or integer arrays none of whose flags is set, the common step: stored as
+        # the writer's bool zeros)
+        none, zeros = self.no_flags, self.zero_flags
+        if type(terminated) is _ND and terminated.shape == tf[k] \
+                and terminated.tobytes() == zeros.get(terminated.dtype):
+            term, ended = none[3], False
         else:
             term, ended = _flag(tf, terminated, lead, none)
-        if type(truncated) is _ND and truncated.dtype is _BOOL \
-                and truncated.shape == uf[k] and truncated.tobytes() == none:
-            return o, no, act, rew, more, term, truncated, ended
+        if type(truncated) is _ND and truncated.shape == uf[k] \
+                and truncated.tobytes() == zeros.get(truncated.dtype):
+            return o, no, act, rew, more, term, none[3], ended
         trunc, cut = _flag(uf, truncated, lead, none)
         return o, no, act, rew, more, term, trunc, ended or cut
 
@@ -592,8 +604,20 @@ class StepWriter:
             taken = side.take_many(L)
         kept = side.arrays["obs"]
         odt, vt = self.obs[5], self.obs_row
-        if no.dtype is not odt and vt is not None:
-            no = no.astype(odt)  # an uncast value: cast as the store would
+        if vt is not None and (no.dtype is not odt or no.strides != self.obs_strides):
+            # an uncast value cast as the store would, or a strided one copied: in C
+            # order, stored below with one put (a row at a time cost 0.5 us more)
+            no = no.astype(odt, order="C")
+        # the slots taken as an index array and as the link row (the lanes' slots change
+        # only where an episode ends or the data jumps: the same few tuples come back)
+        key = tuple(taken)
+        made = self._links.get(key)
+        if made is None:
+            if len(self._links) >= 64:
+                self._links.clear()
+            made = self._links[key] = (np.array(taken, np.intp),
+                                       np.array([k + 1 for k in taken], link.dtype))
+        at, links = made
         if point:
             point()
         if no.strides == self.obs_strides:  # (C order, one flat row per lane)
@@ -601,7 +625,7 @@ class StepWriter:
             if src is not kept:  # (the side store grew: a new array)
                 kv = kept.view(vt)
                 self._kept_rows = (kept, kv)
-            kv.put(taken, no.view(vt))
+            kv.put(at, no.view(vt))
         elif L <= 8:  # a row at a time: cheaper than an index array for a few lanes
             for s, x in zip(taken, no):  # noqa: B905 - both L long
                 kept[s] = x
@@ -610,12 +634,6 @@ class StepWriter:
         # 3. data, links, the commit
         arrays = t.arrays
         _store_rows(arrays, row, o, act, rew, more, term, trunc, point)
-        key = tuple(taken)
-        links = self._links.get(key)
-        if links is None:
-            if len(self._links) >= 64:
-                self._links.clear()
-            links = self._links[key] = np.array([k + 1 for k in taken], link.dtype)
         if point:
             point()
         link[row] = links
@@ -635,7 +653,7 @@ class StepWriter:
             else:
                 self._relink(prow, [k + 1 for k in ptaken], new, point)
         elif plink is not None:
-            none = self.no_flags
+            none = self.no_flags[0]
             if 0 in plink or arrays["terminated"][prow].tobytes() != none \
                     or arrays["truncated"][prow].tobytes() != none:
                 self._relink(prow, plink, new, point)
@@ -791,9 +809,11 @@ def _cast(f: _Field, v: Any, lead: tuple[int, ...], arr: npt.NDArray[Any] | None
         if a.shape == f[4 if lead else 3]:
             vd, dt = a.dtype, f[5]
             if vd is not dt and vd != dt:
-                # taken uncast when the cast would be astype alone (its rule made by an
-                # earlier cast of this dtype pair)
-                return a if stored_by_assignment(a, dt) else f[2].cast(f[1], v, lead, arr)
+                # taken uncast when the cast would be astype alone (a dtype whose rule
+                # checks nothing, or whose rule, made by an earlier cast of this dtype
+                # pair, takes these values)
+                return a if (vd in f[9] and not f[6]) or stored_by_assignment(a, dt) \
+                    else f[2].cast(f[1], v, lead, arr)
             if not f[6] or _canonical_bools(a):
                 return a
     elif f[7] != _OTHER and not lead:
@@ -811,22 +831,27 @@ def _cast(f: _Field, v: Any, lead: tuple[int, ...], arr: npt.NDArray[Any] | None
     return f[2].cast(f[1], v, lead, arr)
 
 
-def _flag(f: _Field, v: Any, lead: tuple[int, ...], none: bytes) -> tuple[Any, bool]:
+def _flag(f: _Field, v: Any, lead: tuple[int, ...], none: _NoFlags) -> tuple[Any, bool]:
     """A flag field's value as :func:`_cast` gives it, and whether any flag in it is set;
-    ``none``: the bytes of a value none of whose flags is set."""
+    ``none``: the writer's value none of whose flags is set (:data:`_NoFlags`), returned
+    for a value that says so (a list of Python bools, all False; integers, all 0)."""
     if type(v) is list and lead:  # a value per lane: as the Python boundary reads it
+        # (the common step of a loop that keeps its flags in lists: no array made; equal
+        # to False and of type bool is False itself)
+        if v == none[1] and list(map(type, v)) == none[2]:
+            return none[3], False
         v = np.asarray(v)
     if type(v) is _ND and v.shape == f[4 if lead else 3]:
         if v.dtype is _BOOL:
             b = v.tobytes()
-            if b == none:
+            if b == none[0]:
                 return v, False
             if not b.translate(None, b"\x00\x01"):  # canonical bools
                 return v, True
         elif v.dtype in f[9]:  # integers: 0/1 values, stored by assignment (as _cast
-            # does); all zero bytes (the common step): every value 0
+            # does); all zero bytes (the common step): every value 0, stored as False
             if not v.tobytes().translate(None, b"\x00"):
-                return v, False
+                return none[3], False
             if v.size > QUICK_VALUES:
                 return _flag_cast(f, v, lead)
             vals = v.tolist() if v.ndim == 1 else v.reshape(-1).tolist()
