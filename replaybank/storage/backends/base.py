@@ -6,8 +6,8 @@ only through this small interface, so numpy, memmap and torch storage share one 
 path. Bookkeeping arrays (lane counters, next-obs links) always use :meth:`allocate_meta`,
 which a persistent backend keeps on disk beside the data.
 
-Capabilities are declared as attributes, read once when a writer plan is built:
-``host_numpy`` (the arrays are numpy arrays in this process's memory, so the lean and
+Capabilities are declared as attributes, read once when a table's writer is chosen:
+``host_numpy`` (the arrays are numpy arrays in this process's memory, so the one-step and
 compiled writers and the numpy gathers may use them directly) and ``durable`` (the data
 outlives the process: writes keep a crash-safe order, and the backend is a
 :class:`DurableBackend`).
