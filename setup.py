@@ -9,9 +9,26 @@ source is built a second time with ``REPLAYBANK_KILLPOINTS`` as
 (see replaybank/storage/writers/killpoint.py); the production module pays nothing for it.
 """
 
-from setuptools import Extension, setup
+import os
 
-setup(ext_modules=[
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+
+class OptimisedBuildExt(build_ext):
+    """The C modules at ``-O3`` whatever the interpreter was built with (Debian's and
+    other distributions' Pythons pass ``-O2``, where GCC leaves the strided copies and
+    casts of the writer's kernels unvectorised: a 4-env extend of strided observations
+    took 25 us against 19.5 at ``-O3``), unless ``CFLAGS`` names an optimisation level."""
+
+    def build_extensions(self) -> None:
+        if self.compiler.compiler_type == "unix" and "-O" not in os.environ.get("CFLAGS", ""):
+            for ext in self.extensions:
+                ext.extra_compile_args = [*ext.extra_compile_args, "-O3"]
+        super().build_extensions()
+
+
+setup(cmdclass={"build_ext": OptimisedBuildExt}, ext_modules=[
     Extension("replaybank._lane", ["replaybank/_lane.c"], optional=True),
     Extension("replaybank._sampling", ["replaybank/_sampling.c"], optional=True),
     Extension("replaybank._windows", ["replaybank/_windows.c"], optional=True),

@@ -1,0 +1,58 @@
+"""The C modules' build (setup.py) under the flags other interpreters give: Debian's and
+other distributions' Pythons compile extensions at ``-O2``, where GCC leaves the writer's
+strided copies and casts unvectorised, so the build asks for ``-O3`` itself, unless the
+user's ``CFLAGS`` names an optimisation level. A stand-in compiler records each command
+(and makes the files it is asked for), so nothing is compiled and the package's own
+modules are not touched."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+FAKE_CC = """#!/bin/sh
+echo "$@" >> "{log}"
+while [ $# -gt 0 ]; do
+    if [ "$1" = "-o" ]; then mkdir -p "$(dirname "$2")"; : > "$2"; fi
+    shift
+done
+"""
+
+
+def _compile_lines(tmp_path: Path, cflags: str) -> list[str]:
+    """The compile commands of ``setup.py build_ext`` with ``CFLAGS=cflags`` (which
+    replace the interpreter's flags), the compiler named with ``-O2`` as Debian's
+    interpreter names it."""
+    log = tmp_path / "cc.log"
+    cc = tmp_path / "cc"
+    cc.write_text(FAKE_CC.format(log=log))
+    cc.chmod(cc.stat().st_mode | stat.S_IEXEC)
+    env = {**os.environ, "CC": f"{cc} -O2", "LDSHARED": f"{cc} -shared", "CFLAGS": cflags}
+    subprocess.run([sys.executable, "setup.py", "build_ext", "--force",
+                    "-b", str(tmp_path / "lib"), "-t", str(tmp_path / "tmp")],
+                   cwd=ROOT, env=env, check=True, capture_output=True, timeout=120)
+    lines = [ln for ln in log.read_text().splitlines() if " -c " in ln]
+    assert {Path(ln.split(" -c ")[1].split()[0]).name for ln in lines} \
+        >= {"_lane.c", "_sampling.c", "_windows.c"}
+    return lines
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="a Unix compiler's flags")
+def test_the_c_modules_are_built_at_o3_under_an_o2_interpreter(tmp_path: Path) -> None:
+    lines = _compile_lines(tmp_path, "-Wall -g")
+    for ln in lines:  # the last optimisation level named is the one GCC and Clang use
+        assert [a for a in ln.split() if a.startswith("-O")][-1] == "-O3", ln
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="a Unix compiler's flags")
+def test_cflags_naming_a_level_are_kept(tmp_path: Path) -> None:
+    lines = _compile_lines(tmp_path, "-O0 -g")
+    for ln in lines:
+        assert [a for a in ln.split() if a.startswith("-O")][-1] == "-O0", ln
