@@ -415,7 +415,13 @@ class _DtypeRule:
             )
         if self.canonical and arr.size and int(arr.view(np.uint8).max()) > 1:
             arr = arr.view(np.uint8) != 0  # a bool byte other than 0/1: store canonical 0/1
-        if self.integral and (self.src.kind == "c" or not np.all(np.isfinite(arr))
+        if self.integral and self.src.kind == "c":
+            raise DtypeError(
+                f"{arg}={_shown(value, arr)}: field {field.name!r} is {dst.name} and takes "
+                "real numbers, got complex numbers (numpy would drop the imaginary part); "
+                "pass real values, e.g. x.real or np.abs(x)"
+            )
+        if self.integral and (not np.all(np.isfinite(arr))
                               or not np.all(arr == np.round(arr))):
             raise DtypeError(
                 f"{arg}={_shown(value, arr)}: field {field.name!r} is {dst.name} and needs "
@@ -469,8 +475,10 @@ def _small_ints_0_1(vals: list[int]) -> bool:
 
 
 def _shown(value: Any, arr: npt.NDArray[Any]) -> Any:
-    """A refused value in a message: its values when it has a few, else its description."""
-    return describe(value) if arr.size > 4 else arr.tolist()
+    """A refused value in a message: its values when it has a few (a list or tuple as the
+    user wrote it, not as numpy converted its items), else its description."""
+    return describe(value) if arr.size > 4 or isinstance(value, (list, tuple)) \
+        else arr.tolist()
 
 
 #: The rule of each (value dtype, field dtype) pair met so far.

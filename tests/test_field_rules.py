@@ -60,7 +60,8 @@ def test_cast_is_cast_field_and_keeps_a_matching_array() -> None:
     (0.5, np.bool_, "finite integral"),
     (2, np.bool_, "only accepts 0/1"),
     (1 + 0j, np.float32, "safely (same kind)"),
-    (1 + 0j, np.int64, "finite integral"),
+    (1 + 0j, np.int64, "got complex numbers"),  # (not NaN, inf or a fraction)
+    (0j, np.bool_, "got complex numbers"),
     ("1", np.float32, "string (unicode) data"),
     (None, np.float32, "not a number numpy can convert exactly"),
 ])
@@ -68,6 +69,19 @@ def test_cast_refusals_name_the_rule(value: Any, dtype: Any, words: str) -> None
     with pytest.raises(DtypeError, match=r"^a=") as info:
         FieldSpec("a", (), np.dtype(dtype)).cast("a", value)
     assert words in str(info.value)
+
+
+def test_a_refused_list_is_shown_as_written() -> None:
+    """The message shows the user's own items, not numpy's conversion of the list (which
+    turns False into 0.0 beside a float, or into 0j beside a complex)."""
+    f = FieldSpec("t", (), np.dtype(np.bool_))
+    for value, shown in (([0.5, False], "[0.5, False]"), ([0j, False], "[0j, False]"),
+                         ((2, True), "(2, True)")):
+        with pytest.raises(DtypeError) as info:
+            f.cast("t", value, (2,))
+        assert str(info.value).startswith(f"t={shown}: "), str(info.value)
+    with pytest.raises(DtypeError, match=r"^t=\[0.5, 0.0\]: "):  # an array: its values
+        f.cast("t", np.array([0.5, 0.0]), (2,))
 
 
 def test_stray_bool_bytes_are_stored_as_0_1() -> None:
