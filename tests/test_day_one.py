@@ -4,6 +4,7 @@ extras, types of the lazily exported names, reward dtype, seeds in configs, devi
 from __future__ import annotations
 
 import ast
+import importlib
 import os
 import re
 import subprocess
@@ -16,7 +17,7 @@ import pytest
 
 import replaybank as rb
 from replaybank.cli.demo import build_parser
-from replaybank.cli.main import main
+from replaybank.cli.main import C_MODULES, main
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -35,9 +36,38 @@ def test_python_dash_m_replaybank_is_the_cli() -> None:
 
 
 @pytest.mark.parametrize("flag", ["--version", "-V"])
-def test_version(flag: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_version(flag: str, capsys: pytest.CaptureFixture[str],
+                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("REPLAYBANK_PURE_PYTHON", raising=False)
     assert main([flag]) == 0
-    assert capsys.readouterr().out == f"replaybank {rb.__version__}\n"
+    first, second = capsys.readouterr().out.splitlines()
+    assert first == f"replaybank {rb.__version__}"  # (the line scripts read)
+    built = []
+    for name, _ in C_MODULES:
+        try:
+            importlib.import_module(f"replaybank.{name}")
+            built.append(name)
+        except ImportError:
+            pass
+    if len(built) == len(C_MODULES):
+        assert second == "C modules: built (_lane, _sampling, _windows)"
+    else:  # an install without a compiler
+        assert second.startswith("C modules: not built: ") and "reinstall" in second
+
+
+def test_version_names_the_c_modules_missing(capsys: pytest.CaptureFixture[str],
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """An install whose build found no compiler is told which modules it lacks and how to
+    get them; REPLAYBANK_PURE_PYTHON=1 is named as the switch that turned them off."""
+    monkeypatch.delenv("REPLAYBANK_PURE_PYTHON", raising=False)
+    monkeypatch.setitem(sys.modules, "replaybank._sampling", None)  # (import fails)
+    assert main(["--version"]) == 0
+    line = capsys.readouterr().out.splitlines()[1]
+    assert line.startswith("C modules: not built: _sampling (sampling kernels); ")
+    assert "build-essential python3-dev" in line and "_lane" not in line
+    monkeypatch.setenv("REPLAYBANK_PURE_PYTHON", "1")
+    assert main(["--version"]) == 0
+    assert "switched off (REPLAYBANK_PURE_PYTHON is set)" in capsys.readouterr().out
 
 
 def test_version_matches_the_metadata() -> None:
@@ -45,7 +75,8 @@ def test_version_matches_the_metadata() -> None:
 
     assert rb.__version__ == version("replaybank")
     out = _run("-m", "replaybank", "--version")
-    assert out.returncode == 0 and out.stdout.strip() == f"replaybank {rb.__version__}"
+    assert out.returncode == 0
+    assert out.stdout.splitlines()[0] == f"replaybank {rb.__version__}"
 
 
 def test_demo_help_is_plain_text_with_defaults() -> None:

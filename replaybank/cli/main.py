@@ -3,8 +3,10 @@
 Subcommands: ``demo`` (train DQN on CartPole-v1 from prioritized n-step replay),
 ``inspect`` (summarize a checkpoint or a memmap buffer directory) and ``bench`` (time
 replaybank against the installed peer libraries).
-``replaybank --version`` prints the installed version. ``python -m replaybank`` runs the
-same command line as the ``replaybank`` script.
+``replaybank --version`` prints the installed version, then which of the optional C modules
+this install built (:func:`build_line`: without them every call still works, from pure
+Python and numba, slower). ``python -m replaybank`` runs the same command line as the
+``replaybank`` script.
 
 Example:
     >>> main(["--help"])  # doctest: +ELLIPSIS
@@ -14,9 +16,16 @@ Example:
 
 from __future__ import annotations
 
+import importlib
+import os
 import sys
 
-__all__ = ["main"]
+__all__ = ["C_MODULES", "build_line", "main"]
+
+#: The optional C modules (built at install where a C compiler and the Python headers are
+#: there) and what each serves.
+C_MODULES = (("_lane", "the writer"), ("_sampling", "sampling kernels"),
+             ("_windows", "window gathers"))
 
 USAGE = """usage: replaybank <command> [options]
        replaybank --version
@@ -47,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     if args[0] in ("-V", "--version", "version"):
         from replaybank import __version__
 
-        print(f"replaybank {__version__}")
+        print(f"replaybank {__version__}\n{build_line()}")
         return 0
     command, rest = args[0], args[1:]
     if command == "demo":
@@ -68,3 +77,28 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":  # pragma: no cover
     raise SystemExit(main())
+
+
+def build_line() -> str:
+    """One line saying which optional C modules this install has and uses: built, not
+    built (which, and how to get them), or switched off by ``REPLAYBANK_PURE_PYTHON``.
+
+    Example:
+        >>> build_line().startswith("C modules: ")
+        True
+    """
+    if os.environ.get("REPLAYBANK_PURE_PYTHON", "") not in ("", "0"):
+        return ("C modules: switched off (REPLAYBANK_PURE_PYTHON is set): pure Python and "
+                "numba serve every call")
+    missing = []
+    for name, what in C_MODULES:
+        try:
+            importlib.import_module(f"replaybank.{name}")
+        except ImportError:
+            missing.append(f"{name} ({what})")
+    if not missing:
+        return "C modules: built (" + ", ".join(n for n, _ in C_MODULES) + ")"
+    return ("C modules: not built: " + ", ".join(missing) + "; pure Python and numba serve "
+            "those calls, slower (a one-step add about 5x); install a C compiler and the "
+            "Python headers (e.g. apt install build-essential python3-dev) and reinstall "
+            "replaybank")
