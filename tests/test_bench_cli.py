@@ -37,6 +37,7 @@ def test_structure(report: dict[str, Any]) -> None:
     assert len(report["results"]) == 2 * len(report["libraries"])
     for r in report["results"]:
         assert set(r) == keys
+    assert report["build"].startswith("C modules: ")  # (the line of replaybank --version)
 
 
 def test_every_installed_peer_has_numbers(report: dict[str, Any]) -> None:

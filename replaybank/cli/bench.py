@@ -42,7 +42,8 @@ JSON (``--json``; ``"format": "replaybank.bench"``, ``"version": 1``): ``scale``
 "over_floor"}]``: ``floor_us`` the case's floor, the same in every library's row, null
 where there is none; ``over_floor`` = ``us_per_call / floor_us``), ``floors`` (case ->
 what its floor is, for the cases run that have one), ``no_floor`` (case -> why it has
-none), ``floor_target`` (1.1: replaybank's ``over_floor`` at most this).
+none), ``floor_target`` (1.1: replaybank's ``over_floor`` at most this), ``build`` (which
+of replaybank's C modules were built and used: :func:`~replaybank.cli.main.build_line`).
 
 Example:
     >>> main(["--help"])  # doctest: +ELLIPSIS
@@ -62,6 +63,7 @@ from collections.abc import Callable
 from typing import Any
 
 from replaybank.cli.bench_harness import CASES, FLOOR_TARGET, FLOORS, NO_FLOOR
+from replaybank.cli.main import build_line
 
 __all__ = ["FORMAT", "PEERS", "build_parser", "main", "render_table", "run_bench"]
 
@@ -159,7 +161,7 @@ def run_bench(peers: list[str], cases: list[str], scale: float, repeats: int,
             "repeats": repeats, "cases": cases, "libraries": libraries, "skipped": skipped,
             "results": results, "floors": {c: FLOORS[c] for c in cases if c in FLOORS},
             "no_floor": {c: NO_FLOOR[c] for c in cases if c in NO_FLOOR},
-            "floor_target": FLOOR_TARGET}
+            "floor_target": FLOOR_TARGET, "build": build_line()}
 
 
 def _floor_cell(r: dict[str, Any] | None, target: float) -> str:
@@ -184,7 +186,8 @@ def render_table(report: dict[str, Any]) -> str:
     head = [f"capacity {report['capacity']:,} (scale {report['scale']}), obs float32[17], "
             f"action float32[6], batch 256, best of {report['repeats']}; "
             "us per call (ratio = peer / replaybank, > 1: replaybank faster)",
-            "libraries: " + ", ".join(f"{lib} {versions.get(lib, '?')}" for lib in libs)]
+            "libraries: " + ", ".join(f"{lib} {versions.get(lib, '?')}" for lib in libs),
+            *([f"replaybank's {report['build']}"] if report.get("build") else [])]
     w = 22
     wc = max([8, *(len(c) + 2 for c in report["cases"])])
     cols = [libs[0], *(["floor"] if floors else []), *libs[1:]]
