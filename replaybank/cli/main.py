@@ -17,7 +17,6 @@ Example:
 from __future__ import annotations
 
 import importlib
-import os
 import sys
 
 __all__ = ["C_MODULES", "build_line", "main"]
@@ -87,7 +86,9 @@ def build_line() -> str:
         >>> build_line().startswith("C modules: ")
         True
     """
-    if os.environ.get("REPLAYBANK_PURE_PYTHON", "") not in ("", "0"):
+    from replaybank.ops.jit import pure_python
+
+    if pure_python():
         return ("C modules: switched off (REPLAYBANK_PURE_PYTHON is set): pure Python and "
                 "numba serve every call")
     missing = []

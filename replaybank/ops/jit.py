@@ -21,9 +21,19 @@ import importlib
 import os
 from typing import Any
 
-__all__ = ["PREFERENCES", "pick_kernel"]
+__all__ = ["PREFERENCES", "pick_kernel", "pure_python"]
 
 PREFERENCES = ("auto", "c", "numba", "numpy")
+
+
+def pure_python() -> bool:
+    """Whether ``REPLAYBANK_PURE_PYTHON`` switches the C kernels off (set, and not ``0``).
+
+    Example:
+        >>> isinstance(pure_python(), bool)
+        True
+    """
+    return os.environ.get("REPLAYBANK_PURE_PYTHON", "") not in ("", "0")
 
 
 def pick_kernel(prefer: str, module: str | None, attr: str | None, fallback: Any,
@@ -58,7 +68,7 @@ def pick_kernel(prefer: str, module: str | None, attr: str | None, fallback: Any
     if prefer == "c" and compiled is None:
         raise ValueError(f"{caller}(prefer='c'): this kernel has no C twin; use "
                          "'auto', 'numba' or 'numpy'")
-    pure = os.environ.get("REPLAYBANK_PURE_PYTHON", "") not in ("", "0")
+    pure = pure_python()
     for name, source in (("c", compiled), ("numba", module)):
         if source is None or prefer not in ("auto", name):
             continue
