@@ -344,10 +344,19 @@ def test_scalar_obs_of_one_env(dtype: str) -> None:
     pair = Pair(lambda: rb.ReplayBuffer(4, seed=0, spec=spec))
     for i in range(10):
         obs = i if dtype == "int64" else i + 0.5
-        kw = {"obs": obs, "action": 1, "reward": 0.0, "next_obs": obs + 1 if i != 5 else 0,
-              "terminated": i == 7, "truncated": False}
+        kw: dict[str, Any] = {"obs": obs, "action": 1, "reward": 0.0,
+                              "next_obs": obs + 1 if i != 5 else 0, "terminated": i == 7,
+                              "truncated": False}
         assert pair.do("add", kw) is None
     assert pair.steps == 10
+    # with the lane dim ([1] each): the Python boundary takes them (the writer once
+    # stored some and raised, its side slots leaked)
+    for i in range(3):
+        kw = {"obs": np.array([i], dtype), "action": np.array([1]),
+              "reward": np.array([0.0], np.float32), "next_obs": np.array([i + 1], dtype),
+              "terminated": np.array([False]), "truncated": np.array([False])}
+        assert pair.do("add", kw) is None
+    assert len(pair.fast) == 4
 
 
 def test_step_writer_declines_untouched() -> None:

@@ -500,7 +500,9 @@ class StepWriter:
         if L == 1:
             if extra_dims == 0:
                 lead: tuple[int, ...] = ()
-            elif extra_dims == 1:
+            elif extra_dims == 1 and self.obs_ndim:
+                # (a scalar obs's [1] value goes to one side slot: the Python boundary
+                # takes it, as the lane's value)
                 lead = (1,)
             else:
                 return None
