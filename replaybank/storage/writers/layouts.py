@@ -80,6 +80,14 @@ class ObsLayout:
         when ``obs`` is not a tree of plain dicts with exactly the table's keys."""
         if self.flat:
             return [obs]
+        keys = self.keys
+        if keys is not None:  # one level: exactly the keys when as many and all found
+            if type(obs) is not dict or len(obs) != len(keys):
+                return None
+            try:
+                return list(map(obs.__getitem__, keys))
+            except KeyError:
+                return None
         out: list[Any] = [None] * len(self.names)
         return out if _walk(obs, self.tree, out) else None
 
