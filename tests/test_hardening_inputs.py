@@ -262,6 +262,7 @@ from replaybank.storage.writers import killpoint
 base, lanes, per, ops, limit = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1", \
     json.loads(sys.argv[4]), int(sys.argv[5])
 WIDE = int(sys.argv[6]) if len(sys.argv) > 6 else 0  # obs float64 [WIDE] into float32
+DICT = len(sys.argv) > 7 and sys.argv[7] == "1"  # obs as {"a": obs[:2], "b": obs[2:]}
 T = 8
 ENDS = {5, 13, 22}  # lane-local steps whose episode ends (next_obs is a final obs)
 ODT = np.float64 if WIDE else np.float32
@@ -310,10 +311,12 @@ def run(d):
             if lanes == 1 and env is None:  # Python scalars, as training loops pass them
                 for f in ("action", "reward", "terminated", "truncated"):
                     one[f] = one[f].item()
-            buf.add(env_ids=env, **one)
         else:
-            buf.extend(env_ids=env, **{f: a if lanes > 1 or env is not None else a[:, 0]
-                                       for f, a in v.items()})
+            one = {f: a if lanes > 1 or env is not None else a[:, 0] for f, a in v.items()}
+        if DICT:  # two fields, each a strided view
+            for f in ("obs", "next_obs"):
+                one[f] = {"a": one[f][..., :2], "b": one[f][..., 2:]}
+        (buf.add if kind == "add" else buf.extend)(env_ids=env, **one)
         for lane in ids:
             k[lane] += n
         done.write(b".")
@@ -370,10 +373,12 @@ def _per_lane(ops: list[Any], lanes: int) -> list[list[int]]:
     return out
 
 
-def _check_dir(d: Path, ops: list[Any], lanes: int, per: bool, wide: int = 0) -> None:
+def _check_dir(d: Path, ops: list[Any], lanes: int, per: bool, wide: int = 0,
+               dict_obs: bool = False) -> None:
     """The reopened buffer holds every step of the completed ops (unless the interrupted
     op evicts it) and at most a complete prefix of the interrupted op, all exact (``wide``:
-    obs of that many items, zero past the third)."""
+    obs of that many items, zero past the third; ``dict_obs``: the obs split in two
+    fields, ``obs/a`` its first two items and ``obs/b`` the rest)."""
     width = wide or 3
     progress = d / "progress"
     completed = len(progress.read_bytes()) if progress.exists() else 0
@@ -399,7 +404,12 @@ def _check_dir(d: Path, ops: list[Any], lanes: int, per: bool, wide: int = 0) ->
             continue
         seq = np.arange(first, w)
         keys = seq * lanes + lane
-        obs, nxt = t.gather("obs", keys), t.gather_next("obs", keys)
+        if dict_obs:
+            obs = np.concatenate([t.gather("obs/a", keys), t.gather("obs/b", keys)], axis=1)
+            nxt = np.concatenate([t.gather_next("obs/a", keys), t.gather_next("obs/b", keys)],
+                                 axis=1)
+        else:
+            obs, nxt = t.gather("obs", keys), t.gather_next("obs", keys)
         assert not obs[:, 3:].any() and not nxt[:, 3:].any(), where
         np.testing.assert_array_equal(obs[:, :3], [_obs(int(k), lane) for k in seq],
                                       err_msg=where)
@@ -416,15 +426,19 @@ def _check_dir(d: Path, ops: list[Any], lanes: int, per: bool, wide: int = 0) ->
                                       err_msg=where)
     if len(buf):
         b = buf.sample(16)  # the sampler (PER: rebuilt priorities) serves live steps only
-        assert b.obs.shape == (16, width)
+        seen = np.concatenate([b.obs["a"], b.obs["b"]], axis=1) if dict_obs else b.obs
+        assert seen.shape == (16, width)
         if per:
             assert np.all(np.isfinite(b.weights))
-        k, lane = b.obs[:, 0].astype(np.int64), b.obs[:, 1].astype(np.int64)
+        k, lane = seen[:, 0].astype(np.int64), seen[:, 1].astype(np.int64)
         live = (k >= t.written[lane] - t.counts[lane]) & (k < t.written[lane])
         assert live.all()
     # the reopened buffer takes new writes
     one = (lanes, width) if lanes > 1 else (width,)
-    buf.add(obs=np.zeros(one, np.float32), next_obs=np.ones(one, np.float32),
+    o, no = np.zeros(one, np.float32), np.ones(one, np.float32)
+    if dict_obs:
+        o, no = {"a": o[..., :2], "b": o[..., 2:]}, {"a": no[..., :2], "b": no[..., 2:]}
+    buf.add(obs=o, next_obs=no,
             action=np.zeros(lanes, np.int64) if lanes > 1 else 0,
             reward=np.zeros(lanes, np.float32) if lanes > 1 else 0.0,
             terminated=np.zeros(lanes, bool) if lanes > 1 else False,
@@ -449,7 +463,7 @@ CONFIGS = [  # (writer env, pure python)
 
 
 def _matrix(tmp_path: Path, writer: str, pure: bool, lanes: int, per: bool,
-            ops: list[Any], wide: int = 0) -> int:
+            ops: list[Any], wide: int = 0, dict_obs: bool = False) -> int:
     if not pure and writer == "auto" and not accelerated():
         pytest.skip("the C accelerator is not built")
     # the kill-point build of the compiled writer counts its durable stores
@@ -459,14 +473,15 @@ def _matrix(tmp_path: Path, writer: str, pure: bool, lanes: int, per: bool,
     base = tmp_path / "runs"
     base.mkdir()
     r = subprocess.run([sys.executable, "-c", CHILD, str(base), str(lanes),
-                        "1" if per else "0", json.dumps(ops), "2000", str(wide)],
+                        "1" if per else "0", json.dumps(ops), "2000", str(wide),
+                        "1" if dict_obs else "0"],
                        capture_output=True, text=True, timeout=300, env=_env(**env),
                        cwd=str(ROOT))
     assert r.returncode == 0, r.stderr[-3000:]
     points = int(json.loads(r.stdout.strip().splitlines()[-1])["points"])
     assert points > 20
     for n in range(1, points + 2):  # every kill point, and the completed run
-        _check_dir(base / str(n), ops, lanes, per, wide)
+        _check_dir(base / str(n), ops, lanes, per, wide, dict_obs)
     return points
 
 
@@ -479,6 +494,17 @@ def test_memmap_kill_at_every_store_keeps_completed_steps(
     writer with one lane and the pure-Python writers with three here; every writer
     choice, lane count and sampler in the slow matrix."""
     _matrix(tmp_path, writer, pure, lanes, False, OPS_FAST)
+
+
+@pytest.mark.parametrize("writer, pure, lanes", [
+    ("auto", True, 3), pytest.param("auto", True, 1, marks=pytest.mark.slow),
+    pytest.param("auto", False, 3, marks=pytest.mark.slow)])
+def test_memmap_kill_at_every_store_of_dict_observations(
+        tmp_path: Path, writer: str, pure: bool, lanes: int) -> None:
+    """The same with a dict observation of two fields (each kept aside and stored in
+    turn): the pure-Python writer (its one-step add serves dict observations) and the
+    compiled one."""
+    _matrix(tmp_path, writer, pure, lanes, False, OPS_FAST, dict_obs=True)
 
 
 def test_memmap_kill_at_every_store_of_float64_chunks(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import tempfile
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -96,6 +97,17 @@ def storage_of(kind: str) -> Iterator[Callable[[], dict[str, Any]]]:
     with tempfile.TemporaryDirectory() as d:
         count = iter(range(1 << 30))
         yield lambda: {"storage": "memmap", "path": f"{d}/{next(count)}"}
+
+
+def _pair(where: Callable[[], dict[str, Any]], spec: dict[str, Any], lanes: int, rows: int,
+          prioritized: bool) -> Pair:
+    """Twin buffers of ``rows`` steps per lane, PER or uniform, stored as ``where`` says."""
+    def make() -> rb.ReplayBuffer:
+        sampler = rb.PrioritizedSampler(alpha=0.6) if prioritized else None
+        return rb.ReplayBuffer(capacity=rows * lanes, num_envs=lanes, seed=0, spec=spec,
+                               sampler=sampler, **where())
+
+    return Pair(make)
 
 
 def _written(buf: rb.ReplayBuffer) -> int:
@@ -204,13 +216,7 @@ def test_one_step_add_matches_reference(storage: str, seed: int, lanes: int, row
 def _one_step_adds(where: Callable[[], dict[str, Any]], seed: int, lanes: int, rows: int,
                    prioritized: bool, kinds: list[str]) -> None:
     rng = np.random.default_rng(seed)
-
-    def make() -> rb.ReplayBuffer:
-        sampler = rb.PrioritizedSampler(alpha=0.6) if prioritized else None
-        return rb.ReplayBuffer(capacity=rows * lanes, num_envs=lanes, seed=0, spec=SPEC,
-                               sampler=sampler, **where())
-
-    pair = Pair(make)
+    pair = _pair(where, SPEC, lanes, rows, prioritized)
     obs = rng.standard_normal((lanes, 3)).astype(np.float32)
     saved: dict[str, Any] | None = None
     for _ in range(40):
@@ -380,11 +386,176 @@ def test_step_writer_declines_untouched() -> None:
     assert w.write(None, False, z, [1, 1], [0.0, 0.0], z, f, f, {}) == 0
 
 
-def test_step_writer_serves_only_plain_tables(tmp_path: Any) -> None:
-    spec = rb.Spec.coerce({"obs/a": ((2,), "float32"), "action": ((), "int64"),
-                           "reward": ((), "float32"), "terminated": ((), "bool"),
-                           "truncated": ((), "bool")})
-    assert not StepWriter(StepTable(spec, T=4, lanes=1, obs_fields=["obs/a"])).serves
+def test_step_writer_serves_plain_tables() -> None:
+    """Flat and dict observations are served; dict extras and int flags are not."""
+    std = {"action": ((), "int64"), "reward": ((), "float32"), "terminated": ((), "bool"),
+           "truncated": ((), "bool")}
+
+    def serves(spec: dict[str, Any], obs: list[str]) -> bool:
+        return StepWriter(StepTable(rb.Spec.coerce(spec), T=4, lanes=1,
+                                    obs_fields=obs)).serves
+
+    assert serves({"obs/a": ((2,), "float32"), "obs/b/c": ((), "int64"), **std},
+                  ["obs/a", "obs/b/c"])
+    assert not serves({"obs": ((2,), "float32"), **std, "w/a": ((), "float32")}, ["obs"])
+    assert not serves({"obs": ((2,), "float32"), **std, "terminated": ((), "int64")},
+                      ["obs"])
+
+
+#: Dict observation layouts: one level of flat rows; nested; a multi-dim uint8 field (its
+#: rows are not flat: no memo of kept bytes); a scalar first field (it shows the lead).
+DICT_SPECS: dict[str, dict[str, Any]] = {
+    "flat rows": {"obs/pos": ((3,), "float32"), "obs/vel": ((2,), "float64")},
+    "nested": {"obs/pos": ((3,), "float32"), "obs/goal/xy": ((2,), "float32")},
+    "grid": {"obs/pos": ((3,), "float32"), "obs/img": ((2, 2), "uint8")},
+    "scalar first": {"obs/t": ((), "int64"), "obs/pos": ((3,), "float32")},
+}
+DICT_KINDS = ("exact", "f64", "lists", "torch", "non-contiguous", "lane dim", "mapping",
+              "bad missing key", "bad extra key", "bad shape", "bad flat obs",
+              "bad nan t")
+
+
+def _dict_value(spec: dict[str, Any], flat: dict[str, np.ndarray]) -> dict[str, Any]:
+    """The nested plain dict a user passes for the flat fields ``obs/...``."""
+    out: dict[str, Any] = {}
+    for name in spec:
+        if not name.startswith("obs/"):
+            continue
+        *path, key = name.split("/")[1:]
+        node = out
+        for p in path:
+            node = node.setdefault(p, {})
+        node[key] = flat[name]
+    return out
+
+
+def _dict_obs(rng: np.random.Generator, spec: dict[str, Any], lanes: int
+              ) -> dict[str, np.ndarray]:
+    out = {}
+    for name, (shape, dt) in spec.items():
+        if name.startswith("obs/"):
+            x = rng.standard_normal((lanes, *shape)) * 3
+            if rng.random() < 0.3 and dt.startswith("float"):
+                x.reshape(lanes, -1)[:, 0] = rng.choice([0.0, -0.0, np.nan])
+            out[name] = x.astype(dt)
+    return out
+
+
+def _dict_step(rng: np.random.Generator, spec: dict[str, Any], kind: str, lanes: int,
+               obs: dict[str, np.ndarray], nxt: dict[str, np.ndarray],
+               end: np.ndarray) -> dict[str, Any]:
+    """One add's keywords in input kind ``kind`` (obs ``[lanes, *shape]`` by field)."""
+    one = lanes == 1
+    fields = {k: (v[0] if one else v).copy() for k, v in obs.items()}
+    nfields = {k: (v[0] if one else v).copy() for k, v in nxt.items()}
+    if kind == "f64":
+        fields = {k: v.astype(np.float64) if v.dtype.kind == "f" else v
+                  for k, v in fields.items()}
+        nfields = {k: v.astype(np.float64) if v.dtype.kind == "f" else v
+                   for k, v in nfields.items()}
+    elif kind == "lists":
+        fields = {k: v.tolist() for k, v in fields.items()}
+    elif kind == "torch":
+        nfields = {k: torch.from_numpy(np.asarray(v)) for k, v in nfields.items()}
+    elif kind == "non-contiguous":
+        for k, v in list(fields.items()):
+            if v.ndim:
+                wide = np.zeros((*v.shape[:-1], 2 * v.shape[-1]), v.dtype)
+                wide[..., ::2] = v
+                fields[k] = wide[..., ::2]
+    elif kind == "lane dim" and one:  # [1, *shape], every value
+        fields = {k: v[None] for k, v in fields.items()}
+        nfields = {k: v[None] for k, v in nfields.items()}
+    elif kind == "bad shape":
+        k = sorted(fields)[-1]
+        fields[k] = np.zeros((*np.shape(fields[k]), 2))
+    elif kind == "bad nan t" and "obs/t" in fields:
+        fields["obs/t"] = np.full(np.shape(fields["obs/t"]), np.nan)
+    kw: dict[str, Any] = {
+        "obs": _dict_value(spec, fields), "next_obs": _dict_value(spec, nfields),
+        "action": rng.integers(0, 5, lanes) if not one else int(rng.integers(0, 5)),
+        "reward": rng.standard_normal(lanes).astype(np.float32) if not one
+        else float(rng.standard_normal()),
+        "terminated": end[0].copy() if not one else bool(end[0, 0]),
+        "truncated": end[1].copy() if not one else bool(end[1, 0])}
+    if kind == "lane dim" and one:
+        for k in ("action", "reward", "terminated", "truncated"):
+            kw[k] = np.asarray(kw[k])[None]
+        kw["reward"] = kw["reward"].astype(np.float32)
+    elif kind == "mapping":  # not a plain dict: the Python boundary takes it
+        kw["obs"] = OrderedDict(kw["obs"])
+    elif kind == "bad missing key":
+        kw["next_obs"].pop(sorted(kw["next_obs"])[0])
+    elif kind == "bad extra key":
+        kw["obs"]["extra"] = np.zeros(1, np.float32)
+    elif kind == "bad flat obs":
+        kw["obs"] = np.zeros((lanes, 3) if not one else 3, np.float32)
+    return kw
+
+
+@pytest.mark.parametrize("storage", ["numpy", "memmap"])
+@pytest.mark.parametrize("layout", list(DICT_SPECS))
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), lanes=st.sampled_from([1, 3]),
+       rows=st.sampled_from([1, 2, 5]), prioritized=st.booleans(),
+       kinds=st.lists(st.sampled_from(DICT_KINDS), min_size=1, max_size=4))
+def test_dict_obs_adds_match_reference(storage: str, layout: str, seed: int, lanes: int,
+                                       rows: int, prioritized: bool, kinds: list[str]) -> None:
+    """Dict observations (every field kept aside, compared bitwise for continuity): random
+    adds of several input kinds, where a lane's data may break in one field only (its
+    step must keep its next obs), with episode ends, wraps, env_ids, extends and clears;
+    in memory and in memmap files."""
+    spec = {**DICT_SPECS[layout], "action": ((), "int64"), "reward": ((), "float32"),
+            "terminated": ((), "bool"), "truncated": ((), "bool")}
+    with storage_of(storage) as where:
+        rng = np.random.default_rng(seed)
+        pair = _pair(where, spec, lanes, rows, prioritized)
+        obs = _dict_obs(rng, spec, lanes)
+        for _ in range(30):
+            end = rng.random((2, lanes)) < 0.15
+            nxt = _dict_obs(rng, spec, lanes)
+            kind = kinds[int(rng.integers(len(kinds)))]
+            u = rng.random()
+            if u < 0.05:
+                pair.do("clear", {})
+                continue
+            if u < 0.1:  # an extend between the adds (the Python boundary writes it)
+                kw = _dict_step(rng, spec, "exact", lanes, obs, nxt, end)
+                ext = {k: np.asarray(v)[None] for k, v in kw.items()
+                       if k not in ("obs", "next_obs")}
+                # one step: [1, lanes, *shape] ([1, *shape] for one lane: obs as held)
+                ext["obs"] = _dict_value(spec, {k: v if lanes == 1 else v[None]
+                                                for k, v in obs.items()})
+                ext["next_obs"] = _dict_value(spec, {k: v if lanes == 1 else v[None]
+                                                     for k, v in nxt.items()})
+                got = pair.do("extend", ext)
+            elif u < 0.16 and lanes > 1:  # some lanes only: they get out of step
+                ids = [0, 2] if rng.random() < 0.5 else [1]
+                kw = _dict_step(rng, spec, "exact", lanes, obs, nxt, end)
+                sub = {k: v[ids] for k, v in obs.items()}
+                nsub = {k: v[ids] for k, v in nxt.items()}
+                kw = {k: np.asarray(v)[ids] for k, v in kw.items()
+                      if k not in ("obs", "next_obs")}
+                kw.update(obs=_dict_value(spec, sub), next_obs=_dict_value(spec, nsub),
+                          env_ids=ids)
+                pair.do("add", kw)
+                continue
+            else:
+                got = pair.do("add", _dict_step(rng, spec, kind, lanes, obs, nxt, end))
+            if got is None:
+                # each lane continues from its next obs unless its episode ended; now and
+                # then one field alone breaks (the others continue)
+                fresh = _dict_obs(rng, spec, lanes)
+                jump = end.any(axis=0)
+                part = rng.random(lanes) < 0.1
+                names = sorted(fresh)
+                one_field = names[int(rng.integers(len(names)))]
+                obs = {}
+                for k in fresh:
+                    cut = jump | (part if k == one_field else np.zeros(lanes, bool))
+                    obs[k] = np.where(cut.reshape(lanes, *[1] * (fresh[k].ndim - 1)),
+                                      fresh[k], nxt[k])
+        assert pair.steps > 0 or all(k.startswith("bad") or k == "mapping" for k in kinds)
 
 
 def test_guard_from_another_thread() -> None:

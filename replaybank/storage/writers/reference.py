@@ -61,6 +61,7 @@ from replaybank.spec import (
 from replaybank.storage.backends.base import DurableBackend
 from replaybank.storage.table import StepTable
 from replaybank.storage.writers import killpoint
+from replaybank.storage.writers.layouts import ObsLayout
 from replaybank.storage.writers.plan import WritePlan, plan_write
 
 __all__ = ["StepWriter", "apply", "write"]
@@ -339,6 +340,13 @@ _Field = tuple[str, str, FieldSpec, tuple[int, ...], tuple[int, ...], np.dtype[A
 #: stores it: ``(its bytes as a bool array, the list of Python bools [False] * L, the list
 #: of their types, the bool array of L zeros, read-only, stored for it)``.
 _NoFlags = tuple[bytes, list[bool], list[type], npt.NDArray[np.bool_]]
+#: A call as :class:`StepWriter` casts it: ``(obs, next_obs, action, reward, [(extra
+#: field, value)], terminated, truncated, any flag set, [(field index, obs, next obs)] of
+#: the observation fields after the first)``. A dict observation's first field takes the
+#: ``obs`` slot.
+_Cast = tuple[Any, Any, Any, Any, list[tuple[str, Any]], Any, Any, bool,
+              list[tuple[int, Any, Any]]]
+_NO_OBS: list[tuple[int, Any, Any]] = []  # (never changed)
 
 
 class StepWriter:
@@ -349,9 +357,12 @@ class StepWriter:
 
     It takes exactly what the Python boundary would accept unchanged and writes the
     same bytes, slots and counters as :func:`write` (``tests/test_pure_python_writer.py``
-    compares whole states on random sequences). Anything else (an ``extend``,
-    ``env_ids``, lanes out of step, a dict observation, a value a casting rule refuses,
-    a missing or unknown field) returns 0 before anything is stored, and the caller's
+    compares whole states on random sequences). A dict observation is a tree of plain
+    dicts with exactly the table's keys (:class:`~replaybank.storage.writers.layouts.
+    ObsLayout`): each field is cast, kept aside and compared for continuity as a flat
+    observation is. Anything else (an ``extend``, ``env_ids``, lanes out of step, an
+    observation mapping that is not such a dict, a value a casting rule refuses, a
+    missing or unknown field) returns 0 before anything is stored, and the caller's
     Python boundary (:func:`~replaybank.buffers.checked_call.check_call`) takes the call
     and names any error. Each value is cast by its field's own rule
     (:meth:`~replaybank.spec.FieldSpec.cast`), except values that rule returns
@@ -371,9 +382,10 @@ class StepWriter:
 
     Attributes:
         serves: The table is one this writer writes (host numpy arrays in memory or in
-            files of a :class:`~replaybank.storage.backends.base.DurableBackend`, one
-            flat ``obs`` field, ``action``, the standard flags as bool scalars, no
-            zero-size field); when False, :meth:`write` always returns 0.
+            files of a :class:`~replaybank.storage.backends.base.DurableBackend`, a
+            flat ``obs`` field or the fields of a dict observation, ``action``, the
+            standard flags as bool scalars, no dict extras, no zero-size field); when
+            False, :meth:`write` always returns 0.
 
     Example:
         >>> from replaybank.spec import Spec
@@ -388,20 +400,34 @@ class StepWriter:
         0
         >>> t.written.tolist(), t.arrays["action"][:, 0].tolist()  # 1.5 was refused
         ([1], [1, 0, 0, 0])
+        >>> spec = Spec.coerce({"obs/pos": ((2,), "float32"), "obs/goal": ((2,), "float32"),
+        ...     "action": ((), "int64"), "reward": ((), "float32"),
+        ...     "terminated": ((), "bool"), "truncated": ((), "bool")})
+        >>> t = StepTable(spec, T=4, lanes=1, obs_fields=["obs/pos", "obs/goal"])
+        >>> o = {"pos": np.zeros(2), "goal": np.ones(2)}
+        >>> StepWriter(t).write(None, False, o, 1, 0.5, o, False, False, {})
+        1
+        >>> StepWriter(t).write(None, False, {"pos": np.zeros(2)}, 1, 0.5, o, False,
+        ...                     False, {})  # a key missing: the Python boundary names it
+        0
     """
 
     def __init__(self, table: StepTable) -> None:
         self.table = table
         spec = table.spec
-        std = ("obs", "action", "reward", "terminated", "truncated")
-        self.extra_names = tuple(n for n in spec if n not in std)
+        std = ("action", "reward", "terminated", "truncated")
+        #: where the observation fields are found in a call's obs (a flat one: the value)
+        self.layout = ObsLayout(table.obs_fields)
+        self.obs_names = self.layout.names
+        self.dict_obs = not self.layout.flat
+        self.extra_names = tuple(n for n in spec if n not in std and n not in self.obs_names)
         self.extra_keys = frozenset(self.extra_names)
         be = table.backend
         #: files: the crash-safe order of stores (and the kill-test hook before each)
         self.durable = table.durable
         self.serves = (
             be.host_numpy and (not table.durable or isinstance(be, DurableBackend))
-            and table.tail is None and table.obs_fields == ["obs"]
+            and table.tail is None and bool(self.obs_names) and self.layout.valid
             and all(n in spec for n in std)
             and all(spec[n].shape == () and spec[n].dtype == _BOOL
                     for n in ("terminated", "truncated"))
@@ -417,36 +443,55 @@ class StepWriter:
         self.zero_flags = {dt: bytes(self.L * dt.itemsize)
                            for dt in (_BOOL, *assignable_dtypes(_BOOL))}
 
-        def field(name: str, arg: str) -> _Field:
+        def field(name: str, arg: str, obs: bool = False) -> _Field:
             f = spec[name]
             dt = f.dtype
             rule = _OTHER
             # (a scalar obs is cast as an array: its bytes are compared for continuity)
-            if f.shape == () and self.L == 1 and name != "obs":
+            if f.shape == () and self.L == 1 and not obs:
                 rule = _B if dt == _BOOL else _F if dt in _REALS else \
                     _I if dt == _INT64 else _OTHER
             bools = dt.kind == "b"
             return (name, arg, f, f.shape, (self.L, *f.shape), dt, bools, rule,
                     None if bools else dt, assignable_dtypes(dt))
 
+        #: Per observation field: its :data:`_Field` as ``obs`` and as ``next_obs`` (next
+        #: obs go aside as whole rows, one put, when each is one flat row: :attr:`keeps`)
+        self.obs: tuple[_Field, ...] = ()
+        self.next_obs: tuple[_Field, ...] = ()
+        self.keeps: tuple[tuple[str, np.dtype[Any], np.dtype[Any] | None,
+                                tuple[int, ...] | None], ...] = ()
         if self.serves:
-            self.obs = field("obs", "obs")
-            self.next_obs = field("obs", "next_obs")
-            self.std = tuple(field(n, n) for n in std[1:])
+            flat = self.layout.flat
+            self.obs = tuple(field(n, n, True) for n in self.obs_names)
+            self.next_obs = tuple(field(n, "next_obs" if flat else "next_" + n, True)
+                                  for n in self.obs_names)
+            self.std = tuple(field(n, n) for n in std)
             self.extras = tuple(field(n, n) for n in self.extra_names)
-            self.obs_ndim = len(spec["obs"].shape)
-            # next obs go aside as whole rows (one put) when each is one flat row
-            self.obs_row = np.dtype((np.void, spec["obs"].nbytes)) if self.obs_ndim <= 1 \
-                else None
-            self.obs_strides = np.zeros(self.obs[4], self.obs[5]).strides \
-                if self.obs_row is not None else None  # C order
+            #: the first observation field (a dict observation's takes the obs slot)
+            self.obs0, self.next_obs0 = self.obs[0], self.next_obs[0]
+            self.obs_name, self.obs_dtype = self.obs0[0], self.obs0[5]
+            self.obs_ndim = len(self.obs0[3])  # (its value shows the lead)
+            #: an observation field is a scalar per step
+            self.scalar_obs = any(not f[3] for f in self.obs)
+            obs_rows = [np.dtype((np.void, f[2].nbytes)) if len(f[3]) <= 1 else None
+                        for f in self.obs]
+            #: per observation field: (name, dtype, its flat row as a void item or None,
+            #: the strides of [L, *shape] in C order or None), for :meth:`_keep`
+            self.keeps = tuple((f[0], f[5], vt, None if vt is None else
+                                np.zeros(f[4], f[5]).strides)
+                               for f, vt in zip(self.obs, obs_rows, strict=True))
+        #: every observation field is one flat row (the memo keeps their bytes)
+        self.flat_rows = all(k[2] is not None for k in self.keeps)
         #: The table as this writer's last step left it (:meth:`_apply`): ``(written,
-        #: epoch, counts, the bytes of the next obs it kept aside or None, their side
-        #: slots)``, valid while ``written`` and ``epoch`` are unchanged.
+        #: epoch, counts, the bytes of the next obs it kept aside (of every observation
+        #: field, joined) or None, their side slots)``, valid while ``written`` and
+        #: ``epoch`` are unchanged.
         self._memo: tuple[list[int], int, int, bytes | None, list[int]] | None = None
-        #: The side store's obs array and its view as one void item per flat row (remade
-        #: when the store grows; the old array is let go at the next step).
-        self._kept_rows: tuple[Any, Any] = (None, None)
+        #: Per observation field, the side store's array and its view as one void item
+        #: per flat row (remade when the store grows; the old array is let go at the
+        #: next step).
+        self._kept_rows: list[tuple[Any, Any]] = [(None, None)] * len(self.obs)
         #: Per tuple of side slots taken: the slots as an index array and the link row.
         self._links: dict[tuple[int, ...], tuple[npt.NDArray[np.intp], npt.NDArray[Any]]] = {}
 
@@ -487,22 +532,30 @@ class StepWriter:
         return self._apply(*cast) if self.L > 1 else self._apply_one(*cast)
 
     def _cast_all(self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any,
-                  truncated: Any, extras: dict[str, Any],
-                  ) -> tuple[Any, Any, Any, Any, list[tuple[str, Any]], Any, Any, bool] | None:
-        """The call's values as :func:`_cast` gives them: ``(obs, next_obs, action,
-        reward, [(extra field, value)], terminated, truncated, any flag set)``, or None
-        when a leading dim is not the one this writer takes. Raises what
-        :meth:`FieldSpec.cast` raises."""
-        # the leading dims, from the observation (as the Python boundary reads them)
+                  truncated: Any, extras: dict[str, Any]) -> _Cast | None:
+        """The call's values as :func:`_cast` gives them (:data:`_Cast`), or None when
+        the observation fields are not found (a dict observation that is not a tree of
+        plain dicts with exactly the table's keys) or a leading dim is not the one this
+        writer takes. Raises what :meth:`FieldSpec.cast` raises."""
+        rest: list[tuple[int, Any, Any]] = _NO_OBS
+        both: tuple[list[Any], list[Any]] | None = None
+        if self.dict_obs:  # the first field takes the obs slot, the others rest
+            parts, nparts = self.layout.parts(obs), self.layout.parts(next_obs)
+            if parts is None or nparts is None:
+                return None
+            obs, next_obs = parts[0], nparts[0]
+            both = (parts, nparts)
+        # the leading dims, from the (first) observation field (as the Python boundary
+        # reads them)
         a = obs if type(obs) is _ND else as_array(obs)
         extra_dims = a.ndim - self.obs_ndim
         L = self.L  # noqa: N806
         if L == 1:
             if extra_dims == 0:
                 lead: tuple[int, ...] = ()
-            elif extra_dims == 1 and self.obs_ndim:
-                # (a scalar obs's [1] value goes to one side slot: the Python boundary
-                # takes it, as the lane's value)
+            elif extra_dims == 1 and not self.scalar_obs:
+                # (a scalar obs field's [1] value goes to one side slot: the Python
+                # boundary takes it, as the lane's value)
                 lead = (1,)
             else:
                 return None
@@ -514,7 +567,7 @@ class StepWriter:
         # without a call (_cast would return it too)
         # (or uncast, when its dtype casts with no check, as _cast would return it too)
         k = 4 if lead else 3  # the field's shape with or without the lanes' dim
-        f, nf = self.obs, self.next_obs
+        f, nf = self.obs0, self.next_obs0
         o = obs if type(obs) is _ND and (obs.dtype is f[8] or obs.dtype in f[9]) \
             and obs.shape == f[k] else _cast(f, obs, lead, a)
         no = next_obs if type(next_obs) is _ND and (next_obs.dtype is nf[8]
@@ -529,6 +582,14 @@ class StepWriter:
             and reward.shape == rf[k] else _cast(rf, reward, lead, None)
         more = [(f[0], _cast(f, extras[f[0]], lead, None)) for f in self.extras] \
             if self.extras else _NO_EXTRAS
+        if both is not None:  # the other observation fields (as the first; one loop)
+            rest = []
+            for i in range(1, len(both[0])):
+                x, nx, f, nf = both[0][i], both[1][i], self.obs[i], self.next_obs[i]
+                rest.append((i, x if type(x) is _ND and (x.dtype is f[8] or x.dtype in f[9])
+                             and x.shape == f[k] else _cast(f, x, lead, None),
+                             nx if type(nx) is _ND and (nx.dtype is nf[8] or nx.dtype in nf[9])
+                             and nx.shape == nf[k] else _cast(nf, nx, lead, None)))
         # the flags, and whether any is set (bool arrays: from the bytes checked anyway)
         # (bool or integer arrays none of whose flags is set, the common step: stored as
         # the writer's bool zeros)
@@ -540,14 +601,14 @@ class StepWriter:
             term, ended = _flag(tf, terminated, lead, none)
         if type(truncated) is _ND and truncated.shape == uf[k] \
                 and truncated.tobytes() == zeros.get(truncated.dtype):
-            return o, no, act, rew, more, term, none[3], ended
+            return o, no, act, rew, more, term, none[3], ended, rest
         trunc, cut = _flag(uf, truncated, lead, none)
-        return o, no, act, rew, more, term, trunc, ended or cut
+        return o, no, act, rew, more, term, trunc, ended or cut, rest
 
     def _apply(self, o: Any, no: Any, act: Any, rew: Any, more: list[tuple[str, Any]],
-               term: Any, trunc: Any, ends: bool) -> int:
-        """:func:`apply` of one step to every lane, lanes in step (0 when they are not),
-        ``ends``: a flag is set. The same decisions, so the same slots are taken and
+               term: Any, trunc: Any, ends: bool, rest: list[tuple[int, Any, Any]]) -> int:
+        """:func:`apply` of one step to every lane, lanes in step (0 when they are not):
+        the values of :data:`_Cast`. The same decisions, so the same slots are taken and
         freed in the same order and the table ends the same. The continuity check reads
         the new obs as stored (values may come uncast, :func:`_cast`), after the commit;
         in memory, full lanes' counts, which end as they started, are not stored (files:
@@ -604,12 +665,6 @@ class StepWriter:
             del free[-L:]
         else:
             taken = side.take_many(L)
-        kept = side.arrays["obs"]
-        odt, vt = self.obs[5], self.obs_row
-        if vt is not None and (no.dtype is not odt or no.strides != self.obs_strides):
-            # an uncast value cast as the store would, or a strided one copied: in C
-            # order, stored below with one put (a row at a time cost 0.5 us more)
-            no = no.astype(odt, order="C")
         # the slots taken as an index array and as the link row (the lanes' slots change
         # only where an episode ends or the data jumps: the same few tuples come back)
         key = tuple(taken)
@@ -620,22 +675,21 @@ class StepWriter:
             made = self._links[key] = (np.array(taken, np.intp),
                                        np.array([k + 1 for k in taken], link.dtype))
         at, links = made
-        if point:
-            point()
-        if no.strides == self.obs_strides:  # (C order, one flat row per lane)
-            src, kv = self._kept_rows
-            if src is not kept:  # (the side store grew: a new array)
-                kv = kept.view(vt)
-                self._kept_rows = (kept, kv)
-            kv.put(at, no.view(vt))
-        elif L <= 8:  # a row at a time: cheaper than an index array for a few lanes
-            for s, x in zip(taken, no):  # noqa: B905 - both L long
-                kept[s] = x
-        else:
-            kept[_slots_index(taken, True)] = no
+        side_arrays = side.arrays
+        no = self._keep(0, no, side_arrays, taken, at, point)
         # 3. data, links, the commit
         arrays = t.arrays
-        _store_rows(arrays, row, o, act, rew, more, term, trunc, point)
+        _store_rows(arrays, row, self.obs_name, o, act, rew, more, term, trunc, point)
+        if rest:  # the other observation fields: next obs aside and rows (before the
+            # commit, in any order), and the bytes of both as stored
+            kept_b, new_b = [no.tobytes()], []
+            for i, x, nx in rest:
+                kept_b.append(self._keep(i, nx, side_arrays, taken, at, point).tobytes())
+                f = self.obs[i]
+                if point:
+                    point()
+                arrays[f[0]][row] = x
+                new_b.append((x if x.dtype is f[5] else arrays[f[0]][row]).tobytes())
         if point:
             point()
         link[row] = links
@@ -645,29 +699,34 @@ class StepWriter:
         # 4. the previous newest steps that continue into the new obs (as stored) give
         #    their side slots back, in lane order (the common case: every lane does);
         #    then the counts and episodes
-        new = o if o.dtype is odt else arrays["obs"][row]
+        new = o if o.dtype is self.obs_dtype else arrays[self.obs_name][row]
         if ptaken is not None and known:
-            if seen is not None and new.tobytes() == seen:  # no flag set, all continue
+            if seen is not None and seen == (new.tobytes() if not rest else
+                                             new.tobytes() + b"".join(new_b)):
+                # (no flag set, all continue)
                 if point:
                     point()
                 link[prow].fill(0)
                 free.extend(ptaken)
             else:
-                self._relink(prow, [k + 1 for k in ptaken], new, point)
+                self._relink(prow, [k + 1 for k in ptaken], self._stored_new(new, rest, row),
+                             point)
         elif plink is not None:
             none = self.no_flags[0]
+            news = self._stored_new(new, rest, row)
             if 0 in plink or arrays["terminated"][prow].tobytes() != none \
                     or arrays["truncated"][prow].tobytes() != none:
-                self._relink(prow, plink, new, point)
+                self._relink(prow, plink, news, point)
             else:
                 slots = [k - 1 for k in plink]
-                if kept.take(slots, axis=0).tobytes() == new.tobytes():
+                if all(side.arrays[name].take(slots, axis=0).tobytes() == x.tobytes()
+                       for name, x in zip(self.obs_names, news)):  # noqa: B905
                     if point:
                         point()
                     link[prow].fill(0)
                     free.extend(slots)
                 else:
-                    self._relink(prow, plink, new, point)
+                    self._relink(prow, plink, news, point)
         if c < T or durable:  # (files: an evicting step stored T - 1 first)
             c = c + 1 if c < T else T
             if point:
@@ -680,24 +739,74 @@ class StepWriter:
         # what the next step needs to know of this one (the bytes its kept next obs
         # hold, read back from `no` as stored; None when a flag is set or obs rows are
         # not flat: the table is read then)
-        self._memo = ([w + 1] * L, t.epoch, c,
-                      None if ends or vt is None else no.tobytes(), taken)
+        self._memo = ([w + 1] * L, t.epoch, c, None if ends or not self.flat_rows else
+                      no.tobytes() if not rest else b"".join(kept_b), taken)
         return 1
 
-    def _relink(self, prow: int, plink: list[int], o: Any,
+    def _keep(self, i: int, no: Any, side_arrays: dict[str, Any], taken: list[int],
+              at: npt.NDArray[np.intp], point: Callable[[], None] | None) -> Any:
+        """Store the next obs ``no`` ``[L, *shape]`` of observation field ``i`` aside, in
+        the side slots ``taken`` of ``side_arrays`` (``at``: as an index array), after
+        the kill-test hook ``point``; returns it as stored when each is one flat row
+        (cast and in C order: one void item per lane, one put), else as given."""
+        name, dt, vt, strides = self.keeps[i]
+        kept = side_arrays[name]
+        if vt is not None and (no.dtype is not dt or no.strides != strides):
+            # an uncast value cast as the store would, or a strided one copied (a row at
+            # a time cost 0.5 us more than the copy and one put)
+            no = no.astype(dt, order="C")
+        if point:
+            point()
+        if vt is not None:
+            src, kv = self._kept_rows[i]
+            if src is not kept:  # (the side store grew: a new array)
+                kv = kept.view(vt)
+                self._kept_rows[i] = (kept, kv)
+            kv.put(at, no.view(vt))
+        elif self.L <= 8:  # a row at a time: cheaper than an index array for a few lanes
+            for s, x in zip(taken, no):  # noqa: B905 - both L long
+                kept[s] = x
+        else:
+            kept[_slots_index(taken, True)] = no
+        return no
+
+    def _rest_continues(self, slot: int, rest: list[tuple[int, Any, Any]], row: int) -> bool:
+        """Whether the next obs kept in side slot ``slot`` of every observation field
+        after the first (``rest``, :data:`_Cast`) is bitwise its new obs as stored in
+        ``row``."""
+        side_arrays, arrays = self.table.side.arrays, self.table.arrays
+        for i, x, _ in rest:
+            f = self.obs[i]
+            if side_arrays[f[0]][slot].tobytes() != \
+                    (x if x.dtype is f[5] else arrays[f[0]][row]).tobytes():
+                return False
+        return True
+
+    def _stored_new(self, new: Any, rest: list[tuple[int, Any, Any]], row: int) -> list[Any]:
+        """The new obs of every observation field as stored in ``row`` (``new``: the
+        first field's; ``rest``: the others', :data:`_Cast`)."""
+        if not rest:
+            return [new]
+        arrays = self.table.arrays
+        return [new, *(x if x.dtype is self.obs[i][5] else arrays[self.obs[i][0]][row]
+                       for i, x, _ in rest)]
+
+    def _relink(self, prow: int, plink: list[int], news: list[Any],
                 point: Callable[[], None] | None) -> None:
         """``_continuing`` lane by lane: unlink the previous newest steps (row ``prow``,
         links ``plink``) that kept their next obs aside, did not end, and whose kept obs
-        is bitwise their lane's row of ``o`` (the new obs as stored), and free their
-        side slots in lane order (``point``: the kill-test hook before the store)."""
+        is bitwise their lane's row of ``news`` (the new obs of each observation field as
+        stored), and free their side slots in lane order (``point``: the kill-test hook
+        before the store)."""
         t = self.table
-        arrays, kept = t.arrays, t.side.arrays["obs"]
+        arrays = t.arrays
         term, trunc = arrays["terminated"][prow].tolist(), arrays["truncated"][prow].tolist()
-        rows = o.reshape(self.L, -1)
+        fields = [(t.side.arrays[name], o.reshape(self.L, -1))
+                  for name, o in zip(self.obs_names, news)]  # noqa: B905 - one per field
         lanes: list[int] = []
         for i, k in enumerate(plink):
-            if k > 0 and not term[i] and not trunc[i] \
-                    and kept[k - 1].tobytes() == rows[i].tobytes():
+            if k > 0 and not term[i] and not trunc[i] and all(
+                    kept[k - 1].tobytes() == rows[i].tobytes() for kept, rows in fields):
                 lanes.append(i)
         if lanes:
             if point:
@@ -706,7 +815,7 @@ class StepWriter:
             t.side.free.extend([plink[i] - 1 for i in lanes])
 
     def _apply_one(self, o: Any, no: Any, act: Any, rew: Any, more: list[tuple[str, Any]],
-                   term: Any, trunc: Any, ends: bool) -> int:
+                   term: Any, trunc: Any, ends: bool, rest: list[tuple[int, Any, Any]]) -> int:
         """:meth:`_apply` of a one-lane table (its counters and links as Python ints)."""
         t = self.table
         T = self.T  # noqa: N806
@@ -725,12 +834,22 @@ class StepWriter:
                 _evict_counters(t, w + 1 - T, T - 1, point)
         # 2. the new step is the lane's newest: its next obs goes aside
         s = free.pop() if free else side.take_many(1)[0]
-        kept = side.arrays["obs"]
+        f = self.obs0
+        kept = side.arrays[f[0]]
         if point:
             point()
         kept[s] = no
         # 3. data, link, the commit
-        _store_rows(arrays, row, o, act, rew, more, term, trunc, point)
+        _store_rows(arrays, row, self.obs_name, o, act, rew, more, term, trunc, point)
+        if rest:  # the other observation fields (before the commit: in any order)
+            for i, x, nx in rest:
+                name = self.obs[i][0]
+                if point:
+                    point()
+                side.arrays[name][s] = nx
+                if point:
+                    point()
+                arrays[name][row] = x
         if point:
             point()
         link[row, 0] = s + 1
@@ -744,7 +863,8 @@ class StepWriter:
             pk = link.item(prow, 0)
             if pk and not arrays["terminated"].item(prow, 0) \
                     and not arrays["truncated"].item(prow, 0) and kept[pk - 1].tobytes() \
-                    == (o if o.dtype is self.obs[5] else arrays["obs"][row]).tobytes():
+                    == (o if o.dtype is f[5] else arrays[f[0]][row]).tobytes() \
+                    and (not rest or self._rest_continues(pk - 1, rest, row)):
                 if point:
                     point()
                 link[prow, 0] = 0
@@ -774,13 +894,13 @@ def _evict_counters(t: StepTable, start: int, kept: int,
     t.counts.fill(kept)
 
 
-def _store_rows(arrays: dict[str, Any], row: int, o: Any, act: Any, rew: Any,
+def _store_rows(arrays: dict[str, Any], row: int, obs_name: str, o: Any, act: Any, rew: Any,
                 more: list[tuple[str, Any]], term: Any, trunc: Any,
                 point: Callable[[], None] | None) -> None:
-    """The rows of one step (:class:`StepWriter`), each field after the kill-test hook
-    ``point`` when one is armed."""
+    """The rows of one step (:class:`StepWriter`; ``o``: the first observation field's,
+    ``obs_name``), each field after the kill-test hook ``point`` when one is armed."""
     if point is None:
-        arrays["obs"][row] = o
+        arrays[obs_name][row] = o
         arrays["action"][row] = act
         arrays["reward"][row] = rew
         for name, v in more:
@@ -788,7 +908,7 @@ def _store_rows(arrays: dict[str, Any], row: int, o: Any, act: Any, rew: Any,
         arrays["terminated"][row] = term
         arrays["truncated"][row] = trunc
         return
-    for name, v in (("obs", o), ("action", act), ("reward", rew), *more,
+    for name, v in ((obs_name, o), ("action", act), ("reward", rew), *more,
                     ("terminated", term), ("truncated", trunc)):
         point()
         arrays[name][row] = v
