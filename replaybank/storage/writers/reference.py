@@ -470,6 +470,9 @@ class StepWriter:
             self.extras = tuple(field(n, n) for n in self.extra_names)
             #: the first observation field (a dict observation's takes the obs slot)
             self.obs0, self.next_obs0 = self.obs[0], self.next_obs[0]
+            #: the fields after the first: (index, as obs, as next obs)
+            self.rest_fields = tuple((i, self.obs[i], self.next_obs[i])
+                                     for i in range(1, len(self.obs)))
             self.obs_name, self.obs_dtype = self.obs0[0], self.obs0[5]
             self.obs_ndim = len(self.obs0[3])  # (its value shows the lead)
             #: an observation field is a scalar per step
@@ -584,8 +587,9 @@ class StepWriter:
             if self.extras else _NO_EXTRAS
         if both is not None:  # the other observation fields (as the first; one loop)
             rest = []
-            for i in range(1, len(both[0])):
-                x, nx, f, nf = both[0][i], both[1][i], self.obs[i], self.next_obs[i]
+            parts, nparts = both
+            for i, f, nf in self.rest_fields:
+                x, nx = parts[i], nparts[i]
                 rest.append((i, x if type(x) is _ND and (x.dtype is f[8] or x.dtype in f[9])
                              and x.shape == f[k] else _cast(f, x, lead, None),
                              nx if type(nx) is _ND and (nx.dtype is nf[8] or nx.dtype in nf[9])
