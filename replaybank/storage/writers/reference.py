@@ -689,11 +689,10 @@ class StepWriter:
             kept_b, new_b = [no.tobytes()], []
             for i, x, nx in rest:
                 kept_b.append(self._keep(i, nx, side_arrays, taken, at, point).tobytes())
-                f = self.obs[i]
                 if point:
                     point()
-                arrays[f[0]][row] = x
-                new_b.append((x if x.dtype is f[5] else arrays[f[0]][row]).tobytes())
+                arrays[self.obs[i][0]][row] = x
+                new_b.append(self._as_stored(i, x, row).tobytes())
         if point:
             point()
         link[row] = links
@@ -778,22 +777,23 @@ class StepWriter:
         """Whether the next obs kept in side slot ``slot`` of every observation field
         after the first (``rest``, :data:`_Cast`) is bitwise its new obs as stored in
         ``row``."""
-        side_arrays, arrays = self.table.side.arrays, self.table.arrays
+        side_arrays = self.table.side.arrays
         for i, x, _ in rest:
-            f = self.obs[i]
-            if side_arrays[f[0]][slot].tobytes() != \
-                    (x if x.dtype is f[5] else arrays[f[0]][row]).tobytes():
+            if side_arrays[self.obs[i][0]][slot].tobytes() != \
+                    self._as_stored(i, x, row).tobytes():
                 return False
         return True
+
+    def _as_stored(self, i: int, x: Any, row: int) -> Any:
+        """The value ``x`` of observation field ``i`` as stored in ``row``: itself, or
+        read back when it came uncast (:func:`_cast`)."""
+        f = self.obs[i]
+        return x if x.dtype is f[5] else self.table.arrays[f[0]][row]
 
     def _stored_new(self, new: Any, rest: list[tuple[int, Any, Any]], row: int) -> list[Any]:
         """The new obs of every observation field as stored in ``row`` (``new``: the
         first field's; ``rest``: the others', :data:`_Cast`)."""
-        if not rest:
-            return [new]
-        arrays = self.table.arrays
-        return [new, *(x if x.dtype is self.obs[i][5] else arrays[self.obs[i][0]][row]
-                       for i, x, _ in rest)]
+        return [new, *(self._as_stored(i, x, row) for i, x, _ in rest)]
 
     def _relink(self, prow: int, plink: list[int], news: list[Any],
                 point: Callable[[], None] | None) -> None:
