@@ -546,6 +546,49 @@ def test_close_field_names_say_did_you_mean(typo: str, meant: str) -> None:
         buf.add(**kw)
 
 
+_GOAL = {"observation": np.zeros(4, np.float32), "achieved_goal": np.zeros(2, np.float32),
+         "desired_goal": np.zeros(2, np.float32)}
+
+
+@pytest.mark.parametrize(("obs", "next_obs", "says"), [
+    # a misspelt key: the key meant, as the user writes it (once "did you mean obs= (not
+    # obs=)", the top-level names being equal)
+    ({**{k: v for k, v in _GOAL.items() if k != "desired_goal"},
+      "desired_gaol": np.zeros(2)}, _GOAL,
+     "did you mean obs['desired_goal'] (not obs['desired_gaol'])"),
+    # a flat array where a dict is stored (once only "missing field 'obs/observation'")
+    (np.zeros(8), _GOAL, "obs is a dict in this buffer, of the keys ['achieved_goal', "
+                         "'desired_goal', 'observation']"),
+    ({**_GOAL, "observation": {"x": np.zeros(4)}}, _GOAL,
+     "obs['observation'] is one array in this buffer, not a dict (it got the key x)"),
+    (_GOAL, {**_GOAL, "achieved_goal": {"x": np.zeros(2)}},
+     "next_obs: obs['achieved_goal'] is one array in this buffer, not a dict"),
+])
+def test_dict_observation_mistakes_say_which_key(obs: Any, next_obs: Any, says: str) -> None:
+    """A dict observation's wrong keys are named as the user writes them, with no hint
+    that repeats the name given; the buffer is left as it was."""
+    buf = rb.ReplayBuffer(8, seed=0)
+    buf.add(obs=_GOAL, action=0, reward=0.0, next_obs=_GOAL, terminated=False,
+            truncated=False)
+    before = fingerprint(buf)
+    with pytest.raises(SpecError) as info:
+        buf.add(obs=obs, action=0, reward=0.0, next_obs=next_obs, terminated=False,
+                truncated=False)
+    msg = str(info.value)
+    assert says in msg, msg
+    assert "(not obs=)" not in msg, msg
+    assert fingerprint(buf) == before
+
+
+def test_a_dict_where_one_array_is_stored_says_so() -> None:
+    buf = rb.ReplayBuffer(8, seed=0)
+    buf.add(**one(0.0))
+    kw = _add_fields(obs={"a": np.zeros(3)})
+    with pytest.raises(SpecError, match=r"obs is one array in this buffer, not a dict "
+                                        r"\(it got the key a\)"):
+        buf.add(**kw)
+
+
 @pytest.mark.parametrize("filled", [False, True])
 @pytest.mark.parametrize("rows", [False, True])
 def test_done_says_pass_terminated_and_truncated(filled: bool, rows: bool) -> None:

@@ -60,6 +60,7 @@ __all__ = [
     "flags_as_bool",
     "leading_dims",
     "leading_dims_split",
+    "key_hints",
     "name_hints",
     "one_env_lead",
     "obs_fields",
@@ -122,8 +123,58 @@ def name_hints(unexpected: Iterable[str], wanted: Iterable[str]) -> str:
         if guess not in want:
             close = difflib.get_close_matches(name, want, n=1, cutoff=0.6)
             guess = close[0] if close else None
-        if guess is not None:
+        if guess is not None and guess != name:
             hints.append(f"did you mean {guess}= (not {name}=)")
+    return "".join(f"; {h}" for h in hints)
+
+
+def _path(name: str) -> str:
+    """A flat field name as the user writes it: ``obs/goal/xy`` -> ``obs['goal']['xy']``."""
+    top, *keys = name.split(SEP)
+    return top + "".join(f"[{k!r}]" for k in keys)
+
+
+def key_hints(unexpected: Iterable[str], wanted: Iterable[str]) -> str:
+    """What a refused set of nested fields probably meant: a dict given where the buffer
+    stores one array, an array where it stores a dict, or a dict key close to one the
+    call lacks (under the same parent).
+
+    Args:
+        unexpected: Flat names (``obs/goal/yx``) the call passed that the buffer does not
+            store.
+        wanted: Flat names the call lacks.
+
+    Returns:
+        The hints, each after ``"; "`` (empty when there is none).
+
+    Example:
+        >>> key_hints(["obs/goal/pso"], ["obs/goal/pos", "obs/vel"])
+        "; did you mean obs['goal']['pos'] (not obs['goal']['pso'])"
+        >>> key_hints(["obs/a"], ["obs"])
+        '; obs is one array in this buffer, not a dict (it got the key a)'
+        >>> key_hints(["obs"], ["obs/pos", "obs/vel"])
+        "; obs is a dict in this buffer, of the keys ['pos', 'vel']"
+    """
+    want = sorted(set(wanted))
+    hints: list[str] = []
+    for name in sorted(set(unexpected)):
+        if any(w.startswith(name + SEP) for w in want):
+            keys = sorted({w[len(name) + 1:].split(SEP, 1)[0] for w in want
+                           if w.startswith(name + SEP)})
+            hints.append(f"{_path(name)} is a dict in this buffer, of the keys {keys}")
+            continue
+        whole = next((w for w in want if name.startswith(w + SEP)), None)
+        if whole is not None:
+            hints.append(f"{_path(whole)} is one array in this buffer, not a dict (it got "
+                         f"the key {name[len(whole) + 1:].split(SEP, 1)[0]})")
+            continue
+        parent, _, key = name.rpartition(SEP)
+        if not parent:
+            continue
+        siblings = {w.rpartition(SEP)[2]: w for w in want if w.rpartition(SEP)[0] == parent}
+        close = difflib.get_close_matches(key, sorted(siblings), n=1, cutoff=0.6)
+        if close:
+            hints.append(f"did you mean {_path(siblings[close[0]])} (not {_path(name)})")
     return "".join(f"; {h}" for h in hints)
 
 
@@ -364,7 +415,8 @@ def _check_rows_names(spec: Spec, values: Mapping[str, Any], call: str) -> None:
     if missing or unknown:
         parts = [f"{what} {names}" for what, names in (("missing", missing),
                                                         ("unknown", unknown)) if names]
-        hints = name_hints(_tops(unknown), _tops(missing) | {"terminated", "truncated"})
+        hints = name_hints(_tops(unknown), _tops(missing) | {"terminated", "truncated"}) \
+            + key_hints(unknown, missing)
         raise SpecError(
             f"{call}: wrong field set ({'; '.join(parts)}){hints}; this rows buffer "
             f"(next_obs=False) stores {sorted(expected)}; pass exactly those in every call "
@@ -394,7 +446,8 @@ def _check_names(spec: Spec, values: Mapping[str, Any], nxt: Mapping[str, Any],
         # a misspelt standard field is unknown, or (first add) an inferred extra field
         wanted = _tops(missing) | ({"next_obs"} if nxt_missing else set())
         hints = name_hints(_tops(unknown) | (_tops(got) - set(STANDARD) if wanted else set()),
-                           wanted)
+                           wanted) + key_hints(unknown, missing) \
+            + key_hints(nxt_unknown, nxt_missing).replace("; ", "; next_obs: ")
         raise SpecError(
             f"{call}: wrong field set ({'; '.join(parts)}){hints}; the buffer stores "
             f"{sorted(expected)} plus next_obs; pass exactly those (extras must be present "
@@ -495,7 +548,8 @@ def leading_dims_split(spec: Spec, values: Mapping[str, Any],
     else:
         name = field.name
     if name not in values:
-        hints = name_hints(_tops(values) - _tops(spec), _tops([name]))
+        hints = name_hints(_tops(values) - _tops(spec), _tops([name])) \
+            + key_hints(set(values) - set(spec), [n for n in spec if n not in values])
         raise SpecError(f"{call}: missing field {name!r}{hints}")
     arr = arrays.get(name)
     if arr is None:
