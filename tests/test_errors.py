@@ -226,6 +226,15 @@ def test_bad_capacity(cap: Any) -> None:
     assert f"capacity={cap!r}" in msg and "positive int" in msg and "capacity=100_000" in msg
 
 
+@pytest.mark.parametrize("cap", [1e6, np.float32(5e4)])
+def test_a_whole_float_capacity_says_which_int(cap: Any) -> None:
+    """``capacity=1e6`` (as configs write it) is refused, naming the int it means."""
+    with pytest.raises(rb.CapacityError) as info:
+        rb.ReplayBuffer(capacity=cap)
+    msg = str(info.value)
+    assert "positive int" in msg and f"(= {int(cap):_})" in msg, msg
+
+
 def test_capacity_not_divisible() -> None:
     with pytest.raises(rb.CapacityError) as info:
         rb.ReplayBuffer(capacity=10, num_envs=3)

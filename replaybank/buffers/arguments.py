@@ -97,9 +97,14 @@ def check_capacity(capacity: Any, num_envs: Any) -> tuple[int, int]:
     """  # noqa: E501
     if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)) \
             or capacity <= 0:
+        # (a whole float, e.g. 1e6 written as configs often do: the int it means)
+        whole = isinstance(capacity, (float, np.floating)) and float(capacity).is_integer() \
+            and 0 < capacity < 2**63
+        fix = f"capacity=int({capacity!r}) (= {int(capacity):_})" if whole \
+            else "e.g. capacity=100_000"
         raise CapacityError(
             f"capacity={capacity!r}: must be a positive int (total transitions over all "
-            "envs); pass e.g. capacity=100_000"
+            f"envs); pass {fix}"
         )
     num_envs = positive_int("num_envs", num_envs)
     if capacity % num_envs:
