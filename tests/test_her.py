@@ -462,11 +462,21 @@ def test_bad_arguments(kwargs: dict[str, Any], match: str) -> None:
 
 
 def test_observations_without_goals_and_bad_reward_functions() -> None:
+    # observations without the goal keys are refused at the first add (once at the first
+    # sample, after every add of a run had been stored), and by spec=; nothing is stored
     buf = rb.HerReplayBuffer(8, reward_fn=reward, seed=0)
-    buf.add(obs=np.zeros(2, np.float32), action=0, reward=0.0,
-            next_obs=np.ones(2, np.float32), terminated=True, truncated=False)
-    with pytest.raises(rb.ShapeError, match="achieved_goal"):
-        buf.sample(4)
+    for obs in (np.zeros(2, np.float32), {"observation": np.zeros(2, np.float32),
+                                          "achieved": np.zeros(1, np.float32),
+                                          "desired_goal": np.zeros(1, np.float32)}):
+        with pytest.raises(rb.ShapeError, match="achieved_goal"):
+            buf.add(obs=obs, action=0, reward=0.0, next_obs=obs, terminated=True,
+                    truncated=False)
+        assert not buf.allocated and len(buf) == 0
+    with pytest.raises(rb.ShapeError, match="'desired' key"):
+        rb.ReplayBuffer(8, spec={"obs/achieved_goal": ((1,), "float32"),
+                                 "obs/desired_goal": ((1,), "float32"),
+                                 "action": ((), "int64")},
+                        view=rb.HerView(reward, desired_key="desired"))
     bad, model = buffer(reward_fn=lambda a, d, info: np.zeros((len(a), 2)), k=1000)
     fill(bad, model, 30, seed=14, p_end=1.0)
     before = copy.deepcopy(bad.rng.bit_generator.state)

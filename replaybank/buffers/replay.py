@@ -35,6 +35,7 @@ from replaybank.buffers.autoreset import (
 from replaybank.buffers.guard import CallGuard
 from replaybank.buffers.inputs import (
     UNSET,
+    obs_fields,
     rows_spec,
     standard_spec,
 )
@@ -190,6 +191,8 @@ class ReplayBuffer:
         if spec is not None:
             spec = Spec.coerce(spec)
             spec = rows_spec(spec) if self.rows_only else standard_spec(spec)
+            if self._parts.checks is not None:
+                self._parts.checks.check_fields(obs_fields(spec))
         #: Where the steps live (local, device or shared memory) and how calls reach them.
         self._store: Store = make_store(make_backend(storage, path, device), self.rows,
                                         self._num_envs, self.rows_only, spec)

@@ -34,7 +34,14 @@ from replaybank.samplers.base import LaneView, Sampler, SampleResult, SamplerTra
 from replaybank.samplers.draw import draw
 from replaybank.samplers.sample_args import LARGE_BATCH, check_batch_size, check_options
 from replaybank.storage.table import StepTable
-from replaybank.views.base import CallbackView, FusedView, InputTransform, StepView, View
+from replaybank.views.base import (
+    CallbackView,
+    FieldsCheckedView,
+    FusedView,
+    InputTransform,
+    StepView,
+    View,
+)
 
 __all__ = ["Parts"]
 
@@ -53,10 +60,12 @@ class Parts:
         every_step: The view serves every live step (no redraws).
         restores: The view calls user functions (:class:`~replaybank.views.base.
             CallbackView`): a failed sample puts the generator and beta schedule back.
+        checks: The view as one that checks the stored observation fields before the
+            storage is made (:class:`~replaybank.views.base.FieldsCheckedView`), or None.
     """
 
-    __slots__ = ("every_step", "fused", "options", "restores", "sampler", "step", "traits",
-                 "transform", "view")
+    __slots__ = ("checks", "every_step", "fused", "options", "restores", "sampler", "step",
+                 "traits", "transform", "view")
 
     def __init__(self, sampler: Sampler, view: View) -> None:
         self.sampler = sampler
@@ -67,6 +76,7 @@ class Parts:
         self.step = view if isinstance(view, StepView) else None
         self.every_step = bool(view.every_step)
         self.restores = isinstance(view, CallbackView)
+        self.checks = view if isinstance(view, FieldsCheckedView) else None
         # the keyword options a sample call may pass without the slow check
         self.options = frozenset(self.traits.options) - {"batch_size", "replace"}
 

@@ -32,7 +32,7 @@ from typing import Any
 
 from replaybank.buffers.checked_call import check_call, lane_ids
 from replaybank.buffers.guard import CallGuard
-from replaybank.buffers.inputs import UNSET, collect_fields
+from replaybank.buffers.inputs import UNSET, collect_fields, obs_fields
 from replaybank.buffers.priorities import check_priority
 from replaybank.buffers.sampling_parts import Parts
 from replaybank.buffers.store import Store
@@ -111,6 +111,8 @@ class WriteRoute:
             call = check_call(None, collect_fields(*values), steps, env_ids, self.num_envs,
                               self.rows_only)
             check_priority(parts.traits, priority, call.out)
+            if parts.checks is not None:  # (HER: goal keys, named now, not at a sample)
+                parts.checks.check_fields(obs_fields(call.spec))
             writer_choice()  # a bad REPLAYBANK_WRITER too
             table = self.allocate(call.spec)
             allocated()

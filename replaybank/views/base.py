@@ -13,6 +13,8 @@ its sampling plan, never probed per call:
   fields and exact next observation), with a faster gather for keys just drawn;
 * :class:`ShiftedView`: the transition of a key ends at another key (n-step windows);
 * :class:`InputTransform`: rewrites what users add (frame stacks keep the newest frame);
+* :class:`FieldsCheckedView`: knows from the stored fields that it could never serve
+  them (checked before the storage is made);
 * :class:`CallbackView`: calls user functions while it gathers (hindsight rewards), so a
   gather may fail after the sampler drew: the buffer then restores its generator.
 
@@ -35,8 +37,8 @@ import numpy.typing as npt
 
 from replaybank.storage.table import StepTable
 
-__all__ = ["CallbackView", "FusedView", "InputTransform", "ShiftedView", "StatelessView",
-           "StepView", "View", "next_name"]
+__all__ = ["CallbackView", "FieldsCheckedView", "FusedView", "InputTransform", "ShiftedView",
+           "StatelessView", "StepView", "View", "next_name"]
 
 IntArray = npt.NDArray[np.int64]
 
@@ -115,6 +117,19 @@ class InputTransform(Protocol):
 
     def prepare_inputs(self, fields: dict[str, Any], steps: bool, lanes: int) -> dict[str, Any]:
         """Return the fields to store for one ``add`` (``steps=False``) or ``extend``."""
+        ...
+
+
+@runtime_checkable
+class FieldsCheckedView(View, Protocol):
+    """A view that can tell from the stored observation fields alone that it could never
+    serve them (hindsight relabelling needs its goal keys). A buffer asks it before it
+    makes its storage (the first add, or ``spec=``), so the mistake is named then, not at
+    the first sample after thousands of adds."""
+
+    def check_fields(self, obs_fields: list[str]) -> None:
+        """Raise when observations stored as ``obs_fields`` (``obs`` or ``obs/<key>``
+        names) can never be served."""
         ...
 
 

@@ -193,14 +193,24 @@ class HerView(StatelessView):
                             table.epoch)
         return idx
 
-    def _check_table(self, table: StepTable) -> None:
+    def check_fields(self, obs_fields: list[str]) -> None:
+        """Raise when observations stored as ``obs_fields`` lack the goal keys
+        (:class:`~replaybank.views.base.FieldsCheckedView`: the buffer asks before its
+        first add is stored).
+
+        Raises:
+            ShapeError: The achieved or desired goal key is not among them.
+        """
         for field in (self.achieved, self.desired):
-            if field not in table.obs_fields:
+            if field not in obs_fields:
                 raise ShapeError(
                     f"HerView: the observations have no {field.split('/', 1)[1]!r} key "
-                    f"(stored observation fields: {table.obs_fields}); add dict "
+                    f"(stored observation fields: {obs_fields}); add dict "
                     "observations {'observation', 'achieved_goal', 'desired_goal'} or pass "
                     "achieved_key=/desired_key=")
+
+    def _check_table(self, table: StepTable) -> None:
+        self.check_fields(table.obs_fields)
 
     # ------------------------------------------------------------------ gather
     def gather(self, table: StepTable, keys: IntArray,
