@@ -84,6 +84,7 @@ from replaybank.storage.backends.memmap import MemmapBackend
 from replaybank.storage.backends.numpy import NumpyBackend
 from replaybank.views.base import (
     CallbackView,
+    FieldsCheckedView,
     FusedView,
     InputTransform,
     ShiftedView,
@@ -118,6 +119,7 @@ __all__ = [
     "DurableBackend",
     "EmptyBufferError",
     "FieldSpec",
+    "FieldsCheckedView",
     "FrameStackView",
     "FusedView",
     "GroupedBackend",
