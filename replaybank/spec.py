@@ -44,7 +44,8 @@ import numpy.typing as npt
 from replaybank.errors import DtypeError, ShapeError, SpecError, describe
 from replaybank.host import as_numpy, is_tensor
 
-__all__ = ["QUICK_VALUES", "SEP", "STANDARD", "UNSET", "UNSTORABLE_KINDS", "FieldSpec", "Spec",
+__all__ = ["INFO_FIX", "INFO_NAMES", "QUICK_VALUES", "SEP", "STANDARD", "UNSET",
+           "UNSTORABLE_KINDS", "FieldSpec", "Spec",
            "as_array", "assignable_dtypes", "collect_fields", "flatten", "native", "real_array",
            "real_floats", "stored_by_assignment", "unflatten"]
 
@@ -53,6 +54,13 @@ SEP = "/"
 #: dtype kinds no field may have (they train but can never be saved): kind -> what it is
 UNSTORABLE_KINDS = {"O": "object-dtype", "U": "string (unicode)", "S": "bytes-string",
                     "M": "datetime", "m": "timedelta"}
+
+#: Field names under which loops pass gymnasium's ``info`` (SB3's ``infos``), and what to
+#: do instead: replaybank stores numeric fields, not the dict as a whole.
+INFO_NAMES = frozenset({"info", "infos"})
+INFO_FIX = ("a gymnasium info is not stored as a whole: pass the values you need from it as "
+            "fields of their own (e.g. is_success=info['is_success']), and a time limit as "
+            "truncated=")
 
 #: The standard fields of a step, in the order ``add`` takes them.
 STANDARD = ("obs", "action", "reward", "next_obs", "terminated", "truncated")
@@ -176,8 +184,10 @@ class FieldSpec:
             raise DtypeError(
                 f"{name}={describe(value)}: {UNSTORABLE_KINDS[dtype.kind]} values "
                 f"({dtype.str}) cannot be stored (checkpoints and memmap files hold "
-                "numeric arrays only); pass a number or a numeric array (encode text or "
-                "objects as numbers, e.g. token ids or one-hot codes)"
+                "numeric arrays only); "
+                + (INFO_FIX if name.split(SEP, 1)[0] in INFO_NAMES else
+                   "pass a number or a numeric array (encode text or objects as numbers, "
+                   "e.g. token ids or one-hot codes)")
             )
         return cls(name, arr.shape[len(leading):], native(dtype))
 
@@ -556,7 +566,9 @@ def flatten(values: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
         name = f"{prefix}{SEP}{key}" if prefix else key
         if type(value) not in _LEAF_TYPES and isinstance(value, Mapping):
             if not value:
-                raise SpecError(f"field {name!r}: empty dict; give at least one sub-field")
+                raise SpecError(f"field {name!r}: empty dict; "
+                                + (INFO_FIX if key in INFO_NAMES and not prefix
+                                   else "give at least one sub-field"))
             out.update(flatten(value, name))
         else:
             out[name] = value

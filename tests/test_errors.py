@@ -226,6 +226,22 @@ def test_bad_capacity(cap: Any) -> None:
     assert f"capacity={cap!r}" in msg and "positive int" in msg and "capacity=100_000" in msg
 
 
+@pytest.mark.parametrize(("kw", "error"), [
+    ({"info": {}}, rb.SpecError), ({"infos": [{}]}, rb.DtypeError),
+    ({"info": [{"is_success": 1.0}]}, rb.DtypeError)])
+def test_a_gymnasium_info_says_what_to_pass_instead(kw: dict[str, Any], error: type) -> None:
+    """An env's info (or SB3's infos) passed to add: the refusal says to pass its values
+    as fields of their own and the time limit as truncated=; nothing is stored."""
+    buf = rb.ReplayBuffer(8, seed=0)
+    o = np.zeros(3, np.float32)
+    with pytest.raises(error) as info:
+        buf.add(obs=o, action=0, reward=0.0, next_obs=o, terminated=False, truncated=False,
+                **kw)
+    msg = str(info.value)
+    assert "is_success=info['is_success']" in msg and "truncated=" in msg, msg
+    assert not buf.allocated
+
+
 @pytest.mark.parametrize("cap", [1e6, np.float32(5e4)])
 def test_a_whole_float_capacity_says_which_int(cap: Any) -> None:
     """``capacity=1e6`` (as configs write it) is refused, naming the int it means."""
