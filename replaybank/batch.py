@@ -31,6 +31,7 @@ Example:
 
 from __future__ import annotations
 
+import difflib
 import typing
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Generic, NoReturn, cast, overload
@@ -40,7 +41,7 @@ from numpy.typing import NDArray
 
 from replaybank.errors import ConfigError, require_extra
 from replaybank.host import as_numpy
-from replaybank.spec import SEP, unflatten
+from replaybank.spec import FIELD_ALIASES, SEP, unflatten
 from replaybank.transfer import to_device
 
 if TYPE_CHECKING:  # torch stays optional: only type checkers import it here
@@ -202,7 +203,8 @@ class _FrozenArrays(Mapping[str, Any], Generic[V]):
         sub = {k[len(prefix):]: v for k, v in self._data.items() if k.startswith(prefix)}
         if sub:
             return unflatten(sub)
-        raise KeyError(f"{key!r}: not in this batch; available: {sorted(self._data)}")
+        raise KeyError(f"{key!r}: not in this batch{self._meant(key)}; available: "
+                       f"{sorted(self._data)}")
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._data)
@@ -223,8 +225,22 @@ class _FrozenArrays(Mapping[str, Any], Generic[V]):
             return self[name]
         except KeyError:
             raise AttributeError(
-                f"{type(self).__name__} has no field {name!r}; available: {sorted(self._data)}"
+                f"{type(self).__name__} has no field {name!r}{self._meant(name)}; "
+                f"available: {sorted(self._data)}"
             ) from None
+
+    def _meant(self, name: str) -> str:
+        """What a missing field ``name`` probably meant (another library's name for a
+        field, a close name, or torch's ``to``), as `` (did you mean ...)``; or ``""``."""
+        if name == "to":
+            return " (a batch moves to a device with to_torch(device=...))"
+        guess = FIELD_ALIASES.get(name, "done" if name == "dones" else None)
+        if guess is None:
+            close = difflib.get_close_matches(name, sorted(self._data), n=1, cutoff=0.6)
+            guess = close[0] if close else None
+        if guess is None or guess == name or not (guess in self or hasattr(type(self), guess)):
+            return ""
+        return f" (did you mean {guess}?)"
 
     def __repr__(self) -> str:
         parts = []

@@ -44,7 +44,7 @@ import numpy.typing as npt
 from replaybank.errors import DtypeError, ShapeError, SpecError, describe
 from replaybank.host import as_numpy, is_tensor
 
-__all__ = ["INFO_FIX", "INFO_NAMES", "QUICK_VALUES", "SEP", "STANDARD", "UNSET",
+__all__ = ["FIELD_ALIASES", "INFO_FIX", "INFO_NAMES", "QUICK_VALUES", "SEP", "STANDARD", "UNSET",
            "UNSTORABLE_KINDS", "FieldSpec", "Spec",
            "as_array", "assignable_dtypes", "collect_fields", "flatten", "native", "real_array",
            "real_floats", "stored_by_assignment", "unflatten"]
@@ -54,6 +54,17 @@ SEP = "/"
 #: dtype kinds no field may have (they train but can never be saved): kind -> what it is
 UNSTORABLE_KINDS = {"O": "object-dtype", "U": "string (unicode)", "S": "bytes-string",
                     "M": "datetime", "m": "timedelta"}
+
+#: Names other libraries give the standard fields (SB3, gymnasium, D4RL, ...): the
+#: name replaybank uses, for the "did you mean" of a refused call or a missing batch field.
+FIELD_ALIASES = {
+    "observation": "obs", "observations": "obs", "state": "obs", "states": "obs",
+    "next_observation": "next_obs", "next_observations": "next_obs", "next_state": "next_obs",
+    "next_states": "next_obs", "new_obs": "next_obs", "obs_next": "next_obs",
+    "actions": "action", "rewards": "reward", "terminal": "terminated",
+    "terminals": "terminated", "terminations": "terminated", "timeout": "truncated",
+    "timeouts": "truncated", "truncation": "truncated", "truncations": "truncated",
+}
 
 #: Field names under which loops pass gymnasium's ``info`` (SB3's ``infos``), and what to
 #: do instead: replaybank stores numeric fields, not the dict as a whole.

@@ -80,6 +80,23 @@ def test_missing_optional_fields_raise_attribute_error(uniform_buf: rb.ReplayBuf
     assert not hasattr(b, name) and getattr(b, name, None) is None
 
 
+@pytest.mark.parametrize(("name", "meant"), [
+    ("observations", "obs"), ("next_observations", "next_obs"), ("actions", "action"),
+    ("rewards", "reward"), ("dones", "done"), ("rewrd", "reward"),
+    ("to", "to_torch(device=...)")])
+def test_other_libraries_field_names_say_which_one(uniform_buf: rb.ReplayBuffer, name: str,
+                                                   meant: str) -> None:
+    """SB3's batch names (observations, dones, ...), a typo and torch's .to() name the
+    replaybank field or method meant, as attributes and as keys."""
+    b = uniform_buf.sample(3)
+    with pytest.raises(AttributeError) as info:
+        getattr(b, name)
+    assert f"has no field {name!r} (" in str(info.value) and meant in str(info.value)
+    if name != "to":
+        with pytest.raises(KeyError, match=f"did you mean {meant}"):
+            b[name]
+
+
 def test_missing_fields_of_hand_built_batches() -> None:
     b = rb.Batch({"reward": np.zeros(2, np.float32)})
     for name in BATCH_FIELDS:

@@ -39,6 +39,7 @@ import numpy.typing as npt
 
 from replaybank.errors import ShapeError, SpecError
 from replaybank.spec import (
+    FIELD_ALIASES,
     SEP,
     STANDARD,
     UNSET,
@@ -82,15 +83,8 @@ _DONE_FIX = ("pass terminated= (the episode ended in a terminal state) and trunc
 #: What ``done=`` (or ``dones=``) means here, for the messages that refuse it.
 DONE_HINT = f"done is reserved {_DONE_WHY}: {_DONE_FIX}"
 
-#: Names other libraries give the standard fields (SB3, gymnasium, D4RL, ...).
-_ALIASES = {
-    "observation": "obs", "observations": "obs", "state": "obs", "states": "obs",
-    "next_observation": "next_obs", "next_observations": "next_obs", "next_state": "next_obs",
-    "next_states": "next_obs", "new_obs": "next_obs", "obs_next": "next_obs",
-    "actions": "action", "rewards": "reward", "terminal": "terminated",
-    "terminals": "terminated", "terminations": "terminated", "timeout": "truncated",
-    "timeouts": "truncated", "truncation": "truncated", "truncations": "truncated",
-}
+#: Names other libraries give the standard fields (:data:`~replaybank.spec.FIELD_ALIASES`).
+_ALIASES = FIELD_ALIASES
 
 
 def name_hints(unexpected: Iterable[str], wanted: Iterable[str]) -> str:
