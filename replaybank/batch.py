@@ -31,7 +31,6 @@ Example:
 
 from __future__ import annotations
 
-import difflib
 import typing
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Generic, NoReturn, cast, overload
@@ -39,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Generic, NoReturn, cast, overload
 import numpy as np
 from numpy.typing import NDArray
 
-from replaybank.errors import ConfigError, require_extra
+from replaybank.errors import ConfigError, closest, require_extra
 from replaybank.host import as_numpy
 from replaybank.spec import FIELD_ALIASES, SEP, unflatten
 from replaybank.transfer import to_device
@@ -236,8 +235,7 @@ class _FrozenArrays(Mapping[str, Any], Generic[V]):
             return " (a batch moves to a device with to_torch(device=...))"
         guess = FIELD_ALIASES.get(name, "done" if name == "dones" else None)
         if guess is None:
-            close = difflib.get_close_matches(name, sorted(self._data), n=1, cutoff=0.6)
-            guess = close[0] if close else None
+            guess = closest(name, self._data)
         if guess is None or guess == name or not (guess in self or hasattr(type(self), guess)):
             return ""
         return f" (did you mean {guess}?)"

@@ -12,7 +12,9 @@ Example:
 
 from __future__ import annotations
 
+import difflib
 import sys
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -28,6 +30,7 @@ __all__ = [
     "ReplayBankError",
     "ShapeError",
     "SpecError",
+    "closest",
     "describe",
     "require_extra",
 ]
@@ -99,6 +102,18 @@ def describe(value: Any) -> str:
         return f"{type(value).__name__}(shape={tuple(shape)}, dtype={dtype})"
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
+
+
+def closest(name: str, names: Iterable[str]) -> str | None:
+    """The one of ``names`` a misspelt ``name`` most probably meant, for a "did you mean"
+    (difflib's ratio of at least 0.6), or None.
+
+    Example:
+        >>> closest("capacty", ["capacity", "num_envs"]), closest("x", ["capacity"])
+        ('capacity', None)
+    """
+    near = difflib.get_close_matches(name, sorted(names), n=1, cutoff=0.6)
+    return near[0] if near else None
 
 
 def require_extra(module: str, extra: str) -> Any:

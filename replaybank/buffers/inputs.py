@@ -30,14 +30,13 @@ Rows buffers (``ReplayBuffer(next_obs=False)``) store every key as a plain field
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from replaybank.errors import ShapeError, SpecError
+from replaybank.errors import ShapeError, SpecError, closest
 from replaybank.spec import (
     FIELD_ALIASES,
     SEP,
@@ -115,8 +114,7 @@ def name_hints(unexpected: Iterable[str], wanted: Iterable[str]) -> str:
             continue
         guess = _ALIASES.get(name)
         if guess not in want:
-            close = difflib.get_close_matches(name, want, n=1, cutoff=0.6)
-            guess = close[0] if close else None
+            guess = closest(name, want)
         if guess is not None and guess != name:
             hints.append(f"did you mean {guess}= (not {name}=)")
     return "".join(f"; {h}" for h in hints)
@@ -166,9 +164,9 @@ def key_hints(unexpected: Iterable[str], wanted: Iterable[str]) -> str:
         if not parent:
             continue
         siblings = {w.rpartition(SEP)[2]: w for w in want if w.rpartition(SEP)[0] == parent}
-        close = difflib.get_close_matches(key, sorted(siblings), n=1, cutoff=0.6)
-        if close:
-            hints.append(f"did you mean {_path(siblings[close[0]])} (not {_path(name)})")
+        near = closest(key, siblings)
+        if near is not None:
+            hints.append(f"did you mean {_path(siblings[near])} (not {_path(name)})")
     return "".join(f"; {h}" for h in hints)
 
 

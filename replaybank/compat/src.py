@@ -54,7 +54,6 @@ Example:
 
 from __future__ import annotations
 
-import difflib
 import json
 import math
 import os
@@ -89,6 +88,7 @@ from replaybank.errors import (
     EmptyBufferError,
     ReplayBankError,
     ShapeError,
+    closest,
     describe,
     require_extra,
 )
@@ -212,8 +212,8 @@ def _config_error(type_name: str, model: type[BaseModel], err: ValidationError) 
     for e in err.errors():
         key = ".".join(str(x) for x in e["loc"])
         if e["type"] == "extra_forbidden":
-            near = difflib.get_close_matches(key, allowed, n=1)
-            hint = f"did you mean {near[0]!r}? " if near else ""
+            near = closest(key, allowed)
+            hint = f"did you mean {near!r}? " if near is not None else ""
             parts.append(f"unknown key {key!r} (value {describe(e['input'])}); {hint}"
                          f"allowed keys: {allowed}")
         elif e["type"] == "missing":

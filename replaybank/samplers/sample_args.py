@@ -23,7 +23,6 @@ Example:
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -34,6 +33,7 @@ from replaybank.errors import (
     CapacityError,
     ConfigError,
     EmptyBufferError,
+    closest,
     describe,
 )
 from replaybank.storage.backends.base import available_memory
@@ -194,12 +194,12 @@ def check_options(call: str, kwargs: Mapping[str, Any], accepted: Iterable[str],
         plural = "s" if len(unknown) > 1 else ""
         hints = []
         for k in unknown:
-            close = difflib.get_close_matches(k, [*names, "beta"], n=1, cutoff=0.6)
-            if k == "beta" or (close == ["beta"] and "beta" not in names):
+            near = closest(k, [*names, "beta"])
+            if k == "beta" or (near == "beta" and "beta" not in names):
                 hints.append(f"beta is an option of prioritized samplers only: this "
                              f"sampler{owner} has no priorities")
-            elif close:
-                hints.append(f"did you mean {close[0]}= (not {k}=)")
+            elif near is not None:
+                hints.append(f"did you mean {near}= (not {k}=)")
         raise ArgumentError(
             f"{call}({given}): unknown keyword argument{plural} "
             f"{', '.join(repr(k) for k in unknown)}; "
