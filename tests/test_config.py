@@ -145,9 +145,17 @@ def test_files_yaml_and_json(tmp_path: Path) -> None:
     ({}, "missing required key 'capacity'"),
     ({"capacity": 8, "num_envs": 0}, "num_envs=0: must be a positive int"),
     ({"capacity": 8, "gamma": 1.5}, r"gamma=1.5: must be a float in \[0, 1\]"),
-    ({"capacity": 8, "capcity": 3}, r"unknown key 'capcity' \(value 3\); allowed keys: \["),
-    ({"type": "Replay", "capacity": 8},
-     r"type='Replay': unknown buffer type; known types: \[.*'ReplayBuffer'"),
+    ({"capacity": 8, "capcity": 3},
+     r"unknown key 'capcity' \(value 3\) \(did you mean 'capacity'\?\); allowed keys: \["),
+    ({"type": "Replay", "capacity": 8}, r"type='Replay': unknown buffer type \(did you mean "
+                                        r"'ReplayBuffer'\?\); known types: \[.*'ReplayBuffer'"),
+    ({"type": "Sampler", "capacity": 8}, r"type='Sampler': unknown buffer type; known types"),
+    # YAML 1.1 reads 1e6 as text; a whole float is not an int either
+    ({"capacity": "1e6"}, r"capacity='1e6': must be a positive int; write 1000000 or "
+                          r"1_000_000 \(YAML reads 1e6 as text\)"),
+    ({"capacity": 1e3}, r"capacity=1000.0: must be a positive int; write 1000 or 1_000$"),
+    ({"capacity": 8, "sampler": {"type": "prioritised"}},
+     r"sampler.type='prioritised': unknown sampler type \(did you mean 'prioritized'\?\)"),
     ({"capacity": 8, "sampler": {"type": "fifo"}},
      r"sampler.type='fifo': unknown sampler type; known types: \[.*'uniform'"),
     ({"capacity": 8, "sampler": {"type": "prioritized", "alfa": 1}},

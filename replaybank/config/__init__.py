@@ -49,6 +49,7 @@ from replaybank.config.models import (
     ComponentConfig,
     config_model,
     format_error,
+    unknown_buffer_type,
 )
 from replaybank.errors import ConfigError, describe, require_extra
 from replaybank.registry import (
@@ -114,8 +115,7 @@ def validate_config(data: Mapping[str, Any]) -> BufferConfig:
         raise ConfigError(f"config={describe(data)}: expected a mapping of buffer arguments")
     type_name = data.get("type", "ReplayBuffer")
     if not isinstance(type_name, str) or type_name not in BUFFERS:
-        raise ConfigError(f"type={type_name!r}: unknown buffer type; known types: "
-                          f"{buffer_types()}")
+        raise unknown_buffer_type(type_name)
     model = config_model(type_name)
     try:
         return model.model_validate({**data, "type": type_name})

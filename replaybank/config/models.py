@@ -36,7 +36,7 @@ from pydantic import (
     model_validator,
 )
 
-from replaybank.errors import ConfigError, ReplayBankError, describe
+from replaybank.errors import ConfigError, ReplayBankError, closest, describe
 from replaybank.registry import (
     BUFFER_LISTENERS,
     BUFFERS,
@@ -48,17 +48,30 @@ from replaybank.registry import (
     constructor_params,
 )
 
-__all__ = ["SIMPLE", "BufferConfig", "ComponentConfig", "config_model", "format_error"]
+__all__ = ["SIMPLE", "BufferConfig", "ComponentConfig", "config_model", "format_error",
+           "unknown_buffer_type"]
 
 
 # ---------------------------------------------------------------------- field types
 def _positive(name: str, minimum: int = 1) -> Callable[[Any], int]:
     def check(v: Any) -> int:
         if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
-            raise ValueError("must be a positive int" if minimum == 1 else
-                             f"must be an int >= {minimum}")
+            raise ValueError(("must be a positive int" if minimum == 1 else
+                              f"must be an int >= {minimum}") + _whole_hint(v))
         return v
     return check
+
+
+def _whole_hint(v: Any) -> str:
+    """For a whole number written as a float or as YAML's text ``1e6``: the int to write."""
+    try:
+        f = float(v) if isinstance(v, (str, float)) else None
+    except ValueError:
+        return ""
+    if f is None or not f.is_integer() or not 0 < f < 2**63:
+        return ""
+    why = " (YAML reads 1e6 as text)" if isinstance(v, str) else ""
+    return f"; write {int(f)} or {int(f):_}{why}"
 
 
 def _pos_int(name: str) -> Any:
@@ -144,7 +157,8 @@ def _check_component(kind: str, value: Any, registry: dict[str, Entry], loc: str
     data = value.model_dump() if isinstance(value, BaseModel) else value
     if data["type"] not in registry:
         aliases = sorted({e.class_name for e in registry.values()} - {""})
-        raise ValueError(f"{loc}.type={data['type']!r}: unknown {kind} type; known types: "
+        raise ValueError(f"{loc}.type={data['type']!r}: unknown {kind} type"
+                         f"{_meant(data['type'], [*registry, *aliases])}; known types: "
                          f"{sorted(registry)} (or their class names {aliases})")
     try:
         cls = registry[data["type"]].resolve()
@@ -246,8 +260,7 @@ def config_model(type_name: str) -> type[BufferConfig]:
         ['autoreset_mode', 'capacity', 'device']
     """
     if type_name not in BUFFERS:
-        raise ConfigError(f"type={type_name!r}: unknown buffer type; known types: "
-                          f"{buffer_types()}")
+        raise unknown_buffer_type(type_name)
     cls = BUFFERS[type_name].resolve()
     fields: dict[str, Any] = {"type": (Literal[type_name], type_name)}
     for name, p in constructor_params(type_name).items():
@@ -267,6 +280,24 @@ def config_model(type_name: str) -> type[BufferConfig]:
 BUFFER_LISTENERS.append(config_model.cache_clear)  # a re-registered type gets a new model
 
 
+def _meant(name: Any, names: list[str]) -> str:
+    """``" (did you mean 'x'?)"`` for a misspelt ``name`` close to one of ``names``."""
+    near = closest(name, names) if isinstance(name, str) else None
+    return f" (did you mean {near!r}?)" if near is not None else ""
+
+
+def unknown_buffer_type(type_name: Any) -> ConfigError:
+    """The error of a config whose ``type`` names no registered buffer: the known types,
+    and the one probably meant.
+
+    Example:
+        >>> print(unknown_buffer_type("ReplayBufer"))  # doctest: +ELLIPSIS
+        type='ReplayBufer': unknown buffer type (did you mean 'ReplayBuffer'?); known ...
+    """
+    return ConfigError(f"type={type_name!r}: unknown buffer type"
+                       f"{_meant(type_name, buffer_types())}; known types: {buffer_types()}")
+
+
 def format_error(type_name: str, err: ValidationError) -> ConfigError:
     """One :class:`~replaybank.errors.ConfigError` naming every bad key of ``err``.
 
@@ -284,8 +315,8 @@ def format_error(type_name: str, err: ValidationError) -> ConfigError:
         msg = e["msg"].removeprefix("Value error, ")
         if e["type"] == "extra_forbidden":
             allowed = sorted(config_model(type_name).model_fields)
-            parts.append(f"unknown key {loc!r} (value {describe(e['input'])}); allowed keys: "
-                         f"{allowed}")
+            parts.append(f"unknown key {loc!r} (value {describe(e['input'])})"
+                         f"{_meant(loc, allowed)}; allowed keys: {allowed}")
         elif e["type"] == "missing":
             parts.append(f"missing required key {loc!r}")
         elif loc:
