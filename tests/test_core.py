@@ -484,3 +484,14 @@ def test_flags_with_a_per_step_shape_are_rejected() -> None:
         buf.extend(obs=o, action=np.zeros(4), reward=np.zeros(4), next_obs=o,
                    terminated=np.zeros((4, 2), bool), truncated=np.zeros(4, bool))
     assert buf.spec is None and len(buf) == 0
+
+
+def test_a_vector_envs_first_add_without_num_envs_says_which() -> None:
+    """Four envs' values added to a buffer built for one: the refusal names num_envs=4."""
+    buf = rb.ReplayBuffer(capacity=8, seed=0)
+    o = np.zeros((4, 3), np.float32)
+    with pytest.raises(rb.ShapeError, match=r"if they are 4 envs' flags, build the buffer "
+                                            r"with num_envs=4"):
+        buf.add(obs=o, action=np.zeros(4), reward=np.zeros(4), next_obs=o,
+                terminated=np.zeros(4, bool), truncated=np.zeros(4, bool))
+    assert buf.spec is None and len(buf) == 0

@@ -273,10 +273,14 @@ def check_flags(spec: Spec) -> None:
     """
     for name in ("terminated", "truncated"):
         if name in spec and spec[name].shape != ():
+            shape = spec[name].shape
+            # (a vector env's first add to a buffer built without num_envs)
+            envs = f"; if they are {shape[0]} envs' flags, build the buffer with " \
+                f"num_envs={shape[0]}" if len(shape) == 1 and shape[0] > 1 else ""
             raise ShapeError(
-                f"{name}: inferred per-step shape {spec[name].shape}; expected one flag "
+                f"{name}: inferred per-step shape {shape}; expected one flag "
                 f"per step (shape ()); pass {name} shaped like reward, e.g. [T] for extend "
-                "or a bool for add"
+                f"or a bool for add{envs}"
             )
 
 
