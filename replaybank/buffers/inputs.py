@@ -82,10 +82,6 @@ _DONE_FIX = ("pass terminated= (the episode ended in a terminal state) and trunc
 #: What ``done=`` (or ``dones=``) means here, for the messages that refuse it.
 DONE_HINT = f"done is reserved {_DONE_WHY}: {_DONE_FIX}"
 
-#: Names other libraries give the standard fields (:data:`~replaybank.spec.FIELD_ALIASES`).
-_ALIASES = FIELD_ALIASES
-
-
 def name_hints(unexpected: Iterable[str], wanted: Iterable[str]) -> str:
     """What a refused field set probably meant: ``"; did you mean next_obs= (not
     next_observation=)"`` for a name close to (or a usual alias of) a field the call
@@ -112,7 +108,7 @@ def name_hints(unexpected: Iterable[str], wanted: Iterable[str]) -> str:
             hints.append(DONE_HINT if name == "done" else DONE_HINT.replace(
                 "done is reserved", "dones is not a field (done is reserved)", 1))
             continue
-        guess = _ALIASES.get(name)
+        guess = FIELD_ALIASES.get(name)
         if guess not in want:
             guess = closest(name, want)
         if guess is not None and guess != name:
@@ -126,7 +122,7 @@ def _path(name: str) -> str:
     return top + "".join(f"[{k!r}]" for k in keys)
 
 
-def key_hints(unexpected: Iterable[str], wanted: Iterable[str]) -> str:
+def key_hints(unexpected: Iterable[str], wanted: Iterable[str], where: str = "") -> str:
     """What a refused set of nested fields probably meant: a dict given where the buffer
     stores one array, an array where it stores a dict, or a dict key close to one the
     call lacks (under the same parent).
@@ -135,6 +131,7 @@ def key_hints(unexpected: Iterable[str], wanted: Iterable[str]) -> str:
         unexpected: Flat names (``obs/goal/yx``) the call passed that the buffer does not
             store.
         wanted: Flat names the call lacks.
+        where: Put before each hint (e.g. ``"next_obs: "``).
 
     Returns:
         The hints, each after ``"; "`` (empty when there is none).
@@ -167,7 +164,7 @@ def key_hints(unexpected: Iterable[str], wanted: Iterable[str]) -> str:
         near = closest(key, siblings)
         if near is not None:
             hints.append(f"did you mean {_path(siblings[near])} (not {_path(name)})")
-    return "".join(f"; {h}" for h in hints)
+    return "".join(f"; {where}{h}" for h in hints)
 
 
 def _reserved(name: str, rows: bool = False) -> SpecError:
@@ -443,7 +440,7 @@ def _check_names(spec: Spec, values: Mapping[str, Any], nxt: Mapping[str, Any],
         wanted = _tops(missing) | ({"next_obs"} if nxt_missing else set())
         hints = name_hints(_tops(unknown) | (_tops(got) - set(STANDARD) if wanted else set()),
                            wanted) + key_hints(unknown, missing) \
-            + key_hints(nxt_unknown, nxt_missing).replace("; ", "; next_obs: ")
+            + key_hints(nxt_unknown, nxt_missing, where="next_obs: ")
         raise SpecError(
             f"{call}: wrong field set ({'; '.join(parts)}){hints}; the buffer stores "
             f"{sorted(expected)} plus next_obs; pass exactly those (extras must be present "
