@@ -426,11 +426,14 @@ def test_every_write_path_notifies_the_sampler(lanes: int) -> None:
     buf.extend(**{k: np.stack([v] * 5) for k, v in one.items()})  # fast extend, wraps
     expect += [(s % 6) * lanes + lane for s in range(seq, seq + 5) for lane in range(lanes)]
     assert rec.written == expect
-    # swapping the sampler rebuilds the fast path for the new one
+    # swapping the sampler tells the new one of every live step, oldest first, and
+    # rebuilds the fast path for it
     rec2 = RecordingSampler()
     buf.sampler = rec2
+    live = [(s % 6) * lanes + lane for s in range(3, 9) for lane in range(lanes)]
+    assert rec2.written == live
     buf.add(**one)
-    assert rec2.written == [(9 % 6) * lanes + lane for lane in range(lanes)]
+    assert rec2.written == live + [(9 % 6) * lanes + lane for lane in range(lanes)]
 
 
 def test_load_state_into_buffer_with_larger_side_store() -> None:

@@ -477,6 +477,13 @@ def test_observations_without_goals_and_bad_reward_functions() -> None:
                                  "obs/desired_goal": ((1,), "float32"),
                                  "action": ((), "int64")},
                         view=rb.HerView(reward, desired_key="desired"))
+    flat = rb.ReplayBuffer(8, seed=0)  # swapped onto a buffer of flat observations
+    flat.add(obs=np.zeros(2, np.float32), action=0, reward=0.0,
+             next_obs=np.ones(2, np.float32), terminated=False, truncated=False)
+    old = flat.view
+    with pytest.raises(rb.ShapeError, match="achieved_goal"):
+        flat.view = rb.HerView(reward)
+    assert flat.view is old and flat.sample(4).obs.shape == (4, 2)
     bad, model = buffer(reward_fn=lambda a, d, info: np.zeros((len(a), 2)), k=1000)
     fill(bad, model, 30, seed=14, p_end=1.0)
     before = copy.deepcopy(bad.rng.bit_generator.state)

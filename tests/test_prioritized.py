@@ -365,3 +365,44 @@ def test_on_write_range_equals_on_write() -> None:
     assert sa.keys() == sb.keys()
     for k in sa:
         assert np.array_equal(np.asarray(sa[k]), np.asarray(sb[k])), k
+
+
+@pytest.mark.parametrize("lanes", [1, 3])
+def test_sampler_swapped_onto_a_filled_buffer_serves_every_live_step(lanes: int) -> None:
+    """``buf.sampler = PrioritizedSampler()`` after steps were stored (the documented swap):
+    the new sampler is bound to the table and holds every live step at the default
+    priority, so draws are uniform over them; priorities given afterwards rule."""
+    buf = rb.ReplayBuffer(8 * lanes, num_envs=lanes, seed=3)
+    data = steps(11)  # wraps: 8 live steps per lane, 3 evicted
+    if lanes > 1:
+        data = {key: np.stack([v] * lanes, axis=1) for key, v in data.items()}
+    buf.extend(**data)
+    buf.sampler = rb.PrioritizedSampler(alpha=1.0, eps=0.0)
+    assert len(buf) == 8 * lanes
+    live = sorted(buf.sample(8 * lanes, replace=False).indices.tolist())
+    assert live == sorted(s * lanes + lane for s in range(3, 11) for lane in range(lanes))
+    counts = np.zeros(11 * lanes)
+    for _ in range(200):
+        b = buf.sample(64)
+        assert np.allclose(b.probabilities, 1 / (8 * lanes))
+        assert np.allclose(b.weights, 1.0)
+        np.add.at(counts, b.indices, 1)
+    expected = np.full(8 * lanes, 200 * 64 / (8 * lanes))
+    stat = float(((counts[3 * lanes:] - expected) ** 2 / expected).sum())
+    assert counts[:3 * lanes].sum() == 0 and stat < chi2_critical(8 * lanes - 1), stat
+    keys = np.arange(3 * lanes, 11 * lanes)
+    buf.update_priorities(keys, np.where(keys == keys[-1], 1.0, 0.0))
+    assert set(buf.sample(32).indices.tolist()) == {int(keys[-1])}
+
+
+def test_sampler_swap_onto_an_empty_buffer_and_a_refused_swap() -> None:
+    buf = rb.ReplayBuffer(8, seed=0)
+    buf.sampler = rb.RecentSampler(prioritized=rb.PrioritizedSampler())
+    buf.extend(**steps(5))
+    assert sorted(set(buf.sample(64).obs[:, 0].tolist())) == [0.0, 1.0, 2.0, 3.0, 4.0]
+    old = buf.sampler
+    with pytest.raises(ConfigError, match="eps"):  # cannot bind: the old sampler stays
+        buf.sampler = rb.PrioritizedSampler(eps=1e300, alpha=1.0)
+    assert buf.sampler is old and len(buf) == 5
+    buf.add(**{k: v[0] for k, v in steps(1, start=5).items()})
+    assert len(buf) == 6 and 5.0 in buf.sample(256).obs[:, 0]

@@ -270,13 +270,24 @@ class ReplayBuffer:
 
     @property
     def sampler(self) -> Sampler:
-        """Which keys a sample draws (may be swapped: the writer is rebuilt)."""
+        """Which keys a sample draws (may be swapped: the new sampler is bound and told of
+        every live step, and the writer is rebuilt)."""
         return self._sampler
 
     @sampler.setter
     def sampler(self, sampler: Sampler) -> None:
-        self._sampler = arguments.check_part("sampler", sampler)
-        self.write_route.drop()
+        new = arguments.check_part("sampler", sampler)
+        locked = self._guard.enter()
+        try:  # bound to this table and told of every live step, oldest first (the state
+            # a sampler keeps of steps it did not see written: default priorities); a
+            # sampler that cannot bind (memory) leaves the old one in place
+            new.bind(self.rows, self._num_envs)
+            if self._table is not None:
+                new.on_write(buffer_state.live_slots(self._table), None)
+            self._sampler = new
+            self.write_route.drop()
+        finally:
+            self._guard.leave(locked)
 
     @property
     def view(self) -> View:
@@ -285,7 +296,11 @@ class ReplayBuffer:
 
     @view.setter
     def view(self, view: View) -> None:
-        self._view = arguments.check_part("view", view)
+        new = arguments.check_part("view", view)
+        checks = Parts(self._sampler, new).checks
+        if checks is not None and self._table is not None:  # (as before the first add)
+            checks.check_fields(self._table.obs_fields)
+        self._view = new
         self.write_route.drop()
 
     def __len__(self) -> int:
