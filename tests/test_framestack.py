@@ -449,3 +449,34 @@ def test_stack_gather_never_reads_past_the_side_store() -> None:
     assert buf.view.gather_valid(buf.table, np.array([4])) is None
     with pytest.raises(IndexError):
         buf.view.gather(buf.table, np.array([4]))
+
+
+@pytest.mark.parametrize("sampler", [None, "per"])
+def test_without_replacement_draws_distinct_servable_steps(sampler: str | None) -> None:
+    """``replace=False``: keys a stack cannot serve (history overwritten) are redrawn among
+    the keys not yet in the batch, so the batch is distinct steps, each servable one
+    equally likely; fewer servable steps than the batch is an error that draws nothing."""
+    from tests.stats import chi2_critical
+
+    per = rb.PrioritizedSampler(alpha=1.0, eps=0.0) if sampler else None
+    buf = rb.ReplayBuffer(12, seed=5, frame_stack=3, sampler=per)
+    for t in range(15):  # one episode, wrapped: the 2 oldest live steps lack history
+        buf.add(obs=np.full(2, t, np.uint8), action=0, reward=0.0,
+                next_obs=np.full(2, t + 1, np.uint8), terminated=False, truncated=False)
+    servable = list(range(5, 15))
+    counts = dict.fromkeys(servable, 0)
+    for _ in range(1500):
+        b = buf.sample(6, replace=False)
+        keys = b.indices.tolist()
+        assert len(set(keys)) == 6 and set(keys) <= set(servable)
+        assert b.obs[:, -1, 0].tolist() == keys  # (the newest frame of key k is k)
+        for k in keys:
+            counts[k] += 1
+    expected = 1500 * 6 / 10
+    stat = sum((c - expected) ** 2 / expected for c in counts.values())
+    assert stat < chi2_critical(9), stat
+    assert sorted(buf.sample(10, replace=False).indices.tolist()) == servable
+    before = buf.rng.bit_generator.state
+    with pytest.raises(rb.EmptyBufferError, match="fewer than 11 distinct steps"):
+        buf.sample(11, replace=False)
+    assert buf.rng.bit_generator.state == before

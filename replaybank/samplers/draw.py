@@ -49,18 +49,25 @@ def draw(sampler: Sampler, lanes: LaneView, rng: np.random.Generator, batch_size
         **kwargs: Sampler options (``replace``, ``beta``, ...).
 
     Returns:
-        A ``SampleResult`` whose ``[B]`` keys the view can all serve.
+        A ``SampleResult`` whose ``[B]`` keys the view can all serve (distinct keys when
+        ``replace=False``: a redrawn key that a kept row already holds is redrawn too).
 
     Raises:
-        EmptyBufferError: 64 redraws found no servable steps.
+        EmptyBufferError: 64 redraws found no servable steps (without replacement: not
+            ``batch_size`` distinct ones).
     """
     res = sampler.sample(batch_size, lanes, rng, **kwargs) if first is None else first
     ok = valid(res.keys)
+    distinct = kwargs.get("replace", True) is False
     tries = 0
     while ok is not None and not np.all(ok):
         tries += 1
         if tries > _MAX_TRIES:
             raise EmptyBufferError(
+                f"sample(batch_size={batch_size}, replace=False): after {_MAX_TRIES} "
+                f"redraws fewer than {batch_size} distinct steps the view can serve were "
+                "found (steps without the history a frame stack needs are not served); "
+                "lower batch_size or add more data" if distinct else
                 f"sample(batch_size={batch_size}): after {_MAX_TRIES} redraws the buffer "
                 "still holds no steps the view can serve (e.g. too short a history for a "
                 "frame stack); add more data"
@@ -69,7 +76,24 @@ def draw(sampler: Sampler, lanes: LaneView, rng: np.random.Generator, batch_size
         more = sampler.sample(len(bad), lanes, rng, **kwargs)
         res = replace_rows(res, bad, more)
         ok = valid(res.keys)
+        if distinct:  # (the sampler's draw of the redrawn rows knows nothing of the kept)
+            ok = _first_of_each(res.keys, ok)
     return res
+
+
+def _first_of_each(keys: IntArray, ok: npt.NDArray[np.bool_] | None) -> npt.NDArray[np.bool_]:
+    """``ok`` (None: every row) without the rows whose key an earlier usable row holds.
+
+    Example:
+        >>> _first_of_each(np.array([4, 4, 2, 4]), np.array([False, True, True, True]))
+        array([False,  True,  True, False])
+    """
+    usable = np.ones(len(keys), bool) if ok is None else ok.copy()
+    rows = np.flatnonzero(usable)
+    _, first = np.unique(keys[rows], return_index=True)
+    usable[rows] = False
+    usable[rows[first]] = True
+    return usable
 
 
 def replace_rows(res: Any, rows: IntArray, more: Any) -> SampleResult:
