@@ -122,3 +122,112 @@ def test_mode_is_checked_configured_and_kept() -> None:
     buf = rb.ReplayBuffer(8, autoreset_mode="next_step")
     assert rb.from_config(buf.config()).autoreset_mode == "next_step"
     assert pickle.loads(pickle.dumps(buf)).autoreset_mode == "next_step"
+
+
+class _Stay(gym.Env):  # type: ignore[misc]
+    """An env whose reset observation is its final one: the agent starts and ends every
+    episode on one cell (a bandit's constant observation, a grid world pushed into a
+    wall). Episodes of 1 to 3 steps; rewards 0 except on a terminating step."""
+
+    observation_space = gym.spaces.Box(0, 1, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, seed: int | None = None, options: Any = None) -> Any:
+        super().reset(seed=seed)
+        self.t = 0
+        self.length = int(self.np_random.integers(1, 4))
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action: Any) -> Any:
+        self.t += 1
+        end = self.t >= self.length
+        term = end and bool(action)
+        return (np.zeros(2, np.float32), float(term), term, end and not term, {})
+
+
+def _stay_loop(buf: Any, steps: int, n: int = 3, seed: int = 0) -> list[tuple[int, int]]:
+    """Every step of a NEXT_STEP vector env of :class:`_Stay` added; returns the real
+    transitions as (lane, action) in order (an action code is stored per step)."""
+    envs = gym.vector.SyncVectorEnv([_Stay] * n)
+    obs, _ = envs.reset(seed=seed)
+    ended = np.zeros(n, bool)
+    real: list[tuple[int, int]] = []
+    for t in range(steps):
+        action = np.array([(t * n + i) % 2 for i in range(n)])
+        code = np.arange(n) + n * t  # which step it was
+        nxt, reward, term, trunc, _ = envs.step(action)
+        buf.add(obs=obs, action=code, reward=reward, next_obs=nxt, terminated=term,
+                truncated=trunc)
+        real += [(i, int(code[i])) for i in range(n) if not ended[i]]
+        ended = term | trunc
+        obs = nxt
+    envs.close()
+    return real
+
+
+def test_next_step_mode_drops_one_step_per_episode_end_when_reset_obs_is_the_final_obs(
+        tmp_path: Any) -> None:
+    """A reset observation equal to the final one: only the reset step after each episode
+    end is dropped (before, every later step from that observation was dropped too: 20
+    real steps of a bandit, 2 stored); also across a checkpoint taken right after a
+    dropped reset step (the buffer saves what it dropped)."""
+    buf = rb.ReplayBuffer(3000, num_envs=3, seed=0, autoreset_mode="next_step")
+    real = _stay_loop(buf, 200)
+    assert len(buf) == len(real) < 600
+    stored = buf.sample(len(buf), replace=False)
+    assert sorted(stored.action.astype(int).tolist()) == sorted(code for _, code in real)
+
+    def reset_pending() -> Any:
+        b = rb.ReplayBuffer(16, seed=0, autoreset_mode="next_step")
+        z = np.zeros(2, np.float32)
+        b.add(obs=z, action=0, reward=1.0, next_obs=z, terminated=True, truncated=False)
+        b.add(obs=z, action=1, reward=0.0, next_obs=z, terminated=False, truncated=False)
+        assert len(b) == 1  # the reset step, dropped
+        return b
+
+    b = reset_pending()
+    b.save(tmp_path / "ck")
+    copies = [rb.load(tmp_path / "ck"), pickle.loads(pickle.dumps(b))]
+    c = rb.ReplayBuffer(16, seed=0, autoreset_mode="next_step")
+    c.load_state_dict(b.state_dict())
+    m = rb.ReplayBuffer(16, seed=0, autoreset_mode="next_step", storage="memmap",
+                        path=tmp_path / "mm")
+    m.load_state_dict(b.state_dict())
+    m.flush()
+    del m
+    copies += [c, rb.open(tmp_path / "mm")]
+    z = np.zeros(2, np.float32)
+    for copy_ in copies:  # the episode's first real step, from the same observation
+        copy_.add(obs=z, action=2, reward=1.0, next_obs=z, terminated=True, truncated=False)
+        assert len(copy_) == 2
+
+
+def test_a_damaged_autoreset_state_is_refused_and_changes_nothing() -> None:
+    buf = rb.ReplayBuffer(16, seed=0, autoreset_mode="next_step")
+    _stay_loop(buf, 5, n=1)
+    state = buf.state_dict()
+    before = len(buf)
+    state["autoreset"] = {"dropped": np.zeros(2, bool)}
+    with pytest.raises(rb.CheckpointError, match="autoreset/dropped"):
+        buf.load_state_dict(state)
+    assert len(buf) == before
+    del state["autoreset"]  # a checkpoint of an older version: nothing dropped yet
+    buf.load_state_dict(state)
+    assert not buf.write_route.resets.dropped.any()
+
+
+def test_collect_into_a_next_step_buffer_stores_every_real_transition() -> None:
+    """``rb.collect`` leaves NEXT_STEP reset steps out itself; into a buffer that drops them
+    itself it hands every step over, so nothing is dropped twice."""
+    out = {}
+    for mode in (None, "next_step"):
+        envs = gym.vector.SyncVectorEnv([_Stay] * 3)
+        buf = rb.ReplayBuffer(3000, num_envs=3, seed=0, autoreset_mode=mode)
+        res = rb.collect(envs, lambda o: np.ones(3, np.int64), buf, n_steps=90, seed=1)
+        assert len(buf) == res.steps
+        out[mode] = sorted(map(tuple, np.stack([buf.table.written, buf.table.episodes])
+                               .T.tolist()))
+    assert out[None] == out["next_step"]
+    one = rb.ReplayBuffer(64, seed=0, autoreset_mode="next_step")
+    with pytest.raises(ConfigError, match="autoreset_mode=None"):
+        rb.collect(gym.vector.SyncVectorEnv([_Stay] * 3), None, one, n_steps=9)

@@ -39,12 +39,12 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from replaybank.errors import ConfigError
+from replaybank.errors import CheckpointError, ConfigError, describe
 from replaybank.ops.continuity import bitwise_equal_rows
 from replaybank.storage.table import StepTable
 
-__all__ = ["AUTORESET_MODES", "AutoresetWarning", "check_autoreset_mode", "reset_lanes",
-           "reset_steps", "warn_resets"]
+__all__ = ["AUTORESET_MODES", "AutoresetWarning", "ResetSteps", "check_autoreset_mode",
+           "reset_lanes", "reset_steps", "warn_resets"]
 
 
 class AutoresetWarning(UserWarning):
@@ -150,6 +150,71 @@ def reset_lanes(table: StepTable, lane_ids: IntArray, obs: Mapping[str, Any]) ->
     sub = {name: np.asarray(obs[name])[pick] for name in table.obs_fields}
     out[pick] = _is_final(table, rows.astype(np.int64), lane_ids[pick], sub)
     return out
+
+
+class ResetSteps:
+    """The NEXT_STEP reset steps a buffer with ``autoreset_mode="next_step"`` drops: each
+    lane's one step after an episode end, when its ``obs`` is that episode's final
+    ``next_obs`` (:func:`reset_lanes`).
+
+    Exactly one step per episode end is dropped: :attr:`dropped` remembers, per lane,
+    that the reset step of its newest stored step's episode end is gone, so the lane's
+    next steps are kept even when they start from the same observation (a bandit's
+    constant observation, an episode that ends on its start cell).
+
+    Args:
+        lanes: Lanes of the buffer.
+
+    Attributes:
+        dropped: ``[lanes]`` bool: the lane's reset step was dropped and no step of the
+            lane was written since.
+
+    Example:
+        >>> import numpy as np
+        >>> import replaybank as rb
+        >>> buf = rb.ReplayBuffer(16, seed=0)
+        >>> o = lambda v: np.full(2, v, np.float32)
+        >>> buf.add(obs=o(0), action=0, reward=1.0, next_obs=o(0), terminated=True,
+        ...         truncated=False)
+        >>> resets, lanes = ResetSteps(1), np.array([0])
+        >>> resets.due(buf.table, lanes, {"obs": o(0)[None]}).tolist()
+        [True]
+        >>> resets.dropped[lanes] = True  # the writer dropped it
+        >>> resets.due(buf.table, lanes, {"obs": o(0)[None]}).tolist()  # a real step
+        [False]
+    """
+
+    def __init__(self, lanes: int) -> None:
+        self.dropped: BoolArray = np.zeros(lanes, dtype=bool)
+
+    def due(self, table: StepTable, lane_ids: IntArray, obs: Mapping[str, Any]) -> BoolArray:
+        """Which lanes' incoming step (``obs[name]`` ``[m, *shape]`` of lanes ``lane_ids``
+        ``[m]``) is the reset step to drop."""
+        out = reset_lanes(table, lane_ids, obs)
+        out &= ~self.dropped[lane_ids]
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        """``{"dropped": [lanes] bool}`` (a view)."""
+        return {"dropped": self.dropped}
+
+    def checked(self, saved: Any) -> BoolArray:
+        """The :attr:`dropped` of a saved :meth:`state_dict` (None, from a checkpoint of
+        an older version or another mode: no reset step dropped).
+
+        Raises:
+            CheckpointError: It is not ``[lanes]`` bool.
+        """
+        if saved is None:
+            return np.zeros_like(self.dropped)
+        got = saved.get("dropped") if isinstance(saved, Mapping) else None
+        arr = np.asarray(got) if got is not None else None
+        if arr is None or arr.dtype != np.bool_ or arr.shape != self.dropped.shape:
+            raise CheckpointError(
+                f"load_state_dict: autoreset/dropped is {describe(got)}, expected "
+                f"bool[{len(self.dropped)}] (one per lane); the state is damaged"
+            )
+        return np.array(arr, dtype=bool)
 
 
 def warn_resets(found: int, stacklevel: int = 3) -> None:

@@ -669,6 +669,9 @@ class ReplayBuffer:
         out = buffer_state.buffer_state(self.metadata(), self._init_args, self._rng,
                                         self.sampler, self.view, self._table)
         out.update(self._store.state_dict())
+        resets = self.write_route.resets
+        if resets is not None:  # autoreset_mode="next_step": the reset steps dropped
+            out["autoreset"] = resets.state_dict()
         return out
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -687,6 +690,8 @@ class ReplayBuffer:
             spec = buffer_state.checked_state(state_dict, self._capacity, self._num_envs,
                                               self.spec, self.sampler, self.view, self._rng,
                                               self.rows_only)
+            resets = self.write_route.resets
+            dropped = None if resets is None else resets.checked(state_dict.get("autoreset"))
             if spec is None:
                 self._clear()
             else:
@@ -699,6 +704,8 @@ class ReplayBuffer:
             self.view.load_state_dict(state_dict.get("view", {}))
             self._rng.bit_generator.state = state_dict["rng"]
             self._store.load_state_dict(state_dict)
+            if resets is not None:
+                resets.dropped[:] = dropped
 
     def resume_state(self) -> dict[str, Any] | None:
         """What :func:`replaybank.persist.flush` saves beside memmap files: generator,
@@ -706,15 +713,23 @@ class ReplayBuffer:
         storage exists)."""
         if self._table is None:
             return None
-        return buffer_state.resume_state(self._rng, self.sampler, self.view, self._table)
+        out = buffer_state.resume_state(self._rng, self.sampler, self.view, self._table)
+        resets = self.write_route.resets
+        if resets is not None:
+            out["autoreset"] = {"dropped": resets.dropped.copy()}
+        return out
 
     def load_resume_state(self, saved: dict[str, Any]) -> None:
         """Restore a :meth:`resume_state` whose counters match the files (checked first:
         a state that does not fit raises CheckpointError and changes nothing)."""
         buffer_state.check_parts(saved, self.sampler, self.view, self._rng)
+        resets = self.write_route.resets
+        dropped = None if resets is None else resets.checked(saved.get("autoreset"))
         self.sampler.load_state_dict(saved["sampler"])
         self.view.load_state_dict(saved.get("view", {}))
         self._rng.bit_generator.state = saved["rng"]
+        if resets is not None:
+            resets.dropped[:] = dropped
 
     def reopened(self) -> None:
         """The storage was reopened from its files: rebuild the free side slots, and tell

@@ -30,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from replaybank.buffers.autoreset import ResetSteps
 from replaybank.buffers.checked_call import check_call, lane_ids
 from replaybank.buffers.guard import CallGuard
 from replaybank.buffers.inputs import UNSET, collect_fields, obs_fields
@@ -54,6 +55,10 @@ class WriteRoute:
         rows_only: The buffer stores rows (no next observations).
         drop_resets: Drop NEXT_STEP reset steps as they arrive
             (``autoreset_mode="next_step"``).
+
+    Attributes:
+        resets: What the writers remember of the reset steps they dropped (None: none
+            are dropped); the buffer saves it with its state.
     """
 
     def __init__(self, store: Store, guard: CallGuard, num_envs: int, rows_only: bool,
@@ -62,7 +67,7 @@ class WriteRoute:
         self.guard = guard
         self.num_envs = num_envs
         self.rows_only = rows_only
-        self.drop_resets = drop_resets
+        self.resets = ResetSteps(num_envs) if drop_resets else None
         #: The writer of the current table and parts (None: built on the next write).
         self.writer: Writer | None = None
         #: The compiled write of a whole call when nothing must happen around it.
@@ -123,7 +128,7 @@ class WriteRoute:
         here)."""
         writer = Writer(table, None if parts.traits.stateless else parts.sampler,
                         traits=parts.traits, compiled=writer_choice() != "reference",
-                        guard=self.guard, drop_resets=self.drop_resets)
+                        guard=self.guard, drop_resets=self.resets)
         self.writer = writer
         self.direct = writer.direct if parts.transform is None else not_handled
         return writer

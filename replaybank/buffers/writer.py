@@ -26,7 +26,7 @@ A buffer builds one :class:`Writer` per (table, sampler) and hands it each call'
 Then the sampler hears which slots were written, once, with the initial priorities if
 any. Priorities are checked before anything is written. A buffer with
 ``autoreset_mode="next_step"`` drops each lane's NEXT_STEP reset step before it is
-written (:func:`~replaybank.buffers.autoreset.reset_lanes`).
+written, one per episode end (:class:`~replaybank.buffers.autoreset.ResetSteps`).
 
 ``REPLAYBANK_WRITER`` (:func:`writer_choice`) picks the writers, for tests and for
 comparing them: ``reference`` sends every call through the Python boundary and applier.
@@ -52,7 +52,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from replaybank.buffers.autoreset import reset_lanes
+from replaybank.buffers.autoreset import ResetSteps
 from replaybank.buffers.checked_call import CheckedCall, check_call
 from replaybank.buffers.priorities import check_priority
 from replaybank.errors import ConfigError, ReplayBankError
@@ -138,7 +138,8 @@ class Writer:
         guard: The owning buffer's call guard, checked by the compiled writer itself
             (:mod:`replaybank.buffers.guard`); None: no check.
         drop_resets: Drop each lane's NEXT_STEP reset step (``autoreset_mode=
-            "next_step"``).
+            "next_step"``), remembering per lane that it did in this (the buffer's), or
+            None.
 
     Attributes:
         fast: The fast write of a whole call (compiled, or the Python one-step add), or
@@ -151,7 +152,7 @@ class Writer:
 
     def __init__(self, table: StepTable, listener: WriteListener | None = None, *,
                  traits: SamplerTraits, compiled: bool = True,
-                 guard: Any = None, drop_resets: bool = False) -> None:
+                 guard: Any = None, drop_resets: ResetSteps | None = None) -> None:
         self.table = table
         self.listener = listener
         self.traits = traits
@@ -160,7 +161,7 @@ class Writer:
         self.compiled = CompiledWriter.of(table, guard) if compiled else None
         self.fast: WriteCall = not_handled
         direct: WriteCall = not_handled
-        if drop_resets:
+        if drop_resets is not None:
             pass
         elif self.compiled is not None:  # it checks the guard itself
             self.fast = direct = self.compiled.write
@@ -213,8 +214,8 @@ class Writer:
             ConfigError, ShapeError, DtypeError: Bad priorities (nothing written).
         """
         prio = None if priority is None else check_priority(self.traits, priority, call.out)
-        if self.drop_resets:
-            self._write_dropping_resets(call, prio)
+        if self.drop_resets is not None:
+            self._write_dropping_resets(self.drop_resets, call, prio)
             return
         self._apply(call.lanes, call.values, call.next_obs)
         self._tell(call.out[0], call.lanes, prio)
@@ -227,21 +228,23 @@ class Writer:
             return
         write_reference(self.table, lanes, values, next_obs, want_keys=False)
 
-    def _write_dropping_resets(self, call: CheckedCall, prio: Any) -> None:
+    def _write_dropping_resets(self, resets: ResetSteps, call: CheckedCall,
+                               prio: Any) -> None:
         """``autoreset_mode="next_step"``: write a checked call step by step, leaving out
-        each lane's NEXT_STEP reset step (decided against what is stored, so a step after
-        a dropped one is kept)."""
+        each lane's NEXT_STEP reset step (decided against what is stored and what
+        ``resets`` remembers, so only one step per episode end is dropped)."""
         t = self.table
         n, m = call.out
         for i in range(n):  # [1, m] at a time: a step's check sees the step before it
-            drop = reset_lanes(t, call.lanes,
-                               {name: call.values[name][i] for name in t.obs_fields})
+            drop = resets.due(t, call.lanes,
+                              {name: call.values[name][i] for name in t.obs_fields})
             keep = np.flatnonzero(~drop)
-            if len(keep) == 0:
-                continue
-            self._apply(call.lanes[keep], {k: v[i:i + 1, keep] for k, v in call.values.items()},
-                        {k: v[i:i + 1, keep] for k, v in call.next_obs.items()})
-            self._tell(1, call.lanes[keep], None if prio is None else prio[i * m + keep])
+            if len(keep):
+                self._apply(call.lanes[keep],
+                            {k: v[i:i + 1, keep] for k, v in call.values.items()},
+                            {k: v[i:i + 1, keep] for k, v in call.next_obs.items()})
+                self._tell(1, call.lanes[keep], None if prio is None else prio[i * m + keep])
+            resets.dropped[call.lanes] = drop
 
     def _out(self, values: StepValues, steps: bool, env_ids: Any) -> tuple[int, int] | None:
         """``(steps, lanes)`` of a call as its values show them (None: unclear, the

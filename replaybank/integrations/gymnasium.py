@@ -44,6 +44,14 @@ __all__ = ["AgentPolicy", "CollectResult", "Collector", "StatefulPolicy", "colle
 Policy = Callable[[Any], Any]
 
 
+@runtime_checkable
+class AutoresetAware(Protocol):
+    """A buffer that knows how its envs autoreset (``ReplayBuffer``, ``RolloutBuffer``):
+    with ``"next_step"`` it drops or masks the NEXT_STEP reset steps itself."""
+
+    autoreset_mode: str | None
+
+
 @dataclass
 class CollectResult:
     """What one collection run did.
@@ -122,6 +130,18 @@ class Collector:
                 f"buffer with num_envs={self.n} (one lane per sub-env) or num_envs=1"
             )
         self.staged = lanes == 1 and self.n > 1
+        gym_modes = gym.vector.AutoresetMode
+        #: The buffer drops (or masks) NEXT_STEP reset steps itself: it is given every
+        #: step, reset steps included (else they are left out here).
+        self.whole = self.mode == gym_modes.NEXT_STEP and isinstance(buffer, AutoresetAware) \
+            and buffer.autoreset_mode == "next_step"
+        if self.whole and self.staged:
+            raise ConfigError(
+                f"Collector(buffer={describe(buffer)}): a one-lane buffer fed by "
+                f"{self.n} sub-envs gets each sub-env's steps in turn, so it cannot tell "
+                "their NEXT_STEP reset steps apart; build it with autoreset_mode=None "
+                "(collect leaves the reset steps out itself) or with "
+                f"num_envs={self.n}")
         self.obs_space = env.single_observation_space if self.vector else env.observation_space
         self.act_space = env.single_action_space if self.vector else env.action_space
         self.seed = seed
@@ -236,7 +256,7 @@ class Collector:
             "truncated": trunc if self.vector else trunc[0],
             **extras,
         }
-        self._store(fields, real)
+        self._store(fields, np.ones(self.n, bool) if self.whole else real)
         stored = int(real.sum())
         result.steps += stored
         result.env_steps += self.n
