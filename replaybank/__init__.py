@@ -54,6 +54,7 @@ from replaybank.ops.gae import discount_cumsum, gae
 from replaybank.persist import ResumeWarning, load, load_into, open, save
 from replaybank.samplers.base import (
     BoundedPriorities,
+    DrawableSlots,
     IndependentDraws,
     KeyUpdates,
     LaneView,
@@ -115,6 +116,7 @@ __all__ = [
     "ComponentConfig",
     "ConfigError",
     "DeviceStore",
+    "DrawableSlots",
     "DtypeError",
     "DurableBackend",
     "EmptyBufferError",

@@ -227,6 +227,41 @@ def test_damaged_sampler_state_is_refused(damage: str, tmp_path: Path) -> None:
     assert needle in str(info.value)
 
 
+@pytest.mark.parametrize("sampler", ["per", "recent_per"])
+def test_priorities_of_slots_without_a_live_step_are_refused(sampler: str,
+                                                             tmp_path: Path) -> None:
+    """A sampler state that would draw a slot holding no step (a hand-edited checkpoint,
+    or one of other data): refused before anything changes, where before it loaded and
+    sampled never-written zero rows as transitions."""
+    def make() -> Any:
+        per = rb.PrioritizedSampler()
+        return rb.ReplayBuffer(12, num_envs=3, seed=0, sampler=per if sampler == "per" else
+                               rb.RecentSampler(c_min=2, prioritized=per))
+
+    buf = make()
+    for t in range(2):  # lane 0 only: slots 0 and 3 live
+        buf.add(obs=np.full((1, 2), t + 1, np.float32), action=np.zeros(1),
+                reward=np.ones(1), next_obs=np.full((1, 2), t + 2, np.float32),
+                terminated=np.zeros(1, bool), truncated=np.zeros(1, bool), env_ids=[0])
+    rb.save(buf, tmp_path)
+
+    def everywhere(state: dict[str, Any]) -> None:
+        s = state["sampler"] if sampler == "per" else state["sampler"]["prioritized"]
+        s["priorities"] = np.ones(12)
+
+    resave(tmp_path, everywhere)
+    with pytest.raises(CheckpointError, match=r"slot 1 \(row 0 of lane 1\).*lane 1 holds "
+                                              "no steps"):
+        rb.load(tmp_path)
+    state = buf.state_dict()
+    everywhere(state)
+    other = make()
+    with pytest.raises(CheckpointError, match="no live step"):
+        other.load_state_dict(state)
+    assert not other.allocated and len(other) == 0
+    assert sorted(set(buf.sample(64).obs[:, 0].tolist())) == [1.0, 2.0]
+
+
 def test_recent_returns_must_be_finite() -> None:
     buf = filled(rb.ReplayBuffer(16, sampler=rb.RecentSampler(c_min=4), seed=0), 20)
     state = buf.state_dict()

@@ -43,8 +43,8 @@ from replaybank.errors import CheckpointError, ConfigError, describe
 from replaybank.ops.continuity import bitwise_equal_rows
 from replaybank.storage.table import StepTable
 
-__all__ = ["AUTORESET_MODES", "AutoresetWarning", "ResetSteps", "check_autoreset_mode",
-           "reset_lanes", "reset_steps", "warn_resets"]
+__all__ = ["AUTORESET_MODES", "AutoresetWarning", "check_autoreset_mode", "reset_lanes",
+           "reset_steps", "warn_resets"]  # (ResetSteps: the writers' part, not public)
 
 
 class AutoresetWarning(UserWarning):

@@ -26,7 +26,7 @@ import numpy.typing as npt
 from replaybank.buffers.inputs import obs_fields, rows_spec, standard_spec
 from replaybank.errors import CheckpointError, ReplayBankError
 from replaybank.ops import ring
-from replaybank.samplers.base import Sampler
+from replaybank.samplers.base import DrawableSlots, Sampler
 from replaybank.spec import FieldSpec, Spec
 from replaybank.storage.backends.base import ArrayBackend, DurableBackend
 from replaybank.storage.table import StepTable
@@ -249,9 +249,10 @@ def checked_spec(meta: Any, capacity: int, num_envs: int,
     return spec
 
 
-def probe_load(component: Any, saved: Any, what: str) -> None:
+def probe_load(component: Any, saved: Any, what: str) -> Any:
     """Check that ``saved`` fits ``component`` (a sampler or view) by loading it into a deep
-    copy; ``component`` itself is left as it is.
+    copy, which is returned (None when it cannot be copied); ``component`` itself is left
+    as it is.
 
     A component that cannot be copied is not probed (its own ``load_state_dict`` checks
     the state when it loads).
@@ -272,7 +273,7 @@ def probe_load(component: Any, saved: Any, what: str) -> None:
     try:
         trial = copy.deepcopy(component)
     except (TypeError, ValueError, AttributeError, RecursionError, copy.Error):
-        return
+        return None
     try:
         trial.load_state_dict(saved)
     except CheckpointError:
@@ -282,6 +283,46 @@ def probe_load(component: Any, saved: Any, what: str) -> None:
             f"load_state_dict: the {what} state does not fit {type(component).__name__} "
             f"({type(exc).__name__}: {exc}); it is damaged or belongs to another {what}"
         ) from exc
+    return trial
+
+
+def check_drawable(sampler: Any, written: Any, counts: Any, T: int) -> None:  # noqa: N803
+    """Raise when ``sampler`` (loaded with a saved state) may draw a slot that holds no
+    live step of a table with the lane counters ``written`` and ``counts`` ``[lanes]``
+    and ``T`` rows (a :class:`~replaybank.samplers.base.DrawableSlots` sampler; others
+    draw live steps only).
+
+    Raises:
+        CheckpointError: Naming the first such slot.
+
+    Example:
+        >>> from replaybank.samplers.prioritized import PrioritizedSampler
+        >>> s = PrioritizedSampler(kernel="numpy"); s.bind(2, 2)
+        >>> s.on_write(np.array([0, 1]))
+        >>> check_drawable(s, np.array([1, 0]), np.array([1, 0]), 2)
+        Traceback (most recent call last):
+        ...
+        replaybank.errors.CheckpointError: load_state_dict: the sampler state gives slot 1 (row 0 of lane 1) a priority, but no live step is there (lane 1 holds no steps); the state is damaged or belongs to other data
+    """  # noqa: E501
+    drawable = sampler.drawable() if isinstance(sampler, DrawableSlots) else None
+    if drawable is None:
+        return
+    written = np.asarray(written, dtype=np.int64)
+    counts = np.asarray(counts, dtype=np.int64)
+    lanes = len(written)
+    live = np.zeros((T, lanes), dtype=bool)
+    for lane in range(lanes):
+        live[np.arange(written[lane] - counts[lane], written[lane]) % T, lane] = True
+    bad = np.flatnonzero(drawable & ~live.reshape(-1))
+    if len(bad):
+        row, lane = divmod(int(bad[0]), lanes)
+        c, w = int(counts[lane]), int(written[lane])
+        holds = f"rows {(w - c) % T} to {(w - 1) % T} (ring order)" if c else "no steps"
+        raise CheckpointError(
+            f"load_state_dict: the sampler state gives slot {bad[0]} (row {row} of lane "
+            f"{lane}) a priority, but no live step is there (lane {lane} holds {holds}); "
+            "the state is damaged or belongs to other data"
+        )
 
 
 def probe_rng(rng: np.random.Generator, saved: Any) -> None:
@@ -309,9 +350,16 @@ def probe_rng(rng: np.random.Generator, saved: Any) -> None:
 
 
 def check_parts(saved: Mapping[str, Any], sampler: Sampler, view: View,
-                rng: np.random.Generator) -> None:
+                rng: np.random.Generator, counters: tuple[Any, Any, int] | None = None
+                ) -> None:
     """Check the sampler, view and generator state of a state dict (or a resume state)
     without changing the parts.
+
+    Args:
+        saved: The state.
+        sampler, view, rng: The buffer's parts.
+        counters: ``(written, counts, T)`` of the table the state goes with: the sampler
+            may then draw only its live slots (:func:`check_drawable`).
 
     Raises:
         CheckpointError: A part's state is missing or does not fit it.
@@ -320,7 +368,9 @@ def check_parts(saved: Mapping[str, Any], sampler: Sampler, view: View,
         missing = [k for k in ("sampler", "rng") if k not in saved]
         raise CheckpointError(f"load_state_dict: the state has no {' or '.join(missing)} "
                               "entry; pass a state_dict() of this buffer type")
-    probe_load(sampler, saved["sampler"], "sampler")
+    trial = probe_load(sampler, saved["sampler"], "sampler")
+    if counters is not None and trial is not None:
+        check_drawable(trial, *counters)
     # checkpoints written before views had state hold none: the view keeps its own
     probe_load(view, saved.get("view", {}), "view")
     probe_rng(rng, saved["rng"])
@@ -382,7 +432,10 @@ def checked_state(saved: Any, capacity: int, num_envs: int, current: Spec | None
             raise CheckpointError("load_state_dict: the state's metadata has a spec but "
                                   "there is no table; the state is damaged")
         check_table(spec, capacity // num_envs, num_envs, table, rows)
-    check_parts(saved, sampler, view, rng)
+        counters = (table["meta/written"], table["meta/counts"], capacity // num_envs)
+    else:
+        counters = (np.zeros(num_envs), np.zeros(num_envs), capacity // num_envs)
+    check_parts(saved, sampler, view, rng, counters)
     return spec
 
 

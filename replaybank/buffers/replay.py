@@ -722,7 +722,9 @@ class ReplayBuffer:
     def load_resume_state(self, saved: dict[str, Any]) -> None:
         """Restore a :meth:`resume_state` whose counters match the files (checked first:
         a state that does not fit raises CheckpointError and changes nothing)."""
-        buffer_state.check_parts(saved, self.sampler, self.view, self._rng)
+        t = self.table
+        buffer_state.check_parts(saved, self.sampler, self.view, self._rng,
+                                 (t.written, t.counts, t.T))
         resets = self.write_route.resets
         dropped = None if resets is None else resets.checked(saved.get("autoreset"))
         self.sampler.load_state_dict(saved["sampler"])

@@ -37,9 +37,9 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["BoundedPriorities", "IndependentDraws", "KeyUpdates", "LaneView",
-           "PrioritySampler", "SampleResult", "Sampler", "SamplerTraits", "SlotExcluding",
-           "ScheduledSampler", "StatelessSampler", "UniformDraws"]
+__all__ = ["BoundedPriorities", "DrawableSlots", "IndependentDraws", "KeyUpdates",
+           "LaneView", "PrioritySampler", "SampleResult", "Sampler", "SamplerTraits",
+           "SlotExcluding", "ScheduledSampler", "StatelessSampler", "UniformDraws"]
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -127,6 +127,18 @@ class PrioritySampler(Sampler, Protocol):
 
     def update(self, slots: IntArray, priorities: FloatArray) -> None:
         """Set the priorities of live ``slots`` (already validated, stale ones removed)."""
+        ...
+
+
+@runtime_checkable
+class DrawableSlots(Sampler, Protocol):
+    """A sampler with per-slot state that says which slots a draw may return: a buffer
+    checks a loaded state's against the slots of its live steps (a slot that holds no
+    step must never be drawn)."""
+
+    def drawable(self) -> npt.NDArray[np.bool_] | None:
+        """``[T * lanes]``: the slots a draw may return (None: only live ones, by
+        construction)."""
         ...
 
 

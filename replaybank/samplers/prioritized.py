@@ -52,6 +52,7 @@ import math
 from typing import Any, TypeVar
 
 import numpy as np
+import numpy.typing as npt
 
 from replaybank.errors import (
     CapacityError,
@@ -576,6 +577,18 @@ class PrioritizedSampler:
         return np.asarray(nz[top], dtype=np.int64)
 
     # ------------------------------------------------------------------ state
+    def drawable(self) -> npt.NDArray[np.bool_]:
+        """``[T * lanes]``: the slots whose stored priority is positive.
+
+        Example:
+            >>> s = PrioritizedSampler(kernel="numpy"); s.bind(3, 1)
+            >>> s.on_write(np.array([1])); s.drawable().tolist()
+            [False, True, False]
+        """
+        self._bound()
+        out: npt.NDArray[np.bool_] = sumtree.leaves(self._sum, self._off)[:self._n] > 0
+        return out
+
     def state_dict(self) -> dict[str, Any]:
         """``priorities`` (stored, one per slot), ``max_priority``, ``calls``."""
         return {

@@ -36,6 +36,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from replaybank.errors import CheckpointError, ConfigError, EmptyBufferError, describe
 from replaybank.ops import ring
@@ -156,6 +157,11 @@ class RecentSampler:
         self._rows, self._lanes = int(T), int(lanes)
         if self.prioritized is not None:
             self.prioritized.bind(T, lanes)
+
+    def drawable(self) -> npt.NDArray[np.bool_] | None:
+        """The prioritized sampler's drawable slots (None without one: the recent window
+        holds live steps only)."""
+        return None if self.prioritized is None else self.prioritized.drawable()
 
     def on_write(self, slots: IntArray, priorities: FloatArray | None = None) -> None:
         """Forward writes to the prioritized sampler."""
