@@ -406,3 +406,14 @@ def test_sampler_swap_onto_an_empty_buffer_and_a_refused_swap() -> None:
     assert buf.sampler is old and len(buf) == 5
     buf.add(**{k: v[0] for k, v in steps(1, start=5).items()})
     assert len(buf) == 6 and 5.0 in buf.sample(256).obs[:, 0]
+
+
+def test_unsigned_keys_beyond_int64_are_named_not_wrapped() -> None:
+    buf = make()
+    buf.extend(**steps(5))
+    before = buf.sampler.state_dict()["priorities"].copy()
+    for key in (2**63, 2**64 - 1):  # (wrapped to int64 they read as negative keys)
+        with pytest.raises(DtypeError, match=f"holds {key}, beyond int64"):
+            buf.update_priorities(np.array([key], np.uint64), np.ones(1))
+    assert np.array_equal(buf.sampler.state_dict()["priorities"], before)
+    assert buf.update_priorities(np.arange(5, dtype=np.uint64), np.full(5, 2.0)) == 5

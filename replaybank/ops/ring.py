@@ -159,10 +159,25 @@ def uniform_keys(
 
 
 def as_int_array(values: Any, name: str) -> IntArray:
-    """Convert user-given indices to an int64 array (no validation of range)."""
+    """Convert user-given indices to an int64 array (no validation of range beyond what
+    int64 holds).
+
+    Raises:
+        DtypeError: Not integers, or unsigned ones beyond int64 (no key is that large).
+
+    Example:
+        >>> as_int_array(np.array([2**64 - 1], np.uint64), "indices")
+        Traceback (most recent call last):
+        ...
+        replaybank.errors.DtypeError: indices=array(shape=(1,), dtype=uint64) holds 18446744073709551615, beyond int64: no item key is that large; pass batch.indices as sampled
+    """  # noqa: E501
     arr = np.asarray(values)
-    if arr.dtype.kind not in "iu":
+    if arr.dtype.kind not in "iu" or (arr.dtype.kind == "u" and arr.itemsize == 8 and arr.size
+                                      and int(arr.max()) > np.iinfo(np.int64).max):
         from replaybank.errors import DtypeError, describe
 
-        raise DtypeError(f"{name}={describe(values)}: expected integer indices")
+        if arr.dtype.kind != "u":
+            raise DtypeError(f"{name}={describe(values)}: expected integer indices")
+        raise DtypeError(f"{name}={describe(values)} holds {int(arr.max())}, beyond int64: no "
+                         "item key is that large; pass batch.indices as sampled")
     return arr.astype(np.int64, copy=False).reshape(-1)
