@@ -13,6 +13,7 @@ Example:
 from __future__ import annotations
 
 import difflib
+import errno
 import sys
 from collections.abc import Iterable
 from typing import Any
@@ -32,6 +33,7 @@ __all__ = [
     "SpecError",
     "closest",
     "describe",
+    "os_error_fix",
     "require_extra",
 ]
 
@@ -114,6 +116,26 @@ def closest(name: str, names: Iterable[str]) -> str | None:
     """
     near = difflib.get_close_matches(name, sorted(names), n=1, cutoff=0.6)
     return near[0] if near else None
+
+
+def os_error_fix(exc: OSError) -> str:
+    """What to do about a failed file write, by its cause (for the end of a message).
+
+    Example:
+        >>> os_error_fix(PermissionError(13, "Permission denied"))
+        'the directory is not writable by this process: save to a writable path or fix its permissions'
+        >>> os_error_fix(OSError(28, "No space left on device"))
+        'free disk space and try again'
+    """  # noqa: E501
+    code = exc.errno
+    if code in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return ("the directory is not writable by this process: save to a writable path or "
+                "fix its permissions")
+    if code in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        return "free disk space and try again"
+    if code == errno.ENAMETOOLONG:
+        return "use a shorter path or prefix"
+    return "fix the cause above and try again"
 
 
 def require_extra(module: str, extra: str) -> Any:

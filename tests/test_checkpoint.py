@@ -250,11 +250,28 @@ def test_failed_save_leaves_previous_checkpoint(tmp_path: Path, fail_at: int,
 
     monkeypatch.setattr(sts, "write_bytes", flaky)
     monkeypatch.setattr(ck, "write_bytes", flaky)
-    with pytest.raises(CheckpointError, match="No space left"):
+    with pytest.raises(CheckpointError, match=r"No space left.*free disk space"):
         new.save(tmp_path)
     monkeypatch.undo()
     assert _snapshot(tmp_path) == before  # no temp files, nothing changed
     assert_same_state(rb.load(tmp_path), old)
+
+
+def test_a_save_refused_by_permissions_says_so(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fix a failed save names is the one for its cause (a read-only directory was
+    told to free disk space)."""
+    buf = filled(rb.ReplayBuffer(16, seed=0), 5)
+
+    def refused(fh: Any, data: Any) -> None:
+        raise PermissionError(errno.EACCES, "Permission denied")
+
+    monkeypatch.setattr(sts, "write_bytes", refused)
+    with pytest.raises(CheckpointError, match=r"Permission denied.*not writable by this "
+                                              "process: save to a writable path") as info:
+        buf.save(tmp_path)
+    assert "disk space" not in str(info.value)
+    assert not list(tmp_path.iterdir())
 
 
 def test_interrupt_between_renames_uses_new_state(tmp_path: Path,

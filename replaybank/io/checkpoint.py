@@ -56,7 +56,7 @@ from typing import Any
 
 import numpy as np
 
-from replaybank.errors import CheckpointError
+from replaybank.errors import CheckpointError, os_error_fix
 from replaybank.io.atomic import remove_stale_temps, temp_path
 from replaybank.io.lazy_tensor import LazyTensor, lazy_tensors
 from replaybank.io.manifest import (
@@ -183,7 +183,7 @@ def save_state(
     except OSError as exc:  # the temporaries are gone (temp_path removes them)
         raise CheckpointError(
             f"save to {meta_path.parent}: writing failed ({exc}); the previous "
-            "checkpoint there (if any) is unchanged; free disk space and save again"
+            f"checkpoint there (if any) is unchanged; {os_error_fix(exc)}"
         ) from exc
     return meta_path
 
