@@ -297,3 +297,18 @@ def test_a_lazy_buffer_whose_first_add_does_not_fit_gives_the_path_back(
     assert len(buf) == 0 and len(other) == 3
     other.close()
     assert len(rb.open(d)) == 3
+
+
+def test_a_field_name_too_long_for_a_file_name_is_a_spec_error(tmp_path: Path) -> None:
+    """Memmap storage names a file after each field: a name the file system refuses is
+    named as such (it was a raw OSError), nothing is allocated, and the buffer then takes
+    a call without that field."""
+    buf = rb.ReplayBuffer(8, storage="memmap", path=tmp_path / "b", seed=0)
+    step = {"obs": np.zeros(2, np.float32), "action": 0, "reward": 0.0,
+            "next_obs": np.ones(2, np.float32), "terminated": False, "truncated": False}
+    with pytest.raises(rb.SpecError, match=r"\(300 characters\).*use a shorter field name"):
+        buf.add(**step, **{"h" * 300: np.ones(2, np.float32)})
+    assert not buf.allocated
+    assert [p.name for p in (tmp_path / "b").iterdir()] == ["replaybank_memmap.lock"]
+    buf.add(**step)
+    assert len(buf) == 1

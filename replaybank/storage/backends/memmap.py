@@ -66,7 +66,7 @@ from urllib.parse import quote
 import numpy as np
 import numpy.typing as npt
 
-from replaybank.errors import CapacityError, CheckpointError, ConfigError, describe
+from replaybank.errors import CapacityError, CheckpointError, ConfigError, SpecError, describe
 from replaybank.io.atomic import remove_stale_temps, temp_path
 
 try:
@@ -554,7 +554,20 @@ class MemmapBackend:
         return quote(name, safe="") + ".bin"
 
     def _file(self, name: str) -> Path:
-        file = self.path / self.file_name(name)
+        base = self.file_name(name)
+        try:
+            limit = os.pathconf(self.path, "PC_NAME_MAX")
+        except (OSError, ValueError):  # (no such query here: the common limit)
+            limit = 255
+        if len(os.fsencode(base)) > limit:
+            field = name.split("/", 1)[1] if name.startswith(("fields/", "side/")) else name
+            raise SpecError(
+                f"memmap storage at {self.path}: the field {field[:40]!r}... "
+                f"({len(field)} characters) is stored in the file {base[:40]}... of "
+                f"{len(os.fsencode(base))} bytes, but this file system allows names of "
+                f"{limit}; use a shorter field name (or storage='numpy')"
+            )
+        file = self.path / base
         real = os.path.realpath(file)
         if os.path.dirname(real) != os.path.realpath(self.path):
             raise CheckpointError(f"{file} resolves to {real}, outside {self.path}; the "
