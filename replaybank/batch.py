@@ -233,6 +233,9 @@ class _FrozenArrays(Mapping[str, Any], Generic[V]):
         field, a close name, or torch's ``to``), as `` (did you mean ...)``; or ``""``."""
         if name == "to":
             return " (a batch moves to a device with to_torch(device=...))"
+        if name == "discount":  # (n_step=1 builds the one-step view, which has none)
+            return (" (one-step transitions carry none: bootstrap with gamma, or build the "
+                    "buffer with view=rb.NStepView(n=1, gamma=...) for a discount of gamma)")
         guess = FIELD_ALIASES.get(name, "done" if name == "dones" else None)
         if guess is None:
             guess = closest(name, self._data)
