@@ -375,3 +375,19 @@ def test_warm_without_a_hidden_field_and_a_stateless_policy() -> None:
     with pytest.raises(rb.ConfigError, match="no hidden state"):
         rb.warm(want, Stateless(), 50, num_envs=2, progress=False, seed=0)
     assert len(want) == 0
+
+
+def test_collect_names_envs_it_cannot_drive() -> None:
+    """An SB3 VecEnv (SB3's step API) and a single env into a buffer of several lanes
+    are refused with what to pass (the first said the env had 1 sub-env, then failed in
+    reset(seed=); the second advised 'num_envs=1 ... or num_envs=1')."""
+    vec_env = pytest.importorskip("stable_baselines3.common.vec_env")
+    venv = vec_env.DummyVecEnv([lambda: gym.make("CartPole-v1")] * 2)
+    for lanes in (2, 1):
+        buf = rb.ReplayBuffer(64, num_envs=lanes, seed=0)
+        with pytest.raises(ConfigError, match=r"SB3 VecEnv.*SyncVectorEnv.*replay_buffer_cl"):
+            rb.collect(venv, None, buf, n_steps=8)
+        assert not buf.allocated
+    with pytest.raises(ConfigError, match="the env is a single env; build the buffer with "
+                                          "num_envs=1, or pass a gymnasium vector env"):
+        rb.collect(gym.make("CartPole-v1"), None, rb.ReplayBuffer(64, num_envs=2), n_steps=8)

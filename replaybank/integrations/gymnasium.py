@@ -27,6 +27,7 @@ Example:
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -118,6 +119,13 @@ class Collector:
                 "replaybank.integrations.pettingzoo.MultiAgentCollector(env, policy, "
                 "buffer, seed=...) (rb.collect dispatches to it)")
         gym = require_extra("gymnasium", "gym")
+        sb3_vec = sys.modules.get("stable_baselines3.common.vec_env")
+        if sb3_vec is not None and isinstance(env, sb3_vec.VecEnv):
+            raise ConfigError(
+                f"Collector(env={type(env).__name__}): an SB3 VecEnv steps by SB3's API "
+                "(reset() without seed=, 4-tuple step); collect drives gymnasium envs: pass "
+                "gymnasium.vector.SyncVectorEnv([...]) (or gym.make_vec), or train with SB3 "
+                "and replay_buffer_class=replaybank.integrations.sb3.ReplayBuffer")
         self.env = env
         self.buffer = buffer
         self.vector = isinstance(env, gym.vector.VectorEnv)
@@ -128,6 +136,9 @@ class Collector:
             raise ConfigError(
                 f"buffer.num_envs={lanes} but the env has {self.n} sub-envs; build the "
                 f"buffer with num_envs={self.n} (one lane per sub-env) or num_envs=1"
+                if self.n > 1 else
+                f"buffer.num_envs={lanes} but the env is a single env; build the buffer "
+                "with num_envs=1, or pass a gymnasium vector env of that many sub-envs"
             )
         self.staged = lanes == 1 and self.n > 1
         gym_modes = gym.vector.AutoresetMode
