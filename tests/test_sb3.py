@@ -22,7 +22,7 @@ torch = pytest.importorskip("torch")
 from stable_baselines3 import DQN, SAC, TD3  # noqa: E402
 from stable_baselines3.common.vec_env import DummyVecEnv  # noqa: E402
 
-from replaybank.errors import ConfigError  # noqa: E402
+from replaybank.errors import ConfigError, ShapeError  # noqa: E402
 from replaybank.integrations.sb3 import (  # noqa: E402
     DictReplayBuffer,
     PrioritizedDQN,
@@ -98,6 +98,13 @@ def test_refusals() -> None:
         DictReplayBuffer(10, box, gym.spaces.Discrete(2))
     with pytest.raises(ConfigError, match="priorities"):
         ReplayBuffer(10, box, gym.spaces.Discrete(2), seed=0).update_priorities([0], [1.0])
+    # a buffer of 4 envs (e.g. loaded with load_replay_buffer) fed a 1-env model's step:
+    # named, not numpy's reshape error, and nothing stored
+    four = ReplayBuffer(40, box, gym.spaces.Discrete(2), n_envs=4, seed=0)
+    with pytest.raises(ShapeError, match="done has 1 values but this buffer holds n_envs=4"):
+        four.add(np.zeros((1, 2)), np.zeros((1, 2)), np.zeros(1), np.zeros(1),
+                 np.zeros(1, bool), [{}])
+    assert four.size() == 0
 
 
 # ---------------------------------------------------------------- exact semantics

@@ -77,7 +77,7 @@ from stable_baselines3.common.utils import polyak_update
 from stable_baselines3.common.vec_env import VecNormalize
 
 from replaybank.buffers.replay import ReplayBuffer as CoreBuffer
-from replaybank.errors import ConfigError
+from replaybank.errors import ConfigError, ShapeError
 from replaybank.samplers.base import Sampler
 from replaybank.samplers.prioritized import PrioritizedSampler
 from replaybank.spec import FieldSpec, Spec
@@ -218,6 +218,12 @@ class _Buffer(sb3_buffers.ReplayBuffer):
                 unless ``handle_timeout_termination=False``.
         """
         n = self.n_envs
+        if np.size(done) != n:
+            raise ShapeError(
+                f"add: done has {np.size(done)} values but this buffer holds n_envs={n} "
+                "lanes; a buffer keeps the n_envs it was built with (also one loaded with "
+                f"load_replay_buffer): train with {n} envs, or build a new buffer"
+            )
         ended = np.asarray(done, dtype=bool).reshape(n)
         if self.handle_timeout_termination:
             # A time-out ends the episode here even without done (a VecEnv other than
