@@ -225,7 +225,8 @@ def warn_resets(found: int, stacklevel: int = 3) -> None:
         "episode's reset observation: a gymnasium vector env in its default NEXT_STEP "
         "autoreset mode was added step by step. Those are not transitions. Fix: pass "
         "autoreset_mode='next_step' to the buffer (drops them), add only the lanes that "
-        "did not just reset (env_ids=), or collect with rb.collect; "
+        "did not just reset (env_ids=), or collect with rb.collect. If they are real steps "
+        "(an env that resets to the very observation its episodes end on, with reward 0), "
         "autoreset_mode='same_step' silences this check",
         AutoresetWarning, stacklevel=stacklevel,
     )
