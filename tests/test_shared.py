@@ -7,6 +7,7 @@ row is checked on its own for being one complete step with its exact next observ
 
 from __future__ import annotations
 
+import gc
 import multiprocessing as mp
 import os
 import pickle
@@ -82,6 +83,32 @@ def test_a_lane_has_one_writer_at_a_time() -> None:
     proc.start()
     proc.join(30)
     assert q.get(timeout=5) == "ok"
+    buf.close()
+
+
+def test_a_second_writer_of_a_lane_in_the_same_process_is_refused() -> None:
+    buf = _owner(64, 2)
+    lanes = np.array([0])
+    w = buf.writer([0]).open()
+    with pytest.raises(ConfigError, match=r"lane 0 is written by another open writer of "
+                                          r"this process .*close that writer first"):
+        buf.writer([0]).open()
+    with pytest.raises(ConfigError, match="lane 0"):
+        buf.writer([1, 0]).open()
+    other = buf.writer([1]).open()  # the refused open claimed nothing: lane 1 is free
+    other.close()
+    for t in range(10):
+        w.add(**step_values(lanes, np.full(1, t), np.zeros(1), np.zeros(1, bool)))
+    b = buf.sample(256)
+    check_batch(b)  # one writer's steps only: none torn by a second one
+    assert sorted(set(b.obs[:, 1].astype(int).tolist())) == list(range(9))
+    w.close()
+    # closed: the lane is free again, and the next writer continues it
+    w = buf.writer([0]).open()
+    assert w.written.tolist() == [10]
+    del w
+    gc.collect()  # a writer dropped without close holds nothing either
+    buf.writer([0]).open().close()
     buf.close()
 
 

@@ -7,9 +7,10 @@ sampler and view). It does not write: each collector process gets a picklable ha
 ``buf.writer(lanes)``, and calls its ``open()`` to get a
 :class:`~replaybank.shared.writer.SharedWriter` whose ``add`` / ``extend`` write its lanes
 (values ``[len(lanes), ...]``, as for ``num_envs=len(lanes)``). A writer owns its lanes
-(a second writer of the same lane is refused while the first one's process lives), so
-writes need no lock. Initial priorities (Ape-X: ``add(..., priority=td)``) go through a
-shared array and reach the learner's PER sampler with the step.
+(a second writer of the same lane is refused while the first one is open and its process
+lives, in that process too), so writes need no lock. Initial priorities (Ape-X:
+``add(..., priority=td)``) go through a shared array and reach the learner's PER sampler
+with the step.
 
 The learner samples a consistent snapshot of what the writers committed
 (:mod:`replaybank.shared.lanes`): never a step before it is complete, never a step being

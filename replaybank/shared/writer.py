@@ -22,6 +22,8 @@ Example:
 from __future__ import annotations
 
 import os
+import threading
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +36,22 @@ from replaybank.shared.reader import shared_arrays
 from replaybank.storage.backends.base import SharedArrayBackend
 
 __all__ = ["SharedWriter", "SharedWriterHandle", "writer_handle"]
+
+#: The live writers of this process, by ``(segment token, lane)``: the pid that opened
+#: each (a forked child inherits the table, not the writers) and a weak reference to it
+#: (a writer collected without ``close`` holds nothing). The shared claims hold pids,
+#: which cannot tell two writers of one process apart.
+_LIVE: dict[tuple[str, int], tuple[int, weakref.ref[SharedWriter]]] = {}
+_LIVE_LOCK = threading.Lock()
+
+
+def _live_writer(token: str, lane: int, pid: int) -> SharedWriter | None:
+    """This process's open writer of ``lane`` of the buffer ``token``, if any."""
+    entry = _LIVE.get((token, lane))
+    if entry is None or entry[0] != pid:
+        return None
+    writer = entry[1]()
+    return writer if writer is not None and not writer._closed else None
 
 
 @dataclass(frozen=True)
@@ -55,8 +73,9 @@ class SharedWriterHandle:
 
         Raises:
             ConfigError: :attr:`lanes` are not distinct lanes of the buffer (checked
-                before anything is attached or claimed), or another live process writes
-                one of them.
+                before anything is attached or claimed), or another open writer holds one
+                of them: of another live process, or of this one (nothing is claimed
+                then).
             CheckpointError: The owner is gone (its segments were unlinked).
         """
         return SharedWriter(self)
@@ -83,18 +102,30 @@ class SharedWriter:
             backend.close()
             raise
         self._written, _, _, self._priority, claims = shared_arrays(backend, table)
+        self._token = handle.layout.token
+        self._closed = False
         me = os.getpid()
-        for lane in self.lanes.tolist():
-            pid = int(claims[lane])
-            if pid not in (0, me) and pid_alive(pid):
-                backend.close()
-                raise ConfigError(f"writer(lanes={list(handle.lanes)}): lane {lane} is "
-                                  f"written by process {pid}; give each writer its own lanes")
-        claims[self.lanes] = me
+        with _LIVE_LOCK:  # two threads of this process may open at once
+            for lane in self.lanes.tolist():
+                pid = int(claims[lane])
+                if _live_writer(self._token, lane, me) is not None:
+                    backend.close()
+                    raise ConfigError(
+                        f"writer(lanes={list(handle.lanes)}): lane {lane} is written by "
+                        f"another open writer of this process (pid {me}); close that "
+                        "writer first, or give each writer its own lanes")
+                if pid not in (0, me) and pid_alive(pid):
+                    backend.close()
+                    raise ConfigError(
+                        f"writer(lanes={list(handle.lanes)}): lane {lane} is written by "
+                        f"process {pid}; give each writer its own lanes")
+            claims[self.lanes] = me
+            ref = weakref.ref(self)
+            for lane in self.lanes.tolist():
+                _LIVE[(self._token, lane)] = (me, ref)
         self._claims = claims
         claim_side_slots(table, self.lanes)
         self._T = table.T
-        self._closed = False
 
     def _priorities(self, priority: Any, n: int) -> bool:
         """Store raw initial priorities for the rows about to be written, before the
@@ -148,12 +179,24 @@ class SharedWriter:
             raise ConfigError("this SharedWriter was closed; open the handle again")
 
     def close(self) -> None:
-        """Give the lanes back and drop this process's mappings (idempotent)."""
+        """Give back the lanes this writer holds and drop its mappings (idempotent).
+
+        Only what this writer owns is released: a lane claimed by another process since
+        (this one was taken for dead), or by this process's writer in a forked child's
+        copy, stays claimed.
+        """
         if self._closed:
             return
         self._closed = True
-        mine = self._claims[self.lanes] == os.getpid()
-        self._claims[self.lanes[mine]] = 0
+        me = os.getpid()
+        with _LIVE_LOCK:
+            for lane in self.lanes.tolist():
+                entry = _LIVE.get((self._token, lane))
+                if entry is None or entry[0] != me or entry[1]() is not self:
+                    continue  # not opened by this process (a forked child's copy)
+                del _LIVE[(self._token, lane)]
+                if int(self._claims[lane]) == me:
+                    self._claims[lane] = 0
         del self._claims, self._written, self._priority
         del self._buf
         self._backend.close()
