@@ -12,7 +12,10 @@ import multiprocessing as mp
 import os
 import pickle
 import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -28,6 +31,7 @@ from tests.shared_workers import SPEC, check_batch, owner_then_wait, step_values
 from tests.stats import chi2_critical
 
 CTX = mp.get_context("spawn")
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _owner(capacity: int = 64, num_envs: int = 2, **kw: Any) -> Any:
@@ -303,6 +307,50 @@ def test_segments_are_removed_when_the_owner_closes() -> None:
     assert not [n for n in segment_names() if token in n]
     with pytest.raises(CheckpointError, match="gone"):
         handle.open()  # the owner is gone
+
+
+#: An owner forks children that exit the ordinary way (their interpreter's exit hooks
+#: run: they inherited the owner's), then checks that its segments are still there.
+_FORK_SCRIPT = """
+import os, sys
+import numpy as np
+import replaybank as rb
+from replaybank.shared.backend import segment_names
+from tests.shared_workers import SPEC, step_values
+
+buf = rb.ReplayBuffer(64, num_envs=1, seed=0, spec=SPEC, storage="shared")
+token = buf.backend.token
+handle = buf.writer([0])
+before = [n for n in segment_names() if token in n]
+for close_owner in (False, True):
+    pid = os.fork()
+    if pid == 0:
+        w = handle.open()
+        for t in range(5):
+            w.add(**step_values(np.array([0]), np.full(1, t), np.zeros(1), np.zeros(1, bool)))
+        w.close()
+        if close_owner:
+            buf.close()  # the child's copy of the owner: drops the child's mappings only
+        sys.exit(0)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert [n for n in segment_names() if token in n] == before, "segments unlinked"
+    w = handle.open()  # the segments still serve new writers
+    w.close()
+print("len", len(buf))
+buf.close()
+print("left", len([n for n in segment_names() if token in n]))
+"""
+
+
+def test_a_forked_child_that_exits_normally_leaves_the_owners_segments() -> None:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    out = subprocess.run([sys.executable, "-c", _FORK_SCRIPT], capture_output=True,
+                         text=True, timeout=120, cwd=ROOT, env=env, check=False)
+    assert out.returncode == 0, out.stderr
+    # 5 + 5 steps, the newest pending; then the owner's close removes them all
+    assert out.stdout.split() == ["len", "9", "left", "0"]
 
 
 def test_segments_of_a_sigkilled_owner_are_reclaimed() -> None:

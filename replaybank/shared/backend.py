@@ -11,9 +11,10 @@ How the learner reads while writers write is in :mod:`replaybank.shared.lanes`.
 Segments are named ``rbk<owner pid>_<owner's PID namespace>_<token>_<n>`` (pid and
 namespace in hex; the namespace is the inode of ``/proc/self/ns/pid``, ``0`` where it
 cannot be read). The owner unlinks them when it is closed, garbage collected or its
-interpreter exits. After a SIGKILL of the owner, Python's resource tracker (a separate
-process) unlinks them, and as a last resort the next owner that starts on the machine
-removes the segments whose owner is provably gone (:func:`sweep_stale`): owners of *its
+interpreter exits (in its own process: a child forked from it, which inherits those exit
+hooks, never unlinks them). After a SIGKILL of the owner, Python's resource tracker (a
+separate process) unlinks them, and as a last resort the next owner that starts on the
+machine removes the segments whose owner is provably gone (:func:`sweep_stale`): owners of *its
 own* PID namespace whose pid no longer exists. A pid means nothing outside its namespace:
 containers that share ``/dev/shm`` each see their own pids, so segments of another
 namespace (or of an unknown one) are never swept. Attaching processes do not register the
@@ -207,16 +208,21 @@ def _reserve(shm: shared_memory.SharedMemory, nbytes: int, what: str) -> None:
 
 
 class _Cleanup:
-    """Unlinks an owner's segments once (close, garbage collection or exit)."""
+    """Unlinks an owner's segments once (close, garbage collection or exit), in the
+    owner's process only: a child forked from it inherits the object, its ``atexit``
+    and ``weakref.finalize`` hooks, but its exit or close only drops its own mappings."""
 
     def __init__(self) -> None:
         self.segments: list[shared_memory.SharedMemory] = []
+        self.pid = os.getpid()
 
     def __call__(self) -> None:
         segments, self.segments = self.segments, []
+        owner = os.getpid() == self.pid
         for shm in segments:
-            with contextlib.suppress(FileNotFoundError, OSError):
-                shm.unlink()
+            if owner:
+                with contextlib.suppress(FileNotFoundError, OSError):
+                    shm.unlink()
             with contextlib.suppress(BufferError, OSError):
                 shm.close()  # arrays still viewing it keep the mapping until collected
 
@@ -357,8 +363,9 @@ class SharedBackend:
         return self._layout.token
 
     def close(self) -> None:
-        """Owner: unlink every segment (mapped arrays stay readable until collected);
-        writer: drop its mappings. Idempotent."""
+        """Owner: unlink every segment (mapped arrays stay readable until collected;
+        in a child forked from the owner, only drop the child's mappings); writer: drop
+        its mappings. Idempotent."""
         if self.owner:
             self._finalizer()
             atexit.unregister(self._finalizer)
