@@ -172,6 +172,50 @@ def test_writer_initial_priorities_reach_the_learner() -> None:
     buf.close()
 
 
+class _OutrunningSampler(rb.PrioritizedSampler):
+    """Has the writer write ``n`` more steps while each draw is being made (a writer
+    process far faster than the learner, made deterministic)."""
+
+    def __init__(self, writer: Any, n: int) -> None:
+        super().__init__()
+        self.writer, self.n = writer, n
+
+    def sample(self, batch_size: int, lanes: Any, rng: np.random.Generator,
+               replace: bool = True, beta: float | None = None, **kw: Any) -> Any:
+        _extend(self.writer, self.n)
+        return super().sample(batch_size, lanes, rng, replace=replace, beta=beta, **kw)
+
+
+def _extend(w: Any, n: int) -> None:
+    """``n`` more steps of the writer's one lane, continuing it."""
+    t = np.arange(n) + int(w.written[0])
+    v = step_values(np.zeros(n), t, np.zeros(n), np.zeros(n, bool))
+    w.extend(**{k: x[:, None] for k, x in v.items()})
+
+
+@pytest.mark.parametrize(("capacity", "fix"), [
+    (64, "build the buffer with a larger capacity, sample smaller batches"),
+    (32768, "sample smaller batches (the guard is at its largest)")])
+def test_writers_outrunning_every_draw_name_what_controls_the_guard(capacity: int,
+                                                                     fix: str) -> None:
+    buf = _owner(capacity, 1)
+    w = buf.writer([0]).open()
+    _extend(w, capacity + 10)  # a full lane: each new step evicts one
+    guard = default_guard(capacity)
+    buf.sampler = _OutrunningSampler(w, guard + 1)
+    with pytest.raises(rb.WritersOutranError) as err:
+        buf.sample(4)
+    msg = str(err.value)
+    assert f"more than guard={guard} steps" in msg
+    assert f"T = capacity // num_envs = {capacity} rows per lane" in msg
+    assert fix in msg and "shared_guard" not in msg
+    assert buf.metadata()["shared_retries"] == 16
+    buf.sampler = rb.UniformSampler()  # nothing else changed: it samples again
+    check_batch(buf.sample(64))
+    w.close()
+    buf.close()
+
+
 def test_nstep_and_sequences_read_exact_windows() -> None:
     gamma = 0.5
     buf = _owner(256, 2, n_step=3, gamma=gamma)

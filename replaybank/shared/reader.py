@@ -20,7 +20,7 @@ import numpy.typing as npt
 
 from replaybank.errors import ReplayBankError
 from replaybank.samplers.base import Sampler, SlotExcluding
-from replaybank.shared.lanes import LaneSnapshot
+from replaybank.shared.lanes import LaneSnapshot, default_guard
 from replaybank.storage.backends.base import SharedArrayBackend
 from replaybank.storage.table import StepTable
 
@@ -33,7 +33,9 @@ ATTEMPTS = 16
 
 
 class WritersOutranError(ReplayBankError, RuntimeError):
-    """Writers overwrote the data of every draw of a sample call (raise ``guard``)."""
+    """Writers overwrote the data of every draw of a sample call: build the buffer with a
+    larger capacity (its ``guard`` grows with the rows per lane, up to 1024 steps), sample
+    smaller batches, or slow the writers."""
 
 
 def shared_arrays(backend: SharedArrayBackend, table: StepTable
@@ -105,7 +107,19 @@ class SharedReader:
             if self.snapshot.intact():
                 return out
             self.retries += 1
-        raise WritersOutranError(
+        raise self._outran()
+
+    def _outran(self) -> WritersOutranError:
+        """The error of a sample call whose every draw was overwritten, naming what
+        controls the guard (the rows per lane) and what else helps."""
+        guard, rows = self.snapshot.guard, self.snapshot.table.T
+        what = (f"they evicted more than guard={guard} steps of a lane while it gathered; "
+                f"the guard is min(1024, T // 16) of the T = capacity // num_envs = {rows} "
+                "rows per lane")
+        if default_guard(2 * rows) > guard:  # a larger capacity raises the guard
+            fix = "build the buffer with a larger capacity, sample smaller batches"
+        else:
+            fix = "sample smaller batches (the guard is at its largest)"
+        return WritersOutranError(
             f"shared buffer: writers overwrote the sampled data in {ATTEMPTS} draws in a "
-            f"row (they evicted more than guard={self.snapshot.guard} steps of a lane "
-            "during one sample); build the buffer with a larger shared_guard= or capacity")
+            f"row ({what}); {fix}, or slow the writers")
