@@ -207,6 +207,20 @@ def _reserve(shm: shared_memory.SharedMemory, nbytes: int, what: str) -> None:
             f"{_SHM_DIR} (docker: --shm-size) or use storage=\"memmap\"") from exc
 
 
+#: How many forks this process descends through from the one that imported this module
+#: (one item, counted in each child): an owner's cleanup made before a fork is, in the
+#: child, a copy that must not unlink.
+_FORKS = [0]
+
+
+def _forked() -> None:
+    _FORKS[0] += 1
+
+
+if hasattr(os, "register_at_fork"):  # POSIX: os.fork and multiprocessing's "fork"
+    os.register_at_fork(after_in_child=_forked)
+
+
 class _Cleanup:
     """Unlinks an owner's segments once (close, garbage collection or exit), in the
     owner's process only: a child forked from it inherits the object, its ``atexit``
@@ -214,11 +228,11 @@ class _Cleanup:
 
     def __init__(self) -> None:
         self.segments: list[shared_memory.SharedMemory] = []
-        self.pid = os.getpid()
+        self.forks = _FORKS[0]  # the owner's process (made in it)
 
     def __call__(self) -> None:
         segments, self.segments = self.segments, []
-        owner = os.getpid() == self.pid
+        owner = _FORKS[0] == self.forks
         for shm in segments:
             if owner:
                 with contextlib.suppress(FileNotFoundError, OSError):
