@@ -124,6 +124,21 @@ def _open_and_report(handle: Any, q: Any) -> None:
         q.put(str(exc))
 
 
+def test_a_multi_agent_buffer_refuses_shared_memory_before_making_any() -> None:
+    spec = {"obs": {"a": ((3,), "float32"), "b": ((3,), "float32")},
+            "action": {"a": ((), "int64"), "b": ((), "int64")}}
+    before = segment_names()
+    for build in (
+            lambda: rb.MultiAgentReplayBuffer(100, agents=["a", "b"], num_envs=2, spec=spec,
+                                              storage="shared"),
+            lambda: rb.from_config({"type": "MultiAgentReplayBuffer", "capacity": 100,
+                                    "agents": ["a", "b"], "storage": "shared"}, spec=spec)):
+        with pytest.raises(ConfigError, match=r"storage='shared'.*storage=\"numpy\".*"
+                                              r"ReplayService"):
+            build()
+    assert segment_names() == before  # nothing was allocated
+
+
 def test_snapshot_window_and_uniform_sampling() -> None:
     buf = _owner(64, 2)
     T = 32  # noqa: N806

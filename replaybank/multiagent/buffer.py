@@ -120,7 +120,10 @@ class MultiAgentReplayBuffer:
     Raises:
         ArgumentError: Bad agent names, or a keyword the core does not take.
         ConfigError: ``n_step > 1`` with a view other than the plain n-step view (e.g.
-            ``frame_stack``): per-agent n-step returns need it.
+            ``frame_stack``): per-agent n-step returns need it; ``storage="shared"``
+            (refused before any shared memory is made: its owner never adds, and there
+            is no multi-agent writer for collector processes; the Ray service,
+            :class:`~replaybank.distributed.ReplayService`, serves this buffer to them).
         SpecError: A bad ``spec``.
         CapacityError: As :class:`~replaybank.buffers.replay.ReplayBuffer`.
 
@@ -152,6 +155,7 @@ class MultiAgentReplayBuffer:
         if unknown:
             raise ArgumentError(f"MultiAgentReplayBuffer() got keyword arguments {unknown}; "
                                 f"it passes on only {sorted(_BUFFER_ARGUMENTS)}")
+        _check_storage(storage)
         parse_spec(spec, self._agents)  # checked now, used at the first add
         self._spec = spec
         self._layout: AgentLayout | None = None
@@ -660,3 +664,20 @@ def _layout_of(agents: tuple[str, ...], core_spec: dict[str, Any]) -> AgentLayou
 _BUFFER_ARGUMENTS = frozenset(inspect.signature(ReplayBuffer.__init__).parameters) - {
     "self", "capacity", "num_envs", "seed", "spec", "sampler", "storage", "path", "device",
     "n_step", "gamma", "next_obs"}
+
+
+def _check_storage(storage: str | ArrayBackend) -> None:
+    """Refuse ``storage="shared"`` (a name or a backend of that kind): its owner only
+    samples, and collector processes get no multi-agent writer.
+
+    Raises:
+        ConfigError: Naming the storages and the service that work.
+    """
+    name = storage if isinstance(storage, str) else getattr(storage, "name", None)
+    if name == "shared":
+        raise ConfigError(
+            f"MultiAgentReplayBuffer(storage={name!r}): a multi-agent buffer cannot live in "
+            "shared memory (its owner only samples, and there is no multi-agent writer for "
+            'collector processes); use storage="numpy", "memmap" or "torch" in one process, '
+            "or rb.distributed.ReplayService(num_shards, {'type': "
+            "'MultiAgentReplayBuffer', ...}) for collectors in other processes")
