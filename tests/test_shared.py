@@ -231,6 +231,31 @@ def test_writers_outrunning_every_draw_name_what_controls_the_guard(capacity: in
     buf.close()
 
 
+def test_a_late_priority_update_of_overwritten_steps_is_ignored_and_not_counted() -> None:
+    buf = _owner(64, 2, sampler=rb.PrioritizedSampler(alpha=1.0))
+    w = buf.writer([0, 1]).open()
+    lanes = np.array([0, 1])
+
+    def write(steps: int) -> None:
+        for _ in range(steps):  # no initial priorities: new steps get the running max
+            t = np.full(2, int(w.written[0]))
+            w.add(**step_values(lanes, t, np.zeros(2), np.zeros(2, bool)))
+
+    write(20)
+    old, seq = buf.sample(32), buf.sample_sequences(4, 3)
+    write(40)  # every row of both lanes (T = 32) rewritten since: all of them stale
+    assert buf.update_priorities(old.indices, np.full(32, 1000.0)) == 0
+    assert buf.update_sequence_priorities(seq.starts, np.ones((4, 3))) == 0
+    write(8)  # and no step's priority changed
+    b = buf.sample(2000)
+    check_batch(b)
+    np.testing.assert_allclose(b.probabilities, 1 / len(buf))
+    fresh = buf.sample(16)  # an update of live steps still applies, each one counted
+    assert buf.update_priorities(fresh.indices, np.ones(16)) == 16
+    w.close()
+    buf.close()
+
+
 def test_nstep_and_sequences_read_exact_windows() -> None:
     gamma = 0.5
     buf = _owner(256, 2, n_step=3, gamma=gamma)

@@ -596,7 +596,8 @@ class ReplayBuffer:
         locked = self._guard.enter()
         try:
             traits, lanes = self._current_parts().traits, self._lanes()
-            return self._store.updated(lambda k, p: update_priorities(traits, lanes, k, p),
+            return self._store.updated(self._sampler,
+                                       lambda k, p: update_priorities(traits, lanes, k, p),
                                        indices, priorities)
         finally:
             self._guard.leave(locked)
@@ -632,7 +633,7 @@ class ReplayBuffer:
         locked = self._guard.enter()
         try:
             traits, lanes = self._current_parts().traits, self._lanes()
-            return self._store.updated(lambda k, td, m: update_sequence_priorities(
+            return self._store.updated(self._sampler, lambda k, td, m: update_sequence_priorities(
                 traits, lanes, k, td, eta=eta, mask=m), starts, td_errors, mask)
         finally:
             self._guard.leave(locked)

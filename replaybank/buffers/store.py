@@ -121,8 +121,10 @@ class Store:
             lv = self._lane_view = LaneView(t.T, t.lanes, t.written, t.counts)
         return lv
 
-    def updated(self, apply: Callable[..., int], *values: Any) -> int:
-        """``apply(*values)`` of a priority update by item keys (the first value)."""
+    def updated(self, sampler: Sampler, apply: Callable[..., int], *values: Any) -> int:
+        """``apply(*values)`` of a priority update by item keys (the first value), on the
+        live steps as they are now (``sampler`` hears what the storage changed first, as
+        in :meth:`size`)."""
         return apply(*values)
 
     def state_dict(self) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from replaybank.buffers.priorities import to_host
 from replaybank.buffers.sampling_parts import Parts
 from replaybank.buffers.store import Store
 from replaybank.device.path import DevicePath, device_path
+from replaybank.samplers.base import Sampler
 from replaybank.spec import Spec
 from replaybank.storage.backends.base import ArrayBackend
 
@@ -54,7 +55,7 @@ class DeviceStore(Store):
             return Batch.own(got)
         return super().sample(parts, rng, batch_size, replace, kwargs)
 
-    def updated(self, apply: Callable[..., int], *values: Any) -> int:
+    def updated(self, sampler: Sampler, apply: Callable[..., int], *values: Any) -> int:
         """The update on the host tree, the record of every priority (device tensors
         copied in one transfer)."""
         return apply(*to_host(*values))

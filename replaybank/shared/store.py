@@ -77,6 +77,12 @@ class SharedStore(Store):
     def read(self, sampler: Sampler, draw: Callable[[], T_]) -> T_:
         return self.reader.read(sampler, draw)
 
+    def updated(self, sampler: Sampler, apply: Callable[..., int], *values: Any) -> int:
+        """The update on a fresh snapshot: keys of steps the writers evicted since they
+        were sampled are stale (ignored and not counted), as on a local buffer."""
+        self.reader.sync(sampler)
+        return apply(*values)
+
     def metadata(self) -> dict[str, Any]:
         """``shared_retries``: draws thrown away because writers evicted their steps."""
         return {"shared_retries": self.reader.retries}
