@@ -322,6 +322,68 @@ def test_property_learner_sees_exactly_the_model_window(
     buf.close()
 
 
+def _all_steps(buf: Any, lanes: int, to_local: Any = None) -> dict[int, tuple[Any, ...]]:
+    """Every step a buffer samples, by item key (``to_local(seq, lane)``: the key in
+    another buffer's lanes)."""
+    b = buf.sample(len(buf), replace=False)
+    out = {}
+    for i, key in enumerate(np.asarray(b.indices).tolist()):
+        seq, lane = divmod(key, lanes)
+        k = key if to_local is None else to_local(seq, lane)
+        out[k] = tuple(np.asarray(b[f])[i].tolist() for f in
+                       ("obs", "action", "reward", "next_obs", "terminated", "truncated"))
+    return out
+
+
+@pytest.mark.parametrize(("sub_envs", "lanes"), [(2, [2, 0]), (None, [1]), (2, [1])])
+def test_collect_fills_a_writer_as_it_fills_a_buffer(sub_envs: int | None,
+                                                     lanes: list[int]) -> None:
+    """rb.collect into a writer of some lanes of a 3-lane shared buffer stores what it
+    stores into a local buffer of len(lanes) envs: a vector env (its default autoreset
+    adds some sub-envs only: env_ids), one env (values without a lane dim), and a vector
+    env into one lane (staged extends)."""
+    gym = pytest.importorskip("gymnasium")
+
+    def env() -> Any:
+        return gym.make("CartPole-v1") if sub_envs is None else \
+            gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * sub_envs)
+
+    T = 512  # noqa: N806
+    spec = rb.spec_from_env(env())
+    local = rb.ReplayBuffer(T * len(lanes), num_envs=len(lanes), seed=0, spec=spec)
+    want = rb.collect(env(), None, local, 300, progress=False, seed=3)
+    buf = rb.ReplayBuffer(3 * T, num_envs=3, seed=0, spec=spec, storage="shared")
+    w = buf.writer(lanes).open()
+    assert w.num_envs == len(lanes) and w.spec == buf.spec
+    got = rb.collect(env(), None, w, 300, progress=False, seed=3)
+    assert (got.steps, got.episode_lengths) == (want.steps, want.episode_lengths)
+    mine = _all_steps(buf, 3, lambda seq, lane: seq * len(lanes) + lanes.index(lane))
+    theirs = _all_steps(local, len(lanes))
+    # the same steps, less the newest of each lane while it waits for its next obs
+    assert set(mine) <= set(theirs) and len(theirs) - len(mine) <= len(lanes)
+    assert all(mine[k] == theirs[k] for k in mine)
+    w.close()
+    buf.close()
+
+
+def test_writer_env_ids_are_positions_among_its_lanes() -> None:
+    buf = _owner(48, 3)
+    w = buf.writer([2, 0]).open()
+    one = step_values(np.array([0]), np.zeros(1), np.zeros(1), np.ones(1, bool))
+    w.add(**one, env_ids=[1])  # its second lane: lane 0 of the buffer
+    w.extend(**{k: v[None] for k, v in step_values(
+        np.array([2]), np.zeros(1), np.zeros(1), np.ones(1, bool)).items()}, env_ids=[0])
+    assert w.written.tolist() == [1, 1] and len(buf) == 2
+    check_batch(buf.sample(16))
+    for bad in ([2], [0, 0], [-1]):
+        with pytest.raises(rb.ShapeError, match=r"env_ids are positions among this "
+                                                r"writer's lanes \[2, 0\]"):
+            w.add(**one, env_ids=bad)
+    assert w.written.tolist() == [1, 1] and len(buf) == 2
+    w.close()
+    buf.close()
+
+
 def test_writer_processes_never_show_a_torn_step() -> None:
     """Two collector processes write as fast as they can while the learner samples."""
     buf = _owner(4096, 4, sampler=rb.PrioritizedSampler())

@@ -30,9 +30,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from replaybank.errors import ConfigError
+from replaybank.buffers.checked_call import lane_ids
+from replaybank.errors import ConfigError, ShapeError
 from replaybank.shared.lanes import claim_side_slots, lanes_of
 from replaybank.shared.reader import shared_arrays
+from replaybank.spec import Spec
 from replaybank.storage.backends.base import SharedArrayBackend
 
 __all__ = ["SharedWriter", "SharedWriterHandle", "writer_handle"]
@@ -84,7 +86,9 @@ class SharedWriterHandle:
 class SharedWriter:
     """A collector's writer of some lanes of a shared buffer (from
     ``SharedWriterHandle.open()``): ``add`` / ``extend`` as on a buffer with
-    ``num_envs=len(lanes)``; ``priority=`` gives initial priorities (PER learners).
+    ``num_envs=len(lanes)`` (``env_ids=`` are positions among its lanes), so
+    :func:`replaybank.collect` fills it from a gymnasium env; ``priority=`` gives initial
+    priorities (PER learners).
     """
 
     def __init__(self, handle: SharedWriterHandle) -> None:
@@ -127,40 +131,85 @@ class SharedWriter:
         claim_side_slots(table, self.lanes)
         self._T = table.T
 
-    def _priorities(self, priority: Any, n: int) -> bool:
-        """Store raw initial priorities for the rows about to be written, before the
-        write commits them (NaN: none given). False: bad shape, for the buffer to name."""
-        m = len(self.lanes)
-        rows = (self._written[self.lanes][None, :] + np.arange(n)[:, None]) % self._T
+    def _priorities(self, priority: Any, n: int, lanes: npt.NDArray[np.int64]) -> bool:
+        """Store raw initial priorities for the rows of ``lanes`` about to be written,
+        before the write commits them (NaN: none given). False: bad shape, for the
+        buffer to name."""
+        m = len(lanes)
+        rows = (self._written[lanes][None, :] + np.arange(n)[:, None]) % self._T
         if priority is None:
-            self._priority[rows, self.lanes[None, :]] = np.nan
+            self._priority[rows, lanes[None, :]] = np.nan
             return True
         try:
             p = np.broadcast_to(np.asarray(priority, np.float64), (n, m) if n > 1 else (m,))
         except (ValueError, TypeError):
             return False
-        self._priority[rows, self.lanes[None, :]] = p.reshape(n, m)
+        self._priority[rows, lanes[None, :]] = p.reshape(n, m)
         return True
 
+    def _call(self, call: str, values: dict[str, Any], axis: int
+              ) -> tuple[npt.NDArray[np.int64], dict[str, Any]]:
+        """The buffer lanes a call writes and its values with their lane dim (``axis``):
+        every lane of this writer, or those at positions ``env_ids`` among them, as on a
+        buffer with ``num_envs=len(lanes)``; a one-lane writer also takes values without
+        the lane dim, as a one-env buffer does.
+
+        Raises:
+            ShapeError: ``env_ids`` are not distinct positions in ``[0, len(lanes))``.
+        """
+        env_ids = values.pop("env_ids", None)
+        if env_ids is None:
+            if len(self.lanes) == 1 and np.ndim(values.get("terminated", ())) == axis:
+                values = {k: _lane_dim(v, axis) for k, v in values.items()}
+            return self.lanes, values
+        try:
+            at = lane_ids(env_ids, len(self.lanes))
+        except ShapeError as exc:
+            raise ShapeError(
+                f"SharedWriter.{call}(env_ids=...): env_ids are positions among this "
+                f"writer's lanes {self.lanes.tolist()} (as on a buffer with num_envs="
+                f"{len(self.lanes)}), not lane ids of the shared buffer; {exc}") from None
+        return self.lanes[at], values
+
     def add(self, **values: Any) -> None:
-        """One step of each of this writer's lanes (values ``[len(lanes), ...]``);
-        ``priority=`` (``[len(lanes)]``) sets initial priorities."""
+        """One step of each of this writer's lanes (values ``[len(lanes), ...]``; a
+        one-lane writer also takes them without the lane dim). ``env_ids=`` (positions
+        among the lanes) writes some of them (values ``[len(env_ids), ...]``);
+        ``priority=`` (one per lane written) sets initial priorities.
+
+        Raises:
+            ShapeError, SpecError, DtypeError: As ``ReplayBuffer.add`` on a buffer with
+                ``num_envs=len(lanes)`` (``env_ids`` index this writer's lanes).
+        """
         self._check_open()
         priority = values.pop("priority", None)
-        if "env_ids" in values:
-            raise ConfigError("SharedWriter.add(env_ids=...): a writer writes its own lanes "
-                              f"{self.lanes.tolist()}; open one writer per set of lanes")
-        self._priorities(priority, 1)  # bad ones: the buffer's check names them
-        self._buf.add(**values, env_ids=self.lanes, priority=priority)
+        lanes, values = self._call("add", values, 0)
+        self._priorities(priority, 1, lanes)  # bad ones: the buffer's check names them
+        self._buf.add(**values, env_ids=lanes, priority=priority)
 
     def extend(self, **values: Any) -> None:
-        """``n`` steps of each lane (values ``[n, len(lanes), ...]``)."""
+        """``n`` steps of each lane (values ``[n, len(lanes), ...]``, or ``[n, ...]`` for
+        a one-lane writer); ``env_ids=`` and ``priority=`` as in :meth:`add`."""
         self._check_open()
         priority = values.pop("priority", None)
+        lanes, values = self._call("extend", values, 1)
         shape = np.shape(values.get("terminated", ()))
         if shape:  # else the buffer's check names the bad call
-            self._priorities(priority, int(shape[0]))
-        self._buf.extend(**values, env_ids=self.lanes, priority=priority)
+            self._priorities(priority, int(shape[0]), lanes)
+        self._buf.extend(**values, env_ids=lanes, priority=priority)
+
+    @property
+    def num_envs(self) -> int:
+        """Lanes this writer writes: its calls take values as a buffer with this many
+        envs does (so :func:`replaybank.collect` fills a writer as it fills a buffer)."""
+        return len(self.lanes)
+
+    @property
+    def spec(self) -> Spec | None:
+        """The fields the shared buffer stores."""
+        self._check_open()
+        spec: Spec | None = self._buf.spec
+        return spec
 
     @property
     def written(self) -> npt.NDArray[np.int64]:
@@ -213,3 +262,10 @@ def writer_handle(backend: SharedArrayBackend, config: dict[str, Any], lanes: An
     """The handle of a writer of ``lanes`` (checked) of the owner's buffer."""
     ids = lanes_of(lanes, num_envs)
     return SharedWriterHandle(backend.layout(), config, tuple(int(x) for x in ids))
+
+
+def _lane_dim(value: Any, axis: int) -> Any:
+    """``value`` (a dict of them: each leaf) with a lane dim of 1 inserted at ``axis``."""
+    if isinstance(value, dict):
+        return {k: _lane_dim(v, axis) for k, v in value.items()}
+    return None if value is None else np.expand_dims(np.asarray(value), axis)
