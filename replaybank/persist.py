@@ -224,7 +224,9 @@ def load(dirpath: str | os.PathLike[str], prefix: str = "buffer_", *,
 
     A checkpoint never chooses where files are written: the buffer is loaded into memory
     (``storage="numpy"``, even when the saved buffer was a memmap buffer, whose ``path``
-    in the saved config is ignored) unless the caller passes ``path=`` here.
+    in the saved config is ignored) unless the caller passes ``path=`` here. A
+    ``storage="shared"`` buffer's checkpoint (the steps its learner sampled from when it
+    was saved) is loaded into memory too.
 
     Returns:
         The buffer (of the saved registered type); its next ``sample()`` equals the saved
@@ -349,13 +351,19 @@ def directory(path: Any, call: str, arg: str, reading: bool = True) -> Path:
     return p
 
 
+#: Storages a checkpoint is loaded from into memory: files (their place is never read
+#: from a checkpoint) and shared memory (whose owner only samples what writers add).
+_LOADED_IN_MEMORY = ("memmap", "shared")
+
+
 def _in_memory(cfg: dict[str, Any]) -> dict[str, Any]:
     """A saved config with its file locations dropped: ``path`` (from a file, never
-    trusted as a place to write) is None, and ``storage="memmap"`` becomes ``"numpy"``."""
+    trusted as a place to write) is None, and ``storage="memmap"`` or ``"shared"``
+    becomes ``"numpy"``."""
     cfg = dict(cfg)
     if "path" in cfg:
         cfg["path"] = None
-    if cfg.get("storage") == "memmap":
+    if cfg.get("storage") in _LOADED_IN_MEMORY:
         cfg["storage"] = "numpy"
     return cfg
 

@@ -412,6 +412,62 @@ def test_writer_processes_never_show_a_torn_step() -> None:
     buf.close()
 
 
+@pytest.mark.parametrize("sampler", [None, rb.PrioritizedSampler(alpha=1.0)])
+def test_a_saved_shared_buffer_loads_into_memory_as_the_steps_its_learner_sampled(
+        tmp_path: Path, sampler: Any) -> None:
+    """rb.save writes one snapshot: the loaded (numpy) buffer holds exactly the learner's
+    steps, each as its writer wrote it, with the learner's sampler state and generator."""
+    buf = _owner(64, 2, **({} if sampler is None else {"sampler": sampler}))
+    w = buf.writer([0, 1]).open()
+    lanes = np.array([0, 1])
+    rng = np.random.default_rng(3)
+    ep = np.zeros(2)
+    for t in range(70):  # both lanes full (T = 32), episodes ending now and then
+        done = rng.random(2) < 0.15
+        prio = None if sampler is None else rng.random(2) + 0.5
+        w.add(**step_values(lanes, np.full(2, t), ep, done), priority=prio)
+        ep = np.where(done, ep + 1, ep)
+    if sampler is not None:
+        b = buf.sample(16)
+        buf.update_priorities(b.indices, np.arange(16) + 1.0)
+    buf.save(tmp_path)
+    back = rb.load(tmp_path)
+    assert back.backend.name == "numpy" and len(back) == len(buf) > 0
+    mine, theirs = buf.sample(64), back.sample(64)  # the same draw from the same state
+    for key in mine:
+        np.testing.assert_array_equal(theirs[key], mine[key])
+    everything = back.sample(len(back), replace=False)
+    check_batch(everything)  # every step exact, the newest of each lane included
+    assert _all_steps(back, 2) == _all_steps(buf, 2)
+    # the loaded buffer goes on as a local one: the next steps continue its lanes
+    back.add(**step_values(lanes, np.full(2, 70), ep, np.ones(2, bool)))
+    check_batch(back.sample(256))
+    w.close()
+    buf.close()
+
+
+def test_saves_beside_writer_processes_are_each_one_consistent_snapshot(
+        tmp_path: Path) -> None:
+    buf = _owner(4096, 4, sampler=rb.PrioritizedSampler())
+    procs = [CTX.Process(target=write_lanes, args=(buf.writer(lanes), 20_000, i))
+             for i, lanes in enumerate(([0, 1], [2, 3]))]
+    for p in procs:
+        p.start()
+    saved = 0
+    deadline = time.monotonic() + 60
+    while any(p.is_alive() for p in procs) and time.monotonic() < deadline:
+        if len(buf) >= 64:
+            rb.save(buf, tmp_path / str(saved))
+            back = rb.load(tmp_path / str(saved))
+            check_batch(back.sample(len(back), replace=False))
+            saved += 1
+    for p in procs:
+        p.join(30)
+        assert p.exitcode == 0
+    assert saved >= 3
+    buf.close()
+
+
 def test_writer_killed_mid_add_leaves_no_torn_step_and_its_lanes_are_taken_over() -> None:
     buf = _owner(512, 2)
     handle = buf.writer([0, 1])

@@ -665,10 +665,20 @@ class ReplayBuffer:
             state), ``sampler`` and ``view`` (their state dicts), ``table``
             (``fields/<name>``, ``side/<name>`` and ``meta/<name>`` arrays), and for
             device storage that has sampled on the device ``device_rng`` (the device
-            generator's state: :mod:`~replaybank.device.path`).
+            generator's state: :mod:`~replaybank.device.path`). A ``storage="shared"``
+            buffer gives one snapshot of its writers' lanes, copied (its table then
+            holds exactly the steps its sampler knows: a plain buffer's state).
         """
+        return self._store.read(self._sampler, self._state)
+
+    def _state(self) -> dict[str, Any]:
+        """:meth:`state_dict` of the steps the store holds now (read by the store: a
+        shared one retries when its writers overwrote what was copied)."""
         out = buffer_state.buffer_state(self.metadata(), self._init_args, self._rng,
-                                        self.sampler, self.view, self._table)
+                                        self.sampler, self.view, None)
+        table = self._store.table_state()
+        if table is not None:
+            out["table"] = table
         out.update(self._store.state_dict())
         resets = self.write_route.resets
         if resets is not None:  # autoreset_mode="next_step": the reset steps dropped

@@ -46,6 +46,7 @@ from replaybank.samplers.base import LaneView, Sampler
 from replaybank.spec import Spec
 from replaybank.storage.backends.base import ArrayBackend, DurableBackend
 from replaybank.storage.table import StepTable
+from replaybank.storage.table_state import table_state
 
 if TYPE_CHECKING:
     from replaybank.device.path import DevicePath
@@ -126,6 +127,11 @@ class Store:
         live steps as they are now (``sampler`` hears what the storage changed first, as
         in :meth:`size`)."""
         return apply(*values)
+
+    def table_state(self) -> dict[str, Any] | None:
+        """The table's arrays by state key (views where the storage allows:
+        :func:`~replaybank.storage.table_state.table_state`), None before it exists."""
+        return None if self.table is None else table_state(self.table)
 
     def state_dict(self) -> dict[str, Any]:
         """State of the storage's own beyond the table (merged into the buffer's)."""

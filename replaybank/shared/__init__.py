@@ -20,6 +20,11 @@ steps entered and left; after the gather it checks that no writer overwrote what
 lane (:func:`~replaybank.shared.lanes.default_guard`) and the newest step while
 its next observation has not arrived.
 
+``rb.save(buf, d)`` writes one snapshot, copied (:mod:`replaybank.shared.checkpoint`):
+exactly the steps the learner samples from at that moment, with its sampler state and
+generator. ``rb.load(d)`` rebuilds it in memory (``storage="numpy"``); it draws what the
+learner would have drawn next.
+
 A writer process killed mid-``add`` (even with SIGKILL) leaves its lanes consistent: the
 learner sees the steps committed before, and a new writer may take the lanes over
 (``buf.writer(lanes).open()`` again). When the owner closes, is collected or exits, the
@@ -46,6 +51,7 @@ Example:
 Modules: :mod:`~replaybank.shared.backend` (the segments), :mod:`~replaybank.shared.lanes`
 and :mod:`~replaybank.shared.snapshot` (what the learner may read),
 :mod:`~replaybank.shared.reader` (the learner's refresh and retry),
+:mod:`~replaybank.shared.checkpoint` (the snapshot as a saved table),
 :mod:`~replaybank.shared.writer` (a collector's handle and writer) and
 :mod:`~replaybank.shared.store` (the owner's :class:`~replaybank.buffers.store.Store`).
 Nothing in the core imports this room; the package registers ``storage="shared"``

@@ -23,6 +23,7 @@ from replaybank.buffers.sampling_parts import Parts
 from replaybank.buffers.store import Store
 from replaybank.errors import ConfigError
 from replaybank.samplers.base import Sampler
+from replaybank.shared.checkpoint import snapshot_state
 from replaybank.shared.reader import SharedReader
 from replaybank.shared.writer import SharedWriterHandle, writer_handle
 from replaybank.spec import Spec
@@ -82,6 +83,13 @@ class SharedStore(Store):
         were sampled are stale (ignored and not counted), as on a local buffer."""
         self.reader.sync(sampler)
         return apply(*values)
+
+    def table_state(self) -> dict[str, Any] | None:
+        """A copy of the snapshot's steps as a plain table's state
+        (:func:`~replaybank.shared.checkpoint.snapshot_state`): read it through
+        :meth:`read`, which retries when writers overwrote the copy."""
+        table = self.table
+        return None if table is None else snapshot_state(table, self.reader.snapshot)
 
     def metadata(self) -> dict[str, Any]:
         """``shared_retries``: draws thrown away because writers evicted their steps."""
