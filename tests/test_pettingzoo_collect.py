@@ -85,6 +85,27 @@ class Leaver(ParallelEnv):  # type: ignore[misc]
         return obs, rew, term, trunc, {a: {} for a in actions}
 
 
+class DictLeaver(Leaver):
+    """:class:`Leaver` where "a" observes a dict, as PettingZoo's classic envs do:
+    ``{"observation": float32[3], "action_mask": int8[3]}`` (the mask changes with the
+    step); "b" observes a plain array. ``mask_key`` renames the mask key (an env whose
+    observations have other keys than its neighbour's)."""
+
+    def __init__(self, b_end: int = 3, a_end: int = 6, a_truncates: bool = False,
+                 mask_key: str = "action_mask") -> None:
+        super().__init__(b_end, a_end, a_truncates)
+        self.mask_key = mask_key
+        self._obs["a"] = gym.spaces.Dict({"observation": self._obs["a"],
+                                          mask_key: gym.spaces.MultiBinary(3)})
+
+    def _observe(self, agent: str) -> Any:
+        base = super()._observe(agent)
+        if agent == "b":
+            return base
+        mask = np.array([1, self.t % 2, self.episode % 2], np.int8)
+        return {"observation": base, self.mask_key: mask}
+
+
 class Recorder:
     """A parallel env that forwards to ``env`` and logs everything it returned."""
 
@@ -155,6 +176,18 @@ def expected(rec: Recorder) -> list[dict[str, Any]]:
     return out
 
 
+def assert_row(stored: Any, i: int, want: Any, msg: str) -> None:
+    """Row ``i`` of a batch field equals ``want`` (a dict observation: per key, with the
+    env's own dtype)."""
+    if isinstance(want, dict):
+        assert isinstance(stored, dict) and sorted(stored) == sorted(want), msg
+        for k, v in want.items():
+            assert_row(stored[k], i, v, f"{msg}[{k!r}]")
+        return
+    assert np.asarray(stored).dtype == np.asarray(want).dtype, msg
+    np.testing.assert_array_equal(stored[i], want, err_msg=msg)
+
+
 def check_buffer(buf: rb.MultiAgentReplayBuffer, recs: list[Recorder]) -> list[list[int]]:
     """Every stored joint transition equals the envs' logs; returns, per env, the stored
     step indices where the joint episode ended."""
@@ -171,9 +204,8 @@ def check_buffer(buf: rb.MultiAgentReplayBuffer, recs: list[Recorder]) -> list[l
             assert bool(batch.active[a][i]) == acted, (key, a)
             if not acted:
                 continue
-            np.testing.assert_array_equal(batch.obs[a][i], e["obs"][a], err_msg=f"{key}{a}")
-            np.testing.assert_array_equal(batch.next_obs[a][i], e["next_obs"][a],
-                                          err_msg=f"next_obs {key} {a}")
+            assert_row(batch.obs[a], i, e["obs"][a], f"obs {key} {a}")
+            assert_row(batch.next_obs[a], i, e["next_obs"][a], f"next_obs {key} {a}")
             np.testing.assert_array_equal(batch.action[a][i], e["action"][a])
             assert batch.reward[a][i] == np.float32(e["reward"][a])
             assert bool(batch.terminated[a][i]) == bool(e["terminated"][a])
@@ -341,6 +373,61 @@ def test_agent_leaving_early_in_vector_envs_with_active_masks() -> None:
     # actions of envs where an agent does not act are not stored
     assert b.action["a"][~np.asarray(b.active["a"])].tolist() == \
         [0] * int((~np.asarray(b.active["a"])).sum())
+
+
+def test_dict_observations_in_vector_envs_stored_per_key_and_batched_per_key() -> None:
+    """A list of envs whose agent "a" observes {"observation", "action_mask"}: every key
+    is stored with its own dtype exactly as the envs returned it, and the policy gets
+    {agent: {key: [n, *shape]}} (zeros where the agent does not act)."""
+    envs = [Recorder(DictLeaver(b_end=3, a_end=6)),
+            Recorder(DictLeaver(b_end=4, a_end=2, a_truncates=True))]
+    buf = rb.MultiAgentReplayBuffer(100, ["a", "b"], num_envs=2, seed=0)
+    seen: list[tuple[dict[str, Any], dict[str, np.ndarray]]] = []
+    col: MultiAgentCollector
+
+    def policy(obs: dict[str, Any]) -> dict[str, np.ndarray]:
+        seen.append((obs, col.active))
+        return {"a": np.array([1, 2]), "b": np.full((2, 2), 0.25, np.float32)}
+
+    col = MultiAgentCollector(envs, policy, buf, seed=0)
+    res = col.collect(24)
+    assert res.steps == 24 and len(buf) == 24
+    assert check_buffer(buf, envs) == [[5, 11], [3, 7, 11]]
+    b = buf.sample(4)
+    assert b.obs["a"]["action_mask"].dtype == np.int8 and b.obs["a"]["action_mask"].shape == (4, 3)
+    assert b.next_obs["a"]["observation"].dtype == np.float32
+    # every policy call: per-key arrays [2, *shape] holding what each env observed
+    exp = [expected(r) for r in envs]
+    assert len(seen) == 12
+    for t, (obs, active) in enumerate(seen):
+        assert isinstance(obs["a"], dict) and sorted(obs["a"]) == ["action_mask", "observation"]
+        assert obs["a"]["observation"].shape == (2, 3)
+        assert obs["a"]["action_mask"].shape == (2, 3)
+        assert obs["a"]["action_mask"].dtype == np.int8
+        for e in range(2):
+            if active.get("a", np.zeros(2, bool))[e]:
+                for k in ("observation", "action_mask"):
+                    np.testing.assert_array_equal(obs["a"][k][e], exp[e][t]["obs"]["a"][k])
+            elif "a" in obs:
+                assert not obs["a"]["observation"][e].any()
+                assert not obs["a"]["action_mask"][e].any()
+    assert seen[3][1]["a"].tolist() == [True, False]  # env 1's "a" was cut off at step 2
+    # random actions through rb.collect store the same way
+    envs2 = [Recorder(DictLeaver(b_end=2, a_end=5)), Recorder(DictLeaver(b_end=4, a_end=3))]
+    buf2 = rb.MultiAgentReplayBuffer(100, ["a", "b"], num_envs=2, seed=0)
+    rb.collect(envs2, None, buf2, 30, progress=False, seed=4)
+    assert len(buf2) == 30
+    check_buffer(buf2, envs2)
+
+
+def test_dict_observations_with_other_keys_in_another_env_are_refused() -> None:
+    envs = [DictLeaver(), DictLeaver(mask_key="legal_moves")]
+    buf = rb.MultiAgentReplayBuffer(100, ["a", "b"], num_envs=2, seed=0)
+    with pytest.raises(ConfigError, match=r"env\[1\] gave the obs of agent 'a' as a dict "
+                       r"with keys \['observation', 'legal_moves'\] but env\[0\].*"
+                       r"'action_mask'.*same dict keys in every env"):
+        rb.collect(envs, None, buf, 4, progress=False, seed=0)
+    assert len(buf) == 0
 
 
 def test_state_left_out_when_the_buffer_stores_none() -> None:

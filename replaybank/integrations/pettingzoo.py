@@ -35,7 +35,9 @@ Replay policies: ``policy(obs) -> actions``. With one env (not a list), ``obs`` 
 env's own dict ``{agent: obs}`` of the acting agents and the policy returns ``{agent:
 action}`` for each. With a list of ``n`` envs, ``obs`` is ``{agent: [n, *obs_shape]}``
 for every agent acting in at least one env (zeros in the envs where it does not act;
-:attr:`MultiAgentCollector.active` says where it does) and the policy returns
+:attr:`MultiAgentCollector.active` says where it does); an agent that observes a dict
+(PettingZoo's ``{"observation": ..., "action_mask": ...}``) gets ``{key: [n, *shape]}``,
+one array per key with its own dtype, and is stored per key. The policy returns
 ``{agent: [n, *action_shape]}`` for the same agents (the values of envs where an agent does
 not act are ignored). numpy arrays or torch tensors. ``policy=None`` samples
 ``env.action_space(agent)`` for each acting agent, the spaces seeded from the collector's
@@ -267,11 +269,47 @@ def _checked_step(out: Any, acting: list[str], where: str) -> tuple[Any, Any, An
     return nxt, rew, term, trunc
 
 
-def _rows(values: dict[int, Any], n: int) -> np.ndarray:
+def _rows(values: dict[int, Any], n: int, what: str) -> Any:
     """``[n, *shape]``: ``values[i]`` in row ``i``, zeros in the rows not given (the
-    dtype and shape of the first value)."""
-    first = np.asarray(next(iter(values.values())))
-    out = np.zeros((n, *first.shape), first.dtype)
+    dtype and shape of the first value).
+
+    Dict values (a dict observation such as PettingZoo's ``{"observation": ...,
+    "action_mask": ...}``) give a dict of such arrays, one per key (nested dicts too),
+    so that every leaf keeps its own shape and dtype.
+
+    Args:
+        values: ``{env index: value}`` of the envs that give one.
+        n: The number of envs (rows).
+        what: What the values are, for the error message (``"obs of agent 'p0'"``).
+
+    Returns:
+        ``[n, *shape]``, or for dict values ``{key: [n, *shape]}`` (nested likewise).
+
+    Raises:
+        ConfigError: The envs give the values in different forms: a dict in one env and
+            not in another, or dicts with different keys.
+    """
+    j, first = next(iter(values.items()))
+    if isinstance(first, Mapping):
+        keys = list(first)
+        for i, v in values.items():
+            if not isinstance(v, Mapping) or set(v) != set(keys):
+                got = f"a dict with keys {list(v)}" if isinstance(v, Mapping) \
+                    else describe(v)
+                raise ConfigError(
+                    f"collect(env=...): env[{i}] gave {what} as {got} but env[{j}] as a "
+                    f"dict with keys {keys}; the envs of one buffer give each agent the "
+                    "same form (the same dict keys in every env)")
+        return {k: _rows({i: v[k] for i, v in values.items()}, n, f"{what}[{k!r}]")
+                for k in keys}
+    for i, v in values.items():
+        if isinstance(v, Mapping):
+            raise ConfigError(
+                f"collect(env=...): env[{i}] gave {what} as a dict with keys {list(v)} "
+                f"but env[{j}] as {describe(first)}; the envs of one buffer give each "
+                "agent the same form (the same dict keys in every env)")
+    arr = np.asarray(first)
+    out = np.zeros((n, *arr.shape), arr.dtype)
     for i, v in values.items():
         out[i] = v
     return out
@@ -471,15 +509,15 @@ class MultiAgentCollector(_ParallelEnvs):
                     per_env[i][a] = values[i]
         return per_env
 
-    def _batch_obs(self, acting: list[list[str]]) -> dict[str, np.ndarray]:
+    def _batch_obs(self, acting: list[list[str]]) -> dict[str, Any]:
         """``{agent: [n, *obs_shape]}`` of the agents acting in some env (zeros in the
-        envs where they do not act)."""
-        obs: dict[str, np.ndarray] = {}
+        envs where they do not act; ``{key: [n, *shape]}`` for a dict observation)."""
+        obs: dict[str, Any] = {}
         for a in self._agents:
             rows = {i: cur[a] for i, cur in enumerate(self._obs)
                     if cur is not None and a in acting[i]}
             if rows:
-                obs[a] = _rows(rows, self.n)
+                obs[a] = _rows(rows, self.n, f"the observation of agent {a!r}")
         return obs
 
     def _check_actions(self, out: Any, agents: list[str]) -> None:
@@ -562,8 +600,9 @@ class MultiAgentCollector(_ParallelEnvs):
                 continue
             active[a] = np.isin(np.arange(self.n), list(acted))
             for k in keys:
-                values[k][a] = _rows({i: s[k][a] for i, s in acted.items()}, self.n)
-        state = {k: _rows({i: s[k] for i, s in live.items()}, self.n)
+                values[k][a] = _rows({i: s[k][a] for i, s in acted.items()}, self.n,
+                                     f"the {k} of agent {a!r}")
+        state = {k: _rows({i: s[k] for i, s in live.items()}, self.n, f"the {k}")
                  for k in ("state", "next_state")} if store_state else {}
         self.buffer.add(**values, active=active, **state)
 
@@ -831,8 +870,9 @@ class MultiAgentRolloutCollector(_ParallelEnvs):
             rows = {i: cur[a] for i, cur in enumerate(self._obs)
                     if cur is not None and a in acting[i]}
             if rows:
-                obs[a] = _rows(rows, self.n)
-        state = _rows({i: _copy(e.state()) for i, e in enumerate(self.envs)}, self.n) \
+                obs[a] = _rows(rows, self.n, f"the observation of agent {a!r}")
+        state = _rows({i: _copy(e.state()) for i, e in enumerate(self.envs)}, self.n,
+                      "the state") \
             if self._stores_state() else None
         return obs, state
 
@@ -875,7 +915,7 @@ class MultiAgentRolloutCollector(_ParallelEnvs):
             for a in agents:
                 rows = {i: self._spaces[i][a].sample() for i in range(self.n)
                         if a in acting[i]}
-                actions[a] = _rows(rows, self.n)
+                actions[a] = _rows(rows, self.n, f"the action of agent {a!r}")
             return actions, self._zeros(agents, self.n), {a: np.zeros(self.n) for a in agents}
         return self._unpack(self.policy(obs, state), agents)
 
@@ -903,11 +943,12 @@ class MultiAgentRolloutCollector(_ParallelEnvs):
         extra: dict[str, Any] = {}
         if final:
             extra["final_obs"] = {a: _rows({i: f[a] for i, f in final.items() if a in f},
-                                           self.n)
+                                           self.n, f"the final observation of agent {a!r}")
                                   for a in names if any(a in f for f in final.values())}
             if state is not None:
                 extra["final_state"] = _rows({i: _copy(self.envs[i].state())
-                                              for i in final}, self.n)
+                                              for i in final}, self.n,
+                                             "the final state")
         self.buffer.add(obs=obs, action=actions, reward=reward, terminated=term,
                         truncated=trunc, value=values, log_prob=log_probs, state=state,
                         active={a: np.isin(np.arange(self.n), [i for i in range(self.n)
