@@ -89,20 +89,28 @@ class DictLeaver(Leaver):
     """:class:`Leaver` where "a" observes a dict, as PettingZoo's classic envs do:
     ``{"observation": float32[3], "action_mask": int8[3]}`` (the mask changes with the
     step); "b" observes a plain array. ``mask_key`` renames the mask key (an env whose
-    observations have other keys than its neighbour's)."""
+    observations have other keys than its neighbour's); with ``reuse`` "a"'s dict and its
+    arrays are one object, overwritten in place at every step (as some envs do)."""
 
     def __init__(self, b_end: int = 3, a_end: int = 6, a_truncates: bool = False,
-                 mask_key: str = "action_mask") -> None:
+                 mask_key: str = "action_mask", reuse: bool = False) -> None:
         super().__init__(b_end, a_end, a_truncates)
         self.mask_key = mask_key
         self._obs["a"] = gym.spaces.Dict({"observation": self._obs["a"],
                                           mask_key: gym.spaces.MultiBinary(3)})
+        self.reuse = reuse
+        self._a_obs = {"observation": np.zeros(3, np.float32),
+                       mask_key: np.zeros(3, np.int8)}
 
     def _observe(self, agent: str) -> Any:
         base = super()._observe(agent)
         if agent == "b":
             return base
         mask = np.array([1, self.t % 2, self.episode % 2], np.int8)
+        if self.reuse:
+            self._a_obs["observation"][:] = base
+            self._a_obs[self.mask_key][:] = mask
+            return self._a_obs
         return {"observation": base, self.mask_key: mask}
 
 
@@ -418,6 +426,16 @@ def test_dict_observations_in_vector_envs_stored_per_key_and_batched_per_key() -
     rb.collect(envs2, None, buf2, 30, progress=False, seed=4)
     assert len(buf2) == 30
     check_buffer(buf2, envs2)
+
+
+@pytest.mark.parametrize("n_envs", [1, 2])
+def test_dict_observations_an_env_overwrites_in_place_are_stored_as_returned(
+        n_envs: int) -> None:
+    envs = [Recorder(DictLeaver(b_end=3, a_end=5, reuse=True)) for _ in range(n_envs)]
+    buf = rb.MultiAgentReplayBuffer(100, ["a", "b"], num_envs=n_envs, seed=0)
+    rb.collect(envs if n_envs > 1 else envs[0], None, buf, 20, progress=False, seed=0)
+    assert len(buf) == 20
+    check_buffer(buf, envs)
 
 
 def test_dict_observations_with_other_keys_in_another_env_are_refused() -> None:

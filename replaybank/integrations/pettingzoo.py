@@ -316,7 +316,10 @@ def _rows(values: dict[int, Any], n: int, what: str) -> Any:
 
 
 def _copy(x: Any) -> Any:
-    """A private copy of an observation (an env may reuse its arrays)."""
+    """A private copy of an observation (an env may reuse its arrays), a dict
+    observation's arrays included (nested dicts too)."""
+    if isinstance(x, Mapping):
+        return {k: _copy(v) for k, v in x.items()}
     return np.array(x) if isinstance(x, np.ndarray) else x
 
 
