@@ -158,12 +158,16 @@ def _poke(path: Path, dtype: Any, index: int, value: int) -> None:
     ("meta%2Flink.bin", np.int32, 5 * 2 + 0, 2**30, "meta/link[5, 0] = 1073741824"),
     ("meta%2Flink.bin", np.int32, 3 * 2 + 1, 0, "meta/link[3, 1] = 0"),
 ])
+@pytest.mark.parametrize("mode", ["r+", "r"])
 def test_damaged_memmap_counters_and_links_are_refused_at_open(
-        file: str, dtype: Any, index: int, value: int, needle: str, tmp_path: Path) -> None:
+        file: str, dtype: Any, index: int, value: int, needle: str, mode: str,
+        tmp_path: Path) -> None:
+    """Also read-only (which reads the counters as a live writer's snapshot): files that
+    no writer changes meanwhile are damaged, not mid-add."""
     _memmap_dir(tmp_path)  # 8 rows, 12 steps per lane: row 3 holds each lane's newest step
     _poke(tmp_path / file, dtype, index, value)
     with pytest.raises(CheckpointError) as info:
-        rb.open(tmp_path)
+        rb.open(tmp_path, mode=mode)
     assert needle in str(info.value) and str(tmp_path) in str(info.value)
 
 

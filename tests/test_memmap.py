@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -230,3 +231,100 @@ def test_reopen_sequence_buffer_as_itself(tmp_path: Path, with_spec: bool) -> No
     assert len(again) == len(buf) == 30
     got = again.sample(3)
     assert got.obs.shape == (3, 5, 3)  # burn-in 1 + 4 steps
+
+
+# ---------------------------------------------------------------------- beside a writer
+LIVE_WRITER = textwrap.dedent("""
+    import sys
+    import numpy as np
+    import replaybank as rb
+
+    path, lanes, T = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    buf = rb.ReplayBuffer(T * lanes, num_envs=lanes, storage="memmap", path=path, seed=0)
+    ids = np.arange(lanes)
+    one = (lambda a: a[0]) if lanes == 1 else (lambda a: a)
+    t = 0
+    while True:  # as fast as it can, until killed
+        term = (ids % 2 == 0) & (t % 7 == 6)
+        trunc = (ids % 2 == 1) & (t % 11 == 10)
+        obs = np.stack([ids, np.full(lanes, t)], axis=1)  # the step number, exactly
+        nxt = obs.copy()
+        nxt[:, 1] = np.where(term | trunc, -(t + 1), t + 1)  # a final obs: not the reset's
+        buf.add(obs=one(obs), action=one(np.full(lanes, t)),
+                reward=one(np.full(lanes, t % 1000, np.float32)), next_obs=one(nxt),
+                terminated=one(term), truncated=one(trunc))
+        t += 1
+        if t == T + 50:  # the ring is full: every add evicts a step from now on
+            print("ready", flush=True)
+""")
+
+
+def live_writer(tmp_path: Path, lanes: int, rows: int, writer: str) -> subprocess.Popen[str]:
+    """A process adding to a memmap buffer in a loop; returns once its ring is full."""
+    script = tmp_path / "writer.py"
+    script.write_text(LIVE_WRITER)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+           "REPLAYBANK_WRITER": writer}
+    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path / "live"), str(lanes),
+                             str(rows)], stdout=subprocess.PIPE, text=True, env=env)
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "ready", proc.poll()
+    return proc
+
+
+@pytest.mark.parametrize(("lanes", "writer"),
+                         [(1, "auto"), (1, "reference"), (2, "auto"), (3, "reference")])
+def test_read_only_opens_beside_a_live_writer_see_what_it_wrote(
+        tmp_path: Path, lanes: int, writer: str) -> None:
+    """``rb.open(path, mode="r")`` while another process adds without pause: every open
+    succeeds, and every sampled transition is one the writer wrote (its step number is
+    in the obs; a step the writer evicted after the open may hold a newer one)."""
+    rows = 4096
+    proc = live_writer(tmp_path, lanes, rows, writer)
+    start_file = tmp_path / "live" / MemmapBackend.file_name("meta/start")
+    checked = drawn = 0
+    try:
+        for _ in range(30):
+            reader = rb.open(tmp_path / "live", mode="r")
+            assert 0 < len(reader) <= rows * lanes
+            batch = reader.sample(128)
+            start = np.fromfile(start_file, np.int64)  # the writer's, after the sample
+            reader.close()
+            keys = np.asarray(batch.indices)
+            seq, lane = keys // lanes, keys % lanes
+            kept = seq >= start[lane]  # not evicted yet: the row still holds step seq
+            drawn += len(keys)
+            checked += int(kept.sum())
+            obs = np.asarray(batch.obs)[kept].reshape(-1, 2)
+            nxt = np.asarray(batch.next_obs)[kept].reshape(-1, 2)
+            s, ln = seq[kept], lane[kept]
+            term = (ln % 2 == 0) & (s % 7 == 6)
+            trunc = (ln % 2 == 1) & (s % 11 == 10)
+            np.testing.assert_array_equal(obs, np.stack([ln, s], axis=1))
+            np.testing.assert_array_equal(nxt[:, 0], ln)
+            np.testing.assert_array_equal(nxt[:, 1], np.where(term | trunc, -(s + 1), s + 1))
+            np.testing.assert_array_equal(np.asarray(batch.action)[kept], s)
+            np.testing.assert_array_equal(np.asarray(batch.reward)[kept], s % 1000)
+            np.testing.assert_array_equal(np.asarray(batch.terminated)[kept], term)
+            np.testing.assert_array_equal(np.asarray(batch.truncated)[kept], trunc)
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+    assert checked > drawn // 2, (checked, drawn)  # the writer did not outrun most draws
+
+
+def test_inspect_beside_a_live_writer(tmp_path: Path) -> None:
+    """``replaybank inspect`` opens a memmap directory read-only while its writer adds."""
+    proc = live_writer(tmp_path, 2, 512, "auto")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    try:
+        for _ in range(3):
+            out = subprocess.run([sys.executable, "-m", "replaybank", "inspect",
+                                  str(tmp_path / "live"), "--json"], capture_output=True,
+                                 text=True, env=env, timeout=120)
+            assert out.returncode == 0, out.stderr[-500:]
+            summary = json.loads(out.stdout)
+            assert summary["lanes"] == 2 and 0 < summary["fill"] <= 1024
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)

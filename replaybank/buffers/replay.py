@@ -51,7 +51,6 @@ from replaybank.spec import Spec
 from replaybank.storage.backends import make_backend
 from replaybank.storage.backends.base import ArrayBackend
 from replaybank.storage.table import StepTable
-from replaybank.storage.table_state import check_table
 from replaybank.views import view_numbers
 from replaybank.views.base import View
 
@@ -745,14 +744,15 @@ class ReplayBuffer:
             resets.dropped[:] = dropped
 
     def reopened(self) -> None:
-        """The storage was reopened from its files: rebuild the free side slots, and tell
+        """The storage was reopened from its files: check them and rebuild the free side
+        slots (read-only, beside a writer that may be adding: from one consistent snapshot
+        of the lane counters, :meth:`~replaybank.buffers.store.Store.reopened`), and tell
         the sampler about every live step, oldest first (its default state for them).
 
         Raises:
             CheckpointError: The files' lane counters or links are damaged.
         """
-        check_table(self.table, self._store.where())
-        self.table.rebuild_free_list()
+        self._store.reopened()
         self.sampler.on_write(buffer_state.live_slots(self.table), None)
 
     def save(self, dirpath: Any, prefix: str = "buffer_") -> None:

@@ -46,7 +46,7 @@ from replaybank.samplers.base import LaneView, Sampler
 from replaybank.spec import Spec
 from replaybank.storage.backends.base import ArrayBackend, DurableBackend
 from replaybank.storage.table import StepTable
-from replaybank.storage.table_state import table_state
+from replaybank.storage.table_state import check_table, snapshot_table, table_state
 
 if TYPE_CHECKING:
     from replaybank.device.path import DevicePath
@@ -143,6 +143,25 @@ class Store:
     def metadata(self) -> dict[str, Any]:
         """JSON-able entries the buffer's metadata adds for this storage."""
         return {}
+
+    def reopened(self) -> None:
+        """Check the table reopened from its files and rebuild its free side slots: as
+        the files hold it (:func:`~replaybank.storage.table_state.check_table`), or,
+        opened read-only beside a writer that may be adding, from one consistent
+        snapshot of its counters
+        (:func:`~replaybank.storage.table_state.snapshot_table`).
+
+        Raises:
+            CheckpointError: The files' lane counters or links are damaged.
+        """
+        t = self.table
+        if t is None:
+            return
+        if self._files is not None and self._files.read_only:
+            snapshot_table(t, self.where())
+            return
+        check_table(t, self.where())
+        t.rebuild_free_list()
 
     def where(self) -> str:
         """The call that opened this storage, for error messages."""

@@ -83,6 +83,15 @@ class SideStore:
         """Slots holding a next observation."""
         return self.capacity - len(self.free)
 
+    def remap(self) -> None:
+        """Map every array again from the backend at its current size: a store reopened
+        read-only beside the process that writes its files, which may have grown them
+        since (a reopening backend's ``allocate`` maps the existing file, all of it)."""
+        cap = self.capacity
+        for name, arr in self.arrays.items():
+            self.arrays[name] = self.backend.allocate(f"side/{name}", (cap, *arr.shape[1:]),
+                                                      arr.dtype)
+
     # ------------------------------------------------------------------ slots
     def resize(self, slots: int) -> None:
         """Grow (or shrink, when a smaller state is loaded) every array to ``slots``."""

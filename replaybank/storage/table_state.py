@@ -33,12 +33,16 @@ from replaybank.spec import Spec
 from replaybank.storage.backends.base import ArrayBackend
 from replaybank.storage.table import StepTable
 
-__all__ = ["check_counters", "check_table", "check_table_arrays", "load_table_state",
-           "table_state"]
+__all__ = ["SNAPSHOT_ATTEMPTS", "check_counters", "check_table", "check_table_arrays",
+           "load_table_state", "snapshot_table", "table_state"]
 
 IntArray = npt.NDArray[np.int64]
 #: Item keys (``seq * lanes + lane``) stay below this, far from int64 overflow.
 _MAX_KEY = 1 << 62
+#: Reads of the counters :func:`snapshot_table` takes while a writer keeps adding before
+#: it reports the last check that failed (a read is taken again when the writer committed
+#: between its first two reads, a few microseconds apart).
+SNAPSHOT_ATTEMPTS = 64
 
 
 def table_state(t: StepTable) -> dict[str, npt.NDArray[Any]]:
@@ -152,6 +156,96 @@ def check_table(t: StepTable, where: str) -> None:
     """  # noqa: E501
     check_counters(t.T, np.asarray(t.written), np.asarray(t.counts), np.asarray(t.episodes),
                    np.asarray(t.link), t.side_capacity, where)
+
+
+def snapshot_table(t: StepTable, where: str, attempts: int = SNAPSHOT_ATTEMPTS) -> None:
+    """Settle a table reopened read-only from files another process may be adding to
+    (``rb.open(path, mode="r")`` beside a running writer) on one consistent window of
+    each lane, check it as :func:`check_table` does, and rebuild its free side slots.
+
+    A live writer stores in the crash-safe order of
+    :class:`~replaybank.storage.table.StepTable`, per lane: ``start`` advances past the
+    steps it evicts, then side slots, data and links of the new steps, then ``written``
+    (the commit), then the previous newest step is relinked to 0 (only when its kept
+    next observation is bitwise the new step's observation). So the counters are read
+    ``written`` first (``w``: every step below it is complete), then each lane's newest
+    link, then ``written`` again (unchanged: no commit came between, so the newest link
+    was read before any relink; else the read starts over), then the side store is
+    mapped again (a slot of a step below ``w`` lies in its files by then), then every
+    link, then ``start`` (``s``: no step from ``s`` on was evicted, so its row and link
+    were not rewritten while they were read). The window is ``[s, w)``; its counters go
+    into the table's own copy-on-write pages (the files never change), its data, links
+    and side store stay mapped: a writer that goes on may later overwrite the oldest
+    steps, and relinks the newest one (its next observation is then the next row's).
+
+    A check that fails while the counters moved (a writer added meanwhile) is taken
+    again, up to ``attempts`` reads in all; one that fails on counters that did not move
+    reports damaged files, as :func:`check_table` would. Tables without ``start`` (files
+    of an older version) are checked as they are.
+
+    Args:
+        t: A durable table reopened read-only.
+        where: What is opening (named in errors).
+        attempts: Snapshots taken before the last failure is reported.
+
+    Raises:
+        CheckpointError: An invariant of :func:`check_counters` is broken in a snapshot
+            taken while no writer added, or in every one of ``attempts``.
+
+    Example:
+        >>> import tempfile
+        >>> from replaybank.spec import Spec
+        >>> from replaybank.storage.backends.memmap import MemmapBackend
+        >>> from replaybank.storage.writers.reference import write
+        >>> spec = Spec.coerce({"obs": ((), "int64"), "terminated": ((), "bool"),
+        ...                     "truncated": ((), "bool")})
+        >>> d = tempfile.mkdtemp()
+        >>> t = StepTable(spec, T=4, lanes=1, obs_fields=["obs"], backend=MemmapBackend(d))
+        >>> no = np.zeros((2, 1), bool)
+        >>> _ = write(t, np.array([0]), {"obs": np.array([[1], [2]]), "terminated": no,
+        ...             "truncated": no}, {"obs": np.array([[2], [3]])})
+        >>> r = StepTable(spec, T=4, lanes=1, obs_fields=["obs"],
+        ...               backend=MemmapBackend(d, reopen=True, mode="r"))
+        >>> snapshot_table(r, f"open({d})")
+        >>> r.counts.tolist(), r.gather_next("obs", np.array([0, 1])).tolist()
+        ([2], [2, 3])
+        >>> t.backend.close()
+    """
+    if t.start is None:
+        check_table(t, where)
+        t.rebuild_free_list()
+        return
+    T, lanes = t.T, t.lanes  # noqa: N806
+    cols = np.arange(lanes)
+    tries = max(1, attempts)
+    for attempt in range(tries):
+        last = attempt == tries - 1
+        written = np.array(t.written, dtype=np.int64)  # [lanes], first
+        newest = np.array(t.link[(written - 1) % T, cols], dtype=np.int64)  # [lanes]
+        if not last and not np.array_equal(written, t.written):
+            continue  # a commit in between: the newest step may be relinked already
+        t.side.remap()
+        link = np.array(t.link)  # [T, lanes]
+        start = np.array(t.start, dtype=np.int64)  # [lanes], after the links
+        episodes = np.array(t.episodes, dtype=np.int64)
+        some = written > 0
+        link[((written - 1) % T)[some], cols[some]] = newest[some]
+        counts = np.clip(written - start, 0, np.minimum(written, T))  # as a reopen does
+        # a linked slot lies in every field's file (a writer grows them one by one)
+        side_len = min(len(a) for a in t.side.arrays.values())
+        try:
+            used = check_counters(T, written, counts, episodes, link, side_len, where)
+        except CheckpointError:
+            if last or (np.array_equal(written, t.written)
+                        and np.array_equal(start, t.start)):
+                raise  # nothing moved (the files are damaged), or no attempt left
+            continue  # a writer added meanwhile: take the counters again
+        t.written[:] = written
+        t.counts[:] = counts
+        t.start[:] = written - counts
+        t.episodes[:] = episodes
+        t.side.rebuild(np.concatenate([used, np.zeros(t.side_capacity - side_len, bool)]))
+        return
 
 
 def check_counters(T: int, written: IntArray, counts: IntArray,  # noqa: N803

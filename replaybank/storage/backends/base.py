@@ -130,6 +130,13 @@ class DurableBackend(ArrayBackend, Protocol):
     path: Any
 
     @property
+    def read_only(self) -> bool:
+        """Whether the storage was opened read-only, beside a process that may be writing
+        it: the table reopened from it reads its counters as one snapshot (see
+        :func:`~replaybank.storage.table_state.snapshot_table`)."""
+        ...
+
+    @property
     def buffer_id(self) -> str:
         """A random id of the buffer held in these files."""
         ...

@@ -16,9 +16,10 @@ Files are safe to share and to damage: their disk blocks are reserved when they 
 created or grown (a full disk raises :class:`~replaybank.errors.CapacityError` then, not
 SIGBUS in a later add), one process at a time writes a directory (an ``flock`` on
 :data:`LOCK` naming its pid, held until :meth:`MemmapBackend.close` or garbage
-collection; ``rb.open(path, mode="r")`` reads beside the writer), file names come from
-array names (never from the manifest, so no file outside the directory is opened or
-removed), and a damaged manifest, a truncated file or lane counters that no write could
+collection; ``rb.open(path, mode="r")`` reads beside the writer: a snapshot of the steps
+complete at the open, :func:`~replaybank.storage.table_state.snapshot_table`), file
+names come from array names (never from the manifest, so no file outside the directory
+is opened or removed), and a damaged manifest, a truncated file or lane counters that no write could
 have left (a hand-edited ``start``) give :class:`~replaybank.errors.CheckpointError` on
 reopen, before anything is written. A buffer whose first allocation fails (a capacity
 beyond the free disk space) removes the files it created and its manifest and releases
@@ -382,6 +383,11 @@ class MemmapBackend:
         if self._unlock is not None:
             self._unlock()  # closes the lock file: the lock is released
             self._unlock = None
+
+    @property
+    def read_only(self) -> bool:
+        """Opened with ``mode="r"``: read only, beside a writer that may be adding."""
+        return self.mode == "r"
 
     @property
     def closed(self) -> bool:
