@@ -231,6 +231,41 @@ def test_writers_outrunning_every_draw_name_what_controls_the_guard(capacity: in
     buf.close()
 
 
+class _TornOnceSampler(rb.PrioritizedSampler):
+    """Its first draw finds the snapshot torn: the writer evicts past it, and the draw
+    refuses (as a draw over an empty window does), as when a learner is descheduled
+    between its reads of ``written`` and ``start``."""
+
+    def __init__(self, writer: Any, n: int) -> None:
+        super().__init__()
+        self.writer, self.n, self.torn = writer, n, False
+
+    def sample(self, batch_size: int, lanes: Any, rng: np.random.Generator,
+               replace: bool = True, beta: float | None = None, **kw: Any) -> Any:
+        if not self.torn:
+            self.torn = True
+            _extend(self.writer, self.n)
+            raise rb.EmptyBufferError("sample: the buffer is empty (a torn snapshot)")
+        return super().sample(batch_size, lanes, rng, replace=replace, beta=beta, **kw)
+
+
+def test_a_draw_refused_over_a_snapshot_writers_outran_is_drawn_again() -> None:
+    """A draw that raises while writers evicted past the snapshot is retried on a fresh
+    one (it raised EmptyBufferError to a learner sampling beside fast writers); the same
+    error over an intact snapshot is the caller's."""
+    buf = _owner(64, 1)
+    w = buf.writer([0]).open()
+    _extend(w, 80)
+    buf.sampler = _TornOnceSampler(w, 64)
+    check_batch(buf.sample(32))
+    assert buf.metadata()["shared_retries"] == 1
+    buf.sampler = _TornOnceSampler(w, 0)  # nothing evicted: a real refusal
+    with pytest.raises(rb.EmptyBufferError, match="torn snapshot"):
+        buf.sample(32)
+    w.close()
+    buf.close()
+
+
 def test_a_late_priority_update_of_overwritten_steps_is_ignored_and_not_counted() -> None:
     buf = _owner(64, 2, sampler=rb.PrioritizedSampler(alpha=1.0))
     w = buf.writer([0, 1]).open()

@@ -103,9 +103,17 @@ class SharedReader:
         """
         for _ in range(ATTEMPTS):
             self.sync(sampler)
-            out = draw()
-            if self.snapshot.intact():
-                return out
+            try:
+                out = draw()
+            except ReplayBankError:
+                # a snapshot torn by writers that outran it between its reads (a learner
+                # descheduled after reading `written` sees a `start` past it: an empty
+                # window) refuses what the data would give: draw again
+                if self.snapshot.intact():
+                    raise
+            else:
+                if self.snapshot.intact():
+                    return out
             self.retries += 1
         raise self._outran()
 
