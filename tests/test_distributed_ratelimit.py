@@ -117,3 +117,36 @@ def test_max_times_sampled_retires_items(services: Any) -> None:
     c.extend(**steps(2, 8, 9))  # new items are drawable
     c.flush()
     assert set(c.sample(16).obs[:, 0].astype(int).tolist()) == {8, 1008}
+
+
+def test_writes_held_by_the_limiter_are_sent_again_exactly_once_in_order(
+        services: Any) -> None:
+    """A send the limiter holds past the timeout raises, and the rows stay queued: once
+    the learner has sampled, a later write or ``flush()`` delivers every row once, in
+    its lane's order (the sends behind the held one were in flight too)."""
+    limit = RateLimit(min_size_to_sample=10, samples_per_insert=1.0, error_buffer=20.0)
+    svc = start(services, 1, {"capacity": 256}, rate_limit=limit)
+    writer = svc.client("writer", max_rows=8, timeout=0.5)  # 4 sends of 8 rows in flight
+    learner = svc.client("learner", timeout=5.0)
+    data = one_lane(0, 100)
+    held = 0
+    for t in range(100):
+        try:
+            writer.add(**{k: v[t] for k, v in data.items()})
+        except RateLimitTimeout:
+            held += 1
+            learner.sample(8)  # room for one send: the queued rows go on the next try
+    for _ in range(20):
+        try:
+            writer.flush()
+            break
+        except RateLimitTimeout:
+            held += 1
+            learner.sample(8)
+    else:
+        pytest.fail("flush() kept raising RateLimitTimeout after the learner sampled")
+    assert held >= 1 and writer.pending_rows == 0
+    assert svc.stats()["shards"][0]["limiter"]["inserts"] == len(learner) == 100
+    everything = learner.sample(100, replace=False)  # diff = 100 - 8 * held >= centre 10
+    order = np.argsort(everything.indices)
+    assert np.array_equal(everything.obs[order, 0], np.arange(100))  # once each, in order

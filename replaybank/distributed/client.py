@@ -20,9 +20,14 @@ sends that cost was ~90% of a send's time. A send that fails because its shard d
 sent again once Ray has restarted the shard (for up to ``timeout`` seconds); if the
 shard does not come back, the call raises
 :class:`~replaybank.distributed.errors.ShardUnavailableError` and the rows stay queued
-(a later ``flush()`` sends them). Rows are never dropped silently; a shard restored
-from its latest checkpoint holds what that checkpoint held (rows acknowledged after it
-are gone with the crashed process).
+(a later ``flush()`` sends them). A send that a shard's rate limiter holds past
+``timeout`` raises :class:`~replaybank.distributed.limiter.RateLimitTimeout` in the call
+that waited for it; nothing of it is written, and the shard turns the client's later
+sends away too (they may not be written before it), so the rows stay queued, in order:
+the next ``flush()`` (or a write that has to wait for a send) sends them again, the held
+send first, and each row is written exactly once. Rows are never dropped silently; a
+shard restored from its latest checkpoint holds what that checkpoint held (rows
+acknowledged after it are gone with the crashed process).
 
 Bad rows are refused by the call that passes them, before anything is queued: each
 ``add``/``extend`` is checked with one buffer's rules (field set, trailing shapes, the
@@ -286,6 +291,9 @@ class ReplayClient:
                 not a number, negative, NaN, infinite or above the shards' limit.
             ConfigError: ``priority`` given while the shards' sampler has none.
             ShardUnavailableError: A send of earlier rows could not be delivered.
+            RateLimitTimeout: A send of earlier rows was held by a shard's rate limiter
+                past ``timeout`` (this call's rows are queued; every queued row is sent
+                again by the next ``flush()``).
         """
         values = self._values(obs, action, reward, next_obs, terminated, truncated, extras)
         self._write("add", values, env_ids, priority)
@@ -438,7 +446,10 @@ class ReplayClient:
         k = len(payload["env_ids"])  # the calls of the send and their rows here
         calls = [(tag, (t1 - t0) * k) for tag, t0, t1 in payload.get("calls", [])]
         data = _ray().put(payload)  # one copy into shared memory; resends reuse it
-        q.append((self._submit(shard, data, seq), data, seq, calls))
+        # while sends the rate limiter turned away wait to be sent again (by _ack, in
+        # order), a new one waits behind them
+        held = any(sent[0] is None for sent in q)
+        q.append((None if held else self._submit(shard, data, seq), data, seq, calls))
         while len(q) > self.max_in_flight:
             self._ack(shard)
 
@@ -452,10 +463,24 @@ class ReplayClient:
     def _ack(self, shard: int) -> None:
         """Wait for the oldest send to ``shard``; resend it while the shard restarts.
         Rows the shard refused are noted for :meth:`_report` (never raised here: the
-        call that waits is not the one that passed them)."""
+        call that waits is not the one that passed them).
+
+        A send the rate limiter turned away (not written) is sent again here, alone;
+        once it is written, the later sends turned away with it go again, in order
+        (the shard writes each send once: a resend of a written one is skipped).
+
+        Raises:
+            RateLimitTimeout: The rate limiter turned the send away again; every send
+                not written stays queued for the next call.
+            ShardUnavailableError: The shard did not come back, or did not answer, in
+                time (the rows stay queued).
+        """
         ray = _ray()
         q = self._in_flight[shard]
         ref, data, seq, calls = q[0]
+        if ref is None:  # turned away by the rate limiter: send it again
+            ref = self._submit(shard, data, seq)
+            q[0] = (ref, data, seq, calls)
         deadline = time.monotonic() + self.timeout
         while True:
             try:
@@ -463,6 +488,9 @@ class ReplayClient:
                 q.popleft()
                 for tag, rows, error in reply["refused"]:
                     self._refused(shard, tag, rows, error)
+                for i, (later, d, n, c) in enumerate(q):
+                    if later is None:  # turned away with this one: its turn has come
+                        q[i] = (self._submit(shard, d, n), d, n, c)
                 return
             except ray.exceptions.RayActorError:
                 if time.monotonic() > deadline:
@@ -481,11 +509,47 @@ class ReplayClient:
                 cause = getattr(exc, "cause", None)
                 error = cause if isinstance(cause, Exception) else exc
                 if _is_rate_limit(cause):
+                    self._turned_away(shard)
                     raise error from None  # the rows stay queued for a retry
                 q.popleft()  # nothing of the send was written: its calls are refused
                 for tag, rows in calls:
                     self._refused(shard, tag, rows, error)
                 return
+
+    def _turned_away(self, shard: int) -> None:
+        """The oldest send to ``shard`` was turned away by the rate limiter (nothing of it
+        written). Wait for the later sends in flight (the shard turns them away at once,
+        as they may not be written before it) and mark every send not written as unsent
+        (reference None), to be sent again, in order, by :meth:`_ack`."""
+        ray = _ray()
+        q = self._in_flight[shard]
+        deadline = time.monotonic() + self.timeout + 10.0
+        kept: collections.deque[Send] = collections.deque()
+        for i, (ref, data, seq, calls) in enumerate(q):
+            if i == 0 or ref is None:
+                kept.append((None, data, seq, calls))
+                continue
+            try:
+                reply = ray.get(ref, timeout=max(0.0, deadline - time.monotonic()))
+            except ray.exceptions.GetTimeoutError:
+                kept.append((ref, data, seq, calls))  # still on its way: waited for later
+                continue
+            except ray.exceptions.RayActorError:
+                kept.append((None, data, seq, calls))  # sent again once the shard is back
+                continue
+            except Exception as exc:
+                cause = getattr(exc, "cause", None)
+                if _is_rate_limit(cause):
+                    kept.append((None, data, seq, calls))
+                    continue
+                error = cause if isinstance(cause, Exception) else exc
+                for tag, rows in calls:  # nothing of the send was written
+                    self._refused(shard, tag, rows, error)
+                continue
+            for tag, rows, error in reply["refused"]:  # written (not after a held send)
+                self._refused(shard, tag, rows, error)
+        q.clear()
+        q.extend(kept)
 
     def _refused(self, shard: int, tag: Any, rows: int, error: BaseException) -> None:
         """Note that ``shard`` refused ``rows`` rows of the call ``tag`` (reported once by
@@ -525,6 +589,9 @@ class ReplayClient:
 
         Raises:
             ShardUnavailableError: A shard did not come back in time (rows stay queued).
+            RateLimitTimeout: A shard's rate limiter held a send past ``timeout`` (the
+                rows not written stay queued, in order; call ``flush()`` again once the
+                learner has sampled).
         """
         try:
             self._queue(self._batcher.close_all())

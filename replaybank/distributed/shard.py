@@ -188,6 +188,9 @@ class Shard:
         self.samples = 0
         self.restored_from: str | None = None
         self._next_seq: dict[str, int] = {}  # per client: the send to write next
+        # per client: its oldest send the rate limiter turned away (not written); its
+        # later sends are turned away at once until the client sends that one again
+        self._held: dict[str, int] = {}
         self._cond: asyncio.Condition | None = None
         root: Path | None = None
         if spec.restore is not None:
@@ -276,19 +279,29 @@ class Shard:
             writer = payload.get("writer")
         if writer is not None and not await self._turn(writer, timeout):
             return {"mass": self.mass(), "refused": []}  # a resend of rows already written
+        from replaybank.distributed.limiter import RateLimitTimeout
+
+        written_or_refused = True
         try:
             n = self._rows(payload)
             if self.limiter is None or self.limiter.can_insert(n):
                 refused = self.extend_now(payload)
             else:
-                await self.limiter.wait_insert(n, timeout)  # counts the n inserts
+                try:
+                    await self.limiter.wait_insert(n, timeout)  # counts the n inserts
+                except RateLimitTimeout:
+                    written_or_refused = False  # nothing written: the client resends it
+                    raise
                 written, refused = self._write(payload)
                 lost = n - written
                 if lost:  # counted as inserts, never stored: at least the size is right
                     self.limiter.on_delete(lost)
         finally:
             if writer is not None:
-                self._next_seq[writer[0]] = writer[1] + 1
+                if written_or_refused:
+                    self._next_seq[writer[0]] = writer[1] + 1
+                else:  # this send stays next; the later ones are turned away at once
+                    self._hold(writer[0], writer[1])
                 cond = self._order()
                 async with cond:
                     cond.notify_all()
@@ -306,16 +319,51 @@ class Shard:
         its sends to a shard, and says which is its oldest unacknowledged one (``floor``:
         every earlier send was written, by this process or by the one whose checkpoint it
         restored). Returns False for a send already written (a resend after a lost reply).
+
+        A send the rate limiter turned away is not written and stays next in its
+        client's order (:meth:`extend`); the client's later sends are then turned away
+        too, at once, and the client sends them all again, in order, starting with the
+        held one (whose arrival lifts the hold).
+
+        Raises:
+            RateLimitTimeout: An earlier send of this client was turned away by the rate
+                limiter, or this one waited ``timeout`` for its turn (nothing written:
+                the client sends it again).
         """
+        from replaybank.distributed.limiter import RateLimitTimeout
+
         name, seq, floor = writer
         expected = self._next_seq.setdefault(name, floor)
         if seq < expected:
             return False
+        if self._held.get(name, seq + 1) >= seq:  # the held send (or an earlier one) again
+            self._held.pop(name, None)
+
+        def ready() -> bool:
+            return self._next_seq[name] >= seq or self._held.get(name, seq) < seq
+
         cond = self._order()
         async with cond:
-            await asyncio.wait_for(
-                cond.wait_for(lambda: self._next_seq[name] >= seq), timeout)
+            try:
+                await asyncio.wait_for(cond.wait_for(ready), timeout)
+            except (TimeoutError, asyncio.TimeoutError):
+                self._hold(name, seq)
+                cond.notify_all()
+                raise RateLimitTimeout(
+                    f"shard {self.spec.index}: send {seq} of a client waited {timeout}s "
+                    "for its earlier sends (held by the rate limiter); not written, the "
+                    "client sends it again") from None
+            held = self._held.get(name, seq)
+            if held < seq:
+                raise RateLimitTimeout(
+                    f"shard {self.spec.index}: send {held} of this client was turned away "
+                    f"by the rate limiter, so send {seq} waits for it (not written; the "
+                    "client sends both again, in order)")
         return self._next_seq[name] == seq
+
+    def _hold(self, name: str, seq: int) -> None:
+        """Note that send ``seq`` of client ``name`` was not written (the oldest such)."""
+        self._held[name] = min(seq, self._held.get(name, seq))
 
     @staticmethod
     def _rows(payload: dict[str, Any]) -> int:
