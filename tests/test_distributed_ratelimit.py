@@ -3,6 +3,7 @@ a blocked call waits with a timeout inside its shard and stalls nothing else."""
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -11,6 +12,7 @@ import pytest
 
 from replaybank.errors import EmptyBufferError
 from tests.distributed_ray import start, steps
+from tests.stats import chi2_critical
 
 ray = pytest.importorskip("ray")
 from replaybank.distributed import RateLimit, RateLimitTimeout  # noqa: E402
@@ -150,3 +152,47 @@ def test_writes_held_by_the_limiter_are_sent_again_exactly_once_in_order(
     everything = learner.sample(100, replace=False)  # diff = 100 - 8 * held >= centre 10
     order = np.argsort(everything.indices)
     assert np.array_equal(everything.obs[order, 0], np.arange(100))  # once each, in order
+
+
+def test_replace_false_split_counts_only_the_items_a_shard_can_still_give(
+        services: Any) -> None:
+    """With ``max_times_sampled`` shards may not draw spares, so a distinct batch is split
+    before they draw: never asking a shard for more than its undrawn items (retired ones
+    have priority 0), and a batch above them all is refused naming what is left."""
+    cfg = {"capacity": 16, "sampler": {"type": "prioritized", "alpha": 0.0}}
+    svc = start(services, 2, cfg, num_lanes=2, max_times_sampled=1, seed=0)
+    c = svc.client(max_rows=1)
+    c.extend(**steps(2, 0, 8))  # 8 items on each shard
+    c.flush()
+    seen = c.sample(10, replace=False).obs[:, 0].astype(int).tolist()
+    before = c.state_dict()
+    with pytest.raises(EmptyBufferError, match=r"sample\(batch_size=7, replace=False\): the "
+                       r"live shards hold 16 items .* of which 6 have a positive priority"):
+        c.sample(7, replace=False)
+    assert c.state_dict() == before  # the refusal drew nothing
+    seen += c.sample(6, replace=False).obs[:, 0].astype(int).tolist()
+    assert sorted(seen) == sorted(1000 * lane + t for lane in range(2) for t in range(8))
+
+
+@pytest.mark.statistical
+def test_replace_false_split_without_spares_is_hypergeometric_for_equal_priorities(
+        services: Any) -> None:
+    """Equal priorities (alpha 0): one buffer's distinct batch is a uniformly random
+    subset, so shard 0's share of 48 of 32 + 32 items is hypergeometric."""
+    cfg = {"capacity": 64, "sampler": {"type": "prioritized", "alpha": 0.0}}
+    svc = start(services, 2, cfg, num_lanes=4, max_times_sampled=10**9, seed=0)
+    c = svc.client(max_rows=17)
+    c.extend(**steps(4, 0, 16))
+    c.flush()
+    from_shard0 = np.array([int((c.sample(48, replace=False).indices % 2 == 0).sum())
+                            for _ in range(300)])
+    k = np.arange(16, 33)
+    pmf = np.array([math.comb(32, v) * math.comb(32, 48 - v) for v in k]) / math.comb(64, 48)
+    expected = pmf * len(from_shard0)
+    observed = np.array([(from_shard0 == v).sum() for v in k], float)
+    keep = expected > 5
+    cells_o = np.r_[observed[keep], observed[~keep].sum()]
+    cells_e = np.r_[expected[keep], expected[~keep].sum()]
+    stat = float(((cells_o - cells_e) ** 2 / cells_e).sum())
+    assert stat < chi2_critical(len(cells_o) - 1)
+    assert from_shard0.var() < 4.5  # hypergeometric: 3.05; a multinomial split: 12

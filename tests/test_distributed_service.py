@@ -307,6 +307,54 @@ def test_uniform_replace_false_is_a_uniform_subset(services: Any) -> None:
     assert from_shard0.var() < 4.0  # hypergeometric: 3.05; a multinomial split: 12
 
 
+@pytest.mark.statistical
+def test_prioritized_replace_false_is_one_buffers_successive_sampling(
+        services: Any) -> None:
+    """One buffer's prioritized ``sample(B, replace=False)`` draws each next item in
+    proportion to priority among those not drawn yet (Gumbel top-k). With B = 56 of 64
+    items on two shards of 32 a shard's share often exceeds what it holds under a
+    multinomial split; the service's batches have one buffer's law: which items are
+    left out is compared item by item with that law (simulated)."""
+    _, client, single = filled(services, PER)
+    every = single.sample(64, replace=False)  # every item, with P(i) = p_i / total
+    item, prob = ids(every), every.probabilities.astype(np.float64)
+    rng = np.random.default_rng(1)
+    keys = np.log(prob)[None, :] + rng.gumbel(size=(100_000, 64))  # one buffer's draws
+    left_out = np.argsort(-keys, axis=1)[:, 56:]
+    p_out = np.bincount(left_out.ravel(), minlength=64) / len(keys)  # [64]
+    calls = 400
+    out = dict.fromkeys(item.tolist(), 0)
+    for _ in range(calls):
+        b = client.sample(56, replace=False)
+        got = ids(b).tolist()
+        assert len(set(got)) == 56
+        for i in set(out) - set(got):
+            out[i] += 1
+    observed = np.array([out[i] for i in item.tolist()], float)
+    assert chi2_pvalue_ok(observed, p_out * calls)
+    # the test has power: the law is far from leaving out every item equally often
+    assert not chi2_pvalue_ok(observed, np.full(64, 8 / 64 * calls))
+    assert client.draw_paths["two_trips"] == calls
+
+
+def test_too_large_prioritized_replace_false_batch_is_refused_before_anything_changes(
+        services: Any) -> None:
+    """``sample(B, replace=False)`` with B above every shard's items together names the
+    call's batch_size and the total (not one shard's share of it), and changes nothing:
+    a twin service sampled without the refused call gives the same next batches."""
+    svc, client, _ = filled(services, PER)
+    _, twin, _ = filled(services, PER)
+    before = (client.state_dict(), svc.stats()["samples"])
+    with pytest.raises(rb.errors.EmptyBufferError,
+                       match=r"sample\(batch_size=1000, replace=False\): the live shards "
+                             r"hold 64 items \(sizes \[32, 32\]\); lower batch_size"):
+        client.sample(1000, replace=False)
+    assert (client.state_dict(), svc.stats()["samples"]) == before
+    for replace in (False, True):
+        assert client.sample(48, replace=replace).indices.tolist() == \
+            twin.sample(48, replace=replace).indices.tolist()
+
+
 def test_torch_tensors_in_and_priorities_from_a_grad_tensor(services: Any) -> None:
     """A learner holding torch tensors: rows keep their dtype, and priorities may be a
     tensor that requires grad (detached on the way)."""

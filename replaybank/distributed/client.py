@@ -81,16 +81,28 @@ limiter lets the draw through, a multinomial split follows, the shards draw in p
 is kept where spare draws would change state that matters: with rate limits (the limiter
 counts every item drawn, and a batch draws only from the shards whose limiter allows
 it), with ``max_times_sampled`` (every draw counts towards retiring the item), and for
-``replace=False`` (a subset of distinct prioritized draws is not a draw of fewer; with a
-uniform sampler the split is multivariate hypergeometric over the shard sizes, so the
-batch is a uniformly random subset of all items, as one buffer's). A shard whose call
-fails because its process died is marked *degraded* (``degraded_shards``) and the batch
-is drawn from the others (totals renormalised); a probe notices when Ray has restarted
-it. With rate limits, a batch is drawn from the shards whose limiter lets it through now
-(renormalised the same way; with one limiter per shard, waiting on a shard that needs
-inserts while the writer waits on another that needs samples would deadlock), and waits,
-polling, while none does. The beta schedule of a prioritized sampler is followed by each
-client (its ``calls`` count, saved with the client state).
+``replace=False``. For ``sample`` the first trip also counts each shard's distinct items
+(for a prioritized sampler, those with a positive priority), so a batch larger than all
+of them together is refused, naming ``batch_size`` and the total, before anything is
+drawn, and no shard is asked for more than it holds. With a uniform sampler the split is
+multivariate hypergeometric over those counts, so the batch is a uniformly random subset
+of all items, as one buffer's. With a prioritized one each shard draws its own
+successive sample of ``min(B, its items)`` in the second trip, and the client takes a
+prefix of each, as many as one buffer's successive sampling over all items would take
+(:func:`~replaybank.distributed.split.split_successive`: exactly one buffer's law; the
+spare draws count in the shards' ``samples``). Where shards may not draw spares (rate
+limits, ``max_times_sampled``) the counts come first, from the shards' masses depleted
+as items are taken (:func:`~replaybank.distributed.split.split_depleting`: one buffer's
+law when priorities are equal within each shard, approximately otherwise). Distinct
+windows (``sample_sequences(replace=False)``) are split by size (uniform) or mass. A
+shard whose call fails because its process died is marked *degraded*
+(``degraded_shards``) and the batch is drawn from the others (totals renormalised); a
+probe notices when Ray has restarted it. With rate limits, a batch is drawn from the
+shards whose limiter lets it through now (renormalised the same way; with one limiter
+per shard, waiting on a shard that needs inserts while the writer waits on another that
+needs samples would deadlock), and waits, polling, while none does. The beta schedule of
+a prioritized sampler is followed by each client (its ``calls`` count, saved with the
+client state).
 
 Example (needs Ray; see :class:`~replaybank.distributed.service.ReplayService`)::
 
@@ -129,7 +141,14 @@ from replaybank.buffers.priorities import priority_values, to_host
 from replaybank.distributed.errors import RowsRejectedWarning, ShardUnavailableError
 from replaybank.distributed.keys import group_by_shard, group_rows_by_shard
 from replaybank.distributed.rejection import CandidateStream, candidate_counts
-from replaybank.distributed.split import merge, split_counts, split_distinct
+from replaybank.distributed.split import (
+    check_distinct,
+    merge,
+    split_counts,
+    split_depleting,
+    split_distinct,
+    split_successive,
+)
 from replaybank.distributed.writer import MAX_BYTES, MAX_ROWS, RowBatcher, lanes_of, tree_map
 from replaybank.errors import ConfigError, DtypeError, EmptyBufferError, ShapeError, describe
 from replaybank.host import as_numpy
@@ -700,9 +719,11 @@ class ReplayClient:
             replace: Draw with replacement (default); ``False`` draws distinct items:
                 with a uniform sampler a uniformly random subset of all shards' items
                 (one buffer's law: the shard counts are multivariate hypergeometric);
-                with a prioritized one, distinct items within each shard of a
-                multinomial split by mass (one buffer's successive-sampling law only
-                approximately).
+                with a prioritized one, one buffer's successive sampling over all
+                shards' items (each next item in proportion to priority among those
+                not drawn yet), exactly; with rate limits or ``max_times_sampled``,
+                where shards may not draw spares, that law when priorities are equal
+                within each shard and approximately otherwise (see the module docs).
             **kwargs: Sampler options (``beta`` for prioritized shards).
 
         Returns:
@@ -710,7 +731,9 @@ class ReplayClient:
             global keys; prioritized: global ``probabilities`` and ``weights``.
 
         Raises:
-            EmptyBufferError: The live shards hold nothing.
+            EmptyBufferError: The live shards hold nothing, or (``replace=False``)
+                fewer distinct items than ``batch_size`` (refused before anything is
+                drawn: the generators are unchanged).
             ShardUnavailableError: No shard is alive.
             RateLimitTimeout: A shard's rate limiter held the call past ``timeout``.
         """
@@ -892,12 +915,51 @@ class ReplayClient:
 
     def _draw_two_trips(self, n: int, sequences: tuple[int] | None,
                         kwargs: dict[str, Any], beta: float | None) -> dict[str, Any]:
-        """Masses (and limiter permissions) first, then the split and the draws."""
+        """Masses (and limiter permissions) first, then the split and the draws.
+
+        ``replace=False``: the shards' distinct items are counted in the first trip and
+        a larger batch is refused before anything is drawn; then the split is one
+        buffer's law (:mod:`replaybank.distributed.split`): hypergeometric by size
+        without priorities, with them each shard's own successive draws merged
+        (:meth:`_draw_successive`), or where shards may not draw spares (rate limits,
+        ``max_times_sampled``) the depleting split. A call that raises leaves the
+        generator as it was.
+        """
+        saved = self._rng.bit_generator.state
+        try:
+            return self._two_trips(n, sequences, kwargs, beta)
+        except BaseException:
+            self._rng.bit_generator.state = saved
+            raise
+
+    def _two_trips(self, n: int, sequences: tuple[int] | None, kwargs: dict[str, Any],
+                   beta: float | None) -> dict[str, Any]:
+        # distinct windows (sample_sequences(replace=False)) are split as before: by size
+        # (uniform) or by mass; how many distinct usable starts a shard has is not counted
+        distinct = kwargs.get("replace", True) is False and sequences is None
+        windows_by_size = sequences is not None and kwargs.get("replace", True) is False \
+            and self._sampler_config.get("type") == "uniform"
+        spares = not self.rate_limited and self.max_times_sampled is None
         for _ in range(self.num_shards + 1):
-            masses = self._ready(n)
+            states = self._ready(n, distinct)
+            masses = {s: st[:3] for s, st in states.items()}
             ids = sorted(masses)
-            if self._sampler_config.get("type") == "uniform" \
-                    and kwargs.get("replace", True) is False:
+            if distinct:
+                have = np.array([states[s][3] for s in ids], np.int64)
+                check_distinct(n, np.array([states[s][0] for s in ids], np.int64), have,
+                               "the shards whose rate limiter allows the draw now"
+                               if self.rate_limited else "the live shards")
+                if self._schedule is None:
+                    counts = split_distinct(have, n, self._rng)
+                elif spares:
+                    fields = self._draw_successive(n, masses, have, kwargs, beta)
+                    if fields is None:
+                        continue  # a shard died, or the shards' items shrank: again
+                    return fields
+                else:
+                    counts = split_depleting(np.array([masses[s][1] for s in ids]), have,
+                                             n, self._rng)
+            elif windows_by_size:
                 counts = split_distinct(np.array([masses[s][0] for s in ids]), n, self._rng)
             else:
                 counts = split_counts(np.array([masses[s][1] for s in ids]), n, self._rng)
@@ -914,8 +976,42 @@ class ReplayClient:
         raise ShardUnavailableError(f"sample(batch_size={n}): shards kept failing "
                                     f"({sorted(self._degraded)} down)")
 
-    def _ready(self, n: int) -> dict[int, tuple[int, float, float]]:
-        """The masses of the live shards a sample of ``n`` may draw from now.
+    def _draw_successive(self, n: int, masses: dict[int, tuple[int, float, float]],
+                         have: npt.NDArray[np.int64], kwargs: dict[str, Any],
+                         beta: float | None) -> dict[str, Any] | None:
+        """One buffer's prioritized ``sample(n, replace=False)`` over all shards.
+
+        Each shard with distinct items draws its own successive sample of ``min(n, its
+        distinct items)`` (:meth:`Shard.draw <replaybank.distributed.shard.Shard.draw>`:
+        in draw order, with the mass at the draw); :func:`split_successive` decides how
+        many of each the batch takes, a prefix of each. None when a shard died or the
+        shards drew fewer than ``n`` items (their items changed since they were
+        counted): the caller asks again.
+        """
+        want = {s: min(n, int(c)) for s, c in zip(sorted(masses), have.tolist(), strict=True)
+                if c > 0}
+        replies, failed = self._gather({s: self._shards[s].draw.remote(c, kwargs, None)
+                                        for s, c in want.items()})
+        got = {s: r for s, r in replies.items() if r["fields"] is not None}
+        if failed or sum(len(r["priorities"]) for r in got.values()) < n:
+            return None
+        for s, r in replies.items():
+            masses[s] = r["mass"]
+        ids = sorted(got)
+        counts = split_successive([got[s]["priorities"] for s in ids],
+                                  [float(got[s]["mass"][1]) for s in ids], n, self._rng)
+        parts = [_prefix(got[s], int(c)) for s, c in zip(ids, counts.tolist(), strict=True)
+                 if c > 0]
+        self.draw_paths["two_trips"] += 1
+        return merge(parts, list(masses.values()), beta,
+                     self._sampler_config.get("weight_norm"))
+
+    def _ready(self, n: int, distinct: bool = False
+               ) -> dict[int, tuple[int, float, float, int]]:
+        """The states ``(size, total, p_min, distinct items)`` of the live shards a
+        sample of ``n`` may draw from now (distinct items counted only with
+        ``distinct``, else the size: :meth:`Shard.draw_state
+        <replaybank.distributed.shard.Shard.draw_state>`).
 
         Without rate limits: every live shard. With them: the shards whose limiter lets
         ``n`` samples through now (so a reader never waits on a shard that needs inserts
@@ -927,14 +1023,16 @@ class ReplayClient:
         while True:
             self._probe()
             live = [s for s in range(self.num_shards) if s not in self._degraded]
-            states, _ = self._gather({s: self._shards[s].draw_state.remote(n) for s in live})
+            states, _ = self._gather({s: self._shards[s].draw_state.remote(n, distinct)
+                                      for s in live})
             if not states:
                 raise ShardUnavailableError(
                     f"sample(batch_size={n}): every shard is down "
                     f"({sorted(self._degraded)}); wait for Ray to restart them")
-            ready = {s: st[:3] for s, st in states.items() if st[3] and st[1] > 0.0}
+            ready = {s: (*st[:3], st[4]) for s, st in states.items()
+                     if st[3] and st[1] > 0.0}
             if ready or not self.rate_limited:
-                return ready or {s: st[:3] for s, st in states.items()}
+                return ready or {s: (*st[:3], st[4]) for s, st in states.items()}
             if time.monotonic() > deadline:
                 from replaybank.distributed.limiter import RateLimitTimeout
 
@@ -1132,6 +1230,13 @@ def _subset(reply: dict[str, Any], c: int, got: int, rng: np.random.Generator
     pr = reply["priorities"]
     return {"fields": {k: v[pick] for k, v in reply["fields"].items()},
             "priorities": None if pr is None else pr[pick], "mass": reply["mass"]}
+
+
+def _prefix(reply: dict[str, Any], c: int) -> dict[str, Any]:
+    """The first ``c`` of a shard's draws (a successive sample's prefix is one of ``c``)."""
+    pr = reply["priorities"]
+    return {"fields": {k: v[:c] for k, v in reply["fields"].items()},
+            "priorities": None if pr is None else pr[:c], "mass": reply["mass"]}
 
 
 def _starts(value: Any, given: Any, call: str) -> npt.NDArray[np.int64]:

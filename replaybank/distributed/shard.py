@@ -215,11 +215,25 @@ class Shard:
             return size, float(size), math.inf
         return size, float(self.prio.total), float(self.prio.range_min(0, self.n_slots))
 
-    def draw_state(self, n: int) -> tuple[int, float, float, bool]:
-        """:meth:`mass` and whether the rate limiter lets a sample of ``n`` items through
-        now (True without a limiter): the client draws from the shards that may."""
+    def draw_state(self, n: int, distinct: bool = False
+                   ) -> tuple[int, float, float, bool, int]:
+        """:meth:`mass`, whether the rate limiter lets a sample of ``n`` items through
+        now (True without a limiter): the client draws from the shards that may, and
+        with ``distinct`` the items a ``replace=False`` draw may take
+        (:meth:`distinct_items`; else the size)."""
         size, total, p_min = self.mass()
-        return size, total, p_min, self.limiter is None or self.limiter.can_sample(n)
+        allowed = self.limiter is None or self.limiter.can_sample(n)
+        return size, total, p_min, allowed, self.distinct_items() if distinct else size
+
+    def distinct_items(self) -> int:
+        """How many distinct items a ``replace=False`` draw may take: the sampleable
+        items, of them only those with a positive stored priority (prioritized; the
+        others are never drawn, e.g. retired by ``max_times_sampled``)."""
+        size = len(self.core)
+        if self.prio is None or size == 0:
+            return size
+        stored = self.prio.priorities(np.arange(self.n_slots, dtype=np.int64))
+        return min(size, int(np.count_nonzero(stored > 0.0)))
 
     def info(self) -> dict[str, Any]:
         """Sampler config, lanes, pid and where the shard was restored from.
@@ -428,9 +442,11 @@ class Shard:
         """The client's one-round-trip draw: up to ``n`` items and the mass at the draw.
 
         Draws ``n`` items when ``n > 0`` and the shard holds mass (else ``fields`` is
-        None); the client keeps a random subset of them (see
-        :mod:`replaybank.distributed.client`). Only for shards without a rate limiter
-        or ``max_times_sampled``, where drawing spare items changes nothing but the
+        None); the client keeps a random subset of them, or with ``replace=False`` a
+        prefix (see :mod:`replaybank.distributed.client`). With ``replace=False`` it
+        draws at most :meth:`distinct_items` items (all of them when ``n`` is larger),
+        in the sampler's draw order. Only for shards without a rate limiter or
+        ``max_times_sampled``, where drawing spare items changes nothing but the
         ``samples`` count.
 
         Raises:
@@ -438,6 +454,8 @@ class Shard:
         """
         self._spares_allowed("draw")
         mass = self.mass()
+        if kwargs.get("replace", True) is False and n > 0 and mass[1] > 0.0:
+            n = min(n, self.distinct_items())
         if n <= 0 or not mass[1] > 0.0:
             return {"fields": None, "priorities": None, "mass": mass}
         return self.sample_now(n, kwargs, sequences)

@@ -15,6 +15,17 @@ weights of :func:`replaybank.samplers.prioritized.is_weights`, the formula one b
 uses. (Per shard the draws are stratified; across shards they are not: each draw has
 the single-buffer marginal, the joint law of a batch differs.)
 
+Distinct items (``replace=False``) cannot be split by a multinomial draw: it may ask a
+shard for more items than it holds, and it is not one buffer's law.
+:func:`check_distinct` refuses a batch larger than the shards can give (before anything
+is drawn). Uniform: :func:`split_distinct`, the multivariate hypergeometric split (one
+buffer's law exactly). Prioritized, one buffer's successive sampling (each next item
+drawn in proportion to priority among those not drawn yet): :func:`split_successive`
+decides how many of each shard's own successive draws the batch takes, exactly that
+law; where shards may not draw spare items (rate limits, ``max_times_sampled``),
+:func:`split_depleting` splits by the shards' masses depleted as items are taken, that
+law when priorities are equal within each shard and approximately otherwise.
+
 Example:
     >>> import numpy as np
     >>> rng = np.random.default_rng(0)
@@ -32,7 +43,8 @@ import numpy.typing as npt
 from replaybank.errors import EmptyBufferError
 from replaybank.samplers.prioritized import is_weights
 
-__all__ = ["merge", "split_counts", "split_distinct"]
+__all__ = ["check_distinct", "merge", "split_counts", "split_depleting", "split_distinct",
+           "split_successive"]
 
 IntArray = npt.NDArray[np.int64]
 
@@ -71,12 +83,131 @@ def split_distinct(sizes: IntArray, batch_size: int, rng: np.random.Generator) -
         [3, 0, 5]
     """
     sizes = np.asarray(sizes, np.int64)
-    have = int(sizes.sum())
-    if have < batch_size:
-        raise EmptyBufferError(
-            f"sample(batch_size={batch_size}, replace=False): the live shards hold {have} "
-            f"items (sizes {sizes.tolist()}); lower batch_size or use replace=True")
+    check_distinct(batch_size, sizes, sizes)
     return np.asarray(rng.multivariate_hypergeometric(sizes, batch_size), np.int64)
+
+
+def check_distinct(batch_size: int, sizes: IntArray, distinct: IntArray,
+                   shards: str = "the live shards") -> None:
+    """Refuse a ``replace=False`` batch larger than the shards can give.
+
+    Args:
+        batch_size: The call's ``batch_size``.
+        sizes: ``[S]`` sampleable items per shard.
+        distinct: ``[S]`` items per shard a distinct draw may take (prioritized: those
+            with a positive priority).
+        shards: Which shards these are, for the message.
+
+    Raises:
+        EmptyBufferError: ``batch_size`` exceeds the shards' distinct items (the message
+            names ``batch_size`` and the totals).
+
+    Example:
+        >>> check_distinct(8, np.array([3, 5]), np.array([3, 5]))
+        >>> check_distinct(9, np.array([3, 5]), np.array([3, 5]))
+        Traceback (most recent call last):
+        ...
+        replaybank.errors.EmptyBufferError: sample(batch_size=9, replace=False): the live \
+shards hold 8 items (sizes [3, 5]); lower batch_size to at most 8 or use replace=True
+    """
+    sizes = np.asarray(sizes, np.int64)
+    distinct = np.asarray(distinct, np.int64)
+    have, can = int(sizes.sum()), int(distinct.sum())
+    if can >= batch_size:
+        return
+    head = (f"sample(batch_size={batch_size}, replace=False): {shards} hold {have} items "
+            f"(sizes {sizes.tolist()})")
+    if can < have:
+        head += (f", of which {can} have a positive priority (per shard "
+                 f"{distinct.tolist()}; the others are never drawn)")
+    raise EmptyBufferError(f"{head}; lower batch_size to at most {can} or use "
+                           "replace=True")
+
+
+def split_depleting(totals: npt.NDArray[np.float64], distinct: IntArray, batch_size: int,
+                    rng: np.random.Generator) -> IntArray:
+    """Items per shard ``[S]`` of a prioritized distinct draw, split before any shard
+    draws (where shards may not draw spares).
+
+    Shard labels are drawn one at a time, shard ``s`` with weight ``total_s * (n_s -
+    c_s) / n_s`` (``n_s`` its distinct items, ``c_s`` those taken so far): the mass it
+    would have left if each taken item had its mean priority, 0 once all are taken. That
+    is one buffer's successive-sampling law of the counts when priorities are equal
+    within each shard (uniform: the multivariate hypergeometric), the multinomial by
+    mass while ``batch_size`` is small against the shards, and never more than a shard
+    holds.
+
+    Raises:
+        EmptyBufferError: The shards hold fewer than ``batch_size`` distinct items
+            (nothing is drawn from ``rng``).
+
+    Example:
+        >>> rng = np.random.default_rng(0)
+        >>> split_depleting(np.array([30.0, 1.0]), np.array([3, 5]), 8, rng).tolist()
+        [3, 5]
+    """
+    distinct = np.asarray(distinct, np.int64)
+    check_distinct(batch_size, distinct, distinct)
+    mean = np.divide(np.asarray(totals, np.float64), distinct,
+                     out=np.zeros(len(distinct)), where=distinct > 0)
+    counts = np.zeros(len(distinct), np.int64)
+    for u in rng.random(batch_size):
+        cum = np.cumsum(mean * (distinct - counts))
+        if not cum[-1] > 0.0:  # only items of zero mean priority left: by count
+            cum = np.cumsum(distinct - counts).astype(np.float64)
+        counts[int(np.searchsorted(cum, u * cum[-1], side="right"))] += 1
+    return counts
+
+
+def split_successive(priorities: list[npt.NDArray[np.float64]], totals: list[float],
+                     batch_size: int, rng: np.random.Generator) -> IntArray:
+    """How many of each shard's successive draws one buffer's successive sampling over
+    every shard's items takes: ``[S]`` counts, a prefix of each shard's draws.
+
+    One buffer draws each next item in proportion to its priority among the items not
+    drawn yet; equivalently, it picks a shard in proportion to the mass the shard has not
+    given yet, then that shard's next item in its own successive sampling. So when each
+    shard has drawn its own successive sample (``priorities[s]``: the stored priorities
+    of its draws in draw order, ``min(batch_size, its distinct items)`` of them) and
+    reported its ``totals[s]`` at that draw, labels drawn one at a time in proportion
+    to ``total_s`` minus the priorities of its draws taken so far (at least those of its
+    draws not taken, against rounding; 0 once its draws are used up) give the batch
+    exactly one buffer's law.
+
+    Raises:
+        EmptyBufferError: The shards drew fewer than ``batch_size`` items (nothing is
+            drawn from ``rng``).
+
+    Example:
+        >>> rng = np.random.default_rng(0)
+        >>> split_successive([np.array([4.0, 1.0]), np.array([2.0])], [5.0, 2.0], 3,
+        ...                  rng).tolist()
+        [2, 1]
+    """
+    m = [len(p) for p in priorities]
+    tails = [np.r_[np.cumsum(np.asarray(p, np.float64)[::-1])[::-1], 0.0].tolist()
+             for p in priorities]
+    left = [float(t) for t in totals]
+    taken = [0] * len(priorities)
+    if sum(m) < batch_size:
+        raise EmptyBufferError(
+            f"sample(batch_size={batch_size}, replace=False): the shards drew {sum(m)} "
+            "distinct items; lower batch_size or use replace=True")
+    for u in rng.random(batch_size).tolist():
+        weights = [max(left[s], tails[s][taken[s]]) if taken[s] < m[s] else 0.0
+                   for s in range(len(m))]
+        target = u * sum(weights)
+        pick, acc = -1, 0.0
+        for s, w in enumerate(weights):
+            if w > 0.0:  # the last shard with mass left, should rounding pass the sum
+                pick, acc = s, acc + w
+                if acc > target:
+                    break
+        if pick < 0:  # only zero priorities left in the draws: take them in shard order
+            pick = next(s for s in range(len(m)) if taken[s] < m[s])
+        left[pick] -= float(priorities[pick][taken[pick]])
+        taken[pick] += 1
+    return np.asarray(taken, np.int64)
 
 
 def merge(parts: list[dict[str, Any]], masses: list[tuple[int, float, float]],
