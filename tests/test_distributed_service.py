@@ -4,6 +4,7 @@ weights, stale updates, lanes, pickled clients, concurrent use, checkpoints."""
 from __future__ import annotations
 
 import math
+import time
 from typing import Any
 
 import numpy as np
@@ -239,6 +240,35 @@ def test_bad_arguments_are_named(services: Any) -> None:
         start(services, 1, {"capacity": 8}, max_times_sampled=2)
     with pytest.raises(ShapeError, match="env_ids"):
         svc.client().add(**{k: v[0, 0] for k, v in steps(1, 0, 1).items()}, env_ids=[3])
+
+
+def test_more_shards_than_the_cluster_can_run_are_refused_at_once(services: Any) -> None:
+    """Shards that can never all run (each asks for 1 CPU, one more than the cluster's
+    CPUs) are refused as they start, naming the ones left out and the fixes, instead of
+    a bare GetTimeoutError after the timeout."""
+    cpus = ray.cluster_resources()["CPU"]
+    n = int(cpus) + 1
+    t = time.monotonic()
+    with pytest.raises(ConfigError, match=(
+            rf"ReplayService\(num_shards={n}, num_cpus=1\.0\): shards \[{n - 1}\] could "
+            rf"not be scheduled: each shard asks for 1 CPU and the Ray cluster has {cpus:g} "
+            rf"CPU in all .* Pass num_cpus=[0-9.]+ per shard .*, or fewer shards "
+            rf"\(num_shards <= {n - 1}\)")):
+        start(services, n, {"capacity": 8}, num_lanes=n, num_cpus=1.0, timeout=20.0)
+    assert time.monotonic() - t < 10.0  # not after the timeout
+    with pytest.raises(ConfigError, match=r"num_cpus=-1\): must be a number >= 0"):
+        start(services, 1, {"capacity": 8}, num_cpus=-1)
+
+
+def test_a_shard_that_cannot_start_in_time_is_named(services: Any) -> None:
+    """When other actors hold the CPUs a shard needs, the start-up timeout names the
+    shards that did not start and the free resources."""
+    cpus = ray.cluster_resources()["CPU"]
+    start(services, 1, {"capacity": 8}, num_cpus=cpus - SHARD_CPUS)  # holds all but 0.25
+    with pytest.raises(rb.distributed.ShardUnavailableError, match=(
+            r"shards \[[0-9, ]+\] did not start within timeout=2s; each shard asks for "
+            r"0\.25 CPU and the Ray cluster has [0-9.]+ CPU \([0-9.]+ free\)")):
+        start(services, 2, {"capacity": 8}, num_lanes=2, num_cpus=SHARD_CPUS, timeout=2.0)
 
 
 @pytest.mark.statistical

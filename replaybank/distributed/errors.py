@@ -15,7 +15,8 @@ __all__ = ["RowsRejectedWarning", "ShardUnavailableError"]
 
 class ShardUnavailableError(ReplayBankError, RuntimeError):
     """A shard did not come back in time: its pending rows stay queued in the client
-    (a later ``flush()`` sends them again), or no live shard is left to sample from."""
+    (a later ``flush()`` sends them again), or no live shard is left to sample from, or
+    a shard of a new service did not start in time (the message names it)."""
 
 
 class RowsRejectedWarning(UserWarning):

@@ -49,6 +49,7 @@ Example (Ray is started on first use; tests start it themselves)::
 
 from __future__ import annotations
 
+import math
 import os
 import weakref
 import zlib
@@ -61,6 +62,7 @@ import numpy as np
 from replaybank.config import BufferConfig, validate_config
 from replaybank.distributed import checkpoint
 from replaybank.distributed.client import ReplayClient
+from replaybank.distributed.errors import ShardUnavailableError
 from replaybank.distributed.served import service_kind
 from replaybank.distributed.shard import Shard, ShardSpec
 from replaybank.distributed.writer import MAX_BYTES, MAX_ROWS
@@ -113,11 +115,17 @@ class ReplayService:
         seed: Seed of the shards' generators and the clients' batch splits (default:
             the config's ``seed``).
         timeout: Seconds every blocking call waits (start-up, rate limiter, flushes).
-        num_cpus: CPUs Ray reserves per shard.
+        num_cpus: CPUs Ray reserves per shard (a number >= 0; a shard mostly waits
+            on calls, so a fraction is often enough). All shards must fit in the
+            cluster at once: more than it has is refused as they start.
         **ray_options: Further ``ActorClass.options`` (``resources``, ``scheduling_strategy``).
 
     Raises:
-        ConfigError: A bad argument (named, with the rule).
+        ConfigError: A bad argument (named, with the rule), or more shards than the Ray
+            cluster can ever run at once with their ``num_cpus`` (and ``num_gpus``,
+            ``resources``): checked against ``ray.cluster_resources()`` as they start.
+        ShardUnavailableError: A shard did not start within ``timeout`` (e.g. other
+            actors hold the resources it needs); the message names the shards.
         MissingDependencyError: Ray is not installed.
     """
 
@@ -144,6 +152,10 @@ class ReplayService:
                 or max_restarts < -1:
             raise ConfigError(f"ReplayService(max_restarts={max_restarts!r}): must be an "
                               "int >= -1 (-1: restart forever)")
+        if isinstance(num_cpus, bool) or not isinstance(num_cpus, (int, float)) \
+                or not 0 <= num_cpus < math.inf:
+            raise ConfigError(f"ReplayService(num_cpus={num_cpus!r}): must be a number >= 0 "
+                              "(CPUs Ray reserves per shard; fractions such as 0.25 are fine)")
         if rate_limit is not None:
             from replaybank.distributed.limiter import RateLimit
 
@@ -178,13 +190,27 @@ class ReplayService:
             max_times_sampled=max_times_sampled,
             checkpoint_dir=None if self.checkpoint_dir is None else str(self.checkpoint_dir),
             restore=_restore)) for i in range(num_shards)]
+        # (after the first actor: Ray may have been started by it)
+        request = _shard_request(num_cpus, ray_options)
+        too_many = _unschedulable(num_shards, request, ray.cluster_resources())
+        if too_many is not None:
+            self.shutdown()
+            raise ConfigError(too_many)
+        refs = [s.info.remote() for s in self._shards]
         try:
-            infos = ray.get([s.info.remote() for s in self._shards], timeout=self.timeout)
+            infos = ray.get(refs, timeout=self.timeout)
         except Exception as exc:
+            # (before the shards let their resources and calls go)
+            free = ray.available_resources()
+            _, waiting = ray.wait(refs, num_returns=len(refs), timeout=0)
             self.shutdown()
             cause = _creation_error(exc)
             if cause is not None:  # the shard's own error (bad config, damaged checkpoint)
                 raise cause from None
+            if isinstance(exc, ray.exceptions.GetTimeoutError):
+                raise ShardUnavailableError(_not_started(
+                    [i for i, r in enumerate(refs) if r in waiting], request,
+                    ray.cluster_resources(), free, self.timeout)) from None
             raise
         self.sampler_config: dict[str, Any] = infos[0]["sampler"]
 
@@ -365,6 +391,73 @@ class ReplayService:
     def __repr__(self) -> str:
         return (f"ReplayService(num_shards={self.num_shards}, num_lanes={self.num_lanes}, "
                 f"buffer={self.config.get('type')!r})")
+
+
+def _shard_request(num_cpus: float, ray_options: Mapping[str, Any]) -> dict[str, float]:
+    """The resources one shard actor asks Ray for: ``{"CPU": num_cpus}``, ``"GPU"``
+    (``num_gpus=``) and the custom ``resources=``."""
+    out = {"CPU": float(num_cpus)}
+    if ray_options.get("num_gpus"):
+        out["GPU"] = float(ray_options["num_gpus"])
+    for name, amount in (ray_options.get("resources") or {}).items():
+        out[str(name)] = float(amount)
+    return out
+
+
+def _unschedulable(num_shards: int, request: Mapping[str, float],
+                   total: Mapping[str, float]) -> str | None:
+    """Why ``num_shards`` actors asking ``request`` each can never all run on a cluster
+    with ``total`` resources (``ray.cluster_resources()``: every node's, used or not), or
+    None when they fit. Ray would keep the others waiting until a timeout.
+
+    Example:
+        >>> _unschedulable(2, {"CPU": 1.0}, {"CPU": 2.0}) is None
+        True
+        >>> print(_unschedulable(3, {"CPU": 1.0}, {"CPU": 2.0}))
+        ... # doctest: +ELLIPSIS +NORMALIZE_WHITESPACE
+        ReplayService(num_shards=3, num_cpus=1.0): shards [2] could not be scheduled: each
+        shard asks for 1 CPU and the Ray cluster has 2 CPU in all ... Pass num_cpus=0.66 per
+        shard ..., or fewer shards (num_shards <= 2), or more resources for Ray ...
+    """
+    room = num_shards
+    short = []
+    for name, need in request.items():
+        if need > 0.0:
+            fits = math.floor(float(total.get(name, 0.0)) / need + 1e-9)
+            if fits < num_shards:
+                room = min(room, fits)
+                short.append(f"{float(total.get(name, 0.0)):g} {name}")
+    if room >= num_shards:
+        return None
+    fixes = []
+    cpus = float(total.get("CPU", 0.0))
+    if request.get("CPU", 0.0) * num_shards > cpus:
+        per = math.floor(cpus / num_shards * 100) / 100
+        if per > 0:
+            fixes.append(f"num_cpus={per:g} per shard (a shard mostly waits on calls)")
+    if room > 0:
+        fixes.append(f"fewer shards (num_shards <= {room})")
+    fixes.append("more resources for Ray (ray.init(num_cpus=...) or more nodes)")
+    asks = ", ".join(f"{v:g} {k}" for k, v in request.items() if v > 0)
+    return (f"ReplayService(num_shards={num_shards}, num_cpus={request.get('CPU', 0.0)!r}): "
+            f"shards {list(range(room, num_shards))} could not be scheduled: each shard "
+            f"asks for {asks} and the Ray cluster has {', '.join(short)} in all "
+            f"(ray.cluster_resources()), room for {room} shard{'s' * (room != 1)}. "
+            f"Pass {', or '.join(fixes)}")
+
+
+def _not_started(shards: list[int], request: Mapping[str, float],
+                 total: Mapping[str, float], free: Mapping[str, float],
+                 timeout: float) -> str:
+    """The message of shards that did not answer within ``timeout`` at start-up."""
+    asks = ", ".join(f"{v:g} {k}" for k, v in request.items() if v > 0)
+    have = ", ".join(f"{float(total.get(k, 0.0)):g} {k} ({float(free.get(k, 0.0)):g} free)"
+                     for k, v in request.items() if v > 0)
+    return (f"ReplayService: shards {shards} did not start within timeout={timeout:g}s; "
+            f"each shard asks for {asks} and the Ray cluster has {have} while the other "
+            "shards run: other actors or tasks may hold the rest. Free them, pass a "
+            "smaller num_cpus= per shard or fewer shards, or raise timeout= (restoring "
+            "a large checkpoint takes time)")
 
 
 def _creation_error(exc: BaseException) -> ReplayBankError | None:
