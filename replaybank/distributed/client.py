@@ -601,6 +601,10 @@ class ReplayClient:
     def flush(self, wait: bool = True) -> None:
         """Send every pending row; with ``wait``, also wait until each shard wrote them.
 
+        Sends a shard's rate limiter held (see :meth:`add`) go again, the oldest first:
+        without ``wait`` only that one is sent now, the others once it is written (by a
+        later call that waits).
+
         Rows a shard refused (possible only where the client could not check them: see
         :meth:`_checked`) are reported once, naming their call, with a
         :class:`~replaybank.distributed.errors.RowsRejectedWarning` (and in
@@ -614,10 +618,16 @@ class ReplayClient:
         """
         try:
             self._queue(self._batcher.close_all())
-            if wait:
-                for s in range(self.num_shards):
-                    while self._in_flight[s]:
+            for s in range(self.num_shards):
+                q = self._in_flight[s]
+                if wait:
+                    while q:
                         self._ack(s)
+                elif q and q[0][0] is None:
+                    # held by the rate limiter: send it again (the later ones it held
+                    # follow once it is written, in _ack)
+                    _, data, seq, calls = q[0]
+                    q[0] = (self._submit(s, data, seq), data, seq, calls)
         finally:
             self._report(stacklevel=3)
 
