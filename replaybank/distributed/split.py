@@ -137,6 +137,15 @@ def split_depleting(totals: npt.NDArray[np.float64], distinct: IntArray, batch_s
     mass while ``batch_size`` is small against the shards, and never more than a shard
     holds.
 
+    Args:
+        totals: ``[S]`` each shard's total stored priority.
+        distinct: ``[S]`` each shard's items with a positive priority.
+        batch_size: B.
+        rng: The client's split generator.
+
+    Returns:
+        ``[S]`` counts summing to ``batch_size``, each at most the shard's ``distinct``.
+
     Raises:
         EmptyBufferError: The shards hold fewer than ``batch_size`` distinct items
             (nothing is drawn from ``rng``).
@@ -173,6 +182,16 @@ def split_successive(priorities: list[npt.NDArray[np.float64]], totals: list[flo
     to ``total_s`` minus the priorities of its draws taken so far (at least those of its
     draws not taken, against rounding; 0 once its draws are used up) give the batch
     exactly one buffer's law.
+
+    Args:
+        priorities: Per shard, the stored priorities of its draws, in draw order.
+        totals: Per shard, its total stored priority at the draw.
+        batch_size: B.
+        rng: The client's split generator.
+
+    Returns:
+        ``[S]`` counts summing to ``batch_size``: the batch takes the first ``counts[s]``
+        draws of shard ``s``.
 
     Raises:
         EmptyBufferError: The shards drew fewer than ``batch_size`` items (nothing is
