@@ -120,6 +120,8 @@ shards hold 8 items (sizes [3, 5]); lower batch_size to at most 8 or use replace
     if can < have:
         head += (f", of which {can} have a positive priority (per shard "
                  f"{distinct.tolist()}; the others are never drawn)")
+    if can == 0:
+        raise EmptyBufferError(f"{head}; add data first, or wait for the writers")
     raise EmptyBufferError(f"{head}; lower batch_size to at most {can} or use "
                            "replace=True")
 
