@@ -1172,7 +1172,10 @@ done:
  * 0). fields: (src, out) pairs, out[i] = src[slot_i] (src [n, ...]); nexts: (src, side,
  * out) triples, out[i] = side[link[slot_i] - 1] where link[slot_i] > 0, else
  * src[(slot_i + lanes) mod n]. Returns how many next observations came from the side
- * store. Every argument and every index is checked before a byte is written. */
+ * store. Every argument and every index is checked before a byte is written. A link
+ * that changed while the rows were copied (a writer in another process relinked the
+ * step: its next observation is now the next row) is read again after the copies, and
+ * that step's next observations are taken from the next row. */
 
 #define MAXSTEPJOBS 48
 
@@ -1374,6 +1377,25 @@ c_take_steps(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             if (i + AHEAD < b && nx[i + AHEAD] >= 0)
                 prefetch_row(s + nx[i + AHEAD] * row, row);
             memcpy(o + i * row, k >= 0 ? s + k * row : side + (-1 - k) * row, (size_t)row);
+        }
+    }
+    if (n_side > 0) {
+        /* A table written by another process (shared memory): a side row is the step's
+         * next observation only while the link still names it. A writer relinks a step
+         * (link k -> 0, its next observation is now the next row, committed before) and
+         * may reuse the freed slot at once, so a link read above may be stale by the
+         * copy. Links read again after the copies (acquire: not before them): a changed
+         * one takes the next row instead. In one process the links never change here. */
+        __atomic_thread_fence(__ATOMIC_ACQUIRE);
+        for (Py_ssize_t i = 0; i < b; i++) {
+            if (nx[i] >= 0 || __atomic_load_n(&link[ws[i]], __ATOMIC_RELAXED) == -nx[i])
+                continue;
+            int64_t t = ws[i] + lanes;
+            t = t >= n ? t - n : t;
+            for (Py_ssize_t j = nf; j < nf + nn; j++)
+                memcpy(jobs[j].o + i * jobs[j].row, jobs[j].s + t * jobs[j].row,
+                       (size_t)jobs[j].row);
+            n_side--;
         }
     }
     Py_END_ALLOW_THREADS

@@ -376,3 +376,78 @@ def test_bad_arguments_raise_before_writing() -> None:
         c.window_plan(link, written, counts, np.array([0]), 2, np.zeros((1, 3), np.int64),
                       np.zeros((1, 2), np.int32), np.zeros((1, 2), bool),
                       np.zeros(2, bool))
+
+
+def _relinking_table(n: int = 4096, d: int = 256, pool: int = 1 << 16) -> tuple[Any, ...]:
+    """One lane of ``n`` steps whose every next observation is kept aside (step ``k``'s
+    in side slot ``k``), as a shared table whose writer keeps relinking steps."""
+    src = np.arange(n * d, dtype=np.float32).reshape(n, d)
+    side = np.full((pool, d), -1.0, np.float32)
+    side[:n] = np.roll(src, -1, axis=0)
+    link = np.arange(1, n + 1, dtype=np.int32)
+    return src, side, link
+
+
+def _relink_forever(src: Any, side: Any, link: Any, stop: Any) -> None:
+    """A writer's relinks, as fast as Python goes: step ``r``'s link goes to 0 (its next
+    observation is the next row), its freed slot is reused at once (overwritten), and
+    the step is linked again to a fresh slot holding its next observation (never the
+    slot it had: a link never changes back to a value it held)."""
+    rng = np.random.default_rng(0)
+    n, pool = len(link), side.shape[0]
+    fresh = n
+    while not stop.is_set():
+        r = int(rng.integers(n))
+        k = int(link[r])
+        link[r] = 0
+        side[k - 1] = -1.0  # the slot reused by the writer's next step
+        fresh = fresh + 1 if fresh + 1 < pool else n
+        side[fresh] = src[(r + 1) % n]
+        link[r] = fresh + 1
+
+
+@pytest.mark.parametrize("kernel", ["c", "numpy"])
+def test_take_steps_takes_the_next_row_of_a_step_relinked_while_it_copies(kernel: str) -> None:
+    """A shared table's writer relinks a step (link k -> 0) and reuses its side slot at
+    once: a gather that read the link before and copied the slot after would return
+    another step's data. take_steps reads each side row's link again after the copies
+    and takes the next row where it changed (the C kernel copies without the GIL, so a
+    thread relinks during the copies; the oracle's link is read through a view that
+    relinks every step right after its first read)."""
+    src, side, link = _relinking_table()
+    n, d = src.shape
+    slots = np.arange(n, dtype=np.int64)
+    want = np.roll(src, -1, axis=0)
+    if kernel == "numpy":
+        class RelinkAfterRead(np.ndarray):  # type: ignore[type-arg]
+            reads = 0
+
+            def __getitem__(self, i: Any) -> Any:
+                out = np.asarray(self)[i]
+                RelinkAfterRead.reads += 1
+                if RelinkAfterRead.reads == 1:  # every step relinked, every slot reused
+                    np.asarray(self)[:] = 0
+                    side[:n] = -1.0
+                return out
+
+        obs, nxt = np.empty((n, d), np.float32), np.empty((n, d), np.float32)
+        got = windows.take_steps(slots, 1, link.view(RelinkAfterRead), ((src, obs),),
+                                 ((src, side, nxt),))
+        assert got == 0 and np.array_equal(nxt, want) and np.array_equal(obs, src)
+        return
+    import threading
+
+    stop = threading.Event()
+    writer = threading.Thread(target=_relink_forever, args=(src, side, link, stop))
+    writer.start()
+    try:
+        torn = 0
+        for _ in range(60):
+            obs, nxt = np.empty((n, d), np.float32), np.empty((n, d), np.float32)
+            wc.take_steps(slots, 1, link, ((src, obs), (src, np.empty((n, d), np.float32))),
+                          ((src, side, nxt),))
+            torn += int((nxt != want).any(axis=1).sum())
+    finally:
+        stop.set()
+        writer.join()
+    assert torn == 0

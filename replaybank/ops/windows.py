@@ -528,7 +528,10 @@ def take_steps(slots: npt.NDArray[np.int64], lanes: int, link: npt.NDArray[np.in
         fields: ``(src, out)`` pairs: ``out[i] = src[slot_i]``, ``src`` ``[n, *shape]``,
             ``out`` ``[B, *shape]``.
         nexts: ``(src, side, out)`` triples: ``out[i] = side[link[slot_i] - 1]`` where
-            ``link[slot_i] > 0``, else ``src[(slot_i + lanes) mod n]``.
+            ``link[slot_i] > 0``, else ``src[(slot_i + lanes) mod n]``. A link that
+            changed while the rows were copied (a writer in another process relinked the
+            step, and may reuse its side slot at once) is read again after the copies:
+            that step's next observations come from ``src``'s next row.
         base: Subtracted from every entry of ``slots`` first (so the item keys of one
             lane are slots: ``key - base`` with ``base`` a multiple of ``n`` at or below
             the oldest key; no subtraction pass of its own).
@@ -600,4 +603,11 @@ def take_steps(slots: npt.NDArray[np.int64], lanes: int, link: npt.NDArray[np.in
         src.take(nxt, axis=0, out=o, mode="wrap")
         if len(pos):
             o[pos] = side[side_slots]
-    return len(pos)
+    if len(pos):  # links read again: one a writer relinked meanwhile names the next row
+        moved = pos[link[ws[pos]] != lk[pos]]
+        for src, _, out in nexts:
+            if len(moved):
+                out.reshape((b, *src.shape[1:]))[moved] = src.take(nxt[moved], axis=0,
+                                                                   mode="wrap")
+        return len(pos) - len(moved)
+    return 0
