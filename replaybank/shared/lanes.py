@@ -30,11 +30,16 @@ none above s has been overwritten yet), and exposes to its samplers and views th
 
 After the gather the learner re-reads ``start``: if a writer evicted past ``s'`` in any
 lane meanwhile (it outran the guard), the sample is drawn again from a fresh snapshot
-(:meth:`LaneSnapshot.intact`). Everything inside ``[s', w')`` (data, links, side slots) is
-immutable while ``start <= s'``: data rows change only after eviction, a link only when
-its step is evicted or (the pending newest step) relinked, and a side slot only after
-the step holding it let go. So a batch is exactly what a single-process buffer holding
-the window would return, and a sampled step is always complete.
+(:meth:`LaneSnapshot.intact`). Inside ``[s', w')`` data rows change only after eviction
+and a side slot only after the step holding it let go. One link may still change: a
+writer relinks its previous newest step (``k -> 0``) after the next step's commit, so
+the window's newest steps may be relinked while the learner gathers, and the freed slot
+reused at once. The one-step gather (``take_steps``) therefore reads each side row's link
+again after copying it and takes the next row where it changed (the next observation
+is that row's, committed before the relink). So a one-step batch is exactly what a
+single-process buffer holding the window would return, and a sampled step is always
+complete. (The n-step, frame-stack and sequence gathers do not read links again yet: a
+learner descheduled inside a writer's relink could take one stale next observation.)
 
 **The writers' shares.** The side store has one slot per step, and lane ``l`` hands out
 only slots ``[l * T, (l + 1) * T)`` (:func:`claim_side_slots`): a lane never holds more
