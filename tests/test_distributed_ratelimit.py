@@ -3,7 +3,6 @@ a blocked call waits with a timeout inside its shard and stalls nothing else."""
 
 from __future__ import annotations
 
-import math
 import time
 from typing import Any
 
@@ -12,7 +11,7 @@ import pytest
 
 from replaybank.errors import EmptyBufferError
 from tests.distributed_ray import start, steps
-from tests.stats import chi2_critical
+from tests.stats import chi2_critical, hypergeometric_cells
 
 ray = pytest.importorskip("ray")
 from replaybank.distributed import RateLimit, RateLimitTimeout  # noqa: E402
@@ -186,13 +185,7 @@ def test_replace_false_split_without_spares_is_hypergeometric_for_equal_prioriti
     c.flush()
     from_shard0 = np.array([int((c.sample(48, replace=False).indices % 2 == 0).sum())
                             for _ in range(300)])
-    k = np.arange(16, 33)
-    pmf = np.array([math.comb(32, v) * math.comb(32, 48 - v) for v in k]) / math.comb(64, 48)
-    expected = pmf * len(from_shard0)
-    observed = np.array([(from_shard0 == v).sum() for v in k], float)
-    keep = expected > 5
-    cells_o = np.r_[observed[keep], observed[~keep].sum()]
-    cells_e = np.r_[expected[keep], expected[~keep].sum()]
+    cells_o, cells_e = hypergeometric_cells(from_shard0, 32, 32, 48)
     stat = float(((cells_o - cells_e) ** 2 / cells_e).sum())
     assert stat < chi2_critical(len(cells_o) - 1)
     assert from_shard0.var() < 4.5  # hypergeometric: 3.05; a multinomial split: 12

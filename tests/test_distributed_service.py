@@ -13,7 +13,7 @@ import pytest
 import replaybank as rb
 from replaybank.errors import CheckpointError, ConfigError, ShapeError
 from tests.distributed_ray import SHARD_CPUS, start, steps
-from tests.stats import chi2_critical
+from tests.stats import chi2_critical, hypergeometric_cells
 
 ray = pytest.importorskip("ray")
 from replaybank.distributed import ReplayService  # noqa: E402
@@ -326,14 +326,8 @@ def test_uniform_replace_false_is_a_uniform_subset(services: Any) -> None:
     _, client, _ = filled(services, None)
     from_shard0 = np.array([int((client.sample(48, replace=False).indices % 2 == 0).sum())
                             for _ in range(400)])
-    k = np.arange(16, 33)  # 48 drawn of 32 + 32: shard 0 gives 16..32
-    pmf = np.array([math.comb(32, v) * math.comb(32, 48 - v) for v in k]) / math.comb(64, 48)
-    expected = pmf * len(from_shard0)
-    observed = np.array([(from_shard0 == v).sum() for v in k], float)
-    keep = expected > 5
-    cells_o = np.r_[observed[keep], observed[~keep].sum()]
-    cells_e = np.r_[expected[keep], expected[~keep].sum()]
-    assert chi2_pvalue_ok(cells_o, cells_e)
+    # 48 drawn of 32 + 32: shard 0 gives 16..32
+    assert chi2_pvalue_ok(*hypergeometric_cells(from_shard0, 32, 32, 48))
     assert from_shard0.var() < 4.0  # hypergeometric: 3.05; a multinomial split: 12
 
 
