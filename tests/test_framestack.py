@@ -480,3 +480,27 @@ def test_without_replacement_draws_distinct_servable_steps(sampler: str | None) 
     with pytest.raises(rb.EmptyBufferError, match="fewer than 11 distinct steps"):
         buf.sample(11, replace=False)
     assert buf.rng.bit_generator.state == before
+
+
+def test_a_step_relinked_after_the_plan_takes_its_next_row() -> None:
+    """Shared memory: a writer relinks a step (link k -> 0, its next observation now the
+    next row) after the learner planned its stacks, and reuses the freed side slot at
+    once. The gather reads the links again after copying and takes the next row where
+    one changed (before, the stale plan handed out the reused slot's data)."""
+    buf = rb.ReplayBuffer(16, seed=0, frame_stack=2)
+    for t in range(10):  # one episode, every next observation continuous
+        buf.add(obs=np.full(3, t, np.uint8), action=0, reward=0.0,
+                next_obs=np.full(3, t + 1, np.uint8), terminated=False, truncated=False)
+    table = buf.table
+    link, kept = table.flat(table.link), table.side.arrays["obs"]
+    newest = 9  # (one lane, no wrap: key = slot) the newest step keeps its next obs aside
+    assert np.flatnonzero(link).tolist() == [newest]
+    keys = np.array([newest, newest, 3])
+    ok = buf.view.valid(table, keys)  # the plan is made (and cached) here
+    assert ok is None or ok.all()
+    slot = int(link[newest]) - 1
+    link[newest] = 0  # the writer relinks it...
+    buf.table.arrays["obs"][(newest + 1) % 16] = newest + 1  # (its next row, committed)
+    kept[slot] = 99  # ...and reuses the freed slot for another step
+    got = buf.view.gather(table, keys)
+    assert got["next_obs"][:, -1, 0].tolist() == [newest + 1, newest + 1, 4]

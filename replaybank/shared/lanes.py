@@ -34,13 +34,14 @@ lane meanwhile (it outran the guard), the sample is drawn again from a fresh sna
 and a side slot only after the step holding it let go. One link may still change: a
 writer relinks its previous newest step (``k -> 0``) after the next step's commit, so
 the window's newest steps may be relinked while the learner gathers, and the freed slot
-reused at once. The one-step and n-step gathers (``take_steps``) therefore read each
-side row's link again after copying it and take the next row where it changed (the next
-observation is that row's, committed before the relink). So a batch is exactly what a
-single-process buffer holding the window would return (an n-step window may end at a
-step relinked during the draw, as at a gap in the data), and a sampled step is always
-complete. (The frame-stack and sequence gathers do not read links again yet: a learner
-descheduled inside a writer's relink could take one stale next observation.)
+reused at once. The one-step and n-step gathers (``take_steps``) and the frame-stack
+gathers therefore read each side row's link again after copying it and take the next row
+where it changed (the next observation is that row's, committed before the relink). So a
+batch is exactly what a single-process buffer holding the window would return (an n-step
+window or a stack's history may end at a step relinked during the draw, as at a gap in
+the data), and a sampled step is always complete. (The sequence gathers do not read links
+again yet: a learner descheduled inside a writer's relink could take one stale next
+observation.)
 
 **The writers' shares.** The side store has one slot per step, and lane ``l`` hands out
 only slots ``[l * T, (l + 1) * T)`` (:func:`claim_side_slots`): a lane never holds more

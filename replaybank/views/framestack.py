@@ -356,6 +356,9 @@ class FrameStackView:
                     *((a, step, out[name]) for name, a in reads.fields)))
         if pos is not None:  # the next observation of a final step was kept aside
             w[pos, k] = reads.side[kept]
+            moved = _relinked(table, step[pos], kept)
+            if len(moved):  # (shared memory: see _relinked)
+                w[pos[moved], k] = frames[(step[pos[moved]] + table.lanes) % len(frames)]
         out[reads.obs] = w[:, :-1]
         out[reads.next] = w[:, 1:]
         return out
@@ -392,6 +395,7 @@ class FrameStackView:
         be = table.backend
         numpy_be = table.plain_numpy
         pos = np.flatnonzero(side >= 0) if n_side else None
+        stacks = []
         for name in table.obs_fields:
             frames = table.flat(table.arrays[name])
             # [B, n, *frame]; ndarray.take directly: the same as NumpyBackend.gather
@@ -400,8 +404,16 @@ class FrameStackView:
             if pos is not None:
                 be.write(w, (pos, np.full(len(pos), win.shape[1] - 1)),
                          be.gather(table.side.arrays[name], side[pos]))
+            stacks.append((frames, w))
             out[name] = w[:, :k]
             out[next_name(name)] = w[:, 1:] if same else w[:, k:]
+        if pos is not None and numpy_be:  # (shared memory: see _relinked)
+            owner = win[pos, -2]  # the step whose next observation was kept aside
+            moved = _relinked(table, owner, side[pos])
+            if len(moved):
+                nxt = (owner[moved] + table.lanes) % (table.T * table.lanes)
+                for frames, w in stacks:
+                    w[pos[moved], -1] = frames[nxt]
         return out
 
     def state_dict(self) -> dict[str, Any]:
@@ -436,3 +448,16 @@ class FrameStackView:
 
     def __repr__(self) -> str:
         return f"FrameStackView(k={self.k}, inner={type(self.inner).__name__})"
+
+
+def _relinked(table: StepTable, owners: IntArray, kept: IntArray) -> IntArray:
+    """Positions among ``owners`` (steps' slots, ``[m]``) whose link no longer names the
+    side slot ``kept`` (``[m]``) it named when the plan was made.
+
+    A table written by another process (shared memory) changes one kind of link while a
+    learner reads: a writer relinks its previous newest step (``k -> 0``: its next
+    observation is now the next row, committed first) and may reuse the freed slot at
+    once. Read after the side rows were copied, such a step takes the next row instead
+    (in one process links never change during a gather: always empty)."""
+    now = table.flat(table.link)[owners]
+    return np.flatnonzero(now != kept + 1)
