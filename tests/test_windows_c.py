@@ -391,19 +391,24 @@ def _relinking_table(n: int = 4096, d: int = 256, pool: int = 1 << 16) -> tuple[
 def _relink_forever(src: Any, side: Any, link: Any, stop: Any) -> None:
     """A writer's relinks, as fast as Python goes: step ``r``'s link goes to 0 (its next
     observation is the next row), its freed slot is reused at once (overwritten), and
-    the step is linked again to a fresh slot holding its next observation (never the
-    slot it had: a link never changes back to a value it held)."""
+    the step is linked again to a free slot holding its next observation. Freed slots
+    queue up behind every other free one, so a slot is handed out again only after tens
+    of thousands of relinks: a link does not come back to a value it held while one
+    gather runs, and no slot is ever linked by two steps."""
+    from collections import deque
+
     rng = np.random.default_rng(0)
     n, pool = len(link), side.shape[0]
-    fresh = n
+    free = deque(range(n, pool))
     while not stop.is_set():
         r = int(rng.integers(n))
         k = int(link[r])
         link[r] = 0
         side[k - 1] = -1.0  # the slot reused by the writer's next step
-        fresh = fresh + 1 if fresh + 1 < pool else n
+        fresh = free.popleft()
         side[fresh] = src[(r + 1) % n]
         link[r] = fresh + 1
+        free.append(k - 1)
 
 
 @pytest.mark.parametrize("kernel", ["c", "numpy"])
