@@ -83,7 +83,7 @@ from replaybank.multiagent.resume import (
 from replaybank.samplers.base import Sampler
 from replaybank.samplers.sample_args import check_replace, check_size_arg
 from replaybank.spec import UNSET, Spec
-from replaybank.storage.backends.base import ArrayBackend
+from replaybank.storage.backends.base import ArrayBackend, SharedArrayBackend
 from replaybank.views.nstep import NStepView
 
 if TYPE_CHECKING:  # pydantic loads with the first config() call
@@ -673,10 +673,9 @@ def _check_storage(storage: str | ArrayBackend) -> None:
     Raises:
         ConfigError: Naming the storages and the service that work.
     """
-    name = storage if isinstance(storage, str) else getattr(storage, "name", None)
-    if name == "shared":
+    if storage == "shared" or isinstance(storage, SharedArrayBackend):
         raise ConfigError(
-            f"MultiAgentReplayBuffer(storage={name!r}): a multi-agent buffer cannot live in "
+            "MultiAgentReplayBuffer(storage='shared'): a multi-agent buffer cannot live in "
             "shared memory (its owner only samples, and there is no multi-agent writer for "
             'collector processes); use storage="numpy", "memmap" or "torch" in one process, '
             "or rb.distributed.ReplayService(num_shards, {'type': "
