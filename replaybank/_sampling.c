@@ -45,6 +45,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "_fastdiv.h"
+
 #define GROUP 4                 /* parent nodes refreshed together (at fanout 16 a group of
                                  * 4 keeps its sums and minima in registers) */
 #define MAXDEPTH 64
@@ -341,11 +343,11 @@ static void
 map_lanes(int64_t *out, Py_ssize_t b, const int64_t *written, const int64_t *counts,
           Py_ssize_t lanes, const int64_t *starts, int equal)
 {
-    int64_t c0 = counts[0];
+    const FastDiv by_c0 = fastdiv_of(counts[0] > 0 ? counts[0] : 1);
     for (Py_ssize_t i = 0; i < b; i++) {
         int64_t p = out[i], lane;
         if (equal) {  /* synchronous vector envs: every lane equally full */
-            lane = p / c0;
+            lane = fastdiv_q(p, by_c0);
         } else {  /* the last lane whose start is at or below p, as searchsorted - 1 */
             Py_ssize_t lo = 0, hi = lanes;  /* starts[lo] <= p < starts[hi] */
             while (hi - lo > 1) {
@@ -446,9 +448,10 @@ sampling_key_slots(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
         }
     }
     const int64_t L = lanes, TT = T;
+    const FastDiv by_l = fastdiv_of(L), by_t = fastdiv_of(TT);
     for (Py_ssize_t i = 0; i < b; i++) {
-        int64_t seq = keys[i] / L;
-        out[i] = (seq % TT) * L + (keys[i] - seq * L);
+        int64_t seq = fastdiv_q(keys[i], by_l);
+        out[i] = (seq - fastdiv_q(seq, by_t) * TT) * L + (keys[i] - seq * L);
     }
     r = Py_NewRef(Py_True);
 done:

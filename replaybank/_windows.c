@@ -44,6 +44,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "_fastdiv.h"
+
 #define MAXJOBS 64      /* fields per call (a batch has a handful) */
 #define AHEAD 8         /* rows prefetched ahead of the copy */
 #define PF_BYTES 256    /* bytes of each row prefetched (the hardware streams the rest) */
@@ -1312,14 +1314,15 @@ c_take_steps(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     Py_BEGIN_ALLOW_THREADS
     if (by_key) {  /* item keys: slot = (key // lanes % T) * lanes + key % lanes */
         const int64_t L = lanes, T = (int64_t)n / lanes;
+        const FastDiv by_l = fastdiv_of(L), by_t = fastdiv_of(T);
         for (Py_ssize_t i = 0; i < b; i++) {
             int64_t k = slots[i] - base;
             if (slots[i] < 0 || k < 0) {
                 bad = i;
                 break;
             }
-            int64_t q = k / L;
-            ws[i] = (q % T) * L + (k - q * L);
+            int64_t q = fastdiv_q(k, by_l);
+            ws[i] = (q - fastdiv_q(q, by_t) * T) * L + (k - q * L);
         }
     } else {
         for (Py_ssize_t i = 0; i < b; i++) {

@@ -219,7 +219,10 @@ def test_keys_and_slots_match_numpy_formulas(seed: int, lanes: int, T: int,  # n
         lane = np.searchsorted(starts, flat, side="right") - 1
         want = (written[lane] - counts[lane] + flat - starts[lane]) * lanes + lane
         assert ring.uniform_keys(flat, written, counts).tolist() == want.tolist()
-    keys = np.concatenate([rng.integers(0, 2**40, 50), rng.integers(-50, 0, 3)])
+    # keys about 2**51, where the C pass's reciprocal division hands over to the machine's,
+    # and up to 2**62
+    keys = np.concatenate([rng.integers(0, 2**40, 20), 2**51 + rng.integers(-99, 99, 20),
+                           rng.integers(0, 2**62, 10), rng.integers(-50, 0, 3)])
     keys = keys.astype(np.int64)
     for k in (keys[:50], keys):  # all >= 0 (C), and with negatives (numpy)
         assert ring.key_to_slot(k, T, lanes).tolist() == \

@@ -192,7 +192,12 @@ def test_take_steps_reads_item_keys_at_their_slots(seed: int) -> None:
     n = len(link)
     if n % lanes:
         lanes = 1
-    keys = rng.integers(0, 2**40, len(slots)).astype(np.int64)
+    # small keys, keys about 2**51 (where the kernels' reciprocal division hands over to
+    # the machine's) and keys up to 2**62
+    edge = 2**51 + rng.integers(-2 * n, 2 * n, len(slots))
+    keys = np.choose(rng.integers(0, 3, len(slots)), [rng.integers(0, 2**40, len(slots)),
+                                                       edge, rng.integers(0, 2**62, len(slots))])
+    keys = keys.astype(np.int64)
     at = keys // lanes % (n // lanes) * lanes + keys % lanes
     n_obs = len(sides)
     for take in (wc.take_steps, windows.take_steps):
