@@ -7,7 +7,7 @@ agents that ended earlier in the episode. The result, :class:`JointStep`, holds 
 call's keyword values (every value ``[n, *shape]`` for the ``n`` envs written) and what
 the episode bookkeeping records once the core has stored it. An agent's observation
 is one array or, where the layout says so, a dict ``{key: array}`` of exactly the
-layout's keys (:func:`_cast_obs`); the core call nests it (``obs={agent: {key: ...}}``).
+layout's keys (:func:`cast_obs`); the core call nests it (``obs={agent: {key: ...}}``).
 
 The common call (every agent acts in every env; no ``active``, extras or priority) takes
 :class:`DirectAdd` instead: the core call's dicts are built as given and the core's
@@ -45,8 +45,8 @@ from replaybank.multiagent.layout import OUTCOMES, RESERVED_NAMES, STATE, AgentL
 from replaybank.spec import SEP, FieldSpec, as_array
 from replaybank.storage.writers.compiled import not_handled
 
-__all__ = ["PER_AGENT_ARGS", "DirectAdd", "JointStep", "cast_value", "check_agent_dicts",
-           "prepare"]
+__all__ = ["PER_AGENT_ARGS", "DirectAdd", "JointStep", "cast_obs", "cast_value",
+           "check_agent_dicts", "prepare"]
 
 #: The dict arguments of ``add`` that hold one value per acting agent.
 PER_AGENT_ARGS = ("obs", "action", "reward", "next_obs", "terminated", "truncated")
@@ -195,10 +195,30 @@ def _layout(agents: tuple[str, ...], num_envs: int, spec: Any, args: Mapping[str
     return AgentLayout.build(agents, spec, values, lead, dict_obs=True)
 
 
-def _cast_obs(layout: AgentLayout, agent: str, arg: str, value: Any, num_envs: int,
-              out: dict[str, npt.NDArray[Any]]) -> None:
-    """``value``, ``agent``'s observation (one array, or a dict of the layout's keys),
-    checked and cast into ``out[leaf]`` (``[num_envs, *shape]`` per observation leaf)."""
+def cast_obs(layout: AgentLayout, agent: str, arg: str, value: Any, num_envs: int,
+             out: dict[str, npt.NDArray[Any]]) -> None:
+    """Check and cast one agent's observation into its observation leaves.
+
+    Both multi-agent buffers store an observation this way (``obs`` and ``next_obs`` of
+    the replay buffer; ``obs`` and ``final_obs`` of the rollout buffer).
+
+    Args:
+        layout: The buffer's layout (it says whether ``agent`` observes one array or a
+            dict, and with which keys, shapes and dtypes).
+        agent: The agent.
+        arg: The ``add`` argument, for messages (``"obs"``, ``"final_obs"``).
+        value: The agent's observation: ``[num_envs, *shape]`` (no env dim with one
+            env), or ``{key: [num_envs, *shape]}`` of exactly the layout's keys.
+        num_envs: The buffer's envs.
+        out: Receives ``out[leaf]`` ``[num_envs, *shape]`` per observation leaf
+            (``<agent>``, or ``<agent>/<key>`` for each key); written only when every
+            leaf was cast (a rejected value leaves ``out`` as it was).
+
+    Raises:
+        SpecError: A dict for an agent that observes one array, an array for one that
+            observes a dict, or a dict with missing or unknown keys.
+        ShapeError, DtypeError: A value of the wrong shape or dtype.
+    """
     keys = layout.obs_keys(agent)
     where = f"{arg}[{agent!r}]"
     if keys is None:
@@ -222,11 +242,18 @@ def _cast_obs(layout: AgentLayout, agent: str, arg: str, value: Any, num_envs: i
         raise SpecError(f"add({where}=...): the dict observation has keys {list(value)}; "
                         f"agent {agent!r} observes exactly {list(keys)} in this buffer"
                         + (f"; missing {missing}" if missing else "")
-                        + (f"; unknown {unknown}" if unknown else ""))
+                        + (f"; unknown {unknown}" if unknown else "")
+                        + "; pass a dict with exactly those keys")
+    leaves: dict[str, npt.NDArray[Any]] = {}
     for k in keys:
+        if isinstance(value[k], Mapping):
+            raise SpecError(f"add({where}[{k!r}]={describe(value[k])}): a nested dict; dict "
+                            "observations have one level of keys in a multi-agent buffer; "
+                            f"flatten the deeper ones (e.g. '{k}_<subkey>' keys)")
         leaf = f"{agent}{SEP}{k}"
-        out[leaf] = cast_value(layout.per_agent["obs"][leaf], f"{where}[{k!r}]", value[k],
-                               num_envs)
+        leaves[leaf] = cast_value(layout.per_agent["obs"][leaf], f"{where}[{k!r}]", value[k],
+                                  num_envs)
+    out.update(leaves)
 
 
 def prepare(agents: tuple[str, ...], num_envs: int, layout: AgentLayout | None, spec: Any,
@@ -275,7 +302,7 @@ def prepare(agents: tuple[str, ...], num_envs: int, layout: AgentLayout | None, 
             _scalar("active", a, _FLAG), f"active[{a!r}]", active[a], num_envs)
         act[i] = mask
         for name in ("obs", "next_obs"):
-            _cast_obs(layout, a, name, args[name][a], num_envs, cast[name])
+            cast_obs(layout, a, name, args[name][a], num_envs, cast[name])
         cast["action"][a] = cast_value(layout.per_agent["action"][a], f"action[{a!r}]",
                                        args["action"][a], num_envs)
         for name in layout.extras:

@@ -124,6 +124,13 @@ def parse_spec(spec: Any, agents: tuple[str, ...]) -> dict[str, FieldSpec]:
     out: dict[str, FieldSpec] = {}
     for name, field in flat.items():
         top, _, rest = name.partition(SEP)
+        if top == "obs" and obs_leaf(rest, agents) is None \
+                and rest.partition(SEP)[0] in agents:
+            raise SpecError(f"MultiAgentReplayBuffer(spec=...): {name!r} is a nested key of "
+                            f"the dict observation of agent {rest.partition(SEP)[0]!r}; dict "
+                            "observations have one level of keys in a multi-agent buffer: "
+                            "flatten the deeper ones (e.g. spec={'obs': {agent: "
+                            "{'<key>_<subkey>': (shape, dtype)}}})")
         if (top == "action" and rest not in agents) or (
                 top == "obs" and obs_leaf(rest, agents) is None):
             raise SpecError(f"MultiAgentReplayBuffer(spec=...): {name!r} names no agent; "
