@@ -10,7 +10,9 @@ The call is batched over the *steps* that kept one (a step is ``k = t * num_envs
 in the form a collector's policy sees a vector step:
 
 * ``obs``: ``{agent: [K, *obs_shape]}`` for every agent kept at some of the ``K`` steps,
-  zeros in the rows where that agent was not truncated;
+  zeros in the rows where that agent was not truncated; an agent with dict observations
+  gets ``{key: [K, *shape]}`` (one array per key, each with its own dtype), as the
+  buffer stores it;
 * ``state``: ``[K, *state_shape]`` the global state after each step (``env.state()`` at
   the truncation), or None when the buffer stores no state;
 * it returns ``{agent: [K]}`` (per-agent values) or one array ``[K]`` (a centralised
@@ -41,6 +43,7 @@ import numpy.typing as npt
 
 from replaybank.errors import ShapeError, describe
 from replaybank.host import is_tensor, tensor_to_numpy
+from replaybank.multiagent.layout import obs_leaf
 from replaybank.spec import FieldSpec, real_floats
 
 __all__ = ["FinalObservations", "ValueFn"]
@@ -50,8 +53,9 @@ IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
 
-#: ``value_fn(obs, state) -> values``: ``obs`` ``{agent: [K, *obs_shape]}``, ``state``
-#: ``[K, *state_shape]`` or None; values ``{agent: [K]}`` or ``[K]``.
+#: ``value_fn(obs, state) -> values``: ``obs`` ``{agent: [K, *obs_shape]}`` (``{agent:
+#: {key: [K, *shape]}}`` for dict observations), ``state`` ``[K, *state_shape]`` or None;
+#: values ``{agent: [K]}`` or ``[K]``.
 ValueFn = Callable[[dict[str, Any], Any], Any]
 
 _CALL = "compute_returns_and_advantage"
@@ -61,18 +65,37 @@ def _host(x: Any) -> Any:
     return tensor_to_numpy(x) if is_tensor(x) else x
 
 
+def _leaves(agent: str, names: Any, agents: tuple[str, ...]) -> list[str]:
+    """The observation leaves of ``agent`` among ``names`` (``<agent>``, or
+    ``<agent>/<key>`` per key of a dict observation), in their order."""
+    out = []
+    for name in names:
+        leaf = obs_leaf(name, agents)
+        if leaf is not None and leaf[0] == agent:
+            out.append(name)
+    return out
+
+
 class FinalObservations:
     """Final observations (and final global states) kept per (step, env, agent).
+
+    An agent's kept observation is stored per *observation leaf* (the layout's keys of
+    ``per_agent["obs"]``: ``<agent>`` for one array, ``<agent>/<key>`` for each key of a
+    dict observation), so dict observations keep every key's shape and dtype.
 
     Args:
         agents: The buffer's agents, in order.
         num_envs: The buffer's envs (a step key is ``t * num_envs + env``).
+
+    Attributes:
+        obs: ``{agent: {step key: {leaf: [*shape]}}}``.
+        state: ``{step key: [*state_shape]}``.
     """
 
     def __init__(self, agents: tuple[str, ...], num_envs: int) -> None:
         self.agents = agents
         self.num_envs = num_envs
-        self.obs: dict[str, dict[int, AnyArray]] = {a: {} for a in agents}
+        self.obs: dict[str, dict[int, dict[str, AnyArray]]] = {a: {} for a in agents}
         self.state: dict[int, AnyArray] = {}
 
     def __len__(self) -> int:
@@ -86,14 +109,20 @@ class FinalObservations:
         Args:
             t: The step.
             need: ``[num_envs, n_agents]`` bool: where a final observation is kept.
-            obs_rows: ``{agent: [num_envs, *obs_shape]}`` (read where ``need``; every agent
-                with a True column is present).
+            obs_rows: ``{leaf: [num_envs, *shape]}`` per observation leaf (``<agent>``,
+                or ``<agent>/<key>`` per key of a dict observation; read where ``need``;
+                every leaf of an agent with a True column is present).
             state_rows: ``[num_envs, *state_shape]`` final global states, or None.
         """
         base = t * self.num_envs
         for i, a in enumerate(self.agents):
-            for env in np.flatnonzero(need[:, i]).tolist():
-                self.obs[a][base + env] = np.array(obs_rows[a][env])
+            envs = np.flatnonzero(need[:, i]).tolist()
+            if not envs:
+                continue
+            leaves = _leaves(a, obs_rows, self.agents)
+            for env in envs:
+                self.obs[a][base + env] = {leaf: np.array(obs_rows[leaf][env])
+                                           for leaf in leaves}
         if state_rows is not None:
             for env in np.flatnonzero(need.any(axis=1)).tolist():
                 self.state[base + env] = np.array(state_rows[env])
@@ -104,30 +133,37 @@ class FinalObservations:
         self.state = {}
 
     def inputs(self, obs_fields: Mapping[str, FieldSpec], state_field: FieldSpec | None
-               ) -> tuple[IntArray, dict[str, AnyArray], AnyArray | None]:
+               ) -> tuple[IntArray, dict[str, Any], AnyArray | None]:
         """The batched ``value_fn`` inputs.
 
         Args:
-            obs_fields: ``{agent: obs FieldSpec}``.
+            obs_fields: ``{leaf: obs FieldSpec}`` (the layout's ``per_agent["obs"]``).
             state_field: The global state's FieldSpec, or None.
 
         Returns:
-            ``steps`` ``[K]`` (sorted step keys), ``obs`` ``{agent: [K, *obs_shape]}`` of
-            the agents kept somewhere (zeros elsewhere), ``state`` ``[K, *state_shape]``
-            or None.
+            ``steps`` ``[K]`` (sorted step keys), ``obs`` ``{agent: [K, *obs_shape]}``
+            (``{agent: {key: [K, *shape]}}`` for a dict observation) of the agents kept
+            somewhere (zeros elsewhere), ``state`` ``[K, *state_shape]`` or None.
         """
         steps = np.array(sorted({k for rows in self.obs.values() for k in rows}),
                          dtype=np.int64)  # [K]
         row_of = {int(k): r for r, k in enumerate(steps.tolist())}
-        obs: dict[str, AnyArray] = {}
+        obs: dict[str, Any] = {}
         for a in self.agents:
             if not self.obs[a]:
                 continue
-            f = obs_fields[a]
-            arr = np.zeros((len(steps), *f.shape), f.dtype)  # [K, *obs_shape]
-            for k, row in self.obs[a].items():
-                arr[row_of[k]] = row
-            obs[a] = arr
+            per_key: dict[str, AnyArray] = {}
+            for leaf in _leaves(a, obs_fields, self.agents):
+                f = obs_fields[leaf]
+                arr = np.zeros((len(steps), *f.shape), f.dtype)  # [K, *shape]
+                for k, rows in self.obs[a].items():
+                    arr[row_of[k]] = rows[leaf]
+                if leaf == a:  # one array
+                    obs[a] = arr
+                else:
+                    per_key[leaf[len(a) + 1:]] = arr
+            if per_key:
+                obs[a] = per_key
         state = None
         if state_field is not None:
             state = np.zeros((len(steps), *state_field.shape), state_field.dtype)
@@ -143,7 +179,7 @@ class FinalObservations:
         Args:
             value_fn: ``value_fn(obs, state) -> values`` (module doc).
             central: The buffer stores one value per env (``value_fn`` returns ``[K]``).
-            obs_fields: ``{agent: obs FieldSpec}``.
+            obs_fields: ``{leaf: obs FieldSpec}`` (the layout's ``per_agent["obs"]``).
             state_field: The global state's FieldSpec, or None.
 
         Returns:
@@ -214,15 +250,17 @@ class FinalObservations:
     # ------------------------------------------------------------------ state
     def arrays(self) -> dict[str, AnyArray]:
         """Copies for a state dict: ``final_obs/index/<agent>`` ``[k_a]`` int64 and
-        ``final_obs/rows/<agent>`` ``[k_a, *obs_shape]`` for each agent with kept rows,
-        ``final_state/index`` ``[m]`` and ``final_state/rows`` ``[m, *state_shape]`` when
-        states are kept."""
+        ``final_obs/rows/<leaf>`` ``[k_a, *shape]`` per observation leaf of each agent with
+        kept rows (``final_obs/rows/<agent>`` for one array, ``final_obs/rows/<agent>/<key>``
+        per key of a dict observation), ``final_state/index`` ``[m]`` and
+        ``final_state/rows`` ``[m, *state_shape]`` when states are kept."""
         out: dict[str, AnyArray] = {}
         for a, rows in self.obs.items():
             if rows:
                 keys = sorted(rows)
                 out[f"final_obs/index/{a}"] = np.array(keys, dtype=np.int64)
-                out[f"final_obs/rows/{a}"] = np.stack([rows[k] for k in keys])
+                for leaf in rows[keys[0]]:
+                    out[f"final_obs/rows/{leaf}"] = np.stack([rows[k][leaf] for k in keys])
         if self.state:
             keys = sorted(self.state)
             out["final_state/index"] = np.array(keys, dtype=np.int64)
@@ -231,23 +269,38 @@ class FinalObservations:
 
     def parsed(self, arrays: Mapping[str, Any], obs_fields: Mapping[str, FieldSpec] | None,
                state_field: FieldSpec | None, steps: int
-               ) -> tuple[dict[str, dict[int, AnyArray]], dict[int, AnyArray]]:
+               ) -> tuple[dict[str, dict[int, dict[str, AnyArray]]], dict[int, AnyArray]]:
         """Checked ``(obs, state)`` of a state dict's arrays (see :meth:`arrays`); apply
         with :meth:`load`.
 
+        Args:
+            arrays: The state dict's arrays.
+            obs_fields: ``{leaf: obs FieldSpec}`` (the layout's ``per_agent["obs"]``), or
+                None when the state has no layout.
+            state_field: The global state's FieldSpec, or None.
+            steps: The state's ``pos`` (step keys lie in ``[0, steps * num_envs)``).
+
+        Returns:
+            ``(obs, state)`` in the form of :attr:`obs` and :attr:`state`.
+
         Raises:
             ValueError: A misshaped array or a step key outside ``[0, steps * num_envs)``.
+            KeyError: A missing array.
         """
-        obs: dict[str, dict[int, AnyArray]] = {a: {} for a in self.agents}
+        obs: dict[str, dict[int, dict[str, AnyArray]]] = {a: {} for a in self.agents}
         state: dict[int, AnyArray] = {}
         limit = steps * self.num_envs
         for a in self.agents:
-            ikey, rkey = f"final_obs/index/{a}", f"final_obs/rows/{a}"
+            ikey = f"final_obs/index/{a}"
             if ikey not in arrays:
                 continue
             if obs_fields is None:
                 raise ValueError(f"{ikey} is present but the state has no layout")
-            obs[a] = self._rows(arrays[ikey], arrays[rkey], obs_fields[a], limit, ikey)
+            for leaf in _leaves(a, obs_fields, self.agents):
+                rows = self._rows(arrays[ikey], arrays[f"final_obs/rows/{leaf}"],
+                                  obs_fields[leaf], limit, ikey)
+                for k, row in rows.items():
+                    obs[a].setdefault(k, {})[leaf] = row
         if "final_state/index" in arrays:
             if state_field is None:
                 raise ValueError("final_state/index is present but the state stores no "
@@ -265,6 +318,7 @@ class FinalObservations:
         arr = np.array(rows, dtype=field.dtype).reshape((len(keys), *field.shape))
         return {k: arr[j] for j, k in enumerate(keys)}
 
-    def load(self, obs: dict[str, dict[int, AnyArray]], state: dict[int, AnyArray]) -> None:
+    def load(self, obs: dict[str, dict[int, dict[str, AnyArray]]],
+             state: dict[int, AnyArray]) -> None:
         """Replace the kept rows with :meth:`parsed`'s."""
         self.obs, self.state = obs, state
