@@ -6,6 +6,15 @@ by ``active``) did not act. Fields are stored time-aligned, ``[n_steps, num_envs
 *shape]`` per agent (agents may differ in shapes; the layout, shape inference and the
 spec forms are :mod:`replaybank.multiagent.layout`'s).
 
+An agent may observe a dict with one level of keys (PettingZoo's ``{"observation": ...,
+"action_mask": ...}``, a gymnasium ``Dict`` space), as in
+:class:`~replaybank.multiagent.MultiAgentReplayBuffer`: each key is stored as its own
+field ``obs/<agent>/<key>`` with its own shape and dtype (fixed by the first add or
+``spec={"obs": {agent: {key: (shape, dtype)}}}``), every later add must give exactly those
+keys, and the observation comes back as ``{key: [B, *shape]}`` wherever one array would
+(``batch.obs[agent]``; ``batch.obs`` of ``agents="flatten"`` when the agents share the
+keys; the ``obs`` that ``value_fn`` gets for kept final observations).
+
 Advantages (:meth:`~MultiAgentRolloutBuffer.compute_returns_and_advantage`) are
 per-agent GAE over each agent's own sequence of active steps in each env
 (:func:`replaybank.multiagent.rollout_gae.active_gae`, which runs the one
@@ -52,6 +61,34 @@ Example:
     [2, 1]
     >>> [int(b.agent.size) for b in buf.get(agents="flatten")]  # 5 active agent-steps
     [5]
+
+    Dict observations, two envs; "b" is cut off in env 1 at step 0, its dict final
+    observation valued later by ``value_fn``:
+
+    >>> def observe(t):  # [2 envs, ...] per key
+    ...     return {"observation": np.full((2, 3), t, np.float32),
+    ...             "action_mask": np.array([[1, 0], [1, 1]], np.int8)}
+    >>> buf = MultiAgentRolloutBuffer(2, agents=["a", "b"], num_envs=2, gamma=0.5,
+    ...                               gae_lambda=1.0, normalize_advantage=None, seed=0)
+    >>> two = lambda v: {k: np.full(2, v) for k in ("a", "b")}
+    >>> for t in range(2):
+    ...     buf.add(obs={"a": observe(t), "b": observe(t)}, reward=two(1.0),
+    ...             action={k: np.zeros(2, np.int64) for k in ("a", "b")},
+    ...             terminated=two(False), truncated={"a": [False] * 2,
+    ...                                               "b": [False, t == 0]},
+    ...             value=two(0.0), log_prob=two(0.0), final_obs={"b": observe(8)},
+    ...             active={"a": [True, True], "b": [True, t == 0]})
+    >>> def critic(obs, state):  # obs {agent: {key: [K, *shape]}}; V = observation[0]
+    ...     return {k: o["observation"][:, 0].astype(float) for k, o in obs.items()}
+    >>> buf.compute_returns_and_advantage(last_values=two(0.0), value_fn=critic)
+    >>> buf.advantages["b"].tolist()  # env 1: 1 + 0.5 * V(final obs) = 1 + 0.5 * 8
+    [[1.5, 5.0], [1.0, 0.0]]
+    >>> mb = next(buf.get(shuffle=False))
+    >>> sorted(mb.obs["b"]), mb.obs["b"]["action_mask"].dtype, mb.active["b"].tolist()
+    (['action_mask', 'observation'], dtype('int8'), [True, True, True, False])
+    >>> flat = next(buf.get(agents="flatten"))  # the agents share the keys: per key
+    >>> flat.obs["observation"].shape, int(flat.agent.size)
+    ((7, 3), 7)
 """
 
 from __future__ import annotations
@@ -79,7 +116,7 @@ from replaybank.errors import (
     SpecError,
     describe,
 )
-from replaybank.multiagent.inputs import cast_value, check_agent_dicts
+from replaybank.multiagent.inputs import cast_obs, cast_value, check_agent_dicts
 from replaybank.multiagent.layout import (
     RESERVED_NAMES,
     STATE,
@@ -383,7 +420,9 @@ class MultiAgentRolloutBuffer:
         Values are ``[*shape]`` (``[num_envs, *shape]`` with several envs).
 
         Args:
-            obs: ``{agent: [num_envs, *obs_shape]}``: the observations the agents acted on.
+            obs: ``{agent: [num_envs, *obs_shape]}``: the observations the agents acted on;
+                an agent with dict observations gives ``{key: [num_envs, *shape]}`` (one
+                level of keys, exactly the keys its first add or ``spec`` fixed).
             action: ``{agent: [num_envs, *action_shape]}``.
             reward: ``{agent: [num_envs]}``.
             terminated: ``{agent: [num_envs]}`` bool: the agent reached a terminal state.
@@ -403,7 +442,8 @@ class MultiAgentRolloutBuffer:
             final_obs: The true final observation of each agent truncated (and not
                 terminated) at this step without a finite ``final_value``:
                 ``{agent: [num_envs, *obs_shape]}`` (PettingZoo's ``step`` observation of
-                that agent); read only there (other rows and agents are ignored). Kept
+                that agent; ``{key: [num_envs, *shape]}`` for dict observations); read
+                only there (other rows and agents are ignored). Kept
                 until :meth:`compute_returns_and_advantage`, whose ``value_fn`` values
                 them all in one call.
             final_state: ``[num_envs, *state_shape]``: the global state after this step
@@ -419,7 +459,9 @@ class MultiAgentRolloutBuffer:
             CapacityError: The rollout is full.
             SpecError: ``value`` per agent where the buffer stores one per env (or the
                 reverse), a missing or unknown state or extra, an agent whose shapes are
-                unknown at the first add.
+                unknown at the first add, a dict observation (or final observation) with
+                missing or unknown keys or nested dicts, a dict where the agent observes
+                one array or the reverse.
             ShapeError, DtypeError: A value of the wrong shape or dtype, or a truncated
                 agent with neither a finite final value nor a final observation.
 
@@ -452,8 +494,8 @@ class MultiAgentRolloutBuffer:
                       STATE: state, **extras}
             try:
                 layout, fields = self._checked_layout(
-                    AgentLayout.build(self._agents, self._spec_arg, values, lead), reward,
-                    lead)
+                    AgentLayout.build(self._agents, self._spec_arg, values, lead,
+                                      dict_obs=True), reward, lead)
             except ReplayBankError as exc:
                 raise _renamed(exc) from None
         self._check_fields(layout, value, state, extras)
@@ -525,10 +567,17 @@ class MultiAgentRolloutBuffer:
             mask = np.ones(n_env, np.bool_) if a not in active else cast_value(
                 FieldSpec(f"active{SEP}{a}", (), _FLAG), f"active[{a!r}]", active[a], n_env)
             row[f"active{SEP}{a}"] = mask
+            got_obs: dict[str, AnyArray] = {}  # {leaf: [num_envs, *shape]}
+            cast_obs(layout, a, "obs", source["obs"][a], n_env, got_obs)
+            # {stored name: [num_envs, *shape]}: every observation leaf, then the others
+            got_fields = {layout.per_agent["obs"][leaf].name: v for leaf, v in got_obs.items()}
             for top, per in layout.per_agent.items():
-                got = cast_value(per[a], f"{top}[{a!r}]", source[top][a], n_env)
-                row[per[a].name] = np.where(mask.reshape((n_env,) + (1,) * (got.ndim - 1)),
-                                            got, np.zeros((), got.dtype))
+                if top != "obs":
+                    got_fields[per[a].name] = cast_value(per[a], f"{top}[{a!r}]",
+                                                         source[top][a], n_env)
+            for name, got in got_fields.items():
+                row[name] = np.where(mask.reshape((n_env,) + (1,) * (got.ndim - 1)), got,
+                                     np.zeros((), got.dtype))
             for prefix in ("reward", "terminated", "truncated"):
                 name = f"{prefix}{SEP}{a}"
                 got = cast_value(fields[name], f"{prefix}[{a!r}]", given[prefix][a], n_env)
@@ -568,9 +617,27 @@ class MultiAgentRolloutBuffer:
 
     def _kept_final(self, layout: AgentLayout, need: BoolArray, final_obs: Any,
                     final_state: Any) -> tuple[dict[str, AnyArray], AnyArray | None] | None:
-        """The checked ``final_obs`` rows ``{agent: [num_envs, *obs_shape]}`` of the agents
-        in ``need`` and the ``final_state`` ``[num_envs, *state_shape]`` (None without a
-        stored state); None when nothing is kept."""
+        """The checked final observations of the agents in ``need`` and the final states.
+
+        Args:
+            layout: The buffer's layout.
+            need: ``[num_envs, n_agents]`` bool: where a final observation is needed.
+            final_obs: ``add``'s ``final_obs`` (``{agent: [num_envs, *obs_shape]}``, a dict
+                ``{key: [num_envs, *shape]}`` per agent with dict observations), or None.
+            final_state: ``add``'s ``final_state`` ``[num_envs, *state_shape]``, or None.
+
+        Returns:
+            ``({leaf: [num_envs, *shape]}, final states [num_envs, *state_shape] or None)``
+            per observation leaf of the agents in ``need`` (``<agent>``, or
+            ``<agent>/<key>`` per key); None when nothing is kept.
+
+        Raises:
+            ArgumentError: ``final_obs`` is not a dict, or names an unknown agent.
+            SpecError: A final state the buffer does not store, or one it needs; a dict
+                final observation of other keys than the agent's observations.
+            ShapeError, DtypeError: A missing final observation, or a wrong shape or
+                dtype.
+        """
         n_env, agents = self._num_envs, self._agents
         if final_state is not None and layout.state is None:
             raise SpecError(
@@ -602,8 +669,7 @@ class MultiAgentRolloutBuffer:
                     f"envs {envs} without a final value, but final_obs has no observation "
                     f"for it; pass final_obs={{{a!r}: its step observation [num_envs, "
                     "*obs_shape]}, or final_value=")
-            rows[a] = cast_value(layout.per_agent["obs"][a], f"final_obs[{a!r}]",
-                                 final_obs[a], n_env)
+            cast_obs(layout, a, "final_obs", final_obs[a], n_env, rows)
         state_rows = None
         if layout.state is not None:
             if final_state is None:
@@ -660,7 +726,8 @@ class MultiAgentRolloutBuffer:
             value_fn: ``value_fn(obs, state) -> values``, called once (when ``add`` kept
                 final observations, else not at all) with every kept final observation:
                 ``obs`` ``{agent: [K, *obs_shape]}`` (one row per (step, env) that kept
-                one; zeros where that agent was not truncated), ``state`` ``[K,
+                one; zeros where that agent was not truncated; ``{agent: {key: [K,
+                *shape]}}`` for dict observations), ``state`` ``[K,
                 *state_shape]`` (the ``final_state`` rows) or None when the buffer stores
                 no state. Returns ``{agent: [K]}`` (per-agent values) or ``[K]`` (a
                 centralised value), as the buffer stores values; numpy or torch.
@@ -777,7 +844,9 @@ class MultiAgentRolloutBuffer:
                 ``[B, *shape]``, ``active[agent]`` masks, ``state``); ``"flatten"``: an
                 item is one active (env, time, agent), yielded as a
                 :class:`~replaybank.batch.Batch` of the agents' fields stacked
-                ``[B, *shape]`` (the agents must share each field's shape and dtype), with
+                ``[B, *shape]`` (the agents must share each field's shape and dtype; dict
+                observations stack per key, ``obs/<key>``, so ``batch.obs`` is ``{key: [B,
+                *shape]}`` and the agents must share the keys), with
                 ``agent`` ``[B]`` (its position in :attr:`agents`) and ``indices`` ``[B]``
                 (the step ``t * num_envs + env``).
             shuffle: Draw the order from the buffer's generator (one permutation per
@@ -790,7 +859,8 @@ class MultiAgentRolloutBuffer:
         Raises:
             EmptyBufferError: Advantages not computed for the current data.
             ConfigError: A bad ``batch_size`` or ``agents``.
-            ShapeError: ``"flatten"`` with agents whose fields differ in shape or dtype.
+            ShapeError: ``"flatten"`` with agents whose fields differ in shape or dtype,
+                or whose observations differ in kind (one array or a dict) or keys.
         """
         adv, ret = self._computed("get")
         if agents not in ("together", "flatten"):
@@ -845,13 +915,39 @@ class MultiAgentRolloutBuffer:
 
     def _flattened(self, adv: Mapping[str, AnyArray], ret: Mapping[str, AnyArray]
                    ) -> tuple[dict[str, AnyArray], dict[str, AnyArray]]:
-        """Per-agent fields stacked ``[pos * num_envs * n_agents, *shape]`` and joint
-        fields ``[pos * num_envs, *shape]``."""
+        """Per-agent fields stacked over agents and the joint fields, flat.
+
+        Args:
+            adv: ``{agent: [pos, num_envs]}`` advantages (normalised as yielded).
+            ret: ``{agent: [pos, num_envs]}`` returns.
+
+        Returns:
+            ``(stacked, joint)``: ``{name: [pos * num_envs * n_agents, *shape]}`` (row ``j
+            = k * n_agents + agent``; dict observations per key, ``obs/<key>``) and
+            ``{name: [pos * num_envs, *shape]}`` (row ``k``).
+
+        Raises:
+            ShapeError: The agents differ in a field's shape or dtype, or in their
+                observations' kind (one array or a dict) or dict keys.
+        """
         layout = self._layout
         assert layout is not None  # advantages exist, so a step was added
         names, d, p = self._agents, self.data, self._pos
         groups: dict[str, list[AnyArray]] = {
-            top: [d[f.name] for f in per.values()] for top, per in layout.per_agent.items()}
+            top: [d[per[a].name] for a in names]
+            for top, per in layout.per_agent.items() if top != "obs"}
+        keys = {a: layout.obs_keys(a) for a in names}  # None: one array
+        if len({None if k is None else frozenset(k) for k in keys.values()}) > 1:
+            kinds_of = {a: None if k is None else list(k) for a, k in keys.items()}
+            raise ShapeError(
+                f"get(agents='flatten'): the agents' observations differ in kind or dict "
+                f"keys {kinds_of} (None: one array); flattening stacks each observation key "
+                "over agents, so they must share them: use get(agents='together') and read "
+                "batch.obs[agent] per agent, or give the agents the same observation keys")
+        first = keys[names[0]]
+        obs_groups = {"obs": [d[f"obs{SEP}{a}"] for a in names]} if first is None else {
+            f"obs{SEP}{k}": [d[f"obs{SEP}{a}{SEP}{k}"] for a in names] for k in first}
+        groups = {**obs_groups, **groups}
         for prefix in ("reward", "terminated", "truncated"):
             groups[prefix] = [d[f"{prefix}{SEP}{a}"] for a in names]
         groups["advantages"] = [adv[a] for a in names]
@@ -862,11 +958,13 @@ class MultiAgentRolloutBuffer:
             if len(kinds) > 1:
                 shown = {n: (tuple(a.shape[2:]), str(a.dtype))
                          for n, a in zip(names, arrays, strict=True)}
+                key = top.partition(SEP)[2]
+                read = f"batch.obs[agent][{key!r}]" if key else f"batch.{top}[agent]"
                 raise ShapeError(
                     f"get(agents='flatten'): the agents' {top} differ in shape or dtype "
                     f"{shown}; flattening stacks one field over agents, so they must share "
-                    "it: use get(agents='together') and read batch."
-                    f"{top}[agent] per agent, or pad the agents' {top} to one shape")
+                    f"it: use get(agents='together') and read {read} per agent, or pad "
+                    f"the agents' {top} to one shape")
             stacked[top] = np.stack(arrays, axis=2).reshape(
                 (p * self._num_envs * len(names), *arrays[0].shape[2:]))
         joint = {name: d[name].reshape((p * self._num_envs, *d[name].shape[2:]))

@@ -4,11 +4,16 @@
 fields side by side (a centralised critic or a MAPPO learner reads all agents of a step at
 once). Its values are kept as a flat core :class:`~replaybank.batch.Batch`
 (:attr:`MultiAgentRolloutBatch.core`, names ``obs/<agent>``, ``advantages/<agent>``,
-``value`` or ``value/<agent>``, ``state``, ...), so ``to_torch`` is the core's.
+``value`` or ``value/<agent>``, ``state``, ...), so ``to_torch`` is the core's. An agent
+with dict observations has one core field per key, ``obs/<agent>/<key>``, and
+``batch.obs[agent]`` is ``{key: [B, *shape]}`` (as in
+:class:`~replaybank.multiagent.MultiAgentBatch`).
 
 The "flatten" form (one item per active (env, time, agent)) is a plain core
 :class:`~replaybank.batch.Batch`: its fields are the agents' fields stacked, as a
-parameter-shared single-agent learner reads them.
+parameter-shared single-agent learner reads them (dict observations stacked per key:
+``obs/<key>``, so ``batch.obs`` is ``{key: [B, *shape]}`` as a single-agent
+:class:`~replaybank.RolloutBuffer` gives it).
 
 Index conventions (row-major, as :mod:`replaybank.ops.minibatch`): a step is
 ``k = t * num_envs + env``; an (env, time, agent) item is ``j = k * n_agents + agent``.
@@ -35,6 +40,7 @@ import numpy.typing as npt
 
 from replaybank.batch import Batch
 from replaybank.multiagent.batch import stack_agents
+from replaybank.multiagent.layout import obs_leaf
 from replaybank.spec import SEP
 
 __all__ = ["AGENT_FIELDS", "MultiAgentRolloutBatch", "flatten_rows", "together_rows"]
@@ -56,7 +62,8 @@ class MultiAgentRolloutBatch:
 
     Attributes:
         agents: Agent names, in the buffer's order.
-        obs: ``{agent: [B, *obs_shape]}``.
+        obs: ``{agent: [B, *obs_shape]}``; an agent with dict observations has
+            ``{key: [B, *shape]}`` (each key its own shape and dtype).
         action: ``{agent: [B, *action_shape]}``.
         log_prob: ``{agent: [B, *log_prob_shape]}`` under the behaviour policy.
         reward: ``{agent: [B]}``.
@@ -108,6 +115,10 @@ class MultiAgentRolloutBatch:
             top, _, rest = name.partition(SEP)
             if rest in agents:
                 per.setdefault(top, {})[rest] = v
+                continue
+            leaf = obs_leaf(rest, agents) if top == "obs" else None
+            if leaf is not None and leaf[1] is not None:  # obs/<agent>/<key>
+                per.setdefault("obs", {}).setdefault(leaf[0], {})[leaf[1]] = v
             else:
                 joint[name] = v
         fields = {f: per.pop(f, {}) for f in AGENT_FIELDS}
@@ -140,11 +151,13 @@ class MultiAgentRolloutBatch:
             agents: The agents to stack, in order (default: all).
 
         Returns:
-            ``[B, n_agents, *shape]``.
+            ``[B, n_agents, *shape]``; dict observations stack per key, ``{key: [B,
+            n_agents, *shape]}``.
 
         Raises:
             KeyError: No such per-agent field, or an unknown agent.
-            ShapeError: The agents' shapes or dtypes differ.
+            ShapeError: The agents' shapes or dtypes differ (or their dict keys, or some
+                observe a dict and others an array).
         """
         per = getattr(self, name) if name in AGENT_FIELDS or name == "value" \
             else self.extras.get(name)
