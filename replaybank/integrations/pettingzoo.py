@@ -315,6 +315,22 @@ def _rows(values: dict[int, Any], n: int, what: str) -> Any:
     return out
 
 
+def _batch_rows(obs: Mapping[str, Any]) -> int:
+    """The rows ``K`` of a batch of observations ``{agent: [K, *shape]}`` (a dict
+    observation ``{key: [K, *shape]}``: its first key's); 0 for no agent.
+
+    Example:
+        >>> _batch_rows({"a": {"observation": np.zeros((4, 3)), "mask": np.ones((4, 2))}})
+        4
+    """
+    if not obs:
+        return 0
+    first = next(iter(obs.values()))
+    while isinstance(first, Mapping):
+        first = next(iter(first.values()))
+    return len(first)
+
+
 def _copy(x: Any) -> Any:
     """A private copy of an observation (an env may reuse its arrays), a dict
     observation's arrays included (nested dicts too)."""
@@ -771,6 +787,11 @@ class MultiAgentRolloutCollector(_ParallelEnvs):
     ``final_obs`` (with ``final_state``, ``env.state()`` after the step) and valued by
     ``value_fn`` in :meth:`compute_returns_and_advantage`, in one batched call.
 
+    Dict observations (PettingZoo's ``{"observation": ..., "action_mask": ...}``, one
+    level of keys): the policy and ``value_fn`` get ``{agent: {key: [n, *shape]}}``, one
+    array per key with its own dtype (as the replay collector gives them), and the buffer
+    stores each key as its own field.
+
     Args:
         env: A PettingZoo ``ParallelEnv`` (buffer with ``num_envs=1``) or a list of them.
         policy: ``policy(obs, state) -> (actions, values, log_probs)``, always batched
@@ -839,8 +860,7 @@ class MultiAgentRolloutCollector(_ParallelEnvs):
     def _default_value(self, obs: dict[str, Any], state: Any) -> Any:
         """The policy's ``value``, else the values part of ``policy(obs, state)``, else 0."""
         if self.policy is None:
-            k = len(next(iter(obs.values()))) if obs else 0
-            return self._zeros(list(obs), k)
+            return self._zeros(list(obs), _batch_rows(obs))
         if isinstance(self.policy, MultiAgentActorCritic):
             return self.policy.value(obs, state)
         return self._unpack(self.policy(obs, state), list(obs))[1]
@@ -862,13 +882,14 @@ class MultiAgentRolloutCollector(_ParallelEnvs):
         for i in range(self.n):
             self._reset_env(i, None if seed is None else seed + i)
 
-    def policy_inputs(self) -> tuple[dict[str, np.ndarray], np.ndarray | None]:
+    def policy_inputs(self) -> tuple[dict[str, Any], np.ndarray | None]:
         """``(obs, state)`` of the next step, as the policy and ``value_fn`` take them:
-        ``{agent: [num_envs, *obs_shape]}`` and ``[num_envs, *state_shape]`` or None
-        (resets the envs not reset yet)."""
+        ``{agent: [num_envs, *obs_shape]}`` (``{agent: {key: [num_envs, *shape]}}`` for
+        dict observations) and ``[num_envs, *state_shape]`` or None (resets the envs not
+        reset yet)."""
         self._ready()
         acting = [self._acting(i) for i in range(self.n)]
-        obs: dict[str, np.ndarray] = {}
+        obs: dict[str, Any] = {}
         for a in self._agents:
             rows = {i: cur[a] for i, cur in enumerate(self._obs)
                     if cur is not None and a in acting[i]}
