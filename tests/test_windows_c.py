@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from replaybank.ops import ring, windows
+from tests.relinking import relink_forever
 
 wc = pytest.importorskip("replaybank.ops.windows_c")
 
@@ -388,29 +389,6 @@ def _relinking_table(n: int = 4096, d: int = 256, pool: int = 1 << 16) -> tuple[
     return src, side, link
 
 
-def _relink_forever(src: Any, side: Any, link: Any, stop: Any) -> None:
-    """A writer's relinks, as fast as Python goes: step ``r``'s link goes to 0 (its next
-    observation is the next row), its freed slot is reused at once (overwritten), and
-    the step is linked again to a free slot holding its next observation. Freed slots
-    queue up behind every other free one, so a slot is handed out again only after tens
-    of thousands of relinks: a link does not come back to a value it held while one
-    gather runs, and no slot is ever linked by two steps."""
-    from collections import deque
-
-    rng = np.random.default_rng(0)
-    n, pool = len(link), side.shape[0]
-    free = deque(range(n, pool))
-    while not stop.is_set():
-        r = int(rng.integers(n))
-        k = int(link[r])
-        link[r] = 0
-        side[k - 1] = -1.0  # the slot reused by the writer's next step
-        fresh = free.popleft()
-        side[fresh] = src[(r + 1) % n]
-        link[r] = fresh + 1
-        free.append(k - 1)
-
-
 @pytest.mark.parametrize("kernel", ["c", "numpy"])
 def test_take_steps_takes_the_next_row_of_a_step_relinked_while_it_copies(kernel: str) -> None:
     """A shared table's writer relinks a step (link k -> 0) and reuses its side slot at
@@ -443,7 +421,7 @@ def test_take_steps_takes_the_next_row_of_a_step_relinked_while_it_copies(kernel
     import threading
 
     stop = threading.Event()
-    writer = threading.Thread(target=_relink_forever, args=(src, side, link, stop))
+    writer = threading.Thread(target=relink_forever, args=(src, side, link, stop))
     writer.start()
     try:
         torn = 0
