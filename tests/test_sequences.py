@@ -912,3 +912,170 @@ def test_threads_sampling_one_table_get_their_own_windows() -> None:
     for th in threads:
         th.join()
     assert not bad
+
+
+# ------------------------------------------------ links a writer changes during a gather
+
+
+def _take_kernels(kernel: str, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Make ``sample_sequences`` take the fused path with the ``"c"`` or ``"numba"``
+    kernels, or the ``"numpy"`` path; returns the fused kernels' module (None: numpy)."""
+    from replaybank.buffers import sequences as seqmod
+
+    if kernel == "numpy":
+        monkeypatch.setattr(seqmod, "KERNEL", "numpy")
+        return None
+    fast = pytest.importorskip(f"replaybank.ops.windows_{'c' if kernel == 'c' else 'numba'}")
+    monkeypatch.setattr(seqmod, "_fast_kernels", lambda: fast)
+    return fast
+
+
+def _steps_with_a_pending_newest() -> rb.ReplayBuffer:
+    """One lane, steps 0..9 (obs t, next obs t + 1); step 4 ends an episode (its final
+    observation 50 kept aside, step 5 starts the next one); step 9, the newest, keeps its
+    next observation aside until the next step arrives."""
+    buf = rb.ReplayBuffer(16, seed=0)
+    for t in range(10):
+        buf.add(obs=np.full(2, t, np.float32), action=0, reward=0.0,
+                next_obs=np.full(2, 50 if t == 4 else t + 1, np.float32), terminated=t == 4,
+                truncated=False)
+    return buf
+
+
+def _relink_newest(buf: rb.ReplayBuffer) -> None:
+    """What a writer in another process does once it committed step 10: it relinks step
+    9 (its next observation is now row 10's, written before the commit) and reuses step
+    9's side slot at once for another step's observation (99). (The learner's snapshot
+    still ends at step 9: ``written`` does not move.)"""
+    t = buf.table
+    link = t.flat(t.link)
+    slot = int(link[9]) - 1
+    assert slot >= 0
+    t.flat(t.arrays["obs"])[10] = 10
+    link[9] = 0
+    t.side.arrays["obs"][slot] = 99
+
+
+def _check_relinked_batch(got: rb.SequenceBatch, want: rb.SequenceBatch, width: int) -> None:
+    """``got`` is the batch of the buffer holding the relinked window (``want``), and
+    each next observation is its step's: 50 for step 4, ``t + 1`` for every other step
+    ``t`` (10 for step 9, relinked), 0 where a window is padded."""
+    steps = got.starts[:, None] + np.arange(width)  # (one lane: key = step)
+    assert (steps == 9).any()
+    nxt = np.where(got.mask, np.where(steps == 4, 50, steps + 1), 0)
+    assert np.array_equal(got.next_obs[..., 0], nxt)
+    assert got == want
+
+
+#: Windows sampled from :func:`_steps_with_a_pending_newest`: full stop windows of 5 steps
+#: (their side rows at their ends: obs and next_obs one array; two starts are valid, so
+#: most draws are redrawn and planned apart), and windows that may be cut short by an
+#: episode end or the newest step (every start valid: drawn, planned and gathered in one
+#: call): stop windows of 5 steps, cross windows of 10 (side rows inside, padding).
+RELINK_WINDOWS = {"stop": (5, {"episode_boundary": "stop"}),
+                  "stop, short": (5, {"episode_boundary": "stop", "strict": False}),
+                  "cross, short": (10, {"episode_boundary": "cross", "strict": False})}
+
+
+@pytest.mark.parametrize("kind", list(RELINK_WINDOWS))
+@pytest.mark.parametrize("kernel", ["c", "numba", "numpy"])
+def test_a_step_relinked_during_the_gather_takes_its_next_row(
+        kernel: str, kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Shared memory: a writer relinks the window's newest step (link k -> 0, its next
+    observation now the next row) right after the kernel that reads the links planned the
+    windows (``draw_take`` or ``sequence_plan``; the numpy path's window plan), and reuses
+    the freed side slot at once. The gather reads each side row's link again after copying
+    it and takes the next row where it changed, so the batch is the one of a buffer
+    relinked before the sample (before, the step's next observation was the reused slot's
+    99)."""
+    from replaybank.views import sequence
+
+    fast = _take_kernels(kernel, monkeypatch)
+    buf, twin = _steps_with_a_pending_newest(), _steps_with_a_pending_newest()
+    _relink_newest(twin)  # the single-process buffer holding the window
+    relinked: list[str] = []
+
+    def relinking(name: str, plan: Any) -> Any:
+        def planned(*args: Any) -> Any:
+            got = plan(*args)
+            if not relinked and (name != "draw_take" or got[1] >= 0):  # windows planned
+                relinked.append(name)
+                _relink_newest(buf)
+            return got
+        return planned
+
+    if fast is None:
+        plan = relinking("window_plan", sequence._plan_kernel())
+        monkeypatch.setattr(sequence, "_plan_kernel", lambda: plan)
+    else:
+        for name in ("draw_take", "sequence_plan"):
+            monkeypatch.setattr(fast, name, relinking(name, getattr(fast, name)))
+    width, kw = RELINK_WINDOWS[kind]
+    got = buf.sample_sequences(8, width, **kw)
+    assert relinked
+    _check_relinked_batch(got, twin.sample_sequences(8, width, **kw), width)
+
+
+@pytest.mark.parametrize("kind", list(RELINK_WINDOWS))
+@pytest.mark.parametrize("kernel", ["c", "numba", "numpy"])
+def test_a_step_relinked_between_two_samples_takes_its_next_row(
+        kernel: str, kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Shared memory: a writer relinks the window's newest step between two samples of
+    one snapshot (``written`` unchanged) and reuses its side slot. The fused path's
+    boundary bytes follow ``written``, so its plan still takes the step for one that
+    keeps its next observation aside and reads its link, now 0; the gather takes the
+    next row (before, it copied side slot -1, the store's last)."""
+    _take_kernels(kernel, monkeypatch)
+    buf, twin = _steps_with_a_pending_newest(), _steps_with_a_pending_newest()
+    _relink_newest(twin)
+    width, kw = RELINK_WINDOWS[kind]
+    # the first sample syncs the boundary bytes (step 9's still set), the same batch
+    assert buf.sample_sequences(8, width, **kw) == twin.sample_sequences(8, width, **kw)
+    _relink_newest(buf)
+    _check_relinked_batch(buf.sample_sequences(8, width, **kw),
+                          twin.sample_sequences(8, width, **kw), width)
+
+
+@pytest.mark.parametrize("kernel", ["c", "numba", "numpy"])
+def test_windows_gathered_while_a_writer_relinks_hold_no_torn_next_observation(
+        kernel: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A thread relinks steps as fast as Python goes (link k -> 0, the freed slot
+    overwritten at once, then a fresh slot linked: :func:`tests.relinking.relink_forever`)
+    while cross windows are sampled; the kernels release the GIL, so relinks land between
+    the plan's link reads and the side rows' copies. Every step of the lane keeps its next
+    observation aside (each one ends an episode), and every next observation sampled is
+    its step's own. (A short switch interval hands the GIL back and forth often: more
+    relinks land inside the gathers, and fewer than the 63,488 free slots between a
+    gather's link reads, so that no link comes back to a slot it named meanwhile.)"""
+    import sys
+    import threading
+
+    from tests.relinking import relink_forever
+
+    _take_kernels(kernel, monkeypatch)
+    n, d, width = 2048, 64, 32
+    rows = np.repeat(np.arange(n, dtype=np.float32)[:, None], d, axis=1)
+    buf = rb.ReplayBuffer(n, seed=0, autoreset_mode="same_step")
+    buf.extend(obs=rows, action=np.zeros(n, np.int64), reward=np.zeros(n, np.float32),
+               next_obs=np.roll(rows, -1, axis=0), terminated=np.ones(n, bool),
+               truncated=np.zeros(n, bool))
+    t = buf.table
+    t.side.resize(32 * n)  # slots [0, n) linked, [n, 32 n) free for the relinks
+    src, side, link = t.flat(t.arrays["obs"]), t.side.arrays["obs"], t.flat(t.link)
+    assert (link > 0).all() and sorted(link.tolist()) == list(range(1, n + 1))
+    stop = threading.Event()
+    writer = threading.Thread(target=relink_forever, args=(src, side, link, stop))
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(2e-4)
+    writer.start()
+    torn = 0
+    try:
+        for _ in range(40):
+            sb = buf.sample_sequences(64, width, episode_boundary="cross")
+            want = (sb.starts[:, None] + np.arange(width) + 1) % n
+            torn += int((sb.next_obs != want[..., None]).any(axis=2).sum())
+    finally:
+        stop.set()
+        writer.join()
+        sys.setswitchinterval(interval)
+    assert torn == 0

@@ -6,7 +6,9 @@ Observations: one ``[B, W + 1]`` gather serves ``obs`` (columns ``:W``) and
 discontinuities, the newest step) it is patched into ``next_obs``, which is then its own
 array (the fused path gathers each row once into both, a window pair of
 :func:`~replaybank.ops.windows.take_rows`); otherwise both are read-only views of one
-array.
+array. Each patched step's link is read again after the copy and the next row taken where
+it changed: a writer in another process (shared memory) may relink the step and reuse its
+side slot while the learner gathers (:mod:`replaybank.shared.lanes`, :func:`_relinked`).
 """
 
 from __future__ import annotations
@@ -329,16 +331,17 @@ def _gathered(t: Any, lay: _Layout, starts: IntArray, ext: IntArray, full: bool,
     for b, e in short:
         for name, _, _, _ in lay.fields:
             out[name][b, e:] = 0
-    for (name, nname, _, _, _, _), (obs, nxt) in zip(lay.obs, pairs):  # noqa: B905 - one each
+    link = t.link
+    for (name, nname, src, _, _, _), (obs, nxt) in zip(lay.obs, pairs):  # noqa: B905 - one each
         kept = t.side.arrays[name] if n_side else None
         if nxt is None:  # obs and next_obs share memory: hand them out read-only
             if n_side:  # patches at window ends only (tail_only)
-                _patch(obs[:, 1:], side, kept)
+                _patch(obs[:, 1:], side, kept, link, steps, slots, src)
             obs.flags.writeable = False  # the views below inherit it
             obs, nxt = obs[:, :width], obs[:, 1:]
         else:
             if n_side:
-                _patch(nxt, side, kept)
+                _patch(nxt, side, kept, link, steps, slots, src)
             for b, e in short:
                 obs[b, e:] = 0
                 nxt[b, e:] = 0
@@ -357,13 +360,73 @@ def _gathered(t: Any, lay: _Layout, starts: IntArray, ext: IntArray, full: bool,
     return out
 
 
-def _patch(nxt: Any, side: IntArray, kept: Any) -> None:
-    """``nxt[b, j] = kept[slot]`` for each side row ``(b, j, slot)``."""
+def _patch(nxt: Any, side: IntArray, kept: Any, link: npt.NDArray[np.int32],
+           steps: IntArray, slots: IntArray, src: Any) -> None:
+    """``nxt[b, j] = kept[slot]`` for each side row ``(b, j, slot)``; then each side row's
+    link read again, and ``nxt[b, j] = src[slots[b, j + 1]]`` (the next row) where
+    :func:`_relinked` finds it changed.
+
+    Args:
+        nxt: One observation field's next observations ``[B, W, ...]``.
+        side: The side rows of the plan ``[n, 3]``.
+        kept: That field's side store.
+        link: The table's links ``[T, lanes]``.
+        steps: The window steps' slots ``[B, W]``.
+        slots: The plan's slots ``[B, W + 1]`` (each step's next row at ``j + 1``).
+        src: That field's flat rows ``[T * lanes, ...]``.
+    """
     if len(side) > 8:
         nxt[side[:, 0], side[:, 1]] = kept.take(side[:, 2], axis=0)
-    else:  # a few patches (usually at most one per window end)
-        for b, j, v in side.tolist():
+        moved = _relinked(link, steps, side)
+    else:  # a few patches (usually at most one per window end): row by row
+        moved = []
+        for i, (b, j, v) in enumerate(side.tolist()):
             nxt[b, j] = kept[v]
+            if v < 0 or link.item(steps.item(b, j)) != v + 1:  # as _relinked
+                moved.append(i)
+    if moved:
+        _take_next(moved, side, slots, [src], [nxt])
+
+
+def _relinked(link: npt.NDArray[np.int32], steps: IntArray, side: IntArray) -> list[int]:
+    """The side rows ``(b, j, slot)`` (``side`` ``[n, 3]``) whose step (slot
+    ``steps[b, j]``) no longer links side slot ``slot``, read after the side rows were
+    copied.
+
+    A table written by another process (shared memory) changes one kind of link while a
+    learner reads: a writer relinks its previous newest step (``k -> 0``: its next
+    observation is now the next row, committed first) and may reuse the freed slot at
+    once, so a side row copied after the plan read the link may hold another step's
+    data. A slot of -1 is such a relink seen by the plan itself (its boundary bytes,
+    :meth:`_FusedReads.boundaries`, follow ``written``, which a relink does not move).
+    In one process links never change during a gather: always empty.
+
+    Args:
+        link: The table's links ``[T, lanes]`` (side slot + 1, or 0).
+        steps: The window steps' slots ``[B, W]`` (or the plan's ``[B, W + 1]`` slots).
+        side: The side rows of the plan ``[n, 3]``.
+
+    Returns:
+        Positions in ``side`` of the steps to take from the next row instead.
+    """
+    now = link.reshape(-1).take(steps[side[:, 0], side[:, 1]])
+    slot = side[:, 2]
+    moved: list[int] = np.flatnonzero((now != slot + 1) | (slot < 0)).tolist()
+    return moved
+
+
+def _take_next(moved: list[int], side: IntArray, slots: IntArray, srcs: list[Any],
+               nexts: list[Any]) -> None:
+    """``nxt[b, j] = src[slots[b, j + 1]]`` (the next row) for the side rows ``side[i]``
+    ``= (b, j, slot)``, ``i`` in ``moved``, and each ``(src, nxt)`` of ``srcs`` (flat
+    ``[T * lanes, ...]`` observation fields) and ``nexts`` (their ``[B, W, ...]`` next
+    observations): the steps :func:`_relinked` found relinked, whose next observation is
+    the next row's (committed before the relink)."""
+    for i in moved:
+        b, j = int(side[i, 0]), int(side[i, 1])
+        nxt_slot = int(slots[b, j + 1])
+        for src, nxt in zip(srcs, nexts):  # noqa: B905 - one each
+            nxt[b, j] = src[nxt_slot]
 
 
 def gather_numpy(t: Any, starts: IntArray, ext: IntArray, width: int,
@@ -424,8 +487,10 @@ def gather_numpy(t: Any, starts: IntArray, ext: IntArray, width: int,
     kept_at = None
     if len(side_pos[0]) and t.obs_fields:
         kept_at = (tuple(be.index(p) for p in side_pos), be.index(lk[side_pos] - 1))
+    srcs, nexts = [], []
     for name in t.obs_fields:
-        g = be.gather(t.flat(t.arrays[name]), slots_at)  # [B, W + 1, *shape]
+        frames = t.flat(t.arrays[name])
+        g = be.gather(frames, slots_at)  # [B, W + 1, *shape]
         nxt = g[:, 1:]
         if not shared:
             nxt = nxt.clone() if hasattr(nxt, "clone") else nxt.copy()  # torch or numpy
@@ -436,11 +501,20 @@ def gather_numpy(t: Any, starts: IntArray, ext: IntArray, width: int,
             zeros = _zeros(t.spec[name], n_pad)
             be.write(g, pad_at, zeros)
             be.write(nxt, pad_at, zeros)
-        if shared:  # obs and next_obs share memory: hand them out read-only
-            obs.flags.writeable = False
-            nxt.flags.writeable = False
+        srcs.append(frames)
+        nexts.append(nxt)
         out[name] = obs
         out[next_name(name)] = nxt
+    if kept_at is not None and be.host_numpy:  # links read again (see _relinked): host
+        # storage only, which another process may write (shared memory, memmap)
+        side = np.stack((*side_pos, lk[side_pos].astype(np.int64) - 1), axis=1)
+        moved = _relinked(t.link, slots, side)
+        if moved:
+            _take_next(moved, side, slots, srcs, nexts)
+    if shared:  # obs and next_obs share memory: hand them out read-only
+        for name in t.obs_fields:
+            out[name].flags.writeable = False
+            out[next_name(name)].flags.writeable = False
     if not be.host_numpy:  # device storage: the flags are computed where the data is
         out.update(_device_flags(out["terminated"], out["truncated"], first0, cut, ends,
                                  valid, burn_in))
