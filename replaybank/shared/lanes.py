@@ -34,14 +34,15 @@ lane meanwhile (it outran the guard), the sample is drawn again from a fresh sna
 and a side slot only after the step holding it let go. One link may still change: a
 writer relinks its previous newest step (``k -> 0``) after the next step's commit, so
 the window's newest steps may be relinked while the learner gathers, and the freed slot
-reused at once. The one-step and n-step gathers (``take_steps``) and the frame-stack
-gathers therefore read each side row's link again after copying it and take the next row
-where it changed (the next observation is that row's, committed before the relink). So a
-batch is exactly what a single-process buffer holding the window would return (an n-step
-window or a stack's history may end at a step relinked during the draw, as at a gap in
-the data), and a sampled step is always complete. (The sequence gathers do not read links
-again yet: a learner descheduled inside a writer's relink could take one stale next
-observation.)
+reused at once. The one-step and n-step gathers (``take_steps``), the frame-stack gathers
+and the sequence gathers therefore read each side row's link again after copying it and
+take the next row where it changed (the next observation is that row's, committed before
+the relink). So a batch is exactly what a single-process buffer holding the window would
+return (an n-step window, a stack's history or a sequence window may end at a step
+relinked during the draw, as at a gap in the data), and a sampled step is always
+complete. (A relink does not move ``written``: the sequence plans' boundary bytes, kept
+per ``written``, may still mark a relinked step as keeping its next observation aside;
+its link, read as 0, is taken as a relink too.)
 
 **The writers' shares.** The side store has one slot per step, and lane ``l`` hands out
 only slots ``[l * T, (l + 1) * T)`` (:func:`claim_side_slots`): a lane never holds more
