@@ -39,7 +39,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from replaybank.errors import ConfigError, closest, require_extra
-from replaybank.host import as_numpy
+from replaybank.host import as_numpy, is_tensor
 from replaybank.spec import FIELD_ALIASES, SEP, unflatten
 from replaybank.transfer import to_device
 
@@ -291,6 +291,28 @@ class _FrozenArrays(Mapping[str, Any], Generic[V]):
     def _numpy_values(self) -> dict[str, Any]:
         """The fields as numpy arrays (what ``numpy`` wraps)."""
         return {k: as_numpy(v) for k, v in self._data.items()}
+
+    def tensors_together(self: _F) -> _F:
+        """The same batch with its numpy arrays as tensors on the device of its tensors.
+
+        A batch of torch storage gathers its fields as tensors, while what a sampler or a
+        view computes on the host (``indices``, ``weights``, ``probabilities``, a
+        sequence batch's ``starts``) is numpy; a training step multiplies them together
+        (``(batch.weights * td ** 2).mean()``), so they are handed out as tensors too (one
+        packed copy to a GPU). A batch without tensors comes back as it is.
+
+        Example:
+            >>> import torch
+            >>> b = Batch({"reward": torch.zeros(2), "weights": np.ones(2, np.float32)})
+            >>> type(b.tensors_together().weights).__name__
+            'Tensor'
+        """
+        like = next((v for v in self._data.values() if is_tensor(v)), None)
+        host = {k: v for k, v in self._data.items() if isinstance(v, np.ndarray)}
+        if like is None or not host:
+            return self
+        moved = type(self).own(host)._torch_values(like.device, True, False)
+        return type(self).own({k: moved[k] if k in host else v for k, v in self._data.items()})
 
 
 class Batch(_FrozenArrays[V]):

@@ -69,8 +69,62 @@ def test_torch_storage_samples_what_numpy_storage_samples(device: str, n_step: i
         device_fields += ["reward", "discount"]
     for name in device_fields:
         assert isinstance(b[name], torch.Tensor) and b[name].device.type == device
+    for name in b:  # the keys a sampler draws on the host too
+        assert isinstance(b[name], torch.Tensor) and b[name].device.type == device, name
     assert b["obs/pix"].dtype == torch.uint8 and b["logp"].dtype == torch.float64
     assert b.obs["pix"].shape == (8, 2, 3)
+
+
+def _her_reward(achieved: Any, desired: Any, info: Any) -> Any:
+    if isinstance(achieved, torch.Tensor):
+        return -(achieved - desired).abs().sum(-1)
+    return -np.abs(achieved - desired).sum(-1)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kind", ["one-step", "n-step", "her", "host draws", "sequences"])
+def test_every_field_of_a_torch_storage_batch_is_a_tensor(device: str, kind: str) -> None:
+    """What the sampler computes on the host (``indices``, ``weights``, ``probabilities``,
+    a sequence batch's ``starts``) comes as tensors on the storage's device beside the
+    gathered fields, equal to numpy storage's, and a training step uses them as they
+    are: a PER loss, ``update_priorities``, ``update_sequence_priorities``."""
+    per = {"sampler": rb.PrioritizedSampler(alpha=0.6, beta=0.4)}
+    kw: dict[str, Any] = {"n-step": {"n_step": 3, **per}}.get(kind, per)
+    storage: Any = TorchBackend(device, draws="host") if kind == "host draws" else "torch"
+    dev: dict[str, Any] = {} if kind == "host draws" else {"device": device}
+    if kind == "her":
+        make = lambda **more: rb.HerReplayBuffer(64, reward_fn=_her_reward, seed=3, **kw,  # noqa: E731
+                                                 **more)
+    else:
+        make = lambda **more: rb.ReplayBuffer(64, seed=3, **kw, **more)  # noqa: E731
+    ref, tb = make(), make(storage=storage, **dev)
+    for t in range(30):
+        goal = {"observation": np.full(2, t, np.float32),
+                "achieved_goal": np.full(2, t, np.float32),
+                "desired_goal": np.full(2, 9, np.float32)}
+        nxt = {k: v + (k != "desired_goal") for k, v in goal.items()}
+        obs, next_obs = (goal, nxt) if kind == "her" else (goal["observation"],
+                                                           nxt["observation"])
+        for b in (ref, tb):
+            b.add(obs=obs, action=t % 3, reward=1.0, next_obs=next_obs, terminated=False,
+                  truncated=t % 10 == 9)
+    if kind == "sequences":
+        a, b = ref.sample_sequences(4, 3), tb.sample_sequences(4, 3)
+    else:
+        a, b = ref.sample(8), tb.sample(8)
+    assert set(a) == set(b)
+    for name in b:
+        assert isinstance(b[name], torch.Tensor) and b[name].device.type == device, name
+        if kind != "one-step":  # (one-step batches are drawn on the device: other keys)
+            np.testing.assert_array_equal(host(a[name]), host(b[name]), err_msg=name)
+    if kind == "sequences":
+        assert tb.update_sequence_priorities(b.starts, torch.ones(4, 3, device=device),
+                                             mask=b.mask) == 4
+        return
+    td = torch.ones(8, device=device, requires_grad=True)
+    (b.weights * td ** 2).mean().backward()
+    assert td.grad is not None
+    assert tb.update_priorities(b.indices, td.detach() + 1) == len(np.unique(host(b.indices)))
 
 
 def test_storage_arrays_are_preallocated_device_tensors() -> None:

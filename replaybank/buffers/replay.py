@@ -609,9 +609,9 @@ class ReplayBuffer:
         try:
             traits = self._current_parts().traits
             store = self._store
-            batch = store.read(self._sampler, lambda: sample_sequences(
+            batch = store.placed(store.read(self._sampler, lambda: sample_sequences(
                 store.table, store.lane_view(), self._rng, traits, batch_size, sequence_length,
-                **kwargs))
+                **kwargs)))
             if len(self._seq_widths) < 16:  # what update_sequence_priorities checks against
                 self._seq_widths.add(int(batch.mask.shape[1]))
             return batch

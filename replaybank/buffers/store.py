@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from replaybank import registry
-from replaybank.batch import Batch
+from replaybank.batch import Batch, SequenceBatch
 from replaybank.buffers import buffer_state
 from replaybank.buffers.sampling_parts import Parts
 from replaybank.errors import ConfigError
@@ -55,6 +55,7 @@ if TYPE_CHECKING:
 __all__ = ["Store", "make_store"]
 
 T_ = TypeVar("T_")
+B_ = TypeVar("B_", Batch, SequenceBatch)
 
 
 class Store:
@@ -105,8 +106,15 @@ class Store:
     def sample(self, parts: Parts, rng: np.random.Generator, batch_size: Any,
                replace: Any, kwargs: dict[str, Any]) -> Batch:
         """One batch: the sampler draws, the view serves (:meth:`Parts.sample`)."""
-        return Batch.own(parts.sample(self.table, self.lane_view(), rng, batch_size, replace,
-                                      kwargs))
+        return self.placed(Batch.own(parts.sample(self.table, self.lane_view(), rng,
+                                                  batch_size, replace, kwargs)))
+
+    def placed(self, batch: B_) -> B_:
+        """``batch`` as this storage hands batches out: host arrays from host storage
+        (numpy, memmap, shared memory), else every field a tensor on the storage's device
+        (:meth:`~replaybank.batch.Batch.tensors_together`: the keys, weights and
+        probabilities a sampler computes on the host join the gathered tensors)."""
+        return batch if self.backend.host_numpy else batch.tensors_together()
 
     def read(self, sampler: Sampler, draw: Callable[[], T_]) -> T_:
         """Run a read of the table (e.g. a sequence draw) that ``sampler`` drives."""
