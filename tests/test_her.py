@@ -421,6 +421,40 @@ def test_config_names_the_functions() -> None:
     assert built.her.reward_fn is reward
 
 
+def test_goal_keys_of_other_names(tmp_path: Any) -> None:
+    """``achieved_key=``/``desired_key=`` (the fix the missing-key error names): goals are
+    read from those keys, relabelled rewards computed from them, and the names survive a
+    config and a checkpoint."""
+    seen: list[Any] = []
+
+    def dist(achieved: Any, desired: Any, info: Any) -> Any:
+        seen.append(achieved)
+        return -np.abs(achieved - desired).sum(-1)
+
+    buf = rb.HerReplayBuffer(64, reward_fn=dist, seed=0, strategy="final", k=1_000_000,
+                             achieved_key="pos", desired_key="target")
+    for t in range(8):  # one episode: positions 0..7, target 5
+        obs = {"state": np.full(1, t, np.float32), "pos": np.full(2, t, np.float32),
+               "target": np.full(2, 5, np.float32)}
+        nxt = {**obs, "state": obs["state"] + 1, "pos": obs["pos"] + 1}
+        buf.add(obs=obs, action=0, reward=-1.0, next_obs=nxt, terminated=False,
+                truncated=t == 7)
+    b = buf.sample(16)
+    assert b.relabeled.all() and len(seen) == 1
+    assert (b.obs["target"] == 8).all() and (b.next_obs["target"] == 8).all()  # the final pos
+    np.testing.assert_array_equal(b.reward, -np.abs(b.next_obs["pos"] - 8).sum(-1))
+    cfg = buf.config().model_dump()
+    assert (cfg["achieved_key"], cfg["desired_key"]) == ("pos", "target")
+    assert rb.from_config(cfg, reward_fn=dist).view.config() == buf.view.config()
+    rb.save(buf, tmp_path)
+    again = rb.load(tmp_path, reward_fn=dist)
+    assert _same(buf.sample(16), again.sample(16))
+    with pytest.raises(rb.ShapeError, match="achieved_key="):  # the default names are absent
+        fresh = rb.HerReplayBuffer(8, reward_fn=dist)
+        fresh.add(obs={"pos": np.zeros(2, np.float32)}, action=0, reward=0.0,
+                  next_obs={"pos": np.zeros(2, np.float32)}, terminated=False, truncated=False)
+
+
 def test_an_unnamed_function_is_recorded_as_none_and_given_back_on_load(tmp_path: Any
                                                                         ) -> None:
     fn = lambda a, d, info: reward(a, d, info)  # noqa: E731

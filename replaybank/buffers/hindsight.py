@@ -77,6 +77,9 @@ class HerReplayBuffer(ReplayBuffer):
         path: Directory of the memmap files.
         autoreset_mode: As in :class:`~replaybank.buffers.replay.ReplayBuffer`.
         device: Torch device of torch storage (``"cuda"``, ``"cpu"``, ...).
+        achieved_key: The observation key of the achieved goal (for observations that
+            do not follow the GoalEnv names).
+        desired_key: The observation key of the desired goal.
 
     Raises:
         ConfigError: A bad strategy, ``k`` or function, or any ReplayBuffer argument.
@@ -104,10 +107,13 @@ class HerReplayBuffer(ReplayBuffer):
         path: Any = None,
         autoreset_mode: str | None = None,
         device: Any = None,
+        achieved_key: str = "achieved_goal",
+        desired_key: str = "desired_goal",
     ) -> None:
         view = HerView(reward_fn,  # type: ignore[arg-type]  # None: HerView's clear error
                        strategy, k, terminated_fn=terminated_fn,
-                       relabel_unfinished=relabel_unfinished, n_step=n_step, gamma=gamma)
+                       relabel_unfinished=relabel_unfinished, n_step=n_step, gamma=gamma,
+                       achieved_key=achieved_key, desired_key=desired_key)
         super().__init__(capacity, num_envs=num_envs, seed=seed, spec=spec, sampler=sampler,
                          view=view, storage=storage, path=path, device=device,
                          autoreset_mode=autoreset_mode)
@@ -122,6 +128,5 @@ class HerReplayBuffer(ReplayBuffer):
         view = self.view.config() if isinstance(self.view, HerView) else self.her.config()
         cand.pop("view", None)
         cand.pop("frame_stack", None)
-        cand.update({k: v for k, v in view.items()
-                     if k not in ("type", "achieved_key", "desired_key")})
+        cand.update({k: v for k, v in view.items() if k != "type"})
         return cand
