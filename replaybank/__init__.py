@@ -64,6 +64,7 @@ from replaybank.samplers.base import (
     ScheduledSampler,
     SlotExcluding,
     StatelessSampler,
+    SubsetDraws,
     UniformDraws,
 )
 from replaybank.samplers.lane_split import LaneSplitSampler
@@ -176,6 +177,7 @@ __all__ = [
     "StatelessView",
     "StepView",
     "Store",
+    "SubsetDraws",
     "TorchBackend",
     "TransitionView",
     "UniformDraws",

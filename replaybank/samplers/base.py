@@ -19,6 +19,9 @@ declared protocols that a buffer checks once, when it builds its plans:
 * :class:`IndependentDraws`: draws keys independently of each other from its own
   (unconditional) law, even where ``sample`` correlates them (PER's strata): what exact
   rejection (the sharded service's sequence windows) needs;
+* :class:`SubsetDraws`: weighs given keys by its law and draws distinct keys among them by
+  successive sampling: sequence windows without replacement draw from the usable starts
+  only;
 * :class:`StatelessSampler` (a base class): keeps no per-slot state, so writes need not
   be told to it; ``iid`` says its draws are independent of each other.
 
@@ -39,7 +42,8 @@ import numpy.typing as npt
 
 __all__ = ["BoundedPriorities", "DrawableSlots", "IndependentDraws", "KeyUpdates",
            "LaneView", "PrioritySampler", "SampleResult", "Sampler", "SamplerTraits",
-           "SlotExcluding", "ScheduledSampler", "StatelessSampler", "UniformDraws"]
+           "SlotExcluding", "ScheduledSampler", "StatelessSampler", "SubsetDraws",
+           "UniformDraws"]
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -217,6 +221,34 @@ class IndependentDraws(Sampler, Protocol):
 
         Raises:
             EmptyBufferError: Nothing to draw (empty, or zero total priority).
+        """
+        ...
+
+
+@runtime_checkable
+class SubsetDraws(Sampler, Protocol):
+    """A sampler that can draw distinct keys among given ones by successive sampling from
+    its own law restricted to them: each next key with probability proportional to its
+    weight in the law among the given keys not drawn yet. Sequence windows without
+    replacement (``sample_sequences(replace=False)``) draw so from the usable window
+    starts, which is the sampler's ``replace=False`` law conditioned on usable starts."""
+
+    def key_weights(self, keys: IntArray, lanes: LaneView) -> FloatArray:
+        """Each of the live ``keys``' unnormalised weight in the sampler's law ``[n]``: a
+        draw takes key ``i`` with probability ``w_i / sum(w)`` (uniform: 1 each;
+        prioritized: the stored priority; 0: never drawn)."""
+        ...
+
+    def sample_among(self, keys: IntArray, batch_size: int, lanes: LaneView,
+                     rng: np.random.Generator, **kwargs: Any) -> SampleResult:
+        """``batch_size`` distinct keys of the distinct live ``keys``, in draw order, by
+        successive sampling (see the class docs), with the probabilities and weights
+        ``sample`` gives those keys. A scheduled sampler's schedule is not advanced (the
+        caller counts the call).
+
+        Raises:
+            EmptyBufferError: Fewer than ``batch_size`` of ``keys`` have a positive
+                weight (nothing is drawn).
         """
         ...
 

@@ -557,10 +557,16 @@ class PrioritizedSampler:
             u = rng.random(batch_size)
             targets = (np.arange(batch_size) + u) * (tot / batch_size)
             slots = kernels[0](self._sum, self._off, self.fanout, targets)
-        p = self.priorities(slots)
-        p_min = sumtree.total(self._min, self._off)
-        w = is_weights(p, p_min, b, self.weight_norm, lanes.size, tot)
         keys = ring.slot_to_key(slots, lanes.written, lanes.counts, lanes.T)
+        return self._weighed(keys, self.priorities(slots), b, lanes)
+
+    def _weighed(self, keys: IntArray, p: FloatArray, beta: float,
+                 lanes: LaneView) -> SampleResult:
+        """``keys`` of stored priorities ``p`` with their single-draw ``P(i) = p_i /
+        total`` and importance weights (the total is positive)."""
+        tot = self.total
+        p_min = sumtree.total(self._min, self._off)
+        w = is_weights(p, p_min, beta, self.weight_norm, lanes.size, tot)
         return SampleResult(keys, p / tot, w)
 
     def _without_replacement(self, batch_size: int, rng: np.random.Generator) -> IntArray:
@@ -571,10 +577,57 @@ class PrioritizedSampler:
                 f"sample(batch_size={batch_size}, replace=False): only {len(nz)} steps have a "
                 "positive priority; lower batch_size or use replace=True"
             )
-        keys = np.log(leaf[nz]) + rng.gumbel(size=len(nz))
-        top = np.argpartition(-keys, batch_size - 1)[:batch_size]
-        top = top[np.argsort(-keys[top])]
-        return np.asarray(nz[top], dtype=np.int64)
+        return np.asarray(nz[_successive(leaf[nz], batch_size, rng)], dtype=np.int64)
+
+    def key_weights(self, keys: IntArray, lanes: LaneView) -> FloatArray:
+        """The stored priorities of the live ``keys`` ``[n]`` (a draw takes key ``i`` with
+        probability ``p_i / total``)."""
+        keys = np.asarray(keys, np.int64)
+        return self.priorities(ring.key_to_slot(keys, lanes.T, lanes.lanes))
+
+    def sample_among(self, keys: IntArray, batch_size: int, lanes: LaneView,
+                     rng: np.random.Generator, beta: float | None = None,
+                     **kwargs: Any) -> SampleResult:
+        """``batch_size`` distinct keys of ``keys`` by successive sampling in proportion to
+        priority among those not drawn yet (Gumbel top-k over the keys' stored
+        priorities, as ``sample(replace=False)`` over every slot), in draw order, with
+        ``P(i)`` and weights as :meth:`sample` gives them. The schedule is not advanced.
+
+        Args:
+            keys: Distinct live keys ``[n]`` to draw among.
+            batch_size: B.
+            lanes: Lane bookkeeping of the table.
+            rng: Generator.
+            beta: IS exponent (None: the schedule's).
+            **kwargs: Ignored (the sample call's other options).
+
+        Returns:
+            Keys, probabilities ``P(i)`` and weights, each ``[B]``.
+
+        Raises:
+            ConfigError: Bad ``beta``.
+            EmptyBufferError: Fewer than ``batch_size`` of ``keys`` have a positive
+                priority (nothing is drawn).
+
+        Example:
+            >>> s = PrioritizedSampler(alpha=1.0, eps=0.0, kernel="numpy"); s.bind(4, 1)
+            >>> s.on_write(np.arange(4), np.array([1.0, 2.0, 3.0, 4.0]))
+            >>> lv = LaneView(T=4, lanes=1, written=np.array([4]), counts=np.array([4]))
+            >>> res = s.sample_among(np.array([0, 2]), 2, lv, np.random.default_rng(0))
+            >>> sorted(res.keys.tolist()), bool(np.allclose(res.probabilities.sum(), 0.4))
+            ([0, 2], True)
+        """
+        b = self.resolve_beta(beta)
+        keys = np.asarray(keys, np.int64)
+        p = self.key_weights(keys, lanes)
+        nz = np.flatnonzero(p > 0)
+        if len(nz) < batch_size:
+            raise EmptyBufferError(
+                f"sample(batch_size={batch_size}, replace=False): only {len(nz)} of the "
+                f"{len(keys)} keys to draw among have a positive priority; lower batch_size "
+                "or use replace=True")
+        pick = nz[_successive(p[nz], batch_size, rng)]
+        return self._weighed(keys[pick], p[pick], b, lanes)
 
     # ------------------------------------------------------------------ state
     def drawable(self) -> npt.NDArray[np.bool_]:
@@ -651,3 +704,17 @@ class PrioritizedSampler:
     def __repr__(self) -> str:
         return (f"PrioritizedSampler(alpha={self.alpha}, beta={self.beta}, eps={self.eps}, "
                 f"weight_norm={self.weight_norm!r}, kernel={self.kernel_name!r})")
+
+
+def _successive(weights: FloatArray, batch_size: int, rng: np.random.Generator) -> IntArray:
+    """Positions ``[B]`` of a successive sample of ``batch_size`` of the positive
+    ``weights`` (each next in proportion to its weight among those not drawn yet), in
+    draw order: the ``B`` largest Gumbel-perturbed log weights (Gumbel top-k).
+
+    Example:
+        >>> sorted(_successive(np.array([1.0, 5.0, 2.0]), 3, np.random.default_rng(0)).tolist())
+        [0, 1, 2]
+    """
+    keys = np.log(weights) + rng.gumbel(size=len(weights))
+    top = np.argpartition(-keys, batch_size - 1)[:batch_size]
+    return np.asarray(top[np.argsort(-keys[top])], np.int64)

@@ -15,9 +15,16 @@ from typing import Any
 
 import numpy as np
 
+from replaybank.errors import EmptyBufferError
 from replaybank.ops import ring
 from replaybank.ops.draws import lane_ints, uniform_ints
-from replaybank.samplers.base import IntArray, LaneView, SampleResult, StatelessSampler
+from replaybank.samplers.base import (
+    FloatArray,
+    IntArray,
+    LaneView,
+    SampleResult,
+    StatelessSampler,
+)
 from replaybank.samplers.sample_args import LARGE_BATCH, check_batch_size, check_replace
 
 __all__ = ["UniformSampler", "check_batch_size", "one_lane_keys"]
@@ -110,6 +117,43 @@ class UniformSampler(StatelessSampler):
         """``batch_size`` keys drawn independently and uniformly over the live steps (the
         keys of ``sample(batch_size, lanes, rng)``, whose draws are already i.i.d.)."""
         return self.sample(batch_size, lanes, rng).keys
+
+    def key_weights(self, keys: IntArray, lanes: LaneView) -> FloatArray:
+        """Weight 1 for each of ``keys`` (every live step is equally likely)."""
+        return np.ones(len(keys), np.float64)
+
+    def sample_among(self, keys: IntArray, batch_size: int, lanes: LaneView,
+                     rng: np.random.Generator, **kwargs: Any) -> SampleResult:
+        """``batch_size`` distinct keys of ``keys``, a uniformly random ordered subset
+        (successive uniform draws without replacement).
+
+        Args:
+            keys: Distinct live keys ``[n]`` to draw among.
+            batch_size: B.
+            lanes: Lane bookkeeping of the table.
+            rng: Generator.
+            **kwargs: Ignored (the sample call's other options).
+
+        Returns:
+            The keys ``[B]`` in draw order.
+
+        Raises:
+            EmptyBufferError: ``batch_size`` exceeds ``len(keys)`` (nothing is drawn).
+
+        Example:
+            >>> lv = LaneView(T=8, lanes=1, written=np.array([8]), counts=np.array([8]))
+            >>> res = UniformSampler().sample_among(np.array([1, 3, 5]), 3, lv,
+            ...                                     np.random.default_rng(0))
+            >>> sorted(res.keys.tolist())
+            [1, 3, 5]
+        """
+        keys = np.asarray(keys, np.int64)
+        if batch_size > len(keys):
+            raise EmptyBufferError(
+                f"sample(batch_size={batch_size}, replace=False): only {len(keys)} keys to "
+                "draw among; lower batch_size or use replace=True")
+        pick = rng.choice(len(keys), size=batch_size, replace=False)
+        return SampleResult(keys[pick])
 
     def config(self) -> dict[str, Any]:
         return {"type": "uniform"}
