@@ -28,3 +28,15 @@ def hypergeometric_cells(counts: Any, good: int, bad: int,
     keep = expected > 5
     return (np.r_[observed[keep], observed[~keep].sum()],
             np.r_[expected[keep], expected[~keep].sum()])
+
+
+def successive_inclusion(weights: Any, draws: int, sims: int = 100_000,
+                         seed: int = 1) -> np.ndarray:
+    """``[n]``: each item's probability of being in a successive sample of ``draws`` of
+    the ``n`` items (each next drawn in proportion to its weight among those not drawn
+    yet), estimated by ``sims`` Gumbel top-k draws (independent of the code under test)."""
+    w = np.asarray(weights, np.float64)
+    rng = np.random.default_rng(seed)
+    keys = np.log(w)[None, :] + rng.gumbel(size=(sims, len(w)))
+    top = np.argpartition(-keys, draws - 1, axis=1)[:, :draws]
+    return np.bincount(top.ravel(), minlength=len(w)) / sims

@@ -30,8 +30,13 @@ constant, which max-normalised weights cancel). When valid starts are rare, afte
 valid starts (same distribution); other samplers keep redrawing and raise if they fail.
 I.i.d. samplers (uniform, lane split) draw ``B // 2 + 4`` spare starts in the first round
 and keep the first ``B`` valid ones in draw order, which leaves the law unchanged and
-usually saves the redraw rounds. A prioritized sampler's beta schedule advances once per
-call: beta is resolved once and passed to every redraw round.
+usually saves the redraw rounds. ``replace=False`` draws ``B`` distinct windows: by
+successive sampling over the *servable* starts (valid, and of positive priority for a
+prioritized sampler; :func:`servable_windows` counts them), uniformly or in proportion to
+priority among those not drawn yet, the sampler's ``replace=False`` law conditioned on
+valid starts; a ``B`` above their number is refused before anything is drawn. A
+prioritized sampler's beta schedule advances once per call: beta is resolved once and
+passed to every redraw round.
 
 Speed: with numpy storage (``KERNEL = "auto"``), the uniform sampler's draw is mapped to
 starts, checked and selected, the slots, flags and side patches of the kept starts
@@ -70,18 +75,24 @@ import numpy.typing as npt
 
 from replaybank.batch import SequenceBatch
 from replaybank.buffers.priorities import to_host, update_priorities
-from replaybank.errors import ConfigError, DtypeError, ShapeError, describe
+from replaybank.errors import ConfigError, DtypeError, EmptyBufferError, ShapeError, describe
 from replaybank.ops import ring, windows
 from replaybank.ops.draws import counted_ints, rewind, rewinds
 from replaybank.ops.jit import pick_kernel
 from replaybank.samplers.base import LaneView, SampleResult, SamplerTraits
-from replaybank.samplers.windows import WindowRequest, draw_starts, extent_kernel, redraw_short
+from replaybank.samplers.windows import (
+    WindowRequest,
+    draw_starts,
+    extent_kernel,
+    redraw_short,
+    servable_starts,
+)
 from replaybank.spec import SEP, real_floats
 from replaybank.storage.table import StepTable
 from replaybank.views.sequence import draw_gather, fused_reads, gather_fused, gather_numpy
 
 __all__ = ["STATE_PREFIX", "WindowRequest", "draw_windows", "sample_sequences",
-           "sequence_candidates", "update_sequence_priorities"]
+           "sequence_candidates", "servable_windows", "update_sequence_priorities"]
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
@@ -188,7 +199,8 @@ def sample_sequences(
             step as ``initial/<name>`` ``[B, *shape]``; default: the field ``hidden``
             (and ``hidden/...``) when stored.
         max_redraws: Rounds of redrawing invalid starts before the exact fallback.
-        **sampler_kwargs: Passed to the sampler (e.g. ``beta``).
+        **sampler_kwargs: Passed to the sampler (e.g. ``beta``; ``replace=False``:
+            distinct windows, see the module docs).
 
     Returns:
         A :class:`~replaybank.batch.SequenceBatch`: every stored field and ``next_obs``
@@ -201,12 +213,16 @@ def sample_sequences(
         samplers, ``weights`` and ``probabilities`` ``[B]``.
 
     Raises:
-        ConfigError: Bad arguments (nothing is drawn).
+        ConfigError: Bad arguments (nothing is drawn), or ``replace=False`` with a
+            sampler that cannot draw distinct windows (not a
+            :class:`~replaybank.samplers.base.SubsetDraws`).
         ArgumentError: A keyword neither this function nor the sampler takes, or a
             ``replace`` that is not a bool.
         CapacityError: ``batch_size`` windows of ``burn_in + sequence_length`` steps do
             not fit in memory.
-        EmptyBufferError: The buffer holds no window of the required length.
+        EmptyBufferError: The buffer holds no window of the required length, or
+            (``replace=False``) fewer servable ones than ``batch_size`` (refused before
+            anything is drawn).
 
     A call that raises changes no state: arguments are checked before anything is drawn,
     and when redraws fail late the generator state (saved before the draw, or its raw
@@ -300,6 +316,72 @@ def sequence_candidates(
     return usable, batch
 
 
+def servable_windows(
+    table: StepTable | None,
+    lanes: LaneView | None,
+    traits: SamplerTraits,
+    sequence_length: int,
+    episode_boundary: str = "stop",
+    strict: bool = True,
+    burn_in: int = 0,
+    state_fields: str | Sequence[str] | None = None,
+    max_redraws: int = 16,
+    **sampler_kwargs: Any,
+) -> tuple[int, float]:
+    """How many distinct windows ``sample_sequences(B, sequence_length, ...,
+    replace=False)`` may draw (the largest ``B`` it serves), and their mass.
+
+    Args:
+        table, lanes, traits: As :func:`sample_sequences`.
+        sequence_length, episode_boundary, strict, burn_in, state_fields, max_redraws:
+            As :func:`sample_sequences` (checked as it checks them).
+        **sampler_kwargs: The sampler's options (``replace``, ``beta``), checked.
+
+    Returns:
+        ``(n, mass)``: the servable starts (usable, of positive weight in the sampler's
+        law: :func:`~replaybank.samplers.windows.servable_starts`) and the sum of their
+        weights (their stored priorities, or ``n`` for a uniform sampler); ``(0, 0.0)``
+        when the buffer is empty. Nothing is drawn.
+
+    Raises:
+        ConfigError: Bad arguments, as :func:`sample_sequences` refuses them, or a
+            sampler that cannot draw distinct windows.
+        ArgumentError: An unknown keyword, or a ``replace`` that is not a bool.
+
+    Example:
+        >>> import numpy as np
+        >>> import replaybank as rb
+        >>> buf = rb.ReplayBuffer(capacity=64, seed=0)
+        >>> for t in range(12):
+        ...     buf.add(obs=np.zeros(2), action=0, reward=1.0, next_obs=np.zeros(2),
+        ...             terminated=t % 4 == 3, truncated=False)
+        >>> servable_windows(buf.table, buf.lane_view(), buf.sampler_traits, 3)
+        (6, 6.0)
+    """
+    try:
+        req = WindowRequest.checked("sample_sequences", table, lanes, traits, 1,
+                                    sequence_length, episode_boundary, strict, burn_in,
+                                    state_fields, max_redraws, sampler_kwargs)
+    except EmptyBufferError:  # the arguments were checked before: nothing is stored
+        return 0, 0.0
+    if table is None or lanes is None:  # pragma: no cover - checked() raised
+        return 0, 0.0
+    _fits(table, req)
+    _cached_state_names(table.spec, req.state_fields)
+    keys, weights = servable_starts(traits, lanes, table.link, req)
+    return len(keys), float(weights.sum())
+
+
+def _fits(table: StepTable, req: WindowRequest) -> None:
+    """Refuse strict windows longer than a lane."""
+    if req.strict and req.width > table.T:
+        raise ConfigError(
+            f"{req.call}(sequence_length={req.sequence_length}, burn_in={req.burn_in}): a "
+            f"window of {req.width} steps never fits in a lane of {table.T} rows; lower them, "
+            "use strict=False or a larger capacity"
+        )
+
+
 def draw_windows(table: StepTable | None, lanes: LaneView | None, rng: np.random.Generator,
                  traits: SamplerTraits, req: WindowRequest
                  ) -> tuple[BoolArray | None, SequenceBatch | None]:
@@ -341,12 +423,7 @@ def draw_windows(table: StepTable | None, lanes: LaneView | None, rng: np.random
     if table is None or lanes is None:  # pragma: no cover - check_batch_size raised
         raise AssertionError("no storage to sample from")
     width = req.width
-    if req.strict and width > table.T:
-        raise ConfigError(
-            f"{req.call}(sequence_length={req.sequence_length}, burn_in={req.burn_in}): a "
-            f"window of {width} steps never fits in a lane of {table.T} rows; lower them, "
-            "use strict=False or a larger capacity"
-        )
+    _fits(table, req)
     state_names = _cached_state_names(table.spec, req.state_fields)
     fast = _fast_kernels()
     if req.candidates:  # independent draws from the unconditional law, all kept

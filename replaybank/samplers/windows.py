@@ -11,6 +11,14 @@ draw order, which leaves the law unchanged. A scheduled sampler (PER's beta) res
 beta once, so redraw rounds neither advance its schedule nor change beta inside one
 batch; the call counts once.
 
+Without replacement (``replace=False``) the windows are distinct: the starts are drawn
+from the *servable* ones (usable, and of positive weight in the sampler's law: a stored
+priority above 0) by successive sampling (:class:`~replaybank.samplers.base.SubsetDraws`:
+uniform, a uniformly random subset; prioritized, each next start in proportion to
+priority among those not drawn yet), which is the sampler's ``replace=False`` law
+conditioned on usable starts. A batch larger than the servable starts is refused before
+anything is drawn (:func:`servable_starts` lists them).
+
 Example:
     >>> import numpy as np
     >>> import replaybank as rb
@@ -37,7 +45,7 @@ import numpy.typing as npt
 from replaybank.errors import ConfigError, EmptyBufferError
 from replaybank.ops import windows
 from replaybank.ops.draws import uniform_ints
-from replaybank.samplers.base import LaneView, SampleResult, SamplerTraits
+from replaybank.samplers.base import FloatArray, LaneView, SampleResult, SamplerTraits, SubsetDraws
 from replaybank.samplers.draw import replace_rows
 from replaybank.samplers.sample_args import (
     LARGE_BATCH,
@@ -51,7 +59,8 @@ from replaybank.samplers.sample_args import (
 if TYPE_CHECKING:
     from replaybank.storage.table import StepTable
 
-__all__ = ["WindowRequest", "draw_starts", "extent_kernel", "redraw_short"]
+__all__ = ["WindowRequest", "draw_starts", "extent_kernel", "redraw_short",
+           "servable_starts"]
 
 IntArray = npt.NDArray[np.int64]
 
@@ -216,6 +225,8 @@ def _draw_rounds(traits: SamplerTraits, lanes: LaneView, link: npt.NDArray[np.in
     if extent is None:
         extent = extent_kernel()
     kwargs, batch_size, min_len = req.options, req.batch_size, req.min_len
+    if not kwargs.get("replace", True):  # a bool: WindowRequest.checked saw to it
+        return _distinct_starts(traits, lanes, link, rng, req, extent)
     # i.i.d. samplers draw a few spare starts up front and keep the first valid ones (in
     # draw order, so the accepted starts are still i.i.d. from the conditional law)
     iid = traits.iid and kwargs.get("replace", True) and req.max_redraws > 0
@@ -240,6 +251,83 @@ def _draw_rounds(traits: SamplerTraits, lanes: LaneView, link: npt.NDArray[np.in
                 np.argsort(ext < min_len, kind="stable")[:batch_size]  # valid ones first
             res, ext = SampleResult(res.keys[sel]), ext[sel]
     return redraw_short(traits, lanes, link, rng, res, ext, req, extent)
+
+
+def servable_starts(traits: SamplerTraits, lanes: LaneView, link: npt.NDArray[np.int32],
+                    req: WindowRequest) -> tuple[IntArray, FloatArray]:
+    """The starts a distinct window draw (``replace=False``) may take and their weights.
+
+    A start is servable when its window is usable (extent at least ``req.min_len``,
+    :func:`~replaybank.ops.windows.valid_starts`) and its weight in the sampler's law is
+    positive (:meth:`~replaybank.samplers.base.SubsetDraws.key_weights`: 1 for a uniform
+    sampler, the stored priority for a prioritized one). ``sample_sequences(B,
+    replace=False)`` serves ``B`` up to their number.
+
+    Args:
+        traits: The sampler's traits.
+        lanes: The lane bookkeeping.
+        link: Next-observation links ``[T, lanes]``.
+        req: The checked request.
+
+    Returns:
+        Keys ``[n]`` (lane by lane, oldest first) and their weights ``[n]`` (all > 0).
+
+    Raises:
+        ConfigError: The sampler cannot draw distinct keys among given ones (not a
+            :class:`~replaybank.samplers.base.SubsetDraws`).
+
+    Example:
+        >>> import replaybank as rb
+        >>> buf = rb.ReplayBuffer(capacity=64, seed=0)
+        >>> for t in range(12):
+        ...     buf.add(obs=np.zeros(2), action=0, reward=1.0, next_obs=np.zeros(2),
+        ...             terminated=t % 4 == 3, truncated=False)
+        >>> req = WindowRequest("sample_sequences", 1, 3, 0, False, True, None, 16, {})
+        >>> keys, w = servable_starts(buf.sampler_traits, buf.lane_view(), buf.table.link, req)
+        >>> keys.tolist(), w.tolist()
+        ([0, 1, 4, 5, 8, 9], [1.0, 1.0, 1.0, 1.0, 1.0, 1.0])
+    """
+    among = _subset_draws(traits, req)
+    keys = windows.valid_starts(link, lanes.written, lanes.counts, req.width, req.cross,
+                                req.min_len)
+    weights = np.asarray(among.key_weights(keys, lanes), np.float64)
+    keep = weights > 0.0
+    return keys[keep], weights[keep]
+
+
+def _subset_draws(traits: SamplerTraits, req: WindowRequest) -> SubsetDraws:
+    """The sampler as a :class:`~replaybank.samplers.base.SubsetDraws`, or a ConfigError
+    naming the call."""
+    sampler = traits.sampler
+    if not isinstance(sampler, SubsetDraws):
+        raise ConfigError(
+            f"{req.call}(replace=False): the sampler ({type(sampler).__name__}) cannot draw "
+            "distinct windows (no key_weights/sample_among); use replace=True or a uniform "
+            "or prioritized sampler")
+    return sampler
+
+
+def _distinct_starts(traits: SamplerTraits, lanes: LaneView, link: npt.NDArray[np.int32],
+                     rng: np.random.Generator, req: WindowRequest,
+                     extent: Any) -> tuple[SampleResult, IntArray]:
+    """``req.batch_size`` distinct servable starts by successive sampling, their extents
+    (see the module docs); a batch above the servable starts is refused first."""
+    keys, _ = servable_starts(traits, lanes, link, req)
+    if req.batch_size > len(keys):
+        mode = "cross" if req.cross else "stop"
+        what = " whose start has a positive priority" if traits.priority is not None else ""
+        fix = (f"lower batch_size to at most {len(keys)}, use replace=True, " if len(keys)
+               else "add more data, ")
+        raise EmptyBufferError(
+            f"{req.call}(batch_size={req.batch_size}, width={req.width}, episode_boundary="
+            f"{mode!r}, replace=False): the buffer holds {len(keys)} distinct windows of at "
+            f"least {req.min_len} steps{what} (among {lanes.size} steps); {fix}or shorten "
+            "sequence_length/burn_in, or use strict=False (padded windows) or "
+            "episode_boundary='cross'")
+    res = _subset_draws(traits, req).sample_among(keys, req.batch_size, lanes, rng,
+                                                  **req.options)
+    ext = extent(link, lanes.written, lanes.counts, res.keys, req.width, req.cross)
+    return res, np.asarray(ext, np.int64)
 
 
 def redraw_short(traits: SamplerTraits, lanes: LaneView, link: npt.NDArray[np.int32],
