@@ -94,15 +94,19 @@ spare draws count in the shards' ``samples``). Where shards may not draw spares 
 limits, ``max_times_sampled``) the counts come first, from the shards' masses depleted
 as items are taken (:func:`~replaybank.distributed.split.split_depleting`: one buffer's
 law when priorities are equal within each shard, approximately otherwise). Distinct
-windows (``sample_sequences(replace=False)``) are split by size (uniform) or mass. A
-shard whose call fails because its process died is marked *degraded*
-(``degraded_shards``) and the batch is drawn from the others (totals renormalised); a
-probe notices when Ray has restarted it. With rate limits, a batch is drawn from the
-shards whose limiter lets it through now (renormalised the same way; with one limiter
-per shard, waiting on a shard that needs inserts while the writer waits on another that
-needs samples would deadlock), and waits, polling, while none does. The beta schedule of
-a prioritized sampler is followed by each client (its ``calls`` count, saved with the
-client state).
+windows (``sample_sequences(replace=False)``) are split the same way over each shard's
+*servable* window starts (usable, of positive priority:
+:func:`~replaybank.buffers.sequences.servable_windows`) and their mass, counted in the
+first trip: one buffer's successive sampling over usable starts, a ``B`` above them all
+refused, naming ``batch_size`` and the total, before anything is drawn, and no shard
+asked for more windows than it serves. A shard whose call fails because its process died
+is marked *degraded* (``degraded_shards``) and the batch is drawn from the others
+(totals renormalised); a probe notices when Ray has restarted it. With rate limits, a
+batch is drawn from the shards whose limiter lets it through now (renormalised the same
+way; with one limiter per shard, waiting on a shard that needs inserts while the writer
+waits on another that needs samples would deadlock), and waits, polling, while none
+does. The beta schedule of a prioritized sampler is followed by each client (its
+``calls`` count, saved with the client state).
 
 Example (needs Ray; see :class:`~replaybank.distributed.service.ReplayService`)::
 
@@ -154,6 +158,7 @@ from replaybank.errors import ConfigError, DtypeError, EmptyBufferError, ShapeEr
 from replaybank.host import as_numpy
 from replaybank.ops import windows
 from replaybank.samplers.prioritized import PrioritizedSampler
+from replaybank.samplers.sample_args import check_replace
 from replaybank.spec import unflatten
 
 __all__ = ["ReplayClient"]
@@ -758,9 +763,21 @@ class ReplayClient:
         independently (uniform, prioritized), by rejection on one stream of candidate
         starts from every shard (:mod:`replaybank.distributed.rejection`: one round
         trip, more only when the candidates fall short); with one live shard, that
-        shard's own draw. With rate limits, ``max_times_sampled``, ``replace=False`` or
-        other samplers, the batch is split by shard mass, which equals that law when
-        every shard has the same fraction of usable starts. ``starts`` are global keys.
+        shard's own draw. ``replace=False`` draws distinct windows with one buffer's
+        law (successive sampling over the usable starts of positive priority, see
+        :func:`~replaybank.buffers.sequences.sample_sequences`): the batch is split over
+        the shards' servable starts as :meth:`sample` splits distinct items, exactly
+        for a uniform sampler and, without rate limits or ``max_times_sampled``, a
+        prioritized one (with them, exactly when priorities are equal within each
+        shard). With rate limits, ``max_times_sampled`` or other samplers, a batch with
+        replacement is split by shard mass, which equals that law when every shard has
+        the same fraction of usable starts. ``starts`` are global keys.
+
+        Raises:
+            EmptyBufferError: No usable window, or (``replace=False``) fewer servable
+                ones over the live shards than ``batch_size`` (refused before anything
+                is drawn: the generators are unchanged).
+            ConfigError: Bad window arguments.
         """
         _positive("sequence_length", sequence_length)
         batch = SequenceBatch.own(self._draw(batch_size, (int(sequence_length),), kwargs))
@@ -771,6 +788,9 @@ class ReplayClient:
     def _draw(self, n: int, sequences: tuple[int] | None, kwargs: dict[str, Any]
               ) -> dict[str, Any]:
         n = _positive("batch_size", n)
+        if "replace" in kwargs:  # a numpy bool as a bool, so the split sees the same value
+            kwargs["replace"] = check_replace(
+                kwargs["replace"], "sample" if sequences is None else "sample_sequences")
         beta = None
         if self._schedule is not None:
             beta = self._schedule.resolve_beta(kwargs.pop("beta", None))
@@ -927,10 +947,11 @@ class ReplayClient:
                         kwargs: dict[str, Any], beta: float | None) -> dict[str, Any]:
         """Masses (and limiter permissions) first, then the split and the draws.
 
-        ``replace=False``: the shards' distinct items are counted in the first trip and
-        a larger batch is refused before anything is drawn; then the split is one
-        buffer's law (:mod:`replaybank.distributed.split`): hypergeometric by size
-        without priorities, with them each shard's own successive draws merged
+        ``replace=False``: the shards' distinct items (for windows, their servable
+        starts) are counted in the first trip and a larger batch is refused before
+        anything is drawn; then the split is one buffer's law
+        (:mod:`replaybank.distributed.split`): hypergeometric by size without
+        priorities, with them each shard's own successive draws merged
         (:meth:`_draw_successive`), or where shards may not draw spares (rate limits,
         ``max_times_sampled``) the depleting split. A call that raises leaves the
         generator as it was.
@@ -944,33 +965,31 @@ class ReplayClient:
 
     def _two_trips(self, n: int, sequences: tuple[int] | None, kwargs: dict[str, Any],
                    beta: float | None) -> dict[str, Any]:
-        # distinct windows (sample_sequences(replace=False)) are split as before: by size
-        # (uniform) or by mass; how many distinct usable starts a shard has is not counted
-        distinct = kwargs.get("replace", True) is False and sequences is None
-        windows_by_size = sequences is not None and kwargs.get("replace", True) is False \
-            and self._sampler_config.get("type") == "uniform"
+        # replace=False: split over each shard's pool, its distinct items or (windows)
+        # its servable window starts, counted in the first trip
+        distinct = kwargs.get("replace", True) is False
+        window = None if sequences is None or not distinct else (sequences[0], kwargs)
         spares = not self.rate_limited and self.max_times_sampled is None
         for _ in range(self.num_shards + 1):
-            states = self._ready(n, distinct)
+            states = self._ready(n, distinct, window)
             masses = {s: st[:3] for s, st in states.items()}
             ids = sorted(masses)
             if distinct:
                 have = np.array([states[s][3] for s in ids], np.int64)
                 check_distinct(n, np.array([states[s][0] for s in ids], np.int64), have,
                                "the shards whose rate limiter allows the draw now"
-                               if self.rate_limited else "the live shards")
+                               if self.rate_limited else "the live shards",
+                               **self._distinct_words(n, sequences))
                 if self._schedule is None:
                     counts = split_distinct(have, n, self._rng)
                 elif spares:
-                    fields = self._draw_successive(n, masses, have, kwargs, beta)
+                    fields = self._draw_successive(n, masses, have, sequences, kwargs, beta)
                     if fields is None:
-                        continue  # a shard died, or the shards' items shrank: again
+                        continue  # a shard died, or the shards' pools shrank: again
                     return fields
                 else:
-                    counts = split_depleting(np.array([masses[s][1] for s in ids]), have,
+                    counts = split_depleting(np.array([states[s][4] for s in ids]), have,
                                              n, self._rng)
-            elif windows_by_size:
-                counts = split_distinct(np.array([masses[s][0] for s in ids]), n, self._rng)
             else:
                 counts = split_counts(np.array([masses[s][1] for s in ids]), n, self._rng)
             refs = {s: self._shards[s].sample.remote(int(c), kwargs, sequences, self.timeout)
@@ -986,21 +1005,35 @@ class ReplayClient:
         raise ShardUnavailableError(f"sample(batch_size={n}): shards kept failing "
                                     f"({sorted(self._degraded)} down)")
 
-    def _draw_successive(self, n: int, masses: dict[int, tuple[int, float, float]],
-                         have: npt.NDArray[np.int64], kwargs: dict[str, Any],
-                         beta: float | None) -> dict[str, Any] | None:
-        """One buffer's prioritized ``sample(n, replace=False)`` over all shards.
+    def _distinct_words(self, n: int, sequences: tuple[int] | None) -> dict[str, str]:
+        """How :func:`check_distinct` names a ``replace=False`` call of ``n`` (windows:
+        ``sample_sequences``, whose pool is the servable window starts)."""
+        if sequences is None:
+            return {}
+        prio = "" if self._schedule is None else " with a positive priority"
+        return {"call": f"sample_sequences(batch_size={n}, sequence_length={sequences[0]}, "
+                        "replace=False)",
+                "servable": f"start a usable window{prio}",
+                "fixes": ", or shorten sequence_length/burn_in, or use strict=False (padded "
+                         "windows) or episode_boundary='cross'"}
 
-        Each shard with distinct items draws its own successive sample of ``min(n, its
-        distinct items)`` (:meth:`Shard.draw <replaybank.distributed.shard.Shard.draw>`:
-        in draw order, with the mass at the draw); :func:`split_successive` decides how
-        many of each the batch takes, a prefix of each. None when a shard died or the
-        shards drew fewer than ``n`` items (their items changed since they were
-        counted): the caller asks again.
+    def _draw_successive(self, n: int, masses: dict[int, tuple[int, float, float]],
+                         have: npt.NDArray[np.int64], sequences: tuple[int] | None,
+                         kwargs: dict[str, Any], beta: float | None
+                         ) -> dict[str, Any] | None:
+        """One buffer's prioritized ``sample(n, replace=False)`` (or ``sample_sequences``)
+        over all shards.
+
+        Each shard with a pool draws its own successive sample of ``min(n, its pool)``
+        (distinct items, or windows of servable starts: :meth:`Shard.draw
+        <replaybank.distributed.shard.Shard.draw>`, in draw order, with the pool's mass
+        at the draw); :func:`split_successive` decides how many of each the batch takes,
+        a prefix of each. None when a shard died or the shards drew fewer than ``n``
+        (their pools changed since they were counted): the caller asks again.
         """
         want = {s: min(n, int(c)) for s, c in zip(sorted(masses), have.tolist(), strict=True)
                 if c > 0}
-        replies, failed = self._gather({s: self._shards[s].draw.remote(c, kwargs, None)
+        replies, failed = self._gather({s: self._shards[s].draw.remote(c, kwargs, sequences)
                                         for s, c in want.items()})
         got = {s: r for s, r in replies.items() if r["fields"] is not None}
         if failed or sum(len(r["priorities"]) for r in got.values()) < n:
@@ -1009,19 +1042,21 @@ class ReplayClient:
             masses[s] = r["mass"]
         ids = sorted(got)
         counts = split_successive([got[s]["priorities"] for s in ids],
-                                  [float(got[s]["mass"][1]) for s in ids], n, self._rng)
+                                  [float(got[s]["pool"][1]) for s in ids], n, self._rng)
         parts = [_prefix(got[s], int(c)) for s, c in zip(ids, counts.tolist(), strict=True)
                  if c > 0]
         self.draw_paths["two_trips"] += 1
         return merge(parts, list(masses.values()), beta,
                      self._sampler_config.get("weight_norm"))
 
-    def _ready(self, n: int, distinct: bool = False
-               ) -> dict[int, tuple[int, float, float, int]]:
-        """The states ``(size, total, p_min, distinct items)`` of the live shards a
-        sample of ``n`` may draw from now (distinct items counted only with
-        ``distinct``, else the size: :meth:`Shard.draw_state
-        <replaybank.distributed.shard.Shard.draw_state>`).
+    def _ready(self, n: int, distinct: bool = False,
+               window: tuple[int, dict[str, Any]] | None = None
+               ) -> dict[int, tuple[int, float, float, int, float]]:
+        """The states ``(size, total, p_min, pool count, pool mass)`` of the live shards
+        a sample of ``n`` may draw from now (:meth:`Shard.draw_state
+        <replaybank.distributed.shard.Shard.draw_state>`: with ``distinct`` the pool is
+        the distinct items, or the servable starts of ``window`` = ``(sequence_length,
+        kwargs)``; else the size and total).
 
         Without rate limits: every live shard. With them: the shards whose limiter lets
         ``n`` samples through now (so a reader never waits on a shard that needs inserts
@@ -1033,16 +1068,17 @@ class ReplayClient:
         while True:
             self._probe()
             live = [s for s in range(self.num_shards) if s not in self._degraded]
-            states, _ = self._gather({s: self._shards[s].draw_state.remote(n, distinct)
+            states, _ = self._gather({s: self._shards[s].draw_state.remote(n, distinct,
+                                                                           window)
                                       for s in live})
             if not states:
                 raise ShardUnavailableError(
                     f"sample(batch_size={n}): every shard is down "
                     f"({sorted(self._degraded)}); wait for Ray to restart them")
-            ready = {s: (*st[:3], st[4]) for s, st in states.items()
+            ready = {s: (*st[:3], *st[4:]) for s, st in states.items()
                      if st[3] and st[1] > 0.0}
             if ready or not self.rate_limited:
-                return ready or {s: (*st[:3], st[4]) for s, st in states.items()}
+                return ready or {s: (*st[:3], *st[4:]) for s, st in states.items()}
             if time.monotonic() > deadline:
                 from replaybank.distributed.limiter import RateLimitTimeout
 

@@ -49,7 +49,7 @@ import numpy as np
 import numpy.typing as npt
 
 from replaybank import persist
-from replaybank.buffers.sequences import sequence_candidates
+from replaybank.buffers.sequences import sequence_candidates, servable_windows
 from replaybank.config import from_config
 from replaybank.distributed import checkpoint
 from replaybank.distributed.keys import to_global
@@ -215,15 +215,58 @@ class Shard:
             return size, float(size), math.inf
         return size, float(self.prio.total), float(self.prio.range_min(0, self.n_slots))
 
-    def draw_state(self, n: int, distinct: bool = False
-                   ) -> tuple[int, float, float, bool, int]:
-        """:meth:`mass`, whether the rate limiter lets a sample of ``n`` items through
-        now (True without a limiter): the client draws from the shards that may, and
-        with ``distinct`` the items a ``replace=False`` draw may take
-        (:meth:`distinct_items`; else the size)."""
+    def draw_state(self, n: int, distinct: bool = False,
+                   window: tuple[int, dict[str, Any]] | None = None
+                   ) -> tuple[int, float, float, bool, int, float]:
+        """What the client splits a batch by, before anything is drawn.
+
+        Args:
+            n: The batch size (for the rate limiter).
+            distinct: A ``replace=False`` draw: count what it may take.
+            window: ``(sequence_length, kwargs)`` of a ``sample_sequences`` call, or None
+                for ``sample``.
+
+        Returns:
+            :meth:`mass`, whether the rate limiter lets a sample of ``n`` through now
+            (True without a limiter: the client draws from the shards that may), and the
+            *pool* a draw takes from: its count and mass. With ``distinct``, the items
+            (:meth:`distinct_items`, their mass the total) or, for windows, the servable
+            window starts and their mass (:meth:`servable_windows`); else the size and
+            total.
+
+        Raises:
+            ConfigError: Bad window arguments (checked as ``sample_sequences`` checks
+                them; nothing is drawn).
+        """
         size, total, p_min = self.mass()
         allowed = self.limiter is None or self.limiter.can_sample(n)
-        return size, total, p_min, allowed, self.distinct_items() if distinct else size
+        count, pool = size, total
+        if distinct:
+            count, pool = self._pool(window)
+        return size, total, p_min, allowed, count, pool
+
+    def _pool(self, window: tuple[int, dict[str, Any]] | None) -> tuple[int, float]:
+        """What a ``replace=False`` draw takes from: ``(count, mass)`` of the distinct
+        items, or of the servable window starts of ``window``."""
+        if window is None:
+            return self.distinct_items(), self.mass()[1]
+        return self.servable_windows(*window)
+
+    def servable_windows(self, sequence_length: int, kwargs: dict[str, Any]
+                         ) -> tuple[int, float]:
+        """How many distinct windows ``sample_sequences(B, sequence_length, **kwargs,
+        replace=False)`` may draw here, and their mass (the servable starts' stored
+        priorities, or their count):
+        :func:`~replaybank.buffers.sequences.servable_windows`.
+
+        Raises:
+            ConfigError: Bad window arguments.
+        """
+        if self.error is not None:
+            raise self.error
+        buf = self.core
+        return servable_windows(buf.table, buf.lane_view(), buf.sampler_traits,
+                                sequence_length, **kwargs)
 
     def distinct_items(self) -> int:
         """How many distinct items a ``replace=False`` draw may take: the sampleable
@@ -441,24 +484,28 @@ class Shard:
              ) -> dict[str, Any]:
         """The client's one-round-trip draw: up to ``n`` items and the mass at the draw.
 
-        Draws ``n`` items when ``n > 0`` and the shard holds mass (else ``fields`` is
-        None); the client keeps a random subset of them, or with ``replace=False`` a
-        prefix (see :mod:`replaybank.distributed.client`). With ``replace=False`` it
-        draws at most :meth:`distinct_items` items (all of them when ``n`` is larger),
-        in the sampler's draw order. Only for shards without a rate limiter or
-        ``max_times_sampled``, where drawing spare items changes nothing but the
-        ``samples`` count.
+        Draws ``n`` items (or windows) when ``n > 0`` and the shard holds mass (else
+        ``fields`` is None); the client keeps a random subset of them, or with
+        ``replace=False`` a prefix (see :mod:`replaybank.distributed.client`). With
+        ``replace=False`` it draws at most what its pool holds (:meth:`distinct_items`,
+        or for windows :meth:`servable_windows`; all of them when ``n`` is larger), in
+        the sampler's draw order, and the reply's ``pool`` is that pool's ``(count,
+        mass)`` at the draw (None with replacement). Only for shards without a rate
+        limiter or ``max_times_sampled``, where drawing spare items changes nothing but
+        the ``samples`` count.
 
         Raises:
             ConfigError: The shard has a rate limiter or ``max_times_sampled``.
         """
         self._spares_allowed("draw")
         mass = self.mass()
+        pool = None
         if kwargs.get("replace", True) is False and n > 0 and mass[1] > 0.0:
-            n = min(n, self.distinct_items())
+            pool = self._pool(None if sequences is None else (sequences[0], kwargs))
+            n = min(n, pool[0])
         if n <= 0 or not mass[1] > 0.0:
-            return {"fields": None, "priorities": None, "mass": mass}
-        return self.sample_now(n, kwargs, sequences)
+            return {"fields": None, "priorities": None, "mass": mass, "pool": pool}
+        return {**self.sample_now(n, kwargs, sequences), "pool": pool}
 
     def _spares_allowed(self, call: str) -> None:
         if self.limiter is not None or self.spec.max_times_sampled is not None:

@@ -25,6 +25,9 @@ decides how many of each shard's own successive draws the batch takes, exactly t
 law; where shards may not draw spare items (rate limits, ``max_times_sampled``),
 :func:`split_depleting` splits by the shards' masses depleted as items are taken, that
 law when priorities are equal within each shard and approximately otherwise.
+Distinct sequence windows (``sample_sequences(replace=False)``) are split by the same
+functions over each shard's *servable* window starts (usable, of positive priority) and
+their mass, in place of its items: one buffer's successive sampling over usable starts.
 
 Example:
     >>> import numpy as np
@@ -88,15 +91,20 @@ def split_distinct(sizes: IntArray, batch_size: int, rng: np.random.Generator) -
 
 
 def check_distinct(batch_size: int, sizes: IntArray, distinct: IntArray,
-                   shards: str = "the live shards") -> None:
+                   shards: str = "the live shards", *, call: str | None = None,
+                   servable: str = "have a positive priority", fixes: str = "") -> None:
     """Refuse a ``replace=False`` batch larger than the shards can give.
 
     Args:
         batch_size: The call's ``batch_size``.
         sizes: ``[S]`` sampleable items per shard.
         distinct: ``[S]`` items per shard a distinct draw may take (prioritized: those
-            with a positive priority).
+            with a positive priority; windows: the servable starts).
         shards: Which shards these are, for the message.
+        call: The call as the message names it (default ``sample(batch_size=B,
+            replace=False)``).
+        servable: What the items a distinct draw may take do, for the message.
+        fixes: More ways out, appended to the message (``", or ..."``).
 
     Raises:
         EmptyBufferError: ``batch_size`` exceeds the shards' distinct items (the message
@@ -115,15 +123,15 @@ shards hold 8 items (sizes [3, 5]); lower batch_size to at most 8 or use replace
     have, can = int(sizes.sum()), int(distinct.sum())
     if can >= batch_size:
         return
-    head = (f"sample(batch_size={batch_size}, replace=False): {shards} hold {have} items "
-            f"(sizes {sizes.tolist()})")
+    call = call or f"sample(batch_size={batch_size}, replace=False)"
+    head = f"{call}: {shards} hold {have} items (sizes {sizes.tolist()})"
     if can < have:
-        head += (f", of which {can} have a positive priority (per shard "
-                 f"{distinct.tolist()}; the others are never drawn)")
+        head += (f", of which {can} {servable} (per shard {distinct.tolist()}; the others "
+                 "are never drawn)")
     if can == 0:
-        raise EmptyBufferError(f"{head}; add data first, or wait for the writers")
+        raise EmptyBufferError(f"{head}; add data first, or wait for the writers{fixes}")
     raise EmptyBufferError(f"{head}; lower batch_size to at most {can} or use "
-                           "replace=True")
+                           f"replace=True{fixes}")
 
 
 def split_depleting(totals: npt.NDArray[np.float64], distinct: IntArray, batch_size: int,
