@@ -66,6 +66,7 @@ from replaybank.io.safetensors_stream import StateFile
 from replaybank.io.state_tree import join_state
 from replaybank.storage.backends.base import ArrayBackend, DurableBackend
 from replaybank.storage.backends.memmap import RESUME_PREFIX, MemmapBackend
+from replaybank.storage.table_state import state_views
 from replaybank.views.named_functions import names_from_file
 
 if TYPE_CHECKING:  # the return type of load(), for annotations only
@@ -149,7 +150,9 @@ def save(buf: Persistable, dirpath: Any, prefix: str = "buffer_") -> Path:
 
         dump = buffer_config(buf).model_dump(mode="json")
         info = {"buffer_type": type(buf).__name__, "config": dump, "metadata": buf.metadata()}
-        return save_state(buf.state_dict(), path, prefix, info)
+        with state_views():  # written before anything can change: no copy of the data
+            state = buf.state_dict()
+            return save_state(state, path, prefix, info)
 
 
 @runtime_checkable

@@ -433,6 +433,40 @@ def test_load_state_dict_with_wrong_shapes_changes_nothing() -> None:
     assert_same(split_state(buf.state_dict()), before)
 
 
+@pytest.mark.parametrize("name", ["single", "lanes", "per_lanes"])
+def test_state_dict_is_a_snapshot(name: str) -> None:
+    """A kept state_dict() is the buffer as it was at the call: adds after it (past a
+    wrap of the ring) change neither its data nor its counters, and it loads as that
+    buffer (it held live views of the storage beside counters copied at the call, so a
+    kept state loaded later data or was refused as damaged)."""
+    buf = filled(REPLAY_CASES[name](), 20)
+    state = buf.state_dict()
+    frozen = split_state(copy.deepcopy(state))
+    twin = REPLAY_CASES[name]()
+    twin.load_state_dict(copy.deepcopy(state))
+    filled(buf, 50, seed=9)  # wraps every lane
+    assert_same(split_state(state), frozen)
+    loaded = REPLAY_CASES[name]()
+    loaded.load_state_dict(state)
+    assert_same_state(loaded, twin)
+    assert_same(loaded.sample(16), twin.sample(16))
+
+
+def test_save_writes_the_storage_without_a_copy(tmp_path: Path) -> None:
+    """rb.save writes the storage's own arrays under the buffer's lock (state_views), so
+    a large buffer needs no second copy to be saved; the saved buffer is unchanged."""
+    from replaybank.storage.table_state import state_views
+
+    buf = filled(rb.ReplayBuffer(32, num_envs=2, seed=0), 20)
+    with state_views():
+        views = buf.state_dict()["table"]["fields/reward"]
+    assert np.shares_memory(views, buf.table.arrays["reward"])
+    assert not np.shares_memory(buf.state_dict()["table"]["fields/reward"],
+                                buf.table.arrays["reward"])
+    buf.save(tmp_path)
+    assert_same_state(rb.load(tmp_path), buf)
+
+
 def test_frame_stack_with_stacked_image_inputs(tmp_path: Path) -> None:
     buf = rb.ReplayBuffer(20, frame_stack=4, seed=0)
     rng = np.random.default_rng(0)

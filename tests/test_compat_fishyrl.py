@@ -189,6 +189,42 @@ def test_sequential_state_dict_round_trip() -> None:
     assert other.size == 40
 
 
+def test_state_dict_is_a_snapshot() -> None:
+    """Section: state_dict() - "the state of the buffer for saving": a state kept in
+    memory is the buffer as it was at the call. Adds after it (a wrap of the ring
+    included) change nothing in it, and it loads that buffer (it held live views of the
+    storage beside counters copied at the call: it loaded later data, or was refused as
+    damaged)."""
+    seq = SequentialBuffer(4, seed=0)
+    for t in range(4):
+        seq.add({"o": np.float32(t)})
+    kept = seq.state_dict()
+    for t in range(4, 6):
+        seq.add({"o": np.float32(t)})
+    back = SequentialBuffer(4, seed=0)
+    back.load_state_dict(kept)
+    assert back.sample(1, 4)["o"][0].tolist() == [0.0, 1.0, 2.0, 3.0]
+    partial = SequentialBuffer(4, seed=0)
+    for t in range(3):
+        partial.add({"o": np.full(2, t, np.float32)})
+    kept = partial.state_dict()
+    for t in range(3, 8):
+        partial.add({"o": np.full(2, t, np.float32)})
+    back = SequentialBuffer(4, seed=0)
+    back.load_state_dict(kept)  # was: CheckpointError "free_slots ... damaged"
+    assert back.size == 3 and back.sample(1, 3)["o"][0, :, 0].tolist() == [0.0, 1.0, 2.0]
+    vec = IndependentVectorizedBuffer(2, 4, seed=0)
+    for t in range(3):
+        vec.add({"o": np.array([[t], [10 + t]], np.float32)})
+    kept = vec.state_dict()
+    vec.add({"o": np.array([[99], [99]], np.float32)})
+    other = IndependentVectorizedBuffer(2, 4, seed=0)
+    other.load_state_dict(kept)
+    assert other.size == 6
+    windows = other.sample(8, sequence_length=3)["o"][:, :, 0].tolist()
+    assert {tuple(w) for w in windows} <= {(0.0, 1.0, 2.0), (10.0, 11.0, 12.0)}
+
+
 def test_sequential_reset() -> None:
     """Section: reset(): empty, keys forgotten, generator kept going."""
     buf = SequentialBuffer(10, seed=0)

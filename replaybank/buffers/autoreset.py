@@ -195,8 +195,8 @@ class ResetSteps:
         return out
 
     def state_dict(self) -> dict[str, Any]:
-        """``{"dropped": [lanes] bool}`` (a view)."""
-        return {"dropped": self.dropped}
+        """``{"dropped": [lanes] bool}`` (a copy)."""
+        return {"dropped": self.dropped.copy()}
 
     def checked(self, saved: Any) -> BoolArray:
         """The :attr:`dropped` of a saved :meth:`state_dict` (None, from a checkpoint of

@@ -183,8 +183,8 @@ def buffer_state(metadata: dict[str, Any], init_args: dict[str, Any], rng: np.ra
         table: Its step table, None before the first add.
 
     Returns:
-        ``{"metadata", "init", "rng", "sampler", "view"}`` plus ``"table"`` (arrays are views,
-        not copies) when there is a table.
+        ``{"metadata", "init", "rng", "sampler", "view"}`` plus ``"table"`` (copies:
+        :func:`~replaybank.storage.table_state.table_state`) when there is a table.
 
     Example:
         >>> from replaybank.samplers.uniform import UniformSampler

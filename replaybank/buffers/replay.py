@@ -51,6 +51,7 @@ from replaybank.spec import Spec
 from replaybank.storage.backends import make_backend
 from replaybank.storage.backends.base import ArrayBackend
 from replaybank.storage.table import StepTable
+from replaybank.storage.table_state import views_allowed
 from replaybank.views import view_numbers
 from replaybank.views.base import View
 
@@ -658,15 +659,30 @@ class ReplayBuffer:
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to restore this buffer exactly.
 
+        The dict is a snapshot: its arrays are copies, so adds after the call change
+        neither its data nor its counters, and it loads as the buffer was at the call.
+        That costs a copy of the stored data (as much memory again as the buffer holds,
+        in RAM for memmap storage). :func:`replaybank.save` needs no such copy: it writes
+        the storage's own arrays while it holds the buffer (see
+        :func:`~replaybank.storage.table_state.state_views`).
+
         Returns:
-            A nested dict whose leaves are numpy arrays (views, not copies) or JSON-able
-            values: ``metadata``, ``init`` (constructor arguments), ``rng`` (generator
-            state), ``sampler`` and ``view`` (their state dicts), ``table``
-            (``fields/<name>``, ``side/<name>`` and ``meta/<name>`` arrays), and for
-            device storage that has sampled on the device ``device_rng`` (the device
-            generator's state: :mod:`~replaybank.device.path`). A ``storage="shared"``
-            buffer gives one snapshot of its writers' lanes, copied (its table then
-            holds exactly the steps its sampler knows: a plain buffer's state).
+            A nested dict whose leaves are numpy arrays or JSON-able values:
+            ``metadata``, ``init`` (constructor arguments), ``rng`` (generator state),
+            ``sampler`` and ``view`` (their state dicts), ``table`` (``fields/<name>``,
+            ``side/<name>`` and ``meta/<name>`` arrays), and for device storage that has
+            sampled on the device ``device_rng`` (the device generator's state:
+            :mod:`~replaybank.device.path`). A ``storage="shared"`` buffer gives one
+            snapshot of its writers' lanes (its table then holds exactly the steps its
+            sampler knows: a plain buffer's state).
+
+        Example:
+            >>> buf = ReplayBuffer(4, spec={"x": ((), "float32")}, next_obs=False)
+            >>> buf.add(x=1.0, terminated=False, truncated=False)
+            >>> state = buf.state_dict()
+            >>> buf.add(x=2.0, terminated=False, truncated=False)
+            >>> state["table"]["meta/counts"].tolist(), state["table"]["fields/x"][:2, 0].tolist()
+            ([1], [1.0, 0.0])
         """
         return self._store.read(self._sampler, self._state)
 
@@ -675,7 +691,7 @@ class ReplayBuffer:
         shared one retries when its writers overwrote what was copied)."""
         out = buffer_state.buffer_state(self.metadata(), self._init_args, self._rng,
                                         self.sampler, self.view, None)
-        table = self._store.table_state()
+        table = self._store.table_state(copy=not views_allowed())
         if table is not None:
             out["table"] = table
         out.update(self._store.state_dict())

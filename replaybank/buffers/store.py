@@ -136,10 +136,11 @@ class Store:
         in :meth:`size`)."""
         return apply(*values)
 
-    def table_state(self) -> dict[str, Any] | None:
-        """The table's arrays by state key (views where the storage allows:
-        :func:`~replaybank.storage.table_state.table_state`), None before it exists."""
-        return None if self.table is None else table_state(self.table)
+    def table_state(self, copy: bool = True) -> dict[str, Any] | None:
+        """The table's arrays by state key (:func:`~replaybank.storage.table_state.
+        table_state`: copies, or with ``copy=False`` views where the storage allows),
+        None before it exists."""
+        return None if self.table is None else table_state(self.table, copy)
 
     def state_dict(self) -> dict[str, Any]:
         """State of the storage's own beyond the table (merged into the buffer's)."""

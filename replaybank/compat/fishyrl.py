@@ -357,7 +357,9 @@ class SequentialBuffer(_Rows, FrontEnd, Buffer):
 
     def state_dict(self) -> dict[str, Any]:
         """Return the state of the buffer: ``{"buffer": core state dict, "validate_keys",
-        "keys", "capacity"}`` (arrays are views of the storage, not copies)."""
+        "keys", "capacity"}``, a snapshot (its arrays are copies: adds after the call do
+        not change it, and it loads the buffer as it was; it costs a copy of the stored
+        experiences)."""
         return {**self._state(), "capacity": self._capacity}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -526,8 +528,8 @@ class IndependentVectorizedBuffer(_Rows, FrontEnd, Buffer):
 
     def state_dict(self) -> dict[str, Any]:
         """Return the state of all buffers: ``{"buffer": core state dict,
-        "validate_keys", "keys"}`` (other buffer classes: ``{"_buffers": [...],
-        "_rng": ...}`` as fishyrl)."""
+        "validate_keys", "keys"}``, a snapshot as :meth:`SequentialBuffer.state_dict`'s
+        (other buffer classes: ``{"_buffers": [...], "_rng": ...}`` as fishyrl)."""
         if self._buffers is not None:
             return {"_buffers": [b.state_dict() for b in self._buffers],
                     "_rng": self._rng.bit_generator.state}

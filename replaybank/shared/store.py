@@ -84,10 +84,11 @@ class SharedStore(Store):
         self.reader.sync(sampler)
         return apply(*values)
 
-    def table_state(self) -> dict[str, Any] | None:
+    def table_state(self, copy: bool = True) -> dict[str, Any] | None:
         """A copy of the snapshot's steps as a plain table's state
-        (:func:`~replaybank.shared.checkpoint.snapshot_state`): read it through
-        :meth:`read`, which retries when writers overwrote the copy."""
+        (:func:`~replaybank.shared.checkpoint.snapshot_state`; always a copy, whatever
+        ``copy`` says): read it through :meth:`read`, which retries when writers
+        overwrote the copy."""
         table = self.table
         return None if table is None else snapshot_state(table, self.reader.snapshot)
 

@@ -4,6 +4,11 @@ Keys: ``fields/<name>`` (data ``[T, lanes, *shape]``), ``side/<name>`` (kept-asi
 observations), ``meta/<name>`` (links and lane counters) and ``free_slots`` (the order
 in which free side slots are reused, so later adds match the original exactly).
 
+:func:`table_state` copies every array by default, so a state is a snapshot that later
+writes to the table do not change. Inside :func:`state_views` it hands out views of the
+storage instead: :func:`replaybank.persist.save` writes the state out under the buffer's
+exclusive lock before anything can change, and so needs no second copy of the data.
+
 Example:
     >>> import numpy as np
     >>> from replaybank.storage.writers.reference import write
@@ -22,7 +27,9 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import contextlib
+from collections.abc import Iterator, Mapping, Sequence
+from contextvars import ContextVar
 from typing import Any
 
 import numpy as np
@@ -34,7 +41,8 @@ from replaybank.storage.backends.base import ArrayBackend
 from replaybank.storage.table import StepTable
 
 __all__ = ["SNAPSHOT_ATTEMPTS", "check_counters", "check_table", "check_table_arrays",
-           "load_table_state", "snapshot_table", "table_state"]
+           "load_table_state", "snapshot_table", "state_views", "table_state",
+           "views_allowed"]
 
 IntArray = npt.NDArray[np.int64]
 #: Item keys (``seq * lanes + lane``) stay below this, far from int64 overflow.
@@ -45,14 +53,68 @@ _MAX_KEY = 1 << 62
 SNAPSHOT_ATTEMPTS = 64
 
 
-def table_state(t: StepTable) -> dict[str, npt.NDArray[Any]]:
-    """The table's arrays as numpy (views where the storage allows), by state key."""
+#: Whether :func:`table_state` may hand out views of the storage (set by
+#: :func:`state_views`; per thread and task, as every context variable).
+_VIEWS: ContextVar[bool] = ContextVar("replaybank_state_views", default=False)
+
+
+@contextlib.contextmanager
+def state_views() -> Iterator[None]:
+    """Within the block, a buffer's ``state_dict()`` holds views of its storage, not
+    copies: for a caller that writes the state out before the buffer can change (as
+    :func:`replaybank.persist.save` does under the buffer's exclusive lock), sparing a
+    copy of the whole buffer. Anything kept past the block would change with later
+    writes, and its counters would no longer match its data.
+
+    Example:
+        >>> views_allowed()
+        False
+        >>> with state_views():
+        ...     views_allowed()
+        True
+    """
+    token = _VIEWS.set(True)
+    try:
+        yield
+    finally:
+        _VIEWS.reset(token)
+
+
+def views_allowed() -> bool:
+    """Whether the caller is inside :func:`state_views`."""
+    return _VIEWS.get()
+
+
+def table_state(t: StepTable, copy: bool = True) -> dict[str, npt.NDArray[Any]]:
+    """The table's arrays as numpy, by state key.
+
+    Args:
+        t: The table.
+        copy: Arrays of their own (True: a snapshot that later writes do not change;
+            it costs a copy of the stored data) or views of the storage where it allows
+            (False: valid until the next write).
+    """
     be = t.backend
-    arrays = {f"fields/{k}": be.to_numpy(v) for k, v in t.arrays.items()}
-    arrays.update({f"side/{k}": be.to_numpy(v) for k, v in t.side.arrays.items()})
-    arrays.update({f"meta/{k}": np.asarray(v) for k, v in t.state_arrays().items()})
-    arrays["free_slots"] = np.asarray(t.side.free, dtype=np.int64)
+
+    def host(v: Any) -> npt.NDArray[Any]:
+        return _host_copy(be, v) if copy else be.to_numpy(v)
+
+    arrays = {f"fields/{k}": host(v) for k, v in t.arrays.items()}
+    arrays.update({f"side/{k}": host(v) for k, v in t.side.arrays.items()})
+    meta = np.array if copy else np.asarray
+    arrays.update({f"meta/{k}": meta(v) for k, v in t.state_arrays().items()})
+    arrays["free_slots"] = np.array(t.side.free, dtype=np.int64)
     return arrays
+
+
+def _host_copy(backend: ArrayBackend, array: Any) -> npt.NDArray[Any]:
+    """``array`` of ``backend`` as a numpy array of its own: copied from the storage,
+    or as the backend hands it over when that already is a host copy (an array on an
+    accelerator)."""
+    out = backend.to_numpy(array)
+    if getattr(getattr(array, "device", None), "type", "cpu") != "cpu":
+        return out
+    return np.array(out, copy=True)
 
 
 def load_table_state(t: StepTable, arrays: Mapping[str, Any]) -> None:
