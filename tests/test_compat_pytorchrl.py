@@ -556,9 +556,34 @@ def test_her_copy_single_tensor_and_manual_end() -> None:
     buf = HERBuffer(50, "cpu", ACTOR, ALGO, None, her_function=goal_her)
     fill(buf, 3, n=1)
     assert buf.copy_single_tensor(OBS, 1)[0, 0] == 1
-    assert buf.copy_single_tensor(REW, 2).tolist() == [2.0]
+    assert buf.copy_single_tensor(REW, 2).tolist() == [[2.0]]
     buf.handle_end_of_episode()
     assert buf.relabelled == 2
+
+
+def test_her_copy_single_tensor_is_a_storage_row() -> None:
+    """Section 'HER': copy_single_tensor(key, position) "generates a copy of tensor key
+    at index position" - row `position` of the storage, every env, as get_data_slice and
+    data count rows (it counted `position` within one env's current episode, so after an
+    episode end it returned another step's data)."""
+    buf = HERBuffer(50, "cpu", ACTOR, ALGO, None, her_function=goal_her, seed=0)
+    fill(buf, 6, ends={0: [3], 1: [1]})  # both envs ended an episode: copies were made
+    assert buf.relabelled > 0
+    data = buf.data
+    for key in (OBS, ACT, REW, OBS2, DONE2):
+        for pos in range(-6, 6):
+            got = buf.copy_single_tensor(key, pos)
+            assert isinstance(got, np.ndarray) and got.dtype == np.float32
+            np.testing.assert_array_equal(got, data[key][pos])
+            np.testing.assert_array_equal(got, buf.get_data_slice(pos % 6, pos % 6 + 1)[key][0])
+    assert buf.copy_single_tensor(OBS, 1)[:, 0].tolist() == [1.0, 1.0]  # both envs, step 1
+    copy_ = buf.copy_single_tensor(OBS, 0)
+    copy_[...] = 99.0  # a copy: the storage keeps its data
+    assert buf.copy_single_tensor(OBS, 0)[:, 0].tolist() == [0.0, 0.0]
+    msg = rejects(buf, lambda b: b.copy_single_tensor(OBS, 6), ConfigError)
+    assert "position=6" in msg and "[-6, 6)" in msg
+    msg = rejects(buf, lambda b: b.copy_single_tensor(ACTPROBS, 0), ArgumentError)
+    assert "ActionProbs" in msg and "Observation" in msg
 
 
 # ------------------------------------------------------------------ every section
@@ -1250,8 +1275,10 @@ HOSTILE: list[tuple[str, str, Any, type[Exception]]] = [
     # HER
     ("copy_single_tensor(position 99)", "her",
      lambda b: b.copy_single_tensor(OBS, 99), ConfigError),
-    ("copy_single_tensor(env 5)", "her", lambda b: b.copy_single_tensor(OBS, 0, env=5),
+    ("copy_single_tensor(position -99)", "her", lambda b: b.copy_single_tensor(OBS, -99),
      ConfigError),
+    ("copy_single_tensor(position 'x')", "her", lambda b: b.copy_single_tensor(OBS, "x"),
+     ArgumentError),
     ("copy_single_tensor(key 'nope')", "her", lambda b: b.copy_single_tensor("nope", 0),
      ArgumentError),
     ("handle_end_of_episode(5)", "her", lambda b: b.handle_end_of_episode(5), ConfigError),

@@ -49,12 +49,6 @@ from replaybank.buffers.checked_call import check_call
 from replaybank.compat.checks import check_int
 from replaybank.compat.pytorchrl.buffers import EREBuffer
 from replaybank.compat.pytorchrl.keys import (
-    ACT,
-    CORE_NAMES,
-    DONE2,
-    OBS,
-    OBS2,
-    REW,
     RHS,
     RHS2,
     to_numpy,
@@ -65,9 +59,6 @@ from replaybank.spec import UNSET, Spec, collect_fields
 
 __all__ = ["HERBuffer", "identity_her"]
 
-#: The name of a pytorchrl key in a recorded step.
-_STEP_NAMES = {OBS: "obs", ACT: "action", REW: "reward", OBS2: "next_obs",
-               DONE2: "terminated", RHS: RHS, RHS2: RHS2}
 #: The core's standard fields (the rest of a recorded step are extras).
 _STANDARD = ("obs", "action", "reward", "next_obs", "terminated")
 
@@ -186,27 +177,50 @@ class HERBuffer(EREBuffer):
                                 np.zeros(lead, dtype=bool), extras)
         return check_call(None, fields, steps is not None, self._env_ids, self._lanes).spec
 
-    def copy_single_tensor(self, key: str, position: int, env: int = 0) -> Any:
-        """A copy of tensor ``key`` (a pytorchrl key) of env ``env``'s current episode at
-        step ``position``, ``[1, *shape]``.
+    def copy_single_tensor(self, key: str, position: int) -> Any:
+        """Generates a copy of tensor ``key`` at index ``position``: row ``position`` of
+        the storage, every env, as pytorchrl's ``np.copy(data[key][position])``.
+
+        Positions count the stored rows as :attr:`data` and :meth:`get_data_slice` do
+        (0: the oldest row, ``-1``: the newest; pytorchrl's are raw ring positions),
+        over the real steps (hindsight copies live in lanes of their own).
+
+        Args:
+            key: A storage tensor the storage holds, e.g. ``"Observation"``.
+            position: A stored row, ``-size <= position < size``.
+
+        Returns:
+            A float32 numpy copy ``[num_envs, ...]`` (a dict of them for a dict
+            observation).
 
         Raises:
-            ArgumentError: ``key`` is not a stored key, or a position or env not an int.
-            ConfigError: ``env`` or ``position`` out of range.
+            ArgumentError: ``key`` is not a storage tensor the storage holds, or
+                ``position`` is not an int.
+            ConfigError: ``position`` is outside the stored rows.
+
+        Example:
+            >>> import torch
+            >>> buf = HERBuffer(10, "cpu", None, None, None)
+            >>> for t in range(3):
+            ...     buf.insert_transition({
+            ...         "Observation": torch.full((2, 1), t), "Action": torch.zeros(2, 1),
+            ...         "Reward": torch.zeros(2, 1), "NextObservation": torch.full((2, 1), t + 1),
+            ...         "Done": torch.zeros(2, 1), "NextDone": torch.zeros(2, 1)})
+            >>> buf.copy_single_tensor("Observation", 1).tolist()
+            [[1.0], [1.0]]
         """
         where = f"{type(self).__name__}.copy_single_tensor"
-        e = self._env(where, env)
         pos = check_int(where, "position", position, None)
-        episode = self._episodes[e]
-        if not -len(episode) <= pos < len(episode):
-            raise ConfigError(f"{where}(position={pos}): env {e}'s current episode has "
-                              f"{len(episode)} steps; pass a position in [{-len(episode)}, "
-                              f"{len(episode)})")
-        name = _STEP_NAMES.get(key, CORE_NAMES.get(key, key)) if isinstance(key, str) else key
-        if name not in episode[pos]:
-            raise ArgumentError(f"{where}(key={describe(key)}): not a stored key; pass one "
-                                f"of {sorted(_key_of(k) for k in episode[pos])}")
-        return _copy(episode[pos][name])
+        held = [k for k, v in self._rows(0, 1).items() if v is not None]
+        if not isinstance(key, str) or key not in held:
+            raise ArgumentError(f"{where}(key={describe(key)}): not a storage tensor this "
+                                f"storage holds; pass one of {held}")
+        size = self.size
+        if not -size <= pos < size:
+            raise ConfigError(f"{where}(position={pos}): the storage holds {size} rows per "
+                              f"env; pass a position in [{-size}, {size})")
+        row = pos + size if pos < 0 else pos
+        return tree_map(lambda v: v[0], self._rows(row, row + 1)[key])
 
     def handle_end_of_episode(self, env: int = 0) -> None:
         """At the end of env ``env``'s episode, generate its hindsight transitions (all
@@ -289,12 +303,6 @@ class HERBuffer(EREBuffer):
 def _at(value: Any, t: int) -> Any:
     """Step ``t`` of a value ``[steps, ...]`` (of each entry of a dict)."""
     return tree_map(lambda v: v[t], value)
-
-
-def _key_of(name: str) -> str:
-    """The pytorchrl key of a recorded step's field name."""
-    names = {**_STEP_NAMES, **CORE_NAMES}
-    return next((key for key, core in names.items() if core == name), name)
 
 
 def _same_shape(where: str, name: str, got: Any, given: Any) -> Any:
