@@ -200,6 +200,38 @@ def test_get_all_buffer_data_reset_and_reinsert() -> None:
         learner.insert_data_slice({OBS: np.zeros((2, 2, 3)), ACT: np.zeros((3, 2, 1))})
 
 
+def test_feed_forward_hidden_states_transfer_as_one_zero_row() -> None:
+    """Section 'Replay buffer' (feed-forward actor): pytorchrl keeps one zero row of the
+    hidden states. get_all_buffer_data, get_data_slice and data export it ([1, num_envs,
+    ...], as pytorchrl's data[RHS][:idx]) and a learner filled with insert_data_slice
+    yields the same zero row in its batches as the collector (the export held None and
+    the learner's batches {})."""
+    make = ReplayBuffer.create_factory(10)
+    col, learner = make("cpu", ACTOR, ALGO, None), make("cpu", ACTOR, ALGO, None)
+    fill(col, 4)
+    data = col.get_all_buffer_data(data_to_cpu=True)
+    for key in (RHS, RHS2):
+        assert data[key].shape == (1, 2, 2) and data[key].dtype == np.float32
+        assert not data[key].any()
+        assert col.data[key].shape == (1, 2, 2)
+        assert col.get_data_slice(1, 3)[key].shape == (1, 2, 2)
+        assert col.get_data_slice(3, 3)[key].shape == (0, 2, 2)  # no rows, no zero row
+    col.reset()
+    learner.insert_data_slice(data)
+    assert (learner.size, learner.step) == (4, 4)
+    fill(col, 4)
+    a, b = next(col.generate_batches(1, 3)), next(learner.generate_batches(1, 3))
+    for key in (RHS, RHS2):
+        assert isinstance(b[key], torch.Tensor) and b[key].shape == a[key].shape == (1, 2)
+        assert not b[key].any()
+    again = learner.get_all_buffer_data()
+    assert {k: None if v is None else v.shape for k, v in again.items()} == \
+        {k: None if v is None else v.shape for k, v in data.items()}
+    her = HERBuffer(10, "cpu", ACTOR, ALGO, None)
+    fill(her, 3)
+    assert her.copy_single_tensor(RHS, 2).tolist() == [[0.0, 0.0], [0.0, 0.0]]
+
+
 def test_reset_sets_size_and_step_to_zero() -> None:
     """Section 'Replay buffer': reset() "Set class size and step to zero": the old rows
     are not sampled any more (issue 14: size stayed and old rows were still drawn)."""
@@ -1415,8 +1447,9 @@ def test_insert_data_slice_is_one_write() -> None:
         fill(src, 12, ends={0: [7, 10], 1: [9]})
         data = src.data
         a.insert_data_slice(data)
-        for i in range(12):
-            b.insert_transition({k: v[i] for k, v in data.items() if v is not None})
+        for i in range(12):  # the hidden states of a feed-forward actor: one zero row
+            b.insert_transition({k: v[i] for k, v in data.items()
+                                 if v is not None and k not in (RHS, RHS2)})
         assert (a.size, a.step) == (b.size, b.step) == (make().size + 12,) * 2
         for key, v in a.data.items():
             if v is not None:

@@ -135,7 +135,9 @@ class HERBuffer(EREBuffer):
         (``her_function`` is called and its results checked now, before anything is
         written)."""
         n = self._num_envs
-        rhs = {k: to_numpy(sample[k]) for k in (RHS, RHS2) if k in sample}
+        # a feed-forward actor's hidden states: pytorchrl's one zero row, whatever was sent
+        rhs = {k: to_numpy(sample[k]) for k in (RHS, RHS2)
+               if k in sample and self.recurrent_actor}
         pending: list[list[dict[str, Any]]] = [[] for _ in range(n)]
         ended = [False] * n  # the env's stored episode ended within this write
         writes: list[tuple[int, list[dict[str, Any]]]] = []
@@ -143,7 +145,7 @@ class HERBuffer(EREBuffer):
             row = values if steps is None else _at(values, t)
             hidden = rhs if steps is None else _at(rhs, t)
             for e in range(n):
-                pending[e].append({**_row(row, e), **_row(hidden, e)})
+                pending[e].append({**_row(row, e), **_row(hidden, e), **self._zeros})
             for e in np.flatnonzero(row["terminated"]).tolist():
                 episode = pending[e] if ended[e] else self._episodes[e] + pending[e]
                 rows = self._relabel(where, episode)
@@ -183,7 +185,9 @@ class HERBuffer(EREBuffer):
 
         Positions count the stored rows as :attr:`data` and :meth:`get_data_slice` do
         (0: the oldest row, ``-1``: the newest; pytorchrl's are raw ring positions),
-        over the real steps (hindsight copies live in lanes of their own).
+        over the real steps (hindsight copies live in lanes of their own). The hidden
+        states of a feed-forward actor are its single zero row at every position, as in
+        pytorchrl.
 
         Args:
             key: A storage tensor the storage holds, e.g. ``"Observation"``.

@@ -696,7 +696,9 @@ class Storage(FrontEnd):
     # ------------------------------------------------------------------ slices
     def _rows(self, start: int, stop: int) -> dict[str, Any]:
         """Rows ``[start, stop)`` of every env in oldest-first order (0 = the oldest row
-        stored), pytorchrl's layout ``{key: [rows, num_envs, ...] float32}``."""
+        stored), pytorchrl's layout ``{key: [rows, num_envs, ...] float32}``; a
+        feed-forward actor's hidden states are pytorchrl's single zero row ``[1,
+        num_envs, ...]`` (none when the slice holds no rows)."""
         out: dict[str, Any] = dict.fromkeys(self.storage_tensors)
         buf = self.buffer
         if buf is None or not buf.allocated:
@@ -720,6 +722,9 @@ class Storage(FrontEnd):
             names = [f for f in t.spec if f == name or f.startswith(name + "/")]
             return unflatten({f: shaped(t.gather(f, keys)) for f in names})[name]
 
+        for key, zero in self._zeros.items():  # [1, ...] -> [min(rows, 1), num_envs, ...]
+            out[key] = tree_map(lambda z: np.zeros((min(rows, 1), n, *z.shape[1:]),
+                                                   np.float32), zero)
         return self._translated(field, lambda v: v, out)
 
     def get_all_buffer_data(self, data_to_cpu: bool = False) -> dict[str, Any]:
@@ -798,7 +803,10 @@ class Storage(FrontEnd):
         """Appends ``new_data`` (``{key: [l, num_envs, ...]}``, e.g. another storage's
         :meth:`get_all_buffer_data`) to the stored data, in one core write. For a
         recurrent actor, leading rows that repeat the newest stored rows (the overlap
-        slice a collector re-sends) are skipped.
+        slice a collector re-sends) are skipped. A feed-forward actor's hidden states
+        are not stored, whatever their length (pytorchrl exports one zero row of them):
+        the first write takes their shape, and batches hold one zero row of it, as
+        the collector's do.
 
         Raises:
             ArgumentError: ``new_data`` is not a dict.
@@ -816,7 +824,8 @@ class Storage(FrontEnd):
             if leaf.ndim == 0:
                 raise ShapeError(f"{where}: new_data[{k!r}]={describe(leaf)}: expected "
                                  "[rows, num_envs, ...]")
-            lengths.add(int(leaf.shape[0]))
+            if self.recurrent_actor or k not in _RECURRENT_KEYS:  # else one zero row
+                lengths.add(int(leaf.shape[0]))
         if len(lengths) > 1:
             raise ShapeError(f"{where}: tensors of different lengths {sorted(lengths)}; "
                              "every key needs the same number of rows")
