@@ -1101,6 +1101,26 @@ def test_get_priority_tensor_in_tensor_out() -> None:
         assert cuda.device.type == "cuda"
 
 
+def test_sequence_priority_refuses_what_get_priority_refuses() -> None:
+    """The migration doc: get_priority and get_sequence_priority both refuse values that
+    are negative, NaN or infinite (get_sequence_priority took them and returned 1.85,
+    nan, inf or a negative priority). One check serves both: the same values are
+    refused, each message naming its own argument."""
+    buf = PERBuffer(10, "cpu", ACTOR, ALGO, None, alpha=0.5)
+    for bad in ([-1.0, 2.0], [NAN, 2.0], [np.inf, 2.0], [2.0, -np.inf]):
+        for data in (np.array(bad), torch.tensor(bad)):
+            with pytest.raises(DtypeError, match=r"get_priority: error holds") as one:
+                buf.get_priority(data)
+            with pytest.raises(DtypeError,
+                               match=r"get_sequence_priority: sequence_data holds") as two:
+                buf.get_sequence_priority(data)
+            assert str(one.value).split("holds ")[1].split("]")[0] == \
+                str(two.value).split("holds ")[1].split("]")[0]
+    fine = np.array([[0.0, 1.0], [3.0, 0.5]])
+    np.testing.assert_allclose(buf.get_sequence_priority(fine),
+                               0.9 * fine.max(0) + 0.1 * fine.mean(0))
+
+
 def her_filled(her_function: Any = None) -> HERBuffer:
     """A HER storage of 5 steps (env 0's first episode ended at step 2, unless a
     her_function is given: then no episode ended yet)."""
@@ -1236,6 +1256,14 @@ HOSTILE: list[tuple[str, str, Any, type[Exception]]] = [
      lambda b: b.get_sequence_priority(np.ones(3), eta=NAN), ConfigError),
     ("get_sequence_priority(eta='x')", "per",
      lambda b: b.get_sequence_priority(np.ones(3), eta="x"), ArgumentError),
+    ("get_sequence_priority([-1, 2])", "per",
+     lambda b: b.get_sequence_priority(np.array([-1.0, 2.0])), DtypeError),
+    ("get_sequence_priority([nan, 2])", "per",
+     lambda b: b.get_sequence_priority(np.array([NAN, 2.0])), DtypeError),
+    ("get_sequence_priority([inf, 2])", "per",
+     lambda b: b.get_sequence_priority(np.array([np.inf, 2.0])), DtypeError),
+    ("get_sequence_priority(tensor -5)", "per",
+     lambda b: b.get_sequence_priority(torch.tensor([[-5.0], [1.0]])), DtypeError),
     # data transfer
     ("get_all_buffer_data('x')", "per", lambda b: b.get_all_buffer_data("x"), ArgumentError),
     ("get_data_slice(None, 2)", "per", lambda b: b.get_data_slice(None, 2), ArgumentError),

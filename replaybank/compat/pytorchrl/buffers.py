@@ -58,6 +58,7 @@ from replaybank.compat.pytorchrl.storage import (
     Storage,
     get_priority,
     get_sequence_priority,
+    magnitudes,
     window_lengths,
 )
 from replaybank.errors import (
@@ -270,7 +271,9 @@ class PERBuffer(NStepReplayBuffer):
 
         Raises:
             ArgumentError, ConfigError: ``eta`` is not a number in ``[0, 1]``.
-            DtypeError, ShapeError: ``sequence_data`` holds no numbers or no steps.
+            DtypeError: ``sequence_data`` holds no numbers, or values that are negative,
+                NaN or infinite (as :meth:`get_priority` refuses them).
+            ShapeError: ``sequence_data`` holds no steps.
         """
         return get_sequence_priority(sequence_data, eta,
                                      f"{type(self).__name__}.get_sequence_priority")
@@ -356,10 +359,8 @@ class PERBuffer(NStepReplayBuffer):
                 f"TD error {per_what} = {want}")
         if not self.recurrent_actor:
             errors = errors.reshape(len(idxs))
-            if errors.size and not (np.isfinite(errors).all() and errors.min() >= 0):
-                bad = errors[~(np.isfinite(errors) & (errors >= 0))][:5].tolist()
-                raise DtypeError(f"{where}: info[{ALGORITHM!r}]['errors'] holds {bad}; pass "
-                                 "finite TD error magnitudes >= 0 (e.g. td_error.abs())")
+            magnitudes(where, f"info[{ALGORITHM!r}]['errors']", errors,
+                       "finite TD error magnitudes >= 0 (e.g. td_error.abs())")
             return idxs, errors
         if not np.isfinite(errors).all():
             raise DtypeError(f"{where}: info[{ALGORITHM!r}]['errors'] holds NaN or infinite "

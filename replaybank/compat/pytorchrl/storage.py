@@ -87,7 +87,7 @@ from replaybank.host import is_tensor
 from replaybank.samplers.base import Sampler
 from replaybank.spec import unflatten
 
-__all__ = ["PARAMETERS", "Storage", "get_priority", "get_sequence_priority"]
+__all__ = ["PARAMETERS", "Storage", "get_priority", "get_sequence_priority", "magnitudes"]
 
 #: Extras stored only for recurrent actors (pytorchrl keeps one zero row otherwise).
 _RECURRENT_KEYS = (RHS, RHS2)
@@ -142,22 +142,30 @@ def get_priority(error: Any, epsilon: float, alpha: float, call: str = "get_prio
         array([2.])
     """
     data = _real(call, "error", error, "TD errors (a tensor, array or number)")
+    magnitudes(call, "error", data, "finite TD error magnitudes >= 0 (e.g. td_error.abs())")
+    if is_tensor(data):
+        return (data + epsilon) ** alpha
+    return np.power(data.astype(np.float64, copy=False) + epsilon, alpha)
+
+
+def magnitudes(call: str, name: str, data: Any, fix: str) -> None:
+    """The check ``get_priority``, ``get_sequence_priority`` and PER's
+    ``after_gradients`` share: every value of ``data`` (a tensor, on its device, or a
+    numeric array) is finite and >= 0.
+
+    Raises:
+        DtypeError: Naming ``name``, up to five bad values and what to pass (``fix``).
+    """
     if is_tensor(data):
         torch = sys.modules["torch"]
-        if not bool(torch.all(torch.isfinite(data) & (data >= 0))):  # one device sync
-            raise _bad_errors(call, to_numpy(data.detach()))
-        return (data + epsilon) ** alpha
-    data = data.astype(np.float64, copy=False)
-    if data.size and not (np.isfinite(data).all() and data.min() >= 0):
-        raise _bad_errors(call, data)
-    return np.power(data + epsilon, alpha)
-
-
-def _bad_errors(call: str, data: Any) -> DtypeError:
+        if bool(torch.all(torch.isfinite(data) & (data >= 0))):  # one device sync
+            return
+        data = to_numpy(data.detach())
+    elif not data.size or (np.isfinite(data).all() and data.min() >= 0):
+        return
     flat = np.asarray(data, dtype=np.float64).reshape(-1)
     bad = flat[~(np.isfinite(flat) & (flat >= 0))][:5].tolist()
-    return DtypeError(f"{call}: TD errors {bad} are negative, NaN or infinite; pass finite "
-                      "error magnitudes >= 0 (e.g. td_error.abs())")
+    raise DtypeError(f"{call}: {name} holds {bad}, negative, NaN or infinite; pass {fix}")
 
 
 def get_sequence_priority(sequence_data: Any, eta: float = 0.9,
@@ -167,7 +175,9 @@ def get_sequence_priority(sequence_data: Any, eta: float = 0.9,
 
     Raises:
         ArgumentError, ConfigError: ``eta`` is not a number in ``[0, 1]``.
-        DtypeError: ``sequence_data`` holds no numbers.
+        DtypeError: ``sequence_data`` holds no numbers, or a value that is negative, NaN
+            or infinite (priorities are ``get_priority`` of error magnitudes), as
+            :func:`get_priority` refuses them.
         ShapeError: ``sequence_data`` has no axis 0 or nothing along it.
 
     Example:
@@ -180,6 +190,8 @@ def get_sequence_priority(sequence_data: Any, eta: float = 0.9,
     if data.ndim == 0 or data.shape[0] == 0:
         raise ShapeError(f"{call}(sequence_data={describe(sequence_data)}): expected one or "
                          "more steps along axis 0")
+    magnitudes(call, "sequence_data", data,
+                "finite priorities >= 0 (e.g. get_priority(td_errors.abs()))")
     if is_tensor(data):
         x = data if data.is_floating_point() else data.double()
         return eta * x.max(dim=0).values + (1 - eta) * x.mean(dim=0)
