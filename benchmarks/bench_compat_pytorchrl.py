@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -126,8 +127,8 @@ def main() -> None:
                                         autoreset_mode="same_step")
                 prio = None
             else:
-                front = prl.PERBuffer(cap, "cpu", None, None, None, n_step=3, alpha=0.6,
-                                      beta=0.4, epsilon=1e-6, seed=0)
+                front = prl.PERBuffer(cap, "cpu", None, SimpleNamespace(gamma=0.99), None,
+                                      n_step=3, alpha=0.6, beta=0.4, epsilon=1e-6, seed=0)
                 core, floor = (rb.ReplayBuffer(
                     cap * N_ENVS, num_envs=N_ENVS, seed=0, n_step=3,
                     sampler=PrioritizedSampler(alpha=0.6, beta=0.4, eps=1e-6),

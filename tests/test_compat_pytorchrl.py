@@ -661,6 +661,32 @@ def test_nstep_n_step_int_or_float() -> None:
             NStepReplayBuffer(10, "cpu", ACTOR, ALGO, None, n_step=bad)
 
 
+def test_nstep_needs_algorithm_gamma() -> None:
+    """Section 'N-Step Replay Buffer': algorithm (Algorithm) - pytorchrl reads
+    algorithm.gamma and documents no default. An algorithm without gamma is refused,
+    naming algorithm.gamma, wherever n-step returns need it (it silently discounted
+    with 0.99); without n-step returns nothing reads it."""
+    no_gamma = SimpleNamespace(discount=0.5)
+    for make in (lambda: NStepReplayBuffer(10, "cpu", ACTOR, no_gamma, None, n_step=2),
+                 lambda: PERBuffer(10, "cpu", ACTOR, None, None, n_step=3, alpha=0.5),
+                 lambda: NStepReplayBuffer.create_factory(10, n_step=2)(
+                     "cpu", ACTOR, no_gamma, None)):
+        with pytest.raises(ArgumentError, match=r"algorithm\.gamma") as info:
+            make()
+        assert "n_step=" in str(info.value) and "gamma=0.99" in str(info.value)
+    NStepReplayBuffer.create_factory(10, n_step=2)  # the algorithm comes later
+    buf = NStepReplayBuffer(10, "cpu", ACTOR, no_gamma, None, n_step=1)  # gamma unused
+    fill(buf, 3, n=1)
+    assert buf.gamma is None and next(buf.generate_batches(1, 4))["n_step"] == 1
+    msg = rejects(buf, lambda b: b.update_storage_parameter("n_step", 2), ConfigError)
+    assert "gamma" in msg and "update_storage_parameter('gamma'" in msg
+    buf.update_storage_parameter("gamma", 0.5)
+    buf.update_storage_parameter("n_step", 2)
+    b = next(buf.generate_batches(1, 64))
+    full = b["n_step"][:, 0] == 2
+    assert full.any() and torch.allclose(b[REW][full, 0], b[OBS][full, 0] * 1.5 + 0.5)
+
+
 def test_device_parameter_places_batches() -> None:
     """Section 'Replay buffer': device - where batch tensors are placed (a string or a
     torch.device)."""

@@ -39,6 +39,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, MutableMapping
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -77,6 +78,9 @@ from replaybank.views.nstep import NStepView
 __all__ = ["EREBuffer", "NStepReplayBuffer", "PERBuffer", "ReplayBuffer"]
 
 Factory = Callable[[Any, Any, Any, Any], Any]
+#: The algorithm ``create_factory`` checks its arguments with (the real one comes with
+#: each call of the factory, and its ``gamma`` is checked then).
+_ANY_ALGORITHM = SimpleNamespace(gamma=0.99)
 
 
 class ReplayBuffer(Storage):
@@ -116,7 +120,8 @@ class ReplayBuffer(Storage):
         Raises:
             ArgumentError, ConfigError: A bad argument (checked now, not at the call).
         """
-        cls(size, None, None, None, None, *args, **kwargs)  # checks the arguments now
+        # checks the arguments now (the algorithm, and so gamma, comes with each call)
+        cls(size, None, None, _ANY_ALGORITHM, None, *args, **kwargs)
 
         def create_buffer(device: Any, actor: Any, algorithm: Any, envs: Any) -> Any:
             """Create and return an instance of the class."""
@@ -139,10 +144,12 @@ class NStepReplayBuffer(ReplayBuffer):
 
     Raises:
         ArgumentError, ConfigError: ``n_step`` is not a whole number >= 1 (or another
-            argument is bad, as :class:`ReplayBuffer`).
+            argument is bad, as :class:`ReplayBuffer`); ``n_step > 1`` and the algorithm
+            has no ``gamma`` (an ArgumentError naming ``algorithm.gamma``).
 
     Example:
-        >>> NStepReplayBuffer.create_factory(10, n_step=3)("cpu", None, None, None).n_step
+        >>> algo = SimpleNamespace(gamma=0.9)
+        >>> NStepReplayBuffer.create_factory(10, n_step=3)("cpu", None, algo, None).n_step
         3
     """
 
@@ -152,6 +159,8 @@ class NStepReplayBuffer(ReplayBuffer):
         n = PARAMETERS["n_step"](type(self).__name__, "n_step", n_step)
         super().__init__(size, device, actor, algorithm, envs, seed=seed)
         self.n_step = n
+        if n > 1:
+            self._discount(type(self).__name__)  # n-step returns need algorithm.gamma
 
     def _batch_info(self, out: dict[str, Any], batch: Any, k: int, num_mini_batch: int,
                     torch: Any) -> None:
@@ -161,7 +170,7 @@ class NStepReplayBuffer(ReplayBuffer):
             return
         # each row's window length L [B] (bootstrap discount gamma ** L)
         lengths = (self._sequence_nstep(out, batch, view, torch) if self.recurrent_actor
-                   else window_lengths(batch.discount, self.gamma, self.n_step))
+                   else window_lengths(batch.discount, view.gamma, self.n_step))
         out["n_step"] = torch.as_tensor(lengths[:, None], device=self.device)
 
     def _sequence_nstep(self, out: dict[str, Any], batch: Any, view: NStepView,

@@ -281,8 +281,10 @@ class Storage(FrontEnd):
             ``"cpu"``, or None).
         actor: pytorchrl actor (``is_recurrent``, ``sequence_overlap`` in ``[0, 1)`` are
             read), or None.
-        algorithm: pytorchrl algorithm (``gamma`` in ``[0, 1]``, default 0.99, and for a
-            recurrent actor ``update_every`` are read), or None.
+        algorithm: pytorchrl algorithm (``gamma`` in ``[0, 1]``, the discount of
+            n-step returns, and for a recurrent actor ``update_every`` are read), or
+            None. There is no default discount: n-step returns (``n_step > 1``) need
+            ``algorithm.gamma``, as pytorchrl reads it.
         envs: Vector env (not read: the envs are counted at the first transition), or
             None.
         seed: Seed or Generator of the core buffer's draws (an addition of this front
@@ -308,8 +310,9 @@ class Storage(FrontEnd):
         self.max_size = check_int(where, "size", size)
         make_rng(seed)  # checks it (the core buffer, built later, takes it as given)
         self.recurrent_actor = bool(getattr(actor, "is_recurrent", False))
-        self.gamma = PARAMETERS["gamma"](where, "algorithm.gamma",
-                                         getattr(algorithm, "gamma", 0.99))
+        # None: the algorithm has no discount (an error where n-step returns need one)
+        self.gamma: float | None = None if not hasattr(algorithm, "gamma") else \
+            PARAMETERS["gamma"](where, "algorithm.gamma", algorithm.gamma)
         if self.recurrent_actor:
             if not hasattr(algorithm, "update_every"):
                 raise ArgumentError(f"{where}(algorithm={describe(algorithm)}): a recurrent "
@@ -470,7 +473,23 @@ class Storage(FrontEnd):
         """The core view (n-step returns when ``n_step > 1``)."""
         from replaybank.views.nstep import NStepView
 
-        return NStepView(int(self.n_step), self.gamma) if self.n_step != 1 else None
+        if self.n_step == 1:
+            return None
+        return NStepView(int(self.n_step), self._discount(type(self).__name__))
+
+    def _discount(self, where: str) -> float:
+        """``gamma``, which n-step returns need.
+
+        Raises:
+            ArgumentError: The algorithm gave none (pytorchrl reads ``algorithm.gamma``;
+                it documents no default).
+        """
+        if self.gamma is None:
+            raise ArgumentError(
+                f"{where}(algorithm={describe(self.algo)}): n_step={self.n_step} needs "
+                "algorithm.gamma, the discount of the n-step returns (pytorchrl reads it; "
+                "there is no default); pass an algorithm with gamma, e.g. gamma=0.99")
+        return float(self.gamma)
 
     def _values(self, where: str, sample: Any, steps: int | None) -> dict[str, Any]:
         """The checked core add (``steps`` None: values ``[num_envs, ...]``) or extend
@@ -938,6 +957,11 @@ class Storage(FrontEnd):
             raise ConfigError(
                 f"update_storage_parameter('max_size', {value!r}): the storage holds "
                 f"{self.size} rows per env; change it while empty")
+        if name == "n_step" and checked > 1 and self.gamma is None:
+            raise ConfigError(
+                f"update_storage_parameter('n_step', {value!r}): n-step returns need a "
+                f"discount and the algorithm ({describe(self.algo)}) has no gamma; set it "
+                "first with update_storage_parameter('gamma', 0.99)")
         return checked
 
     def _parameters_changed(self, name: str) -> None:
