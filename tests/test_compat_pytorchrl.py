@@ -298,6 +298,52 @@ def test_update_storage_parameter() -> None:
         buf.update_storage_parameter("max_size", 8)
 
 
+@pytest.mark.parametrize("name, value", [
+    ("size", 3), ("step", 0), ("num_envs", 3), ("data", {}), ("buffer", None),
+    ("recurrent_actor", True), ("sequence_length", 4), ("actor", None), ("seed", 1),
+    ("storage_tensors", ()), ("prioritized", False), ("initial_eta", 0.5),
+    ("relabelled", 0), ("staged_overlap", None), ("_fresh", 0), ("reset", None)])
+def test_update_storage_parameter_refuses_what_cannot_change(name: str, value: Any) -> None:
+    """Section 'Replay buffer': update_storage_parameter(parameter_name, value) - "If
+    parameter_name is an attribute ..., change its value". Attributes that are the
+    storage's state or fixed at construction are refused, naming the parameter and why,
+    and the storage is unchanged (size, num_envs and data raised AttributeError;
+    ('buffer', None) silently dropped every row; ('recurrent_actor', True) broke the
+    next generate_batches)."""
+    buf = HERBuffer(20, "cpu", ACTOR, ALGO, None, her_function=goal_her, seed=0)
+    fill(buf, 6, ends={0: [2]})
+    if name == "sequence_length":
+        buf.sequence_length = 4  # a recurrent storage's attribute: give it one
+    msg = rejects(buf, lambda b: b.update_storage_parameter(name, value), ConfigError)
+    assert f"update_storage_parameter({name!r}" in msg and "cannot change" in msg
+    assert "'n_step'" in msg and "'her_function'" in msg  # what can
+    b = next(buf.generate_batches(1, 8))
+    assert b[OBS].shape == (8, 3) and buf.size == 6
+
+
+def test_update_storage_parameter_changes_the_parameters_algorithms_update() -> None:
+    """Section 'Replay buffer': the parameters pytorchrl's schemes read while training
+    (max_size, gamma, device; n_step; epsilon, alpha, beta, default_error; eta, cmin;
+    her_function) change, checked as the constructors check them; names that are no
+    attribute are ignored, as in pytorchrl."""
+    buf = HERBuffer(200, "cpu", ACTOR, ALGO, None, her_function=goal_her, alpha=0.5,
+                    seed=0)
+    fill(buf, 12, ends={0: [5]})
+    new = {"gamma": 0.5, "n_step": 2, "epsilon": 0.1, "alpha": 0.7, "beta": 0.3,
+           "default_error": 9.0, "eta": 0.9, "cmin": 7, "her_function": her_fn,
+           "device": "cpu"}
+    for name, value in new.items():
+        buf.update_storage_parameter(name, value)
+        assert getattr(buf, name) == value
+    assert next(buf.generate_batches(1, 8))["n_step"].shape == (8, 1)
+    buf.update_storage_parameter("not_an_attribute", 1)
+    assert not hasattr(buf, "not_an_attribute")
+    rejects(buf, lambda b: b.update_storage_parameter("her_function", 5), ArgumentError)
+    plain = ReplayBuffer(10, "cpu", ACTOR, ALGO, None)  # no n-step discounts in batches
+    msg = rejects(plain, lambda b: b.update_storage_parameter("n_step", 3), ConfigError)
+    assert "NStepReplayBuffer" in msg
+
+
 def test_recurrent_batches_and_reset_keeps_overlap() -> None:
     """Section 'Replay buffer' (recurrent actor): sequences of update_every steps,
     hidden states at each sequence start, get_all_buffer_data of whole sequences and a

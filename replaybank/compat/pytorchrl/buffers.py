@@ -153,6 +153,8 @@ class NStepReplayBuffer(ReplayBuffer):
         3
     """
 
+    settable = ReplayBuffer.settable | {"n_step"}
+
     def __init__(self, size: int, device: Any, actor: Any, algorithm: Any, envs: Any,
                  n_step: int | float = 1,
                  seed: int | np.random.Generator | None = None) -> None:
@@ -218,6 +220,9 @@ class PERBuffer(NStepReplayBuffer):
         >>> PERBuffer(10, "cpu", None, None, None, alpha=0.5).get_priority(np.array([3.0]))
         array([1.73205081])
     """
+
+    settable = NStepReplayBuffer.settable | {"epsilon", "alpha", "beta", "default_error",
+                                             "error"}
 
     def __init__(self, size: int, device: Any, actor: Any, algorithm: Any, envs: Any,
                  n_step: int | float = 1, epsilon: float = 0.0, alpha: float = 0.0,
@@ -430,6 +435,8 @@ class EREBuffer(PERBuffer):
         >>> ere.buffer is None, ere.eta, ere.cmin
         (True, 0.99, 10)
     """
+
+    settable = PERBuffer.settable | {"eta", "cmin"}
 
     def __init__(self, size: int, device: Any, actor: Any, algorithm: Any, envs: Any,
                  n_step: int | float = 1, epsilon: float = 0.0, alpha: float = 0.0,

@@ -103,6 +103,7 @@ class HERBuffer(EREBuffer):
     """
 
     _plans = True
+    settable = EREBuffer.settable | {"her_function"}
 
     def __init__(self, size: int, device: Any, actor: Any, algorithm: Any, envs: Any,
                  her_function: Callable[..., Any] = identity_her, n_step: int | float = 1,
@@ -124,6 +125,14 @@ class HERBuffer(EREBuffer):
     @property
     def _lanes(self) -> int:
         return 2 * self._num_envs
+
+    def _check_parameter(self, name: str, value: Any) -> Any:
+        if name == "her_function" and not callable(value):
+            raise ArgumentError(f"update_storage_parameter('her_function', "
+                                f"{describe(value)}): expected a function (obs, rhs, obs2, "
+                                "rhs2, rew, initial_state, final_state) -> (obs, rhs, obs2, "
+                                "rhs2, rew)")
+        return super()._check_parameter(name, value)
 
     def _cleared(self) -> None:
         """No episode is under way in any env (a new core buffer, or :meth:`reset`)."""

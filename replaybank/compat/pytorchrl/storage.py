@@ -41,7 +41,7 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, NoReturn
+from typing import Any, ClassVar, NoReturn
 
 import numpy as np
 
@@ -115,6 +115,31 @@ PARAMETERS: dict[str, Callable[[str, str, Any], Any]] = {
     "cmin": check_int,
 }
 _VALUE_NAMED = ("max_size", "gamma", "n_step")
+#: Why an attribute of a storage cannot change with ``update_storage_parameter``.
+_FIXED = {
+    "size": "the number of rows stored, counted by the storage",
+    "step": "the number of rows added since the last reset(), counted by the storage",
+    "num_envs": "the number of envs, fixed by the first transition",
+    "data": "a copy of the stored rows (insert_data_slice adds rows, reset() drops them)",
+    "buffer": "the core buffer holding the data (replacing it would drop every row)",
+    "storage_tensors": "pytorchrl's documented key names",
+    "staged_overlap": "the overlap slice get_all_buffer_data(data_to_cpu=True) staged",
+    "recurrent_actor": "fixed by the actor when the storage was built (the stored "
+                       "windows and the batches' layout follow it)",
+    "sequence_length": "fixed by algorithm.update_every when the storage was built",
+    "overlap_length": "fixed by actor.sequence_overlap when the storage was built",
+    "non_overlap_length": "fixed by actor.sequence_overlap when the storage was built",
+    "actor": "the actor the storage was built for",
+    "algo": "the algorithm the storage was built for (set its gamma instead)",
+    "envs": "the envs the storage was built for",
+    "seed": "the seed the core buffer was built with",
+    "n_step": "1 in a ReplayBuffer, whose batches carry no n-step discounts (use "
+              "NStepReplayBuffer)",
+    "prioritized": "whether PER is on (set alpha)",
+    "initial_eta": "ERE's lower bound of the adaptive eta, fixed when the storage was "
+                   "built (set eta for the current one)",
+    "relabelled": "the number of hindsight copies stored, counted by the storage",
+}
 
 
 def get_priority(error: Any, epsilon: float, alpha: float, call: str = "get_priority") -> Any:
@@ -299,6 +324,9 @@ class Storage(FrontEnd):
     """
 
     storage_tensors = STORAGE_TENSORS
+    #: The attributes :meth:`update_storage_parameter` may change (each scheme adds its
+    #: own): the rest is the storage's state or fixed when it was built.
+    settable: ClassVar[frozenset[str]] = frozenset(("max_size", "gamma", "device"))
     _repr_fields = ("max_size", "size", "step", "num_envs", "core=buffer")
     buffer: CoreBuffer | None  # built by init_tensors (needs num_envs)
     #: The scheme plans writes beyond the core's (HER): :meth:`_plan_insert` is called.
@@ -921,6 +949,13 @@ class Storage(FrontEnd):
         storage, ``n_step`` and ``gamma`` swap the n-step view, PER/ERE parameters go to
         the sampler). The value is checked as the constructor checks it.
 
+        The parameters that can change are those of :attr:`settable` (``max_size``,
+        ``gamma``, ``device``, and each scheme's: ``n_step``; ``epsilon``, ``alpha``,
+        ``beta``, ``default_error``; ``eta``, ``cmin``; ``her_function``). The storage's
+        other attributes are its state or fixed at construction (``size``, ``num_envs``,
+        ``data``, ``buffer``, ``recurrent_actor``, ...): setting one is refused, naming
+        it and why. Names that are no attribute are ignored, as in pytorchrl.
+
         Args:
             parameter_name: Attribute name.
             new_parameter_value: New value for ``parameter_name``.
@@ -928,14 +963,23 @@ class Storage(FrontEnd):
         Raises:
             ArgumentError: ``parameter_name`` is not a str, or the value is of the wrong
                 kind.
-            ConfigError: The value is out of range, or ``max_size`` changed while data is
-                stored (the core's capacity is fixed; pytorchrl itself only shrinks
-                empty collector storages). The storage is then unchanged.
+            ConfigError: ``parameter_name`` is an attribute that cannot change; the
+                value is out of range; ``max_size`` changed while data is stored (the
+                core's capacity is fixed; pytorchrl itself only shrinks empty collector
+                storages); or ``n_step > 1`` without a ``gamma``. The storage is then
+                unchanged.
         """
         check_type("update_storage_parameter", "parameter_name", parameter_name, str,
                    "an attribute name (a str), e.g. 'n_step'")
         if not hasattr(self, parameter_name):
             return
+        if parameter_name not in self.settable:
+            why = _FIXED.get(parameter_name, "the storage's own state, not a parameter")
+            raise ConfigError(
+                f"update_storage_parameter({parameter_name!r}, "
+                f"{describe(new_parameter_value)}): {parameter_name!r} is {why}, so it "
+                f"cannot change; the parameters that can are {sorted(self.settable)} "
+                "(build a new storage, e.g. with create_factory(...), for the rest)")
         setattr(self, parameter_name, self._check_parameter(parameter_name, new_parameter_value))
         self._parameters_changed(parameter_name)
 
