@@ -623,9 +623,9 @@ class PPOBuffer(_FromConfig, FrontEnd):
         if action_obj is None:
             last_val: Any = 0.0
         elif is_real(action_obj):
-            last_val = action_obj
+            last_val = _finite("finish_path: action_obj", action_obj)
         else:
-            last_val = one_number(action_obj.value, "finish_path: action_obj.value", _FLOAT)
+            last_val = _finite("finish_path: action_obj.value", action_obj.value)
         self.buffer.finish_path(last_val)
 
     def _close_epoch(self) -> None:
