@@ -330,7 +330,7 @@ def test_vectorized_seed_state_dict_and_reset() -> None:
     assert c.size == a.size == 36
     np.testing.assert_array_equal(a.sample(9, sequence_length=3)["obs"],
                                   c.sample(9, sequence_length=3)["obs"])
-    with pytest.raises(CheckpointError, match="num_envs"):
+    with pytest.raises(CheckpointError, match="num_buffers=2"):
         IndependentVectorizedBuffer(2, 18).load_state_dict(a.state_dict())
     a.reset()
     assert a.size == 0
@@ -536,6 +536,76 @@ def test_vectorized_sample_concatenates_buffer_by_buffer() -> None:
         _vec_fill(b, 40, 4)
     np.testing.assert_array_equal(c.sample(16, sequence_length=3)["t"],
                                   d.sample(16, sequence_length=3)["t"])
+
+
+#: Words of the core's API that a fishyrl user never meets.
+_CORE_WORDS = ("fishyrl/", "sample_sequences", "strict=", "burn_in", "width=",
+               "episode_boundary", "declare", "field shape", "leading dims", "num_envs",
+               "env_ids", "last_val", "capacity=8", "capacity=12")
+
+
+def _message(call: Any, exc: type[Exception]) -> str:
+    with pytest.raises(exc) as info:
+        call()
+    assert isinstance(info.value, ReplayBankError)
+    msg = str(info.value)
+    assert not [w for w in _CORE_WORDS if w in msg], msg
+    return msg
+
+
+def test_errors_speak_the_front_ends_api() -> None:
+    """A fishyrl user's mistakes are told in fishyrl's terms: the experience's keys,
+    sample's sequence_length, num_buffers and capacity, and what to do with this API
+    (they named core internals: sample_sequences(...), strict=False, burn_in, the field
+    'fishyrl/obs', 'declare the field as float', total capacities of the lanes)."""
+    seq = SequentialBuffer(4, seed=0)
+    for t in range(3):
+        seq.add({"obs": np.full(2, t, np.float32), "r": np.int64(t), "a": np.uint8(1)})
+    msg = _message(lambda: seq.add({"obs": np.zeros(3, np.float32), "r": 0, "a": 1}),
+                   ShapeError)
+    assert "experience['obs']" in msg and "(2,)" in msg and "first add" in msg
+    msg = _message(lambda: seq.add({"obs": np.zeros(2, np.float32), "r": 0.5, "a": 1}),
+                   DtypeError)
+    assert "experience['r']" in msg and "int64" in msg and "reset()" in msg
+    msg = _message(lambda: seq.add({"obs": np.zeros(2, np.float32), "r": 0, "a": 300}),
+                   DtypeError)
+    assert "experience['a']" in msg and "uint8" in msg
+    msg = _message(lambda: seq.add({"obs": np.zeros(2, np.float32), "r": 0,
+                                    "a": np.array("abc")}), DtypeError)
+    assert "experience['a']" in msg
+    assert seq.size == 3
+    msg = _message(lambda: seq.sample(2, 5), ConfigError)
+    assert "sequence_length=5" in msg and "capacity=4" in msg
+    msg = _message(lambda: seq.sample(2, 0), ConfigError)
+    assert "sequence_length=0" in msg
+    msg = _message(lambda: seq.sample(2, 4), EmptyBufferError)
+    assert "sequence_length=4" in msg and "holds 3 experiences" in msg
+    msg = _message(lambda: SequentialBuffer(4).add({}), SpecError)
+    assert "experience={}" in msg
+    nested = SequentialBuffer(4)
+    nested.add({"obs": {"pos": np.zeros(2, np.float32)}})
+    msg = _message(lambda: nested.add({"obs": {"pos": np.zeros(3, np.float32)}}), ShapeError)
+    assert "experience['obs']['pos']" in msg
+    vec = IndependentVectorizedBuffer(2, 4, seed=0)
+    vec.add({"o": np.zeros((2, 3), np.float32)})
+    for bad in (np.zeros((3, 3), np.float32), np.zeros(2, np.float32)):
+        msg = _message(lambda bad=bad: vec.add({"o": bad}), ShapeError)
+        assert "experience['o']" in msg and "num_buffers" in msg
+    msg = _message(lambda: vec.sample(4, sequence_length=2), EmptyBufferError)
+    assert "each buffer holds 1 experiences" in msg
+    three = IndependentVectorizedBuffer(3, 4, seed=0)
+    msg = _message(lambda: three.load_state_dict(vec.state_dict()), CheckpointError)
+    assert "2 buffers of capacity=4" in msg and "num_buffers=3" in msg
+    assert "IndependentVectorizedBuffer(2, 4)" in msg and three.size == 0
+    msg = _message(lambda: IndependentVectorizedBuffer(2, 6).load_state_dict(
+        vec.state_dict()), CheckpointError)
+    assert "capacity=4" in msg and "capacity=6" in msg
+    msg = _message(lambda: SequentialBuffer(4).load_state_dict(vec.state_dict()),
+                   CheckpointError)
+    assert "2 buffers" in msg and "IndependentVectorizedBuffer(2, 4)" in msg
+    msg = _message(lambda: IndependentVectorizedBuffer(2, 4).load_state_dict(
+        seq.state_dict()), CheckpointError)
+    assert "1 buffer of capacity=4" in msg and "num_buffers=2" in msg
 
 
 def _seq() -> SequentialBuffer:

@@ -41,6 +41,7 @@ Example:
 from __future__ import annotations
 
 import inspect
+import re
 import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
@@ -51,7 +52,13 @@ import numpy as np
 from replaybank.buffers.arguments import make_rng
 from replaybank.buffers.replay import ReplayBuffer
 from replaybank.compat.base import Core, FrontEnd, restored_on_error
-from replaybank.compat.checks import check_bool, check_int, check_type, saved_generator
+from replaybank.compat.checks import (
+    check_bool,
+    check_int,
+    check_type,
+    is_int,
+    saved_generator,
+)
 from replaybank.compat.devices import torch_module
 from replaybank.compat.sequence import SequenceReplayBuffer
 from replaybank.errors import (
@@ -59,6 +66,7 @@ from replaybank.errors import (
     CheckpointError,
     ConfigError,
     DtypeError,
+    EmptyBufferError,
     ShapeError,
     SpecError,
     describe,
@@ -184,6 +192,9 @@ class _Rows:
             return experience
         _experience(experience)
         if keys is None:
+            if not experience:
+                raise SpecError("add(experience={}): an experience needs one or more keys, "
+                                "e.g. {'obs': obs, 'action': action}")
             return experience
         got = set(experience)
         missing, unexpected = sorted(keys - got), sorted(got - keys)
@@ -210,12 +221,32 @@ class _Rows:
         return z
 
     def _add(self, experience: dict[str, np.ndarray]) -> None:
-        self.buffer.add(env_ids=self._env_ids, **{PREFIX: self._checked(experience)})
+        checked = self._checked(experience)
+        try:
+            self.buffer.add(env_ids=self._env_ids, **{PREFIX: checked})
+        except (ShapeError, DtypeError, SpecError) as exc:  # the core wrote nothing
+            vec = isinstance(self, IndependentVectorizedBuffer)
+            raise type(exc)(_in_our_words(str(exc), vec)) from None
         if self._keys is None:  # the first add set the keys (a rejected one did not)
             self._keys = frozenset(experience)
 
-    def _sample(self, batch_size: int, sequence_length: int) -> dict[str, np.ndarray]:
-        sb = self.sequences.sample(batch_size, sequence_length)
+    def _sample(self, batch_size: int, sequence_length: Any) -> dict[str, np.ndarray]:
+        cap = self._capacity
+        length = check_int("sample", "sequence_length", sequence_length, 1, cap,
+                           fix=f"a sequence holds consecutive experiences of one buffer, "
+                           f"which stores at most capacity={cap}: pass e.g. "
+                           f"sequence_length={min(cap, 16)}, or build the buffer with a "
+                           "larger capacity")
+        try:
+            sb = self.sequences.sample(batch_size, length)
+        except EmptyBufferError:
+            held = len(self.buffer) // self._lanes
+            where = ("each buffer holds" if isinstance(self, IndependentVectorizedBuffer)
+                     else "the buffer holds")
+            raise EmptyBufferError(
+                f"sample(batch_size={batch_size}, sequence_length={length}): {where} {held} "
+                f"experiences, fewer than one sequence of {length}; add more experiences "
+                "or pass a shorter sequence_length") from None
         n = len(_PRE)
         out = {k[n:]: sb[k] for k in sb if k.startswith(_PRE)}
         if self._lanes > 1:  # fishyrl's order: buffer 0's sequences, then buffer 1's, ...
@@ -251,6 +282,7 @@ class _Rows:
         if not isinstance(core_state, dict):
             raise CheckpointError(f"load_state_dict: buffer={describe(core_state)} is not a "
                                   f"core state dict; {damaged}")
+        self._check_layout(core_state.get("metadata"), capacity)
         with restored_on_error(self, "__dict__"):
             self._fresh(capacity, self._lanes, rng)  # the saved keys replace the current ones
             self.buffer.load_state_dict(core_state)
@@ -262,6 +294,80 @@ class _Rows:
                                       f"the stored fields {sorted(names)}; {damaged}")
         self._keys = None if keys is None else frozenset(keys)
         self._validate_keys = bool(validate)
+
+    def _check_layout(self, meta: Any, capacity: int) -> None:
+        """A saved state holds as many buffers of ``capacity`` experiences as this
+        buffer (group) has, told in fishyrl's terms (the core would compare its total
+        capacities).
+
+        Raises:
+            CheckpointError: Naming both layouts and the buffer to build to load it.
+        """
+        if not isinstance(meta, Mapping):
+            return  # the core names what is missing
+        saved_lanes: Any = meta.get("num_envs")
+        saved_total: Any = meta.get("capacity")
+        if not (is_int(saved_lanes) and is_int(saved_total)):
+            return  # the core names what is damaged
+        lanes, total = int(saved_lanes), int(saved_total)
+        if lanes < 1 or total % lanes:
+            return
+        each = total // lanes
+        if (lanes, each) == (self._lanes, capacity):
+            return
+        vec = isinstance(self, IndependentVectorizedBuffer)
+        if vec:
+            have = f"this group has num_buffers={self._lanes} of capacity={capacity}"
+        else:
+            have = f"this SequentialBuffer has capacity={capacity}"
+        if lanes == 1 and not vec:
+            build = f"SequentialBuffer({each})"
+        else:
+            build = f"IndependentVectorizedBuffer({lanes}, {each})"
+        raise CheckpointError(
+            f"load_state_dict: the state holds {lanes} buffer{'s' if lanes > 1 else ''} of "
+            f"capacity={each} but {have}; load it into {build}")
+
+
+#: A stored field in a core message: ``field 'fishyrl/key'`` or ``fishyrl/key``
+#: (``key/entry`` for an entry of a dict value).
+_FIELD = re.compile(r"(field )?'?" + re.escape(_PRE) + r"([^\s=:,;)']+)'?")
+_FIRST = "its shape in the first add"
+#: The core's advice about its own declarations, in this front end's terms.
+_ADVICE = tuple((re.compile(pattern), words) for pattern, words in (
+    (r"\(leading dims \(\) \+ field shape \([^)]*\)\)", f"({_FIRST})"),
+    (r"\(leading dims \((\d+),\) \+ field shape (\([^)]*\))\)",
+     rf"(num_buffers=\1, then {_FIRST} \2)"),
+    (r"reshape the value or check num_envs / (the number of steps|env_ids)",
+     "reshape it: a key keeps the shape of its first add (reset() starts over)"),
+    (r"or declare the field as float",
+     "or add floats from the first add on (a key keeps the dtype of its first add; "
+     "reset() starts over)"),
+    (r"or declare (a wider dtype|the field's dtype)",
+     "or add a dtype that holds it from the first add on (a key keeps the dtype of its "
+     "first add; reset() starts over)"),
+    (r"pass a bool \(e\.g\. terminated=bool\(x\)\)", "pass True/False or 0/1"),
+))
+
+
+def _in_our_words(message: str, vec: bool) -> str:
+    """A core error of ``add`` in this front end's terms: a field ``fishyrl/<key>`` is
+    the entry ``experience['<key>']`` it came from, and advice about the core's field
+    declarations, envs and lanes says what a fishyrl user does (a key keeps the shape
+    and dtype of its first add; ``reset()`` starts over).
+
+    Example:
+        >>> _in_our_words("field 'fishyrl/r' is int64; round it, or declare the field "
+        ...               "as float", vec=False)
+        "add: experience['r'] is int64; round it, or add floats from the first add on (a key keeps the dtype of its first add; reset() starts over)"
+    """  # noqa: E501
+    message = _FIELD.sub(lambda m: "experience" + "".join(
+        f"[{part!r}]" for part in m.group(2).split(SEP)), message)
+    for pattern, words in _ADVICE:
+        message = pattern.sub(words, message)
+    shape = f"([num_buffers, ...], then {_FIRST})" if vec else f"({_FIRST})"
+    message = message.replace("(leading dims + field shape)", shape)
+    return message if message.startswith("add") else f"add: {message}"
 
 
 def _same_keys(keys: list[str], names: list[str]) -> bool:
