@@ -107,15 +107,26 @@ def describe(value: Any) -> str:
 
 
 def closest(name: str, names: Iterable[str]) -> str | None:
-    """The one of ``names`` a misspelt ``name`` most probably meant, for a "did you mean"
-    (difflib's ratio of at least 0.6), or None.
+    """The one of ``names`` a misspelt ``name`` most probably meant, for a "did you mean",
+    or None.
+
+    A match has difflib's ratio of at least 0.75, or at least 0.6 with a run of 3 or more
+    characters in common (``"lamda"`` -> ``"gae_lambda"``, ``"epsilon"`` -> ``"eps"``): a
+    short word shares enough scattered letters with an unrelated one to reach 0.6
+    (``"view"`` and ``"device"``), a typo keeps a run of the word.
 
     Example:
         >>> closest("capacty", ["capacity", "num_envs"]), closest("x", ["capacity"])
         ('capacity', None)
+        >>> closest("view", ["device", "k"]), closest("lamda", ["gae_lambda", "gamma"])
+        (None, 'gae_lambda')
     """
-    near = difflib.get_close_matches(name, sorted(names), n=1, cutoff=0.6)
-    return near[0] if near else None
+    for near in difflib.get_close_matches(name, sorted(names), n=3, cutoff=0.6):
+        match = difflib.SequenceMatcher(None, name, near)
+        if match.ratio() >= 0.75 or \
+                match.find_longest_match(0, len(name), 0, len(near)).size >= 3:
+            return near
+    return None
 
 
 def os_error_fix(exc: OSError) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -289,3 +290,132 @@ def test_numpy_scalar_hyperparameters_are_plain_numbers_everywhere(tmp_path: Pat
         rb.ReplayBuffer(64, n_step=np.bool_(True))
     with pytest.raises(ConfigError, match=r"gamma=.*: must be a float in \[0, 1\]"):
         rb.ReplayBuffer(64, n_step=3, gamma=np.float64(np.nan))
+
+
+# ---------------------------------------------------------------------- values as written
+#: A valid value of each required constructor argument, to build a config around one field.
+_REQUIRED = {"capacity": 8, "num_steps": 4, "n_steps": 4, "size": 8, "agents": ["a", "b"]}
+
+
+def _kinds(annotation: Any) -> set[type]:
+    """The simple kinds (int, float, bool, str, None) of a config field's annotation."""
+    import types
+    import typing
+
+    args = typing.get_args(annotation) if typing.get_origin(annotation) in (
+        typing.Union, types.UnionType) else (annotation,)
+    return {a for a in args if a in (int, float, bool, str, type(None))}
+
+
+def _typed_fields() -> list[tuple[str, str, type]]:
+    """(buffer type, field, kind) of every int, float and bool field of every config model."""
+    out = []
+    for name in cfgmod.buffer_types():
+        for field, info in cfgmod.config_model(name).model_fields.items():
+            kinds = _kinds(info.annotation)
+            for kind in (bool, int, float):
+                if kind in kinds:
+                    out.append((name, field, kind))
+                    break
+    return out
+
+
+#: A value written the wrong way for each kind, and the fix the message must give.
+_WRONG: dict[type, list[tuple[Any, str]]] = {
+    int: [("4", r"write 4 \(a number, not text\)"), (4.0, "write 4$"),
+          ("2e3", r"write 2000 or 2_000 \(YAML reads 2e3 as text\)"),
+          (4.5, "write a whole number, e.g. 4")],
+    float: [("0.5", r"write 0\.5 \(a number, not text\)"),
+            ("1e-3", r"write 0\.001 \(YAML reads 1e-3 as text\)")],
+    bool: [("no", r"write false \(a bool, not text\)"), ("true", r"write true \(a bool"),
+           (1, "write true")],
+}
+
+
+def test_every_numeric_and_bool_field_is_typed() -> None:
+    fields = {(t, f) for t, f, _ in _typed_fields()}
+    assert {("PrioritizedReplayBuffer", "alpha"), ("PrioritizedReplayBuffer", "beta"),
+            ("RolloutBuffer", "gae_lambda"), ("HerReplayBuffer", "k"),
+            ("HerReplayBuffer", "relabel_unfinished"), ("ReplayBuffer", "gamma"),
+            ("ReplayBuffer", "capacity"), ("SequenceReplayBuffer", "sequence_length"),
+            ("PathBuffer", "lam")} <= fields
+
+
+@pytest.mark.parametrize(("type_name", "field", "kind"), _typed_fields())
+def test_a_value_written_as_text_or_the_wrong_kind_is_refused(type_name: str, field: str,
+                                                              kind: type) -> None:
+    """docs/guarantees.md: a number given as text is not parsed, for every int, float and
+    bool field of every buffer type alike, and the message says what to write."""
+    base = {k: v for k, v in _REQUIRED.items()
+            if k in cfgmod.config_model(type_name).model_fields}
+    for value, fix in _WRONG[kind]:
+        with pytest.raises(ConfigError, match=rf"^{type_name} config: {field}="
+                                              rf"{re.escape(repr(value))}: must be .*; {fix}"):
+            rb.from_config({"type": type_name, **base, field: value})
+
+
+@pytest.mark.parametrize(("component", "match"), [
+    ({"sampler": {"type": "prioritized", "alpha": "0.5"}},
+     r"sampler\.alpha='0\.5': must be a float; write 0\.5 \(a number, not text\)$"),
+    ({"sampler": {"type": "recent", "c_min": 10.0}}, r"sampler\.c_min=10\.0: must be an int; "
+                                                      "write 10$"),
+    ({"sampler": {"type": "recent", "adaptive": "yes"}},
+     r"sampler\.adaptive='yes': must be true or false; write true \(a bool, not text\)$"),
+    ({"view": {"type": "nstep", "n": "3"}},
+     r"view\.n='3': must be an int; write 3 \(a number, not text\)$"),
+])
+def test_sampler_and_view_arguments_are_taken_as_written(component: dict[str, Any],
+                                                         match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        rb.from_config({"capacity": 8, **component})
+
+
+def test_numbers_of_the_right_kind_still_build() -> None:
+    """An int for a float (1 for alpha) and numpy scalars (a sweep's values) are numbers
+    written as numbers: taken, and recorded as plain Python values."""
+    buf = rb.from_config({"type": "PrioritizedReplayBuffer", "capacity": np.int64(8),
+                          "alpha": 1, "beta": np.float32(0.5), "n_step": np.int32(2)})
+    cfg = buf.config()
+    assert (cfg.capacity, cfg.alpha, cfg.beta, cfg.n_step) == (8, 1.0, 0.5, 2)
+    assert type(cfg.capacity) is int and type(cfg.alpha) is float
+    her = rb.from_config({"type": "HerReplayBuffer", "capacity": 8, "reward_fn": "builtins:len",
+                          "k": 2, "relabel_unfinished": np.bool_(True)})
+    assert her.config().relabel_unfinished is True
+
+
+@pytest.mark.parametrize(("bad", "match"), [
+    # the fix once, and the YAML remark only for YAML's exponent text
+    ({"capacity": "64"}, r"^ReplayBuffer config: capacity='64': must be a positive int; "
+                         r"write 64 \(a number, not text\)$"),
+    ({"capacity": 8, "gamma": "0.9"}, r"gamma='0\.9': must be a float in \[0, 1\]; write 0\.9 "
+                                      r"\(a number, not text\)$"),
+    ({"capacity": 8, "gamma": 1.5}, r"gamma=1\.5: must be a float in \[0, 1\]$"),
+    ({"capacity": 8, "seed": "3"}, r"seed='3': must be a non-negative int or null; write 3 "),
+    # the spec's shape, braces balanced
+    ({"capacity": 8, "spec": {"obs": {"shape": [3], "dtype": "float33"}}},
+     r"not a valid spec \(.*float33.*\); use \{name: \{shape: \[\.\.\.\], dtype: \.\.\.\}\}$"),
+    # no "did you mean 'device'" for a key of another buffer type
+    ({"type": "HerReplayBuffer", "capacity": 8, "view": {"type": "nstep"}},
+     r"unknown key 'view' \(value \{'type': 'nstep'\}\); allowed keys: \["),
+    ({"type": "HerReplayBuffer", "capacity": 8, "reward_fn": "len", "k": 4.5},
+     r"k=4\.5: must be an int; write a whole number, e\.g\. 4$"),
+    ({"type": "RolloutBuffer", "num_steps": 4, "normalize_advantage": 1},
+     r"normalize_advantage=1: must be a string or null$"),
+])
+def test_error_messages_give_one_fix(bad: Any, match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        rb.from_config(bad)
+
+
+@pytest.mark.parametrize(("name", "text", "match"), [
+    ("empty.yaml", "", r"config file .*empty\.yaml is empty: expected a mapping of buffer "
+                       r"arguments .*e\.g\. capacity: 100000$"),
+    ("comment.yml", "# nothing yet\n", r"config file .*comment\.yml is empty"),
+    ("list.json", "[1, 2]", r"config file .*list\.json holds \[1, 2\]: expected a mapping"),
+    ("text.yaml", "capacity 64\n", r"config file .*text\.yaml holds 'capacity 64': expected"),
+])
+def test_a_file_without_a_mapping_is_named(tmp_path: Path, name: str, text: str,
+                                           match: str) -> None:
+    (tmp_path / name).write_text(text)
+    with pytest.raises(ConfigError, match=match):
+        rb.from_config(tmp_path / name)

@@ -140,6 +140,15 @@ def _read_file(path: Path) -> Any:
                       ".json")
 
 
+def _not_a_mapping(path: Path, data: Any) -> str:
+    """The error of a config file that holds no mapping of buffer arguments."""
+    example = "capacity: 100000" if path.suffix.lower() in (".yaml", ".yml") else \
+        '{"capacity": 100000}'
+    held = "is empty" if data is None else f"holds {describe(data)}"
+    return (f"config file {path} {held}: expected a mapping of buffer arguments (at the top "
+            f"level or under a buffer key), e.g. {example}")
+
+
 @overload
 def from_config(source: BufferConfig | str | os.PathLike[str], **overrides: Any) -> AnyBuffer:
     ...
@@ -180,6 +189,8 @@ def from_config(source: Any, **overrides: Any) -> Any:
         data = _read_file(Path(source))
         if isinstance(data, dict) and "buffer" in data and isinstance(data["buffer"], dict):
             data = data["buffer"]
+        if not isinstance(data, Mapping):
+            raise ConfigError(_not_a_mapping(Path(source), data))
     else:
         data = source
     if not isinstance(data, Mapping):

@@ -20,8 +20,6 @@ Example:
 from __future__ import annotations
 
 import inspect
-import types
-import typing
 from collections.abc import Callable
 from functools import cache
 from typing import Annotated, Any, Literal
@@ -36,6 +34,7 @@ from pydantic import (
     model_validator,
 )
 
+from replaybank.config.strict import simple_kinds, strict, strict_value
 from replaybank.errors import ConfigError, ReplayBankError, closest, describe
 from replaybank.registry import (
     BUFFER_LISTENERS,
@@ -53,25 +52,17 @@ __all__ = ["SIMPLE", "BufferConfig", "ComponentConfig", "config_model", "format_
 
 
 # ---------------------------------------------------------------------- field types
+# every int, float, bool and text field goes through strict_value (replaybank.config.strict):
+# a value is taken as written, never parsed from text, and a refusal says what to write
 def _positive(name: str, minimum: int = 1) -> Callable[[Any], int]:
+    rule = "a positive int" if minimum == 1 else f"an int >= {minimum}"
+
     def check(v: Any) -> int:
-        if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
-            raise ValueError(("must be a positive int" if minimum == 1 else
-                              f"must be an int >= {minimum}") + _whole_hint(v))
-        return v
+        n: int = strict_value(v, (int,), rule, minimum)
+        if n < minimum:
+            raise ValueError(f"must be {rule}")
+        return n
     return check
-
-
-def _whole_hint(v: Any) -> str:
-    """For a whole number written as a float or as YAML's text ``1e6``: the int to write."""
-    try:
-        f = float(v) if isinstance(v, (str, float)) else None
-    except ValueError:
-        return ""
-    if f is None or not f.is_integer() or not 0 < f < 2**63:
-        return ""
-    why = " (YAML reads 1e6 as text)" if isinstance(v, str) else ""
-    return f"; write {int(f)} or {int(f):_}{why}"
 
 
 def _pos_int(name: str) -> Any:
@@ -80,9 +71,11 @@ def _pos_int(name: str) -> Any:
 
 def _gamma(v: Any) -> float:
     # checked before pydantic's lax parsing, which would read the text "0.5" as a number
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= v <= 1.0:
-        raise ValueError("must be a float in [0, 1] (a number, not text)")
-    return float(v)
+    rule = "a float in [0, 1]"
+    f: float = strict_value(v, (float,), rule)
+    if not 0.0 <= f <= 1.0:
+        raise ValueError(f"must be {rule}")
+    return f
 
 
 def _spec(v: Any) -> Any:
@@ -94,13 +87,21 @@ def _spec(v: Any) -> Any:
         return Spec.coerce(v).to_json()
     except (ReplayBankError, TypeError, ValueError, KeyError) as exc:
         raise ValueError(f"not a valid spec ({exc}); use {{name: {{shape: [...], dtype: "
-                         "...}}}") from exc
+                         "...}}") from exc
 
 
 def _seed(v: Any) -> Any:
-    if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
-        raise ValueError("must be a non-negative int or null")
-    return v
+    rule = "a non-negative int or null"
+    n = strict_value(v, (int, type(None)), rule, 0)
+    if n is not None and n < 0:
+        raise ValueError(f"must be {rule}")
+    return n
+
+
+def _text(optional: bool = False) -> Any:
+    """A text field (``str``, or ``str | None``): refused when not text."""
+    kinds: tuple[type, ...] = (str, type(None)) if optional else (str,)
+    return BeforeValidator(strict(kinds))
 
 
 def _storage(v: Any) -> Any:
@@ -132,23 +133,43 @@ _COMMON: dict[str, Any] = {
     "n_step": _pos_int("n_step"),
     "gamma": Annotated[float, BeforeValidator(_gamma)],
     "frame_stack": _pos_int("frame_stack"),
-    "storage": Annotated[str, AfterValidator(_storage)],
-    "path": str | None,
-    "device": str | None,
+    "storage": Annotated[str, _text(), AfterValidator(_storage)],
+    "path": Annotated[str | None, _text(optional=True)],
+    "device": Annotated[str | None, _text(optional=True)],
 }
 SIMPLE = (int, float, bool, str)
 
 
 def _derived_type(annotation: Any) -> Any:
-    """A pydantic type for a constructor annotation: simple types kept, others Any."""
-    if annotation in SIMPLE:
-        return annotation
-    args = typing.get_args(annotation)
-    origin = typing.get_origin(annotation)
-    if origin in (typing.Union, types.UnionType) and args and \
-            all(a in (*SIMPLE, type(None)) for a in args):
-        return annotation
-    return Any
+    """A pydantic type for a constructor annotation: an int, float, bool or str (or a
+    union of them and None) checked by :func:`~replaybank.config.strict.strict_value`,
+    anything else Any (left to the constructor).
+
+    Example:
+        >>> from pydantic import TypeAdapter, ValidationError
+        >>> try:
+        ...     TypeAdapter(_derived_type(int | None)).validate_python("4")
+        ... except ValidationError as exc:
+        ...     print(exc.errors()[0]["msg"])
+        Value error, must be an int or null; write 4 (a number, not text)
+    """
+    kinds = simple_kinds(annotation)
+    if kinds is None:
+        return Any
+    return Annotated[annotation, BeforeValidator(strict(kinds))]
+
+
+def _check_params(cls: type, data: dict[str, Any], loc: str) -> None:
+    """The int, float, bool and str arguments of a sampler or view config, checked as a
+    buffer config's fields are (:func:`~replaybank.config.strict.strict_value`)."""
+    params = inspect.signature(cls).parameters
+    for key, value in data.items():
+        kinds = simple_kinds(params[key].annotation) if key in params else None
+        if kinds is not None:
+            try:
+                strict_value(value, kinds)
+            except ValueError as exc:
+                raise ValueError(f"{loc}.{key}={describe(value)}: {exc}") from None
 
 
 def _check_component(kind: str, value: Any, registry: dict[str, Entry], loc: str) -> None:
@@ -170,6 +191,7 @@ def _check_component(kind: str, value: Any, registry: dict[str, Entry], loc: str
         if unknown:
             raise ValueError(f"{loc}: unknown {kind} argument(s) {unknown} for "
                              f"{data['type']!r}; allowed: {sorted(params)}")
+    _check_params(cls, data, loc)
     for key, sub in data.items():
         if isinstance(sub, dict) and "type" in sub:
             _check_component(kind, sub, registry, f"{loc}.{key}")
