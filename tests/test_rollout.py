@@ -264,7 +264,7 @@ def test_constructor_and_compute_errors() -> None:
     fill(buf)
     with pytest.raises(ShapeError, match=r"last_values=.*\(2,\)"):
         buf.compute_returns_and_advantage(np.zeros(3))
-    with pytest.raises(ShapeError, match="finite"):
+    with pytest.raises(DtypeError, match="finite"):
         buf.compute_returns_and_advantage(np.array([0.0, np.nan]))
     with pytest.raises(EmptyBufferError, match="compute_returns_and_advantage"):
         buf.generate_batches(num_mini_batch=2)
@@ -604,3 +604,42 @@ def test_numpy_scalar_discounts_are_taken_and_bad_ones_named() -> None:
                                match=r"gae_lambda=.*must be a number in \[0, 1\]; pass e\.g\. "
                                      r"gae_lambda=0\.95"):
                 cls(8, gae_lambda=bad, **kw)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_non_finite_last_values_name_the_env_and_the_fix(bad: float) -> None:
+    """A value problem: DtypeError (as HER's reward_fn NaN), the values, their envs and
+    what to pass; nothing changes."""
+    buf = rb.RolloutBuffer(3, num_envs=3, seed=0)
+    fill(buf)
+    before = snapshot(buf)
+    with pytest.raises(DtypeError) as info:
+        buf.compute_returns_and_advantage(np.array([0.0, bad, 1.0]))
+    msg = str(info.value)
+    assert f"last_values=[0.0, {bad}, 1.0]" in msg and f"values [{bad}] of env(s) [1]" in msg
+    assert "pass finite values" in msg and "critic(next_obs)" in msg
+    assert_same(snapshot(buf), before)
+    with pytest.raises(EmptyBufferError):
+        _ = buf.advantages
+
+
+def test_value_fn_returning_nan_names_the_values_and_their_steps() -> None:
+    buf = rb.RolloutBuffer(3, num_envs=2, seed=0)
+    for t in range(3):
+        buf.add(obs=np.full((2, 1), t, np.float32), action=np.zeros(2, np.int64),
+                reward=np.ones(2, np.float32), terminated=np.zeros(2, bool),
+                truncated=np.array([t == 0, t == 1]), value=np.zeros(2, np.float32),
+                log_prob=np.zeros(2, np.float32),
+                final_obs=[np.ones(1, np.float32) if t == 0 else None,
+                           np.ones(1, np.float32) if t == 1 else None])
+    before = snapshot(buf)
+    with pytest.raises(DtypeError) as info:
+        buf.compute_returns_and_advantage(np.zeros(2), value_fn=lambda o: np.array([0.5, np.nan]))
+    msg = str(info.value)
+    assert "values [nan] (of the truncated steps at step 1 env 1)" in msg, msg
+    assert "return finite values, one per final observation" in msg
+    assert_same(snapshot(buf), before)
+    with pytest.raises(ShapeError, match="expected 2 values, one per final observation"):
+        buf.compute_returns_and_advantage(np.zeros(2), value_fn=lambda o: np.zeros(3))
+    buf.compute_returns_and_advantage(np.zeros(2), value_fn=lambda o: np.array([0.5, 0.25]))
+    assert np.isfinite(buf.advantages).all()

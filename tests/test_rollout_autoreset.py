@@ -21,6 +21,7 @@ from replaybank.config import from_config
 from replaybank.errors import (
     CheckpointError,
     ConfigError,
+    DtypeError,
     EmptyBufferError,
     ShapeError,
 )
@@ -418,7 +419,8 @@ def test_truncated_step_needs_a_finite_value_at_its_reset_step() -> None:
     step(buf, [1.0, 1.0], [0.1, 0.1], trunc=[False, True])
     step(buf, [0.0, 0.0], [0.2, np.nan])
     step(buf, [1.0, 1.0], [0.3, 0.3])
-    with pytest.raises(ShapeError, match=r"truncated step 0 of env 1.*step 1.*not finite"):
+    with pytest.raises(DtypeError, match=r"truncated step 0 of env 1.*step 1.*is nan, not "
+                                         "finite"):
         buf.compute_returns_and_advantage(np.zeros(2))
     with pytest.raises(EmptyBufferError):
         _ = buf.advantages

@@ -77,9 +77,11 @@ from replaybank.buffers.rollout.rollout_state import pack_arrays, unpack_state
 from replaybank.errors import (
     CapacityError,
     ConfigError,
+    DtypeError,
     EmptyBufferError,
     ShapeError,
     SpecError,
+    describe,
 )
 from replaybank.ops.gae import Backend, gae
 from replaybank.spec import UNSET, Spec, flatten
@@ -502,16 +504,24 @@ class RolloutBuffer:
         Raises:
             EmptyBufferError: Nothing stored.
             DtypeError: ``last_values`` or ``value_fn``'s output is not real numbers
-                (strings, also numbers as text, None, complex values).
-            ShapeError: ``last_values`` or ``value_fn``'s output has the wrong shape or is
-                not finite; final observations are stored but ``value_fn`` is None;
+                (strings, also numbers as text, None, complex values) or holds NaN or
+                infinite values (the message lists them and where they are);
                 (``"next_step"``) the value a truncated step bootstraps from is not finite.
+            ShapeError: ``last_values`` or ``value_fn``'s output has the wrong shape;
+                final observations are stored but ``value_fn`` is None.
         """
         if self._pos == 0:
             raise EmptyBufferError("compute_returns_and_advantage: the buffer is empty; add steps")
         last = per_env_float("last_values", last_values, self._num_envs)
-        if not np.all(np.isfinite(last)):
-            raise ShapeError(f"last_values={last.tolist()}: must be finite")
+        bad_envs = np.flatnonzero(~np.isfinite(last))
+        if bad_envs.size:
+            raise DtypeError(
+                f"compute_returns_and_advantage(last_values={describe(last.tolist())}): "
+                f"values {last[bad_envs].tolist()} of env(s) {bad_envs.tolist()} are NaN or "
+                "infinite; pass finite values: V of each env's observation after its last "
+                "step (e.g. critic(next_obs)), any finite number such as 0.0 where that "
+                "step ended the episode"
+            )
         p = self._pos
         fv = self._final_value[:p].copy()  # [pos, E]
         if self._final_obs is not None and len(self._final_obs):
@@ -527,11 +537,11 @@ class RolloutBuffer:
             bad = missing & ~np.isfinite(boot)
             if bad.any():
                 t, e = (int(i) for i in np.argwhere(bad)[0])
-                raise ShapeError(
+                raise DtypeError(
                     f"compute_returns_and_advantage: truncated step {t} of env {e} bootstraps "
                     f"from V(final obs) = value added at step {t + 1} (its NEXT_STEP reset "
-                    "step), which is not finite; pass a finite value there, or final_value= "
-                    "when adding the truncated step"
+                    f"step), which is {float(boot[t, e])}, not finite; pass a finite value "
+                    "there, or final_value= when adding the truncated step"
                 )
             fv = np.where(missing, boot, fv)
             # a reset step is made a zero-reward terminal step of value 0: its advantage is

@@ -21,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from replaybank.buffers.inputs import RESERVED, obs_fields
-from replaybank.errors import ShapeError, SpecError, describe
+from replaybank.errors import DtypeError, ShapeError, SpecError, describe
 from replaybank.host import is_tensor, tensor_to_numpy
 from replaybank.spec import (
     SEP,
@@ -244,9 +244,9 @@ class FinalObsStore:
         dict observations) and return the ``k`` values as float64.
 
         Raises:
-            ShapeError: ``value_fn`` is None, or returned other than ``k`` finite values.
+            ShapeError: ``value_fn`` is None, or returned other than ``k`` values.
             DtypeError: ``value_fn`` returned other than real numbers (strings, None,
-                complex values).
+                complex values), or NaN or infinite values (listed with their steps).
         """
         k = len(self.index)
         if value_fn is None:
@@ -264,10 +264,20 @@ class FinalObsStore:
         arr = real_floats(out, f"value_fn returned {describe(out)}",
                           f"return {k} values as numbers, one per final observation"
                           ).reshape(-1)
-        if arr.size != k or not np.all(np.isfinite(arr)):
+        if arr.size != k:
             raise ShapeError(
-                f"value_fn returned {describe(out)}: expected {k} finite values, one per "
-                "final observation"
+                f"value_fn returned {describe(out)}: expected {k} values, one per final "
+                "observation"
+            )
+        bad = np.flatnonzero(~np.isfinite(arr))
+        if bad.size:
+            where = ", ".join(f"step {t} env {e}" for t, e in
+                              (divmod(self.index[int(i)], num_envs) for i in bad[:4]))
+            raise DtypeError(
+                f"value_fn returned {describe(out)} for {k} final observations: values "
+                f"{arr[bad[:4]].tolist()} (of the truncated steps at {where}"
+                f"{', ...' if bad.size > 4 else ''}) are NaN or infinite; return finite "
+                "values, one per final observation"
             )
         return arr
 
