@@ -62,6 +62,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from replaybank.cli.args import positive_float, positive_int
 from replaybank.cli.bench_harness import CASES, FLOOR_TARGET, FLOORS, NO_FLOOR
 from replaybank.cli.main import build_line
 
@@ -90,9 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"comma-separated peers (default: {','.join(PEERS)})")
     p.add_argument("--cases", default=",".join(CASES),
                    help=f"comma-separated cases (default: {','.join(CASES)})")
-    p.add_argument("--scale", type=float, default=0.1,
+    p.add_argument("--scale", type=positive_float("--scale", "0.1"), default=0.1,
                    help="capacity = scale x 1,000,000 transitions (default 0.1)")
-    p.add_argument("--repeats", type=int, default=5,
+    p.add_argument("--repeats", type=positive_int("--repeats", "5"), default=5,
                    help="timed repeats per case, best kept (default 5)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -238,9 +239,6 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         parser.print_usage(sys.stderr)
         print(f"replaybank bench: {exc}", file=sys.stderr)
-        return 2
-    if args.scale <= 0 or args.repeats < 1:
-        print("replaybank bench: --scale must be > 0 and --repeats >= 1", file=sys.stderr)
         return 2
     n_jobs = len(cases) * (1 + sum(_installed(PEERS[p][0]) for p in peers))
     if sys.stdout.isatty() and not args.quiet:

@@ -27,6 +27,12 @@ from typing import Any, TextIO
 
 import numpy as np
 
+from replaybank.cli.args import (
+    finite_float,
+    non_negative_float,
+    non_negative_int,
+    positive_int,
+)
 from replaybank.errors import require_extra
 
 __all__ = ["DemoResult", "ProgressLines", "build_parser", "evaluate", "run_demo"]
@@ -86,9 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--buffer", choices=("uniform", "per", "nstep"), default="per",
                    help="replay scheme: per = prioritized 3-step, nstep = uniform 3-step, "
                         "uniform = uniform one-step (default: %(default)s)")
-    p.add_argument("--steps", type=int, default=50_000,
+    p.add_argument("--steps", type=positive_int("--steps", "50000"), default=50_000,
                    help="env steps budget (default: %(default)s)")
-    p.add_argument("--seed", type=int, default=0,
+    p.add_argument("--seed", type=non_negative_int("--seed", "0"), default=0,
                    help="seed of the envs, the network and the buffer (default: %(default)s)")
     p.add_argument("--out", default="replaybank_demo_out",
                    help="output directory for the plot and the checkpoint "
@@ -96,20 +102,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", "--no-progress", dest="no_progress", action="store_true",
                    help="no progress output (default: a bar when stdout is a terminal, "
                         "else a plain line every --progress-every seconds)")
-    p.add_argument("--progress-every", type=float, default=5.0, metavar="SECONDS",
+    p.add_argument("--progress-every", type=non_negative_float("--progress-every", "5"),
+                   default=5.0, metavar="SECONDS",
                    help="seconds between the plain progress lines printed when stdout is "
                         "not a terminal (default: %(default)s)")
-    p.add_argument("--num-envs", type=int, default=4,
+    p.add_argument("--num-envs", type=positive_int("--num-envs", "4"), default=4,
                    help="vectorized CartPole envs (default: %(default)s)")
-    p.add_argument("--eval-every", type=int, default=2_000,
+    p.add_argument("--eval-every", type=positive_int("--eval-every", "2000"), default=2_000,
                    help="env steps between evaluations (default: %(default)s)")
-    p.add_argument("--eval-episodes", type=int, default=10,
+    p.add_argument("--eval-episodes", type=positive_int("--eval-episodes", "10"), default=10,
                    help="greedy episodes per evaluation (default: %(default)s)")
-    p.add_argument("--target", type=float, default=475.0,
+    p.add_argument("--target", type=finite_float("--target", "475"), default=475.0,
                    help="mean evaluation return to reach (default: %(default)s)")
     p.add_argument("--no-early-stop", action="store_true",
                    help="keep training after the target is reached (default: stop)")
-    p.add_argument("--threads", type=int, default=1,
+    p.add_argument("--threads", type=positive_int("--threads", "1"), default=1,
                    help="torch CPU threads (default: %(default)s)")
     return p
 

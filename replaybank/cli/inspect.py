@@ -11,7 +11,11 @@ dtype, bytes), capacity, fill, lanes, episodes, episode return and length statis
 (per complete episode, from the stored rewards and episode ends), priority statistics
 (prioritized samplers), data age per lane, and disk and memory size. It prints as a
 table, or as JSON with ``--json``; ``--plot out.png`` draws histograms of episode returns
-and lengths, stored priorities and the age of sampled data.
+and lengths, stored priorities and the age of sampled data. Arguments are checked before
+anything is read or printed (:mod:`replaybank.cli.args`): a ``--plot`` file in a missing or
+unwritable directory, or of a format matplotlib cannot write, and a negative ``--draws``
+are usage errors (status 2); a plot that still fails to write (a full disk) exits with
+status 2 and the fix after the summary.
 
 Inspection never runs code named in the files: a hindsight buffer's ``reward_fn`` and
 ``terminated_fn`` are replaced by a stub (nothing is relabelled; ages are drawn from the
@@ -81,7 +85,14 @@ import numpy.typing as npt
 
 from replaybank import persist
 from replaybank.buffers.replay import ReplayBuffer
-from replaybank.errors import CheckpointError, ReplayBankError, require_extra
+from replaybank.cli.args import non_negative_int, writable_file
+from replaybank.errors import (
+    CheckpointError,
+    ConfigError,
+    ReplayBankError,
+    os_error_fix,
+    require_extra,
+)
 from replaybank.io.manifest import checkpoint_paths
 from replaybank.multiagent.layout import AgentLayout
 from replaybank.multiagent.summary import AgentSteps, agent_summary, layout_fields
@@ -89,8 +100,8 @@ from replaybank.ops import ring
 from replaybank.samplers.base import LaneView, SampleResult
 from replaybank.storage.backends.memmap import MANIFEST
 
-__all__ = ["FORMAT", "Inspection", "build_parser", "episode_stats", "main", "open_buffer",
-           "plot", "render_table", "summarize"]
+__all__ = ["FORMAT", "Inspection", "build_parser", "check_plot_path", "episode_stats", "main",
+           "open_buffer", "plot", "render_table", "summarize"]
 
 FORMAT = "replaybank.inspect"
 VERSION = 1
@@ -612,19 +623,52 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true",
                    help="print the summary as JSON (keys: see replaybank.cli.inspect)")
     p.add_argument("--plot", metavar="OUT.png", default=None,
+                   type=writable_file("--plot", "inspect.png"),
                    help="write histograms of returns, lengths, priorities and sampled age")
     p.add_argument("--prefix", default="buffer_", help="checkpoint file name prefix")
-    p.add_argument("--draws", type=int, default=DRAWS,
-                   help="keys drawn from the sampler for the age of sampled data")
+    p.add_argument("--draws", type=non_negative_int("--draws", str(DRAWS)), default=DRAWS,
+                   help="keys drawn from the sampler for the age of sampled data (0: none)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress output")
     return p
 
 
+def check_plot_path(path: Path) -> None:
+    """Refuse a ``--plot`` file matplotlib cannot write, before anything is read.
+
+    Raises:
+        MissingDependencyError: matplotlib is not installed.
+        ConfigError: Its suffix names no format the Agg backend writes.
+
+    Example:
+        >>> check_plot_path(Path("out.png"))
+        >>> try:
+        ...     check_plot_path(Path("out.xyz"))
+        ... except ConfigError as exc:
+        ...     print(str(exc).split(";")[0])
+        --plot out.xyz: matplotlib cannot write '.xyz' files
+    """
+    require_extra("matplotlib", "cli")
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    formats = sorted(FigureCanvasAgg.get_supported_filetypes())
+    suffix = path.suffix.lower().lstrip(".")
+    if suffix and suffix not in formats:
+        raise ConfigError(f"--plot {path}: matplotlib cannot write {path.suffix!r} files; use "
+                          f"one of {', '.join('.' + f for f in formats)} (e.g. --plot "
+                          f"{path.with_suffix('.png')})")
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run ``replaybank inspect``; returns the exit status (2 for unreadable files)."""
-    args = build_parser().parse_args(argv)
+    """Run ``replaybank inspect``; returns the exit status (2 for bad arguments, unreadable
+    files or a plot that cannot be written)."""
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # --help (0) or a usage error (2): a status, not an exit
+        return exc.code if isinstance(exc.code, int) else 2
     progress = not (args.quiet or args.json) and sys.stdout.isatty()
     try:
+        if args.plot is not None:
+            check_plot_path(args.plot)
         if progress:
             require_extra("rich", "cli")
             from rich.console import Console
@@ -640,8 +684,14 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(inspection.summary, indent=2, sort_keys=True))
     else:
         render_table(inspection.summary)
-    if args.plot:
-        out = plot(inspection, args.plot)
+    if args.plot is not None:
+        try:
+            out = plot(inspection, args.plot)
+        except (ReplayBankError, OSError, ValueError) as exc:
+            fix = f"; {os_error_fix(exc)}" if isinstance(exc, OSError) else ""
+            print(f"replaybank inspect: error: --plot {args.plot}: cannot write it ({exc})"
+                  f"{fix}", file=sys.stderr)
+            return 2
         if not args.quiet and not args.json:
             print(f"plot written to {os.fspath(out)}")
     return 0
