@@ -322,3 +322,50 @@ def test_cli_memmap_beside_a_live_writer(tmp_path: Path) -> None:
         if child.poll() is None:
             child.kill()
             child.wait()
+
+
+def goal_done(achieved: Any, desired: Any, info: Any) -> Any:
+    return np.linalg.norm(achieved - desired, axis=-1) < 0.01
+
+
+def _her_steps(her: Any, steps: int = 9) -> None:
+    goal = np.zeros(3, np.float32)
+    for t in range(steps):
+        pos, nxt = np.full(3, t, np.float32), np.full(3, t + 1, np.float32)
+        her.add(obs={"observation": pos, "achieved_goal": pos, "desired_goal": goal},
+                action=np.zeros(3, np.float32), reward=-1.0,
+                next_obs={"observation": nxt, "achieved_goal": nxt, "desired_goal": goal},
+                terminated=False, truncated=t % 4 == 3)
+
+
+def test_her_view_shows_the_functions_the_files_name(tmp_path: Path) -> None:
+    """Inspect opens a HER buffer with stand-ins for its functions (it never runs code
+    the files name), but reports the names the checkpoint saved, not the stand-in's."""
+    rb.register_function("inspect_test_goal_reward", goal_reward)
+    rb.register_function("inspect_test_goal_done", goal_done)
+    her = rb.HerReplayBuffer(capacity=32, reward_fn="inspect_test_goal_reward",
+                             terminated_fn="inspect_test_goal_done", n_step=2, seed=0)
+    _her_steps(her)
+    rb.save(her, tmp_path / "ckpt")
+    out = run_cli(str(tmp_path / "ckpt"), "--json")  # a fresh process: no such function
+    assert out.returncode == 0, out.stderr
+    view = json.loads(out.stdout)["view"]
+    assert view["reward_fn"] == "inspect_test_goal_reward"
+    assert view["terminated_fn"] == "inspect_test_goal_done"
+    assert view == json.loads(json.dumps(her.view.config()))
+    table = run_cli(str(tmp_path / "ckpt"))
+    assert table.returncode == 0 and "_no_relabel" not in table.stdout
+    assert "inspect_test_goal_reward" in table.stdout
+    plain = rb.HerReplayBuffer(capacity=32, reward_fn="inspect_test_goal_reward", seed=0)
+    _her_steps(plain)
+    rb.save(plain, tmp_path / "plain")
+    s = summarize(tmp_path / "plain").summary
+    assert s["view"]["reward_fn"] == "inspect_test_goal_reward"
+    assert s["view"]["terminated_fn"] is None
+    mm = rb.HerReplayBuffer(capacity=32, reward_fn="inspect_test_goal_reward", seed=0,
+                            storage="memmap", path=tmp_path / "mm")
+    _her_steps(mm)
+    mm.flush()
+    s = summarize(tmp_path / "mm").summary
+    assert s["source"] == "memmap" and s["view"]["reward_fn"] == "inspect_test_goal_reward"
+    mm.close()

@@ -19,7 +19,7 @@ status 2 and the fix after the summary.
 
 Inspection never runs code named in the files: a hindsight buffer's ``reward_fn`` and
 ``terminated_fn`` are replaced by a stub (nothing is relabelled; ages are drawn from the
-sampler, not through the view).
+sampler, not through the view); the view's config shows them as the files name them.
 
 JSON keys (``"format": "replaybank.inspect"``, ``"version": 1``; statistics are
 ``{"count", "mean", "std", "min", "max"}``, or null when there is nothing to count):
@@ -194,12 +194,33 @@ def _no_relabel(*args: Any, **kwargs: Any) -> Any:
                           "function; it cannot relabel goals")
 
 
+#: How a config names the stand-in (``module:attr``): what a reopened view's config says.
+_STUB_NAME = f"{__name__}:{_no_relabel.__qualname__}"
+
+
 def _stubs(config: Any) -> dict[str, Any]:
     """Overrides that replace every function a config names with :func:`_no_relabel`."""
     if not isinstance(config, dict):
         return {}
     return {k: _no_relabel for k in _FUNCTION_KEYS
             if k in config and (k == "reward_fn" or config[k] is not None)}
+
+
+def _as_saved(config: Any, saved: dict[str, Any]) -> Any:
+    """``config`` (a sampler's or view's, nested ones included) with each stand-in for a
+    function written back as the files name it (``saved``: key -> the saved value).
+
+    Example:
+        >>> _as_saved({"type": "her", "reward_fn": _STUB_NAME, "k": 4},
+        ...           {"reward_fn": "goal_reward"})
+        {'type': 'her', 'reward_fn': 'goal_reward', 'k': 4}
+    """
+    if isinstance(config, dict):
+        return {k: saved.get(k) if k in _FUNCTION_KEYS and v == _STUB_NAME
+                else _as_saved(v, saved) for k, v in config.items()}
+    if isinstance(config, list):
+        return [_as_saved(v, saved) for v in config]
+    return config
 
 
 def _source(path: Path, prefix: str) -> str:
@@ -236,15 +257,28 @@ def open_buffer(path: Any, prefix: str = "buffer_") -> tuple[Any, str, list[str]
     Raises:
         CheckpointError: Nothing to inspect at ``path``, or damaged files.
     """
-    p = Path(path)
+    buf, source, notes, _ = _open(Path(path), prefix)
+    return buf, source, notes
+
+
+def _open(p: Path, prefix: str) -> tuple[Any, str, list[str], dict[str, Any]]:
+    """:func:`open_buffer`, and the function entries of the config it rebuilt from, as
+    the files name them (what the stubs stand in for)."""
     source = _source(p, prefix)
+    saved: dict[str, Any] = {}
+
+    def stubs(config: Any) -> dict[str, Any]:
+        over = _stubs(config)
+        saved.update({k: config[k] for k in over})
+        return over
+
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         if source == "checkpoint":
-            buf = persist.load_overriding(p, prefix, _stubs)
+            buf = persist.load_overriding(p, prefix, stubs)
         else:
-            buf = persist.open(p, mode="r", **_stubs(_owner_config(p)))
-    return buf, source, [str(w.message) for w in caught]
+            buf = persist.open(p, mode="r", **stubs(_owner_config(p)))
+    return buf, source, [str(w.message) for w in caught], saved
 
 
 def _owner_config(path: Path) -> Any:
@@ -314,7 +348,7 @@ def summarize(path: Any, prefix: str = "buffer_", draws: int = DRAWS,
         CheckpointError: Nothing to inspect at ``path``, or damaged files.
     """
     p = Path(path)
-    buf, source, notes = open_buffer(p, prefix)
+    buf, source, notes, saved = _open(p, prefix)
     meta = buf.metadata()
     s: dict[str, Any] = {
         "format": FORMAT, "version": VERSION, "path": str(p), "source": source,
@@ -347,6 +381,8 @@ def summarize(path: Any, prefix: str = "buffer_", draws: int = DRAWS,
         elif core is None and joint is None:
             notes.append(f"{type(buf).__name__} is not a step-table buffer: only its "
                          "metadata is shown")
+    # the view reopened here holds stand-ins: report the functions the files name
+    s["sampler"], s["view"] = _as_saved(s["sampler"], saved), _as_saved(s["view"], saved)
     s["disk_bytes"] = _disk_bytes(p, source, prefix)
     s["notes"] = notes
     return inspection
