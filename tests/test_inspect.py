@@ -369,3 +369,87 @@ def test_her_view_shows_the_functions_the_files_name(tmp_path: Path) -> None:
     s = summarize(tmp_path / "mm").summary
     assert s["source"] == "memmap" and s["view"]["reward_fn"] == "inspect_test_goal_reward"
     mm.close()
+
+
+# ---------------------------------------------------------------------- other buffer types
+def _no_none_rows(table: str) -> None:
+    """No summary row prints a missing value as None (rows that do not apply are left out)."""
+    assert "None" not in table and "null" not in table.split("fields")[0], table
+
+
+@pytest.mark.parametrize("mode", [None, "next_step"])
+def test_rollout_capacity_fill_storage_and_episodes(tmp_path: Path, mode: str | None) -> None:
+    """A RolloutBuffer holds num_steps x num_envs steps in numpy arrays; its episodes are
+    counted from the stored steps (NEXT_STEP reset steps left out), checked by a loop."""
+    steps, envs = 7, 2
+    roll = rb.RolloutBuffer(steps, num_envs=envs, seed=0, autoreset_mode=mode)
+    rng = np.random.default_rng(4)
+    rewards, ends = rng.normal(size=(6, envs)), rng.random((6, envs)) < 0.3
+    for t in range(6):  # 6 of 7 steps
+        roll.add(obs=np.zeros((envs, 3), np.float32), action=np.zeros(envs, np.int64),
+                 reward=rewards[t], terminated=ends[t], truncated=np.zeros(envs, bool),
+                 value=np.zeros(envs, np.float32), log_prob=np.zeros(envs, np.float32))
+    rb.save(roll, tmp_path)
+    out = run_cli(str(tmp_path), "--json")
+    assert out.returncode == 0, out.stderr
+    s = json.loads(out.stdout)
+    assert (s["capacity"], s["fill"], s["lanes"], s["rows_per_lane"]) == (14, 12, 2, 7)
+    assert s["fill_fraction"] == pytest.approx(12 / 14) and s["storage"] == "numpy"
+    assert s["sampler"] is None and s["view"] is None and s["sampled_age"] is None
+    fields = {f["name"]: f["bytes"] for f in s["fields"]}
+    assert fields["obs"] == 7 * 2 * 3 * 4 and fields["reward"] == 7 * 2 * 8
+    assert s["memory_bytes"] == sum(fields.values())
+    # a plain loop: a fresh rollout starts episodes; a step after an end is a reset step
+    # (not a transition) in NEXT_STEP mode
+    ended, returns, lengths = [], [], []
+    for e in range(envs):
+        total, n, after_end, count = 0.0, 0, False, 0
+        for t in range(6):
+            if mode == "next_step" and after_end:
+                after_end = False
+                continue
+            total, n = total + rewards[t, e], n + 1
+            if ends[t, e]:
+                count += 1
+                returns.append(total)
+                lengths.append(n)
+                total, n, after_end = 0.0, 0, True
+        ended.append(count)
+    assert s["episodes"] == {"ended": sum(ended), "ended_per_lane": ended,
+                             "complete": len(lengths), "in_buffer": sum(ended)}
+    assert lengths and s["lengths"]["mean"] == pytest.approx(np.mean(lengths))
+    assert s["returns"]["mean"] == pytest.approx(np.mean(returns))
+    table = run_cli(str(tmp_path))
+    assert table.returncode == 0, table.stderr
+    _no_none_rows(table.stdout)
+    assert "checkpoint (numpy storage)" in table.stdout and "(85.7%)" in table.stdout
+    assert f"{sum(ended)} ended, {len(lengths)} complete in buffer" in table.stdout
+    for row in ("sampler", "view", "sampled age"):
+        assert f" {row} " not in table.stdout, row
+
+
+def test_unwritten_replay_buffer_has_no_episodes_and_no_none(tmp_path: Path) -> None:
+    rb.save(rb.PrioritizedReplayBuffer(64, num_envs=2, seed=0), tmp_path)
+    s = summarize(tmp_path).summary
+    assert (s["capacity"], s["fill"], s["lanes"], s["rows_per_lane"]) == (64, 0, 2, 32)
+    assert s["episodes"] == {"ended": 0, "ended_per_lane": [0, 0], "complete": 0,
+                             "in_buffer": 0}
+    assert s["fields"] == [] and s["sampler"]["type"] == "prioritized"
+    assert s["notes"] == []
+    table = run_cli(str(tmp_path))
+    assert table.returncode == 0, table.stderr
+    _no_none_rows(table.stdout)
+    assert "0 ended, 0 complete in buffer" in table.stdout
+
+
+def test_sequence_buffer_is_summarized_from_its_steps(tmp_path: Path) -> None:
+    seq = rb.SequenceReplayBuffer(60, num_envs=2, sequence_length=4, seed=0)
+    hist = fill_lanes(seq, 45, 2, seed=2)
+    rb.save(seq, tmp_path)
+    s = summarize(tmp_path).summary
+    assert s["buffer_type"] == "SequenceReplayBuffer" and s["rows_per_lane"] == 30
+    check_against(s, hist, 30)
+    assert s["memory_bytes"] == seq.buffer.nbytes() and s["notes"] == []
+    table = run_cli(str(tmp_path))
+    assert table.returncode == 0, table.stderr
+    _no_none_rows(table.stdout)

@@ -164,6 +164,12 @@ def test_rollout_checkpoint_per_agent(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     s = json.loads(out.stdout)
     assert s["buffer_type"] == "MultiAgentRolloutBuffer" and s["fill"] == 12
+    # n_steps x num_envs in numpy arrays; joint episodes do not apply (null, no table row)
+    assert (s["capacity"], s["fill_fraction"], s["storage"]) == (12, 1.0, "numpy")
+    assert (s["lanes"], s["rows_per_lane"], s["episodes"]) == (2, 6, None)
+    table = run_cli(str(tmp_path))
+    assert table.returncode == 0 and "None" not in table.stdout
+    assert "capacity    │ 12 " in table.stdout and "│ episodes " not in table.stdout
     for k in act:
         g = s["agents"][k]
         assert g["active_steps"] == int(act[k].sum())

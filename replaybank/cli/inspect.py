@@ -22,16 +22,24 @@ Inspection never runs code named in the files: a hindsight buffer's ``reward_fn`
 sampler, not through the view); the view's config shows them as the files name them.
 
 JSON keys (``"format": "replaybank.inspect"``, ``"version": 1``; statistics are
-``{"count", "mean", "std", "min", "max"}``, or null when there is nothing to count):
+``{"count", "mean", "std", "min", "max"}``, or null when there is nothing to count; a key
+that does not apply to the buffer type is null, and the table leaves its row out):
 
 * ``path``, ``source`` (``"checkpoint"`` or ``"memmap"``), ``buffer_type``, ``storage``
-* ``capacity``, ``fill`` (live transitions), ``fill_fraction``, ``lanes``,
+  (``"numpy"`` for a rollout or path buffer, which keep numpy arrays)
+* ``capacity`` (a rollout's ``num_steps x num_envs``), ``fill`` (live transitions; a
+  rollout's stored steps, ``pos x num_envs``), ``fill_fraction``, ``lanes``,
   ``rows_per_lane``
 * ``fields``: ``[{"name", "shape", "dtype", "bytes"}]`` (bytes of the stored array
-  ``[rows_per_lane, lanes, *shape]``)
+  ``[rows_per_lane, lanes, *shape]``; empty before a buffer's first add)
 * ``episodes``: ``{"ended", "ended_per_lane", "complete", "in_buffer"}``: episodes that
   ended since the buffer was built, per lane, those wholly in the buffer (their first and
-  last step are live), and episode ends among the live steps
+  last step are live), and episode ends among the live steps; for a
+  :class:`~replaybank.RolloutBuffer`, the ends among its stored steps (reset steps left
+  out) and the episodes wholly in them. A
+  :class:`~replaybank.SequenceReplayBuffer` is summarized from the replay buffer that
+  stores its steps. Null where the buffer keeps no episode ends of its own (a
+  :class:`~replaybank.multiagent.MultiAgentRolloutBuffer`'s joint steps: see ``agents``)
 * ``returns``, ``lengths``: statistics over the complete episodes (returns: sums of the
   stored per-step ``reward``; null when the buffer has no scalar reward or no episode end)
 * ``priorities``: ``{"count", "min", "mean", "max", "sum", "total"}`` of the stored
@@ -41,7 +49,7 @@ JSON keys (``"format": "replaybank.inspect"``, ``"version": 1``; statistics are
   (counted from the lane's first step) of its oldest and newest live step
 * ``sampled_age``: statistics of ``newest - step`` over ``draws`` keys drawn from the
   sampler with a fresh generator (the buffer's generator is not touched), with ``draws``
-* ``sampler``, ``view``: their configs
+* ``sampler``, ``view``: their configs (null for a rollout)
 * ``disk_bytes`` (files in ``PATH``), ``memory_bytes`` (the storage arrays: what the
   buffer takes in RAM once loaded), ``notes`` (warnings met while reading)
 * ``agents`` (multi-agent buffers only): ``{agent: {...}}`` per-agent statistics of the
@@ -52,7 +60,8 @@ JSON keys (``"format": "replaybank.inspect"``, ``"version": 1``; statistics are
   The other keys describe the joint steps (for a
   :class:`~replaybank.multiagent.MultiAgentReplayBuffer`: the core's fields
   ``obs/<agent>``, ..., joint episodes and the joint reward; a
-  :class:`~replaybank.multiagent.MultiAgentRolloutBuffer` has metadata only there)
+  :class:`~replaybank.multiagent.MultiAgentRolloutBuffer` has its sizes and fields only
+  there)
 
 Example:
     >>> import tempfile, numpy as np
@@ -353,39 +362,144 @@ def summarize(path: Any, prefix: str = "buffer_", draws: int = DRAWS,
     s: dict[str, Any] = {
         "format": FORMAT, "version": VERSION, "path": str(p), "source": source,
         "buffer_type": type(buf).__name__, "storage": meta.get("storage"),
-        "capacity": int(meta.get("capacity", 0)), "fill": len(buf),
+        "capacity": _capacity(meta), "fill": len(buf),
     }
-    s["fill_fraction"] = s["fill"] / s["capacity"] if s["capacity"] else 0.0
     inspection = Inspection(s)
     joint = buf if isinstance(buf, _AgentReplay) else None
-    core = joint.buffer if joint is not None else buf if isinstance(buf, ReplayBuffer) else None
+    # a front end (SequenceReplayBuffer) keeps its steps in a core ReplayBuffer
+    inner = getattr(buf, "buffer", None)
+    core = buf if isinstance(buf, ReplayBuffer) else inner if isinstance(
+        inner, ReplayBuffer) else None
     if core is not None and core.spec is not None:
         _table_summary(core, s, inspection.arrays, draws, seed)
         if joint is not None:
             s["agents"] = _replay_agents(joint, core, s["age"])
+    elif core is not None:
+        _unwritten_summary(core, s)
     else:
-        spec = meta.get("spec") or {}
-        s.update(lanes=meta.get("num_envs"), rows_per_lane=None,
-                 fields=[{"name": n, "shape": list(f["shape"]), "dtype": f["dtype"],
-                          "bytes": None} for n, f in spec.items()],
-                 episodes={"ended": meta.get("episodes_seen"), "ended_per_lane": None,
-                           "complete": None, "in_buffer": None},
-                 returns=None, lengths=None, priorities=None, age=[], sampled_age=None,
-                 sampler=meta.get("sampler"), view=meta.get("view"), memory_bytes=None)
+        _metadata_summary(meta, s)
         if isinstance(buf, _AgentRollout):
             s["agents"] = _rollout_agents(buf)
             s["fill"] = int(meta.get("pos", 0)) * int(meta.get("num_envs", 1))
-            s["fill_fraction"] = s["fill"] / s["capacity"] if s["capacity"] else 0.0
-            notes.append(f"{type(buf).__name__} is not a step-table buffer: its metadata "
-                         "and per-agent statistics are shown")
-        elif core is None and joint is None:
+            notes.append(f"{type(buf).__name__} keeps no joint episodes: its metadata and "
+                         "per-agent statistics are shown")
+        elif isinstance(buf, _Rollout):
+            _rollout_episodes(buf, s, inspection.arrays)
+        else:
             notes.append(f"{type(buf).__name__} is not a step-table buffer: only its "
                          "metadata is shown")
+    s["fill_fraction"] = s["fill"] / s["capacity"] if s["capacity"] else 0.0
     # the view reopened here holds stand-ins: report the functions the files name
     s["sampler"], s["view"] = _as_saved(s["sampler"], saved), _as_saved(s["view"], saved)
     s["disk_bytes"] = _disk_bytes(p, source, prefix)
     s["notes"] = notes
     return inspection
+
+
+def _capacity(meta: dict[str, Any]) -> int:
+    """Steps a buffer holds when full: ``capacity``, a rollout's ``num_steps`` (or
+    ``n_steps``) x ``num_envs``, or a path buffer's ``size``.
+
+    Example:
+        >>> _capacity({"type": "RolloutBuffer", "num_steps": 4, "num_envs": 2, "pos": 4})
+        8
+    """
+    if "capacity" in meta:
+        return int(meta["capacity"])
+    steps = meta.get("num_steps", meta.get("n_steps"))
+    if steps is not None:
+        return int(steps) * int(meta.get("num_envs", 1))
+    return int(meta.get("size", 0))
+
+
+def _unwritten_summary(core: ReplayBuffer, s: dict[str, Any]) -> None:
+    """A replay buffer that was never written (no spec, no arrays yet): its lanes and
+    components, nothing stored."""
+    lanes = int(core.num_envs)
+    ended = int(core.episodes_seen)
+    s.update(lanes=lanes, rows_per_lane=int(core.capacity) // lanes, fields=[],
+             episodes={"ended": ended, "ended_per_lane": [0] * lanes if not ended else None,
+                       "complete": 0, "in_buffer": 0},
+             returns=None, lengths=None, priorities=None,
+             age=[{"lane": lane, "oldest": None, "newest": None, "count": 0}
+                  for lane in range(lanes)],
+             sampled_age=None, sampler=core.sampler.config(), view=core.view.config(),
+             memory_bytes=int(core.nbytes()))
+
+
+def _metadata_summary(meta: dict[str, Any], s: dict[str, Any]) -> None:
+    """What a buffer without a step table says of itself: lanes, rows and fields (bytes of
+    its ``[rows, lanes, *shape]`` arrays); no sampler, view or episodes (null)."""
+    steps = meta.get("num_steps", meta.get("n_steps"))
+    rows = steps if steps is not None else meta.get("size")
+    lanes = meta.get("num_envs", 1 if rows is not None else None)
+    spec = meta.get("spec") or {}
+
+    def nbytes(f: dict[str, Any]) -> int | None:
+        if rows is None or lanes is None:
+            return None
+        return int(np.dtype(f["dtype"]).itemsize * math.prod(f["shape"]) * rows * lanes)
+
+    fields = [{"name": n, "shape": list(f["shape"]), "dtype": f["dtype"], "bytes": nbytes(f)}
+              for n, f in spec.items()]
+    sizes = [f["bytes"] for f in fields]
+    s.update(lanes=lanes, rows_per_lane=rows, fields=fields, episodes=None, returns=None,
+             lengths=None, priorities=None, age=[], sampled_age=None,
+             sampler=meta.get("sampler"), view=meta.get("view"),
+             memory_bytes=None if rows is None or None in sizes else sum(sizes))
+    if s["storage"] is None and rows is not None:
+        s["storage"] = "numpy"  # rollouts and path buffers keep numpy arrays
+
+
+@runtime_checkable
+class _Rollout(Protocol):
+    """An on-policy rollout (:class:`~replaybank.RolloutBuffer`): ``[pos, num_envs]``
+    steps, some masked as NEXT_STEP reset steps."""
+
+    @property
+    def data(self) -> dict[str, npt.NDArray[Any]]:
+        """Stored fields ``[pos, num_envs, *shape]`` by flat name."""
+        ...
+
+    @property
+    def valid(self) -> npt.NDArray[np.bool_]:
+        """``[pos, num_envs]``: False at reset steps."""
+        ...
+
+
+def _rollout_episodes(buf: _Rollout, s: dict[str, Any],
+                      arrays: dict[str, npt.NDArray[Any]]) -> None:
+    """Episodes of a rollout's steps, env by env (reset steps left out): those that ended
+    in it, and the returns and lengths of those wholly in it."""
+    data = buf.data
+    if not all(k in data for k in ("terminated", "truncated")):
+        s["episodes"] = {"ended": 0, "ended_per_lane": [0] * int(s["lanes"] or 0),
+                         "complete": 0, "in_buffer": 0}
+        return
+    valid = np.asarray(buf.valid, bool)
+    done = np.asarray(data["terminated"], bool) | np.asarray(data["truncated"], bool)
+    reward = data.get("reward")
+    scalar = reward is not None and reward.ndim == 2
+    # whether each env's first step began an episode (the rollout before it ended one)
+    first = np.asarray(getattr(buf, "_first_done", np.zeros(done.shape[1], bool)), bool)
+    rets: list[FloatArray] = []
+    lens: list[IntArray] = []
+    ended = []
+    for env in range(done.shape[1]):
+        keep = valid[:, env]
+        d = done[keep, env]
+        ended.append(int(d.sum()))
+        r = np.asarray(reward[keep, env]) if scalar and reward is not None else None
+        ret, n = episode_stats(r, d, first_is_start=bool(first[env]))
+        rets.append(ret)
+        lens.append(n)
+    returns = np.concatenate(rets) if rets else np.zeros(0)
+    lengths = np.concatenate(lens) if lens else np.zeros(0, np.int64)
+    arrays.update(returns=returns, lengths=lengths)
+    s["episodes"] = {"ended": sum(ended), "ended_per_lane": ended,
+                     "complete": int(lengths.size), "in_buffer": sum(ended)}
+    s["returns"] = _stats(returns) if scalar else None
+    s["lengths"] = _stats(lengths)
 
 
 def _table_summary(buf: ReplayBuffer, s: dict[str, Any], arrays: dict[str, npt.NDArray[Any]],
@@ -397,7 +511,6 @@ def _table_summary(buf: ReplayBuffer, s: dict[str, Any], arrays: dict[str, npt.N
     counts = np.array(t.counts, dtype=np.int64)
     episodes = np.array(t.episodes, dtype=np.int64)
     s["fill"] = int(counts.sum())
-    s["fill_fraction"] = s["fill"] / s["capacity"] if s["capacity"] else 0.0
     s["lanes"], s["rows_per_lane"] = lanes, T
     s["fields"] = [{"name": n, "shape": list(f.shape), "dtype": str(np.dtype(f.dtype)),
                     "bytes": int(t.arrays[n].nbytes)} for n, f in t.spec.items()]
@@ -545,39 +658,48 @@ def render_table(summary: dict[str, Any], file: Any = None) -> None:
     t = Table(title=f"replaybank inspect: {s['path']}", show_header=False)
     t.add_column("", style="bold")
     t.add_column("")
-    ep = s["episodes"] or {}
+    storage = f" ({s['storage']} storage)" if s["storage"] is not None else ""
     rows = [
         ("buffer type", str(s["buffer_type"])),
-        ("source", f"{s['source']} ({s['storage']} storage)"),
+        ("source", f"{s['source']}{storage}"),
         ("capacity", f"{s['capacity']:,}"),
         ("fill", f"{s['fill']:,} ({100 * s['fill_fraction']:.1f}%)"),
-        ("lanes", f"{s['lanes']} x {s['rows_per_lane']} rows"
-         if s.get("rows_per_lane") else str(s["lanes"])),
-        ("episodes", f"{ep.get('ended')} ended, {ep.get('complete')} complete in buffer"),
-        ("episode return", _fmt_stats(s["returns"])),
-        ("episode length", _fmt_stats(s["lengths"])),
     ]
+    if s["lanes"] is not None:
+        rows.append(("lanes", f"{s['lanes']} x {s['rows_per_lane']:,} rows"
+                     if s.get("rows_per_lane") else str(s["lanes"])))
+    # rows that do not apply to this buffer (null in the summary) are left out
+    ep = s["episodes"]
+    if ep is not None:
+        counts = [f"{ep[k]:,} {what}" for k, what in (("ended", "ended"),
+                  ("complete", "complete in buffer")) if ep.get(k) is not None]
+        rows += [("episodes", ", ".join(counts) or "-"),
+                 ("episode return", _fmt_stats(s["returns"])),
+                 ("episode length", _fmt_stats(s["lengths"]))]
     pr = s["priorities"]
     if pr is not None:
         rows.append(("priorities", "-" if not pr["count"] else
                      f"min={pr['min']:.4g}  mean={pr['mean']:.4g}  max={pr['max']:.4g}  "
                      f"sum={pr['sum']:.6g}"))
-    rows += [
-        ("sampled age", _fmt_stats(s["sampled_age"])),
-        ("sampler", json.dumps(s["sampler"])),
-        ("view", json.dumps(s["view"])),
-        ("disk size", _fmt_bytes(s["disk_bytes"])),
-        ("memory size", _fmt_bytes(s["memory_bytes"])),
-    ]
+    if s["sampler"] is not None:
+        rows += [("sampled age", _fmt_stats(s["sampled_age"])),
+                 ("sampler", json.dumps(s["sampler"]))]
+    if s["view"] is not None:
+        rows.append(("view", json.dumps(s["view"])))
+    rows.append(("disk size", _fmt_bytes(s["disk_bytes"])))
+    if s["memory_bytes"] is not None:
+        rows.append(("memory size", _fmt_bytes(s["memory_bytes"])))
     for k, v in rows:
         t.add_row(k, v)
     console.print(t)
-    f = Table(title="fields")
-    for col in ("name", "shape", "dtype", "bytes"):
-        f.add_column(col, justify="right" if col == "bytes" else "left")
-    for fd in s["fields"]:
-        f.add_row(fd["name"], str(tuple(fd["shape"])), fd["dtype"], _fmt_bytes(fd["bytes"]))
-    console.print(f)
+    if s["fields"]:  # none before a buffer's first add
+        f = Table(title="fields")
+        for col in ("name", "shape", "dtype", "bytes"):
+            f.add_column(col, justify="right" if col == "bytes" else "left")
+        for fd in s["fields"]:
+            f.add_row(fd["name"], str(tuple(fd["shape"])), fd["dtype"],
+                      _fmt_bytes(fd["bytes"]))
+        console.print(f)
     if s["age"]:
         a = Table(title="data age (step numbers per lane)")
         for col in ("lane", "oldest", "newest", "count"):
