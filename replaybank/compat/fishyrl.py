@@ -159,6 +159,8 @@ class _Rows:
     _validate_keys: bool
     _rng: np.random.Generator
     _lanes: int
+    #: A group of buffers (IndependentVectorizedBuffer): messages speak of each buffer.
+    _group = False
     _zeros: dict[str, Any]
 
     def _setup(self, capacity: Any, validate_keys: Any, seed: Any, lanes: int) -> None:
@@ -177,7 +179,7 @@ class _Rows:
         self.buffer = self.sequences.buffer
         # one lane: values carry no lane dim; several: [lanes, ...] (env_ids spells
         # out a lane dim of 1 for a group of one buffer)
-        self._env_ids = [0] if isinstance(self, IndependentVectorizedBuffer) and lanes == 1 \
+        self._env_ids = [0] if self._group and lanes == 1 \
             else None
         self._keys = None
         self._zeros = {}
@@ -225,7 +227,7 @@ class _Rows:
         try:
             self.buffer.add(env_ids=self._env_ids, **{PREFIX: checked})
         except (ShapeError, DtypeError, SpecError) as exc:  # the core wrote nothing
-            vec = isinstance(self, IndependentVectorizedBuffer)
+            vec = self._group
             raise type(exc)(_in_our_words(str(exc), vec)) from None
         if self._keys is None:  # the first add set the keys (a rejected one did not)
             self._keys = frozenset(experience)
@@ -241,7 +243,7 @@ class _Rows:
             sb = self.sequences.sample(batch_size, length)
         except EmptyBufferError:
             held = len(self.buffer) // self._lanes
-            where = ("each buffer holds" if isinstance(self, IndependentVectorizedBuffer)
+            where = ("each buffer holds" if self._group
                      else "the buffer holds")
             raise EmptyBufferError(
                 f"sample(batch_size={batch_size}, sequence_length={length}): {where} {held} "
@@ -315,7 +317,7 @@ class _Rows:
         each = total // lanes
         if (lanes, each) == (self._lanes, capacity):
             return
-        vec = isinstance(self, IndependentVectorizedBuffer)
+        vec = self._group
         if vec:
             have = f"this group has num_buffers={self._lanes} of capacity={capacity}"
         else:
@@ -513,6 +515,8 @@ class IndependentVectorizedBuffer(_Rows, FrontEnd, Buffer):
         >>> batch["obs"].shape, batch["done"].shape
         ((8, 5, 2), (8, 5))
     """
+
+    _group = True
 
     _repr_fields = ("num_buffers", "size")
 
