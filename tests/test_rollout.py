@@ -471,6 +471,22 @@ def test_state_dict_round_trip_gives_identical_batches() -> None:
         assert x == y
 
 
+def test_state_dict_is_a_snapshot() -> None:
+    """A kept state is the rollout at the call: a reset and a new rollout after it change
+    neither its arrays nor what it loads (before, its arrays were the buffer's own)."""
+    buf = rb.RolloutBuffer(6, num_envs=2, seed=11)
+    fill(buf, hidden=True)
+    buf.compute_returns_and_advantage(np.ones(2))
+    state = buf.state_dict()
+    want = snapshot(buf)
+    buf.reset()
+    fill(buf, hidden=True, seed=5)
+    buf.compute_returns_and_advantage(np.zeros(2))
+    other = rb.RolloutBuffer(**buf.init_config())
+    other.load_state_dict(state)
+    assert_same(want, snapshot(other))
+
+
 def test_state_dict_round_trip_with_pending_final_obs() -> None:
     buf = rb.RolloutBuffer(3, num_envs=2, seed=0)
     buf.add(np.zeros((2, 2)), np.zeros(2, int), np.ones(2), np.zeros(2, bool),

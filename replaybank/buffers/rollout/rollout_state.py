@@ -34,7 +34,8 @@ def pack_arrays(data: dict[str, AnyArray], final_value: AnyArray, first_done: An
                 fobs: FinalObsStore | None, adv: AnyArray | None,
                 ret: AnyArray | None, start_reset: AnyArray | None = None
                 ) -> dict[str, AnyArray]:
-    """Flat ``{name: array}`` of a rollout's contents (views, not copies).
+    """Flat ``{name: array}`` of a rollout's contents, copies (a snapshot: later adds and
+    computations do not change it, so it loads the rollout as it was).
 
     Keys: ``fields/<name>`` ``[T, E, *shape]``, ``final_value`` ``[T, E]`` (NaN where
     none), ``first_done`` ``[E]``, ``final_obs/index`` ``[k]`` and ``final_obs/<obs field>``
@@ -51,7 +52,7 @@ def pack_arrays(data: dict[str, AnyArray], final_value: AnyArray, first_done: An
     arrays.update({f"{_FINAL_OBS}{k}": v for k, v in store.items()})
     if adv is not None and ret is not None:
         arrays["advantages"], arrays["returns"] = adv, ret
-    return arrays
+    return {k: np.array(v, copy=True) for k, v in arrays.items()}
 
 
 @dataclass
