@@ -331,7 +331,8 @@ def test_a_rejected_add_names_the_argument_and_changes_nothing(
     (False, lambda o, s: {"b": np.zeros(1)}, ShapeError, ["no value for agent(s) ['a']"]),
     (False, lambda o, s: {"a": np.zeros(2)}, ShapeError, ["expected shape (1,)"]),
     (False, lambda o, s: {"a": np.zeros((1, 1))}, ShapeError, ["squeeze"]),
-    (False, lambda o, s: {"a": np.array([np.nan])}, ShapeError, ["'a'", "finite"]),
+    (False, lambda o, s: {"a": np.array([np.nan])}, DtypeError, ["'a'", "nan", "finite"]),
+    (False, lambda o, s: {"a": np.array([np.inf])}, DtypeError, ["'a'", "inf", "finite"]),
     (False, lambda o, s: {"a": ["x"]}, DtypeError, ["value_fn returned"]),
     (True, lambda o, s: {"a": np.zeros(1)}, ShapeError, ["a dict", "centralised", "[1]"]),
 ])

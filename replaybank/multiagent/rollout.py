@@ -735,11 +735,12 @@ class MultiAgentRolloutBuffer:
         Raises:
             EmptyBufferError: Nothing stored.
             ArgumentError: An unknown agent, or a ``value_fn`` that is not callable.
-            DtypeError: Non-numeric values (also from ``value_fn``).
-            ShapeError: A wrong shape, a needed last value that is missing or not finite,
-                ``dones`` disagreeing with the stored ends, final observations kept but
-                ``value_fn`` None, or ``value_fn`` returning the wrong form, shape or a
-                value that is not finite.
+            DtypeError: Non-numeric values, or a needed value from ``value_fn`` that is
+                NaN or infinite.
+            ShapeError: A wrong shape, a needed last value that is missing or not finite
+                (NaN marks one not given), ``dones`` disagreeing with the stored ends,
+                final observations kept but ``value_fn`` None, or ``value_fn`` returning
+                the wrong form or shape.
 
         A rejected call changes nothing (advantages computed before stay).
 

@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from replaybank.errors import ShapeError, describe
+from replaybank.errors import DtypeError, ShapeError, describe
 from replaybank.host import is_tensor, tensor_to_numpy
 from replaybank.multiagent.layout import obs_leaf
 from replaybank.spec import FieldSpec, real_floats
@@ -187,9 +187,9 @@ class FinalObservations:
             (step, agent), ordered by step then agent.
 
         Raises:
-            ShapeError: ``value_fn`` is None, returned the wrong form or shape, or a value
-                that is needed is not finite.
-            DtypeError: ``value_fn`` returned other than real numbers.
+            ShapeError: ``value_fn`` is None, or returned the wrong form or shape.
+            DtypeError: ``value_fn`` returned other than real numbers, or a value that is
+                needed is NaN or infinite.
         """
         n = len(self)
         if value_fn is None:
@@ -228,13 +228,14 @@ class FinalObservations:
         vals_n = np.array([columns[self.agents[i]][row_of[k]] for k, i in entries],
                           dtype=np.float64)  # [N]
         bad = ~np.isfinite(vals_n)
-        if bad.any():
+        if bad.any():  # a value problem, as RolloutBuffer's and HER's (DtypeError)
             j = int(np.flatnonzero(bad)[0])
             t, env = divmod(int(ks[j]), self.num_envs)
-            raise ShapeError(
+            raise DtypeError(
                 f"{_CALL}: {got}: the value of agent {self.agents[int(idx[j])]!r}'s final "
                 f"observation at step {t}, env {env} (row {row_of[int(ks[j])]}) is "
-                f"{vals_n[j]}; return finite values")
+                f"{vals_n[j]} ({int(bad.sum())} of {len(vals_n)} values are NaN or "
+                "infinite); return finite values")
         return ks, idx, vals_n
 
     @staticmethod
