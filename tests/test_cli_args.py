@@ -117,3 +117,24 @@ def test_demo_numbers_are_checked_when_parsed(flag: str, value: str, rule: str,
     with pytest.raises(SystemExit) as info:
         main(["demo", f"{flag}={value}"])
     _usage_error(capsys, int(str(info.value.code)), f"argument {flag}: {value!r}: must be {rule}")
+
+
+def test_a_reader_that_goes_away_ends_the_output_quietly(checkpoint: Path) -> None:
+    """``replaybank inspect --json | head``: the pipe's reader is gone before the first
+    write; the command stops with status 1 and no traceback or 'Exception ignored'."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    read, write = os.pipe()
+    os.close(read)  # every write to the pipe fails with EPIPE
+    try:
+        done = subprocess.run([sys.executable, "-m", "replaybank", "inspect", str(checkpoint),
+                               "--json"], stdout=write, stderr=subprocess.PIPE, text=True,
+                              timeout=120, check=False, cwd=root, env=env)
+    finally:
+        os.close(write)
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr

@@ -17,6 +17,7 @@ Example:
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 __all__ = ["C_MODULES", "build_line", "main"]
@@ -46,9 +47,24 @@ def main(argv: list[str] | None = None) -> int:
         argv: Arguments without the program name (default: ``sys.argv[1:]``).
 
     Returns:
-        The exit status.
+        The exit status; 1 when the reader of the output went away (``replaybank inspect
+        --json | head``: the rest is dropped quietly, without a traceback).
     """
-    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        status = _run(list(sys.argv[1:] if argv is None else argv))
+        sys.stdout.flush()  # a closed pipe shows here, not at the interpreter's exit
+    except BrokenPipeError:
+        # whatever is still buffered goes nowhere: the interpreter's final flush of stdout
+        # would fail again and print "Exception ignored"
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 1
+    return status
+
+
+def _run(args: list[str]) -> int:
+    """The command named by ``args[0]`` run with the rest: its exit status."""
     if not args or args[0] in ("-h", "--help", "help"):
         print(USAGE, end="")
         return 0
