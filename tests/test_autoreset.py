@@ -202,6 +202,53 @@ def test_next_step_mode_drops_one_step_per_episode_end_when_reset_obs_is_the_fin
         assert len(copy_) == 2
 
 
+def test_clear_after_an_episode_end_still_drops_the_reset_step(tmp_path: Any) -> None:
+    """``clear()`` right after an episode end: the env's next step is still that episode's
+    reset step (final obs -> reset obs) and is dropped, also across a checkpoint taken
+    between the clear and that step; a fresh start from another observation is kept
+    (before, the emptied buffer kept the reset step as a transition)."""
+    o = lambda v: np.full((2, 2), v, np.float32)  # noqa: E731 - two lanes
+
+    def cleared() -> Any:
+        b = rb.ReplayBuffer(16, num_envs=2, seed=0, autoreset_mode="next_step")
+        b.add(obs=o(1), action=[0, 0], reward=[1.0, 1.0], next_obs=o(2),
+              terminated=[False, False], truncated=[False, False])
+        b.add(obs=o(2), action=[0, 0], reward=[1.0, 1.0], next_obs=o(3),
+              terminated=[True, False], truncated=[False, False])  # lane 0 ends
+        b.clear()
+        return b
+
+    b = cleared()
+    b.save(tmp_path / "ck")
+    c = rb.ReplayBuffer(16, num_envs=2, seed=0, autoreset_mode="next_step")
+    c.load_state_dict(cleared().state_dict())
+    m = rb.ReplayBuffer(16, num_envs=2, seed=0, autoreset_mode="next_step",
+                        storage="memmap", path=tmp_path / "mm")
+    m.load_state_dict(cleared().state_dict())
+    m.flush()
+    del m
+    for buf in (b, rb.load(tmp_path / "ck"), c, rb.open(tmp_path / "mm"),
+                pickle.loads(pickle.dumps(b))):
+        # lane 0's reset step (obs 3, the final obs) and lane 1's real step
+        buf.add(obs=o(3), action=[0, 1], reward=[0.0, 1.0], next_obs=o(100),
+                terminated=[False, False], truncated=[False, False])
+        buf.add(obs=o(100), action=[2, 2], reward=[1.0, 1.0], next_obs=o(101),
+                terminated=[False, False], truncated=[False, False])
+        got = buf.sample(len(buf), replace=False)
+        pairs = sorted(zip(got.obs[:, 0].tolist(), got.next_obs[:, 0].tolist(),
+                           (got.indices % 2).tolist(), strict=True))
+        assert pairs == [(3.0, 100.0, 1), (100.0, 101.0, 0), (100.0, 101.0, 1)], pairs
+    fresh = cleared()  # the user reset the env instead: its first step is real
+    fresh.add(obs=o(7), action=[0, 0], reward=[1.0, 1.0], next_obs=o(8),
+              terminated=[False, False], truncated=[False, False])
+    assert len(fresh) == 2
+    again = cleared()  # a second clear keeps lane 0 armed
+    again.clear()
+    again.add(obs=o(3), action=[0, 0], reward=[0.0, 0.0], next_obs=o(4),
+              terminated=[False, False], truncated=[False, False])
+    assert len(again) == 1
+
+
 def test_a_damaged_autoreset_state_is_refused_and_changes_nothing() -> None:
     buf = rb.ReplayBuffer(16, seed=0, autoreset_mode="next_step")
     _stay_loop(buf, 5, n=1)
@@ -210,6 +257,10 @@ def test_a_damaged_autoreset_state_is_refused_and_changes_nothing() -> None:
     state["autoreset"] = {"dropped": np.zeros(2, bool)}
     with pytest.raises(rb.CheckpointError, match="autoreset/dropped"):
         buf.load_state_dict(state)
+    assert len(buf) == before
+    state["autoreset"] = {"dropped": np.zeros(1, bool), "armed": np.ones(1, bool)}
+    with pytest.raises(rb.CheckpointError, match="autoreset/final/obs"):
+        buf.load_state_dict(state)  # an armed lane without its final observation
     assert len(buf) == before
     del state["autoreset"]  # a checkpoint of an older version: nothing dropped yet
     buf.load_state_dict(state)

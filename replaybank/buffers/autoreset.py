@@ -160,7 +160,10 @@ class ResetSteps:
     Exactly one step per episode end is dropped: :attr:`dropped` remembers, per lane,
     that the reset step of its newest stored step's episode end is gone, so the lane's
     next steps are kept even when they start from the same observation (a bandit's
-    constant observation, an episode that ends on its start cell).
+    constant observation, an episode that ends on its start cell). A ``clear()`` right
+    after an episode end keeps what the check needs (:meth:`on_clear`): the env's next
+    step is still that episode's reset step, and the emptied table no longer holds the
+    final observation it starts from.
 
     Args:
         lanes: Lanes of the buffer.
@@ -168,6 +171,10 @@ class ResetSteps:
     Attributes:
         dropped: ``[lanes]`` bool: the lane's reset step was dropped and no step of the
             lane was written since.
+        armed: ``[lanes]`` bool: the buffer was cleared after the lane's episode ended
+            (its reset step not seen yet), and :attr:`final` holds the final observation.
+        final: ``{obs field: [lanes, *shape]}``, the armed lanes' final observations
+            (empty while no lane is armed).
 
     Example:
         >>> import numpy as np
@@ -186,35 +193,122 @@ class ResetSteps:
 
     def __init__(self, lanes: int) -> None:
         self.dropped: BoolArray = np.zeros(lanes, dtype=bool)
+        self.armed: BoolArray = np.zeros(lanes, dtype=bool)
+        self.final: dict[str, Any] = {}
 
     def due(self, table: StepTable, lane_ids: IntArray, obs: Mapping[str, Any]) -> BoolArray:
         """Which lanes' incoming step (``obs[name]`` ``[m, *shape]`` of lanes ``lane_ids``
         ``[m]``) is the reset step to drop."""
         out = reset_lanes(table, lane_ids, obs)
+        armed = self.armed[lane_ids]
+        if armed.any():  # emptied lanes: the final observation kept by on_clear
+            pick = np.flatnonzero(armed)
+            same = np.ones(len(pick), dtype=bool)
+            for name in table.obs_fields:
+                same &= bitwise_equal_rows(self.final[name][lane_ids[pick]],
+                                           np.asarray(obs[name])[pick])
+            out[pick] = same
         out &= ~self.dropped[lane_ids]
         return out
 
-    def state_dict(self) -> dict[str, Any]:
-        """``{"dropped": [lanes] bool}`` (a copy)."""
-        return {"dropped": self.dropped.copy()}
+    def written(self, lane_ids: IntArray, drop: BoolArray) -> None:
+        """A step of each of the lanes ``lane_ids`` ``[m]`` arrived; ``drop`` ``[m]``: it
+        was the reset step (and was left out)."""
+        self.dropped[lane_ids] = drop
+        if self.armed.any():
+            self.armed[lane_ids] = False
+            if not self.armed.any():
+                self.final = {}
 
-    def checked(self, saved: Any) -> BoolArray:
-        """The :attr:`dropped` of a saved :meth:`state_dict` (None, from a checkpoint of
-        an older version or another mode: no reset step dropped).
+    def on_clear(self, table: StepTable) -> None:
+        """Before ``table`` is emptied: arm each lane whose newest step ended an episode
+        and whose reset step has not arrived, keeping the final observation it will
+        start from (lanes already armed and still empty stay armed)."""
+        lanes = np.flatnonzero(table.counts > 0).astype(np.int64)
+        ended = np.zeros(0, dtype=bool)
+        if len(lanes):
+            rows = ((table.written[lanes] - 1) % table.T).astype(np.int64)
+            ended = _done(table, rows, lanes) & (table.link[rows, lanes] > 0) \
+                & ~self.dropped[lanes]
+        self.dropped[lanes] = False
+        self.armed[lanes] = False
+        if not ended.any():
+            if not self.armed.any():
+                self.final = {}
+            return
+        lanes, rows = lanes[ended], rows[ended]
+        links = table.link[rows, lanes].astype(np.int64) - 1
+        be = table.backend
+        if not self.final:
+            self.final = {name: np.zeros((len(self.armed), *table.spec[name].shape),
+                                         table.spec[name].dtype)
+                          for name in table.obs_fields}
+        for name in table.obs_fields:
+            self.final[name][lanes] = np.asarray(be.to_numpy(be.gather(
+                table.side.arrays[name], links)))
+        self.armed[lanes] = True
+
+    def state_dict(self) -> dict[str, Any]:
+        """``{"dropped": [lanes] bool, "armed": [lanes] bool}`` and, while a lane is
+        armed, ``final/<obs field>`` ``[lanes, *shape]`` (copies)."""
+        out: dict[str, Any] = {"dropped": self.dropped.copy(), "armed": self.armed.copy()}
+        out.update({f"final/{name}": a.copy() for name, a in self.final.items()})
+        return out
+
+    def checked(self, saved: Any, obs_rows: Mapping[str, tuple[tuple[int, ...], Any]]
+                ) -> tuple[BoolArray, BoolArray, dict[str, Any]]:
+        """``(dropped, armed, final)`` of a saved :meth:`state_dict` (None, from a
+        checkpoint of an older version or another mode: no reset step dropped, no lane
+        armed).
+
+        Args:
+            saved: The saved state.
+            obs_rows: ``{obs field: (row shape, dtype)}`` of the state's table (what an
+                armed lane's final observation must be).
 
         Raises:
-            CheckpointError: It is not ``[lanes]`` bool.
+            CheckpointError: A flag array is not ``[lanes]`` bool, or an armed lane's final
+                observation is missing or misshaped.
         """
+        lanes = len(self.dropped)
         if saved is None:
-            return np.zeros_like(self.dropped)
-        got = saved.get("dropped") if isinstance(saved, Mapping) else None
-        arr = np.asarray(got) if got is not None else None
-        if arr is None or arr.dtype != np.bool_ or arr.shape != self.dropped.shape:
-            raise CheckpointError(
-                f"load_state_dict: autoreset/dropped is {describe(got)}, expected "
-                f"bool[{len(self.dropped)}] (one per lane); the state is damaged"
-            )
-        return np.array(arr, dtype=bool)
+            return np.zeros(lanes, dtype=bool), np.zeros(lanes, dtype=bool), {}
+        got = dict(saved) if isinstance(saved, Mapping) else {}
+
+        def flags(key: str, optional: bool) -> BoolArray:
+            value = got.get(key)
+            if value is None and optional:  # (written before clear() armed lanes)
+                return np.zeros(lanes, dtype=bool)
+            arr = np.asarray(value) if value is not None else None
+            if arr is None or arr.dtype != np.bool_ or arr.shape != (lanes,):
+                raise CheckpointError(
+                    f"load_state_dict: autoreset/{key} is {describe(value)}, expected "
+                    f"bool[{lanes}] (one per lane); the state is damaged")
+            return np.array(arr, dtype=bool)
+
+        dropped, armed = flags("dropped", False), flags("armed", True)
+        final: dict[str, Any] = {}
+        if armed.any():
+            if not obs_rows:
+                raise CheckpointError(
+                    "load_state_dict: autoreset/armed marks lanes cleared after an episode "
+                    "end, but the state stores no observations; the state is damaged")
+            for name, (shape, dtype) in obs_rows.items():
+                value = got.get(f"final/{name}")
+                arr = np.asarray(value) if value is not None else None
+                if arr is None or arr.shape != (lanes, *shape) or arr.dtype != dtype:
+                    raise CheckpointError(
+                        f"load_state_dict: autoreset/final/{name} is {describe(value)}, "
+                        f"expected {np.dtype(dtype)}{[lanes, *shape]} (the final "
+                        "observations of the lanes cleared after an episode end); the "
+                        "state is damaged")
+                final[name] = np.array(arr)
+        return dropped, armed, final
+
+    def load(self, parsed: tuple[BoolArray, BoolArray, dict[str, Any]]) -> None:
+        """Install what :meth:`checked` returned."""
+        self.dropped[:], self.armed[:] = parsed[0], parsed[1]
+        self.final = parsed[2]
 
 
 def warn_resets(found: int, stacklevel: int = 3) -> None:

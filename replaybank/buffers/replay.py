@@ -17,7 +17,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -446,6 +446,9 @@ class ReplayBuffer:
 
     def _clear(self) -> None:
         if self._table is not None:
+            resets = self.write_route.resets
+            if resets is not None:  # the env's next step may still be a reset step
+                resets.on_clear(self._table)
             self._table.clear()
         self.sampler.on_clear()
 
@@ -717,7 +720,8 @@ class ReplayBuffer:
                                               self.spec, self.sampler, self.view, self._rng,
                                               self.rows_only)
             resets = self.write_route.resets
-            dropped = None if resets is None else resets.checked(state_dict.get("autoreset"))
+            parsed = None if resets is None else resets.checked(
+                state_dict.get("autoreset"), _obs_rows(state_dict.get("table")))
             if spec is None:
                 self._clear()
             else:
@@ -730,8 +734,8 @@ class ReplayBuffer:
             self.view.load_state_dict(state_dict.get("view", {}))
             self._rng.bit_generator.state = state_dict["rng"]
             self._store.load_state_dict(state_dict)
-            if resets is not None:
-                resets.dropped[:] = dropped
+            if resets is not None and parsed is not None:
+                resets.load(parsed)
 
     def resume_state(self) -> dict[str, Any] | None:
         """What :func:`replaybank.persist.flush` saves beside memmap files: generator,
@@ -742,7 +746,7 @@ class ReplayBuffer:
         out = buffer_state.resume_state(self._rng, self.sampler, self.view, self._table)
         resets = self.write_route.resets
         if resets is not None:
-            out["autoreset"] = {"dropped": resets.dropped.copy()}
+            out["autoreset"] = resets.state_dict()
         return out
 
     def load_resume_state(self, saved: dict[str, Any]) -> None:
@@ -752,12 +756,15 @@ class ReplayBuffer:
         buffer_state.check_parts(saved, self.sampler, self.view, self._rng,
                                  (t.written, t.counts, t.T))
         resets = self.write_route.resets
-        dropped = None if resets is None else resets.checked(saved.get("autoreset"))
+        parsed = None if resets is None else resets.checked(
+            saved.get("autoreset"), {name: (t.side.arrays[name].shape[1:],
+                                            t.side.arrays[name].dtype)
+                                     for name in t.obs_fields})
         self.sampler.load_state_dict(saved["sampler"])
         self.view.load_state_dict(saved.get("view", {}))
         self._rng.bit_generator.state = saved["rng"]
-        if resets is not None:
-            resets.dropped[:] = dropped
+        if resets is not None and parsed is not None:
+            resets.load(parsed)
 
     def reopened(self) -> None:
         """The storage was reopened from its files: check them and rebuild the free side
@@ -868,3 +875,12 @@ def _positional(call: str, args: tuple[Any, ...]) -> ArgumentError:
         "next_obs=..., terminated=..., truncated=...). SB3's positional add(obs, next_obs, "
         "action, reward, done, infos) is replaybank.integrations.sb3.ReplayBuffer"
     )
+
+
+def _obs_rows(table_state: Any) -> dict[str, tuple[tuple[int, ...], Any]]:
+    """``{obs field: (row shape, dtype)}`` of a state's table arrays (its side store holds
+    one row per observation field), empty without a table."""
+    if not isinstance(table_state, Mapping):
+        return {}
+    return {k[len("side/"):]: (tuple(np.shape(v)[1:]), np.asarray(v).dtype)
+            for k, v in table_state.items() if k.startswith("side/")}

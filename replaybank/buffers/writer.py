@@ -244,7 +244,7 @@ class Writer:
                             {k: v[i:i + 1, keep] for k, v in call.values.items()},
                             {k: v[i:i + 1, keep] for k, v in call.next_obs.items()})
                 self._tell(1, call.lanes[keep], None if prio is None else prio[i * m + keep])
-            resets.dropped[call.lanes] = drop
+            resets.written(call.lanes, drop)
 
     def _out(self, values: StepValues, steps: bool, env_ids: Any) -> tuple[int, int] | None:
         """``(steps, lanes)`` of a call as its values show them (None: unclear, the
