@@ -26,7 +26,8 @@ PLAIN = {"type": "prioritized", "alpha": 1.0, "eps": 0.0, "beta": 0.4, "kernel":
 
 def episodes() -> dict[str, Any]:
     """30 steps of 2 lanes: lane 0 ends an episode every 3 steps, lane 1 never;
-    ``obs[..., 0]`` is the step id ``1000 * lane + t``."""
+    ``obs[..., 0]`` is the step id ``1000 * lane + t`` (also the sharded service's data
+    in tests/test_distributed_windows.py: lane ``i`` on shard ``i``)."""
     t = np.arange(30)[:, None] + np.zeros((1, 2))
     lane = np.arange(2)[None, :] + np.zeros((30, 1))
     oid = (1000 * lane + t).astype(np.float32)

@@ -24,6 +24,7 @@ from replaybank.distributed.rejection import CandidateStream, candidate_counts
 from replaybank.errors import EmptyBufferError
 from tests.distributed_ray import start
 from tests.stats import chi2_critical
+from tests.test_distinct_windows import episodes
 
 
 def chi2_ok(observed: np.ndarray, expected: np.ndarray) -> bool:
@@ -178,7 +179,7 @@ def test_shard_candidates_flag_exactly_the_usable_starts(strict: bool) -> None:
     from replaybank.buffers.sequences import sequence_candidates
 
     buf = rb.ReplayBuffer(capacity=64, num_envs=2, seed=0)
-    data = episodes_data()
+    data = episodes()
     buf.extend(**data)
     burn = 0 if strict else 2
     need = L + burn if strict else burn + 1
@@ -217,20 +218,6 @@ PER = {"type": "prioritized", "alpha": 0.6, "beta": 0.4, "kernel": "numpy"}
 L = 3  # window length
 
 
-def episodes_data() -> dict[str, Any]:
-    """30 steps of 2 lanes; lane 0 (shard 0) ends an episode every 3 steps, lane 1
-    (shard 1) never: ``obs[..., 0]`` is the step id ``1000 * lane + t``."""
-    t = np.arange(30)[:, None] + np.zeros((1, 2))
-    lane = np.arange(2)[None, :] + np.zeros((30, 1))
-    oid = (1000 * lane + t).astype(np.float32)
-    term = np.zeros((30, 2), bool)
-    term[:, 0] = np.arange(30) % 3 == 2
-    return {"obs": np.stack([oid, oid], -1), "action": np.zeros((30, 2), np.int64),
-            "reward": np.ones((30, 2), np.float32),
-            "next_obs": np.stack([oid + 1, oid + 1], -1), "terminated": term,
-            "truncated": np.zeros((30, 2), bool)}
-
-
 def usable_start(i: int) -> bool:
     """Whether step id ``i`` starts a full window of ``L`` steps inside its episode."""
     lane, t = divmod(i, 1000)
@@ -243,7 +230,7 @@ def filled(services: list[Any], sampler: Any) -> tuple[Any, Any, Any, np.ndarray
         cfg["sampler"] = sampler
     svc = start(services, 2, cfg, num_lanes=2, seed=1)
     single = rb.from_config({**cfg, "num_envs": 2})
-    data = episodes_data()
+    data = episodes()
     prio = np.random.default_rng(2).uniform(0.2, 4.0, (30, 2))
     client = svc.client(max_rows=7)
     kw = {} if sampler is None else {"priority": prio}

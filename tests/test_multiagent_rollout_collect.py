@@ -6,7 +6,7 @@ agents leave mid-episode), every stored step checked against what the env return
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 import pytest
@@ -379,88 +379,14 @@ def test_final_value_wins_over_final_obs_and_value_fn_sees_only_the_rest() -> No
 pettingzoo = pytest.importorskip("pettingzoo")
 mpe2 = pytest.importorskip("mpe2")
 
-import gymnasium as gym  # noqa: E402  (pettingzoo depends on it)
 from mpe2 import simple_spread_v3  # noqa: E402
-from pettingzoo.utils.env import ParallelEnv  # noqa: E402
 
 from replaybank.integrations.pettingzoo import (  # noqa: E402
     MultiAgentActorCritic,
     MultiAgentCollector,
     MultiAgentRolloutCollector,
 )
-
-
-class Leaver(ParallelEnv):  # type: ignore[misc]
-    """Three agents: "b" terminates at step ``b_end``, "c" is truncated at ``c_end``, "a"
-    is truncated at ``a_end`` (the episode's end). Observations differ every step
-    (step, episode, noise); ``state()`` is (step, episode, live agents)."""
-
-    metadata: ClassVar[dict[str, Any]] = {"name": "leaver_v1"}
-
-    def __init__(self, b_end: int = 2, c_end: int = 4, a_end: int = 5) -> None:
-        self.possible_agents = ["a", "b", "c"]
-        self.ends = {"a": a_end, "b": b_end, "c": c_end}
-        self.episode = -1
-        self.rng = np.random.default_rng()
-
-    def action_space(self, agent: str) -> Any:
-        return gym.spaces.Discrete(3)
-
-    def observation_space(self, agent: str) -> Any:
-        return gym.spaces.Box(-np.inf, np.inf, (3,), np.float32)
-
-    def _observe(self, agent: str) -> np.ndarray:
-        return np.array([self.t, self.episode, self.rng.normal()], np.float32)
-
-    def state(self) -> np.ndarray:
-        return np.array([self.t, self.episode, len(self.agents)], np.float32)
-
-    def reset(self, seed: int | None = None, options: Any = None) -> Any:
-        if seed is not None:
-            self.rng = np.random.default_rng(seed)
-        self.episode += 1
-        self.t = 0
-        self.agents = list(self.possible_agents)
-        return {a: self._observe(a) for a in self.agents}, {a: {} for a in self.agents}
-
-    def step(self, actions: dict[str, Any]) -> Any:
-        assert set(actions) == set(self.agents), (actions, self.agents)
-        self.t += 1
-        obs = {a: self._observe(a) for a in actions}
-        rew = {a: float(actions[a]) + self.rng.normal() for a in actions}
-        term = {a: a == "b" and self.t >= self.ends[a] for a in actions}
-        trunc = {a: a != "b" and self.t >= self.ends[a] for a in actions}
-        self.agents = [a for a in self.agents if not (term[a] or trunc[a])]
-        return obs, rew, term, trunc, {a: {} for a in actions}
-
-
-class Recorder:
-    """Forwards to ``env`` and logs each step: the observations and state before it,
-    the actions, the four dicts it returned and the state after it."""
-
-    def __init__(self, env: Any) -> None:
-        self.env = env
-        self.log: list[dict[str, Any]] = []
-        self.pending: dict[str, Any] = {}
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.env, name)
-
-    def reset(self, seed: int | None = None, options: Any = None) -> Any:
-        obs, info = self.env.reset(seed=seed, options=options)
-        self.pending = {a: np.array(o) for a, o in obs.items()}
-        return obs, info
-
-    def step(self, actions: dict[str, Any]) -> Any:
-        before = self.env.state()
-        out = self.env.step(actions)
-        obs, rew, term, trunc, _ = out
-        self.log.append(dict(obs=self.pending, action=dict(actions),
-                             next={a: np.array(o) for a, o in obs.items()}, rew=dict(rew),
-                             term=dict(term), trunc=dict(trunc), state=np.array(before),
-                             state_after=np.array(self.env.state())))
-        self.pending = {a: np.array(o) for a, o in obs.items() if a in self.env.agents}
-        return out
+from tests.pettingzoo_leavers import Leaver, Recorder  # noqa: E402
 
 
 class Critic:

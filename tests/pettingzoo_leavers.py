@@ -1,0 +1,133 @@
+"""Hand-written PettingZoo parallel envs whose agents leave mid-episode, and a recorder of
+what an env returned: for the multi-agent rollout collection tests.
+
+Other test files import them: ``from tests.pettingzoo_leavers import Leaver, Recorder``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import gymnasium as gym
+import numpy as np
+from pettingzoo.utils.env import ParallelEnv
+
+
+class Leaver(ParallelEnv):  # type: ignore[misc]
+    """Three agents: "b" terminates at step ``b_end``, "c" is truncated at ``c_end``, "a"
+    is truncated at ``a_end`` (the episode's end). Observations differ every step
+    (step, episode, noise); ``state()`` is (step, episode, live agents)."""
+
+    metadata: ClassVar[dict[str, Any]] = {"name": "leaver_v1"}
+
+    def __init__(self, b_end: int = 2, c_end: int = 4, a_end: int = 5) -> None:
+        self.possible_agents = ["a", "b", "c"]
+        self.ends = {"a": a_end, "b": b_end, "c": c_end}
+        self.episode = -1
+        self.rng = np.random.default_rng()
+
+    def action_space(self, agent: str) -> Any:
+        return gym.spaces.Discrete(3)
+
+    def observation_space(self, agent: str) -> Any:
+        return gym.spaces.Box(-np.inf, np.inf, (3,), np.float32)
+
+    def _observe(self, agent: str) -> np.ndarray:
+        return np.array([self.t, self.episode, self.rng.normal()], np.float32)
+
+    def state(self) -> np.ndarray:
+        return np.array([self.t, self.episode, len(self.agents)], np.float32)
+
+    def reset(self, seed: int | None = None, options: Any = None) -> Any:
+        if seed is not None:
+            self.rng = np.random.default_rng(seed)
+        self.episode += 1
+        self.t = 0
+        self.agents = list(self.possible_agents)
+        return {a: self._observe(a) for a in self.agents}, {a: {} for a in self.agents}
+
+    def step(self, actions: dict[str, Any]) -> Any:
+        assert set(actions) == set(self.agents), (actions, self.agents)
+        self.t += 1
+        obs = {a: self._observe(a) for a in actions}
+        rew = {a: float(actions[a]) + self.rng.normal() for a in actions}
+        term = {a: a == "b" and self.t >= self.ends[a] for a in actions}
+        trunc = {a: a != "b" and self.t >= self.ends[a] for a in actions}
+        self.agents = [a for a in self.agents if not (term[a] or trunc[a])]
+        return obs, rew, term, trunc, {a: {} for a in actions}
+
+
+class DictLeaver(Leaver):
+    """Three agents with their own spaces: "a" observes ``{"observation": float32[3],
+    "action_mask": int8[3]}`` (the mask changes with the step), "b" a plain float32[2],
+    "c" ``{"pos": float64[2], "legal": bool[3]}``. "b" terminates at ``b_end``, "c" is
+    truncated at ``c_end``, "a" at ``a_end`` (the episode's end). With ``reuse``, "a"'s
+    dict and its arrays are one object overwritten in place at every step."""
+
+    metadata: ClassVar[dict[str, Any]] = {"name": "dict_leaver_v0"}
+
+    def __init__(self, b_end: int = 2, c_end: int = 4, a_end: int = 5,
+                 reuse: bool = False) -> None:
+        super().__init__(b_end, c_end, a_end)
+        self.reuse = reuse
+        self._a: dict[str, Any] = {"observation": np.zeros(3, np.float32),
+                                   "action_mask": np.zeros(3, np.int8)}
+
+    def observation_space(self, agent: str) -> Any:
+        if agent == "a":
+            return gym.spaces.Dict({"observation": gym.spaces.Box(-np.inf, np.inf, (3,),
+                                                                  np.float32),
+                                    "action_mask": gym.spaces.MultiBinary(3)})
+        if agent == "b":
+            return gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
+        return gym.spaces.Dict({"pos": gym.spaces.Box(-np.inf, np.inf, (2,), np.float64),
+                                "legal": gym.spaces.MultiBinary(3)})
+
+    def _observe(self, agent: str) -> Any:
+        noise = self.rng.normal()
+        if agent == "a":
+            base = np.array([self.t, self.episode, noise], np.float32)
+            mask = np.array([1, self.t % 2, self.episode % 2], np.int8)
+            if not self.reuse:
+                return {"observation": base, "action_mask": mask}
+            self._a["observation"][:] = base
+            self._a["action_mask"][:] = mask
+            return self._a
+        if agent == "b":
+            return np.array([self.t + 100, noise], np.float32)
+        return {"pos": np.array([self.t, noise]),
+                "legal": np.array([True, self.t % 2 == 0, self.t % 3 == 0])}
+
+
+def _copy(o: Any) -> Any:
+    """A private copy of an observation (a dict observation's arrays too)."""
+    return {k: np.array(v) for k, v in o.items()} if isinstance(o, dict) else np.array(o)
+
+
+class Recorder:
+    """Forwards to ``env`` and logs each step: the observations and state before it,
+    the actions, the four dicts it returned and the state after it."""
+
+    def __init__(self, env: Any) -> None:
+        self.env = env
+        self.log: list[dict[str, Any]] = []
+        self.pending: dict[str, Any] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.env, name)
+
+    def reset(self, seed: int | None = None, options: Any = None) -> Any:
+        obs, info = self.env.reset(seed=seed, options=options)
+        self.pending = {a: _copy(o) for a, o in obs.items()}
+        return obs, info
+
+    def step(self, actions: dict[str, Any]) -> Any:
+        before = self.env.state()
+        out = self.env.step(actions)
+        obs, rew, term, trunc, _ = out
+        self.log.append(dict(obs=self.pending, action=dict(actions),
+                             next={a: _copy(o) for a, o in obs.items()}, rew=dict(rew),
+                             term=dict(term), trunc=dict(trunc), state=np.array(before),
+                             state_after=np.array(self.env.state())))
+        self.pending = {a: _copy(o) for a, o in obs.items() if a in self.env.agents}
+        return out
