@@ -477,7 +477,8 @@ def test_without_replacement_draws_distinct_servable_steps(sampler: str | None) 
     assert stat < chi2_critical(9), stat
     assert sorted(buf.sample(10, replace=False).indices.tolist()) == servable
     before = buf.rng.bit_generator.state
-    with pytest.raises(rb.EmptyBufferError, match="fewer than 11 distinct steps"):
+    with pytest.raises(rb.EmptyBufferError,
+                       match=r"holds 10 distinct steps.*lower batch_size to at most 10"):
         buf.sample(11, replace=False)
     assert buf.rng.bit_generator.state == before
 
@@ -504,3 +505,126 @@ def test_a_step_relinked_after_the_plan_takes_its_next_row() -> None:
     kept[slot] = 99  # ...and reuses the freed slot for another step
     got = buf.view.gather(table, keys)
     assert got["next_obs"][:, -1, 0].tolist() == [newest + 1, newest + 1, 4]
+
+
+def _one_episode(buf: rb.ReplayBuffer, steps: int, lanes: int = 1) -> None:
+    """``steps`` adds of one long episode per lane; the obs of step ``t`` of lane ``l`` is
+    ``100 * l + t``."""
+    for t in range(steps):
+        obs = (100.0 * np.arange(lanes) + t)[:, None].astype(np.float32)
+        if lanes == 1:
+            buf.add(obs=obs[0], action=0, reward=0.0, next_obs=obs[0] + 1,
+                    terminated=False, truncated=False)
+        else:
+            buf.add(obs=obs, action=np.zeros(lanes, np.int64), reward=np.zeros(lanes),
+                    next_obs=obs + 1, terminated=np.zeros(lanes, bool),
+                    truncated=np.zeros(lanes, bool))
+
+
+def test_without_replacement_up_to_every_servable_step_never_fails() -> None:
+    """``replace=False`` with a batch of (nearly) every servable step: the redraw rounds
+    used to give up at random (after 64 redraws fewer distinct steps than the batch);
+    the draw is now exact among the servable steps, uniform over their subsets, and a
+    batch above their number is refused with the exact count, drawing nothing."""
+    from tests.stats import chi2_critical
+
+    for seed in range(300):  # 2 lanes of 8, wrapped: 3 oldest steps per lane not served
+        buf = rb.ReplayBuffer(16, num_envs=2, frame_stack=4, seed=seed)
+        _one_episode(buf, 20, lanes=2)
+        b = buf.sample(10, replace=False)
+        assert sorted(b.indices.tolist()) == [k for k in range(30, 40)]
+    counts = np.zeros(40, int)
+    for _ in range(2000):
+        keys = buf.sample(9, replace=False).indices
+        assert len(set(keys.tolist())) == 9
+        counts[keys] += 1
+    servable = counts[30:]
+    assert counts[:30].sum() == 0
+    expected = 2000 * 9 / 10
+    stat = float(((servable - expected) ** 2 / expected).sum())
+    assert stat < chi2_critical(9), stat
+    before = buf.rng.bit_generator.state
+    with pytest.raises(rb.EmptyBufferError,
+                       match=r"batch_size=11, replace=False\): the buffer holds 10 distinct "
+                             r"steps.*at most 10"):
+        buf.sample(11, replace=False)
+    assert buf.rng.bit_generator.state == before
+
+
+def test_without_replacement_small_batch_above_the_servable_steps_names_the_count() -> None:
+    """A batch below half the stored steps but above the servable ones: the redraw rounds
+    fail, then the refusal gives the exact number of servable steps (no state change)."""
+    buf = rb.ReplayBuffer(16, num_envs=2, frame_stack=8, seed=0)
+    _one_episode(buf, 12, lanes=2)  # per lane of 8: only the newest step has its history
+    assert sorted(buf.sample(2, replace=False).indices.tolist()) == [22, 23]
+    before = buf.rng.bit_generator.state
+    with pytest.raises(rb.EmptyBufferError,
+                       match=r"holds 2 distinct steps the view can serve \(among 16 steps"):
+        buf.sample(3, replace=False)
+    assert buf.rng.bit_generator.state == before
+
+
+def test_with_replacement_falls_back_to_the_servable_steps() -> None:
+    """Most stored steps unservable (a long stack over a wrapped ring): the redraw rounds
+    do not finish, and the rows they leave are drawn uniformly among the servable steps
+    (before: "after 64 redraws ... add more data" although two steps are servable)."""
+    from tests.stats import chi2_critical
+
+    buf = rb.ReplayBuffer(128, num_envs=2, frame_stack=64, seed=3)
+    _one_episode(buf, 70, lanes=2)  # per lane of 64: only the newest step is servable
+    counts = np.zeros(2, int)
+    for _ in range(50):
+        b = buf.sample(32)
+        assert set(b.indices.tolist()) <= {138, 139}
+        assert b.obs[:, -1, 0].tolist() == [69.0 + 100 * (k % 2) for k in b.indices]
+        counts += np.bincount(b.indices - 138, minlength=2)
+    expected = 50 * 32 / 2
+    assert float(((counts - expected) ** 2 / expected).sum()) < chi2_critical(1)
+
+
+def _per_wrapped(seed: int) -> rb.ReplayBuffer:
+    """PER (alpha 1, eps 0), frame stack 4 over a ring of 8 that wrapped: steps 4, 5, 6
+    lack their history; they hold priority 1000 each, the servable 7..11 priorities
+    1..5."""
+    buf = rb.ReplayBuffer(8, frame_stack=4, seed=seed,
+                          sampler=rb.PrioritizedSampler(alpha=1.0, eps=0.0, beta=0.5))
+    _one_episode(buf, 12)
+    buf.update_priorities(np.arange(4, 12), np.r_[[1000.0] * 3, 1.0, 2.0, 3.0, 4.0, 5.0])
+    return buf
+
+
+def test_prioritized_mass_on_unservable_steps_draws_among_the_servable() -> None:
+    """PER whose mass sits on steps a frame stack cannot serve: the draws that the redraw
+    rounds leave come i.i.d. in proportion to priority among the servable steps, with
+    ``P(i) = p_i / total`` and the sampler's weights (before: an EmptyBufferError)."""
+    from tests.stats import chi2_critical
+
+    buf = _per_wrapped(0)
+    total = 3000.0 + 15.0
+    counts = np.zeros(5, int)
+    for _ in range(100):
+        b = buf.sample(32)
+        keys = b.indices
+        assert set(keys.tolist()) <= set(range(7, 12))
+        np.testing.assert_allclose(b.probabilities, (keys - 6) / total)
+        # weights (N P(i))^-beta over the largest possible weight (of the smallest
+        # stored priority, 1): sqrt(1 / p_i)
+        np.testing.assert_allclose(b.weights, np.sqrt(1.0 / (keys - 6)), rtol=1e-6)
+        counts += np.bincount(keys - 7, minlength=5)
+    expected = counts.sum() * np.arange(1, 6) / 15.0
+    assert float(((counts - expected) ** 2 / expected).sum()) < chi2_critical(4)
+
+
+def test_prioritized_no_servable_step_with_priority_is_refused_unchanged() -> None:
+    """Every servable step at priority 0: refused, naming the positive priority the
+    servable steps lack; the generator and the beta schedule are as before."""
+    buf = _per_wrapped(1)
+    buf.update_priorities(np.arange(7, 12), np.zeros(5))
+    sampler = buf.sampler
+    assert isinstance(sampler, rb.PrioritizedSampler)
+    before, calls = buf.rng.bit_generator.state, sampler.calls
+    with pytest.raises(rb.EmptyBufferError,
+                       match=r"none of the 8 stored steps can be served with a positive "
+                             r"priority.*update priorities"):
+        buf.sample(4)
+    assert buf.rng.bit_generator.state == before and sampler.calls == calls

@@ -14,7 +14,10 @@ or advances its beta schedule. Only a view that may reject keys (frame stacks) c
 after drawing (64 redraw rounds found nothing it can serve): for those views the
 generator state is saved before the draw and restored on failure, and a scheduled
 sampler's beta is resolved once per call, so redraw rounds neither advance the schedule
-nor change beta within a batch.
+nor change beta within a batch. When redraws do not finish, or for distinct steps
+(``replace=False``) from a prioritized sampler or of at least half the stored steps, the
+keys are drawn exactly among the servable steps (:func:`~replaybank.samplers.draw.
+draw_among`).
 
 Example:
     >>> import replaybank as rb
@@ -30,8 +33,14 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from replaybank.samplers.base import LaneView, Sampler, SampleResult, SamplerTraits
-from replaybank.samplers.draw import draw
+from replaybank.samplers.base import (
+    LaneView,
+    Sampler,
+    SampleResult,
+    SamplerTraits,
+    SubsetDraws,
+)
+from replaybank.samplers.draw import draw, draw_among
 from replaybank.samplers.sample_args import LARGE_BATCH, check_batch_size, check_options
 from replaybank.storage.table import StepTable
 from replaybank.views.base import (
@@ -65,7 +74,7 @@ class Parts:
     """
 
     __slots__ = ("checks", "every_step", "fused", "options", "restores", "sampler", "step",
-                 "traits", "transform", "view")
+                 "subset", "traits", "transform", "view")
 
     def __init__(self, sampler: Sampler, view: View) -> None:
         self.sampler = sampler
@@ -77,6 +86,8 @@ class Parts:
         self.every_step = bool(view.every_step)
         self.restores = isinstance(view, CallbackView)
         self.checks = view if isinstance(view, FieldsCheckedView) else None
+        # draws among the servable steps when redraws cannot (see samplers.draw)
+        self.subset = sampler if isinstance(sampler, SubsetDraws) else None
         # the keyword options a sample call may pass without the slow check
         self.options = frozenset(self.traits.options) - {"batch_size", "replace"}
 
@@ -194,7 +205,16 @@ class Parts:
                 kwargs = {**kwargs, "beta": sched.current_beta}
         try:
             got = None
-            if self.fused is not None:  # check and gather in one pass
+            subset = self.subset
+            if not replace and subset is not None and (
+                    self.traits.uniform is None or 2 * batch_size >= lanes.size):
+                # distinct steps drawn exactly among the servable ones: a prioritized
+                # sampler's successive sampling restricted to them (redraw rounds would
+                # not keep its law), or a batch of at least half the stored steps (the
+                # list of servable steps costs about as much as the batch)
+                res = draw_among(subset, lanes, rng, batch_size, self._valid(table),
+                                 replace=replace, **kwargs)
+            elif self.fused is not None:  # check and gather in one pass
                 res = self.sampler.sample(batch_size, lanes, rng, replace=replace, **kwargs)
                 got = self.fused.gather_valid(table, res.keys, rng)
                 if got is None:  # a key must be redrawn: exactly as draw alone would
@@ -215,9 +235,12 @@ class Parts:
               batch_size: int, first: SampleResult | None = None,
               **kwargs: Any) -> SampleResult:
         """The sampler's keys, the ones the view cannot serve redrawn."""
+        return draw(self.sampler, lanes, rng, batch_size, self._valid(table), first, **kwargs)
+
+    def _valid(self, table: StepTable) -> Any:
+        """The view's check of keys of ``table`` (a mask of the keys it serves, or None)."""
         view = self.view
-        valid = _all_valid if self.every_step else (lambda keys: view.valid(table, keys))
-        return draw(self.sampler, lanes, rng, batch_size, valid, first, **kwargs)
+        return _all_valid if self.every_step else (lambda keys: view.valid(table, keys))
 
 
 def _all_valid(keys: IntArray) -> None:

@@ -19,9 +19,10 @@ declared protocols that a buffer checks once, when it builds its plans:
 * :class:`IndependentDraws`: draws keys independently of each other from its own
   (unconditional) law, even where ``sample`` correlates them (PER's strata): what exact
   rejection (the sharded service's sequence windows) needs;
-* :class:`SubsetDraws`: weighs given keys by its law and draws distinct keys among them by
-  successive sampling: sequence windows without replacement draw from the usable starts
-  only;
+* :class:`SubsetDraws`: weighs given keys by its law and draws keys among them (distinct
+  ones by successive sampling, or i.i.d.): sequence windows without replacement draw from
+  the usable starts only, and frame stacks from the servable steps when redraws do not
+  finish;
 * :class:`StatelessSampler` (a base class): keeps no per-slot state, so writes need not
   be told to it; ``iid`` says its draws are independent of each other.
 
@@ -240,15 +241,19 @@ class SubsetDraws(Sampler, Protocol):
         ...
 
     def sample_among(self, keys: IntArray, batch_size: int, lanes: LaneView,
-                     rng: np.random.Generator, **kwargs: Any) -> SampleResult:
+                     rng: np.random.Generator, replace: bool = False,
+                     **kwargs: Any) -> SampleResult:
         """``batch_size`` distinct keys of the distinct live ``keys``, in draw order, by
-        successive sampling (see the class docs), with the probabilities and weights
-        ``sample`` gives those keys. A scheduled sampler's schedule is not advanced (the
-        caller counts the call).
+        successive sampling (see the class docs), or with ``replace=True`` ``batch_size``
+        keys drawn i.i.d. from the law restricted to ``keys`` (key ``i`` with probability
+        ``w_i / sum(w)``: what a frame stack's draw falls back to, see
+        :mod:`replaybank.samplers.draw`), with the probabilities and weights ``sample``
+        gives those keys. A scheduled sampler's schedule is not advanced (the caller
+        counts the call).
 
         Raises:
-            EmptyBufferError: Fewer than ``batch_size`` of ``keys`` have a positive
-                weight (nothing is drawn).
+            EmptyBufferError: Fewer than ``batch_size`` of ``keys`` (``replace=True``:
+                none) have a positive weight (nothing is drawn).
         """
         ...
 

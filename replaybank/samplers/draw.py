@@ -1,6 +1,19 @@
 """Drawing steps a replay buffer's view can serve: the sampler draws, the view checks, and
 the rows it rejects are redrawn (the others keep their keys, probabilities and weights).
 
+When 64 redraw rounds do not finish (most of the sampler's mass on steps the view cannot
+serve, or ``replace=False`` with a batch close to the number of servable steps), a
+sampler that can draw among given keys (:class:`~replaybank.samplers.base.SubsetDraws`:
+the uniform and prioritized ones) finishes the batch exactly from its law restricted to
+the *servable* steps (:func:`servable_keys`, :func:`draw_among`), as sequence windows do
+(:func:`~replaybank.samplers.windows.servable_starts`): with replacement, the rows still
+rejected are drawn i.i.d. from that law; without, the whole batch is a successive sample
+of the servable steps. Probabilities and importance weights stay those the sampler gives
+the drawn keys (prioritized: ``P(i) = p_i / total`` over every live step, as for rows the
+redraw rounds accept), so every row of a batch is weighted alike. Only when no servable
+step has a positive weight (or, without replacement, fewer than ``batch_size``) is the
+call refused, with the exact count.
+
 Example:
     >>> import numpy as np
     >>> import replaybank as rb
@@ -23,13 +36,24 @@ import numpy as np
 import numpy.typing as npt
 
 from replaybank.errors import EmptyBufferError
-from replaybank.samplers.base import LaneView, Sampler, SampleResult
+from replaybank.ops import ring
+from replaybank.samplers.base import (
+    LaneView,
+    PrioritySampler,
+    Sampler,
+    SampleResult,
+    SubsetDraws,
+)
 
-__all__ = ["draw", "replace_rows"]
+__all__ = ["draw", "draw_among", "replace_rows", "servable_keys"]
 
 IntArray = npt.NDArray[np.int64]
+Valid = Callable[[IntArray], "npt.NDArray[np.bool_] | None"]
 
 _MAX_TRIES = 64
+# live keys checked per call of the view's check when listing servable steps (bounds the
+# check's temporary arrays)
+_CHUNK = 1 << 16
 
 
 def draw(sampler: Sampler, lanes: LaneView, rng: np.random.Generator, batch_size: int,
@@ -53,8 +77,9 @@ def draw(sampler: Sampler, lanes: LaneView, rng: np.random.Generator, batch_size
         ``replace=False``: a redrawn key that a kept row already holds is redrawn too).
 
     Raises:
-        EmptyBufferError: 64 redraws found no servable steps (without replacement: not
-            ``batch_size`` distinct ones).
+        EmptyBufferError: 64 redraws did not finish and (a sampler that draws among given
+            keys) no servable step has a positive weight (without replacement: fewer than
+            ``batch_size``), or (any other sampler) 64 redraws did not finish.
     """
     res = sampler.sample(batch_size, lanes, rng, **kwargs) if first is None else first
     ok = valid(res.keys)
@@ -63,6 +88,9 @@ def draw(sampler: Sampler, lanes: LaneView, rng: np.random.Generator, batch_size
     while ok is not None and not np.all(ok):
         tries += 1
         if tries > _MAX_TRIES:
+            if isinstance(sampler, SubsetDraws):  # exact: the law among servable steps
+                return draw_among(sampler, lanes, rng, batch_size, valid,
+                                  None if distinct else (res, ok), **kwargs)
             raise EmptyBufferError(
                 f"sample(batch_size={batch_size}, replace=False): after {_MAX_TRIES} "
                 f"redraws fewer than {batch_size} distinct steps the view can serve were "
@@ -79,6 +107,97 @@ def draw(sampler: Sampler, lanes: LaneView, rng: np.random.Generator, batch_size
         if distinct:  # (the sampler's draw of the redrawn rows knows nothing of the kept)
             ok = _first_of_each(res.keys, ok)
     return res
+
+
+def servable_keys(lanes: LaneView, valid: Valid) -> IntArray:
+    """Every live key the view can serve, lane by lane, oldest first.
+
+    Args:
+        lanes: The table's lane bookkeeping.
+        valid: The view's check (a mask of the keys it can serve, or None for all).
+
+    Returns:
+        Keys ``[n]``.
+
+    Example:
+        >>> lv = LaneView(T=4, lanes=2, written=np.array([4, 3]), counts=np.array([4, 3]))
+        >>> servable_keys(lv, lambda keys: keys % 3 != 0).tolist()
+        [2, 4, 1, 5]
+    """
+    size = lanes.size
+    out = []
+    for lo in range(0, size, _CHUNK):
+        flat = np.arange(lo, min(size, lo + _CHUNK), dtype=np.int64)
+        keys = ring.uniform_keys(flat, lanes.written, lanes.counts)
+        ok = valid(keys)
+        out.append(keys if ok is None else keys[ok])
+    return np.concatenate(out) if out else np.zeros(0, np.int64)
+
+
+def draw_among(sampler: SubsetDraws, lanes: LaneView, rng: np.random.Generator,
+               batch_size: int, valid: Valid,
+               partial: tuple[SampleResult, npt.NDArray[np.bool_]] | None = None,
+               **kwargs: Any) -> SampleResult:
+    """An exact draw from the sampler's law restricted to the steps the view can serve.
+
+    Without replacement (``replace=False`` in ``kwargs``): ``batch_size`` distinct
+    servable steps by successive sampling
+    (:meth:`~replaybank.samplers.base.SubsetDraws.sample_among`), refused first when
+    fewer are servable. With replacement: the rows of ``partial`` that the view rejects
+    (all ``batch_size`` rows when None) are drawn i.i.d. from the law among servable steps;
+    the others keep their keys, probabilities and weights.
+
+    Args:
+        sampler: Draws among given keys.
+        lanes: The table's lane bookkeeping.
+        rng: The sampling generator.
+        batch_size: Number of keys B.
+        valid: The view's check.
+        partial: ``(result, ok)``: a draw of ``batch_size`` keys and the mask of its rows
+            to keep (with replacement only), or None.
+        **kwargs: Sampler options (``replace``, ``beta``, ...).
+
+    Returns:
+        A ``SampleResult`` of ``[B]`` keys the view can serve.
+
+    Raises:
+        EmptyBufferError: No servable step has a positive weight in the sampler's law
+            (without replacement: fewer than ``batch_size``); the message gives the count.
+
+    Example:
+        >>> from replaybank.samplers.uniform import UniformSampler
+        >>> lv = LaneView(T=8, lanes=1, written=np.array([8]), counts=np.array([8]))
+        >>> res = draw_among(UniformSampler(), lv, np.random.default_rng(0), 2,
+        ...                  lambda keys: keys >= 6, replace=False)
+        >>> sorted(res.keys.tolist())
+        [6, 7]
+    """
+    distinct = kwargs.get("replace", True) is False
+    keys = servable_keys(lanes, valid)
+    weights = np.asarray(sampler.key_weights(keys, lanes), np.float64)
+    keys = keys[weights > 0.0]
+    n = len(keys)
+    prio = n < (batch_size if distinct else 1) and isinstance(sampler, PrioritySampler)
+    what = " with a positive priority" if prio else ""
+    if distinct and batch_size > n:
+        fix = f"lower batch_size to at most {n}, use replace=True, " if n else ""
+        raise EmptyBufferError(
+            f"sample(batch_size={batch_size}, replace=False): the buffer holds {n} "
+            f"distinct steps the view can serve{what} (among {lanes.size} steps; a frame "
+            f"stack does not serve steps whose history was overwritten); {fix}or add more "
+            "data")
+    if n == 0:
+        raise EmptyBufferError(
+            f"sample(batch_size={batch_size}): none of the {lanes.size} stored steps can "
+            f"be served{what} (a frame stack does not serve steps whose history was "
+            "overwritten); add more data" + (", or update priorities of servable steps "
+                                             "with positive values" if prio else ""))
+    if distinct or partial is None:
+        return sampler.sample_among(keys, batch_size, lanes, rng, **kwargs)
+    res, ok = partial
+    bad = np.flatnonzero(~ok)
+    more = sampler.sample_among(keys, len(bad), lanes, rng, **kwargs)
+    return replace_rows(res, bad, more)
 
 
 def _first_of_each(keys: IntArray, ok: npt.NDArray[np.bool_] | None) -> npt.NDArray[np.bool_]:

@@ -587,11 +587,14 @@ class PrioritizedSampler:
 
     def sample_among(self, keys: IntArray, batch_size: int, lanes: LaneView,
                      rng: np.random.Generator, beta: float | None = None,
-                     **kwargs: Any) -> SampleResult:
+                     replace: bool = False, **kwargs: Any) -> SampleResult:
         """``batch_size`` distinct keys of ``keys`` by successive sampling in proportion to
         priority among those not drawn yet (Gumbel top-k over the keys' stored
-        priorities, as ``sample(replace=False)`` over every slot), in draw order, with
-        ``P(i)`` and weights as :meth:`sample` gives them. The schedule is not advanced.
+        priorities, as ``sample(replace=False)`` over every slot), in draw order, or with
+        ``replace=True`` ``batch_size`` keys drawn independently, key ``i`` with
+        probability ``p_i / sum(p)`` among ``keys``; with ``P(i)`` and weights as
+        :meth:`sample` gives them (``P(i) = p_i / total`` over every live step, the
+        weights from the smallest stored priority). The schedule is not advanced.
 
         Args:
             keys: Distinct live keys ``[n]`` to draw among.
@@ -599,6 +602,7 @@ class PrioritizedSampler:
             lanes: Lane bookkeeping of the table.
             rng: Generator.
             beta: IS exponent (None: the schedule's).
+            replace: Draw independently (True) or distinct keys (False).
             **kwargs: Ignored (the sample call's other options).
 
         Returns:
@@ -606,8 +610,8 @@ class PrioritizedSampler:
 
         Raises:
             ConfigError: Bad ``beta``.
-            EmptyBufferError: Fewer than ``batch_size`` of ``keys`` have a positive
-                priority (nothing is drawn).
+            EmptyBufferError: Fewer than ``batch_size`` of ``keys`` (``replace=True``:
+                none) have a positive priority (nothing is drawn).
 
         Example:
             >>> s = PrioritizedSampler(alpha=1.0, eps=0.0, kernel="numpy"); s.bind(4, 1)
@@ -621,6 +625,11 @@ class PrioritizedSampler:
         keys = np.asarray(keys, np.int64)
         p = self.key_weights(keys, lanes)
         nz = np.flatnonzero(p > 0)
+        if replace and len(nz):
+            cum = np.cumsum(p[nz])
+            at = np.searchsorted(cum, rng.random(batch_size) * cum[-1], side="right")
+            pick = nz[np.minimum(at, len(nz) - 1)]
+            return self._weighed(keys[pick], p[pick], b, lanes)
         if len(nz) < batch_size:
             raise EmptyBufferError(
                 f"sample(batch_size={batch_size}, replace=False): only {len(nz)} of the "

@@ -123,22 +123,26 @@ class UniformSampler(StatelessSampler):
         return np.ones(len(keys), np.float64)
 
     def sample_among(self, keys: IntArray, batch_size: int, lanes: LaneView,
-                     rng: np.random.Generator, **kwargs: Any) -> SampleResult:
+                     rng: np.random.Generator, replace: bool = False,
+                     **kwargs: Any) -> SampleResult:
         """``batch_size`` distinct keys of ``keys``, a uniformly random ordered subset
-        (successive uniform draws without replacement).
+        (successive uniform draws without replacement), or with ``replace=True``
+        ``batch_size`` keys drawn uniformly and independently among ``keys``.
 
         Args:
             keys: Distinct live keys ``[n]`` to draw among.
             batch_size: B.
             lanes: Lane bookkeeping of the table.
             rng: Generator.
+            replace: Draw independently (True) or distinct keys (False).
             **kwargs: Ignored (the sample call's other options).
 
         Returns:
             The keys ``[B]`` in draw order.
 
         Raises:
-            EmptyBufferError: ``batch_size`` exceeds ``len(keys)`` (nothing is drawn).
+            EmptyBufferError: ``batch_size`` exceeds ``len(keys)`` (``replace=True``:
+                ``keys`` is empty); nothing is drawn.
 
         Example:
             >>> lv = LaneView(T=8, lanes=1, written=np.array([8]), counts=np.array([8]))
@@ -148,6 +152,8 @@ class UniformSampler(StatelessSampler):
             [1, 3, 5]
         """
         keys = np.asarray(keys, np.int64)
+        if replace and len(keys):
+            return SampleResult(keys[uniform_ints(rng, len(keys), batch_size)])
         if batch_size > len(keys):
             raise EmptyBufferError(
                 f"sample(batch_size={batch_size}, replace=False): only {len(keys)} keys to "
