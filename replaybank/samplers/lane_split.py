@@ -33,6 +33,10 @@ __all__ = ["LaneSplitSampler"]
 class LaneSplitSampler(StatelessSampler):
     """Divides each batch randomly (multinomially, equal odds) among non-empty lanes.
 
+    Behind a view that rejects some steps (frame stacks), rejected keys are redrawn, so a
+    lane's share is proportional to the fraction of its steps the view serves (see
+    ``docs/samplers/lane-split.md``).
+
     Stateless apart from the buffer's generator, so its state dict is empty and a
     checkpoint of the buffer (one ``state_dict`` for all lanes) restores it exactly.
 
