@@ -628,3 +628,18 @@ def test_prioritized_no_servable_step_with_priority_is_refused_unchanged() -> No
                              r"priority.*update priorities"):
         buf.sample(4)
     assert buf.rng.bit_generator.state == before and sampler.calls == calls
+
+
+def test_a_cleared_buffer_says_why_its_first_steps_are_not_served() -> None:
+    """After clear() the first k - 1 steps of a lane are not served (their history is
+    gone, which the table cannot tell from overwritten history): sampling a cleared
+    buffer that holds only such steps says so and names clear(), changing nothing."""
+    buf = rb.ReplayBuffer(16, num_envs=2, frame_stack=3, seed=0)
+    _one_episode(buf, 2, lanes=2)
+    buf.clear()
+    _one_episode(buf, 1, lanes=2)
+    before = buf.rng.bit_generator.state
+    with pytest.raises(rb.EmptyBufferError, match=r"none of the 2 stored steps can be "
+                                                  r"served.*removed by clear\(\)"):
+        buf.sample(1)
+    assert buf.rng.bit_generator.state == before

@@ -436,7 +436,12 @@ class ReplayBuffer:
                                   lanes)
 
     def clear(self) -> None:
-        """Drop every stored step (storage stays allocated)."""
+        """Drop every stored step (storage stays allocated).
+
+        With ``frame_stack=k`` the first ``k - 1`` steps of each lane written after a
+        clear are not served (their history is gone, which the table cannot tell from
+        history the ring overwrote; see :mod:`replaybank.views.framestack`).
+        """
         locked = self._guard.enter()
         try:
             self._store.check_write("clear")

@@ -54,6 +54,10 @@ _MAX_TRIES = 64
 # live keys checked per call of the view's check when listing servable steps (bounds the
 # check's temporary arrays)
 _CHUNK = 1 << 16
+# why a frame stack leaves steps out, for the errors
+_WHY = ("a frame stack does not serve a step whose history is gone: overwritten by the "
+        "ring, or removed by clear(), which it cannot tell apart; up to k - 1 steps per "
+        "lane at its old end")
 
 
 def draw(sampler: Sampler, lanes: LaneView, rng: np.random.Generator, batch_size: int,
@@ -183,15 +187,14 @@ def draw_among(sampler: SubsetDraws, lanes: LaneView, rng: np.random.Generator,
         fix = f"lower batch_size to at most {n}, use replace=True, " if n else ""
         raise EmptyBufferError(
             f"sample(batch_size={batch_size}, replace=False): the buffer holds {n} "
-            f"distinct steps the view can serve{what} (among {lanes.size} steps; a frame "
-            f"stack does not serve steps whose history was overwritten); {fix}or add more "
-            "data")
+            f"distinct steps the view can serve{what} (among {lanes.size} steps; {_WHY}); "
+            f"{fix}or add more data")
     if n == 0:
         raise EmptyBufferError(
             f"sample(batch_size={batch_size}): none of the {lanes.size} stored steps can "
-            f"be served{what} (a frame stack does not serve steps whose history was "
-            "overwritten); add more data" + (", or update priorities of servable steps "
-                                             "with positive values" if prio else ""))
+            f"be served{what} ({_WHY}); add more data" + (
+                ", or update priorities of servable steps with positive values" if prio
+                else ""))
     if distinct or partial is None:
         return sampler.sample_among(keys, batch_size, lanes, rng, **kwargs)
     res, ok = partial

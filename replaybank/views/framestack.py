@@ -16,6 +16,11 @@ A step whose stack needs frames that were overwritten is not served. When a padd
 stack's episode begins at the oldest stored step of its lane, the table can no longer
 tell an episode start from lost history (the previous step is gone), so that step is
 not served either (at most ``k - 1`` steps per lane, at the old end of the ring).
+The same holds after ``clear()``: sequence numbers keep counting and the steps before
+the first new one are gone, which the table records exactly as overwritten history, so
+the first ``k - 1`` steps of each lane after a clear are not served (a fresh buffer
+serves them, padded: there the steps before the first do not exist). Sampling a cleared
+buffer that holds only such steps is refused with an error that says so.
 Every obs field is stacked; views that rewrite observations (e.g. hindsight goal
 relabelling) are not supported as ``inner``.
 
