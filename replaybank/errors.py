@@ -111,19 +111,22 @@ def closest(name: str, names: Iterable[str]) -> str | None:
     or None.
 
     A match has difflib's ratio of at least 0.75, or at least 0.6 with a run of 3 or more
-    characters in common (``"lamda"`` -> ``"gae_lambda"``, ``"epsilon"`` -> ``"eps"``): a
-    short word shares enough scattered letters with an unrelated one to reach 0.6
-    (``"view"`` and ``"device"``), a typo keeps a run of the word.
+    characters in common (``"lamda"`` -> ``"gae_lambda"``, ``"epsilon"`` -> ``"eps"``) or
+    the very same letters (two swapped: ``"pso"`` -> ``"pos"``): a short word shares
+    enough scattered letters with an unrelated one to reach 0.6 (``"view"`` and
+    ``"device"``), a typo keeps a run of the word or its letters.
 
     Example:
         >>> closest("capacty", ["capacity", "num_envs"]), closest("x", ["capacity"])
         ('capacity', None)
         >>> closest("view", ["device", "k"]), closest("lamda", ["gae_lambda", "gamma"])
         (None, 'gae_lambda')
+        >>> closest("pso", ["pos", "vel"])
+        'pos'
     """
     for near in difflib.get_close_matches(name, sorted(names), n=3, cutoff=0.6):
         match = difflib.SequenceMatcher(None, name, near)
-        if match.ratio() >= 0.75 or \
+        if match.ratio() >= 0.75 or sorted(name) == sorted(near) or \
                 match.find_longest_match(0, len(name), 0, len(near)).size >= 3:
             return near
     return None
