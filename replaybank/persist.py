@@ -445,7 +445,8 @@ def open(path: Any, mode: str = "r+", *, trust_imports: bool = False,
     Raises:
         CheckpointError: No buffer at ``path`` (or ``path`` is a file), no config
             recorded for it, or its lane counters or links are damaged.
-        ConfigError: ``storage`` given as an override.
+        ConfigError: ``storage`` given as an override, or a ``capacity`` or ``num_envs``
+            override that differs from the files' (they fix the files' shape).
         ArgumentError: ``path`` is not a path (a str or ``os.PathLike``).
 
     Example:
@@ -467,11 +468,34 @@ def open(path: Any, mode: str = "r+", *, trust_imports: bool = False,
                           "or into memory, save() it and load() it, with path=new_dir for "
                           "new files)")
     backend = MemmapBackend(path, reopen=True, mode=mode)
+    try:  # a failed open changes nothing: what the rebuild wrote is undone
+        buf = _reopen(backend, path, trust_imports, overrides)
+    except BaseException:
+        backend.abort_open()
+        raise
+    backend.commit_open()
+    return buf
+
+
+#: Config entries that fix the shape of a memmap buffer's files.
+_FILE_SHAPE = ("capacity", "num_envs")
+
+
+def _reopen(backend: MemmapBackend, path: Path, trust_imports: bool,
+            overrides: dict[str, Any]) -> Resumable:
+    """The body of :func:`open` once the files are locked and checked."""
     cfg = backend.owner_record()
     if cfg is None:
         why = backend.manifest.get("config_error") or "nothing was ever added to it"
         raise CheckpointError(f"the memmap buffer at {path} has no recorded config ({why}); "
                               "it cannot be rebuilt")
+    for key in _FILE_SHAPE:
+        if key in overrides and key in cfg and overrides[key] != cfg[key]:
+            raise ConfigError(
+                f"open({path}, {key}={describe(overrides[key])}): the files at {path} hold "
+                f"a buffer of {key}={cfg[key]}, fixed when they were created; drop the {key} "
+                f"override (for another {key}, build a new buffer and copy the steps you "
+                "need into it)")
     cfg = {**cfg, "storage": "memmap", "path": str(backend.path), **overrides}
     from replaybank.config import from_config
 

@@ -272,6 +272,9 @@ class MemmapBackend:
         #: A failed first allocation gave the path back (no manifest, lock released):
         #: the next allocation claims it again.
         self._given_back = False
+        #: A writable reopen: the bytes of the files a reopen may write (the manifest and
+        #: the lane counters) as they were before it, until :meth:`commit_open`.
+        self._undo: dict[str, bytes] | None = None
         try:
             self._start(overwrite)
         except BaseException:
@@ -290,6 +293,7 @@ class MemmapBackend:
             self._check_lane_counters()
             if self._writable:
                 remove_stale_temps(self.path, (MANIFEST,))
+                self._undo = self._snapshot()
             return
         self.manifest = {"format": _FORMAT, "version": _VERSION, "arrays": {}, "config": None,
                          "buffer_id": uuid.uuid4().hex}
@@ -325,6 +329,52 @@ class MemmapBackend:
             self._release_lock()
             raise
         self._given_back = False
+
+    # ------------------------------------------------------------------ reopen
+    def _snapshot(self) -> dict[str, bytes]:
+        """The bytes of every file a reopen may write: the manifest (the owner record,
+        the buffer id) and the lane counters ``meta/*`` of one row per lane (the step
+        table repairs ``counts`` and ``start`` from each other when it maps them)."""
+        out = {MANIFEST: (self.path / MANIFEST).read_bytes()}
+        for name, entry in self.manifest["arrays"].items():
+            if name.startswith("meta/") and entry["row_shape"] == []:
+                with contextlib.suppress(OSError):
+                    out[self.file_name(name)] = (self.path / self.file_name(name)).read_bytes()
+        return out
+
+    def commit_open(self) -> None:
+        """The buffer reopened on these files is complete: its writes stay (no-op unless
+        this backend reopened files for writing)."""
+        self._undo = None
+
+    def abort_open(self) -> None:
+        """Undo what a failed reopen wrote and release the files (:meth:`close`).
+
+        :func:`replaybank.persist.open` calls this when rebuilding the buffer on the files
+        failed part way (an override that does not fit them, damaged links): every file
+        gets back the bytes it had when this backend opened it, so a failed open changes
+        nothing. (A process killed during a reopen leaves only repairs that any later
+        reopen makes too: ``counts = written - start``, and the owner record.)
+        """
+        undo, self._undo = self._undo, None
+        if undo is not None:
+            for base, data in undo.items():
+                file = self.path / base
+                with contextlib.suppress(OSError):
+                    if file.read_bytes() == data:
+                        continue
+                    if base == MANIFEST:  # atomically, as it is always written
+                        with temp_path(file) as tmp:
+                            tmp.write_bytes(data)
+                            os.replace(tmp, file)
+                    else:  # in place: the pages this process mapped see it
+                        fd = os.open(file, os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0))
+                        try:
+                            os.pwrite(fd, data, 0)
+                        finally:
+                            os.close(fd)
+            self._maps.clear()  # the buffer is gone: nothing to flush over the restored bytes
+        self.close()
 
     # ------------------------------------------------------------------ lock
     def _lock(self) -> None:
@@ -756,6 +806,11 @@ class MemmapBackend:
             need = rows * row
             rows = max(rows, size // row) if row else rows
         else:
+            if int(old["rows"]) != rows:  # a ring of another size: the rows mean other steps
+                raise CheckpointError(
+                    f"{self.path}: array {name!r} on disk has {old['rows']} rows but the "
+                    f"buffer needs {rows}; the files belong to a buffer of another capacity "
+                    "(open them with the capacity they were created with)")
             need = rows * row
         if size < need:  # a mapping beyond the file's end would SIGBUS on first read
             raise CheckpointError(f"{file} holds {size:,} bytes but array {name!r} needs "
