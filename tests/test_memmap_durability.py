@@ -4,7 +4,11 @@ nothing, a crash leaves a buffer that opens and keeps adding, and misuse is a cl
 from __future__ import annotations
 
 import hashlib
+import os
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -60,3 +64,105 @@ def test_a_failed_open_undoes_what_it_wrote(tmp_path: Path) -> None:
     with pytest.raises(CheckpointError, match="links are damaged"):
         rb.open(tmp_path, seed=7)
     assert _digests(tmp_path) == before
+
+
+# ------------------------------------------------------------- kill while the side store grows
+# Every step ends an episode, so each keeps its final observation in the side store: the
+# 33rd add of 2 lanes grows it from 64 slots, one file per dict-observation field. A child
+# forks once per kill point n (1, 2, ...) of that add, builds and fills a fresh buffer,
+# arms the hook and adds; it stops at the first n whose add completes.
+GROW_CHILD = r"""
+import os, sys
+import numpy as np
+import replaybank as rb
+from replaybank.storage.writers import killpoint
+
+base, limit = sys.argv[1], int(sys.argv[2])
+
+
+def step(t):
+    return dict(obs={"a": np.full((2, 2), t, np.float32), "b": np.full((2, 4), t % 256, np.uint8)},
+                next_obs={"a": np.full((2, 2), -t, np.float32),
+                          "b": np.full((2, 4), (200 - t) % 256, np.uint8)},
+                action=np.full(2, t, np.int64), reward=np.full(2, float(t)),
+                terminated=np.ones(2, bool), truncated=np.zeros(2, bool))
+
+
+for n in range(1, limit + 1):
+    d = os.path.join(base, str(n))
+    pid = os.fork()
+    if pid == 0:
+        try:
+            buf = rb.ReplayBuffer(capacity=400, num_envs=2, storage="memmap", path=d, seed=0)
+            for t in range(32):
+                buf.add(**step(t))
+            assert buf.table.side_capacity == 64
+            killpoint.arm(n)
+            buf.add(**step(32))
+        except BaseException:
+            import traceback
+            traceback.print_exc()
+            os._exit(3)
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
+        print(n - 1)
+        break
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == 9, (n, status)
+else:
+    raise SystemExit(f"still killed after {limit} store points")
+"""
+
+
+def _grow_step(t: int) -> dict[str, Any]:
+    return dict(obs={"a": np.full((2, 2), t, np.float32), "b": np.full((2, 4), t % 256, np.uint8)},
+                next_obs={"a": np.full((2, 2), -t, np.float32),
+                          "b": np.full((2, 4), (200 - t) % 256, np.uint8)},
+                action=np.full(2, t, np.int64), reward=np.full(2, float(t)),
+                terminated=np.ones(2, bool), truncated=np.zeros(2, bool))
+
+
+def _check_steps(buf: Any, upto: int) -> None:
+    """Each lane holds steps 0 .. upto - 1, each with its own obs and final obs."""
+    assert buf.table.written.tolist() == [upto, upto]
+    keys = np.arange(2 * upto)  # key = step * lanes + lane
+    t = keys // 2
+    assert buf.table.gather("action", keys).tolist() == t.tolist()
+    assert (buf.table.gather("obs/b", keys) == (t % 256)[:, None]).all()
+    assert (buf.table.gather_next("obs/a", keys) == -t[:, None]).all()
+    assert (buf.table.gather_next("obs/b", keys) == ((200 - t) % 256)[:, None]).all()
+
+
+def test_sigkill_while_the_side_store_grows(tmp_path: Path) -> None:
+    env = {**os.environ, "REPLAYBANK_KILLPOINTS": "1"}
+    r = subprocess.run([sys.executable, "-c", GROW_CHILD, str(tmp_path), "200"], env=env,
+                       capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stderr
+    points = int(r.stdout.split()[-1])
+    assert points >= 3  # the add's stores, and one before each side file grows
+    uneven = 0
+    for n in range(1, points + 1):
+        d = tmp_path / str(n)
+        sizes = {p.stat().st_size // (8 if "obs%2Fa" in p.name else 4)
+                 for p in d.glob("side%2F*.bin")}
+        uneven += len(sizes) > 1
+        reader = rb.open(d, mode="r")
+        done = int(reader.table.written[0])
+        assert done in (32, 33)
+        _check_steps(reader, done)
+        buf = rb.open(d)
+        for t in range(done, done + 300):  # grows again, evicts, reuses slots
+            buf.add(**_grow_step(t))
+        _check_steps_tail(buf, done + 300)
+        assert buf.sample(8).obs["b"].shape == (8, 4)
+        buf.close()
+    assert uneven  # some kill point left the side files of different lengths
+
+
+def _check_steps_tail(buf: Any, upto: int) -> None:
+    """The live steps (the newest 200 of each lane) are exact."""
+    keys = np.arange(2 * (upto - 200), 2 * upto)
+    t = keys // 2
+    assert buf.table.gather("action", keys).tolist() == t.tolist()
+    assert (buf.table.gather_next("obs/a", keys) == -t[:, None]).all()
+    assert (buf.table.gather_next("obs/b", keys) == ((200 - t) % 256)[:, None]).all()

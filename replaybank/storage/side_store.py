@@ -71,7 +71,8 @@ class SideStore:
             name: backend.allocate(f"side/{name}", (slots, *spec[name].shape), spec[name].dtype)
             for name in obs_fields
         }
-        self.free: list[int] = list(range(slots - 1, -1, -1))
+        self._even()
+        self.free: list[int] = list(range(self.capacity - 1, -1, -1))
 
     # ------------------------------------------------------------------ sizes
     @property
@@ -91,11 +92,42 @@ class SideStore:
         for name, arr in self.arrays.items():
             self.arrays[name] = self.backend.allocate(f"side/{name}", (cap, *arr.shape[1:]),
                                                       arr.dtype)
+        self._even()
+
+    def _even(self) -> None:
+        """Give every array the length of the shortest one that holds bytes.
+
+        Arrays reopened from files map each whole file, and a process killed while the
+        store grew (:meth:`resize` grows the files one after another) leaves some files
+        longer than others. The slots past the shortest never held an observation: the
+        free list takes the new slots only after every array grew (:meth:`take_many`),
+        so the store continues at the shortest length and grows the others again later.
+        """
+        rows = [int(a.shape[0]) for a in self.arrays.values() if a.dtype.itemsize
+                and int(np.prod(a.shape[1:], dtype=np.int64)) > 0]
+        if not rows or min(rows) == max(rows) == self.capacity:
+            return
+        n = min(rows)
+        for name, arr in self.arrays.items():
+            if arr.shape[0] > n:
+                self.arrays[name] = arr[:n]
+            elif arr.shape[0] < n:  # a field of zero bytes per row: nothing to keep
+                self.arrays[name] = np.zeros((n, *arr.shape[1:]), dtype=arr.dtype)
 
     # ------------------------------------------------------------------ slots
     def resize(self, slots: int) -> None:
-        """Grow (or shrink, when a smaller state is loaded) every array to ``slots``."""
+        """Grow (or shrink, when a smaller state is loaded) every array to ``slots``.
+
+        Durable storage grows one file after another; a process killed in between
+        leaves files of different lengths, which a reopened store evens out
+        (:meth:`_even`)."""
+        from replaybank.storage.writers import killpoint  # (it imports the step table)
+
+        point = killpoint.store_point if killpoint.KILL_AT and self.backend.durable \
+            else None
         for name, arr in self.arrays.items():
+            if point is not None:
+                point()
             self.arrays[name] = self.backend.resize(f"side/{name}", arr, slots)
 
     def alloc(self, k: int) -> IntArray:
