@@ -486,7 +486,13 @@ def _reopen(backend: MemmapBackend, path: Path, trust_imports: bool,
     """The body of :func:`open` once the files are locked and checked."""
     cfg = backend.owner_record()
     if cfg is None:
-        why = backend.manifest.get("config_error") or "nothing was ever added to it"
+        why = backend.manifest.get("config_error")
+        if why is None:  # no step was ever stored: a new buffer may take the path
+            raise CheckpointError(
+                f"the memmap buffer at {path} has no recorded config: it was built without "
+                "spec= and nothing was ever added to it, so it holds no step and cannot be "
+                f"rebuilt; build a new buffer there instead (rb.ReplayBuffer(..., "
+                f"storage='memmap', path={str(path)!r}) takes the place of this empty one)")
         raise CheckpointError(f"the memmap buffer at {path} has no recorded config ({why}); "
                               "it cannot be rebuilt")
     for key in _FILE_SHAPE:

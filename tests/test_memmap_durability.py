@@ -166,3 +166,62 @@ def _check_steps_tail(buf: Any, upto: int) -> None:
     assert buf.table.gather("action", keys).tolist() == t.tolist()
     assert (buf.table.gather_next("obs/a", keys) == -t[:, None]).all()
     assert (buf.table.gather_next("obs/b", keys) == ((200 - t) % 256)[:, None]).all()
+
+
+# ------------------------------------------------------------- a path that never held a step
+def _one_add(buf: Any) -> None:
+    buf.add(obs=np.zeros(3, np.float32), action=0, reward=1.0,
+            next_obs=np.ones(3, np.float32), terminated=False, truncated=False)
+
+
+KILLED_FIRST_ADD = r"""
+import os, signal, sys
+import numpy as np
+import replaybank as rb
+from replaybank.storage.backends.memmap import MemmapBackend
+
+MemmapBackend.record_owner = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)
+buf = rb.ReplayBuffer(capacity=64, storage="memmap", path=sys.argv[1], seed=0)
+buf.add(obs=np.zeros(3, np.float32), action=0, reward=1.0, next_obs=np.ones(3, np.float32),
+        terminated=False, truncated=False)
+"""
+
+
+@pytest.mark.parametrize("how", ["closed before any add", "killed in its first add"])
+def test_a_path_that_never_held_a_step_takes_a_new_buffer(tmp_path: Path, how: str) -> None:
+    d = tmp_path / "buf"
+    (tmp_path / "keep.txt").write_text("a user's file")
+    if how == "closed before any add":
+        rb.ReplayBuffer(capacity=64, storage="memmap", path=d, seed=0).close()
+    else:
+        r = subprocess.run([sys.executable, "-c", KILLED_FIRST_ADD, str(d)], timeout=120)
+        assert r.returncode == -9 and (d / "obs.bin").exists()
+    with pytest.raises(CheckpointError, match="holds no step.*build a new buffer there"):
+        rb.open(d)
+    buf = rb.ReplayBuffer(capacity=64, storage="memmap", path=d, seed=0)
+    _one_add(buf)
+    buf.close()
+    assert len(rb.open(d)) == 1 and (tmp_path / "keep.txt").exists()
+
+
+def test_a_path_that_holds_steps_is_never_taken(tmp_path: Path) -> None:
+    buf = rb.ReplayBuffer(capacity=64, storage="memmap", path=tmp_path, seed=0)
+    _one_add(buf)
+    buf.close()
+    before = _digests(tmp_path)
+    with pytest.raises(ConfigError, match=r"rb\.open\(path\).*storage=rb\.MemmapBackend\("
+                                          r"path, overwrite=True\)"):
+        rb.ReplayBuffer(capacity=64, storage="memmap", path=tmp_path, seed=0)
+    assert _digests(tmp_path) == before
+    # the way out the message names works
+    new = rb.ReplayBuffer(capacity=64, storage=rb.MemmapBackend(tmp_path, overwrite=True))
+    assert len(new) == 0
+
+
+@pytest.mark.parametrize("path", ["", b""])
+def test_an_empty_path_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                  path: Any) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match="path=.*needs a directory"):
+        rb.ReplayBuffer(capacity=8, storage="memmap", path=path, seed=0)
+    assert list(tmp_path.iterdir()) == []

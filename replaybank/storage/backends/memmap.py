@@ -260,7 +260,11 @@ class MemmapBackend:
         if mode == "r" and not reopen:
             raise ConfigError("MemmapBackend(mode='r') maps the files of an existing buffer "
                               "read-only: pass reopen=True (rb.open(path, mode='r'))")
-        self.path = Path(os.fspath(path))
+        if not isinstance(path, (str, bytes, os.PathLike)) or not os.fspath(path):
+            raise ConfigError(f"path={describe(path)}: memmap storage needs a directory "
+                              "for its files; pass e.g. path='runs/replay' (an empty path "
+                              "would write into the current directory)")
+        self.path = Path(os.fsdecode(os.fspath(path)))
         self.reopen = bool(reopen)
         self.mode = mode
         self.reserve = bool(reserve)
@@ -317,11 +321,12 @@ class MemmapBackend:
         try:
             remove_stale_temps(self.path, (MANIFEST,))
             if (self.path / MANIFEST).exists():
-                if not overwrite:
+                if not overwrite and not self._never_used():
                     raise ConfigError(
                         f"path={str(self.path)!r} already holds a replaybank memmap buffer; "
-                        "reopen it with ReplayBuffer.open(path), choose an empty directory, "
-                        "or pass MemmapBackend(path, overwrite=True) to replace it"
+                        "reopen it with rb.open(path), choose an empty directory, or "
+                        "replace it (deleting its steps) with rb.ReplayBuffer(..., "
+                        "storage=rb.MemmapBackend(path, overwrite=True))"
                     )
                 self._remove_files()
             self._save_manifest()
@@ -567,6 +572,29 @@ class MemmapBackend:
                     f"counts records {c}: a write moves them at most {chunk} steps apart "
                     f"(a ring of {T} rows), so this start would hide {c - live} stored "
                     f"steps; {fix}")
+
+    def _never_used(self) -> bool:
+        """Whether the buffer at :attr:`path` never stored a step, so a new buffer may
+        take its place: its manifest has no owner record (a buffer records its config
+        before its first write stores anything: a buffer built without ``spec`` and
+        closed before any add, or killed during its first add) and every lane's
+        ``written`` counter that its files hold is 0."""
+        try:
+            data = _check_manifest(json.loads((self.path / MANIFEST).read_bytes()
+                                              .decode("utf-8")), MANIFEST)
+        except (OSError, ValueError, RecursionError, CheckpointError):
+            return False
+        if data.get("config") is not None or data.get("config_error") is not None:
+            return False
+        if "meta/written" not in data["arrays"]:
+            return True
+        self.manifest = data
+        try:
+            written = self._read_counter("written")
+        finally:
+            self.manifest = {"format": _FORMAT, "version": _VERSION, "arrays": {},
+                             "config": None, "buffer_id": uuid.uuid4().hex}
+        return written is not None and not written.any()
 
     def _remove_files(self) -> None:
         """Delete the old buffer's files: only names derived from its array names, inside
