@@ -7,6 +7,7 @@ import hashlib
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -225,3 +226,88 @@ def test_an_empty_path_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     with pytest.raises(ConfigError, match="path=.*needs a directory"):
         rb.ReplayBuffer(capacity=8, storage="memmap", path=path, seed=0)
     assert list(tmp_path.iterdir()) == []
+
+
+# ------------------------------------------------------------- fork
+def _add_t(buf: Any, t: int) -> None:
+    buf.add(obs=np.full(3, t, np.float32), action=t, reward=float(t),
+            next_obs=np.full(3, t + 1, np.float32), terminated=False, truncated=False)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="POSIX fork")
+def test_a_forked_child_cannot_write_the_parents_files(tmp_path: Path) -> None:
+    buf = rb.ReplayBuffer(capacity=16, storage="memmap", path=tmp_path / "b", seed=0)
+    for t in range(3):
+        _add_t(buf, t)
+    _add_t(buf, 3)  # the hot path is cached now
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through the pipe
+        out = []
+        for call in (lambda: _add_t(buf, 100), lambda: buf.extend(
+                obs=np.zeros((2, 3)), action=np.zeros(2), reward=np.zeros(2),
+                next_obs=np.zeros((2, 3)), terminated=np.zeros(2, bool),
+                truncated=np.zeros(2, bool)), buf.flush, buf.clear):
+            try:
+                call()
+                out.append("ok")
+            except ConfigError as exc:
+                out.append(str(exc))
+        out.append(str(len(buf)))  # reading is fine
+        os.write(write, "\n".join(out).encode())
+        os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    with os.fdopen(read) as fh:
+        lines = fh.read().split("\n")
+    for line, verb in zip(lines, ("add()", "extend()", "flush", "clear()")):
+        assert f"cannot {verb}" in line and f"from the writer, process {os.getpid()}" in line
+        assert "rb.open(path)" in line and "storage='shared'" in line
+    assert lines[4] == "4"
+    for t in range(4, 6):  # the parent goes on alone
+        _add_t(buf, t)
+    buf.close()
+    again = rb.open(tmp_path / "b")
+    keys = np.arange(6)
+    assert again.table.gather("action", keys).tolist() == list(range(6))
+    assert again.table.gather_next("obs", keys)[:, 0].tolist() == list(range(1, 7))
+
+
+FORKING_WRITER = r"""
+import multiprocessing as mp, sys, time
+import numpy as np
+import replaybank as rb
+
+buf = rb.ReplayBuffer(capacity=8, storage="memmap", path=sys.argv[1], seed=0)
+buf.add(obs=np.zeros(3, np.float32), action=0, reward=1.0, next_obs=np.ones(3, np.float32),
+        terminated=False, truncated=False)
+worker = mp.get_context("fork").Process(target=time.sleep, args=(60,))
+worker.start()  # an env worker, as a vector env forks them
+print(worker.pid, flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="POSIX fork")
+def test_a_forked_worker_does_not_keep_a_killed_writers_lock(tmp_path: Path) -> None:
+    p = subprocess.Popen([sys.executable, "-c", FORKING_WRITER, str(tmp_path)],
+                         stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout is not None
+        worker = int(p.stdout.readline())
+        p.kill()
+        p.wait()
+        try:  # the worker still runs (it drops its copy as soon as it is scheduled)
+            for _ in range(50):
+                try:
+                    again = rb.open(tmp_path)
+                    break
+                except ConfigError:
+                    time.sleep(0.1)
+            else:
+                again = rb.open(tmp_path)
+            assert len(again) == 1
+        finally:
+            os.kill(worker, 9)
+    finally:
+        p.kill()

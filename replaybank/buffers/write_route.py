@@ -27,6 +27,8 @@ Example:
 
 from __future__ import annotations
 
+import os
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -72,6 +74,8 @@ class WriteRoute:
         self.writer: Writer | None = None
         #: The compiled write of a whole call when nothing must happen around it.
         self.direct: WriteCall = not_handled
+        if getattr(store.backend, "name", None) == "memmap":
+            _FILE_ROUTES.add(self)  # a forked child's first write asks the files
 
     def drop(self) -> None:
         """Forget the writer (the table or a part changed): the next write builds one."""
@@ -139,3 +143,20 @@ class WriteRoute:
         state["writer"] = None
         state["direct"] = not_handled
         return state
+
+
+#: Routes of memmap buffers: a forked child drops them (:func:`_after_fork_in_child`).
+_FILE_ROUTES: weakref.WeakSet[WriteRoute] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    """The hot path (:attr:`WriteRoute.direct`) asks nothing before it writes: in a child
+    forked from a memmap buffer's writer, each route is dropped, so the child's next
+    write goes through :meth:`WriteRoute.write`, whose storage check refuses it (the
+    files have one writer: the parent). The hot path itself pays nothing for this."""
+    for route in list(_FILE_ROUTES):
+        route.drop()
+
+
+if hasattr(os, "register_at_fork"):  # POSIX: os.fork and multiprocessing's "fork"
+    os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -93,6 +93,21 @@ _FULL = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT}  # the disk (or a limit) is fu
 _NO_FALLOCATE = {errno.EOPNOTSUPP, errno.ENOTSUP, errno.EINVAL, errno.ENOSYS}
 
 
+#: The writable backends of this process (the fork hook hands each child a refusing copy).
+_WRITERS: weakref.WeakSet[MemmapBackend] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    """A forked child inherits every writable backend of its parent: none of them is
+    the child's to write (see :meth:`MemmapBackend._inherited`)."""
+    for backend in list(_WRITERS):
+        backend._inherited()
+
+
+if hasattr(os, "register_at_fork"):  # POSIX: os.fork and multiprocessing's "fork"
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def _write_json_atomic(path: Path, data: Any) -> None:
     with temp_path(path) as tmp:
         with open(tmp, "w") as fh:
@@ -279,6 +294,8 @@ class MemmapBackend:
         #: A writable reopen: the bytes of the files a reopen may write (the manifest and
         #: the lane counters) as they were before it, until :meth:`commit_open`.
         self._undo: dict[str, bytes] | None = None
+        #: The writer's pid when this object is a forked child's copy of it (None: not).
+        self._forked_from: int | None = None
         try:
             self._start(overwrite)
         except BaseException:
@@ -421,6 +438,22 @@ class MemmapBackend:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._unlock = weakref.finalize(self, os.close, fd)
+        self._pid = os.getpid()
+        _WRITERS.add(self)
+
+    def _inherited(self) -> None:
+        """In a child forked from the writer: refuse every write from now on and close
+        the child's copy of the lock file descriptor. The parent keeps the lock (an
+        ``flock`` lasts while any descriptor of it is open, so the copy is closed, never
+        unlocked): a child that outlives a killed parent does not hold the directory."""
+        if self._forked_from is None:
+            self._forked_from = getattr(self, "_pid", None) or os.getppid()
+        self._writable = False
+        unlock, self._unlock = self._unlock, None
+        detached = unlock.detach() if unlock is not None else None
+        if detached is not None:
+            with contextlib.suppress(OSError):
+                os.close(detached[2][0])
 
     def close(self) -> None:
         """Flush the files and release the writer's lock (idempotent).
@@ -450,6 +483,15 @@ class MemmapBackend:
         return self.mode == "r+" and not self._writable
 
     def _refuse(self, what: str) -> ConfigError:
+        if self._forked_from is not None:
+            return ConfigError(
+                f"memmap buffer at {self.path}: cannot {what} in process {os.getpid()}: it "
+                f"was inherited through os.fork() from the writer, process "
+                f"{self._forked_from}, and one process writes a memmap directory at a time "
+                "(two would hand out the same slots). Open the path in this process with "
+                "rb.open(path) after the writer closed it (buf.close()), read it with "
+                "rb.open(path, mode='r'), or use storage='shared' for several writer "
+                "processes")
         why = ("it was opened read-only (mode='r'); reopen it with rb.open(path) to write"
                if self.mode == "r" else "it was closed (buf.close()), and another process "
                "may write its files now; reopen it with rb.open(path)")
@@ -920,7 +962,7 @@ class MemmapBackend:
             ConfigError: The backend is read-only (it has nothing to flush, and
                 ``buf.flush()`` must not write resume state beside another writer).
         """
-        if self.mode == "r":
+        if self.mode == "r" or self._forked_from is not None:
             raise self._refuse("flush")
         for mm in self._maps.values():
             mm.flush()
