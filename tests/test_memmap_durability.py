@@ -311,3 +311,66 @@ def test_a_forked_worker_does_not_keep_a_killed_writers_lock(tmp_path: Path) -> 
             os.kill(worker, 9)
     finally:
         p.kill()
+
+
+# ------------------------------------------------------------- damaged or unreadable files
+def test_a_data_file_replaced_by_a_directory_is_a_checkpoint_error(tmp_path: Path) -> None:
+    _filled(tmp_path, steps=5)
+    (tmp_path / "reward.bin").unlink()
+    (tmp_path / "reward.bin").mkdir()
+    for mode in ("r+", "r"):
+        with pytest.raises(CheckpointError, match=r"reward\.bin.*not a regular file.*damaged"):
+            rb.open(tmp_path, mode=mode)
+
+
+def _as_nobody(calls: dict[str, Any]) -> dict[str, str]:
+    """Run each call in a child process of an unprivileged user (root: uid 65534)."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - reports through the pipe
+        out = []
+        try:
+            if os.geteuid() == 0:
+                os.setgid(65534)
+                os.setuid(65534)
+            for label, call in calls.items():
+                try:
+                    call()
+                    out.append(f"{label}\tok")
+                except Exception as exc:  # noqa: BLE001 - reported to the parent
+                    out.append(f"{label}\t{type(exc).__name__}: {exc}")
+        finally:
+            os.write(write, "\n".join(out).encode())
+            os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    with os.fdopen(read) as fh:
+        return dict(line.split("\t", 1) for line in fh.read().splitlines())
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="POSIX fork")
+def test_unreadable_or_read_only_data_files_are_library_errors() -> None:
+    import shutil
+    import tempfile
+
+    root = Path(tempfile.mkdtemp(dir="/tmp"))
+    try:
+        ro, hidden = root / "ro", root / "hidden"
+        _filled(ro, steps=5)
+        _filled(hidden, steps=5)
+        if os.geteuid() == 0:
+            for p in [root, *root.rglob("*")]:
+                os.chown(p, 65534, 65534)
+        root.chmod(0o755)
+        (ro / "obs.bin").chmod(0o444)
+        (hidden / "obs.bin").chmod(0o000)
+        got = _as_nobody({"ro r+": lambda: rb.open(ro), "ro r": lambda: rb.open(ro, mode="r"),
+                          "hidden r": lambda: rb.open(hidden, mode="r")})
+        assert got["ro r"] == "ok"
+        assert got["ro r+"].startswith("ConfigError") and "obs.bin" in got["ro r+"]
+        assert "cannot be read and written" in got["ro r+"]
+        assert "mode='r'" in got["ro r+"]
+        assert got["hidden r"].startswith("ConfigError") and "obs.bin" in got["hidden r"]
+        assert "fix its permissions" in got["hidden r"]
+    finally:
+        shutil.rmtree(root, ignore_errors=True)

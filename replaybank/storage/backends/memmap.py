@@ -67,7 +67,15 @@ from urllib.parse import quote
 import numpy as np
 import numpy.typing as npt
 
-from replaybank.errors import CapacityError, CheckpointError, ConfigError, SpecError, describe
+from replaybank.errors import (
+    CapacityError,
+    CheckpointError,
+    ConfigError,
+    ReplayBankError,
+    SpecError,
+    describe,
+    os_error_fix,
+)
 from replaybank.io.atomic import remove_stale_temps, temp_path
 
 try:
@@ -825,12 +833,30 @@ class MemmapBackend:
             out.flags.writeable = self._writable or private
             return out
         file = self._file(name)
-        mm: np.memmap[Any, Any] = (
-            np.memmap(file, dtype=dtype, mode="r+", shape=shape) if self._writable
-            else np.memmap(file, dtype=dtype, mode="c", shape=shape) if private
-            else np.memmap(file, dtype=dtype, mode="r", shape=shape))
+        try:
+            mm: np.memmap[Any, Any] = (
+                np.memmap(file, dtype=dtype, mode="r+", shape=shape) if self._writable
+                else np.memmap(file, dtype=dtype, mode="c", shape=shape) if private
+                else np.memmap(file, dtype=dtype, mode="r", shape=shape))
+        except OSError as exc:
+            raise self._open_error(file, name, exc) from exc
         self._maps[name] = mm
         return mm.view(np.ndarray)
+
+    def _open_error(self, file: Path, name: str, exc: OSError) -> ReplayBankError:
+        """The library error of a data file that cannot be opened (``exc``)."""
+        if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            how = "read and written" if self._writable else "read"
+            fix = ("fix its permissions (or its file system), or open it read-only with "
+                   "rb.open(path, mode='r')" if self._writable else "fix its permissions")
+            return ConfigError(f"path={str(self.path)!r}: {file} (array {name!r}) cannot be "
+                               f"{how} by this process ({exc.strerror}); {fix}")
+        if exc.errno in (errno.EISDIR, errno.ENOTDIR, errno.ENOENT, errno.ELOOP):
+            return CheckpointError(f"{file} (array {name!r}) cannot be opened ({exc}); the "
+                                   "files are damaged: restore the buffer from a checkpoint "
+                                   "(rb.save / rb.load)")
+        return CheckpointError(f"{file} (array {name!r}) cannot be mapped ({exc}); "
+                               f"{os_error_fix(exc)}")
 
     def _array(self, name: str, shape: tuple[int, ...], dtype: np.dtype[Any],
                growable: bool) -> npt.NDArray[Any]:
@@ -865,10 +891,16 @@ class MemmapBackend:
             )
         file = self._file(name)
         try:
-            size = file.stat().st_size
+            info = file.stat()
         except OSError as exc:
             raise CheckpointError(f"{file} (array {name!r}) cannot be read ({exc}); the "
                                   "files are damaged") from exc
+        if not stat.S_ISREG(info.st_mode):
+            raise CheckpointError(f"{file} (array {name!r}) is not a regular file (a "
+                                  "directory or device took its place); the files are "
+                                  "damaged: restore the buffer from a checkpoint "
+                                  "(rb.save / rb.load)")
+        size = info.st_size
         row = _nbytes(shape[1:], dtype)
         rows = int(shape[0])
         if growable:  # the side store grows; its file size is the truth
