@@ -14,7 +14,9 @@ loses nothing that an earlier add completed. Call
 
 Files are safe to share and to damage: their disk blocks are reserved when they are
 created or grown (a full disk raises :class:`~replaybank.errors.CapacityError` then, not
-SIGBUS in a later add), one process at a time writes a directory (an ``flock`` on
+SIGBUS in a later add: at construction for the fields, or in the add that grows the side
+store, which starts small and doubles up to one observation per step; that add is then
+left undone), one process at a time writes a directory (an ``flock`` on
 :data:`LOCK` naming its pid, held until :meth:`MemmapBackend.close` or garbage
 collection; ``rb.open(path, mode="r")`` reads beside the writer: a snapshot of the steps
 complete at the open, :func:`~replaybank.storage.table_state.snapshot_table`), file
