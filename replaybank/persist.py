@@ -433,10 +433,13 @@ def open(path: Any, mode: str = "r+", *, trust_imports: bool = False,
             (read only, beside a writer: files mapped read-only, writes raise ConfigError).
         trust_imports: Let the recorded config import the modules it names (as in
             :func:`load`; by default a module not imported yet is refused).
-        **overrides: Config entries to change (e.g. ``seed=``, ``sampler=`` when the
-            original used an unregistered sampler). The files stay where they are: the
-            buffer always uses ``path`` (not a path recorded in its files), and
-            ``storage`` cannot be overridden.
+        **overrides: Config entries to change for this open (e.g. ``seed=``,
+            ``n_step=``): they are not recorded, so the next ``open(path)`` without them
+            rebuilds the buffer with the config it was created with (``buf.config()``
+            shows the one in use; ``save``/``load`` carry it). The files stay where they
+            are: the buffer always uses ``path`` (not a path recorded in its files);
+            ``storage`` cannot be overridden, nor ``capacity`` and ``num_envs`` changed
+            (they fix the files' shape).
 
     Returns:
         The buffer (of its registered type), holding every step added before the old

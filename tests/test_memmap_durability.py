@@ -197,7 +197,7 @@ def test_a_path_that_never_held_a_step_takes_a_new_buffer(tmp_path: Path, how: s
     else:
         r = subprocess.run([sys.executable, "-c", KILLED_FIRST_ADD, str(d)], timeout=120)
         assert r.returncode == -9 and (d / "obs.bin").exists()
-    with pytest.raises(CheckpointError, match="holds no step.*build a new buffer there"):
+    with pytest.raises(CheckpointError, match=r"holds no step.*build a new buffer there"):
         rb.open(d)
     buf = rb.ReplayBuffer(capacity=64, storage="memmap", path=d, seed=0)
     _one_add(buf)
@@ -223,7 +223,7 @@ def test_a_path_that_holds_steps_is_never_taken(tmp_path: Path) -> None:
 def test_an_empty_path_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                   path: Any) -> None:
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(ConfigError, match="path=.*needs a directory"):
+    with pytest.raises(ConfigError, match=r"path=.*needs a directory"):
         rb.ReplayBuffer(capacity=8, storage="memmap", path=path, seed=0)
     assert list(tmp_path.iterdir()) == []
 
@@ -260,7 +260,7 @@ def test_a_forked_child_cannot_write_the_parents_files(tmp_path: Path) -> None:
     os.waitpid(pid, 0)
     with os.fdopen(read) as fh:
         lines = fh.read().split("\n")
-    for line, verb in zip(lines, ("add()", "extend()", "flush", "clear()")):
+    for line, verb in zip(lines, ("add()", "extend()", "flush", "clear()"), strict=False):
         assert f"cannot {verb}" in line and f"from the writer, process {os.getpid()}" in line
         assert "rb.open(path)" in line and "storage='shared'" in line
     assert lines[4] == "4"
@@ -337,7 +337,7 @@ def _as_nobody(calls: dict[str, Any]) -> dict[str, str]:
                 try:
                     call()
                     out.append(f"{label}\tok")
-                except Exception as exc:  # noqa: BLE001 - reported to the parent
+                except Exception as exc:  # reported to the parent
                     out.append(f"{label}\t{type(exc).__name__}: {exc}")
         finally:
             os.write(write, "\n".join(out).encode())
@@ -374,3 +374,13 @@ def test_unreadable_or_read_only_data_files_are_library_errors() -> None:
         assert "fix its permissions" in got["hidden r"]
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def test_open_overrides_apply_to_that_open_only(tmp_path: Path) -> None:
+    _filled(tmp_path, steps=5)
+    buf = rb.open(tmp_path, seed=7, n_step=5)
+    assert buf.config().n_step == 5 and buf.config().seed == 7
+    buf.add(**_step(5, 2))
+    buf.close()
+    again = rb.open(tmp_path)
+    assert again.config().n_step == 1 and again.config().seed == 1 and len(again) == 12

@@ -1023,7 +1023,10 @@ class MemmapBackend:
         """Keep the owning buffer's record (its config) in the manifest.
 
         The backend never reads it: the buffer writes it, and
-        :func:`replaybank.persist.open` rebuilds the buffer from it.
+        :func:`replaybank.persist.open` rebuilds the buffer from it. Reopened files keep
+        the record they were created with: the overrides of ``rb.open(path, seed=7)``
+        apply to that open only, and the next plain ``rb.open(path)`` rebuilds the
+        buffer as it was created.
 
         Args:
             record: A JSON-able description of the owner, or None when it could not
@@ -1031,6 +1034,8 @@ class MemmapBackend:
             error: Why there is no record (shown when the buffer is reopened).
         """
         self._batch.clear()  # its arrays are complete
+        if self.reopen and isinstance(self.manifest.get("config"), dict):
+            return
         self.manifest["config"] = record
         self.manifest["config_error"] = error
         # a read-only reopen rebuilds the owner, which records itself; a path given back
