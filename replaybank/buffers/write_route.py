@@ -74,7 +74,7 @@ class WriteRoute:
         self.writer: Writer | None = None
         #: The compiled write of a whole call when nothing must happen around it.
         self.direct: WriteCall = not_handled
-        if getattr(store.backend, "name", None) == "memmap":
+        if store.backend.durable:
             _FILE_ROUTES.add(self)  # a forked child's first write asks the files
 
     def drop(self) -> None:
@@ -145,13 +145,14 @@ class WriteRoute:
         return state
 
 
-#: Routes of memmap buffers: a forked child drops them (:func:`_after_fork_in_child`).
+#: Routes of buffers in files (durable storage): a forked child drops them
+#: (:func:`_after_fork_in_child`).
 _FILE_ROUTES: weakref.WeakSet[WriteRoute] = weakref.WeakSet()
 
 
 def _after_fork_in_child() -> None:
     """The hot path (:attr:`WriteRoute.direct`) asks nothing before it writes: in a child
-    forked from a memmap buffer's writer, each route is dropped, so the child's next
+    forked from a file-backed buffer's writer, each route is dropped, so the child's next
     write goes through :meth:`WriteRoute.write`, whose storage check refuses it (the
     files have one writer: the parent). The hot path itself pays nothing for this."""
     for route in list(_FILE_ROUTES):
