@@ -72,7 +72,9 @@ class SideStore:
             for name in obs_fields
         }
         self._even()
-        self.free: list[int] = list(range(self.capacity - 1, -1, -1))
+        # (no observation field: a rows table sizes its side array from the free list)
+        cap = self.capacity if self.arrays else int(slots)
+        self.free: list[int] = list(range(cap - 1, -1, -1))
 
     # ------------------------------------------------------------------ sizes
     @property
