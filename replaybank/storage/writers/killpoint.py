@@ -30,6 +30,7 @@ import os
 import signal
 
 from replaybank.errors import ConfigError
+from replaybank.storage import side_store
 from replaybank.storage.writers.compiled import ACCEL
 
 __all__ = ["KILL_AT", "arm", "store_point"]
@@ -67,6 +68,7 @@ def arm(n: int) -> None:
                           "the kill-point build replaybank._lane_killpoints)")
     KILL_AT = max(0, int(n))
     _done[0] = 0
+    side_store.GROW_POINT[0] = store_point if KILL_AT else None
     if _C_COUNTS:
         ACCEL.arm(KILL_AT)
 
@@ -79,3 +81,7 @@ def store_point() -> None:
     _done[0] += 1
     if _done[0] == KILL_AT:
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+# armed from the environment at import: the side store's growth counts too
+side_store.GROW_POINT[0] = store_point if KILL_AT else None
