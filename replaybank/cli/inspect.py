@@ -95,6 +95,7 @@ import numpy.typing as npt
 from replaybank import persist
 from replaybank.buffers.replay import ReplayBuffer
 from replaybank.cli.args import non_negative_int, writable_file
+from replaybank.compat.base import FrontEnd
 from replaybank.errors import (
     CheckpointError,
     ConfigError,
@@ -366,8 +367,10 @@ def summarize(path: Any, prefix: str = "buffer_", draws: int = DRAWS,
     }
     inspection = Inspection(s)
     joint = buf if isinstance(buf, _AgentReplay) else None
-    # a front end (SequenceReplayBuffer) keeps its steps in a core ReplayBuffer
-    inner = getattr(buf, "buffer", None)
+    # a multi-agent buffer and a front end (SequenceReplayBuffer) keep their steps in a
+    # core ReplayBuffer
+    inner = joint.buffer if joint is not None else buf.buffer if isinstance(
+        buf, FrontEnd) else None
     core = buf if isinstance(buf, ReplayBuffer) else inner if isinstance(
         inner, ReplayBuffer) else None
     if core is not None and core.spec is not None:
@@ -467,6 +470,17 @@ class _Rollout(Protocol):
         ...
 
 
+@runtime_checkable
+class _EpisodeStarts(Protocol):
+    """A rollout that says where its envs' first steps begin episodes
+    (:attr:`~replaybank.RolloutBuffer.first_done`)."""
+
+    @property
+    def first_done(self) -> npt.NDArray[np.bool_]:
+        """``[num_envs]``: each env's step 0 begins an episode."""
+        ...
+
+
 def _rollout_episodes(buf: _Rollout, s: dict[str, Any],
                       arrays: dict[str, npt.NDArray[Any]]) -> None:
     """Episodes of a rollout's steps, env by env (reset steps left out): those that ended
@@ -481,7 +495,8 @@ def _rollout_episodes(buf: _Rollout, s: dict[str, Any],
     reward = data.get("reward")
     scalar = reward is not None and reward.ndim == 2
     # whether each env's first step began an episode (the rollout before it ended one)
-    first = np.asarray(getattr(buf, "_first_done", np.zeros(done.shape[1], bool)), bool)
+    first = np.asarray(buf.first_done, bool) if isinstance(buf, _EpisodeStarts) else \
+        np.zeros(done.shape[1], bool)
     rets: list[FloatArray] = []
     lens: list[IntArray] = []
     ended = []

@@ -253,6 +253,24 @@ class RolloutBuffer:
         return self._computed("returns")[1]
 
     @property
+    def first_done(self) -> AnyArray:
+        """``[num_envs]`` bool: whether each env's step 0 of this rollout begins an
+        episode (no rollout came before, or the one before ended an episode there); a copy.
+
+        Example:
+            >>> buf = RolloutBuffer(2, num_envs=2)
+            >>> for t in range(2):
+            ...     buf.add(obs=np.zeros((2, 1)), action=[0, 0], reward=[1.0, 1.0],
+            ...             terminated=[t == 1, False], truncated=[False, False],
+            ...             value=[0.0, 0.0], log_prob=[0.0, 0.0])
+            >>> buf.reset()
+            >>> buf.first_done.tolist()  # env 0 ended the last rollout's episode
+            [True, False]
+        """
+        out: AnyArray = self._first_done.copy()
+        return out
+
+    @property
     def valid(self) -> AnyArray:
         """``[pos, num_envs]`` bool: False at NEXT_STEP reset steps (never yielded by the
         generators), True everywhere else (always, unless ``autoreset_mode="next_step"``).
