@@ -306,6 +306,8 @@ class MemmapBackend:
         self._undo: dict[str, bytes] | None = None
         #: The writer's pid when this object is a forked child's copy of it (None: not).
         self._forked_from: int | None = None
+        #: The pid that took the writer's lock (None: not locked).
+        self._pid: int | None = None
         try:
             self._start(overwrite)
         except BaseException:
@@ -457,7 +459,7 @@ class MemmapBackend:
         ``flock`` lasts while any descriptor of it is open, so the copy is closed, never
         unlocked): a child that outlives a killed parent does not hold the directory."""
         if self._forked_from is None:
-            self._forked_from = getattr(self, "_pid", None) or os.getppid()
+            self._forked_from = self._pid or os.getppid()
         self._writable = False
         unlock, self._unlock = self._unlock, None
         detached = unlock.detach() if unlock is not None else None
