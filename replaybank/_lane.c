@@ -1969,17 +1969,18 @@ apply_plan(Appender *self, const Plan *p, char *const *src, const char *const *n
         goto out;
     }
     /* 1. evict: the live old steps in the rows written leave the window first (durable:
-     *    start advances, then counts drop), then their side slots are freed, row-major */
+     *    start advances, the truth of reopened files, and counts follow after the commit;
+     *    files written before start existed drop counts instead), then their side slots
+     *    are freed, row-major */
     if (p->any_evict) {
         if (self->durable) {
-            if (self->has_start) {
-                DURABLE_STORE(self);
+            DURABLE_STORE(self);
+            if (self->has_start)
                 for (Py_ssize_t j = 0; j < m; j++)
                     meta(&self->start)[p->lanes[j]] = p->s0[j] - p->kept[j];
-            }
-            DURABLE_STORE(self);
-            for (Py_ssize_t j = 0; j < m; j++)
-                cn[p->lanes[j]] = p->kept[j];
+            else
+                for (Py_ssize_t j = 0; j < m; j++)
+                    cn[p->lanes[j]] = p->kept[j];
         }
         if (p->in_step && p->all_lanes && skip == 0) {
             /* whole rows, in memory order: kept rows i >= T - c0 held a live step */

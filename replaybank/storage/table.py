@@ -22,8 +22,9 @@ Write order keeps a persistent (``durable``) table consistent if the process die
 mid-write. Such a table also keeps ``start`` (per lane, the sequence number of its oldest
 live step; ``counts == written - start``) in its files, and a table reopened from them
 takes ``counts = written - start``: every single store then moves one end of a lane's
-live window ``[start, written)``. Evicted steps leave first (``start`` advances, and
-``counts`` drops), then side slots, data and links are written outside the window, then
+live window ``[start, written)``. Evicted steps leave first (``start`` advances; the
+stored ``counts`` of a full lane stay ``T``, files written before ``start`` existed drop
+them instead), then side slots, data and links are written outside the window, then
 ``written`` advances (the commit), then the previous newest step is relinked (a lane's
 newest step always keeps its next observation aside), then ``counts`` and ``episodes``
 follow. A write that evicts more than :attr:`StepTable.chunk`

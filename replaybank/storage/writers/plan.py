@@ -6,9 +6,11 @@ This is the one contract of every write. Two appliers carry it out in the same f
 (``tests/test_compiled_plan.py`` compares their decisions; ``tests/test_fastpath.py`` the
 tables they leave):
 
-1. **evict**: the live old steps whose rows the write overwrites leave the ring; their
-   lanes' ``counts`` drop to :attr:`WritePlan.kept_old` *first* (a durable table is then
-   consistent at every instant), then their kept-aside slots are freed;
+1. **evict**: the live old steps whose rows the write overwrites leave the ring *first*:
+   a durable table's ``start`` advances to ``start_written - kept_old`` (the truth of a
+   reopened table, ``counts = written - start``, so it is consistent at every instant;
+   files written before ``start`` existed drop ``counts`` to :attr:`WritePlan.kept_old`
+   instead), then their kept-aside slots are freed;
 2. **continue**: each lane whose previous newest step survives (:attr:`WritePlan.prev_rows`)
    may continue into the first new observation: then its kept next observation is freed
    and its link becomes 0 (it is the next step's observation);

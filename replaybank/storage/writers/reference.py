@@ -166,15 +166,17 @@ def apply(table: StepTable, plan: WritePlan, values: Mapping[str, npt.NDArray[An
     point = killpoint.store_point if killpoint.KILL_AT and table.durable else None
 
     # 1. evict: leaving steps drop out of the window first (durable: start advances, the
-    #    truth after a kill), then out of counts, then their side slots are freed
+    #    truth after a kill; files without start: counts drop instead), then their side
+    #    slots are freed (counts take their new values after the commit, step 4)
     if plan.evicts:
         if table.start is not None:
             if point:
                 point()
             table.start[lanes] = start
-        if point:
-            point()
-        table.counts[lanes] = kept_old
+        elif table.durable:
+            if point:
+                point()
+            table.counts[lanes] = kept_old
         side.release(_overwritten_links(link, plan))
 
     # 2. continuity of each lane's previous newest step with the first new obs
@@ -425,6 +427,9 @@ class StepWriter:
         be = table.backend
         #: files: the crash-safe order of stores (and the kill-test hook before each)
         self.durable = table.durable
+        #: files written before ``start`` existed: an evicting step drops ``counts`` first
+        #: (with ``start``, the truth of a reopened table, full lanes' counts stay ``T``)
+        self.drops = table.durable and table.start is None
         self.serves = (
             be.host_numpy and (not table.durable or isinstance(be, DurableBackend))
             and table.tail is None and bool(self.obs_names) and self.layout.valid
@@ -730,7 +735,7 @@ class StepWriter:
                     free.extend(slots)
                 else:
                     self._relink(prow, plink, news, point)
-        if c < T or durable:  # (files: an evicting step stored T - 1 first)
+        if c < T or self.drops:  # (files without start: an evicting step stored T - 1)
             c = c + 1 if c < T else T
             if point:
                 point()
@@ -873,7 +878,7 @@ class StepWriter:
                     point()
                 link[prow, 0] = 0
                 free.append(pk - 1)
-        if c < T or self.durable:  # (files: an evicting step stored T - 1 first)
+        if c < T or self.drops:  # (files without start: an evicting step stored T - 1)
             if point:
                 point()
             counts[0] = c + 1 if c < T else T
@@ -886,16 +891,16 @@ class StepWriter:
 
 def _evict_counters(t: StepTable, start: int, kept: int,
                     point: Callable[[], None] | None) -> None:
-    """A durable table's first stores of a step that evicts one step of every lane
-    (lanes in step): ``start`` (the truth of a reopened table) then ``counts``, each
-    after the kill-test hook ``point``."""
-    if t.start is not None:
-        if point:
-            point()
-        t.start.fill(start)
+    """A durable table's first store of a step that evicts one step of every lane
+    (lanes in step), after the kill-test hook ``point``: ``start`` advances (the truth of
+    a reopened table: ``counts`` of full lanes then stay ``T`` and are not stored), or,
+    in files written before ``start`` existed, ``counts`` drop to ``kept``."""
     if point:
         point()
-    t.counts.fill(kept)
+    if t.start is not None:
+        t.start.fill(start)
+    else:
+        t.counts.fill(kept)
 
 
 def _store_rows(arrays: dict[str, Any], row: int, obs_name: str, o: Any, act: Any, rew: Any,
