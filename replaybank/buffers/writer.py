@@ -46,7 +46,6 @@ Example:
 from __future__ import annotations
 
 import os
-from _thread import get_ident
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -135,7 +134,7 @@ class Writer:
             (:class:`~replaybank.storage.writers.reference.StepWriter`); False: every call
             through the Python boundary and :func:`~replaybank.storage.writers.reference.
             write` (the oracle).
-        guard: The owning buffer's call guard, checked by the compiled writer itself
+        guard: The owning buffer's call guard, checked by the fast writers themselves
             (:mod:`replaybank.buffers.guard`); None: no check.
         drop_resets: Drop each lane's NEXT_STEP reset step (``autoreset_mode=
             "next_step"``), remembering per lane that it did in this (the buffer's), or
@@ -167,9 +166,9 @@ class Writer:
             self.fast = direct = self.compiled.write
         elif compiled:  # no compiler: the Python writer's one-step add
             step = StepWriter(table)
-            if step.serves:
+            if step.serves:  # (direct: one that checks the guard, as the compiled writer)
                 self.fast = step.write
-                direct = step.write if guard is None else _guarded(step.write, guard)
+                direct = step.write if guard is None else StepWriter(table, guard).write
         self.direct: WriteCall = direct if listener is None else not_handled
         self.by_range = listener.on_write_range if isinstance(listener, RangeListener) \
             else None
@@ -285,24 +284,3 @@ class Writer:
             rows = (t.written[ids][None, :] - n + np.arange(n)[:, None]) % T  # [n, m]
             slots = (rows * L + ids[None, :]).reshape(-1)
         listener.on_write(slots, prio)
-
-
-def _guarded(write: WriteCall, guard: Any) -> WriteCall:
-    """``write`` behind the buffer's call guard (:mod:`replaybank.buffers.guard`), as the
-    compiled writer checks it: the owner thread's call while the guard is not shared runs
-    with ``busy`` raised; any other call returns 0 (the buffer then takes the guard and
-    calls the writer again)."""
-
-    def direct(lanes: Any, steps: Any, obs: Any, action: Any, reward: Any, next_obs: Any,
-               terminated: Any, truncated: Any, extras: dict[str, Any]) -> int:
-        guard.busy = True  # raised before shared is read (the guard's handshake)
-        if guard.shared or get_ident() != guard.owner:
-            guard.busy = False
-            return 0
-        try:
-            return write(lanes, steps, obs, action, reward, next_obs, terminated, truncated,
-                         extras)
-        finally:
-            guard.busy = False
-
-    return direct

@@ -42,6 +42,7 @@ Example:
 from __future__ import annotations
 
 import importlib
+from _thread import get_ident
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -374,12 +375,15 @@ class StepWriter:
 
     Args:
         table: The step table (see :attr:`serves`).
+        guard: The owning buffer's call guard, checked by each :meth:`write` (see
+            :attr:`guard`), or None when the caller holds it.
 
     On a table of files (memmap, :class:`~replaybank.storage.backends.base.
     DurableBackend`) it stores in :func:`apply`'s crash-safe order: an evicting step moves
-    ``start`` and then ``counts`` first, then the kept next observations, the rows, the
-    link and ``written`` (the commit), the relink of the previous newest steps, the
-    counts and the episodes, with the kill-test hook before each store
+    ``start`` first (files written before ``start`` existed: ``counts``), then the kept
+    next observations, the rows, the link and ``written`` (the commit), the relink of the
+    previous newest steps, the counts (where they change) and the episodes, with the
+    kill-test hook before each store
     (``tests/test_hardening_inputs.py`` kills it at every one).
 
     Attributes:
@@ -414,8 +418,13 @@ class StepWriter:
         0
     """
 
-    def __init__(self, table: StepTable) -> None:
+    def __init__(self, table: StepTable, guard: Any = None) -> None:
         self.table = table
+        #: The owning buffer's call guard (its flags ``busy``, ``shared``, ``owner``; see
+        #: :mod:`replaybank.buffers.guard`), checked by :meth:`write` as the compiled
+        #: writer checks it: only the owner thread's call while the guard is not shared
+        #: writes, with ``busy`` raised. None: no check (the caller holds the guard).
+        self.guard = guard
         spec = table.spec
         std = ("action", "reward", "terminated", "truncated")
         #: where the observation fields are found in a call's obs (a flat one: the value)
@@ -531,13 +540,24 @@ class StepWriter:
         if obs is UNSET or action is UNSET or reward is UNSET or next_obs is UNSET \
                 or terminated is UNSET or truncated is UNSET:
             return 0
+        guard = self.guard
+        if guard is not None:  # (the compiled writer's check, in this writer's own call)
+            guard.busy = True  # raised before shared is read (the guard's handshake)
+            if guard.shared or get_ident() != guard.owner:
+                guard.busy = False
+                return 0
         try:
-            cast = self._cast_all(obs, action, reward, next_obs, terminated, truncated, extras)
-        except Exception:  # the Python boundary raises it again, named
-            return 0
-        if cast is None:
-            return 0
-        return self._apply(*cast) if self.L > 1 else self._apply_one(*cast)
+            try:
+                cast = self._cast_all(obs, action, reward, next_obs, terminated, truncated,
+                                      extras)
+            except Exception:  # the Python boundary raises it again, named
+                return 0
+            if cast is None:
+                return 0
+            return self._apply(*cast) if self.L > 1 else self._apply_one(*cast)
+        finally:
+            if guard is not None:
+                guard.busy = False
 
     def _cast_all(self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any,
                   truncated: Any, extras: dict[str, Any]) -> _Cast | None:
