@@ -395,15 +395,24 @@ def _durable(buf: Resumable) -> DurableBackend | None:
     return be if be.durable and isinstance(be, DurableBackend) else None
 
 
-def flush(buf: Resumable) -> Path | None:
+def flush(buf: Resumable, before: Callable[[], None] | None = None) -> Path | None:
     """Sync a memmap buffer's files and save its generator, sampler and view state by them.
+
+    Args:
+        buf: The buffer.
+        before: Run once the files are known to be writable here, held ``exclusive``
+            with the save (e.g. a wrapper recording its owner config): a refused flush
+            does not run it.
 
     Returns:
         The resume manifest's path, or None when nothing was ever added (no files to
         resume yet).
 
     Raises:
-        ConfigError: The buffer's storage is not durable (use ``save(dirpath)``).
+        ConfigError: The buffer's storage is not durable (use ``save(dirpath)``), or this
+            process may not write its files: opened read-only, inherited through a fork,
+            or closed (``buf.close()`` released the lock, so another process may own the
+            files now; reopen them with ``rb.open(path)``). Nothing is written then.
         CheckpointError: The state could not be written (the previous one is kept).
     """
     backend = _durable(buf)
@@ -414,6 +423,11 @@ def flush(buf: Resumable) -> Path | None:
             "checkpoint an in-memory buffer"
         )
     with _exclusive(buf):
+        # before anything, even with nothing to save: after close() the files may have
+        # another writer, whose resume state this one must not replace
+        backend.check_writable("flush()")
+        if before is not None:
+            before()
         state = buf.resume_state()
         if state is None:
             return None

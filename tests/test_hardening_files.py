@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -482,7 +483,8 @@ def _writes(buf: Any, state: dict[str, Any]) -> dict[str, Callable[[], Any]]:
             "next_obs": np.full(4, 8, np.float32), "terminated": False, "truncated": False}
     chunk = {k: np.stack([np.asarray(v)] * 3) for k, v in step.items()}
     return {"add": lambda: buf.add(**step), "extend": lambda: buf.extend(**chunk),
-            "clear": buf.clear, "load_state_dict": lambda: buf.load_state_dict(state)}
+            "clear": buf.clear, "flush": buf.flush,
+            "load_state_dict": lambda: buf.load_state_dict(state)}
 
 
 def _table_bytes(buf: Any) -> dict[str, bytes]:
@@ -493,7 +495,7 @@ def _table_bytes(buf: Any) -> dict[str, bytes]:
 
 
 @pytest.mark.parametrize("writer", ["auto", "reference"])
-@pytest.mark.parametrize("call", ["add", "extend", "clear", "load_state_dict"])
+@pytest.mark.parametrize("call", ["add", "extend", "clear", "flush", "load_state_dict"])
 def test_a_closed_buffer_refuses_writes(tmp_path: Path, writer: str, call: str,
                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """After ``buf.close()`` the lock is gone and another process may write the files: a
@@ -514,7 +516,7 @@ def test_a_closed_buffer_refuses_writes(tmp_path: Path, writer: str, call: str,
 
 
 @pytest.mark.parametrize("writer", ["auto", "reference"])
-@pytest.mark.parametrize("call", ["add", "extend", "clear", "load_state_dict"])
+@pytest.mark.parametrize("call", ["add", "extend", "clear", "flush", "load_state_dict"])
 def test_a_read_only_buffer_refuses_writes_unchanged(tmp_path: Path, writer: str, call: str,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """A reader opened with ``mode="r"`` beside a full buffer: a write is refused before
@@ -531,6 +533,51 @@ def test_a_read_only_buffer_refuses_writes_unchanged(tmp_path: Path, writer: str
             _writes(reader, buf.state_dict())[call]()
     assert _table_bytes(reader) == before and digest(d) == files and len(reader) == 8
     assert reader.sample(4).obs.shape == (4, 4)
+
+
+def test_flush_after_close_leaves_the_next_writers_files_alone(tmp_path: Path) -> None:
+    """``close()`` releases the lock, so the files may have a new writer: a late
+    ``flush()`` of the closed buffer (before the fix it was allowed) raises ConfigError
+    naming the path and ``rb.open(path)``, and neither the new writer's resume state nor
+    its data change. ``close()`` again is a no-op; an open buffer's flush still works,
+    with nothing added too (it saves nothing and returns)."""
+    d = tmp_path / "mm"
+    empty = rb.ReplayBuffer(8, storage="memmap", path=tmp_path / "empty", seed=0)
+    empty.flush()  # nothing added yet: no files to resume, nothing raised
+    buf = fill(rb.ReplayBuffer(8, storage="memmap", path=d, seed=0), 11)
+    buf.flush()
+    buf.close()
+    buf.close()  # idempotent
+    assert buf.backend.closed
+    nxt = fill(rb.open(d), 3)  # the next writer of the files
+    nxt.sample(2)
+    nxt.flush()
+    files = digest(d)
+    with pytest.raises(ConfigError, match=rf"memmap buffer at {re.escape(str(d))}: cannot "
+                                          r"flush\(\): it was closed.*rb\.open\(path\)"):
+        buf.flush()
+    assert digest(d) == files
+    want = nxt.sample(4)
+    nxt.close()
+    back = rb.open(d)  # resumes from the next writer's flush: the identical next sample
+    assert len(back) == 8 and np.array_equal(back.sample(4).obs, want.obs)
+
+
+def test_a_closed_multiagent_buffer_refuses_flush(tmp_path: Path) -> None:
+    """The multi-agent wrapper's flush is refused before it records its config."""
+    buf = rb.MultiAgentReplayBuffer(8, ["a", "b"], storage="memmap", path=tmp_path / "m",
+                                    seed=0)
+    for t in range(3):
+        buf.add(obs={k: np.full(2, t, np.float32) for k in "ab"},
+                action={k: 0 for k in "ab"}, reward={k: 1.0 for k in "ab"},
+                next_obs={k: np.full(2, t + 1, np.float32) for k in "ab"},
+                terminated={k: False for k in "ab"}, truncated={k: False for k in "ab"})
+    buf.flush()
+    buf.close()
+    files = digest(tmp_path / "m")
+    with pytest.raises(ConfigError, match=r"cannot flush\(\): it was closed"):
+        buf.flush()
+    assert digest(tmp_path / "m") == files and len(rb.open(tmp_path / "m")) == 3
 
 
 def test_close_after_another_thread_called(tmp_path: Path) -> None:

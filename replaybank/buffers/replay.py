@@ -804,16 +804,18 @@ class ReplayBuffer:
         :mod:`replaybank.persist`).
 
         Raises:
-            ConfigError: The storage is not memmap (use :meth:`save` instead).
+            ConfigError: The storage is not memmap (use :meth:`save` instead), or the
+                buffer may not write its files: opened read-only, or closed
+                (:meth:`close`; reopen it with ``rb.open(path)``).
         """
         persist.flush(self)
 
     def close(self) -> None:
         """Release durable storage: a memmap buffer syncs its files and drops the writer's
         lock, so another process may open the directory (no-op in memory). The buffer
-        must not be written afterwards (an ``add``, ``extend``, ``clear`` or
-        ``load_state_dict`` then raises ``ConfigError``); call :meth:`flush` first to
-        resume exactly."""
+        must not be written afterwards (an ``add``, ``extend``, ``clear``, ``flush`` or
+        ``load_state_dict`` then raises ``ConfigError``; ``close()`` again does nothing);
+        call :meth:`flush` first to resume exactly."""
         self._store.close(self._closing)
 
     @contextlib.contextmanager

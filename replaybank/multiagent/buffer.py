@@ -581,7 +581,9 @@ class MultiAgentReplayBuffer:
         (:func:`replaybank.persist.flush`).
 
         Raises:
-            ConfigError: The storage is not memmap (use :meth:`save` instead).
+            ConfigError: The storage is not memmap (use :meth:`save` instead), or the
+                buffer may not write its files: opened read-only, or closed
+                (:meth:`close`; reopen it with ``rb.open(path)``).
             CheckpointError: The state could not be written (the previous one is kept).
 
         Example:
@@ -602,9 +604,12 @@ class MultiAgentReplayBuffer:
             >>> type(back).__name__, back.agents, len(back)
             ('MultiAgentReplayBuffer', ('a', 'b'), 4)
         """
+        persist.flush(self, before=self._record_owner)
+
+    def _record_owner(self) -> None:
+        """Record the config (now with every agent's fields) in the files, if they exist."""
         if self.buffer.allocated:
             self.buffer.record_owner()
-        persist.flush(self)
 
     def close(self) -> None:
         """Release memmap storage: sync the files and drop the writer's lock (no-op in

@@ -995,11 +995,12 @@ class MemmapBackend:
         """msync every mapping (durable against an OS crash, not only a process kill).
 
         Raises:
-            ConfigError: The backend is read-only (it has nothing to flush, and
-                ``buf.flush()`` must not write resume state beside another writer).
+            ConfigError: The backend is read-only, inherited through a fork or closed (it
+                has nothing to flush, and ``buf.flush()`` must not write resume state
+                beside another writer).
         """
-        if self.mode == "r" or self._forked_from is not None:
-            raise self._refuse("flush")
+        if not self._writable:
+            raise self._refuse("flush()")
         for mm in self._maps.values():
             mm.flush()
 
