@@ -16,6 +16,7 @@ from replaybank.errors import (
     CapacityError,
     CheckpointError,
     ConfigError,
+    DtypeError,
     EmptyBufferError,
     ReplayBankError,
     ShapeError,
@@ -437,6 +438,56 @@ def test_other_rejected_calls() -> None:
 
 
 # ---------------------------------------------------------------- a real PettingZoo env
+def _two_env_buffer(central: bool = False) -> MultiAgentRolloutBuffer:
+    """Two envs, one step: agent 'a' ended its episode in env 0 only, 'b' in neither (so
+    'a' needs a last value in env 1, 'b' in envs 0 and 1)."""
+    buf = MultiAgentRolloutBuffer(2, ["a", "b"], num_envs=2, seed=0)
+    step = base_step(obs={"a": np.zeros((2, 3), np.float32), "b": np.zeros((2, 2), np.float32)},
+                     action={"a": [1, 1], "b": [0, 0]}, reward={"a": [1.0, 1.0], "b": [0.5, 0.5]},
+                     terminated={"a": [True, False], "b": [False, False]},
+                     truncated={"a": [False, False], "b": [False, False]},
+                     log_prob={"a": [-1.0, -1.0], "b": [-0.5, -0.5]})
+    step["value"] = [0.3, 0.3] if central else {"a": [0.1, 0.1], "b": [0.2, 0.2]}
+    buf.add(**step)
+    return buf
+
+
+@pytest.mark.parametrize(("central", "last", "exc", "words"), [
+    # a needed entry given as NaN or inf: a value problem, DtypeError as RolloutBuffer's
+    (False, {"a": [0.0, np.nan], "b": [0.0, 0.0]}, DtypeError,
+     ["agent 'a'", "env(s) [1]", "last_values['a'][1]", "which is nan", "not finite",
+      "NaN marks a value not given", "pass {'a':"]),
+    (False, {"a": [np.nan, 1.0], "b": [np.inf, np.nan]}, DtypeError,
+     ["agent 'b'", "env(s) [0, 1]", "last_values['b'][0]", "which is inf", "[inf, nan]"]),
+    (True, [np.nan, 0.0], DtypeError,
+     ["agent 'b'", "last_values[0] (one array for every agent)", "which is nan",
+      "centralised critic"]),
+    # a needed agent left out (NaN inside, "not given"): a missing input, ShapeError
+    (False, {"a": [np.nan, 2.0]}, ShapeError,
+     ["agent 'b'", "last_values['b'][0]", "missing", "no entry for 'b'", "given: ['a']",
+      "pass {'b':"]),
+    (False, None, ShapeError, ["agent 'a'", "env(s) [1]", "missing", "last_values=None"]),
+])
+def test_a_needed_last_value_that_is_nan_or_left_out_names_it(
+        central: bool, last: Any, exc: type[Exception], words: list[str]) -> None:
+    """A needed ``last_values`` entry given as NaN (or inf) is a DtypeError, as the
+    single-agent RolloutBuffer's non-finite ``last_values`` and a non-finite ``value_fn``
+    value are (it was a ShapeError about a "missing or not finite" value); an agent left
+    out stays a ShapeError, now saying so. Both name the agent, the entry, the value and
+    the fix, and change nothing; an entry no agent needs may stay NaN."""
+    buf = _two_env_buffer(central)
+    before = buf.state_dict()
+    with pytest.raises(exc) as info:
+        buf.compute_returns_and_advantage(last_values=last)
+    assert type(info.value) is exc
+    for w in words:
+        assert w in str(info.value), (w, str(info.value))
+    assert arrays_equal(buf.state_dict(), before)
+    ok = [1.0, 1.0] if central else {"a": [np.nan, 2.0], "b": [3.0, 4.0]}  # a's env 0: unneeded
+    buf.compute_returns_and_advantage(last_values=ok)
+    assert np.isfinite(buf.advantages["a"]).all() and np.isfinite(buf.advantages["b"]).all()
+
+
 def test_mpe2_simple_spread_rollout_with_random_actions() -> None:
     mpe2 = pytest.importorskip("mpe2")
     from mpe2 import simple_spread_v3

@@ -110,6 +110,7 @@ from replaybank.errors import (
     CapacityError,
     CheckpointError,
     ConfigError,
+    DtypeError,
     EmptyBufferError,
     ReplayBankError,
     ShapeError,
@@ -701,6 +702,50 @@ class MultiAgentRolloutBuffer:
         out[:] = per_env_float(f"{call}({arg}", value, self._num_envs)[:, None]
         return out
 
+    def _check_last_values(self, last_values: Any, last: FloatArray, need: BoolArray) -> None:
+        """Raise unless every needed entry of ``last_values`` was given and is finite.
+
+        Args:
+            last_values: The caller's argument (None, ``{agent: [num_envs]}``, or one
+                ``[num_envs]`` array for every agent).
+            last: ``[n_agents, num_envs]`` float64 (:meth:`_per_agent_floats`: NaN where
+                not given).
+            need: ``[n_agents, num_envs]`` bool: the agent's last active step there did
+                not end its episode, so its advantages bootstrap from that entry.
+
+        Raises:
+            ShapeError: A needed agent's entry was left out (``last_values`` None, or a
+                dict without the agent): a missing input, as a truncated step's missing
+                final value at ``add``.
+            DtypeError: A needed entry was given but is NaN or infinite: a value
+                problem, as a non-finite ``last_values`` of :class:`RolloutBuffer` or a
+                non-finite value from ``value_fn`` (NaN marks an entry not given, which
+                only an agent or env that needs none may be).
+        """
+        bad = need & ~np.isfinite(last)  # [n, E]
+        if not bad.any():
+            return
+        call = f"compute_returns_and_advantage(last_values={describe(last_values)})"
+        i = int(np.argwhere(bad)[0][0])
+        a, envs = self._agents[i], np.flatnonzero(bad[i])  # the first agent's bad envs
+        env = int(envs[0])
+        still = (f"agent {a!r} is still in its episode after its last step in env(s) "
+                 f"{envs.tolist()}, so its advantages bootstrap from ")
+        fix = (f"pass {{{a!r}: V of its observation after its last step}} (e.g. "
+               "critic(next_obs), one value per env; NaN only where an env needs none), or "
+               "one array [num_envs] for every agent (a centralised critic)")
+        if last_values is None or (isinstance(last_values, Mapping) and a not in last_values):
+            left = "last_values=None" if last_values is None else \
+                f"last_values has no entry for {a!r} (given: {list(last_values)})"
+            raise ShapeError(f"{call}: {still}last_values[{a!r}][{env}], which is missing: "
+                             f"{left}; {fix}")
+        entry = f"last_values[{a!r}][{env}]" if isinstance(last_values, Mapping) else \
+            f"last_values[{env}] (one array for every agent)"
+        raise DtypeError(
+            f"{call}: {still}{entry}, which is {float(last[i, env])}, not finite (its "
+            f"values there: {last[i, envs].tolist()}; NaN marks a value not given, allowed "
+            f"only where none is needed); {fix}")
+
     def reset(self) -> None:
         """Start a new rollout (storage stays allocated; the layout is kept)."""
         self._pos = 0
@@ -735,10 +780,12 @@ class MultiAgentRolloutBuffer:
         Raises:
             EmptyBufferError: Nothing stored.
             ArgumentError: An unknown agent, or a ``value_fn`` that is not callable.
-            DtypeError: Non-numeric values, or a needed value from ``value_fn`` that is
-                NaN or infinite.
-            ShapeError: A wrong shape, a needed last value that is missing or not finite
-                (NaN marks one not given), ``dones`` disagreeing with the stored ends,
+            DtypeError: Non-numeric values, or a needed value (a given ``last_values``
+                entry, or one from ``value_fn``) that is NaN or infinite, as
+                :class:`RolloutBuffer` (NaN marks an entry not given, which only an agent
+                or env that needs none may be).
+            ShapeError: A wrong shape, a needed agent left out of ``last_values`` (or
+                ``last_values=None``), ``dones`` disagreeing with the stored ends,
                 final observations kept but ``value_fn`` None, or ``value_fn`` returning
                 the wrong form or shape.
 
@@ -777,15 +824,7 @@ class MultiAgentRolloutBuffer:
         need = needs_last_value(act, term, trunc).reshape(len(agents), n_env)  # [n, E]
         if dones is not None:
             self._check_dones(dones, act, term, trunc)
-        bad = need & ~np.isfinite(last)
-        if bad.any():
-            i, env = (int(x) for x in np.argwhere(bad)[0])
-            raise ShapeError(
-                f"compute_returns_and_advantage(last_values={describe(last_values)}): agent "
-                f"{agents[i]!r} is still in its episode after its last step in env {env}, so "
-                f"its advantages bootstrap from last_values[{agents[i]!r}][{env}], which is "
-                "missing or not finite; pass the value of its next observation (or one "
-                "array [num_envs] for a centralised critic)")
+        self._check_last_values(last_values, last, need)
         central = "value" in self._layout.joint
         val = np.repeat(d["value"][:, None], len(agents), axis=1).reshape(p, -1) \
             if central else lanes("value")
