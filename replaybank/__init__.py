@@ -54,6 +54,7 @@ from replaybank.ops.gae import discount_cumsum, gae
 from replaybank.persist import ResumeWarning, load, load_into, open, save
 from replaybank.samplers.base import (
     BoundedPriorities,
+    CountedDraws,
     DrawableSlots,
     IndependentDraws,
     KeyUpdates,
@@ -116,6 +117,7 @@ __all__ = [
     "Collector",
     "ComponentConfig",
     "ConfigError",
+    "CountedDraws",
     "DeviceStore",
     "DrawableSlots",
     "DtypeError",

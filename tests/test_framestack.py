@@ -643,3 +643,36 @@ def test_a_cleared_buffer_says_why_its_first_steps_are_not_served() -> None:
                                                   r"served.*removed by clear\(\)"):
         buf.sample(1)
     assert buf.rng.bit_generator.state == before
+
+
+@pytest.mark.parametrize("generator", ["pcg64", "pcg64_half_word", "mt19937"])
+def test_a_failed_one_lane_sample_leaves_the_generator_as_it_was(generator: str) -> None:
+    """One lane, uniform sampler (the buffer's shortcut past the sampler protocol): a
+    cleared buffer that holds only steps whose history clear() removed serves none. The
+    failed call puts the generator back exactly (before, the first draw and the redraw
+    rounds stayed consumed, so a failed call changed every later batch): PCG64 (the
+    default) is rewound by the raw words the first draw read, with its buffered 32-bit
+    half kept; other generators are restored from a state saved before the draw."""
+    def make() -> rb.ReplayBuffer:
+        rng = np.random.Generator(np.random.MT19937(7)) if generator == "mt19937" \
+            else np.random.default_rng(7)
+        buf = rb.ReplayBuffer(16, frame_stack=3, seed=rng)
+        _one_episode(buf, 5)
+        buf.sample(4)  # the shortcut's first call
+        buf.clear()
+        _one_episode(buf, 2)  # both steps lack the history clear() removed
+        if generator == "pcg64_half_word":
+            buf.rng.integers(0, 9, dtype=np.uint32)  # leaves half a raw word buffered
+        return buf
+
+    buf, twin = make(), make()
+    before = repr(buf.rng.bit_generator.state)
+    for batch in (1, 4, 64):
+        with pytest.raises(rb.EmptyBufferError, match=r"none of the 2 stored steps can be "
+                                                      r"served.*removed by clear\(\)"):
+            buf.sample(batch)
+        assert repr(buf.rng.bit_generator.state) == before
+    _one_episode(buf, 3)
+    _one_episode(twin, 3)
+    assert buf.sample(8) == twin.sample(8)  # later batches as if no call had failed
+    assert repr(buf.rng.bit_generator.state) == repr(twin.rng.bit_generator.state)

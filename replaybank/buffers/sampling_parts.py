@@ -12,7 +12,9 @@ A failed sample call changes no state. Every argument is checked before the firs
 when the call is not the plain one); a prioritized sampler checks itself before it draws
 or advances its beta schedule. Only a view that may reject keys (frame stacks) can fail
 after drawing (64 redraw rounds found nothing it can serve): for those views the
-generator state is saved before the draw and restored on failure, and a scheduled
+generator state is saved before the draw and restored on failure (one lane's uniform
+draw, the common case, saves nothing up front: a failure rewinds the raw words it read,
+see :meth:`Parts._one_lane`), and a scheduled
 sampler's beta is resolved once per call, so redraw rounds neither advance the schedule
 nor change beta within a batch. When redraws do not finish, or for distinct steps
 (``replace=False``) from a prioritized sampler or of at least half the stored steps, the
@@ -33,6 +35,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from replaybank.ops.draws import rewind, rewinds
 from replaybank.samplers.base import (
     LaneView,
     Sampler,
@@ -137,21 +140,14 @@ class Parts:
             if replace is True and not kwargs and table.lanes == 1:
                 # the common case without the sampler protocol round trip: the same keys
                 # as UniformSampler.sample
-                keys = uniform.one_lane_keys(batch_size, table.written, table.counts, rng)
                 if self.step is not None:  # keys just drawn: live
+                    keys = uniform.one_lane_keys(batch_size, table.written, table.counts,
+                                                 rng)
                     data = self.step.gather_live(table, keys, rng)
                     data["indices"] = keys
                     return data
-                # views that check and gather in one pass (frame stacks): None when a key
-                # must be redrawn, which draw then does exactly as without the shortcut
-                got = None if self.fused is None else self.fused.gather_valid(table, keys, rng)
-                if got is None:
-                    assert lanes is not None  # a table has lanes
-                    keys = self._draw(table, lanes, rng, batch_size, SampleResult(keys),
-                                      replace=True).keys
-                    got = self.view.gather(table, keys, rng)
-                got["indices"] = keys
-                return got
+                assert lanes is not None  # a table has lanes
+                return self._one_lane(table, lanes, rng, batch_size)
         else:
             check_batch_size(batch_size, 0 if lanes is None else lanes.size, replace)
         if table is None or lanes is None:  # pragma: no cover - check_batch_size raised
@@ -172,6 +168,47 @@ class Parts:
         if res.probabilities is not None:
             data["probabilities"] = res.probabilities
         return data
+
+    def _one_lane(self, table: StepTable, lanes: LaneView, rng: np.random.Generator,
+                  batch_size: int) -> dict[str, Any]:
+        """A batch of one lane's uniform keys (the same keys as ``UniformSampler.sample``)
+        for a view that may reject some (frame stacks): the keys it rejects are redrawn
+        (:func:`~replaybank.samplers.draw.draw`), and when that fails (no step can be
+        served) the generator is put back as it was before the call.
+
+        The successful call saves no generator state: a :class:`~replaybank.samplers.
+        base.CountedDraws` sampler says how many raw words its draw read, and a generator
+        that can put them back (:func:`~replaybank.ops.draws.rewinds`: PCG64, the
+        default) is rewound by them after its state is restored to where the redraws
+        began; other samplers or generators save the state before the draw.
+        """
+        uniform = self.traits.uniform
+        counted = self.traits.counted
+        saved = None
+        if counted is not None and rewinds(rng):
+            keys, words = counted.one_lane_counted(batch_size, table.written, table.counts,
+                                                   rng)
+        else:
+            assert uniform is not None  # (only a uniform sampler takes this path)
+            saved = rng.bit_generator.state
+            keys, words = uniform.one_lane_keys(batch_size, table.written, table.counts,
+                                                rng), 0
+        # views that check and gather in one pass (frame stacks): None when a key must be
+        # redrawn, which draw then does exactly as without the shortcut
+        got = None if self.fused is None else self.fused.gather_valid(table, keys, rng)
+        if got is None:  # the rare path: what it may need to undo is saved here
+            redraw = rng.bit_generator.state if saved is None else saved
+            try:
+                keys = self._draw(table, lanes, rng, batch_size, SampleResult(keys),
+                                  replace=True).keys
+                got = self.view.gather(table, keys, rng)
+            except BaseException:
+                rng.bit_generator.state = redraw
+                if saved is None:  # the state after the first draw: put its words back
+                    rewind(rng, words)
+                raise
+        got["indices"] = keys
+        return got
 
     def check(self, table: StepTable | None, lanes: LaneView | None, batch_size: Any,
               replace: Any, kwargs: dict[str, Any]) -> tuple[int, bool]:

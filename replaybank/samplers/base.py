@@ -16,6 +16,9 @@ declared protocols that a buffer checks once, when it builds its plans:
   (PER's beta annealing): ``current_beta``, ``calls``;
 * :class:`UniformDraws`: draws exactly uniform keys over the live steps, with the
   documented stream of :func:`replaybank.ops.draws.uniform_ints`;
+* :class:`CountedDraws`: a :class:`UniformDraws` sampler whose one-lane draw also says
+  how many raw words of the bit generator it read, so a call that fails later can put
+  exactly those back instead of saving the generator state before every draw;
 * :class:`IndependentDraws`: draws keys independently of each other from its own
   (unconditional) law, even where ``sample`` correlates them (PER's strata): what exact
   rejection (the sharded service's sequence windows) needs;
@@ -41,7 +44,8 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["BoundedPriorities", "DrawableSlots", "IndependentDraws", "KeyUpdates",
+__all__ = ["BoundedPriorities", "CountedDraws", "DrawableSlots", "IndependentDraws",
+           "KeyUpdates",
            "LaneView", "PrioritySampler", "SampleResult", "Sampler", "SamplerTraits",
            "SlotExcluding", "ScheduledSampler", "StatelessSampler", "SubsetDraws",
            "UniformDraws"]
@@ -210,6 +214,21 @@ class UniformDraws(Sampler, Protocol):
 
 
 @runtime_checkable
+class CountedDraws(UniformDraws, Protocol):
+    """A :class:`UniformDraws` sampler whose one-lane draw also returns the number of raw
+    64-bit words it read from the bit generator: a caller whose later step fails (a
+    frame stack that serves none of the steps) puts exactly those words back
+    (:func:`~replaybank.ops.draws.rewind`, where the generator allows it), so the
+    successful call pays for no saved generator state."""
+
+    def one_lane_counted(self, batch_size: Any, written: IntArray, counts: IntArray,
+                         rng: np.random.Generator) -> tuple[IntArray, int]:
+        """The keys :meth:`~UniformDraws.one_lane_keys` returns, and the raw words read
+        (:func:`~replaybank.ops.draws.counted_ints`)."""
+        ...
+
+
+@runtime_checkable
 class IndependentDraws(Sampler, Protocol):
     """A sampler that can draw keys independently of each other from the law of its
     ``sample`` (each key's marginal is the same; ``sample`` may correlate them, as PER's
@@ -313,6 +332,7 @@ class SamplerTraits:
             sampler with priorities (uniform, lane-split and non-prioritized ERE samplers
             name it in their signature, but a buffer refuses it for them).
         independent: The sampler as an :class:`IndependentDraws`, or None.
+        counted: The sampler as a :class:`CountedDraws`, or None.
 
     Example:
         >>> from replaybank.samplers.uniform import UniformSampler
@@ -331,6 +351,7 @@ class SamplerTraits:
     bounded: BoundedPriorities | None = None
     options: tuple[str, ...] = ()
     independent: IndependentDraws | None = None
+    counted: CountedDraws | None = None
 
     @classmethod
     def of(cls, sampler: Sampler) -> SamplerTraits:
@@ -354,6 +375,7 @@ class SamplerTraits:
             bounded=sampler if isinstance(sampler, BoundedPriorities) else None,
             options=options,
             independent=sampler if isinstance(sampler, IndependentDraws) else None,
+            counted=sampler if isinstance(sampler, CountedDraws) else None,
         )
 
 

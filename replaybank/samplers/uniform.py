@@ -17,7 +17,7 @@ import numpy as np
 
 from replaybank.errors import EmptyBufferError
 from replaybank.ops import ring
-from replaybank.ops.draws import lane_ints, uniform_ints
+from replaybank.ops.draws import counted_ints, lane_ints, uniform_ints
 from replaybank.samplers.base import (
     FloatArray,
     IntArray,
@@ -27,7 +27,7 @@ from replaybank.samplers.base import (
 )
 from replaybank.samplers.sample_args import LARGE_BATCH, check_batch_size, check_replace
 
-__all__ = ["UniformSampler", "check_batch_size", "one_lane_keys"]
+__all__ = ["UniformSampler", "check_batch_size", "one_lane_counted", "one_lane_keys"]
 
 
 def one_lane_keys(batch_size: Any, written: IntArray, counts: IntArray,
@@ -63,6 +63,24 @@ def one_lane_keys(batch_size: Any, written: IntArray, counts: IntArray,
     return uniform_ints(rng, size, batch_size, offset=written.item(0) - size)
 
 
+def one_lane_counted(batch_size: Any, written: IntArray, counts: IntArray,
+                     rng: np.random.Generator) -> tuple[IntArray, int]:
+    """:func:`one_lane_keys` and the raw words it read from the generator
+    (:func:`~replaybank.ops.draws.counted_ints`: what :func:`~replaybank.ops.draws.rewind`
+    puts back).
+
+    Example:
+        >>> w, c = np.array([12]), np.array([4])
+        >>> keys, words = one_lane_counted(5, w, c, np.random.default_rng(0))
+        >>> keys.tolist() == one_lane_keys(5, w, c, np.random.default_rng(0)).tolist()
+        True
+    """
+    size = counts.item(0)
+    if type(batch_size) is not int or not 0 < batch_size <= LARGE_BATCH or size <= 0:
+        batch_size = check_batch_size(batch_size, size, True)
+    return counted_ints(rng, size, batch_size, offset=written.item(0) - size)
+
+
 class UniformSampler(StatelessSampler):
     """Draws live steps uniformly, with replacement by default.
 
@@ -75,6 +93,11 @@ class UniformSampler(StatelessSampler):
                       rng: np.random.Generator) -> IntArray:
         """The keys :meth:`sample` returns for a one-lane table (:func:`one_lane_keys`)."""
         return one_lane_keys(batch_size, written, counts, rng)
+
+    def one_lane_counted(self, batch_size: Any, written: IntArray, counts: IntArray,
+                         rng: np.random.Generator) -> tuple[IntArray, int]:
+        """:meth:`one_lane_keys` and the raw words it read (:func:`one_lane_counted`)."""
+        return one_lane_counted(batch_size, written, counts, rng)
 
     def lane_keys(self, batch_size: Any, lanes: LaneView,
                   rng: np.random.Generator) -> IntArray:
