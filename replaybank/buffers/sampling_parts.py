@@ -244,11 +244,12 @@ class Parts:
             got = None
             subset = self.subset
             if not replace and subset is not None and (
-                    self.traits.uniform is None or 2 * batch_size >= lanes.size):
+                    self.traits.priority is not None or 2 * batch_size >= lanes.size):
                 # distinct steps drawn exactly among the servable ones: a prioritized
                 # sampler's successive sampling restricted to them (redraw rounds would
-                # not keep its law), or a batch of at least half the stored steps (the
-                # list of servable steps costs about as much as the batch)
+                # not keep its law; those of a uniform law, ERE's window included, do),
+                # or a batch of at least half the stored steps (the list of servable
+                # steps costs about as much as the batch)
                 res = draw_among(subset, lanes, rng, batch_size, self._valid(table),
                                  replace=replace, **kwargs)
             elif self.fused is not None:  # check and gather in one pass

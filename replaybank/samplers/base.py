@@ -26,6 +26,9 @@ declared protocols that a buffer checks once, when it builds its plans:
   ones by successive sampling, or i.i.d.): sequence windows without replacement draw from
   the usable starts only, and frame stacks from the servable steps when redraws do not
   finish;
+* :class:`RestrictedDraws`: weighs given keys by its law and draws keys i.i.d. among them
+  only (a sampler that draws with replacement only, as lane split): frame stacks draw
+  from the servable steps so when redraws do not finish;
 * :class:`StatelessSampler` (a base class): keeps no per-slot state, so writes need not
   be told to it; ``iid`` says its draws are independent of each other.
 
@@ -46,9 +49,9 @@ import numpy.typing as npt
 
 __all__ = ["BoundedPriorities", "CountedDraws", "DrawableSlots", "IndependentDraws",
            "KeyUpdates",
-           "LaneView", "PrioritySampler", "SampleResult", "Sampler", "SamplerTraits",
-           "SlotExcluding", "ScheduledSampler", "StatelessSampler", "SubsetDraws",
-           "UniformDraws"]
+           "LaneView", "PrioritySampler", "RestrictedDraws", "SampleResult", "Sampler",
+           "SamplerTraits", "SlotExcluding", "ScheduledSampler", "StatelessSampler",
+           "SubsetDraws", "UniformDraws"]
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -273,6 +276,31 @@ class SubsetDraws(Sampler, Protocol):
         Raises:
             EmptyBufferError: Fewer than ``batch_size`` of ``keys`` (``replace=True``:
                 none) have a positive weight (nothing is drawn).
+        """
+        ...
+
+
+@runtime_checkable
+class RestrictedDraws(Sampler, Protocol):
+    """A sampler that can draw keys i.i.d. from its own law restricted to given keys
+    (with replacement only: for distinct draws among given keys see
+    :class:`SubsetDraws`, which does both). A frame stack's draw falls back to it when
+    redraw rounds do not finish (:mod:`replaybank.samplers.draw`): the redraw rounds
+    converge to that same law, the sampler's law conditioned on servable steps."""
+
+    def key_weights(self, keys: IntArray, lanes: LaneView) -> FloatArray:
+        """Each of the live ``keys``' unnormalised weight in the sampler's law ``[n]``
+        (see :meth:`SubsetDraws.key_weights`)."""
+        ...
+
+    def sample_restricted(self, keys: IntArray, batch_size: int, lanes: LaneView,
+                          rng: np.random.Generator, **kwargs: Any) -> SampleResult:
+        """``batch_size`` keys drawn i.i.d. among the distinct live ``keys``, key ``i``
+        with probability ``w_i / sum(w)``, with the probabilities and weights ``sample``
+        gives those keys (``kwargs``: the sample call's options).
+
+        Raises:
+            EmptyBufferError: None of ``keys`` has a positive weight (nothing is drawn).
         """
         ...
 

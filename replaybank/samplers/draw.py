@@ -4,8 +4,10 @@ the rows it rejects are redrawn (the others keep their keys, probabilities and w
 When 64 redraw rounds do not finish (most of the sampler's mass on steps the view cannot
 serve, or ``replace=False`` with a batch close to the number of servable steps), a
 sampler that can draw among given keys (:class:`~replaybank.samplers.base.SubsetDraws`:
-the uniform and prioritized ones) finishes the batch exactly from its law restricted to
-the *servable* steps (:func:`servable_keys`, :func:`draw_among`), as sequence windows do
+the uniform, prioritized and recent (ERE) ones; with replacement only,
+:class:`~replaybank.samplers.base.RestrictedDraws`: the lane-split one) finishes the
+batch exactly from its law restricted to the *servable* steps (:func:`servable_keys`,
+:func:`draw_among`), as sequence windows do
 (:func:`~replaybank.samplers.windows.servable_starts`): with replacement, the rows still
 rejected are drawn i.i.d. from that law; without, the whole batch is a successive sample
 of the servable steps. Probabilities and importance weights stay those the sampler gives
@@ -35,11 +37,12 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from replaybank.errors import EmptyBufferError
+from replaybank.errors import ArgumentError, EmptyBufferError
 from replaybank.ops import ring
 from replaybank.samplers.base import (
     LaneView,
     PrioritySampler,
+    RestrictedDraws,
     Sampler,
     SampleResult,
     SubsetDraws,
@@ -83,7 +86,8 @@ def draw(sampler: Sampler, lanes: LaneView, rng: np.random.Generator, batch_size
     Raises:
         EmptyBufferError: 64 redraws did not finish and (a sampler that draws among given
             keys) no servable step has a positive weight (without replacement: fewer than
-            ``batch_size``), or (any other sampler) 64 redraws did not finish.
+            ``batch_size``), or (any other sampler, and without replacement one that
+            draws among given keys with replacement only) 64 redraws did not finish.
     """
     res = sampler.sample(batch_size, lanes, rng, **kwargs) if first is None else first
     ok = valid(res.keys)
@@ -92,7 +96,9 @@ def draw(sampler: Sampler, lanes: LaneView, rng: np.random.Generator, batch_size
     while ok is not None and not np.all(ok):
         tries += 1
         if tries > _MAX_TRIES:
-            if isinstance(sampler, SubsetDraws):  # exact: the law among servable steps
+            if isinstance(sampler, SubsetDraws) or (
+                    not distinct and isinstance(sampler, RestrictedDraws)):
+                # exact: the law among servable steps
                 return draw_among(sampler, lanes, rng, batch_size, valid,
                                   None if distinct else (res, ok), **kwargs)
             raise EmptyBufferError(
@@ -138,7 +144,8 @@ def servable_keys(lanes: LaneView, valid: Valid) -> IntArray:
     return np.concatenate(out) if out else np.zeros(0, np.int64)
 
 
-def draw_among(sampler: SubsetDraws, lanes: LaneView, rng: np.random.Generator,
+def draw_among(sampler: SubsetDraws | RestrictedDraws, lanes: LaneView,
+               rng: np.random.Generator,
                batch_size: int, valid: Valid,
                partial: tuple[SampleResult, npt.NDArray[np.bool_]] | None = None,
                **kwargs: Any) -> SampleResult:
@@ -152,7 +159,8 @@ def draw_among(sampler: SubsetDraws, lanes: LaneView, rng: np.random.Generator,
     the others keep their keys, probabilities and weights.
 
     Args:
-        sampler: Draws among given keys.
+        sampler: Draws among given keys (without replacement: a
+            :class:`~replaybank.samplers.base.SubsetDraws`).
         lanes: The table's lane bookkeeping.
         rng: The sampling generator.
         batch_size: Number of keys B.
@@ -195,12 +203,27 @@ def draw_among(sampler: SubsetDraws, lanes: LaneView, rng: np.random.Generator,
             f"be served{what} ({_WHY}); add more data" + (
                 ", or update priorities of servable steps with positive values" if prio
                 else ""))
-    if distinct or partial is None:
+    if distinct:
+        if not isinstance(sampler, SubsetDraws):  # pragma: no cover - draw never asks
+            raise ArgumentError(
+                f"draw_among(replace=False): {type(sampler).__name__} draws among given "
+                "keys with replacement only; pass replace=True or a SubsetDraws sampler")
         return sampler.sample_among(keys, batch_size, lanes, rng, **kwargs)
+    if partial is None:
+        return _iid_among(sampler, keys, batch_size, lanes, rng, kwargs)
     res, ok = partial
     bad = np.flatnonzero(~ok)
-    more = sampler.sample_among(keys, len(bad), lanes, rng, **kwargs)
-    return replace_rows(res, bad, more)
+    return replace_rows(res, bad, _iid_among(sampler, keys, len(bad), lanes, rng, kwargs))
+
+
+def _iid_among(sampler: SubsetDraws | RestrictedDraws, keys: IntArray, batch_size: int,
+               lanes: LaneView, rng: np.random.Generator,
+               kwargs: dict[str, Any]) -> SampleResult:
+    """``batch_size`` keys i.i.d. from the sampler's law restricted to ``keys``, through
+    the protocol it declares."""
+    if isinstance(sampler, SubsetDraws):
+        return sampler.sample_among(keys, batch_size, lanes, rng, **{**kwargs, "replace": True})
+    return sampler.sample_restricted(keys, batch_size, lanes, rng, **kwargs)
 
 
 def _first_of_each(keys: IntArray, ok: npt.NDArray[np.bool_] | None) -> npt.NDArray[np.bool_]:

@@ -17,6 +17,13 @@ smallest priority. The sampler then also takes priority updates.
 
 Adaptive eta (:meth:`RecentSampler.update_eta`): the rule is documented there.
 
+Behind a view that rejects some steps (frame stacks) the rejected keys are redrawn, so
+the draw follows the law above conditioned on servable steps; when redraw rounds do not
+finish, the batch is finished exactly from that law among the servable steps of the
+window (:class:`~replaybank.samplers.base.SubsetDraws`: :meth:`RecentSampler.key_weights`,
+:meth:`RecentSampler.sample_among`), with the probabilities and weights ``sample`` gives
+those keys.
+
 Example:
     >>> import numpy as np
     >>> from replaybank.samplers.base import LaneView
@@ -40,6 +47,7 @@ import numpy.typing as npt
 
 from replaybank.errors import CheckpointError, ConfigError, EmptyBufferError, describe
 from replaybank.ops import ring
+from replaybank.ops.draws import uniform_ints
 from replaybank.samplers.base import FloatArray, IntArray, LaneView, SampleResult
 from replaybank.samplers.prioritized import PrioritizedSampler, is_weights
 from replaybank.samplers.sample_args import check_batch_size
@@ -262,10 +270,7 @@ class RecentSampler:
             masses = [per.range_sum(a, e) for a, e in ranges]
             mass = float(sum(masses))
         else:
-            seq = [np.arange(int(wr - k), int(wr), dtype=np.int64)
-                   for wr, k in zip(lanes.written, wc, strict=True)]
-            lane_of = np.concatenate([np.full(len(s), i) for i, s in enumerate(seq)])
-            cand = ring.seq_to_slot(np.concatenate(seq), lane_of, lanes.T, lanes.lanes)
+            cand = self._window_slots(lanes, wc)
             pc = per.priorities(cand)
             cum = np.cumsum(pc)
             mass = float(cum[-1])
@@ -295,6 +300,116 @@ class RecentSampler:
         w = is_weights(p, p_min, b, per.weight_norm, n_w, mass)
         keys = ring.slot_to_key(slots, lanes.written, lanes.counts, lanes.T)
         return SampleResult(keys, p / mass, w)
+
+    @staticmethod
+    def _window_slots(lanes: LaneView, wc: IntArray) -> IntArray:
+        """The slots of the window, lane by lane, oldest first ``[n_w]``."""
+        seq = [np.arange(int(wr - k), int(wr), dtype=np.int64)
+               for wr, k in zip(lanes.written, wc, strict=True)]
+        lane_of = np.concatenate([np.full(len(s), i) for i, s in enumerate(seq)])
+        return ring.seq_to_slot(np.concatenate(seq), lane_of, lanes.T, lanes.lanes)
+
+    def _window_mass(self, lanes: LaneView, wc: IntArray) -> tuple[float, float]:
+        """The window's total priority and smallest priority for the weights, computed
+        as :meth:`_prioritized` computes them (the window holds a positive priority)."""
+        per = self._per()
+        ranges = self._ranges(lanes, wc)
+        if ranges is not None:
+            return float(sum([per.range_sum(a, e) for a, e in ranges])), \
+                min(per.range_min(a, e) for a, e in ranges)
+        pc = per.priorities(self._window_slots(lanes, wc))
+        return float(np.cumsum(pc)[-1]), float(pc[pc > 0].min())
+
+    # ------------------------------------------------------------------ among given keys
+    def key_weights(self, keys: IntArray, lanes: LaneView) -> FloatArray:
+        """Each live key's weight in the law of :meth:`sample` with its default options
+        (the window is then the whole buffer): 1 each, or the stored priority with a
+        prioritized sampler ``[n]``. The window of other ``update``/``num_updates``
+        options is applied by :meth:`sample_among`, which takes them.
+
+        Example:
+            >>> lv = LaneView(T=8, lanes=1, written=np.array([8]), counts=np.array([8]))
+            >>> RecentSampler(c_min=2).key_weights(np.array([3, 7]), lv).tolist()
+            [1.0, 1.0]
+        """
+        if self.prioritized is None:
+            return np.ones(len(keys), np.float64)
+        return self.prioritized.key_weights(keys, lanes)
+
+    def sample_among(self, keys: IntArray, batch_size: int, lanes: LaneView,
+                     rng: np.random.Generator, update: int = 0, num_updates: int = 1,
+                     replace: bool = False, beta: float | None = None,
+                     **kwargs: Any) -> SampleResult:
+        """Keys among the distinct live ``keys`` from the law of :meth:`sample` (the
+        window of ``update``/``num_updates``) restricted to them: with ``replace=True``
+        ``batch_size`` keys i.i.d. (uniform over the keys in the window, or in proportion
+        to priority there, with the ``P(i) = p_i / sum_window p`` and weights
+        :meth:`sample` gives them); without, ``batch_size`` distinct keys of the window, a
+        uniformly random ordered subset (successive uniform draws). The prioritized
+        sampler's beta schedule is not advanced.
+
+        Args:
+            keys: Distinct live keys ``[n]`` to draw among.
+            batch_size: B.
+            lanes: Lane bookkeeping of the table.
+            rng: Generator.
+            update: ``k`` (see :meth:`window_size`).
+            num_updates: ``K``.
+            replace: Draw independently (True) or distinct keys (False).
+            beta: IS exponent of a prioritized sampler (None: its schedule's).
+            **kwargs: Ignored (the sample call's other options).
+
+        Returns:
+            The keys ``[B]`` in draw order (prioritized: with ``P(i)`` and weights).
+
+        Raises:
+            ConfigError: Bad ``update``/``num_updates`` or ``beta``, or ``replace=False``
+                with a prioritized sampler (it draws with replacement only, as
+                :meth:`sample`).
+            EmptyBufferError: Fewer than ``batch_size`` of ``keys`` lie in the window
+                (``replace=True``: none; prioritized: none with a positive priority);
+                nothing is drawn.
+
+        Example:
+            >>> lv = LaneView(T=8, lanes=1, written=np.array([8]), counts=np.array([8]))
+            >>> s = RecentSampler(eta=0.5, c_min=4)  # update 1 of 2: the newest 4 steps
+            >>> res = s.sample_among(np.array([1, 5, 6]), 2, lv, np.random.default_rng(0),
+            ...                      update=1, num_updates=2)
+            >>> sorted(res.keys.tolist())
+            [5, 6]
+        """
+        c = self.window_size(lanes.size, update, num_updates)
+        per = self.prioritized
+        if per is not None and not replace:
+            raise ConfigError("sample(replace=False): prioritized ERE draws with replacement "
+                              "only; use replace=True")
+        b = None if per is None else per.resolve_beta(beta)
+        keys = np.asarray(keys, np.int64)
+        wc = window_counts(lanes.counts, c)  # [lanes]
+        lane = keys % lanes.lanes
+        among = keys[keys // lanes.lanes >= lanes.written[lane] - wc[lane]]  # in the window
+        p = None if per is None else per.key_weights(among, lanes)
+        n = len(among) if p is None else int(np.count_nonzero(p > 0))
+        if n < (batch_size if not replace else 1):
+            what = " with a positive priority" if per is not None else ""
+            raise EmptyBufferError(
+                f"sample(batch_size={batch_size}{'' if replace else ', replace=False'}, "
+                f"update={update}, num_updates={num_updates}): {n} of the {len(keys)} keys "
+                f"to draw among lie in the window of the newest {int(wc.sum())} steps"
+                f"{what}; " + ("lower batch_size or use replace=True, " if n else "") +
+                "use an earlier update, or add more data")
+        if p is None:
+            if replace:
+                return SampleResult(among[uniform_ints(rng, n, batch_size)])
+            return SampleResult(among[rng.choice(n, size=batch_size, replace=False)])
+        assert per is not None and b is not None  # (p is the prioritized sampler's)
+        nz = np.flatnonzero(p > 0)
+        cum = np.cumsum(p[nz])
+        at = np.searchsorted(cum, rng.random(batch_size) * cum[-1], side="right")  # [B]
+        pick = nz[np.minimum(at, len(nz) - 1)]
+        mass, p_min = self._window_mass(lanes, wc)
+        w = is_weights(p[pick], p_min, b, per.weight_norm, int(wc.sum()), mass)
+        return SampleResult(among[pick], p[pick] / mass, w)
 
     def _draw_ranges(self, targets: FloatArray, ranges: list[tuple[int, int]],
                      masses: list[float], starts: list[float]) -> IntArray:
