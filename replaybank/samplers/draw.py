@@ -145,8 +145,7 @@ def servable_keys(lanes: LaneView, valid: Valid) -> IntArray:
 
 
 def draw_among(sampler: SubsetDraws | RestrictedDraws, lanes: LaneView,
-               rng: np.random.Generator,
-               batch_size: int, valid: Valid,
+               rng: np.random.Generator, batch_size: int, valid: Valid,
                partial: tuple[SampleResult, npt.NDArray[np.bool_]] | None = None,
                **kwargs: Any) -> SampleResult:
     """An exact draw from the sampler's law restricted to the steps the view can serve.
@@ -175,6 +174,8 @@ def draw_among(sampler: SubsetDraws | RestrictedDraws, lanes: LaneView,
     Raises:
         EmptyBufferError: No servable step has a positive weight in the sampler's law
             (without replacement: fewer than ``batch_size``); the message gives the count.
+        ArgumentError: ``replace=False`` for a sampler that draws among given keys with
+            replacement only (not a :class:`~replaybank.samplers.base.SubsetDraws`).
 
     Example:
         >>> from replaybank.samplers.uniform import UniformSampler
@@ -185,6 +186,10 @@ def draw_among(sampler: SubsetDraws | RestrictedDraws, lanes: LaneView,
         [6, 7]
     """
     distinct = kwargs.get("replace", True) is False
+    if distinct and not isinstance(sampler, SubsetDraws):  # pragma: no cover - draw never asks
+        raise ArgumentError(
+            f"draw_among(replace=False): {type(sampler).__name__} draws among given keys "
+            "with replacement only; pass replace=True or a SubsetDraws sampler")
     keys = servable_keys(lanes, valid)
     weights = np.asarray(sampler.key_weights(keys, lanes), np.float64)
     keys = keys[weights > 0.0]
@@ -204,10 +209,7 @@ def draw_among(sampler: SubsetDraws | RestrictedDraws, lanes: LaneView,
                 ", or update priorities of servable steps with positive values" if prio
                 else ""))
     if distinct:
-        if not isinstance(sampler, SubsetDraws):  # pragma: no cover - draw never asks
-            raise ArgumentError(
-                f"draw_among(replace=False): {type(sampler).__name__} draws among given "
-                "keys with replacement only; pass replace=True or a SubsetDraws sampler")
+        assert isinstance(sampler, SubsetDraws)  # (checked above)
         return sampler.sample_among(keys, batch_size, lanes, rng, **kwargs)
     if partial is None:
         return _iid_among(sampler, keys, batch_size, lanes, rng, kwargs)

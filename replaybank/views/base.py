@@ -86,7 +86,9 @@ class FusedView(View, Protocol):
 
     def gather_valid(self, table: StepTable, keys: IntArray,
                      rng: np.random.Generator | None = None) -> dict[str, Any] | None:
-        """:meth:`View.gather` when every key can be served, else None (nothing read)."""
+        """:meth:`View.gather` when every key can be served, else None (nothing read,
+        nothing drawn from ``rng``: a caller may put the generator back by the draws it
+        made itself)."""
         ...
 
 
