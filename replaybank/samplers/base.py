@@ -48,10 +48,9 @@ import numpy as np
 import numpy.typing as npt
 
 __all__ = ["BoundedPriorities", "CountedDraws", "DrawableSlots", "IndependentDraws",
-           "KeyUpdates",
-           "LaneView", "PrioritySampler", "RestrictedDraws", "SampleResult", "Sampler",
-           "SamplerTraits", "SlotExcluding", "ScheduledSampler", "StatelessSampler",
-           "SubsetDraws", "UniformDraws"]
+           "KeyUpdates", "LaneView", "PrioritySampler", "RestrictedDraws", "SampleResult",
+           "Sampler", "SamplerTraits", "SlotExcluding", "ScheduledSampler",
+           "StatelessSampler", "SubsetDraws", "UniformDraws"]
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
