@@ -30,7 +30,12 @@ from replaybank.samplers.base import DrawableSlots, Sampler
 from replaybank.spec import FieldSpec, Spec
 from replaybank.storage.backends.base import ArrayBackend, DurableBackend
 from replaybank.storage.table import StepTable
-from replaybank.storage.table_state import check_table_arrays, load_table_state, table_state
+from replaybank.storage.table_state import (
+    check_table_arrays,
+    load_table_state,
+    saved_meta,
+    table_state,
+)
 from replaybank.views import make_view
 from replaybank.views.base import View
 
@@ -150,8 +155,9 @@ def load_table(table: StepTable, arrays: Mapping[str, Any]) -> None:
                                         * np.dtype(src.dtype).itemsize))
         for i in range(0, len(src), step):  # rows at a time: a lazily read source
             be.write(dst, slice(i, min(len(src), i + step)), np.asarray(src[i:i + step]))
+    meta = saved_meta(arrays, table.lanes, "load_state_dict")
     for name, arr in table.state_arrays().items():
-        arr[...] = np.asarray(arrays[f"meta/{name}"], dtype=np.int64)
+        arr[...] = meta[name]
     table.rebuild_free_list()
     table.epoch += 1  # links changed without a write
     free = arrays.get("free_slots")

@@ -4,7 +4,9 @@ Storage is ``[T, lanes, ...]``. Every step written to lane ``l`` gets a lane-loc
 sequence number ``s = 0, 1, 2, ...`` that never repeats (not even after ``clear``); it
 lives at row ``s % T``. A lane has written ``written[l]`` steps in total and holds the
 last ``counts[l]`` of them, so its live sequence numbers are
-``[written[l] - counts[l], written[l])``.
+``[written[l] - counts[l], written[l])``. A step table also records ``cleared[l]``, the
+``written[l]`` of the lane's last ``clear`` (0 when never cleared): the steps below it
+do not exist for history lookups (frame stacks pad there, as before a lane's first step).
 
 Two integer names for a stored step:
 

@@ -64,8 +64,8 @@ def snapshot_state(table: StepTable, snapshot: LaneSnapshot) -> dict[str, npt.ND
     Returns:
         ``fields/<name>`` ``[T, lanes, ...]``, ``side/<name>`` ``[k, ...]`` (``k >= 1``
         slots: one per window step whose next observation is kept aside),
-        ``meta/written``, ``meta/counts``, ``meta/episodes`` ``[lanes]`` and
-        ``meta/link`` ``[T, lanes]``: copies, valid when the snapshot is still
+        ``meta/written``, ``meta/counts``, ``meta/episodes``, ``meta/cleared``
+        ``[lanes]`` and ``meta/link`` ``[T, lanes]``: copies, valid when the snapshot is still
         :meth:`~replaybank.shared.lanes.LaneSnapshot.intact` after the call.
     """
     T, lanes = table.T, table.lanes  # noqa: N806
@@ -99,5 +99,7 @@ def snapshot_state(table: StepTable, snapshot: LaneSnapshot) -> dict[str, npt.ND
     state.update({f"side/{k}": v for k, v in side.items()})
     state.update({"meta/written": hi, "meta/counts": hi - lo,
                   "meta/episodes": np.array(table.episodes, np.int64),
-                  "meta/link": new_link})
+                  "meta/link": new_link,
+                  # (writers never clear: where a lane began, below every window)
+                  "meta/cleared": np.minimum(np.array(table.cleared, np.int64), lo)})
     return state

@@ -2,8 +2,9 @@
 
 Layout (see :mod:`replaybank.spec`): every field is an array ``[T, lanes, *shape]``
 and the steps of one lane are contiguous in time (mod T). Lane bookkeeping
-(``written``, ``counts``: see :mod:`replaybank.ops.ring`) and the next-observation
-links live in small meta arrays beside the data.
+(``written``, ``counts``: see :mod:`replaybank.ops.ring`; ``cleared``, where each lane
+began after its last :meth:`StepTable.clear`) and the next-observation links live in
+small meta arrays beside the data.
 
 Next observations are stored once. ``link[row, lane]`` says where the next observation
 of a step is:
@@ -27,11 +28,13 @@ stored ``counts`` of a full lane stay ``T``, files written before ``start`` exis
 them instead), then side slots, data and links are written outside the window, then
 ``written`` advances (the commit), then the previous newest step is relinked (a lane's
 newest step always keeps its next observation aside), then ``counts`` and ``episodes``
-follow. A write that evicts more than :attr:`StepTable.chunk`
-steps goes in chunks of at most that many (a long ``extend`` never empties the window
-first). So a process killed (even with SIGKILL) at any instant leaves every step that
-a completed write stored (unless the interrupted write was evicting it) and at most a
-complete prefix of the interrupted write. ``REPLAYBANK_KILL_AT``
+follow. A write that evicts more than :attr:`StepTable.chunk` steps goes in chunks of at
+most that many (a long ``extend`` never empties the window first). ``clear()`` empties
+the window first (``start = written``), then records ``cleared = written``, so ``cleared
+<= start`` holds at every instant (a clear cut short leaves the older ``cleared``: fewer
+frame stacks served, never a wrong one). So a process killed (even with SIGKILL) at any
+instant leaves every step that a completed write stored (unless the interrupted write was
+evicting it) and at most a complete prefix of the interrupted write. ``REPLAYBANK_KILL_AT``
 (:mod:`replaybank.storage.writers.killpoint`) is the test hook that checks it.
 
 Example:
@@ -172,6 +175,12 @@ class StepTable:
         self.link: npt.NDArray[np.int32] = be.allocate_meta(
             "link", (self.T, self.lanes), np.dtype(np.int32)
         )
+        #: Per lane, the sequence number of its first step after the last :meth:`clear`
+        #: (``written`` then; 0 when never cleared), ``[lanes]``: the steps before it do
+        #: not exist for history lookups (a frame stack pads there, as at a fresh
+        #: buffer's first step), while live history lost after it was overwritten.
+        #: Always ``<= written - counts``.
+        self.cleared: IntArray = self._cleared_array()
         self.side = SideStore(spec, self.obs_fields, be, side0, n_steps)
         #: Device storage: each lane's newest done flag and next obs on the host, so that
         #: a write's continuity check reads no device data (None: arrays in host memory).
@@ -221,6 +230,17 @@ class StepTable:
             self.counts[:] = live
         return start
 
+    def _cleared_array(self) -> IntArray:
+        """The ``cleared`` counters; zeros in memory only for reopened files of an older
+        version that have none (no clear recorded: a clear made now is forgotten at the
+        next reopen, which then serves fewer frame stacks, never a wrong one)."""
+        try:
+            cleared: IntArray = self.backend.allocate_meta("cleared", (self.lanes,),
+                                                           np.dtype(np.int64))
+        except CheckpointError:  # reopened files of an older version: no cleared array
+            return np.zeros(self.lanes, dtype=np.int64)
+        return cleared
+
     def rebuild_free_list(self) -> None:
         """Recompute free side slots from the links of live steps (after a load/reopen);
         a durable table's ``start`` is set from the counters first."""
@@ -237,11 +257,14 @@ class StepTable:
         self.side.rebuild(used)
 
     def clear(self) -> None:
-        """Drop every step (sequence numbers keep counting, so old keys turn stale)."""
+        """Drop every step (sequence numbers keep counting, so old keys turn stale) and
+        record where each lane begins again (:attr:`cleared`): the steps before do not
+        exist, as before a fresh table's first step."""
         if self.start is not None:  # durable: the window empties first
             self.start[:] = self.written
         self.counts[:] = 0
         self.link[:] = 0
+        self.cleared[:] = self.written  # after the window emptied: cleared <= start
         self.epoch += 1
         self.side.reset()
 
@@ -519,4 +542,4 @@ class StepTable:
     def state_arrays(self) -> dict[str, npt.NDArray[Any]]:
         """Bookkeeping arrays by name (for checkpoints)."""
         return {"written": self.written, "counts": self.counts, "episodes": self.episodes,
-                "link": self.link}
+                "link": self.link, "cleared": self.cleared}

@@ -2,7 +2,9 @@
 
 Keys: ``fields/<name>`` (data ``[T, lanes, *shape]``), ``side/<name>`` (kept-aside next
 observations), ``meta/<name>`` (links and lane counters) and ``free_slots`` (the order
-in which free side slots are reused, so later adds match the original exactly).
+in which free side slots are reused, so later adds match the original exactly). States
+written before ``meta/cleared`` existed load with no clear recorded (zeros: the first
+steps after a clear then stay unserved by frame stacks, as when they were saved).
 
 :func:`table_state` copies every array by default, so a state is a snapshot that later
 writes to the table do not change. Inside :func:`state_views` it hands out views of the
@@ -41,7 +43,7 @@ from replaybank.storage.backends.base import ArrayBackend
 from replaybank.storage.table import StepTable
 
 __all__ = ["SNAPSHOT_ATTEMPTS", "check_counters", "check_table", "check_table_arrays",
-           "load_table_state", "snapshot_table", "state_views", "table_state",
+           "load_table_state", "saved_meta", "snapshot_table", "state_views", "table_state",
            "views_allowed"]
 
 IntArray = npt.NDArray[np.int64]
@@ -181,6 +183,8 @@ def _checked(spec: Spec, T: int, lanes: int, obs_fields: Sequence[str],  # noqa:
     want.update({f"side/{n}": (side_len, *spec[n].shape) for n in obs_fields})
     want.update({"meta/written": (lanes,), "meta/counts": (lanes,), "meta/episodes": (lanes,),
                  "meta/link": (T, lanes)})
+    if "meta/cleared" in arrays:  # (absent from states of older versions)
+        want["meta/cleared"] = (lanes,)
     for key, shape in want.items():
         got = tuple(arrays[key].shape) if key in arrays else None
         if got != shape:
@@ -191,11 +195,34 @@ def _checked(spec: Spec, T: int, lanes: int, obs_fields: Sequence[str],  # noqa:
     if not 0 < side_len <= T * lanes:
         raise CheckpointError(f"{where}: side store of {side_len} slots; expected "
                               f"1..{T * lanes}")
+    meta = saved_meta(arrays, lanes, where)
+    used = check_counters(T, meta["written"], meta["counts"], meta["episodes"], meta["link"],
+                          side_len, where, meta["cleared"])
+    return side_len, meta, _free_order(arrays, side_len, used, where)
+
+
+def saved_meta(arrays: Mapping[str, Any], lanes: int, where: str) -> dict[str, IntArray]:
+    """The bookkeeping arrays of a table state (``meta/<name>``) by name, as int64:
+    ``written``, ``counts``, ``episodes``, ``link`` and ``cleared`` (zeros ``[lanes]``
+    when the state has none: saved before it existed, no clear recorded). Shapes and
+    invariants are not checked here (:func:`check_table_arrays` does).
+
+    Raises:
+        CheckpointError: A present array does not hold integers.
+
+    Example:
+        >>> m = saved_meta({"meta/written": np.array([3]), "meta/counts": np.array([3]),
+        ...                 "meta/episodes": np.array([0]),
+        ...                 "meta/link": np.array([[0], [0], [1]])}, 1, "load")
+        >>> sorted(m), m["cleared"].tolist()
+        (['cleared', 'counts', 'episodes', 'link', 'written'], [0])
+    """
     meta = {name: _ints(arrays[f"meta/{name}"], f"meta/{name}", where)
             for name in ("written", "counts", "episodes", "link")}
-    used = check_counters(T, meta["written"], meta["counts"], meta["episodes"], meta["link"],
-                          side_len, where)
-    return side_len, meta, _free_order(arrays, side_len, used, where)
+    saved = arrays.get("meta/cleared")
+    meta["cleared"] = np.zeros(lanes, dtype=np.int64) if saved is None else \
+        _ints(saved, "meta/cleared", where)
+    return meta
 
 
 def check_table(t: StepTable, where: str) -> None:
@@ -217,7 +244,7 @@ def check_table(t: StepTable, where: str) -> None:
         replaybank.errors.CheckpointError: open(d): meta/counts[0] = 9 is outside [0, 4] (each lane holds at most capacity // num_envs = 4 steps); the lane counters are damaged: restore the buffer from a checkpoint
     """  # noqa: E501
     check_counters(t.T, np.asarray(t.written), np.asarray(t.counts), np.asarray(t.episodes),
-                   np.asarray(t.link), t.side_capacity, where)
+                   np.asarray(t.link), t.side_capacity, where, np.asarray(t.cleared))
 
 
 def snapshot_table(t: StepTable, where: str, attempts: int = SNAPSHOT_ATTEMPTS) -> None:
@@ -229,8 +256,10 @@ def snapshot_table(t: StepTable, where: str, attempts: int = SNAPSHOT_ATTEMPTS) 
     :class:`~replaybank.storage.table.StepTable`, per lane: ``start`` advances past the
     steps it evicts, then side slots, data and links of the new steps, then ``written``
     (the commit), then the previous newest step is relinked to 0 (only when its kept
-    next observation is bitwise the new step's observation). So the counters are read
-    ``written`` first (``w``: every step below it is complete), then each lane's newest
+    next observation is bitwise the new step's observation); a clear empties the window
+    (``start = written``) before it records ``cleared``. So the counters are read
+    ``cleared`` first (no later than ``start`` at any later instant), then ``written``
+    (``w``: every step below it is complete), then each lane's newest
     link, then ``written`` again (unchanged: no commit came between, so the newest link
     was read before any relink; else the read starts over), then the side store is
     mapped again (a slot of a step below ``w`` lies in its files by then), then every
@@ -282,7 +311,8 @@ def snapshot_table(t: StepTable, where: str, attempts: int = SNAPSHOT_ATTEMPTS) 
     tries = max(1, attempts)
     for attempt in range(tries):
         last = attempt == tries - 1
-        written = np.array(t.written, dtype=np.int64)  # [lanes], first
+        cleared = np.array(t.cleared, dtype=np.int64)  # [lanes], before start is read
+        written = np.array(t.written, dtype=np.int64)  # [lanes]
         newest = np.array(t.link[(written - 1) % T, cols], dtype=np.int64)  # [lanes]
         if not last and not np.array_equal(written, t.written):
             continue  # a commit in between: the newest step may be relinked already
@@ -296,7 +326,8 @@ def snapshot_table(t: StepTable, where: str, attempts: int = SNAPSHOT_ATTEMPTS) 
         # a linked slot lies in every field's file (a writer grows them one by one)
         side_len = min(len(a) for a in t.side.arrays.values())
         try:
-            used = check_counters(T, written, counts, episodes, link, side_len, where)
+            used = check_counters(T, written, counts, episodes, link, side_len, where,
+                                  cleared)
         except CheckpointError:
             if last or (np.array_equal(written, t.written)
                         and np.array_equal(start, t.start)):
@@ -306,19 +337,21 @@ def snapshot_table(t: StepTable, where: str, attempts: int = SNAPSHOT_ATTEMPTS) 
         t.counts[:] = counts
         t.start[:] = written - counts
         t.episodes[:] = episodes
+        t.cleared[:] = cleared
         t.side.rebuild(np.concatenate([used, np.zeros(t.side_capacity - side_len, bool)]))
         return
 
 
 def check_counters(T: int, written: IntArray, counts: IntArray,  # noqa: N803
                    episodes: IntArray, link: npt.NDArray[Any], side_len: int,
-                   where: str) -> npt.NDArray[np.bool_]:
+                   where: str, cleared: IntArray | None = None) -> npt.NDArray[np.bool_]:
     """Check the invariants of a step table's bookkeeping (see
     :class:`~replaybank.storage.table.StepTable`), which the writers (the compiled one
     included) rely on as memory offsets.
 
     Per lane ``l``: ``0 <= counts[l] <= T``, ``counts[l] <= written[l]`` (small enough that
-    item keys do not overflow), ``episodes[l] >= 0``. Every live step's link is in
+    item keys do not overflow), ``episodes[l] >= 0``, ``0 <= cleared[l] <= written[l] -
+    counts[l]`` (a clear comes before every live step). Every live step's link is in
     ``[0, side_len]``; a link of 0 (next observation = the next step's) only where the
     next step of the lane is live, so the newest live step of a lane links to the side
     store; no side slot is linked from two live steps.
@@ -331,6 +364,8 @@ def check_counters(T: int, written: IntArray, counts: IntArray,  # noqa: N803
         link: Next-observation links ``[T, lanes]``.
         side_len: Side slots allocated.
         where: What is loading (named in errors).
+        cleared: Each lane's first step after its last clear ``[lanes]`` (None: no
+            clear recorded).
 
     Returns:
         Which side slots live steps use ``[side_len]``.
@@ -355,6 +390,11 @@ def check_counters(T: int, written: IntArray, counts: IntArray,  # noqa: N803
         if e < 0:
             raise CheckpointError(f"{where}: meta/episodes[{lane}] = {e} is negative; the "
                                   f"lane counters are damaged: {fix}")
+        if cleared is not None and not 0 <= int(cleared[lane]) <= w - c:
+            raise CheckpointError(
+                f"{where}: meta/cleared[{lane}] = {int(cleared[lane])} is outside [0, "
+                f"written - counts = {w - c}] (a clear of lane {lane} comes before its "
+                f"oldest live step); the lane counters are damaged: {fix}")
     used = np.zeros(side_len, dtype=bool)
     for lane in range(lanes):
         c, w = int(counts[lane]), int(written[lane])
