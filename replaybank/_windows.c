@@ -1090,23 +1090,39 @@ done:
 static PyObject *
 c_stack(PyObject *self, PyObject *const *a, Py_ssize_t na)
 {
-    /* stack(link, written, counts, keys, k, out) -> (n_bad, n_side); out [B * (k + 4)]:
-     * slots [B, k + 1], then side [B], ok [B], step slot [B] */
+    /* stack(link, written, counts, cleared, keys, k, out) -> (n_bad, n_side);
+     * cleared [lanes] int64: each lane's first step after its last clear (0: never),
+     * the steps before it do not exist (a history reaching them is padded, not bad);
+     * out [B * (k + 4)]: slots [B, k + 1], then side [B], ok [B], step slot [B] */
     (void)self;
     Bufs bs = {.n = 0, .fn = "stack"};
     Table t;
-    const int64_t *keys;
+    const int64_t *keys, *cleared;
     int64_t *out;
-    Py_ssize_t nb, n;
+    Py_ssize_t nb, n, nc;
     long long k;
     PyObject *r = NULL;
-    if (!nargs_ok(na, 6, bs.fn))
+    if (!nargs_ok(na, 7, bs.fn))
         return NULL;
     if (open_table(&bs, a[0], Py_None, a[1], a[2], &t) < 0
-        || open_arr(&bs, a[3], "keys", K_I64, 0, 0, (void **)&keys, &nb) < 0
-        || get_int(a[4], bs.fn, "k", 1, &k) < 0
-        || open_arr(&bs, a[5], "out", K_I64, 1, 0, (void **)&out, &n) < 0)
+        || open_arr(&bs, a[3], "cleared", K_I64, 0, 0, (void **)&cleared, &nc) < 0
+        || open_arr(&bs, a[4], "keys", K_I64, 0, 0, (void **)&keys, &nb) < 0
+        || get_int(a[5], bs.fn, "k", 1, &k) < 0
+        || open_arr(&bs, a[6], "out", K_I64, 1, 0, (void **)&out, &n) < 0)
         goto done;
+    if (nc != t.lanes) {
+        too_short(bs.fn, "cleared", nc, t.lanes);
+        goto done;
+    }
+    for (int64_t l = 0; l < t.lanes; l++) {
+        if (cleared[l] < 0 || cleared[l] > t.written[l] - t.counts[l]) {
+            PyErr_Format(PyExc_ValueError, "replaybank._windows.%s: lane %lld has cleared="
+                         "%lld; need 0 <= cleared <= written - counts = %lld (a clear "
+                         "comes before every live step)", bs.fn, (long long)l,
+                         (long long)cleared[l], (long long)(t.written[l] - t.counts[l]));
+            goto done;
+        }
+    }
     if (check_keys(bs.fn, keys, nb, &t) < 0)
         goto done;
     if (k > WMAX / (nb + 1) / 8 || n != nb * (k + 4)) {
@@ -1128,7 +1144,7 @@ c_stack(PyObject *self, PyObject *const *a, Py_ssize_t na)
         for (int64_t d = 1; d < k; d++) {
             int64_t cand = seq - d;
             if (cand < lo) {
-                if (cand >= 0)
+                if (cand >= cleared[lane])  /* it existed (after the last clear): gone */
                     good = 0;
                 break;
             }
@@ -1680,7 +1696,7 @@ static PyMethodDef windows_functions[] = {
     {"window_plan", (PyCFunction)(void (*)(void))c_window_plan, METH_FASTCALL,
      "window_plan(link, written, counts, keys, width, slots, lk, ends, first)"},
     {"stack", (PyCFunction)(void (*)(void))c_stack, METH_FASTCALL,
-     "stack(link, written, counts, keys, k, out) -> (n_bad, n_side)"},
+     "stack(link, written, counts, cleared, keys, k, out) -> (n_bad, n_side)"},
     {"nstep", (PyCFunction)(void (*)(void))c_nstep, METH_FASTCALL,
      "nstep(slots, lanes, link, weights, rewards, last, length, returns): the n-step "
      "windows of a batch: last slots, lengths and discounted returns"},

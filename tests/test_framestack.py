@@ -250,12 +250,14 @@ def test_stack_slots_kernels_match_history(kernel: str) -> None:
             1, 9, (nrows, lanes), dtype=np.int32)
         written = rng.integers(0, 3 * nrows, size=lanes)
         counts = np.minimum(written, rng.integers(0, nrows + 1, size=lanes))
+        cleared = rng.integers(0, written - counts + 1) if rng.random() < 0.5 \
+            else np.zeros_like(written)
         keys = np.array([s * lanes + lane for lane in range(lanes)
                          for s in range(written[lane] - counts[lane], written[lane])],
                         dtype=np.int64)
         k = int(rng.integers(1, 6))
-        slots, side, ok = fn(link, written, counts, keys, k)
-        hist, ok_h = windows.history(link, written, counts, keys, k)
+        slots, side, ok = fn(link, written, counts, cleared, keys, k)
+        hist, ok_h = windows.history(link, written, counts, cleared, keys, k)
         np.testing.assert_array_equal(ok, ok_h)
         np.testing.assert_array_equal(slots[:, :k], (hist // lanes) % nrows * lanes + hist % lanes)
         for i, key in enumerate(keys.tolist()):
@@ -265,7 +267,8 @@ def test_stack_slots_kernels_match_history(kernel: str) -> None:
         if kernel == "numba":
             from replaybank.ops.stack_numba import stack_slots_counted
 
-            *_, ok_c, n_bad, n_side = stack_slots_counted(link, written, counts, keys, k)
+            *_, ok_c, n_bad, n_side = stack_slots_counted(link, written, counts, cleared,
+                                                          keys, k)
             assert n_bad == int((~ok_h).sum()) and n_side == int((side >= 0).sum())
             assert (ok_c is None) == (n_bad == 0)
             if ok_c is not None:
@@ -286,11 +289,11 @@ def test_numpy_kernel_view_gives_the_same_batches() -> None:
 
 
 def _oracle_windows(link: np.ndarray, written: np.ndarray, counts: np.ndarray,
-                    keys: np.ndarray, k: int, frames: np.ndarray,
+                    cleared: np.ndarray, keys: np.ndarray, k: int, frames: np.ndarray,
                     side_frames: np.ndarray) -> np.ndarray | None:
     """Plain-loop oracle of ``stack_numba.stack_gather`` (through windows.history)."""
     nrows, lanes = link.shape
-    hist, ok = windows.history(link, written, counts, keys, k)
+    hist, ok = windows.history(link, written, counts, cleared, keys, k)
     if not ok.all():
         return None
     out = np.empty((len(keys), k + 1, *frames.shape[1:]), frames.dtype)
@@ -320,6 +323,8 @@ def test_stack_gather_matches_loop_oracle(dtype: Any, shape: tuple[int, ...]) ->
             1, n_side + 1, (nrows, lanes), dtype=np.int32)
         written = rng.integers(1, 3 * nrows + 1, size=lanes)
         counts = np.minimum(written, rng.integers(1, nrows + 1, size=lanes))
+        cleared = rng.integers(0, written - counts + 1) if rng.random() < 0.5 \
+            else np.zeros_like(written)
         live = np.array([s * lanes + lane for lane in range(lanes)
                          for s in range(written[lane] - counts[lane], written[lane])])
         keys = rng.choice(live, size=int(rng.integers(1, 8)))
@@ -328,8 +333,8 @@ def test_stack_gather_matches_loop_oracle(dtype: Any, shape: tuple[int, ...]) ->
         side = (rng.random((n_side, *shape)) * 100).astype(dtype)
         if bufs[1].shape != (len(keys), k + 1):
             bufs = stack_buffers(len(keys), k)
-        got = stack_gather(link, written, counts, keys, k, frames, side, bufs)
-        want = _oracle_windows(link, written, counts, keys, k, frames, side)
+        got = stack_gather(link, written, counts, cleared, keys, k, frames, side, bufs)
+        want = _oracle_windows(link, written, counts, cleared, keys, k, frames, side)
         if want is None:
             n_none += 1
             assert got is None
@@ -440,7 +445,8 @@ def test_stack_gather_never_reads_past_the_side_store() -> None:
     link[3, 0] = 7  # names side slot 6 of 2: a corrupt table
     frames, side = np.arange(4, dtype=np.uint8), np.zeros(2, np.uint8)
     with pytest.raises(IndexError, match="side slot"):
-        stack_gather(link, np.array([4]), np.array([4]), np.array([3]), 2, frames, side)
+        stack_gather(link, np.array([4]), np.array([4]), np.array([0]), np.array([3]), 2,
+                     frames, side)
     buf = rb.ReplayBuffer(capacity=8, frame_stack=2, seed=0)
     for t in range(5):
         buf.add(obs=np.full(2, t, np.uint8), action=0, reward=0.0,
@@ -630,25 +636,224 @@ def test_prioritized_no_servable_step_with_priority_is_refused_unchanged() -> No
     assert buf.rng.bit_generator.state == before and sampler.calls == calls
 
 
-def test_a_cleared_buffer_says_why_its_first_steps_are_not_served() -> None:
-    """After clear() the first k - 1 steps of a lane are not served (their history is
-    gone, which the table cannot tell from overwritten history): sampling a cleared
-    buffer that holds only such steps says so and names clear(), changing nothing."""
-    buf = rb.ReplayBuffer(16, num_envs=2, frame_stack=3, seed=0)
+# ---------------------------------------------------------------------- after clear()
+# A cleared buffer must serve exactly what a fresh buffer given the same adds serves: the
+# steps before the first one after a clear do not exist, as in a fresh buffer, so the
+# first k - 1 steps of each lane are served, padded with their first frame (before the
+# fix they were treated as steps whose history the ring overwrote, and not served).
+
+CK = 3  # frames per stack in the clear() tests
+#: The adds before and after the clear of each case: (adds before, ends before, adds
+#: after, ends after); an end is the add (counted from 0) that terminates an episode.
+CLEAR_CASES = {
+    "mid_episode": (5, (), 7, (2,)),         # a running episode cut by the clear
+    "episode_boundary": (5, (4,), 7, (1, 5)),  # cleared right after an episode ended
+    "wrapped": (21, (9,), 7, (3,)),          # the ring (8 per lane) wrapped before
+}
+
+
+def _feed(buf: rb.ReplayBuffer, adds: int, ends: tuple[int, ...], lanes: int,
+          base: float = 0.0) -> None:
+    """``adds`` adds to every lane; the frame of add ``t`` in lane ``l`` is ``base + 1000
+    * l + t`` (every stored frame names its step); the adds in ``ends`` terminate their
+    episode (final frame ``+ 0.5``; the next add starts the next episode), the others
+    continue into the next add's frame."""
+    for t in range(adds):
+        obs = np.repeat((base + 1000.0 * np.arange(lanes) + t)[:, None], 2, axis=1)
+        end = np.full(lanes, t in ends)
+        nxt = obs + (0.5 if t in ends else 1.0)
+        if lanes == 1:
+            buf.add(obs=obs[0].astype(np.float32), action=t, reward=float(t),
+                    next_obs=nxt[0].astype(np.float32), terminated=bool(end[0]),
+                    truncated=False)
+        else:
+            buf.add(obs=obs.astype(np.float32), action=np.full(lanes, t),
+                    reward=np.full(lanes, float(t)), next_obs=nxt.astype(np.float32),
+                    terminated=end, truncated=np.zeros(lanes, bool))
+
+
+def _clear_pair(case: str, lanes: int, sampler: str, **kwargs: Any) -> tuple[
+        rb.ReplayBuffer, rb.ReplayBuffer]:
+    """``(cleared, fresh)``: a buffer given the case's adds, cleared, then given the adds
+    after; and a fresh buffer given only those (same seed, sampler and frame stack)."""
+    before, ends_before, after, ends_after = CLEAR_CASES[case]
+
+    def make(**more: Any) -> rb.ReplayBuffer:
+        extra: dict[str, Any] = {"sampler": rb.PrioritizedSampler()} if sampler == "per" \
+            else {}
+        return rb.ReplayBuffer(8 * lanes, num_envs=lanes, frame_stack=CK, seed=0,
+                               **extra, **more)
+
+    cleared, fresh = make(**kwargs), make()
+    _feed(cleared, before, ends_before, lanes, base=500_000.0)  # frames never served again
+    cleared.clear()
+    _feed(cleared, after, ends_after, lanes)
+    _feed(fresh, after, ends_after, lanes)
+    return cleared, fresh
+
+
+def _servable(buf: rb.ReplayBuffer) -> dict[float, tuple[list[float], list[float]]]:
+    """Every step the buffer serves, by the frame it stores: its obs and next_obs stacks
+    (first component of each frame), from one draw of all of them without replacement
+    (which draws exactly the servable steps)."""
+    t = buf.table
+    keys = live_keys(buf)
+    ok = buf.view.valid(t, keys)
+    n = len(keys) if ok is None else int(ok.sum())
+    if n == 0:
+        return {}
+    b = buf.sample(n, replace=False)
+    with pytest.raises(rb.EmptyBufferError):
+        buf.sample(n + 1, replace=False)  # no other step is servable
+    return {float(o[-1, 0]): (o[:, 0].tolist(), x[:, 0].tolist())
+            for o, x in zip(b.obs, b.next_obs, strict=True)}
+
+
+def _assert_serves_as_fresh(buf: rb.ReplayBuffer, fresh: rb.ReplayBuffer, lanes: int,
+                            sampler: str) -> None:
+    """``buf`` serves the steps ``fresh`` serves, with the same stacks; its batches are
+    the fresh buffer's (uniform: the same draws, up to the keys' sequence numbers)."""
+    want = _servable(fresh)
+    assert want and _servable(buf) == want
+    for lane in range(lanes):  # a lane's first step: served, padded with its first frame
+        first = 1000.0 * lane
+        if fresh.table.written[lane] <= fresh.table.T:  # (not yet overwritten)
+            assert want[first] == ([first] * CK, [first] * (CK - 1) + [first + 1])
+    buf.rng.bit_generator.state = fresh.rng.bit_generator.state
+    a, b = buf.sample(64), fresh.sample(64)
+    for name in ("obs", "next_obs", "action", "reward", "terminated"):
+        if sampler == "uniform":
+            np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
+    for o, x in zip(a.obs, a.next_obs, strict=True):  # every row a stack fresh serves
+        assert want[float(o[-1, 0])] == (o[:, 0].tolist(), x[:, 0].tolist())
+
+
+@pytest.mark.parametrize("case", sorted(CLEAR_CASES))
+@pytest.mark.parametrize("lanes,sampler", [(1, "uniform"), (3, "uniform"), (1, "per"),
+                                           (3, "per")])
+def test_a_cleared_buffer_serves_what_a_fresh_buffer_serves(case: str, lanes: int,
+                                                            sampler: str) -> None:
+    cleared, fresh = _clear_pair(case, lanes, sampler)
+    _assert_serves_as_fresh(cleared, fresh, lanes, sampler)
+    for buf in (cleared, fresh):  # the ring wraps after the clear too
+        _feed(buf, 12, (6,), lanes, base=0.25)
+    _assert_serves_as_fresh(cleared, fresh, lanes, sampler)
+    # the oldest steps of each lane lost their history to the ring: not served
+    assert len(_servable(fresh)) < len(fresh)
+
+
+@pytest.mark.parametrize("sampler", ["uniform", "per"])
+def test_a_cleared_buffer_holding_only_first_steps_samples(sampler: str) -> None:
+    """Only steps whose stacks reach back to the clear (before the fix: refused, "none
+    of the 2 stored steps can be served ... removed by clear()")."""
+    extra: dict[str, Any] = {"sampler": rb.PrioritizedSampler()} if sampler == "per" else {}
+    buf = rb.ReplayBuffer(16, num_envs=2, frame_stack=3, seed=0, **extra)
     _one_episode(buf, 2, lanes=2)
     buf.clear()
     _one_episode(buf, 1, lanes=2)
-    before = buf.rng.bit_generator.state
-    with pytest.raises(rb.EmptyBufferError, match=r"none of the 2 stored steps can be "
-                                                  r"served.*removed by clear\(\)"):
-        buf.sample(1)
-    assert buf.rng.bit_generator.state == before
+    b = buf.sample(8)
+    assert {tuple(o) for o in b.obs[:, :, 0].tolist()} <= {(0.0, 0.0, 0.0),
+                                                           (100.0, 100.0, 100.0)}
+    assert {tuple(x) for x in b.next_obs[:, :, 0].tolist()} <= {(0.0, 0.0, 1.0),
+                                                                (100.0, 100.0, 101.0)}
+    assert sorted(buf.sample(2, replace=False).obs[:, -1, 0].tolist()) == [0.0, 100.0]
+
+
+@pytest.mark.parametrize("lanes,sampler", [(1, "uniform"), (3, "per")])
+def test_a_cleared_buffer_serves_as_fresh_after_state_dict_save_and_load(
+        tmp_path: Any, lanes: int, sampler: str) -> None:
+    """What records the clear survives ``state_dict`` / ``load_state_dict`` and
+    ``rb.save`` / ``rb.load``."""
+    cleared, fresh = _clear_pair("mid_episode", lanes, sampler)
+    state = cleared.state_dict()
+    assert "meta/cleared" in state["table"]
+    copy = _clear_pair("wrapped", lanes, sampler)[0]  # another clear, other counters
+    copy.load_state_dict(state)
+    _assert_serves_as_fresh(copy, fresh, lanes, sampler)
+    rb.save(cleared, tmp_path / "ckpt")
+    _assert_serves_as_fresh(rb.load(tmp_path / "ckpt"), fresh, lanes, sampler)
+    _assert_serves_as_fresh(cleared, fresh, lanes, sampler)
+
+
+@pytest.mark.parametrize("lanes", [1, 3])
+def test_a_cleared_memmap_buffer_serves_as_fresh_after_reopen(tmp_path: Any,
+                                                              lanes: int) -> None:
+    """A memmap buffer keeps the clear in its files: reopened for writing, or read-only
+    beside its writer, it serves what a fresh buffer serves."""
+    path = tmp_path / "m"
+    cleared, fresh = _clear_pair("episode_boundary", lanes, "uniform", storage="memmap",
+                                 path=str(path))
+    _assert_serves_as_fresh(cleared, fresh, lanes, "uniform")
+    cleared.flush()
+    reader = rb.open(path, mode="r")
+    _assert_serves_as_fresh(reader, fresh, lanes, "uniform")
+    reader.close()
+    cleared.close()
+    again = rb.open(path)
+    _assert_serves_as_fresh(again, fresh, lanes, "uniform")
+    _feed(again, 3, (), lanes, base=0.25)  # later adds continue the lanes
+    _feed(fresh, 3, (), lanes, base=0.25)
+    _assert_serves_as_fresh(again, fresh, lanes, "uniform")
+    again.close()
+
+
+def test_old_state_without_the_clear_record_loads_as_before() -> None:
+    """A state saved before the table recorded clears (no ``meta/cleared``) loads, with no
+    clear recorded: a never-cleared buffer's state serves as it did, a cleared one's
+    keeps its first ``k - 1`` steps after the clear unserved, as the old code did; the
+    same state with the record serves them. A record that breaks the counters (a clear
+    after a live step) is refused."""
+    lanes = 2
+    cleared, fresh = _clear_pair("mid_episode", lanes, "uniform")
+    never = fresh.state_dict()
+    del never["table"]["meta/cleared"]
+    back = _clear_pair("wrapped", lanes, "uniform")[0]
+    back.load_state_dict(never)
+    _assert_serves_as_fresh(back, fresh, lanes, "uniform")
+    old = cleared.state_dict()
+    del old["table"]["meta/cleared"]
+    back.load_state_dict(old)
+    served = set(_servable(back))
+    lost = {1000.0 * lane + t for lane in range(lanes) for t in range(CK - 1)}
+    assert served == set(_servable(fresh)) - lost
+    back.load_state_dict(cleared.state_dict())
+    _assert_serves_as_fresh(back, fresh, lanes, "uniform")
+    bad = cleared.state_dict()
+    bad["table"]["meta/cleared"] = bad["table"]["meta/written"] + 1
+    with pytest.raises(rb.CheckpointError,
+                       match=r"meta/cleared\[0\] = 13 is outside \[0, written - counts = 5\]"):
+        back.load_state_dict(bad)
+    _assert_serves_as_fresh(back, fresh, lanes, "uniform")  # unchanged
+
+
+def test_old_memmap_files_without_the_clear_record_reopen(tmp_path: Any) -> None:
+    """Files written before the table recorded clears (no ``meta/cleared`` file) reopen
+    with no clear recorded (the old behaviour) and can still be cleared."""
+    import json
+
+    from replaybank.storage.backends.memmap import MANIFEST
+
+    path = tmp_path / "m"
+    cleared, fresh = _clear_pair("mid_episode", 1, "uniform", storage="memmap",
+                                 path=str(path))
+    cleared.close()
+    manifest = json.loads((path / MANIFEST).read_text())
+    entry = manifest["arrays"].pop("meta/cleared")
+    (path / entry["file"]).unlink()
+    (path / MANIFEST).write_text(json.dumps(manifest))
+    again = rb.open(path)
+    assert set(_servable(again)) == set(_servable(fresh)) - {0.0, 1.0}
+    again.clear()  # recorded in memory: served as fresh until the files are reopened
+    _feed(again, 7, (2,), 1)
+    _assert_serves_as_fresh(again, fresh, 1, "uniform")
+    again.close()
 
 
 @pytest.mark.parametrize("generator", ["pcg64", "pcg64_half_word", "mt19937"])
 def test_a_failed_one_lane_sample_leaves_the_generator_as_it_was(generator: str) -> None:
     """One lane, uniform sampler (the buffer's shortcut past the sampler protocol): a
-    cleared buffer that holds only steps whose history clear() removed serves none. The
+    buffer loaded from a cleared buffer's state saved before clears were recorded (no
+    ``meta/cleared``: the steps after the clear lack their history) serves none. The
     failed call puts the generator back exactly (before, the first draw and the redraw
     rounds stayed consumed, so a failed call changed every later batch): PCG64 (the
     default) is rewound by the raw words the first draw read, with its buffered 32-bit
@@ -660,7 +865,10 @@ def test_a_failed_one_lane_sample_leaves_the_generator_as_it_was(generator: str)
         _one_episode(buf, 5)
         buf.sample(4)  # the shortcut's first call
         buf.clear()
-        _one_episode(buf, 2)  # both steps lack the history clear() removed
+        _one_episode(buf, 2)
+        state = buf.state_dict()
+        del state["table"]["meta/cleared"]  # as saved before clears were recorded
+        buf.load_state_dict(state)  # both steps lack the history clear() removed
         if generator == "pcg64_half_word":
             buf.rng.integers(0, 9, dtype=np.uint32)  # leaves half a raw word buffered
         return buf
@@ -669,7 +877,7 @@ def test_a_failed_one_lane_sample_leaves_the_generator_as_it_was(generator: str)
     before = repr(buf.rng.bit_generator.state)
     for batch in (1, 4, 64):
         with pytest.raises(rb.EmptyBufferError, match=r"none of the 2 stored steps can be "
-                                                      r"served.*removed by clear\(\)"):
+                                                      r"served"):
             buf.sample(batch)
         assert repr(buf.rng.bit_generator.state) == before
     _one_episode(buf, 3)

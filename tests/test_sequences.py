@@ -40,8 +40,8 @@ def loop_extent(link: Any, written: Any, counts: Any, key: int, width: int,
     return n
 
 
-def loop_history(link: Any, written: Any, counts: Any, key: int, k: int) -> tuple[list[int],
-                                                                                   bool]:
+def loop_history(link: Any, written: Any, counts: Any, cleared: Any, key: int,
+                 k: int) -> tuple[list[int], bool]:
     nrows, lanes = link.shape
     seq, lane = key // lanes, key % lanes
     lo = written[lane] - counts[lane]
@@ -51,7 +51,7 @@ def loop_history(link: Any, written: Any, counts: Any, key: int, k: int) -> tupl
     for _ in range(k - 1):
         prev = cur - 1
         if prev < lo:
-            if prev >= 0:
+            if prev >= cleared[lane]:  # it existed (not removed by a clear): overwritten
                 ok = False
             break
         if link[prev % nrows, lane] > 0:
@@ -139,10 +139,13 @@ def test_history_and_is_first_match_loops() -> None:
             continue
         keys = np.array(live)
         k = int(rng.integers(1, 6))
-        hist, ok = windows.history(link, written, counts, keys, k)
+        # each lane's last clear: never (half the tables), or up to its oldest live step
+        cleared = rng.integers(0, written - counts + 1) if rng.random() < 0.5 \
+            else np.zeros_like(written)
+        hist, ok = windows.history(link, written, counts, cleared, keys, k)
         first = windows.is_first(link, written, counts, keys)
         for i, key in enumerate(live):
-            h, o = loop_history(link, written, counts, key, k)
+            h, o = loop_history(link, written, counts, cleared, key, k)
             assert hist[i].tolist() == h
             assert bool(ok[i]) == o
             seq, lane = key // lanes, key % lanes

@@ -228,24 +228,27 @@ def test_window_plan_matches_numpy(tab: Any, width: int) -> None:
 
 
 @SETTINGS
-@given(tab=tables(), k=st.integers(1, 6))
-def test_stack_plan_matches_numpy_and_numba(tab: Any, k: int) -> None:
-    link, written, counts, *_ = tab
+@given(tab=tables(), k=st.integers(1, 6), was_cleared=st.booleans())
+def test_stack_plan_matches_numpy_and_numba(tab: Any, k: int, was_cleared: bool) -> None:
+    link, written, counts, *_, rng = tab
     keys = live_keys(written, counts, link.shape[1])
-    slots, side, ok = windows.stack_slots(link, written, counts, keys, k)
-    got = wc.stack_slots(link, written, counts, keys, k)
+    # each lane's last clear: never, or anywhere up to its oldest live step
+    cleared = rng.integers(0, written - counts + 1) if was_cleared \
+        else np.zeros_like(written)
+    slots, side, ok = windows.stack_slots(link, written, counts, cleared, keys, k)
+    got = wc.stack_slots(link, written, counts, cleared, keys, k)
     for g, w in zip(got, (slots, side, ok), strict=True):
         np.testing.assert_array_equal(g, w)
     bufs = windows.stack_buffers(len(keys), k)
-    p_slots, p_side, step, p_ok, n_bad, n_side = wc.stack_plan(link, written, counts, keys,
-                                                               k, bufs)
+    p_slots, p_side, step, p_ok, n_bad, n_side = wc.stack_plan(link, written, counts,
+                                                               cleared, keys, k, bufs)
     assert p_slots.base is bufs[0] or p_slots is bufs[1]
     np.testing.assert_array_equal(p_slots, slots)
     np.testing.assert_array_equal(step, slots[:, k - 1])
     assert n_bad == int((~ok).sum()) and n_side == int((side >= 0).sum())
     assert (p_ok is None) == (n_bad == 0)
     if sn is not None:
-        twin = sn.stack_plan(link, written, counts, keys, k)
+        twin = sn.stack_plan(link, written, counts, cleared, keys, k)
         np.testing.assert_array_equal(twin[0], p_slots)
         np.testing.assert_array_equal(twin[1], p_side)
         assert twin[4:] == (n_bad, n_side)
@@ -363,10 +366,19 @@ def test_bad_arguments_raise_before_writing() -> None:
         c.plan(link, None, written, counts, np.array([-1, 0]), np.array([2, 2]), term,
                term, 2, 0, slots, steps, flags, side)
     out = np.full(2 * 6, -7, np.int64)
+    never = np.zeros(2, np.int64)
     with pytest.raises(ValueError):
-        c.stack(link, written, counts, np.array([-3, 1]), 2, out)
+        c.stack(link, written, counts, never, np.array([-3, 1]), 2, out)
     with pytest.raises(ValueError):
-        c.stack(link, written, counts, np.array([0, 1]), 2, out[:-1])
+        c.stack(link, written, counts, never, np.array([0, 1]), 2, out[:-1])
+    with pytest.raises(ValueError, match="cleared"):  # a clear after a live step
+        c.stack(link, written, counts, np.array([0, 1]), np.array([0, 1]), 2, out)
+    with pytest.raises(ValueError, match="cleared"):
+        c.stack(link, written, counts, np.array([-1, 0]), np.array([0, 1]), 2, out)
+    with pytest.raises(ValueError, match="cleared"):
+        c.stack(link, written, counts, np.zeros(1, np.int64), np.array([0, 1]), 2, out)
+    with pytest.raises(TypeError):
+        c.stack(link, written, counts, never.astype(np.int32), np.array([0, 1]), 2, out)
     assert (out == -7).all()
     with pytest.raises(ValueError):
         c.extent(link, None, written, counts, np.array([2**62]), 2, False,

@@ -438,9 +438,10 @@ class ReplayBuffer:
     def clear(self) -> None:
         """Drop every stored step (storage stays allocated).
 
-        With ``frame_stack=k`` the first ``k - 1`` steps of each lane written after a
-        clear are not served (their history is gone, which the table cannot tell from
-        history the ring overwrote; see :mod:`replaybank.views.framestack`).
+        The buffer then serves what a fresh buffer given the same adds serves: with
+        ``frame_stack=k`` the first steps of each lane written after a clear are served
+        with their stacks padded by their first frame, as a fresh buffer's first steps
+        (see :mod:`replaybank.views.framestack`).
         """
         locked = self._guard.enter()
         try:

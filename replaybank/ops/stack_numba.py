@@ -11,7 +11,8 @@ machine (``cache=True``).
 Example:
     >>> import numpy as np
     >>> link = np.zeros((4, 1), np.int32); link[3, 0] = 1
-    >>> slots, side, ok = stack_slots(link, np.array([4]), np.array([4]), np.array([1, 3]), 2)
+    >>> slots, side, ok = stack_slots(link, np.array([4]), np.array([4]), np.array([0]),
+    ...                               np.array([1, 3]), 2)
     >>> slots.tolist(), side.tolist(), ok.tolist()
     ([[0, 1, 2], [2, 3, 0]], [-1, 0], [True, True])
 """
@@ -35,7 +36,7 @@ BoolArray = npt.NDArray[np.bool_]
 
 
 @numba.njit(cache=True, nogil=True)
-def _stack(link, written, counts, keys, k, out):  # type: ignore[no-untyped-def]  # pragma: no cover
+def _stack(link, written, counts, cleared, keys, k, out):  # type: ignore[no-untyped-def]  # pragma: no cover
     # out (flat, B * (k + 4)): slots [B, k + 1], then side [B], ok [B], step slot [B]
     T, lanes = link.shape  # noqa: N806
     nb = keys.shape[0]
@@ -54,7 +55,7 @@ def _stack(link, written, counts, keys, k, out):  # type: ignore[no-untyped-def]
         for d in range(1, k):
             cand = seq - d
             if cand < lo:
-                if cand >= 0:
+                if cand >= cleared[lane]:  # it existed (not before the last clear): gone
                     good = 0
                 break
             if link[cand % T, lane] != 0:
@@ -78,14 +79,16 @@ def _stack(link, written, counts, keys, k, out):  # type: ignore[no-untyped-def]
 
 
 def stack_slots(link: npt.NDArray[np.int32], written: IntArray, counts: IntArray,
-                keys: IntArray, k: int) -> tuple[IntArray, IntArray, BoolArray]:
+                cleared: IntArray, keys: IntArray, k: int) -> tuple[IntArray, IntArray,
+                                                                    BoolArray]:
     """Same contract as :func:`replaybank.ops.windows.stack_slots`."""
-    slots, side, ok, _, _ = stack_slots_counted(link, written, counts, keys, k)
+    slots, side, ok, _, _ = stack_slots_counted(link, written, counts, cleared, keys, k)
     return slots, side, np.ones(len(slots), np.bool_) if ok is None else ok
 
 
 def stack_plan(link: npt.NDArray[np.int32], written: IntArray, counts: IntArray,
-               keys: IntArray, k: int, buffers: StackBuffers | None = None) -> tuple[
+               cleared: IntArray, keys: IntArray, k: int,
+               buffers: StackBuffers | None = None) -> tuple[
                    IntArray, IntArray, IntArray, BoolArray | None, int, int]:
     """:func:`stack_slots_counted` plus the steps' own slots, all in one buffer.
 
@@ -93,6 +96,8 @@ def stack_plan(link: npt.NDArray[np.int32], written: IntArray, counts: IntArray,
         link: Next-observation links ``[T, lanes]`` (int32).
         written: Steps ever written per lane ``[lanes]`` (int64).
         counts: Live steps per lane ``[lanes]`` (int64).
+        cleared: Each lane's first sequence number after its last clear ``[lanes]``
+            (int64; see :func:`replaybank.ops.windows.history`).
         keys: Item keys ``[B]`` (int64).
         k: Frames per stack.
         buffers: Output buffers from :func:`stack_buffers` to fill (the results are
@@ -106,7 +111,8 @@ def stack_plan(link: npt.NDArray[np.int32], written: IntArray, counts: IntArray,
 
     Example:
         >>> link = np.zeros((4, 1), np.int32); link[3, 0] = 1
-        >>> stack_plan(link, np.array([4]), np.array([4]), np.array([1, 3]), 2)[2].tolist()
+        >>> stack_plan(link, np.array([4]), np.array([4]), np.array([0]), np.array([1, 3]),
+        ...            2)[2].tolist()
         [1, 3]
     """
     if type(keys) is not np.ndarray or keys.dtype != np.int64:
@@ -114,14 +120,14 @@ def stack_plan(link: npt.NDArray[np.int32], written: IntArray, counts: IntArray,
     if buffers is None or buffers[1].shape != (keys.shape[0], k + 1):
         buffers = stack_buffers(keys.shape[0], k)
     flat, slots, side, ok, step = buffers
-    n_bad, n_side = _stack(link, written, counts, keys, k, flat)
+    n_bad, n_side = _stack(link, written, counts, cleared, keys, k, flat)
     return slots, side, step, ok != 0 if n_bad else None, n_bad, n_side
 
 
 @numba.njit(cache=True, nogil=True)
-def _stack_gather(link, written, counts, keys, k, plan, frames, side_frames, out):  # type: ignore[no-untyped-def]  # pragma: no cover
+def _stack_gather(link, written, counts, cleared, keys, k, plan, frames, side_frames, out):  # type: ignore[no-untyped-def]  # pragma: no cover
     # plan as _stack; frames [T * lanes, F] and side_frames [S, F] raw bytes; out [B, k + 1, F]
-    n_bad = _stack(link, written, counts, keys, k, plan)[0]
+    n_bad = _stack(link, written, counts, cleared, keys, k, plan)[0]
     if n_bad:  # nothing is copied: the caller redraws
         return n_bad
     nb = keys.shape[0]
@@ -164,7 +170,7 @@ def as_bytes(array: npt.NDArray[Any]) -> npt.NDArray[np.uint8]:
 
 
 def stack_gather(link: npt.NDArray[np.int32], written: IntArray, counts: IntArray,
-                 keys: IntArray, k: int, frames: npt.NDArray[Any],
+                 cleared: IntArray, keys: IntArray, k: int, frames: npt.NDArray[Any],
                  side_frames: npt.NDArray[Any],
                  buffers: StackBuffers | None = None) -> npt.NDArray[Any] | None:
     """Check, plan and gather the frame windows of ``keys`` in one pass.
@@ -177,6 +183,8 @@ def stack_gather(link: npt.NDArray[np.int32], written: IntArray, counts: IntArra
         link: Next-observation links ``[T, lanes]`` (int32).
         written: Steps ever written per lane ``[lanes]`` (int64).
         counts: Live steps per lane ``[lanes]`` (int64).
+        cleared: Each lane's first sequence number after its last clear ``[lanes]``
+            (int64; see :func:`replaybank.ops.windows.history`).
         keys: Item keys ``[B]`` (int64).
         k: Frames per stack.
         frames: The obs field by slot ``[T * lanes, *frame]`` (C-contiguous numpy).
@@ -195,8 +203,8 @@ def stack_gather(link: npt.NDArray[np.int32], written: IntArray, counts: IntArra
     Example:
         >>> link = np.zeros((4, 1), np.int32); link[3, 0] = 1
         >>> frames = np.arange(4, dtype=np.int16); side = np.array([9, 0], np.int16)
-        >>> stack_gather(link, np.array([4]), np.array([4]), np.array([1, 3]), 2, frames,
-        ...              side).tolist()
+        >>> stack_gather(link, np.array([4]), np.array([4]), np.array([0]), np.array([1, 3]),
+        ...              2, frames, side).tolist()
         [[0, 1, 2], [2, 3, 9]]
     """
     if type(keys) is not np.ndarray or keys.dtype != np.int64:
@@ -208,8 +216,8 @@ def stack_gather(link: npt.NDArray[np.int32], written: IntArray, counts: IntArra
     raw = out.reshape(nb, k + 1, math.prod(frames.shape[1:]))
     if raw.dtype != np.uint8:
         raw = raw.view(np.uint8)
-    rc = _stack_gather(link, written, counts, keys, int(k), buffers[0], as_bytes(frames),
-                       as_bytes(side_frames), raw)
+    rc = _stack_gather(link, written, counts, cleared, keys, int(k), buffers[0],
+                       as_bytes(frames), as_bytes(side_frames), raw)
     if rc < 0:
         raise IndexError(f"stack_gather: link names a side slot past the {len(side_frames)} "
                          "kept next observations; the table is corrupt")
@@ -217,16 +225,18 @@ def stack_gather(link: npt.NDArray[np.int32], written: IntArray, counts: IntArra
 
 
 def stack_slots_counted(link: npt.NDArray[np.int32], written: IntArray, counts: IntArray,
-                        keys: IntArray, k: int) -> tuple[IntArray, IntArray,
-                                                         BoolArray | None, int, int]:
+                        cleared: IntArray, keys: IntArray, k: int) -> tuple[
+                            IntArray, IntArray, BoolArray | None, int, int]:
     """:func:`stack_slots` plus how many ``ok`` are False and how many ``side >= 0``.
 
     ``ok`` is None when it would be all True (the common case; saves an array op).
 
     Example:
         >>> link = np.zeros((4, 1), np.int32); link[3, 0] = 1
-        >>> stack_slots_counted(link, np.array([4]), np.array([4]), np.array([1, 3]), 2)[2:]
+        >>> stack_slots_counted(link, np.array([4]), np.array([4]), np.array([0]),
+        ...                     np.array([1, 3]), 2)[2:]
         (None, 0, 1)
     """
-    slots, side, _, ok, n_bad, n_side = stack_plan(link, written, counts, keys, int(k))
+    slots, side, _, ok, n_bad, n_side = stack_plan(link, written, counts, cleared, keys,
+                                                   int(k))
     return slots, side, ok, n_bad, n_side

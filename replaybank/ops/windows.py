@@ -3,9 +3,10 @@
 Every function works on the lane bookkeeping of a step table (see
 :mod:`replaybank.ops.ring`): ``link`` ``[T, lanes]`` (``> 0`` where the next observation
 of a step is not the next step's observation: an episode end, a discontinuity, or the
-newest step of a lane), ``written`` and ``counts`` ``[lanes]``. Steps are named by item
-keys ``seq * lanes + lane``; lane ``l`` holds the live sequence numbers
-``[written[l] - counts[l], written[l])``.
+newest step of a lane), ``written`` and ``counts`` ``[lanes]``, and for frame stacks
+``cleared`` ``[lanes]`` (the sequence number of each lane's first step after its last
+``clear()``, 0 when never cleared). Steps are named by item keys ``seq * lanes + lane``;
+lane ``l`` holds the live sequence numbers ``[written[l] - counts[l], written[l])``.
 
 A *window* of width ``W`` starting at key ``k`` is the steps ``seq, seq + 1, ...,
 seq + W - 1`` of the same lane. Its *extent* is how many of its leading steps may be read:
@@ -23,7 +24,7 @@ Example:
     [3, 2, 1, 3, 2, 1]
     >>> valid_starts(link, written, counts, 3, cross=False, min_len=3).tolist()
     [0, 3]
-    >>> history(link, written, counts, np.array([4]), 4)[0].tolist()   # reset padding
+    >>> history(link, written, counts, np.zeros(1, np.int64), np.array([4]), 4)[0].tolist()
     [[3, 3, 3, 4]]
 """
 
@@ -207,6 +208,7 @@ def history(
     link: npt.NDArray[np.int32],
     written: IntArray,
     counts: IntArray,
+    cleared: IntArray,
     keys: IntArray,
     k: int,
 ) -> tuple[IntArray, BoolArray]:
@@ -218,23 +220,35 @@ def history(
     observation is repeated, as gymnasium's ``FrameStackObservation(padding_type="reset")``
     does.
 
+    The steps before a lane's ``cleared[lane]`` do not exist (those before its first step
+    ever, ``cleared == 0``, and those ``clear()`` removed): a history that reaches them
+    starts an episode there, padded. Steps from ``cleared`` on that are no longer live
+    were overwritten by the ring: a history that needs one cannot be rebuilt.
+
     Args:
         link: Next-observation links ``[T, lanes]``.
         written: Steps ever written per lane ``[lanes]``.
         counts: Live steps per lane ``[lanes]``.
+        cleared: Each lane's first sequence number after its last clear ``[lanes]`` (0:
+            never cleared; at most ``written - counts``).
         keys: Live steps ``[B]``.
         k: Stack size.
 
     Returns:
         ``(hist, ok)``: keys ``[B, k]`` (oldest first, the step itself last), and ``ok``
-        ``[B]``, False where the needed history was overwritten or cleared (the stack
-        cannot be rebuilt exactly).
+        ``[B]``, False where the needed history was overwritten (the stack cannot be
+        rebuilt exactly).
 
     Example:
         >>> link = np.zeros((4, 1), np.int32)
-        >>> h, ok = history(link, np.array([6]), np.array([4]), np.array([3, 5]), 3)
+        >>> h, ok = history(link, np.array([6]), np.array([4]), np.array([0]),
+        ...                 np.array([3, 5]), 3)
         >>> h.tolist(), ok.tolist()
         ([[2, 2, 3], [3, 4, 5]], [False, True])
+        >>> h, ok = history(link, np.array([6]), np.array([4]), np.array([2]),
+        ...                 np.array([2, 3]), 3)  # a clear() at 2: nothing before it
+        >>> h.tolist(), ok.tolist()
+        ([[2, 2, 2], [2, 2, 3]], [True, True])
     """
     T, lanes = link.shape  # noqa: N806
     seq, lane = _split(keys, lanes)
@@ -247,7 +261,8 @@ def history(
     going = np.logical_and.accumulate(cont, axis=1)  # [B, k-1] prefix of cont
     tried = np.ones_like(going)
     tried[:, 1:] = going[:, :-1]  # whether the walk reached cand at all
-    ok = ~np.any(tried & ~live & (cand >= 0), axis=1)
+    # a step the walk reached that existed (at or after the clear) but is gone
+    ok = ~np.any(tried & ~live & (cand >= np.asarray(cleared)[lane][:, None]), axis=1)
     depth = going.sum(axis=1)  # steps back inside the episode, [B]
     back = np.minimum(np.arange(k - 1, -1, -1, dtype=np.int64)[None, :], depth[:, None])
     return (seq[:, None] - back) * lanes + lane[:, None], ok
@@ -257,6 +272,7 @@ def stack_slots(
     link: npt.NDArray[np.int32],
     written: IntArray,
     counts: IntArray,
+    cleared: IntArray,
     keys: IntArray,
     k: int,
 ) -> tuple[IntArray, IntArray, BoolArray]:
@@ -266,6 +282,8 @@ def stack_slots(
         link: Next-observation links ``[T, lanes]``.
         written: Steps ever written per lane ``[lanes]``.
         counts: Live steps per lane ``[lanes]``.
+        cleared: Each lane's first sequence number after its last clear ``[lanes]`` (see
+            :func:`history`).
         keys: Live steps ``[B]``.
         k: Stack size.
 
@@ -279,13 +297,13 @@ def stack_slots(
     Example:
         >>> link = np.zeros((4, 1), np.int32); link[3, 0] = 1
         >>> slots, side, ok = stack_slots(link, np.array([4]), np.array([4]),
-        ...                               np.array([1, 3]), 2)
+        ...                               np.array([0]), np.array([1, 3]), 2)
         >>> slots.tolist(), side.tolist(), ok.tolist()
         ([[0, 1, 2], [2, 3, 0]], [-1, 0], [True, True])
     """
     T, lanes = link.shape  # noqa: N806
     keys = np.asarray(keys, dtype=np.int64)
-    hist, ok = history(link, written, counts, keys, k)  # [B, k] keys
+    hist, ok = history(link, written, counts, cleared, keys, k)  # [B, k] keys
     seq, lane = _split(keys, lanes)
     slots = np.empty((len(keys), k + 1), dtype=np.int64)
     slots[:, :k] = (hist // lanes) % T * lanes + lane[:, None]

@@ -243,7 +243,8 @@ def window_plan(link: npt.NDArray[np.int32], written: IntArray, counts: IntArray
 
 
 def stack_plan(link: npt.NDArray[np.int32], written: IntArray, counts: IntArray,
-               keys: IntArray, k: int, buffers: StackBuffers | None = None) -> tuple[
+               cleared: IntArray, keys: IntArray, k: int,
+               buffers: StackBuffers | None = None) -> tuple[
                    IntArray, IntArray, IntArray, BoolArray | None, int, int]:
     """Same contract as :func:`replaybank.ops.stack_numba.stack_plan`: ``(slots, side,
     step, ok, n_not_ok, n_side)`` of the frame stacks of ``keys`` (``ok`` None when all
@@ -252,42 +253,45 @@ def stack_plan(link: npt.NDArray[np.int32], written: IntArray, counts: IntArray,
 
     Example:
         >>> link = np.zeros((4, 1), np.int32); link[3, 0] = 1
-        >>> stack_plan(link, np.array([4]), np.array([4]), np.array([1, 3]), 2)[2].tolist()
+        >>> stack_plan(link, np.array([4]), np.array([4]), np.array([0]), np.array([1, 3]),
+        ...            2)[2].tolist()
         [1, 3]
     """
     keys = _i64(keys)
     if buffers is None or buffers[1].shape != (keys.shape[0], k + 1):
         buffers = stack_buffers(keys.shape[0], k)
     flat, slots, side, ok, step = buffers
-    n_bad, n_side = _stack(link, written, counts, keys, k, flat)
+    n_bad, n_side = _stack(link, written, counts, cleared, keys, k, flat)
     return slots, side, step, ok != 0 if n_bad else None, n_bad, n_side
 
 
 def stack_slots_counted(link: npt.NDArray[np.int32], written: IntArray, counts: IntArray,
-                        keys: IntArray, k: int) -> tuple[IntArray, IntArray,
-                                                         BoolArray | None, int, int]:
+                        cleared: IntArray, keys: IntArray, k: int) -> tuple[
+                            IntArray, IntArray, BoolArray | None, int, int]:
     """Same contract as :func:`replaybank.ops.stack_numba.stack_slots_counted`.
 
     Example:
         >>> link = np.zeros((4, 1), np.int32); link[3, 0] = 1
-        >>> stack_slots_counted(link, np.array([4]), np.array([4]), np.array([1, 3]), 2)[2:]
+        >>> stack_slots_counted(link, np.array([4]), np.array([4]), np.array([0]),
+        ...                     np.array([1, 3]), 2)[2:]
         (None, 0, 1)
     """
-    slots, side, _, ok, n_bad, n_side = stack_plan(link, _i64(written), _i64(counts), keys,
-                                                   int(k))
+    slots, side, _, ok, n_bad, n_side = stack_plan(link, _i64(written), _i64(counts),
+                                                   _i64(cleared), keys, int(k))
     return slots, side, ok, n_bad, n_side
 
 
 def stack_slots(link: npt.NDArray[np.int32], written: IntArray, counts: IntArray,
-                keys: IntArray, k: int) -> tuple[IntArray, IntArray, BoolArray]:
+                cleared: IntArray, keys: IntArray, k: int) -> tuple[IntArray, IntArray,
+                                                                    BoolArray]:
     """Same contract as :func:`replaybank.ops.windows.stack_slots`.
 
     Example:
         >>> link = np.zeros((4, 1), np.int32); link[3, 0] = 1
-        >>> slots, side, ok = stack_slots(link, np.array([4]), np.array([4]),
+        >>> slots, side, ok = stack_slots(link, np.array([4]), np.array([4]), np.array([0]),
         ...                               np.array([1, 3]), 2)
         >>> slots.tolist(), side.tolist(), ok.tolist()
         ([[0, 1, 2], [2, 3, 0]], [-1, 0], [True, True])
     """
-    slots, side, ok, _, _ = stack_slots_counted(link, written, counts, keys, k)
+    slots, side, ok, _, _ = stack_slots_counted(link, written, counts, cleared, keys, k)
     return slots, side, np.ones(len(slots), np.bool_) if ok is None else ok

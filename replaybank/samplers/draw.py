@@ -58,9 +58,8 @@ _MAX_TRIES = 64
 # check's temporary arrays)
 _CHUNK = 1 << 16
 # why a frame stack leaves steps out, for the errors
-_WHY = ("a frame stack does not serve a step whose history is gone: overwritten by the "
-        "ring, or removed by clear(), which it cannot tell apart; up to k - 1 steps per "
-        "lane at its old end")
+_WHY = ("a frame stack does not serve a step whose history the ring overwrote: up to "
+        "k - 1 steps per lane at its old end")
 
 
 def draw(sampler: Sampler, lanes: LaneView, rng: np.random.Generator, batch_size: int,

@@ -16,11 +16,11 @@ A step whose stack needs frames that were overwritten is not served. When a padd
 stack's episode begins at the oldest stored step of its lane, the table can no longer
 tell an episode start from lost history (the previous step is gone), so that step is
 not served either (at most ``k - 1`` steps per lane, at the old end of the ring).
-The same holds after ``clear()``: sequence numbers keep counting and the steps before
-the first new one are gone, which the table records exactly as overwritten history, so
-the first ``k - 1`` steps of each lane after a clear are not served (a fresh buffer
-serves them, padded: there the steps before the first do not exist). Sampling a cleared
-buffer that holds only such steps is refused with an error that says so.
+The steps before a lane's first step do not exist, so its first ``k - 1`` steps are
+served, padded: in a fresh buffer, and after ``clear()`` alike, since the table records
+where each lane began after its last clear (``StepTable.cleared``) and a history that
+reaches back past it is padded as at an episode start. A cleared buffer then serves
+exactly what a fresh buffer given the same adds serves.
 Every obs field is stacked; views that rewrite observations (e.g. hindsight goal
 relabelling) are not supported as ``inner``.
 
@@ -96,10 +96,10 @@ class _Reads:
 def _counted(fn: Any) -> Any:
     """Wrap a ``stack_slots`` function into a ``stack_plan`` one: ``(slots, side, step,
     ok, n_not_ok, n_side)``."""
-    def counted(link: Any, written: Any, counts: Any, keys: IntArray, k: int,
+    def counted(link: Any, written: Any, counts: Any, cleared: Any, keys: IntArray, k: int,
                 buffers: Any = None) -> tuple[
             IntArray, IntArray, IntArray, npt.NDArray[np.bool_], int, int]:
-        slots, side, ok = fn(link, written, counts, keys, k)
+        slots, side, ok = fn(link, written, counts, cleared, keys, k)
         return slots, side, np.ascontiguousarray(slots[:, k - 1]), ok, \
             int(len(ok) - np.count_nonzero(ok)), int(np.count_nonzero(side >= 0))
     return counted
@@ -244,12 +244,14 @@ class FrameStackView:
         if kernel is None:
             kernel = self._pick_kernel()
         if not reuse or self._buffers is None:
-            out: _Plan = kernel(table.link, table.written, table.counts, keys, self.k)
+            out: _Plan = kernel(table.link, table.written, table.counts, table.cleared, keys,
+                                self.k)
             return out
         bufs = self._buffers
         if bufs[1].shape[0] != keys.shape[0]:
             bufs = self._buffers = windows.stack_buffers(keys.shape[0], self.k)
-        out = kernel(table.link, table.written, table.counts, keys, self.k, bufs)
+        out = kernel(table.link, table.written, table.counts, table.cleared, keys, self.k,
+                     bufs)
         return out
 
     def __getstate__(self) -> dict[str, Any]:
