@@ -13,7 +13,11 @@ A real first step of an episode starts from a reset observation instead.
 * :func:`reset_steps` counts such steps among the stored ones (the buffer checks at its
   1st, 2nd, 4th, 8th, ... sample and warns once: ``autoreset_mode=None``);
 * :func:`reset_lanes` says which lanes' incoming step is one (``autoreset_mode=
-  "next_step"`` drops them before they are written).
+  "next_step"`` drops them before they are written);
+* :class:`ResetFreeRuns` remembers which steps a writer that leaves reset steps out itself
+  wrote (``rb.collect``, through :class:`ResetFreeWrites`): the count skips them, so a
+  genuine first step that starts from its predecessor's final observation (Blackjack's
+  hand, FrozenLake's cell) is not flagged.
 
 Example:
     >>> import numpy as np
@@ -34,7 +38,8 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping
-from typing import Any
+from contextlib import AbstractContextManager
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -43,8 +48,10 @@ from replaybank.errors import CheckpointError, ConfigError, describe
 from replaybank.ops.continuity import bitwise_equal_rows
 from replaybank.storage.table import StepTable
 
+# (ResetSteps: the writers' part; ResetFreeRuns and the ResetFreeWrites protocol: the
+# buffer's and the collector's; none of them public)
 __all__ = ["AUTORESET_MODES", "AutoresetWarning", "check_autoreset_mode", "reset_lanes",
-           "reset_steps", "warn_resets"]  # (ResetSteps: the writers' part, not public)
+           "reset_steps", "warn_resets"]
 
 
 class AutoresetWarning(UserWarning):
@@ -106,10 +113,112 @@ def _is_final(table: StepTable, rows: IntArray, lanes: IntArray,
     return out
 
 
-def reset_steps(table: StepTable, window: int = WINDOW) -> int:
+@runtime_checkable
+class ResetFreeWrites(Protocol):
+    """A buffer that checks its data for NEXT_STEP reset steps and can be told that a
+    block of writes holds none: their writer left the reset steps out itself
+    (:class:`~replaybank.integrations.gymnasium.Collector` does). ``ReplayBuffer`` and
+    ``HerReplayBuffer`` implement it."""
+
+    def reset_free_writes(self) -> AbstractContextManager[None]:
+        """A context in which every ``add``/``extend`` is a real transition."""
+        ...
+
+
+class ResetFreeRuns:
+    """Per lane, the newest run of steps written inside
+    :meth:`ResetFreeWrites.reset_free_writes`, as ``[start, stop)`` in the lane's
+    ``written`` counts (which keep counting through ``clear()`` and ring overwrites, so a
+    run never names another step). :func:`reset_steps` does not count them.
+
+    A lane keeps its newest run only: a run continues while that writer's writes follow
+    each other in the lane, and one written after another writer's steps replaces it. The
+    older run's steps are then checked again (at worst a warning, never a reset step left
+    unreported).
+
+    Args:
+        lanes: Lanes of the buffer.
+
+    Attributes:
+        start: ``[lanes]`` int64, the first written count of each lane's run.
+        stop: ``[lanes]`` int64, one past its last (``start == stop``: no run).
+
+    Example:
+        >>> import numpy as np
+        >>> runs = ResetFreeRuns(2)
+        >>> runs.wrote(np.array([0, 0]), np.array([3, 0]))  # lane 0: steps 0, 1, 2
+        >>> runs.wrote(np.array([3, 0]), np.array([5, 1]))  # both lanes, continued
+        >>> runs.start.tolist(), runs.stop.tolist()
+        ([0, 0], [5, 1])
+        >>> runs.wrote(np.array([7, 1]), np.array([8, 1]))  # after someone else's steps
+        >>> runs.start.tolist(), runs.stop.tolist()
+        ([7, 0], [8, 1])
+    """
+
+    def __init__(self, lanes: int) -> None:
+        self.start: IntArray = np.zeros(lanes, dtype=np.int64)
+        self.stop: IntArray = np.zeros(lanes, dtype=np.int64)
+
+    def wrote(self, before: IntArray, after: IntArray) -> None:
+        """Each lane's ``written`` count went from ``before`` to ``after`` ``[lanes]``
+        inside the block."""
+        if np.array_equal(before, self.stop):  # every lane continues its run (or has none)
+            self.stop[:] = after
+            return
+        grew = after > before
+        fresh = grew & (before != self.stop)  # not continuing the lane's run
+        self.start[fresh] = before[fresh]
+        self.stop[grew] = after[grew]
+
+    def covers(self, lane: int, counts: IntArray) -> BoolArray:
+        """Which of the lane's written counts ``counts`` ``[k]`` lie in its run."""
+        out: BoolArray = (counts >= self.start[lane]) & (counts < self.stop[lane])
+        return out
+
+    def state_dict(self) -> dict[str, Any] | None:
+        """``{"start": [lanes], "stop": [lanes]}`` (copies), or None while no lane has a
+        run (nothing to save)."""
+        if not (self.stop > self.start).any():
+            return None
+        return {"start": self.start.copy(), "stop": self.stop.copy()}
+
+    def checked(self, saved: Any) -> tuple[IntArray, IntArray]:
+        """``(start, stop)`` of a saved :meth:`state_dict` (None: no runs).
+
+        Raises:
+            CheckpointError: Not two int64 ``[lanes]`` arrays with ``start <= stop``.
+        """
+        lanes = len(self.start)
+        if saved is None:
+            return np.zeros(lanes, dtype=np.int64), np.zeros(lanes, dtype=np.int64)
+        got = dict(saved) if isinstance(saved, Mapping) else {}
+        out = []
+        for key in ("start", "stop"):
+            value = got.get(key)
+            arr = np.asarray(value) if value is not None else None
+            if arr is None or arr.dtype != np.int64 or arr.shape != (lanes,):
+                raise CheckpointError(
+                    f"load_state_dict: reset_free/{key} is {describe(value)}, expected "
+                    f"int64[{lanes}] (one per lane); the state is damaged")
+            out.append(np.array(arr, dtype=np.int64))
+        if (out[0] > out[1]).any():
+            raise CheckpointError(
+                f"load_state_dict: reset_free/start {out[0].tolist()} is past reset_free/"
+                f"stop {out[1].tolist()} in some lane; the state is damaged")
+        return out[0], out[1]
+
+    def load(self, parsed: tuple[IntArray, IntArray]) -> None:
+        """Install what :meth:`checked` returned."""
+        self.start[:], self.stop[:] = parsed
+
+
+def reset_steps(table: StepTable, window: int = WINDOW,
+                reset_free: ResetFreeRuns | None = None) -> int:
     """How many of the newest ``window`` stored steps of each lane are NEXT_STEP reset
     steps (see the module docstring; counted only where the step also has reward 0 and
-    no episode end, as gymnasium's reset steps do); 0 for storage not in host memory."""
+    no episode end, as gymnasium's reset steps do); 0 for storage not in host memory.
+    Steps in a lane's ``reset_free`` run are not counted (their writer left the reset
+    steps out)."""
     if not table.backend.host_numpy:
         return 0
     found = 0
@@ -127,6 +236,8 @@ def reset_steps(table: StepTable, window: int = WINDOW) -> int:
         # data (dummy envs, bandits) with rewards is not mistaken for one
         quiet = ~_done(table, nxt, lanes)
         quiet &= np.asarray(be.to_numpy(be.gather(table.arrays["reward"], (nxt, lanes)))) == 0
+        if reset_free is not None:  # [c - 1] written counts of the steps nxt
+            quiet &= ~reset_free.covers(lane, np.arange(w - c + 1, w, dtype=np.int64))
         if not quiet.any():
             continue
         prev, nxt, lanes = prev[quiet], nxt[quiet], lanes[quiet]

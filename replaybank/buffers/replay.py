@@ -28,6 +28,7 @@ from replaybank.batch import Batch, SequenceBatch
 from replaybank.buffers import arguments, buffer_state
 from replaybank.buffers.arguments import make_rng, positive_int
 from replaybank.buffers.autoreset import (
+    ResetFreeRuns,
     check_autoreset_mode,
     reset_steps,
     warn_resets,
@@ -99,7 +100,9 @@ class ReplayBuffer:
             (:mod:`replaybank.buffers.autoreset`). ``None`` (default): look for the false
             "final observation -> reset observation" steps that adding every step of a
             gymnasium vector env in its default NEXT_STEP mode stores, and warn once
-            (checked at the 1st, 2nd, 4th, ... sample). ``"next_step"``: drop those steps
+            (checked at the 1st, 2nd, 4th, ... sample; steps written inside
+            :meth:`reset_free_writes`, as ``rb.collect`` writes, are not checked).
+            ``"next_step"``: drop those steps
             as they arrive (each add then takes the fully checked write path).
             ``"same_step"`` or ``"disabled"``: the data has none; no check.
         next_obs: True (default): store transitions, each ``obs`` linked to its
@@ -181,6 +184,8 @@ class ReplayBuffer:
         self._samples = 0  # calls of sample(); the autoreset check runs at powers of two
         # rows hold no next observations: a NEXT_STEP reset step cannot be seen in them
         self._check_autoreset = self.autoreset_mode is None and not self.rows_only
+        #: Steps written inside reset_free_writes() (by a collector): the check skips them.
+        self._reset_free = ResetFreeRuns(self._num_envs)
         self._seq_widths: set[int] = set()  # window widths sample_sequences returned
         # the buffer whose config durable storage records (a wrapper, or None: self)
         self.storage_owner: Any = None
@@ -580,7 +585,7 @@ class ReplayBuffer:
     def _check_resets(self) -> None:
         """Warn once when stored steps look like NEXT_STEP reset steps (run at the 1st,
         2nd, 4th, ... sample: :mod:`~replaybank.buffers.autoreset`)."""
-        found = reset_steps(self.table)
+        found = reset_steps(self.table, reset_free=self._reset_free)
         if found:
             self._check_autoreset = False  # warn once
             warn_resets(found, stacklevel=4)
@@ -648,6 +653,46 @@ class ReplayBuffer:
             self._guard.leave(locked)
 
     @contextlib.contextmanager
+    def reset_free_writes(self) -> Iterator[None]:
+        """Tell the buffer that the steps added inside this block are all real
+        transitions: their writer left gymnasium's NEXT_STEP reset steps out itself
+        (:class:`~replaybank.integrations.gymnasium.Collector` writes inside one). The
+        reset-step check of ``autoreset_mode=None`` (:mod:`~replaybank.buffers.autoreset`)
+        then does not count them, so a genuine first step that starts from the previous
+        episode's final observation (a Blackjack hand dealt again) draws no
+        :class:`~replaybank.buffers.autoreset.AutoresetWarning`. Steps added outside any
+        block are checked as before. Each lane remembers its newest run of such steps
+        (:class:`~replaybank.buffers.autoreset.ResetFreeRuns`, saved with the buffer); the
+        block counts what the lanes gained, so add from one thread at a time inside it.
+
+        Example:
+            >>> import numpy as np, warnings
+            >>> buf = ReplayBuffer(16, seed=0)
+            >>> o = lambda v: np.full(2, v, np.float32)
+            >>> with buf.reset_free_writes():  # a real episode that starts where the last ended
+            ...     buf.add(obs=o(0), action=0, reward=1.0, next_obs=o(1), terminated=True,
+            ...             truncated=False)
+            ...     buf.add(obs=o(1), action=0, reward=0.0, next_obs=o(2), terminated=False,
+            ...             truncated=False)
+            >>> with warnings.catch_warnings():
+            ...     warnings.simplefilter("error")
+            ...     buf.sample(2).obs.shape
+            (2, 2)
+        """
+        before = self._written()
+        try:
+            yield
+        finally:
+            self._reset_free.wrote(before, self._written())
+
+    def _written(self) -> IntArray:
+        """Each lane's ``written`` count ``[lanes]`` (zeros before the storage exists)."""
+        t = self._table
+        if t is None:
+            return np.zeros(self._num_envs, dtype=np.int64)
+        return np.array(t.written, dtype=np.int64)
+
+    @contextlib.contextmanager
     def exclusive(self) -> Iterator[None]:
         """Hold every other thread's calls on this buffer off (``rb.save`` and
         ``buf.flush()`` do: what they read is consistent while a collector thread adds).
@@ -707,6 +752,9 @@ class ReplayBuffer:
         resets = self.write_route.resets
         if resets is not None:  # autoreset_mode="next_step": the reset steps dropped
             out["autoreset"] = resets.state_dict()
+        reset_free = self._reset_free.state_dict()
+        if reset_free is not None:  # steps a collector wrote (not checked for resets)
+            out["reset_free"] = reset_free
         return out
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -728,6 +776,7 @@ class ReplayBuffer:
             resets = self.write_route.resets
             parsed = None if resets is None else resets.checked(
                 state_dict.get("autoreset"), _obs_rows(state_dict.get("table")))
+            reset_free = self._reset_free.checked(state_dict.get("reset_free"))
             if spec is None:
                 self._clear()
             else:
@@ -742,6 +791,7 @@ class ReplayBuffer:
             self._store.load_state_dict(state_dict)
             if resets is not None and parsed is not None:
                 resets.load(parsed)
+            self._reset_free.load(reset_free)
 
     def resume_state(self) -> dict[str, Any] | None:
         """What :func:`replaybank.persist.flush` saves beside memmap files: generator,
@@ -753,6 +803,9 @@ class ReplayBuffer:
         resets = self.write_route.resets
         if resets is not None:
             out["autoreset"] = resets.state_dict()
+        reset_free = self._reset_free.state_dict()
+        if reset_free is not None:
+            out["reset_free"] = reset_free
         return out
 
     def load_resume_state(self, saved: dict[str, Any]) -> None:
@@ -766,11 +819,13 @@ class ReplayBuffer:
             saved.get("autoreset"), {name: (t.side.arrays[name].shape[1:],
                                             t.side.arrays[name].dtype)
                                      for name in t.obs_fields})
+        reset_free = self._reset_free.checked(saved.get("reset_free"))
         self.sampler.load_state_dict(saved["sampler"])
         self.view.load_state_dict(saved.get("view", {}))
         self._rng.bit_generator.state = saved["rng"]
         if resets is not None and parsed is not None:
             resets.load(parsed)
+        self._reset_free.load(reset_free)
 
     def reopened(self) -> None:
         """The storage was reopened from its files: check them and rebuild the free side
