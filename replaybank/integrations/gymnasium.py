@@ -13,7 +13,9 @@ buffer, in all three autoreset modes of gymnasium 1.x:
 
 No stored transition ever pairs observations of two episodes. Each buffer lane holds
 one sub-env (``buffer.num_envs == env.num_envs``); a single-lane buffer also works: the
-steps of each sub-env are staged and appended as contiguous chunks.
+steps of each sub-env are staged and appended as contiguous chunks. The observation the
+collector keeps across ``env.step`` is a copy (vector envs built with ``copy=False``
+update theirs in place).
 
 Example:
     >>> import gymnasium as gym
@@ -27,6 +29,7 @@ Example:
 
 from __future__ import annotations
 
+import copy
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -236,6 +239,9 @@ class Collector:
         if self._obs is None:
             self.reset(self.seed)
         obs = self._obs
+        # a copy, taken before env.step: a vector env built with copy=False returns its
+        # own observation array and overwrites it in place on the next step
+        obs_fields = tree_map(_copy_leaf, to_fields(self.obs_space, obs))
         action = self._action(obs)
         nxt, reward, term, trunc, info = self.env.step(action)
         reward = np.asarray(reward, dtype=np.float64).reshape(self.n)
@@ -259,7 +265,7 @@ class Collector:
         act_fields = to_fields(self.act_space, action)
         extras = self._extras()
         fields: dict[str, Any] = {
-            "obs": to_fields(self.obs_space, obs),
+            "obs": obs_fields,
             "action": act_fields,
             "reward": reward if self.vector else reward[0],
             "next_obs": next_fields,
@@ -325,6 +331,12 @@ def _set_lane(tree: Any, value: Any, i: int) -> None:
             _set_lane(tree[k], value[k], i)
     else:
         tree[i] = value
+
+
+def _copy_leaf(x: Any) -> Any:
+    """A copy of an observation leaf that the env cannot change (arrays keep their dtype;
+    Python numbers and lists stay Python values for the buffer's inference)."""
+    return x.copy() if isinstance(x, np.ndarray) else copy.deepcopy(x)
 
 
 def _stack(steps: list[dict[str, Any]]) -> dict[str, Any]:
