@@ -5,6 +5,8 @@ the oracle turns that record into each sub-env's true transitions (NEXT_STEP res
 left out, SAME_STEP final observations swapped in) and its episodes, and the tests check
 what the buffers serve against it:
 
+* what env and policy return reaches the buffer's one checked cast unchanged (no cast to
+  the space's dtype first);
 * vector envs built with ``copy=False`` (their observation array updated in place) are
   stored exactly.
 """
@@ -100,6 +102,76 @@ def cartpole(n: int, mode: Any, **kwargs: Any) -> Record:
     return Record(gym.make_vec("CartPole-v1", num_envs=n, vectorization_mode="sync",
                                max_episode_steps=40,
                                vector_kwargs={"autoreset_mode": mode, **kwargs}))
+
+
+# ---------------------------------------------------------------- finding 3: one cast
+class Frames(gym.Env):  # type: ignore[misc]
+    """uint8 frames, a Box(int32) action space; remembers the action it executed."""
+
+    observation_space = gym.spaces.Box(0, 255, (2, 2), np.uint8)
+    action_space = gym.spaces.Box(-5, 5, (2,), np.int32)
+
+    def reset(self, *, seed: int | None = None, options: Any = None) -> Any:
+        super().reset(seed=seed)
+        self.t = 0
+        return np.full((2, 2), 51, np.uint8), {}
+
+    def step(self, action: Any) -> Any:
+        self.t += 1
+        self.last_action = np.array(action)
+        return np.full((2, 2), 51 + self.t, np.uint8), 1.0, False, self.t == 4, {}
+
+
+def scaled() -> Any:
+    """The common wrapper slip: float observations, the uint8 space kept."""
+    return gym.wrappers.TransformObservation(Frames(), lambda o: o / 255.0, None)
+
+
+def test_collect_hands_observations_to_the_buffers_checked_cast() -> None:
+    """Float observations of a uint8 space: stored as they are (buf.add's rule without a
+    spec) instead of truncated to 0; into a uint8 field, the DtypeError buf.add raises,
+    and nothing is written."""
+    env = scaled()
+    buf = rb.ReplayBuffer(100, seed=0)
+    rb.collect(env, lambda o: np.zeros(2, np.int32), buf, n_steps=4, progress=False, seed=0)
+    got = buf.sample(4, replace=False)
+    assert np.allclose(np.sort(got.obs[:, 0, 0]), np.array([51, 52, 53, 54]) / 255.0)
+    np.testing.assert_allclose(got.next_obs, got.obs + 1 / 255.0, rtol=1e-6)
+
+    spec = rb.spec_from_env(env)
+    direct = rb.ReplayBuffer(100, seed=0, spec=spec)
+    obs, _ = env.reset(seed=0)
+    nxt, *_ = env.step(np.zeros(2, np.int32))
+    with pytest.raises(rb.DtypeError) as by_add:
+        direct.add(obs=obs, action=np.zeros(2, np.int32), reward=1.0, next_obs=nxt,
+                   terminated=False, truncated=False)
+    collected = rb.ReplayBuffer(100, seed=0, spec=spec)
+    with pytest.raises(rb.DtypeError, match=r"obs=.*0\.2.*'obs' is uint8") as by_collect:
+        rb.collect(env, lambda o: np.zeros(2, np.int32), collected, n_steps=4,
+                   progress=False, seed=0)
+    assert str(by_collect.value) == str(by_add.value)
+    assert len(collected) == 0
+
+
+def test_collect_hands_actions_to_the_buffers_checked_cast() -> None:
+    """A policy's float actions for a Box(int32) space: stored as the env executed them
+    (1.7, not 1); into an int32 field a DtypeError naming the field; integral floats are
+    taken, as buf.add takes them. One lane per sub-env and one lane for all."""
+    for lanes in (2, 1):
+        envs = gym.vector.SyncVectorEnv([Frames] * 2)
+        buf = rb.ReplayBuffer(100, num_envs=lanes, seed=0)
+        rb.collect(envs, lambda o: np.full((2, 2), 1.7), buf, n_steps=4, progress=False)
+        assert envs.envs[0].last_action.tolist() == [1.7, 1.7]
+        assert np.all(buf.sample(4, replace=False).action == 1.7)
+        spec = rb.spec_from_env(envs)
+        strict = rb.ReplayBuffer(100, num_envs=lanes, seed=0, spec=spec)
+        with pytest.raises(rb.DtypeError, match=r"action=.*'action' is int32 and needs"):
+            rb.collect(envs, lambda o: np.full((2, 2), 1.7), strict, n_steps=4,
+                       progress=False)
+        assert len(strict) == 0
+        rb.collect(envs, lambda o: np.full((2, 2), 2.0), strict, n_steps=4, progress=False)
+        got = strict.sample(4, replace=False).action
+        assert got.dtype == np.int32 and np.all(got == 2)
 
 
 # ---------------------------------------------------------------- finding 4: copy=False

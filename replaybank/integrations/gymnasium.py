@@ -13,9 +13,12 @@ buffer, in all three autoreset modes of gymnasium 1.x:
 
 No stored transition ever pairs observations of two episodes. Each buffer lane holds
 one sub-env (``buffer.num_envs == env.num_envs``); a single-lane buffer also works: the
-steps of each sub-env are staged and appended as contiguous chunks. The observation the
-collector keeps across ``env.step`` is a copy (vector envs built with ``copy=False``
-update theirs in place).
+steps of each sub-env are staged and appended as contiguous chunks.
+
+What the collector hands the buffer is what the env and the policy returned (Dict and
+Tuple values arranged as nested dicts, tensors as numpy arrays): the buffer casts it with
+its one checked cast, under the rules of ``buf.add``. The observation it keeps across
+``env.step`` is a copy (vector envs built with ``copy=False`` update theirs in place).
 
 Example:
     >>> import gymnasium as gym
@@ -204,16 +207,19 @@ class Collector:
                 "the buffer stores a 'hidden' field but the policy returned no hidden "
                 "state; its predict(obs, hidden, train_mode=True) must return "
                 "(actions, hidden) with hidden [num_envs, ...]")
-        hidden = np.asarray(hidden, dtype=spec["hidden"].dtype)
+        hidden = np.asarray(hidden)  # (its dtype: the buffer's checked cast)
         return {"hidden": hidden.reshape(self.n, *spec["hidden"].shape) if self.vector
                 else hidden.reshape(spec["hidden"].shape)}
 
     def _store(self, fields: dict[str, Any], real: np.ndarray) -> None:
-        # rewards in the stored dtype (float32 by default): the buffer's compiled writer
-        # takes values of exactly the stored format (the general path would cast them)
+        # rewards (float64 here) in a float stored dtype (float32 by default): the
+        # buffer's compiled writer takes values of exactly the stored format; a float
+        # narrowing is what its cast does too (any other kind: the buffer's checked cast)
         spec = self.buffer.spec
-        fields["reward"] = np.asarray(fields["reward"], dtype=np.float32 if spec is None
-                                      or "reward" not in spec else spec["reward"].dtype)
+        dtype = np.dtype(np.float32) if spec is None or "reward" not in spec \
+            else spec["reward"].dtype
+        if dtype.kind == "f":
+            fields["reward"] = np.asarray(fields["reward"], dtype=dtype)
         if not self.vector:
             self.buffer.add(**fields)
             return
@@ -225,7 +231,7 @@ class Collector:
             self.buffer.add(**fields)
         elif real.any():
             ids = np.flatnonzero(real)
-            self.buffer.add(env_ids=ids, **tree_map(lambda x: x[ids], fields))
+            self.buffer.add(env_ids=ids, **tree_map(lambda x: _take(x, ids), fields))
 
     def flush(self) -> None:
         """Append staged steps (single-lane buffers fed by a vector env)."""
@@ -258,7 +264,7 @@ class Collector:
             next_fields = tree_map(np.array, next_fields)  # copy: lanes get replaced
             for i in np.flatnonzero(done):
                 fin = to_fields(self.obs_space, final[i])
-                _set_lane(next_fields, fin, int(i))
+                next_fields = _with_lane(next_fields, fin, int(i))
         elif self.vector and self.mode == modes.DISABLED and done.any():
             next_fields = tree_map(np.array, next_fields)
             carry, _ = self.env.reset(options={"reset_mask": done})
@@ -325,12 +331,22 @@ class Collector:
         return result
 
 
-def _set_lane(tree: Any, value: Any, i: int) -> None:
+def _with_lane(tree: Any, value: Any, i: int) -> Any:
+    """``tree`` (copies, leading dim ``n``) with lane ``i`` set to ``value``; a leaf whose
+    dtype cannot hold ``value`` exactly is widened first (the buffer's cast judges it)."""
     if isinstance(tree, dict):
-        for k in tree:
-            _set_lane(tree[k], value[k], i)
-    else:
-        tree[i] = value
+        return {k: _with_lane(v, value[k], i) for k, v in tree.items()}
+    v = np.asarray(value)
+    dtype = np.result_type(tree.dtype, v.dtype)
+    out = tree if dtype == tree.dtype else tree.astype(dtype)
+    out[i] = v
+    return out
+
+
+def _take(x: Any, ids: np.ndarray) -> Any:
+    """Rows ``ids`` of a vector value: of an array, or of a policy's list (kept a list,
+    which the buffer's inference reads as it reads it in ``add``)."""
+    return x[ids] if isinstance(x, np.ndarray) else [x[i] for i in ids.tolist()]
 
 
 def _copy_leaf(x: Any) -> Any:

@@ -2,8 +2,9 @@
 
 Box (dtype kept), Discrete, MultiDiscrete, MultiBinary map to one field each; Dict and
 Tuple spaces map to nested fields (``obs/<key>``; ``obs/0``, ``obs/1`` for a Tuple).
-:func:`to_fields` turns what an env returns (possibly batched by a vector env) into the
-nested dicts the buffer flattens to those names.
+:func:`to_fields` arranges what an env returns (possibly batched by a vector env) in the
+nested dicts the buffer flattens to those names; dtypes are left to the buffer's checked
+cast.
 
 Example:
     >>> import gymnasium as gym
@@ -110,24 +111,29 @@ def tree_map(fn: Callable[[Any], Any], tree: Any) -> Any:
 
 
 def to_fields(space: Any, value: Any) -> Any:
-    """Convert an env value of ``space`` into nested dicts of numpy arrays.
+    """Arrange an env value of ``space`` in the buffer's nested-dict layout.
 
-    Tuples become dicts keyed ``"0"``, ``"1"``, ...; leaves are numpy arrays of the
-    space's dtype. Works for single and vector-batched values alike.
+    Dict spaces become dicts, Tuple spaces dicts keyed ``"0"``, ``"1"``, ...; torch
+    tensors become numpy arrays. Every other leaf is passed on as it is, dtype included:
+    casting it to its field's dtype is the buffer's one checked cast
+    (:meth:`~replaybank.spec.FieldSpec.cast`), so a value handed over by ``rb.collect``
+    obeys exactly the rules of ``buf.add`` (a float observation in a ``Box(uint8)``
+    space, or a fractional action for a ``Box(int32)``, raises DtypeError into a buffer
+    whose field is an integer one, instead of being truncated here). Works for single and
+    vector-batched values alike.
 
     Example:
         >>> import gymnasium as gym
         >>> sp = gym.spaces.Tuple((gym.spaces.Discrete(2), gym.spaces.Box(0, 1, (2,))))
-        >>> out = to_fields(sp, (1, np.zeros(2, np.float32)))
-        >>> sorted(out), out["0"].dtype
-        (['0', '1'], dtype('int64'))
+        >>> out = to_fields(sp, (np.int64(1), np.zeros(2, np.float32)))
+        >>> sorted(out), out["0"].dtype, out["1"].dtype
+        (['0', '1'], dtype('int64'), dtype('float32'))
+        >>> to_fields(gym.spaces.Box(0, 255, (2,), np.uint8), np.array([0.2, 0.4])).dtype
+        dtype('float64')
     """
     spaces = _gym().spaces
     if isinstance(space, spaces.Dict):
         return {k: to_fields(sub, value[k]) for k, sub in space.spaces.items()}
     if isinstance(space, spaces.Tuple):
         return {str(i): to_fields(sub, value[i]) for i, sub in enumerate(space.spaces)}
-    if is_tensor(value):
-        value = tensor_to_numpy(value)
-    dtype = getattr(space, "dtype", None)
-    return np.asarray(value, dtype=dtype) if dtype is not None else np.asarray(value)
+    return tensor_to_numpy(value) if is_tensor(value) else value
