@@ -5,6 +5,10 @@ the oracle turns that record into each sub-env's true transitions (NEXT_STEP res
 left out, SAME_STEP final observations swapped in) and its episodes, and the tests check
 what the buffers serve against it:
 
+* a one-lane buffer fed by several sub-envs gets every episode whole and contiguous,
+  over many ``collect`` calls (n-step returns, sequences' ``is_first``, HER's "final"
+  goal as with one lane per sub-env), holds at most ``max_held`` steps back, and
+  ``flush`` appends them;
 * what env and policy return reaches the buffer's one checked cast unchanged (no cast to
   the space's dtype first);
 * vector envs built with ``copy=False`` (their observation array updated in place) are
@@ -102,6 +106,114 @@ def cartpole(n: int, mode: Any, **kwargs: Any) -> Record:
     return Record(gym.make_vec("CartPole-v1", num_envs=n, vectorization_mode="sync",
                                max_episode_steps=40,
                                vector_kwargs={"autoreset_mode": mode, **kwargs}))
+
+
+# ---------------------------------------------------------------- finding 2: one lane
+@pytest.mark.parametrize("mode", [AM.NEXT_STEP, AM.SAME_STEP, AM.DISABLED],
+                         ids=lambda m: m.value)
+def test_one_lane_buffer_gets_whole_episodes_over_many_collect_calls(mode: Any) -> None:
+    """3 sub-envs into one lane, collect(20) six times: the lane is exactly the finished
+    episodes, whole, in the order they ended; the running ones are held (``held``) and
+    flush() appends them. n-step returns and sequence starts match the oracle (they
+    were cut at every collect() call before)."""
+    rec = cartpole(3, mode)
+    buf = rb.ReplayBuffer(3000, seed=0, n_step=N_STEP, gamma=GAMMA)
+    col = rb.Collector(rec, None, buf, seed=0)
+    steps = [col.collect(20).steps for _ in range(6)]
+    finished, running = episodes(rec, mode)
+    truth = nstep_truth([*finished, *running])
+    got = buf.sample(len(buf), replace=False)
+    assert len({o.tobytes() for o in got.obs}) == len(buf)
+    for o, r, d, te in zip(got.obs, got.reward, got.discount, got.terminated, strict=True):
+        want = truth[o.tobytes()]
+        assert want is not None, "a window of a running episode is in the buffer"
+        assert np.isclose(r, want[0], atol=1e-5) and np.isclose(d, want[1])
+        assert te == want[2]
+    # sequences crossing episode ends: is_first exactly at the episodes' first steps
+    firsts = {np.asarray(ep[0]["obs"], np.float32).tobytes()
+              for ep in [*finished, *running] if ep}
+    seq = buf.sample_sequences(64, 8, episode_boundary="cross")
+    for obs_row, first_row, mask_row in zip(seq.obs, seq.is_first, seq.mask, strict=True):
+        for o, first, live in zip(obs_row, first_row, mask_row, strict=True):
+            if live:
+                assert bool(first) == (o.tobytes() in firsts)
+    # the lane holds exactly the finished episodes; each call added >= 20 of their steps
+    assert len(buf) == sum(map(len, finished)) == sum(steps) and min(steps) >= 20
+    assert col.held == sum(map(len, running)) > 0
+    # flush: the running episodes' steps so far, appended
+    held = col.held
+    assert col.flush() == held and col.held == 0 and len(buf) == sum(map(len, finished)) + held
+
+
+def test_one_lane_her_final_goal_is_the_episode_final_goal() -> None:
+    """HER "final" on FetchReach through a one-lane buffer fed by 2 sub-envs over six
+    collect(13) calls: every relabelled row's goal is its episode's final achieved goal,
+    and only finished episodes are relabelled (both failed for hundreds of rows)."""
+    robotics = pytest.importorskip("gymnasium_robotics")
+    gym.register_envs(robotics)
+    rec = Record(gym.vector.SyncVectorEnv(  # episodes of 10 and 7 steps: out of step
+        [lambda t=t: gym.make("FetchReach-v4", max_episode_steps=t) for t in (10, 7)]))
+    reward_fn = gym.make("FetchReach-v4").unwrapped.compute_reward
+    her = rb.HerReplayBuffer(capacity=1000, num_envs=1, reward_fn=reward_fn,
+                             strategy="final", k=4, seed=0)
+    col = rb.Collector(rec, None, her, seed=0)
+    for _ in range(6):
+        col.collect(13)
+    finished, running = episodes(rec, AM.NEXT_STEP)
+    final = {np.asarray(s["action"], np.float32).tobytes(): ep[-1]["next_obs"]["achieved_goal"]
+             for ep in finished for s in ep}
+    batch = her.sample(1000)
+    rows = np.flatnonzero(batch["relabeled"])
+    assert len(rows) > 500
+    unfinished = [r for r in rows if batch.action[r].tobytes() not in final]
+    assert not unfinished, "rows of running episodes were relabelled"
+    wrong = [r for r in rows if not np.array_equal(batch.obs["desired_goal"][r],
+                                                   final[batch.action[r].tobytes()])]
+    assert not wrong, f"{len(wrong)} rows did not get their episode's final goal"
+    assert len(her) == len(final) == sum(map(len, finished))
+    assert col.held == sum(map(len, running))
+
+
+class Forever(gym.Env):  # type: ignore[misc]
+    """Counts up and never ends an episode: obs is the step number."""
+
+    observation_space = gym.spaces.Box(0, np.inf, (1,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed: int | None = None, options: Any = None) -> Any:
+        super().reset(seed=seed)
+        self.t = 1000.0 * self.np_random.integers(100)
+        return np.array([self.t], np.float32), {}
+
+    def step(self, action: Any) -> Any:
+        self.t += 1
+        return np.array([self.t], np.float32), 1.0, False, False, {}
+
+
+def test_one_lane_held_steps_are_bounded_and_reset_drops_them() -> None:
+    """Episodes that never end: at most max_held steps are held (the longest sub-env's
+    prefix goes in past that), so collect() returns; every stored step is a true one.
+    reset() drops held steps; a bad max_held is refused by name."""
+    envs = gym.vector.SyncVectorEnv([Forever] * 2)
+    buf = rb.ReplayBuffer(200, seed=0)
+    col = rb.Collector(envs, None, buf, seed=0, max_held=10)
+    res = col.collect(30)
+    assert res.steps == len(buf) >= 30 and col.held <= 10
+    got = buf.sample(len(buf), replace=False)
+    np.testing.assert_array_equal(got.next_obs, got.obs + 1)
+    col.reset()
+    assert col.held == 0
+    for bad in (0, -1, True, 2.5):
+        with pytest.raises(rb.ConfigError, match=rf"max_held={bad!r}.*positive int"):
+            rb.Collector(envs, None, rb.ReplayBuffer(200), max_held=bad)
+    # default bound: the buffer's capacity
+    assert rb.Collector(envs, None, rb.ReplayBuffer(64)).stage.max_held == 64
+
+
+def test_one_lane_rollout_buffer_is_refused_with_the_fix() -> None:
+    envs = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 2)
+    with pytest.raises(rb.ConfigError, match=r"episodes whole.*num_envs=2"):
+        rb.Collector(envs, None, rb.RolloutBuffer(16, num_envs=1))
 
 
 # ---------------------------------------------------------------- finding 3: one cast

@@ -176,19 +176,38 @@ def test_single_env_collect(name: str) -> None:
     assert res.episode_returns == list(env.return_queue)
 
 
+def whole_episodes(logs: list[list[Any]], mode: Any) -> tuple[list[Any], int]:
+    """The finished episodes of Recorder logs (one per sub-env) in the order a one-lane
+    buffer receives them (by the vector step that ends them, then sub-env), concatenated;
+    and how many logged steps belong to episodes still running."""
+    ends, running = [], 0
+    for i, log in enumerate(logs):
+        start, resets = 0, 0
+        for k, (*_, te, tr) in enumerate(log):
+            if te or tr:
+                # NEXT_STEP: each earlier episode end cost its sub-env one reset step
+                ends.append((k + resets, i, log[start:k + 1]))
+                start = k + 1
+                resets += mode == gym.vector.AutoresetMode.NEXT_STEP
+        running += len(log) - start
+    return [tr for *_, ep in sorted(ends, key=lambda e: e[:2]) for tr in ep], running
+
+
 @pytest.mark.parametrize("mode", MODES, ids=lambda m: m.value)
 def test_staged_single_lane_buffer_from_vector_env(mode: Any) -> None:
+    """A one-lane buffer fed by 2 sub-envs holds their finished episodes, each whole and
+    contiguous, in the order they ended; rb.collect leaves the running ones out."""
     logs: list[list[Any]] = [[] for _ in range(2)]
     envs = gym.vector.SyncVectorEnv([lambda i=i: Recorder(gym.make("CartPole-v1"), logs[i])
                                      for i in range(2)], autoreset_mode=mode)
     buf = rb.ReplayBuffer(2000, num_envs=1, seed=0)
     res = collect(envs, None, buf, 200, progress=False, seed=0)
-    assert res.steps == len(buf) == sum(map(len, logs))
+    expected, running = whole_episodes(logs, mode)
+    assert res.steps == len(buf) == len(expected) == sum(map(len, logs)) - running >= 200
     items = lane_items(buf, 0)
-    expected = [tr for lg in logs for tr in lg]  # staged: env 0's chunk, then env 1's
-    got_next = items["next_obs"]
-    np.testing.assert_array_equal(got_next, np.stack([e[3] for e in expected]))
+    np.testing.assert_array_equal(items["next_obs"], np.stack([e[3] for e in expected]))
     np.testing.assert_array_equal(items["obs"], np.stack([e[0] for e in expected]))
+    np.testing.assert_array_equal(items["terminated"], [e[4] for e in expected])
 
 
 def test_collector_continues_across_calls() -> None:

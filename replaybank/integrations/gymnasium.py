@@ -12,8 +12,10 @@ buffer, in all three autoreset modes of gymnasium 1.x:
 * ``DISABLED``: the collector resets ending sub-envs itself (``reset_mask``).
 
 No stored transition ever pairs observations of two episodes. Each buffer lane holds
-one sub-env (``buffer.num_envs == env.num_envs``); a single-lane buffer also works: the
-steps of each sub-env are staged and appended as contiguous chunks.
+one sub-env (``buffer.num_envs == env.num_envs``); a one-lane buffer also works: each
+sub-env's steps are held until its episode ends and then appended whole
+(:mod:`~replaybank.integrations.episode_stage`), so every episode in the lane is
+contiguous and complete, as n-step returns, frame stacks, sequences and HER need.
 
 What the collector hands the buffer is what the env and the policy returned (Dict and
 Tuple values arranged as nested dicts, tensors as numpy arrays): the buffer casts it with
@@ -42,6 +44,7 @@ import numpy as np
 
 from replaybank.errors import ConfigError, describe, require_extra
 from replaybank.host import is_tensor, tensor_to_numpy
+from replaybank.integrations.episode_stage import EpisodeStage, check_max_held
 from replaybank.integrations.progress import ProgressBar
 from replaybank.integrations.spaces import spec_from_env, spec_from_spaces, to_fields, tree_map
 
@@ -59,12 +62,28 @@ class AutoresetAware(Protocol):
     autoreset_mode: str | None
 
 
+@runtime_checkable
+class EpisodeSink(Protocol):
+    """A buffer that takes whole episodes: what a one-lane buffer fed by several
+    sub-envs must be (``ReplayBuffer``, ``HerReplayBuffer``, ...)."""
+
+    @property
+    def capacity(self) -> int:
+        """The most steps the buffer holds."""
+        ...
+
+    def extend(self, **fields: Any) -> None:
+        """Add ``[T, *shape]`` steps."""
+        ...
+
+
 @dataclass
 class CollectResult:
     """What one collection run did.
 
     Attributes:
-        steps: Transitions added to the buffer.
+        steps: Transitions added to the buffer (with a one-lane buffer fed by a vector
+            env: those of the episodes that ended, see :class:`Collector`).
         env_steps: Sub-env steps taken (autoreset steps included).
         episode_returns: Undiscounted return of every episode that ended, in order.
         episode_lengths: Length of those episodes.
@@ -93,15 +112,41 @@ class Collector:
     Keeps the env's current observations and running episode statistics between
     :meth:`collect` calls, so training loops can alternate collection and updates.
 
+    **One-lane buffer, vector env.** A buffer with ``num_envs=1`` fed by ``N`` sub-envs
+    receives whole episodes: each sub-env's steps are held until its episode ends
+    (terminated or truncated) and then appended in one piece, in the order the episodes
+    end, so every episode in the lane is contiguous and complete (n-step returns, frame
+    stacks, sequences and HER's ``"final"`` goal are exact, as with one lane per
+    sub-env). Therefore:
+
+    * ``collect(n)`` steps until the episodes that ended hold at least ``n`` transitions:
+      ``len(buf)`` grows by at least ``n`` (until the buffer is full), like with ``N``
+      lanes, but it may take more env steps and overshoot by the episodes that end on its
+      last step. The steps of running episodes stay held (:attr:`held`) and continue in
+      the next call.
+    * :meth:`flush` appends the held steps now: each running episode is cut there (its
+      prefix ends like a time limit, its rest is appended later as an episode of its
+      own). Call it when collection stops for good; :meth:`reset` and garbage collection
+      drop held steps (nothing is written from a finalizer).
+    * At most ``max_held`` steps are held; past that, the sub-env holding the most appends
+      its prefix (cut as by :meth:`flush`), so an env whose episodes never end still
+      fills the buffer in bounded memory.
+
     Args:
         env: A ``gymnasium.Env`` (buffer with one lane) or a ``gymnasium.vector.VectorEnv``.
         policy: ``policy(obs) -> action`` on what the env returns (batched for vector
             envs); numpy arrays or torch tensors. None: uniformly random actions.
-        buffer: Any replaybank buffer with ``add``/``extend`` and ``num_envs``.
+        buffer: Any replaybank buffer with ``add`` and ``num_envs`` (and ``extend`` and
+            ``capacity`` for a one-lane buffer fed by a vector env).
         seed: Seed of the first ``env.reset`` and of random actions.
+        max_held: The most steps of running episodes held for a one-lane buffer fed by a
+            vector env (None: ``buffer.capacity``, so holding never costs more memory
+            than the buffer). Unused otherwise.
 
     Raises:
-        ConfigError: ``buffer.num_envs`` is neither the env's number of sub-envs nor 1.
+        ConfigError: ``buffer.num_envs`` is neither the env's number of sub-envs nor 1; a
+            one-lane buffer fed by a vector env that cannot take whole episodes; a bad
+            ``max_held``.
 
     Example:
         >>> import gymnasium as gym
@@ -114,7 +159,7 @@ class Collector:
     """
 
     def __init__(self, env: Any, policy: Policy | None, buffer: Any,
-                 seed: int | None = None) -> None:
+                 seed: int | None = None, max_held: int | None = None) -> None:
         from replaybank.integrations import pettingzoo  # imports this module
 
         if pettingzoo.wants_multiagent(env, buffer):
@@ -159,6 +204,17 @@ class Collector:
                 "their NEXT_STEP reset steps apart; build it with autoreset_mode=None "
                 "(collect leaves the reset steps out itself) or with "
                 f"num_envs={self.n}")
+        #: One-lane buffer, several sub-envs: their episodes wait here until they end.
+        self.stage: EpisodeStage | None = None
+        if self.staged:
+            if not isinstance(buffer, EpisodeSink):
+                raise ConfigError(
+                    f"Collector(buffer={describe(buffer)}): a one-lane buffer fed by "
+                    f"{self.n} sub-envs is given each sub-env's episodes whole, with "
+                    "extend(), and this buffer has no extend/capacity; build it with "
+                    f"num_envs={self.n} (one lane per sub-env)")
+            self.stage = EpisodeStage(self.n, check_max_held(max_held, buffer.capacity),
+                                      buffer.extend)
         self.obs_space = env.single_observation_space if self.vector else env.observation_space
         self.act_space = env.single_action_space if self.vector else env.action_space
         self.seed = seed
@@ -173,13 +229,17 @@ class Collector:
         self._ret = np.zeros(self.n, dtype=np.float64)
         self._len = np.zeros(self.n, dtype=np.int64)
         self.episodes = 0
-        self._stage: list[list[dict[str, Any]]] = [[] for _ in range(self.n)]
 
     def _random(self, obs: Any) -> Any:
         return self.env.action_space.sample()
 
     def reset(self, seed: int | None = None) -> Any:
-        """Reset the env (episode statistics restart) and return its observation."""
+        """Reset the env (episode statistics restart) and return its observation.
+
+        The running episodes end unfinished: with a one-lane buffer fed by a vector env,
+        their held steps are dropped (call :meth:`flush` first to append them)."""
+        if self.stage is not None:
+            self.stage.drop()
         self._obs, _ = self.env.reset(seed=seed)
         self._pending[:] = False
         self._ret[:] = 0.0
@@ -190,6 +250,11 @@ class Collector:
     def obs(self) -> Any:
         """The env's current observation (what the policy sees next)."""
         return self._obs
+
+    @property
+    def held(self) -> int:
+        """Steps of running episodes held for a one-lane buffer (0 otherwise)."""
+        return 0 if self.stage is None else self.stage.held
 
     # ------------------------------------------------------------------ one step
     def _action(self, obs: Any) -> Any:
@@ -211,7 +276,9 @@ class Collector:
         return {"hidden": hidden.reshape(self.n, *spec["hidden"].shape) if self.vector
                 else hidden.reshape(spec["hidden"].shape)}
 
-    def _store(self, fields: dict[str, Any], real: np.ndarray) -> None:
+    def _store(self, fields: dict[str, Any], real: np.ndarray, done: np.ndarray) -> int:
+        """Hand one step's transitions (lanes ``real`` ``[n]``) to the buffer; returns
+        how many it took now."""
         # rewards (float64 here) in a float stored dtype (float32 by default): the
         # buffer's compiled writer takes values of exactly the stored format; a float
         # narrowing is what its cast does too (any other kind: the buffer's checked cast)
@@ -222,26 +289,31 @@ class Collector:
             fields["reward"] = np.asarray(fields["reward"], dtype=dtype)
         if not self.vector:
             self.buffer.add(**fields)
-            return
-        if self.staged:
-            for i in np.flatnonzero(real).tolist():
-                self._stage[i].append(_lane(fields, i))
-            return
+            return 1
+        if self.stage is not None:
+            return self.stage.hold(fields, real, done)
         if real.all():
             self.buffer.add(**fields)
         elif real.any():
             ids = np.flatnonzero(real)
             self.buffer.add(env_ids=ids, **tree_map(lambda x: _take(x, ids), fields))
+        return int(real.sum())
 
-    def flush(self) -> None:
-        """Append staged steps (single-lane buffers fed by a vector env)."""
-        for i, steps in enumerate(self._stage):
-            if steps:
-                self.buffer.extend(**_stack(steps))
-                self._stage[i] = []
+    def flush(self) -> int:
+        """Append the held steps of running episodes now (a one-lane buffer fed by a
+        vector env; nothing otherwise): each of those episodes is cut there (its prefix
+        ends like a time limit, its rest is appended later as an episode of its own).
+        Call it when collection stops for good, e.g. before saving the buffer.
+
+        Returns:
+            The steps appended.
+        """
+        return 0 if self.stage is None else self.stage.flush()
 
     def step(self, result: CollectResult) -> int:
-        """One env step for every sub-env; returns the number of transitions stored."""
+        """One env step for every sub-env; returns the number of transitions added to the
+        buffer (with a one-lane buffer fed by a vector env: those of the episodes that
+        ended, and any prefix the ``max_held`` bound appended)."""
         if self._obs is None:
             self.reset(self.seed)
         obs = self._obs
@@ -279,8 +351,9 @@ class Collector:
             "truncated": trunc if self.vector else trunc[0],
             **extras,
         }
-        self._store(fields, np.ones(self.n, bool) if self.whole else real)
-        stored = int(real.sum())
+        stored = self._store(fields, np.ones(self.n, bool) if self.whole else real, done)
+        if self.whole:
+            stored = int(real.sum())  # (the buffer drops the reset steps it was given)
         result.steps += stored
         result.env_steps += self.n
         self._ret[real] += reward[real]
@@ -305,7 +378,10 @@ class Collector:
         """Step until at least ``n_steps`` transitions were added (whole vector steps).
 
         Args:
-            n_steps: Transitions to add (may overshoot by less than ``num_envs``).
+            n_steps: Transitions to add to the buffer (may overshoot by less than
+                ``num_envs``; with a one-lane buffer fed by a vector env, by the episodes
+                that end on the last step, and held steps of running episodes carry over
+                to the next call: see the class docstring).
             progress: Show a progress bar (rich).
             description: Text of the progress bar.
 
@@ -325,9 +401,6 @@ class Collector:
                 last = result.episode_returns[-1] if result.episode_returns else None
                 bar.update(min(k, n_steps - bar.completed), episodes=len(result.episode_returns),
                            ret=last)
-                if self.staged and sum(len(s) for s in self._stage) >= 1024:
-                    self.flush()
-        self.flush()
         return result
 
 
@@ -355,26 +428,16 @@ def _copy_leaf(x: Any) -> Any:
     return x.copy() if isinstance(x, np.ndarray) else copy.deepcopy(x)
 
 
-def _stack(steps: list[dict[str, Any]]) -> dict[str, Any]:
-    first = steps[0]
-    if isinstance(first, dict):
-        return {k: _stack([s[k] for s in steps]) for k in first}
-    return np.stack(steps)
-
-
-def _lane(tree: Any, i: int) -> Any:
-    """Lane ``i`` of every leaf (a copy)."""
-    if isinstance(tree, dict):
-        return {k: _lane(v, i) for k, v in tree.items()}
-    return np.array(tree[i])
-
-
 def collect(env: Any, policy: Policy | None, buffer: Any, n_steps: int, progress: bool = True,
             seed: int | None = None) -> CollectResult:
     """Reset ``env``, step it with ``policy`` and add ``n_steps`` transitions to ``buffer``.
 
     For repeated collection that continues episodes across calls, keep a
-    :class:`Collector`. A PettingZoo parallel env, a list of them, or a
+    :class:`Collector`. With a one-lane buffer fed by a vector env the buffer receives
+    whole episodes only: collection goes on until the episodes that ended hold
+    ``n_steps`` transitions, and the steps of the episodes still running at the end are
+    not stored (their episodes never end; a :class:`Collector` continues them, or
+    appends them with :meth:`Collector.flush`). A PettingZoo parallel env, a list of them, or a
     :class:`~replaybank.multiagent.MultiAgentReplayBuffer` is collected by
     :func:`replaybank.integrations.pettingzoo.collect_multiagent` (joint steps; see there
     for the multi-agent policy, ``policy(obs_dict) -> action_dict``).
@@ -385,7 +448,8 @@ def collect(env: Any, policy: Policy | None, buffer: Any, n_steps: int, progress
         policy: ``policy(obs) -> action`` (None: random actions).
         buffer: The buffer to fill (``num_envs`` equal to the env's, or 1; one lane per
             env for parallel envs).
-        n_steps: Transitions to add (whole vector steps; may overshoot by < num_envs).
+        n_steps: Transitions to add (whole vector steps; may overshoot by < num_envs, or
+            with a one-lane buffer by the episodes that end on the last step).
         progress: Show a rich progress bar.
         seed: Seed of ``env.reset`` and of random actions.
 
@@ -504,10 +568,12 @@ def warm(buffer: Any, agent_or_policy: Any, n_samples: int, num_envs: int = 8,
     """Fill ``buffer`` to at least ``n_samples`` transitions from a vectorized env.
 
     The env is ``agent.env.spec.id`` (velora's convention) unless ``env`` names one: an
-    env id, an env factory, an env (its spec id) or a ready vector env.
+    env id, an env factory, an env (its spec id) or a ready vector env. A one-lane buffer
+    receives whole episodes only (see :func:`collect`).
 
     Args:
-        buffer: The buffer (``num_envs`` lanes, or 1).
+        buffer: The buffer (``num_envs`` lanes, or 1: then each sub-env's episodes are
+            appended whole, and the steps of those still running at the end are dropped).
         agent_or_policy: ``policy(obs) -> action``, an agent with
             ``predict(obs, hidden, train_mode=True)`` (and optional ``device``), or None
             for random actions. When ``predict`` returns ``(actions, hidden)`` and the

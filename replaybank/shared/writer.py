@@ -205,6 +205,13 @@ class SharedWriter:
         return len(self.lanes)
 
     @property
+    def capacity(self) -> int:
+        """Steps its lanes hold (rows per lane times lanes), as a buffer's ``capacity``
+        (what a collector feeding it holds back at most: :mod:`~replaybank.integrations.
+        episode_stage`)."""
+        return len(self.lanes) * int(self._T)
+
+    @property
     def spec(self) -> Spec | None:
         """The fields the shared buffer stores."""
         self._check_open()
