@@ -12,12 +12,16 @@ what the buffers serve against it:
 * what env and policy return reaches the buffer's one checked cast unchanged (no cast to
   the space's dtype first);
 * vector envs built with ``copy=False`` (their observation array updated in place) are
-  stored exactly.
+  stored exactly;
+* data that only the collector wrote draws no AutoresetWarning, while hand-written
+  NEXT_STEP steps are still counted exactly.
 """
 
 from __future__ import annotations
 
 import copy
+import re
+import warnings
 from typing import Any
 
 import numpy as np
@@ -26,6 +30,7 @@ import pytest
 gym = pytest.importorskip("gymnasium")
 
 import replaybank as rb  # noqa: E402
+from replaybank.buffers.autoreset import AutoresetWarning, reset_steps  # noqa: E402
 
 AM = gym.vector.AutoresetMode
 GAMMA, N_STEP = 0.9, 3
@@ -329,3 +334,70 @@ def test_single_env_that_updates_its_observation_in_place() -> None:
     rb.collect(InPlace(), None, buf, n_steps=12, progress=False, seed=0)
     got = buf.sample(12, replace=False)
     np.testing.assert_array_equal(got.next_obs, got.obs + 1.0)
+
+
+# ---------------------------------------------------------------- finding 7: the warning
+def flagged_count(caught: list[Any]) -> int | None:
+    """The step count an AutoresetWarning names (None: no such warning)."""
+    for w in caught:
+        if issubclass(w.category, AutoresetWarning):
+            found = re.match(r"(\d+) stored step", str(w.message))
+            assert found is not None, w.message
+            return int(found.group(1))
+    return None
+
+
+def sample_often(buf: Any, times: int = 16) -> list[Any]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(times):  # the check runs at the 1st, 2nd, 4th, 8th, 16th sample
+            buf.sample(8)
+    return caught
+
+
+@pytest.mark.parametrize("mode", [AM.NEXT_STEP, AM.SAME_STEP], ids=lambda m: m.value)
+def test_collected_data_draws_no_autoreset_warning(mode: Any) -> None:
+    """Blackjack deals the previous episode's final hand again now and then: real first
+    steps that look like NEXT_STEP reset steps. The collector leaves reset steps out
+    itself and says so (reset_free_writes), so its data is not flagged, also after a
+    save and load; the same table without that record would be."""
+    envs = gym.make_vec("Blackjack-v1", num_envs=4, vectorization_mode="sync",
+                        vector_kwargs={"autoreset_mode": mode})
+    buf = rb.ReplayBuffer(40_000, num_envs=4, seed=0)
+    rb.collect(envs, None, buf, n_steps=20_000, progress=False, seed=0)
+    assert reset_steps(buf.table) > 0  # look-alikes are there
+    assert flagged_count(sample_often(buf)) is None
+    state = buf.state_dict()
+    loaded = rb.ReplayBuffer(40_000, num_envs=4, seed=0)
+    loaded.load_state_dict(state)
+    assert flagged_count(sample_often(loaded)) is None
+    del state["reset_free"]  # what the buffer would check without the record
+    bare = rb.ReplayBuffer(40_000, num_envs=4, seed=0)
+    bare.load_state_dict(state)
+    assert flagged_count(sample_often(bare)) == reset_steps(buf.table)
+    state["reset_free"] = {"start": np.zeros(4, np.int64), "stop": -np.ones(4, np.int64)}
+    with pytest.raises(rb.CheckpointError, match="reset_free/start"):
+        bare.load_state_dict(state)
+
+
+def test_hand_written_steps_after_collected_ones_are_still_counted_exactly() -> None:
+    """rb.collect first, then the user's own NEXT_STEP loop into the same lanes: the
+    warning counts exactly the loop's reset steps (the collector's run ends where the
+    loop's steps begin)."""
+    n = 4
+    buf = rb.ReplayBuffer(8000, num_envs=n, seed=0)
+    rb.collect(gym.make_vec("CartPole-v1", num_envs=n, vectorization_mode="sync"), None,
+               buf, n_steps=400, progress=False, seed=1)
+    envs = gym.make_vec("CartPole-v1", num_envs=n, vectorization_mode="sync")
+    obs, _ = envs.reset(seed=0)
+    rng = np.random.default_rng(0)
+    ended, resets = np.zeros(n, bool), 0
+    for _ in range(300):
+        action = rng.integers(0, 2, n)
+        nxt, reward, term, trunc, _ = envs.step(action)
+        buf.add(obs=obs, action=action, reward=reward, next_obs=nxt, terminated=term,
+                truncated=trunc)
+        resets += int(ended.sum())
+        ended, obs = term | trunc, nxt
+    assert resets > 10
+    assert flagged_count(sample_often(buf)) == resets

@@ -21,6 +21,8 @@ What the collector hands the buffer is what the env and the policy returned (Dic
 Tuple values arranged as nested dicts, tensors as numpy arrays): the buffer casts it with
 its one checked cast, under the rules of ``buf.add``. The observation it keeps across
 ``env.step`` is a copy (vector envs built with ``copy=False`` update theirs in place).
+It writes inside the buffer's :meth:`~replaybank.ReplayBuffer.reset_free_writes`, so
+the buffer's NEXT_STEP reset-step check does not count its steps.
 
 Example:
     >>> import gymnasium as gym
@@ -34,6 +36,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import sys
 from collections.abc import Callable
@@ -42,6 +45,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from replaybank.buffers.autoreset import ResetFreeWrites
 from replaybank.errors import ConfigError, describe, require_extra
 from replaybank.host import is_tensor, tensor_to_numpy
 from replaybank.integrations.episode_stage import EpisodeStage, check_max_held
@@ -215,6 +219,10 @@ class Collector:
                     f"num_envs={self.n} (one lane per sub-env)")
             self.stage = EpisodeStage(self.n, check_max_held(max_held, buffer.capacity),
                                       buffer.extend)
+        # the buffer's reset-step check skips what this collector writes
+        self._reset_free: Callable[[], contextlib.AbstractContextManager[Any]] = \
+            buffer.reset_free_writes if isinstance(buffer, ResetFreeWrites) \
+            else contextlib.nullcontext
         self.obs_space = env.single_observation_space if self.vector else env.observation_space
         self.act_space = env.single_action_space if self.vector else env.action_space
         self.seed = seed
@@ -287,16 +295,17 @@ class Collector:
             else spec["reward"].dtype
         if dtype.kind == "f":
             fields["reward"] = np.asarray(fields["reward"], dtype=dtype)
-        if not self.vector:
-            self.buffer.add(**fields)
-            return 1
-        if self.stage is not None:
-            return self.stage.hold(fields, real, done)
-        if real.all():
-            self.buffer.add(**fields)
-        elif real.any():
-            ids = np.flatnonzero(real)
-            self.buffer.add(env_ids=ids, **tree_map(lambda x: _take(x, ids), fields))
+        with self._reset_free():
+            if not self.vector:
+                self.buffer.add(**fields)
+                return 1
+            if self.stage is not None:
+                return self.stage.hold(fields, real, done)
+            if real.all():
+                self.buffer.add(**fields)
+            elif real.any():
+                ids = np.flatnonzero(real)
+                self.buffer.add(env_ids=ids, **tree_map(lambda x: _take(x, ids), fields))
         return int(real.sum())
 
     def flush(self) -> int:
@@ -308,7 +317,10 @@ class Collector:
         Returns:
             The steps appended.
         """
-        return 0 if self.stage is None else self.stage.flush()
+        if self.stage is None:
+            return 0
+        with self._reset_free():
+            return self.stage.flush()
 
     def step(self, result: CollectResult) -> int:
         """One env step for every sub-env; returns the number of transitions added to the
