@@ -200,6 +200,26 @@ def test_only_complete_episodes_are_written(cartpole: Any) -> None:
     _assert_same_episodes(eps[-2:], _write(buf, cartpole))
 
 
+@pytest.mark.parametrize("num_envs", [1, 2])
+def test_a_cleared_buffer_writes_the_episodes_added_after_the_clear(
+        cartpole: Any, num_envs: int) -> None:
+    """After ``clear()`` a lane's first step starts an episode, as in a fresh buffer (the
+    steps before it do not exist): every complete episode added after the clear is written
+    (before, the first of each lane was taken for the remains of an evicted one)."""
+    eps = list(cartpole.iterate_episodes())
+    buf = from_minari(cartpole, num_envs=num_envs, seed=0)
+    buf.clear()
+    for i, ep in enumerate(eps):  # the same episodes again, each to its round-robin lane
+        kw = {"env_ids": [i % num_envs]} if num_envs > 1 else {}
+        lead = (slice(None), None) if num_envs > 1 else (slice(None),)
+        buf.extend(obs=ep.observations[:-1][lead], action=ep.actions[lead],
+                   reward=ep.rewards[lead], next_obs=ep.observations[1:][lead],
+                   terminated=ep.terminations[lead], truncated=ep.truncations[lead],
+                   **kw)
+    assert len(buf) == cartpole.total_steps
+    _assert_same_episodes(eps, _write(buf, cartpole))
+
+
 def test_episode_indices_and_reward_dtype(pendulum: Any) -> None:
     buf = from_minari(pendulum, episode_indices=[3, 1], reward_dtype=np.float32)
     assert buf.spec["reward"].dtype == np.float32

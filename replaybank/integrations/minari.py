@@ -16,7 +16,8 @@ the 2nd of each, ...): a dataset loaded into any number of lanes and written bac
 episode order.
 
 Which stored episodes are complete. A lane's oldest stored step starts an episode only when
-it is the first step ever written to the lane (nothing was evicted or cleared before it);
+it is the first step written to the lane, ever or since its last ``clear()`` (nothing was
+evicted before it);
 after that, an episode starts after each step that ended one (terminated or truncated), and
 after a step whose next observation was not the next step's observation (data that did not
 continue: an episode cut without a flag). An episode is complete when it ends with a
@@ -339,9 +340,11 @@ def _lane_episodes(table: StepTable, lane: int) -> list[Fields]:
     cut = np.asarray(table.is_boundary(keys), bool) & ~done  # data did not continue
     ends = np.flatnonzero(done | cut)  # [e]
     starts = np.concatenate([[0], ends[:-1] + 1])
-    # the lane's oldest step starts an episode only when it is its first step ever
+    # the lane's oldest step starts an episode only when it is its first step ever, or
+    # the first after its last clear() (as in a fresh buffer, the steps before it do not
+    # exist); else the steps before it were evicted
     known = np.ones(len(ends), bool)
-    if len(known) and written != count:
+    if len(known) and written - count != int(table.cleared[lane]):
         known[0] = False
     keep = known & done[ends]  # started and ended in the stored steps
     episodes = []
