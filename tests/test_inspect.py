@@ -123,6 +123,25 @@ def test_uniform_lanes_checkpoint(tmp_path: Path) -> None:
     assert s["sampler"]["type"] == "uniform"
 
 
+def test_episodes_after_clear_count_as_in_a_fresh_buffer(tmp_path: Path) -> None:
+    """After ``clear()`` each lane's first step starts an episode, as in a fresh buffer:
+    the same complete episodes, lengths and returns as a fresh buffer given the same
+    steps (before, each lane's first episode after the clear was left out)."""
+    buf = rb.ReplayBuffer(capacity=90, num_envs=3, seed=0)
+    fill_lanes(buf, 50, 3, seed=4)
+    buf.clear()
+    fill_lanes(buf, 25, 3, seed=5)
+    fresh = rb.ReplayBuffer(capacity=90, num_envs=3, seed=0)
+    hist = fill_lanes(fresh, 25, 3, seed=5)
+    rb.save(buf, tmp_path / "cleared")
+    rb.save(fresh, tmp_path / "fresh")
+    got, want = summarize(tmp_path / "cleared").summary, summarize(tmp_path / "fresh").summary
+    for key in ("lengths", "returns"):
+        assert got[key] == want[key]
+    assert got["episodes"]["complete"] == want["episodes"]["complete"] == \
+        len(hist.expected(30)["lengths"])
+
+
 def test_prioritized_nstep_after_updates(tmp_path: Path) -> None:
     alpha, eps = 0.6, 1e-6
     buf = rb.ReplayBuffer(capacity=40, num_envs=2, seed=0, n_step=3, gamma=0.9,

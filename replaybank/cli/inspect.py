@@ -315,7 +315,8 @@ def episode_stats(reward: npt.NDArray[Any] | None, done: npt.NDArray[np.bool_],
     Args:
         reward: Per-step rewards in time order ``[n]`` (None: returns are not computed).
         done: Episode ends (terminated or truncated) in time order ``[n]``.
-        first_is_start: The first step began an episode (nothing was evicted before it).
+        first_is_start: The first step began an episode (the lane's first step, ever or
+            since its last clear: nothing was evicted before it).
 
     Returns:
         ``(returns [m], lengths [m])`` of the episodes whose first and last step are live
@@ -525,6 +526,7 @@ def _table_summary(buf: ReplayBuffer, s: dict[str, Any], arrays: dict[str, npt.N
     written = np.array(t.written, dtype=np.int64)
     counts = np.array(t.counts, dtype=np.int64)
     episodes = np.array(t.episodes, dtype=np.int64)
+    cleared = np.array(t.cleared, dtype=np.int64)  # where each lane began after a clear
     s["fill"] = int(counts.sum())
     s["lanes"], s["rows_per_lane"] = lanes, T
     s["fields"] = [{"name": n, "shape": list(f.shape), "dtype": str(np.dtype(f.dtype)),
@@ -548,7 +550,7 @@ def _table_summary(buf: ReplayBuffer, s: dict[str, Any], arrays: dict[str, npt.N
             done |= np.asarray(f[rows, lane], bool)
         in_buffer += int(done.sum())
         r = np.asarray(rewards[rows, lane]) if scalar_reward and rewards is not None else None
-        ret, n = episode_stats(r, done, first_is_start=w == c)
+        ret, n = episode_stats(r, done, first_is_start=w - c == int(cleared[lane]))
         rets.append(ret)
         lens.append(n)
     returns = np.concatenate(rets) if rets else np.zeros(0)
