@@ -14,7 +14,10 @@ per env, built at the first transition) and translates:
   (``get_all_buffer_data`` -> ``reset`` -> ``insert_data_slice``) keep pytorchrl's
   counters: ``size`` (rows stored per env) and ``step`` (rows added since the last
   ``reset``: the slice ``get_all_buffer_data`` returns); ``reset`` sets both to zero,
-  as pytorchrl's reference says.
+  as pytorchrl's reference says. For a recurrent actor a slice that does not begin by
+  re-sending the newest stored rows starts a segment that no window crosses
+  (:mod:`~replaybank.compat.pytorchrl.segments`): with several collectors, windows
+  never join two trajectories.
 
 Every public call checks its arguments first (:mod:`~replaybank.compat.checks`)
 and raises a :class:`~replaybank.errors.ReplayBankError` naming the argument, the bad
@@ -45,6 +48,7 @@ from typing import Any, ClassVar, NoReturn
 
 import numpy as np
 
+from replaybank.batch import SequenceBatch
 from replaybank.buffers.arguments import make_rng
 from replaybank.buffers.replay import ReplayBuffer as CoreBuffer
 from replaybank.compat.base import FrontEnd, restored_on_error
@@ -73,6 +77,7 @@ from replaybank.compat.pytorchrl.keys import (
     to_numpy,
     tree_map,
 )
+from replaybank.compat.pytorchrl.segments import Segments
 from replaybank.errors import (
     ArgumentError,
     ConfigError,
@@ -369,6 +374,9 @@ class Storage(FrontEnd):
         self._where_insert = f"{type(self).__name__}.insert_transition"
         self._torch_device: tuple[Any, Any] | None = None
         self._fresh = 0  # rows added since the last reset
+        # where inserted slices do not continue the stored rows (recurrent windows never
+        # cross one)
+        self._segments = Segments()
         self._priority: float | None = None  # the initial priority of a new step (PER)
         torch = sys.modules.get("torch")
         if torch is not None:  # else checked by the first generate_batches
@@ -478,6 +486,7 @@ class Storage(FrontEnd):
                                  seed=self.seed, sampler=self._sampler(),
                                  view=self._view(), autoreset_mode="same_step")
         self._fresh = 0
+        self._segments.clear()
         self._cleared()
 
     def _set_layout(self, n: int, extras: tuple[str, ...], zeros: dict[str, Any]) -> None:
@@ -659,13 +668,16 @@ class Storage(FrontEnd):
             ``Done`` ``[B, 1]``); for a recurrent actor ``mini_batch_size //
             sequence_length + 1`` windows of ``sequence_length`` steps flattened to ``[S *
             sequence_length, ...]`` with the hidden states of each window's first step
-            ``[S, ...]``.
+            ``[S, ...]``, each window inside one segment (rows that continue each
+            other: see :meth:`insert_data_slice`).
 
         Raises:
             ArgumentError, ConfigError: An argument of the wrong kind or below 1, or a
                 ``device`` torch does not know (raised by this call, not at the first
                 ``next``).
-            EmptyBufferError: Nothing stored.
+            EmptyBufferError: Nothing stored; for a recurrent actor (at ``next``), no
+                window lies inside one segment, or the sampler kept drawing windows that
+                cross one.
         """
         where = f"{type(self).__name__}.generate_batches"
         count = check_int(where, "num_mini_batch", num_mini_batch)
@@ -723,13 +735,19 @@ class Storage(FrontEnd):
 
     def _sequence_batch(self, k: int, num_mini_batch: int, mini_batch_size: int,
                         torch: Any) -> dict[str, Any]:
-        """Windows of ``overlap`` burn-in + ``non_overlap`` steps, flattened."""
+        """Windows of ``overlap`` burn-in + ``non_overlap`` steps, flattened, each inside
+        one segment (:meth:`_windows`)."""
         windows = mini_batch_size // self.sequence_length + 1
         state = [CORE_NAMES[key] for key in _RECURRENT_KEYS if key in self._extras]
-        sb = self._core().sample_sequences(
-            windows, self.non_overlap_length, burn_in=self.overlap_length,
-            episode_boundary="cross", strict=True, state_fields=state,
-            **self._sample_kwargs(k, num_mini_batch))
+        core = self._core()
+        options = self._sample_kwargs(k, num_mini_batch)
+
+        def draw(n: int) -> SequenceBatch:
+            return core.sample_sequences(
+                n, self.non_overlap_length, burn_in=self.overlap_length,
+                episode_boundary="cross", strict=True, state_fields=state, **options)
+
+        sb = self._windows(draw, windows)
         nested = sb.to_dict()
 
         def field(name: str) -> Any:
@@ -739,6 +757,37 @@ class Storage(FrontEnd):
             return tree_map(lambda v: v.reshape(-1, *v.shape[2:]), nested[name])
 
         return self._tensor_batch(sb, field, k, num_mini_batch, torch)
+
+    def _windows(self, draw: Callable[[int], SequenceBatch], count: int) -> SequenceBatch:
+        """``count`` windows of ``draw`` that never join two segments (inserted slices
+        that do not continue each other): one draw when the stored rows are one
+        segment, else the crossing windows are redrawn (the starts follow the sampler's
+        law conditioned on windows inside one segment; a draw that fails puts the
+        generator back).
+
+        Raises:
+            EmptyBufferError: No window of ``sequence_length`` steps lies inside one
+                segment, or the sampler keeps drawing windows that cross one.
+        """
+        oldest, newest = self._span()
+        if not self._segments.separate(oldest, newest):  # every window is inside one
+            return draw(count)
+        where = f"{type(self).__name__}.generate_batches"
+        width = self.sequence_length
+        if (self._lanes == self._num_envs and newest - oldest >= width
+                and not self._segments.usable(oldest, newest, width)):
+            lengths = self._segments.lengths(oldest, newest).tolist()
+            raise EmptyBufferError(
+                f"{where}: no window of sequence_length={width} steps (update_every) lies "
+                f"inside one inserted slice: the stored rows are slices of {lengths} rows "
+                "that do not continue each other (another collector's data, or rows after "
+                "a gap a collector held back), and a window never joins two of them; "
+                f"insert slices of at least {width} rows (whole sequences, as "
+                "get_all_buffer_data exports them)")
+        core = self._core()
+        with restored_on_error(core.rng.bit_generator, "state"):
+            return self._segments.inside(draw, count, core.table.lanes, self._num_envs,
+                                         width, where)
 
     def _translated(self, field: Callable[[str], Any], convert: Callable[[Any], Any],
                     out: dict[str, Any]) -> dict[str, Any]:
@@ -851,6 +900,7 @@ class Storage(FrontEnd):
         if self.buffer is not None:
             self.buffer.clear()
         self._fresh = 0
+        self._segments.clear()
         self._cleared()
         if staged is not None:
             data = _stored_keys(staged, self.storage_tensors)
@@ -862,7 +912,11 @@ class Storage(FrontEnd):
         """Appends ``new_data`` (``{key: [l, num_envs, ...]}``, e.g. another storage's
         :meth:`get_all_buffer_data`) to the stored data, in one core write. For a
         recurrent actor, leading rows that repeat the newest stored rows (the overlap
-        slice a collector re-sends) are skipped. A feed-forward actor's hidden states
+        slice a collector re-sends) are skipped, and the slice continues them; any
+        other slice starts a segment of its own (another collector's data, or rows after
+        a gap), which no window of :meth:`generate_batches` crosses: its leading
+        ``overlap_length`` rows are the burn-in of its first window, as in pytorchrl,
+        which stores every slice whole. A feed-forward actor's hidden states
         are not stored, whatever their length (pytorchrl exports one zero row of them):
         the first write takes their shape, and batches hold one zero row of it, as
         the collector's do.
@@ -891,15 +945,31 @@ class Storage(FrontEnd):
         if not lengths:
             return
         rows = lengths.pop()
-        first = 0
-        if self.recurrent_actor and self.overlap_length and self.size >= self.overlap_length:
-            head = _slice(data, 0, self.overlap_length)
-            if _same_data(self.get_data_slice(self.step - self.overlap_length, self.step),
-                          head):
-                first = self.overlap_length
+        first = self._resent(data) if self.recurrent_actor else 0
         if rows <= first:
             return
+        seq = self._span()[1]
         self._insert(where, _slice(data, first, rows), rows - first)
+        if self.recurrent_actor and not first:  # it does not continue the stored rows
+            self._segments.start(seq, self._span()[0])
+
+    def _resent(self, data: dict[str, Any]) -> int:
+        """How many leading rows of a slice ``data`` repeat the newest stored rows (the
+        overlap a collector re-sends after :meth:`reset`): ``overlap_length``, or 0."""
+        n = self.overlap_length
+        if not n or self.size < n:
+            return 0
+        newest = self.get_data_slice(self.step - n, self.step)
+        return n if _same_data(newest, _slice(data, 0, n)) else 0
+
+    def _span(self) -> tuple[int, int]:
+        """Sequence numbers ``(oldest, next)`` of the real lanes' rows: the oldest row
+        stored and the next row written (every env's lane is written together)."""
+        buf = self.buffer
+        if buf is None or not buf.allocated:
+            return 0, 0
+        written = int(buf.table.written[0])
+        return written - int(buf.table.counts[0]), written
 
     def insert_single_tensor_slice(self, tensor_storage: dict[str, Any], tensor_key: str,
                                    tensor_values: Any) -> int:
