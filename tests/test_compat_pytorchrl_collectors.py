@@ -330,6 +330,28 @@ def test_windows_that_stay_too_rare_raise_and_draw_nothing() -> None:
     assert ere.buffer.rng.bit_generator.state == state
 
 
+def test_resent_rows_are_recognised_on_every_stored_key() -> None:
+    """A slice whose first rows repeat the newest rows' observations, actions, rewards
+    and flags but not their hidden states is another trajectory: it is kept whole and
+    starts a segment (only an exact re-send continues the stored rows), so no window
+    runs from the stored rows into it."""
+    learner = ReplayBuffer(100, "cpu", ACTOR, ALGO, None, seed=0)
+    collect(learner, [(0, 12)])  # rows 0-11
+    data = {k: torch.stack([transition(0, t)[k] for t in range(9, 18)])
+            for k in (OBS, RHS, DONE, ACT, REW, OBS2, RHS2, DONE2)}
+    data[RHS] = data[RHS] + 0.5  # steps 9-17 again, with another actor's hidden states
+    learner.insert_data_slice(data)
+    assert learner.size == 12 + 9
+    for batch in learner.generate_batches(4, 120):
+        obs = batch[OBS][:, 0].numpy().reshape(-1, SEQ)
+        for first, w in zip(batch[RHS][:, 0].tolist(), obs.tolist(), strict=True):
+            t0, t1 = decode(w[0])[2], decode(w[-1])[2]
+            if first % 1:  # a window of the second slice
+                assert t0 >= 9, w
+            else:
+                assert t1 <= 11, w
+
+
 def test_segments_bookkeeping() -> None:
     """Segments: starts at or below the oldest stored row are dropped, windows of other
     lanes (hindsight copies) cross nothing, and usable counts the windows per lane."""

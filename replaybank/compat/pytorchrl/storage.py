@@ -955,12 +955,13 @@ class Storage(FrontEnd):
 
     def _resent(self, data: dict[str, Any]) -> int:
         """How many leading rows of a slice ``data`` repeat the newest stored rows (the
-        overlap a collector re-sends after :meth:`reset`): ``overlap_length``, or 0."""
+        overlap a collector re-sends after :meth:`reset`, compared on every key the
+        storage holds): ``overlap_length``, or 0."""
         n = self.overlap_length
         if not n or self.size < n:
             return 0
         newest = self.get_data_slice(self.step - n, self.step)
-        return n if _same_data(newest, _slice(data, 0, n)) else 0
+        return n if _same_data(newest, _slice(data, 0, n), self._stored) else 0
 
     def _span(self) -> tuple[int, int]:
         """Sequence numbers ``(oldest, next)`` of the real lanes' rows: the oldest row
@@ -1120,10 +1121,10 @@ def _slice(data: dict[str, Any], a: int, b: int) -> dict[str, Any]:
             for k, v in data.items()}
 
 
-def _same_data(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    """Whether two pytorchrl-layout dicts hold the same rows (compared on the keys that
-    identify a transition)."""
-    return a is b or all(_equal(a.get(key), b.get(key)) for key in (OBS, ACT, REW, DONE2))
+def _same_data(a: dict[str, Any], b: dict[str, Any], keys: tuple[str, ...]) -> bool:
+    """Whether two pytorchrl-layout dicts hold the same rows (compared on ``keys``: the
+    hidden states too, for a recurrent actor)."""
+    return a is b or all(_equal(a.get(key), b.get(key)) for key in keys)
 
 
 def _equal(x: Any, y: Any) -> bool:
