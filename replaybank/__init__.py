@@ -53,10 +53,12 @@ from replaybank.multiagent import (
 from replaybank.ops.gae import discount_cumsum, gae
 from replaybank.persist import ResumeWarning, load, load_into, open, save
 from replaybank.samplers.base import (
+    BatchWeights,
     BoundedPriorities,
     CountedDraws,
     DrawableSlots,
     IndependentDraws,
+    InnerSchedule,
     KeyUpdates,
     LaneView,
     PrioritySampler,
@@ -109,6 +111,7 @@ __all__ = [
     "ArrayBackend",
     "AutoresetWarning",
     "Batch",
+    "BatchWeights",
     "BoundedPriorities",
     "BufferConfig",
     "CallbackView",
@@ -132,6 +135,7 @@ __all__ = [
     "HerReplayBuffer",
     "HerView",
     "IndependentDraws",
+    "InnerSchedule",
     "InputTransform",
     "KeyUpdates",
     "LaneSplitSampler",

@@ -41,7 +41,6 @@ from replaybank.samplers.base import (
     Sampler,
     SampleResult,
     SamplerTraits,
-    SubsetDraws,
 )
 from replaybank.samplers.draw import draw, draw_among
 from replaybank.samplers.sample_args import LARGE_BATCH, check_batch_size, check_options
@@ -90,7 +89,7 @@ class Parts:
         self.restores = isinstance(view, CallbackView)
         self.checks = view if isinstance(view, FieldsCheckedView) else None
         # draws among the servable steps when redraws cannot (see samplers.draw)
-        self.subset = sampler if isinstance(sampler, SubsetDraws) else None
+        self.subset = self.traits.subset
         # the keyword options a sample call may pass without the slow check
         self.options = frozenset(self.traits.options) - {"batch_size", "replace"}
 
@@ -252,14 +251,20 @@ class Parts:
                 # steps costs about as much as the batch)
                 res = draw_among(subset, lanes, rng, batch_size, self._valid(table),
                                  replace=replace, **kwargs)
-            elif self.fused is not None:  # check and gather in one pass
-                res = self.sampler.sample(batch_size, lanes, rng, replace=replace, **kwargs)
-                got = self.fused.gather_valid(table, res.keys, rng)
-                if got is None:  # a key must be redrawn: exactly as draw alone would
-                    res = self._draw(table, lanes, rng, batch_size, res, replace=replace,
-                                     **kwargs)
             else:
-                res = self._draw(table, lanes, rng, batch_size, replace=replace, **kwargs)
+                first = None
+                if self.fused is not None:  # check and gather in one pass
+                    first = self.sampler.sample(batch_size, lanes, rng, replace=replace,
+                                                **kwargs)
+                    got = self.fused.gather_valid(table, first.keys, rng)
+                if got is not None and first is not None:
+                    res = first
+                else:  # keys to redraw: exactly as draw alone would
+                    res = self._draw(table, lanes, rng, batch_size, first, replace=replace,
+                                     **kwargs)
+                    batch = self.traits.batch
+                    if batch is not None:  # rows of several draws, weighed as one batch
+                        res = batch.batch_weights(res, lanes, **kwargs)
         except BaseException:
             rng.bit_generator.state = saved
             if sched is not None:

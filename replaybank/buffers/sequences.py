@@ -25,7 +25,8 @@ window is too short is redrawn, so the starts follow the sampler's distribution
 :class:`~replaybank.samplers.uniform.UniformSampler`, proportional to priority among
 valid starts for a prioritized sampler (its importance weights are computed from the
 unconditional probabilities; the conditioning multiplies every probability by the same
-constant, which max-normalised weights cancel). When valid starts are rare, after
+constant, which max-normalised weights cancel; ``weight_norm="batch"`` normalises over the
+windows returned, redrawn ones included). When valid starts are rare, after
 ``max_redraws`` rounds a uniform sampler draws the rest directly from the exact set of
 valid starts (same distribution); other samplers keep redrawing and raise if they fail.
 I.i.d. samplers (uniform, lane split) draw ``B // 2 + 4`` spare starts in the first round

@@ -14,6 +14,11 @@ declared protocols that a buffer checks once, when it builds its plans:
   without overflow (``priority_limit``), checked by the buffer before anything is written;
 * :class:`ScheduledSampler`: a sampler whose options follow a schedule of sample calls
   (PER's beta annealing): ``current_beta``, ``calls``;
+* :class:`InnerSchedule`: a sampler whose sample calls follow the schedule of a sampler
+  it wraps (ERE over PER): ``schedule``;
+* :class:`BatchWeights`: a sampler whose importance weights depend on the whole batch
+  (PER's ``weight_norm="batch"``): ``batch_weights`` weighs a batch put together from
+  several draws (redraw rounds) as one;
 * :class:`UniformDraws`: draws exactly uniform keys over the live steps, with the
   documented stream of :func:`replaybank.ops.draws.uniform_ints`;
 * :class:`CountedDraws`: a :class:`UniformDraws` sampler whose one-lane draw also says
@@ -47,10 +52,10 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["BoundedPriorities", "CountedDraws", "DrawableSlots", "IndependentDraws",
-           "KeyUpdates", "LaneView", "PrioritySampler", "RestrictedDraws", "SampleResult",
-           "Sampler", "SamplerTraits", "SlotExcluding", "ScheduledSampler",
-           "StatelessSampler", "SubsetDraws", "UniformDraws"]
+__all__ = ["BatchWeights", "BoundedPriorities", "CountedDraws", "DrawableSlots",
+           "IndependentDraws", "InnerSchedule", "KeyUpdates", "LaneView", "PrioritySampler",
+           "RestrictedDraws", "SampleResult", "Sampler", "SamplerTraits", "SlotExcluding",
+           "ScheduledSampler", "StatelessSampler", "SubsetDraws", "UniformDraws"]
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -195,6 +200,36 @@ class ScheduledSampler(Sampler, Protocol):
     @property
     def current_beta(self) -> float:
         """The exponent the next ``sample`` call uses when none is passed."""
+        ...
+
+
+@runtime_checkable
+class InnerSchedule(Sampler, Protocol):
+    """A sampler whose sample calls follow the schedule of a sampler it wraps (an ERE
+    sampler drawing by a prioritized one: each of its draws advances the wrapped
+    sampler's beta schedule). A caller that redraws within one call (sequence windows,
+    frame stacks) resolves beta once from that schedule and counts the call once, as for
+    a :class:`ScheduledSampler`."""
+
+    @property
+    def schedule(self) -> ScheduledSampler | None:
+        """The wrapped sampler whose schedule the draws follow, or None (no schedule)."""
+        ...
+
+
+@runtime_checkable
+class BatchWeights(Sampler, Protocol):
+    """A sampler whose importance weights may depend on the whole batch (PER's
+    ``weight_norm="batch"``: every weight divided by the batch's largest). A caller that
+    puts one batch together from several draws (rows a view or a window length rejects
+    are drawn again) has the returned batch weighed once more as one, so that every row's
+    weight is normalised over the rows returned (not over the draw it came from)."""
+
+    def batch_weights(self, res: SampleResult, lanes: LaneView, beta: float | None = None,
+                      **kwargs: Any) -> SampleResult:
+        """``res`` with the importance weights its keys get as one batch drawn with
+        ``beta`` (None: the schedule's); ``res`` itself when its weights do not depend on
+        the batch (or it has none). Draws nothing and does not advance a schedule."""
         ...
 
 
@@ -348,7 +383,9 @@ class SamplerTraits:
         sampler: The sampler.
         priority: The sampler as a :class:`PrioritySampler`, or None.
         keyed: The sampler as a :class:`KeyUpdates`, or None.
-        scheduled: The sampler as a :class:`ScheduledSampler`, or None.
+        scheduled: The schedule of the sampler's draws: the sampler as a
+            :class:`ScheduledSampler`, the sampler it wraps (an :class:`InnerSchedule`),
+            or None.
         uniform: The sampler as a :class:`UniformDraws`, or None.
         stateless: Keeps no per-slot state (a :class:`StatelessSampler`): writes need not
             be told to it.
@@ -360,6 +397,8 @@ class SamplerTraits:
             name it in their signature, but a buffer refuses it for them).
         independent: The sampler as an :class:`IndependentDraws`, or None.
         counted: The sampler as a :class:`CountedDraws`, or None.
+        batch: The sampler as a :class:`BatchWeights`, or None.
+        subset: The sampler as a :class:`SubsetDraws`, or None.
 
     Example:
         >>> from replaybank.samplers.uniform import UniformSampler
@@ -379,6 +418,8 @@ class SamplerTraits:
     options: tuple[str, ...] = ()
     independent: IndependentDraws | None = None
     counted: CountedDraws | None = None
+    batch: BatchWeights | None = None
+    subset: SubsetDraws | None = None
 
     @classmethod
     def of(cls, sampler: Sampler) -> SamplerTraits:
@@ -391,11 +432,16 @@ class SamplerTraits:
         options = sample_options(sampler)
         if priority is None:  # beta is PER's: refused where there are no priorities
             options = tuple(o for o in options if o != "beta")
+        scheduled: ScheduledSampler | None = None
+        if isinstance(sampler, ScheduledSampler):
+            scheduled = sampler
+        elif isinstance(sampler, InnerSchedule):
+            scheduled = sampler.schedule
         return cls(
             sampler=sampler,
             priority=priority,
             keyed=sampler if isinstance(sampler, KeyUpdates) else None,
-            scheduled=sampler if isinstance(sampler, ScheduledSampler) else None,
+            scheduled=scheduled,
             uniform=sampler if isinstance(sampler, UniformDraws) else None,
             stateless=stateless,
             iid=stateless and bool(sampler.iid),  # type: ignore[attr-defined]
@@ -403,6 +449,8 @@ class SamplerTraits:
             options=options,
             independent=sampler if isinstance(sampler, IndependentDraws) else None,
             counted=sampler if isinstance(sampler, CountedDraws) else None,
+            batch=sampler if isinstance(sampler, BatchWeights) else None,
+            subset=sampler if isinstance(sampler, SubsetDraws) else None,
         )
 
 

@@ -12,7 +12,9 @@ weights are ``w_i = (N * P(i)) ** -beta`` with ``N`` the number of live steps, t
 
 * ``weight_norm="buffer"`` (default): divided by the largest weight any live step could
   get, ``(N * p_min / total) ** -beta``, i.e. ``w_i = (p_i / p_min) ** -beta``;
-* ``"batch"``: divided by the batch maximum;
+* ``"batch"``: divided by the batch maximum (over the rows returned: a batch put together
+  from several draws, as frame stacks and sequence windows redraw rows they cannot use, is
+  weighed once more as one, :meth:`PrioritizedSampler.batch_weights`);
 * ``None``: returned as is.
 
 ``beta`` is the ``beta=`` argument of ``sample`` when given, else the schedule:
@@ -578,6 +580,44 @@ class PrioritizedSampler:
                 "positive priority; lower batch_size or use replace=True"
             )
         return np.asarray(nz[_successive(leaf[nz], batch_size, rng)], dtype=np.int64)
+
+    def batch_weights(self, res: SampleResult, lanes: LaneView, beta: float | None = None,
+                      **kwargs: Any) -> SampleResult:
+        """``res``, a batch of keys this sampler drew, weighed as one batch: with
+        ``weight_norm="batch"`` every weight is ``(p_i / min_batch p) ** -beta`` over the
+        rows of ``res`` (from their probabilities ``P(i) = p_i / total``, whose ratios are
+        those of the stored priorities); ``res`` itself for the other norms (their weights
+        do not depend on the batch) or without weights. A batch put together from several
+        draws (the rows a frame stack or a window length rejects are drawn again) is
+        weighed so once, over the rows it returns. Nothing is drawn and the schedule is
+        not advanced.
+
+        Args:
+            res: Keys ``[B]`` (live) with their probabilities and weights.
+            lanes: Lane bookkeeping of the table.
+            beta: IS exponent the rows were drawn with (None: the schedule's).
+            **kwargs: Ignored (the sample call's other options).
+
+        Returns:
+            ``res`` with its weights ``[B]`` normalised over its rows.
+
+        Example:
+            >>> s = PrioritizedSampler(alpha=1.0, eps=0.0, weight_norm="batch", kernel="numpy")
+            >>> s.bind(4, 1); s.on_write(np.arange(4), np.array([1.0, 2.0, 3.0, 4.0]))
+            >>> lv = LaneView(T=4, lanes=1, written=np.array([4]), counts=np.array([4]))
+            >>> rows = SampleResult(np.array([1, 3]), np.array([0.2, 0.4]), np.ones(2))
+            >>> s.batch_weights(rows, lv, beta=1.0).weights.tolist()  # (p / 2) ** -1
+            [1.0, 0.5]
+        """
+        probs = res.probabilities
+        if self.weight_norm != "batch" or res.weights is None or probs is None \
+                or len(probs) == 0:
+            return res
+        b = beta if type(beta) is float and 0.0 <= beta <= 1.0 else self.resolve_beta(beta)
+        # P(i) = p_i / total: the batch ratio P_i / min P is p_i / min p, the formula of
+        # sample (the constant total cancels; no priority lookup needed)
+        w = is_weights(probs, 0.0, b, "batch", lanes.size, 1.0)
+        return SampleResult(res.keys, probs, w)
 
     def key_weights(self, keys: IntArray, lanes: LaneView) -> FloatArray:
         """The stored priorities of the live ``keys`` ``[n]`` (a draw takes key ``i`` with

@@ -22,7 +22,10 @@ the draw follows the law above conditioned on servable steps; when redraw rounds
 finish, the batch is finished exactly from that law among the servable steps of the
 window (:class:`~replaybank.samplers.base.SubsetDraws`: :meth:`RecentSampler.key_weights`,
 :meth:`RecentSampler.sample_among`), with the probabilities and weights ``sample`` gives
-those keys.
+those keys. The prioritized sampler's beta schedule is the buffer's for every draw of one
+call (:class:`~replaybank.samplers.base.InnerSchedule`: beta resolved once, the call counted
+once, whatever the redraw rounds), and ``weight_norm="batch"`` weights are computed over the
+rows returned (:meth:`RecentSampler.batch_weights`).
 
 Example:
     >>> import numpy as np
@@ -158,6 +161,20 @@ class RecentSampler:
     def priority_limit(self) -> float:
         """The prioritized sampler's largest raw priority (inf without one)."""
         return math.inf if self.prioritized is None else self.prioritized.priority_limit
+
+    @property
+    def schedule(self) -> PrioritizedSampler | None:
+        """The prioritized sampler whose beta schedule the draws follow (each draw is one
+        of its calls), or None without one."""
+        return self.prioritized
+
+    def batch_weights(self, res: SampleResult, lanes: LaneView, beta: float | None = None,
+                      **kwargs: Any) -> SampleResult:
+        """``res`` weighed as one batch (:meth:`PrioritizedSampler.batch_weights`: with
+        ``weight_norm="batch"`` the weights divided by the largest of ``res``, whose rows
+        may come from several draws); ``res`` itself without a prioritized sampler."""
+        per = self.prioritized
+        return res if per is None else per.batch_weights(res, lanes, beta)
 
     # ------------------------------------------------------------------ protocol
     def bind(self, T: int, lanes: int) -> None:  # noqa: N803

@@ -335,6 +335,9 @@ def redraw_short(traits: SamplerTraits, lanes: LaneView, link: npt.NDArray[np.in
                  req: WindowRequest, extent: Any = None) -> tuple[SampleResult, IntArray]:
     """Redraw the starts of ``res`` whose extent is below ``req.min_len`` (``ext`` is
     updated in place), then fall back to the exact set of valid starts (uniform sampler).
+    Weights that depend on the batch (PER's ``weight_norm="batch"``,
+    :class:`~replaybank.samplers.base.BatchWeights`) are computed over the rows
+    returned, whichever draw each row came from.
 
     Args:
         traits: The sampler's traits.
@@ -351,16 +354,19 @@ def redraw_short(traits: SamplerTraits, lanes: LaneView, link: npt.NDArray[np.in
     width, cross, min_len, kwargs = req.width, req.cross, req.min_len, req.options
     exact = traits.uniform is not None
     limit = req.max_redraws if exact else max(req.max_redraws, 1024)
-    for _ in range(limit):
-        bad = np.flatnonzero(ext < min_len)
-        if len(bad) == 0:
-            return res, ext
-        more = traits.sampler.sample(len(bad), lanes, rng, **kwargs)
-        res = replace_rows(res, bad, more)
-        ext[bad] = extent(link, lanes.written, lanes.counts, more.keys, width, cross)
     bad = np.flatnonzero(ext < min_len)
     if len(bad) == 0:
         return res, ext
+    for _ in range(limit):
+        more = traits.sampler.sample(len(bad), lanes, rng, **kwargs)
+        res = replace_rows(res, bad, more)
+        ext[bad] = extent(link, lanes.written, lanes.counts, more.keys, width, cross)
+        bad = np.flatnonzero(ext < min_len)
+        if len(bad) == 0:
+            # rows of several draws: weights that depend on the batch are computed over
+            # the rows returned, not per draw (PER's weight_norm="batch")
+            batch = traits.batch
+            return (res if batch is None else batch.batch_weights(res, lanes, **kwargs)), ext
     valid = windows.valid_starts(link, lanes.written, lanes.counts, width, cross, min_len)
     if len(valid) == 0 or not exact:
         mode = "cross" if cross else "stop"
