@@ -75,7 +75,8 @@ def test_sequence_windows_probe_batch() -> None:
 
 
 def test_sequence_windows_exact_fallback() -> None:
-    """``max_redraws=0``: the short starts are drawn among the usable ones at once."""
+    """``max_redraws=0``: the short starts are drawn among the usable ones at once (the
+    exact fallback), and all rows weighed as one batch."""
     buf = episodes_of_six(per())
     for _ in range(10):
         sb = buf.sample_sequences(16, 3, beta=0.4, max_redraws=0)

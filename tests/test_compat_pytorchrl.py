@@ -867,6 +867,24 @@ def test_recurrent_ere_windows_and_ck() -> None:
     assert "idxs" not in b and "ck" not in b and info["Algorithm"]["errors"].shape == (6,)
 
 
+def test_recurrent_too_few_rows_error_speaks_pytorchrl() -> None:
+    """Fewer rows than update_every: the error names the storage's call and settings, not
+    the core's sample_sequences, width, strict or episode_boundary (which its users never
+    pass)."""
+    buf = ReplayBuffer(50, "cpu", RNN_ACTOR, RNN_ALGO, None, seed=0)
+    for t in range(3):
+        buf.insert_transition(rnn_transition(t))
+    with pytest.raises(EmptyBufferError) as err:
+        next(buf.generate_batches(1, 12))
+    msg = str(err.value)
+    assert msg.startswith("ReplayBuffer.generate_batches: ") and "update_every=4" in msg
+    assert "3 rows per env" in msg and "insert more transitions" in msg, msg
+    for core in ("sample_sequences", "width=", "strict", "episode_boundary", "burn_in"):
+        assert core not in msg, (core, msg)
+    buf.insert_transition(rnn_transition(3))  # a full sequence now
+    assert next(buf.generate_batches(1, 12))[OBS].shape == (16, 3)
+
+
 def test_recurrent_her_copies_keep_hidden_states() -> None:
     """Section 'HER' (recurrent actor): her_function receives the hidden states of each
     transition ([1, ...]) and what it returns is stored; windows over the hindsight

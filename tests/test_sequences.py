@@ -430,6 +430,97 @@ def test_empty_and_too_short() -> None:
     assert buf.sample_sequences(2, 3, episode_boundary="cross").mask.all()
 
 
+@pytest.mark.parametrize("kw, said, not_said", [
+    ({}, ["add more data", "shorten sequence_length", "strict=False",
+          "episode_boundary='cross'"], []),
+    ({"episode_boundary": "cross"}, ["add more data", "strict=False"],
+     ["episode_boundary='cross' (", "use episode_boundary"]),
+    ({"strict": False, "burn_in": 7}, ["add more data", "shorten burn_in",
+                                       "episode_boundary='cross'"], ["strict=False"]),
+    ({"strict": False, "burn_in": 7, "episode_boundary": "cross"},
+     ["add more data", "shorten burn_in"], ["strict=False", "use episode_boundary"]),
+])
+def test_no_window_error_suggests_only_options_not_in_use(
+        kw: dict[str, Any], said: list[str], not_said: list[str]) -> None:
+    """The probe's call used episode_boundary='cross' and was told to use it."""
+    buf = rb.ReplayBuffer(capacity=64, seed=0)
+    for t in range(5):
+        buf.add(obs=np.full(1, t, np.float32), action=0, reward=0.0,
+                next_obs=np.full(1, t + 1, np.float32), terminated=False, truncated=False)
+    for replace in (True, False):
+        with pytest.raises(EmptyBufferError) as err:
+            buf.sample_sequences(2, 8, replace=replace, **kw)
+        msg = str(err.value)
+        assert "holds no window" in msg or "holds 0 distinct windows" in msg, msg
+        for text in said:
+            assert text in msg, (text, msg)
+        for text in not_said:
+            assert text not in msg, (text, msg)
+
+
+def rare_windows(alpha: float = 1.0) -> rb.ReplayBuffer:
+    """200 one-step episodes of priority 1e4, then a 5-step episode of priority 1e-3: its
+    3 usable 3-step windows hold about 1.5e-9 of the priority mass."""
+    from replaybank.samplers.prioritized import PrioritizedSampler
+
+    n1 = 200
+    term = np.ones(n1 + 5, bool)
+    term[n1:n1 + 4] = False
+    buf = rb.ReplayBuffer(400, seed=0, sampler=PrioritizedSampler(alpha=alpha, eps=0.0))
+    buf.extend(obs=np.arange(n1 + 5, dtype=np.float32)[:, None], action=np.zeros(n1 + 5),
+               reward=np.zeros(n1 + 5),
+               next_obs=np.arange(1, n1 + 6, dtype=np.float32)[:, None], terminated=term,
+               truncated=np.zeros(n1 + 5, bool),
+               priority=np.r_[np.full(n1, 1e4), np.full(5, 1e-3)])
+    return buf
+
+
+def test_prioritized_rare_windows_are_drawn_exactly() -> None:
+    """Redraws almost never reach windows of a tiny share of the priority mass: after
+    max_redraws rounds the rest is drawn among the usable starts by priority (the same
+    law), not refused with 'add more data' after 1024 rounds."""
+    buf = rare_windows()
+    sb = buf.sample_sequences(8, 3, beta=0.5)
+    assert set(sb.starts.tolist()) <= {200, 201, 202} and sb.mask.all()
+    stored = buf.sampler.key_weights(sb.starts, buf.lane_view())
+    np.testing.assert_allclose(sb.probabilities, stored / buf.sampler.total)
+    w = (sb.probabilities / sb.probabilities.min()) ** -0.5  # "buffer": / the buffer max
+    assert np.all(sb.weights > 0)
+    assert np.allclose(sb.weights / sb.weights.max(), w / w.max(), rtol=1e-5)
+    counts = np.bincount(buf.sample_sequences(6000, 3).starts - 200, minlength=3)
+    assert counts.sum() == 6000 and np.all(np.abs(counts / 6000 - 1 / 3) < 0.03)
+
+
+def test_windows_whose_starts_have_priority_zero_name_the_cause() -> None:
+    buf = rare_windows()
+    buf.sampler.exclude(np.array([200, 201, 202]))  # stored priority 0: never drawn
+    state = buf.rng.bit_generator.state
+    with pytest.raises(EmptyBufferError) as err:
+        buf.sample_sequences(8, 3)
+    msg = str(err.value)
+    assert "holds 3 windows of at least 3 steps" in msg and "priority of 0" in msg, msg
+    assert "update their priorities" in msg and "add more data" not in msg, msg
+    assert buf.rng.bit_generator.state == state
+
+
+def test_rare_windows_of_a_sampler_without_subset_draws_name_the_cause() -> None:
+    """Lane split cannot draw among given starts: it keeps redrawing, then says why."""
+    n = 20_000
+    buf = rb.ReplayBuffer(capacity=2 * n, num_envs=2, seed=0, sampler=rb.LaneSplitSampler())
+    term = np.ones((n, 2), bool)
+    term[5:7, 0] = False  # lane 0: one 3-step episode (steps 5..7) among one-step ones
+    buf.extend(obs=np.zeros((n, 2, 1), np.float32), action=np.zeros((n, 2)),
+               reward=np.zeros((n, 2)), next_obs=np.zeros((n, 2, 1), np.float32),
+               terminated=term, truncated=np.zeros((n, 2), bool))
+    state = buf.rng.bit_generator.state
+    with pytest.raises(EmptyBufferError) as err:
+        buf.sample_sequences(4, 3)
+    msg = str(err.value)
+    assert "holds 1 window of at least 3 steps" in msg and "LaneSplitSampler" in msg, msg
+    assert "redraw rounds" in msg and "add more data" not in msg, msg
+    assert buf.rng.bit_generator.state == state
+
+
 # ---------------------------------------------------------------------- priorities
 
 

@@ -27,8 +27,10 @@ valid starts for a prioritized sampler (its importance weights are computed from
 unconditional probabilities; the conditioning multiplies every probability by the same
 constant, which max-normalised weights cancel; ``weight_norm="batch"`` normalises over the
 windows returned, redrawn ones included). When valid starts are rare, after
-``max_redraws`` rounds a uniform sampler draws the rest directly from the exact set of
-valid starts (same distribution); other samplers keep redrawing and raise if they fail.
+``max_redraws`` rounds the uniform, prioritized and ERE samplers draw the rest directly
+from their law restricted to the valid starts (same distribution; a prioritized sampler in
+proportion to priority among them, however small their share of the priority mass);
+other samplers keep redrawing and raise if they fail.
 I.i.d. samplers (uniform, lane split) draw ``B // 2 + 4`` spare starts in the first round
 and keep the first ``B`` valid ones in draw order, which leaves the law unchanged and
 usually saves the redraw rounds. ``replace=False`` draws ``B`` distinct windows: by
@@ -199,7 +201,8 @@ def sample_sequences(
         state_fields: Stored recurrent-state fields to return at each window's first
             step as ``initial/<name>`` ``[B, *shape]``; default: the field ``hidden``
             (and ``hidden/...``) when stored.
-        max_redraws: Rounds of redrawing invalid starts before the exact fallback.
+        max_redraws: Rounds of redrawing invalid starts before the exact fallback (the
+            sampler's law restricted to the valid starts).
         **sampler_kwargs: Passed to the sampler (e.g. ``beta``; ``replace=False``:
             distinct windows, see the module docs).
 
@@ -221,9 +224,11 @@ def sample_sequences(
             ``replace`` that is not a bool.
         CapacityError: ``batch_size`` windows of ``burn_in + sequence_length`` steps do
             not fit in memory.
-        EmptyBufferError: The buffer holds no window of the required length, or
-            (``replace=False``) fewer servable ones than ``batch_size`` (refused before
-            anything is drawn).
+        EmptyBufferError: The buffer holds no window of the required length, the
+            sampler cannot draw any of their starts (all of priority 0, or outside an ERE
+            window), or (``replace=False``) fewer servable ones than ``batch_size``
+            (refused before anything is drawn). The message names the cause and the
+            fixes that apply (not the options the call already uses).
 
     A call that raises changes no state: arguments are checked before anything is drawn,
     and when redraws fail late the generator state (saved before the draw, or its raw

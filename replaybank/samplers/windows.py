@@ -3,9 +3,14 @@
 A start is usable when the window from it holds at least ``min_len`` steps: it stays in its
 lane, below the write head and (``cross=False``) inside one episode (its *extent*,
 :mod:`replaybank.ops.windows`). The starts therefore follow the sampler's distribution
-*conditioned on usable starts*. A uniform sampler falls back to the exact set of usable
-starts after ``max_redraws`` rounds (the same distribution); other samplers keep
-redrawing (at least 1024 rounds) and raise when they fail. I.i.d. samplers draw
+*conditioned on usable starts*. After ``max_redraws`` rounds a sampler that draws among
+given keys (:class:`~replaybank.samplers.base.SubsetDraws`: uniform, prioritized, ERE)
+draws the rows still short from its law restricted to the usable starts, the same
+distribution (uniform over them; in proportion to priority among those of positive
+priority, with the unconditional probabilities and weights; ERE within its window); other
+samplers keep redrawing (at least 1024 rounds) and raise when they fail. A call is refused
+only when no window is usable, or none of their starts can be drawn (all of priority 0,
+or outside an ERE window), with a message that names that cause. I.i.d. samplers draw
 ``B // 2 + 4`` spare starts in the first round and keep the first ``B`` usable ones in
 draw order, which leaves the law unchanged. A scheduled sampler (PER's beta) resolves
 beta once, so redraw rounds neither advance its schedule nor change beta inside one
@@ -298,13 +303,13 @@ def servable_starts(traits: SamplerTraits, lanes: LaneView, link: npt.NDArray[np
 def _subset_draws(traits: SamplerTraits, req: WindowRequest) -> SubsetDraws:
     """The sampler as a :class:`~replaybank.samplers.base.SubsetDraws`, or a ConfigError
     naming the call."""
-    sampler = traits.sampler
-    if not isinstance(sampler, SubsetDraws):
+    among = traits.subset
+    if among is None:
         raise ConfigError(
-            f"{req.call}(replace=False): the sampler ({type(sampler).__name__}) cannot draw "
-            "distinct windows (no key_weights/sample_among); use replace=True or a uniform "
-            "or prioritized sampler")
-    return sampler
+            f"{req.call}(replace=False): the sampler ({type(traits.sampler).__name__}) "
+            "cannot draw distinct windows (no key_weights/sample_among); use replace=True "
+            "or a uniform or prioritized sampler")
+    return among
 
 
 def _distinct_starts(traits: SamplerTraits, lanes: LaneView, link: npt.NDArray[np.int32],
@@ -316,14 +321,13 @@ def _distinct_starts(traits: SamplerTraits, lanes: LaneView, link: npt.NDArray[n
     if req.batch_size > len(keys):
         mode = "cross" if req.cross else "stop"
         what = " whose start has a positive priority" if traits.priority is not None else ""
-        fix = (f"lower batch_size to at most {len(keys)}, use replace=True, " if len(keys)
-               else "add more data, ")
+        fix = (f"lower batch_size to at most {len(keys)}, use replace=True" if len(keys)
+               else "add more data")
         raise EmptyBufferError(
             f"{req.call}(batch_size={req.batch_size}, width={req.width}, episode_boundary="
             f"{mode!r}, replace=False): the buffer holds {len(keys)} distinct windows of at "
-            f"least {req.min_len} steps{what} (among {lanes.size} steps); {fix}or shorten "
-            "sequence_length/burn_in, or use strict=False (padded windows) or "
-            "episode_boundary='cross'")
+            f"least {req.min_len} steps{what} (among {lanes.size} steps); "
+            f"{_more_windows(req, fix)}")
     res = _subset_draws(traits, req).sample_among(keys, req.batch_size, lanes, rng,
                                                   **req.options)
     ext = extent(link, lanes.written, lanes.counts, res.keys, req.width, req.cross)
@@ -334,7 +338,9 @@ def redraw_short(traits: SamplerTraits, lanes: LaneView, link: npt.NDArray[np.in
                  rng: np.random.Generator, res: SampleResult, ext: IntArray,
                  req: WindowRequest, extent: Any = None) -> tuple[SampleResult, IntArray]:
     """Redraw the starts of ``res`` whose extent is below ``req.min_len`` (``ext`` is
-    updated in place), then fall back to the exact set of valid starts (uniform sampler).
+    updated in place), then draw the rest exactly among the usable starts (a sampler that
+    draws among given keys, see the module docs).
+
     Weights that depend on the batch (PER's ``weight_norm="batch"``,
     :class:`~replaybank.samplers.base.BatchWeights`) are computed over the rows
     returned, whichever draw each row came from.
@@ -348,11 +354,16 @@ def redraw_short(traits: SamplerTraits, lanes: LaneView, link: npt.NDArray[np.in
         ext: Their extents ``[B]``.
         req: The checked request (its ``options`` go to the sampler).
         extent: The window-extent function (default: :func:`extent_kernel`).
+
+    Raises:
+        EmptyBufferError: No usable window; or no usable start has a positive weight in
+            the sampler's law; or (a sampler that cannot draw among given keys) the
+            redraws did not finish. The message names the cause and the fixes.
     """
     if extent is None:
         extent = extent_kernel()
     width, cross, min_len, kwargs = req.width, req.cross, req.min_len, req.options
-    exact = traits.uniform is not None
+    exact = traits.uniform is not None or traits.subset is not None
     limit = req.max_redraws if exact else max(req.max_redraws, 1024)
     bad = np.flatnonzero(ext < min_len)
     if len(bad) == 0:
@@ -363,20 +374,101 @@ def redraw_short(traits: SamplerTraits, lanes: LaneView, link: npt.NDArray[np.in
         ext[bad] = extent(link, lanes.written, lanes.counts, more.keys, width, cross)
         bad = np.flatnonzero(ext < min_len)
         if len(bad) == 0:
-            # rows of several draws: weights that depend on the batch are computed over
-            # the rows returned, not per draw (PER's weight_norm="batch")
-            batch = traits.batch
-            return (res if batch is None else batch.batch_weights(res, lanes, **kwargs)), ext
+            break
+    else:
+        res = _among_usable(traits, lanes, link, rng, res, ext, bad, req, extent, limit)
+    # rows of several draws: weights that depend on the batch are computed over the rows
+    # returned, not per draw (PER's weight_norm="batch")
+    batch = traits.batch
+    return (res if batch is None else batch.batch_weights(res, lanes, **kwargs)), ext
+
+
+def _among_usable(traits: SamplerTraits, lanes: LaneView, link: npt.NDArray[np.int32],
+                  rng: np.random.Generator, res: SampleResult, ext: IntArray, bad: IntArray,
+                  req: WindowRequest, extent: Any, rounds: int) -> SampleResult:
+    """``res`` with its rows ``bad`` drawn from the sampler's law restricted to the usable
+    starts (``ext`` updated in place): uniformly for a uniform sampler, in proportion to
+    the key weights for a :class:`~replaybank.samplers.base.SubsetDraws` (i.i.d., with
+    the probabilities and weights its ``sample`` gives those keys); an error naming the
+    cause otherwise."""
+    width, cross, min_len = req.width, req.cross, req.min_len
     valid = windows.valid_starts(link, lanes.written, lanes.counts, width, cross, min_len)
-    if len(valid) == 0 or not exact:
-        mode = "cross" if cross else "stop"
+    head = (f"{req.call}(batch_size={req.batch_size}, width={width}, episode_boundary="
+            f"{'cross' if cross else 'stop'!r}")
+    if len(valid) == 0:
         raise EmptyBufferError(
-            f"sample_sequences(batch_size={req.batch_size}, width={width}, "
-            f"episode_boundary={mode!r}): the buffer holds {len(valid)} windows of at least "
-            f"{min_len} steps; add more data, shorten sequence_length/burn_in, or use "
-            "strict=False (padded windows) or episode_boundary='cross'"
-        )
+            f"{head}): the buffer holds no window of at least {min_len} steps (among "
+            f"{lanes.size} steps); {_more_windows(req)}")
     keys = res.keys.copy()
-    keys[bad] = valid[uniform_ints(rng, len(valid), len(bad))]
-    ext[bad] = extent(link, lanes.written, lanes.counts, keys[bad], width, cross)
-    return SampleResult(keys, res.probabilities, res.weights), ext
+    if traits.uniform is not None:  # the uniform sampler's stream: uniform over the usable
+        keys[bad] = valid[uniform_ints(rng, len(valid), len(bad))]
+        ext[bad] = extent(link, lanes.written, lanes.counts, keys[bad], width, cross)
+        return SampleResult(keys, res.probabilities, res.weights)
+    name = type(traits.sampler).__name__
+    among = traits.subset
+    if among is None:
+        raise EmptyBufferError(
+            f"{head}): the buffer holds {_windows(len(valid))} of at least {min_len} steps, "
+            f"but {rounds} redraw rounds of the sampler ({name}) drew none of their starts "
+            f"for {len(bad)} of the {req.batch_size} rows: its law puts (almost) no mass on "
+            "them; use a sampler that draws the rest among the usable starts (uniform, "
+            f"prioritized or RecentSampler){_usable_hint(req)}")
+    weights = np.asarray(among.key_weights(valid, lanes), np.float64)
+    servable = valid[weights > 0.0]
+    if len(servable) == 0:
+        raise EmptyBufferError(
+            f"{head}): the buffer holds {_windows(len(valid))} of at least {min_len} steps, "
+            f"but every one of their starts has weight 0 in the sampler's law ({name}: a "
+            "stored priority of 0 is never drawn); update their priorities with positive "
+            f"values (update_priorities) or use eps > 0{_usable_hint(req)}")
+    try:
+        more = among.sample_among(servable, len(bad), lanes, rng,
+                                  **{**req.options, "replace": True})
+    except EmptyBufferError as exc:  # none in reach of the options (an ERE window)
+        raise EmptyBufferError(
+            f"{head}): the buffer holds {_windows(len(servable))} of at least {min_len} "
+            f"steps, but the sampler ({name}) cannot draw their starts with the options of "
+            f"this call ({exc}){_usable_hint(req)}") from None
+    res = replace_rows(res, bad, more)
+    ext[bad] = extent(link, lanes.written, lanes.counts, more.keys, width, cross)
+    return res
+
+
+def _windows(n: int) -> str:
+    """``"1 window"``, ``"3 windows"``."""
+    return f"{n} window" + ("" if n == 1 else "s")
+
+
+def _fixes(req: WindowRequest) -> list[str]:
+    """The options that make more windows usable, leaving out those the call already uses
+    (``strict=False``, ``episode_boundary='cross'``)."""
+    fixes = []
+    if req.strict:
+        fixes.append("shorten sequence_length" + ("/burn_in" if req.burn_in else ""))
+        fixes.append("use strict=False (zero-padded windows)")
+    elif req.burn_in:
+        fixes.append("shorten burn_in (a padded window needs burn_in + 1 steps)")
+    if not req.cross:
+        fixes.append("use episode_boundary='cross' (windows over episode ends)")
+    return fixes
+
+
+def _more_windows(req: WindowRequest, first: str = "add more data") -> str:
+    """``first``, then the options that make more windows usable, as one phrase.
+
+    Example:
+        >>> req = WindowRequest("sample_sequences", 2, 8, 0, True, True, None, 16, {})
+        >>> _more_windows(req)
+        'add more data, shorten sequence_length or use strict=False (zero-padded windows)'
+    """
+    fixes = [first, *_fixes(req)]
+    return ", ".join(fixes[:-1]) + (" or " if len(fixes) > 1 else "") + fixes[-1]
+
+
+def _usable_hint(req: WindowRequest) -> str:
+    """``", or make more starts usable: ..."`` (empty when every option is in use)."""
+    fixes = _fixes(req)
+    if not fixes:
+        return ""
+    return ", or make more starts usable: " + ", ".join(fixes[:-1]) + (
+        " or " if len(fixes) > 1 else "") + fixes[-1]

@@ -89,6 +89,7 @@ from replaybank.errors import (
     describe,
 )
 from replaybank.host import is_tensor
+from replaybank.ops.windows import valid_starts
 from replaybank.samplers.base import Sampler
 from replaybank.spec import unflatten
 
@@ -675,9 +676,9 @@ class Storage(FrontEnd):
             ArgumentError, ConfigError: An argument of the wrong kind or below 1, or a
                 ``device`` torch does not know (raised by this call, not at the first
                 ``next``).
-            EmptyBufferError: Nothing stored; for a recurrent actor (at ``next``), no
-                window lies inside one segment, or the sampler kept drawing windows that
-                cross one.
+            EmptyBufferError: Nothing stored (raised by this call); for a recurrent actor
+                (at ``next``), no env holds ``update_every`` consecutive rows, no window
+                lies inside one segment, or the sampler kept drawing windows that cross one.
         """
         where = f"{type(self).__name__}.generate_batches"
         count = check_int(where, "num_mini_batch", num_mini_batch)
@@ -743,9 +744,12 @@ class Storage(FrontEnd):
         options = self._sample_kwargs(k, num_mini_batch)
 
         def draw(n: int) -> SequenceBatch:
-            return core.sample_sequences(
-                n, self.non_overlap_length, burn_in=self.overlap_length,
-                episode_boundary="cross", strict=True, state_fields=state, **options)
+            try:
+                return core.sample_sequences(
+                    n, self.non_overlap_length, burn_in=self.overlap_length,
+                    episode_boundary="cross", strict=True, state_fields=state, **options)
+            except EmptyBufferError:  # the core's message names its own arguments
+                raise EmptyBufferError(self._no_sequences()) from None
 
         sb = self._windows(draw, windows)
         nested = sb.to_dict()
@@ -788,6 +792,23 @@ class Storage(FrontEnd):
         with restored_on_error(core.rng.bit_generator, "state"):
             return self._segments.inside(draw, count, core.table.lanes, self._num_envs,
                                          width, where)
+
+    def _no_sequences(self) -> str:
+        """Why no recurrent batch can be drawn, in this front end's terms (its users pass
+        neither the core's window arguments nor its boundary options)."""
+        t = self._core().table
+        length = self.sequence_length
+        usable = len(valid_starts(t.link, t.written, t.counts, length, True, length))
+        need = (f"{type(self).__name__}.generate_batches: a recurrent actor trains on "
+                f"sequences of algorithm.update_every={length} consecutive rows of one env "
+                f"({self.overlap_length} overlapping + {self.non_overlap_length} new)")
+        if usable == 0:
+            return (f"{need}, and the storage holds none ({self.size} rows per env; a "
+                    "sequence never spans rows that do not follow each other); insert more "
+                    "transitions")
+        return (f"{need}; the storage holds {usable}, but the sampling scheme draws none of "
+                "them (their priorities are 0 or too small, or they lie outside the recent "
+                "window); insert more transitions")
 
     def _translated(self, field: Callable[[str], Any], convert: Callable[[Any], Any],
                     out: dict[str, Any]) -> dict[str, Any]:
