@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import replaybank as rb
-from replaybank.errors import ConfigError, EmptyBufferError, ShapeError
+from replaybank.errors import ConfigError, DtypeError, EmptyBufferError, ShapeError
 from replaybank.ops import windows
 
 # ---------------------------------------------------------------------- plain-loop oracles
@@ -168,6 +168,28 @@ def test_r2d2_priority_matches_loop(kernel: str) -> None:
             assert np.isnan(got[b])
         else:
             assert got[b] == pytest.approx(0.9 * max(vals) + 0.1 * sum(vals) / len(vals))
+
+
+@pytest.mark.parametrize("kernel", ["numpy", "numba"])
+def test_r2d2_priority_of_huge_finite_errors_does_not_overflow(kernel: str) -> None:
+    """The probe's 1e308 errors: the row sum overflowed, the priority became inf. Each
+    row is checked against exact rational arithmetic."""
+    from fractions import Fraction
+
+    if kernel == "numba":
+        pytest.importorskip("numba")
+    rng = np.random.default_rng(3)
+    td = rng.uniform(-1, 1, size=(40, 6)) * 10.0 ** rng.integers(-3, 308, size=(40, 1))
+    td[0], td[1, :3], td[2] = 1e308, -1.7e308, np.finfo(np.float64).max
+    mask = rng.random((40, 6)) < 0.8
+    mask[:3] = True
+    for eta in (0.0, 0.3, 0.9, 1.0):
+        got = windows.kernel(windows.r2d2_priority, kernel)[0](td, mask, eta)
+        assert got[0] == 1e308 and np.all(np.isfinite(got[mask.any(axis=1)]))
+        for b in np.flatnonzero(mask.any(axis=1)):
+            vals = [Fraction(abs(float(td[b, j]))) for j in range(6) if mask[b, j]]
+            want = Fraction(eta) * max(vals) + (1 - Fraction(eta)) * sum(vals) / len(vals)
+            assert got[b] == pytest.approx(float(want), rel=1e-12), (b, eta)
 
 
 # ---------------------------------------------------------------------- naive reference
@@ -560,6 +582,55 @@ def test_update_sequence_priorities_r2d2_formula() -> None:
     uni = rb.ReplayBuffer(capacity=8)
     with pytest.raises(ConfigError, match="PrioritizedSampler"):
         uni.update_sequence_priorities([0], np.zeros((1, 2)))
+
+
+def test_update_sequence_priorities_ragged_rows_name_the_argument() -> None:
+    """Ragged td_errors raised numpy's bare ValueError (from a shape check before the
+    argument was validated); ragged mask a DtypeError. Both are ShapeErrors naming the
+    argument, and nothing changes."""
+    buf = per_buffer()
+    sb = buf.sample_sequences(2, 2)
+    before = buf.sampler.state_dict()["priorities"].copy()
+    ragged = [[1.0, 2.0], [3.0]]
+    with pytest.raises(ShapeError, match=r"^update_sequence_priorities\(td_errors=.*rows of "
+                       r"different lengths; expected \[B=2, L\].*mask="):
+        buf.update_sequence_priorities(sb.starts, ragged)
+    with pytest.raises(ShapeError, match=r"^update_sequence_priorities\(mask=.*rows of "
+                       "different lengths"):
+        buf.update_sequence_priorities(sb.starts, np.ones((2, 2)), mask=ragged)
+    with pytest.raises(ShapeError, match=r"windows sampled have \[2\] steps"):
+        buf.update_sequence_priorities(sb.starts, np.ones((2, 3)))  # the width check
+    np.testing.assert_array_equal(buf.sampler.state_dict()["priorities"], before)
+
+
+def test_update_sequence_priorities_of_huge_finite_errors() -> None:
+    """1e308 TD errors: the mean overflowed and the error named update_priorities and
+    values the user never passed. The priority is now 1e308; above the sampler's limit
+    the error names td_errors."""
+    from replaybank.samplers.prioritized import PrioritizedSampler
+
+    def windows_buffer(alpha: float) -> rb.ReplayBuffer:
+        buf = rb.ReplayBuffer(32, seed=0, sampler=PrioritizedSampler(alpha=alpha, eps=0.0))
+        for t in range(10):
+            buf.add(obs=np.full(1, t, np.float32), action=0, reward=0.0,
+                    next_obs=np.full(1, t + 1, np.float32), terminated=False, truncated=False)
+        return buf
+
+    buf = windows_buffer(0.5)
+    sb = buf.sample_sequences(2, 4, replace=False)
+    assert buf.update_sequence_priorities(sb.starts, np.full((2, 4), 1e308)) == 2
+    slots = sb.starts  # one lane, no wrap: key == slot
+    np.testing.assert_allclose(buf.sampler.priorities(slots), 1e154)  # (1e308) ** 0.5
+    strict = windows_buffer(1.0)  # limit 1e300 / 32
+    sb = strict.sample_sequences(2, 4, replace=False)
+    before = strict.sampler.state_dict()["priorities"].copy()
+    with pytest.raises(DtypeError) as err:
+        strict.update_sequence_priorities(sb.starts, np.full((2, 4), 1e308))
+    msg = str(err.value)
+    assert msg.startswith("update_sequence_priorities(td_errors=...): window priorities up to "
+                          "1e+308") and "rescale the TD errors" in msg, msg
+    assert "update_priorities(" not in msg and "inf" not in msg, msg
+    np.testing.assert_array_equal(strict.sampler.state_dict()["priorities"], before)
 
 
 @pytest.mark.statistical

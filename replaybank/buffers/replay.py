@@ -635,20 +635,15 @@ class ReplayBuffer:
 
     def update_sequence_priorities(self, starts: Any, td_errors: Any, eta: float = 0.9,
                                    mask: Any = None) -> int:
-        """R2D2 sequence priorities; see :mod:`replaybank.buffers.sequences`."""
-        widths = self._seq_widths
-        if mask is None and widths and np.ndim(td_errors) == 2 \
-                and np.shape(td_errors)[1] not in widths:
-            raise ShapeError(
-                f"update_sequence_priorities: td_errors has shape {np.shape(td_errors)} but "
-                f"the windows sampled have {sorted(widths)} steps (burn-in included); pass "
-                "one TD error per window step ([B, burn_in + sequence_length]), or mask="
-            )
+        """R2D2 sequence priorities; see :mod:`replaybank.buffers.sequences` (without
+        ``mask``, ``td_errors`` must have as many columns as windows sampled from this
+        buffer have steps)."""
         locked = self._guard.enter()
         try:
             traits, lanes = self._current_parts().traits, self._lanes()
+            widths = frozenset(self._seq_widths)
             return self._store.updated(self._sampler, lambda k, td, m: update_sequence_priorities(
-                traits, lanes, k, td, eta=eta, mask=m), starts, td_errors, mask)
+                traits, lanes, k, td, eta=eta, mask=m, widths=widths), starts, td_errors, mask)
         finally:
             self._guard.leave(locked)
 

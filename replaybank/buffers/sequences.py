@@ -69,7 +69,8 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Collection, Sequence
 from functools import cache, partial
 from typing import Any
 
@@ -540,8 +541,13 @@ def update_sequence_priorities(
     td_errors: Any,
     eta: float = 0.9,
     mask: Any = None,
+    widths: Collection[int] = (),
 ) -> int:
     """Set R2D2 priorities ``eta * max|td| + (1 - eta) * mean|td|`` of sampled windows.
+
+    The priority is computed without overflow for any finite TD errors (a row whose sum
+    exceeds the float64 range is averaged scaled by its max), and must stay within the
+    sampler's ``priority_limit``.
 
     Args:
         traits: The traits of the sampler the windows were drawn by (a prioritized one).
@@ -551,15 +557,19 @@ def update_sequence_priorities(
         eta: Weight of the max in ``[0, 1]`` (0.9 in R2D2).
         mask: ``[B, L]`` steps that count (e.g. ``batch.mask``: padding and burn-in
             excluded); default all. Rows without a counted step are left unchanged.
+        widths: The window lengths (burn-in included) sampled from this buffer: without
+            ``mask``, ``L`` must be one of them (empty: not checked).
 
     Returns:
         Number of priorities applied (stale and empty rows excluded).
 
     Raises:
         ConfigError: ``eta`` outside ``[0, 1]``, or the sampler has no priorities.
-        ShapeError: Shapes differ.
+        ShapeError: Shapes differ, ``td_errors`` or ``mask`` has rows of different
+            lengths, or (no ``mask``) ``L`` is none of ``widths``.
         DtypeError: A TD error is not a real number (a string, None, complex), a counted
-            one is NaN or infinite, or ``mask`` holds other than bools or 0/1.
+            one is NaN or infinite, a window's priority exceeds the sampler's
+            ``priority_limit``, or ``mask`` holds other than bools or 0/1.
 
     Example:
         >>> import numpy as np
@@ -585,12 +595,17 @@ def update_sequence_priorities(
     # tensors on any device (grad or not): one transfer at most
     starts_h, td_h, mask_h = to_host(starts, td_errors, mask)
     keys = ring.as_int_array(starts_h, "starts")
-    td = real_floats(td_h, f"update_sequence_priorities(td_errors={describe(td_errors)})",
+    label = f"update_sequence_priorities(td_errors={describe(td_errors)})"
+    rows = f"[B={len(keys)}, L] (one row of TD errors per start, one per window step)"
+    td = real_floats(_rows(td_h, label, rows), label,
                      "pass the TD errors as numbers, e.g. td.abs() or np.abs(td)")
     if td.ndim != 2 or td.shape[0] != len(keys):
+        raise ShapeError(f"{label}: expected {rows}")
+    if mask is None and widths and td.shape[1] not in widths:
         raise ShapeError(
-            f"update_sequence_priorities(td_errors={describe(td_errors)}): expected "
-            f"[B={len(keys)}, L] (one row per start)"
+            f"update_sequence_priorities: td_errors has shape {td.shape} but the windows "
+            f"sampled have {sorted(widths)} steps (burn-in included); pass one TD error "
+            "per window step ([B, burn_in + sequence_length]), or mask="
         )
     m = np.ones(td.shape, dtype=bool) if mask is None else _mask(mask_h, mask, td.shape)
     if not np.all(np.isfinite(td[m])):
@@ -602,7 +617,32 @@ def update_sequence_priorities(
     keep = m.any(axis=1)
     if not keep.any():
         return 0
-    return update_priorities(traits, lanes, keys[keep], prio[keep])
+    prio = prio[keep]
+    limit = math.inf if traits.bounded is None else traits.bounded.priority_limit
+    hi = float(prio.max())
+    if not hi <= limit:  # named here: the user passed TD errors, not priorities
+        raise DtypeError(
+            f"update_sequence_priorities(td_errors=...): window priorities up to {hi:.6g} "
+            f"(eta * max|td| + (1 - eta) * mean|td|) exceed {limit:.6g}, the largest "
+            "priority this sampler stores without its sum tree overflowing ((p + eps) ** "
+            "alpha must stay <= 1e300 / capacity); rescale the TD errors (e.g. divide by "
+            "their max) or lower alpha"
+        )
+    return update_priorities(traits, lanes, keys[keep], prio)
+
+
+def _rows(host: Any, label: str, rows: str) -> Any:
+    """``host`` as an array (objects numpy cannot convert are left to the dtype check), or a
+    ShapeError for rows of different lengths."""
+    try:
+        return np.asarray(host)
+    except ValueError:  # ragged nesting
+        raise ShapeError(
+            f"{label}: rows of different lengths; expected {rows}: pad the short rows "
+            "(any number) and leave the padding out with mask= (e.g. mask=batch.mask)"
+        ) from None
+    except TypeError:  # not numbers: real_floats names it
+        return host
 
 
 def _mask(host: Any, mask: Any, shape: tuple[int, ...]) -> BoolArray:
@@ -612,7 +652,10 @@ def _mask(host: Any, mask: Any, shape: tuple[int, ...]) -> BoolArray:
     fix = "pass bools (or 0/1 numbers) shaped like td_errors, e.g. mask=batch.mask"
     try:
         m: npt.NDArray[Any] = np.asarray(host)
-    except (TypeError, ValueError) as exc:  # ragged nesting
+    except ValueError:  # ragged nesting
+        raise ShapeError(f"{label}: rows of different lengths; expected the shape of "
+                         f"td_errors {shape}; {fix}") from None
+    except TypeError as exc:
         raise DtypeError(f"{label}: {exc}; {fix}") from None
     if m.shape != shape:
         raise ShapeError(f"{label}: expected the shape of td_errors {shape}")

@@ -1305,7 +1305,12 @@ def _td_rows(value: Any, given: Any, n: int, call: str) -> npt.NDArray[np.float6
     """``td_errors`` (host values) as ``[n, L]`` float64."""
     try:
         td = np.asarray(value)
-    except (ValueError, TypeError):  # ragged lists
+    except ValueError:  # ragged lists: a shape, as one buffer says
+        raise ShapeError(f"{call}(td_errors={describe(given)}): rows of different lengths; "
+                         f"expected [B={n}, L] (one row of TD errors per start, one per "
+                         "window step): pad the short rows and leave the padding out with "
+                         "mask=") from None
+    except TypeError:
         td = np.asarray(None)
     if td.dtype.kind not in "biuf":
         raise DtypeError(f"{call}(td_errors={describe(given)}): expected real numbers "

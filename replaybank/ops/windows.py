@@ -507,21 +507,31 @@ def r2d2_priority(td_errors: FloatArray, mask: BoolArray, eta: float) -> FloatAr
         eta: Mixing weight in ``[0, 1]``.
 
     Returns:
-        Priorities ``[B]`` (NaN for rows without any counted step).
+        Priorities ``[B]`` (NaN for rows without any counted step). Finite TD errors give
+        a finite priority, at most the row's max: a row whose sum overflows float64 is
+        averaged scaled by its max, ``max * mean(|td| / max)``.
 
     Example:
         >>> r2d2_priority(np.array([[1.0, -3.0, 9.0]]), np.array([[True, True, False]]),
         ...               0.5).tolist()
         [2.5]
+        >>> r2d2_priority(np.full((1, 4), 1e308), np.ones((1, 4), bool), 0.9).tolist()
+        [1e+308]
     """
     a = np.abs(np.asarray(td_errors, dtype=np.float64))
     m = np.asarray(mask, dtype=bool)
     n = m.sum(axis=1)
     mx = np.where(m, a, -np.inf).max(axis=1, initial=-np.inf)
-    total = np.where(m, a, 0.0).sum(axis=1)
-    with np.errstate(invalid="ignore", divide="ignore"):
+    with np.errstate(over="ignore"):  # an overflowing sum is averaged scaled below
+        total = np.where(m, a, 0.0).sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):  # rows set below: empty, overflowed
         mean = total / n
-    out = eta * mx + (1.0 - eta) * mean
+        out = eta * mx + (1.0 - eta) * mean
+    over = (total == np.inf) & (mx < np.inf)  # [B] finite errors whose sum overflowed
+    if over.any():
+        scale = mx[over, None]  # [k, 1]
+        mean = scale[:, 0] * (np.where(m[over], a[over] / scale, 0.0).sum(axis=1) / n[over])
+        out[over] = np.minimum(eta * mx[over] + (1.0 - eta) * mean, mx[over])
     out[n == 0] = np.nan
     return np.asarray(out, dtype=np.float64)
 

@@ -511,7 +511,14 @@ def _r2d2(td, mask, eta, out):  # type: ignore[no-untyped-def]  # pragma: no cov
                 mx = a if n == 0 or a > mx else mx
                 total += a
                 n += 1
-        out[b] = eta * mx + (1.0 - eta) * (total / n) if n else np.nan
+        if n and total == np.inf and mx < np.inf:  # finite errors whose sum overflowed
+            scaled = 0.0
+            for j in range(td.shape[1]):
+                if mask[b, j]:
+                    scaled += abs(td[b, j]) / mx
+            out[b] = min(eta * mx + (1.0 - eta) * (mx * (scaled / n)), mx)
+        else:
+            out[b] = eta * mx + (1.0 - eta) * (total / n) if n else np.nan
 
 
 def r2d2_priority(td_errors: npt.NDArray[np.float64], mask: BoolArray,
