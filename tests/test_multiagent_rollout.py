@@ -376,6 +376,14 @@ BAD_ADDS = [
     (dict(obs={}, action={}, reward={}, terminated={}, truncated={}, value={}, log_prob={}),
      ArgumentError, "no agent acted"),
     (dict(active={"a": [True], "z": [True]}), ArgumentError, r"active=.*'z'"),
+    # GAE reads the value of every step an agent acted (a NaN made its advantages NaN)
+    (dict(value={"a": np.nan, "b": 0.2}), DtypeError,
+     r"^add\(value=.*values \[nan\] of agent 'a' in envs \[0\] are NaN or infinite"),
+    (dict(value={"a": 0.1, "b": np.inf}), DtypeError, r"agent 'b'"),
+    # an infinite final_value was reported as missing ("no final value (None or NaN)")
+    (dict(truncated={"a": True, "b": False}, final_value={"a": np.inf}), DtypeError,
+     r"^add\(final_value=.*agent 'a' was truncated in envs \[0\], where its final values "
+     r"\[inf\] are infinite"),
 ]
 
 
@@ -390,6 +398,25 @@ def test_bad_adds_name_the_argument_and_leave_the_buffer_unchanged(
     assert arrays_equal(buf.state_dict(), before)
     buf.add(**base_step())  # still usable
     assert buf.pos == 2
+
+
+def test_values_not_read_may_be_nan_and_a_centralised_nan_is_refused() -> None:
+    """An agent's value where it did not act is not stored; a centralised value is refused
+    in an env where some agent acted."""
+    buf = MultiAgentRolloutBuffer(4, ["a", "b"], num_envs=2, seed=0)
+    two = {"a": np.zeros(2), "b": np.zeros(2)}
+    step = dict(obs={"a": np.zeros((2, 3), np.float32), "b": np.zeros((2, 2), np.float32)},
+                action=two, reward=two, terminated={"a": [False, False], "b": [False, False]},
+                truncated={"a": [False, False], "b": [False, False]}, log_prob=two)
+    buf.add(**step, value={"a": np.array([0.0, np.nan]), "b": np.zeros(2)},
+            active={"a": np.array([True, False]), "b": np.array([True, True])})
+    assert buf.pos == 1 and buf.data["value/a"][0].tolist() == [0.0, 0.0]
+    central = MultiAgentRolloutBuffer(4, ["a", "b"], num_envs=2, seed=0)
+    central.add(**step, value=np.zeros(2))
+    before = central.state_dict()
+    with pytest.raises(DtypeError, match=r"centralised values \[nan\] of envs \[1\]"):
+        central.add(**step, value=np.array([0.0, np.nan]))
+    assert arrays_equal(central.state_dict(), before)
 
 
 def test_bad_first_add_leaves_a_fresh_buffer_fresh() -> None:

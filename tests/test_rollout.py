@@ -223,6 +223,15 @@ def test_full_buffer_raises_until_reset() -> None:
     (dict(value=np.zeros((2, 1))), ShapeError, r"value="),
     (dict(terminated=np.array([2, 0])), DtypeError, "terminated"),
     (dict(advantages=np.zeros(2)), SpecError, "reserved"),
+    # GAE reads every value: one NaN made every normalised advantage NaN (the probe)
+    (dict(value=np.array([np.nan, 0.0])), DtypeError,
+     r"^add\(value=.*values \[nan\] of env\(s\) \[0\] are NaN or infinite.*pass finite"),
+    (dict(value=np.array([0.0, -np.inf])), DtypeError, r"values \[-inf\] of env\(s\) \[1\]"),
+    (dict(value=np.array([0.0, np.nan], np.float32)), DtypeError, r"values \[nan\]"),
+    # an infinite final_value was reported as missing ("no final_value (None or NaN)")
+    (dict(truncated=np.array([True, False]), final_value=np.array([np.inf, 0.0])), DtypeError,
+     r"^add\(final_value=.*values \[inf\] of truncated env\(s\) \[0\] are infinite; pass a "
+     r"finite V\(final obs\)"),
 ])
 def test_bad_add_is_rejected_and_leaves_buffer_unchanged(kwargs: dict[str, Any],
                                                          error: type, match: str) -> None:
@@ -237,6 +246,33 @@ def test_bad_add_is_rejected_and_leaves_buffer_unchanged(kwargs: dict[str, Any],
     assert_same(before, snapshot(buf))
     buf.add(**good)
     assert buf.pos == 2
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered in cast")  # 1e300 into float32
+def test_non_finite_value_is_refused_on_the_plain_path_too() -> None:
+    """One env, Python floats (the plain add path): NaN and inf values go to the checked
+    path, which refuses them, as a float32 field's overflow of 1e300; a float64 field
+    stores huge finite values."""
+    buf = rb.RolloutBuffer(4)
+    step = dict(obs=np.zeros(3), action=0, reward=1.0, terminated=False, truncated=False,
+                log_prob=0.0)
+    buf.add(**step, value=0.5)
+    assert buf.spec is not None and buf.spec["value"].dtype == np.float32
+    for bad in (float("nan"), float("inf"), np.array(np.nan), 1e300):
+        with pytest.raises(DtypeError, match=r"env\(s\) \[0\] are NaN or infinite "
+                                             r"\(stored as float32\)"):
+            buf.add(**step, value=bad)
+    assert buf.pos == 1
+    # an infinite final_value of a step that is not truncated is not read
+    buf.add(**step, value=0.5, final_value=float("inf"))
+    buf.add(**step, value=0.5)
+    buf.compute_returns_and_advantage(last_values=0.0)
+    assert np.isfinite(buf.advantages).all()
+    wide = rb.RolloutBuffer(2, spec={"obs": ((3,), np.float64), "action": ((), np.int64),
+                                     "value": ((), np.float64)})
+    wide.add(**step, value=np.array(1e300))  # its dot overflows: the checked path stores it
+    wide.add(**step, value=1e300)
+    assert wide.data["value"][:, 0].tolist() == [1e300, 1e300]
 
 
 def test_bad_first_add_leaves_buffer_without_spec() -> None:

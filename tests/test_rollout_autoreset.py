@@ -426,6 +426,21 @@ def test_truncated_step_needs_a_finite_value_at_its_reset_step() -> None:
         _ = buf.advantages
 
 
+def test_a_nan_value_is_refused_except_at_a_reset_step() -> None:
+    """A reset step's value is read by no valid step (NaN is fine there, see above); any
+    other step's NaN value is refused at add, naming the env, and nothing changes."""
+    buf = make(4, 2)
+    step(buf, [1.0, 1.0], [0.1, 0.1], term=[True, False])
+    before = buf.state_dict()
+    with pytest.raises(DtypeError, match=r"values \[nan\] of env\(s\) \[1\]"):
+        step(buf, [0.0, 1.0], [np.nan, np.nan])  # env 0: reset step; env 1: a real step
+    assert buf.pos == before["metadata"]["pos"] == 1
+    step(buf, [0.0, 1.0], [np.nan, 0.2])  # the reset step's NaN is accepted
+    step(buf, [1.0, 1.0], [0.3, 0.3])
+    buf.compute_returns_and_advantage(np.zeros(2))
+    assert np.isfinite(buf.advantages).all()
+
+
 def test_final_obs_and_value_fn_still_win() -> None:
     buf = make(3, 2)
     buf.add(obs=np.zeros((2, 2), np.float32), action=np.zeros(2, np.int64),

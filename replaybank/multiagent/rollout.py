@@ -160,6 +160,36 @@ def _renamed(exc: ReplayBankError) -> ReplayBankError:
     return type(exc)(str(exc).replace("MultiAgentReplayBuffer(", "MultiAgentRolloutBuffer("))
 
 
+def _check_values(row: Mapping[str, AnyArray], layout: AgentLayout,
+                  acting: tuple[str, ...], given: Any) -> None:
+    """Refuse a NaN or infinite value where GAE reads it: an acting agent's value in the
+    envs where it acted, or a centralised value of an env where some agent acted (other
+    entries are not read: stored as given, or zero)."""
+    if "value" in layout.per_agent:
+        for a in acting:
+            v, act = row[f"value{SEP}{a}"], row[f"active{SEP}{a}"]  # [E] each
+            bad = act & ~np.isfinite(v)
+            if bad.any():
+                envs = np.flatnonzero(bad)
+                raise DtypeError(
+                    f"add(value={describe(given)}): the values {v[envs[:4]].tolist()} "
+                    f"of agent {a!r} in envs {envs[:4].tolist()} are NaN or infinite; GAE "
+                    "reads the value of every step an agent acted: pass finite values, "
+                    "e.g. critic(obs)")
+        return
+    v = row["value"]
+    acted = np.zeros(len(v), bool)
+    for a in acting:
+        acted |= row[f"active{SEP}{a}"]
+    bad = acted & ~np.isfinite(v)
+    if bad.any():
+        envs = np.flatnonzero(bad)
+        raise DtypeError(
+            f"add(value={describe(given)}): the centralised values {v[envs[:4]].tolist()} "
+            f"of envs {envs[:4].tolist()} (where agents acted) are NaN or infinite; GAE "
+            "reads them: pass finite values, e.g. critic(state)")
+
+
 def _float_field(field: FieldSpec, declared: bool, arg: str,
                  shape: tuple[int, ...] | None) -> FieldSpec:
     """A value / log-prob field: real floats (an inferred int or bool becomes float32),
@@ -465,6 +495,9 @@ class MultiAgentRolloutBuffer:
                 one array or the reverse.
             ShapeError, DtypeError: A value of the wrong shape or dtype, or a truncated
                 agent with neither a finite final value nor a final observation.
+            DtypeError: A ``value`` of an agent that acted (a centralised value: of an env
+                where some agent acted) is NaN or infinite (GAE reads it), or a
+                ``final_value`` read (truncated, not terminated) is infinite.
 
         A rejected call leaves the buffer exactly as it was.
         """
@@ -501,6 +534,7 @@ class MultiAgentRolloutBuffer:
                 raise _renamed(exc) from None
         self._check_fields(layout, value, state, extras)
         row = self._row(layout, fields, acting, given, state, active, extras)
+        _check_values(row, layout, acting, value)
         fv, need = self._final_values(row, final_value, final_obs)
         kept = self._kept_final(layout, need, final_obs, final_state)
         # ---- every check passed: write
@@ -601,6 +635,15 @@ class MultiAgentRolloutBuffer:
         cut = np.stack([row[f"truncated{SEP}{a}"] & ~row[f"terminated{SEP}{a}"]
                         for a in agents], axis=1)  # [E, n]
         fv = self._per_agent_floats("add", "final_value", final_value)  # [E, n]
+        inf = cut & np.isinf(fv)  # [E, n]: NaN there means "none given"; inf is refused
+        if inf.any():
+            i = int(np.argwhere(inf)[0][1])
+            envs = np.flatnonzero(inf[:, i]).tolist()
+            raise DtypeError(
+                f"add(final_value={describe(final_value)}): agent {agents[i]!r} was "
+                f"truncated in envs {envs}, where its final values "
+                f"{fv[envs, i].tolist()} are infinite; pass a finite V(final obs) (or NaN "
+                "there with final_obs= and a value_fn to compute_returns_and_advantage)")
         need = cut & ~np.isfinite(fv)  # [E, n]
         if need.any() and final_obs is None:
             i = int(np.argwhere(need)[0][1])

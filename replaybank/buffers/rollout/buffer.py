@@ -52,6 +52,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -334,7 +335,7 @@ class RolloutBuffer:
             reward: Reward ``r_t``.
             terminated: The episode ended in a terminal state at this step.
             truncated: The episode was cut by a time limit at this step.
-            value: ``V(s_t)``.
+            value: ``V(s_t)``, finite (except at a NEXT_STEP reset step).
             log_prob: Log-probability of the action under the behaviour policy.
             final_value: ``V`` of the true final observation, per env (read only where
                 ``truncated & ~terminated``; other entries are ignored and may be NaN).
@@ -355,6 +356,9 @@ class RolloutBuffer:
                 final value nor a final observation (unless ``autoreset_mode=
                 "next_step"``), or (``"next_step"``) a reset step is marked terminated or
                 truncated. The buffer is left unchanged.
+            DtypeError: A ``value`` is NaN or infinite (GAE reads it; with
+                ``autoreset_mode="next_step"`` a reset step's value may be anything), or a
+                ``final_value`` read (truncated, not terminated) is infinite.
         """
         if not extras and final_value is None and final_obs is None \
                 and self._pos < self._num_steps \
@@ -390,10 +394,12 @@ class RolloutBuffer:
         check_names(spec, flat)
         row = {n: f.cast(n, flat[n], lead).reshape((self._num_envs, *f.shape))
                for n, f in spec.items()}
+        self._check_values(row["value"], value)
         cut = row["truncated"] & ~row["terminated"]  # [E]
         fv = np.full(self._num_envs, np.nan)
         if final_value is not None:
             fv = per_env_float("final_value", final_value, self._num_envs)
+            _check_final_values(fv, cut, final_value)
         need = cut & ~np.isfinite(fv)
         if self._next_step:
             self._check_reset_step(row)
@@ -424,8 +430,9 @@ class RolloutBuffer:
 
     def _plain_format(self) -> _PlainFormat | None:
         """What :meth:`_add_plain` accepts for the current spec: per standard field its
-        name, dtype, item shape and batched shape (None: every add takes the checked path:
-        no storage yet, nested observations or extra fields, ``next_step`` mode)."""
+        name, dtype, item shape and batched shape, and ``[num_envs]`` ones of the value
+        dtype (its finiteness check) (None: every add takes the checked path: no storage
+        yet, nested observations or extra fields, ``next_step`` mode)."""
         fmt: _PlainFormat | None = self._plain
         spec = self._spec
         if fmt is not None and fmt[0] is spec:
@@ -436,7 +443,7 @@ class RolloutBuffer:
         n = self._num_envs
         entries = [(name, spec[name].dtype, spec[name].shape, (n, *spec[name].shape))
                    for name in _PLAIN_FIELDS]
-        self._plain = fmt = (spec, entries)
+        self._plain = fmt = (spec, entries, np.ones(n, spec["value"].dtype))
         return fmt
 
     def _add_plain(self, values: tuple[Any, ...]) -> bool:
@@ -444,8 +451,9 @@ class RolloutBuffer:
         numpy arrays of the stored dtype shaped ``[num_envs, *shape]`` (one env: also the
         item shape), or, with one env, Python scalars of the field's kind (float, int in
         range, bool) for scalar fields. Returns False before writing anything when a value
-        is not like that, or a step is truncated without being terminated (it needs a
-        final value): the checked path then takes the call. Writes exactly what it would."""
+        is not like that, a ``value`` may not be finite, or a step is truncated without
+        being terminated (it needs a final value): the checked path then takes the call.
+        Writes exactly what it would."""
         fmt = self._plain_format()
         if fmt is None:
             return False
@@ -458,6 +466,15 @@ class RolloutBuffer:
                     return False  # bool bytes other than 0/1: the checked path stores 0/1
             elif not (one and not shape and _plain_scalar(v, dtype)):
                 return False
+        # GAE reads the value: NaN or inf goes to the checked path, which refuses what is
+        # not finite as stored (so do a float too large for float32 storage and values
+        # whose sum overflows, which it may accept). The sum is one dot with ones.
+        val = values[5]
+        if type(val) is float or val.ndim == 0:
+            if not -_F32_MAX < val < _F32_MAX:  # (NaN fails both)
+                return False
+        elif not math.isfinite(val.dot(fmt[2])):
+            return False
         term, trunc = values[3], values[4]
         if trunc is True:  # a truncated step needs its final value: the checked path asks
             if term is not True:
@@ -472,6 +489,27 @@ class RolloutBuffer:
         self._pos = t + 1
         self._adv = self._ret = None
         return True
+
+    def _check_values(self, stored: AnyArray, given: Any) -> None:
+        """Refuse a NaN or infinite ``value`` (as stored, ``[num_envs]``): GAE reads every
+        value of a valid step, so one would make every normalised advantage NaN. With
+        ``autoreset_mode="next_step"`` a reset step's value is not checked here: no valid
+        step reads it, unless it bootstraps the truncated step before it, which
+        ``compute_returns_and_advantage`` checks."""
+        bad = ~np.isfinite(stored)  # [E]
+        if not bad.any():
+            return
+        if self._next_step:
+            bad &= ~self._ended()  # reset steps
+            if not bad.any():
+                return
+        envs = np.flatnonzero(bad)
+        raise DtypeError(
+            f"add(value={describe(given)}): values {stored[envs[:4]].tolist()} of env(s) "
+            f"{envs[:4].tolist()}{', ...' if len(envs) > 4 else ''} are NaN or infinite "
+            f"(stored as {stored.dtype}); GAE reads every stored value (V(s_t) enters the "
+            "advantages of the whole rollout): pass finite values, e.g. critic(obs)"
+        )
 
     def _check_reset_step(self, row: dict[str, AnyArray]) -> None:
         """next_step mode: refuse an add that ends an episode at a reset step."""
@@ -735,8 +773,26 @@ class RolloutBuffer:
 
 
 #: A spec and, per standard field, its name, dtype, item shape and batched shape.
-_PlainFormat = tuple[Spec, list[tuple[str, "np.dtype[Any]", tuple[int, ...], tuple[int, ...]]]]
+_PlainFormat = tuple[Spec, list[tuple[str, "np.dtype[Any]", tuple[int, ...], tuple[int, ...]]],
+                     AnyArray]
 
+def _check_final_values(fv: npt.NDArray[np.float64], cut: AnyArray, given: Any) -> None:
+    """Refuse an infinite ``final_value`` where it is read (truncated, not terminated
+    envs); NaN there means "none given" (a final observation or the NEXT_STEP reset step
+    stands in)."""
+    bad = cut & np.isinf(fv)  # [E]
+    if bad.any():
+        envs = np.flatnonzero(bad)
+        raise DtypeError(
+            f"add(final_value={describe(given)}): values {fv[envs[:4]].tolist()} of "
+            f"truncated env(s) {envs[:4].tolist()}{', ...' if len(envs) > 4 else ''} are "
+            "infinite; pass a finite V(final obs) (or NaN/None there with final_obs= and a "
+            "value_fn to compute_returns_and_advantage)"
+        )
+
+
+#: Below the largest float32 (a Python float within it stays finite in any float field).
+_F32_MAX = 3.4e38
 #: The fields of a plain rollout add, in ``add``'s argument order.
 _PLAIN_FIELDS = ("obs", "action", "reward", "terminated", "truncated", "value", "log_prob")
 
