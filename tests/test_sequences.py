@@ -857,6 +857,44 @@ def test_fused_path_equals_numpy_path(lanes: int, nrows: int, n_calls: int, leng
         check_batch(fast, ref, width, burn_in, cross, width if strict else burn_in + 1)
 
 
+@pytest.mark.parametrize("kw, named", [
+    ({"n_step": 3, "gamma": 0.5}, "n_step=3"),
+    ({"frame_stack": 4}, "frame_stack=4"),
+    ({"view": rb.NStepView(3, 0.5)}, "view=NStepView"),
+])
+def test_sequence_replay_buffer_refuses_options_its_windows_would_ignore(
+        kw: dict[str, Any], named: str) -> None:
+    """They were accepted and ignored: sample() gave one-step rewards and single frames
+    (only sample_transitions applied them)."""
+    with pytest.raises(ConfigError, match=rf"^SequenceReplayBuffer\({named}\): sequence "
+                                          "windows hold"):
+        rb.SequenceReplayBuffer(capacity=100, sequence_length=3, seed=0, **kw)
+    inner = rb.ReplayBuffer(100, seed=0, **kw)
+    with pytest.raises(ConfigError, match=r"from_buffer\(buffer=\.\.\.\): the buffer's view"):
+        rb.SequenceReplayBuffer.from_buffer(inner, sequence_length=3)
+    plain = rb.SequenceReplayBuffer(capacity=100, sequence_length=3, seed=0, n_step=1,
+                                    frame_stack=1, view=rb.TransitionView())
+    assert isinstance(plain.buffer.view, rb.TransitionView)
+
+
+@pytest.mark.parametrize("kw", [{"n_step": 3, "gamma": 0.5}, {"frame_stack": 4}])
+def test_replay_buffer_windows_hold_the_stored_steps_whatever_the_view(
+        kw: dict[str, Any]) -> None:
+    """Documented: windows keep one-step rewards and one frame per step (what R2D2 and
+    the pytorchrl front end's per-row n-step returns build on); sample() applies the view."""
+    buf = rb.ReplayBuffer(100, seed=0, **kw)
+    for t in range(10):
+        buf.add(obs=np.full(2, t, np.float32), action=0, reward=1.0,
+                next_obs=np.full(2, t + 1, np.float32), terminated=False, truncated=False)
+    sb = buf.sample_sequences(4, 3)
+    assert sb.obs.shape == (4, 3, 2) and np.all(sb.reward == 1.0)
+    one = buf.sample(4)
+    if "n_step" in kw:
+        assert np.all(one.reward[one.obs[:, 0] <= 6] == 1.75)
+    else:
+        assert one.obs.shape == (4, 4, 2)
+
+
 def test_per_schedule_advances_once_per_sample_call() -> None:
     from replaybank.samplers.prioritized import PrioritizedSampler
 

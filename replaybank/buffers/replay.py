@@ -619,7 +619,9 @@ class ReplayBuffer:
     # ------------------------------------------------------------------ sequences
     def sample_sequences(self, batch_size: int, sequence_length: int,
                          **kwargs: Any) -> SequenceBatch:
-        """Sample ``[B, L]`` windows; see :func:`replaybank.buffers.sequences.sample_sequences`."""
+        """Sample ``[B, L]`` windows of the stored steps (one-step rewards and one frame
+        per step, whatever ``n_step``/``frame_stack``/``view``, which shape :meth:`sample`
+        only); see :func:`replaybank.buffers.sequences.sample_sequences`."""
         locked = self._guard.enter()
         try:
             traits = self._current_parts().traits

@@ -14,6 +14,13 @@ one lane each. Two boundary modes:
 In both modes a window never crosses the write head, never mixes lanes and never reads
 an overwritten step (see :mod:`replaybank.ops.windows`).
 
+Windows hold the *stored* steps whatever the buffer's view: one-step rewards and one frame
+per step, also on a buffer built with ``n_step=`` or ``frame_stack=`` (those shape its
+one-step ``sample()`` only). That is what a recurrent learner needs: R2D2 computes its
+n-step targets over the window's rewards, and the model's memory spans the frames
+(``burn_in`` gives it their history). :class:`~replaybank.compat.sequence.
+SequenceReplayBuffer`, whose ``sample`` returns windows, refuses those options.
+
 Memory: ``obs`` and ``next_obs`` come from one ``[B, W + 1]`` gather. When no step inside
 a window keeps its next observation aside (no episode end inside, no padding), they
 are two read-only views of that array, offset by one step (``to_torch`` copies them);
@@ -209,7 +216,8 @@ def sample_sequences(
 
     Returns:
         A :class:`~replaybank.batch.SequenceBatch`: every stored field and ``next_obs``
-        ``[B, W, *shape]`` (zero where padded); ``mask`` (valid loss steps),
+        ``[B, W, *shape]`` (zero where padded; the stored one-step data, whatever the
+        buffer's view: see the module docs); ``mask`` (valid loss steps),
         ``is_first`` (an episode starts here, or the table no longer holds the previous
         step), ``is_last`` (the episode ended here: terminated, truncated or a
         discontinuity), ``is_terminal`` (terminated), ``burn_in`` ``[B, W]`` bool;

@@ -32,6 +32,7 @@ from replaybank.compat.base import Checkpointed, Core, FrontEnd
 from replaybank.compat.checks import check_bool, check_int, check_type
 from replaybank.errors import ArgumentError, CheckpointError, ConfigError, describe
 from replaybank.samplers.base import Sampler
+from replaybank.views.base import StepView
 
 if TYPE_CHECKING:
     from replaybank.spec import Spec
@@ -60,7 +61,9 @@ class SequenceReplayBuffer(Checkpointed, FrontEnd):
     Raises:
         ConfigError: Bad sequence options (:class:`~replaybank.errors.ArgumentError`
             for one of the wrong kind, a ``sampler`` that is not a Sampler, or a keyword
-            :class:`ReplayBuffer` does not take).
+            :class:`ReplayBuffer` does not take), or ``n_step``/``frame_stack``/``view``:
+            they shape one-step samples only, and the windows :meth:`sample` returns hold
+            the stored steps (one-step rewards, one frame per step).
 
     Example:
         >>> buf = SequenceReplayBuffer(capacity=64, num_envs=2, sequence_length=8,
@@ -102,6 +105,7 @@ class SequenceReplayBuffer(Checkpointed, FrontEnd):
             raise ArgumentError(f"SequenceReplayBuffer() got keyword arguments {unknown} that "
                                 f"ReplayBuffer does not take; use some of "
                                 f"{sorted(_BUFFER_ARGUMENTS)}")
+        _check_one_step(buffer_kwargs)
         self._own(ReplayBuffer(capacity, num_envs=num_envs, seed=seed, spec=spec,
                                sampler=sampler, **buffer_kwargs), options)
 
@@ -125,6 +129,13 @@ class SequenceReplayBuffer(Checkpointed, FrontEnd):
         """
         check_type("SequenceReplayBuffer.from_buffer", "buffer", buffer, ReplayBuffer,
                    "a replaybank.ReplayBuffer")
+        if not isinstance(buffer.view, StepView):
+            raise ConfigError(
+                f"SequenceReplayBuffer.from_buffer(buffer=...): the buffer's view "
+                f"({type(buffer.view).__name__}) shapes one-step samples only; sequence "
+                "windows hold the stored steps, so a SequenceReplayBuffer would ignore it; "
+                "wrap a buffer built without n_step/frame_stack/view, or call "
+                "buffer.sample_sequences() (its windows hold the stored steps too)")
         unknown = sorted(set(options) - set(_DEFAULTS))
         if unknown:
             raise ArgumentError(f"SequenceReplayBuffer.from_buffer: unknown options {unknown}; "
@@ -235,6 +246,46 @@ class SequenceReplayBuffer(Checkpointed, FrontEnd):
         check_type("load_resume_state", "state", state, dict, "the dict of resume_state()",
                    CheckpointError)
         self.buffer.load_resume_state(state)
+
+
+def _check_one_step(kwargs: Mapping[str, Any]) -> None:
+    """Refuse the :class:`ReplayBuffer` options that shape one-step samples only:
+    :meth:`SequenceReplayBuffer.sample` returns windows of the stored steps, so they would
+    apply to ``sample_transitions`` alone while the sequences silently lack them.
+
+    Raises:
+        ConfigError: ``n_step`` or ``frame_stack`` other than 1, or a ``view`` other than a
+            one-step transition view (:class:`~replaybank.views.base.StepView`).
+
+    Example:
+        >>> _check_one_step({"n_step": 1, "storage": "numpy"})
+        >>> _check_one_step({"frame_stack": 4})
+        Traceback (most recent call last):
+        ...
+        replaybank.errors.ConfigError: SequenceReplayBuffer(frame_stack=4): sequence windows hold one stored frame per step ([B, L, *frame]), so the stacks would only reach sample_transitions(); drop frame_stack and let the recurrent model's memory span the frames (burn_in= gives it the history), or use rb.ReplayBuffer(frame_stack=4) for stacked one-step transitions
+    """  # noqa: E501
+    n_step = kwargs.get("n_step", 1)
+    if n_step != 1:
+        raise ConfigError(
+            f"SequenceReplayBuffer(n_step={n_step!r}): sequence windows hold the stored "
+            "one-step rewards, so n-step returns would only reach sample_transitions(); "
+            "drop n_step and compute n-step targets over each window in the learner (as "
+            f"R2D2 does), or use rb.ReplayBuffer(n_step={n_step!r}, gamma=...) for n-step "
+            "transitions")
+    frames = kwargs.get("frame_stack", 1)
+    if frames != 1:
+        raise ConfigError(
+            f"SequenceReplayBuffer(frame_stack={frames!r}): sequence windows hold one "
+            "stored frame per step ([B, L, *frame]), so the stacks would only reach "
+            "sample_transitions(); drop frame_stack and let the recurrent model's memory "
+            "span the frames (burn_in= gives it the history), or use "
+            f"rb.ReplayBuffer(frame_stack={frames!r}) for stacked one-step transitions")
+    view = kwargs.get("view")
+    if view is not None and not isinstance(view, StepView):
+        raise ConfigError(
+            f"SequenceReplayBuffer(view={type(view).__name__}): sequence windows hold the "
+            "stored steps, so the view would only reach sample_transitions(); drop view, "
+            "or use rb.ReplayBuffer(view=...) for its one-step samples")
 
 
 #: The keyword arguments of :class:`ReplayBuffer` a SequenceReplayBuffer passes on.
