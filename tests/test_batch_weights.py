@@ -196,3 +196,24 @@ def test_batch_weights_protocol() -> None:
     ere = rb.RecentSampler(prioritized=rb.PrioritizedSampler())
     assert isinstance(ere, rb.InnerSchedule) and ere.schedule is ere.prioritized
     assert rb.RecentSampler().schedule is None
+
+
+def test_subnormal_probabilities_are_weighed_without_float_warnings() -> None:
+    """Usable windows of priority 1e-300 beside 1e10 elsewhere: their P(i) are subnormal,
+    the exact fallback draws them, and the batch ratios are computed without warnings."""
+    n1 = 50
+    term = np.ones(n1 + 4, bool)
+    term[n1:n1 + 3] = False  # one 4-step episode at the end: starts n1, n1 + 1 usable
+    buf = rb.ReplayBuffer(128, seed=0, sampler=rb.PrioritizedSampler(
+        alpha=1.0, eps=0.0, weight_norm="batch"))
+    buf.extend(obs=np.zeros((n1 + 4, 1), np.float32), action=np.zeros(n1 + 4),
+               reward=np.zeros(n1 + 4), next_obs=np.zeros((n1 + 4, 1), np.float32),
+               terminated=term, truncated=np.zeros(n1 + 4, bool),
+               priority=np.r_[np.full(n1, 1e10), [1e-300, 2e-300, 1e-300, 1e-300]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        sb = buf.sample_sequences(8, 3, beta=1.0)
+    assert set(sb.starts.tolist()) <= {n1, n1 + 1}
+    assert np.all(sb.probabilities < np.finfo(np.float64).tiny)
+    expected = np.where(sb.starts == n1 + 1, 0.5, 1.0) if (sb.starts == n1).any() else 1.0
+    np.testing.assert_allclose(sb.weights, expected, rtol=1e-6)

@@ -264,7 +264,7 @@ class Parts:
                                      **kwargs)
                     batch = self.traits.batch
                     if batch is not None:  # rows of several draws, weighed as one batch
-                        res = batch.batch_weights(res, lanes, **kwargs)
+                        res = batch.batch_weights(res, lanes, kwargs.get("beta"))
         except BaseException:
             rng.bit_generator.state = saved
             if sched is not None:

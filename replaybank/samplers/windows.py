@@ -380,7 +380,7 @@ def redraw_short(traits: SamplerTraits, lanes: LaneView, link: npt.NDArray[np.in
     # rows of several draws: weights that depend on the batch are computed over the rows
     # returned, not per draw (PER's weight_norm="batch")
     batch = traits.batch
-    return (res if batch is None else batch.batch_weights(res, lanes, **kwargs)), ext
+    return (res if batch is None else batch.batch_weights(res, lanes, kwargs.get("beta"))), ext
 
 
 def _among_usable(traits: SamplerTraits, lanes: LaneView, link: npt.NDArray[np.int32],
