@@ -46,8 +46,8 @@ from replaybank.host import as_numpy, is_tensor
 
 __all__ = ["FIELD_ALIASES", "INFO_FIX", "INFO_NAMES", "QUICK_VALUES", "SEP", "STANDARD", "UNSET",
            "UNSTORABLE_KINDS", "FieldSpec", "Spec",
-           "as_array", "assignable_dtypes", "collect_fields", "flatten", "native", "real_array",
-           "real_floats", "stored_by_assignment", "unflatten"]
+           "as_array", "assignable_dtypes", "check_tuple", "collect_fields", "flatten", "native",
+           "real_array", "real_floats", "stored_by_assignment", "unflatten"]
 
 SEP = "/"
 
@@ -304,8 +304,14 @@ class FieldSpec:
             ...
             replaybank.errors.DtypeError: action=nan: field 'action' is int64 and needs finite integral values (found NaN, inf or a fraction); round or fix the value, or declare the field as float
         """  # noqa: E501
-        arr = value if type(value) is np.ndarray else as_array(value, arg) if array is None \
-            else array
+        if type(value) is np.ndarray:
+            arr = value
+        elif array is None:
+            arr = as_array(value, arg)
+        else:  # converted by the caller: the tuple rule still holds
+            if type(value) is tuple:
+                check_tuple(arg, value)
+            arr = array
         if arr.shape != leading + self.shape:
             self.check_shape(arg, value, leading, arr.shape)
         src, dst = arr.dtype, self.dtype
@@ -654,7 +660,8 @@ def as_array(value: Any, arg: str | None = None) -> npt.NDArray[Any]:
 
     numpy arrays (subclasses too) come back as they are; everything else goes through
     :func:`replaybank.host.as_numpy` (a torch tensor on any device becomes a host array;
-    one with nothing numpy can show raises a ``DtypeError`` naming ``arg``).
+    one with nothing numpy can show raises a ``DtypeError`` naming ``arg``). A tuple
+    given as the value of ``arg`` obeys the tuple rule first (:func:`check_tuple`).
 
     Example:
         >>> as_array([1.0, 2.0]).shape
@@ -662,7 +669,75 @@ def as_array(value: Any, arg: str | None = None) -> npt.NDArray[Any]:
     """
     if type(value) is np.ndarray or isinstance(value, np.ndarray):
         return value
+    if type(value) is tuple and arg is not None:
+        check_tuple(arg, value)
     return as_numpy(value, arg)  # a torch tensor on any device: see replaybank.host
+
+
+# ---------------------------------------------------------------- the tuple rule
+def check_tuple(arg: str, value: tuple[Any, ...]) -> None:
+    """The tuple rule of the add boundary: a tuple that holds arrays is a structured
+    value, which numpy would stack part-first.
+
+    A gymnasium ``Tuple`` space's value is a tuple; a vector env's is a tuple of arrays
+    ``[num_envs]``, one per component, so ``np.asarray`` would make the component axis
+    the env axis and store each lane's values in another lane. A tuple that holds an
+    array or tensor with at least one dim (at any depth) is refused in every field:
+    pass the dict ``{'0': v[0], '1': v[1], ...}`` (the fields ``obs/0``, ``obs/1``, ...
+    that :func:`replaybank.collect` stores a Tuple space as). A tuple of numbers (or of
+    lists of numbers) reads as a list does: it holds one value per env
+    (``action=(0, 1, 2)``) or one item (a single env's ``Tuple(Discrete, Discrete)``
+    value stacks to a vector), never parts on the env axis. The compiled writer takes
+    nests of numbers only, so such a tuple always reaches this rule, whichever writer
+    runs.
+
+    Args:
+        arg: The argument, as the call names it (``"obs"``, ``"next_obs/pos"``,
+            ``"action"``).
+        value: The tuple passed.
+
+    Raises:
+        ShapeError: The tuple holds an array or tensor, naming ``arg``, the tuple and the
+            dict to pass.
+
+    Example:
+        >>> check_tuple("action", (0, 1, 2))  # one action per env: taken as a list
+        >>> check_tuple("obs", (np.zeros(2), np.ones(2)))  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        replaybank.errors.ShapeError: obs=(array(shape=(2,), dtype=float64), ...): a tuple holding arrays is ...
+    """  # noqa: E501
+    if not _holds_array(value):
+        return
+    n = len(value)
+    more = ", ..." if n > 3 else ""
+    shown = "(" + ", ".join(describe(v) for v in value[:3]) + more + ")"
+    name = arg if SEP not in arg else "v"
+    parts = ", ".join(f"'{i}': {name}[{i}]" for i in range(min(n, 3))) + more
+    target = f"{arg}={{{parts}}}" if name == arg else f"{{{parts}}} in place of the tuple v"
+    field = arg.removeprefix("next_")  # (a next observation is stored as its obs field)
+    fields = ", ".join(f"{field}{SEP}{i}" for i in range(min(n, 3))) + more
+    raise ShapeError(
+        f"{arg}={shown}: a tuple holding arrays is a structured value (a gymnasium Tuple "
+        "space's, a recurrent state (h, c)), which numpy would stack part-first: with "
+        "several envs each lane would store other envs' values. Pass its parts as a dict, "
+        f"{target} (stored as the fields {fields}, as rb.collect stores a Tuple space); "
+        "values of several envs go in an array or a list (one entry per env), not a tuple")
+
+
+def _holds_array(value: tuple[Any, ...] | list[Any]) -> bool:
+    """Whether ``value`` holds, at any depth of tuples and lists, an array or tensor with
+    at least one dim."""
+    for item in value:
+        if type(item) is tuple or type(item) is list:
+            if _holds_array(item):
+                return True
+        elif isinstance(item, np.ndarray):
+            if item.ndim:
+                return True
+        elif is_tensor(item) and item.dim():
+            return True
+    return False
 
 
 class Spec(Mapping[str, FieldSpec]):

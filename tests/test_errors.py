@@ -7,13 +7,16 @@ the RNG state, the side-store free list) is exactly what it was before.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 import pytest
 
 import replaybank as rb
+from replaybank.storage.writers.compiled import CompiledWriter
+from tests.twins import under_writer
 
 
 def good(**over: Any) -> dict[str, Any]:
@@ -190,6 +193,107 @@ def test_env_ids_length_must_match_values() -> None:
     rejects(buf, lambda: buf.add(env_ids=[0, 1], **{k: np.asarray(v)[None]
                                                     for k, v in good().items()}),
             rb.ShapeError, "obs", "expected", "(2, 3)")
+
+
+# --------------------------------------------------------------------------- tuples
+WRITERS = ["compiled", "python", "reference"]
+
+
+@contextmanager
+def writer(name: str) -> Iterator[None]:
+    """Run the block under one of the writers: the compiled one (``auto``), the Python
+    one-step add of a build without a C compiler (as ``REPLAYBANK_PURE_PYTHON=1``), or
+    the reference (every call through the Python boundary)."""
+    if name == "reference":
+        with under_writer("reference"):
+            yield
+        return
+    with pytest.MonkeyPatch.context() as mp:
+        if name == "python":
+            mp.setattr(CompiledWriter, "of", classmethod(lambda cls, table, guard=None: None))
+        mp.setenv("REPLAYBANK_WRITER", "auto")
+        yield
+
+
+def lanes3(t: int = 0) -> dict[str, Any]:
+    """One step of 3 lanes whose obs is [3, 3]: lane i holds (t + i, 10 + i, 20 + i)."""
+    obs = np.array([[t + i, 10 + i, 20 + i] for i in range(3)], np.int64)
+    return {"obs": obs, "action": np.arange(3), "reward": np.zeros(3, np.float32),
+            "next_obs": obs + 1, "terminated": np.zeros(3, bool),
+            "truncated": np.zeros(3, bool)}
+
+
+def columns(a: np.ndarray) -> tuple[np.ndarray, ...]:
+    """``[..., lanes, parts]`` as a gymnasium vector env's Tuple value: one array
+    ``[..., lanes]`` per part."""
+    return tuple(np.ascontiguousarray(a[..., i]) for i in range(a.shape[-1]))
+
+
+TUPLE_CALLS: dict[str, Callable[[rb.ReplayBuffer], Any]] = {
+    # a vector env's Tuple observation: 3 parts of [3 envs]; np.asarray would store each
+    # part (every env's value of it) in one lane
+    "obs": lambda b: b.add(**{**lanes3(5), "obs": columns(lanes3(5)["obs"])}),
+    "next_obs": lambda b: b.add(**{**lanes3(5), "next_obs": columns(lanes3(5)["next_obs"])}),
+    "extend": lambda b: b.extend(**{**{k: v[None] for k, v in lanes3(5).items()},
+                                    "obs": columns(lanes3(5)["obs"][None])}),
+    "env_ids": lambda b: b.add(env_ids=[2, 0], **{
+        **{k: v[[2, 0]] for k, v in lanes3(5).items()},
+        "obs": columns(lanes3(5)["obs"][[2, 0]])}),
+    "extra": lambda b: b.add(**lanes3(5), hidden=(np.zeros((3, 2)), np.ones((3, 2)))),
+}
+
+
+@pytest.mark.parametrize("first", [False, True], ids=["later", "first"])
+@pytest.mark.parametrize("name", WRITERS)
+@pytest.mark.parametrize("call", list(TUPLE_CALLS))
+def test_a_tuple_holding_arrays_is_refused_naming_the_dict(call: str, name: str,
+                                                           first: bool) -> None:
+    """A tuple of arrays (a gymnasium Tuple space's value from a vector env: one array
+    per part, each ``[num_envs]``) is refused whichever writer runs, naming the field, the
+    tuple and the dict to pass; nothing changes (on a first add: no storage is made)."""
+    arg = {"extend": "obs", "env_ids": "obs", "extra": "hidden"}.get(call, call)
+    field = {"next_obs": "obs"}.get(arg, arg)  # (a next observation is stored as obs)
+    with writer(name):
+        buf = rb.ReplayBuffer(12, num_envs=3, seed=0)
+        if not first:
+            buf.add(**lanes3(), hidden=np.zeros((3, 2))) if call == "extra" \
+                else buf.add(**lanes3())
+        rejects(buf, lambda: TUPLE_CALLS[call](buf), rb.ShapeError,
+                f"{arg}=(array(shape=", "a tuple holding arrays",
+                f"{arg}={{'0': {arg}[0], '1': {arg}[1]", f"stored as the fields {field}/0")
+        assert buf.spec is None if first else len(buf) == 3
+
+
+@pytest.mark.parametrize("name", WRITERS)
+def test_the_dict_of_a_tuple_stores_each_env_in_its_lane(name: str) -> None:
+    """The dict the error names stores every env's parts in its own lane."""
+    with writer(name):
+        buf = rb.ReplayBuffer(12, num_envs=3, seed=0)
+        for t in range(2):
+            kw = lanes3(t)
+            buf.add(**{**kw, "obs": {str(i): c for i, c in enumerate(columns(kw["obs"]))},
+                       "next_obs": {str(i): c for i, c in enumerate(columns(kw["next_obs"]))}})
+    b = buf.sample(6, replace=False)
+    got = np.stack([b.obs[str(i)] for i in range(3)], axis=-1)  # [6, 3]
+    lane, t = b.indices % 3, b.indices // 3
+    np.testing.assert_array_equal(got, np.stack([t + lane, 10 + lane, 20 + lane], axis=-1))
+
+
+@pytest.mark.parametrize("name", WRITERS)
+def test_a_tuple_of_numbers_reads_as_a_list(name: str) -> None:
+    """A tuple of numbers is no structured value: one number per env (``action=(0, 1,
+    2)``), or one env's vector (a ``Tuple(Discrete, ...)`` value of a single env) is
+    stored as the list would be."""
+    with writer(name):
+        buf = rb.ReplayBuffer(12, num_envs=3, seed=0)
+        buf.add(**{**lanes3(), "action": (2, 0, 1), "reward": (0.5, 1.5, 2.5)})
+        one = rb.ReplayBuffer(4, seed=0)
+        for _ in range(2):
+            one.add(obs=(11, 10, 0), action=1, reward=0.0, next_obs=(12, 10, 0),
+                    terminated=False, truncated=False)
+    np.testing.assert_array_equal(buf.table.arrays["action"][0], [2, 0, 1])
+    np.testing.assert_array_equal(buf.table.arrays["reward"][0], [0.5, 1.5, 2.5])
+    np.testing.assert_array_equal(one.table.arrays["obs"][:2, 0], [[11, 10, 0]] * 2)
 
 
 # --------------------------------------------------------------------------- sampling

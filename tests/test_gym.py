@@ -269,6 +269,34 @@ def test_spec_from_env_vector_and_buffer_accepts_it() -> None:
     assert buf.spec == spec
 
 
+@pytest.mark.parametrize("num_envs", [3, 2])
+def test_a_vector_envs_tuple_observation_is_refused_naming_the_dict(num_envs: int) -> None:
+    """Blackjack-v1's Tuple observation, from a vector env: a tuple of one array per part
+    (each ``[num_envs]``). Added as it comes it would be stacked part-first (with 3 envs,
+    each lane would hold one part of every env): refused, naming the dict, which then
+    stores each env's own observation in its lane."""
+    envs = gym.make_vec("Blackjack-v1", num_envs=num_envs, vectorization_mode="sync")
+    obs, _ = envs.reset(seed=0)
+    act = np.zeros(num_envs, np.int64)  # stick: every episode ends this step
+    nxt, rew, term, trunc, _ = envs.step(act)
+    buf = rb.ReplayBuffer(30, num_envs=num_envs, seed=0)
+    with pytest.raises(rb.ShapeError, match=r"^obs=\(array\(shape=\(" + str(num_envs)
+                       + r",\).*a tuple holding arrays.*obs=\{'0': obs\[0\], '1': obs\[1\], "
+                       r"'2': obs\[2\]\}"):
+        buf.add(obs=obs, action=act, reward=rew, next_obs=nxt, terminated=term,
+                truncated=trunc)
+    assert buf.spec is None
+
+    def parts(value: tuple[np.ndarray, ...]) -> dict[str, np.ndarray]:
+        return {str(i): v for i, v in enumerate(value)}
+
+    buf.add(obs=parts(obs), action=act, reward=rew, next_obs=parts(nxt), terminated=term,
+            truncated=trunc)
+    b = buf.sample(num_envs, replace=False)
+    for row, lane in enumerate(b.indices % num_envs):
+        assert [int(b.obs[str(i)][row]) for i in range(3)] == [int(x[lane]) for x in obs]
+
+
 class Agent:
     """velora-style agent: .env with a spec id, .predict(obs, hidden, train_mode)."""
 

@@ -139,9 +139,9 @@ def test_a_bfloat16_first_value_makes_a_float32_field() -> None:
 def test_a_ragged_value_is_refused_naming_the_argument_and_the_dict_to_pass(
         first: bool) -> None:
     """A tuple of unlike arrays as ``obs`` (a gymnasium Tuple space's value): a ShapeError
-    naming ``obs`` and the dict form, not numpy's "inhomogeneous shape" ValueError, on the
-    first add (which infers the spec) and on a later one (a flat obs field); nothing
-    stored. The dict form it names is stored."""
+    naming ``obs`` and the dict form (the tuple rule, ``spec.check_tuple``), not numpy's
+    "inhomogeneous shape" ValueError, on the first add (which infers the spec) and on a
+    later one (a flat obs field); nothing stored. The dict form it names is stored."""
     import replaybank as rb
     from replaybank.errors import ShapeError
 
@@ -150,7 +150,7 @@ def test_a_ragged_value_is_refused_naming_the_argument_and_the_dict_to_pass(
     ragged = (np.zeros(2, np.float32), np.ones(1, np.int64))
     if not first:
         buf.add(obs=np.zeros(3, np.float32), next_obs=np.ones(3, np.float32), **step)
-    with pytest.raises(ShapeError, match=r"^obs=\(.*a ragged nest.*\{'0': value\[0\]"):
+    with pytest.raises(ShapeError, match=r"^obs=\(.*a tuple holding arrays.*obs=\{'0': obs\[0\]"):
         buf.add(obs=ragged, next_obs=ragged, **step)
     assert len(buf) == (0 if first else 1)
     if first:

@@ -55,7 +55,7 @@ import numpy.typing as npt
 
 from replaybank.errors import CheckpointError, ConfigError
 from replaybank.ops import windows
-from replaybank.spec import flatten, unflatten
+from replaybank.spec import as_array, flatten, unflatten
 from replaybank.storage.table import StepTable
 from replaybank.views.base import ShiftedView, StepView, View, next_name
 from replaybank.views.transition import TransitionView
@@ -197,7 +197,7 @@ class FrameStackView:
             out = dict(fields)
             for name in ("obs", "next_obs"):
                 if name in out:
-                    out[name] = self._newest(out[name], "", n_lead, lanes)
+                    out[name] = self._newest(out[name], name, "", n_lead, lanes)
             return out
         flat = flatten(fields)
         out = {}
@@ -206,13 +206,15 @@ class FrameStackView:
             if top not in ("obs", "next_obs"):
                 out[name] = value
                 continue
-            out[name] = self._newest(value, leaf, n_lead, lanes)
+            out[name] = self._newest(value, name, leaf, n_lead, lanes)
         return unflatten(out)
 
-    def _newest(self, value: Any, leaf: str, n_lead: int, lanes: int) -> npt.NDArray[Any]:
+    def _newest(self, value: Any, name: str, leaf: str, n_lead: int,
+                lanes: int) -> npt.NDArray[Any]:
         """The newest frame of a stacked observation leaf (a C-contiguous copy), or the
-        value as an array when it holds single frames."""
-        arr = value if type(value) is np.ndarray else np.asarray(value)
+        value as an array when it holds single frames (the boundary's conversion: a
+        tuple holding arrays is refused, :func:`~replaybank.spec.check_tuple`)."""
+        arr = value if type(value) is np.ndarray else as_array(value, name)
         stacked, frame_ndim = self._decide(leaf, arr, n_lead, lanes)
         if stacked and arr.ndim >= frame_ndim + 1:
             arr = arr.take(-1, axis=arr.ndim - frame_ndim - 1)
