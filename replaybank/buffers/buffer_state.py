@@ -37,7 +37,7 @@ from replaybank.storage.table_state import (
     table_state,
 )
 from replaybank.views import make_view
-from replaybank.views.base import View
+from replaybank.views.base import SpecTransform, View
 
 IntArray = npt.NDArray[np.int64]
 
@@ -497,6 +497,8 @@ def init_config(capacity: int, num_envs: int, spec: Spec | None, init: dict[str,
     rebuilt buffer draws the same samples from the same data; its generator starts
     afresh from that seed (a checkpoint, not a config, carries the generator's state).
     """
+    if spec is not None and isinstance(view, SpecTransform):
+        spec = view.added_spec(spec)  # (what spec= meant: the rebuilt buffer stores spec)
     cand: dict[str, Any] = {"capacity": capacity, "num_envs": num_envs, "seed": seed,
                             "spec": None if spec is None else spec.to_json(),
                             "next_obs": True, **init}

@@ -88,7 +88,10 @@ class ReplayBuffer:
         n_step: n-step returns computed at sample time (1 = plain transitions).
         gamma: Discount for n-step returns.
         frame_stack: Rebuild k-frame stacks of obs/next_obs at sample time from single
-            stored frames (1 = off).
+            stored frames (1 = off). ``spec=`` then describes the values added: an obs
+            shaped ``(k, *frame)`` as ``FrameStackObservation`` gives it (e.g.
+            ``rb.spec_from_env(env)``) is stored as ``frame`` (see
+            :mod:`~replaybank.views.framestack`).
         storage: ``"numpy"``, ``"memmap"`` (needs ``path``) or ``"torch"`` (``device``),
             or an :class:`~replaybank.storage.backends.base.ArrayBackend`.
         path: Directory of the memmap files.
@@ -196,6 +199,8 @@ class ReplayBuffer:
         if spec is not None:
             spec = Spec.coerce(spec)
             spec = rows_spec(spec) if self.rows_only else standard_spec(spec)
+            if self._parts.specs is not None:  # spec= gives the values added (frame stacks)
+                spec = self._parts.specs.stored_spec(spec)
             if self._parts.checks is not None:
                 self._parts.checks.check_fields(obs_fields(spec))
         #: Where the steps live (local, device or shared memory) and how calls reach them.

@@ -50,6 +50,7 @@ from replaybank.views.base import (
     FieldsCheckedView,
     FusedView,
     InputTransform,
+    SpecTransform,
     StepView,
     View,
 )
@@ -66,6 +67,8 @@ class Parts:
         sampler, view: The parts.
         traits: The sampler's capabilities.
         transform: The view as an input transform (frame stacks), or None.
+        specs: The view as one that stores other fields than a declared spec of the
+            values added (:class:`~replaybank.views.base.SpecTransform`), or None.
         fused: The view as a check-and-gather-in-one-pass view, or None.
         step: The view as a one-step transition view, or None.
         every_step: The view serves every live step (no redraws).
@@ -75,14 +78,15 @@ class Parts:
             storage is made (:class:`~replaybank.views.base.FieldsCheckedView`), or None.
     """
 
-    __slots__ = ("checks", "every_step", "fused", "options", "restores", "sampler", "step",
-                 "subset", "traits", "transform", "view")
+    __slots__ = ("checks", "every_step", "fused", "options", "restores", "sampler", "specs",
+                 "step", "subset", "traits", "transform", "view")
 
     def __init__(self, sampler: Sampler, view: View) -> None:
         self.sampler = sampler
         self.view = view
         self.traits = SamplerTraits.of(sampler)
         self.transform = view if isinstance(view, InputTransform) else None
+        self.specs = view if isinstance(view, SpecTransform) else None
         self.fused = view if isinstance(view, FusedView) else None
         self.step = view if isinstance(view, StepView) else None
         self.every_step = bool(view.every_step)

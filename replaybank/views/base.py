@@ -12,7 +12,9 @@ its sampling plan, never probed per call:
 * :class:`StepView`: serves each key as its own one-step transition (the step's stored
   fields and exact next observation), with a faster gather for keys just drawn;
 * :class:`ShiftedView`: the transition of a key ends at another key (n-step windows);
-* :class:`InputTransform`: rewrites what users add (frame stacks keep the newest frame);
+* :class:`InputTransform`: rewrites what users add (frame stacks keep the newest frame),
+  and :class:`SpecTransform` says which fields a declared ``spec=`` of the added values
+  is stored as;
 * :class:`FieldsCheckedView`: knows from the stored fields that it could never serve
   them (checked before the storage is made);
 * :class:`CallbackView`: calls user functions while it gathers (hindsight rewards), so a
@@ -35,10 +37,11 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
+from replaybank.spec import Spec
 from replaybank.storage.table import StepTable
 
 __all__ = ["CallbackView", "FieldsCheckedView", "FusedView", "InputTransform", "ShiftedView",
-           "StatelessView", "StepView", "View", "next_name"]
+           "SpecTransform", "StatelessView", "StepView", "View", "next_name"]
 
 IntArray = npt.NDArray[np.int64]
 
@@ -119,6 +122,23 @@ class InputTransform(Protocol):
 
     def prepare_inputs(self, fields: dict[str, Any], steps: bool, lanes: int) -> dict[str, Any]:
         """Return the fields to store for one ``add`` (``steps=False``) or ``extend``."""
+        ...
+
+
+@runtime_checkable
+class SpecTransform(Protocol):
+    """A view whose stored fields differ from the values added (frame stacks store the
+    newest frame of a stacked observation): a buffer built with ``spec=`` (which
+    describes the values added, e.g. ``rb.spec_from_env(env)``) stores
+    :meth:`stored_spec` of it, and its config records :meth:`added_spec` of its
+    stored fields, so that a buffer rebuilt from the config stores the same fields."""
+
+    def stored_spec(self, spec: Spec) -> Spec:
+        """The fields stored for values added as ``spec`` describes them."""
+        ...
+
+    def added_spec(self, spec: Spec) -> Spec:
+        """The spec of the values added, for the stored fields ``spec`` (the inverse)."""
         ...
 
 

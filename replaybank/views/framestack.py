@@ -30,6 +30,13 @@ stored. With ``stacked_inputs=None`` the first add decides: an observation whose
 per-step shape has at least 3 dims and starts with ``k`` is a stack (2-D stacks of
 vectors need ``stacked_inputs=True``).
 
+A buffer's ``spec=`` describes the values added (:meth:`FrameStackView.stored_spec`):
+an obs leaf declared ``(k, *frame)`` that the first add would take as a stack (as
+``rb.spec_from_env`` gives a ``FrameStackObservation`` env's space) is stored as
+``frame``; with ``stacked_inputs=False`` a declared shape is the frame as it is. A
+buffer's config records the spec of the values added, so a rebuilt buffer stores the
+same frames.
+
 Example:
     >>> import numpy as np
     >>> import replaybank as rb
@@ -55,7 +62,7 @@ import numpy.typing as npt
 
 from replaybank.errors import CheckpointError, ConfigError
 from replaybank.ops import windows
-from replaybank.spec import as_array, flatten, unflatten
+from replaybank.spec import SEP, FieldSpec, Spec, as_array, flatten, unflatten
 from replaybank.storage.table import StepTable
 from replaybank.views.base import ShiftedView, StepView, View, next_name
 from replaybank.views.transition import TransitionView
@@ -158,6 +165,13 @@ class FrameStackView:
         self._reads: _Reads | None = None
 
     # ------------------------------------------------------------------ inputs
+    def _stacks(self, shape: tuple[int, ...]) -> bool:
+        """Whether an observation leaf whose per-step shape is ``shape`` holds stacks,
+        by ``stacked_inputs`` (None: at least 3 dims, the first ``k``)."""
+        if self.stacked_inputs is None:
+            return len(shape) >= 3 and shape[0] == self.k
+        return self.stacked_inputs
+
     def _decide(self, leaf: str, arr: npt.NDArray[Any], n_lead: int, lanes: int) -> tuple[
             bool, int]:
         if leaf in self._layout:
@@ -166,10 +180,7 @@ class FrameStackView:
         if lanes == 1 and len(shape) >= 2 and shape[0] == 1 and shape[1] == self.k \
                 and (self.stacked_inputs or len(shape) >= 4):
             shape = shape[1:]  # an explicit lane dim of 1
-        if self.stacked_inputs is None:
-            stacked = len(shape) >= 3 and shape[0] == self.k
-        else:
-            stacked = self.stacked_inputs
+        stacked = self._stacks(shape)
         if stacked and (len(shape) < 1 or shape[0] != self.k):
             raise ConfigError(
                 f"FrameStackView(k={self.k}, stacked_inputs=True): observation shape "
@@ -179,6 +190,55 @@ class FrameStackView:
         layout = (stacked, len(shape) - 1 if stacked else len(shape))
         self._layout[leaf] = layout
         return layout
+
+    def stored_spec(self, spec: Spec) -> Spec:
+        """The fields stored for values added as ``spec`` describes them (a buffer's
+        ``spec=``): an obs leaf shaped ``(k, *frame)`` that the first add would take as
+        a stack (``FrameStackObservation``'s space, as ``rb.spec_from_env`` gives it) is
+        stored as ``frame``, and this view takes that leaf's values as stacks from then
+        on; every other field is stored as declared.
+
+        Args:
+            spec: The declared spec.
+
+        Returns:
+            The spec of the stored fields.
+
+        Example:
+            >>> v = FrameStackView(4)
+            >>> v.stored_spec(Spec.coerce({"obs": ((4, 84, 84), "uint8")}))["obs"].shape
+            (84, 84)
+            >>> v.added_spec(Spec.coerce({"obs": ((84, 84), "uint8")}))["obs"].shape
+            (4, 84, 84)
+        """
+        out = []
+        for name, f in spec.items():
+            top, _, leaf = name.partition(SEP)
+            if top == "obs" and f.shape and f.shape[0] == self.k:
+                layout = self._layout.get(leaf)
+                if layout is None:
+                    stacked = self._stacks(f.shape)
+                    if stacked:  # decided now, as the first add would
+                        self._layout[leaf] = (True, len(f.shape) - 1)
+                else:
+                    stacked = layout[0] and len(f.shape) == layout[1] + 1
+                if stacked:
+                    f = FieldSpec(name, f.shape[1:], f.dtype)
+            out.append(f)
+        return Spec(out)
+
+    def added_spec(self, spec: Spec) -> Spec:
+        """The spec of the values added for the stored fields ``spec`` (the inverse of
+        :meth:`stored_spec`): an obs leaf whose values this view takes as stacks is
+        ``(k, *frame)``."""
+        out = []
+        for name, f in spec.items():
+            top, _, leaf = name.partition(SEP)
+            layout = self._layout.get(leaf) if top == "obs" else None
+            if layout is not None and layout[0] and len(f.shape) == layout[1]:
+                f = FieldSpec(name, (self.k, *f.shape), f.dtype)
+            out.append(f)
+        return Spec(out)
 
     def prepare_inputs(self, fields: dict[str, Any], steps: bool, lanes: int) -> dict[str, Any]:
         """Keep only the newest frame of stacked ``obs`` / ``next_obs`` values.
