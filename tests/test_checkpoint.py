@@ -471,9 +471,15 @@ def test_frame_stack_with_stacked_image_inputs(tmp_path: Path) -> None:
     buf = rb.ReplayBuffer(20, frame_stack=4, seed=0)
     rng = np.random.default_rng(0)
     frames = rng.integers(0, 255, (40, 6, 6), dtype=np.uint8)
-    for t in range(4, 30):
-        buf.add(obs=frames[t - 4:t], action=t % 3, reward=1.0, next_obs=frames[t - 3:t + 1],
+
+    def stack(t: int, start: int) -> np.ndarray:  # FrameStackObservation's stack at t
+        return frames[np.maximum(np.arange(t - 3, t + 1), start)]
+
+    start = 3  # episodes of frames 3..11, 12..22, 23..
+    for t in range(3, 29):
+        buf.add(obs=stack(t, start), action=t % 3, reward=1.0, next_obs=stack(t + 1, start),
                 terminated=t % 11 == 0, truncated=False)
+        start = t + 1 if t % 11 == 0 else start
     assert buf.spec["obs"].shape == (6, 6)
 
     def add(b: Any, i: int) -> None:

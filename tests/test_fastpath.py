@@ -543,14 +543,21 @@ def test_frame_stack_inputs_match_general_path(kernel: str, lanes: int) -> None:
 
     fast, slow = _twins(kernel, make)
     lead = () if lanes == 1 else (lanes,)
+    fresh = np.ones(lanes, bool)  # [lanes] the lane's next step starts an episode
 
     def step(n: int | None) -> dict[str, Any]:
         shape = lead if n is None else (n, *lead)
         stack = rng.integers(0, 255, (*shape, 3, 4, 4)).astype(np.uint8)
         nxt = rng.integers(0, 255, (*shape, 3, 4, 4)).astype(np.uint8)
+        term = rng.random(shape) < 0.2
+        steps = stack.reshape(-1, lanes, 3, 4, 4)  # (a view) [n, lanes, 3, 4, 4]
+        ends = term.reshape(-1, lanes)
+        for i in range(len(steps)):  # an episode's first stack: its first frame repeated
+            steps[i, fresh, :-1] = steps[i, fresh, -1:]
+            fresh[:] = ends[i]
         return {"obs": stack, "action": rng.integers(0, 4, shape).astype(np.int64),
                 "reward": rng.random(shape).astype(np.float32), "next_obs": nxt,
-                "terminated": rng.random(shape) < 0.2, "truncated": np.zeros(shape, bool)}
+                "terminated": term, "truncated": np.zeros(shape, bool)}
 
     first = step(None)  # the first add allocates the storage (general path)
     for b in (fast, slow):

@@ -1,9 +1,17 @@
-"""What a frame-stack buffer takes as inputs: a declared spec of stacks.
+"""What a frame-stack buffer takes as inputs: a declared spec of stacks, and stacks whose
+padding contradicts the stacks the buffer rebuilds.
 
 * ``spec=rb.spec_from_env(env)`` of a ``FrameStackObservation(env, k)`` env declares obs
   ``(k, *frame)``; with ``frame_stack=k`` it means stacks of ``frame``: one frame per
   step is stored, and the buffer takes the env's stacks (a buffer rebuilt from its config,
   checkpoint or files stores the same fields).
+* A stack given at a lane's episode start (its first step, also the first after
+  ``clear()``, or a step after an episode end) whose older frames are not its first frame
+  repeated, as ``FrameStackObservation(padding_type="zero")`` gives them, would be
+  replayed otherwise than the agent saw it: refused, naming ``padding_type`` and the fix,
+  nothing changed.
+  A NEXT_STEP vector env's reset step (final frame -> reset frame) is not an episode's
+  first step and is taken.
 """
 
 from __future__ import annotations
@@ -16,9 +24,18 @@ import numpy as np
 import pytest
 
 import replaybank as rb
+from replaybank.errors import ConfigError
 from replaybank.views.framestack import FrameStackView
-from tests.test_framestack import K, Recorder, check_buffer, frame_env
+from tests.test_framestack import FrameEnv, K, Recorder, check_buffer, frame_env
 from tests.twins import same_state
+
+
+def snapshot(buf: rb.ReplayBuffer) -> dict[str, bytes]:
+    """Every array of the buffer's state, as bytes (and the view's state)."""
+    state = buf.state_dict()
+    out = {k: np.asarray(v).tobytes() for k, v in state.get("table", {}).items()}
+    out["view"] = repr(state["view"]).encode()
+    return out
 
 
 # ---------------------------------------------------------------- a declared spec of stacks
@@ -96,3 +113,118 @@ def test_frames_that_look_like_stacks_rebuild_from_the_config() -> None:
     assert back.spec == buf.spec
     back.add(obs=stack, action=0, reward=0.0, next_obs=stack, terminated=False,
              truncated=False)
+
+
+# ---------------------------------------------------------------- padding at episode starts
+def zero_padded(seed: int = 0, max_steps: int = 6) -> gym.Env[Any, Any]:
+    env = gym.wrappers.TimeLimit(FrameEnv(p_term=0.0, seed=seed), max_episode_steps=max_steps)
+    return gym.wrappers.FrameStackObservation(env, K, padding_type="zero")
+
+
+def test_a_zero_padded_first_stack_is_refused() -> None:
+    env = zero_padded()
+    obs, _ = env.reset(seed=0)
+    nxt, r, term, trunc, _ = env.step(0)
+    buf = rb.ReplayBuffer(32, frame_stack=K, seed=0)
+    with pytest.raises(ConfigError) as info:
+        buf.add(obs=obs, action=0, reward=r, next_obs=nxt, terminated=term, truncated=trunc)
+    msg = str(info.value)
+    for frag in ("add: obs=array(shape=(4, 12, 10), dtype=uint8)", "lane 0",
+                 "not its first frame repeated", 'padding_type="zero"',
+                 'FrameStackObservation(env, 4, padding_type="reset")', "drop frame_stack"):
+        assert frag in msg, (frag, msg)
+    assert buf.spec is None and len(buf) == 0
+
+
+def test_a_zero_padded_stack_after_an_episode_end_is_refused_unchanged() -> None:
+    """One lane ends its episode (reset-padded stacks so far); its next step's stack is
+    zero-padded: refused, naming that lane, and the buffer is as it was. The other lane,
+    mid-episode, is not at a start."""
+    good = [frame_env(s, max_steps=5) for s in range(2)]
+    rec = Recorder(good, seed=0)
+    buf = rb.ReplayBuffer(40, num_envs=2, frame_stack=K, seed=0)
+    while not any(e["done"] for e in rec.log[1]):
+        rec.step([(buf, False)])
+    ended = [lane for lane in range(2) if rec.log[lane][-1]["done"]]
+    lane = ended[0]
+    zero, _ = zero_padded(seed=9).reset(seed=1)
+    before = snapshot(buf)
+    with pytest.raises(ConfigError, match=f"lane {lane}.*padding_type"):
+        buf.add(env_ids=[lane], obs=zero[None], action=[0], reward=[0.0], next_obs=zero[None],
+                terminated=[False], truncated=[False])
+    assert snapshot(buf) == before
+    # the same stack padded as the buffer rebuilds it is taken
+    padded = np.repeat(zero[-1:], K, axis=0)
+    buf.add(env_ids=[lane], obs=padded[None], action=[0], reward=[0.0],
+            next_obs=padded[None], terminated=[False], truncated=[False])
+
+
+def test_a_lanes_first_step_after_clear_is_checked_as_a_start() -> None:
+    """After clear() a lane's next step is padded as in a fresh buffer, so its stack is
+    checked as a first step's: zero padding is refused, unchanged; reset padding taken."""
+    env = frame_env(seed=2)
+    rec = Recorder([env], seed=1)
+    buf = rb.ReplayBuffer(32, frame_stack=K, seed=0)
+    for _ in range(6):
+        rec.step([(buf, False)])
+    buf.clear()
+    zero, _ = zero_padded(seed=4).reset(seed=2)
+    before = snapshot(buf)
+    with pytest.raises(ConfigError, match=r"it starts an episode \(the first step of lane "
+                                          r"0\).*after clear\(\)"):
+        buf.add(obs=zero, action=0, reward=0.0, next_obs=zero, terminated=False,
+                truncated=False)
+    assert snapshot(buf) == before
+    padded = np.repeat(zero[-1:], K, axis=0)
+    buf.add(obs=padded, action=0, reward=0.0, next_obs=padded, terminated=False,
+            truncated=False)
+    assert len(buf) == 1 and np.array_equal(buf.sample(1).obs[0], padded)
+
+
+def test_extend_refuses_a_zero_padded_start_inside_the_chunk() -> None:
+    """An extend whose chunk ends an episode and starts the next zero-padded: refused at
+    that step (the steps before it are not written either)."""
+    env = zero_padded(max_steps=3)
+    obs, nxt, term = [], [], []
+    o, _ = env.reset(seed=0)
+    o[:-1] = o[-1]  # the first stack padded as the buffer rebuilds it
+    for _ in range(5):
+        n, _, te, tr, _ = env.step(0)
+        obs.append(o)
+        nxt.append(n)
+        term.append(te or tr)
+        o = env.reset()[0] if te or tr else n
+    buf = rb.ReplayBuffer(32, frame_stack=K, seed=0)
+    kw = {"obs": np.stack(obs), "action": np.zeros(5, np.int64),
+          "reward": np.zeros(5, np.float32), "next_obs": np.stack(nxt),
+          "terminated": np.array(term), "truncated": np.zeros(5, bool)}
+    with pytest.raises(ConfigError, match=r"extend: obs=.*its step 3 starts an episode "
+                                          r"\(after an episode end in lane 0\).*padding_type"):
+        buf.extend(**kw)
+    assert buf.spec is None
+    buf.extend(**{k: v[:3] for k, v in kw.items()})  # up to the episode end: taken
+    assert len(buf) == 3
+
+
+@pytest.mark.parametrize("buffer_mode", [None, "next_step"])
+def test_a_next_step_reset_step_is_not_an_episode_start(buffer_mode: str | None) -> None:
+    """A NEXT_STEP vector env adds, after each episode end, a step from the final stack
+    to the reset stack: its stack is the final one, not padded, and it is taken (stored,
+    or dropped with autoreset_mode="next_step"), while the episodes' real first stacks
+    are checked."""
+    envs = gym.vector.SyncVectorEnv([lambda s=s: frame_env(s, max_steps=4) for s in range(2)],
+                                    autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP)
+    buf = rb.ReplayBuffer(80, num_envs=2, frame_stack=K, seed=0, autoreset_mode=buffer_mode)
+    obs, _ = envs.reset(seed=0)
+    ends = 0
+    for _ in range(30):
+        act = envs.action_space.sample()
+        nxt, r, term, trunc, _ = envs.step(act)
+        buf.add(obs=obs, action=act, reward=r, next_obs=nxt, terminated=term, truncated=trunc)
+        ends += int(np.sum(term | trunc))
+        obs = nxt
+    assert ends >= 4
+    if buffer_mode is None:
+        assert len(buf) == 60
+    else:  # one reset step dropped per episode end (but those ending at the last step)
+        assert ends - 2 <= 60 - len(buf) <= ends

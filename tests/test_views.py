@@ -45,6 +45,8 @@ def fill(buf: Any, n: int = 40, stacked: int = 0) -> None:
     for t in range(n):
         shape = (stacked, 2, 3) if stacked else (3,)  # stacks of [2, 3] frames
         obs = rng.standard_normal(shape).astype(np.float32)
+        if stacked and t % 9 == 0:  # an episode's first stack: its first frame repeated
+            obs[:-1] = obs[-1]
         buf.add(obs=obs, action=t % 2, reward=1.0, next_obs=obs + 1,
                 terminated=t % 9 == 8, truncated=False)
 

@@ -360,6 +360,8 @@ class Driver:
         self.fields = layout_fields(layout)
         self.cur = {n: canon(rng, dt, (lanes, *s))
                     for n, (s, dt) in self.fields.items() if n in _obs_names(self.fields)}
+        self.fresh = np.ones(lanes, bool)  # [lanes] the lane's next step starts an episode
+        self.starts = np.empty((0, 0), bool)  # [n, m] of the call being made
 
     # the canonical values of a call: flat names -> [n, m, *shape] (stored dtypes)
     def _values(self, ids: np.ndarray, n: int) -> dict[str, np.ndarray]:
@@ -389,12 +391,20 @@ class Driver:
             if name not in out and name not in _FLAGS:
                 out[name] = canon(rng, dt, (n, m, *s))
         out["terminated"], out["truncated"] = term, trunc
+        # [n, m] the steps that start an episode: a lane's first, or one after an end
+        self.starts = np.empty((n, m), bool)
+        for i in range(n):
+            self.starts[i] = self.fresh[ids]
+            self.fresh[ids] = term[i] | trunc[i]
         return out
 
     def _stacked(self, frame: np.ndarray, lead: Shape) -> np.ndarray:
-        """A stack of ``frame_stack`` frames whose newest is ``frame`` (older ones random)."""
+        """A stack of ``frame_stack`` frames whose newest is ``frame`` (older ones random,
+        or at an episode's first step ``frame`` repeated, as the buffer rebuilds it)."""
         k, axis = self.layout.frame_stack, len(lead)
         older = canon(self.rng, frame.dtype, (*lead, k - 1, *frame.shape[axis:]))
+        starts = self.starts.reshape(lead + (1,) * (frame.ndim - axis + 1))
+        older = np.where(starts, np.expand_dims(frame, axis), older)
         return np.concatenate([older, np.expand_dims(frame, axis)], axis=axis)
 
     def _call(self, values: dict[str, np.ndarray], lead: Shape, plain: bool) -> dict[str, Any]:
@@ -473,6 +483,7 @@ class Driver:
         if rng.random() < 0.04:
             self.fast.clear()
             self.ref.clear()
+            self.fresh[:] = True  # a lane's first step after a clear starts an episode
             same_everything(self.fast, self.ref)
 
     def apply(self, method: str, call: dict[str, Any]) -> None:

@@ -50,6 +50,7 @@ from replaybank.views.base import (
     FieldsCheckedView,
     FusedView,
     InputTransform,
+    LaneInputTransform,
     SpecTransform,
     StepView,
     View,
@@ -67,6 +68,8 @@ class Parts:
         sampler, view: The parts.
         traits: The sampler's capabilities.
         transform: The view as an input transform (frame stacks), or None.
+        lane_transform: The view as an input transform that reads the lanes it writes
+            to (:class:`~replaybank.views.base.LaneInputTransform`), or None.
         specs: The view as one that stores other fields than a declared spec of the
             values added (:class:`~replaybank.views.base.SpecTransform`), or None.
         fused: The view as a check-and-gather-in-one-pass view, or None.
@@ -78,14 +81,16 @@ class Parts:
             storage is made (:class:`~replaybank.views.base.FieldsCheckedView`), or None.
     """
 
-    __slots__ = ("checks", "every_step", "fused", "options", "restores", "sampler", "specs",
-                 "step", "subset", "traits", "transform", "view")
+    __slots__ = ("checks", "every_step", "fused", "lane_transform", "options", "restores",
+                 "sampler", "specs", "step", "subset", "traits", "transform", "view")
 
     def __init__(self, sampler: Sampler, view: View) -> None:
         self.sampler = sampler
         self.view = view
         self.traits = SamplerTraits.of(sampler)
         self.transform = view if isinstance(view, InputTransform) else None
+        self.lane_transform = view if self.transform is not None \
+            and isinstance(view, LaneInputTransform) else None
         self.specs = view if isinstance(view, SpecTransform) else None
         self.fused = view if isinstance(view, FusedView) else None
         self.step = view if isinstance(view, StepView) else None

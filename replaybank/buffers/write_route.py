@@ -32,6 +32,8 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from replaybank.buffers.autoreset import ResetSteps
 from replaybank.buffers.checked_call import check_call, lane_ids
 from replaybank.buffers.guard import CallGuard
@@ -70,6 +72,7 @@ class WriteRoute:
         self.num_envs = num_envs
         self.rows_only = rows_only
         self.resets = ResetSteps(num_envs) if drop_resets else None
+        self._all_lanes = np.arange(num_envs, dtype=np.int64)  # [num_envs], every lane
         #: The writer of the current table and parts (None: built on the next write).
         self.writer: Writer | None = None
         #: The compiled write of a whole call when nothing must happen around it.
@@ -105,8 +108,13 @@ class WriteRoute:
         self.store.check_write("extend" if steps else "add")
         if parts.transform is not None:
             # bad env_ids: the Python boundary's error
-            m = self.num_envs if env_ids is None else len(lane_ids(env_ids, self.num_envs))
-            fields = parts.transform.prepare_inputs(collect_fields(*values), steps, m)
+            ids = self._all_lanes if env_ids is None else lane_ids(env_ids, self.num_envs)
+            if parts.lane_transform is not None:  # (it reads the lanes' stored steps)
+                fields = parts.lane_transform.prepare_lane_inputs(
+                    collect_fields(*values), steps, ids, self.store.table)
+            else:
+                fields = parts.transform.prepare_inputs(collect_fields(*values), steps,
+                                                        len(ids))
             pop = fields.pop
             values = StepValues(pop("obs", UNSET), pop("action", UNSET), pop("reward", UNSET),
                                 pop("next_obs", UNSET), pop("terminated", UNSET),

@@ -12,9 +12,10 @@ its sampling plan, never probed per call:
 * :class:`StepView`: serves each key as its own one-step transition (the step's stored
   fields and exact next observation), with a faster gather for keys just drawn;
 * :class:`ShiftedView`: the transition of a key ends at another key (n-step windows);
-* :class:`InputTransform`: rewrites what users add (frame stacks keep the newest frame),
-  and :class:`SpecTransform` says which fields a declared ``spec=`` of the added values
-  is stored as;
+* :class:`InputTransform`: rewrites what users add (frame stacks keep the newest frame);
+  :class:`LaneInputTransform` also reads the lanes it writes to (frame stacks check the
+  stacks given at an episode start), and :class:`SpecTransform` says which fields a
+  declared ``spec=`` of the added values is stored as;
 * :class:`FieldsCheckedView`: knows from the stored fields that it could never serve
   them (checked before the storage is made);
 * :class:`CallbackView`: calls user functions while it gathers (hindsight rewards), so a
@@ -40,8 +41,9 @@ import numpy.typing as npt
 from replaybank.spec import Spec
 from replaybank.storage.table import StepTable
 
-__all__ = ["CallbackView", "FieldsCheckedView", "FusedView", "InputTransform", "ShiftedView",
-           "SpecTransform", "StatelessView", "StepView", "View", "next_name"]
+__all__ = ["CallbackView", "FieldsCheckedView", "FusedView", "InputTransform",
+           "LaneInputTransform", "ShiftedView", "SpecTransform", "StatelessView", "StepView",
+           "View", "next_name"]
 
 IntArray = npt.NDArray[np.int64]
 
@@ -122,6 +124,20 @@ class InputTransform(Protocol):
 
     def prepare_inputs(self, fields: dict[str, Any], steps: bool, lanes: int) -> dict[str, Any]:
         """Return the fields to store for one ``add`` (``steps=False``) or ``extend``."""
+        ...
+
+
+@runtime_checkable
+class LaneInputTransform(InputTransform, Protocol):
+    """An input transform that also reads the lanes it writes to: a frame-stack view
+    checks that a stack given at a lane's episode start is padded as it rebuilds it.
+    A buffer calls :meth:`prepare_lane_inputs` in place of ``prepare_inputs``."""
+
+    def prepare_lane_inputs(self, fields: dict[str, Any], steps: bool, lanes: IntArray,
+                            table: StepTable | None) -> dict[str, Any]:
+        """``prepare_inputs`` of one call that writes the lanes ``lanes`` ``[m]`` of
+        ``table`` (None before the first write); raises, changing nothing, when the
+        values contradict what the view would serve from them."""
         ...
 
 

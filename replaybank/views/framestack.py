@@ -37,6 +37,20 @@ an obs leaf declared ``(k, *frame)`` that the first add would take as a stack (a
 buffer's config records the spec of the values added, so a rebuilt buffer stores the
 same frames.
 
+Since only the newest frame of a stack is stored, the older frames of a stack given at
+a lane's episode start (the lane's first step, also the first after ``clear()``, or a
+step after an episode end; not a NEXT_STEP vector env's reset step, which goes from the
+final frame to the reset frame) must be its first frame repeated, the stack this view rebuilds there
+(``padding_type="reset"``, gymnasium's default): another padding (``padding_type=
+"zero"``, SB3's ``VecFrameStack``) raises ``ConfigError`` and nothing is written
+(:meth:`FrameStackView.prepare_lane_inputs`). This costs a compare of the table's
+episode and clear counters per add; the table is read only while a lane is at an
+episode start.
+A stack given in mid-episode is not compared with the frames stored before it: that
+would rebuild the newest step's stack at every add (measured: 9 us with one lane, 16
+with four, where a stacked add takes about 10), so its older frames are taken to be the
+ones stored.
+
 Example:
     >>> import numpy as np
     >>> import replaybank as rb
@@ -60,7 +74,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from replaybank.errors import CheckpointError, ConfigError
+from replaybank.errors import CheckpointError, ConfigError, ReplayBankError, describe
 from replaybank.ops import windows
 from replaybank.spec import SEP, FieldSpec, Spec, as_array, flatten, unflatten
 from replaybank.storage.table import StepTable
@@ -112,6 +126,181 @@ def _counted(fn: Any) -> Any:
     return counted
 
 
+class _EpisodeStarts:
+    """The check of the stacks given at a lane's episode start
+    (:meth:`FrameStackView.prepare_lane_inputs`), and what it remembers of a table.
+
+    A lane's step starts an episode when the lane holds no step (none yet, or none since
+    its last ``clear()``: the view pads there as in a fresh buffer) or its newest stored
+    step ended (terminated or truncated), unless the step's newest frame is that step's
+    final frame (a NEXT_STEP reset step, which goes from the final observation to the
+    reset one). Within an ``extend``, a step after an ended step of its lane starts one
+    too. Each stack given at a start must be its newest frame repeated.
+
+    The table is read only while a lane may be at an episode start: once no lane is, the
+    table's per-lane episode and clear counters are remembered, and until one of them
+    changes (an episode ended, or a clear) no lane can be at a start (a write of a step
+    that ends nothing does not put its lane there). So a step costs one compare of those
+    counters' bytes.
+    """
+
+    __slots__ = ("k", "memo")
+
+    def __init__(self, k: int) -> None:
+        self.k = k
+        #: (table, its episode and clear counters' bytes) when no lane of it was at a start
+        self.memo: tuple[StepTable, bytes, bytes] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle support: what was read of a table is not kept."""
+        return {"k": self.k}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.k = state["k"]
+        self.memo = None
+
+    def unchanged(self, table: StepTable) -> bool:
+        """Whether no lane of ``table`` was at a start when its episode and clear
+        counters were what they are now (so none is: the common step)."""
+        memo = self.memo
+        return memo is not None and memo[0] is table \
+            and table.episodes.tobytes() == memo[1] and table.cleared.tobytes() == memo[2]
+
+    def lanes_at_start(self, table: StepTable | None, lanes: IntArray) -> tuple[
+            npt.NDArray[np.bool_], IntArray] | None:
+        """``(start [m], kept [m])`` of the lanes ``lanes``: whether each one's next step
+        starts an episode, and where that follows an ended step, the side slot of its
+        final observation (-1 elsewhere); None when no lane of the table is at a start."""
+        m = len(lanes)
+        if table is None:  # the first write: every lane starts
+            return np.ones(m, dtype=bool), np.full(m, -1, dtype=np.int64)
+        episodes, cleared = table.episodes.tobytes(), table.cleared.tobytes()
+        if self.unchanged(table):
+            return None
+        self.memo = None
+        written = np.asarray(table.written)  # [L]
+        every = np.arange(table.lanes, dtype=np.int64)
+        rows = (written - 1) % table.T  # [L] each lane's newest row
+        flags = [table.arrays["terminated"], table.arrays["truncated"]]  # [T, L] each
+        if not table.plain_numpy:
+            be = table.backend
+            flags = [np.asarray(be.to_numpy(be.gather(f, (rows, every)))) for f in flags]
+        else:
+            flags = [f[rows, every] for f in flags]
+        empty = np.asarray(table.counts) == 0  # [L] no step yet, or none since a clear
+        ended = (flags[0] | flags[1]) & ~empty  # [L]
+        start = empty | ended  # [L]
+        if not start.any():
+            self.memo = (table, episodes, cleared)
+            return None
+        kept = np.where(ended, np.asarray(table.link)[rows, every].astype(np.int64) - 1, -1)
+        return start[lanes], kept[lanes]
+
+    def check(self, stacks: dict[str, npt.NDArray[Any]], out: dict[str, Any],
+              fields: dict[str, Any], steps: bool, lanes: IntArray, table: StepTable | None,
+              layout: dict[str, tuple[bool, int]]) -> None:
+        """Raise the error of :meth:`FrameStackView.prepare_lane_inputs` for a stack of
+        ``stacks`` (each stacked ``obs`` leaf as given, by flat name) given at an episode
+        start; ``out``: the prepared fields (their newest frames), ``fields``: the
+        call's (its flags). A value whose leading dims are not the call's is left to the
+        Python boundary, which names it."""
+        at = self.lanes_at_start(table, lanes)
+        if at is None and not steps:
+            return  # no lane is at an episode start (the common step)
+        m = len(lanes)
+        flags = _ended(fields, m) if steps else None
+        if at is None and (flags is None or not flags[:-1].any()):
+            return  # no step of this call starts an episode
+        flat_out = out if "obs" in stacks and len(stacks) == 1 else flatten(out)
+        for name, arr in stacks.items():
+            leaf = name.partition(SEP)[2]
+            frame_ndim = layout[leaf][1]
+            axis = arr.ndim - frame_ndim - 1  # the stack dim
+            n = arr.shape[0] if steps and axis > 0 else 1
+            if arr.dtype.kind not in "biuf" or arr.shape[axis] != self.k or n * m == 0 \
+                    or int(np.prod(arr.shape[:axis])) != n * m:
+                continue
+            newest = np.asarray(flat_out[name]).reshape(n, m, -1)  # [n, m, frame items]
+            start = np.zeros((n, m), dtype=bool)  # [n, m] steps that start an episode
+            if at is not None:
+                start[0] = at[0]
+                _final_again(start[0], at[1], newest[0], table, name)
+            nxt = flat_out.get("next_" + name)
+            if flags is not None and n > 1 and len(flags) == n and nxt is not None \
+                    and np.size(nxt) == newest.size:
+                nxt = np.asarray(nxt).reshape(n, m, -1)
+                start[1:] = flags[:-1] & ~_same(newest[1:], nxt[:-1])
+            if not start.any():
+                continue
+            where = np.argwhere(start)  # [p, 2] (step, lane)
+            given = np.ascontiguousarray(arr.reshape(n, m, self.k, -1)[start])  # [p, k, F]
+            raw = given.view(np.uint8).reshape(len(given), self.k, -1)
+            bad = np.flatnonzero(~(raw[:, :-1] == raw[:, -1:]).all(axis=(1, 2)))
+            if len(bad):
+                i, j = where[bad[0]].tolist()
+                first = i == 0 and at is not None and at[1][j] < 0  # (no step in the lane)
+                self._refuse(name, arr, arr.shape[axis:], steps, i, int(lanes[j]), first)
+
+    def _refuse(self, name: str, arr: npt.NDArray[Any], stack: tuple[int, ...], steps: bool,
+                step: int, lane: int, first: bool) -> None:
+        """The error of a stack (per-step shape ``stack``) given at an episode start
+        (``first``: the lane's first step) that is not its newest frame repeated."""
+        k = self.k
+        where = f"its step {step}" if steps else "it"
+        why, also = (
+            f"the first step of lane {lane}", "A lane's first step (also its first after "
+            "clear()) starts an episode even where the env's began earlier: begin adding "
+            "at an env reset") if first else (
+            f"after an episode end in lane {lane}", "A step that continues an episode "
+            "after another one's end (several envs' steps added to one lane) is taken as "
+            "an episode start too: give each env its own lane (num_envs, env_ids)")
+        raise ConfigError(
+            f"{'extend' if steps else 'add'}: {name}={describe(arr)}: {where} starts an "
+            f"episode ({why}), but the older frames of its stack are not its first frame "
+            f"repeated; frame_stack={k} stores the newest frame of each stack and rebuilds "
+            "the stacks of an episode's first steps padded with its first frame, as "
+            f'FrameStackObservation(env, {k}, padding_type="reset") gives them, so these '
+            "stacks (another padding, e.g. padding_type=\"zero\") would be replayed "
+            "otherwise than the agent saw them. Wrap the env with "
+            f'FrameStackObservation(env, {k}, padding_type="reset"), or store the stacks as '
+            f"they are: drop frame_stack (each step then stores its whole {stack} stack). "
+            f"{also}")
+
+
+def _ended(fields: dict[str, Any], m: int) -> npt.NDArray[np.bool_] | None:
+    """``[n, m]``: which steps of an ``extend`` call's values end an episode, or None when
+    its flags cannot be read as such (the Python boundary names them)."""
+    try:
+        ended: npt.NDArray[np.bool_] = np.asarray(as_array(fields["terminated"]), dtype=bool) \
+            | np.asarray(as_array(fields["truncated"]), dtype=bool)
+    except (KeyError, TypeError, ValueError, RuntimeError, ReplayBankError):
+        return None
+    if ended.ndim < 1 or ended.size != ended.shape[0] * m:
+        return None
+    return ended.reshape(ended.shape[0], m)
+
+
+def _same(a: npt.NDArray[Any], b: npt.NDArray[Any]) -> npt.NDArray[np.bool_]:
+    """``[...]``: whether the rows ``a[..., :]`` and ``b[..., :]`` hold the same values
+    (``b`` cast to ``a``'s dtype, as the boundary stores both)."""
+    if a.dtype != b.dtype:
+        b = b.astype(a.dtype)
+    return np.asarray(((a == b) | ((a != a) & (b != b))).all(axis=-1), dtype=bool)
+
+
+def _final_again(start: npt.NDArray[np.bool_], kept: IntArray, newest: npt.NDArray[Any],
+                 table: StepTable | None, name: str) -> None:
+    """Clear ``start`` ``[m]`` where a lane's newest frame ``newest`` ``[m, F]`` is the
+    final frame its ended newest step kept aside (side slot ``kept``): a NEXT_STEP reset
+    step, which is not an episode's first step."""
+    pos = np.flatnonzero(start & (kept >= 0))
+    if table is None or not len(pos) or name not in table.side.arrays:
+        return
+    be = table.backend
+    final = np.asarray(be.to_numpy(be.gather(table.side.arrays[name], kept[pos])))
+    start[pos[_same(final.reshape(len(pos), -1), newest[pos])]] = False
+
+
 class FrameStackView:
     """Stacks ``k`` single stored frames of every obs field at sample time.
 
@@ -154,6 +343,8 @@ class FrameStackView:
         self.stacked_inputs = stacked_inputs
         # per obs leaf ("" for a plain obs): (is a stack, frame ndim), set at the first add
         self._layout: dict[str, tuple[bool, int]] = {}
+        # which lanes' next step starts an episode (prepare_lane_inputs' check)
+        self._starts = _EpisodeStarts(self.k)
         self.kernel = kernel
         self._kernel: Any = None
         self._last: tuple[StepTable, IntArray, bytes, _Plan] | None = None
@@ -230,7 +421,14 @@ class FrameStackView:
     def added_spec(self, spec: Spec) -> Spec:
         """The spec of the values added for the stored fields ``spec`` (the inverse of
         :meth:`stored_spec`): an obs leaf whose values this view takes as stacks is
-        ``(k, *frame)``."""
+        ``(k, *frame)``.
+
+        Args:
+            spec: The stored fields (a table's spec).
+
+        Returns:
+            The spec a buffer's config records, which :meth:`stored_spec` maps back.
+        """
         out = []
         for name, f in spec.items():
             top, _, leaf = name.partition(SEP)
@@ -251,13 +449,48 @@ class FrameStackView:
         Returns:
             The fields with each stacked observation replaced by its newest frame.
         """
+        return self._prepare(fields, steps, lanes, None)
+
+    def prepare_lane_inputs(self, fields: dict[str, Any], steps: bool, lanes: IntArray,
+                            table: StepTable | None) -> dict[str, Any]:
+        """:meth:`prepare_inputs` of a call that writes the lanes ``lanes`` ``[m]`` of
+        ``table`` (None before the first write), checking the stacks given at a lane's
+        episode start: their older frames must be the first frame repeated, the stack
+        this view rebuilds there (see the module docs).
+
+        Args:
+            fields: The user's keyword fields (nested dicts allowed).
+            steps: True for ``extend`` (leading step dim).
+            lanes: The lanes written ``[m]`` (the call's ``env_ids``, or every lane).
+            table: The step table written, None before the first write (every lane is
+                then at its first step).
+
+        Returns:
+            The fields with each stacked observation replaced by its newest frame.
+
+        Raises:
+            ConfigError: A stack given at an episode start is padded otherwise (e.g.
+                ``FrameStackObservation(padding_type="zero")``), naming the fix; nothing
+                is written.
+        """
+        stacks: dict[str, npt.NDArray[Any]] = {}
+        out = self._prepare(fields, steps, len(lanes), stacks)
+        # (single frames, or no lane at a start: the common add returns here)
+        if stacks and (steps or table is None or not self._starts.unchanged(table)):
+            self._starts.check(stacks, out, fields, steps, lanes, table, self._layout)
+        return out
+
+    def _prepare(self, fields: dict[str, Any], steps: bool, lanes: int,
+                 stacks: dict[str, npt.NDArray[Any]] | None) -> dict[str, Any]:
+        """:meth:`prepare_inputs`; ``stacks`` (when given) gets each stacked ``obs`` leaf
+        as it was given, by its flat name."""
         n_lead = int(steps) + int(lanes > 1)
         if not any(type(v) is dict or "/" in k for k, v in fields.items()):
             # flat fields (the usual call): only obs and next_obs change
             out = dict(fields)
             for name in ("obs", "next_obs"):
                 if name in out:
-                    out[name] = self._newest(out[name], name, "", n_lead, lanes)
+                    out[name] = self._newest(out[name], name, "", n_lead, lanes, stacks)
             return out
         flat = flatten(fields)
         out = {}
@@ -266,17 +499,20 @@ class FrameStackView:
             if top not in ("obs", "next_obs"):
                 out[name] = value
                 continue
-            out[name] = self._newest(value, name, leaf, n_lead, lanes)
+            out[name] = self._newest(value, name, leaf, n_lead, lanes, stacks)
         return unflatten(out)
 
-    def _newest(self, value: Any, name: str, leaf: str, n_lead: int,
-                lanes: int) -> npt.NDArray[Any]:
+    def _newest(self, value: Any, name: str, leaf: str, n_lead: int, lanes: int,
+                stacks: dict[str, npt.NDArray[Any]] | None) -> npt.NDArray[Any]:
         """The newest frame of a stacked observation leaf (a C-contiguous copy), or the
         value as an array when it holds single frames (the boundary's conversion: a
-        tuple holding arrays is refused, :func:`~replaybank.spec.check_tuple`)."""
+        tuple is refused, :func:`~replaybank.spec.check_tuple`). A stacked ``obs`` leaf
+        goes into ``stacks`` as given (when not None)."""
         arr = value if type(value) is np.ndarray else as_array(value, name)
         stacked, frame_ndim = self._decide(leaf, arr, n_lead, lanes)
         if stacked and arr.ndim >= frame_ndim + 1:
+            if stacks is not None and name[0] == "o":  # obs, not next_obs
+                stacks[name] = arr
             arr = arr.take(-1, axis=arr.ndim - frame_ndim - 1)
         return arr
 
