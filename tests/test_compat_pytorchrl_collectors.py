@@ -11,6 +11,10 @@ end draws windows at any start; the model below says which windows it may draw (
 inside one segment: an export, extended by the next export of the same collector when
 that one begins by re-sending the newest stored rows) and the tests check every drawn
 window against it, field by field.
+
+A ``HERBuffer`` learner (feed-forward or recurrent) fed the same way relabels each
+collector's own episodes: the tests check every ``her_function`` call against a plain
+loop that follows each collector's stream of exports by the collector's name.
 """
 
 from __future__ import annotations
@@ -24,8 +28,14 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from replaybank.compat.pytorchrl import EREBuffer, PERBuffer, ReplayBuffer  # noqa: E402
+from replaybank.compat.pytorchrl import (  # noqa: E402
+    EREBuffer,
+    HERBuffer,
+    PERBuffer,
+    ReplayBuffer,
+)
 from replaybank.compat.pytorchrl.segments import Segments  # noqa: E402
+from replaybank.compat.pytorchrl.streams import MAX_STREAMS, Stream, Streams  # noqa: E402
 from replaybank.errors import EmptyBufferError  # noqa: E402
 
 OBS, RHS, DONE, ACT, REW = ("Observation", "RecurrentHiddenStates", "Done", "Action",
@@ -79,16 +89,18 @@ def transition(source: int, t: int) -> dict[str, Any]:
 
 
 def collect(learner: Any, rounds: list[tuple[int, int]], data_to_cpu: bool = True,
-            seed: int = 0) -> list[tuple[int, list[int]]]:
+            seed: int = 0, actor: Any = ACTOR,
+            algo: Any = ALGO) -> list[tuple[int, list[int]]]:
     """pytorchrl's collection -> gradient worker flow: in each round collector ``source``
-    inserts ``steps`` steps, exports, resets, and the learner inserts the export.
+    inserts ``steps`` steps, exports, resets, and the learner inserts the export (the
+    collectors are built for ``actor`` and ``algo``: recurrent unless told otherwise).
     Returns the exports as ``(source, [t, ...])``, in the order the learner got them."""
     collectors: dict[int, Any] = {}
     clock: Counter[int] = Counter()
     sent = []
     for source, steps in rounds:
         col = collectors.setdefault(
-            source, ReplayBuffer(500, "cpu", ACTOR, ALGO, None, seed=seed + source))
+            source, ReplayBuffer(500, "cpu", actor, algo, None, seed=seed + source))
         for _ in range(steps):
             col.insert_transition(transition(source, clock[source]))
             clock[source] += 1
@@ -371,3 +383,227 @@ def test_segments_bookkeeping() -> None:
     assert seg.lengths(12, 40).tolist() == [2, 16, 10]
     seg.clear()
     assert seg.lengths(12, 40).tolist() == [28]
+
+
+# ------------------------------------------------------------------ HER learners
+Call = tuple[Key, Key, Key]  # a her_function call: (step, initial_state, final_state)
+FEED_FORWARD = (None, None)  # actor, algorithm
+RECURRENT = (ACTOR, ALGO)
+#: The repro's pattern (each collector sends one sequence per export, strictly
+#: interleaved) and one with exports of uneven lengths, episodes ending anywhere in them.
+EVEN = [(0, SEQ), (1, SEQ)] * 4
+UNEVEN = [(0, 9), (1, 7), (0, 11), (1, 8), (0, 6), (1, 12), (0, 9), (1, 9), (0, 8)]
+
+
+def her_learner(actor: Any, algo: Any) -> tuple[HERBuffer, list[Call]]:
+    """A HER learner whose her_function records each call (decoded) and gives the copy
+    the reward ``final_state`` (the code of its episode's last step)."""
+    calls: list[Call] = []
+
+    def her(o: Any, rhs: Any, o2: Any, rhs2: Any, r: Any, initial_state: Any,
+            final_state: Any) -> tuple[Any, Any, Any, Any, Any]:
+        calls.append((decode(o[0, 0]), decode(initial_state[0, 0]),
+                      decode(final_state[0, 0])))
+        return o, rhs, o2, rhs2, np.full((1, 1), final_state[0, 0], np.float32)
+
+    return HERBuffer(500, "cpu", actor, algo, None, her_function=her, seed=0), calls
+
+
+def episode_of(key: Key) -> tuple[int, int, int]:
+    """(collector, env, episode number) of an env step."""
+    source, env, t = key
+    return source, env, t // PERIOD[source]
+
+
+def model_relabelled(sent: list[tuple[int, list[int]]], overlap: int) -> Counter[Call]:
+    """Plain loop: the her_function calls a learner should make, by collector name. An
+    export continues its collector's previous one when it re-sends that one's last
+    ``overlap`` rows (then those are skipped) or starts at the next step; otherwise its
+    collector's running episodes are dropped (a stream that starts after a gap
+    relabels the rest of the episode it starts in). At each episode end every step of
+    the running episode but the last is relabelled with the episode's first and last
+    step."""
+    streams: dict[int, list[int]] = {}  # per collector: the steps of its stream
+    running: dict[tuple[int, int], list[int]] = {}  # per (collector, env): its episode
+    out: Counter[Call] = Counter()
+    for source, ts in sent:
+        before = streams.get(source, [])
+        if before and overlap and ts[:overlap] == before[-overlap:]:
+            new = ts[overlap:]
+        elif before and ts and ts[0] == before[-1] + 1:
+            new = ts
+        else:  # not a continuation: a new stream
+            before, new = [], ts
+            for env in range(ENVS):
+                running[source, env] = []
+        streams[source] = before + new
+        for t in new:
+            for env in range(ENVS):
+                steps = running.setdefault((source, env), [])
+                steps.append(t)
+                if first_of_episode(source, t + 1):  # NextDone: the episode ends
+                    for u in steps[:-1]:
+                        out[(source, env, u), (source, env, steps[0]),
+                            (source, env, steps[-1])] += 1
+                    running[source, env] = []
+    return out
+
+
+def check_copies(learner: HERBuffer, mini_batch_size: int = 600) -> None:
+    """The stored hindsight copies (reward >= 10000: their episode's last step) each
+    belong to the episode of their step."""
+    batch = next(learner.generate_batches(1, mini_batch_size))
+    rew, obs = batch[REW][:, 0].tolist(), batch[OBS][:, 0].tolist()
+    copies = [(decode(o), decode(r)) for o, r in zip(obs, rew, strict=True) if r >= 10000]
+    assert copies and len(copies) < len(obs)
+    for step, final in copies:
+        assert episode_of(final) == episode_of(step), (step, final)
+        assert final[2] % PERIOD[final[0]] == PERIOD[final[0]] - 1, final
+
+
+@pytest.mark.parametrize("rounds", [EVEN, UNEVEN], ids=["even", "uneven"])
+@pytest.mark.parametrize("actor, algo", [FEED_FORWARD, RECURRENT],
+                         ids=["feed-forward", "recurrent"])
+def test_her_learner_of_two_collectors_relabels_each_collectors_own_episodes(
+        actor: Any, algo: Any, rounds: list[tuple[int, int]]) -> None:
+    """Section 'HER' with pytorchrl's data transfer (get_all_buffer_data -> reset ->
+    insert_data_slice) from two collectors, exports interleaved A, B, A, B, ...: every
+    relabelled transition's step, initial_state and final_state are one collector's
+    env's same episode (its first and last step), each step of every episode the
+    learner received whole is relabelled once, and nothing else is (the learner glued
+    one collector's running episode to the other's rows: 12 of 20 feed-forward and 7 of
+    30 recurrent relabelled transitions mixed the collectors, and the recurrent learner
+    relabelled the re-sent overlap rows again)."""
+    learner, calls = her_learner(actor, algo)
+    sent = collect(learner, rounds, actor=actor, algo=algo)
+    assert len({source for source, _ in sent}) == 2
+    for step, initial, final in calls:
+        source, _, n = episode_of(step)
+        assert episode_of(initial) == episode_of(final) == episode_of(step), \
+            (step, initial, final)
+        assert (initial[2], final[2]) == (n * PERIOD[source], (n + 1) * PERIOD[source] - 1)
+    # what the episodes imply: every whole episode received, all its steps but the last
+    received = {(source, env, t) for source, ts in sent for t in ts for env in range(ENVS)}
+    whole: Counter[Call] = Counter()
+    for source, env, t in received:
+        n, period = t // PERIOD[source], PERIOD[source]
+        episode = [(source, env, u) for u in range(n * period, (n + 1) * period)]
+        if set(episode) <= received and (source, env, t) != episode[-1]:
+            whole[(source, env, t), episode[0], episode[-1]] += 1
+    assert Counter(calls) == whole
+    assert Counter(calls) == model_relabelled(sent, OVERLAP if actor else 0)
+    assert learner.relabelled == len(calls) == sum(whole.values()) > 0
+    check_copies(learner)
+
+
+def test_her_learner_of_the_repro() -> None:
+    """The follow-up's repro, one env per collector and four rounds of four steps each
+    from two collectors: 20 relabelled transitions feed-forward and 20 recurrent (two
+    whole six-step episodes per collector), none mixing the collectors (there were 12 of
+    20 and 7 of 30)."""
+    def her(o: Any, rhs: Any, o2: Any, rhs2: Any, r: Any, initial_state: Any,
+            final_state: Any) -> tuple[Any, Any, Any, Any, Any]:
+        seen.append((int(o[0, 0]) // 1000, int(initial_state[0, 0]) // 1000,
+                     int(final_state[0, 0]) // 1000))
+        return o, rhs, o2, rhs2, r
+
+    def step(c: int, t: int) -> dict[str, Any]:
+        v = float(1000 * (c + 1) + t)
+        return {OBS: torch.tensor([[v]]), RHS: torch.full((1, 2), v),
+                DONE: torch.zeros(1, 1), ACT: torch.zeros(1, 1), REW: torch.zeros(1, 1),
+                OBS2: torch.tensor([[v + 1]]), RHS2: torch.full((1, 2), v + 1),
+                DONE2: torch.tensor([[float(t % 6 == 5)]])}
+
+    for actor, algo in (FEED_FORWARD,
+                        (ACTOR, SimpleNamespace(gamma=0.9, update_every=4))):
+        seen: list[tuple[int, int, int]] = []
+        learner = HERBuffer(200, "cpu", actor, algo, None, her_function=her, seed=0)
+        cols = [ReplayBuffer(100, "cpu", actor, algo, None) for _ in range(2)]
+        clock = [0, 0]
+        for _ in range(4):
+            for c, col in enumerate(cols):
+                for _ in range(4):
+                    col.insert_transition(step(c, clock[c]))
+                    clock[c] += 1
+                data = col.get_all_buffer_data(data_to_cpu=True)
+                col.reset()
+                learner.insert_data_slice(data)
+        assert [s for s in seen if len(set(s)) > 1] == []
+        assert len(seen) == learner.relabelled == 20
+        assert Counter(s[0] for s in seen) == {1: 10, 2: 10}
+
+
+@pytest.mark.parametrize("actor, algo", [FEED_FORWARD, RECURRENT],
+                         ids=["feed-forward", "recurrent"])
+def test_her_learner_of_one_collector_relabels_as_the_collector_would(
+        actor: Any, algo: Any) -> None:
+    """One collector (the usual flow): the learner relabels exactly what a HER storage
+    that collected the steps itself relabels, in the same order."""
+    learner, calls = her_learner(actor, algo)
+    sent = collect(learner, [(0, 8), (0, 6), (0, 9), (0, 12), (0, 5)], actor=actor,
+                   algo=algo)
+    direct, direct_calls = her_learner(actor, algo)
+    steps = sorted({t for _, ts in sent for t in ts})
+    assert steps == list(range(len(steps)))
+    for t in steps:
+        direct.insert_transition(transition(0, t))
+    assert calls == direct_calls and learner.relabelled == direct.relabelled > 0
+
+
+@pytest.mark.parametrize("actor, algo", [FEED_FORWARD, RECURRENT],
+                         ids=["feed-forward", "recurrent"])
+def test_her_learner_does_not_glue_an_episode_across_a_gap(actor: Any, algo: Any) -> None:
+    """A slice that does not continue a running episode (one collector whose exports
+    lost rows between them: a recurrent one exporting with data_to_cpu=False, whose
+    reset drops the rows held back, or a feed-forward one whose storage overwrote rows
+    it had not exported) is not glued to it: the episode the gap cut is never relabelled
+    and the next stream relabels the rest of the episode it starts in, with that
+    stream's first step as initial_state."""
+    learner, calls = her_learner(actor, algo)
+    if actor is None:
+        sent = collect(learner, [(0, 5)], actor=actor, algo=algo)
+        lossy = ReplayBuffer(6, "cpu", actor, algo, None)  # keeps the newest 6 of 11 steps
+        for t in range(5, 16):
+            lossy.insert_transition(transition(0, t))
+        data = lossy.get_all_buffer_data()
+        sent.append((0, [decode(v)[2] for v in data[OBS][:, 0, 0].tolist()]))
+        learner.insert_data_slice(data)
+        assert [ts for _, ts in sent] == [[0, 1, 2, 3, 4], [10, 11, 12, 13, 14, 15]]
+    else:
+        sent = collect(learner, [(0, 8), (0, 8), (0, 10), (0, 7)], data_to_cpu=False,
+                       actor=actor, algo=algo)
+        assert [ts[0] for _, ts in sent] == [0, 8, 16, 26]
+    for step, initial, final in calls:
+        assert episode_of(initial) == episode_of(final) == episode_of(step)
+        gap = next(ts for _, ts in sent if step[2] in ts)
+        assert initial[2] in gap and final[2] in gap, (step, initial, final)
+    assert Counter(calls) == model_relabelled(sent, OVERLAP if actor else 0)
+    assert learner.relabelled == len(calls) > 0
+
+
+def test_streams_bookkeeping() -> None:
+    """Streams: the newest written first; a stream whose newest row left the storage is
+    forgotten, one with no running episode too unless its rows may be re-sent
+    (recurrent), and at most MAX_STREAMS are kept (the least recently written goes)."""
+    def stream(running: bool) -> Stream:
+        s = Stream.new(envs=2)
+        if running:
+            s.episodes[1].append({"obs": 0})
+        return s
+
+    for keep_finished in (False, True):
+        streams = Streams(keep_finished=keep_finished)
+        a, b, done = stream(True), stream(True), stream(False)
+        streams.wrote(a, oldest=0, end=4)
+        streams.wrote(b, oldest=0, end=8)
+        assert streams.newest_first() == [b, a] and streams.at(8) is b and streams.at(4) is None
+        streams.wrote(done, oldest=0, end=12)
+        assert streams.newest_first() == ([done, b, a] if keep_finished else [b, a])
+        streams.wrote(a, oldest=8, end=16)  # rows 0-7 overwritten: b's newest row is gone
+        assert streams.newest_first() == ([a, done] if keep_finished else [a])
+        many = [stream(True) for _ in range(MAX_STREAMS + 3)]
+        for i, s in enumerate(many):
+            streams.wrote(s, oldest=8, end=20 + i)
+        assert streams.newest_first() == many[::-1][:MAX_STREAMS]
+        streams.clear()
+        assert streams.newest_first() == [] and streams.at(20 + len(many) - 1) is None

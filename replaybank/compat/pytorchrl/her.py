@@ -8,6 +8,13 @@ transitions are stored as extra data. pytorchrl did it only when every env ended
 same step (fixed episode lengths); here each env's episode is relabelled when *that* env's
 ``NextDone`` is set, so episodes of any length work with any number of envs.
 
+A learner fed by several collectors (``insert_data_slice`` with their exports
+interleaved) keeps each collector's running episodes apart: an episode is continued only
+by a slice that continues it (:mod:`~replaybank.compat.pytorchrl.streams`: the slice
+re-sends the stream's newest rows, or its first ``Observation`` is their
+``NextObservation``), so ``initial_state``, ``final_state`` and the relabelled steps are
+always one collector's one episode.
+
 Storage: the core buffer has ``2 * num_envs`` lanes; lane ``e`` holds env ``e``'s real
 steps and lane ``num_envs + e`` its hindsight copies (the last copy of an episode is
 marked truncated, so n-step windows stop there and still bootstrap). Both are sampled
@@ -54,6 +61,8 @@ from replaybank.compat.pytorchrl.keys import (
     to_numpy,
     tree_map,
 )
+from replaybank.compat.pytorchrl.storage import Sent
+from replaybank.compat.pytorchrl.streams import Stream, Streams
 from replaybank.errors import ArgumentError, ConfigError, ShapeError, describe
 from replaybank.spec import UNSET, Spec, collect_fields
 
@@ -120,7 +129,8 @@ class HERBuffer(EREBuffer):
                          cmin=cmin, seed=seed)
         self.her_function = her_function
         self.relabelled = 0  # hindsight transitions stored so far
-        self._episodes: list[list[dict[str, Any]]] = []  # per env: its steps so far
+        # the running episodes of each stream of continuing slices (one per collector)
+        self._streams = Streams(keep_finished=self.recurrent_actor)
 
     @property
     def _lanes(self) -> int:
@@ -136,43 +146,74 @@ class HERBuffer(EREBuffer):
 
     def _cleared(self) -> None:
         """No episode is under way in any env (a new core buffer, or :meth:`reset`)."""
-        self._episodes = [[] for _ in range(self._num_envs)]
+        self._streams.clear()
+
+    def _stream_of(self, sent: Sent | None) -> tuple[Stream, int]:
+        """The stream a write continues (a new one when it continues none), and how many
+        leading rows of the write that stream holds already (the overlap a recurrent
+        collector re-sends, when the storage kept it: another collector's rows came in
+        between).
+
+        A transition, the overlap :meth:`reset` puts back, a slice whose re-sent rows
+        the storage dropped and a slice after the storage's own steps (as those rows
+        added one by one) continue the rows at the write head. Any other slice
+        continues the newest stream whose newest rows it re-sends, else the newest
+        stream whose running episodes it continues (its first ``Observation`` is their
+        last step's ``NextObservation``), else none."""
+        head = self._streams.at(self._span()[1])
+        if sent is None or sent.dropped or (head is not None and head.own):
+            return head or Stream.new(self._num_envs), 0
+        streams = self._streams.newest_first()
+        if self.recurrent_actor:
+            for stream in streams:
+                held = self._resent(sent.data, stream.end)
+                if held:
+                    return stream, held
+        for stream in streams:
+            if self._follows(sent.data, stream.end, stream.running()):
+                return stream, 0
+        return Stream.new(self._num_envs), 0
 
     def _plan_insert(self, where: str, sample: Any, values: dict[str, Any],
-                     steps: int | None) -> Any:
-        """Each env's new steps, and the hindsight rows of the episodes this write ends
-        (``her_function`` is called and its results checked now, before anything is
-        written)."""
+                     steps: int | None, sent: Sent | None) -> Any:
+        """The stream the write continues, each env's new steps, and the hindsight rows
+        of the episodes this write ends (``her_function`` is called and its results
+        checked now, before anything is written)."""
         n = self._num_envs
+        stream, held = self._stream_of(sent)
         # a feed-forward actor's hidden states: pytorchrl's one zero row, whatever was sent
         rhs = {k: to_numpy(sample[k]) for k in (RHS, RHS2)
                if k in sample and self.recurrent_actor}
         pending: list[list[dict[str, Any]]] = [[] for _ in range(n)]
-        ended = [False] * n  # the env's stored episode ended within this write
+        ended = [False] * n  # the env's running episode ended within this write
         writes: list[tuple[int, list[dict[str, Any]]]] = []
-        for t in range(1 if steps is None else steps):
+        for t in range(held, 1 if steps is None else steps):  # the stream's new steps
             row = values if steps is None else _at(values, t)
             hidden = rhs if steps is None else _at(rhs, t)
             for e in range(n):
                 pending[e].append({**_row(row, e), **_row(hidden, e), **self._zeros})
             for e in np.flatnonzero(row["terminated"]).tolist():
-                episode = pending[e] if ended[e] else self._episodes[e] + pending[e]
+                episode = pending[e] if ended[e] else stream.episodes[e] + pending[e]
                 rows = self._relabel(where, episode)
                 if rows:
                     writes.append((e, rows))
                 pending[e], ended[e] = [], True
+        own = sent is None  # the storage's own steps, not a slice's
         if not writes:
-            return pending, ended, []
+            return stream, own, pending, ended, []
         spec = self._spec_of(values, steps)
-        return pending, ended, [(e, self._hindsight(spec, e, rows)) for e, rows in writes]
+        return stream, own, pending, ended, [(e, self._hindsight(spec, e, rows))
+                                             for e, rows in writes]
 
     def _after_insert(self, plan: Any) -> None:
-        pending, ended, writes = plan
+        stream, own, pending, ended, writes = plan
         for e, steps in enumerate(pending):
             if ended[e]:
-                self._episodes[e] = steps
+                stream.episodes[e] = steps
             else:
-                self._episodes[e].extend(steps)
+                stream.episodes[e].extend(steps)
+        stream.own = own
+        self._streams.wrote(stream, *self._span())
         for e, (fields, count) in writes:
             self._write_hindsight(e, fields, count)
 
@@ -237,7 +278,10 @@ class HERBuffer(EREBuffer):
 
     def handle_end_of_episode(self, env: int = 0) -> None:
         """At the end of env ``env``'s episode, generate its hindsight transitions (all
-        but the last step's) and add them to its hindsight lane.
+        but the last step's) and add them to its hindsight lane. The episode is the one
+        running in the newest rows (those the next transition continues); a learner fed
+        by several collectors relabels the others' episodes when their ``NextDone``
+        arrives.
 
         Raises:
             ArgumentError, ConfigError: ``env`` is not an env of the storage.
@@ -245,9 +289,14 @@ class HERBuffer(EREBuffer):
         """
         where = f"{type(self).__name__}.handle_end_of_episode"
         e = self._env(where, env)
-        rows = self._relabel(where, self._episodes[e])
+        oldest, written = self._span()
+        stream = self._streams.at(written)
+        if stream is None:  # no episode is running in the newest rows
+            return
+        rows = self._relabel(where, stream.episodes[e])
         hindsight = self._hindsight(self._core().table.spec, e, rows) if rows else None
-        self._episodes[e] = []
+        stream.episodes[e] = []
+        self._streams.wrote(stream, oldest, written)
         if hindsight is not None:
             self._write_hindsight(e, *hindsight)
 

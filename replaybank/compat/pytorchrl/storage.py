@@ -17,7 +17,8 @@ per env, built at the first transition) and translates:
   as pytorchrl's reference says. For a recurrent actor a slice that does not begin by
   re-sending the newest stored rows starts a segment that no window crosses
   (:mod:`~replaybank.compat.pytorchrl.segments`): with several collectors, windows
-  never join two trajectories.
+  never join two trajectories. A HER storage keeps each collector's running episodes
+  apart the same way (:mod:`~replaybank.compat.pytorchrl.streams`).
 
 Every public call checks its arguments first (:mod:`~replaybank.compat.checks`)
 and raises a :class:`~replaybank.errors.ReplayBankError` naming the argument, the bad
@@ -44,7 +45,7 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, ClassVar, NoReturn
+from typing import Any, ClassVar, NamedTuple, NoReturn
 
 import numpy as np
 
@@ -93,7 +94,8 @@ from replaybank.ops.windows import valid_starts
 from replaybank.samplers.base import Sampler
 from replaybank.spec import unflatten
 
-__all__ = ["PARAMETERS", "Storage", "get_priority", "get_sequence_priority", "magnitudes"]
+__all__ = ["PARAMETERS", "Sent", "Storage", "get_priority", "get_sequence_priority",
+           "magnitudes"]
 
 #: Extras stored only for recurrent actors (pytorchrl keeps one zero row otherwise).
 _RECURRENT_KEYS = (RHS, RHS2)
@@ -300,6 +302,21 @@ def _bad_flags(where: str, key: str, value: Any) -> NoReturn:
     raise DtypeError(f"{where}: sample[{key!r}] holds {bad}; done flags are 0 or 1")
 
 
+class Sent(NamedTuple):
+    """A slice as :meth:`Storage.insert_data_slice` received it, for the scheme that plans
+    the write of its rows (HER follows each collector's episodes across slices).
+
+    Attributes:
+        data: The checked slice, pytorchrl's layout ``{key: [rows, num_envs, ...]}``
+            (the storage tensors it holds).
+        dropped: Its leading rows not written because they repeat the newest stored
+            rows (the overlap a recurrent collector re-sends); the write holds the rest.
+    """
+
+    data: dict[str, Any]
+    dropped: int
+
+
 class Storage(FrontEnd):
     """pytorchrl's off-policy storage API over one core replay buffer.
 
@@ -401,9 +418,11 @@ class Storage(FrontEnd):
         """Add the scheme's extra batch keys (``n_step``, ``per_weights``, ...)."""
 
     def _plan_insert(self, where: str, sample: Mapping[str, Any], values: dict[str, Any],
-                     steps: int | None) -> Any:
+                     steps: int | None, sent: Sent | None) -> Any:
         """Prepare what a write of checked ``values`` needs besides the core write (HER
-        relabels the episodes it ends); may raise, nothing is changed yet."""
+        relabels the episodes it ends); may raise, nothing is changed yet. ``sent`` is
+        the slice the rows come from (None: a transition, or the overlap ``reset``
+        puts back), which continues the rows at the write head or not."""
         return None
 
     def _after_insert(self, plan: Any) -> None:
@@ -600,18 +619,20 @@ class Storage(FrontEnd):
         """
         self._insert(self._where_insert, sample, None)
 
-    def _insert(self, where: str, sample: Any, steps: int | None) -> None:
-        """Check, then write one step (``steps`` None) or ``steps`` steps. The first write
-        builds the core buffer from its (first) step; a failure of either leaves the
-        storage as it was (not built)."""
+    def _insert(self, where: str, sample: Any, steps: int | None,
+                sent: Sent | None = None) -> None:
+        """Check, then write one step (``steps`` None) or ``steps`` steps (of the slice
+        ``sent``, when :meth:`insert_data_slice` writes them). The first write builds the
+        core buffer from its (first) step; a failure of either leaves the storage as it
+        was (not built)."""
         if self.buffer is None:
             with restored_on_error(self, "__dict__"):
                 self._init(where, sample if steps is None else tree_map(lambda v: v[0], sample))
-                self._insert(where, sample, steps)
+                self._insert(where, sample, steps, sent)
             return
         buf = self.buffer
         values = self._values(where, sample, steps)
-        plan = self._plan_insert(where, sample, values, steps) if self._plans else None
+        plan = self._plan_insert(where, sample, values, steps, sent) if self._plans else None
         try:
             if steps is None:
                 buf.add(truncated=self._false, env_ids=self._env_ids,
@@ -937,7 +958,9 @@ class Storage(FrontEnd):
         other slice starts a segment of its own (another collector's data, or rows after
         a gap), which no window of :meth:`generate_batches` crosses: its leading
         ``overlap_length`` rows are the burn-in of its first window, as in pytorchrl,
-        which stores every slice whole. A feed-forward actor's hidden states
+        which stores every slice whole. A ``HERBuffer`` continues the running episodes
+        of the stream of slices this one continues, which need not be the newest rows
+        (:mod:`~replaybank.compat.pytorchrl.streams`). A feed-forward actor's hidden states
         are not stored, whatever their length (pytorchrl exports one zero row of them):
         the first write takes their shape, and batches hold one zero row of it, as
         the collector's do.
@@ -970,19 +993,34 @@ class Storage(FrontEnd):
         if rows <= first:
             return
         seq = self._span()[1]
-        self._insert(where, _slice(data, first, rows), rows - first)
+        self._insert(where, _slice(data, first, rows), rows - first, Sent(data, first))
         if self.recurrent_actor and not first:  # it does not continue the stored rows
             self._segments.start(seq, self._span()[0])
 
-    def _resent(self, data: dict[str, Any]) -> int:
-        """How many leading rows of a slice ``data`` repeat the newest stored rows (the
-        overlap a collector re-sends after :meth:`reset`, compared on every key the
-        storage holds): ``overlap_length``, or 0."""
+    def _resent(self, data: dict[str, Any], end: int | None = None) -> int:
+        """How many leading rows of a slice ``data`` repeat the stored rows before
+        ``end`` (a sequence number; None: the newest stored rows), as the overlap a
+        recurrent collector re-sends after :meth:`reset` repeats its previous export's
+        last rows (compared on every key the storage holds): ``overlap_length``, or 0."""
         n = self.overlap_length
-        if not n or self.size < n:
+        oldest, written = self._span()
+        end = written if end is None else end
+        if not n or end - n < oldest:
             return 0
-        newest = self.get_data_slice(self.step - n, self.step)
+        newest = self._rows(end - n - oldest, end - oldest)
         return n if _same_data(newest, _slice(data, 0, n), self._stored) else 0
+
+    def _follows(self, data: dict[str, Any], end: int, envs: list[int]) -> bool:
+        """Whether the first row of a slice ``data`` is the next step of the stored row
+        before ``end`` in each env of ``envs``: its ``Observation`` is that row's
+        ``NextObservation`` (how a feed-forward collector's next export continues its
+        previous one; the envs whose episode ended at that row start another one)."""
+        oldest = self._span()[0]
+        if not envs or end - 1 < oldest:
+            return False
+        stored = self._rows(end - 1 - oldest, end - oldest)[OBS2]  # [1, num_envs, ...]
+        return _equal(tree_map(lambda v: v[0, envs], stored),
+                      tree_map(lambda v: to_numpy(v)[0, envs], data[OBS]))
 
     def _span(self) -> tuple[int, int]:
         """Sequence numbers ``(oldest, next)`` of the real lanes' rows: the oldest row
@@ -1158,8 +1196,8 @@ def _equal(x: Any, y: Any) -> bool:
             return False
         return all(_equal(x[k], y[k]) for k in x)
     xa, ya = to_numpy(x), to_numpy(y)
-    return bool(xa.shape == ya.shape and np.array_equal(xa.astype(np.float32),
-                                                        ya.astype(np.float32)))
+    return bool(xa.shape == ya.shape and np.array_equal(
+        xa.astype(np.float32), ya.astype(np.float32), equal_nan=True))
 
 
 def window_lengths(discount: Any, gamma: float, n: int) -> Any:
