@@ -18,6 +18,8 @@ from hypothesis import strategies as st
 import replaybank as rb
 from replaybank.errors import ConfigError, DtypeError, EmptyBufferError, ShapeError
 from replaybank.ops import windows
+from replaybank.samplers.base import StatelessSampler
+from tests.stats import chi2_critical
 
 # ---------------------------------------------------------------------- plain-loop oracles
 
@@ -525,22 +527,84 @@ def test_windows_whose_starts_have_priority_zero_name_the_cause() -> None:
     assert buf.rng.bit_generator.state == state
 
 
-def test_rare_windows_of_a_sampler_without_subset_draws_name_the_cause() -> None:
-    """Lane split cannot draw among given starts: it keeps redrawing, then says why."""
+def _one_window_in_20000(sampler: Any) -> rb.ReplayBuffer:
+    """Two lanes of 20000 one-step episodes, but lane 0's steps 5..7 are one episode: the
+    only usable 3-step window starts at key 10 (lane 0, seq 5). A step's obs is its key."""
     n = 20_000
-    buf = rb.ReplayBuffer(capacity=2 * n, num_envs=2, seed=0, sampler=rb.LaneSplitSampler())
+    buf = rb.ReplayBuffer(capacity=2 * n, num_envs=2, seed=0, sampler=sampler)
     term = np.ones((n, 2), bool)
     term[5:7, 0] = False  # lane 0: one 3-step episode (steps 5..7) among one-step ones
-    buf.extend(obs=np.zeros((n, 2, 1), np.float32), action=np.zeros((n, 2)),
-               reward=np.zeros((n, 2)), next_obs=np.zeros((n, 2, 1), np.float32),
+    obs = (2 * np.arange(n)[:, None] + np.arange(2)).astype(np.float32)[..., None]
+    buf.extend(obs=obs, action=np.zeros((n, 2)), reward=np.zeros((n, 2)), next_obs=obs + 2,
                terminated=term, truncated=np.zeros((n, 2), bool))
+    return buf
+
+
+def test_lane_split_rare_windows_are_drawn_exactly() -> None:
+    """The probe's buffer: 1 usable window among 40000 starts (a draw finds it with
+    probability 1/40000). Lane split redrew 1024 rounds and raised; after max_redraws
+    rounds it now draws the rest from its law among the usable starts."""
+    buf = _one_window_in_20000(rb.LaneSplitSampler())
+    sb = buf.sample_sequences(4, 3)
+    assert sb.starts.tolist() == [10] * 4 and sb.mask.all()
+    np.testing.assert_array_equal(sb.obs[..., 0], np.tile([10.0, 12.0, 14.0], (4, 1)))
+    np.testing.assert_array_equal(sb.next_obs[..., 0],
+                                  np.tile([12.0, 14.0, 16.0], (4, 1)))
+
+
+class _NoRestrictedDraws(StatelessSampler):
+    """The lane-split law without key_weights/sample_restricted (a user's own sampler)."""
+
+    iid = True
+
+    def sample(self, batch_size: int, lanes: Any, rng: np.random.Generator,
+               replace: bool = True) -> Any:
+        return rb.LaneSplitSampler().sample(batch_size, lanes, rng, replace=replace)
+
+    def config(self) -> dict[str, Any]:
+        return {"type": "no_restricted_draws"}
+
+
+def test_rare_windows_of_a_sampler_without_draws_among_keys_name_the_cause() -> None:
+    """A sampler that cannot draw among given starts keeps redrawing, then says why."""
+    buf = _one_window_in_20000(_NoRestrictedDraws())
     state = buf.rng.bit_generator.state
     with pytest.raises(EmptyBufferError) as err:
         buf.sample_sequences(4, 3)
     msg = str(err.value)
-    assert "holds 1 window of at least 3 steps" in msg and "LaneSplitSampler" in msg, msg
+    assert "holds 1 window of at least 3 steps" in msg and "_NoRestrictedDraws" in msg, msg
     assert "redraw rounds" in msg and "add more data" not in msg, msg
     assert buf.rng.bit_generator.state == state
+
+
+@pytest.mark.statistical
+def test_lane_split_fallback_follows_the_lane_split_law() -> None:
+    """Lane 0 holds 2000 steps, lane 1 500, each of one-step episodes but for a 4-step one
+    in lane 0 (seq 10..13: 3-step windows start at keys 20 and 22) and a 3-step one in
+    lane 1 (seq 50..52: key 101). A draw picks a lane, then one of its steps, so the
+    starts' law is ``1 / count_l`` each among the usable ones: 1/2000, 1/2000, 1/500, that
+    is 1/6, 1/6, 2/3 (not 1/3 each). A draw is usable with probability 0.0015: nearly
+    every row comes from the exact fallback after max_redraws rounds (1024 rounds left
+    about a fifth of the rows short and raised)."""
+    buf = rb.ReplayBuffer(capacity=4000, num_envs=2, seed=7, lane_split="random")
+    for lane, n, first, last in ((0, 2000, 10, 13), (1, 500, 50, 52)):
+        obs = np.arange(n + 1, dtype=np.float32)[:, None, None]
+        term = np.ones((n, 1), bool)
+        term[first:last, 0] = False
+        buf.extend(obs=obs[:-1], action=np.zeros((n, 1)), reward=np.zeros((n, 1)),
+                   next_obs=obs[1:], terminated=term, truncated=np.zeros((n, 1), bool),
+                   env_ids=[lane])
+    usable = [20, 22, 101]
+    starts = np.concatenate([buf.sample_sequences(32, 3).starts for _ in range(150)])
+    assert set(starts.tolist()) <= set(usable), sorted(set(starts.tolist()) - set(usable))
+    observed = np.array([(starts == k).sum() for k in usable])
+
+    def chi2(p: np.ndarray) -> float:
+        expected = len(starts) * p
+        return float(((observed - expected) ** 2 / expected).sum())
+
+    assert chi2(np.array([1, 1, 4]) / 6) < chi2_critical(2), observed
+    assert chi2(np.full(3, 1 / 3)) > 100, observed  # far from uniform over the starts
 
 
 # ---------------------------------------------------------------------- priorities

@@ -34,10 +34,11 @@ valid starts for a prioritized sampler (its importance weights are computed from
 unconditional probabilities; the conditioning multiplies every probability by the same
 constant, which max-normalised weights cancel; ``weight_norm="batch"`` normalises over the
 windows returned, redrawn ones included). When valid starts are rare, after
-``max_redraws`` rounds the uniform, prioritized and ERE samplers draw the rest directly
-from their law restricted to the valid starts (same distribution; a prioritized sampler in
-proportion to priority among them, however small their share of the priority mass);
-other samplers keep redrawing and raise if they fail.
+``max_redraws`` rounds the uniform, prioritized, ERE and lane-split samplers draw the rest
+directly from their law restricted to the valid starts (same distribution; a prioritized
+sampler in proportion to priority among them, however small their share of the priority
+mass; lane split ``1 / count_l`` per valid start of lane ``l``); other samplers keep
+redrawing and raise if they fail.
 I.i.d. samplers (uniform, lane split) draw ``B // 2 + 4`` spare starts in the first round
 and keep the first ``B`` valid ones in draw order, which leaves the law unchanged and
 usually saves the redraw rounds. ``replace=False`` draws ``B`` distinct windows: by

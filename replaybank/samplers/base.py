@@ -33,7 +33,8 @@ declared protocols that a buffer checks once, when it builds its plans:
   finish;
 * :class:`RestrictedDraws`: weighs given keys by its law and draws keys i.i.d. among them
   only (a sampler that draws with replacement only, as lane split): frame stacks draw
-  from the servable steps so when redraws do not finish;
+  from the servable steps, and sequence windows from the usable starts, so when redraws
+  do not finish;
 * :class:`StatelessSampler` (a base class): keeps no per-slot state, so writes need not
   be told to it; ``iid`` says its draws are independent of each other.
 
@@ -318,9 +319,11 @@ class SubsetDraws(Sampler, Protocol):
 class RestrictedDraws(Sampler, Protocol):
     """A sampler that can draw keys i.i.d. from its own law restricted to given keys
     (with replacement only: for distinct draws among given keys see
-    :class:`SubsetDraws`, which does both). A frame stack's draw falls back to it when
-    redraw rounds do not finish (:mod:`replaybank.samplers.draw`): the redraw rounds
-    converge to that same law, the sampler's law conditioned on servable steps."""
+    :class:`SubsetDraws`, which does both). A frame stack's draw
+    (:mod:`replaybank.samplers.draw`) and a sequence window draw
+    (:mod:`replaybank.samplers.windows`) fall back to it when redraw rounds do not
+    finish: the redraw rounds converge to that same law, the sampler's law conditioned on
+    servable steps (usable window starts)."""
 
     def key_weights(self, keys: IntArray, lanes: LaneView) -> FloatArray:
         """Each of the live ``keys``' unnormalised weight in the sampler's law ``[n]``
@@ -399,6 +402,7 @@ class SamplerTraits:
         counted: The sampler as a :class:`CountedDraws`, or None.
         batch: The sampler as a :class:`BatchWeights`, or None.
         subset: The sampler as a :class:`SubsetDraws`, or None.
+        restricted: The sampler as a :class:`RestrictedDraws`, or None.
 
     Example:
         >>> from replaybank.samplers.uniform import UniformSampler
@@ -420,6 +424,7 @@ class SamplerTraits:
     counted: CountedDraws | None = None
     batch: BatchWeights | None = None
     subset: SubsetDraws | None = None
+    restricted: RestrictedDraws | None = None
 
     @classmethod
     def of(cls, sampler: Sampler) -> SamplerTraits:
@@ -451,6 +456,7 @@ class SamplerTraits:
             counted=sampler if isinstance(sampler, CountedDraws) else None,
             batch=sampler if isinstance(sampler, BatchWeights) else None,
             subset=sampler if isinstance(sampler, SubsetDraws) else None,
+            restricted=sampler if isinstance(sampler, RestrictedDraws) else None,
         )
 
 

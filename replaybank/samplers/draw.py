@@ -48,7 +48,7 @@ from replaybank.samplers.base import (
     SubsetDraws,
 )
 
-__all__ = ["draw", "draw_among", "replace_rows", "servable_keys"]
+__all__ = ["draw", "draw_among", "iid_among", "replace_rows", "servable_keys"]
 
 IntArray = npt.NDArray[np.int64]
 Valid = Callable[[IntArray], "npt.NDArray[np.bool_] | None"]
@@ -211,17 +211,45 @@ def draw_among(sampler: SubsetDraws | RestrictedDraws, lanes: LaneView,
         assert isinstance(sampler, SubsetDraws)  # (checked above)
         return sampler.sample_among(keys, batch_size, lanes, rng, **kwargs)
     if partial is None:
-        return _iid_among(sampler, keys, batch_size, lanes, rng, kwargs)
+        return iid_among(sampler, keys, batch_size, lanes, rng, kwargs)
     res, ok = partial
     bad = np.flatnonzero(~ok)
-    return replace_rows(res, bad, _iid_among(sampler, keys, len(bad), lanes, rng, kwargs))
+    return replace_rows(res, bad, iid_among(sampler, keys, len(bad), lanes, rng, kwargs))
 
 
-def _iid_among(sampler: SubsetDraws | RestrictedDraws, keys: IntArray, batch_size: int,
-               lanes: LaneView, rng: np.random.Generator,
-               kwargs: dict[str, Any]) -> SampleResult:
+def iid_among(sampler: SubsetDraws | RestrictedDraws, keys: IntArray, batch_size: int,
+              lanes: LaneView, rng: np.random.Generator,
+              kwargs: dict[str, Any]) -> SampleResult:
     """``batch_size`` keys i.i.d. from the sampler's law restricted to ``keys``, through
-    the protocol it declares."""
+    the protocol it declares (:meth:`~replaybank.samplers.base.SubsetDraws.sample_among`
+    with ``replace=True``, or :meth:`~replaybank.samplers.base.RestrictedDraws.
+    sample_restricted`): the exact fallback of a frame stack's draw (:func:`draw_among`)
+    and of sequence windows (:mod:`replaybank.samplers.windows`).
+
+    Args:
+        sampler: Draws among given keys.
+        keys: Distinct live keys ``[n]``, each of positive weight in the sampler's law.
+        batch_size: Number of keys B.
+        lanes: The table's lane bookkeeping.
+        rng: The sampling generator.
+        kwargs: The sample call's options (``beta``, ERE's ``update``, ...).
+
+    Returns:
+        A ``SampleResult`` of ``[B]`` keys among ``keys``, with the probabilities and
+        weights the sampler gives them.
+
+    Raises:
+        EmptyBufferError: None of ``keys`` can be drawn with these options (nothing is
+            drawn).
+
+    Example:
+        >>> from replaybank.samplers.lane_split import LaneSplitSampler
+        >>> lv = LaneView(T=4, lanes=2, written=np.array([4, 1]), counts=np.array([4, 1]))
+        >>> res = iid_among(LaneSplitSampler(), np.array([0, 1]), 6, lv,
+        ...                 np.random.default_rng(0), {})
+        >>> sorted(set(res.keys.tolist()))
+        [0, 1]
+    """
     if isinstance(sampler, SubsetDraws):
         return sampler.sample_among(keys, batch_size, lanes, rng, **{**kwargs, "replace": True})
     return sampler.sample_restricted(keys, batch_size, lanes, rng, **kwargs)

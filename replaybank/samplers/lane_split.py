@@ -41,8 +41,9 @@ class LaneSplitSampler(StatelessSampler):
 
     Behind a view that rejects some steps (frame stacks), rejected keys are redrawn, so a
     lane's share is proportional to the fraction of its steps the view serves (see
-    ``docs/samplers/lane-split.md``). When the redraw rounds do not finish, the rows left
-    are drawn exactly from that law among the servable steps
+    ``docs/samplers/lane-split.md``); so are sequence window starts whose window is too
+    short. When the redraw rounds do not finish, the rows left are drawn exactly from that
+    law among the servable steps (usable starts)
     (:class:`~replaybank.samplers.base.RestrictedDraws`: :meth:`key_weights`,
     :meth:`sample_restricted`).
 

@@ -4,11 +4,13 @@ A start is usable when the window from it holds at least ``min_len`` steps: it s
 lane, below the write head and (``cross=False``) inside one episode (its *extent*,
 :mod:`replaybank.ops.windows`). The starts therefore follow the sampler's distribution
 *conditioned on usable starts*. After ``max_redraws`` rounds a sampler that draws among
-given keys (:class:`~replaybank.samplers.base.SubsetDraws`: uniform, prioritized, ERE)
-draws the rows still short from its law restricted to the usable starts, the same
-distribution (uniform over them; in proportion to priority among those of positive
-priority, with the unconditional probabilities and weights; ERE within its window); other
-samplers keep redrawing (at least 1024 rounds) and raise when they fail. A call is refused
+given keys (:class:`~replaybank.samplers.base.SubsetDraws`: uniform, prioritized, ERE;
+:class:`~replaybank.samplers.base.RestrictedDraws`: lane split) draws the rows still short
+from its law restricted to the usable starts, the same distribution (uniform over them;
+in proportion to priority among those of positive priority, with the unconditional
+probabilities and weights; ERE within its window; lane split ``1 / count_l`` for each
+usable start of lane ``l``); other samplers keep redrawing (at least 1024 rounds) and
+raise when they fail. A call is refused
 only when no window is usable, or none of their starts can be drawn (all of priority 0,
 or outside an ERE window), with a message that names that cause. I.i.d. samplers draw
 ``B // 2 + 4`` spare starts in the first round and keep the first ``B`` usable ones in
@@ -51,7 +53,7 @@ from replaybank.errors import ConfigError, EmptyBufferError
 from replaybank.ops import windows
 from replaybank.ops.draws import uniform_ints
 from replaybank.samplers.base import FloatArray, LaneView, SampleResult, SamplerTraits, SubsetDraws
-from replaybank.samplers.draw import replace_rows
+from replaybank.samplers.draw import iid_among, replace_rows
 from replaybank.samplers.sample_args import (
     LARGE_BATCH,
     check_batch_size,
@@ -363,7 +365,8 @@ def redraw_short(traits: SamplerTraits, lanes: LaneView, link: npt.NDArray[np.in
     if extent is None:
         extent = extent_kernel()
     width, cross, min_len, kwargs = req.width, req.cross, req.min_len, req.options
-    exact = traits.uniform is not None or traits.subset is not None
+    exact = traits.uniform is not None or traits.subset is not None \
+        or traits.restricted is not None
     limit = req.max_redraws if exact else max(req.max_redraws, 1024)
     bad = np.flatnonzero(ext < min_len)
     if len(bad) == 0:
@@ -388,9 +391,9 @@ def _among_usable(traits: SamplerTraits, lanes: LaneView, link: npt.NDArray[np.i
                   req: WindowRequest, extent: Any, rounds: int) -> SampleResult:
     """``res`` with its rows ``bad`` drawn from the sampler's law restricted to the usable
     starts (``ext`` updated in place): uniformly for a uniform sampler, in proportion to
-    the key weights for a :class:`~replaybank.samplers.base.SubsetDraws` (i.i.d., with
-    the probabilities and weights its ``sample`` gives those keys); an error naming the
-    cause otherwise."""
+    the key weights for a :class:`~replaybank.samplers.base.SubsetDraws` or
+    :class:`~replaybank.samplers.base.RestrictedDraws` (i.i.d., with the probabilities
+    and weights its ``sample`` gives those keys); an error naming the cause otherwise."""
     width, cross, min_len = req.width, req.cross, req.min_len
     valid = windows.valid_starts(link, lanes.written, lanes.counts, width, cross, min_len)
     head = (f"{req.call}(batch_size={req.batch_size}, width={width}, episode_boundary="
@@ -405,14 +408,14 @@ def _among_usable(traits: SamplerTraits, lanes: LaneView, link: npt.NDArray[np.i
         ext[bad] = extent(link, lanes.written, lanes.counts, keys[bad], width, cross)
         return SampleResult(keys, res.probabilities, res.weights)
     name = type(traits.sampler).__name__
-    among = traits.subset
+    among = traits.subset if traits.subset is not None else traits.restricted
     if among is None:
         raise EmptyBufferError(
             f"{head}): the buffer holds {_windows(len(valid))} of at least {min_len} steps, "
             f"but {rounds} redraw rounds of the sampler ({name}) drew none of their starts "
             f"for {len(bad)} of the {req.batch_size} rows: its law puts (almost) no mass on "
             "them; use a sampler that draws the rest among the usable starts (uniform, "
-            f"prioritized or RecentSampler){_usable_hint(req)}")
+            f"lane split, prioritized or RecentSampler){_usable_hint(req)}")
     weights = np.asarray(among.key_weights(valid, lanes), np.float64)
     servable = valid[weights > 0.0]
     if len(servable) == 0:
@@ -422,8 +425,7 @@ def _among_usable(traits: SamplerTraits, lanes: LaneView, link: npt.NDArray[np.i
             "stored priority of 0 is never drawn); update their priorities with positive "
             f"values (update_priorities) or use eps > 0{_usable_hint(req)}")
     try:
-        more = among.sample_among(servable, len(bad), lanes, rng,
-                                  **{**req.options, "replace": True})
+        more = iid_among(among, servable, len(bad), lanes, rng, req.options)
     except EmptyBufferError as exc:  # none in reach of the options (an ERE window)
         raise EmptyBufferError(
             f"{head}): the buffer holds {_windows(len(servable))} of at least {min_len} "
