@@ -47,7 +47,7 @@ from replaybank.host import as_numpy, is_tensor
 __all__ = ["FIELD_ALIASES", "INFO_FIX", "INFO_NAMES", "QUICK_VALUES", "SEP", "STANDARD", "UNSET",
            "UNSTORABLE_KINDS", "FieldSpec", "Spec",
            "as_array", "assignable_dtypes", "check_tuple", "collect_fields", "flatten", "native",
-           "real_array", "real_floats", "stored_by_assignment", "unflatten"]
+           "real_array", "real_floats", "rows_array", "stored_by_assignment", "unflatten"]
 
 SEP = "/"
 
@@ -912,6 +912,46 @@ def real_floats(value: Any, label: str, fix: str = "pass numbers (a list, numpy 
         [1.0, 2.5]
     """
     return real_array(value, label, fix).astype(np.float64, copy=False)
+
+
+def rows_array(value: Any, label: str | Callable[[], str], expected: str, fix: str) -> Any:
+    """``value`` (host values: lists, arrays, numbers) as a numpy array, or a ShapeError
+    when its nested rows have different lengths (numpy's bare ValueError), naming the
+    argument and its value (``label``), the shape ``expected`` and the ``fix``. Every
+    argument of rows (priorities, keys, TD errors, masks) is converted through it, so a
+    ragged list gets one kind of error wherever it is passed.
+
+    Args:
+        value: What the user passed.
+        label: The start of the message: the call, argument and value, e.g.
+            ``f"update_priorities(priorities={describe(p)})"``, or a function that
+            returns it (called only for the message: describing a long list costs more
+            than converting it).
+        expected: The shape wanted, in words (``"[B=2, L] (one row per start)"``).
+        fix: What to pass instead.
+
+    Returns:
+        ``np.asarray(value)``; ``value`` itself when numpy cannot convert it at all
+        (a TypeError: left to the caller's dtype check, which names it).
+
+    Raises:
+        ShapeError: Rows of different lengths.
+
+    Example:
+        >>> rows_array([[1.0, 2.0], [3.0]], "f(x=[[1.0, 2.0], [3.0]])", "[B=2, L]",
+        ...            "pad the short rows")
+        Traceback (most recent call last):
+        ...
+        replaybank.errors.ShapeError: f(x=[[1.0, 2.0], [3.0]]): rows of different lengths; expected [B=2, L]: pad the short rows
+    """  # noqa: E501
+    try:
+        return np.asarray(value)
+    except ValueError:  # ragged nesting
+        said = label if isinstance(label, str) else label()
+        raise ShapeError(f"{said}: rows of different lengths; expected {expected}: "
+                         f"{fix}") from None
+    except TypeError:  # not numbers: the caller's dtype check names it
+        return value
 
 
 def real_array(value: Any, label: str, fix: str = "pass numbers (a list, numpy array or "

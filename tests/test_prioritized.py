@@ -417,3 +417,61 @@ def test_unsigned_keys_beyond_int64_are_named_not_wrapped() -> None:
             buf.update_priorities(np.array([key], np.uint64), np.ones(1))
     assert np.array_equal(buf.sampler.state_dict()["priorities"], before)
     assert buf.update_priorities(np.arange(5, dtype=np.uint64), np.full(5, 2.0)) == 5
+
+
+def _per_core(kind: str) -> tuple[Any, rb.ReplayBuffer]:
+    """A front end whose update_priorities forwards to a prioritized core, and the core,
+    holding 4 steps."""
+    if kind == "multiagent":
+        ma = rb.MultiAgentReplayBuffer(16, ["a", "b"], seed=0, sampler=rb.PrioritizedSampler())
+        for t in range(4):
+            obs = {k: np.full(2, t, np.float32) for k in "ab"}
+            ma.add(obs=obs, action=dict.fromkeys("ab", 0), reward=dict.fromkeys("ab", 0.0),
+                   next_obs={k: v + 1 for k, v in obs.items()},
+                   terminated=dict.fromkeys("ab", False), truncated=dict.fromkeys("ab", False))
+        return ma, ma.buffer
+    if kind == "sequence":
+        seq = rb.SequenceReplayBuffer(capacity=16, sequence_length=2, seed=0,
+                                      sampler=rb.PrioritizedSampler())
+        seq.extend(**steps(4))
+        return seq, seq.buffer
+    buf = make(8) if kind == "per" else rb.ReplayBuffer(8, seed=0,
+                                                        sampler=rb.PrioritizedSampler())
+    buf.extend(**steps(4))
+    return buf, buf
+
+
+@pytest.mark.parametrize("kind", ["replay", "per", "sequence", "multiagent"])
+@pytest.mark.parametrize(("indices", "priorities", "named"), [
+    ([0, 1], [[1.0], [1.0, 2.0]], r"priorities=\[\[1\.0\], \[1\.0, 2\.0\]\]\): rows of different "
+     r"lengths; expected \[B=2\] \(one priority per index\): pass a flat list"),
+    ([[0], [1, 2]], [1.0, 2.0], r"indices=\[\[0\], \[1, 2\]\]\): rows of different lengths; "
+     r"expected \[B\] item keys .*: pass batch\.indices as sampled"),
+])
+def test_ragged_update_is_a_shape_error_naming_the_argument(
+        kind: str, indices: Any, priorities: Any, named: str) -> None:
+    """A ragged priorities list was a DtypeError ('expected real numbers (setting an array
+    element with a sequence...)'), ragged indices numpy's bare ValueError. Both are a
+    ShapeError naming the argument, its value and the fix, through every front end that
+    forwards to the core, and nothing changes."""
+    front, core = _per_core(kind)
+    before = core.state_dict()
+    with pytest.raises(ShapeError, match=rf"^update_priorities\({named}"):
+        front.update_priorities(indices, priorities)
+    after = core.state_dict()
+    assert np.array_equal(before["sampler"]["priorities"], after["sampler"]["priorities"])
+    assert before["rng"] == after["rng"]
+    assert front.update_priorities([0, 1], [1.0, 2.0]) == 2  # the flat call still works
+
+
+def test_ragged_initial_priorities_are_a_shape_error() -> None:
+    """The same check for extend(priority=...): nothing is written."""
+    buf = make(8)
+    buf.extend(**steps(2))
+    before = buf.state_dict()
+    with pytest.raises(ShapeError, match=r"^priority=\[\[1\.0\], \[1\.0, 2\.0\]\]: rows of "
+                       r"different lengths; expected one priority per step \(2 values\)"):
+        buf.extend(**steps(2, start=2), priority=[[1.0], [1.0, 2.0]])
+    assert len(buf) == 2
+    assert np.array_equal(before["sampler"]["priorities"],
+                          buf.state_dict()["sampler"]["priorities"])

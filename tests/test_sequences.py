@@ -664,6 +664,10 @@ def test_update_sequence_priorities_ragged_rows_name_the_argument() -> None:
         buf.update_sequence_priorities(sb.starts, np.ones((2, 2)), mask=ragged)
     with pytest.raises(ShapeError, match=r"windows sampled have \[2\] steps"):
         buf.update_sequence_priorities(sb.starts, np.ones((2, 3)))  # the width check
+    # ragged starts were numpy's bare ValueError: the same check (it names batch.starts)
+    with pytest.raises(ShapeError, match=r"^update_sequence_priorities\(starts=\[\[0\], "
+                       r"\[1, 2\]\]\): rows of different lengths; .*pass batch\.starts"):
+        buf.update_sequence_priorities([[0], [1, 2]], np.ones((2, 2)))
     np.testing.assert_array_equal(buf.sampler.state_dict()["priorities"], before)
 
 

@@ -34,7 +34,7 @@ from replaybank.host import is_tensor, tensor_to_numpy
 from replaybank.ops import ring
 from replaybank.ops.jit import pick_kernel
 from replaybank.samplers.base import LaneView, SamplerTraits
-from replaybank.spec import real_floats
+from replaybank.spec import real_floats, rows_array
 
 __all__ = ["check_priority", "priority_values", "to_host", "update_priorities"]
 
@@ -99,11 +99,14 @@ def to_host(*values: Any) -> tuple[Any, ...]:
     return tuple(out)
 
 
-def _floats(value: Any, label: str) -> FloatArray:
-    """``value`` as float64 (a list, array, tensor or number of real numbers), or a
-    DtypeError (strings, also numbers as text, None, complex values)."""
+def _floats(value: Any, label: str, expected: str) -> FloatArray:
+    """``value`` as float64 (a list, array, tensor or number of real numbers), a
+    ShapeError for rows of different lengths (``expected``: the shape wanted, in words),
+    or a DtypeError (strings, also numbers as text, None, complex values)."""
     (value,) = to_host(value)
-    return real_floats(value, label, "pass priorities as numbers, e.g. np.abs(td_errors)")
+    rows = rows_array(value, label, expected, "pass a flat list or array of numbers, e.g. "
+                      "np.abs(td_errors)")
+    return real_floats(rows, label, "pass priorities as numbers, e.g. np.abs(td_errors)")
 
 
 def _bad_values(p: FloatArray, limit: float, call: str) -> DtypeError:
@@ -184,7 +187,7 @@ def priority_values(priority: Any, out: tuple[int, int], limit: float,
         return np.full(size, float(priority))
     if label is None:
         label = f"priority={describe(priority)}"
-    p = _floats(priority, label)
+    p = _floats(priority, label, f"one priority per step ({size} values) or one for all")
     if p.size == 1:
         p = np.full(out, float(p.reshape(-1)[0]))
     if p.size != size:
@@ -225,7 +228,8 @@ def update_priorities(traits: SamplerTraits, lanes: LaneView | None, indices: An
 
     Raises:
         ConfigError: The sampler has no priorities, or an index is negative (not a key).
-        ShapeError: No storage yet, or lengths differ.
+        ShapeError: No storage yet, lengths differ, or ``indices`` or ``priorities`` has
+            rows of different lengths (a ragged list).
         DtypeError: Indices are not integers; a priority is not a number, negative, NaN,
             infinite or above the sampler's ``priority_limit``.
     """
@@ -244,12 +248,12 @@ def update_priorities(traits: SamplerTraits, lanes: LaneView | None, indices: An
         p = priorities.astype(np.float64, copy=False).reshape(-1)
     else:
         indices, priorities = to_host(indices, priorities)  # tensors: one transfer at most
-        keys = ring.as_int_array(indices, "indices")
+        keys = ring.as_int_array(indices, "indices", "update_priorities")
         if type(priorities) is np.ndarray and priorities.dtype.kind == "f":
             p = priorities.astype(np.float64, copy=False).reshape(-1)
         else:
-            p = _floats(priorities, f"update_priorities(priorities={describe(priorities)})"
-                        ).reshape(-1)
+            p = _floats(priorities, f"update_priorities(priorities={describe(priorities)})",
+                        f"[B={len(keys)}] (one priority per index)").reshape(-1)
     if len(p) != len(keys):
         raise ShapeError(
             f"update_priorities: {len(keys)} indices but {len(p)} priorities; "

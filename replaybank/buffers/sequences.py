@@ -99,7 +99,7 @@ from replaybank.samplers.windows import (
     redraw_short,
     servable_starts,
 )
-from replaybank.spec import SEP, real_floats
+from replaybank.spec import SEP, real_floats, rows_array
 from replaybank.storage.table import StepTable
 from replaybank.views.sequence import draw_gather, fused_reads, gather_fused, gather_numpy
 
@@ -603,10 +603,11 @@ def update_sequence_priorities(
         )
     # tensors on any device (grad or not): one transfer at most
     starts_h, td_h, mask_h = to_host(starts, td_errors, mask)
-    keys = ring.as_int_array(starts_h, "starts")
+    keys = ring.as_int_array(starts_h, "starts", "update_sequence_priorities")
     label = f"update_sequence_priorities(td_errors={describe(td_errors)})"
     rows = f"[B={len(keys)}, L] (one row of TD errors per start, one per window step)"
-    td = real_floats(_rows(td_h, label, rows), label,
+    td = real_floats(rows_array(td_h, label, rows, "pad the short rows (any number) and leave "
+                                "the padding out with mask= (e.g. mask=batch.mask)"), label,
                      "pass the TD errors as numbers, e.g. td.abs() or np.abs(td)")
     if td.ndim != 2 or td.shape[0] != len(keys):
         raise ShapeError(f"{label}: expected {rows}")
@@ -640,32 +641,14 @@ def update_sequence_priorities(
     return update_priorities(traits, lanes, keys[keep], prio)
 
 
-def _rows(host: Any, label: str, rows: str) -> Any:
-    """``host`` as an array (objects numpy cannot convert are left to the dtype check), or a
-    ShapeError for rows of different lengths."""
-    try:
-        return np.asarray(host)
-    except ValueError:  # ragged nesting
-        raise ShapeError(
-            f"{label}: rows of different lengths; expected {rows}: pad the short rows "
-            "(any number) and leave the padding out with mask= (e.g. mask=batch.mask)"
-        ) from None
-    except TypeError:  # not numbers: real_floats names it
-        return host
-
-
 def _mask(host: Any, mask: Any, shape: tuple[int, ...]) -> BoolArray:
     """:func:`update_sequence_priorities`'s ``mask`` (``host``: on the host) as bool
     ``shape``: bools, or numbers that are all 0 or 1 (a float mask of a loss)."""
     label = f"update_sequence_priorities(mask={describe(mask)})"
     fix = "pass bools (or 0/1 numbers) shaped like td_errors, e.g. mask=batch.mask"
-    try:
-        m: npt.NDArray[Any] = np.asarray(host)
-    except ValueError:  # ragged nesting
-        raise ShapeError(f"{label}: rows of different lengths; expected the shape of "
-                         f"td_errors {shape}; {fix}") from None
-    except TypeError as exc:
-        raise DtypeError(f"{label}: {exc}; {fix}") from None
+    m = rows_array(host, label, f"the shape of td_errors {shape}", fix)
+    if not isinstance(m, np.ndarray):  # numpy could not convert it
+        raise DtypeError(f"{label}: not an array of numbers; {fix}")
     if m.shape != shape:
         raise ShapeError(f"{label}: expected the shape of td_errors {shape}")
     out: BoolArray

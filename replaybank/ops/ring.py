@@ -160,11 +160,17 @@ def uniform_keys(
     return seq * lanes + lane
 
 
-def as_int_array(values: Any, name: str) -> IntArray:
-    """Convert user-given indices to an int64 array (no validation of range beyond what
-    int64 holds).
+def as_int_array(values: Any, name: str, call: str = "") -> IntArray:
+    """Convert user-given indices (host values) to an int64 array (no validation of range
+    beyond what int64 holds).
+
+    Args:
+        values: The item keys the user passed (``batch.indices`` or ``batch.starts``).
+        name: The argument's name (``"indices"``, ``"starts"``).
+        call: The public call, for the messages (``"update_priorities"``).
 
     Raises:
+        ShapeError: Nested rows of different lengths (:func:`~replaybank.spec.rows_array`).
         DtypeError: Not integers, or unsigned ones beyond int64 (no key is that large).
 
     Example:
@@ -173,13 +179,21 @@ def as_int_array(values: Any, name: str) -> IntArray:
         ...
         replaybank.errors.DtypeError: indices=array(shape=(1,), dtype=uint64) holds 18446744073709551615, beyond int64: no item key is that large; pass batch.indices as sampled
     """  # noqa: E501
-    arr = np.asarray(values)
+    from replaybank.errors import DtypeError, describe
+    from replaybank.spec import rows_array
+
+    def label() -> str:  # for the messages only: describing a long list costs
+        said = f"{name}={describe(values)}"
+        return f"{call}({said})" if call else said
+
+    arr = rows_array(values, label, "[B] item keys (one per sampled row)",
+                     f"pass batch.{name} as sampled")
+    if not isinstance(arr, np.ndarray):  # numpy could not convert it
+        raise DtypeError(f"{label()}: expected integer indices")
     if arr.dtype.kind not in "iu" or (arr.dtype.kind == "u" and arr.itemsize == 8 and arr.size
                                       and int(arr.max()) > np.iinfo(np.int64).max):
-        from replaybank.errors import DtypeError, describe
-
         if arr.dtype.kind != "u":
-            raise DtypeError(f"{name}={describe(values)}: expected integer indices")
-        raise DtypeError(f"{name}={describe(values)} holds {int(arr.max())}, beyond int64: no "
-                         "item key is that large; pass batch.indices as sampled")
+            raise DtypeError(f"{label()}: expected integer indices")
+        raise DtypeError(f"{label()} holds {int(arr.max())}, beyond int64: no "
+                         f"item key is that large; pass batch.{name} as sampled")
     return arr.astype(np.int64, copy=False).reshape(-1)
