@@ -494,6 +494,26 @@ def test_per_weights_and_priorities_against_plain_loop() -> None:
         buf.after_gradients(b, {"Algorithm": {}})
 
 
+def test_per_after_gradients_ragged_errors_or_idxs_name_the_argument() -> None:
+    """Ragged lists were a ShapeError that named neither argument and suggested a dict for
+    a gymnasium Tuple space; they name info['Algorithm']['errors'] or batch['idxs'] and
+    the fix, and change nothing (the batch keeps its 'idxs')."""
+    buf = PERBuffer(40, "cpu", ACTOR, ALGO, None, alpha=0.6, seed=0)
+    fill(buf, 10)
+    b = next(buf.generate_batches(1, 2))
+    before = buf._core().sampler.state_dict()["priorities"].copy()
+    with pytest.raises(ShapeError, match=r"^PERBuffer\.after_gradients: info\['Algorithm'\]"
+                       r"\['errors'\]=\[\[1\.0\], \[1\.0, 2\.0\]\]: rows of different lengths"):
+        buf.after_gradients(b, {"Algorithm": {"errors": [[1.0], [1.0, 2.0]]}})
+    assert "idxs" in b
+    ragged = {**b, "idxs": [[0], [1, 2]]}
+    with pytest.raises(ShapeError, match=r"^PERBuffer\.after_gradients: batch\['idxs'\]="
+                       r"\[\[0\], \[1, 2\]\]: rows of different lengths; expected the integer "
+                       r"item keys \[B\]"):
+        buf.after_gradients(ragged, {"Algorithm": {"errors": [[1.0], [2.0]]}})
+    assert np.array_equal(buf._core().sampler.state_dict()["priorities"], before)
+
+
 def test_per_sampling_follows_priorities() -> None:
     """Section 'Prioritized Experience Replay Buffer': draws follow the priorities."""
     buf = PERBuffer(20, "cpu", ACTOR, ALGO, None, alpha=1.0, epsilon=0.0, seed=0)

@@ -218,6 +218,21 @@ def test_bad_calls_raise_before_any_shard_changes(services: Any) -> None:
     td[on_shard_1[0]] = 1e300
     with pytest.raises(DtypeError, match="exceed"):
         call(starts, td)
+    # ragged lists: one buffer's ShapeError, naming the argument (starts were numpy's
+    # bare ValueError, priorities a DtypeError, indices a bare ValueError)
+    ragged_keys = [starts[:1].tolist(), starts[1:3].tolist()]
+    with pytest.raises(ShapeError, match=r"^update_sequence_priorities\(starts=.*rows of "
+                       r"different lengths.*batch\.starts"):
+        call(ragged_keys, good[:2])
+    with pytest.raises(ShapeError, match=r"^update_sequence_priorities\(td_errors=.*rows of "
+                       "different lengths"):
+        call(starts[:2], [[1.0, 1.0, 1.0], [1.0]])
+    with pytest.raises(ShapeError, match=r"^update_priorities\(indices=.*rows of different "
+                       r"lengths.*batch\.indices"):
+        c.update_priorities(ragged_keys, [1.0, 1.0])
+    with pytest.raises(ShapeError, match=r"^update_priorities\(priorities=.*rows of "
+                       "different lengths"):
+        c.update_priorities(starts[:2], [[1.0], [1.0, 2.0]])
     assert svc.stats()["shards"] == before  # no shard changed
     # a NaN where the mask is False does not count
     td = good.copy()

@@ -159,7 +159,7 @@ from replaybank.host import as_numpy
 from replaybank.ops import windows
 from replaybank.samplers.prioritized import PrioritizedSampler
 from replaybank.samplers.sample_args import check_replace
-from replaybank.spec import unflatten
+from replaybank.spec import rows_array, unflatten
 
 __all__ = ["ReplayClient"]
 
@@ -1287,7 +1287,10 @@ def _prefix(reply: dict[str, Any], c: int) -> dict[str, Any]:
 
 def _starts(value: Any, given: Any, call: str) -> npt.NDArray[np.int64]:
     """``starts`` (host values; ``given`` as passed, for messages) as 1-D int64 keys."""
-    k = np.asarray(value)
+    rows = rows_array(value, lambda: f"{call}(starts={describe(given)})",
+                      "[B] keys (one per window)",
+                      "pass batch.starts as returned by sample_sequences")
+    k = rows if isinstance(rows, np.ndarray) else np.asarray(None)  # None: not numbers
     if k.dtype.kind not in "iu":
         raise DtypeError(f"{call}(starts={describe(given)}): expected integer keys; pass "
                          "batch.starts as returned by sample_sequences")
@@ -1303,15 +1306,10 @@ def _starts(value: Any, given: Any, call: str) -> npt.NDArray[np.int64]:
 
 def _td_rows(value: Any, given: Any, n: int, call: str) -> npt.NDArray[np.float64]:
     """``td_errors`` (host values) as ``[n, L]`` float64."""
-    try:
-        td = np.asarray(value)
-    except ValueError:  # ragged lists: a shape, as one buffer says
-        raise ShapeError(f"{call}(td_errors={describe(given)}): rows of different lengths; "
-                         f"expected [B={n}, L] (one row of TD errors per start, one per "
-                         "window step): pad the short rows and leave the padding out with "
-                         "mask=") from None
-    except TypeError:
-        td = np.asarray(None)
+    rows = rows_array(value, lambda: f"{call}(td_errors={describe(given)})",
+                      f"[B={n}, L] (one row of TD errors per start, one per window step)",
+                      "pad the short rows and leave the padding out with mask=")
+    td = rows if isinstance(rows, np.ndarray) else np.asarray(None)  # None: not numbers
     if td.dtype.kind not in "biuf":
         raise DtypeError(f"{call}(td_errors={describe(given)}): expected real numbers "
                          f"[B={n}, L] (one TD error per window step)")
@@ -1324,10 +1322,10 @@ def _td_rows(value: Any, given: Any, n: int, call: str) -> npt.NDArray[np.float6
 def _mask_rows(value: Any, given: Any, shape: tuple[int, ...], call: str
                ) -> npt.NDArray[np.bool_]:
     """``mask`` (host values) as bool of ``td_errors``' shape."""
-    try:
-        m = np.asarray(value)
-    except (ValueError, TypeError):  # ragged lists
-        m = np.asarray(None)
+    rows = rows_array(value, lambda: f"{call}(mask={describe(given)})",
+                      f"the shape of td_errors {shape}",
+                      "pass bools (or 0/1 numbers) shaped like td_errors, e.g. mask=batch.mask")
+    m = rows if isinstance(rows, np.ndarray) else np.asarray(None)  # None: not an array
     if m.shape != shape:
         raise ShapeError(f"{call}(mask={describe(given)}): expected the shape of td_errors "
                          f"{shape} (batch.mask: the steps that count)")

@@ -32,6 +32,7 @@ import numpy.typing as npt
 
 from replaybank.buffers.priorities import to_host
 from replaybank.errors import DtypeError, ShapeError, describe
+from replaybank.spec import rows_array
 
 __all__ = ["group_by_shard", "group_rows_by_shard", "to_global", "to_local"]
 
@@ -54,8 +55,8 @@ def group_by_shard(keys: Any, values: Any, num_shards: int, call: str
     """``{shard: (local keys, values)}`` of global ``keys`` ``[B]`` and ``values`` ``[B]``.
 
     Raises:
-        ShapeError: ``keys`` and ``values`` are not 1-D of one length, or a key is
-            negative (not a key this service handed out).
+        ShapeError: ``keys`` and ``values`` are not 1-D of one length (or are ragged
+            lists), or a key is negative (not a key this service handed out).
         DtypeError: ``values`` are not numbers.
 
     Example:
@@ -64,9 +65,16 @@ def group_by_shard(keys: Any, values: Any, num_shards: int, call: str
         {0: ([0], [1.0]), 1: ([1, 2], [2.0, 3.0])}
     """
     keys, values = to_host(keys, values)  # torch tensors on any device: one transfer
-    k = np.asarray(keys)
+    k = rows_array(keys, lambda: f"{call}(indices={describe(keys)})",
+                   "[B] global keys (one per sampled row)",
+                   "pass batch.indices as returned by sample")
+    if not isinstance(k, np.ndarray):  # numpy could not convert it: not integers
+        k = np.asarray(None)
+    v = rows_array(values, lambda: f"{call}(priorities={describe(values)})",
+                   "[B] priorities (one per index)",
+                   "pass a flat list or array of numbers, e.g. np.abs(td_errors)")
     try:
-        v = np.asarray(values, dtype=np.float64)
+        v = np.asarray(v, dtype=np.float64)
     except (TypeError, ValueError):
         raise DtypeError(f"{call}(priorities={describe(values)}): priorities must be "
                          "numbers; pass e.g. np.abs(td_errors)") from None

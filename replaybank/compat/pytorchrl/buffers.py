@@ -69,10 +69,11 @@ from replaybank.errors import (
     ShapeError,
     describe,
 )
+from replaybank.host import is_tensor
 from replaybank.samplers.base import Sampler
 from replaybank.samplers.prioritized import PrioritizedSampler
 from replaybank.samplers.recent import RecentSampler, window_counts
-from replaybank.spec import unflatten
+from replaybank.spec import rows_array, unflatten
 from replaybank.views.nstep import NStepView
 
 __all__ = ["EREBuffer", "NStepReplayBuffer", "PERBuffer", "ReplayBuffer"]
@@ -356,7 +357,9 @@ class PERBuffer(NStepReplayBuffer):
             raise ArgumentError(f"{where}: batch has no 'idxs' (keys {sorted(batch)}); pass "
                                 "a batch of generate_batches, once: after_gradients "
                                 "consumes its 'idxs'")
-        idxs = np.asarray(to_numpy(batch["idxs"]))
+        idxs = np.asarray(to_numpy(_rows(batch["idxs"], f"{where}: batch['idxs']",
+                                         "the integer item keys [B] that generate_batches "
+                                         "put there", "pass the batch as generated")))
         if idxs.ndim != 1 or idxs.dtype.kind not in "iu":
             raise ShapeError(f"{where}: batch['idxs']={describe(idxs)}: expected the "
                              "integer item keys [B] that generate_batches put there")
@@ -574,8 +577,19 @@ def _reported(raw: Any, label: str, fix: str) -> np.ndarray[Any, Any]:
 
     Raises:
         DtypeError: ``raw`` holds no numbers, naming ``label`` and ``fix``.
+        ShapeError: ``raw`` has rows of different lengths (a ragged list).
     """
     if raw is None or isinstance(raw, (str, bytes, Mapping)):
         raise DtypeError(f"{label}={describe(raw)} holds no numbers; {fix}")
-    values: np.ndarray[Any, Any] = numbers(to_numpy(raw), label)
+    rows = _rows(raw, label, "one array of numbers", fix)
+    values: np.ndarray[Any, Any] = numbers(to_numpy(rows), label)
     return values
+
+
+def _rows(raw: Any, label: str, expected: str, fix: str) -> Any:
+    """``raw`` ready for :func:`~replaybank.compat.pytorchrl.keys.to_numpy`: a tensor as it
+    is, host values through :func:`~replaybank.spec.rows_array` (a ragged list is a
+    ShapeError naming ``label``, the value, ``expected`` and ``fix``)."""
+    if is_tensor(raw):
+        return raw
+    return rows_array(raw, lambda: f"{label}={describe(raw)}", expected, fix)
