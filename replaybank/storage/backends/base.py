@@ -31,8 +31,8 @@ import numpy.typing as npt
 
 from replaybank.errors import CapacityError
 
-__all__ = ["ArrayBackend", "DurableBackend", "GroupedBackend", "SharedArrayBackend",
-           "available_memory", "check_fits"]
+__all__ = ["ArrayBackend", "DurableBackend", "GroupedBackend", "MetaAddingBackend",
+           "SharedArrayBackend", "available_memory", "check_fits"]
 
 
 @runtime_checkable
@@ -157,6 +157,28 @@ class DurableBackend(ArrayBackend, Protocol):
         """Raise :class:`~replaybank.errors.ConfigError` naming ``what`` (the refused
         call) and the fix when this process may not write the storage: it was opened
         read-only, or closed (its files may then have another writer)."""
+        ...
+
+
+@runtime_checkable
+class MetaAddingBackend(ArrayBackend, Protocol):
+    """A durable backend that can give reopened files a bookkeeping array they lack
+    (files written by an older version, before the array existed; checked once per
+    table).
+
+    The new array must be crash-safe on its own: it is complete (zero-filled) on disk
+    before anything names it, so a process killed at any instant leaves either no such
+    array (the files read as before) or one of zeros.
+    """
+
+    def add_meta(self, name: str, shape: tuple[int, ...], dtype: np.dtype[Any]) -> Any:
+        """Return the bookkeeping array ``meta/<name>``, zero-filled and persistent,
+        creating it when the files have none (the existing one otherwise).
+
+        Raises:
+            ConfigError: The storage is read-only or closed here.
+            CapacityError: The disk has no room for it (nothing is created).
+        """
         ...
 
 

@@ -876,13 +876,20 @@ class MemmapBackend:
             raise self._refuse(f"allocate array {name!r}")
         if self._given_back:  # an earlier first allocation failed and gave the path back
             self._claim(overwrite=False)
+        self._new_file(name, shape, dtype, growable)
+        self._batch[name] = _nbytes(shape, dtype)
+        return self._map(name, shape, dtype)
+
+    def _new_file(self, name: str, shape: tuple[int, ...], dtype: np.dtype[Any],
+                  growable: bool) -> None:
+        """Create the file of array ``name`` (zero-filled, its blocks reserved), then
+        name it in the manifest (replaced atomically): a process killed in between
+        leaves a file that no manifest names, which the next creation replaces."""
         self._create(name, shape, dtype)
         self.manifest["arrays"][name] = {
             "file": self.file_name(name), "dtype": np.lib.format.dtype_to_descr(dtype),
             "row_shape": list(shape[1:]), "rows": int(shape[0]), "growable": growable}
         self._save_manifest()
-        self._batch[name] = _nbytes(shape, dtype)
-        return self._map(name, shape, dtype)
 
     def _reopen_array(self, name: str, shape: tuple[int, ...], dtype: np.dtype[Any],
                       growable: bool) -> npt.NDArray[Any]:
@@ -932,6 +939,34 @@ class MemmapBackend:
     def allocate_meta(self, name: str, shape: tuple[int, ...], dtype: np.dtype[Any]) -> Any:
         """Bookkeeping arrays persist in files too (``meta/<name>``)."""
         return self._array(f"meta/{name}", shape, dtype, growable=False)
+
+    def add_meta(self, name: str, shape: tuple[int, ...], dtype: np.dtype[Any]) -> Any:
+        """The bookkeeping array ``meta/<name>``, created zero-filled when reopened files
+        lack it (written by a version before it existed), else the existing one.
+
+        The file is complete on disk before the manifest names it (see
+        :meth:`_new_file`), so a kill at any instant leaves the files reading as
+        before or with the new array all zeros.
+
+        Raises:
+            ConfigError: The files are read-only here (``mode="r"``) or closed.
+            CapacityError: The disk has no room for the file (nothing is created).
+
+        Example:
+            >>> import tempfile
+            >>> be = MemmapBackend(tempfile.mkdtemp())
+            >>> be.add_meta("cleared", (2,), np.dtype("int64")).tolist()
+            [0, 0]
+            >>> be.close()
+        """
+        key = f"meta/{name}"
+        if key in self.manifest["arrays"] or not self.reopen:
+            return self.allocate_meta(name, shape, dtype)
+        if not self._writable:
+            raise self._refuse(f"add array {key!r}")
+        dtype = np.dtype(dtype)
+        self._new_file(key, shape, dtype, growable=False)
+        return self._map(key, shape, dtype)
 
     def resize(self, name: str, array: Any, length: int) -> Any:
         """Grow (or shrink) the file of ``name`` along axis 0 (content kept, new rows zero).
