@@ -826,27 +826,71 @@ def test_old_state_without_the_clear_record_loads_as_before() -> None:
     _assert_serves_as_fresh(back, fresh, lanes, "uniform")  # unchanged
 
 
-def test_old_memmap_files_without_the_clear_record_reopen(tmp_path: Any) -> None:
-    """Files written before the table recorded clears (no ``meta/cleared`` file) reopen
-    with no clear recorded (the old behaviour) and can still be cleared."""
+def _as_old_files(path: Any, arrays: tuple[str, ...]) -> None:
+    """Make the memmap files at ``path`` as a version before ``arrays`` (``meta/...``)
+    existed wrote them: no manifest entry, no file."""
     import json
 
     from replaybank.storage.backends.memmap import MANIFEST
 
-    path = tmp_path / "m"
-    cleared, fresh = _clear_pair("mid_episode", 1, "uniform", storage="memmap",
-                                 path=str(path))
-    cleared.close()
     manifest = json.loads((path / MANIFEST).read_text())
-    entry = manifest["arrays"].pop("meta/cleared")
-    (path / entry["file"]).unlink()
+    for name in arrays:
+        (path / manifest["arrays"].pop(name)["file"]).unlink()
     (path / MANIFEST).write_text(json.dumps(manifest))
-    again = rb.open(path)
-    assert set(_servable(again)) == set(_servable(fresh)) - {0.0, 1.0}
-    again.clear()  # recorded in memory: served as fresh until the files are reopened
-    _feed(again, 7, (2,), 1)
-    _assert_serves_as_fresh(again, fresh, 1, "uniform")
-    again.close()
+
+
+def _file_bytes(path: Any) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(path.iterdir()) if p.is_file()}
+
+
+@pytest.mark.parametrize("lanes", [1, 3])
+@pytest.mark.parametrize("missing", [("meta/cleared",), ("meta/cleared", "meta/start")])
+def test_a_clear_of_old_memmap_files_outlives_a_reopen(tmp_path: Any, lanes: int,
+                                                       missing: tuple[str, ...]) -> None:
+    """Files written before the table recorded clears (no ``meta/cleared``; the oldest
+    also without ``meta/start``) reopen with no clear recorded, and a clear made on them
+    is kept in the files: after the next reopen they serve exactly what files of this
+    version given the same calls serve, and ``inspect`` reports the same episodes
+    (before, the clear lived in memory only, and the reopened files left each lane's
+    first k - 1 steps after it unserved, taking them for mid-episode steps). A read-only
+    open of the old files writes nothing, and refuses to clear them."""
+    from replaybank.cli.inspect import summarize
+    from replaybank.storage.backends.memmap import MemmapBackend
+
+    old, new = tmp_path / "old", tmp_path / "new"
+    for path in (old, new):
+        buf = rb.ReplayBuffer(8 * lanes, num_envs=lanes, frame_stack=CK, seed=0,
+                              storage="memmap", path=str(path))
+        _feed(buf, 5, (), lanes, base=500_000.0)
+        buf.close()
+    _as_old_files(old, missing)
+    # a kill between the two stores that give old files the record leaves its file
+    # unnamed by the manifest: ignored, and replaced by the clear
+    (old / MemmapBackend.file_name("meta/cleared")).write_bytes(b"\xff" * 8 * lanes)
+    before = _file_bytes(old)
+    reader = rb.open(old, mode="r")
+    assert len(reader) == 5 * lanes and not reader.table.cleared.any()
+    with pytest.raises(ConfigError, match="read-only"):
+        reader.clear()
+    reader.close()
+    assert _file_bytes(old) == before
+    for path in (old, new):
+        buf = rb.open(path)
+        _feed(buf, 2, (), lanes, base=600_000.0)
+        buf.clear()
+        _feed(buf, 7, (2,), lanes)
+        buf.close()
+    fresh = rb.ReplayBuffer(8 * lanes, num_envs=lanes, frame_stack=CK, seed=0)
+    _feed(fresh, 7, (2,), lanes)
+    again = {path: rb.open(path) for path in (old, new)}
+    assert _servable(again[old]) == _servable(again[new])
+    np.testing.assert_array_equal(again[old].table.cleared, again[new].table.cleared)
+    for buf in again.values():
+        _assert_serves_as_fresh(buf, fresh, lanes, "uniform")
+        buf.close()
+    got, want = summarize(old).summary, summarize(new).summary
+    for key in ("episodes", "lengths", "returns"):
+        assert got[key] == want[key], key
 
 
 @pytest.mark.parametrize("generator", ["pcg64", "pcg64_half_word", "mt19937"])

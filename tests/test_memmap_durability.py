@@ -169,6 +169,111 @@ def _check_steps_tail(buf: Any, upto: int) -> None:
     assert (buf.table.gather_next("obs/b", keys) == ((200 - t) % 256)[:, None]).all()
 
 
+# ------------------------------------------------------------- kill while old files are cleared
+# Files written before meta/cleared existed (the oldest also before meta/start) get the
+# record at their first clear. A child forks once per kill point n of that clear: it
+# copies the old files, reopens them, arms the hook and clears; it stops at the first n
+# whose clear completes.
+CLEAR_CHILD = r"""
+import os, shutil, sys
+import replaybank as rb
+from replaybank.storage.writers import killpoint
+
+base, limit = sys.argv[1], int(sys.argv[2])
+for n in range(1, limit + 1):
+    d = os.path.join(base, str(n))
+    shutil.copytree(os.path.join(base, "old"), d)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            buf = rb.open(d)
+            killpoint.arm(n)
+            buf.clear()
+        except BaseException:
+            import traceback
+            traceback.print_exc()
+            os._exit(3)
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
+        print(n - 1)
+        break
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == 9, (n, status)
+else:
+    raise SystemExit(f"still killed after {limit} store points")
+"""
+
+
+def _stack_step(buf: Any, t: int, base: float = 0.0) -> None:
+    """One step of both lanes; lane ``l``'s frame is ``base + 100 * l + t``."""
+    obs = np.repeat((base + 100.0 * np.arange(2) + t)[:, None], 3, axis=1).astype(np.float32)
+    buf.add(obs=obs, action=np.full(2, t), reward=np.ones(2), next_obs=obs + 1,
+            terminated=np.zeros(2, bool), truncated=np.zeros(2, bool))
+
+
+def _stacks(buf: Any) -> dict[float, list[float]]:
+    """Every stack the buffer serves (its frames' first items), by its newest frame."""
+    for n in range(len(buf), 0, -1):  # the largest draw without replacement that works
+        try:
+            b = buf.sample(n, replace=False)
+        except rb.EmptyBufferError:
+            continue
+        return {float(o[-1, 0]): o[:, 0].tolist() for o in b.obs}
+    return {}
+
+
+@pytest.mark.parametrize("missing", [("meta/cleared",), ("meta/cleared", "meta/start")])
+def test_sigkill_while_old_files_get_the_clear_record(tmp_path: Path,
+                                                      missing: tuple[str, ...]) -> None:
+    """A kill at every store of the first clear of old files (the record's creation,
+    then the clear's own stores) leaves files that reopen either uncleared (every step
+    kept) or emptied; steps added then are served with the stacks a fresh buffer serves
+    (a clear cut short before it recorded where the lanes begin again serves fewer of
+    them, never a wrong one), and the completed clear serves exactly those."""
+    import json
+    import shutil
+
+    from replaybank.storage.backends.memmap import MANIFEST
+
+    old = tmp_path / "old"
+    buf = rb.ReplayBuffer(capacity=16, num_envs=2, frame_stack=3, storage="memmap",
+                          path=old, seed=0)
+    for t in range(5):
+        _stack_step(buf, t, base=5000.0)
+    buf.close()
+    manifest = json.loads((old / MANIFEST).read_text())
+    for name in missing:
+        (old / manifest["arrays"].pop(name)["file"]).unlink()
+    (old / MANIFEST).write_text(json.dumps(manifest))
+    env = {**os.environ, "REPLAYBANK_KILLPOINTS": "1"}
+    r = subprocess.run([sys.executable, "-c", CLEAR_CHILD, str(tmp_path), "50"], env=env,
+                       capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stderr
+    points = int(r.stdout.split()[-1])
+    assert points == len(("record", "counts", "link", "cleared")) + ("meta/start" not in missing)
+    fresh = rb.ReplayBuffer(capacity=16, num_envs=2, frame_stack=3, seed=0)
+    for t in range(4):
+        _stack_step(fresh, t)
+    want = _stacks(fresh)
+    assert len(want) == 8
+    for n in range(1, points + 2):  # every kill point, and the completed clear
+        again = rb.open(tmp_path / str(n))
+        assert len(again) in (0, 10), n
+        if len(again):  # killed before the clear's first store: nothing changed
+            assert not again.table.cleared.any(), n
+            again.close()
+            shutil.rmtree(tmp_path / str(n))
+            continue
+        for t in range(4):
+            _stack_step(again, t)
+        got = _stacks(again)
+        assert got.items() <= want.items(), n  # never a wrong stack
+        if n == points + 1:
+            assert got == want
+        again.close()
+        shutil.rmtree(tmp_path / str(n))
+
+
 # ------------------------------------------------------------- a path that never held a step
 def _one_add(buf: Any) -> None:
     buf.add(obs=np.zeros(3, np.float32), action=0, reward=1.0,

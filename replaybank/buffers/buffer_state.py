@@ -146,6 +146,7 @@ def load_table(table: StepTable, arrays: Mapping[str, Any]) -> None:
         load_table_state(table, arrays)
         return
     side_len = check_table(table.spec, table.T, table.lanes, arrays, True)
+    table.keep_cleared()  # files of an older version: the loaded clears must persist too
     if side_len != table.side_capacity:
         table.side.resize(side_len)
     be = table.backend

@@ -32,7 +32,9 @@ follow. A write that evicts more than :attr:`StepTable.chunk` steps goes in chun
 most that many (a long ``extend`` never empties the window first). ``clear()`` empties
 the window first (``start = written``), then records ``cleared = written``, so ``cleared
 <= start`` holds at every instant (a clear cut short leaves the older ``cleared``: fewer
-frame stacks served, never a wrong one). So a process killed (even with SIGKILL) at any
+frame stacks served, never a wrong one). Files written before ``cleared`` existed get
+its file (zeros: no clear recorded, as they read) at their first clear, before its
+first store (:meth:`StepTable.keep_cleared`). So a process killed (even with SIGKILL) at any
 instant leaves every step that a completed write stored (unless the interrupted write was
 evicting it) and at most a complete prefix of the interrupted write. ``REPLAYBANK_KILL_AT``
 (:mod:`replaybank.storage.writers.killpoint`) is the test hook that checks it.
@@ -58,7 +60,7 @@ Example:
 from __future__ import annotations
 
 import operator
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
@@ -72,6 +74,7 @@ from replaybank.spec import Spec
 from replaybank.storage.backends.base import (
     ArrayBackend,
     GroupedBackend,
+    MetaAddingBackend,
     SharedArrayBackend,
     check_fits,
 )
@@ -86,6 +89,11 @@ BoolArray = npt.NDArray[np.bool_]
 _INT64 = np.dtype(np.int64)
 #: Fields plus next observations one C gather takes (``MAXSTEPJOBS`` of _windows.c).
 _MAX_STEP_JOBS = 48
+
+#: Called before each store of :meth:`StepTable.clear` to durable storage: the crash
+#: tests' kill-point hook, which :mod:`replaybank.storage.writers.killpoint` sets while it
+#: is armed (the writers sit above this module and hand it down); None otherwise.
+CLEAR_POINT: list[Callable[[], None] | None] = [None]
 
 
 @dataclass(frozen=True)
@@ -180,7 +188,11 @@ class StepTable:
         #: not exist for history lookups (a frame stack pads there, as at a fresh
         #: buffer's first step), while live history lost after it was overwritten.
         #: Always ``<= written - counts``.
-        self.cleared: IntArray = self._cleared_array()
+        self.cleared: IntArray
+        #: Whether :attr:`cleared` lives where the data does (False: reopened files of an
+        #: older version, until :meth:`keep_cleared` gives them the record).
+        self.cleared_kept: bool
+        self.cleared, self.cleared_kept = self._cleared_array()
         self.side = SideStore(spec, self.obs_fields, be, side0, n_steps)
         #: Device storage: each lane's newest done flag and next obs on the host, so that
         #: a write's continuity check reads no device data (None: arrays in host memory).
@@ -230,16 +242,44 @@ class StepTable:
             self.counts[:] = live
         return start
 
-    def _cleared_array(self) -> IntArray:
-        """The ``cleared`` counters; zeros in memory only for reopened files of an older
-        version that have none (no clear recorded: a clear made now is forgotten at the
-        next reopen, which then serves fewer frame stacks, never a wrong one)."""
+    def _cleared_array(self) -> tuple[IntArray, bool]:
+        """The ``cleared`` counters and whether they persist with the data: zeros in
+        memory (False) for reopened files of an older version that have none (no clear
+        recorded), until :meth:`keep_cleared` gives them the record."""
         try:
             cleared: IntArray = self.backend.allocate_meta("cleared", (self.lanes,),
                                                            np.dtype(np.int64))
         except CheckpointError:  # reopened files of an older version: no cleared array
-            return np.zeros(self.lanes, dtype=np.int64)
-        return cleared
+            return np.zeros(self.lanes, dtype=np.int64), False
+        return cleared, True
+
+    def keep_cleared(self) -> None:
+        """Make :attr:`cleared` persist with the data before a store changes it.
+
+        Reopened files of an older version have no ``cleared`` record: a clear kept only
+        in memory would be forgotten at the next reopen (whose frame stacks would then
+        take the first steps after the clear for mid-episode steps and not serve them).
+        A backend that can add arrays (:class:`~replaybank.storage.backends.base.
+        MetaAddingBackend`) creates it here, zero-filled and complete before its files
+        name it, then takes the values held in memory so far (valid for the counters
+        stored now): a process killed at any instant leaves files that read as before or
+        hold a valid record. Called by :meth:`clear` and by state loads; a no-op once
+        kept, in memory, or where the backend cannot add arrays.
+
+        Raises:
+            ConfigError: The files are read-only here or closed (nothing is written).
+            CapacityError: The disk has no room for the record (nothing changed).
+        """
+        if self.cleared_kept or not isinstance(self.backend, MetaAddingBackend):
+            return
+        point = CLEAR_POINT[0]
+        if point is not None:
+            point()
+        kept: IntArray = self.backend.add_meta("cleared", (self.lanes,), _INT64)
+        if self.cleared.any():
+            kept[:] = self.cleared
+        self.cleared = kept
+        self.cleared_kept = True
 
     def rebuild_free_list(self) -> None:
         """Recompute free side slots from the links of live steps (after a load/reopen);
@@ -259,11 +299,26 @@ class StepTable:
     def clear(self) -> None:
         """Drop every step (sequence numbers keep counting, so old keys turn stale) and
         record where each lane begins again (:attr:`cleared`): the steps before do not
-        exist, as before a fresh table's first step."""
+        exist, as before a fresh table's first step.
+
+        Raises:
+            CapacityError: Files of an older version need the ``cleared`` record and
+                the disk has no room for it (:meth:`keep_cleared`; nothing changed).
+        """
+        self.keep_cleared()  # old files: the record exists before the first store
+        point = CLEAR_POINT[0] if self.durable else None
         if self.start is not None:  # durable: the window empties first
+            if point is not None:
+                point()
             self.start[:] = self.written
+        if point is not None:
+            point()
         self.counts[:] = 0
+        if point is not None:
+            point()
         self.link[:] = 0
+        if point is not None:
+            point()
         self.cleared[:] = self.written  # after the window emptied: cleared <= start
         self.epoch += 1
         self.side.reset()

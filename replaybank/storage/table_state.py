@@ -133,6 +133,7 @@ def load_table_state(t: StepTable, arrays: Mapping[str, Any]) -> None:
     """
     side_len, meta, free = _checked(t.spec, t.T, t.lanes, t.obs_fields, arrays,
                                     "load_state_dict")
+    t.keep_cleared()  # files of an older version: the loaded clears must persist too
     if side_len != t.side_capacity:
         t.side.resize(side_len)
     for name in t.arrays:

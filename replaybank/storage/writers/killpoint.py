@@ -3,7 +3,8 @@
 ``REPLAYBANK_KILL_AT=<n>`` (read once, at import), or :func:`arm` in a test process,
 makes the writers of durable tables (memmap files, shared-memory writers) kill their own
 process with ``SIGKILL`` just before their n-th store to the shared data (lane counters,
-links, side slots, each field's rows), counting over the whole process. Crash-safety
+links, side slots, each field's rows, and the stores of a durable table's ``clear()``),
+counting over the whole process. Crash-safety
 tests (``tests/test_hardening_inputs.py``) run adds and extends in a child process
 killed at every store point in turn and reopen the files, checking that the buffer holds
 exactly the steps of the completed writes (and at most a complete prefix of the
@@ -30,7 +31,7 @@ import os
 import signal
 
 from replaybank.errors import ConfigError
-from replaybank.storage import side_store
+from replaybank.storage import side_store, table
 from replaybank.storage.writers.compiled import ACCEL
 
 __all__ = ["KILL_AT", "arm", "store_point"]
@@ -68,7 +69,7 @@ def arm(n: int) -> None:
                           "the kill-point build replaybank._lane_killpoints)")
     KILL_AT = max(0, int(n))
     _done[0] = 0
-    side_store.GROW_POINT[0] = store_point if KILL_AT else None
+    side_store.GROW_POINT[0] = table.CLEAR_POINT[0] = store_point if KILL_AT else None
     if _C_COUNTS:
         ACCEL.arm(KILL_AT)
 
@@ -83,5 +84,5 @@ def store_point() -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-# armed from the environment at import: the side store's growth counts too
-side_store.GROW_POINT[0] = store_point if KILL_AT else None
+# armed from the environment at import: the side store's growth and clear() count too
+side_store.GROW_POINT[0] = table.CLEAR_POINT[0] = store_point if KILL_AT else None
