@@ -309,7 +309,7 @@ class FieldSpec:
         elif array is None:
             arr = as_array(value, arg)
         else:  # converted by the caller: the tuple rule still holds
-            if type(value) is tuple:
+            if type(value) is tuple or type(value) is list:
                 check_tuple(arg, value)
             arr = array
         if arr.shape != leading + self.shape:
@@ -661,7 +661,8 @@ def as_array(value: Any, arg: str | None = None) -> npt.NDArray[Any]:
     numpy arrays (subclasses too) come back as they are; everything else goes through
     :func:`replaybank.host.as_numpy` (a torch tensor on any device becomes a host array;
     one with nothing numpy can show raises a ``DtypeError`` naming ``arg``). A tuple
-    given as the value of ``arg`` obeys the tuple rule first (:func:`check_tuple`).
+    given as the value of ``arg``, or a list of them (one per step or env), obeys the
+    tuple rule first (:func:`check_tuple`).
 
     Example:
         >>> as_array([1.0, 2.0]).shape
@@ -669,15 +670,15 @@ def as_array(value: Any, arg: str | None = None) -> npt.NDArray[Any]:
     """
     if type(value) is np.ndarray or isinstance(value, np.ndarray):
         return value
-    if type(value) is tuple and arg is not None:
+    if (type(value) is tuple or type(value) is list) and arg is not None:
         check_tuple(arg, value)
     return as_numpy(value, arg)  # a torch tensor on any device: see replaybank.host
 
 
 # ---------------------------------------------------------------- the tuple rule
-def check_tuple(arg: str, value: tuple[Any, ...]) -> None:
+def check_tuple(arg: str, value: tuple[Any, ...] | list[Any]) -> None:
     """The tuple rule of the add boundary: a tuple that holds arrays is a structured
-    value, which numpy would stack part-first.
+    value, which numpy would stack part-first (alone, or as the items of a list).
 
     A gymnasium ``Tuple`` space's value is a tuple; a vector env's is a tuple of arrays
     ``[num_envs]``, one per component, so ``np.asarray`` would make the component axis
@@ -687,18 +688,23 @@ def check_tuple(arg: str, value: tuple[Any, ...]) -> None:
     that :func:`replaybank.collect` stores a Tuple space as). A tuple of numbers (or of
     lists of numbers) reads as a list does: it holds one value per env
     (``action=(0, 1, 2)``) or one item (a single env's ``Tuple(Discrete, Discrete)``
-    value stacks to a vector), never parts on the env axis. The compiled writer takes
-    nests of numbers only, so such a tuple always reaches this rule, whichever writer
-    runs.
+    value stacks to a vector), never parts on the env axis. A list whose items are
+    such tuples (or lists of them), as ``extend(obs=[(a0, b0), (a1, b1), ...])`` gives one
+    per step, is refused alike: numpy would make the parts an axis of each step (with a
+    vector env's parts ``[num_envs]``, the env axis). Its fix is the dict of one
+    sequence per part, ``{'0': [v[0] for v in obs], ...}``. A list of numbers (or of
+    arrays) is never walked past its first item. The compiled
+    writer takes nests of numbers only, so such a value always reaches this rule,
+    whichever writer runs.
 
     Args:
         arg: The argument, as the call names it (``"obs"``, ``"next_obs/pos"``,
             ``"action"``).
-        value: The tuple passed.
+        value: The tuple passed, or a list (checked for items that are such tuples).
 
     Raises:
-        ShapeError: The tuple holds an array or tensor, naming ``arg``, the tuple and the
-            dict to pass.
+        ShapeError: The tuple (or a tuple item of the list) holds an array or tensor,
+            naming ``arg``, the tuple and the dict to pass.
 
     Example:
         >>> check_tuple("action", (0, 1, 2))  # one action per env: taken as a list
@@ -706,23 +712,57 @@ def check_tuple(arg: str, value: tuple[Any, ...]) -> None:
         Traceback (most recent call last):
         ...
         replaybank.errors.ShapeError: obs=(array(shape=(2,), dtype=float64), ...): a tuple holding arrays is ...
+        >>> check_tuple("obs", [(np.zeros(2), np.ones(2))] * 4)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        replaybank.errors.ShapeError: obs=[4 items: (array(shape=(2,), dtype=float64), ...), ...]: its items (one per step or env) are tuples holding arrays, ...
     """  # noqa: E501
-    if not _holds_array(value):
-        return
-    n = len(value)
+    if isinstance(value, tuple):
+        if not _holds_array(value):
+            return
+        item = value
+    else:
+        found = _tuple_item(value)
+        if found is None:
+            return
+        item = found
+    n = len(item)
     more = ", ..." if n > 3 else ""
-    shown = "(" + ", ".join(describe(v) for v in value[:3]) + more + ")"
+    shown = "(" + ", ".join(describe(v) for v in item[:3]) + more + ")"
     name = arg if SEP not in arg else "v"
-    parts = ", ".join(f"'{i}': {name}[{i}]" for i in range(min(n, 3))) + more
-    target = f"{arg}={{{parts}}}" if name == arg else f"{{{parts}}} in place of the tuple v"
+    if item is value:
+        parts = ", ".join(f"'{i}': {name}[{i}]" for i in range(min(n, 3))) + more
+        what, source = "a tuple holding arrays is", "the tuple v"
+    else:
+        parts = ", ".join(f"'{i}': [s[{i}] for s in {name}]" for i in range(min(n, 3))) + more
+        shown = f"[{len(value)} items: {shown}, ...]"
+        what, source = "its items (one per step or env) are tuples holding arrays, each", "v"
+    target = f"{arg}={{{parts}}}" if name == arg else f"{{{parts}}} in place of {source}"
     field = arg.removeprefix("next_")  # (a next observation is stored as its obs field)
     fields = ", ".join(f"{field}{SEP}{i}" for i in range(min(n, 3))) + more
     raise ShapeError(
-        f"{arg}={shown}: a tuple holding arrays is a structured value (a gymnasium Tuple "
+        f"{arg}={shown}: {what} a structured value (a gymnasium Tuple "
         "space's, a recurrent state (h, c)), which numpy would stack part-first: with "
         "several envs each lane would store other envs' values. Pass its parts as a dict, "
         f"{target} (stored as the fields {fields}, as rb.collect stores a Tuple space); "
         "values of several envs go in an array or a list (one entry per env), not a tuple")
+
+
+def _tuple_item(value: list[Any]) -> tuple[Any, ...] | None:
+    """The first item of ``value`` (at any depth of lists) that is a tuple holding an
+    array or tensor, or None. A list whose first item is neither a tuple nor a list (a
+    list of numbers or of arrays, the common inputs) is not walked further: one look."""
+    if not value or not (type(value[0]) is tuple or type(value[0]) is list):
+        return None
+    for item in value:
+        if type(item) is tuple:
+            if _holds_array(item):
+                return item
+        elif type(item) is list:
+            found = _tuple_item(item)
+            if found is not None:
+                return found
+    return None
 
 
 def _holds_array(value: tuple[Any, ...] | list[Any]) -> bool:

@@ -296,6 +296,89 @@ def test_a_tuple_of_numbers_reads_as_a_list(name: str) -> None:
     np.testing.assert_array_equal(one.table.arrays["obs"][:2, 0], [[11, 10, 0]] * 2)
 
 
+
+def steps3(n: int = 2) -> dict[str, Any]:
+    """``n`` steps of :func:`lanes3` (step t at t), each field ``[n, 3, ...]``."""
+    rows = [lanes3(t) for t in range(n)]
+    return {k: np.stack([r[k] for r in rows]) for k in rows[0]}
+
+
+def per_step(a: np.ndarray) -> list[tuple[np.ndarray, ...]]:
+    """``[steps, lanes, parts]`` as a list of one vector env Tuple value per step (what a
+    rollout loop that appends each step's observation collects)."""
+    return [columns(step) for step in a]
+
+
+#: extend given a list of per-step tuples of arrays: np.asarray stacks it [steps, parts,
+#: lanes], so with as many parts as lanes each lane stored one part of every env
+LIST_CALLS: dict[str, Callable[[rb.ReplayBuffer], Any]] = {
+    "obs": lambda b: b.extend(**{**steps3(), "obs": per_step(steps3()["obs"])}),
+    "next_obs": lambda b: b.extend(**{**steps3(), "next_obs": per_step(steps3()["next_obs"])}),
+    "env_ids": lambda b: b.extend(env_ids=[2, 0], **{
+        **{k: v[:, [2, 0]] for k, v in steps3().items()},
+        "obs": per_step(steps3()["obs"][:, [2, 0]])}),
+    "extra": lambda b: b.extend(**steps3(), hidden=[(np.zeros((3, 2)), np.ones((3, 2)))] * 2),
+}
+
+
+@pytest.mark.parametrize("first", [False, True], ids=["later", "first"])
+@pytest.mark.parametrize("name", WRITERS)
+@pytest.mark.parametrize("call", list(LIST_CALLS))
+def test_extend_refuses_a_list_of_tuples_holding_arrays(call: str, name: str,
+                                                        first: bool) -> None:
+    """``extend`` given a list of per-step tuples of arrays (a vector env's Tuple
+    observations, or (h, c) states, collected step by step) is refused by the tuple rule
+    as a lone tuple is, whichever writer runs, naming the dict of one sequence per part;
+    nothing changes (before, it was stacked part-first: with as many parts as envs,
+    accepted with every lane holding one part of every env)."""
+    arg = {"env_ids": "obs", "extra": "hidden"}.get(call, call)
+    field = {"next_obs": "obs"}.get(arg, arg)
+    with writer(name):
+        buf = rb.ReplayBuffer(12, num_envs=3, seed=0)
+        if not first:
+            buf.add(**lanes3(), hidden=np.zeros((3, 2))) if call == "extra" \
+                else buf.add(**lanes3())
+        rejects(buf, lambda: LIST_CALLS[call](buf), rb.ShapeError,
+                f"{arg}=[2 items: (array(shape=", "are tuples holding arrays",
+                f"{arg}={{'0': [s[0] for s in {arg}], '1': [s[1] for s in {arg}]",
+                f"stored as the fields {field}/0")
+        assert buf.spec is None if first else len(buf) == 3
+
+
+@pytest.mark.parametrize("name", WRITERS)
+def test_extend_with_the_dict_of_per_step_tuples_stores_each_env_in_its_lane(
+        name: str) -> None:
+    """The dict the error names (one list of per-step arrays per part) stores every env's
+    parts in its own lane; a one-env list of tuples of arrays is refused alike."""
+    kw = steps3()
+    with writer(name):
+        buf = rb.ReplayBuffer(12, num_envs=3, seed=0)
+        obs, nxt = per_step(kw["obs"]), per_step(kw["next_obs"])
+        buf.extend(**{**kw, "obs": {str(i): [s[i] for s in obs] for i in range(3)},
+                      "next_obs": {str(i): [s[i] for s in nxt] for i in range(3)}})
+        one = rb.ReplayBuffer(4, seed=0)
+        rejects(one, lambda: one.extend(
+            obs=[(np.zeros(2), np.ones(2))] * 3, next_obs=np.zeros((3, 4)), action=np.zeros(3),
+            reward=np.zeros(3), terminated=np.zeros(3, bool), truncated=np.zeros(3, bool)),
+            rb.ShapeError, "obs=[3 items: (array(shape=(2,)", "obs={'0': [s[0] for s in obs]")
+    for part in range(3):
+        np.testing.assert_array_equal(buf.table.arrays[f"obs/{part}"][:2], kw["obs"][..., part])
+
+
+@pytest.mark.parametrize("name", WRITERS)
+def test_extend_takes_a_list_of_tuples_of_numbers_as_a_list(name: str) -> None:
+    """A list of tuples of numbers (one per step: each env's action, or one env's vector)
+    is no structured value: stored as the nested list would be."""
+    with writer(name):
+        buf = rb.ReplayBuffer(12, num_envs=3, seed=0)
+        buf.extend(**{**steps3(), "action": [(2, 0, 1), (1, 2, 0)]})
+        one = rb.ReplayBuffer(4, seed=0)
+        one.extend(obs=[(11, 10, 0), (12, 10, 0)], action=[1, 1], reward=[0.0, 0.0],
+                   next_obs=[(12, 10, 0), (13, 10, 0)], terminated=[False, False],
+                   truncated=[False, False])
+    np.testing.assert_array_equal(buf.table.arrays["action"][:2], [[2, 0, 1], [1, 2, 0]])
+    np.testing.assert_array_equal(one.table.arrays["obs"][:2, 0], [[11, 10, 0], [12, 10, 0]])
+
 # --------------------------------------------------------------------------- sampling
 def test_sample_empty() -> None:
     buf = rb.ReplayBuffer(capacity=4, seed=0)
