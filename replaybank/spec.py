@@ -46,8 +46,9 @@ from replaybank.host import as_numpy, is_tensor
 
 __all__ = ["FIELD_ALIASES", "INFO_FIX", "INFO_NAMES", "QUICK_VALUES", "SEP", "STANDARD", "UNSET",
            "UNSTORABLE_KINDS", "FieldSpec", "Spec",
-           "as_array", "assignable_dtypes", "check_tuple", "collect_fields", "flatten", "native",
-           "real_array", "real_floats", "rows_array", "stored_by_assignment", "unflatten"]
+           "as_array", "assignable_dtypes", "check_tuple", "collect_fields", "flatten",
+           "holds_array", "native", "real_array", "real_floats", "rows_array",
+           "stored_by_assignment", "unflatten"]
 
 SEP = "/"
 
@@ -718,7 +719,7 @@ def check_tuple(arg: str, value: tuple[Any, ...] | list[Any]) -> None:
         replaybank.errors.ShapeError: obs=[4 items: (array(shape=(2,), dtype=float64), ...), ...]: its items (one per step or env) are tuples holding arrays, ...
     """  # noqa: E501
     if isinstance(value, tuple):
-        if not _holds_array(value):
+        if not holds_array(value):
             return
         item = value
     else:
@@ -756,7 +757,7 @@ def _tuple_item(value: list[Any]) -> tuple[Any, ...] | None:
         return None
     for item in value:
         if type(item) is tuple:
-            if _holds_array(item):
+            if holds_array(item):
                 return item
         elif type(item) is list:
             found = _tuple_item(item)
@@ -765,12 +766,17 @@ def _tuple_item(value: list[Any]) -> tuple[Any, ...] | None:
     return None
 
 
-def _holds_array(value: tuple[Any, ...] | list[Any]) -> bool:
+def holds_array(value: tuple[Any, ...] | list[Any]) -> bool:
     """Whether ``value`` holds, at any depth of tuples and lists, an array or tensor with
-    at least one dim."""
+    at least one dim: the tuples :func:`check_tuple` refuses.
+
+    Example:
+        >>> holds_array((np.zeros(2), np.ones(3))), holds_array((0, 1.5))
+        (True, False)
+    """
     for item in value:
         if type(item) is tuple or type(item) is list:
-            if _holds_array(item):
+            if holds_array(item):
                 return True
         elif isinstance(item, np.ndarray):
             if item.ndim:
