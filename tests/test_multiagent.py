@@ -499,6 +499,11 @@ BAD_CALLS = [
      {k: {**v, "b": v["a"] if k != "obs" and k != "next_obs" else np.zeros(3)}
       for k, v in GOOD.items()}),
     (ShapeError, "obs\\['a'\\]", {"obs": {"a": np.zeros(5)}}),
+    # a ragged value named neither the argument nor the agent
+    (ShapeError, r"^obs\['a'\]=\[array\(\[0\., 0\.\]\), array\(\[0\.\]\)\]: a ragged nest numpy",
+     {"obs": {"a": [np.zeros(2), np.zeros(1)]}}),
+    (ShapeError, r"^next_obs\['a'\]=\[array\(\[0\., 0\.\]\), array\(\[0\.\]\)\]: a ragged nest",
+     {"next_obs": {"a": [np.zeros(2), np.zeros(1)]}}),
     (DtypeError, "action\\['a'\\]", {"action": {"a": 0.5}}),
     (SpecError, "no global state", {"state": np.zeros(2), "next_state": np.zeros(2)}),
     (SpecError, "extras", {"info": np.zeros(1)}),

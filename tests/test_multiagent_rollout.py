@@ -370,6 +370,11 @@ BAD_ADDS = [
     (dict(truncated={"a": True, "b": False}), ShapeError,
      r"final_value.*'a'.*truncated.*final_value=\{'a'"),
     (dict(action={"a": 1.5, "b": 0}), ReplayBankError, r"action"),
+    # a ragged value named neither the argument nor the agent
+    (dict(log_prob={"a": -1.0, "b": [[0.0], 1.0]}), ShapeError,
+     r"^log_prob\['b'\]=\[\[0\.0\], 1\.0\]: a ragged nest numpy cannot make one array"),
+    (dict(obs={"a": [np.zeros(2), np.zeros(1)], "b": np.zeros(2, np.float32)}), ShapeError,
+     r"^obs\['a'\]=\[array\(\[0\., 0\.\]\), array\(\[0\.\]\)\]: a ragged nest"),
     (dict(hidden={"a": np.zeros(2), "b": np.zeros(2)}), SpecError, r"extras \['hidden'\]"),
     (dict(state=np.zeros(2)), SpecError, r"state=.*no global state"),
     (dict(active={"a": [False], "b": [False]}), ArgumentError, "no agent acted"),

@@ -179,7 +179,7 @@ def cast_value(field: FieldSpec, arg: str, value: Any, num_envs: int) -> npt.NDA
     if isinstance(value, Mapping):
         raise ArgumentError(f"add({arg}={describe(value)}): a dict where an array is "
                             "expected; only observations may be dicts {key: array}")
-    arr = as_array(value)
+    arr = as_array(value, arg)  # (a ragged nest: a ShapeError naming arg)
     lead = field.leading_of("add", value, [(), (1,)] if num_envs == 1 else [(num_envs,)],
                             arr)
     out = field.cast(arg, value, lead, arr)
