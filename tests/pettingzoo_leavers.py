@@ -1,5 +1,6 @@
 """Hand-written PettingZoo parallel envs whose agents leave mid-episode, and a recorder of
-what an env returned: for the multi-agent rollout collection tests.
+what an env returned: for the multi-agent rollout collection tests. Also an env where
+an agent joins late (:class:`LateJoiner`), for both collectors.
 
 Other test files import them: ``from tests.pettingzoo_leavers import Leaver, Recorder``.
 """
@@ -131,3 +132,37 @@ class Recorder:
                              state_after=np.array(self.env.state())))
         self.pending = {a: _copy(o) for a, o in obs.items() if a in self.env.agents}
         return out
+
+
+class LateJoiner(ParallelEnv):  # type: ignore[misc]
+    """Agents "a" and "b" act from the reset; "c" joins at step 2 (its first observation
+    comes with step 2's); all are truncated at step 4. Observations are ``[t, agent
+    index]`` float32."""
+
+    metadata: ClassVar[dict[str, Any]] = {"name": "late_joiner_v0"}
+
+    def __init__(self) -> None:
+        self.possible_agents = ["a", "b", "c"]
+        self.t = 0
+
+    def action_space(self, agent: str) -> Any:
+        return gym.spaces.Discrete(2)
+
+    def observation_space(self, agent: str) -> Any:
+        return gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
+
+    def _observe(self, agent: str) -> np.ndarray:
+        return np.array([self.t, self.possible_agents.index(agent)], np.float32)
+
+    def reset(self, seed: int | None = None, options: Any = None) -> Any:
+        self.t = 0
+        self.agents = ["a", "b"]
+        return {a: self._observe(a) for a in self.agents}, {a: {} for a in self.agents}
+
+    def step(self, actions: dict[str, Any]) -> Any:
+        self.t += 1
+        end = self.t == 4
+        self.agents = [] if end else ["a", "b", "c"] if self.t >= 2 else ["a", "b"]
+        obs = {a: self._observe(a) for a in {*actions, *self.agents}}
+        return (obs, {a: 1.0 for a in actions}, {a: False for a in actions},
+                {a: end for a in actions}, {a: {} for a in actions})

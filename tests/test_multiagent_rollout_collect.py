@@ -386,7 +386,7 @@ from replaybank.integrations.pettingzoo import (  # noqa: E402
     MultiAgentCollector,
     MultiAgentRolloutCollector,
 )
-from tests.pettingzoo_leavers import Leaver, Recorder  # noqa: E402
+from tests.pettingzoo_leavers import LateJoiner, Leaver, Recorder  # noqa: E402
 
 
 class Critic:
@@ -658,3 +658,32 @@ def test_collect_refuses_a_policy_that_breaks_the_protocol(policy: Any,
     for w in words:
         assert w in str(info.value), (w, str(info.value))
     assert buf.pos == 0
+
+
+# ---------------------------------------------------------------- late joiners
+def test_collect_refuses_a_late_joiner_without_its_spec_before_the_first_step() -> None:
+    """"c" joins at step 2, so the first add holds "a" and "b": spec= must give "c"'s
+    log_prob and value too. The message advised observation and action spaces, had an
+    unbalanced brace, and came after the env had stepped."""
+    spec: dict[str, Any] = {"obs": {a: ((2,), "float32") for a in "abc"},
+                            "action": {a: ((), "int64") for a in "abc"}}
+    env = LateJoiner()
+    buf = MultiAgentRolloutBuffer(8, ["a", "b", "c"], spec=spec, seed=0)
+    with pytest.raises(SpecError) as got:
+        rb.collect(env, None, buf, 8, seed=0, progress=False)
+    assert str(got.value) == (
+        "add(log_prob=..., value=...): agent 'c' is not in the first add and spec= gives no "
+        "'log_prob' or 'value' for it, so those shapes and dtypes are unknown; add to spec: "
+        "MultiAgentRolloutBuffer(..., spec={..., 'log_prob': {'c': ((), 'float32')}, "
+        "'value': {'c': ((), 'float32')}}) (log_prob and value: one float per step), or "
+        "include agent 'c' in the first add")
+    assert env.t == 0 and buf.pos == 0 and buf.layout is None
+    # the example of the message, added to spec=, is what it takes
+    spec.update({"log_prob": {"c": ((), "float32")}, "value": {"c": ((), "float32")}})
+    ok = MultiAgentRolloutBuffer(8, ["a", "b", "c"], spec=spec, seed=0)
+    rb.collect(LateJoiner(), None, ok, 8, seed=0, progress=False)
+    assert ok.active["c"][:, 0].tolist() == [False, False, True, True] * 2
+    # a centralised critic's value is joint: log_prob is all "c" needs then
+    central = MultiAgentRolloutBuffer(8, ["a", "b", "c"], seed=0, spec={
+        **spec, "value": ((), "float32")})
+    central.check_first_add(["a", "b"], ("obs", "action", "log_prob"))

@@ -24,12 +24,13 @@ from mpe2 import simple_spread_v3  # noqa: E402
 from pettingzoo.utils.env import ParallelEnv  # noqa: E402
 
 import replaybank as rb  # noqa: E402
-from replaybank.errors import ConfigError  # noqa: E402
+from replaybank.errors import ConfigError, SpecError  # noqa: E402
 from replaybank.integrations.pettingzoo import (  # noqa: E402
     MultiAgentCollector,
     MultiAgentCollectResult,
     is_parallel_env,
 )
+from tests.pettingzoo_leavers import LateJoiner  # noqa: E402
 
 
 # ---------------------------------------------------------------------- envs
@@ -582,3 +583,25 @@ def test_rb_collect_fills_a_multiagent_rollout_buffer_with_torch_outputs() -> No
         assert buf.returns["a"][:6, e].tolist() == pytest.approx(
             [sum(rew[t:]) + float(seen[6][0]) for t in range(6)])
         assert float(seen[6][0]) == 6.0
+
+
+def test_an_agent_joining_late_without_its_spec_is_refused_before_the_first_step() -> None:
+    """The first add holds "a" and "b" only: the message names the spec entries "c"
+    needs, and the env is not stepped (it was, and the refused step was lost)."""
+    env = LateJoiner()
+    buf = rb.MultiAgentReplayBuffer(50, ["a", "b", "c"], seed=0)
+    with pytest.raises(SpecError) as got:
+        rb.collect(env, None, buf, 8, seed=0, progress=False)
+    assert str(got.value) == (
+        "add(obs=..., action=...): agent 'c' is not in the first add and spec= gives no "
+        "'obs' or 'action' for it, so those shapes and dtypes are unknown; add to spec: "
+        "MultiAgentReplayBuffer(..., spec={..., 'obs': {'c': (shape, dtype)}, 'action': "
+        "{'c': (shape, dtype)}}) (env.observation_space(agent) and env.action_space(agent) "
+        "give the shape and dtype), or include agent 'c' in the first add")
+    assert env.t == 0 and len(buf) == 0 and buf.layout is None
+    spec = {"obs": {"c": ((2,), "float32")}, "action": {"c": ((), "int64")}}
+    ok = rb.MultiAgentReplayBuffer(50, ["a", "b", "c"], spec=spec, seed=0)
+    rb.collect(LateJoiner(), None, ok, 8, seed=0, progress=False)
+    b = ok.sample(8, replace=False)
+    joined = sorted(float(b.obs["a"][i, 0]) for i in range(8) if b.active["c"][i])
+    assert joined == [2.0, 2.0, 3.0, 3.0] and len(ok) == 8

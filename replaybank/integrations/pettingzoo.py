@@ -557,6 +557,9 @@ class MultiAgentCollector(_ParallelEnvs):
                 self._reset_env(i, None if self.seed is None else self.seed + i)
         store_state = self._stores_state()
         acting = [self._acting(i) for i in range(self.n)]
+        # an agent not in the buffer's first add needs its spec= entries: refused now,
+        # before the envs step, not by the add after the step
+        self.buffer.check_first_add([a for a in self._agents if any(a in x for x in acting)])
         actions = self._actions(acting)
         steps: list[dict[str, Any] | None] = []
         for i, env in enumerate(self.envs):
@@ -950,6 +953,10 @@ class MultiAgentRolloutCollector(_ParallelEnvs):
         obs, state = self.policy_inputs()
         acting = [self._acting(i) for i in range(self.n)]
         actions, values, log_probs = self._act(obs, state, acting)
+        # an agent not in the buffer's first add needs its spec= entries: refused now,
+        # before the envs step, not by the add after the step
+        self.buffer.check_first_add(list(obs), ("obs", "action", "log_prob")
+                                    + (("value",) if isinstance(values, Mapping) else ()))
         outs = []
         for i, env in enumerate(self.envs):
             out = env.step({a: actions[a][i] for a in acting[i]})

@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import inspect
 import sys
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -70,7 +70,13 @@ from replaybank.multiagent.batch import (
 )
 from replaybank.multiagent.episodes import Episodes
 from replaybank.multiagent.inputs import DirectAdd, prepare
-from replaybank.multiagent.layout import AgentLayout, check_agents, parse_spec
+from replaybank.multiagent.layout import (
+    AgentLayout,
+    check_agents,
+    missing_spec_error,
+    parse_spec,
+    unknown_fields,
+)
 from replaybank.multiagent.nstep import AGENT_DISCOUNT, AgentNStepView
 from replaybank.multiagent.padded import EpisodeIndex, gather_episodes
 from replaybank.multiagent.resume import (
@@ -322,6 +328,38 @@ class MultiAgentReplayBuffer:
         if self._layout is None:
             self._set_layout(step.layout)
         self._episodes.commit(step.act, step.ends, step.lanes, step.next_obs)
+
+    def check_first_add(self, agents: Collection[str],
+                        per_agent: Collection[str] = ("obs", "action")) -> None:
+        """Refuse now the first add that would hold only ``agents``, when it would leave
+        the shapes of an agent not in it unknown (``spec=`` gives them not).
+
+        A collector calls this before it steps its envs, so that an agent joining late
+        is refused before anything happened. Nothing to check once the fields are
+        known (after the first add, or with a ``spec`` that gives every agent's).
+
+        Args:
+            agents: The agents of the first add.
+            per_agent: Its per-agent arguments (``obs``, ``action`` and per-agent
+                extras).
+
+        Raises:
+            SpecError: The error that add would raise, naming the ``spec=`` entries to
+                add.
+
+        Example:
+            >>> buf = MultiAgentReplayBuffer(8, ["a", "c"], spec={"obs": {"c": ((2,), "float32")}})
+            >>> buf.check_first_add(["a"])  # doctest: +ELLIPSIS
+            Traceback (most recent call last):
+            ...
+            replaybank.errors.SpecError: add(action=...): agent 'c' is not in the first add ...
+        """
+        if self._layout is not None:
+            return
+        missing = unknown_fields(self._agents, self._spec,
+                                 {name: tuple(agents) for name in per_agent})
+        if missing:
+            raise missing_spec_error("MultiAgentReplayBuffer", missing)
 
     def clear(self) -> None:
         """Drop every stored step and the episode bookkeeping."""

@@ -24,7 +24,7 @@ Example:
     ...     truncated={"a": False}, state=None, next_state=None, active=None), {})
     Traceback (most recent call last):
     ...
-    replaybank.errors.SpecError: add(obs=...): agent 'b' is not in the first add and spec= gives no 'obs' for it, so its shape and dtype are unknown; pass MultiAgentReplayBuffer(..., spec={'obs': {'b': (shape, dtype)}, ...}) (e.g. from env.observation_space(agent) and env.action_space(agent)), or include it in the first add
+    replaybank.errors.SpecError: add(obs=..., action=...): agent 'b' is not in the first add and spec= gives no 'obs' or 'action' for it, so those shapes and dtypes are unknown; add to spec: MultiAgentReplayBuffer(..., spec={..., 'obs': {'b': (shape, dtype)}, 'action': {'b': (shape, dtype)}}) (env.observation_space(agent) and env.action_space(agent) give the shape and dtype), or include agent 'b' in the first add
 """  # noqa: E501
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,8 +46,8 @@ import numpy as np
 from replaybank.errors import ArgumentError, SpecError, describe
 from replaybank.spec import SEP, FieldSpec, Spec
 
-__all__ = ["OUTCOMES", "RESERVED_NAMES", "STATE", "AgentLayout", "check_agents", "obs_leaf",
-           "parse_spec"]
+__all__ = ["OUTCOMES", "RESERVED_NAMES", "STATE", "AgentLayout", "check_agents",
+           "missing_spec_error", "obs_leaf", "parse_spec", "unknown_fields"]
 
 #: The key of the global state in the core's dict observation.
 STATE = "state"
@@ -176,7 +176,9 @@ class AgentLayout:
 
     @classmethod
     def build(cls, agents: tuple[str, ...], spec: Any, values: Mapping[str, Any],
-              lead: tuple[int, ...], dict_obs: bool = False) -> AgentLayout:
+              lead: tuple[int, ...], dict_obs: bool = False,
+              owner: str = "MultiAgentReplayBuffer",
+              scalars: Collection[str] = ()) -> AgentLayout:
         """The layout from a spec and (for what it leaves out) a first add's values.
 
         Args:
@@ -190,21 +192,23 @@ class AgentLayout:
                 dict one (``obs/<agent>/<key>`` fields); otherwise it is inferred as one
                 array (and refused). ``spec`` entries ``obs/<agent>/<key>`` always
                 describe a dict observation.
+            owner: The buffer class, for the message of a missing entry.
+            scalars: Per-agent fields that hold one float per step (the rollout's
+                ``log_prob`` and ``value``), for the example of a missing entry.
 
         Raises:
-            SpecError: An agent's field is neither in ``spec`` nor in ``values``.
+            SpecError: An agent's field is neither in ``spec`` nor in ``values``
+                (:func:`missing_spec_error`).
         """
         given = parse_spec(spec, agents)
         per_agent: dict[str, dict[str, FieldSpec]] = {}
-        names = ["obs", "action"]  # then the per-agent extras, in the order first seen
-        for n, v in values.items():
-            if n not in names and n != STATE and isinstance(v, Mapping):
-                names.append(n)
-        for n in given:
-            top, _, rest = n.partition(SEP)
-            if rest in agents and top not in names:
-                names.append(top)
-        for top in names:
+        # the per-agent arguments of the first add -> the agents they hold
+        present = {n: tuple(v) for n, v in values.items()
+                   if n != STATE and isinstance(v, Mapping)}
+        missing = _unknown(agents, given, present)
+        if missing:
+            raise missing_spec_error(owner, missing, scalars)
+        for top in _per_agent_names(agents, given, present):
             got = values.get(top) or {}
             fields: dict[str, FieldSpec] = {}
             for a in agents:
@@ -216,15 +220,8 @@ class AgentLayout:
                         continue
                 if flat in given:
                     fields[a] = FieldSpec(flat, given[flat].shape, given[flat].dtype)
-                elif a in got:
+                else:  # (in the first add: _unknown said so)
                     fields[a] = FieldSpec.infer(flat, got[a], lead)
-                else:
-                    raise SpecError(
-                        f"add({top}=...): agent {a!r} is not in the first add and spec= "
-                        f"gives no {top!r} for it, so its shape and dtype are unknown; pass "
-                        f"MultiAgentReplayBuffer(..., spec={{{top!r}: {{{a!r}: (shape, "
-                        "dtype)}, ...}}) (e.g. from env.observation_space(agent) and "
-                        "env.action_space(agent)), or include it in the first add")
             per_agent[top] = fields
         state: FieldSpec | None = None
         name = f"obs{SEP}{STATE}"
@@ -234,7 +231,7 @@ class AgentLayout:
             state = FieldSpec.infer(name, values[STATE], lead)
         joint: dict[str, FieldSpec] = {}
         for n, f in given.items():
-            top, _, rest = n.partition(SEP)
+            top = n.partition(SEP)[0]
             if top not in per_agent and top != STATE:
                 joint[n] = f
         for n, v in values.items():
@@ -283,6 +280,94 @@ class AgentLayout:
             fields.append(FieldSpec(STATE, self.state.shape, self.state.dtype))
         fields.extend(self.joint.values())
         return Spec(fields).to_json()
+
+
+def _per_agent_names(agents: tuple[str, ...], given: Mapping[str, FieldSpec],
+                     present: Mapping[str, Collection[str]]) -> list[str]:
+    """The per-agent fields: obs, action, then the per-agent extras of the first add
+    (in its order), then those only ``spec`` gives."""
+    names = ["obs", "action"]
+    names.extend(n for n in present if n not in names)
+    for n in given:
+        top, _, rest = n.partition(SEP)
+        if rest in agents and top not in names:
+            names.append(top)
+    return names
+
+
+def _unknown(agents: tuple[str, ...], given: Mapping[str, FieldSpec],
+             present: Mapping[str, Collection[str]]) -> dict[str, list[str]]:
+    """``{field: [agent, ...]}``: the per-agent fields whose shape and dtype neither the
+    parsed spec ``given`` nor the first add (``present``: per-agent argument -> the
+    agents it holds) gives, in the buffer's order."""
+    out: dict[str, list[str]] = {}
+    for top in _per_agent_names(agents, given, present):
+        have = present.get(top, ())
+        for a in agents:
+            flat = f"{top}{SEP}{a}"
+            if a in have or flat in given or (top == "obs" and any(
+                    n.startswith(f"{flat}{SEP}") for n in given)):
+                continue
+            out.setdefault(top, []).append(a)
+    return out
+
+
+def unknown_fields(agents: tuple[str, ...], spec: Any,
+                   present: Mapping[str, Collection[str]]) -> dict[str, list[str]]:
+    """The per-agent fields a first add holding only the agents ``present`` names would
+    leave unknown: ``{field: [agent, ...]}``, empty when ``spec`` gives them all.
+
+    Args:
+        agents: The buffer's agents.
+        spec: The user's ``spec=`` (:func:`parse_spec` forms) or None.
+        present: Per-agent argument of the first add (``"obs"``, ``"action"`` and the
+            per-agent extras) -> the agents it will hold.
+
+    Example:
+        >>> unknown_fields(("a", "c"), {"obs": {"c": ((2,), "float32")}},
+        ...                {"obs": ["a"], "action": ["a"], "log_prob": ["a"]})
+        {'action': ['c'], 'log_prob': ['c']}
+    """
+    return _unknown(agents, parse_spec(spec, agents), present)
+
+
+def missing_spec_error(owner: str, missing: Mapping[str, Sequence[str]],
+                       scalars: Collection[str] = ()) -> SpecError:
+    """The error of a first add that leaves fields of absent agents unknown, naming the
+    ``spec=`` entries to add with a complete example.
+
+    Args:
+        owner: The buffer class (``"MultiAgentRolloutBuffer"``).
+        missing: ``{field: [agent, ...]}`` (:func:`unknown_fields`).
+        scalars: Fields that hold one float per step (example ``((), 'float32')``).
+
+    Example:
+        >>> print(missing_spec_error("B", {"obs": ["c"], "log_prob": ["c"]}, ["log_prob"]))
+        add(obs=..., log_prob=...): agent 'c' is not in the first add and spec= gives no 'obs' or 'log_prob' for it, so those shapes and dtypes are unknown; add to spec: B(..., spec={..., 'obs': {'c': (shape, dtype)}, 'log_prob': {'c': ((), 'float32')}}) (log_prob: one float per step; env.observation_space(agent) give the shape and dtype), or include agent 'c' in the first add
+    """  # noqa: E501
+    who = list(dict.fromkeys(a for agents in missing.values() for a in agents))
+    named = f"agent {who[0]!r}" if len(who) == 1 else f"agents {who}"
+
+    def example(top: str) -> str:
+        return "((), 'float32')" if top in scalars else "(shape, dtype)"
+
+    entries = ", ".join(f"{top!r}: {{" + ", ".join(f"{a!r}: {example(top)}" for a in agents)
+                        + "}" for top, agents in missing.items())
+    floats = [top for top in missing if top in scalars]
+    notes = [f"{' and '.join(floats)}: one float per step"] if floats else []
+    spaces = [f"env.{top.replace('obs', 'observation')}_space(agent)"
+              for top in ("obs", "action") if top in missing]
+    if spaces:
+        notes.append(f"{' and '.join(spaces)} give the shape and dtype")
+    if any(top not in scalars and top not in ("obs", "action") for top in missing):
+        notes.append("an extra: the shape and dtype of one agent's value")
+    return SpecError(
+        f"add({', '.join(f'{top}=...' for top in missing)}): {named} "
+        f"{'is' if len(who) == 1 else 'are'} not in the first add and spec= gives no "
+        f"{' or '.join(repr(top) for top in missing)} for {'it' if len(who) == 1 else 'them'}"
+        ", so those shapes and dtypes are unknown; add to spec: "
+        f"{owner}(..., spec={{..., {entries}}}) ({'; '.join(notes)}), or include {named} "
+        "in the first add")
 
 
 def _obs_leaves(agent: str, given: Mapping[str, FieldSpec], value: Any,

@@ -93,7 +93,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 import numpy as np
@@ -123,7 +123,9 @@ from replaybank.multiagent.layout import (
     STATE,
     AgentLayout,
     check_agents,
+    missing_spec_error,
     parse_spec,
+    unknown_fields,
 )
 from replaybank.multiagent.rollout_batch import (
     MultiAgentRolloutBatch,
@@ -153,6 +155,8 @@ _RESERVED = RESERVED_NAMES | RESERVED | frozenset({
 _NORMS = ("batch", "minibatch", None)
 _FLAG = np.dtype(np.bool_)
 _OUTCOMES = ("reward", "terminated", "truncated", "active")
+#: The per-agent fields that hold one float per step (examples of a missing spec entry).
+_SCALARS = ("log_prob", "value")
 
 
 def _renamed(exc: ReplayBankError) -> ReplayBankError:
@@ -529,7 +533,8 @@ class MultiAgentRolloutBuffer:
             try:
                 layout, fields = self._checked_layout(
                     AgentLayout.build(self._agents, self._spec_arg, values, lead,
-                                      dict_obs=True), reward, lead)
+                                      dict_obs=True, owner="MultiAgentRolloutBuffer",
+                                      scalars=_SCALARS), reward, lead)
             except ReplayBankError as exc:
                 raise _renamed(exc) from None
         self._check_fields(layout, value, state, extras)
@@ -548,6 +553,42 @@ class MultiAgentRolloutBuffer:
             self._final_obs.append(t, need, *kept)
         self._pos += 1
         self._adv = self._ret = None
+
+    def check_first_add(self, agents: Collection[str],
+                        per_agent: Collection[str] = ("obs", "action", "log_prob", "value")
+                        ) -> None:
+        """Refuse now the first add that would hold only ``agents``, when it would leave
+        the shapes of an agent not in it unknown (``spec=`` gives them not).
+
+        A collector calls this before it steps its envs, so that an agent joining late
+        is refused before anything happened. Nothing to check once the fields are
+        known (after the first add, or with a ``spec`` that gives every agent's).
+
+        Args:
+            agents: The agents of the first add.
+            per_agent: Its per-agent arguments (``obs``, ``action``, ``log_prob``,
+                ``value`` unless it is centralised, and per-agent extras).
+
+        Raises:
+            SpecError: The error that add would raise, naming the ``spec=`` entries to
+                add.
+
+        Example:
+            >>> buf = MultiAgentRolloutBuffer(4, ["a", "c"], spec={
+            ...     "obs": {"c": ((2,), "float32")}, "action": {"c": ((), "int64")}})
+            >>> buf.check_first_add(["a"])  # doctest: +ELLIPSIS
+            Traceback (most recent call last):
+            ...
+            replaybank.errors.SpecError: add(log_prob=..., value=...): agent 'c' is not in the first add ... spec={..., 'log_prob': {'c': ((), 'float32')}, 'value': {'c': ((), 'float32')}}) ...
+        """  # noqa: E501
+        if self._layout is not None:
+            return
+        if "value" in parse_spec(self._spec_arg, self._agents):  # centralised
+            per_agent = [name for name in per_agent if name != "value"]
+        missing = unknown_fields(self._agents, self._spec_arg,
+                                 {name: tuple(agents) for name in per_agent})
+        if missing:
+            raise missing_spec_error("MultiAgentRolloutBuffer", missing, _SCALARS)
 
     def _check_dicts(self, given: Mapping[str, Any], active: Any,
                      extras: Mapping[str, Any]) -> tuple[str, ...]:
