@@ -1,6 +1,7 @@
 """Hand-written PettingZoo parallel envs whose agents leave mid-episode, and a recorder of
-what an env returned: for the multi-agent rollout collection tests. Also an env where
-an agent joins late (:class:`LateJoiner`), for both collectors.
+what an env returned: for the multi-agent rollout collection tests. Also envs of odd
+values for both collectors: different dtypes per env (:class:`Fractions`) and an agent
+that joins late (:class:`LateJoiner`).
 
 Other test files import them: ``from tests.pettingzoo_leavers import Leaver, Recorder``.
 """
@@ -132,6 +133,39 @@ class Recorder:
                              state_after=np.array(self.env.state())))
         self.pending = {a: _copy(o) for a, o in obs.items() if a in self.env.agents}
         return out
+
+
+class Fractions(ParallelEnv):  # type: ignore[misc]
+    """One agent "a" observing ``[0.25 * t]`` as ``dtype`` (an int dtype gives zeros),
+    with ``state()`` the same; it is truncated at step 3 (the episode's end). Two of
+    them with different dtypes, as vector envs, stack values of different dtypes."""
+
+    metadata: ClassVar[dict[str, Any]] = {"name": "fractions_v0"}
+
+    def __init__(self, dtype: Any) -> None:
+        self.possible_agents = ["a"]
+        self.dtype = dtype
+        self.t = 0
+
+    def action_space(self, agent: str) -> Any:
+        return gym.spaces.Discrete(2)
+
+    def observation_space(self, agent: str) -> Any:
+        return gym.spaces.Box(0, 1, (1,), self.dtype)
+
+    def state(self) -> np.ndarray:
+        return np.array([0.25 * self.t], self.dtype)
+
+    def reset(self, seed: int | None = None, options: Any = None) -> Any:
+        self.t = 0
+        self.agents = ["a"]
+        return {"a": self.state()}, {"a": {}}
+
+    def step(self, actions: dict[str, Any]) -> Any:
+        self.t += 1
+        end = self.t == 3
+        self.agents = [] if end else ["a"]
+        return ({"a": self.state()}, {"a": 1.0}, {"a": False}, {"a": end}, {"a": {}})
 
 
 class LateJoiner(ParallelEnv):  # type: ignore[misc]

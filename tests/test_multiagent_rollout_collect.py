@@ -386,7 +386,12 @@ from replaybank.integrations.pettingzoo import (  # noqa: E402
     MultiAgentCollector,
     MultiAgentRolloutCollector,
 )
-from tests.pettingzoo_leavers import LateJoiner, Leaver, Recorder  # noqa: E402
+from tests.pettingzoo_leavers import (  # noqa: E402
+    Fractions,
+    LateJoiner,
+    Leaver,
+    Recorder,
+)
 
 
 class Critic:
@@ -660,7 +665,33 @@ def test_collect_refuses_a_policy_that_breaks_the_protocol(policy: Any,
     assert buf.pos == 0
 
 
-# ---------------------------------------------------------------- late joiners
+# ---------------------------------------------------------------- odd values
+def test_collect_stacks_values_in_their_common_dtype_not_the_first_envs() -> None:
+    """An env of int64 observations beside one of float observations 0.25, 0.5 and the
+    final 0.75: the policy's obs and state, the stored obs and the kept final obs were
+    cast into the first env's dtype (all 0), so the bootstrap of env 1 was V(0) = 0."""
+    seen: list[tuple[list[float], list[float]]] = []
+
+    def policy(obs: dict[str, np.ndarray], state: np.ndarray) -> Any:
+        seen.append((obs["a"][:, 0].tolist(), state[:, 0].tolist()))
+        return ({"a": np.zeros(2, np.int64)}, {"a": obs["a"][:, 0].astype(np.float64)},
+                {"a": np.zeros(2)})
+
+    spec = {"obs": {"a": ((1,), "float32")}, "state": ((1,), "float32")}
+    buf = MultiAgentRolloutBuffer(3, ["a"], num_envs=2, gamma=1.0, gae_lambda=1.0,
+                                  normalize_advantage=None, spec=spec, seed=0)
+    col = MultiAgentRolloutCollector([Fractions(np.int64), Fractions(np.float64)], policy,
+                                     buf, seed=0,
+                                     value_fn=lambda obs, state: {"a": 10 * obs["a"][:, 0]})
+    col.collect()
+    assert seen == [([0.0, 0.0], [0.0, 0.0]), ([0.0, 0.25], [0.0, 0.25]),
+                    ([0.0, 0.5], [0.0, 0.5])]
+    assert buf.data["obs/a"][:, :, 0].tolist() == [[0.0, 0.0], [0.0, 0.25], [0.0, 0.5]]
+    assert buf.data["state"][:, :, 0].tolist() == [[0.0, 0.0], [0.0, 0.25], [0.0, 0.5]]
+    # rewards 1 to the truncation at step 3, then V(final obs) = 10 * 0.75 in env 1
+    assert buf.returns["a"].tolist() == [[3.0, 10.5], [2.0, 9.5], [1.0, 8.5]]
+
+
 def test_collect_refuses_a_late_joiner_without_its_spec_before_the_first_step() -> None:
     """"c" joins at step 2, so the first add holds "a" and "b": spec= must give "c"'s
     log_prob and value too. The message advised observation and action spaces, had an

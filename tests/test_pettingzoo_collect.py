@@ -24,13 +24,13 @@ from mpe2 import simple_spread_v3  # noqa: E402
 from pettingzoo.utils.env import ParallelEnv  # noqa: E402
 
 import replaybank as rb  # noqa: E402
-from replaybank.errors import ConfigError, SpecError  # noqa: E402
+from replaybank.errors import ConfigError, DtypeError, SpecError  # noqa: E402
 from replaybank.integrations.pettingzoo import (  # noqa: E402
     MultiAgentCollector,
     MultiAgentCollectResult,
     is_parallel_env,
 )
-from tests.pettingzoo_leavers import LateJoiner  # noqa: E402
+from tests.pettingzoo_leavers import Fractions, LateJoiner  # noqa: E402
 
 
 # ---------------------------------------------------------------------- envs
@@ -583,6 +583,51 @@ def test_rb_collect_fills_a_multiagent_rollout_buffer_with_torch_outputs() -> No
         assert buf.returns["a"][:6, e].tolist() == pytest.approx(
             [sum(rew[t:]) + float(seen[6][0]) for t in range(6)])
         assert float(seen[6][0]) == 6.0
+
+
+# ---------------------------------------------------------------------- odd values
+def test_vector_envs_stack_values_in_their_common_dtype_not_the_first_envs() -> None:
+    """An env of int64 observations beside one of float observations 0.25, 0.5, 0.75: the
+    rows were cast into the first env's dtype with numpy's unchecked cast, so the policy
+    saw 0 and every stored obs, next_obs, state and next_state was 0."""
+    seen: list[list[float]] = []
+
+    def policy(obs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        seen.append(obs["a"][:, 0].tolist())
+        return {"a": np.zeros(2, np.int64)}
+
+    spec = {"obs": {"a": ((1,), "float32")}, "action": {"a": ((), "int64")},
+            "state": ((1,), "float32")}
+    buf = rb.MultiAgentReplayBuffer(20, ["a"], num_envs=2, spec=spec, seed=0)
+    rb.collect([Fractions(np.int64), Fractions(np.float64)], policy, buf, 6, seed=0,
+               progress=False)
+    assert seen == [[0.0, 0.0], [0.0, 0.25], [0.0, 0.5]]
+    b = buf.sample(6, replace=False)
+    stored = sorted((int(k) % 2, float(b.obs["a"][i, 0]), float(b.next_obs["a"][i, 0]),
+                     float(b.state[i, 0]), float(b.next_state[i, 0]))
+                    for i, k in enumerate(np.asarray(b.indices).tolist()))
+    assert stored == [(0, 0.0, 0.0, 0.0, 0.0)] * 3 + [
+        (1, 0.0, 0.25, 0.0, 0.25), (1, 0.25, 0.5, 0.25, 0.5), (1, 0.5, 0.75, 0.5, 0.75)]
+
+
+def test_vector_envs_values_an_int_field_cannot_hold_are_refused_as_add_refuses_them() -> None:
+    """Into an int64 field, env 1's 0.25 is refused with the DtypeError of ``buf.add`` (it
+    was stored as 0)."""
+    spec = {"obs": {"a": ((1,), "int64")}}
+    buf = rb.MultiAgentReplayBuffer(20, ["a"], num_envs=2, spec=spec)
+    col = MultiAgentCollector([Fractions(np.int64), Fractions(np.float64)], None, buf, seed=0)
+    with pytest.raises(DtypeError) as got:
+        col.collect(2)
+    ref = rb.MultiAgentReplayBuffer(20, ["a"], num_envs=2, spec=spec)
+    with pytest.raises(DtypeError) as direct:
+        ref.add(obs={"a": np.zeros((2, 1))}, action={"a": np.zeros(2, np.int64)},
+                reward={"a": np.ones(2)}, next_obs={"a": np.array([[0.0], [0.25]])},
+                terminated={"a": np.zeros(2, bool)}, truncated={"a": np.zeros(2, bool)})
+    assert str(got.value) == str(direct.value) == (
+        "next_obs['a']=[[0.0], [0.25]]: field 'obs/a' is int64 and needs finite integral "
+        "values (found NaN, inf or a fraction); round or fix the value, or declare the "
+        "field as float")
+    assert len(buf) == 0
 
 
 def test_an_agent_joining_late_without_its_spec_is_refused_before_the_first_step() -> None:

@@ -37,7 +37,9 @@ action}`` for each. With a list of ``n`` envs, ``obs`` is ``{agent: [n, *obs_sha
 for every agent acting in at least one env (zeros in the envs where it does not act;
 :attr:`MultiAgentCollector.active` says where it does); an agent that observes a dict
 (PettingZoo's ``{"observation": ..., "action_mask": ...}``) gets ``{key: [n, *shape]}``,
-one array per key with its own dtype, and is stored per key. The policy returns
+one array per key with its own dtype, and is stored per key. The rows of the envs are
+stacked in their common dtype (``numpy.result_type``); the buffer's one checked cast
+turns them into the stored dtype. The policy returns
 ``{agent: [n, *action_shape]}`` for the same agents (the values of envs where an agent does
 not act are ignored). numpy arrays or torch tensors. ``policy=None`` samples
 ``env.action_space(agent)`` for each acting agent, the spaces seeded from the collector's
@@ -88,12 +90,14 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
+import numpy.typing as npt
 
-from replaybank.errors import ConfigError, describe
-from replaybank.host import is_tensor, tensor_to_numpy
+from replaybank.errors import ConfigError, ShapeError, describe
+from replaybank.host import as_numpy, is_tensor, tensor_to_numpy
 from replaybank.integrations.gymnasium import CollectResult
 from replaybank.integrations.progress import ProgressBar
 from replaybank.multiagent import MultiAgentReplayBuffer, MultiAgentRolloutBuffer
+from replaybank.spec import holds_array
 
 __all__ = ["MultiAgentActorCritic", "MultiAgentCollectResult", "MultiAgentCollector",
            "MultiAgentRolloutCollector", "collect_multiagent", "is_aec_env",
@@ -270,8 +274,14 @@ def _checked_step(out: Any, acting: list[str], where: str) -> tuple[Any, Any, An
 
 
 def _rows(values: dict[int, Any], n: int, what: str) -> Any:
-    """``[n, *shape]``: ``values[i]`` in row ``i``, zeros in the rows not given (the
-    dtype and shape of the first value).
+    """``[n, *shape]``: ``values[i]`` in row ``i``, zeros in the rows not given.
+
+    The rows are stacked without a cast: the array's dtype is the values' common one
+    (``numpy.result_type``, as the single-agent collector widens a lane), so an int64
+    value of one env and a float value 0.25 of another give a float array holding 0.25.
+    Casting to the stored dtype is the buffer's one checked cast, in ``add``: a value
+    the field cannot hold exactly is refused there (``DtypeError``), as ``buf.add``
+    refuses it, never truncated here.
 
     Dict values (a dict observation such as PettingZoo's ``{"observation": ...,
     "action_mask": ...}``) give a dict of such arrays, one per key (nested dicts too),
@@ -288,6 +298,14 @@ def _rows(values: dict[int, Any], n: int, what: str) -> Any:
     Raises:
         ConfigError: The envs give the values in different forms: a dict in one env and
             not in another, or dicts with different keys.
+        ShapeError: The envs give values of different shapes, a value is a ragged nest,
+            or a tuple holding arrays (which numpy would stack part-first).
+
+    Example:
+        >>> _rows({0: np.array([1], np.int64), 1: np.array([0.25])}, 3, "the obs")
+        array([[1.  ],
+               [0.25],
+               [0.  ]])
     """
     j, first = next(iter(values.items()))
     if isinstance(first, Mapping):
@@ -308,11 +326,44 @@ def _rows(values: dict[int, Any], n: int, what: str) -> Any:
                 f"collect(env=...): env[{i}] gave {what} as a dict with keys {list(v)} "
                 f"but env[{j}] as {describe(first)}; the envs of one buffer give each "
                 "agent the same form (the same dict keys in every env)")
-    arr = np.asarray(first)
-    out = np.zeros((n, *arr.shape), arr.dtype)
-    for i, v in values.items():
-        out[i] = v
+    arrays = {i: _row_array(v, i, what) for i, v in values.items()}
+    shape = arrays[j].shape
+    for i, arr in arrays.items():
+        if arr.shape != shape:
+            raise ShapeError(
+                f"collect(env=...): {what} has shape {arr.shape} in env[{i}] but {shape} "
+                f"in env[{j}]; the buffer stores one shape per agent and field: every env "
+                "gives an agent's values the same shape")
+    out = np.zeros((n, *shape), np.result_type(*arrays.values()))  # [n, *shape]
+    for i, arr in arrays.items():
+        out[i] = arr  # exact: out's dtype holds every value's
     return out
+
+
+def _row_array(value: Any, i: int, what: str) -> npt.NDArray[Any]:
+    """One env's value for :func:`_rows`, as a host array of its own dtype.
+
+    Raises:
+        ShapeError: A tuple holding arrays, or a ragged nest.
+    """
+    if type(value) is tuple and holds_array(value):
+        raise ShapeError(
+            f"collect(env=...): {what} in env[{i}] is {_tuple_shown(value)}, a tuple "
+            "holding arrays (a gymnasium Tuple space's value), which numpy would stack "
+            "part-first; a multi-agent buffer stores one array per agent and field: give "
+            "one array (e.g. gymnasium.spaces.flatten(space, value))")
+    try:
+        return as_numpy(value)
+    except ShapeError as exc:  # a ragged nest
+        raise ShapeError(f"collect(env=...): {what} in env[{i}] is {describe(value)}, a "
+                         f"ragged nest numpy cannot make one array of ({exc.__cause__}); "
+                         "give one array") from exc
+
+
+def _tuple_shown(value: tuple[Any, ...]) -> str:
+    """A tuple's parts, described (``(array(shape=(3,), dtype=float32), ...)``)."""
+    more = ", ..." if len(value) > 3 else ""
+    return "(" + ", ".join(describe(v) for v in value[:3]) + more + ")"
 
 
 def _batch_rows(obs: Mapping[str, Any]) -> int:
