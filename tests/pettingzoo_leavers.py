@@ -1,7 +1,8 @@
 """Hand-written PettingZoo parallel envs whose agents leave mid-episode, and a recorder of
 what an env returned: for the multi-agent rollout collection tests. Also envs of odd
-values for both collectors: different dtypes per env (:class:`Fractions`) and an agent
-that joins late (:class:`LateJoiner`).
+values for both collectors: different dtypes per env (:class:`Fractions`), gymnasium
+``Tuple`` observations (:class:`TupleObs`, :class:`TupleNoSpace`) and an agent that joins
+late (:class:`LateJoiner`).
 
 Other test files import them: ``from tests.pettingzoo_leavers import Leaver, Recorder``.
 """
@@ -166,6 +167,43 @@ class Fractions(ParallelEnv):  # type: ignore[misc]
         end = self.t == 3
         self.agents = [] if end else ["a"]
         return ({"a": self.state()}, {"a": 1.0}, {"a": False}, {"a": end}, {"a": {}})
+
+
+class TupleNoSpace:
+    """Agents "a" and "b" observe a gymnasium ``Tuple`` value ``(float32[3] of t,
+    float32[2] of 10 + t)`` and are truncated at step 3; the env declares no observation
+    space (:class:`TupleObs` does)."""
+
+    def __init__(self) -> None:
+        self.possible_agents = ["a", "b"]
+        self.t = 0
+
+    def action_space(self, agent: str) -> Any:
+        return gym.spaces.Discrete(2)
+
+    def _observe(self) -> tuple[np.ndarray, np.ndarray]:
+        return np.full(3, self.t, np.float32), np.full(2, 10 + self.t, np.float32)
+
+    def reset(self, seed: int | None = None, options: Any = None) -> Any:
+        self.t = 0
+        self.agents = ["a", "b"]
+        return {a: self._observe() for a in self.agents}, {a: {} for a in self.agents}
+
+    def step(self, actions: dict[str, Any]) -> Any:
+        self.t += 1
+        end = self.t == 3
+        self.agents = [] if end else ["a", "b"]
+        return ({a: self._observe() for a in actions}, {a: 1.0 for a in actions},
+                {a: False for a in actions}, {a: end for a in actions},
+                {a: {} for a in actions})
+
+
+class TupleObs(TupleNoSpace):
+    """:class:`TupleNoSpace` with its ``Tuple`` observation space."""
+
+    def observation_space(self, agent: str) -> Any:
+        return gym.spaces.Tuple((gym.spaces.Box(-np.inf, np.inf, (3,), np.float32),
+                                 gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)))
 
 
 class LateJoiner(ParallelEnv):  # type: ignore[misc]

@@ -391,6 +391,8 @@ from tests.pettingzoo_leavers import (  # noqa: E402
     LateJoiner,
     Leaver,
     Recorder,
+    TupleNoSpace,
+    TupleObs,
 )
 
 
@@ -690,6 +692,47 @@ def test_collect_stacks_values_in_their_common_dtype_not_the_first_envs() -> Non
     assert buf.data["state"][:, :, 0].tolist() == [[0.0, 0.0], [0.0, 0.25], [0.0, 0.5]]
     # rewards 1 to the truncation at step 3, then V(final obs) = 10 * 0.75 in env 1
     assert buf.returns["a"].tolist() == [[3.0, 10.5], [2.0, 9.5], [1.0, 8.5]]
+
+
+@pytest.mark.parametrize("num_envs", [1, 2])
+def test_collect_tuple_observations_as_rb_collect_stores_a_tuple_space(num_envs: int) -> None:
+    """A gymnasium Tuple observation (the env's observation_space says so) reaches the
+    policy, the buffer and value_fn (the kept final obs) as {'0': ..., '1': ...}; it was
+    stacked part-first, or a bare numpy ValueError."""
+    seen: list[Any] = []
+
+    def policy(obs: dict[str, Any], state: Any) -> Any:
+        seen.append({k: v.shape for k, v in obs["a"].items()})
+        return ({a: np.zeros(num_envs, np.int64) for a in obs},
+                {a: o["0"][:, 0].astype(np.float64) for a, o in obs.items()},
+                {a: np.zeros(num_envs) for a in obs})
+
+    envs = [TupleObs() for _ in range(num_envs)]
+    buf = MultiAgentRolloutBuffer(3, ["a", "b"], num_envs=num_envs, gamma=1.0,
+                                  gae_lambda=1.0, normalize_advantage=None, seed=0)
+    rb.collect(envs if num_envs > 1 else envs[0], policy, buf, 3, seed=0, progress=False)
+    # 3 steps, then the values of the kept final obs and of the last obs (no value())
+    assert seen == [{"0": (num_envs, 3), "1": (num_envs, 2)}] * 5
+    for a in ("a", "b"):
+        assert buf.data[f"obs/{a}/0"].tolist() == [[[t] * 3] * num_envs for t in range(3)]
+        assert buf.data[f"obs/{a}/1"].tolist() == [[[10 + t] * 2] * num_envs
+                                                   for t in range(3)]
+        # truncated at step 3: rewards to go, then V(final obs) = its step, 3
+        assert buf.returns[a].tolist() == [[6.0] * num_envs, [5.0] * num_envs,
+                                           [4.0] * num_envs]
+
+
+def test_collect_tuple_observations_without_a_tuple_space_are_refused_before_a_step() -> None:
+    envs = [TupleNoSpace(), TupleNoSpace()]
+    buf = MultiAgentRolloutBuffer(3, ["a", "b"], num_envs=2)
+    with pytest.raises(ShapeError) as got:
+        rb.collect(envs, None, buf, 3, seed=0, progress=False)
+    assert str(got.value).startswith(
+        "collect(env=...): env[0] gave the observation of agent 'a' as a tuple holding "
+        "arrays (a gymnasium Tuple space's value), which numpy would stack part-first. The "
+        "collector stores it as rb.collect stores a Tuple space, as the dict {'0': "
+        "value[0], '1': value[1], ...} (the fields obs/a/0, obs/a/1, ...)")
+    assert buf.pos == 0 and [e.t for e in envs] == [0, 0]
 
 
 def test_collect_refuses_a_late_joiner_without_its_spec_before_the_first_step() -> None:

@@ -24,13 +24,18 @@ from mpe2 import simple_spread_v3  # noqa: E402
 from pettingzoo.utils.env import ParallelEnv  # noqa: E402
 
 import replaybank as rb  # noqa: E402
-from replaybank.errors import ConfigError, DtypeError, SpecError  # noqa: E402
+from replaybank.errors import ConfigError, DtypeError, ShapeError, SpecError  # noqa: E402
 from replaybank.integrations.pettingzoo import (  # noqa: E402
     MultiAgentCollector,
     MultiAgentCollectResult,
     is_parallel_env,
 )
-from tests.pettingzoo_leavers import Fractions, LateJoiner  # noqa: E402
+from tests.pettingzoo_leavers import (  # noqa: E402
+    Fractions,
+    LateJoiner,
+    TupleNoSpace,
+    TupleObs,
+)
 
 
 # ---------------------------------------------------------------------- envs
@@ -628,6 +633,60 @@ def test_vector_envs_values_an_int_field_cannot_hold_are_refused_as_add_refuses_
         "values (found NaN, inf or a fraction); round or fix the value, or declare the "
         "field as float")
     assert len(buf) == 0
+
+
+@pytest.mark.parametrize("num_envs", [1, 2])
+def test_tuple_observations_are_stored_as_rb_collect_stores_a_tuple_space(
+        num_envs: int) -> None:
+    """A gymnasium Tuple observation (the env's observation_space says so) is the dict
+    {'0': ..., '1': ...}, fields obs/<agent>/0, obs/<agent>/1, as the single-agent
+    rb.collect stores it (it was stacked part-first, or refused with advice that did not
+    apply, or a bare numpy ValueError)."""
+    seen: list[Any] = []
+
+    def policy(obs: dict[str, Any]) -> dict[str, Any]:
+        seen.append({k: np.shape(v) for k, v in obs["a"].items()})
+        return {a: np.zeros(num_envs, np.int64) if num_envs > 1 else 0 for a in obs}
+
+    envs = [TupleObs() for _ in range(num_envs)]
+    buf = rb.MultiAgentReplayBuffer(50, ["a", "b"], num_envs=num_envs, seed=0)
+    rb.collect(envs if num_envs > 1 else envs[0], policy, buf, 3 * num_envs, seed=0,
+               progress=False)
+    lead = (num_envs,) if num_envs > 1 else ()
+    assert seen == [{"0": (*lead, 3), "1": (*lead, 2)}] * 3
+    assert buf.spec is not None
+    assert [(n, buf.spec[n].shape) for n in buf.spec if n.startswith("obs/")] == [
+        ("obs/a/0", (3,)), ("obs/a/1", (2,)), ("obs/b/0", (3,)), ("obs/b/1", (2,))]
+    b = buf.sample(len(buf), replace=False)
+    steps = []
+    for i in range(len(buf)):
+        t = float(b.obs["a"]["0"][i, 0])
+        steps.append(t)
+        for a in ("a", "b"):
+            assert b.obs[a]["0"][i].tolist() == [t] * 3
+            assert b.obs[a]["1"][i].tolist() == [10 + t] * 2
+            assert b.next_obs[a]["0"][i].tolist() == [t + 1] * 3
+            assert b.next_obs[a]["1"][i].tolist() == [11 + t] * 2
+    assert sorted(steps) == sorted([0.0, 1.0, 2.0] * num_envs)
+
+
+@pytest.mark.parametrize("num_envs", [1, 2])
+def test_tuple_observations_without_a_tuple_space_are_refused_before_a_step(
+        num_envs: int) -> None:
+    envs = [TupleNoSpace() for _ in range(num_envs)]
+    buf = rb.MultiAgentReplayBuffer(50, ["a", "b"], num_envs=num_envs)
+    where = "env[0]" if num_envs > 1 else "env"
+    with pytest.raises(ShapeError) as got:
+        rb.collect(envs if num_envs > 1 else envs[0], None, buf, 3, seed=0, progress=False)
+    assert str(got.value) == (
+        f"collect(env=...): {where} gave the observation of agent 'a' as a tuple holding "
+        "arrays (a gymnasium Tuple space's value), which numpy would stack part-first. The "
+        "collector stores it as rb.collect stores a Tuple space, as the dict {'0': "
+        "value[0], '1': value[1], ...} (the fields obs/a/0, obs/a/1, ...), when "
+        "env.observation_space('a') is a gymnasium.spaces.Tuple; "
+        f"{where} has no observation_space(agent): give it one, or have the env return a "
+        "dict or one array")
+    assert len(buf) == 0 and [e.t for e in envs] == [0] * num_envs
 
 
 def test_an_agent_joining_late_without_its_spec_is_refused_before_the_first_step() -> None:

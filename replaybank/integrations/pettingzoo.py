@@ -37,9 +37,11 @@ action}`` for each. With a list of ``n`` envs, ``obs`` is ``{agent: [n, *obs_sha
 for every agent acting in at least one env (zeros in the envs where it does not act;
 :attr:`MultiAgentCollector.active` says where it does); an agent that observes a dict
 (PettingZoo's ``{"observation": ..., "action_mask": ...}``) gets ``{key: [n, *shape]}``,
-one array per key with its own dtype, and is stored per key. The rows of the envs are
-stacked in their common dtype (``numpy.result_type``); the buffer's one checked cast
-turns them into the stored dtype. The policy returns
+one array per key with its own dtype, and is stored per key; an agent whose
+``env.observation_space(agent)`` is a gymnasium ``Tuple`` space observes, and is stored,
+as ``rb.collect`` stores a single-agent Tuple space: the dict ``{'0': ..., '1': ...}``.
+The rows of the envs are stacked in their common dtype (``numpy.result_type``); the
+buffer's one checked cast turns them into the stored dtype. The policy returns
 ``{agent: [n, *action_shape]}`` for the same agents (the values of envs where an agent does
 not act are ignored). numpy arrays or torch tensors. ``policy=None`` samples
 ``env.action_space(agent)`` for each acting agent, the spaces seeded from the collector's
@@ -96,6 +98,7 @@ from replaybank.errors import ConfigError, ShapeError, describe
 from replaybank.host import as_numpy, is_tensor, tensor_to_numpy
 from replaybank.integrations.gymnasium import CollectResult
 from replaybank.integrations.progress import ProgressBar
+from replaybank.integrations.spaces import to_fields
 from replaybank.multiagent import MultiAgentReplayBuffer, MultiAgentRolloutBuffer
 from replaybank.spec import holds_array
 
@@ -126,6 +129,16 @@ def is_parallel_env(env: Any) -> bool:
 def is_aec_env(env: Any) -> bool:
     """Whether ``env`` looks like a PettingZoo AEC env (``possible_agents`` and ``last()``)."""
     return hasattr(env, "possible_agents") and callable(getattr(env, "last", None))
+
+
+@runtime_checkable
+class ObservationSpaces(Protocol):
+    """A parallel env that says what its agents observe (PettingZoo's
+    ``observation_space(agent)``); the collector reads it to arrange a gymnasium
+    ``Tuple`` observation as the dict ``{'0': ..., '1': ...}``."""
+
+    def observation_space(self, agent: str) -> Any:
+        """The gymnasium space of ``agent``'s observations."""
 
 
 def _is_env_list(env: Any) -> bool:
@@ -382,6 +395,16 @@ def _batch_rows(obs: Mapping[str, Any]) -> int:
     return len(first)
 
 
+def _holds_tuple(x: Any, arrays: bool = False) -> bool:
+    """Whether ``x`` is a tuple or a dict (nested too) that holds one (with ``arrays``:
+    a tuple that holds arrays, :func:`~replaybank.spec.holds_array`)."""
+    if type(x) is tuple:
+        return not arrays or holds_array(x)
+    if isinstance(x, Mapping):
+        return any(_holds_tuple(v, arrays) for v in x.values())
+    return False
+
+
 def _copy(x: Any) -> Any:
     """A private copy of an observation (an env may reuse its arrays), a dict
     observation's arrays included (nested dicts too)."""
@@ -448,7 +471,8 @@ class _ParallelEnvs:
 
     def _reset_env(self, i: int, seed: int | None) -> None:
         """Reset env ``i`` (with ``seed``) and restart its episode statistics."""
-        self._obs[i] = _reset_obs(self.envs[i], seed, f"env[{i}]" if self.vector else "env")
+        obs = _reset_obs(self.envs[i], seed, f"env[{i}]" if self.vector else "env")
+        self._obs[i] = {a: self._fields(i, a, v) for a, v in obs.items()}
         if self._env_state[i] is None:
             self._env_state[i] = _has_state(self.envs[i])
         self._ended[i] = set()
@@ -476,6 +500,39 @@ class _ParallelEnvs:
                                              if a in self._alen[i]})
         self.episodes += 1
         self._reset_env(i, None)
+
+    def _fields(self, i: int, agent: str, value: Any) -> Any:
+        """``agent``'s observation from env ``i`` in the buffer's form: a value that holds
+        a tuple (a gymnasium ``Tuple`` space's) arranged by
+        :func:`~replaybank.integrations.spaces.to_fields` as ``rb.collect`` stores it for
+        a single-agent env, ``{'0': value[0], '1': value[1], ...}`` (a private copy);
+        any other value as it is.
+
+        Raises:
+            ShapeError: A tuple holding arrays that the env's
+                ``observation_space(agent)`` does not arrange (the env has none, or it is
+                no ``Tuple`` space).
+        """
+        if not _holds_tuple(value):
+            return value
+        env = self.envs[i]
+        space = env.observation_space(agent) if isinstance(env, ObservationSpaces) else None
+        if space is not None:
+            value = _copy(to_fields(space, value))
+        if _holds_tuple(value, arrays=True):
+            where = f"env[{i}]" if self.vector else "env"
+            found = f"{where} has no observation_space(agent): give it one" \
+                if space is None else f"{where}.observation_space({agent!r}) is {space!r}, " \
+                "no Tuple space: return the gymnasium.spaces.Tuple there"
+            raise ShapeError(
+                f"collect(env=...): {where} gave the observation of agent {agent!r} as a "
+                "tuple holding arrays (a gymnasium Tuple space's value), which numpy would "
+                "stack part-first. The collector stores it as rb.collect stores a Tuple "
+                "space, as the dict {'0': value[0], '1': value[1], ...} (the fields "
+                f"obs/{agent}/0, obs/{agent}/1, ...), when env.observation_space({agent!r}) "
+                f"is a gymnasium.spaces.Tuple; {found}, or have the env return a dict or "
+                "one array")
+        return value
 
     @property
     def active(self) -> dict[str, np.ndarray]:
@@ -642,7 +699,7 @@ class MultiAgentCollector(_ParallelEnvs):
             "obs": {a: cur[a] for a in acting},
             "action": {a: actions[a] for a in acting},
             "reward": {a: float(rew[a]) for a in acting},
-            "next_obs": {a: nxt[a] for a in acting},
+            "next_obs": {a: self._fields(i, a, nxt[a]) for a in acting},
             "terminated": {a: bool(term[a]) for a in acting},
             "truncated": {a: bool(trunc[a]) for a in acting},
             "raw_next": nxt,
@@ -697,7 +754,7 @@ class MultiAgentCollector(_ParallelEnvs):
                 where = f"env[{i}]" if self.vector else "env"
                 raise ConfigError(f"collect(env=...): {where}.step returned no observation "
                                   f"for agent(s) {missing} of env.agents")
-            self._obs[i] = {a: _copy(nxt[a]) for a in live}
+            self._obs[i] = {a: _copy(self._fields(i, a, nxt[a])) for a in live}
             self._state[i] = s.get("next_state")  # the next step's state
             return
         self._end_episode(i, result)
@@ -1021,7 +1078,7 @@ class MultiAgentRolloutCollector(_ParallelEnvs):
             for a in acting[i]:
                 reward[a][i], term[a][i], trunc[a][i] = float(rew[a]), bool(te[a]), bool(tr[a])
                 if trunc[a][i] and not term[a][i]:
-                    final.setdefault(i, {})[a] = _copy(nxt[a])
+                    final.setdefault(i, {})[a] = _copy(self._fields(i, a, nxt[a]))
         extra: dict[str, Any] = {}
         if final:
             extra["final_obs"] = {a: _rows({i: f[a] for i, f in final.items() if a in f},
@@ -1059,7 +1116,7 @@ class MultiAgentRolloutCollector(_ParallelEnvs):
             if missing:
                 raise ConfigError(f"collect(env=...): {where}.step returned no observation "
                                   f"for agent(s) {missing} of env.agents")
-            self._obs[i] = {a: _copy(nxt[a]) for a in live}
+            self._obs[i] = {a: _copy(self._fields(i, a, nxt[a])) for a in live}
             return
         self._end_episode(i, result)
 
