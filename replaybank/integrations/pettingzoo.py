@@ -349,7 +349,7 @@ def _rows(values: dict[int, Any], n: int, what: str) -> Any:
                 "gives an agent's values the same shape")
     out = np.zeros((n, *shape), np.result_type(*arrays.values()))  # [n, *shape]
     for i, arr in arrays.items():
-        out[i] = arr  # exact: out's dtype holds every value's
+        out[i] = arr  # numpy's promotion, no narrowing: add's checked cast judges it
     return out
 
 
@@ -665,9 +665,10 @@ class MultiAgentCollector(_ParallelEnvs):
                 self._reset_env(i, None if self.seed is None else self.seed + i)
         store_state = self._stores_state()
         acting = [self._acting(i) for i in range(self.n)]
-        # an agent not in the buffer's first add needs its spec= entries: refused now,
-        # before the envs step, not by the add after the step
-        self.buffer.check_first_add([a for a in self._agents if any(a in x for x in acting)])
+        if self.buffer.layout is None:  # an agent not in the first add needs spec=
+            # entries: refused now, before the envs step, not by the add after the step
+            self.buffer.check_first_add([a for a in self._agents
+                                         if any(a in x for x in acting)])
         actions = self._actions(acting)
         steps: list[dict[str, Any] | None] = []
         for i, env in enumerate(self.envs):
@@ -1061,10 +1062,10 @@ class MultiAgentRolloutCollector(_ParallelEnvs):
         obs, state = self.policy_inputs()
         acting = [self._acting(i) for i in range(self.n)]
         actions, values, log_probs = self._act(obs, state, acting)
-        # an agent not in the buffer's first add needs its spec= entries: refused now,
-        # before the envs step, not by the add after the step
-        self.buffer.check_first_add(list(obs), ("obs", "action", "log_prob")
-                                    + (("value",) if isinstance(values, Mapping) else ()))
+        if self.buffer.layout is None:  # an agent not in the first add needs spec=
+            # entries: refused now, before the envs step, not by the add after the step
+            self.buffer.check_first_add(list(obs), ("obs", "action", "log_prob") + (
+                ("value",) if isinstance(values, Mapping) else ()))
         outs = []
         for i, env in enumerate(self.envs):
             out = env.step({a: actions[a][i] for a in acting[i]})

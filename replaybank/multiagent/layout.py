@@ -343,7 +343,7 @@ def missing_spec_error(owner: str, missing: Mapping[str, Sequence[str]],
 
     Example:
         >>> print(missing_spec_error("B", {"obs": ["c"], "log_prob": ["c"]}, ["log_prob"]))
-        add(obs=..., log_prob=...): agent 'c' is not in the first add and spec= gives no 'obs' or 'log_prob' for it, so those shapes and dtypes are unknown; add to spec: B(..., spec={..., 'obs': {'c': (shape, dtype)}, 'log_prob': {'c': ((), 'float32')}}) (log_prob: one float per step; env.observation_space(agent) give the shape and dtype), or include agent 'c' in the first add
+        add(obs=..., log_prob=...): agent 'c' is not in the first add and spec= gives no 'obs' or 'log_prob' for it, so those shapes and dtypes are unknown; add to spec: B(..., spec={..., 'obs': {'c': (shape, dtype)}, 'log_prob': {'c': ((), 'float32')}}) (log_prob: one float per step; env.observation_space(agent) gives the shape and dtype), or include agent 'c' in the first add
     """  # noqa: E501
     who = list(dict.fromkeys(a for agents in missing.values() for a in agents))
     named = f"agent {who[0]!r}" if len(who) == 1 else f"agents {who}"
@@ -358,7 +358,8 @@ def missing_spec_error(owner: str, missing: Mapping[str, Sequence[str]],
     spaces = [f"env.{top.replace('obs', 'observation')}_space(agent)"
               for top in ("obs", "action") if top in missing]
     if spaces:
-        notes.append(f"{' and '.join(spaces)} give the shape and dtype")
+        notes.append(f"{' and '.join(spaces)} give{'s' if len(spaces) == 1 else ''} the "
+                     "shape and dtype")
     if any(top not in scalars and top not in ("obs", "action") for top in missing):
         notes.append("an extra: the shape and dtype of one agent's value")
     return SpecError(

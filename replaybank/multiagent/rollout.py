@@ -558,7 +558,7 @@ class MultiAgentRolloutBuffer:
                         per_agent: Collection[str] = ("obs", "action", "log_prob", "value")
                         ) -> None:
         """Refuse now the first add that would hold only ``agents``, when it would leave
-        the shapes of an agent not in it unknown (``spec=`` gives them not).
+        the shapes of an agent not in it unknown (``spec=`` does not give them).
 
         A collector calls this before it steps its envs, so that an agent joining late
         is refused before anything happened. Nothing to check once the fields are
