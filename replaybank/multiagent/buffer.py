@@ -68,7 +68,7 @@ from replaybank.multiagent.batch import (
     MultiAgentEpisodeBatch,
     MultiAgentSequenceBatch,
 )
-from replaybank.multiagent.episodes import Episodes
+from replaybank.multiagent.episodes import Episodes, env_lanes
 from replaybank.multiagent.inputs import DirectAdd, prepare
 from replaybank.multiagent.layout import (
     AgentLayout,
@@ -361,6 +361,45 @@ class MultiAgentReplayBuffer:
         if missing:
             raise missing_spec_error("MultiAgentReplayBuffer", missing)
 
+    def end_episodes(self, env_ids: Any = None) -> None:
+        """End the running joint episodes of ``env_ids`` after their newest stored step:
+        the env was reset while they ran (a collector's ``reset()``, a new collector on
+        this buffer), so they were cut short, as by a time limit.
+
+        Nothing stored changes: the newest step of each env keeps its next observation
+        (the true one, where that episode stopped), and the step the next ``add`` stores
+        in that env, which does not continue from it, starts a new episode, for every
+        sampler alike (n-step returns, ``sample_sequences`` and ``sample_episodes`` end the
+        cut episode there and bootstrap from that next observation). The episode
+        bookkeeping forgets which agents were alive or ended in it, so an agent that had
+        ended may act again in the new episode. An env with no running episode is left
+        as it is. :class:`~replaybank.integrations.pettingzoo.MultiAgentCollector` calls
+        this whenever it resets an env.
+
+        Args:
+            env_ids: The envs (an int or a list of ints), or None for every env.
+
+        Raises:
+            ArgumentError: ``env_ids`` are not distinct env indices of this buffer.
+
+        Example:
+            >>> import numpy as np
+            >>> buf = MultiAgentReplayBuffer(10, agents=["a", "b"], seed=0)
+            >>> step = lambda t, acting, b_ends: dict(
+            ...     obs={k: np.full(1, t, np.float32) for k in acting},
+            ...     action={k: 0 for k in acting}, reward={k: 1.0 for k in acting},
+            ...     next_obs={k: np.full(1, t + 1, np.float32) for k in acting},
+            ...     terminated={k: k == "b" and b_ends for k in acting},
+            ...     truncated={k: False for k in acting})
+            >>> buf.add(**step(0, ["a", "b"], True))   # b ends, a runs on
+            >>> buf.end_episodes()                      # ... but the env is reset
+            >>> buf.add(**step(10, ["a", "b"], False))  # b acts in the new episode
+            >>> buf.sample_episodes(2, 3, replace=False, include_running=True).lengths.tolist()
+            [1, 1]
+        """
+        lanes = env_lanes("end_episodes", env_ids, self.num_envs)
+        self._episodes.cut(lanes)
+
     def clear(self) -> None:
         """Drop every stored step and the episode bookkeeping."""
         self.buffer.clear()
@@ -393,7 +432,8 @@ class MultiAgentReplayBuffer:
 
         The episodes are those of :func:`~replaybank.multiagent.padded.find_episodes`:
         the joint episodes of every env whose first step is still stored (an episode
-        is split by joint ends only, not by one agent's end), ended ones only unless
+        is split by joint ends, and where the env was reset while it ran, see
+        :meth:`end_episodes`; not by one agent's end), ended ones only unless
         ``include_running``. Each is drawn with equal probability (uniform over
         episodes, not over steps), from the buffer's generator. Row ``b`` holds the
         episode's first ``min(length, max_length)`` steps from its first step on;
@@ -460,9 +500,11 @@ class MultiAgentReplayBuffer:
             starts, lengths = eps.starts[pick], eps.lengths[pick]
             out = gather_episodes(table, starts, lengths, length)
         mask = out["mask"]
-        done_steps = as_numpy(out["terminated"]) | as_numpy(out["truncated"])
-        out["is_first"] = mask & (np.arange(length) == 0)[None, :]
-        out["is_last"] = mask & done_steps
+        steps = np.arange(length)
+        out["is_first"] = mask & (steps == 0)[None, :]
+        # an episode's last step, where it ended (a joint end, or cut by a reset)
+        out["is_last"] = mask & (steps[None, :] == (lengths - 1)[:, None]) \
+            & eps.complete[pick][:, None]
         out["is_terminal"] = mask & as_numpy(out["terminated"])
         if not isinstance(out["terminated"], np.ndarray):  # torch storage: all tensors
             torch = sys.modules["torch"]

@@ -39,12 +39,33 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from replaybank.errors import CheckpointError, describe
+from replaybank.errors import ArgumentError, CheckpointError, describe
 
-__all__ = ["Ends", "Episodes"]
+__all__ = ["Ends", "Episodes", "env_lanes"]
 
 BoolArray = npt.NDArray[np.bool_]
 IntArray = npt.NDArray[np.int64]
+
+
+def env_lanes(call: str, env_ids: Any, num_envs: int) -> IntArray:
+    """``env_ids`` (None: every env; an int or a list of distinct ints) as lanes ``[m]``.
+
+    Raises:
+        ArgumentError: Not ints, out of ``[0, num_envs)``, or repeated.
+
+    Example:
+        >>> env_lanes("end_episodes", None, 3).tolist(), env_lanes("end_episodes", 1, 3).tolist()
+        ([0, 1, 2], [1])
+    """
+    if env_ids is None:
+        return np.arange(num_envs, dtype=np.int64)
+    ids = np.atleast_1d(np.asarray(env_ids))
+    if ids.ndim != 1 or ids.dtype.kind not in "iu" or isinstance(env_ids, bool) \
+            or bool(((ids < 0) | (ids >= num_envs)).any()) or len(set(ids.tolist())) != ids.size:
+        raise ArgumentError(
+            f"{call}(env_ids={describe(env_ids)}): expected distinct env indices in "
+            f"[0, {num_envs}) (an int or a list of ints), or None for every env")
+    return ids.astype(np.int64)
 
 
 @dataclass(frozen=True)
@@ -129,6 +150,23 @@ class Episodes:
             if next_obs is not None:
                 c[lanes] = next_obs[a]
             c[lanes[over]] = 0
+
+    def cut(self, lanes: IntArray) -> None:
+        """The running episodes of ``lanes`` (``[m]``) are over, cut short after their
+        newest step (the env was reset while they ran): no agent is alive or ended
+        there any more, and the placeholders start again from zeros.
+
+        Example:
+            >>> ep = Episodes(2, 2)
+            >>> ep.alive[:] = True; ep.ended[1, 1] = True
+            >>> ep.cut(np.array([1]))
+            >>> ep.alive.tolist(), ep.ended.tolist()
+            ([[True, False], [True, False]], [[False, False], [False, False]])
+        """
+        self.alive[:, lanes] = False
+        self.ended[:, lanes] = False
+        for c in self.carry.values():
+            c[lanes] = 0
 
     def state_dict(self) -> dict[str, Any]:
         """The arrays (copies)."""
