@@ -117,6 +117,7 @@ from replaybank.errors import (
     SpecError,
     describe,
 )
+from replaybank.multiagent.episodes import env_lanes
 from replaybank.multiagent.inputs import cast_obs, cast_value, check_agent_dicts
 from replaybank.multiagent.layout import (
     RESERVED_NAMES,
@@ -829,6 +830,122 @@ class MultiAgentRolloutBuffer:
             f"{call}: {still}{entry}, which is {float(last[i, env])}, not finite (its "
             f"values there: {last[i, envs].tolist()}; NaN marks a value not given, allowed "
             f"only where none is needed); {fix}")
+
+    def _open(self) -> tuple[BoolArray, npt.NDArray[np.int64]]:
+        """``[num_envs, n_agents]``: whether each agent's last stored active step in each
+        env did not end its episode (it is still running), and that step (0 where none)."""
+        p, n_env = self._pos, self._num_envs
+        running = np.zeros((n_env, len(self._agents)), np.bool_)
+        last = np.zeros((n_env, len(self._agents)), np.int64)
+        if p == 0 or self._layout is None:
+            return running, last
+        d, envs = self._data, np.arange(n_env)
+        for i, a in enumerate(self._agents):
+            act = d[f"active{SEP}{a}"][:p]  # [p, E]
+            end = d[f"terminated{SEP}{a}"][:p] | d[f"truncated{SEP}{a}"][:p]  # [p, E]
+            last[:, i] = p - 1 - np.argmax(act[::-1], axis=0)  # [E]
+            running[:, i] = act.any(axis=0) & ~end[last[:, i], envs]
+        return running, last
+
+    def running_agents(self, env_id: int = 0) -> tuple[str, ...]:
+        """The agents whose episode in env ``env_id`` is still running: their last stored
+        active step there did not end it (they bootstrap from ``last_values``, or from
+        the final observation :meth:`end_episodes` is given).
+
+        Raises:
+            ArgumentError: ``env_id`` is not an env index of this buffer.
+        """
+        lane = int(env_lanes("running_agents", env_id, self._num_envs)[0])
+        running, _ = self._open()
+        return tuple(a for i, a in enumerate(self._agents) if running[lane, i])
+
+    def end_episodes(self, env_ids: Any = None, final_obs: Any = None,
+                     final_state: Any = None, final_value: Any = None) -> None:
+        """End the running episodes of ``env_ids`` after their last stored step, cut
+        short as by a time limit: the env was reset while they ran (a collector's
+        ``reset()``, or ``rb.collect`` ending with the rollout not full), so they must not
+        be chained to the env's next episode.
+
+        Every agent whose last stored active step in those envs did not end its episode
+        is marked ``truncated`` at that step and bootstraps from the value of its
+        observation after it, as a truncated step of :meth:`add` does: ``final_value``,
+        else ``final_obs`` (with ``final_state``), valued by ``value_fn`` in
+        :meth:`compute_returns_and_advantage`. An env or agent with nothing running is
+        left as it is; advantages computed before must be computed again.
+
+        Args:
+            env_ids: The envs (an int or a list of ints), or None for every env.
+            final_obs: ``{agent: [num_envs, *obs_shape]}`` (``{key: [num_envs,
+                *shape]}`` for dict observations), as :meth:`add` takes it: each
+                running agent's observation after its last stored step; read only in
+                the rows of ``env_ids`` and for the running agents.
+            final_state: ``[num_envs, *state_shape]``: the global state there (needed
+                with ``final_obs`` when the buffer stores a state).
+            final_value: ``{agent: [num_envs]}`` or ``[num_envs]``: the values of those
+                observations, instead of ``final_obs``.
+
+        Raises:
+            ArgumentError: Bad ``env_ids``, or a ``final_obs`` that is not a dict or
+                names an unknown agent.
+            ShapeError, DtypeError: A running agent with neither a finite final value
+                nor a final observation, or a value of the wrong shape or dtype.
+            SpecError: As for ``add``'s ``final_obs`` and ``final_state``.
+
+        A rejected call leaves the buffer exactly as it was.
+
+        Example:
+            >>> import numpy as np
+            >>> buf = MultiAgentRolloutBuffer(2, ["a"], gamma=1.0, gae_lambda=1.0,
+            ...                               normalize_advantage=None, seed=0)
+            >>> step = dict(action={"a": 0}, reward={"a": 1.0}, terminated={"a": False},
+            ...             truncated={"a": False}, value={"a": 0.0}, log_prob={"a": 0.0})
+            >>> buf.add(obs={"a": np.float32([0.0])}, **step)
+            >>> buf.end_episodes(final_value={"a": 10.0})   # the env was reset here
+            >>> buf.add(obs={"a": np.float32([5.0])}, **step)
+            >>> buf.compute_returns_and_advantage(last_values={"a": 0.0})
+            >>> buf.returns["a"][:, 0].tolist()              # 1 + 10, not 1 + 1 + 0
+            [11.0, 1.0]
+        """
+        call = "end_episodes"
+        lanes = env_lanes(call, env_ids, self._num_envs)
+        running, last = self._open()
+        chosen = np.zeros(self._num_envs, np.bool_)
+        chosen[lanes] = True
+        cut = running & chosen[:, None]  # [E, n]
+        if not cut.any():
+            return
+        layout = self._layout
+        assert layout is not None  # something runs: steps were added
+        fv = self._per_agent_floats(call, "final_value", final_value)  # [E, n]
+        if (cut & np.isinf(fv)).any():
+            i = int(np.argwhere(cut & np.isinf(fv))[0][1])
+            raise DtypeError(f"{call}(final_value={describe(final_value)}): the final value "
+                             f"of agent {self._agents[i]!r} is infinite; pass a finite "
+                             "V(observation after its last step), or final_obs=")
+        need = cut & ~np.isfinite(fv)  # [E, n]: valued from final_obs later
+        if need.any() and final_obs is None:
+            i = int(np.argwhere(need)[0][1])
+            envs = np.flatnonzero(need[:, i]).tolist()
+            raise ShapeError(
+                f"{call}(final_obs=None, final_value={describe(final_value)}): agent "
+                f"{self._agents[i]!r} is still running in envs {envs}; its cut episode "
+                "bootstraps from the value of its observation after its last stored step: "
+                f"pass final_obs={{{self._agents[i]!r}: that observation [num_envs, "
+                "*obs_shape]}} (and final_state= when the buffer stores a state), or "
+                "final_value=")
+        try:
+            kept = self._kept_final(layout, need, final_obs, final_state)
+        except ReplayBankError as exc:
+            raise type(exc)(str(exc).replace("add(", f"{call}(")) from None
+        # ---- every check passed: write
+        for e, i in np.argwhere(cut).tolist():
+            t = int(last[e, i])
+            self._data[f"truncated{SEP}{self._agents[i]}"][t, e] = True
+            self._final_value[t, e, i] = fv[e, i] if np.isfinite(fv[e, i]) else np.nan
+        if kept is not None:
+            for t in np.unique(last[need]).tolist():
+                self._final_obs.append(int(t), need & (last == t), *kept)
+        self._adv = self._ret = None
 
     def reset(self) -> None:
         """Start a new rollout (storage stays allocated; the layout is kept)."""
