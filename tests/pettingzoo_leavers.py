@@ -5,6 +5,8 @@ values for both collectors: different dtypes per env (:class:`Fractions`), gymna
 late (:class:`LateJoiner`).
 
 Other test files import them: ``from tests.pettingzoo_leavers import Leaver, Recorder``.
+:class:`Clock` is one whose episodes are easy to follow (for collections that reset it
+mid-episode).
 """
 
 from __future__ import annotations
@@ -238,3 +240,36 @@ class LateJoiner(ParallelEnv):  # type: ignore[misc]
         obs = {a: self._observe(a) for a in {*actions, *self.agents}}
         return (obs, {a: 1.0 for a in actions}, {a: False for a in actions},
                 {a: end for a in actions}, {a: {} for a in actions})
+
+
+class Clock:
+    """A parallel env whose observation of agent ``k`` is ``[t, k, episode]``; agent "b"
+    terminates at its 2nd step, "a" runs to ``horizon``; rewards ``t`` (``t + 0.5`` for
+    "b"). Its action spaces sample int64 actions in ``[0, 3)``."""
+
+    possible_agents: ClassVar[list[str]] = ["a", "b"]
+
+    def __init__(self, horizon: int = 10) -> None:
+        self.horizon, self.ep, self.t = horizon, -1, 0
+        self.agents: list[str] = []
+
+    def action_space(self, agent: str) -> Any:
+        return gym.spaces.Discrete(3)
+
+    def _obs(self, agents: list[str]) -> dict[str, np.ndarray]:
+        return {k: np.array([self.t, i, self.ep], np.float32)
+                for i, k in enumerate(self.possible_agents) if k in agents}
+
+    def reset(self, seed: int | None = None, options: Any = None) -> Any:
+        self.t, self.ep = 0, self.ep + 1
+        self.agents = list(self.possible_agents)
+        return self._obs(self.agents), {k: {} for k in self.agents}
+
+    def step(self, actions: dict[str, Any]) -> Any:
+        self.t += 1
+        acting = list(actions)
+        term = {k: k == "b" and self.t == 2 for k in acting}
+        trunc = {k: k == "a" and self.t == self.horizon for k in acting}
+        rew = {k: self.t + (0.5 if k == "b" else 0.0) for k in acting}
+        self.agents = [k for k in self.agents if not (term[k] or trunc[k])]
+        return self._obs(acting), rew, term, trunc, {k: {} for k in acting}

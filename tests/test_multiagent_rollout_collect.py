@@ -387,6 +387,7 @@ from replaybank.integrations.pettingzoo import (  # noqa: E402
     MultiAgentRolloutCollector,
 )
 from tests.pettingzoo_leavers import (  # noqa: E402
+    Clock,
     Fractions,
     LateJoiner,
     Leaver,
@@ -761,3 +762,88 @@ def test_collect_refuses_a_late_joiner_without_its_spec_before_the_first_step() 
     central = MultiAgentRolloutBuffer(8, ["a", "b", "c"], seed=0, spec={
         **spec, "value": ((), "float32")})
     central.check_first_add(["a", "b"], ("obs", "action", "log_prob"))
+
+
+# ---------------------------------------------------------------------- episodes cut by a reset
+def v100(obs: dict[str, Any], state: Any) -> Any:
+    """Action 0, V = 100 everywhere, log-prob 0."""
+    return ({k: np.zeros(len(o), np.int64) for k, o in obs.items()},
+            {k: np.full(len(o), 100.0) for k, o in obs.items()},
+            {k: np.zeros(len(o)) for k, o in obs.items()})
+
+
+def clock_rollout() -> MultiAgentRolloutBuffer:
+    return MultiAgentRolloutBuffer(4, agents=["a", "b"], gamma=1.0, gae_lambda=1.0, seed=0,
+                                   normalize_advantage=None)
+
+
+def test_rollout_filled_by_two_collect_calls_cuts_the_first_episode() -> None:
+    """Two rb.collect calls of 2 steps (the second resets the env): episode 0's step
+    t=1 bootstraps from V(its next obs) = 100 as a truncation, not from episode 1's
+    rewards: returns of a are 1+2+100, 2+100 | 1+2+100, 2+100."""
+    env = Clock()
+    roll = clock_rollout()
+    rb.collect(env, v100, roll, 2, seed=0, progress=False)
+    rb.collect(env, v100, roll, 2, seed=1, progress=False)
+    assert [(int(o[0, 2]), int(o[0, 0])) for o in roll.data["obs/a"]] == \
+        [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert roll.returns["a"][:, 0].tolist() == [103.0, 102.0, 103.0, 102.0]
+    assert roll.data["truncated/a"][:, 0].tolist() == [False, True, False, False]
+    # b terminates at its 2nd step in each episode (rewards 1.5, 2.5): no bootstrap
+    assert roll.returns["b"][:, 0].tolist() == [4.0, 2.5, 4.0, 2.5]
+
+
+def test_rollout_collector_reset_cuts_the_running_episode() -> None:
+    """A kept collector's reset() ends its running episodes in the rollout the same way."""
+    roll = clock_rollout()
+    col = MultiAgentRolloutCollector(Clock(), v100, roll, seed=0)
+    col.collect(2)
+    col.reset(seed=1)
+    col.collect(2)
+    assert roll.returns["a"][:, 0].tolist() == [103.0, 102.0, 103.0, 102.0]
+
+
+def test_a_new_collector_refuses_an_episode_another_collector_left_running() -> None:
+    """It cannot bootstrap that episode (it does not have the observation after its last
+    step): a ConfigError naming the fixes, before the env is reset."""
+    roll = clock_rollout()
+    MultiAgentRolloutCollector(Clock(), v100, roll, seed=0).collect(2)
+    env = Clock()
+    with pytest.raises(ConfigError, match=r"running episode of env .*end_episodes"):
+        MultiAgentRolloutCollector(env, v100, roll, seed=1).collect(2)
+    assert env.ep == -1 and roll.pos == 2  # nothing happened
+    with pytest.raises(ShapeError, match=r"end_episodes\(final_obs=None.*'a'"):
+        roll.end_episodes(0)
+    assert roll.running_agents(0) == ("a",)
+    roll.end_episodes(0, final_value={"a": 100.0})
+    assert roll.running_agents(0) == ()
+    MultiAgentRolloutCollector(env, v100, roll, seed=1).collect(2)
+    assert roll.returns["a"][:, 0].tolist() == [103.0, 102.0, 103.0, 102.0]
+
+
+def test_rollout_action_the_buffer_refuses_is_caught_before_the_env_steps() -> None:
+    """A float action into an int64 action field: refused before env.step; after the
+    policy is fixed, the rollout goes on exactly."""
+    env = Clock()
+    roll = MultiAgentRolloutBuffer(2, agents=["a", "b"], gamma=1.0, gae_lambda=1.0,
+                                   seed=0, normalize_advantage=None,
+                                   spec={"obs": {k: ((3,), "float32") for k in "ab"},
+                                         "action": {k: ((), "int64") for k in "ab"},
+                                         "log_prob": {k: ((), "float64") for k in "ab"},
+                                         "value": {k: ((), "float64") for k in "ab"}})
+    bad = [False]
+
+    def policy(obs: dict[str, Any], state: Any) -> Any:
+        acts, vals, logp = v100(obs, state)
+        return ({k: a + 1.7 for k, a in acts.items()} if bad[0] else acts), vals, logp
+
+    col = MultiAgentRolloutCollector(env, policy, roll, seed=0)
+    col.collect(1)
+    bad[0] = True
+    with pytest.raises(DtypeError, match=r"action\['a'\].*int64.*env\.step was not"):
+        col.collect(1)
+    assert (env.t, roll.pos) == (1, 1)
+    bad[0] = False
+    col.collect(1)
+    assert roll.data["obs/a"][:, 0, 0].tolist() == [0.0, 1.0]
+    assert roll.returns["a"][:, 0].tolist() == [103.0, 102.0]

@@ -31,6 +31,7 @@ from replaybank.integrations.pettingzoo import (  # noqa: E402
     is_parallel_env,
 )
 from tests.pettingzoo_leavers import (  # noqa: E402
+    Clock,
     Fractions,
     LateJoiner,
     TupleNoSpace,
@@ -709,3 +710,99 @@ def test_an_agent_joining_late_without_its_spec_is_refused_before_the_first_step
     b = ok.sample(8, replace=False)
     joined = sorted(float(b.obs["a"][i, 0]) for i in range(8) if b.active["c"][i])
     assert joined == [2.0, 2.0, 3.0, 3.0] and len(ok) == 8
+
+
+# ---------------------------------------------------------------------- episodes cut by a reset
+def test_collect_twice_ends_the_abandoned_episode_for_every_sampler() -> None:
+    """A second rb.collect resets the env in the middle of a joint episode: the episode
+    ends there (as a time limit), so sample_episodes returns it alone (1 step) and the
+    next one alone (3 steps), as the n-step returns do."""
+    env = Clock()
+    buf = rb.MultiAgentReplayBuffer(100, agents=["a", "b"], seed=0, n_step=3, gamma=1.0)
+    rb.collect(env, None, buf, 1, seed=0, progress=False)  # episode 0: its step t=0
+    rb.collect(env, None, buf, 3, seed=1, progress=False)  # reset: episode 1, t=0..2
+    b = buf.sample(4, replace=False)
+    first = int(np.flatnonzero(np.asarray(b.indices) == 0)[0])
+    assert b.joint_reward[first] == 2.5  # 1 + 1.5, not run into episode 1
+    assert b.next_obs["a"][first].tolist() == [1.0, 0.0, 0.0]
+    ep = buf.sample_episodes(8, 5, include_running=True)
+    assert sorted(set(np.asarray(ep.lengths).tolist())) == [1, 3]
+    for i in range(8):
+        steps = ep.obs["a"][i][ep.mask[i]]  # [length, 3]: (t, id, episode)
+        assert len(set(steps[:, 2].tolist())) == 1  # one episode per row
+        assert steps[:, 0].tolist() == list(range(len(steps)))
+        assert bool(ep.is_last[i][int(ep.lengths[i]) - 1]) == bool(ep.complete[i])
+    assert np.asarray(ep.complete)[np.asarray(ep.lengths) == 1].all()  # cut: it ended
+
+
+def test_collect_again_after_an_agent_ended_in_the_abandoned_episode() -> None:
+    """Agent "b" ended in the running joint episode; a second rb.collect (or reset()
+    then collect()) resets the env, and b acts again in the new episode: no
+    ArgumentError, every step stored."""
+    env = Clock()
+    buf = rb.MultiAgentReplayBuffer(100, agents=["a", "b"], seed=0)
+    rb.collect(env, None, buf, 2, seed=0, progress=False)  # b ended, a runs on
+    rb.collect(env, None, buf, 3, seed=1, progress=False)
+    assert len(buf) == 5
+    assert env.ep == 1 and env.t == 3
+    other = rb.MultiAgentReplayBuffer(100, agents=["a", "b"], seed=0)
+    col = MultiAgentCollector(Clock(), None, other, seed=0)
+    col.collect(2)
+    col.reset(seed=5)
+    col.collect(2)
+    assert len(other) == 4
+    b = other.sample(4, replace=False)
+    assert b.active["b"].sum() == 4  # b acted at both steps of both episodes
+
+
+def test_an_action_the_buffer_refuses_leaves_env_and_collector_as_they_were() -> None:
+    """1.7 into an int64 action field is refused before env.step: the env has not
+    moved, and once the policy is fixed every stored next_obs follows its obs."""
+    env = Clock()
+    buf = rb.MultiAgentReplayBuffer(50, agents=["a", "b"], seed=0, spec={
+        "obs": {k: ((3,), "float32") for k in "ab"}, "action": {k: ((), "int64") for k in "ab"}})
+    bad = [False]
+    col = MultiAgentCollector(env, lambda obs: {k: 1.7 if bad[0] else 1 for k in obs}, buf,
+                              seed=0)
+    col.collect(1)
+    bad[0] = True
+    with pytest.raises(rb.DtypeError, match=r"action\['a'\]=1\.7.*int64.*env\.step was not"):
+        col.collect(1)
+    assert (len(buf), env.t) == (1, 1)
+    bad[0] = False
+    col.collect(1)
+    b = buf.sample(2, replace=False)
+    assert sorted(zip(b.obs["a"][:, 0].tolist(), b.next_obs["a"][:, 0].tolist(),
+                      b.reward["a"].tolist(), strict=True)) == [(0.0, 1.0, 1.0),
+                                                                (1.0, 2.0, 2.0)]
+
+
+class BadObsClock(Clock):
+    """The observation of agent "a" at step 2 of the first episode has the wrong shape."""
+
+    def step(self, actions: dict[str, Any]) -> Any:
+        obs, *rest = super().step(actions)
+        if (self.ep, self.t) == (0, 2) and "a" in obs:
+            obs["a"] = np.zeros(5, np.float32)
+        return (obs, *rest)
+
+
+def test_a_step_refused_after_the_env_stepped_is_never_bridged() -> None:
+    """The env returns an observation the buffer refuses: the error says the step is
+    lost, the episode ends at the last stored step and the env is reset; no stored
+    transition joins the observations around the lost step."""
+    env = BadObsClock()
+    buf = rb.MultiAgentReplayBuffer(50, agents=["a", "b"], seed=0)
+    col = MultiAgentCollector(env, None, buf, seed=0)
+    col.collect(1)
+    with pytest.raises(rb.ShapeError, match="the step is lost"):
+        col.collect(1)
+    assert len(buf) == 1
+    col.collect(2)  # a new episode (1), its steps t=0, 1
+    b = buf.sample(3, replace=False)
+    pairs = sorted(zip(b.obs["a"][:, 2].tolist(), b.obs["a"][:, 0].tolist(),
+                       b.next_obs["a"][:, 2].tolist(), b.next_obs["a"][:, 0].tolist(),
+                       strict=True))
+    assert pairs == [(0.0, 0.0, 0.0, 1.0), (1.0, 0.0, 1.0, 1.0), (1.0, 1.0, 1.0, 2.0)]
+    ep = buf.sample_episodes(2, 4, replace=False, include_running=True)
+    assert sorted(np.asarray(ep.lengths).tolist()) == [1, 2]

@@ -94,12 +94,13 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
-from replaybank.errors import ConfigError, ShapeError, describe
+from replaybank.errors import ConfigError, ReplayBankError, ShapeError, describe
 from replaybank.host import as_numpy, is_tensor, tensor_to_numpy
 from replaybank.integrations.gymnasium import CollectResult
 from replaybank.integrations.progress import ProgressBar
 from replaybank.integrations.spaces import to_fields
 from replaybank.multiagent import MultiAgentReplayBuffer, MultiAgentRolloutBuffer
+from replaybank.multiagent.inputs import cast_value
 from replaybank.spec import holds_array
 
 __all__ = ["MultiAgentActorCritic", "MultiAgentCollectResult", "MultiAgentCollector",
@@ -443,6 +444,8 @@ class _ParallelEnvs:
         self._spaces = _seeded_spaces(self.envs, self._agents, seed) if random_actions \
             else [{} for _ in self.envs]
         self._obs: list[dict[str, Any] | None] = [None] * self.n
+        #: Env i was reset once (a later reset continues its generator: seed=None).
+        self._started = [False] * self.n
         self._ended: list[set[str]] = [set() for _ in range(self.n)]
         self._ret: list[dict[str, float]] = [{} for _ in range(self.n)]
         self._alen: list[dict[str, int]] = [{} for _ in range(self.n)]
@@ -473,12 +476,41 @@ class _ParallelEnvs:
         """Reset env ``i`` (with ``seed``) and restart its episode statistics."""
         obs = _reset_obs(self.envs[i], seed, f"env[{i}]" if self.vector else "env")
         self._obs[i] = {a: self._fields(i, a, v) for a, v in obs.items()}
+        self._started[i] = True
         if self._env_state[i] is None:
             self._env_state[i] = _has_state(self.envs[i])
         self._ended[i] = set()
         self._ret[i] = {}
         self._alen[i] = {}
         self._len[i] = 0
+
+    def _ready_env(self, i: int) -> None:
+        """Reset env ``i`` when it has no current observation: its first reset (with
+        ``seed + i``), or after a step the buffer refused (``seed=None``)."""
+        if self._obs[i] is None:
+            first = not self._started[i]
+            self._reset_env(i, self.seed + i if first and self.seed is not None else None)
+
+    def _lost_step(self, exc: ReplayBankError, envs: list[int]) -> ReplayBankError:
+        """The buffer refused a step after ``envs`` were stepped: their current
+        observations are dropped (they are reset at the next step, so that no stored
+        transition bridges the lost step) and the error says so."""
+        for i in envs:
+            self._obs[i] = None
+        where = ", ".join(f"env[{i}]" for i in envs) if self.vector else "the env"
+        return type(exc)(
+            f"{exc} [collect: the buffer refused this step after {where} had already "
+            "stepped, so the step is lost: the running episode ends at its last stored "
+            "step (cut short, as by a time limit) and the env is reset at the next "
+            "step; nothing that bridges the lost step is stored]")
+
+    @staticmethod
+    def _not_stepped(exc: ReplayBankError, agent: str, where: str) -> ReplayBankError:
+        """A policy action the buffer's action field refuses, found before ``env.step``."""
+        return type(exc)(
+            f"collect(policy=...): the buffer refuses the action of agent {agent!r} in "
+            f"{where}: {exc} [env.step was not called: the envs and the collector are as "
+            "before this step, so collect can go on once the policy is fixed]")
 
     def _end_episode(self, i: int, result: MultiAgentCollectResult) -> None:
         """Env ``i``'s joint episode is over (no agent left in ``env.agents``): check that
@@ -592,6 +624,9 @@ class MultiAgentCollector(_ParallelEnvs):
         self._state: list[Any] = [None] * self.n
 
     def _reset_env(self, i: int, seed: int | None) -> None:
+        # a joint episode of this env still running in the buffer (this collector's, or
+        # one a collector before it left: rb.collect called twice) is cut short here
+        self.buffer.end_episodes(i)
         super()._reset_env(i, seed)
         self._state[i] = None  # read before the next step when the buffer stores it
 
@@ -658,11 +693,36 @@ class MultiAgentCollector(_ParallelEnvs):
                               "agent in obs")
 
     # ------------------------------------------------------------------ one step
+    def _check_actions_fit(self, actions: list[dict[str, Any]]) -> None:
+        """Cast every action with the buffer's checked cast of its action field (once
+        the buffer knows it), before any env steps.
+
+        Raises:
+            ShapeError, DtypeError: An action the buffer's ``add`` would refuse.
+        """
+        layout = self.buffer.layout
+        if layout is None:  # the first add infers the action fields
+            return
+        fields = layout.per_agent["action"]
+        for i, acts in enumerate(actions):
+            for a, v in acts.items():
+                if a in fields:
+                    try:
+                        cast_value(fields[a], f"action[{a!r}]", v, 1)
+                    except ReplayBankError as exc:
+                        raise self._not_stepped(
+                            exc, a, f"env[{i}]" if self.vector else "the env") from None
+
     def step(self, result: MultiAgentCollectResult) -> int:
-        """One step of every env; returns the number of joint steps stored."""
+        """One step of every env; returns the number of joint steps stored.
+
+        Raises:
+            ShapeError, DtypeError: The buffer refuses an action (checked before any env
+                steps: nothing changed), or refuses the step after the envs stepped (the
+                step is lost: see :meth:`_lost_step`).
+        """
         for i in range(self.n):
-            if self._obs[i] is None:
-                self._reset_env(i, None if self.seed is None else self.seed + i)
+            self._ready_env(i)
         store_state = self._stores_state()
         acting = [self._acting(i) for i in range(self.n)]
         if self.buffer.layout is None:  # an agent not in the first add needs spec=
@@ -670,6 +730,7 @@ class MultiAgentCollector(_ParallelEnvs):
             self.buffer.check_first_add([a for a in self._agents
                                          if any(a in x for x in acting)])
         actions = self._actions(acting)
+        self._check_actions_fit(actions)
         steps: list[dict[str, Any] | None] = []
         for i, env in enumerate(self.envs):
             if not acting[i]:
@@ -679,7 +740,12 @@ class MultiAgentCollector(_ParallelEnvs):
                 self._state[i] = _copy(env.state())
             out = env.step(actions[i])
             steps.append(self._outcome(i, acting[i], actions[i], out, store_state))
-        self._store(steps, store_state)
+        try:
+            self._store(steps, store_state)
+        except ReplayBankError as exc:
+            lost = [i for i, s in enumerate(steps) if s is not None]
+            self.buffer.end_episodes(lost)
+            raise self._lost_step(exc, lost) from exc
         stored = sum(s is not None for s in steps)
         result.steps += stored
         result.env_steps += stored
@@ -828,8 +894,10 @@ def collect_multiagent(env: Any, policy: Any, buffer: Any, n_steps: int,
             and :meth:`MultiAgentRolloutCollector.collect`.
     """
     if isinstance(buffer, MultiAgentRolloutBuffer):
-        return MultiAgentRolloutCollector(env, policy, buffer, seed=seed).collect(
-            n_steps, progress=progress)
+        col = MultiAgentRolloutCollector(env, policy, buffer, seed=seed)
+        result = col.collect(n_steps, progress=progress)
+        col.end_episodes()  # no collector continues them (a later call resets the envs)
+        return result
     return MultiAgentCollector(env, policy, buffer, seed=seed).collect(n_steps,
                                                                        progress=progress)
 
@@ -986,13 +1054,55 @@ class MultiAgentRolloutCollector(_ParallelEnvs):
     # ------------------------------------------------------------------ envs
     def _ready(self) -> None:
         for i in range(self.n):
-            if self._obs[i] is None:
-                self._reset_env(i, None if self.seed is None else self.seed + i)
+            self._ready_env(i)
 
     def reset(self, seed: int | None = None) -> None:
-        """Reset every env (env ``i`` with ``seed + i``; episode statistics restart)."""
+        """Reset every env (env ``i`` with ``seed + i``; episode statistics restart).
+
+        The running episodes end in the buffer, cut short as by a time limit
+        (:meth:`end_episodes`)."""
         for i in range(self.n):
             self._reset_env(i, None if seed is None else seed + i)
+
+    def end_episodes(self) -> None:
+        """End the running episodes in the buffer now, cut short as by a time limit:
+        every agent still running is marked truncated at its last stored step and
+        bootstraps from its current observation
+        (:meth:`~replaybank.multiagent.MultiAgentRolloutBuffer.end_episodes`); the envs
+        are reset at the next step. ``rb.collect`` calls this before it returns a
+        rollout that is not full, whose episodes no collector continues. Nothing
+        happens to a full rollout (its last steps bootstrap from ``last_values``)."""
+        for i in range(self.n):
+            self._cut(i, None)
+            self._obs[i] = None
+
+    def _cut(self, i: int, state: Any) -> None:
+        """End env ``i``'s running episode in the buffer after its last stored step, from
+        this collector's current observation of it (and ``state`` ``[n, *shape]``, the
+        global state rows; None: ``env.state()`` now, when the buffer stores one)."""
+        cur = self._obs[i]
+        if cur is None or self.buffer.full or not self.buffer.running_agents(i):
+            return
+        final = {a: _rows({i: cur[a]}, self.n, f"the final observation of agent {a!r}")
+                 for a in cur}
+        if state is None and self.buffer.layout is not None \
+                and self.buffer.layout.state is not None:
+            state = _rows({i: _copy(self.envs[i].state())}, self.n, "the final state")
+        self.buffer.end_episodes(i, final_obs=final, final_state=state)
+
+    def _reset_env(self, i: int, seed: int | None) -> None:
+        if self._obs[i] is not None:
+            self._cut(i, None)  # this collector's running episode, abandoned
+        elif not self.buffer.full and self.buffer.running_agents(i):
+            where = f"env[{i}]" if self.vector else "env"
+            raise ConfigError(
+                f"collect(buffer=...): the rollout holds a running episode of {where} "
+                f"(agents {list(self.buffer.running_agents(i))}) that another collector "
+                "left, and this collector does not have the observation after its last "
+                "stored step, which its bootstrap needs; continue with that collector, or "
+                "call its end_episodes() first (rb.collect does so when it returns), or "
+                f"buffer.end_episodes({i}, final_obs=...), or buffer.reset()")
+        super()._reset_env(i, seed)
 
     def policy_inputs(self) -> tuple[dict[str, Any], np.ndarray | None]:
         """``(obs, state)`` of the next step, as the policy and ``value_fn`` take them:
@@ -1066,6 +1176,13 @@ class MultiAgentRolloutCollector(_ParallelEnvs):
             # entries: refused now, before the envs step, not by the add after the step
             self.buffer.check_first_add(list(obs), ("obs", "action", "log_prob") + (
                 ("value",) if isinstance(values, Mapping) else ()))
+        layout = self.buffer.layout
+        if layout is not None:  # the buffer's checked cast, before any env steps
+            for a, v in actions.items():
+                try:
+                    cast_value(layout.per_agent["action"][a], f"action[{a!r}]", v, self.n)
+                except ReplayBankError as exc:
+                    raise self._not_stepped(exc, a, "some env") from None
         outs = []
         for i, env in enumerate(self.envs):
             out = env.step({a: actions[a][i] for a in acting[i]})
@@ -1089,11 +1206,16 @@ class MultiAgentRolloutCollector(_ParallelEnvs):
                 extra["final_state"] = _rows({i: _copy(self.envs[i].state())
                                               for i in final}, self.n,
                                              "the final state")
-        self.buffer.add(obs=obs, action=actions, reward=reward, terminated=term,
-                        truncated=trunc, value=values, log_prob=log_probs, state=state,
-                        active={a: np.isin(np.arange(self.n), [i for i in range(self.n)
-                                                               if a in acting[i]])
-                                for a in names}, **extra)
+        try:
+            self.buffer.add(obs=obs, action=actions, reward=reward, terminated=term,
+                            truncated=trunc, value=values, log_prob=log_probs, state=state,
+                            active={a: np.isin(np.arange(self.n), [i for i in range(self.n)
+                                                                   if a in acting[i]])
+                                    for a in names}, **extra)
+        except ReplayBankError as exc:
+            for i in range(self.n):  # from the observations before the lost step
+                self._cut(i, state)
+            raise self._lost_step(exc, list(range(self.n))) from exc
         result.steps += self.n
         result.env_steps += self.n
         for i, (nxt, rew, te, tr) in enumerate(outs):
