@@ -266,7 +266,9 @@ def test_collect_hands_observations_to_the_buffers_checked_cast() -> None:
     with pytest.raises(rb.DtypeError, match=r"obs=.*0\.2.*'obs' is uint8") as by_collect:
         rb.collect(env, lambda o: np.zeros(2, np.int32), collected, n_steps=4,
                    progress=False, seed=0)
-    assert str(by_collect.value) == str(by_add.value)
+    # buf.add's message, then what happened to the step the env already took
+    assert str(by_collect.value).startswith(str(by_add.value))
+    assert "the step is lost" in str(by_collect.value)
     assert len(collected) == 0
 
 
@@ -401,3 +403,64 @@ def test_hand_written_steps_after_collected_ones_are_still_counted_exactly() -> 
         ended, obs = term | trunc, nxt
     assert resets > 10
     assert flagged_count(sample_often(buf)) == resets
+
+
+# ---------------------------------------------------------------- a step the buffer refuses
+class Count(gym.Env):  # type: ignore[misc]
+    """obs = [t], reward 1; cut at t = 20. With ``bad_obs_at``, that step's observation
+    (of the first episode only) is a float the uint8-free spec below refuses."""
+
+    observation_space = gym.spaces.Box(0, 100, (1,), np.float32)
+    action_space = gym.spaces.Box(0, 5, (), np.float32)
+
+    def __init__(self, bad_obs_at: int | None = None) -> None:
+        self.bad_obs_at, self.episode, self.t = bad_obs_at, -1, 0
+
+    def reset(self, seed: int | None = None, options: Any = None) -> Any:
+        super().reset(seed=seed)
+        self.t, self.episode = 0, self.episode + 1
+        return np.array([0], np.float32), {}
+
+    def step(self, action: Any) -> Any:
+        self.t += 1
+        obs = np.array([self.t], np.float32)
+        if (self.episode, self.t) == (0, self.bad_obs_at):
+            obs = np.zeros(3, np.float32)  # the wrong shape
+        return obs, 1.0, False, self.t >= 20, {}
+
+
+def test_an_action_the_buffer_refuses_is_caught_before_env_step() -> None:
+    """1.7 into an int64 action field: refused before env.step, so after the policy is
+    fixed the next transition is (1 -> 2), not (1 -> 3), which never happened."""
+    env = Count()
+    buf = rb.ReplayBuffer(50, spec={"obs": ((1,), "float32"), "action": ((), "int64")},
+                          seed=0)
+    bad = [False]
+    col = rb.Collector(env, lambda o: 1.7 if bad[0] else 1, buf, seed=0)
+    col.collect(1)
+    bad[0] = True
+    with pytest.raises(rb.DtypeError, match=r"action=1\.7.*int64.*env\.step was not"):
+        col.collect(1)
+    assert (env.t, len(buf)) == (1, 1)
+    bad[0] = False
+    col.collect(1)
+    b = buf.sample(2, replace=False)
+    assert sorted(zip(b.obs[:, 0].tolist(), b.next_obs[:, 0].tolist(), strict=True)) == \
+        [(0.0, 1.0), (1.0, 2.0)]
+
+
+def test_a_step_refused_after_env_step_is_lost_and_never_bridged() -> None:
+    """An observation the buffer refuses arrives with env.step: the error says the step
+    is lost and the env is reset; no stored transition joins obs t=1 to a later one."""
+    env = Count(bad_obs_at=2)
+    buf = rb.ReplayBuffer(50, seed=0, n_step=3, gamma=1.0)
+    col = rb.Collector(env, lambda o: np.float32(1.0), buf, seed=0)
+    col.collect(1)
+    with pytest.raises(rb.ShapeError, match="the step is lost"):
+        col.collect(1)
+    col.collect(2)
+    assert env.episode == 1
+    b = buf.sample(3, replace=False)
+    assert sorted(zip(b.obs[:, 0].tolist(), b.next_obs[:, 0].tolist(),
+                      b.reward.tolist(), strict=True)) == \
+        [(0.0, 1.0, 1.0), (0.0, 2.0, 2.0), (1.0, 2.0, 1.0)]

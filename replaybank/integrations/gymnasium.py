@@ -46,11 +46,12 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from replaybank.buffers.autoreset import ResetFreeWrites
-from replaybank.errors import ConfigError, describe, require_extra
+from replaybank.errors import ConfigError, ReplayBankError, describe, require_extra
 from replaybank.host import is_tensor, tensor_to_numpy
 from replaybank.integrations.episode_stage import EpisodeStage, check_max_held
 from replaybank.integrations.progress import ProgressBar
 from replaybank.integrations.spaces import spec_from_env, spec_from_spaces, to_fields, tree_map
+from replaybank.spec import flatten
 
 __all__ = ["AgentPolicy", "CollectResult", "Collector", "StatefulPolicy", "collect",
            "spec_from_env", "spec_from_spaces", "warm"]
@@ -233,6 +234,7 @@ class Collector:
         # a recurrent state to store beside each step (the buffer's "hidden" field)
         self.stateful = policy if isinstance(policy, StatefulPolicy) else None
         self._obs: Any = None
+        self._started = False  # reset once: a later reset continues the env's generator
         self._pending = np.zeros(self.n, dtype=bool)  # NEXT_STEP: lane resets next step
         self._ret = np.zeros(self.n, dtype=np.float64)
         self._len = np.zeros(self.n, dtype=np.int64)
@@ -249,6 +251,7 @@ class Collector:
         if self.stage is not None:
             self.stage.drop()
         self._obs, _ = self.env.reset(seed=seed)
+        self._started = True
         self._pending[:] = False
         self._ret[:] = 0.0
         self._len[:] = 0
@@ -267,6 +270,29 @@ class Collector:
     # ------------------------------------------------------------------ one step
     def _action(self, obs: Any) -> Any:
         return _numpy(self.policy(obs))
+
+    def _check_action(self, act_fields: Any) -> None:
+        """Cast the policy's action with the buffer's checked cast of its action fields
+        (once the buffer knows them), before ``env.step``.
+
+        Raises:
+            ShapeError, DtypeError: An action the buffer's ``add`` would refuse; the env
+                has not stepped, so nothing changed.
+        """
+        spec = self.buffer.spec
+        if spec is None:  # the first add infers the fields
+            return
+        lead = (self.n,) if self.vector else ()
+        for name, value in flatten({"action": act_fields}).items():
+            if name in spec:
+                try:
+                    spec[name].cast(name, value, lead)
+                except ReplayBankError as exc:
+                    raise type(exc)(
+                        f"collect(policy=...): the buffer refuses the policy's action: "
+                        f"{exc} [env.step was not called: the env and the collector are "
+                        "as before this step, so collect can go on once the policy is "
+                        "fixed]") from None
 
     def _extras(self) -> dict[str, Any]:
         """The policy's recurrent state, when the buffer stores a ``hidden`` field:
@@ -326,13 +352,15 @@ class Collector:
         """One env step for every sub-env; returns the number of transitions added to the
         buffer (with a one-lane buffer fed by a vector env: those of the episodes that
         ended, and any prefix the ``max_held`` bound appended)."""
-        if self._obs is None:
-            self.reset(self.seed)
+        if self._obs is None:  # the first step, or the one after a lost step
+            self.reset(None if self._started else self.seed)
         obs = self._obs
         # a copy, taken before env.step: a vector env built with copy=False returns its
         # own observation array and overwrites it in place on the next step
         obs_fields = tree_map(_copy_leaf, to_fields(self.obs_space, obs))
         action = self._action(obs)
+        act_fields = to_fields(self.act_space, action)
+        self._check_action(act_fields)
         nxt, reward, term, trunc, info = self.env.step(action)
         reward = np.asarray(reward, dtype=np.float64).reshape(self.n)
         term = np.asarray(term, dtype=bool).reshape(self.n)
@@ -352,7 +380,6 @@ class Collector:
         elif self.vector and self.mode == modes.DISABLED and done.any():
             next_fields = tree_map(np.array, next_fields)
             carry, _ = self.env.reset(options={"reset_mask": done})
-        act_fields = to_fields(self.act_space, action)
         extras = self._extras()
         fields: dict[str, Any] = {
             "obs": obs_fields,
@@ -363,7 +390,19 @@ class Collector:
             "truncated": trunc if self.vector else trunc[0],
             **extras,
         }
-        stored = self._store(fields, np.ones(self.n, bool) if self.whole else real, done)
+        try:
+            stored = self._store(fields, np.ones(self.n, bool) if self.whole else real, done)
+        except ReplayBankError as exc:
+            # the env stepped but the buffer refused the step: it is lost, and no later
+            # transition may bridge it (obs before it, next_obs after it): reset next step
+            self._obs = None
+            raise type(exc)(
+                f"{exc} [collect: the buffer refused this step after the env had already "
+                "stepped, so the step is lost: the running episode ends at its last "
+                "stored step (cut short, as by a time limit) and the env is reset at the "
+                "next step (with a one-lane buffer fed by a vector env, the held steps "
+                "of running episodes are dropped); nothing that bridges the lost step is "
+                "stored]") from exc
         if self.whole:
             stored = int(real.sum())  # (the buffer drops the reset steps it was given)
         result.steps += stored
