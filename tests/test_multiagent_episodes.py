@@ -91,26 +91,22 @@ def nstep_oracle(oracle: Oracle, key: int, n: int, gamma: float) -> dict[str, An
 def episodes_oracle(oracle: Oracle, include_running: bool) -> dict[int, tuple[int, bool]]:
     """{start key: (length, complete)} of the whole joint episodes of the live steps.
 
-    An episode starts at a lane's first step, after a joint end or after a step whose
-    next observations the following step does not continue (a discontinuity, such as a
-    reset while the episode ran: it ends there, as the core's episodes do); it is whole
-    when its first step is live and, when that is the lane's oldest live step, the lane
-    has lost no step (the buffer cannot tell otherwise).
+    An episode starts at a lane's first step or after a joint end; it is whole when its
+    first step is live and, when that is the lane's oldest live step, the lane has lost
+    no step (the buffer cannot tell otherwise).
     """
     out = {}
     for env, recs in enumerate(oracle.steps):
         if not recs:  # an env that stored no step has no episode, not even a running one
             continue
-        st_ = stored(oracle, env)
         oldest = max(0, len(recs) - oracle.rows)
-        ends = [i for i in range(len(recs) - 1) if boundary(oracle, env, i, st_)]
-        ends += [len(recs) - 1] if (recs[-1].joint_terminated
-                                     or recs[-1].joint_truncated) else []
-        starts = [0] + [i + 1 for i in ends if i < len(recs) - 1]
+        starts = [0] + [i + 1 for i, r in enumerate(recs[:-1])
+                        if r.joint_terminated or r.joint_truncated]
         for i in starts:
             if i > oldest or i == oldest == 0:
                 j = i
-                while j < len(recs) and j not in ends:
+                while j < len(recs) and not (recs[j].joint_terminated
+                                             or recs[j].joint_truncated):
                     j += 1
                 complete = j < len(recs)
                 if complete or include_running:
@@ -157,8 +153,7 @@ def check_episodes(ep: MultiAgentEpisodeBatch, oracle: Oracle, max_length: int,
         s0 = start // n
         for k in range(steps):
             rec = recs[s0 + k]
-            # the episode's last step, where it ended (a joint end or a cut)
-            assert ep.is_last[i, k] == (complete and k == length - 1)
+            assert ep.is_last[i, k] == (rec.joint_terminated or rec.joint_truncated)
             assert ep.is_terminal[i, k] == rec.joint_terminated
             assert ep.joint_reward[i, k] == np.float32(rec.joint_reward)
             if rec.state is not None:
@@ -432,7 +427,7 @@ def test_episode_index_equals_the_full_scan(seed: int, lanes: int, rows: int,
         t = buf.table
         done = t.arrays["terminated"] | t.arrays["truncated"]
         for running in (False, True):
-            want = find_episodes(done, t.written, t.counts, origin, running, t.link)
+            want = find_episodes(done, t.written, t.counts, origin, running)
             got = index.episodes(t, origin, running)
             assert got.starts.tolist() == want.starts.tolist()
             assert got.lengths.tolist() == want.lengths.tolist()

@@ -733,6 +733,28 @@ def test_collect_twice_ends_the_abandoned_episode_for_every_sampler() -> None:
         assert steps[:, 0].tolist() == list(range(len(steps)))
         assert bool(ep.is_last[i][int(ep.lengths[i]) - 1]) == bool(ep.complete[i])
     assert np.asarray(ep.complete)[np.asarray(ep.lengths) == 1].all()  # cut: it ended
+    # the cut is part of the buffer's state: a restored buffer splits there too
+    back = rb.MultiAgentReplayBuffer(100, agents=["a", "b"], seed=0, n_step=3, gamma=1.0)
+    back.load_state_dict(copy.deepcopy(buf.state_dict()))
+    ep = back.sample_episodes(2, 5, replace=False, include_running=True)
+    assert sorted(np.asarray(ep.lengths).tolist()) == [1, 3]
+
+
+def test_an_agent_joining_late_does_not_cut_the_joint_episode() -> None:
+    """A late joiner's first observation does not continue its zero placeholder (the
+    core sees a discontinuity), but the joint episode goes on: only a reset cuts it."""
+    buf = rb.MultiAgentReplayBuffer(100, agents=["a", "c"], seed=0, spec={
+        "obs": {"c": ((3,), "float32")}, "action": {"c": ((), "int64")}})
+    obs = {"a": np.zeros(3, np.float32)}
+    for t in range(3):
+        acting = ["a"] if t == 0 else ["a", "c"]
+        nxt = {k: np.full(3, t + 1, np.float32) for k in acting}
+        buf.add(obs={k: obs.get(k, np.full(3, 9, np.float32)) for k in acting},
+                action={k: 0 for k in acting}, reward={k: 1.0 for k in acting},
+                next_obs=nxt, terminated={k: t == 2 for k in acting},
+                truncated={k: False for k in acting})
+        obs = nxt
+    assert np.asarray(buf.sample_episodes(1, 4).lengths).tolist() == [3]
 
 
 def test_collect_again_after_an_agent_ended_in_the_abandoned_episode() -> None:

@@ -98,6 +98,10 @@ if TYPE_CHECKING:  # pydantic loads with the first config() call
 __all__ = ["MultiAgentReplayBuffer"]
 
 
+def _no_cuts(num_envs: int) -> list[npt.NDArray[np.int64]]:
+    return [np.zeros(0, np.int64) for _ in range(num_envs)]
+
+
 class MultiAgentReplayBuffer:
     """Replay of joint multi-agent steps (MADDPG, QMIX/VDN, MAPPO-style critics).
 
@@ -190,6 +194,9 @@ class MultiAgentReplayBuffer:
         self._origin: npt.NDArray[np.int64] = np.zeros(self.buffer.num_envs, np.int64)
         # the whole joint episodes sample_episodes draws from, kept up to date per call
         self._episode_index = EpisodeIndex()
+        #: Per env, the sequence numbers of the steps after which end_episodes cut a
+        #: running joint episode (live ones only; sorted).
+        self._cuts: list[npt.NDArray[np.int64]] = _no_cuts(self.buffer.num_envs)
         if layout is not None:
             self._set_layout(layout)
         # memmap files record this buffer's config, not the core's: rb.open(path)
@@ -366,15 +373,19 @@ class MultiAgentReplayBuffer:
         the env was reset while they ran (a collector's ``reset()``, a new collector on
         this buffer), so they were cut short, as by a time limit.
 
-        Nothing stored changes: the newest step of each env keeps its next observation
-        (the true one, where that episode stopped), and the step the next ``add`` stores
-        in that env, which does not continue from it, starts a new episode, for every
-        sampler alike (n-step returns, ``sample_sequences`` and ``sample_episodes`` end the
-        cut episode there and bootstrap from that next observation). The episode
-        bookkeeping forgets which agents were alive or ended in it, so an agent that had
-        ended may act again in the new episode. An env with no running episode is left
-        as it is. :class:`~replaybank.integrations.pettingzoo.MultiAgentCollector` calls
-        this whenever it resets an env.
+        The stored steps do not change: the newest step of each env keeps its next
+        observation (the true one, where that episode stopped), and the step the next
+        ``add`` stores in that env, which does not continue from it, starts a new episode
+        for the core (n-step returns and ``sample_sequences`` end the cut episode there
+        and bootstrap from that next observation, as for a single-agent buffer). The cut
+        is recorded beside them, so that ``sample_episodes`` ends the joint episode there
+        too (complete, as at a time limit), and the episode bookkeeping forgets which
+        agents were alive or ended in it, so an agent that had ended may act again in the
+        new episode. An env with no running episode is left as it is.
+        :class:`~replaybank.integrations.pettingzoo.MultiAgentCollector` calls this
+        whenever it resets an env. The cuts are kept by ``state_dict`` and ``rb.save``,
+        not by a memmap buffer's ``flush`` (reopened, it ends such an episode at the next
+        joint end only).
 
         Args:
             env_ids: The envs (an int or a list of ints), or None for every env.
@@ -398,12 +409,22 @@ class MultiAgentReplayBuffer:
             [1, 1]
         """
         lanes = env_lanes("end_episodes", env_ids, self.num_envs)
-        self._episodes.cut(lanes)
+        ep = self._episodes
+        if self.buffer.allocated:
+            table = self.buffer.table
+            for lane in lanes.tolist():
+                running = bool(ep.alive[:, lane].any() or ep.ended[:, lane].any())
+                end, count = int(table.written[lane]), int(table.counts[lane])
+                if running and count:
+                    c = self._cuts[lane]
+                    self._cuts[lane] = np.append(c[c >= end - count], end - 1)
+        ep.cut(lanes)
 
     def clear(self) -> None:
         """Drop every stored step and the episode bookkeeping."""
         self.buffer.clear()
         self._episodes = Episodes(len(self._agents), self.num_envs)
+        self._cuts = _no_cuts(self.num_envs)
         if self.buffer.allocated:
             self._origin = np.array(self.buffer.table.written, np.int64)
         if self._layout is not None:
@@ -488,7 +509,8 @@ class MultiAgentReplayBuffer:
                 raise EmptyBufferError(f"{call}(batch_size={b}): the buffer is empty; add "
                                        "joint steps first")
             table = self.buffer.table
-            eps = self._episode_index.episodes(table, self._origin, bool(include_running))
+            eps = self._episode_index.episodes(table, self._origin, bool(include_running),
+                                               self._cuts)
             if len(eps) == 0 or (not replace and b > len(eps)):
                 raise EmptyBufferError(
                     f"{call}(batch_size={b}{'' if replace else ', replace=False'}): the "
@@ -556,6 +578,8 @@ class MultiAgentReplayBuffer:
         own = self._episodes.state_dict()
         own["agents"] = list(self._agents)
         own["origin"] = self._origin.copy()
+        own["cuts"] = np.array([(lane, seq) for lane, c in enumerate(self._cuts)
+                                for seq in c.tolist()], np.int64).reshape(-1, 2)
         return {"core": self.buffer.state_dict(), "multiagent": own}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -591,9 +615,22 @@ class MultiAgentReplayBuffer:
                     f"load_state_dict: multiagent/origin has shape {origin.shape} "
                     f"{origin.dtype}; expected ({self.num_envs},) int64; restore the "
                     "multi-agent state from a checkpoint of this buffer")
+        cuts = _no_cuts(self.num_envs)  # states from before they were kept: none
+        if "cuts" in own:
+            pairs = np.asarray(own["cuts"])
+            if pairs.ndim != 2 or pairs.shape[1:] != (2,) or (
+                    pairs.size and (pairs.dtype.kind not in "iu" or pairs[:, 0].min() < 0
+                                    or pairs[:, 0].max() >= self.num_envs)):
+                raise CheckpointError(
+                    f"load_state_dict: multiagent/cuts has shape {pairs.shape} "
+                    f"{pairs.dtype}; expected [k, 2] int64 (env, step) pairs; restore the "
+                    "multi-agent state from a checkpoint of this buffer")
+            for lane, seq in pairs.tolist():
+                cuts[lane] = np.append(cuts[lane], seq)
         self.buffer.load_state_dict(state["core"])
         episodes.apply(checked)
         self._origin = origin.astype(np.int64)
+        self._cuts = [np.sort(c) for c in cuts]
         if layout is not None and self._layout is None:
             self._layout = layout
         self._episodes = episodes

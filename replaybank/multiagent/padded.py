@@ -1,14 +1,13 @@
 """Whole joint episodes padded to a length (QMIX/VDN with recurrent agents).
 
 An *episode* here is a joint episode of one env (lane): it starts after a joint end
-(the stored joint ``terminated | truncated``, :mod:`replaybank.multiagent.episodes`),
-after a step whose next observation the following step does not continue (a
-discontinuity: the env was reset while the episode ran, see
-:meth:`~replaybank.multiagent.MultiAgentReplayBuffer.end_episodes`; the core's n-step
-returns and sequence windows split there too), or at the first step the lane stored
-since the buffer was built or cleared, and runs up to and including its next such end.
-An episode cut by a discontinuity is complete (it ended, cut short as by a time limit).
-An agent that ends early does not split a joint episode.
+(the stored joint ``terminated | truncated``, :mod:`replaybank.multiagent.episodes`), after
+a *cut* (a step after which the env was reset while its episode ran, recorded by
+:meth:`~replaybank.multiagent.MultiAgentReplayBuffer.end_episodes`; such an episode is
+complete: it ended, cut short as by a time limit) or at the first step the lane stored
+since the buffer was built or cleared, and runs up to and including its next joint end or
+cut. An agent that ends early or joins late, or a discontinuity in the data (which splits
+the core's episodes), does not split a joint episode.
 
 * :func:`find_episodes` lists the episodes of the live steps whose *first step is still
   stored* (:class:`EpisodeIndex` keeps that list for a buffer, scanning only new steps):
@@ -70,7 +69,7 @@ class EpisodeList:
 
 
 def find_episodes(done: BoolArray, written: IntArray, counts: IntArray, origin: IntArray,
-                  include_running: bool, link: Any = None) -> EpisodeList:
+                  include_running: bool, cuts: list[IntArray] | None = None) -> EpisodeList:
     """The episodes of the live steps whose first step is stored.
 
     The plain scan of every live step (:class:`EpisodeIndex` keeps the same list up to
@@ -83,9 +82,8 @@ def find_episodes(done: BoolArray, written: IntArray, counts: IntArray, origin: 
         origin: ``[lanes]`` sequence number of the first step each lane stored since it
             was built or cleared (an episode starts there).
         include_running: List the running episode of each lane too.
-        link: ``[T, lanes]`` the table's next-observation links: a live step other than
-            the lane's newest with ``link > 0`` is not continued by the next step (a
-            discontinuity) and ends its episode too (None: joint ends only).
+        cuts: Per lane, the sequence numbers of the steps after which an episode was cut
+            (None: none).
 
     Returns:
         The :class:`EpisodeList`, lane by lane, each lane oldest first.
@@ -95,11 +93,22 @@ def find_episodes(done: BoolArray, written: IntArray, counts: IntArray, origin: 
     for lane in range(lanes):
         end = int(written[lane])
         seqs = np.arange(end - int(counts[lane]), end, dtype=np.int64)  # [n] live steps
-        stop = np.asarray(done[seqs % T, lane], bool)  # [n] joint ends
-        if link is not None:
-            stop[:-1] |= np.asarray(link[seqs[:-1] % T, lane]) > 0  # discontinuities
-        ends.append(seqs[stop])  # [m] episode ends
-    return _from_ends(ends, written, counts, origin, include_running)
+        ends.append(seqs[np.asarray(done[seqs % T, lane], bool)])  # [m] joint ends
+    return _from_ends(_with_cuts(ends, cuts, written, counts), written, counts, origin,
+                      include_running)
+
+
+def _with_cuts(ends: list[IntArray], cuts: list[IntArray] | None, written: IntArray,
+               counts: IntArray) -> list[IntArray]:
+    """Per lane, the joint ends and the live cuts, sorted (sequence numbers)."""
+    if cuts is None:
+        return ends
+    out = []
+    for lane, e in enumerate(ends):
+        c = cuts[lane]
+        c = c[(c >= int(written[lane]) - int(counts[lane])) & (c < int(written[lane]))]
+        out.append(np.union1d(e, c).astype(np.int64) if len(c) else e)
+    return out
 
 
 def _from_ends(ends: list[IntArray], written: IntArray, counts: IntArray, origin: IntArray,
@@ -162,12 +171,10 @@ class EpisodeIndex:
         self._seen = np.zeros(0, np.int64)  # [lanes] steps scanned per lane
         self._ends: list[IntArray] = []  # per lane: the live joint ends, sorted
 
-    def episodes(self, table: StepTable, origin: IntArray,
-                 include_running: bool) -> EpisodeList:
+    def episodes(self, table: StepTable, origin: IntArray, include_running: bool,
+                 cuts: list[IntArray] | None = None) -> EpisodeList:
         """The :class:`EpisodeList` of ``table`` (as :func:`find_episodes` with ``done``
-        its ``terminated | truncated`` and its ``link``; a lane's newest step, whose link
-        the next add may still release, is read for a discontinuity once it is not the
-        newest any more)."""
+        its ``terminated | truncated``, and ``cuts``)."""
         lanes, T = table.lanes, table.T  # noqa: N806
         written, counts = table.written, table.counts
         if table is not self._table or table.epoch != self._epoch \
@@ -188,19 +195,10 @@ class EpisodeIndex:
                 rows = seqs % T
                 d = as_numpy(term[rows, lane]) | as_numpy(trunc[rows, lane])  # [k]
                 e = np.concatenate([e, seqs[np.asarray(d, bool)]])
-            # discontinuities: the steps that were the newest at the last scan, or not
-            # scanned yet, and are not the newest now (their links are final)
-            lo_link = max(int(self._seen[lane]) - 1, oldest)
-            if lo_link < end - 1:
-                seqs = np.arange(lo_link, end - 1, dtype=np.int64)  # [k]
-                rows = seqs % T
-                d = as_numpy(term[rows, lane]) | as_numpy(trunc[rows, lane])  # [k]
-                cut = (np.asarray(table.link[rows, lane]) > 0) & ~np.asarray(d, bool)
-                if cut.any():
-                    e = np.union1d(e, seqs[cut])
             self._ends[lane] = e
             self._seen[lane] = end
-        return _from_ends(self._ends, written, counts, origin, include_running)
+        return _from_ends(_with_cuts(self._ends, cuts, written, counts), written, counts,
+                          origin, include_running)
 
 
 def _scatter(values: Any, mask: BoolArray) -> Any:
