@@ -84,6 +84,7 @@ from replaybank.storage.backends.base import (
     ArrayBackend,
     DurableBackend,
     GroupedBackend,
+    MetaAddingBackend,
     SharedArrayBackend,
 )
 from replaybank.storage.backends.memmap import MemmapBackend
@@ -144,6 +145,7 @@ __all__ = [
     "LaneSplitSampler",
     "LaneView",
     "MemmapBackend",
+    "MetaAddingBackend",
     "MissingDependencyError",
     "MultiAgentBatch",
     "MultiAgentCollectResult",
