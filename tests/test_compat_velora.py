@@ -15,6 +15,7 @@ import dataclasses
 import inspect
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -401,6 +402,24 @@ def test_sample_raises_when_too_few() -> None:
     with pytest.raises(ValueError):
         ReplayBuffer(10, S, A, H).sample(1)
     assert tuple(buf.sample(6).states.shape) == (6, S)  # exactly enough is fine
+
+
+def test_sample_too_few_says_what_velora_says() -> None:
+    """ReplayBuffer.sample (reference source): the ValueError reads "Buffer does not
+    contain enough experiences. Available: {len}, Requested: {batch_size}"; the message
+    keeps that text word for word (code that matches on it still works), names
+    batch_size and says the fix."""
+    buf = filled(6)
+    before = buf.metadata()
+    with pytest.raises(rb.EmptyBufferError) as info:
+        buf.sample(7)
+    text = str(info.value)
+    assert isinstance(info.value, ValueError)
+    assert "Buffer does not contain enough experiences. Available: 6, Requested: 7" in text
+    assert "batch_size=7" in text and "lower batch_size" in text
+    assert buf.metadata() == before
+    with pytest.raises(ValueError, match=re.escape("Available: 0, Requested: 1")):
+        ReplayBuffer(10, S, A, H).sample(1)
 
 
 def test_sample_is_uniform_and_follows_torch_seed() -> None:

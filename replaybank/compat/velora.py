@@ -472,8 +472,11 @@ class BufferBase(FrontEnd):
         core = self.buffer
         n = len(core)
         if n < b:
-            raise EmptyBufferError(f"sample(batch_size={b}): the buffer holds {n} "
-                                   "experiences; add more or lower batch_size")
+            # velora's message word for word (code may match on it), then the fix
+            raise EmptyBufferError(
+                f"sample(batch_size={b}): Buffer does not contain enough experiences. "
+                f"Available: {n}, Requested: {b}; add more experiences or lower batch_size"
+            )
         if self._own_rng:
             slots = core.rng.integers(0, n, size=b)  # [B]
         else:
@@ -817,7 +820,7 @@ class ReplayBuffer(BufferBase):
             >>> buf.sample(1)
             Traceback (most recent call last):
             ...
-            replaybank.errors.EmptyBufferError: sample(batch_size=1): the buffer holds 0 experiences; add more or lower batch_size
+            replaybank.errors.EmptyBufferError: sample(batch_size=1): Buffer does not contain enough experiences. Available: 0, Requested: 1; add more experiences or lower batch_size
             >>> for i in range(5):
             ...     buf.add(torch.full((2,), float(i)), torch.zeros(1), 0.0, torch.ones(2),
             ...             False, torch.zeros(1))
