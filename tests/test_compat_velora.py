@@ -516,6 +516,21 @@ def test_warm_arguments() -> None:
     assert len(agent.calls) == calls
 
 
+def test_warm_num_envs_below_two_says_what_velora_says() -> None:
+    """ReplayBuffer.warm (reference source): num_envs < 2 raises ValueError
+    "'num_envs=1' cannot be smaller than 2."; the message keeps that text word for word
+    and says the fix; no env is made and nothing is stored."""
+    agent = FakeAgent("CartPole-v1")
+    buf = ReplayBuffer(100, 4, 1, H)
+    for bad in (1, 0, -3):
+        with pytest.raises(rb.ConfigError) as info:
+            buf.warm(agent, 10, num_envs=bad)
+        assert isinstance(info.value, ValueError)
+        assert f"'num_envs={bad}' cannot be smaller than 2." in str(info.value)
+        assert "num_envs=2 or more" in str(info.value)
+    assert agent.calls == [] and len(buf) == 0
+
+
 def test_warm_beyond_capacity_raises() -> None:
     """ReplayBuffer.warm: n_samples is the size to reach; more than capacity can never be
     reached, and raises ValueError instead of running forever."""

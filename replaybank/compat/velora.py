@@ -64,6 +64,7 @@ from replaybank.compat.checks import (
     check_type,
     done_flag,
     flag_values,
+    is_int,
     numbers,
     one_number,
     saved_generator,
@@ -872,6 +873,11 @@ class ReplayBuffer(BufferBase):
             >>> len(buf) >= 50, tuple(buf.sample(4).hiddens.shape)
             (True, (4, 2))
         """
+        if is_int(num_envs) and num_envs < 2:  # velora's message word for word, then the fix
+            raise ConfigError(
+                f"warm: 'num_envs={int(num_envs)}' cannot be smaller than 2. Pass "
+                "num_envs=2 or more (the default is 8)"
+            )
         check_int("warm", "num_envs", num_envs, 2, kind_error=ConfigError,
                   fix="use num_envs=2 or more (the default is 8)")
         check_int("warm", "n_samples", n_samples, 0, self.capacity, kind_error=ConfigError,
