@@ -980,6 +980,21 @@ def test_buffer_base_is_constructible_as_in_velora() -> None:
     assert isinstance(info.value, rb.ReplayBankError)
 
 
+def test_buffer_base_sample_takes_velora_abstract_signature() -> None:
+    """BufferBase.sample() (reference: the abstract ``sample(self)``, no parameters):
+    called as velora documents it, with no argument, it raises the front end's
+    AbstractSampleError (a NotImplementedError saying to use ReplayBuffer), not a
+    TypeError about a missing batch_size; with a batch size it raises the same."""
+    base = BufferBase(4, S, A, H)
+    base.add(*item(0))
+    for args in ((), (2,)):
+        with pytest.raises(velora.AbstractSampleError, match="ReplayBuffer") as info:
+            base.sample(*args)
+        assert isinstance(info.value, NotImplementedError)
+    assert len(base) == 1
+    inspect.signature(BufferBase.sample).bind(base)  # velora's call binds
+
+
 def test_sample_follows_torch_global_generator_like_velora() -> None:
     """Issue item 19 (ReplayBuffer.sample uses torch.randint): torch.manual_seed(s) right
     before sample() reproduces the draw, and the draw is velora's own:

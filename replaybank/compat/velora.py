@@ -439,25 +439,35 @@ class BufferBase(FrontEnd):
                           truncated=no, hidden=h)
 
     # ------------------------------------------------------------------ reading
-    def sample(self, batch_size: int) -> BatchExperience:
+    def sample(self, *args: Any, **kwargs: Any) -> BatchExperience:
         """Sample experiences; every field of the batch is ``(batch_size, features)``.
 
-        velora's abstract method: the base class defines no sampling scheme (velora's
-        returned None); :class:`ReplayBuffer` and subclasses define it.
+        velora's abstract method, documented as ``sample()`` without parameters: the base
+        class defines no sampling scheme (velora's returned None); :class:`ReplayBuffer`
+        and subclasses define it (``sample(batch_size)``). Any arguments are accepted, so
+        both velora's call and a subclass's reach this error.
+
+        Args:
+            *args: What a subclass's ``sample`` would take (e.g. ``batch_size``).
+            **kwargs: Likewise, by keyword.
 
         Raises:
             AbstractSampleError: Always (a ``NotImplementedError``).
 
         Example:
-            >>> BufferBase(4, 2, 1, 1).sample(1)
+            >>> BufferBase(4, 2, 1, 1).sample()
             Traceback (most recent call last):
             ...
-            replaybank.compat.velora.AbstractSampleError: BufferBase.sample(batch_size=1): the base class stores experiences but defines no sampling scheme; use ReplayBuffer, or subclass BufferBase and define sample(batch_size)
+            replaybank.compat.velora.AbstractSampleError: BufferBase.sample(): the base class stores experiences but defines no sampling scheme; use ReplayBuffer, or subclass BufferBase and define sample(batch_size)
         """  # noqa: E501
+        shown = ", ".join(
+            [*map(describe, args), *(f"{k}={describe(v)}" for k, v in kwargs.items())]
+        )
         raise AbstractSampleError(
-            f"{type(self).__name__}.sample(batch_size={describe(batch_size)}): the base class "
-            "stores experiences but defines no sampling scheme; use ReplayBuffer, or "
-            "subclass BufferBase and define sample(batch_size)")
+            f"{type(self).__name__}.sample({shown}): the base class stores experiences but "
+            "defines no sampling scheme; use ReplayBuffer, or subclass BufferBase and define "
+            "sample(batch_size)"
+        )
 
     def _uniform(self, batch_size: Any) -> BatchExperience:
         """``batch_size`` experiences drawn uniformly with replacement, as velora's
