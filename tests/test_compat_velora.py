@@ -325,6 +325,56 @@ def test_save_writes_velora_files(tmp_path: Path) -> None:
     assert (target / "run1_state.safetensors").exists()
 
 
+def test_save_files_are_byte_for_byte_velora_files(tmp_path: Path) -> None:
+    """BufferBase.save (reference source): the metadata file is exactly
+    ``json.dumps(self.metadata(), indent=2)`` and the state file exactly
+    ``safetensors.torch.save_file(self.state_dict(), ...)``: the files velora writes for the
+    same items are the files written here, byte for byte (wrapped buffer included)."""
+    buf = filled(7, capacity=5)
+    buf.save(tmp_path)
+    text = (tmp_path / "buffer_metadata.json").read_text()
+    assert text == json.dumps(buf.metadata(), indent=2)
+    save_file(buf.state_dict(), tmp_path / "velora_state.safetensors")
+    assert (tmp_path / "buffer_state.safetensors").read_bytes() == \
+        (tmp_path / "velora_state.safetensors").read_bytes()
+
+
+def test_save_names_files_with_velora_path_rules(tmp_path: Path) -> None:
+    """BufferBase.save (reference source): the files are
+    ``Path(dirpath, f"{prefix}metadata").with_suffix(".json")`` and
+    ``Path(dirpath, f"{prefix}state").with_suffix(".safetensors")``, so a prefix holding a
+    dot is cut at it, as in velora; load finds the state by the same rule."""
+    buf = filled(3)
+    for prefix in ("run.v1_", "ckpt-", ""):
+        folder = tmp_path / (prefix or "plain")
+        buf.save(folder, prefix=prefix)
+        want = {Path(folder, f"{prefix}metadata").with_suffix(".json").name,
+                Path(folder, f"{prefix}state").with_suffix(".safetensors").name}
+        assert {p.name for p in folder.iterdir()} == want, prefix
+    assert want == {"metadata.json", "state.safetensors"}
+    assert {p.name for p in (tmp_path / "run.v1_").iterdir()} == {"run.json",
+                                                                  "run.safetensors"}
+    again = ReplayBuffer.load(tmp_path / "run.v1_" / "run", buf.metadata())
+    assert torch.equal(again.states, buf.states)
+
+
+def test_load_is_a_classmethod_that_builds_the_calling_class(tmp_path: Path) -> None:
+    """BufferBase.load (classmethod, returns Self): called on a subclass it returns an
+    instance of that subclass (velora builds ``cls(...)``), holding the saved items."""
+
+    class Tagged(ReplayBuffer):
+        tag = "mine"
+
+    buf = filled(4)
+    buf.save(tmp_path)
+    meta = json.loads((tmp_path / "buffer_metadata.json").read_text())
+    again = Tagged.load(tmp_path / "buffer_state.safetensors", meta)
+    assert type(again) is Tagged and again.tag == "mine"
+    assert torch.equal(again.hiddens, buf.hiddens) and len(again) == 4
+    base = BufferBase.load(tmp_path / "buffer_state.safetensors", meta)
+    assert type(base) is BufferBase and len(base) == 4
+
+
 def test_load_round_trip(tmp_path: Path) -> None:
     """BufferBase.load(state_path, metadata) (classmethod): a new buffer of the same type
     with the saved items, position and size; the suffix of state_path may be left out;
