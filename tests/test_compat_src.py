@@ -213,6 +213,40 @@ def test_finish_path_action_obj_forms() -> None:
         buf.finish_path(ActionSample(value=float("inf")))
 
 
+def test_finish_path_default_is_none_and_means_terminal() -> None:
+    """Sections 'finish_path(action_obj=None)' of both classes: the parameter defaults to
+    None; PPOBuffer.finish_path() with no argument closes the path with last_val 0 (the
+    docstring's value for a terminal state), exactly as finish_path(None)."""
+    for cls in (src.PPOBuffer, src.SimpleReplayBuffer):
+        param = inspect.signature(cls.finish_path).parameters["action_obj"]
+        assert param.default is None, cls.__name__
+    bufs = [src.PPOBuffer(1, 1, 4, 4, gamma=0.5, lam=1.0) for _ in range(2)]
+    for buf in bufs:
+        for r in (1.0, 2.0):
+            buf.store({"obs": np.zeros(1), "act": ActionSample(0, 0.0, 0.0), "rew": r})
+    bufs[0].finish_path()
+    bufs[1].finish_path(None)
+    assert bufs[0].path.returns_to_go.tolist() == [2.0, 2.0]
+    assert bufs[0].path.returns_to_go.tolist() == bufs[1].path.returns_to_go.tolist()
+
+
+def test_instantiate_classmethods_return_the_calling_class(tmp_path: Path) -> None:
+    """Sections 'classmethod instantiate_from_config(config_file_location)' and
+    'instantiate_from_config_dict(config)' (return type cls): both are classmethods, and
+    called on a subclass they build that subclass."""
+    path = tmp_path / "c.yaml"
+    path.write_text("obs_dim: 3\nact_dim: 1\nsize: 16\nbatch_size: 4\n")
+    for base in (src.PPOBuffer, src.SimpleReplayBuffer):
+        for name in ("instantiate_from_config", "instantiate_from_config_dict"):
+            assert isinstance(inspect.getattr_static(base, name), classmethod), name
+        sub = type("My" + base.__name__, (base,), {})
+        built = [sub.instantiate_from_config(path),
+                 sub.instantiate_from_config_dict({"obs_dim": 3, "act_dim": 1, "size": 16,
+                                                   "batch_size": 4})]
+        for buf in built:
+            assert type(buf) is sub and (buf.obs_dim, buf.size) == (3, 16)
+
+
 # ---------------------------------------------------------------------- PPOBuffer.sample_batch
 def test_sample_batch_dtypes_and_a_new_epoch_after_it() -> None:
     """Section 'sample_batch()': float32 CPU tensors; "resets some pointers": the next
