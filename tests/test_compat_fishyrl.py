@@ -401,6 +401,46 @@ def test_convert_samples_to_tensors() -> None:
     assert convert_samples_to_tensors({"a": ro})["a"].tolist() == [0.0] * 3
 
 
+def test_convert_samples_to_tensors_takes_torch_tensor_constructor_kwargs() -> None:
+    """Section: convert_samples_to_tensors(samples, **tensor_kwargs): "keyword arguments to
+    pass to the torch.tensor constructor". torch.tensor's own keywords (requires_grad,
+    pin_memory) give what torch.tensor(array, **kwargs) gives, alone or with dtype and
+    device; Tensor.to's keywords (non_blocking, copy) keep working; a bad value raises
+    ArgumentError naming it."""
+    torch = pytest.importorskip("torch")
+    buf = SequentialBuffer(20, seed=0)
+    _fill(buf, 10)
+    samples = buf.sample(4, 3)
+    floats = {k: v for k, v in samples.items() if v.dtype.kind == "f"}
+    for kwargs in (
+        {"requires_grad": True},
+        {"requires_grad": False},
+        {"dtype": torch.float64, "device": "cpu", "requires_grad": True},
+        {"pin_memory": False},
+        {"dtype": torch.float64, "pin_memory": False},
+    ):
+        out = convert_samples_to_tensors(floats, **kwargs)
+        for key, value in floats.items():
+            want = torch.tensor(value, **kwargs)
+            got = out[key]
+            assert (got.dtype, got.device, got.requires_grad, got.is_leaf) == (
+                want.dtype,
+                want.device,
+                want.requires_grad,
+                True,
+            ), (kwargs, key)
+            assert torch.equal(got.detach(), want.detach()), (kwargs, key)
+    grads = convert_samples_to_tensors(floats, requires_grad=True)
+    grads["obs"].sum().backward()  # a leaf that collects its gradient
+    assert grads["obs"].grad is not None
+    moved = convert_samples_to_tensors(floats, non_blocking=False, copy=True)
+    assert moved["obs"].data_ptr() != floats["obs"].ctypes.data
+    with pytest.raises(ArgumentError, match="requires_grad"):
+        convert_samples_to_tensors(floats, requires_grad="yes")
+    with pytest.raises(ArgumentError, match="requires_grad"):  # as torch.tensor: floats only
+        convert_samples_to_tensors({"n": np.arange(3)}, requires_grad=True)
+
+
 # ====================================================================== world-model loop
 
 

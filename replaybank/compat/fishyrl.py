@@ -684,22 +684,37 @@ class IndependentVectorizedBuffer(_Rows, FrontEnd, Buffer):
         self._rng.bit_generator.state = rng.bit_generator.state
 
 
-def convert_samples_to_tensors(samples: dict[str, np.ndarray],
-                               **tensor_kwargs: Any) -> dict[str, Any]:
+#: torch.tensor's keywords that Tensor.to does not take (the reference passes
+#: ``tensor_kwargs`` to the torch.tensor constructor).
+_CONSTRUCTOR_ONLY = ("requires_grad", "pin_memory")
+
+
+def convert_samples_to_tensors(
+    samples: dict[str, np.ndarray], **tensor_kwargs: Any
+) -> dict[str, Any]:
     """Convert sampled experiences from numpy arrays to tensors.
+
+    ``tensor_kwargs`` are what fishyrl's reference says: keyword arguments of the
+    ``torch.tensor`` constructor (``dtype``, ``device``, ``requires_grad``,
+    ``pin_memory``), each giving what ``torch.tensor(array, **tensor_kwargs)`` gives;
+    ``Tensor.to``'s keywords (``non_blocking``, ``copy``, ``memory_format``) are taken
+    too.
 
     Args:
         samples: A batch, ``{key: array}``.
-        **tensor_kwargs: ``Tensor.to`` arguments, e.g. ``device=``, ``dtype=``.
+        **tensor_kwargs: ``torch.tensor`` (or ``Tensor.to``) keywords, e.g. ``device=``,
+            ``dtype=``, ``requires_grad=``.
 
     Returns:
         ``{key: torch.Tensor}``; without ``tensor_kwargs`` (or ones that change nothing) a
-        tensor shares memory with its array (a read-only array is copied first).
+        tensor shares memory with its array (a read-only array is copied first). With
+        ``requires_grad=True`` each tensor is a leaf that collects its gradient.
 
     Raises:
         MissingDependencyError: torch is not installed.
-        ArgumentError: ``samples`` is not a dict, or ``tensor_kwargs`` that
-            ``Tensor.to`` does not take (an unknown device, ...).
+        ArgumentError: ``samples`` is not a dict, ``requires_grad``/``pin_memory`` is not
+            a bool, or keywords torch refuses (an unknown device, gradients for an
+            integer array, pinning without CUDA, ...).
         DtypeError: A value holds no numbers.
 
     Example:
@@ -708,10 +723,16 @@ def convert_samples_to_tensors(samples: dict[str, np.ndarray],
         ...                                  dtype=torch.float32, device="cpu")
         >>> out["obs"].dtype, tuple(out["obs"].shape), out["obs"].device.type
         (torch.float32, (2, 3), 'cpu')
+        >>> convert_samples_to_tensors({"obs": np.zeros(2)}, requires_grad=True)["obs"]
+        tensor([0., 0.], dtype=torch.float64, requires_grad=True)
     """
     torch = torch_module()
-    check_type("convert_samples_to_tensors", "samples", samples, Mapping,
-               "a dict of numpy arrays (a batch of sample())")
+    call = "convert_samples_to_tensors"
+    check_type(call, "samples", samples, Mapping, "a dict of numpy arrays (a batch of sample())")
+    to_kwargs = {k: v for k, v in tensor_kwargs.items() if k not in _CONSTRUCTOR_ONLY}
+    grad, pin = (
+        check_bool(call, name, tensor_kwargs.get(name, False)) for name in _CONSTRUCTOR_ONLY
+    )
     out: dict[str, Any] = {}
     for k, v in samples.items():
         try:
@@ -720,12 +741,18 @@ def convert_samples_to_tensors(samples: dict[str, np.ndarray],
             else:
                 t = torch.as_tensor(v)
         except (TypeError, RuntimeError, ValueError) as exc:
-            raise DtypeError(f"convert_samples_to_tensors: samples[{k!r}]={describe(v)} "
-                             f"is not numbers torch can hold ({exc})") from None
+            raise DtypeError(
+                f"{call}: samples[{k!r}]={describe(v)} is not numbers torch can hold ({exc})"
+            ) from None
         try:
-            out[k] = t.to(**tensor_kwargs) if tensor_kwargs else t
+            t = t.to(**to_kwargs) if to_kwargs else t
+            if pin:
+                t = t.pin_memory()
+            out[k] = t.requires_grad_() if grad else t
         except (TypeError, RuntimeError, ValueError) as exc:
-            raise ArgumentError(f"convert_samples_to_tensors(**{tensor_kwargs!r}): not "
-                                f"arguments of Tensor.to ({str(exc).splitlines()[0]}); "
-                                "pass e.g. device='cpu', dtype=torch.float32") from None
+            raise ArgumentError(
+                f"{call}(**{tensor_kwargs!r}): torch refuses them for samples[{k!r}] "
+                f"({str(exc).splitlines()[0]}); pass torch.tensor keywords, e.g. "
+                "device='cpu', dtype=torch.float32, requires_grad=True (float data)"
+            ) from None
     return out
