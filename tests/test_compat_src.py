@@ -240,9 +240,12 @@ def test_instantiate_classmethods_return_the_calling_class(tmp_path: Path) -> No
         for name in ("instantiate_from_config", "instantiate_from_config_dict"):
             assert isinstance(inspect.getattr_static(base, name), classmethod), name
         sub = type("My" + base.__name__, (base,), {})
-        built = [sub.instantiate_from_config(path),
-                 sub.instantiate_from_config_dict({"obs_dim": 3, "act_dim": 1, "size": 16,
-                                                   "batch_size": 4})]
+        built = [
+            sub.instantiate_from_config(path),
+            sub.instantiate_from_config_dict(
+                {"obs_dim": 3, "act_dim": 1, "size": 16, "batch_size": 4}
+            ),
+        ]
         for buf in built:
             assert type(buf) is sub and (buf.obs_dim, buf.size) == (3, 16)
 

@@ -335,8 +335,9 @@ def test_save_files_are_byte_for_byte_velora_files(tmp_path: Path) -> None:
     text = (tmp_path / "buffer_metadata.json").read_text()
     assert text == json.dumps(buf.metadata(), indent=2)
     save_file(buf.state_dict(), tmp_path / "velora_state.safetensors")
-    assert (tmp_path / "buffer_state.safetensors").read_bytes() == \
-        (tmp_path / "velora_state.safetensors").read_bytes()
+    assert (tmp_path / "buffer_state.safetensors").read_bytes() == (
+        tmp_path / "velora_state.safetensors"
+    ).read_bytes()
 
 
 def test_save_names_files_with_velora_path_rules(tmp_path: Path) -> None:
@@ -348,12 +349,13 @@ def test_save_names_files_with_velora_path_rules(tmp_path: Path) -> None:
     for prefix in ("run.v1_", "ckpt-", ""):
         folder = tmp_path / (prefix or "plain")
         buf.save(folder, prefix=prefix)
-        want = {Path(folder, f"{prefix}metadata").with_suffix(".json").name,
-                Path(folder, f"{prefix}state").with_suffix(".safetensors").name}
+        want = {
+            Path(folder, f"{prefix}metadata").with_suffix(".json").name,
+            Path(folder, f"{prefix}state").with_suffix(".safetensors").name,
+        }
         assert {p.name for p in folder.iterdir()} == want, prefix
     assert want == {"metadata.json", "state.safetensors"}
-    assert {p.name for p in (tmp_path / "run.v1_").iterdir()} == {"run.json",
-                                                                  "run.safetensors"}
+    assert {p.name for p in (tmp_path / "run.v1_").iterdir()} == {"run.json", "run.safetensors"}
     again = ReplayBuffer.load(tmp_path / "run.v1_" / "run", buf.metadata())
     assert torch.equal(again.states, buf.states)
 
