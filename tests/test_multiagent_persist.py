@@ -11,6 +11,9 @@ episode bookkeeping, and continue adding exactly as the twin does.
 from __future__ import annotations
 
 import copy
+import os
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 from typing import Any
@@ -229,3 +232,108 @@ def test_errors_name_the_call_and_the_fix(tmp_path: Path) -> None:
         assert state is not None
         state["multiagent"]["agents"] = ["x", "y"]
         back.load_resume_state(state)
+
+
+# ---------------------------------------------------------------------- episodes cut by a reset
+def _episodes(buf: MultiAgentReplayBuffer) -> list[tuple[tuple[float, ...], ...]]:
+    """Every joint episode ``sample_episodes`` lists (running ones too), as agent a's
+    observations (Clock's ``(t, agent, episode)``), sorted."""
+    n = 0
+    while True:  # how many there are: the largest batch drawn without replacement
+        try:
+            buf.sample_episodes(n + 1, 8, replace=False, include_running=True)
+        except rb.EmptyBufferError:
+            break
+        n += 1
+    ep = buf.sample_episodes(n, 8, replace=False, include_running=True)
+    obs, mask = np.asarray(ep.obs["a"]), np.asarray(ep.mask)
+    return sorted(tuple(tuple(o.tolist()) for o in obs[i][mask[i]]) for i in range(n))
+
+
+#: Clock's episode 0 (two steps: b ended at the second, a runs on), abandoned by the
+#: reset of the second collect, then episode 1 (three steps, running).
+_CUT = [((0.0, 0.0, 0.0), (1.0, 0.0, 0.0)),
+        ((0.0, 0.0, 1.0), (1.0, 0.0, 1.0), (2.0, 0.0, 1.0))]
+
+_CRASHING_COLLECTOR = """
+import os, sys
+import replaybank as rb
+from tests.pettingzoo_leavers import Clock
+buf = rb.MultiAgentReplayBuffer(100, agents=["a", "b"], seed=0, storage="memmap",
+                                path=sys.argv[1])
+env = Clock()
+rb.collect(env, None, buf, 2, seed=0, progress=False)  # b ended, a runs on
+rb.collect(env, None, buf, 3, seed=1, progress=False)  # a reset abandons episode 0
+buf.end_episodes()  # ... and episode 1 (b ended in it, a ran on)
+os._exit(0)  # killed: no flush, no close
+"""
+
+
+def test_cuts_of_a_reset_survive_flush_and_reopen(tmp_path: Path) -> None:
+    """A second rb.collect cuts the joint episode it abandons; after flush() the
+    reopened buffer (a new object) lists the same episodes, not the two glued into one."""
+    pytest.importorskip("pettingzoo")
+    from tests.pettingzoo_leavers import Clock
+
+    buf = MultiAgentReplayBuffer(100, ["a", "b"], seed=0, storage="memmap", path=tmp_path)
+    env = Clock()
+    rb.collect(env, None, buf, 2, seed=0, progress=False)
+    rb.collect(env, None, buf, 3, seed=1, progress=False)
+    assert _episodes(buf) == _CUT
+    buf.flush()
+    buf.close()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ResumeWarning)
+        back = rb.open(tmp_path)
+    assert isinstance(back, MultiAgentReplayBuffer)
+    assert _episodes(back) == _CUT
+    assert back.state_dict()["multiagent"]["cuts"].tolist() == [[0, 1]]
+
+
+def test_cuts_survive_a_crash_and_the_rebuilt_bookkeeping_honours_them(
+        tmp_path: Path) -> None:
+    """The collecting process is killed without flush(): the reopened buffer still ends
+    the abandoned episodes at their cuts, and its rebuilt bookkeeping knows that no
+    episode runs (b, which ended in the cut episode, may act again)."""
+    pytest.importorskip("pettingzoo")
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(root), os.environ.get("PYTHONPATH", "")])}
+    subprocess.run([sys.executable, "-c", _CRASHING_COLLECTOR, str(tmp_path)], env=env,
+                   cwd=root, check=True, timeout=300)
+    back = rb.open(tmp_path)
+    assert isinstance(back, MultiAgentReplayBuffer) and len(back) == 5
+    assert _episodes(back) == _CUT
+    obs = {k: np.array([0, i, 2], np.float32) for i, k in enumerate("ab")}
+    back.add(obs=obs, action={"a": 0, "b": 0}, reward={"a": 0.0, "b": 0.0}, next_obs=obs,
+             terminated={"a": False, "b": False}, truncated={"a": False, "b": False})
+    assert sorted(len(e) for e in _episodes(back)) == [1, 2, 3]  # b acted again
+
+
+def test_files_without_a_cut_record_read_as_no_cuts(tmp_path: Path) -> None:
+    """Files of a version before the record: nothing was cut; the first cut adds it."""
+    buf = MultiAgentReplayBuffer(16, ["a", "b"], storage="memmap", path=tmp_path, seed=0)
+    for t in range(2):
+        _step(buf, t, ["a", "b"], {})
+    buf.close()
+    back = rb.open(tmp_path)
+    assert isinstance(back, MultiAgentReplayBuffer)
+    assert back.state_dict()["multiagent"]["cuts"].shape == (0, 2)
+    back.end_episodes()
+    _step(back, 5, ["a", "b"], {})
+    back.close()
+    again = rb.open(tmp_path)
+    assert isinstance(again, MultiAgentReplayBuffer)
+    assert again.state_dict()["multiagent"]["cuts"].tolist() == [[0, 1]]
+    assert sorted(len(e) for e in _episodes(again)) == [1, 2]
+
+
+def test_end_episodes_on_a_read_only_buffer_is_refused(tmp_path: Path) -> None:
+    buf = MultiAgentReplayBuffer(16, ["a", "b"], storage="memmap", path=tmp_path, seed=0)
+    _step(buf, 0, ["a", "b"], {})
+    buf.flush()
+    reader = rb.open(tmp_path, mode="r")
+    assert isinstance(reader, MultiAgentReplayBuffer)
+    with pytest.raises(ConfigError, match=r"end_episodes\(\).*read-only"):
+        reader.end_episodes()
+    assert reader.state_dict()["multiagent"]["cuts"].shape == (0, 2)

@@ -68,6 +68,7 @@ from replaybank.multiagent.batch import (
     MultiAgentEpisodeBatch,
     MultiAgentSequenceBatch,
 )
+from replaybank.multiagent.cuts import Cuts
 from replaybank.multiagent.episodes import Episodes, env_lanes
 from replaybank.multiagent.inputs import DirectAdd, prepare
 from replaybank.multiagent.layout import (
@@ -96,10 +97,6 @@ if TYPE_CHECKING:  # pydantic loads with the first config() call
     from replaybank.config import BufferConfig
 
 __all__ = ["MultiAgentReplayBuffer"]
-
-
-def _no_cuts(num_envs: int) -> list[npt.NDArray[np.int64]]:
-    return [np.zeros(0, np.int64) for _ in range(num_envs)]
 
 
 class MultiAgentReplayBuffer:
@@ -194,9 +191,9 @@ class MultiAgentReplayBuffer:
         self._origin: npt.NDArray[np.int64] = np.zeros(self.buffer.num_envs, np.int64)
         # the whole joint episodes sample_episodes draws from, kept up to date per call
         self._episode_index = EpisodeIndex()
-        #: Per env, the sequence numbers of the steps after which end_episodes cut a
-        #: running joint episode (live ones only; sorted).
-        self._cuts: list[npt.NDArray[np.int64]] = _no_cuts(self.buffer.num_envs)
+        #: Where end_episodes cut a running joint episode, beside the core's steps
+        #: (None until needed; see _table_cuts).
+        self._cuts: Cuts | None = None
         if layout is not None:
             self._set_layout(layout)
         # memmap files record this buffer's config, not the core's: rb.open(path)
@@ -384,14 +381,17 @@ class MultiAgentReplayBuffer:
         new episode. An env with no running episode is left as it is.
         :class:`~replaybank.integrations.pettingzoo.MultiAgentCollector` calls this
         whenever it resets an env. The cuts are kept by ``state_dict`` and ``rb.save``,
-        not by a memmap buffer's ``flush`` (reopened, it ends such an episode at the next
-        joint end only).
+        and a memmap buffer keeps them in its files as it writes them
+        (:mod:`replaybank.multiagent.cuts`), so ``rb.open(path)`` ends the episodes
+        there, with or without a ``flush()`` since.
 
         Args:
             env_ids: The envs (an int or a list of ints), or None for every env.
 
         Raises:
             ArgumentError: ``env_ids`` are not distinct env indices of this buffer.
+            ConfigError: A memmap buffer opened read-only (or closed) has a running
+                episode to cut (nothing changes).
 
         Example:
             >>> import numpy as np
@@ -412,19 +412,31 @@ class MultiAgentReplayBuffer:
         ep = self._episodes
         if self.buffer.allocated:
             table = self.buffer.table
-            for lane in lanes.tolist():
-                running = bool(ep.alive[:, lane].any() or ep.ended[:, lane].any())
-                end, count = int(table.written[lane]), int(table.counts[lane])
-                if running and count:
-                    c = self._cuts[lane]
-                    self._cuts[lane] = np.append(c[c >= end - count], end - 1)
+            cut = [lane for lane in lanes.tolist() if int(table.counts[lane])
+                   and bool(ep.alive[:, lane].any() or ep.ended[:, lane].any())]
+            if cut:
+                cuts = self._table_cuts()
+                cuts.check_writable("end_episodes")
+                created = False
+                for lane in cut:  # after the lane's newest step
+                    created |= cuts.add(lane, int(table.written[lane]) - 1)
+                if created:  # durable files: the new record is complete (see Cuts.add)
+                    self._record_owner()
         ep.cut(lanes)
+
+    def _table_cuts(self) -> Cuts:
+        """The cuts of the core's (allocated) step table."""
+        table = self.buffer.table
+        if self._cuts is None or self._cuts.table is not table:
+            self._cuts = Cuts(table)
+        return self._cuts
 
     def clear(self) -> None:
         """Drop every stored step and the episode bookkeeping."""
         self.buffer.clear()
         self._episodes = Episodes(len(self._agents), self.num_envs)
-        self._cuts = _no_cuts(self.num_envs)
+        if self._cuts is not None:
+            self._cuts.clear()
         if self.buffer.allocated:
             self._origin = np.array(self.buffer.table.written, np.int64)
         if self._layout is not None:
@@ -510,7 +522,7 @@ class MultiAgentReplayBuffer:
                                        "joint steps first")
             table = self.buffer.table
             eps = self._episode_index.episodes(table, self._origin, bool(include_running),
-                                               self._cuts)
+                                               self._table_cuts().lanes)
             if len(eps) == 0 or (not replace and b > len(eps)):
                 raise EmptyBufferError(
                     f"{call}(batch_size={b}{'' if replace else ', replace=False'}): the "
@@ -578,8 +590,8 @@ class MultiAgentReplayBuffer:
         own = self._episodes.state_dict()
         own["agents"] = list(self._agents)
         own["origin"] = self._origin.copy()
-        own["cuts"] = np.array([(lane, seq) for lane, c in enumerate(self._cuts)
-                                for seq in c.tolist()], np.int64).reshape(-1, 2)
+        own["cuts"] = self._table_cuts().pairs() if self.buffer.allocated \
+            else np.zeros((0, 2), np.int64)
         return {"core": self.buffer.state_dict(), "multiagent": own}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -615,7 +627,7 @@ class MultiAgentReplayBuffer:
                     f"load_state_dict: multiagent/origin has shape {origin.shape} "
                     f"{origin.dtype}; expected ({self.num_envs},) int64; restore the "
                     "multi-agent state from a checkpoint of this buffer")
-        cuts = _no_cuts(self.num_envs)  # states from before they were kept: none
+        pairs = np.zeros((0, 2), np.int64)  # states from before they were kept: none
         if "cuts" in own:
             pairs = np.asarray(own["cuts"])
             if pairs.ndim != 2 or pairs.shape[1:] != (2,) or (
@@ -625,12 +637,11 @@ class MultiAgentReplayBuffer:
                     f"load_state_dict: multiagent/cuts has shape {pairs.shape} "
                     f"{pairs.dtype}; expected [k, 2] int64 (env, step) pairs; restore the "
                     "multi-agent state from a checkpoint of this buffer")
-            for lane, seq in pairs.tolist():
-                cuts[lane] = np.append(cuts[lane], seq)
         self.buffer.load_state_dict(state["core"])
         episodes.apply(checked)
         self._origin = origin.astype(np.int64)
-        self._cuts = [np.sort(c) for c in cuts]
+        if self.buffer.allocated:
+            self._table_cuts().load(pairs)
         if layout is not None and self._layout is None:
             self._layout = layout
         self._episodes = episodes
@@ -665,6 +676,8 @@ class MultiAgentReplayBuffer:
         episodes, origin = checked_resume_part(state["multiagent"], self._agents,
                                                self.num_envs, self._layout)
         self.buffer.load_resume_state({k: v for k, v in state.items() if k != "multiagent"})
+        if self.buffer.allocated:  # a cut after the flush (kept in the files) ends them
+            episodes.cut(self._table_cuts().newest_cut())
         self._episodes, self._origin = episodes, origin
 
     def reopened(self) -> None:
@@ -686,7 +699,9 @@ class MultiAgentReplayBuffer:
                                       f"the agents {list(self._agents)}: {exc}") from exc
             self._set_layout(layout)
         if self.buffer.allocated:
-            self._episodes = episodes_from_table(self.buffer.table, self._agents, self._layout)
+            self._cuts = Cuts(self.buffer.table, reopened=True)
+            self._episodes = episodes_from_table(self.buffer.table, self._agents, self._layout,
+                                                 self._cuts.lanes)
             self._origin = origin_from_table(self.buffer.table)
             self.buffer.record_owner()  # now with every agent's fields
 

@@ -12,7 +12,8 @@ each env's *origin* (where its first joint episode starts, for ``sample_episodes
   field, extras included, and the global state);
 * :func:`episodes_from_table`: the bookkeeping from the stored steps, exactly as the
   adds left it. Per env, the *running* joint episode is the live steps after the newest
-  joint end (none when the newest step is one): an agent is ``ended`` when it ended at
+  joint end or cut (the record of :mod:`replaybank.multiagent.cuts`, kept in the files
+  too; none runs when the newest step is one): an agent is ``ended`` when it ended at
   one of those steps, ``alive`` when it acted at one and did not end; its placeholder is
   the next observation stored with the env's newest step (zeros when that step ended
   the joint episode). A running episode longer than the ring forgot its oldest steps:
@@ -23,7 +24,8 @@ each env's *origin* (where its first joint episode starts, for ``sample_episodes
   that lost steps does not (as :func:`~replaybank.multiagent.padded.find_episodes` then
   assumes).
 
-``buf.flush()`` saves the bookkeeping and the origins too (:func:`resume_part`, beside
+``buf.flush()`` saves the bookkeeping and the origins too (the cuts live in the files
+already) (:func:`resume_part`, beside
 the core's generator and sampler state), and a reopen whose files still hold exactly the
 flushed steps restores them from there (:func:`checked_resume_part`); both ways give the
 same values for steps written by ``add``.
@@ -100,13 +102,16 @@ def layout_from_core(agents: tuple[str, ...], spec: Spec) -> AgentLayout:
 
 
 def episodes_from_table(table: StepTable, agents: tuple[str, ...],
-                        layout: AgentLayout | None) -> Episodes:
+                        layout: AgentLayout | None,
+                        cuts: list[IntArray] | None = None) -> Episodes:
     """The joint episode bookkeeping the adds of ``table``'s live steps left (module doc).
 
     Args:
         table: The core's step table (``[T, lanes]`` fields).
         agents: Agent names, in the buffer's order.
         layout: The agent layout (None: no placeholders are allocated).
+        cuts: Per lane, the sequence numbers of the steps after which ``end_episodes``
+            cut the running episode (None: none).
 
     Returns:
         The :class:`~replaybank.multiagent.episodes.Episodes` (``alive``, ``ended``
@@ -126,6 +131,8 @@ def episodes_from_table(table: StepTable, agents: tuple[str, ...],
         rows = np.arange(w - c, w, dtype=np.int64) % T  # [c] live slots of the lane, oldest first
         done = as_numpy(arrays["terminated"][rows, lane]) \
             | as_numpy(arrays["truncated"][rows, lane])
+        if cuts is not None:  # an episode cut by a reset ended there too
+            done = done | np.isin(np.arange(w - c, w, dtype=np.int64), cuts[lane])
         if done[-1]:
             continue  # the newest step ended its joint episode: nothing is running
         ends = np.flatnonzero(done)
