@@ -847,3 +847,42 @@ def test_rollout_action_the_buffer_refuses_is_caught_before_the_env_steps() -> N
     col.collect(1)
     assert roll.data["obs/a"][:, 0, 0].tolist() == [0.0, 1.0]
     assert roll.returns["a"][:, 0].tolist() == [103.0, 102.0]
+
+
+@pytest.mark.parametrize("bad_output, error, match", [
+    ("value", DtypeError, r"value=.*\[nan\] of agent 'a'.*NaN or infinite"),
+    ("log_prob", ShapeError, r"log-probabilities of this step: .*log_prob/a=.*shapes"),
+])
+def test_rollout_value_or_log_prob_the_buffer_refuses_is_caught_before_the_env_steps(
+        bad_output: str, error: type[Exception], match: str) -> None:
+    """A NaN value or a log-probability of the wrong shape is refused with the buffer's
+    own checks before env.step (it used to step the env, then lose the step): the env,
+    the rollout and the collector are as before, and once the policy is fixed the
+    rollout goes on exactly; a NaN value also at the first step (before the buffer has
+    a layout: there a log-probability of any shape fixes the field's)."""
+    for first_step in (True, False) if bad_output == "value" else (False,):
+        env = Clock()
+        roll = clock_rollout()
+        bad = [first_step]
+
+        def policy(obs: dict[str, Any], state: Any, bad: list[bool] = bad) -> Any:
+            acts, vals, logp = v100(obs, state)
+            if bad[0] and bad_output == "value":
+                vals = {k: np.full_like(v, np.nan) for k, v in vals.items()}
+            elif bad[0]:
+                logp = {k: np.zeros((len(v), 2)) for k, v in logp.items()}
+            return acts, vals, logp
+
+        col = MultiAgentRolloutCollector(env, policy, roll, seed=0)
+        if not first_step:
+            col.collect(1)
+            bad[0] = True
+        with pytest.raises(error, match=match) as got:
+            col.collect(1)
+        assert "env.step was not called" in str(got.value)
+        assert "the step is lost" not in str(got.value)
+        assert (env.t, roll.pos) == (0 if first_step else 1, 0 if first_step else 1)
+        bad[0] = False
+        col.collect(4 - roll.pos)
+        assert roll.data["obs/a"][:, 0, 0].tolist() == [0.0, 1.0, 2.0, 3.0]
+        assert roll.returns["a"][:, 0].tolist() == [110.0, 109.0, 107.0, 104.0]  # 1+2+3+4+V

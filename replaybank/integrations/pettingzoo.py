@@ -505,12 +505,13 @@ class _ParallelEnvs:
             "step; nothing that bridges the lost step is stored]")
 
     @staticmethod
-    def _not_stepped(exc: ReplayBankError, agent: str, where: str) -> ReplayBankError:
-        """A policy action the buffer's action field refuses, found before ``env.step``."""
+    def _not_stepped(exc: ReplayBankError, what: str, where: str) -> ReplayBankError:
+        """A policy output (``what``, of ``where``) the buffer refuses, found before
+        ``env.step``."""
         return type(exc)(
-            f"collect(policy=...): the buffer refuses the action of agent {agent!r} in "
-            f"{where}: {exc} [env.step was not called: the envs and the collector are as "
-            "before this step, so collect can go on once the policy is fixed]")
+            f"collect(policy=...): the buffer refuses {what} {where}: {exc} [env.step "
+            "was not called: the envs and the collector are as before this step, so "
+            "collect can go on once the policy is fixed]")
 
     def _end_episode(self, i: int, result: MultiAgentCollectResult) -> None:
         """Env ``i``'s joint episode is over (no agent left in ``env.agents``): check that
@@ -711,7 +712,8 @@ class MultiAgentCollector(_ParallelEnvs):
                         cast_value(fields[a], f"action[{a!r}]", v, 1)
                     except ReplayBankError as exc:
                         raise self._not_stepped(
-                            exc, a, f"env[{i}]" if self.vector else "the env") from None
+                            exc, f"the action of agent {a!r}",
+                            f"in env[{i}]" if self.vector else "in the env") from None
 
     def step(self, result: MultiAgentCollectResult) -> int:
         """One step of every env; returns the number of joint steps stored.
@@ -1176,18 +1178,19 @@ class MultiAgentRolloutCollector(_ParallelEnvs):
             # entries: refused now, before the envs step, not by the add after the step
             self.buffer.check_first_add(list(obs), ("obs", "action", "log_prob") + (
                 ("value",) if isinstance(values, Mapping) else ()))
-        layout = self.buffer.layout
-        if layout is not None:  # the buffer's checked cast, before any env steps
-            for a, v in actions.items():
-                try:
-                    cast_value(layout.per_agent["action"][a], f"action[{a!r}]", v, self.n)
-                except ReplayBankError as exc:
-                    raise self._not_stepped(exc, a, "some env") from None
+        names = list(obs)
+        active = {a: np.isin(np.arange(self.n), [i for i in range(self.n) if a in acting[i]])
+                  for a in names}
+        try:  # the buffer's own checks of the policy's outputs, before any env steps
+            self.buffer.check_step(obs=obs, action=actions, value=values, log_prob=log_probs,
+                                   state=state, active=active)
+        except ReplayBankError as exc:
+            raise self._not_stepped(exc, "the policy's actions, values or "
+                                    "log-probabilities", "of this step") from None
         outs = []
         for i, env in enumerate(self.envs):
             out = env.step({a: actions[a][i] for a in acting[i]})
             outs.append(_checked_step(out, acting[i], f"env[{i}]" if self.vector else "env"))
-        names = list(obs)
         reward = {a: np.zeros(self.n) for a in names}
         term = {a: np.zeros(self.n, np.bool_) for a in names}
         trunc = {a: np.zeros(self.n, np.bool_) for a in names}
@@ -1209,9 +1212,7 @@ class MultiAgentRolloutCollector(_ParallelEnvs):
         try:
             self.buffer.add(obs=obs, action=actions, reward=reward, terminated=term,
                             truncated=trunc, value=values, log_prob=log_probs, state=state,
-                            active={a: np.isin(np.arange(self.n), [i for i in range(self.n)
-                                                                   if a in acting[i]])
-                                    for a in names}, **extra)
+                            active=active, **extra)
         except ReplayBankError as exc:
             for i in range(self.n):  # from the observations before the lost step
                 self._cut(i, state)

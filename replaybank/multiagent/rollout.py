@@ -519,6 +519,70 @@ class MultiAgentRolloutBuffer:
             raise ArgumentError(f"add(): missing {', '.join(missing)}; every step takes "
                                 f"{', '.join(given)} (dicts {{agent: value}}; value may be "
                                 "one array [num_envs] for a centralised critic)")
+        layout, fields, row = self._checked_row(given, state, active, extras)
+        fv, need = self._final_values(row, final_value, final_obs)
+        kept = self._kept_final(layout, need, final_obs, final_state)
+        # ---- every check passed: write
+        if self._layout is None:
+            self._allocate(layout, fields)
+        t = self._pos
+        for name, arr in row.items():
+            self._data[name][t] = arr
+        self._final_value[t] = fv
+        if kept is not None:
+            self._final_obs.append(t, need, *kept)
+        self._pos += 1
+        self._adv = self._ret = None
+
+    def check_step(self, *, obs: Any, action: Any, value: Any, log_prob: Any,
+                   state: Any = None, active: Any = None, **extras: Any) -> None:
+        """Raise what :meth:`add` would raise for these values of a step whose outcome is
+        not known yet; nothing changes.
+
+        A collector calls it with the policy's outputs before ``env.step``, so that a
+        value the buffer refuses (an action its field cannot hold, a NaN value, a
+        log-probability of the wrong shape) leaves the envs as they were. The checks are
+        :meth:`add`'s own, with the outcomes taken as neutral: reward 0, not terminated
+        or truncated, in the form of ``log_prob`` (per env, or one scalar per agent for
+        a single env), so no final value or observation is needed.
+
+        Args:
+            obs, action, value, log_prob, state, active, **extras: As :meth:`add`.
+
+        Raises:
+            ArgumentError, CapacityError, SpecError, ShapeError, DtypeError: As
+                :meth:`add` (not those about ``reward``, ``terminated``, ``truncated`` or
+                the final values).
+
+        Example:
+            >>> buf = MultiAgentRolloutBuffer(4, agents=["a"], num_envs=2, seed=0)
+            >>> two = lambda x: np.full(2, x)
+            >>> buf.check_step(obs={"a": np.zeros((2, 3))}, action={"a": two(0)},
+            ...                value={"a": np.array([0.5, np.nan])}, log_prob={"a": two(0.0)})
+            Traceback (most recent call last):
+            ...
+            replaybank.errors.DtypeError: add(value={'a': array([0.5, nan])}): the values [nan] of agent 'a' in envs [1] are NaN or infinite; GAE reads the value of every step an agent acted: pass finite values, e.g. critic(obs)
+            >>> len(buf), buf.layout is None
+            (0, True)
+        """  # noqa: E501
+        agents = list(obs) if isinstance(obs, Mapping) else []
+        first: Any = log_prob.get(agents[0]) if agents and isinstance(log_prob, Mapping) \
+            else None
+        lead = () if self._num_envs == 1 and np.ndim(first) == 0 else (self._num_envs,)
+        given = {"obs": obs, "action": action, "reward": {a: np.zeros(lead) for a in agents},
+                 "terminated": {a: np.zeros(lead, bool) for a in agents},
+                 "truncated": {a: np.zeros(lead, bool) for a in agents}, "value": value,
+                 "log_prob": log_prob}
+        self._checked_row(given, state, active, extras)
+
+    def _checked_row(self, given: Mapping[str, Any], state: Any, active: Any,
+                     extras: Mapping[str, Any]) -> tuple[AgentLayout, Spec,
+                                                         dict[str, AnyArray]]:
+        """:meth:`add`'s checks of one step's values: the layout (the buffer's, or the
+        one its first add fixes), the stored fields and the step's row
+        (:meth:`_row`); nothing changes."""
+        obs, action, reward = given["obs"], given["action"], given["reward"]
+        value, log_prob = given["value"], given["log_prob"]
         if self._pos >= self._n_steps:
             raise CapacityError(
                 f"add: the rollout is full ({self._n_steps} steps x {self._num_envs} envs); "
@@ -541,19 +605,7 @@ class MultiAgentRolloutBuffer:
         self._check_fields(layout, value, state, extras)
         row = self._row(layout, fields, acting, given, state, active, extras)
         _check_values(row, layout, acting, value)
-        fv, need = self._final_values(row, final_value, final_obs)
-        kept = self._kept_final(layout, need, final_obs, final_state)
-        # ---- every check passed: write
-        if self._layout is None:
-            self._allocate(layout, fields)
-        t = self._pos
-        for name, arr in row.items():
-            self._data[name][t] = arr
-        self._final_value[t] = fv
-        if kept is not None:
-            self._final_obs.append(t, need, *kept)
-        self._pos += 1
-        self._adv = self._ret = None
+        return layout, fields, row
 
     def check_first_add(self, agents: Collection[str],
                         per_agent: Collection[str] = ("obs", "action", "log_prob", "value")
