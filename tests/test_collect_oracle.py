@@ -464,3 +464,62 @@ def test_a_step_refused_after_env_step_is_lost_and_never_bridged() -> None:
     assert sorted(zip(b.obs[:, 0].tolist(), b.next_obs[:, 0].tolist(),
                       b.reward.tolist(), strict=True)) == \
         [(0.0, 1.0, 1.0), (0.0, 2.0, 2.0), (1.0, 2.0, 1.0)]
+
+
+class Tick(gym.Env):  # type: ignore[misc]
+    """obs = [10000 * sub-env + 100 * episode + t]; episodes of ``length`` steps (then
+    terminated). With ``bad``, the observation at t = 2 of the first episode is a
+    fraction an int64 field refuses. Every transition it made is logged."""
+
+    observation_space = gym.spaces.Box(0, 1e6, (1,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, sub: int, length: int, bad: bool = False) -> None:
+        self.sub, self.length, self.bad = sub, length, bad
+        self.ep, self.t = -1, 0
+        self.log: list[tuple[float, float]] = []
+
+    def _obs(self) -> np.ndarray:
+        v = 10000 * self.sub + 100 * self.ep + self.t
+        return np.array([v + (0.5 if self.bad and (self.ep, self.t) == (0, 2) else 0.0)],
+                        np.float32)
+
+    def reset(self, seed: int | None = None, options: Any = None) -> Any:
+        super().reset(seed=seed)
+        self.ep, self.t = self.ep + 1, 0
+        return self._obs(), {}
+
+    def step(self, action: Any) -> Any:
+        before = float(self._obs()[0])
+        self.t += 1
+        obs = self._obs()
+        self.log.append((before, float(obs[0])))
+        return obs, 1.0, self.t >= self.length, False, {}
+
+
+@pytest.mark.parametrize("mode", [AM.SAME_STEP, AM.NEXT_STEP])
+def test_one_lane_held_steps_the_buffer_refuses_lose_only_themselves(mode: Any) -> None:
+    """Sub-env 1's episode, appended whole when it ends, holds a value the buffer's int64
+    field refuses: only its two steps with that value are left out (its first step is
+    appended, cut there as by a time limit); sub-envs 0 and 2 keep their held steps, no
+    env is reset, and every real transition but the two reaches the buffer exactly once,
+    none bridging the gap (it used to reset every sub-env and drop all 9 held steps)."""
+    subs = [Tick(0, 10), Tick(1, 3, bad=True), Tick(2, 7)]
+    envs = gym.vector.SyncVectorEnv([lambda e=e: e for e in subs], autoreset_mode=mode)
+    buf = rb.ReplayBuffer(500, spec={"obs": ((1,), "int64"), "action": ((), "int64")},
+                          seed=0)
+    col = rb.Collector(envs, None, buf, seed=0)
+    with pytest.raises(rb.DtypeError, match="found NaN, inf or a fraction") as got:
+        col.collect(3)
+    assert (col.held, len(buf)) == (6, 1)  # sub-envs 0 and 2: 3 steps each
+    assert [e.ep for e in subs] == [0, 1 if mode == AM.SAME_STEP else 0, 0]
+    col.collect(30)
+    col.flush()
+    stored = buf.sample(len(buf), replace=False)
+    got_pairs = sorted(zip(stored.obs[:, 0].tolist(), stored.next_obs[:, 0].tolist(),
+                           strict=True))
+    real = sorted((int(a), int(b)) for e in subs for a, b in e.log if a % 1 == b % 1 == 0)
+    assert got_pairs == real
+    assert len(real) == sum(len(e.log) for e in subs) - 2
+    assert re.search(r"held steps of sub-env 1 \(2 of its held steps\).*no env was reset",
+                     str(got.value))

@@ -19,6 +19,13 @@ next appended step does not continue it (as at a time limit: bootstrapped from i
   most appends its prefix, so memory stays bounded (an env whose episodes never end
   still gets its steps into the buffer).
 
+The buffer checks held steps only when they are appended. When it refuses a sub-env's
+held steps (a value its fields cannot hold), only those steps are lost: the stage
+appends that sub-env's held steps one by one, leaving out each step the buffer refuses
+(the episode is cut around them, as at a time limit, and nothing bridges them), and
+records the refusal (:meth:`EpisodeStage.take_refused`); the other sub-envs' held steps
+stay held and are appended whole when their episodes end. No env needs a reset for it.
+
 Example:
     >>> import numpy as np
     >>> got = []
@@ -38,14 +45,15 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from replaybank.errors import ConfigError
+from replaybank.errors import ConfigError, ReplayBankError
 
-__all__ = ["EpisodeStage", "check_max_held"]
+__all__ = ["EpisodeStage", "Refusal", "check_max_held"]
 
 BoolArray = npt.NDArray[np.bool_]
 
@@ -67,6 +75,21 @@ def check_max_held(max_held: Any, capacity: int) -> int:
     return int(max_held)
 
 
+@dataclass(frozen=True)
+class Refusal:
+    """Held steps of one sub-env that the buffer refused when they were appended.
+
+    Attributes:
+        env: The sub-env.
+        steps: How many of its held steps were left out.
+        error: The buffer's error for the whole batch of its held steps.
+    """
+
+    env: int
+    steps: int
+    error: ReplayBankError
+
+
 class EpisodeStage:
     """Holds each sub-env's steps until its episode ends, then appends it whole.
 
@@ -85,6 +108,7 @@ class EpisodeStage:
         self.max_held = max_held
         self._extend = extend
         self._held = 0
+        self._refused: list[Refusal] = []
 
     @property
     def held(self) -> int:
@@ -123,15 +147,34 @@ class EpisodeStage:
         self.steps = [[] for _ in self.steps]
         return dropped
 
+    def take_refused(self) -> list[Refusal]:
+        """The refusals since the last call (module docstring), oldest first; forgets
+        them."""
+        out, self._refused = self._refused, []
+        return out
+
     def _append(self, i: int) -> int:
-        """Append sub-env ``i``'s held steps (kept held if the buffer refuses them)."""
+        """Append sub-env ``i``'s held steps; returns how many the buffer took (a batch
+        it refuses is appended step by step without the refused steps, see the module
+        docstring)."""
         steps = self.steps[i]
         if not steps:
             return 0
-        self._extend(**_stack(steps))
+        try:
+            self._extend(**_stack(steps))
+            appended = len(steps)
+        except ReplayBankError as exc:
+            appended = 0
+            for step in steps:  # the steps the buffer takes, in order; a gap cuts there
+                try:
+                    self._extend(**_stack([step]))
+                except ReplayBankError:
+                    continue
+                appended += 1
+            self._refused.append(Refusal(i, len(steps) - appended, exc))
         self.steps[i] = []
         self._held -= len(steps)
-        return len(steps)
+        return appended
 
 
 def _stack(steps: list[Any]) -> Any:

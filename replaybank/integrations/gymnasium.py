@@ -136,6 +136,11 @@ class Collector:
     * At most ``max_held`` steps are held; past that, the sub-env holding the most appends
       its prefix (cut as by :meth:`flush`), so an env whose episodes never end still
       fills the buffer in bounded memory.
+    * Held steps the buffer refuses when they are appended (a value its fields cannot
+      hold) are the only steps lost: that sub-env's other held steps are appended around
+      them (its episode is cut there, as by a time limit), the other sub-envs' held steps
+      are kept, no env is reset, and the buffer's error says so after the step (or
+      :meth:`flush`) is complete, so collection can go on.
 
     Args:
         env: A ``gymnasium.Env`` (buffer with one lane) or a ``gymnasium.vector.VectorEnv``.
@@ -346,7 +351,26 @@ class Collector:
         if self.stage is None:
             return 0
         with self._reset_free():
-            return self.stage.flush()
+            appended = self.stage.flush()
+        self._raise_refused()
+        return appended
+
+    def _raise_refused(self) -> None:
+        """Raise the buffer's error for held steps it refused when they were appended
+        (a one-lane buffer fed by a vector env): only those steps are left out, so the
+        envs and the other held steps go on (:mod:`~replaybank.integrations.episode_stage`).
+        """
+        refused = [] if self.stage is None else self.stage.take_refused()
+        if not refused:
+            return
+        exc = refused[0].error
+        which = ", ".join(f"sub-env {r.env} ({r.steps} of its held steps)" for r in refused)
+        raise type(exc)(
+            f"{exc} [collect: the buffer refused held steps of {which} when they were "
+            "appended; only the steps it refuses are left out (that episode is cut around "
+            "them, as by a time limit, and nothing that bridges them is stored), the "
+            "other held steps were appended or stay held, and no env was reset, so "
+            "collect can go on]") from exc
 
     def step(self, result: CollectResult) -> int:
         """One env step for every sub-env; returns the number of transitions added to the
@@ -400,9 +424,7 @@ class Collector:
                 f"{exc} [collect: the buffer refused this step after the env had already "
                 "stepped, so the step is lost: the running episode ends at its last "
                 "stored step (cut short, as by a time limit) and the env is reset at the "
-                "next step (with a one-lane buffer fed by a vector env, the held steps "
-                "of running episodes are dropped); nothing that bridges the lost step is "
-                "stored]") from exc
+                "next step; nothing that bridges the lost step is stored]") from exc
         if self.whole:
             stored = int(real.sum())  # (the buffer drops the reset steps it was given)
         result.steps += stored
@@ -421,6 +443,7 @@ class Collector:
         elif self.mode == modes.NEXT_STEP:
             self._pending = done & real
         self._obs = carry
+        self._raise_refused()  # after the step's bookkeeping: collection goes on from here
         return stored
 
     # ------------------------------------------------------------------ many steps
