@@ -25,6 +25,7 @@ Example:
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -111,38 +112,103 @@ def tensor_to_numpy(value: Any, arg: str | None = None) -> npt.NDArray[Any]:
             "of a dtype numpy has") from exc
 
 
-def as_numpy(value: Any, arg: str | None = None) -> npt.NDArray[Any]:
+def as_numpy(value: Any, arg: str | None = None, *,
+             label: str | Callable[[], str] | None = None, expected: str | None = None,
+             fix: str | None = None) -> npt.NDArray[Any]:
     """``value`` as a numpy array: :func:`tensor_to_numpy` for a torch tensor, else
     ``np.asarray(value)`` (arrays as they are, lists and scalars converted).
 
+    This is the one ragged check of replaybank: a nest whose rows have different lengths
+    (``[[1.0, 2.0], [3.0]]``, a list of unlike arrays), which numpy refuses with a bare
+    ``ValueError``, is a :class:`~replaybank.errors.ShapeError` naming the argument and
+    its value, the first row whose shape differs, the shape expected and the fix. Every
+    boundary converts through it (the add boundary through
+    :func:`replaybank.spec.as_array`; priorities, keys, TD errors and masks through
+    :func:`replaybank.spec.rows_array`, with their own ``expected`` and ``fix``).
+
     Args:
         value: A torch tensor, numpy array, list, scalar, ...
-        arg: The argument it came as, for :func:`tensor_to_numpy`'s error.
+        arg: The argument it came as (``"obs"``, ``"obs['a']"``), named in the errors.
+        label: The start of the ragged error instead of ``arg=<value>``: the call,
+            argument and value (``"update_priorities(priorities=[[1.0], [1.0, 2.0]])"``),
+            or a function that returns it (called only for the message).
+        expected: The shape wanted, in words, for the ragged error (None: one array).
+        fix: What to pass instead, for the ragged error (None: an array with rows of one
+            length, or a dict of arrays for a structured value).
 
     Returns:
         A numpy array of ``value``'s shape.
 
     Raises:
         DtypeError: A tensor numpy cannot show (:func:`tensor_to_numpy`).
-        ShapeError: A ragged nest, such as a tuple of unlike arrays (a gymnasium Tuple
-            space's value), naming ``arg`` and the dict to pass instead.
+        ShapeError: A ragged nest.
+        TypeError: What numpy raises for a value it cannot convert at all (left to the
+            caller's dtype check).
 
     Example:
         >>> import torch
         >>> as_numpy(torch.ones(2, requires_grad=True)).tolist(), as_numpy(3.0).shape
         ([1.0, 1.0], ())
-        >>> as_numpy((np.zeros(2), 1), "obs")  # doctest: +ELLIPSIS
+        >>> as_numpy([np.zeros(2), np.zeros(1)], "obs")  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        replaybank.errors.ShapeError: obs=(...): a ragged nest ...
-    """
+        replaybank.errors.ShapeError: obs=[array([0., 0.]), array([0.])]: a ragged nest, rows of different lengths ([1] has shape (1,) but [0] has shape (2,)); expected one array ...
+        >>> as_numpy([[1.0], [2.0, 3.0]], label="f(x=...)", expected="[B, 2]",
+        ...          fix="pad the short rows")
+        Traceback (most recent call last):
+        ...
+        replaybank.errors.ShapeError: f(x=...): a ragged nest, rows of different lengths ([1] has shape (2,) but [0] has shape (1,)); expected [B, 2]: pad the short rows
+    """  # noqa: E501
     if is_tensor(value):
         return tensor_to_numpy(value, arg)
     try:
         return np.asarray(value)
     except ValueError as exc:  # ragged: numpy cannot make one array of it
-        shown = describe(value) if arg is None else f"{arg}={describe(value)}"
+        if label is None:
+            said = describe(value) if arg is None else f"{arg}={describe(value)}"
+        else:
+            said = label if isinstance(label, str) else label()
+        where = _first_unlike(value) or str(exc)
+        if fix is None:
+            parts = "value[0], '1': value[1]" if arg is None else f"{arg}[0], '1': {arg}[1]"
+            fix = ("pass an array whose rows have one length (values of several envs or "
+                   "steps all of one shape), or a dict of arrays for a structured value "
+                   f"({{'0': {parts}, ...}}, as rb.collect stores a gymnasium Tuple space)")
         raise ShapeError(
-            f"{shown}: a ragged nest numpy cannot make one array of ({exc}); pass an array, "
-            "or a dict of arrays for a structured value (a gymnasium Tuple space's value "
-            "as {'0': value[0], '1': value[1], ...}, as rb.collect stores it)") from exc
+            f"{said}: a ragged nest, rows of different lengths ({where}); expected "
+            f"{expected or 'one array (at every depth, rows of one length)'}: {fix}"
+        ) from exc
+
+
+def _first_unlike(value: Any) -> str | None:
+    """Where a ragged nest is ragged: ``"[1] has shape (1,) but [0] has shape (2,)"`` for
+    the first row (depth first) whose shape differs from its first sibling's, or None
+    where every row has its sibling's shape (numpy refused it for another reason)."""
+    try:
+        _outline(value, "")
+    except _UnlikeRowError as found:
+        return str(found)
+    return None
+
+
+class _UnlikeRowError(Exception):
+    """A row of a nest whose shape differs from its first sibling's (its message)."""
+
+
+def _outline(value: Any, at: str) -> tuple[int, ...]:
+    """The shape ``np.asarray(value)`` would have (lists and tuples walked, arrays and
+    tensors by their shape, anything else a scalar), or :class:`_UnlikeRowError` naming the first
+    row, by its index path from the top (``at``), whose shape differs from its first
+    sibling's."""
+    if isinstance(value, np.ndarray) or is_tensor(value):
+        return tuple(value.shape)
+    if not isinstance(value, (list, tuple)):
+        return ()
+    first: tuple[int, ...] | None = None
+    for i, item in enumerate(value):
+        shape = _outline(item, f"{at}[{i}]")
+        if first is None:
+            first = shape
+        elif shape != first:
+            raise _UnlikeRowError(f"{at}[{i}] has shape {shape} but {at}[0] has shape {first}")
+    return (len(value), *(first or ()))

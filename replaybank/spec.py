@@ -950,8 +950,9 @@ def real_floats(value: Any, label: str, fix: str = "pass numbers (a list, numpy 
         NaN and inf are left to the caller).
 
     Raises:
-        DtypeError: Strings (also numbers as text), None, other objects, complex values or
-            ragged nested lists.
+        DtypeError: Strings (also numbers as text), None, other objects or complex
+            values.
+        ShapeError: Ragged nested lists (:func:`replaybank.host.as_numpy`).
 
     Example:
         >>> real_floats([1, 2.5], "priorities=[1, 2.5]").tolist()
@@ -962,8 +963,9 @@ def real_floats(value: Any, label: str, fix: str = "pass numbers (a list, numpy 
 
 def rows_array(value: Any, label: str | Callable[[], str], expected: str, fix: str) -> Any:
     """``value`` (host values: lists, arrays, numbers) as a numpy array, or a ShapeError
-    when its nested rows have different lengths (numpy's bare ValueError), naming the
-    argument and its value (``label``), the shape ``expected`` and the ``fix``. Every
+    when its nested rows have different lengths, naming the argument and its value
+    (``label``), the first unlike row, the shape ``expected`` and the ``fix``: the ragged
+    check of :func:`replaybank.host.as_numpy` (the one every boundary uses). Every
     argument of rows (priorities, keys, TD errors, masks) is converted through it, so a
     ragged list gets one kind of error wherever it is passed.
 
@@ -988,14 +990,12 @@ def rows_array(value: Any, label: str | Callable[[], str], expected: str, fix: s
         ...            "pad the short rows")
         Traceback (most recent call last):
         ...
-        replaybank.errors.ShapeError: f(x=[[1.0, 2.0], [3.0]]): rows of different lengths; expected [B=2, L]: pad the short rows
+        replaybank.errors.ShapeError: f(x=[[1.0, 2.0], [3.0]]): a ragged nest, rows of different lengths ([1] has shape (1,) but [0] has shape (2,)); expected [B=2, L]: pad the short rows
     """  # noqa: E501
     try:
-        return np.asarray(value)
-    except ValueError:  # ragged nesting
-        said = label if isinstance(label, str) else label()
-        raise ShapeError(f"{said}: rows of different lengths; expected {expected}: "
-                         f"{fix}") from None
+        return as_numpy(value, label=label, expected=expected, fix=fix)
+    except DtypeError:  # (a tensor numpy cannot show: named already)
+        raise
     except TypeError:  # not numbers: the caller's dtype check names it
         return value
 
@@ -1003,7 +1003,7 @@ def rows_array(value: Any, label: str | Callable[[], str], expected: str, fix: s
 def real_array(value: Any, label: str, fix: str = "pass numbers (a list, numpy array or "
                "tensor of floats)") -> npt.NDArray[Any]:
     """``value`` as a numpy array of its own real dtype (bools, ints, floats), or the
-    DtypeError :func:`real_floats` documents.
+    errors :func:`real_floats` documents.
 
     Example:
         >>> real_array(np.float32(0.5), "reward=0.5").dtype
@@ -1013,9 +1013,11 @@ def real_array(value: Any, label: str, fix: str = "pass numbers (a list, numpy a
         ...
         replaybank.errors.DtypeError: x=[(1+0j)]: expected real numbers, got complex numbers (numpy would drop the imaginary part); pass their magnitude, e.g. np.abs(x)
     """  # noqa: E501
-    try:
-        arr = np.asarray(value)
-    except (TypeError, ValueError) as exc:  # ragged nesting
+    try:  # (a ragged nest: the ShapeError of the one ragged check, host.as_numpy)
+        arr = as_numpy(value, label=label, expected="one array of real numbers", fix=fix)
+    except DtypeError:
+        raise
+    except TypeError as exc:  # numpy cannot convert it at all
         raise DtypeError(f"{label}: expected real numbers ({exc}); {fix}") from None
     kind = arr.dtype.kind
     if kind in "biuf":

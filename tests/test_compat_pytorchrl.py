@@ -503,13 +503,16 @@ def test_per_after_gradients_ragged_errors_or_idxs_name_the_argument() -> None:
     b = next(buf.generate_batches(1, 2))
     before = buf._core().sampler.state_dict()["priorities"].copy()
     with pytest.raises(ShapeError, match=r"^PERBuffer\.after_gradients: info\['Algorithm'\]"
-                       r"\['errors'\]=\[\[1\.0\], \[1\.0, 2\.0\]\]: rows of different lengths"):
+                       r"\['errors'\]=\[\[1\.0\], \[1\.0, 2\.0\]\]: a ragged nest, rows of "
+                       r"different lengths \(\[1\] has shape \(2,\) but \[0\] has shape "
+                       r"\(1,\)\)"):
         buf.after_gradients(b, {"Algorithm": {"errors": [[1.0], [1.0, 2.0]]}})
     assert "idxs" in b
     ragged = {**b, "idxs": [[0], [1, 2]]}
     with pytest.raises(ShapeError, match=r"^PERBuffer\.after_gradients: batch\['idxs'\]="
-                       r"\[\[0\], \[1, 2\]\]: rows of different lengths; expected the integer "
-                       r"item keys \[B\]"):
+                       r"\[\[0\], \[1, 2\]\]: a ragged nest, rows of different lengths "
+                       r"\(\[1\] has shape \(2,\) but \[0\] has shape \(1,\)\); expected the "
+                       r"integer item keys \[B\]"):
         buf.after_gradients(ragged, {"Algorithm": {"errors": [[1.0], [2.0]]}})
     assert np.array_equal(buf._core().sampler.state_dict()["priorities"], before)
 

@@ -157,3 +157,46 @@ def test_a_ragged_value_is_refused_naming_the_argument_and_the_dict_to_pass(
         buf.add(obs={"0": ragged[0], "1": ragged[1]},
                 next_obs={"0": ragged[0], "1": ragged[1]}, **step)
         assert buf.sample(1).obs["1"].dtype == np.int64
+
+
+#: what every boundary says of the ragged list ``[[0.0, 1.0], [2.0]]``
+RAGGED_SAID = (r": a ragged nest, rows of different lengths \(\[1\] has shape \(1,\) but \[0\] "
+               r"has shape \(2,\)\); expected ")
+
+
+@pytest.mark.parametrize("call", ["first add", "later add", "update_priorities",
+                                  "extend(priority=)"])
+def test_a_ragged_list_gets_one_error_at_every_boundary(call: str) -> None:
+    """The add boundary (``host.as_numpy``) and the rows of priorities (``spec.rows_array``)
+    had two ragged checks with two messages ("a ragged nest numpy cannot make one array
+    of (<numpy's text>)", "rows of different lengths"); there is one, which names the
+    argument, its value, the first row whose shape differs, the shape expected and the
+    fix, and nothing changes."""
+    import replaybank as rb
+    from replaybank.errors import ShapeError
+
+    ragged = [[0.0, 1.0], [2.0]]
+    buf = rb.ReplayBuffer(8, num_envs=2, seed=0, sampler=rb.PrioritizedSampler())
+    step = {"obs": np.zeros((2, 2), np.float32), "action": [0, 1], "reward": [0.0, 0.0],
+            "next_obs": np.ones((2, 2), np.float32), "terminated": [False, False],
+            "truncated": [False, False]}
+    if call != "first add":
+        buf.add(**step)
+    before = buf.state_dict()
+    if call.endswith("add"):
+        head = r"^obs=\[\[0\.0, 1\.0\], \[2\.0\]\]"
+        with pytest.raises(ShapeError, match=head + RAGGED_SAID + r"one array.*\{'0': obs\[0\]"):
+            buf.add(**{**step, "obs": ragged})
+    elif call == "update_priorities":
+        head = r"^update_priorities\(priorities=\[\[0\.0, 1\.0\], \[2\.0\]\]\)"
+        with pytest.raises(ShapeError, match=head + RAGGED_SAID + r"\[B=2\]"):
+            buf.update_priorities([0, 1], ragged)
+    else:
+        head = r"^priority=\[\[0\.0, 1\.0\], \[2\.0\]\]"
+        with pytest.raises(ShapeError, match=head + RAGGED_SAID + "one priority per step"):
+            buf.extend(**{k: [v] for k, v in step.items()}, priority=ragged)
+    after = buf.state_dict()
+    assert len(buf) == (0 if call == "first add" else 2)
+    if call != "first add":
+        np.testing.assert_array_equal(after["sampler"]["priorities"],
+                                      before["sampler"]["priorities"])

@@ -500,7 +500,8 @@ BAD_CALLS = [
       for k, v in GOOD.items()}),
     (ShapeError, "obs\\['a'\\]", {"obs": {"a": np.zeros(5)}}),
     # a ragged value named neither the argument nor the agent
-    (ShapeError, r"^obs\['a'\]=\[array\(\[0\., 0\.\]\), array\(\[0\.\]\)\]: a ragged nest numpy",
+    (ShapeError, r"^obs\['a'\]=\[array\(\[0\., 0\.\]\), array\(\[0\.\]\)\]: a ragged nest, rows "
+     r"of different lengths \(\[1\] has shape \(1,\) but \[0\] has shape \(2,\)\)",
      {"obs": {"a": [np.zeros(2), np.zeros(1)]}}),
     (ShapeError, r"^next_obs\['a'\]=\[array\(\[0\., 0\.\]\), array\(\[0\.\]\)\]: a ragged nest",
      {"next_obs": {"a": [np.zeros(2), np.zeros(1)]}}),

@@ -372,7 +372,8 @@ BAD_ADDS = [
     (dict(action={"a": 1.5, "b": 0}), ReplayBankError, r"action"),
     # a ragged value named neither the argument nor the agent
     (dict(log_prob={"a": -1.0, "b": [[0.0], 1.0]}), ShapeError,
-     r"^log_prob\['b'\]=\[\[0\.0\], 1\.0\]: a ragged nest numpy cannot make one array"),
+     r"^log_prob\['b'\]=\[\[0\.0\], 1\.0\]: a ragged nest, rows of different lengths "
+     r"\(\[1\] has shape \(\) but \[0\] has shape \(1,\)\)"),
     (dict(obs={"a": [np.zeros(2), np.zeros(1)], "b": np.zeros(2, np.float32)}), ShapeError,
      r"^obs\['a'\]=\[array\(\[0\., 0\.\]\), array\(\[0\.\]\)\]: a ragged nest"),
     (dict(hidden={"a": np.zeros(2), "b": np.zeros(2)}), SpecError, r"extras \['hidden'\]"),

@@ -443,9 +443,11 @@ def _per_core(kind: str) -> tuple[Any, rb.ReplayBuffer]:
 
 @pytest.mark.parametrize("kind", ["replay", "per", "sequence", "multiagent"])
 @pytest.mark.parametrize(("indices", "priorities", "named"), [
-    ([0, 1], [[1.0], [1.0, 2.0]], r"priorities=\[\[1\.0\], \[1\.0, 2\.0\]\]\): rows of different "
-     r"lengths; expected \[B=2\] \(one priority per index\): pass a flat list"),
-    ([[0], [1, 2]], [1.0, 2.0], r"indices=\[\[0\], \[1, 2\]\]\): rows of different lengths; "
+    ([0, 1], [[1.0], [1.0, 2.0]], r"priorities=\[\[1\.0\], \[1\.0, 2\.0\]\]\): a ragged nest, "
+     r"rows of different lengths \(\[1\] has shape \(2,\) but \[0\] has shape \(1,\)\); "
+     r"expected \[B=2\] \(one priority per index\): pass a flat list"),
+    ([[0], [1, 2]], [1.0, 2.0], r"indices=\[\[0\], \[1, 2\]\]\): a ragged nest, rows of "
+     r"different lengths \(\[1\] has shape \(2,\) but \[0\] has shape \(1,\)\); "
      r"expected \[B\] item keys .*: pass batch\.indices as sampled"),
 ])
 def test_ragged_update_is_a_shape_error_naming_the_argument(
@@ -469,8 +471,9 @@ def test_ragged_initial_priorities_are_a_shape_error() -> None:
     buf = make(8)
     buf.extend(**steps(2))
     before = buf.state_dict()
-    with pytest.raises(ShapeError, match=r"^priority=\[\[1\.0\], \[1\.0, 2\.0\]\]: rows of "
-                       r"different lengths; expected one priority per step \(2 values\)"):
+    with pytest.raises(ShapeError, match=r"^priority=\[\[1\.0\], \[1\.0, 2\.0\]\]: a ragged "
+                       r"nest, rows of different lengths \(\[1\] has shape \(2,\) but \[0\] has "
+                       r"shape \(1,\)\); expected one priority per step \(2 values\)"):
         buf.extend(**steps(2, start=2), priority=[[1.0], [1.0, 2.0]])
     assert len(buf) == 2
     assert np.array_equal(before["sampler"]["priorities"],

@@ -657,7 +657,8 @@ def test_update_sequence_priorities_ragged_rows_name_the_argument() -> None:
     before = buf.sampler.state_dict()["priorities"].copy()
     ragged = [[1.0, 2.0], [3.0]]
     with pytest.raises(ShapeError, match=r"^update_sequence_priorities\(td_errors=.*rows of "
-                       r"different lengths; expected \[B=2, L\].*mask="):
+                       r"different lengths \(\[1\] has shape \(1,\) but \[0\] has shape "
+                       r"\(2,\)\); expected \[B=2, L\].*mask="):
         buf.update_sequence_priorities(sb.starts, ragged)
     with pytest.raises(ShapeError, match=r"^update_sequence_priorities\(mask=.*rows of "
                        "different lengths"):
@@ -666,7 +667,8 @@ def test_update_sequence_priorities_ragged_rows_name_the_argument() -> None:
         buf.update_sequence_priorities(sb.starts, np.ones((2, 3)))  # the width check
     # ragged starts were numpy's bare ValueError: the same check (it names batch.starts)
     with pytest.raises(ShapeError, match=r"^update_sequence_priorities\(starts=\[\[0\], "
-                       r"\[1, 2\]\]\): rows of different lengths; .*pass batch\.starts"):
+                       r"\[1, 2\]\]\): a ragged nest, rows of different lengths \(\[1\] has "
+                       r"shape \(2,\) but \[0\] has shape \(1,\)\); .*pass batch\.starts"):
         buf.update_sequence_priorities([[0], [1, 2]], np.ones((2, 2)))
     np.testing.assert_array_equal(buf.sampler.state_dict()["priorities"], before)
 

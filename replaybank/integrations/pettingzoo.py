@@ -366,12 +366,9 @@ def _row_array(value: Any, i: int, what: str) -> npt.NDArray[Any]:
             "holding arrays (a gymnasium Tuple space's value), which numpy would stack "
             "part-first; a multi-agent buffer stores one array per agent and field: give "
             "one array (e.g. gymnasium.spaces.flatten(space, value))")
-    try:
-        return as_numpy(value)
-    except ShapeError as exc:  # a ragged nest
-        raise ShapeError(f"collect(env=...): {what} in env[{i}] is {describe(value)}, a "
-                         f"ragged nest numpy cannot make one array of ({exc.__cause__}); "
-                         "give one array") from exc
+    return as_numpy(value, label=lambda: f"collect(env=...): {what} in env[{i}] is "
+                    f"{describe(value)}", expected="one array per env",
+                    fix="give one array (e.g. gymnasium.spaces.flatten(space, value))")
 
 
 def _tuple_shown(value: tuple[Any, ...]) -> str:
