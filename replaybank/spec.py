@@ -163,7 +163,8 @@ class FieldSpec:
         return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
 
     @classmethod
-    def infer(cls, name: str, value: Any, leading: tuple[int, ...] = ()) -> FieldSpec:
+    def infer(cls, name: str, value: Any, leading: tuple[int, ...] = (),
+              arg: str | None = None) -> FieldSpec:
         """The field an example value implies: its shape after ``leading``, its dtype
         (arrays keep theirs, in native byte order; Python floats are float32, ints int64).
 
@@ -172,6 +173,8 @@ class FieldSpec:
             value: An example value ``[*leading, *item_shape]`` (array, scalar, list,
                 torch tensor).
             leading: Leading dims to strip (e.g. ``(num_envs,)``).
+            arg: How the call names the value, in the errors (``"obs['b']"`` for the
+                field ``obs/b`` of a multi-agent buffer); None: ``name``.
 
         Returns:
             The field spec.
@@ -184,17 +187,18 @@ class FieldSpec:
             >>> FieldSpec.infer("obs", [[1.0, 2.0]], leading=(1,))
             FieldSpec(name='obs', shape=(2,), dtype=dtype('float32'))
         """
-        arr = as_array(value, name)
+        said = name if arg is None else arg
+        arr = as_array(value, said)
         if arr.shape[: len(leading)] != leading:
             raise ShapeError(
-                f"{name}: shape {arr.shape} does not start with the leading dims {leading}; "
+                f"{said}: shape {arr.shape} does not start with the leading dims {leading}; "
                 f"pass values shaped {leading} + item shape"
             )
         # a tensor's dtype is that of its host array (bfloat16: float32, which holds it)
         dtype = arr.dtype if is_tensor(value) else _default_dtype(value)
         if dtype.kind in UNSTORABLE_KINDS:
             raise DtypeError(
-                f"{name}={describe(value)}: {UNSTORABLE_KINDS[dtype.kind]} values "
+                f"{said}={describe(value)}: {UNSTORABLE_KINDS[dtype.kind]} values "
                 f"({dtype.str}) cannot be stored (checkpoints and memmap files hold "
                 "numeric arrays only); "
                 + (INFO_FIX if name.split(SEP, 1)[0] in INFO_NAMES else

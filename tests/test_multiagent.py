@@ -585,3 +585,31 @@ def test_pettingzoo_simple_spread_every_step() -> None:
     assert b.joint_truncated[order].tolist() == [t % 10 == 9 for t in range(25)]
     np.testing.assert_array_equal(b.next_obs[agents[0]][order][-1], last[agents[0]])
     assert mpe2 is not None
+
+
+#: values the first add infers a field from, named as a later add names them
+FIRST_ADD_NAMES = [
+    ({"obs": {**GOOD["obs"], "b": [np.zeros(2), np.zeros(1)]}}, ShapeError,
+     r"^obs\['b'\]=\[array\(\[0\., 0\.\]\), array\(\[0\.\]\)\]: a ragged nest"),
+    ({"action": {"a": 0, "b": [[0], 1]}}, ShapeError, r"^action\['b'\]=\[\[0\], 1\]: a ragged"),
+    ({"obs": {**GOOD["obs"], "b": {"x": [np.zeros(2), np.zeros(1)]}}}, ShapeError,
+     r"^obs\['b'\]\['x'\]=\[array"),
+    ({"action": {"a": 0, "b": "left"}}, DtypeError, r"^action\['b'\]='left': string"),
+    ({"state": [np.zeros(2), np.zeros(1)], "next_state": np.zeros(2)}, ShapeError,
+     r"^state=\[array"),
+]
+
+
+@pytest.mark.parametrize(("change", "error", "match"), FIRST_ADD_NAMES)
+def test_the_first_add_names_a_bad_value_as_later_adds_do(change: dict[str, Any],
+                                                          error: type, match: str) -> None:
+    """The first add (which infers the fields) named a ragged value ``obs/b`` (its field),
+    later adds ``obs['b']=...`` (the argument); both name the argument, and the buffer
+    stays empty."""
+    two = {k: {**v, "b": v["a"]} for k, v in GOOD.items()}
+    buf = MultiAgentReplayBuffer(8, ["a", "b"], seed=0)
+    with pytest.raises(error, match=match):
+        buf.add(**{**two, **change})
+    assert len(buf) == 0 and buf.spec is None
+    buf.add(**two)  # still usable
+    assert len(buf) == 1

@@ -588,3 +588,23 @@ def test_stacked_fields_for_a_shared_network() -> None:
         mb.stacked("hidden")
     with pytest.raises(KeyError, match="not a per-agent field"):
         mb.stacked("state")
+
+
+@pytest.mark.parametrize("over,err,match", [
+    (dict(log_prob={"a": -1.0, "b": [[0.0], 1.0]}), ShapeError,
+     r"^log_prob\['b'\]=\[\[0\.0\], 1\.0\]: a ragged nest"),
+    (dict(obs={"a": [np.zeros(2), np.zeros(1)], "b": np.zeros(2, np.float32)}), ShapeError,
+     r"^obs\['a'\]=\[array\(\[0\., 0\.\]\), array\(\[0\.\]\)\]: a ragged nest"),
+    (dict(reward={"a": 1.0, "b": "high"}), DtypeError, r"^reward\['b'\]='high': string"),
+])
+def test_the_first_add_names_a_bad_value_as_later_adds_do(
+        over: dict[str, Any], err: type[Exception], match: str) -> None:
+    """The first add (which infers the fields) named these ``log_prob/b``, ``obs/a`` and
+    ``reward/b`` (the fields); later adds name the argument, ``log_prob['b']=...``: so
+    does the first now, and nothing is stored."""
+    buf = MultiAgentRolloutBuffer(4, ["a", "b"], seed=0)
+    with pytest.raises(err, match=match):
+        buf.add(**base_step(**over))
+    assert len(buf) == 0
+    buf.add(**base_step())
+    assert len(buf) == 1

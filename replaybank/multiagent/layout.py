@@ -221,14 +221,14 @@ class AgentLayout:
                 if flat in given:
                     fields[a] = FieldSpec(flat, given[flat].shape, given[flat].dtype)
                 else:  # (in the first add: _unknown said so)
-                    fields[a] = FieldSpec.infer(flat, got[a], lead)
+                    fields[a] = FieldSpec.infer(flat, got[a], lead, f"{top}[{a!r}]")
             per_agent[top] = fields
         state: FieldSpec | None = None
         name = f"obs{SEP}{STATE}"
         if STATE in given:
             state = FieldSpec(name, given[STATE].shape, given[STATE].dtype)
         elif values.get(STATE) is not None:
-            state = FieldSpec.infer(name, values[STATE], lead)
+            state = FieldSpec.infer(name, values[STATE], lead, STATE)
         joint: dict[str, FieldSpec] = {}
         for n, f in given.items():
             top = n.partition(SEP)[0]
@@ -398,5 +398,6 @@ def _obs_leaves(agent: str, given: Mapping[str, FieldSpec], value: Any,
         if isinstance(v, Mapping):
             raise SpecError(f"add(obs[{agent!r}][{key!r}]=...): a nested dict; dict "
                             "observations have one level of keys (flatten the deeper ones)")
-        out[f"{agent}{SEP}{key}"] = FieldSpec.infer(f"{prefix}{SEP}{key}", v, lead)
+        out[f"{agent}{SEP}{key}"] = FieldSpec.infer(f"{prefix}{SEP}{key}", v, lead,
+                                                    f"obs[{agent!r}][{key!r}]")
     return out

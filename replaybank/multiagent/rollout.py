@@ -424,7 +424,7 @@ class MultiAgentRolloutBuffer:
         fields: list[FieldSpec] = []
         for per_agent in fixed.per_agent.values():
             fields.extend(per_agent.values())
-        kinds = {a: FieldSpec.infer(f"reward{SEP}{a}", r, lead).dtype
+        kinds = {a: FieldSpec.infer(f"reward{SEP}{a}", r, lead, f"reward[{a!r}]").dtype
                  for a, r in (reward or {}).items()}
         for a in self._agents:  # as given, else the agent's value dtype
             value_dtype = (per["value"][a] if "value" in per else joint["value"]).dtype
