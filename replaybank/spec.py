@@ -681,7 +681,7 @@ def as_array(value: Any, arg: str | None = None) -> npt.NDArray[Any]:
 
 
 # ---------------------------------------------------------------- the tuple rule
-def check_tuple(arg: str, value: tuple[Any, ...] | list[Any]) -> None:
+def check_tuple(arg: str, value: tuple[Any, ...] | list[Any], fix: str | None = None) -> None:
     """The tuple rule of the add boundary: a tuple that holds arrays is a structured
     value, which numpy would stack part-first (alone, or as the items of a list).
 
@@ -706,6 +706,8 @@ def check_tuple(arg: str, value: tuple[Any, ...] | list[Any]) -> None:
         arg: The argument, as the call names it (``"obs"``, ``"next_obs/pos"``,
             ``"action"``).
         value: The tuple passed, or a list (checked for items that are such tuples).
+        fix: What to pass instead, for a front end whose fields are fixed arrays (None:
+            the dict of parts, which the core buffers store as fields ``arg/0``, ...).
 
     Raises:
         ShapeError: The tuple (or a tuple item of the list) holds an array or tensor,
@@ -745,12 +747,14 @@ def check_tuple(arg: str, value: tuple[Any, ...] | list[Any]) -> None:
     target = f"{arg}={{{parts}}}" if name == arg else f"{{{parts}}} in place of {source}"
     field = arg.removeprefix("next_")  # (a next observation is stored as its obs field)
     fields = ", ".join(f"{field}{SEP}{i}" for i in range(min(n, 3))) + more
+    if fix is None:
+        fix = (f"Pass its parts as a dict, {target} (stored as the fields {fields}, as "
+               "rb.collect stores a Tuple space); values of several envs go in an array or "
+               "a list (one entry per env), not a tuple")
     raise ShapeError(
         f"{arg}={shown}: {what} a structured value (a gymnasium Tuple "
         "space's, a recurrent state (h, c)), which numpy would stack part-first: with "
-        "several envs each lane would store other envs' values. Pass its parts as a dict, "
-        f"{target} (stored as the fields {fields}, as rb.collect stores a Tuple space); "
-        "values of several envs go in an array or a list (one entry per env), not a tuple")
+        f"several envs each lane would store other envs' values. {fix}")
 
 
 def _tuple_item(value: list[Any]) -> tuple[Any, ...] | None:

@@ -1130,3 +1130,32 @@ def test_load_refuses_dones_that_are_not_flags(tmp_path: Path) -> None:
     ref.data["dones"][5] = float("nan")  # beyond size: never read
     save_file({k: v.contiguous() for k, v in ref.data.items()}, tmp_path / "b_state.safetensors")
     assert len(ReplayBuffer.load(tmp_path / "b_state.safetensors", meta)) == 4
+
+
+def _multi(n: int = 3) -> dict[str, Any]:
+    return dict(states=torch.zeros(n, 4), actions=torch.zeros(n, 1), rewards=torch.zeros(n),
+                next_states=torch.ones(n, 4), dones=torch.zeros(n), hiddens=torch.zeros(n, 1))
+
+
+@pytest.mark.parametrize(("arg", "value", "said"), [
+    ("states", [(torch.zeros(2), torch.ones(2))] * 3,
+     r"^states=\[3 items: \(Tensor\(shape=\(2,\).*are tuples holding arrays"),
+    ("states", (torch.zeros(4), torch.ones(4), torch.ones(4)),
+     r"^states=\(Tensor\(shape=\(4,\).*a tuple holding arrays is"),
+    ("hiddens", (np.zeros((3, 1), np.float32),), r"^hiddens=\(array\(shape=\(3, 1\).*a tuple"),
+])
+def test_add_multi_refuses_tuples_holding_arrays_as_the_core_does(arg: str, value: Any,
+                                                                  said: str) -> None:
+    """add_multi converted its values itself (np.asarray), past the core's tuple rule: a
+    tuple of per-step rows was stacked and stored, a list of per-step tuples refused as
+    a shape misfit. Both raise the core's ShapeError (spec.check_tuple), with velora's
+    fix, and nothing is stored."""
+    buf = ReplayBuffer(8, 4, 1, 1)
+    buf.add_multi(**_multi(2))
+    fields = ("states", "actions", "rewards", "next_states", "dones", "hiddens")
+    before = [getattr(buf, f).clone() for f in fields]
+    with pytest.raises(rb.ShapeError, match=said + r".*which numpy would stack part-first.*"
+                       rf"Pass {arg} as one tensor \(n, dim\)"):
+        buf.add_multi(**{**_multi(), arg: value})
+    assert len(buf) == 2
+    assert all(torch.equal(getattr(buf, f), b) for f, b in zip(fields, before, strict=True))

@@ -83,6 +83,7 @@ from replaybank.errors import (
 )
 from replaybank.host import as_numpy, tensor_to_numpy
 from replaybank.io.atomic import temp_path
+from replaybank.spec import check_tuple
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -751,9 +752,17 @@ def _rows(states: Any, actions: Any, rewards: Any, next_states: Any, dones: Any,
     float32 (bool ``dones``) arrays, each with ``n`` rows.
 
     Raises:
-        ShapeError: A value does not fit its field.
+        ShapeError: A value does not fit its field; a tuple holding arrays, or a list of
+            them (the tuple rule of the core's add boundary,
+            :func:`~replaybank.spec.check_tuple`).
     """
     ss, sa, sh = shapes
+    for arg, value in (("states", states), ("actions", actions), ("rewards", rewards),
+                       ("next_states", next_states), ("dones", dones), ("hiddens", hiddens)):
+        if type(value) is tuple or type(value) is list:  # the core's tuple rule
+            check_tuple(arg, value, f"Pass {arg} as one tensor (n, dim), as velora's "
+                        "add_multi takes it: join each step's parts (torch.cat) and stack "
+                        "the steps (torch.stack)")
     s = as_numpy(states)
     n = int(np.shape(s)[0]) if np.ndim(s) else -1
     s = _floats(s, "add_multi(states=...)", (n, *ss))
