@@ -662,3 +662,34 @@ def test_hindsight_and_frame_stacks_on_shared_memory() -> None:
     np.testing.assert_array_equal(b.next_obs[:, -1, 0], frames[:, -1] + 1)
     w.close()
     stack.close()
+
+
+@pytest.mark.parametrize("lanes", [[0], [0, 1]], ids=["one lane", "two lanes"])
+@pytest.mark.parametrize("form", ["per-step tuples", "tuple"])
+def test_a_writer_refuses_tuples_holding_arrays_as_the_buffer_does(lanes: list[int],
+                                                                   form: str) -> None:
+    """A one-lane writer converted its values itself (np.asarray), past the buffer's tuple
+    rule: ``extend(obs=[(a0, b0), ...])`` or a tuple of arrays was stacked part-first and
+    refused as a shape misfit (or, where the shapes fit, stored). Every writer refuses it
+    with the buffer's ShapeError (spec.check_tuple); nothing is written."""
+    buf = _owner(16, 2)
+    w = buf.writer(lanes).open()
+    m = len(lanes)
+    ids = np.array(lanes)
+    steps = [step_values(ids, np.full(m, t), np.zeros(m), np.zeros(m, bool)) for t in range(3)]
+    values = {k: np.stack([s[k] for s in steps]) for k in steps[0]}
+    if m == 1:
+        values = {k: v[:, 0] for k, v in values.items()}
+    if form == "tuple":
+        obs: Any = (values["obs"][..., :2], values["obs"][..., 2:])
+        said = r"^obs=\(array\(shape=.*a tuple holding arrays is a structured value"
+    else:
+        obs = [(o[..., :2], o[..., 2:]) for o in values["obs"]]
+        said = r"^obs=\[3 items: \(array\(shape=.*are tuples holding arrays"
+    with pytest.raises(rb.ShapeError, match=said + r".*obs=\{'0': "):
+        w.extend(**{**values, "obs": obs}, priority=np.ones((3, m)))
+    assert len(w) == 0 and w.written.tolist() == [0] * m
+    w.extend(**values)  # still usable
+    assert w.written.tolist() == [3] * m
+    w.close()
+    buf.close()

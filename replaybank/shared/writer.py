@@ -34,7 +34,7 @@ from replaybank.buffers.checked_call import lane_ids
 from replaybank.errors import ConfigError, ShapeError
 from replaybank.shared.lanes import claim_side_slots, lanes_of
 from replaybank.shared.reader import shared_arrays
-from replaybank.spec import Spec
+from replaybank.spec import SEP, Spec, as_array, check_tuple
 from replaybank.storage.backends.base import SharedArrayBackend
 
 __all__ = ["SharedWriter", "SharedWriterHandle", "writer_handle"]
@@ -155,12 +155,15 @@ class SharedWriter:
         the lane dim, as a one-env buffer does.
 
         Raises:
-            ShapeError: ``env_ids`` are not distinct positions in ``[0, len(lanes))``.
+            ShapeError: ``env_ids`` are not distinct positions in ``[0, len(lanes))``; a
+                tuple holding arrays, or a list of them, (the tuple rule of the add
+                boundary, :func:`~replaybank.spec.check_tuple`); a ragged nest.
         """
         env_ids = values.pop("env_ids", None)
+        _tuple_rule(values)  # (before a one-lane writer's np.asarray stacks a tuple)
         if env_ids is None:
             if len(self.lanes) == 1 and np.ndim(values.get("terminated", ())) == axis:
-                values = {k: _lane_dim(v, axis) for k, v in values.items()}
+                values = {k: _lane_dim(k, v, axis) for k, v in values.items()}
             return self.lanes, values
         try:
             at = lane_ids(env_ids, len(self.lanes))
@@ -271,8 +274,27 @@ def writer_handle(backend: SharedArrayBackend, config: dict[str, Any], lanes: An
     return SharedWriterHandle(backend.layout(), config, tuple(int(x) for x in ids))
 
 
-def _lane_dim(value: Any, axis: int) -> Any:
-    """``value`` (a dict of them: each leaf) with a lane dim of 1 inserted at ``axis``."""
+def _lane_dim(name: str, value: Any, axis: int) -> Any:
+    """``value`` of the argument ``name`` (a dict of them: each leaf) as an array with a
+    lane dim of 1 inserted at ``axis`` (a ragged nest: the one ragged ShapeError)."""
     if isinstance(value, dict):
-        return {k: _lane_dim(v, axis) for k, v in value.items()}
-    return None if value is None else np.expand_dims(np.asarray(value), axis)
+        return {k: _lane_dim(f"{name}{SEP}{k}", v, axis) for k, v in value.items()}
+    return None if value is None else np.expand_dims(as_array(value, name), axis)
+
+
+def _tuple_rule(values: dict[str, Any], prefix: str = "") -> None:
+    """The tuple rule of the add boundary (:func:`~replaybank.spec.check_tuple`) on every
+    tuple or list leaf of a call's ``values``, before anything is converted or written
+    (a one-lane writer converts the values itself; initial priorities are set before the
+    buffer's checks run), so a writer refuses what ``ReplayBuffer.add``/``extend``
+    refuse, with the same error.
+
+    Raises:
+        ShapeError: A tuple holding arrays, or a list of such tuples.
+    """
+    for key, value in values.items():
+        name = f"{prefix}{SEP}{key}" if prefix else key
+        if isinstance(value, dict):
+            _tuple_rule(value, name)
+        elif type(value) is tuple or type(value) is list:
+            check_tuple(name, value)
