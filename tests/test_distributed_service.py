@@ -392,3 +392,37 @@ def test_torch_tensors_in_and_priorities_from_a_grad_tensor(services: Any) -> No
     assert batch.obs.dtype == np.float32 and len(client) == 32
     td = torch.rand(16, requires_grad=True) * 2.0
     assert client.update_priorities(torch.as_tensor(batch.indices), td) == 16
+
+
+def test_client_refuses_tuples_holding_arrays_as_one_buffer_does(services: Any) -> None:
+    """The client converted its values with np.asarray before its checks: a list of
+    per-step tuples (a vector env's Tuple observations, collected step by step) or a
+    tuple of per-lane arrays was stacked part-first and sent to the shards, which stored
+    each part in a lane (with 2 parts over 2 lanes: accepted). Every such call is refused
+    with ReplayBuffer.extend's ShapeError (spec.check_tuple) and no shard changes, before
+    and after the shards know the fields."""
+    svc = start(services, 2, {"capacity": 16}, num_lanes=2)
+    c = svc.client(max_rows=1)
+    good = steps(2, 0, 2)  # obs [T=2, lanes=2, 2]
+    per_step = [(o[:, 0], o[:, 1]) for o in good["obs"]]  # each part [lanes]
+    calls = {
+        "extend, per-step tuples": (lambda: c.extend(**{**good, "obs": per_step}),
+                                    r"^obs=\[2 items: \(array.*are tuples holding arrays"),
+        "extend, a tuple": (lambda: c.extend(**{**good, "obs": tuple(good["obs"][..., i]
+                                                                     for i in range(2))}),
+                            r"^obs=\(array\(shape=\(2, 2\).*a tuple holding arrays is"),
+        "add, a tuple": (lambda: c.add(**{**{k: v[0] for k, v in good.items()},
+                                          "obs": (good["obs"][0, :, 0], good["obs"][0, :, 1])}),
+                         r"^obs=\(array\(shape=\(2,\).*a tuple holding arrays is"),
+    }
+    for known in (False, True):
+        if known:
+            c.extend(**good)
+            c.flush()
+        size = len(c)
+        for name, (call, said) in calls.items():
+            with pytest.raises(ShapeError, match=said + r".*obs=\{'0': "):
+                call()
+            c.flush()
+            assert len(c) == size, name
+    assert len(c) == 4

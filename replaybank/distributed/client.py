@@ -132,7 +132,7 @@ import math
 import time
 import uuid
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -155,11 +155,10 @@ from replaybank.distributed.split import (
 )
 from replaybank.distributed.writer import MAX_BYTES, MAX_ROWS, RowBatcher, lanes_of, tree_map
 from replaybank.errors import ConfigError, DtypeError, EmptyBufferError, ShapeError, describe
-from replaybank.host import as_numpy
 from replaybank.ops import windows
 from replaybank.samplers.prioritized import PrioritizedSampler
 from replaybank.samplers.sample_args import check_replace
-from replaybank.spec import rows_array, unflatten
+from replaybank.spec import SEP, as_array, rows_array, unflatten
 
 __all__ = ["ReplayClient"]
 
@@ -420,7 +419,7 @@ class ReplayClient:
                 truncated: Any, extras: dict[str, Any]) -> dict[str, Any]:
         given = {"obs": obs, "action": action, "reward": reward, "next_obs": next_obs,
                  "terminated": terminated, "truncated": truncated, **extras}
-        return {k: tree_map(as_numpy, v) for k, v in given.items() if v is not UNSET}
+        return {k: _host_values(k, v) for k, v in given.items() if v is not UNSET}
 
     def _lanes(self, env_ids: Any, call: str) -> Any:
         if env_ids is None:
@@ -1350,3 +1349,20 @@ def _is_rate_limit(exc: Any) -> bool:
     except ImportError:  # pragma: no cover - the limiter lands separately
         return False
     return isinstance(exc, RateLimitTimeout)
+
+
+def _host_values(name: str, value: Any) -> Any:
+    """One argument of ``add``/``extend`` (nested dicts kept) as host arrays, each leaf
+    through :func:`~replaybank.spec.as_array` as the core's add boundary converts it: a
+    tuple holding arrays, or a list of them (one per step), is refused by the tuple rule
+    (:func:`~replaybank.spec.check_tuple`) instead of being stacked part-first here and
+    sent to the shards with its parts on the lane axis; a ragged nest is the one ragged
+    ShapeError. ``name`` is the argument (``"obs"``, ``"obs/pos"``), as the core names it.
+
+    Raises:
+        ShapeError: A tuple holding arrays (or a list of them), or a ragged nest.
+        DtypeError: A tensor numpy cannot show.
+    """
+    if isinstance(value, Mapping):
+        return {k: _host_values(f"{name}{SEP}{k}", v) for k, v in value.items()}
+    return as_array(value, name)
