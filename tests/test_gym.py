@@ -438,3 +438,27 @@ def test_collect_names_envs_it_cannot_drive() -> None:
     with pytest.raises(ConfigError, match="the env is a single env; build the buffer with "
                                           "num_envs=1, or pass a gymnasium vector env"):
         rb.collect(gym.make("CartPole-v1"), None, rb.ReplayBuffer(64, num_envs=2), n_steps=8)
+
+
+@pytest.mark.parametrize("lanes", [2, 1], ids=["buffer per env", "one-lane buffer"])
+def test_collect_refuses_a_tuple_of_actions_before_env_step(lanes: int) -> None:
+    """A policy giving a vector env's actions as a tuple of arrays: refused by the tuple
+    rule of the add boundary before ``env.step``, also on the first step (the buffer has
+    no fields yet). A one-lane buffer fed by a vector env holds the steps, and took the
+    tuple's parts as its envs' actions: it stored them."""
+    envs = gym.make_vec("Pendulum-v1", num_envs=2, vectorization_mode="sync")
+    stepped: list[Any] = []
+    step = envs.step
+
+    def counted(action: Any) -> Any:
+        stepped.append(action)
+        return step(action)
+
+    envs.step = counted  # type: ignore[method-assign]
+    buf = rb.ReplayBuffer(64, num_envs=lanes, seed=0)
+    with pytest.raises(rb.ShapeError, match=r"^collect\(policy=\.\.\.\): the buffer refuses "
+                       r"the policy's action: action=\(array\(shape=\(1,\).*a tuple holding "
+                       r"arrays is.*\[env\.step was not called"):
+        collect(envs, lambda obs: (np.zeros(1, np.float32), np.ones(1, np.float32)), buf,
+                10, progress=False, seed=0)
+    assert stepped == [] and len(buf) == 0 and buf.spec is None

@@ -51,7 +51,7 @@ from replaybank.host import is_tensor, tensor_to_numpy
 from replaybank.integrations.episode_stage import EpisodeStage, check_max_held
 from replaybank.integrations.progress import ProgressBar
 from replaybank.integrations.spaces import spec_from_env, spec_from_spaces, to_fields, tree_map
-from replaybank.spec import flatten
+from replaybank.spec import check_tuple, flatten
 
 __all__ = ["AgentPolicy", "CollectResult", "Collector", "StatefulPolicy", "collect",
            "spec_from_env", "spec_from_spaces", "warm"]
@@ -277,27 +277,35 @@ class Collector:
         return _numpy(self.policy(obs))
 
     def _check_action(self, act_fields: Any) -> None:
-        """Cast the policy's action with the buffer's checked cast of its action fields
-        (once the buffer knows them), before ``env.step``.
+        """Check the policy's action (and the recurrent state the buffer stores with it)
+        before ``env.step``: the tuple rule of the add boundary
+        (:func:`~replaybank.spec.check_tuple`) always, also before the first add (a
+        one-lane buffer fed by a vector env holds the steps, and would have taken the
+        tuple's parts as its envs' values), and the buffer's checked cast of its action
+        fields once the buffer knows them.
 
         Raises:
             ShapeError, DtypeError: An action the buffer's ``add`` would refuse; the env
                 has not stepped, so nothing changed.
         """
         spec = self.buffer.spec
-        if spec is None:  # the first add infers the fields
-            return
         lead = (self.n,) if self.vector else ()
-        for name, value in flatten({"action": act_fields}).items():
-            if name in spec:
-                try:
+        values = flatten({"action": act_fields})
+        if self.stateful is not None and spec is not None and "hidden" in spec:
+            values["hidden"] = self.stateful.hidden
+        for name, value in values.items():
+            try:
+                if type(value) is tuple or type(value) is list:
+                    check_tuple(name, value)
+                if spec is not None and name in spec and name != "hidden":
                     spec[name].cast(name, value, lead)
-                except ReplayBankError as exc:
-                    raise type(exc)(
-                        f"collect(policy=...): the buffer refuses the policy's action: "
-                        f"{exc} [env.step was not called: the env and the collector are "
-                        "as before this step, so collect can go on once the policy is "
-                        "fixed]") from None
+            except ReplayBankError as exc:
+                whose = "recurrent state" if name == "hidden" else "action"
+                raise type(exc)(
+                    f"collect(policy=...): the buffer refuses the policy's {whose}: "
+                    f"{exc} [env.step was not called: the env and the collector are "
+                    "as before this step, so collect can go on once the policy is "
+                    "fixed]") from None
 
     def _extras(self) -> dict[str, Any]:
         """The policy's recurrent state, when the buffer stores a ``hidden`` field:
