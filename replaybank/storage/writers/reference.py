@@ -517,6 +517,8 @@ class StepWriter:
                                    for k, f in zip(self.keeps, self.obs, strict=True)]
         #: Per tuple of side slots taken: the slots as an index array and the link row.
         self._links: dict[tuple[int, ...], tuple[npt.NDArray[np.intp], npt.NDArray[Any]]] = {}
+        #: A link row of no side slots, assigned to a row whose next obs all continue
+        #: (cheaper than ``fill(0)`` of the row's view).
         self._no_links = np.zeros(self.L, table.link.dtype)
 
     def write(self, lanes: Any, steps: Any, obs: Any, action: Any, reward: Any,
@@ -692,15 +694,8 @@ class StepWriter:
                 plink = link[T - 1].tolist()
             if gone.count(0) != L:
                 free.extend([k - 1 for k in gone if k > 0])
-            if durable:  # the first store of an evicting step: `start` advances (the truth
-                # of a reopened table: full lanes' counts then stay T and are not stored),
-                # or, in files written before `start` existed, counts drop to T - 1
-                if point:
-                    point()
-                if t.start is not None:
-                    t.start.fill(w + 1 - T)
-                else:
-                    t.counts.fill(T - 1)
+            if durable:
+                _evict_counters(t, w + 1 - T, T - 1, point)
         elif c and not known:
             plink = link[prow].tolist()
         # 2. the new steps are their lanes' newest: their next obs go aside in the slots
@@ -725,17 +720,7 @@ class StepWriter:
         no = self._keep(0, no, side_arrays, taken, at, point)
         # 3. data, links, the commit
         arrays = t.arrays
-        if point is None:  # (in line: a call costs 0.1-0.2 us of a 4 us add)
-            arrays[self.obs_name][row] = o
-            arrays["action"][row] = act
-            arrays["reward"][row] = rew
-            for name, v in more:
-                arrays[name][row] = v
-            arrays["terminated"][row] = term
-            arrays["truncated"][row] = trunc
-        else:
-            _store_rows_at_points(arrays, row, self.obs_name, o, act, rew, more, term, trunc,
-                                  point)
+        _store_rows(arrays, row, self.obs_name, o, act, rew, more, term, trunc, point)
         if rest:  # the other observation fields: next obs aside and rows (before the
             # commit, in any order), and the bytes of both as stored
             kept_b, new_b = [no.tobytes()], []
@@ -889,13 +874,8 @@ class StepWriter:
             k = link.item(row, 0)
             if k > 0:
                 free.append(k - 1)
-            if self.durable:  # (`start` advances, or counts drop: as in _apply)
-                if point:
-                    point()
-                if t.start is not None:
-                    t.start.fill(w + 1 - T)
-                else:
-                    t.counts.fill(T - 1)
+            if self.durable:
+                _evict_counters(t, w + 1 - T, T - 1, point)
         # 2. the new step is the lane's newest: its next obs goes aside
         s = free.pop() if free else side.take_many(1)[0]
         f = self.obs0
@@ -904,17 +884,7 @@ class StepWriter:
             point()
         kept[s] = no
         # 3. data, link, the commit
-        if point is None:
-            arrays[self.obs_name][row] = o
-            arrays["action"][row] = act
-            arrays["reward"][row] = rew
-            for name, v in more:
-                arrays[name][row] = v
-            arrays["terminated"][row] = term
-            arrays["truncated"][row] = trunc
-        else:
-            _store_rows_at_points(arrays, row, self.obs_name, o, act, rew, more, term, trunc,
-                                  point)
+        _store_rows(arrays, row, self.obs_name, o, act, rew, more, term, trunc, point)
         if rest:  # the other observation fields (before the commit: in any order)
             for i, x, nx in rest:
                 name = self.obs[i][0]
@@ -954,12 +924,34 @@ class StepWriter:
         return 1
 
 
-def _store_rows_at_points(arrays: dict[str, Any], row: int, obs_name: str, o: Any, act: Any,
-                          rew: Any, more: list[tuple[str, Any]], term: Any, trunc: Any,
-                          point: Callable[[], None]) -> None:
+def _evict_counters(t: StepTable, start: int, kept: int,
+                    point: Callable[[], None] | None) -> None:
+    """A durable table's first store of a step that evicts one step of every lane
+    (lanes in step), after the kill-test hook ``point``: ``start`` advances (the truth of
+    a reopened table: ``counts`` of full lanes then stay ``T`` and are not stored), or,
+    in files written before ``start`` existed, ``counts`` drop to ``kept``."""
+    if point:
+        point()
+    if t.start is not None:
+        t.start.fill(start)
+    else:
+        t.counts.fill(kept)
+
+
+def _store_rows(arrays: dict[str, Any], row: int, obs_name: str, o: Any, act: Any, rew: Any,
+                more: list[tuple[str, Any]], term: Any, trunc: Any,
+                point: Callable[[], None] | None) -> None:
     """The rows of one step (:class:`StepWriter`; ``o``: the first observation field's,
-    ``obs_name``), each field after the armed kill-test hook ``point`` (the appliers
-    store them in line when it is not armed, in the same order)."""
+    ``obs_name``), each field after the kill-test hook ``point`` when one is armed."""
+    if point is None:
+        arrays[obs_name][row] = o
+        arrays["action"][row] = act
+        arrays["reward"][row] = rew
+        for name, v in more:
+            arrays[name][row] = v
+        arrays["terminated"][row] = term
+        arrays["truncated"][row] = trunc
+        return
     for name, v in ((obs_name, o), ("action", act), ("reward", rew), *more,
                     ("terminated", term), ("truncated", trunc)):
         point()
