@@ -12,6 +12,7 @@ a later call.
 
 from __future__ import annotations
 
+import re
 import time
 import warnings
 from collections.abc import Callable
@@ -20,6 +21,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+import replaybank as rb
 from replaybank.errors import ConfigError, DtypeError, ShapeError, SpecError
 from tests.distributed_ray import start, steps
 
@@ -61,7 +63,7 @@ def test_rejected_update_priorities_changes_no_shard(services: Any) -> None:
         assert shard_state(svc) == before, f"priority {bad}: a shard changed"
     with pytest.raises(ShapeError, match="one priority per index"):
         c.update_priorities(keys, good[:-1])
-    with pytest.raises(ShapeError, match="indices"):
+    with pytest.raises(DtypeError, match="expected integer indices"):
         c.update_priorities(keys.astype(np.float64), good)
     assert shard_state(svc) == before
     # a valid call applies to both shards
@@ -74,6 +76,83 @@ def test_rejected_update_priorities_changes_no_shard(services: Any) -> None:
     u.flush()
     with pytest.raises(ConfigError, match="no priorities"):
         u.update_priorities(u.sample(4).indices, np.ones(4))
+
+
+def refusal(call: Callable[[], Any]) -> tuple[type, str]:
+    """The error type of ``call`` and the call and argument its message names first
+    (``update_priorities(indices=``, the values left out); ``(NoneType, repr(result))``
+    when it was accepted."""
+    try:
+        result = call()
+    except Exception as exc:
+        return type(exc), re.sub(r"=.*", "=", str(exc).split(": ")[0])
+    return type(None), repr(result)
+
+
+#: update_priorities calls a local buffer refuses (or accepts): (name, keys, priorities)
+#: from the sampled keys ``k`` (4 of them)
+UPDATES: list[tuple[str, Callable[[np.ndarray], tuple[Any, Any]]]] = [
+    ("negative index", lambda k: (np.r_[k[:-1], -1], np.ones(4))),
+    ("float indices", lambda k: (k + 0.5, np.ones(4))),
+    ("bool indices", lambda k: (np.ones(4, bool), np.ones(4))),
+    ("priorities=None", lambda k: (k, None)),
+    ("string priorities", lambda k: (k, ["x"] * 4)),
+    ("a priority too many", lambda k: (k, np.ones(5))),
+    ("ragged indices", lambda k: ([k[:1].tolist(), k[1:].tolist()], np.ones(4))),
+    ("NaN priority", lambda k: (k, np.r_[1.0, 1.0, 1.0, np.nan])),
+    ("[B, 1] indices", lambda k: (k[:, None], np.full(4, 2.0))),
+]
+
+
+@pytest.mark.parametrize("case", [c[0] for c in UPDATES])
+def test_update_priorities_refuses_what_one_buffer_refuses(services: Any, case: str) -> None:
+    """The client ran checks of its own: a negative index was a ShapeError (one buffer:
+    ConfigError), float or bool indices and priorities=None too (DtypeError), and [B, 1]
+    indices (a learner's idx.unsqueeze(1)), which one buffer accepts, were refused. It
+    now runs the local buffer's checks (priorities.checked_updates): the same error type
+    naming the same call and argument, and no shard changes when it refuses."""
+    make = dict(UPDATES)[case]
+    svc = start(services, 2, {"capacity": 8, "sampler": PLAIN}, num_lanes=2, seed=0)
+    c = svc.client(max_rows=1)
+    c.extend(**steps(2, 0, 4))
+    c.flush()
+    local = rb.ReplayBuffer(
+        16, num_envs=2, seed=0, sampler=rb.PrioritizedSampler(alpha=1.0, eps=0.0, kernel="numpy")
+    )
+    local.extend(**steps(2, 0, 4))
+    c_keys, l_keys = c.sample(4).indices, local.sample(4).indices
+    before = svc.stats()["shards"]
+    want = refusal(lambda: local.update_priorities(*make(l_keys)))
+    got = refusal(lambda: c.update_priorities(*make(c_keys)))
+    assert got == want
+    if want[0] is type(None):  # accepted (the same count): applied to the shards
+        total = 8.0 + len(np.unique(c_keys))  # the updated items went from 1 to 2
+        assert sum(s["total"] for s in svc.stats()["shards"]) == pytest.approx(total)
+    else:
+        assert svc.stats()["shards"] == before
+
+
+def test_update_priorities_on_an_empty_service_is_refused_as_on_an_empty_buffer(
+    services: Any,
+) -> None:
+    """A service nothing was written to returned 0 silently where one buffer raises
+    ShapeError (no storage yet); once a client wrote, the update runs (0: no key is
+    live)."""
+    svc = start(services, 2, {"capacity": 8, "sampler": PLAIN}, num_lanes=2, seed=0)
+    c = svc.client(max_rows=1)
+    local = rb.ReplayBuffer(16, num_envs=2, sampler=rb.PrioritizedSampler(kernel="numpy"))
+    keys, prio = np.array([0, 1]), np.array([1.0, 2.0])
+    assert refusal(lambda: local.update_priorities(keys, prio))[0] is ShapeError
+    with pytest.raises(ShapeError, match=r"^update_priorities: the service holds no storage"):
+        c.update_priorities(keys, prio)
+    with pytest.raises(ShapeError, match=r"^update_sequence_priorities: the service holds no"):
+        c.update_sequence_priorities(keys, np.ones((2, 3)))
+    # another client's rows give the service storage: this client asks the shards again
+    other = svc.client("other", max_rows=1)
+    other.extend(**steps(2, 0, 2))
+    other.flush()
+    assert c.update_priorities(np.array([10_000]), np.array([1.0])) == 0  # stale key
+    assert len(c) == 4
 
 
 def test_a_call_that_fails_on_a_shard_waits_for_every_reply(services: Any) -> None:

@@ -36,7 +36,7 @@ from replaybank.ops.jit import pick_kernel
 from replaybank.samplers.base import LaneView, SamplerTraits
 from replaybank.spec import real_floats, rows_array
 
-__all__ = ["check_priority", "priority_values", "to_host", "update_priorities"]
+__all__ = ["check_priority", "checked_updates", "priority_values", "to_host", "update_priorities"]
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -214,6 +214,65 @@ def _valid() -> Callable[[npt.NDArray[np.int64], FloatArray, float], bool]:
     return _valid_numpy if mod is None else mod.valid_update
 
 
+def checked_updates(indices: Any, priorities: Any, limit: float
+                    ) -> tuple[npt.NDArray[np.int64], FloatArray]:
+    """The arguments of an ``update_priorities`` call, checked: item keys and priorities,
+    both flat ``[B]``. The checks of :func:`update_priorities`, for a caller that knows
+    the sampler's limit but holds no sampler (the sharded service's client checks a call
+    before it sends any of it).
+
+    Args:
+        indices: Item keys (``batch.indices``): numpy, a list or a torch tensor on any
+            device; any shape (``[B]``, ``[B, 1]``: flattened).
+        priorities: New priorities, one per key (a torch tensor may require grad).
+        limit: The largest raw priority accepted (``inf``: no bound).
+
+    Returns:
+        ``(keys, priorities)``: ``[B]`` int64 and ``[B]`` float64.
+
+    Raises:
+        ConfigError: An index is negative (not a key).
+        ShapeError: Lengths differ, or ``indices`` or ``priorities`` has rows of
+            different lengths (a ragged list).
+        DtypeError: Indices are not integers; a priority is not a number, negative, NaN,
+            infinite or above ``limit``.
+
+    Example:
+        >>> keys, p = checked_updates(np.array([[3], [5]]), [0.5, 2.0], 10.0)
+        >>> keys.tolist(), p.tolist()
+        ([3, 5], [0.5, 2.0])
+    """
+    if type(indices) is np.ndarray and indices.dtype == np.int64 \
+            and type(priorities) is np.ndarray and priorities.dtype.kind == "f":
+        # the usual call (batch.indices and a float array): no tensors to move
+        keys = indices.reshape(-1)
+        p = priorities.astype(np.float64, copy=False).reshape(-1)
+    else:
+        indices, priorities = to_host(indices, priorities)  # tensors: one transfer at most
+        keys = ring.as_int_array(indices, "indices", "update_priorities")
+        if type(priorities) is np.ndarray and priorities.dtype.kind == "f":
+            p = priorities.astype(np.float64, copy=False).reshape(-1)
+        else:
+            p = _floats(priorities, f"update_priorities(priorities={describe(priorities)})",
+                        f"[B={len(keys)}] (one priority per index)").reshape(-1)
+    if len(p) != len(keys):
+        raise ShapeError(
+            f"update_priorities: {len(keys)} indices but {len(p)} priorities; "
+            "pass one priority per index"
+        )
+    if len(keys) and not _valid()(keys, p, limit):  # one pass where compiled; then name it
+        if keys.min() < 0:
+            raise ConfigError(
+                f"update_priorities(indices=...): {keys[keys < 0][:4].tolist()} are negative; "
+                "item keys are >= 0: pass batch.indices as sampled"
+            )
+        # NaN fails both tests, negatives the first, +inf and too large values the second
+        hi = p.max()
+        if not (p.min() >= 0.0 and hi <= limit) or hi == math.inf:
+            raise _bad_values(p, limit, "update_priorities(priorities=...)")
+    return keys, p
+
+
 def update_priorities(traits: SamplerTraits, lanes: LaneView | None, indices: Any,
                       priorities: Any) -> int:
     """Set the priorities of the still-live ``indices``; stale ones (overwritten since they
@@ -241,35 +300,8 @@ def update_priorities(traits: SamplerTraits, lanes: LaneView | None, indices: An
         )
     if lanes is None:
         raise ShapeError("the buffer has no storage yet; add a transition or pass spec=")
-    if type(indices) is np.ndarray and indices.dtype == np.int64 \
-            and type(priorities) is np.ndarray and priorities.dtype.kind == "f":
-        # the usual call (batch.indices and a float array): no tensors to move
-        keys = indices.reshape(-1)
-        p = priorities.astype(np.float64, copy=False).reshape(-1)
-    else:
-        indices, priorities = to_host(indices, priorities)  # tensors: one transfer at most
-        keys = ring.as_int_array(indices, "indices", "update_priorities")
-        if type(priorities) is np.ndarray and priorities.dtype.kind == "f":
-            p = priorities.astype(np.float64, copy=False).reshape(-1)
-        else:
-            p = _floats(priorities, f"update_priorities(priorities={describe(priorities)})",
-                        f"[B={len(keys)}] (one priority per index)").reshape(-1)
-    if len(p) != len(keys):
-        raise ShapeError(
-            f"update_priorities: {len(keys)} indices but {len(p)} priorities; "
-            "pass one priority per index"
-        )
     limit = math.inf if traits.bounded is None else traits.bounded.priority_limit
-    if len(keys) and not _valid()(keys, p, limit):  # one pass where compiled; then name it
-        if keys.min() < 0:
-            raise ConfigError(
-                f"update_priorities(indices=...): {keys[keys < 0][:4].tolist()} are negative; "
-                "item keys are >= 0: pass batch.indices as sampled"
-            )
-        # NaN fails both tests, negatives the first, +inf and too large values the second
-        hi = p.max()
-        if not (p.min() >= 0.0 and hi <= limit) or hi == math.inf:
-            raise _bad_values(p, limit, "update_priorities(priorities=...)")
+    keys, p = checked_updates(indices, priorities, limit)
     if traits.keyed is not None:  # stale filter + slots + update in one pass
         return int(traits.keyed.update_keys(keys, p, lanes))
     live = ring.is_live(keys, lanes.written, lanes.counts)

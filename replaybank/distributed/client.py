@@ -139,9 +139,10 @@ import numpy as np
 import numpy.typing as npt
 
 from replaybank.batch import Batch, SequenceBatch
+from replaybank.buffers.buffer_state import probe_rng
 from replaybank.buffers.checked_call import check_call
 from replaybank.buffers.inputs import UNSET
-from replaybank.buffers.priorities import priority_values, to_host
+from replaybank.buffers.priorities import checked_updates, priority_values, to_host
 from replaybank.distributed.errors import RowsRejectedWarning, ShardUnavailableError
 from replaybank.distributed.keys import group_by_shard, group_rows_by_shard
 from replaybank.distributed.rejection import CandidateStream, candidate_counts
@@ -1093,38 +1094,66 @@ class ReplayClient:
         :meth:`replaybank.ReplayBuffer.update_priorities`); stale ones (overwritten
         since), retired ones and those of shards that are down are ignored.
 
-        Every argument is checked here, with one buffer's rules, before anything is
-        sent (as :meth:`update_sequence_priorities` does), so a bad call changes no
-        shard; then each shard gets its own keys in one call, all shards in parallel.
+        Every argument is checked here, with one buffer's rules
+        (:func:`~replaybank.buffers.priorities.checked_updates`, the local buffer's own
+        checks), before anything is sent, so a bad call changes no shard and raises
+        what a local buffer raises; then each shard gets its own keys in one call, all
+        shards in parallel.
 
         Args:
             indices: ``batch.indices`` of :meth:`sample`, ``[B]`` global keys (numpy, a
-                list or a torch tensor on any device).
+                list or a torch tensor on any device; ``[B, 1]`` is flattened, as one
+                buffer does).
             priorities: ``[B]`` new priorities (a torch tensor may require grad).
 
         Returns:
             Number of priorities applied, summed over the shards.
 
         Raises:
-            ShapeError: ``indices`` are not 1-D non-negative integers, or not one
-                priority per index.
-            ConfigError: The service's sampler has no priorities.
-            DtypeError: A priority is not a number, negative, NaN, infinite or above
-                the largest priority the shards store (their ``priority_limit``).
+            ConfigError: The service's sampler has no priorities, or an index is
+                negative (not a key).
+            ShapeError: No shard holds any storage yet (nothing was written), the
+                numbers of indices and priorities differ, or either is a ragged list.
+            DtypeError: ``indices`` are not integers, or a priority is not a number,
+                negative, NaN, infinite or above the largest priority the shards store
+                (their ``priority_limit``).
         """
         call = "update_priorities"
-        indices, priorities = to_host(indices, priorities)  # tensors: one transfer
-        groups = group_by_shard(indices, priorities, self.num_shards, call)
         limit = self._priorities_limit(call)
+        if limit is not None:
+            self._check_storage(call)
+        keys, p = checked_updates(indices, priorities, math.inf if limit is None else limit)
         if limit is None:  # every shard is down: nothing can be applied
             return 0
-        priority_values(priorities, (1, sum(len(k) for k, _ in groups.values())), limit,
-                        f"{call}(priorities={describe(priorities)})")
+        groups = group_by_shard(keys, p, self.num_shards)
         self._probe()
-        refs = {s: self._shards[s].update_priorities.remote(k, p)
-                for s, (k, p) in groups.items() if s not in self._degraded}
+        refs = {s: self._shards[s].update_priorities.remote(k, v)
+                for s, (k, v) in groups.items() if s not in self._degraded}
         out, _ = self._gather(refs)
         return int(sum(out.values()))
+
+    def _check_storage(self, call: str) -> None:
+        """Refuse a priority update while no shard holds any storage (nothing was ever
+        written, by this client or another one), as one buffer refuses it.
+
+        Raises:
+            ShapeError: No live shard has a spec yet and this client queued no rows.
+        """
+        rule = self._write_rule()
+        if rule is None or rule["spec"] is not None:
+            return
+        # no spec known here: another client may have written since the shards were asked
+        self._probe()
+        live = [s for s in range(self.num_shards) if s not in self._degraded]
+        answers, _ = self._gather({s: self._shards[s].write_rule.remote() for s in live})
+        fresh = next((answers[s] for s in sorted(answers) if answers[s]["spec"] is not None),
+                     None)
+        if fresh is not None:
+            self._rules = fresh
+            return
+        raise ShapeError(
+            f"{call}: the service holds no storage yet (no shard was written to); add a "
+            "transition and sample before updating priorities")
 
     def update_sequence_priorities(self, starts: Any, td_errors: Any, eta: float = 0.9,
                                    mask: Any = None) -> int:
@@ -1154,8 +1183,9 @@ class ReplayClient:
         Raises:
             ConfigError: ``eta`` outside ``[0, 1]``, a negative start, or the service's
                 sampler has no priorities.
-            ShapeError: ``starts`` is not ``[B]``, ``td_errors`` not ``[B, L]``, or
-                ``mask`` not of ``td_errors``' shape.
+            ShapeError: ``starts`` is not ``[B]``, ``td_errors`` not ``[B, L]``,
+                ``mask`` not of ``td_errors``' shape, or no shard holds any storage yet
+                (nothing was written).
             DtypeError: ``starts`` are not integers, ``td_errors`` not numbers, or a
                 counted TD error is NaN or infinite (or its priority above the
                 sampler's ``priority_limit``).
@@ -1204,6 +1234,7 @@ class ReplayClient:
                 f"{call}(td_errors=...): window priorities up to {hi:.6g} exceed "
                 f"{limit:.6g}, the largest priority the shards store without their sum "
                 "trees overflowing; rescale the TD errors or lower alpha")
+        self._check_storage(call)
         rows: list[np.ndarray[Any, Any]] = [td] if mask is None else [td, m]
         groups = group_rows_by_shard(keys, rows, self.num_shards)
         self._probe()

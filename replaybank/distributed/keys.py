@@ -30,9 +30,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from replaybank.buffers.priorities import to_host
-from replaybank.errors import DtypeError, ShapeError, describe
-from replaybank.spec import rows_array
+from replaybank.errors import ShapeError, describe
 
 __all__ = ["group_by_shard", "group_rows_by_shard", "to_global", "to_local"]
 
@@ -50,47 +48,25 @@ def to_local(keys: IntArray, num_shards: int) -> tuple[IntArray, IntArray]:
     return keys % num_shards, keys // num_shards
 
 
-def group_by_shard(keys: Any, values: Any, num_shards: int, call: str
+def group_by_shard(keys: IntArray, values: npt.NDArray[np.float64], num_shards: int
                    ) -> dict[int, tuple[IntArray, npt.NDArray[np.float64]]]:
     """``{shard: (local keys, values)}`` of global ``keys`` ``[B]`` and ``values`` ``[B]``.
 
-    Raises:
-        ShapeError: ``keys`` and ``values`` are not 1-D of one length (or are ragged
-            lists), or a key is negative (not a key this service handed out).
-        DtypeError: ``values`` are not numbers.
+    The caller checks the arguments first, with one buffer's rules
+    (:func:`~replaybank.buffers.priorities.checked_updates`): ``keys`` are 1-D
+    non-negative int64 and ``values`` one float64 per key. Within each shard the keys
+    keep their order.
 
     Example:
-        >>> out = group_by_shard([0, 3, 5], [1.0, 2.0, 3.0], 2, "update_priorities")
+        >>> out = group_by_shard(np.array([0, 3, 5]), np.array([1.0, 2.0, 3.0]), 2)
         >>> {s: (k.tolist(), v.tolist()) for s, (k, v) in out.items()}
         {0: ([0], [1.0]), 1: ([1, 2], [2.0, 3.0])}
     """
-    keys, values = to_host(keys, values)  # torch tensors on any device: one transfer
-    k = rows_array(keys, lambda: f"{call}(indices={describe(keys)})",
-                   "[B] global keys (one per sampled row)",
-                   "pass batch.indices as returned by sample")
-    if not isinstance(k, np.ndarray):  # numpy could not convert it: not integers
-        k = np.asarray(None)
-    v = rows_array(values, lambda: f"{call}(priorities={describe(values)})",
-                   "[B] priorities (one per index)",
-                   "pass a flat list or array of numbers, e.g. np.abs(td_errors)")
-    try:
-        v = np.asarray(v, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise DtypeError(f"{call}(priorities={describe(values)}): priorities must be "
-                         "numbers; pass e.g. np.abs(td_errors)") from None
-    if k.ndim != 1 or v.shape != k.shape or not np.issubdtype(k.dtype, np.integer):
-        raise ShapeError(
-            f"{call}(indices={describe(keys)}, priorities={describe(values)}): expected "
-            "1-D integer indices (batch.indices) and one priority per index"
-        )
-    if len(k) and int(k.min()) < 0:
-        raise ShapeError(f"{call}: indices hold {int(k.min())}; pass batch.indices as "
-                         "returned by sample (non-negative global keys)")
-    shard, local = to_local(k.astype(np.int64), num_shards)
+    shard, local = to_local(keys, num_shards)
     out: dict[int, tuple[IntArray, npt.NDArray[np.float64]]] = {}
     for s in np.unique(shard).tolist():
         m = shard == s
-        out[int(s)] = (local[m], v[m])
+        out[int(s)] = (local[m], np.asarray(values, np.float64)[m])
     return out
 
 
