@@ -126,6 +126,28 @@ class Resumable(Persistable, Protocol):
         ...
 
 
+@runtime_checkable
+class SavedElsewhere(Protocol):
+    """An object with a buffer's interface whose data :func:`save` cannot reach: it lives
+    elsewhere and is saved by its owner (a sharded service's client: the shards hold the
+    rows, ``service.checkpoint()`` saves them). :func:`save` and :func:`load_into` refuse
+    it with its own advice."""
+
+    def how_to_save(self) -> str:
+        """What saves (and restores) this object's data, for the refusal's message."""
+        ...
+
+
+def _refuse_saved_elsewhere(buf: Any, call: str) -> None:
+    """Refuse a :class:`SavedElsewhere` object, naming the call and its owner's fix.
+
+    Raises:
+        ConfigError: ``buf`` is one.
+    """
+    if isinstance(buf, SavedElsewhere):
+        raise ConfigError(f"{call}(buf={type(buf).__name__}): {buf.how_to_save()}")
+
+
 # ---------------------------------------------------------------------- checkpoints
 def save(buf: Persistable, dirpath: Any, prefix: str = "buffer_") -> Path:
     """Save a buffer as ``<prefix>metadata.json`` + ``<prefix>state.safetensors`` (atomic).
@@ -141,9 +163,12 @@ def save(buf: Persistable, dirpath: Any, prefix: str = "buffer_") -> Path:
     Raises:
         CheckpointError: The write failed (the previous checkpoint is left intact), or
             ``dirpath`` is a file.
-        ConfigError: The buffer's config cannot be described (unregistered component).
+        ConfigError: The buffer's config cannot be described (unregistered component),
+            or ``buf`` is saved by its owner (:class:`SavedElsewhere`: a sharded
+            service's client, whose service saves with ``service.checkpoint()``).
         ArgumentError: ``dirpath`` is not a path (a str or ``os.PathLike``).
     """
+    _refuse_saved_elsewhere(buf, "save")
     path = directory(dirpath, "save", "dirpath", reading=False)
     with _exclusive(buf):  # another thread's adds wait until the files are written
         from replaybank.config import buffer_config  # pydantic loads with the first save
@@ -191,6 +216,9 @@ def load_into(buf: Persistable, dirpath: Any, prefix: str = "buffer_") -> Persis
     Raises:
         CheckpointError: Any problem with the files, or they do not fit ``buf``;
             ``dirpath`` is a file (pass the directory that holds it).
+        ConfigError: ``buf`` is restored by its owner (:class:`SavedElsewhere`: a
+            sharded service's client, whose service restores with
+            ``ReplayService.restore``).
         ArgumentError: ``dirpath`` is not a path (a str or ``os.PathLike``).
 
     Example:
@@ -204,6 +232,7 @@ def load_into(buf: Persistable, dirpath: Any, prefix: str = "buffer_") -> Persis
         >>> len(load_into(rb.ReplayBuffer(8), d))
         1
     """
+    _refuse_saved_elsewhere(buf, "load_into")
     manifest, sf = open_checked(directory(dirpath, "load_into", "dirpath"), prefix)
     with sf:
         verify_crcs(manifest, sf)

@@ -426,3 +426,116 @@ def test_client_refuses_tuples_holding_arrays_as_one_buffer_does(services: Any) 
             c.flush()
             assert len(c) == size, name
     assert len(c) == 4
+
+
+def test_a_damaged_client_state_is_refused_and_changes_nothing(services: Any) -> None:
+    """load_state_dict raised a bare KeyError for a state without 'rng' and a bare
+    ValueError for a bad 'calls', after it had already replaced the generator: the
+    failed call changed the client's sampling state. Every entry is now checked first
+    and a bad one raises CheckpointError (as one buffer's load_state_dict does), naming
+    the entry, and the client's state (generator, beta calls, masses) is as it was."""
+    svc, client, _ = filled(services, PER, seed=1)
+    client.sample(8)  # shard masses and beta calls recorded
+    mine = client.state_dict()
+    other = svc.client("other", seed=123)
+    other.sample(3)
+    good = other.state_dict()
+    local = rb.ReplayBuffer(16, sampler=rb.PrioritizedSampler())
+    with pytest.raises(CheckpointError):
+        local.load_state_dict({})
+    bad_states = {
+        "no rng": ({}, r"no 'rng' entry"),
+        "not a dict": ([1, 2], r"load_state_dict\(state=\[1, 2\]\)"),
+        "rng of another generator": (
+            {**good, "rng": {"bit_generator": "MT19937"}},
+            "rng state does not fit a PCG64",
+        ),
+        "calls='x'": ({**good, "calls": "x"}, r"state\['calls'\]='x'"),
+        "calls=-1": ({**good, "calls": -1}, r"state\['calls'\]=-1"),
+        "shard_masses of 3 shards": (
+            {**good, "shard_masses": [1.0, 2.0, 3.0]},
+            r"state\['shard_masses'\]=.*one finite number >= 0 "
+            r"per shard \(2\)",
+        ),
+        "shard_masses 'ab'": ({**good, "shard_masses": "ab"}, r"state\['shard_masses'\]"),
+        "window_rates rows of 3": (
+            {**good, "window_rates": [[2, "k", 1.0]]},
+            r"state\['window_rates'\]",
+        ),
+    }
+    before = svc.stats()["shards"]
+    for name, (state, said) in bad_states.items():
+        with pytest.raises(CheckpointError, match=said):
+            client.load_state_dict(state)
+        assert client.state_dict() == mine, name
+    assert svc.stats()["shards"] == before
+    client.load_state_dict(good)  # a good state still loads
+    assert client.state_dict() == good
+
+
+@pytest.mark.parametrize("lost", ["shard.json", "times.npy", "buffer_state.safetensors"])
+def test_restore_with_a_shard_file_missing_names_it(
+    services: Any, tmp_path: Any, lost: str
+) -> None:
+    """A checkpoint without shard-001/times.npy raised Ray's ActorDiedError (the shard
+    died loading it), and without shard.json Ray's RayTaskError(CheckpointError), whose
+    message is Ray's remote traceback. The files are checked before any shard starts:
+    a CheckpointError naming the file and the fix, no Ray error, no actor left."""
+    svc = start(services, 2, {"capacity": 8}, num_lanes=2, seed=0)
+    c = svc.client(max_rows=1)
+    c.extend(**steps(2, 0, 4))
+    path = svc.checkpoint(tmp_path / "ck")
+    (path / "shard-001" / lost).unlink()
+    with pytest.raises(CheckpointError) as got:
+        ReplayService.restore(path, num_cpus=SHARD_CPUS, timeout=30.0)
+    assert type(got.value) is CheckpointError  # not Ray's wrapper of it
+    assert str(got.value).startswith(
+        f"ReplayService.restore(path={str(path)!r}): shard 1's file "
+        f"{path / 'shard-001' / lost} is missing"
+    )
+    assert "restore another checkpoint" in str(got.value)
+
+
+def test_restore_of_a_damaged_shard_file_raises_the_shards_error(
+    services: Any, tmp_path: Any
+) -> None:
+    """A shard file that is there but damaged is found by the shard as it loads: its
+    CheckpointError reaches the caller as itself (it was Ray's ActorDiedError for
+    times.npy, and a RayTaskError wrapper, whose message is Ray's traceback, for
+    shard.json)."""
+    svc = start(services, 2, {"capacity": 8}, num_lanes=2, seed=0)
+    c = svc.client(max_rows=1)
+    c.extend(**steps(2, 0, 4))
+    path = svc.checkpoint(tmp_path / "ck")
+    damages = {
+        "times.npy": (b"not an array", r"times\.npy: cannot read the shard's sample"),
+        "shard.json": (b"{}", r"shard\.json: not a shard state \(KeyError"),
+    }
+    for name, (text, said) in damages.items():
+        saved = (path / "shard-001" / name).read_bytes()
+        (path / "shard-001" / name).write_bytes(text)
+        with pytest.raises(
+            CheckpointError, match="^" + str(path / "shard-001") + ".*" + said
+        ) as got:
+            ReplayService.restore(path, num_cpus=SHARD_CPUS, timeout=30.0)
+        assert type(got.value) is CheckpointError, name
+        (path / "shard-001" / name).write_bytes(saved)
+    back = ReplayService.restore(path, num_cpus=SHARD_CPUS, timeout=30.0)  # intact again
+    services.append(back)
+    assert len(back.client()) == 8
+
+
+def test_rb_save_of_a_client_points_to_the_service_checkpoint(services: Any, tmp_path: Any) -> None:
+    """rb.save(client) advised registering ReplayClient as a buffer type; a client holds
+    no rows, its service's checkpoint() saves them. Nothing is written."""
+    svc = start(services, 2, {"capacity": 8}, num_lanes=2)
+    c = svc.client()
+    for call in (rb.save, rb.persist.load_into):
+        with pytest.raises(
+            ConfigError,
+            match=r"\(buf=ReplayClient\): a service client holds "
+            r"no rows .* service\.checkpoint\(path\) .* "
+            r"ReplayService\.restore\(path\)",
+        ):
+            call(c, tmp_path / "d")
+    assert not (tmp_path / "d").exists()

@@ -2,7 +2,7 @@
 
 A checkpoint of :class:`~replaybank.distributed.service.ReplayService` is one directory::
 
-    <path>/shard-000/        rb.save of shard 0's buffer + shard.json (+ times.npz)
+    <path>/shard-000/        rb.save of shard 0's buffer + shard.json + times.npy
     <path>/shard-001/        ...
     <path>/manifest.json     shard count, buffer config, lanes, limiter, client states
     <path>/DONE              written last: the checkpoint is complete
@@ -35,14 +35,25 @@ import os
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
+
 from replaybank.errors import CheckpointError
 from replaybank.io.atomic import temp_path
+from replaybank.io.manifest import checkpoint_paths
 
-__all__ = ["FORMAT", "begin", "finish", "latest", "read_json", "read_manifest",
-           "shard_dir", "write_json"]
+__all__ = ["BUFFER_PREFIX", "FORMAT", "SHARD_JSON", "TIMES", "begin", "check_shards",
+           "finish", "latest", "read_array", "read_json", "read_manifest", "shard_dir",
+           "write_json"]
 
 #: The ``format`` entry of a service manifest.
 FORMAT = "replaybank.distributed/1"
+#: File name prefix of a shard's buffer files (``rb.save``'s ``prefix``).
+BUFFER_PREFIX = "buffer_"
+#: A shard's counters and limiter state.
+SHARD_JSON = "shard.json"
+#: A shard's ``max_times_sampled`` counts, ``[2, slots]`` int64.
+TIMES = "times.npy"
 _MANIFEST = "manifest.json"
 _DONE = "DONE"
 _LATEST = "LATEST"
@@ -76,6 +87,46 @@ def read_json(path: Path, what: str) -> Any:
     except (OSError, ValueError) as exc:
         raise CheckpointError(f"{path}: cannot read {what} ({exc}); the checkpoint is "
                               "damaged, restore another one") from exc
+
+
+def read_array(path: Path, what: str) -> npt.NDArray[Any]:
+    """Read a ``.npy`` file, or raise CheckpointError naming ``what`` it should hold."""
+    try:
+        return np.asarray(np.load(path, allow_pickle=False))
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: missing ({what}); the checkpoint is incomplete, "
+                              "restore another one") from None
+    except (OSError, ValueError) as exc:
+        raise CheckpointError(f"{path}: cannot read {what} ({exc}); the checkpoint is "
+                              "damaged, restore another one") from exc
+
+
+def check_shards(root: Path, num_shards: int) -> None:
+    """Check that every shard folder of the checkpoint at ``root`` holds the files a shard
+    loads (its state, its counts and its buffer's state file), before any shard starts.
+
+    Raises:
+        CheckpointError: A file is missing, named with the shard and the fix.
+
+    Example:
+        >>> import tempfile
+        >>> root = Path(tempfile.mkdtemp())
+        >>> write_json(shard_dir(root, 0) / SHARD_JSON, {"inserts": 0})
+        >>> check_shards(root, 1)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        replaybank.errors.CheckpointError: ReplayService.restore(path=...): shard 0's file .../shard-000/times.npy is missing ...
+    """  # noqa: E501
+    for i in range(num_shards):
+        where = shard_dir(Path(root), i)
+        need = [(where / SHARD_JSON, "its counters"), (where / TIMES, "its sample counts"),
+                (checkpoint_paths(where, BUFFER_PREFIX)[1], "its buffer's data")]
+        for path, what in need:
+            if not path.is_file():
+                raise CheckpointError(
+                    f"ReplayService.restore(path={str(root)!r}): shard {i}'s file {path} is "
+                    f"missing ({what}), so the checkpoint is incomplete or was edited; "
+                    "restore another checkpoint (e.g. an earlier one of checkpoint_dir)")
 
 
 def begin(root: Path) -> None:

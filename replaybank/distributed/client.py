@@ -155,10 +155,17 @@ from replaybank.distributed.split import (
     split_successive,
 )
 from replaybank.distributed.writer import MAX_BYTES, MAX_ROWS, RowBatcher, lanes_of, tree_map
-from replaybank.errors import ConfigError, DtypeError, EmptyBufferError, ShapeError, describe
+from replaybank.errors import (
+    CheckpointError,
+    ConfigError,
+    DtypeError,
+    EmptyBufferError,
+    ShapeError,
+    describe,
+)
 from replaybank.ops import windows
 from replaybank.samplers.prioritized import PrioritizedSampler
-from replaybank.samplers.sample_args import check_replace
+from replaybank.samplers.sample_args import check_replace, check_size_arg
 from replaybank.spec import SEP, as_array, rows_array, unflatten
 
 __all__ = ["ReplayClient"]
@@ -1283,18 +1290,86 @@ class ReplayClient:
                                  for k, (a, u) in self._window_rates.items()]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict`."""
-        self._rng.bit_generator.state = state["rng"]
-        if self._schedule is not None and state.get("calls") is not None:
-            self._schedule.calls = int(state["calls"])
-        seen = state.get("shard_masses")
-        self._seen = None if seen is None else [float(m) for m in seen]
-        self._window_rates = {(int(n), str(k)): (float(a), float(u))
-                              for n, k, a, u in state.get("window_rates", [])}
+        """Restore :meth:`state_dict`.
+
+        Every entry is checked before anything changes, so a damaged state leaves the
+        client (its generator included) exactly as it was, as one buffer's
+        ``load_state_dict`` does.
+
+        Raises:
+            CheckpointError: ``state`` is not a dict, lacks ``rng``, or an entry does
+                not fit this client (a generator state of another type, a ``calls``
+                that is not an int >= 0, ``shard_masses`` that are not one number >= 0
+                per shard, ``window_rates`` that are not ``[length, key, usable,
+                drawn]`` rows).
+        """
+        rng, calls, seen, rates = _checked_state(state, self.num_shards, self._rng)
+        self._rng.bit_generator.state = rng
+        if self._schedule is not None and calls is not None:
+            self._schedule.calls = calls
+        self._seen = seen
+        self._window_rates = rates
+
+    def how_to_save(self) -> str:
+        """Why ``rb.save`` cannot save a client, and what does
+        (:class:`~replaybank.persist.SavedElsewhere`)."""
+        return ("a service client holds no rows (its service's shards do); save the whole "
+                "service with service.checkpoint(path) (it saves this client's sampling "
+                "state too) and bring it back with ReplayService.restore(path)")
 
     def __repr__(self) -> str:
         return (f"ReplayClient(num_shards={self.num_shards}, num_lanes={self.num_lanes}, "
                 f"pending_rows={self.pending_rows})")
+
+
+def _checked_state(state: Any, num_shards: int, rng: np.random.Generator
+                   ) -> tuple[Any, int | None, list[float] | None,
+                              dict[tuple[int, str], tuple[float, float]]]:
+    """The entries of a :meth:`ReplayClient.state_dict`, checked and parsed (nothing is
+    applied): ``(rng state, calls, shard masses, window rates)``.
+
+    Raises:
+        CheckpointError: An entry is missing or does not fit (see
+            :meth:`ReplayClient.load_state_dict`).
+    """
+    fix = "pass a state saved by ReplayClient.state_dict() (or svc.checkpoint())"
+    if not isinstance(state, dict):
+        raise CheckpointError(f"load_state_dict(state={describe(state)}): expected the dict "
+                              f"of ReplayClient.state_dict(); {fix}")
+    if "rng" not in state:
+        raise CheckpointError(f"load_state_dict: the state has no 'rng' entry (it has "
+                              f"{sorted(state)}); {fix}")
+    probe_rng(rng, state["rng"])
+    calls = state.get("calls")
+    if calls is not None and (isinstance(calls, bool) or not isinstance(calls, (int, np.integer))
+                              or calls < 0):
+        raise CheckpointError(f"load_state_dict: state['calls']={calls!r} must be None or an "
+                              f"int >= 0 (the beta schedule's sample calls); {fix}")
+    seen = state.get("shard_masses")
+    masses: list[float] | None = None
+    if seen is not None:
+        try:
+            masses = [float(m) for m in seen]
+        except (TypeError, ValueError):
+            masses = None
+        if masses is None or len(masses) != num_shards \
+                or not all(math.isfinite(m) and m >= 0.0 for m in masses):
+            raise CheckpointError(
+                f"load_state_dict: state['shard_masses']={describe(seen)} must be None or "
+                f"one finite number >= 0 per shard ({num_shards}); {fix}")
+    rates: dict[tuple[int, str], tuple[float, float]] = {}
+    rows = state.get("window_rates", [])
+    try:
+        for n, k, a, u in rows:
+            if isinstance(n, bool) or not isinstance(n, (int, np.integer)) \
+                    or not isinstance(k, str):
+                raise TypeError(n, k)
+            rates[(int(n), k)] = (float(a), float(u))
+    except (TypeError, ValueError):
+        raise CheckpointError(
+            f"load_state_dict: state['window_rates']={describe(rows)} must be a list of "
+            f"[sequence_length, key, usable, drawn] rows; {fix}") from None
+    return state["rng"], None if calls is None else int(calls), masses, rates
 
 
 def _subset(reply: dict[str, Any], c: int, got: int, rng: np.random.Generator

@@ -354,8 +354,9 @@ class ReplayService:
                 lanes, seed, rate limit and ``max_times_sampled`` are the saved ones.
 
         Raises:
-            CheckpointError: No ``DONE`` marker, a damaged manifest or shard, or another
-                shard count.
+            CheckpointError: No ``DONE`` marker, a damaged manifest or shard, a shard
+                file missing (checked before any shard starts; the message names the
+                file), or another shard count.
         """
         root = Path(path).resolve()
         m = checkpoint.read_manifest(root)
@@ -363,6 +364,9 @@ class ReplayService:
             raise CheckpointError(
                 f"ReplayService.restore(num_shards={num_shards}): the checkpoint at {root} "
                 f"has {m['num_shards']} shards; restore it with the same count")
+        # every shard's files are there before any shard starts (a shard that fails to
+        # load would surface as Ray's actor error, not as this CheckpointError)
+        checkpoint.check_shards(root, int(m["num_shards"]))
         rate = None
         if m.get("rate_limit") is not None:
             from replaybank.distributed.limiter import RateLimit
@@ -461,12 +465,18 @@ def _not_started(shards: list[int], request: Mapping[str, float],
 
 
 def _creation_error(exc: BaseException) -> ReplayBankError | None:
-    """The replaybank error a shard's ``__init__`` raised, inside Ray's error (or None)."""
+    """The replaybank error a shard's ``__init__`` raised, inside Ray's error (or None).
+
+    The innermost one: Ray wraps a task's error in a class that is both its own error
+    and the cause's type (``RayTaskError(CheckpointError)``, whose message is Ray's
+    remote traceback); the user gets the shard's error itself, with its own message.
+    """
+    found: ReplayBankError | None = None
     cause: Any = exc
     for _ in range(4):
         if isinstance(cause, ReplayBankError):
-            return cause
+            found = cause
         cause = getattr(cause, "cause", None)
         if cause is None:
-            return None
-    return None
+            break
+    return found

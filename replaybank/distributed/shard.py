@@ -55,7 +55,7 @@ from replaybank.distributed import checkpoint
 from replaybank.distributed.keys import to_global
 from replaybank.distributed.served import Refusal, Served, service_kind
 from replaybank.distributed.writer import unpack
-from replaybank.errors import ConfigError, ReplayBankError
+from replaybank.errors import CheckpointError, ConfigError, ReplayBankError
 from replaybank.ops import ring
 
 __all__ = ["PriorityMass", "Shard", "ShardSpec"]
@@ -682,24 +682,42 @@ class Shard:
         """Save the buffer and the shard state into ``<root>/shard-NNN`` (atomic files)."""
         where = checkpoint.shard_dir(Path(root), self.spec.index)
         where.mkdir(parents=True, exist_ok=True)
-        persist.save(self.buf, where)
-        np.save(where / "times.npy.tmp.npy", np.stack([self.times, self.times_key]))
-        os.replace(where / "times.npy.tmp.npy", where / "times.npy")
-        checkpoint.write_json(where / "shard.json", {
+        persist.save(self.buf, where, checkpoint.BUFFER_PREFIX)
+        times = where / checkpoint.TIMES
+        np.save(f"{times}.tmp.npy", np.stack([self.times, self.times_key]))
+        os.replace(f"{times}.tmp.npy", times)
+        checkpoint.write_json(where / checkpoint.SHARD_JSON, {
             "index": self.spec.index, "inserts": self.inserts, "samples": self.samples,
             "limiter": None if self.limiter is None else self.limiter.state_dict(),
         })
         return str(where)
 
     def load(self, root: str) -> None:
-        """Load ``<root>/shard-NNN`` (written by :meth:`save`)."""
+        """Load ``<root>/shard-NNN`` (written by :meth:`save`).
+
+        Raises:
+            CheckpointError: A file is missing or damaged (named).
+        """
         where = checkpoint.shard_dir(Path(root), self.spec.index)
-        state = checkpoint.read_json(where / "shard.json", "the shard state")
-        persist.load_into(self.buf, where)
-        times = np.load(where / "times.npy")
-        self.times, self.times_key = times[0].copy(), times[1].copy()
-        self.inserts, self.samples = int(state["inserts"]), int(state["samples"])
-        if self.limiter is not None and state["limiter"] is not None:
-            self.limiter.load_state_dict(state["limiter"])
+        state = checkpoint.read_json(where / checkpoint.SHARD_JSON, "the shard state")
+        times = checkpoint.read_array(where / checkpoint.TIMES, "the shard's sample counts")
+        if times.shape != (2, self.n_slots) or times.dtype.kind not in "iu":
+            raise CheckpointError(
+                f"{where / checkpoint.TIMES}: holds {times.dtype} {times.shape}, expected "
+                f"int64 (2, {self.n_slots}) (the sample counts of this shard's slots); the "
+                "checkpoint is damaged or of another capacity, restore another one")
+        try:
+            inserts, samples = int(state["inserts"]), int(state["samples"])
+            limiter = state["limiter"]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CheckpointError(
+                f"{where / checkpoint.SHARD_JSON}: not a shard state ({type(exc).__name__}: "
+                f"{exc}); the checkpoint is damaged, restore another one") from None
+        persist.load_into(self.buf, where, checkpoint.BUFFER_PREFIX)
+        self.times = times[0].astype(np.int64)
+        self.times_key = times[1].astype(np.int64)
+        self.inserts, self.samples = inserts, samples
+        if self.limiter is not None and limiter is not None:
+            self.limiter.load_state_dict(limiter)
         self.restored_from = str(root)
 

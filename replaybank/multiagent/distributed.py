@@ -119,6 +119,8 @@ class CoreClient(Protocol):
 
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
+    def how_to_save(self) -> str: ...
+
 
 class MultiAgentServed:
     """A shard's ``MultiAgentReplayBuffer``: samples from its core, writes joint steps.
@@ -402,8 +404,14 @@ class MultiAgentReplayClient:
         return self.client.state_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict`."""
+        """Restore :meth:`state_dict` (a damaged state raises CheckpointError and changes
+        nothing, as the core client's)."""
         self.client.load_state_dict(state)
+
+    def how_to_save(self) -> str:
+        """Why ``rb.save`` cannot save a client, and what does (the core client's
+        advice: :class:`~replaybank.persist.SavedElsewhere`)."""
+        return self.client.how_to_save()
 
 
 class MultiAgentServing:
