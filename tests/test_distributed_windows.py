@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 import replaybank as rb
 from replaybank.distributed.rejection import CandidateStream, candidate_counts
 from replaybank.errors import EmptyBufferError
-from tests.distributed_ray import start
+from tests.distributed_ray import start, steps
 from tests.stats import chi2_critical
 from tests.test_distinct_windows import episodes
 
@@ -328,3 +328,44 @@ def test_no_usable_window_raises_and_leaves_the_client_as_it_was(services: Any) 
     assert client.state_dict() == before
     b = client.sample_sequences(8, L)  # and the client still works
     assert all(usable_start(i) for i in b.obs[:, 0, 0].astype(np.int64).tolist())
+
+
+#: sample / sample_sequences calls with a bad argument, on a buffer and on the client
+BAD_DRAWS: dict[str, Any] = {
+    "burn_in=-1": lambda b: b.sample_sequences(2, 2, burn_in=-1),
+    "episode_boundary='xx'": lambda b: b.sample_sequences(2, 2, episode_boundary="xx"),
+    "strict='yes'": lambda b: b.sample_sequences(2, 2, strict="yes"),
+    "unknown keyword": lambda b: b.sample_sequences(2, 2, foo=1),
+    "sequence_length longer than a lane": lambda b: b.sample_sequences(2, 9),
+    "sequence_length=0": lambda b: b.sample_sequences(2, 0),
+    "sequence_length=2.0": lambda b: b.sample_sequences(2, 2.0),
+    "sample_sequences(batch_size=0)": lambda b: b.sample_sequences(0, 2),
+    "sample(batch_size=0)": lambda b: b.sample(0),
+    "sample(batch_size=True)": lambda b: b.sample(True),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_DRAWS))
+def test_bad_window_arguments_name_the_users_call(services: Any, case: str) -> None:
+    """Over two shards the client's exact windows are drawn by the shards'
+    sequence_candidates, whose errors named that internal call
+    (``sequence_candidates(burn_in=-1): ...``), and the client's own checks of
+    batch_size/sequence_length named no call (``sequence_length=0: ...``). A buffer
+    names the user's call: the client now says what it says (type and message), and the
+    refused call changes neither the client's sampling state nor any shard."""
+    svc = start(services, 2, {"capacity": 8}, num_lanes=2, seed=0)
+    client = svc.client(max_rows=1)
+    client.extend(**steps(2, 0, 4))
+    client.flush()
+    local = rb.ReplayBuffer(16, num_envs=2)  # 8 rows per lane, as each shard's lane
+    local.extend(**steps(2, 0, 4))
+    call = BAD_DRAWS[case]
+    with pytest.raises(rb.errors.ReplayBankError) as want:
+        call(local)
+    state, shards = client.state_dict(), svc.stats()["shards"]
+    with pytest.raises(type(want.value)) as got:
+        call(client)
+    assert type(got.value) is type(want.value)
+    assert str(got.value) == str(want.value)
+    assert str(got.value).startswith(("sample(", "sample_sequences("))
+    assert client.state_dict() == state and svc.stats()["shards"] == shards

@@ -392,7 +392,7 @@ def _fits(table: StepTable, req: WindowRequest) -> None:
     """Refuse strict windows longer than a lane."""
     if req.strict and req.width > table.T:
         raise ConfigError(
-            f"{req.call}(sequence_length={req.sequence_length}, burn_in={req.burn_in}): a "
+            f"{req.said}(sequence_length={req.sequence_length}, burn_in={req.burn_in}): a "
             f"window of {req.width} steps never fits in a lane of {table.T} rows; lower them, "
             "use strict=False or a larger capacity"
         )

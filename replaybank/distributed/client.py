@@ -786,15 +786,17 @@ class ReplayClient:
                 is drawn: the generators are unchanged).
             ConfigError: Bad window arguments.
         """
-        _positive("sequence_length", sequence_length)
-        batch = SequenceBatch.own(self._draw(batch_size, (int(sequence_length),), kwargs))
+        call = "sample_sequences"
+        batch_size = check_size_arg("batch_size", batch_size, call)
+        length = check_size_arg("sequence_length", sequence_length, call)
+        batch = SequenceBatch.own(self._draw(batch_size, (length,), kwargs))
         if len(self._seq_widths) < 16:  # what update_sequence_priorities checks against
             self._seq_widths.add(int(batch.mask.shape[1]))
         return batch
 
     def _draw(self, n: int, sequences: tuple[int] | None, kwargs: dict[str, Any]
               ) -> dict[str, Any]:
-        n = _positive("batch_size", n)
+        n = check_size_arg("batch_size", n, "sample" if sequences is None else "sample_sequences")
         if "replace" in kwargs:  # a numpy bool as a bool, so the split sees the same value
             kwargs["replace"] = check_replace(
                 kwargs["replace"], "sample" if sequences is None else "sample_sequences")

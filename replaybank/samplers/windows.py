@@ -66,7 +66,7 @@ from replaybank.samplers.sample_args import (
 if TYPE_CHECKING:
     from replaybank.storage.table import StepTable
 
-__all__ = ["WindowRequest", "draw_starts", "extent_kernel", "redraw_short",
+__all__ = ["WindowRequest", "draw_starts", "extent_kernel", "public_call", "redraw_short",
            "servable_starts"]
 
 IntArray = npt.NDArray[np.int64]
@@ -74,6 +74,18 @@ IntArray = npt.NDArray[np.int64]
 #: The arguments of sample_sequences itself (the rest go to the sampler).
 _SEQ_ARGS = ("batch_size", "sequence_length", "episode_boundary", "strict", "burn_in",
              "state_fields", "max_redraws")
+
+
+def public_call(call: str) -> str:
+    """The call a window draw's messages name: the user's. Candidates
+    (``"sequence_candidates"``) are drawn only for a ``sample_sequences`` call of the
+    sharded service's client, so their messages name ``sample_sequences``.
+
+    Example:
+        >>> public_call("sequence_candidates"), public_call("sample_sequences")
+        ('sample_sequences', 'sample_sequences')
+    """
+    return "sample_sequences" if call == "sequence_candidates" else call
 
 
 class WindowRequest(NamedTuple):
@@ -126,6 +138,11 @@ class WindowRequest(NamedTuple):
         """Whether this is a :func:`sequence_candidates` draw."""
         return self.call == "sequence_candidates"
 
+    @property
+    def said(self) -> str:
+        """The call a message names (:func:`public_call`)."""
+        return public_call(self.call)
+
     @classmethod
     def checked(cls, call: str, table: StepTable | None, lanes: LaneView | None,
                 traits: SamplerTraits, batch_size: Any, sequence_length: Any,
@@ -133,6 +150,10 @@ class WindowRequest(NamedTuple):
                 max_redraws: Any, options: dict[str, Any]) -> WindowRequest:
         """The request of ``call`` from its public arguments (named as in
         :func:`~replaybank.buffers.sequences.sample_sequences`), checked before anything is drawn.
+
+        A bad argument's message names the user's call: ``sample_sequences(...)`` also for
+        ``"sequence_candidates"``, whose draws serve the sharded client's
+        ``sample_sequences``.
 
         Raises:
             ConfigError: As :func:`~replaybank.buffers.sequences.sample_sequences`
@@ -142,39 +163,40 @@ class WindowRequest(NamedTuple):
             CapacityError: The windows do not fit in memory.
             EmptyBufferError: Nothing to draw.
         """
+        said = public_call(call)
         if not (type(batch_size) is int and type(sequence_length) is int
                 and type(burn_in) is int and type(max_redraws) is int
                 and batch_size >= 1 and sequence_length >= 1 and burn_in >= 0
                 and max_redraws >= 0):
-            batch_size = check_size_arg("batch_size", batch_size, call)
-            sequence_length = check_size_arg("sequence_length", sequence_length, call)
-            burn_in = check_size_arg("burn_in", burn_in, call, lo=0)
-            max_redraws = check_size_arg("max_redraws", max_redraws, call, lo=0)
+            batch_size = check_size_arg("batch_size", batch_size, said)
+            sequence_length = check_size_arg("sequence_length", sequence_length, said)
+            burn_in = check_size_arg("burn_in", burn_in, said, lo=0)
+            max_redraws = check_size_arg("max_redraws", max_redraws, said, lo=0)
         if options:
-            check_options(call, options, traits.options, _SEQ_ARGS, traits.sampler)
+            check_options(said, options, traits.options, _SEQ_ARGS, traits.sampler)
             if "replace" in options:
-                check_replace(options["replace"], call)
+                check_replace(options["replace"], said)
         if episode_boundary == "stop":
             cross = False
         elif episode_boundary == "cross":
             cross = True
         else:
             raise ConfigError(
-                f"{call}(episode_boundary={episode_boundary!r}): use 'stop' (windows "
+                f"{said}(episode_boundary={episode_boundary!r}): use 'stop' (windows "
                 "end at episode ends, R2D2) or 'cross' (windows run over them, DreamerV3)"
             )
         if strict is not True and strict is not False and not isinstance(strict, np.bool_):
-            raise ConfigError(f"{call}(strict={strict!r}): must be a bool")
+            raise ConfigError(f"{said}(strict={strict!r}): must be a bool")
         width = burn_in + sequence_length
         if batch_size * (width + 1) > (1 << 20):  # [B, W + 1] of every field: memory first
             check_draw_size(
-                f"{call}(batch_size={batch_size}, sequence_length={sequence_length}, "
+                f"{said}(batch_size={batch_size}, sequence_length={sequence_length}, "
                 f"burn_in={burn_in})", batch_size * (width + 1),
                 0 if table is None else table.spec.nbytes_per_item,
                 "lower batch_size, sequence_length or burn_in")
         available = 0 if lanes is None else lanes.size
         if available <= 0 or batch_size > LARGE_BATCH:  # the rest was checked above
-            check_batch_size(batch_size, available, True, call)
+            check_batch_size(batch_size, available, True, said)
         if call == "sequence_candidates":
             if options.get("replace", True) is not True:
                 raise ConfigError(
@@ -308,7 +330,7 @@ def _subset_draws(traits: SamplerTraits, req: WindowRequest) -> SubsetDraws:
     among = traits.subset
     if among is None:
         raise ConfigError(
-            f"{req.call}(replace=False): the sampler ({type(traits.sampler).__name__}) "
+            f"{req.said}(replace=False): the sampler ({type(traits.sampler).__name__}) "
             "cannot draw distinct windows (no key_weights/sample_among); use replace=True "
             "or a uniform or prioritized sampler")
     return among
@@ -326,7 +348,7 @@ def _distinct_starts(traits: SamplerTraits, lanes: LaneView, link: npt.NDArray[n
         fix = (f"lower batch_size to at most {len(keys)}, use replace=True" if len(keys)
                else "add more data")
         raise EmptyBufferError(
-            f"{req.call}(batch_size={req.batch_size}, width={req.width}, episode_boundary="
+            f"{req.said}(batch_size={req.batch_size}, width={req.width}, episode_boundary="
             f"{mode!r}, replace=False): the buffer holds {len(keys)} distinct windows of at "
             f"least {req.min_len} steps{what} (among {lanes.size} steps); "
             f"{_more_windows(req, fix)}")
@@ -396,7 +418,7 @@ def _among_usable(traits: SamplerTraits, lanes: LaneView, link: npt.NDArray[np.i
     and weights its ``sample`` gives those keys); an error naming the cause otherwise."""
     width, cross, min_len = req.width, req.cross, req.min_len
     valid = windows.valid_starts(link, lanes.written, lanes.counts, width, cross, min_len)
-    head = (f"{req.call}(batch_size={req.batch_size}, width={width}, episode_boundary="
+    head = (f"{req.said}(batch_size={req.batch_size}, width={width}, episode_boundary="
             f"{'cross' if cross else 'stop'!r}")
     if len(valid) == 0:
         raise EmptyBufferError(
