@@ -252,6 +252,41 @@ def test_bad_rows_raise_in_their_own_call_and_later_calls_store_exactly_theirs(
     assert svc.stats()["inserts"] == 8 + (len(BAD_ROWS) + len(BAD_PRIORITIES)) * per_call
 
 
+RAGGED: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    "obs": lambda d: {**d, "obs": [[0.0, 1.0], [0.0], [1.0, 1.0], [2.0, 2.0]]},
+    "reward": lambda d: {**d, "reward": [1.0, [1.0, 2.0], 1.0, 1.0]},
+}
+
+
+@pytest.mark.parametrize("known", [False, True], ids=["fresh service", "spec known"])
+@pytest.mark.parametrize("field", sorted(RAGGED))
+def test_a_ragged_list_is_named_as_one_buffer_names_it(
+    services: Any, field: str, known: bool
+) -> None:
+    """A ragged list in add was refused with a message that named no argument
+    (``ShapeError: [[0.0, 1.0], [0.0], ...]: a ragged nest ...``); one buffer's names it
+    (``obs=[[0.0, 1.0], ...]``). The client's message is now one buffer's, on a fresh
+    service and once the shards know the fields, and nothing is queued or stored."""
+    svc = start(services, 2, {"capacity": 16}, num_lanes=4)
+    c = svc.client(max_rows=1)
+    local = rb.ReplayBuffer(16, num_envs=4)
+    if known:
+        c.add(**one_step(4, 0))
+        c.flush()
+        local.add(**one_step(4, 0))
+    bad = RAGGED[field](one_step(4, 1))
+    with pytest.raises(ShapeError) as want:
+        local.add(**bad)
+    assert str(want.value).startswith(f"{field}=[")
+    shards = svc.stats()["shards"]
+    with pytest.raises(ShapeError) as got:
+        c.add(**bad)
+    assert str(got.value) == str(want.value)
+    assert c.pending_rows == 0
+    c.flush()
+    assert svc.stats()["shards"] == shards
+
+
 def test_bad_rows_are_refused_before_the_shards_have_a_spec(services: Any) -> None:
     """The first call implies the spec (as one buffer's first add does); a later call of
     another shape is refused by the client before anything reaches a shard."""
