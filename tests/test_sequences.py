@@ -1154,37 +1154,156 @@ def test_a_stored_field_named_as_an_initial_state_is_refused_before_drawing() ->
     assert buf.sample_sequences(2, 2, state_fields=[]).obs.shape == (2, 2, 1)
 
 
-def test_threads_sampling_one_table_get_their_own_windows() -> None:
-    """The fused path keeps its plan's working arrays per thread: two threads drawing
-    windows of one table at once (the module function, outside any buffer lock; the C
-    calls release the GIL) each get windows of their own starts."""
-    import threading
+def _episodes_of(steps: int, length: int) -> rb.ReplayBuffer:
+    """One lane of ``steps`` steps, obs ``t``, in episodes of ``length`` steps; an
+    episode's final observation (kept aside) is ``t + 0.5``, the next episode's reset
+    observation ``t + 1``; the newest step's next observation (``t + 1`` unless it ends
+    an episode) is kept aside too."""
+    buf = rb.ReplayBuffer(capacity=2 * steps, seed=0)
+    t = np.arange(steps)
+    end = t % length == length - 1
+    obs = np.repeat(t[:, None], 3, axis=1).astype(np.float32)
+    buf.extend(obs=obs, action=np.zeros(steps, np.int64), reward=np.zeros(steps),
+               next_obs=obs + np.where(end, 0.5, 1.0)[:, None].astype(np.float32),
+               terminated=end, truncated=np.zeros(steps, bool))
+    return buf
 
+
+THREAD_TABLES = 24  # fresh tables whose first calls race (each: THREADS first calls)
+THREADS = 8
+
+
+def _draw_own_windows(buf: rb.ReplayBuffer, ready: Any, seed: int, bad: list[str]) -> None:
+    """Four calls of :func:`sample_sequences` ``(32, 10)`` on ``buf``'s parts (a table of
+    :func:`_episodes_of` with episodes of 50 steps) after ``ready`` (a barrier); the first
+    window that is not its start's (obs, next_obs with each final observation, stopped at
+    an episode end), or an exception, is described in ``bad``."""
+    try:
+        _check_own_windows(buf, ready, seed, bad)
+    except BaseException as exc:  # a thread's exception would not fail the test
+        bad.append(f"thread {seed}: {exc!r}")
+
+
+def _check_own_windows(buf: rb.ReplayBuffer, ready: Any, seed: int, bad: list[str]) -> None:
     from replaybank.buffers.sequences import sample_sequences
 
-    buf = rb.ReplayBuffer(capacity=4096, seed=0)
-    for t in range(3000):
-        buf.add(obs=np.full(3, t, np.float32), action=0, reward=0.0,
-                next_obs=np.full(3, t + 1, np.float32), terminated=False, truncated=False)
     table, lanes, traits = buf.table, buf.lane_view(), buf.sampler_traits
+    rng = np.random.default_rng(seed)
+    ready.wait()  # the first calls start together
+    for _ in range(4):
+        sb = sample_sequences(table, lanes, rng, traits, 32, 10)
+        want = sb.starts[:, None] + np.arange(10)  # [B, W]: obs t holds t (one lane)
+        final = want % 50 == 49  # [B, W]: the last step of an episode
+        ok = (sb.obs[..., 0] == want) & (sb.next_obs[..., 0]
+                                         == np.where(final, want + 0.5, want + 1))
+        ok[:, :-1] &= ~final[:, :-1]  # a window stops at its episode's end
+        if not ok.all():
+            b = int(np.flatnonzero(~ok.all(axis=1))[0])
+            bad.append(f"thread {seed}: start {sb.starts[b]}: obs "
+                       f"{sb.obs[b, :, 0].tolist()}, next_obs {sb.next_obs[b, :, 0].tolist()}")
+            return
+
+
+@pytest.mark.parametrize("kernel", ["c", "numba", "numpy"])
+def test_threads_sampling_one_table_get_their_own_windows(
+        kernel: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Threads drawing windows of one table at once (the module function, outside any
+    buffer lock; the compiled calls release the GIL) each get the windows of their own
+    starts, stopped at episode ends, with each final observation. The fused path keeps
+    its plan's working arrays per thread and shares the table's boundary bytes (``link
+    != 0``, lane-major) under a lock: two first calls that raced used to leave a zeroed
+    copy marked up to date, after which no window of that table stopped at an episode
+    end (next_obs the next episode's reset observation) and the newest step's next
+    observation came from the unwritten row after it. Every table here is fresh, so each
+    round races the first calls again: before the fix from none to 2 tables in 3 were
+    spoiled, depending on the machine's load (the next test makes that interleaving
+    certain). (The newest step, 609, does not end an episode: its next observation is
+    kept aside.)"""
+    import threading
+
+    _take_kernels(kernel, monkeypatch)
     bad: list[str] = []
+    for _ in range(THREAD_TABLES):
+        buf = _episodes_of(610, 50)
+        ready = threading.Barrier(THREADS)
+        threads = [threading.Thread(target=_draw_own_windows, args=(buf, ready, s, bad))
+                   for s in range(THREADS)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+    assert not bad, f"{len(bad)} threads got windows not of their starts: {bad[:2]}"
 
-    def draw(seed: int) -> None:
-        rng = np.random.default_rng(seed)
-        for _ in range(300):
-            sb = sample_sequences(table, lanes, rng, traits, 32, 40)
-            want = sb.starts[:, None] + np.arange(40)  # obs t holds t (one lane)
-            if not (np.array_equal(sb.obs[..., 0], want)
-                    and np.array_equal(sb.next_obs[..., 0], want + 1)):
-                bad.append(f"seed {seed}")
-                return
 
-    threads = [threading.Thread(target=draw, args=(s,)) for s in range(3)]
+class _BoundsMeet:
+    """numpy for :mod:`replaybank.views.sequence` (every name passed through) whose
+    allocation of a table's boundary bytes (``zeros(..., uint8)``) stops the moment two
+    threads' first calls of one table meet there: the first caller waits (without the
+    GIL) for a second one, at most ``patience`` seconds; a second caller waits until the
+    first one's sync of the bytes has returned (``synced``), then goes on. The unlocked
+    boundary cache let both through: the second one then put a zeroed copy in place of
+    the synced one, marked up to date."""
+
+    def __init__(self, patience: float) -> None:
+        import threading
+
+        self.patience = patience
+        self.callers = 0
+        self.second = threading.Event()
+        self.synced = threading.Event()
+
+    def zeros(self, shape: Any, dtype: Any = float, *args: Any, **kwargs: Any) -> Any:
+        if np.dtype(dtype) == np.uint8:
+            self.callers += 1
+            if self.callers == 1:
+                self.second.wait(self.patience)
+            else:
+                self.second.set()
+                self.synced.wait(self.patience)
+        return np.zeros(shape, dtype, *args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(np, name)
+
+
+@pytest.mark.parametrize("kernel", ["c", "numba"])
+def test_two_first_calls_that_meet_share_one_synced_boundary_cache(
+        kernel: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The interleaving behind the rare failure of the test above, made certain: two
+    threads' first calls of one table both find no boundary bytes yet; one allocates and
+    syncs them; then the other. Unlocked, the second put a zeroed copy in place, marked
+    synced: from then on every window of the table ran over episode ends (next_obs the
+    next episode's reset observation). Locked, the second waits for the first and finds
+    its bytes."""
+    import threading
+
+    from replaybank.views import sequence as seqview
+
+    fast = _take_kernels(kernel, monkeypatch)
+    bad: list[str] = []
+    # compiled (numba) and loaded before the clock of the meeting runs
+    _draw_own_windows(_episodes_of(610, 50), threading.Barrier(1), 0, bad)
+    meet = _BoundsMeet(patience=0.3)
+    real_sync = fast.sync_boundaries
+
+    def sync(*args: Any) -> None:
+        real_sync(*args)
+        meet.synced.set()
+
+    monkeypatch.setattr(fast, "sync_boundaries", sync)
+    monkeypatch.setattr(seqview, "np", meet)
+    buf = _episodes_of(610, 50)
+    seqview.fused_reads(buf.table)  # one cache for both threads (built before either runs)
+    threads = [threading.Thread(target=_draw_own_windows,
+                                args=(buf, threading.Barrier(1), s, bad)) for s in range(2)]
     for th in threads:
         th.start()
     for th in threads:
         th.join()
-    assert not bad
+    monkeypatch.setattr(seqview, "np", np)
+    assert meet.callers >= 1
+    _draw_own_windows(buf, threading.Barrier(1), 2, bad)  # later calls, one thread
+    assert not bad, f"windows not of their starts: {bad[:2]}"
 
 
 # ------------------------------------------------ links a writer changes during a gather

@@ -52,8 +52,8 @@ class _FusedReads:
     """The flat ``[T * lanes, ...]`` views :func:`gather_fused` reads from one table with
     numpy storage and bool ``terminated``/``truncated``, built once (:func:`fused_reads`)."""
 
-    __slots__ = ("arrays", "bounds", "epoch", "fields", "layouts", "obs", "obs_row_bytes",
-                 "outs", "seen", "term", "trunc")
+    __slots__ = ("arrays", "bounds", "epoch", "fields", "layouts", "lock", "obs",
+                 "obs_row_bytes", "outs", "seen", "term", "trunc")
 
     def __init__(self, table: Any) -> None:
         arrays = table.arrays
@@ -75,6 +75,8 @@ class _FusedReads:
         self.bounds: npt.NDArray[np.uint8] | None = None
         self.seen = np.full(table.lanes, _UNSEEN, np.int64)
         self.epoch = table.epoch
+        #: Held while :meth:`boundaries` allocates and syncs ``bounds``, ``seen``, ``epoch``.
+        self.lock = threading.Lock()
         #: Per ``(B, W)``: the :class:`_Layout` of such batches.
         self.layouts: dict[tuple[int, int], _Layout] = {}
 
@@ -91,14 +93,28 @@ class _FusedReads:
     def boundaries(self, fast: Any, table: Any) -> npt.NDArray[np.uint8]:
         """``link != 0`` of ``table`` lane-major ``[lanes, T]``, brought up to date with
         the rows written since the last call (all of it after a clear or a state load,
-        which bump ``table.epoch``)."""
-        if self.bounds is None:
-            self.bounds = np.zeros((table.lanes, table.T), np.uint8)
-        if table.epoch != self.epoch:
-            self.seen[:] = _UNSEEN
-            self.epoch = table.epoch
-        fast.sync_boundaries(table.link, table.written, self.seen, self.bounds)
-        return self.bounds
+        which bump ``table.epoch``).
+
+        One thread at a time (``lock``): threads sampling one table share these bytes and
+        ``seen``, the rows they are up to date with, and the sync runs without the GIL.
+        Unlocked, a thread's sync could mark the rows seen in one array while a second
+        thread's first call put a fresh zeroed one in its place: every later call then
+        read no boundary (no window stopped at an episode end, and the newest step's next
+        observation was taken from the unwritten row after it). The lock also orders each
+        thread's reads after the bytes another thread's sync wrote.
+        """
+        lock = self.lock
+        lock.acquire()  # not `with`: 0.1 us less per sample, most of the lock's cost
+        try:
+            if self.bounds is None:
+                self.bounds = np.zeros((table.lanes, table.T), np.uint8)
+            if table.epoch != self.epoch:
+                self.seen[:] = _UNSEEN
+                self.epoch = table.epoch
+            fast.sync_boundaries(table.link, table.written, self.seen, self.bounds)
+            return self.bounds
+        finally:
+            lock.release()
 
 
 _UNSEEN = 2**62  # a "written" no lane reaches: the next sync recomputes the lane whole
