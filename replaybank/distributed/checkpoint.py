@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -78,21 +79,24 @@ def write_json(path: Path, value: Any) -> None:
 
 def read_json(path: Path, what: str) -> Any:
     """Read a JSON file, or raise CheckpointError naming ``what`` it should hold."""
-    try:
+
+    def load() -> Any:
         with open(path) as fh:
             return json.load(fh)
-    except FileNotFoundError:
-        raise CheckpointError(f"{path}: missing ({what}); the checkpoint is incomplete, "
-                              "restore another one") from None
-    except (OSError, ValueError) as exc:
-        raise CheckpointError(f"{path}: cannot read {what} ({exc}); the checkpoint is "
-                              "damaged, restore another one") from exc
+
+    return _read(path, what, load)
 
 
 def read_array(path: Path, what: str) -> npt.NDArray[Any]:
     """Read a ``.npy`` file, or raise CheckpointError naming ``what`` it should hold."""
+    return np.asarray(_read(path, what, lambda: np.load(path, allow_pickle=False)))
+
+
+def _read(path: Path, what: str, load: Callable[[], Any]) -> Any:
+    """``load()`` of the file ``path``, its failures as a CheckpointError naming ``what``
+    the file should hold: missing (an incomplete checkpoint) or unreadable (damaged)."""
     try:
-        return np.asarray(np.load(path, allow_pickle=False))
+        return load()
     except FileNotFoundError:
         raise CheckpointError(f"{path}: missing ({what}); the checkpoint is incomplete, "
                               "restore another one") from None
