@@ -195,6 +195,17 @@ def _check_values(row: Mapping[str, AnyArray], layout: AgentLayout,
             "reads them: pass finite values, e.g. critic(state)")
 
 
+def _check_state_given(layout: AgentLayout, state: Any) -> None:
+    """A state is given exactly when the buffer stores one."""
+    if (state is not None) != (layout.state is not None):
+        raise SpecError(
+            f"add(state={describe(state)}): this buffer "
+            + ("stores the global state: pass state= at every add"
+               if layout.state is not None else "stores no global state (its first add "
+               "and spec had none); leave state out, or build a new buffer with "
+               "spec={'state': (shape, dtype)}"))
+
+
 def _float_field(field: FieldSpec, declared: bool, arg: str,
                  shape: tuple[int, ...] | None) -> FieldSpec:
     """A value / log-prob field: real floats (an inferred int or bool becomes float32),
@@ -581,31 +592,43 @@ class MultiAgentRolloutBuffer:
         """:meth:`add`'s checks of one step's values: the layout (the buffer's, or the
         one its first add fixes), the stored fields and the step's row
         (:meth:`_row`); nothing changes."""
-        obs, action, reward = given["obs"], given["action"], given["reward"]
-        value, log_prob = given["value"], given["log_prob"]
-        if self._pos >= self._n_steps:
-            raise CapacityError(
-                f"add: the rollout is full ({self._n_steps} steps x {self._num_envs} envs); "
-                "call compute_returns_and_advantage(...), use the batches, then reset()")
+        self._check_room()
         acting = self._check_dicts(given, active, extras)
         layout, fields = self._layout, self._fields
         if layout is None or fields is None:
             # with one env, a reward (a scalar per env) tells whether values carry the env dim
+            reward = given["reward"]
             lead = (self._num_envs,) if self._num_envs > 1 or np.ndim(
                 reward[acting[0]]) == 1 else ()
-            values = {"obs": obs, "action": action, "log_prob": log_prob, "value": value,
-                      STATE: state, **extras}
-            try:
-                layout, fields = self._checked_layout(
-                    AgentLayout.build(self._agents, self._spec_arg, values, lead,
-                                      dict_obs=True, owner="MultiAgentRolloutBuffer",
-                                      scalars=_SCALARS), reward, lead)
-            except ReplayBankError as exc:
-                raise _renamed(exc) from None
-        self._check_fields(layout, value, state, extras)
+            layout, fields = self._first_layout(given, state, extras, reward, lead)
+        self._check_fields(layout, given["value"], state, extras)
         row = self._row(layout, fields, acting, given, state, active, extras)
-        _check_values(row, layout, acting, value)
+        _check_values(row, layout, acting, given["value"])
         return layout, fields, row
+
+    def _check_room(self) -> None:
+        """Refuse a step when the rollout is full."""
+        if self._pos >= self._n_steps:
+            raise CapacityError(
+                f"add: the rollout is full ({self._n_steps} steps x {self._num_envs} envs); "
+                "call compute_returns_and_advantage(...), use the batches, then reset()")
+
+    def _first_layout(self, given: Mapping[str, Any], state: Any,
+                      extras: Mapping[str, Any], reward: Mapping[str, Any] | None,
+                      lead: tuple[int, ...]) -> tuple[AgentLayout, Spec]:
+        """The layout and fields the first add fixes from its values (``obs``,
+        ``action``, ``log_prob``, ``value``, ``state``, extras; ``reward`` for the
+        rewards' dtype, None: the value dtype), with the values' leading dims ``lead``."""
+        values = {"obs": given["obs"], "action": given["action"],
+                  "log_prob": given["log_prob"], "value": given["value"], STATE: state,
+                  **extras}
+        try:
+            return self._checked_layout(
+                AgentLayout.build(self._agents, self._spec_arg, values, lead,
+                                  dict_obs=True, owner="MultiAgentRolloutBuffer",
+                                  scalars=_SCALARS), reward, lead)
+        except ReplayBankError as exc:
+            raise _renamed(exc) from None
 
     def check_first_add(self, agents: Collection[str],
                         per_agent: Collection[str] = ("obs", "action", "log_prob", "value")
@@ -645,8 +668,9 @@ class MultiAgentRolloutBuffer:
 
     def _check_dicts(self, given: Mapping[str, Any], active: Any,
                      extras: Mapping[str, Any]) -> tuple[str, ...]:
-        """The dict arguments' agents; return the acting agents (in the buffer's order)."""
-        dicts = {name: given[name] for name in _DICT_ARGS}
+        """The agents of the dict arguments in ``given`` (``obs`` first: its agents act);
+        return the acting agents (in the buffer's order)."""
+        dicts = {name: given[name] for name in _DICT_ARGS if name in given}
         if isinstance(given["value"], Mapping):
             dicts["value"] = given["value"]
         return check_agent_dicts("MultiAgentRolloutBuffer", self._agents, dicts, active,
@@ -663,13 +687,7 @@ class MultiAgentRolloutBuffer:
                    if per_agent else "one centralised value per env (value=[num_envs]); "
                    "pass one array")
                 + " as its first add (or spec) did, or build a new buffer")
-        if (state is not None) != (layout.state is not None):
-            raise SpecError(
-                f"add(state={describe(state)}): this buffer "
-                + ("stores the global state: pass state= at every add"
-                   if layout.state is not None else "stores no global state (its first add "
-                   "and spec had none); leave state out, or build a new buffer with "
-                   "spec={'state': (shape, dtype)}"))
+        _check_state_given(layout, state)
         want = {*layout.extras, *layout.joint} - {"log_prob", "value"}
         got = set(extras)
         if want != got:
@@ -687,23 +705,20 @@ class MultiAgentRolloutBuffer:
              given: Mapping[str, Any], state: Any, active: Any,
              extras: Mapping[str, Any]) -> dict[str, AnyArray]:
         """Every stored field's ``[num_envs, *shape]`` value of this step (zeros where an
-        agent did not act)."""
+        agent did not act): the policy's (:meth:`_policy_values`), then the observations,
+        the outcomes and the state."""
         n_env = self._num_envs
         row = {name: np.zeros((n_env, *f.shape), f.dtype) for name, f in fields.items()}
-        source = {**given, **extras}
-        active = active or {}
+        policy = self._policy_values(layout, fields, acting, {**given, **extras}, active)
         for a in acting:
-            mask = np.ones(n_env, np.bool_) if a not in active else cast_value(
-                FieldSpec(f"active{SEP}{a}", (), _FLAG), f"active[{a!r}]", active[a], n_env)
-            row[f"active{SEP}{a}"] = mask
+            mask = row[f"active{SEP}{a}"] = policy[f"active{SEP}{a}"]
             got_obs: dict[str, AnyArray] = {}  # {leaf: [num_envs, *shape]}
-            cast_obs(layout, a, "obs", source["obs"][a], n_env, got_obs)
+            cast_obs(layout, a, "obs", given["obs"][a], n_env, got_obs)
             # {stored name: [num_envs, *shape]}: every observation leaf, then the others
             got_fields = {layout.per_agent["obs"][leaf].name: v for leaf, v in got_obs.items()}
             for top, per in layout.per_agent.items():
                 if top != "obs":
-                    got_fields[per[a].name] = cast_value(per[a], f"{top}[{a!r}]",
-                                                         source[top][a], n_env)
+                    got_fields[per[a].name] = policy[per[a].name]
             for name, got in got_fields.items():
                 row[name] = np.where(mask.reshape((n_env,) + (1,) * (got.ndim - 1)), got,
                                      np.zeros((), got.dtype))
@@ -714,11 +729,50 @@ class MultiAgentRolloutBuffer:
         if layout.state is not None:
             row[STATE] = cast_value(fields[STATE], "state", state, n_env)
         for name in layout.joint:
-            row[name] = cast_value(fields[name], name, source[name], n_env)
-        if not any(row[f"active{SEP}{a}"].any() for a in acting):
+            row[name] = policy[name]
+        return row
+
+    def _policy_values(self, layout: AgentLayout, fields: Spec, acting: tuple[str, ...],
+                       source: Mapping[str, Any], active: Any) -> dict[str, AnyArray]:
+        """The policy's part of a step, checked and cast by the layout's fields: what is
+        known before ``env.step`` besides the observations and the state.
+
+        Args:
+            layout: The buffer's layout (or the one the first add fixes).
+            fields: Its stored fields (the ``active/<agent>`` flags' and the joint
+                fields').
+            acting: The acting agents (in the buffer's order).
+            source: ``add``'s values by argument name: ``action``, ``log_prob``,
+                ``value`` and the extras (``{agent: [num_envs, *shape]}``, or
+                ``[num_envs, *shape]`` for a centralised value and joint extras).
+            active: ``add``'s ``active`` (``{agent: bool or bool[num_envs]}``) or None.
+
+        Returns:
+            ``{stored name: [num_envs, *shape]}``: ``active/<agent>`` and every per-agent
+            field but the observations of each acting agent (not masked by ``active``),
+            and the joint fields.
+
+        Raises:
+            ShapeError, DtypeError: A value of the wrong shape or dtype.
+            ArgumentError: A dict where an array is expected, or no agent acting in any
+                env.
+        """
+        n_env = self._num_envs
+        active = active or {}
+        out: dict[str, AnyArray] = {}
+        for a in acting:
+            out[f"active{SEP}{a}"] = np.ones(n_env, np.bool_) if a not in active else \
+                cast_value(fields[f"active{SEP}{a}"], f"active[{a!r}]", active[a], n_env)
+            for top, per in layout.per_agent.items():
+                if top != "obs":
+                    out[per[a].name] = cast_value(per[a], f"{top}[{a!r}]", source[top][a],
+                                                  n_env)
+        for name in layout.joint:
+            out[name] = cast_value(fields[name], name, source[name], n_env)
+        if not any(out[f"active{SEP}{a}"].any() for a in acting):
             raise ArgumentError("add(active=...): no agent acted in any env; pass the step "
                                 "of at least one agent")
-        return row
+        return out
 
     def _final_values(self, row: Mapping[str, AnyArray], final_value: Any,
                       final_obs: Any) -> tuple[FloatArray, BoolArray]:
