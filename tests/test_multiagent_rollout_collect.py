@@ -849,6 +849,36 @@ def test_rollout_action_the_buffer_refuses_is_caught_before_the_env_steps() -> N
     assert roll.returns["a"][:, 0].tolist() == [103.0, 102.0]
 
 
+class BadObsClock(Clock):
+    """The observation of agent "a" after step 2 of the first episode has the wrong
+    shape."""
+
+    def step(self, actions: dict[str, Any]) -> Any:
+        obs, *rest = super().step(actions)
+        if (self.ep, self.t) == (0, 2) and "a" in obs:
+            obs["a"] = np.zeros(5, np.float32)
+        return (obs, *rest)
+
+
+def test_rollout_observation_the_buffer_refuses_is_named_as_the_envs_before_the_env_steps(
+        ) -> None:
+    """An observation of the wrong shape from the env: refused before env.step with the
+    buffer's error, named as the env's (check_step used to cast it with the policy's
+    outputs and blame the policy); the env and the rollout are as before."""
+    env = BadObsClock()
+    roll = clock_rollout()
+    col = MultiAgentRolloutCollector(env, v100, roll, seed=0)
+    col.collect(2)
+    with pytest.raises(ShapeError) as got:
+        col.collect(1)
+    msg = str(got.value)
+    assert msg.startswith("collect(env=...): the buffer refuses the observations or state "
+                          "the envs gave for this step: obs['a']=")
+    assert "env.step was not called" in msg and "not the policy" in msg
+    assert "the policy's actions" not in msg
+    assert (env.t, roll.pos) == (2, 2)
+
+
 @pytest.mark.parametrize("bad_output, error, match", [
     ("value", DtypeError, r"value=.*\[nan\] of agent 'a'.*NaN or infinite"),
     ("log_prob", ShapeError, r"log-probabilities of this step: .*log_prob/a=.*shapes"),

@@ -1164,6 +1164,16 @@ class MultiAgentRolloutCollector(_ParallelEnvs):
             return actions, self._zeros(agents, self.n), {a: np.zeros(self.n) for a in agents}
         return self._unpack(self.policy(obs, state), agents)
 
+    @staticmethod
+    def _env_refused(exc: ReplayBankError) -> ReplayBankError:
+        """An observation or state from the envs that the buffer refuses, found before
+        ``env.step``."""
+        return type(exc)(
+            f"collect(env=...): the buffer refuses the observations or state the envs "
+            f"gave for this step: {exc} [env.step was not called: the envs, the rollout "
+            "and the collector are as before this step; the env gave them, so fix the "
+            "env's observations (or the buffer's spec), not the policy]")
+
     # ------------------------------------------------------------------ one step
     def step(self, result: MultiAgentCollectResult) -> int:
         """One step of every env, added to the buffer; returns the joint steps stored
@@ -1178,7 +1188,14 @@ class MultiAgentRolloutCollector(_ParallelEnvs):
         names = list(obs)
         active = {a: np.isin(np.arange(self.n), [i for i in range(self.n) if a in acting[i]])
                   for a in names}
-        try:  # the buffer's own checks of the policy's outputs, before any env steps
+        # the buffer's own checks before any env steps: the envs' observations and state
+        # (a rollout stores no next observations: nothing checked them yet), then only
+        # what the policy added
+        try:
+            self.buffer.check_obs(obs, state)
+        except ReplayBankError as exc:
+            raise self._env_refused(exc) from None
+        try:
             self.buffer.check_step(obs=obs, action=actions, value=values, log_prob=log_probs,
                                    state=state, active=active)
         except ReplayBankError as exc:

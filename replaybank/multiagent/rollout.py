@@ -586,6 +586,53 @@ class MultiAgentRolloutBuffer:
                  "log_prob": log_prob}
         self._checked_row(given, state, active, extras)
 
+    def check_obs(self, obs: Any, state: Any = None) -> None:
+        """Raise what :meth:`add` would raise for the observations and the global state
+        of a step, before the step; nothing changes.
+
+        The env's part of a step, as :meth:`check_step` is the policy's: a collector
+        calls both before ``env.step``, so that an observation the buffer refuses is
+        named as the env's, and the envs are left as they were. Before the first add
+        nothing is known about the observations (the first add fixes their fields; its
+        :meth:`check_step` builds that layout from them), so nothing is checked.
+
+        Args:
+            obs: As :meth:`add`: ``{agent: [num_envs, *obs_shape]}`` of the acting agents
+                (``{key: [num_envs, *shape]}`` for dict observations).
+            state: As :meth:`add`: ``[num_envs, *state_shape]``, or None when the buffer
+                stores no state.
+
+        Raises:
+            ArgumentError: ``obs`` is not a dict, is empty or names an unknown agent.
+            SpecError: A state the buffer does not store, or none where it stores one; a
+                dict observation of other keys, or a dict where the agent observes one
+                array (or the reverse).
+            ShapeError, DtypeError: An observation or state of the wrong shape or dtype.
+
+        Example:
+            >>> buf = MultiAgentRolloutBuffer(4, agents=["a"], seed=0)
+            >>> step = dict(action={"a": 0}, reward={"a": 1.0}, terminated={"a": False},
+            ...             truncated={"a": False}, value={"a": 0.0}, log_prob={"a": 0.0})
+            >>> buf.add(obs={"a": np.zeros(3, np.float32)}, **step)
+            >>> buf.check_obs({"a": np.zeros(4, np.float32)})  # doctest: +ELLIPSIS
+            Traceback (most recent call last):
+            ...
+            replaybank.errors.ShapeError: obs['a']=array(shape=(4,), dtype=float32): expected shape (3,) ...
+            >>> len(buf)
+            1
+        """  # noqa: E501
+        layout = self._layout
+        if layout is None:
+            return
+        acting = check_agent_dicts("MultiAgentRolloutBuffer", self._agents, {"obs": obs},
+                                   None, {}, _RESERVED)
+        _check_state_given(layout, state)
+        cast: dict[str, AnyArray] = {}  # {leaf: [num_envs, *shape]}, discarded
+        for a in acting:
+            cast_obs(layout, a, "obs", obs[a], self._num_envs, cast)
+        if layout.state is not None:
+            cast_value(layout.state, "state", state, self._num_envs)
+
     def _checked_row(self, given: Mapping[str, Any], state: Any, active: Any,
                      extras: Mapping[str, Any]) -> tuple[AgentLayout, Spec,
                                                          dict[str, AnyArray]]:
