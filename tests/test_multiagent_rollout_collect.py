@@ -375,6 +375,71 @@ def test_final_value_wins_over_final_obs_and_value_fn_sees_only_the_rest() -> No
     np.testing.assert_array_equal(calls[0]["a"], [[9.0]])
 
 
+
+class CountedArray:
+    """An array-like that counts its conversions to a numpy array (what a check reads)."""
+
+    def __init__(self, value: Any) -> None:
+        self.value, self.reads = np.asarray(value), 0
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        self.reads += 1
+        return self.value if dtype is None else self.value.astype(dtype)
+
+
+def test_check_step_checks_the_policy_outputs_and_leaves_observations_to_check_obs() -> None:
+    """check_step runs add's own checks of what the policy adds (actions, values,
+    log-probabilities), not of the observations and state the env gave (it used to cast
+    every field of the step, as dear as an add): those are check_obs's and add's."""
+    two = {k: np.zeros(2) for k in "ab"}
+    step = dict(action={k: np.zeros(2, np.int64) for k in "ab"}, value=two, log_prob=two)
+    outcome = dict(reward=two, terminated={k: np.zeros(2, bool) for k in "ab"},
+                   truncated={k: np.zeros(2, bool) for k in "ab"})
+    buf = MultiAgentRolloutBuffer(4, ["a", "b"], num_envs=2, seed=0)
+    buf.add(obs={k: np.zeros((2, 3), np.float32) for k in "ab"},
+            state=np.zeros((2, 4), np.float32), **outcome, **step)
+    obs = {k: CountedArray(np.ones((2, 3), np.float32)) for k in "ab"}
+    state = CountedArray(np.ones((2, 4), np.float32))
+    buf.check_step(obs=obs, state=state, **step)
+    assert [o.reads for o in obs.values()] == [0, 0] and state.reads == 0
+    with pytest.raises(DtypeError, match=r"values \[nan\] of agent 'b' in envs \[1\]"):
+        buf.check_step(obs=obs, state=state, action=step["action"], log_prob=two,
+                       value={"a": np.zeros(2), "b": np.array([0.0, np.nan])})
+    with pytest.raises(ShapeError, match="log_prob/a="):
+        buf.check_step(obs=obs, state=state, action=step["action"], value=two,
+                       log_prob={"a": np.zeros((2, 5)), "b": np.zeros(2)})
+    with pytest.raises(SpecError, match="stores the global state"):
+        buf.check_step(obs=obs, **step)
+    buf.check_obs(obs, state)
+    assert min(o.reads for o in obs.values()) >= 1 and state.reads >= 1
+    with pytest.raises(ShapeError, match=r"obs\['b'\]"):
+        buf.check_obs({"a": obs["a"], "b": np.zeros((2, 4), np.float32)}, state)
+    with pytest.raises(ShapeError, match="state"):
+        buf.check_obs(obs, np.zeros((2, 5), np.float32))
+    assert buf.pos == 1
+    buf.add(obs=obs, state=state, **outcome, **step)
+    assert buf.data["obs/b"][1].tolist() == [[1.0] * 3] * 2
+
+
+def test_check_step_before_the_first_add_checks_against_the_layout_it_will_fix() -> None:
+    """Before the first add, check_step builds the layout that add would fix: a
+    log-probability of any shape fixes the field's (nothing is stored), a NaN value is
+    refused; once an add fixed a scalar log-probability, another shape is refused."""
+    obs = {"a": np.zeros((2, 3), np.float32)}
+    act, val = {"a": np.zeros(2, np.int64)}, {"a": np.zeros(2)}
+    buf = MultiAgentRolloutBuffer(4, ["a"], num_envs=2, seed=0)
+    buf.check_step(obs=obs, action=act, value=val, log_prob={"a": np.zeros((2, 5))})
+    with pytest.raises(DtypeError, match="NaN or infinite"):
+        buf.check_step(obs=obs, action=act, value={"a": np.array([np.nan, 0.0])},
+                       log_prob={"a": np.zeros(2)})
+    assert buf.layout is None and buf.pos == 0
+    buf.add(obs=obs, action=act, value=val, log_prob={"a": np.zeros(2)},
+            reward={"a": np.zeros(2)}, terminated={"a": np.zeros(2, bool)},
+            truncated={"a": np.zeros(2, bool)})
+    with pytest.raises(ShapeError, match="log_prob/a="):
+        buf.check_step(obs=obs, action=act, value=val, log_prob={"a": np.zeros((2, 5))})
+
+
 # ---------------------------------------------------------------- collection
 pettingzoo = pytest.importorskip("pettingzoo")
 mpe2 = pytest.importorskip("mpe2")

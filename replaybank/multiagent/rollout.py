@@ -547,23 +547,34 @@ class MultiAgentRolloutBuffer:
 
     def check_step(self, *, obs: Any, action: Any, value: Any, log_prob: Any,
                    state: Any = None, active: Any = None, **extras: Any) -> None:
-        """Raise what :meth:`add` would raise for these values of a step whose outcome is
-        not known yet; nothing changes.
+        """Raise what :meth:`add` would raise for the policy's outputs of a step whose
+        outcome is not known yet; nothing changes.
 
         A collector calls it with the policy's outputs before ``env.step``, so that a
         value the buffer refuses (an action its field cannot hold, a NaN value, a
-        log-probability of the wrong shape) leaves the envs as they were. The checks are
-        :meth:`add`'s own, with the outcomes taken as neutral: reward 0, not terminated
-        or truncated, in the form of ``log_prob`` (per env, or one scalar per agent for
-        a single env), so no final value or observation is needed.
+        log-probability of the wrong shape) leaves the envs as they were. It runs
+        :meth:`add`'s own checks of what the policy added: the call's form (its dicts and
+        agents, the value form, the extras, whether a state is given), ``active``, and
+        the casts of the actions, values, log-probabilities and extras with the finite
+        value rule. The observations and the state come from the env and are not cast
+        here: :meth:`add` checks them with the step (an env that returns a bad observation
+        loses that step, not the policy's turn). Before the first add they only give the
+        layout the first add would fix (values and log-probabilities in the form of
+        ``log_prob``: per env, or one scalar per agent for a single env), so its checks
+        apply already.
 
         Args:
-            obs, action, value, log_prob, state, active, **extras: As :meth:`add`.
+            obs: As :meth:`add`: its agents are the acting ones (its values are read
+                only before the first add, for the layout).
+            action, value, log_prob, active, **extras: As :meth:`add`.
+            state: As :meth:`add` (whether it is given is checked; its value is read
+                only before the first add).
 
         Raises:
             ArgumentError, CapacityError, SpecError, ShapeError, DtypeError: As
-                :meth:`add` (not those about ``reward``, ``terminated``, ``truncated`` or
-                the final values).
+                :meth:`add`, for the policy's outputs and the call's form (not those
+                about the observations' or the state's values, ``reward``,
+                ``terminated``, ``truncated`` or the final values).
 
         Example:
             >>> buf = MultiAgentRolloutBuffer(4, agents=["a"], num_envs=2, seed=0)
@@ -576,15 +587,17 @@ class MultiAgentRolloutBuffer:
             >>> len(buf), buf.layout is None
             (0, True)
         """  # noqa: E501
-        agents = list(obs) if isinstance(obs, Mapping) else []
-        first: Any = log_prob.get(agents[0]) if agents and isinstance(log_prob, Mapping) \
-            else None
-        lead = () if self._num_envs == 1 and np.ndim(first) == 0 else (self._num_envs,)
-        given = {"obs": obs, "action": action, "reward": {a: np.zeros(lead) for a in agents},
-                 "terminated": {a: np.zeros(lead, bool) for a in agents},
-                 "truncated": {a: np.zeros(lead, bool) for a in agents}, "value": value,
-                 "log_prob": log_prob}
-        self._checked_row(given, state, active, extras)
+        given = {"obs": obs, "action": action, "value": value, "log_prob": log_prob}
+        self._check_room()
+        acting = self._check_dicts(given, active, extras)
+        layout, fields = self._layout, self._fields
+        if layout is None or fields is None:  # the first add's layout, lead from log_prob
+            lead = () if self._num_envs == 1 and np.ndim(log_prob[acting[0]]) == 0 \
+                else (self._num_envs,)
+            layout, fields = self._first_layout(given, state, extras, None, lead)
+        self._check_fields(layout, value, state, extras)
+        cast = self._policy_values(layout, fields, acting, {**given, **extras}, active)
+        _check_values(cast, layout, acting, value)
 
     def check_obs(self, obs: Any, state: Any = None) -> None:
         """Raise what :meth:`add` would raise for the observations and the global state
