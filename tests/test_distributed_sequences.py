@@ -9,6 +9,7 @@ tensors that require grad are accepted.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -189,8 +190,8 @@ def test_bad_calls_raise_before_any_shard_changes(services: Any) -> None:
     call = c.update_sequence_priorities
     with pytest.raises(DtypeError, match=r"starts=array\(shape=\(8,\), dtype=float64\)"):
         call(starts.astype(np.float64), good)
-    with pytest.raises(ShapeError, match=r"starts=.*expected 1-D"):
-        call(starts[:, None], good)
+    with pytest.raises(ShapeError, match=r"td_errors=array\(shape=\(8, 3\).*\[B=16, L\]"):
+        call(np.stack([starts, starts], axis=1), good)  # [B, 2]: 16 starts
     with pytest.raises(ConfigError, match=r"\[-2\] are negative"):
         call(np.where(np.arange(8) == 7, -2, starts), good)
     with pytest.raises(ShapeError, match=r"td_errors=array\(shape=\(7, 3\).*\[B=8, L\]"):
@@ -248,6 +249,81 @@ def test_bad_calls_raise_before_any_shard_changes(services: Any) -> None:
     sb = u.sample_sequences(2, 3)
     with pytest.raises(ConfigError, match="no priorities"):
         u.update_sequence_priorities(sb.starts, np.ones((2, 3)))
+
+
+def outcome(call: Callable[[], Any]) -> tuple[str, str]:
+    """The error type and whole message of ``call``, or ``("accepted", repr(result))``."""
+    try:
+        result = call()
+    except Exception as exc:
+        return type(exc).__name__, str(exc)
+    return "accepted", repr(result)
+
+
+def _half(b: int) -> np.ndarray:
+    m = np.ones((b, 3))
+    m[0, 1] = 0.5  # a loss weight, not a mask
+    return m
+
+
+def _nan(b: int) -> np.ndarray:
+    td = np.ones((b, 3))
+    td[1, 2] = np.nan
+    return td
+
+
+def _negative_in_an_empty_row(k: np.ndarray) -> tuple[Any, Any, Any]:
+    mask = np.ones((len(k), 3), bool)
+    mask[-1] = False  # the row of the negative start counts no step
+    return np.r_[k[:-1], -3], np.ones((len(k), 3)), mask
+
+
+#: update_sequence_priorities calls a local buffer refuses (or accepts), as
+#: (name, starts -> (starts, td_errors, mask)) from 4 sampled starts of width 3
+SEQUENCE_UPDATES: list[tuple[str, Callable[[np.ndarray], tuple[Any, Any, Any]]]] = [
+    ("[B, 1] starts", lambda k: (k[:, None], np.full((len(k), 3), 2.0), None)),
+    ("float mask 0.5", lambda k: (k, np.ones((len(k), 3)), _half(len(k)))),
+    ("float 0/1 mask", lambda k: (k, np.full((len(k), 3), 2.0), np.ones((len(k), 3)))),
+    ("ragged td_errors", lambda k: (k[:2], [[1.0, 1.0, 1.0], [1.0]], None)),
+    ("mask of the wrong shape", lambda k: (k, np.ones((len(k), 3)), np.ones((len(k), 2), bool))),
+    ("NaN td_errors", lambda k: (k, _nan(len(k)), None)),
+    ("negative starts", lambda k: (np.r_[k[:-1], -3], np.ones((len(k), 3)), None)),
+    ("a negative start in a row that counts nothing", _negative_in_an_empty_row),
+    ("float starts", lambda k: (k.astype(np.float64), np.ones((len(k), 3)), None)),
+]
+
+
+@pytest.mark.parametrize("case", [c[0] for c in SEQUENCE_UPDATES])
+def test_update_sequence_priorities_refuses_what_one_buffer_refuses(
+    services: Any, case: str
+) -> None:
+    """The client checked update_sequence_priorities with copies of its own: it refused
+    [B, 1] starts that one buffer flattens, turned a float mask of 0.5 into True where one
+    buffer raises DtypeError, and worded every other refusal differently (one buffer even
+    named update_priorities(indices=...) for a negative start, and let one through in a
+    row that counts no step). Both now run buffers.sequences.checked_window_updates: the
+    same error type and message, the same count when accepted, and no shard changes when
+    refused."""
+    make = dict(SEQUENCE_UPDATES)[case]
+    svc = start(services, 2, {"capacity": 8, "sampler": PLAIN}, num_lanes=2, seed=0)
+    c = svc.client(max_rows=1)
+    c.extend(**steps(2, 0, 8))
+    c.flush()
+    local = rb.ReplayBuffer(
+        16, num_envs=2, seed=0, sampler=rb.PrioritizedSampler(alpha=1.0, eps=0.0, kernel="numpy")
+    )
+    local.extend(**steps(2, 0, 8))
+    c_starts, l_starts = c.sample_sequences(4, 3).starts, local.sample_sequences(4, 3).starts
+    before = svc.stats()["shards"]
+    want = outcome(lambda: local.update_sequence_priorities(*make(l_starts)[:2],
+                                                            mask=make(l_starts)[2]))
+    got = outcome(lambda: c.update_sequence_priorities(*make(c_starts)[:2],
+                                                       mask=make(c_starts)[2]))
+    assert got == want
+    if want[0] == "accepted":  # applied on the shards: the updated starts went 1 -> 2
+        assert sum(shard_totals(svc)) == pytest.approx(16.0 + len(np.unique(c_starts)))
+    else:
+        assert svc.stats()["shards"] == before
 
 
 def test_torch_tensors_requiring_grad_are_accepted(services: Any) -> None:

@@ -21,6 +21,7 @@ INTERNAL = {
     "replaybank.buffers.writer.Writer",
     "replaybank.buffers.write_route.WriteRoute",
     "replaybank.samplers.windows.WindowRequest",
+    "replaybank.buffers.sequences.WindowUpdates",  # what the client and one buffer check
     "replaybank.buffers.writer.StepValues",
     "replaybank.storage.writers.compiled.CompiledWriter",
     "replaybank.storage.table.StepTable",

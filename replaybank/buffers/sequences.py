@@ -80,7 +80,7 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Sequence
 from functools import cache, partial
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -103,7 +103,8 @@ from replaybank.spec import SEP, real_floats, rows_array
 from replaybank.storage.table import StepTable
 from replaybank.views.sequence import draw_gather, fused_reads, gather_fused, gather_numpy
 
-__all__ = ["STATE_PREFIX", "WindowRequest", "draw_windows", "sample_sequences",
+__all__ = ["STATE_PREFIX", "WindowRequest", "WindowUpdates", "check_eta",
+           "checked_window_updates", "draw_windows", "sample_sequences",
            "sequence_candidates", "servable_windows", "update_sequence_priorities"]
 
 IntArray = npt.NDArray[np.int64]
@@ -543,6 +544,131 @@ def _finish(out: dict[str, Any], res: SampleResult | None,
     return SequenceBatch.own(out)
 
 
+def check_eta(eta: Any) -> float:
+    """``update_sequence_priorities``'s ``eta`` (the weight of the max), checked.
+
+    Raises:
+        ConfigError: ``eta`` is not a number in ``[0, 1]`` (a bool, a string, NaN).
+
+    Example:
+        >>> check_eta(1)
+        1.0
+    """
+    if isinstance(eta, bool) or not isinstance(eta, (int, float, np.integer, np.floating)) \
+            or not 0.0 <= float(eta) <= 1.0:
+        raise ConfigError(f"update_sequence_priorities(eta={eta!r}): must be a float in "
+                          "[0, 1] (the weight of the max; R2D2 uses 0.9)")
+    return float(eta)
+
+
+class WindowUpdates(NamedTuple):
+    """The arguments of an ``update_sequence_priorities`` call, checked
+    (:func:`checked_window_updates`): the rows with a counted step and their R2D2
+    priorities. ``K`` rows of the call's ``B`` remain (rows without a counted step
+    change nothing and are left out)."""
+
+    #: ``[K]`` int64 item keys (``batch.starts``), all >= 0.
+    keys: IntArray
+    #: ``[K]`` float64 priorities ``eta * max|td| + (1 - eta) * mean|td|``, finite, in
+    #: ``[0, limit]``.
+    priorities: npt.NDArray[np.float64]
+    #: ``[K, L]`` float64 TD errors (finite where counted).
+    td_errors: npt.NDArray[np.float64]
+    #: ``[K, L]`` bool steps that count (all True without ``mask``).
+    mask: BoolArray
+
+
+def checked_window_updates(starts: Any, td_errors: Any, eta: Any, mask: Any, limit: float,
+                           widths: Collection[int] = ()) -> WindowUpdates:
+    """The checks of :func:`update_sequence_priorities`, for a caller that knows the
+    sampler's limit but holds no sampler (the sharded service's client checks a call
+    before it sends any of it, with exactly one buffer's rules and messages).
+
+    Args:
+        starts: ``batch.starts``: numpy, a list or a torch tensor on any device; any
+            shape (``[B]``, ``[B, 1]``: flattened).
+        td_errors: ``[B, L]`` TD errors of the window steps (a torch tensor may require
+            grad).
+        eta: Weight of the max in ``[0, 1]``.
+        mask: ``[B, L]`` steps that count (bools, or numbers all 0 or 1), or None (all).
+        limit: The largest raw priority accepted (``inf``: no bound).
+        widths: The window lengths (burn-in included) drawn: without ``mask``, ``L``
+            must be one of them (empty: not checked).
+
+    Returns:
+        The rows with a counted step, their keys and priorities
+        (:class:`WindowUpdates`).
+
+    Raises:
+        ConfigError: ``eta`` is not a number in ``[0, 1]``, or a start is negative.
+        ShapeError: ``starts`` or ``td_errors`` or ``mask`` has rows of different
+            lengths, ``td_errors`` is not ``[B, L]``, ``mask`` not of its shape, or (no
+            ``mask``) ``L`` is none of ``widths``.
+        DtypeError: ``starts`` are not integers, a TD error is not a real number (a
+            string, None, complex), a counted one is NaN or infinite, a window's
+            priority exceeds ``limit``, or ``mask`` holds other than bools or 0/1.
+
+    Example:
+        >>> up = checked_window_updates(np.array([[4], [9]]), [[1.0, -3.0], [0.0, 0.0]],
+        ...                             0.5, [[True, True], [False, False]], 10.0)
+        >>> up.keys.tolist(), up.priorities.tolist(), up.td_errors.shape
+        ([4], [2.5], (1, 2))
+    """
+    call = "update_sequence_priorities"
+    weight = check_eta(eta)
+    # tensors on any device (grad or not): one transfer at most
+    starts_h, td_h, mask_h = to_host(starts, td_errors, mask)
+    keys = ring.as_int_array(starts_h, "starts", call)  # [B]
+    if len(keys) and keys.min() < 0:
+        raise ConfigError(f"{call}(starts=...): {keys[keys < 0][:4].tolist()} are negative; "
+                          "item keys are >= 0: pass batch.starts as sampled")
+    label = f"{call}(td_errors={describe(td_errors)})"
+    rows = f"[B={len(keys)}, L] (one row of TD errors per start, one per window step)"
+    td = real_floats(rows_array(td_h, label, rows, "pad the short rows (any number) and leave "
+                                "the padding out with mask= (e.g. mask=batch.mask)"), label,
+                     "pass the TD errors as numbers, e.g. td.abs() or np.abs(td)")
+    if td.ndim != 2 or td.shape[0] != len(keys):
+        raise ShapeError(f"{label}: expected {rows}")
+    if mask is None and widths and td.shape[1] not in widths:
+        raise ShapeError(
+            f"{call}: td_errors has shape {td.shape} but the windows sampled have "
+            f"{sorted(widths)} steps (burn-in included); pass one TD error per window step "
+            "([B, burn_in + sequence_length]), or mask="
+        )
+    m = np.ones(td.shape, dtype=bool) if mask is None else _mask(mask_h, mask, td.shape)
+    # [B]; NaN where no step counts, NaN or inf where a counted TD error is (the mean
+    # term carries it whatever eta: 0 * inf is NaN)
+    prio = _r2d2_kernel()(td, m, weight)
+    keep = m.any(axis=1)  # [B]
+    if not keep.all():
+        keys, td, m, prio = keys[keep], td[keep], m[keep], prio[keep]
+    if len(prio):
+        hi = float(prio.max())  # NaN when any is
+        if not hi <= limit or hi == math.inf:
+            raise _bad_windows(td, m, np.flatnonzero(keep), hi, limit)
+    return WindowUpdates(keys, prio, td, m)
+
+
+def _bad_windows(td: npt.NDArray[np.float64], m: BoolArray, rows: IntArray, hi: float,
+                 limit: float) -> DtypeError:
+    """The error of :func:`checked_window_updates` for kept rows ``td`` ``[K, L]``
+    (``rows``: their places in the call) whose priorities are not all in
+    ``[0, limit]``: a counted NaN or inf, else a priority above ``limit``."""
+    bad = (~np.isfinite(td) & m).any(axis=1)  # [K]
+    if bad.any():
+        return DtypeError(
+            f"update_sequence_priorities(td_errors=...): counted TD errors contain NaN or "
+            f"inf (rows {rows[bad][:4].tolist()}); check the loss or mask those steps"
+        )
+    return DtypeError(
+        f"update_sequence_priorities(td_errors=...): window priorities up to {hi:.6g} "
+        f"(eta * max|td| + (1 - eta) * mean|td|) exceed {limit:.6g}, the largest "
+        "priority this sampler stores without its sum tree overflowing ((p + eps) ** "
+        "alpha must stay <= 1e300 / capacity); rescale the TD errors (e.g. divide by "
+        "their max) or lower alpha"
+    )
+
+
 def update_sequence_priorities(
     traits: SamplerTraits,
     lanes: LaneView | None,
@@ -556,12 +682,13 @@ def update_sequence_priorities(
 
     The priority is computed without overflow for any finite TD errors (a row whose sum
     exceeds the float64 range is averaged scaled by its max), and must stay within the
-    sampler's ``priority_limit``.
+    sampler's ``priority_limit``. The arguments are checked by
+    :func:`checked_window_updates` (the sharded service's client runs the same checks).
 
     Args:
         traits: The traits of the sampler the windows were drawn by (a prioritized one).
         lanes: The buffer's lane bookkeeping.
-        starts: ``batch.starts``, ``[B]`` item keys.
+        starts: ``batch.starts``, ``[B]`` item keys (``[B, 1]`` is flattened).
         td_errors: ``[B, L]`` TD errors of the window steps.
         eta: Weight of the max in ``[0, 1]`` (0.9 in R2D2).
         mask: ``[B, L]`` steps that count (e.g. ``batch.mask``: padding and burn-in
@@ -573,12 +700,15 @@ def update_sequence_priorities(
         Number of priorities applied (stale and empty rows excluded).
 
     Raises:
-        ConfigError: ``eta`` outside ``[0, 1]``, or the sampler has no priorities.
-        ShapeError: Shapes differ, ``td_errors`` or ``mask`` has rows of different
-            lengths, or (no ``mask``) ``L`` is none of ``widths``.
-        DtypeError: A TD error is not a real number (a string, None, complex), a counted
-            one is NaN or infinite, a window's priority exceeds the sampler's
-            ``priority_limit``, or ``mask`` holds other than bools or 0/1.
+        ConfigError: ``eta`` outside ``[0, 1]``, a negative start, or the sampler has no
+            priorities.
+        ShapeError: Shapes differ, ``starts``, ``td_errors`` or ``mask`` has rows of
+            different lengths, (no ``mask``) ``L`` is none of ``widths``, or the buffer
+            has no storage yet.
+        DtypeError: ``starts`` are not integers, a TD error is not a real number (a
+            string, None, complex), a counted one is NaN or infinite, a window's
+            priority exceeds the sampler's ``priority_limit``, or ``mask`` holds other
+            than bools or 0/1.
 
     Example:
         >>> import numpy as np
@@ -593,52 +723,17 @@ def update_sequence_priorities(
         ...                            np.ones((2, 3)), mask=sb.mask)
         2
     """
-    if isinstance(eta, bool) or not isinstance(eta, (int, float, np.floating)) \
-            or not 0.0 <= float(eta) <= 1.0:
-        raise ConfigError(f"update_sequence_priorities(eta={eta!r}): must be a float in [0, 1]")
+    check_eta(eta)
     if traits.priority is None:
         raise ConfigError(
             f"update_sequence_priorities: this buffer's sampler ({type(traits.sampler).__name__}) "
             "has no priorities; build it with sampler=PrioritizedSampler(...)"
         )
-    # tensors on any device (grad or not): one transfer at most
-    starts_h, td_h, mask_h = to_host(starts, td_errors, mask)
-    keys = ring.as_int_array(starts_h, "starts", "update_sequence_priorities")
-    label = f"update_sequence_priorities(td_errors={describe(td_errors)})"
-    rows = f"[B={len(keys)}, L] (one row of TD errors per start, one per window step)"
-    td = real_floats(rows_array(td_h, label, rows, "pad the short rows (any number) and leave "
-                                "the padding out with mask= (e.g. mask=batch.mask)"), label,
-                     "pass the TD errors as numbers, e.g. td.abs() or np.abs(td)")
-    if td.ndim != 2 or td.shape[0] != len(keys):
-        raise ShapeError(f"{label}: expected {rows}")
-    if mask is None and widths and td.shape[1] not in widths:
-        raise ShapeError(
-            f"update_sequence_priorities: td_errors has shape {td.shape} but the windows "
-            f"sampled have {sorted(widths)} steps (burn-in included); pass one TD error "
-            "per window step ([B, burn_in + sequence_length]), or mask="
-        )
-    m = np.ones(td.shape, dtype=bool) if mask is None else _mask(mask_h, mask, td.shape)
-    if not np.all(np.isfinite(td[m])):
-        raise DtypeError(
-            "update_sequence_priorities(td_errors=...): counted TD errors contain NaN or "
-            "inf; check the loss or mask those steps"
-        )
-    prio = _r2d2_kernel()(td, m, float(eta))
-    keep = m.any(axis=1)
-    if not keep.any():
-        return 0
-    prio = prio[keep]
     limit = math.inf if traits.bounded is None else traits.bounded.priority_limit
-    hi = float(prio.max())
-    if not hi <= limit:  # named here: the user passed TD errors, not priorities
-        raise DtypeError(
-            f"update_sequence_priorities(td_errors=...): window priorities up to {hi:.6g} "
-            f"(eta * max|td| + (1 - eta) * mean|td|) exceed {limit:.6g}, the largest "
-            "priority this sampler stores without its sum tree overflowing ((p + eps) ** "
-            "alpha must stay <= 1e300 / capacity); rescale the TD errors (e.g. divide by "
-            "their max) or lower alpha"
-        )
-    return update_priorities(traits, lanes, keys[keep], prio)
+    up = checked_window_updates(starts, td_errors, eta, mask, limit, widths)
+    if not len(up.keys):
+        return 0
+    return update_priorities(traits, lanes, up.keys, up.priorities)
 
 
 def _mask(host: Any, mask: Any, shape: tuple[int, ...]) -> BoolArray:

@@ -143,6 +143,7 @@ from replaybank.buffers.buffer_state import probe_rng
 from replaybank.buffers.checked_call import check_call
 from replaybank.buffers.inputs import UNSET
 from replaybank.buffers.priorities import checked_updates, priority_values, to_host
+from replaybank.buffers.sequences import check_eta, checked_window_updates
 from replaybank.distributed.errors import RowsRejectedWarning, ShardUnavailableError
 from replaybank.distributed.keys import group_by_shard, group_rows_by_shard
 from replaybank.distributed.rejection import CandidateStream, candidate_counts
@@ -163,10 +164,9 @@ from replaybank.errors import (
     ShapeError,
     describe,
 )
-from replaybank.ops import windows
 from replaybank.samplers.prioritized import PrioritizedSampler
 from replaybank.samplers.sample_args import check_replace, check_size_arg
-from replaybank.spec import SEP, as_array, rows_array, unflatten
+from replaybank.spec import SEP, as_array, unflatten
 
 __all__ = ["ReplayClient"]
 
@@ -1206,43 +1206,15 @@ class ReplayClient:
             client.update_sequence_priorities(batch.starts, td, mask=batch.mask)
         """
         call = "update_sequence_priorities"
-        if isinstance(eta, bool) or not isinstance(eta, (int, float, np.integer, np.floating)) \
-                or not 0.0 <= float(eta) <= 1.0:
-            raise ConfigError(f"{call}(eta={eta!r}): must be a float in [0, 1] (the weight "
-                              "of the max; R2D2 uses 0.9)")
-        starts_h, td_h, mask_h = to_host(starts, td_errors, mask)  # tensors: one transfer
-        keys = _starts(starts_h, starts, call)
-        td = _td_rows(td_h, td_errors, len(keys), call)
-        if mask is None:
-            if self._seq_widths and td.shape[1] not in self._seq_widths:
-                raise ShapeError(
-                    f"{call}: td_errors has shape {td.shape} but the windows sampled have "
-                    f"{sorted(self._seq_widths)} steps (burn-in included); pass one TD "
-                    "error per window step ([B, burn_in + sequence_length]), or mask=")
-            m = np.ones(td.shape, dtype=bool)
-        else:
-            m = _mask_rows(mask_h, mask, td.shape, call)
-        bad = ~np.isfinite(td) & m
-        if bad.any():
-            where = np.flatnonzero(bad.any(axis=1))[:4].tolist()
-            raise DtypeError(
-                f"{call}(td_errors=...): counted TD errors contain NaN or inf (rows "
-                f"{where}); check the loss or mask those steps")
+        check_eta(eta)  # first, as one buffer does
         limit = self._priorities_limit(call)
+        up = checked_window_updates(starts, td_errors, eta, mask,
+                                    math.inf if limit is None else limit, self._seq_widths)
         if limit is None:  # every shard is down: nothing can be applied (as update_priorities)
             return 0
-        keep = m.any(axis=1)  # rows without a counted step change nothing
-        if not keep.any():
+        if not len(up.keys):  # no row has a counted step: nothing changes
             return 0
-        keys, td = keys[keep], td[keep]
-        m = m[keep]
-        prio = windows.kernel(windows.r2d2_priority)[0](td, m, float(eta))
-        hi = float(prio.max())
-        if not hi <= limit or hi == math.inf:
-            raise DtypeError(
-                f"{call}(td_errors=...): window priorities up to {hi:.6g} exceed "
-                f"{limit:.6g}, the largest priority the shards store without their sum "
-                "trees overflowing; rescale the TD errors or lower alpha")
+        keys, td, m = up.keys, up.td_errors, up.mask
         self._check_storage(call)
         rows: list[np.ndarray[Any, Any]] = [td] if mask is None else [td, m]
         groups = group_rows_by_shard(keys, rows, self.num_shards)
@@ -1390,55 +1362,6 @@ def _prefix(reply: dict[str, Any], c: int) -> dict[str, Any]:
     pr = reply["priorities"]
     return {"fields": {k: v[:c] for k, v in reply["fields"].items()},
             "priorities": None if pr is None else pr[:c], "mass": reply["mass"]}
-
-
-def _starts(value: Any, given: Any, call: str) -> npt.NDArray[np.int64]:
-    """``starts`` (host values; ``given`` as passed, for messages) as 1-D int64 keys."""
-    rows = rows_array(value, lambda: f"{call}(starts={describe(given)})",
-                      "[B] keys (one per window)",
-                      "pass batch.starts as returned by sample_sequences")
-    k = rows if isinstance(rows, np.ndarray) else np.asarray(None)  # None: not numbers
-    if k.dtype.kind not in "iu":
-        raise DtypeError(f"{call}(starts={describe(given)}): expected integer keys; pass "
-                         "batch.starts as returned by sample_sequences")
-    if k.ndim != 1:
-        raise ShapeError(f"{call}(starts={describe(given)}): expected 1-D keys [B] (one "
-                         "per window); pass batch.starts as returned by sample_sequences")
-    keys = k.astype(np.int64)
-    if len(keys) and int(keys.min()) < 0:
-        raise ConfigError(f"{call}(starts=...): {keys[keys < 0][:4].tolist()} are negative; "
-                          "keys are >= 0: pass batch.starts as returned by sample_sequences")
-    return keys
-
-
-def _td_rows(value: Any, given: Any, n: int, call: str) -> npt.NDArray[np.float64]:
-    """``td_errors`` (host values) as ``[n, L]`` float64."""
-    rows = rows_array(value, lambda: f"{call}(td_errors={describe(given)})",
-                      f"[B={n}, L] (one row of TD errors per start, one per window step)",
-                      "pad the short rows and leave the padding out with mask=")
-    td = rows if isinstance(rows, np.ndarray) else np.asarray(None)  # None: not numbers
-    if td.dtype.kind not in "biuf":
-        raise DtypeError(f"{call}(td_errors={describe(given)}): expected real numbers "
-                         f"[B={n}, L] (one TD error per window step)")
-    if td.ndim != 2 or td.shape[0] != n:
-        raise ShapeError(f"{call}(td_errors={describe(given)}): expected [B={n}, L] (one "
-                         "row of TD errors per start, one column per window step)")
-    return td.astype(np.float64)
-
-
-def _mask_rows(value: Any, given: Any, shape: tuple[int, ...], call: str
-               ) -> npt.NDArray[np.bool_]:
-    """``mask`` (host values) as bool of ``td_errors``' shape."""
-    rows = rows_array(value, lambda: f"{call}(mask={describe(given)})",
-                      f"the shape of td_errors {shape}",
-                      "pass bools (or 0/1 numbers) shaped like td_errors, e.g. mask=batch.mask")
-    m = rows if isinstance(rows, np.ndarray) else np.asarray(None)  # None: not an array
-    if m.shape != shape:
-        raise ShapeError(f"{call}(mask={describe(given)}): expected the shape of td_errors "
-                         f"{shape} (batch.mask: the steps that count)")
-    if m.dtype.kind not in "biuf":
-        raise DtypeError(f"{call}(mask={describe(given)}): expected bool (or 0/1) values")
-    return m.astype(bool)
 
 
 def _lead(values: dict[str, Any]) -> tuple[int, ...]:
