@@ -673,6 +673,37 @@ def test_update_sequence_priorities_ragged_rows_name_the_argument() -> None:
     np.testing.assert_array_equal(buf.sampler.state_dict()["priorities"], before)
 
 
+def test_update_sequence_priorities_refusals_name_the_call_and_the_fix() -> None:
+    """A negative start was named update_priorities(indices=...) (a call the user never
+    made) and let through in a row that counts no step; float starts and a mask of the
+    wrong shape were refused without saying what to pass. Every refusal names
+    update_sequence_priorities, the argument and the fix, and changes nothing; [B, 1]
+    starts are flattened."""
+    buf = per_buffer()
+    sb = buf.sample_sequences(4, 3)
+    before = buf.sampler.state_dict()["priorities"].copy()
+    td = np.ones((4, 3))
+    negative = np.r_[sb.starts[:-1], -3]
+    with pytest.raises(ConfigError, match=r"^update_sequence_priorities\(starts=\.\.\.\): "
+                       r"\[-3\] are negative; .*pass batch\.starts"):
+        buf.update_sequence_priorities(negative, td)
+    counts_nothing = np.ones((4, 3), bool)
+    counts_nothing[-1] = False  # the negative start's row
+    with pytest.raises(ConfigError, match=r"^update_sequence_priorities\(starts=\.\.\.\): "
+                       r"\[-3\] are negative"):
+        buf.update_sequence_priorities(negative, td, mask=counts_nothing)
+    with pytest.raises(DtypeError, match=r"^update_sequence_priorities\(starts=array\(shape="
+                       r"\(4,\), dtype=float64\)\): expected integer indices; pass "
+                       r"batch\.starts as sampled"):
+        buf.update_sequence_priorities(sb.starts.astype(np.float64), td)
+    with pytest.raises(ShapeError, match=r"^update_sequence_priorities\(mask=array\(shape="
+                       r"\(4, 2\), dtype=bool\)\): expected the shape of td_errors \(4, 3\); "
+                       r"pass bools .*mask=batch\.mask"):
+        buf.update_sequence_priorities(sb.starts, td, mask=np.ones((4, 2), bool))
+    np.testing.assert_array_equal(buf.sampler.state_dict()["priorities"], before)
+    assert buf.update_sequence_priorities(sb.starts[:, None], td) == 4
+
+
 def test_update_sequence_priorities_of_huge_finite_errors() -> None:
     """1e308 TD errors: the mean overflowed and the error named update_priorities and
     values the user never passed. The priority is now 1e308; above the sampler's limit

@@ -745,7 +745,7 @@ def _mask(host: Any, mask: Any, shape: tuple[int, ...]) -> BoolArray:
     if not isinstance(m, np.ndarray):  # numpy could not convert it
         raise DtypeError(f"{label}: not an array of numbers; {fix}")
     if m.shape != shape:
-        raise ShapeError(f"{label}: expected the shape of td_errors {shape}")
+        raise ShapeError(f"{label}: expected the shape of td_errors {shape}; {fix}")
     out: BoolArray
     if m.dtype.kind == "b":
         out = m.astype(np.bool_, copy=False)

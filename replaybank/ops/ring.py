@@ -189,11 +189,12 @@ def as_int_array(values: Any, name: str, call: str = "") -> IntArray:
     arr = rows_array(values, label, "[B] item keys (one per sampled row)",
                      f"pass batch.{name} as sampled")
     if not isinstance(arr, np.ndarray):  # numpy could not convert it
-        raise DtypeError(f"{label()}: expected integer indices")
+        raise DtypeError(f"{label()}: expected integer indices; pass batch.{name} as sampled")
     if arr.dtype.kind not in "iu" or (arr.dtype.kind == "u" and arr.itemsize == 8 and arr.size
                                       and int(arr.max()) > np.iinfo(np.int64).max):
         if arr.dtype.kind != "u":
-            raise DtypeError(f"{label()}: expected integer indices")
+            raise DtypeError(f"{label()}: expected integer indices; pass batch.{name} as "
+                             "sampled")
         raise DtypeError(f"{label()} holds {int(arr.max())}, beyond int64: no "
                          f"item key is that large; pass batch.{name} as sampled")
     return arr.astype(np.int64, copy=False).reshape(-1)
