@@ -136,6 +136,48 @@ def test_gae_shape_errors() -> None:
         gae(1.0, 0.0, False, False, 0.0)
 
 
+#: gae's arguments for two steps of two envs, every step truncated (final_values read)
+GAE_ARGS = {
+    "rewards": np.ones((2, 2)),
+    "values": np.zeros((2, 2)),
+    "terminated": np.zeros((2, 2), bool),
+    "truncated": np.ones((2, 2), bool),
+    "last_values": np.zeros(2),
+    "final_values": np.zeros((2, 2)),
+}
+RAGGED = [[1.0, 2.0], [3.0]]  # numpy's bare ValueError before: no argument named
+
+
+def assert_ragged_named(err: pytest.ExceptionInfo[ShapeError], arg: str) -> None:
+    msg = str(err.value)
+    assert msg.startswith(f"{arg}=[["), msg
+    assert "a ragged nest, rows of different lengths ([1] has shape" in msg
+
+
+@pytest.mark.parametrize("arg", sorted(GAE_ARGS))
+def test_a_ragged_gae_argument_is_named(arg: str) -> None:
+    """A ragged list given to gae was numpy's bare ``ValueError: setting an array element
+    with a sequence``; it is the one ragged check's ShapeError (host.as_numpy), naming the
+    argument, its value and the first unlike row."""
+    with pytest.raises(ShapeError) as err:
+        rb.gae(**{**GAE_ARGS, arg: RAGGED})
+    assert_ragged_named(err, arg)
+
+
+def test_a_ragged_scan_argument_is_named() -> None:
+    """discount_cumsum and reverse_scan: a ragged ``x`` was numpy's bare ValueError, a
+    ragged ``coef`` a misleading "does not broadcast to x's shape"."""
+    with pytest.raises(ShapeError) as err:
+        rb.discount_cumsum(RAGGED, 0.5)
+    assert_ragged_named(err, "x")
+    with pytest.raises(ShapeError) as err:
+        reverse_scan(RAGGED, 0.5)
+    assert_ragged_named(err, "x")
+    with pytest.raises(ShapeError) as err:
+        reverse_scan(np.ones((2, 2)), RAGGED)
+    assert_ragged_named(err, "coef")
+
+
 def test_discount_cumsum_golden_and_public() -> None:
     assert rb.discount_cumsum([1, 2, 3], 0.5).tolist() == [2.75, 3.5, 3.0]
     assert discount_cumsum(np.array([1.0]), 0.3).tolist() == [1.0]

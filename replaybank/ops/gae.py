@@ -43,6 +43,7 @@ import numpy as np
 import numpy.typing as npt
 
 from replaybank.errors import ConfigError, ShapeError, describe
+from replaybank.host import as_numpy
 from replaybank.ops.jit import pick_kernel
 
 __all__ = ["Backend", "discount_cumsum", "gae", "numba_available", "reverse_scan"]
@@ -106,18 +107,20 @@ def reverse_scan(x: Any, coef: Any, backend: Backend = "auto") -> FloatArray:
         ``y`` as float64, shaped like ``x``.
 
     Raises:
-        ShapeError: ``x`` has no time axis or ``coef`` does not broadcast to it.
+        ShapeError: ``x`` has no time axis or ``coef`` does not broadcast to it, or
+            either is a ragged nest (rows of different lengths).
         ConfigError: Unknown backend, or numba requested but not installed.
 
     Example:
         >>> reverse_scan(np.ones((3, 2)), 0.5, backend="numpy")[:, 0].tolist()
         [1.75, 1.5, 1.0]
     """
-    xs = np.asarray(x, dtype=np.float64)
+    xs = _floats("x", x, "[T, *batch]")
     if xs.ndim < 1:
         raise ShapeError(f"x={describe(x)}: needs a leading time axis [T, *batch]")
+    c = _floats("coef", coef, f"a scalar or {xs.shape} like x")  # (ragged: a ShapeError)
     try:
-        cs = np.broadcast_to(np.asarray(coef, dtype=np.float64), xs.shape)
+        cs = np.broadcast_to(c, xs.shape)
     except ValueError:
         raise ShapeError(
             f"coef={describe(coef)}: does not broadcast to x's shape {xs.shape}; pass a "
@@ -148,7 +151,7 @@ def discount_cumsum(x: Any, discount: float, backend: Backend = "auto") -> Float
         float64 array shaped like ``x``.
 
     Raises:
-        ShapeError: ``x`` is a scalar.
+        ShapeError: ``x`` is a scalar or a ragged nest (rows of different lengths).
         ConfigError: ``discount`` is not a finite number.
 
     Example:
@@ -160,8 +163,20 @@ def discount_cumsum(x: Any, discount: float, backend: Backend = "auto") -> Float
     return reverse_scan(x, float(discount), backend)
 
 
+def _floats(name: str, value: Any, expected: str) -> FloatArray:
+    """The argument ``name``'s ``value`` as float64, through the one ragged check
+    (:func:`~replaybank.host.as_numpy`): a ragged nest is a ShapeError naming ``name``, its
+    value, the first unlike row and ``expected`` (the shape wanted, in words)."""
+    return as_numpy(
+        value,
+        name,
+        expected=expected,
+        fix="pass an array (or a list whose rows all have one length)",
+    ).astype(np.float64, copy=False)
+
+
 def _as_float(name: str, value: Any, shape: tuple[int, ...]) -> FloatArray:
-    arr = np.asarray(value, dtype=np.float64)
+    arr = _floats(name, value, f"shape {shape}")
     if arr.shape != shape:
         try:
             arr = np.broadcast_to(arr, shape)
@@ -174,7 +189,12 @@ def _as_float(name: str, value: Any, shape: tuple[int, ...]) -> FloatArray:
 
 
 def _as_bool(name: str, value: Any, shape: tuple[int, ...]) -> npt.NDArray[np.bool_]:
-    arr = np.asarray(value)
+    arr = as_numpy(
+        value,
+        name,
+        expected=f"shape {shape} like rewards",
+        fix="pass an array of bools (or a list whose rows all have one length)",
+    )
     if arr.shape != shape:
         raise ShapeError(f"{name}={describe(value)}: expected shape {shape} like rewards")
     return arr.astype(bool, copy=False)
@@ -216,7 +236,8 @@ def gae(
         ``advantages + values``.
 
     Raises:
-        ShapeError: Shapes disagree.
+        ShapeError: Shapes disagree, or an argument is a ragged nest (rows of
+            different lengths), naming it.
         ValueError: A truncated step has no final value (None or NaN there).
 
     Example:
@@ -225,7 +246,7 @@ def gae(
         ...     final_values=np.array([2.0, np.nan]), gamma=0.5, gae_lambda=0.5).tolist()
         [1.5, -0.4]
     """
-    rew = np.asarray(rewards, dtype=np.float64)
+    rew = _floats("rewards", rewards, "[T, *batch]")
     if rew.ndim < 1:
         raise ShapeError(f"rewards={describe(rewards)}: needs a leading time axis [T, *batch]")
     shape = rew.shape
