@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import replaybank as rb
-from replaybank.distributed.keys import to_global
+from replaybank.distributed.keys import group_rows_by_shard, to_global
 from replaybank.errors import ConfigError, DtypeError, ShapeError
 from tests.distributed_ray import start, steps
 
@@ -58,6 +58,25 @@ def oracle(td: np.ndarray, mask: np.ndarray, eta: float) -> dict[int, float]:
 
 def shard_totals(svc: Any) -> list[float]:
     return [s["total"] for s in svc.stats()["shards"]]
+
+
+def test_a_ragged_row_block_is_named_by_group_rows_by_shard() -> None:
+    """group_rows_by_shard read each block's rows with np.shape, so a ragged block was
+    numpy's bare ``ValueError: setting an array element with a sequence``; it is the one
+    ragged check's ShapeError, naming the block, its value and the first unlike row."""
+    keys = np.array([0, 3])
+    with pytest.raises(ShapeError) as err:
+        group_rows_by_shard(keys, [np.zeros((2, 2)), [[True], [True, False]]], 2)
+    msg = str(err.value)
+    assert msg.startswith(
+        "group_rows_by_shard: rows[1]=[[True], [True, False]]: a ragged nest, rows of "
+        "different lengths ([1] has shape (2,) but [0] has shape (1,)); expected [B=2, ...]"
+    ), msg
+    out = group_rows_by_shard(keys, [np.arange(4.0).reshape(2, 2), [[True], [False]]], 2)
+    assert {s: (k.tolist(), [r.tolist() for r in rows]) for s, (k, rows) in out.items()} == {
+        0: ([0], [[[0.0, 1.0]], [[True]]]),
+        1: ([1], [[[2.0, 3.0]], [[False]]]),
+    }
 
 
 def test_priorities_equal_one_buffers_and_the_r2d2_oracle(services: Any) -> None:

@@ -31,6 +31,7 @@ import numpy as np
 import numpy.typing as npt
 
 from replaybank.errors import ShapeError, describe
+from replaybank.host import as_numpy
 
 __all__ = ["group_by_shard", "group_rows_by_shard", "to_global", "to_local"]
 
@@ -81,7 +82,9 @@ def group_rows_by_shard(keys: IntArray, rows: Sequence[npt.NDArray[Any]], num_sh
     within each shard the rows keep their order.
 
     Raises:
-        ShapeError: An array of ``rows`` has another number of rows than ``keys``.
+        ShapeError: An array of ``rows`` has another number of rows than ``keys``, or is
+            a ragged nest (rows of different lengths; the check of
+            :func:`~replaybank.host.as_numpy`, naming ``rows[i]``).
 
     Example:
         >>> import numpy as np
@@ -91,13 +94,22 @@ def group_rows_by_shard(keys: IntArray, rows: Sequence[npt.NDArray[Any]], num_sh
         {0: ([0], [[0.0, 1.0]]), 1: ([1, 2], [[2.0, 3.0], [4.0, 5.0]])}
     """
     k = np.asarray(keys, dtype=np.int64)
-    for r in rows:
-        if np.shape(r)[:1] != k.shape:
+    blocks = [
+        as_numpy(
+            r,
+            f"group_rows_by_shard: rows[{i}]",
+            expected=f"[B={len(k)}, ...] (one row per key, all of one shape)",
+            fix="pass arrays with one row per key",
+        )
+        for i, r in enumerate(rows)
+    ]
+    for r in blocks:
+        if r.shape[:1] != k.shape:
             raise ShapeError(f"group_rows_by_shard: {describe(r)} has not one row per key "
                              f"({len(k)} keys)")
     shard, local = to_local(k, num_shards)
     out: dict[int, tuple[IntArray, list[npt.NDArray[Any]]]] = {}
     for s in np.unique(shard).tolist():
         m = shard == s
-        out[int(s)] = (local[m], [np.asarray(r)[m] for r in rows])
+        out[int(s)] = (local[m], [r[m] for r in blocks])
     return out
