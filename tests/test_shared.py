@@ -72,6 +72,25 @@ def test_owner_refuses_writes_and_pickling_and_writer_checks_lanes() -> None:
     buf.close()
 
 
+def test_a_ragged_lanes_list_is_the_one_ragged_shape_error() -> None:
+    """lanes_of caught numpy's ValueError for a ragged list itself and called it a
+    ConfigError that said nothing of the rows; it is the one ragged check's ShapeError
+    (host.as_numpy), naming the lanes, the first unlike row and the fix. Nothing is
+    claimed: the lanes stay free for a writer."""
+    buf = _owner()
+    with pytest.raises(rb.ShapeError) as err:
+        buf.writer(lanes=[[0], [0, 1]])
+    assert str(err.value) == (
+        "writer(lanes=[[0], [0, 1]]): a ragged nest, rows of different lengths ([1] has "
+        "shape (2,) but [0] has shape (1,)); expected [k] lane ids (one int per lane): give "
+        "distinct lane ids in [0, 2) (each writer owns some lanes of the buffer)"
+    )
+    w = buf.writer(lanes=[0, 1]).open()
+    assert w.lanes.tolist() == [0, 1]
+    w.close()
+    buf.close()
+
+
 def test_a_lane_has_one_writer_at_a_time() -> None:
     buf = _owner()
     w = buf.writer([0, 1]).open()

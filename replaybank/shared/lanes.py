@@ -63,6 +63,7 @@ import numpy as np
 import numpy.typing as npt
 
 from replaybank.errors import ConfigError
+from replaybank.host import as_numpy
 from replaybank.ops.jit import pick_kernel
 from replaybank.shared import snapshot
 from replaybank.storage.table import StepTable
@@ -203,6 +204,8 @@ def lanes_of(value: Any, num_envs: int, where: str = "writer") -> IntArray:
     Raises:
         ConfigError: Naming the lanes and the range, for anything but distinct ints in
             range (negative ids, which numpy would wrap to the last lanes, included).
+        ShapeError: A ragged nest (``[[0], [0, 1]]``), naming the lanes, the first unlike
+            row and the fix (the one ragged check, :func:`~replaybank.host.as_numpy`).
 
     Example:
         >>> lanes_of((1, 0), 2).tolist()
@@ -212,14 +215,20 @@ def lanes_of(value: Any, num_envs: int, where: str = "writer") -> IntArray:
         ...
         replaybank.errors.ConfigError: writer(lanes=(2,)): give distinct lane ids in [0, 2) (each writer owns some lanes of the buffer)
     """  # noqa: E501
+    rule = "each writer owns some lanes of the buffer"
+    fix = f"give distinct lane ids in [0, {num_envs}) ({rule})"
     try:
-        arr = np.asarray(value)
-    except (ValueError, TypeError):  # ragged nestings
+        arr = as_numpy(
+            value,
+            label=lambda: f"{where}(lanes={value!r})",
+            expected="[k] lane ids (one int per lane)",
+            fix=fix,
+        )
+    except TypeError:  # not numbers at all: the ConfigError below names them
         arr = np.zeros((0, 0))
     if arr.ndim == 0:
         arr = arr.reshape(1)
     if arr.ndim != 1 or arr.dtype.kind not in "iu" or len(arr) == 0 or \
             len(np.unique(arr)) != len(arr) or arr.min() < 0 or arr.max() >= num_envs:
-        raise ConfigError(f"{where}(lanes={value!r}): give distinct lane ids in "
-                          f"[0, {num_envs}) (each writer owns some lanes of the buffer)")
+        raise ConfigError(f"{where}(lanes={value!r}): {fix}")
     return arr.astype(np.int64)
