@@ -159,6 +159,33 @@ def test_a_ragged_value_is_refused_naming_the_argument_and_the_dict_to_pass(
         assert buf.sample(1).obs["1"].dtype == np.int64
 
 
+@pytest.mark.parametrize("flag", ["terminated", "truncated"])
+def test_a_ragged_flag_on_a_one_env_first_extend_is_named(flag: str) -> None:
+    """A one-env buffer's first call reads the flags' shape to tell ``[n]`` from
+    ``[n, 1]`` (inputs.one_env_lead) with np.shape, so a ragged ``terminated`` (or
+    ``truncated`` with no ``terminated``) was numpy's bare ValueError naming nothing. It is
+    the one ragged check's ShapeError naming the flag, as a later call's; nothing is
+    stored and no spec is implied."""
+    import replaybank as rb
+    from replaybank.errors import ShapeError
+
+    buf = rb.ReplayBuffer(8, seed=0)
+    steps = {
+        "obs": np.zeros((2, 1, 3), np.float32),
+        "action": np.zeros((2, 1)),
+        "reward": np.zeros((2, 1)),
+        "next_obs": np.ones((2, 1, 3), np.float32),
+        "terminated": np.zeros((2, 1), bool),
+        "truncated": np.zeros((2, 1), bool),
+    }
+    if flag == "truncated":
+        del steps["terminated"]
+    said = rf"^{flag}=\[\[False\], \[False, True\]\]: a ragged nest"
+    with pytest.raises(ShapeError, match=said):
+        buf.extend(**{**steps, flag: [[False], [False, True]]})
+    assert len(buf) == 0 and buf.spec is None
+
+
 #: what every boundary says of the ragged list ``[[0.0, 1.0], [2.0]]``
 RAGGED_SAID = (r": a ragged nest, rows of different lengths \(\[1\] has shape \(1,\) but \[0\] "
                r"has shape \(2,\)\); expected ")

@@ -247,16 +247,21 @@ def one_env_lead(fields: Mapping[str, Any], lead: tuple[int, ...]) -> tuple[int,
     ``add``) says every value has the lane dim, so it is not inferred into the fields'
     shapes.
 
+    Raises:
+        ShapeError: The flag value is a ragged nest (the one ragged check,
+            :func:`~replaybank.spec.as_array`, naming it as the call's checks do).
+
     Example:
         >>> one_env_lead({"terminated": np.zeros((5, 1), bool)}, (5,))
         (5, 1)
         >>> one_env_lead({"terminated": np.zeros(5, bool)}, (5,))
         (5,)
     """
-    flag = fields.get("terminated", fields.get("truncated"))
+    name = "terminated" if "terminated" in fields else "truncated"
+    flag = fields.get(name)
     if flag is None:
         return lead
-    shape = np.shape(flag)
+    shape = as_array(flag, name).shape
     if len(shape) == len(lead) + 1 and shape[-1] == 1:
         return (*lead, 1)
     return lead
