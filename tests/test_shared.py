@@ -206,6 +206,59 @@ def test_writer_initial_priorities_reach_the_learner() -> None:
     buf.close()
 
 
+def test_writer_extend_priorities_one_per_step_flat_reach_the_learner() -> None:
+    """A writer read ``priority`` with its own np.asarray and broadcast it to
+    ``[n, lanes]``; the flat ``n * lanes`` values one buffer's extend takes (one per
+    step) did not broadcast, so the writer stored none and the learner drew the steps
+    uniformly (each 1/6 where one buffer draws step i with p_i / 21). The writer now
+    reads them by one buffer's rule (buffers.priorities.priority_values)."""
+    buf = _owner(16, 2, sampler=rb.PrioritizedSampler(alpha=1.0, eps=0.0))
+    w = buf.writer([0, 1]).open()
+    lanes = np.array([0, 1])
+    steps = [step_values(lanes, np.full(2, t), np.zeros(2), np.full(2, t == 2)) for t in range(3)]
+    values = {k: np.stack([s[k] for s in steps]) for k in steps[0]}
+    flat = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]  # step-major: (t, lane) -> flat[2 * t + lane]
+    w.extend(**values, priority=flat)
+    batch = buf.sample(64)
+    check_batch(batch)
+    t, lane = batch.obs[:, 1].astype(int), batch.obs[:, 0].astype(int)
+    want = np.asarray(flat)[2 * t + lane] / sum(flat)
+    np.testing.assert_allclose(batch.probabilities, want, rtol=1e-9)
+    w.close()
+    buf.close()
+
+
+@pytest.mark.parametrize("lanes", [[0], [0, 1]], ids=["one lane", "two lanes"])
+@pytest.mark.parametrize("arg", ["priority", "terminated"])
+def test_a_writer_refuses_a_ragged_list_as_the_buffer_does(lanes: list[int], arg: str) -> None:
+    """The writer read ``priority`` and ``terminated`` with np.asarray/np.shape of its
+    own: a ragged ``terminated`` was numpy's bare ValueError naming nothing, and a ragged
+    ``priority`` was swallowed for the buffer to name. Both are the one ragged check's
+    ShapeError, as ReplayBuffer.extend words it; nothing is written."""
+    buf = _owner(16, 2, sampler=rb.PrioritizedSampler())
+    w = buf.writer(lanes).open()
+    m = len(lanes)
+    ids = np.array(lanes)
+    steps = [step_values(ids, np.full(m, t), np.zeros(m), np.zeros(m, bool)) for t in range(2)]
+    values: dict[str, Any] = {k: np.stack([s[k] for s in steps]) for k in steps[0]}
+    ragged: list[list[Any]] = [[1.0] * m, [1.0] * (m + 1)]
+    if arg == "terminated":
+        ragged = [[False] * m, [False] * (m + 1)]
+    bad = {**values, arg: ragged}
+    local = rb.ReplayBuffer(16, num_envs=m, sampler=rb.PrioritizedSampler())
+    with pytest.raises(rb.ShapeError) as want:
+        local.extend(**bad)
+    with pytest.raises(rb.ShapeError) as got:
+        w.extend(**bad)
+    assert str(got.value) == str(want.value)
+    assert str(got.value).startswith(f"{arg}=[[")
+    assert len(w) == 0 and w.written.tolist() == [0] * m
+    w.extend(**values)  # still usable
+    assert w.written.tolist() == [2] * m
+    w.close()
+    buf.close()
+
+
 class _OutrunningSampler(rb.PrioritizedSampler):
     """Has the writer write ``n`` more steps while each draw is being made (a writer
     process far faster than the learner, made deterministic)."""

@@ -21,6 +21,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import weakref
@@ -31,6 +32,7 @@ import numpy as np
 import numpy.typing as npt
 
 from replaybank.buffers.checked_call import lane_ids
+from replaybank.buffers.priorities import priority_values
 from replaybank.errors import ConfigError, ShapeError
 from replaybank.shared.lanes import claim_side_slots, lanes_of
 from replaybank.shared.reader import shared_arrays
@@ -131,21 +133,29 @@ class SharedWriter:
         claim_side_slots(table, self.lanes)
         self._T = table.T
 
-    def _priorities(self, priority: Any, n: int, lanes: npt.NDArray[np.int64]) -> bool:
-        """Store raw initial priorities for the rows of ``lanes`` about to be written,
-        before the write commits them (NaN: none given). False: bad shape, for the
-        buffer to name."""
+    def _priorities(self, priority: Any, n: int, lanes: npt.NDArray[np.int64]) -> None:
+        """Store raw initial priorities for the ``n`` rows of ``lanes`` about to be
+        written, before the write commits them (NaN: none given).
+
+        ``priority`` is read by one buffer's rule
+        (:func:`~replaybank.buffers.priorities.priority_values`): one value for all, or
+        one per step (``[n, len(lanes)]`` or flat), so the rows get exactly the
+        priorities the buffer's check accepts.
+
+        Raises:
+            ShapeError: Neither one value nor one per step, or a ragged nest (the one
+                ragged check), as ``ReplayBuffer.add`` names it; nothing is stored.
+            DtypeError: A priority is not a number, negative, NaN or infinite.
+        """
         m = len(lanes)
         rows = (self._written[lanes][None, :] + np.arange(n)[:, None]) % self._T
         if priority is None:
             self._priority[rows, lanes[None, :]] = np.nan
-            return True
-        try:
-            p = np.broadcast_to(np.asarray(priority, np.float64), (n, m) if n > 1 else (m,))
-        except (ValueError, TypeError):
-            return False
+            return
+        # [n * m] float64 in step-major order, as the buffer reads them (its own limit,
+        # the sum tree's, is checked by its add after this)
+        p = priority_values(priority, (n, m), math.inf)
         self._priority[rows, lanes[None, :]] = p.reshape(n, m)
-        return True
 
     def _call(self, call: str, values: dict[str, Any], axis: int
               ) -> tuple[npt.NDArray[np.int64], dict[str, Any]]:
@@ -162,7 +172,10 @@ class SharedWriter:
         env_ids = values.pop("env_ids", None)
         _tuple_rule(values)  # (before a one-lane writer's np.asarray stacks a tuple)
         if env_ids is None:
-            if len(self.lanes) == 1 and np.ndim(values.get("terminated", ())) == axis:
+            if (
+                len(self.lanes) == 1
+                and as_array(values.get("terminated", ()), "terminated").ndim == axis
+            ):
                 values = {k: _lane_dim(k, v, axis) for k, v in values.items()}
             return self.lanes, values
         try:
@@ -178,25 +191,29 @@ class SharedWriter:
         """One step of each of this writer's lanes (values ``[len(lanes), ...]``; a
         one-lane writer also takes them without the lane dim). ``env_ids=`` (positions
         among the lanes) writes some of them (values ``[len(env_ids), ...]``);
-        ``priority=`` (one per lane written) sets initial priorities.
+        ``priority=`` (one for all, or one per lane written) sets initial priorities.
 
         Raises:
             ShapeError, SpecError, DtypeError: As ``ReplayBuffer.add`` on a buffer with
-                ``num_envs=len(lanes)`` (``env_ids`` index this writer's lanes).
+                ``num_envs=len(lanes)`` (``env_ids`` index this writer's lanes); a ragged
+                nest in any value (``priority`` and ``terminated`` included) is the one
+                ragged check's ShapeError, as the buffer words it.
         """
         self._check_open()
         priority = values.pop("priority", None)
         lanes, values = self._call("add", values, 0)
-        self._priorities(priority, 1, lanes)  # bad ones: the buffer's check names them
+        self._priorities(priority, 1, lanes)
         self._buf.add(**values, env_ids=lanes, priority=priority)
 
     def extend(self, **values: Any) -> None:
         """``n`` steps of each lane (values ``[n, len(lanes), ...]``, or ``[n, ...]`` for
-        a one-lane writer); ``env_ids=`` and ``priority=`` as in :meth:`add`."""
+        a one-lane writer); ``env_ids=`` as in :meth:`add`; ``priority=`` one for all, or
+        one per step (``[n, len(lanes)]``, or the same values flat), as
+        ``ReplayBuffer.extend`` takes them."""
         self._check_open()
         priority = values.pop("priority", None)
         lanes, values = self._call("extend", values, 1)
-        shape = np.shape(values.get("terminated", ()))
+        shape = as_array(values.get("terminated", ()), "terminated").shape  # (ragged: named)
         if shape:  # else the buffer's check names the bad call
             self._priorities(priority, int(shape[0]), lanes)
         self._buf.extend(**values, env_ids=lanes, priority=priority)
