@@ -1159,3 +1159,60 @@ def test_add_multi_refuses_tuples_holding_arrays_as_the_core_does(arg: str, valu
         buf.add_multi(**{**_multi(), arg: value})
     assert len(buf) == 2
     assert all(torch.equal(getattr(buf, f), b) for f, b in zip(fields, before, strict=True))
+
+
+VELORA_FIELDS = ("states", "actions", "rewards", "next_states", "dones", "hiddens")
+
+
+@pytest.mark.parametrize(("arg", "value"), [
+    ("state", (np.array([1.0, 2.0], np.float32),)),  # stacked to (1, 2): fit and stored
+    ("state", (torch.ones(1), torch.ones(1))),  # stacked to (2, 1): a shape misfit
+    ("hidden", (torch.zeros(1),)),
+    ("reward", (np.ones(1, np.float32),)),  # read as the number 1.0 and stored
+    ("done", (np.ones(1),)),
+])
+def test_add_refuses_tuples_holding_arrays_as_the_core_does(arg: str, value: Any) -> None:
+    """add (one experience) converted its values itself, past the core's tuple rule that
+    add_multi applies: a tuple of arrays was stacked part-first, and where that fit the
+    field (``state=(array([1.0, 2.0]),)``, ``reward=(array([1.0]),)``) it was stored. It
+    raises the core's ShapeError (spec.check_tuple) naming the argument and velora's fix;
+    nothing is stored."""
+    buf = ReplayBuffer(8, 2, 1, 1)
+    buf.add(torch.zeros(2), torch.zeros(1), 0.0, torch.ones(2), False, torch.zeros(1))
+    before = [getattr(buf, f).clone() for f in VELORA_FIELDS]
+    args = {"state": torch.zeros(2), "action": torch.zeros(1), "reward": 1.0,
+            "next_state": torch.ones(2), "done": False, "hidden": torch.zeros(1)}
+    with pytest.raises(rb.ShapeError, match=rf"^{arg}=\(.*a tuple holding arrays is .*"
+                       rf"Pass {arg} as one (tensor \(dim,\)|number), as velora's add"):
+        buf.add(**{**args, arg: value})
+    assert len(buf) == 1
+    assert all(torch.equal(getattr(buf, f), b)
+               for f, b in zip(VELORA_FIELDS, before, strict=True))
+
+
+@pytest.mark.parametrize("arg", ["state", "action", "next_state", "hidden", "states",
+                                 "actions", "rewards", "next_states", "dones", "hiddens"])
+def test_a_ragged_list_is_named_by_add_and_add_multi(arg: str) -> None:
+    """A ragged list got the one ragged check's ShapeError without the argument
+    (``[[1.0, 2.0], [3.0]]: a ragged nest ...``); it names the call and argument
+    (``add(state=...): got [[1.0, 2.0], [3.0]]: a ragged nest ...``); nothing is stored."""
+    buf = ReplayBuffer(8, 2, 1, 1)
+    buf.add(torch.zeros(2), torch.zeros(1), 0.0, torch.ones(2), False, torch.zeros(1))
+    before = [getattr(buf, f).clone() for f in VELORA_FIELDS]
+    ragged = [[1.0, 2.0], [3.0]]
+    if arg.endswith("s"):
+        good = dict(states=torch.zeros(2, 2), actions=torch.zeros(2, 1), rewards=torch.zeros(2),
+                    next_states=torch.ones(2, 2), dones=torch.zeros(2), hiddens=torch.zeros(2, 1))
+        call, run = "add_multi", lambda: buf.add_multi(**{**good, arg: ragged})
+    else:
+        one = {"state": torch.zeros(2), "action": torch.zeros(1), "reward": 1.0,
+               "next_state": torch.ones(2), "done": False, "hidden": torch.zeros(1)}
+        call, run = "add", lambda: buf.add(**{**one, arg: ragged})
+    with pytest.raises(rb.ShapeError) as err:
+        run()
+    assert str(err.value).startswith(
+        f"{call}({arg}=...): got [[1.0, 2.0], [3.0]]: a ragged nest, rows of different "
+        "lengths ([1] has shape (1,) but [0] has shape (2,))"), str(err.value)
+    assert len(buf) == 1
+    assert all(torch.equal(getattr(buf, f), b)
+               for f, b in zip(VELORA_FIELDS, before, strict=True))

@@ -60,7 +60,7 @@ from replaybank.host import as_numpy
 from replaybank.spec import real_array
 
 __all__ = ["check_bool", "check_int", "check_mapping", "check_number", "check_type", "done_flag",
-           "flag_values", "int_rule", "is_int", "is_real", "numbers", "one_number",
+           "flag_values", "host_array", "int_rule", "is_int", "is_real", "numbers", "one_number",
            "saved_generator"]
 
 Array = npt.NDArray[Any]
@@ -290,10 +290,33 @@ def check_mapping(call: str | None, name: str, value: Any, what: str) -> Mapping
 
 
 # ---------------------------------------------------------------------- data values
+def host_array(x: Any, what: str) -> Array:
+    """``x`` on the host (a torch tensor copied) as a numpy array, through the one ragged
+    check (:func:`replaybank.host.as_numpy`) named for the call.
+
+    Args:
+        x: What the caller passed (a tensor, array, list or number).
+        what: The argument, for the message (``"add(state=...)"``).
+
+    Raises:
+        ShapeError: ``x`` is a ragged nest (rows of different lengths), naming ``what``,
+            the value, the first unlike row and the fix.
+
+    Example:
+        >>> host_array([[1.0, 2.0], [3.0]], "add(state=...)")
+        Traceback (most recent call last):
+        ...
+        replaybank.errors.ShapeError: add(state=...): got [[1.0, 2.0], [3.0]]: a ragged nest, rows of different lengths ([1] has shape (1,) but [0] has shape (2,)); expected one array (at every depth, rows of one length): pass one tensor or array whose rows all have one length
+    """  # noqa: E501
+    return as_numpy(x, label=lambda: f"{what}: got {describe(x)}",
+                    fix="pass one tensor or array whose rows all have one length")
+
+
 def numbers(x: Any, what: str, fix: str = "pass a tensor or array of numbers") -> Array:
     """``x`` on the host (a torch tensor copied) as a numeric array: bool, int or float.
 
-    The refusal is the core's (:func:`replaybank.spec.real_array`), named for the call.
+    The refusals are the core's (:func:`replaybank.spec.real_array`, and the one ragged
+    check through :func:`host_array`), named for the call.
 
     Args:
         x: What the caller passed (a tensor, array, list or number).
@@ -303,6 +326,7 @@ def numbers(x: Any, what: str, fix: str = "pass a tensor or array of numbers") -
     Raises:
         DtypeError: ``x`` is or holds None, strings, objects or complex numbers (numpy
             would turn None into NaN when asked for floats).
+        ShapeError: ``x`` is a ragged nest, naming ``what`` (:func:`host_array`).
 
     Example:
         >>> numbers([1, 2], "x").dtype.kind
@@ -312,7 +336,7 @@ def numbers(x: Any, what: str, fix: str = "pass a tensor or array of numbers") -
         ...
         replaybank.errors.DtypeError: add(state=...): got None: expected real numbers, got objects of type NoneType; pass a tensor or array of numbers
     """  # noqa: E501
-    a = as_numpy(x)
+    a = host_array(x, what)
     if a.dtype.kind not in "biuf":
         real_array(a, f"{what}: got {describe(x)}", fix)  # raises, naming what it holds
     return a

@@ -64,6 +64,7 @@ from replaybank.compat.checks import (
     check_type,
     done_flag,
     flag_values,
+    host_array,
     is_int,
     numbers,
     one_number,
@@ -81,7 +82,7 @@ from replaybank.errors import (
     describe,
     require_extra,
 )
-from replaybank.host import as_numpy, tensor_to_numpy
+from replaybank.host import tensor_to_numpy
 from replaybank.io.atomic import temp_path
 from replaybank.spec import check_tuple
 
@@ -346,7 +347,10 @@ class BufferBase(FrontEnd):
         Raises:
             DtypeError: A value is not numbers (None, a string, ...), or ``done`` is not
                 a bool or 0/1; nothing is stored.
-            ShapeError: A value does not fit its field; nothing is stored.
+            ShapeError: A value does not fit its field, is a ragged nest (naming it), or
+                is a tuple holding arrays (the core's tuple rule,
+                :func:`~replaybank.spec.check_tuple`, which numpy would stack
+                part-first); nothing is stored.
 
         Example:
             >>> import torch
@@ -368,14 +372,18 @@ class BufferBase(FrontEnd):
                     or h.dtype is not _F32 or h.shape != sh:
                 raise TypeError
         except (AttributeError, TypeError, RuntimeError):  # other types, devices, grads
+            _parts_rule("add", (("state", state), ("action", action),
+                                ("next_state", next_state), ("hidden", hidden)))
             s = _floats(state, "add(state=...)", ss)
             a = _floats(action, "add(action=...)", sa)
             ns = _floats(next_state, "add(next_state=...)", ss)
             h = _floats(hidden, "add(hidden=...)", sh)
         if type(reward) is not float:
+            _parts_rule("add", (("reward", reward),))
             # one number (NaN is data, as in velora)
             reward = float(one_number(reward, "add(reward=...)", "convert the value to a float"))
         if type(done) is not bool:
+            _parts_rule("add", (("done", done),))
             done = done_flag(done, "add(done=...)")
         self.buffer.add(obs=s, action=a, reward=reward, next_obs=ns, terminated=done,
                        truncated=False, hidden=h)
@@ -736,14 +744,39 @@ class BufferBase(FrontEnd):
 
 
 def _column(x: Any, what: str, n: int) -> Any:
-    """``x`` (``(n,)`` or ``(n, 1)``) as ``(n,)``, on the host."""
-    a = as_numpy(x)
+    """``x`` (``(n,)`` or ``(n, 1)``) as ``(n,)``, on the host (a ragged nest: the one
+    ragged ShapeError, naming ``what``)."""
+    a = host_array(x, what)
     if np.shape(a) == (n, 1):
         return np.reshape(a, n)
     if np.shape(a) != (n,):
         raise ShapeError(f"{what}: shape {tuple(np.shape(a))} but {n} rows; pass ({n},) or "
                          f"({n}, 1)")
     return a
+
+
+def _parts_rule(call: str, values: tuple[tuple[str, Any], ...]) -> None:
+    """The core's tuple rule (:func:`~replaybank.spec.check_tuple`) on each tuple or list
+    among a call's ``(argument, value)`` pairs, before anything is converted: numpy would
+    stack a tuple of arrays part-first (a state of two parts ``(pos, vel)`` into ``[2,
+    ...]``), which may even fit the field's shape and be stored.
+
+    Raises:
+        ShapeError: A tuple holding arrays (or a list of them), naming the argument and
+            the one tensor to pass instead.
+    """
+    many = call == "add_multi"
+    for arg, value in values:
+        if type(value) is tuple or type(value) is list:
+            if arg in ("reward", "done"):
+                fix = f"Pass {arg} as one number, as velora's add takes it"
+            elif many:
+                fix = (f"Pass {arg} as one tensor (n, dim), as velora's add_multi takes it: "
+                       "join each step's parts (torch.cat) and stack the steps (torch.stack)")
+            else:
+                fix = (f"Pass {arg} as one tensor (dim,), as velora's add takes it: join its "
+                       "parts (torch.cat)")
+            check_tuple(arg, value, fix)
 
 
 def _rows(states: Any, actions: Any, rewards: Any, next_states: Any, dones: Any,
@@ -757,16 +790,13 @@ def _rows(states: Any, actions: Any, rewards: Any, next_states: Any, dones: Any,
             :func:`~replaybank.spec.check_tuple`).
     """
     ss, sa, sh = shapes
-    for arg, value in (("states", states), ("actions", actions), ("rewards", rewards),
-                       ("next_states", next_states), ("dones", dones), ("hiddens", hiddens)):
-        if type(value) is tuple or type(value) is list:  # the core's tuple rule
-            check_tuple(arg, value, f"Pass {arg} as one tensor (n, dim), as velora's "
-                        "add_multi takes it: join each step's parts (torch.cat) and stack "
-                        "the steps (torch.stack)")
-    s = as_numpy(states)
+    _parts_rule("add_multi", (("states", states), ("actions", actions), ("rewards", rewards),
+                              ("next_states", next_states), ("dones", dones),
+                              ("hiddens", hiddens)))
+    s = host_array(states, "add_multi(states=...)")
     n = int(np.shape(s)[0]) if np.ndim(s) else -1
     s = _floats(s, "add_multi(states=...)", (n, *ss))
-    a = as_numpy(actions)
+    a = host_array(actions, "add_multi(actions=...)")
     if np.ndim(a) == 1:
         a = np.reshape(a, (n, 1))
     return (s, _floats(a, "add_multi(actions=...)", (n, *sa)),
