@@ -287,6 +287,39 @@ def test_a_ragged_list_is_named_as_one_buffer_names_it(
     assert svc.stats()["shards"] == shards
 
 
+@pytest.mark.parametrize("call", ["add", "extend"])
+def test_a_ragged_priority_while_no_shard_answers_is_the_one_ragged_error(
+    services: Any, call: str
+) -> None:
+    """While no shard answers (the only one is dead, not restarted), the client reads
+    ``priority`` with its own conversion, which caught numpy's ValueError for a ragged
+    list and called it ``DtypeError: ... priorities must be numbers``. It is the one
+    ragged check's ShapeError, worded as a shard-checked write's (priority_values), and
+    nothing is queued; values that are not numbers are still a DtypeError."""
+    import os
+    import signal
+
+    svc = start(services, 1, {"capacity": 16}, num_lanes=2, max_restarts=0)
+    c = svc.client(max_rows=1)
+    pid = svc.shard_pids()[0]
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    values = one_step(2, 0) if call == "add" else steps(2, 0, 1)
+    write = getattr(c, call)
+    with pytest.raises(ShapeError) as err:
+        write(**values, priority=[[1.0], [1.0, 2.0]])
+    assert str(err.value) == (
+        f"{call}(priority=[[1.0], [1.0, 2.0]]): a ragged nest, rows of different lengths "
+        "([1] has shape (2,) but [0] has shape (1,)); expected one priority per step (2 "
+        "values) or one for all: pass a flat list or array of numbers, e.g. np.abs(td_errors)"
+    )
+    assert c.write_rule() is None  # (the path checked: no shard said its rule)
+    assert c.pending_rows == 0
+    with pytest.raises(DtypeError, match=rf"^{call}\(priority=\['a', 'b'\]\): priorities must"):
+        write(**values, priority=["a", "b"])
+    assert c.pending_rows == 0
+
+
 def test_bad_rows_are_refused_before_the_shards_have_a_spec(services: Any) -> None:
     """The first call implies the spec (as one buffer's first add does); a later call of
     another shape is refused by the client before anything reaches a shard."""

@@ -450,12 +450,25 @@ class ReplayClient:
     @staticmethod
     def _priority(priority: Any, out: tuple[int, int], call: str) -> Any:
         """``priority`` as ``[T, k]`` float64 (one number or one per row), its values
-        unchecked: for a write while no shard can say its priority rule."""
-        try:
-            p = np.asarray(to_host(priority)[0], np.float64)
-        except (TypeError, ValueError):
+        unchecked: for a write while no shard can say its priority rule.
+
+        Raises:
+            ShapeError: A ragged nest (the one ragged check,
+                :func:`~replaybank.spec.rows_array`), or neither one number nor one per
+                row.
+            DtypeError: Not numbers.
+        """
+        # (a ragged list: the ShapeError a shard-checked write raises, priority_values')
+        rows = rows_array(
+            to_host(priority)[0],
+            lambda: f"{call}(priority={describe(priority)})",
+            f"one priority per step ({out[0] * out[1]} values) or one for all",
+            "pass a flat list or array of numbers, e.g. np.abs(td_errors)",
+        )
+        if not isinstance(rows, np.ndarray) or rows.dtype.kind not in "biuf":
             raise DtypeError(f"{call}(priority={describe(priority)}): priorities must be "
-                             "numbers; pass e.g. np.abs(td_errors)") from None
+                             "numbers; pass e.g. np.abs(td_errors)")
+        p = rows.astype(np.float64)
         if p.size == 1:
             return np.full(out, float(p.reshape(-1)[0]))
         if p.size != out[0] * out[1]:
