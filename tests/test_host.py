@@ -186,6 +186,35 @@ def test_a_ragged_flag_on_a_one_env_first_extend_is_named(flag: str) -> None:
     assert len(buf) == 0 and buf.spec is None
 
 
+@pytest.mark.parametrize("call", ["add", "extend"])
+def test_ragged_env_ids_are_named(call: str) -> None:
+    """``env_ids`` were read with np.asarray (checked_call.lane_ids), so a ragged list was
+    numpy's bare ValueError naming nothing; it is the one ragged check's ShapeError
+    naming ``env_ids``, and nothing changes."""
+    import replaybank as rb
+    from replaybank.errors import ShapeError
+
+    buf = rb.ReplayBuffer(8, num_envs=2, seed=0)
+    step = {
+        "obs": np.zeros((2, 3), np.float32),
+        "action": [0, 1],
+        "reward": [0.0, 0.0],
+        "next_obs": np.ones((2, 3), np.float32),
+        "terminated": [False, False],
+        "truncated": [False, False],
+    }
+    buf.add(**step)
+    before = buf.state_dict()
+    values = step if call == "add" else {k: [v] for k, v in step.items()}
+    said = r"^env_ids=\[\[0\], \[0, 1\]\]: a ragged nest, rows of different lengths \(\[1\]"
+    with pytest.raises(ShapeError, match=said):
+        getattr(buf, call)(**values, env_ids=[[0], [0, 1]])
+    assert len(buf) == 2
+    after = buf.state_dict()
+    for k, v in before["table"].items():
+        assert np.asarray(v).tobytes() == np.asarray(after["table"][k]).tobytes(), k
+
+
 #: what every boundary says of the ragged list ``[[0.0, 1.0], [2.0]]``
 RAGGED_SAID = (r": a ragged nest, rows of different lengths \(\[1\] has shape \(1,\) but \[0\] "
                r"has shape \(2,\)\); expected ")

@@ -37,6 +37,7 @@ from replaybank.buffers.inputs import (
     standard_spec,
 )
 from replaybank.errors import ShapeError, SpecError, describe
+from replaybank.host import as_numpy
 from replaybank.spec import Spec, as_array
 
 __all__ = ["CheckedCall", "call_spec", "check_call", "lane_ids", "steps_of"]
@@ -55,7 +56,8 @@ def lane_ids(env_ids: Any, num_envs: int) -> IntArray:
         ``[m]`` int64 lane indices.
 
     Raises:
-        ShapeError: env_ids is not 1-D ints, is empty, repeats a lane or is out of range.
+        ShapeError: env_ids is not 1-D ints, is empty, repeats a lane or is out of range,
+            or is a ragged nest (the one ragged check, :func:`~replaybank.host.as_numpy`).
 
     Example:
         >>> lane_ids(None, 3).tolist()
@@ -63,7 +65,12 @@ def lane_ids(env_ids: Any, num_envs: int) -> IntArray:
     """
     if env_ids is None:
         return np.arange(num_envs, dtype=np.int64)
-    ids = np.asarray(env_ids)
+    ids = as_numpy(
+        env_ids,
+        "env_ids",
+        expected="a non-empty 1-D list of distinct int env indices",
+        fix=f"pass e.g. env_ids=[0] (indices in [0, {num_envs}))",
+    )
     if ids.ndim != 1 or ids.dtype.kind not in "iu" or len(ids) == 0:
         raise ShapeError(
             f"env_ids={describe(env_ids)}: expected a non-empty 1-D list of int env "
