@@ -320,6 +320,26 @@ def test_a_ragged_priority_while_no_shard_answers_is_the_one_ragged_error(
     assert c.pending_rows == 0
 
 
+@pytest.mark.parametrize("call", ["add", "extend"])
+def test_ragged_env_ids_are_the_one_ragged_error(services: Any, call: str) -> None:
+    """The client read ``env_ids`` with np.asarray (distributed.writer.lanes_of), so a
+    ragged list was numpy's bare ValueError naming nothing; it is the one ragged check's
+    ShapeError naming the call and ``env_ids``, and nothing is queued or stored."""
+    svc = start(services, 2, {"capacity": 16}, num_lanes=2)
+    c = svc.client(max_rows=1)
+    values = one_step(2, 0) if call == "add" else steps(2, 0, 1)
+    shards = svc.stats()["shards"]
+    with pytest.raises(ShapeError) as err:
+        getattr(c, call)(**values, env_ids=[[0], [0, 1]])
+    assert str(err.value).startswith(
+        f"{call}(env_ids=[[0], [0, 1]]): a ragged nest, rows of different lengths ([1] has "
+        "shape (2,) but [0] has shape (1,)); expected [k] distinct lane ids"
+    ), str(err.value)
+    assert c.pending_rows == 0
+    c.flush()
+    assert svc.stats()["shards"] == shards
+
+
 def test_bad_rows_are_refused_before_the_shards_have_a_spec(services: Any) -> None:
     """The first call implies the spec (as one buffer's first add does); a later call of
     another shape is refused by the client before anything reaches a shard."""

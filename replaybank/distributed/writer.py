@@ -54,6 +54,7 @@ import numpy as np
 import numpy.typing as npt
 
 from replaybank.errors import ShapeError, describe
+from replaybank.host import as_numpy
 
 __all__ = ["MAX_BYTES", "MAX_ROWS", "RowBatcher", "tree_map", "unpack"]
 
@@ -292,9 +293,15 @@ def lanes_of(env_ids: Any, num_lanes: int, call: str) -> IntArray:
     """``env_ids`` checked as distinct global lanes in ``[0, num_lanes)``.
 
     Raises:
-        ShapeError: Not 1-D ints, out of range, or repeated.
+        ShapeError: Not 1-D ints, out of range, or repeated; a ragged nest (the one ragged
+            check, :func:`~replaybank.host.as_numpy`).
     """
-    arr = np.asarray(env_ids)
+    arr = as_numpy(
+        env_ids,
+        label=lambda: f"{call}(env_ids={describe(env_ids)})",
+        expected="[k] distinct lane ids",
+        fix=f"pass distinct lane ids in [0, {num_lanes}) (the service's num_lanes)",
+    )
     if arr.ndim != 1 or len(arr) == 0 or not np.issubdtype(arr.dtype, np.integer) \
             or arr.min() < 0 or arr.max() >= num_lanes or len(np.unique(arr)) != len(arr):
         raise ShapeError(f"{call}(env_ids={describe(env_ids)}): must be distinct lane "
