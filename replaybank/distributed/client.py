@@ -166,7 +166,7 @@ from replaybank.errors import (
 )
 from replaybank.samplers.prioritized import PrioritizedSampler
 from replaybank.samplers.sample_args import check_replace, check_size_arg
-from replaybank.spec import SEP, as_array, unflatten
+from replaybank.spec import SEP, as_array, rows_array, unflatten
 
 __all__ = ["ReplayClient"]
 
