@@ -566,9 +566,13 @@ class MultiAgentRolloutBuffer:
         Args:
             obs: As :meth:`add`: its agents are the acting ones (its values are read
                 only before the first add, for the layout).
-            action, value, log_prob, active, **extras: As :meth:`add`.
+            action: As :meth:`add` (the policy's actions).
+            value: As :meth:`add` (the critic's values).
+            log_prob: As :meth:`add` (the actions' log-probabilities).
             state: As :meth:`add` (whether it is given is checked; its value is read
                 only before the first add).
+            active: As :meth:`add`.
+            **extras: As :meth:`add` (extras the policy returns).
 
         Raises:
             ArgumentError, CapacityError, SpecError, ShapeError, DtypeError: As
