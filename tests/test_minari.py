@@ -21,7 +21,7 @@ import gymnasium as gym  # noqa: E402
 
 import replaybank as rb  # noqa: E402
 from replaybank.envs import BIT_FLIPPING_ID, compute_reward  # noqa: E402
-from replaybank.errors import ConfigError, SpecError  # noqa: E402
+from replaybank.errors import ConfigError, EmptyBufferError, SpecError  # noqa: E402
 from replaybank.integrations.minari import from_minari, to_minari  # noqa: E402
 
 
@@ -265,6 +265,45 @@ def test_errors_are_clear(cartpole: Any) -> None:
     rows.add(obs=np.zeros(4, np.float32), action=0)
     with pytest.raises(SpecError, match="stores rows"):
         to_minari(rows, _new_id("rows"), env="CartPole-v1")
+
+
+def test_bad_ids_indices_and_empty_buffers_are_refused_before_anything_is_written(
+        cartpole: Any) -> None:
+    """Minari's own errors for these were a bare TypeError (an id without a version), an
+    h5py KeyError (an episode the dataset does not hold), a hint to a ``download=True``
+    that ``from_minari`` does not take, and an empty dataset written from a buffer with no
+    complete episode (Minari's ``sample_episodes`` then fails on it)."""
+    root = os.environ["MINARI_DATASETS_PATH"]
+    before = sorted(os.walk(root))
+    buf = from_minari(cartpole)
+    for bad in ("test/no-version", "../outside-v0", "test/a b-v0", 3):
+        with pytest.raises(ConfigError, match=r"to_minari\(dataset_id=.*not a Minari "
+                                              r"dataset id.*name-vN"):
+            to_minari(buf, bad, env="CartPole-v1")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=rf"dataset_id='{cartpole.id}'.*exists.*delete_dataset"):
+        to_minari(buf, cartpole.id, env="CartPole-v1")
+    with pytest.raises(ConfigError, match=r"no-version.*not a Minari dataset id"):
+        from_minari("test/no-version")
+    with pytest.raises(ConfigError, match=r"test/absent-v0.*no such dataset.*download_dataset"):
+        from_minari("test/absent-v0")
+    held = cartpole.total_episodes
+    for bad_ids in ([held], [-1], [0, held + 5]):
+        with pytest.raises(ConfigError, match=f"episode {bad_ids[-1]} is not in the dataset, "
+                                              f"which holds ids 0..{held - 1}"):
+            from_minari(cartpole, episode_indices=bad_ids)
+    for bad_ids in ([0.5], [[0, 1]], ["0"]):
+        with pytest.raises(ConfigError, match="episode ids are ints"):
+            from_minari(cartpole, episode_indices=bad_ids)  # type: ignore[list-item]
+    given = rb.ReplayBuffer(100, spec={"obs": ((4,), "float32"), "action": ((), "int64")})
+    with pytest.raises(ConfigError, match=f"episode {held} is not in the dataset"):
+        from_minari(cartpole, given, episode_indices=[0, held])
+    assert len(given) == 0
+    empty = rb.ReplayBuffer(100, spec={"obs": ((4,), "float32"), "action": ((), "int64")})
+    empty.add(obs=np.zeros(4, np.float32), action=0, reward=1.0,
+              next_obs=np.ones(4, np.float32), terminated=False, truncated=False)
+    with pytest.raises(EmptyBufferError, match=r"no complete episode \(1 steps stored"):
+        to_minari(empty, _new_id("empty"), env="CartPole-v1")
+    assert sorted(os.walk(root)) == before  # nothing written, nothing created
 
 
 def test_nothing_written_outside_the_temporary_path() -> None:

@@ -54,14 +54,23 @@ Example:
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from replaybank.buffers.replay import ReplayBuffer
-from replaybank.errors import ConfigError, MissingDependencyError, SpecError, describe
+from replaybank.errors import (
+    ConfigError,
+    EmptyBufferError,
+    MissingDependencyError,
+    SpecError,
+    describe,
+)
 from replaybank.integrations.spaces import spec_from_spaces, to_fields
 from replaybank.spec import FieldSpec, Spec
 
@@ -111,11 +120,62 @@ def _dataset(dataset: Any) -> Any:
     """A MinariDataset from a dataset or a dataset id (loaded from local storage)."""
     minari = _import("minari")
     if isinstance(dataset, str):
+        _check_id("from_minari", "dataset", dataset)
+        if not (_datasets_root() / dataset / "data").is_dir():
+            raise ConfigError(
+                f"from_minari(dataset={dataset!r}): no such dataset under {_datasets_root()} "
+                "(MINARI_DATASETS_PATH, else ~/.minari/datasets); download a remote one "
+                "first (minari.download_dataset(id)), or check the id with "
+                "minari.list_local_datasets()")
         return minari.load_dataset(dataset)
     if not isinstance(dataset, minari.MinariDataset):
         raise ConfigError(f"from_minari(dataset={describe(dataset)}): pass a "
                           "minari.MinariDataset or the id of a local dataset")
     return dataset
+
+
+#: A Minari dataset id: ``(namespace/)name-vN`` (the namespace may hold ``/``).
+_DATASET_ID = re.compile(r"(?:[-\w][-\w/]*[-\w]/)?[-\w]+?-v\d+")
+
+
+def _check_id(where: str, arg: str, dataset_id: Any) -> None:
+    """Raise a ConfigError unless ``dataset_id`` (argument ``arg`` of ``where``) is a
+    Minari dataset id."""
+    if not isinstance(dataset_id, str) or not _DATASET_ID.fullmatch(dataset_id):
+        raise ConfigError(
+            f"{where}({arg}={describe(dataset_id)}): not a Minari dataset id; ids read "
+            "'namespace/name-vN' (letters, digits, '-', '_'; the namespace is optional and "
+            "may hold '/'), e.g. 'cartpole/random-v0'")
+
+
+def _datasets_root() -> Path:
+    """Where Minari keeps local datasets: ``$MINARI_DATASETS_PATH``, else
+    ``~/.minari/datasets``."""
+    root = os.environ.get("MINARI_DATASETS_PATH")
+    return Path(root) if root is not None else Path.home() / ".minari" / "datasets"
+
+
+def _episode_indices(given: Iterable[int], held: Any) -> IntArray:
+    """``given`` (``from_minari``'s ``episode_indices``) as an int64 array, checked: the
+    ids of episodes the dataset holds (``held``)."""
+    try:
+        arr = np.asarray(list(given))
+    except TypeError as exc:
+        raise ConfigError(f"from_minari(episode_indices={describe(given)}): pass an "
+                          "iterable of episode ids (ints)") from exc
+    if (arr.size and arr.dtype.kind not in "iu") or arr.ndim > 1:
+        raise ConfigError(f"from_minari(episode_indices={describe(given)}): episode ids "
+                          f"are ints; got {arr.dtype} values of shape {arr.shape}")
+    arr = arr.astype(np.int64).reshape(-1)
+    missing = arr[~np.isin(arr, held)]
+    if missing.size:
+        held = np.asarray(held)
+        where = (f"ids {int(held.min())}..{int(held.max())}" if held.size
+                 and np.array_equal(held, np.arange(held.min(), held.max() + 1)) else
+                 f"{held.size} episodes (dataset.episode_indices)")
+        raise ConfigError(f"from_minari(episode_indices=...): episode {int(missing[0])} is "
+                          f"not in the dataset, which holds {where}; pass ids it holds")
+    return arr
 
 
 def _flatten(tree: Any, prefix: str, out: Fields) -> Fields:
@@ -155,23 +215,32 @@ def _space_value(space: Any, flat: Mapping[str, Any], name: str) -> Any:
     return flat[name]
 
 
-def _check_spec(stored: Spec, expected: Spec, where: str, extras: bool) -> None:
+#: What :func:`_check_spec` names the expected spec after, and the fix it offers, by caller.
+_FROM_DATASET = ("the dataset", "build the buffer with the dataset's spec "
+                 "(from_minari(dataset) with buffer=None does)")
+_FROM_SPACES = ("the spaces", "pass the env the data came from (env=), or its "
+                "observation_space= and action_space=")
+
+
+def _check_spec(stored: Spec, expected: Spec, where: str, extras: bool,
+                source: tuple[str, str]) -> None:
     """Raise a SpecError unless ``stored`` has the obs/action fields of ``expected`` with
-    the same shapes, and the flags (and no other field unless ``extras``)."""
+    the same shapes, and the flags (and no other field unless ``extras``). ``source``:
+    what ``expected`` came from and the fix (:data:`_FROM_DATASET`, :data:`_FROM_SPACES`)."""
+    them, fix = source
     data = [n for n in expected if n not in _FLAGS]
     extra = [] if extras else [n for n in stored if n not in expected]
     missing = [n for n in expected if n not in stored]
     if extra or missing:
         raise SpecError(
-            f"{where}: the buffer's fields {sorted(stored)} do not match the dataset's "
-            f"{sorted(expected)} (missing: {missing}, not in the dataset: {extra}); build the "
-            "buffer with the dataset's spec (from_minari(dataset) with buffer=None does)"
+            f"{where}: the buffer's fields {sorted(stored)} do not match those of {them} "
+            f"{sorted(expected)} (missing: {missing}, not in {them}: {extra}); {fix}"
         )
     for n in data:
         if stored[n].shape != expected[n].shape:
             raise SpecError(
                 f"{where}: field {n!r} has shape {stored[n].shape} in the buffer but "
-                f"{expected[n].shape} in the dataset; build the buffer with the dataset's spec"
+                f"{expected[n].shape} in {them}; {fix}"
             )
 
 
@@ -266,7 +335,8 @@ def from_minari(dataset: Any, buffer: MinariBuffer | None = None, *, num_envs: i
         SpecError: The buffer's fields or shapes do not match the dataset's spaces, or an
             episode's lengths are inconsistent.
         ConfigError: A bad argument (``num_envs`` that differs from the buffer's, buffer
-            arguments given with a buffer, a non-dataset).
+            arguments given with a buffer, a non-dataset, the id of no local dataset,
+            ``episode_indices`` the dataset does not hold).
 
     Example:
         See the module docstring.
@@ -274,8 +344,8 @@ def from_minari(dataset: Any, buffer: MinariBuffer | None = None, *, num_envs: i
     ds = _dataset(dataset)
     obs_space, act_space = ds.observation_space, ds.action_space
     expected = spec_from_spaces(obs_space, act_space)
-    indices = np.asarray(ds.episode_indices if episode_indices is None
-                         else list(episode_indices), dtype=np.int64)
+    indices = np.asarray(ds.episode_indices, np.int64) if episode_indices is None \
+        else _episode_indices(episode_indices, ds.episode_indices)
     if isinstance(chunk_steps, bool) or not isinstance(chunk_steps, int) or chunk_steps < 1:
         raise ConfigError(f"from_minari(chunk_steps={chunk_steps!r}): must be an int >= 1")
     if buffer is None:
@@ -309,7 +379,8 @@ def from_minari(dataset: Any, buffer: MinariBuffer | None = None, *, num_envs: i
             raise ConfigError(f"from_minari(num_envs={num_envs!r}): the buffer has {lanes} "
                               "lanes; leave num_envs out or pass the buffer's")
         if buffer.spec is not None:
-            _check_spec(buffer.spec, expected, "from_minari", extras=False)
+            _check_spec(buffer.spec, expected, "from_minari", extras=False,
+                        source=_FROM_DATASET)
     spec = buffer.spec
     pending: list[list[Fields]] = [[] for _ in range(lanes)]
     sizes = [0] * lanes
@@ -395,13 +466,21 @@ def to_minari(buffer: MinariBuffer, dataset_id: str, *, env: Any = None,
 
     Raises:
         SpecError: The buffer's fields do not match the spaces, or it stores rows.
-        ConfigError: Neither ``env`` nor both spaces given.
+        ConfigError: Neither ``env`` nor both spaces given; ``dataset_id`` is not a Minari
+            id (``namespace/name-vN``) or names a dataset that exists.
+        EmptyBufferError: The buffer holds no complete episode (nothing is written).
 
     Example:
         See the module docstring.
     """
     gym, minari = _import("gymnasium"), _import("minari")
     episode_buffer = _import("minari.data_collector").EpisodeBuffer
+    _check_id("to_minari", "dataset_id", dataset_id)
+    if (_datasets_root() / dataset_id).exists():
+        raise ConfigError(
+            f"to_minari(dataset_id={dataset_id!r}): a dataset with this id exists under "
+            f"{_datasets_root()}; pick another name or version, or delete it first "
+            "(minari.delete_dataset(id))")
     table = buffer.table
     if not table.obs_fields:
         raise SpecError("to_minari: the buffer stores rows (next_obs=False), not transitions; "
@@ -411,10 +490,16 @@ def to_minari(buffer: MinariBuffer, dataset_id: str, *, env: Any = None,
             raise ConfigError("to_minari(env=None): pass the env (an id, EnvSpec or env) "
                               "or both observation_space= and action_space=")
         made = env if isinstance(env, gym.Env) else gym.make(env)
-        observation_space = observation_space or made.observation_space
-        action_space = action_space or made.action_space
+        try:
+            if observation_space is None:
+                observation_space = made.observation_space
+            if action_space is None:
+                action_space = made.action_space
+        finally:
+            if made is not env:
+                made.close()
     expected = spec_from_spaces(observation_space, action_space)
-    _check_spec(table.spec, expected, "to_minari", extras=True)
+    _check_spec(table.spec, expected, "to_minari", extras=True, source=_FROM_SPACES)
     episodes = [
         episode_buffer(
             observations=_space_value(observation_space, ep, "obs"),
@@ -423,6 +508,12 @@ def to_minari(buffer: MinariBuffer, dataset_id: str, *, env: Any = None,
             infos={})
         for ep in _episodes(table)
     ]
+    if not episodes:
+        raise EmptyBufferError(
+            f"to_minari: the buffer holds no complete episode ({int(table.counts.sum())} steps "
+            "stored; "
+            "an episode is written when its first step is still stored and its last step "
+            "is terminated or truncated); collect until an episode ends")
     return minari.create_dataset_from_buffers(
         dataset_id, episodes, env=env, observation_space=observation_space,
         action_space=action_space, **dataset_kwargs)
