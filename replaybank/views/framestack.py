@@ -554,10 +554,14 @@ class FrameStackView:
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickle support: what reads a table's arrays (a pickled view is a copy of them)
-        is dropped and rebuilt on use."""
+        is dropped and rebuilt on use, and so are the kernel's output buffers: they are
+        views of one flat array, which pickling would copy apart (the kernel fills the
+        flat array, so a copy's plan would be the views' stale contents)."""
         state = self.__dict__.copy()
         state["_last"] = None
         state["_reads"] = None
+        if self._buffers is not None:
+            state["_buffers"] = windows.stack_buffers(0, self.k)
         return state
 
     def valid(self, table: StepTable, keys: IntArray) -> npt.NDArray[np.bool_] | None:
