@@ -57,8 +57,9 @@ def test_pickle_every_replay_type(name: str, writer: str,
     assert_twin(buf, pickle.loads(pickle.dumps(buf)))
 
 
-@pytest.mark.parametrize("copier", [lambda b: pickle.loads(pickle.dumps(b)), copy.deepcopy],
-                         ids=["pickle", "deepcopy"])
+@pytest.mark.parametrize(
+    "copier", [lambda b: pickle.loads(pickle.dumps(b)), copy.deepcopy], ids=["pickle", "deepcopy"]
+)
 @pytest.mark.parametrize("name", sorted(REPLAY_CASES))
 def test_copy_after_a_sample_draws_the_same_next_sample(name: str, copier: Any) -> None:
     """A buffer that has sampled (as every buffer in training has) copies exactly: a frame
@@ -71,8 +72,12 @@ def test_copy_after_a_sample_draws_the_same_next_sample(name: str, copier: Any) 
 
 def test_torch_storage_frame_stack_copy_after_a_sample() -> None:
     pytest.importorskip("torch")
-    buf = filled(rb.PrioritizedReplayBuffer(30, num_envs=2, frame_stack=2, storage="torch",
-                                            device="cpu", seed=3), 40)
+    buf = filled(
+        rb.PrioritizedReplayBuffer(
+            30, num_envs=2, frame_stack=2, storage="torch", device="cpu", seed=3
+        ),
+        40,
+    )
     batch = buf.sample(8)
     buf.update_priorities(batch.indices, batch.weights + 0.5)
     assert_twin(buf, pickle.loads(pickle.dumps(buf)))
