@@ -252,7 +252,10 @@ def load(dirpath: str | os.PathLike[str], prefix: str = "buffer_", *,
             imported yet is refused (importing runs its code): import it, or register
             the function (:func:`replaybank.register_function`), before loading.
         **overrides: Config entries to change, e.g. ``path=`` (with ``storage="memmap"``,
-            the default when ``path`` is given) to load into a new memmap directory.
+            the default when ``path`` is given) to load into a new memmap directory, or
+            ``storage="numpy"`` to load a torch buffer's checkpoint into host memory (a
+            storage other than the saved one drops the saved ``device``), or
+            ``device="cpu"`` to load one saved on a GPU on a machine without it.
 
     A checkpoint never chooses where files are written: the buffer is loaded into memory
     (``storage="numpy"``, even when the saved buffer was a memmap buffer, whose ``path``
@@ -329,6 +332,10 @@ def _rebuild(manifest: dict[str, Any], sf: StateFile, trust_imports: bool,
         if overrides.get("path") is not None:
             overrides["path"] = os.fspath(overrides["path"])
             overrides.setdefault("storage", "memmap")
+        if "device" in cfg and overrides.get("storage", cfg.get("storage")) != cfg.get("storage"):
+            # the saved device belongs to the saved storage (a torch buffer's): loading
+            # into another storage (storage="numpy", a memmap path=) drops it, unless given
+            cfg["device"] = None
         try:
             from replaybank.config import from_config
 

@@ -164,6 +164,26 @@ def test_roundtrip_torch_storage(tmp_path: Path) -> None:
     assert_same(as_numpy.sample(4), host_draws.sample(4))
 
 
+def test_torch_checkpoint_loads_into_another_storage_without_device_none(
+    tmp_path: Path,
+) -> None:
+    """The saved device belongs to the saved (torch) storage: ``storage="numpy"`` or a
+    memmap ``path=`` loads the checkpoint without the user also passing ``device=None``
+    (before: CheckpointError 'storage="numpy" takes neither path=None nor device='cpu'')."""
+    pytest.importorskip("torch")
+    buf = filled(rb.PrioritizedReplayBuffer(24, num_envs=2, storage="torch", device="cpu",
+                                            seed=0), 30)
+    buf.save(tmp_path / "ckpt")
+    want = rb.load(tmp_path / "ckpt", storage="numpy", device=None).sample(4)
+    as_numpy = rb.load(tmp_path / "ckpt", storage="numpy")
+    assert as_numpy.backend.name == "numpy" and as_numpy.config().device is None
+    assert_same(want, as_numpy.sample(4))
+    on_disk = rb.load(tmp_path / "ckpt", path=tmp_path / "mm")
+    assert on_disk.backend.name == "memmap"
+    assert_same(want, on_disk.sample(4))
+    on_disk.close()
+
+
 def test_same_sample_after_load_beyond_first(tmp_path: Path) -> None:
     buf = filled(rb.PrioritizedReplayBuffer(64, num_envs=2, seed=11), 50)
     buf.save(tmp_path)
