@@ -320,8 +320,13 @@ def test_errors_come_from_the_host_path() -> None:
         buf.add(**kw)
     with pytest.raises(rb.ConfigError):
         buf.sample(0)
-    with pytest.raises(rb.ConfigError, match="sample_fn"):
+    # the message names the storage, not an object's repr ("<...NumpyBackend object at 0x...>")
+    with pytest.raises(rb.ConfigError, match=r'sample_fn: this buffer\'s storage \("numpy"\)'):
         rb.ReplayBuffer(8).sample_fn(4)
+    host_draws = rb.ReplayBuffer(8, storage=rb.TorchBackend("cpu", draws="host"))
+    with pytest.raises(rb.ConfigError, match=r'storage \("torch"\) does not draw') as err:
+        host_draws.sample_fn(4)
+    assert " object at 0x" not in str(err.value)
     with pytest.raises(rb.ConfigError, match="positive int"):
         buf.sample_fn(-1)
     with pytest.raises(rb.ConfigError, match="draws="):

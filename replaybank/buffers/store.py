@@ -187,9 +187,9 @@ class Store:
     def device(self) -> DevicePath:
         """The device path (:meth:`ReplayBuffer.sample_fn`); raises for host storage."""
         raise ConfigError(
-            f"sample_fn: {self.backend!r} does not draw on the device; use "
-            'storage="torch" (with TorchBackend draws="device", the default) or call '
-            "sample()")
+            f'sample_fn: this buffer\'s storage ("{self.backend.name}") does not draw on '
+            'the device; build it with storage="torch" (with TorchBackend draws="device", '
+            "the default) or call sample()")
 
     def writer(self, owner: Any, lanes: Any) -> SharedWriterHandle:
         """A collector's write handle (a shared store's); raises for other storage."""
