@@ -81,7 +81,7 @@ class JointStep:
 
 def check_agent_dicts(owner: str, agents: tuple[str, ...], dicts: Mapping[str, Any],
                       active: Any, extras: Mapping[str, Any],
-                      reserved: frozenset[str]) -> tuple[str, ...]:
+                      reserved: frozenset[str], call: str = "add") -> tuple[str, ...]:
     """Check the per-agent dict arguments of an ``add``; return the acting agents.
 
     Args:
@@ -92,6 +92,8 @@ def check_agent_dicts(owner: str, agents: tuple[str, ...], dicts: Mapping[str, A
         active: ``{agent: bool or bool[num_envs]}`` or None.
         extras: The other keyword values: a dict is per agent, anything else joint.
         reserved: Names an extra may not have.
+        call: The call the user made, for messages (``"add"``; ``"check_step"`` or a
+            collector's ``"collect"`` for a check before the step).
 
     Returns:
         The agents in ``obs``, in the buffer's order.
@@ -109,52 +111,53 @@ def check_agent_dicts(owner: str, agents: tuple[str, ...], dicts: Mapping[str, A
     for name, v in dicts.items():
         if not isinstance(v, Mapping):
             raise ArgumentError(
-                f"add({name}={describe(v)}): expected a dict {{agent: value}} (PettingZoo's "
+                f"{call}({name}={describe(v)}): expected a dict {{agent: value}} (PettingZoo's "
                 f"per-agent dicts); for one agent pass {name}={{{agents[0]!r}: value}}")
-        _known(owner, name, v, agents)
+        _known(owner, name, v, agents, call)
     acting = tuple(a for a in agents if a in dicts["obs"])
     if not acting:
-        raise ArgumentError("add(obs={}): no agent acted; pass the step of at least one "
+        raise ArgumentError(f"{call}(obs={{}}): no agent acted; pass the step of at least one "
                             "agent (an agent left out of the dicts did not act)")
     for name, v in dicts.items():
-        _same_agents(name, v, acting)
+        _same_agents(name, v, acting, call)
     if active is not None:
         if not isinstance(active, Mapping):
-            raise ArgumentError(f"add(active={describe(active)}): expected a dict {{agent: "
+            raise ArgumentError(f"{call}(active={describe(active)}): expected a dict {{agent: "
                                 "bool or bool[num_envs]}} of the agents in obs")
         stray = [a for a in active if a not in acting]
         if stray:
             raise ArgumentError(
-                f"add(active=...): agent(s) {stray} are not in obs; active says in which envs "
+                f"{call}(active=...): agent(s) {stray} are not in obs; active says in which envs "
                 "an agent in obs acted (an agent left out of obs acted in none)")
     for name, v in extras.items():
         if not isinstance(name, str) or name in reserved:
-            raise ArgumentError(f"add({name}=...): {name!r} is reserved by {owner} or the "
+            raise ArgumentError(f"{call}({name}=...): {name!r} is reserved by {owner} or the "
                                 "core; rename the extra")
         if isinstance(v, Mapping):
-            _known(owner, name, v, agents)
-            _same_agents(name, v, acting)
+            _known(owner, name, v, agents, call)
+            _same_agents(name, v, acting, call)
     return acting
 
 
-def _known(owner: str, name: str, v: Mapping[str, Any], agents: tuple[str, ...]) -> None:
+def _known(owner: str, name: str, v: Mapping[str, Any], agents: tuple[str, ...],
+           call: str) -> None:
     unknown = [a for a in v if a not in agents]
     if unknown:
-        raise ArgumentError(f"add({name}=...): unknown agent(s) {unknown}; this buffer's "
+        raise ArgumentError(f"{call}({name}=...): unknown agent(s) {unknown}; this buffer's "
                             f"agents are {list(agents)} ({owner}(agents=))")
 
 
-def _same_agents(name: str, v: Mapping[str, Any], acting: tuple[str, ...]) -> None:
+def _same_agents(name: str, v: Mapping[str, Any], acting: tuple[str, ...], call: str) -> None:
     missing = [a for a in acting if a not in v]
     if missing:
         raise ArgumentError(
-            f"add({name}=...): missing {missing}: agent(s) in obs but missing from {name}; "
+            f"{call}({name}=...): missing {missing}: agent(s) in obs but missing from {name}; "
             f"pass {name} for every agent in obs, or leave the agent out of every dict (it "
             "did not act at this step)")
     extra = [a for a in v if a not in acting]
     if extra:
         raise ArgumentError(
-            f"add({name}=...): agent(s) {extra} are in {name} but not in obs; an agent "
+            f"{call}({name}=...): agent(s) {extra} are in {name} but not in obs; an agent "
             "that acts is in every dict (obs, action, reward, next_obs, terminated, "
             "truncated)")
 
@@ -174,13 +177,15 @@ def _scalar(prefix: str, agent: str, dtype: Any) -> FieldSpec:
     return field
 
 
-def cast_value(field: FieldSpec, arg: str, value: Any, num_envs: int) -> npt.NDArray[Any]:
-    """``value`` checked and cast to ``field``, shaped ``[num_envs, *shape]``."""
+def cast_value(field: FieldSpec, arg: str, value: Any, num_envs: int,
+               call: str = "add") -> npt.NDArray[Any]:
+    """``value`` checked and cast to ``field``, shaped ``[num_envs, *shape]`` (``call``:
+    the call the user made, for messages)."""
     if isinstance(value, Mapping):
-        raise ArgumentError(f"add({arg}={describe(value)}): a dict where an array is "
+        raise ArgumentError(f"{call}({arg}={describe(value)}): a dict where an array is "
                             "expected; only observations may be dicts {key: array}")
     arr = as_array(value, arg)  # (a ragged nest: a ShapeError naming arg)
-    lead = field.leading_of("add", value, [(), (1,)] if num_envs == 1 else [(num_envs,)],
+    lead = field.leading_of(call, value, [(), (1,)] if num_envs == 1 else [(num_envs,)],
                             arr)
     out = field.cast(arg, value, lead, arr)
     return out.reshape((num_envs, *field.shape))
@@ -196,7 +201,7 @@ def _layout(agents: tuple[str, ...], num_envs: int, spec: Any, args: Mapping[str
 
 
 def cast_obs(layout: AgentLayout, agent: str, arg: str, value: Any, num_envs: int,
-             out: dict[str, npt.NDArray[Any]]) -> None:
+             out: dict[str, npt.NDArray[Any]], call: str = "add") -> None:
     """Check and cast one agent's observation into its observation leaves.
 
     Both multi-agent buffers store an observation this way (``obs`` and ``next_obs`` of
@@ -213,6 +218,7 @@ def cast_obs(layout: AgentLayout, agent: str, arg: str, value: Any, num_envs: in
         out: Receives ``out[leaf]`` ``[num_envs, *shape]`` per observation leaf
             (``<agent>``, or ``<agent>/<key>`` for each key); written only when every
             leaf was cast (a rejected value leaves ``out`` as it was).
+        call: The call the user made, for messages (``"add"``, ``"check_obs"``, ...).
 
     Raises:
         SpecError: A dict for an agent that observes one array, an array for one that
@@ -225,21 +231,22 @@ def cast_obs(layout: AgentLayout, agent: str, arg: str, value: Any, num_envs: in
         if isinstance(value, Mapping):
             field = layout.per_agent["obs"][agent]
             raise SpecError(
-                f"add({where}={describe(value)}): agent {agent!r} observes one array in "
+                f"{call}({where}={describe(value)}): agent {agent!r} observes one array in "
                 f"this buffer (shape {field.shape}, {field.dtype}: its first add or spec=), "
                 "not a dict; pass that array, or build the buffer with dict observations "
                 f"(spec={{'obs': {{{agent!r}: {{key: (shape, dtype)}}}}}} or a dict in the "
                 "first add)")
-        out[agent] = cast_value(layout.per_agent["obs"][agent], where, value, num_envs)
+        out[agent] = cast_value(layout.per_agent["obs"][agent], where, value, num_envs,
+                                call)
         return
     if not isinstance(value, Mapping):
-        raise SpecError(f"add({where}={describe(value)}): agent {agent!r} observes a dict "
+        raise SpecError(f"{call}({where}={describe(value)}): agent {agent!r} observes a dict "
                         f"with keys {list(keys)} in this buffer (its first add or spec=); "
                         "pass {key: array} with exactly those keys")
     missing = [k for k in keys if k not in value]
     unknown = [k for k in value if k not in keys]
     if missing or unknown:
-        raise SpecError(f"add({where}=...): the dict observation has keys {list(value)}; "
+        raise SpecError(f"{call}({where}=...): the dict observation has keys {list(value)}; "
                         f"agent {agent!r} observes exactly {list(keys)} in this buffer"
                         + (f"; missing {missing}" if missing else "")
                         + (f"; unknown {unknown}" if unknown else "")
@@ -247,12 +254,12 @@ def cast_obs(layout: AgentLayout, agent: str, arg: str, value: Any, num_envs: in
     leaves: dict[str, npt.NDArray[Any]] = {}
     for k in keys:
         if isinstance(value[k], Mapping):
-            raise SpecError(f"add({where}[{k!r}]={describe(value[k])}): a nested dict; dict "
+            raise SpecError(f"{call}({where}[{k!r}]={describe(value[k])}): a nested dict; dict "
                             "observations have one level of keys in a multi-agent buffer; "
                             f"flatten the deeper ones (e.g. '{k}_<subkey>' keys)")
         leaf = f"{agent}{SEP}{k}"
         leaves[leaf] = cast_value(layout.per_agent["obs"][leaf], f"{where}[{k!r}]", value[k],
-                                  num_envs)
+                                  num_envs, call)
     out.update(leaves)
 
 

@@ -166,10 +166,11 @@ def _renamed(exc: ReplayBankError) -> ReplayBankError:
 
 
 def _check_values(row: Mapping[str, AnyArray], layout: AgentLayout,
-                  acting: tuple[str, ...], given: Any) -> None:
+                  acting: tuple[str, ...], given: Any, call: str = "add") -> None:
     """Refuse a NaN or infinite value where GAE reads it: an acting agent's value in the
     envs where it acted, or a centralised value of an env where some agent acted (other
-    entries are not read: stored as given, or zero)."""
+    entries are not read: stored as given, or zero). ``call``: the call the user made,
+    for messages."""
     if "value" in layout.per_agent:
         for a in acting:
             v, act = row[f"value{SEP}{a}"], row[f"active{SEP}{a}"]  # [E] each
@@ -177,7 +178,7 @@ def _check_values(row: Mapping[str, AnyArray], layout: AgentLayout,
             if bad.any():
                 envs = np.flatnonzero(bad)
                 raise DtypeError(
-                    f"add(value={describe(given)}): the values {v[envs[:4]].tolist()} "
+                    f"{call}(value={describe(given)}): the values {v[envs[:4]].tolist()} "
                     f"of agent {a!r} in envs {envs[:4].tolist()} are NaN or infinite; GAE "
                     "reads the value of every step an agent acted: pass finite values, "
                     "e.g. critic(obs)")
@@ -190,16 +191,18 @@ def _check_values(row: Mapping[str, AnyArray], layout: AgentLayout,
     if bad.any():
         envs = np.flatnonzero(bad)
         raise DtypeError(
-            f"add(value={describe(given)}): the centralised values {v[envs[:4]].tolist()} "
+            f"{call}(value={describe(given)}): the centralised values "
+            f"{v[envs[:4]].tolist()} "
             f"of envs {envs[:4].tolist()} (where agents acted) are NaN or infinite; GAE "
             "reads them: pass finite values, e.g. critic(state)")
 
 
-def _check_state_given(layout: AgentLayout, state: Any) -> None:
-    """A state is given exactly when the buffer stores one."""
+def _check_state_given(layout: AgentLayout, state: Any, call: str = "add") -> None:
+    """A state is given exactly when the buffer stores one (``call``: the call the user
+    made, for messages)."""
     if (state is not None) != (layout.state is not None):
         raise SpecError(
-            f"add(state={describe(state)}): this buffer "
+            f"{call}(state={describe(state)}): this buffer "
             + ("stores the global state: pass state= at every add"
                if layout.state is not None else "stores no global state (its first add "
                "and spec had none); leave state out, or build a new buffer with "
@@ -546,7 +549,8 @@ class MultiAgentRolloutBuffer:
         self._adv = self._ret = None
 
     def check_step(self, *, obs: Any, action: Any, value: Any, log_prob: Any,
-                   state: Any = None, active: Any = None, **extras: Any) -> None:
+                   state: Any = None, active: Any = None, call: str = "check_step",
+                   **extras: Any) -> None:
         """Raise what :meth:`add` would raise for the policy's outputs of a step whose
         outcome is not known yet; nothing changes.
 
@@ -572,6 +576,8 @@ class MultiAgentRolloutBuffer:
             state: As :meth:`add` (whether it is given is checked; its value is read
                 only before the first add).
             active: As :meth:`add`.
+            call: The call the errors name (``check_step``; a collector passes its own,
+                ``"collect"``, so that its user reads the call they made, not ``add``).
             **extras: As :meth:`add` (extras the policy returns).
 
         Raises:
@@ -587,37 +593,56 @@ class MultiAgentRolloutBuffer:
             ...                value={"a": np.array([0.5, np.nan])}, log_prob={"a": two(0.0)})
             Traceback (most recent call last):
             ...
-            replaybank.errors.DtypeError: add(value={'a': array([0.5, nan])}): the values [nan] of agent 'a' in envs [1] are NaN or infinite; GAE reads the value of every step an agent acted: pass finite values, e.g. critic(obs)
+            replaybank.errors.DtypeError: check_step(value={'a': array([0.5, nan])}): the values [nan] of agent 'a' in envs [1] are NaN or infinite; GAE reads the value of every step an agent acted: pass finite values, e.g. critic(obs)
             >>> len(buf), buf.layout is None
             (0, True)
         """  # noqa: E501
         given = {"obs": obs, "action": action, "value": value, "log_prob": log_prob}
-        self._check_room()
-        acting = self._check_dicts(given, active, extras)
+        self._check_room(call)
+        acting = self._check_dicts(given, active, extras, call)
+        layout, fields = self._step_layout(given, state, extras, acting)
+        self._check_fields(layout, value, state, extras, call)
+        cast = self._policy_values(layout, fields, acting, {**given, **extras}, active, call)
+        _check_values(cast, layout, acting, value, call)
+
+    def _step_layout(self, given: Mapping[str, Any], state: Any, extras: Mapping[str, Any],
+                     acting: tuple[str, ...]) -> tuple[AgentLayout, Spec]:
+        """The layout and stored fields: the buffer's, or before the first add the ones an
+        add of this step would fix (``given``: its ``obs``, ``action``, ``value`` and
+        ``log_prob``, whose form, per env or one scalar per agent for a single env, gives
+        the values' leading dims)."""
         layout, fields = self._layout, self._fields
-        if layout is None or fields is None:  # the first add's layout, lead from log_prob
-            lead = () if self._num_envs == 1 and np.ndim(log_prob[acting[0]]) == 0 \
-                else (self._num_envs,)
-            layout, fields = self._first_layout(given, state, extras, None, lead)
-        self._check_fields(layout, value, state, extras)
-        cast = self._policy_values(layout, fields, acting, {**given, **extras}, active)
-        _check_values(cast, layout, acting, value)
+        if layout is not None and fields is not None:
+            return layout, fields
+        lead = () if self._num_envs == 1 and np.ndim(given["log_prob"][acting[0]]) == 0 \
+            else (self._num_envs,)
+        return self._first_layout(given, state, extras, None, lead)
 
-    def check_obs(self, obs: Any, state: Any = None) -> None:
-        """Raise what :meth:`add` would raise for the observations and the global state
-        of a step, before the step; nothing changes.
+    def check_obs(self, obs: Any, state: Any = None, *, step: Mapping[str, Any] | None = None,
+                  call: str = "check_obs") -> None:
+        """Raise what :meth:`add` would raise for observations and a global state from
+        the env; nothing changes.
 
-        The env's part of a step, as :meth:`check_step` is the policy's: a collector
-        calls both before ``env.step``, so that an observation the buffer refuses is
-        named as the env's, and the envs are left as they were. Before the first add
-        nothing is known about the observations (the first add fixes their fields; its
-        :meth:`check_step` builds that layout from them), so nothing is checked.
+        The env's part of a step, as :meth:`check_step` is the policy's: a collector calls
+        it with each observation as it arrives (from ``reset``, and from ``env.step``
+        before the step is added: the next step's observations, or a truncated agent's
+        final observation), so that an observation the buffer refuses is named as the
+        env's and is never the one a stored step must bootstrap from (the collector loses
+        that env's step and resets it). The fields are fixed by the first add; before it,
+        ``step`` says which (the policy's part of the step whose add will fix them, as
+        :meth:`check_step` takes it), and without ``step`` nothing is checked.
 
         Args:
-            obs: As :meth:`add`: ``{agent: [num_envs, *obs_shape]}`` of the acting agents
-                (``{key: [num_envs, *shape]}`` for dict observations).
+            obs: As :meth:`add`: ``{agent: [num_envs, *obs_shape]}`` of the agents
+                observed (``{key: [num_envs, *shape]}`` for dict observations).
             state: As :meth:`add`: ``[num_envs, *state_shape]``, or None when the buffer
                 stores no state.
+            step: Before the first add: :meth:`check_step`'s keyword arguments of the
+                step whose add fixes the fields (``obs``, ``action``, ``value``,
+                ``log_prob``, ``state`` and the extras; checked by :meth:`check_step`
+                first). Ignored once the fields are known.
+            call: The call the errors name (``check_obs``; a collector passes its own,
+                ``"collect"``).
 
         Raises:
             ArgumentError: ``obs`` is not a dict, is empty or names an unknown agent.
@@ -635,20 +660,29 @@ class MultiAgentRolloutBuffer:
             Traceback (most recent call last):
             ...
             replaybank.errors.ShapeError: obs['a']=array(shape=(4,), dtype=float32): expected shape (3,) ...
+            >>> buf.check_obs({"a": {"x": np.zeros(3)}})  # doctest: +ELLIPSIS
+            Traceback (most recent call last):
+            ...
+            replaybank.errors.SpecError: check_obs(obs['a']={'x': ...}): agent 'a' observes one array ...
             >>> len(buf)
             1
         """  # noqa: E501
         layout = self._layout
         if layout is None:
-            return
+            if step is None:
+                return
+            given = {k: step[k] for k in ("obs", "action", "value", "log_prob")}
+            extras = {k: v for k, v in step.items() if k not in (*given, STATE, "active")}
+            layout, _ = self._step_layout(given, step.get(STATE), extras,
+                                          tuple(a for a in self._agents if a in given["obs"]))
         acting = check_agent_dicts("MultiAgentRolloutBuffer", self._agents, {"obs": obs},
-                                   None, {}, _RESERVED)
-        _check_state_given(layout, state)
+                                   None, {}, _RESERVED, call)
+        _check_state_given(layout, state, call)
         cast: dict[str, AnyArray] = {}  # {leaf: [num_envs, *shape]}, discarded
         for a in acting:
-            cast_obs(layout, a, "obs", obs[a], self._num_envs, cast)
+            cast_obs(layout, a, "obs", obs[a], self._num_envs, cast, call)
         if layout.state is not None:
-            cast_value(layout.state, "state", state, self._num_envs)
+            cast_value(layout.state, "state", state, self._num_envs, call)
 
     def _checked_row(self, given: Mapping[str, Any], state: Any, active: Any,
                      extras: Mapping[str, Any]) -> tuple[AgentLayout, Spec,
@@ -670,11 +704,11 @@ class MultiAgentRolloutBuffer:
         _check_values(row, layout, acting, given["value"])
         return layout, fields, row
 
-    def _check_room(self) -> None:
-        """Refuse a step when the rollout is full."""
+    def _check_room(self, call: str = "add") -> None:
+        """Refuse a step when the rollout is full (``call``: the call the user made)."""
         if self._pos >= self._n_steps:
             raise CapacityError(
-                f"add: the rollout is full ({self._n_steps} steps x {self._num_envs} envs); "
+                f"{call}: the rollout is full ({self._n_steps} steps x {self._num_envs} envs); "
                 "call compute_returns_and_advantage(...), use the batches, then reset()")
 
     def _first_layout(self, given: Mapping[str, Any], state: Any,
@@ -731,37 +765,37 @@ class MultiAgentRolloutBuffer:
             raise missing_spec_error("MultiAgentRolloutBuffer", missing, _SCALARS)
 
     def _check_dicts(self, given: Mapping[str, Any], active: Any,
-                     extras: Mapping[str, Any]) -> tuple[str, ...]:
+                     extras: Mapping[str, Any], call: str = "add") -> tuple[str, ...]:
         """The agents of the dict arguments in ``given`` (``obs`` first: its agents act);
         return the acting agents (in the buffer's order)."""
         dicts = {name: given[name] for name in _DICT_ARGS if name in given}
         if isinstance(given["value"], Mapping):
             dicts["value"] = given["value"]
         return check_agent_dicts("MultiAgentRolloutBuffer", self._agents, dicts, active,
-                                 extras, _RESERVED)
+                                 extras, _RESERVED, call)
 
     def _check_fields(self, layout: AgentLayout, value: Any, state: Any,
-                      extras: Mapping[str, Any]) -> None:
+                      extras: Mapping[str, Any], call: str = "add") -> None:
         """The call passes values in the buffer's form and exactly its state and extras."""
         per_agent = "value" in layout.per_agent
         if isinstance(value, Mapping) != per_agent:
             raise SpecError(
-                f"add(value={describe(value)}): this buffer stores "
+                f"{call}(value={describe(value)}): this buffer stores "
                 + ("one value per agent (value={agent: [num_envs]}); pass a dict"
                    if per_agent else "one centralised value per env (value=[num_envs]); "
                    "pass one array")
                 + " as its first add (or spec) did, or build a new buffer")
-        _check_state_given(layout, state)
+        _check_state_given(layout, state, call)
         want = {*layout.extras, *layout.joint} - {"log_prob", "value"}
         got = set(extras)
         if want != got:
             raise SpecError(
-                f"add(...): extras {sorted(got)} do not match this buffer's extras "
+                f"{call}(...): extras {sorted(got)} do not match this buffer's extras "
                 f"{sorted(want)} (fixed by the first add and spec=); pass exactly those")
         for name in want:
             if isinstance(extras[name], Mapping) != (name in layout.per_agent):
                 raise SpecError(
-                    f"add({name}=...): {name!r} is a "
+                    f"{call}({name}=...): {name!r} is a "
                     + ("per-agent extra: pass {agent: value}" if name in layout.per_agent
                        else "joint extra: pass one array [num_envs, ...], not a dict"))
 
@@ -797,7 +831,8 @@ class MultiAgentRolloutBuffer:
         return row
 
     def _policy_values(self, layout: AgentLayout, fields: Spec, acting: tuple[str, ...],
-                       source: Mapping[str, Any], active: Any) -> dict[str, AnyArray]:
+                       source: Mapping[str, Any], active: Any,
+                       call: str = "add") -> dict[str, AnyArray]:
         """The policy's part of a step, checked and cast by the layout's fields: what is
         known before ``env.step`` besides the observations and the state.
 
@@ -810,6 +845,7 @@ class MultiAgentRolloutBuffer:
                 ``value`` and the extras (``{agent: [num_envs, *shape]}``, or
                 ``[num_envs, *shape]`` for a centralised value and joint extras).
             active: ``add``'s ``active`` (``{agent: bool or bool[num_envs]}``) or None.
+            call: The call the user made, for messages (``"add"``, ``"check_step"``).
 
         Returns:
             ``{stored name: [num_envs, *shape]}``: ``active/<agent>`` and every per-agent
@@ -826,15 +862,16 @@ class MultiAgentRolloutBuffer:
         out: dict[str, AnyArray] = {}
         for a in acting:
             out[f"active{SEP}{a}"] = np.ones(n_env, np.bool_) if a not in active else \
-                cast_value(fields[f"active{SEP}{a}"], f"active[{a!r}]", active[a], n_env)
+                cast_value(fields[f"active{SEP}{a}"], f"active[{a!r}]", active[a], n_env,
+                           call)
             for top, per in layout.per_agent.items():
                 if top != "obs":
                     out[per[a].name] = cast_value(per[a], f"{top}[{a!r}]", source[top][a],
-                                                  n_env)
+                                                  n_env, call)
         for name in layout.joint:
-            out[name] = cast_value(fields[name], name, source[name], n_env)
+            out[name] = cast_value(fields[name], name, source[name], n_env, call)
         if not any(out[f"active{SEP}{a}"].any() for a in acting):
-            raise ArgumentError("add(active=...): no agent acted in any env; pass the step "
+            raise ArgumentError(f"{call}(active=...): no agent acted in any env; pass the step "
                                 "of at least one agent")
         return out
 
