@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 import replaybank as rb
 from replaybank.errors import (
     ArgumentError,
+    CapacityError,
     ConfigError,
     DtypeError,
     EmptyBufferError,
@@ -438,6 +439,38 @@ def test_check_step_before_the_first_add_checks_against_the_layout_it_will_fix()
             truncated={"a": np.zeros(2, bool)})
     with pytest.raises(ShapeError, match="log_prob/a="):
         buf.check_step(obs=obs, action=act, value=val, log_prob={"a": np.zeros((2, 5))})
+
+
+def test_pre_step_checks_name_the_call_made_not_add() -> None:
+    """check_step and check_obs run add's checks, and used to give add's messages
+    ("add(value=...)", "add: the rollout is full"), naming a call the user never made:
+    each names the call made (a collector passes its own, "collect")."""
+    two = {k: np.zeros(2) for k in "ab"}
+    step = dict(action={k: np.zeros(2, np.int64) for k in "ab"}, log_prob=two)
+    buf = MultiAgentRolloutBuffer(1, ["a", "b"], num_envs=2, seed=0)
+    obs = {k: np.zeros((2, 3), np.float32) for k in "ab"}
+    nan = {"a": np.zeros(2), "b": np.array([0.0, np.nan])}
+
+    def expect(check: Any, error: type[Exception], name: str, rest: str) -> None:
+        for call, made in (({}, name), ({"call": "collect"}, "collect")):
+            with pytest.raises(error) as got:
+                check(call)
+            assert str(got.value).startswith(made + rest), str(got.value)
+            assert "add(" not in str(got.value) and "add:" not in str(got.value)
+
+    expect(lambda call: buf.check_step(obs=obs, value=nan, **step, **call), DtypeError,
+           "check_step", "(value={'a': array([0., 0.]), 'b': array([ 0., nan])}): the "
+           "values [nan] of agent 'b' in envs [1] are NaN or infinite")
+    expect(lambda call: buf.check_step(obs=obs, value=two, action=7, log_prob=two, **call),
+           ArgumentError, "check_step", "(action=7): expected a dict {agent: value}")
+    buf.add(obs=obs, value=two, reward=two, terminated={k: np.zeros(2, bool) for k in "ab"},
+            truncated={k: np.zeros(2, bool) for k in "ab"}, **step)
+    expect(lambda call: buf.check_obs({"a": {"x": np.zeros(3)}}, **call), SpecError,
+           "check_obs", "(obs['a']={'x': array([0., 0., 0.])}): agent 'a' "
+           "observes one array")
+    expect(lambda call: buf.check_step(obs=obs, value=two, **step, **call), CapacityError,
+           "check_step", ": the rollout is full")
+    assert buf.pos == 1
 
 
 # ---------------------------------------------------------------- collection
@@ -915,33 +948,126 @@ def test_rollout_action_the_buffer_refuses_is_caught_before_the_env_steps() -> N
 
 
 class BadObsClock(Clock):
-    """The observation of agent "a" after step 2 of the first episode has the wrong
-    shape."""
+    """Once, at ``when`` = (episode, t after the step, or 0 for the reset), the
+    observation of agent "a" is ``bad`` (the wrong shape, or a NaN)."""
+
+    def __init__(self, when: tuple[int, int], bad: str = "shape", horizon: int = 10) -> None:
+        super().__init__(horizon)
+        self.when, self.bad, self.fired = when, bad, 0
+
+    def _spoil(self, obs: dict[str, Any]) -> None:
+        if (self.ep, self.t) == self.when and "a" in obs:
+            obs["a"] = np.zeros(5, np.float32) if self.bad == "shape" \
+                else np.array([np.nan, 0.0, 0.0])
+            self.fired += 1
+
+    def reset(self, seed: int | None = None, options: Any = None) -> Any:
+        obs, infos = super().reset(seed, options)
+        self._spoil(obs)
+        return obs, infos
 
     def step(self, actions: dict[str, Any]) -> Any:
         obs, *rest = super().step(actions)
-        if (self.ep, self.t) == (0, 2) and "a" in obs:
-            obs["a"] = np.zeros(5, np.float32)
+        self._spoil(obs)
         return (obs, *rest)
 
 
-def test_rollout_observation_the_buffer_refuses_is_named_as_the_envs_before_the_env_steps(
-        ) -> None:
-    """An observation of the wrong shape from the env: refused before env.step with the
-    buffer's error, named as the env's (check_step used to cast it with the policy's
-    outputs and blame the policy); the env and the rollout are as before."""
-    env = BadObsClock()
-    roll = clock_rollout()
+def int_clock_rollout(num_envs: int = 1) -> MultiAgentRolloutBuffer:
+    """clock_rollout with integer observations: a NaN is a dtype the buffer refuses."""
+    return MultiAgentRolloutBuffer(4, agents=["a", "b"], num_envs=num_envs, gamma=1.0,
+                                   gae_lambda=1.0, seed=0, normalize_advantage=None,
+                                   spec={"obs": {k: ((3,), "int64") for k in "ab"}})
+
+
+@pytest.mark.parametrize("bad, error", [("shape", ShapeError), ("nan", DtypeError)])
+def test_rollout_observation_the_buffer_refuses_loses_that_step_and_resets_the_env(
+        bad: str, error: type[Exception]) -> None:
+    """An observation the buffer refuses, returned by env.step: refused as it arrives,
+    named as the env's; the step that returned it is lost (nothing of it is stored),
+    the episode is cut at its last stored step (bootstrapping from V of the observation
+    before the lost step) and the env is reset, so the next call goes on. It used to be
+    refused before every later step, forever (the running episode's bootstrap was the
+    refused observation itself; even the collector's reset() refused it)."""
+    env = BadObsClock((0, 2), bad)
+    roll = int_clock_rollout()
     col = MultiAgentRolloutCollector(env, v100, roll, seed=0)
-    col.collect(2)
-    with pytest.raises(ShapeError) as got:
+    col.collect(1)
+    before = {k: v.copy() for k, v in roll.data.items()}
+    with pytest.raises(error) as got:
         col.collect(1)
     msg = str(got.value)
     assert msg.startswith("collect(env=...): the buffer refuses the observations or state "
-                          "the envs gave for this step: obs['a']=")
-    assert "env.step was not called" in msg and "not the policy" in msg
-    assert "the policy's actions" not in msg
-    assert (env.t, roll.pos) == (2, 2)
+                          "the env's step gave: obs['a']=")
+    assert "the env's step is lost" in msg and "reset at the next step" in msg
+    assert "not the policy" in msg and "the policy's actions" not in msg
+    assert env.fired == 1 and (env.ep, env.t) == (0, 2)
+    # the lost step added nothing; the stored step 0 now ends its episode (truncated)
+    assert roll.pos == 1
+    cut = ("truncated/a", "truncated/b")  # both agents ran: both are cut there
+    assert {k: v.tolist() for k, v in roll.data.items() if k not in cut} == \
+        {k: v.tolist() for k, v in before.items() if k not in cut}
+    assert [roll.data[k][:, 0].tolist() for k in cut] == [[True], [True]]
+    col.collect(3)  # the env is reset: episode 1
+    assert [(int(o[2]), int(o[0])) for o in roll.data["obs/a"][:, 0]] == \
+        [(0, 0), (1, 0), (1, 1), (1, 2)]
+    # a: 1 + V(obs after step 0) | episode 1: 1+2+3 + V, 2+3 + V, 3 + V
+    assert roll.returns["a"][:, 0].tolist() == [101.0, 106.0, 105.0, 103.0]
+
+
+def test_rollout_refused_observation_of_one_env_loses_only_that_envs_step() -> None:
+    """Two envs, env[1] returns a refused observation: env[0]'s step is stored, env[1]'s
+    is lost (no agent active there in that row) and env[1] alone is reset."""
+    envs = [Clock(), BadObsClock((0, 2))]
+    roll = int_clock_rollout(num_envs=2)
+    col = MultiAgentRolloutCollector(envs, v100, roll, seed=0)
+    col.collect(1)
+    with pytest.raises(ShapeError, match=r"state env\[1\]'s step gave: .*env\[1\]'s step is "
+                       r"lost") as got:
+        col.collect(1)
+    assert "env[0]" not in str(got.value)
+    assert roll.pos == 2
+    assert roll.active["a"].tolist() == [[True, True], [True, False]]
+    col.collect(2)
+    obs = roll.data["obs/a"]  # [t, env, (t, k, episode)]
+    assert [(int(o[2]), int(o[0])) for o in obs[:, 0]] == [(0, 0), (0, 1), (0, 2), (0, 3)]
+    assert [(int(o[2]), int(o[0])) for o in obs[[0, 2, 3], 1]] == [(0, 0), (1, 0), (1, 1)]
+    assert roll.returns["a"][:, 1].tolist() == [101.0, 0.0, 103.0, 102.0]
+    assert roll.returns["a"][:, 0].tolist() == [110.0, 109.0, 107.0, 104.0]
+
+
+def test_rollout_refused_observation_after_the_first_step_is_checked_against_its_layout(
+        ) -> None:
+    """Before the first add the fields are unknown: the observation returned by the
+    first env.step is checked against the layout that step's add would fix, so the
+    first step is lost, not stored with a bootstrap the buffer cannot hold."""
+    env = BadObsClock((0, 1))
+    roll = clock_rollout()
+    col = MultiAgentRolloutCollector(env, v100, roll, seed=0)
+    with pytest.raises(ShapeError, match=r"obs\['a'\]=array\(shape=\(1, 5\).*expected "
+                       r"shape \(1, 3\)"):
+        col.collect(1)
+    assert roll.pos == 0 and roll.layout is None
+    col.collect(4)
+    assert [(int(o[2]), int(o[0])) for o in roll.data["obs/a"][:, 0]] == \
+        [(1, 0), (1, 1), (1, 2), (1, 3)]
+
+
+def test_rollout_refused_observation_from_reset_resets_the_env_again() -> None:
+    """The first observation of episode 1 (from reset, after episode 0 ended) is refused:
+    the error comes after the step's bookkeeping, nothing of episode 1 is stored, and the
+    next call resets the env again. (The plain-function policy values the one kept final
+    observation: a batch of 1 row, as many as there are, also where envs are more.)"""
+    env = BadObsClock((1, 0), horizon=2)  # "a" is truncated at t=2: V(final obs) = 100
+    roll = clock_rollout()
+    col = MultiAgentRolloutCollector(env, v100, roll, seed=0)
+    with pytest.raises(ShapeError, match=r"the env's reset\(\) gave: .*no step of the env's "
+                       r"new episode was stored"):
+        col.collect(2)
+    assert roll.pos == 2 and env.ep == 1
+    col.collect(2)
+    assert [(int(o[2]), int(o[0])) for o in roll.data["obs/a"][:, 0]] == \
+        [(0, 0), (0, 1), (2, 0), (2, 1)]
+    assert roll.returns["a"][:, 0].tolist() == [103.0, 102.0, 103.0, 102.0]
 
 
 @pytest.mark.parametrize("bad_output, error, match", [
@@ -976,6 +1102,7 @@ def test_rollout_value_or_log_prob_the_buffer_refuses_is_caught_before_the_env_s
             col.collect(1)
         assert "env.step was not called" in str(got.value)
         assert "the step is lost" not in str(got.value)
+        assert "add(" not in str(got.value)  # the user called collect, not add
         assert (env.t, roll.pos) == (0 if first_step else 1, 0 if first_step else 1)
         bad[0] = False
         col.collect(4 - roll.pos)

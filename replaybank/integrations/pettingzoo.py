@@ -1034,6 +1034,8 @@ class MultiAgentRolloutCollector(_ParallelEnvs):
         self.policy = policy
         self.value_fn: Callable[[dict[str, Any], Any], Any] = \
             self._default_value if value_fn is None else value_fn
+        #: Observations the buffer refused as they arrived, raised after the bookkeeping.
+        self._refused: list[ReplayBankError] = []
 
     # ------------------------------------------------------------------ values
     def _default_value(self, obs: dict[str, Any], state: Any) -> Any:
@@ -1042,7 +1044,8 @@ class MultiAgentRolloutCollector(_ParallelEnvs):
             return self._zeros(list(obs), _batch_rows(obs))
         if isinstance(self.policy, MultiAgentActorCritic):
             return self.policy.value(obs, state)
-        return self._unpack(self.policy(obs, state), list(obs))[1]
+        # (kept final observations: as many rows as there are, not one per env)
+        return self._unpack(self.policy(obs, state), list(obs), _batch_rows(obs))[1]
 
     def _zeros(self, agents: list[str], k: int) -> Any:
         """Zero values in the buffer's form (per agent unless it stores one per env)."""
@@ -1052,8 +1055,11 @@ class MultiAgentRolloutCollector(_ParallelEnvs):
 
     # ------------------------------------------------------------------ envs
     def _ready(self) -> None:
+        """Reset the envs that have no current observation; raise when the buffer refuses
+        what a reset gave (that env is reset again at the next call)."""
         for i in range(self.n):
             self._ready_env(i)
+        self._raise_refused()
 
     def reset(self, seed: int | None = None) -> None:
         """Reset every env (env ``i`` with ``seed + i``; episode statistics restart).
@@ -1062,6 +1068,7 @@ class MultiAgentRolloutCollector(_ParallelEnvs):
         (:meth:`end_episodes`)."""
         for i in range(self.n):
             self._reset_env(i, None if seed is None else seed + i)
+        self._raise_refused()
 
     def end_episodes(self) -> None:
         """End the running episodes in the buffer now, cut short as by a time limit:
@@ -1102,6 +1109,11 @@ class MultiAgentRolloutCollector(_ParallelEnvs):
                 "call its end_episodes() first (rb.collect does so when it returns), or "
                 f"buffer.end_episodes({i}, final_obs=...), or buffer.reset()")
         super()._reset_env(i, seed)
+        cur = self._obs[i]
+        refused = None if cur is None else self._check_arrival(i, cur, None)
+        if refused is not None:  # nothing of the new episode is stored: reset it again
+            self._obs[i] = None
+            self._refused.append(self._env_refused(refused, i, lost=False))
 
     def policy_inputs(self) -> tuple[dict[str, Any], np.ndarray | None]:
         """``(obs, state)`` of the next step, as the policy and ``value_fn`` take them:
@@ -1122,8 +1134,11 @@ class MultiAgentRolloutCollector(_ParallelEnvs):
         return obs, state
 
     # ------------------------------------------------------------------ policy
-    def _unpack(self, out: Any, agents: list[str]) -> tuple[dict[str, Any], Any, dict[str, Any]]:
-        """The policy's ``(actions, values, log_probs)``, checked, as host arrays."""
+    def _unpack(self, out: Any, agents: list[str], rows: int | None = None
+                ) -> tuple[dict[str, Any], Any, dict[str, Any]]:
+        """The policy's ``(actions, values, log_probs)`` for ``rows`` observations (None:
+        one per env), checked, as host arrays."""
+        k = self.n if rows is None else rows
         fix = ("a rollout policy returns (actions, values, log_probs): {agent: [n, "
                "*action_shape]}, {agent: [n]} or [n] (centralised), {agent: [n]}")
         if not isinstance(out, (tuple, list)) or len(out) != 3:
@@ -1145,11 +1160,11 @@ class MultiAgentRolloutCollector(_ParallelEnvs):
         for name, arrays in (*per.items(), ("values", vals if isinstance(vals, dict)
                                             else {"(centralised)": vals})):
             for a, arr in arrays.items():
-                if arr.ndim == 0 or arr.shape[0] != self.n:
+                if arr.ndim == 0 or arr.shape[0] != k:
                     raise ConfigError(
                         f"collect(policy=...): the policy's {name} for {a} has shape "
-                        f"{arr.shape}; with {self.n} env(s) every output has a leading dim "
-                        f"of {self.n} (the policy is always batched, also for one env)")
+                        f"{arr.shape}; for {k} observation(s) every output has a leading dim "
+                        f"of {k} (the policy is always batched, also for one env)")
         return per["actions"], vals, per["log_probs"]
 
     def _act(self, obs: dict[str, np.ndarray], state: Any,
@@ -1164,20 +1179,72 @@ class MultiAgentRolloutCollector(_ParallelEnvs):
             return actions, self._zeros(agents, self.n), {a: np.zeros(self.n) for a in agents}
         return self._unpack(self.policy(obs, state), agents)
 
-    @staticmethod
-    def _env_refused(exc: ReplayBankError) -> ReplayBankError:
-        """An observation or state from the envs that the buffer refuses, found before
-        ``env.step``."""
+    # ------------------------------------------------------------------ env checks
+    def _check_arrival(self, i: int, obs: Mapping[str, Any],
+                       step: Mapping[str, Any] | None) -> ReplayBankError | None:
+        """The buffer's checks of what env ``i`` just gave (``obs``: ``{agent: its
+        observation}`` as the env returned it, and ``env.state()`` when the buffer stores
+        a state), as :meth:`~replaybank.multiagent.MultiAgentRolloutBuffer.check_obs`
+        runs them (``step``: the policy's part of the step whose add fixes the fields,
+        before the first add); the error, or None. Nothing changes."""
+        if not obs:
+            return None
+        try:
+            rows = {a: _rows({i: self._fields(i, a, v)}, self.n,
+                             f"the observation of agent {a!r}") for a, v in obs.items()}
+            if self.buffer.layout is None and step is None:
+                return None  # nothing is known yet: the first add fixes the fields
+            state = _rows({i: _copy(self.envs[i].state())}, self.n, "the state") \
+                if self._stores_state() else None
+            self.buffer.check_obs(rows, state, step=step, call="collect")
+        except ReplayBankError as exc:
+            return exc
+        return None
+
+    def _env_refused(self, exc: ReplayBankError, i: int, lost: bool) -> ReplayBankError:
+        """Env ``i`` gave an observation or state the buffer refuses (``lost``: from
+        ``env.step``, whose step is then lost; else from ``reset``)."""
+        where = f"env[{i}]" if self.vector else "the env"
+        how = f"{where}'s step" if lost else f"{where}'s reset()"
+        note = (f"{where}'s step is lost: its running episode ends at its last stored "
+                "step (cut short, as by a time limit, bootstrapping from the observation "
+                f"before the lost step), nothing of the lost step is stored, and {where} is "
+                "reset at the next step" if lost else
+                f"no step of {where}'s new episode was stored, and {where} is reset again "
+                "at the next step")
         return type(exc)(
-            f"collect(env=...): the buffer refuses the observations or state the envs "
-            f"gave for this step: {exc} [env.step was not called: the envs, the rollout "
-            "and the collector are as before this step; the env gave them, so fix the "
-            "env's observations (or the buffer's spec), not the policy]")
+            f"collect(env=...): the buffer refuses the observations or state {how} gave: "
+            f"{exc} [{note}; so collect can go on; the env gave them, so fix the env's "
+            "observations (or the buffer's spec), not the policy]")
+
+    def _raise_refused(self) -> None:
+        """Raise the first refusal of an env's observations since the last call (after
+        the step's bookkeeping, so collection goes on from here), naming the others."""
+        refused, self._refused = self._refused, []
+        if len(refused) == 1:
+            raise refused[0]
+        if refused:
+            raise type(refused[0])(f"{refused[0]} [and {len(refused) - 1} more env(s) "
+                                   "whose observations the buffer refused, handled alike]")
 
     # ------------------------------------------------------------------ one step
     def step(self, result: MultiAgentCollectResult) -> int:
         """One step of every env, added to the buffer; returns the joint steps stored
-        (``num_envs``)."""
+        (``num_envs`` less the envs whose step was lost).
+
+        Every observation (and state) is checked with the buffer's checks as it arrives:
+        from ``reset``, and from ``env.step`` before the step is added. An env whose
+        ``env.step`` gave one the buffer refuses loses that step (its episode is cut at
+        its last stored step, bootstrapping from the observation before the lost step,
+        and it is reset at the next step); the other envs' steps are stored. The error
+        is raised after the step's bookkeeping, so the next call goes on.
+
+        Raises:
+            ShapeError, DtypeError, SpecError: The buffer refuses the policy's outputs
+                (before any env steps: nothing changed), or an env's observations (see
+                above), or the step after the envs stepped (the step is lost in every
+                env).
+        """
         obs, state = self.policy_inputs()
         acting = [self._acting(i) for i in range(self.n)]
         actions, values, log_probs = self._act(obs, state, acting)
@@ -1188,16 +1255,12 @@ class MultiAgentRolloutCollector(_ParallelEnvs):
         names = list(obs)
         active = {a: np.isin(np.arange(self.n), [i for i in range(self.n) if a in acting[i]])
                   for a in names}
-        # the buffer's own checks before any env steps: the envs' observations and state
-        # (a rollout stores no next observations: nothing checked them yet), then only
-        # what the policy added
+        # the buffer's own checks of what the policy added, before any env steps (the
+        # observations and state were checked as they arrived)
+        policy_part = {"obs": obs, "action": actions, "value": values, "log_prob": log_probs,
+                       "state": state, "active": active}
         try:
-            self.buffer.check_obs(obs, state)
-        except ReplayBankError as exc:
-            raise self._env_refused(exc) from None
-        try:
-            self.buffer.check_step(obs=obs, action=actions, value=values, log_prob=log_probs,
-                                   state=state, active=active)
+            self.buffer.check_step(**policy_part, call="collect")
         except ReplayBankError as exc:
             raise self._not_stepped(exc, "the policy's actions, values or "
                                     "log-probabilities", "of this step") from None
@@ -1205,11 +1268,27 @@ class MultiAgentRolloutCollector(_ParallelEnvs):
         for i, env in enumerate(self.envs):
             out = env.step({a: actions[a][i] for a in acting[i]})
             outs.append(_checked_step(out, acting[i], f"env[{i}]" if self.vector else "env"))
+        first = policy_part if self.buffer.layout is None else None
+        lost: list[int] = []
+        for i, (nxt, _, te, tr) in enumerate(outs):
+            ended = {a for a in acting[i] if te[a] or tr[a]}
+            keep = [a for a in getattr(self.envs[i], "agents", ())
+                    if a not in self._ended[i] and a not in ended]
+            keep += [a for a in acting[i] if tr[a] and not te[a]]  # their final obs
+            refused = self._check_arrival(i, {a: nxt[a] for a in self._agents
+                                              if a in keep and a in nxt}, first)
+            if refused is not None:
+                lost.append(i)
+                self._refused.append(self._env_refused(refused, i, lost=True))
         reward = {a: np.zeros(self.n) for a in names}
         term = {a: np.zeros(self.n, np.bool_) for a in names}
         trunc = {a: np.zeros(self.n, np.bool_) for a in names}
         final: dict[int, dict[str, Any]] = {}
         for i, (nxt, rew, te, tr) in enumerate(outs):
+            if i in lost:
+                for a in names:
+                    active[a][i] = False
+                continue
             for a in acting[i]:
                 reward[a][i], term[a][i], trunc[a][i] = float(rew[a]), bool(te[a]), bool(tr[a])
                 if trunc[a][i] and not term[a][i]:
@@ -1223,19 +1302,28 @@ class MultiAgentRolloutCollector(_ParallelEnvs):
                 extra["final_state"] = _rows({i: _copy(self.envs[i].state())
                                               for i in final}, self.n,
                                              "the final state")
-        try:
-            self.buffer.add(obs=obs, action=actions, reward=reward, terminated=term,
-                            truncated=trunc, value=values, log_prob=log_probs, state=state,
-                            active=active, **extra)
-        except ReplayBankError as exc:
-            for i in range(self.n):  # from the observations before the lost step
-                self._cut(i, state)
-            raise self._lost_step(exc, list(range(self.n))) from exc
-        result.steps += self.n
+        for i in lost:  # from the observations before the lost step (checked on arrival)
+            self._cut(i, state)
+        kept = [i for i in range(self.n) if i not in lost]
+        if kept:
+            try:
+                self.buffer.add(obs=obs, action=actions, reward=reward, terminated=term,
+                                truncated=trunc, value=values, log_prob=log_probs,
+                                state=state, active=active, **extra)
+            except ReplayBankError as exc:
+                self._refused = []
+                for i in range(self.n):  # from the observations before the lost step
+                    self._cut(i, state)
+                raise self._lost_step(exc, list(range(self.n))) from exc
+        for i in lost:
+            self._obs[i] = None  # reset at the next step
+        result.steps += len(kept)
         result.env_steps += self.n
-        for i, (nxt, rew, te, tr) in enumerate(outs):
+        for i in kept:
+            nxt, rew, te, tr = outs[i]
             self._after(i, acting[i], nxt, rew, te, tr, result)
-        return self.n
+        self._raise_refused()
+        return len(kept)
 
     def _after(self, i: int, acting: list[str], nxt: Mapping[str, Any],
                rew: Mapping[str, Any], term: Mapping[str, Any], trunc: Mapping[str, Any],
