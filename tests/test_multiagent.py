@@ -613,3 +613,28 @@ def test_the_first_add_names_a_bad_value_as_later_adds_do(change: dict[str, Any]
     assert len(buf) == 0 and buf.spec is None
     buf.add(**two)  # still usable
     assert len(buf) == 1
+
+
+def test_a_tuple_action_is_refused_with_the_fix_a_multi_agent_buffer_takes() -> None:
+    """A gymnasium Tuple action (a tuple holding arrays) in either multi-agent buffer:
+    the single-agent tuple rule's fix, the dict of parts, is refused by a multi-agent
+    buffer too (its actions are one array per agent), so the message says to flatten
+    it; nothing is stored. (It used to suggest action['a']={'0': ..., '1': ...}.)"""
+    z = np.zeros(2, np.float32)
+    step = dict(obs={"a": z}, action={"a": (1, np.zeros(2, np.float32))},
+                reward={"a": 1.0}, terminated={"a": False}, truncated={"a": False})
+    replay = rb.MultiAgentReplayBuffer(10, ["a"], seed=0)
+    roll = rb.MultiAgentRolloutBuffer(4, ["a"], seed=0)
+    for add in (lambda: replay.add(next_obs={"a": z}, **step),
+                lambda: roll.add(value={"a": 0.0}, log_prob={"a": 0.0}, **step),
+                lambda: roll.check_step(obs=step["obs"], action=step["action"],
+                                        value={"a": 0.0}, log_prob={"a": 0.0})):
+        with pytest.raises(ShapeError) as got:
+            add()
+        msg = str(got.value)
+        assert msg.startswith("action['a']=(1, array(shape=(2,), dtype=float32)): a tuple "
+                              "holding arrays")
+        assert "stores each agent's action as one array" in msg
+        assert "gymnasium.spaces.flatten(env.action_space(agent), action)" in msg
+        assert "as a dict" not in msg and "{'0'" not in msg
+    assert len(replay) == 0 and roll.pos == 0 and roll.layout is None

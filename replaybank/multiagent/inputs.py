@@ -42,11 +42,11 @@ from replaybank.buffers.write_route import WriteRoute
 from replaybank.errors import ArgumentError, SpecError, describe
 from replaybank.multiagent.episodes import Ends, Episodes
 from replaybank.multiagent.layout import OUTCOMES, RESERVED_NAMES, STATE, AgentLayout
-from replaybank.spec import SEP, FieldSpec, as_array
+from replaybank.spec import SEP, FieldSpec, as_array, check_tuple
 from replaybank.storage.writers.compiled import not_handled
 
-__all__ = ["PER_AGENT_ARGS", "DirectAdd", "JointStep", "cast_obs", "cast_value",
-           "check_agent_dicts", "prepare"]
+__all__ = ["PER_AGENT_ARGS", "TUPLE_ACTION_FIX", "DirectAdd", "JointStep", "cast_obs",
+           "cast_value", "check_action_tuples", "check_agent_dicts", "prepare"]
 
 #: The dict arguments of ``add`` that hold one value per acting agent.
 PER_AGENT_ARGS = ("obs", "action", "reward", "next_obs", "terminated", "truncated")
@@ -160,6 +160,37 @@ def _same_agents(name: str, v: Mapping[str, Any], acting: tuple[str, ...], call:
             f"{call}({name}=...): agent(s) {extra} are in {name} but not in obs; an agent "
             "that acts is in every dict (obs, action, reward, next_obs, terminated, "
             "truncated)")
+
+
+#: The fix a multi-agent buffer's tuple action is refused with: its actions are one array
+#: per agent (unlike observations, which may be dicts stored key by key), so the dict of
+#: parts that single-agent buffers take is no fix here.
+TUPLE_ACTION_FIX = (
+    "A multi-agent buffer stores each agent's action as one array (a dict of parts is "
+    "refused too: only observations are stored part by part): pass one array, e.g. "
+    "gymnasium.spaces.flatten(env.action_space(agent), action), and "
+    "gymnasium.spaces.unflatten to hand the env its tuple")
+
+
+def check_action_tuples(actions: Mapping[str, Any]) -> None:
+    """The tuple rule (:func:`~replaybank.spec.check_tuple`) for the actions of a
+    multi-agent ``add``, ``{agent: action}``, with the fix those take
+    (:data:`TUPLE_ACTION_FIX`), before anything infers or casts them.
+
+    Raises:
+        ShapeError: An agent's action is a tuple holding arrays (a gymnasium ``Tuple``
+            space's value), or a list of them.
+
+    Example:
+        >>> check_action_tuples({"a": (0, 1)})  # one number per env: a list's reading
+        >>> check_action_tuples({"a": (0, np.zeros(2))})  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        replaybank.errors.ShapeError: action['a']=(0, array(shape=(2,), dtype=float64)): a tuple holding arrays ... pass one array, e.g. gymnasium.spaces.flatten(...
+    """  # noqa: E501
+    for a, v in actions.items():
+        if type(v) is tuple or type(v) is list:
+            check_tuple(f"action[{a!r}]", v, TUPLE_ACTION_FIX)
 
 
 #: Names an extra of MultiAgentReplayBuffer may not have.
@@ -291,6 +322,7 @@ def prepare(agents: tuple[str, ...], num_envs: int, layout: AgentLayout | None, 
     acting = check_agent_dicts("MultiAgentReplayBuffer", agents,
                                {name: args[name] for name in PER_AGENT_ARGS}, args["active"],
                                extras, _RESERVED)
+    check_action_tuples(args["action"])
     if layout is None:
         layout = _layout(agents, num_envs, spec, args, extras)
     _fields_match(layout, args, extras)

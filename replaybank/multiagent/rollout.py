@@ -118,7 +118,12 @@ from replaybank.errors import (
     describe,
 )
 from replaybank.multiagent.episodes import env_lanes
-from replaybank.multiagent.inputs import cast_obs, cast_value, check_agent_dicts
+from replaybank.multiagent.inputs import (
+    cast_obs,
+    cast_value,
+    check_action_tuples,
+    check_agent_dicts,
+)
 from replaybank.multiagent.layout import (
     RESERVED_NAMES,
     STATE,
@@ -771,8 +776,10 @@ class MultiAgentRolloutBuffer:
         dicts = {name: given[name] for name in _DICT_ARGS if name in given}
         if isinstance(given["value"], Mapping):
             dicts["value"] = given["value"]
-        return check_agent_dicts("MultiAgentRolloutBuffer", self._agents, dicts, active,
-                                 extras, _RESERVED, call)
+        acting = check_agent_dicts("MultiAgentRolloutBuffer", self._agents, dicts, active,
+                                   extras, _RESERVED, call)
+        check_action_tuples(given["action"])
+        return acting
 
     def _check_fields(self, layout: AgentLayout, value: Any, state: Any,
                       extras: Mapping[str, Any], call: str = "add") -> None:
