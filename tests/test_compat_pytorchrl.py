@@ -1611,3 +1611,79 @@ def test_update_storage_parameter_default_error() -> None:
     buf.update_storage_parameter("default_error", 5.0)
     assert buf.default_error == 5.0 and buf.error == 5.0
     fill(buf, 1)
+
+
+def _with_extras(t: int, **over: Any) -> dict[str, Any]:
+    """A transition carrying the optional storage tensors too."""
+    return good_transition(t, **{IREW: torch.zeros(2, 1), ACTPROBS: torch.zeros(2, 4),
+                                 **over})
+
+
+# a value that fits the leading dims [num_envs] but not the stored field
+WRONG_FIELD = [
+    (OBS, torch.zeros(2, 4), ShapeError),
+    (OBS2, torch.zeros(2, 4), ShapeError),
+    (ACT, torch.zeros(2, 2), ShapeError),
+    (DONE, torch.zeros(2, 2), ShapeError),
+    (IREW, torch.zeros(2, 3), ShapeError),
+    (ACTPROBS, torch.zeros(2, 5), ShapeError),
+    (OBS, torch.zeros(2, 3, dtype=torch.complex64), DtypeError),
+    (ACT, torch.zeros(2, 1, dtype=torch.complex64), DtypeError),
+    (REW, torch.zeros(2, 1, dtype=torch.complex64), DtypeError),
+]
+
+
+@pytest.mark.parametrize("key, bad, exc", WRONG_FIELD,
+                         ids=[f"{k}-{tuple(v.shape)}-{v.dtype}" for k, v, _ in WRONG_FIELD])
+def test_refused_values_are_named_by_pytorchrl_key(key: str, bad: Any,
+                                                   exc: type[Exception]) -> None:
+    """A value of the wrong field shape or dtype was refused by the core under its own
+    field name (``obs=array(...)``, ``irew``, ``prev_done``, ``act_probs``), which a
+    pytorchrl user never wrote; the message names ``sample['<pytorchrl key>']`` now, for
+    insert_transition, insert_data_slice and a HER storage, and nothing changes."""
+    for cls in (ReplayBuffer, HERBuffer):
+        buf = cls(40, "cpu", ACTOR, ALGO, None, seed=0)
+        for t in range(3):
+            buf.insert_transition(_with_extras(t))
+        message = rejects(buf, lambda b: b.insert_transition(_with_extras(9, **{key: bad})),
+                          exc)
+        assert f"{cls.__name__}.insert_transition: sample[{key!r}]" in message, message
+        rows = {k: v if v is None or k == key else v[:2] for k, v in buf.data.items()}
+        rows[key] = torch.stack([bad, bad])
+        message = rejects(buf, lambda b, rows=rows: b.insert_data_slice(rows), exc)
+        assert f"{cls.__name__}.insert_data_slice: sample[{key!r}]" in message, message
+
+
+def test_refused_dict_observation_entries_are_named() -> None:
+    """A dict observation entry of the wrong shape was named ``obs/pos``, a missing entry
+    by the core's field list (``missing ['obs/vel']; ... plus next_obs``); both name
+    ``sample['Observation']`` (and the entry) now."""
+    def step(t: int, shape: tuple[int, ...] = (3,), keys: tuple[str, ...] = ("pos", "vel"),
+             ) -> dict[str, Any]:
+        s = transition(t)
+        s[OBS] = {k: torch.full((2, *shape), float(t)) for k in keys}
+        s[OBS2] = {k: torch.full((2, *shape), float(t + 1)) for k in keys}
+        return s
+
+    buf = ReplayBuffer(10, "cpu", ACTOR, ALGO, None)
+    buf.insert_transition(step(0))
+    message = rejects(buf, lambda b: b.insert_transition(step(1, shape=(4,))), ShapeError)
+    assert "sample['Observation']['pos']=array(shape=(2, 4)" in message, message
+    message = rejects(buf, lambda b: b.insert_transition(step(1, keys=("pos",))), SpecError)
+    assert "sample['Observation'] has the entries ['pos']" in message, message
+    assert "['pos', 'vel']" in message
+
+
+def test_complex_first_transition_is_refused() -> None:
+    """A complex value in the first transition was stored as complex (the core infers the
+    field from it) and every batch and export then dropped its imaginary part with only
+    a warning; it is refused now, naming the key, and the storage stays unbuilt."""
+    for key in (OBS, REW, IREW):
+        buf = ReplayBuffer(10, "cpu", ACTOR, ALGO, None)
+        bad = _with_extras(0)
+        bad[key] = bad[key].to(torch.complex64) + 1j
+        with pytest.raises(DtypeError, match=rf"insert_transition: sample\['{key}'\]"):
+            buf.insert_transition(bad)
+        assert buf.buffer is None and buf.size == 0
+        buf.insert_transition(_with_extras(0))  # a good one still builds it
+        assert buf.size == 1

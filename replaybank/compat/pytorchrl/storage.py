@@ -92,7 +92,7 @@ from replaybank.errors import (
 from replaybank.host import is_tensor
 from replaybank.ops.windows import valid_starts
 from replaybank.samplers.base import Sampler
-from replaybank.spec import unflatten
+from replaybank.spec import Spec, flatten, unflatten
 
 __all__ = ["PARAMETERS", "Sent", "Storage", "get_priority", "get_sequence_priority",
            "magnitudes"]
@@ -280,6 +280,28 @@ def _check_lead(where: str, key: str, value: Any, lead: tuple[int, ...]) -> None
         raise ShapeError(f"{where}: sample[{key!r}]={describe(value)}: expected leading dims "
                          f"{list(lead)} ({_layout(lead)}); reshape it or pass the storage's "
                          "envs")
+
+
+def _entries(fields: Mapping[str, Any], field: str) -> list[str]:
+    """The entries of a dict observation from its flat fields (``obs/a/b`` -> ``a/b``);
+    ``[]`` for an array observation."""
+    return sorted(f[len(field) + 1:] for f in fields if f != field)
+
+
+def _real_leaves(where: str, key: str, value: Any) -> None:
+    """Every leaf of a first transition's ``value`` holds real numbers (bool, int or
+    float): the storage's rows and batches are float32, where a complex value would lose
+    its imaginary part.
+
+    Raises:
+        DtypeError: Naming ``sample[key]`` (and the entry of a dict observation).
+    """
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _real_leaves(where, f"{key}[{k!r}]", v)
+        return
+    numbers(value, f"{where}: sample[{key!r}]",
+            "pass real numbers (the storage's rows and batches are float32)")
 
 
 def _bad_scalars(where: str, key: str, value: Any, lead: tuple[int, ...]) -> NoReturn:
@@ -492,6 +514,8 @@ class Storage(FrontEnd):
                              "[num_envs, 1] with num_envs >= 1 (it counts the envs)")
         n = int(done2.shape[0])
         extras = [k for k in _OPTIONAL if k in sample]
+        for k in (*_REQUIRED, *extras):  # the core would store complex values as they are
+            _real_leaves(where, k, _numbers(where, k, sample[k]))
         zeros: dict[str, Any] = {}
         for k in _RECURRENT_KEYS:
             if k in sample:
@@ -632,23 +656,60 @@ class Storage(FrontEnd):
             return
         buf = self.buffer
         values = self._values(where, sample, steps)
-        plan = self._plan_insert(where, sample, values, steps, sent) if self._plans else None
         try:
+            plan = self._plan_insert(where, sample, values, steps, sent) if self._plans else None
             if steps is None:
                 buf.add(truncated=self._false, env_ids=self._env_ids,
                         priority=self._priority, **values)
             else:
                 buf.extend(truncated=np.zeros((steps, self._num_envs), dtype=bool),
                            env_ids=self._env_ids, priority=self._priority, **values)
-        except ReplayBankError:  # the core wrote nothing; name the pytorchrl key if we can
-            lead = (self._num_envs,) if steps is None else (steps, self._num_envs)
-            for name, key in (("obs", OBS), ("action", ACT), ("next_obs", OBS2),
-                              *((CORE_NAMES[k], k) for k in self._extras)):
-                _check_lead(where, key, values[name], lead)
+        except ReplayBankError:  # nothing was written; name the pytorchrl key if we can
+            self._name_refused(where, values, steps)
             raise
         self._fresh += 1 if steps is None else steps
         if self._plans:
             self._after_insert(plan)
+
+    def _name_refused(self, where: str, values: dict[str, Any], steps: int | None) -> None:
+        """Raise the error of the value a write was refused for, naming it by pytorchrl's
+        key (``sample['Observation']['pos']``), where the core would name its own field
+        (``obs/pos``), which a pytorchrl user never wrote; return when every value fits
+        (the core's error then stands).
+
+        The values are checked against the stored fields (before the first write: the
+        ``NextObservation`` against the ``Observation``) with the core's own rules:
+        leading dims, then the entries of a dict observation, the field shape and the
+        cast of the dtype.
+
+        Raises:
+            ShapeError: A value of the wrong shape.
+            SpecError: A dict observation with other entries than the stored ones.
+            DtypeError: A value the stored field's dtype does not take.
+        """
+        lead = (self._num_envs,) if steps is None else (steps, self._num_envs)
+        pairs = (("obs", OBS), ("action", ACT), ("next_obs", OBS2), ("reward", REW),
+                 *((CORE_NAMES[k], k) for k in self._extras))
+        for name, key in pairs:
+            _check_lead(where, key, values[name], lead)
+        buf = self._core()
+        # what each value must fit: the stored fields, or what the first write stores
+        spec = buf.table.spec if buf.allocated else Spec.infer({"obs": values["obs"]}, lead)
+        for name, key in pairs:
+            field = "obs" if name == "next_obs" else name  # next_obs is stored as obs
+            given = flatten({field: values[name]})
+            held = {f: spec[f] for f in spec if f == field or f.startswith(field + "/")}
+            if not held:  # a field the first write sets from this very value
+                continue
+            if given.keys() != held.keys():
+                raise SpecError(
+                    f"{where}: sample[{key!r}] has the entries {_entries(given, field)}; "
+                    f"the storage holds {_entries(held, field)} (those of its first "
+                    "transition): pass the same entries every step")
+            for f, value in given.items():
+                label = f"{where}: sample[{key!r}]" + "".join(
+                    f"[{part!r}]" for part in f.split("/")[1:])
+                held[f].cast(label, value, lead)
 
     # ------------------------------------------------------------------ batches
     def before_gradients(self) -> None:
