@@ -1687,3 +1687,21 @@ def test_complex_first_transition_is_refused() -> None:
         assert buf.buffer is None and buf.size == 0
         buf.insert_transition(_with_extras(0))  # a good one still builds it
         assert buf.size == 1
+
+
+def test_all_zero_priorities_error_speaks_pytorchrl() -> None:
+    """With pytorchrl's default epsilon=0.0, TD errors of 0 give priority 0; once every
+    stored step has it, the core refused with its own terms (``sample(batch_size=16):
+    ... use eps > 0``). The error names generate_batches, mini_batch_size and epsilon
+    now, and says how to fix it."""
+    for cls in (PERBuffer, EREBuffer):
+        buf = cls(10, "cpu", ACTOR, ALGO, None, alpha=0.6, epsilon=0.0, seed=0)
+        fill(buf, 4, n=1)
+        with pytest.raises(EmptyBufferError) as info:
+            for _ in range(100):  # zero the priority of every step drawn, until none is left
+                for batch in buf.generate_batches(1, 16):
+                    buf.after_gradients(batch, {"Algorithm": {"errors": torch.zeros(16, 1)}})
+        message = str(info.value)
+        assert message.startswith(f"{cls.__name__}.generate_batches(mini_batch_size=16): "
+                                  "every stored step has priority 0"), message
+        assert "epsilon=0.0" in message and "epsilon=1e-6" in message

@@ -270,6 +270,17 @@ class PERBuffer(NStepReplayBuffer):
         """With PER new steps get ``default_error``."""
         return float(self.error) if self.prioritized else None
 
+    def _no_draws(self) -> str:
+        """PER draws in proportion to priority: it draws nothing when every priority is 0
+        (TD errors of 0 with ``epsilon == 0``, pytorchrl's default)."""
+        if not self.prioritized:
+            return super()._no_draws()
+        return (f"every stored step has priority 0 (TD errors of 0 with epsilon="
+                f"{self.epsilon!r} give (0 + epsilon) ** alpha = 0) and PER draws in "
+                "proportion to priority; build the storage with epsilon > 0 (e.g. "
+                "epsilon=1e-6) so that a step with TD error 0 can still be drawn, or insert "
+                f"transitions with a default_error > 0 (it is {self.default_error!r})")
+
     def get_priority(self, error: Any) -> Any:
         """Takes in the error of one or more examples and returns the proportional
         priority ``(error + epsilon) ** alpha``: a tensor for a torch tensor (on its

@@ -758,8 +758,9 @@ class Storage(FrontEnd):
             ArgumentError, ConfigError: An argument of the wrong kind or below 1, or a
                 ``device`` torch does not know (raised by this call, not at the first
                 ``next``).
-            EmptyBufferError: Nothing stored (raised by this call); for a recurrent actor
-                (at ``next``), no env holds ``update_every`` consecutive rows, no window
+            EmptyBufferError: Nothing stored (raised by this call); at ``next``, the
+                scheme draws no stored step (PER: every priority is 0), or, for a
+                recurrent actor, no env holds ``update_every`` consecutive rows, no window
                 lies inside one segment, or the sampler kept drawing windows that cross one.
         """
         where = f"{type(self).__name__}.generate_batches"
@@ -798,8 +799,20 @@ class Storage(FrontEnd):
 
     def _batch(self, k: int, num_mini_batch: int, mini_batch_size: int,
                torch: Any) -> dict[str, Any]:
-        b = self._core().sample(mini_batch_size, **self._sample_kwargs(k, num_mini_batch))
+        core = self._core()
+        options = self._sample_kwargs(k, num_mini_batch)
+        try:
+            b = core.sample(mini_batch_size, **options)
+        except EmptyBufferError:  # the core's message names its own arguments
+            raise EmptyBufferError(f"{type(self).__name__}.generate_batches(mini_batch_size="
+                                   f"{mini_batch_size}): {self._no_draws()}") from None
         return self._tensor_batch(b, b.__getitem__, k, num_mini_batch, torch)
+
+    def _no_draws(self) -> str:
+        """Why the scheme's sampler drew no step from a storage that holds some, and the
+        fix, in this front end's terms (each scheme that can refuse says why)."""
+        return (f"the sampling scheme can draw none of the {self.size} rows per env stored; "
+                "insert more transitions")
 
     def _tensor_batch(self, batch: Any, field: Callable[[str], Any], k: int,
                       num_mini_batch: int, torch: Any) -> dict[str, Any]:
