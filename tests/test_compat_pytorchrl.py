@@ -1705,3 +1705,17 @@ def test_all_zero_priorities_error_speaks_pytorchrl() -> None:
         assert message.startswith(f"{cls.__name__}.generate_batches(mini_batch_size=16): "
                                   "every stored step has priority 0"), message
         assert "epsilon=0.0" in message and "epsilon=1e-6" in message
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_generate_batches_on_a_missing_cuda_device_is_a_config_error() -> None:
+    """A storage built for device='cuda' (a factory's worker device) on a machine without
+    CUDA made generate_batches fail inside torch with a bare ``AssertionError: Torch not
+    compiled with CUDA enabled``. It raises a ConfigError naming the device at the call
+    now, and update_storage_parameter('device', 'cpu') is the fix."""
+    buf = PERBuffer(10, "cuda", ACTOR, ALGO, None, alpha=0.6, seed=0)
+    fill(buf, 3)
+    message = rejects(buf, lambda b: b.generate_batches(1, 4), ConfigError)
+    assert "PERBuffer(device='cuda'): CUDA is not available on this machine" in message
+    buf.update_storage_parameter("device", "cpu")
+    assert next(buf.generate_batches(1, 4))[OBS].device.type == "cpu"

@@ -412,7 +412,8 @@ class Storage(FrontEnd):
         self.buffer = None
         self._set_layout(0, (), {})  # no envs before the first transition
         self._where_insert = f"{type(self).__name__}.insert_transition"
-        self._torch_device: tuple[Any, Any] | None = None
+        # (device, torch.device, checked to exist on this machine)
+        self._torch_device: tuple[Any, Any, bool] | None = None
         self._fresh = 0  # rows added since the last reset
         # where inserted slices do not continue the stored rows (recurrent windows never
         # cross one)
@@ -756,8 +757,8 @@ class Storage(FrontEnd):
 
         Raises:
             ArgumentError, ConfigError: An argument of the wrong kind or below 1, or a
-                ``device`` torch does not know (raised by this call, not at the first
-                ``next``).
+                ``device`` torch does not know or this machine lacks (raised by this
+                call, not at the first ``next``).
             EmptyBufferError: Nothing stored (raised by this call); at ``next``, the
                 scheme draws no stored step (PER: every priority is 0), or, for a
                 recurrent actor, no env holds ``update_every`` consecutive rows, no window
@@ -768,7 +769,7 @@ class Storage(FrontEnd):
         size = check_int(where, "mini_batch_size", mini_batch_size)
         check_int(where, "num_epochs", num_epochs)
         torch = torch_module()
-        self._device(torch)
+        self._device(torch, available=True)
         if self.size == 0:
             raise EmptyBufferError(f"{where}: nothing stored; insert transitions first")
         return self._batches(count, size, torch)
@@ -779,16 +780,22 @@ class Storage(FrontEnd):
         for k in range(num_mini_batch):
             yield batch(k, num_mini_batch, mini_batch_size, torch)
 
-    def _device(self, torch: Any) -> Any:
+    def _device(self, torch: Any, available: bool = False) -> Any:
         """``device`` as a torch.device (parsed once: a string costs a parse per tensor).
 
+        A storage may be built for a device this machine lacks (pytorchrl builds one per
+        worker from a factory); ``available`` (:meth:`generate_batches`, which puts
+        tensors there) also requires it here, once.
+
         Raises:
-            ConfigError: torch does not know ``device``.
+            ConfigError: torch does not know ``device``, or, with ``available``, this
+                machine lacks it (torch would raise a bare ``AssertionError``: "Torch
+                not compiled with CUDA enabled").
         """
         cached = self._torch_device
-        if cached is None or cached[0] is not self.device:
-            dev = checked_device(self.device, type(self).__name__, available=False)
-            cached = self._torch_device = (self.device, dev)
+        if cached is None or cached[0] is not self.device or (available and not cached[2]):
+            dev = checked_device(self.device, type(self).__name__, available=available)
+            cached = self._torch_device = (self.device, dev, available)
         return cached[1]
 
     def _core(self) -> CoreBuffer:
