@@ -139,7 +139,7 @@ def test_generate_batches_shapes_keys_and_count() -> None:
     assert torch.all(b[OBS2][:, 0] == b[OBS][:, 0] + 1)
     assert torch.all(b[REW][:, 0] == b[OBS][:, 0])  # reward t at obs t
     assert "n_step" not in b  # the plain buffer adds no scheme keys
-    assert len(list(buf.generate_batches(2, 4, num_epochs=5))) == 2  # epochs unused
+    assert len(list(buf.generate_batches(2, 4, num_epochs=5))) == 10  # 2 per epoch
     with pytest.raises(EmptyBufferError):
         next(ReplayBuffer(10, "cpu", ACTOR, ALGO, None).generate_batches(1, 4))
 
@@ -1719,3 +1719,24 @@ def test_generate_batches_on_a_missing_cuda_device_is_a_config_error() -> None:
     assert "PERBuffer(device='cuda'): CUDA is not available on this machine" in message
     buf.update_storage_parameter("device", "cpu")
     assert next(buf.generate_batches(1, 4))[OBS].device.type == "cpu"
+
+
+def test_generate_batches_yields_num_mini_batch_per_epoch() -> None:
+    """The reference documents ``num_mini_batch`` as "Number mini batches per epoch" and
+    ``num_epochs`` as "Number of epochs"; ``num_epochs`` was ignored (2 batches for
+    ``generate_batches(2, 4, num_epochs=3)``). It yields ``num_epochs * num_mini_batch``
+    batches now, and ERE's window schedule (mini batch k of K) runs over each epoch."""
+    for cls in (ReplayBuffer, NStepReplayBuffer, PERBuffer, HERBuffer):
+        buf = cls(100, "cpu", ACTOR, ALGO, None, seed=0)
+        fill(buf, 30)
+        assert len(list(buf.generate_batches(2, 4, num_epochs=3))) == 6
+        assert len(list(buf.generate_batches(2, 4))) == 2  # the default: one epoch
+    ere = EREBuffer(100, "cpu", ACTOR, ALGO, None, eta=0.999, cmin=4, seed=0)
+    fill(ere, 30)
+    cks = [b["ck"] for b in ere.generate_batches(3, 4, num_epochs=2)]
+    assert cks[:3] == cks[3:] and cks[0] > cks[1] > cks[2], cks
+    recurrent = ReplayBuffer(100, "cpu", SimpleNamespace(is_recurrent=True,
+                                                         sequence_overlap=0.5), ALGO, None)
+    for t in range(16):
+        recurrent.insert_transition(transition(t))
+    assert len(list(recurrent.generate_batches(1, 4, num_epochs=4))) == 4

@@ -743,8 +743,10 @@ class Storage(FrontEnd):
             num_mini_batch: Number of mini batches per epoch (one is drawn per batch),
                 an int >= 1.
             mini_batch_size: Number of samples contained in each mini batch, an int >= 1.
-            num_epochs: Number of epochs, an int >= 1 (unused by off-policy storages, as
-                in pytorchrl).
+            num_epochs: Number of epochs, an int >= 1: the iterator yields
+                ``num_epochs * num_mini_batch`` batches, the ``num_mini_batch`` of each
+                epoch drawn afresh (ERE's window schedule runs over each epoch's mini
+                batches). pytorchrl's off-policy algorithms pass 1.
 
         Returns:
             An iterator of one dict per mini batch: every storage tensor as float32 ``[B,
@@ -767,18 +769,19 @@ class Storage(FrontEnd):
         where = f"{type(self).__name__}.generate_batches"
         count = check_int(where, "num_mini_batch", num_mini_batch)
         size = check_int(where, "mini_batch_size", mini_batch_size)
-        check_int(where, "num_epochs", num_epochs)
+        epochs = check_int(where, "num_epochs", num_epochs)
         torch = torch_module()
         self._device(torch, available=True)
         if self.size == 0:
             raise EmptyBufferError(f"{where}: nothing stored; insert transitions first")
-        return self._batches(count, size, torch)
+        return self._batches(count, size, epochs, torch)
 
-    def _batches(self, num_mini_batch: int, mini_batch_size: int,
+    def _batches(self, num_mini_batch: int, mini_batch_size: int, num_epochs: int,
                  torch: Any) -> Iterator[dict[str, Any]]:
         batch = self._sequence_batch if self.recurrent_actor else self._batch
-        for k in range(num_mini_batch):
-            yield batch(k, num_mini_batch, mini_batch_size, torch)
+        for _ in range(num_epochs):
+            for k in range(num_mini_batch):  # mini batch k of the epoch
+                yield batch(k, num_mini_batch, mini_batch_size, torch)
 
     def _device(self, torch: Any, available: bool = False) -> Any:
         """``device`` as a torch.device (parsed once: a string costs a parse per tensor).
