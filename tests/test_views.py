@@ -106,3 +106,25 @@ def test_memmap_resume_restores_the_view_state(tmp_path: Path) -> None:
     again = rb.open(tmp_path / "m", mode="r")
     assert again.view.state_dict() == buf.view.state_dict()
     assert np.array_equal(again.sample(5).obs, buf.sample(5).obs)
+
+
+@pytest.mark.parametrize("view, name", [
+    (lambda: rb.NStepView(20, 0.9), "n_step=20"),
+    (lambda: rb.FrameStackView(20), "frame_stack=20"),
+    (lambda: rb.FrameStackView(2, inner=rb.NStepView(20, 0.9)), "n_step=20"),
+    (lambda: rb.HerView(lambda a, d, info: np.zeros(len(a), np.float32), n_step=20), "n_step=20"),
+])
+def test_a_view_longer_than_a_lane_is_refused_however_it_is_passed(view: Any, name: str) -> None:
+    """``n_step=20`` on 10 rows per lane is a CapacityError; the same window given as
+    ``view=`` or swapped in (``buf.view = ...``) was accepted, and a frame stack longer than
+    the ring then served no step at all once the ring wrapped."""
+    with pytest.raises(rb.CapacityError, match=f"{name} exceeds the 10 rows per lane"):
+        rb.ReplayBuffer(10, seed=0, view=view())
+    buf = rb.ReplayBuffer(20, num_envs=2, seed=0)   # 10 rows per lane
+    old = buf.view
+    with pytest.raises(rb.CapacityError, match=f"{name} exceeds the 10 rows per lane"):
+        buf.view = view()
+    assert buf.view is old                              # the failed swap left the old view
+    fits = rb.FrameStackView(10)                        # as long as a lane: accepted
+    buf.view = fits
+    assert rb.ReplayBuffer(10, seed=0, view=rb.NStepView(10, 0.9)).view.n == 10

@@ -23,9 +23,10 @@ from replaybank.errors import CapacityError, ConfigError, describe
 from replaybank.samplers.base import Sampler
 from replaybank.samplers.uniform import UniformSampler
 from replaybank.views import make_view
-from replaybank.views.base import View
+from replaybank.views.base import LaneSpanView, View
 
-__all__ = ["check_capacity", "check_rows", "make_rng", "positive_int", "replay_sampler",
+__all__ = ["check_capacity", "check_lane_spans", "check_rows",
+           "make_rng", "positive_int", "replay_sampler",
            "replay_view", "unit_number"]
 
 
@@ -207,18 +208,46 @@ def replay_view(view: View | None, n_step: int, gamma: float, frame_stack: int,
             f"view={type(view).__name__} and n_step={n_step}/frame_stack={frame_stack} "
             "both given; pass either a view or n_step/frame_stack"
         )
+    built = make_view(n_step, gamma, frame_stack) if view is None \
+        else check_part("view", view)
     if rows is not None:
-        for name, value in (("n_step", n_step), ("frame_stack", frame_stack)):
-            if type(value) is int and value > rows:
-                raise CapacityError(
-                    f"{name}={value}: exceeds the {rows} rows per lane (capacity // num_envs); "
-                    f"a window of {name} steps never fits in a lane: lower {name} or raise "
-                    "capacity"
-                )
-    if view is None:
-        return make_view(n_step, gamma, frame_stack)
-    checked: View = check_part("view", view)
+        check_lane_spans(built, rows, None if view is None else "view")
+    checked: View = built
     return checked
+
+
+def check_lane_spans(view: View, rows: int, arg: str | None = "view") -> None:
+    """Refuse a view that reads more steps of a lane than a lane holds: an n-step window
+    or a frame stack longer than ``rows`` (``capacity // num_envs``) never fits, whether it
+    comes from ``n_step=``/``frame_stack=``, ``view=`` or a ``buf.view = ...`` swap.
+
+    Args:
+        view: The view to check (one that reads one step per key always passes).
+        rows: Rows per lane.
+        arg: How the caller passed the view (``"view"``), named in the error; None when
+            it was built from the constructor's numbers.
+
+    Raises:
+        CapacityError: A span exceeds ``rows``; nothing is changed.
+
+    Example:
+        >>> from replaybank.views.nstep import NStepView
+        >>> check_lane_spans(NStepView(3), 4)
+        >>> check_lane_spans(NStepView(5), 4)
+        Traceback (most recent call last):
+        ...
+        replaybank.errors.CapacityError: view=NStepView: n_step=5 exceeds the 4 rows per lane (capacity // num_envs); a window of n_step steps never fits in a lane: lower n_step or raise capacity
+    """  # noqa: E501
+    spans = view.lane_spans() if isinstance(view, LaneSpanView) else {}
+    for name, value in spans.items():
+        if value > rows:
+            given = f"{name}={value}:" if arg is None \
+                else f"{arg}={type(view).__name__}: {name}={value}"
+            raise CapacityError(
+                f"{given} exceeds the {rows} rows per lane (capacity // num_envs); "
+                f"a window of {name} steps never fits in a lane: lower {name} or raise "
+                "capacity"
+            )
 
 
 def check_rows(next_obs: Any, view: View | None, n_step: int, frame_stack: int,

@@ -307,6 +307,7 @@ class ReplayBuffer:
     @view.setter
     def view(self, view: View) -> None:
         new = arguments.check_part("view", view)
+        arguments.check_lane_spans(new, self._capacity // self._num_envs)
         checks = Parts(self._sampler, new).checks
         if checks is not None and self._table is not None:  # (as before the first add)
             checks.check_fields(self._table.obs_fields)

@@ -42,7 +42,8 @@ from replaybank.spec import Spec
 from replaybank.storage.table import StepTable
 
 __all__ = ["CallbackView", "FieldsCheckedView", "FusedView", "InputTransform",
-           "LaneInputTransform", "ShiftedView", "SpecTransform", "StatelessView", "StepView",
+           "LaneInputTransform", "LaneSpanView",
+           "ShiftedView", "SpecTransform", "StatelessView", "StepView",
            "View", "next_name"]
 
 IntArray = npt.NDArray[np.int64]
@@ -115,6 +116,18 @@ class ShiftedView(View, Protocol):
 
     def last_keys(self, table: StepTable, keys: IntArray) -> IntArray:
         """Keys ``[B]`` of the last step of each key's transition."""
+        ...
+
+
+@runtime_checkable
+class LaneSpanView(View, Protocol):
+    """A view whose served key reads several steps of its lane (n-step windows, frame
+    stacks): a buffer refuses it when a lane holds fewer rows than it reads, as it refuses
+    ``n_step=`` or ``frame_stack=`` numbers above ``capacity // num_envs``."""
+
+    def lane_spans(self) -> dict[str, int]:
+        """Steps of one lane a served key reads, by the constructor argument that sets
+        them (``{"n_step": n}``, ``{"frame_stack": k}``, or both)."""
         ...
 
 

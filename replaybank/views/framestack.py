@@ -78,7 +78,7 @@ from replaybank.errors import CheckpointError, ConfigError, ReplayBankError, des
 from replaybank.ops import windows
 from replaybank.spec import SEP, FieldSpec, Spec, as_array, flatten, unflatten
 from replaybank.storage.table import StepTable
-from replaybank.views.base import ShiftedView, StepView, View, next_name
+from replaybank.views.base import LaneSpanView, ShiftedView, StepView, View, next_name
 from replaybank.views.transition import TransitionView
 
 __all__ = ["FrameStackView"]
@@ -745,6 +745,12 @@ class FrameStackView:
                                   "{leaf: [stacked, ndim]}; the state is not a frame stack's")
         self._layout = {str(leaf): (bool(v[0]), int(v[1])) for leaf, v in layout.items()}
         self.inner.load_state_dict(state.get("inner", {}))
+
+    def lane_spans(self) -> dict[str, int]:
+        """A stack reads ``k`` frames of its lane, plus what the inner view reads
+        (:class:`~replaybank.views.base.LaneSpanView`)."""
+        inner = self.inner.lane_spans() if isinstance(self.inner, LaneSpanView) else {}
+        return {**inner, "frame_stack": self.k}
 
     def config(self) -> dict[str, Any]:
         """JSON-able constructor arguments (with the inner view's config)."""

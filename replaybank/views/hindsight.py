@@ -85,7 +85,7 @@ from replaybank.ops.episodes import EpisodeIndex
 from replaybank.ops.hindsight import STRATEGY_CODES, goal_kernel
 from replaybank.spec import real_array
 from replaybank.storage.table import StepTable
-from replaybank.views.base import StatelessView, next_name
+from replaybank.views.base import LaneSpanView, StatelessView, next_name
 from replaybank.views.named_functions import function_name, resolve_function
 from replaybank.views.nstep import NStepView
 from replaybank.views.transition import TransitionView
@@ -329,6 +329,11 @@ class HerView(StatelessView):
     def valid(self, table: StepTable, keys: IntArray) -> npt.NDArray[np.bool_] | None:
         """Every live step can be served: always None."""
         return None
+
+    def lane_spans(self) -> dict[str, int]:
+        """An n-step window reads up to ``n_step`` steps of its lane
+        (:class:`~replaybank.views.base.LaneSpanView`)."""
+        return self.inner.lane_spans() if isinstance(self.inner, LaneSpanView) else {}
 
     def config(self) -> dict[str, Any]:
         """JSON-able constructor arguments (functions by name: ``None`` for a function

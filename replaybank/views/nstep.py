@@ -163,6 +163,11 @@ class NStepView(StatelessView):
         """JSON-able constructor arguments."""
         return {"type": "nstep", "n": self.n, "gamma": self.gamma}
 
+    def lane_spans(self) -> dict[str, int]:
+        """A window reads up to ``n`` steps of its lane
+        (:class:`~replaybank.views.base.LaneSpanView`)."""
+        return {"n_step": self.n}
+
 
 #: Reward dtypes the one-pass window kernel reads.
 _HOST_REWARDS = (np.dtype(np.float32), np.dtype(np.float64))
