@@ -765,3 +765,28 @@ def test_a_writer_refuses_tuples_holding_arrays_as_the_buffer_does(lanes: list[i
     assert w.written.tolist() == [3] * m
     w.close()
     buf.close()
+
+
+@pytest.mark.parametrize("call", ["add", "extend"])
+def test_a_writer_refuses_positional_values_as_the_buffer_does(call: str) -> None:
+    """``SharedWriter.add(obs)`` (values by position, SB3's order) was Python's bare
+    TypeError ("takes 1 positional argument but 2 were given"), where ReplayBuffer.add
+    raises an ArgumentError naming the keyword form and the SB3 front end. A writer now
+    raises the buffer's own error, word for word; nothing is written."""
+    buf = _owner(16, 2)
+    w = buf.writer([0, 1]).open()
+    values = step_values(np.arange(2), np.zeros(2), np.zeros(2), np.zeros(2, bool))
+    if call == "extend":
+        values = {k: v[None] for k, v in values.items()}
+    local = rb.ReplayBuffer(16, num_envs=2, spec=SPEC)
+    with pytest.raises(rb.ArgumentError) as want:
+        getattr(local, call)(values["obs"], **values)
+    with pytest.raises(rb.ArgumentError) as got:
+        getattr(w, call)(values["obs"], **values)
+    assert str(got.value) == str(want.value)
+    assert str(got.value).startswith(f"{call}() takes keyword arguments only")
+    assert len(w) == 0 and w.written.tolist() == [0, 0]
+    getattr(w, call)(**values)  # still usable
+    assert w.written.tolist() == [1, 1]
+    w.close()
+    buf.close()

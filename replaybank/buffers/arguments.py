@@ -19,15 +19,15 @@ from typing import Any
 
 import numpy as np
 
-from replaybank.errors import CapacityError, ConfigError, describe
+from replaybank.errors import ArgumentError, CapacityError, ConfigError, describe
 from replaybank.samplers.base import Sampler
 from replaybank.samplers.uniform import UniformSampler
 from replaybank.views import make_view
 from replaybank.views.base import LaneSpanView, View
 
-__all__ = ["check_capacity", "check_lane_spans", "check_rows",
-           "make_rng", "positive_int", "replay_sampler",
-           "replay_view", "unit_number"]
+__all__ = ["check_capacity", "check_lane_spans", "check_rows", "make_rng",
+           "positional_values", "positive_int", "replay_sampler", "replay_view",
+           "unit_number"]
 
 
 def make_rng(seed: int | np.random.Generator | None) -> np.random.Generator:
@@ -293,3 +293,29 @@ def check_rows(next_obs: Any, view: View | None, n_step: int, frame_stack: int,
                 f"or drop {name}"
             )
     return True
+
+
+def positional_values(call: str, args: tuple[Any, ...]) -> ArgumentError:
+    """The error of values passed to ``add``/``extend`` by position: every writer of a
+    buffer (the buffer, a shared-memory writer, a service client) takes keyword
+    arguments only and raises this, so a call refused by one is refused by all.
+
+    Args:
+        call: The refused call's name (``"add"``, ``"extend"``; a writer's own prefix,
+            ``"SharedWriter.add"``, is fine).
+        args: The positional values.
+
+    Returns:
+        The error to raise.
+
+    Example:
+        >>> str(positional_values("add", (1.0,))).startswith("add() takes keyword")
+        True
+    """
+    return ArgumentError(
+        f"{call}() takes keyword arguments only, got {len(args)} positional value"
+        f"{'s' if len(args) != 1 else ''} ({', '.join(describe(a) for a in args[:3])}"
+        f"{', ...' if len(args) > 3 else ''}); pass {call}(obs=..., action=..., reward=..., "
+        "next_obs=..., terminated=..., truncated=...). SB3's positional add(obs, next_obs, "
+        "action, reward, done, infos) is replaybank.integrations.sb3.ReplayBuffer"
+    )

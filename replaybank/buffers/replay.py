@@ -26,7 +26,7 @@ import numpy.typing as npt
 from replaybank import persist, registry
 from replaybank.batch import Batch, SequenceBatch
 from replaybank.buffers import arguments, buffer_state
-from replaybank.buffers.arguments import make_rng, positive_int
+from replaybank.buffers.arguments import make_rng, positional_values, positive_int
 from replaybank.buffers.autoreset import (
     ResetFreeRuns,
     check_autoreset_mode,
@@ -46,7 +46,7 @@ from replaybank.buffers.sequences import sample_sequences, update_sequence_prior
 from replaybank.buffers.store import Store, make_store
 from replaybank.buffers.write_route import WriteRoute
 from replaybank.buffers.writer import StepValues
-from replaybank.errors import ArgumentError, ConfigError, EmptyBufferError, ShapeError, describe
+from replaybank.errors import ConfigError, EmptyBufferError, ShapeError
 from replaybank.samplers.base import LaneView, Sampler, SamplerTraits
 from replaybank.spec import Spec
 from replaybank.storage.backends import make_backend
@@ -390,7 +390,7 @@ class ReplayBuffer:
             ArgumentError: Positional values (add takes keyword arguments only).
         """
         if args:  # an SB3-style add(obs, next_obs, ...): one test on the hot path
-            raise _positional("add", args)
+            raise positional_values("add", args)
         # the hot path: the compiled writer takes the call (it checks the call guard itself)
         if priority is None and self.write_route.direct(
                 env_ids, False, obs, action, reward, next_obs, terminated, truncated, extras):
@@ -419,7 +419,7 @@ class ReplayBuffer:
             ArgumentError: Positional values (extend takes keyword arguments only).
         """
         if args:
-            raise _positional("extend", args)
+            raise positional_values("extend", args)
         if priority is None and self.write_route.direct(
                 env_ids, True, obs, action, reward, next_obs, terminated, truncated, extras):
             return
@@ -930,17 +930,6 @@ class ReplayBuffer:
         return (f"{type(self).__name__}(capacity={self._capacity}, num_envs={self._num_envs}, "
                 f"size={len(self)}, sampler={type(self.sampler).__name__}, "
                 f"view={type(self.view).__name__})")
-
-
-def _positional(call: str, args: tuple[Any, ...]) -> ArgumentError:
-    """The error of values passed to ``add``/``extend`` by position."""
-    return ArgumentError(
-        f"{call}() takes keyword arguments only, got {len(args)} positional value"
-        f"{'s' if len(args) != 1 else ''} ({', '.join(describe(a) for a in args[:3])}"
-        f"{', ...' if len(args) > 3 else ''}); pass {call}(obs=..., action=..., reward=..., "
-        "next_obs=..., terminated=..., truncated=...). SB3's positional add(obs, next_obs, "
-        "action, reward, done, infos) is replaybank.integrations.sb3.ReplayBuffer"
-    )
 
 
 def _obs_rows(table_state: Any) -> dict[str, tuple[tuple[int, ...], Any]]:

@@ -139,6 +139,7 @@ import numpy as np
 import numpy.typing as npt
 
 from replaybank.batch import Batch, SequenceBatch
+from replaybank.buffers.arguments import positional_values
 from replaybank.buffers.buffer_state import probe_rng
 from replaybank.buffers.checked_call import check_call
 from replaybank.buffers.inputs import UNSET
@@ -302,7 +303,7 @@ class ReplayClient:
         self._reset_io()
 
     # ------------------------------------------------------------------ writes
-    def add(self, obs: Any = UNSET, action: Any = UNSET, reward: Any = UNSET,
+    def add(self, *args: Any, obs: Any = UNSET, action: Any = UNSET, reward: Any = UNSET,
             next_obs: Any = UNSET, terminated: Any = UNSET, truncated: Any = UNSET,
             env_ids: Any = None, priority: Any = None, **extras: Any) -> None:
         """Queue one step per lane (as :meth:`replaybank.ReplayBuffer.add`).
@@ -321,21 +322,27 @@ class ReplayClient:
             DtypeError: A value the fields' casting rules refuse, or a priority that is
                 not a number, negative, NaN, infinite or above the shards' limit.
             ConfigError: ``priority`` given while the shards' sampler has none.
+            ArgumentError: Positional values (keyword arguments only, as
+                :meth:`replaybank.ReplayBuffer.add`).
             ShardUnavailableError: A send of earlier rows could not be delivered.
             RateLimitTimeout: A send of earlier rows was held by a shard's rate limiter
                 past ``timeout`` (this call's rows are queued; every queued row is sent
                 again by the next ``flush()``).
         """
+        if args:
+            raise positional_values("add", args)
         values = self._values(obs, action, reward, next_obs, terminated, truncated, extras)
         self._write("add", values, env_ids, priority)
 
-    def extend(self, *, obs: Any = UNSET, action: Any = UNSET, reward: Any = UNSET,
+    def extend(self, *args: Any, obs: Any = UNSET, action: Any = UNSET, reward: Any = UNSET,
                next_obs: Any = UNSET, terminated: Any = UNSET, truncated: Any = UNSET,
                env_ids: Any = None, priority: Any = None, **extras: Any) -> None:
         """Queue ``T`` steps per lane: values ``[T, num_lanes, *shape]`` (``[T, *shape]``
         with one lane) or ``[T, len(env_ids), *shape]``; ``priority`` None, one number
         or ``[T, k]`` (``[T]`` with one lane). Checked as :meth:`add` is (the same
         errors), before anything is queued."""
+        if args:
+            raise positional_values("extend", args)
         values = self._values(obs, action, reward, next_obs, terminated, truncated, extras)
         self._write("extend", values, env_ids, priority)
 

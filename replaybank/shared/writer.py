@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from replaybank.buffers.arguments import positional_values
 from replaybank.buffers.checked_call import lane_ids
 from replaybank.buffers.priorities import priority_values
 from replaybank.errors import ConfigError, ShapeError
@@ -187,7 +188,7 @@ class SharedWriter:
                 f"{len(self.lanes)}), not lane ids of the shared buffer; {exc}") from None
         return self.lanes[at], values
 
-    def add(self, **values: Any) -> None:
+    def add(self, *args: Any, **values: Any) -> None:
         """One step of each of this writer's lanes (values ``[len(lanes), ...]``; a
         one-lane writer also takes them without the lane dim). ``env_ids=`` (positions
         among the lanes) writes some of them (values ``[len(env_ids), ...]``);
@@ -198,18 +199,24 @@ class SharedWriter:
                 ``num_envs=len(lanes)`` (``env_ids`` index this writer's lanes); a ragged
                 nest in any value (``priority`` and ``terminated`` included) is the one
                 ragged check's ShapeError, as the buffer words it.
+            ArgumentError: Positional values (keyword arguments only, as
+                ``ReplayBuffer.add``).
         """
+        if args:
+            raise positional_values("add", args)
         self._check_open()
         priority = values.pop("priority", None)
         lanes, values = self._call("add", values, 0)
         self._priorities(priority, 1, lanes)
         self._buf.add(**values, env_ids=lanes, priority=priority)
 
-    def extend(self, **values: Any) -> None:
+    def extend(self, *args: Any, **values: Any) -> None:
         """``n`` steps of each lane (values ``[n, len(lanes), ...]``, or ``[n, ...]`` for
         a one-lane writer); ``env_ids=`` as in :meth:`add`; ``priority=`` one for all, or
         one per step (``[n, len(lanes)]``, or the same values flat), as
-        ``ReplayBuffer.extend`` takes them."""
+        ``ReplayBuffer.extend`` takes them. Raises what :meth:`add` raises."""
+        if args:
+            raise positional_values("extend", args)
         self._check_open()
         priority = values.pop("priority", None)
         lanes, values = self._call("extend", values, 1)
