@@ -167,7 +167,7 @@ from replaybank.errors import (
 )
 from replaybank.samplers.prioritized import PrioritizedSampler
 from replaybank.samplers.sample_args import check_replace, check_size_arg
-from replaybank.spec import SEP, as_array, rows_array, unflatten
+from replaybank.spec import SEP, Spec, as_array, rows_array, unflatten
 
 __all__ = ["ReplayClient"]
 
@@ -213,6 +213,7 @@ class ReplayClient:
         max_bytes: Pending bytes per shard that trigger a send.
         max_times_sampled: The service's ``max_times_sampled`` (set: samples take the
             two-trip protocol).
+        capacity: Steps all shards hold together (:attr:`capacity`); None: unknown.
 
     Attributes:
         num_shards: Number of shards.
@@ -230,8 +231,10 @@ class ReplayClient:
                  seed: int | np.random.Generator | None = None, max_rows: int = MAX_ROWS,
                  max_age_s: float = 1.0, max_in_flight: int = 4,
                  timeout: float = 60.0, rate_limited: bool = False,
-                 max_bytes: int = MAX_BYTES, max_times_sampled: int | None = None) -> None:
+                 max_bytes: int = MAX_BYTES, max_times_sampled: int | None = None,
+                 capacity: int | None = None) -> None:
         self._shards = list(shards)
+        self._capacity = capacity
         self.num_shards = len(self._shards)
         self.num_lanes = num_lanes
         self.max_rows = _positive("max_rows", max_rows)
@@ -288,6 +291,39 @@ class ReplayClient:
         # and the shard writes each client's rows in this order (Shard._turn)
         self._id = uuid.uuid4().hex
         self._seq = [0] * self.num_shards
+
+    @property
+    def num_envs(self) -> int:
+        """The same as :attr:`num_lanes`, under the local buffer's name: the env lanes
+        ``add``/``extend`` take values for, so :func:`replaybank.collect`,
+        :class:`replaybank.Collector` and :func:`replaybank.warm` fill a client as they
+        fill a buffer of ``num_envs`` lanes."""
+        return int(self.num_lanes)
+
+    @property
+    def spec(self) -> Spec | None:
+        """The stored fields, as a buffer's ``spec``: those the shards hold, or the ones
+        this client's first call implied while no shard holds any (None before that,
+        or while every shard is down). Asked of the shards once (see
+        :meth:`write_rule`), so reading it per step costs nothing."""
+        rule = self._write_rule()
+        spec: Spec | None = None if rule is None else rule["spec"]
+        return spec
+
+    @property
+    def capacity(self) -> int:
+        """Steps all shards hold together (each shard holds its config's ``capacity``),
+        as a buffer's ``capacity``.
+
+        Raises:
+            ConfigError: The client was built without it (not by
+                :meth:`ReplayService.client
+                <replaybank.distributed.service.ReplayService.client>`).
+        """
+        if self._capacity is None:
+            raise ConfigError("ReplayClient.capacity: this client was built without it; "
+                              "get clients from ReplayService.client()")
+        return int(self._capacity)
 
     # ------------------------------------------------------------------ pickling
     def __getstate__(self) -> dict[str, Any]:

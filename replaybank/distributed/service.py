@@ -213,6 +213,8 @@ class ReplayService:
                     ray.cluster_resources(), free, self.timeout)) from None
             raise
         self.sampler_config: dict[str, Any] = infos[0]["sampler"]
+        #: Steps all shards hold together (the config's ``capacity`` is per shard).
+        self.capacity = int(sum(info["capacity"] for info in infos))
 
     # ------------------------------------------------------------------ clients
     def client(self, name: str = "default", seed: int | np.random.Generator | None = None,
@@ -246,7 +248,8 @@ class ReplayService:
                             max_in_flight=max_in_flight,
                             timeout=self.timeout if timeout is None else timeout,
                             rate_limited=self.rate_limit is not None, max_bytes=max_bytes,
-                            max_times_sampled=self.max_times_sampled)
+                            max_times_sampled=self.max_times_sampled,
+                            capacity=self.capacity)
         c = service_kind(self.config.get("type")).client(core, self.config)
         saved = self._saved_clients.pop(name, None)
         if saved is not None:

@@ -279,7 +279,8 @@ class Shard:
         return min(size, int(np.count_nonzero(stored > 0.0)))
 
     def info(self) -> dict[str, Any]:
-        """Sampler config, lanes, pid and where the shard was restored from.
+        """Sampler config, lanes, capacity (steps), pid and where the shard was restored
+        from.
 
         Raises:
             ReplayBankError: The error that stopped the shard from starting.
@@ -287,7 +288,7 @@ class Shard:
         if self.error is not None:
             raise self.error
         return {"sampler": self.core.sampler.config(), "lanes": self.spec.lanes,
-                "pid": os.getpid(), "prioritized": self.prio is not None,
+                "capacity": self.n_slots, "pid": os.getpid(), "prioritized": self.prio is not None,
                 "restored_from": self.restored_from}
 
     def stats(self) -> dict[str, Any]:
