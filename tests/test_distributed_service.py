@@ -539,3 +539,40 @@ def test_rb_save_of_a_client_points_to_the_service_checkpoint(services: Any, tmp
         ):
             call(c, tmp_path / "d")
     assert not (tmp_path / "d").exists()
+
+
+@pytest.mark.slow
+def test_a_training_loop_written_for_a_buffer_runs_unchanged_on_a_client(
+        services: Any) -> None:
+    """The same loop, only the construction line changed. rb.collect / rb.warm raised
+    AttributeError on a client (no ``num_envs``, ``spec``, ``capacity``), and a client
+    that added and then sampled got EmptyBufferError ("the live shards hold nothing")
+    and ``len() == 0`` while its own rows sat in its write queue: a local loop needed
+    ``flush()`` calls to run on the cluster. A client now reads its own writes."""
+    gym = pytest.importorskip("gymnasium")
+
+    def loop(buf: Any) -> tuple[int, Any, Any]:
+        envs = gym.make_vec("CartPole-v1", num_envs=2, vectorization_mode="sync")
+        res = rb.collect(envs, None, buf, 40, progress=False, seed=0)
+        envs.close()
+        assert len(buf) == res.steps >= 40  # no flush() anywhere
+        batch = buf.sample(8)
+        buf.update_priorities(batch.indices, np.full(8, 2.0))
+        rb.warm(buf, None, 60, num_envs=2, env="CartPole-v1", progress=False, seed=1)
+        return len(buf), batch, buf.spec
+
+    local = rb.ReplayBuffer(128, num_envs=2, n_step=3, sampler=rb.PrioritizedSampler(),
+                            seed=0)
+    svc = start(services, 2, {"capacity": 64, "n_step": 3, "sampler": PER}, num_lanes=2)
+    client = svc.client(max_age_s=1e3)  # nothing is sent by age during the test
+    assert (client.num_envs, client.capacity) == (local.num_envs, local.capacity) == (2, 128)
+    assert client.spec is None and local.spec is None  # nothing written yet
+    n_local, b_local, spec_local = loop(local)
+    n_client, b_client, spec_client = loop(client)
+    assert n_client == n_local >= 60
+    assert spec_client == spec_local
+    assert sorted(b_client) == sorted(b_local)
+    assert {k: (v.shape, v.dtype) for k, v in b_client.items()} \
+        == {k: (v.shape, v.dtype) for k, v in b_local.items()}
+    assert client.pending_rows == 0
+

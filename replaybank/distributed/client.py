@@ -786,8 +786,40 @@ class ReplayClient:
         return out
 
     def __len__(self) -> int:
-        """Items stored in the live shards (rows still queued here are not counted)."""
+        """Items stored in the live shards, this client's own queued rows included (they
+        are sent first, see :meth:`_send_own_rows`); rows other clients still queue are
+        not counted."""
+        self._send_own_rows()
         return sum(m[0] for m in self.masses().values())
+
+    def _send_own_rows(self) -> None:
+        """Before a read (``sample``, ``sample_sequences``, ``len``): send the rows this
+        client queued and wait until the live shards wrote them, so that the read sees
+        every row this client added before it, as a read of one buffer does (a training
+        loop that adds and samples through one client runs as it runs on a buffer,
+        without ``flush()`` calls). Costs nothing when nothing is queued or in flight
+        (a learner that only samples).
+
+        Shards known to be down are not waited for (their rows stay queued, the read
+        skips them). With rate limits the rows are sent without waiting: a limiter may
+        hold inserts until samples come, which this read is.
+
+        Raises:
+            ShardUnavailableError: A live shard did not take the rows in time (they stay
+                queued).
+        """
+        if not self._batcher.pending_rows and not any(self._in_flight.values()):
+            return
+        self._probe()
+        try:
+            self._queue(self._batcher.close_all())
+            if self.rate_limited:
+                return
+            for s in range(self.num_shards):
+                while self._in_flight[s] and s not in self._degraded:
+                    self._ack(s)
+        finally:
+            self._report(stacklevel=4)
 
     def sample(self, batch_size: int, replace: bool = True, **kwargs: Any) -> Batch:
         """Sample ``batch_size`` transitions from every live shard (global distribution).
@@ -860,6 +892,7 @@ class ReplayClient:
         if self._schedule is not None:
             beta = self._schedule.resolve_beta(kwargs.pop("beta", None))
             kwargs["beta"] = beta
+        self._send_own_rows()
         if self.rate_limited or self.max_times_sampled is not None \
                 or kwargs.get("replace", True) is not True:
             fields = self._draw_two_trips(n, sequences, kwargs, beta)

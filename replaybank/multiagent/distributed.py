@@ -278,7 +278,9 @@ class MultiAgentReplayClient:
         return int(self.client.pending_rows)
 
     def __len__(self) -> int:
-        """Joint steps stored in the live shards (rows still queued are not counted)."""
+        """Joint steps stored in the live shards, this client's own queued rows included
+        (sent first, as :meth:`sample` sends them); rows other clients queue are not
+        counted."""
         return len(self.client)
 
     def __repr__(self) -> str:
