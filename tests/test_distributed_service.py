@@ -576,3 +576,26 @@ def test_a_training_loop_written_for_a_buffer_runs_unchanged_on_a_client(
         == {k: (v.shape, v.dtype) for k, v in b_local.items()}
     assert client.pending_rows == 0
 
+
+@pytest.mark.slow
+def test_a_client_refuses_positional_values_and_save_as_a_buffer_does(
+        services: Any, tmp_path: Any) -> None:
+    """``client.add(obs)`` took the array as ``obs`` and failed with a SpecError about
+    missing fields (``extend(obs)``: Python's TypeError), and ``client.save(d)`` was an
+    AttributeError; a buffer raises an ArgumentError naming the keyword form, and
+    ``rb.save(client, d)`` a ConfigError naming the service checkpoint. Nothing is
+    queued or written."""
+    svc = start(services, 2, {"capacity": 8}, num_lanes=2)
+    client = svc.client()
+    local = rb.ReplayBuffer(16, num_envs=2)
+    one = {k: v[0] for k, v in steps(2, 0, 1).items()}
+    for call, values in (("add", one), ("extend", steps(2, 0, 1))):
+        with pytest.raises(rb.ArgumentError) as want:
+            getattr(local, call)(values["obs"], **values)
+        with pytest.raises(rb.ArgumentError) as got:
+            getattr(client, call)(values["obs"], **values)
+        assert str(got.value) == str(want.value)
+    assert client.pending_rows == 0 and len(client) == 0
+    with pytest.raises(ConfigError, match=r"save\(dirpath=.*service\.checkpoint\(path\)"):
+        client.save(tmp_path / "d")
+    assert not (tmp_path / "d").exists()

@@ -1373,6 +1373,17 @@ class ReplayClient:
         self._seen = seen
         self._window_rates = rates
 
+    def save(self, dirpath: Any, prefix: str = "buffer_") -> None:
+        """Refused, as ``rb.save(client, d)`` is: a client holds no rows (its service's
+        shards do). The local buffer's ``buf.save(d)`` raises this error here, not an
+        AttributeError, so training code that checkpoints learns the fix.
+
+        Raises:
+            ConfigError: Always; it names ``service.checkpoint(path)`` and
+                ``ReplayService.restore(path)``.
+        """
+        raise ConfigError(f"save(dirpath={describe(dirpath)}): {self.how_to_save()}")
+
     def how_to_save(self) -> str:
         """Why ``rb.save`` cannot save a client, and what does
         (:class:`~replaybank.persist.SavedElsewhere`)."""
