@@ -790,3 +790,22 @@ def test_a_writer_refuses_positional_values_as_the_buffer_does(call: str) -> Non
     assert w.written.tolist() == [1, 1]
     w.close()
     buf.close()
+
+
+def test_a_writer_flushes_as_a_service_client_does() -> None:
+    """A collector written for a Ray client calls ``writer.flush()`` after each chunk
+    (examples/apex_cartpole.py); with a SharedWriter that was an AttributeError. Its
+    steps are committed when add returns, so flush() is a no-op that the learner's view
+    confirms; on a closed writer it is refused as the writer's other calls are."""
+    buf = _owner(16, 2)
+    w = buf.writer([0, 1]).open()
+    done = np.ones(2, bool)
+    w.add(**step_values(np.arange(2), np.zeros(2), np.zeros(2), done))
+    assert len(buf) == 2  # committed before any flush
+    w.flush()
+    w.flush(wait=False)
+    assert len(buf) == 2 and w.written.tolist() == [1, 1]
+    w.close()
+    with pytest.raises(ConfigError, match="SharedWriter was closed"):
+        w.flush()
+    buf.close()

@@ -257,6 +257,20 @@ class SharedWriter:
         self._check_open()
         return int(self._buf.table.counts[self.lanes].sum())
 
+    def flush(self, wait: bool = True) -> None:
+        """Nothing to send: every step is committed to shared memory when its ``add`` /
+        ``extend`` returns. There so that a collector written for a service client
+        (``client.flush()`` after each chunk, :mod:`replaybank.distributed.client`)
+        runs unchanged with a shared-memory writer.
+
+        Args:
+            wait: Accepted for the client's signature; nothing waits.
+
+        Raises:
+            ConfigError: The writer was closed (as its other calls).
+        """
+        self._check_open()
+
     def _check_open(self) -> None:
         if self._closed:  # (its buffer and mappings are gone)
             raise ConfigError("this SharedWriter was closed; open the handle again")
