@@ -136,17 +136,25 @@ def test_update_priorities_on_an_empty_service_is_refused_as_on_an_empty_buffer(
     services: Any,
 ) -> None:
     """A service nothing was written to returned 0 silently where one buffer raises
-    ShapeError (no storage yet); once a client wrote, the update runs (0: no key is
-    live)."""
+    ShapeError (nothing added yet); the refusal is one buffer's message, naming the call
+    and its keys argument, with "service" for "buffer"; once a client wrote, the update
+    runs (0: no key is live)."""
     svc = start(services, 2, {"capacity": 8, "sampler": PLAIN}, num_lanes=2, seed=0)
     c = svc.client(max_rows=1)
     local = rb.ReplayBuffer(16, num_envs=2, sampler=rb.PrioritizedSampler(kernel="numpy"))
     keys, prio = np.array([0, 1]), np.array([1.0, 2.0])
-    assert refusal(lambda: local.update_priorities(keys, prio))[0] is ShapeError
-    with pytest.raises(ShapeError, match=r"^update_priorities: the service holds no storage"):
-        c.update_priorities(keys, prio)
-    with pytest.raises(ShapeError, match=r"^update_sequence_priorities: the service holds no"):
-        c.update_sequence_priorities(keys, np.ones((2, 3)))
+    for call in (
+        lambda b: b.update_priorities(keys, prio),
+        lambda b: b.update_sequence_priorities(keys, np.ones((2, 3))),
+    ):
+        with pytest.raises(ShapeError) as own:
+            call(local)
+        assert re.match(
+            r"^update_\w+\((indices|starts)=\.\.\.\): the buffer is empty", str(own.value)
+        )
+        with pytest.raises(ShapeError) as served:
+            call(c)
+        assert str(served.value) == str(own.value).replace("buffer", "service")
     # another client's rows give the service storage: this client asks the shards again
     other = svc.client("other", max_rows=1)
     other.extend(**steps(2, 0, 2))

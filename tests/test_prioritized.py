@@ -162,6 +162,34 @@ def test_update_validation_leaves_state(prio: list[float], err: type) -> None:
     assert np.array_equal(state["priorities"], after["priorities"])
 
 
+@pytest.mark.parametrize("storage", ["numpy", "torch"])
+def test_updates_on_a_buffer_never_added_to_name_the_call_and_the_fix(storage: str) -> None:
+    """Before any add no step was sampled: both update calls name themselves, their keys
+    argument and the fix (the bare "no storage yet ... pass spec=" named neither), and
+    the buffer stays empty and usable."""
+    if storage == "torch":
+        pytest.importorskip("torch")
+    buf = make(8, storage=storage)
+    calls = {
+        "update_priorities(indices=...)": lambda: buf.update_priorities([0], [1.0]),
+        "update_sequence_priorities(starts=...)": lambda: buf.update_sequence_priorities(
+            [0], np.ones((1, 3))
+        ),
+    }
+    for named, call in calls.items():
+        with pytest.raises(ShapeError) as info:
+            call()
+        message = str(info.value)
+        assert message.startswith(f"{named}: the buffer is empty (nothing was added yet)")
+        keys = named.split("(")[1].split("=")[0]
+        assert message.endswith(
+            f"add transitions, sample a batch, then pass batch.{keys} of that sample"
+        )
+    assert len(buf) == 0 and not buf.allocated
+    buf.extend(**steps(4))
+    assert buf.update_priorities(buf.sample(2).indices, [1.0, 2.0]) == 2
+
+
 def test_uniform_buffer_rejects_priorities() -> None:
     buf = rb.ReplayBuffer(8, seed=0)
     buf.extend(**steps(2))

@@ -36,7 +36,15 @@ from replaybank.ops.jit import pick_kernel
 from replaybank.samplers.base import LaneView, SamplerTraits
 from replaybank.spec import real_floats, rows_array
 
-__all__ = ["check_priority", "checked_updates", "priority_values", "to_host", "update_priorities"]
+__all__ = [
+    "check_priority",
+    "checked_updates",
+    "nothing_sampled",
+    "priority_values",
+    "stored_lanes",
+    "to_host",
+    "update_priorities",
+]
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -273,6 +281,43 @@ def checked_updates(indices: Any, priorities: Any, limit: float
     return keys, p
 
 
+def nothing_sampled(method: str, keys: str, holder: str = "buffer") -> ShapeError:
+    """The refusal of a priority update on a ``holder`` nothing was ever added to: no step
+    was sampled from it, so no key can be one of its steps. One message for every update
+    call (the buffer's, its sequence form, the sharded service's client).
+
+    Args:
+        method: The call refused (``"update_priorities"``).
+        keys: Its argument of sampled keys (``"indices"``; the batch attribute of the
+            same name holds them).
+        holder: What is empty (``"buffer"``, ``"service"``).
+
+    Returns:
+        The :class:`~replaybank.errors.ShapeError` to raise.
+
+    Example:
+        >>> str(nothing_sampled("update_priorities", "indices")).split(";")[0]
+        'update_priorities(indices=...): the buffer is empty (nothing was added yet)'
+    """
+    return ShapeError(
+        f"{method}({keys}=...): the {holder} is empty (nothing was added yet); no step was "
+        f"sampled from it whose priority could be set: add transitions, sample a batch, then "
+        f"pass batch.{keys} of that sample"
+    )
+
+
+def stored_lanes(lanes: LaneView | None, method: str, keys: str) -> LaneView:
+    """``lanes``, refusing an update on a buffer without storage (``lanes`` is None: nothing
+    was added yet) with :func:`nothing_sampled`.
+
+    Raises:
+        ShapeError: ``lanes`` is None.
+    """
+    if lanes is None:
+        raise nothing_sampled(method, keys)
+    return lanes
+
+
 def update_priorities(traits: SamplerTraits, lanes: LaneView | None, indices: Any,
                       priorities: Any) -> int:
     """Set the priorities of the still-live ``indices``; stale ones (overwritten since they
@@ -287,8 +332,9 @@ def update_priorities(traits: SamplerTraits, lanes: LaneView | None, indices: An
 
     Raises:
         ConfigError: The sampler has no priorities, or an index is negative (not a key).
-        ShapeError: No storage yet, lengths differ, or ``indices`` or ``priorities`` has
-            rows of different lengths (a ragged list).
+        ShapeError: Nothing was added yet (no step was sampled: :func:`nothing_sampled`),
+            lengths differ, or ``indices`` or ``priorities`` has rows of different
+            lengths (a ragged list).
         DtypeError: Indices are not integers; a priority is not a number, negative, NaN,
             infinite or above the sampler's ``priority_limit``.
     """
@@ -298,8 +344,7 @@ def update_priorities(traits: SamplerTraits, lanes: LaneView | None, indices: An
             f"update_priorities: this buffer's sampler ({type(traits.sampler).__name__}) "
             "has no priorities; build it with sampler=PrioritizedSampler(...)"
         )
-    if lanes is None:
-        raise ShapeError("the buffer has no storage yet; add a transition or pass spec=")
+    lanes = stored_lanes(lanes, "update_priorities", "indices")
     limit = math.inf if traits.bounded is None else traits.bounded.priority_limit
     keys, p = checked_updates(indices, priorities, limit)
     if traits.keyed is not None:  # stale filter + slots + update in one pass

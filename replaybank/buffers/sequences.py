@@ -86,7 +86,7 @@ import numpy as np
 import numpy.typing as npt
 
 from replaybank.batch import SequenceBatch
-from replaybank.buffers.priorities import to_host, update_priorities
+from replaybank.buffers.priorities import stored_lanes, to_host, update_priorities
 from replaybank.errors import ConfigError, DtypeError, EmptyBufferError, ShapeError, describe
 from replaybank.ops import ring, windows
 from replaybank.ops.draws import counted_ints, rewind, rewinds
@@ -703,8 +703,8 @@ def update_sequence_priorities(
         ConfigError: ``eta`` outside ``[0, 1]``, a negative start, or the sampler has no
             priorities.
         ShapeError: Shapes differ, ``starts``, ``td_errors`` or ``mask`` has rows of
-            different lengths, (no ``mask``) ``L`` is none of ``widths``, or the buffer
-            has no storage yet.
+            different lengths, (no ``mask``) ``L`` is none of ``widths``, or nothing was
+            added to the buffer yet (no window was sampled: ``lanes`` is None).
         DtypeError: ``starts`` are not integers, a TD error is not a real number (a
             string, None, complex), a counted one is NaN or infinite, a window's
             priority exceeds the sampler's ``priority_limit``, or ``mask`` holds other
@@ -731,9 +731,10 @@ def update_sequence_priorities(
         )
     limit = math.inf if traits.bounded is None else traits.bounded.priority_limit
     up = checked_window_updates(starts, td_errors, eta, mask, limit, widths)
-    if not len(up.keys):
+    if not len(up.keys):  # nothing to apply (the sharded client's order too)
         return 0
-    return update_priorities(traits, lanes, up.keys, up.priorities)
+    stored = stored_lanes(lanes, "update_sequence_priorities", "starts")
+    return update_priorities(traits, stored, up.keys, up.priorities)
 
 
 def _mask(host: Any, mask: Any, shape: tuple[int, ...]) -> BoolArray:

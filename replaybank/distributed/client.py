@@ -143,7 +143,12 @@ from replaybank.buffers.arguments import positional_values
 from replaybank.buffers.buffer_state import probe_rng
 from replaybank.buffers.checked_call import check_call
 from replaybank.buffers.inputs import UNSET
-from replaybank.buffers.priorities import checked_updates, priority_values, to_host
+from replaybank.buffers.priorities import (
+    checked_updates,
+    nothing_sampled,
+    priority_values,
+    to_host,
+)
 from replaybank.buffers.sequences import check_eta, checked_window_updates
 from replaybank.distributed.errors import RowsRejectedWarning, ShardUnavailableError
 from replaybank.distributed.keys import group_by_shard, group_rows_by_shard
@@ -1219,7 +1224,7 @@ class ReplayClient:
         call = "update_priorities"
         limit = self._priorities_limit(call)
         if limit is not None:
-            self._check_storage(call)
+            self._check_storage(call, "indices")
         keys, p = checked_updates(indices, priorities, math.inf if limit is None else limit)
         if limit is None:  # every shard is down: nothing can be applied
             return 0
@@ -1230,9 +1235,11 @@ class ReplayClient:
         out, _ = self._gather(refs)
         return int(sum(out.values()))
 
-    def _check_storage(self, call: str) -> None:
+    def _check_storage(self, call: str, keys: str) -> None:
         """Refuse a priority update while no shard holds any storage (nothing was ever
-        written, by this client or another one), as one buffer refuses it.
+        written, by this client or another one), as one buffer refuses it
+        (:func:`~replaybank.buffers.priorities.nothing_sampled`; ``keys`` names the
+        call's argument of sampled keys).
 
         Raises:
             ShapeError: No live shard has a spec yet and this client queued no rows.
@@ -1249,9 +1256,7 @@ class ReplayClient:
         if fresh is not None:
             self._rules = fresh
             return
-        raise ShapeError(
-            f"{call}: the service holds no storage yet (no shard was written to); add a "
-            "transition and sample before updating priorities")
+        raise nothing_sampled(call, keys, "service")  # one buffer's message
 
     def update_sequence_priorities(self, starts: Any, td_errors: Any, eta: float = 0.9,
                                    mask: Any = None) -> int:
@@ -1304,7 +1309,7 @@ class ReplayClient:
         if not len(up.keys):  # no row has a counted step: nothing changes
             return 0
         keys, td, m = up.keys, up.td_errors, up.mask
-        self._check_storage(call)
+        self._check_storage(call, "starts")
         rows: list[np.ndarray[Any, Any]] = [td] if mask is None else [td, m]
         groups = group_rows_by_shard(keys, rows, self.num_shards)
         self._probe()
