@@ -52,7 +52,7 @@ if TYPE_CHECKING:  # torch stays optional: only type checkers import it here
 else:  # a TypeVar default is for type checkers (typing.TypeVar takes it from Python 3.13)
     V = typing.TypeVar("V")
 
-__all__ = ["Batch", "SequenceBatch", "torch_device"]
+__all__ = ["Batch", "SequenceBatch", "storage_device", "torch_device"]
 
 _F = typing.TypeVar("_F", bound="_FrozenArrays[Any]")
 
@@ -113,6 +113,46 @@ def torch_device(torch: Any, device: Any, call: str | None = None) -> Any:
                               "use device='cpu' (or None)")
     if len(_CHECKED_DEVICES) < 64:
         _CHECKED_DEVICES[device] = dev
+    return dev
+
+
+#: torch device types whose tensors hold shapes and dtypes but no values: a buffer stored
+#: there could never return what was added (its sample raises torch's bare
+#: NotImplementedError, or serves tensors without data).
+_DATALESS_DEVICES = frozenset({"meta"})
+
+
+def storage_device(torch: Any, device: Any, call: str | None = None) -> Any:
+    """``device`` as a ``torch.device`` that a buffer's storage can live on: one
+    :func:`torch_device` accepts and that holds data (not ``"meta"``).
+
+    Args:
+        torch: The torch module.
+        device: As in :func:`torch_device`.
+        call: The call to name in an error (``"load"`` gives ``load(device='meta'): ...``);
+            None names the argument only.
+
+    Returns:
+        The ``torch.device``.
+
+    Raises:
+        ConfigError: As :func:`torch_device`, or ``device`` holds no data (``"meta"``).
+
+    Example:
+        >>> import torch
+        >>> storage_device(torch, "meta")
+        Traceback (most recent call last):
+        ...
+        replaybank.errors.ConfigError: device='meta': a 'meta' tensor holds shapes, not values, so a buffer stored there could not return what it stores; use device='cpu', 'cuda' or another device that holds data
+    """  # noqa: E501
+    dev = torch_device(torch, device, call)
+    if dev.type in _DATALESS_DEVICES:
+        arg = f"device={device!r}" if call is None else f"{call}(device={device!r})"
+        raise ConfigError(
+            f"{arg}: a {dev.type!r} tensor holds shapes, not values, so a buffer stored there "
+            "could not return what it stores; use device='cpu', 'cuda' or another device "
+            "that holds data"
+        )
     return dev
 
 

@@ -58,7 +58,14 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from replaybank.errors import ArgumentError, CheckpointError, ConfigError, describe
+from replaybank.batch import storage_device
+from replaybank.errors import (
+    ArgumentError,
+    CheckpointError,
+    ConfigError,
+    describe,
+    require_extra,
+)
 from replaybank.io.checkpoint import load_state, open_checked, save_state, verify_crcs
 from replaybank.io.lazy_tensor import lazy_tensors
 from replaybank.io.manifest import checkpoint_paths
@@ -272,6 +279,8 @@ def load(dirpath: str | os.PathLike[str], prefix: str = "buffer_", *,
         CheckpointError: Missing, truncated or corrupted files, an edited manifest, a
             newer format version or a spec that does not match the state; ``dirpath`` is
             a file (pass the directory that holds it).
+        ConfigError: ``device=`` (for torch storage) is not a device this machine has,
+            or holds no data (``"meta"``: :func:`~replaybank.batch.storage_device`).
         ArgumentError: ``dirpath`` is not a path (a str or ``os.PathLike``).
     """
     # open_checked warns (RuntimeWarning) at load's caller when it falls back to the
@@ -332,7 +341,12 @@ def _rebuild(manifest: dict[str, Any], sf: StateFile, trust_imports: bool,
         if overrides.get("path") is not None:
             overrides["path"] = os.fspath(overrides["path"])
             overrides.setdefault("storage", "memmap")
-        if "device" in cfg and overrides.get("storage", cfg.get("storage")) != cfg.get("storage"):
+        storage = overrides.get("storage", cfg.get("storage"))
+        if storage == "torch" and overrides.get("device") is not None:
+            # the caller's device: a ConfigError of load's argument (not of the checkpoint),
+            # raised before anything is built, by the rule torch storage applies
+            storage_device(require_extra("torch", "torch"), overrides["device"], "load")
+        if "device" in cfg and storage != cfg.get("storage"):
             # the saved device belongs to the saved storage (a torch buffer's): loading
             # into another storage (storage="numpy", a memmap path=) drops it, unless given
             cfg["device"] = None

@@ -164,6 +164,26 @@ def test_roundtrip_torch_storage(tmp_path: Path) -> None:
     assert_same(as_numpy.sample(4), host_draws.sample(4))
 
 
+def test_load_onto_a_device_without_data_is_refused_naming_load_device(tmp_path: Path) -> None:
+    """``rb.load(path, device="meta")`` built a buffer whose sample raised torch's bare
+    NotImplementedError ("Cannot copy out of meta tensor"): it is load's argument that
+    is refused, as a ConfigError naming load(device=...) and the fix, before anything is
+    built; the checkpoint still loads on a device that holds data."""
+    pytest.importorskip("torch")
+    filled(rb.ReplayBuffer(24, num_envs=2, storage="torch", device="cpu", seed=0), 30).save(
+        tmp_path
+    )
+    with pytest.raises(
+        rb.ConfigError,
+        match=r"^load\(device='meta'\): a 'meta' tensor holds "
+        r"shapes, not values.*use device='cpu'",
+    ) as info:
+        rb.load(tmp_path, device="meta")
+    assert not isinstance(info.value, CheckpointError)  # the caller's argument, not the file
+    want = rb.load(tmp_path, storage="numpy").sample(4)
+    assert_same(want, rb.load(tmp_path, storage=rb.TorchBackend("cpu", draws="host")).sample(4))
+
+
 def test_torch_checkpoint_loads_into_another_storage_without_device_none(
     tmp_path: Path,
 ) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from typing import Any
@@ -170,6 +171,21 @@ def test_state_dict_round_trip_between_storages() -> None:
     a, b = nb.sample(16), tb2.sample(16)
     for k in a:
         np.testing.assert_array_equal(as_np(a[k]), as_np(b[k]))
+
+
+@pytest.mark.parametrize("device", ["meta", torch.device("meta")])
+def test_a_device_without_data_is_refused_where_the_buffer_is_built(device: Any) -> None:
+    """A 'meta' tensor has no values: a torch-storage buffer there was built and filled,
+    and its sample served data-less tensors whose first read raised torch's bare
+    NotImplementedError. The buffer (or backend) is refused as it is built, naming
+    device= and the fix."""
+    fix = r"holds shapes, not values.*use device='cpu', 'cuda' or another device"
+    named = rf"^device={re.escape(repr(device))}: a 'meta' tensor {fix}"
+    with pytest.raises(ConfigError, match=named):
+        rb.ReplayBuffer(8, storage="torch", device=device)
+    with pytest.raises(ConfigError, match=named):
+        TorchBackend(device)
+    assert rb.ReplayBuffer(8, storage="torch", device="cpu").backend.name == "torch"
 
 
 def test_backend_errors() -> None:

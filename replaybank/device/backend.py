@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from replaybank.batch import torch_device
+from replaybank.batch import storage_device
 from replaybank.errors import CapacityError, ConfigError, DtypeError, require_extra
 from replaybank.host import as_numpy
 
@@ -76,8 +76,9 @@ class TorchBackend:
             Either way an eager sample is numpy storage's under the same seed.
 
     Raises:
-        ConfigError: The device is malformed or not available (e.g. CUDA without a GPU),
-            or ``draws`` is neither ``"device"`` nor ``"host"``.
+        ConfigError: The device is malformed, not available (e.g. CUDA without a GPU) or
+            holds no data (``"meta"``: :func:`~replaybank.batch.storage_device`), or
+            ``draws`` is neither ``"device"`` nor ``"host"``.
         MissingDependencyError: torch is not installed.
 
     Example:
@@ -103,7 +104,7 @@ class TorchBackend:
         #: Buffers take the device path (see ``draws``).
         self.device_draws = draws == "device"
         torch = _torch()
-        dev = torch_device(torch, device)
+        dev = storage_device(torch, device)  # refuses a device without data (meta)
         if dev.type == "cuda" and dev.index is None:
             dev = torch.device("cuda", torch.cuda.current_device())
         self.torch = torch
