@@ -1108,3 +1108,34 @@ def test_rollout_value_or_log_prob_the_buffer_refuses_is_caught_before_the_env_s
         col.collect(4 - roll.pos)
         assert roll.data["obs/a"][:, 0, 0].tolist() == [0.0, 1.0, 2.0, 3.0]
         assert roll.returns["a"][:, 0].tolist() == [110.0, 109.0, 107.0, 104.0]  # 1+2+3+4+V
+
+
+@pytest.mark.parametrize("num_envs", [1, 2])
+def test_rollout_tuple_action_is_refused_before_any_env_steps(num_envs: int) -> None:
+    """A policy giving an agent's actions as a tuple of one array [n] per part (a Tuple
+    action space's value): with several envs np.asarray stacked it part-first, and the
+    parts were stored as the envs' actions (ragged parts: numpy's bare ValueError). The
+    buffers' tuple rule refuses it before any env steps, with the flatten fix."""
+    envs = [Clock() for _ in range(num_envs)]
+    roll = MultiAgentRolloutBuffer(4, agents=["a", "b"], num_envs=num_envs, seed=0)
+    bad = [True]
+
+    def policy(obs: dict[str, Any], state: Any) -> Any:
+        acts, vals, logp = v100(obs, state)
+        parts = (np.zeros(num_envs, np.int64), np.ones(num_envs, np.int64))
+        return ({k: parts for k in acts} if bad[0] else acts), vals, logp
+
+    col = MultiAgentRolloutCollector(envs if num_envs > 1 else envs[0], policy, roll, seed=0)
+    where = "for the envs" if num_envs > 1 else "in the env"
+    with pytest.raises(
+        ShapeError,
+        match=rf"^collect\(policy=\.\.\.\): the buffer refuses "
+        rf"the action of agent 'a' {where}: action\['a'\]=\(.*a tuple "
+        r"holding arrays.*gymnasium\.spaces\.flatten.*env\.step was not",
+    ):
+        col.collect(1)
+    assert [e.t for e in envs] == [0] * num_envs
+    assert roll.pos == 0 and roll.layout is None
+    bad[0] = False
+    col.collect(1)
+    assert roll.pos == 1 and roll.data["action/a"][0].tolist() == [0] * num_envs

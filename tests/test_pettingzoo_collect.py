@@ -831,3 +831,40 @@ def test_a_step_refused_after_the_env_stepped_is_never_bridged() -> None:
     assert pairs == [(0.0, 0.0, 0.0, 1.0), (1.0, 0.0, 1.0, 1.0), (1.0, 1.0, 1.0, 2.0)]
     ep = buf.sample_episodes(2, 4, replace=False, include_running=True)
     assert sorted(np.asarray(ep.lengths).tolist()) == [1, 2]
+
+
+@pytest.mark.parametrize("num_envs", [1, 2])
+def test_a_tuple_action_is_refused_before_any_env_steps(num_envs: int) -> None:
+    """A policy giving an agent's action as a tuple of arrays (a Tuple action space's
+    value): one env was stepped before the add refused it (the step lost); with several
+    envs the tuple of one array [n] per part was stacked part-first and stored, each
+    part as an env's actions. It is refused by the buffers' tuple rule before any env
+    steps, with the flatten fix; the envs and the buffer are as they were, and once the
+    policy is fixed collection goes on."""
+    envs = [Clock() for _ in range(num_envs)]
+    buf = rb.MultiAgentReplayBuffer(50, agents=["a", "b"], num_envs=num_envs, seed=0)
+    bad = [True]
+
+    def policy(obs: dict[str, Any]) -> dict[str, Any]:
+        if num_envs == 1:
+            return {k: (1, np.zeros(2)) if bad[0] else 1 for k in obs}
+        parts = (np.zeros(num_envs, np.int64), np.ones(num_envs, np.int64))
+        return {k: parts if bad[0] else np.ones(num_envs, np.int64) for k in obs}
+
+    col = MultiAgentCollector(envs if num_envs > 1 else envs[0], policy, buf, seed=0)
+    where = "for the envs" if num_envs > 1 else "in the env"
+    for _ in range(2):  # before the first add, and again: nothing moved
+        with pytest.raises(
+            ShapeError,
+            match=rf"^collect\(policy=\.\.\.\): the buffer refuses "
+            rf"the action of agent 'a' {where}: action\['a'\]=\(.*a tuple "
+            r"holding arrays.*gymnasium\.spaces\.flatten.*env\.step was not",
+        ):
+            col.collect(1)
+        assert [e.t for e in envs] == [0] * num_envs
+        assert len(buf) == 0 and buf.layout is None
+    bad[0] = False
+    col.collect(num_envs)
+    b = buf.sample(num_envs, replace=False)
+    assert b.action["a"].tolist() == [1] * num_envs
+    assert b.obs["a"][:, 0].tolist() == [0.0] * num_envs

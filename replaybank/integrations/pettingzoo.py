@@ -100,7 +100,7 @@ from replaybank.integrations.gymnasium import CollectResult
 from replaybank.integrations.progress import ProgressBar
 from replaybank.integrations.spaces import to_fields
 from replaybank.multiagent import MultiAgentReplayBuffer, MultiAgentRolloutBuffer
-from replaybank.multiagent.inputs import cast_value
+from replaybank.multiagent.inputs import cast_value, check_action_tuples
 from replaybank.spec import holds_array
 
 __all__ = ["MultiAgentActorCritic", "MultiAgentCollectResult", "MultiAgentCollector",
@@ -510,6 +510,26 @@ class _ParallelEnvs:
             "was not called: the envs and the collector are as before this step, so "
             "collect can go on once the policy is fixed]")
 
+    def _check_action_tuples(self, actions: Mapping[str, Any], agents: list[str]) -> None:
+        """The buffers' tuple rule (:func:`~replaybank.multiagent.inputs.check_action_tuples`,
+        which their ``add`` and ``check_step`` run) on the policy's ``{agent: action}`` as
+        it returned them, before they are stacked and before any env steps: a tuple of
+        one array per part (a ``Tuple`` action space's) would else be stacked part-first,
+        each part read as an env's actions, or be refused only after the envs stepped.
+
+        Raises:
+            ShapeError: An agent's action is a tuple holding arrays (nothing changed).
+        """
+        for a in agents:
+            try:
+                check_action_tuples({a: actions[a]})
+            except ReplayBankError as exc:
+                raise self._not_stepped(
+                    exc,
+                    f"the action of agent {a!r}",
+                    "for the envs" if self.vector else "in the env",
+                ) from None
+
     def _end_episode(self, i: int, result: MultiAgentCollectResult) -> None:
         """Env ``i``'s joint episode is over (no agent left in ``env.agents``): check that
         every agent that acted ended, record the episode in ``result``, reset the env."""
@@ -652,10 +672,12 @@ class MultiAgentCollector(_ParallelEnvs):
             obs = {a: self._obs[0][a] for a in acting[0]} if self._obs[0] else {}
             out = self.policy(obs)
             self._check_actions(out, acting[0])
+            self._check_action_tuples(out, acting[0])
             return [{a: _numpy(out[a]) for a in acting[0]}]
         batch = self._batch_obs(acting)
         out = self.policy(batch)
         self._check_actions(out, list(batch))
+        self._check_action_tuples(out, list(batch))  # before the rows are stacked
         per_env: list[dict[str, Any]] = [{} for _ in range(self.n)]
         for a in batch:
             values = np.asarray(_numpy(out[a]))
@@ -1153,6 +1175,7 @@ class MultiAgentRolloutCollector(_ParallelEnvs):
             if missing:
                 raise ConfigError(f"collect(policy=...): the policy's {name} has no entry "
                                   f"for agent(s) {missing}; return one for every agent in obs")
+        self._check_action_tuples(actions, agents)  # before np.asarray stacks a tuple
         per = {name: {a: np.asarray(_numpy(d[a])) for a in agents}
                for name, d in (("actions", actions), ("log_probs", log_probs))}
         vals: Any = {a: np.asarray(_numpy(values[a])) for a in agents} \
