@@ -1139,3 +1139,70 @@ def test_rollout_tuple_action_is_refused_before_any_env_steps(num_envs: int) -> 
     bad[0] = False
     col.collect(1)
     assert roll.pos == 1 and roll.data["action/a"][0].tolist() == [0] * num_envs
+
+
+class OddFirstEpisode(Clock):
+    """Agent "a" observes ``odd`` (another shape or dtype than Clock's float32[3]) in
+    the first episode only."""
+
+    def __init__(self, odd: np.ndarray) -> None:
+        super().__init__()
+        self.odd = odd
+
+    def _obs(self, agents: list[str]) -> dict[str, np.ndarray]:
+        obs = super()._obs(agents)
+        if self.ep == 0 and "a" in obs:
+            obs["a"] = self.odd
+        return obs
+
+
+@pytest.mark.parametrize(
+    "odd, error, reset",
+    [
+        # the envs disagree in shape: with two, nothing says which is right: both are reset
+        (np.zeros(4, np.float32), ShapeError, [True, True]),
+        # a dtype numpy cannot stack with float32 (it raised its bare DTypePromotionError)
+        (np.zeros(3, [("x", "f4")]), DtypeError, [True, True]),
+        # a dtype no field holds: refused as it arrived, that env alone
+        (np.array(["x", "y", "z"]), DtypeError, [False, True]),
+    ],
+)
+def test_rollout_reset_observations_the_envs_disagree_on_reset_those_envs(
+    odd: np.ndarray, error: type[Exception], reset: list[bool]
+) -> None:
+    """At the first step, before any add, two envs' reset observations of different
+    shapes (or one the buffer cannot store) were refused by the collector on every
+    call, nothing reset. They are refused as an env's reset the buffer refuses: named,
+    nothing stored, the offending env(s) reset at the next call, which goes on."""
+    envs = [Clock(), OddFirstEpisode(odd)]
+    roll = MultiAgentRolloutBuffer(4, agents=["a", "b"], num_envs=2, seed=0)
+    col = MultiAgentRolloutCollector(envs, v100, roll, seed=0)
+    with pytest.raises(
+        error,
+        match=r"^collect\(env=\.\.\.\): the buffer refuses the observations or state "
+        r"env\[\d\]'s reset\(\) gave: .*(agent 'a'|obs\['a'\]).*reset again at the next",
+    ) as got:
+        col.collect(1)
+    assert "env.step" not in str(got.value)
+    assert roll.pos == 0 and roll.layout is None and [e.t for e in envs] == [0, 0]
+    col.collect(2)  # goes on: the refused envs are reset, their new episode stored
+    assert roll.pos == 2
+    episodes = roll.data["obs/a"][0, :, 2].tolist()  # [t, agent, episode] per env
+    assert episodes == [float(r) for r in reset]
+
+
+def test_rollout_reset_observation_of_one_env_among_three_resets_that_env_only() -> None:
+    """Three envs, one of which observes another shape: the two that agree are kept,
+    only the odd one is reset."""
+    envs = [Clock(), OddFirstEpisode(np.zeros(4, np.float32)), Clock()]
+    roll = MultiAgentRolloutBuffer(4, agents=["a", "b"], num_envs=3, seed=0)
+    col = MultiAgentRolloutCollector(envs, v100, roll, seed=0)
+    with pytest.raises(
+        ShapeError,
+        match=r"env\[1\]'s reset\(\) gave: the observation of "
+        r"agent 'a' has shape \(4,\) in env\[1\] but \(3,\) in env\[0\]",
+    ):
+        col.collect(1)
+    assert roll.pos == 0
+    col.collect(1)
+    assert roll.data["obs/a"][0, :, 2].tolist() == [0.0, 1.0, 0.0]

@@ -94,7 +94,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
-from replaybank.errors import ConfigError, ReplayBankError, ShapeError, describe
+from replaybank.errors import ConfigError, DtypeError, ReplayBankError, ShapeError, describe
 from replaybank.host import as_numpy, is_tensor, tensor_to_numpy
 from replaybank.integrations.gymnasium import CollectResult
 from replaybank.integrations.progress import ProgressBar
@@ -348,10 +348,57 @@ def _rows(values: dict[int, Any], n: int, what: str) -> Any:
                 f"collect(env=...): {what} has shape {arr.shape} in env[{i}] but {shape} "
                 f"in env[{j}]; the buffer stores one shape per agent and field: every env "
                 "gives an agent's values the same shape")
-    out = np.zeros((n, *shape), np.result_type(*arrays.values()))  # [n, *shape]
+    try:
+        dtype = np.result_type(*arrays.values())
+    except TypeError:  # numpy finds no dtype that holds them all (dates beside numbers)
+        i = next(i for i, arr in arrays.items() if not _promotes(arr.dtype, arrays[j].dtype))
+        raise DtypeError(
+            f"collect(env=...): {what} has dtype {arrays[i].dtype} in env[{i}] but "
+            f"{arrays[j].dtype} in env[{j}], which no one array holds; every env gives an "
+            "agent's values as numbers (or bools) the buffer can store"
+        ) from None
+    out = np.zeros((n, *shape), dtype)  # [n, *shape]
     for i, arr in arrays.items():
         out[i] = arr  # numpy's promotion, no narrowing: add's checked cast judges it
     return out
+
+
+def _promotes(a: np.dtype[Any], b: np.dtype[Any]) -> bool:
+    """Whether numpy has a dtype that holds values of both ``a`` and ``b``."""
+    try:
+        np.result_type(a, b)
+    except TypeError:
+        return False
+    return True
+
+
+def _disagreeing(values: dict[int, Any], n: int, what: str) -> list[int]:
+    """The envs whose values :func:`_rows` cannot stack with the others' (it refused
+    them all): those it refuses alone (a tuple holding arrays, a ragged nest), and among
+    the rest those that do not stack with the values most of the envs give (shape, form,
+    dtype). When no strict majority agrees, nothing says which env is right (the first
+    add fixes the fields from these values), so every env of the rest is named.
+
+    Example:
+        >>> _disagreeing({0: np.zeros(3), 1: np.zeros(4), 2: np.zeros(3)}, 3, "obs")
+        [1]
+        >>> _disagreeing({0: np.zeros(3), 1: np.zeros(4)}, 2, "obs")
+        [0, 1]
+    """
+
+    def stacks(*ids: int) -> bool:
+        try:
+            _rows({i: values[i] for i in ids}, n, what)
+        except ReplayBankError:
+            return False
+        return True
+
+    alone = [i for i in values if stacks(i)]
+    refused = [i for i in values if i not in alone]
+    agree = {i: [j for j in alone if j == i or stacks(i, j)] for i in alone}
+    best = max(alone, key=lambda i: len(agree[i]), default=None)
+    keep = agree[best] if best is not None and 2 * len(agree[best]) > len(alone) else []
+    return sorted(refused + [i for i in alone if i not in keep])
 
 
 def _row_array(value: Any, i: int, what: str) -> npt.NDArray[Any]:
@@ -1149,11 +1196,36 @@ class MultiAgentRolloutCollector(_ParallelEnvs):
             rows = {i: cur[a] for i, cur in enumerate(self._obs)
                     if cur is not None and a in acting[i]}
             if rows:
-                obs[a] = _rows(rows, self.n, f"the observation of agent {a!r}")
-        state = _rows({i: _copy(e.state()) for i, e in enumerate(self.envs)}, self.n,
-                      "the state") \
-            if self._stores_state() else None
+                obs[a] = self._stacked(rows, f"the observation of agent {a!r}")
+        state = (
+            self._stacked({i: _copy(e.state()) for i, e in enumerate(self.envs)}, "the state")
+            if self._stores_state()
+            else None
+        )
         return obs, state
+
+    def _stacked(self, values: dict[int, Any], what: str) -> Any:
+        """:func:`_rows` of the envs' current ``values``. Before the first add, each
+        env's values were checked alone as they arrived (nothing fixed the fields yet),
+        so the envs may disagree (shapes, dict keys, dtypes): then the envs whose values
+        do not stack with the others' (:func:`_disagreeing`) are refused as an env
+        whose ``reset()`` gave values the buffer refuses: reset again at the next call,
+        so that it can go on.
+
+        Raises:
+            ConfigError, ShapeError, DtypeError: The envs' values do not stack.
+        """
+        try:
+            return _rows(values, self.n, what)
+        except ReplayBankError as exc:
+            if self.buffer.layout is not None:  # (each value was checked against it)
+                raise
+            said = type(exc)(str(exc).removeprefix("collect(env=...): "))
+            for i in _disagreeing(values, self.n, what):
+                self._obs[i] = None  # nothing of its episode is stored: reset it again
+                self._refused.append(self._env_refused(said, i, lost=False))
+            self._raise_refused()
+            raise
 
     # ------------------------------------------------------------------ policy
     def _unpack(self, out: Any, agents: list[str], rows: int | None = None
@@ -1215,8 +1287,6 @@ class MultiAgentRolloutCollector(_ParallelEnvs):
         try:
             rows = {a: _rows({i: self._fields(i, a, v)}, self.n,
                              f"the observation of agent {a!r}") for a, v in obs.items()}
-            if self.buffer.layout is None and step is None:
-                return None  # nothing is known yet: the first add fixes the fields
             state = _rows({i: _copy(self.envs[i].state())}, self.n, "the state") \
                 if self._stores_state() else None
             self.buffer.check_obs(rows, state, step=step, call="collect")

@@ -635,7 +635,9 @@ class MultiAgentRolloutBuffer:
         env's and is never the one a stored step must bootstrap from (the collector loses
         that env's step and resets it). The fields are fixed by the first add; before it,
         ``step`` says which (the policy's part of the step whose add will fix them, as
-        :meth:`check_step` takes it), and without ``step`` nothing is checked.
+        :meth:`check_step` takes it), and without ``step`` only what the values alone
+        say is checked: a value whose field ``spec=`` does not give, and that no field
+        can hold (text, bytes, objects: the first add's inference refuses it).
 
         Args:
             obs: As :meth:`add`: ``{agent: [num_envs, *obs_shape]}`` of the agents
@@ -654,7 +656,9 @@ class MultiAgentRolloutBuffer:
             SpecError: A state the buffer does not store, or none where it stores one; a
                 dict observation of other keys, or a dict where the agent observes one
                 array (or the reverse).
-            ShapeError, DtypeError: An observation or state of the wrong shape or dtype.
+            ShapeError, DtypeError: An observation or state of the wrong shape or dtype
+                (before the first add, without ``step``: a DtypeError for a value no
+                field can hold).
 
         Example:
             >>> buf = MultiAgentRolloutBuffer(4, agents=["a"], seed=0)
@@ -675,6 +679,7 @@ class MultiAgentRolloutBuffer:
         layout = self._layout
         if layout is None:
             if step is None:
+                self._check_inferable(obs, state, call)
                 return
             given = {k: step[k] for k in ("obs", "action", "value", "log_prob")}
             extras = {k: v for k, v in step.items() if k not in (*given, STATE, "active")}
@@ -688,6 +693,33 @@ class MultiAgentRolloutBuffer:
             cast_obs(layout, a, "obs", obs[a], self._num_envs, cast, call)
         if layout.state is not None:
             cast_value(layout.state, "state", state, self._num_envs, call)
+
+    def _check_inferable(self, obs: Any, state: Any, call: str) -> None:
+        """:meth:`check_obs` before the first add, without the policy's part: each
+        observation leaf (and the state) whose field ``spec=`` does not give is read as
+        the first add infers fields (:meth:`~replaybank.spec.FieldSpec.infer`), so a
+        value no field can hold (text, bytes, objects) is refused now; shapes and the
+        rest wait for the first add. Nothing changes.
+
+        Raises:
+            ArgumentError: ``obs`` is not a dict, is empty or names an unknown agent.
+            DtypeError: A value no field can hold.
+        """
+        acting = check_agent_dicts(
+            "MultiAgentRolloutBuffer", self._agents, {"obs": obs}, None, {}, _RESERVED, call
+        )
+        given = parse_spec(self._spec_arg, self._agents)
+        lead = (self._num_envs,)
+        for a in acting:
+            value = obs[a]
+            leaves = value.items() if isinstance(value, Mapping) else [(None, value)]
+            for key, leaf in leaves:
+                name = f"obs{SEP}{a}" + ("" if key is None else f"{SEP}{key}")
+                if name not in given and not isinstance(leaf, Mapping):  # (nested: add's)
+                    label = f"obs[{a!r}]" + ("" if key is None else f"[{key!r}]")
+                    FieldSpec.infer(name, leaf, lead, label)
+        if state is not None and STATE not in given:
+            FieldSpec.infer(f"obs{SEP}{STATE}", state, lead, STATE)
 
     def _checked_row(self, given: Mapping[str, Any], state: Any, active: Any,
                      extras: Mapping[str, Any]) -> tuple[AgentLayout, Spec,
