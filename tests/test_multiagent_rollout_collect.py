@@ -835,9 +835,10 @@ def test_collect_tuple_observations_without_a_tuple_space_are_refused_before_a_s
 
 
 def test_collect_refuses_a_late_joiner_without_its_spec_before_the_first_step() -> None:
-    """"c" joins at step 2, so the first add holds "a" and "b": spec= must give "c"'s
+    """ "c" joins at step 2, so the first add holds "a" and "b": spec= must give "c"'s
     log_prob and value too. The message advised observation and action spaces, had an
-    unbalanced brace, and came after the env had stepped."""
+    unbalanced brace, and came after the env had stepped; it names the call made,
+    collect (it said add(log_prob=..., value=...), a call the user did not make)."""
     spec: dict[str, Any] = {"obs": {a: ((2,), "float32") for a in "abc"},
                             "action": {a: ((), "int64") for a in "abc"}}
     env = LateJoiner()
@@ -845,12 +846,16 @@ def test_collect_refuses_a_late_joiner_without_its_spec_before_the_first_step() 
     with pytest.raises(SpecError) as got:
         rb.collect(env, None, buf, 8, seed=0, progress=False)
     assert str(got.value) == (
-        "add(log_prob=..., value=...): agent 'c' is not in the first add and spec= gives no "
-        "'log_prob' or 'value' for it, so those shapes and dtypes are unknown; add to spec: "
+        "collect(log_prob=..., value=...): agent 'c' is not in the first add and spec= "
+        "gives no 'log_prob' or 'value' for it, so those shapes and dtypes are unknown; add "
+        "to spec: "
         "MultiAgentRolloutBuffer(..., spec={..., 'log_prob': {'c': ((), 'float32')}, "
         "'value': {'c': ((), 'float32')}}) (log_prob and value: one float per step), or "
-        "include agent 'c' in the first add")
+        "include agent 'c' in the first add"
+    )
     assert env.t == 0 and buf.pos == 0 and buf.layout is None
+    with pytest.raises(SpecError, match=r"^check_first_add\(log_prob=\.\.\., value=\.\.\.\): "):
+        buf.check_first_add(["a", "b"])  # called directly, it names itself
     # the example of the message, added to spec=, is what it takes
     spec.update({"log_prob": {"c": ((), "float32")}, "value": {"c": ((), "float32")}})
     ok = MultiAgentRolloutBuffer(8, ["a", "b", "c"], spec=spec, seed=0)

@@ -694,19 +694,22 @@ def test_tuple_observations_without_a_tuple_space_are_refused_before_a_step(
 
 
 def test_an_agent_joining_late_without_its_spec_is_refused_before_the_first_step() -> None:
-    """The first add holds "a" and "b" only: the message names the spec entries "c"
-    needs, and the env is not stepped (it was, and the refused step was lost)."""
+    """The first add holds "a" and "b" only: the message names the call made (collect,
+    not add) and the spec entries "c" needs, and the env is not stepped (it was, and the
+    refused step was lost)."""
     env = LateJoiner()
     buf = rb.MultiAgentReplayBuffer(50, ["a", "b", "c"], seed=0)
     with pytest.raises(SpecError) as got:
         rb.collect(env, None, buf, 8, seed=0, progress=False)
     assert str(got.value) == (
-        "add(obs=..., action=...): agent 'c' is not in the first add and spec= gives no "
+        "collect(obs=..., action=...): agent 'c' is not in the first add and spec= gives no "
         "'obs' or 'action' for it, so those shapes and dtypes are unknown; add to spec: "
         "MultiAgentReplayBuffer(..., spec={..., 'obs': {'c': (shape, dtype)}, 'action': "
         "{'c': (shape, dtype)}}) (env.observation_space(agent) and env.action_space(agent) "
         "give the shape and dtype), or include agent 'c' in the first add")
     assert env.t == 0 and len(buf) == 0 and buf.layout is None
+    with pytest.raises(SpecError, match=r"^check_first_add\(obs=\.\.\., action=\.\.\.\)"):
+        buf.check_first_add(["a", "b"])  # called directly, it names itself
     spec = {"obs": {"c": ((2,), "float32")}, "action": {"c": ((), "int64")}}
     ok = rb.MultiAgentReplayBuffer(50, ["a", "b", "c"], spec=spec, seed=0)
     rb.collect(LateJoiner(), None, ok, 8, seed=0, progress=False)

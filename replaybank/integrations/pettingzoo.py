@@ -796,7 +796,7 @@ class MultiAgentCollector(_ParallelEnvs):
         if self.buffer.layout is None:  # an agent not in the first add needs spec=
             # entries: refused now, before the envs step, not by the add after the step
             self.buffer.check_first_add([a for a in self._agents
-                                         if any(a in x for x in acting)])
+                                         if any(a in x for x in acting)], call="collect")
         actions = self._actions(acting)
         self._check_actions_fit(actions)
         steps: list[dict[str, Any] | None] = []
@@ -1344,7 +1344,7 @@ class MultiAgentRolloutCollector(_ParallelEnvs):
         if self.buffer.layout is None:  # an agent not in the first add needs spec=
             # entries: refused now, before the envs step, not by the add after the step
             self.buffer.check_first_add(list(obs), ("obs", "action", "log_prob") + (
-                ("value",) if isinstance(values, Mapping) else ()))
+                ("value",) if isinstance(values, Mapping) else ()), call="collect")
         names = list(obs)
         active = {a: np.isin(np.arange(self.n), [i for i in range(self.n) if a in acting[i]])
                   for a in names}

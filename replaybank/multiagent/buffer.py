@@ -333,8 +333,12 @@ class MultiAgentReplayBuffer:
             self._set_layout(step.layout)
         self._episodes.commit(step.act, step.ends, step.lanes, step.next_obs)
 
-    def check_first_add(self, agents: Collection[str],
-                        per_agent: Collection[str] = ("obs", "action")) -> None:
+    def check_first_add(
+        self,
+        agents: Collection[str],
+        per_agent: Collection[str] = ("obs", "action"),
+        call: str = "check_first_add",
+    ) -> None:
         """Refuse now the first add that would hold only ``agents``, when it would leave
         the shapes of an agent not in it unknown (``spec=`` does not give them).
 
@@ -346,6 +350,9 @@ class MultiAgentReplayBuffer:
             agents: The agents of the first add.
             per_agent: Its per-agent arguments (``obs``, ``action`` and per-agent
                 extras).
+            call: The call the error names (``check_first_add``; a collector passes its
+                own, ``"collect"``, so that its user reads the call they made, not
+                ``add``).
 
         Raises:
             SpecError: The error that add would raise, naming the ``spec=`` entries to
@@ -356,14 +363,14 @@ class MultiAgentReplayBuffer:
             >>> buf.check_first_add(["a"])  # doctest: +ELLIPSIS
             Traceback (most recent call last):
             ...
-            replaybank.errors.SpecError: add(action=...): agent 'c' is not in the first add ...
+            replaybank.errors.SpecError: check_first_add(action=...): agent 'c' is not in the first add ...
         """
         if self._layout is not None:
             return
         missing = unknown_fields(self._agents, self._spec,
                                  {name: tuple(agents) for name in per_agent})
         if missing:
-            raise missing_spec_error("MultiAgentReplayBuffer", missing)
+            raise missing_spec_error("MultiAgentReplayBuffer", missing, call=call)
 
     def end_episodes(self, env_ids: Any = None) -> None:
         """End the running joint episodes of ``env_ids`` after their newest stored step:

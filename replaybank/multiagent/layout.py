@@ -332,7 +332,7 @@ def unknown_fields(agents: tuple[str, ...], spec: Any,
 
 
 def missing_spec_error(owner: str, missing: Mapping[str, Sequence[str]],
-                       scalars: Collection[str] = ()) -> SpecError:
+                       scalars: Collection[str] = (), call: str = "add") -> SpecError:
     """The error of a first add that leaves fields of absent agents unknown, naming the
     ``spec=`` entries to add with a complete example.
 
@@ -340,6 +340,8 @@ def missing_spec_error(owner: str, missing: Mapping[str, Sequence[str]],
         owner: The buffer class (``"MultiAgentRolloutBuffer"``).
         missing: ``{field: [agent, ...]}`` (:func:`unknown_fields`).
         scalars: Fields that hold one float per step (example ``((), 'float32')``).
+        call: The call the error names (``add``; ``check_first_add``, or a collector's
+            ``collect``, when the first add is checked before it is made).
 
     Example:
         >>> print(missing_spec_error("B", {"obs": ["c"], "log_prob": ["c"]}, ["log_prob"]))
@@ -363,7 +365,7 @@ def missing_spec_error(owner: str, missing: Mapping[str, Sequence[str]],
     if any(top not in scalars and top not in ("obs", "action") for top in missing):
         notes.append("an extra: the shape and dtype of one agent's value")
     return SpecError(
-        f"add({', '.join(f'{top}=...' for top in missing)}): {named} "
+        f"{call}({', '.join(f'{top}=...' for top in missing)}): {named} "
         f"{'is' if len(who) == 1 else 'are'} not in the first add and spec= gives no "
         f"{' or '.join(repr(top) for top in missing)} for {'it' if len(who) == 1 else 'them'}"
         ", so those shapes and dtypes are unknown; add to spec: "

@@ -765,9 +765,12 @@ class MultiAgentRolloutBuffer:
         except ReplayBankError as exc:
             raise _renamed(exc) from None
 
-    def check_first_add(self, agents: Collection[str],
-                        per_agent: Collection[str] = ("obs", "action", "log_prob", "value")
-                        ) -> None:
+    def check_first_add(
+        self,
+        agents: Collection[str],
+        per_agent: Collection[str] = ("obs", "action", "log_prob", "value"),
+        call: str = "check_first_add",
+    ) -> None:
         """Refuse now the first add that would hold only ``agents``, when it would leave
         the shapes of an agent not in it unknown (``spec=`` does not give them).
 
@@ -779,6 +782,8 @@ class MultiAgentRolloutBuffer:
             agents: The agents of the first add.
             per_agent: Its per-agent arguments (``obs``, ``action``, ``log_prob``,
                 ``value`` unless it is centralised, and per-agent extras).
+            call: The call the error names (``check_first_add``; a collector passes its
+                own, ``"collect"``, as to :meth:`check_step` and :meth:`check_obs`).
 
         Raises:
             SpecError: The error that add would raise, naming the ``spec=`` entries to
@@ -790,7 +795,7 @@ class MultiAgentRolloutBuffer:
             >>> buf.check_first_add(["a"])  # doctest: +ELLIPSIS
             Traceback (most recent call last):
             ...
-            replaybank.errors.SpecError: add(log_prob=..., value=...): agent 'c' is not in the first add ... spec={..., 'log_prob': {'c': ((), 'float32')}, 'value': {'c': ((), 'float32')}}) ...
+            replaybank.errors.SpecError: check_first_add(log_prob=..., value=...): agent 'c' is not in the first add ... spec={..., 'log_prob': {'c': ((), 'float32')}, 'value': {'c': ((), 'float32')}}) ...
         """  # noqa: E501
         if self._layout is not None:
             return
@@ -799,7 +804,7 @@ class MultiAgentRolloutBuffer:
         missing = unknown_fields(self._agents, self._spec_arg,
                                  {name: tuple(agents) for name in per_agent})
         if missing:
-            raise missing_spec_error("MultiAgentRolloutBuffer", missing, _SCALARS)
+            raise missing_spec_error("MultiAgentRolloutBuffer", missing, _SCALARS, call)
 
     def _check_dicts(self, given: Mapping[str, Any], active: Any,
                      extras: Mapping[str, Any], call: str = "add") -> tuple[str, ...]:
