@@ -195,10 +195,12 @@ class Forever(gym.Env):  # type: ignore[misc]
         return np.array([self.t], np.float32), 1.0, False, False, {}
 
 
-def test_one_lane_held_steps_are_bounded_and_reset_drops_them() -> None:
+def test_one_lane_held_steps_are_bounded_and_reset_appends_them() -> None:
     """Episodes that never end: at most max_held steps are held (the longest sub-env's
     prefix goes in past that), so collect() returns; every stored step is a true one.
-    reset() drops held steps; a bad max_held is refused by name."""
+    reset() appends held steps (as flush() does: one lane per sub-env keeps a running
+    episode's stored steps at a reset too), then resets the envs; a bad max_held is
+    refused by name."""
     envs = gym.vector.SyncVectorEnv([Forever] * 2)
     buf = rb.ReplayBuffer(200, seed=0)
     col = rb.Collector(envs, None, buf, seed=0, max_held=10)
@@ -206,8 +208,19 @@ def test_one_lane_held_steps_are_bounded_and_reset_drops_them() -> None:
     assert res.steps == len(buf) >= 30 and col.held <= 10
     got = buf.sample(len(buf), replace=False)
     np.testing.assert_array_equal(got.next_obs, got.obs + 1)
+    held, stored = col.held, len(buf)
+    assert held > 0
     col.reset()
-    assert col.held == 0
+    assert col.held == 0 and len(buf) == stored + held
+    got = buf.sample(len(buf), replace=False)
+    np.testing.assert_array_equal(got.next_obs, got.obs + 1)
+    # the cut episodes do not continue into the new ones (the envs restart at t=0)
+    col.collect(30)
+    col.flush()
+    got = buf.sample(len(buf), replace=False)
+    np.testing.assert_array_equal(got.next_obs, got.obs + 1)
+    seq = buf.sample_sequences(256, 2)  # windows never cross a cut
+    np.testing.assert_array_equal(seq.obs[:, 1], seq.obs[:, 0] + 1)
     for bad in (0, -1, True, 2.5):
         with pytest.raises(rb.ConfigError, match=rf"max_held={bad!r}.*positive int"):
             rb.Collector(envs, None, rb.ReplayBuffer(200), max_held=bad)

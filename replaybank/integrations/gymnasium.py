@@ -131,8 +131,9 @@ class Collector:
       the next call.
     * :meth:`flush` appends the held steps now: each running episode is cut there (its
       prefix ends like a time limit, its rest is appended later as an episode of its
-      own). Call it when collection stops for good; :meth:`reset` and garbage collection
-      drop held steps (nothing is written from a finalizer).
+      own). Call it when collection stops for good; :meth:`reset` does it too, before it
+      resets the envs; garbage collection drops held steps (nothing is written from a
+      finalizer).
     * At most ``max_held`` steps are held; past that, the sub-env holding the most appends
       its prefix (cut as by :meth:`flush`), so an env whose episodes never end still
       fills the buffer in bounded memory.
@@ -251,15 +252,23 @@ class Collector:
     def reset(self, seed: int | None = None) -> Any:
         """Reset the env (episode statistics restart) and return its observation.
 
-        The running episodes end unfinished: with a one-lane buffer fed by a vector env,
-        their held steps are dropped (call :meth:`flush` first to append them)."""
+        The running episodes end unfinished, cut where they are: their stored steps stay
+        (the next step's observation does not continue them), and with a one-lane buffer
+        fed by a vector env their held steps are appended first, as :meth:`flush` does.
+
+        Raises:
+            ReplayBankError: The buffer refused some of the held steps it was given (see
+                :meth:`flush`); raised after the reset, which is done.
+        """
         if self.stage is not None:
-            self.stage.drop()
+            with self._reset_free():
+                self.stage.flush()
         self._obs, _ = self.env.reset(seed=seed)
         self._started = True
         self._pending[:] = False
         self._ret[:] = 0.0
         self._len[:] = 0
+        self._raise_refused(reset=True)
         return self._obs
 
     @property
@@ -363,10 +372,11 @@ class Collector:
         self._raise_refused()
         return appended
 
-    def _raise_refused(self) -> None:
+    def _raise_refused(self, reset: bool = False) -> None:
         """Raise the buffer's error for held steps it refused when they were appended
         (a one-lane buffer fed by a vector env): only those steps are left out, so the
-        envs and the other held steps go on (:mod:`~replaybank.integrations.episode_stage`).
+        envs and the other held steps go on (:mod:`~replaybank.integrations.episode_stage`;
+        ``reset``: they were appended by :meth:`reset`, which reset every env).
         """
         refused = [] if self.stage is None else self.stage.take_refused()
         if not refused:
@@ -377,8 +387,9 @@ class Collector:
             f"{exc} [collect: the buffer refused held steps of {which} when they were "
             "appended; only the steps it refuses are left out (that episode is cut around "
             "them, as by a time limit, and nothing that bridges them is stored), the "
-            "other held steps were appended or stay held, and no env was reset, so "
-            "collect can go on]") from exc
+            + ("other held steps were appended, and the envs were reset (reset()), so "
+               if reset else "other held steps were appended or stay held, and no env "
+               "was reset, so ") + "collect can go on]") from exc
 
     def step(self, result: CollectResult) -> int:
         """One env step for every sub-env; returns the number of transitions added to the
