@@ -449,8 +449,10 @@ def checked_state(saved: Any, capacity: int, num_envs: int, current: Spec | None
 def resume_state(rng: np.random.Generator, sampler: Sampler, view: View,
                  table: StepTable) -> dict[str, Any]:
     """What :func:`replaybank.persist.flush` saves beside memmap files: generator, sampler
-    and view state, and the lane counters (``written``, ``counts``, ``episodes``) they
-    belong to."""
+    and view state, the lane counters (``written``, ``counts``, ``episodes``) they
+    belong to, and the order in which free side slots are reused (``free_slots``: a
+    reopened table rebuilds it in another order, and later adds would keep episode ends
+    in other slots than the buffer that was not stopped)."""
     return {
         "rng": rng_state(rng),
         "sampler": sampler.state_dict(),
@@ -458,6 +460,7 @@ def resume_state(rng: np.random.Generator, sampler: Sampler, view: View,
         **{name: np.array(arr, dtype=np.int64) for name, arr in
            (("written", table.written), ("counts", table.counts),
             ("episodes", table.episodes))},
+        "free_slots": np.array(table.side.free, dtype=np.int64),
     }
 
 

@@ -52,7 +52,7 @@ from replaybank.spec import Spec
 from replaybank.storage.backends import make_backend
 from replaybank.storage.backends.base import ArrayBackend
 from replaybank.storage.table import StepTable
-from replaybank.storage.table_state import views_allowed
+from replaybank.storage.table_state import checked_free_order, views_allowed
 from replaybank.views import view_numbers
 from replaybank.views.base import View
 
@@ -823,12 +823,16 @@ class ReplayBuffer:
                                             t.side.arrays[name].dtype)
                                      for name in t.obs_fields})
         reset_free = self._reset_free.checked(saved.get("reset_free"))
+        # (resume states written before the order was kept hold none)
+        free = checked_free_order(t, saved.get("free_slots"), "load_resume_state")
         self.sampler.load_state_dict(saved["sampler"])
         self.view.load_state_dict(saved.get("view", {}))
         self._rng.bit_generator.state = saved["rng"]
         if resets is not None and parsed is not None:
             resets.load(parsed)
         self._reset_free.load(reset_free)
+        if free is not None:
+            t.side.free = free
 
     def reopened(self) -> None:
         """The storage was reopened from its files: check them and rebuild the free side

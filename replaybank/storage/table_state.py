@@ -43,8 +43,8 @@ from replaybank.storage.backends.base import ArrayBackend
 from replaybank.storage.table import StepTable
 
 __all__ = ["SNAPSHOT_ATTEMPTS", "check_counters", "check_table", "check_table_arrays",
-           "load_table_state", "saved_meta", "snapshot_table", "state_views", "table_state",
-           "views_allowed"]
+           "checked_free_order", "load_table_state", "saved_meta", "snapshot_table",
+           "state_views", "table_state", "views_allowed"]
 
 IntArray = npt.NDArray[np.int64]
 #: Item keys (``seq * lanes + lane``) stay below this, far from int64 overflow.
@@ -442,6 +442,40 @@ def _ints(src: Any, key: str, where: str) -> npt.NDArray[np.int64]:
         raise CheckpointError(f"{where}: table array {key} has dtype {arr.dtype}, expected "
                               "integers; the state is damaged: restore it from a checkpoint")
     return np.asarray(arr, dtype=np.int64)
+
+
+def checked_free_order(t: StepTable, saved: Any, where: str) -> list[int] | None:
+    """A saved order of the side slots free in ``t`` (a memmap resume state's
+    ``free_slots``), checked against the slots free in ``t`` now, without changing ``t``.
+
+    A table reopened from its files rebuilds its free list in a fixed order; the order
+    kept at ``flush()`` makes later adds reuse the side slots the uninterrupted buffer
+    would have reused, so its state stays bit-identical.
+
+    Args:
+        t: The table, reopened from the files the order was saved with.
+        saved: ``[free slots]`` integers, or None (a resume state written before the
+            order was kept: nothing to restore).
+        where: What is loading (named in errors).
+
+    Returns:
+        The order to assign to ``t.side.free``, or None.
+
+    Raises:
+        CheckpointError: ``saved`` does not list exactly the free slots of ``t``.
+
+    Example:
+        >>> t = StepTable(Spec.coerce({"obs": ((1,), "float32")}), 2, 1, ["obs"])
+        >>> t.side.free
+        [1, 0]
+        >>> checked_free_order(t, [0, 1], "open"), checked_free_order(t, None, "open")
+        ([0, 1], None)
+    """
+    if saved is None:
+        return None
+    used = np.ones(t.side.capacity, dtype=bool)  # [side slots]
+    used[np.asarray(t.side.free, dtype=np.int64)] = False
+    return _free_order({"free_slots": saved}, t.side.capacity, used, where)
 
 
 def _free_order(arrays: Mapping[str, Any], side_len: int, used: npt.NDArray[np.bool_],
