@@ -559,3 +559,40 @@ def test_state_files_round_trip_property() -> None:
             assert_same(back, state)
 
     check()
+
+
+@pytest.mark.parametrize("route", ["state_dict", "save"])
+def test_restored_buffer_checks_sequence_td_errors_as_the_saved_one(
+        route: str, tmp_path: Path) -> None:
+    """update_sequence_priorities checks TD errors given without mask against the window
+    widths sample_sequences returned; a restored buffer keeps them, so TD errors that
+    leave out the burn-in step are refused after a resume as before it (they were
+    applied to the wrong steps)."""
+    buf = filled(rb.PrioritizedReplayBuffer(24, num_envs=2, seed=0), steps=12)
+    batch = buf.sample_sequences(4, 3, burn_in=1)  # windows of 1 + 3 steps
+    if route == "state_dict":
+        restored = rb.PrioritizedReplayBuffer(24, num_envs=2, seed=5)
+        restored.load_state_dict(buf.state_dict())
+    else:
+        buf.save(tmp_path)
+        restored = rb.load(tmp_path)
+    short = np.ones((4, 3))
+    for b in (buf, restored):
+        with pytest.raises(rb.ShapeError, match=r"windows sampled have \[4\] steps"):
+            b.update_sequence_priorities(batch.starts, short)
+    td = np.random.default_rng(1).random((4, 4)) + 0.1
+    assert buf.update_sequence_priorities(batch.starts, td) == \
+        restored.update_sequence_priorities(batch.starts, td)
+    assert_same_state(buf, restored)
+
+
+def test_a_damaged_sequence_widths_entry_is_refused() -> None:
+    buf = filled(rb.PrioritizedReplayBuffer(24, num_envs=2, seed=0), steps=12)
+    buf.sample_sequences(2, 3)
+    state = buf.state_dict()
+    state["sequence_widths"] = ["three"]
+    other = filled(rb.PrioritizedReplayBuffer(24, num_envs=2, seed=0), steps=5, seed=1)
+    before = other.state_dict()
+    with pytest.raises(CheckpointError, match=r"sequence_widths=\['three'\]"):
+        other.load_state_dict(state)
+    assert_same_state(other, before)

@@ -194,3 +194,17 @@ def test_reopened_buffer_stays_bit_identical_to_the_uninterrupted_one(tmp_path: 
     assert_same_state(steady, resumed, ignore=("init.path",))
     x, y = steady.sample(8), resumed.sample(8)
     assert x.indices.tolist() == y.indices.tolist() and np.array_equal(x.obs, y.obs)
+
+
+def test_reopened_buffer_checks_sequence_td_errors_as_before(tmp_path: Path) -> None:
+    """The flush keeps the window widths sample_sequences returned: after rb.open, TD
+    errors without the burn-in step are refused as the stopped buffer refused them."""
+    buf = rb.PrioritizedReplayBuffer(24, num_envs=2, seed=0, storage="memmap", path=tmp_path)
+    fill(buf, 10)
+    batch = buf.sample_sequences(4, 3, burn_in=1, episode_boundary="cross")
+    buf.flush()
+    buf.close()
+    again = rb.open(tmp_path)
+    with pytest.raises(rb.ShapeError, match=r"windows sampled have \[4\] steps"):
+        again.update_sequence_priorities(batch.starts, np.ones((4, 3)))
+    assert again.update_sequence_priorities(batch.starts, np.ones((4, 4))) == 4

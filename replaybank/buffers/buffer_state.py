@@ -44,7 +44,11 @@ IntArray = npt.NDArray[np.int64]
 __all__ = ["ROWS_SIDE", "buffer_state", "check_parts", "check_saved_sizes", "checked_spec",
            "checked_state",
            "init_args", "init_config", "live_slots", "load_table", "make_table", "probe_load",
-           "probe_rng", "recorded_seed", "resume_state", "rng_state"]
+           "probe_rng", "recorded_seed", "resume_state", "rng_state", "checked_widths",
+           "MAX_WIDTHS"]
+
+#: How many window widths a buffer remembers for ``update_sequence_priorities``'s check.
+MAX_WIDTHS = 16
 
 #: A rows table's side store (``ReplayBuffer(next_obs=False)``: no observation fields, so
 #: no next observation is kept aside) still hands out the slots its links point at (an
@@ -381,6 +385,36 @@ def check_parts(saved: Mapping[str, Any], sampler: Sampler, view: View,
     # checkpoints written before views had state hold none: the view keeps its own
     probe_load(view, saved.get("view", {}), "view")
     probe_rng(rng, saved["rng"])
+
+
+def checked_widths(saved: Any, where: str = "load_state_dict") -> set[int]:
+    """The window widths (burn-in included) that ``sample_sequences`` returned, as a
+    state keeps them (``sequence_widths``): ``update_sequence_priorities`` checks TD
+    errors given without ``mask`` against them, so a restored buffer refuses what the
+    saved one refused. A state without the entry (nothing drawn, or written before it
+    was kept) gives none (no check).
+
+    Raises:
+        CheckpointError: Not a list of at most :data:`MAX_WIDTHS` positive ints.
+
+    Example:
+        >>> sorted(checked_widths([4, 3])), checked_widths(None)
+        ([3, 4], set())
+        >>> checked_widths([0])
+        Traceback (most recent call last):
+        ...
+        replaybank.errors.CheckpointError: load_state_dict: sequence_widths=[0] must be a list of at most 16 window widths (ints >= 1); the state is damaged: pass a state_dict() of this buffer
+    """  # noqa: E501
+    if saved is None:
+        return set()
+    values = saved.tolist() if isinstance(saved, np.ndarray) else saved
+    if (not isinstance(values, (list, tuple)) or len(values) > MAX_WIDTHS
+            or not all(isinstance(w, int) and not isinstance(w, bool) and w >= 1
+                       for w in values)):
+        raise CheckpointError(f"{where}: sequence_widths={saved!r} must be a list of at most "
+                              f"{MAX_WIDTHS} window widths (ints >= 1); the state is damaged: "
+                              "pass a state_dict() of this buffer")
+    return {int(w) for w in values}
 
 
 def check_saved_sizes(meta: Mapping[str, Any], **sizes: int) -> None:

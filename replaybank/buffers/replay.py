@@ -635,7 +635,8 @@ class ReplayBuffer:
             batch = store.placed(store.read(self._sampler, lambda: sample_sequences(
                 store.table, store.lane_view(), self._rng, traits, batch_size, sequence_length,
                 **kwargs)))
-            if len(self._seq_widths) < 16:  # what update_sequence_priorities checks against
+            if len(self._seq_widths) < buffer_state.MAX_WIDTHS:  # update_sequence_priorities
+                # checks TD errors against them (kept by state_dict and flush)
                 self._seq_widths.add(int(batch.mask.shape[1]))
             return batch
         finally:
@@ -758,6 +759,8 @@ class ReplayBuffer:
         reset_free = self._reset_free.state_dict()
         if reset_free is not None:  # steps a collector wrote (not checked for resets)
             out["reset_free"] = reset_free
+        if self._seq_widths:  # the window widths update_sequence_priorities accepts
+            out["sequence_widths"] = sorted(self._seq_widths)
         return out
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -780,6 +783,7 @@ class ReplayBuffer:
             parsed = None if resets is None else resets.checked(
                 state_dict.get("autoreset"), _obs_rows(state_dict.get("table")))
             reset_free = self._reset_free.checked(state_dict.get("reset_free"))
+            widths = buffer_state.checked_widths(state_dict.get("sequence_widths"))
             if spec is None:
                 self._clear()
             else:
@@ -795,6 +799,7 @@ class ReplayBuffer:
             if resets is not None and parsed is not None:
                 resets.load(parsed)
             self._reset_free.load(reset_free)
+            self._seq_widths = widths
 
     def resume_state(self) -> dict[str, Any] | None:
         """What :func:`replaybank.persist.flush` saves beside memmap files: generator,
@@ -809,6 +814,8 @@ class ReplayBuffer:
         reset_free = self._reset_free.state_dict()
         if reset_free is not None:
             out["reset_free"] = reset_free
+        if self._seq_widths:
+            out["sequence_widths"] = sorted(self._seq_widths)
         return out
 
     def load_resume_state(self, saved: dict[str, Any]) -> None:
@@ -825,6 +832,7 @@ class ReplayBuffer:
         reset_free = self._reset_free.checked(saved.get("reset_free"))
         # (resume states written before the order was kept hold none)
         free = checked_free_order(t, saved.get("free_slots"), "load_resume_state")
+        widths = buffer_state.checked_widths(saved.get("sequence_widths"), "load_resume_state")
         self.sampler.load_state_dict(saved["sampler"])
         self.view.load_state_dict(saved.get("view", {}))
         self._rng.bit_generator.state = saved["rng"]
@@ -833,6 +841,7 @@ class ReplayBuffer:
         self._reset_free.load(reset_free)
         if free is not None:
             t.side.free = free
+        self._seq_widths = widths
 
     def reopened(self) -> None:
         """The storage was reopened from its files: check them and rebuild the free side
