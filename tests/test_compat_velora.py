@@ -1216,3 +1216,33 @@ def test_a_ragged_list_is_named_by_add_and_add_multi(arg: str) -> None:
     assert len(buf) == 1
     assert all(torch.equal(getattr(buf, f), b)
                for f, b in zip(VELORA_FIELDS, before, strict=True))
+
+
+@pytest.mark.parametrize("clone", ["pickle", "deepcopy", "torch.save"])
+def test_a_pickled_buffer_draws_what_the_original_draws(clone: str, tmp_path: Path) -> None:
+    """Pickling (pickle, copy.deepcopy, torch.save) gives an equal, independent buffer
+    that goes on exactly as the original (it raised TypeError: cannot pickle 'module')."""
+    import copy
+    import pickle
+
+    buf = ReplayBuffer(6, state_dim=3, action_dim=1, hidden_dim=2, seed=0)
+    for i in range(8):  # wraps
+        buf.add(torch.full((3,), float(i)), torch.zeros(1), float(i), torch.ones(3) * i,
+                i % 3 == 2, torch.zeros(2))
+    buf.sample(4)
+    if clone == "pickle":
+        twin = pickle.loads(pickle.dumps(buf))
+    elif clone == "deepcopy":
+        twin = copy.deepcopy(buf)
+    else:
+        torch.save(buf, tmp_path / "buf.pt")
+        twin = torch.load(tmp_path / "buf.pt", weights_only=False)
+    for i in range(3):
+        a, b = buf.sample(5), twin.sample(5)
+        assert all(torch.equal(getattr(a, f.name), getattr(b, f.name))
+                   for f in dataclasses.fields(a))
+        for x in (buf, twin):
+            x.add(torch.full((3,), -float(i)), torch.ones(1), 1.0, torch.zeros(3), False,
+                  torch.ones(2))
+    assert (twin.position, len(twin)) == (buf.position, len(buf))
+    assert all(torch.equal(v, twin.state_dict()[k]) for k, v in buf.state_dict().items())

@@ -315,11 +315,37 @@ class BufferBase(FrontEnd):
                                 storage="numpy" if self._numpy else "torch",
                                 device=None if self._numpy else dev)
         self._own_rng = own
+        self._cache_torch()
+        self._shapes = ((dims[0],), (dims[1],), (dims[2],))
+        self._no_trunc: dict[int, Array] = {}  # add_multi's truncated=False, by rows
+
+    def _cache_torch(self) -> None:
+        """Keep the torch parts the hot paths use (module, Tensor, from_numpy)."""
+        torch = torch_module()
         self._torch_mod = torch
         self._tensor_type = torch.Tensor
         self._from_numpy = torch.from_numpy
-        self._shapes = ((dims[0],), (dims[1],), (dims[2],))
-        self._no_trunc: dict[int, Array] = {}  # add_multi's truncated=False, by rows
+
+    def __getstate__(self) -> dict[str, Any]:
+        """What ``pickle``, ``copy.deepcopy`` and ``torch.save`` keep: everything but the
+        cached torch parts (a module cannot be pickled; :meth:`__setstate__` fetches them
+        again). The core buffer and its generator travel, so a clone draws the same.
+
+        Example:
+            >>> import pickle
+            >>> buf = ReplayBuffer(4, state_dim=2, action_dim=1, hidden_dim=0, seed=0)
+            >>> len(pickle.loads(pickle.dumps(buf)))
+            0
+        """
+        state = dict(self.__dict__)
+        for name in ("_torch_mod", "_tensor_type", "_from_numpy"):
+            state.pop(name, None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Restore a :meth:`__getstate__` and fetch the torch parts again."""
+        self.__dict__.update(state)
+        self._cache_torch()
 
     core: Core[CoreBuffer] = Core(
         "The :class:`replaybank.ReplayBuffer` holding the data (terminated and truncated "
