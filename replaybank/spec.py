@@ -48,7 +48,7 @@ __all__ = ["FIELD_ALIASES", "INFO_FIX", "INFO_NAMES", "QUICK_VALUES", "SEP", "ST
            "UNSTORABLE_KINDS", "FieldSpec", "Spec",
            "as_array", "assignable_dtypes", "check_tuple", "collect_fields", "flatten",
            "holds_array", "native", "real_array", "real_floats", "rows_array",
-           "stored_by_assignment", "unflatten"]
+           "stored_by_assignment", "tree_map", "unflatten"]
 
 SEP = "/"
 
@@ -595,6 +595,31 @@ def flatten(values: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
         else:
             out[name] = value
     return out
+
+
+def tree_map(fn: Callable[[Any], Any], value: Any) -> Any:
+    """``fn`` of every leaf of ``value``: a dict (a dict observation) is walked, nested
+    dicts too, and rebuilt with the same keys; anything else is a leaf.
+
+    Only ``dict`` (and its subclasses) is walked, not every ``Mapping``: a leaf that is a
+    mapping of another kind is given to ``fn`` whole.
+
+    Args:
+        fn: Applied to each leaf.
+        value: A leaf or a nested dict of leaves.
+
+    Returns:
+        ``fn(value)`` for a leaf, else a new dict of the mapped entries (nested alike).
+
+    Example:
+        >>> tree_map(len, {"a": [1, 2], "b": {"c": [3]}})
+        {'a': 2, 'b': {'c': 1}}
+        >>> tree_map(abs, -3)
+        3
+    """
+    if isinstance(value, dict):
+        return {k: tree_map(fn, v) for k, v in value.items()}
+    return fn(value)
 
 
 #: Field names already found valid by :func:`flatten` (every add passes the same few).

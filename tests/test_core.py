@@ -47,6 +47,24 @@ def test_flatten_unflatten_round_trip() -> None:
             flatten(bad)  # type: ignore[arg-type]
 
 
+def test_tree_map_is_one_function_for_every_nested_dict_walk() -> None:
+    """The pytorchrl front end and the distributed writer walk dict observations with the
+    spec's tree_map (they each had a copy of it): only dicts are walked, other leaves
+    (a mapping proxy too) are given to the function whole."""
+    from types import MappingProxyType
+
+    from replaybank.compat.pytorchrl import keys
+    from replaybank.distributed import writer
+    from replaybank.spec import tree_map
+
+    assert keys.tree_map is tree_map and writer.tree_map is tree_map
+    obs = {"a": np.zeros((2, 3)), "b": {"c": np.ones(2)}}
+    shapes = tree_map(np.shape, obs)
+    assert shapes == {"a": (2, 3), "b": {"c": (2,)}}
+    proxy = MappingProxyType({"x": 1})
+    assert tree_map(len, {"p": proxy, "q": [1, 2]}) == {"p": 1, "q": 2}
+
+
 def test_spec_coerce_json_and_duplicates() -> None:
     spec = Spec.coerce({"obs": {"image": ((4, 4), "uint8"), "vec": {"shape": [3],
                                                                     "dtype": "float32"}},

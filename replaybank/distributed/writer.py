@@ -55,6 +55,7 @@ import numpy.typing as npt
 
 from replaybank.errors import ShapeError, describe
 from replaybank.host import as_numpy
+from replaybank.spec import tree_map
 
 __all__ = ["MAX_BYTES", "MAX_ROWS", "RowBatcher", "tree_map", "unpack"]
 
@@ -64,13 +65,6 @@ IntArray = npt.NDArray[np.int64]
 MAX_ROWS = 65_536
 #: Default bytes per shard per send (4 MiB).
 MAX_BYTES = 4 << 20
-
-
-def tree_map(fn: Callable[[Any], Any], value: Any) -> Any:
-    """``fn`` applied to every leaf of nested dicts (dict observations)."""
-    if isinstance(value, dict):
-        return {k: tree_map(fn, v) for k, v in value.items()}
-    return fn(value)
 
 
 Path = tuple[str, ...]

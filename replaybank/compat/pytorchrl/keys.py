@@ -20,12 +20,12 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from replaybank.host import as_numpy
+from replaybank.spec import tree_map
 
 __all__ = [
     "ACT", "ACTPROBS", "ALGORITHM", "CORE_NAMES", "DONE", "DONE2", "EPISODES", "FIELDS",
@@ -60,13 +60,6 @@ CORE_NAMES = {DONE: "prev_done", IREW: "irew", ACTPROBS: "act_probs", RHS: "rhs"
 #: per-env scalar is ``[..., 1]`` in pytorchrl's data and ``[...]`` in the core's.
 FIELDS = ((OBS, "obs", False), (ACT, "action", False), (REW, "reward", True),
           (OBS2, "next_obs", False), (DONE2, "terminated", True))
-
-
-def tree_map(fn: Callable[[Any], Any], value: Any) -> Any:
-    """``fn`` of every leaf of ``value`` (a dict observation: of each entry, nested)."""
-    if isinstance(value, dict):
-        return {k: tree_map(fn, v) for k, v in value.items()}
-    return fn(value)
 
 
 def to_numpy(value: Any) -> Any:
