@@ -448,7 +448,8 @@ def test_dict_observations_an_env_overwrites_in_place_are_stored_as_returned(
 def test_dict_observations_with_other_keys_in_another_env_are_refused() -> None:
     envs = [DictLeaver(), DictLeaver(mask_key="legal_moves")]
     buf = rb.MultiAgentReplayBuffer(100, ["a", "b"], num_envs=2, seed=0)
-    with pytest.raises(ConfigError, match=r"env\[1\] gave the obs of agent 'a' as a dict "
+    with pytest.raises(ConfigError, match=r"env\[0\]'s reset\(\) gave: env\[1\] gave "
+                       r"the observation of agent 'a' as a dict "
                        r"with keys \['observation', 'legal_moves'\] but env\[0\].*"
                        r"'action_mask'.*same dict keys in every env"):
         rb.collect(envs, None, buf, 4, progress=False, seed=0)
@@ -871,3 +872,67 @@ def test_a_tuple_action_is_refused_before_any_env_steps(num_envs: int) -> None:
     b = buf.sample(num_envs, replace=False)
     assert b.action["a"].tolist() == [1] * num_envs
     assert b.obs["a"][:, 0].tolist() == [0.0] * num_envs
+
+
+class OddFirstEpisode(Clock):
+    """Agent "a" observes ``odd`` (another shape or dtype than Clock's float32[3]) in
+    the first episode only."""
+
+    def __init__(self, odd: np.ndarray) -> None:
+        super().__init__()
+        self.odd = odd
+
+    def _obs(self, agents: list[str]) -> dict[str, np.ndarray]:
+        obs = super()._obs(agents)
+        if self.ep == 0 and "a" in obs:
+            obs["a"] = self.odd
+        return obs
+
+
+def _ones(obs: dict[str, Any]) -> dict[str, Any]:
+    return {k: np.ones(len(v), np.int64) for k, v in obs.items()}
+
+
+@pytest.mark.parametrize("random_actions", [False, True])
+@pytest.mark.parametrize(
+    "odd, error",
+    [
+        (np.zeros(4, np.float32), ShapeError),  # another shape
+        (np.zeros(3, [("x", "f4")]), DtypeError),  # a dtype numpy cannot stack with float32
+    ],
+)
+def test_reset_observations_the_envs_disagree_on_reset_those_envs(
+    odd: np.ndarray, error: type[Exception], random_actions: bool
+) -> None:
+    """At the first step, before any add, two envs' reset observations that do not stack
+    were refused on every call with a policy (nothing reset them), and with random
+    actions only after both envs had stepped (the step lost). They are refused as the
+    rollout collector refuses them: named as the envs' reset, before any env steps,
+    nothing stored, the envs reset at the next call, which goes on."""
+    envs = [Clock(), OddFirstEpisode(odd)]
+    buf = rb.MultiAgentReplayBuffer(50, agents=["a", "b"], num_envs=2, seed=0)
+    col = MultiAgentCollector(envs, None if random_actions else _ones, buf, seed=0)
+    with pytest.raises(
+        error,
+        match=r"^collect\(env=\.\.\.\): the buffer refuses the observations or state "
+        r"env\[0\]'s reset\(\) gave: the observation of agent 'a' has .* in env\[1\] but "
+        r".*reset again at the next step.*\[and 1 more env",
+    ):
+        col.collect(2)
+    assert len(buf) == 0 and buf.layout is None and [e.t for e in envs] == [0, 0]
+    col.collect(2)  # goes on: both envs reset (two that disagree: nothing says which)
+    b = buf.sample(2, replace=False)
+    assert sorted(b.obs["a"][:, 1:].tolist()) == [[0.0, 1.0], [0.0, 1.0]]  # [agent, ep]
+
+
+def test_reset_observation_of_one_env_among_three_resets_that_env_only() -> None:
+    """Three envs, one of which observes another shape at its first reset: the two that
+    agree keep their episodes, only the odd one is reset."""
+    envs = [Clock(), OddFirstEpisode(np.zeros(4, np.float32)), Clock()]
+    buf = rb.MultiAgentReplayBuffer(60, agents=["a", "b"], num_envs=3, seed=0)
+    col = MultiAgentCollector(envs, _ones, buf, seed=0)
+    with pytest.raises(ShapeError, match=r"env\[1\]'s reset\(\) gave: .*shape \(4,\) in env\[1\]"):
+        col.collect(3)
+    col.collect(3)
+    b = buf.sample(3, replace=False)
+    assert sorted(b.obs["a"][:, 2].tolist()) == [0.0, 0.0, 1.0]  # env 1's second episode

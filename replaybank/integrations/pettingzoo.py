@@ -495,6 +495,8 @@ class _ParallelEnvs:
         self._alen: list[dict[str, int]] = [{} for _ in range(self.n)]
         self._len = np.zeros(self.n, np.int64)
         self.episodes = 0
+        #: Observations the buffer refused as they arrived, raised after the bookkeeping.
+        self._refused: list[ReplayBankError] = []
 
     def _layout_state(self) -> bool | None:
         """Whether the buffer stores a global state (None: its first add decides)."""
@@ -556,6 +558,56 @@ class _ParallelEnvs:
             f"collect(policy=...): the buffer refuses {what} {where}: {exc} [env.step "
             "was not called: the envs and the collector are as before this step, so "
             "collect can go on once the policy is fixed]")
+
+    def _stacked(self, values: dict[int, Any], what: str) -> Any:
+        """:func:`_rows` of the envs' current ``values``. Before the first add nothing
+        fixes the fields yet (the rollout collector checks each env's values alone as
+        they arrive), so the envs may disagree (shapes, dict keys, dtypes): then the envs
+        whose values do not stack with the others' (:func:`_disagreeing`) are refused as
+        an env whose ``reset()`` gave values the buffer refuses: reset again at the next
+        call, so that it can go on. Both collectors stack the first step's observations
+        here, before any env steps.
+
+        Raises:
+            ConfigError, ShapeError, DtypeError: The envs' values do not stack.
+        """
+        try:
+            return _rows(values, self.n, what)
+        except ReplayBankError as exc:
+            if self._target.layout is not None:  # the fields, not a majority, judge
+                raise
+            said = type(exc)(str(exc).removeprefix("collect(env=...): "))
+            for i in _disagreeing(values, self.n, what):
+                self._obs[i] = None  # nothing of its episode is stored: reset it again
+                self._refused.append(self._env_refused(said, i, lost=False))
+            self._raise_refused()
+            raise
+
+    def _env_refused(self, exc: ReplayBankError, i: int, lost: bool) -> ReplayBankError:
+        """Env ``i`` gave an observation or state the buffer refuses (``lost``: from
+        ``env.step``, whose step is then lost; else from ``reset``)."""
+        where = f"env[{i}]" if self.vector else "the env"
+        how = f"{where}'s step" if lost else f"{where}'s reset()"
+        note = (f"{where}'s step is lost: its running episode ends at its last stored "
+                "step (cut short, as by a time limit, bootstrapping from the observation "
+                f"before the lost step), nothing of the lost step is stored, and {where} is "
+                "reset at the next step" if lost else
+                f"no step of {where}'s new episode was stored, and {where} is reset again "
+                "at the next step")
+        return type(exc)(
+            f"collect(env=...): the buffer refuses the observations or state {how} gave: "
+            f"{exc} [{note}; so collect can go on; the env gave them, so fix the env's "
+            "observations (or the buffer's spec), not the policy]")
+
+    def _raise_refused(self) -> None:
+        """Raise the first refusal of an env's observations since the last call (after
+        the step's bookkeeping, so collection goes on from here), naming the others."""
+        refused, self._refused = self._refused, []
+        if len(refused) == 1:
+            raise refused[0]
+        if refused:
+            raise type(refused[0])(f"{refused[0]} [and {len(refused) - 1} more env(s) "
+                                   "whose observations the buffer refused, handled alike]")
 
     def _check_action_tuples(self, actions: Mapping[str, Any], agents: list[str]) -> None:
         """The buffers' tuple rule (:func:`~replaybank.multiagent.inputs.check_action_tuples`,
@@ -714,6 +766,8 @@ class MultiAgentCollector(_ParallelEnvs):
     def _actions(self, acting: list[list[str]]) -> list[dict[str, Any]]:
         """One action dict per env for its acting agents."""
         if self.policy is None:
+            if self.vector and self.buffer.layout is None:
+                self._batch_obs(acting)  # the first add's rows stack: refused before a step
             return [{a: self._spaces[i][a].sample() for a in acting[i]} for i in range(self.n)]
         if not self.vector:
             obs = {a: self._obs[0][a] for a in acting[0]} if self._obs[0] else {}
@@ -740,13 +794,19 @@ class MultiAgentCollector(_ParallelEnvs):
 
     def _batch_obs(self, acting: list[list[str]]) -> dict[str, Any]:
         """``{agent: [n, *obs_shape]}`` of the agents acting in some env (zeros in the
-        envs where they do not act; ``{key: [n, *shape]}`` for a dict observation)."""
+        envs where they do not act; ``{key: [n, *shape]}`` for a dict observation).
+
+        Raises:
+            ConfigError, ShapeError, DtypeError: The envs' observations do not stack
+                (before the first add, the envs that disagree are reset at the next
+                call: :meth:`_stacked`).
+        """
         obs: dict[str, Any] = {}
         for a in self._agents:
             rows = {i: cur[a] for i, cur in enumerate(self._obs)
                     if cur is not None and a in acting[i]}
             if rows:
-                obs[a] = _rows(rows, self.n, f"the observation of agent {a!r}")
+                obs[a] = self._stacked(rows, f"the observation of agent {a!r}")
         return obs
 
     def _check_actions(self, out: Any, agents: list[str]) -> None:
@@ -1103,8 +1163,6 @@ class MultiAgentRolloutCollector(_ParallelEnvs):
         self.policy = policy
         self.value_fn: Callable[[dict[str, Any], Any], Any] = \
             self._default_value if value_fn is None else value_fn
-        #: Observations the buffer refused as they arrived, raised after the bookkeeping.
-        self._refused: list[ReplayBankError] = []
 
     # ------------------------------------------------------------------ values
     def _default_value(self, obs: dict[str, Any], state: Any) -> Any:
@@ -1204,29 +1262,6 @@ class MultiAgentRolloutCollector(_ParallelEnvs):
         )
         return obs, state
 
-    def _stacked(self, values: dict[int, Any], what: str) -> Any:
-        """:func:`_rows` of the envs' current ``values``. Before the first add, each
-        env's values were checked alone as they arrived (nothing fixed the fields yet),
-        so the envs may disagree (shapes, dict keys, dtypes): then the envs whose values
-        do not stack with the others' (:func:`_disagreeing`) are refused as an env
-        whose ``reset()`` gave values the buffer refuses: reset again at the next call,
-        so that it can go on.
-
-        Raises:
-            ConfigError, ShapeError, DtypeError: The envs' values do not stack.
-        """
-        try:
-            return _rows(values, self.n, what)
-        except ReplayBankError as exc:
-            if self.buffer.layout is not None:  # (each value was checked against it)
-                raise
-            said = type(exc)(str(exc).removeprefix("collect(env=...): "))
-            for i in _disagreeing(values, self.n, what):
-                self._obs[i] = None  # nothing of its episode is stored: reset it again
-                self._refused.append(self._env_refused(said, i, lost=False))
-            self._raise_refused()
-            raise
-
     # ------------------------------------------------------------------ policy
     def _unpack(self, out: Any, agents: list[str], rows: int | None = None
                 ) -> tuple[dict[str, Any], Any, dict[str, Any]]:
@@ -1293,32 +1328,6 @@ class MultiAgentRolloutCollector(_ParallelEnvs):
         except ReplayBankError as exc:
             return exc
         return None
-
-    def _env_refused(self, exc: ReplayBankError, i: int, lost: bool) -> ReplayBankError:
-        """Env ``i`` gave an observation or state the buffer refuses (``lost``: from
-        ``env.step``, whose step is then lost; else from ``reset``)."""
-        where = f"env[{i}]" if self.vector else "the env"
-        how = f"{where}'s step" if lost else f"{where}'s reset()"
-        note = (f"{where}'s step is lost: its running episode ends at its last stored "
-                "step (cut short, as by a time limit, bootstrapping from the observation "
-                f"before the lost step), nothing of the lost step is stored, and {where} is "
-                "reset at the next step" if lost else
-                f"no step of {where}'s new episode was stored, and {where} is reset again "
-                "at the next step")
-        return type(exc)(
-            f"collect(env=...): the buffer refuses the observations or state {how} gave: "
-            f"{exc} [{note}; so collect can go on; the env gave them, so fix the env's "
-            "observations (or the buffer's spec), not the policy]")
-
-    def _raise_refused(self) -> None:
-        """Raise the first refusal of an env's observations since the last call (after
-        the step's bookkeeping, so collection goes on from here), naming the others."""
-        refused, self._refused = self._refused, []
-        if len(refused) == 1:
-            raise refused[0]
-        if refused:
-            raise type(refused[0])(f"{refused[0]} [and {len(refused) - 1} more env(s) "
-                                   "whose observations the buffer refused, handled alike]")
 
     # ------------------------------------------------------------------ one step
     def step(self, result: MultiAgentCollectResult) -> int:
