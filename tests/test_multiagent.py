@@ -638,3 +638,21 @@ def test_a_tuple_action_is_refused_with_the_fix_a_multi_agent_buffer_takes() -> 
         assert "gymnasium.spaces.flatten(env.action_space(agent), action)" in msg
         assert "as a dict" not in msg and "{'0'" not in msg
     assert len(replay) == 0 and roll.pos == 0 and roll.layout is None
+
+
+def test_the_callers_spec_dict_changed_after_construction_changes_nothing() -> None:
+    """The buffer kept the caller's ``spec`` dict: changing it after construction (a
+    nested entry, a new agent entry) changed the shapes the first add fixed and the
+    config. The buffer keeps its own copy."""
+    spec: dict[str, Any] = {"obs": {"a": ((3,), "float32")}}
+    buf = MultiAgentReplayBuffer(8, ["a", "b"], spec=spec)
+    config = buf.init_config()
+    spec["obs"]["a"] = ((5,), "float32")
+    spec["obs"]["b"] = ((7,), "float32")
+    assert buf.init_config() == config
+    buf.add(obs={"a": np.zeros(3, np.float32), "b": np.zeros(2, np.float32)},
+            action={"a": 0, "b": 0}, reward={"a": 1.0, "b": 1.0},
+            next_obs={"a": np.zeros(3, np.float32), "b": np.zeros(2, np.float32)},
+            terminated={"a": False, "b": False}, truncated={"a": False, "b": False})
+    assert buf.spec is not None
+    assert (buf.spec["obs/a"].shape, buf.spec["obs/b"].shape) == ((3,), (2,))

@@ -608,3 +608,20 @@ def test_the_first_add_names_a_bad_value_as_later_adds_do(
     assert len(buf) == 0
     buf.add(**base_step())
     assert len(buf) == 1
+
+
+def test_the_callers_spec_dict_changed_after_construction_changes_nothing() -> None:
+    """The buffer kept the caller's ``spec`` dict: an entry added to it after
+    construction (an action shape) was read by the first add, which then refused the
+    values the buffer was built for. The buffer keeps its own copy."""
+    spec: dict[str, Any] = {"obs": {"a": ((3,), "float32")}}
+    buf = MultiAgentRolloutBuffer(4, agents=["a"], spec=spec, seed=0)
+    config = buf.init_config()
+    spec["obs"]["a"] = ((5,), "float32")
+    spec["action"] = {"a": ((2,), "float32")}
+    assert buf.init_config() == config
+    buf.add(obs={"a": np.zeros(3, np.float32)}, action={"a": 0}, reward={"a": 1.0},
+            terminated={"a": False}, truncated={"a": False}, value={"a": 0.0},
+            log_prob={"a": 0.0})
+    assert buf.spec is not None
+    assert (buf.spec["obs/a"].shape, buf.spec["action/a"].shape) == ((3,), ())

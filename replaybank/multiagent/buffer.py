@@ -163,14 +163,15 @@ class MultiAgentReplayBuffer:
             raise ArgumentError(f"MultiAgentReplayBuffer() got keyword arguments {unknown}; "
                                 f"it passes on only {sorted(_BUFFER_ARGUMENTS)}")
         _check_storage(storage)
-        parse_spec(spec, self._agents)  # checked now, used at the first add
-        self._spec = spec
+        # checked now, used at the first add: the buffer's own copy (flat fields), so
+        # that changing the caller's dict afterwards changes nothing here
+        self._spec = None if spec is None else parse_spec(spec, self._agents)
         self._layout: AgentLayout | None = None
         #: The common add's route to the core's compiled write (of ``_layout``; built
         #: by the first add that finds the layout).
         self._direct: DirectAdd | None = None
         try:
-            layout = AgentLayout.build(self._agents, spec, {}, ())
+            layout = AgentLayout.build(self._agents, self._spec, {}, ())
         except SpecError:  # the spec leaves some shapes to the first add
             layout = None
         self.buffer = ReplayBuffer(

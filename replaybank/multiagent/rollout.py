@@ -281,7 +281,8 @@ class MultiAgentRolloutBuffer:
         self._num_envs = positive_int("num_envs", num_envs)
         try:
             self._agents = check_agents(agents)
-            parse_spec(spec, self._agents)
+            # the buffer's own copy (flat fields): the caller's dict may change later
+            given = None if spec is None else parse_spec(spec, self._agents)
         except ReplayBankError as exc:
             raise _renamed(exc) from None
         gamma = unit_number("gamma", gamma, 0.99)
@@ -303,7 +304,7 @@ class MultiAgentRolloutBuffer:
         self._seed = int(seed) if isinstance(seed, (int, np.integer)) \
             and not isinstance(seed, bool) else None
         self._rng = make_rng(seed)
-        self._spec_arg = spec
+        self._spec_arg = given
         self._layout: AgentLayout | None = None
         self._fields: Spec | None = None  # every stored field, flat names
         self._data: dict[str, AnyArray] = {}
@@ -314,7 +315,7 @@ class MultiAgentRolloutBuffer:
         self._adv: dict[str, AnyArray] | None = None
         self._ret: dict[str, AnyArray] | None = None
         try:
-            layout = AgentLayout.build(self._agents, spec, {}, ())
+            layout = AgentLayout.build(self._agents, given, {}, ())
         except SpecError:  # the spec leaves some shapes to the first add
             layout = None
         if layout is not None:
