@@ -318,3 +318,36 @@ def test_load_state_dict_into_a_buffer_without_spec_keeps_state_and_extras() -> 
     assert fresh.layout.extras == ("logp",)
     fresh.add(**step)
     assert len(fresh) == 2
+
+
+def test_rb_collect_fills_the_client_as_the_local_buffer(services: list[Any]) -> None:
+    """``rb.collect(parallel envs, policy, client, n)`` was refused (the collector took
+    only a MultiAgentReplayBuffer, and the client had no check_first_add, end_episodes,
+    capacity or spec): it fills the service with the joint steps a local buffer gets
+    from the same envs and seed. A second ``rb.collect`` would reset envs whose joint
+    episodes run on the shards, which cannot cut them: refused, nothing written."""
+    pytest.importorskip("pettingzoo")
+    from tests.pettingzoo_leavers import Clock
+
+    local = rb.MultiAgentReplayBuffer(40, agents=["a", "b"], num_envs=2, seed=0)
+    svc = start(services, 2, {"type": "MultiAgentReplayBuffer", "agents": ["a", "b"],
+                              "capacity": 20, "seed": 0}, num_lanes=2, seed=0)
+    client = svc.client()
+    assert client.capacity == local.capacity and client.spec is None
+    for target in (local, client):
+        rb.collect([Clock(), Clock()], None, target, 12, progress=False, seed=3)
+    client.flush()
+    assert len(client) == len(local) == 12 and client.spec == local.spec
+
+    def stored(batch: Any) -> list[tuple[Any, ...]]:
+        return sorted(
+            (*batch.obs[a][i].tolist(), *batch.next_obs[a][i].tolist(),
+             int(batch.action[a][i]), float(batch.reward[a][i]), bool(batch.active[a][i]))
+            for a in ("a", "b") for i in range(len(batch.indices)))
+
+    assert stored(client.sample(12, replace=False)) == stored(local.sample(12, replace=False))
+    with pytest.raises(rb.ConfigError, match=r"end_episodes\(env_ids=0\): the joint "
+                       r"episodes of envs \[0\] are running.*keep one MultiAgentCollector"):
+        rb.collect([Clock(), Clock()], None, client, 2, progress=False, seed=3)
+    client.flush()
+    assert len(client) == 12

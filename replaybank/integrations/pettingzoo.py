@@ -101,11 +101,12 @@ from replaybank.integrations.progress import ProgressBar
 from replaybank.integrations.spaces import to_fields
 from replaybank.multiagent import MultiAgentReplayBuffer, MultiAgentRolloutBuffer
 from replaybank.multiagent.inputs import cast_value, check_action_tuples
+from replaybank.multiagent.layout import AgentLayout
 from replaybank.spec import holds_array
 
-__all__ = ["MultiAgentActorCritic", "MultiAgentCollectResult", "MultiAgentCollector",
-           "MultiAgentRolloutCollector", "collect_multiagent", "is_aec_env",
-           "is_parallel_env", "wants_multiagent"]
+__all__ = ["JointStepBuffer", "MultiAgentActorCritic", "MultiAgentCollectResult",
+           "MultiAgentCollector", "MultiAgentRolloutCollector", "collect_multiagent",
+           "is_aec_env", "is_parallel_env", "wants_multiagent"]
 
 MultiAgentPolicy = Callable[[dict[str, Any]], Mapping[str, Any]]
 
@@ -156,6 +157,38 @@ def wants_multiagent(env: Any, buffer: Any) -> bool:
             or isinstance(buffer, (MultiAgentReplayBuffer, MultiAgentRolloutBuffer)))
 
 
+@runtime_checkable
+class JointStepBuffer(Protocol):
+    """What :class:`MultiAgentCollector` reads and calls of the buffer it fills: a
+    :class:`~replaybank.multiagent.MultiAgentReplayBuffer`, or the Ray service's
+    :class:`~replaybank.multiagent.distributed.MultiAgentReplayClient` (so
+    ``rb.collect`` fills either the same way)."""
+
+    @property
+    def agents(self) -> tuple[str, ...]:
+        """The agents, in the buffer's order."""
+
+    @property
+    def num_envs(self) -> int:
+        """Envs (one lane each)."""
+
+    @property
+    def layout(self) -> AgentLayout | None:
+        """The per-agent fields (None before the first add fixes them)."""
+
+    def add(self, *args: Any, **kwargs: Any) -> None:
+        """One joint step of every env (``MultiAgentReplayBuffer.add``)."""
+
+    def check_first_add(self, agents: Any, per_agent: Any = ..., call: str = ...) -> None:
+        """Refuse a first add that leaves an absent agent's fields unknown."""
+
+    def end_episodes(self, env_ids: Any = None) -> None:
+        """The envs ``env_ids`` are reset: their running joint episodes end."""
+
+    def sample(self, batch_size: int, **kwargs: Any) -> Any:
+        """A batch of joint transitions (what a rollout buffer does not have)."""
+
+
 # ---------------------------------------------------------------------- result
 @dataclass
 class MultiAgentCollectResult(CollectResult):
@@ -202,7 +235,8 @@ def _check_envs(env: Any, buffer: Any, rollout: bool = False) -> tuple[list[Any]
                 "a PettingZoo ParallelEnv (possible_agents, action_space(agent), step "
                 "returning five dicts) or a list of them; pass one, or fill a "
                 "gymnasium env into rb.ReplayBuffer")
-    if not isinstance(buffer, MultiAgentRolloutBuffer if rollout else MultiAgentReplayBuffer):
+    if not (isinstance(buffer, MultiAgentRolloutBuffer) if rollout
+            else isinstance(buffer, JointStepBuffer)):
         raise ConfigError(
             f"collect(buffer={describe(buffer)}): a PettingZoo parallel env fills a "
             f"multi-agent buffer (joint steps of dicts keyed by agent); {fix_buf}")
@@ -733,7 +767,7 @@ class MultiAgentCollector(_ParallelEnvs):
     def __init__(self, env: Any, policy: MultiAgentPolicy | None, buffer: Any,
                  seed: int | None = None) -> None:
         super().__init__(env, buffer, seed, random_actions=policy is None, rollout=False)
-        self.buffer: MultiAgentReplayBuffer = buffer
+        self.buffer: JointStepBuffer = buffer
         if policy is not None and not callable(policy):
             raise ConfigError(f"collect(policy={describe(policy)}): expected a callable "
                               "policy(obs_dict) -> action_dict, or None for random actions")

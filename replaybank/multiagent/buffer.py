@@ -74,9 +74,8 @@ from replaybank.multiagent.inputs import DirectAdd, prepare
 from replaybank.multiagent.layout import (
     AgentLayout,
     check_agents,
-    missing_spec_error,
+    check_first_add_fields,
     parse_spec,
-    unknown_fields,
 )
 from replaybank.multiagent.nstep import AGENT_DISCOUNT, AgentNStepView
 from replaybank.multiagent.padded import EpisodeIndex, gather_episodes
@@ -366,12 +365,9 @@ class MultiAgentReplayBuffer:
             ...
             replaybank.errors.SpecError: check_first_add(action=...): agent 'c' ...
         """
-        if self._layout is not None:
-            return
-        missing = unknown_fields(self._agents, self._spec,
-                                 {name: tuple(agents) for name in per_agent})
-        if missing:
-            raise missing_spec_error("MultiAgentReplayBuffer", missing, call=call)
+        if self._layout is None:
+            check_first_add_fields("MultiAgentReplayBuffer", self._agents, self._spec,
+                                   agents, per_agent, call)
 
     def end_episodes(self, env_ids: Any = None) -> None:
         """End the running joint episodes of ``env_ids`` after their newest stored step:

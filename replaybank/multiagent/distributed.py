@@ -65,13 +65,20 @@ import numpy as np
 import numpy.typing as npt
 
 from replaybank.buffers.inputs import UNSET
-from replaybank.errors import ArgumentError, ReplayBankError, describe
+from replaybank.errors import ArgumentError, ConfigError, ReplayBankError, describe
 from replaybank.multiagent.batch import MultiAgentBatch, MultiAgentSequenceBatch
 from replaybank.multiagent.buffer import MultiAgentReplayBuffer
-from replaybank.multiagent.episodes import Episodes
+from replaybank.multiagent.episodes import Episodes, env_lanes
 from replaybank.multiagent.inputs import PER_AGENT_ARGS, JointStep, prepare
-from replaybank.multiagent.layout import STATE, AgentLayout, check_agents
+from replaybank.multiagent.layout import (
+    STATE,
+    AgentLayout,
+    check_agents,
+    check_first_add_fields,
+    parse_spec,
+)
 from replaybank.multiagent.nstep import AGENT_DISCOUNT
+from replaybank.spec import Spec
 from replaybank.views.base import InputTransform
 
 __all__ = ["SERVING", "MultiAgentReplayClient", "MultiAgentServed", "MultiAgentServing"]
@@ -94,6 +101,12 @@ class CoreClient(Protocol):
 
     @property
     def pending_rows(self) -> int: ...
+
+    @property
+    def spec(self) -> Spec | None: ...
+
+    @property
+    def capacity(self) -> int: ...
 
     def __len__(self) -> int: ...
 
@@ -238,7 +251,8 @@ class MultiAgentReplayClient:
     def __init__(self, client: CoreClient, config: dict[str, Any]) -> None:
         self.client = client
         self._agents = check_agents(config["agents"])
-        self._spec = config.get("spec")
+        spec = config.get("spec")
+        self._spec = None if spec is None else parse_spec(spec, self._agents)  # its own copy
         self._n_step = int(config.get("n_step") or 1)
         self._layout: AgentLayout | None = None  # implied by this client's first add
         # which agents ended in each env's running episode, from the steps this client
@@ -260,6 +274,23 @@ class MultiAgentReplayClient:
     def num_envs(self) -> int:
         """The same as :attr:`num_lanes` (the local buffer's name)."""
         return self.num_lanes
+
+    @property
+    def capacity(self) -> int:
+        """Joint steps all shards hold together (the core client's
+        :attr:`~replaybank.distributed.client.ReplayClient.capacity`), as the local
+        buffer's ``capacity``."""
+        return int(self.client.capacity)
+
+    @property
+    def spec(self) -> Spec | None:
+        """The core fields, as the local buffer's ``spec``: those the shards store (the
+        core client's :attr:`~replaybank.distributed.client.ReplayClient.spec`), or the
+        ones this client's first add implied (as :attr:`layout`); None before either."""
+        held = self.client.spec
+        if held is None and self._layout is not None:
+            return self._layout.core_spec()
+        return held
 
     @property
     def layout(self) -> AgentLayout | None:
@@ -339,6 +370,48 @@ class MultiAgentReplayClient:
         self._episodes.commit(step.act, step.ends, step.lanes)
         if layout is None:
             self._layout = step.layout
+
+    def check_first_add(self, agents: Any, per_agent: Any = ("obs", "action"),
+                        call: str = "check_first_add") -> None:
+        """Refuse now the first add that would hold only ``agents`` and leave the shapes
+        of an agent not in it unknown, as
+        :meth:`MultiAgentReplayBuffer.check_first_add
+        <replaybank.multiagent.buffer.MultiAgentReplayBuffer.check_first_add>` does (the
+        same check and message; the collector calls it before its envs step). Nothing to
+        check once the fields are known (the shards', or this client's first add).
+
+        Raises:
+            SpecError: The error that add would raise, naming the ``spec=`` entries to
+                add to the service's buffer config.
+        """
+        if self._current_layout() is None:
+            check_first_add_fields("MultiAgentReplayBuffer", self._agents, self._spec,
+                                   agents, per_agent, call)
+
+    def end_episodes(self, env_ids: Any = None) -> None:
+        """As :meth:`MultiAgentReplayBuffer.end_episodes
+        <replaybank.multiagent.buffer.MultiAgentReplayBuffer.end_episodes>` where no
+        joint episode this client wrote is running in ``env_ids`` (a collector's first
+        reset, or one after every agent ended): nothing to end. The shards cannot cut a
+        running joint episode (their writes carry steps only), so one is refused and
+        nothing changes: a collector that resets an env mid-episode (``rb.collect``
+        called again on the same envs, a lost step) would else bridge the old episode
+        into the new one on the shards.
+
+        Raises:
+            ArgumentError: ``env_ids`` are not distinct env indices of the service.
+            ConfigError: A joint episode this client wrote is running in one of them.
+        """
+        lanes = env_lanes("end_episodes", env_ids, self.num_lanes)
+        ep = self._episodes
+        running = [int(x) for x in lanes if ep.alive[:, x].any() or ep.ended[:, x].any()]
+        if running:
+            raise ConfigError(
+                f"end_episodes(env_ids={env_ids!r}): the joint episodes of envs {running} "
+                "are running, and the service's shards cannot end a joint episode early "
+                "(their writes carry steps only); let the episodes end (keep one "
+                "MultiAgentCollector across calls instead of calling rb.collect again), "
+                "or write to a local MultiAgentReplayBuffer")
 
     def _current_layout(self) -> AgentLayout | None:
         rule = self.client.write_rule()

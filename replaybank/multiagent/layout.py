@@ -47,7 +47,8 @@ from replaybank.errors import ArgumentError, SpecError, describe
 from replaybank.spec import SEP, FieldSpec, Spec
 
 __all__ = ["OUTCOMES", "RESERVED_NAMES", "STATE", "AgentLayout", "check_agents",
-           "missing_spec_error", "obs_leaf", "parse_spec", "unknown_fields"]
+           "check_first_add_fields", "missing_spec_error", "obs_leaf", "parse_spec",
+           "unknown_fields"]
 
 #: The key of the global state in the core's dict observation.
 STATE = "state"
@@ -329,6 +330,23 @@ def unknown_fields(agents: tuple[str, ...], spec: Any,
         {'action': ['c'], 'log_prob': ['c']}
     """
     return _unknown(agents, parse_spec(spec, agents), present)
+
+
+def check_first_add_fields(owner: str, agents: tuple[str, ...], spec: Any,
+                           acting: Collection[str], per_agent: Collection[str],
+                           call: str) -> None:
+    """Raise the :class:`~replaybank.errors.SpecError` of a first add that holds only the
+    agents ``acting`` (in its per-agent arguments ``per_agent``) and so leaves fields of
+    the other agents unknown (``spec`` does not give them); the one check of
+    ``MultiAgentReplayBuffer.check_first_add`` and of the service's multi-agent client.
+
+    Example:
+        >>> spec = {"obs": {"c": ((2,), "float32")}, "action": {"c": ((), "int64")}}
+        >>> check_first_add_fields("B", ("a", "c"), spec, ["a"], ["obs", "action"], "add")
+    """
+    missing = unknown_fields(agents, spec, {name: tuple(acting) for name in per_agent})
+    if missing:
+        raise missing_spec_error(owner, missing, call=call)
 
 
 def missing_spec_error(owner: str, missing: Mapping[str, Sequence[str]],
