@@ -599,3 +599,20 @@ def test_a_client_refuses_positional_values_and_save_as_a_buffer_does(
     with pytest.raises(ConfigError, match=r"save\(dirpath=.*service\.checkpoint\(path\)"):
         client.save(tmp_path / "d")
     assert not (tmp_path / "d").exists()
+
+
+@pytest.mark.slow
+def test_a_client_refuses_sample_fn_as_a_host_buffer_does(services: Any) -> None:
+    """``client.sample_fn(B)`` was an AttributeError; a buffer whose storage draws on the
+    host raises a ConfigError naming the fix (call sample()), and so does the client,
+    with the same message naming itself."""
+    svc = start(services, 2, {"capacity": 8}, num_lanes=2)
+    client = svc.client()
+    with pytest.raises(ConfigError) as want:
+        rb.ReplayBuffer(16, num_envs=2).sample_fn(4)
+    with pytest.raises(ConfigError) as got:
+        client.sample_fn(4)
+    assert str(got.value) == str(want.value).replace(
+        'this buffer\'s storage ("numpy")', "a ReplayClient (its shards sample on their own hosts)"
+    )
+    assert "or call sample()" in str(got.value)

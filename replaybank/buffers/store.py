@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from replaybank.device.path import DevicePath
     from replaybank.shared.writer import SharedWriterHandle
 
-__all__ = ["Store", "make_store"]
+__all__ = ["Store", "make_store", "no_device_draws"]
 
 T_ = TypeVar("T_")
 B_ = TypeVar("B_", Batch, SequenceBatch)
@@ -186,10 +186,7 @@ class Store:
 
     def device(self) -> DevicePath:
         """The device path (:meth:`ReplayBuffer.sample_fn`); raises for host storage."""
-        raise ConfigError(
-            f'sample_fn: this buffer\'s storage ("{self.backend.name}") does not draw on '
-            'the device; build it with storage="torch" (with TorchBackend draws="device", '
-            "the default) or call sample()")
+        raise no_device_draws(f'this buffer\'s storage ("{self.backend.name}")')
 
     def writer(self, owner: Any, lanes: Any) -> SharedWriterHandle:
         """A collector's write handle (a shared store's); raises for other storage."""
@@ -201,6 +198,26 @@ class Store:
         out = self.__dict__.copy()
         out["_lane_view"] = None
         return out
+
+
+def no_device_draws(holder: str) -> ConfigError:
+    """The refusal of ``sample_fn`` by a ``holder`` whose draws are not on the device: one
+    message for a buffer's host storage and the Ray service's client.
+
+    Args:
+        holder: What does not draw there (``'this buffer\'s storage ("numpy")'``).
+
+    Returns:
+        The :class:`~replaybank.errors.ConfigError` to raise.
+
+    Example:
+        >>> str(no_device_draws("a ReplayClient")).split(";")[0]
+        'sample_fn: a ReplayClient does not draw on the device'
+    """
+    return ConfigError(
+        f"sample_fn: {holder} does not draw on the device; build a buffer with "
+        'storage="torch" (with TorchBackend draws="device", the default) or call sample()'
+    )
 
 
 def make_store(backend: ArrayBackend, rows: int, lanes: int, rows_only: bool,

@@ -150,6 +150,7 @@ from replaybank.buffers.priorities import (
     to_host,
 )
 from replaybank.buffers.sequences import check_eta, checked_window_updates
+from replaybank.buffers.store import no_device_draws
 from replaybank.distributed.errors import RowsRejectedWarning, ShardUnavailableError
 from replaybank.distributed.keys import group_by_shard, group_rows_by_shard
 from replaybank.distributed.rejection import CandidateStream, candidate_counts
@@ -853,6 +854,16 @@ class ReplayClient:
             RateLimitTimeout: A shard's rate limiter held the call past ``timeout``.
         """
         return Batch.own(self._draw(batch_size, None, {"replace": replace, **kwargs}))
+
+    def sample_fn(self, batch_size: int) -> Callable[[], Batch]:
+        """Refused, as a local buffer on host storage refuses it: the shards draw and
+        gather on the host of their own processes, so there is no device path to
+        capture; call :meth:`sample` (and ``batch.to_torch(device)``).
+
+        Raises:
+            ConfigError: Always (the buffer's message, naming the client).
+        """
+        raise no_device_draws("a ReplayClient (its shards sample on their own hosts)")
 
     def sample_sequences(self, batch_size: int, sequence_length: int,
                          **kwargs: Any) -> SequenceBatch:
