@@ -166,3 +166,120 @@ def test_two_threads_that_did_not_build_the_buffer() -> None:
     for th in threads:
         th.join(10)
     assert len(buf) == 128 and bad[0] == 0
+
+
+# ------------------------------------------- the lock switch while the owner is mid-call
+HOLD = 0.5  # seconds the owner's call waits inside for the second thread's call to finish
+
+
+def _goal_step(t: int) -> dict[str, Any]:
+    """Step ``t`` of a goal env whose episodes last 4 steps (every one ends)."""
+    o = {"observation": np.full(2, t, np.float32), "achieved_goal": np.full(1, t, np.float32),
+         "desired_goal": np.full(1, -1.0, np.float32)}
+    n = {"observation": np.full(2, t + 1, np.float32),
+         "achieved_goal": np.full(1, t + 1, np.float32),
+         "desired_goal": np.full(1, -1.0, np.float32)}
+    return {"obs": o, "next_obs": n, "action": t, "reward": 0.0,
+            "terminated": t % 4 == 3, "truncated": False}
+
+
+class _Holder:
+    """A HER reward function that holds the owner thread inside its first ``sample`` call
+    (up to ``HOLD`` seconds) until the second thread's call returns, and records every
+    moment two threads' calls ran at once."""
+
+    def __init__(self) -> None:
+        self.owner = threading.get_ident()
+        self.inside = threading.Event()  # the owner's call is under way
+        self.done = threading.Event()  # the second thread's call returned
+        self.done_while_held = False
+        self.active: set[int] = set()
+        self.overlaps = 0
+
+    def __call__(self, achieved: Any, desired: Any, info: Any) -> Any:
+        me = threading.get_ident()
+        self.overlaps += bool(self.active)
+        self.active.add(me)
+        try:
+            if me == self.owner and not self.inside.is_set():
+                self.inside.set()
+                self.done_while_held = self.done.wait(HOLD)
+            return -np.abs(achieved - desired)[..., 0]
+        finally:
+            self.active.discard(me)
+
+
+@pytest.mark.parametrize("writer", ["compiled", "python"])
+@pytest.mark.parametrize("call", ["sample", "add"])
+def test_a_second_threads_first_call_waits_for_the_owners_call_in_flight(
+        call: str, writer: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first call of a second thread switches the guard to its lock and must wait
+    for the call the owner thread has in flight. It used to raise and lower the owner's
+    ``busy`` flag itself (``enter``, and the Python direct write's own check), so the
+    switch found the owner idle and both calls ran at once: in a probe where the owner
+    sampled in a loop, 183 switches in 200 overlapped a call of the owner."""
+    if writer == "python":  # the Python direct write (where no C compiler built _lane)
+        from replaybank.storage.writers.compiled import CompiledWriter
+
+        monkeypatch.setattr(CompiledWriter, "of", classmethod(lambda cls, t, guard=None: None))
+    hold = _Holder()
+    buf = rb.HerReplayBuffer(64, reward_fn=hold, strategy="final", k=4, seed=0,
+                             autoreset_mode="same_step")
+    for t in range(16):
+        buf.add(**_goal_step(t))
+    errors: list[BaseException] = []
+
+    def second() -> None:
+        try:
+            hold.inside.wait(10)
+            if call == "sample":
+                buf.sample(8)
+            else:
+                buf.add(**_goal_step(16))
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+        finally:
+            hold.done.set()
+
+    th = threading.Thread(target=second)
+    th.start()
+    buf.sample(8)  # the owner's call: holds inside until the second call returns
+    th.join(10)
+    assert not errors, errors
+    assert not hold.done_while_held, f"the second thread's {call} ran inside the owner's sample"
+    assert hold.overlaps == 0
+    assert len(buf) == (16 if call == "sample" else 17)
+
+
+def test_calls_inside_exclusive_keep_other_threads_out(tmp_path: Any) -> None:
+    """A call made inside ``with buf.exclusive():`` is part of that section: the owner's
+    ``sample`` in it used to lower the guard's ``busy`` flag on return, letting a second
+    thread's first call in while the section still ran; once the guard is shared, any
+    call inside the section waited for the lock the section holds (a deadlock)."""
+    buf = rb.ReplayBuffer(64, seed=0)
+    for t in range(20):
+        buf.add(**_step(1, t))
+    done = threading.Event()
+    second = threading.Thread(target=lambda: (buf.sample(4), done.set()))
+    with buf.exclusive():
+        buf.sample(4)
+        second.start()
+        assert not done.wait(0.3), "another thread's call ran inside the owner's section"
+    second.join(10)
+    assert done.is_set()
+    # the guard is shared now: a thread's section and the calls inside it
+    inner = threading.Event()
+
+    def section() -> None:
+        with buf.exclusive():
+            buf.sample(4)
+            buf.add(**_step(1, 20))
+            buf.state_dict()
+            rb.save(buf, tmp_path)
+        inner.set()
+
+    th = threading.Thread(target=section, daemon=True)
+    th.start()
+    assert inner.wait(5), "a call inside exclusive() waited for its own section's lock"
+    assert len(buf) == 21
+

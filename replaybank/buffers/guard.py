@@ -18,19 +18,28 @@ The switch is a two-flag handshake (Dekker): the owner raises ``busy`` before it
 ``shared``, a second thread raises ``shared`` (holding the lock) before it checks
 ``busy``. Under the GIL each of those loads and stores is atomic and ordered, so either
 the owner sees ``shared`` and takes the lock, or the second thread sees ``busy`` and
-waits for it to drop. (The compiled writer checks and raises ``busy`` in one step: it
-holds the GIL throughout.) In shared mode ``holder`` names the thread holding the lock,
-which the compiled writer lets through.
+waits for it to drop. Only the owner thread ever writes ``busy``: a second thread that
+raised and lowered it too (as this guard once did, before it looked at the thread id)
+lowered the flag of the owner's call in flight and went in beside it. (The compiled
+writer checks and raises ``busy`` in one step: it holds the GIL throughout.) In shared
+mode ``holder`` names the thread holding the lock, which the compiled writer lets
+through.
 
-Calls of a guarded buffer must not call each other's guarded entry points (the lock
-is not re-entrant); buffers call their internal, unguarded methods instead.
+A call made inside another call of the same thread (a public call inside
+``with buf.exclusive():``, ``rb.save``'s ``state_dict()``) is *nested*: it neither
+takes the lock (its thread holds it, or is the owner mid-call) nor lowers ``busy`` when
+it returns, so the outer section stays one section. Buffers still call their internal,
+unguarded methods from inside their own calls: nesting is for sections a caller opens.
 
 Example:
     >>> g = CallGuard()
-    >>> locked = g.enter()  # the owner thread: no lock taken
-    >>> locked, g.shared
-    (False, False)
-    >>> g.leave(locked)
+    >>> state = g.enter()  # the owner thread: no lock taken
+    >>> state == UNLOCKED, g.shared, g.enter() == NESTED
+    (True, False, True)
+    >>> g.leave(NESTED)  # the inner call: the outer one is still under way
+    >>> g.busy
+    True
+    >>> g.leave(state)
 """
 
 from __future__ import annotations
@@ -42,7 +51,12 @@ from typing import TYPE_CHECKING
 
 from replaybank.storage.writers.compiled import ACCEL
 
-__all__ = ["CallGuard"]
+__all__ = ["LOCKED", "NESTED", "UNLOCKED", "CallGuard"]
+
+#: What :meth:`CallGuard.enter` returns (pass it to :meth:`CallGuard.leave`): the owner's
+#: call without the lock (``busy`` raised), a call holding the lock, a call nested in a
+#: call of the same thread (nothing to undo).
+UNLOCKED, LOCKED, NESTED = 0, 1, 2
 
 
 class _GuardFlags:
@@ -68,11 +82,11 @@ class CallGuard(_Flags):
 
     A call runs between :meth:`enter` and :meth:`leave`::
 
-        locked = guard.enter()
+        state = guard.enter()
         try:
             ...
         finally:
-            guard.leave(locked)
+            guard.leave(state)
 
     Attributes:
         owner: Thread id of the thread that may call without the lock (the builder).
@@ -91,20 +105,27 @@ class CallGuard(_Flags):
         self.busy = False
         self.lock = threading.Lock()
 
-    def enter(self) -> bool:
-        """Start a call; True when it holds the lock (pass the result to :meth:`leave`)."""
-        self.busy = True
-        if self.shared or get_ident() != self.owner:
+    def enter(self) -> int:
+        """Start a call: :data:`UNLOCKED`, :data:`LOCKED` or :data:`NESTED` (pass the
+        result to :meth:`leave`)."""
+        me = get_ident()
+        if me == self.owner:
+            if self.busy:  # inside the owner's own unlocked call (only it raises busy)
+                return NESTED
+            self.busy = True  # raised before shared is read (the handshake)
+            if not self.shared:
+                return UNLOCKED
             self.busy = False
-            self.lock_shared()
-            return True
-        return False
+        if self.holder == me:  # inside this thread's own locked call
+            return NESTED
+        self.lock_shared()
+        return LOCKED
 
-    def leave(self, locked: bool) -> None:
-        """End a call started by :meth:`enter`."""
-        if locked:
+    def leave(self, state: int) -> None:
+        """End a call started by :meth:`enter` (``state``: what it returned)."""
+        if state == LOCKED:
             self.unlock()
-        else:
+        elif state == UNLOCKED:
             self.busy = False
 
     def lock_shared(self) -> None:

@@ -287,7 +287,7 @@ class ReplayBuffer:
     @sampler.setter
     def sampler(self, sampler: Sampler) -> None:
         new = arguments.check_part("sampler", sampler)
-        locked = self._guard.enter()
+        entered = self._guard.enter()
         try:  # bound to this table and told of every live step, oldest first (the state
             # a sampler keeps of steps it did not see written: default priorities); a
             # sampler that cannot bind (memory) leaves the old one in place
@@ -297,7 +297,7 @@ class ReplayBuffer:
             self._sampler = new
             self.write_route.drop()
         finally:
-            self._guard.leave(locked)
+            self._guard.leave(entered)
 
     @property
     def view(self) -> View:
@@ -428,12 +428,12 @@ class ReplayBuffer:
 
     def _write(self, values: StepValues, steps: bool, env_ids: Any, priority: Any) -> None:
         """A write the hot path did not take, one call at a time (guard.py)."""
-        locked = self._guard.enter()
+        entered = self._guard.enter()
         try:
             self.write_route.write(self._current_parts(), values, steps, env_ids, priority,
                                    self.record_owner)
         finally:
-            self._guard.leave(locked)
+            self._guard.leave(entered)
 
     def writer(self, lanes: Any) -> SharedWriterHandle:
         """A picklable handle for a collector process that writes ``lanes`` of this
@@ -454,12 +454,12 @@ class ReplayBuffer:
         with their stacks padded by their first frame, as a fresh buffer's first steps
         (see :mod:`replaybank.views.framestack`).
         """
-        locked = self._guard.enter()
+        entered = self._guard.enter()
         try:
             self._store.check_write("clear")
             self._clear()
         finally:
-            self._guard.leave(locked)
+            self._guard.leave(entered)
 
     def _clear(self) -> None:
         if self._table is not None:
@@ -487,7 +487,7 @@ class ReplayBuffer:
             EmptyBufferError: The buffer is empty, or ``replace=False`` and
                 ``batch_size > len(buf)``.
         """
-        locked = self._guard.enter()
+        entered = self._guard.enter()
         try:
             parts = self._parts if self._parts.sampler is self._sampler \
                 and self._parts.view is self._view else self._current_parts()
@@ -497,7 +497,7 @@ class ReplayBuffer:
                 self._check_resets()
             return batch
         finally:
-            self._guard.leave(locked)
+            self._guard.leave(entered)
 
     def sample_fn(self, batch_size: int) -> Callable[[], Batch]:
         """A callable that samples ``batch_size`` transitions into static tensors, for a
@@ -541,7 +541,7 @@ class ReplayBuffer:
         size = positive_int("sample_fn(batch_size)", batch_size)
 
         def fn() -> Batch:
-            locked = self._guard.enter()
+            entered = self._guard.enter()
             try:
                 if self._table is None or len(self) == 0:
                     raise EmptyBufferError("sample_fn(): the buffer is empty; add "
@@ -552,7 +552,7 @@ class ReplayBuffer:
                         f"{type(self.view).__name__} has no device path; use sample()")
                 return Batch.own(dict(dev.sample_fn(self._table, self._rng, size)))
             finally:
-                self._guard.leave(locked)
+                self._guard.leave(entered)
 
         return fn
 
@@ -613,14 +613,14 @@ class ReplayBuffer:
             ShapeError: Lengths differ.
             DtypeError: A priority is negative, NaN or infinite.
         """
-        locked = self._guard.enter()
+        entered = self._guard.enter()
         try:
             traits, lanes = self._current_parts().traits, self._lanes()
             return self._store.updated(self._sampler,
                                        lambda k, p: update_priorities(traits, lanes, k, p),
                                        indices, priorities)
         finally:
-            self._guard.leave(locked)
+            self._guard.leave(entered)
 
     # ------------------------------------------------------------------ sequences
     def sample_sequences(self, batch_size: int, sequence_length: int,
@@ -628,7 +628,7 @@ class ReplayBuffer:
         """Sample ``[B, L]`` windows of the stored steps (one-step rewards and one frame
         per step, whatever ``n_step``/``frame_stack``/``view``, which shape :meth:`sample`
         only); see :func:`replaybank.buffers.sequences.sample_sequences`."""
-        locked = self._guard.enter()
+        entered = self._guard.enter()
         try:
             traits = self._current_parts().traits
             store = self._store
@@ -640,21 +640,21 @@ class ReplayBuffer:
                 self._seq_widths.add(int(batch.mask.shape[1]))
             return batch
         finally:
-            self._guard.leave(locked)
+            self._guard.leave(entered)
 
     def update_sequence_priorities(self, starts: Any, td_errors: Any, eta: float = 0.9,
                                    mask: Any = None) -> int:
         """R2D2 sequence priorities; see :mod:`replaybank.buffers.sequences` (without
         ``mask``, ``td_errors`` must have as many columns as windows sampled from this
         buffer have steps)."""
-        locked = self._guard.enter()
+        entered = self._guard.enter()
         try:
             traits, lanes = self._current_parts().traits, self._lanes()
             widths = frozenset(self._seq_widths)
             return self._store.updated(self._sampler, lambda k, td, m: update_sequence_priorities(
                 traits, lanes, k, td, eta=eta, mask=m, widths=widths), starts, td_errors, mask)
         finally:
-            self._guard.leave(locked)
+            self._guard.leave(entered)
 
     @contextlib.contextmanager
     def reset_free_writes(self) -> Iterator[None]:
@@ -707,11 +707,11 @@ class ReplayBuffer:
             ...     len(buf)
             0
         """
-        locked = self._guard.enter()
+        entered = self._guard.enter()
         try:
             yield
         finally:
-            self._guard.leave(locked)
+            self._guard.leave(entered)
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:

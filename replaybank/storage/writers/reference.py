@@ -422,8 +422,10 @@ class StepWriter:
         self.table = table
         #: The owning buffer's call guard (its flags ``busy``, ``shared``, ``owner``; see
         #: :mod:`replaybank.buffers.guard`), checked by :meth:`write` as the compiled
-        #: writer checks it: only the owner thread's call while the guard is not shared
-        #: writes, with ``busy`` raised. None: no check (the caller holds the guard).
+        #: writer checks it: the owner thread's call while the guard is not shared
+        #: writes, with ``busy`` raised (unless its own call raised it), the thread
+        #: holding the lock while it is; any other returns 0 and leaves the flags alone.
+        #: None: no check (the caller holds the guard).
         self.guard = guard
         spec = table.spec
         std = ("action", "reward", "terminated", "truncated")
@@ -550,15 +552,23 @@ class StepWriter:
                 or terminated is UNSET or truncated is UNSET:
             return 0
         guard = self.guard
+        raised = False
         if guard is not None:  # (the compiled writer's check, in this writer's own call)
-            guard.busy = True  # raised before shared is read (the guard's handshake)
-            if guard.shared or get_ident() != guard.owner:
-                guard.busy = False
+            me = get_ident()
+            if guard.shared:
+                if guard.holder != me:
+                    return 0
+            elif me != guard.owner:  # (only the owner writes busy: the guard's handshake)
                 return 0
+            elif not guard.busy:  # (busy: inside the owner's own call, which lowers it)
+                guard.busy = raised = True  # raised before shared is read again
+                if guard.shared:
+                    guard.busy = False
+                    return 0
         try:
             return self._cast_all(obs, action, reward, next_obs, terminated, truncated, extras)
         finally:
-            if guard is not None:
+            if raised:
                 guard.busy = False
 
     def _cast_all(self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any,
