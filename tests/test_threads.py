@@ -283,3 +283,73 @@ def test_calls_inside_exclusive_keep_other_threads_out(tmp_path: Any) -> None:
     assert inner.wait(5), "a call inside exclusive() waited for its own section's lock"
     assert len(buf) == 21
 
+
+class _PausingSampler(rb.UniformSampler):
+    """A uniform sampler whose ``state_dict`` (asked for by the buffer's, before the
+    table is copied) waits up to ``HOLD`` seconds, when another thread asks, for the
+    owner thread to add a step."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.owner = threading.get_ident()
+        self.asked = threading.Event()
+        self.added = threading.Event()
+
+    def state_dict(self) -> dict[str, Any]:
+        if threading.get_ident() != self.owner:
+            self.asked.set()
+            self.added.wait(HOLD)
+        return super().state_dict()
+
+
+def test_state_dict_from_another_thread_is_one_snapshot() -> None:
+    """``state_dict()`` is a snapshot even while the owner thread adds: the call holds
+    the buffer's guard, as ``rb.save`` does. Unguarded, an add landed between the parts
+    it copies: in a probe (a writer thread, a thread calling ``state_dict()`` and loading
+    it into a fresh buffer) 3 runs in 3 of a PER buffer got states that did not load
+    (``CheckpointError``: links or free side slots damaged) or held steps mixed from two
+    adds; here the metadata counts 20 steps and the table 21."""
+    sampler = _PausingSampler()
+    buf = rb.ReplayBuffer(64, seed=0, sampler=sampler)
+    for t in range(20):
+        buf.add(**_step(1, t))
+    got: list[dict[str, Any]] = []
+    th = threading.Thread(target=lambda: got.append(buf.state_dict()))
+    th.start()
+    assert sampler.asked.wait(10)
+    buf.add(**_step(1, 20))  # waits for the state_dict call to return
+    sampler.added.set()
+    th.join(10)
+    state = got[0]
+    assert state["metadata"]["size"] == int(state["table"]["meta/counts"].sum()) == 20
+    fresh = rb.ReplayBuffer(64, seed=0)
+    fresh.load_state_dict(state)
+    assert len(fresh) == 20 and len(buf) == 21
+    assert _bad_transitions(fresh.sample(64)) == 0
+
+
+def test_a_view_swapped_from_another_thread_waits_for_the_call_in_flight() -> None:
+    """``buf.view = ...`` is a call like the others (as ``buf.sampler = ...`` was): set
+    from another thread, it waits for the owner's sample in flight, which serves its
+    batch with the view it started with. It used to swap the view (and drop the writer)
+    in the middle of that call."""
+    hold = _Holder()
+    buf = rb.HerReplayBuffer(64, reward_fn=hold, strategy="final", k=4, seed=0,
+                             autoreset_mode="same_step")
+    for t in range(16):
+        buf.add(**_goal_step(t))
+    her = buf.view
+    plain = rb.TransitionView()
+
+    def swap() -> None:
+        hold.inside.wait(10)
+        buf.view = plain
+        hold.done.set()
+
+    th = threading.Thread(target=swap)
+    th.start()
+    batch = buf.sample(8)
+    th.join(10)
+    assert not hold.done_while_held, "the view changed inside the owner's sample"
+    assert "relabeled" in batch and buf.view is plain and her is not plain
+    assert "relabeled" not in buf.sample(8)

@@ -311,8 +311,9 @@ class ReplayBuffer:
         checks = Parts(self._sampler, new).checks
         if checks is not None and self._table is not None:  # (as before the first add)
             checks.check_fields(self._table.obs_fields)
-        self._view = new
-        self.write_route.drop()
+        with self.exclusive():  # not while another thread's call serves with the old one
+            self._view = new
+            self.write_route.drop()
 
     def __len__(self) -> int:
         return self._store.size(self._sampler)
@@ -719,6 +720,8 @@ class ReplayBuffer:
 
         The dict is a snapshot: its arrays are copies, so adds after the call change
         neither its data nor its counters, and it loads as the buffer was at the call.
+        The call holds other threads' calls off (:meth:`exclusive`), so one thread may
+        take it while another adds.
         That costs a copy of the stored data (as much memory again as the buffer holds,
         in RAM for memmap storage). :func:`replaybank.save` needs no such copy: it writes
         the storage's own arrays while it holds the buffer (see
@@ -742,7 +745,8 @@ class ReplayBuffer:
             >>> state["table"]["meta/counts"].tolist(), state["table"]["fields/x"][:2, 0].tolist()
             ([1], [1.0, 0.0])
         """
-        return self._store.read(self._sampler, self._state)
+        with self.exclusive():  # one snapshot while another thread adds
+            return self._store.read(self._sampler, self._state)
 
     def _state(self) -> dict[str, Any]:
         """:meth:`state_dict` of the steps the store holds now (read by the store: a
