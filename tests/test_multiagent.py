@@ -656,3 +656,32 @@ def test_the_callers_spec_dict_changed_after_construction_changes_nothing() -> N
             terminated={"a": False, "b": False}, truncated={"a": False, "b": False})
     assert buf.spec is not None
     assert (buf.spec["obs/a"].shape, buf.spec["obs/b"].shape) == ((3,), (2,))
+
+
+def test_check_obs_refuses_what_add_refuses_and_changes_nothing() -> None:
+    """The replay buffer checks an env's observations as the rollout buffer does (the
+    collectors call it as they arrive): before the first add only a value no field can
+    hold, with ``step`` against the fields that add fixes, then against its fields."""
+    buf = MultiAgentReplayBuffer(8, agents=["a"], num_envs=2, seed=0)
+    with pytest.raises(DtypeError, match=r"^obs\['a'\]=.*string"):
+        buf.check_obs({"a": np.array([["x"], ["y"]])})
+    buf.check_obs({"a": np.zeros((2, 4))})  # the shape waits for the first add
+    step = {"obs": {"a": np.zeros((2, 3), np.float32)}, "action": {"a": np.zeros(2)}}
+    with pytest.raises(ShapeError, match=r"^obs\['a'\]=.*expected shape \(2, 3\)"):
+        buf.check_obs({"a": np.zeros((2, 4))}, step=step, call="collect")
+    assert buf.layout is None and len(buf) == 0
+    buf.add(**step, reward={"a": np.ones(2)}, next_obs={"a": np.ones((2, 3), np.float32)},
+            terminated={"a": np.zeros(2, bool)}, truncated={"a": np.zeros(2, bool)})
+    layout, before = buf.layout, copy.deepcopy(buf.state_dict())
+    with pytest.raises(ShapeError, match=r"expected shape \(2, 3\)"):
+        buf.check_obs({"a": np.zeros((2, 4))})
+    with pytest.raises(SpecError, match=r"^check_obs\(state=.*stores no global state"):
+        buf.check_obs({"a": np.zeros((2, 3))}, np.zeros((2, 1)))
+    with pytest.raises(ArgumentError, match=r"unknown agent\(s\) \['c'\]"):
+        buf.check_obs({"c": np.zeros((2, 3))})
+    buf.check_obs({"a": np.ones((2, 3))})  # what add takes passes
+    assert buf.layout is layout and len(buf) == 2
+    back = MultiAgentReplayBuffer(8, agents=["a"], num_envs=2, seed=0)
+    back.load_state_dict(before)
+    assert buf.sample(2, replace=False).obs["a"].tolist() == \
+        back.sample(2, replace=False).obs["a"].tolist()

@@ -11,6 +11,7 @@ to step 6 (different observation and action spaces).
 from __future__ import annotations
 
 import copy
+import re
 from typing import Any, ClassVar
 
 import numpy as np
@@ -619,7 +620,7 @@ def test_vector_envs_stack_values_in_their_common_dtype_not_the_first_envs() -> 
 
 def test_vector_envs_values_an_int_field_cannot_hold_are_refused_as_add_refuses_them() -> None:
     """Into an int64 field, env 1's 0.25 is refused with the DtypeError of ``buf.add`` (it
-    was stored as 0)."""
+    was stored as 0), as it arrives: env 1's step is lost, env 0's is stored."""
     spec = {"obs": {"a": ((1,), "int64")}}
     buf = rb.MultiAgentReplayBuffer(20, ["a"], num_envs=2, spec=spec)
     col = MultiAgentCollector([Fractions(np.int64), Fractions(np.float64)], None, buf, seed=0)
@@ -634,10 +635,12 @@ def test_vector_envs_values_an_int_field_cannot_hold_are_refused_as_add_refuses_
         "next_obs['a']=[[0.0], [0.25]]: field 'obs/a' is int64 and needs finite integral "
         "values (found NaN, inf or a fraction); round or fix the value, or declare the "
         "field as float")
-    # (refused after the envs stepped: the collector says the step is lost)
-    assert str(got.value).startswith(str(direct.value) + " [collect: ")
-    assert "the step is lost" in str(got.value)
-    assert len(buf) == 0
+    # (checked as it arrived: named as env[1]'s, whose step alone is lost)
+    said = str(direct.value).removeprefix("next_")
+    assert str(got.value).startswith("collect(env=...): the buffer refuses the observations "
+                                     f"or state env[1]'s step gave: {said} [")
+    assert "env[1]'s step is lost" in str(got.value)
+    assert len(buf) == 1 and buf.sample(1).active["a"].tolist() == [True]
 
 
 @pytest.mark.parametrize("num_envs", [1, 2])
@@ -809,9 +812,11 @@ def test_an_action_the_buffer_refuses_leaves_env_and_collector_as_they_were() ->
 class BadObsClock(Clock):
     """The observation of agent "a" at step 2 of the first episode has the wrong shape."""
 
+    bad_at = (0, 2)  # (episode, step)
+
     def step(self, actions: dict[str, Any]) -> Any:
         obs, *rest = super().step(actions)
-        if (self.ep, self.t) == (0, 2) and "a" in obs:
+        if (self.ep, self.t) == self.bad_at and "a" in obs:
             obs["a"] = np.zeros(5, np.float32)
         return (obs, *rest)
 
@@ -824,7 +829,7 @@ def test_a_step_refused_after_the_env_stepped_is_never_bridged() -> None:
     buf = rb.MultiAgentReplayBuffer(50, agents=["a", "b"], seed=0)
     col = MultiAgentCollector(env, None, buf, seed=0)
     col.collect(1)
-    with pytest.raises(rb.ShapeError, match="the step is lost"):
+    with pytest.raises(rb.ShapeError, match=r"the env's step gave: .*the env's step is lost"):
         col.collect(1)
     assert len(buf) == 1
     col.collect(2)  # a new episode (1), its steps t=0, 1
@@ -936,3 +941,105 @@ def test_reset_observation_of_one_env_among_three_resets_that_env_only() -> None
     col.collect(3)
     b = buf.sample(3, replace=False)
     assert sorted(b.obs["a"][:, 2].tolist()) == [0.0, 0.0, 1.0]  # env 1's second episode
+
+
+# ------------------------------------------------------------- observations checked on arrival
+class OddResetIn(Clock):
+    """Agent "a" observes ``odd`` at the reset of episode ``ep`` only."""
+
+    def __init__(self, odd: np.ndarray, ep: int, horizon: int = 10) -> None:
+        super().__init__(horizon)
+        self.odd, self.odd_ep = odd, ep
+
+    def reset(self, seed: int | None = None, options: Any = None) -> Any:
+        obs, infos = super().reset(seed, options)
+        if self.ep == self.odd_ep:
+            obs["a"] = self.odd
+        return obs, infos
+
+
+@pytest.mark.parametrize("random_actions", [False, True])
+def test_a_reset_observation_the_fixed_fields_refuse_resets_that_env_again(
+        random_actions: bool) -> None:
+    """Once the first add fixed the fields, env[0]'s second episode starts with an
+    observation of another shape: it was refused on every later call with a policy (calls
+    3, 4, 5, ...: nothing reset the env), and with random actions only after both envs
+    had stepped (both steps lost). It is refused as it arrives, named as env[0]'s reset,
+    after the step's bookkeeping; the next call resets env[0] again and goes on."""
+    envs = [OddResetIn(np.zeros(4, np.float32), 1, horizon=2), Clock(horizon=2)]
+    buf = rb.MultiAgentReplayBuffer(100, agents=["a", "b"], num_envs=2, seed=0)
+    col = MultiAgentCollector(envs, None if random_actions else _ones, buf, seed=0)
+    col.collect(2)
+    with pytest.raises(
+        ShapeError,
+        match=r"^collect\(env=\.\.\.\): the buffer refuses the observations or state "
+        r"env\[0\]'s reset\(\) gave: obs\['a'\]=array\(shape=\(2, 4\).*no step of "
+        r"env\[0\]'s new episode was stored, and env\[0\] is reset again at the next step",
+    ):
+        col.collect(2)  # episode 0 ends in both envs; env[0]'s reset gives shape (4,)
+    assert len(buf) == 4 and [e.ep for e in envs] == [1, 1]
+    for call in range(3):
+        col.collect(2)
+        assert len(buf) == 6 + 2 * call
+    b = buf.sample(len(buf), replace=False)
+    per_env = sorted((int(k) % 2, float(b.obs["a"][i, 2]), float(b.obs["a"][i, 0]))
+                     for i, k in enumerate(np.asarray(b.indices).tolist()))
+    # env 0: episodes 0 and 2 (episode 1's reset was refused); env 1: episodes 0 to 2
+    assert [e for e in per_env if e[0] == 0] == [(0, 0.0, 0.0), (0, 0.0, 1.0),
+                                                 (0, 2.0, 0.0), (0, 2.0, 1.0),
+                                                 (0, 3.0, 0.0)]
+    assert [e for e in per_env if e[0] == 1] == [(1, 0.0, 0.0), (1, 0.0, 1.0),
+                                                 (1, 1.0, 0.0), (1, 1.0, 1.0),
+                                                 (1, 2.0, 0.0)]
+
+
+@pytest.mark.parametrize("num_envs", [1, 2])
+def test_a_text_reset_observation_is_refused_before_the_policy_sees_it(num_envs: int) -> None:
+    """A reset observation no field can hold (text), before the first add: it was stacked
+    into a string array, handed to the policy, and refused by the add after the envs had
+    stepped (the step lost). It is refused as it arrives, before the policy is called and
+    before any env steps; that env is reset again, and the next call goes on."""
+    envs: list[Clock] = [OddResetIn(np.array(["x", "y", "z"]), 0)]
+    envs += [Clock() for _ in range(num_envs - 1)]
+    seen: list[Any] = []
+
+    def policy(obs: dict[str, Any]) -> dict[str, Any]:
+        seen.append({k: np.asarray(v).dtype for k, v in obs.items()})
+        return {k: np.ones(num_envs, np.int64) if num_envs > 1 else 1 for k in obs}
+
+    buf = rb.MultiAgentReplayBuffer(50, agents=["a", "b"], num_envs=num_envs, seed=0)
+    col = MultiAgentCollector(envs if num_envs > 1 else envs[0], policy, buf, seed=0)
+    where = re.escape("env[0]" if num_envs > 1 else "the env")
+    with pytest.raises(DtypeError, match=rf"^collect\(env=\.\.\.\): the buffer refuses the "
+                       rf"observations or state {where}'s reset\(\) gave: obs\['a'\]=.*"
+                       r"string \(unicode\) values"):
+        col.collect(num_envs)
+    assert seen == [] and [e.t for e in envs] == [0] * num_envs
+    assert len(buf) == 0 and buf.layout is None
+    col.collect(num_envs)
+    assert seen == [{"a": np.float32, "b": np.float32}]
+    b = buf.sample(num_envs, replace=False)
+    assert sorted(b.obs["a"][:, 2].tolist()) == [0.0] * (num_envs - 1) + [1.0]
+
+
+def test_a_step_observation_refused_in_one_env_loses_only_that_envs_step() -> None:
+    """Before the first add, env[1]'s env.step returns an observation of another shape than
+    the step's add fixes: the add refused the whole step (both envs' steps lost). It is
+    checked as it arrives against the fields that add fixes: env[0]'s step is stored
+    (and fixes them), env[1]'s alone is lost, its episode cut and the env reset."""
+    envs = [Clock(), BadObsClock()]
+    envs[1].bad_at = (0, 1)  # its first step
+    buf = rb.MultiAgentReplayBuffer(50, agents=["a", "b"], num_envs=2, seed=0)
+    col = MultiAgentCollector(envs, _ones, buf, seed=0)
+    with pytest.raises(ShapeError, match=r"env\[1\]'s step gave: .*shape=\(2, 5\).*env\[1\]'s "
+                       r"step is lost") as got:
+        col.collect(2)
+    assert "env[0]" not in str(got.value)
+    assert len(buf) == 1 and buf.layout is not None
+    assert buf.sample(1).active["a"].tolist() == [True]
+    col.collect(4)
+    b = buf.sample(5, replace=False)
+    rows = sorted((int(k) % 2, float(b.obs["a"][i, 2]), float(b.obs["a"][i, 0]))
+                  for i, k in enumerate(np.asarray(b.indices).tolist()) if b.active["a"][i])
+    assert rows == [(0, 0.0, 0.0), (0, 0.0, 1.0), (0, 0.0, 2.0), (1, 1.0, 0.0),
+                    (1, 1.0, 1.0)]

@@ -157,6 +157,21 @@ def wants_multiagent(env: Any, buffer: Any) -> bool:
             or isinstance(buffer, (MultiAgentReplayBuffer, MultiAgentRolloutBuffer)))
 
 
+class ObservationChecks(Protocol):
+    """What both collectors' env bookkeeping (:class:`_ParallelEnvs`) reads and calls of
+    the buffer they fill: its fields, and its checks of what an env gives as it arrives
+    (``check_obs`` of :class:`~replaybank.multiagent.MultiAgentReplayBuffer`, its Ray
+    client and :class:`~replaybank.multiagent.MultiAgentRolloutBuffer`)."""
+
+    @property
+    def layout(self) -> AgentLayout | None:
+        """The per-agent fields (None before the first add fixes them)."""
+
+    def check_obs(self, obs: Any, state: Any = None, *, step: Any = None,
+                  call: str = ...) -> None:
+        """Refuse observations (and a state) from the env as ``add`` would."""
+
+
 @runtime_checkable
 class JointStepBuffer(Protocol):
     """What :class:`MultiAgentCollector` reads and calls of the buffer it fills: a
@@ -181,6 +196,11 @@ class JointStepBuffer(Protocol):
 
     def check_first_add(self, agents: Any, per_agent: Any = ..., call: str = ...) -> None:
         """Refuse a first add that leaves an absent agent's fields unknown."""
+
+    def check_obs(self, obs: Any, state: Any = None, *, step: Any = None,
+                  call: str = ...) -> None:
+        """Refuse observations (and a state) from the env as ``add`` would
+        (``MultiAgentReplayBuffer.check_obs``)."""
 
     def end_episodes(self, env_ids: Any = None) -> None:
         """The envs ``env_ids`` are reset: their running joint episodes end."""
@@ -513,7 +533,9 @@ class _ParallelEnvs:
         self.seed = seed
         self.n = len(self.envs)
         self._agents = tuple(buffer.agents)  # the buffer's order
-        self._target = buffer  # the buffer: its layout says whether a state is stored
+        #: The buffer: its layout says whether a state is stored, its check_obs what it
+        #: refuses of what an env gives.
+        self._target: ObservationChecks = buffer
         # whether each env has a working state(), known after its first reset
         self._env_state: list[bool | None] = [
             None if callable(getattr(e, "state", None)) else False for e in self.envs]
@@ -552,6 +574,17 @@ class _ParallelEnvs:
             self._no_state(self._env_state.index(False))
         return known
 
+    def _arrival_state(self, i: int) -> bool:
+        """Whether what env ``i`` gives comes with its state (:meth:`_stores_state` for
+        one env: the other envs may not be reset yet). Before the first add: env ``i``
+        has a working ``state()`` and no env is known to have none."""
+        known = self._layout_state()
+        if known is None:
+            return bool(self._env_state[i]) and False not in self._env_state
+        if known and not self._env_state[i]:
+            self._no_state(i)
+        return known
+
     def _reset_env(self, i: int, seed: int | None) -> None:
         """Reset env ``i`` (with ``seed``) and restart its episode statistics."""
         obs = _reset_obs(self.envs[i], seed, f"env[{i}]" if self.vector else "env")
@@ -563,6 +596,36 @@ class _ParallelEnvs:
         self._ret[i] = {}
         self._alen[i] = {}
         self._len[i] = 0
+        refused = self._check_arrival(i, obs, None)
+        if refused is not None:  # nothing of the new episode is stored: reset it again
+            self._obs[i] = None
+            self._refused.append(self._env_refused(refused, i, lost=False))
+
+    def _ready(self) -> None:
+        """Reset the envs that have no current observation; raise when the buffer refuses
+        what a reset gave (that env is reset again at the next call)."""
+        for i in range(self.n):
+            self._ready_env(i)
+        self._raise_refused()
+
+    def _check_arrival(self, i: int, obs: Mapping[str, Any],
+                       step: Mapping[str, Any] | None) -> ReplayBankError | None:
+        """The buffer's checks of what env ``i`` just gave (``obs``: ``{agent: its
+        observation}`` as the env returned it, and ``env.state()`` when the buffer stores
+        a state), as its ``check_obs`` runs them (``step``: before the first add, the
+        part of the step whose add fixes the fields); the error, or None. Nothing
+        changes."""
+        if not obs:
+            return None
+        try:
+            rows = {a: _rows({i: self._fields(i, a, v)}, self.n,
+                             f"the observation of agent {a!r}") for a, v in obs.items()}
+            state = _rows({i: _copy(self.envs[i].state())}, self.n, "the state") \
+                if self._arrival_state(i) else None
+            self._target.check_obs(rows, state, step=step, call="collect")
+        except ReplayBankError as exc:
+            return exc
+        return None
 
     def _ready_env(self, i: int) -> None:
         """Reset env ``i`` when it has no current observation: its first reset (with
@@ -783,9 +846,14 @@ class MultiAgentCollector(_ParallelEnvs):
 
     def reset(self, seed: int | None = None) -> Any:
         """Reset every env (env ``i`` with ``seed + i``; episode statistics restart) and
-        return :attr:`obs`."""
+        return :attr:`obs`.
+
+        Raises:
+            ShapeError, DtypeError, SpecError: The buffer refuses what a reset gave (after
+                every env was reset; that env is reset again at the next step)."""
         for i in range(self.n):
             self._reset_env(i, None if seed is None else seed + i)
+        self._raise_refused()
         return self.obs
 
     @property
@@ -878,13 +946,22 @@ class MultiAgentCollector(_ParallelEnvs):
     def step(self, result: MultiAgentCollectResult) -> int:
         """One step of every env; returns the number of joint steps stored.
 
+        Every observation (and state) is checked with the buffer's checks as it arrives
+        (its ``check_obs``), as :class:`MultiAgentRolloutCollector` checks it: from
+        ``reset``, and from ``env.step`` before the step is added. An env whose
+        ``reset`` gave one the buffer refuses is reset again at the next step (nothing of
+        its new episode is stored); an env whose ``env.step`` gave one loses that step
+        (its episode ends at its last stored step, and it is reset at the next step),
+        while the other envs' steps are stored. The error is raised after the step's
+        bookkeeping, so the next call goes on.
+
         Raises:
-            ShapeError, DtypeError: The buffer refuses an action (checked before any env
-                steps: nothing changed), or refuses the step after the envs stepped (the
-                step is lost: see :meth:`_lost_step`).
+            ShapeError, DtypeError, SpecError: The buffer refuses an action (checked
+                before any env steps: nothing changed), or an env's observations (see
+                above), or the step after the envs stepped (the step is lost in every
+                env: see :meth:`_lost_step`).
         """
-        for i in range(self.n):
-            self._ready_env(i)
+        self._ready()
         store_state = self._stores_state()
         acting = [self._acting(i) for i in range(self.n)]
         if self.buffer.layout is None:  # an agent not in the first add needs spec=
@@ -893,28 +970,72 @@ class MultiAgentCollector(_ParallelEnvs):
                                          if any(a in x for x in acting)], call="collect")
         actions = self._actions(acting)
         self._check_actions_fit(actions)
+        for i, env in enumerate(self.envs):
+            if acting[i] and store_state and self._state[i] is None:
+                self._state[i] = _copy(env.state())
+        first = self._first_step(acting, actions, store_state)
         steps: list[dict[str, Any] | None] = []
+        lost: list[int] = []
         for i, env in enumerate(self.envs):
             if not acting[i]:
                 steps.append(None)
                 continue
-            if store_state and self._state[i] is None:
-                self._state[i] = _copy(env.state())
             out = env.step(actions[i])
-            steps.append(self._outcome(i, acting[i], actions[i], out, store_state))
+            step = self._outcome(i, acting[i], actions[i], out, store_state)
+            refused = self._check_arrival(i, {a: step["raw_next"][a] for a in acting[i]},
+                                          first)
+            if refused is not None:  # that env's step is lost, the others' are stored
+                lost.append(i)
+                self._refused.append(self._env_refused(refused, i, lost=True))
+                steps.append(None)
+                continue
+            steps.append(step)
         try:
             self._store(steps, store_state)
         except ReplayBankError as exc:
-            lost = [i for i, s in enumerate(steps) if s is not None]
-            self.buffer.end_episodes(lost)
-            raise self._lost_step(exc, lost) from exc
+            self._refused = []
+            stepped = [i for i in range(self.n) if acting[i]]
+            self.buffer.end_episodes(stepped)
+            raise self._lost_step(exc, stepped) from exc
         stored = sum(s is not None for s in steps)
         result.steps += stored
-        result.env_steps += stored
+        result.env_steps += stored + len(lost)
         for i, s in enumerate(steps):
             if s is not None:
                 self._after(i, s, result)
+        if lost:  # cut at their last stored step; reset at the next step
+            for i in lost:
+                self._obs[i] = None
+            self.buffer.end_episodes(lost)
+        self._raise_refused()
         return stored
+
+    def _first_step(self, acting: list[list[str]], actions: list[dict[str, Any]],
+                    store_state: bool) -> dict[str, Any] | None:
+        """Before the first add: the ``obs``, ``action`` (and ``state``) of this step in
+        the form ``add`` takes them, which fix the buffer's fields (the envs' next
+        observations are checked against those), checked by the buffer's ``check_obs``
+        before any env steps; None once the fields are known.
+
+        Raises:
+            ShapeError, DtypeError, SpecError: The buffer refuses this step's actions
+                (the observations were checked as they arrived): nothing changed.
+        """
+        if self.buffer.layout is None and any(acting):
+            part = [{"obs": {a: cur[a] for a in acting[i]}, "action": actions[i],
+                     "state": self._state[i]} if acting[i] and (cur := self._obs[i])
+                    else None for i in range(self.n)]
+            try:
+                first = self._add_args(part, ("obs", "action"),
+                                       ("state",) if store_state else ())
+                self.buffer.check_obs(first["obs"], first.get("state"), step=first,
+                                      call="collect")
+            except ReplayBankError as exc:
+                raise self._not_stepped(exc, "the actions",
+                                        "for the envs" if self.vector else "in the env"
+                                        ) from None
+            return first
+        return None
 
     def _outcome(self, i: int, acting: list[str], actions: dict[str, Any], out: Any,
                  store_state: bool) -> dict[str, Any]:
@@ -939,19 +1060,23 @@ class MultiAgentCollector(_ParallelEnvs):
         return step
 
     def _store(self, steps: list[dict[str, Any] | None], store_state: bool) -> None:
-        keys = ("obs", "action", "reward", "next_obs", "terminated", "truncated")
+        if any(s is not None for s in steps):
+            self.buffer.add(**self._add_args(
+                steps, ("obs", "action", "reward", "next_obs", "terminated", "truncated"),
+                ("state", "next_state") if store_state else ()))
+
+    def _add_args(self, steps: list[dict[str, Any] | None], keys: tuple[str, ...],
+                  joint: tuple[str, ...]) -> dict[str, Any]:
+        """The keyword values of ``buffer.add`` for the envs' ``steps`` (None: an env
+        that adds nothing; at least one does): the per-agent ``keys`` and the ``joint``
+        ones (``state``, ``next_state``). One env: its own values; several: ``{agent:
+        [n, *shape]}`` and ``active`` masks (:func:`_rows`)."""
         if not self.vector:
             s = steps[0]
-            if s is None:
-                return
-            joint = {"state": s["state"], "next_state": s["next_state"]} if store_state \
-                else {}
-            self.buffer.add(**{k: s[k] for k in keys}, **joint)
-            return
+            assert s is not None  # (the caller's rule)
+            return {k: s[k] for k in (*keys, *joint)}
         live = {i: s for i, s in enumerate(steps) if s is not None}
-        if not live:
-            return
-        values: dict[str, dict[str, np.ndarray]] = {k: {} for k in keys}
+        values: dict[str, Any] = {k: {} for k in keys}
         active: dict[str, np.ndarray] = {}
         for a in self._agents:
             acted = {i: s for i, s in live.items() if a in s["obs"]}
@@ -961,9 +1086,9 @@ class MultiAgentCollector(_ParallelEnvs):
             for k in keys:
                 values[k][a] = _rows({i: s[k][a] for i, s in acted.items()}, self.n,
                                      f"the {k} of agent {a!r}")
-        state = {k: _rows({i: s[k] for i, s in live.items()}, self.n, f"the {k}")
-                 for k in ("state", "next_state")} if store_state else {}
-        self.buffer.add(**values, active=active, **state)
+        for k in joint:
+            values[k] = _rows({i: s[k] for i, s in live.items()}, self.n, f"the {k}")
+        return {**values, "active": active}
 
     def _after(self, i: int, s: dict[str, Any], result: MultiAgentCollectResult) -> None:
         """Env ``i``'s bookkeeping after its step was stored; reset it when it is over."""
@@ -1215,13 +1340,6 @@ class MultiAgentRolloutCollector(_ParallelEnvs):
         return {a: np.zeros(k) for a in agents}
 
     # ------------------------------------------------------------------ envs
-    def _ready(self) -> None:
-        """Reset the envs that have no current observation; raise when the buffer refuses
-        what a reset gave (that env is reset again at the next call)."""
-        for i in range(self.n):
-            self._ready_env(i)
-        self._raise_refused()
-
     def reset(self, seed: int | None = None) -> None:
         """Reset every env (env ``i`` with ``seed + i``; episode statistics restart).
 
@@ -1270,11 +1388,6 @@ class MultiAgentRolloutCollector(_ParallelEnvs):
                 "call its end_episodes() first (rb.collect does so when it returns), or "
                 f"buffer.end_episodes({i}, final_obs=...), or buffer.reset()")
         super()._reset_env(i, seed)
-        cur = self._obs[i]
-        refused = None if cur is None else self._check_arrival(i, cur, None)
-        if refused is not None:  # nothing of the new episode is stored: reset it again
-            self._obs[i] = None
-            self._refused.append(self._env_refused(refused, i, lost=False))
 
     def policy_inputs(self) -> tuple[dict[str, Any], np.ndarray | None]:
         """``(obs, state)`` of the next step, as the policy and ``value_fn`` take them:
@@ -1342,26 +1455,6 @@ class MultiAgentRolloutCollector(_ParallelEnvs):
                 actions[a] = _rows(rows, self.n, f"the action of agent {a!r}")
             return actions, self._zeros(agents, self.n), {a: np.zeros(self.n) for a in agents}
         return self._unpack(self.policy(obs, state), agents)
-
-    # ------------------------------------------------------------------ env checks
-    def _check_arrival(self, i: int, obs: Mapping[str, Any],
-                       step: Mapping[str, Any] | None) -> ReplayBankError | None:
-        """The buffer's checks of what env ``i`` just gave (``obs``: ``{agent: its
-        observation}`` as the env returned it, and ``env.state()`` when the buffer stores
-        a state), as :meth:`~replaybank.multiagent.MultiAgentRolloutBuffer.check_obs`
-        runs them (``step``: the policy's part of the step whose add fixes the fields,
-        before the first add); the error, or None. Nothing changes."""
-        if not obs:
-            return None
-        try:
-            rows = {a: _rows({i: self._fields(i, a, v)}, self.n,
-                             f"the observation of agent {a!r}") for a, v in obs.items()}
-            state = _rows({i: _copy(self.envs[i].state())}, self.n, "the state") \
-                if self._stores_state() else None
-            self.buffer.check_obs(rows, state, step=step, call="collect")
-        except ReplayBankError as exc:
-            return exc
-        return None
 
     # ------------------------------------------------------------------ one step
     def step(self, result: MultiAgentCollectResult) -> int:

@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import inspect
 import sys
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -70,7 +70,7 @@ from replaybank.multiagent.batch import (
 )
 from replaybank.multiagent.cuts import Cuts
 from replaybank.multiagent.episodes import Episodes, env_lanes
-from replaybank.multiagent.inputs import DirectAdd, prepare
+from replaybank.multiagent.inputs import DirectAdd, check_obs_values, prepare, step_layout
 from replaybank.multiagent.layout import (
     AgentLayout,
     check_agents,
@@ -368,6 +368,58 @@ class MultiAgentReplayBuffer:
         if self._layout is None:
             check_first_add_fields("MultiAgentReplayBuffer", self._agents, self._spec,
                                    agents, per_agent, call)
+
+    def check_obs(self, obs: Any, state: Any = None, *, step: Mapping[str, Any] | None = None,
+                  call: str = "check_obs") -> None:
+        """Raise what :meth:`add` would raise for observations and a global state from
+        the env; nothing changes.
+
+        A collector calls it with each observation as it arrives (from ``reset``, and
+        from ``env.step`` before the step is added: the step's ``next_obs`` and
+        ``next_state``, which are the next step's ``obs`` and ``state``), so that an
+        observation the buffer refuses is named as the env's and costs that env's step
+        only (the collector resets that env), as
+        :meth:`MultiAgentRolloutBuffer.check_obs
+        <replaybank.multiagent.MultiAgentRolloutBuffer.check_obs>` does, with the same
+        checks (:func:`~replaybank.multiagent.inputs.check_obs_values`). The fields are
+        fixed by the first add; before it, ``step`` says which (the step whose add will
+        fix them: its ``obs``, ``action``, ``state`` and extras as :meth:`add` takes
+        them), and without ``step`` only what the values alone say is checked: a value
+        whose field ``spec=`` does not give, and that no field can hold (text, bytes,
+        objects: the first add's inference refuses it).
+
+        Args:
+            obs: ``{agent: [num_envs, *obs_shape]}`` of the agents observed (``{key:
+                [num_envs, *shape]}`` for dict observations).
+            state: ``[num_envs, *state_shape]``, or None when the buffer stores no state.
+            step: Before the first add: the keyword values of the add that fixes the
+                fields. Ignored once they are known.
+            call: The call the errors name (``check_obs``; a collector passes its own,
+                ``"collect"``).
+
+        Raises:
+            ArgumentError: ``obs`` is not a dict, is empty or names an unknown agent.
+            SpecError: A state the buffer does not store, or none where it stores one; a
+                dict observation of other keys, or a dict where the agent observes one
+                array (or the reverse).
+            ShapeError, DtypeError: An observation or state of the wrong shape or dtype
+                (before the first add, without ``step``: a DtypeError for a value no
+                field can hold).
+
+        Example:
+            >>> buf = MultiAgentReplayBuffer(8, agents=["a"], seed=0)
+            >>> buf.check_obs({"a": np.array(["x", "y"])})  # doctest: +ELLIPSIS
+            Traceback (most recent call last):
+            ...
+            replaybank.errors.DtypeError: obs['a']=array(shape=(2,), dtype=<U1): string ...
+            >>> len(buf), buf.layout is None
+            (0, True)
+        """
+        layout = self._layout
+        if layout is None and step is not None:
+            layout = step_layout(self._agents, self.num_envs, self._spec, step)
+        check_obs_values("MultiAgentReplayBuffer", self._agents, self.num_envs, layout,
+                         self._spec, obs, state, call)
 
     def end_episodes(self, env_ids: Any = None) -> None:
         """End the running joint episodes of ``env_ids`` after their newest stored step:

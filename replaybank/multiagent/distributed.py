@@ -69,7 +69,13 @@ from replaybank.errors import ArgumentError, ConfigError, ReplayBankError, descr
 from replaybank.multiagent.batch import MultiAgentBatch, MultiAgentSequenceBatch
 from replaybank.multiagent.buffer import MultiAgentReplayBuffer
 from replaybank.multiagent.episodes import Episodes, env_lanes
-from replaybank.multiagent.inputs import PER_AGENT_ARGS, JointStep, prepare
+from replaybank.multiagent.inputs import (
+    PER_AGENT_ARGS,
+    JointStep,
+    check_obs_values,
+    prepare,
+    step_layout,
+)
 from replaybank.multiagent.layout import (
     STATE,
     AgentLayout,
@@ -387,6 +393,23 @@ class MultiAgentReplayClient:
         if self._current_layout() is None:
             check_first_add_fields("MultiAgentReplayBuffer", self._agents, self._spec,
                                    agents, per_agent, call)
+
+    def check_obs(self, obs: Any, state: Any = None, *, step: Any = None,
+                  call: str = "check_obs") -> None:
+        """Raise what :meth:`add` would raise for observations and a global state from
+        the env, as :meth:`MultiAgentReplayBuffer.check_obs
+        <replaybank.multiagent.buffer.MultiAgentReplayBuffer.check_obs>` does (the same
+        checks, against the shards' fields or this client's first add's; before either,
+        ``step``'s); nothing changes.
+
+        Raises:
+            ArgumentError, SpecError, ShapeError, DtypeError: As the local buffer's.
+        """
+        layout = self._current_layout()
+        if layout is None and step is not None:
+            layout = step_layout(self._agents, self.num_lanes, self._spec, step)
+        check_obs_values("MultiAgentReplayBuffer", self._agents, self.num_lanes, layout,
+                         self._spec, obs, state, call)
 
     def end_episodes(self, env_ids: Any = None) -> None:
         """As :meth:`MultiAgentReplayBuffer.end_episodes

@@ -41,12 +41,19 @@ from replaybank.buffers.inputs import RESERVED
 from replaybank.buffers.write_route import WriteRoute
 from replaybank.errors import ArgumentError, SpecError, describe
 from replaybank.multiagent.episodes import Ends, Episodes
-from replaybank.multiagent.layout import OUTCOMES, RESERVED_NAMES, STATE, AgentLayout
+from replaybank.multiagent.layout import (
+    OUTCOMES,
+    RESERVED_NAMES,
+    STATE,
+    AgentLayout,
+    parse_spec,
+)
 from replaybank.spec import SEP, FieldSpec, as_array, check_tuple
 from replaybank.storage.writers.compiled import not_handled
 
 __all__ = ["PER_AGENT_ARGS", "TUPLE_ACTION_FIX", "DirectAdd", "JointStep", "cast_obs",
-           "cast_value", "check_action_tuples", "check_agent_dicts", "prepare"]
+           "cast_value", "check_action_tuples", "check_agent_dicts", "check_obs_values",
+           "check_state_given", "prepare", "step_layout"]
 
 #: The dict arguments of ``add`` that hold one value per acting agent.
 PER_AGENT_ARGS = ("obs", "action", "reward", "next_obs", "terminated", "truncated")
@@ -292,6 +299,97 @@ def cast_obs(layout: AgentLayout, agent: str, arg: str, value: Any, num_envs: in
         leaves[leaf] = cast_value(layout.per_agent["obs"][leaf], f"{where}[{k!r}]", value[k],
                                   num_envs, call)
     out.update(leaves)
+
+
+def check_state_given(layout: AgentLayout, state: Any, call: str = "add") -> None:
+    """A state is given exactly when the buffer stores one (``call``: the call the user
+    made, for messages).
+
+    Raises:
+        SpecError: A state the buffer does not store, or none where it stores one.
+    """
+    if (state is not None) != (layout.state is not None):
+        raise SpecError(
+            f"{call}(state={describe(state)}): this buffer "
+            + ("stores the global state: pass state= at every add"
+               if layout.state is not None else "stores no global state (its first add "
+               "and spec had none); leave state out, or build a new buffer with "
+               "spec={'state': (shape, dtype)}"))
+
+
+def step_layout(agents: tuple[str, ...], num_envs: int, spec: Any,
+                step: Mapping[str, Any]) -> AgentLayout:
+    """The layout the first ``add`` of a replay buffer (or its Ray client) fixes from a
+    step's ``obs``, ``action``, ``state`` and extras (``step``: those keyword values as
+    ``add`` takes them; its other keys, ``reward``, ``next_obs``, ... are not read).
+
+    Raises:
+        SpecError, ShapeError, DtypeError: What the first add's inference raises.
+    """
+    extras = {k: v for k, v in step.items()
+              if k not in (*PER_AGENT_ARGS, STATE, "next_state", "active", "priority")}
+    return _layout(agents, num_envs, spec, {"obs": step["obs"], "action": step["action"],
+                                            STATE: step.get(STATE)}, extras)
+
+
+def check_obs_values(owner: str, agents: tuple[str, ...], num_envs: int,
+                     layout: AgentLayout | None, spec: Any, obs: Any, state: Any,
+                     call: str) -> None:
+    """The checks of both multi-agent buffers' ``check_obs`` (and the Ray client's): the
+    observations ``{agent: [num_envs, *shape]}`` and the global state an env just gave,
+    as ``add`` would check them; nothing changes.
+
+    With a ``layout`` (the buffer's, or the one the first add will fix) every
+    observation is cast into its leaves (:func:`cast_obs`) and the state into its field.
+    Without one (before the first add, nothing says which fields), each observation leaf
+    (and the state) whose field ``spec`` does not give is read as the first add infers
+    fields (:meth:`~replaybank.spec.FieldSpec.infer`), so that a value no field can hold
+    (text, bytes, objects) is refused now; shapes and the rest wait for the first add.
+
+    Args:
+        owner: The buffer class, for messages.
+        agents: The buffer's agents.
+        num_envs: Its envs.
+        layout: Its fields, or None before they are known.
+        spec: Its parsed ``spec=`` (read when ``layout`` is None).
+        obs: ``{agent: [num_envs, *obs_shape]}`` (``{key: [num_envs, *shape]}`` for dict
+            observations).
+        state: ``[num_envs, *state_shape]``, or None.
+        call: The call the errors name.
+
+    Raises:
+        ArgumentError: ``obs`` is not a dict, is empty or names an unknown agent.
+        SpecError: A state the buffer does not store, or none where it stores one; a
+            dict observation of other keys, or a dict where the agent observes one array
+            (or the reverse).
+        ShapeError, DtypeError: A value of the wrong shape or dtype (without a layout: a
+            value no field can hold).
+    """
+    acting = check_agent_dicts(owner, agents, {"obs": obs}, None, {}, frozenset(), call)
+    if layout is None:
+        given = parse_spec(spec, agents)
+
+        def lead(value: Any) -> tuple[int, ...]:  # one env: with or without its dim
+            one = num_envs == 1 and tuple(getattr(value, "shape", ()))[:1] != (1,)
+            return () if one else (num_envs,)
+
+        for a in acting:
+            value = obs[a]
+            leaves = value.items() if isinstance(value, Mapping) else [(None, value)]
+            for key, leaf in leaves:
+                name = f"obs{SEP}{a}" + ("" if key is None else f"{SEP}{key}")
+                if name not in given and not isinstance(leaf, Mapping):  # (nested: add's)
+                    label = f"obs[{a!r}]" + ("" if key is None else f"[{key!r}]")
+                    FieldSpec.infer(name, leaf, lead(leaf), label)
+        if state is not None and STATE not in given:
+            FieldSpec.infer(f"obs{SEP}{STATE}", state, lead(state), STATE)
+        return
+    check_state_given(layout, state, call)
+    cast: dict[str, npt.NDArray[Any]] = {}  # {leaf: [num_envs, *shape]}, discarded
+    for a in acting:
+        cast_obs(layout, a, "obs", obs[a], num_envs, cast, call)
+    if layout.state is not None:
+        cast_value(layout.state, "state", state, num_envs, call)
 
 
 def prepare(agents: tuple[str, ...], num_envs: int, layout: AgentLayout | None, spec: Any,

@@ -123,6 +123,8 @@ from replaybank.multiagent.inputs import (
     cast_value,
     check_action_tuples,
     check_agent_dicts,
+    check_obs_values,
+    check_state_given,
 )
 from replaybank.multiagent.layout import (
     RESERVED_NAMES,
@@ -200,18 +202,6 @@ def _check_values(row: Mapping[str, AnyArray], layout: AgentLayout,
             f"{v[envs[:4]].tolist()} "
             f"of envs {envs[:4].tolist()} (where agents acted) are NaN or infinite; GAE "
             "reads them: pass finite values, e.g. critic(state)")
-
-
-def _check_state_given(layout: AgentLayout, state: Any, call: str = "add") -> None:
-    """A state is given exactly when the buffer stores one (``call``: the call the user
-    made, for messages)."""
-    if (state is not None) != (layout.state is not None):
-        raise SpecError(
-            f"{call}(state={describe(state)}): this buffer "
-            + ("stores the global state: pass state= at every add"
-               if layout.state is not None else "stores no global state (its first add "
-               "and spec had none); leave state out, or build a new buffer with "
-               "spec={'state': (shape, dtype)}"))
 
 
 def _float_field(field: FieldSpec, declared: bool, arg: str,
@@ -678,49 +668,13 @@ class MultiAgentRolloutBuffer:
             1
         """  # noqa: E501
         layout = self._layout
-        if layout is None:
-            if step is None:
-                self._check_inferable(obs, state, call)
-                return
+        if layout is None and step is not None:
             given = {k: step[k] for k in ("obs", "action", "value", "log_prob")}
             extras = {k: v for k, v in step.items() if k not in (*given, STATE, "active")}
             layout, _ = self._step_layout(given, step.get(STATE), extras,
                                           tuple(a for a in self._agents if a in given["obs"]))
-        acting = check_agent_dicts("MultiAgentRolloutBuffer", self._agents, {"obs": obs},
-                                   None, {}, _RESERVED, call)
-        _check_state_given(layout, state, call)
-        cast: dict[str, AnyArray] = {}  # {leaf: [num_envs, *shape]}, discarded
-        for a in acting:
-            cast_obs(layout, a, "obs", obs[a], self._num_envs, cast, call)
-        if layout.state is not None:
-            cast_value(layout.state, "state", state, self._num_envs, call)
-
-    def _check_inferable(self, obs: Any, state: Any, call: str) -> None:
-        """:meth:`check_obs` before the first add, without the policy's part: each
-        observation leaf (and the state) whose field ``spec=`` does not give is read as
-        the first add infers fields (:meth:`~replaybank.spec.FieldSpec.infer`), so a
-        value no field can hold (text, bytes, objects) is refused now; shapes and the
-        rest wait for the first add. Nothing changes.
-
-        Raises:
-            ArgumentError: ``obs`` is not a dict, is empty or names an unknown agent.
-            DtypeError: A value no field can hold.
-        """
-        acting = check_agent_dicts(
-            "MultiAgentRolloutBuffer", self._agents, {"obs": obs}, None, {}, _RESERVED, call
-        )
-        given = parse_spec(self._spec_arg, self._agents)
-        lead = (self._num_envs,)
-        for a in acting:
-            value = obs[a]
-            leaves = value.items() if isinstance(value, Mapping) else [(None, value)]
-            for key, leaf in leaves:
-                name = f"obs{SEP}{a}" + ("" if key is None else f"{SEP}{key}")
-                if name not in given and not isinstance(leaf, Mapping):  # (nested: add's)
-                    label = f"obs[{a!r}]" + ("" if key is None else f"[{key!r}]")
-                    FieldSpec.infer(name, leaf, lead, label)
-        if state is not None and STATE not in given:
-            FieldSpec.infer(f"obs{SEP}{STATE}", state, lead, STATE)
+        check_obs_values("MultiAgentRolloutBuffer", self._agents, self._num_envs, layout,
+                         self._spec_arg, obs, state, call)
 
     def _checked_row(self, given: Mapping[str, Any], state: Any, active: Any,
                      extras: Mapping[str, Any]) -> tuple[AgentLayout, Spec,
@@ -830,7 +784,7 @@ class MultiAgentRolloutBuffer:
                    if per_agent else "one centralised value per env (value=[num_envs]); "
                    "pass one array")
                 + " as its first add (or spec) did, or build a new buffer")
-        _check_state_given(layout, state, call)
+        check_state_given(layout, state, call)
         want = {*layout.extras, *layout.joint} - {"log_prob", "value"}
         got = set(extras)
         if want != got:
