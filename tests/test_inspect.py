@@ -472,3 +472,31 @@ def test_sequence_buffer_is_summarized_from_its_steps(tmp_path: Path) -> None:
     table = run_cli(str(tmp_path))
     assert table.returncode == 0, table.stderr
     _no_none_rows(table.stdout)
+
+
+def test_nan_and_inf_rewards_give_valid_json_a_table_and_a_plot(tmp_path: Path) -> None:
+    """A stored NaN or infinite reward makes its episode's return non-finite: the JSON
+    stays strict JSON (no NaN/Infinity) and counts them, the table says so, and the plot
+    is drawn from the finite values (before: NaN in the JSON, nan in the table, and
+    ``--plot`` failed with status 2)."""
+    buf = rb.ReplayBuffer(20, seed=0)
+    for t, r in enumerate([1.0, np.nan, 1.0, 2.0, 3.0, np.inf, 1.0, 4.0, 4.0]):
+        buf.add(obs=np.zeros(2), action=0, reward=r, next_obs=np.ones(2),
+                terminated=t in (2, 4, 5, 8), truncated=False)
+    d = tmp_path / "ckpt"
+    rb.save(buf, d)
+    out = run_cli(str(d), "--json")
+    assert out.returncode == 0, out.stderr
+    s = json.loads(out.stdout, parse_constant=lambda c: pytest.fail(f"{c} in the JSON"))
+    # episodes: [1, nan, 1] -> nan, [2, 3] -> 5, [inf] -> inf, [1, 4, 4] -> 9
+    assert s["returns"] == {"count": 4, "nonfinite": 2, "mean": 7.0, "std": 2.0,
+                            "min": 5.0, "max": 9.0}
+    assert s["lengths"]["nonfinite"] == 0 and s["lengths"]["mean"] == 2.25
+    table = run_cli(str(d))
+    assert table.returncode == 0, table.stderr
+    assert "n=4  mean=7  std=2  min=5  max=9  (2 NaN/inf, left out)" in table.stdout
+    assert "=nan" not in table.stdout and "=inf" not in table.stdout
+    png = tmp_path / "out.png"
+    out = run_cli(str(d), "--plot", str(png), "--quiet")
+    assert out.returncode == 0, out.stderr
+    assert out.stderr == "" and png.read_bytes()[:4] == b"\x89PNG"

@@ -212,3 +212,27 @@ def test_dict_observations_list_one_field_per_key(tmp_path: Path) -> None:
     assert p_fields["obs/action_mask"]["dtype"] == "bool"
     assert [f["name"] for f in agents["q"]["fields"]][:1] == ["obs"]
     assert run_cli(str(tmp_path)).returncode == 0  # the table too
+
+
+def test_a_nan_reward_spoils_only_its_own_episode(tmp_path: Path) -> None:
+    """An agent's NaN reward makes that episode's return non-finite, not every later one
+    (returns were differences of running sums, so NaN reached all later episodes), and
+    the JSON stays strict JSON."""
+    buf = rb.MultiAgentReplayBuffer(32, agents=["a", "b"], seed=0)
+    for t, r in enumerate([1.0, np.nan, 1.0, 2.0, 3.0, 4.0]):
+        buf.add(obs={k: np.full(2, t, np.float32) for k in "ab"}, action={k: 0 for k in "ab"},
+                reward={"a": r, "b": 1.0},
+                next_obs={k: np.full(2, t + 1, np.float32) for k in "ab"},
+                terminated={k: t in (1, 3, 5) for k in "ab"},
+                truncated={k: False for k in "ab"})
+    rb.save(buf, tmp_path)
+    out = run_cli(str(tmp_path), "--json")
+    assert out.returncode == 0, out.stderr
+    s = json.loads(out.stdout, parse_constant=lambda c: pytest.fail(f"{c} in the JSON"))
+    # agent a's episodes: [1, nan] -> nan, [1, 2] -> 3, [3, 4] -> 7
+    assert s["agents"]["a"]["returns"] == {"count": 3, "nonfinite": 1, "mean": 5.0,
+                                           "std": 2.0, "min": 3.0, "max": 7.0}
+    assert s["agents"]["a"]["reward"]["nonfinite"] == 1
+    assert s["agents"]["b"]["returns"]["mean"] == 2.0
+    assert s["returns"]["nonfinite"] == 1 and s["returns"]["mean"] == 7.0  # joint: 5 and 9
+    assert run_cli(str(tmp_path)).returncode == 0  # the table too

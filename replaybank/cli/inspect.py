@@ -22,7 +22,10 @@ Inspection never runs code named in the files: a hindsight buffer's ``reward_fn`
 sampler, not through the view); the view's config shows them as the files name them.
 
 JSON keys (``"format": "replaybank.inspect"``, ``"version": 1``; statistics are
-``{"count", "mean", "std", "min", "max"}``, or null when there is nothing to count; a key
+``{"count", "nonfinite", "mean", "std", "min", "max"}``, or null when there is nothing to
+count: ``nonfinite`` counts the NaN and infinite values (a stored NaN reward makes its
+episode's return NaN), which mean, std, min, max and the plot's histograms leave out and
+the table names, so the JSON never holds ``NaN`` or ``Infinity``; a key
 that does not apply to the buffer type is null, and the table leaves its row out):
 
 * ``path``, ``source`` (``"checkpoint"`` or ``"memmap"``), ``buffer_type``, ``storage``
@@ -105,8 +108,9 @@ from replaybank.errors import (
 )
 from replaybank.io.manifest import checkpoint_paths
 from replaybank.multiagent.layout import AgentLayout
-from replaybank.multiagent.summary import AgentSteps, agent_summary, layout_fields
+from replaybank.multiagent.summary import AgentSteps, agent_summary, layout_fields, stats
 from replaybank.ops import ring
+from replaybank.ops.segments import segment_sums
 from replaybank.samplers.base import LaneView, SampleResult
 from replaybank.storage.backends.memmap import MANIFEST
 
@@ -300,14 +304,6 @@ def _owner_config(path: Path) -> Any:
     return data.get("config") if isinstance(data, dict) else None
 
 
-def _stats(values: npt.NDArray[Any]) -> dict[str, Any] | None:
-    if values.size == 0:
-        return None
-    v = values.astype(np.float64)
-    return {"count": int(v.size), "mean": float(v.mean()), "std": float(v.std()),
-            "min": float(v.min()), "max": float(v.max())}
-
-
 def episode_stats(reward: npt.NDArray[Any] | None, done: npt.NDArray[np.bool_],
                   first_is_start: bool) -> tuple[FloatArray, IntArray]:
     """Returns and lengths of the complete episodes of one lane's live steps.
@@ -336,8 +332,8 @@ def episode_stats(reward: npt.NDArray[Any] | None, done: npt.NDArray[np.bool_],
     lengths = ends - starts + 1
     if reward is None:
         return np.zeros(0), lengths
-    cs = np.concatenate([[0.0], np.cumsum(reward, dtype=np.float64)])
-    return cs[ends + 1] - cs[starts], lengths
+    # each episode summed on its own: a NaN reward spoils its episode's return only
+    return segment_sums(reward, starts, ends), lengths
 
 
 def _disk_bytes(path: Path, source: str, prefix: str) -> int:
@@ -514,8 +510,8 @@ def _rollout_episodes(buf: _Rollout, s: dict[str, Any],
     arrays.update(returns=returns, lengths=lengths)
     s["episodes"] = {"ended": sum(ended), "ended_per_lane": ended,
                      "complete": int(lengths.size), "in_buffer": sum(ended)}
-    s["returns"] = _stats(returns) if scalar else None
-    s["lengths"] = _stats(lengths)
+    s["returns"] = stats(returns) if scalar else None
+    s["lengths"] = stats(lengths)
 
 
 def _table_summary(buf: ReplayBuffer, s: dict[str, Any], arrays: dict[str, npt.NDArray[Any]],
@@ -559,8 +555,8 @@ def _table_summary(buf: ReplayBuffer, s: dict[str, Any], arrays: dict[str, npt.N
     s["episodes"] = {"ended": int(episodes.sum()), "ended_per_lane": episodes.tolist(),
                      "complete": int(lengths.size),
                      "in_buffer": in_buffer if flags else None}
-    s["returns"] = _stats(returns) if scalar_reward else None
-    s["lengths"] = _stats(lengths) if flags else None
+    s["returns"] = stats(returns) if scalar_reward else None
+    s["lengths"] = stats(lengths) if flags else None
     s["age"] = age
     s["priorities"] = _priorities(buf, written, counts, arrays)
     s["sampled_age"] = _sampled_age(buf, written, counts, draws, seed, arrays)
@@ -640,8 +636,8 @@ def _sampled_age(buf: ReplayBuffer, written: IntArray, counts: IntArray, draws: 
     seq, lane = ring.key_to_seq(np.asarray(res.keys, np.int64), buf.table.lanes)
     ages = (written[lane] - 1 - seq).astype(np.int64)
     arrays["sampled_age"] = ages
-    stats = _stats(ages)
-    return None if stats is None else {**stats, "draws": int(ages.size)}
+    age_stats = stats(ages)
+    return None if age_stats is None else {**age_stats, "draws": int(ages.size)}
 
 
 # ---------------------------------------------------------------------- output
@@ -657,10 +653,15 @@ def _fmt_bytes(n: Any) -> str:
 
 
 def _fmt_stats(st: dict[str, Any] | None, digits: int = 3) -> str:
+    """One table cell of statistics (:func:`~replaybank.multiagent.summary.stats`)."""
     if not st:
         return "-"
-    out = (f"n={st['count']}  mean={st['mean']:.{digits}g}  std={st['std']:.{digits}g}  "
-           f"min={st['min']:.{digits}g}  max={st['max']:.{digits}g}")
+    out = f"n={st['count']}"
+    if st["mean"] is not None:
+        out += (f"  mean={st['mean']:.{digits}g}  std={st['std']:.{digits}g}  "
+                f"min={st['min']:.{digits}g}  max={st['max']:.{digits}g}")
+    if st.get("nonfinite"):
+        out += f"  ({st['nonfinite']} NaN/inf, left out)"
     return out
 
 
@@ -737,7 +738,9 @@ def _agents_table(agents: dict[str, Any]) -> list[Any]:
     from rich.table import Table
 
     def mean(st: dict[str, Any] | None) -> str:
-        return "-" if not st else f"{st['mean']:.4g}"
+        if not st or st["mean"] is None:
+            return "-" if not st or not st.get("nonfinite") else "NaN/inf"
+        return f"{st['mean']:.4g}" + (" (+NaN/inf)" if st.get("nonfinite") else "")
 
     t = Table(title="agents (own episodes)")
     for col in ("agent", "active", "term/trunc", "reward/step", "episodes", "return",
@@ -773,11 +776,16 @@ def plot(inspection: Inspection, out: Any) -> Path:
               ("priorities", "stored priority"), ("sampled_age", "age of sampled data (steps)")]
     fig, axes = plt.subplots(2, 2, figsize=(10, 7))
     for ax, (key, label) in zip(axes.flat, panels, strict=True):
-        values = inspection.arrays.get(key)
-        if values is None or values.size == 0:
-            ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
+        values = inspection.arrays.get(key, np.zeros(0))
+        # NaN and infinite values have no bin: drawn without them, and said so
+        finite = values[np.isfinite(values)]
+        if finite.size == 0:
+            ax.text(0.5, 0.5, "only NaN/inf values" if values.size else "no data",
+                    ha="center", va="center", transform=ax.transAxes)
         else:
-            ax.hist(values, bins=min(50, max(1, int(math.sqrt(values.size)) + 1)))
+            ax.hist(finite, bins=min(50, max(1, int(math.sqrt(finite.size)) + 1)))
+        if finite.size < values.size:
+            label += f" ({values.size - finite.size} NaN/inf left out)"
         ax.set_xlabel(label)
         ax.set_ylabel("count")
     fig.suptitle(f"{inspection.summary['buffer_type']}: {inspection.summary['path']}")

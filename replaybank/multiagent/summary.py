@@ -15,8 +15,9 @@ rollout's rows ``[0, pos)``), lane by lane in time order:
   length counts its active steps. (The joint episodes are the core's:
   ``replaybank inspect`` shows them as for a single-agent buffer.)
 
-Statistics are ``{"count", "mean", "std", "min", "max"}`` or None when there is nothing
-to count.
+Statistics are ``{"count", "nonfinite", "mean", "std", "min", "max"}`` (:func:`stats`:
+NaN and infinite values are counted in ``nonfinite`` and left out of the others) or None
+when there is nothing to count.
 
 Example:
     >>> import numpy as np
@@ -41,6 +42,7 @@ import numpy as np
 import numpy.typing as npt
 
 from replaybank.multiagent.layout import AgentLayout
+from replaybank.ops.segments import segment_sums
 from replaybank.spec import SEP
 
 __all__ = ["AgentSteps", "agent_summary", "layout_fields", "stats"]
@@ -79,12 +81,27 @@ class AgentSteps:
 
 
 def stats(values: npt.NDArray[Any]) -> dict[str, Any] | None:
-    """``{"count", "mean", "std", "min", "max"}`` of ``values``, or None when empty."""
+    """``{"count", "nonfinite", "mean", "std", "min", "max"}`` of ``values``, or None when
+    empty.
+
+    ``count`` counts every value; ``nonfinite`` those that are NaN or infinite (a NaN
+    reward makes its episode's return NaN), which the other four leave out (they are None
+    when no value is finite). So the summary shows that such values are stored, and stays
+    valid JSON (``NaN`` and ``Infinity`` are not JSON).
+
+    Example:
+        >>> stats(np.array([1.0, np.nan, 3.0, np.inf]))
+        {'count': 4, 'nonfinite': 2, 'mean': 2.0, 'std': 1.0, 'min': 1.0, 'max': 3.0}
+    """
     if values.size == 0:
         return None
-    v = values.astype(np.float64)
-    return {"count": int(v.size), "mean": float(v.mean()), "std": float(v.std()),
-            "min": float(v.min()), "max": float(v.max())}
+    v = values.astype(np.float64).reshape(-1)
+    finite = v[np.isfinite(v)]
+    out: dict[str, Any] = {"count": int(v.size), "nonfinite": int(v.size - finite.size)}
+    if finite.size == 0:
+        return {**out, "mean": None, "std": None, "min": None, "max": None}
+    return {**out, "mean": float(finite.mean()), "std": float(finite.std()),
+            "min": float(finite.min()), "max": float(finite.max())}
 
 
 def layout_fields(layout: AgentLayout | None, agent: str,
@@ -139,10 +156,9 @@ def agent_summary(steps: AgentSteps, first_is_start: list[bool],
         starts = np.concatenate([[0], ends[:-1] + 1])
         if not first_is_start[lane]:
             starts, ends = starts[1:], ends[1:]
-        cr = np.concatenate([[0.0], np.cumsum(r)])
-        ca = np.concatenate([[0], np.cumsum(act)])
-        rets.append(cr[ends + 1] - cr[starts])
-        lens.append((ca[ends + 1] - ca[starts]).astype(np.int64))
+        # each episode summed on its own: a NaN reward spoils its episode's return only
+        rets.append(segment_sums(r, starts, ends))
+        lens.append(segment_sums(act, starts, ends).astype(np.int64))
     returns = np.concatenate(rets) if rets else np.zeros(0)
     lengths = np.concatenate(lens) if lens else np.zeros(0, np.int64)
     active = sum(per_lane)
