@@ -500,3 +500,62 @@ def test_nan_and_inf_rewards_give_valid_json_a_table_and_a_plot(tmp_path: Path) 
     out = run_cli(str(d), "--plot", str(png), "--quiet")
     assert out.returncode == 0, out.stderr
     assert out.stderr == "" and png.read_bytes()[:4] == b"\x89PNG"
+
+
+def _small(capacity: int = 8) -> rb.ReplayBuffer:
+    buf = rb.ReplayBuffer(capacity, seed=0)
+    fill_lanes(buf, 5, 1)
+    return buf
+
+
+def test_cli_names_the_fix_for_what_is_not_a_checkpoint_here(tmp_path: Path) -> None:
+    """Where PATH holds something else a user saved, the one-line error says how to
+    inspect it (before: only "neither a checkpoint nor a memmap buffer is there", or a
+    parent directory that is no buffer either)."""
+    from replaybank.distributed import checkpoint
+
+    # rb.save with another prefix: name it
+    rb.save(_small(), tmp_path / "prefixed", prefix="step100_")
+    out = run_cli(str(tmp_path / "prefixed"))
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "--prefix step100_" in out.stderr
+    fixed = run_cli(str(tmp_path / "prefixed"), "--prefix", "step100_", "--json")
+    assert fixed.returncode == 0 and json.loads(fixed.stdout)["fill"] == 5
+    # a ReplayService checkpoint: its shards are rb.save checkpoints
+    root = tmp_path / "service"
+    checkpoint.begin(root)
+    for shard in range(2):
+        rb.save(_small(), checkpoint.shard_dir(root, shard), prefix=checkpoint.BUFFER_PREFIX)
+    checkpoint.finish(root, {"num_shards": 2})
+    out = run_cli(str(root), "--json")
+    assert out.returncode == 2 and out.stdout == ""
+    assert "ReplayService checkpoint of 2 shards" in out.stderr
+    assert f"replaybank inspect {root / 'shard-000'}" in out.stderr
+    # a file in a directory that is no buffer: no advice to inspect that directory
+    junk = tmp_path / "notes.txt"
+    junk.write_text("hello")
+    out = run_cli(str(junk))
+    assert out.returncode == 2 and "not a checkpoint directory" in out.stderr
+    assert f"replaybank inspect {tmp_path}" not in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+
+
+def test_cli_velora_save_names_how_to_inspect_it(tmp_path: Path) -> None:
+    """The velora front end's own ``save`` writes rb.save's file names in velora's
+    format: the error says so and how to inspect it, and that recipe works."""
+    torch = pytest.importorskip("torch")
+    from replaybank.compat import velora
+
+    vb = velora.ReplayBuffer(20, 4, 1, 2, seed=0)
+    for t in range(12):
+        vb.add(torch.rand(4), torch.tensor([t % 2]), 1.0, torch.rand(4), t % 5 == 4,
+               torch.zeros(2))
+    vb.save(tmp_path / "v")
+    out = run_cli(str(tmp_path / "v"))
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "velora front end's save" in out.stderr and "rb.save(buf.core, DIR)" in out.stderr
+    meta = json.loads((tmp_path / "v" / "buffer_metadata.json").read_text())
+    again = velora.ReplayBuffer.load(tmp_path / "v" / "buffer_state.safetensors", meta)
+    rb.save(again.core, tmp_path / "core")
+    s = summarize(tmp_path / "core").summary
+    assert s["fill"] == 12 and s["returns"]["mean"] == 5.0 and s["episodes"]["complete"] == 2

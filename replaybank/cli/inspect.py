@@ -15,7 +15,10 @@ and lengths, stored priorities and the age of sampled data. Arguments are checke
 anything is read or printed (:mod:`replaybank.cli.args`): a ``--plot`` file in a missing or
 unwritable directory, or of a format matplotlib cannot write, and a negative ``--draws``
 are usage errors (status 2); a plot that still fails to write (a full disk) exits with
-status 2 and the fix after the summary.
+status 2 and the fix after the summary. Where ``PATH`` holds something else a user saves,
+the error (status 2) says how to inspect it: a checkpoint saved with another ``prefix``
+(``--prefix``), a ``ReplayService`` checkpoint (one of its ``shard-NNN`` folders), the
+velora front end's own ``save`` (velora's format: load it, ``rb.save(buf.core, DIR)``).
 
 Inspection never runs code named in the files: a hindsight buffer's ``reward_fn`` and
 ``terminated_fn`` are replaced by a stub (nothing is relabelled; ages are drawn from the
@@ -99,6 +102,8 @@ from replaybank import persist
 from replaybank.buffers.replay import ReplayBuffer
 from replaybank.cli.args import non_negative_int, writable_file
 from replaybank.compat.base import FrontEnd
+from replaybank.distributed.checkpoint import FORMAT as SERVICE_FORMAT
+from replaybank.distributed.checkpoint import MANIFEST as SERVICE_MANIFEST
 from replaybank.errors import (
     CheckpointError,
     ConfigError,
@@ -243,16 +248,74 @@ def _source(path: Path, prefix: str) -> str:
     a missing state file), else ``"memmap"`` where a memmap buffer's manifest is."""
     meta, state = checkpoint_paths(path, prefix)
     if meta.exists() or state.exists():
+        _refuse_velora(meta)
         return "checkpoint"
     if (path / MANIFEST).exists():
         return "memmap"
     if path.is_file():
-        raise CheckpointError(f"{path}: that is a file; pass the directory that holds it: "
-                              f"replaybank inspect {path.parent}")
+        where = path.parent
+        if _prefixes(where) or (where / MANIFEST).exists():
+            raise CheckpointError(f"{path}: that is a file; pass the directory that holds "
+                                  f"it: replaybank inspect {where}")
+        raise CheckpointError(f"{path}: that is a file, not a checkpoint directory (rb.save) "
+                              "or a memmap buffer directory; pass one of those")
     if not path.is_dir():
         raise CheckpointError(f"{path}: no such directory")
-    raise CheckpointError(f"{path}: neither a checkpoint ({meta.name}) nor a memmap buffer "
-                          f"({MANIFEST}) is there")
+    what = f"{path}: neither a checkpoint ({meta.name}) nor a memmap buffer ({MANIFEST}) is there"
+    others = _prefixes(path)
+    if others:  # rb.save(..., prefix=...) with another prefix
+        raise CheckpointError(f"{what}; it holds a checkpoint saved with prefix "
+                              f"{', '.join(map(repr, others))}: replaybank inspect {path} "
+                              f"--prefix {others[0]}")
+    shards = sorted(d.name for d in path.glob("shard-[0-9][0-9][0-9]") if d.is_dir())
+    if _json_object(path / SERVICE_MANIFEST).get("format") == SERVICE_FORMAT and shards:
+        raise CheckpointError(f"{what}; it is a ReplayService checkpoint of {len(shards)} "
+                              "shards, each an rb.save checkpoint: inspect them one by one, "
+                              f"e.g. replaybank inspect {path / shards[0]}")
+    raise CheckpointError(what)
+
+
+def _json_object(path: Path) -> dict[str, Any]:
+    """The JSON object in ``path`` ({} when it is missing, unreadable or not an object)."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _prefixes(path: Path) -> list[str]:
+    """Prefixes of the checkpoints (``<prefix>metadata.json`` beside
+    ``<prefix>state.safetensors``) in the directory ``path``, sorted."""
+    found = []
+    for m in path.glob("*metadata.json"):
+        prefix = m.name[: -len("metadata.json")]
+        if checkpoint_paths(path, prefix)[1].exists():
+            found.append(prefix)
+    return sorted(found)
+
+
+#: What the velora front end's ``save`` writes in ``<prefix>metadata.json`` (velora's
+#: format, not a replaybank checkpoint manifest).
+_VELORA_KEYS = frozenset({"capacity", "state_dim", "action_dim", "hidden_dim", "position",
+                          "size"})
+
+
+def _refuse_velora(meta: Path) -> None:
+    """Name the way to inspect the velora front end's own files (``buf.save``): they have
+    rb.save's file names but velora's format, which keeps no replaybank manifest.
+
+    Raises:
+        CheckpointError: ``meta`` is velora's metadata file.
+    """
+    data = _json_object(meta)
+    if "format" not in data and set(data) >= _VELORA_KEYS:
+        state = checkpoint_paths(meta.parent, meta.name[: -len("metadata.json")])[1]
+        raise CheckpointError(
+            f"{meta} is the velora front end's save (velora's format), not an rb.save "
+            "checkpoint; load it and save its core: buf = replaybank.compat.velora."
+            f"ReplayBuffer.load({str(state)!r}, json.load(open({str(meta)!r}))); "
+            "rb.save(buf.core, DIR); then replaybank inspect DIR")
 
 
 def open_buffer(path: Any, prefix: str = "buffer_") -> tuple[Any, str, list[str]]:

@@ -43,7 +43,7 @@ from replaybank.errors import CheckpointError
 from replaybank.io.atomic import temp_path
 from replaybank.io.manifest import checkpoint_paths
 
-__all__ = ["BUFFER_PREFIX", "FORMAT", "SHARD_JSON", "TIMES", "begin", "check_shards",
+__all__ = ["BUFFER_PREFIX", "FORMAT", "MANIFEST", "SHARD_JSON", "TIMES", "begin", "check_shards",
            "finish", "latest", "read_array", "read_json", "read_manifest", "shard_dir",
            "write_json"]
 
@@ -55,7 +55,8 @@ BUFFER_PREFIX = "buffer_"
 SHARD_JSON = "shard.json"
 #: A shard's ``max_times_sampled`` counts, ``[2, slots]`` int64.
 TIMES = "times.npy"
-_MANIFEST = "manifest.json"
+#: The service manifest (shard count, buffer config, lanes, limiter, client states).
+MANIFEST = "manifest.json"
 _DONE = "DONE"
 _LATEST = "LATEST"
 
@@ -143,7 +144,7 @@ def begin(root: Path) -> None:
 def finish(root: Path, manifest: dict[str, Any], latest_dir: Path | None = None) -> None:
     """Write the manifest, then ``DONE``, then (with ``latest_dir``) ``LATEST``."""
     root = Path(root)
-    write_json(root / _MANIFEST, {"format": FORMAT, **manifest})
+    write_json(root / MANIFEST, {"format": FORMAT, **manifest})
     write_json(root / _DONE, {"format": FORMAT})
     if latest_dir is not None:
         write_json(Path(latest_dir) / _LATEST, {"path": str(root.resolve())})
@@ -166,9 +167,9 @@ def read_manifest(root: Path) -> dict[str, Any]:
             "so it was interrupted before every shard and the manifest were written; "
             "restore an earlier checkpoint"
         )
-    manifest = read_json(root / _MANIFEST, "the service manifest")
+    manifest = read_json(root / MANIFEST, "the service manifest")
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise CheckpointError(f"{root / _MANIFEST}: not a {FORMAT} manifest; pass a folder "
+        raise CheckpointError(f"{root / MANIFEST}: not a {FORMAT} manifest; pass a folder "
                               "written by ReplayService.checkpoint()")
     return manifest
 
