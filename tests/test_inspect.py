@@ -559,3 +559,20 @@ def test_cli_velora_save_names_how_to_inspect_it(tmp_path: Path) -> None:
     rb.save(again.core, tmp_path / "core")
     s = summarize(tmp_path / "core").summary
     assert s["fill"] == 12 and s["returns"]["mean"] == 5.0 and s["episodes"]["complete"] == 2
+
+
+def test_empty_prioritized_buffer_shows_no_priorities_yet(tmp_path: Path) -> None:
+    """A prioritized buffer saved before its first add reports priorities as one saved
+    after clear() does (count 0, table row "-"); before, null and no row, as for a
+    sampler without priorities."""
+    never = rb.ReplayBuffer(16, seed=0, sampler=rb.PrioritizedSampler())
+    cleared = rb.ReplayBuffer(16, seed=0, sampler=rb.PrioritizedSampler())
+    fill_lanes(cleared, 5, 1)
+    cleared.clear()
+    rb.save(never, tmp_path / "never")
+    rb.save(cleared, tmp_path / "cleared")
+    want = {"count": 0, "min": None, "mean": None, "max": None, "sum": 0.0, "total": 0.0}
+    assert summarize(tmp_path / "cleared").summary["priorities"] == want
+    assert summarize(tmp_path / "never").summary["priorities"] == want
+    table = run_cli(str(tmp_path / "never"))
+    assert table.returncode == 0 and "│ priorities " in table.stdout

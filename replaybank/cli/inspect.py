@@ -483,7 +483,9 @@ def _unwritten_summary(core: ReplayBuffer, s: dict[str, Any]) -> None:
     s.update(lanes=lanes, rows_per_lane=int(core.capacity) // lanes, fields=[],
              episodes={"ended": ended, "ended_per_lane": [0] * lanes if not ended else None,
                        "complete": 0, "in_buffer": 0},
-             returns=None, lengths=None, priorities=None,
+             returns=None, lengths=None,
+             priorities=_no_priorities(core.sampler) if isinstance(
+                 core.sampler, _StoredPriorities) else None,
              age=[{"lane": lane, "oldest": None, "newest": None, "count": 0}
                   for lane in range(lanes)],
              sampled_age=None, sampler=core.sampler.config(), view=core.view.config(),
@@ -677,13 +679,19 @@ def _priorities(buf: ReplayBuffer, written: IntArray, counts: IntArray,
     if not isinstance(sampler, _StoredPriorities):
         return None
     if not int(counts.sum()):
-        return {"count": 0, "min": None, "mean": None, "max": None, "sum": 0.0,
-                "total": float(sampler.total)}
+        return _no_priorities(sampler)
     prio = np.asarray(sampler.priorities(_live_slots(written, counts, buf.table.T)),
                       np.float64)
     arrays["priorities"] = prio
     return {"count": int(prio.size), "min": float(prio.min()), "mean": float(prio.mean()),
             "max": float(prio.max()), "sum": float(prio.sum()), "total": float(sampler.total)}
+
+
+def _no_priorities(sampler: _StoredPriorities) -> dict[str, Any]:
+    """The priorities of a prioritized buffer that holds no step (never written, or
+    cleared): none counted, the sum tree's total."""
+    return {"count": 0, "min": None, "mean": None, "max": None, "sum": 0.0,
+            "total": float(sampler.total)}
 
 
 def _sampled_age(buf: ReplayBuffer, written: IntArray, counts: IntArray, draws: int, seed: int,
