@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import replaybank as rb
 from replaybank.cli.inspect import episode_stats, summarize
@@ -576,3 +578,23 @@ def test_empty_prioritized_buffer_shows_no_priorities_yet(tmp_path: Path) -> Non
     assert summarize(tmp_path / "never").summary["priorities"] == want
     table = run_cli(str(tmp_path / "never"))
     assert table.returncode == 0 and "│ priorities " in table.stdout
+
+
+@given(st.data())
+@settings(max_examples=200, deadline=None)
+def test_segment_sums_match_a_plain_loop(data: st.DataObject) -> None:
+    """The episode-return kernel against summing each segment in a loop (NaN and inf
+    included: each stays in its own segment)."""
+    from replaybank.ops.segments import segment_sums
+
+    n = data.draw(st.integers(1, 40))
+    values = np.array(data.draw(st.lists(
+        st.floats(allow_nan=True, allow_infinity=True, width=32), min_size=n, max_size=n)))
+    cuts = sorted(data.draw(st.sets(st.integers(0, n), min_size=2, max_size=8)))
+    keep = data.draw(st.lists(st.booleans(), min_size=len(cuts) - 1, max_size=len(cuts) - 1))
+    segs = [(a, b - 1) for a, b, k in zip(cuts[:-1], cuts[1:], keep, strict=True) if k]
+    starts = np.array([a for a, _ in segs], np.int64)
+    ends = np.array([b for _, b in segs], np.int64)
+    want = np.array([values[a:b + 1].astype(np.float64).sum() for a, b in segs])
+    np.testing.assert_allclose(segment_sums(values, starts, ends), want, rtol=1e-12,
+                               equal_nan=True)

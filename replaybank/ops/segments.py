@@ -44,4 +44,6 @@ def segment_sums(
     # the gaps between segments, dropped)
     bounds = np.stack([starts, ends + 1], axis=1).reshape(-1)
     padded = np.concatenate([v, [0.0]])  # an end at the last value bounds at n
-    return np.add.reduceat(padded, bounds)[::2]
+    with np.errstate(invalid="ignore", over="ignore"):  # (inf - inf, overflow: NaN, inf
+        # stay in their segment, which callers count as non-finite)
+        return np.add.reduceat(padded, bounds)[::2]
