@@ -609,19 +609,23 @@ class _ParallelEnvs:
         self._raise_refused()
 
     def _check_arrival(self, i: int, obs: Mapping[str, Any],
-                       step: Mapping[str, Any] | None) -> ReplayBankError | None:
+                       step: Mapping[str, Any] | None,
+                       state: Any = None) -> ReplayBankError | None:
         """The buffer's checks of what env ``i`` just gave (``obs``: ``{agent: its
         observation}`` as the env returned it, and ``env.state()`` when the buffer stores
-        a state), as its ``check_obs`` runs them (``step``: before the first add, the
-        part of the step whose add fixes the fields); the error, or None. Nothing
-        changes."""
+        a state: ``state`` when the caller has read it, else read here), as its
+        ``check_obs`` runs them (``step``: before the first add, the part of the step
+        whose add fixes the fields); the error, or None. Nothing changes."""
         if not obs:
             return None
         try:
             rows = {a: _rows({i: self._fields(i, a, v)}, self.n,
                              f"the observation of agent {a!r}") for a, v in obs.items()}
-            state = _rows({i: _copy(self.envs[i].state())}, self.n, "the state") \
-                if self._arrival_state(i) else None
+            if self._arrival_state(i):
+                now = _copy(self.envs[i].state()) if state is None else state
+                state = _rows({i: now}, self.n, "the state")
+            else:
+                state = None
             self._target.check_obs(rows, state, step=step, call="collect")
         except ReplayBankError as exc:
             return exc
@@ -983,7 +987,7 @@ class MultiAgentCollector(_ParallelEnvs):
             out = env.step(actions[i])
             step = self._outcome(i, acting[i], actions[i], out, store_state)
             refused = self._check_arrival(i, {a: step["raw_next"][a] for a in acting[i]},
-                                          first)
+                                          first, step.get("next_state"))
             if refused is not None:  # that env's step is lost, the others' are stored
                 lost.append(i)
                 self._refused.append(self._env_refused(refused, i, lost=True))
