@@ -679,6 +679,28 @@ def test_segments_of_a_sigkilled_owner_are_reclaimed() -> None:
     assert not any(n in segment_names() for n in names)
 
 
+def test_a_segment_name_with_an_impossible_pid_neither_crashes_nor_outlives_a_sweep() -> None:
+    """Anyone may create files in /dev/shm: one named like this namespace's segments with a
+    pid beyond the platform's range made the sweep a new owner runs raise OverflowError
+    (no shared buffer could be built), and one with pid 0 (which ``kill`` reads as this
+    process group) was taken for a live owner and never swept."""
+    from replaybank.shared.backend import PREFIX, pid_namespace
+
+    ns = pid_namespace()
+    if ns is None:
+        pytest.skip("this system does not show PID namespaces: nothing is swept")
+    crafted = [f"{PREFIX}{2**64:x}_{ns:x}_0badc0de_0", f"{PREFIX}0_{ns:x}_0badc0de_1"]
+    for name in crafted:
+        (Path("/dev/shm") / name).write_bytes(b"")
+    try:
+        buf = rb.ReplayBuffer(16, num_envs=1, storage="shared", spec=SPEC, seed=0)
+        assert len(buf) == 0
+        assert not any(name in segment_names() for name in crafted)
+    finally:
+        for name in crafted:
+            (Path("/dev/shm") / name).unlink(missing_ok=True)
+
+
 def _her_reward(achieved: np.ndarray, desired: np.ndarray, info: Any) -> np.ndarray:
     return -(np.abs(achieved - desired).sum(-1) > 0).astype(np.float32)
 

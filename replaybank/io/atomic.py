@@ -41,17 +41,22 @@ _LOCK = threading.Lock()
 def pid_alive(pid: int) -> bool:
     """Whether a process with id ``pid`` exists (one of another user's counts too).
 
+    A pid no process can have (0 or below, which ``kill`` reads as process groups, or
+    beyond the platform's pid range, read from a file or segment name someone else
+    made) is not alive; where the system cannot tell, the process counts as alive (what
+    it owns is kept).
+
     Example:
-        >>> pid_alive(os.getpid())
-        True
+        >>> pid_alive(os.getpid()), pid_alive(0), pid_alive(2**64)
+        (True, False, False)
     """
     if pid <= 0:
         return False
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+    except (ProcessLookupError, OverflowError):  # (OverflowError: beyond any pid)
         return False
-    except (PermissionError, OSError):  # exists but is not ours, or cannot tell: keep
+    except OSError:  # exists but is not ours (PermissionError), or cannot tell: keep
         return True
     return True
 

@@ -59,6 +59,7 @@ import numpy as np
 import numpy.typing as npt
 
 from replaybank.errors import CapacityError, CheckpointError, ConfigError
+from replaybank.io.atomic import pid_alive
 from replaybank.storage.backends.numpy import NumpyBackend
 
 __all__ = ["COUNTERS", "PREFIX", "SharedBackend", "SharedLayout", "pid_alive",
@@ -93,17 +94,6 @@ class SharedLayout:
     token: str
     owner_pid: int
     arrays: dict[str, tuple[str, tuple[int, ...], str]] = field(default_factory=dict)
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether process ``pid`` exists."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's live process
-        return True
-    return True
 
 
 def pid_namespace() -> int | None:
