@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import replaybank as rb
+from replaybank.multiagent import MultiAgentReplayBuffer
 
 SECONDS = 1.5
 MAX_SECONDS = 30.0  # a run that has not done its share by then fails its count
@@ -370,3 +371,68 @@ def test_a_view_swapped_from_another_thread_waits_for_the_call_in_flight() -> No
     assert not hold.done_while_held, "the view changed inside the owner's sample"
     assert "relabeled" in batch and buf.view is plain and her is not plain
     assert "relabeled" not in buf.sample(8)
+
+
+class _PausingWriteSampler(rb.UniformSampler):
+    """A uniform sampler whose ``on_write`` (heard inside the core's write), once armed,
+    tells another thread the owner's add is under way and gives it ``PAUSE`` seconds."""
+
+    PAUSE = 0.3
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.armed = False
+        self.writing = threading.Event()
+
+    def on_write(self, *args: Any, **kwargs: Any) -> Any:
+        out = super().on_write(*args, **kwargs)
+        if self.armed:
+            self.armed = False
+            self.writing.set()
+            time.sleep(self.PAUSE)
+        return out
+
+
+def _joint_step(t: int, acting: tuple[str, ...], b_ends: bool) -> dict[str, Any]:
+    return {"obs": {k: np.full(2, t, np.float32) for k in acting},
+            "action": {k: 0 for k in acting}, "reward": {k: 1.0 for k in acting},
+            "next_obs": {k: np.full(2, t + 1, np.float32) for k in acting},
+            "terminated": {k: k == "b" and b_ends for k in acting},
+            "truncated": {k: False for k in acting}}
+
+
+def test_multiagent_state_dict_from_another_thread_is_one_snapshot() -> None:
+    """A multi-agent ``state_dict()`` from another thread holds the owner's add off as
+    a whole: the core's step and the episode bookkeeping of that step (which agents are
+    alive or ended, the placeholder observations) come from the same moment. It read
+    the bookkeeping before it took the core's guard, and the add recorded it after the
+    core's write: in a probe (a writer, two samplers, a thread calling ``state_dict()``)
+    48 of 132 states held a core step without its bookkeeping (20 of 40 with PER), and
+    14 of 133 taken inside ``exclusive()`` as ``rb.save`` takes them. Here the state held
+    the step where ``b`` terminated but said ``b`` was alive: a buffer loaded from it let
+    ``b`` act again in the same episode."""
+    sampler = _PausingWriteSampler()
+    buf = MultiAgentReplayBuffer(32, ["a", "b"], seed=0, sampler=sampler)
+    for t in range(3):
+        buf.add(**_joint_step(t, ("a", "b"), False))
+    got: list[dict[str, Any]] = []
+
+    def take() -> None:
+        assert sampler.writing.wait(10)
+        got.append(buf.state_dict())
+
+    th = threading.Thread(target=take)
+    th.start()
+    sampler.armed = True
+    buf.add(**_joint_step(3, ("a", "b"), True))  # b terminates; a runs on
+    th.join(10)
+    state = got[0]
+    want = buf.state_dict()
+    assert state["multiagent"]["ended"].tolist() == want["multiagent"]["ended"].tolist() \
+        == [[False], [True]]
+    fresh = MultiAgentReplayBuffer(32, ["a", "b"], seed=0)
+    fresh.load_state_dict(state)
+    assert len(fresh) == 4
+    with pytest.raises(rb.errors.ArgumentError):
+        fresh.add(**_joint_step(4, ("a", "b"), False))  # b ended in this episode
+    assert len(fresh) == 4

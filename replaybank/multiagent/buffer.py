@@ -300,38 +300,47 @@ class MultiAgentReplayBuffer:
                 f"add() takes keyword arguments only, got {len(args)} positional value(s) "
                 f"({', '.join(describe(a) for a in args[:3])}); pass add(obs={{agent: ...}}, "
                 "action=..., reward=..., next_obs=..., terminated=..., truncated=...)")
-        direct = self._direct
-        if direct is None or direct.layout is not self._layout:
-            direct = self._direct = None if self._layout is None else DirectAdd(
-                self._layout, self.num_envs)
-        # the common call (every agent acts everywhere) straight to the compiled write;
-        # anything it does not take changed nothing and is checked below (inputs.py)
-        if (direct is not None and active is None and priority is None and not extras
-                and direct.write(self.buffer.write_route, self._episodes, obs, action,
-                                 reward, next_obs, terminated, truncated, state,
-                                 next_state)):
-            return
-        values = {"obs": obs, "action": action, "reward": reward, "next_obs": next_obs,
-                  "terminated": terminated, "truncated": truncated, "state": state,
-                  "next_state": next_state, "active": active}
-        for name, v in values.items():
-            if v is UNSET:
-                raise ArgumentError(f"add(): missing {name}=; pass {name}={{agent: value}} "
-                                    "for the agents that acted")
-        if AGENT_DISCOUNT in extras and isinstance(self.buffer.view, AgentNStepView):
-            raise ArgumentError(f"add({AGENT_DISCOUNT}=...): {AGENT_DISCOUNT!r} holds the "
-                                "per-agent n-step discounts of this n-step buffer; rename "
-                                "the extra")
-        step = prepare(self._agents, self.num_envs, self._layout, self._spec,
-                       self._episodes, values, extras)
-        core = step.core
-        if priority is not None and not step.all_lanes and np.ndim(priority) >= 1:
-            priority = np.asarray(priority)[step.lanes]
-        self.buffer.add(**core, env_ids=None if step.all_lanes else step.lanes,
-                        priority=priority)
-        if self._layout is None:
-            self._set_layout(step.layout)
-        self._episodes.commit(step.act, step.ends, step.lanes, step.next_obs)
+        # the core's write and the episode bookkeeping of the step are one call of the
+        # core's guard (replaybank/buffers/guard.py): a state_dict or rb.save from
+        # another thread never sees the step without its bookkeeping (the core's own
+        # write inside runs nested; the guard costs the owner thread no lock)
+        guard = self.buffer.write_route.guard
+        entered = guard.enter()
+        try:
+            direct = self._direct
+            if direct is None or direct.layout is not self._layout:
+                direct = self._direct = None if self._layout is None else DirectAdd(
+                    self._layout, self.num_envs)
+            # the common call (every agent acts everywhere) straight to the compiled write;
+            # anything it does not take changed nothing and is checked below (inputs.py)
+            if (direct is not None and active is None and priority is None and not extras
+                    and direct.write(self.buffer.write_route, self._episodes, obs, action,
+                                     reward, next_obs, terminated, truncated, state,
+                                     next_state)):
+                return
+            values = {"obs": obs, "action": action, "reward": reward, "next_obs": next_obs,
+                      "terminated": terminated, "truncated": truncated, "state": state,
+                      "next_state": next_state, "active": active}
+            for name, v in values.items():
+                if v is UNSET:
+                    raise ArgumentError(f"add(): missing {name}=; pass {name}={{agent: value}} "
+                                        "for the agents that acted")
+            if AGENT_DISCOUNT in extras and isinstance(self.buffer.view, AgentNStepView):
+                raise ArgumentError(f"add({AGENT_DISCOUNT}=...): {AGENT_DISCOUNT!r} holds the "
+                                    "per-agent n-step discounts of this n-step buffer; rename "
+                                    "the extra")
+            step = prepare(self._agents, self.num_envs, self._layout, self._spec,
+                           self._episodes, values, extras)
+            core = step.core
+            if priority is not None and not step.all_lanes and np.ndim(priority) >= 1:
+                priority = np.asarray(priority)[step.lanes]
+            self.buffer.add(**core, env_ids=None if step.all_lanes else step.lanes,
+                            priority=priority)
+            if self._layout is None:
+                self._set_layout(step.layout)
+            self._episodes.commit(step.act, step.ends, step.lanes, step.next_obs)
+        finally:
+            guard.leave(entered)
 
     def check_first_add(
         self,
@@ -465,20 +474,21 @@ class MultiAgentReplayBuffer:
             [1, 1]
         """
         lanes = env_lanes("end_episodes", env_ids, self.num_envs)
-        ep = self._episodes
-        if self.buffer.allocated:
-            table = self.buffer.table
-            cut = [lane for lane in lanes.tolist() if int(table.counts[lane])
-                   and bool(ep.alive[:, lane].any() or ep.ended[:, lane].any())]
-            if cut:
-                cuts = self._table_cuts()
-                cuts.check_writable("end_episodes")
-                created = False
-                for lane in cut:  # after the lane's newest step
-                    created |= cuts.add(lane, int(table.written[lane]) - 1)
-                if created:  # durable files: the new record is complete (see Cuts.add)
-                    self._record_owner()
-        ep.cut(lanes)
+        with self.buffer.exclusive():  # the cuts and the bookkeeping at once (see add)
+            ep = self._episodes
+            if self.buffer.allocated:
+                table = self.buffer.table
+                cut = [lane for lane in lanes.tolist() if int(table.counts[lane])
+                       and bool(ep.alive[:, lane].any() or ep.ended[:, lane].any())]
+                if cut:
+                    cuts = self._table_cuts()
+                    cuts.check_writable("end_episodes")
+                    created = False
+                    for lane in cut:  # after the lane's newest step
+                        created |= cuts.add(lane, int(table.written[lane]) - 1)
+                    if created:  # durable files: the new record is complete (see Cuts.add)
+                        self._record_owner()
+            ep.cut(lanes)
 
     def _table_cuts(self) -> Cuts:
         """The cuts of the core's (allocated) step table."""
@@ -489,14 +499,15 @@ class MultiAgentReplayBuffer:
 
     def clear(self) -> None:
         """Drop every stored step and the episode bookkeeping."""
-        self.buffer.clear()
-        self._episodes = Episodes(len(self._agents), self.num_envs)
-        if self._cuts is not None:
-            self._cuts.clear()
-        if self.buffer.allocated:
-            self._origin = np.array(self.buffer.table.written, np.int64)
-        if self._layout is not None:
-            self._set_layout(self._layout)
+        with self.buffer.exclusive():  # the core and the bookkeeping at once (see add)
+            self.buffer.clear()
+            self._episodes = Episodes(len(self._agents), self.num_envs)
+            if self._cuts is not None:
+                self._cuts.clear()
+            if self.buffer.allocated:
+                self._origin = np.array(self.buffer.table.written, np.int64)
+            if self._layout is not None:
+                self._set_layout(self._layout)
 
     # ------------------------------------------------------------------ sampling
     def sample(self, batch_size: int, **kwargs: Any) -> MultiAgentBatch:
@@ -643,12 +654,13 @@ class MultiAgentReplayBuffer:
     def state_dict(self) -> dict[str, Any]:
         """The core's state under ``core`` and the episode bookkeeping under
         ``multiagent`` (leaves are arrays or JSON-able values)."""
-        own = self._episodes.state_dict()
-        own["agents"] = list(self._agents)
-        own["origin"] = self._origin.copy()
-        own["cuts"] = self._table_cuts().pairs() if self.buffer.allocated \
-            else np.zeros((0, 2), np.int64)
-        return {"core": self.buffer.state_dict(), "multiagent": own}
+        with self.buffer.exclusive():  # one moment of the core and the bookkeeping (see add)
+            own = self._episodes.state_dict()
+            own["agents"] = list(self._agents)
+            own["origin"] = self._origin.copy()
+            own["cuts"] = self._table_cuts().pairs() if self.buffer.allocated \
+                else np.zeros((0, 2), np.int64)
+            return {"core": self.buffer.state_dict(), "multiagent": own}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Inverse of :meth:`state_dict`; a state that does not fit changes nothing.
@@ -665,42 +677,43 @@ class MultiAgentReplayBuffer:
                 f"load_state_dict: the state's agents {describe(own.get('agents')) if isinstance(own, dict) else own} "  # noqa: E501
                 f"differ from this buffer's {list(self._agents)}; load it into a buffer with "
                 "the same agents")
-        episodes = Episodes(len(self._agents), self.num_envs)
-        layout = self._layout
-        if layout is None and self.buffer.spec is None:
-            spec = state["core"].get("metadata", {}).get("spec")
-            if spec is not None:
-                layout = _layout_of(self._agents, spec)
-        if layout is not None:
-            episodes.allocate({a: (f.shape, f.dtype)
-                               for a, f in layout.per_agent["obs"].items()})
-        checked = episodes.checked(own)
-        origin = np.zeros(self.num_envs, np.int64)  # states from before it was kept
-        if "origin" in own:
-            origin = np.asarray(own["origin"])
-            if origin.shape != (self.num_envs,) or origin.dtype.kind not in "iu":
-                raise CheckpointError(
-                    f"load_state_dict: multiagent/origin has shape {origin.shape} "
-                    f"{origin.dtype}; expected ({self.num_envs},) int64; restore the "
-                    "multi-agent state from a checkpoint of this buffer")
-        pairs = np.zeros((0, 2), np.int64)  # states from before they were kept: none
-        if "cuts" in own:
-            pairs = np.asarray(own["cuts"])
-            if pairs.ndim != 2 or pairs.shape[1:] != (2,) or (
-                    pairs.size and (pairs.dtype.kind not in "iu" or pairs[:, 0].min() < 0
-                                    or pairs[:, 0].max() >= self.num_envs)):
-                raise CheckpointError(
-                    f"load_state_dict: multiagent/cuts has shape {pairs.shape} "
-                    f"{pairs.dtype}; expected [k, 2] int64 (env, step) pairs; restore the "
-                    "multi-agent state from a checkpoint of this buffer")
-        self.buffer.load_state_dict(state["core"])
-        episodes.apply(checked)
-        self._origin = origin.astype(np.int64)
-        if self.buffer.allocated:
-            self._table_cuts().load(pairs)
-        if layout is not None and self._layout is None:
-            self._layout = layout
-        self._episodes = episodes
+        with self.buffer.exclusive():  # not beside another thread's call
+            episodes = Episodes(len(self._agents), self.num_envs)
+            layout = self._layout
+            if layout is None and self.buffer.spec is None:
+                spec = state["core"].get("metadata", {}).get("spec")
+                if spec is not None:
+                    layout = _layout_of(self._agents, spec)
+            if layout is not None:
+                episodes.allocate({a: (f.shape, f.dtype)
+                                   for a, f in layout.per_agent["obs"].items()})
+            checked = episodes.checked(own)
+            origin = np.zeros(self.num_envs, np.int64)  # states from before it was kept
+            if "origin" in own:
+                origin = np.asarray(own["origin"])
+                if origin.shape != (self.num_envs,) or origin.dtype.kind not in "iu":
+                    raise CheckpointError(
+                        f"load_state_dict: multiagent/origin has shape {origin.shape} "
+                        f"{origin.dtype}; expected ({self.num_envs},) int64; restore the "
+                        "multi-agent state from a checkpoint of this buffer")
+            pairs = np.zeros((0, 2), np.int64)  # states from before they were kept: none
+            if "cuts" in own:
+                pairs = np.asarray(own["cuts"])
+                if pairs.ndim != 2 or pairs.shape[1:] != (2,) or (
+                        pairs.size and (pairs.dtype.kind not in "iu" or pairs[:, 0].min() < 0
+                                        or pairs[:, 0].max() >= self.num_envs)):
+                    raise CheckpointError(
+                        f"load_state_dict: multiagent/cuts has shape {pairs.shape} "
+                        f"{pairs.dtype}; expected [k, 2] int64 (env, step) pairs; restore the "
+                        "multi-agent state from a checkpoint of this buffer")
+            self.buffer.load_state_dict(state["core"])
+            episodes.apply(checked)
+            self._origin = origin.astype(np.int64)
+            if self.buffer.allocated:
+                self._table_cuts().load(pairs)
+            if layout is not None and self._layout is None:
+                self._layout = layout
+            self._episodes = episodes
 
     def save(self, dirpath: Any, prefix: str = "buffer_") -> None:
         """Write ``<prefix>metadata.json`` and ``<prefix>state.safetensors`` atomically
@@ -718,10 +731,11 @@ class MultiAgentReplayBuffer:
         """What :func:`replaybank.persist.flush` saves beside the memmap files: the
         core's generator, sampler and view state and lane counters, and the joint
         episode bookkeeping under ``multiagent`` (None before the storage exists)."""
-        core = self.buffer.resume_state()
-        if core is None:
-            return None
-        return {**core, "multiagent": resume_part(self._episodes, self._origin, self._agents)}
+        with self.buffer.exclusive():  # one moment, as state_dict
+            core = self.buffer.resume_state()
+            if core is None:
+                return None
+            return {**core, "multiagent": resume_part(self._episodes, self._origin, self._agents)}
 
     def load_resume_state(self, state: dict[str, Any]) -> None:
         """Restore a :meth:`resume_state` whose counters match the files (checked first:
@@ -729,12 +743,13 @@ class MultiAgentReplayBuffer:
         if not isinstance(state, dict) or "multiagent" not in state:
             raise CheckpointError(f"load_resume_state(state={describe(state)}): expected the "
                                   "dict of MultiAgentReplayBuffer.resume_state()")
-        episodes, origin = checked_resume_part(state["multiagent"], self._agents,
-                                               self.num_envs, self._layout)
-        self.buffer.load_resume_state({k: v for k, v in state.items() if k != "multiagent"})
-        if self.buffer.allocated:  # a cut after the flush (kept in the files) ends them
-            episodes.cut(self._table_cuts().newest_cut())
-        self._episodes, self._origin = episodes, origin
+        with self.buffer.exclusive():  # not beside another thread's call
+            episodes, origin = checked_resume_part(state["multiagent"], self._agents,
+                                                   self.num_envs, self._layout)
+            self.buffer.load_resume_state({k: v for k, v in state.items() if k != "multiagent"})
+            if self.buffer.allocated:  # a cut after the flush (kept in the files) ends them
+                episodes.cut(self._table_cuts().newest_cut())
+            self._episodes, self._origin = episodes, origin
 
     def reopened(self) -> None:
         """The core was reopened from its memmap files: rebuild the core's free slots and
