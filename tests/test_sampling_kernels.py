@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from replaybank.ops import draws, sumtree
+from replaybank.ops.jit import pure_python
 
 c = pytest.importorskip("replaybank.ops.sumtree_c")
 from replaybank import _sampling  # type: ignore[attr-defined]  # noqa: E402
@@ -143,6 +144,8 @@ def test_wrong_arguments_raise_instead_of_touching_memory() -> None:
 def test_first_sample_of_a_process_does_not_wait_for_numba(sampler: str) -> None:
     """The default sample paths run on the C kernels: a fresh process samples without
     importing numba (no JIT compile or cache load on the first draw)."""
+    if pure_python():
+        pytest.skip("REPLAYBANK_PURE_PYTHON=1: the C kernels are off (numba serves)")
     code = textwrap.dedent(f"""
         import sys, numpy as np, replaybank as rb
         kw = {{"sampler": rb.PrioritizedSampler()}} if {sampler!r} == "prioritized" else {{}}
@@ -164,6 +167,7 @@ def test_first_sample_of_a_process_does_not_wait_for_numba(sampler: str) -> None
 
 
 def test_pure_python_switch_leaves_the_c_kernels_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("REPLAYBANK_PURE_PYTHON", raising=False)  # (a pure-Python run sets it)
     assert sumtree.kernels("auto")[1] == "c"
     monkeypatch.setenv("REPLAYBANK_PURE_PYTHON", "1")
     assert sumtree.kernels("auto")[1] in ("numba", "numpy")
