@@ -50,8 +50,8 @@ from replaybank.errors import ConfigError, ReplayBankError, describe, require_ex
 from replaybank.host import is_tensor, tensor_to_numpy
 from replaybank.integrations.episode_stage import EpisodeStage, check_max_held
 from replaybank.integrations.progress import ProgressBar
-from replaybank.integrations.spaces import spec_from_env, spec_from_spaces, to_fields, tree_map
-from replaybank.spec import check_tuple, flatten
+from replaybank.integrations.spaces import spec_from_env, spec_from_spaces, to_fields
+from replaybank.spec import check_tuple, flatten, tree_map
 
 __all__ = ["AgentPolicy", "CollectResult", "Collector", "StatefulPolicy", "collect",
            "spec_from_env", "spec_from_spaces", "warm"]

@@ -16,7 +16,6 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -26,7 +25,7 @@ from replaybank.errors import SpecError, require_extra
 from replaybank.host import is_tensor, tensor_to_numpy
 from replaybank.spec import FieldSpec, Spec
 
-__all__ = ["space_fields", "spec_from_env", "spec_from_spaces", "to_fields", "tree_map"]
+__all__ = ["space_fields", "spec_from_env", "spec_from_spaces", "to_fields"]
 
 
 def _gym() -> Any:
@@ -96,18 +95,6 @@ def spec_from_env(env: Any) -> Spec:
     if obs_space is None or act_space is None:
         obs_space, act_space = env.observation_space, env.action_space
     return spec_from_spaces(obs_space, act_space)
-
-
-def tree_map(fn: Callable[[Any], Any], tree: Any) -> Any:
-    """Apply ``fn`` to every leaf of nested dicts.
-
-    Example:
-        >>> tree_map(lambda x: x * 2, {"a": 1, "b": {"c": 2}})
-        {'a': 2, 'b': {'c': 4}}
-    """
-    if isinstance(tree, Mapping):
-        return {k: tree_map(fn, v) for k, v in tree.items()}
-    return fn(tree)
 
 
 def to_fields(space: Any, value: Any) -> Any:
