@@ -419,3 +419,61 @@ def test_a_file_without_a_mapping_is_named(tmp_path: Path, name: str, text: str,
     (tmp_path / name).write_text(text)
     with pytest.raises(ConfigError, match=match):
         rb.from_config(tmp_path / name)
+
+
+@pytest.mark.parametrize(("name", "text"), [
+    ("twice.yaml", "capacity: 1000\nn_step: 3\ncapacity: 2000\n"),
+    ("twice.json", '{"capacity": 1000, "n_step": 3, "capacity": 2000}'),
+    ("nested.yaml", "capacity: 8\nsampler:\n  type: prioritized\n  alpha: 0.5\n  alpha: 0.7\n"),
+    ("section.yml", "buffer:\n  capacity: 8\n  capacity: 16\ntrainer:\n  lr: 0.001\n"),
+])
+def test_a_key_given_twice_in_a_file_is_refused(tmp_path: Path, name: str, text: str) -> None:
+    """YAML and JSON parsers keep the last of two equal keys: the first line of a file,
+    edited, would change nothing. The file is refused, naming the key (and its lines)."""
+    (tmp_path / name).write_text(text)
+    key = "alpha" if name.startswith("nested") else "capacity"
+    lines = {"twice.yaml": " (lines 1 and 3)", "nested.yaml": " (lines 4 and 5)",
+             "section.yml": " (lines 2 and 3)"}.get(name, "")
+    with pytest.raises(ConfigError, match=re.escape(
+            f"{name}: key {key!r} is given twice{lines}; keep one")):
+        rb.from_config(tmp_path / name)
+
+
+def test_a_directory_is_not_called_missing(tmp_path: Path) -> None:
+    folder = tmp_path / "configs.yaml"
+    folder.mkdir()
+    with pytest.raises(ConfigError, match=r"configs\.yaml is a directory: pass the file, e\.g\. "
+                                          r".*configs\.yaml/buffer\.yaml$"):
+        rb.from_config(folder)
+    (folder / "replay.yaml").write_text("capacity: 8\n")
+    with pytest.raises(ConfigError, match=r"is a directory; it holds replay\.yaml: pass the "
+                                          r"file, e\.g\. .*configs\.yaml/replay\.yaml$"):
+        rb.from_config(str(folder))
+    assert rb.from_config(folder / "replay.yaml").capacity == 8
+
+
+def test_a_file_that_is_not_utf8_or_cannot_be_read_is_one_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    latin = tmp_path / "latin.yaml"
+    latin.write_bytes("capacity: 8  # caf\xe9\n".encode("latin-1"))
+    with pytest.raises(ConfigError, match=r"latin\.yaml is not UTF-8 text \(byte 0xe9 at "
+                                          r"offset 18\); save it as UTF-8$"):
+        rb.from_config(latin)
+    bom = tmp_path / "bom.json"
+    bom.write_bytes(b"\xef\xbb\xbf" + b'{"capacity": 8}')  # Notepad's byte order mark
+    assert rb.from_config(bom).capacity == 8
+
+    def refuse(self: Path) -> bytes:
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "read_bytes", refuse)
+    with pytest.raises(ConfigError, match=r"bom\.json: cannot read it \(Permission denied\)$"):
+        rb.from_config(bom)
+
+
+def test_a_buffer_section_that_is_no_mapping_is_named(tmp_path: Path) -> None:
+    (tmp_path / "c.yaml").write_text("buffer: 100000\ntrainer: {lr: 0.001}\n")
+    with pytest.raises(ConfigError, match=r"c\.yaml: buffer=100000: the buffer section must "
+                                          r"be a mapping of buffer arguments, e\.g\. buffer: "
+                                          r"\{capacity: 100000\}$"):
+        rb.from_config(tmp_path / "c.yaml")

@@ -35,7 +35,6 @@ Example:
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -43,6 +42,7 @@ from typing import TYPE_CHECKING, Any, Protocol, overload, runtime_checkable
 
 from pydantic import ValidationError
 
+from replaybank.config.files import read_config_file
 from replaybank.config.models import (
     SIMPLE,
     BufferConfig,
@@ -51,7 +51,7 @@ from replaybank.config.models import (
     format_error,
     unknown_buffer_type,
 )
-from replaybank.errors import ConfigError, describe, require_extra
+from replaybank.errors import ConfigError, describe
 from replaybank.registry import (
     BUFFERS,
     SAMPLERS,
@@ -123,32 +123,6 @@ def validate_config(data: Mapping[str, Any]) -> BufferConfig:
         raise format_error(type_name, exc) from None
 
 
-def _read_file(path: Path) -> Any:
-    if not path.is_file():
-        raise ConfigError(f"config file {path} does not exist")
-    text = path.read_text()
-    suffix = path.suffix.lower()
-    try:
-        if suffix in (".yaml", ".yml"):
-            yaml = require_extra("yaml", "yaml")
-            return yaml.safe_load(text)
-        if suffix == ".json":
-            return json.loads(text)
-    except Exception as exc:  # parser errors of either library
-        raise ConfigError(f"config file {path}: cannot parse ({exc})") from exc
-    raise ConfigError(f"config file {path}: unknown suffix {suffix!r}; use .yaml, .yml or "
-                      ".json")
-
-
-def _not_a_mapping(path: Path, data: Any) -> str:
-    """The error of a config file that holds no mapping of buffer arguments."""
-    example = "capacity: 100000" if path.suffix.lower() in (".yaml", ".yml") else \
-        '{"capacity": 100000}'
-    held = "is empty" if data is None else f"holds {describe(data)}"
-    return (f"config file {path} {held}: expected a mapping of buffer arguments (at the top "
-            f"level or under a buffer key), e.g. {example}")
-
-
 @overload
 def from_config(source: BufferConfig | str | os.PathLike[str], **overrides: Any) -> AnyBuffer:
     ...
@@ -165,7 +139,8 @@ def from_config(source: Any, **overrides: Any) -> Any:
     Args:
         source: A :class:`BufferConfig`, a dict, or a path (``str``/``Path``) to a
             ``.yaml``/``.yml``/``.json`` file. A file may hold the config at the top
-            level or under a ``buffer`` key.
+            level or under a ``buffer`` key (:func:`~replaybank.config.files.
+            read_config_file`: a key given twice is refused).
         **overrides: Config keys to replace (validated like the rest).
 
     Returns:
@@ -177,7 +152,8 @@ def from_config(source: Any, **overrides: Any) -> Any:
         passed around as data) it sees ``Any``.
 
     Raises:
-        ConfigError: Unknown type, bad or unknown keys, unreadable file.
+        ConfigError: Unknown type, bad or unknown keys; a file that is missing, a
+            directory, unreadable, not UTF-8, unparsable, or gives a key twice.
 
     Example:
         >>> from_config({"capacity": 8, "n_step": 3}).config().n_step
@@ -186,11 +162,7 @@ def from_config(source: Any, **overrides: Any) -> Any:
     if isinstance(source, BufferConfig):
         data: Any = source.model_dump()
     elif isinstance(source, (str, os.PathLike)):
-        data = _read_file(Path(source))
-        if isinstance(data, dict) and "buffer" in data and isinstance(data["buffer"], dict):
-            data = data["buffer"]
-        if not isinstance(data, Mapping):
-            raise ConfigError(_not_a_mapping(Path(source), data))
+        data = read_config_file(Path(source))
     else:
         data = source
     if not isinstance(data, Mapping):

@@ -76,12 +76,9 @@ def _config_dict(config: Any) -> dict[str, Any]:
     if isinstance(config, BufferConfig):
         cfg = config
     elif isinstance(config, (str, os.PathLike)):
-        from replaybank.config import _read_file
+        from replaybank.config.files import read_config_file
 
-        data = _read_file(Path(config))
-        if isinstance(data, dict) and isinstance(data.get("buffer"), dict):
-            data = data["buffer"]
-        cfg = validate_config(data)
+        cfg = validate_config(read_config_file(Path(config)))
     elif isinstance(config, Mapping):
         cfg = validate_config(config)
     else:
