@@ -477,3 +477,30 @@ def test_a_buffer_section_that_is_no_mapping_is_named(tmp_path: Path) -> None:
                                           r"be a mapping of buffer arguments, e\.g\. buffer: "
                                           r"\{capacity: 100000\}$"):
         rb.from_config(tmp_path / "c.yaml")
+
+
+@pytest.mark.parametrize(("bad", "match"), [
+    ({"sampler": "prioritized"}, r"sampler='prioritized': must be a mapping of the sampler's type "
+     r"and arguments; write sampler: \{type: prioritized\} \(YAML\) or \"sampler\": \{\"type\": "
+     r"\"prioritized\"\} \(JSON\), its arguments beside type$"),
+    ({"sampler": "PrioritizedSampler"}, r"sampler='PrioritizedSampler': .*write sampler: "
+                                        r"\{type: prioritized\} \(YAML\)"),
+    ({"view": "nstep"}, r"view='nstep': must be a mapping of the view's type .*view: "
+                        r"\{type: nstep\} \(YAML\)"),
+    ({"sampler": ["uniform"]}, r"sampler=\['uniform'\]: must be a mapping .*\{type: \.\.\.\} "
+                               r"\(YAML\).* \(known types: \['lane_split', 'prioritized'"),
+    # a nested sampler too: the form a config writes it in
+    ({"sampler": {"type": "recent", "prioritized": True}},
+     r"RecentSampler\(prioritized=True\): expected a PrioritizedSampler or None; pass "
+     r"prioritized=PrioritizedSampler\(alpha=0\.6\) \(in a config: prioritized: "
+     r"\{type: prioritized, alpha: 0\.6\}\)$"),
+])
+def test_a_sampler_or_view_written_as_a_name_says_how_to_write_it(bad: dict[str, Any],
+                                                                  match: str) -> None:
+    """``sampler: prioritized`` is what a reader of "names its sampler by its registered
+    name" writes first; the error shows the mapping to write instead."""
+    with pytest.raises(ConfigError, match=match):
+        rb.from_config({"capacity": 8, **bad})
+    nested = rb.from_config({"capacity": 8, "sampler": {
+        "type": "recent", "prioritized": {"type": "prioritized", "alpha": 0.6}}})
+    assert nested.config().sampler.prioritized["alpha"] == 0.6

@@ -123,13 +123,30 @@ class ComponentConfig(BaseModel):
         return {k: v for k, v in self.model_dump().items() if k != "type"}
 
 
+def _component(kind: str, registry: dict[str, Entry]) -> Callable[[Any], Any]:
+    """A before-validator of a ``sampler`` or ``view`` field: a mapping (or a model) or
+    null passes on; anything else, a bare name above all (``sampler: prioritized``), is
+    refused with the mapping to write instead."""
+    def check(v: Any) -> Any:
+        if v is None or isinstance(v, (dict, BaseModel)):
+            return v
+        name = canonical_type(registry, v) if isinstance(v, str) else None
+        known = "" if name in registry else f" (known types: {sorted(registry)})"
+        name = name if name in registry else "..."
+        raise ValueError(f"must be a mapping of the {kind}'s type and arguments; write "
+                         f"{kind}: {{type: {name}}} (YAML) or \"{kind}\": {{\"type\": "
+                         f"\"{name}\"}} (JSON), its arguments beside type{known}")
+    return check
+
+
 _COMMON: dict[str, Any] = {
     "capacity": _pos_int("capacity"),
     "num_envs": _pos_int("num_envs"),
     "seed": Annotated[Any, AfterValidator(_seed)],
     "spec": Annotated[Any, BeforeValidator(_spec)],
-    "sampler": ComponentConfig | None,
-    "view": ComponentConfig | None,
+    "sampler": Annotated[ComponentConfig | None,
+                         BeforeValidator(_component("sampler", SAMPLERS))],
+    "view": Annotated[ComponentConfig | None, BeforeValidator(_component("view", VIEWS))],
     "n_step": _pos_int("n_step"),
     "gamma": Annotated[float, BeforeValidator(_gamma)],
     "frame_stack": _pos_int("frame_stack"),

@@ -142,8 +142,9 @@ class RecentSampler:
                               "adapt eta to the recent returns)")
         if prioritized is not None and not isinstance(prioritized, PrioritizedSampler):
             raise ConfigError(
-                f"RecentSampler(prioritized={type(prioritized).__name__}): expected a "
-                "PrioritizedSampler or None"
+                f"RecentSampler(prioritized={describe(prioritized)}): expected a "
+                "PrioritizedSampler or None; pass prioritized=PrioritizedSampler(alpha=0.6) "
+                "(in a config: prioritized: {type: prioritized, alpha: 0.6})"
             )
         self.c_min = int(c_min)
         self.prioritized = prioritized
