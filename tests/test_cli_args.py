@@ -119,6 +119,21 @@ def test_demo_numbers_are_checked_when_parsed(flag: str, value: str, rule: str,
     _usage_error(capsys, int(str(info.value.code)), f"argument {flag}: {value!r}: must be {rule}")
 
 
+def test_demo_out_that_cannot_be_a_directory_is_a_usage_error(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--out`` naming a file (or a path under one) failed with FileExistsError's
+    traceback once torch was imported; now it is refused when parsed."""
+    taken = tmp_path / "results.txt"
+    taken.write_text("not a directory")
+    for out, words in [(taken, "is a file; pass a directory, e.g. --out replaybank_demo_out"),
+                       (taken / "run1", f"{taken} is a file, so the directory cannot be "
+                                        "created")]:
+        with pytest.raises(SystemExit) as info:
+            main(["demo", "--steps", "10", "--out", str(out)])
+        _usage_error(capsys, int(str(info.value.code)), f"argument --out: {str(out)!r}: {words}")
+    assert taken.read_text() == "not a directory"
+
+
 def test_a_reader_that_goes_away_ends_the_output_quietly(checkpoint: Path) -> None:
     """``replaybank inspect --json | head``: the pipe's reader is gone before the first
     write; the command stops with status 1 and no traceback or 'Exception ignored'."""

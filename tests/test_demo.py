@@ -45,6 +45,20 @@ def test_run_demo_result(tmp_path: Path) -> None:
     assert all(r >= 8 for r in res.episode_returns)  # a CartPole episode lasts >= 8 steps
 
 
+@pytest.mark.parametrize("num_envs", [1, 3, 4])
+def test_every_number_of_envs_trains_one_update_per_two_env_steps(num_envs: int,
+                                                                  tmp_path: Path) -> None:
+    """``--num-envs 1`` trained nothing (``n_envs // 2`` updates per step of the envs: 0)
+    and 3 envs got one update per 3 steps. 400 steps, learning from step 200 (the steps of
+    the envs' step that reaches it count): 100 updates, up to 2 more."""
+    args = demo_mod.build_parser().parse_args(
+        ["--steps", "400", "--num-envs", str(num_envs), "--out", str(tmp_path), "--quiet",
+         "--eval-every", "400", "--eval-episodes", "1", "--no-early-stop"])
+    res = demo_mod.run_demo(args)
+    assert res.env_steps - num_envs < 400 <= res.env_steps
+    assert 100 <= res.updates <= 102, res.updates
+
+
 def test_dqn_update_moves_q_towards_target() -> None:
     import replaybank as rb
 

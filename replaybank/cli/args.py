@@ -29,7 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 __all__ = ["finite_float", "non_negative_float", "non_negative_int", "positive_float",
-           "positive_int", "writable_file"]
+           "positive_int", "writable_dir", "writable_file"]
 
 
 def _refuse(text: str, rule: str, flag: str, example: str) -> argparse.ArgumentTypeError:
@@ -146,4 +146,42 @@ def writable_file(flag: str, example: str) -> Callable[[str], Path]:
                 f"path, e.g. {flag} {example}, or fix its permissions")
         return path
     parse.__name__ = "path"
+    return parse
+
+
+def writable_dir(flag: str, example: str) -> Callable[[str], Path]:
+    """A directory this process can write into, or create (with its missing parents): not
+    an existing file, under an existing ancestor that is a writable directory.
+
+    Example:
+        >>> import tempfile
+        >>> writable_dir("--out", "demo_out")(tempfile.mkdtemp() + "/new/out").name
+        'out'
+        >>> try:
+        ...     writable_dir("--out", "demo_out")(__file__)
+        ... except argparse.ArgumentTypeError as exc:
+        ...     print(str(exc).split(":")[-1].strip())
+        is a file; pass a directory, e.g. --out demo_out
+    """
+    def parse(text: str) -> Path:
+        path = Path(text)
+        if not text:
+            raise argparse.ArgumentTypeError(f"{text!r}: pass a directory, e.g. {flag} "
+                                             f"{example}")
+        if path.exists() and not path.is_dir():
+            raise argparse.ArgumentTypeError(
+                f"{text!r}: is a file; pass a directory, e.g. {flag} {example}")
+        ancestor = path
+        while not ancestor.exists():  # the nearest part of the path that is there
+            ancestor = ancestor.parent
+        if not ancestor.is_dir():
+            raise argparse.ArgumentTypeError(
+                f"{text!r}: {ancestor} is a file, so the directory cannot be created; pass "
+                f"e.g. {flag} {example}")
+        if not os.access(ancestor, os.W_OK | os.X_OK):
+            raise argparse.ArgumentTypeError(
+                f"{text!r}: directory {ancestor} is not writable by this process; pass a "
+                f"writable path, e.g. {flag} {example}, or fix its permissions")
+        return path
+    parse.__name__ = "directory"
     return parse

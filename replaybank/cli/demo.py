@@ -32,6 +32,7 @@ from replaybank.cli.args import (
     non_negative_float,
     non_negative_int,
     positive_int,
+    writable_dir,
 )
 from replaybank.errors import require_extra
 
@@ -97,7 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=non_negative_int("--seed", "0"), default=0,
                    help="seed of the envs, the network and the buffer (default: %(default)s)")
     p.add_argument("--out", default="replaybank_demo_out",
-                   help="output directory for the plot and the checkpoint "
+                   type=writable_dir("--out", "replaybank_demo_out"),
+                   help="output directory for the plot and the checkpoint, created if missing "
                         "(default: %(default)s)")
     p.add_argument("--quiet", "--no-progress", dest="no_progress", action="store_true",
                    help="no progress output (default: a bar when stdout is a terminal, "
@@ -107,7 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds between the plain progress lines printed when stdout is "
                         "not a terminal (default: %(default)s)")
     p.add_argument("--num-envs", type=positive_int("--num-envs", "4"), default=4,
-                   help="vectorized CartPole envs (default: %(default)s)")
+                   help="vectorized CartPole envs; one gradient update per two env steps "
+                        "(default: %(default)s)")
     p.add_argument("--eval-every", type=positive_int("--eval-every", "2000"), default=2_000,
                    help="env steps between evaluations (default: %(default)s)")
     p.add_argument("--eval-episodes", type=positive_int("--eval-episodes", "10"), default=10,
@@ -284,8 +287,10 @@ def run_demo(args: argparse.Namespace) -> DemoResult:
     steps = max(args.steps, n_envs)
     learning_starts = min(1_000, steps // 2)
     eps_decay_steps = max(1, int(0.25 * steps))
-    updates_per_step = n_envs // 2  # two env steps per gradient step
-    total_updates = (steps - learning_starts) // n_envs * updates_per_step
+    # two env steps per gradient step, for any number of envs: the updates owed are
+    # counted in halves, so one env gets one update every other step (n_envs // 2 per
+    # collect gave none at all) and three envs get 1 and 2 in turn
+    total_updates = (steps - learning_starts) // n_envs * n_envs // 2
     buf = _make_buffer(args.buffer, min(steps, 100_000) // n_envs * n_envs, n_envs, args.seed,
                        cfg.gamma, cfg.n_step if args.buffer != "uniform" else 1, total_updates)
     envs = gym.make_vec(ENV_ID, num_envs=n_envs, vectorization_mode="sync")
@@ -295,6 +300,7 @@ def run_demo(args: argparse.Namespace) -> DemoResult:
     eps = [1.0]
     col = Collector(envs, lambda o: agent.act(o, eps[0]), buf, seed=args.seed)
     loss = float("nan")
+    owed = 0  # env steps not yet paid for with gradient updates (two per update)
     next_eval = args.eval_every
     prioritized = args.buffer == "per"
     with ProgressBar(steps, f"DQN {args.buffer}", enabled=bar_shown) as bar:
@@ -306,11 +312,13 @@ def run_demo(args: argparse.Namespace) -> DemoResult:
                 result.episode_returns.append(r)
                 result.episode_steps.append(result.env_steps)
             if result.env_steps >= learning_starts:
-                for _ in range(updates_per_step):
+                owed += res.env_steps
+                for _ in range(owed // 2):
                     batch = buf.sample(cfg.batch_size)
                     loss, td = agent.update(batch)
                     if prioritized:
                         buf.update_priorities(batch.indices, td)
+                owed %= 2
             recent = result.episode_returns[-10:]
             mean_return = float(np.mean(recent)) if recent else None
             bar.update(res.env_steps, **{"return": mean_return}, loss=loss)
