@@ -53,6 +53,24 @@ def test_bench_repeats_must_be_a_positive_int(value: str,
                                  "pass e.g. --repeats 5")
 
 
+@pytest.mark.parametrize(("flag", "value", "words"), [
+    ("--cases", "adds", "argument --cases: unknown case 'adds' (did you mean 'add'?); choose "
+                        "from add, extend, sample, per,"),
+    ("--cases", "add,foo,bar", "argument --cases: unknown cases 'foo', 'bar'; choose from add,"),
+    ("--peers", "cprb", "argument --peers: unknown peer 'cprb' (did you mean 'cpprb'?); choose "
+                        "from cpprb, sb3, tianshou, torchrl"),
+    # no case at all ran nothing and printed an empty table, status 0
+    ("--cases", "", "argument --cases: '' names no case; pass e.g. --cases add, or leave "
+                    "--cases out for all of them"),
+    ("--cases", " , ", "argument --cases: ' , ' names no case"),
+])
+def test_bench_names_are_checked_and_the_flag_named(flag: str, value: str, words: str,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    status = main(["bench", "--quiet", "--scale", "0.001", "--repeats", "1", f"{flag}={value}"])
+    err = _usage_error(capsys, status, "replaybank bench: error: " + words)
+    assert err.count("\n") == 3, err  # the usage (2 lines) and one line of error
+
+
 @pytest.mark.parametrize("value", ["-5", "1.5", "many"])
 def test_inspect_draws_must_be_a_non_negative_int(value: str, checkpoint: Path,
                                                   capsys: pytest.CaptureFixture[str]) -> None:

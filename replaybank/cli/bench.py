@@ -1,7 +1,8 @@
 """``replaybank bench``: replaybank against the peer libraries installed here.
 
-Cases (capacity ``--scale`` x 1,000,000, obs float32[17], action float32[6]; the
-harness is :mod:`replaybank.cli.bench_harness`, shared with ``benchmarks/``):
+Cases (capacity ``--scale`` x 1,000,000, rounded down to a multiple of 256 and at least
+1,024; obs float32[17], action float32[6]; the harness is
+:mod:`replaybank.cli.bench_harness`, shared with ``benchmarks/``):
 
 * ``add``: one transition at a time; ``extend``: chunks of 256; ``sample``: ``sample(256)``;
 * ``per``: prioritized ``sample(256)`` + ``update_priorities`` of the 256 (n/a in SB3);
@@ -65,6 +66,7 @@ from typing import Any
 from replaybank.cli.args import positive_float, positive_int
 from replaybank.cli.bench_harness import CASES, FLOOR_TARGET, FLOORS, NO_FLOOR
 from replaybank.cli.main import build_line
+from replaybank.errors import closest, require_extra
 
 __all__ = ["FORMAT", "PEERS", "build_parser", "main", "render_table", "run_bench"]
 
@@ -88,11 +90,13 @@ def build_parser() -> argparse.ArgumentParser:
                     "its own process, and print us per call with the ratio peer / replaybank "
                     "(> 1: replaybank faster).")
     p.add_argument("--peers", default=",".join(PEERS),
-                   help=f"comma-separated peers (default: {','.join(PEERS)})")
+                   help=f"comma-separated peers, '' for replaybank alone (default: "
+                        f"{','.join(PEERS)})")
     p.add_argument("--cases", default=",".join(CASES),
                    help=f"comma-separated cases (default: {','.join(CASES)})")
     p.add_argument("--scale", type=positive_float("--scale", "0.1"), default=0.1,
-                   help="capacity = scale x 1,000,000 transitions (default 0.1)")
+                   help="capacity = scale x 1,000,000 transitions, rounded down to a "
+                        "multiple of 256, at least 1,024 (default 0.1: 99,840)")
     p.add_argument("--repeats", type=positive_int("--repeats", "5"), default=5,
                    help="timed repeats per case, best kept (default 5)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -100,11 +104,33 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _split(text: str, allowed: tuple[str, ...] | list[str], what: str) -> list[str]:
+def _split(text: str, allowed: tuple[str, ...] | list[str], what: str, flag: str,
+           empty_ok: bool = False) -> list[str]:
+    """The comma-separated names of ``text``, each one of ``allowed``, in order, once.
+
+    Raises:
+        ValueError: ``"argument --flag: ..."``: a name not allowed (with the one probably
+            meant), or none at all where ``empty_ok`` is false.
+
+    Example:
+        >>> _split("add, per,add", CASES, "case", "--cases")
+        ['add', 'per']
+        >>> _split("ad", CASES, "case", "--cases")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: argument --cases: unknown case 'ad' (did you mean 'add'?); choose from ...
+    """
     items = [s.strip() for s in text.split(",") if s.strip()]
     bad = [s for s in items if s not in allowed]
     if bad:
-        raise ValueError(f"unknown {what} {', '.join(bad)} (choose from {', '.join(allowed)})")
+        near = closest(bad[0], allowed)
+        meant = f" (did you mean {near!r}?)" if near is not None else ""
+        names = f"{what}{'s' if len(bad) > 1 else ''} {', '.join(map(repr, bad))}"
+        raise ValueError(f"argument {flag}: unknown {names}{meant}; choose from "
+                         f"{', '.join(allowed)}")
+    if not items and not empty_ok:
+        raise ValueError(f"argument {flag}: {text!r} names no {what}; pass e.g. {flag} "
+                         f"{allowed[0]}, or leave {flag} out for all of them")
     return list(dict.fromkeys(items))
 
 
@@ -234,14 +260,15 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # --help (0) or a usage error (2): a status, not an exit
         return exc.code if isinstance(exc.code, int) else 2
     try:
-        peers = _split(args.peers, list(PEERS), "peer")
-        cases = _split(args.cases, CASES, "case")
+        peers = _split(args.peers, list(PEERS), "peer", "--peers", empty_ok=True)
+        cases = _split(args.cases, CASES, "case", "--cases")
     except ValueError as exc:
         parser.print_usage(sys.stderr)
-        print(f"replaybank bench: {exc}", file=sys.stderr)
+        print(f"replaybank bench: error: {exc}", file=sys.stderr)
         return 2
     n_jobs = len(cases) * (1 + sum(_installed(PEERS[p][0]) for p in peers))
     if sys.stdout.isatty() and not args.quiet:
+        require_extra("rich", "cli")  # the bar; --quiet runs without it
         from rich.console import Console
         from rich.progress import Progress
 
