@@ -81,6 +81,41 @@ def test_cli_help_and_unknown_command(capsys: pytest.CaptureFixture[str]) -> Non
         main(["demo", "--buffer", "bogus"])
 
 
+@pytest.mark.parametrize(("missing", "argv", "line"), [
+    ("torch", ["demo", "--steps", "10", "--quiet"],
+     'replaybank demo: error: torch is required for this feature but is not installed; run: '
+     'pip install "replaybank[torch]" (everything replaybank demo needs: pip install '
+     '"replaybank[demo]")'),
+    ("matplotlib", ["demo", "--steps", "10", "--quiet"],
+     'replaybank demo: error: matplotlib is required for this feature but is not installed; '
+     'run: pip install "replaybank[cli]" (everything replaybank demo needs: pip install '
+     '"replaybank[demo]")'),
+    ("rich", ["inspect", "{ckpt}"],
+     'replaybank inspect: error: rich is required for this feature but is not installed; run: '
+     'pip install "replaybank[cli]"'),
+])
+def test_a_missing_extra_is_one_line_not_a_traceback(missing: str, argv: list[str], line: str,
+                                                     tmp_path: Path) -> None:
+    """``pip install replaybank`` alone, then ``replaybank demo`` (or ``inspect`` with its
+    table): status 1 and one line naming the extra, before any training (the demo's plot
+    needs matplotlib at its end: it is asked for at the start)."""
+    import replaybank as rb
+
+    rb.ReplayBuffer(8, seed=0).save(tmp_path / "ckpt")
+    argv = [a.replace("{ckpt}", str(tmp_path / "ckpt")) for a in argv]
+    if argv[0] == "demo":
+        argv += ["--out", str(tmp_path / "out")]
+    code = (f"import sys; sys.modules[{missing!r}] = None\n"  # as if not installed
+            "from replaybank.cli.main import main\n"
+            f"raise SystemExit(main({argv!r}))\n")
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, cwd=root, check=False)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr == line + "\n" and done.stdout == ""
+    assert not (tmp_path / "out").exists()  # refused before anything was written
+
+
 def test_console_entry_point_runs() -> None:
     out = subprocess.run([sys.executable, "-m", "replaybank.cli.main", "demo", "--help"],
                          capture_output=True, text=True, timeout=60)

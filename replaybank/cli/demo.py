@@ -276,6 +276,7 @@ def run_demo(args: argparse.Namespace) -> DemoResult:
         lines.start()
     torch = require_extra("torch", "torch")
     gym = require_extra("gymnasium", "gym")
+    require_extra("matplotlib", "cli")  # for the plot at the end: refused before training
     from replaybank.cli.dqn import DQNAgent, DQNConfig
     from replaybank.integrations.gymnasium import Collector
 

@@ -20,12 +20,17 @@ import importlib
 import os
 import sys
 
-__all__ = ["C_MODULES", "build_line", "main"]
+from replaybank.errors import MissingDependencyError
+
+__all__ = ["C_MODULES", "EXTRAS", "build_line", "main"]
 
 #: The optional C modules (built at install where a C compiler and the Python headers are
 #: there) and what each serves.
 C_MODULES = (("_lane", "the writer"), ("_sampling", "sampling kernels"),
              ("_windows", "window gathers"))
+
+#: The extra that installs every optional package a command needs.
+EXTRAS = {"demo": "demo", "inspect": "cli", "bench": "cli"}
 
 USAGE = """usage: replaybank <command> [options]
        replaybank --version
@@ -48,11 +53,21 @@ def main(argv: list[str] | None = None) -> int:
 
     Returns:
         The exit status; 1 when the reader of the output went away (``replaybank inspect
-        --json | head``: the rest is dropped quietly, without a traceback).
+        --json | head``: the rest is dropped quietly, without a traceback), or when an
+        optional package the command needs is not installed (one line naming the extra
+        that installs it, not a traceback).
     """
+    args = list(sys.argv[1:] if argv is None else argv)
     try:
-        status = _run(list(sys.argv[1:] if argv is None else argv))
+        status = _run(args)
         sys.stdout.flush()  # a closed pipe shows here, not at the interpreter's exit
+    except MissingDependencyError as exc:
+        command = args[0] if args else ""
+        extra = EXTRAS.get(command)
+        whole = (f" (everything replaybank {command} needs: pip install "
+                 f'"replaybank[{extra}]")') if extra and f"[{extra}]" not in str(exc) else ""
+        print(f"replaybank {command}: error: {exc}{whole}", file=sys.stderr)
+        return 1
     except BrokenPipeError:
         # whatever is still buffered goes nowhere: the interpreter's final flush of stdout
         # would fail again and print "Exception ignored"
