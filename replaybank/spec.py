@@ -33,6 +33,7 @@ Example:
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import partial
@@ -41,7 +42,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from replaybank.errors import DtypeError, ShapeError, SpecError, describe
+from replaybank.errors import DtypeError, ShapeError, SpecError, closest, describe
 from replaybank.host import as_numpy, is_tensor
 
 __all__ = ["FIELD_ALIASES", "INFO_FIX", "INFO_NAMES", "QUICK_VALUES", "SEP", "STANDARD", "UNSET",
@@ -145,8 +146,8 @@ class FieldSpec:
     dtype: np.dtype[Any]
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "shape", tuple(int(s) for s in self.shape))
-        object.__setattr__(self, "dtype", np.dtype(self.dtype))
+        object.__setattr__(self, "shape", _shape_of(self.name, self.shape))
+        object.__setattr__(self, "dtype", _dtype_of(self.name, self.dtype))
         if any(s < 0 for s in self.shape):
             raise SpecError(f"FieldSpec(name={self.name!r}, shape={self.shape}): negative dim")
         if self.dtype.kind in UNSTORABLE_KINDS:
@@ -899,9 +900,9 @@ class Spec(Mapping[str, FieldSpec]):
             if isinstance(entry, FieldSpec):
                 fields.append(FieldSpec(name, entry.shape, entry.dtype))
             elif isinstance(entry, Mapping):
-                fields.append(FieldSpec(name, tuple(entry["shape"]), np.dtype(entry["dtype"])))
+                fields.append(_field_from_mapping(name, entry))
             elif isinstance(entry, (tuple, list)) and len(entry) == 2:
-                fields.append(FieldSpec(name, tuple(entry[0]), np.dtype(entry[1])))
+                fields.append(FieldSpec(name, entry[0], entry[1]))
             else:
                 raise SpecError(
                     f"spec[{name!r}]={describe(entry)}: expected (shape, dtype) or "
@@ -929,12 +930,74 @@ class Spec(Mapping[str, FieldSpec]):
                    for name, value in flatten(values).items())
 
 
+def _shape_of(name: str, shape: Any) -> tuple[int, ...]:
+    """A field's ``shape`` as a tuple of ints (one int: a 1-D shape, as numpy reads it)."""
+    if isinstance(shape, (int, np.integer)) and not isinstance(shape, (bool, np.bool_)):
+        return (int(shape),)
+    try:
+        if isinstance(shape, (str, bytes, Mapping)):
+            raise TypeError
+        return tuple(operator.index(s) for s in shape)
+    except TypeError:
+        raise SpecError(f"FieldSpec(name={name!r}, shape={describe(shape)}): expected a tuple "
+                        "of ints, e.g. shape=(3,) (or () for one number per step)") from None
+
+
+#: The dtype names numpy reads (for a "did you mean" when one is misspelt).
+_DTYPE_NAMES = sorted({k for k in np.sctypeDict if isinstance(k, str) and len(k) > 2})
+
+
+def _dtype_of(name: str, dtype: Any) -> np.dtype[Any]:
+    """A field's ``dtype`` as numpy reads it, or a SpecError naming the value."""
+    try:
+        return np.dtype(dtype)
+    except TypeError:
+        near = closest(dtype, _DTYPE_NAMES) if isinstance(dtype, str) else None
+        meant = f" (did you mean {near!r}?)" if near else ""
+        raise SpecError(f"FieldSpec(name={name!r}, dtype={describe(dtype)}): not a dtype "
+                        f"numpy knows{meant}; pass e.g. dtype='float32'") from None
+
+
+#: The keys of a field written as a mapping, ``{"shape": ..., "dtype": ...}``.
+_FIELD_KEYS = ("shape", "dtype")
+
+
+def _is_field_mapping(entry: Mapping[str, Any]) -> bool:
+    """Whether ``entry`` is one field written as a mapping (its ``shape`` ints or its
+    ``dtype`` not a spec entry), not a nested group whose fields include one named
+    ``shape`` or ``dtype``: so a misspelt or extra key is refused, not read as a field."""
+    shape = entry.get("shape")
+    if "shape" in entry and (isinstance(shape, (int, np.integer)) or (
+            isinstance(shape, (tuple, list))
+            and all(isinstance(s, (int, np.integer)) for s in shape))):
+        return True
+    return "dtype" in entry and not isinstance(entry["dtype"], (Mapping, FieldSpec, tuple,
+                                                                 list))
+
+
+def _field_from_mapping(name: str, entry: Mapping[str, Any]) -> FieldSpec:
+    """The field ``name`` written as ``{"shape": ..., "dtype": ...}``: exactly those keys."""
+    unknown = [k for k in entry if k not in _FIELD_KEYS]
+    missing = [k for k in _FIELD_KEYS if k not in entry]
+    if unknown or missing:
+        parts = []
+        for k in unknown:
+            near = closest(str(k), [m for m in _FIELD_KEYS if m not in entry]) \
+                if isinstance(k, str) else None
+            parts.append(f"unknown key {k!r}" + (f" (did you mean {near!r}?)" if near else ""))
+        parts += [f"no {k!r}" for k in missing if not any(
+            closest(str(u), [k]) for u in unknown)]
+        raise SpecError(f"spec[{name!r}]={describe(dict(entry))}: {'; '.join(parts)}; a field "
+                        'is {"shape": [3], "dtype": "float32"}, with exactly those keys')
+    return FieldSpec(name, entry["shape"], entry["dtype"])
+
+
 def _flatten_spec(spec: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, entry in spec.items():
         name = f"{prefix}{SEP}{key}" if prefix else str(key)
         is_leaf = isinstance(entry, (FieldSpec, tuple, list)) or (
-            isinstance(entry, Mapping) and "shape" in entry and "dtype" in entry
+            isinstance(entry, Mapping) and _is_field_mapping(entry)
         )
         if is_leaf:
             out[name] = entry

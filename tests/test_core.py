@@ -76,6 +76,36 @@ def test_spec_coerce_json_and_duplicates() -> None:
         Spec.coerce({"obs": 3})
 
 
+@pytest.mark.parametrize("spec, match", [
+    # a misspelt or extra key of a field mapping: dropped or read as a nested field before
+    ({"obs": {"shape": [3], "dtype": "float32", "dtpye": "x"}}, r"unknown key 'dtpye'"),
+    ({"obs": {"shape": [3], "dtpye": "float32"}}, r"'dtpye' \(did you mean 'dtype'\?\)"),
+    ({"obs": {"shape": [3], "dtype": "float32", "low": 0}}, r"unknown key 'low'"),
+    ({"obs": {"shape": [3]}}, r"no 'dtype'"),
+    # a dtype numpy does not know, a shape that is no tuple of ints: TypeError before
+    ({"obs": {"shape": [3], "dtype": "flaot32"}}, r"did you mean 'float32'"),
+    ({"obs": ((3,), "flaot32")}, r"dtype='flaot32'"),
+    ({"obs": ("abc", "float32")}, r"shape='abc'.*tuple of ints"),
+    ({"obs": ([3.5], "float32")}, r"shape=\[3.5\].*tuple of ints"),
+])
+def test_spec_coerce_refuses_what_it_cannot_mean(spec: dict, match: str) -> None:
+    """Every misspelling of a field is refused with a SpecError naming it, through
+    ``ReplayBuffer(spec=...)`` as through ``Spec.coerce``."""
+    with pytest.raises(SpecError, match=match):
+        Spec.coerce(spec)
+    with pytest.raises(SpecError, match=match):
+        rb.ReplayBuffer(8, spec=spec)
+
+
+def test_spec_coerce_reads_an_int_shape_and_a_group_with_a_field_named_shape() -> None:
+    """One int is a 1-D shape (as numpy reads it); a nested group may hold fields named
+    ``shape`` or ``dtype`` (written as entries, not ints or dtypes)."""
+    assert Spec.coerce({"obs": (3, "float32")})["obs"].shape == (3,)
+    spec = Spec.coerce({"obs": {"pos": ((3,), "float32"), "shape": ((2,), "int64")}})
+    assert list(spec) == ["obs/pos", "obs/shape"]
+    assert spec["obs/shape"].dtype == np.int64
+
+
 @pytest.mark.parametrize("value, dtype, expect", [
     (np.zeros(3, np.uint8), np.uint8, np.uint8),
     (1.5, np.float32, np.float32),
