@@ -388,7 +388,7 @@ def directory(path: Any, call: str, arg: str, reading: bool = True) -> Path:
         raise ArgumentError(
             f"{call}({arg}={describe(path)}): {arg} must be a directory path (a str or "
             f"pathlib.Path); pass e.g. {call}('checkpoints/run1')")
-    p = Path(os.fsdecode(os.fspath(path)))
+    p = Path(os.fsdecode(os.fspath(path))).expanduser()  # ~ as a shell would read it
     if p.is_file():
         if not reading:
             raise CheckpointError(

@@ -328,3 +328,23 @@ def test_inspect_beside_a_live_writer(tmp_path: Path) -> None:
     finally:
         proc.kill()
         proc.wait(timeout=30)
+
+
+def test_a_path_starting_with_tilde_is_the_home_directory(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """``~`` in a path (a config file's above all, where no shell expands it) is the user's
+    home, as in a shell: never a directory named ``~`` in the working directory."""
+    home, cwd = tmp_path / "home", tmp_path / "cwd"
+    home.mkdir()
+    cwd.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(cwd)
+    buf = rb.from_config({"capacity": 16, "storage": "memmap", "path": "~/replay"})
+    add_random(buf, np.random.default_rng(0), 5)
+    buf.flush()
+    rb.save(buf, "~/ckpt")
+    assert (home / "replay").is_dir() and (home / "ckpt").is_dir()
+    assert not (cwd / "~").exists()
+    assert len(rb.load("~/ckpt")) == 5
+    buf.close()
+    assert len(rb.open("~/replay", mode="r")) == 5

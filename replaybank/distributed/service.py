@@ -318,7 +318,7 @@ class ReplayService:
                                   "checkpoint_dir; pass a path")
             self._checkpoints += 1
             path = self.checkpoint_dir / f"{self._checkpoints:06d}"
-        root = Path(path).resolve()
+        root = Path(path).expanduser().resolve()
         clients = {}
         for name, ref in list(self._clients.items()):
             c = ref()
@@ -358,7 +358,7 @@ class ReplayService:
                 file missing (checked before any shard starts; the message names the
                 file), or another shard count.
         """
-        root = Path(path).resolve()
+        root = Path(path).expanduser().resolve()
         m = checkpoint.read_manifest(root)
         if num_shards is not None and num_shards != m["num_shards"]:
             raise CheckpointError(

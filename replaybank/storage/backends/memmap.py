@@ -289,7 +289,7 @@ class MemmapBackend:
             raise ConfigError(f"path={describe(path)}: memmap storage needs a directory "
                               "for its files; pass e.g. path='runs/replay' (an empty path "
                               "would write into the current directory)")
-        self.path = Path(os.fsdecode(os.fspath(path)))
+        self.path = Path(os.fsdecode(os.fspath(path))).expanduser()  # ~: the home, not a dir "~"
         self.reopen = bool(reopen)
         self.mode = mode
         self.reserve = bool(reserve)
