@@ -950,12 +950,13 @@ _DTYPE_NAMES = sorted({k for k in np.sctypeDict if isinstance(k, str) and len(k)
 def _dtype_of(name: str, dtype: Any) -> np.dtype[Any]:
     """A field's ``dtype`` as numpy reads it, or a SpecError naming the value."""
     try:
-        return np.dtype(dtype)
+        out: np.dtype[Any] = np.dtype(dtype)
     except TypeError:
         near = closest(dtype, _DTYPE_NAMES) if isinstance(dtype, str) else None
         meant = f" (did you mean {near!r}?)" if near else ""
         raise SpecError(f"FieldSpec(name={name!r}, dtype={describe(dtype)}): not a dtype "
                         f"numpy knows{meant}; pass e.g. dtype='float32'") from None
+    return out
 
 
 #: The keys of a field written as a mapping, ``{"shape": ..., "dtype": ...}``.
