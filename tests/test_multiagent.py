@@ -615,29 +615,170 @@ def test_the_first_add_names_a_bad_value_as_later_adds_do(change: dict[str, Any]
     assert len(buf) == 1
 
 
-def test_a_tuple_action_is_refused_with_the_fix_a_multi_agent_buffer_takes() -> None:
-    """A gymnasium Tuple action (a tuple holding arrays) in either multi-agent buffer:
-    the single-agent tuple rule's fix, the dict of parts, is refused by a multi-agent
-    buffer too (its actions are one array per agent), so the message says to flatten
-    it; nothing is stored. (It used to suggest action['a']={'0': ..., '1': ...}.)"""
+def test_a_tuple_action_is_refused_with_the_fix_the_agent_takes() -> None:
+    """A raw gymnasium Tuple action (a tuple holding arrays) in either multi-agent
+    buffer keeps the tuple rule's error, as a single-agent buffer's: before the fields
+    are known (and for an agent whose action is stored part by part) its fix is the dict
+    of parts, which the buffer now stores (it said to flatten, and refused the dict);
+    for an agent whose action is one array, the fix is to flatten (or to build the
+    buffer with parts). Nothing is stored by a refused call."""
     z = np.zeros(2, np.float32)
-    step = dict(obs={"a": z}, action={"a": (1, np.zeros(2, np.float32))},
-                reward={"a": 1.0}, terminated={"a": False}, truncated={"a": False})
+    tup = (1, np.zeros(2, np.float32))
+    step = dict(obs={"a": z}, action={"a": tup}, reward={"a": 1.0},
+                terminated={"a": False}, truncated={"a": False})
     replay = rb.MultiAgentReplayBuffer(10, ["a"], seed=0)
     roll = rb.MultiAgentRolloutBuffer(4, ["a"], seed=0)
-    for add in (lambda: replay.add(next_obs={"a": z}, **step),
-                lambda: roll.add(value={"a": 0.0}, log_prob={"a": 0.0}, **step),
-                lambda: roll.check_step(obs=step["obs"], action=step["action"],
-                                        value={"a": 0.0}, log_prob={"a": 0.0})):
+    adds = (lambda s: replay.add(next_obs={"a": z}, **s),
+            lambda s: roll.add(value={"a": 0.0}, log_prob={"a": 0.0}, **s),
+            lambda s: roll.check_step(obs=s["obs"], action=s["action"],
+                                      value={"a": 0.0}, log_prob={"a": 0.0}))
+    for add in adds:
         with pytest.raises(ShapeError) as got:
-            add()
+            add(step)
         msg = str(got.value)
         assert msg.startswith("action['a']=(1, array(shape=(2,), dtype=float32)): a tuple "
                               "holding arrays")
-        assert "stores each agent's action as one array" in msg
-        assert "gymnasium.spaces.flatten(env.action_space(agent), action)" in msg
-        assert "as a dict" not in msg and "{'0'" not in msg
+        assert "Pass its parts as a dict, action['a']={'0': v[0], '1': v[1]} (stored as " \
+            "the fields action/a/0, action/a/1, as rb.collect stores a Tuple space" in msg
     assert len(replay) == 0 and roll.pos == 0 and roll.layout is None
+    # a flat action: a tuple gets the flatten fix; its dict of parts is refused too
+    flat = {**step, "action": {"a": np.zeros(3, np.float32)}}
+    replay.add(next_obs={"a": z}, **flat)
+    roll.add(value={"a": 0.0}, log_prob={"a": 0.0}, **flat)
+    for add in adds:
+        with pytest.raises(ShapeError, match=r"stores the agent's action as one array.*"
+                           r"gymnasium\.spaces\.flatten\(env\.action_space\(agent\), "
+                           r"action\)"):
+            add(step)
+        with pytest.raises(SpecError, match=r"agent 'a' acts with one array in this "
+                           r"buffer \(shape \(3,\), float32.*an action of parts"):
+            add({**step, "action": {"a": {"0": 1, "1": z}}})
+    assert len(replay) == 1 and roll.pos == 1
+
+
+TUPLE_SPEC = {"obs": {"t": ((2,), "float32"), "x": ((2,), "float32")},
+              "action": {"t": {"0": ((), "int64"), "1": ((2,), "float32")},
+                         "x": ((2,), "float32")}}
+
+
+def _tuple_action(code: np.ndarray) -> dict[str, np.ndarray]:
+    """Agent "t"'s action (the parts of a Tuple(Discrete(3), Box(2))) at observation
+    ``code`` ``[..., 2]``: a function of it, so any sampled row can be checked."""
+    return {"0": code[..., 0].astype(np.int64) % 3,
+            "1": np.stack([code[..., 0] + 0.5, -code[..., 1]], -1).astype(np.float32)}
+
+
+def fill_tuple_steps(buf: Any, steps: int = 7, start: int = 0) -> None:
+    """Joint steps of two envs: "x" acts every other step in env 1 and ends at step 3
+    of env 0 (the joint episode of env 0 ends at step 4, both agents cut off)."""
+    for t in range(start, start + steps):
+        code = np.array([[t, 0], [t, 1]], np.float32)  # [env, (t, env)]
+        x_on = np.array([t % 4 < 3, t % 2 == 0])  # "x" left env 0 at its step 3
+        end_t = np.array([t % 4 == 3, False])
+        nxt = code + np.array([1, 0], np.float32)
+        buf.add(obs={"t": code, "x": code}, next_obs={"t": nxt, "x": nxt},
+                action={"t": _tuple_action(code), "x": code * 2},
+                reward={"t": np.ones(2), "x": np.ones(2)},
+                terminated={"t": np.zeros(2, bool), "x": np.zeros(2, bool)},
+                truncated={"t": end_t, "x": np.array([t % 4 == 2, False])},
+                active={"x": x_on})
+
+
+def _check_tuple_rows(obs: dict[str, Any], action: dict[str, Any], active: dict[str, Any],
+                      valid: Any) -> None:
+    """Every valid row shows the actions added for its observation, the parts of "t"'s
+    as a dict; "x" shows zeros where it did not act."""
+    assert sorted(action["t"]) == ["0", "1"]
+    want = _tuple_action(obs["t"])
+    for key in ("0", "1"):
+        assert np.array_equal(action["t"][key][valid], want[key][valid])
+    on = valid & active["x"]
+    assert np.array_equal(action["x"][on], obs["x"][on] * 2)
+    assert not action["x"][valid & ~active["x"]].any()
+
+
+@pytest.mark.parametrize("storage", ["numpy", "memmap"])
+def test_tuple_actions_are_stored_part_by_part(storage: str, tmp_path: Any) -> None:
+    """An agent with a Tuple action, stored as its parts ``action/t/0``, ``action/t/1``,
+    beside an agent with one array: transitions, windows and episodes give
+    ``action['t']`` as ``{'0': ..., '1': ...}`` with the values added (an oracle of the
+    observation), padding zero; state_dict, rb.save/rb.load and a reopened memmap buffer
+    give the identical sample. (Such actions were refused: flatten them.)"""
+    kw: dict[str, Any] = {"storage": "memmap", "path": tmp_path / "mm"} \
+        if storage == "memmap" else {}
+    buf = MultiAgentReplayBuffer(32, ["t", "x"], num_envs=2, seed=3, **kw)
+    fill_tuple_steps(buf)
+    assert [n for n in buf.spec if n.startswith("action")] == [
+        "action/t/0", "action/t/1", "action/x"]
+    assert buf.layout is not None and buf.layout.keys("action", "t") == ("0", "1")
+    b = buf.sample(len(buf), replace=False)
+    assert b.action["t"]["0"].dtype == np.int64 and b.action["t"]["1"].shape == (14, 2)
+    _check_tuple_rows(b.obs, b.action, b.active, np.ones(14, bool))
+    assert set(map(int, b.obs["t"][:, 0])) == set(range(7))  # every step, once per env
+    seq = buf.sample_sequences(6, 3)
+    assert seq.action["t"]["1"].shape == (6, 3, 2)
+    _check_tuple_rows(seq.obs, seq.action, seq.active, seq.mask)
+    ep = buf.sample_episodes(3, 6, replace=False, include_running=True)
+    assert ep.action["t"]["0"].shape == (3, 6)
+    _check_tuple_rows(ep.obs, ep.action, ep.active, ep.mask)
+    assert not ep.action["t"]["1"][~ep.mask].any()  # padding is zero
+    assert buf.sample(4).stacked("action", ["t"])["1"].shape == (4, 1, 2)
+
+    def same(x: Any, y: Any) -> None:
+        assert np.array_equal(x.indices, y.indices)
+        for key in ("0", "1"):
+            assert np.array_equal(x.action["t"][key], y.action["t"][key])
+        assert np.array_equal(x.action["x"], y.action["x"])
+
+    def peek(target: Any) -> Any:  # the next sample, the generator left where it was
+        state = target.rng.bit_generator.state
+        out = target.sample(8)
+        target.rng.bit_generator.state = state
+        return out
+
+    fresh = MultiAgentReplayBuffer(32, ["t", "x"], num_envs=2, seed=0)
+    fresh.load_state_dict(copy.deepcopy(buf.state_dict()))
+    same(fresh.sample(8), peek(buf))
+    rb.save(buf, tmp_path / "saved")
+    same(rb.load(tmp_path / "saved").sample(8), peek(buf))
+    if storage == "memmap":
+        buf.flush()
+        want = peek(buf)
+        buf.close()
+        back = rb.open(tmp_path / "mm")
+        same(back.sample(8), want)
+        fill_tuple_steps(back, 2, start=7)  # the running episodes go on
+        _check_tuple_rows(*(lambda x: (x.obs, x.action, x.active))(
+            back.sample(len(back), replace=False)), np.ones(len(back), bool))
+
+
+def test_tuple_actions_from_spec_and_their_refusals() -> None:
+    """``spec={'action': {agent: {'0': ..., '1': ...}}}`` declares an action of parts
+    (the config rebuilds it); a call without a part, with another one, with a nested
+    dict, or with one array for it is refused naming the agent and the fix, and
+    changes nothing."""
+    buf = MultiAgentReplayBuffer(8, ["t", "x"], seed=0, spec=TUPLE_SPEC)
+    assert buf.layout is not None and buf.layout.keys("action", "t") == ("0", "1")
+    assert buf.init_config()["spec"]["action/t/1"] == {"shape": [2], "dtype": "float32"}
+    z = np.zeros(2, np.float32)
+    step = dict(obs={"t": z, "x": z}, next_obs={"t": z, "x": z}, reward={"t": 0, "x": 0},
+                terminated={"t": False, "x": False}, truncated={"t": False, "x": False})
+    bad = [({"0": 1}, SpecError, r"action\['t'\]=\.\.\.\): the dict action has keys "
+            r"\['0'\]; agent 't' acts with exactly \['0', '1'\].*missing \['1'\]"),
+           ({"0": 1, "1": z, "2": 0}, SpecError, r"unknown \['2'\]"),
+           ({"0": 1, "1": {"y": z}}, SpecError, r"action\['t'\]\['1'\]=.*a nested dict"),
+           (np.zeros(3, np.float32), SpecError, r"agent 't' acts with a dict with keys "
+            r"\['0', '1'\].*\{'0': v\[0\], '1': v\[1\], \.\.\.\}"),
+           ({"0": 1.5, "1": z}, DtypeError, r"action\['t'\]\['0'\]")]
+    for action, error, match in bad:
+        with pytest.raises(error, match=match):
+            buf.add(action={"t": action, "x": z}, **step)
+        assert len(buf) == 0
+    buf.add(action={"t": {"0": 2, "1": z + 1}, "x": z}, **step)
+    assert buf.sample(1).action["t"]["0"].tolist() == [2]
+    with pytest.raises(SpecError, match=r"'action/t/0/y' is a nested key of the dict "
+                       r"action of agent 't'"):
+        MultiAgentReplayBuffer(8, ["t"], spec={"action": {"t": {"0": {"y": ((), "int64")}}}})
 
 
 def test_the_callers_spec_dict_changed_after_construction_changes_nothing() -> None:

@@ -13,7 +13,7 @@ import pytest
 
 import replaybank as rb
 from tests.test_inspect import run_cli
-from tests.test_multiagent import SHAPES, Oracle, Scenario, run
+from tests.test_multiagent import SHAPES, Oracle, Scenario, fill_tuple_steps, run
 
 JOINT_KEYS = {"format", "version", "path", "source", "buffer_type", "storage", "capacity",
               "fill", "fill_fraction", "lanes", "rows_per_lane", "fields", "episodes",
@@ -211,6 +211,22 @@ def test_dict_observations_list_one_field_per_key(tmp_path: Path) -> None:
     assert p_fields["obs/observation"]["shape"] == [3]
     assert p_fields["obs/action_mask"]["dtype"] == "bool"
     assert [f["name"] for f in agents["q"]["fields"]][:1] == ["obs"]
+    assert run_cli(str(tmp_path)).returncode == 0  # the table too
+
+
+def test_tuple_actions_list_one_field_per_part(tmp_path: Path) -> None:
+    """An agent whose action is stored part by part (a Tuple action) shows one field
+    per part (``inspect`` failed with a KeyError on its ``action/<agent>`` field)."""
+    buf = rb.MultiAgentReplayBuffer(32, ["t", "x"], num_envs=2, seed=3)
+    fill_tuple_steps(buf)
+    rb.save(buf, tmp_path)
+    out = run_cli(str(tmp_path), "--json")
+    assert out.returncode == 0, out.stderr
+    agents = json.loads(out.stdout)["agents"]
+    t_fields = {f["name"]: f for f in agents["t"]["fields"]}
+    assert t_fields["action/0"]["dtype"] == "int64" and t_fields["action/1"]["shape"] == [2]
+    assert t_fields["action/1"]["core"] == "action/t/1"
+    assert "action" in [f["name"] for f in agents["x"]["fields"]]
     assert run_cli(str(tmp_path)).returncode == 0  # the table too
 
 

@@ -2,7 +2,9 @@
 
 A :class:`MultiAgentBatch` holds joint transitions: per agent ``obs[agent]``,
 ``next_obs[agent]`` (``{key: [B, *shape]}`` for an agent with dict observations),
-``action[agent]`` ``[B, *shape]`` (each agent its own shape) and
+``action[agent]`` ``[B, *shape]`` (each agent its own shape; ``{key: [B, *shape]}``
+for an agent whose action is stored part by part, a gymnasium ``Tuple`` action's
+``'0'``, ``'1'``, ...) and
 ``reward[agent]``, ``terminated[agent]``, ``truncated[agent]``, ``active[agent]`` ``[B]``;
 the global ``state``/``next_state``; the joint ``joint_reward``, ``joint_terminated``,
 ``joint_truncated`` (``done`` is their ``or``); ``indices`` for ``update_priorities`` and,
@@ -166,6 +168,9 @@ class _AgentFields:
         out: dict[str, Any] = {"agents": agents}
         for attr, pairs in plan.fields:
             out[attr] = {a: data[name] for a, name in pairs}
+        # actions: one array per agent, or a dict of parts (a Tuple action's '0', '1', ...)
+        out["action"] = {a: data[name] if isinstance(name, str)
+                         else {k: data[n] for k, n in name} for a, name in plan.actions}
         active = out["active"]
         # agents active at every step of a transition batch (stored flags are canonical
         # 0/1 bytes): their observations need no zeros
@@ -272,8 +277,11 @@ class _Plan:
     """Where :meth:`_AgentFields._unpack` finds each value among a core batch's names.
 
     Attributes:
-        fields: Per batch attribute of :data:`AGENT_FIELDS` but ``obs`` and
-            ``next_obs``, the ``(agent, core name)`` of the agents' values, in agent order.
+        fields: Per batch attribute of :data:`AGENT_FIELDS` but ``obs``, ``next_obs``
+            and ``action``, the ``(agent, core name)`` of the agents' values, in agent
+            order.
+        actions: The same for ``action``; an agent whose action is stored part by part
+            has ``((key, core name), ...)`` in place of the core name.
         observations: The same for ``obs`` and ``next_obs`` (zeroed where inactive); an
             agent with dict observations has ``((key, core name), ...)`` in place of the
             core name.
@@ -282,6 +290,7 @@ class _Plan:
     """
 
     fields: tuple[tuple[str, tuple[tuple[str, str], ...]], ...]
+    actions: tuple[tuple[str, str | tuple[tuple[str, str], ...]], ...]
     observations: tuple[tuple[str, tuple[tuple[str, str | tuple[tuple[str, str], ...]], ...]],
                         ...]
     extras: tuple[tuple[str, str, str | None], ...]
@@ -292,7 +301,9 @@ def _plan(agents: tuple[str, ...], names: tuple[str, ...]) -> _Plan:
     """The :class:`_Plan` of core batches with the fields ``names`` (the same few every
     call of a buffer: cached)."""
     fields = tuple((attr, tuple((a, f"{prefix}{SEP}{a}") for a in agents))
-                   for attr, prefix in AGENT_FIELDS.items() if attr not in ("obs", "next_obs"))
+                   for attr, prefix in AGENT_FIELDS.items()
+                   if attr not in ("obs", "next_obs", "action"))
+    actions = tuple((a, _obs_names("action", a, names)) for a in agents)
     observations = tuple((attr, tuple((a, _obs_names(attr, a, names)) for a in agents))
                          for attr in ("obs", "next_obs"))
     extras: list[tuple[str, str, str | None]] = []
@@ -301,13 +312,14 @@ def _plan(agents: tuple[str, ...], names: tuple[str, ...]) -> _Plan:
         if top in _TAKEN:
             continue
         extras.append((name, top, rest if rest in agents else None))
-    return _Plan(fields, observations, tuple(extras))
+    return _Plan(fields, actions, observations, tuple(extras))
 
 
 def _obs_names(prefix: str, agent: str, names: tuple[str, ...]
                ) -> str | tuple[tuple[str, str], ...]:
-    """The core name of ``agent``'s observations ``prefix`` (``obs``, ``next_obs``), or
-    ``((key, core name), ...)`` for a dict observation (``<prefix>/<agent>/<key>``)."""
+    """The core name of ``agent``'s observations ``prefix`` (``obs``, ``next_obs``; or
+    its actions, ``action``), or ``((key, core name), ...)`` for a dict observation (an
+    action of parts): ``<prefix>/<agent>/<key>``."""
     flat = f"{prefix}{SEP}{agent}"
     if flat in names:
         return flat
@@ -325,7 +337,8 @@ class MultiAgentBatch(_AgentFields):
         obs: ``{agent: [B, *obs_shape]}`` (zeros where the agent did not act).
         next_obs: ``{agent: [B, *obs_shape]}``: exact, also for an agent that ended
             before the others (n steps ahead with ``n_step``; zeros where it did not act).
-        action: ``{agent: [B, *action_shape]}``.
+        action: ``{agent: [B, *action_shape]}`` (``{key: [B, *shape]}`` for an action
+            of parts, e.g. a gymnasium ``Tuple`` action's ``'0'``, ``'1'``, ...).
         reward: ``{agent: [B]}`` float32: one-step rewards; with ``n_step > 1`` the
             agent's own n-step return, cut at its own end
             (:mod:`replaybank.multiagent.nstep`).

@@ -59,10 +59,10 @@ Example (needs Ray)::
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 import numpy as np
-import numpy.typing as npt
 
 from replaybank.buffers.inputs import UNSET
 from replaybank.errors import ArgumentError, ConfigError, ReplayBankError, describe
@@ -569,9 +569,11 @@ def _rows(step: JointStep, n: int) -> dict[str, Any]:
     core = step.core
     lanes = None if step.all_lanes else step.lanes
 
-    def full(v: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    def full(v: Any) -> Any:  # [k, *shape], or a dict of them (an action's parts)
         if lanes is None:
             return v
+        if isinstance(v, Mapping):
+            return {key: full(x) for key, x in v.items()}
         out = np.zeros((n, *v.shape[1:]), v.dtype)
         out[lanes] = v
         return out

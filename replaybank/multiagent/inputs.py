@@ -169,35 +169,63 @@ def _same_agents(name: str, v: Mapping[str, Any], acting: tuple[str, ...], call:
             "truncated)")
 
 
-#: The fix a multi-agent buffer's tuple action is refused with: its actions are one array
-#: per agent (unlike observations, which may be dicts stored key by key), so the dict of
-#: parts that single-agent buffers take is no fix here.
+#: The fix of a tuple action of an agent whose action this buffer stores as one array
+#: (its first add or ``spec=`` said so): flatten it, or store the action part by part.
 TUPLE_ACTION_FIX = (
-    "A multi-agent buffer stores each agent's action as one array (a dict of parts is "
-    "refused too: only observations are stored part by part): pass one array, e.g. "
-    "gymnasium.spaces.flatten(env.action_space(agent), action), and "
-    "gymnasium.spaces.unflatten to hand the env its tuple")
+    "This buffer stores the agent's action as one array (its first add or spec=): pass "
+    "one array, e.g. gymnasium.spaces.flatten(env.action_space(agent), action), or build "
+    "the buffer to store the action part by part (the dict {'0': v[0], '1': v[1], ...} in "
+    "its first add, or spec={'action': {agent: {'0': (shape, dtype), '1': ...}}})")
 
 
-def check_action_tuples(actions: Mapping[str, Any]) -> None:
+def _parts_fix(arg: str, agent: str, keys: tuple[str, ...] | int) -> str:
+    """The tuple rule's fix for ``arg[agent]`` (``action['a']``) where the agent's value
+    is (or may become) a dict of parts: ``keys``, or the number of parts."""
+    names = tuple(str(i) for i in range(keys)) if isinstance(keys, int) else keys
+    more = ", ..." if len(names) > 3 else ""
+    parts = ", ".join(f"'{k}': v[{k}]" if k.isdigit() else f"{k!r}: v[{k!r}]"
+                      for k in names[:3]) + more
+    fields = ", ".join(f"{arg}{SEP}{agent}{SEP}{k}" for k in names[:3]) + more
+    return (f"Pass its parts as a dict, {arg}[{agent!r}]={{{parts}}} (stored as the fields "
+            f"{fields}, as rb.collect stores a Tuple space; with several envs each part "
+            "holds one row per env)")
+
+
+def check_action_tuples(actions: Mapping[str, Any], layout: AgentLayout | None = None
+                        ) -> None:
     """The tuple rule (:func:`~replaybank.spec.check_tuple`) for the actions of a
-    multi-agent ``add``, ``{agent: action}``, with the fix those take
-    (:data:`TUPLE_ACTION_FIX`), before anything infers or casts them.
+    multi-agent ``add``, ``{agent: action}``, before anything infers or casts them.
+
+    A tuple holding arrays (a gymnasium ``Tuple`` space's value) is refused, as the
+    single-agent buffers refuse it, with the fix that the agent's field takes: the dict
+    of parts ``{'0': v[0], '1': v[1], ...}`` (stored part by part, as ``rb.collect``
+    stores a Tuple space) before the first add or where the agent's action is stored
+    part by part, and :data:`TUPLE_ACTION_FIX` (flatten it) where ``layout`` stores the
+    agent's action as one array.
+
+    Args:
+        actions: ``{agent: action}`` as the call gave them.
+        layout: The buffer's layout, or None before its first add.
 
     Raises:
-        ShapeError: An agent's action is a tuple holding arrays (a gymnasium ``Tuple``
-            space's value), or a list of them.
+        ShapeError: An agent's action is a tuple holding arrays, or a list of them.
 
     Example:
         >>> check_action_tuples({"a": (0, 1)})  # one number per env: a list's reading
         >>> check_action_tuples({"a": (0, np.zeros(2))})  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        replaybank.errors.ShapeError: action['a']=(0, array(shape=(2,), dtype=float64)): a tuple holding arrays ... pass one array, e.g. gymnasium.spaces.flatten(...
+        replaybank.errors.ShapeError: action['a']=(0, array(shape=(2,), dtype=float64)): a tuple holding arrays ... Pass its parts as a dict, action['a']={'0': v[0], '1': v[1]} (stored as the fields action/a/0, action/a/1, ...
     """  # noqa: E501
     for a, v in actions.items():
         if type(v) is tuple or type(v) is list:
-            check_tuple(f"action[{a!r}]", v, TUPLE_ACTION_FIX)
+            where = f"action[{a!r}]"
+            if layout is not None and a in layout.per_agent["action"]:
+                fix = TUPLE_ACTION_FIX
+            else:
+                keys = None if layout is None else layout.keys("action", a)
+                fix = _parts_fix("action", a, len(v) if keys is None else keys)
+            check_tuple(where, v, fix)
 
 
 #: Names an extra of MultiAgentReplayBuffer may not have.
@@ -221,7 +249,8 @@ def cast_value(field: FieldSpec, arg: str, value: Any, num_envs: int,
     the call the user made, for messages)."""
     if isinstance(value, Mapping):
         raise ArgumentError(f"{call}({arg}={describe(value)}): a dict where an array is "
-                            "expected; only observations may be dicts {key: array}")
+                            "expected; only observations and actions may be dicts {key: "
+                            "array}")
     arr = as_array(value, arg)  # (a ragged nest: a ShapeError naming arg)
     lead = field.leading_of(call, value, [(), (1,)] if num_envs == 1 else [(num_envs,)],
                             arr)
@@ -243,7 +272,8 @@ def cast_obs(layout: AgentLayout, agent: str, arg: str, value: Any, num_envs: in
     """Check and cast one agent's observation into its observation leaves.
 
     Both multi-agent buffers store an observation this way (``obs`` and ``next_obs`` of
-    the replay buffer; ``obs`` and ``final_obs`` of the rollout buffer).
+    the replay buffer; ``obs`` and ``final_obs`` of the rollout buffer):
+    :func:`cast_leaves` of the field ``obs``.
 
     Args:
         layout: The buffer's layout (it says whether ``agent`` observes one array or a
@@ -263,29 +293,75 @@ def cast_obs(layout: AgentLayout, agent: str, arg: str, value: Any, num_envs: in
             observes a dict, or a dict with missing or unknown keys.
         ShapeError, DtypeError: A value of the wrong shape or dtype.
     """
-    keys = layout.obs_keys(agent)
+    cast_leaves(layout, "obs", agent, arg, value, num_envs, out, call)
+
+
+def cast_leaves(layout: AgentLayout, top: str, agent: str, arg: str, value: Any,
+                num_envs: int, out: dict[str, npt.NDArray[Any]], call: str = "add") -> None:
+    """Check and cast one agent's value of ``top`` (``obs`` or ``action``: the fields
+    stored part by part, :data:`~replaybank.multiagent.layout.PARTED`) into its leaves.
+
+    Args:
+        layout: The buffer's layout (it says whether ``agent``'s value is one array or a
+            dict of parts, and with which keys, shapes and dtypes).
+        top: ``"obs"`` or ``"action"``.
+        agent: The agent.
+        arg: The ``add`` argument, for messages (``"obs"``, ``"final_obs"``,
+            ``"action"``).
+        value: ``[num_envs, *shape]`` (no env dim with one env), or ``{key: [num_envs,
+            *shape]}`` of exactly the layout's keys (an action of parts: a gymnasium
+            ``Tuple`` space's ``{'0': ..., '1': ...}``).
+        num_envs: The buffer's envs.
+        out: Receives ``out[leaf]`` ``[num_envs, *shape]`` per leaf (``<agent>``, or
+            ``<agent>/<key>`` for each key); written only when every leaf was cast (a
+            rejected value leaves ``out`` as it was).
+        call: The call the user made, for messages.
+
+    Raises:
+        SpecError: A dict where the agent's value is one array, an array (or a tuple)
+            where it is a dict of parts, or a dict with missing or unknown keys.
+        ShapeError, DtypeError: A value of the wrong shape or dtype.
+
+    Example:
+        >>> from replaybank.multiagent.layout import AgentLayout
+        >>> lay = AgentLayout.build(("a",), {"obs": {"a": ((), "float32")}, "action": {
+        ...     "a": {"0": ((), "int64"), "1": ((2,), "float32")}}}, {}, ())
+        >>> got = {}
+        >>> cast_leaves(lay, "action", "a", "action", {"0": 2, "1": [0.5, 1.0]}, 1, got)
+        >>> sorted(got), got["a/1"].dtype.name
+        (['a/0', 'a/1'], 'float32')
+    """
+    keys = layout.keys(top, agent)
+    per = layout.per_agent[top]
     where = f"{arg}[{agent!r}]"
+    what = "observes" if top == "obs" else "acts with"
+    noun = "observation" if top == "obs" else "action"
     if keys is None:
         if isinstance(value, Mapping):
-            field = layout.per_agent["obs"][agent]
+            field = per[agent]
+            parts = ("dict observations (spec={'obs': {" f"{agent!r}" ": {key: (shape, "
+                     "dtype)}}} or a dict in the first add)") if top == "obs" else (
+                "an action of parts (spec={'action': {" f"{agent!r}" ": {'0': (shape, "
+                "dtype), '1': ...}}} or the dict of parts in the first add)")
             raise SpecError(
-                f"{call}({where}={describe(value)}): agent {agent!r} observes one array in "
+                f"{call}({where}={describe(value)}): agent {agent!r} {what} one array in "
                 f"this buffer (shape {field.shape}, {field.dtype}: its first add or spec=), "
-                "not a dict; pass that array, or build the buffer with dict observations "
-                f"(spec={{'obs': {{{agent!r}: {{key: (shape, dtype)}}}}}} or a dict in the "
-                "first add)")
-        out[agent] = cast_value(layout.per_agent["obs"][agent], where, value, num_envs,
-                                call)
+                f"not a dict; pass that array, or build the buffer with {parts}")
+        out[agent] = cast_value(per[agent], where, value, num_envs, call)
         return
     if not isinstance(value, Mapping):
-        raise SpecError(f"{call}({where}={describe(value)}): agent {agent!r} observes a dict "
+        if type(value) is tuple or type(value) is list:
+            check_tuple(where, value, _parts_fix(arg, agent, keys))
+        raise SpecError(f"{call}({where}={describe(value)}): agent {agent!r} {what} a dict "
                         f"with keys {list(keys)} in this buffer (its first add or spec=); "
-                        "pass {key: array} with exactly those keys")
+                        "pass {key: array} with exactly those keys"
+                        + ("" if top == "obs" else " (a gymnasium Tuple action as "
+                           "{'0': v[0], '1': v[1], ...}, as rb.collect stores it)"))
     missing = [k for k in keys if k not in value]
     unknown = [k for k in value if k not in keys]
     if missing or unknown:
-        raise SpecError(f"{call}({where}=...): the dict observation has keys {list(value)}; "
-                        f"agent {agent!r} observes exactly {list(keys)} in this buffer"
+        raise SpecError(f"{call}({where}=...): the dict {noun} has keys {list(value)}; "
+                        f"agent {agent!r} {what} exactly {list(keys)} in this buffer"
                         + (f"; missing {missing}" if missing else "")
                         + (f"; unknown {unknown}" if unknown else "")
                         + "; pass a dict with exactly those keys")
@@ -293,11 +369,10 @@ def cast_obs(layout: AgentLayout, agent: str, arg: str, value: Any, num_envs: in
     for k in keys:
         if isinstance(value[k], Mapping):
             raise SpecError(f"{call}({where}[{k!r}]={describe(value[k])}): a nested dict; dict "
-                            "observations have one level of keys in a multi-agent buffer; "
+                            f"{noun}s have one level of keys in a multi-agent buffer; "
                             f"flatten the deeper ones (e.g. '{k}_<subkey>' keys)")
         leaf = f"{agent}{SEP}{k}"
-        leaves[leaf] = cast_value(layout.per_agent["obs"][leaf], f"{where}[{k!r}]", value[k],
-                                  num_envs, call)
+        leaves[leaf] = cast_value(per[leaf], f"{where}[{k!r}]", value[k], num_envs, call)
     out.update(leaves)
 
 
@@ -420,7 +495,7 @@ def prepare(agents: tuple[str, ...], num_envs: int, layout: AgentLayout | None, 
     acting = check_agent_dicts("MultiAgentReplayBuffer", agents,
                                {name: args[name] for name in PER_AGENT_ARGS}, args["active"],
                                extras, _RESERVED)
-    check_action_tuples(args["action"])
+    check_action_tuples(args["action"], layout)
     if layout is None:
         layout = _layout(agents, num_envs, spec, args, extras)
     _fields_match(layout, args, extras)
@@ -440,8 +515,8 @@ def prepare(agents: tuple[str, ...], num_envs: int, layout: AgentLayout | None, 
         act[i] = mask
         for name in ("obs", "next_obs"):
             cast_obs(layout, a, name, args[name][a], num_envs, cast[name])
-        cast["action"][a] = cast_value(layout.per_agent["action"][a], f"action[{a!r}]",
-                                       args["action"][a], num_envs)
+        cast_leaves(layout, "action", a, "action", args["action"][a], num_envs,
+                    cast["action"])
         for name in layout.extras:
             cast[name][a] = cast_value(layout.per_agent[name][a], f"{name}[{a!r}]",
                                   extras[name][a], num_envs)
@@ -535,24 +610,26 @@ def _per_agent(layout: AgentLayout, name: str, spec_name: str, act: npt.NDArray[
     return out
 
 
-def _obs_values(layout: AgentLayout, name: str, act: npt.NDArray[np.bool_],
+def _leaf_values(layout: AgentLayout, name: str, act: npt.NDArray[np.bool_],
                 lanes: npt.NDArray[np.int64], cast: dict[str, dict[str, npt.NDArray[Any]]],
-                fill: dict[str, npt.NDArray[Any]]
+                fill: dict[str, npt.NDArray[Any]] | None, top: str = "obs"
                 ) -> tuple[dict[str, Any], dict[str, npt.NDArray[Any]]]:
-    """The observations ``name`` (``obs`` or ``next_obs``) of the core call: nested
-    ``{agent: [n, *shape] or {key: [n, *shape]}}`` and flat ``{leaf: [n, *shape]}``
-    (the same arrays), the agents' values where they acted, ``fill[leaf]`` elsewhere."""
+    """The observations ``name`` (``obs`` or ``next_obs``; with ``top="action"`` the
+    actions, ``name`` ``"action"``) of the core call: nested ``{agent: [n, *shape] or
+    {key: [n, *shape]}}`` and flat ``{leaf: [n, *shape]}`` (the same arrays), the
+    agents' values where they acted, ``fill[leaf]`` elsewhere (None: zeros)."""
     index = {a: i for i, a in enumerate(layout.agents)}
     flat: dict[str, npt.NDArray[Any]] = {}
     nested: dict[str, Any] = {}
-    for leaf in layout.per_agent["obs"]:
+    for leaf, field in layout.per_agent[top].items():
         agent, _, key = leaf.partition(SEP)
         given = cast[name].get(leaf)  # [num_envs, *shape]
         mask = act[index[agent]]
         if given is not None and mask.all():  # acted in every env written
             value = given if given.shape[0] == lanes.size else given[lanes]
         else:
-            value = fill[leaf][lanes].copy()
+            value = _placeholder(field, lanes.size) if fill is None \
+                else fill[leaf][lanes].copy()
             if given is not None:
                 value[mask] = given[lanes][mask]
         flat[leaf] = value
@@ -579,8 +656,8 @@ def _core_values(layout: AgentLayout, episodes: Episodes, act: npt.NDArray[np.bo
     """The core ``add``'s keyword values, in the order of :meth:`AgentLayout.core_spec`,
     and the next observations stored per observation leaf."""
     carry = _carry(layout, episodes)
-    obs, _ = _obs_values(layout, "obs", act, lanes, cast, carry)
-    nxt, stored_next = _obs_values(layout, "next_obs", act, lanes, cast, carry)
+    obs, _ = _leaf_values(layout, "obs", act, lanes, cast, carry)
+    nxt, stored_next = _leaf_values(layout, "next_obs", act, lanes, cast, carry)
     if states:
         obs[STATE] = states[STATE][lanes]
         nxt[STATE] = states["next_state"][lanes]
@@ -589,7 +666,7 @@ def _core_values(layout: AgentLayout, episodes: Episodes, act: npt.NDArray[np.bo
         total += r
     out: dict[str, Any] = {
         "obs": obs,
-        "action": _per_agent(layout, "action", "action", act, lanes, cast, None),
+        "action": _leaf_values(layout, "action", act, lanes, cast, None, "action")[0],
         "reward": total.astype(np.float32),
         "next_obs": nxt,
         "terminated": ends.terminated,
@@ -668,7 +745,8 @@ class DirectAdd:
         self._pick: Callable[[Mapping[str, Any]], tuple[Any, ...]] = \
             itemgetter(*agents) if n > 1 else _One(agents[0])
         # (dict observations take prepare)
-        self._plain = not layout.extras and not layout.joint and not layout.dict_obs
+        self._plain = not layout.extras and not layout.joint and not layout.dict_obs \
+            and not layout.dict_action  # (an action of parts, too)
         self._state = layout.state is not None
         #: The core extras' names: rewards/<agent>, ..., active/<agent> (OUTCOMES order).
         self._outcomes = tuple(f"{prefix}{SEP}{a}" for prefix in OUTCOMES for a in agents)

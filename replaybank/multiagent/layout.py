@@ -11,7 +11,11 @@ Its fields, named once here:
   has one field per key, ``obs/<agent>/<key>`` (the core's nested dict observation):
   ``per_agent["obs"]`` is then keyed by *observation leaf* (``<agent>`` for a flat
   observation, ``<agent>/<key>`` for each key of a dict one; :meth:`AgentLayout.obs_keys`);
-* ``action/<agent>``: the core's dict action;
+* ``action/<agent>``: the core's dict action; an agent whose action comes in parts (a
+  gymnasium ``Tuple`` space's, arranged as ``rb.collect`` arranges it: ``{'0': ...,
+  '1': ...}``; or a ``Dict`` space's keys) has one field per part,
+  ``action/<agent>/<key>``, and ``per_agent["action"]`` is keyed by *action leaf* as
+  ``per_agent["obs"]`` is (:meth:`AgentLayout.keys`);
 * ``rewards/<agent>`` float32, ``terminations/<agent>``, ``truncations/<agent>`` and
   ``active/<agent>`` bool: per-agent outcomes, named as PettingZoo's ``step`` returns them
   (plural names, so they never collide with the core's joint ``reward``,
@@ -46,7 +50,7 @@ import numpy as np
 from replaybank.errors import ArgumentError, SpecError, describe
 from replaybank.spec import SEP, FieldSpec, Spec
 
-__all__ = ["OUTCOMES", "RESERVED_NAMES", "STATE", "AgentLayout", "check_agents",
+__all__ = ["OUTCOMES", "PARTED", "RESERVED_NAMES", "STATE", "AgentLayout", "check_agents",
            "check_first_add_fields", "missing_spec_error", "obs_leaf", "parse_spec",
            "unknown_fields"]
 
@@ -56,6 +60,10 @@ STATE = "state"
 OUTCOMES: dict[str, np.dtype[Any]] = {
     "rewards": np.dtype(np.float32), "terminations": np.dtype(np.bool_),
     "truncations": np.dtype(np.bool_), "active": np.dtype(np.bool_)}
+#: The per-agent fields whose value may be a dict of parts, stored one field per part
+#: (``<top>/<agent>/<key>``): a dict observation, and an action of parts (a gymnasium
+#: ``Tuple`` space's ``{'0': ..., '1': ...}``, or a ``Dict`` space's keys).
+PARTED = ("obs", "action")
 #: Names no extra may take (the layout's own, the core's standard ones, ``add``'s
 #: arguments).
 RESERVED_NAMES = frozenset({"obs", "next_obs", "action", "reward", "terminated", "truncated",
@@ -125,19 +133,21 @@ def parse_spec(spec: Any, agents: tuple[str, ...]) -> dict[str, FieldSpec]:
     out: dict[str, FieldSpec] = {}
     for name, field in flat.items():
         top, _, rest = name.partition(SEP)
-        if top == "obs" and obs_leaf(rest, agents) is None \
+        if top in PARTED and obs_leaf(rest, agents) is None \
                 and rest.partition(SEP)[0] in agents:
+            what = "observation" if top == "obs" else "action"
             raise SpecError(f"MultiAgentReplayBuffer(spec=...): {name!r} is a nested key of "
-                            f"the dict observation of agent {rest.partition(SEP)[0]!r}; dict "
-                            "observations have one level of keys in a multi-agent buffer: "
-                            "flatten the deeper ones (e.g. spec={'obs': {agent: "
+                            f"the dict {what} of agent {rest.partition(SEP)[0]!r}; dict "
+                            f"{what}s have one level of keys in a multi-agent buffer: "
+                            f"flatten the deeper ones (e.g. spec={{{top!r}: {{agent: "
                             "{'<key>_<subkey>': (shape, dtype)}}})")
-        if (top == "action" and rest not in agents) or (
-                top == "obs" and obs_leaf(rest, agents) is None):
+        if top in PARTED and obs_leaf(rest, agents) is None:
             raise SpecError(f"MultiAgentReplayBuffer(spec=...): {name!r} names no agent; "
                             f"the agents are {list(agents)}; use spec={{{top!r}: {{agent: "
-                            "(shape, dtype)}}" + (" (or {agent: {key: (shape, dtype)}} for "
-                            "a dict observation)" if top == "obs" else ""))
+                            "(shape, dtype)}} (or {agent: {key: (shape, dtype)}} for "
+                            + ("a dict observation)" if top == "obs" else
+                               "an action of parts: a gymnasium Tuple space's '0', '1', "
+                               "..., or a Dict space's keys)"))
         if top in ("next_obs", "next_state", "reward", "terminated", "truncated", *OUTCOMES):
             raise SpecError(f"MultiAgentReplayBuffer(spec=...): {name!r} is not declared "
                             "(next observations are the next step's obs; rewards are float32 "
@@ -146,13 +156,14 @@ def parse_spec(spec: Any, agents: tuple[str, ...]) -> dict[str, FieldSpec]:
             raise SpecError(f"MultiAgentReplayBuffer(spec=...): {name!r}: the state is one "
                             "array; use spec={'state': (shape, dtype)}")
         out[name] = field
-    for name in out:  # an agent's observation is one array or a dict, not both
+    for name in out:  # an agent's observation (action) is one array or a dict, not both
         top, _, rest = name.partition(SEP)
-        if top == "obs" and rest in agents and any(
+        if top in PARTED and rest in agents and any(
                 n.startswith(f"{name}{SEP}") for n in out):
+            what = "observation" if top == "obs" else "action"
             raise SpecError(f"MultiAgentReplayBuffer(spec=...): {name!r} is given both as "
                             "one array and as a dict of keys; describe the agent's "
-                            "observation one way")
+                            f"{what} one way")
     return out
 
 
@@ -162,7 +173,7 @@ class AgentLayout:
 
     Attributes:
         agents: Agent names, in the buffer's order.
-        per_agent: Per-agent fields: ``{"obs": {leaf: FieldSpec}, "action": {agent:
+        per_agent: Per-agent fields: ``{"obs": {leaf: FieldSpec}, "action": {leaf:
             FieldSpec}, <extra>: {agent: ...}}`` (FieldSpec names are the flat core names
             ``obs/<agent>``, ``obs/<agent>/<key>``; observation leaves: ``<agent>`` or
             ``<agent>/<key>``, agent-major, see the module docstring).
@@ -189,10 +200,11 @@ class AgentLayout:
                 "state": v or None, <extra>: {agent: v} or v}``, each value
                 ``[*lead, *shape]``.
             lead: The leading dims of the values (``()`` or ``(num_envs,)``).
-            dict_obs: A dict observation in ``values`` makes the agent's observation a
-                dict one (``obs/<agent>/<key>`` fields); otherwise it is inferred as one
-                array (and refused). ``spec`` entries ``obs/<agent>/<key>`` always
-                describe a dict observation.
+            dict_obs: A dict observation (or action) in ``values`` makes the agent's
+                observation (action) a dict one (``obs/<agent>/<key>``,
+                ``action/<agent>/<key>`` fields); otherwise it is inferred as one array
+                (and refused). ``spec`` entries ``obs/<agent>/<key>`` (``action/...``)
+                always describe a dict one.
             owner: The buffer class, for the message of a missing entry.
             scalars: Per-agent fields that hold one float per step (the rollout's
                 ``log_prob`` and ``value``), for the example of a missing entry.
@@ -214,8 +226,8 @@ class AgentLayout:
             fields: dict[str, FieldSpec] = {}
             for a in agents:
                 flat = f"{top}{SEP}{a}"
-                if top == "obs":
-                    leaves = _obs_leaves(a, given, got.get(a) if dict_obs else None, lead)
+                if top in PARTED:
+                    leaves = _leaves(top, a, given, got.get(a) if dict_obs else None, lead)
                     if leaves is not None:
                         fields.update(leaves)
                         continue
@@ -242,15 +254,45 @@ class AgentLayout:
 
     def obs_keys(self, agent: str) -> tuple[str, ...] | None:
         """The keys of ``agent``'s dict observation, or None for a flat one."""
-        if agent in self.per_agent["obs"]:
+        return self.keys("obs", agent)
+
+    def keys(self, top: str, agent: str) -> tuple[str, ...] | None:
+        """The keys of ``agent``'s value of the field ``top`` stored part by part
+        (``obs``: a dict observation; ``action``: an action of parts, e.g. a gymnasium
+        ``Tuple`` space's ``'0'``, ``'1'``, ...), or None for one array.
+
+        Example:
+            >>> lay = AgentLayout.build(("a", "b"), {"obs": {"a": ((), "float32"),
+            ...     "b": ((), "float32")}, "action": {"a": {"0": ((), "int64"),
+            ...     "1": ((2,), "float32")}, "b": ((), "int64")}}, {}, ())
+            >>> lay.keys("action", "a"), lay.keys("action", "b"), lay.dict_action
+            (('0', '1'), None, True)
+        """
+        per = self.per_agent[top]
+        if agent in per:
             return None
-        return tuple(leaf[len(agent) + 1:] for leaf in self.per_agent["obs"]
+        return tuple(leaf[len(agent) + 1:] for leaf in per
                      if leaf.startswith(f"{agent}{SEP}"))
+
+    def leaves(self, top: str, agent: str) -> dict[str, FieldSpec]:
+        """``{leaf: FieldSpec}`` of ``agent``'s value of the per-agent field ``top``: one
+        leaf ``<agent>``, or ``<agent>/<key>`` per part of a value stored part by part
+        (:meth:`keys`)."""
+        per = self.per_agent[top]
+        if agent in per:
+            return {agent: per[agent]}
+        head = f"{agent}{SEP}"
+        return {leaf: f for leaf, f in per.items() if leaf.startswith(head)}
 
     @property
     def dict_obs(self) -> bool:
         """Some agent has dict observations."""
         return any(a not in self.per_agent["obs"] for a in self.agents)
+
+    @property
+    def dict_action(self) -> bool:
+        """Some agent's action is stored part by part (``action/<agent>/<key>``)."""
+        return any(a not in self.per_agent["action"] for a in self.agents)
 
     def core_spec(self) -> Spec:
         """The core buffer's spec, in the order the core infers it from an add."""
@@ -306,7 +348,7 @@ def _unknown(agents: tuple[str, ...], given: Mapping[str, FieldSpec],
         have = present.get(top, ())
         for a in agents:
             flat = f"{top}{SEP}{a}"
-            if a in have or flat in given or (top == "obs" and any(
+            if a in have or flat in given or (top in PARTED and any(
                     n.startswith(f"{flat}{SEP}") for n in given)):
                 continue
             out.setdefault(top, []).append(a)
@@ -391,33 +433,39 @@ def missing_spec_error(owner: str, missing: Mapping[str, Sequence[str]],
         "in the first add")
 
 
-def _obs_leaves(agent: str, given: Mapping[str, FieldSpec], value: Any,
-                lead: tuple[int, ...]) -> dict[str, FieldSpec] | None:
-    """The leaves ``{<agent>/<key>: FieldSpec}`` of a dict observation (from ``spec``
-    entries ``obs/<agent>/<key>``, else from a dict first value), or None for a flat one.
+def _leaves(top: str, agent: str, given: Mapping[str, FieldSpec], value: Any,
+            lead: tuple[int, ...]) -> dict[str, FieldSpec] | None:
+    """The leaves ``{<agent>/<key>: FieldSpec}`` of ``agent``'s value of ``top`` stored
+    part by part (a dict observation, an action of parts; from ``spec`` entries
+    ``<top>/<agent>/<key>``, else from a dict first value), or None for one array.
 
     Raises:
-        SpecError: A dict value with no keys, or a key that is no field name.
+        SpecError: A dict value with no keys, a key that is no field name, or a nested
+            dict (one level of keys).
     """
-    prefix = f"obs{SEP}{agent}"
+    prefix = f"{top}{SEP}{agent}"
     if prefix in given:
         return None
     from_spec = {n: f for n, f in given.items() if n.startswith(f"{prefix}{SEP}")}
     if from_spec:
-        return {n[4:]: FieldSpec(n, f.shape, f.dtype) for n, f in from_spec.items()}
+        return {n[len(top) + 1:]: FieldSpec(n, f.shape, f.dtype)
+                for n, f in from_spec.items()}
     if not isinstance(value, Mapping):
         return None
+    what = "observation" if top == "obs" else "action"
     if not value:
-        raise SpecError(f"add(obs[{agent!r}]={{}}): an empty dict observation; pass an "
+        raise SpecError(f"add({top}[{agent!r}]={{}}): an empty dict {what}; pass an "
                         "array, or a dict {key: array} with at least one key")
     out: dict[str, FieldSpec] = {}
     for key, v in value.items():
         if not isinstance(key, str) or not key or SEP in key:
-            raise SpecError(f"add(obs[{agent!r}]=...): key {key!r} is not allowed: keys of "
-                            f"a dict observation are non-empty strings without {SEP!r}")
+            raise SpecError(f"add({top}[{agent!r}]=...): key {key!r} is not allowed: keys of "
+                            f"a dict {what} are non-empty strings without {SEP!r}")
         if isinstance(v, Mapping):
-            raise SpecError(f"add(obs[{agent!r}][{key!r}]=...): a nested dict; dict "
-                            "observations have one level of keys (flatten the deeper ones)")
+            raise SpecError(f"add({top}[{agent!r}][{key!r}]=...): a nested dict; dict "
+                            f"{what}s have one level of keys in a multi-agent buffer "
+                            "(flatten the deeper ones, e.g. '<key>_<subkey>' keys, or "
+                            "gymnasium.spaces.flatten that part)")
         out[f"{agent}{SEP}{key}"] = FieldSpec.infer(f"{prefix}{SEP}{key}", v, lead,
-                                                    f"obs[{agent!r}][{key!r}]")
+                                                    f"{top}[{agent!r}][{key!r}]")
     return out

@@ -119,6 +119,7 @@ from replaybank.errors import (
 )
 from replaybank.multiagent.episodes import env_lanes
 from replaybank.multiagent.inputs import (
+    cast_leaves,
     cast_obs,
     cast_value,
     check_action_tuples,
@@ -127,6 +128,7 @@ from replaybank.multiagent.inputs import (
     check_state_given,
 )
 from replaybank.multiagent.layout import (
+    PARTED,
     RESERVED_NAMES,
     STATE,
     AgentLayout,
@@ -770,7 +772,7 @@ class MultiAgentRolloutBuffer:
             dicts["value"] = given["value"]
         acting = check_agent_dicts("MultiAgentRolloutBuffer", self._agents, dicts, active,
                                    extras, _RESERVED, call)
-        check_action_tuples(given["action"])
+        check_action_tuples(given["action"], self._layout)
         return acting
 
     def _check_fields(self, layout: AgentLayout, value: Any, state: Any,
@@ -813,9 +815,10 @@ class MultiAgentRolloutBuffer:
             cast_obs(layout, a, "obs", given["obs"][a], n_env, got_obs)
             # {stored name: [num_envs, *shape]}: every observation leaf, then the others
             got_fields = {layout.per_agent["obs"][leaf].name: v for leaf, v in got_obs.items()}
-            for top, per in layout.per_agent.items():
+            for top in layout.per_agent:
                 if top != "obs":
-                    got_fields[per[a].name] = policy[per[a].name]
+                    for f in layout.leaves(top, a).values():  # (an action's parts)
+                        got_fields[f.name] = policy[f.name]
             for name, got in got_fields.items():
                 row[name] = np.where(mask.reshape((n_env,) + (1,) * (got.ndim - 1)), got,
                                      np.zeros((), got.dtype))
@@ -864,7 +867,11 @@ class MultiAgentRolloutBuffer:
                 cast_value(fields[f"active{SEP}{a}"], f"active[{a!r}]", active[a], n_env,
                            call)
             for top, per in layout.per_agent.items():
-                if top != "obs":
+                if top == "action":  # one array, or its parts (a Tuple action's)
+                    parts: dict[str, AnyArray] = {}
+                    cast_leaves(layout, top, a, top, source[top][a], n_env, parts, call)
+                    out.update((per[leaf].name, v) for leaf, v in parts.items())
+                elif top != "obs":
                     out[per[a].name] = cast_value(per[a], f"{top}[{a!r}]", source[top][a],
                                                   n_env, call)
         for name in layout.joint:
@@ -1380,21 +1387,24 @@ class MultiAgentRolloutBuffer:
         layout = self._layout
         assert layout is not None  # advantages exist, so a step was added
         names, d, p = self._agents, self.data, self._pos
-        groups: dict[str, list[AnyArray]] = {
-            top: [d[per[a].name] for a in names]
-            for top, per in layout.per_agent.items() if top != "obs"}
-        keys = {a: layout.obs_keys(a) for a in names}  # None: one array
-        if len({None if k is None else frozenset(k) for k in keys.values()}) > 1:
-            kinds_of = {a: None if k is None else list(k) for a, k in keys.items()}
-            raise ShapeError(
-                f"get(agents='flatten'): the agents' observations differ in kind or dict "
-                f"keys {kinds_of} (None: one array); flattening stacks each observation key "
-                "over agents, so they must share them: use get(agents='together') and read "
-                "batch.obs[agent] per agent, or give the agents the same observation keys")
-        first = keys[names[0]]
-        obs_groups = {"obs": [d[f"obs{SEP}{a}"] for a in names]} if first is None else {
-            f"obs{SEP}{k}": [d[f"obs{SEP}{a}{SEP}{k}"] for a in names] for k in first}
-        groups = {**obs_groups, **groups}
+        groups: dict[str, list[AnyArray]] = {}
+        for top in PARTED:  # observations and actions: one array, or dicts of parts
+            keys = {a: layout.keys(top, a) for a in names}  # None: one array
+            if len({None if k is None else frozenset(k) for k in keys.values()}) > 1:
+                kinds_of = {a: None if k is None else list(k) for a, k in keys.items()}
+                what = "observations" if top == "obs" else "actions"
+                raise ShapeError(
+                    f"get(agents='flatten'): the agents' {what} differ in kind or dict "
+                    f"keys {kinds_of} (None: one array); flattening stacks each {top} key "
+                    "over agents, so they must share them: use get(agents='together') and "
+                    f"read batch.{top}[agent] per agent, or give the agents the same "
+                    f"{what[:-1]} keys")
+            first = keys[names[0]]
+            groups.update({top: [d[f"{top}{SEP}{a}"] for a in names]} if first is None else {
+                f"{top}{SEP}{k}": [d[f"{top}{SEP}{a}{SEP}{k}"] for a in names]
+                for k in first})
+        groups.update({top: [d[per[a].name] for a in names]
+                       for top, per in layout.per_agent.items() if top not in PARTED})
         for prefix in ("reward", "terminated", "truncated"):
             groups[prefix] = [d[f"{prefix}{SEP}{a}"] for a in names]
         groups["advantages"] = [adv[a] for a in names]
@@ -1405,8 +1415,8 @@ class MultiAgentRolloutBuffer:
             if len(kinds) > 1:
                 shown = {n: (tuple(a.shape[2:]), str(a.dtype))
                          for n, a in zip(names, arrays, strict=True)}
-                key = top.partition(SEP)[2]
-                read = f"batch.obs[agent][{key!r}]" if key else f"batch.{top}[agent]"
+                head, _, key = top.partition(SEP)
+                read = f"batch.{head}[agent][{key!r}]" if key else f"batch.{top}[agent]"
                 raise ShapeError(
                     f"get(agents='flatten'): the agents' {top} differ in shape or dtype "
                     f"{shown}; flattening stacks one field over agents, so they must share "

@@ -40,7 +40,7 @@ import numpy.typing as npt
 
 from replaybank.batch import Batch
 from replaybank.multiagent.batch import stack_agents
-from replaybank.multiagent.layout import obs_leaf
+from replaybank.multiagent.layout import PARTED, obs_leaf
 from replaybank.spec import SEP
 
 __all__ = ["AGENT_FIELDS", "MultiAgentRolloutBatch", "flatten_rows", "together_rows"]
@@ -64,7 +64,9 @@ class MultiAgentRolloutBatch:
         agents: Agent names, in the buffer's order.
         obs: ``{agent: [B, *obs_shape]}``; an agent with dict observations has
             ``{key: [B, *shape]}`` (each key its own shape and dtype).
-        action: ``{agent: [B, *action_shape]}``.
+        action: ``{agent: [B, *action_shape]}``; an agent whose action is stored part
+            by part (a gymnasium ``Tuple`` action) has ``{key: [B, *shape]}``
+            (``'0'``, ``'1'``, ...).
         log_prob: ``{agent: [B, *log_prob_shape]}`` under the behaviour policy.
         reward: ``{agent: [B]}``.
         terminated: ``{agent: [B]}`` bool: the agent's episode terminated at this step.
@@ -116,9 +118,9 @@ class MultiAgentRolloutBatch:
             if rest in agents:
                 per.setdefault(top, {})[rest] = v
                 continue
-            leaf = obs_leaf(rest, agents) if top == "obs" else None
-            if leaf is not None and leaf[1] is not None:  # obs/<agent>/<key>
-                per.setdefault("obs", {}).setdefault(leaf[0], {})[leaf[1]] = v
+            leaf = obs_leaf(rest, agents) if top in PARTED else None
+            if leaf is not None and leaf[1] is not None:  # obs/<agent>/<key>, action/...
+                per.setdefault(top, {}).setdefault(leaf[0], {})[leaf[1]] = v
             else:
                 joint[name] = v
         fields = {f: per.pop(f, {}) for f in AGENT_FIELDS}

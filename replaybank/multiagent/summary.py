@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from replaybank.multiagent.layout import AgentLayout
+from replaybank.multiagent.layout import PARTED, AgentLayout
 from replaybank.ops.segments import segment_sums
 from replaybank.spec import SEP
 
@@ -107,14 +107,16 @@ def stats(values: npt.NDArray[Any]) -> dict[str, Any] | None:
 def layout_fields(layout: AgentLayout | None, agent: str,
                   nbytes: Callable[[str], int | None]) -> list[dict[str, Any]]:
     """The agent's stored fields: ``[{"name", "core", "shape", "dtype", "bytes"}]``
-    (``name``: ``obs`` (``obs/<key>`` for each key of a dict observation), ``action`` or
-    the extra's; ``core``: the stored name)."""
+    (``name``: ``obs`` (``obs/<key>`` for each key of a dict observation), ``action``
+    (``action/<key>`` for each part of an action stored part by part, e.g. a Tuple
+    action's ``action/0``) or the extra's; ``core``: the stored name)."""
     if layout is None:
         return []
     out = []
     for top, per in layout.per_agent.items():
-        keys = layout.obs_keys(agent) if top == "obs" else None
-        # a dict observation: one field per key (``obs/<key>``), stored as its leaves
+        keys = layout.keys(top, agent) if top in PARTED else None
+        # a dict observation (an action of parts): one field per key (``obs/<key>``,
+        # ``action/<key>``), stored as its leaves
         leaves = [(top, per[agent])] if keys is None else \
             [(f"{top}{SEP}{k}", per[f"{agent}{SEP}{k}"]) for k in keys]
         for name, f in leaves:
