@@ -1,7 +1,8 @@
 """Hand-written PettingZoo parallel envs whose agents leave mid-episode, and a recorder of
 what an env returned: for the multi-agent rollout collection tests. Also envs of odd
 values for both collectors: different dtypes per env (:class:`Fractions`), gymnasium
-``Tuple`` observations (:class:`TupleObs`, :class:`TupleNoSpace`) and an agent that joins
+``Tuple`` observations (:class:`TupleObs`, :class:`TupleNoSpace`), a ``Tuple`` action
+space beside a ``Box`` one (:class:`TupleActs`) and an agent that joins
 late (:class:`LateJoiner`).
 
 Other test files import them: ``from tests.pettingzoo_leavers import Leaver, Recorder``.
@@ -273,3 +274,65 @@ class Clock:
         rew = {k: self.t + (0.5 if k == "b" else 0.0) for k in acting}
         self.agents = [k for k in self.agents if not (term[k] or trunc[k])]
         return self._obs(acting), rew, term, trunc, {k: {} for k in acting}
+
+
+class TupleActs:
+    """Agent "t" acts with a gymnasium ``Tuple(Discrete(3), Box(-9, 9, (2,), float32))``
+    and "x" with a ``Box(-9, 9, (2,), float32)``; both observe ``[step, 100 * env_id +
+    episode]`` float32. "x" is truncated at step 2 and "t" at step 3 (the episode's
+    end). ``step`` asserts that every action is one its ``action_space(agent).contains``
+    (for "t": a tuple again) and keeps them in :attr:`seen` with the observation the
+    agent acted on; the reward is the action's sum (a tuple's parts summed)."""
+
+    possible_agents: ClassVar[list[str]] = ["t", "x"]
+
+    def __init__(self, env_id: int = 0) -> None:
+        self.env_id, self.ep, self.step_no = env_id, -1, 0
+        self.agents: list[str] = []
+        self.seen: list[tuple[str, tuple[float, ...], Any]] = []
+
+    def action_space(self, agent: str) -> Any:
+        box = gym.spaces.Box(-9, 9, (2,), np.float32)
+        return gym.spaces.Tuple((gym.spaces.Discrete(3), box)) if agent == "t" else box
+
+    def observation_space(self, agent: str) -> Any:
+        return gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
+
+    def _obs(self, agents: list[str]) -> dict[str, np.ndarray]:
+        return {k: np.array([self.step_no, 100 * self.env_id + self.ep], np.float32)
+                for k in agents}
+
+    def reset(self, seed: int | None = None, options: Any = None) -> Any:
+        self.step_no, self.ep = 0, self.ep + 1
+        self.agents = list(self.possible_agents)
+        return self._obs(self.agents), {k: {} for k in self.agents}
+
+    def step(self, actions: dict[str, Any]) -> Any:
+        assert set(actions) == set(self.agents), (actions, self.agents)
+        acted_on = (float(self.step_no), float(100 * self.env_id + self.ep))
+        for k, act in actions.items():
+            assert self.action_space(k).contains(act), (k, act)
+            self.seen.append((k, acted_on, act))
+        self.step_no += 1
+        rew = {k: float(int(a[0]) + np.sum(a[1])) if k == "t" else float(np.sum(a))
+               for k, a in actions.items()}
+        trunc = {k: self.step_no == (3 if k == "t" else 2) for k in actions}
+        self.agents = [k for k in self.agents if not trunc[k]]
+        return (self._obs(list(actions)), rew, {k: False for k in actions}, trunc,
+                {k: {} for k in actions})
+
+
+def tuple_policy(obs: dict[str, Any]) -> dict[str, Any]:
+    """Actions of :class:`TupleActs`' agents as functions of their observations ``[...,
+    2]`` (an oracle of any stored row): "t" a tuple ``(Discrete, float32[2])`` (with
+    several envs: one array ``[n, ...]`` per part, as a gymnasium vector env's Tuple
+    action), "x" one float32[2]."""
+    out: dict[str, Any] = {}
+    if "t" in obs:
+        o = np.asarray(obs["t"])
+        out["t"] = (o[..., 0].astype(np.int64) % 3,
+                    np.stack([o[..., 0] / 4, o[..., 1] / 1000], -1).astype(np.float32))
+    if "x" in obs:
+        o = np.asarray(obs["x"])
+        out["x"] = np.stack([-o[..., 0] / 4, o[..., 1] / 1000], -1).astype(np.float32)
+    return out

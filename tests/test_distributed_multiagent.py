@@ -351,3 +351,33 @@ def test_rb_collect_fills_the_client_as_the_local_buffer(services: list[Any]) ->
         rb.collect([Clock(), Clock()], None, client, 2, progress=False, seed=3)
     client.flush()
     assert len(client) == 12
+
+
+def test_the_client_stores_tuple_actions_part_by_part(services: list[Any]) -> None:
+    """A Tuple action (agent "t", beside "x" with a Box) through the service: the
+    client's rows are built from the layout the local buffer uses, so the shards store
+    its parts ``action/t/0``, ``action/t/1`` and the client's sample gives them as the
+    local buffer's (with "x" inactive in some envs: its rows are filled per part)."""
+    pytest.importorskip("pettingzoo")
+    from tests.pettingzoo_leavers import TupleActs, tuple_policy
+
+    local = rb.MultiAgentReplayBuffer(40, agents=["t", "x"], num_envs=2, seed=0)
+    svc = start(services, 2, {"type": "MultiAgentReplayBuffer", "agents": ["t", "x"],
+                              "capacity": 20, "seed": 0}, num_lanes=2, seed=0)
+    client = svc.client()
+    for target in (local, client):
+        rb.collect([TupleActs(0), TupleActs(1)], tuple_policy, target, 12, progress=False,
+                   seed=3)
+    client.flush()
+    assert len(client) == len(local) == 12 and client.spec == local.spec
+    assert [n for n in client.spec if n.startswith("action")] == [
+        "action/t/0", "action/t/1", "action/x"]
+
+    def stored(batch: Any) -> list[tuple[Any, ...]]:
+        return sorted((*batch.obs["t"][i].tolist(), int(batch.action["t"]["0"][i]),
+                       *batch.action["t"]["1"][i].tolist(), *batch.action["x"][i].tolist(),
+                       bool(batch.active["x"][i])) for i in range(len(batch.indices)))
+
+    got = stored(client.sample(12, replace=False))
+    assert got == stored(local.sample(12, replace=False))
+    assert not all(row[-1] for row in got)  # "x" sat out some steps

@@ -490,6 +490,7 @@ from tests.pettingzoo_leavers import (  # noqa: E402
     LateJoiner,
     Leaver,
     Recorder,
+    TupleActs,
     TupleNoSpace,
     TupleObs,
 )
@@ -1211,3 +1212,73 @@ def test_rollout_reset_observation_of_one_env_among_three_resets_that_env_only()
     assert roll.pos == 0
     col.collect(1)
     assert roll.data["obs/a"][0, :, 2].tolist() == [0.0, 1.0, 0.0]
+
+
+def tuple_actor(obs: dict[str, Any], state: Any) -> Any:
+    """An actor-critic for :class:`TupleActs` whose outputs are functions of the
+    observations ``[n, 2]`` (an oracle of any stored step): agent "t" acts with a tuple,
+    one array ``[n, ...]`` per part (a gymnasium vector env's Tuple action), "x" with
+    one float32[2]; values 0 (the advantages are the undiscounted returns with gamma
+    1), log-probabilities ``-(step + 1)`` (agent "x": ``-(step + 1) / 2``)."""
+    acts: dict[str, Any] = {}
+    for a, o in obs.items():
+        o = np.asarray(o)
+        acts[a] = (o[:, 0].astype(np.int64) % 3,
+                   np.stack([o[:, 0] / 4, o[:, 1] / 1000], -1).astype(np.float32)) \
+            if a == "t" else np.stack([-o[:, 0] / 4, o[:, 1] / 1000], -1).astype(np.float32)
+    return (acts, {a: np.zeros(len(o)) for a, o in obs.items()},
+            {a: -(np.asarray(o)[:, 0] + 1) / (1 if a == "t" else 2) for a, o in obs.items()})
+
+
+@pytest.mark.parametrize("num_envs", [1, 2])
+def test_collect_tuple_actions_part_by_part_with_gae_and_minibatches(
+        num_envs: int, tmp_path: Any) -> None:
+    """An agent whose action space is a gymnasium Tuple beside one with a Box: the
+    policy's tuple reaches each env as a tuple its action space contains (the env
+    asserts it) and is stored part by part (``action/t/0``, ``action/t/1``), as
+    rb.collect stores a Tuple action (it was refused: flatten it); minibatches give
+    the parts with the per-agent log-probabilities, GAE gives the returns of a plain
+    loop, and rb.save/rb.load keeps them."""
+    envs = [TupleActs(i) for i in range(num_envs)]
+    roll = MultiAgentRolloutBuffer(6, ["t", "x"], num_envs=num_envs, gamma=1.0,
+                                   gae_lambda=1.0, seed=0, normalize_advantage=None)
+    MultiAgentRolloutCollector(envs if num_envs > 1 else envs[0], tuple_actor, roll,
+                               seed=0).collect()
+    assert [n for n in roll.spec if n.startswith("action")] == [
+        "action/t/0", "action/t/1", "action/x"]
+    for e in envs:
+        assert sum(k == "t" and type(a) is tuple for k, _, a in e.seen) == 6
+    d = roll.data
+    for a in ("t", "x"):  # the plain loop: rewards summed to each agent's end (V = 0)
+        want = np.zeros((6, num_envs))
+        for env in range(num_envs):
+            running = 0.0
+            for t in reversed(range(6)):
+                if not d[f"active/{a}"][t, env]:
+                    continue
+                if d[f"truncated/{a}"][t, env] or d[f"terminated/{a}"][t, env]:
+                    running = 0.0
+                running += float(d[f"reward/{a}"][t, env])
+                want[t, env] = running
+        assert np.allclose(roll.returns[a], want)
+    # the env's reward is the action's sum: it read the parts the policy gave
+    on = d["active/t"]
+    assert np.allclose(d["reward/t"][on], d["action/t/0"][on] + d["action/t/1"][on].sum(-1))
+    rb.save(roll, tmp_path / "roll")
+    for buf in (roll, rb.load(tmp_path / "roll")):
+        seen = 0
+        for mb in buf.get(4):
+            want_acts, _, want_logp = tuple_actor(mb.obs, None)
+            assert sorted(mb.action["t"]) == ["0", "1"]
+            assert np.array_equal(mb.action["t"]["0"], want_acts["t"][0])
+            assert np.array_equal(mb.action["t"]["1"], want_acts["t"][1])
+            x_on = mb.active["x"]
+            assert np.array_equal(mb.action["x"][x_on], want_acts["x"][x_on])
+            assert np.allclose(mb.log_prob["t"], want_logp["t"])
+            assert np.allclose(mb.log_prob["x"][x_on], want_logp["x"][x_on])
+            seen += mb.batch_size
+        assert seen == 6 * num_envs
+    roll.reset()  # random actions: the spaces' tuples, stored part by part
+    rb.collect(envs if num_envs > 1 else envs[0], None, roll, 6, progress=False, seed=1)
+    assert roll.data["action/t/1"].shape == (6, num_envs, 2)
+    assert (roll.data["action/t/1"] != 0).any()

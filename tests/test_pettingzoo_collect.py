@@ -35,8 +35,10 @@ from tests.pettingzoo_leavers import (  # noqa: E402
     Clock,
     Fractions,
     LateJoiner,
+    TupleActs,
     TupleNoSpace,
     TupleObs,
+    tuple_policy,
 )
 
 
@@ -1043,3 +1045,64 @@ def test_a_step_observation_refused_in_one_env_loses_only_that_envs_step() -> No
                   for i, k in enumerate(np.asarray(b.indices).tolist()) if b.active["a"][i])
     assert rows == [(0, 0.0, 0.0), (0, 0.0, 1.0), (0, 0.0, 2.0), (1, 1.0, 0.0),
                     (1, 1.0, 1.0)]
+
+
+def _stored_tuple_actions_are_the_policys(buf: Any) -> None:
+    """Every stored joint step holds ``tuple_policy``'s actions for its observations:
+    "t"'s as the parts ``{'0', '1'}``, "x"'s where it acted."""
+    b = buf.sample(len(buf), replace=False)
+    want = tuple_policy(b.obs)
+    assert sorted(b.action["t"]) == ["0", "1"] and b.action["t"]["0"].dtype == np.int64
+    assert np.array_equal(b.action["t"]["0"], want["t"][0])
+    assert np.array_equal(b.action["t"]["1"], want["t"][1])
+    on = b.active["x"]
+    assert np.array_equal(b.action["x"][on], want["x"][on])
+    assert not b.action["x"][~on].any() and not on.all()
+
+
+@pytest.mark.parametrize("num_envs", [1, 2])
+def test_tuple_actions_are_stored_part_by_part_and_the_env_gets_its_tuple(
+        num_envs: int, tmp_path: Any) -> None:
+    """An agent whose action space is a gymnasium Tuple (beside one with a Box): the
+    policy's tuple (per part ``[n, ...]`` with several envs) reaches the env as a tuple
+    its action space contains, and the buffer stores it as rb.collect stores a Tuple
+    action, the parts ``action/t/0``, ``action/t/1`` (it was refused: flatten it).
+    Random actions too; the memmap buffer reopened goes on with a new collector."""
+    envs = [TupleActs(i) for i in range(num_envs)]
+    target = envs if num_envs > 1 else envs[0]
+    buf = rb.MultiAgentReplayBuffer(64, ["t", "x"], num_envs=num_envs, seed=0,
+                                    storage="memmap", path=tmp_path / "mm")
+    res = MultiAgentCollector(target, tuple_policy, buf, seed=0).collect(6 * num_envs)
+    assert res.episode_lengths == [3] * (2 * num_envs)
+    assert [n for n in buf.spec if n.startswith("action")] == [
+        "action/t/0", "action/t/1", "action/x"]
+    _stored_tuple_actions_are_the_policys(buf)
+    for e in envs:  # what each env was given: the policy's actions, "t"'s a tuple
+        assert {k for k, _, _ in e.seen} == {"t", "x"}
+        for k, code, act in e.seen:
+            want = tuple_policy({k: np.array(code, np.float32)})[k]
+            if k == "t":
+                assert type(act) is tuple and int(act[0]) == int(want[0])
+                assert np.array_equal(act[1], want[1])
+            else:
+                assert np.array_equal(act, want)
+    # the reward is the action's sum: the env read the parts the policy meant
+    b = buf.sample(len(buf), replace=False)
+    assert np.allclose(b.reward["t"], b.action["t"]["0"] + b.action["t"]["1"].sum(-1))
+    col = MultiAgentCollector(target, tuple_policy, buf, seed=0)
+    col.collect(2 * num_envs)  # mid-episode now
+    buf.flush()
+    buf.close()
+    back = rb.open(tmp_path / "mm")
+    MultiAgentCollector(target, tuple_policy, back, seed=1).collect(4 * num_envs)
+    assert len(back) == 12 * num_envs
+    _stored_tuple_actions_are_the_policys(back)
+    for e in envs:
+        e.seen.clear()
+    rand = rb.MultiAgentReplayBuffer(64, ["t", "x"], num_envs=num_envs, seed=0)
+    rb.collect(target, None, rand, 6, progress=False, seed=2)  # the spaces' samples
+    b = rand.sample(len(rand), replace=False)
+    sent = sorted((int(a[0]), *a[1].tolist()) for e in envs for k, _, a in e.seen
+                  if k == "t")
+    assert sorted(zip(b.action["t"]["0"].tolist(), *b.action["t"]["1"].T.tolist(),
+                      strict=True)) == sent

@@ -43,7 +43,11 @@ as ``rb.collect`` stores a single-agent Tuple space: the dict ``{'0': ..., '1': 
 The rows of the envs are stacked in their common dtype (``numpy.result_type``); the
 buffer's one checked cast turns them into the stored dtype. The policy returns
 ``{agent: [n, *action_shape]}`` for the same agents (the values of envs where an agent does
-not act are ignored). numpy arrays or torch tensors. ``policy=None`` samples
+not act are ignored). numpy arrays or torch tensors. An agent whose
+``env.action_space(agent)`` is a gymnasium ``Tuple`` space acts as in single-agent
+``rb.collect``: the policy returns the env's tuple (with a list of envs, one array
+``[n, ...]`` per part), each env is given a tuple again, and the buffer stores the dict of
+parts ``{'0': ..., '1': ...}`` (fields ``action/<agent>/0``, ...). ``policy=None`` samples
 ``env.action_space(agent)`` for each acting agent, the spaces seeded from the collector's
 seed (one seed per env and agent, from ``numpy.random.SeedSequence(seed)``).
 
@@ -94,15 +98,22 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
-from replaybank.errors import ConfigError, DtypeError, ReplayBankError, ShapeError, describe
+from replaybank.errors import (
+    ConfigError,
+    DtypeError,
+    ReplayBankError,
+    ShapeError,
+    describe,
+    require_extra,
+)
 from replaybank.host import as_numpy, is_tensor, tensor_to_numpy
 from replaybank.integrations.gymnasium import CollectResult
 from replaybank.integrations.progress import ProgressBar
-from replaybank.integrations.spaces import to_fields
+from replaybank.integrations.spaces import from_fields, to_fields
 from replaybank.multiagent import MultiAgentReplayBuffer, MultiAgentRolloutBuffer
-from replaybank.multiagent.inputs import cast_value, check_action_tuples
+from replaybank.multiagent.inputs import cast_leaves
 from replaybank.multiagent.layout import AgentLayout
-from replaybank.spec import holds_array
+from replaybank.spec import check_tuple, holds_array, tree_map
 
 __all__ = ["JointStepBuffer", "MultiAgentActorCritic", "MultiAgentCollectResult",
            "MultiAgentCollector", "MultiAgentRolloutCollector", "collect_multiagent",
@@ -417,6 +428,19 @@ def _rows(values: dict[int, Any], n: int, what: str) -> Any:
     return out
 
 
+def _env_row(values: Any, i: int) -> Any:
+    """Row ``i`` (env ``i``'s) of ``[n, *shape]`` values, or of each part of a dict of
+    them (an action of parts).
+
+    Example:
+        >>> _env_row({"0": np.arange(2), "1": np.eye(2)}, 1)["1"].tolist()
+        [0.0, 1.0]
+    """
+    if isinstance(values, Mapping):
+        return {k: _env_row(v, i) for k, v in values.items()}
+    return values[i]
+
+
 def _promotes(a: np.dtype[Any], b: np.dtype[Any]) -> bool:
     """Whether numpy has a dtype that holds values of both ``a`` and ``b``."""
     try:
@@ -543,6 +567,8 @@ class _ParallelEnvs:
             self._no_state(self._env_state.index(False))
         self._spaces = _seeded_spaces(self.envs, self._agents, seed) if random_actions \
             else [{} for _ in self.envs]
+        #: Per env, ``{agent: its Tuple action space, or None}`` (:meth:`_tuple_space`).
+        self._tuple_spaces: list[dict[str, Any]] = [{} for _ in self.envs]
         self._obs: list[dict[str, Any] | None] = [None] * self.n
         #: Env i was reset once (a later reset continues its generator: seed=None).
         self._started = [False] * self.n
@@ -710,25 +736,76 @@ class _ParallelEnvs:
             raise type(refused[0])(f"{refused[0]} [and {len(refused) - 1} more env(s) "
                                    "whose observations the buffer refused, handled alike]")
 
-    def _check_action_tuples(self, actions: Mapping[str, Any], agents: list[str]) -> None:
-        """The buffers' tuple rule (:func:`~replaybank.multiagent.inputs.check_action_tuples`,
-        which their ``add`` and ``check_step`` run) on the policy's ``{agent: action}`` as
-        it returned them, before they are stacked and before any env steps: a tuple of
-        one array per part (a ``Tuple`` action space's) would else be stacked part-first,
-        each part read as an env's actions, or be refused only after the envs stepped.
+    def _tuple_space(self, i: int, agent: str) -> Any:
+        """``env[i].action_space(agent)`` when it is a gymnasium ``Tuple`` space, else
+        None (read once per env and agent; only for an action that comes as a tuple or
+        a dict of parts, so that other agents' actions cost nothing here)."""
+        spaces = self._tuple_spaces[i]
+        if agent not in spaces:
+            space = self.envs[i].action_space(agent)
+            gym = require_extra("gymnasium", "gym")
+            spaces[agent] = space if isinstance(space, gym.spaces.Tuple) else None
+        return spaces[agent]
+
+    def _action_fields(self, i: int, agent: str, value: Any) -> Any:
+        """``agent``'s action (the policy's, or a random one) in the buffer's form: a
+        tuple of an agent whose ``env[i].action_space(agent)`` is a gymnasium ``Tuple``
+        space arranged by :func:`~replaybank.integrations.spaces.to_fields` as
+        ``rb.collect`` stores a single-agent Tuple action, ``{'0': value[0], '1':
+        value[1], ...}`` (each part ``[n, ...]`` when batched over ``n`` envs; torch
+        tensors as numpy); any other value as it is (a tuple that stays one meets the
+        buffers' tuple rule)."""
+        if type(value) is not tuple:
+            return value
+        space = self._tuple_space(i, agent)
+        return value if space is None else to_fields(space, value)
+
+    def _env_action(self, i: int, agent: str, fields: Any) -> Any:
+        """The action env ``i`` takes from ``agent``'s action in the buffer's form: the
+        tuple again for a ``Tuple`` action space
+        (:func:`~replaybank.integrations.spaces.from_fields`), what its
+        ``action_space(agent).contains`` accepts; any other value as it is."""
+        if not isinstance(fields, Mapping):
+            return fields
+        space = self._tuple_space(i, agent)
+        return fields if space is None else from_fields(space, fields)
+
+    def _policy_actions(self, actions: Mapping[str, Any], agents: list[str],
+                        acting: list[list[str]]) -> dict[str, Any]:
+        """The policy's ``{agent: action}`` in the buffer's form
+        (:meth:`_action_fields`, the space of the first env where the agent acts),
+        checked with the buffers' tuple rule (:func:`~replaybank.spec.check_tuple`,
+        which their ``add`` and ``check_step`` run, with the collector's fix) before they
+        are stacked and before any env steps: a
+        tuple of one array per part that no ``Tuple`` action space arranges would else
+        be stacked part-first, each part read as an env's actions, or be refused only
+        after the envs stepped.
 
         Raises:
-            ShapeError: An agent's action is a tuple holding arrays (nothing changed).
+            ShapeError: An agent's action is a tuple holding arrays and its action space
+                is no ``Tuple`` space (nothing changed).
         """
+        out: dict[str, Any] = {}
         for a in agents:
+            i = next((j for j, x in enumerate(acting) if a in x), 0)
+            value = self._action_fields(i, a, _numpy(actions[a]))
             try:
-                check_action_tuples({a: actions[a]})
+                if type(value) is tuple or type(value) is list:  # no Tuple space took it
+                    check_tuple(f"action[{a!r}]", value, (
+                        f"env.action_space({a!r}) is {self.envs[i].action_space(a)!r}, no "
+                        "gymnasium.spaces.Tuple: the collector stores a tuple action part "
+                        "by part ({'0': v[0], '1': v[1], ...}, as rb.collect does) and "
+                        "hands the env the tuple again only for a Tuple action space; "
+                        "return one array (e.g. gymnasium.spaces.flatten(space, action)), "
+                        "or have env.action_space(agent) return that Tuple space"))
             except ReplayBankError as exc:
                 raise self._not_stepped(
                     exc,
                     f"the action of agent {a!r}",
                     "for the envs" if self.vector else "in the env",
                 ) from None
+            out[a] = value
+        return out
 
     def _end_episode(self, i: int, result: MultiAgentCollectResult) -> None:
         """Env ``i``'s joint episode is over (no agent left in ``env.agents``): check that
@@ -869,34 +946,48 @@ class MultiAgentCollector(_ParallelEnvs):
         return list(self._obs) if self.vector else self._obs[0]
 
     # ------------------------------------------------------------------ actions
-    def _actions(self, acting: list[list[str]]) -> list[dict[str, Any]]:
-        """One action dict per env for its acting agents."""
+    def _actions(self, acting: list[list[str]]
+                 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """Per env, the action dict of its acting agents as the env takes it, and as the
+        buffer stores it (the same values, but a ``Tuple`` action: the env gets a tuple,
+        the buffer the dict of parts, :meth:`_action_fields`)."""
         if self.policy is None:
             if self.vector and self.buffer.layout is None:
                 self._batch_obs(acting)  # the first add's rows stack: refused before a step
-            return [{a: self._spaces[i][a].sample() for a in acting[i]} for i in range(self.n)]
+            sampled = [{a: self._spaces[i][a].sample() for a in acting[i]}
+                       for i in range(self.n)]
+            return sampled, [{a: self._action_fields(i, a, v) for a, v in acts.items()}
+                             for i, acts in enumerate(sampled)]
         if not self.vector:
             obs = {a: self._obs[0][a] for a in acting[0]} if self._obs[0] else {}
             out = self.policy(obs)
             self._check_actions(out, acting[0])
-            self._check_action_tuples(out, acting[0])
-            return [{a: _numpy(out[a]) for a in acting[0]}]
+            fields = self._policy_actions(out, acting[0], acting)
+            return [{a: self._env_action(0, a, v) for a, v in fields.items()}], [fields]
         batch = self._batch_obs(acting)
         out = self.policy(batch)
         self._check_actions(out, list(batch))
-        self._check_action_tuples(out, list(batch))  # before the rows are stacked
+        fields = self._policy_actions(out, list(batch), acting)  # before rows are stacked
         per_env: list[dict[str, Any]] = [{} for _ in range(self.n)]
+        per_env_fields: list[dict[str, Any]] = [{} for _ in range(self.n)]
         for a in batch:
-            values = np.asarray(_numpy(out[a]))
-            if values.ndim == 0 or values.shape[0] != self.n:
-                raise ConfigError(
-                    f"collect(policy=...): the action of agent {a!r} has shape "
-                    f"{values.shape}; with {self.n} envs the policy returns "
-                    f"{{agent: [{self.n}, *action_shape]}} (one row per env)")
+            value = fields[a]  # [n, *action_shape], or {key: [n, *shape]} (its parts)
+            values = tree_map(np.asarray, value)
+            for key, arr in (values.items() if isinstance(values, Mapping)
+                             else [(None, values)]):
+                if isinstance(arr, np.ndarray) and (arr.ndim == 0 or arr.shape[0] != self.n):
+                    part = "" if key is None else f" part {key!r}"
+                    raise ConfigError(
+                        f"collect(policy=...): the action of agent {a!r}{part} has shape "
+                        f"{arr.shape}; with {self.n} envs the policy returns "
+                        f"{{agent: [{self.n}, *action_shape]}} (one row per env; a Tuple "
+                        "action: a tuple of such rows, one per part)")
             for i in range(self.n):
                 if a in acting[i]:
-                    per_env[i][a] = values[i]
-        return per_env
+                    row = _env_row(values, i)
+                    per_env_fields[i][a] = row
+                    per_env[i][a] = self._env_action(i, a, row)
+        return per_env, per_env_fields
 
     def _batch_obs(self, acting: list[list[str]]) -> dict[str, Any]:
         """``{agent: [n, *obs_shape]}`` of the agents acting in some env (zeros in the
@@ -936,12 +1027,11 @@ class MultiAgentCollector(_ParallelEnvs):
         layout = self.buffer.layout
         if layout is None:  # the first add infers the action fields
             return
-        fields = layout.per_agent["action"]
         for i, acts in enumerate(actions):
             for a, v in acts.items():
-                if a in fields:
-                    try:
-                        cast_value(fields[a], f"action[{a!r}]", v, 1)
+                if a in layout.agents:
+                    try:  # one array, or its parts (a Tuple action's)
+                        cast_leaves(layout, "action", a, "action", v, 1, {})
                     except ReplayBankError as exc:
                         raise self._not_stepped(
                             exc, f"the action of agent {a!r}",
@@ -972,12 +1062,12 @@ class MultiAgentCollector(_ParallelEnvs):
             # entries: refused now, before the envs step, not by the add after the step
             self.buffer.check_first_add([a for a in self._agents
                                          if any(a in x for x in acting)], call="collect")
-        actions = self._actions(acting)
-        self._check_actions_fit(actions)
+        actions, act_fields = self._actions(acting)  # as the envs take them, as stored
+        self._check_actions_fit(act_fields)
         for i, env in enumerate(self.envs):
             if acting[i] and store_state and self._state[i] is None:
                 self._state[i] = _copy(env.state())
-        first = self._first_step(acting, actions, store_state)
+        first = self._first_step(acting, act_fields, store_state)
         steps: list[dict[str, Any] | None] = []
         lost: list[int] = []
         for i, env in enumerate(self.envs):
@@ -985,7 +1075,7 @@ class MultiAgentCollector(_ParallelEnvs):
                 steps.append(None)
                 continue
             out = env.step(actions[i])
-            step = self._outcome(i, acting[i], actions[i], out, store_state)
+            step = self._outcome(i, acting[i], act_fields[i], out, store_state)
             refused = self._check_arrival(i, {a: step["raw_next"][a] for a in acting[i]},
                                           first, step.get("next_state"))
             if refused is not None:  # that env's step is lost, the others' are stored
@@ -1414,10 +1504,12 @@ class MultiAgentRolloutCollector(_ParallelEnvs):
         return obs, state
 
     # ------------------------------------------------------------------ policy
-    def _unpack(self, out: Any, agents: list[str], rows: int | None = None
+    def _unpack(self, out: Any, agents: list[str], rows: int | None = None,
+                acting: list[list[str]] | None = None
                 ) -> tuple[dict[str, Any], Any, dict[str, Any]]:
         """The policy's ``(actions, values, log_probs)`` for ``rows`` observations (None:
-        one per env), checked, as host arrays."""
+        one per env; ``acting``: the agents acting in each env), checked, as host arrays
+        (a ``Tuple`` action as the dict of its parts, :meth:`_action_fields`)."""
         k = self.n if rows is None else rows
         fix = ("a rollout policy returns (actions, values, log_probs): {agent: [n, "
                "*action_shape]}, {agent: [n]} or [n] (centralised), {agent: [n]}")
@@ -1433,14 +1525,19 @@ class MultiAgentRolloutCollector(_ParallelEnvs):
             if missing:
                 raise ConfigError(f"collect(policy=...): the policy's {name} has no entry "
                                   f"for agent(s) {missing}; return one for every agent in obs")
-        self._check_action_tuples(actions, agents)  # before np.asarray stacks a tuple
-        per = {name: {a: np.asarray(_numpy(d[a])) for a in agents}
-               for name, d in (("actions", actions), ("log_probs", log_probs))}
+        # a Tuple action as its parts; the tuple rule before np.asarray stacks a tuple
+        parts = self._policy_actions(actions, agents, acting or [agents] * self.n)
+        per = {"actions": {a: tree_map(np.asarray, parts[a]) for a in agents},
+               "log_probs": {a: np.asarray(_numpy(log_probs[a])) for a in agents}}
         vals: Any = {a: np.asarray(_numpy(values[a])) for a in agents} \
             if isinstance(values, Mapping) else np.asarray(_numpy(values))
         for name, arrays in (*per.items(), ("values", vals if isinstance(vals, dict)
                                             else {"(centralised)": vals})):
+            leaves: list[tuple[str, Any]] = []  # (whose, [k, ...]): a Tuple action per part
             for a, arr in arrays.items():
+                leaves.extend([(f"{a} part {key!r}", x) for key, x in arr.items()]
+                              if isinstance(arr, Mapping) else [(a, arr)])
+            for a, arr in leaves:
                 if arr.ndim == 0 or arr.shape[0] != k:
                     raise ConfigError(
                         f"collect(policy=...): the policy's {name} for {a} has shape "
@@ -1453,12 +1550,12 @@ class MultiAgentRolloutCollector(_ParallelEnvs):
         agents = list(obs)
         if self.policy is None:
             actions = {}
-            for a in agents:
-                rows = {i: self._spaces[i][a].sample() for i in range(self.n)
-                        if a in acting[i]}
+            for a in agents:  # (a Tuple action: the dict of its parts, stacked per part)
+                rows = {i: self._action_fields(i, a, self._spaces[i][a].sample())
+                        for i in range(self.n) if a in acting[i]}
                 actions[a] = _rows(rows, self.n, f"the action of agent {a!r}")
             return actions, self._zeros(agents, self.n), {a: np.zeros(self.n) for a in agents}
-        return self._unpack(self.policy(obs, state), agents)
+        return self._unpack(self.policy(obs, state), agents, acting=acting)
 
     # ------------------------------------------------------------------ one step
     def step(self, result: MultiAgentCollectResult) -> int:
@@ -1499,7 +1596,8 @@ class MultiAgentRolloutCollector(_ParallelEnvs):
                                     "log-probabilities", "of this step") from None
         outs = []
         for i, env in enumerate(self.envs):
-            out = env.step({a: actions[a][i] for a in acting[i]})
+            out = env.step({a: self._env_action(i, a, _env_row(actions[a], i))
+                            for a in acting[i]})
             outs.append(_checked_step(out, acting[i], f"env[{i}]" if self.vector else "env"))
         first = policy_part if self.buffer.layout is None else None
         lost: list[int] = []

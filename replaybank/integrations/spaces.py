@@ -25,7 +25,7 @@ from replaybank.errors import SpecError, require_extra
 from replaybank.host import is_tensor, tensor_to_numpy
 from replaybank.spec import FieldSpec, Spec
 
-__all__ = ["space_fields", "spec_from_env", "spec_from_spaces", "to_fields"]
+__all__ = ["from_fields", "space_fields", "spec_from_env", "spec_from_spaces", "to_fields"]
 
 
 def _gym() -> Any:
@@ -124,3 +124,26 @@ def to_fields(space: Any, value: Any) -> Any:
     if isinstance(space, spaces.Tuple):
         return {str(i): to_fields(sub, value[i]) for i, sub in enumerate(space.spaces)}
     return tensor_to_numpy(value) if is_tensor(value) else value
+
+
+def from_fields(space: Any, value: Any) -> Any:
+    """The inverse of :func:`to_fields`: a value arranged in the buffer's nested-dict
+    layout, as an env of ``space`` takes it (Tuple spaces get a tuple again, Dict spaces
+    a dict; every other leaf is passed on as it is).
+
+    A multi-agent collector stores an agent's ``Tuple`` action part by part, as the dict
+    ``{'0': ..., '1': ...}``, and hands the env this tuple.
+
+    Example:
+        >>> import gymnasium as gym
+        >>> sp = gym.spaces.Tuple((gym.spaces.Discrete(2), gym.spaces.Box(0, 1, (2,))))
+        >>> act = from_fields(sp, {"0": np.int64(1), "1": np.zeros(2, np.float32)})
+        >>> type(act).__name__, sp.contains(act)
+        ('tuple', True)
+    """
+    spaces = _gym().spaces
+    if isinstance(space, spaces.Dict):
+        return {k: from_fields(sub, value[k]) for k, sub in space.spaces.items()}
+    if isinstance(space, spaces.Tuple):
+        return tuple(from_fields(sub, value[str(i)]) for i, sub in enumerate(space.spaces))
+    return value
