@@ -120,6 +120,34 @@ def test_max_times_sampled_retires_items(services: Any) -> None:
     assert set(c.sample(16).obs[:, 0].astype(int).tolist()) == {8, 1008}
 
 
+def test_clear_voids_the_clients_sends_a_limiter_holds(services: Any) -> None:
+    """``clear()`` drops everything its client wrote before it, also sends the rate
+    limiter holds at that moment (waiting to insert, or queued behind the waiting one):
+    they are never written, not even once the clear has made room, the clear does not
+    wait for them, and the client's later rows follow in order."""
+    limit = RateLimit(min_size_to_sample=4, samples_per_insert=1.0, error_buffer=4.0)
+    svc = start(services, 1, {"capacity": 64}, rate_limit=limit)
+    c = svc.client(max_rows=1, timeout=20.0)
+    c.extend(**one_lane(0, 8))  # diff = 8, centre 4, max_diff 8: the next insert blocks
+    c.flush()
+    c.extend(**one_lane(8, 11))  # three sends: the first waits in the limiter
+    deadline = time.monotonic() + 15
+    while svc.stats()["shards"][0]["limiter"]["waiting_inserts"] == 0:
+        assert time.monotonic() < deadline, "the insert never blocked"
+        time.sleep(0.05)
+    t = time.monotonic()
+    c.clear()
+    assert time.monotonic() - t < 5  # not the limiter's 20 s
+    time.sleep(0.5)  # the voided sends had their chance to land
+    assert len(c) == 0 and svc.stats()["size"] == 0
+    assert svc.stats()["shards"][0]["limiter"]["size"] == 0
+    c.extend(**one_lane(20, 24))
+    c.flush()
+    assert len(c) == 4
+    got = c.sample(4, replace=False)
+    assert sorted(got.obs[:, 0].astype(int).tolist()) == [20, 21, 22, 23]
+
+
 def test_writes_held_by_the_limiter_are_sent_again_exactly_once_in_order(
         services: Any) -> None:
     """A send the limiter holds past the timeout raises, and the rows stay queued: once

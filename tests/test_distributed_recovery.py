@@ -83,3 +83,29 @@ def test_writes_to_a_dead_shard_are_sent_again(ray_cluster: Any, tmp_path: Any
         assert set(ids.tolist()) <= set(range(12)) | set(range(1000, 1012))
     finally:
         svc.shutdown()
+
+
+@pytest.mark.slow
+def test_clear_with_a_shard_down_names_it_and_changes_nothing(ray_cluster: Any) -> None:
+    """``clear()`` cannot skip a shard that is down, as sampling does (its rows would be
+    sampled again once it is back): it waits for it as a write does, and when it does
+    not come back within ``timeout`` raises ShardUnavailableError naming it, with no
+    shard cleared and the client's queued rows kept."""
+    from replaybank.distributed import ShardUnavailableError
+
+    svc = ReplayService(2, {"capacity": 64}, num_lanes=2, max_restarts=0,
+                        num_cpus=SHARD_CPUS, timeout=30.0)
+    try:
+        c = svc.client(timeout=1.0, max_age_s=1e3)
+        c.extend(**steps(2, 0, 6))
+        c.flush()
+        c.extend(**steps(2, 6, 8))  # queued
+        pid = svc.shard_pids()[0]
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        with pytest.raises(ShardUnavailableError, match=r"clear: shards \[0\] are down"):
+            c.clear()
+        assert c.pending_rows == 4
+        assert [None if s is None else s["size"] for s in svc.stats()["shards"]] == [None, 6]
+    finally:
+        svc.shutdown()

@@ -616,3 +616,129 @@ def test_a_client_refuses_sample_fn_as_a_host_buffer_does(services: Any) -> None
         'this buffer\'s storage ("numpy")', "a ReplayClient (its shards sample on their own hosts)"
     )
     assert "or call sample()" in str(got.value)
+
+
+@pytest.mark.slow
+def test_clear_empties_the_service_as_a_buffer_and_restores_after(
+        services: Any, tmp_path: Any) -> None:
+    """A client had no ``clear()`` (AttributeError), so a loop that clears its buffer
+    between tasks could not move to the service. It drops every shard's rows and the
+    client's own queued rows, as ``buf.clear()``: a sample raises EmptyBufferError,
+    later rows alone are sampled, and a checkpoint taken after it restores them with the
+    identical next sample."""
+    local = rb.ReplayBuffer(128, num_envs=4, seed=0)
+    svc = start(services, 2, {"capacity": 64, "seed": 0}, num_lanes=4, seed=0,
+                checkpoint_dir=tmp_path / "ck")
+    client = svc.client("learner", max_age_s=1e3)
+    for buf in (local, client):
+        buf.extend(**steps(4, 0, 10))
+        assert len(buf) == 40
+        buf.extend(**steps(4, 10, 12))  # queued in the client (not sent yet)
+    assert client.pending_rows == 8
+    for buf in (local, client):
+        buf.clear()
+        assert len(buf) == 0
+        with pytest.raises(rb.EmptyBufferError):
+            buf.sample(4)
+    assert client.pending_rows == 0
+    client.flush()  # the queued rows were dropped, not sent later
+    assert svc.stats()["size"] == 0 and len(client) == 0
+    for buf in (local, client):
+        buf.extend(**steps(4, 20, 26))
+    assert len(client) == len(local) == 24
+    new = {1000 * lane + t for lane in range(4) for t in range(20, 26)}
+    assert set(ids(client.sample(256)).tolist()) == new
+    assert set(ids(local.sample(256)).tolist()) == new
+    path = svc.checkpoint()
+    back = ReplayService.restore(path, num_cpus=SHARD_CPUS, timeout=30.0)
+    services.append(back)
+    again = back.client("learner")
+    assert len(again) == 24
+    one, two = client.sample(64), again.sample(64)
+    assert np.array_equal(one.indices, two.indices) and np.array_equal(ids(one), ids(two))
+    assert set(ids(two).tolist()) <= new
+
+
+@pytest.mark.slow
+def test_clear_resets_priorities_as_a_buffer_does(services: Any) -> None:
+    """After a clear the shards' PER state is a fresh buffer's: old priorities and the
+    running max priority are gone (new rows start at the max a cleared buffer gives),
+    keys drawn before are stale, and probabilities and weights equal a local
+    buffer's that saw the same calls."""
+    per = {**PER, "alpha": 1.0, "beta": 0.5}
+    local = rb.ReplayBuffer(128, num_envs=4, seed=0, sampler=rb.PrioritizedSampler(
+        **{k: v for k, v in per.items() if k != "type"}))
+    svc = start(services, 2, {"capacity": 64, "sampler": per}, num_lanes=4, seed=0)
+    client = svc.client()
+    old = {}
+    for name, buf in (("local", local), ("client", client)):
+        buf.extend(**steps(4, 0, 8), priority=7.0)
+        b = buf.sample(16)
+        buf.update_priorities(b.indices, np.full(16, 50.0))  # the running max is 50 now
+        old[name] = b.indices
+        buf.clear()
+        buf.extend(**steps(4, 10, 12), priority=np.full((2, 4), 0.5))
+        buf.extend(**steps(4, 12, 14))  # the running max of a cleared buffer: 1
+    assert client.update_priorities(old["client"], np.full(16, 9.0)) == 0  # stale keys
+    assert local.update_priorities(old["local"], np.full(16, 9.0)) == 0
+
+    def law(batch: Any) -> dict[int, tuple[float, float]]:
+        return {int(i): (float(p), float(w)) for i, p, w
+                in zip(ids(batch), batch.probabilities, batch.weights, strict=True)}
+
+    want, got = law(local.sample(512)), law(client.sample(512))
+    assert set(want) == set(got) == {1000 * lane + t for lane in range(4) for t in range(10, 14)}
+    for key, (p, w) in got.items():
+        assert p == pytest.approx(want[key][0], rel=1e-6)
+        assert w == pytest.approx(want[key][1], rel=1e-6)
+    # 8 rows at 0.5 and 8 at the max of a cleared buffer, 1 (not 50): total 12
+    assert got[10][0] == pytest.approx(0.5 / 12.0, rel=1e-4)
+    assert got[12][0] == pytest.approx(1.0 / 12.0, rel=1e-4)
+
+
+@pytest.mark.slow
+def test_clear_with_another_client_writing(services: Any) -> None:
+    """Two clients: rows the other client wrote before the clear are gone, rows it sends
+    after are kept; and with the other client sending while the shards clear again and
+    again, each of its sends lands wholly before a shard's clear or wholly after it,
+    never half (each shard holds whole sends, the ones after its latest clear)."""
+    import threading
+
+    svc = start(services, 2, {"capacity": 512}, num_lanes=2, seed=0)
+    a, b = svc.client("a", max_age_s=1e3), svc.client("b", max_age_s=1e3)
+    b.extend(**steps(2, 0, 5))
+    b.flush()
+    a.extend(**steps(2, 5, 10))   # a's own, queued
+    b.extend(**steps(2, 10, 15))  # b's, queued while a clears: sent after it
+    a.clear()
+    assert len(a) == 0
+    b.flush()
+    assert set(ids(a.sample(128)).tolist()) == {1000 * lane + t for lane in range(2)
+                                                  for t in range(10, 15)}
+    a.clear()
+    writer = svc.client("w", max_rows=5)  # one send per shard per 5-step extend
+    late, stopped = threading.Event(), threading.Event()
+
+    def write() -> None:
+        for j in range(60):
+            if j == 40:  # the clears stop; 20 more sends follow the last one
+                late.set()
+                stopped.wait(60)
+            writer.extend(**steps(2, 100 + 5 * j, 105 + 5 * j))
+        writer.flush()
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    clears = 0
+    while not late.is_set():  # every clear runs while the writer sends
+        a.clear()
+        clears += 1
+    stopped.set()
+    thread.join()
+    n = len(a)
+    held = set(ids(a.sample(n, replace=False)).tolist())
+    assert clears >= 1 and len(held) == n
+    for lane in range(2):
+        t = sorted(k - 1000 * lane for k in held if k // 1000 == lane)
+        assert len(t) >= 100, (lane, len(t))  # the sends after the last clear
+        assert t[0] % 5 == 0 and t == list(range(t[0], 400)), (lane, t[:10])

@@ -128,6 +128,7 @@ summed (stale keys, retired ones and shards that are down are skipped).
 from __future__ import annotations
 
 import collections
+import contextlib
 import math
 import time
 import uuid
@@ -664,11 +665,12 @@ class ReplayClient:
         for number, (call, shards, rows, error) in sorted(unreported.items()):
             if number in self.rejected:
                 continue  # another shard's part of a call already reported
+            what = f"its {rows} rows, which are not stored" if rows else "it"
             message = (
-                f"{call} call {number} of this client (every add/extend call it received "
-                f"counts, from 1): shards {sorted(set(shards))} refused its {rows} rows, "
-                f"which are not stored ({type(error).__name__}: {error}); the other "
-                "calls' rows were stored. Fix those values and write them again")
+                f"{call} call {number} of this client (every add/extend/end_episodes call "
+                f"it received counts, from 1): shards {sorted(set(shards))} refused {what} "
+                f"({type(error).__name__}: {error}); the other calls' rows were stored. "
+                "Fix those values and write them again")
             self.rejected[number] = message
             warnings.warn(RowsRejectedWarning(message), stacklevel=stacklevel)
 
@@ -708,6 +710,114 @@ class ReplayClient:
     def close(self) -> None:
         """Flush and wait; the client may still be used afterwards."""
         self.flush()
+
+    def cut_episodes(self, env_ids: Any) -> None:
+        """End the running episodes of the global lanes ``env_ids`` on their shards
+        after the rows this client queued for them, in the order of its writes: the
+        shards' ``end_episodes`` (a ``MultiAgentReplayBuffer``'s). A buffer type's front
+        calls it (:meth:`MultiAgentReplayClient.end_episodes
+        <replaybank.multiagent.distributed.MultiAgentReplayClient.end_episodes>`).
+
+        The cut travels as a write of no rows (:meth:`RowBatcher.cut
+        <replaybank.distributed.writer.RowBatcher.cut>`), sent now with the rows queued
+        before it, so the client does not wait for it and it is sent again, in order,
+        as rows are (a shard that restarts, a rate limiter that holds earlier rows). A
+        shard whose buffer keeps no episodes refuses it; the call is then reported as
+        a refused write is (:class:`~replaybank.distributed.errors.RowsRejectedWarning`,
+        :attr:`rejected`), counted as an add/extend call.
+
+        Args:
+            env_ids: Distinct global lanes.
+
+        Raises:
+            ShapeError: ``env_ids`` are not distinct lanes of the service (nothing queued).
+            ShardUnavailableError: A send of earlier rows could not be delivered (the
+                cut stays queued behind them).
+            RateLimitTimeout: A send of earlier rows was held by a rate limiter past
+                ``timeout`` (the cut stays queued behind them).
+        """
+        lanes = lanes_of(env_ids, self.num_lanes, "end_episodes")
+        self._calls += 1
+        try:
+            self._queue(self._batcher.cut(lanes, ("end_episodes", self._calls)))
+        finally:
+            self._report(stacklevel=4)
+
+    def clear(self) -> None:
+        """Drop every row of the service, as :meth:`replaybank.ReplayBuffer.clear` drops
+        a buffer's.
+
+        This client's queued rows are dropped (never sent), and every shard is cleared
+        with its buffer's own ``clear()``: PER priorities and the running max priority
+        (new rows start at 1 again), sequence state, a multi-agent buffer's joint
+        episode bookkeeping and cuts, and the ``max_times_sampled`` counts; the rate
+        limiters' sizes drop to 0. As for a buffer, the spec, the generators, the beta
+        schedule and the counts of ``service.stats()`` go on, and keys drawn before
+        turn stale (a late ``update_priorities`` for them is ignored). A ``sample`` then
+        raises :class:`~replaybank.errors.EmptyBufferError` until rows are written.
+
+        Everything this client wrote before the call is gone, also rows it had sent
+        that a shard had not written yet (a shard voids them, even one a rate limiter
+        holds); its later rows follow the clear. Other clients: each shard clears
+        between two of its calls, so each send of another client lands wholly before
+        the clear (dropped) or wholly after it (kept), never half; rows another client
+        still queues, or sends while the shards clear, are kept where they arrive after
+        it, so for a clean cut flush and pause the other writers first. A shard that
+        Ray restarts later reloads the latest checkpoint, which may predate the clear:
+        checkpoint after it.
+
+        Shards that are down are waited for, as a write waits for them (up to
+        ``timeout``), because skipping one would leave its rows to be sampled after
+        the clear.
+
+        Raises:
+            ShardUnavailableError: A shard was down and did not come back within
+                ``timeout`` (it names the shards; nothing was cleared and this
+                client's queued rows are kept), or one died while the others cleared
+                and did not come back (named; call ``clear()`` again).
+            ReplayBankError: A shard's own error (one that could not start).
+
+        Example (needs Ray)::
+
+            client.extend(**first_task_steps)
+            client.clear()                  # between tasks, as buf.clear()
+            client.sample(32)               # EmptyBufferError, as a buffer's
+        """
+        ray = _ray()
+        deadline = time.monotonic() + self.timeout
+        self._probe()  # first every shard answers (one it finds dead is waited for)
+        self._gather({s: self._shards[s].mass.remote() for s in range(self.num_shards)
+                      if s not in self._degraded})
+        while self._degraded:
+            if time.monotonic() > deadline:
+                raise ShardUnavailableError(
+                    f"clear: shards {sorted(self._degraded)} are down and did not come back "
+                    f"within timeout={self.timeout}s; nothing was cleared (this client's "
+                    "queued rows are kept). Call clear() again once Ray has restarted "
+                    "them (client.degraded_shards), or restart the service")
+            time.sleep(0.2)
+            self._probe()
+        self._batcher = RowBatcher(self.num_shards, self.max_rows, self.max_age_s,
+                                   self.max_bytes)
+        todo = list(range(self.num_shards))
+        while True:
+            # each shard voids this client's sends numbered below its next one
+            done, todo = self._gather({s: self._shards[s].clear.remote(
+                (self._id, self._seq[s])) for s in todo})
+            for s in done:  # read the void sends' replies (none is left unread), drop them
+                sent = [ref for ref, _, _, _ in self._in_flight[s] if ref is not None]
+                self._in_flight[s].clear()
+                for ref in sent:  # written and cleared, or never written: gone alike
+                    with contextlib.suppress(Exception):
+                        ray.get(ref, timeout=max(0.0, deadline - time.monotonic()))
+            if not todo:
+                return
+            if time.monotonic() > deadline:
+                raise ShardUnavailableError(
+                    f"clear: shards {sorted(todo)} died while the service was cleared and "
+                    f"did not come back within timeout={self.timeout}s; the other shards "
+                    "were cleared. Call clear() again once Ray has restarted them")
+            time.sleep(0.2)
 
     @property
     def pending_rows(self) -> int:

@@ -37,7 +37,7 @@ from replaybank.errors import ReplayBankError
 from replaybank.registry import BUFFERS, Entry, canonical_type
 from replaybank.views.base import InputTransform
 
-__all__ = ["SERVICE_KINDS", "CoreServed", "Refusal", "Served", "ServiceKind",
+__all__ = ["SERVICE_KINDS", "CoreServed", "CutsEpisodes", "Refusal", "Served", "ServiceKind",
            "register_service_kind", "service_kind"]
 
 #: A call whose rows the buffer refused: (the call's tag, its rows here, the error).
@@ -81,6 +81,28 @@ class Served(Protocol):
         """What a client checks a write against: ``{"spec", "rows", "transform"}`` and
         whatever the buffer type's front needs (see
         :meth:`~replaybank.distributed.shard.Shard.write_rule`)."""
+        ...
+
+    def clear(self) -> None:
+        """Drop every stored step, as the buffer's own ``clear()`` does (the whole
+        buffer: a composed buffer's bookkeeping too)."""
+        ...
+
+
+@runtime_checkable
+class CutsEpisodes(Protocol):
+    """A :class:`Served` whose buffer can end the running episodes of some of its lanes
+    early (a ``MultiAgentReplayBuffer``'s ``end_episodes``): what a client's cut of its
+    write stream (:meth:`~replaybank.distributed.client.ReplayClient.cut_episodes`)
+    needs of a shard. Checked when a cut arrives; a shard whose buffer cannot refuses it."""
+
+    def end_episodes(self, env_ids: list[int]) -> None:
+        """End the running episodes of the local lanes ``env_ids`` after their newest
+        stored step (the env was reset while they ran).
+
+        Raises:
+            ReplayBankError: The buffer refused (nothing changed).
+        """
         ...
 
 
@@ -142,6 +164,10 @@ class CoreServed:
         buf = self.core
         return {"spec": buf.spec, "rows": bool(buf.rows_only),
                 "transform": isinstance(buf.view, InputTransform)}
+
+    def clear(self) -> None:
+        """The buffer's ``clear()``."""
+        self.core.clear()
 
 
 class _CoreKind:

@@ -53,7 +53,7 @@ from replaybank.buffers.sequences import sequence_candidates, servable_windows
 from replaybank.config import from_config
 from replaybank.distributed import checkpoint
 from replaybank.distributed.keys import to_global
-from replaybank.distributed.served import Refusal, Served, service_kind
+from replaybank.distributed.served import CutsEpisodes, Refusal, Served, service_kind
 from replaybank.distributed.writer import unpack
 from replaybank.errors import CheckpointError, ConfigError, ReplayBankError
 from replaybank.ops import ring
@@ -324,8 +324,10 @@ class Shard:
             payload: One ``buf.extend``: a client's flat buffer and layout
                 (:func:`~replaybank.distributed.writer.unpack`; the client puts it in
                 Ray's object store once, so it arrives here as a read-only view of
-                shared memory, copied only into the buffer), or ``{"env_ids",
-                "values", "priority"}``.
+                shared memory, copied only into the buffer), ``{"env_ids",
+                "values", "priority"}``, or an episode cut of no rows
+                (:meth:`~replaybank.distributed.writer.RowBatcher.cut`, which the rate
+                limiter does not count).
             timeout: Seconds a blocked insert (or this send's turn) waits.
             writer: ``(client, seq, floor)`` ordering this client's sends (see
                 :meth:`_turn`); default ``payload["writer"]`` or none.
@@ -336,34 +338,91 @@ class Shard:
         if writer is None:
             writer = payload.get("writer")
         if writer is not None and not await self._turn(writer, timeout):
-            return {"mass": self.mass(), "refused": []}  # a resend of rows already written
+            # a resend of rows already written, or a send its client's clear voided
+            return {"mass": self.mass(), "refused": []}
         from replaybank.distributed.limiter import RateLimitTimeout
 
         written_or_refused = True
+        refused: list[Refusal] = []
         try:
             n = self._rows(payload)
-            if self.limiter is None or self.limiter.can_insert(n):
-                refused = self.extend_now(payload)
+            if self.limiter is None or n == 0 or self.limiter.can_insert(n):
+                refused = self.extend_now(payload)  # (an episode cut inserts nothing)
             else:
                 try:
                     await self.limiter.wait_insert(n, timeout)  # counts the n inserts
                 except RateLimitTimeout:
+                    if writer is not None and self._voided(writer):
+                        return {"mass": self.mass(), "refused": []}
                     written_or_refused = False  # nothing written: the client resends it
                     raise
+                if writer is not None and self._voided(writer):
+                    # its client cleared this shard while it waited: never written
+                    self.limiter.on_delete(n)
+                    return {"mass": self.mass(), "refused": []}
                 written, refused = self._write(payload)
                 lost = n - written
                 if lost:  # counted as inserts, never stored: at least the size is right
                     self.limiter.on_delete(lost)
         finally:
             if writer is not None:
-                if written_or_refused:
-                    self._next_seq[writer[0]] = writer[1] + 1
+                if written_or_refused:  # (a clear may have moved the client past it)
+                    self._next_seq[writer[0]] = max(writer[1] + 1,
+                                                    self._next_seq.get(writer[0], 0))
                 else:  # this send stays next; the later ones are turned away at once
                     self._hold(writer[0], writer[1])
                 cond = self._order()
                 async with cond:
                     cond.notify_all()
         return {"mass": self.mass(), "refused": refused}
+
+    def _voided(self, writer: tuple[str, int, int]) -> bool:
+        """Whether the send ``(client, seq, floor)``, past its turn, was voided since by
+        its client's :meth:`clear` (which moved the client's next send past it)."""
+        name, seq, _ = writer
+        return self._next_seq.get(name, seq) > seq
+
+    async def clear(self, writer: tuple[str, int] | None = None) -> int:
+        """Drop every stored step: the buffer's own ``clear()`` (the whole buffer, through
+        :meth:`~replaybank.distributed.served.Served.clear`: PER priorities and the
+        running max priority, the sequence state, a multi-agent buffer's episode
+        bookkeeping and cuts), the ``max_times_sampled`` counts, and the steps from the
+        rate limiter's size (its insert and sample counts, like :meth:`stats`'
+        ``inserts`` and ``samples``, keep counting).
+
+        It runs between two other calls of this shard, so each write (one send of a
+        client) lands wholly before or wholly after it. The generator, the spec and
+        the sequence numbers go on (keys drawn before it turn stale).
+
+        Args:
+            writer: ``(client, upto)``: the clearing client's sends to this shard
+                numbered below ``upto`` are void: those not written yet never are
+                (one waiting for the rate limiter included), so everything that client
+                wrote before its clear is gone and its later sends (from ``upto``)
+                follow in order.
+
+        Returns:
+            Steps dropped.
+
+        Raises:
+            ReplayBankError: The error that stopped the shard from starting.
+        """
+        if self.error is not None:
+            raise self.error
+        before = len(self.core)
+        self.served.clear()
+        self.times[:] = 0
+        self.times_key[:] = -1
+        if self.limiter is not None:
+            self.limiter.on_delete(min(before, self.limiter.size))
+        if writer is not None:
+            name, upto = writer
+            self._next_seq[name] = max(int(upto), self._next_seq.get(name, 0))
+            self._held.pop(name, None)
+            cond = self._order()  # its voided sends waiting for their turn give up
+            async with cond:
+                cond.notify_all()
+        return before
 
     def _order(self) -> asyncio.Condition:
         if self._cond is None:  # made inside the actor's event loop
@@ -376,7 +435,8 @@ class Shard:
         Ray may start an async actor's calls out of submission order; each client numbers
         its sends to a shard, and says which is its oldest unacknowledged one (``floor``:
         every earlier send was written, by this process or by the one whose checkpoint it
-        restored). Returns False for a send already written (a resend after a lost reply).
+        restored). Returns False for a send already written (a resend after a lost reply), or
+        voided by its client's :meth:`clear`.
 
         A send the rate limiter turned away is not written and stays next in its
         client's order (:meth:`extend`); the client's later sends are then turned away
@@ -458,6 +518,8 @@ class Shard:
     def _write(self, payload: dict[str, Any]) -> tuple[int, list[Refusal]]:
         """Write through the buffer's :class:`~replaybank.distributed.served.Served`:
         the rows written and the refused calls; counts inserts and overwritten steps."""
+        if payload.get("cut"):
+            return 0, self._cut(payload)
         before = len(self.core)
         values, priority = unpack(payload)
         written, refused = self.served.write(payload["env_ids"], priority, values,
@@ -467,6 +529,30 @@ class Shard:
         if self.limiter is not None and overwritten > 0:
             self.limiter.on_delete(overwritten)
         return written, refused
+
+    def _cut(self, payload: dict[str, Any]) -> list[Refusal]:
+        """End the running episodes of the payload's local lanes (a client's
+        :meth:`~replaybank.distributed.writer.RowBatcher.cut`, in its write order)
+        through :class:`~replaybank.distributed.served.CutsEpisodes`; a buffer that
+        cannot, or that refuses, refuses the cut's call (nothing changes).
+
+        Raises:
+            ReplayBankError: The refusal of an untagged cut.
+        """
+        tags = [tag for tag, _, _ in payload.get("calls") or ()]
+        try:
+            served = self.served
+            if not isinstance(served, CutsEpisodes):
+                raise ConfigError(
+                    f"end_episodes: shard {self.spec.index} holds a "
+                    f"{type(self.buf).__name__}, which keeps no joint episodes to end; only "
+                    "a MultiAgentReplayBuffer's shards take episode cuts")
+            served.end_episodes([int(e) for e in payload["env_ids"]])
+        except ReplayBankError as exc:
+            if not tags or any(tag is None for tag in tags):
+                raise
+            return [(tag, 0, exc) for tag in tags]
+        return []
 
     # ------------------------------------------------------------------ reads
     async def sample(self, n: int, kwargs: dict[str, Any], sequences: tuple[int] | None,

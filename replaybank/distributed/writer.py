@@ -20,7 +20,8 @@ own cost, and small enough that a few sends in flight per shard stay cheap in me
 
 Each lane's steps keep their order: a shard holds one pending group at a time, and a
 call whose lane set, fields, dtypes or shapes (or whether it carries priorities)
-differ from the pending group's closes that group first.
+differ from the pending group's closes that group first. An episode cut (:meth:`RowBatcher.cut`)
+closes the groups of its lanes' shards and follows them as a payload of no rows.
 
 A closed group travels as one flat byte buffer with its layout (:func:`unpack` gives
 the shard ``[T, k, *shape]`` views of it): Ray serialises one buffer about twice as
@@ -208,6 +209,43 @@ class RowBatcher:
         self._closed.setdefault(shard, []).append(
             {"env_ids": list(g.env_ids), "flat": flat, "layout": layout, "steps": n,
              "rows": n * k, "calls": [tuple(c) for c in g.calls]})
+
+    def cut(self, lanes: IntArray, call: Any = None) -> list[int]:
+        """Queue an episode cut of the global ``lanes`` after every row queued for them.
+
+        A cut is a write of no rows: each shard of ``lanes`` closes its pending group
+        (the rows before the cut) and gets a payload ``{"env_ids": local lanes, "cut":
+        True, "steps": 0, "rows": 0, "calls": [(call, 0, 0)]}`` after it, so the shard
+        ends those lanes' episodes between the same steps as the client's calls did
+        (:meth:`~replaybank.distributed.shard.Shard.extend` writes each client's
+        payloads in order).
+
+        Args:
+            lanes: ``[m]`` distinct global lanes.
+            call: The call's tag (picklable), named in the payload's ``"calls"``.
+
+        Returns:
+            Shards that have payloads ready (for :meth:`take`).
+
+        Example:
+            >>> b = RowBatcher(num_shards=2, max_rows=64, max_age_s=60.0)
+            >>> b.append({"obs": np.zeros(4)}, np.arange(4), None, steps=False)
+            []
+            >>> b.cut(np.array([3]), ("end_episodes", 2))
+            [1]
+            >>> [(p["env_ids"], p["rows"], p.get("cut", False)) for p in (b.take(1), b.take(1))]
+            [([0, 1], 2, False), ([1], 0, True)]
+        """
+        lanes = np.asarray(lanes, np.int64)
+        shard_of = lanes % self.num_shards
+        for s in np.unique(shard_of).tolist():
+            local = sorted((lanes[shard_of == s] // self.num_shards).tolist())
+            if s in self._groups:
+                self._close(s)
+            self._closed.setdefault(s, []).append(
+                {"env_ids": local, "cut": True, "steps": 0, "rows": 0,
+                 "calls": [(call, 0, 0)]})
+        return sorted(self._closed)
 
     def close_all(self) -> list[int]:
         """Close every pending group; the shards that have payloads ready."""
