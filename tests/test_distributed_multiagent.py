@@ -325,7 +325,7 @@ def test_rb_collect_fills_the_client_as_the_local_buffer(services: list[Any]) ->
     only a MultiAgentReplayBuffer, and the client had no check_first_add, end_episodes,
     capacity or spec): it fills the service with the joint steps a local buffer gets
     from the same envs and seed. A second ``rb.collect`` would reset envs whose joint
-    episodes run on the shards, which cannot cut them: refused, nothing written."""
+    episodes run on the shards cuts them there, as the local buffer's end_episodes does."""
     pytest.importorskip("pettingzoo")
     from tests.pettingzoo_leavers import Clock
 
@@ -346,11 +346,13 @@ def test_rb_collect_fills_the_client_as_the_local_buffer(services: list[Any]) ->
             for a in ("a", "b") for i in range(len(batch.indices)))
 
     assert stored(client.sample(12, replace=False)) == stored(local.sample(12, replace=False))
-    with pytest.raises(rb.ConfigError, match=r"end_episodes\(env_ids=0\): the joint "
-                       r"episodes of envs \[0\] are running.*keep one MultiAgentCollector"):
-        rb.collect([Clock(), Clock()], None, client, 2, progress=False, seed=3)
-    client.flush()
-    assert len(client) == 12
+    # a second rb.collect resets envs whose joint episodes run: it was refused on the
+    # service (ConfigError: the shards could not cut them); now they are cut as the
+    # local buffer cuts them, and both hold the same joint steps
+    for target in (local, client):
+        rb.collect([Clock(), Clock()], None, target, 6, progress=False, seed=5)
+    assert len(client) == len(local) == 18
+    assert stored(client.sample(18, replace=False)) == stored(local.sample(18, replace=False))
 
 
 def test_the_client_stores_tuple_actions_part_by_part(services: list[Any]) -> None:
@@ -381,3 +383,107 @@ def test_the_client_stores_tuple_actions_part_by_part(services: list[Any]) -> No
     got = stored(client.sample(12, replace=False))
     assert got == stored(local.sample(12, replace=False))
     assert not all(row[-1] for row in got)  # "x" sat out some steps
+
+
+def joint(t: int, acting: list[tuple[str, ...]], ended: tuple[tuple[str, int], ...] = (),
+          reset: tuple[int, ...] = ()) -> dict[str, Any]:
+    """One joint step of ``len(acting)`` envs (``add`` keywords): ``acting[e]`` act in env
+    ``e``; ``(agent, env)`` in ``ended`` terminates there; an env in ``reset`` starts
+    from a reset observation (never a step's next one). The state's first entry is
+    ``1000 * env + t`` (a key of the joint step)."""
+    lanes = len(acting)
+    names = sorted({a for act in acting for a in act})
+    shapes = {"a": (3,), "b": (2,)}
+    act = {a: np.array([a in acting[e] for e in range(lanes)]) for a in names}
+    obs, nxt = {}, {}
+    for a in names:
+        base = np.array([code(a, e, t) + 500.0 * (e in reset) for e in range(lanes)])
+        obs[a] = np.repeat(base[:, None], shapes[a][0], 1).astype(np.float32)
+        step = np.array([code(a, e, t + 1) * (-1 if (a, e) in ended else 1)
+                         for e in range(lanes)])
+        nxt[a] = np.repeat(step[:, None], shapes[a][0], 1).astype(np.float32)
+    term = {a: np.array([(a, e) in ended for e in range(lanes)]) for a in names}
+    state = np.stack([1000.0 * np.arange(lanes) + t, np.zeros(lanes)], 1).astype(np.float32)
+    return dict(obs=obs, next_obs=nxt, action={a: np.zeros(lanes, np.int64) for a in names},
+                reward={a: np.full(lanes, 1.0 + t, np.float32) for a in names},
+                terminated=term, truncated={a: np.zeros(lanes, bool) for a in names},
+                active=act, state=state, next_state=state + np.float32([1.0, 0.0]))
+
+
+def test_end_episodes_cuts_running_episodes_on_the_shards_as_locally(
+        services: list[Any]) -> None:
+    """``end_episodes`` of an env whose joint episode runs was refused by the client
+    (ConfigError: the shards' writes carried steps only). It is now queued in the
+    client's write stream and cuts the episode on the env's shard between the same two
+    steps as a local buffer: an agent that had ended acts again in the new episode, the
+    n-step returns and joint flags end at the cut, and windows stop there; every joint
+    transition equals the local buffer's fed the same calls."""
+    both = ("a", "b")
+    calls: list[Any] = [
+        joint(0, [both, both]),
+        joint(1, [both, both], ended=(("b", 0), ("b", 1))),  # b ends, a runs on
+        joint(2, [("a",), ("a",)]),
+        ("end", [0]),                                         # env 0 reset mid-episode
+        joint(3, [both, ("a",)], reset=(0,)),                 # b acts again in env 0
+        joint(4, [both, ("a",)], ended=(("a", 1),)),          # env 1's episode ends
+        ("end", None),                                        # env 0 cut again; 1: none
+        joint(5, [both, both], reset=(0, 1)),
+        joint(6, [both, both]),
+    ]
+    cfg = config(16, n_step=3, gamma=0.5, agents=["a", "b"])
+    local = rb.MultiAgentReplayBuffer(32, agents=["a", "b"], num_envs=2, seed=0, n_step=3,
+                                      gamma=0.5)
+    svc = start(services, 2, cfg, num_lanes=2, seed=0)
+    client = svc.client(max_age_s=1e3)  # the cuts travel with the queued steps
+    for target in (local, client):
+        for c in calls:
+            if isinstance(c, tuple):
+                target.end_episodes(c[1])
+            else:
+                target.add(**c)
+    assert len(client) == len(local) == 14
+
+    def rows(batch: Any) -> dict[int, tuple[Any, ...]]:
+        out = {}
+        for i, key in enumerate(batch.state[:, 0].astype(np.int64).tolist()):
+            out[key] = (float(batch.joint_reward[i]), float(batch.discount[i]),
+                        bool(batch.joint_terminated[i]), bool(batch.joint_truncated[i]),
+                        *(batch.next_obs[a][i].tolist() for a in ("a", "b")),
+                        *(bool(batch.active[a][i]) for a in ("a", "b")),
+                        *(float(batch.agent_discount[a][i]) for a in ("a", "b")))
+        return out
+
+    want, got = rows(local.sample(14, replace=False)), rows(client.sample(14, replace=False))
+    assert got == want
+    assert want[2][1] == 0.5  # env 0, t = 2: its return stops at the cut (1 step)
+    # windows stop at the cut: no window of env 0 holds both t = 2 and t = 3
+    for target in (local, client):
+        seq = target.sample_sequences(64, 3, episode_boundary="stop")
+        for i in range(64):
+            keys = seq.state[i, :, 0][seq.mask[i]].astype(int).tolist()
+            assert not {2, 3} <= set(keys) and not {4, 5} <= set(keys), keys
+
+
+def test_clear_drops_every_joint_step_and_the_episode_bookkeeping(
+        services: list[Any]) -> None:
+    """A multi-agent client had no ``clear()``. It clears every shard's buffer and its
+    own copy of the episode bookkeeping, as the local buffer's: a sample raises
+    EmptyBufferError, and an agent that had ended in the running episode may act
+    again."""
+    both = ("a", "b")
+    local = rb.MultiAgentReplayBuffer(32, agents=["a", "b"], num_envs=2, seed=0)
+    svc = start(services, 2, config(16, agents=["a", "b"]), num_lanes=2, seed=0)
+    client = svc.client()
+    for target in (local, client):
+        target.add(**joint(0, [both, both], ended=(("b", 0),)))
+        target.add(**joint(1, [("a",), both]))
+        target.clear()
+        assert len(target) == 0
+        with pytest.raises(rb.EmptyBufferError):
+            target.sample(2)
+        target.add(**joint(2, [both, both]))  # b acts in env 0 again
+    assert len(client) == len(local) == 2
+    for target in (local, client):
+        batch = target.sample(2, replace=False)
+        assert set(batch.state[:, 0].astype(int).tolist()) == {2, 1002}
+        assert batch.active["b"].all()

@@ -34,6 +34,12 @@ in.
   (nothing of it stored there) and the client then reports it once with a
   :class:`~replaybank.distributed.errors.RowsRejectedWarning` (and in ``rejected``),
   naming the call, as for rows a single-agent client could not check.
+* Env resets and clears: :meth:`MultiAgentReplayClient.end_episodes` cuts the running
+  joint episodes of envs as the local buffer's does; the cut is queued in the client's
+  write stream after the steps before it (a write of no rows), so each shard cuts
+  between the same steps as a local buffer and ``rb.collect`` may be called again on the
+  same envs mid-episode. :meth:`~MultiAgentReplayClient.clear` clears every shard's
+  buffer (steps, episode bookkeeping, cuts) and this client's copy.
 * Reads: :meth:`~MultiAgentReplayClient.sample` returns a
   :class:`~replaybank.multiagent.batch.MultiAgentBatch` and
   :meth:`~MultiAgentReplayClient.sample_sequences` a
@@ -65,7 +71,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from replaybank.buffers.inputs import UNSET
-from replaybank.errors import ArgumentError, ConfigError, ReplayBankError, describe
+from replaybank.errors import ArgumentError, ReplayBankError, describe
 from replaybank.multiagent.batch import MultiAgentBatch, MultiAgentSequenceBatch
 from replaybank.multiagent.buffer import MultiAgentReplayBuffer
 from replaybank.multiagent.episodes import Episodes, env_lanes
@@ -123,6 +129,10 @@ class CoreClient(Protocol):
     def write_rule(self) -> dict[str, Any] | None: ...
 
     def flush(self, wait: bool = True) -> None: ...
+
+    def cut_episodes(self, env_ids: Any) -> None: ...
+
+    def clear(self) -> None: ...
 
     def sample(self, batch_size: int, replace: bool = True, **kwargs: Any) -> Any: ...
 
@@ -235,6 +245,16 @@ class MultiAgentServed:
         return {"spec": self.core.spec, "rows": False, "transform": True,
                 "layout": self.buf.layout}
 
+    def clear(self) -> None:
+        """:meth:`MultiAgentReplayBuffer.clear`: every joint step, the episode
+        bookkeeping and the cuts."""
+        self.buf.clear()
+
+    def end_episodes(self, env_ids: list[int]) -> None:
+        """:meth:`MultiAgentReplayBuffer.end_episodes` of this shard's envs ``env_ids``
+        (a client's cut, in the order of its writes)."""
+        self.buf.end_episodes([int(e) for e in env_ids])
+
 
 class MultiAgentReplayClient:
     """Reads and writes a multi-agent :class:`~replaybank.distributed.service.ReplayService`
@@ -264,6 +284,9 @@ class MultiAgentReplayClient:
         # which agents ended in each env's running episode, from the steps this client
         # queued (its placeholders stay zeros: the shards store their own)
         self._episodes = Episodes(len(self._agents), client.num_lanes)
+        # envs whose shards may hold a running episode this client did not write (until
+        # its first add or end_episodes there): a restored service's, another client's
+        self._unknown = np.ones(client.num_lanes, np.bool_)
 
     # ------------------------------------------------------------------ properties
     @property
@@ -374,6 +397,7 @@ class MultiAgentReplayClient:
         rows = _rows(step, self.num_lanes)
         self.client.add(**rows, env_ids=np.arange(self.num_lanes), priority=priority)
         self._episodes.commit(step.act, step.ends, step.lanes)
+        self._unknown[:] = False  # its copy now follows every env's episode
         if layout is None:
             self._layout = step.layout
 
@@ -412,29 +436,54 @@ class MultiAgentReplayClient:
                          self._spec, obs, state, call)
 
     def end_episodes(self, env_ids: Any = None) -> None:
-        """As :meth:`MultiAgentReplayBuffer.end_episodes
-        <replaybank.multiagent.buffer.MultiAgentReplayBuffer.end_episodes>` where no
-        joint episode this client wrote is running in ``env_ids`` (a collector's first
-        reset, or one after every agent ended): nothing to end. The shards cannot cut a
-        running joint episode (their writes carry steps only), so one is refused and
-        nothing changes: a collector that resets an env mid-episode (``rb.collect``
-        called again on the same envs, a lost step) would else bridge the old episode
-        into the new one on the shards.
+        """End the running joint episodes of ``env_ids`` after their newest step, as
+        :meth:`MultiAgentReplayBuffer.end_episodes
+        <replaybank.multiagent.buffer.MultiAgentReplayBuffer.end_episodes>` does: the env
+        was reset while they ran (a collector's ``reset()``, ``rb.collect`` called
+        again), so they were cut short, as by a time limit.
+
+        The same semantics on the shards: the stored steps do not change, the step the
+        next ``add`` stores in that env starts a new joint episode (n-step returns and
+        ``sample_sequences`` end the cut one there), and the episode bookkeeping forgets
+        which agents were alive or ended in it, so an agent that had ended may act again
+        in the new episode. The cut is a write of this client, queued after the steps
+        it queued for those envs (:meth:`~replaybank.distributed.client.ReplayClient.cut_episodes`):
+        nothing waits for the shards, and each env's shard cuts its episode between the
+        same two steps as a local buffer given the same calls. An env with no running
+        episode is left as it is (nothing is sent for an env whose episode this client
+        saw end; before its first add it sends the cut, so a running episode a restored
+        service holds is cut too).
+
+        Args:
+            env_ids: The envs (an int or a list of ints), or None for every env.
 
         Raises:
             ArgumentError: ``env_ids`` are not distinct env indices of the service.
-            ConfigError: A joint episode this client wrote is running in one of them.
+            ShardUnavailableError: A send of earlier rows could not be delivered (the
+                cut stays queued behind them).
         """
         lanes = env_lanes("end_episodes", env_ids, self.num_lanes)
         ep = self._episodes
-        running = [int(x) for x in lanes if ep.alive[:, x].any() or ep.ended[:, x].any()]
-        if running:
-            raise ConfigError(
-                f"end_episodes(env_ids={env_ids!r}): the joint episodes of envs {running} "
-                "are running, and the service's shards cannot end a joint episode early "
-                "(their writes carry steps only); let the episodes end (keep one "
-                "MultiAgentCollector across calls instead of calling rb.collect again), "
-                "or write to a local MultiAgentReplayBuffer")
+        running = ep.alive[:, lanes].any(axis=0) | ep.ended[:, lanes].any(axis=0) \
+            | self._unknown[lanes]
+        if running.any():
+            self.client.cut_episodes(lanes[running])
+        ep.cut(lanes)
+        self._unknown[lanes] = False
+
+    def clear(self) -> None:
+        """Drop every joint step of the service and the episode bookkeeping, as
+        :meth:`MultiAgentReplayBuffer.clear
+        <replaybank.multiagent.buffer.MultiAgentReplayBuffer.clear>` does (each shard
+        clears its buffer); see :meth:`~replaybank.distributed.client.ReplayClient.clear`
+        for this client's queued rows, other clients and shards that are down.
+
+        Raises:
+            ShardUnavailableError: A shard was down and did not come back in time.
+        """
+        self.client.clear()
+        self._episodes = Episodes(len(self._agents), self.num_lanes)
+        self._unknown[:] = False  # the shards hold no episode now
 
     def _current_layout(self) -> AgentLayout | None:
         rule = self.client.write_rule()
