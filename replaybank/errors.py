@@ -24,6 +24,7 @@ __all__ = [
     "ArgumentError",
     "CapacityError",
     "CheckpointError",
+    "ConcurrentCallError",
     "ConfigError",
     "DtypeError",
     "EmptyBufferError",
@@ -73,6 +74,11 @@ class ConfigError(ReplayBankError, ValueError):
 class ArgumentError(ConfigError, TypeError):
     """A call got a keyword argument it does not take, or an argument of the wrong kind
     (also a ``TypeError``, as Python's own unexpected-keyword error)."""
+
+
+class ConcurrentCallError(ReplayBankError, RuntimeError):
+    """A buffer that serves one thread at a time (a rollout buffer, a Ray client) was
+    called from a second thread while another thread's call on it was still running."""
 
 
 class MissingDependencyError(ReplayBankError, ImportError):

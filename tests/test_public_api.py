@@ -18,6 +18,8 @@ USER_FACING = ("replaybank.buffers", "replaybank.samplers", "replaybank.views",
 # classes of those layers that are internal machinery, not something users import
 INTERNAL = {
     "replaybank.buffers.guard.CallGuard",
+    "replaybank.buffers.one_thread.ThreadCheck",  # a rollout buffer's part, not built by users
+    "replaybank.buffers.one_thread.Checked",
     "replaybank.buffers.writer.Writer",
     "replaybank.buffers.write_route.WriteRoute",
     "replaybank.samplers.windows.WindowRequest",

@@ -94,6 +94,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Collection, Iterator, Mapping
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 import numpy as np
@@ -103,6 +104,7 @@ from replaybank import persist
 from replaybank.batch import Batch
 from replaybank.buffers.arguments import make_rng, positive_int, unit_number
 from replaybank.buffers.inputs import RESERVED
+from replaybank.buffers.one_thread import ThreadCheck, one_thread_call
 from replaybank.buffers.rollout.batches import normalise
 from replaybank.buffers.rollout.inputs import per_env_float
 from replaybank.errors import (
@@ -306,6 +308,7 @@ class MultiAgentRolloutBuffer:
         self._final_obs = FinalObservations(self._agents, self._num_envs)
         self._adv: dict[str, AnyArray] | None = None
         self._ret: dict[str, AnyArray] | None = None
+        self.thread_check = ThreadCheck("MultiAgentRolloutBuffer")
         try:
             layout = AgentLayout.build(self._agents, given, {}, ())
         except SpecError:  # the spec leaves some shapes to the first add
@@ -456,7 +459,8 @@ class MultiAgentRolloutBuffer:
         self._data = {n: np.zeros((*shape, *f.shape), f.dtype) for n, f in fields.items()}
 
     # ------------------------------------------------------------------ writing
-    def add(self, *args: Any, obs: Any = UNSET, action: Any = UNSET, reward: Any = UNSET,
+    @one_thread_call("add")
+    def add(self, /, *args: Any, obs: Any = UNSET, action: Any = UNSET, reward: Any = UNSET,
             terminated: Any = UNSET, truncated: Any = UNSET, value: Any = UNSET,
             log_prob: Any = UNSET, state: Any = None, active: Any = None,
             final_value: Any = None, final_obs: Any = None, final_state: Any = None,
@@ -546,7 +550,8 @@ class MultiAgentRolloutBuffer:
         self._pos += 1
         self._adv = self._ret = None
 
-    def check_step(self, *, obs: Any, action: Any, value: Any, log_prob: Any,
+    @one_thread_call("check_step")
+    def check_step(self, /, *, obs: Any, action: Any, value: Any, log_prob: Any,
                    state: Any = None, active: Any = None, call: str = "check_step",
                    **extras: Any) -> None:
         """Raise what :meth:`add` would raise for the policy's outputs of a step whose
@@ -616,6 +621,7 @@ class MultiAgentRolloutBuffer:
             else (self._num_envs,)
         return self._first_layout(given, state, extras, None, lead)
 
+    @one_thread_call("check_obs")
     def check_obs(self, obs: Any, state: Any = None, *, step: Mapping[str, Any] | None = None,
                   call: str = "check_obs") -> None:
         """Raise what :meth:`add` would raise for observations and a global state from
@@ -722,6 +728,7 @@ class MultiAgentRolloutBuffer:
         except ReplayBankError as exc:
             raise _renamed(exc) from None
 
+    @one_thread_call("check_first_add")
     def check_first_add(
         self,
         agents: Collection[str],
@@ -1060,6 +1067,7 @@ class MultiAgentRolloutBuffer:
             running[:, i] = act.any(axis=0) & ~end[last[:, i], envs]
         return running, last
 
+    @one_thread_call("running_agents")
     def running_agents(self, env_id: int = 0) -> tuple[str, ...]:
         """The agents whose episode in env ``env_id`` is still running: their last stored
         active step there did not end it (they bootstrap from ``last_values``, or from
@@ -1072,6 +1080,7 @@ class MultiAgentRolloutBuffer:
         running, _ = self._open()
         return tuple(a for i, a in enumerate(self._agents) if running[lane, i])
 
+    @one_thread_call("end_episodes")
     def end_episodes(self, env_ids: Any = None, final_obs: Any = None,
                      final_state: Any = None, final_value: Any = None) -> None:
         """End the running episodes of ``env_ids`` after their last stored step, cut
@@ -1160,6 +1169,7 @@ class MultiAgentRolloutBuffer:
                 self._final_obs.append(int(t), need & (last == t), *kept)
         self._adv = self._ret = None
 
+    @one_thread_call("reset")
     def reset(self) -> None:
         """Start a new rollout (storage stays allocated; the layout is kept)."""
         self._pos = 0
@@ -1168,6 +1178,7 @@ class MultiAgentRolloutBuffer:
         self._adv = self._ret = None
 
     # ------------------------------------------------------------------ GAE
+    @one_thread_call("compute_returns_and_advantage")
     def compute_returns_and_advantage(self, last_values: Any, dones: Any = None,
                                       value_fn: ValueFn | None = None) -> None:
         """Per-agent GAE over each agent's active steps in each env (see the module doc).
@@ -1316,6 +1327,11 @@ class MultiAgentRolloutBuffer:
             ShapeError: ``"flatten"`` with agents whose fields differ in shape or dtype,
                 or whose observations differ in kind (one array or a dict) or keys.
         """
+        with self.thread_check.section("get"):  # the checks and the permutation
+            return self.thread_check.iterate("get", self._epoch(batch_size, agents, shuffle))
+
+    def _epoch(self, batch_size: int | None, agents: str, shuffle: bool) -> Iterator[Any]:
+        """:meth:`get`'s checks and order, and the iterator of its minibatches."""
         adv, ret = self._computed("get")
         if agents not in ("together", "flatten"):
             raise ConfigError(f"get(agents={agents!r}): expected 'together' (one item per "
@@ -1460,11 +1476,19 @@ class MultiAgentRolloutBuffer:
                 "layout": None if self._layout is None else self._layout.user_spec(),
                 "spec": None if self._fields is None else self._fields.to_json()}
 
+    def exclusive(self) -> AbstractContextManager[None]:
+        """A block in which another thread's call on the buffer is refused
+        (``ConcurrentCallError``) while this thread's calls run as usual; ``rb.save``
+        holds it while it writes."""
+        return self.thread_check.section("exclusive")
+
+    @one_thread_call("save")
     def save(self, dirpath: Any, prefix: str = "buffer_") -> None:
         """Write ``<prefix>metadata.json`` and ``<prefix>state.safetensors`` atomically
         (:func:`replaybank.persist.save`; the type must be registered)."""
         persist.save(self, dirpath, prefix=prefix)
 
+    @one_thread_call("state_dict")
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to restore this buffer exactly.
 
@@ -1488,6 +1512,7 @@ class MultiAgentRolloutBuffer:
         return {"metadata": self.metadata(), "init": self.init_config(),
                 "rng": dict(self._rng.bit_generator.state), "arrays": arrays}
 
+    @one_thread_call("load_state_dict")
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a :meth:`state_dict` exactly (copies the arrays); everything is checked
         before anything changes.

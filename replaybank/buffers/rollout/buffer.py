@@ -36,6 +36,11 @@ ignored, reward 0, no episode end. The buffer
 
 The first add of a new buffer is never a reset step (it follows ``envs.reset()``).
 
+Threads: the buffer serves one thread at a time (:mod:`replaybank.buffers.one_thread`).
+A call made while another thread's call runs raises
+:class:`~replaybank.errors.ConcurrentCallError` and changes nothing; handing the buffer
+to another thread between calls (a collector fills it, the learner trains on it) is fine.
+
 Example:
     >>> import numpy as np
     >>> buf = RolloutBuffer(num_steps=4, num_envs=2, seed=0)
@@ -54,6 +59,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -64,6 +70,7 @@ from replaybank.batch import Batch, SequenceBatch
 from replaybank.buffers.arguments import make_rng, positive_int, unit_number
 from replaybank.buffers.autoreset import check_autoreset_mode
 from replaybank.buffers.inputs import leading_dims
+from replaybank.buffers.one_thread import ThreadCheck, one_thread_call
 from replaybank.buffers.rollout.autoreset import next_step_bootstrap, reset_mask
 from replaybank.buffers.rollout.batches import flat_batches, recurrent_batches
 from replaybank.buffers.rollout.inputs import (
@@ -201,6 +208,7 @@ class RolloutBuffer:
         self._adv: AnyArray | None = None
         self._ret: AnyArray | None = None
         self._plain: Any = None  # see _plain_format
+        self.thread_check = ThreadCheck("RolloutBuffer")
         if spec is not None:
             self._allocate(rollout_spec(Spec.coerce(spec)))
 
@@ -359,12 +367,25 @@ class RolloutBuffer:
             DtypeError: A ``value`` is NaN or infinite (GAE reads it; with
                 ``autoreset_mode="next_step"`` a reset step's value may be anything), or a
                 ``final_value`` read (truncated, not terminated) is infinite.
+            ConcurrentCallError: Another thread's call on the buffer is under way.
         """
-        if not extras and final_value is None and final_obs is None \
-                and self._pos < self._num_steps \
-                and self._add_plain((obs, action, reward, terminated, truncated, value,
-                                     log_prob)):
-            return
+        check = self.thread_check
+        entered = check.enter("add")
+        try:
+            if not extras and final_value is None and final_obs is None \
+                    and self._pos < self._num_steps \
+                    and self._add_plain((obs, action, reward, terminated, truncated, value,
+                                         log_prob)):
+                return
+            self._add_checked(obs, action, reward, terminated, truncated, value, log_prob,
+                              final_value, final_obs, extras)
+        finally:
+            check.leave(entered)
+
+    def _add_checked(self, obs: Any, action: Any, reward: Any, terminated: Any,
+                     truncated: Any, value: Any, log_prob: Any, final_value: Any,
+                     final_obs: Any, extras: dict[str, Any]) -> None:
+        """:meth:`add` for what the plain path did not take: every check, then the write."""
         missing = [n for n, v in zip(_STEP_ARGS, (obs, action, reward, terminated, truncated,
                                                     value, log_prob), strict=True)
                    if v is UNSET]
@@ -524,6 +545,7 @@ class RolloutBuffer:
                 "with autoreset_mode='same_step'"
             )
 
+    @one_thread_call("reset")
     def reset(self) -> None:
         """Start a new rollout (storage stays allocated; episode-start flags and, with
         ``autoreset_mode="next_step"``, the pending reset steps carry over)."""
@@ -541,6 +563,7 @@ class RolloutBuffer:
         self._adv = self._ret = None
 
     # ------------------------------------------------------------------ GAE
+    @one_thread_call("compute_returns_and_advantage")
     def compute_returns_and_advantage(
         self, last_values: Any, value_fn: Callable[[Any], Any] | None = None
     ) -> None:
@@ -614,6 +637,7 @@ class RolloutBuffer:
     def _emit(self, batch: Any) -> Any:
         return batch if self.device is None else batch.to_torch(self.device)
 
+    @one_thread_call("generate_batches")
     def generate_batches(self, num_mini_batch: int | None = None,
                          mini_batch_size: int | None = None,
                          num_epochs: int = 1) -> Iterator[Batch]:
@@ -641,13 +665,15 @@ class RolloutBuffer:
             EmptyBufferError: Advantages not computed, or more minibatches than steps.
         """
         adv, ret = self._computed("generate_batches")
-        return flat_batches(self.data, adv, ret, self._rng, num_mini_batch, mini_batch_size,
-                            num_epochs, self.normalize_advantage, self.advantage_eps,
-                            self._emit, self._valid_or_none())
+        batches = flat_batches(self.data, adv, ret, self._rng, num_mini_batch,
+                               mini_batch_size, num_epochs, self.normalize_advantage,
+                               self.advantage_eps, self._emit, self._valid_or_none())
+        return self.thread_check.iterate("generate_batches", batches)
 
     def _valid_or_none(self) -> AnyArray | None:
         return ~self._resets() if self._next_step else None
 
+    @one_thread_call("recurrent_generator")
     def recurrent_generator(self, num_mini_batch: int | None = None,
                             mini_batch_size: int | None = None,
                             chunk_length: int | None = None, num_epochs: int = 1,
@@ -683,10 +709,11 @@ class RolloutBuffer:
             SpecError: An unknown hidden field.
         """
         adv, ret = self._computed("recurrent_generator")
-        return recurrent_batches(self.data, adv, ret, self._first_done, self._rng,
-                                 num_mini_batch, mini_batch_size, chunk_length, num_epochs,
-                                 hidden_fields, self.normalize_advantage, self.advantage_eps,
-                                 self._emit, self._valid_or_none())
+        chunks = recurrent_batches(self.data, adv, ret, self._first_done, self._rng,
+                                   num_mini_batch, mini_batch_size, chunk_length, num_epochs,
+                                   hidden_fields, self.normalize_advantage,
+                                   self.advantage_eps, self._emit, self._valid_or_none())
+        return self.thread_check.iterate("recurrent_generator", chunks)
 
     # ------------------------------------------------------------------ state
     def init_config(self) -> dict[str, Any]:
@@ -717,6 +744,19 @@ class RolloutBuffer:
 
         return buffer_config(self)
 
+    def exclusive(self) -> AbstractContextManager[None]:
+        """A block in which another thread's call on the buffer is refused
+        (``ConcurrentCallError``) while this thread's calls run as usual; ``rb.save``
+        holds it while it writes.
+
+        Example:
+            >>> buf = RolloutBuffer(4)
+            >>> with buf.exclusive():
+            ...     state = buf.state_dict()
+        """
+        return self.thread_check.section("exclusive")
+
+    @one_thread_call("save")
     def save(self, dirpath: Any, prefix: str = "buffer_") -> None:
         """Write ``<prefix>metadata.json`` and ``<prefix>state.safetensors`` atomically.
 
@@ -724,6 +764,7 @@ class RolloutBuffer:
         """
         persist.save(self, dirpath, prefix=prefix)
 
+    @one_thread_call("state_dict")
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to restore this buffer exactly.
 
@@ -744,6 +785,7 @@ class RolloutBuffer:
             "arrays": arrays,
         }
 
+    @one_thread_call("load_state_dict")
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore from :meth:`state_dict` (copies the arrays).
 
