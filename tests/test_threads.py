@@ -511,6 +511,33 @@ def test_a_rollout_buffer_refuses_a_call_while_another_threads_call_runs(kind: s
     assert buf.pos == 3
 
 
+def _two_adders(buf: Any, step: Callable[[float], dict[str, Any]], n: int
+                ) -> tuple[list[float], list[BaseException]]:
+    """Two threads add steps ``1..n`` and ``-1..-n`` to ``buf`` at once, going on after a
+    refused add: the values whose add returned, and any other error."""
+    stored: list[float] = []
+    other: list[BaseException] = []
+    start = threading.Barrier(2)
+
+    def adder(sign: int) -> None:
+        start.wait()
+        for k in range(1, n + 1):
+            try:
+                buf.add(**step(sign * k))
+                stored.append(sign * k)
+            except rb.ConcurrentCallError:
+                pass
+            except BaseException as exc:  # reported by the test
+                other.append(exc)
+
+    threads = [threading.Thread(target=adder, args=(s,)) for s in (1, -1)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(30)
+    return stored, other
+
+
 @pytest.mark.parametrize("kind", ["rollout", "multiagent"])
 def test_two_threads_adding_to_a_rollout_buffer_store_exactly_the_adds_that_returned(
         kind: str) -> None:
@@ -523,27 +550,7 @@ def test_two_threads_adding_to_a_rollout_buffer_store_exactly_the_adds_that_retu
     for run in range(4):
         buf: Any = rb.RolloutBuffer(2 * n, seed=0) if kind == "rollout" \
             else MultiAgentRolloutBuffer(2 * n, ["a", "b"], seed=0)
-        step = _rollout_step if kind == "rollout" else _ma_step
-        stored: list[float] = []
-        other: list[BaseException] = []
-        start = threading.Barrier(2)
-
-        def adder(sign: int) -> None:
-            start.wait()
-            for k in range(1, n + 1):
-                try:
-                    buf.add(**step(sign * k))
-                    stored.append(sign * k)
-                except rb.ConcurrentCallError:
-                    pass
-                except BaseException as exc:  # reported by the test
-                    other.append(exc)
-
-        threads = [threading.Thread(target=adder, args=(s,)) for s in (1, -1)]
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join(30)
+        stored, other = _two_adders(buf, _rollout_step if kind == "rollout" else _ma_step, n)
         assert not other, other
         if kind == "rollout":
             got = buf.data["obs"][:, 0, 0]
