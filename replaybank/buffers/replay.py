@@ -316,7 +316,13 @@ class ReplayBuffer:
             self.write_route.drop()
 
     def __len__(self) -> int:
-        return self._store.size(self._sampler)
+        # a call like the others: a shared-memory store refreshes its snapshot and tells
+        # the sampler what entered it (unguarded, beside another thread's sample)
+        entered = self._guard.enter()
+        try:
+            return self._store.size(self._sampler)
+        finally:
+            self._guard.leave(entered)
 
     def lane_view(self) -> LaneView:
         """Current lane bookkeeping for samplers (raises before the first add)."""

@@ -59,8 +59,23 @@ class SharedStore(Store):
                               "rb.spec_from_env(env) gives one)")
         self.shared_backend = backend
         self.reader = SharedReader(backend, self.allocate(spec))
+        self.closed = False
+
+    def check_open(self, call: str) -> None:
+        """Refuse a read after :meth:`close`: the segments are unmapped (reading them
+        was a segmentation fault).
+
+        Raises:
+            ConfigError: The buffer was closed.
+        """
+        if self.closed:
+            raise ConfigError(
+                f'{call}: this storage="shared" buffer was closed (buf.close() unlinked and '
+                "unmapped its shared memory); build a new buffer, or save it with rb.save "
+                "before closing and rb.load the copy")
 
     def size(self, sampler: Sampler) -> int:
+        self.check_open("len(buf)")
         self.reader.sync(sampler)
         return super().size(sampler)
 
@@ -72,15 +87,18 @@ class SharedStore(Store):
 
     def sample(self, parts: Parts, rng: np.random.Generator, batch_size: Any,
                replace: Any, kwargs: dict[str, Any]) -> Batch:
+        self.check_open("sample()")
         return self.reader.read(parts.sampler, lambda: super(SharedStore, self).sample(
             parts, rng, batch_size, replace, kwargs))
 
     def read(self, sampler: Sampler, draw: Callable[[], T_]) -> T_:
+        self.check_open("sample() or state_dict()")
         return self.reader.read(sampler, draw)
 
     def updated(self, sampler: Sampler, apply: Callable[..., int], *values: Any) -> int:
         """The update on a fresh snapshot: keys of steps the writers evicted since they
         were sampled are stale (ignored and not counted), as on a local buffer."""
+        self.check_open("update_priorities()")
         self.reader.sync(sampler)
         return apply(*values)
 
@@ -89,6 +107,7 @@ class SharedStore(Store):
         (:func:`~replaybank.shared.checkpoint.snapshot_state`; always a copy, whatever
         ``copy`` says): read it through :meth:`read`, which retries when writers
         overwrote the copy."""
+        self.check_open("state_dict()")
         table = self.table
         return None if table is None else snapshot_state(table, self.reader.snapshot)
 
@@ -97,7 +116,11 @@ class SharedStore(Store):
         return {"shared_retries": self.reader.retries}
 
     def close(self, exclusive: Callable[[], AbstractContextManager[None]]) -> None:
-        self.shared_backend.close()
+        """Unlink and unmap the segments, once no other thread's call on the buffer runs
+        (``exclusive``: a sample in flight in another thread read unmapped memory)."""
+        with exclusive():
+            self.closed = True
+            self.shared_backend.close()
 
     def writer(self, owner: Any, lanes: Any) -> SharedWriterHandle:
         """A picklable handle for a collector process that writes ``lanes``."""
