@@ -742,3 +742,51 @@ def test_clear_with_another_client_writing(services: Any) -> None:
         t = sorted(k - 1000 * lane for k in held if k // 1000 == lane)
         assert len(t) >= 100, (lane, len(t))  # the sends after the last clear
         assert t[0] % 5 == 0 and t == list(range(t[0], 400)), (lane, t[:10])
+
+
+def test_a_client_refuses_a_second_threads_call_while_one_runs(services: Any) -> None:
+    """A client serves one thread at a time: a collector thread's ``extend`` made while
+    the learner's ``sample`` waits on the rate limiter raises ``ConcurrentCallError``
+    naming both calls, both threads and the fix, and queues nothing. It used to go
+    through: a collector adding beside a learner sampling and updating priorities broke
+    the client's acknowledgement queue (``IndexError`` in 2 runs of 3). A client for each
+    thread is the fix: the collector's rows let the learner's waiting sample through."""
+    import threading
+
+    from replaybank.distributed import RateLimit, RateLimitTimeout
+
+    svc = start(services, 1, {"capacity": 64}, rate_limit=RateLimit(min_size_to_sample=10))
+    learner = svc.client("learner", max_rows=1, timeout=4.0)
+    one_lane = {k: v[:, 0] for k, v in steps(1, 0, 10).items()}
+    learner.extend(**{k: v[:9] for k, v in one_lane.items()})
+    learner.flush()
+    got: list[Any] = []
+
+    def learn() -> None:
+        try:
+            got.append(learner.sample(4))
+        except BaseException as exc:  # reported by the test
+            got.append(exc)
+
+    th = threading.Thread(target=learn, name="learner")
+    th.start()
+    time.sleep(1.0)  # the sample waits for a 10th row
+    with pytest.raises(rb.ConcurrentCallError) as info:
+        learner.extend(**{k: v[9:] for k, v in one_lane.items()})
+    msg = str(info.value)
+    assert "ReplayClient.extend()" in msg and "'learner'" in msg and "sample()" in msg
+    assert "'MainThread'" in msg and "service.client(" in msg
+    assert learner.pending_rows == 0
+    th.join(30)
+    assert isinstance(got[0], RateLimitTimeout), got  # no 10th row came
+    # one client per thread
+    got.clear()
+    th = threading.Thread(target=learn, name="learner")
+    th.start()
+    time.sleep(1.0)
+    collector = svc.client("collector", max_rows=1)
+    collector.extend(**{k: v[9:] for k, v in one_lane.items()})
+    collector.flush()
+    th.join(30)
+    assert not isinstance(got[0], BaseException), got
+    assert got[0].batch_size == 4 and len(learner) == 10

@@ -144,6 +144,7 @@ from replaybank.buffers.arguments import positional_values
 from replaybank.buffers.buffer_state import probe_rng
 from replaybank.buffers.checked_call import check_call
 from replaybank.buffers.inputs import UNSET
+from replaybank.buffers.one_thread import ThreadCheck, one_thread_call
 from replaybank.buffers.priorities import (
     checked_updates,
     nothing_sampled,
@@ -200,10 +201,26 @@ def _positive(name: str, value: Any) -> int:
     return int(value)
 
 
+#: The fix a second thread's call is told (see :class:`ReplayClient`, Threads).
+_ONE_THREAD_FIX = (
+    "a ReplayClient is for one thread at a time (its write queue and acknowledgements "
+    "are not locked: a lock would hold a collector's add for the learner's round trips, "
+    "and a sample waiting on a rate limiter for inserts a blocked add would make never "
+    "returns); give each thread its own client: service.client(name) with its own name "
+    "in each (e.g. 'learner' and 'collector'), or pickle.loads(pickle.dumps(client))")
+
 class ReplayClient:
     """Reads and writes a :class:`~replaybank.distributed.service.ReplayService`.
 
     Built by ``service.client()``; see the module docs for what each call does.
+
+    Threads: a client serves one thread at a time. A call made while another thread's
+    call on the same client runs raises
+    :class:`~replaybank.errors.ConcurrentCallError` before it queues, sends or draws
+    anything; give each thread its own client (``service.client("learner")`` and
+    ``service.client("collector")``). Unchecked, a collector thread's ``add`` beside the
+    learner's ``sample`` and ``update_priorities`` broke the acknowledgement queue
+    (``IndexError: pop from an empty deque`` in 2 runs of 3 of a probe).
 
     Args:
         shards: The shard actor handles, in shard order.
@@ -285,6 +302,7 @@ class ReplayClient:
         self._reset_io()
 
     def _reset_io(self) -> None:
+        self.thread_check = ThreadCheck("ReplayClient", _ONE_THREAD_FIX)
         self._batcher = RowBatcher(self.num_shards, self.max_rows, self.max_age_s,
                                    self.max_bytes)
         # per shard, each send: (extend task ref, payload object ref, its number, the
@@ -333,11 +351,13 @@ class ReplayClient:
         return int(self._capacity)
 
     # ------------------------------------------------------------------ pickling
+    @one_thread_call("pickle")
     def __getstate__(self) -> dict[str, Any]:
         """Flush (and wait for) pending rows, then pickle without the write queues."""
         self.flush()
         state = self.__dict__.copy()
-        for name in ("_batcher", "_in_flight", "_degraded", "_id", "_seq", "shard_failures"):
+        for name in ("_batcher", "_in_flight", "_degraded", "_id", "_seq", "shard_failures",
+                     "thread_check"):
             state.pop(name)
         return state
 
@@ -346,7 +366,8 @@ class ReplayClient:
         self._reset_io()
 
     # ------------------------------------------------------------------ writes
-    def add(self, *args: Any, obs: Any = UNSET, action: Any = UNSET, reward: Any = UNSET,
+    @one_thread_call("add")
+    def add(self, /, *args: Any, obs: Any = UNSET, action: Any = UNSET, reward: Any = UNSET,
             next_obs: Any = UNSET, terminated: Any = UNSET, truncated: Any = UNSET,
             env_ids: Any = None, priority: Any = None, **extras: Any) -> None:
         """Queue one step per lane (as :meth:`replaybank.ReplayBuffer.add`).
@@ -377,7 +398,8 @@ class ReplayClient:
         values = self._values(obs, action, reward, next_obs, terminated, truncated, extras)
         self._write("add", values, env_ids, priority)
 
-    def extend(self, *args: Any, obs: Any = UNSET, action: Any = UNSET, reward: Any = UNSET,
+    @one_thread_call("extend")
+    def extend(self, /, *args: Any, obs: Any = UNSET, action: Any = UNSET, reward: Any = UNSET,
                next_obs: Any = UNSET, terminated: Any = UNSET, truncated: Any = UNSET,
                env_ids: Any = None, priority: Any = None, **extras: Any) -> None:
         """Queue ``T`` steps per lane: values ``[T, num_lanes, *shape]`` (``[T, *shape]``
@@ -674,6 +696,7 @@ class ReplayClient:
             self.rejected[number] = message
             warnings.warn(RowsRejectedWarning(message), stacklevel=stacklevel)
 
+    @one_thread_call("flush")
     def flush(self, wait: bool = True) -> None:
         """Send every pending row; with ``wait``, also wait until each shard wrote them.
 
@@ -707,6 +730,7 @@ class ReplayClient:
         finally:
             self._report(stacklevel=3)
 
+    @one_thread_call("close")
     def close(self) -> None:
         """Flush and wait; the client may still be used afterwards."""
         self.flush()
@@ -894,6 +918,7 @@ class ReplayClient:
                                         "restart them")
         return live
 
+    @one_thread_call("masses")
     def masses(self) -> dict[int, tuple[int, float, float]]:
         """``{shard: (size, total, p_min)}`` of the live shards (one round trip)."""
         self._probe()
@@ -901,6 +926,7 @@ class ReplayClient:
         out, _ = self._gather({s: self._shards[s].mass.remote() for s in live})
         return out
 
+    @one_thread_call("len")
     def __len__(self) -> int:
         """Items stored in the live shards, this client's own queued rows included (they
         are sent first, see :meth:`_send_own_rows`); rows other clients still queue are
@@ -937,7 +963,8 @@ class ReplayClient:
         finally:
             self._report(stacklevel=4)
 
-    def sample(self, batch_size: int, replace: bool = True, **kwargs: Any) -> Batch:
+    @one_thread_call("sample")
+    def sample(self, /, batch_size: int, replace: bool = True, **kwargs: Any) -> Batch:
         """Sample ``batch_size`` transitions from every live shard (global distribution).
 
         Args:
@@ -975,7 +1002,8 @@ class ReplayClient:
         """
         raise no_device_draws("a ReplayClient (its shards sample on their own hosts)")
 
-    def sample_sequences(self, batch_size: int, sequence_length: int,
+    @one_thread_call("sample_sequences")
+    def sample_sequences(self, /, batch_size: int, sequence_length: int,
                          **kwargs: Any) -> SequenceBatch:
         """Sample ``[B, L]`` windows (as :meth:`replaybank.ReplayBuffer.sample_sequences`).
 
@@ -1313,6 +1341,7 @@ class ReplayClient:
             time.sleep(pause)
             pause = min(0.05, pause * 2)
 
+    @one_thread_call("update_priorities")
     def update_priorities(self, indices: Any, priorities: Any) -> int:
         """Set priorities of sampled global ``indices`` (as
         :meth:`replaybank.ReplayBuffer.update_priorities`); stale ones (overwritten
@@ -1379,6 +1408,7 @@ class ReplayClient:
             return
         raise nothing_sampled(call, keys, "service")  # one buffer's message
 
+    @one_thread_call("update_sequence_priorities")
     def update_sequence_priorities(self, starts: Any, td_errors: Any, eta: float = 0.9,
                                    mask: Any = None) -> int:
         """Set R2D2 priorities of sampled windows (as
