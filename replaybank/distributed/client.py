@@ -209,6 +209,7 @@ _ONE_THREAD_FIX = (
     "returns); give each thread its own client: service.client(name) with its own name "
     "in each (e.g. 'learner' and 'collector'), or pickle.loads(pickle.dumps(client))")
 
+
 class ReplayClient:
     """Reads and writes a :class:`~replaybank.distributed.service.ReplayService`.
 
@@ -735,6 +736,7 @@ class ReplayClient:
         """Flush and wait; the client may still be used afterwards."""
         self.flush()
 
+    @one_thread_call("end_episodes")
     def cut_episodes(self, env_ids: Any) -> None:
         """End the running episodes of the global lanes ``env_ids`` on their shards
         after the rows this client queued for them, in the order of its writes: the
@@ -767,6 +769,7 @@ class ReplayClient:
         finally:
             self._report(stacklevel=4)
 
+    @one_thread_call("clear")
     def clear(self) -> None:
         """Drop every row of the service, as :meth:`replaybank.ReplayBuffer.clear` drops
         a buffer's.
