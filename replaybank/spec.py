@@ -274,6 +274,26 @@ class FieldSpec:
                 "reshape the value or check num_envs / the number of steps"
             )
 
+    def stores_as_is(self, value: Any) -> bool:
+        """Whether :meth:`cast` (no leading dims) returns ``value`` itself with nothing
+        to check: a numpy array (not a subclass) of exactly this field's shape and dtype,
+        bools as canonical 0/1 bytes. Every rule of the field accepts such a value, also
+        as one row of a ``[n, *shape]`` array whose other rows are zeros.
+
+        A cheap test (no conversion, no message) for a caller that only needs to know
+        that a value passes, such as a collector checking each env's observation as it
+        arrives; False says only that :meth:`cast` must judge the value.
+
+        Example:
+            >>> f = FieldSpec("obs", (3,), np.float32)
+            >>> f.stores_as_is(np.zeros(3, np.float32)), f.stores_as_is(np.zeros(3))
+            (True, False)
+        """
+        if type(value) is not np.ndarray or value.shape != self.shape:
+            return False
+        src, dst = value.dtype, self.dtype
+        return (src is dst or src == dst) and (dst.kind != "b" or _canonical_bools(value))
+
     def cast(self, arg: str, value: Any, leading: tuple[int, ...] = (),
              array: npt.NDArray[Any] | None = None) -> npt.NDArray[Any]:
         """Check one value against the field and cast it to the field's dtype.

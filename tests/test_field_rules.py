@@ -113,3 +113,35 @@ def test_infer_is_spec_infer_for_one_field() -> None:
         FieldSpec.infer("obs", np.zeros(3), (4,))
     with pytest.raises(DtypeError, match="string"):
         FieldSpec.infer("name", "abc")
+
+
+class _Sub(np.ndarray):
+    """An ndarray subclass (cast converts it)."""
+
+
+@pytest.mark.parametrize("src", DTYPES)
+@pytest.mark.parametrize("dst", DTYPES)
+def test_stores_as_is_only_for_values_cast_passes_unchanged(src: Any, dst: Any) -> None:
+    """``stores_as_is`` (the collectors' quick test on arrival) says True only for a value
+    that ``cast`` returns itself, also as one row of ``[n, *shape]`` zeros: never for a
+    value cast refuses or converts (another dtype, byte order, shape, a subclass, a list,
+    stray bool bytes)."""
+    field = FieldSpec("x", (2,), dst)
+    with np.errstate(all="ignore"):
+        values = [np.array([v, 0]).astype(src) for v in (0, 1, 2, -1, 0.5, np.nan)]
+    other = [values[1].reshape(1, 2), values[1].tolist(), values[1].view(_Sub),
+             np.ma.masked_array(values[1])]
+    if values[1].dtype.itemsize > 1:
+        other.append(values[1].astype(values[1].dtype.newbyteorder()))
+    if dst is np.bool_:
+        other.append(np.array([1, 2], np.uint8).view(np.bool_))  # stray bool bytes
+    assert not any(field.stores_as_is(v) for v in other)
+    for v in values:
+        if not field.stores_as_is(v):
+            assert np.dtype(src) != np.dtype(dst)  # (same dtype and shape: as it is)
+            continue
+        assert field.cast("x", v) is v
+        rows = np.zeros((3, 2), v.dtype)
+        rows[1] = v
+        assert field.cast("x", rows, (3,)) is rows
+    assert field.stores_as_is(np.zeros(2, dst)) is True

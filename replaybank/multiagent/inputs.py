@@ -53,7 +53,7 @@ from replaybank.storage.writers.compiled import not_handled
 
 __all__ = ["PER_AGENT_ARGS", "TUPLE_ACTION_FIX", "DirectAdd", "JointStep", "cast_obs",
            "cast_value", "check_action_tuples", "check_agent_dicts", "check_obs_values",
-           "check_state_given", "prepare", "step_layout"]
+           "check_state_given", "obs_as_stored", "prepare", "step_layout"]
 
 #: The dict arguments of ``add`` that hold one value per acting agent.
 PER_AGENT_ARGS = ("obs", "action", "reward", "next_obs", "terminated", "truncated")
@@ -465,6 +465,57 @@ def check_obs_values(owner: str, agents: tuple[str, ...], num_envs: int,
         cast_obs(layout, a, "obs", obs[a], num_envs, cast, call)
     if layout.state is not None:
         cast_value(layout.state, "state", state, num_envs, call)
+
+
+def obs_as_stored(layout: AgentLayout, obs: Mapping[str, Any]) -> bool:
+    """Whether one env's observations ``{agent: value}``, without an env dim, are exactly
+    what ``layout`` stores, so that :func:`check_obs_values` passes them in that env's
+    row of ``[num_envs, *shape]`` arrays (the other rows zeros) with no cast to check.
+
+    That is: ``obs`` names at least one of the layout's agents and no other, and each
+    observation is one numpy array of its field's shape and dtype
+    (:meth:`~replaybank.spec.FieldSpec.stores_as_is`), or a dict observation with
+    exactly the layout's keys, each such an array. (A global state is tested the same
+    way with ``layout.state.stores_as_is``.) A collector tests each env's values as they
+    arrive with this first and runs the buffer's full ``check_obs``, which names what
+    is wrong, only when it says False; False says only that the full check must judge
+    the values.
+
+    Args:
+        layout: The buffer's fields.
+        obs: ``{agent: [*obs_shape]}`` of one env (``{key: [*shape]}`` for dict
+            observations).
+
+    Returns:
+        True when the full check would pass the observations unchanged.
+
+    Example:
+        >>> layout = AgentLayout.build(("a",), None, {"obs": {"a": np.zeros(3, np.float32)},
+        ...                            "action": {"a": 0}, "state": None}, ())
+        >>> obs_as_stored(layout, {"a": np.ones(3, np.float32)})
+        True
+        >>> obs_as_stored(layout, {"a": np.ones(3)})  # float64: a cast to check
+        False
+    """
+    if not obs:
+        return False  # (no acting agent: check_agent_dicts refuses it)
+    fields = layout.per_agent["obs"]
+    for agent, value in obs.items():
+        if agent not in layout.agents:
+            return False
+        field = fields.get(agent)
+        if field is not None:
+            if not field.stores_as_is(value):
+                return False
+            continue
+        keys = layout.obs_keys(agent)
+        if not keys or not isinstance(value, Mapping) or len(value) != len(keys):
+            return False
+        for key in keys:
+            leaf = fields.get(f"{agent}{SEP}{key}")
+            if leaf is None or key not in value or not leaf.stores_as_is(value[key]):
+                return False
+    return True
 
 
 def prepare(agents: tuple[str, ...], num_envs: int, layout: AgentLayout | None, spec: Any,
