@@ -336,3 +336,45 @@ def tuple_policy(obs: dict[str, Any]) -> dict[str, Any]:
         o = np.asarray(obs["x"])
         out["x"] = np.stack([-o[..., 0] / 4, o[..., 1] / 1000], -1).astype(np.float32)
     return out
+
+
+class Watched:
+    """Forwards to a parallel env ``env`` and counts the calls a collector makes:
+    ``reads`` of ``state()``, ``resets`` and ``steps``. With ``spoil``, what the env gives
+    at its ``at``-th step (1 = its first, counted over its whole life) is passed through
+    ``spoil(obs, state) -> (obs, state)`` first: the observations that step returns, and
+    ``state()`` from then until the env steps or is reset again."""
+
+    def __init__(self, env: Any, at: int = 0, spoil: Any = None) -> None:
+        self.env, self.at, self.spoil = env, at, spoil
+        self.possible_agents = list(env.possible_agents)
+        self.reads = self.resets = self.steps = 0
+        self._spoilt = False
+
+    @property
+    def agents(self) -> list[str]:
+        return list(self.env.agents)
+
+    def action_space(self, agent: str) -> Any:
+        return self.env.action_space(agent)
+
+    def observation_space(self, agent: str) -> Any:
+        return self.env.observation_space(agent)
+
+    def state(self) -> Any:
+        self.reads += 1
+        state = self.env.state()
+        return self.spoil({}, state)[1] if self._spoilt else state
+
+    def reset(self, seed: int | None = None, options: Any = None) -> Any:
+        self.resets += 1
+        self._spoilt = False
+        return self.env.reset(seed=seed, options=options)
+
+    def step(self, actions: dict[str, Any]) -> Any:
+        self.steps += 1
+        obs, *rest = self.env.step(actions)
+        self._spoilt = self.spoil is not None and self.steps == self.at
+        if self._spoilt:
+            obs = self.spoil(dict(obs), None)[0]
+        return (obs, *rest)

@@ -493,6 +493,7 @@ from tests.pettingzoo_leavers import (  # noqa: E402
     TupleActs,
     TupleNoSpace,
     TupleObs,
+    Watched,
 )
 
 
@@ -1282,3 +1283,67 @@ def test_collect_tuple_actions_part_by_part_with_gae_and_minibatches(
     rb.collect(envs if num_envs > 1 else envs[0], None, roll, 6, progress=False, seed=1)
     assert roll.data["action/t/1"].shape == (6, num_envs, 2)
     assert (roll.data["action/t/1"] != 0).any()
+
+
+# ------------------------------------------------------------- the cost of the checks on arrival
+def test_rollout_arrival_checks_skip_values_stored_as_they_are_and_read_each_state_once(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The checks on arrival ran the rollout's full ``check_obs`` on ``[num_envs, ...]``
+    rows of every observation an env gave, and read each env's ``state()`` for it, which
+    the next step read again for the policy (and a truncation's step again for its final
+    state). Once the first add fixed the fields, values that are exactly what the rollout
+    stores pass without the full check, and each ``state()`` is read once per reset and
+    per step; every stored field, bootstrap and advantage is still what the envs and the
+    plain-loop oracle say."""
+    calls: list[bool] = []
+    check_obs = MultiAgentRolloutBuffer.check_obs
+
+    def counted(self: MultiAgentRolloutBuffer, *args: Any, **kwargs: Any) -> None:
+        calls.append(self.layout is None)
+        check_obs(self, *args, **kwargs)
+
+    monkeypatch.setattr(MultiAgentRolloutBuffer, "check_obs", counted)
+    recs = [Recorder(Leaver(b_end=2 + i, c_end=4, a_end=5 + i)) for i in range(2)]
+    envs = [Watched(r) for r in recs]
+    pol = Critic(["a", "b", "c"], central=False)
+    buf = MultiAgentRolloutBuffer(12, ["a", "b", "c"], num_envs=2, gamma=0.9,
+                                  gae_lambda=0.8, seed=0)
+    MultiAgentRolloutCollector(envs, pol, buf, seed=10).collect()
+    assert calls and all(calls)  # the full check ran only before the fields were known
+    assert [e.resets for e in envs] == [3, 3] and [e.steps for e in envs] == [12, 12]
+    # one read per reset and per step (and one before the first reset: does it work?)
+    assert [e.reads for e in envs] == [1 + 3 + 12] * 2
+    check_rollout(buf, recs, pol, [0, 0], current(recs), [r.env.state() for r in recs])
+
+
+@pytest.mark.parametrize("spoil, error", [
+    (lambda s: s.astype(np.float64), None),  # cast by the rollout's checked cast
+    (lambda s: np.zeros(4, np.float32), ShapeError),
+])
+def test_rollout_state_arriving_after_the_first_add_is_judged_as_add_judges_it(
+        spoil: Any, error: type[Exception] | None) -> None:
+    """Once the fields are known, env[1]'s third step is followed by a ``state()`` that
+    is not exactly what the rollout stores (the checks on arrival skip those that are):
+    the rollout's full check judges it, storing one it can cast and refusing another
+    shape as env[1]'s step, which alone is lost."""
+    def spoilt(obs: Any, state: Any) -> Any:
+        return obs, None if state is None else spoil(state)
+
+    envs = [Watched(Leaver()), Watched(Leaver(), at=3, spoil=spoilt)]
+    buf = MultiAgentRolloutBuffer(8, ["a", "b", "c"], num_envs=2, seed=0)
+    col = MultiAgentRolloutCollector(envs, v100, buf, seed=0)
+    col.collect(2)
+    if error is None:
+        col.collect(2)
+        # env[1]'s state after its third step is the next step's state (float32)
+        assert buf.data["state"][3, 1].tolist() == [3.0, 0.0, 2.0]
+        return
+    with pytest.raises(error, match=r"^collect\(env=\.\.\.\): the buffer refuses the "
+                       r"observations or state env\[1\]'s step gave: state=.*env\[1\]'s "
+                       r"step is lost") as got:
+        col.collect(1)
+    assert "env[0]" not in str(got.value)
+    assert buf.active["a"][2].tolist() == [True, False]
+    col.collect(1)  # goes on: env[1] is reset
+    assert [e.resets for e in envs] == [1, 2]
+    assert buf.data["state"][3, 1].tolist() == [0.0, 1.0, 3.0]  # its new episode's start

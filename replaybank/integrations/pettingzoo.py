@@ -111,7 +111,7 @@ from replaybank.integrations.gymnasium import CollectResult
 from replaybank.integrations.progress import ProgressBar
 from replaybank.integrations.spaces import from_fields, to_fields
 from replaybank.multiagent import MultiAgentReplayBuffer, MultiAgentRolloutBuffer
-from replaybank.multiagent.inputs import cast_leaves
+from replaybank.multiagent.inputs import cast_leaves, obs_as_stored
 from replaybank.multiagent.layout import AgentLayout
 from replaybank.spec import check_tuple, holds_array, tree_map
 
@@ -176,7 +176,9 @@ class ObservationChecks(Protocol):
 
     @property
     def layout(self) -> AgentLayout | None:
-        """The per-agent fields (None before the first add fixes them)."""
+        """The per-agent fields (None before the first add fixes them); values that are
+        exactly what they store pass the checks on arrival without ``check_obs``
+        (:func:`~replaybank.multiagent.inputs.obs_as_stored`)."""
 
     def check_obs(self, obs: Any, state: Any = None, *, step: Any = None,
                   call: str = ...) -> None:
@@ -570,6 +572,10 @@ class _ParallelEnvs:
         #: Per env, ``{agent: its Tuple action space, or None}`` (:meth:`_tuple_space`).
         self._tuple_spaces: list[dict[str, Any]] = [{} for _ in self.envs]
         self._obs: list[dict[str, Any] | None] = [None] * self.n
+        #: Env i's ``state()`` as of its current observations (a private copy), read once
+        #: when first needed (the check on arrival, the next step) and kept until the env
+        #: steps or is reset; None: not read yet.
+        self._state: list[Any] = [None] * self.n
         #: Env i was reset once (a later reset continues its generator: seed=None).
         self._started = [False] * self.n
         self._ended: list[set[str]] = [set() for _ in range(self.n)]
@@ -615,6 +621,7 @@ class _ParallelEnvs:
         """Reset env ``i`` (with ``seed``) and restart its episode statistics."""
         obs = _reset_obs(self.envs[i], seed, f"env[{i}]" if self.vector else "env")
         self._obs[i] = {a: self._fields(i, a, v) for a, v in obs.items()}
+        self._state[i] = None  # (the check below reads it when the buffer stores one)
         self._started[i] = True
         if self._env_state[i] is None:
             self._env_state[i] = _has_state(self.envs[i])
@@ -634,28 +641,55 @@ class _ParallelEnvs:
             self._ready_env(i)
         self._raise_refused()
 
+    def _current_state(self, i: int) -> Any:
+        """Env ``i``'s ``state()`` as of its current observations: read (and copied) the
+        first time it is needed after the env stepped or was reset, then kept."""
+        if self._state[i] is None:
+            self._state[i] = _copy(self.envs[i].state())
+        return self._state[i]
+
     def _check_arrival(self, i: int, obs: Mapping[str, Any],
                        step: Mapping[str, Any] | None,
                        state: Any = None) -> ReplayBankError | None:
         """The buffer's checks of what env ``i`` just gave (``obs``: ``{agent: its
         observation}`` as the env returned it, and ``env.state()`` when the buffer stores
-        a state: ``state`` when the caller has read it, else read here), as its
-        ``check_obs`` runs them (``step``: before the first add, the part of the step
-        whose add fixes the fields); the error, or None. Nothing changes."""
+        a state: ``state`` when the caller has read it, else :meth:`_current_state`), as
+        its ``check_obs`` runs them (``step``: before the first add, the part of the step
+        whose add fixes the fields); the error, or None. Nothing changes.
+
+        Once the fields are known, values that are exactly what the buffer stores (numpy
+        arrays of the fields' shapes and dtypes:
+        :func:`~replaybank.multiagent.inputs.obs_as_stored`,
+        :meth:`~replaybank.spec.FieldSpec.stores_as_is`) pass at once, as the buffer's
+        check would pass them; only other values (and every value before the first add)
+        go through ``check_obs``, in ``[num_envs, *shape]`` rows."""
         if not obs:
             return None
         try:
+            layout = self._target.layout
+            if layout is not None and obs_as_stored(layout, obs):
+                # check_obs would pass these unchanged (and _rows would not refuse them):
+                # only the state is left, checked alike
+                if not self._arrival_state(i):  # (the layout stores none)
+                    return None
+                state = self._arrival_value(i, state)
+                if layout.state is not None and layout.state.stores_as_is(state):
+                    return None
             rows = {a: _rows({i: self._fields(i, a, v)}, self.n,
                              f"the observation of agent {a!r}") for a, v in obs.items()}
             if self._arrival_state(i):
-                now = _copy(self.envs[i].state()) if state is None else state
-                state = _rows({i: now}, self.n, "the state")
+                state = _rows({i: self._arrival_value(i, state)}, self.n, "the state")
             else:
                 state = None
             self._target.check_obs(rows, state, step=step, call="collect")
         except ReplayBankError as exc:
             return exc
         return None
+
+    def _arrival_value(self, i: int, state: Any) -> Any:
+        """The state that arrived with env ``i``'s observations: ``state`` when the caller
+        read it, else :meth:`_current_state`."""
+        return self._current_state(i) if state is None else state
 
     def _ready_env(self, i: int) -> None:
         """Reset env ``i`` when it has no current observation: its first reset (with
@@ -916,14 +950,12 @@ class MultiAgentCollector(_ParallelEnvs):
             raise ConfigError(f"collect(policy={describe(policy)}): expected a callable "
                               "policy(obs_dict) -> action_dict, or None for random actions")
         self.policy = policy
-        self._state: list[Any] = [None] * self.n
 
     def _reset_env(self, i: int, seed: int | None) -> None:
         # a joint episode of this env still running in the buffer (this collector's, or
         # one a collector before it left: rb.collect called twice) is cut short here
         self.buffer.end_episodes(i)
         super()._reset_env(i, seed)
-        self._state[i] = None  # read before the next step when the buffer stores it
 
     def reset(self, seed: int | None = None) -> Any:
         """Reset every env (env ``i`` with ``seed + i``; episode statistics restart) and
@@ -1064,9 +1096,9 @@ class MultiAgentCollector(_ParallelEnvs):
                                          if any(a in x for x in acting)], call="collect")
         actions, act_fields = self._actions(acting)  # as the envs take them, as stored
         self._check_actions_fit(act_fields)
-        for i, env in enumerate(self.envs):
-            if acting[i] and store_state and self._state[i] is None:
-                self._state[i] = _copy(env.state())
+        for i in range(self.n):
+            if acting[i] and store_state:
+                self._current_state(i)  # the state before the step (read at most once)
         first = self._first_step(acting, act_fields, store_state)
         steps: list[dict[str, Any] | None] = []
         lost: list[int] = []
@@ -1076,6 +1108,7 @@ class MultiAgentCollector(_ParallelEnvs):
                 continue
             out = env.step(actions[i])
             step = self._outcome(i, acting[i], act_fields[i], out, store_state)
+            self._state[i] = step.get("next_state")  # the env moved on
             refused = self._check_arrival(i, {a: step["raw_next"][a] for a in acting[i]},
                                           first, step.get("next_state"))
             if refused is not None:  # that env's step is lost, the others' are stored
@@ -1458,7 +1491,7 @@ class MultiAgentRolloutCollector(_ParallelEnvs):
     def _cut(self, i: int, state: Any) -> None:
         """End env ``i``'s running episode in the buffer after its last stored step, from
         this collector's current observation of it (and ``state`` ``[n, *shape]``, the
-        global state rows; None: ``env.state()`` now, when the buffer stores one)."""
+        global state rows; None: the env's current state, when the buffer stores one)."""
         cur = self._obs[i]
         if cur is None or self.buffer.full or not self.buffer.running_agents(i):
             return
@@ -1466,7 +1499,7 @@ class MultiAgentRolloutCollector(_ParallelEnvs):
                  for a in cur}
         if state is None and self.buffer.layout is not None \
                 and self.buffer.layout.state is not None:
-            state = _rows({i: _copy(self.envs[i].state())}, self.n, "the final state")
+            state = _rows({i: self._current_state(i)}, self.n, "the final state")
         self.buffer.end_episodes(i, final_obs=final, final_state=state)
 
     def _reset_env(self, i: int, seed: int | None) -> None:
@@ -1497,7 +1530,7 @@ class MultiAgentRolloutCollector(_ParallelEnvs):
             if rows:
                 obs[a] = self._stacked(rows, f"the observation of agent {a!r}")
         state = (
-            self._stacked({i: _copy(e.state()) for i, e in enumerate(self.envs)}, "the state")
+            self._stacked({i: self._current_state(i) for i in range(self.n)}, "the state")
             if self._stores_state()
             else None
         )
@@ -1598,6 +1631,7 @@ class MultiAgentRolloutCollector(_ParallelEnvs):
         for i, env in enumerate(self.envs):
             out = env.step({a: self._env_action(i, a, _env_row(actions[a], i))
                             for a in acting[i]})
+            self._state[i] = None  # the env moved on (read again when needed)
             outs.append(_checked_step(out, acting[i], f"env[{i}]" if self.vector else "env"))
         first = policy_part if self.buffer.layout is None else None
         lost: list[int] = []
@@ -1630,7 +1664,7 @@ class MultiAgentRolloutCollector(_ParallelEnvs):
                                            self.n, f"the final observation of agent {a!r}")
                                   for a in names if any(a in f for f in final.values())}
             if state is not None:
-                extra["final_state"] = _rows({i: _copy(self.envs[i].state())
+                extra["final_state"] = _rows({i: self._current_state(i)
                                               for i in final}, self.n,
                                              "the final state")
         for i in lost:  # from the observations before the lost step (checked on arrival)
