@@ -138,6 +138,37 @@ def test_new_items_get_running_max() -> None:
     assert sampler.max_priority == pytest.approx(4.0)
 
 
+@pytest.mark.parametrize("kernel", ["c", "numba", "numpy"])
+def test_duplicate_keys_in_one_update_apply_in_order(kernel: str) -> None:
+    """A key given several times in one update (a batch drawn with replacement) ends with
+    its last priority, as a plain loop over the batch leaves it, whatever the kernel; the
+    running maximum has seen every value (docs/samplers/prioritized.md); stale keys count
+    nowhere, not even in the running maximum."""
+    _kernel_or_skip(kernel)
+    rng = np.random.default_rng(0)
+    buf = rb.ReplayBuffer(
+        256, num_envs=4, seed=0, sampler=rb.PrioritizedSampler(alpha=1.0, eps=0.0, kernel=kernel)
+    )
+    buf.extend(**{k: np.stack([v] * 4, axis=1) for k, v in steps(64).items()})
+    keys = rng.integers(0, 256, 5000).astype(np.int64)  # [5000], every key ~20 times
+    values = rng.random(5000) * 5.0
+    assert buf.update_priorities(keys, values) == 5000
+    want = np.ones(256)
+    for k, v in zip(keys.tolist(), values.tolist(), strict=True):  # the plain loop
+        want[k] = v
+    sampler = buf.sampler
+    assert isinstance(sampler, rb.PrioritizedSampler)
+    assert np.array_equal(sampler.priorities(np.arange(256)), want)  # keys = slots here
+    assert sampler.total == pytest.approx(want.sum(), rel=1e-12)
+    assert sampler.max_priority == pytest.approx(values.max())
+    assert buf.update_priorities(np.array([7, 7]), np.array([60.0, 0.5])) == 2
+    assert sampler.priorities(np.array([7])).tolist() == [0.5]
+    assert sampler.max_priority == pytest.approx(60.0)
+    buf.extend(**{k: np.stack([v] * 4, axis=1) for k, v in steps(64, start=64).items()})
+    assert buf.update_priorities(np.array([3]), np.array([99.0])) == 0  # overwritten
+    assert sampler.max_priority == pytest.approx(60.0)
+
+
 @pytest.mark.parametrize("kernel", ["auto", "numpy"])
 def test_stale_updates_after_wraparound_are_ignored(kernel: str) -> None:
     buf = rb.ReplayBuffer(4, seed=0, sampler=rb.PrioritizedSampler(alpha=1.0, eps=0.0,
