@@ -47,6 +47,22 @@ def test_window_size_rule() -> None:
         s.window_size(n, 0, 0)
 
 
+def test_lane_windows_round_up_to_whole_rows() -> None:
+    """With several lanes the window is ``ceil(count_l * c_k / N)`` newest steps per lane
+    (docs/samplers/recent.md): every step of those rows is drawn, nothing older, so the
+    window holds ``c_k`` steps rounded up to whole rows of the in-step lanes."""
+    buf = rb.ReplayBuffer(600, num_envs=3, seed=0, sampler=rb.RecentSampler(eta=0.99, c_min=5))
+    buf.extend(**steps(100, lanes=3))
+    s = buf.sampler
+    assert isinstance(s, rb.RecentSampler)
+    c = s.window_size(300, 1, 10)
+    assert c == math.floor(300 * 0.99**100) == 109
+    per_lane = window_counts(buf.table.counts, c)
+    assert per_lane.tolist() == [37, 37, 37]  # ceil(109 / 3): 111 = c_k + 2 steps
+    keys = buf.sample(20_000, update=1, num_updates=10).indices
+    assert set(keys.tolist()) == window_keys(buf, per_lane)
+
+
 def test_window_counts_split_lanes_proportionally() -> None:
     assert window_counts(np.array([10, 10, 10]), 9).tolist() == [3, 3, 3]
     assert window_counts(np.array([10, 20]), 6).tolist() == [2, 4]
