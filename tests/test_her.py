@@ -526,6 +526,67 @@ def test_observations_without_goals_and_bad_reward_functions() -> None:
     assert bad.rng.bit_generator.state == before  # the failed call drew nothing
 
 
+def goal_step(achieved: Any, desired: Any, reward: Any = -1.0) -> dict[str, Any]:
+    """One step whose observations carry the given goals."""
+    o = {"observation": np.zeros(2, np.float32), "achieved_goal": achieved,
+         "desired_goal": desired}
+    return dict(obs=o, action=0, reward=reward, next_obs=o, terminated=False,
+                truncated=True)
+
+
+@pytest.mark.parametrize(("goals", "reward_value", "error", "match"), [
+    ((np.zeros(2), np.zeros(3)), -1.0, rb.ShapeError, r"shapes \(2,\) and \(3,\)"),
+    ((np.zeros(2, np.float32), np.zeros(2, np.int64)), -1.0, rb.DtypeError,
+     "int64 cannot hold float32"),
+    ((np.zeros(2), np.zeros(2)), np.array([-1.0], np.float32), rb.ShapeError,
+     r"reward is stored with shape \(1,\)"),
+])
+def test_fields_that_cannot_be_relabelled_are_refused_at_the_first_add(
+        goals: tuple[np.ndarray, np.ndarray], reward_value: Any, error: type[Exception],
+        match: str) -> None:
+    """Goals of two shapes, float achieved goals with integer desired goals, or a reward
+    of a per-step shape: refused by the first add (by ``spec=`` and a view swap too), with
+    nothing stored. They used to be stored, then every sample failed with numpy's
+    broadcast error, or relabelled goals 5.5 were served as 5 (with the reward of 5.5)."""
+    buf = rb.HerReplayBuffer(8, reward_fn=reward, strategy="final", k=1000, seed=0)
+    step = goal_step(*goals, reward=reward_value)
+    with pytest.raises(error, match=match):
+        buf.add(**step)
+    assert not buf.allocated and len(buf) == 0
+    spec = {"obs/observation": ((2,), "float32"),
+            "obs/achieved_goal": (goals[0].shape, goals[0].dtype),
+            "obs/desired_goal": (goals[1].shape, goals[1].dtype),
+            "action": ((), "int64"),
+            "reward": (np.shape(reward_value), "float32")}
+    with pytest.raises(error, match=match):
+        rb.HerReplayBuffer(8, reward_fn=reward, spec=spec)
+    plain = rb.ReplayBuffer(8, seed=0)  # a HER view swapped onto such a buffer
+    plain.add(**step)
+    old = plain.view
+    with pytest.raises(error, match=match):
+        plain.view = rb.HerView(reward)
+    assert plain.view is old and len(plain.sample(4).indices) == 4
+
+
+def test_relabelled_rewards_are_those_of_the_goals_served() -> None:
+    """Achieved goals stored as float64, desired goals as float32: a relabelled row's
+    reward is ``reward_fn`` of the goal as the batch holds it (float32), so the batch
+    agrees with itself (the float64 goal gave 113 of 412 rows reward 0 beside a goal
+    that ``reward_fn`` finds not reached)."""
+    buf = rb.HerReplayBuffer(64, reward_fn=reward, strategy="future", k=4, seed=0)
+    for t in range(5):
+        now, nxt = goal_step(np.array([0.1 * t]), np.array([9], np.float32)), \
+            goal_step(np.array([0.1 * (t + 1)]), np.array([9], np.float32))
+        buf.add(obs=now["obs"], action=0, reward=-1.0, next_obs=nxt["obs"],
+                terminated=False, truncated=t == 4)
+    b = buf.sample(512)
+    new = b["relabeled"]
+    assert b.obs["desired_goal"].dtype == np.float32 and new.sum() > 300
+    want = reward(b.next_obs["achieved_goal"][new], b.obs["desired_goal"][new], {})
+    np.testing.assert_array_equal(b.reward[new], want)
+    assert 0 < (want == 0).sum() < new.sum()  # both reached and missed goals
+
+
 @pytest.mark.parametrize("seed", range(3))
 def test_compiled_goal_sources_match_the_numpy_oracle(seed: int) -> None:
     """Both kernels of ops.hindsight pick the same rows and goal steps from the same draws

@@ -36,7 +36,6 @@ from replaybank.buffers.autoreset import (
 from replaybank.buffers.guard import CallGuard
 from replaybank.buffers.inputs import (
     UNSET,
-    obs_fields,
     rows_spec,
     standard_spec,
 )
@@ -202,7 +201,7 @@ class ReplayBuffer:
             if self._parts.specs is not None:  # spec= gives the values added (frame stacks)
                 spec = self._parts.specs.stored_spec(spec)
             if self._parts.checks is not None:
-                self._parts.checks.check_fields(obs_fields(spec))
+                self._parts.checks.check_fields(spec)
         #: Where the steps live (local, device or shared memory) and how calls reach them.
         self._store: Store = make_store(make_backend(storage, path, device), self.rows,
                                         self._num_envs, self.rows_only, spec)
@@ -310,7 +309,7 @@ class ReplayBuffer:
         arguments.check_lane_spans(new, self._capacity // self._num_envs)
         checks = Parts(self._sampler, new).checks
         if checks is not None and self._table is not None:  # (as before the first add)
-            checks.check_fields(self._table.obs_fields)
+            checks.check_fields(self._table.spec)
         with self.exclusive():  # not while another thread's call serves with the old one
             self._view = new
             self.write_route.drop()

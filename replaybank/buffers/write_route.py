@@ -37,7 +37,7 @@ import numpy as np
 from replaybank.buffers.autoreset import ResetSteps
 from replaybank.buffers.checked_call import check_call, lane_ids
 from replaybank.buffers.guard import CallGuard
-from replaybank.buffers.inputs import UNSET, collect_fields, obs_fields
+from replaybank.buffers.inputs import UNSET, collect_fields
 from replaybank.buffers.priorities import check_priority
 from replaybank.buffers.sampling_parts import Parts
 from replaybank.buffers.store import Store
@@ -129,7 +129,7 @@ class WriteRoute:
                               self.rows_only)
             check_priority(parts.traits, priority, call.out)
             if parts.checks is not None:  # (HER: goal keys, named now, not at a sample)
-                parts.checks.check_fields(obs_fields(call.spec))
+                parts.checks.check_fields(call.spec)
             writer_choice()  # a bad REPLAYBANK_WRITER too
             table = self.allocate(call.spec)
             allocated()

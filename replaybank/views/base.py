@@ -173,14 +173,15 @@ class SpecTransform(Protocol):
 
 @runtime_checkable
 class FieldsCheckedView(View, Protocol):
-    """A view that can tell from the stored observation fields alone that it could never
-    serve them (hindsight relabelling needs its goal keys). A buffer asks it before it
-    makes its storage (the first add, or ``spec=``), so the mistake is named then, not at
-    the first sample after thousands of adds."""
+    """A view that can tell from the stored fields alone (their names, shapes and dtypes)
+    that it could never serve them (hindsight relabelling needs its goal keys, goals of
+    one shape and one reward per step). A buffer asks it before it makes its storage (the
+    first add, or ``spec=``), so the mistake is named then, not at the first sample after
+    thousands of adds."""
 
-    def check_fields(self, obs_fields: list[str]) -> None:
-        """Raise when observations stored as ``obs_fields`` (``obs`` or ``obs/<key>``
-        names) can never be served."""
+    def check_fields(self, spec: Spec) -> None:
+        """Raise when fields stored as ``spec`` (observations as ``obs`` or ``obs/<key>``)
+        can never be served."""
         ...
 
 

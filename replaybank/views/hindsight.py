@@ -83,7 +83,7 @@ from replaybank.errors import ConfigError, DtypeError, ShapeError, describe
 from replaybank.ops import nstep
 from replaybank.ops.episodes import EpisodeIndex
 from replaybank.ops.hindsight import STRATEGY_CODES, goal_kernel
-from replaybank.spec import real_array
+from replaybank.spec import Spec, real_array
 from replaybank.storage.table import StepTable
 from replaybank.views.base import LaneSpanView, StatelessView, next_name
 from replaybank.views.named_functions import function_name, resolve_function
@@ -193,24 +193,53 @@ class HerView(StatelessView):
                             table.epoch)
         return idx
 
-    def check_fields(self, obs_fields: list[str]) -> None:
-        """Raise when observations stored as ``obs_fields`` lack the goal keys
+    def check_fields(self, spec: Spec) -> None:
+        """Raise when fields stored as ``spec`` cannot be relabelled
         (:class:`~replaybank.views.base.FieldsCheckedView`: the buffer asks before its
         first add is stored).
 
+        A relabelled goal is an achieved goal written into the desired-goal field, and
+        ``reward_fn`` gives one reward per step, so the two goal fields must have one
+        shape, the achieved goals' dtype must fit the desired goals' without turning
+        fractions into integers, and the reward must be one number per step.
+
         Raises:
-            ShapeError: The achieved or desired goal key is not among them.
+            ShapeError: The achieved or desired goal key is not among the observation
+                fields, the two goals differ in shape, or the reward is not one number
+                per step.
+            DtypeError: Achieved goals whose values the desired goals' dtype cannot hold
+                (e.g. float achieved goals, integer desired goals).
         """
+        stored = [n for n in spec if n == "obs" or n.startswith("obs/")]
         for field in (self.achieved, self.desired):
-            if field not in obs_fields:
+            if field not in stored:
                 raise ShapeError(
                     f"HerView: the observations have no {field.split('/', 1)[1]!r} key "
-                    f"(stored observation fields: {obs_fields}); add dict "
+                    f"(stored observation fields: {stored}); add dict "
                     "observations {'observation', 'achieved_goal', 'desired_goal'} or pass "
                     "achieved_key=/desired_key=")
+        achieved, desired = spec[self.achieved], spec[self.desired]
+        keys = f"{self._keys[0]!r} and {self._keys[1]!r}"
+        if achieved.shape != desired.shape:
+            raise ShapeError(
+                f"HerView: goals {keys} have shapes {achieved.shape} and {desired.shape} "
+                "per step; a relabelled goal is an achieved goal stored as the desired "
+                "goal: give both goals the same shape")
+        if not np.can_cast(achieved.dtype, desired.dtype, casting="same_kind"):
+            raise DtypeError(
+                f"HerView: goals {keys} are stored as {achieved.dtype} and "
+                f"{desired.dtype}; a relabelled goal is an achieved goal stored as the "
+                f"desired goal, and {desired.dtype} cannot hold {achieved.dtype} values: "
+                "store the desired goal as the achieved goal's dtype (spec=)")
+        reward = spec.get("reward")
+        if reward is not None and reward.shape != ():
+            raise ShapeError(
+                f"HerView: the reward is stored with shape {reward.shape} per step, but "
+                "reward_fn gives one number per step: add rewards as one number per "
+                "step (shape [num_envs], or a scalar with one env)")
 
     def _check_table(self, table: StepTable) -> None:
-        self.check_fields(table.obs_fields)
+        self.check_fields(table.spec)
 
     # ------------------------------------------------------------------ gather
     def gather(self, table: StepTable, keys: IntArray,
@@ -260,6 +289,8 @@ class HerView(StatelessView):
         aside = (side >= 0).nonzero()[0]
         if len(aside):
             goals[aside] = table.side.arrays[self.achieved].take(side[aside], axis=0)
+        # the goals as the batch holds them: the rewards are those of the goals served
+        goals = goals.astype(out[self.desired].dtype, copy=False)
         for name in (self.desired, next_name(self.desired)):
             arr = out[name]
             if not arr.flags.writeable:
