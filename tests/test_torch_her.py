@@ -220,6 +220,28 @@ def test_k0_and_no_finished_episodes(kind: str) -> None:
     same(ref.sample(16), tb.sample(16))
 
 
+def test_relabelled_rewards_are_those_of_the_goals_served(kind: str) -> None:
+    """Achieved goals float64, desired goals float32: on the device too, the reward is
+    ``reward_fn`` of the goal as the batch holds it, and numpy storage agrees."""
+    ref, tb = pair(kind, strategy="future", k=4)
+    for t in range(5):
+        o = [{"observation": np.zeros((3, 2), np.float32),
+              "achieved_goal": np.full((3, 1), 0.1 * (t + i)),
+              "desired_goal": np.full((3, 1), 9.0, np.float32)} for i in (0, 1)]
+        for b in (ref, tb):
+            b.add(obs=o[0], action=np.zeros((3, 2), np.float32), reward=-np.ones(3),
+                  next_obs=o[1], terminated=np.zeros(3, bool), truncated=np.full(3, t == 4))
+    a, b = ref.sample(256), tb.sample(256)
+    same(a, b)
+    new = host(b["relabeled"])
+    got = host(b.reward)[new]
+    want = goal_reward(host(b["next_obs/achieved_goal"])[new],
+                       host(b["obs/desired_goal"])[new], {})
+    assert host(b["obs/desired_goal"]).dtype == np.float32 and new.sum() > 100
+    np.testing.assert_array_equal(got, want)
+    assert 0 < (want == 0).sum() < new.sum()
+
+
 @pytest.mark.parametrize("n_step", [1, 2])
 def test_bad_reward_shape_restores_the_generator(kind: str, n_step: int) -> None:
     _, tb = pair(kind, reward_fn=lambda a, d, info: a[:, :1].repeat(1, 2), k=1000,

@@ -115,6 +115,8 @@ def device_relabel(view: Relabeling, table: StepTable, out: dict[str, Any], keys
     aside = (side >= 0).nonzero()[0]
     if len(aside):
         be.write(goals, aside, be.gather(table.side.arrays[view.achieved], side[aside]))
+    # the goals as the batch holds them: the rewards are those of the goals served
+    goals = goals.to(out[view.desired].dtype)
     at = to_device(rows, goals)  # [S]
     for name in (view.desired, next_name(view.desired)):
         _put(out, name, at, goals)
