@@ -24,8 +24,9 @@ running episode): the goal is the achieved goal of the *next observation* of ste
 * ``"random"``: uniform over every live step of every lane.
 
 For a relabelled row the new goal ``g`` goes into both ``obs/desired_goal`` and
-``next_obs/desired_goal``; ``reward`` becomes ``reward_fn(next_obs/achieved_goal, g,
-info)`` (one vectorised call per batch over the relabelled rows; with ``n_step > 1`` one
+``next_obs/desired_goal`` (in the desired goal's dtype); ``reward`` becomes
+``reward_fn(next_obs/achieved_goal, g, info)`` with ``g`` as the batch holds it (one
+vectorised call per batch over the relabelled rows; with ``n_step > 1`` one
 call over every step of their windows, whose rewards then enter the n-step sum);
 ``terminated`` is kept as stored unless ``terminated_fn`` is given, which then decides it
 (and with ``n_step > 1`` cuts a window at the first relabelled termination). Stored
