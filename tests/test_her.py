@@ -354,6 +354,32 @@ def test_nstep_sums_relabelled_rewards(stop: bool) -> None:
                 assert bool(b.terminated[i]) == ((lane, seq + length - 1) == goal)
 
 
+@pytest.mark.parametrize("stop", [False, True])
+def test_nstep_functions_see_only_the_steps_of_the_windows(stop: bool) -> None:
+    """Windows that end before ``n`` steps (at their episode's end): ``reward_fn`` and
+    ``terminated_fn`` get the pairs of the window's steps only. They used to get the
+    slots past the end too (here never written: achieved goal [0, 0]), so a function
+    that gives NaN for a goal no step achieved failed every sample."""
+    seen: list[np.ndarray] = []
+
+    def strict(achieved: np.ndarray, desired: np.ndarray, info: Any) -> np.ndarray:
+        seen.append(achieved.copy())  # a next achieved goal is [lane, seq + 1]: seq + 1 >= 1
+        return np.where(achieved[:, 1] >= 1, reward(achieved, desired, info), np.nan)
+
+    gamma = 0.9
+    buf, model = buffer(capacity=300, n_step=3, gamma=gamma, reward_fn=strict,
+                        terminated_fn=reached if stop else None, k=1000)
+    fill(buf, model, 20, seed=8, p_end=0.3, skip=0.0)  # the ring has not wrapped
+    b = buf.sample(256)
+    assert seen and all((a[:, 1] >= 1).all() for a in seen)
+    for i in np.flatnonzero(b["relabeled"]):
+        lane, seq = int(b.indices[i] % 3), int(b.indices[i] // 3)
+        want, length = _nstep_oracle(model, lane, seq, origin(b.obs["desired_goal"][i]), 3,
+                                     gamma, stop)
+        assert b.reward[i] == pytest.approx(want, rel=1e-6)
+        assert b["discount"][i] == pytest.approx(gamma ** length, rel=1e-6)
+
+
 def test_prioritized_her() -> None:
     buf, model = buffer(sampler=rb.PrioritizedSampler(alpha=1.0, beta=1.0))
     fill(buf, model, 60, seed=8)

@@ -242,6 +242,22 @@ def test_relabelled_rewards_are_those_of_the_goals_served(kind: str) -> None:
     assert 0 < (want == 0).sum() < new.sum()
 
 
+@pytest.mark.parametrize("terminated_fn", [None, "test_torch_her_reached"])
+def test_nstep_functions_see_only_the_steps_of_the_windows(kind: str,
+                                                           terminated_fn: str | None) -> None:
+    """A reward that is NaN for a goal no step achieved (the zeros of slots never written,
+    past the end of windows cut short by their episode's end): the device's n-step returns
+    stay finite and equal numpy's (they were NaN: NaN * weight 0 past a window's end)."""
+    def strict(achieved: Any, desired: Any, info: Any) -> Any:
+        return goal_reward(achieved, desired, info) / (achieved[:, 1] >= 1)
+
+    ref, tb = pair(kind, reward_fn=strict, terminated_fn=terminated_fn, n_step=3, k=1000)
+    fill([ref, tb], 3, 12, seed=16, p_end=0.4)  # 90 slots: most never written
+    b = tb.sample(128)
+    assert np.isfinite(host(b.reward)).all() and host(b["relabeled"]).any()
+    same(ref.sample(128), b)
+
+
 @pytest.mark.parametrize("n_step", [1, 2])
 def test_bad_reward_shape_restores_the_generator(kind: str, n_step: int) -> None:
     _, tb = pair(kind, reward_fn=lambda a, d, info: a[:, :1].repeat(1, 2), k=1000,

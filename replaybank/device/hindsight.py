@@ -134,18 +134,31 @@ def device_relabel(view: Relabeling, table: StepTable, out: dict[str, Any], keys
     where = table.next_index(flat)
     achieved = table.take_next(view.achieved, *where)  # [S * n, *g]
     repeated = goals.repeat_interleave(n, dim=0)  # [S * n, *g]
-    rewards = _call(view.reward_fn, "reward_fn", achieved, repeated, s * n).reshape(s, n)
+    # the window steps in [S * n] (host): the functions see these only, as on the host
+    inside = to_device(np.flatnonzero(np.arange(n)[None, :] < length[:, None]), at)
+    rewards = _in_windows(view.reward_fn, "reward_fn", achieved, repeated, inside, s, n)
     if view.terminated_fn is None:
         weights = to_device(nstep.return_weights(length, n, view.gamma), rewards)
     else:
-        weights = _cut_windows(view, table, out, at, achieved, repeated, flat, where,
-                               length, s)
+        weights = _cut_windows(view, table, out, at, achieved, repeated, inside, flat,
+                               where, length, s)
     returns = (rewards.double() * weights.double()).sum(dim=1)
     _put(out, "reward", at, returns)
 
 
+def _in_windows(fn: Callable[..., Any], what: str, achieved: Any, desired: Any,
+               inside: Any, s: int, n: int) -> Any:
+    """``fn``'s values ``[S, n]`` for the window steps at ``inside`` (positions in the
+    ``[S * n]`` pairs ``achieved``, ``desired``), zero past each window's end: ``fn``
+    never sees those steps (other episodes' steps, or slots never written)."""
+    got = _call(fn, what, achieved.index_select(0, inside), desired.index_select(0, inside),
+                int(inside.numel()))
+    full = _torch().zeros(s * n, dtype=got.dtype, device=got.device)
+    return full.index_copy_(0, inside, got).reshape(s, n)
+
+
 def _cut_windows(view: Relabeling, table: StepTable, out: dict[str, Any], at: Any,
-                 achieved: Any, repeated: Any, flat: IntArray,
+                 achieved: Any, repeated: Any, inside: Any, flat: IntArray,
                  where: tuple[IntArray, IntArray, IntArray], length: IntArray,
                  s: int) -> Any:
     """``terminated_fn`` with n-step windows: each window ends at its first relabelled
@@ -154,8 +167,8 @@ def _cut_windows(view: Relabeling, table: StepTable, out: dict[str, Any], at: An
     torch = _torch()
     n = view.n_step
     assert view.terminated_fn is not None
-    term = (_call(view.terminated_fn, "terminated_fn", achieved, repeated, s * n) != 0
-            ).reshape(s, n)
+    term = _in_windows(view.terminated_fn, "terminated_fn", achieved, repeated, inside,
+                       s, n) != 0
     k = torch.arange(n, device=at.device)
     full = to_device(length, at)  # [S] the windows' lengths before relabelling
     term &= k[None, :] < full[:, None]

@@ -27,7 +27,8 @@ For a relabelled row the new goal ``g`` goes into both ``obs/desired_goal`` and
 ``next_obs/desired_goal`` (in the desired goal's dtype); ``reward`` becomes
 ``reward_fn(next_obs/achieved_goal, g, info)`` with ``g`` as the batch holds it (one
 vectorised call per batch over the relabelled rows; with ``n_step > 1`` one
-call over every step of their windows, whose rewards then enter the n-step sum);
+call over every step of their windows, never a step past a window's end, whose rewards
+then enter the n-step sum);
 ``terminated`` is kept as stored unless ``terminated_fn`` is given, which then decides it
 (and with ``n_step > 1`` cuts a window at the first relabelled termination). Stored
 ``info`` dicts are not kept: ``info`` is an empty dict, which is all
@@ -322,14 +323,18 @@ class HerView(StatelessView):
             return
         assert isinstance(self.inner, NStepView)
         wslots, length = self.inner.window(table, keys[rows])  # [S, n], [S]
-        achieved = table.take_next(self.achieved, *table.next_index(wslots.reshape(-1)))
-        repeated = np.repeat(goals, n, axis=0)  # [S * n, *g]
-        rewards = self._call(self.reward_fn, "reward_fn", achieved, repeated,
-                             s * n).reshape(s, n)
+        # the functions see the steps of the windows only: past a window's end are other
+        # episodes' steps or slots never written (zeros), which they need not handle
+        inside = np.arange(n)[None, :] < length[:, None]  # [S, n]
+        m = int(length.sum())
+        achieved = table.take_next(self.achieved, *table.next_index(wslots[inside]))
+        repeated = np.repeat(goals, length, axis=0)  # [M, *g], window by window
+        rewards = np.zeros((s, n), np.float64)
+        rewards[inside] = self._call(self.reward_fn, "reward_fn", achieved, repeated, m)
         if self.terminated_fn is not None:
-            term = self._call(self.terminated_fn, "terminated_fn", achieved, repeated,
-                              s * n).reshape(s, n) != 0
-            term &= np.arange(n)[None, :] < length[:, None]
+            term = np.zeros((s, n), bool)
+            term[inside] = self._call(self.terminated_fn, "terminated_fn", achieved,
+                                      repeated, m) != 0
             hit = term.any(axis=1)
             cut = np.where(hit, term.argmax(axis=1) + 1, length)
             moved = np.flatnonzero(cut != length)
