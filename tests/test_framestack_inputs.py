@@ -228,3 +228,50 @@ def test_a_next_step_reset_step_is_not_an_episode_start(buffer_mode: str | None)
         assert len(buf) == 60
     else:  # one reset step dropped per episode end (but those ending at the last step)
         assert ends - 2 <= 60 - len(buf) <= ends
+
+
+# ---------------------------------------------------------------- a refused first add
+def single_frames(buf: rb.ReplayBuffer, n: int = 6) -> None:
+    """``n`` steps of single ``(12, 10)`` frames: frame ``t`` is all ``t``."""
+    for t in range(n):
+        buf.add(obs=np.full((12, 10), t, np.uint8), action=0, reward=0.0,
+                next_obs=np.full((12, 10), t + 1, np.uint8), terminated=False,
+                truncated=False)
+
+
+def test_a_refused_first_stack_leaves_the_inputs_undecided() -> None:
+    """The first add decides whether obs values are stacks or single frames. A first add
+    refused for its zero-padded stack decides nothing: the buffer then takes single
+    frames exactly as a fresh one does, and its config records the frames added, not
+    stacks (it recorded (4, 12, 10) stacks, and the view's state said "stacks")."""
+    obs, _ = zero_padded().reset(seed=0)
+    buf = rb.ReplayBuffer(32, frame_stack=K, seed=0)
+    fresh_state = buf.view.state_dict()
+    with pytest.raises(ConfigError, match="padding_type"):
+        buf.add(obs=obs, action=0, reward=0.0, next_obs=obs, terminated=False,
+                truncated=False)
+    assert buf.view.state_dict() == fresh_state
+    fresh = rb.ReplayBuffer(32, frame_stack=K, seed=0)
+    for b in (buf, fresh):
+        single_frames(b)
+    assert buf.view.state_dict() == fresh.view.state_dict()
+    spec = buf.config().spec
+    assert spec is not None and spec == fresh.config().spec
+    assert tuple(spec["obs"]["shape"]) == (12, 10)
+    same_state(buf, fresh)
+
+
+def test_a_first_add_refused_after_the_view_leaves_the_inputs_undecided() -> None:
+    """A first add of stacks refused by the checks that follow the view's (a reward
+    that is no number) leaves the view as it was too."""
+    stack = np.zeros((K, 12, 10), np.uint8)
+    buf = rb.ReplayBuffer(32, frame_stack=K, seed=0)
+    fresh_state = buf.view.state_dict()
+    with pytest.raises(rb.ReplayBankError):
+        buf.add(obs=stack, action=0, reward="high", next_obs=stack, terminated=False,
+                truncated=False)
+    assert buf.spec is None and buf.view.state_dict() == fresh_state
+    single_frames(buf)
+    spec = buf.config().spec
+    assert spec is not None and tuple(spec["obs"]["shape"]) == (12, 10)
+

@@ -106,6 +106,22 @@ class WriteRoute:
                 Passed per call, not kept: the route holds no reference to its buffer.
         """
         self.store.check_write("extend" if steps else "add")
+        if parts.transform is not None and self.store.table is None:
+            # the view decides how it reads the values (frame stacks: stacks or single
+            # frames) at the first write: a refused first write leaves it undecided
+            state = parts.view.state_dict()
+            try:
+                self._write(parts, values, steps, env_ids, priority, allocated)
+            except BaseException:
+                if self.store.table is None:
+                    parts.view.load_state_dict(state)
+                raise
+        else:
+            self._write(parts, values, steps, env_ids, priority, allocated)
+
+    def _write(self, parts: Parts, values: StepValues, steps: bool, env_ids: Any,
+               priority: Any, allocated: Callable[[], None]) -> None:
+        """:meth:`write` after the storage check."""
         if parts.transform is not None:
             # bad env_ids: the Python boundary's error
             ids = self._all_lanes if env_ids is None else lane_ids(env_ids, self.num_envs)

@@ -449,7 +449,12 @@ class FrameStackView:
         Returns:
             The fields with each stacked observation replaced by its newest frame.
         """
-        return self._prepare(fields, steps, lanes, None)
+        decided = len(self._layout)
+        try:
+            return self._prepare(fields, steps, lanes, None)
+        except BaseException:
+            self._forget_layouts(decided)
+            raise
 
     def prepare_lane_inputs(self, fields: dict[str, Any], steps: bool, lanes: IntArray,
                             table: StepTable | None) -> dict[str, Any]:
@@ -474,11 +479,26 @@ class FrameStackView:
                 is written.
         """
         stacks: dict[str, npt.NDArray[Any]] = {}
-        out = self._prepare(fields, steps, len(lanes), stacks)
-        # (single frames, or no lane at a start: the common add returns here)
-        if stacks and (steps or table is None or not self._starts.unchanged(table)):
-            self._starts.check(stacks, out, fields, steps, lanes, table, self._layout)
+        decided = len(self._layout)  # leaves whose layout an earlier call decided
+        try:
+            out = self._prepare(fields, steps, len(lanes), stacks)
+            # (single frames, or no lane at a start: the common add returns here)
+            if stacks and (steps or table is None or not self._starts.unchanged(table)):
+                self._starts.check(stacks, out, fields, steps, lanes, table, self._layout)
+        except BaseException:
+            self._forget_layouts(decided)  # a refused call changes nothing
+            raise
         return out
+
+    def _forget_layouts(self, decided: int) -> None:
+        """Forget the input layouts decided after the first ``decided`` ones (a refused
+        call's: the next call decides again from its own values).
+
+        Args:
+            decided: How many layouts to keep, in the order they were decided.
+        """
+        if len(self._layout) > decided:
+            self._layout = dict(list(self._layout.items())[:decided])
 
     def _prepare(self, fields: dict[str, Any], steps: bool, lanes: int,
                  stacks: dict[str, npt.NDArray[Any]] | None) -> dict[str, Any]:
