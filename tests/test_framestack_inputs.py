@@ -275,3 +275,24 @@ def test_a_first_add_refused_after_the_view_leaves_the_inputs_undecided() -> Non
     spec = buf.config().spec
     assert spec is not None and tuple(spec["obs"]["shape"]) == (12, 10)
 
+
+def test_a_channels_first_frame_taken_as_a_stack_names_stacked_inputs() -> None:
+    """A (3, H, W) RGB frame with frame_stack=3 has the shape of a stack: its refusal
+    names the fix for single frames too, which then stores the whole frame."""
+    rgb = np.stack([np.full((12, 10), c, np.uint8) for c in (10, 20, 30)])
+    buf = rb.ReplayBuffer(32, frame_stack=3, seed=0)
+    with pytest.raises(ConfigError, match=r"view=rb\.FrameStackView\(3, "
+                                          r"stacked_inputs=False\) in place of frame_stack=3"):
+        buf.add(obs=rgb, action=0, reward=0.0, next_obs=rgb, terminated=False,
+                truncated=False)
+    frames = rb.ReplayBuffer(32, view=FrameStackView(3, stacked_inputs=False), seed=0)
+    frames.add(obs=rgb, action=0, reward=0.0, next_obs=rgb, terminated=False,
+               truncated=False)
+    assert frames.spec is not None and frames.spec["obs"].shape == (3, 12, 10)
+    np.testing.assert_array_equal(frames.sample(1).obs[0], np.stack([rgb] * 3))
+    # declared stacks (stacked_inputs=True) get no such hint: their shape was not guessed
+    stacked = rb.ReplayBuffer(32, view=FrameStackView(3, stacked_inputs=True), seed=0)
+    with pytest.raises(ConfigError) as info:
+        stacked.add(obs=rgb, action=0, reward=0.0, next_obs=rgb, terminated=False,
+                    truncated=False)
+    assert "stacked_inputs=False" not in str(info.value)

@@ -144,19 +144,22 @@ class _EpisodeStarts:
     counters' bytes.
     """
 
-    __slots__ = ("k", "memo")
+    __slots__ = ("by_shape", "k", "memo")
 
-    def __init__(self, k: int) -> None:
+    def __init__(self, k: int, by_shape: bool = False) -> None:
         self.k = k
+        #: The view tells stacks from single frames by their shape (stacked_inputs=None)
+        self.by_shape = by_shape
         #: (table, its episode and clear counters' bytes) when no lane of it was at a start
         self.memo: tuple[StepTable, bytes, bytes] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickle support: what was read of a table is not kept."""
-        return {"k": self.k}
+        return {"k": self.k, "by_shape": self.by_shape}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.k = state["k"]
+        self.by_shape = bool(state.get("by_shape", False))
         self.memo = None
 
     def unchanged(self, table: StepTable) -> bool:
@@ -254,6 +257,13 @@ class _EpisodeStarts:
             f"after an episode end in lane {lane}", "A step that continues an episode "
             "after another one's end (several envs' steps added to one lane) is taken as "
             "an episode start too: give each env its own lane (num_envs, env_ids)")
+        if self.by_shape:  # a channels-first frame can look like a stack
+            also += (
+                f". Taken as a stack by its shape (at least 3 dims, the first {k}): if "
+                f"each obs is one frame whose first dim happens to be {k} (a channels-first "
+                f"image, e.g. (3, 84, 84) with frame_stack=3), pass "
+                f"view=rb.FrameStackView({k}, stacked_inputs=False) in place of "
+                f"frame_stack={k}")
         raise ConfigError(
             f"{'extend' if steps else 'add'}: {name}={describe(arr)}: {where} starts an "
             f"episode ({why}), but the older frames of its stack are not its first frame "
@@ -344,7 +354,7 @@ class FrameStackView:
         # per obs leaf ("" for a plain obs): (is a stack, frame ndim), set at the first add
         self._layout: dict[str, tuple[bool, int]] = {}
         # which lanes' next step starts an episode (prepare_lane_inputs' check)
-        self._starts = _EpisodeStarts(self.k)
+        self._starts = _EpisodeStarts(self.k, by_shape=stacked_inputs is None)
         self.kernel = kernel
         self._kernel: Any = None
         self._last: tuple[StepTable, IntArray, bytes, _Plan] | None = None
