@@ -40,6 +40,9 @@ terminations (and ignores one without ``done``), as SB3 does.
   SB3 does); with ``n_steps > 1`` the reward normalization is applied to the n-step return
   (the scaling is exact, the clipping applies to the sum).
 * ``optimize_memory_usage=True`` is refused: each observation is stored once already.
+  Under ``VecFrameStack`` an observation is a whole stack, so each frame is stored ``k``
+  times, as in SB3's buffer with ``optimize_memory_usage=True`` (one frame per step needs
+  the core buffer's ``frame_stack=``; see docs/integrations.md).
   SB3's raw arrays (``observations``, ``dones``, ...) do not exist; read
   :attr:`ReplayBuffer.core` (a :class:`replaybank.ReplayBuffer`) instead.
 
