@@ -546,3 +546,25 @@ def test_a_vector_envs_first_add_without_num_envs_says_which() -> None:
         buf.add(obs=o, action=np.zeros(4), reward=np.zeros(4), next_obs=o,
                 terminated=np.zeros(4, bool), truncated=np.zeros(4, bool))
     assert buf.spec is None and len(buf) == 0
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"n_step": 3}])
+def test_a_reward_with_a_per_step_shape_is_refused_at_the_first_add(kwargs: dict) -> None:
+    """A ``[1]`` reward beside an obs without the env dim was stored with shape ``(1,)``
+    and every later ``sample`` failed with a numpy broadcast error (n-step too). It is
+    refused at the first add (and at ``spec=``), naming the fix; nothing is stored."""
+    buf = rb.ReplayBuffer(16, seed=0, **kwargs)
+    o = np.zeros(3, np.float32)
+    step = dict(obs=o, action=np.zeros(2, np.float32), next_obs=o, terminated=False,
+                truncated=False)
+    with pytest.raises(rb.ShapeError, match=r"reward: per-step shape \(1,\); expected one "
+                                            r"number per step.*reward\[0\]"):
+        buf.add(reward=np.array([1.0], np.float32), **step)
+    assert buf.spec is None and len(buf) == 0
+    for _ in range(4):
+        buf.add(reward=1.0, **step)
+    assert buf.sample(3).reward.shape == (3,)
+    with pytest.raises(rb.ShapeError, match="if they are 2 envs' rewards, build the buffer "
+                                            "with num_envs=2"):
+        rb.ReplayBuffer(8, spec={"obs": ((3,), "float32"), "action": ((2,), "float32"),
+                                 "reward": ((2,), "float32")})

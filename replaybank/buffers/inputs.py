@@ -268,10 +268,12 @@ def one_env_lead(fields: Mapping[str, Any], lead: tuple[int, ...]) -> tuple[int,
 
 
 def check_flags(spec: Spec) -> None:
-    """``terminated``/``truncated`` must be one flag per step.
+    """``terminated``/``truncated`` must be one flag per step, and ``reward`` one number
+    per step (n-step returns, hindsight relabelling, episode sums and the samplers read
+    it as one; a per-step shape such as ``(1,)`` failed only at the first sample).
 
     Raises:
-        ShapeError: A flag field with a per-step shape.
+        ShapeError: A flag or reward field with a per-step shape.
     """
     for name in ("terminated", "truncated"):
         if name in spec and spec[name].shape != ():
@@ -284,6 +286,17 @@ def check_flags(spec: Spec) -> None:
                 f"per step (shape ()); pass {name} shaped like reward, e.g. [T] for extend "
                 f"or a bool for add{envs}"
             )
+    if "reward" in spec and spec["reward"].shape != ():
+        shape = spec["reward"].shape
+        envs = f"; if they are {shape[0]} envs' rewards, build the buffer with " \
+            f"num_envs={shape[0]}" if len(shape) == 1 and shape[0] > 1 else ""
+        raise ShapeError(
+            f"reward: per-step shape {shape}; expected one number per step (shape ()); "
+            "pass reward shaped like terminated, e.g. a float for add or [T] for extend "
+            f"(a [1] array of one env: reward[0], or obs with its env dim too){envs}. "
+            "Several numbers per step (a multi-objective reward) are an extra field, "
+            "e.g. add(..., reward=total, objectives=vector)"
+        )
 
 
 def flags_as_bool(spec: Spec) -> Spec:

@@ -202,13 +202,12 @@ class HerView(StatelessView):
 
         A relabelled goal is an achieved goal written into the desired-goal field, and
         ``reward_fn`` gives one reward per step, so the two goal fields must have one
-        shape, the achieved goals' dtype must fit the desired goals' without turning
-        fractions into integers, and the reward must be one number per step.
+        shape and the achieved goals' dtype must fit the desired goals' without turning
+        fractions into integers (a reward of one number per step every buffer checks).
 
         Raises:
             ShapeError: The achieved or desired goal key is not among the observation
-                fields, the two goals differ in shape, or the reward is not one number
-                per step.
+                fields, or the two goals differ in shape.
             DtypeError: Achieved goals whose values the desired goals' dtype cannot hold
                 (e.g. float achieved goals, integer desired goals).
         """
@@ -233,12 +232,6 @@ class HerView(StatelessView):
                 f"{desired.dtype}; a relabelled goal is an achieved goal stored as the "
                 f"desired goal, and {desired.dtype} cannot hold {achieved.dtype} values: "
                 "store the desired goal as the achieved goal's dtype (spec=)")
-        reward = spec.get("reward")
-        if reward is not None and reward.shape != ():
-            raise ShapeError(
-                f"HerView: the reward is stored with shape {reward.shape} per step, but "
-                "reward_fn gives one number per step: add rewards as one number per "
-                "step (shape [num_envs], or a scalar with one env)")
 
     def _check_table(self, table: StepTable) -> None:
         self.check_fields(table.spec)
