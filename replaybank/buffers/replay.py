@@ -315,6 +315,9 @@ class ReplayBuffer:
             self.write_route.drop()
 
     def __len__(self) -> int:
+        store = self._store
+        if not store.size_syncs:  # a read of the counters (0.3 us less than a guarded call)
+            return store.size(self._sampler)
         # a call like the others: a shared-memory store refreshes its snapshot and tells
         # the sampler what entered it (unguarded, beside another thread's sample)
         entered = self._guard.enter()

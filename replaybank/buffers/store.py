@@ -68,6 +68,11 @@ class Store:
         rows_only: The table stores rows (no next observations).
     """
 
+    #: :meth:`size` changes state (a shared-memory store refreshes its snapshot and tells
+    #: the sampler what entered it), so ``len(buf)`` runs it as a guarded call; here it
+    #: only reads the counters.
+    size_syncs = False
+
     def __init__(self, backend: ArrayBackend, rows: int, lanes: int, rows_only: bool) -> None:
         self.backend = backend
         self.rows = rows

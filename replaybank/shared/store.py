@@ -74,6 +74,8 @@ class SharedStore(Store):
                 "unmapped its shared memory); build a new buffer, or save it with rb.save "
                 "before closing and rb.load the copy")
 
+    size_syncs = True  # (size reads the writers' new steps into the snapshot)
+
     def size(self, sampler: Sampler) -> int:
         self.check_open("len(buf)")
         self.reader.sync(sampler)
