@@ -559,3 +559,46 @@ def test_two_threads_adding_to_a_rollout_buffer_store_exactly_the_adds_that_retu
             assert np.array_equal(got, buf.data["obs/b"][:, 0, 0]), f"run {run}: torn rows"
         assert buf.pos == len(stored), f"run {run}: {len(stored)} adds returned"
         assert sorted(got.tolist()) == sorted(stored), f"run {run}: steps lost"
+
+
+class _ObsHook:
+    """An observation whose first conversion (inside ``store``) runs ``hook`` first."""
+
+    def __init__(self, hook: Callable[[], None]) -> None:
+        self.hook: Callable[[], None] | None = hook
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        hook, self.hook = self.hook, None
+        if hook is not None:
+            hook()
+        return np.zeros(2, dtype or np.float64)
+
+
+def test_a_path_buffer_refuses_a_call_while_another_threads_call_runs() -> None:
+    """``PathBuffer`` serves one thread at a time, as its ``RolloutBuffer`` does: a
+    learner thread's ``finish_path`` made while the collector's ``store`` runs raises
+    ``ConcurrentCallError`` naming both calls and both threads, and moves no pointer.
+    It used to run (only the inner ``RolloutBuffer`` calls were checked): here it closed
+    the path under the ``store``; in a probe of a collector storing 3,000 steps while a
+    learner called ``get``, 3 runs in 5 lost 58-125 steps and left ``path_start`` past
+    the pointer."""
+    buf = rb.PathBuffer(8, gamma=0.9)
+    buf.store(np.ones(2), 0, 1.0, 0.0, 0.0)
+    raised: list[BaseException] = []
+    hook = _ObsHook(lambda: raised.extend(
+        _call_from_thread(lambda: buf.finish_path(0.0), "learner")))
+    buf.store(hook, 0, 1.0, 0.0, 0.0)
+    assert len(raised) == 1 and isinstance(raised[0], rb.ConcurrentCallError), raised
+    msg = str(raised[0])
+    assert "PathBuffer.finish_path()" in msg and "store()" in msg, msg
+    assert "'learner'" in msg and "'MainThread'" in msg and "one thread at a time" in msg
+    assert (buf.ptr, buf.path_start) == (2, 0)
+    assert "finished" in msg and "get()" in msg, msg  # the fix speaks of paths
+    # inside exclusive() (what rb.save holds) another thread's store is refused too
+    with buf.exclusive():
+        raised.extend(_call_from_thread(
+            lambda: buf.store(np.ones(2), 0, 1.0, 0.0, 0.0), "collector"))
+    assert isinstance(raised[1], rb.ConcurrentCallError) and buf.ptr == 2
+    # handed to another thread between calls: allowed
+    assert not _call_from_thread(lambda: buf.finish_path(0.0), "learner")
+    assert buf.path_start == 2 and len(buf.get().obs) == 2

@@ -17,6 +17,15 @@ Conventions (as SpinningUp's PPO buffer):
 * ``get()`` normalises advantages over the whole epoch with the population std
   (``ddof=0``): ``(adv - mean) / (std + eps)``; ``eps=0`` reproduces SpinningUp exactly.
 
+Threads: a :class:`PathBuffer` serves one thread at a time, as its
+:class:`RolloutBuffer` does (:mod:`replaybank.buffers.one_thread`): ``store``,
+``finish_path`` and ``get`` each read and move the path pointers, so a call made while
+another thread's call runs raises :class:`~replaybank.errors.ConcurrentCallError` and
+changes nothing. (Unchecked, a collector storing while a learner called ``get`` lost
+58-125 of 3,000 steps in 3 of 5 probe runs, and ``finish_path`` then failed on a path
+start past the pointer.) Handing the buffer to another thread between calls is fine.
+The check adds under 0.1 us to a ``store`` (about 7 us).
+
 Example:
     >>> import numpy as np
     >>> buf = PathBuffer(size=4, gamma=0.5, lam=1.0, eps=0.0)
@@ -33,6 +42,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 import numpy as np
@@ -40,6 +50,7 @@ import numpy.typing as npt
 
 from replaybank.batch import Batch
 from replaybank.buffers.arguments import positive_int
+from replaybank.buffers.one_thread import ThreadCheck, one_thread_call
 from replaybank.buffers.rollout.buffer import RolloutBuffer
 from replaybank.compat.base import Checkpointed, Core, FrontEnd
 from replaybank.errors import CapacityError, CheckpointError, ConfigError, EmptyBufferError
@@ -48,6 +59,12 @@ from replaybank.ops.gae import Backend, discount_cumsum, gae
 __all__ = ["PathBuffer"]
 
 FloatArray = npt.NDArray[np.float64]
+
+_ONE_THREAD_FIX = (
+    "a PathBuffer is for one thread at a time: hand it from thread to thread between calls "
+    "(e.g. through a queue.Queue once the epoch's paths are finished, and back after "
+    "get()), or give each thread its own buffer"
+)
 
 
 class PathBuffer(Checkpointed, FrontEnd):
@@ -88,6 +105,7 @@ class PathBuffer(Checkpointed, FrontEnd):
         self._adv = np.zeros(self._size)  # raw GAE advantages of finished paths
         self._ret = np.zeros(self._size)  # rewards-to-go of finished paths
         self._path_start = 0
+        self.thread_check = ThreadCheck("PathBuffer", _ONE_THREAD_FIX)
 
     rollout: Core[RolloutBuffer] = Core(
         "The one-env :class:`RolloutBuffer` holding the steps (:attr:`buffer`).", "buffer")
@@ -123,14 +141,23 @@ class PathBuffer(Checkpointed, FrontEnd):
         Raises:
             CapacityError: ``size`` steps are stored; call :meth:`get` first.
             SpecError, ShapeError, DtypeError: Bad input (nothing is stored).
+            ConcurrentCallError: Another thread's call on the buffer is under way.
         """
-        if self.ptr >= self._size:
-            raise CapacityError(
-                f"store: the buffer is full ({self._size} steps); call finish_path(last_val) "
-                "and get() at the end of each epoch"
-            )
-        self.buffer.add(obs, act, rew, False, False, val, logp, **extras)
+        # the check written out (one_thread_call's wrapper cost 0.8 us of a 7 us store; this
+        # and reading buffer.pos, not the ptr descriptor, cost < 0.1 us in interleaved A/B)
+        check = self.thread_check
+        entered = check.enter("store")
+        try:
+            if self.buffer.pos >= self._size:
+                raise CapacityError(
+                    f"store: the buffer is full ({self._size} steps); call "
+                    "finish_path(last_val) and get() at the end of each epoch"
+                )
+            self.buffer.add(obs, act, rew, False, False, val, logp, **extras)
+        finally:
+            check.leave(entered)
 
+    @one_thread_call("finish_path")
     def finish_path(self, last_val: float = 0.0) -> None:
         """Close the current path: compute its advantages and rewards-to-go.
 
@@ -140,6 +167,7 @@ class PathBuffer(Checkpointed, FrontEnd):
 
         Raises:
             ConfigError: ``last_val`` is not a finite number.
+            ConcurrentCallError: Another thread's call on the buffer is under way.
         """
         lv = float(np.asarray(last_val, dtype=np.float64).reshape(-1)[0]) \
             if np.size(last_val) == 1 else float("nan")
@@ -159,6 +187,7 @@ class PathBuffer(Checkpointed, FrontEnd):
             np.append(rew.astype(np.float64), lv), self.gamma, backend=be)[:-1]
         self._path_start = end
 
+    @one_thread_call("get")
     def get(self) -> Batch:
         """Return every stored step with normalised advantages, and start a new epoch.
 
@@ -171,6 +200,7 @@ class PathBuffer(Checkpointed, FrontEnd):
         Raises:
             EmptyBufferError: Nothing stored, or the last path is not finished (the
                 buffer is then unchanged).
+            ConcurrentCallError: Another thread's call on the buffer is under way.
         """
         n = self.ptr
         if n == 0:
@@ -205,8 +235,43 @@ class PathBuffer(Checkpointed, FrontEnd):
         return {"size": self._size, "gamma": self.gamma, "lam": self.lam, "eps": self.eps,
                 "spec": cfg["spec"], "backend": cfg["backend"]}
 
-    # state_dict, load_state_dict, save, load, config: Checkpointed ({"rollout": the
-    # rollout's state, "init", "path_start", "arrays"})
+    # load, config: Checkpointed; state_dict, load_state_dict, save: Checkpointed's, each
+    # one call of the thread check ({"rollout": the rollout's state, "init", "path_start",
+    # "arrays"})
+    @one_thread_call("state_dict")
+    def state_dict(self) -> dict[str, Any]:
+        """The rollout's state (``"rollout"``) beside the path entries (``"init"``,
+        ``"path_start"``, ``"arrays"``), taken at one moment."""
+        return super().state_dict()
+
+    @one_thread_call("load_state_dict")
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Inverse of :meth:`state_dict`; a state that fails changes nothing.
+
+        Raises:
+            CheckpointError: The state does not fit this buffer or is damaged.
+            ConcurrentCallError: Another thread's call on the buffer is under way.
+        """
+        super().load_state_dict(state)
+
+    @one_thread_call("save")
+    def save(self, dirpath: Any, prefix: str = "buffer_") -> None:
+        """Write ``<prefix>metadata.json`` and ``<prefix>state.safetensors`` atomically;
+        restore with :meth:`load` (or :func:`replaybank.load`)."""
+        super().save(dirpath, prefix)
+
+    def exclusive(self) -> AbstractContextManager[None]:
+        """A block in which another thread's call on the buffer is refused
+        (``ConcurrentCallError``) while this thread's calls run as usual; ``rb.save``
+        holds it while it writes.
+
+        Example:
+            >>> buf = PathBuffer(4)
+            >>> with buf.exclusive():
+            ...     state = buf.state_dict()
+        """
+        return self.thread_check.section("exclusive")
+
     def _own_state(self) -> dict[str, Any]:
         return {"init": self.init_config(), "path_start": self._path_start,
                 "arrays": {"advantages": self._adv, "returns": self._ret}}
