@@ -32,6 +32,7 @@ from replaybank.device.prefetch import Prefetcher
 from replaybank.device.store import DeviceStore, device_store
 from replaybank.errors import (
     ArgumentError,
+    BufferChangedError,
     CapacityError,
     CheckpointError,
     ConcurrentCallError,
@@ -118,6 +119,7 @@ __all__ = [
     "Batch",
     "BatchWeights",
     "BoundedPriorities",
+    "BufferChangedError",
     "BufferConfig",
     "CallbackView",
     "CapacityError",

@@ -22,6 +22,7 @@ import numpy as np
 
 __all__ = [
     "ArgumentError",
+    "BufferChangedError",
     "CapacityError",
     "CheckpointError",
     "ConcurrentCallError",
@@ -79,6 +80,11 @@ class ArgumentError(ConfigError, TypeError):
 class ConcurrentCallError(ReplayBankError, RuntimeError):
     """A buffer that serves one thread at a time (a rollout buffer, a Ray client) was
     called from a second thread while another thread's call on it was still running."""
+
+
+class BufferChangedError(ReplayBankError, RuntimeError):
+    """A minibatch generator was resumed after the rollout it reads changed (an ``add``,
+    ``reset`` or new advantages since it was made), as a dict changed during iteration."""
 
 
 class MissingDependencyError(ReplayBankError, ImportError):

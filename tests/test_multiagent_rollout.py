@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from replaybank.batch import Batch
 from replaybank.errors import (
     ArgumentError,
+    BufferChangedError,
     CapacityError,
     CheckpointError,
     ConfigError,
@@ -265,6 +266,43 @@ def test_advantage_normalisation_uses_active_entries() -> None:
     assert abs(flat.advantages.mean()) < 1e-9
     for mb in buf.get(batch_size=4, agents="flatten"):
         assert mb.advantages.shape == mb.agent.shape
+
+
+@pytest.mark.parametrize("mode", ["together", "flatten"])
+@pytest.mark.parametrize("change", ["reset", "add", "end_episodes", "recompute"])
+def test_a_get_generator_refuses_to_go_on_after_the_rollout_changed(mode: str,
+                                                                    change: str) -> None:
+    """``get``'s generator resumed after the rollout changed under it raises
+    ``BufferChangedError`` naming the fix, as ``RolloutBuffer``'s generators do. It used
+    to go on: after ``reset()`` and 4 adds between batches of ``get(2, shuffle=False)``
+    (together), its next batch was 2 steps of the new rollout with the old advantages."""
+    sc = scenario(3, 2, 2, 8, False, same_shapes=True)
+    buf = built(sc)
+    gen = buf.get(2, agents=mode)  # type: ignore[call-overload]
+    seen = len(next(gen).indices)
+    if change == "reset":
+        buf.reset()
+    elif change == "add":
+        buf.reset()
+        fill(buf, sc, steps=4)
+    elif change == "end_episodes":
+        buf.end_episodes(None, final_value={a: np.zeros(2) for a in sc["agents"]})
+    else:
+        buf.compute_returns_and_advantage(last_values=last_values(sc))
+    with pytest.raises(BufferChangedError,
+                       match=r"MultiAgentRolloutBuffer\.get\(\): the rollout changed.*get\(\)"):
+        next(gen)
+    assert seen == 2
+    # a loop that only reads goes on; one that resets inside is refused at its next batch
+    buf = built(sc)
+    read = 0
+    for _ in buf.get(4, agents=mode):  # type: ignore[call-overload]
+        buf.state_dict()
+        read += 1
+    assert read > 1
+    with pytest.raises(BufferChangedError):
+        for _ in buf.get(4, agents=mode):  # type: ignore[call-overload]
+            buf.reset()
 
 
 def test_flatten_names_the_agents_whose_shapes_differ() -> None:

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 import replaybank as rb
 from replaybank.errors import (
+    BufferChangedError,
     CapacityError,
     CheckpointError,
     ConfigError,
@@ -492,6 +493,76 @@ def test_recurrent_first_flags_carry_over_reset_and_nested_hidden() -> None:
 
 
 # ------------------------------------------------------------------ state and config
+def _generator(buf: rb.RolloutBuffer, kind: str) -> Any:
+    if kind == "flat":
+        return buf.generate_batches(num_mini_batch=4)
+    return buf.recurrent_generator(num_mini_batch=4, chunk_length=2)
+
+
+@pytest.mark.parametrize("kind", ["flat", "recurrent"])
+@pytest.mark.parametrize("change", ["reset", "reset_and_adds", "recompute", "load"])
+def test_a_generator_refuses_to_go_on_after_the_rollout_changed(kind: str,
+                                                                change: str) -> None:
+    """A minibatch generator resumed after the rollout changed under it raises
+    ``BufferChangedError`` naming the fix, at the next ``next()``, instead of yielding
+    steps of another rollout beside the old advantages. It used to go on: after
+    ``reset()`` and 3 adds between batches, 2 of the 6 steps still yielded (flat) were
+    steps of the new rollout; ``for b in gen: buf.reset()`` ran all 4 batches."""
+    buf = rb.RolloutBuffer(8, num_envs=2, seed=0)
+    fill(buf, seed=1)
+    buf.compute_returns_and_advantage(np.zeros(2))
+    saved = buf.state_dict()
+    gen = _generator(buf, kind)
+    first = next(gen)
+    assert first.batch_size > 0
+    if change == "reset":
+        buf.reset()
+    elif change == "reset_and_adds":
+        buf.reset()
+        for t in range(3):
+            buf.add(obs={"pos": np.full((2, 3), 100.0 + t, np.float32),
+                         "goal": np.zeros((2, 1), np.float32)}, action=[0, 0],
+                    reward=[0.0, 0.0], terminated=[False, False], truncated=[False, False],
+                    value=[0.0, 0.0], log_prob=[0.0, 0.0])
+    elif change == "recompute":
+        buf.compute_returns_and_advantage(np.ones(2))
+    else:
+        buf.load_state_dict(saved)
+    call = "generate_batches" if kind == "flat" else "recurrent_generator"
+    with pytest.raises(BufferChangedError, match=rf"RolloutBuffer\.{call}\(\): the rollout "
+                       r"changed after this generator was made.*call " + call):
+        next(gen)
+
+
+@pytest.mark.parametrize("kind", ["flat", "recurrent"])
+def test_a_loop_that_resets_inside_its_batches_is_refused_and_reads_go_on(kind: str) -> None:
+    """``for b in buf.generate_batches(...): buf.reset()`` is refused at the second batch;
+    calls that change nothing (``state_dict``, ``advantages``, a second generator) leave a
+    running generator going, and a generator dropped before a change (``break``) is
+    never resumed, so it raises nothing."""
+    buf = rb.RolloutBuffer(8, num_envs=2, seed=0)
+    fill(buf, seed=1)
+    buf.compute_returns_and_advantage(np.zeros(2))
+    got = []
+    for b in _generator(buf, kind):
+        buf.state_dict()
+        _ = buf.advantages
+        next(_generator(buf, kind))
+        got.append(b)
+    assert len(got) == 4
+    for _b in _generator(buf, kind):
+        break
+    buf.reset()
+    fill(buf, seed=3)
+    buf.compute_returns_and_advantage(np.zeros(2))
+    seen = 0
+    with pytest.raises(BufferChangedError, match="Use the batches"):
+        for _b in _generator(buf, kind):
+            seen += 1
+            buf.reset()
+    assert seen == 1
+
+
 def test_state_dict_round_trip_gives_identical_batches() -> None:
     buf = rb.RolloutBuffer(6, num_envs=2, seed=11)
     fill(buf, hidden=True)

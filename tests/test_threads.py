@@ -602,3 +602,32 @@ def test_a_path_buffer_refuses_a_call_while_another_threads_call_runs() -> None:
     # handed to another thread between calls: allowed
     assert not _call_from_thread(lambda: buf.finish_path(0.0), "learner")
     assert buf.path_start == 2 and len(buf.get().obs) == 2
+
+
+@pytest.mark.parametrize("kind", ["rollout", "multiagent"])
+@pytest.mark.parametrize("call", ["reset", "add"])
+def test_another_threads_change_between_batches_stops_the_generator(kind: str,
+                                                                    call: str) -> None:
+    """Between two batches of a running minibatch generator the buffer is free, so
+    another thread's ``reset`` or ``add`` runs; the generator's next ``next()`` then
+    raises ``BufferChangedError`` instead of yielding steps of another rollout beside the
+    old advantages (it used to go on: only each ``next()`` was one call)."""
+    from replaybank.multiagent import MultiAgentRolloutBuffer
+
+    buf: Any
+    if kind == "rollout":
+        buf, step, last = rb.RolloutBuffer(8, seed=0), _rollout_step, 0.0
+        batches = lambda: buf.generate_batches(mini_batch_size=2)  # noqa: E731
+    else:
+        buf, step = MultiAgentRolloutBuffer(8, ["a", "b"], seed=0), _ma_step
+        last = {"a": 0.0, "b": 0.0}
+        batches = lambda: buf.get(2)  # noqa: E731
+    for t in range(6):
+        buf.add(**step(t))
+    buf.compute_returns_and_advantage(last)
+    gen = batches()
+    next(gen)
+    change = buf.reset if call == "reset" else lambda: buf.add(**step(100))
+    assert not _call_from_thread(change, "collector")
+    with pytest.raises(rb.BufferChangedError, match="the rollout changed after"):
+        next(gen)

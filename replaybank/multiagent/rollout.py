@@ -106,6 +106,7 @@ from replaybank.buffers.arguments import make_rng, positive_int, unit_number
 from replaybank.buffers.inputs import RESERVED
 from replaybank.buffers.one_thread import ThreadCheck, one_thread_call
 from replaybank.buffers.rollout.batches import normalise
+from replaybank.buffers.rollout.current import while_current
 from replaybank.buffers.rollout.inputs import per_env_float
 from replaybank.errors import (
     ArgumentError,
@@ -1326,9 +1327,15 @@ class MultiAgentRolloutBuffer:
             ConfigError: A bad ``batch_size`` or ``agents``.
             ShapeError: ``"flatten"`` with agents whose fields differ in shape or dtype,
                 or whose observations differ in kind (one array or a dict) or keys.
+            BufferChangedError: At a ``next()`` after the rollout changed (an ``add``,
+                ``end_episodes``, ``reset``, or new advantages since the call): use the
+                batches before changing the buffer.
         """
         with self.thread_check.section("get"):  # the checks and the permutation
-            return self.thread_check.iterate("get", self._epoch(batch_size, agents, shuffle))
+            made = self._adv
+            batches = while_current(self._epoch(batch_size, agents, shuffle), made,
+                                    lambda: self._adv, "MultiAgentRolloutBuffer", "get")
+            return self.thread_check.iterate("get", batches)
 
     def _epoch(self, batch_size: int | None, agents: str, shuffle: bool) -> Iterator[Any]:
         """:meth:`get`'s checks and order, and the iterator of its minibatches."""

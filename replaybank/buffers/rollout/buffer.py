@@ -40,6 +40,10 @@ Threads: the buffer serves one thread at a time (:mod:`replaybank.buffers.one_th
 A call made while another thread's call runs raises
 :class:`~replaybank.errors.ConcurrentCallError` and changes nothing; handing the buffer
 to another thread between calls (a collector fills it, the learner trains on it) is fine.
+A minibatch generator resumed after the rollout changed (``for b in
+buf.generate_batches(...): buf.reset()``, or an ``add`` between two batches, from any
+thread) raises :class:`~replaybank.errors.BufferChangedError` instead of yielding steps
+of another rollout (:mod:`replaybank.buffers.rollout.current`).
 
 Example:
     >>> import numpy as np
@@ -60,7 +64,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -73,6 +77,7 @@ from replaybank.buffers.inputs import leading_dims
 from replaybank.buffers.one_thread import ThreadCheck, one_thread_call
 from replaybank.buffers.rollout.autoreset import next_step_bootstrap, reset_mask
 from replaybank.buffers.rollout.batches import flat_batches, recurrent_batches
+from replaybank.buffers.rollout.current import while_current
 from replaybank.buffers.rollout.inputs import (
     ROLLOUT_RESERVED,
     FinalObsStore,
@@ -104,6 +109,7 @@ __all__ = ["RolloutBuffer"]
 _STEP_ARGS = ("obs", "action", "reward", "terminated", "truncated", "value", "log_prob")
 
 AnyArray = npt.NDArray[Any]
+_B = TypeVar("_B")
 _NORMS = ("batch", "minibatch", None)
 
 
@@ -663,12 +669,21 @@ class RolloutBuffer:
         Raises:
             ConfigError: Not exactly one size given, or a bad count (raised at the call).
             EmptyBufferError: Advantages not computed, or more minibatches than steps.
+            BufferChangedError: At a ``next()`` after the rollout changed (an ``add``,
+                ``reset``, or new advantages since the call): use the batches before
+                changing the buffer.
         """
         adv, ret = self._computed("generate_batches")
         batches = flat_batches(self.data, adv, ret, self._rng, num_mini_batch,
                                mini_batch_size, num_epochs, self.normalize_advantage,
                                self.advantage_eps, self._emit, self._valid_or_none())
-        return self.thread_check.iterate("generate_batches", batches)
+        return self.thread_check.iterate("generate_batches", self._while_current(
+            batches, adv, "generate_batches"))
+
+    def _while_current(self, batches: Iterator[_B], adv: AnyArray, call: str
+                       ) -> Iterator[_B]:
+        """``batches`` until the rollout changes (see :mod:`.current`)."""
+        return while_current(batches, adv, lambda: self._adv, "RolloutBuffer", call)
 
     def _valid_or_none(self) -> AnyArray | None:
         return ~self._resets() if self._next_step else None
@@ -705,7 +720,8 @@ class RolloutBuffer:
             bool; ``starts`` (flat index of each chunk's first step) ``[B]``.
 
         Raises:
-            ConfigError, EmptyBufferError: As :meth:`generate_batches`.
+            ConfigError, EmptyBufferError, BufferChangedError: As
+                :meth:`generate_batches`.
             SpecError: An unknown hidden field.
         """
         adv, ret = self._computed("recurrent_generator")
@@ -713,7 +729,8 @@ class RolloutBuffer:
                                    num_mini_batch, mini_batch_size, chunk_length, num_epochs,
                                    hidden_fields, self.normalize_advantage,
                                    self.advantage_eps, self._emit, self._valid_or_none())
-        return self.thread_check.iterate("recurrent_generator", chunks)
+        return self.thread_check.iterate("recurrent_generator", self._while_current(
+            chunks, adv, "recurrent_generator"))
 
     # ------------------------------------------------------------------ state
     def init_config(self) -> dict[str, Any]:
