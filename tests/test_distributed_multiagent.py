@@ -487,3 +487,77 @@ def test_clear_drops_every_joint_step_and_the_episode_bookkeeping(
         batch = target.sample(2, replace=False)
         assert set(batch.state[:, 0].astype(int).tolist()) == {2, 1002}
         assert batch.active["b"].all()
+
+
+class _HookedObs:
+    """An agent's observations whose first conversion (inside ``add``'s checks) runs
+    ``hook`` first."""
+
+    def __init__(self, values: np.ndarray, hook: Any) -> None:
+        self.values, self.hook = values, hook
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        hook, self.hook = self.hook, None
+        if hook is not None:
+            hook()
+        return self.values if dtype is None else self.values.astype(dtype)
+
+
+def test_a_second_threads_call_is_refused_and_changes_no_bookkeeping(
+        services: list[Any]) -> None:
+    """A multi-agent client serves one thread at a time, its whole call: another
+    thread's ``add``, ``end_episodes`` or ``clear`` made while this thread's ``add`` is
+    being checked raises ``ConcurrentCallError`` naming both calls and both threads,
+    queues nothing and leaves the episode bookkeeping as it was, so the client goes on
+    as a local buffer given the calls that went through. Only the core client's part
+    used to be checked: the other thread's ``add`` (and the others) went through in the
+    middle of this thread's ``add``."""
+    import threading
+
+    both = ("a", "b")
+    local = rb.MultiAgentReplayBuffer(32, agents=["a", "b"], num_envs=2, seed=0)
+    svc = start(services, 2, config(16, agents=["a", "b"]), num_lanes=2, seed=0)
+    client = svc.client()
+    other_calls = {
+        "add": lambda: client.add(**joint(1, [("b",), ("b",)], ended=(("b", 0), ("b", 1)))),
+        "end_episodes": lambda: client.end_episodes([0]),
+        "clear": client.clear,
+    }
+    raised: dict[str, BaseException | None] = {}
+
+    def others() -> None:  # in the middle of the main thread's add
+        for name, call in other_calls.items():
+            def run(name: str = name, call: Any = call) -> None:
+                try:
+                    call()
+                    raised[name] = None
+                except BaseException as exc:  # reported by the test
+                    raised[name] = exc
+            th = threading.Thread(target=run, name="collector")
+            th.start()
+            th.join(30)
+
+    for target in (local, client):
+        target.add(**joint(0, [both, both]))
+    a_ends = joint(1, [("a",), ("a",)], ended=(("a", 0), ("a", 1)))  # b acts on later
+    local.add(**a_ends)
+    client.add(**{**a_ends, "obs": {"a": _HookedObs(a_ends["obs"]["a"], others)}})
+    assert set(raised) == set(other_calls)
+    for name, exc in raised.items():
+        assert isinstance(exc, rb.ConcurrentCallError), (name, exc)
+        msg = str(exc)
+        assert f"MultiAgentReplayClient.{name}()" in msg and "add()" in msg, msg
+        assert "'collector'" in msg and "'MainThread'" in msg and "service.client(" in msg
+    # the bookkeeping is the local buffer's: a ended, b still runs in both envs
+    again = joint(2, [("a",), ("a",)])
+    with pytest.raises(ReplayBankError) as want:
+        local.add(**again)
+    with pytest.raises(type(want.value)):
+        client.add(**again)
+    for target in (local, client):
+        target.add(**joint(2, [("b",), ("b",)], ended=(("b", 0), ("b", 1))))
+        target.add(**joint(3, [both, both]))  # a new episode: a acts again
+    assert len(client) == len(local) == 8
+    got = client.sample(8, replace=False)
+    assert sorted(got.state[:, 0].tolist()) == sorted(local.sample(8, replace=False)
+                                                      .state[:, 0].tolist())

@@ -71,6 +71,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from replaybank.buffers.inputs import UNSET
+from replaybank.buffers.one_thread import ThreadCheck, one_thread_call
 from replaybank.errors import ArgumentError, ReplayBankError, describe
 from replaybank.multiagent.batch import MultiAgentBatch, MultiAgentSequenceBatch
 from replaybank.multiagent.buffer import MultiAgentReplayBuffer
@@ -100,6 +101,12 @@ Refusal = tuple[Any, int, ReplayBankError]
 #: The per-agent rows a client sends, by the name the shard passes them to ``add`` with,
 #: and the core field (of :attr:`JointStep.core`) they come from (``rewards``, ...:
 #: :data:`~replaybank.multiagent.layout.OUTCOMES`).
+#: The fix a second thread's call is told (see :class:`MultiAgentReplayClient`, Threads).
+_ONE_THREAD_FIX = (
+    "a MultiAgentReplayClient is for one thread at a time (its copy of the episode "
+    "bookkeeping is checked and updated around the core client's queue, unlocked); give "
+    "each thread its own client: service.client(name) with its own name in each (e.g. "
+    "'learner' and 'collector'), or pickle.loads(pickle.dumps(client))")
 _ROWS = {"obs": "obs", "next_obs": "next_obs", "action": "action", "reward": "rewards",
          "terminated": "terminations", "truncated": "truncations", "active": "active"}
 
@@ -136,7 +143,7 @@ class CoreClient(Protocol):
 
     def sample(self, batch_size: int, replace: bool = True, **kwargs: Any) -> Any: ...
 
-    def sample_sequences(self, batch_size: int, sequence_length: int,
+    def sample_sequences(self, /, batch_size: int, sequence_length: int,
                          **kwargs: Any) -> Any: ...
 
     def update_priorities(self, indices: Any, priorities: Any) -> int: ...
@@ -266,6 +273,17 @@ class MultiAgentReplayClient:
     draws over the shards and applies priorities. It pickles (pending rows are flushed
     first), so writer actors get their own copy.
 
+    Threads: a client serves one thread at a time, as its core client does. Its ``add``
+    checks a step against its copy of the episode bookkeeping, queues it on the core
+    client and then records it, so the whole call, not only the core client's part, is
+    one call (:mod:`replaybank.buffers.one_thread`): another thread's call made while it
+    runs raises :class:`~replaybank.errors.ConcurrentCallError` naming both calls and
+    both threads, and changes neither the queue nor the bookkeeping. (Only the core
+    client's part used to be checked: another thread's ``add``, ``end_episodes`` or
+    ``clear`` made while this one's values were being checked went through, queued and
+    recorded in the middle of it.) Give each thread its own client
+    (``service.client("collector")``).
+
     Args:
         client: The service's core client.
         config: One shard's buffer config (``agents``, ``spec``, ``n_step``).
@@ -287,6 +305,7 @@ class MultiAgentReplayClient:
         # envs whose shards may hold a running episode this client did not write (until
         # its first add or end_episodes there): a restored service's, another client's
         self._unknown = np.ones(client.num_lanes, np.bool_)
+        self.thread_check = ThreadCheck("MultiAgentReplayClient", _ONE_THREAD_FIX)
 
     # ------------------------------------------------------------------ properties
     @property
@@ -348,7 +367,8 @@ class MultiAgentReplayClient:
                 f"num_lanes={self.num_lanes}, pending_rows={self.pending_rows})")
 
     # ------------------------------------------------------------------ writes
-    def add(self, *args: Any, obs: Any = UNSET, action: Any = UNSET, reward: Any = UNSET,
+    @one_thread_call("add")
+    def add(self, /, *args: Any, obs: Any = UNSET, action: Any = UNSET, reward: Any = UNSET,
             next_obs: Any = UNSET, terminated: Any = UNSET, truncated: Any = UNSET,
             state: Any = None, next_state: Any = None, active: Any = None,
             priority: Any = None, **extras: Any) -> None:
@@ -401,6 +421,7 @@ class MultiAgentReplayClient:
         if layout is None:
             self._layout = step.layout
 
+    @one_thread_call("check_first_add")
     def check_first_add(self, agents: Any, per_agent: Any = ("obs", "action"),
                         call: str = "check_first_add") -> None:
         """Refuse now the first add that would hold only ``agents`` and leave the shapes
@@ -418,6 +439,7 @@ class MultiAgentReplayClient:
             check_first_add_fields("MultiAgentReplayBuffer", self._agents, self._spec,
                                    agents, per_agent, call)
 
+    @one_thread_call("check_obs")
     def check_obs(self, obs: Any, state: Any = None, *, step: Any = None,
                   call: str = "check_obs") -> None:
         """Raise what :meth:`add` would raise for observations and a global state from
@@ -435,6 +457,7 @@ class MultiAgentReplayClient:
         check_obs_values("MultiAgentReplayBuffer", self._agents, self.num_lanes, layout,
                          self._spec, obs, state, call)
 
+    @one_thread_call("end_episodes")
     def end_episodes(self, env_ids: Any = None) -> None:
         """End the running joint episodes of ``env_ids`` after their newest step, as
         :meth:`MultiAgentReplayBuffer.end_episodes
@@ -471,6 +494,7 @@ class MultiAgentReplayClient:
         ep.cut(lanes)
         self._unknown[lanes] = False
 
+    @one_thread_call("clear")
     def clear(self) -> None:
         """Drop every joint step of the service and the episode bookkeeping, as
         :meth:`MultiAgentReplayBuffer.clear
@@ -490,17 +514,20 @@ class MultiAgentReplayClient:
         held = None if rule is None else rule.get("layout")
         return held if isinstance(held, AgentLayout) else self._layout
 
+    @one_thread_call("flush")
     def flush(self, wait: bool = True) -> None:
         """Send every pending row (and with ``wait`` wait until written); see
         :meth:`~replaybank.distributed.client.ReplayClient.flush`."""
         self.client.flush(wait)
 
+    @one_thread_call("close")
     def close(self) -> None:
         """Flush and wait; the client may still be used afterwards."""
         self.flush()
 
     # ------------------------------------------------------------------ reads
-    def sample(self, batch_size: int, **kwargs: Any) -> MultiAgentBatch:
+    @one_thread_call("sample")
+    def sample(self, /, batch_size: int, **kwargs: Any) -> MultiAgentBatch:
         """Sample ``batch_size`` joint transitions over every live shard (one buffer's
         law; prioritized: global probabilities and weights).
 
@@ -515,7 +542,8 @@ class MultiAgentReplayClient:
         return MultiAgentBatch.from_core(self.client.sample(batch_size, **kwargs),
                                          self._agents)
 
-    def sample_sequences(self, batch_size: int, sequence_length: int,
+    @one_thread_call("sample_sequences")
+    def sample_sequences(self, /, batch_size: int, sequence_length: int,
                          **kwargs: Any) -> MultiAgentSequenceBatch:
         """Sample ``[B, L]`` windows of joint steps (each env's steps stay on one shard,
         so windows are one buffer's; see
@@ -529,6 +557,7 @@ class MultiAgentReplayClient:
             self.client.sample_sequences(batch_size, sequence_length, **kwargs),
             self._agents)
 
+    @one_thread_call("update_priorities")
     def update_priorities(self, indices: Any, priorities: Any) -> int:
         """Set the priorities of sampled joint steps (``batch.indices``; one per joint
         step); see :meth:`~replaybank.distributed.client.ReplayClient.update_priorities`.
@@ -538,6 +567,7 @@ class MultiAgentReplayClient:
         """
         return int(self.client.update_priorities(indices, priorities))
 
+    @one_thread_call("update_sequence_priorities")
     def update_sequence_priorities(self, starts: Any, td_errors: Any, eta: float = 0.9,
                                    mask: Any = None) -> int:
         """R2D2 priorities of sampled windows; see
@@ -546,10 +576,12 @@ class MultiAgentReplayClient:
                                                           mask=mask))
 
     # ------------------------------------------------------------------ state
+    @one_thread_call("state_dict")
     def state_dict(self) -> dict[str, Any]:
         """The core client's sampling state (what ``service.checkpoint()`` keeps)."""
         return self.client.state_dict()
 
+    @one_thread_call("load_state_dict")
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict` (a damaged state raises CheckpointError and changes
         nothing, as the core client's)."""
