@@ -618,6 +618,38 @@ def test_a_client_refuses_sample_fn_as_a_host_buffer_does(services: Any) -> None
     assert "or call sample()" in str(got.value)
 
 
+@pytest.mark.parametrize("sampler", [None, PER])
+def test_an_empty_service_says_what_an_empty_buffer_says(services: Any, sampler: Any) -> None:
+    """A sample from an empty service (never written, or cleared) raises the local
+    buffer's ``EmptyBufferError`` message, word for word, then what only a service can
+    add. It used to say ``the live shards hold nothing to draw (masses [0.0, 0.0]); add
+    data, or wait for the writers``, and named ``sample_sequences`` ``sample``."""
+    cfg: dict[str, Any] = {"capacity": 64, "seed": 0}
+    if sampler is not None:
+        cfg["sampler"] = sampler
+    local = rb.from_config({**cfg, "capacity": 128, "num_envs": 4})
+    svc = start(services, 2, cfg, num_lanes=4, seed=0)
+    client = svc.client()
+    calls = {"sample": lambda buf: buf.sample(8),
+             "replace=False": lambda buf: buf.sample(8, replace=False),
+             "sample_sequences": lambda buf: buf.sample_sequences(2, 3)}
+    for when in ("new", "cleared"):
+        for name, call in calls.items():
+            with pytest.raises(rb.EmptyBufferError) as want:
+                call(local)
+            with pytest.raises(rb.EmptyBufferError) as got:
+                call(client)
+            head, _, tail = str(want.value).partition(": ")
+            assert tail == "the buffer is empty; add transitions first", (when, name)
+            msg = str(got.value)
+            assert msg.startswith(head.rstrip(")")), (when, name, msg)
+            assert msg.endswith(f": {tail}, or wait for the writers' rows (the live shards "
+                                "hold 0 items)"), (when, name, msg)
+        for buf in (local, client):
+            buf.extend(**steps(4, 0, 3))
+            buf.clear()
+
+
 @pytest.mark.slow
 def test_clear_empties_the_service_as_a_buffer_and_restores_after(
         services: Any, tmp_path: Any) -> None:

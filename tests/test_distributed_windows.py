@@ -160,9 +160,16 @@ def test_stream_law_is_the_conditional_law_not_the_mass_split(first: int) -> Non
 
 def test_stream_refuses_zero_mass_and_counts_are_padded() -> None:
     stream = CandidateStream([0], 4, np.random.default_rng(0))
-    stream.add(0, {"usable": np.zeros(0, bool), "mass": (0, 0.0, math.inf),
+    stream.add(0, {"usable": np.zeros(0, bool), "mass": (3, 0.0, math.inf),
                    "fields": None, "priorities": None})
     with pytest.raises(EmptyBufferError, match="hold nothing to draw"):
+        stream.consume()
+    # no items at all: a local buffer's words
+    stream = CandidateStream([0], 4, np.random.default_rng(0))
+    stream.add(0, {"usable": np.zeros(0, bool), "mass": (0, 0.0, math.inf),
+                   "fields": None, "priorities": None})
+    with pytest.raises(EmptyBufferError, match=r"^sample_sequences\(batch_size=4\): the "
+                       "buffer is empty; add transitions first"):
         stream.consume()
     # a guess covers B / rate labels, padded; a tiny rate is clamped, the size capped
     c = candidate_counts(256, 0.5, {0: 0.25, 1: 0.75})

@@ -158,6 +158,7 @@ from replaybank.distributed.keys import group_by_shard, group_rows_by_shard
 from replaybank.distributed.rejection import CandidateStream, candidate_counts
 from replaybank.distributed.split import (
     check_distinct,
+    check_held,
     merge,
     split_counts,
     split_depleting,
@@ -208,6 +209,11 @@ _ONE_THREAD_FIX = (
     "and a sample waiting on a rate limiter for inserts a blocked add would make never "
     "returns); give each thread its own client: service.client(name) with its own name "
     "in each (e.g. 'learner' and 'collector'), or pickle.loads(pickle.dumps(client))")
+
+
+def _draw_call(n: int, sequences: tuple[int] | None) -> str:
+    """The call a draw of ``n`` serves, as its messages name it."""
+    return f"sample{'' if sequences is None else '_sequences'}(batch_size={n})"
 
 
 class ReplayClient:
@@ -1093,7 +1099,9 @@ class ReplayClient:
             for s in live:
                 seen[s] = float(masses[s][1])
             self._seen = seen
-            counts = split_counts(np.array([masses[s][1] for s in live]), n, self._rng)
+            call = _draw_call(n, sequences)
+            check_held([masses[s][0] for s in live], call)
+            counts = split_counts(np.array([masses[s][1] for s in live]), n, self._rng, call)
             parts: dict[int, dict[str, Any]] = {}
             short: dict[int, int] = {}
             for s, c in zip(live, counts.tolist(), strict=True):
@@ -1246,7 +1254,12 @@ class ReplayClient:
                     counts = split_depleting(np.array([states[s][4] for s in ids]), have,
                                              n, self._rng)
             else:
-                counts = split_counts(np.array([masses[s][1] for s in ids]), n, self._rng)
+                call = _draw_call(n, sequences)
+                check_held([masses[s][0] for s in ids], call, "the shards whose rate "
+                           "limiter allows the draw now" if self.rate_limited
+                           else "the live shards")
+                counts = split_counts(np.array([masses[s][1] for s in ids]), n, self._rng,
+                                      call)
             refs = {s: self._shards[s].sample.remote(int(c), kwargs, sequences, self.timeout)
                     for s, c in zip(ids, counts.tolist(), strict=True) if c > 0}
             replies, failed = self._gather(refs)

@@ -50,6 +50,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from replaybank.distributed.split import check_held
 from replaybank.errors import EmptyBufferError
 
 __all__ = ["CandidateStream", "candidate_counts"]
@@ -172,6 +173,8 @@ class CandidateStream:
             EmptyBufferError: Every live shard's mass is 0.
         """
         if self._p is None:
+            check_held([self.masses[s][0] for s in self.live],
+                       f"sample_sequences(batch_size={self.batch_size})")
             totals = np.array([float(self.masses[s][1]) for s in self.live])
             total = float(totals.sum())
             if not total > 0.0:

@@ -45,16 +45,48 @@ import numpy.typing as npt
 
 from replaybank.errors import EmptyBufferError
 from replaybank.samplers.prioritized import is_weights
+from replaybank.samplers.sample_args import empty_buffer_message
 
-__all__ = ["check_distinct", "merge", "split_counts", "split_depleting", "split_distinct",
-           "split_successive"]
+__all__ = ["check_distinct", "check_held", "merge", "split_counts", "split_depleting",
+           "split_distinct", "split_successive"]
 
 IntArray = npt.NDArray[np.int64]
 
 
+def check_held(sizes: Any, call: str, shards: str = "the live shards") -> None:
+    """Refuse a draw from shards that hold nothing, in a local buffer's words
+    (:func:`~replaybank.samplers.sample_args.empty_buffer_message`).
+
+    Args:
+        sizes: ``[S]`` items each shard holds.
+        call: The call as the message names it (``"sample(batch_size=8)"``).
+        shards: Which shards these are, for the message.
+
+    Raises:
+        EmptyBufferError: Every shard's size is 0.
+
+    Example:
+        >>> check_held([0, 0], "sample(batch_size=8)")
+        Traceback (most recent call last):
+        ...
+        replaybank.errors.EmptyBufferError: sample(batch_size=8): the buffer is empty; add \
+transitions first, or wait for the writers' rows (the live shards hold 0 items)
+    """
+    if int(np.sum(sizes)) == 0:
+        raise EmptyBufferError(empty_buffer_message(
+            call, f", or wait for the writers' rows ({shards} hold 0 items)"))
+
+
 def split_counts(masses: npt.NDArray[np.float64], batch_size: int,
-                 rng: np.random.Generator) -> IntArray:
+                 rng: np.random.Generator, call: str = "") -> IntArray:
     """Items per shard ``[S]``: ``Multinomial(batch_size, masses / masses.sum())``.
+
+    Args:
+        masses: ``[S]`` each shard's total mass (items, or total priority).
+        batch_size: Items to split.
+        rng: The client's generator.
+        call: The call as the message names it (default ``sample(batch_size=B)``);
+            refuse an empty buffer first with :func:`check_held`.
 
     Raises:
         EmptyBufferError: Every live shard's mass is 0 (nothing to draw).
@@ -62,7 +94,7 @@ def split_counts(masses: npt.NDArray[np.float64], batch_size: int,
     total = float(np.sum(masses))
     if not total > 0.0:
         raise EmptyBufferError(
-            f"sample(batch_size={batch_size}): the live shards hold nothing to draw "
+            f"{call or f'sample(batch_size={batch_size})'}: the live shards hold nothing to draw "
             f"(masses {np.asarray(masses).tolist()}); add data, or wait for the writers"
         )
     return np.asarray(rng.multinomial(batch_size, np.asarray(masses) / total), np.int64)
@@ -124,6 +156,7 @@ shards hold 8 items (sizes [3, 5]); lower batch_size to at most 8 or use replace
     if can >= batch_size:
         return
     call = call or f"sample(batch_size={batch_size}, replace=False)"
+    check_held(sizes, call, shards)
     head = f"{call}: {shards} hold {have} items (sizes {sizes.tolist()})"
     if can < have:
         head += (f", of which {can} {servable} (per shard {distinct.tolist()}; the others "

@@ -39,7 +39,7 @@ from replaybank.errors import (
 from replaybank.storage.backends.base import available_memory
 
 __all__ = ["BYTES_PER_DRAW", "LARGE_BATCH", "MAX_BATCH", "check_batch_size", "check_draw_size",
-           "check_options", "check_replace", "check_size_arg"]
+           "check_options", "check_replace", "check_size_arg", "empty_buffer_message"]
 
 #: Batches up to this size skip the memory check (a few MB of keys at most).
 LARGE_BATCH = 1 << 20
@@ -119,6 +119,21 @@ def check_replace(replace: Any, call: str = "sample") -> bool:
     )
 
 
+def empty_buffer_message(call: str, more: str = "") -> str:
+    """What a draw from a buffer that holds nothing says: one wording for a local buffer
+    and the Ray client (:mod:`replaybank.distributed`), which adds what only it can do.
+
+    Args:
+        call: The call with its arguments (``"sample(batch_size=8)"``).
+        more: Appended after the fix (``", or wait for the writers ..."``).
+
+    Example:
+        >>> empty_buffer_message("sample(batch_size=8)")
+        'sample(batch_size=8): the buffer is empty; add transitions first'
+    """
+    return f"{call}: the buffer is empty; add transitions first{more}"
+
+
 def check_batch_size(batch_size: Any, available: int, replace: Any, call: str = "sample",
                      item_bytes: int = 0, name: str = "batch_size") -> int:
     """Validate ``batch_size`` and ``replace`` against the number of sampleable items.
@@ -145,9 +160,7 @@ def check_batch_size(batch_size: Any, available: int, replace: Any, call: str = 
         check_draw_size(f"{call}({name}={b})", b, item_bytes, f"lower {name}")
     replace = check_replace(replace, call)
     if available <= 0:
-        raise EmptyBufferError(
-            f"{call}({name}={b}): the buffer is empty; add transitions first"
-        )
+        raise EmptyBufferError(empty_buffer_message(f"{call}({name}={b})"))
     if not replace and b > available:
         raise EmptyBufferError(
             f"{call}({name}={b}, replace=False): buffer holds {available} "
