@@ -311,6 +311,31 @@ def test_flatten_names_the_agents_whose_shapes_differ() -> None:
         buf.get(agents="flatten")
 
 
+def test_flatten_refuses_tuple_beside_box_actions_and_names_the_fixes() -> None:
+    """``get(agents='flatten')`` stacks each field over the agents, for one network
+    shared by agents of one space; an agent acting with a ``Tuple`` (parts) beside one
+    acting with a ``Box`` (one array) is refused rather than flattened (the buffer keeps
+    no spaces: a Discrete part is one int, gymnasium's flatten makes it a one-hot), and
+    the message names both fixes: ``'together'``, or one array per agent at add time
+    (it used to name only ``'together'`` and "the same action keys")."""
+    buf = MultiAgentRolloutBuffer(2, ["t", "x"], seed=0)
+    for _ in range(2):
+        buf.add(obs={"t": np.zeros(2, np.float32), "x": np.zeros(2, np.float32)},
+                action={"t": {"0": 1, "1": np.zeros(3, np.float32)},
+                        "x": np.zeros(4, np.float32)},
+                reward={"t": 1.0, "x": 1.0}, value={"t": 0.0, "x": 0.0},
+                log_prob={"t": 0.0, "x": 0.0}, terminated={"t": False, "x": False},
+                truncated={"t": False, "x": False})
+    buf.compute_returns_and_advantage({"t": 0.0, "x": 0.0})
+    with pytest.raises(ShapeError) as info:
+        buf.get(agents="flatten")
+    msg = str(info.value)
+    assert "{'t': ['0', '1'], 'x': None}" in msg and "get(agents='together')" in msg, msg
+    assert "gymnasium.spaces.flatten(env.action_space(agent), value)" in msg, msg
+    together = next(buf.get())
+    assert together.action["t"]["1"].shape == (2, 3) and together.action["x"].shape == (2, 4)
+
+
 # ---------------------------------------------------------------- checkpoints
 def arrays_equal(x: Any, y: Any) -> bool:
     if isinstance(x, dict):

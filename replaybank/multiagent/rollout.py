@@ -1414,14 +1414,22 @@ class MultiAgentRolloutBuffer:
         for top in PARTED:  # observations and actions: one array, or dicts of parts
             keys = {a: layout.keys(top, a) for a in names}  # None: one array
             if len({None if k is None else frozenset(k) for k in keys.values()}) > 1:
+                # refused, not flattened here: one stacked field is for one network over
+                # agents that share a space, and the buffer keeps no spaces (a Discrete
+                # part is one int here, gymnasium.spaces.flatten makes it a one-hot)
                 kinds_of = {a: None if k is None else list(k) for a, k in keys.items()}
                 what = "observations" if top == "obs" else "actions"
+                one = ""
+                if None in kinds_of.values():  # parts beside one array
+                    space = "observation_space" if top == "obs" else "action_space"
+                    one = (f", or add every agent's {what[:-1]} as one array "
+                           f"(gymnasium.spaces.flatten(env.{space}(agent), value))")
                 raise ShapeError(
                     f"get(agents='flatten'): the agents' {what} differ in kind or dict "
                     f"keys {kinds_of} (None: one array); flattening stacks each {top} key "
                     "over agents, so they must share them: use get(agents='together') and "
                     f"read batch.{top}[agent] per agent, or give the agents the same "
-                    f"{what[:-1]} keys")
+                    f"{what[:-1]} keys{one}")
             first = keys[names[0]]
             groups.update({top: [d[f"{top}{SEP}{a}"] for a in names]} if first is None else {
                 f"{top}{SEP}{k}": [d[f"{top}{SEP}{a}{SEP}{k}"] for a in names]
