@@ -2,8 +2,8 @@
 what an env returned: for the multi-agent rollout collection tests. Also envs of odd
 values for both collectors: different dtypes per env (:class:`Fractions`), gymnasium
 ``Tuple`` observations (:class:`TupleObs`, :class:`TupleNoSpace`), a ``Tuple`` action
-space beside a ``Box`` one (:class:`TupleActs`) and an agent that joins
-late (:class:`LateJoiner`).
+space beside a ``Box`` one (:class:`TupleActs`), a ``Dict`` one (:class:`DictActs`) and
+an agent that joins late (:class:`LateJoiner`).
 
 Other test files import them: ``from tests.pettingzoo_leavers import Leaver, Recorder``.
 :class:`Clock` is one whose episodes are easy to follow (for collections that reset it
@@ -320,6 +320,50 @@ class TupleActs:
         self.agents = [k for k in self.agents if not trunc[k]]
         return (self._obs(list(actions)), rew, {k: False for k in actions}, trunc,
                 {k: {} for k in actions})
+
+
+class DictActs(TupleActs):
+    """:class:`TupleActs` with agent "d" acting with a gymnasium ``Dict({"move":
+    Box(-9, 9, (2,), float32), "pick": Discrete(3)})`` beside "x"'s ``Box``; ``step``
+    asserts every action is one its ``action_space(agent).contains`` (for "d": a dict)
+    and the reward is the action's sum (``pick + sum(move)`` for "d")."""
+
+    possible_agents: ClassVar[list[str]] = ["d", "x"]
+
+    def action_space(self, agent: str) -> Any:
+        box = gym.spaces.Box(-9, 9, (2,), np.float32)
+        if agent == "d":
+            return gym.spaces.Dict({"move": box, "pick": gym.spaces.Discrete(3)})
+        return box
+
+    def step(self, actions: dict[str, Any]) -> Any:
+        assert set(actions) == set(self.agents), (actions, self.agents)
+        acted_on = (float(self.step_no), float(100 * self.env_id + self.ep))
+        for k, act in actions.items():
+            assert self.action_space(k).contains(act), (k, act)
+            self.seen.append((k, acted_on, act))
+        self.step_no += 1
+        rew = {k: float(int(a["pick"]) + np.sum(a["move"])) if k == "d"
+               else float(np.sum(a)) for k, a in actions.items()}
+        trunc = {k: self.step_no == (3 if k == "d" else 2) for k in actions}
+        self.agents = [k for k in self.agents if not trunc[k]]
+        return (self._obs(list(actions)), rew, {k: False for k in actions}, trunc,
+                {k: {} for k in actions})
+
+
+def dict_policy(obs: dict[str, Any]) -> dict[str, Any]:
+    """Actions of :class:`DictActs`' agents as functions of their observations ``[...,
+    2]``: "d" a dict ``{"move": float32[2], "pick": int}`` (with several envs, ``[n,
+    ...]`` per key, as a gymnasium vector env's Dict action), "x" one float32[2]."""
+    out: dict[str, Any] = {}
+    if "d" in obs:
+        o = np.asarray(obs["d"])
+        out["d"] = {"move": np.stack([o[..., 0] / 4, o[..., 1] / 1000], -1).astype(np.float32),
+                    "pick": o[..., 0].astype(np.int64) % 3}
+    if "x" in obs:
+        o = np.asarray(obs["x"])
+        out["x"] = np.stack([-o[..., 0] / 4, o[..., 1] / 1000], -1).astype(np.float32)
+    return out
 
 
 def tuple_policy(obs: dict[str, Any]) -> dict[str, Any]:

@@ -486,6 +486,7 @@ from replaybank.integrations.pettingzoo import (  # noqa: E402
 )
 from tests.pettingzoo_leavers import (  # noqa: E402
     Clock,
+    DictActs,
     Fractions,
     LateJoiner,
     Leaver,
@@ -494,6 +495,7 @@ from tests.pettingzoo_leavers import (  # noqa: E402
     TupleNoSpace,
     TupleObs,
     Watched,
+    dict_policy,
 )
 
 
@@ -1283,6 +1285,71 @@ def test_collect_tuple_actions_part_by_part_with_gae_and_minibatches(
     rb.collect(envs if num_envs > 1 else envs[0], None, roll, 6, progress=False, seed=1)
     assert roll.data["action/t/1"].shape == (6, num_envs, 2)
     assert (roll.data["action/t/1"] != 0).any()
+
+
+def dict_actor(obs: dict[str, Any], state: Any, as_torch: bool = False) -> Any:
+    """An actor-critic for :class:`DictActs`: :func:`dict_policy`'s actions ("d" a dict
+    of ``[n, ...]`` parts, torch tensors with ``as_torch``), values 0, log-probabilities
+    ``-(step + 1)``."""
+    acts = dict_policy(obs)
+    if as_torch and "d" in acts:
+        import torch
+
+        acts["d"] = {k: torch.as_tensor(v) for k, v in acts["d"].items()}
+    return (acts, {a: np.zeros(len(o)) for a, o in obs.items()},
+            {a: -(np.asarray(o)[:, 0] + 1) for a, o in obs.items()})
+
+
+@pytest.mark.parametrize("num_envs", [1, 2])
+def test_collect_dict_actions_part_by_part_and_refuse_other_dicts(num_envs: int) -> None:
+    """An agent whose action space is a gymnasium Dict beside one with a Box: the
+    policy's dict reaches each env as a dict its action space contains (the env asserts
+    it) and is stored part by part (``action/d/move``, ``action/d/pick``) with the
+    agent's log-probabilities; random actions too. A dict missing a key of the space is
+    refused before any env steps (it used to reach the envs, which raised their own
+    error)."""
+    envs = [DictActs(i) for i in range(num_envs)]
+    target = envs if num_envs > 1 else envs[0]
+    roll = MultiAgentRolloutBuffer(6, ["d", "x"], num_envs=num_envs, gamma=1.0,
+                                   gae_lambda=1.0, seed=0, normalize_advantage=None)
+    MultiAgentRolloutCollector(target, dict_actor, roll, seed=0).collect()
+    assert [n for n in roll.spec if n.startswith("action")] == [
+        "action/d/move", "action/d/pick", "action/x"]
+    for e in envs:
+        assert sum(k == "d" and type(a) is dict for k, _, a in e.seen) == 6
+    d = roll.data
+    on = d["active/d"]
+    assert np.allclose(d["reward/d"][on], d["action/d/pick"][on] + d["action/d/move"][on].sum(-1))
+    seen = 0
+    for mb in roll.get(4):
+        want_acts, _, want_logp = dict_actor(mb.obs, None)
+        assert np.array_equal(mb.action["d"]["move"], want_acts["d"]["move"])
+        assert np.array_equal(mb.action["d"]["pick"], want_acts["d"]["pick"])
+        assert np.allclose(mb.log_prob["d"], want_logp["d"])
+        seen += mb.batch_size
+    assert seen == 6 * num_envs
+    roll.reset()  # random actions: the spaces' dicts, stored part by part
+    rb.collect(target, None, roll, 6, progress=False, seed=1)
+    assert roll.data["action/d/move"].shape == (6, num_envs, 2)
+    assert (roll.data["action/d/move"] != 0).any()
+
+    def missing(obs: dict[str, Any], state: Any) -> Any:
+        acts, values, logp = dict_actor(obs, state)
+        del acts["d"]["pick"]
+        return acts, values, logp
+
+    fresh = [DictActs(i) for i in range(num_envs)]
+    other = MultiAgentRolloutBuffer(6, ["d", "x"], num_envs=num_envs, seed=0)
+    with pytest.raises(ShapeError, match=r"action\['d'\].*\(missing \['pick'\]\)"):
+        MultiAgentRolloutCollector(fresh if num_envs > 1 else fresh[0], missing, other,
+                                   seed=0).collect()
+    assert other.pos == 0 and not any(e.seen for e in fresh)
+    pytest.importorskip("torch")  # a torch actor's parts reach the env as numpy
+    col = MultiAgentRolloutCollector(fresh if num_envs > 1 else fresh[0],
+                                     lambda o, s: dict_actor(o, s, as_torch=True), other,
+                                     seed=0)
+    col.collect()
+    assert other.full and sum(k == "d" for k, _, _ in fresh[0].seen) == 6
 
 
 # ------------------------------------------------------------- the cost of the checks on arrival

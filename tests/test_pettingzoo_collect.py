@@ -33,12 +33,14 @@ from replaybank.integrations.pettingzoo import (  # noqa: E402
 )
 from tests.pettingzoo_leavers import (  # noqa: E402
     Clock,
+    DictActs,
     Fractions,
     LateJoiner,
     TupleActs,
     TupleNoSpace,
     TupleObs,
     Watched,
+    dict_policy,
     tuple_policy,
 )
 
@@ -1107,6 +1109,99 @@ def test_tuple_actions_are_stored_part_by_part_and_the_env_gets_its_tuple(
                   if k == "t")
     assert sorted(zip(b.action["t"]["0"].tolist(), *b.action["t"]["1"].T.tolist(),
                       strict=True)) == sent
+
+
+def _torch_dict_policy(obs: dict[str, Any]) -> dict[str, Any]:
+    """:func:`dict_policy` with "d"'s parts as torch tensors (a torch policy's)."""
+    import torch
+
+    out = dict_policy(obs)
+    if "d" in out:
+        out["d"] = {k: torch.as_tensor(v) for k, v in out["d"].items()}
+    return out
+
+
+@pytest.mark.parametrize("num_envs", [1, 2])
+def test_dict_actions_are_stored_part_by_part_and_the_env_gets_its_dict(
+        num_envs: int) -> None:
+    """An agent whose action space is a gymnasium Dict (beside one with a Box) acts as a
+    Tuple agent does: the policy's dict (per key ``[n, ...]`` with several envs) reaches
+    the env as a dict its action space contains, and the buffer stores the parts
+    ``action/d/move``, ``action/d/pick``; random actions too. A torch policy's parts
+    reach the env as numpy (one env used to get the tensors, which the Dict space does
+    not contain), and a dict that is not the space's (a key missing or unknown, or a
+    dict for a Box agent) is refused before any env steps (it used to reach the envs)."""
+    envs = [DictActs(i) for i in range(num_envs)]
+    target = envs if num_envs > 1 else envs[0]
+    buf = rb.MultiAgentReplayBuffer(64, ["d", "x"], num_envs=num_envs, seed=0)
+    MultiAgentCollector(target, dict_policy, buf, seed=0).collect(6 * num_envs)
+    assert [n for n in buf.spec if n.startswith("action")] == [
+        "action/d/move", "action/d/pick", "action/x"]
+    b = buf.sample(len(buf), replace=False)
+    want = dict_policy(b.obs)
+    assert sorted(b.action["d"]) == ["move", "pick"] and b.action["d"]["pick"].dtype == np.int64
+    assert np.array_equal(b.action["d"]["move"], want["d"]["move"])
+    assert np.array_equal(b.action["d"]["pick"], want["d"]["pick"])
+    on = b.active["x"]
+    assert np.array_equal(b.action["x"][on], want["x"][on]) and not on.all()
+    # the reward is the action's sum: the env read the parts the policy meant
+    assert np.allclose(b.reward["d"], b.action["d"]["pick"] + b.action["d"]["move"].sum(-1))
+    for e in envs:
+        assert {k for k, _, _ in e.seen} == {"d", "x"}
+        assert all(type(a) is dict for k, _, a in e.seen if k == "d")
+        e.seen.clear()
+    rand = rb.MultiAgentReplayBuffer(64, ["d", "x"], num_envs=num_envs, seed=0)
+    rb.collect(target, None, rand, 6, progress=False, seed=2)  # the spaces' samples
+    b = rand.sample(len(rand), replace=False)
+    sent = sorted((int(a["pick"]), *a["move"].tolist()) for e in envs for k, _, a in e.seen
+                  if k == "d")
+    assert sorted(zip(b.action["d"]["pick"].tolist(), *b.action["d"]["move"].T.tolist(),
+                      strict=True)) == sent
+    pytest.importorskip("torch")
+    fresh = [DictActs(i) for i in range(num_envs)]
+    torch_buf = rb.MultiAgentReplayBuffer(64, ["d", "x"], num_envs=num_envs, seed=0)
+    MultiAgentCollector(fresh if num_envs > 1 else fresh[0], _torch_dict_policy, torch_buf,
+                        seed=0).collect(3 * num_envs)
+    assert len(torch_buf) == 3 * num_envs and sum(k == "d" for k, _, _ in fresh[0].seen) == 3
+
+
+@pytest.mark.parametrize(("change", "words"), [
+    ("missing", ["action['d']", "keys ['move']", "(missing ['pick'])", "Dict("]),
+    ("unknown", ["action['d']", "(unknown ['spare'])"]),
+    ("tuple", ["action['d']", "a tuple, but the space is a Dict", "{'move': ..., 'pick': ...}"]),
+    ("box", ["action['x']", "a dict of parts ['a']", "no gymnasium.spaces.Dict or Tuple",
+             "gymnasium.spaces.flatten"]),
+])
+def test_a_dict_action_that_is_not_the_spaces_is_refused_before_any_env_steps(
+        change: str, words: list[str]) -> None:
+    """A policy dict that does not hold the agent's Dict space parts, a tuple for a
+    Dict agent, or a dict for a Box agent raises a ShapeError naming the agent, the
+    parts and the space before any env steps; the envs and the buffer stay as they were
+    and collection goes on once the policy is fixed (these dicts used to reach the
+    envs, which raised their own errors, or lost a key silently)."""
+    def policy(obs: dict[str, Any]) -> dict[str, Any]:
+        out = dict_policy(obs)
+        if change == "missing" and "d" in out:
+            del out["d"]["pick"]
+        elif change == "unknown" and "d" in out:
+            out["d"]["spare"] = out["d"]["pick"]
+        elif change == "tuple" and "d" in out:
+            out["d"] = (out["d"]["move"], out["d"]["pick"])
+        elif change == "box" and "x" in out:
+            out["x"] = {"a": out["x"]}
+        return out
+
+    envs = [DictActs(i) for i in range(2)]
+    buf = rb.MultiAgentReplayBuffer(64, ["d", "x"], num_envs=2, seed=0)
+    col = MultiAgentCollector(envs, policy, buf, seed=0)
+    with pytest.raises(ShapeError) as info:
+        col.collect(2)
+    msg = str(info.value)
+    assert all(w in msg for w in words), msg
+    assert [e.step_no for e in envs] == [0, 0] and not any(e.seen for e in envs)
+    assert len(buf) == 0
+    MultiAgentCollector(envs, dict_policy, buf, seed=0).collect(2)
+    assert len(buf) == 2
 
 
 # ------------------------------------------------------------- the cost of the checks on arrival

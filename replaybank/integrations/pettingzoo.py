@@ -47,7 +47,8 @@ not act are ignored). numpy arrays or torch tensors. An agent whose
 ``env.action_space(agent)`` is a gymnasium ``Tuple`` space acts as in single-agent
 ``rb.collect``: the policy returns the env's tuple (with a list of envs, one array
 ``[n, ...]`` per part), each env is given a tuple again, and the buffer stores the dict of
-parts ``{'0': ..., '1': ...}`` (fields ``action/<agent>/0``, ...). ``policy=None`` samples
+parts ``{'0': ..., '1': ...}`` (fields ``action/<agent>/0``, ...); a ``Dict`` action
+space alike, with the dict of its keys (fields ``action/<agent>/<key>``). ``policy=None`` samples
 ``env.action_space(agent)`` for each acting agent, the spaces seeded from the collector's
 seed (one seed per env and agent, from ``numpy.random.SeedSequence(seed)``).
 
@@ -109,7 +110,7 @@ from replaybank.errors import (
 from replaybank.host import as_numpy, is_tensor, tensor_to_numpy
 from replaybank.integrations.gymnasium import CollectResult
 from replaybank.integrations.progress import ProgressBar
-from replaybank.integrations.spaces import from_fields, to_fields
+from replaybank.integrations.spaces import from_fields, parts_mismatch, to_fields
 from replaybank.multiagent import MultiAgentReplayBuffer, MultiAgentRolloutBuffer
 from replaybank.multiagent.inputs import cast_leaves, obs_as_stored
 from replaybank.multiagent.layout import AgentLayout
@@ -569,8 +570,9 @@ class _ParallelEnvs:
             self._no_state(self._env_state.index(False))
         self._spaces = _seeded_spaces(self.envs, self._agents, seed) if random_actions \
             else [{} for _ in self.envs]
-        #: Per env, ``{agent: its Tuple action space, or None}`` (:meth:`_tuple_space`).
-        self._tuple_spaces: list[dict[str, Any]] = [{} for _ in self.envs]
+        #: Per env, ``{agent: its Tuple or Dict action space, or None}``
+        #: (:meth:`_parted_space`).
+        self._parted_spaces: list[dict[str, Any]] = [{} for _ in self.envs]
         self._obs: list[dict[str, Any] | None] = [None] * self.n
         #: Env i's ``state()`` as of its current observations (a private copy), read once
         #: when first needed (the check on arrival, the next step) and kept until the env
@@ -770,38 +772,54 @@ class _ParallelEnvs:
             raise type(refused[0])(f"{refused[0]} [and {len(refused) - 1} more env(s) "
                                    "whose observations the buffer refused, handled alike]")
 
-    def _tuple_space(self, i: int, agent: str) -> Any:
-        """``env[i].action_space(agent)`` when it is a gymnasium ``Tuple`` space, else
-        None (read once per env and agent; only for an action that comes as a tuple or
-        a dict of parts, so that other agents' actions cost nothing here)."""
-        spaces = self._tuple_spaces[i]
+    def _parted_space(self, i: int, agent: str) -> Any:
+        """``env[i].action_space(agent)`` when it is a gymnasium ``Tuple`` or ``Dict``
+        space (an action of parts), else None (read once per env and agent; only for an
+        action that comes as a tuple or a dict, so that other agents' actions cost
+        nothing here)."""
+        spaces = self._parted_spaces[i]
         if agent not in spaces:
             space = self.envs[i].action_space(agent)
             gym = require_extra("gymnasium", "gym")
-            spaces[agent] = space if isinstance(space, gym.spaces.Tuple) else None
+            parted = isinstance(space, (gym.spaces.Tuple, gym.spaces.Dict))
+            spaces[agent] = space if parted else None
         return spaces[agent]
 
     def _action_fields(self, i: int, agent: str, value: Any) -> Any:
-        """``agent``'s action (the policy's, or a random one) in the buffer's form: a
-        tuple of an agent whose ``env[i].action_space(agent)`` is a gymnasium ``Tuple``
-        space arranged by :func:`~replaybank.integrations.spaces.to_fields` as
-        ``rb.collect`` stores a single-agent Tuple action, ``{'0': value[0], '1':
-        value[1], ...}`` (each part ``[n, ...]`` when batched over ``n`` envs; torch
-        tensors as numpy); any other value as it is (a tuple that stays one meets the
-        buffers' tuple rule)."""
-        if type(value) is not tuple:
+        """``agent``'s action (the policy's, or a random one) in the buffer's form: the
+        action of an agent whose ``env[i].action_space(agent)`` is a gymnasium ``Tuple``
+        or ``Dict`` space arranged by :func:`~replaybank.integrations.spaces.to_fields`
+        as ``rb.collect`` stores a single-agent one, the dict of its parts (``{'0':
+        value[0], '1': value[1], ...}`` for a tuple, the space's keys for a dict; each
+        part ``[n, ...]`` when batched over ``n`` envs; torch tensors as numpy); any
+        other value as it is (a tuple that stays one meets the buffers' tuple rule, a
+        dict the collector's check in :meth:`_policy_actions`).
+
+        Raises:
+            ShapeError: A tuple or dict that does not hold the space's parts (another
+                number of parts, keys missing or unknown).
+        """
+        if type(value) is not tuple and not isinstance(value, Mapping):
             return value
-        space = self._tuple_space(i, agent)
-        return value if space is None else to_fields(space, value)
+        space = self._parted_space(i, agent)
+        if space is None:
+            return value
+        wrong = parts_mismatch(space, value)
+        if wrong:
+            raise ShapeError(
+                f"action[{agent!r}]: {wrong}; env.action_space({agent!r}) is {space!r}, and "
+                "the env is given an action of exactly its parts (a tuple for a Tuple "
+                "space, a dict of its keys for a Dict space)")
+        return to_fields(space, value)
 
     def _env_action(self, i: int, agent: str, fields: Any) -> Any:
         """The action env ``i`` takes from ``agent``'s action in the buffer's form: the
-        tuple again for a ``Tuple`` action space
-        (:func:`~replaybank.integrations.spaces.from_fields`), what its
+        tuple again for a ``Tuple`` action space, the dict of its keys for a ``Dict``
+        one (:func:`~replaybank.integrations.spaces.from_fields`), what its
         ``action_space(agent).contains`` accepts; any other value as it is."""
         if not isinstance(fields, Mapping):
             return fields
-        space = self._tuple_space(i, agent)
+        space = self._parted_space(i, agent)
         return fields if space is None else from_fields(space, fields)
 
     def _policy_actions(self, actions: Mapping[str, Any], agents: list[str],
@@ -817,13 +835,21 @@ class _ParallelEnvs:
 
         Raises:
             ShapeError: An agent's action is a tuple holding arrays and its action space
-                is no ``Tuple`` space (nothing changed).
+                is no ``Tuple`` space, a dict and its action space is no ``Dict`` or
+                ``Tuple`` space, or does not hold its space's parts (nothing changed).
         """
         out: dict[str, Any] = {}
         for a in agents:
             i = next((j for j, x in enumerate(acting) if a in x), 0)
-            value = self._action_fields(i, a, _numpy(actions[a]))
             try:
+                value = self._action_fields(i, a, _numpy(actions[a]))
+                if isinstance(value, Mapping) and self._parted_space(i, a) is None:
+                    raise ShapeError(
+                        f"action[{a!r}]: a dict of parts {list(value)}, but "
+                        f"env.action_space({a!r}) is {self.envs[i].action_space(a)!r}, no "
+                        "gymnasium.spaces.Dict or Tuple: the env would be given the dict. "
+                        "Return one array (e.g. gymnasium.spaces.flatten(space, action)), "
+                        "or have env.action_space(agent) return the Dict space")
                 if type(value) is tuple or type(value) is list:  # no Tuple space took it
                     check_tuple(f"action[{a!r}]", value, (
                         f"env.action_space({a!r}) is {self.envs[i].action_space(a)!r}, no "

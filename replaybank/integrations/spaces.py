@@ -16,6 +16,7 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -25,7 +26,8 @@ from replaybank.errors import SpecError, require_extra
 from replaybank.host import is_tensor, tensor_to_numpy
 from replaybank.spec import FieldSpec, Spec
 
-__all__ = ["from_fields", "space_fields", "spec_from_env", "spec_from_spaces", "to_fields"]
+__all__ = ["from_fields", "parts_mismatch", "space_fields", "spec_from_env", "spec_from_spaces",
+           "to_fields"]
 
 
 def _gym() -> Any:
@@ -121,9 +123,52 @@ def to_fields(space: Any, value: Any) -> Any:
     spaces = _gym().spaces
     if isinstance(space, spaces.Dict):
         return {k: to_fields(sub, value[k]) for k, sub in space.spaces.items()}
-    if isinstance(space, spaces.Tuple):
-        return {str(i): to_fields(sub, value[i]) for i, sub in enumerate(space.spaces)}
+    if isinstance(space, spaces.Tuple):  # a tuple, or already the dict of its parts
+        parts = isinstance(value, Mapping)
+        return {str(i): to_fields(sub, value[str(i)] if parts else value[i])
+                for i, sub in enumerate(space.spaces)}
     return tensor_to_numpy(value) if is_tensor(value) else value
+
+
+def parts_mismatch(space: Any, value: Any) -> str:
+    """Why ``value`` is not an action of the gymnasium ``Tuple`` or ``Dict`` space
+    ``space`` at its top level ("" when it is): a ``Tuple``'s is a tuple of its length or
+    the dict of its parts ``{'0': ..., '1': ...}``, a ``Dict``'s a dict of exactly its keys.
+    A value :func:`to_fields` would otherwise index wrongly, or whose extra keys it would
+    silently drop.
+
+    Example:
+        >>> import gymnasium as gym
+        >>> sp = gym.spaces.Dict({"move": gym.spaces.Box(0, 1, (2,)),
+        ...                       "pick": gym.spaces.Discrete(3)})
+        >>> parts_mismatch(sp, {"move": np.zeros(2), "pick": 1})
+        ''
+        >>> parts_mismatch(sp, {"move": np.zeros(2)}).endswith("(missing ['pick'])")
+        True
+        >>> parts_mismatch(sp, (np.zeros(2), 1))
+        "a tuple, but the space is a Dict: give the dict {'move': ..., 'pick': ...}"
+    """
+    spaces = _gym().spaces
+    if isinstance(space, spaces.Tuple):
+        keys = [str(i) for i in range(len(space.spaces))]
+        if type(value) is tuple:
+            return "" if len(value) == len(keys) else (
+                f"a tuple of {len(value)} parts, but the Tuple space has {len(keys)}")
+    else:
+        keys = list(space.spaces)
+        if type(value) is tuple:
+            shown = ", ".join(f"{k!r}: ..." for k in keys)
+            return f"a tuple, but the space is a Dict: give the dict {{{shown}}}"
+    if not isinstance(value, Mapping):
+        return f"a {type(value).__name__}, but the space is {space!r}"
+    got = list(value)
+    missing = [k for k in keys if k not in value]
+    unknown = [k for k in got if k not in keys]
+    if not missing and not unknown:
+        return ""
+    which = ", ".join(f"{w} {ks}" for w, ks in (("missing", missing), ("unknown", unknown))
+                      if ks)
+    return f"a dict with the keys {got}, but the space's parts are {keys} ({which})"
 
 
 def from_fields(space: Any, value: Any) -> Any:
