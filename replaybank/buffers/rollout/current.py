@@ -41,8 +41,9 @@ __all__ = ["while_current"]
 _T = TypeVar("_T")
 
 
-def while_current(items: Iterator[_T], made: object, current: Callable[[], object],
-                  owner: str, call: str) -> Iterator[_T]:
+def while_current(
+    items: Iterator[_T], made: object, current: Callable[[], object], owner: str, call: str
+) -> Iterator[_T]:
     """Yield ``items`` while ``current()`` is still ``made``; then refuse the next batch.
 
     Args:
