@@ -314,12 +314,18 @@ class TupleActs:
             assert self.action_space(k).contains(act), (k, act)
             self.seen.append((k, acted_on, act))
         self.step_no += 1
-        rew = {k: float(int(a[0]) + np.sum(a[1])) if k == "t" else float(np.sum(a))
+        parted = self.possible_agents[0]  # the agent whose action comes in parts
+        rew = {k: self._parts_sum(a) if k == parted else float(np.sum(a))
                for k, a in actions.items()}
-        trunc = {k: self.step_no == (3 if k == "t" else 2) for k in actions}
+        trunc = {k: self.step_no == (3 if k == parted else 2) for k in actions}
         self.agents = [k for k in self.agents if not trunc[k]]
         return (self._obs(list(actions)), rew, {k: False for k in actions}, trunc,
                 {k: {} for k in actions})
+
+    @staticmethod
+    def _parts_sum(action: Any) -> float:
+        """The reward of a tuple action: its parts summed."""
+        return float(int(action[0]) + np.sum(action[1]))
 
 
 class DictActs(TupleActs):
@@ -336,19 +342,10 @@ class DictActs(TupleActs):
             return gym.spaces.Dict({"move": box, "pick": gym.spaces.Discrete(3)})
         return box
 
-    def step(self, actions: dict[str, Any]) -> Any:
-        assert set(actions) == set(self.agents), (actions, self.agents)
-        acted_on = (float(self.step_no), float(100 * self.env_id + self.ep))
-        for k, act in actions.items():
-            assert self.action_space(k).contains(act), (k, act)
-            self.seen.append((k, acted_on, act))
-        self.step_no += 1
-        rew = {k: float(int(a["pick"]) + np.sum(a["move"])) if k == "d"
-               else float(np.sum(a)) for k, a in actions.items()}
-        trunc = {k: self.step_no == (3 if k == "d" else 2) for k in actions}
-        self.agents = [k for k in self.agents if not trunc[k]]
-        return (self._obs(list(actions)), rew, {k: False for k in actions}, trunc,
-                {k: {} for k in actions})
+    @staticmethod
+    def _parts_sum(action: Any) -> float:
+        """The reward of a dict action: ``pick + sum(move)``."""
+        return float(int(action["pick"]) + np.sum(action["move"]))
 
 
 def dict_policy(obs: dict[str, Any]) -> dict[str, Any]:
@@ -382,18 +379,13 @@ def tuple_policy(obs: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-class Watched:
-    """Forwards to a parallel env ``env`` and counts the calls a collector makes:
-    ``reads`` of ``state()``, ``resets`` and ``steps``. With ``spoil``, what the env gives
-    at its ``at``-th step (1 = its first, counted over its whole life) is passed through
-    ``spoil(obs, state) -> (obs, state)`` first: the observations that step returns, and
-    ``state()`` from then until the env steps or is reset again."""
+class Forwarding:
+    """A parallel env that forwards to ``env``: its agents, spaces and ``state()``
+    (the wrappers below override what they count, log or change)."""
 
-    def __init__(self, env: Any, at: int = 0, spoil: Any = None) -> None:
-        self.env, self.at, self.spoil = env, at, spoil
+    def __init__(self, env: Any) -> None:
+        self.env = env
         self.possible_agents = list(env.possible_agents)
-        self.reads = self.resets = self.steps = 0
-        self._spoilt = False
 
     @property
     def agents(self) -> list[str]:
@@ -404,6 +396,26 @@ class Watched:
 
     def observation_space(self, agent: str) -> Any:
         return self.env.observation_space(agent)
+
+    def state(self) -> Any:
+        return self.env.state()
+
+    def close(self) -> None:
+        self.env.close()
+
+
+class Watched(Forwarding):
+    """Forwards to a parallel env ``env`` and counts the calls a collector makes:
+    ``reads`` of ``state()``, ``resets`` and ``steps``. With ``spoil``, what the env gives
+    at its ``at``-th step (1 = its first, counted over its whole life) is passed through
+    ``spoil(obs, state) -> (obs, state)`` first: the observations that step returns, and
+    ``state()`` from then until the env steps or is reset again."""
+
+    def __init__(self, env: Any, at: int = 0, spoil: Any = None) -> None:
+        super().__init__(env)
+        self.at, self.spoil = at, spoil
+        self.reads = self.resets = self.steps = 0
+        self._spoilt = False
 
     def state(self) -> Any:
         self.reads += 1

@@ -771,25 +771,16 @@ def test_collect_mpe2_simple_spread_with_dict_observations() -> None:
     pytest.importorskip("mpe2")
     from mpe2 import simple_spread_v3
 
-    class DictObs:
+    from tests.pettingzoo_leavers import Forwarding
+
+    class DictObs(Forwarding):
         def __init__(self, env: Any) -> None:
-            self.env = env
-            self.possible_agents = list(env.possible_agents)
+            super().__init__(env)
             self.metadata = env.metadata
-
-        @property
-        def agents(self) -> list[str]:
-            return list(self.env.agents)
-
-        def action_space(self, agent: str) -> Any:
-            return self.env.action_space(agent)
 
         def observation_space(self, agent: str) -> Any:
             return gym.spaces.Dict({"observation": self.env.observation_space(agent),
                                     "action_mask": gym.spaces.MultiBinary(5)})
-
-        def state(self) -> Any:
-            return self.env.state()
 
         def _wrap(self, obs: dict[str, Any]) -> dict[str, Any]:
             return {a: {"observation": o, "action_mask": np.array(

@@ -34,6 +34,7 @@ from replaybank.integrations.pettingzoo import (  # noqa: E402
 from tests.pettingzoo_leavers import (  # noqa: E402
     Clock,
     DictActs,
+    Forwarding,
     Fractions,
     LateJoiner,
     TupleActs,
@@ -127,26 +128,12 @@ class DictLeaver(Leaver):
         return {"observation": base, self.mask_key: mask}
 
 
-class Recorder:
+class Recorder(Forwarding):
     """A parallel env that forwards to ``env`` and logs everything it returned."""
 
     def __init__(self, env: Any) -> None:
-        self.env = env
-        self.possible_agents = list(env.possible_agents)
+        super().__init__(env)
         self.log: list[dict[str, Any]] = []
-
-    @property
-    def agents(self) -> list[str]:
-        return list(self.env.agents)
-
-    def action_space(self, agent: str) -> Any:
-        return self.env.action_space(agent)
-
-    def observation_space(self, agent: str) -> Any:
-        return self.env.observation_space(agent)
-
-    def state(self) -> Any:
-        return self.env.state()
 
     def reset(self, seed: int | None = None, options: Any = None) -> Any:
         obs, info = self.env.reset(seed=seed, options=options)
@@ -162,10 +149,6 @@ class Recorder:
                          "after": list(self.env.agents), "state": s0,
                          "next_state": np.array(self.env.state())})
         return out
-
-    def close(self) -> None:
-        self.env.close()
-
 
 def spread(max_cycles: int = 25) -> Recorder:
     return Recorder(simple_spread_v3.parallel_env(max_cycles=max_cycles))
