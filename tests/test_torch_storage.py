@@ -76,6 +76,37 @@ def test_torch_storage_samples_what_numpy_storage_samples(device: str, n_step: i
     assert b.obs["pix"].shape == (8, 2, 3)
 
 
+
+@pytest.mark.parametrize("draws", ["device", "host"])
+@pytest.mark.parametrize("n_step", [1, 3])
+def test_a_torch_storage_batch_lists_its_keys_as_numpy_storage_does(draws: str,
+                                                                    n_step: int) -> None:
+    """Code that walks a batch (``torch.cat([v.flatten(1) for v in b.obs.values()])``)
+    gets the features in the same order whatever the storage: the fields in the order
+    they were added, nested dicts kept, not grouped by dtype (the packed device storage
+    once listed them by dtype: ``z, a/deep/disc, a/deep/pos, a/flag, image, state``)."""
+    def step(t: int) -> dict[str, Any]:  # dtypes interleaved, keys not in sorted order
+        return {"z": np.int64(t), "image": np.full((2, 2), t, np.uint8),
+                "state": np.full(3, t, np.float32),
+                "a": {"flag": np.array([t % 2], np.int8),
+                      "deep": {"pos": np.full(2, t, np.float64), "disc": np.int64(t % 5)}}}
+
+    backend = TorchBackend("cpu", draws=draws)
+    ref = rb.ReplayBuffer(64, seed=0, n_step=n_step)
+    tb = rb.ReplayBuffer(64, seed=0, n_step=n_step, storage=backend)
+    for t in range(20):
+        for b in (ref, tb):
+            b.add(obs=step(t), action=t % 3, reward=1.0, next_obs=step(t + 1),
+                  terminated=False, truncated=t % 7 == 6, logp=np.float64(0.5))
+    a, b = ref.sample(8), tb.sample(8)
+    assert list(b) == list(a)
+    assert list(b.obs) == list(a.obs) == ["z", "image", "state", "a"]
+    assert list(b.obs["a"]) == ["flag", "deep"] and list(b.obs["a"]["deep"]) == ["pos", "disc"]
+    assert list(b.next_obs) == list(a.next_obs)
+    assert list(tb.spec) == list(ref.spec)
+    if n_step == 1 and draws == "device":  # the fixed-batch path gathers the same way
+        assert list(tb.sample_fn(8)()) == list(a)
+
 def _her_reward(achieved: Any, desired: Any, info: Any) -> Any:
     if isinstance(achieved, torch.Tensor):
         return -(achieved - desired).abs().sum(-1)

@@ -175,7 +175,8 @@ class TorchBackend:
         the sum of the fields' flat sizes) and a view ``[T, lanes, *shape]`` of its columns
         per field, so that a sample reads a dtype group with one gather
         (:func:`field_groups` finds the groups again). A dtype with one field gets a
-        tensor of its own, as :meth:`allocate` does."""
+        tensor of its own, as :meth:`allocate` does. The dict lists the fields in the
+        order of ``fields``."""
         torch = self.torch
         by_dtype: dict[Any, list[str]] = {}
         for name, (_shape, dtype) in fields.items():
@@ -198,7 +199,9 @@ class TorchBackend:
                 out[n] = packed[:, :, off] if len(shape) == 2 else \
                     packed[:, :, off:off + w].view(shape)
                 off += w
-        return out
+        # in the order given (the spec's), not grouped by dtype: the table's fields, and
+        # so a batch's keys, are in the same order whatever the storage
+        return {n: out[n] for n in fields}
 
     def allocate_meta(self, name: str, shape: tuple[int, ...], dtype: np.dtype[Any]) -> Any:
         """Bookkeeping stays in host numpy (index math never leaves the CPU)."""

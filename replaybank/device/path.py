@@ -125,7 +125,8 @@ class DevicePath:
         self.packed = device.type != "cpu"
         self.generator: Any = None  # seeded from the host generator on first use
         self._mirror: DeviceMirror | None = None
-        self._plan: tuple[StepTable, tuple[Any, ...], list[_Group]] | None = None
+        # (table, its arrays, their dtype groups, the batch's keys in the host path's order)
+        self._plan: tuple[StepTable, tuple[Any, ...], list[_Group], dict[str, Any]] | None = None
         self._static: dict[int, _Static] = {}
         # (lanes, [[0], [lanes]] on the device): the offsets of a slot and of its next step
         self._next_offsets: tuple[int, Any] | None = None
@@ -267,13 +268,17 @@ class DevicePath:
             m = self._mirror = DeviceMirror(self.torch, self.device, table)
         return m
 
-    def _groups(self, table: StepTable) -> list[_Group]:
-        """The dtype groups of ``table``'s fields (rebuilt when an array is replaced)."""
+    def _groups(self, table: StepTable) -> tuple[list[_Group], dict[str, Any]]:
+        """The dtype groups of ``table``'s fields and the keys of a gather in the host
+        path's order (:meth:`StepTable.gather_transitions
+        <replaybank.storage.table.StepTable.gather_transitions>`: every field in spec
+        order, then the next observations), as a dict of None to copy: a batch's keys do
+        not depend on the storage (rebuilt when an array is replaced)."""
         arrays = tuple(table.arrays.values())
         plan = self._plan
         if plan is not None and plan[0] is table and len(plan[1]) == len(arrays) \
                 and all(a is b for a, b in zip(plan[1], arrays, strict=True)):
-            return plan[2]
+            return plan[2], plan[3]
         by_base: dict[int, _Group] = {}
         n = table.T * table.lanes
         for name, arr in table.arrays.items():
@@ -289,8 +294,9 @@ class DevicePath:
                               next_name(name) if obs else None))
             g.has_obs |= obs
         groups = list(by_base.values())
-        self._plan = (table, arrays, groups)
-        return groups
+        order = dict.fromkeys([*table.arrays, *map(next_name, table.obs_fields)])
+        self._plan = (table, arrays, groups, order)
+        return groups, order
 
     def gather(self, table: StepTable, pairs: Any, aside: Any = None) -> dict[str, Any]:
         """Every stored field ``[B, *shape]`` and ``next_<obs field>`` of the device slots
@@ -314,10 +320,11 @@ class DevicePath:
             lk = self.mirror(table).link.index_select(0, slots)  # [B] side slot + 1 or 0
             kept_aside = lk > 0
             side_slot = (lk - 1).clamp_(min=0)
-        out: dict[str, Any] = {}
+        groups, order = self._groups(table)
+        out: dict[str, Any] = dict(order)  # filled below, its keys in the host's order
         # each view made in one indexing call (on a GPU machine a view op costs the host
         # microseconds too): columns of the first B rows; the next B rows for next obs
-        for g in self._groups(table):
+        for g in groups:
             rows = g.flat.index_select(0, pairs if g.has_obs else slots)  # [2B or B, width]
             head = slice(0, B) if g.has_obs else slice(None)
             for name, cols, shape, nxt in g.members:
