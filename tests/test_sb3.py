@@ -22,7 +22,7 @@ torch = pytest.importorskip("torch")
 from stable_baselines3 import DQN, SAC, TD3  # noqa: E402
 from stable_baselines3.common.vec_env import DummyVecEnv  # noqa: E402
 
-from replaybank.errors import ConfigError, ShapeError  # noqa: E402
+from replaybank.errors import ConfigError, ShapeError, SpecError  # noqa: E402
 from replaybank.integrations.sb3 import (  # noqa: E402
     DictReplayBuffer,
     PrioritizedDQN,
@@ -341,6 +341,29 @@ def test_dict_observations() -> None:
     nxt0 = data.next_observations["a"][lane0, 0].numpy()
     np.testing.assert_array_equal(nxt0, np.minimum(a0 + 2, 6))  # 2 steps, ended at t=5
 
+
+
+def test_dict_observation_keys_that_are_not_the_space_s_are_named() -> None:
+    """A key the space lacks was a bare ``KeyError: 'extra'`` from the reshape; a nested
+    space failed in ``FieldSpec`` ("shape=('deep', 'flag'): expected a tuple of ints")."""
+    space = gym.spaces.Dict({"pos": gym.spaces.Box(-1, 1, (2,)), "id": gym.spaces.Discrete(3)})
+    buf = DictReplayBuffer(32, space, gym.spaces.Discrete(2), device="cpu", seed=0)
+    good = {"pos": np.zeros((1, 2), np.float32), "id": np.array([1])}
+    step = (np.array([1]), np.ones(1), np.array([False]), [{}])
+    with pytest.raises(SpecError, match=r"next_obs has the keys \['pos', 'id', 'extra'\] "
+                                        r"\(not in the space \['extra'\]\)"):
+        buf.add(good, {**good, "extra": np.zeros((1, 2))}, *step)
+    with pytest.raises(SpecError, match=r"obs has the keys \['pos'\] \(missing \['id'\]\)"):
+        buf.add({"pos": good["pos"]}, good, *step)
+    with pytest.raises(SpecError, match="obs is a ndarray, but the observation space is a Dict"):
+        buf.add(good["pos"], good, *step)
+    assert buf.size() == 0 and len(buf.core) == 0  # nothing stored
+    buf.add(good, good, *step)
+    assert buf.size() == 1
+    nested = gym.spaces.Dict({"pos": gym.spaces.Box(-1, 1, (2,)),
+                              "goal": gym.spaces.Dict({"xy": gym.spaces.Box(-1, 1, (2,))})})
+    with pytest.raises(ConfigError, match="the entry 'goal' is a Dict space; SB3 takes a Dict"):
+        DictReplayBuffer(32, nested, gym.spaces.Discrete(2), device="cpu", seed=0)
 
 # ---------------------------------------------------------------- save / load
 @pytest.mark.parametrize("kind", ["uniform", "per"])

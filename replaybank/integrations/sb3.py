@@ -80,7 +80,7 @@ from stable_baselines3.common.utils import polyak_update
 from stable_baselines3.common.vec_env import VecNormalize
 
 from replaybank.buffers.replay import ReplayBuffer as CoreBuffer
-from replaybank.errors import ConfigError, ShapeError
+from replaybank.errors import ConfigError, ShapeError, SpecError
 from replaybank.samplers.base import Sampler
 from replaybank.samplers.prioritized import PrioritizedSampler
 from replaybank.spec import FieldSpec, Spec
@@ -122,6 +122,37 @@ def _core_spec(observation_space: spaces.Space[Any], action_space: spaces.Space[
                FieldSpec("terminated", (), np.dtype(bool)),
                FieldSpec("truncated", (), np.dtype(bool))]
     return Spec(fields)
+
+
+def _wrong_keys(arg: str, obs: Any, keys: list[str]) -> str:
+    """The message for a dict observation ``obs`` (passed as ``arg``) whose keys are not
+    the observation space's ``keys``."""
+    if not isinstance(obs, dict):
+        return (f"add: {arg} is a {type(obs).__name__}, but the observation space is a Dict "
+                f"of the keys {keys}; pass a dict of one [n_envs, *shape] array per key")
+    missing = [k for k in keys if k not in obs]
+    unknown = [k for k in obs if k not in keys]
+    said = "; ".join(f"{what} {names}" for what, names in
+                     (("missing", missing), ("not in the space", unknown)) if names)
+    return (f"add: {arg} has the keys {list(obs)} ({said}); the observation space has the "
+            f"keys {keys}: pass exactly those (add a new key to the env's observation_space "
+            "as well), nothing was stored")
+
+
+def _check_flat(observation_space: spaces.Dict) -> None:
+    """Refuse nested spaces: SB3 stores, and its policies read, flat Dict observations.
+
+    Raises:
+        ConfigError: An entry is a Dict or Tuple space (named).
+    """
+    for key, sub in observation_space.spaces.items():
+        if isinstance(sub, (spaces.Dict, spaces.Tuple)):
+            raise ConfigError(
+                f"DictReplayBuffer(observation_space=...): the entry {key!r} is a "
+                f"{type(sub).__name__} space; SB3 takes a Dict of Box, Discrete, "
+                "MultiDiscrete and MultiBinary spaces (its policies refuse nested ones): "
+                f"flatten {key!r} (e.g. gymnasium.spaces.flatten_space), or store nested "
+                "observations in a replaybank.ReplayBuffer, which takes them")
 
 
 def _make_sampler(prioritized: bool, alpha: float, beta: float, beta_steps: int | None,
@@ -189,12 +220,18 @@ class _Buffer(sb3_buffers.ReplayBuffer):
         return self.core.sampler_traits.priority is not None
 
     # ------------------------------------------------------------------ writing
-    def _obs(self, obs: Any) -> Any:
+    def _obs(self, obs: Any, arg: str) -> Any:
         """One step of every env, each field ``[n_envs, *obs_shape]`` (SB3 passes Discrete
-        observations as ``[n_envs]``)."""
+        observations as ``[n_envs]``).
+
+        Raises:
+            SpecError: A dict observation whose keys are not the space's (named).
+        """
         if self._dict_obs:
             shapes = self.obs_shape
             assert isinstance(shapes, dict)
+            if not isinstance(obs, dict) or obs.keys() != shapes.keys():
+                raise SpecError(_wrong_keys(arg, obs, list(shapes)))
             return {k: np.asarray(v).reshape((self.n_envs, *shapes[k])) for k, v in obs.items()}
         return np.asarray(obs).reshape((self.n_envs, *self.obs_shape))
 
@@ -219,6 +256,10 @@ class _Buffer(sb3_buffers.ReplayBuffer):
             infos: One dict per env; ``"TimeLimit.truncated"`` marks a time-out, which
                 ends the episode even where ``done`` is False (as SB3's ``timeouts``),
                 unless ``handle_timeout_termination=False``.
+
+        Raises:
+            ShapeError: ``done`` does not hold one value per env.
+            SpecError: A dict observation's keys are not the observation space's.
         """
         n = self.n_envs
         if np.size(done) != n:
@@ -238,7 +279,7 @@ class _Buffer(sb3_buffers.ReplayBuffer):
         else:  # SB3's rule: a time-out is a termination (and without done, no event)
             truncated = np.zeros(n, dtype=bool)
         values: dict[str, Any] = {
-            "obs": self._obs(obs), "next_obs": self._obs(next_obs),
+            "obs": self._obs(obs, "obs"), "next_obs": self._obs(next_obs, "next_obs"),
             "action": np.asarray(action).reshape((n, self.action_dim)),
             "reward": np.asarray(reward, dtype=np.float32).reshape(n),
             "terminated": ended & ~truncated, "truncated": truncated,
@@ -367,7 +408,8 @@ class DictReplayBuffer(_Buffer):
     :class:`ReplayBuffer`.
 
     Raises:
-        ConfigError: The observation space is not a ``gymnasium.spaces.Dict``.
+        ConfigError: The observation space is not a ``gymnasium.spaces.Dict``, or one of
+            its entries is a Dict or Tuple space (SB3 takes flat Dict spaces).
 
     Example:
         >>> import gymnasium as gym
@@ -388,6 +430,7 @@ class DictReplayBuffer(_Buffer):
             raise ConfigError(
                 f"DictReplayBuffer(observation_space={observation_space!r}): needs a "
                 "gymnasium.spaces.Dict; use replaybank.integrations.sb3.ReplayBuffer")
+        _check_flat(observation_space)
         super().__init__(buffer_size, observation_space, action_space, *args, **kwargs)
 
     def sample(  # type: ignore[override]  # dict samples, as SB3's DictReplayBuffer
