@@ -17,8 +17,9 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import typing
 from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, Literal, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -57,16 +58,28 @@ from replaybank.views.base import View
 
 if TYPE_CHECKING:  # pydantic loads with the first config() call; the device and shared
     # rooms sit above the core (what it calls of them comes through the registry)
-    from replaybank.config import BufferConfig
+    import torch
+    from typing_extensions import TypeVar
+
+    from replaybank.config import AnyBuffer, BufferConfig
     from replaybank.device.prefetch import Prefetcher
     from replaybank.shared.writer import SharedWriterHandle
+    from replaybank.storage.backends.memmap import MemmapBackend
+    from replaybank.storage.backends.numpy import NumpyBackend
+
+    #: What :meth:`ReplayBuffer.sample` returns values as: numpy arrays, or torch tensors
+    #: for ``storage="torch"`` (the constructor's overloads choose it). A bare
+    #: ``ReplayBuffer`` annotation means a buffer of any storage (``ReplayBuffer[Any]``).
+    V = TypeVar("V", default=Any)
+else:  # a TypeVar default is for type checkers (typing.TypeVar takes it from Python 3.13)
+    V = typing.TypeVar("V")
 
 __all__ = ["ReplayBuffer", "make_rng", "positive_int"]
 
 IntArray = npt.NDArray[np.int64]
 
 
-class ReplayBuffer:
+class ReplayBuffer(Generic[V]):
     """Uniform (or any sampler's) experience replay over ``num_envs`` lanes.
 
     Storage is ``[capacity // num_envs, num_envs, *shape]`` per field; each env's steps
@@ -150,6 +163,70 @@ class ReplayBuffer:
         >>> seq.obs.shape, "next_obs" in seq
         ((4, 5, 3), False)
     """
+
+    # The overloads tell a type checker what sample() returns values as, from storage=:
+    # numpy arrays for host storage, torch tensors for "torch" (given by keyword), and
+    # either (Any) for a storage only known when the program runs.
+    @overload
+    def __init__(
+        self: ReplayBuffer[npt.NDArray[Any]],
+        capacity: int,
+        num_envs: int = 1,
+        seed: int | np.random.Generator | None = None,
+        spec: Any = None,
+        sampler: Sampler | None = None,
+        view: View | None = None,
+        n_step: int = 1,
+        gamma: float = 0.99,
+        frame_stack: int = 1,
+        storage: Literal["numpy", "memmap"] | NumpyBackend | MemmapBackend = "numpy",
+        path: Any = None,
+        device: Any = None,
+        lane_split: str | None = None,
+        autoreset_mode: str | None = None,
+        next_obs: bool = True,
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self: ReplayBuffer[torch.Tensor],
+        capacity: int,
+        num_envs: int = 1,
+        seed: int | np.random.Generator | None = None,
+        spec: Any = None,
+        sampler: Sampler | None = None,
+        view: View | None = None,
+        n_step: int = 1,
+        gamma: float = 0.99,
+        frame_stack: int = 1,
+        *,
+        storage: Literal["torch"],
+        path: Any = None,
+        device: Any = None,
+        lane_split: str | None = None,
+        autoreset_mode: str | None = None,
+        next_obs: bool = True,
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self: ReplayBuffer[Any],
+        capacity: int,
+        num_envs: int = 1,
+        seed: int | np.random.Generator | None = None,
+        spec: Any = None,
+        sampler: Sampler | None = None,
+        view: View | None = None,
+        n_step: int = 1,
+        gamma: float = 0.99,
+        frame_stack: int = 1,
+        storage: str | ArrayBackend = "numpy",
+        path: Any = None,
+        device: Any = None,
+        lane_split: str | None = None,
+        autoreset_mode: str | None = None,
+        next_obs: bool = True,
+    ) -> None: ...
 
     def __init__(
         self,
@@ -479,7 +556,7 @@ class ReplayBuffer:
         self.sampler.on_clear()
 
     # ------------------------------------------------------------------ sampling
-    def sample(self, batch_size: int, replace: bool = True, **kwargs: Any) -> Batch:
+    def sample(self, batch_size: int, replace: bool = True, **kwargs: Any) -> Batch[V]:
         """Sample a batch of transitions: the sampler draws, the view serves.
 
         Args:
@@ -488,7 +565,8 @@ class ReplayBuffer:
             **kwargs: Sampler options (e.g. ``beta`` for prioritized replay).
 
         Returns:
-            A :class:`~replaybank.batch.Batch` with fields ``[B, *shape]``, ``indices``
+            A :class:`~replaybank.batch.Batch` with fields ``[B, *shape]`` (numpy arrays, or
+            torch tensors on the buffer's device for ``storage="torch"``), ``indices``
             (item keys for :meth:`update_priorities`) and, from prioritized samplers,
             ``weights`` and ``probabilities``.
 
@@ -500,7 +578,8 @@ class ReplayBuffer:
         try:
             parts = self._parts if self._parts.sampler is self._sampler \
                 and self._parts.view is self._view else self._current_parts()
-            batch = self._store.sample(parts, self._rng, batch_size, replace, kwargs)
+            batch: Batch[Any] = self._store.sample(parts, self._rng, batch_size, replace,
+                                                   kwargs)
             self._samples += 1
             if self._samples & (self._samples - 1) == 0 and self._check_autoreset:
                 self._check_resets()
@@ -508,7 +587,7 @@ class ReplayBuffer:
         finally:
             self._guard.leave(entered)
 
-    def sample_fn(self, batch_size: int) -> Callable[[], Batch]:
+    def sample_fn(self, batch_size: int) -> Callable[[], Batch[torch.Tensor]]:
         """A callable that samples ``batch_size`` transitions into static tensors, for a
         training step of fixed shape (``storage="torch"`` with its device path).
 
@@ -549,7 +628,7 @@ class ReplayBuffer:
         dev = self._store.device()
         size = positive_int("sample_fn(batch_size)", batch_size)
 
-        def fn() -> Batch:
+        def fn() -> Batch[torch.Tensor]:
             entered = self._guard.enter()
             try:
                 if self._table is None or len(self) == 0:
@@ -559,14 +638,15 @@ class ReplayBuffer:
                     raise ConfigError(
                         f"sample_fn(): {type(self.sampler).__name__} with "
                         f"{type(self.view).__name__} has no device path; use sample()")
-                return Batch.own(dict(dev.sample_fn(self._table, self._rng, size)))
+                return typing.cast("Batch[torch.Tensor]", Batch.own(
+                    dict(dev.sample_fn(self._table, self._rng, size))))
             finally:
                 self._guard.leave(entered)
 
         return fn
 
     def prefetcher(self, batch_size: int, device: Any = "cuda", depth: int = 2,
-                   **kwargs: Any) -> Prefetcher:
+                   **kwargs: Any) -> Prefetcher[Batch[torch.Tensor]]:
         """Sample ``batch_size`` transitions ``depth`` batches ahead in a background
         thread and hand them out on ``device`` (:class:`~replaybank.device.prefetch.
         Prefetcher`: pinned staging and ``non_blocking`` copies for CUDA targets).
@@ -594,7 +674,7 @@ class ReplayBuffer:
             ...     tuple(next(pf).reward.shape)
             (4,)
         """
-        prefetch: Callable[..., Prefetcher] = registry.feature("prefetcher")
+        prefetch: Callable[..., Prefetcher[Batch[torch.Tensor]]] = registry.feature("prefetcher")
         return prefetch(lambda: self.sample(batch_size, **kwargs), device, depth)
 
     def _check_resets(self) -> None:
@@ -633,7 +713,7 @@ class ReplayBuffer:
 
     # ------------------------------------------------------------------ sequences
     def sample_sequences(self, batch_size: int, sequence_length: int,
-                         **kwargs: Any) -> SequenceBatch:
+                         **kwargs: Any) -> SequenceBatch[V]:
         """Sample ``[B, L]`` windows of the stored steps (one-step rewards and one frame
         per step, whatever ``n_step``/``frame_stack``/``view``, which shape :meth:`sample`
         only); see :func:`replaybank.buffers.sequences.sample_sequences`."""
@@ -641,9 +721,11 @@ class ReplayBuffer:
         try:
             traits = self._current_parts().traits
             store = self._store
-            batch = store.placed(store.read(self._sampler, lambda: sample_sequences(
-                store.table, store.lane_view(), self._rng, traits, batch_size, sequence_length,
-                **kwargs)))
+            # host arrays, or tensors from torch storage (Store.placed)
+            batch: SequenceBatch[Any] = store.placed(store.read(
+                self._sampler, lambda: sample_sequences(
+                    store.table, store.lane_view(), self._rng, traits, batch_size,
+                    sequence_length, **kwargs)))
             if len(self._seq_widths) < buffer_state.MAX_WIDTHS:  # update_sequence_priorities
                 # checks TD errors against them (kept by state_dict and flush)
                 self._seq_widths.add(int(batch.mask.shape[1]))
@@ -874,7 +956,7 @@ class ReplayBuffer:
 
     @classmethod
     def load(cls, dirpath: Any, prefix: str = "buffer_", *,
-             trust_imports: bool = False) -> Any:
+             trust_imports: bool = False) -> AnyBuffer:
         """Restore a buffer saved with :meth:`save` (identical next sample; the saved type,
         :func:`replaybank.persist.load`)."""
         return persist.load(dirpath, prefix=prefix, trust_imports=trust_imports)
@@ -912,7 +994,7 @@ class ReplayBuffer:
             yield
 
     @classmethod
-    def open(cls, path: Any, mode: str = "r+", *, trust_imports: bool = False) -> Any:
+    def open(cls, path: Any, mode: str = "r+", *, trust_imports: bool = False) -> AnyBuffer:
         """Reopen a memmap buffer at ``path`` and continue where it stopped (with the
         generator and sampler state of its last :meth:`flush` when no step was added
         after it; :func:`replaybank.persist.open`). ``mode="r"`` opens it read-only,

@@ -109,7 +109,7 @@ class Store:
             self._files.check_writable(f"{call}()")
 
     def sample(self, parts: Parts, rng: np.random.Generator, batch_size: Any,
-               replace: Any, kwargs: dict[str, Any]) -> Batch:
+               replace: Any, kwargs: dict[str, Any]) -> Batch[Any]:
         """One batch: the sampler draws, the view serves (:meth:`Parts.sample`)."""
         return self.placed(Batch.own(parts.sample(self.table, self.lane_view(), rng,
                                                   batch_size, replace, kwargs)))

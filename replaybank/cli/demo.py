@@ -257,7 +257,9 @@ def _check_checkpoint(buf: Any, out: Path) -> bool:
 
     ckpt = out / "buffer"
     buf.save(ckpt)
-    loaded = ReplayBuffer.load(ckpt)
+    loaded = ReplayBuffer.load(ckpt)  # the saved type: narrowed for the type checker
+    if not isinstance(loaded, ReplayBuffer):
+        return False
     a, b = buf.sample(256), loaded.sample(256)
     return bool(a == b) and len(loaded) == len(buf)
 

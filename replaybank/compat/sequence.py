@@ -74,7 +74,7 @@ class SequenceReplayBuffer(Checkpointed, FrontEnd):
 
     _repr_fields = ("capacity", "num_envs", "size=len", "sequence_length", "episode_boundary",
                     "burn_in")
-    buffer: ReplayBuffer
+    buffer: ReplayBuffer[Any]
     sequence_length: int | None
     episode_boundary: str
     strict: bool
@@ -109,7 +109,7 @@ class SequenceReplayBuffer(Checkpointed, FrontEnd):
         self._own(ReplayBuffer(capacity, num_envs=num_envs, seed=seed, spec=spec,
                                sampler=sampler, **buffer_kwargs), options)
 
-    def _own(self, buffer: ReplayBuffer, options: dict[str, Any]) -> None:
+    def _own(self, buffer: ReplayBuffer[Any], options: dict[str, Any]) -> None:
         """Take ``buffer`` and the checked sequence options. Persistent storage records
         this wrapper, not the inner buffer, as its owner: ``ReplayBuffer.open(path)``
         then rebuilds a SequenceReplayBuffer."""
@@ -119,7 +119,7 @@ class SequenceReplayBuffer(Checkpointed, FrontEnd):
         buffer.record_owner()
 
     @classmethod
-    def from_buffer(cls, buffer: ReplayBuffer, **options: Any) -> SequenceReplayBuffer:
+    def from_buffer(cls, buffer: ReplayBuffer[Any], **options: Any) -> SequenceReplayBuffer:
         """Wrap an existing buffer (e.g. one restored with ``ReplayBuffer.load``).
 
         Example:

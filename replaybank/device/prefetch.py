@@ -45,21 +45,31 @@ from __future__ import annotations
 import contextlib
 import queue
 import threading
+import typing
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any, Generic, overload
 
 import numpy as np
 
-from replaybank.batch import torch_device
+from replaybank.batch import Batch, SequenceBatch, torch_device
 from replaybank.errors import ConfigError, require_extra
 from replaybank.transfer import StagingBuffer
+
+if TYPE_CHECKING:  # torch is imported when a prefetcher is built
+    import torch
+    from typing_extensions import TypeVar
+
+    #: What ``next()`` returns: the sampled batch type with torch tensor fields.
+    B = TypeVar("B", default=Any)
+else:
+    B = typing.TypeVar("B")
 
 __all__ = ["Prefetcher"]
 
 _STOP = object()
 
 
-class Prefetcher:
+class Prefetcher(Generic[B]):
     """Batches from ``sample()`` prepared ``depth`` ahead in a thread, moved to ``device``.
 
     Args:
@@ -75,6 +85,21 @@ class Prefetcher:
         ConfigError: ``depth`` is not a positive int, or ``device`` is not available.
         MissingDependencyError: torch is not installed.
     """
+
+    # a type checker reads what next() returns from what sample returns: a Batch or
+    # SequenceBatch of any values comes back with torch tensor fields
+    @overload
+    def __init__(self: Prefetcher[Batch[torch.Tensor]], sample: Callable[[], Batch[Any]],
+                 device: Any = "cuda", depth: int = 2) -> None: ...
+
+    @overload
+    def __init__(self: Prefetcher[SequenceBatch[torch.Tensor]],
+                 sample: Callable[[], SequenceBatch[Any]], device: Any = "cuda",
+                 depth: int = 2) -> None: ...
+
+    @overload
+    def __init__(self: Prefetcher[Any], sample: Callable[[], Any], device: Any = "cuda",
+                 depth: int = 2) -> None: ...
 
     def __init__(self, sample: Callable[[], Any], device: Any = "cuda", depth: int = 2) -> None:
         if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
@@ -160,10 +185,10 @@ class Prefetcher:
                 continue
 
     # ------------------------------------------------------------------ the loop
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Iterator[B]:
         return self
 
-    def __next__(self) -> Any:
+    def __next__(self) -> B:
         """The next batch, its fields on the device (copies queued with non_blocking)."""
         if self._closed:
             raise StopIteration
@@ -184,7 +209,7 @@ class Prefetcher:
                 event = torch.cuda.Event()
                 event.record(torch.cuda.current_stream(self.device))
                 self._events[k] = event
-            batch = kind(out)
+            batch: B = kind(out)
         finally:  # set k goes back, and the thread may sample again: last, even on error
             self._free.put(k)
             self._room.release()
@@ -203,7 +228,7 @@ class Prefetcher:
                 self._ready.get_nowait()
             self._thread.join(timeout=0.05)
 
-    def __enter__(self) -> Prefetcher:
+    def __enter__(self) -> Prefetcher[B]:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -49,7 +49,7 @@ class DeviceStore(Store):
         self.path = path
 
     def sample(self, parts: Parts, rng: np.random.Generator, batch_size: Any,
-               replace: Any, kwargs: dict[str, Any]) -> Batch:
+               replace: Any, kwargs: dict[str, Any]) -> Batch[Any]:
         got = self.path.sample(self.table, parts, rng, batch_size, replace, kwargs)
         if got is not None:
             return Batch.own(got)

@@ -88,7 +88,7 @@ class SharedStore(Store):
             "add/extend on its open()")
 
     def sample(self, parts: Parts, rng: np.random.Generator, batch_size: Any,
-               replace: Any, kwargs: dict[str, Any]) -> Batch:
+               replace: Any, kwargs: dict[str, Any]) -> Batch[Any]:
         self.check_open("sample()")
         return self.reader.read(parts.sampler, lambda: super(SharedStore, self).sample(
             parts, rng, batch_size, replace, kwargs))
