@@ -62,9 +62,10 @@ Example:
 from __future__ import annotations
 
 import math
+import typing
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -100,8 +101,17 @@ from replaybank.ops.gae import Backend, gae
 from replaybank.spec import UNSET, Spec, flatten
 from replaybank.storage.backends.base import available_memory, check_fits
 
-if TYPE_CHECKING:  # pydantic loads with the first config() call
+if TYPE_CHECKING:  # pydantic loads with the first config() call; torch is optional
+    import torch
+    from typing_extensions import TypeVar as DefaultTypeVar
+
     from replaybank.config import BufferConfig
+
+    #: What the minibatches hold: numpy arrays, or torch tensors on ``device=`` (a bare
+    #: ``RolloutBuffer`` annotation: either, ``RolloutBuffer[Any]``).
+    V = DefaultTypeVar("V", default=Any)
+else:  # a TypeVar default is for type checkers (typing.TypeVar takes it from Python 3.13)
+    V = typing.TypeVar("V")
 
 __all__ = ["RolloutBuffer"]
 
@@ -113,7 +123,7 @@ _B = TypeVar("_B")
 _NORMS = ("batch", "minibatch", None)
 
 
-class RolloutBuffer:
+class RolloutBuffer(Generic[V]):
     """On-policy storage of ``num_steps`` steps of ``num_envs`` envs, with GAE.
 
     Args:
@@ -151,6 +161,58 @@ class RolloutBuffer:
         >>> [round(float(a), 4) for a in buf.advantages[:, 0]]  # step 0 bootstraps from 2.0
         [2.48, 0.79]
     """
+
+    # The overloads tell a type checker what the minibatches hold, from device=: numpy
+    # arrays without a device, torch tensors with one (given by keyword), either (Any)
+    # for a value only known when the program runs.
+    @overload
+    def __init__(
+        self: RolloutBuffer[npt.NDArray[Any]],
+        num_steps: int,
+        num_envs: int = 1,
+        gamma: float = 0.99,
+        gae_lambda: float = 0.95,
+        spec: Any = None,
+        seed: int | np.random.Generator | None = None,
+        normalize_advantage: str | None = "batch",
+        advantage_eps: float = 1e-8,
+        device: None = None,
+        backend: Backend = "auto",
+        autoreset_mode: str | None = None,
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self: RolloutBuffer[torch.Tensor],
+        num_steps: int,
+        num_envs: int = 1,
+        gamma: float = 0.99,
+        gae_lambda: float = 0.95,
+        spec: Any = None,
+        seed: int | np.random.Generator | None = None,
+        normalize_advantage: str | None = "batch",
+        advantage_eps: float = 1e-8,
+        *,
+        device: str | int | torch.device,
+        backend: Backend = "auto",
+        autoreset_mode: str | None = None,
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self: RolloutBuffer[Any],
+        num_steps: int,
+        num_envs: int = 1,
+        gamma: float = 0.99,
+        gae_lambda: float = 0.95,
+        spec: Any = None,
+        seed: int | np.random.Generator | None = None,
+        normalize_advantage: str | None = "batch",
+        advantage_eps: float = 1e-8,
+        device: Any = None,
+        backend: Backend = "auto",
+        autoreset_mode: str | None = None,
+    ) -> None: ...
 
     def __init__(
         self,
@@ -646,7 +708,7 @@ class RolloutBuffer:
     @one_thread_call("generate_batches")
     def generate_batches(self, num_mini_batch: int | None = None,
                          mini_batch_size: int | None = None,
-                         num_epochs: int = 1) -> Iterator[Batch]:
+                         num_epochs: int = 1) -> Iterator[Batch[V]]:
         """Yield shuffled minibatches of single steps over the flat ``[pos * num_envs]`` data.
 
         Each epoch is a fresh permutation (from the buffer's generator) split so that every
@@ -692,7 +754,7 @@ class RolloutBuffer:
     def recurrent_generator(self, num_mini_batch: int | None = None,
                             mini_batch_size: int | None = None,
                             chunk_length: int | None = None, num_epochs: int = 1,
-                            hidden_fields: Any = None) -> Iterator[SequenceBatch]:
+                            hidden_fields: Any = None) -> Iterator[SequenceBatch[V]]:
         """Yield shuffled minibatches of time-ordered chunks for recurrent policies.
 
         Every env's timeline is cut into chunks of ``chunk_length`` consecutive steps
