@@ -54,7 +54,7 @@ import warnings
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast, runtime_checkable
 
 import numpy as np
 
@@ -107,6 +107,10 @@ class Persistable(Protocol):
     def metadata(self) -> dict[str, Any]:
         """A JSON-able description (type, capacity, spec, ...)."""
         ...
+
+
+#: A buffer of any type that :func:`load_into` restores and hands back.
+P = TypeVar("P", bound=Persistable)
 
 
 @runtime_checkable
@@ -212,13 +216,13 @@ def _restore(buf: Persistable, manifest: dict[str, Any], sf: StateFile) -> None:
         ) from exc
 
 
-def load_into(buf: Persistable, dirpath: Any, prefix: str = "buffer_") -> Persistable:
+def load_into(buf: P, dirpath: Any, prefix: str = "buffer_") -> P:
     """Load a checkpoint into an existing buffer of the same type, capacity and spec.
 
     Every file check runs before the buffer is touched.
 
     Returns:
-        ``buf``.
+        ``buf`` (typed as what was passed in).
 
     Raises:
         CheckpointError: Any problem with the files, or they do not fit ``buf``;
@@ -487,7 +491,7 @@ def flush(buf: Resumable, before: Callable[[], None] | None = None) -> Path | No
 
 
 def open(path: Any, mode: str = "r+", *, trust_imports: bool = False,
-         **overrides: Any) -> Any:
+         **overrides: Any) -> AnyBuffer:
     """Reopen the memmap buffer at ``path`` (in this or a new process).
 
     Args:
@@ -508,6 +512,7 @@ def open(path: Any, mode: str = "r+", *, trust_imports: bool = False,
     Returns:
         The buffer (of its registered type), holding every step added before the old
         process stopped, with the state of its last :func:`flush` when that still fits.
+        A type checker sees :data:`replaybank.config.AnyBuffer`, as for :func:`load`.
 
     Raises:
         CheckpointError: No buffer at ``path`` (or ``path`` is a file), no config
@@ -541,7 +546,7 @@ def open(path: Any, mode: str = "r+", *, trust_imports: bool = False,
         backend.abort_open()
         raise
     backend.commit_open()
-    return buf
+    return cast("AnyBuffer", buf)  # _reopen rebuilds a registered type (it is Resumable)
 
 
 #: Config entries that fix the shape of a memmap buffer's files.

@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, overload
 from replaybank import persist
 
 if TYPE_CHECKING:  # pydantic loads with the first config() call
-    from replaybank.config import BufferConfig
+    from replaybank.config import AnyBuffer, BufferConfig
 
 __all__ = ["Checkpointed", "Core", "FrontEnd", "restored_on_error"]
 
@@ -222,7 +222,7 @@ class Checkpointed:
 
     @classmethod
     def load(cls, dirpath: Any, prefix: str = "buffer_", *,
-             trust_imports: bool = False) -> Any:
+             trust_imports: bool = False) -> AnyBuffer:
         """Restore a buffer saved with :meth:`save` (identical next sample)."""
         return persist.load(dirpath, prefix=prefix, trust_imports=trust_imports)
 

@@ -74,11 +74,17 @@ if TYPE_CHECKING:  # for annotations only: the config layer imports no buffer wh
     from replaybank.buffers.rollout.buffer import RolloutBuffer
     from replaybank.compat.sequence import SequenceReplayBuffer
     from replaybank.compat.trajectory import PathBuffer
+    from replaybank.multiagent.buffer import MultiAgentReplayBuffer
+    from replaybank.multiagent.rollout import MultiAgentRolloutBuffer
 
-    #: What :func:`from_config` and :func:`replaybank.load` return, for a type checker:
-    #: one of the package's buffer types (``PrioritizedReplayBuffer`` and
-    #: ``HerReplayBuffer`` are ``ReplayBuffer`` subclasses).
-    AnyBuffer: TypeAlias = ReplayBuffer | SequenceReplayBuffer | RolloutBuffer | PathBuffer
+    #: What :func:`from_config`, :func:`replaybank.load` and :func:`replaybank.open`
+    #: return, for a type checker: one of the package's registered buffer types
+    #: (``PrioritizedReplayBuffer`` and ``HerReplayBuffer`` are ``ReplayBuffer``
+    #: subclasses). A rebuilt ``ReplayBuffer`` (``RolloutBuffer``) is ``ReplayBuffer[Any]``
+    #: (``RolloutBuffer[Any]``): its config may name torch storage (a device), whose
+    #: batches hold tensors.
+    AnyBuffer: TypeAlias = (ReplayBuffer[Any] | SequenceReplayBuffer | RolloutBuffer[Any]
+                            | PathBuffer | MultiAgentReplayBuffer | MultiAgentRolloutBuffer)
 
 __all__ = [
     "BufferConfig",
@@ -146,7 +152,8 @@ def from_config(source: Any, **overrides: Any) -> Any:
     Returns:
         A new, empty buffer of the configured type. From a config model or a file, a type
         checker sees ``AnyBuffer``, the union of the package's buffer types
-        (``ReplayBuffer | SequenceReplayBuffer | RolloutBuffer | PathBuffer``): narrow it
+        (``ReplayBuffer | SequenceReplayBuffer | RolloutBuffer | PathBuffer |
+        MultiAgentReplayBuffer | MultiAgentRolloutBuffer``): narrow it
         with ``isinstance(buf, rb.ReplayBuffer)``; a buffer type of your own, registered
         with :func:`register_buffer`, is returned as what it is. From a dict (a config
         passed around as data) it sees ``Any``.

@@ -93,7 +93,7 @@ from replaybank.storage.backends.base import ArrayBackend, SharedArrayBackend
 from replaybank.views.nstep import NStepView
 
 if TYPE_CHECKING:  # pydantic loads with the first config() call
-    from replaybank.config import BufferConfig
+    from replaybank.config import AnyBuffer, BufferConfig
 
 __all__ = ["MultiAgentReplayBuffer"]
 
@@ -722,7 +722,7 @@ class MultiAgentReplayBuffer:
 
     @classmethod
     def load(cls, dirpath: Any, prefix: str = "buffer_", *,
-             trust_imports: bool = False) -> Any:
+             trust_imports: bool = False) -> AnyBuffer:
         """Restore a buffer saved with :meth:`save` (identical next sample)."""
         return persist.load(dirpath, prefix=prefix, trust_imports=trust_imports)
 
@@ -820,7 +820,7 @@ class MultiAgentReplayBuffer:
         self.buffer.close()
 
     @classmethod
-    def open(cls, path: Any, mode: str = "r+", *, trust_imports: bool = False) -> Any:
+    def open(cls, path: Any, mode: str = "r+", *, trust_imports: bool = False) -> AnyBuffer:
         """Reopen the memmap multi-agent buffer at ``path``
         (:func:`replaybank.persist.open`): every stored joint step, the agents, and, when
         nothing was added after its last :meth:`flush`, the identical next sample and
