@@ -22,7 +22,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 from functools import cache
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -233,6 +233,12 @@ class BufferConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     type: str
+
+    if TYPE_CHECKING:
+        # The other fields are the registered type's constructor arguments, made when the
+        # program runs (config_model): a type checker reads each as Any, so that
+        # ``buf.config().capacity`` type-checks for every buffer's config.
+        def __getattr__(self, name: str) -> Any: ...
 
     @model_validator(mode="before")
     @classmethod
