@@ -34,6 +34,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from replaybank.buffers.replay import ReplayBuffer
 from replaybank.samplers.base import Sampler
@@ -43,7 +44,9 @@ from replaybank.views.hindsight import HerView
 __all__ = ["HerReplayBuffer"]
 
 
-class HerReplayBuffer(ReplayBuffer):
+# typed as numpy batches, its usual storage (a storage= passed through **kwargs is not
+# seen by the checker: the base's overloads choose it)
+class HerReplayBuffer(ReplayBuffer[npt.NDArray[Any]]):
     """Hindsight experience replay over ``num_envs`` lanes of goal-conditioned episodes.
 
     Observations are dicts ``{"observation", "achieved_goal", "desired_goal"}`` (the

@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from replaybank.buffers.replay import ReplayBuffer
 from replaybank.errors import ConfigError
@@ -29,7 +30,9 @@ from replaybank.samplers.prioritized import PrioritizedSampler
 __all__ = ["PrioritizedReplayBuffer"]
 
 
-class PrioritizedReplayBuffer(ReplayBuffer):
+# typed as numpy batches, its usual storage (a storage= passed through **kwargs is not
+# seen by the checker: the base's overloads choose it)
+class PrioritizedReplayBuffer(ReplayBuffer[npt.NDArray[Any]]):
     """Proportional prioritized replay (Schaul et al. 2016) over ``num_envs`` lanes.
 
     Args:
