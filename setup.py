@@ -28,12 +28,27 @@ class OptimisedBuildExt(build_ext):
         super().build_extensions()
 
 
-setup(cmdclass={"build_ext": OptimisedBuildExt}, ext_modules=[
-    Extension("replaybank._lane", ["replaybank/_lane.c"], optional=True),
-    Extension("replaybank._sampling", ["replaybank/_sampling.c"], optional=True,
-              depends=["replaybank/_fastdiv.h"]),
-    Extension("replaybank._windows", ["replaybank/_windows.c"], optional=True,
-              depends=["replaybank/_fastdiv.h"]),
-    Extension("replaybank._lane_killpoints", ["replaybank/_lane.c"], optional=True,
-              define_macros=[("REPLAYBANK_KILLPOINTS", "1")]),
-])
+setup(
+    cmdclass={"build_ext": OptimisedBuildExt},
+    ext_modules=[
+        Extension("replaybank._lane", ["replaybank/_lane.c"], optional=True),
+        Extension(
+            "replaybank._sampling",
+            ["replaybank/_sampling.c"],
+            optional=True,
+            depends=["replaybank/_fastdiv.h"],
+        ),
+        Extension(
+            "replaybank._windows",
+            ["replaybank/_windows.c"],
+            optional=True,
+            depends=["replaybank/_fastdiv.h"],
+        ),
+        Extension(
+            "replaybank._lane_killpoints",
+            ["replaybank/_lane.c"],
+            optional=True,
+            define_macros=[("REPLAYBANK_KILLPOINTS", "1")],
+        ),
+    ],
+)

@@ -28,8 +28,9 @@ def _setuptools_major() -> int:
 
 # setup.py run directly reads pyproject.toml with the installed setuptools; pip builds in
 # isolation with the build requirement (setuptools>=77), which older ones cannot read
-pytestmark = pytest.mark.skipif(_setuptools_major() < 77,
-                                reason="running setup.py needs setuptools>=77 installed")
+pytestmark = pytest.mark.skipif(
+    _setuptools_major() < 77, reason="running setup.py needs setuptools>=77 installed"
+)
 
 FAKE_CC = """#!/bin/sh
 echo "$@" >> "{log}"
@@ -49,12 +50,29 @@ def _compile_lines(tmp_path: Path, cflags: str) -> list[str]:
     cc.write_text(FAKE_CC.format(log=log))
     cc.chmod(cc.stat().st_mode | stat.S_IEXEC)
     env = {**os.environ, "CC": f"{cc} -O2", "LDSHARED": f"{cc} -shared", "CFLAGS": cflags}
-    subprocess.run([sys.executable, "setup.py", "build_ext", "--force",
-                    "-b", str(tmp_path / "lib"), "-t", str(tmp_path / "tmp")],
-                   cwd=ROOT, env=env, check=True, capture_output=True, timeout=120)
+    subprocess.run(
+        [
+            sys.executable,
+            "setup.py",
+            "build_ext",
+            "--force",
+            "-b",
+            str(tmp_path / "lib"),
+            "-t",
+            str(tmp_path / "tmp"),
+        ],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     lines = [ln for ln in log.read_text().splitlines() if " -c " in ln]
-    assert {Path(ln.split(" -c ")[1].split()[0]).name for ln in lines} \
-        >= {"_lane.c", "_sampling.c", "_windows.c"}
+    assert {Path(ln.split(" -c ")[1].split()[0]).name for ln in lines} >= {
+        "_lane.c",
+        "_sampling.c",
+        "_windows.c",
+    }
     return lines
 
 
