@@ -1,12 +1,14 @@
 """Build of the optional C modules (metadata is in pyproject.toml): the writer
-``replaybank._lane`` and the sampling kernels ``replaybank._sampling``.
+``replaybank._lane``, the sampling kernels ``replaybank._sampling`` and the window gathers
+``replaybank._windows``.
 
 ``optional=True``: where no C compiler or Python headers exist the package installs
 without them; the Python writer and the numba (or numpy) kernels then serve every call
-(same results, slower). The same
+(same results, slower). The writer's
 source is built a second time with ``REPLAYBANK_KILLPOINTS`` as
-``replaybank._lane_killpoints``, the crash tests' build, which counts every durable store
-(see replaybank/storage/writers/killpoint.py); the production module pays nothing for it.
+``replaybank._lane_killpoints`` (``replaybank/_lane_killpoints.c`` includes ``_lane.c``),
+the crash tests' build, which counts every durable store (see
+replaybank/storage/writers/killpoint.py); the production module pays nothing for it.
 """
 
 import os
@@ -46,9 +48,9 @@ setup(
         ),
         Extension(
             "replaybank._lane_killpoints",
-            ["replaybank/_lane.c"],
+            ["replaybank/_lane_killpoints.c"],
             optional=True,
-            define_macros=[("REPLAYBANK_KILLPOINTS", "1")],
+            depends=["replaybank/_lane.c"],
         ),
     ],
 )

@@ -88,3 +88,13 @@ def test_cflags_naming_a_level_are_kept(tmp_path: Path) -> None:
     lines = _compile_lines(tmp_path, "-O0 -g")
     for ln in lines:
         assert [a for a in ln.split() if a.startswith("-O")][-1] == "-O0", ln
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="a Unix compiler's flags")
+def test_each_c_module_compiles_to_its_own_object_file(tmp_path: Path) -> None:
+    """``_lane`` and its kill-point build (``_lane_killpoints``) come from one source: each
+    needs an object file of its own, or a parallel build (``build_ext -j``) can link one
+    module from the other's object."""
+    lines = _compile_lines(tmp_path, "-O3")
+    objects = [ln.split(" -o ")[1].split()[0] for ln in lines]
+    assert len(objects) == 4 and len(set(objects)) == 4, objects
