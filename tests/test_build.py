@@ -98,3 +98,44 @@ def test_each_c_module_compiles_to_its_own_object_file(tmp_path: Path) -> None:
     lines = _compile_lines(tmp_path, "-O3")
     objects = [ln.split(" -o ")[1].split()[0] for ln in lines]
     assert len(objects) == 4 and len(set(objects)) == 4, objects
+
+
+FAILING_CC = """#!/bin/sh
+echo "cc: no compiler here" >&2
+exit 1
+"""
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="a Unix compiler")
+def test_a_build_without_a_compiler_succeeds_and_says_so_once(tmp_path: Path) -> None:
+    """No C compiler (or no Python headers): the build still succeeds (the modules are
+    optional) and says once, in one line after the compiler's errors, that replaybank
+    works without them and how to get them."""
+    cc = tmp_path / "cc"
+    cc.write_text(FAILING_CC)
+    cc.chmod(cc.stat().st_mode | stat.S_IEXEC)
+    env = {**os.environ, "CC": str(cc), "LDSHARED": f"{cc} -shared"}
+    done = subprocess.run(
+        [
+            sys.executable,
+            "setup.py",
+            "build_ext",
+            "--force",
+            "-b",
+            str(tmp_path / "lib"),
+            "-t",
+            str(tmp_path / "tmp"),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert not list((tmp_path / "lib").rglob("*.so"))
+    said = [ln for ln in (done.stdout + done.stderr).splitlines() if ln.startswith("replaybank: ")]
+    assert len(said) == 1, said
+    assert "C modules _lane, _sampling, _windows, _lane_killpoints were not built" in said[0]
+    assert "works without them" in said[0] and "build-essential python3-dev" in said[0]
+    assert "replaybank --version" in said[0]
