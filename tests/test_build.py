@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
+import re
 import stat
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -139,3 +141,77 @@ def test_a_build_without_a_compiler_succeeds_and_says_so_once(tmp_path: Path) ->
     assert "C modules _lane, _sampling, _windows, _lane_killpoints were not built" in said[0]
     assert "works without them" in said[0] and "build-essential python3-dev" in said[0]
     assert "replaybank --version" in said[0]
+
+
+# --- what the sdist and the wheel hold ------------------------------------------------------
+
+#: Built or cached in place, never shipped.
+STRAY = re.compile(r"(^|/)(__pycache__|\.hypothesis|\.pytest_cache|build|dist)/|\.(so|pyc|o)$")
+
+
+def _source_files(*folders: str) -> set[str]:
+    """The files under ``folders`` (relative to the repository root), less what is built
+    or cached in place."""
+    return {
+        p.relative_to(ROOT).as_posix()
+        for folder in folders
+        for p in (ROOT / folder).rglob("*")
+        if p.is_file() and not STRAY.search(p.relative_to(ROOT).as_posix())
+    }
+
+
+def _setup(tmp_path: Path, *commands: str, cc: str | None = None) -> None:
+    """``setup.py`` run with ``commands``, everything it writes kept under ``tmp_path``
+    (egg-info and build folders too), with the stand-in compiler when ``cc`` is given."""
+    (tmp_path / "egg").mkdir()
+    env = dict(os.environ)
+    if cc is not None:
+        env.update(CC=cc, LDSHARED=f"{cc} -shared")
+    subprocess.run(
+        [
+            sys.executable,
+            "setup.py",
+            "-q",
+            "egg_info",
+            "--egg-base",
+            str(tmp_path / "egg"),
+            *commands,
+        ],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+
+
+def test_the_sdist_is_the_whole_source_release(tmp_path: Path) -> None:
+    """The sdist holds the C sources and the header, ``py.typed``, and everything the test
+    suite reads (the tests' helper modules and data, the root conftest.py, docs, examples,
+    benchmarks), so the suite runs from the unpacked sdist; nothing built in place."""
+    _setup(tmp_path, "sdist", "--dist-dir", str(tmp_path / "dist"))
+    (sdist,) = (tmp_path / "dist").glob("replaybank-*.tar.gz")
+    with tarfile.open(sdist) as tar:
+        names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
+    wanted = _source_files("replaybank", "tests", "docs", "examples", "benchmarks") | {
+        "LICENSE",
+        "README.md",
+        "pyproject.toml",
+        "setup.py",
+        "conftest.py",
+        "mkdocs.yml",
+        "PKG-INFO",
+    }
+    assert {
+        "replaybank/_lane.c",
+        "replaybank/_lane_killpoints.c",
+        "replaybank/_sampling.c",
+        "replaybank/_windows.c",
+        "replaybank/_fastdiv.h",
+        "replaybank/py.typed",
+        "tests/__init__.py",
+        "tests/roundtrip.py",
+        "tests/distributed_ray.py",
+    } <= wanted
+    assert sorted(wanted - names) == []
+    assert sorted(n for n in names if STRAY.search(n)) == []
