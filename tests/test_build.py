@@ -7,6 +7,7 @@ modules are not touched."""
 
 from __future__ import annotations
 
+import email
 import importlib.metadata
 import os
 import re
@@ -14,6 +15,7 @@ import stat
 import subprocess
 import sys
 import tarfile
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -215,3 +217,49 @@ def test_the_sdist_is_the_whole_source_release(tmp_path: Path) -> None:
     } <= wanted
     assert sorted(wanted - names) == []
     assert sorted(n for n in names if STRAY.search(n)) == []
+
+
+def test_the_wheel_holds_the_package_its_types_and_metadata(tmp_path: Path) -> None:
+    """The wheel holds the package (its compiled modules, ``py.typed``, no C sources, tests,
+    docs or examples), the ``replaybank`` console script, and metadata a package index
+    shows: version, Python requirement, licence, classifiers. The stand-in compiler makes
+    empty modules, so nothing is compiled."""
+    cc = tmp_path / "cc"
+    cc.write_text(FAKE_CC.format(log=tmp_path / "cc.log"))
+    cc.chmod(cc.stat().st_mode | stat.S_IEXEC)
+    _setup(
+        tmp_path,
+        "build",
+        "--build-base",
+        str(tmp_path / "build"),
+        "bdist_wheel",
+        "--bdist-dir",
+        str(tmp_path / "bdist"),
+        "--dist-dir",
+        str(tmp_path / "dist"),
+        cc=str(cc),
+    )
+    (wheel,) = (tmp_path / "dist").glob("replaybank-*.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        names = set(zf.namelist())
+        info = next(n.split("/")[0] for n in names if n.endswith(".dist-info/METADATA"))
+        meta = email.message_from_bytes(zf.read(f"{info}/METADATA"))
+        scripts = zf.read(f"{info}/entry_points.txt").decode()
+    package = {n for n in _source_files("replaybank") if n.endswith(".py")} | {
+        "replaybank/py.typed"
+    }
+    assert sorted(package - names) == []
+    assert {n.split(".")[0] for n in names if n.endswith(".so")} == {
+        f"replaybank/{m}" for m in ("_lane", "_lane_killpoints", "_sampling", "_windows")
+    }
+    assert sorted(n for n in names if not n.startswith(("replaybank/", info + "/"))) == []
+    assert sorted(n for n in names if n.endswith((".c", ".h", ".pyc"))) == []
+    assert "replaybank = replaybank.cli.main:main" in scripts
+    assert f"{info}/licenses/LICENSE" in names
+    assert meta["Name"] == "replaybank" and meta["License-Expression"] == "MIT"
+    init = (ROOT / "replaybank" / "__init__.py").read_text()
+    assert f'__version__ = "{meta["Version"]}"' in init
+    assert meta["Requires-Python"] == ">=3.10"
+    classifiers = meta.get_all("Classifier") or []
+    assert "Typing :: Typed" in classifiers
+    assert "Programming Language :: Python :: 3.10" in classifiers
