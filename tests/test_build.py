@@ -7,6 +7,7 @@ modules are not touched."""
 
 from __future__ import annotations
 
+import ast
 import email
 import importlib.metadata
 import os
@@ -263,3 +264,45 @@ def test_the_wheel_holds_the_package_its_types_and_metadata(tmp_path: Path) -> N
     classifiers = meta.get_all("Classifier") or []
     assert "Typing :: Typed" in classifiers
     assert "Programming Language :: Python :: 3.10" in classifiers
+
+
+def test_the_minari_extra_installs_what_minari_imports_to_store_datasets() -> None:
+    """minari 0.5.4 imports PIL in its HDF5 dataset storage without declaring pillow, so in
+    a venv with only ``replaybank[minari]`` both ``from_minari`` and ``to_minari`` failed
+    (``No module named 'PIL'``; a dev install has pillow through matplotlib). Every
+    third-party module that minari's storage, datasets and data collector import comes from
+    minari's requirements (with the ``create`` and ``hdf5`` extras) or from the extra."""
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+    minari = pytest.importorskip("minari")
+    requirements = pytest.importorskip("packaging.requirements")
+    utils = pytest.importorskip("packaging.utils")
+    folder = Path(minari.__file__).parent
+    files = [
+        folder / "dataset" / "_storages" / "hdf5_storage.py",
+        folder / "utils.py",
+        *(folder / "dataset").glob("*.py"),
+        *(folder / "data_collector").glob("*.py"),
+    ]
+    imported: set[str] = set()
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                imported |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                imported.add(node.module.split(".")[0])
+    with open(ROOT / "pyproject.toml", "rb") as f:
+        ours = tomllib.load(f)["project"]["optional-dependencies"]["minari"]
+    declared = {utils.canonicalize_name(requirements.Requirement(r).name) for r in ours}
+    for line in importlib.metadata.requires("minari") or []:
+        req = requirements.Requirement(line)
+        if req.marker is None or any(req.marker.evaluate({"extra": e}) for e in ("create", "hdf5")):
+            declared.add(utils.canonicalize_name(req.name))
+    dists = importlib.metadata.packages_distributions()
+    third_party = sorted(imported - set(sys.stdlib_module_names) - {"minari"})
+    missing = [
+        m
+        for m in third_party
+        if not {utils.canonicalize_name(d) for d in dists.get(m, [])} & declared
+    ]
+    assert missing == [], (missing, sorted(declared))
+    assert "pillow" in declared  # (for PIL, which minari 0.5.4 imports but does not declare)
