@@ -46,32 +46,33 @@ done
 """
 
 
+def _stand_in_cc(tmp_path: Path, script: str) -> Path:
+    """An executable shell ``script`` at ``tmp_path / "cc"``: the compiler a build runs."""
+    cc = tmp_path / "cc"
+    cc.write_text(script)
+    cc.chmod(cc.stat().st_mode | stat.S_IEXEC)
+    return cc
+
+
+def _build_ext(tmp_path: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``setup.py build_ext --force`` with ``env``, its modules and objects under
+    ``tmp_path`` (``lib``, ``tmp``); not checked (the caller reads the status)."""
+    return subprocess.run(
+        [sys.executable, "setup.py", "build_ext", "--force", "-b", str(tmp_path / "lib"),
+         "-t", str(tmp_path / "tmp")],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+    )
+
+
 def _compile_lines(tmp_path: Path, cflags: str) -> list[str]:
     """The compile commands of ``setup.py build_ext`` with ``CFLAGS=cflags`` (which
     replace the interpreter's flags), the compiler named with ``-O2`` as Debian's
     interpreter names it."""
     log = tmp_path / "cc.log"
-    cc = tmp_path / "cc"
-    cc.write_text(FAKE_CC.format(log=log))
-    cc.chmod(cc.stat().st_mode | stat.S_IEXEC)
+    cc = _stand_in_cc(tmp_path, FAKE_CC.format(log=log))
     env = {**os.environ, "CC": f"{cc} -O2", "LDSHARED": f"{cc} -shared", "CFLAGS": cflags}
-    subprocess.run(
-        [
-            sys.executable,
-            "setup.py",
-            "build_ext",
-            "--force",
-            "-b",
-            str(tmp_path / "lib"),
-            "-t",
-            str(tmp_path / "tmp"),
-        ],
-        cwd=ROOT,
-        env=env,
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )
+    done = _build_ext(tmp_path, env)
+    assert done.returncode == 0, done.stderr
     lines = [ln for ln in log.read_text().splitlines() if " -c " in ln]
     assert {Path(ln.split(" -c ")[1].split()[0]).name for ln in lines} >= {
         "_lane.c",
@@ -116,27 +117,8 @@ def test_a_build_without_a_compiler_succeeds_and_says_so_once(tmp_path: Path) ->
     """No C compiler (or no Python headers): the build still succeeds (the modules are
     optional) and says once, in one line after the compiler's errors, that replaybank
     works without them and how to get them."""
-    cc = tmp_path / "cc"
-    cc.write_text(FAILING_CC)
-    cc.chmod(cc.stat().st_mode | stat.S_IEXEC)
-    env = {**os.environ, "CC": str(cc), "LDSHARED": f"{cc} -shared"}
-    done = subprocess.run(
-        [
-            sys.executable,
-            "setup.py",
-            "build_ext",
-            "--force",
-            "-b",
-            str(tmp_path / "lib"),
-            "-t",
-            str(tmp_path / "tmp"),
-        ],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    cc = _stand_in_cc(tmp_path, FAILING_CC)
+    done = _build_ext(tmp_path, {**os.environ, "CC": str(cc), "LDSHARED": f"{cc} -shared"})
     assert done.returncode == 0, done.stderr
     assert not list((tmp_path / "lib").rglob("*.so"))
     said = [ln for ln in (done.stdout + done.stderr).splitlines() if ln.startswith("replaybank: ")]
