@@ -276,6 +276,21 @@ class Clock:
         return self._obs(acting), rew, term, trunc, {k: {} for k in acting}
 
 
+class OddFirstEpisode(Clock):
+    """Agent "a" observes ``odd`` (another shape or dtype than Clock's float32[3]) in
+    the first episode only."""
+
+    def __init__(self, odd: np.ndarray) -> None:
+        super().__init__()
+        self.odd = odd
+
+    def _obs(self, agents: list[str]) -> dict[str, np.ndarray]:
+        obs = super()._obs(agents)
+        if self.ep == 0 and "a" in obs:
+            obs["a"] = self.odd
+        return obs
+
+
 class TupleActs:
     """Agent "t" acts with a gymnasium ``Tuple(Discrete(3), Box(-9, 9, (2,), float32))``
     and "x" with a ``Box(-9, 9, (2,), float32)``; both observe ``[step, 100 * env_id +

@@ -490,6 +490,7 @@ from tests.pettingzoo_leavers import (  # noqa: E402
     Fractions,
     LateJoiner,
     Leaver,
+    OddFirstEpisode,
     Recorder,
     TupleActs,
     TupleNoSpace,
@@ -1148,21 +1149,6 @@ def test_rollout_tuple_action_is_refused_before_any_env_steps(num_envs: int) -> 
     bad[0] = False
     col.collect(1)
     assert roll.pos == 1 and roll.data["action/a"][0].tolist() == [0] * num_envs
-
-
-class OddFirstEpisode(Clock):
-    """Agent "a" observes ``odd`` (another shape or dtype than Clock's float32[3]) in
-    the first episode only."""
-
-    def __init__(self, odd: np.ndarray) -> None:
-        super().__init__()
-        self.odd = odd
-
-    def _obs(self, agents: list[str]) -> dict[str, np.ndarray]:
-        obs = super()._obs(agents)
-        if self.ep == 0 and "a" in obs:
-            obs["a"] = self.odd
-        return obs
 
 
 @pytest.mark.parametrize(

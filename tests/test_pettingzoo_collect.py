@@ -37,6 +37,7 @@ from tests.pettingzoo_leavers import (  # noqa: E402
     Forwarding,
     Fractions,
     LateJoiner,
+    OddFirstEpisode,
     TupleActs,
     TupleNoSpace,
     TupleObs,
@@ -865,21 +866,6 @@ def test_a_tuple_action_is_refused_before_any_env_steps(num_envs: int) -> None:
     b = buf.sample(num_envs, replace=False)
     assert b.action["a"].tolist() == [1] * num_envs
     assert b.obs["a"][:, 0].tolist() == [0.0] * num_envs
-
-
-class OddFirstEpisode(Clock):
-    """Agent "a" observes ``odd`` (another shape or dtype than Clock's float32[3]) in
-    the first episode only."""
-
-    def __init__(self, odd: np.ndarray) -> None:
-        super().__init__()
-        self.odd = odd
-
-    def _obs(self, agents: list[str]) -> dict[str, np.ndarray]:
-        obs = super()._obs(agents)
-        if self.ep == 0 and "a" in obs:
-            obs["a"] = self.odd
-        return obs
 
 
 def _ones(obs: dict[str, Any]) -> dict[str, Any]:
